@@ -1,0 +1,134 @@
+# nsbox — build, image, demo and tests.  `make demo` and `make test` install
+# what they need from Debian themselves, so a fresh Debian 12 host needs
+# nothing else.
+
+PREFIX    ?= /usr/local
+DESTDIR   ?=
+BUILD     ?= build
+IMAGE_DIR ?= /var/lib/nsbox/images
+CACHE_DIR ?= /var/cache/nsbox
+PYTHON    := /usr/bin/python3
+
+CC      ?= cc
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=gnu11 -Wall -Wextra -Werror -Wno-unused-parameter -Wshadow -Wformat=2 -Wno-format-truncation \
+           -fno-strict-aliasing -D_GNU_SOURCE -Icommon -Ipolicy -Iruntime -Imanager -Icli
+PKGS    := libseccomp libcap libnl-3.0 libnl-route-3.0 jansson uuid libsystemd
+LIBS     = $(shell pkg-config --libs $(PKGS)) -lpthread
+CFLAGS  += $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+SAN     ?=
+
+# Debian packages: to build and run, to test, for the cgroup v2 VM suite, and
+# for the side-by-side benchmark.
+DEPS_BUILD := build-essential pkg-config libseccomp-dev libcap-dev libnl-3-dev libnl-route-3-dev \
+              libjansson-dev uuid-dev libsystemd-dev debootstrap
+DEPS_TEST  := libcmocka-dev python3-pytest clang-format systemd nodejs npm qemu-system-x86 \
+              linux-image-amd64 busybox-static e2fsprogs
+DEPS_BENCH := bubblewrap crun hyperfine
+
+COMMON_SRC  := $(wildcard common/*.c)
+POLICY_SRC  := $(wildcard policy/*.c)
+# nsbox-init is a static binary exec'd from a sealed memfd inside each sandbox.
+INIT_ONLY   := runtime/init.c runtime/process.c
+INIT_SRC    := $(INIT_ONLY) runtime/proto.c
+RUNTIME_SRC := $(filter-out $(INIT_ONLY),$(wildcard runtime/*.c))
+MANAGER_SRC := $(filter-out manager/main.c,$(wildcard manager/*.c))
+CLI_SRC     := $(wildcard cli/*.c)
+LIB_SRC     := $(COMMON_SRC) $(POLICY_SRC) $(RUNTIME_SRC) $(MANAGER_SRC)
+UNIT_SRC    := $(wildcard tests/unit/test_*.c)
+FUZZ_SRC    := $(wildcard tests/fuzz/*.c)
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+
+BINS  := $(BUILD)/nsboxd $(BUILD)/nsbox $(BUILD)/nsbox-init
+UNITS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
+
+.PHONY: all deps deps-test deps-bench image demo test test-unit test-integration test-vm test-format \
+        format bench install uninstall asan clean fuzz
+all: $(BINS)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(SAN) -MMD -MP -c $< -o $@
+
+$(BUILD)/libnsbox.a: $(call obj,$(LIB_SRC))
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/nsboxd: $(call obj,manager/main.c) $(BUILD)/libnsbox.a
+	$(CC) $(CFLAGS) $(SAN) -o $@ $^ $(LIBS)
+
+$(BUILD)/nsbox: $(call obj,$(CLI_SRC)) $(BUILD)/libnsbox.a
+	$(CC) $(CFLAGS) $(SAN) -o $@ $^ $(LIBS)
+
+# Static and sanitizer-free: it runs inside the sandbox's root, where the host's
+# dynamic loader and libraries are not.
+$(BUILD)/nsbox-init: $(patsubst %.c,$(BUILD)/obj/init/%.o,$(INIT_SRC) common/error.c common/log.c)
+	$(CC) -static -o $@ $^ -l:libcap.a
+$(BUILD)/obj/init/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libnsbox.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(SAN) -o $@ $< $(BUILD)/libnsbox.a $(LIBS) -lcmocka
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+# --- setup -----------------------------------------------------------------
+# Install only what is missing, non-interactively; `apt-get update` only when
+# something has to be installed.
+define apt_install
+	@missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:" $$missing; \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+endef
+
+deps:
+	$(call apt_install,$(DEPS_BUILD))
+deps-test: deps
+	$(call apt_install,$(DEPS_TEST))
+deps-bench: deps
+	$(call apt_install,$(DEPS_BENCH))
+
+image: deps
+	rootfs-builder/build-image.sh --name python --out $(IMAGE_DIR) --cache $(CACHE_DIR)
+
+demo: deps
+	$(MAKE) all
+	$(MAKE) image
+	tests/demo.sh $(BUILD)
+
+# --- tests -----------------------------------------------------------------
+test: deps-test
+	$(MAKE) all $(UNITS)
+	$(MAKE) image
+	$(MAKE) test-format
+	$(MAKE) test-unit
+	$(MAKE) test-integration
+
+test-format:
+	@bad=$$(for f in $$(git ls-files '*.c' '*.h'); do \
+		clang-format --style=file "$$f" | cmp -s - "$$f" || echo "$$f"; done); \
+	if [ -n "$$bad" ]; then echo "not clang-formatted (run make format):"; echo "$$bad"; exit 1; fi; \
+	echo "format: ok"
+
+format:
+	clang-format --style=file -i $$(git ls-files '*.c' '*.h')
+
+test-unit: $(UNITS)
+	@set -e; for t in $(UNITS); do echo "== $$t"; $$t; done
+
+test-integration: all
+	NSBOX_BUILD=$(abspath $(BUILD)) NSBOX_IMAGE_DIR=$(IMAGE_DIR) \
+		$(PYTHON) -m pytest -q -p no:cacheprovider tests/integration
+
+asan:
+	$(MAKE) BUILD=build-asan SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" all \
+		$(patsubst $(BUILD)/%,build-asan/%,$(UNITS))
+
+clean:
+	rm -rf $(BUILD) build-asan

@@ -1,0 +1,37 @@
+/* JSON-RPC 2.0 framing shared by nsboxd, the CLI and the MCP server: one
+ * compact JSON object per '\n'-terminated line. */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#define JSONRPC_PARSE_ERROR      -32700
+#define JSONRPC_INVALID_REQUEST  -32600
+#define JSONRPC_METHOD_NOT_FOUND -32601
+#define JSONRPC_INVALID_PARAMS   -32602
+#define JSONRPC_APP_ERROR        -32000
+
+struct jsonrpc_request {
+        json_t *message; /* owns everything below */
+        json_t *id;      /* borrowed; NULL for a notification */
+        const char *method;
+        json_t *params; /* borrowed; an object (empty when absent) */
+};
+
+/* Parse and validate one request line. On failure returns a negative
+ * JSON-RPC code and *error_message says why; *id_out is the request id when
+ * one could be recovered (borrowed from *message_out, which the caller frees). */
+int jsonrpc_parse_request(const char *line, size_t len, struct jsonrpc_request *out, const char **error_message);
+void jsonrpc_request_clear(struct jsonrpc_request *req);
+
+/* Build messages (new references). `kind` may be NULL for protocol errors. */
+json_t *jsonrpc_result(json_t *id, json_t *result);
+json_t *jsonrpc_error(json_t *id, int code, const char *kind, const char *message);
+json_t *jsonrpc_notification(const char *method, json_t *params);
+
+/* Compact text plus '\n'; malloc'd, *len set. NULL when out of memory. */
+char *jsonrpc_serialize(const json_t *message, size_t *len);
+
+/* Find the end of the first complete line in buf: index of '\n', or -1. */
+ssize_t jsonrpc_find_newline(const char *buf, size_t len);

@@ -1,0 +1,154 @@
+#include "textenc.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Length of the valid UTF-8 sequence at s (1-4), 0 if invalid, -n if the
+ * n bytes available are a valid but incomplete start. RFC 3629: no
+ * overlongs, no surrogates, nothing above U+10FFFF. */
+static int utf8_sequence(const unsigned char *s, size_t avail)
+{
+        unsigned char c = s[0];
+        int need;
+        unsigned char lo = 0x80, hi = 0xBF;
+
+        if (c < 0x80)
+                return 1;
+        if (c >= 0xC2 && c <= 0xDF)
+                need = 2;
+        else if (c >= 0xE0 && c <= 0xEF) {
+                need = 3;
+                if (c == 0xE0)
+                        lo = 0xA0;
+                else if (c == 0xED)
+                        hi = 0x9F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+                need = 4;
+                if (c == 0xF0)
+                        lo = 0x90;
+                else if (c == 0xF4)
+                        hi = 0x8F;
+        } else
+                return 0;
+
+        for (int i = 1; i < need; i++) {
+                if ((size_t)i >= avail)
+                        return -i;
+                unsigned char b = s[i];
+                if (i == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF))
+                        return 0;
+        }
+        return need;
+}
+
+char *utf8_make_valid(const char *buf, size_t len, size_t *out_len)
+{
+        /* Worst case: every byte becomes the 3-byte replacement character. */
+        char *out = malloc(len * 3 + 1);
+        if (out == NULL)
+                return NULL;
+        const unsigned char *s = (const unsigned char *)buf;
+        size_t i = 0, o = 0;
+        while (i < len) {
+                int n = utf8_sequence(s + i, len - i);
+                if (n > 0) {
+                        memcpy(out + o, s + i, n);
+                        o += n;
+                        i += n;
+                } else {
+                        out[o++] = (char)0xEF;
+                        out[o++] = (char)0xBF;
+                        out[o++] = (char)0xBD;
+                        /* An incomplete sequence at the end is one replacement. */
+                        i += n < 0 ? (size_t)-n : 1;
+                }
+        }
+        out[o] = '\0';
+        *out_len = o;
+        return out;
+}
+
+size_t utf8_complete_prefix(const char *buf, size_t len)
+{
+        size_t start = len > 3 ? len - 3 : 0;
+        for (size_t i = start; i < len; i++) {
+                int n = utf8_sequence((const unsigned char *)buf + i, len - i);
+                if (n < 0)
+                        return i;
+        }
+        return len;
+}
+
+static const char b64_alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+char *base64_encode(const void *data, size_t len, size_t *out_len)
+{
+        const unsigned char *in = data;
+        size_t n = 4 * ((len + 2) / 3);
+        char *out = malloc(n + 1);
+        if (out == NULL)
+                return NULL;
+        size_t o = 0;
+        for (size_t i = 0; i < len; i += 3) {
+                uint32_t v = (uint32_t)in[i] << 16;
+                if (i + 1 < len)
+                        v |= (uint32_t)in[i + 1] << 8;
+                if (i + 2 < len)
+                        v |= in[i + 2];
+                out[o++] = b64_alphabet[(v >> 18) & 63];
+                out[o++] = b64_alphabet[(v >> 12) & 63];
+                out[o++] = i + 1 < len ? b64_alphabet[(v >> 6) & 63] : '=';
+                out[o++] = i + 2 < len ? b64_alphabet[v & 63] : '=';
+        }
+        out[o] = '\0';
+        if (out_len)
+                *out_len = o;
+        return out;
+}
+
+static int b64_value(char c)
+{
+        if (c >= 'A' && c <= 'Z')
+                return c - 'A';
+        if (c >= 'a' && c <= 'z')
+                return c - 'a' + 26;
+        if (c >= '0' && c <= '9')
+                return c - '0' + 52;
+        if (c == '+')
+                return 62;
+        if (c == '/')
+                return 63;
+        return -1;
+}
+
+void *base64_decode(const char *text, size_t len, size_t *out_len)
+{
+        if (len % 4 != 0)
+                return NULL;
+        unsigned char *out = malloc(len / 4 * 3 + 1);
+        if (out == NULL)
+                return NULL;
+        size_t o = 0;
+        for (size_t i = 0; i < len; i += 4) {
+                int v[4], pad = 0;
+                for (int k = 0; k < 4; k++) {
+                        char c = text[i + k];
+                        if (c == '=' && i + 4 == len && k >= 2) {
+                                v[k] = 0;
+                                pad++;
+                        } else if (pad > 0 || (v[k] = b64_value(c)) < 0) {
+                                free(out);
+                                return NULL;
+                        }
+                }
+                uint32_t x = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 | (uint32_t)v[3];
+                out[o++] = (x >> 16) & 0xff;
+                if (pad < 2)
+                        out[o++] = (x >> 8) & 0xff;
+                if (pad < 1)
+                        out[o++] = x & 0xff;
+        }
+        *out_len = o;
+        return out;
+}

@@ -1,0 +1,253 @@
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "json_cleanup.h"
+
+enum option_kind { OPT_STRING, OPT_UINT };
+
+struct option_def {
+        const char *key;  /* config file key; flag is --key with '_' → '-' */
+        const char *env;  /* NSBOX_... */
+        enum option_kind kind;
+        size_t offset;    /* into struct nsbox_config, or SIZE_MAX for defaults.* */
+        unsigned long long max;
+        const char *help;
+};
+
+#define CFG(field) offsetof(struct nsbox_config, field)
+#define NONE       SIZE_MAX
+
+static const struct option_def options[] = {
+        { "socket", "NSBOX_SOCKET", OPT_STRING, CFG(socket_path), 0, "unix socket to listen on" },
+        { "state_dir", "NSBOX_STATE_DIR", OPT_STRING, CFG(state_dir), 0, "per-sandbox state" },
+        { "image_dir", "NSBOX_IMAGE_DIR", OPT_STRING, CFG(image_dir), 0, "images (NAME/rootfs)" },
+        { "seccomp_dir", "NSBOX_SECCOMP_DIR", OPT_STRING, CFG(seccomp_dir), 0, "seccomp profiles (*.json)" },
+        { "init_path", "NSBOX_INIT_PATH", OPT_STRING, CFG(init_path), 0, "the nsbox-init binary" },
+        { "config", "NSBOX_CONFIG", OPT_STRING, CFG(config_path), 0, "JSON config file" },
+        { "log_level", "NSBOX_LOG_LEVEL", OPT_STRING, CFG(log_level), 0, "error, warn, info or debug" },
+        { "max_request_bytes", "NSBOX_MAX_REQUEST_BYTES", OPT_UINT, CFG(max_request_bytes), 1ull << 32,
+          "longest request line" },
+        { "max_sandboxes", "NSBOX_MAX_SANDBOXES", OPT_UINT, CFG(max_sandboxes), 100000, "live sandboxes at most" },
+        { "max_connections", "NSBOX_MAX_CONNECTIONS", OPT_UINT, CFG(max_connections), 100000,
+          "client connections at most" },
+        { "uid_pool_base", "NSBOX_UID_POOL_BASE", OPT_UINT, CFG(uid_pool_base), UINT_MAX - NSBOX_UID_RANGE,
+          "first host uid given to sandboxes" },
+        { "uid_pool_ranges", "NSBOX_UID_POOL_RANGES", OPT_UINT, CFG(uid_pool_ranges), 60000,
+          "number of 65536-id ranges in the pool" },
+        { "memory_bytes", "NSBOX_MEMORY_BYTES", OPT_UINT, NONE, POLICY_MAX_MEMORY_BYTES, "default memory limit" },
+        { "pids", "NSBOX_PIDS", OPT_UINT, NONE, POLICY_MAX_PIDS, "default pids limit" },
+        { "disk_bytes", "NSBOX_DISK_BYTES", OPT_UINT, NONE, POLICY_MAX_DISK_BYTES, "default disk limit" },
+        { "idle_timeout_seconds", "NSBOX_IDLE_TIMEOUT_SECONDS", OPT_UINT, NONE, POLICY_MAX_IDLE_SECONDS,
+          "default idle timeout" },
+};
+
+static int set_value(struct nsbox_config *config, const struct option_def *opt, const char *text,
+                     const char *source, nsbox_error_t **err)
+{
+        if (opt->kind == OPT_STRING) {
+                if (text[0] == '\0')
+                        return nsbox_error(err, EINVAL, "%s: %s must not be empty", source, opt->key);
+                char **slot = (char **)((char *)config + opt->offset);
+                free(*slot);
+                *slot = strdup(text);
+                return *slot ? 0 : nsbox_error(err, ENOMEM, "config");
+        }
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(text, &end, 10);
+        if (errno != 0 || end == text || *end != '\0' || text[0] == '-' || v > opt->max)
+                return nsbox_error(err, EINVAL, "%s: %s must be an integer from 0 to %llu", source, opt->key,
+                                   opt->max);
+        if (strcmp(opt->key, "max_request_bytes") == 0)
+                config->max_request_bytes = v;
+        else if (strcmp(opt->key, "max_sandboxes") == 0)
+                config->max_sandboxes = v;
+        else if (strcmp(opt->key, "max_connections") == 0)
+                config->max_connections = v;
+        else if (strcmp(opt->key, "uid_pool_base") == 0)
+                config->uid_pool_base = v;
+        else if (strcmp(opt->key, "uid_pool_ranges") == 0)
+                config->uid_pool_ranges = v;
+        else if (strcmp(opt->key, "memory_bytes") == 0)
+                config->defaults.limits.memory_bytes = v;
+        else if (strcmp(opt->key, "pids") == 0)
+                config->defaults.limits.pids = v;
+        else if (strcmp(opt->key, "disk_bytes") == 0)
+                config->defaults.limits.disk_bytes = v;
+        else if (strcmp(opt->key, "idle_timeout_seconds") == 0)
+                config->defaults.idle_timeout_seconds = v;
+        return 0;
+}
+
+static int load_file(struct nsbox_config *config, const char *path, bool required, nsbox_error_t **err)
+{
+        json_error_t jerr;
+        if (access(path, F_OK) < 0 && !required)
+                return 0;
+        _cleanup_json_ json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+        if (root == NULL)
+                return nsbox_error(err, EINVAL, "config %s: line %d: %s", path, jerr.line, jerr.text);
+        if (!json_is_object(root))
+                return nsbox_error(err, EINVAL, "config %s: not a JSON object", path);
+        const char *key;
+        json_t *value;
+        json_object_foreach(root, key, value)
+        {
+                const struct option_def *opt = NULL;
+                for (size_t i = 0; i < ARRAY_SIZE(options); i++) {
+                        if (strcmp(options[i].key, key) == 0)
+                                opt = &options[i];
+                }
+                if (opt == NULL || strcmp(key, "config") == 0)
+                        return nsbox_error(err, EINVAL, "config %s: unknown key \"%s\"", path, key);
+                char number[32];
+                const char *text;
+                if (opt->kind == OPT_STRING && json_is_string(value)) {
+                        text = json_string_value(value);
+                } else if (opt->kind == OPT_UINT && json_is_integer(value)) {
+                        snprintf(number, sizeof(number), "%lld", (long long)json_integer_value(value));
+                        text = number;
+                } else {
+                        return nsbox_error(err, EINVAL, "config %s: \"%s\" has the wrong type", path, key);
+                }
+                char source[512];
+                snprintf(source, sizeof(source), "config %s", path);
+                int r = set_value(config, opt, text, source, err);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+/* nsbox-init and the seccomp profiles sit next to nsboxd in a build tree,
+ * or under PREFIX once installed. */
+static char *sibling_path(const char *name, const char *installed)
+{
+        char exe[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+        if (n > 0) {
+                exe[n] = '\0';
+                char *slash = strrchr(exe, '/');
+                if (slash != NULL) {
+                        *slash = '\0';
+                        char *candidate = NULL;
+                        if (asprintf(&candidate, "%s/%s", exe, name) >= 0) {
+                                if (access(candidate, F_OK) == 0)
+                                        return candidate;
+                                free(candidate);
+                        }
+                }
+        }
+        return strdup(installed);
+}
+
+static void usage(void)
+{
+        printf("usage: nsboxd [options]\n\nEvery option is also a key of the JSON config file and an\n"
+               "NSBOX_* environment variable; flags win over the environment, which wins over the file.\n\n");
+        for (size_t i = 0; i < ARRAY_SIZE(options); i++) {
+                char flag[64];
+                snprintf(flag, sizeof(flag), "--%s", options[i].key);
+                for (char *p = flag; *p; p++)
+                        if (*p == '_')
+                                *p = '-';
+                printf("  %-26s %s (%s)\n", flag, options[i].help, options[i].env);
+        }
+}
+
+int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_t **err)
+{
+        memset(config, 0, sizeof(*config));
+        config->socket_path = strdup("/run/nsbox/nsbox.sock");
+        config->state_dir = strdup("/var/lib/nsbox");
+        config->image_dir = strdup("/var/lib/nsbox/images");
+        config->seccomp_dir = sibling_path("../seccomp-profiles", "/usr/local/share/nsbox/seccomp");
+        config->init_path = sibling_path("nsbox-init", "/usr/local/libexec/nsbox/nsbox-init");
+        config->log_level = strdup("info");
+        config->max_request_bytes = 64u << 20;
+        config->max_sandboxes = 64;
+        config->max_connections = 1024;
+        config->uid_pool_base = 1u << 20; /* 1048576, above /etc/subuid's usual 100000 ranges */
+        config->uid_pool_ranges = 1024;
+        policy_defaults(&config->defaults);
+
+        /* Collect flags first: --config decides which file to read. */
+        struct option long_options[ARRAY_SIZE(options) + 2];
+        char names[ARRAY_SIZE(options)][64];
+        for (size_t i = 0; i < ARRAY_SIZE(options); i++) {
+                snprintf(names[i], sizeof(names[i]), "%s", options[i].key);
+                for (char *p = names[i]; *p; p++)
+                        if (*p == '_')
+                                *p = '-';
+                long_options[i] = (struct option){ names[i], required_argument, NULL, (int)i };
+        }
+        long_options[ARRAY_SIZE(options)] = (struct option){ "help", no_argument, NULL, 'h' + 1000 };
+        long_options[ARRAY_SIZE(options) + 1] = (struct option){ 0 };
+
+        const char *flag_values[ARRAY_SIZE(options)] = { 0 };
+        optind = 1;
+        int c;
+        while ((c = getopt_long(argc, argv, "", long_options, NULL)) != -1) {
+                if (c == 'h' + 1000) {
+                        usage();
+                        return 1;
+                }
+                if (c < 0 || (size_t)c >= ARRAY_SIZE(options))
+                        return nsbox_error(err, EINVAL, "unknown option (see nsboxd --help)");
+                flag_values[c] = optarg;
+        }
+        if (optind < argc)
+                return nsbox_error(err, EINVAL, "unexpected argument \"%s\"", argv[optind]);
+
+        const char *file = "/etc/nsbox/nsboxd.json";
+        bool required = false;
+        const char *env_config = getenv("NSBOX_CONFIG");
+        for (size_t i = 0; i < ARRAY_SIZE(options); i++) {
+                if (strcmp(options[i].key, "config") == 0 && (flag_values[i] || env_config)) {
+                        file = flag_values[i] ? flag_values[i] : env_config;
+                        required = true;
+                }
+        }
+        int r = load_file(config, file, required, err);
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < ARRAY_SIZE(options); i++) {
+                const char *v = getenv(options[i].env);
+                if (v != NULL && (r = set_value(config, &options[i], v, options[i].env, err)) < 0)
+                        return r;
+        }
+        for (size_t i = 0; i < ARRAY_SIZE(options); i++) {
+                if (flag_values[i] != NULL &&
+                    (r = set_value(config, &options[i], flag_values[i], "command line", err)) < 0)
+                        return r;
+        }
+        if (config->max_request_bytes < 1024)
+                return nsbox_error(err, EINVAL, "max_request_bytes must be at least 1024");
+        if ((unsigned long long)config->uid_pool_base + (unsigned long long)config->uid_pool_ranges * NSBOX_UID_RANGE >
+            UINT_MAX)
+                return nsbox_error(err, EINVAL, "uid pool runs past the largest uid");
+        if (config->uid_pool_base < NSBOX_UID_RANGE)
+                return nsbox_error(err, EINVAL, "uid_pool_base must be at least 65536 (host system ids live below)");
+        return 0;
+}
+
+void config_free(struct nsbox_config *config)
+{
+        free(config->socket_path);
+        free(config->state_dir);
+        free(config->image_dir);
+        free(config->seccomp_dir);
+        free(config->init_path);
+        free(config->config_path);
+        free(config->log_level);
+        policy_clear(&config->defaults);
+}

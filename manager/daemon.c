@@ -1,0 +1,30 @@
+#include "daemon.h"
+
+#include <stdio.h>
+#include <time.h>
+
+struct nsboxd nsboxd = { .init_memfd = -1 };
+
+long long now_realtime_ms(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+long long now_monotonic_ms(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void format_timestamp(long long realtime_ms, char *buf, size_t len)
+{
+        time_t secs = (time_t)(realtime_ms / 1000);
+        struct tm tm;
+        gmtime_r(&secs, &tm);
+        char base[32];
+        strftime(base, sizeof(base), "%Y-%m-%dT%H:%M:%S", &tm);
+        snprintf(buf, len, "%s.%03lldZ", base, realtime_ms % 1000);
+}

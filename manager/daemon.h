@@ -1,0 +1,27 @@
+/* State shared by the parts of nsboxd. One instance, owned by main(). */
+#pragma once
+
+#include <stdbool.h>
+
+#include "config.h"
+#include "loop.h"
+
+struct sandbox;
+
+struct nsboxd {
+        struct nsbox_config config;
+        struct loop *loop;
+        int init_memfd; /* sealed copy of nsbox-init, exec'd in every sandbox */
+        struct sandbox *sandboxes;
+        unsigned n_sandboxes;
+        unsigned char *uid_slots; /* one byte per range of the uid pool */
+        bool stopping;
+};
+
+extern struct nsboxd nsboxd;
+
+/* Wall clock in ms and a monotonic clock in ms. */
+long long now_realtime_ms(void);
+long long now_monotonic_ms(void);
+/* RFC 3339 UTC with milliseconds, into buf (at least 32 bytes). */
+void format_timestamp(long long realtime_ms, char *buf, size_t len);

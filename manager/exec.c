@@ -1,0 +1,745 @@
+#include "exec.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <uuid/uuid.h>
+
+#include "cleanup.h"
+#include "daemon.h"
+#include "json_cleanup.h"
+#include "log.h"
+#include "policy.h"
+#include "proto.h"
+#include "sandbox.h"
+#include "textenc.h"
+
+#define EXEC_DEFAULT_TIMEOUT_S  30
+#define EXEC_MAX_TIMEOUT_S      (24 * 3600)
+#define EXEC_DEFAULT_MAX_OUTPUT (1u << 20)
+#define EXEC_MAX_MAX_OUTPUT     (256u << 20)
+#define EXEC_MAX_ARGS_BYTES     (1u << 20)
+#define EXEC_MAX_STDIN_BYTES    (64u << 20)
+/* After the main process exits, wait this long for its pipes to close
+ * (descendants may still hold them) before answering. */
+#define EXEC_DRAIN_GRACE_MS 200
+#define EXEC_KEEP_FINISHED  64
+
+enum { OUT_STDOUT, OUT_STDERR };
+
+struct output {
+        struct loop_source *source;
+        char *data;
+        size_t len, cap;
+        size_t carry; /* stream mode: bytes of an incomplete UTF-8 sequence kept back */
+        bool eof;
+};
+
+struct exec {
+        char id[37];
+        uint32_t number;
+        struct sandbox *sb;
+        struct rpc_request *req; /* the client waiting for the result, if any */
+        bool stream, background, base64, finished;
+        struct output out[2];
+        size_t max_output, total_output;
+        bool truncated;
+        struct loop_source *stdin_src;
+        char *stdin_data;
+        size_t stdin_len, stdin_off;
+        struct loop_source *timer;
+        unsigned timeout_s;
+        pid_t pid;
+        bool started, exited, timed_out, killed;
+        int wait_status;
+        int start_errno;
+        char *start_error;
+        long long start_mono, end_mono;
+        struct exec *next;
+};
+
+static const char *const stream_names[] = { "stdout", "stderr" };
+
+static void exec_finish(struct exec *ex);
+
+static void exec_unlink(struct exec *ex)
+{
+        for (struct exec **p = &ex->sb->execs; *p != NULL; p = &(*p)->next) {
+                if (*p == ex) {
+                        *p = ex->next;
+                        return;
+                }
+        }
+}
+
+static void exec_free(struct exec *ex)
+{
+        for (int i = 0; i < 2; i++) {
+                if (ex->out[i].source)
+                        loop_remove(nsboxd.loop, ex->out[i].source);
+                free(ex->out[i].data);
+        }
+        if (ex->stdin_src)
+                loop_remove(nsboxd.loop, ex->stdin_src);
+        if (ex->timer)
+                loop_remove(nsboxd.loop, ex->timer);
+        free(ex->stdin_data);
+        free(ex->start_error);
+        free(ex);
+}
+
+static int arm_timer(struct exec *ex, long long ms)
+{
+        struct itimerspec its = { .it_value = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000 } };
+        if (its.it_value.tv_sec == 0 && its.it_value.tv_nsec == 0)
+                its.it_value.tv_nsec = 1;
+        return timerfd_settime(ex->timer->fd, 0, &its, NULL) < 0 ? -errno : 0;
+}
+
+static void exec_send_kill(struct exec *ex, int sig)
+{
+        if (ex->sb->ctl == NULL || !ex->started || ex->exited)
+                return;
+        struct ctl_kill msg = { .hdr = { CTL_KILL, ex->number }, .signal = sig };
+        ctl_send(ex->sb->ctl->fd, &msg, sizeof(msg), NULL, 0, NULL, 0);
+}
+
+/* Emit text to a JSON string value: valid UTF-8 or base64. */
+static json_t *output_to_json(const char *data, size_t len, bool base64)
+{
+        size_t n;
+        _cleanup_free_ char *text = base64 ? base64_encode(data, len, &n) : utf8_make_valid(data, len, &n);
+        if (text == NULL)
+                return json_string("");
+        return json_stringn(text, n);
+}
+
+static void stream_chunk(struct exec *ex, int which, const char *data, size_t len)
+{
+        if (ex->req == NULL || len == 0)
+                return;
+        _cleanup_json_ json_t *params = json_pack("{s:s, s:s, s:o}", "exec_id", ex->id, "stream",
+                                                  stream_names[which], "data", output_to_json(data, len, ex->base64));
+        if (params != NULL)
+                rpc_notify(ex->req, "exec.output", params);
+}
+
+static void output_append(struct exec *ex, int which, const char *data, size_t len)
+{
+        size_t room = ex->max_output > ex->total_output ? ex->max_output - ex->total_output : 0;
+        if (len > room) {
+                ex->truncated = true;
+                len = room;
+        }
+        if (len == 0)
+                return;
+        ex->total_output += len;
+        struct output *o = &ex->out[which];
+        if (o->len + len > o->cap) {
+                size_t cap = o->cap ? o->cap : 4096;
+                while (cap < o->len + len)
+                        cap *= 2;
+                char *grown = realloc(o->data, cap);
+                if (grown == NULL) {
+                        ex->truncated = true;
+                        return;
+                }
+                o->data = grown;
+                o->cap = cap;
+        }
+        memcpy(o->data + o->len, data, len);
+        o->len += len;
+
+        if (ex->stream) {
+                /* Send what is complete now; keep a split UTF-8 character for later. */
+                size_t pending = o->carry + len;
+                const char *start = o->data + o->len - pending;
+                size_t ready = ex->base64 ? pending : utf8_complete_prefix(start, pending);
+                stream_chunk(ex, which, start, ready);
+                o->carry = pending - ready;
+                /* Streamed bytes need not be kept, only the carry. */
+                memmove(o->data, o->data + o->len - o->carry, o->carry);
+                o->len = o->carry;
+        }
+}
+
+static void exec_maybe_finish(struct exec *ex)
+{
+        if (ex->finished)
+                return;
+        bool ended = ex->exited || ex->start_error != NULL;
+        if (!ended)
+                return;
+        if (ex->out[0].eof && ex->out[1].eof) {
+                exec_finish(ex);
+                return;
+        }
+        /* Arm the drain grace once, right after the exit. */
+        if (ex->end_mono == 0) {
+                ex->end_mono = now_monotonic_ms();
+                arm_timer(ex, EXEC_DRAIN_GRACE_MS);
+        }
+}
+
+static void on_output(struct loop_source *source, uint32_t events)
+{
+        struct exec *ex = source->data;
+        int which = source == ex->out[OUT_STDOUT].source ? OUT_STDOUT : OUT_STDERR;
+        char buf[65536];
+
+        /* Bounded work per wakeup so one flooding sandbox cannot starve others. */
+        for (int round = 0; round < 16; round++) {
+                ssize_t n = read(source->fd, buf, sizeof(buf));
+                if (n > 0) {
+                        output_append(ex, which, buf, n);
+                        continue;
+                }
+                if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                        return;
+                ex->out[which].eof = true;
+                loop_remove(nsboxd.loop, source);
+                ex->out[which].source = NULL;
+                exec_maybe_finish(ex);
+                return;
+        }
+}
+
+static void on_stdin(struct loop_source *source, uint32_t events)
+{
+        struct exec *ex = source->data;
+        while (ex->stdin_off < ex->stdin_len) {
+                ssize_t n = write(source->fd, ex->stdin_data + ex->stdin_off, ex->stdin_len - ex->stdin_off);
+                if (n < 0) {
+                        if (errno == EAGAIN || errno == EINTR)
+                                return;
+                        break; /* EPIPE: the process does not read its input */
+                }
+                ex->stdin_off += n;
+        }
+        loop_remove(nsboxd.loop, source);
+        ex->stdin_src = NULL;
+        free(ex->stdin_data);
+        ex->stdin_data = NULL;
+}
+
+static void on_timer(struct loop_source *source, uint32_t events)
+{
+        struct exec *ex = source->data;
+        uint64_t expirations;
+        if (read(source->fd, &expirations, sizeof(expirations)) < 0 && errno == EAGAIN)
+                return;
+        if (ex->exited || ex->start_error != NULL) {
+                /* Drain grace is over: answer with what we have. */
+                exec_finish(ex);
+                return;
+        }
+        if (!ex->timed_out) {
+                ex->timed_out = true;
+                log_info("sandbox %s: exec %s timed out after %us", ex->sb->id, ex->id, ex->timeout_s);
+                exec_send_kill(ex, SIGKILL);
+        }
+}
+
+static json_t *exec_result(struct exec *ex)
+{
+        json_t *exit_code = json_null(), *signal = json_null();
+        if (ex->start_error != NULL) {
+                exit_code = json_integer(ex->start_errno == ENOENT ? 127 : 126);
+        } else if (ex->exited) {
+                if (WIFEXITED(ex->wait_status))
+                        exit_code = json_integer(WEXITSTATUS(ex->wait_status));
+                else if (WIFSIGNALED(ex->wait_status))
+                        signal = json_integer(WTERMSIG(ex->wait_status));
+        }
+        long long end = ex->end_mono ? ex->end_mono : now_monotonic_ms();
+        json_t *stdout_json = ex->stream ? json_string("") : output_to_json(ex->out[0].data, ex->out[0].len, ex->base64);
+        json_t *stderr_json;
+        if (ex->start_error != NULL) {
+                char message[1024];
+                snprintf(message, sizeof(message), "nsbox: cannot run the command: %s\n", ex->start_error);
+                stderr_json = json_string(message);
+        } else {
+                stderr_json = ex->stream ? json_string("") : output_to_json(ex->out[1].data, ex->out[1].len, ex->base64);
+        }
+        return json_pack("{s:s, s:o, s:o, s:o, s:o, s:b, s:b, s:b, s:I, s:s, s:b}", "exec_id", ex->id, "exit_code",
+                         exit_code, "signal", signal, "stdout", stdout_json, "stderr", stderr_json, "truncated",
+                         ex->truncated, "timed_out", ex->timed_out, "oom_killed", 0, "duration_ms",
+                         (json_int_t)(end - ex->start_mono), "encoding", ex->base64 ? "base64" : "utf-8",
+                         "running", !ex->finished);
+}
+
+static void exec_finish(struct exec *ex)
+{
+        if (ex->finished)
+                return;
+        if (ex->stream) {
+                /* Flush carried-over partial characters as they are. */
+                for (int i = 0; i < 2; i++)
+                        stream_chunk(ex, i, ex->out[i].data, ex->out[i].len);
+        }
+        ex->finished = true;
+        if (ex->end_mono == 0)
+                ex->end_mono = now_monotonic_ms();
+        if (ex->timer) {
+                loop_remove(nsboxd.loop, ex->timer);
+                ex->timer = NULL;
+        }
+        for (int i = 0; i < 2; i++) {
+                if (ex->out[i].source) {
+                        loop_remove(nsboxd.loop, ex->out[i].source);
+                        ex->out[i].source = NULL;
+                }
+        }
+        if (ex->sb->running_execs > 0)
+                ex->sb->running_execs--;
+        sandbox_touch(ex->sb);
+
+        json_t *result = exec_result(ex);
+        int code = ex->exited && WIFEXITED(ex->wait_status) ? WEXITSTATUS(ex->wait_status) : -1;
+        log_info("sandbox %s: exec %s ended: exit %d%s, %lld ms", ex->sb->id, ex->id, code,
+                 ex->timed_out ? " (timed out)" : "", ex->end_mono - ex->start_mono);
+        if (ex->req != NULL) {
+                struct rpc_request *req = ex->req;
+                ex->req = NULL;
+                rpc_reply_result(req, result);
+        } else {
+                json_decref(result);
+        }
+        if (!ex->background) {
+                exec_unlink(ex);
+                exec_free(ex);
+        }
+}
+
+void exec_on_control(struct sandbox *sb, const void *data, size_t len)
+{
+        const union ctl_message *msg = data;
+        struct exec *ex = NULL;
+        for (struct exec *e = sb->execs; e != NULL; e = e->next) {
+                if (e->number == msg->hdr.exec_id && !e->finished)
+                        ex = e;
+        }
+        if (ex == NULL)
+                return;
+        switch (msg->hdr.type) {
+        case CTL_STARTED:
+                if (len >= sizeof(struct ctl_started)) {
+                        ex->started = true;
+                        ex->pid = msg->started.pid;
+                        if (ex->background && ex->req != NULL) {
+                                struct rpc_request *req = ex->req;
+                                ex->req = NULL;
+                                rpc_reply_result(req, json_pack("{s:s, s:i}", "exec_id", ex->id, "pid", ex->pid));
+                        }
+                }
+                break;
+        case CTL_FAILED:
+                if (len >= sizeof(struct ctl_failed)) {
+                        char message[CTL_MAX_ERROR + 1];
+                        memcpy(message, msg->failed.message, CTL_MAX_ERROR);
+                        message[CTL_MAX_ERROR] = '\0';
+                        ex->start_errno = msg->failed.errnum;
+                        ex->start_error = strdup(message);
+                        if (ex->start_error == NULL)
+                                ex->start_error = strdup("failed");
+                        exec_maybe_finish(ex);
+                }
+                break;
+        case CTL_EXITED:
+                if (len >= sizeof(struct ctl_exited)) {
+                        ex->exited = true;
+                        ex->wait_status = msg->exited.wait_status;
+                        exec_maybe_finish(ex);
+                }
+                break;
+        default:
+                break;
+        }
+}
+
+void exec_sandbox_gone(struct sandbox *sb)
+{
+        while (sb->execs != NULL) {
+                struct exec *ex = sb->execs;
+                if (!ex->finished) {
+                        if (!ex->exited && ex->start_error == NULL) {
+                                ex->exited = true;
+                                ex->killed = true;
+                                ex->wait_status = SIGKILL; /* as if signalled */
+                        }
+                        ex->background = true; /* keep it for us to free */
+                        exec_finish(ex);
+                }
+                sb->execs = ex->next;
+                exec_free(ex);
+        }
+        sb->running_execs = 0;
+}
+
+/* --- request parsing -------------------------------------------------- */
+
+struct exec_params {
+        json_t *argv;    /* borrowed array of strings */
+        const char *command;
+        const char *cwd;
+        json_t *env;     /* borrowed object */
+        const char *stdin_text;
+        size_t stdin_len;
+        bool root;
+        unsigned timeout_s;
+        bool stream, background, base64;
+        size_t max_output;
+};
+
+static bool has_nul(json_t *s)
+{
+        return memchr(json_string_value(s), '\0', json_string_length(s)) != NULL;
+}
+
+static int parse_exec_params(json_t *p, struct exec_params *out, nsbox_error_t **err)
+{
+        static const char *const known[] = { "sandbox_id", "argv",   "command",    "cwd",      "env",
+                                             "stdin",      "user",   "timeout_seconds", "stream", "background",
+                                             "encoding",   "max_output_bytes", NULL };
+        const char *key;
+        json_t *v;
+        json_object_foreach(p, key, v)
+        {
+                bool found = false;
+                for (const char *const *k = known; *k; k++)
+                        found |= strcmp(*k, key) == 0;
+                if (!found)
+                        return nsbox_error(err, EINVAL, "unknown field \"%s\"", key);
+        }
+        memset(out, 0, sizeof(*out));
+        out->cwd = "/workspace";
+        out->timeout_s = EXEC_DEFAULT_TIMEOUT_S;
+        out->max_output = EXEC_DEFAULT_MAX_OUTPUT;
+
+        json_t *argv = json_object_get(p, "argv");
+        json_t *command = json_object_get(p, "command");
+        if (argv != NULL && json_is_null(argv))
+                argv = NULL;
+        if (command != NULL && json_is_null(command))
+                command = NULL;
+        if ((argv == NULL) == (command == NULL))
+                return nsbox_error(err, EINVAL, "give exactly one of argv (array of strings) or command (string)");
+        size_t total = 0;
+        if (argv != NULL) {
+                if (!json_is_array(argv) || json_array_size(argv) == 0)
+                        return nsbox_error(err, EINVAL, "argv must be a non-empty array of strings");
+                size_t i;
+                json_t *a;
+                json_array_foreach(argv, i, a)
+                {
+                        if (!json_is_string(a))
+                                return nsbox_error(err, EINVAL, "argv[%zu] must be a string", i);
+                        if (has_nul(a))
+                                return nsbox_error(err, EINVAL, "argv[%zu] contains a NUL byte", i);
+                        total += json_string_length(a) + 1;
+                }
+                if (json_string_length(json_array_get(argv, 0)) == 0)
+                        return nsbox_error(err, EINVAL, "argv[0] must not be empty");
+                out->argv = argv;
+        } else {
+                if (!json_is_string(command) || json_string_length(command) == 0)
+                        return nsbox_error(err, EINVAL, "command must be a non-empty string");
+                if (has_nul(command))
+                        return nsbox_error(err, EINVAL, "command contains a NUL byte");
+                out->command = json_string_value(command);
+                total += json_string_length(command);
+        }
+        json_t *cwd = json_object_get(p, "cwd");
+        if (cwd != NULL && !json_is_null(cwd)) {
+                if (!json_is_string(cwd) || json_string_length(cwd) == 0 || has_nul(cwd) ||
+                    json_string_length(cwd) > 4095)
+                        return nsbox_error(err, EINVAL, "cwd must be a path");
+                out->cwd = json_string_value(cwd);
+        }
+        json_t *env = json_object_get(p, "env");
+        if (env != NULL && !json_is_null(env)) {
+                int r = policy_check_env(env, "env", err);
+                if (r < 0)
+                        return r;
+                out->env = env;
+                const char *k;
+                json_t *val;
+                json_object_foreach(env, k, val) total += strlen(k) + json_string_length(val) + 2;
+        }
+        if (total > EXEC_MAX_ARGS_BYTES)
+                return nsbox_error(err, E2BIG, "argv, command and env together exceed %u bytes; write large "
+                                               "programs to a file first", EXEC_MAX_ARGS_BYTES);
+        json_t *in = json_object_get(p, "stdin");
+        if (in != NULL && !json_is_null(in)) {
+                if (!json_is_string(in))
+                        return nsbox_error(err, EINVAL, "stdin must be a string");
+                if (json_string_length(in) > EXEC_MAX_STDIN_BYTES)
+                        return nsbox_error(err, E2BIG, "stdin exceeds %u bytes", EXEC_MAX_STDIN_BYTES);
+                out->stdin_text = json_string_value(in);
+                out->stdin_len = json_string_length(in);
+        }
+        json_t *user = json_object_get(p, "user");
+        if (user != NULL && !json_is_null(user)) {
+                if (!json_is_string(user) ||
+                    (strcmp(json_string_value(user), "root") != 0 && strcmp(json_string_value(user), "sandbox") != 0))
+                        return nsbox_error(err, EINVAL, "user must be \"sandbox\" or \"root\"");
+                out->root = strcmp(json_string_value(user), "root") == 0;
+        }
+        json_t *timeout = json_object_get(p, "timeout_seconds");
+        if (timeout != NULL && !json_is_null(timeout)) {
+                if (!json_is_number(timeout) || json_number_value(timeout) <= 0 ||
+                    json_number_value(timeout) > EXEC_MAX_TIMEOUT_S)
+                        return nsbox_error(err, EINVAL, "timeout_seconds must be a number from 1 to %d",
+                                           EXEC_MAX_TIMEOUT_S);
+                double t = json_number_value(timeout);
+                out->timeout_s = t < 1 ? 1 : (unsigned)t;
+        }
+        static const char *const flags[] = { "stream", "background" };
+        bool *flag_out[] = { &out->stream, &out->background };
+        for (size_t i = 0; i < ARRAY_SIZE(flags); i++) {
+                json_t *f = json_object_get(p, flags[i]);
+                if (f != NULL && !json_is_null(f)) {
+                        if (!json_is_boolean(f))
+                                return nsbox_error(err, EINVAL, "%s must be a boolean", flags[i]);
+                        *flag_out[i] = json_is_true(f);
+                }
+        }
+        if (out->stream && out->background)
+                return nsbox_error(err, EINVAL, "stream and background exclude each other");
+        json_t *enc = json_object_get(p, "encoding");
+        if (enc != NULL && !json_is_null(enc)) {
+                if (!json_is_string(enc) || (strcmp(json_string_value(enc), "utf-8") != 0 &&
+                                             strcmp(json_string_value(enc), "base64") != 0))
+                        return nsbox_error(err, EINVAL, "encoding must be \"utf-8\" or \"base64\"");
+                out->base64 = strcmp(json_string_value(enc), "base64") == 0;
+        }
+        json_t *max = json_object_get(p, "max_output_bytes");
+        if (max != NULL && !json_is_null(max)) {
+                if (!json_is_integer(max) || json_integer_value(max) < 0 ||
+                    json_integer_value(max) > EXEC_MAX_MAX_OUTPUT)
+                        return nsbox_error(err, EINVAL, "max_output_bytes must be an integer from 0 to %u",
+                                           EXEC_MAX_MAX_OUTPUT);
+                out->max_output = (size_t)json_integer_value(max);
+        }
+        return 0;
+}
+
+/* Append "s\0" to a growing buffer. */
+static int payload_add(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
+{
+        if (*len + n + 1 > *cap) {
+                size_t c = *cap ? *cap : 4096;
+                while (c < *len + n + 1)
+                        c *= 2;
+                char *grown = realloc(*buf, c);
+                if (grown == NULL)
+                        return -ENOMEM;
+                *buf = grown;
+                *cap = c;
+        }
+        memcpy(*buf + *len, s, n);
+        (*buf)[*len + n] = '\0';
+        *len += n + 1;
+        return 0;
+}
+
+static int payload_add_env(char **buf, size_t *len, size_t *cap, const char *key, const char *value,
+                           unsigned *count)
+{
+        _cleanup_free_ char *entry = NULL;
+        if (asprintf(&entry, "%s=%s", key, value) < 0)
+                return -ENOMEM;
+        (*count)++;
+        return payload_add(buf, len, cap, entry, strlen(entry));
+}
+
+/* The environment: safe defaults, then the sandbox's env, then the exec's. */
+static int build_env(struct sandbox *sb, const struct exec_params *p, char **buf, size_t *len, size_t *cap,
+                     unsigned *count)
+{
+        _cleanup_json_ json_t *env = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "PATH",
+                                               "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                                               "HOME", p->root ? "/root" : "/workspace", "USER",
+                                               p->root ? "root" : "sandbox", "LOGNAME", p->root ? "root" : "sandbox",
+                                               "LANG", "C.UTF-8", "MPLBACKEND", "Agg", "PYTHONDONTWRITEBYTECODE", "1");
+        if (env == NULL)
+                return -ENOMEM;
+        if (sb->policy.env)
+                json_object_update(env, sb->policy.env);
+        if (p->env)
+                json_object_update(env, p->env);
+        const char *key;
+        json_t *value;
+        json_object_foreach(env, key, value)
+        {
+                int r = payload_add_env(buf, len, cap, key, json_string_value(value), count);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+static struct exec *exec_new(struct sandbox *sb, const struct exec_params *p)
+{
+        struct exec *ex = calloc(1, sizeof(*ex));
+        if (ex == NULL)
+                return NULL;
+        uuid_t uuid;
+        uuid_generate_random(uuid);
+        uuid_unparse_lower(uuid, ex->id);
+        ex->sb = sb;
+        ex->number = ++sb->next_exec_number;
+        ex->stream = p->stream;
+        ex->background = p->background;
+        ex->base64 = p->base64;
+        ex->max_output = p->max_output;
+        ex->timeout_s = p->timeout_s;
+        ex->start_mono = now_monotonic_ms();
+        return ex;
+}
+
+/* Pipes: we keep stdin's write end and the stdout/stderr read ends. */
+static int exec_open_pipes(struct exec *ex, int child_fds[3], nsbox_error_t **err)
+{
+        int in[2], out[2], errp[2];
+        if (pipe2(in, O_CLOEXEC) < 0)
+                return nsbox_error(err, errno, "pipe");
+        if (pipe2(out, O_CLOEXEC) < 0) {
+                close(in[0]);
+                close(in[1]);
+                return nsbox_error(err, errno, "pipe");
+        }
+        if (pipe2(errp, O_CLOEXEC) < 0) {
+                close(in[0]);
+                close(in[1]);
+                close(out[0]);
+                close(out[1]);
+                return nsbox_error(err, errno, "pipe");
+        }
+        child_fds[0] = in[0];
+        child_fds[1] = out[1];
+        child_fds[2] = errp[1];
+        fcntl(out[0], F_SETFL, O_NONBLOCK);
+        fcntl(errp[0], F_SETFL, O_NONBLOCK);
+        fcntl(in[1], F_SETFL, O_NONBLOCK);
+        fcntl(out[0], F_SETPIPE_SZ, 1 << 20);
+        ex->out[0].source = loop_add(nsboxd.loop, out[0], EPOLLIN, on_output, ex);
+        ex->out[1].source = loop_add(nsboxd.loop, errp[0], EPOLLIN, on_output, ex);
+        if (ex->out[0].source == NULL || ex->out[1].source == NULL)
+                return nsbox_error(err, errno, "watch output pipes");
+        if (ex->stdin_data != NULL) {
+                ex->stdin_src = loop_add(nsboxd.loop, in[1], EPOLLOUT, on_stdin, ex);
+                if (ex->stdin_src == NULL)
+                        return nsbox_error(err, errno, "watch stdin pipe");
+        } else {
+                close(in[1]); /* empty stdin: EOF at once */
+        }
+        int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+        if (tfd < 0)
+                return nsbox_error(err, errno, "timerfd");
+        ex->timer = loop_add(nsboxd.loop, tfd, EPOLLIN, on_timer, ex);
+        if (ex->timer == NULL) {
+                close(tfd);
+                return nsbox_error(err, errno, "watch timer");
+        }
+        return arm_timer(ex, (long long)ex->timeout_s * 1000);
+}
+
+static int exec_start(struct sandbox *sb, struct exec *ex, const struct exec_params *p, nsbox_error_t **err)
+{
+        _cleanup_free_ char *payload = NULL;
+        size_t len = 0, cap = 0;
+        unsigned argc = 0, envc = 0;
+        int r;
+
+        if ((r = payload_add(&payload, &len, &cap, p->cwd, strlen(p->cwd))) < 0)
+                return nsbox_error(err, -r, "exec request");
+        if (p->argv != NULL) {
+                size_t i;
+                json_t *a;
+                json_array_foreach(p->argv, i, a)
+                {
+                        if ((r = payload_add(&payload, &len, &cap, json_string_value(a), json_string_length(a))) < 0)
+                                return nsbox_error(err, -r, "exec request");
+                        argc++;
+                }
+        } else {
+                const char *sh[] = { "/bin/sh", "-c", p->command };
+                for (size_t i = 0; i < ARRAY_SIZE(sh); i++) {
+                        if ((r = payload_add(&payload, &len, &cap, sh[i], strlen(sh[i]))) < 0)
+                                return nsbox_error(err, -r, "exec request");
+                        argc++;
+                }
+        }
+        if ((r = build_env(sb, p, &payload, &len, &cap, &envc)) < 0)
+                return nsbox_error(err, -r, "exec environment");
+
+        if (p->stdin_len > 0) {
+                ex->stdin_data = malloc(p->stdin_len);
+                if (ex->stdin_data == NULL)
+                        return nsbox_error(err, ENOMEM, "stdin");
+                memcpy(ex->stdin_data, p->stdin_text, p->stdin_len);
+                ex->stdin_len = p->stdin_len;
+        }
+        int child_fds[3];
+        if ((r = exec_open_pipes(ex, child_fds, err)) < 0)
+                return r;
+
+        struct ctl_exec hdr = {
+                .hdr = { CTL_EXEC, ex->number },
+                .uid = p->root ? 0 : 1000,
+                .gid = p->root ? 0 : 1000,
+                .argc = argc,
+                .envc = envc,
+                .flags = CTL_EXEC_SEARCH_PATH,
+                .payload_len = (uint32_t)len,
+        };
+        ssize_t n = ctl_send(sb->ctl->fd, &hdr, sizeof(hdr), payload, len, child_fds, 3);
+        for (int i = 0; i < 3; i++)
+                close(child_fds[i]);
+        if (n < 0)
+                return nsbox_error(err, (int)-n, "send the exec request to the sandbox init");
+        return 0;
+}
+
+void exec_handle_request(struct rpc_request *req, struct sandbox *sb)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        struct exec_params p;
+
+        if (parse_exec_params(req->msg.params, &p, &err) < 0) {
+                rpc_reply_fail(req, "invalid_params", "%s", err->message);
+                return;
+        }
+        if (sb->state != SANDBOX_RUNNING || sb->ctl == NULL) {
+                rpc_reply_fail(req, "unavailable", "sandbox %s is %s", sb->id, sandbox_state_name(sb->state));
+                return;
+        }
+        struct exec *ex = exec_new(sb, &p);
+        if (ex == NULL) {
+                rpc_reply_fail(req, "internal", "out of memory");
+                return;
+        }
+        ex->next = sb->execs;
+        sb->execs = ex;
+        sb->running_execs++;
+        sandbox_touch(sb);
+        if (exec_start(sb, ex, &p, &err) < 0) {
+                sb->running_execs--;
+                exec_unlink(ex);
+                exec_free(ex);
+                rpc_reply_fail(req, "internal", "%s", err->message);
+                return;
+        }
+        log_info("sandbox %s: exec %s started%s", sb->id, ex->id, p.background ? " in the background" : "");
+        /* A background exec is answered once the init reports its pid. */
+        ex->req = req;
+}

@@ -1,0 +1,217 @@
+/* The JSON-RPC methods of nsboxd: parameter checks, ownership, and the
+ * calls into the sandbox and exec modules. */
+#include "methods.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <uuid/uuid.h>
+
+#include "cleanup.h"
+#include "daemon.h"
+#include "exec.h"
+#include "images.h"
+#include "json_cleanup.h"
+#include "log.h"
+#include "sandbox.h"
+
+#define NSBOX_VERSION "0.1.0"
+
+/* The sandbox named by params.sandbox_id that the caller may use, or NULL
+ * after replying not_found / invalid_params. */
+static struct sandbox *require_sandbox(struct rpc_request *req)
+{
+        json_t *id = json_object_get(req->msg.params, "sandbox_id");
+        if (!json_is_string(id)) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "sandbox_id must be a string");
+                return NULL;
+        }
+        uuid_t parsed;
+        const char *text = json_string_value(id);
+        struct sandbox *sb = NULL;
+        if (json_string_length(id) == 36 && uuid_parse(text, parsed) == 0)
+                sb = sandbox_lookup(text, req->uid);
+        if (sb == NULL) {
+                rpc_reply_fail(req, "not_found", "no sandbox %.64s", text);
+                return NULL;
+        }
+        return sb;
+}
+
+static bool check_fields(struct rpc_request *req, const char *const *known)
+{
+        const char *key;
+        json_t *v;
+        json_object_foreach(req->msg.params, key, v)
+        {
+                bool found = false;
+                for (const char *const *k = known; *k; k++)
+                        found |= strcmp(*k, key) == 0;
+                if (!found) {
+                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "unknown field \"%.64s\"",
+                                        key);
+                        return false;
+                }
+        }
+        return true;
+}
+
+static bool get_bool(struct rpc_request *req, const char *key, bool *out)
+{
+        json_t *v = json_object_get(req->msg.params, key);
+        *out = false;
+        if (v == NULL || json_is_null(v))
+                return true;
+        if (!json_is_boolean(v)) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s must be a boolean", key);
+                return false;
+        }
+        *out = json_is_true(v);
+        return true;
+}
+
+static void method_server_info(struct rpc_request *req)
+{
+        struct utsname u;
+        uname(&u);
+        json_t *features = json_pack("[s, s, s, s]", "idmapped-image", "seccomp", "session_id", "stream");
+        rpc_reply_result(req, json_pack("{s:s, s:s, s:s, s:s, s:i, s:i, s:o, s:o}", "version", NSBOX_VERSION,
+                                        "kernel", u.release, "cgroup", "none", "uid_isolation", "per-sandbox",
+                                        "sandboxes", (int)nsboxd.n_sandboxes, "max_sandboxes",
+                                        (int)nsboxd.config.max_sandboxes, "images", images_list(), "features",
+                                        features));
+}
+
+static void reply_created(struct sandbox *sb, const char *error, void *data, bool existing)
+{
+        struct rpc_request *req = data;
+        if (error != NULL) {
+                rpc_reply_fail(req, "internal", "sandbox create failed: %s", error);
+                return;
+        }
+        rpc_reply_result(req, sandbox_to_json(sb, existing));
+}
+
+static void create_done(struct sandbox *sb, const char *error, void *data)
+{
+        reply_created(sb, error, data, false);
+}
+
+static void create_done_existing(struct sandbox *sb, const char *error, void *data)
+{
+        reply_created(sb, error, data, true);
+}
+
+static void method_sandbox_create(struct rpc_request *req)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        struct sandbox_policy policy;
+
+        if (policy_from_json(&nsboxd.config.defaults, req->msg.params, &policy, &err) < 0) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
+                return;
+        }
+        if (!image_exists(policy.image)) {
+                rpc_reply_fail(req, "invalid_params", "no image \"%s\" in %s", policy.image,
+                               nsboxd.config.image_dir);
+                policy_clear(&policy);
+                return;
+        }
+        if (policy.session_id[0] != '\0') {
+                struct sandbox *existing = sandbox_find_session(policy.session_id, req->uid);
+                if (existing != NULL) {
+                        policy_clear(&policy);
+                        sandbox_touch(existing);
+                        if (existing->state == SANDBOX_CREATING)
+                                sandbox_when_ready(existing, create_done_existing, req);
+                        else
+                                create_done_existing(existing, NULL, req);
+                        return;
+                }
+        }
+        struct sandbox *sb;
+        int r = sandbox_create(req->uid, &policy, create_done, req, &sb, &err);
+        if (r == -EUSERS) {
+                rpc_reply_fail(req, "limit_reached", "%s", err->message);
+                return;
+        }
+        if (r < 0) {
+                rpc_reply_fail(req, "internal", "%s", err->message);
+                return;
+        }
+}
+
+static void method_sandbox_list(struct rpc_request *req)
+{
+        static const char *const known[] = { "include_inactive", NULL };
+        bool all;
+        if (!check_fields(req, known) || !get_bool(req, "include_inactive", &all))
+                return;
+        json_t *list = json_array();
+        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
+                if (req->uid != 0 && sb->owner != req->uid)
+                        continue;
+                if (!all && sb->state != SANDBOX_RUNNING)
+                        continue;
+                json_array_append_new(list, sandbox_to_json(sb, false));
+        }
+        rpc_reply_result(req, json_pack("{s:o, s:i}", "sandboxes", list, "count", (int)json_array_size(list)));
+}
+
+static void method_sandbox_info(struct rpc_request *req)
+{
+        static const char *const known[] = { "sandbox_id", NULL };
+        if (!check_fields(req, known))
+                return;
+        struct sandbox *sb = require_sandbox(req);
+        if (sb == NULL)
+                return;
+        json_t *info = sandbox_to_json(sb, false);
+        json_object_set_new(info, "stats", json_pack("{s:n, s:n, s:n, s:n, s:i}", "memory_bytes", "memory_peak_bytes",
+                                                     "cpu_usage_us", "pids", "oom_kills", 0));
+        rpc_reply_result(req, info);
+}
+
+static void remove_done(struct sandbox *sb, const char *error, void *data)
+{
+        struct rpc_request *req = data;
+        json_t *id = json_object_get(req->msg.params, "sandbox_id");
+        rpc_reply_result(req, json_pack("{s:O, s:b}", "sandbox_id", id, "removed", 1));
+}
+
+static void method_sandbox_remove(struct rpc_request *req)
+{
+        static const char *const known[] = { "sandbox_id", "force", NULL };
+        bool force;
+        if (!check_fields(req, known) || !get_bool(req, "force", &force))
+                return;
+        struct sandbox *sb = require_sandbox(req);
+        if (sb == NULL)
+                return;
+        if (sb->running_execs > 0 && !force) {
+                rpc_reply_fail(req, "busy", "sandbox %s has %u running exec(s); use force to kill them", sb->id,
+                               sb->running_execs);
+                return;
+        }
+        log_info("sandbox %s: remove requested by uid %u%s", sb->id, req->uid, force ? " (force)" : "");
+        sandbox_remove(sb, remove_done, req);
+}
+
+static void method_sandbox_exec(struct rpc_request *req)
+{
+        struct sandbox *sb = require_sandbox(req);
+        if (sb == NULL)
+                return;
+        exec_handle_request(req, sb);
+}
+
+const struct rpc_method nsboxd_methods[] = {
+        { "server.info", method_server_info },
+        { "sandbox.create", method_sandbox_create },
+        { "sandbox.list", method_sandbox_list },
+        { "sandbox.info", method_sandbox_info },
+        { "sandbox.remove", method_sandbox_remove },
+        { "sandbox.exec", method_sandbox_exec },
+        { NULL, NULL },
+};

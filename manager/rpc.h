@@ -1,0 +1,51 @@
+/* Client connections of nsboxd: accept, SO_PEERCRED, line framing,
+ * dispatch, replies and notifications, back-pressure. */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "error.h"
+#include "jsonrpc.h"
+#include "loop.h"
+
+struct rpc_conn;
+
+/* One request in flight. The handler owns it and must finish it exactly
+ * once with rpc_reply_result() or rpc_reply_error(), now or later. */
+struct rpc_request {
+        struct rpc_conn *conn;
+        struct jsonrpc_request msg;
+        uid_t uid; /* from SO_PEERCRED, never from the request */
+        gid_t gid;
+        pid_t pid;
+};
+
+typedef void (*rpc_handler)(struct rpc_request *req);
+
+struct rpc_method {
+        const char *name;
+        rpc_handler handler;
+};
+
+struct rpc_server_config {
+        const char *socket_path;
+        size_t max_request_bytes;
+        unsigned max_connections;
+        const struct rpc_method *methods; /* terminated by a NULL name */
+};
+
+int rpc_server_start(struct loop *loop, const struct rpc_server_config *config, nsbox_error_t **err);
+void rpc_server_stop(void);
+
+/* result: stolen reference. */
+void rpc_reply_result(struct rpc_request *req, json_t *result);
+void rpc_reply_error(struct rpc_request *req, int code, const char *kind, const char *fmt, ...)
+        __attribute__((format(printf, 4, 5)));
+/* Application error (-32000) with a data.kind. */
+#define rpc_reply_fail(req, kind, ...) rpc_reply_error(req, JSONRPC_APP_ERROR, kind, __VA_ARGS__)
+
+/* Notification to the request's client, if it is still connected. params: borrowed. */
+void rpc_notify(struct rpc_request *req, const char *method, json_t *params);
+bool rpc_request_connected(const struct rpc_request *req);

@@ -1,0 +1,436 @@
+#include "sandbox.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <uuid/uuid.h>
+
+#include "cleanup.h"
+#include "daemon.h"
+#include "exec.h"
+#include "log.h"
+#include "profiles.h"
+#include "proto.h"
+#include "rootfs.h"
+#include "setup.h"
+
+struct sandbox_waiter {
+        sandbox_ready_cb done;
+        void *data;
+        struct sandbox_waiter *next;
+};
+
+const char *sandbox_state_name(enum sandbox_state state)
+{
+        switch (state) {
+        case SANDBOX_CREATING:
+                return "creating";
+        case SANDBOX_RUNNING:
+                return "running";
+        case SANDBOX_STOPPING:
+                return "stopping";
+        case SANDBOX_EXITED:
+                return "exited";
+        }
+        return "unknown";
+}
+
+int sandbox_registry_init(nsbox_error_t **err)
+{
+        char path[4096];
+        nsboxd.uid_slots = calloc(nsboxd.config.uid_pool_ranges, 1);
+        if (nsboxd.uid_slots == NULL)
+                return nsbox_error(err, ENOMEM, "uid pool");
+        if (mkdir(nsboxd.config.state_dir, 0711) < 0 && errno != EEXIST)
+                return nsbox_error(err, errno, "mkdir %s", nsboxd.config.state_dir);
+        snprintf(path, sizeof(path), "%s/sandboxes", nsboxd.config.state_dir);
+        if (mkdir(path, 0700) < 0 && errno != EEXIST)
+                return nsbox_error(err, errno, "mkdir %s", path);
+        return 0;
+}
+
+static void add_waiter(struct sandbox_waiter **list, sandbox_ready_cb done, void *data)
+{
+        struct sandbox_waiter *w = calloc(1, sizeof(*w));
+        if (w == NULL) {
+                log_error("out of memory queueing a sandbox waiter");
+                return;
+        }
+        w->done = done;
+        w->data = data;
+        w->next = *list;
+        *list = w;
+}
+
+static void run_waiters(struct sandbox_waiter **list, struct sandbox *sb, const char *error)
+{
+        struct sandbox_waiter *w = *list;
+        *list = NULL;
+        while (w != NULL) {
+                struct sandbox_waiter *next = w->next;
+                w->done(sb, error, w->data);
+                free(w);
+                w = next;
+        }
+}
+
+void sandbox_touch(struct sandbox *sb)
+{
+        sb->last_used_ms = now_realtime_ms();
+        sb->last_active_mono = now_monotonic_ms();
+}
+
+struct sandbox *sandbox_lookup(const char *id, uid_t uid)
+{
+        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
+                if (strcmp(sb->id, id) == 0 && (uid == 0 || sb->owner == uid) && sb->state != SANDBOX_EXITED)
+                        return sb;
+        }
+        return NULL;
+}
+
+struct sandbox *sandbox_find_session(const char *session_id, uid_t owner)
+{
+        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
+                if (sb->owner == owner && strcmp(sb->policy.session_id, session_id) == 0 &&
+                    (sb->state == SANDBOX_CREATING || sb->state == SANDBOX_RUNNING))
+                        return sb;
+        }
+        return NULL;
+}
+
+json_t *sandbox_to_json(const struct sandbox *sb, bool existing)
+{
+        char created[40], used[40];
+        format_timestamp(sb->created_at_ms, created, sizeof(created));
+        format_timestamp(sb->last_used_ms, used, sizeof(used));
+        json_t *j = json_pack("{s:s, s:s?, s:s, s:s, s:s, s:s, s:o, s:b, s:i, s:s, s:i}", "sandbox_id", sb->id,
+                              "session_id", sb->policy.session_id[0] ? sb->policy.session_id : NULL, "state",
+                              sandbox_state_name(sb->state), "created_at", created, "last_used", used, "image",
+                              sb->policy.image, "limits", policy_limits_to_json(&sb->policy.limits), "existing",
+                              existing, "idle_timeout_seconds", (int)sb->policy.idle_timeout_seconds, "network",
+                              sb->policy.network, "running_execs", (int)sb->running_execs);
+        if (j != NULL)
+                json_object_set_new(j, "labels", sb->policy.labels ? json_deep_copy(sb->policy.labels) : json_object());
+        return j;
+}
+
+static int allocate_uid_slot(struct sandbox *sb)
+{
+        for (unsigned i = 0; i < nsboxd.config.uid_pool_ranges; i++) {
+                if (!nsboxd.uid_slots[i]) {
+                        nsboxd.uid_slots[i] = 1;
+                        sb->uid_slot = i;
+                        sb->host_uid_base = nsboxd.config.uid_pool_base + i * NSBOX_UID_RANGE;
+                        return 0;
+                }
+        }
+        return -ENOSPC;
+}
+
+static int write_file(const char *path, const char *text)
+{
+        _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        size_t len = strlen(text);
+        if (write(fd, text, len) != (ssize_t)len)
+                return -errno;
+        return 0;
+}
+
+static int write_id_maps(pid_t pid, uid_t base, nsbox_error_t **err)
+{
+        char path[64], map[64];
+        int r;
+        snprintf(map, sizeof(map), "0 %u %u\n", base, NSBOX_UID_RANGE);
+        snprintf(path, sizeof(path), "/proc/%d/setgroups", pid);
+        if ((r = write_file(path, "deny")) < 0)
+                return nsbox_error(err, -r, "write %s", path);
+        snprintf(path, sizeof(path), "/proc/%d/uid_map", pid);
+        if ((r = write_file(path, map)) < 0)
+                return nsbox_error(err, -r, "write %s", path);
+        snprintf(path, sizeof(path), "/proc/%d/gid_map", pid);
+        if ((r = write_file(path, map)) < 0)
+                return nsbox_error(err, -r, "write %s", path);
+        return 0;
+}
+
+static void sandbox_free(struct sandbox *sb)
+{
+        for (struct sandbox **p = &nsboxd.sandboxes; *p != NULL; p = &(*p)->next) {
+                if (*p == sb) {
+                        *p = sb->next;
+                        nsboxd.n_sandboxes--;
+                        break;
+                }
+        }
+        if (sb->uid_slot < nsboxd.config.uid_pool_ranges)
+                nsboxd.uid_slots[sb->uid_slot] = 0;
+        policy_clear(&sb->policy);
+        free(sb->dir);
+        free(sb->failure);
+        free(sb);
+}
+
+/* The init is gone (or never started): release everything and answer. */
+static void sandbox_finalize(struct sandbox *sb)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        bool failed_create = sb->state == SANDBOX_CREATING;
+
+        sb->state = SANDBOX_EXITED;
+        if (sb->ctl) {
+                loop_remove(nsboxd.loop, sb->ctl);
+                sb->ctl = NULL;
+        }
+        if (sb->pidfd) {
+                siginfo_t info;
+                waitid(P_PIDFD, sb->pidfd->fd, &info, WEXITED | WNOHANG);
+                loop_remove(nsboxd.loop, sb->pidfd);
+                sb->pidfd = NULL;
+        }
+        exec_sandbox_gone(sb);
+        if (sb->dir != NULL) {
+                rootfs_detach(sb->dir);
+                if (rootfs_remove_dir(sb->dir, &err) < 0)
+                        log_error("sandbox %s: %s", sb->id, err->message);
+        }
+        if (failed_create) {
+                log_warn("sandbox %s: create failed: %s", sb->id, sb->failure ? sb->failure : "init exited");
+                run_waiters(&sb->create_waiters, NULL, sb->failure ? sb->failure : "sandbox init exited during setup");
+        } else {
+                log_info("sandbox %s: removed", sb->id);
+        }
+        run_waiters(&sb->remove_waiters, sb, NULL);
+        sandbox_free(sb);
+}
+
+static void sandbox_kill(struct sandbox *sb)
+{
+        if (sb->pidfd != NULL)
+                syscall(SYS_pidfd_send_signal, sb->pidfd->fd, SIGKILL, NULL, 0);
+}
+
+static void sandbox_set_failure(struct sandbox *sb, const char *message)
+{
+        if (sb->failure == NULL)
+                sb->failure = strdup(message);
+}
+
+static void on_pidfd(struct loop_source *source, uint32_t events)
+{
+        sandbox_finalize(source->data);
+}
+
+static void on_control(struct loop_source *source, uint32_t events)
+{
+        struct sandbox *sb = source->data;
+        union ctl_message msg;
+        unsigned nfds;
+
+        for (;;) {
+                ssize_t n = ctl_recv(source->fd, &msg, sizeof(msg), NULL, 0, &nfds);
+                if (n == -EAGAIN)
+                        return;
+                if (n <= 0) {
+                        /* The init closed its end: it is dying. The pidfd tells when it is gone. */
+                        loop_remove(nsboxd.loop, sb->ctl);
+                        sb->ctl = NULL;
+                        sandbox_kill(sb);
+                        return;
+                }
+                if ((size_t)n < sizeof(struct ctl_header))
+                        continue;
+                if (sb->state == SANDBOX_CREATING) {
+                        if (msg.hdr.type == CTL_READY) {
+                                sb->state = SANDBOX_RUNNING;
+                                /* The sandbox holds its own copies; nothing stays mounted on the host. */
+                                rootfs_detach(sb->dir);
+                                sandbox_touch(sb);
+                                log_info("sandbox %s: created for uid %u (host uids %u-%u)", sb->id, sb->owner,
+                                         sb->host_uid_base, sb->host_uid_base + NSBOX_UID_RANGE - 1);
+                                run_waiters(&sb->create_waiters, sb, NULL);
+                        } else if (msg.hdr.type == CTL_FAILED && (size_t)n >= sizeof(struct ctl_failed)) {
+                                msg.failed.message[sizeof(msg.failed.message) - 1] = '\0';
+                                sandbox_set_failure(sb, msg.failed.message);
+                                sandbox_kill(sb);
+                        }
+                        continue;
+                }
+                exec_on_control(sb, &msg, n);
+        }
+}
+
+static pid_t clone_sandbox_process(int *pidfd)
+{
+        struct clone_args args = {
+                .flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_PIDFD,
+                .pidfd = (uint64_t)(uintptr_t)pidfd,
+                .exit_signal = SIGCHLD,
+        };
+        return (pid_t)syscall(SYS_clone3, &args, sizeof(args));
+}
+
+static int sandbox_spawn(struct sandbox *sb, nsbox_error_t **err)
+{
+        char path[4096];
+        int r;
+
+        char image_rootfs[4096];
+        snprintf(image_rootfs, sizeof(image_rootfs), "%s/%s/rootfs", nsboxd.config.image_dir, sb->policy.image);
+        struct stat st;
+        if (stat(image_rootfs, &st) < 0 || !S_ISDIR(st.st_mode))
+                return nsbox_error(err, ENOENT, "image \"%s\" not found in %s (build it with make image)",
+                                   sb->policy.image, nsboxd.config.image_dir);
+        int seccomp_fd = profiles_get(sb->policy.seccomp_profile, err);
+        if (seccomp_fd < 0)
+                return seccomp_fd;
+
+        if (asprintf(&sb->dir, "%s/sandboxes/%s", nsboxd.config.state_dir, sb->id) < 0) {
+                sb->dir = NULL;
+                return nsbox_error(err, ENOMEM, "sandbox dir");
+        }
+        if (mkdir(sb->dir, 0700) < 0)
+                return nsbox_error(err, errno, "mkdir %s", sb->dir);
+        if ((r = rootfs_prepare_upper(sb->dir, sb->policy.limits.disk_bytes, sb->host_uid_base, err)) < 0)
+                return r;
+
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+                return nsbox_error(err, errno, "socketpair");
+        _cleanup_close_ int parent_end = sv[0];
+        _cleanup_close_ int child_end = sv[1];
+        snprintf(path, sizeof(path), "%s/root", sb->dir);
+
+        int pidfd = -1;
+        pid_t pid = clone_sandbox_process(&pidfd);
+        if (pid < 0)
+                return nsbox_error(err, errno, "clone into new user and pid namespaces");
+        if (pid == 0) {
+                close(parent_end);
+                struct sandbox_setup setup = {
+                        .sync_fd = child_end,
+                        .init_memfd = nsboxd.init_memfd,
+                        .seccomp_fd = seccomp_fd,
+                        .root = path,
+                        .hostname = "sandbox",
+                };
+                sandbox_setup_child(&setup);
+        }
+        sb->pid = pid;
+        sb->pidfd = loop_add(nsboxd.loop, pidfd, EPOLLIN, on_pidfd, sb);
+        if (sb->pidfd == NULL) {
+                syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+                waitpid(pid, NULL, 0);
+                close(pidfd);
+                return nsbox_error(err, errno, "watch the sandbox init");
+        }
+        /* From here on a failure kills the child; on_pidfd cleans up. */
+        if ((r = write_id_maps(pid, sb->host_uid_base, err)) < 0 ||
+            (r = rootfs_mount_overlay(sb->dir, image_rootfs, pid, err)) < 0)
+                return r;
+
+        fcntl(parent_end, F_SETFL, O_NONBLOCK);
+        struct setup_go go = { .magic = SETUP_GO_MAGIC };
+        ssize_t n = ctl_send(parent_end, &go, sizeof(go), NULL, 0, NULL, 0);
+        if (n < 0)
+                return nsbox_error(err, (int)-n, "start the sandbox setup");
+        sb->ctl = loop_add(nsboxd.loop, parent_end, EPOLLIN, on_control, sb);
+        if (sb->ctl == NULL)
+                return nsbox_error(err, errno, "watch the sandbox control socket");
+        steal_fd(&parent_end);
+        return 0;
+}
+
+int sandbox_create(uid_t owner, struct sandbox_policy *policy, sandbox_ready_cb done, void *data,
+                   struct sandbox **out, nsbox_error_t **err)
+{
+        if (nsboxd.n_sandboxes >= nsboxd.config.max_sandboxes) {
+                policy_clear(policy);
+                return nsbox_error(err, EUSERS, "at most %u sandboxes may exist", nsboxd.config.max_sandboxes);
+        }
+        struct sandbox *sb = calloc(1, sizeof(*sb));
+        if (sb == NULL) {
+                policy_clear(policy);
+                return nsbox_error(err, ENOMEM, "allocate sandbox");
+        }
+        sb->policy = *policy;
+        memset(policy, 0, sizeof(*policy));
+        sb->owner = owner;
+        sb->state = SANDBOX_CREATING;
+        sb->uid_slot = UINT32_MAX;
+        sb->created_at_ms = now_realtime_ms();
+        sandbox_touch(sb);
+        uuid_t uuid;
+        uuid_generate_random(uuid);
+        uuid_unparse_lower(uuid, sb->id);
+
+        sb->next = nsboxd.sandboxes;
+        nsboxd.sandboxes = sb;
+        nsboxd.n_sandboxes++;
+
+        int r = allocate_uid_slot(sb);
+        if (r < 0) {
+                sandbox_free(sb);
+                return nsbox_error(err, EUSERS, "the uid pool is exhausted (%u ranges)",
+                                   nsboxd.config.uid_pool_ranges);
+        }
+        r = sandbox_spawn(sb, err);
+        if (r < 0) {
+                /* The caller hears the error from our return, not from a waiter. */
+                sandbox_set_failure(sb, (*err)->message);
+                if (sb->pidfd != NULL) {
+                        /* A child exists: kill it, wait for it, then tear down. */
+                        sandbox_kill(sb);
+                        siginfo_t info;
+                        waitid(P_PIDFD, sb->pidfd->fd, &info, WEXITED);
+                }
+                sandbox_finalize(sb);
+                return r;
+        }
+        add_waiter(&sb->create_waiters, done, data);
+        *out = sb;
+        return 0;
+}
+
+void sandbox_when_ready(struct sandbox *sb, sandbox_ready_cb done, void *data)
+{
+        add_waiter(&sb->create_waiters, done, data);
+}
+
+void sandbox_remove(struct sandbox *sb, sandbox_ready_cb done, void *data)
+{
+        if (done != NULL)
+                add_waiter(&sb->remove_waiters, done, data);
+        if (sb->state == SANDBOX_CREATING)
+                sandbox_set_failure(sb, "sandbox removed while being created");
+        if (sb->state != SANDBOX_EXITED)
+                sb->state = sb->state == SANDBOX_CREATING ? SANDBOX_CREATING : SANDBOX_STOPPING;
+        sandbox_kill(sb);
+}
+
+void sandbox_reap_idle(void)
+{
+        long long now = now_monotonic_ms();
+        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
+                if (sb->state != SANDBOX_RUNNING || sb->running_execs > 0)
+                        continue;
+                if (now - sb->last_active_mono >= (long long)sb->policy.idle_timeout_seconds * 1000) {
+                        log_info("sandbox %s: idle for %us, reaping", sb->id, sb->policy.idle_timeout_seconds);
+                        sb->state = SANDBOX_STOPPING;
+                        sandbox_kill(sb);
+                }
+        }
+}

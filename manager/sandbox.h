@@ -1,0 +1,67 @@
+/* The sandbox registry and lifecycle: create (clone, id maps, overlay,
+ * handshake with the init), lookup by owner, remove, idle reaping. */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "loop.h"
+#include "policy.h"
+#include "rpc.h"
+
+enum sandbox_state { SANDBOX_CREATING, SANDBOX_RUNNING, SANDBOX_STOPPING, SANDBOX_EXITED };
+
+struct exec;
+struct sandbox_waiter;
+
+struct sandbox {
+        char id[37];
+        uid_t owner;
+        enum sandbox_state state;
+        struct sandbox_policy policy;
+        long long created_at_ms;   /* wall clock */
+        long long last_used_ms;    /* wall clock */
+        long long last_active_mono; /* monotonic, for idle reaping */
+
+        pid_t pid; /* host pid of the init */
+        struct loop_source *pidfd;
+        struct loop_source *ctl;
+        unsigned uid_slot;
+        uid_t host_uid_base;
+        char *dir;
+
+        struct sandbox_waiter *create_waiters; /* requests answered when the create ends */
+        struct sandbox_waiter *remove_waiters;
+        struct exec *execs;
+        unsigned running_execs;
+        uint32_t next_exec_number;
+        char *failure; /* why a create failed */
+
+        struct sandbox *next;
+};
+
+typedef void (*sandbox_ready_cb)(struct sandbox *sb, const char *error, void *data);
+
+/* Start creating a sandbox for `owner` with `policy` (taken over). `done`
+ * runs once it is running or has failed (then error says why and the
+ * sandbox is gone by the time done returns). */
+int sandbox_create(uid_t owner, struct sandbox_policy *policy, sandbox_ready_cb done, void *data,
+                   struct sandbox **out, nsbox_error_t **err);
+/* Run `done` when `sb` (being created) is ready or failed. */
+void sandbox_when_ready(struct sandbox *sb, sandbox_ready_cb done, void *data);
+
+/* A live sandbox that `uid` may see (root sees all), or NULL: a sandbox of
+ * another user is indistinguishable from a missing one. */
+struct sandbox *sandbox_lookup(const char *id, uid_t uid);
+struct sandbox *sandbox_find_session(const char *session_id, uid_t owner);
+
+/* Kill everything in the sandbox and release it; `done` runs when gone. */
+void sandbox_remove(struct sandbox *sb, sandbox_ready_cb done, void *data);
+void sandbox_touch(struct sandbox *sb);
+void sandbox_reap_idle(void);
+
+json_t *sandbox_to_json(const struct sandbox *sb, bool existing);
+const char *sandbox_state_name(enum sandbox_state state);
+
+int sandbox_registry_init(nsbox_error_t **err);

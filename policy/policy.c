@@ -1,0 +1,205 @@
+#include "policy.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+void policy_defaults(struct sandbox_policy *policy)
+{
+        memset(policy, 0, sizeof(*policy));
+        snprintf(policy->image, sizeof(policy->image), "python");
+        snprintf(policy->seccomp_profile, sizeof(policy->seccomp_profile), "default");
+        snprintf(policy->network, sizeof(policy->network), "none");
+        policy->limits = (struct sandbox_limits){
+                .memory_bytes = 512ull << 20,
+                .pids = 256,
+                .cpus = 1.0,
+                .disk_bytes = 512ull << 20,
+        };
+        policy->idle_timeout_seconds = 300;
+}
+
+void policy_clear(struct sandbox_policy *policy)
+{
+        if (policy->env)
+                json_decref(policy->env);
+        if (policy->labels)
+                json_decref(policy->labels);
+        policy->env = policy->labels = NULL;
+}
+
+int policy_valid_name(const char *name)
+{
+        size_t len = strlen(name);
+        if (len == 0 || len > 63 || name[0] == '.' || name[0] == '-')
+                return 0;
+        for (const char *p = name; *p; p++) {
+                char c = *p;
+                if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '.' || c == '_' || c == '-'))
+                        return 0;
+        }
+        return 1;
+}
+
+static int check_string_map(json_t *obj, const char *field, size_t max_entries, int env_keys,
+                            nsbox_error_t **err)
+{
+        if (!json_is_object(obj))
+                return nsbox_error(err, EINVAL, "%s must be an object of strings", field);
+        if (json_object_size(obj) > max_entries)
+                return nsbox_error(err, EINVAL, "%s has more than %zu entries", field, max_entries);
+        const char *key;
+        json_t *value;
+        json_object_foreach(obj, key, value)
+        {
+                if (!json_is_string(value))
+                        return nsbox_error(err, EINVAL, "%s.%s must be a string", field, key);
+                if (memchr(json_string_value(value), '\0', json_string_length(value)) != NULL)
+                        return nsbox_error(err, EINVAL, "%s.%s contains a NUL byte", field, key);
+                if (key[0] == '\0')
+                        return nsbox_error(err, EINVAL, "%s has an empty key", field);
+                if (env_keys && strchr(key, '=') != NULL)
+                        return nsbox_error(err, EINVAL, "%s key \"%s\" contains '='", field, key);
+        }
+        return 0;
+}
+
+int policy_check_env(json_t *env, const char *field, nsbox_error_t **err)
+{
+        return check_string_map(env, field, POLICY_MAX_ENV_ENTRIES, 1, err);
+}
+
+static int get_uint(json_t *obj, const char *key, const char *field, uint64_t min, uint64_t max,
+                    uint64_t *out, nsbox_error_t **err)
+{
+        json_t *v = json_object_get(obj, key);
+        if (v == NULL || json_is_null(v))
+                return 0;
+        if (!json_is_integer(v) || json_integer_value(v) < 0)
+                return nsbox_error(err, EINVAL, "%s must be a non-negative integer", field);
+        uint64_t n = (uint64_t)json_integer_value(v);
+        if (n < min || n > max)
+                return nsbox_error(err, EINVAL, "%s must be between %llu and %llu", field,
+                                   (unsigned long long)min, (unsigned long long)max);
+        *out = n;
+        return 0;
+}
+
+static int get_name(json_t *obj, const char *key, char *out, size_t size, nsbox_error_t **err)
+{
+        json_t *v = json_object_get(obj, key);
+        if (v == NULL || json_is_null(v))
+                return 0;
+        if (!json_is_string(v) || !policy_valid_name(json_string_value(v)) || json_string_length(v) >= size)
+                return nsbox_error(err, EINVAL, "%s must be a name of letters, digits, '.', '_' or '-'", key);
+        snprintf(out, size, "%s", json_string_value(v));
+        return 0;
+}
+
+static int check_known_fields(json_t *obj, const char *const *known, const char *where, nsbox_error_t **err)
+{
+        const char *key;
+        json_t *value;
+        json_object_foreach(obj, key, value)
+        {
+                int found = 0;
+                for (const char *const *k = known; *k; k++)
+                        found |= strcmp(*k, key) == 0;
+                if (!found)
+                        return nsbox_error(err, EINVAL, "unknown field \"%s\"%s", key, where);
+        }
+        return 0;
+}
+
+static int parse_limits(json_t *limits, struct sandbox_limits *out, nsbox_error_t **err)
+{
+        static const char *const known[] = { "memory_bytes", "pids", "cpus", "disk_bytes", NULL };
+        int r;
+        if (!json_is_object(limits))
+                return nsbox_error(err, EINVAL, "limits must be an object");
+        if ((r = check_known_fields(limits, known, " in limits", err)) < 0)
+                return r;
+        if ((r = get_uint(limits, "memory_bytes", "limits.memory_bytes", POLICY_MIN_MEMORY_BYTES,
+                          POLICY_MAX_MEMORY_BYTES, &out->memory_bytes, err)) < 0 ||
+            (r = get_uint(limits, "pids", "limits.pids", 8, POLICY_MAX_PIDS, &out->pids, err)) < 0 ||
+            (r = get_uint(limits, "disk_bytes", "limits.disk_bytes", POLICY_MIN_DISK_BYTES,
+                          POLICY_MAX_DISK_BYTES, &out->disk_bytes, err)) < 0)
+                return r;
+        json_t *cpus = json_object_get(limits, "cpus");
+        if (cpus != NULL && !json_is_null(cpus)) {
+                if (!json_is_number(cpus))
+                        return nsbox_error(err, EINVAL, "limits.cpus must be a number");
+                double c = json_number_value(cpus);
+                if (!isfinite(c) || c < 0.01 || c > POLICY_MAX_CPUS)
+                        return nsbox_error(err, EINVAL, "limits.cpus must be between 0.01 and %g",
+                                           POLICY_MAX_CPUS);
+                out->cpus = c;
+        }
+        return 0;
+}
+
+int policy_from_json(const struct sandbox_policy *defaults, json_t *params, struct sandbox_policy *out,
+                     nsbox_error_t **err)
+{
+        static const char *const known[] = { "session_id", "image",           "limits",
+                                             "network",    "seccomp_profile", "idle_timeout_seconds",
+                                             "env",        "labels",          NULL };
+        int r;
+
+        *out = *defaults;
+        out->env = out->labels = NULL;
+        if ((r = check_known_fields(params, known, "", err)) < 0)
+                return r;
+
+        json_t *session = json_object_get(params, "session_id");
+        if (session != NULL && !json_is_null(session)) {
+                if (!json_is_string(session) || json_string_length(session) == 0 ||
+                    json_string_length(session) >= sizeof(out->session_id) ||
+                    memchr(json_string_value(session), '\0', json_string_length(session)) != NULL)
+                        return nsbox_error(err, EINVAL, "session_id must be a string of 1 to %zu bytes",
+                                           sizeof(out->session_id) - 1);
+                snprintf(out->session_id, sizeof(out->session_id), "%s", json_string_value(session));
+        }
+        if ((r = get_name(params, "image", out->image, sizeof(out->image), err)) < 0 ||
+            (r = get_name(params, "seccomp_profile", out->seccomp_profile, sizeof(out->seccomp_profile),
+                          err)) < 0)
+                return r;
+        json_t *network = json_object_get(params, "network");
+        if (network != NULL && !json_is_null(network)) {
+                if (!json_is_string(network) || strcmp(json_string_value(network), "none") != 0)
+                        return nsbox_error(err, EINVAL, "network must be \"none\" (loopback only)");
+        }
+        json_t *limits = json_object_get(params, "limits");
+        if (limits != NULL && !json_is_null(limits) && (r = parse_limits(limits, &out->limits, err)) < 0)
+                return r;
+        uint64_t idle = out->idle_timeout_seconds;
+        if ((r = get_uint(params, "idle_timeout_seconds", "idle_timeout_seconds", 1, POLICY_MAX_IDLE_SECONDS,
+                          &idle, err)) < 0)
+                return r;
+        out->idle_timeout_seconds = (uint32_t)idle;
+
+        json_t *env = json_object_get(params, "env");
+        if (env != NULL && !json_is_null(env)) {
+                if ((r = policy_check_env(env, "env", err)) < 0)
+                        return r;
+                out->env = json_deep_copy(env);
+        }
+        json_t *labels = json_object_get(params, "labels");
+        if (labels != NULL && !json_is_null(labels)) {
+                if ((r = check_string_map(labels, "labels", POLICY_MAX_LABELS, 0, err)) < 0) {
+                        policy_clear(out);
+                        return r;
+                }
+                out->labels = json_deep_copy(labels);
+        }
+        return 0;
+}
+
+json_t *policy_limits_to_json(const struct sandbox_limits *limits)
+{
+        return json_pack("{s:I, s:I, s:f, s:I}", "memory_bytes", (json_int_t)limits->memory_bytes, "pids",
+                         (json_int_t)limits->pids, "cpus", limits->cpus, "disk_bytes",
+                         (json_int_t)limits->disk_bytes);
+}

@@ -1,0 +1,431 @@
+#!/bin/bash
+# Build an nsbox sandbox image: NAME/rootfs/ (a Debian root filesystem) and
+# NAME/manifest.json, under the image directory nsboxd reads.
+#
+#   build-image.sh --name python --out /var/lib/nsbox/images --cache /var/cache/nsbox [--force]
+#
+# The image is built next to the live one and swapped in with rename(2) only
+# once it is complete and has passed a smoke check, so nsboxd never sees a
+# half-built rootfs.  A rebuild with unchanged inputs is a no-op.
+set -Eeuo pipefail
+umask 022
+
+SELF=$(readlink -f -- "${BASH_SOURCE[0]}")
+BUILDER_DIR=$(dirname -- "$SELF")
+IMAGE_FILES=$BUILDER_DIR/image-files
+HOST_PYTHON=/usr/bin/python3 # not whatever python3 is first in PATH (pyenv etc.)
+
+NAME=""
+OUT=""
+CACHE=""
+MIRROR=http://deb.debian.org/debian
+FORCE=0
+
+usage() {
+        cat <<EOF
+usage: $0 --name NAME --out IMAGE_DIR --cache CACHE_DIR [--mirror URL] [--force]
+
+  --name NAME      image to build (known: python)
+  --out DIR        image directory; the image lands in DIR/NAME
+  --cache DIR      download cache (debootstrap .debs) and build logs
+  --mirror URL     Debian mirror (default $MIRROR)
+  --force          rebuild even if the inputs are unchanged
+EOF
+}
+
+die() {
+        printf 'build-image: %s\n' "$*" >&2
+        exit 1
+}
+
+while [ $# -gt 0 ]; do
+        case "$1" in
+        --name) NAME=${2:?--name needs a value}; shift 2 ;;
+        --out) OUT=${2:?--out needs a value}; shift 2 ;;
+        --cache) CACHE=${2:?--cache needs a value}; shift 2 ;;
+        --mirror) MIRROR=${2:?--mirror needs a value}; shift 2 ;;
+        --force) FORCE=1; shift ;;
+        -h | --help) usage; exit 0 ;;
+        *) usage >&2; die "unknown argument '$1'" ;;
+        esac
+done
+if [ -z "$NAME" ] || [ -z "$OUT" ] || [ -z "$CACHE" ]; then
+        usage >&2
+        die "--name, --out and --cache are required"
+fi
+
+# One entry per image.  Only Depends are installed, never Recommends --
+# python3-pandas Recommends alone would pull in scipy, sympy and a compiler.
+#
+# The packages are installed by apt inside the new root, not by debootstrap
+# --include: debootstrap always takes the first alternative of "a | b", and
+# python3-fonttools (via matplotlib) Depends "python3-scipy | python3-munkres";
+# scipy Depends python3-pythran, which Depends g++, libboost-dev and
+# python3-all-dev -- 1.2 GiB instead of a few hundred MB.  apt accepts the
+# second alternative when it is asked for, hence python3-munkres below.
+case "$NAME" in
+python)
+        SUITE=bookworm
+        VARIANT=minbase
+        PACKAGES=(python3 python3-pip python3-numpy python3-pandas python3-matplotlib
+                python3-pil coreutils procps util-linux
+                python3-munkres)
+        # Distribution names (importlib.metadata) recorded in the manifest.
+        PYTHON_DISTS=(pip numpy pandas matplotlib Pillow)
+        ;;
+*)
+        die "unknown image name '$NAME' (known: python)"
+        ;;
+esac
+
+[ "$(id -u)" -eq 0 ] || die "must run as root (debootstrap and chroot need it)"
+command -v debootstrap >/dev/null || die "debootstrap not found (apt-get install -y debootstrap)"
+[ -x "$HOST_PYTHON" ] || die "$HOST_PYTHON not found; it writes the manifest"
+ARCH=$(dpkg --print-architecture)
+
+mkdir -p -- "$OUT" "$CACHE/debootstrap" "$CACHE/apt-archives" "$CACHE/logs"
+# debootstrap insists on an absolute --cache-dir, and the swap below must
+# not depend on the caller's cwd.
+OUT=$(realpath -- "$OUT")
+CACHE=$(realpath -- "$CACHE")
+FINAL=$OUT/$NAME
+LOG=$CACHE/logs/$NAME.build.log
+
+# --- cleanup ----------------------------------------------------------------
+
+BUILD_DIR=""
+
+# debootstrap and install_packages mount proc, sys and the download cache
+# inside the target; if they were killed those mounts are still there, and
+# a recursive delete must never walk into the host's /proc or the cache.
+unmount_under() {
+        local dir=$1 mnt
+        # mountinfo field 5 is the mount point; the deepest ones go first.
+        awk -v prefix="$dir/" 'index($5, prefix) == 1 { print $5 }' /proc/self/mountinfo |
+                sort -r | while IFS= read -r mnt; do
+                umount -l -- "$mnt" || true
+        done
+}
+
+remove_tree() {
+        unmount_under "$1"
+        rm -rf --one-file-system -- "$1"
+}
+
+on_exit() {
+        local status=$?
+        if [ -n "$BUILD_DIR" ] && [ -d "$BUILD_DIR" ]; then
+                remove_tree "$BUILD_DIR"
+                [ "$status" -eq 0 ] || printf 'build-image: image %s not built; removed %s\n' "$NAME" "$BUILD_DIR" >&2
+        fi
+        exit "$status"
+}
+trap on_exit EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'printf "build-image: line %s: command failed: %s\n" "$LINENO" "$BASH_COMMAND" >&2' ERR
+
+# --- inputs -------------------------------------------------------------------
+
+# Files from image-files/ that go into the image (the README stays behind),
+# as NUL-separated paths relative to image-files/, in a stable order.
+list_image_files() {
+        [ -d "$IMAGE_FILES" ] || return 0
+        find "$IMAGE_FILES" -mindepth 1 \( -type f -o -type l \) ! -path "$IMAGE_FILES/README" \
+                -printf '%P\0' | LC_ALL=C sort -z
+}
+
+# Only the owner-execute bit of an image file is carried into the image, so
+# the mode a git checkout happened to get (umask 002, ...) is not an input.
+image_file_mode() {
+        if [ -x "$1" ]; then echo 0755; else echo 0644; fi
+}
+
+# Everything that decides what the image contains.  Package versions on the
+# mirror are deliberately not an input: picking up Debian point releases is
+# a --force rebuild, not something every `make` should do.
+compute_input_hash() {
+        local rel path
+        {
+                printf 'name=%s\nsuite=%s\nvariant=%s\narch=%s\nmirror=%s\n' \
+                        "$NAME" "$SUITE" "$VARIANT" "$ARCH" "$MIRROR"
+                printf 'package=%s\n' "${PACKAGES[@]}"
+                printf 'builder=%s\n' "$(sha256sum <"$SELF" | cut -d' ' -f1)"
+                while IFS= read -r -d '' rel; do
+                        path=$IMAGE_FILES/$rel
+                        if [ -L "$path" ]; then
+                                printf 'symlink %s -> %s\n' "$rel" "$(readlink -- "$path")"
+                        else
+                                printf 'file %s %s %s\n' "$rel" "$(image_file_mode "$path")" \
+                                        "$(sha256sum <"$path" | cut -d' ' -f1)"
+                        fi
+                done < <(list_image_files)
+        } | sha256sum | cut -d' ' -f1
+}
+
+manifest_input_hash() {
+        "$HOST_PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["input_hash"])' \
+                "$1" 2>/dev/null || true
+}
+
+# --- build steps ----------------------------------------------------------------
+
+run_debootstrap() {
+        local rootfs=$1
+        echo "image $NAME: debootstrap $SUITE ($VARIANT, $ARCH) from $MIRROR (log: $LOG)"
+        if ! debootstrap --variant="$VARIANT" --arch="$ARCH" \
+                --cache-dir="$CACHE/debootstrap" "$SUITE" "$rootfs" "$MIRROR" >"$LOG" 2>&1; then
+                # The target, and debootstrap's detailed log inside it, are
+                # about to be deleted; keep the log where the message points.
+                if [ -f "$rootfs/debootstrap/debootstrap.log" ]; then
+                        printf '\n---- %s ----\n' "debootstrap/debootstrap.log" >>"$LOG"
+                        cat "$rootfs/debootstrap/debootstrap.log" >>"$LOG"
+                fi
+                {
+                        echo "build-image: debootstrap of $SUITE from $MIRROR failed; see $LOG"
+                        echo "---- last lines of $LOG ----"
+                        tail -n 25 "$LOG"
+                } >&2
+                exit 1
+        fi
+}
+
+# apt runs inside the new root, so it resolves against the image's own dpkg
+# database and the package lists debootstrap just fetched and verified (no
+# `apt-get update`: same mirror, same moment).
+install_packages() {
+        local rootfs=$1 status=0
+        echo "image $NAME: apt-get install --no-install-recommends ${PACKAGES[*]}"
+        mount -t proc proc "$rootfs/proc"
+        # .debs land in the host cache, so a rebuild downloads nothing.
+        mount --bind "$CACHE/apt-archives" "$rootfs/var/cache/apt/archives"
+        # Nothing may start a service inside the build chroot (x11-common,
+        # pulled in by python3-tk, ships an init script).
+        printf '#!/bin/sh\nexit 101\n' >"$rootfs/usr/sbin/policy-rc.d"
+        chmod 0755 "$rootfs/usr/sbin/policy-rc.d"
+
+        # APT::Sandbox::User=root: apt would otherwise chown the partial/
+        # dir of the host cache to the image's _apt uid, which means some
+        # other user on the host.  Downloads are signature-checked either way.
+        chroot "$rootfs" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LC_ALL=C.UTF-8 \
+                DEBIAN_FRONTEND=noninteractive \
+                apt-get install -y --no-install-recommends -o APT::Sandbox::User=root \
+                "${PACKAGES[@]}" >>"$LOG" 2>&1 || status=$?
+
+        rm -f -- "$rootfs/usr/sbin/policy-rc.d"
+        umount -- "$rootfs/var/cache/apt/archives"
+        umount -- "$rootfs/proc"
+        if [ "$status" -ne 0 ]; then
+                {
+                        echo "build-image: apt-get install in the new root failed (exit $status); see $LOG"
+                        echo "---- last lines of $LOG ----"
+                        tail -n 25 "$LOG"
+                } >&2
+                exit 1
+        fi
+}
+
+add_sandbox_user() {
+        local rootfs=$1
+        if grep -q '^sandbox:' "$rootfs/etc/passwd" || cut -d: -f3 "$rootfs/etc/passwd" | grep -qx 1000; then
+                die "image already has a 'sandbox' user or uid 1000; refusing to add a second"
+        fi
+        # Locked password ('*'): nobody logs in, processes are started as uid 1000.
+        echo 'sandbox:x:1000:1000:sandbox:/workspace:/bin/bash' >>"$rootfs/etc/passwd"
+        echo 'sandbox:x:1000:' >>"$rootfs/etc/group"
+        echo 'sandbox:*:::::::' >>"$rootfs/etc/shadow"
+        echo 'sandbox:!::' >>"$rootfs/etc/gshadow"
+}
+
+copy_image_files() {
+        local rootfs=$1 rel src dst
+        while IFS= read -r -d '' rel; do
+                src=$IMAGE_FILES/$rel
+                dst=$rootfs/$rel
+                mkdir -p -- "$(dirname -- "$dst")"
+                # Replace, never write through, whatever is there: an absolute
+                # symlink in the rootfs would otherwise point at the host.
+                rm -f -- "$dst"
+                if [ -L "$src" ]; then
+                        cp -P -- "$src" "$dst"
+                else
+                        install -o 0 -g 0 -m "$(image_file_mode "$src")" -- "$src" "$dst"
+                fi
+        done < <(list_image_files)
+}
+
+prepare_for_sandboxes() {
+        local rootfs=$1 dir
+
+        add_sandbox_user "$rootfs"
+        for dir in proc dev sys tmp workspace run; do
+                mkdir -p -- "$rootfs/$dir"
+        done
+        chown 1000:1000 "$rootfs/workspace"
+        chmod 0755 "$rootfs/workspace"
+        chmod 1777 "$rootfs/tmp"
+
+        echo sandbox >"$rootfs/etc/hostname"
+        printf '127.0.0.1\tlocalhost sandbox\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' >"$rootfs/etc/hosts"
+        # debootstrap copied the build host's resolver config in; a sandbox
+        # must not learn the host's network from it (network is "none" anyway).
+        : >"$rootfs/etc/resolv.conf"
+
+        # Debian's matplotlibrc is the full default rc file (mpl-data points
+        # at it), so change the backend line rather than replace the file.
+        [ -f "$rootfs/etc/matplotlibrc" ] || die "image has no /etc/matplotlibrc (python3-matplotlib-data changed?)"
+        sed -i -E 's/^#?[[:space:]]*backend[[:space:]]*:.*/backend: Agg/' "$rootfs/etc/matplotlibrc"
+        grep -qx 'backend: Agg' "$rootfs/etc/matplotlibrc" || echo 'backend: Agg' >>"$rootfs/etc/matplotlibrc"
+
+        # Each sandbox is its own disposable system, so PEP 668's guard
+        # against breaking the distro's Python only gets in the agent's way.
+        rm -f -- "$rootfs"/usr/lib/python3*/EXTERNALLY-MANAGED
+        printf '[global]\nno-cache-dir = true\ndisable-pip-version-check = true\nroot-user-action = ignore\n' \
+                >"$rootfs/etc/pip.conf"
+
+        # Sandboxes run with no_new_privs, but a setuid binary in a shared
+        # read-only lower layer is still needless attack surface.
+        find "$rootfs" -xdev -perm /6000 -type f -exec chmod ug-s {} +
+
+        # Package caches, docs and translations: nothing a sandbox reads.
+        rm -rf -- "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin \
+                "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/cache/apt/archives/partial/* \
+                "$rootfs"/usr/share/doc "$rootfs"/usr/share/man "$rootfs"/usr/share/info \
+                "$rootfs"/usr/share/locale "$rootfs/debootstrap"
+        mkdir -p -- "$rootfs/var/lib/apt/lists/partial"
+        # Build-time logs; truncated, not deleted, so utmp-style files keep
+        # the owner and mode their packages gave them.
+        find "$rootfs/var/log" -type f -exec truncate -s 0 {} +
+
+        copy_image_files "$rootfs"
+}
+
+# Runs the image's own python3 as the sandbox user: the import smoke check
+# (fails the build) and the facts for the manifest, printed as JSON.
+probe_image() {
+        local rootfs=$1 dists
+        dists=$(IFS=,; echo "${PYTHON_DISTS[*]}")
+        chroot --userspec=1000:1000 --groups=1000 "$rootfs" \
+                /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/workspace LANG=C.UTF-8 \
+                MPLCONFIGDIR=/tmp/.nsbox-build-mpl PYTHONDONTWRITEBYTECODE=1 \
+                /usr/bin/python3 -c '
+import importlib.metadata, json, platform, sys
+import numpy, pandas, matplotlib, PIL
+if matplotlib.get_backend().lower() != "agg":
+    sys.exit("matplotlib backend is %r, not Agg" % matplotlib.get_backend())
+print(json.dumps({
+    "python_version": platform.python_version(),
+    "python_packages": {d: importlib.metadata.version(d) for d in sys.argv[1].split(",")},
+}))' "$dists"
+}
+
+write_manifest() {
+        local dest=$1 rootfs=$2 probe=$3 input_hash=$4 size=$5
+        dpkg-query --admindir="$rootfs/var/lib/dpkg" -W \
+                -f '${db:Status-Abbrev}\t${Package}\t${Version}\t${Architecture}\n' |
+                "$HOST_PYTHON" -c '
+import json, sys
+name, suite, variant, arch, mirror, build_date, input_hash, size, probe, dest = sys.argv[1:]
+probe = json.loads(probe)
+packages = []
+for line in sys.stdin:
+    status, package, version, architecture = line.rstrip("\n").split("\t")
+    if status.strip() == "ii":
+        packages.append({"name": package, "version": version, "architecture": architecture})
+packages.sort(key=lambda p: p["name"])
+manifest = {
+    "name": name,
+    "distribution": "debian",
+    "suite": suite,
+    "variant": variant,
+    "architecture": arch,
+    "mirror": mirror,
+    "python_version": probe["python_version"],
+    "python_packages": probe["python_packages"],
+    "packages": packages,
+    "build_date": build_date,
+    "input_hash": input_hash,
+    "size_bytes": int(size),
+}
+with open(dest, "w") as f:
+    json.dump(manifest, f, indent=2)
+    f.write("\n")
+' "$NAME" "$SUITE" "$VARIANT" "$ARCH" "$MIRROR" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+                "$input_hash" "$size" "$probe" "$dest"
+}
+
+# Two renames with a moment between them where NAME is absent; a sandbox
+# being created in that instant fails cleanly rather than seeing a mix.
+swap_into_place() {
+        local new=$1 old=""
+        if [ -e "$FINAL" ]; then
+                old=$OUT/.$NAME.old.$$
+                mv -T -- "$FINAL" "$old"
+        fi
+        if ! mv -T -- "$new" "$FINAL"; then
+                [ -z "$old" ] || mv -T -- "$old" "$FINAL"
+                die "could not move $new to $FINAL"
+        fi
+        BUILD_DIR="" # it is the live image now, not ours to clean up
+        [ -z "$old" ] || remove_tree "$old"
+}
+
+# --- main -----------------------------------------------------------------------
+
+# Two builds at once (make demo next to make test) would race on the swap;
+# the second one waits and then usually finds the image up to date.
+exec 9>"$CACHE/.$NAME.build.lock"
+if ! flock -n 9; then
+        echo "image $NAME: another build is running; waiting for it"
+        flock 9
+fi
+
+INPUT_HASH=$(compute_input_hash)
+if [ "$FORCE" -eq 0 ] && [ -d "$FINAL/rootfs" ] && [ -f "$FINAL/manifest.json" ] &&
+        [ "$(manifest_input_hash "$FINAL/manifest.json")" = "$INPUT_HASH" ]; then
+        echo "image $NAME: up to date"
+        exit 0
+fi
+
+# Leftovers of a build that was killed -9 or lost power; we hold the lock,
+# so nothing else is using them.
+for stale in "$OUT/.$NAME.build."* "$OUT/.$NAME.old."*; do
+        [ -e "$stale" ] || continue
+        echo "image $NAME: removing stale $stale"
+        remove_tree "$stale"
+done
+
+start=$SECONDS
+# Built inside OUT so that the final rename stays on one filesystem.
+BUILD_DIR=$(mktemp -d "$OUT/.$NAME.build.XXXXXX")
+chmod 0755 "$BUILD_DIR"
+ROOTFS=$BUILD_DIR/rootfs
+
+run_debootstrap "$ROOTFS"
+install_packages "$ROOTFS"
+prepare_for_sandboxes "$ROOTFS"
+
+echo "image $NAME: smoke check (import numpy, pandas, matplotlib, PIL as uid 1000)"
+PROBE=$(probe_image "$ROOTFS") || die "smoke check failed: the image's python3 cannot import numpy, pandas, matplotlib and PIL"
+echo "image $NAME: smoke check ok"
+# The probe ran in the image; it must not ship what it left behind.
+find "$ROOTFS/tmp" "$ROOTFS/workspace" -mindepth 1 -delete
+# debootstrap's device nodes were only needed for the chroot steps.  The
+# runtime mounts its own minimal /dev, and a real device node left in a
+# shared lower layer is a hazard should that mount ever be missing.
+find "$ROOTFS/dev" -mindepth 1 -delete
+
+SIZE=$(du -sbx -- "$ROOTFS" | cut -f1)
+write_manifest "$BUILD_DIR/manifest.json" "$ROOTFS" "$PROBE" "$INPUT_HASH" "$SIZE"
+
+# Without this a crash just after the rename can leave the new image with
+# files that were never written out.
+sync -f "$BUILD_DIR"
+swap_into_place "$BUILD_DIR"
+
+PYTHON_VERSION=$("$HOST_PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["python_version"])' \
+        "$FINAL/manifest.json")
+echo "image $NAME: built in $((SECONDS - start)) s"
+echo "  path:    $FINAL"
+echo "  size:    $(numfmt --to=iec-i --suffix=B "$SIZE") ($SIZE bytes)"
+echo "  python:  $PYTHON_VERSION"

@@ -1,0 +1,240 @@
+/* nsbox-init: PID 1 of a sandbox.  It is exec'd from a sealed memfd (so
+ * /proc/1/exe is no writable host file, CVE-2019-5736), is non-dumpable,
+ * reaps every orphan, and starts the processes the manager asks for with the
+ * stdio pipes the manager passes it.  It never relays output bytes. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "process.h"
+#include "proto.h"
+
+#define MAX_EXECS 1024
+
+struct running_exec {
+        uint32_t exec_id;
+        pid_t pid;
+};
+
+static struct running_exec execs[MAX_EXECS];
+static unsigned n_execs;
+static struct sock_fprog seccomp_program;
+static union ctl_message *request_buffer;
+
+static void send_failed(int ctl, uint32_t exec_id, int errnum, const char *message)
+{
+        struct ctl_failed msg = { .hdr = { CTL_FAILED, exec_id }, .errnum = errnum };
+        snprintf(msg.message, sizeof(msg.message), "%s", message);
+        ctl_send(ctl, &msg, sizeof(msg), NULL, 0, NULL, 0);
+}
+
+static int load_seccomp_program(void)
+{
+        struct stat st;
+        if (fstat(NSBOX_INIT_SECCOMP_FD, &st) < 0)
+                return errno == EBADF ? 0 : -errno; /* no filter configured */
+        if (st.st_size == 0 || st.st_size % sizeof(struct sock_filter) != 0 ||
+            st.st_size / sizeof(struct sock_filter) > 0xffff)
+                return -EINVAL;
+        struct sock_filter *filter = malloc(st.st_size);
+        if (filter == NULL)
+                return -ENOMEM;
+        if (pread(NSBOX_INIT_SECCOMP_FD, filter, st.st_size, 0) != st.st_size) {
+                free(filter);
+                return -EIO;
+        }
+        close(NSBOX_INIT_SECCOMP_FD);
+        seccomp_program.filter = filter;
+        seccomp_program.len = st.st_size / sizeof(struct sock_filter);
+        return 0;
+}
+
+/* Split the payload into cwd, argv and envp; every string must end inside it. */
+static int unpack_exec(const struct ctl_exec *req, size_t len, const char **cwd, char ***argv, char ***envp)
+{
+        if (len < sizeof(*req) || req->payload_len != len - sizeof(*req) || req->argc == 0 ||
+            req->argc > 1u << 16 || req->envc > 1u << 16)
+                return -EINVAL;
+        const char *p = (const char *)(req + 1);
+        const char *end = p + req->payload_len;
+        size_t nstrings = 1 + (size_t)req->argc + req->envc;
+        char **strings = calloc(nstrings + 2, sizeof(char *));
+        if (strings == NULL)
+                return -ENOMEM;
+        for (size_t i = 0; i < nstrings; i++) {
+                const char *nul = memchr(p, '\0', end - p);
+                if (nul == NULL) {
+                        free(strings);
+                        return -EINVAL;
+                }
+                strings[i + (i > req->argc ? 1 : 0)] = (char *)p;
+                p = nul + 1;
+        }
+        /* Layout: [cwd, argv..., NULL, env..., NULL] */
+        *cwd = strings[0];
+        *argv = &strings[1];
+        (*argv)[req->argc] = NULL;
+        *envp = &strings[req->argc + 2];
+        (*envp)[req->envc] = NULL;
+        return 0;
+}
+
+static void handle_exec(int ctl, const struct ctl_exec *req, size_t len, int *fds, unsigned nfds)
+{
+        const char *cwd;
+        char **argv, **envp;
+        char message[CTL_MAX_ERROR];
+
+        if (nfds != 3) {
+                send_failed(ctl, req->hdr.exec_id, EINVAL, "exec request without three stdio fds");
+                return;
+        }
+        if (n_execs == MAX_EXECS) {
+                send_failed(ctl, req->hdr.exec_id, EAGAIN, "too many running execs in this sandbox");
+                return;
+        }
+        int r = unpack_exec(req, len, &cwd, &argv, &envp);
+        if (r < 0) {
+                send_failed(ctl, req->hdr.exec_id, -r, "malformed exec request");
+                return;
+        }
+        struct process_spec spec = {
+                .cwd = cwd,
+                .argv = argv,
+                .envp = envp,
+                .uid = req->uid,
+                .gid = req->gid,
+                .search_path = (req->flags & CTL_EXEC_SEARCH_PATH) != 0,
+                .stdio = { fds[0], fds[1], fds[2] },
+                .seccomp = seccomp_program.len > 0 ? &seccomp_program : NULL,
+        };
+        pid_t pid = process_spawn(&spec, message, sizeof(message));
+        free(argv - 1);
+        if (pid < 0) {
+                send_failed(ctl, req->hdr.exec_id, (int)-pid, message);
+                return;
+        }
+        execs[n_execs++] = (struct running_exec){ .exec_id = req->hdr.exec_id, .pid = pid };
+        struct ctl_started started = { .hdr = { CTL_STARTED, req->hdr.exec_id }, .pid = pid };
+        ctl_send(ctl, &started, sizeof(started), NULL, 0, NULL, 0);
+}
+
+static void handle_kill(const struct ctl_kill *req)
+{
+        for (unsigned i = 0; i < n_execs; i++) {
+                if (execs[i].exec_id == req->hdr.exec_id) {
+                        /* Each exec leads its own session and process group. */
+                        kill(-execs[i].pid, req->signal);
+                        kill(execs[i].pid, req->signal);
+                }
+        }
+}
+
+static void reap_children(int ctl)
+{
+        for (;;) {
+                int status;
+                pid_t pid = waitpid(-1, &status, WNOHANG);
+                if (pid <= 0)
+                        return;
+                for (unsigned i = 0; i < n_execs; i++) {
+                        if (execs[i].pid != pid)
+                                continue;
+                        struct ctl_exited exited = { .hdr = { CTL_EXITED, execs[i].exec_id },
+                                                     .wait_status = status };
+                        ctl_send(ctl, &exited, sizeof(exited), NULL, 0, NULL, 0);
+                        execs[i] = execs[--n_execs];
+                        break;
+                }
+        }
+}
+
+/* Returns 0 to go on, -1 when the manager is gone. */
+static int handle_control(int ctl)
+{
+        int fds[3];
+        unsigned nfds = 0;
+        ssize_t n = ctl_recv(ctl, request_buffer, CTL_MAX_MESSAGE, fds, 3, &nfds);
+        if (n == 0)
+                return -1;
+        if (n < 0)
+                return (n == -EAGAIN || n == -EINTR || n == -EMSGSIZE) ? 0 : -1;
+        if ((size_t)n >= sizeof(struct ctl_header)) {
+                switch (request_buffer->hdr.type) {
+                case CTL_EXEC:
+                        handle_exec(ctl, &request_buffer->exec, n, fds, nfds);
+                        break;
+                case CTL_KILL:
+                        if ((size_t)n >= sizeof(struct ctl_kill))
+                                handle_kill(&request_buffer->kill);
+                        break;
+                default:
+                        break;
+                }
+        }
+        for (unsigned i = 0; i < nfds; i++)
+                close(fds[i]);
+        return 0;
+}
+
+int main(void)
+{
+        /* Nothing in the sandbox may ptrace or open our memory or exe. */
+        prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+
+        int ctl = NSBOX_INIT_CTL_FD;
+        request_buffer = malloc(CTL_MAX_MESSAGE);
+        if (request_buffer == NULL)
+                return 1;
+        int r = load_seccomp_program();
+        if (r < 0) {
+                send_failed(ctl, 0, -r, "init: read the seccomp program");
+                return 1;
+        }
+
+        sigset_t mask;
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGCHLD);
+        sigprocmask(SIG_BLOCK, &mask, NULL);
+        int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+        if (sfd < 0) {
+                send_failed(ctl, 0, errno, "init: signalfd");
+                return 1;
+        }
+
+        struct ctl_header ready = { CTL_READY, 0 };
+        if (ctl_send(ctl, &ready, sizeof(ready), NULL, 0, NULL, 0) < 0)
+                return 1;
+
+        struct pollfd pfds[2] = { { .fd = ctl, .events = POLLIN }, { .fd = sfd, .events = POLLIN } };
+        for (;;) {
+                if (poll(pfds, 2, -1) < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return 1;
+                }
+                if (pfds[1].revents & POLLIN) {
+                        struct signalfd_siginfo si;
+                        while (read(sfd, &si, sizeof(si)) == sizeof(si))
+                                ;
+                        reap_children(ctl);
+                }
+                if (pfds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+                        if (handle_control(ctl) < 0)
+                                break;
+                }
+        }
+        /* The manager is gone: end the sandbox rather than run unsupervised.
+         * PID 1 exiting makes the kernel kill every process in the namespace. */
+        return 0;
+}

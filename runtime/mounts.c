@@ -1,0 +1,171 @@
+#include "mounts.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+
+#define PROC_FLAGS (MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+/* As Docker and runc mask them: kernel memory, keys, timers and scheduler
+ * internals of the host, and the trigger that reboots it. */
+static const char *const masked_files[] = {
+        "proc/kcore",       "proc/keys",         "proc/latency_stats", "proc/timer_list",
+        "proc/timer_stats", "proc/sched_debug",  "proc/sysrq-trigger", "proc/kallsyms",
+        "proc/kmsg",        "proc/config.gz",    "proc/pagetypeinfo",  "proc/slabinfo",
+        "proc/vmallocinfo", "proc/buddyinfo",    "proc/zoneinfo",
+};
+static const char *const masked_dirs[] = {
+        "proc/acpi", "proc/asound", "proc/scsi", "proc/driver", "sys/firmware", "sys/devices/virtual/powercap",
+        "sys/kernel/debug", "sys/kernel/tracing", "sys/kernel/security", "sys/fs/bpf",
+};
+static const char *const readonly_dirs[] = {
+        "proc/sys", "proc/bus", "proc/fs", "proc/irq",
+};
+static const char *const device_nodes[] = { "null", "zero", "full", "random", "urandom", "tty" };
+
+static int path_exists(const char *path)
+{
+        struct stat st;
+        return lstat(path, &st) == 0;
+}
+
+static int mask_file(const char *root, const char *rel, nsbox_error_t **err)
+{
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/%s", root, rel);
+        if (!path_exists(path))
+                return 0;
+        if (mount("/dev/null", path, NULL, MS_BIND, NULL) < 0)
+                return nsbox_error(err, errno, "mask %s", rel);
+        return 0;
+}
+
+static int mask_dir(const char *root, const char *rel, nsbox_error_t **err)
+{
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/%s", root, rel);
+        if (!path_exists(path))
+                return 0;
+        if (mount("tmpfs", path, "tmpfs", MS_RDONLY | PROC_FLAGS, "size=0,mode=0555") < 0)
+                return nsbox_error(err, errno, "mask %s", rel);
+        return 0;
+}
+
+static int bind_readonly(const char *root, const char *rel, nsbox_error_t **err)
+{
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/%s", root, rel);
+        if (!path_exists(path))
+                return 0;
+        if (mount(path, path, NULL, MS_BIND | MS_REC, NULL) < 0)
+                return nsbox_error(err, errno, "bind %s", rel);
+        if (mount(NULL, path, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | PROC_FLAGS, NULL) < 0)
+                return nsbox_error(err, errno, "make %s read-only", rel);
+        return 0;
+}
+
+static int setup_proc(const char *root, nsbox_error_t **err)
+{
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/proc", root);
+        mkdir(path, 0555);
+        if (mount("proc", path, "proc", PROC_FLAGS, NULL) < 0)
+                return nsbox_error(err, errno, "mount /proc");
+        for (size_t i = 0; i < ARRAY_SIZE(readonly_dirs); i++) {
+                int r = bind_readonly(root, readonly_dirs[i], err);
+                if (r < 0)
+                        return r;
+        }
+        for (size_t i = 0; i < ARRAY_SIZE(masked_files); i++) {
+                int r = mask_file(root, masked_files[i], err);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+static int setup_sys(const char *root, nsbox_error_t **err)
+{
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/sys", root);
+        if (!path_exists(path))
+                return 0;
+        /* Read-only, or absent where the kernel will not let a user
+         * namespace mount it: both keep host state out of reach. */
+        if (mount("sysfs", path, "sysfs", MS_RDONLY | PROC_FLAGS, NULL) < 0)
+                return 0;
+        return 0;
+}
+
+static int setup_dev(const char *root, nsbox_error_t **err)
+{
+        char dev[4096], path[4096];
+        snprintf(dev, sizeof(dev), "%s/dev", root);
+        mkdir(dev, 0755);
+        if (mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=256k,nr_inodes=64") < 0)
+                return nsbox_error(err, errno, "mount /dev");
+        for (size_t i = 0; i < ARRAY_SIZE(device_nodes); i++) {
+                char host[64];
+                snprintf(host, sizeof(host), "/dev/%s", device_nodes[i]);
+                snprintf(path, sizeof(path), "%s/%s", dev, device_nodes[i]);
+                _cleanup_close_ int fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0666);
+                if (fd < 0)
+                        return nsbox_error(err, errno, "create /dev/%s", device_nodes[i]);
+                if (mount(host, path, NULL, MS_BIND | MS_NOSUID | MS_NOEXEC, NULL) < 0)
+                        return nsbox_error(err, errno, "bind /dev/%s", device_nodes[i]);
+        }
+        snprintf(path, sizeof(path), "%s/pts", dev);
+        mkdir(path, 0755);
+        /* A private devpts instance: the sandbox's ptys are its own. */
+        if (mount("devpts", path, "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620") < 0)
+                return nsbox_error(err, errno, "mount /dev/pts");
+        snprintf(path, sizeof(path), "%s/shm", dev);
+        mkdir(path, 01777);
+        if (mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=1777,size=64m") < 0)
+                return nsbox_error(err, errno, "mount /dev/shm");
+
+        static const char *const links[][2] = {
+                { "pts/ptmx", "ptmx" },          { "/proc/self/fd", "fd" },
+                { "/proc/self/fd/0", "stdin" },  { "/proc/self/fd/1", "stdout" },
+                { "/proc/self/fd/2", "stderr" },
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(links); i++) {
+                snprintf(path, sizeof(path), "%s/%s", dev, links[i][1]);
+                if (symlink(links[i][0], path) < 0)
+                        return nsbox_error(err, errno, "symlink /dev/%s", links[i][1]);
+        }
+        if (mount(NULL, dev, NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, "mode=0755") < 0)
+                return nsbox_error(err, errno, "make /dev read-only");
+        return 0;
+}
+
+int mounts_enter_root(const char *root, nsbox_error_t **err)
+{
+        int r;
+
+        if ((r = setup_proc(root, err)) < 0 || (r = setup_dev(root, err)) < 0 || (r = setup_sys(root, err)) < 0)
+                return r;
+        for (size_t i = 0; i < ARRAY_SIZE(masked_dirs); i++) {
+                if ((r = mask_dir(root, masked_dirs[i], err)) < 0)
+                        return r;
+        }
+
+        if (strcmp(root, ".") != 0 && chdir(root) < 0)
+                return nsbox_error(err, errno, "chdir %s", root);
+        if (syscall(SYS_pivot_root, ".", ".") < 0)
+                return nsbox_error(err, errno, "pivot_root into %s", root);
+        /* The old root is stacked under the new one: detach all of it so no
+         * host path stays reachable. */
+        if (umount2(".", MNT_DETACH) < 0)
+                return nsbox_error(err, errno, "detach the old root");
+        if (chdir("/") < 0)
+                return nsbox_error(err, errno, "chdir /");
+        return 0;
+}

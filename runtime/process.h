@@ -1,0 +1,23 @@
+/* Starting one exec'd process inside a sandbox: everything between fork()
+ * in the init and execve(). */
+#pragma once
+
+#include <linux/filter.h>
+#include <sys/types.h>
+
+struct process_spec {
+        const char *cwd;
+        char *const *argv;
+        char *const *envp;
+        uid_t uid;
+        gid_t gid;
+        int search_path;
+        int stdio[3];
+        const struct sock_fprog *seccomp; /* NULL: none */
+};
+
+/* Fork and start the process. Returns the pid, or -errno with `message`
+ * (size CTL_MAX_ERROR) saying which step failed. The child starts a new
+ * session, has only fds 0-2, no capabilities in any set, no_new_privs,
+ * and the seccomp filter loaded as the last step before execve. */
+pid_t process_spawn(const struct process_spec *spec, char *message, size_t message_len);

@@ -1,0 +1,78 @@
+/* The control channel between nsboxd and a sandbox's nsbox-init: a
+ * SOCK_SEQPACKET socketpair, one message per packet.  Fixed-size headers
+ * followed by NUL-separated strings; file descriptors ride along with
+ * SCM_RIGHTS so that the init never relays output bytes itself. */
+#pragma once
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#define NSBOX_INIT_CTL_FD     3 /* control socket inside the init */
+#define NSBOX_INIT_SECCOMP_FD 4 /* memfd holding the compiled BPF program */
+
+#define CTL_MAX_MESSAGE (4u << 20) /* argv + env + cwd of one exec */
+#define CTL_MAX_ERROR   512
+
+enum ctl_type {
+        /* manager → init */
+        CTL_EXEC = 1, /* + payload, + SCM_RIGHTS {stdin, stdout, stderr} */
+        CTL_KILL,     /* kill one exec's process tree */
+        /* init → manager */
+        CTL_READY,   /* setup done, the init runs */
+        CTL_FAILED,  /* setup or exec start failed: errnum + message */
+        CTL_STARTED, /* exec running: pid */
+        CTL_EXITED,  /* exec's main process ended: wait status */
+};
+
+struct ctl_header {
+        uint32_t type;
+        uint32_t exec_id; /* 0 for sandbox-wide messages */
+};
+
+/* Payload: cwd \0 argv[0] \0 ... argv[argc-1] \0 env[0] \0 ... env[envc-1] \0 */
+struct ctl_exec {
+        struct ctl_header hdr;
+        uint32_t uid;
+        uint32_t gid;
+        uint32_t argc;
+        uint32_t envc;
+        uint32_t flags;
+        uint32_t payload_len;
+};
+
+#define CTL_EXEC_SEARCH_PATH 0x1 /* resolve argv[0] through PATH */
+
+struct ctl_kill {
+        struct ctl_header hdr;
+        int32_t signal;
+};
+
+struct ctl_failed {
+        struct ctl_header hdr;
+        int32_t errnum;
+        char message[CTL_MAX_ERROR];
+};
+
+struct ctl_started {
+        struct ctl_header hdr;
+        int32_t pid; /* in the sandbox's pid namespace */
+};
+
+struct ctl_exited {
+        struct ctl_header hdr;
+        int32_t wait_status;
+};
+
+union ctl_message {
+        struct ctl_header hdr;
+        struct ctl_exec exec;
+        struct ctl_kill kill;
+        struct ctl_failed failed;
+        struct ctl_started started;
+        struct ctl_exited exited;
+};
+
+/* Send/receive one packet with up to `nfds` descriptors. Return bytes or -errno. */
+ssize_t ctl_send(int sock, const void *msg, size_t len, const void *payload, size_t payload_len,
+                 const int *fds, unsigned nfds);
+ssize_t ctl_recv(int sock, void *buf, size_t len, int *fds, unsigned max_fds, unsigned *nfds);

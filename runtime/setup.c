@@ -1,0 +1,140 @@
+#include "setup.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "mounts.h"
+#include "network.h"
+#include "proto.h"
+
+#ifndef CLONE_NEWTIME
+#define CLONE_NEWTIME 0x00000080
+#endif
+
+static __attribute__((noreturn)) void setup_fail(int sync_fd, nsbox_error_t *err)
+{
+        struct ctl_failed msg = { .hdr = { CTL_FAILED, 0 }, .errnum = err ? err->errnum : EIO };
+        snprintf(msg.message, sizeof(msg.message), "%s", err && err->message ? err->message : "sandbox setup");
+        ctl_send(sync_fd, &msg, sizeof(msg), NULL, 0, NULL, 0);
+        _exit(1);
+}
+
+static int wait_for_go(int sync_fd, nsbox_error_t **err)
+{
+        struct setup_go go;
+        unsigned nfds;
+        ssize_t n = ctl_recv(sync_fd, &go, sizeof(go), NULL, 0, &nfds);
+        if (n < 0)
+                return nsbox_error(err, (int)-n, "wait for the manager");
+        if (n != sizeof(go) || go.magic != SETUP_GO_MAGIC)
+                return nsbox_error(err, EPROTO, "manager went away during setup");
+        return 0;
+}
+
+/* Put `fd` at `target`, without CLOEXEC, whatever number it has now. */
+static int place_fd(int fd, int target)
+{
+        if (fd == target)
+                return fcntl(fd, F_SETFD, 0);
+        return dup3(fd, target, 0) < 0 ? -1 : 0;
+}
+
+static int enter_namespaces(const struct sandbox_setup *setup, nsbox_error_t **err)
+{
+        /* The cgroup namespace comes now, so its root is the sandbox's cgroup
+         * where the manager has already placed us. */
+        int flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWCGROUP;
+        if (unshare(flags) < 0)
+                return nsbox_error(err, errno, "unshare mount, net, uts, ipc and cgroup namespaces");
+        /* A time namespace applies to the children of the init, where the
+         * kernel has one; older kernels lack it and that is not fatal. */
+        if (unshare(CLONE_NEWTIME) < 0 && errno != EINVAL)
+                return nsbox_error(err, errno, "unshare time namespace");
+        if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+                return nsbox_error(err, errno, "make / private");
+
+        /* The overlay came from the host's namespace, so it is locked here
+         * and pivot_root refuses it: stack an unlocked bind of it on top.
+         * Both steps walk the 0700 state dir, which only works while we still
+         * carry host uid 0, its owner. */
+        if (mount(setup->root, setup->root, NULL, MS_BIND | MS_REC, NULL) < 0)
+                return nsbox_error(err, errno, "bind %s onto itself", setup->root);
+        if (chdir(setup->root) < 0)
+                return nsbox_error(err, errno, "chdir %s", setup->root);
+
+        /* uid 0 of the new user namespace, i.e. the unprivileged base of
+         * this sandbox's host range; files created from here on are owned
+         * by ids that exist in the sandbox. */
+        if (setresgid(0, 0, 0) < 0)
+                return nsbox_error(err, errno, "setresgid 0 in the user namespace");
+        if (setresuid(0, 0, 0) < 0)
+                return nsbox_error(err, errno, "setresuid 0 in the user namespace");
+
+        if (sethostname(setup->hostname, strlen(setup->hostname)) < 0)
+                return nsbox_error(err, errno, "set hostname");
+        int r = network_loopback_up(err);
+        if (r < 0)
+                return r;
+        return mounts_enter_root(".", err);
+}
+
+void sandbox_setup_child(const struct sandbox_setup *setup)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        int sync_fd = setup->sync_fd;
+
+        /* Die with the manager while still being set up. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+        prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+
+        if (wait_for_go(sync_fd, &err) < 0 || enter_namespaces(setup, &err) < 0)
+                setup_fail(sync_fd, err);
+
+        /* fds 3 and 4 are the init's contract; move the memfd out of the way first. */
+        int init_fd = fcntl(setup->init_memfd, F_DUPFD_CLOEXEC, 10);
+        int seccomp_fd = setup->seccomp_fd >= 0 ? fcntl(setup->seccomp_fd, F_DUPFD_CLOEXEC, 10) : -1;
+        int ctl_fd = fcntl(sync_fd, F_DUPFD_CLOEXEC, 10);
+        if (init_fd < 0 || ctl_fd < 0 || (setup->seccomp_fd >= 0 && seccomp_fd < 0)) {
+                nsbox_error(&err, errno, "duplicate init fds");
+                setup_fail(sync_fd, err);
+        }
+        if (place_fd(ctl_fd, NSBOX_INIT_CTL_FD) < 0 ||
+            (seccomp_fd >= 0 && place_fd(seccomp_fd, NSBOX_INIT_SECCOMP_FD) < 0)) {
+                nsbox_error(&err, errno, "arrange init fds");
+                setup_fail(sync_fd, err);
+        }
+        sync_fd = NSBOX_INIT_CTL_FD;
+        int first_other = seccomp_fd >= 0 ? NSBOX_INIT_SECCOMP_FD + 1 : NSBOX_INIT_CTL_FD + 1;
+        for (int fd = 0; fd < 3; fd++) {
+                int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+                if (devnull >= 0 && devnull != fd) {
+                        dup2(devnull, fd);
+                        close(devnull);
+                } else if (devnull == fd) {
+                        fcntl(fd, F_SETFD, 0);
+                }
+        }
+        /* Everything else closes at execve (close_range with CLOEXEC keeps
+         * the init memfd usable for the execveat below). */
+        if (syscall(SYS_close_range, first_other, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */) < 0) {
+                nsbox_error(&err, errno, "close_range");
+                setup_fail(sync_fd, err);
+        }
+        prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);
+
+        char *const argv[] = { "nsbox-init", NULL };
+        char *const envp[] = { "PATH=/usr/local/bin:/usr/bin:/bin", NULL };
+        syscall(SYS_execveat, init_fd, "", argv, envp, AT_EMPTY_PATH);
+        nsbox_error(&err, errno, "exec nsbox-init");
+        setup_fail(sync_fd, err);
+}

@@ -1,0 +1,23 @@
+/* The child side of sandbox creation: runs in the process clone()d by the
+ * manager into new user and pid namespaces, and ends by exec'ing nsbox-init. */
+#pragma once
+
+#include <stdint.h>
+
+/* Sent by the manager over the sync socket once the id maps are written and
+ * the overlay root is mounted. */
+struct setup_go {
+        uint32_t magic;
+};
+#define SETUP_GO_MAGIC 0x6e73676fu
+
+struct sandbox_setup {
+        int sync_fd;        /* child's end of the control socketpair */
+        int init_memfd;     /* sealed memfd holding nsbox-init */
+        int seccomp_fd;     /* memfd with the compiled BPF program, or -1 */
+        const char *root;   /* host path of the sandbox's overlay mount */
+        const char *hostname;
+};
+
+/* Never returns: execs nsbox-init, or reports CTL_FAILED and exits. */
+__attribute__((noreturn)) void sandbox_setup_child(const struct sandbox_setup *setup);
