@@ -28,16 +28,16 @@ static inline void nsbox_errorp(nsbox_error_t **err)
         nsbox_error_free(err);
 }
 
-#define _cleanup_free_ _cleanup_(freep)
+#define _cleanup_free_  _cleanup_(freep)
 #define _cleanup_close_ _cleanup_(closep)
 #define _cleanup_error_ _cleanup_(nsbox_errorp)
 
 /* Hand ownership of a pointer or fd out of a cleanup-scoped variable. */
-#define steal_pointer(pp)                          \
-        ({                                         \
-                __typeof__(*(pp)) _tmp = *(pp);    \
-                *(pp) = NULL;                      \
-                _tmp;                              \
+#define steal_pointer(pp)                       \
+        ({                                      \
+                __typeof__(*(pp)) _tmp = *(pp); \
+                *(pp) = NULL;                   \
+                _tmp;                           \
         })
 
 static inline int steal_fd(int *fd)

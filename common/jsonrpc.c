@@ -9,14 +9,15 @@ static bool valid_id(const json_t *id)
         return json_is_string(id) || json_is_integer(id) || json_is_real(id) || json_is_null(id);
 }
 
-int jsonrpc_parse_request(const char *line, size_t len, struct jsonrpc_request *out, const char **error_message)
+int jsonrpc_parse_request(const char *line, size_t len, struct jsonrpc_request *out,
+                          const char **error_message)
 {
         json_error_t jerr;
         memset(out, 0, sizeof(*out));
 
         /* NUL bytes inside strings are refused by jansson unless asked for;
          * nesting depth is capped by jansson (JSON_PARSER_MAX_DEPTH). */
-        out->message = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+        out->message = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
         if (out->message == NULL) {
                 *error_message = "parse error: not valid JSON";
                 return JSONRPC_PARSE_ERROR;

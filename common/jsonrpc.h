@@ -22,7 +22,8 @@ struct jsonrpc_request {
 /* Parse and validate one request line. On failure returns a negative
  * JSON-RPC code and *error_message says why; *id_out is the request id when
  * one could be recovered (borrowed from *message_out, which the caller frees). */
-int jsonrpc_parse_request(const char *line, size_t len, struct jsonrpc_request *out, const char **error_message);
+int jsonrpc_parse_request(const char *line, size_t len, struct jsonrpc_request *out,
+                          const char **error_message);
 void jsonrpc_request_clear(struct jsonrpc_request *req);
 
 /* Build messages (new references). `kind` may be NULL for protocol errors. */

@@ -142,7 +142,8 @@ void *base64_decode(const char *text, size_t len, size_t *out_len)
                                 return NULL;
                         }
                 }
-                uint32_t x = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 | (uint32_t)v[3];
+                uint32_t x =
+                    (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 | (uint32_t)v[3];
                 out[o++] = (x >> 16) & 0xff;
                 if (pad < 2)
                         out[o++] = (x >> 8) & 0xff;

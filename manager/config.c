@@ -15,10 +15,10 @@
 enum option_kind { OPT_STRING, OPT_UINT };
 
 struct option_def {
-        const char *key;  /* config file key; flag is --key with '_' → '-' */
-        const char *env;  /* NSBOX_... */
+        const char *key; /* config file key; flag is --key with '_' → '-' */
+        const char *env; /* NSBOX_... */
         enum option_kind kind;
-        size_t offset;    /* into struct nsbox_config, or SIZE_MAX for defaults.* */
+        size_t offset; /* into struct nsbox_config, or SIZE_MAX for defaults.* */
         unsigned long long max;
         const char *help;
 };
@@ -36,14 +36,16 @@ static const struct option_def options[] = {
         { "log_level", "NSBOX_LOG_LEVEL", OPT_STRING, CFG(log_level), 0, "error, warn, info or debug" },
         { "max_request_bytes", "NSBOX_MAX_REQUEST_BYTES", OPT_UINT, CFG(max_request_bytes), 1ull << 32,
           "longest request line" },
-        { "max_sandboxes", "NSBOX_MAX_SANDBOXES", OPT_UINT, CFG(max_sandboxes), 100000, "live sandboxes at most" },
+        { "max_sandboxes", "NSBOX_MAX_SANDBOXES", OPT_UINT, CFG(max_sandboxes), 100000,
+          "live sandboxes at most" },
         { "max_connections", "NSBOX_MAX_CONNECTIONS", OPT_UINT, CFG(max_connections), 100000,
           "client connections at most" },
         { "uid_pool_base", "NSBOX_UID_POOL_BASE", OPT_UINT, CFG(uid_pool_base), UINT_MAX - NSBOX_UID_RANGE,
           "first host uid given to sandboxes" },
         { "uid_pool_ranges", "NSBOX_UID_POOL_RANGES", OPT_UINT, CFG(uid_pool_ranges), 60000,
           "number of 65536-id ranges in the pool" },
-        { "memory_bytes", "NSBOX_MEMORY_BYTES", OPT_UINT, NONE, POLICY_MAX_MEMORY_BYTES, "default memory limit" },
+        { "memory_bytes", "NSBOX_MEMORY_BYTES", OPT_UINT, NONE, POLICY_MAX_MEMORY_BYTES,
+          "default memory limit" },
         { "pids", "NSBOX_PIDS", OPT_UINT, NONE, POLICY_MAX_PIDS, "default pids limit" },
         { "disk_bytes", "NSBOX_DISK_BYTES", OPT_UINT, NONE, POLICY_MAX_DISK_BYTES, "default disk limit" },
         { "idle_timeout_seconds", "NSBOX_IDLE_TIMEOUT_SECONDS", OPT_UINT, NONE, POLICY_MAX_IDLE_SECONDS,
@@ -232,11 +234,13 @@ int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_
         }
         if (config->max_request_bytes < 1024)
                 return nsbox_error(err, EINVAL, "max_request_bytes must be at least 1024");
-        if ((unsigned long long)config->uid_pool_base + (unsigned long long)config->uid_pool_ranges * NSBOX_UID_RANGE >
+        if ((unsigned long long)config->uid_pool_base +
+                (unsigned long long)config->uid_pool_ranges * NSBOX_UID_RANGE >
             UINT_MAX)
                 return nsbox_error(err, EINVAL, "uid pool runs past the largest uid");
         if (config->uid_pool_base < NSBOX_UID_RANGE)
-                return nsbox_error(err, EINVAL, "uid_pool_base must be at least 65536 (host system ids live below)");
+                return nsbox_error(err, EINVAL,
+                                   "uid_pool_base must be at least 65536 (host system ids live below)");
         return 0;
 }
 

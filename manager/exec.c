@@ -126,8 +126,9 @@ static void stream_chunk(struct exec *ex, int which, const char *data, size_t le
 {
         if (ex->req == NULL || len == 0)
                 return;
-        _cleanup_json_ json_t *params = json_pack("{s:s, s:s, s:o}", "exec_id", ex->id, "stream",
-                                                  stream_names[which], "data", output_to_json(data, len, ex->base64));
+        _cleanup_json_ json_t *params =
+            json_pack("{s:s, s:s, s:o}", "exec_id", ex->id, "stream", stream_names[which], "data",
+                      output_to_json(data, len, ex->base64));
         if (params != NULL)
                 rpc_notify(ex->req, "exec.output", params);
 }
@@ -260,20 +261,22 @@ static json_t *exec_result(struct exec *ex)
                         signal = json_integer(WTERMSIG(ex->wait_status));
         }
         long long end = ex->end_mono ? ex->end_mono : now_monotonic_ms();
-        json_t *stdout_json = ex->stream ? json_string("") : output_to_json(ex->out[0].data, ex->out[0].len, ex->base64);
+        json_t *stdout_json =
+            ex->stream ? json_string("") : output_to_json(ex->out[0].data, ex->out[0].len, ex->base64);
         json_t *stderr_json;
         if (ex->start_error != NULL) {
                 char message[1024];
                 snprintf(message, sizeof(message), "nsbox: cannot run the command: %s\n", ex->start_error);
                 stderr_json = json_string(message);
         } else {
-                stderr_json = ex->stream ? json_string("") : output_to_json(ex->out[1].data, ex->out[1].len, ex->base64);
+                stderr_json = ex->stream ? json_string("")
+                                         : output_to_json(ex->out[1].data, ex->out[1].len, ex->base64);
         }
-        return json_pack("{s:s, s:o, s:o, s:o, s:o, s:b, s:b, s:b, s:I, s:s, s:b}", "exec_id", ex->id, "exit_code",
-                         exit_code, "signal", signal, "stdout", stdout_json, "stderr", stderr_json, "truncated",
-                         ex->truncated, "timed_out", ex->timed_out, "oom_killed", 0, "duration_ms",
-                         (json_int_t)(end - ex->start_mono), "encoding", ex->base64 ? "base64" : "utf-8",
-                         "running", !ex->finished);
+        return json_pack("{s:s, s:o, s:o, s:o, s:o, s:b, s:b, s:b, s:I, s:s, s:b}", "exec_id", ex->id,
+                         "exit_code", exit_code, "signal", signal, "stdout", stdout_json, "stderr",
+                         stderr_json, "truncated", ex->truncated, "timed_out", ex->timed_out, "oom_killed", 0,
+                         "duration_ms", (json_int_t)(end - ex->start_mono), "encoding",
+                         ex->base64 ? "base64" : "utf-8", "running", !ex->finished);
 }
 
 static void exec_finish(struct exec *ex)
@@ -337,7 +340,8 @@ void exec_on_control(struct sandbox *sb, const void *data, size_t len)
                         if (ex->background && ex->req != NULL) {
                                 struct rpc_request *req = ex->req;
                                 ex->req = NULL;
-                                rpc_reply_result(req, json_pack("{s:s, s:i}", "exec_id", ex->id, "pid", ex->pid));
+                                rpc_reply_result(req,
+                                                 json_pack("{s:s, s:i}", "exec_id", ex->id, "pid", ex->pid));
                         }
                 }
                 break;
@@ -387,10 +391,10 @@ void exec_sandbox_gone(struct sandbox *sb)
 /* --- request parsing -------------------------------------------------- */
 
 struct exec_params {
-        json_t *argv;    /* borrowed array of strings */
+        json_t *argv; /* borrowed array of strings */
         const char *command;
         const char *cwd;
-        json_t *env;     /* borrowed object */
+        json_t *env; /* borrowed object */
         const char *stdin_text;
         size_t stdin_len;
         bool root;
@@ -406,9 +410,10 @@ static bool has_nul(json_t *s)
 
 static int parse_exec_params(json_t *p, struct exec_params *out, nsbox_error_t **err)
 {
-        static const char *const known[] = { "sandbox_id", "argv",   "command",    "cwd",      "env",
-                                             "stdin",      "user",   "timeout_seconds", "stream", "background",
-                                             "encoding",   "max_output_bytes", NULL };
+        static const char *const known[] = { "sandbox_id", "argv",       "command",  "cwd",
+                                             "env",        "stdin",      "user",     "timeout_seconds",
+                                             "stream",     "background", "encoding", "max_output_bytes",
+                                             NULL };
         const char *key;
         json_t *v;
         json_object_foreach(p, key, v)
@@ -431,7 +436,8 @@ static int parse_exec_params(json_t *p, struct exec_params *out, nsbox_error_t *
         if (command != NULL && json_is_null(command))
                 command = NULL;
         if ((argv == NULL) == (command == NULL))
-                return nsbox_error(err, EINVAL, "give exactly one of argv (array of strings) or command (string)");
+                return nsbox_error(err, EINVAL,
+                                   "give exactly one of argv (array of strings) or command (string)");
         size_t total = 0;
         if (argv != NULL) {
                 if (!json_is_array(argv) || json_array_size(argv) == 0)
@@ -475,8 +481,10 @@ static int parse_exec_params(json_t *p, struct exec_params *out, nsbox_error_t *
                 json_object_foreach(env, k, val) total += strlen(k) + json_string_length(val) + 2;
         }
         if (total > EXEC_MAX_ARGS_BYTES)
-                return nsbox_error(err, E2BIG, "argv, command and env together exceed %u bytes; write large "
-                                               "programs to a file first", EXEC_MAX_ARGS_BYTES);
+                return nsbox_error(err, E2BIG,
+                                   "argv, command and env together exceed %u bytes; write large "
+                                   "programs to a file first",
+                                   EXEC_MAX_ARGS_BYTES);
         json_t *in = json_object_get(p, "stdin");
         if (in != NULL && !json_is_null(in)) {
                 if (!json_is_string(in))
@@ -488,8 +496,8 @@ static int parse_exec_params(json_t *p, struct exec_params *out, nsbox_error_t *
         }
         json_t *user = json_object_get(p, "user");
         if (user != NULL && !json_is_null(user)) {
-                if (!json_is_string(user) ||
-                    (strcmp(json_string_value(user), "root") != 0 && strcmp(json_string_value(user), "sandbox") != 0))
+                if (!json_is_string(user) || (strcmp(json_string_value(user), "root") != 0 &&
+                                              strcmp(json_string_value(user), "sandbox") != 0))
                         return nsbox_error(err, EINVAL, "user must be \"sandbox\" or \"root\"");
                 out->root = strcmp(json_string_value(user), "root") == 0;
         }
@@ -565,11 +573,12 @@ static int payload_add_env(char **buf, size_t *len, size_t *cap, const char *key
 static int build_env(struct sandbox *sb, const struct exec_params *p, char **buf, size_t *len, size_t *cap,
                      unsigned *count)
 {
-        _cleanup_json_ json_t *env = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "PATH",
-                                               "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                                               "HOME", p->root ? "/root" : "/workspace", "USER",
-                                               p->root ? "root" : "sandbox", "LOGNAME", p->root ? "root" : "sandbox",
-                                               "LANG", "C.UTF-8", "MPLBACKEND", "Agg", "PYTHONDONTWRITEBYTECODE", "1");
+        _cleanup_json_ json_t *env =
+            json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "PATH",
+                      "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME",
+                      p->root ? "/root" : "/workspace", "USER", p->root ? "root" : "sandbox", "LOGNAME",
+                      p->root ? "root" : "sandbox", "LANG", "C.UTF-8", "MPLBACKEND", "Agg",
+                      "PYTHONDONTWRITEBYTECODE", "1");
         if (env == NULL)
                 return -ENOMEM;
         if (sb->policy.env)
@@ -667,7 +676,8 @@ static int exec_start(struct sandbox *sb, struct exec *ex, const struct exec_par
                 json_t *a;
                 json_array_foreach(p->argv, i, a)
                 {
-                        if ((r = payload_add(&payload, &len, &cap, json_string_value(a), json_string_length(a))) < 0)
+                        if ((r = payload_add(&payload, &len, &cap, json_string_value(a),
+                                             json_string_length(a))) < 0)
                                 return nsbox_error(err, -r, "exec request");
                         argc++;
                 }

@@ -33,7 +33,8 @@ json_t *images_list(void)
                 json_t *manifest = json_load_file(path, 0, NULL);
                 json_t *entry = json_pack("{s:s}", "name", de->d_name);
                 if (json_is_object(manifest)) {
-                        static const char *const keys[] = { "distribution", "suite", "python_version", "build_date" };
+                        static const char *const keys[] = { "distribution", "suite", "python_version",
+                                                            "build_date" };
                         for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
                                 json_t *v = json_object_get(manifest, keys[i]);
                                 if (v != NULL)

@@ -49,8 +49,8 @@ static bool check_fields(struct rpc_request *req, const char *const *known)
                 for (const char *const *k = known; *k; k++)
                         found |= strcmp(*k, key) == 0;
                 if (!found) {
-                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "unknown field \"%.64s\"",
-                                        key);
+                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                        "unknown field \"%.64s\"", key);
                         return false;
                 }
         }
@@ -156,7 +156,8 @@ static void method_sandbox_list(struct rpc_request *req)
                         continue;
                 json_array_append_new(list, sandbox_to_json(sb, false));
         }
-        rpc_reply_result(req, json_pack("{s:o, s:i}", "sandboxes", list, "count", (int)json_array_size(list)));
+        rpc_reply_result(req,
+                         json_pack("{s:o, s:i}", "sandboxes", list, "count", (int)json_array_size(list)));
 }
 
 static void method_sandbox_info(struct rpc_request *req)
@@ -168,8 +169,9 @@ static void method_sandbox_info(struct rpc_request *req)
         if (sb == NULL)
                 return;
         json_t *info = sandbox_to_json(sb, false);
-        json_object_set_new(info, "stats", json_pack("{s:n, s:n, s:n, s:n, s:i}", "memory_bytes", "memory_peak_bytes",
-                                                     "cpu_usage_us", "pids", "oom_kills", 0));
+        json_object_set_new(info, "stats",
+                            json_pack("{s:n, s:n, s:n, s:n, s:i}", "memory_bytes", "memory_peak_bytes",
+                                      "cpu_usage_us", "pids", "oom_kills", 0));
         rpc_reply_result(req, info);
 }
 
@@ -190,8 +192,8 @@ static void method_sandbox_remove(struct rpc_request *req)
         if (sb == NULL)
                 return;
         if (sb->running_execs > 0 && !force) {
-                rpc_reply_fail(req, "busy", "sandbox %s has %u running exec(s); use force to kill them", sb->id,
-                               sb->running_execs);
+                rpc_reply_fail(req, "busy", "sandbox %s has %u running exec(s); use force to kill them",
+                               sb->id, sb->running_execs);
                 return;
         }
         log_info("sandbox %s: remove requested by uid %u%s", sb->id, req->uid, force ? " (force)" : "");

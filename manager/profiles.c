@@ -12,7 +12,7 @@
 #include "daemon.h"
 #include "log.h"
 #include "policy.h"
-#include "seccomp.h"
+#include "seccomp_profile.h"
 
 struct profile {
         char name[64];

@@ -52,8 +52,8 @@ int rootfs_mount_overlay(const char *dir, const char *image_rootfs, pid_t pid, n
 
         /* A private clone of the image mount, idmapped so that the image's
          * root-owned files belong to this sandbox's root and no one else's. */
-        _cleanup_close_ int tree = (int)syscall(SYS_open_tree, AT_FDCWD, image_rootfs,
-                                                OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+        _cleanup_close_ int tree =
+            (int)syscall(SYS_open_tree, AT_FDCWD, image_rootfs, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
         if (tree < 0)
                 return nsbox_error(err, errno, "open_tree %s", image_rootfs);
         struct mount_attr attr = {
@@ -61,15 +61,16 @@ int rootfs_mount_overlay(const char *dir, const char *image_rootfs, pid_t pid, n
                 .userns_fd = (uint64_t)userns,
         };
         if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)
-                return nsbox_error(err, errno, "idmap the image %s (kernel or filesystem without idmapped mounts?)",
+                return nsbox_error(err, errno,
+                                   "idmap the image %s (kernel or filesystem without idmapped mounts?)",
                                    image_rootfs);
         snprintf(lower, sizeof(lower), "%s/lower", dir);
         if (syscall(SYS_move_mount, tree, "", AT_FDCWD, lower, MOVE_MOUNT_F_EMPTY_PATH) < 0)
                 return nsbox_error(err, errno, "attach the idmapped image at %s", lower);
 
         snprintf(path, sizeof(path), "%s/root", dir);
-        snprintf(options, sizeof(options), "lowerdir=%s,upperdir=%s/disk/upper,workdir=%s/disk/work,volatile", lower,
-                 dir, dir);
+        snprintf(options, sizeof(options), "lowerdir=%s,upperdir=%s/disk/upper,workdir=%s/disk/work,volatile",
+                 lower, dir, dir);
         int r = 0;
         if (mount("nsbox", path, "overlay", MS_NOSUID | MS_NODEV, options) < 0)
                 r = nsbox_error(err, errno, "mount overlay on %s", path);

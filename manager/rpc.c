@@ -274,7 +274,8 @@ static void conn_read(struct rpc_conn *conn)
                 conn->in = grown;
                 conn->in_cap = cap;
         }
-        ssize_t n = recv(conn->source->fd, conn->in + conn->in_len, conn->in_cap - conn->in_len, MSG_DONTWAIT);
+        ssize_t n =
+            recv(conn->source->fd, conn->in + conn->in_len, conn->in_cap - conn->in_len, MSG_DONTWAIT);
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
                 conn_close(conn);
                 return;

@@ -42,7 +42,7 @@ void rpc_server_stop(void);
 /* result: stolen reference. */
 void rpc_reply_result(struct rpc_request *req, json_t *result);
 void rpc_reply_error(struct rpc_request *req, int code, const char *kind, const char *fmt, ...)
-        __attribute__((format(printf, 4, 5)));
+    __attribute__((format(printf, 4, 5)));
 /* Application error (-32000) with a data.kind. */
 #define rpc_reply_fail(req, kind, ...) rpc_reply_error(req, JSONRPC_APP_ERROR, kind, __VA_ARGS__)
 

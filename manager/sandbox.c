@@ -115,14 +115,16 @@ json_t *sandbox_to_json(const struct sandbox *sb, bool existing)
         char created[40], used[40];
         format_timestamp(sb->created_at_ms, created, sizeof(created));
         format_timestamp(sb->last_used_ms, used, sizeof(used));
-        json_t *j = json_pack("{s:s, s:s?, s:s, s:s, s:s, s:s, s:o, s:b, s:i, s:s, s:i}", "sandbox_id", sb->id,
-                              "session_id", sb->policy.session_id[0] ? sb->policy.session_id : NULL, "state",
-                              sandbox_state_name(sb->state), "created_at", created, "last_used", used, "image",
-                              sb->policy.image, "limits", policy_limits_to_json(&sb->policy.limits), "existing",
-                              existing, "idle_timeout_seconds", (int)sb->policy.idle_timeout_seconds, "network",
-                              sb->policy.network, "running_execs", (int)sb->running_execs);
+        json_t *j =
+            json_pack("{s:s, s:s?, s:s, s:s, s:s, s:s, s:o, s:b, s:i, s:s, s:i}", "sandbox_id", sb->id,
+                      "session_id", sb->policy.session_id[0] ? sb->policy.session_id : NULL, "state",
+                      sandbox_state_name(sb->state), "created_at", created, "last_used", used, "image",
+                      sb->policy.image, "limits", policy_limits_to_json(&sb->policy.limits), "existing",
+                      existing, "idle_timeout_seconds", (int)sb->policy.idle_timeout_seconds, "network",
+                      sb->policy.network, "running_execs", (int)sb->running_execs);
         if (j != NULL)
-                json_object_set_new(j, "labels", sb->policy.labels ? json_deep_copy(sb->policy.labels) : json_object());
+                json_object_set_new(j, "labels",
+                                    sb->policy.labels ? json_deep_copy(sb->policy.labels) : json_object());
         return j;
 }
 
@@ -209,7 +211,8 @@ static void sandbox_finalize(struct sandbox *sb)
         }
         if (failed_create) {
                 log_warn("sandbox %s: create failed: %s", sb->id, sb->failure ? sb->failure : "init exited");
-                run_waiters(&sb->create_waiters, NULL, sb->failure ? sb->failure : "sandbox init exited during setup");
+                run_waiters(&sb->create_waiters, NULL,
+                            sb->failure ? sb->failure : "sandbox init exited during setup");
         } else {
                 log_info("sandbox %s: removed", sb->id);
         }
@@ -259,8 +262,9 @@ static void on_control(struct loop_source *source, uint32_t events)
                                 /* The sandbox holds its own copies; nothing stays mounted on the host. */
                                 rootfs_detach(sb->dir);
                                 sandbox_touch(sb);
-                                log_info("sandbox %s: created for uid %u (host uids %u-%u)", sb->id, sb->owner,
-                                         sb->host_uid_base, sb->host_uid_base + NSBOX_UID_RANGE - 1);
+                                log_info("sandbox %s: created for uid %u (host uids %u-%u)", sb->id,
+                                         sb->owner, sb->host_uid_base,
+                                         sb->host_uid_base + NSBOX_UID_RANGE - 1);
                                 run_waiters(&sb->create_waiters, sb, NULL);
                         } else if (msg.hdr.type == CTL_FAILED && (size_t)n >= sizeof(struct ctl_failed)) {
                                 msg.failed.message[sizeof(msg.failed.message) - 1] = '\0';
@@ -289,7 +293,8 @@ static int sandbox_spawn(struct sandbox *sb, nsbox_error_t **err)
         int r;
 
         char image_rootfs[4096];
-        snprintf(image_rootfs, sizeof(image_rootfs), "%s/%s/rootfs", nsboxd.config.image_dir, sb->policy.image);
+        snprintf(image_rootfs, sizeof(image_rootfs), "%s/%s/rootfs", nsboxd.config.image_dir,
+                 sb->policy.image);
         struct stat st;
         if (stat(image_rootfs, &st) < 0 || !S_ISDIR(st.st_mode))
                 return nsbox_error(err, ENOENT, "image \"%s\" not found in %s (build it with make image)",
@@ -359,7 +364,8 @@ int sandbox_create(uid_t owner, struct sandbox_policy *policy, sandbox_ready_cb 
 {
         if (nsboxd.n_sandboxes >= nsboxd.config.max_sandboxes) {
                 policy_clear(policy);
-                return nsbox_error(err, EUSERS, "at most %u sandboxes may exist", nsboxd.config.max_sandboxes);
+                return nsbox_error(err, EUSERS, "at most %u sandboxes may exist",
+                                   nsboxd.config.max_sandboxes);
         }
         struct sandbox *sb = calloc(1, sizeof(*sb));
         if (sb == NULL) {
@@ -428,7 +434,8 @@ void sandbox_reap_idle(void)
                 if (sb->state != SANDBOX_RUNNING || sb->running_execs > 0)
                         continue;
                 if (now - sb->last_active_mono >= (long long)sb->policy.idle_timeout_seconds * 1000) {
-                        log_info("sandbox %s: idle for %us, reaping", sb->id, sb->policy.idle_timeout_seconds);
+                        log_info("sandbox %s: idle for %us, reaping", sb->id,
+                                 sb->policy.idle_timeout_seconds);
                         sb->state = SANDBOX_STOPPING;
                         sandbox_kill(sb);
                 }

@@ -20,8 +20,8 @@ struct sandbox {
         uid_t owner;
         enum sandbox_state state;
         struct sandbox_policy policy;
-        long long created_at_ms;   /* wall clock */
-        long long last_used_ms;    /* wall clock */
+        long long created_at_ms;    /* wall clock */
+        long long last_used_ms;     /* wall clock */
         long long last_active_mono; /* monotonic, for idle reaping */
 
         pid_t pid; /* host pid of the init */

@@ -16,17 +16,22 @@
 /* As Docker and runc mask them: kernel memory, keys, timers and scheduler
  * internals of the host, and the trigger that reboots it. */
 static const char *const masked_files[] = {
-        "proc/kcore",       "proc/keys",         "proc/latency_stats", "proc/timer_list",
-        "proc/timer_stats", "proc/sched_debug",  "proc/sysrq-trigger", "proc/kallsyms",
-        "proc/kmsg",        "proc/config.gz",    "proc/pagetypeinfo",  "proc/slabinfo",
-        "proc/vmallocinfo", "proc/buddyinfo",    "proc/zoneinfo",
+        "proc/kcore",       "proc/keys",        "proc/latency_stats", "proc/timer_list",
+        "proc/timer_stats", "proc/sched_debug", "proc/sysrq-trigger", "proc/kallsyms",
+        "proc/kmsg",        "proc/config.gz",   "proc/pagetypeinfo",  "proc/slabinfo",
+        "proc/vmallocinfo", "proc/buddyinfo",   "proc/zoneinfo",
 };
 static const char *const masked_dirs[] = {
-        "proc/acpi", "proc/asound", "proc/scsi", "proc/driver", "sys/firmware", "sys/devices/virtual/powercap",
-        "sys/kernel/debug", "sys/kernel/tracing", "sys/kernel/security", "sys/fs/bpf",
+        "proc/acpi",        "proc/asound",        "proc/scsi",
+        "proc/driver",      "sys/firmware",       "sys/devices/virtual/powercap",
+        "sys/kernel/debug", "sys/kernel/tracing", "sys/kernel/security",
+        "sys/fs/bpf",
 };
 static const char *const readonly_dirs[] = {
-        "proc/sys", "proc/bus", "proc/fs", "proc/irq",
+        "proc/sys",
+        "proc/bus",
+        "proc/fs",
+        "proc/irq",
 };
 static const char *const device_nodes[] = { "null", "zero", "full", "random", "urandom", "tty" };
 
@@ -150,7 +155,8 @@ int mounts_enter_root(const char *root, nsbox_error_t **err)
 {
         int r;
 
-        if ((r = setup_proc(root, err)) < 0 || (r = setup_dev(root, err)) < 0 || (r = setup_sys(root, err)) < 0)
+        if ((r = setup_proc(root, err)) < 0 || (r = setup_dev(root, err)) < 0 ||
+            (r = setup_sys(root, err)) < 0)
                 return r;
         for (size_t i = 0; i < ARRAY_SIZE(masked_dirs); i++) {
                 if ((r = mask_dir(root, masked_dirs[i], err)) < 0)

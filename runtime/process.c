@@ -42,8 +42,8 @@ static int drop_all_capabilities(void)
                 return -1;
         /* Lock root out of regaining capabilities on execve of any binary. */
         unsigned bits = SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
-                        SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE |
-                        SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
+                        SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED |
+                        SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
         if (prctl(PR_SET_SECUREBITS, bits, 0, 0, 0) < 0)
                 return -1;
         return 0;

@@ -24,7 +24,8 @@
 static __attribute__((noreturn)) void setup_fail(int sync_fd, nsbox_error_t *err)
 {
         struct ctl_failed msg = { .hdr = { CTL_FAILED, 0 }, .errnum = err ? err->errnum : EIO };
-        snprintf(msg.message, sizeof(msg.message), "%s", err && err->message ? err->message : "sandbox setup");
+        snprintf(msg.message, sizeof(msg.message), "%s",
+                 err && err->message ? err->message : "sandbox setup");
         ctl_send(sync_fd, &msg, sizeof(msg), NULL, 0, NULL, 0);
         _exit(1);
 }

@@ -12,10 +12,10 @@ struct setup_go {
 #define SETUP_GO_MAGIC 0x6e73676fu
 
 struct sandbox_setup {
-        int sync_fd;        /* child's end of the control socketpair */
-        int init_memfd;     /* sealed memfd holding nsbox-init */
-        int seccomp_fd;     /* memfd with the compiled BPF program, or -1 */
-        const char *root;   /* host path of the sandbox's overlay mount */
+        int sync_fd;      /* child's end of the control socketpair */
+        int init_memfd;   /* sealed memfd holding nsbox-init */
+        int seccomp_fd;   /* memfd with the compiled BPF program, or -1 */
+        const char *root; /* host path of the sandbox's overlay mount */
         const char *hostname;
 };
 

@@ -35,7 +35,7 @@
 #include <linux/bpf.h>
 
 #include "cleanup.h"
-#include "seccomp.h"
+#include "seccomp_profile.h"
 
 #define DOCKER_PROFILE  "../shared/compat/docker-default-seccomp.json"
 #define DEFAULT_PROFILE "seccomp-profiles/default.json"

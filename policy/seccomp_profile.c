@@ -5,7 +5,7 @@
  * sub-architectures, `includes`/`excludes` are evaluated against the sandbox
  * (no capabilities at all, the native architecture, the running kernel), and
  * syscall names this libseccomp does not know are skipped. */
-#include "seccomp.h"
+#include "seccomp_profile.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -25,7 +25,7 @@
 
 #include <linux/seccomp.h>
 
-#include <libseccomp.h>
+#include <seccomp.h>
 
 #include "cleanup.h"
 #include "json_cleanup.h"

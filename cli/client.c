@@ -1,0 +1,166 @@
+#include "client.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "json_cleanup.h"
+#include "jsonrpc.h"
+
+#define CLIENT_MAX_LINE (1u << 30)
+
+struct client {
+        int fd;
+        long long next_id;
+        char *buf;
+        size_t len, cap;
+};
+
+const char *client_socket_path(const char *flag)
+{
+        if (flag != NULL)
+                return flag;
+        const char *env = getenv("NSBOX_SOCKET");
+        return env && env[0] ? env : "/run/nsbox/nsbox.sock";
+}
+
+int client_connect(const char *path, struct client **out, nsbox_error_t **err)
+{
+        struct sockaddr_un addr = { .sun_family = AF_UNIX };
+        if (strlen(path) >= sizeof(addr.sun_path))
+                return nsbox_error(err, ENAMETOOLONG, "socket path %s", path);
+        strcpy(addr.sun_path, path);
+        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return nsbox_error(err, errno, "socket");
+        if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0)
+                return nsbox_error(err, errno, "connect to nsboxd at %s", path);
+        struct client *c = calloc(1, sizeof(*c));
+        if (c == NULL)
+                return nsbox_error(err, ENOMEM, "client");
+        c->fd = steal_fd(&fd);
+        c->next_id = 1;
+        *out = c;
+        return 0;
+}
+
+void client_close(struct client *c)
+{
+        if (c == NULL)
+                return;
+        close(c->fd);
+        free(c->buf);
+        free(c);
+}
+
+int client_fd(const struct client *c)
+{
+        return c->fd;
+}
+
+static int write_all(int fd, const char *p, size_t len)
+{
+        while (len > 0) {
+                ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                p += n;
+                len -= n;
+        }
+        return 0;
+}
+
+int client_send(struct client *c, const char *method, json_t *params, long long *id_out, nsbox_error_t **err)
+{
+        long long id = c->next_id++;
+        _cleanup_json_ json_t *req = json_pack("{s:s, s:I, s:s, s:O}", "jsonrpc", "2.0", "id", (json_int_t)id,
+                                               "method", method, "params", params ? params : json_object());
+        if (req == NULL)
+                return nsbox_error(err, ENOMEM, "build request");
+        size_t len;
+        _cleanup_free_ char *line = jsonrpc_serialize(req, &len);
+        if (line == NULL)
+                return nsbox_error(err, ENOMEM, "serialize request");
+        int r = write_all(c->fd, line, len);
+        if (r < 0)
+                return nsbox_error(err, -r, "send %s to nsboxd", method);
+        if (id_out)
+                *id_out = id;
+        return 0;
+}
+
+/* Next complete line as a JSON value (new reference). */
+static int read_message(struct client *c, json_t **out, nsbox_error_t **err)
+{
+        for (;;) {
+                ssize_t nl = jsonrpc_find_newline(c->buf ? c->buf : "", c->len);
+                if (nl >= 0) {
+                        json_error_t jerr;
+                        *out = json_loadb(c->buf, nl, JSON_ALLOW_NUL, &jerr);
+                        memmove(c->buf, c->buf + nl + 1, c->len - nl - 1);
+                        c->len -= nl + 1;
+                        if (*out == NULL)
+                                return nsbox_error(err, EPROTO, "nsboxd sent invalid JSON: %s", jerr.text);
+                        return 0;
+                }
+                if (c->cap - c->len < 65536) {
+                        if (c->cap >= CLIENT_MAX_LINE)
+                                return nsbox_error(err, E2BIG, "reply from nsboxd too large");
+                        size_t cap = c->cap ? c->cap * 2 : 131072;
+                        char *grown = realloc(c->buf, cap);
+                        if (grown == NULL)
+                                return nsbox_error(err, ENOMEM, "reply buffer");
+                        c->buf = grown;
+                        c->cap = cap;
+                }
+                ssize_t n = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return nsbox_error(err, errno, "read from nsboxd");
+                if (n == 0)
+                        return nsbox_error(err, ECONNRESET, "nsboxd closed the connection");
+                c->len += n;
+        }
+}
+
+int client_call(struct client *c, const char *method, json_t *params, client_notify_cb notify, void *data,
+                json_t **result, json_t **error_out, nsbox_error_t **err)
+{
+        long long id;
+        int r = client_send(c, method, params, &id, err);
+        if (r < 0)
+                return r;
+        for (;;) {
+                _cleanup_json_ json_t *msg = NULL;
+                if ((r = read_message(c, &msg, err)) < 0)
+                        return r;
+                json_t *mid = json_object_get(msg, "id");
+                if (mid == NULL) {
+                        json_t *m = json_object_get(msg, "method");
+                        if (notify != NULL && json_is_string(m))
+                                notify(json_string_value(m), json_object_get(msg, "params"), data);
+                        continue;
+                }
+                if (!json_is_integer(mid) || json_integer_value(mid) != id)
+                        continue; /* a reply to a request sent with client_send */
+                json_t *error = json_object_get(msg, "error");
+                if (error != NULL) {
+                        json_t *message = json_object_get(error, "message");
+                        if (error_out)
+                                *error_out = json_incref(error);
+                        return nsbox_error(err, 0, "%s",
+                                           json_is_string(message) ? json_string_value(message) : "error");
+                }
+                *result = json_incref(json_object_get(msg, "result"));
+                return *result ? 0 : nsbox_error(err, EPROTO, "reply without result");
+        }
+}

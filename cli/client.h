@@ -1,0 +1,26 @@
+/* A blocking JSON-RPC client of nsboxd, used by the CLI and the MCP server. */
+#pragma once
+
+#include <jansson.h>
+
+#include "error.h"
+
+struct client;
+
+typedef void (*client_notify_cb)(const char *method, json_t *params, void *data);
+
+/* The socket from --socket, else $NSBOX_SOCKET, else the default. */
+const char *client_socket_path(const char *flag);
+
+int client_connect(const char *path, struct client **out, nsbox_error_t **err);
+void client_close(struct client *c);
+int client_fd(const struct client *c);
+
+/* Send a request and wait for its response; notifications that arrive in
+ * between go to `notify`. On success *result is a new reference. On a
+ * JSON-RPC error returns -EPROTO with *err holding the message and
+ * *error_out (if given) the error object (new reference). */
+int client_call(struct client *c, const char *method, json_t *params, client_notify_cb notify, void *data,
+                json_t **result, json_t **error_out, nsbox_error_t **err);
+/* Send a request without waiting (for cancellation and pipelining). */
+int client_send(struct client *c, const char *method, json_t *params, long long *id_out, nsbox_error_t **err);

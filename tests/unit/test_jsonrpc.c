@@ -1,0 +1,236 @@
+/* JSON-RPC framing and request validation, and the policy checks applied to
+ * sandbox.create params. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cleanup.h"
+#include "jsonrpc.h"
+#include "policy.h"
+#include "textenc.h"
+
+static int parse(const char *line, struct jsonrpc_request *req, const char **why)
+{
+        return jsonrpc_parse_request(line, strlen(line), req, why);
+}
+
+static void test_valid_request_parses(void **state)
+{
+        struct jsonrpc_request req;
+        const char *why = NULL;
+        assert_int_equal(parse("{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"server.info\",\"params\":{\"a\":1}}", &req,
+                               &why),
+                         0);
+        assert_string_equal(req.method, "server.info");
+        assert_int_equal(json_integer_value(req.id), 7);
+        assert_int_equal(json_integer_value(json_object_get(req.params, "a")), 1);
+        jsonrpc_request_clear(&req);
+}
+
+static void test_missing_params_become_empty_object(void **state)
+{
+        struct jsonrpc_request req;
+        const char *why = NULL;
+        assert_int_equal(parse("{\"jsonrpc\":\"2.0\",\"id\":\"x\",\"method\":\"m\"}", &req, &why), 0);
+        assert_true(json_is_object(req.params));
+        assert_int_equal(json_object_size(req.params), 0);
+        jsonrpc_request_clear(&req);
+        assert_int_equal(parse("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\",\"params\":null}", &req, &why), 0);
+        assert_true(json_is_object(req.params));
+        jsonrpc_request_clear(&req);
+}
+
+static void test_bad_requests_get_the_right_code(void **state)
+{
+        static const struct {
+                const char *line;
+                int code;
+        } cases[] = {
+                { "{", JSONRPC_PARSE_ERROR },
+                { "not json", JSONRPC_PARSE_ERROR },
+                { "{\"a\":1,\"a\":2}", JSONRPC_PARSE_ERROR },
+                { "[1,2]", JSONRPC_INVALID_REQUEST },
+                { "\"str\"", JSONRPC_INVALID_REQUEST },
+                { "{\"id\":1,\"method\":\"m\"}", JSONRPC_INVALID_REQUEST },
+                { "{\"jsonrpc\":\"1.0\",\"id\":1,\"method\":\"m\"}", JSONRPC_INVALID_REQUEST },
+                { "{\"jsonrpc\":\"2.0\",\"id\":1}", JSONRPC_INVALID_REQUEST },
+                { "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":5}", JSONRPC_INVALID_REQUEST },
+                { "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"\"}", JSONRPC_INVALID_REQUEST },
+                { "{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"m\"}", JSONRPC_INVALID_REQUEST },
+                { "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\",\"params\":[1]}", JSONRPC_INVALID_PARAMS },
+                { "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\",\"params\":\"x\"}", JSONRPC_INVALID_PARAMS },
+                /* NUL inside a string is refused at parse time. */
+                { "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\\u0000x\"}", JSONRPC_PARSE_ERROR },
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+                struct jsonrpc_request req;
+                const char *why = NULL;
+                int code = parse(cases[i].line, &req, &why);
+                if (code != cases[i].code)
+                        fail_msg("%s: got %d, want %d", cases[i].line, code, cases[i].code);
+                assert_non_null(why);
+                jsonrpc_request_clear(&req);
+        }
+}
+
+static void test_id_is_recovered_for_error_replies(void **state)
+{
+        struct jsonrpc_request req;
+        const char *why = NULL;
+        assert_int_equal(parse("{\"jsonrpc\":\"2.0\",\"id\":42,\"params\":{}}", &req, &why), JSONRPC_INVALID_REQUEST);
+        assert_non_null(req.id);
+        assert_int_equal(json_integer_value(req.id), 42);
+        jsonrpc_request_clear(&req);
+}
+
+static void test_deep_nesting_is_refused_not_crashing(void **state)
+{
+        size_t depth = 200000;
+        char *line = malloc(depth * 2 + 1);
+        memset(line, '[', depth);
+        memset(line + depth, ']', depth);
+        line[depth * 2] = '\0';
+        struct jsonrpc_request req;
+        const char *why = NULL;
+        assert_int_equal(parse(line, &req, &why), JSONRPC_PARSE_ERROR);
+        jsonrpc_request_clear(&req);
+        free(line);
+}
+
+static void test_serialize_is_one_compact_line(void **state)
+{
+        json_t *msg = jsonrpc_result(json_integer(3), json_pack("{s:s}", "text", "a\nb"));
+        size_t len;
+        char *line = jsonrpc_serialize(msg, &len);
+        assert_non_null(line);
+        assert_int_equal(line[len - 1], '\n');
+        assert_null(memchr(line, '\n', len - 1));
+        assert_null(strchr(line, ' '));
+        assert_int_equal(jsonrpc_find_newline(line, len), (ssize_t)len - 1);
+        free(line);
+        json_decref(msg);
+}
+
+static void test_error_reply_shape(void **state)
+{
+        json_t *msg = jsonrpc_error(NULL, JSONRPC_APP_ERROR, "not_found", "no sandbox x");
+        assert_true(json_is_null(json_object_get(msg, "id")));
+        json_t *error = json_object_get(msg, "error");
+        assert_int_equal(json_integer_value(json_object_get(error, "code")), -32000);
+        assert_string_equal(json_string_value(json_object_get(json_object_get(error, "data"), "kind")), "not_found");
+        json_decref(msg);
+}
+
+static void test_find_newline_on_split_input(void **state)
+{
+        assert_int_equal(jsonrpc_find_newline("{\"a\"", 4), -1);
+        assert_int_equal(jsonrpc_find_newline("{}\n{}", 5), 2);
+        assert_int_equal(jsonrpc_find_newline("", 0), -1);
+}
+
+static void test_policy_defaults_and_overrides(void **state)
+{
+        struct sandbox_policy defaults, p;
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        policy_defaults(&defaults);
+        json_t *params = json_pack("{s:s, s:{s:I, s:f}, s:{s:s}}", "session_id", "abc", "limits", "memory_bytes",
+                                   (json_int_t)(64 << 20), "cpus", 0.5, "env", "A", "1");
+        assert_int_equal(policy_from_json(&defaults, params, &p, &err), 0);
+        assert_string_equal(p.session_id, "abc");
+        assert_int_equal(p.limits.memory_bytes, 64 << 20);
+        assert_int_equal(p.limits.pids, 256);
+        assert_true(p.limits.cpus == 0.5);
+        policy_clear(&p);
+        json_decref(params);
+}
+
+static void test_policy_rejects_bad_params(void **state)
+{
+        static const char *const bad[] = {
+                "{\"limits\":{\"memory_bytes\":-1}}",
+                "{\"limits\":{\"memory_bytes\":\"1G\"}}",
+                "{\"limits\":{\"cpus\":0}}",
+                "{\"limits\":{\"pids\":1e9}}",
+                "{\"limits\":{\"swap\":1}}",
+                "{\"limits\":[]}",
+                "{\"image\":\"../etc\"}",
+                "{\"image\":\".hidden\"}",
+                "{\"seccomp_profile\":\"/etc/passwd\"}",
+                "{\"network\":\"host\"}",
+                "{\"env\":{\"A=B\":\"x\"}}",
+                "{\"env\":{\"A\":1}}",
+                "{\"env\":[\"A=1\"]}",
+                "{\"labels\":{\"a\":null}}",
+                "{\"session_id\":\"\"}",
+                "{\"session_id\":5}",
+                "{\"idle_timeout_seconds\":0}",
+                "{\"memroy\":1}",
+        };
+        struct sandbox_policy defaults, p;
+        policy_defaults(&defaults);
+        for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+                _cleanup_error_ nsbox_error_t *err = NULL;
+                json_t *params = json_loads(bad[i], 0, NULL);
+                assert_non_null(params);
+                if (policy_from_json(&defaults, params, &p, &err) == 0)
+                        fail_msg("accepted %s", bad[i]);
+                assert_non_null(err);
+                json_decref(params);
+        }
+}
+
+static void test_utf8_repair(void **state)
+{
+        size_t n;
+        char *s = utf8_make_valid("ok\xff\xc3\xa9\xe2\x82", 7, &n);
+        assert_string_equal(s, "ok\xef\xbf\xbd\xc3\xa9\xef\xbf\xbd");
+        free(s);
+        s = utf8_make_valid("\xed\xa0\x80", 3, &n); /* a surrogate is not UTF-8 */
+        assert_null(strstr(s, "\xed\xa0\x80"));
+        free(s);
+        assert_int_equal(utf8_complete_prefix("ab\xe2\x82", 4), 2);
+        assert_int_equal(utf8_complete_prefix("ab\xe2\x82\xac", 5), 5);
+        assert_int_equal(utf8_complete_prefix("ab\xff", 3), 3);
+}
+
+static void test_base64_round_trip(void **state)
+{
+        const unsigned char data[] = { 0, 1, 2, 250, 255, 'x', 0 };
+        for (size_t len = 0; len <= sizeof(data); len++) {
+                size_t elen, dlen;
+                char *enc = base64_encode(data, len, &elen);
+                unsigned char *dec = base64_decode(enc, elen, &dlen);
+                assert_non_null(dec);
+                assert_int_equal(dlen, len);
+                assert_memory_equal(dec, data, len);
+                free(enc);
+                free(dec);
+        }
+        size_t n;
+        assert_null(base64_decode("abc", 3, &n));
+        assert_null(base64_decode("a=bc", 4, &n));
+        assert_null(base64_decode("ab!c", 4, &n));
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_valid_request_parses),
+                cmocka_unit_test(test_missing_params_become_empty_object),
+                cmocka_unit_test(test_bad_requests_get_the_right_code),
+                cmocka_unit_test(test_id_is_recovered_for_error_replies),
+                cmocka_unit_test(test_deep_nesting_is_refused_not_crashing),
+                cmocka_unit_test(test_serialize_is_one_compact_line),
+                cmocka_unit_test(test_error_reply_shape),
+                cmocka_unit_test(test_find_newline_on_split_input),
+                cmocka_unit_test(test_policy_defaults_and_overrides),
+                cmocka_unit_test(test_policy_rejects_bad_params),
+                cmocka_unit_test(test_utf8_repair),
+                cmocka_unit_test(test_base64_round_trip),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
