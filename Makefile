@@ -49,7 +49,7 @@ all: $(BINS)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(SAN) -MMD -MP -c $< -o $@
+	@echo "  CC $<"; $(CC) $(CFLAGS) $(SAN) -MMD -MP -c $< -o $@
 
 $(BUILD)/libnsbox.a: $(call obj,$(LIB_SRC))
 	@mkdir -p $(dir $@)
@@ -67,13 +67,16 @@ $(BUILD)/nsbox-init: $(patsubst %.c,$(BUILD)/obj/init/%.o,$(INIT_SRC) common/err
 	$(CC) -static -o $@ $^ -l:libcap.a
 $(BUILD)/obj/init/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+	@echo "  CC $< (init)"; $(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libnsbox.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(SAN) -o $@ $< $(BUILD)/libnsbox.a $(LIBS) -lcmocka
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+# Suites with their own setup keep their rules beside their tests.
+include tests/vm/vm.mk tests/fuzz/fuzz.mk tests/mcp/mcp.mk
 
 # --- setup -----------------------------------------------------------------
 # Install only what is missing, non-interactively; `apt-get update` only when
@@ -108,7 +111,9 @@ test: deps-test
 	$(MAKE) image
 	$(MAKE) test-format
 	$(MAKE) test-unit
+	$(MAKE) test-fuzz
 	$(MAKE) test-integration
+	$(MAKE) test-vm
 
 test-format:
 	@bad=$$(for f in $$(git ls-files '*.c' '*.h'); do \

@@ -44,6 +44,8 @@ static const struct option_def options[] = {
           "first host uid given to sandboxes" },
         { "uid_pool_ranges", "NSBOX_UID_POOL_RANGES", OPT_UINT, CFG(uid_pool_ranges), 60000,
           "number of 65536-id ranges in the pool" },
+        { "allow_degraded", "NSBOX_ALLOW_DEGRADED", OPT_UINT, CFG(allow_degraded), 1,
+          "1: run sandboxes unlimited where cgroups cannot limit them" },
         { "memory_bytes", "NSBOX_MEMORY_BYTES", OPT_UINT, NONE, POLICY_MAX_MEMORY_BYTES,
           "default memory limit" },
         { "pids", "NSBOX_PIDS", OPT_UINT, NONE, POLICY_MAX_PIDS, "default pids limit" },
@@ -79,6 +81,8 @@ static int set_value(struct nsbox_config *config, const struct option_def *opt, 
                 config->uid_pool_base = v;
         else if (strcmp(opt->key, "uid_pool_ranges") == 0)
                 config->uid_pool_ranges = v;
+        else if (strcmp(opt->key, "allow_degraded") == 0)
+                config->allow_degraded = v;
         else if (strcmp(opt->key, "memory_bytes") == 0)
                 config->defaults.limits.memory_bytes = v;
         else if (strcmp(opt->key, "pids") == 0)

@@ -22,6 +22,7 @@ struct nsbox_config {
         unsigned max_connections;
         uid_t uid_pool_base; /* first host uid of the per-sandbox ranges */
         unsigned uid_pool_ranges;
+        unsigned allow_degraded; /* run sandboxes even where limits cannot be enforced */
         struct sandbox_policy defaults;
 };
 

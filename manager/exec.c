@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <uuid/uuid.h>
 
+#include "cgroup.h"
 #include "cleanup.h"
 #include "daemon.h"
 #include "json_cleanup.h"
@@ -58,7 +59,8 @@ struct exec {
         struct loop_source *timer;
         unsigned timeout_s;
         pid_t pid;
-        bool started, exited, timed_out, killed;
+        bool started, exited, timed_out, killed, has_cgroup;
+        uint64_t oom_kills_at_start;
         int wait_status;
         int start_errno;
         char *start_error;
@@ -106,6 +108,11 @@ static int arm_timer(struct exec *ex, long long ms)
 
 static void exec_send_kill(struct exec *ex, int sig)
 {
+        /* The exec's cgroup leaf holds its whole tree, setsid'd and
+         * double-forked descendants too; the init's process-group kill is the
+         * fallback where there are no cgroups. */
+        if (sig == SIGKILL && ex->has_cgroup)
+                cgroup_exec_kill(ex->sb->cgroup, ex->number);
         if (ex->sb->ctl == NULL || !ex->started || ex->exited)
                 return;
         struct ctl_kill msg = { .hdr = { CTL_KILL, ex->number }, .signal = sig };
@@ -274,7 +281,9 @@ static json_t *exec_result(struct exec *ex)
         }
         return json_pack("{s:s, s:o, s:o, s:o, s:o, s:b, s:b, s:b, s:I, s:s, s:b}", "exec_id", ex->id,
                          "exit_code", exit_code, "signal", signal, "stdout", stdout_json, "stderr",
-                         stderr_json, "truncated", ex->truncated, "timed_out", ex->timed_out, "oom_killed", 0,
+                         stderr_json, "truncated", ex->truncated, "timed_out", ex->timed_out, "oom_killed",
+                         ex->sb->cgroup != NULL &&
+                             cgroup_sandbox_oom_kills(ex->sb->cgroup) > ex->oom_kills_at_start,
                          "duration_ms", (json_int_t)(end - ex->start_mono), "encoding",
                          ex->base64 ? "base64" : "utf-8", "running", !ex->finished);
 }
@@ -304,6 +313,10 @@ static void exec_finish(struct exec *ex)
         if (ex->sb->running_execs > 0)
                 ex->sb->running_execs--;
         sandbox_touch(ex->sb);
+        if (ex->has_cgroup && ex->sb->cgroup != NULL) {
+                cgroup_exec_destroy(ex->sb->cgroup, ex->number);
+                ex->has_cgroup = false;
+        }
 
         json_t *result = exec_result(ex);
         int code = ex->exited && WIFEXITED(ex->wait_status) ? WEXITSTATUS(ex->wait_status) : -1;
@@ -699,9 +712,17 @@ static int exec_start(struct sandbox *sb, struct exec *ex, const struct exec_par
                 memcpy(ex->stdin_data, p->stdin_text, p->stdin_len);
                 ex->stdin_len = p->stdin_len;
         }
-        int child_fds[3];
+        int child_fds[4] = { -1, -1, -1, -1 };
         if ((r = exec_open_pipes(ex, child_fds, err)) < 0)
                 return r;
+        ex->oom_kills_at_start = cgroup_sandbox_oom_kills(sb->cgroup);
+        if ((r = cgroup_exec_create(sb->cgroup, ex->number, &child_fds[3], err)) < 0) {
+                for (int i = 0; i < 3; i++)
+                        close(child_fds[i]);
+                return r;
+        }
+        ex->has_cgroup = child_fds[3] >= 0;
+        unsigned nfds = ex->has_cgroup ? 4 : 3;
 
         struct ctl_exec hdr = {
                 .hdr = { CTL_EXEC, ex->number },
@@ -712,8 +733,8 @@ static int exec_start(struct sandbox *sb, struct exec *ex, const struct exec_par
                 .flags = CTL_EXEC_SEARCH_PATH,
                 .payload_len = (uint32_t)len,
         };
-        ssize_t n = ctl_send(sb->ctl->fd, &hdr, sizeof(hdr), payload, len, child_fds, 3);
-        for (int i = 0; i < 3; i++)
+        ssize_t n = ctl_send(sb->ctl->fd, &hdr, sizeof(hdr), payload, len, child_fds, nfds);
+        for (unsigned i = 0; i < nfds; i++)
                 close(child_fds[i]);
         if (n < 0)
                 return nsbox_error(err, (int)-n, "send the exec request to the sandbox init");
@@ -744,6 +765,8 @@ void exec_handle_request(struct rpc_request *req, struct sandbox *sb)
         sandbox_touch(sb);
         if (exec_start(sb, ex, &p, &err) < 0) {
                 sb->running_execs--;
+                if (ex->has_cgroup)
+                        cgroup_exec_destroy(sb->cgroup, ex->number);
                 exec_unlink(ex);
                 exec_free(ex);
                 rpc_reply_fail(req, "internal", "%s", err->message);

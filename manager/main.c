@@ -15,6 +15,7 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include "cgroup.h"
 #include "cleanup.h"
 #include "daemon.h"
 #include "log.h"
@@ -149,7 +150,8 @@ int main(int argc, char **argv)
                 return 1;
         }
         nsboxd.init_memfd = load_init_binary(nsboxd.config.init_path, &err);
-        if (nsboxd.init_memfd < 0 || sandbox_registry_init(&err) < 0 || setup_signals_and_timers(&err) < 0 ||
+        if (nsboxd.init_memfd < 0 || cgroup_init(nsboxd.config.allow_degraded, &err) < 0 ||
+            sandbox_registry_init(&err) < 0 || setup_signals_and_timers(&err) < 0 ||
             profiles_get(nsboxd.config.defaults.seccomp_profile, &err) < 0 ||
             make_socket_dir(nsboxd.config.socket_path, &err) < 0) {
                 log_error("%s", err->message);
@@ -165,8 +167,9 @@ int main(int argc, char **argv)
                 log_error("%s", err->message);
                 return 1;
         }
-        log_info("listening on %s (state %s, images %s)", nsboxd.config.socket_path, nsboxd.config.state_dir,
-                 nsboxd.config.image_dir);
+        log_info("listening on %s (state %s, images %s, cgroup %s%s)", nsboxd.config.socket_path,
+                 nsboxd.config.state_dir, nsboxd.config.image_dir, cgroup_mode_name(),
+                 cgroup_degraded() ? ", limits NOT enforced" : "");
 
         while (!nsboxd.stopping) {
                 r = loop_run_once(nsboxd.loop, -1);

@@ -8,9 +8,11 @@
 #include <sys/utsname.h>
 #include <uuid/uuid.h>
 
+#include "cgroup.h"
 #include "cleanup.h"
 #include "daemon.h"
 #include "exec.h"
+#include "fs.h"
 #include "images.h"
 #include "json_cleanup.h"
 #include "log.h"
@@ -76,9 +78,11 @@ static void method_server_info(struct rpc_request *req)
         struct utsname u;
         uname(&u);
         json_t *features = json_pack("[s, s, s, s]", "idmapped-image", "seccomp", "session_id", "stream");
+        if (cgroup_degraded())
+                json_array_append_new(features, json_string("limits-not-enforced"));
         rpc_reply_result(req, json_pack("{s:s, s:s, s:s, s:s, s:i, s:i, s:o, s:o}", "version", NSBOX_VERSION,
-                                        "kernel", u.release, "cgroup", "none", "uid_isolation", "per-sandbox",
-                                        "sandboxes", (int)nsboxd.n_sandboxes, "max_sandboxes",
+                                        "kernel", u.release, "cgroup", cgroup_mode_name(), "uid_isolation",
+                                        "per-sandbox", "sandboxes", (int)nsboxd.n_sandboxes, "max_sandboxes",
                                         (int)nsboxd.config.max_sandboxes, "images", images_list(), "features",
                                         features));
 }
@@ -169,9 +173,7 @@ static void method_sandbox_info(struct rpc_request *req)
         if (sb == NULL)
                 return;
         json_t *info = sandbox_to_json(sb, false);
-        json_object_set_new(info, "stats",
-                            json_pack("{s:n, s:n, s:n, s:n, s:i}", "memory_bytes", "memory_peak_bytes",
-                                      "cpu_usage_us", "pids", "oom_kills", 0));
+        json_object_set_new(info, "stats", cgroup_sandbox_stats(sb->cgroup));
         rpc_reply_result(req, info);
 }
 
@@ -208,6 +210,23 @@ static void method_sandbox_exec(struct rpc_request *req)
         exec_handle_request(req, sb);
 }
 
+/* fs.*: every method names a sandbox the caller must own. */
+#define FS_METHOD(name)                                       \
+        static void method_fs_##name(struct rpc_request *req) \
+        {                                                     \
+                struct sandbox *sb = require_sandbox(req);    \
+                if (sb != NULL) {                             \
+                        sandbox_touch(sb);                    \
+                        fs_method_##name(req, sb);            \
+                }                                             \
+        }
+FS_METHOD(list)
+FS_METHOD(read)
+FS_METHOD(write)
+FS_METHOD(remove)
+FS_METHOD(mkdir)
+FS_METHOD(stat)
+
 const struct rpc_method nsboxd_methods[] = {
         { "server.info", method_server_info },
         { "sandbox.create", method_sandbox_create },
@@ -215,5 +234,11 @@ const struct rpc_method nsboxd_methods[] = {
         { "sandbox.info", method_sandbox_info },
         { "sandbox.remove", method_sandbox_remove },
         { "sandbox.exec", method_sandbox_exec },
+        { "fs.list", method_fs_list },
+        { "fs.read", method_fs_read },
+        { "fs.write", method_fs_write },
+        { "fs.remove", method_fs_remove },
+        { "fs.mkdir", method_fs_mkdir },
+        { "fs.stat", method_fs_stat },
         { NULL, NULL },
 };

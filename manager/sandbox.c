@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <uuid/uuid.h>
 
+#include "cgroup.h"
 #include "cleanup.h"
 #include "daemon.h"
 #include "exec.h"
@@ -204,6 +205,10 @@ static void sandbox_finalize(struct sandbox *sb)
                 sb->pidfd = NULL;
         }
         exec_sandbox_gone(sb);
+        if (sb->cgroup != NULL) {
+                cgroup_sandbox_destroy(sb->cgroup);
+                sb->cgroup = NULL;
+        }
         if (sb->dir != NULL) {
                 rootfs_detach(sb->dir);
                 if (rootfs_remove_dir(sb->dir, &err) < 0)
@@ -222,6 +227,8 @@ static void sandbox_finalize(struct sandbox *sb)
 
 static void sandbox_kill(struct sandbox *sb)
 {
+        if (sb->cgroup != NULL)
+                cgroup_sandbox_kill(sb->cgroup);
         if (sb->pidfd != NULL)
                 syscall(SYS_pidfd_send_signal, sb->pidfd->fd, SIGKILL, NULL, 0);
 }
@@ -277,13 +284,20 @@ static void on_control(struct loop_source *source, uint32_t events)
         }
 }
 
-static pid_t clone_sandbox_process(int *pidfd)
+/* fork()-like: the child continues here. nsboxd is single-threaded, so the
+ * child may use everything the parent had. */
+static pid_t clone_sandbox_process(int *pidfd, int cgroup_fd)
 {
         struct clone_args args = {
                 .flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_PIDFD,
                 .pidfd = (uint64_t)(uintptr_t)pidfd,
                 .exit_signal = SIGCHLD,
         };
+        if (cgroup_fd >= 0) {
+                /* Born inside its cgroup: not a single allocation escapes the limits. */
+                args.flags |= CLONE_INTO_CGROUP;
+                args.cgroup = (uint64_t)cgroup_fd;
+        }
         return (pid_t)syscall(SYS_clone3, &args, sizeof(args));
 }
 
@@ -319,8 +333,13 @@ static int sandbox_spawn(struct sandbox *sb, nsbox_error_t **err)
         _cleanup_close_ int child_end = sv[1];
         snprintf(path, sizeof(path), "%s/root", sb->dir);
 
+        int cgroup_fd = -1;
+        if ((r = cgroup_sandbox_create(sb->id, &sb->policy.limits, &sb->cgroup, &cgroup_fd, err)) < 0)
+                return r;
         int pidfd = -1;
-        pid_t pid = clone_sandbox_process(&pidfd);
+        pid_t pid = clone_sandbox_process(&pidfd, cgroup_fd);
+        if (cgroup_fd >= 0)
+                close(cgroup_fd);
         if (pid < 0)
                 return nsbox_error(err, errno, "clone into new user and pid namespaces");
         if (pid == 0) {
@@ -343,7 +362,8 @@ static int sandbox_spawn(struct sandbox *sb, nsbox_error_t **err)
                 return nsbox_error(err, errno, "watch the sandbox init");
         }
         /* From here on a failure kills the child; on_pidfd cleans up. */
-        if ((r = write_id_maps(pid, sb->host_uid_base, err)) < 0 ||
+        if ((r = cgroup_sandbox_attach(sb->cgroup, pid, err)) < 0 ||
+            (r = write_id_maps(pid, sb->host_uid_base, err)) < 0 ||
             (r = rootfs_mount_overlay(sb->dir, image_rootfs, pid, err)) < 0)
                 return r;
 

@@ -27,6 +27,7 @@ struct sandbox {
         pid_t pid; /* host pid of the init */
         struct loop_source *pidfd;
         struct loop_source *ctl;
+        struct sandbox_cgroup *cgroup;
         unsigned uid_slot;
         uid_t host_uid_base;
         char *dir;

@@ -315,8 +315,11 @@ probe_image() {
                 /usr/bin/python3 -c '
 import importlib.metadata, io, json, platform, sys
 import numpy, pandas, matplotlib, PIL
-if matplotlib.get_backend().lower() != "agg":
-    sys.exit("matplotlib backend is %r, not Agg" % matplotlib.get_backend())
+# The raw rc value: get_backend() would fall back to Agg on a headless
+# build host anyway and so prove nothing about /etc/matplotlibrc.
+backend = dict.__getitem__(matplotlib.rcParams, "backend")
+if backend.lower() != "agg":
+    sys.exit("matplotlib backend from %s is %r, not Agg" % (matplotlib.matplotlib_fname(), backend))
 # Importing is not using: draw one chart from a DataFrame, headless.
 import matplotlib.pyplot as plt
 frame = pandas.DataFrame({"x": numpy.arange(5), "y": numpy.arange(5) ** 2})

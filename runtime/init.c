@@ -95,7 +95,7 @@ static void handle_exec(int ctl, const struct ctl_exec *req, size_t len, int *fd
         char **argv, **envp;
         char message[CTL_MAX_ERROR];
 
-        if (nfds != 3) {
+        if (nfds != 3 && nfds != 4) {
                 send_failed(ctl, req->hdr.exec_id, EINVAL, "exec request without three stdio fds");
                 return;
         }
@@ -116,6 +116,7 @@ static void handle_exec(int ctl, const struct ctl_exec *req, size_t len, int *fd
                 .gid = req->gid,
                 .search_path = (req->flags & CTL_EXEC_SEARCH_PATH) != 0,
                 .stdio = { fds[0], fds[1], fds[2] },
+                .cgroup_procs_fd = nfds == 4 ? fds[3] : -1,
                 .seccomp = seccomp_program.len > 0 ? &seccomp_program : NULL,
         };
         pid_t pid = process_spawn(&spec, message, sizeof(message));
@@ -162,9 +163,9 @@ static void reap_children(int ctl)
 /* Returns 0 to go on, -1 when the manager is gone. */
 static int handle_control(int ctl)
 {
-        int fds[3];
+        int fds[4];
         unsigned nfds = 0;
-        ssize_t n = ctl_recv(ctl, request_buffer, CTL_MAX_MESSAGE, fds, 3, &nfds);
+        ssize_t n = ctl_recv(ctl, request_buffer, CTL_MAX_MESSAGE, fds, 4, &nfds);
         if (n == 0)
                 return -1;
         if (n < 0)

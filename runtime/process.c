@@ -63,6 +63,10 @@ static int clear_capability_sets(void)
 
 static __attribute__((noreturn)) void child_exec(const struct process_spec *spec, int report_fd)
 {
+        /* Join the exec's own cgroup before anything else, so that the whole
+         * tree it forks, daemons included, can be killed as one. */
+        if (spec->cgroup_procs_fd >= 0 && write(spec->cgroup_procs_fd, "0\n", 2) != 2)
+                child_fail(report_fd, errno, "join the exec cgroup");
         sigset_t all;
         sigemptyset(&all);
         sigprocmask(SIG_SETMASK, &all, NULL);

@@ -13,6 +13,7 @@ struct process_spec {
         gid_t gid;
         int search_path;
         int stdio[3];
+        int cgroup_procs_fd;              /* write "0" here first to join the exec's cgroup; -1: none */
         const struct sock_fprog *seccomp; /* NULL: none */
 };
 

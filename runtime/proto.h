@@ -15,7 +15,7 @@
 
 enum ctl_type {
         /* manager → init */
-        CTL_EXEC = 1, /* + payload, + SCM_RIGHTS {stdin, stdout, stderr} */
+        CTL_EXEC = 1, /* + payload, + SCM_RIGHTS {stdin, stdout, stderr[, cgroup.procs]} */
         CTL_KILL,     /* kill one exec's process tree */
         /* init → manager */
         CTL_READY,   /* setup done, the init runs */

@@ -22,9 +22,10 @@ static void test_valid_request_parses(void **state)
 {
         struct jsonrpc_request req;
         const char *why = NULL;
-        assert_int_equal(parse("{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"server.info\",\"params\":{\"a\":1}}", &req,
-                               &why),
-                         0);
+        assert_int_equal(
+            parse("{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"server.info\",\"params\":{\"a\":1}}", &req,
+                  &why),
+            0);
         assert_string_equal(req.method, "server.info");
         assert_int_equal(json_integer_value(req.id), 7);
         assert_int_equal(json_integer_value(json_object_get(req.params, "a")), 1);
@@ -39,7 +40,8 @@ static void test_missing_params_become_empty_object(void **state)
         assert_true(json_is_object(req.params));
         assert_int_equal(json_object_size(req.params), 0);
         jsonrpc_request_clear(&req);
-        assert_int_equal(parse("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\",\"params\":null}", &req, &why), 0);
+        assert_int_equal(parse("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\",\"params\":null}", &req, &why),
+                         0);
         assert_true(json_is_object(req.params));
         jsonrpc_request_clear(&req);
 }
@@ -62,7 +64,8 @@ static void test_bad_requests_get_the_right_code(void **state)
                 { "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"\"}", JSONRPC_INVALID_REQUEST },
                 { "{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"m\"}", JSONRPC_INVALID_REQUEST },
                 { "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\",\"params\":[1]}", JSONRPC_INVALID_PARAMS },
-                { "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\",\"params\":\"x\"}", JSONRPC_INVALID_PARAMS },
+                { "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\",\"params\":\"x\"}",
+                  JSONRPC_INVALID_PARAMS },
                 /* NUL inside a string is refused at parse time. */
                 { "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\\u0000x\"}", JSONRPC_PARSE_ERROR },
         };
@@ -81,7 +84,8 @@ static void test_id_is_recovered_for_error_replies(void **state)
 {
         struct jsonrpc_request req;
         const char *why = NULL;
-        assert_int_equal(parse("{\"jsonrpc\":\"2.0\",\"id\":42,\"params\":{}}", &req, &why), JSONRPC_INVALID_REQUEST);
+        assert_int_equal(parse("{\"jsonrpc\":\"2.0\",\"id\":42,\"params\":{}}", &req, &why),
+                         JSONRPC_INVALID_REQUEST);
         assert_non_null(req.id);
         assert_int_equal(json_integer_value(req.id), 42);
         jsonrpc_request_clear(&req);
@@ -121,7 +125,8 @@ static void test_error_reply_shape(void **state)
         assert_true(json_is_null(json_object_get(msg, "id")));
         json_t *error = json_object_get(msg, "error");
         assert_int_equal(json_integer_value(json_object_get(error, "code")), -32000);
-        assert_string_equal(json_string_value(json_object_get(json_object_get(error, "data"), "kind")), "not_found");
+        assert_string_equal(json_string_value(json_object_get(json_object_get(error, "data"), "kind")),
+                            "not_found");
         json_decref(msg);
 }
 
@@ -137,8 +142,8 @@ static void test_policy_defaults_and_overrides(void **state)
         struct sandbox_policy defaults, p;
         _cleanup_error_ nsbox_error_t *err = NULL;
         policy_defaults(&defaults);
-        json_t *params = json_pack("{s:s, s:{s:I, s:f}, s:{s:s}}", "session_id", "abc", "limits", "memory_bytes",
-                                   (json_int_t)(64 << 20), "cpus", 0.5, "env", "A", "1");
+        json_t *params = json_pack("{s:s, s:{s:I, s:f}, s:{s:s}}", "session_id", "abc", "limits",
+                                   "memory_bytes", (json_int_t)(64 << 20), "cpus", 0.5, "env", "A", "1");
         assert_int_equal(policy_from_json(&defaults, params, &p, &err), 0);
         assert_string_equal(p.session_id, "abc");
         assert_int_equal(p.limits.memory_bytes, 64 << 20);

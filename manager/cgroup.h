@@ -1,0 +1,47 @@
+/* Resource limits of sandboxes: cgroup v2 (delegated subtree) with a v1 /
+ * hybrid fallback. nsboxd works inside the cgroup it was started in. */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "error.h"
+#include "policy.h"
+
+enum cgroup_mode { CGROUP_NONE, CGROUP_V1, CGROUP_V2 };
+
+struct sandbox_cgroup;
+
+/* Find nsboxd's own cgroup(s), move nsboxd into a leaf of its own where v2
+ * needs it, enable the controllers. With allow_degraded, a host without
+ * usable controllers runs sandboxes unlimited (and says so); without it,
+ * init fails naming what is missing. */
+int cgroup_init(bool allow_degraded, nsbox_error_t **err);
+enum cgroup_mode cgroup_mode(void);
+const char *cgroup_mode_name(void); /* "v2", "v1" or "none" */
+bool cgroup_degraded(void);         /* limits are not enforced */
+
+/* Before clone: the sandbox's cgroup(s) with limits applied. *clone_fd is a
+ * v2 directory fd for clone3(CLONE_INTO_CGROUP), or -1 (then attach). */
+int cgroup_sandbox_create(const char *id, const struct sandbox_limits *limits, struct sandbox_cgroup **out,
+                          int *clone_fd, nsbox_error_t **err);
+/* Move pid (the sandbox init) in; a no-op when CLONE_INTO_CGROUP did it. */
+int cgroup_sandbox_attach(struct sandbox_cgroup *cg, pid_t pid, nsbox_error_t **err);
+/* SIGKILL every process of the sandbox (cgroup.kill on v2). */
+void cgroup_sandbox_kill(struct sandbox_cgroup *cg);
+/* Once every process is gone: remove the directories, free cg. */
+void cgroup_sandbox_destroy(struct sandbox_cgroup *cg);
+/* {memory_bytes, memory_peak_bytes, cpu_usage_us, pids, oom_kills}; nulls where unknown. */
+json_t *cgroup_sandbox_stats(struct sandbox_cgroup *cg);
+uint64_t cgroup_sandbox_oom_kills(struct sandbox_cgroup *cg);
+
+/* A fresh leaf for one exec: *procs_fd is an fd of the leaf's cgroup.procs
+ * that the exec's first process writes "0" to before execve, or -1 when
+ * there are no cgroups. The whole tree of the exec stays in the leaf. */
+int cgroup_exec_create(struct sandbox_cgroup *cg, uint32_t exec_number, int *procs_fd, nsbox_error_t **err);
+/* SIGKILL every process in the exec's leaf, including daemonized ones. */
+void cgroup_exec_kill(struct sandbox_cgroup *cg, uint32_t exec_number);
+/* The exec is over: kill what is left in its leaf and remove it. */
+void cgroup_exec_destroy(struct sandbox_cgroup *cg, uint32_t exec_number);

@@ -1,0 +1,26 @@
+/* File access into a sandbox from the manager: fs.* methods and helpers for
+ * python.run. Resolution never leaves the sandbox's root. */
+#pragma once
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "error.h"
+#include "rpc.h"
+
+struct sandbox;
+
+void fs_method_list(struct rpc_request *req, struct sandbox *sb);
+void fs_method_read(struct rpc_request *req, struct sandbox *sb);
+void fs_method_write(struct rpc_request *req, struct sandbox *sb);
+void fs_method_remove(struct rpc_request *req, struct sandbox *sb);
+void fs_method_mkdir(struct rpc_request *req, struct sandbox *sb);
+void fs_method_stat(struct rpc_request *req, struct sandbox *sb);
+
+/* Write a regular file (created or truncated, parents created) owned by the
+ * sandbox user. `path` is a sandbox path (relative = under /workspace). */
+int fs_write_file(struct sandbox *sb, const char *path, const void *data, size_t len, mode_t mode,
+                  nsbox_error_t **err);
+/* Read at most max_bytes of a regular file; *data is malloc'd. */
+int fs_read_file(struct sandbox *sb, const char *path, size_t max_bytes, char **data, size_t *len,
+                 nsbox_error_t **err);

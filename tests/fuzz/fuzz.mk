@@ -1,0 +1,4 @@
+# Bounded fuzzing of the request parser (make test-fuzz).
+.PHONY: test-fuzz
+test-fuzz:
+	@echo "test-fuzz: not built yet"
