@@ -51,8 +51,8 @@ void cgroup_sandbox_destroy(struct sandbox_cgroup *cg)
 
 json_t *cgroup_sandbox_stats(struct sandbox_cgroup *cg)
 {
-        return json_pack("{s:n, s:n, s:n, s:n, s:i}", "memory_bytes", "memory_peak_bytes", "cpu_usage_us", "pids",
-                         "oom_kills", 0);
+        return json_pack("{s:n, s:n, s:n, s:n, s:i}", "memory_bytes", "memory_peak_bytes", "cpu_usage_us",
+                         "pids", "oom_kills", 0);
 }
 
 uint64_t cgroup_sandbox_oom_kills(struct sandbox_cgroup *cg)

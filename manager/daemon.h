@@ -20,6 +20,9 @@ struct nsboxd {
 
 extern struct nsboxd nsboxd;
 
+/* Parse argv, serve until SIGTERM/SIGINT, clean up. Returns the exit code. */
+int nsboxd_main(int argc, char **argv);
+
 /* Wall clock in ms and a monotonic clock in ms. */
 long long now_realtime_ms(void);
 long long now_monotonic_ms(void);

@@ -391,20 +391,21 @@ if ! flock -n 9; then
         flock 9
 fi
 
+# Leftovers of a build that was killed -9 or lost power; we hold the lock,
+# so nothing else is using them.  Before the up-to-date check, because
+# a killed build can leave the cache and /proc mounted inside them.
+for stale in "$OUT/.$NAME.build."* "$OUT/.$NAME.old."*; do
+        [ -e "$stale" ] || continue
+        echo "image $NAME: removing stale $stale"
+        remove_tree "$stale"
+done
+
 INPUT_HASH=$(compute_input_hash)
 if [ "$FORCE" -eq 0 ] && [ -d "$FINAL/rootfs" ] && [ -f "$FINAL/manifest.json" ] &&
         [ "$(manifest_input_hash "$FINAL/manifest.json")" = "$INPUT_HASH" ]; then
         echo "image $NAME: up to date"
         exit 0
 fi
-
-# Leftovers of a build that was killed -9 or lost power; we hold the lock,
-# so nothing else is using them.
-for stale in "$OUT/.$NAME.build."* "$OUT/.$NAME.old."*; do
-        [ -e "$stale" ] || continue
-        echo "image $NAME: removing stale $stale"
-        remove_tree "$stale"
-done
 
 start=$SECONDS
 # Built inside OUT so that the final rename stays on one filesystem.
