@@ -48,7 +48,9 @@ struct exec {
         char id[37];
         uint32_t number;
         struct sandbox *sb;
-        struct rpc_request *req; /* the client waiting for the result, if any */
+        struct rpc_request *req;        /* the client waiting for the result, if any */
+        const struct exec_hooks *hooks; /* an internal caller instead of a client */
+        void *hooks_data;
         bool stream, background, base64, finished;
         struct output out[2];
         size_t max_output, total_output;
@@ -56,6 +58,8 @@ struct exec {
         struct loop_source *stdin_src;
         char *stdin_data;
         size_t stdin_len, stdin_off;
+        bool keep_stdin; /* attached: stdin stays open for exec_write_stdin() */
+        bool service;    /* not a client's work: not "busy", not activity */
         struct loop_source *timer;
         unsigned timeout_s;
         pid_t pid;
@@ -142,6 +146,10 @@ static void stream_chunk(struct exec *ex, int which, const char *data, size_t le
 
 static void output_append(struct exec *ex, int which, const char *data, size_t len)
 {
+        if (which == OUT_STDOUT && ex->hooks != NULL && ex->hooks->on_stdout != NULL) {
+                ex->hooks->on_stdout(ex, data, len, ex->hooks_data);
+                return;
+        }
         size_t room = ex->max_output > ex->total_output ? ex->max_output - ex->total_output : 0;
         if (len > room) {
                 ex->truncated = true;
@@ -220,6 +228,16 @@ static void on_output(struct loop_source *source, uint32_t events)
         }
 }
 
+static void stdin_close(struct exec *ex)
+{
+        if (ex->stdin_src != NULL)
+                loop_remove(nsboxd.loop, ex->stdin_src);
+        ex->stdin_src = NULL;
+        free(ex->stdin_data);
+        ex->stdin_data = NULL;
+        ex->stdin_len = ex->stdin_off = 0;
+}
+
 static void on_stdin(struct loop_source *source, uint32_t events)
 {
         struct exec *ex = source->data;
@@ -228,14 +246,57 @@ static void on_stdin(struct loop_source *source, uint32_t events)
                 if (n < 0) {
                         if (errno == EAGAIN || errno == EINTR)
                                 return;
-                        break; /* EPIPE: the process does not read its input */
+                        stdin_close(ex); /* EPIPE: the process does not read its input */
+                        return;
                 }
                 ex->stdin_off += n;
         }
-        loop_remove(nsboxd.loop, source);
-        ex->stdin_src = NULL;
-        free(ex->stdin_data);
-        ex->stdin_data = NULL;
+        if (!ex->keep_stdin) {
+                stdin_close(ex);
+                return;
+        }
+        /* Attached: everything queued is written; wait for more. */
+        ex->stdin_off = ex->stdin_len = 0;
+        loop_modify(nsboxd.loop, source, 0);
+}
+
+int exec_write_stdin(struct exec *ex, const void *buf, size_t len)
+{
+        if (ex->stdin_src == NULL || ex->finished)
+                return -EPIPE;
+        if (ex->stdin_len - ex->stdin_off + len > EXEC_MAX_STDIN_BYTES)
+                return -ENOBUFS;
+        if (ex->stdin_off > 0) {
+                memmove(ex->stdin_data, ex->stdin_data + ex->stdin_off, ex->stdin_len - ex->stdin_off);
+                ex->stdin_len -= ex->stdin_off;
+                ex->stdin_off = 0;
+        }
+        char *grown = realloc(ex->stdin_data, ex->stdin_len + len);
+        if (grown == NULL)
+                return -ENOMEM;
+        ex->stdin_data = grown;
+        memcpy(ex->stdin_data + ex->stdin_len, buf, len);
+        ex->stdin_len += len;
+        on_stdin(ex->stdin_src, EPOLLOUT);
+        if (ex->stdin_src != NULL && ex->stdin_len > ex->stdin_off)
+                loop_modify(nsboxd.loop, ex->stdin_src, EPOLLOUT);
+        return ex->stdin_src != NULL ? 0 : -EPIPE;
+}
+
+void exec_signal(struct exec *ex, int sig)
+{
+        exec_send_kill(ex, sig);
+}
+
+void exec_detach(struct exec *ex)
+{
+        ex->hooks = NULL;
+        ex->hooks_data = NULL;
+}
+
+const char *exec_id(const struct exec *ex)
+{
+        return ex->id;
 }
 
 static void on_timer(struct loop_source *source, uint32_t events)
@@ -288,6 +349,21 @@ static json_t *exec_result(struct exec *ex)
                          ex->base64 ? "base64" : "utf-8", "running", !ex->finished);
 }
 
+/* Finished background execs stay for exec.status/output; keep the newest few. */
+static void exec_forget_old(struct sandbox *sb)
+{
+        unsigned kept = 0;
+        for (struct exec **p = &sb->execs; *p != NULL;) {
+                struct exec *e = *p;
+                if (e->finished && ++kept > EXEC_KEEP_FINISHED) {
+                        *p = e->next;
+                        exec_free(e);
+                        continue;
+                }
+                p = &e->next;
+        }
+}
+
 static void exec_finish(struct exec *ex)
 {
         if (ex->finished)
@@ -310,9 +386,10 @@ static void exec_finish(struct exec *ex)
                         ex->out[i].source = NULL;
                 }
         }
-        if (ex->sb->running_execs > 0)
+        if (!ex->service && ex->sb->running_execs > 0)
                 ex->sb->running_execs--;
-        sandbox_touch(ex->sb);
+        if (!ex->service)
+                sandbox_touch(ex->sb);
         if (ex->has_cgroup && ex->sb->cgroup != NULL) {
                 cgroup_exec_destroy(ex->sb->cgroup, ex->number);
                 ex->has_cgroup = false;
@@ -322,16 +399,21 @@ static void exec_finish(struct exec *ex)
         int code = ex->exited && WIFEXITED(ex->wait_status) ? WEXITSTATUS(ex->wait_status) : -1;
         log_info("sandbox %s: exec %s ended: exit %d%s, %lld ms", ex->sb->id, ex->id, code,
                  ex->timed_out ? " (timed out)" : "", ex->end_mono - ex->start_mono);
+        stdin_close(ex);
         if (ex->req != NULL) {
                 struct rpc_request *req = ex->req;
                 ex->req = NULL;
                 rpc_reply_result(req, result);
         } else {
+                if (ex->hooks != NULL && ex->hooks->done != NULL)
+                        ex->hooks->done(ex, result, ex->hooks_data);
                 json_decref(result);
         }
         if (!ex->background) {
                 exec_unlink(ex);
                 exec_free(ex);
+        } else {
+                exec_forget_old(ex->sb);
         }
 }
 
@@ -657,8 +739,8 @@ static int exec_open_pipes(struct exec *ex, int child_fds[3], nsbox_error_t **er
         ex->out[1].source = loop_add(nsboxd.loop, errp[0], EPOLLIN, on_output, ex);
         if (ex->out[0].source == NULL || ex->out[1].source == NULL)
                 return nsbox_error(err, errno, "watch output pipes");
-        if (ex->stdin_data != NULL) {
-                ex->stdin_src = loop_add(nsboxd.loop, in[1], EPOLLOUT, on_stdin, ex);
+        if (ex->stdin_data != NULL || ex->keep_stdin) {
+                ex->stdin_src = loop_add(nsboxd.loop, in[1], ex->stdin_data ? EPOLLOUT : 0, on_stdin, ex);
                 if (ex->stdin_src == NULL)
                         return nsbox_error(err, errno, "watch stdin pipe");
         } else {
@@ -741,38 +823,175 @@ static int exec_start(struct sandbox *sb, struct exec *ex, const struct exec_par
         return 0;
 }
 
-void exec_handle_request(struct rpc_request *req, struct sandbox *sb)
+/* Parse, register and start an exec; on failure *err says why and `kind`
+ * is the JSON-RPC error kind. */
+static struct exec *exec_launch(struct sandbox *sb, json_t *params, const struct exec_hooks *hooks,
+                                void *data, const char **kind, nsbox_error_t **err)
 {
-        _cleanup_error_ nsbox_error_t *err = NULL;
         struct exec_params p;
-
-        if (parse_exec_params(req->msg.params, &p, &err) < 0) {
-                rpc_reply_fail(req, "invalid_params", "%s", err->message);
-                return;
-        }
+        *kind = "invalid_params";
+        if (parse_exec_params(params, &p, err) < 0)
+                return NULL;
+        *kind = "unavailable";
         if (sb->state != SANDBOX_RUNNING || sb->ctl == NULL) {
-                rpc_reply_fail(req, "unavailable", "sandbox %s is %s", sb->id, sandbox_state_name(sb->state));
-                return;
+                nsbox_error(err, 0, "sandbox %s is %s", sb->id, sandbox_state_name(sb->state));
+                return NULL;
         }
+        *kind = "internal";
         struct exec *ex = exec_new(sb, &p);
         if (ex == NULL) {
-                rpc_reply_fail(req, "internal", "out of memory");
-                return;
+                nsbox_error(err, ENOMEM, "exec");
+                return NULL;
         }
+        ex->hooks = hooks;
+        ex->hooks_data = data;
+        ex->keep_stdin = hooks != NULL && hooks->keep_stdin;
+        ex->service = hooks != NULL && hooks->service;
         ex->next = sb->execs;
         sb->execs = ex;
-        sb->running_execs++;
+        if (!ex->service)
+                sb->running_execs++;
         sandbox_touch(sb);
-        if (exec_start(sb, ex, &p, &err) < 0) {
-                sb->running_execs--;
+        if (exec_start(sb, ex, &p, err) < 0) {
+                if (!ex->service)
+                        sb->running_execs--;
                 if (ex->has_cgroup)
                         cgroup_exec_destroy(sb->cgroup, ex->number);
                 exec_unlink(ex);
                 exec_free(ex);
-                rpc_reply_fail(req, "internal", "%s", err->message);
-                return;
+                return NULL;
         }
         log_info("sandbox %s: exec %s started%s", sb->id, ex->id, p.background ? " in the background" : "");
+        return ex;
+}
+
+int exec_run(struct sandbox *sb, json_t *params, const struct exec_hooks *hooks, void *data,
+             struct exec **out, nsbox_error_t **err)
+{
+        const char *kind;
+        struct exec *ex = exec_launch(sb, params, hooks, data, &kind, err);
+        if (ex == NULL)
+                return -EINVAL;
+        if (out != NULL)
+                *out = ex;
+        return 0;
+}
+
+void exec_handle_request(struct rpc_request *req, struct sandbox *sb)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        const char *kind;
+        struct exec *ex = exec_launch(sb, req->msg.params, NULL, NULL, &kind, &err);
+        if (ex == NULL) {
+                if (strcmp(kind, "invalid_params") == 0)
+                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, kind, "%s", err->message);
+                else
+                        rpc_reply_fail(req, kind, "%s", err->message);
+                return;
+        }
         /* A background exec is answered once the init reports its pid. */
         ex->req = req;
+}
+
+/* --- background execs ----------------------------------------------------- */
+
+/* The exec with this id in a sandbox `uid` may see, or NULL after replying not_found. */
+static struct exec *require_exec(struct rpc_request *req)
+{
+        json_t *id = json_object_get(req->msg.params, "exec_id");
+        if (!json_is_string(id)) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "exec_id must be a string");
+                return NULL;
+        }
+        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
+                if ((req->uid != 0 && sb->owner != req->uid) || sb->state == SANDBOX_EXITED)
+                        continue;
+                for (struct exec *ex = sb->execs; ex != NULL; ex = ex->next) {
+                        if (strcmp(ex->id, json_string_value(id)) == 0 && ex->background)
+                                return ex;
+                }
+        }
+        rpc_reply_fail(req, "not_found", "no background exec %.64s", json_string_value(id));
+        return NULL;
+}
+
+void exec_method_status(struct rpc_request *req)
+{
+        struct exec *ex = require_exec(req);
+        if (ex != NULL)
+                rpc_reply_result(req, exec_result(ex));
+}
+
+static int get_offset(json_t *since, const char *stream, size_t *out)
+{
+        json_t *v = json_is_object(since) ? json_object_get(since, stream) : since;
+        *out = 0;
+        if (v == NULL || json_is_null(v))
+                return 0;
+        if (!json_is_integer(v) || json_integer_value(v) < 0)
+                return -EINVAL;
+        *out = (size_t)json_integer_value(v);
+        return 0;
+}
+
+void exec_method_output(struct rpc_request *req)
+{
+        struct exec *ex = require_exec(req);
+        if (ex == NULL)
+                return;
+        json_t *since = json_object_get(req->msg.params, "since");
+        size_t offsets[2];
+        for (int i = 0; i < 2; i++) {
+                if (get_offset(since, stream_names[i], &offsets[i]) < 0) {
+                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                        "since must be a byte offset or {stdout, stderr} offsets");
+                        return;
+                }
+                if (offsets[i] > ex->out[i].len)
+                        offsets[i] = ex->out[i].len;
+        }
+        json_t *result = json_pack(
+            "{s:s, s:o, s:o, s:{s:I, s:I}, s:b, s:b}", "exec_id", ex->id, "stdout",
+            output_to_json(ex->out[0].data + offsets[0], ex->out[0].len - offsets[0], ex->base64), "stderr",
+            output_to_json(ex->out[1].data + offsets[1], ex->out[1].len - offsets[1], ex->base64), "next",
+            "stdout", (json_int_t)ex->out[0].len, "stderr", (json_int_t)ex->out[1].len, "running",
+            !ex->finished, "truncated", ex->truncated);
+        rpc_reply_result(req, result);
+}
+
+void exec_method_kill(struct rpc_request *req)
+{
+        struct exec *ex = require_exec(req);
+        if (ex == NULL)
+                return;
+        int sig = SIGKILL;
+        json_t *s = json_object_get(req->msg.params, "signal");
+        if (s != NULL && !json_is_null(s)) {
+                if (!json_is_integer(s) || json_integer_value(s) < 1 || json_integer_value(s) > 64) {
+                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                        "signal must be 1 to 64");
+                        return;
+                }
+                sig = (int)json_integer_value(s);
+        }
+        if (!ex->finished) {
+                ex->killed = ex->killed || sig == SIGKILL;
+                exec_send_kill(ex, sig);
+        }
+        rpc_reply_result(req, json_pack("{s:s, s:b}", "exec_id", ex->id, "running", !ex->finished));
+}
+
+void exec_method_list(struct rpc_request *req, struct sandbox *sb)
+{
+        json_t *list = json_array();
+        for (struct exec *ex = sb->execs; ex != NULL; ex = ex->next) {
+                if (!ex->background)
+                        continue;
+                json_array_append_new(list, json_pack("{s:s, s:b, s:o}", "exec_id", ex->id, "running",
+                                                      !ex->finished, "exit_code",
+                                                      ex->exited && WIFEXITED(ex->wait_status)
+                                                          ? json_integer(WEXITSTATUS(ex->wait_status))
+                                                          : json_null()));
+        }
+        rpc_reply_result(req, json_pack("{s:o}", "execs", list));
 }

@@ -6,12 +6,43 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "error.h"
 #include "rpc.h"
 
 struct sandbox;
 
+struct exec;
+
+/* An internal caller of an exec (python.run, package.install, the stateful
+ * interpreter) instead of a client. */
+struct exec_hooks {
+        /* Stdout bytes as they arrive, instead of collecting them. */
+        void (*on_stdout)(struct exec *ex, const char *data, size_t len, void *data_);
+        /* The exec ended; `result` (as sandbox.exec returns it) is borrowed.
+         * The exec is freed right after, unless it runs in the background. */
+        void (*done)(struct exec *ex, json_t *result, void *data_);
+        bool keep_stdin; /* the stdin pipe stays open for exec_write_stdin() */
+        bool service;    /* a helper of the sandbox (the stateful interpreter): it does not make
+                          * the sandbox busy or keep it from being reaped when idle */
+};
+
 /* sandbox.exec */
 void exec_handle_request(struct rpc_request *req, struct sandbox *sb);
+/* exec.status, exec.output, exec.kill (by exec_id) and exec.list (of a sandbox) */
+void exec_method_status(struct rpc_request *req);
+void exec_method_output(struct rpc_request *req);
+void exec_method_kill(struct rpc_request *req);
+void exec_method_list(struct rpc_request *req, struct sandbox *sb);
+
+/* Start an exec with sandbox.exec params for an internal caller. */
+int exec_run(struct sandbox *sb, json_t *params, const struct exec_hooks *hooks, void *data,
+             struct exec **out, nsbox_error_t **err);
+/* Queue bytes for the exec's stdin (keep_stdin execs). */
+int exec_write_stdin(struct exec *ex, const void *buf, size_t len);
+void exec_signal(struct exec *ex, int sig);
+/* The internal caller is gone: no more hooks. */
+void exec_detach(struct exec *ex);
+const char *exec_id(const struct exec *ex);
 /* A control message from the sandbox's init about one of its execs. */
 void exec_on_control(struct sandbox *sb, const void *msg, size_t len);
 /* The sandbox is going away: finish every exec (killed). */

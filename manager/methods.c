@@ -227,6 +227,13 @@ FS_METHOD(remove)
 FS_METHOD(mkdir)
 FS_METHOD(stat)
 
+static void method_exec_list(struct rpc_request *req)
+{
+        struct sandbox *sb = require_sandbox(req);
+        if (sb != NULL)
+                exec_method_list(req, sb);
+}
+
 const struct rpc_method nsboxd_methods[] = {
         { "server.info", method_server_info },
         { "sandbox.create", method_sandbox_create },
@@ -234,6 +241,10 @@ const struct rpc_method nsboxd_methods[] = {
         { "sandbox.info", method_sandbox_info },
         { "sandbox.remove", method_sandbox_remove },
         { "sandbox.exec", method_sandbox_exec },
+        { "exec.status", exec_method_status },
+        { "exec.output", exec_method_output },
+        { "exec.kill", exec_method_kill },
+        { "exec.list", method_exec_list },
         { "fs.list", method_fs_list },
         { "fs.read", method_fs_read },
         { "fs.write", method_fs_write },
