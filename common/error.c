@@ -40,6 +40,17 @@ int nsbox_error(nsbox_error_t **err, int errnum, const char *fmt, ...)
         return ret;
 }
 
+int nsbox_invalid(nsbox_error_t **err, const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        nsbox_error_v(err, 0, fmt, ap);
+        va_end(ap);
+        if (err != NULL && *err != NULL && (*err)->errnum == 0)
+                (*err)->errnum = EINVAL;
+        return -EINVAL;
+}
+
 int nsbox_error_wrap(nsbox_error_t **err, const char *fmt, ...)
 {
         if (err == NULL || *err == NULL)

@@ -14,6 +14,10 @@ typedef struct nsbox_error_s {
 int nsbox_error(nsbox_error_t **err, int errnum, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int nsbox_error_v(nsbox_error_t **err, int errnum, const char *fmt, va_list ap);
 
+/* A bad input: -EINVAL with a message that is only what is wrong (no
+ * "Invalid argument" appended). */
+int nsbox_invalid(nsbox_error_t **err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* Prefix an existing error with more context: "context: old". */
 int nsbox_error_wrap(nsbox_error_t **err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

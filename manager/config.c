@@ -59,7 +59,7 @@ static int set_value(struct nsbox_config *config, const struct option_def *opt, 
 {
         if (opt->kind == OPT_STRING) {
                 if (text[0] == '\0')
-                        return nsbox_error(err, EINVAL, "%s: %s must not be empty", source, opt->key);
+                        return nsbox_invalid(err, "%s: %s must not be empty", source, opt->key);
                 char **slot = (char **)((char *)config + opt->offset);
                 free(*slot);
                 *slot = strdup(text);
@@ -69,8 +69,8 @@ static int set_value(struct nsbox_config *config, const struct option_def *opt, 
         errno = 0;
         unsigned long long v = strtoull(text, &end, 10);
         if (errno != 0 || end == text || *end != '\0' || text[0] == '-' || v > opt->max)
-                return nsbox_error(err, EINVAL, "%s: %s must be an integer from 0 to %llu", source, opt->key,
-                                   opt->max);
+                return nsbox_invalid(err, "%s: %s must be an integer from 0 to %llu", source, opt->key,
+                                     opt->max);
         if (strcmp(opt->key, "max_request_bytes") == 0)
                 config->max_request_bytes = v;
         else if (strcmp(opt->key, "max_sandboxes") == 0)
@@ -101,9 +101,9 @@ static int load_file(struct nsbox_config *config, const char *path, bool require
                 return 0;
         _cleanup_json_ json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
         if (root == NULL)
-                return nsbox_error(err, EINVAL, "config %s: line %d: %s", path, jerr.line, jerr.text);
+                return nsbox_invalid(err, "config %s: line %d: %s", path, jerr.line, jerr.text);
         if (!json_is_object(root))
-                return nsbox_error(err, EINVAL, "config %s: not a JSON object", path);
+                return nsbox_invalid(err, "config %s: not a JSON object", path);
         const char *key;
         json_t *value;
         json_object_foreach(root, key, value)
@@ -114,7 +114,7 @@ static int load_file(struct nsbox_config *config, const char *path, bool require
                                 opt = &options[i];
                 }
                 if (opt == NULL || strcmp(key, "config") == 0)
-                        return nsbox_error(err, EINVAL, "config %s: unknown key \"%s\"", path, key);
+                        return nsbox_invalid(err, "config %s: unknown key \"%s\"", path, key);
                 char number[32];
                 const char *text;
                 if (opt->kind == OPT_STRING && json_is_string(value)) {
@@ -123,7 +123,7 @@ static int load_file(struct nsbox_config *config, const char *path, bool require
                         snprintf(number, sizeof(number), "%lld", (long long)json_integer_value(value));
                         text = number;
                 } else {
-                        return nsbox_error(err, EINVAL, "config %s: \"%s\" has the wrong type", path, key);
+                        return nsbox_invalid(err, "config %s: \"%s\" has the wrong type", path, key);
                 }
                 char source[512];
                 snprintf(source, sizeof(source), "config %s", path);
@@ -208,11 +208,11 @@ int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_
                         return 1;
                 }
                 if (c < 0 || (size_t)c >= ARRAY_SIZE(options))
-                        return nsbox_error(err, EINVAL, "unknown option (see nsboxd --help)");
+                        return nsbox_invalid(err, "unknown option (see nsboxd --help)");
                 flag_values[c] = optarg;
         }
         if (optind < argc)
-                return nsbox_error(err, EINVAL, "unexpected argument \"%s\"", argv[optind]);
+                return nsbox_invalid(err, "unexpected argument \"%s\"", argv[optind]);
 
         const char *file = "/etc/nsbox/nsboxd.json";
         bool required = false;
@@ -237,11 +237,11 @@ int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_
                         return r;
         }
         if (config->max_request_bytes < 1024)
-                return nsbox_error(err, EINVAL, "max_request_bytes must be at least 1024");
+                return nsbox_invalid(err, "max_request_bytes must be at least 1024");
         if ((unsigned long long)config->uid_pool_base +
                 (unsigned long long)config->uid_pool_ranges * NSBOX_UID_RANGE >
             UINT_MAX)
-                return nsbox_error(err, EINVAL, "uid pool runs past the largest uid");
+                return nsbox_invalid(err, "uid pool runs past the largest uid");
         if (config->uid_pool_base < NSBOX_UID_RANGE)
                 return nsbox_error(err, EINVAL,
                                    "uid_pool_base must be at least 65536 (host system ids live below)");

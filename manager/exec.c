@@ -517,7 +517,7 @@ static int parse_exec_params(json_t *p, struct exec_params *out, nsbox_error_t *
                 for (const char *const *k = known; *k; k++)
                         found |= strcmp(*k, key) == 0;
                 if (!found)
-                        return nsbox_error(err, EINVAL, "unknown field \"%s\"", key);
+                        return nsbox_invalid(err, "unknown field \"%s\"", key);
         }
         memset(out, 0, sizeof(*out));
         out->cwd = "/workspace";
@@ -536,25 +536,25 @@ static int parse_exec_params(json_t *p, struct exec_params *out, nsbox_error_t *
         size_t total = 0;
         if (argv != NULL) {
                 if (!json_is_array(argv) || json_array_size(argv) == 0)
-                        return nsbox_error(err, EINVAL, "argv must be a non-empty array of strings");
+                        return nsbox_invalid(err, "argv must be a non-empty array of strings");
                 size_t i;
                 json_t *a;
                 json_array_foreach(argv, i, a)
                 {
                         if (!json_is_string(a))
-                                return nsbox_error(err, EINVAL, "argv[%zu] must be a string", i);
+                                return nsbox_invalid(err, "argv[%zu] must be a string", i);
                         if (has_nul(a))
-                                return nsbox_error(err, EINVAL, "argv[%zu] contains a NUL byte", i);
+                                return nsbox_invalid(err, "argv[%zu] contains a NUL byte", i);
                         total += json_string_length(a) + 1;
                 }
                 if (json_string_length(json_array_get(argv, 0)) == 0)
-                        return nsbox_error(err, EINVAL, "argv[0] must not be empty");
+                        return nsbox_invalid(err, "argv[0] must not be empty");
                 out->argv = argv;
         } else {
                 if (!json_is_string(command) || json_string_length(command) == 0)
-                        return nsbox_error(err, EINVAL, "command must be a non-empty string");
+                        return nsbox_invalid(err, "command must be a non-empty string");
                 if (has_nul(command))
-                        return nsbox_error(err, EINVAL, "command contains a NUL byte");
+                        return nsbox_invalid(err, "command contains a NUL byte");
                 out->command = json_string_value(command);
                 total += json_string_length(command);
         }
@@ -562,7 +562,7 @@ static int parse_exec_params(json_t *p, struct exec_params *out, nsbox_error_t *
         if (cwd != NULL && !json_is_null(cwd)) {
                 if (!json_is_string(cwd) || json_string_length(cwd) == 0 || has_nul(cwd) ||
                     json_string_length(cwd) > 4095)
-                        return nsbox_error(err, EINVAL, "cwd must be a path");
+                        return nsbox_invalid(err, "cwd must be a path");
                 out->cwd = json_string_value(cwd);
         }
         json_t *env = json_object_get(p, "env");
@@ -583,7 +583,7 @@ static int parse_exec_params(json_t *p, struct exec_params *out, nsbox_error_t *
         json_t *in = json_object_get(p, "stdin");
         if (in != NULL && !json_is_null(in)) {
                 if (!json_is_string(in))
-                        return nsbox_error(err, EINVAL, "stdin must be a string");
+                        return nsbox_invalid(err, "stdin must be a string");
                 if (json_string_length(in) > EXEC_MAX_STDIN_BYTES)
                         return nsbox_error(err, E2BIG, "stdin exceeds %u bytes", EXEC_MAX_STDIN_BYTES);
                 out->stdin_text = json_string_value(in);
@@ -593,15 +593,15 @@ static int parse_exec_params(json_t *p, struct exec_params *out, nsbox_error_t *
         if (user != NULL && !json_is_null(user)) {
                 if (!json_is_string(user) || (strcmp(json_string_value(user), "root") != 0 &&
                                               strcmp(json_string_value(user), "sandbox") != 0))
-                        return nsbox_error(err, EINVAL, "user must be \"sandbox\" or \"root\"");
+                        return nsbox_invalid(err, "user must be \"sandbox\" or \"root\"");
                 out->root = strcmp(json_string_value(user), "root") == 0;
         }
         json_t *timeout = json_object_get(p, "timeout_seconds");
         if (timeout != NULL && !json_is_null(timeout)) {
                 if (!json_is_number(timeout) || json_number_value(timeout) <= 0 ||
                     json_number_value(timeout) > EXEC_MAX_TIMEOUT_S)
-                        return nsbox_error(err, EINVAL, "timeout_seconds must be a number from 1 to %d",
-                                           EXEC_MAX_TIMEOUT_S);
+                        return nsbox_invalid(err, "timeout_seconds must be a number from 1 to %d",
+                                             EXEC_MAX_TIMEOUT_S);
                 double t = json_number_value(timeout);
                 out->timeout_s = t < 1 ? 1 : (unsigned)t;
         }
@@ -611,25 +611,25 @@ static int parse_exec_params(json_t *p, struct exec_params *out, nsbox_error_t *
                 json_t *f = json_object_get(p, flags[i]);
                 if (f != NULL && !json_is_null(f)) {
                         if (!json_is_boolean(f))
-                                return nsbox_error(err, EINVAL, "%s must be a boolean", flags[i]);
+                                return nsbox_invalid(err, "%s must be a boolean", flags[i]);
                         *flag_out[i] = json_is_true(f);
                 }
         }
         if (out->stream && out->background)
-                return nsbox_error(err, EINVAL, "stream and background exclude each other");
+                return nsbox_invalid(err, "stream and background exclude each other");
         json_t *enc = json_object_get(p, "encoding");
         if (enc != NULL && !json_is_null(enc)) {
                 if (!json_is_string(enc) || (strcmp(json_string_value(enc), "utf-8") != 0 &&
                                              strcmp(json_string_value(enc), "base64") != 0))
-                        return nsbox_error(err, EINVAL, "encoding must be \"utf-8\" or \"base64\"");
+                        return nsbox_invalid(err, "encoding must be \"utf-8\" or \"base64\"");
                 out->base64 = strcmp(json_string_value(enc), "base64") == 0;
         }
         json_t *max = json_object_get(p, "max_output_bytes");
         if (max != NULL && !json_is_null(max)) {
                 if (!json_is_integer(max) || json_integer_value(max) < 0 ||
                     json_integer_value(max) > EXEC_MAX_MAX_OUTPUT)
-                        return nsbox_error(err, EINVAL, "max_output_bytes must be an integer from 0 to %u",
-                                           EXEC_MAX_MAX_OUTPUT);
+                        return nsbox_invalid(err, "max_output_bytes must be an integer from 0 to %u",
+                                             EXEC_MAX_MAX_OUTPUT);
                 out->max_output = (size_t)json_integer_value(max);
         }
         return 0;
@@ -669,11 +669,11 @@ static int build_env(struct sandbox *sb, const struct exec_params *p, char **buf
                      unsigned *count)
 {
         _cleanup_json_ json_t *env =
-            json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "PATH",
+            json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "PATH",
                       "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME",
                       p->root ? "/root" : "/workspace", "USER", p->root ? "root" : "sandbox", "LOGNAME",
-                      p->root ? "root" : "sandbox", "LANG", "C.UTF-8", "MPLBACKEND", "Agg",
-                      "PYTHONDONTWRITEBYTECODE", "1");
+                      p->root ? "root" : "sandbox", "LANG", "C.UTF-8", "MPLBACKEND", "Agg", "MPLCONFIGDIR",
+                      "/tmp/.matplotlib", "PYTHONDONTWRITEBYTECODE", "1");
         if (env == NULL)
                 return -ENOMEM;
         if (sb->policy.env)

@@ -16,6 +16,7 @@
 #include "images.h"
 #include "json_cleanup.h"
 #include "log.h"
+#include "python.h"
 #include "sandbox.h"
 
 #define NSBOX_VERSION "0.1.0"
@@ -234,6 +235,15 @@ static void method_exec_list(struct rpc_request *req)
                 exec_method_list(req, sb);
 }
 
+static void method_package_install(struct rpc_request *req)
+{
+        struct sandbox *sb = require_sandbox(req);
+        if (sb != NULL) {
+                sandbox_touch(sb);
+                package_method_install(req, sb);
+        }
+}
+
 const struct rpc_method nsboxd_methods[] = {
         { "server.info", method_server_info },
         { "sandbox.create", method_sandbox_create },
@@ -241,6 +251,8 @@ const struct rpc_method nsboxd_methods[] = {
         { "sandbox.info", method_sandbox_info },
         { "sandbox.remove", method_sandbox_remove },
         { "sandbox.exec", method_sandbox_exec },
+        { "python.run", python_method_run },
+        { "package.install", method_package_install },
         { "exec.status", exec_method_status },
         { "exec.output", exec_method_output },
         { "exec.kill", exec_method_kill },

@@ -35,6 +35,7 @@ struct sandbox {
         struct sandbox_waiter *create_waiters; /* requests answered when the create ends */
         struct sandbox_waiter *remove_waiters;
         struct exec *execs;
+        struct python_interp *python; /* the stateful interpreter, when started */
         unsigned running_execs;
         uint32_t next_exec_number;
         char *failure; /* why a create failed */

@@ -47,21 +47,21 @@ static int check_string_map(json_t *obj, const char *field, size_t max_entries, 
                             nsbox_error_t **err)
 {
         if (!json_is_object(obj))
-                return nsbox_error(err, EINVAL, "%s must be an object of strings", field);
+                return nsbox_invalid(err, "%s must be an object of strings", field);
         if (json_object_size(obj) > max_entries)
-                return nsbox_error(err, EINVAL, "%s has more than %zu entries", field, max_entries);
+                return nsbox_invalid(err, "%s has more than %zu entries", field, max_entries);
         const char *key;
         json_t *value;
         json_object_foreach(obj, key, value)
         {
                 if (!json_is_string(value))
-                        return nsbox_error(err, EINVAL, "%s.%s must be a string", field, key);
+                        return nsbox_invalid(err, "%s.%s must be a string", field, key);
                 if (memchr(json_string_value(value), '\0', json_string_length(value)) != NULL)
-                        return nsbox_error(err, EINVAL, "%s.%s contains a NUL byte", field, key);
+                        return nsbox_invalid(err, "%s.%s contains a NUL byte", field, key);
                 if (key[0] == '\0')
-                        return nsbox_error(err, EINVAL, "%s has an empty key", field);
+                        return nsbox_invalid(err, "%s has an empty key", field);
                 if (env_keys && strchr(key, '=') != NULL)
-                        return nsbox_error(err, EINVAL, "%s key \"%s\" contains '='", field, key);
+                        return nsbox_invalid(err, "%s key \"%s\" contains '='", field, key);
         }
         return 0;
 }
@@ -78,11 +78,11 @@ static int get_uint(json_t *obj, const char *key, const char *field, uint64_t mi
         if (v == NULL || json_is_null(v))
                 return 0;
         if (!json_is_integer(v) || json_integer_value(v) < 0)
-                return nsbox_error(err, EINVAL, "%s must be a non-negative integer", field);
+                return nsbox_invalid(err, "%s must be a non-negative integer", field);
         uint64_t n = (uint64_t)json_integer_value(v);
         if (n < min || n > max)
-                return nsbox_error(err, EINVAL, "%s must be between %llu and %llu", field,
-                                   (unsigned long long)min, (unsigned long long)max);
+                return nsbox_invalid(err, "%s must be between %llu and %llu", field, (unsigned long long)min,
+                                     (unsigned long long)max);
         *out = n;
         return 0;
 }
@@ -93,7 +93,7 @@ static int get_name(json_t *obj, const char *key, char *out, size_t size, nsbox_
         if (v == NULL || json_is_null(v))
                 return 0;
         if (!json_is_string(v) || !policy_valid_name(json_string_value(v)) || json_string_length(v) >= size)
-                return nsbox_error(err, EINVAL, "%s must be a name of letters, digits, '.', '_' or '-'", key);
+                return nsbox_invalid(err, "%s must be a name of letters, digits, '.', '_' or '-'", key);
         snprintf(out, size, "%s", json_string_value(v));
         return 0;
 }
@@ -108,7 +108,7 @@ static int check_known_fields(json_t *obj, const char *const *known, const char 
                 for (const char *const *k = known; *k; k++)
                         found |= strcmp(*k, key) == 0;
                 if (!found)
-                        return nsbox_error(err, EINVAL, "unknown field \"%s\"%s", key, where);
+                        return nsbox_invalid(err, "unknown field \"%s\"%s", key, where);
         }
         return 0;
 }
@@ -118,7 +118,7 @@ static int parse_limits(json_t *limits, struct sandbox_limits *out, nsbox_error_
         static const char *const known[] = { "memory_bytes", "pids", "cpus", "disk_bytes", NULL };
         int r;
         if (!json_is_object(limits))
-                return nsbox_error(err, EINVAL, "limits must be an object");
+                return nsbox_invalid(err, "limits must be an object");
         if ((r = check_known_fields(limits, known, " in limits", err)) < 0)
                 return r;
         if ((r = get_uint(limits, "memory_bytes", "limits.memory_bytes", POLICY_MIN_MEMORY_BYTES,
@@ -130,11 +130,10 @@ static int parse_limits(json_t *limits, struct sandbox_limits *out, nsbox_error_
         json_t *cpus = json_object_get(limits, "cpus");
         if (cpus != NULL && !json_is_null(cpus)) {
                 if (!json_is_number(cpus))
-                        return nsbox_error(err, EINVAL, "limits.cpus must be a number");
+                        return nsbox_invalid(err, "limits.cpus must be a number");
                 double c = json_number_value(cpus);
                 if (!isfinite(c) || c < 0.01 || c > POLICY_MAX_CPUS)
-                        return nsbox_error(err, EINVAL, "limits.cpus must be between 0.01 and %g",
-                                           POLICY_MAX_CPUS);
+                        return nsbox_invalid(err, "limits.cpus must be between 0.01 and %g", POLICY_MAX_CPUS);
                 out->cpus = c;
         }
         return 0;
@@ -158,8 +157,8 @@ int policy_from_json(const struct sandbox_policy *defaults, json_t *params, stru
                 if (!json_is_string(session) || json_string_length(session) == 0 ||
                     json_string_length(session) >= sizeof(out->session_id) ||
                     memchr(json_string_value(session), '\0', json_string_length(session)) != NULL)
-                        return nsbox_error(err, EINVAL, "session_id must be a string of 1 to %zu bytes",
-                                           sizeof(out->session_id) - 1);
+                        return nsbox_invalid(err, "session_id must be a string of 1 to %zu bytes",
+                                             sizeof(out->session_id) - 1);
                 snprintf(out->session_id, sizeof(out->session_id), "%s", json_string_value(session));
         }
         if ((r = get_name(params, "image", out->image, sizeof(out->image), err)) < 0 ||
@@ -169,7 +168,7 @@ int policy_from_json(const struct sandbox_policy *defaults, json_t *params, stru
         json_t *network = json_object_get(params, "network");
         if (network != NULL && !json_is_null(network)) {
                 if (!json_is_string(network) || strcmp(json_string_value(network), "none") != 0)
-                        return nsbox_error(err, EINVAL, "network must be \"none\" (loopback only)");
+                        return nsbox_invalid(err, "network must be \"none\" (loopback only)");
         }
         json_t *limits = json_object_get(params, "limits");
         if (limits != NULL && !json_is_null(limits) && (r = parse_limits(limits, &out->limits, err)) < 0)

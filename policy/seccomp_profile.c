@@ -67,7 +67,7 @@ static int get_optional_array(json_t *obj, const char *key, const char *where, j
         if (value == NULL || json_is_null(value))
                 return 0;
         if (!json_is_array(value))
-                return nsbox_error(err, EINVAL, "%s%s: must be an array", where, key);
+                return nsbox_invalid(err, "%s%s: must be an array", where, key);
         *out = value;
         return 0;
 }
@@ -81,7 +81,7 @@ static int get_optional_string(json_t *obj, const char *key, const char *where, 
         if (value == NULL || json_is_null(value))
                 return 0;
         if (!json_is_string(value))
-                return nsbox_error(err, EINVAL, "%s%s: must be a string", where, key);
+                return nsbox_invalid(err, "%s%s: must be a string", where, key);
         *out = json_string_value(value);
         return 0;
 }
@@ -95,12 +95,12 @@ static int get_u64(json_t *obj, const char *key, const char *where, bool require
 
         if (value == NULL || json_is_null(value)) {
                 if (required)
-                        return nsbox_error(err, EINVAL, "%s%s: missing", where, key);
+                        return nsbox_invalid(err, "%s%s: missing", where, key);
                 *out = 0;
                 return 0;
         }
         if (!json_is_integer(value) || json_integer_value(value) < 0)
-                return nsbox_error(err, EINVAL, "%s%s: must be a non-negative integer", where, key);
+                return nsbox_invalid(err, "%s%s: must be a non-negative integer", where, key);
         *out = (uint64_t)json_integer_value(value);
         return 0;
 }
@@ -113,7 +113,7 @@ static int check_string_array(json_t *array, const char *where, const char *key,
         json_array_foreach(array, i, item)
         {
                 if (!json_is_string(item))
-                        return nsbox_error(err, EINVAL, "%s%s[%zu]: must be a string", where, key, i);
+                        return nsbox_invalid(err, "%s%s[%zu]: must be a string", where, key, i);
         }
         return 0;
 }
@@ -168,7 +168,7 @@ static int running_kernel_version(struct kernel_version *out, nsbox_error_t **er
         if (uname(&uts) < 0)
                 return nsbox_error(err, errno, "uname");
         if (!parse_kernel_version(uts.release, false, out))
-                return nsbox_error(err, EINVAL, "cannot parse the kernel release \"%s\"", uts.release);
+                return nsbox_invalid(err, "cannot parse the kernel release \"%s\"", uts.release);
         return 0;
 }
 
@@ -266,12 +266,12 @@ static int add_architectures(struct profile_compiler *pc, json_t *root, nsbox_er
 
                 snprintf(where, sizeof(where), "archMap[%zu].", i);
                 if (!json_is_object(item))
-                        return nsbox_error(err, EINVAL, "archMap[%zu]: must be an object", i);
+                        return nsbox_invalid(err, "archMap[%zu]: must be an object", i);
                 r = get_optional_string(item, "architecture", where, &architecture, err);
                 if (r < 0)
                         return r;
                 if (architecture == NULL)
-                        return nsbox_error(err, EINVAL, "%sarchitecture: missing", where);
+                        return nsbox_invalid(err, "%sarchitecture: missing", where);
                 r = get_optional_array(item, "subArchitectures", where, &sub_arches, err);
                 if (r < 0)
                         return r;
@@ -328,7 +328,7 @@ static int parse_action(json_t *obj, const char *action_key, const char *errno_k
         if (r < 0)
                 return r;
         if (name == NULL)
-                return nsbox_error(err, EINVAL, "%s%s: missing", where, action_key);
+                return nsbox_invalid(err, "%s%s: missing", where, action_key);
 
         errno_value = json_object_get(obj, errno_key);
         if (errno_value != NULL && !json_is_null(errno_value)) {
@@ -336,8 +336,8 @@ static int parse_action(json_t *obj, const char *action_key, const char *errno_k
                 if (r < 0)
                         return r;
                 if (data > 0xffff)
-                        return nsbox_error(err, EINVAL, "%s%s: %" PRIu64 " is out of range", where, errno_key,
-                                           data);
+                        return nsbox_invalid(err, "%s%s: %" PRIu64 " is out of range", where, errno_key,
+                                             data);
         }
 
         /* A seccomp agent would have to run outside the sandbox and answer
@@ -353,8 +353,8 @@ static int parse_action(json_t *obj, const char *action_key, const char *errno_k
                 switch (seccomp_actions[i].data) {
                 case ACTION_DATA_ERRNO:
                         if (data > SECCOMP_MAX_ERRNO)
-                                return nsbox_error(err, EINVAL, "%s%s: errno %" PRIu64 " is above %d", where,
-                                                   errno_key, data, SECCOMP_MAX_ERRNO);
+                                return nsbox_invalid(err, "%s%s: errno %" PRIu64 " is above %d", where,
+                                                     errno_key, data, SECCOMP_MAX_ERRNO);
                         *out = SCMP_ACT_ERRNO((uint32_t)data);
                         return 0;
                 case ACTION_DATA_TRACE:
@@ -365,7 +365,7 @@ static int parse_action(json_t *obj, const char *action_key, const char *errno_k
                         return 0;
                 }
         }
-        return nsbox_error(err, EINVAL, "%s%s: unknown action \"%s\"", where, action_key, name);
+        return nsbox_invalid(err, "%s%s: unknown action \"%s\"", where, action_key, name);
 }
 
 /* ---- includes / excludes ------------------------------------------------- */
@@ -393,7 +393,7 @@ static int evaluate_filter(const struct profile_compiler *pc, json_t *entry, con
         if (filter == NULL || json_is_null(filter))
                 return 0;
         if (!json_is_object(filter))
-                return nsbox_error(err, EINVAL, "%s%s: must be an object", where, key);
+                return nsbox_invalid(err, "%s%s: must be an object", where, key);
         snprintf(field, sizeof(field), "%s%s.", where, key);
 
         r = get_optional_array(filter, "caps", field, &caps, err);
@@ -428,8 +428,8 @@ static int evaluate_filter(const struct profile_compiler *pc, json_t *entry, con
                 struct kernel_version wanted;
 
                 if (!parse_kernel_version(min_kernel, true, &wanted))
-                        return nsbox_error(err, EINVAL, "%sminKernel: invalid kernel version \"%s\"", field,
-                                           min_kernel);
+                        return nsbox_invalid(err, "%sminKernel: invalid kernel version \"%s\"", field,
+                                             min_kernel);
                 match->has_min_kernel = true;
                 match->kernel_matches = kernel_version_compare(&pc->kernel, &wanted) >= 0;
         }
@@ -484,14 +484,14 @@ static int parse_arg(json_t *arg, const char *label, const char *field, struct s
         int r;
 
         if (!json_is_object(arg))
-                return nsbox_error(err, EINVAL, "%s: must be an object", label);
+                return nsbox_invalid(err, "%s: must be an object", label);
 
         r = get_u64(arg, "index", field, true, &index, err);
         if (r < 0)
                 return r;
         if (index >= SECCOMP_MAX_ARGS)
-                return nsbox_error(err, EINVAL, "%sindex: %" PRIu64 " is not an argument index (0-5)", field,
-                                   index);
+                return nsbox_invalid(err, "%sindex: %" PRIu64 " is not an argument index (0-5)", field,
+                                     index);
         r = get_u64(arg, "value", field, false, &value, err);
         if (r < 0)
                 return r;
@@ -502,7 +502,7 @@ static int parse_arg(json_t *arg, const char *label, const char *field, struct s
         if (r < 0)
                 return r;
         if (op == NULL)
-                return nsbox_error(err, EINVAL, "%sop: missing", field);
+                return nsbox_invalid(err, "%sop: missing", field);
 
         for (i = 0; i < ARRAY_SIZE(seccomp_comparisons); i++) {
                 if (strcmp(op, seccomp_comparisons[i].name) == 0) {
@@ -515,7 +515,7 @@ static int parse_arg(json_t *arg, const char *label, const char *field, struct s
                         return 0;
                 }
         }
-        return nsbox_error(err, EINVAL, "%sop: unknown operator \"%s\"", field, op);
+        return nsbox_invalid(err, "%sop: unknown operator \"%s\"", field, op);
 }
 
 static int parse_args(json_t *entry, const char *where, struct scmp_arg_cmp **out, size_t *count, bool *split,
@@ -597,7 +597,7 @@ static int add_syscall_entry(struct profile_compiler *pc, json_t *entry, size_t 
         snprintf(where, sizeof(where), "syscalls[%zu]", index);
         snprintf(field, sizeof(field), "syscalls[%zu].", index);
         if (!json_is_object(entry))
-                return nsbox_error(err, EINVAL, "%s: must be an object", where);
+                return nsbox_invalid(err, "%s: must be an object", where);
 
         /* Validate the whole entry before deciding whether it applies, so a
          * broken profile fails on every host, not only where it matters. */
@@ -613,9 +613,9 @@ static int add_syscall_entry(struct profile_compiler *pc, json_t *entry, size_t 
         if (r < 0)
                 return r;
         if (names != NULL && legacy_name != NULL)
-                return nsbox_error(err, EINVAL, "%s: use either \"names\" or \"name\", not both", where);
+                return nsbox_invalid(err, "%s: use either \"names\" or \"name\", not both", where);
         if (names == NULL && legacy_name == NULL)
-                return nsbox_error(err, EINVAL, "%snames: missing", field);
+                return nsbox_invalid(err, "%snames: missing", field);
         r = parse_action(entry, "action", "errnoRet", field, &action, err);
         if (r < 0)
                 return r;
@@ -701,7 +701,7 @@ static int compile_profile(json_t *root, struct seccomp_program *out, nsbox_erro
         int r;
 
         if (!json_is_object(root))
-                return nsbox_error(err, EINVAL, "the profile must be a JSON object");
+                return nsbox_invalid(err, "the profile must be a JSON object");
 
         r = parse_action(root, "defaultAction", "defaultErrnoRet", "", &pc.default_action, err);
         if (r < 0)
@@ -713,8 +713,7 @@ static int compile_profile(json_t *root, struct seccomp_program *out, nsbox_erro
 
         ctx = seccomp_init(pc.default_action);
         if (ctx == NULL)
-                return nsbox_error(err, EINVAL, "defaultAction: libseccomp refuses action 0x%x",
-                                   pc.default_action);
+                return nsbox_invalid(err, "defaultAction: libseccomp refuses action 0x%x", pc.default_action);
         pc.ctx = ctx;
 
         /* A syscall made through another ABI (int $0x80, x32) is numbered
@@ -758,8 +757,8 @@ int seccomp_profile_compile_string(const char *name, const char *json_text, stru
 
         root = json_loads(json_text, JSON_REJECT_DUPLICATES, &json_err);
         if (root == NULL)
-                return nsbox_error(err, EINVAL, "seccomp profile %s: invalid JSON at line %d column %d: %s",
-                                   name, json_err.line, json_err.column, json_err.text);
+                return nsbox_invalid(err, "seccomp profile %s: invalid JSON at line %d column %d: %s", name,
+                                     json_err.line, json_err.column, json_err.text);
         r = compile_profile(root, out, err);
         if (r < 0)
                 nsbox_error_wrap(err, "seccomp profile %s", name);
@@ -785,12 +784,12 @@ int seccomp_profile_compile_file(const char *path, struct seccomp_program *out, 
         if (fstat(fd, &st) < 0)
                 return nsbox_error(err, errno, "seccomp profile %s: fstat", path);
         if (!S_ISREG(st.st_mode))
-                return nsbox_error(err, EINVAL, "seccomp profile %s: not a regular file", path);
+                return nsbox_invalid(err, "seccomp profile %s: not a regular file", path);
 
         root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &json_err);
         if (root == NULL)
-                return nsbox_error(err, EINVAL, "seccomp profile %s: invalid JSON at line %d column %d: %s",
-                                   path, json_err.line, json_err.column, json_err.text);
+                return nsbox_invalid(err, "seccomp profile %s: invalid JSON at line %d column %d: %s", path,
+                                     json_err.line, json_err.column, json_err.text);
         r = compile_profile(root, out, err);
         if (r < 0)
                 nsbox_error_wrap(err, "seccomp profile %s", path);

@@ -1,0 +1,722 @@
+#include "python.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+#include <uuid/uuid.h>
+
+#include "cleanup.h"
+#include "daemon.h"
+#include "exec.h"
+#include "fs.h"
+#include "json_cleanup.h"
+#include "log.h"
+#include "requirement.h"
+#include "sandbox.h"
+#include "textenc.h"
+
+#define RUNNER          "/usr/lib/nsbox/run.py"
+#define DRIVER          "/usr/lib/nsbox/driver.py"
+#define SCRIPT_PATH     "/workspace/script.py"
+#define DEFAULT_TIMEOUT 30
+#define MAX_TIMEOUT     (24 * 3600)
+#define PIP_TIMEOUT     600
+#define MAX_IMAGE_BYTES (32u << 20)
+#define MAX_REPORT      (4u << 20)
+#define MAX_FILES       1000
+/* A stateful call that ignores SIGINT this long after its timeout loses its interpreter. */
+#define INTERRUPT_GRACE_MS 2000
+#define MAX_FRAME          (64u << 20)
+
+struct python_run {
+        struct rpc_request *req;
+        struct sandbox *sb;
+        bool stateful;
+        unsigned timeout_s;
+        long long started_mono;
+        char report[80];
+        struct python_run *next; /* queued on the interpreter */
+};
+
+/* --- responses ------------------------------------------------------------ */
+
+static void run_free(struct python_run *run)
+{
+        free(run);
+}
+
+static void run_fail(struct python_run *run, const char *kind, const char *message)
+{
+        rpc_reply_fail(run->req, kind, "%s", message);
+        run_free(run);
+}
+
+/* outputs: logs, then one image entry per PNG (read back from the sandbox). */
+static json_t *build_outputs(struct sandbox *sb, const char *stdout_text, json_t *images)
+{
+        json_t *outputs = json_array();
+        if (stdout_text != NULL && stdout_text[0] != '\0')
+                json_array_append_new(outputs, json_pack("{s:s, s:s}", "type", "logs", "logs", stdout_text));
+        size_t i;
+        json_t *path;
+        json_array_foreach(images, i, path)
+        {
+                if (!json_is_string(path))
+                        continue;
+                _cleanup_error_ nsbox_error_t *err = NULL;
+                _cleanup_free_ char *data = NULL;
+                size_t len = 0;
+                if (fs_read_file(sb, json_string_value(path), MAX_IMAGE_BYTES, &data, &len, &err) < 0) {
+                        log_warn("sandbox %s: image %s: %s", sb->id, json_string_value(path), err->message);
+                        continue;
+                }
+                _cleanup_free_ char *b64 = base64_encode(data, len, NULL);
+                if (b64 == NULL)
+                        continue;
+                json_array_append_new(outputs, json_pack("{s:s, s:{s:s, s:s, s:O}}", "type", "image", "image", "mime",
+                                                         "image/png", "data", b64, "path", path));
+        }
+        return outputs;
+}
+
+/* exit_code and result: new references or NULL (taken over); files and images: borrowed. */
+static void reply_run(struct python_run *run, const char *status, json_t *exit_code, const char *out,
+                      const char *err_text, json_t *files, json_t *images, json_t *result, bool truncated)
+{
+        long long elapsed = now_monotonic_ms() - run->started_mono;
+        json_t *reply = json_pack("{s:s, s:s, s:s, s:o, s:I, s:o, s:o, s:o, s:b, s:s}", "status", status, "stdout",
+                                  out ? out : "", "stderr", err_text ? err_text : "", "exit_code",
+                                  exit_code ? exit_code : json_null(), "execution_time_ms", (json_int_t)elapsed,
+                                  "files_produced", files ? json_incref(files) : json_object(), "outputs",
+                                  build_outputs(run->sb, out, images), "result", result ? result : json_null(),
+                                  "truncated", truncated, "sandbox_id", run->sb->id);
+        rpc_reply_result(run->req, reply);
+        run_free(run);
+}
+
+/* --- stateless: run.py under the exec machinery --------------------------- */
+
+static void stateless_done(struct exec *ex, json_t *result, void *data)
+{
+        struct python_run *run = data;
+        struct sandbox *sb = run->sb;
+        if (sb->state == SANDBOX_EXITED || sb->state == SANDBOX_STOPPING) {
+                run_fail(run, "unavailable", "the sandbox was removed during the run");
+                return;
+        }
+        _cleanup_json_ json_t *report = NULL;
+        _cleanup_free_ char *text = NULL;
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        size_t len = 0;
+        if (fs_read_file(sb, run->report, MAX_REPORT, &text, &len, &err) == 0)
+                report = json_loadb(text, len, 0, NULL);
+
+        json_t *code = json_object_get(result, "exit_code");
+        bool timed_out = json_is_true(json_object_get(result, "timed_out"));
+        const char *status = timed_out ? "timeout" : (json_is_integer(code) && json_integer_value(code) == 0)
+                                                         ? "ok"
+                                                         : "error";
+        json_t *files = json_object_get(report, "files_produced");
+        json_t *images = json_object_get(report, "images");
+        reply_run(run, status, json_incref(code), json_string_value(json_object_get(result, "stdout")),
+                  json_string_value(json_object_get(result, "stderr")), json_is_object(files) ? files : NULL,
+                  json_is_array(images) ? images : NULL, NULL, json_is_true(json_object_get(result, "truncated")));
+}
+
+static const struct exec_hooks stateless_hooks = { .done = stateless_done };
+
+static void run_stateless(struct python_run *run, const char *code)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (fs_write_file(run->sb, SCRIPT_PATH, code, strlen(code), 0644, &err) < 0) {
+                run_fail(run, "internal", err->message);
+                return;
+        }
+        uuid_t u;
+        char uuid_text[37];
+        uuid_generate_random(u);
+        uuid_unparse_lower(u, uuid_text);
+        snprintf(run->report, sizeof(run->report), "/tmp/.nsbox-report-%s.json", uuid_text);
+        _cleanup_json_ json_t *params = json_pack("{s:[s, s, s, s], s:i}", "argv", "python3", RUNNER, SCRIPT_PATH,
+                                                  run->report, "timeout_seconds", (int)run->timeout_s);
+        if (exec_run(run->sb, params, &stateless_hooks, run, NULL, &err) < 0)
+                run_fail(run, "internal", err->message);
+}
+
+/* --- stateful: one interpreter per sandbox -------------------------------- */
+
+struct python_interp {
+        struct sandbox *sb;
+        struct exec *exec;
+        bool ready;
+        char *buf; /* frames from the driver */
+        size_t len, cap;
+        struct python_run *queue; /* head is the call in flight once sent */
+        bool in_flight;
+        uint64_t next_id;
+        struct loop_source *timer;
+        int timeout_stage; /* 0: none, 1: SIGINT sent, 2: killed */
+};
+
+static void interp_send_next(struct python_interp *in);
+static void python_stateful_submit(struct python_run *run);
+
+static void interp_arm(struct python_interp *in, long long ms)
+{
+        struct itimerspec its = { .it_value = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000 + 1 } };
+        timerfd_settime(in->timer->fd, 0, &its, NULL);
+}
+
+static void interp_disarm(struct python_interp *in)
+{
+        struct itimerspec its = { 0 };
+        timerfd_settime(in->timer->fd, 0, &its, NULL);
+}
+
+static void interp_free(struct python_interp *in, const char *why)
+{
+        while (in->queue != NULL) {
+                struct python_run *run = in->queue;
+                in->queue = run->next;
+                run_fail(run, "unavailable", why);
+        }
+        if (in->timer)
+                loop_remove(nsboxd.loop, in->timer);
+        if (in->sb->python == in)
+                in->sb->python = NULL;
+        free(in->buf);
+        free(in);
+}
+
+static void interp_answer(struct python_interp *in, json_t *frame)
+{
+        struct python_run *run = in->queue;
+        in->queue = run->next;
+        in->in_flight = false;
+        interp_disarm(in);
+        bool timed_out = in->timeout_stage > 0;
+        in->timeout_stage = 0;
+        const char *status = timed_out ? "timeout" : json_string_value(json_object_get(frame, "status"));
+        if (status == NULL)
+                status = "error";
+        json_t *exit_code = timed_out ? NULL : json_integer(strcmp(status, "ok") == 0 ? 0 : 1);
+        json_t *files = json_object_get(frame, "files_produced");
+        json_t *images = json_object_get(frame, "images");
+        json_t *result = json_object_get(frame, "result");
+        reply_run(run, status, exit_code, json_string_value(json_object_get(frame, "stdout")),
+                  json_string_value(json_object_get(frame, "stderr")), json_is_object(files) ? files : NULL,
+                  json_is_array(images) ? images : NULL, json_is_string(result) ? json_incref(result) : NULL,
+                  json_is_true(json_object_get(frame, "truncated")));
+        interp_send_next(in);
+}
+
+static void interp_on_stdout(struct exec *ex, const char *data, size_t len, void *opaque)
+{
+        struct python_interp *in = opaque;
+        if (in->len + len > MAX_FRAME + 32) {
+                log_error("sandbox %s: the python interpreter sent an oversized frame; killing it", in->sb->id);
+                exec_signal(ex, SIGKILL);
+                return;
+        }
+        if (in->len + len > in->cap) {
+                size_t cap = in->cap ? in->cap : 65536;
+                while (cap < in->len + len)
+                        cap *= 2;
+                char *grown = realloc(in->buf, cap);
+                if (grown == NULL) {
+                        exec_signal(ex, SIGKILL);
+                        return;
+                }
+                in->buf = grown;
+                in->cap = cap;
+        }
+        memcpy(in->buf + in->len, data, len);
+        in->len += len;
+        for (;;) {
+                char *nl = memchr(in->buf, '\n', in->len < 24 ? in->len : 24);
+                if (nl == NULL)
+                        return;
+                char *end;
+                unsigned long long body = strtoull(in->buf, &end, 10);
+                if (end != nl || body > MAX_FRAME) {
+                        log_error("sandbox %s: the python interpreter broke its framing; killing it", in->sb->id);
+                        exec_signal(ex, SIGKILL);
+                        return;
+                }
+                size_t header = (size_t)(nl - in->buf) + 1;
+                if (in->len < header + body)
+                        return;
+                json_t *frame = json_loadb(in->buf + header, body, 0, NULL);
+                memmove(in->buf, in->buf + header + body, in->len - header - body);
+                in->len -= header + body;
+                if (!json_is_object(frame)) {
+                        json_decref(frame);
+                        exec_signal(ex, SIGKILL);
+                        return;
+                }
+                if (json_is_true(json_object_get(frame, "ready"))) {
+                        in->ready = true;
+                        interp_send_next(in);
+                } else if (in->in_flight && in->queue != NULL) {
+                        interp_answer(in, frame);
+                }
+                json_decref(frame);
+        }
+}
+
+static void interp_done(struct exec *ex, json_t *result, void *opaque)
+{
+        struct python_interp *in = opaque;
+        struct sandbox *sb = in->sb;
+        struct python_run *queued = in->queue;
+        in->queue = NULL;
+        if (in->in_flight && queued != NULL) {
+                struct python_run *run = queued;
+                queued = run->next;
+                if (in->timeout_stage > 0)
+                        reply_run(run, "timeout", NULL, "",
+                                  "nsbox: the code did not stop on SIGINT and its interpreter was restarted; "
+                                  "variables are lost\n",
+                                  NULL, NULL, NULL, false);
+                else
+                        run_fail(run, "internal", "the python interpreter exited during the call; variables are lost");
+        }
+        log_info("sandbox %s: python interpreter ended", sb->id);
+        interp_free(in, "the python interpreter exited");
+        /* Calls waiting behind it get a fresh interpreter, if the sandbox lives. */
+        while (queued != NULL) {
+                struct python_run *next = queued->next;
+                queued->next = NULL;
+                if (sb->state == SANDBOX_RUNNING)
+                        python_stateful_submit(queued);
+                else
+                        run_fail(queued, "unavailable", "the sandbox was removed");
+                queued = next;
+        }
+}
+
+static const struct exec_hooks interp_hooks = {
+        .on_stdout = interp_on_stdout,
+        .done = interp_done,
+        .keep_stdin = true,
+        .service = true,
+};
+
+static void interp_on_timer(struct loop_source *source, uint32_t events)
+{
+        struct python_interp *in = source->data;
+        uint64_t n;
+        if (read(source->fd, &n, sizeof(n)) < 0 || !in->in_flight || in->exec == NULL)
+                return;
+        if (in->timeout_stage == 0) {
+                in->timeout_stage = 1;
+                exec_signal(in->exec, SIGINT);
+                interp_arm(in, INTERRUPT_GRACE_MS);
+        } else if (in->timeout_stage == 1) {
+                in->timeout_stage = 2;
+                exec_signal(in->exec, SIGKILL);
+        }
+}
+
+static void interp_send_next(struct python_interp *in)
+{
+        if (!in->ready || in->in_flight || in->queue == NULL)
+                return;
+        struct python_run *run = in->queue;
+        json_t *code = json_object_get(run->req->msg.params, "code");
+        _cleanup_json_ json_t *req = json_pack("{s:I, s:O}", "id", (json_int_t)++in->next_id, "code", code);
+        _cleanup_free_ char *body = json_dumps(req, JSON_COMPACT);
+        if (body == NULL) {
+                in->queue = run->next;
+                run_fail(run, "internal", "out of memory");
+                return;
+        }
+        char header[32];
+        int hlen = snprintf(header, sizeof(header), "%zu\n", strlen(body));
+        run->started_mono = now_monotonic_ms();
+        in->in_flight = true;
+        if (exec_write_stdin(in->exec, header, hlen) < 0 || exec_write_stdin(in->exec, body, strlen(body)) < 0) {
+                exec_signal(in->exec, SIGKILL); /* interp_done answers */
+                return;
+        }
+        interp_arm(in, (long long)run->timeout_s * 1000);
+}
+
+static struct python_interp *interp_start(struct sandbox *sb, nsbox_error_t **err)
+{
+        struct python_interp *in = calloc(1, sizeof(*in));
+        if (in == NULL) {
+                nsbox_error(err, ENOMEM, "python interpreter");
+                return NULL;
+        }
+        in->sb = sb;
+        int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+        in->timer = tfd >= 0 ? loop_add(nsboxd.loop, tfd, EPOLLIN, interp_on_timer, in) : NULL;
+        if (in->timer == NULL) {
+                if (tfd >= 0)
+                        close(tfd);
+                free(in);
+                nsbox_error(err, errno, "python interpreter timer");
+                return NULL;
+        }
+        _cleanup_json_ json_t *params = json_pack("{s:[s, s, s], s:i, s:I}", "argv", "python3", "-u", DRIVER,
+                                                  "timeout_seconds", MAX_TIMEOUT, "max_output_bytes",
+                                                  (json_int_t)(1 << 20));
+        if (exec_run(sb, params, &interp_hooks, in, &in->exec, err) < 0) {
+                loop_remove(nsboxd.loop, in->timer);
+                free(in);
+                return NULL;
+        }
+        sb->python = in;
+        log_info("sandbox %s: python interpreter started", sb->id);
+        return in;
+}
+
+static void python_stateful_submit(struct python_run *run)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        struct python_interp *in = run->sb->python;
+        if (in == NULL && (in = interp_start(run->sb, &err)) == NULL) {
+                run_fail(run, "internal", err->message);
+                return;
+        }
+        struct python_run **tail = &in->queue;
+        while (*tail != NULL)
+                tail = &(*tail)->next;
+        *tail = run;
+        interp_send_next(in);
+}
+
+/* --- package installs ------------------------------------------------------ */
+
+static int check_requirements(json_t *list, const char *field, nsbox_error_t **err)
+{
+        if (!json_is_array(list))
+                return nsbox_invalid(err, "%s must be an array of requirement strings", field);
+        if (json_array_size(list) > 100)
+                return nsbox_invalid(err, "%s: at most 100 packages", field);
+        size_t i;
+        json_t *v;
+        json_array_foreach(list, i, v)
+        {
+                const char *why = NULL;
+                if (!json_is_string(v) || memchr(json_string_value(v), '\0', json_string_length(v)) != NULL)
+                        return nsbox_invalid(err, "%s[%zu] must be a string", field, i);
+                if (!requirement_valid(json_string_value(v), &why))
+                        return nsbox_invalid(err, "%s[%zu] \"%.80s\": %s", field, i, json_string_value(v), why);
+        }
+        return 0;
+}
+
+/* pip inside the sandbox as its root: packages land in the sandbox's own layer. */
+static json_t *pip_params(json_t *packages, const char *index_url, const char *find_links)
+{
+        json_t *argv = json_pack("[s, s, s, s, s, s, s, s, s]", "python3", "-m", "pip", "install", "--no-input",
+                                 "--disable-pip-version-check", "--root-user-action=ignore", "--retries", "0");
+        json_array_append_new(argv, json_string("--timeout"));
+        json_array_append_new(argv, json_string("15"));
+        if (index_url != NULL && index_url[0] == '\0') {
+                json_array_append_new(argv, json_string("--no-index"));
+        } else if (index_url != NULL) {
+                json_array_append_new(argv, json_string("--index-url"));
+                json_array_append_new(argv, json_string(index_url));
+        }
+        if (find_links != NULL) {
+                json_array_append_new(argv, json_string("--find-links"));
+                json_array_append_new(argv, json_string(find_links));
+        }
+        json_array_append_new(argv, json_string("--"));
+        json_array_extend(argv, packages);
+        return json_pack("{s:o, s:s, s:i, s:s}", "argv", argv, "user", "root", "timeout_seconds", PIP_TIMEOUT, "cwd",
+                         "/");
+}
+
+struct install {
+        struct rpc_request *req;
+        struct python_run *run; /* python.run waiting for its requirements, or NULL */
+        json_t *code;
+};
+
+static void run_after_requirements(struct python_run *run);
+
+static void install_done(struct exec *ex, json_t *result, void *data)
+{
+        struct install *inst = data;
+        if (inst->run == NULL) {
+                rpc_reply_result(inst->req, json_incref(result));
+                free(inst);
+                return;
+        }
+        struct python_run *run = inst->run;
+        free(inst);
+        json_t *code = json_object_get(result, "exit_code");
+        if (!json_is_integer(code) || json_integer_value(code) != 0) {
+                /* The requirements could not be installed: the code does not run. */
+                char message[256];
+                snprintf(message, sizeof(message), "nsbox: installing the requirements failed (pip exit %s)\n",
+                         json_is_integer(code) ? "non-zero" : "by signal");
+                _cleanup_free_ char *err_text = NULL;
+                if (asprintf(&err_text, "%s%s", json_string_value(json_object_get(result, "stderr")), message) < 0)
+                        err_text = NULL;
+                reply_run(run, json_is_true(json_object_get(result, "timed_out")) ? "timeout" : "error",
+                          json_incref(code), json_string_value(json_object_get(result, "stdout")), err_text, NULL,
+                          NULL, NULL, false);
+                return;
+        }
+        run_after_requirements(run);
+}
+
+static const struct exec_hooks install_hooks = { .done = install_done };
+
+static int start_install(struct sandbox *sb, json_t *packages, const char *index_url, const char *find_links,
+                         struct install *inst, nsbox_error_t **err)
+{
+        _cleanup_json_ json_t *params = pip_params(packages, index_url, find_links);
+        return exec_run(sb, params, &install_hooks, inst, NULL, err);
+}
+
+void package_method_install(struct rpc_request *req, struct sandbox *sb)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        static const char *const known[] = { "sandbox_id", "packages", "index_url", "find_links", NULL };
+        const char *key;
+        json_t *v;
+        json_object_foreach(req->msg.params, key, v)
+        {
+                bool found = false;
+                for (const char *const *k = known; *k; k++)
+                        found |= strcmp(*k, key) == 0;
+                if (!found) {
+                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "unknown field \"%.64s\"", key);
+                        return;
+                }
+        }
+        json_t *packages = json_object_get(req->msg.params, "packages");
+        if (check_requirements(packages, "packages", &err) < 0 || json_array_size(packages) == 0) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s",
+                                err ? err->message : "packages must not be empty");
+                return;
+        }
+        const char *opt_names[] = { "index_url", "find_links" };
+        const char *opts[2] = { NULL, NULL };
+        for (int i = 0; i < 2; i++) {
+                json_t *o = json_object_get(req->msg.params, opt_names[i]);
+                if (o == NULL || json_is_null(o))
+                        continue;
+                if (!json_is_string(o) || memchr(json_string_value(o), '\0', json_string_length(o)) != NULL ||
+                    json_string_length(o) > 2048 || (json_string_length(o) > 0 && json_string_value(o)[0] == '-') ||
+                    (i == 1 && json_string_length(o) == 0)) {
+                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                        "%s must be a URL or a sandbox path", opt_names[i]);
+                        return;
+                }
+                opts[i] = json_string_value(o);
+        }
+        if (opts[0] != NULL && opts[0][0] != '\0' && strncmp(opts[0], "http://", 7) != 0 &&
+            strncmp(opts[0], "https://", 8) != 0 && strncmp(opts[0], "file://", 7) != 0) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                "index_url must be an http(s):// or file:// URL, or \"\" for no index");
+                return;
+        }
+        struct install *inst = calloc(1, sizeof(*inst));
+        if (inst == NULL) {
+                rpc_reply_fail(req, "internal", "out of memory");
+                return;
+        }
+        inst->req = req;
+        if (start_install(sb, packages, opts[0], opts[1], inst, &err) < 0) {
+                free(inst);
+                rpc_reply_fail(req, "internal", "%s", err->message);
+        }
+}
+
+/* --- python.run ------------------------------------------------------------ */
+
+/* A `files` key: relative to /workspace, or absolute under /workspace; no "..". */
+static bool workspace_path_ok(const char *path)
+{
+        if (path[0] == '\0' || strlen(path) > 1024)
+                return false;
+        if (path[0] == '/' && strncmp(path, "/workspace/", 11) != 0)
+                return false;
+        for (const char *p = path; *p;) {
+                const char *slash = strchr(p, '/');
+                size_t n = slash ? (size_t)(slash - p) : strlen(p);
+                if ((n == 2 && strncmp(p, "..", 2) == 0) || (n == 1 && p[0] == '.'))
+                        return false;
+                p += n + (slash ? 1 : 0);
+        }
+        return true;
+}
+
+static void run_after_requirements(struct python_run *run)
+{
+        const char *code = json_string_value(json_object_get(run->req->msg.params, "code"));
+        if (run->stateful)
+                python_stateful_submit(run);
+        else
+                run_stateless(run, code);
+}
+
+static void run_in_sandbox(struct python_run *run)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        json_t *files = json_object_get(run->req->msg.params, "files");
+        const char *path;
+        json_t *content;
+        json_object_foreach(files, path, content)
+        {
+                if (fs_write_file(run->sb, path, json_string_value(content), json_string_length(content), 0644,
+                                  &err) < 0) {
+                        char message[1024];
+                        snprintf(message, sizeof(message), "write files[\"%.200s\"]: %s", path, err->message);
+                        run_fail(run, "internal", message);
+                        return;
+                }
+        }
+        json_t *requirements = json_object_get(run->req->msg.params, "requirements");
+        if (json_array_size(requirements) > 0) {
+                struct install *inst = calloc(1, sizeof(*inst));
+                if (inst == NULL) {
+                        run_fail(run, "internal", "out of memory");
+                        return;
+                }
+                inst->run = run;
+                if (start_install(run->sb, requirements, NULL, NULL, inst, &err) < 0) {
+                        free(inst);
+                        run_fail(run, "internal", err->message);
+                }
+                return;
+        }
+        run_after_requirements(run);
+}
+
+static void session_ready(struct sandbox *sb, const char *error, void *data)
+{
+        struct python_run *run = data;
+        if (error != NULL) {
+                char message[1024];
+                snprintf(message, sizeof(message), "sandbox create failed: %s", error);
+                run_fail(run, "internal", message);
+                return;
+        }
+        run->sb = sb;
+        run_in_sandbox(run);
+}
+
+static int check_run_params(json_t *p, nsbox_error_t **err)
+{
+        static const char *const known[] = { "sandbox_id", "session_id", "code",  "timeout_seconds",
+                                             "requirements", "files",    "stateful", NULL };
+        const char *key;
+        json_t *v;
+        json_object_foreach(p, key, v)
+        {
+                bool found = false;
+                for (const char *const *k = known; *k; k++)
+                        found |= strcmp(*k, key) == 0;
+                if (!found)
+                        return nsbox_invalid(err, "unknown field \"%.64s\"", key);
+        }
+        json_t *code = json_object_get(p, "code");
+        if (!json_is_string(code) || json_string_length(code) == 0)
+                return nsbox_invalid(err, "code must be a non-empty string");
+        if (memchr(json_string_value(code), '\0', json_string_length(code)) != NULL)
+                return nsbox_invalid(err, "code contains a NUL byte");
+        bool by_id = json_object_get(p, "sandbox_id") != NULL, by_session = json_object_get(p, "session_id") != NULL;
+        if (by_id == by_session)
+                return nsbox_invalid(err, "give exactly one of sandbox_id or session_id");
+        json_t *t = json_object_get(p, "timeout_seconds");
+        if (t != NULL && !json_is_null(t) &&
+            (!json_is_number(t) || json_number_value(t) <= 0 || json_number_value(t) > MAX_TIMEOUT))
+                return nsbox_invalid(err, "timeout_seconds must be a number from 1 to %d", MAX_TIMEOUT);
+        json_t *stateful = json_object_get(p, "stateful");
+        if (stateful != NULL && !json_is_null(stateful) && !json_is_boolean(stateful))
+                return nsbox_invalid(err, "stateful must be a boolean");
+        json_t *req = json_object_get(p, "requirements");
+        if (req != NULL && !json_is_null(req)) {
+                int r = check_requirements(req, "requirements", err);
+                if (r < 0)
+                        return r;
+        }
+        json_t *files = json_object_get(p, "files");
+        if (files != NULL && !json_is_null(files)) {
+                if (!json_is_object(files) || json_object_size(files) > MAX_FILES)
+                        return nsbox_invalid(err, "files must be an object {path: content} of at most %d",
+                                           MAX_FILES);
+                json_object_foreach(files, key, v)
+                {
+                        if (!workspace_path_ok(key))
+                                return nsbox_error(err, EINVAL,
+                                                   "files[\"%.100s\"]: paths are relative to /workspace, without "
+                                                   "\"..\"",
+                                                   key);
+                        if (!json_is_string(v))
+                                return nsbox_invalid(err, "files[\"%.100s\"] must be a string", key);
+                }
+        }
+        return 0;
+}
+
+void python_method_run(struct rpc_request *req)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        json_t *p = req->msg.params;
+        if (check_run_params(p, &err) < 0) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
+                return;
+        }
+        struct python_run *run = calloc(1, sizeof(*run));
+        if (run == NULL) {
+                rpc_reply_fail(req, "internal", "out of memory");
+                return;
+        }
+        run->req = req;
+        run->stateful = json_is_true(json_object_get(p, "stateful"));
+        json_t *t = json_object_get(p, "timeout_seconds");
+        run->timeout_s = json_is_number(t) ? (unsigned)(json_number_value(t) < 1 ? 1 : json_number_value(t))
+                                           : DEFAULT_TIMEOUT;
+        run->started_mono = now_monotonic_ms();
+
+        json_t *id = json_object_get(p, "sandbox_id");
+        if (id != NULL) {
+                uuid_t parsed;
+                struct sandbox *sb = NULL;
+                if (json_is_string(id) && json_string_length(id) == 36 && uuid_parse(json_string_value(id), parsed) == 0)
+                        sb = sandbox_lookup(json_string_value(id), req->uid);
+                if (sb == NULL || sb->state != SANDBOX_RUNNING) {
+                        run_fail(run, "not_found", "no such sandbox");
+                        return;
+                }
+                sandbox_touch(sb);
+                run->sb = sb;
+                run_in_sandbox(run);
+                return;
+        }
+        /* session_id: get or create that session's sandbox, like sandbox.create. */
+        _cleanup_json_ json_t *create = json_pack("{s:O}", "session_id", json_object_get(p, "session_id"));
+        struct sandbox_policy policy;
+        if (policy_from_json(&nsboxd.config.defaults, create, &policy, &err) < 0) {
+                run_free(run);
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
+                return;
+        }
+        struct sandbox *sb = sandbox_find_session(policy.session_id, req->uid);
+        if (sb != NULL) {
+                policy_clear(&policy);
+                sandbox_touch(sb);
+                if (sb->state == SANDBOX_CREATING)
+                        sandbox_when_ready(sb, session_ready, run);
+                else
+                        session_ready(sb, NULL, run);
+                return;
+        }
+        int r = sandbox_create(req->uid, &policy, session_ready, run, &sb, &err);
+        if (r < 0)
+                run_fail(run, r == -EUSERS ? "limit_reached" : "internal", err->message);
+}

@@ -1,0 +1,136 @@
+"""nsbox stateful driver: one long-lived interpreter per sandbox.
+
+Requests arrive on stdin, answers leave on the original stdout, each framed
+as b"<length>\\n" + JSON. The user's code sees fds 1 and 2 pointing at files
+that the driver reads back after each call, so output from C code and child
+processes is captured too, and can never corrupt the frames."""
+import ast
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import nsbox_runtime  # noqa: E402
+
+del sys.path[0]
+
+MAX_OUTPUT = 1 << 20
+
+
+def read_frame(stream):
+    header = stream.readline()
+    if not header:
+        return None
+    length = int(header)
+    body = stream.read(length)
+    if len(body) != length:
+        return None
+    return json.loads(body)
+
+
+def write_frame(fd, obj):
+    body = json.dumps(obj).encode()
+    data = b"%d\n" % len(body) + body
+    while data:
+        n = os.write(fd, data)
+        data = data[n:]
+
+
+class Capture:
+    """fds 1 and 2 redirected into files that are drained after each call."""
+
+    def __init__(self):
+        self.paths = []
+        for fd, name in ((1, "stdout"), (2, "stderr")):
+            path = "/tmp/.nsbox-driver-%d-%s" % (os.getpid(), name)
+            tmp = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            os.dup2(tmp, fd)
+            os.close(tmp)
+            os.unlink(path)
+
+    def reset(self):
+        for fd in (1, 2):
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+
+    def collect(self, fd):
+        size = os.lseek(fd, 0, os.SEEK_CUR)
+        data = os.pread(fd, min(size, MAX_OUTPUT), 0)
+        return data.decode("utf-8", "replace"), size > MAX_OUTPUT
+
+
+def run_cell(code, namespace, figures):
+    """Execute code; the value of a trailing expression is the result."""
+    tree = ast.parse(code, "<cell>", "exec")
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    exec(compile(tree, "<cell>", "exec"), namespace)
+    if last is not None:
+        value = eval(compile(last, "<cell>", "eval"), namespace)
+        if value is not None:
+            namespace["_"] = value
+            return repr(value)
+    return None
+
+
+def main():
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    protocol_out = os.dup(1)
+    stdin = os.fdopen(os.dup(0), "rb")
+    devnull = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    capture = Capture()
+    sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
+    sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
+    figures = nsbox_runtime.FigureCapture()
+    figures.install_import_hook()
+    namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+    write_frame(protocol_out, {"ready": True, "pid": os.getpid()})
+    while True:
+        try:
+            request = read_frame(stdin)
+        except KeyboardInterrupt:  # an interrupt that came after its call ended
+            continue
+        if request is None:
+            return
+        capture.reset()
+        figures.images = []
+        before = nsbox_runtime.snapshot()
+        started = time.monotonic()
+        status, result, interrupted = "ok", None, False
+        try:
+            result = run_cell(request.get("code", ""), namespace, figures)
+        except KeyboardInterrupt as e:
+            status, interrupted = "error", True
+            sys.stderr.write(nsbox_runtime.user_traceback(e, "<cell>"))
+        except SystemExit as e:
+            status = "ok" if e.code in (None, 0) else "error"
+        except BaseException as e:
+            status = "error"
+            sys.stderr.write(nsbox_runtime.user_traceback(e, "<cell>"))
+        try:
+            figures.save_open_figures()
+        except BaseException as e:
+            sys.stderr.write("nsbox: saving figures failed: %s\n" % e)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        out, out_cut = capture.collect(1)
+        err, err_cut = capture.collect(2)
+        write_frame(protocol_out, {
+            "id": request.get("id"),
+            "status": status,
+            "interrupted": interrupted,
+            "stdout": out,
+            "stderr": err,
+            "truncated": out_cut or err_cut,
+            "result": result,
+            "images": figures.images,
+            "files_produced": nsbox_runtime.produced(before, nsbox_runtime.snapshot()),
+            "execution_time_ms": int((time.monotonic() - started) * 1000),
+        })
+
+
+main()

@@ -1,0 +1,121 @@
+"""Helpers shared by nsbox's stateless runner and stateful driver, inside the
+sandbox: matplotlib figure capture and /workspace change tracking."""
+import os
+import sys
+
+WORKSPACE = "/workspace"
+MAX_TRACKED_FILES = 20000
+
+
+def snapshot(root=WORKSPACE):
+    """{relative path: (size, mtime_ns)} of the regular files under root."""
+    seen = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".nsbox")]
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if not os.path.isfile(path) or os.path.islink(path):
+                continue
+            seen[os.path.relpath(path, root)] = (st.st_size, st.st_mtime_ns)
+            if len(seen) >= MAX_TRACKED_FILES:
+                return seen
+    return seen
+
+
+def produced(before, after, skip=()):
+    """Files created or changed between two snapshots: {absolute path: size}."""
+    out = {}
+    for rel, (size, mtime) in sorted(after.items()):
+        path = os.path.join(WORKSPACE, rel)
+        if path in skip:
+            continue
+        if before.get(rel) != (size, mtime):
+            out[path] = size
+    return out
+
+
+class FigureCapture:
+    """Saves every open matplotlib figure as a PNG in /workspace when the code
+    calls plt.show() and when it ends, without importing matplotlib unless
+    the code does."""
+
+    def __init__(self):
+        self.images = []
+        self._patched = False
+
+    def _next_path(self):
+        n = len(self.images) + 1
+        while True:
+            path = os.path.join(WORKSPACE, "figure_%d.png" % n)
+            if not os.path.exists(path) and path not in self.images:
+                return path
+            n += 1
+
+    def save_open_figures(self):
+        plt = sys.modules.get("matplotlib.pyplot")
+        if plt is None:
+            return
+        for num in plt.get_fignums():
+            fig = plt.figure(num)
+            path = self._next_path()
+            try:
+                fig.savefig(path, format="png")
+            except Exception as e:  # a broken figure must not hide the run's result
+                print("nsbox: could not save figure %s: %s" % (num, e), file=sys.stderr)
+                continue
+            self.images.append(path)
+        plt.close("all")
+
+    def patch_show(self):
+        """Make plt.show() save the figures (Agg cannot display them)."""
+        plt = sys.modules.get("matplotlib.pyplot")
+        if plt is None or self._patched:
+            return
+        capture = self
+
+        def show(*args, **kwargs):
+            capture.save_open_figures()
+
+        plt.show = show
+        self._patched = True
+
+    def install_import_hook(self):
+        capture = self
+
+        class Finder:
+            def find_spec(self, name, path=None, target=None):
+                if name != "matplotlib.pyplot":
+                    return None
+                sys.meta_path.remove(self)
+                try:
+                    import importlib.util
+                    spec = importlib.util.find_spec(name)
+                finally:
+                    sys.meta_path.insert(0, self)
+                if spec is None or spec.loader is None:
+                    return spec
+                loader = spec.loader
+                original = loader.exec_module
+
+                def exec_module(module):
+                    original(module)
+                    sys.modules[name] = module
+                    capture.patch_show()
+
+                loader.exec_module = exec_module
+                return spec
+
+        sys.meta_path.insert(0, Finder())
+
+
+def user_traceback(exc, filename):
+    """The traceback of exc from the first frame of the user's code on."""
+    import traceback
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != filename:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb if tb is not None else exc.__traceback__))
