@@ -12,7 +12,8 @@ PYTHON    := /usr/bin/python3
 CC      ?= cc
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=gnu11 -Wall -Wextra -Werror -Wno-unused-parameter -Wshadow -Wformat=2 -Wno-format-truncation \
-           -fno-strict-aliasing -D_GNU_SOURCE -Icommon -Ipolicy -Iruntime -Imanager -Icli
+           -fno-strict-aliasing -D_GNU_SOURCE -DNSBOX_PREFIX='"$(PREFIX)"' \
+           -Icommon -Ipolicy -Iruntime -Imanager -Icli
 PKGS    := libseccomp libcap libnl-3.0 libnl-route-3.0 jansson uuid libsystemd
 LIBS     = $(shell pkg-config --libs $(PKGS)) -lpthread
 CFLAGS  += $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
@@ -43,7 +44,7 @@ obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 BINS  := $(BUILD)/nsboxd $(BUILD)/nsbox $(BUILD)/nsbox-init
 UNITS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 
-.PHONY: all deps deps-test deps-bench image demo test test-unit test-integration test-vm test-format \
+.PHONY: all deps deps-test deps-bench image demo test test-unit test-integration test-vm test-format test-systemd \
         format bench install uninstall asan clean fuzz
 all: $(BINS)
 
@@ -110,10 +111,40 @@ test: deps-test
 	$(MAKE) all $(UNITS)
 	$(MAKE) image
 	$(MAKE) test-format
+	$(MAKE) test-systemd
 	$(MAKE) test-unit
 	$(MAKE) test-fuzz
 	$(MAKE) test-integration
 	$(MAKE) test-vm
+
+# systemd-analyze prints problems but exits 0 for many of them: any output fails.
+test-systemd: all
+	@dir=$$(mktemp -d) && \
+	sed -e 's#@PREFIX@/bin/nsboxd#$(abspath $(BUILD))/nsboxd#' -e 's#@PREFIX@#$(PREFIX)#g' \
+		manager/systemd/nsboxd.service.in > $$dir/nsboxd.service && \
+	cp manager/systemd/nsbox.slice $$dir/ && \
+	out=$$(systemd-analyze verify $$dir/nsboxd.service $$dir/nsbox.slice 2>&1); rc=$$?; rm -rf $$dir; \
+	if [ $$rc -ne 0 ] || [ -n "$$out" ]; then echo "$$out"; echo "systemd units: FAILED"; exit 1; fi; \
+	echo "systemd units: ok"
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/libexec/nsbox $(DESTDIR)$(PREFIX)/share/nsbox/seccomp \
+		$(DESTDIR)$(PREFIX)/share/nsbox/rootfs-builder $(DESTDIR)$(PREFIX)/share/doc/nsbox \
+		$(DESTDIR)/etc/systemd/system
+	install -m 0755 $(BUILD)/nsboxd $(BUILD)/nsbox $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 $(BUILD)/nsbox-init $(DESTDIR)$(PREFIX)/libexec/nsbox/
+	install -m 0644 seccomp-profiles/*.json $(DESTDIR)$(PREFIX)/share/nsbox/seccomp/
+	cp -r rootfs-builder/. $(DESTDIR)$(PREFIX)/share/nsbox/rootfs-builder/
+	install -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/nsbox/
+	sed -e 's#@PREFIX@#$(PREFIX)#g' manager/systemd/nsboxd.service.in > $(DESTDIR)/etc/systemd/system/nsboxd.service
+	install -m 0644 manager/systemd/nsbox.slice $(DESTDIR)/etc/systemd/system/
+	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/nsboxd $(DESTDIR)$(PREFIX)/bin/nsbox \
+		$(DESTDIR)/etc/systemd/system/nsboxd.service $(DESTDIR)/etc/systemd/system/nsbox.slice
+	rm -rf $(DESTDIR)$(PREFIX)/libexec/nsbox $(DESTDIR)$(PREFIX)/share/nsbox $(DESTDIR)$(PREFIX)/share/doc/nsbox
+	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
 
 test-format:
 	@bad=$$(for f in $$(git ls-files '*.c' '*.h'); do \

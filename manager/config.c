@@ -176,8 +176,8 @@ int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_
         config->socket_path = strdup("/run/nsbox/nsbox.sock");
         config->state_dir = strdup("/var/lib/nsbox");
         config->image_dir = strdup("/var/lib/nsbox/images");
-        config->seccomp_dir = sibling_path("../seccomp-profiles", "/usr/local/share/nsbox/seccomp");
-        config->init_path = sibling_path("nsbox-init", "/usr/local/libexec/nsbox/nsbox-init");
+        config->seccomp_dir = sibling_path("../seccomp-profiles", NSBOX_PREFIX "/share/nsbox/seccomp");
+        config->init_path = sibling_path("nsbox-init", NSBOX_PREFIX "/libexec/nsbox/nsbox-init");
         config->log_level = strdup("info");
         config->max_request_bytes = 64u << 20;
         config->max_sandboxes = 64;

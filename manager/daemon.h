@@ -16,6 +16,8 @@ struct nsboxd {
         unsigned n_sandboxes;
         unsigned char *uid_slots; /* one byte per range of the uid pool */
         bool stopping;
+        int argc; /* for reloading the configuration on SIGHUP */
+        char **argv;
 };
 
 extern struct nsboxd nsboxd;

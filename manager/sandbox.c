@@ -25,6 +25,7 @@
 #include "proto.h"
 #include "rootfs.h"
 #include "setup.h"
+#include "state.h"
 
 struct sandbox_waiter {
         sandbox_ready_cb done;
@@ -361,7 +362,10 @@ static int sandbox_spawn(struct sandbox *sb, nsbox_error_t **err)
                 close(pidfd);
                 return nsbox_error(err, errno, "watch the sandbox init");
         }
-        /* From here on a failure kills the child; on_pidfd cleans up. */
+        /* From here on a failure kills the child; on_pidfd cleans up. The
+         * record lets a restart after a crash find and kill this init. */
+        if ((r = state_save(sb, err)) < 0)
+                return r;
         if ((r = cgroup_sandbox_attach(sb->cgroup, pid, err)) < 0 ||
             (r = write_id_maps(pid, sb->host_uid_base, err)) < 0 ||
             (r = rootfs_mount_overlay(sb->dir, image_rootfs, pid, err)) < 0)

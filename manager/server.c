@@ -14,6 +14,7 @@
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/timerfd.h>
+#include <systemd/sd-daemon.h>
 #include <unistd.h>
 
 #include "cgroup.h"
@@ -24,6 +25,7 @@
 #include "profiles.h"
 #include "rpc.h"
 #include "sandbox.h"
+#include "state.h"
 
 #define SHUTDOWN_GRACE_MS 10000
 
@@ -61,6 +63,48 @@ static int make_socket_dir(const char *socket_path, nsbox_error_t **err)
         return 0;
 }
 
+static void notify_status(void)
+{
+        sd_notifyf(0, "STATUS=%u sandbox(es), cgroup %s", nsboxd.n_sandboxes, cgroup_mode_name());
+}
+
+/* SIGHUP: what can change without touching running sandboxes does. */
+static void reload_config(void)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        struct nsbox_config fresh;
+        sd_notify(0, "RELOADING=1");
+        if (config_load(&fresh, nsboxd.argc, nsboxd.argv, &err) < 0) {
+                log_error("SIGHUP: keeping the old configuration: %s", err->message);
+                config_free(&fresh);
+                sd_notify(0, "READY=1");
+                return;
+        }
+        static const char *const fixed[] = { "socket", "state_dir", "image_dir", "init_path", "uid_pool" };
+        bool restart_needed = strcmp(fresh.socket_path, nsboxd.config.socket_path) != 0 ||
+                              strcmp(fresh.state_dir, nsboxd.config.state_dir) != 0 ||
+                              strcmp(fresh.image_dir, nsboxd.config.image_dir) != 0 ||
+                              strcmp(fresh.init_path, nsboxd.config.init_path) != 0 ||
+                              fresh.uid_pool_base != nsboxd.config.uid_pool_base ||
+                              fresh.uid_pool_ranges != nsboxd.config.uid_pool_ranges;
+        if (restart_needed)
+                log_warn("SIGHUP: %s, %s, %s, %s and %s changes need a restart; they are ignored", fixed[0],
+                         fixed[1], fixed[2], fixed[3], fixed[4]);
+        enum log_level level;
+        if (log_parse_level(fresh.log_level, &level) == 0)
+                log_max_level = level;
+        nsboxd.config.max_sandboxes = fresh.max_sandboxes;
+        nsboxd.config.max_connections = fresh.max_connections;
+        nsboxd.config.max_request_bytes = fresh.max_request_bytes;
+        policy_clear(&nsboxd.config.defaults);
+        nsboxd.config.defaults = fresh.defaults;
+        memset(&fresh.defaults, 0, sizeof(fresh.defaults));
+        profiles_clear(); /* profile files are read again on next use */
+        config_free(&fresh);
+        log_info("SIGHUP: configuration reloaded (running sandboxes keep their settings)");
+        sd_notify(0, "READY=1");
+}
+
 static void on_signal(struct loop_source *source, uint32_t events)
 {
         struct signalfd_siginfo si;
@@ -70,7 +114,7 @@ static void on_signal(struct loop_source *source, uint32_t events)
                                 log_info("signal %u: stopping", si.ssi_signo);
                         nsboxd.stopping = true;
                 } else if (si.ssi_signo == SIGHUP) {
-                        log_info("SIGHUP: nothing to reload yet");
+                        reload_config();
                 }
         }
 }
@@ -78,8 +122,37 @@ static void on_signal(struct loop_source *source, uint32_t events)
 static void on_tick(struct loop_source *source, uint32_t events)
 {
         uint64_t expirations;
-        if (read(source->fd, &expirations, sizeof(expirations)) > 0)
+        if (read(source->fd, &expirations, sizeof(expirations)) > 0) {
                 sandbox_reap_idle();
+                notify_status();
+        }
+}
+
+/* The watchdog is fed from the loop itself: a stuck loop gets restarted. */
+static void on_watchdog(struct loop_source *source, uint32_t events)
+{
+        uint64_t expirations;
+        if (read(source->fd, &expirations, sizeof(expirations)) > 0)
+                sd_notify(0, "WATCHDOG=1");
+}
+
+static int setup_watchdog(nsbox_error_t **err)
+{
+        uint64_t usec = 0;
+        if (sd_watchdog_enabled(0, &usec) <= 0 || usec == 0)
+                return 0;
+        uint64_t half = usec / 2;
+        int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+        struct itimerspec its = {
+                .it_interval = { (time_t)(half / 1000000), (long)(half % 1000000) * 1000 },
+                .it_value = { (time_t)(half / 1000000), (long)(half % 1000000) * 1000 + 1 },
+        };
+        if (tfd < 0 || timerfd_settime(tfd, 0, &its, NULL) < 0)
+                return nsbox_error(err, errno, "watchdog timer");
+        if (loop_add(nsboxd.loop, tfd, EPOLLIN, on_watchdog, NULL) == NULL)
+                return nsbox_error(err, errno, "watch watchdog timer");
+        log_info("systemd watchdog every %llu ms", (unsigned long long)(half / 1000));
+        return 0;
 }
 
 static int setup_signals_and_timers(nsbox_error_t **err)
@@ -109,6 +182,7 @@ static int setup_signals_and_timers(nsbox_error_t **err)
 
 static void shutdown_sandboxes(void)
 {
+        sd_notify(0, "STOPPING=1");
         rpc_server_stop();
         for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next)
                 sandbox_remove(sb, NULL, NULL);
@@ -117,6 +191,41 @@ static void shutdown_sandboxes(void)
                 loop_run_once(nsboxd.loop, 100);
         if (nsboxd.sandboxes != NULL)
                 log_error("%u sandbox(es) did not stop in time", nsboxd.n_sandboxes);
+        /* Let the final replies of the killed execs reach their clients. */
+        long long flush_deadline = now_monotonic_ms() + 500;
+        while (now_monotonic_ms() < flush_deadline && loop_run_once(nsboxd.loop, 50) > 0)
+                ;
+}
+
+/* Everything before serving; each step says what failed. */
+static int start(nsbox_error_t **err)
+{
+        int r;
+        nsboxd.loop = loop_new();
+        if (nsboxd.loop == NULL)
+                return nsbox_error(err, errno, "epoll");
+        nsboxd.init_memfd = load_init_binary(nsboxd.config.init_path, err);
+        if (nsboxd.init_memfd < 0)
+                return nsboxd.init_memfd;
+        if ((r = cgroup_init(nsboxd.config.allow_degraded, err)) < 0)
+                return r;
+        if ((r = sandbox_registry_init(err)) < 0)
+                return r;
+        /* A previous run that crashed may have left sandboxes: none survive. */
+        state_recover();
+        if ((r = setup_signals_and_timers(err)) < 0 || (r = setup_watchdog(err)) < 0)
+                return r;
+        if ((r = profiles_get(nsboxd.config.defaults.seccomp_profile, err)) < 0)
+                return r;
+        if ((r = make_socket_dir(nsboxd.config.socket_path, err)) < 0)
+                return r;
+        struct rpc_server_config server = {
+                .socket_path = nsboxd.config.socket_path,
+                .max_request_bytes = nsboxd.config.max_request_bytes,
+                .max_connections = nsboxd.config.max_connections,
+                .methods = nsboxd_methods,
+        };
+        return rpc_server_start(nsboxd.loop, &server, err);
 }
 
 int nsboxd_main(int argc, char **argv)
@@ -145,32 +254,19 @@ int nsboxd_main(int argc, char **argv)
         }
         umask(022);
 
-        nsboxd.loop = loop_new();
-        if (nsboxd.loop == NULL) {
-                log_error("epoll: %s", strerror(errno));
-                return 1;
-        }
-        nsboxd.init_memfd = load_init_binary(nsboxd.config.init_path, &err);
-        if (nsboxd.init_memfd < 0 || cgroup_init(nsboxd.config.allow_degraded, &err) < 0 ||
-            sandbox_registry_init(&err) < 0 || setup_signals_and_timers(&err) < 0 ||
-            profiles_get(nsboxd.config.defaults.seccomp_profile, &err) < 0 ||
-            make_socket_dir(nsboxd.config.socket_path, &err) < 0) {
+        nsboxd.argc = argc;
+        nsboxd.argv = argv;
+        if (start(&err) < 0) {
                 log_error("%s", err->message);
-                return 1;
-        }
-        struct rpc_server_config server = {
-                .socket_path = nsboxd.config.socket_path,
-                .max_request_bytes = nsboxd.config.max_request_bytes,
-                .max_connections = nsboxd.config.max_connections,
-                .methods = nsboxd_methods,
-        };
-        if (rpc_server_start(nsboxd.loop, &server, &err) < 0) {
-                log_error("%s", err->message);
+                sd_notifyf(0, "STATUS=failed to start: %s", err->message);
                 return 1;
         }
         log_info("listening on %s (state %s, images %s, cgroup %s%s)", nsboxd.config.socket_path,
                  nsboxd.config.state_dir, nsboxd.config.image_dir, cgroup_mode_name(),
                  cgroup_degraded() ? ", limits NOT enforced" : "");
+        /* Only now: the socket accepts and the image and profile are loaded. */
+        sd_notify(0, "READY=1");
+        notify_status();
 
         while (!nsboxd.stopping) {
                 r = loop_run_once(nsboxd.loop, -1);

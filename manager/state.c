@@ -1,0 +1,148 @@
+#include "state.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "daemon.h"
+#include "json_cleanup.h"
+#include "log.h"
+#include "rootfs.h"
+#include "sandbox.h"
+
+#define RECORD_NAME "sandbox.json"
+#define KILL_WAIT_MS 5000
+
+/* Field 22 of /proc/PID/stat: when the process started, in clock ticks.
+ * With the pid it names one process, never a later one that reused it. */
+static unsigned long long process_start_time(pid_t pid)
+{
+        char path[64], buf[1024];
+        snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return 0;
+        ssize_t n = read(fd, buf, sizeof(buf) - 1);
+        if (n <= 0)
+                return 0;
+        buf[n] = '\0';
+        char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+        if (p == NULL)
+                return 0;
+        unsigned long long start = 0;
+        /* after ") " come fields 3..; starttime is field 22 */
+        if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+                   &start) != 1)
+                return 0;
+        return start;
+}
+
+int state_save(const struct sandbox *sb, nsbox_error_t **err)
+{
+        char path[4096], tmp[4096];
+        snprintf(path, sizeof(path), "%s/%s", sb->dir, RECORD_NAME);
+        snprintf(tmp, sizeof(tmp), "%s/.%s.tmp", sb->dir, RECORD_NAME);
+        _cleanup_json_ json_t *record =
+            json_pack("{s:i, s:s, s:I, s:s?, s:I, s:I, s:I, s:I, s:s}", "version", 1, "sandbox_id", sb->id, "owner",
+                      (json_int_t)sb->owner, "session_id", sb->policy.session_id[0] ? sb->policy.session_id : NULL,
+                      "pid", (json_int_t)sb->pid, "pid_start_time", (json_int_t)process_start_time(sb->pid),
+                      "host_uid_base", (json_int_t)sb->host_uid_base, "created_at_ms", (json_int_t)sb->created_at_ms,
+                      "image", sb->policy.image);
+        if (record == NULL)
+                return nsbox_error(err, ENOMEM, "sandbox record");
+        _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0)
+                return nsbox_error(err, errno, "create %s", tmp);
+        _cleanup_free_ char *text = json_dumps(record, JSON_COMPACT);
+        size_t len = text ? strlen(text) : 0;
+        if (text == NULL || write(fd, text, len) != (ssize_t)len || fsync(fd) < 0)
+                return nsbox_error(err, errno ? errno : EIO, "write %s", tmp);
+        if (rename(tmp, path) < 0)
+                return nsbox_error(err, errno, "rename %s", tmp);
+        return 0;
+}
+
+/* Kill the init a previous run left (if it is still that process) and wait for it. */
+static void kill_leftover_init(pid_t pid, unsigned long long start_time, const char *id)
+{
+        if (pid <= 1 || start_time == 0 || process_start_time(pid) != start_time)
+                return;
+        _cleanup_close_ int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+        if (pidfd < 0 || process_start_time(pid) != start_time)
+                return; /* gone, or the pid was reused in between */
+        log_warn("sandbox %s: killing init %d left by a previous run", id, pid);
+        syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+        struct pollfd p = { .fd = pidfd, .events = POLLIN };
+        if (poll(&p, 1, KILL_WAIT_MS) <= 0)
+                log_error("sandbox %s: init %d did not die", id, pid);
+}
+
+static void quarantine(const char *sandboxes, const char *name)
+{
+        char from[4096], dir[4096], to[4096];
+        snprintf(from, sizeof(from), "%s/%s", sandboxes, name);
+        snprintf(dir, sizeof(dir), "%s/quarantine", nsboxd.config.state_dir);
+        mkdir(dir, 0700);
+        snprintf(to, sizeof(to), "%s/%s.%lld", dir, name, now_realtime_ms());
+        rootfs_detach(from);
+        if (rename(from, to) == 0)
+                log_warn("state: unreadable sandbox record in %s; moved it to %s", from, to);
+        else
+                log_error("state: unreadable sandbox record in %s, and moving it failed: %s", from, strerror(errno));
+}
+
+static void recover_one(const char *sandboxes, const char *name)
+{
+        char dir[4096], record_path[4096];
+        snprintf(dir, sizeof(dir), "%s/%s", sandboxes, name);
+        snprintf(record_path, sizeof(record_path), "%s/%s", dir, RECORD_NAME);
+
+        _cleanup_json_ json_t *record = NULL;
+        struct stat st;
+        if (lstat(record_path, &st) == 0) {
+                record = json_load_file(record_path, JSON_REJECT_DUPLICATES, NULL);
+                if (!json_is_object(record) || !json_is_string(json_object_get(record, "sandbox_id")) ||
+                    !json_is_integer(json_object_get(record, "pid"))) {
+                        quarantine(sandboxes, name);
+                        return;
+                }
+                kill_leftover_init((pid_t)json_integer_value(json_object_get(record, "pid")),
+                                   (unsigned long long)json_integer_value(json_object_get(record, "pid_start_time")),
+                                   name);
+        }
+        /* No record: the previous run died between mkdir and clone; its child,
+         * if any, dies with it (PR_SET_PDEATHSIG) or when the sync socket closes. */
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        rootfs_detach(dir);
+        if (rootfs_remove_dir(dir, &err) < 0) {
+                log_error("state: %s", err->message);
+                return;
+        }
+        log_info("sandbox %s: removed, left by a previous run", name);
+}
+
+void state_recover(void)
+{
+        char sandboxes[4096];
+        snprintf(sandboxes, sizeof(sandboxes), "%s/sandboxes", nsboxd.config.state_dir);
+        DIR *d = opendir(sandboxes);
+        if (d == NULL)
+                return;
+        struct dirent *de;
+        while ((de = readdir(d)) != NULL) {
+                if (de->d_name[0] == '.')
+                        continue;
+                recover_one(sandboxes, de->d_name);
+        }
+        closedir(d);
+}
