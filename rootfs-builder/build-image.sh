@@ -27,7 +27,7 @@ usage: $0 --name NAME --out IMAGE_DIR --cache CACHE_DIR [--mirror URL] [--force]
 
   --name NAME      image to build (known: python)
   --out DIR        image directory; the image lands in DIR/NAME
-  --cache DIR      download cache (debootstrap .debs) and build logs
+  --cache DIR      download cache (.debs for debootstrap and apt) and build log
   --mirror URL     Debian mirror (default $MIRROR)
   --force          rebuild even if the inputs are unchanged
 EOF
@@ -271,8 +271,9 @@ prepare_for_sandboxes() {
         # must not learn the host's network from it (network is "none" anyway).
         : >"$rootfs/etc/resolv.conf"
 
-        # Debian's matplotlibrc is the full default rc file (mpl-data points
-        # at it), so change the backend line rather than replace the file.
+        # Debian ships /etc/matplotlibrc (a conffile, every setting commented
+        # out) and matplotlib reads it; enable just its backend line so the
+        # file stays what dpkg knows plus one change.
         [ -f "$rootfs/etc/matplotlibrc" ] || die "image has no /etc/matplotlibrc (python3-matplotlib-data changed?)"
         sed -i -E 's/^#?[[:space:]]*backend[[:space:]]*:.*/backend: Agg/' "$rootfs/etc/matplotlibrc"
         grep -qx 'backend: Agg' "$rootfs/etc/matplotlibrc" || echo 'backend: Agg' >>"$rootfs/etc/matplotlibrc"
@@ -418,7 +419,7 @@ install_packages "$ROOTFS"
 prepare_for_sandboxes "$ROOTFS"
 
 echo "image $NAME: smoke check (import numpy, pandas, matplotlib, PIL and plot, as uid 1000)"
-PROBE=$(probe_image "$ROOTFS") || die "smoke check failed: the image's python3 cannot import numpy, pandas, matplotlib and PIL"
+PROBE=$(probe_image "$ROOTFS") || die "smoke check failed (Python error above): numpy, pandas, matplotlib and PIL must import and plot"
 echo "image $NAME: smoke check ok"
 # The probe ran in the image; it must not ship what it left behind.
 find "$ROOTFS/tmp" "$ROOTFS/workspace" -mindepth 1 -delete
