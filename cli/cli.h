@@ -1,6 +1,7 @@
 /* Shared pieces of the nsbox commands. */
 #pragma once
 
+#include <getopt.h>
 #include <jansson.h>
 #include <stdbool.h>
 
@@ -12,7 +13,8 @@
 
 struct cli {
         const char *socket_path;
-        bool json; /* print raw result objects */
+        bool json;           /* print raw result objects */
+        const char *command; /* the command being run, for its usage text */
 };
 
 /* Connect or print why and return NULL. */
@@ -20,11 +22,92 @@ struct client *cli_connect(const struct cli *cli);
 /* Call a method; on failure print "nsbox: ..." and return NULL. */
 json_t *cli_call(const struct cli *cli, struct client *c, const char *method, json_t *params);
 void cli_print_json(const json_t *value);
-/* Map an exec result to the process exit code and print its output. */
+/* Map an exec result to the process exit code. */
 int cli_exec_exit_code(const json_t *result);
+/* Print "nsbox: <message>" as one line on stderr; returns EXIT_NSBOX_FAILED. */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* "nsbox: usage: <synopsis of the current command>"; returns EXIT_NSBOX_FAILED. */
+int cli_usage_error(const struct cli *cli);
+/* Write the whole buffer (stdout/stderr of a command) to fd. */
+int cli_write_all(int fd, const void *data, size_t len);
+/* True when the error object says the daemon lacks the method (an older nsboxd
+ * or a method still to come). */
+bool cli_error_is_missing_method(const json_t *error);
+
+/* getopt_long with nsbox's conventions: stops at the first argument, adds
+ * -h/--help, reports a bad option on one line. Returns the option, -1 at the
+ * end of the options, CLI_OPT_HELP after printing the help, CLI_OPT_ERROR
+ * after printing an error. */
+#define CLI_OPT_HELP  (-2)
+#define CLI_OPT_ERROR (-3)
+int cli_getopt(const struct cli *cli, int argc, char **argv, const char *shortopts,
+               const struct option *longopts);
+/* The exit code for CLI_OPT_HELP (0) or CLI_OPT_ERROR (125). */
+static inline int cli_opt_exit(int opt)
+{
+        return opt == CLI_OPT_HELP ? 0 : EXIT_NSBOX_FAILED;
+}
 
 /* Parse "512M", "1G", "1048576" into bytes. */
 int cli_parse_size(const char *text, unsigned long long *out);
+/* Parse a positive number of seconds. */
+int cli_parse_seconds(const char *text, double *out);
+/* "K=V" into obj.env. */
+int cli_add_env(json_t *obj, const char *kv);
+json_t *cli_argv_to_json(int argc, char **argv);
 
+/* SIGINT, SIGTERM and SIGHUP, blocked and readable on the returned signalfd
+ * (for client_set_interrupt_fd). Returns -1 on failure. */
+int cli_catch_signals(void);
+/* The signal waiting on the signalfd (0 if none): the exit code is 128+N. */
+int cli_caught_signal(int signal_fd);
+
+/* A private nsboxd for `nsbox run` when none is listening. */
+struct private_daemon {
+        int pid;
+        char *dir;
+        char *socket_path;
+};
+int private_daemon_start(struct private_daemon *pd, int signal_fd, nsbox_error_t **err);
+void private_daemon_stop(struct private_daemon *pd);
+
+int cmd_create(const struct cli *cli, int argc, char **argv);
+int cmd_ls(const struct cli *cli, int argc, char **argv);
+int cmd_info(const struct cli *cli, int argc, char **argv);
+int cmd_rm(const struct cli *cli, int argc, char **argv);
+int cmd_status(const struct cli *cli, int argc, char **argv);
+int cmd_exec(const struct cli *cli, int argc, char **argv);
+int cmd_sh(const struct cli *cli, int argc, char **argv);
+int cmd_run(const struct cli *cli, int argc, char **argv);
+int cmd_python(const struct cli *cli, int argc, char **argv);
+int cmd_pip(const struct cli *cli, int argc, char **argv);
+int cmd_cp(const struct cli *cli, int argc, char **argv);
 int cmd_mcp(const struct cli *cli, int argc, char **argv);
+
+/* Options of sandbox.create, shared by create and run. */
+enum {
+        CLI_OPT_SESSION = 1000,
+        CLI_OPT_MEMORY,
+        CLI_OPT_PIDS,
+        CLI_OPT_CPUS,
+        CLI_OPT_DISK,
+        CLI_OPT_IDLE,
+        CLI_OPT_IMAGE,
+        CLI_OPT_PROFILE,
+        CLI_OPT_ENV,
+        CLI_OPT_FIRST_FREE /* commands number their own options from here */
+};
+#define CLI_CREATE_OPTIONS                                                  \
+        { "session", required_argument, NULL, CLI_OPT_SESSION },            \
+            { "memory", required_argument, NULL, CLI_OPT_MEMORY },          \
+            { "pids", required_argument, NULL, CLI_OPT_PIDS },              \
+            { "cpus", required_argument, NULL, CLI_OPT_CPUS },              \
+            { "disk", required_argument, NULL, CLI_OPT_DISK },              \
+            { "idle-timeout", required_argument, NULL, CLI_OPT_IDLE },      \
+            { "image", required_argument, NULL, CLI_OPT_IMAGE },            \
+        {                                                                   \
+                "seccomp-profile", required_argument, NULL, CLI_OPT_PROFILE \
+        }
+/* Apply one create option to sandbox.create params: 0 done, 1 not a create
+ * option, else an exit code (after printing why). */
+int cli_create_option(json_t *params, int opt, const char *arg);

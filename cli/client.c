@@ -1,6 +1,7 @@
 #include "client.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,9 +17,11 @@
 
 struct client {
         int fd;
+        int interrupt_fd; /* readable = give up waiting (a signalfd), or -1 */
         long long next_id;
         char *buf;
         size_t len, cap;
+        size_t scanned; /* bytes of buf known to hold no newline */
 };
 
 const char *client_socket_path(const char *flag)
@@ -44,6 +47,7 @@ int client_connect(const char *path, struct client **out, nsbox_error_t **err)
         if (c == NULL)
                 return nsbox_error(err, ENOMEM, "client");
         c->fd = steal_fd(&fd);
+        c->interrupt_fd = -1;
         c->next_id = 1;
         *out = c;
         return 0;
@@ -61,6 +65,30 @@ void client_close(struct client *c)
 int client_fd(const struct client *c)
 {
         return c->fd;
+}
+
+void client_set_interrupt_fd(struct client *c, int fd)
+{
+        c->interrupt_fd = fd;
+}
+
+/* Wait until the socket is readable; -EINTR when the interrupt fd fires first. */
+static int wait_readable(struct client *c)
+{
+        if (c->interrupt_fd < 0)
+                return 0;
+        struct pollfd fds[2] = { { .fd = c->fd, .events = POLLIN },
+                                 { .fd = c->interrupt_fd, .events = POLLIN } };
+        for (;;) {
+                int n = poll(fds, 2, -1);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return -errno;
+                if (fds[1].revents & POLLIN)
+                        return -EINTR;
+                return 0;
+        }
 }
 
 static int write_all(int fd, const char *p, size_t len)
@@ -101,8 +129,12 @@ int client_send(struct client *c, const char *method, json_t *params, long long 
 static int read_message(struct client *c, json_t **out, nsbox_error_t **err)
 {
         for (;;) {
-                ssize_t nl = jsonrpc_find_newline(c->buf ? c->buf : "", c->len);
-                if (nl >= 0) {
+                ssize_t nl = c->buf ? jsonrpc_find_newline(c->buf + c->scanned, c->len - c->scanned) : -1;
+                if (nl < 0) {
+                        c->scanned = c->len;
+                } else {
+                        nl += c->scanned;
+                        c->scanned = 0;
                         json_error_t jerr;
                         *out = json_loadb(c->buf, nl, JSON_ALLOW_NUL, &jerr);
                         memmove(c->buf, c->buf + nl + 1, c->len - nl - 1);
@@ -121,6 +153,11 @@ static int read_message(struct client *c, json_t **out, nsbox_error_t **err)
                         c->buf = grown;
                         c->cap = cap;
                 }
+                int r = wait_readable(c);
+                if (r == -EINTR)
+                        return nsbox_error(err, EINTR, "interrupted");
+                if (r < 0)
+                        return nsbox_error(err, -r, "poll");
                 ssize_t n = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
                 if (n < 0 && errno == EINTR)
                         continue;

@@ -15,6 +15,9 @@ const char *client_socket_path(const char *flag);
 int client_connect(const char *path, struct client **out, nsbox_error_t **err);
 void client_close(struct client *c);
 int client_fd(const struct client *c);
+/* While fd (e.g. a signalfd) is readable, client_call stops waiting and
+ * fails with -EINTR. -1 turns it off. The fd stays the caller's. */
+void client_set_interrupt_fd(struct client *c, int fd);
 
 /* Send a request and wait for its response; notifications that arrive in
  * between go to `notify`. On success *result is a new reference. On a

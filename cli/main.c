@@ -1,4 +1,5 @@
-/* nsbox: the command-line client of nsboxd. */
+/* nsbox: the command-line client of nsboxd. Shared helpers and dispatch;
+ * the commands live in cli/commands_*.c. */
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -6,21 +7,146 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include "cleanup.h"
 #include "cli.h"
 #include "json_cleanup.h"
+#include "jsonrpc.h"
+
+struct command {
+        const char *name;
+        int (*run)(const struct cli *cli, int argc, char **argv);
+        const char *synopsis;
+        const char *help; /* what it does and its options */
+};
+
+static const struct command commands[] = {
+        { "create", cmd_create,
+          "nsbox create [--session ID] [--memory 512M] [--pids N] [--cpus F] [--disk 1G] [--idle-timeout "
+          "SEC] "
+          "[--env K=V]...",
+          "Create a sandbox and print its id.\n\n"
+          "  --session ID        get-or-create: reuse the live sandbox of this session\n"
+          "  --memory SIZE       memory limit (e.g. 512M, 1G)\n"
+          "  --pids N            process limit\n"
+          "  --cpus F            CPU limit in CPUs (e.g. 0.5)\n"
+          "  --disk SIZE         size of the sandbox's writable layer\n"
+          "  --idle-timeout SEC  remove it after SEC seconds without use\n"
+          "  --env K=V           environment of every command (repeatable)\n"
+          "  --image NAME        image (default python)\n"
+          "  --seccomp-profile P seccomp profile name (default default)\n" },
+        { "ls", cmd_ls, "nsbox ls [--all]",
+          "List your sandboxes.\n\n"
+          "  -a, --all  include sandboxes that are no longer running\n" },
+        { "list", cmd_ls, "nsbox list [--all]", "Same as nsbox ls.\n" },
+        { "info", cmd_info, "nsbox info ID", "Show a sandbox's details, limits and resource usage.\n" },
+        { "rm", cmd_rm, "nsbox rm [-f] ID...",
+          "Remove sandboxes, killing everything in them.\n\n"
+          "  -f, --force  remove even while a command runs\n" },
+        { "exec", cmd_exec,
+          "nsbox exec [--timeout S] [--cwd DIR] [--env K=V] [--user root] [-i] ID -- CMD [ARG...]",
+          "Run a command in a sandbox, streaming its output; exit with its exit code.\n\n"
+          "  --timeout S   kill the command after S seconds (exit 124)\n"
+          "  --cwd DIR     working directory (default /workspace)\n"
+          "  --env K=V     environment variable (repeatable)\n"
+          "  --user USER   sandbox (default) or root (the sandbox's own root)\n"
+          "  -i, --stdin   pass this program's standard input (UTF-8 text, up to 64 MiB)\n" },
+        { "sh", cmd_sh,
+          "nsbox sh [--timeout S] [--cwd DIR] [--env K=V] [--user root] [-i] ID 'shell command'",
+          "Run a command line under /bin/sh -c in a sandbox; options as for nsbox exec.\n" },
+        { "python", cmd_python,
+          "nsbox python [--stateful] [--require PKG]... [--timeout S] ID FILE|- | -c CODE",
+          "Run Python code in a sandbox (python.run) from FILE, from standard input (-),\n"
+          "or from -c CODE. Exit with the program's exit code (124 on timeout).\n\n"
+          "  -c, --code CODE  the code itself\n"
+          "  --stateful       run in the sandbox's persistent interpreter (variables survive)\n"
+          "  --require PKG    pip-install PKG first (repeatable)\n"
+          "  --timeout S      time limit in seconds\n" },
+        { "pip", cmd_pip, "nsbox pip [--index-url URL] [--find-links DIR] ID PKG...",
+          "Install Python packages into a sandbox (package.install); exit with pip's code.\n\n"
+          "  --index-url URL   package index (\"\" for none: offline)\n"
+          "  --find-links DIR  a sandbox directory of wheels\n" },
+        { "cp", cmd_cp, "nsbox cp ID:PATH LOCAL | nsbox cp LOCAL ID:PATH",
+          "Copy a file out of or into a sandbox, byte for byte. A relative sandbox PATH is\n"
+          "under /workspace; LOCAL may be - for standard output/input; when the target is\n"
+          "a directory the file keeps its name.\n" },
+        { "run", cmd_run,
+          "nsbox run [create options] [--timeout S] [--cwd DIR] [--user root] -- CMD [ARG...]",
+          "Create a sandbox, run one command in it with live output, remove it; exit with\n"
+          "the command's exit code. Takes the options of nsbox create; --env applies to\n"
+          "the command. With no nsboxd listening (and as root) it runs a private one\n"
+          "for the duration of the command.\n" },
+        { "status", cmd_status, "nsbox status",
+          "Show the daemon's version, kernel, cgroup mode and features.\n" },
+        { "mcp", cmd_mcp, "nsbox mcp", "Serve MCP (Model Context Protocol) on standard input/output.\n" },
+};
+
+static const struct command *find_command(const char *name)
+{
+        for (size_t k = 0; k < ARRAY_SIZE(commands); k++) {
+                if (name != NULL && strcmp(commands[k].name, name) == 0)
+                        return &commands[k];
+        }
+        return NULL;
+}
 
 int cli_fail(const char *fmt, ...)
 {
+        char line[4096];
         va_list ap;
         va_start(ap, fmt);
-        fputs("nsbox: ", stderr);
-        vfprintf(stderr, fmt, ap);
-        fputc('\n', stderr);
+        vsnprintf(line, sizeof(line), fmt, ap);
         va_end(ap);
+        /* One line, whatever the message holds. */
+        for (char *p = line; *p; p++) {
+                if (*p == '\n' || *p == '\r')
+                        *p = ' ';
+        }
+        fflush(stdout);
+        fprintf(stderr, "nsbox: %s\n", line);
         return EXIT_NSBOX_FAILED;
+}
+
+int cli_usage_error(const struct cli *cli)
+{
+        const struct command *cmd = find_command(cli->command);
+        if (cmd == NULL)
+                return cli_fail("usage: nsbox COMMAND (see nsbox --help)");
+        return cli_fail("usage: %s (see nsbox %s --help)", cmd->synopsis, cmd->name);
+}
+
+int cli_getopt(const struct cli *cli, int argc, char **argv, const char *shortopts,
+               const struct option *longopts)
+{
+        struct option all[40];
+        size_t n = 0;
+        for (; longopts != NULL && longopts[n].name != NULL && n < ARRAY_SIZE(all) - 2; n++)
+                all[n] = longopts[n];
+        all[n++] = (struct option){ "help", no_argument, NULL, 'h' };
+        all[n] = (struct option){ 0 };
+        char spec[64];
+        snprintf(spec, sizeof(spec), "+:h%s", shortopts ? shortopts : "");
+
+        opterr = 0;
+        int opt = getopt_long(argc, argv, spec, all, NULL);
+        if (opt == 'h') {
+                const struct command *cmd = find_command(cli->command);
+                if (cmd != NULL)
+                        printf("usage: %s\n\n%s", cmd->synopsis, cmd->help);
+                return CLI_OPT_HELP;
+        }
+        if (opt == '?' || opt == ':') {
+                const char *what = opt == '?' ? "unknown option" : "option needs a value:";
+                if (optopt != 0 && (opt == '?' || argv[optind - 1][1] != '-'))
+                        cli_fail("%s %s -%c (see nsbox %s --help)", cli->command, what, optopt, cli->command);
+                else
+                        cli_fail("%s %s %s (see nsbox %s --help)", cli->command, what, argv[optind - 1],
+                                 cli->command);
+                return CLI_OPT_ERROR;
+        }
+        return opt;
 }
 
 struct client *cli_connect(const struct cli *cli)
@@ -37,12 +163,30 @@ struct client *cli_connect(const struct cli *cli)
 json_t *cli_call(const struct cli *cli, struct client *c, const char *method, json_t *params)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
+        _cleanup_json_ json_t *error = NULL;
         json_t *result = NULL;
-        if (client_call(c, method, params, NULL, NULL, &result, NULL, &err) < 0) {
-                cli_fail("%s", err->message);
+        if (client_call(c, method, params, NULL, NULL, &result, &error, &err) < 0) {
+                if (cli_error_is_missing_method(error))
+                        cli_fail("this nsboxd does not offer %s yet (%s)", method, err->message);
+                else
+                        cli_fail("%s", err->message);
                 return NULL;
         }
         return result;
+}
+
+bool cli_error_is_missing_method(const json_t *error)
+{
+        if (error == NULL)
+                return false;
+        json_t *code = json_object_get(error, "code");
+        const char *kind = json_string_value(json_object_get(json_object_get(error, "data"), "kind"));
+        const char *message = json_string_value(json_object_get(error, "message"));
+        if (json_is_integer(code) && json_integer_value(code) == JSONRPC_METHOD_NOT_FOUND)
+                return true;
+        /* Stubs of methods still being written answer unavailable "... is not implemented". */
+        return kind != NULL && strcmp(kind, "unavailable") == 0 && message != NULL &&
+               strstr(message, "not implemented") != NULL;
 }
 
 void cli_print_json(const json_t *value)
@@ -52,6 +196,22 @@ void cli_print_json(const json_t *value)
                 puts(text);
                 free(text);
         }
+        fflush(stdout);
+}
+
+int cli_write_all(int fd, const void *data, size_t len)
+{
+        const char *p = data;
+        while (len > 0) {
+                ssize_t n = write(fd, p, len);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return -errno;
+                p += n;
+                len -= n;
+        }
+        return 0;
 }
 
 int cli_parse_size(const char *text, unsigned long long *out)
@@ -98,56 +258,18 @@ int cli_parse_size(const char *text, unsigned long long *out)
         return 0;
 }
 
-int cli_exec_exit_code(const json_t *result)
+int cli_parse_seconds(const char *text, double *out)
 {
-        json_t *timed_out = json_object_get(result, "timed_out");
-        json_t *code = json_object_get(result, "exit_code");
-        json_t *sig = json_object_get(result, "signal");
-        if (json_is_true(timed_out))
-                return EXIT_TIMEOUT;
-        if (json_is_integer(code))
-                return (int)json_integer_value(code);
-        if (json_is_integer(sig))
-                return 128 + (int)json_integer_value(sig);
-        return EXIT_NSBOX_FAILED;
+        char *end;
+        errno = 0;
+        double v = strtod(text, &end);
+        if (errno != 0 || end == text || *end != '\0' || !(v > 0))
+                return -EINVAL;
+        *out = v;
+        return 0;
 }
 
-/* --- create options, shared by create and run ------------------------- */
-
-struct create_opts {
-        json_t *params; /* sandbox.create params being built */
-};
-
-enum {
-        OPT_SESSION = 1000,
-        OPT_MEMORY,
-        OPT_PIDS,
-        OPT_CPUS,
-        OPT_DISK,
-        OPT_IDLE,
-        OPT_ENV,
-        OPT_IMAGE,
-        OPT_JSON,
-        OPT_TIMEOUT,
-        OPT_CWD,
-        OPT_USER,
-        OPT_ALL,
-        OPT_FORCE,
-        OPT_PROFILE,
-        OPT_HELP
-};
-
-static int set_limit(json_t *params, const char *key, json_t *value)
-{
-        json_t *limits = json_object_get(params, "limits");
-        if (limits == NULL) {
-                limits = json_object();
-                json_object_set_new(params, "limits", limits);
-        }
-        return json_object_set_new(limits, key, value);
-}
-
-static int add_env(json_t *obj, const char *kv)
+int cli_add_env(json_t *obj, const char *kv)
 {
         const char *eq = strchr(kv, '=');
         if (eq == NULL || eq == kv)
@@ -162,265 +284,7 @@ static int add_env(json_t *obj, const char *kv)
         return 0;
 }
 
-/* Returns 0 if handled, 1 if not a create option, or an exit code. */
-static int create_option(json_t *params, int opt, const char *arg)
-{
-        unsigned long long n;
-        char *end;
-        switch (opt) {
-        case OPT_SESSION:
-                json_object_set_new(params, "session_id", json_string(arg));
-                return 0;
-        case OPT_IMAGE:
-                json_object_set_new(params, "image", json_string(arg));
-                return 0;
-        case OPT_PROFILE:
-                json_object_set_new(params, "seccomp_profile", json_string(arg));
-                return 0;
-        case OPT_MEMORY:
-        case OPT_DISK:
-                if (cli_parse_size(arg, &n) < 0)
-                        return cli_fail("bad size \"%s\" (use e.g. 512M or 1G)", arg);
-                set_limit(params, opt == OPT_MEMORY ? "memory_bytes" : "disk_bytes",
-                          json_integer((json_int_t)n));
-                return 0;
-        case OPT_PIDS:
-                n = strtoull(arg, &end, 10);
-                if (*end != '\0' || end == arg)
-                        return cli_fail("bad --pids \"%s\"", arg);
-                set_limit(params, "pids", json_integer((json_int_t)n));
-                return 0;
-        case OPT_CPUS: {
-                double cpus = strtod(arg, &end);
-                if (*end != '\0' || end == arg)
-                        return cli_fail("bad --cpus \"%s\"", arg);
-                set_limit(params, "cpus", json_real(cpus));
-                return 0;
-        }
-        case OPT_IDLE:
-                n = strtoull(arg, &end, 10);
-                if (*end != '\0' || end == arg)
-                        return cli_fail("bad --idle-timeout \"%s\"", arg);
-                json_object_set_new(params, "idle_timeout_seconds", json_integer((json_int_t)n));
-                return 0;
-        case OPT_ENV:
-                return add_env(params, arg) == 0 ? 0 : EXIT_NSBOX_FAILED;
-        default:
-                return 1;
-        }
-}
-
-#define CREATE_LONG_OPTIONS                                                                               \
-        { "session", required_argument, NULL, OPT_SESSION },                                              \
-            { "memory", required_argument, NULL, OPT_MEMORY },                                            \
-            { "pids", required_argument, NULL, OPT_PIDS }, { "cpus", required_argument, NULL, OPT_CPUS }, \
-            { "disk", required_argument, NULL, OPT_DISK },                                                \
-            { "idle-timeout", required_argument, NULL, OPT_IDLE },                                        \
-            { "image", required_argument, NULL, OPT_IMAGE },                                              \
-        {                                                                                                 \
-                "seccomp-profile", required_argument, NULL, OPT_PROFILE                                   \
-        }
-
-/* --- streaming exec ----------------------------------------------------- */
-
-static void print_stream(const char *method, json_t *params, void *data)
-{
-        if (strcmp(method, "exec.output") != 0)
-                return;
-        json_t *stream = json_object_get(params, "stream");
-        json_t *chunk = json_object_get(params, "data");
-        if (!json_is_string(stream) || !json_is_string(chunk))
-                return;
-        FILE *out = strcmp(json_string_value(stream), "stderr") == 0 ? stderr : stdout;
-        fwrite(json_string_value(chunk), 1, json_string_length(chunk), out);
-        fflush(out);
-}
-
-/* Run an exec with streamed output; returns the exit code. */
-static int run_exec(const struct cli *cli, struct client *c, json_t *params)
-{
-        _cleanup_error_ nsbox_error_t *err = NULL;
-        _cleanup_json_ json_t *result = NULL;
-        if (!cli->json)
-                json_object_set_new(params, "stream", json_true());
-        if (client_call(c, "sandbox.exec", params, cli->json ? NULL : print_stream, NULL, &result, NULL,
-                        &err) < 0)
-                return cli_fail("%s", err->message);
-        if (cli->json)
-                cli_print_json(result);
-        if (json_is_true(json_object_get(result, "timed_out")))
-                fprintf(stderr, "nsbox: the command timed out\n");
-        return cli_exec_exit_code(result);
-}
-
-/* --- commands ----------------------------------------------------------- */
-
-static int cmd_create(const struct cli *cli, int argc, char **argv)
-{
-        static const struct option longopts[] = { CREATE_LONG_OPTIONS,
-                                                  { "env", required_argument, NULL, OPT_ENV },
-                                                  { 0 } };
-        _cleanup_json_ json_t *params = json_object();
-        int opt;
-        optind = 1;
-        while ((opt = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
-                int r = opt == '?' ? EXIT_NSBOX_FAILED : create_option(params, opt, optarg);
-                if (r != 0)
-                        return r == 1 ? EXIT_NSBOX_FAILED : r;
-        }
-        if (optind != argc)
-                return cli_fail("create takes no arguments");
-        struct client *c = cli_connect(cli);
-        if (c == NULL)
-                return EXIT_NSBOX_FAILED;
-        _cleanup_json_ json_t *result = cli_call(cli, c, "sandbox.create", params);
-        client_close(c);
-        if (result == NULL)
-                return EXIT_NSBOX_FAILED;
-        if (cli->json)
-                cli_print_json(result);
-        else
-                puts(json_string_value(json_object_get(result, "sandbox_id")));
-        return 0;
-}
-
-static int cmd_ls(const struct cli *cli, int argc, char **argv)
-{
-        static const struct option longopts[] = { { "all", no_argument, NULL, 'a' }, { 0 } };
-        bool all = false;
-        int opt;
-        optind = 1;
-        while ((opt = getopt_long(argc, argv, "+a", longopts, NULL)) != -1) {
-                if (opt != 'a')
-                        return EXIT_NSBOX_FAILED;
-                all = true;
-        }
-        struct client *c = cli_connect(cli);
-        if (c == NULL)
-                return EXIT_NSBOX_FAILED;
-        _cleanup_json_ json_t *params = json_pack("{s:b}", "include_inactive", all);
-        _cleanup_json_ json_t *result = cli_call(cli, c, "sandbox.list", params);
-        client_close(c);
-        if (result == NULL)
-                return EXIT_NSBOX_FAILED;
-        if (cli->json) {
-                cli_print_json(result);
-                return 0;
-        }
-        printf("%-36s  %-9s  %-24s  %s\n", "SANDBOX ID", "STATE", "CREATED", "SESSION");
-        size_t i;
-        json_t *sb;
-        json_array_foreach(json_object_get(result, "sandboxes"), i, sb)
-        {
-                json_t *session = json_object_get(sb, "session_id");
-                printf("%-36s  %-9s  %-24s  %s\n", json_string_value(json_object_get(sb, "sandbox_id")),
-                       json_string_value(json_object_get(sb, "state")),
-                       json_string_value(json_object_get(sb, "created_at")),
-                       json_is_string(session) ? json_string_value(session) : "-");
-        }
-        return 0;
-}
-
-static int cmd_simple(const struct cli *cli, const char *method, json_t *params)
-{
-        struct client *c = cli_connect(cli);
-        if (c == NULL)
-                return EXIT_NSBOX_FAILED;
-        _cleanup_json_ json_t *result = cli_call(cli, c, method, params);
-        client_close(c);
-        if (result == NULL)
-                return EXIT_NSBOX_FAILED;
-        char *text = json_dumps(result, cli->json ? JSON_COMPACT : JSON_INDENT(2));
-        if (text != NULL)
-                puts(text);
-        free(text);
-        return 0;
-}
-
-static int cmd_info(const struct cli *cli, int argc, char **argv)
-{
-        if (argc != 2)
-                return cli_fail("usage: nsbox info ID");
-        _cleanup_json_ json_t *params = json_pack("{s:s}", "sandbox_id", argv[1]);
-        return cmd_simple(cli, "sandbox.info", params);
-}
-
-static int cmd_status(const struct cli *cli, int argc, char **argv)
-{
-        _cleanup_json_ json_t *params = json_object();
-        return cmd_simple(cli, "server.info", params);
-}
-
-static int cmd_rm(const struct cli *cli, int argc, char **argv)
-{
-        static const struct option longopts[] = { { "force", no_argument, NULL, 'f' }, { 0 } };
-        bool force = false;
-        int opt;
-        optind = 1;
-        while ((opt = getopt_long(argc, argv, "+f", longopts, NULL)) != -1) {
-                if (opt != 'f')
-                        return EXIT_NSBOX_FAILED;
-                force = true;
-        }
-        if (optind >= argc)
-                return cli_fail("usage: nsbox rm [-f] ID...");
-        struct client *c = cli_connect(cli);
-        if (c == NULL)
-                return EXIT_NSBOX_FAILED;
-        int status = 0;
-        for (int i = optind; i < argc; i++) {
-                _cleanup_json_ json_t *params =
-                    json_pack("{s:s, s:b}", "sandbox_id", argv[i], "force", force);
-                _cleanup_json_ json_t *result = cli_call(cli, c, "sandbox.remove", params);
-                if (result == NULL)
-                        status = EXIT_NSBOX_FAILED;
-                else if (cli->json)
-                        cli_print_json(result);
-                else
-                        puts(argv[i]);
-        }
-        client_close(c);
-        return status;
-}
-
-/* exec options shared by exec and sh. Returns 0, or an exit code. */
-static int parse_exec_options(int argc, char **argv, json_t *params)
-{
-        static const struct option longopts[] = { { "timeout", required_argument, NULL, OPT_TIMEOUT },
-                                                  { "cwd", required_argument, NULL, OPT_CWD },
-                                                  { "env", required_argument, NULL, OPT_ENV },
-                                                  { "user", required_argument, NULL, OPT_USER },
-                                                  { 0 } };
-        int opt;
-        char *end;
-        optind = 1;
-        while ((opt = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
-                switch (opt) {
-                case OPT_TIMEOUT: {
-                        double t = strtod(optarg, &end);
-                        if (*end != '\0' || end == optarg)
-                                return cli_fail("bad --timeout \"%s\"", optarg);
-                        json_object_set_new(params, "timeout_seconds", json_real(t));
-                        break;
-                }
-                case OPT_CWD:
-                        json_object_set_new(params, "cwd", json_string(optarg));
-                        break;
-                case OPT_ENV:
-                        if (add_env(params, optarg) != 0)
-                                return EXIT_NSBOX_FAILED;
-                        break;
-                case OPT_USER:
-                        json_object_set_new(params, "user", json_string(optarg));
-                        break;
-                default:
-                        return EXIT_NSBOX_FAILED;
-                }
-        }
-        return 0;
-}
-
-static json_t *argv_to_json(int argc, char **argv)
+json_t *cli_argv_to_json(int argc, char **argv)
 {
         json_t *a = json_array();
         for (int i = 0; i < argc; i++)
@@ -428,131 +292,53 @@ static json_t *argv_to_json(int argc, char **argv)
         return a;
 }
 
-static int cmd_exec(const struct cli *cli, int argc, char **argv)
+int cli_exec_exit_code(const json_t *result)
 {
-        _cleanup_json_ json_t *params = json_object();
-        int r = parse_exec_options(argc, argv, params);
-        if (r != 0)
-                return r;
-        if (argc - optind < 2)
-                return cli_fail("usage: nsbox exec [options] ID -- CMD [ARG...]");
-        const char *id = argv[optind++];
-        if (strcmp(argv[optind], "--") == 0)
-                optind++;
-        if (optind >= argc)
-                return cli_fail("usage: nsbox exec [options] ID -- CMD [ARG...]");
-        json_object_set_new(params, "sandbox_id", json_string(id));
-        json_object_set_new(params, "argv", argv_to_json(argc - optind, argv + optind));
-        struct client *c = cli_connect(cli);
-        if (c == NULL)
-                return EXIT_NSBOX_FAILED;
-        r = run_exec(cli, c, params);
-        client_close(c);
-        return r;
+        json_t *timed_out = json_object_get(result, "timed_out");
+        json_t *code = json_object_get(result, "exit_code");
+        json_t *sig = json_object_get(result, "signal");
+        if (json_is_true(timed_out))
+                return EXIT_TIMEOUT;
+        if (json_is_integer(code))
+                return (int)json_integer_value(code);
+        if (json_is_integer(sig))
+                return 128 + (int)json_integer_value(sig);
+        return EXIT_NSBOX_FAILED;
 }
 
-static int cmd_sh(const struct cli *cli, int argc, char **argv)
+int cli_catch_signals(void)
 {
-        _cleanup_json_ json_t *params = json_object();
-        int r = parse_exec_options(argc, argv, params);
-        if (r != 0)
-                return r;
-        if (argc - optind != 2)
-                return cli_fail("usage: nsbox sh [options] ID 'shell command'");
-        json_object_set_new(params, "sandbox_id", json_string(argv[optind]));
-        json_object_set_new(params, "command", json_string(argv[optind + 1]));
-        struct client *c = cli_connect(cli);
-        if (c == NULL)
-                return EXIT_NSBOX_FAILED;
-        r = run_exec(cli, c, params);
-        client_close(c);
-        return r;
+        sigset_t mask;
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGINT);
+        sigaddset(&mask, SIGTERM);
+        sigaddset(&mask, SIGHUP);
+        if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
+                return -1;
+        return signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 }
 
-static int cmd_run(const struct cli *cli, int argc, char **argv)
+int cli_caught_signal(int signal_fd)
 {
-        static const struct option longopts[] = { CREATE_LONG_OPTIONS,
-                                                  { "env", required_argument, NULL, OPT_ENV },
-                                                  { "timeout", required_argument, NULL, OPT_TIMEOUT },
-                                                  { "cwd", required_argument, NULL, OPT_CWD },
-                                                  { "user", required_argument, NULL, OPT_USER },
-                                                  { 0 } };
-        _cleanup_json_ json_t *create = json_object();
-        _cleanup_json_ json_t *exec = json_object();
-        int opt;
-        char *end;
-        optind = 1;
-        while ((opt = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
-                if (opt == OPT_ENV) {
-                        if (add_env(exec, optarg) != 0)
-                                return EXIT_NSBOX_FAILED;
-                } else if (opt == OPT_TIMEOUT) {
-                        double t = strtod(optarg, &end);
-                        if (*end != '\0' || end == optarg)
-                                return cli_fail("bad --timeout \"%s\"", optarg);
-                        json_object_set_new(exec, "timeout_seconds", json_real(t));
-                } else if (opt == OPT_CWD) {
-                        json_object_set_new(exec, "cwd", json_string(optarg));
-                } else if (opt == OPT_USER) {
-                        json_object_set_new(exec, "user", json_string(optarg));
-                } else {
-                        int r = opt == '?' ? EXIT_NSBOX_FAILED : create_option(create, opt, optarg);
-                        if (r != 0)
-                                return r == 1 ? EXIT_NSBOX_FAILED : r;
-                }
-        }
-        if (optind < argc && strcmp(argv[optind], "--") == 0)
-                optind++;
-        if (optind >= argc)
-                return cli_fail("usage: nsbox run [create options] -- CMD [ARG...]");
-
-        struct client *c = cli_connect(cli);
-        if (c == NULL)
-                return EXIT_NSBOX_FAILED;
-        _cleanup_json_ json_t *created = cli_call(cli, c, "sandbox.create", create);
-        if (created == NULL) {
-                client_close(c);
-                return EXIT_NSBOX_FAILED;
-        }
-        const char *id = json_string_value(json_object_get(created, "sandbox_id"));
-        json_object_set_new(exec, "sandbox_id", json_string(id));
-        json_object_set_new(exec, "argv", argv_to_json(argc - optind, argv + optind));
-        int status = run_exec(cli, c, exec);
-        _cleanup_json_ json_t *rm = json_pack("{s:s, s:b}", "sandbox_id", id, "force", 1);
-        _cleanup_json_ json_t *removed = cli_call(cli, c, "sandbox.remove", rm);
-        client_close(c);
-        if (removed == NULL && status == 0)
-                status = EXIT_NSBOX_FAILED;
-        return status;
+        struct signalfd_siginfo si;
+        if (signal_fd < 0 || read(signal_fd, &si, sizeof(si)) != sizeof(si))
+                return 0;
+        return (int)si.ssi_signo;
 }
 
 static void usage(FILE *out)
 {
-        fprintf(out, "usage: nsbox [--socket PATH] [--json] COMMAND [ARGS]\n\n"
-                     "  create [--session ID] [--memory 512M] [--pids N] [--cpus F] [--disk 1G]\n"
-                     "         [--idle-timeout SEC] [--env K=V]...      create a sandbox, print its id\n"
-                     "  ls [--all]                                      list sandboxes\n"
-                     "  info ID                                         sandbox details and stats\n"
-                     "  rm [-f] ID...                                   remove sandboxes\n"
-                     "  exec [--timeout S] [--cwd DIR] [--env K=V] [--user root] ID -- CMD [ARG...]\n"
-                     "  sh ID 'shell command'                           run under /bin/sh -c\n"
-                     "  run [create options] -- CMD [ARG...]            create, exec, remove\n"
-                     "  status                                          server.info\n\n"
+        fprintf(out, "usage: nsbox [--socket PATH] [--json] COMMAND [ARGS]\n\n");
+        for (size_t k = 0; k < ARRAY_SIZE(commands); k++) {
+                if (strcmp(commands[k].name, "list") != 0)
+                        fprintf(out, "  %s\n", commands[k].synopsis);
+        }
+        fprintf(out, "\nnsbox COMMAND --help describes a command. --json (before or after the command)\n"
+                     "prints the raw result object instead of human output.\n"
                      "The socket is --socket, else $NSBOX_SOCKET, else /run/nsbox/nsbox.sock.\n"
-                     "exec, sh and run exit with the command's code; 124 on timeout, 128+N when\n"
-                     "killed by signal N, 125 when nsbox itself failed.\n");
+                     "exec, sh, run, python and pip exit with the command's code; 124 on timeout,\n"
+                     "128+N when killed by signal N, 125 when nsbox itself failed.\n");
 }
-
-struct command {
-        const char *name;
-        int (*run)(const struct cli *cli, int argc, char **argv);
-};
-
-static const struct command commands[] = {
-        { "create", cmd_create }, { "ls", cmd_ls },   { "list", cmd_ls },
-        { "info", cmd_info },     { "rm", cmd_rm },   { "exec", cmd_exec },
-        { "sh", cmd_sh },         { "run", cmd_run }, { "status", cmd_status },
-};
 
 int main(int argc, char **argv)
 {
@@ -571,32 +357,39 @@ int main(int argc, char **argv)
                         usage(stdout);
                         return 0;
                 } else {
-                        usage(stderr);
-                        return EXIT_NSBOX_FAILED;
+                        return cli_fail("unknown option \"%s\" (see nsbox --help)", argv[i]);
                 }
         }
         if (i >= argc) {
                 usage(stderr);
                 return EXIT_NSBOX_FAILED;
         }
-        cli.socket_path = client_socket_path(socket_flag);
-        for (size_t k = 0; k < ARRAY_SIZE(commands); k++) {
-                if (strcmp(commands[k].name, argv[i]) != 0)
-                        continue;
-                /* Commands see their own argv; a --json after the command name counts too. */
-                int sub_argc = argc - i;
-                char **sub_argv = argv + i;
-                for (int j = 1; j < sub_argc; j++) {
-                        if (strcmp(sub_argv[j], "--") == 0)
-                                break;
-                        if (strcmp(sub_argv[j], "--json") == 0) {
-                                cli.json = true;
-                                memmove(&sub_argv[j], &sub_argv[j + 1], (sub_argc - j) * sizeof(char *));
-                                sub_argc--;
-                                j--;
-                        }
-                }
-                return commands[k].run(&cli, sub_argc, sub_argv);
+        if (strcmp(argv[i], "help") == 0) {
+                const struct command *cmd = i + 1 < argc ? find_command(argv[i + 1]) : NULL;
+                if (cmd == NULL)
+                        usage(stdout);
+                else
+                        printf("usage: %s\n\n%s", cmd->synopsis, cmd->help);
+                return 0;
         }
-        return cli_fail("unknown command \"%s\" (see nsbox --help)", argv[i]);
+        cli.socket_path = client_socket_path(socket_flag);
+        const struct command *cmd = find_command(argv[i]);
+        if (cmd == NULL)
+                return cli_fail("unknown command \"%s\" (see nsbox --help)", argv[i]);
+        cli.command = cmd->name;
+        /* Commands see their own argv; a --json among the options after the
+         * command name counts too (not after "--": that is the command's). */
+        int sub_argc = argc - i;
+        char **sub_argv = argv + i;
+        for (int j = 1; j < sub_argc; j++) {
+                if (strcmp(sub_argv[j], "--") == 0)
+                        break;
+                if (strcmp(sub_argv[j], "--json") == 0) {
+                        cli.json = true;
+                        memmove(&sub_argv[j], &sub_argv[j + 1], (sub_argc - j) * sizeof(char *));
+                        sub_argc--;
+                        j--;
+                }
+        }
+        return cmd->run(&cli, sub_argc, sub_argv);
 }

@@ -1,7 +1,521 @@
-/* Placeholder until the MCP server lands. */
+/* nsbox mcp: an MCP server on stdin/stdout that forwards tool calls to nsboxd.
+ *
+ * The main thread reads stdin (poll) and answers everything that needs no
+ * daemon at once, so ping and notifications/cancelled are served while tools
+ * run. Each tools/call runs in its own thread on its own connection to
+ * nsboxd, with blocking calls: cancelling a call shuts that connection down.
+ * stdout carries only protocol messages, written whole under one lock; logs
+ * go to stderr. */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include <uuid/uuid.h>
+
+#include "cleanup.h"
 #include "cli.h"
+#include "json_cleanup.h"
+#include "jsonrpc.h"
+#include "log.h"
+#include "mcp.h"
+
+#define MAX_CALLS            64
+#define PROGRESS_INTERVAL_MS 1000
+#define KILL_TIMEOUT_SECONDS 10
+
+struct server;
+
+struct call {
+        struct server *srv;
+        json_t *id;
+        const struct mcp_tool *tool;
+        json_t *arguments;
+        json_t *progress_token;
+        char protocol_version[16];
+        char tag[37]; /* marks shell_execute's processes, for cancellation */
+        long long start_ms;
+        pthread_t thread;
+        struct call *next;
+
+        /* Under srv->lock. */
+        struct client *conn; /* the daemon connection in use */
+        bool cancelled, done;
+        double last_progress;
+        long long last_progress_ms;
+
+        /* The call thread's own: output streamed by sandbox.exec. */
+        char *streamed[2];
+        size_t streamed_len[2];
+};
+
+struct server {
+        const char *socket_path;
+        pthread_mutex_t lock; /* the call list, the call fields marked so, and stdout */
+        struct call *calls;
+        size_t ncalls;
+        int wake_fd; /* a call thread finished */
+        struct mcp_state state;
+        struct mcp_reader reader;
+};
+
+static long long now_ms(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+}
+
+/* --- output --------------------------------------------------------------------- */
+
+static int write_all(int fd, const char *p, size_t len)
+{
+        while (len > 0) {
+                ssize_t n = write(fd, p, len);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                p += n;
+                len -= n;
+        }
+        return 0;
+}
+
+/* Write one message (stolen) to stdout; srv->lock held. */
+static void send_locked(json_t *msg)
+{
+        if (msg == NULL) {
+                log_error("mcp: out of memory building a message");
+                return;
+        }
+        size_t len;
+        _cleanup_free_ char *line = jsonrpc_serialize(msg, &len);
+        json_decref(msg);
+        if (line == NULL) {
+                log_error("mcp: out of memory serializing a message");
+                return;
+        }
+        int r = write_all(STDOUT_FILENO, line, len);
+        if (r < 0)
+                log_warn("mcp: write to stdout: %s", strerror(-r));
+}
+
+static void server_send(struct server *srv, json_t *msg)
+{
+        pthread_mutex_lock(&srv->lock);
+        send_locked(msg);
+        pthread_mutex_unlock(&srv->lock);
+}
+
+/* srv->lock held. Progress must increase from one notification to the next. */
+static void progress_locked(struct call *c, const char *message)
+{
+        long long now = now_ms();
+        double progress = (now - c->start_ms) / 1000.0;
+        if (progress <= c->last_progress)
+                progress = c->last_progress + 0.001;
+        c->last_progress = progress;
+        c->last_progress_ms = now;
+        send_locked(mcp_progress_notification(c->progress_token, progress, message));
+}
+
+/* --- one tools/call, in its own thread ------------------------------------------ */
+
+static void on_daemon_notification(const char *method, json_t *params, void *data)
+{
+        struct call *c = data;
+        if (strcmp(method, "exec.output") != 0)
+                return;
+        const char *stream = json_string_value(json_object_get(params, "stream"));
+        json_t *chunk = json_object_get(params, "data");
+        if (stream == NULL || !json_is_string(chunk))
+                return;
+        int which = strcmp(stream, "stderr") == 0;
+        size_t n = json_string_length(chunk);
+        char *grown = realloc(c->streamed[which], c->streamed_len[which] + n + 1);
+        if (grown == NULL)
+                return;
+        memcpy(grown + c->streamed_len[which], json_string_value(chunk), n);
+        c->streamed_len[which] += n;
+        grown[c->streamed_len[which]] = '\0';
+        c->streamed[which] = grown;
+        if (c->progress_token == NULL)
+                return;
+        pthread_mutex_lock(&c->srv->lock);
+        progress_locked(c, json_string_value(chunk));
+        pthread_mutex_unlock(&c->srv->lock);
+}
+
+static bool call_cancelled(struct call *c)
+{
+        pthread_mutex_lock(&c->srv->lock);
+        bool cancelled = c->cancelled;
+        pthread_mutex_unlock(&c->srv->lock);
+        return cancelled;
+}
+
+/* One daemon request on the call's connection. On failure returns < 0 and
+ * *failure is the CallToolResult (isError) that says why. */
+static int call_daemon(struct call *c, struct client *conn, const char *method, json_t *params,
+                       json_t **result, json_t **failure)
+{
+        if (call_cancelled(c))
+                return -ECANCELED;
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        _cleanup_json_ json_t *error = NULL;
+        int r = client_call(conn, method, params, on_daemon_notification, c, result, &error, &err);
+        if (r < 0) {
+                *failure = mcp_call_failure(method, err ? err->message : "failed", error);
+                return r;
+        }
+        return 0;
+}
+
+/* The daemon has no exec.kill yet: a cancelled shell_execute's processes are
+ * found by the tag in their environment and killed by a second exec. */
+static void call_kill_processes(struct call *c, const char *sandbox_id)
+{
+        _cleanup_free_ char *command = mcp_kill_command(c->tag);
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        struct client *conn = NULL;
+        if (command == NULL || client_connect(c->srv->socket_path, &conn, &err) < 0) {
+                log_warn("mcp: cannot kill the processes of a cancelled call: %s",
+                         err ? err->message : "out of memory");
+                return;
+        }
+        _cleanup_json_ json_t *params = json_pack("{s:s, s:s, s:i}", "sandbox_id", sandbox_id, "command",
+                                                  command, "timeout_seconds", KILL_TIMEOUT_SECONDS);
+        _cleanup_json_ json_t *result = NULL;
+        if (client_call(conn, "sandbox.exec", params, NULL, NULL, &result, NULL, &err) < 0)
+                log_warn("mcp: killing the processes of a cancelled call: %s", err->message);
+        client_close(conn);
+}
+
+static json_t *streamed_string(const struct call *c, int which)
+{
+        return json_stringn(c->streamed[which] ? c->streamed[which] : "", c->streamed_len[which]);
+}
+
+/* The requests of one call; *session is the session's sandbox (sandbox.create's answer). */
+static json_t *call_steps(struct call *c, struct client *conn, json_t **session)
+{
+        const struct mcp_tool *tool = c->tool;
+        bool shell = strcmp(tool->method, "sandbox.exec") == 0;
+        json_t *failure = NULL;
+        const char *sandbox_id = NULL;
+        if (tool->session) {
+                _cleanup_json_ json_t *params = mcp_session_params(c->arguments);
+                if (call_daemon(c, conn, "sandbox.create", params, session, &failure) < 0)
+                        return failure;
+                sandbox_id = json_string_value(json_object_get(*session, "sandbox_id"));
+        }
+        _cleanup_json_ json_t *params =
+            mcp_daemon_params(tool, c->arguments, sandbox_id, shell ? c->tag : NULL);
+        /* Streamed output becomes progress messages. */
+        bool stream = shell && c->progress_token != NULL;
+        if (stream)
+                json_object_set_new(params, "stream", json_true());
+        _cleanup_json_ json_t *answer = NULL;
+        if (call_daemon(c, conn, tool->method, params, &answer, &failure) < 0)
+                return failure;
+        if (stream) {
+                json_object_set_new(answer, "stdout", streamed_string(c, 0));
+                json_object_set_new(answer, "stderr", streamed_string(c, 1));
+        }
+        return mcp_call_result(tool, answer, c->protocol_version);
+}
+
+/* The CallToolResult, or NULL when the call was cancelled. */
+static json_t *call_execute(struct call *c)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        struct client *conn = NULL;
+        if (client_connect(c->srv->socket_path, &conn, &err) < 0) {
+                nsbox_error_wrap(&err, "nsboxd is not reachable (is it running?)");
+                return mcp_call_failure(c->tool->method, err->message, NULL);
+        }
+        pthread_mutex_lock(&c->srv->lock);
+        c->conn = conn;
+        pthread_mutex_unlock(&c->srv->lock);
+
+        _cleanup_json_ json_t *session = NULL;
+        json_t *result = call_steps(c, conn, &session);
+
+        pthread_mutex_lock(&c->srv->lock);
+        c->conn = NULL;
+        bool cancelled = c->cancelled;
+        pthread_mutex_unlock(&c->srv->lock);
+        client_close(conn);
+        if (!cancelled)
+                return result;
+        log_info("mcp: %s cancelled", c->tool->name);
+        const char *sandbox_id = json_string_value(json_object_get(session, "sandbox_id"));
+        if (strcmp(c->tool->method, "sandbox.exec") == 0 && sandbox_id != NULL)
+                call_kill_processes(c, sandbox_id);
+        json_decref(result);
+        return NULL;
+}
+
+static void *call_thread(void *data)
+{
+        struct call *c = data;
+        json_t *result = call_execute(c);
+        if (result == NULL && !call_cancelled(c))
+                result = mcp_call_failure(c->tool->method, "out of memory", NULL);
+        pthread_mutex_lock(&c->srv->lock);
+        /* A cancelled request gets no response. */
+        if (result != NULL && !c->cancelled)
+                send_locked(jsonrpc_result(c->id, result));
+        c->done = true;
+        pthread_mutex_unlock(&c->srv->lock);
+        json_decref(result);
+        uint64_t one = 1;
+        if (write(c->srv->wake_fd, &one, sizeof(one)) < 0)
+                log_warn("mcp: wake the main loop: %s", strerror(errno));
+        return NULL;
+}
+
+static void call_free(struct call *c)
+{
+        json_decref(c->id);
+        json_decref(c->arguments);
+        json_decref(c->progress_token);
+        free(c->streamed[0]);
+        free(c->streamed[1]);
+        free(c);
+}
+
+/* --- the main thread ---------------------------------------------------------- */
+
+static void server_start_call(struct server *srv, struct mcp_action *action)
+{
+        if (srv->ncalls >= MAX_CALLS) {
+                server_send(srv, jsonrpc_result(action->id, mcp_call_failure(action->tool->method,
+                                                                             "too many tool calls running at "
+                                                                             "once; wait for one to finish",
+                                                                             NULL)));
+                return;
+        }
+        struct call *c = calloc(1, sizeof(*c));
+        if (c == NULL) {
+                server_send(srv, jsonrpc_error(action->id, JSONRPC_APP_ERROR, "internal", "out of memory"));
+                return;
+        }
+        c->srv = srv;
+        c->id = steal_pointer(&action->id);
+        c->tool = action->tool;
+        c->arguments = steal_pointer(&action->arguments);
+        c->progress_token = steal_pointer(&action->progress_token);
+        snprintf(c->protocol_version, sizeof(c->protocol_version), "%s", srv->state.protocol_version);
+        uuid_t uuid;
+        uuid_generate_random(uuid);
+        uuid_unparse_lower(uuid, c->tag);
+        c->start_ms = c->last_progress_ms = now_ms();
+        log_debug("mcp: tools/call %s", c->tool->name);
+
+        pthread_mutex_lock(&srv->lock);
+        int r = pthread_create(&c->thread, NULL, call_thread, c);
+        if (r == 0) {
+                c->next = srv->calls;
+                srv->calls = c;
+                srv->ncalls++;
+        }
+        pthread_mutex_unlock(&srv->lock);
+        if (r != 0) {
+                server_send(srv, jsonrpc_result(c->id, mcp_call_failure(c->tool->method, strerror(r), NULL)));
+                call_free(c);
+        }
+}
+
+/* srv->lock held. */
+static void cancel_locked(struct call *c)
+{
+        c->cancelled = true;
+        /* The thread's blocking read returns at once; the daemon sees the client go. */
+        if (c->conn != NULL)
+                shutdown(client_fd(c->conn), SHUT_RDWR);
+}
+
+static void server_cancel(struct server *srv, const json_t *id)
+{
+        pthread_mutex_lock(&srv->lock);
+        for (struct call *c = srv->calls; c != NULL; c = c->next) {
+                if (!c->done && !c->cancelled && json_equal(c->id, (json_t *)id))
+                        cancel_locked(c);
+        }
+        pthread_mutex_unlock(&srv->lock);
+}
+
+static void server_cancel_all(struct server *srv)
+{
+        pthread_mutex_lock(&srv->lock);
+        for (struct call *c = srv->calls; c != NULL; c = c->next)
+                cancel_locked(c);
+        pthread_mutex_unlock(&srv->lock);
+}
+
+static void server_reap(struct server *srv)
+{
+        uint64_t count;
+        if (read(srv->wake_fd, &count, sizeof(count)) < 0 && errno != EAGAIN)
+                log_warn("mcp: read eventfd: %s", strerror(errno));
+        for (;;) {
+                struct call *done = NULL;
+                pthread_mutex_lock(&srv->lock);
+                for (struct call **p = &srv->calls; *p != NULL; p = &(*p)->next) {
+                        if ((*p)->done) {
+                                done = *p;
+                                *p = done->next;
+                                srv->ncalls--;
+                                break;
+                        }
+                }
+                pthread_mutex_unlock(&srv->lock);
+                if (done == NULL)
+                        return;
+                pthread_join(done->thread, NULL);
+                call_free(done);
+        }
+}
+
+static void server_tick_progress(struct server *srv)
+{
+        long long now = now_ms();
+        pthread_mutex_lock(&srv->lock);
+        for (struct call *c = srv->calls; c != NULL; c = c->next) {
+                if (c->progress_token == NULL || c->done || c->cancelled ||
+                    now - c->last_progress_ms < PROGRESS_INTERVAL_MS)
+                        continue;
+                char message[64];
+                snprintf(message, sizeof(message), "%s running for %lld s", c->tool->name,
+                         (now - c->start_ms) / 1000);
+                progress_locked(c, message);
+        }
+        pthread_mutex_unlock(&srv->lock);
+}
+
+static void on_line(void *data, const char *line, size_t len)
+{
+        struct server *srv = data;
+        struct mcp_action action;
+        if (line == NULL) {
+                server_send(srv,
+                            jsonrpc_error(NULL, JSONRPC_PARSE_ERROR, NULL, "parse error: message too long"));
+                return;
+        }
+        mcp_handle_line(&srv->state, line, len, &action);
+        switch (action.kind) {
+        case MCP_ACTION_NONE:
+                break;
+        case MCP_ACTION_REPLY:
+                server_send(srv, steal_pointer(&action.reply));
+                break;
+        case MCP_ACTION_CALL:
+                server_start_call(srv, &action);
+                break;
+        case MCP_ACTION_CANCEL:
+                server_cancel(srv, action.id);
+                break;
+        }
+        mcp_action_clear(&action);
+}
+
+static int server_run(struct server *srv, int signal_fd)
+{
+        bool input_open = true;
+        char chunk[65536];
+        for (;;) {
+                pthread_mutex_lock(&srv->lock);
+                size_t ncalls = srv->ncalls;
+                pthread_mutex_unlock(&srv->lock);
+                /* After EOF, calls already running still get their answers. */
+                if (!input_open && ncalls == 0)
+                        return 0;
+
+                struct pollfd fds[] = {
+                        { .fd = input_open ? STDIN_FILENO : -1, .events = POLLIN },
+                        { .fd = signal_fd, .events = POLLIN },
+                        { .fd = srv->wake_fd, .events = POLLIN },
+                };
+                int n = poll(fds, ARRAY_SIZE(fds), ncalls ? PROGRESS_INTERVAL_MS / 4 : -1);
+                if (n < 0 && errno != EINTR)
+                        return cli_fail("mcp: poll: %s", strerror(errno));
+                if (fds[1].revents & POLLIN) {
+                        struct signalfd_siginfo si;
+                        if (read(signal_fd, &si, sizeof(si)) == sizeof(si))
+                                log_info("mcp: signal %u: cancelling %zu running calls", si.ssi_signo,
+                                         ncalls);
+                        input_open = false;
+                        server_cancel_all(srv);
+                }
+                if (fds[2].revents & POLLIN)
+                        server_reap(srv);
+                if (input_open && (fds[0].revents & (POLLIN | POLLHUP | POLLERR))) {
+                        ssize_t got = read(STDIN_FILENO, chunk, sizeof(chunk));
+                        if (got < 0 && errno != EINTR && errno != EAGAIN) {
+                                log_warn("mcp: read stdin: %s", strerror(errno));
+                                got = 0;
+                        }
+                        if (got > 0 && mcp_reader_feed(&srv->reader, chunk, got, on_line, srv) < 0)
+                                return cli_fail("mcp: out of memory reading a message");
+                        if (got == 0) {
+                                mcp_reader_finish(&srv->reader, on_line, srv);
+                                input_open = false;
+                        }
+                }
+                server_tick_progress(srv);
+        }
+}
 
 int cmd_mcp(const struct cli *cli, int argc, char **argv)
 {
-        return cli_fail("nsbox mcp is not implemented yet");
+        for (int i = 1; i < argc; i++) {
+                if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+                        puts("usage: nsbox [--socket PATH] mcp\n"
+                             "MCP server on stdin/stdout (newline-delimited JSON-RPC); logs on stderr.");
+                        return 0;
+                }
+                return cli_fail("mcp takes no arguments (see nsbox mcp --help)");
+        }
+        /* Signals are read from a signalfd by the main thread only; call threads inherit the mask. */
+        sigset_t mask;
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGTERM);
+        sigaddset(&mask, SIGINT);
+        sigaddset(&mask, SIGHUP);
+        pthread_sigmask(SIG_BLOCK, &mask, NULL);
+        _cleanup_close_ int signal_fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+        if (signal_fd < 0)
+                return cli_fail("mcp: signalfd: %s", strerror(errno));
+
+        struct server srv = {
+                .socket_path = cli->socket_path,
+                .lock = PTHREAD_MUTEX_INITIALIZER,
+                .reader = { .max = MCP_MAX_LINE },
+        };
+        srv.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (srv.wake_fd < 0)
+                return cli_fail("mcp: eventfd: %s", strerror(errno));
+        log_debug("mcp: serving on stdio, nsboxd at %s", srv.socket_path);
+        int rc = server_run(&srv, signal_fd);
+
+        /* Only on a fatal error can calls still be running here. */
+        server_cancel_all(&srv);
+        for (struct call *c = srv.calls, *next; c != NULL; c = next) {
+                next = c->next;
+                pthread_join(c->thread, NULL);
+                call_free(c);
+        }
+        mcp_reader_free(&srv.reader);
+        close(srv.wake_fd);
+        return rc;
 }

@@ -10,18 +10,24 @@
 #define JSONRPC_INVALID_REQUEST  -32600
 #define JSONRPC_METHOD_NOT_FOUND -32601
 #define JSONRPC_INVALID_PARAMS   -32602
+#define JSONRPC_INTERNAL_ERROR   -32603
 #define JSONRPC_APP_ERROR        -32000
 
 struct jsonrpc_request {
         json_t *message; /* owns everything below */
         json_t *id;      /* borrowed; NULL for a notification */
         const char *method;
-        json_t *params; /* borrowed; an object (empty when absent) */
+        json_t *params;  /* borrowed; an object (empty when absent) */
+        bool has_id;     /* an "id" member was present: a call, not a notification */
+        char error[192]; /* why parsing failed, when the reason needs details */
 };
 
 /* Parse and validate one request line. On failure returns a negative
- * JSON-RPC code and *error_message says why; *id_out is the request id when
- * one could be recovered (borrowed from *message_out, which the caller frees). */
+ * JSON-RPC code and *error_message says why (it may point into *out);
+ * out->id is the request id when one could be recovered (borrowed from
+ * out->message, which jsonrpc_request_clear() frees). Strict: members other
+ * than jsonrpc, id, method and params are refused (a misspelt "params" must
+ * not run the method with defaults), and so are strings holding NUL. */
 int jsonrpc_parse_request(const char *line, size_t len, struct jsonrpc_request *out,
                           const char **error_message);
 void jsonrpc_request_clear(struct jsonrpc_request *req);
@@ -31,7 +37,9 @@ json_t *jsonrpc_result(json_t *id, json_t *result);
 json_t *jsonrpc_error(json_t *id, int code, const char *kind, const char *message);
 json_t *jsonrpc_notification(const char *method, json_t *params);
 
-/* Compact text plus '\n'; malloc'd, *len set. NULL when out of memory. */
+/* Compact text plus '\n'; malloc'd, *len set. NULL when out of memory or
+ * when the message holds something JSON cannot encode. Written in one pass
+ * into the returned buffer, so a large reply is held in memory once. */
 char *jsonrpc_serialize(const json_t *message, size_t *len);
 
 /* Find the end of the first complete line in buf: index of '\n', or -1. */

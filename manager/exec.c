@@ -130,7 +130,8 @@ static json_t *output_to_json(const char *data, size_t len, bool base64)
         _cleanup_free_ char *text = base64 ? base64_encode(data, len, &n) : utf8_make_valid(data, len, &n);
         if (text == NULL)
                 return json_string("");
-        return json_stringn(text, n);
+        /* Already valid UTF-8 (or base64): re-validating megabytes would stall the loop. */
+        return json_stringn_nocheck(text, n);
 }
 
 static void stream_chunk(struct exec *ex, int which, const char *data, size_t len)
@@ -895,8 +896,10 @@ void exec_handle_request(struct rpc_request *req, struct sandbox *sb)
 
 /* --- background execs ----------------------------------------------------- */
 
-/* The exec with this id in a sandbox `uid` may see, or NULL after replying not_found. */
-static struct exec *require_exec(struct rpc_request *req)
+/* The exec with this id in a sandbox `uid` may see, or NULL after replying
+ * not_found. Status and output are kept for background execs only; any
+ * running exec can be killed (a CLI interrupted by Ctrl-C does that). */
+static struct exec *require_exec(struct rpc_request *req, bool background_only)
 {
         json_t *id = json_object_get(req->msg.params, "exec_id");
         if (!json_is_string(id)) {
@@ -907,17 +910,18 @@ static struct exec *require_exec(struct rpc_request *req)
                 if ((req->uid != 0 && sb->owner != req->uid) || sb->state == SANDBOX_EXITED)
                         continue;
                 for (struct exec *ex = sb->execs; ex != NULL; ex = ex->next) {
-                        if (strcmp(ex->id, json_string_value(id)) == 0 && ex->background)
+                        if (strcmp(ex->id, json_string_value(id)) == 0 &&
+                            (ex->background || !background_only) && !ex->service)
                                 return ex;
                 }
         }
-        rpc_reply_fail(req, "not_found", "no background exec %.64s", json_string_value(id));
+        rpc_reply_fail(req, "not_found", "no exec %.64s", json_string_value(id));
         return NULL;
 }
 
 void exec_method_status(struct rpc_request *req)
 {
-        struct exec *ex = require_exec(req);
+        struct exec *ex = require_exec(req, true);
         if (ex != NULL)
                 rpc_reply_result(req, exec_result(ex));
 }
@@ -936,7 +940,7 @@ static int get_offset(json_t *since, const char *stream, size_t *out)
 
 void exec_method_output(struct rpc_request *req)
 {
-        struct exec *ex = require_exec(req);
+        struct exec *ex = require_exec(req, true);
         if (ex == NULL)
                 return;
         json_t *since = json_object_get(req->msg.params, "since");
@@ -961,7 +965,7 @@ void exec_method_output(struct rpc_request *req)
 
 void exec_method_kill(struct rpc_request *req)
 {
-        struct exec *ex = require_exec(req);
+        struct exec *ex = require_exec(req, false);
         if (ex == NULL)
                 return;
         int sig = SIGKILL;

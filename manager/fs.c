@@ -1,28 +1,1094 @@
-/* Placeholder until the file API lands. */
+/* The file API of nsboxd (fs.*) and the file helpers of python.run.
+ *
+ * nsboxd is host root, so every path the sandbox can influence is resolved
+ * by the kernel, never by string checks: openat2() under a root fd pinned
+ * from /proc/<init>/root with
+ *   RESOLVE_IN_ROOT        absolute symlinks and ".." stay inside the
+ *                          sandbox's root, even when the sandbox renames or
+ *                          swaps directories during the call;
+ *   RESOLVE_NO_XDEV        only the overlay root file system: the sandbox's
+ *                          /proc and /sys are host-global kernel knobs when
+ *                          written by host root, /dev holds host devices;
+ *   RESOLVE_NO_MAGICLINKS  no /proc/<pid>/root or /proc/<pid>/fd jumps.
+ * The last component of write/remove/mkdir is handled on the parent's fd
+ * with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, so a final symlink is never
+ * followed. Files are opened O_PATH first and reopened only once they are
+ * known to be regular: a FIFO or device is never opened at all. */
 #include "fs.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/openat2.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/pidfd.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
-#define NOT_YET(name)                                                                  \
-        void fs_method_##name(struct rpc_request *req, struct sandbox *sb)             \
-        {                                                                              \
-                rpc_reply_fail(req, "unavailable", "fs." #name " is not implemented"); \
+#include "cleanup.h"
+#include "daemon.h"
+#include "json_cleanup.h"
+#include "log.h"
+#include "sandbox.h"
+#include "textenc.h"
+
+#define FS_PATH_MAX           4096
+#define FS_READ_DEFAULT_BYTES (10u << 20)
+#define FS_READ_MAX_BYTES     (64u << 20)
+#define FS_LIST_MAX_ENTRIES   100000
+#define FS_REMOVE_MAX_DEPTH   256
+#define FS_SANDBOX_USER       1000
+#define FS_DEFAULT_FILE_MODE  0644
+#define FS_DEFAULT_DIR_MODE   0755
+/* openat2 answers EAGAIN when a rename raced a ".." walk; the sandbox can
+ * keep that up forever, so the retries are bounded. */
+#define FS_RESOLVE_RETRIES 64
+
+#define FS_RESOLVE       (RESOLVE_IN_ROOT | RESOLVE_NO_XDEV | RESOLVE_NO_MAGICLINKS)
+#define FS_RESOLVE_ENTRY (RESOLVE_BENEATH | RESOLVE_NO_XDEV | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
+
+/* A sandbox path, normalized: `rel` is relative to the sandbox root ("."
+ * for the root itself), `parent` + `name` split off its last component. */
+struct fs_path {
+        char rel[FS_PATH_MAX + 16];
+        char parent[FS_PATH_MAX + 16];
+        const char *name;             /* in rel; NULL when the path is the root or ends in ".." */
+        bool dir_only;                /* written with a trailing "/", "." or ".." */
+        char shown[FS_PATH_MAX + 16]; /* "/" + rel, for messages and replies */
+};
+
+/* One call's view of a sandbox: its pinned root and the sandbox user. */
+struct fs_ctx {
+        int root;
+        uid_t uid;
+        gid_t gid;
+        uid_t uid_base;
+        unsigned long long disk_bytes;
+};
+
+static void fs_ctx_close(struct fs_ctx *ctx)
+{
+        if (ctx->root >= 0)
+                close(ctx->root);
+        ctx->root = -1;
+}
+
+/* An error whose message is complete as written (no strerror appended). */
+__attribute__((format(printf, 3, 4))) static int fs_refuse(nsbox_error_t **err, int errnum, const char *fmt,
+                                                           ...)
+{
+        _cleanup_free_ char *message = NULL;
+        va_list ap;
+        va_start(ap, fmt);
+        if (vasprintf(&message, fmt, ap) < 0)
+                message = NULL;
+        va_end(ap);
+        return nsbox_error_from_wire(err, errnum, message ? message : "file operation refused");
+}
+
+static int fs_resolve_error(nsbox_error_t **err, int errnum, const char *path)
+{
+        switch (errnum) {
+        case ENOENT:
+                return fs_refuse(err, errnum, "%s: no such file or directory", path);
+        case ENOTDIR:
+                return fs_refuse(err, errnum, "%s: a path component is not a directory", path);
+        case EXDEV:
+                return fs_refuse(err, errnum,
+                                 "%s: outside the sandbox's root file system (/proc, /dev and /sys are "
+                                 "not reachable through fs.*)",
+                                 path);
+        case ELOOP:
+                return fs_refuse(err, errnum, "%s: too many levels of symlinks, or a /proc magic link", path);
+        case EAGAIN:
+                return fs_refuse(err, errnum, "%s: the sandbox kept renaming the path during resolution",
+                                 path);
+        default:
+                return nsbox_error(err, errnum, "resolve %s", path);
         }
-NOT_YET(list)
-NOT_YET(read)
-NOT_YET(write)
-NOT_YET(remove)
-NOT_YET(mkdir)
-NOT_YET(stat)
+}
+
+static const char *fs_type_name(mode_t mode)
+{
+        if (S_ISREG(mode))
+                return "file";
+        if (S_ISDIR(mode))
+                return "dir";
+        if (S_ISLNK(mode))
+                return "symlink";
+        return "other";
+}
+
+static const char *fs_special_name(mode_t mode)
+{
+        if (S_ISFIFO(mode))
+                return "a FIFO";
+        if (S_ISSOCK(mode))
+                return "a socket";
+        if (S_ISCHR(mode) || S_ISBLK(mode))
+                return "a device";
+        if (S_ISDIR(mode))
+                return "a directory";
+        if (S_ISLNK(mode))
+                return "a symlink";
+        return "not a regular file";
+}
+
+static int fs_refuse_type(nsbox_error_t **err, mode_t mode, const char *path)
+{
+        return fs_refuse(err, S_ISDIR(mode) ? EISDIR : EINVAL,
+                         "%s is %s: only regular files are read or written", path, fs_special_name(mode));
+}
+
+/* Normalize a sandbox path: absolute = from the sandbox root, relative =
+ * from /workspace. Empty and "." components go; ".." stays for the kernel
+ * to resolve (physically, inside the root). */
+static int fs_path_parse(const char *text, size_t len, struct fs_path *out, nsbox_error_t **err)
+{
+        if (len == 0)
+                return fs_refuse(err, EINVAL, "the path is empty");
+        if (memchr(text, '\0', len) != NULL)
+                return fs_refuse(err, EINVAL, "the path contains a NUL byte");
+        if (len > FS_PATH_MAX)
+                return fs_refuse(err, ENAMETOOLONG, "the path is longer than %d bytes", FS_PATH_MAX);
+
+        size_t n = 0;
+        size_t last = 0; /* offset of the last component in rel */
+        const char *p = text, *end = text + len;
+        if (*p != '/') {
+                memcpy(out->rel, "workspace", 9);
+                n = 9;
+        }
+        const char *last_component = NULL;
+        size_t last_len = 0;
+        while (p < end) {
+                while (p < end && *p == '/')
+                        p++;
+                const char *c = p;
+                while (p < end && *p != '/')
+                        p++;
+                size_t clen = (size_t)(p - c);
+                if (clen == 0 || (clen == 1 && c[0] == '.'))
+                        continue;
+                if (clen > NAME_MAX)
+                        return fs_refuse(err, ENAMETOOLONG, "a path component is longer than %d bytes",
+                                         NAME_MAX);
+                if (n > 0)
+                        out->rel[n++] = '/';
+                last = n;
+                memcpy(out->rel + n, c, clen);
+                n += clen;
+                last_component = c;
+                last_len = clen;
+        }
+        char final = len > 0 ? text[len - 1] : '\0';
+        out->dir_only = final == '/' || (last_component != NULL && last_component + last_len != end);
+        if (n == 0) {
+                strcpy(out->rel, ".");
+                strcpy(out->parent, ".");
+                out->name = NULL;
+                out->dir_only = true;
+        } else {
+                out->rel[n] = '\0';
+                if (last == 0) {
+                        strcpy(out->parent, ".");
+                } else {
+                        memcpy(out->parent, out->rel, last - 1);
+                        out->parent[last - 1] = '\0';
+                }
+                out->name = out->rel + last;
+                if (strcmp(out->name, "..") == 0) {
+                        out->name = NULL;
+                        out->dir_only = true;
+                }
+        }
+        snprintf(out->shown, sizeof(out->shown), "/%s", n == 0 ? "" : out->rel);
+        return 0;
+}
+
+static int fs_openat2(int dirfd, const char *path, int flags, mode_t mode, uint64_t resolve)
+{
+        struct open_how how = {
+                .flags = (uint64_t)(flags | O_CLOEXEC),
+                .mode = (flags & O_CREAT) ? mode : 0,
+                .resolve = resolve,
+        };
+        for (int attempt = 0;; attempt++) {
+                int fd = (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+                if (fd >= 0)
+                        return fd;
+                if (errno != EAGAIN || attempt >= FS_RESOLVE_RETRIES)
+                        return -errno;
+        }
+}
+
+/* Pin the sandbox's root for one call. The init is nsboxd's child and is
+ * only reaped by this loop, so its pid cannot be reused under us; the pidfd
+ * check after the open still proves the root belongs to that init. */
+static int fs_ctx_open(struct sandbox *sb, struct fs_ctx *ctx, nsbox_error_t **err)
+{
+        ctx->root = -1;
+        if (sb->state != SANDBOX_RUNNING || sb->pidfd == NULL)
+                return fs_refuse(err, ESRCH, "sandbox %s is %s", sb->id, sandbox_state_name(sb->state));
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/root", (int)sb->pid);
+        _cleanup_close_ int fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0)
+                return nsbox_error(err, errno, "open the root of sandbox %s", sb->id);
+        if (pidfd_send_signal(sb->pidfd->fd, 0, NULL, 0) < 0)
+                return fs_refuse(err, ESRCH, "sandbox %s: its init is gone", sb->id);
+        ctx->root = steal_fd(&fd);
+        ctx->uid_base = sb->host_uid_base;
+        ctx->uid = sb->host_uid_base + FS_SANDBOX_USER;
+        ctx->gid = sb->host_uid_base + FS_SANDBOX_USER;
+        ctx->disk_bytes = (unsigned long long)sb->policy.limits.disk_bytes;
+        return 0;
+}
+
+/* Turn an O_PATH fd into a real open file of the same inode, through nsboxd's
+ * own /proc (not the sandbox's). */
+static int fs_reopen(int path_fd, int flags, const char *shown, nsbox_error_t **err)
+{
+        char proc[64];
+        snprintf(proc, sizeof(proc), "/proc/self/fd/%d", path_fd);
+        int fd = open(proc, flags | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+        if (fd < 0)
+                return nsbox_error(err, errno, "open %s", shown);
+        return fd;
+}
+
+/* What this call created is owned by host root: nothing in the sandbox can
+ * own an unmapped uid. Hand it to the sandbox user. */
+static int fs_claim(const struct fs_ctx *ctx, int fd, mode_t mode, const char *shown, nsbox_error_t **err)
+{
+        struct stat st;
+        if (fstat(fd, &st) < 0)
+                return nsbox_error(err, errno, "stat %s", shown);
+        if (st.st_uid != 0)
+                return 0;
+        if (fchown(fd, ctx->uid, ctx->gid) < 0)
+                return nsbox_error(err, errno, "chown %s to the sandbox user", shown);
+        if (fchmod(fd, mode) < 0)
+                return nsbox_error(err, errno, "chmod %s", shown);
+        return 0;
+}
+
+/* mkdir in a held directory, owned by the sandbox user. EEXIST is the
+ * caller's to judge. */
+static int fs_mkdir_entry(const struct fs_ctx *ctx, int parent, const char *name, const char *shown,
+                          nsbox_error_t **err)
+{
+        if (mkdirat(parent, name, 0700) < 0)
+                return -errno;
+        _cleanup_close_ int fd =
+            fs_openat2(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0, FS_RESOLVE_ENTRY);
+        if (fd < 0) /* swapped already: the sandbox's own business */
+                return 0;
+        return fs_claim(ctx, fd, FS_DEFAULT_DIR_MODE, shown, err);
+}
+
+/* O_PATH fd of the directory `rel`, creating what is missing (mkdir -p). */
+static int fs_open_dir_creating(const struct fs_ctx *ctx, const char *rel, unsigned depth, int *out,
+                                nsbox_error_t **err)
+{
+        char shown[FS_PATH_MAX + 16];
+        snprintf(shown, sizeof(shown), "/%s", strcmp(rel, ".") == 0 ? "" : rel);
+        int fd = fs_openat2(ctx->root, rel, O_PATH | O_DIRECTORY, 0, FS_RESOLVE);
+        if (fd >= 0) {
+                *out = fd;
+                return 0;
+        }
+        if (fd != -ENOENT || depth > FS_PATH_MAX / 2)
+                return fs_resolve_error(err, -fd, shown);
+
+        char parent[FS_PATH_MAX + 16];
+        const char *slash = strrchr(rel, '/');
+        const char *name = slash ? slash + 1 : rel;
+        if (slash) {
+                memcpy(parent, rel, (size_t)(slash - rel));
+                parent[slash - rel] = '\0';
+        } else {
+                strcpy(parent, ".");
+        }
+        _cleanup_close_ int parent_fd = -1;
+        int r = fs_open_dir_creating(ctx, parent, depth + 1, &parent_fd, err);
+        if (r < 0)
+                return r;
+        if (strcmp(name, "..") != 0) {
+                r = fs_mkdir_entry(ctx, parent_fd, name, shown, err);
+                if (r == -ENOSPC || r == -EDQUOT)
+                        return fs_refuse(err, ENOSPC,
+                                         "mkdir %s: no space left in the sandbox (disk_bytes=%llu)", shown,
+                                         ctx->disk_bytes);
+                if (r < 0 && r != -EEXIST)
+                        return nsbox_error(err, -r, "mkdir %s", shown);
+        }
+        fd = fs_openat2(ctx->root, rel, O_PATH | O_DIRECTORY, 0, FS_RESOLVE);
+        if (fd < 0)
+                return fs_resolve_error(err, -fd, shown);
+        *out = fd;
+        return 0;
+}
+
+static int fs_open_parent(const struct fs_ctx *ctx, const struct fs_path *p, bool create, int *out,
+                          nsbox_error_t **err)
+{
+        if (create)
+                return fs_open_dir_creating(ctx, p->parent, 0, out, err);
+        int fd = fs_openat2(ctx->root, p->parent, O_PATH | O_DIRECTORY, 0, FS_RESOLVE);
+        if (fd < 0)
+                return fs_resolve_error(err, -fd, p->shown);
+        *out = fd;
+        return 0;
+}
+
+/* ---- read ---- */
+
+struct fs_read_result {
+        char *data;
+        size_t len;
+        unsigned long long size; /* of the whole file */
+        bool truncated;
+};
+
+static int fs_read_at(const struct fs_ctx *ctx, const struct fs_path *p, size_t max_bytes,
+                      struct fs_read_result *out, nsbox_error_t **err)
+{
+        _cleanup_close_ int path_fd = fs_openat2(ctx->root, p->rel, O_PATH, 0, FS_RESOLVE);
+        if (path_fd < 0)
+                return fs_resolve_error(err, -path_fd, p->shown);
+        struct stat st;
+        if (fstat(path_fd, &st) < 0)
+                return nsbox_error(err, errno, "stat %s", p->shown);
+        if (!S_ISREG(st.st_mode))
+                return fs_refuse_type(err, st.st_mode, p->shown);
+        _cleanup_close_ int fd = fs_reopen(path_fd, O_RDONLY, p->shown, err);
+        if (fd < 0)
+                return fd;
+
+        size_t cap = (size_t)st.st_size < max_bytes ? (size_t)st.st_size : max_bytes;
+        _cleanup_free_ char *buf = malloc(cap + 1);
+        if (buf == NULL)
+                return nsbox_error(err, ENOMEM, "read %s", p->shown);
+        size_t len = 0;
+        for (;;) {
+                if (len == cap) {
+                        if (cap >= max_bytes)
+                                break;
+                        /* The file grew since the fstat. */
+                        size_t grown = cap < max_bytes / 2 ? cap * 2 + 4096 : max_bytes;
+                        if (grown > max_bytes)
+                                grown = max_bytes;
+                        char *bigger = realloc(buf, grown + 1);
+                        if (bigger == NULL)
+                                return nsbox_error(err, ENOMEM, "read %s", p->shown);
+                        buf = bigger;
+                        cap = grown;
+                }
+                ssize_t n = read(fd, buf + len, cap - len);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return nsbox_error(err, errno, "read %s", p->shown);
+                if (n == 0)
+                        break;
+                len += (size_t)n;
+        }
+        char probe;
+        out->truncated = len == max_bytes && pread(fd, &probe, 1, (off_t)len) == 1;
+        if (fstat(fd, &st) == 0)
+                out->size = (unsigned long long)st.st_size;
+        buf[len] = '\0';
+        out->data = steal_pointer(&buf);
+        out->len = len;
+        return 0;
+}
+
+/* ---- write ---- */
+
+struct fs_write_options {
+        mode_t mode;
+        bool mode_set;
+        bool append;
+        bool parents;
+};
+
+static int fs_write_all(const struct fs_ctx *ctx, int fd, const void *data, size_t len, const char *shown,
+                        nsbox_error_t **err)
+{
+        size_t done = 0;
+        while (done < len) {
+                ssize_t n = write(fd, (const char *)data + done, len - done);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 && (errno == ENOSPC || errno == EDQUOT))
+                        return fs_refuse(
+                            err, ENOSPC,
+                            "write %s: no space left in the sandbox (disk_bytes=%llu); %zu of %zu "
+                            "bytes written",
+                            shown, ctx->disk_bytes, done, len);
+                if (n < 0)
+                        return nsbox_error(err, errno, "write %s (%zu of %zu bytes written)", shown, done,
+                                           len);
+                done += (size_t)n;
+        }
+        return 0;
+}
+
+static int fs_write_at(const struct fs_ctx *ctx, const struct fs_path *p, const void *data, size_t len,
+                       const struct fs_write_options *opts, nsbox_error_t **err)
+{
+        if (p->name == NULL || p->dir_only)
+                return fs_refuse(err, EISDIR, "%s names a directory, not a file", p->shown);
+        _cleanup_close_ int parent = -1;
+        int r = fs_open_parent(ctx, p, opts->parents, &parent, err);
+        if (r < 0)
+                return r;
+
+        _cleanup_close_ int fd = -1;
+        bool created = false;
+        struct stat st;
+        /* Open the existing file, or create it exclusively: either way the
+         * inode is known to be a regular file before any byte moves. */
+        for (int attempt = 0; fd < 0; attempt++) {
+                if (attempt >= FS_RESOLVE_RETRIES)
+                        return fs_refuse(err, EAGAIN, "%s: the sandbox kept replacing the file", p->shown);
+                _cleanup_close_ int path_fd =
+                    fs_openat2(parent, p->name, O_PATH | O_NOFOLLOW, 0, FS_RESOLVE_ENTRY);
+                if (path_fd >= 0) {
+                        if (fstat(path_fd, &st) < 0)
+                                return nsbox_error(err, errno, "stat %s", p->shown);
+                        if (S_ISLNK(st.st_mode))
+                                return fs_refuse(err, ELOOP,
+                                                 "%s is a symlink: fs.write does not follow a final symlink",
+                                                 p->shown);
+                        if (!S_ISREG(st.st_mode))
+                                return fs_refuse_type(err, st.st_mode, p->shown);
+                        fd = fs_reopen(path_fd, O_WRONLY | (opts->append ? O_APPEND : 0), p->shown, err);
+                        if (fd < 0)
+                                return fd;
+                        break;
+                }
+                if (path_fd != -ENOENT)
+                        return fs_resolve_error(err, -path_fd, p->shown);
+                fd = fs_openat2(parent, p->name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NOCTTY, 0600,
+                                FS_RESOLVE_ENTRY);
+                if (fd == -EEXIST)
+                        continue;
+                if (fd == -ENOSPC || fd == -EDQUOT)
+                        return fs_refuse(err, ENOSPC,
+                                         "create %s: no space left in the sandbox (disk_bytes=%llu)",
+                                         p->shown, ctx->disk_bytes);
+                if (fd < 0)
+                        return nsbox_error(err, -fd, "create %s", p->shown);
+                created = true;
+        }
+
+        mode_t mode = opts->mode_set ? (opts->mode & 0777) : FS_DEFAULT_FILE_MODE;
+        if (created) {
+                r = fs_claim(ctx, fd, mode, p->shown, err);
+                if (r < 0)
+                        return r;
+        } else {
+                if (!opts->mode_set)
+                        mode = st.st_mode & 01777; /* setuid/setgid never survive a write */
+                if ((st.st_mode & 07777) != mode && fchmod(fd, mode) < 0)
+                        return nsbox_error(err, errno, "chmod %s", p->shown);
+                if (!opts->append && ftruncate(fd, 0) < 0)
+                        return nsbox_error(err, errno, "truncate %s", p->shown);
+        }
+        off_t start = opts->append ? lseek(fd, 0, SEEK_END) : 0;
+        r = fs_write_all(ctx, fd, data, len, p->shown, err);
+        if (r < 0) {
+                /* No half-written file, and the space it took goes back to the sandbox. */
+                if (ftruncate(fd, start < 0 ? 0 : start) < 0)
+                        log_warn("truncate %s after a failed write: %s", p->shown, strerror(errno));
+                struct stat now, entry;
+                if (created && fstat(fd, &now) == 0 &&
+                    fstatat(parent, p->name, &entry, AT_SYMLINK_NOFOLLOW) == 0 &&
+                    now.st_dev == entry.st_dev && now.st_ino == entry.st_ino)
+                        unlinkat(parent, p->name, 0);
+        }
+        return r;
+}
+
+/* ---- remove ---- */
+
+static int fs_remove_tree(int parent, const char *name, unsigned depth, const char *shown,
+                          nsbox_error_t **err)
+{
+        if (depth > FS_REMOVE_MAX_DEPTH)
+                return fs_refuse(err, ELOOP, "remove %s: deeper than %d levels", shown, FS_REMOVE_MAX_DEPTH);
+        int fd = fs_openat2(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0, FS_RESOLVE_ENTRY);
+        if (fd == -ENOTDIR || fd == -ELOOP) {
+                /* No longer a directory: the sandbox swapped it; remove what is there. */
+                if (unlinkat(parent, name, 0) < 0 && errno != ENOENT)
+                        return nsbox_error(err, errno, "remove %s", shown);
+                return 0;
+        }
+        if (fd == -ENOENT)
+                return 0;
+        if (fd == -EXDEV)
+                return fs_refuse(err, EXDEV, "remove %s: a mount point is inside", shown);
+        if (fd < 0)
+                return nsbox_error(err, -fd, "open %s", shown);
+        DIR *dir = fdopendir(fd);
+        if (dir == NULL) {
+                close(fd);
+                return nsbox_error(err, errno, "read directory %s", shown);
+        }
+        int r = 0;
+        struct dirent *entry;
+        while (r == 0 && (errno = 0, entry = readdir(dir)) != NULL) {
+                if (strcmp(entry->d_name, ".") == 0 || strcmp(entry->d_name, "..") == 0)
+                        continue;
+                if (unlinkat(dirfd(dir), entry->d_name, 0) == 0 || errno == ENOENT)
+                        continue;
+                if (errno == EISDIR || errno == EPERM)
+                        r = fs_remove_tree(dirfd(dir), entry->d_name, depth + 1, shown, err);
+                else
+                        r = nsbox_error(err, errno, "remove %s/.../%s", shown, entry->d_name);
+        }
+        if (r == 0 && entry == NULL && errno != 0)
+                r = nsbox_error(err, errno, "read directory %s", shown);
+        closedir(dir);
+        if (r < 0)
+                return r;
+        if (unlinkat(parent, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+                return nsbox_error(err, errno, "remove %s", shown);
+        return 0;
+}
+
+static int fs_remove_at(const struct fs_ctx *ctx, const struct fs_path *p, bool recursive,
+                        nsbox_error_t **err)
+{
+        if (p->name == NULL)
+                return fs_refuse(err, EINVAL, "refusing to remove %s", p->shown);
+        _cleanup_close_ int parent = -1;
+        int r = fs_open_parent(ctx, p, false, &parent, err);
+        if (r < 0)
+                return r;
+        _cleanup_close_ int entry = fs_openat2(parent, p->name, O_PATH | O_NOFOLLOW, 0, FS_RESOLVE_ENTRY);
+        if (entry == -EXDEV)
+                return fs_refuse(err, EXDEV, "refusing to remove %s: it is a mount point", p->shown);
+        if (entry < 0)
+                return fs_resolve_error(err, -entry, p->shown);
+        struct stat st;
+        if (fstat(entry, &st) < 0)
+                return nsbox_error(err, errno, "stat %s", p->shown);
+        if (!S_ISDIR(st.st_mode)) {
+                if (p->dir_only)
+                        return fs_refuse(err, ENOTDIR, "%s is not a directory", p->shown);
+                if (unlinkat(parent, p->name, 0) < 0)
+                        return nsbox_error(err, errno, "remove %s", p->shown);
+                return 0;
+        }
+        if (recursive)
+                return fs_remove_tree(parent, p->name, 0, p->shown, err);
+        if (unlinkat(parent, p->name, AT_REMOVEDIR) < 0) {
+                if (errno == ENOTEMPTY || errno == EEXIST)
+                        return fs_refuse(err, ENOTEMPTY,
+                                         "%s is a directory that is not empty (use recursive)", p->shown);
+                return nsbox_error(err, errno, "remove %s", p->shown);
+        }
+        return 0;
+}
+
+/* ---- mkdir ---- */
+
+static int fs_mkdir_at(const struct fs_ctx *ctx, const struct fs_path *p, bool parents, bool *created,
+                       nsbox_error_t **err)
+{
+        *created = false;
+        if (p->name == NULL) {
+                if (!parents)
+                        return fs_refuse(err, EEXIST, "%s already exists", p->shown);
+                _cleanup_close_ int fd = -1;
+                return fs_open_dir_creating(ctx, p->rel, 0, &fd, err);
+        }
+        _cleanup_close_ int parent = -1;
+        int r = fs_open_parent(ctx, p, parents, &parent, err);
+        if (r < 0)
+                return r;
+        r = fs_mkdir_entry(ctx, parent, p->name, p->shown, err);
+        if (r == -EEXIST) {
+                _cleanup_close_ int fd =
+                    fs_openat2(parent, p->name, O_PATH | O_NOFOLLOW, 0, FS_RESOLVE_ENTRY);
+                struct stat st;
+                if (parents && fd >= 0 && fstat(fd, &st) == 0 && S_ISDIR(st.st_mode))
+                        return 0;
+                return fs_refuse(err, EEXIST, "%s already exists", p->shown);
+        }
+        if (r == -ENOSPC || r == -EDQUOT)
+                return fs_refuse(err, ENOSPC, "mkdir %s: no space left in the sandbox (disk_bytes=%llu)",
+                                 p->shown, ctx->disk_bytes);
+        if (r < 0)
+                return nsbox_error(err, -r, "mkdir %s", p->shown);
+        *created = true;
+        return 0;
+}
+
+/* ---- JSON ---- */
+
+static json_t *fs_json_string(const char *text, size_t len)
+{
+        size_t valid_len;
+        _cleanup_free_ char *valid = utf8_make_valid(text, len, &valid_len);
+        return valid ? json_stringn(valid, valid_len) : json_string("");
+}
+
+static json_t *fs_json_time(const struct timespec *ts)
+{
+        char buf[64];
+        format_timestamp((long long)ts->tv_sec * 1000 + ts->tv_nsec / 1000000, buf, sizeof(buf));
+        return json_string(buf);
+}
+
+/* Ids as the sandbox sees them: 65534 (nobody) for what it cannot map. */
+static json_int_t fs_sandbox_id(const struct fs_ctx *ctx, unsigned host_id)
+{
+        if (host_id >= ctx->uid_base && host_id - ctx->uid_base < 65536)
+                return host_id - ctx->uid_base;
+        return 65534;
+}
+
+static json_t *fs_stat_json(const struct fs_ctx *ctx, const char *name, size_t name_len,
+                            const struct stat *st)
+{
+        return json_pack("{s:o, s:s, s:I, s:I, s:o}", "name", fs_json_string(name, name_len), "type",
+                         fs_type_name(st->st_mode), "size", (json_int_t)st->st_size, "mode",
+                         (json_int_t)(st->st_mode & 07777), "mtime", fs_json_time(&st->st_mtim));
+}
+
+/* ---- request plumbing ---- */
+
+static const char *fs_error_kind(int errnum)
+{
+        switch (errnum) {
+        case ENOENT:
+                return "not_found";
+        case EACCES:
+        case EPERM:
+        case EROFS:
+                return "permission_denied";
+        case ENOSPC:
+        case EDQUOT:
+        case EFBIG:
+                return "limit_reached";
+        case ESRCH:
+                return "unavailable";
+        case EAGAIN:
+                return "busy";
+        case EXDEV:
+        case ELOOP:
+        case ENOTDIR:
+        case EISDIR:
+        case EEXIST:
+        case ENOTEMPTY:
+        case ENAMETOOLONG:
+        case EINVAL:
+        case EBUSY:
+        case ENXIO:
+                return "invalid_params";
+        default:
+                return "internal";
+        }
+}
+
+static void fs_reply_failure(struct rpc_request *req, int r, nsbox_error_t *err)
+{
+        rpc_reply_fail(req, fs_error_kind(-r), "%s", err && err->message ? err->message : strerror(-r));
+}
+
+static bool fs_check_fields(struct rpc_request *req, const char *const *known)
+{
+        const char *key;
+        json_t *value;
+        json_object_foreach(req->msg.params, key, value)
+        {
+                bool found = false;
+                for (const char *const *k = known; *k; k++)
+                        found |= strcmp(*k, key) == 0;
+                if (!found) {
+                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                        "unknown field \"%.64s\"", key);
+                        return false;
+                }
+        }
+        return true;
+}
+
+static bool fs_get_bool(struct rpc_request *req, const char *key, bool *out)
+{
+        json_t *v = json_object_get(req->msg.params, key);
+        *out = false;
+        if (v == NULL || json_is_null(v))
+                return true;
+        if (!json_is_boolean(v)) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s must be a boolean", key);
+                return false;
+        }
+        *out = json_is_true(v);
+        return true;
+}
+
+/* encoding: "utf-8" (default) or "base64". */
+static bool fs_get_base64(struct rpc_request *req, bool *base64)
+{
+        json_t *v = json_object_get(req->msg.params, "encoding");
+        *base64 = false;
+        if (v == NULL || json_is_null(v))
+                return true;
+        if (json_is_string(v) && strcmp(json_string_value(v), "utf-8") == 0)
+                return true;
+        if (json_is_string(v) && strcmp(json_string_value(v), "base64") == 0) {
+                *base64 = true;
+                return true;
+        }
+        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                        "encoding must be \"utf-8\" or \"base64\"");
+        return false;
+}
+
+/* Parse params.path (default: `fallback`, or required when NULL) and pin the
+ * sandbox's root. Replies and returns false on failure. */
+static bool fs_begin(struct rpc_request *req, struct sandbox *sb, const char *fallback, struct fs_path *path,
+                     struct fs_ctx *ctx)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        json_t *v = json_object_get(req->msg.params, "path");
+        const char *text = fallback;
+        size_t len = fallback ? strlen(fallback) : 0;
+        if (v != NULL && !json_is_null(v)) {
+                if (!json_is_string(v)) {
+                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                        "path must be a string");
+                        return false;
+                }
+                text = json_string_value(v);
+                len = json_string_length(v);
+        } else if (text == NULL) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "path is required");
+                return false;
+        }
+        int r = fs_path_parse(text, len, path, &err);
+        if (r < 0) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
+                return false;
+        }
+        r = fs_ctx_open(sb, ctx, &err);
+        if (r < 0) {
+                fs_reply_failure(req, r, err);
+                return false;
+        }
+        return true;
+}
+
+struct fs_entry {
+        char *name;
+        struct stat st;
+};
+
+static int fs_entry_compare(const void *a, const void *b)
+{
+        return strcmp(((const struct fs_entry *)a)->name, ((const struct fs_entry *)b)->name);
+}
+
+static int fs_list_at(const struct fs_ctx *ctx, const struct fs_path *p, json_t **entries_out,
+                      bool *truncated, nsbox_error_t **err)
+{
+        int fd = fs_openat2(ctx->root, p->rel, O_RDONLY | O_DIRECTORY, 0, FS_RESOLVE);
+        if (fd < 0)
+                return fs_resolve_error(err, -fd, p->shown);
+        DIR *dir = fdopendir(fd);
+        if (dir == NULL) {
+                close(fd);
+                return nsbox_error(err, errno, "read directory %s", p->shown);
+        }
+        struct fs_entry *entries = NULL;
+        size_t n = 0, cap = 0;
+        int r = 0;
+        *truncated = false;
+        struct dirent *d;
+        while ((errno = 0, d = readdir(dir)) != NULL) {
+                if (strcmp(d->d_name, ".") == 0 || strcmp(d->d_name, "..") == 0)
+                        continue;
+                if (n == FS_LIST_MAX_ENTRIES) {
+                        *truncated = true;
+                        break;
+                }
+                struct stat st;
+                /* lstat semantics: a symlink is listed, never followed. */
+                if (fstatat(dirfd(dir), d->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                        continue; /* removed meanwhile */
+                if (n == cap) {
+                        size_t grown = cap ? cap * 2 : 64;
+                        struct fs_entry *bigger = realloc(entries, grown * sizeof(*entries));
+                        if (bigger == NULL) {
+                                r = nsbox_error(err, ENOMEM, "list %s", p->shown);
+                                break;
+                        }
+                        entries = bigger;
+                        cap = grown;
+                }
+                entries[n].name = strdup(d->d_name);
+                if (entries[n].name == NULL) {
+                        r = nsbox_error(err, ENOMEM, "list %s", p->shown);
+                        break;
+                }
+                entries[n++].st = st;
+        }
+        if (r == 0 && d == NULL && errno != 0)
+                r = nsbox_error(err, errno, "read directory %s", p->shown);
+        closedir(dir);
+        json_t *list = NULL;
+        if (r == 0) {
+                qsort(entries, n, sizeof(*entries), fs_entry_compare);
+                list = json_array();
+                for (size_t i = 0; i < n; i++)
+                        json_array_append_new(list, fs_stat_json(ctx, entries[i].name,
+                                                                 strlen(entries[i].name), &entries[i].st));
+        }
+        for (size_t i = 0; i < n; i++)
+                free(entries[i].name);
+        free(entries);
+        *entries_out = list;
+        return r;
+}
+
+void fs_method_list(struct rpc_request *req, struct sandbox *sb)
+{
+        static const char *const known[] = { "sandbox_id", "path", NULL };
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        struct fs_path path;
+        struct fs_ctx ctx;
+        if (!fs_check_fields(req, known) || !fs_begin(req, sb, ".", &path, &ctx))
+                return;
+        json_t *entries = NULL;
+        bool truncated = false;
+        int r = fs_list_at(&ctx, &path, &entries, &truncated, &err);
+        fs_ctx_close(&ctx);
+        if (r < 0) {
+                fs_reply_failure(req, r, err);
+                return;
+        }
+        rpc_reply_result(req, json_pack("{s:s, s:o, s:b}", "path", path.shown, "entries", entries,
+                                        "truncated", truncated));
+}
+
+void fs_method_read(struct rpc_request *req, struct sandbox *sb)
+{
+        static const char *const known[] = { "sandbox_id", "path", "encoding", "max_bytes", NULL };
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        bool base64;
+        if (!fs_check_fields(req, known) || !fs_get_base64(req, &base64))
+                return;
+        size_t max_bytes = FS_READ_DEFAULT_BYTES;
+        json_t *v = json_object_get(req->msg.params, "max_bytes");
+        if (v != NULL && !json_is_null(v)) {
+                if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+                    json_integer_value(v) > (json_int_t)FS_READ_MAX_BYTES) {
+                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                        "max_bytes must be an integer from 0 to %u", FS_READ_MAX_BYTES);
+                        return;
+                }
+                max_bytes = (size_t)json_integer_value(v);
+        }
+        struct fs_path path;
+        struct fs_ctx ctx;
+        if (!fs_begin(req, sb, NULL, &path, &ctx))
+                return;
+        struct fs_read_result res = { 0 };
+        int r = fs_read_at(&ctx, &path, max_bytes, &res, &err);
+        fs_ctx_close(&ctx);
+        if (r < 0) {
+                fs_reply_failure(req, r, err);
+                return;
+        }
+        _cleanup_free_ char *data = res.data;
+        size_t out_len;
+        _cleanup_free_ char *text =
+            base64 ? base64_encode(data, res.len, &out_len) : utf8_make_valid(data, res.len, &out_len);
+        if (text == NULL) {
+                rpc_reply_fail(req, "internal", "out of memory encoding %s", path.shown);
+                return;
+        }
+        rpc_reply_result(req, json_pack("{s:s%, s:s, s:I, s:b}", "content", text, out_len, "encoding",
+                                        base64 ? "base64" : "utf-8", "size", (json_int_t)res.size,
+                                        "truncated", res.truncated));
+}
+
+void fs_method_write(struct rpc_request *req, struct sandbox *sb)
+{
+        static const char *const known[] = { "sandbox_id", "path",   "content", "encoding",
+                                             "mode",       "append", NULL };
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        struct fs_write_options opts = { .parents = true };
+        bool base64;
+        if (!fs_check_fields(req, known) || !fs_get_base64(req, &base64) ||
+            !fs_get_bool(req, "append", &opts.append))
+                return;
+        json_t *content = json_object_get(req->msg.params, "content");
+        if (!json_is_string(content)) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "content must be a string");
+                return;
+        }
+        json_t *mode = json_object_get(req->msg.params, "mode");
+        if (mode != NULL && !json_is_null(mode)) {
+                if (!json_is_integer(mode) || json_integer_value(mode) < 0 ||
+                    json_integer_value(mode) > 07777) {
+                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                        "mode must be an integer from 0 to 0o7777");
+                        return;
+                }
+                opts.mode = (mode_t)json_integer_value(mode);
+                opts.mode_set = true;
+        }
+        const char *data = json_string_value(content);
+        size_t len = json_string_length(content);
+        _cleanup_free_ char *decoded = NULL;
+        if (base64) {
+                decoded = base64_decode(data, len, &len);
+                if (decoded == NULL) {
+                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                        "content is not valid base64");
+                        return;
+                }
+                data = decoded;
+        }
+        struct fs_path path;
+        struct fs_ctx ctx;
+        if (!fs_begin(req, sb, NULL, &path, &ctx))
+                return;
+        int r = fs_write_at(&ctx, &path, data, len, &opts, &err);
+        fs_ctx_close(&ctx);
+        if (r < 0) {
+                fs_reply_failure(req, r, err);
+                return;
+        }
+        rpc_reply_result(req, json_pack("{s:s, s:I}", "path", path.shown, "bytes_written", (json_int_t)len));
+}
+
+void fs_method_remove(struct rpc_request *req, struct sandbox *sb)
+{
+        static const char *const known[] = { "sandbox_id", "path", "recursive", NULL };
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        bool recursive;
+        if (!fs_check_fields(req, known) || !fs_get_bool(req, "recursive", &recursive))
+                return;
+        struct fs_path path;
+        struct fs_ctx ctx;
+        if (!fs_begin(req, sb, NULL, &path, &ctx))
+                return;
+        int r = fs_remove_at(&ctx, &path, recursive, &err);
+        fs_ctx_close(&ctx);
+        if (r < 0) {
+                fs_reply_failure(req, r, err);
+                return;
+        }
+        rpc_reply_result(req, json_pack("{s:s, s:b}", "path", path.shown, "removed", 1));
+}
+
+void fs_method_mkdir(struct rpc_request *req, struct sandbox *sb)
+{
+        static const char *const known[] = { "sandbox_id", "path", "parents", NULL };
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        bool parents;
+        if (!fs_check_fields(req, known) || !fs_get_bool(req, "parents", &parents))
+                return;
+        struct fs_path path;
+        struct fs_ctx ctx;
+        if (!fs_begin(req, sb, NULL, &path, &ctx))
+                return;
+        bool created;
+        int r = fs_mkdir_at(&ctx, &path, parents, &created, &err);
+        fs_ctx_close(&ctx);
+        if (r < 0) {
+                fs_reply_failure(req, r, err);
+                return;
+        }
+        rpc_reply_result(req, json_pack("{s:s, s:b}", "path", path.shown, "created", created));
+}
+
+void fs_method_stat(struct rpc_request *req, struct sandbox *sb)
+{
+        static const char *const known[] = { "sandbox_id", "path", NULL };
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        struct fs_path path;
+        struct fs_ctx ctx;
+        if (!fs_check_fields(req, known) || !fs_begin(req, sb, NULL, &path, &ctx))
+                return;
+        /* O_PATH | O_NOFOLLOW: a final symlink is described, not followed. */
+        _cleanup_close_ int fd = fs_openat2(ctx.root, path.rel, O_PATH | O_NOFOLLOW, 0, FS_RESOLVE);
+        struct stat st;
+        int r = fd < 0 ? fs_resolve_error(&err, -fd, path.shown)
+                       : (fstat(fd, &st) < 0 ? nsbox_error(&err, errno, "stat %s", path.shown) : 0);
+        if (r < 0) {
+                fs_ctx_close(&ctx);
+                fs_reply_failure(req, r, err);
+                return;
+        }
+        const char *name = path.name ? path.name : (strcmp(path.rel, ".") == 0 ? "/" : path.rel);
+        json_t *result = fs_stat_json(&ctx, name, strlen(name), &st);
+        json_object_set_new(result, "path", json_string(path.shown));
+        json_object_set_new(result, "uid", json_integer(fs_sandbox_id(&ctx, st.st_uid)));
+        json_object_set_new(result, "gid", json_integer(fs_sandbox_id(&ctx, st.st_gid)));
+        if (S_ISLNK(st.st_mode)) {
+                char target[FS_PATH_MAX + 1];
+                ssize_t n = readlinkat(fd, "", target, sizeof(target) - 1);
+                if (n >= 0)
+                        json_object_set_new(result, "target", fs_json_string(target, (size_t)n));
+        }
+        fs_ctx_close(&ctx);
+        rpc_reply_result(req, result);
+}
+
+/* ---- helpers for python.run ---- */
+
+static int fs_begin_internal(struct sandbox *sb, const char *path, struct fs_path *p, struct fs_ctx *ctx,
+                             nsbox_error_t **err)
+{
+        int r = fs_path_parse(path, strlen(path), p, err);
+        if (r < 0)
+                return r;
+        return fs_ctx_open(sb, ctx, err);
+}
 
 int fs_write_file(struct sandbox *sb, const char *path, const void *data, size_t len, mode_t mode,
                   nsbox_error_t **err)
 {
-        return nsbox_error(err, ENOSYS, "fs_write_file");
+        struct fs_path p;
+        struct fs_ctx ctx;
+        int r = fs_begin_internal(sb, path, &p, &ctx, err);
+        if (r < 0)
+                return r;
+        struct fs_write_options opts = { .mode = mode, .mode_set = true, .parents = true };
+        r = fs_write_at(&ctx, &p, data, len, &opts, err);
+        fs_ctx_close(&ctx);
+        return r;
 }
 
 int fs_read_file(struct sandbox *sb, const char *path, size_t max_bytes, char **data, size_t *len,
                  nsbox_error_t **err)
 {
-        return nsbox_error(err, ENOSYS, "fs_read_file");
+        struct fs_path p;
+        struct fs_ctx ctx;
+        int r = fs_begin_internal(sb, path, &p, &ctx, err);
+        if (r < 0)
+                return r;
+        struct fs_read_result res = { 0 };
+        r = fs_read_at(&ctx, &p, max_bytes, &res, err);
+        fs_ctx_close(&ctx);
+        if (r < 0)
+                return r;
+        *data = res.data;
+        *len = res.len;
+        return 0;
 }

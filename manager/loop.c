@@ -10,6 +10,7 @@
 struct loop {
         int epfd;
         struct loop_source *dead;
+        struct loop_source *live; /* every source not yet removed, for loop_free */
 };
 
 struct loop *loop_new(void)
@@ -38,6 +39,8 @@ void loop_free(struct loop *loop)
 {
         if (loop == NULL)
                 return;
+        while (loop->live != NULL)
+                loop_remove(loop, loop->live);
         loop_release_dead(loop);
         close(loop->epfd);
         free(loop);
@@ -58,6 +61,10 @@ struct loop_source *loop_add(struct loop *loop, int fd, uint32_t events, loop_ca
                 errno = saved;
                 return NULL;
         }
+        s->next_live = loop->live;
+        if (loop->live != NULL)
+                loop->live->prev_live = s;
+        loop->live = s;
         return s;
 }
 
@@ -71,6 +78,12 @@ void loop_remove(struct loop *loop, struct loop_source *source)
 {
         if (source == NULL || source->dead)
                 return;
+        if (source->prev_live != NULL)
+                source->prev_live->next_live = source->next_live;
+        else
+                loop->live = source->next_live;
+        if (source->next_live != NULL)
+                source->next_live->prev_live = source->prev_live;
         epoll_ctl(loop->epfd, EPOLL_CTL_DEL, source->fd, NULL);
         close(source->fd);
         source->fd = -1;

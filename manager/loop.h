@@ -15,6 +15,7 @@ struct loop_source {
         void *data;
         bool dead; /* removed during this iteration; freed after it */
         struct loop_source *next_dead;
+        struct loop_source *prev_live, *next_live;
 };
 
 struct loop *loop_new(void);

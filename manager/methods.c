@@ -76,6 +76,9 @@ static bool get_bool(struct rpc_request *req, const char *key, bool *out)
 
 static void method_server_info(struct rpc_request *req)
 {
+        static const char *const known[] = { NULL };
+        if (!check_fields(req, known))
+                return;
         struct utsname u;
         uname(&u);
         json_t *features = json_pack("[s, s, s, s]", "idmapped-image", "seccomp", "session_id", "stream");

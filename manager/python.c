@@ -78,8 +78,8 @@ static json_t *build_outputs(struct sandbox *sb, const char *stdout_text, json_t
                 _cleanup_free_ char *b64 = base64_encode(data, len, NULL);
                 if (b64 == NULL)
                         continue;
-                json_array_append_new(outputs, json_pack("{s:s, s:{s:s, s:s, s:O}}", "type", "image", "image", "mime",
-                                                         "image/png", "data", b64, "path", path));
+                json_array_append_new(outputs, json_pack("{s:s, s:{s:s, s:s, s:O}}", "type", "image", "image",
+                                                         "mime", "image/png", "data", b64, "path", path));
         }
         return outputs;
 }
@@ -89,12 +89,12 @@ static void reply_run(struct python_run *run, const char *status, json_t *exit_c
                       const char *err_text, json_t *files, json_t *images, json_t *result, bool truncated)
 {
         long long elapsed = now_monotonic_ms() - run->started_mono;
-        json_t *reply = json_pack("{s:s, s:s, s:s, s:o, s:I, s:o, s:o, s:o, s:b, s:s}", "status", status, "stdout",
-                                  out ? out : "", "stderr", err_text ? err_text : "", "exit_code",
-                                  exit_code ? exit_code : json_null(), "execution_time_ms", (json_int_t)elapsed,
-                                  "files_produced", files ? json_incref(files) : json_object(), "outputs",
-                                  build_outputs(run->sb, out, images), "result", result ? result : json_null(),
-                                  "truncated", truncated, "sandbox_id", run->sb->id);
+        json_t *reply = json_pack(
+            "{s:s, s:s, s:s, s:o, s:I, s:o, s:o, s:o, s:b, s:s}", "status", status, "stdout", out ? out : "",
+            "stderr", err_text ? err_text : "", "exit_code", exit_code ? exit_code : json_null(),
+            "execution_time_ms", (json_int_t)elapsed, "files_produced",
+            files ? json_incref(files) : json_object(), "outputs", build_outputs(run->sb, out, images),
+            "result", result ? result : json_null(), "truncated", truncated, "sandbox_id", run->sb->id);
         rpc_reply_result(run->req, reply);
         run_free(run);
 }
@@ -118,14 +118,15 @@ static void stateless_done(struct exec *ex, json_t *result, void *data)
 
         json_t *code = json_object_get(result, "exit_code");
         bool timed_out = json_is_true(json_object_get(result, "timed_out"));
-        const char *status = timed_out ? "timeout" : (json_is_integer(code) && json_integer_value(code) == 0)
-                                                         ? "ok"
-                                                         : "error";
+        const char *status = timed_out                                                  ? "timeout"
+                             : (json_is_integer(code) && json_integer_value(code) == 0) ? "ok"
+                                                                                        : "error";
         json_t *files = json_object_get(report, "files_produced");
         json_t *images = json_object_get(report, "images");
         reply_run(run, status, json_incref(code), json_string_value(json_object_get(result, "stdout")),
                   json_string_value(json_object_get(result, "stderr")), json_is_object(files) ? files : NULL,
-                  json_is_array(images) ? images : NULL, NULL, json_is_true(json_object_get(result, "truncated")));
+                  json_is_array(images) ? images : NULL, NULL,
+                  json_is_true(json_object_get(result, "truncated")));
 }
 
 static const struct exec_hooks stateless_hooks = { .done = stateless_done };
@@ -142,8 +143,9 @@ static void run_stateless(struct python_run *run, const char *code)
         uuid_generate_random(u);
         uuid_unparse_lower(u, uuid_text);
         snprintf(run->report, sizeof(run->report), "/tmp/.nsbox-report-%s.json", uuid_text);
-        _cleanup_json_ json_t *params = json_pack("{s:[s, s, s, s], s:i}", "argv", "python3", RUNNER, SCRIPT_PATH,
-                                                  run->report, "timeout_seconds", (int)run->timeout_s);
+        _cleanup_json_ json_t *params =
+            json_pack("{s:[s, s, s, s], s:i}", "argv", "python3", RUNNER, SCRIPT_PATH, run->report,
+                      "timeout_seconds", (int)run->timeout_s);
         if (exec_run(run->sb, params, &stateless_hooks, run, NULL, &err) < 0)
                 run_fail(run, "internal", err->message);
 }
@@ -219,7 +221,8 @@ static void interp_on_stdout(struct exec *ex, const char *data, size_t len, void
 {
         struct python_interp *in = opaque;
         if (in->len + len > MAX_FRAME + 32) {
-                log_error("sandbox %s: the python interpreter sent an oversized frame; killing it", in->sb->id);
+                log_error("sandbox %s: the python interpreter sent an oversized frame; killing it",
+                          in->sb->id);
                 exec_signal(ex, SIGKILL);
                 return;
         }
@@ -244,7 +247,8 @@ static void interp_on_stdout(struct exec *ex, const char *data, size_t len, void
                 char *end;
                 unsigned long long body = strtoull(in->buf, &end, 10);
                 if (end != nl || body > MAX_FRAME) {
-                        log_error("sandbox %s: the python interpreter broke its framing; killing it", in->sb->id);
+                        log_error("sandbox %s: the python interpreter broke its framing; killing it",
+                                  in->sb->id);
                         exec_signal(ex, SIGKILL);
                         return;
                 }
@@ -284,7 +288,8 @@ static void interp_done(struct exec *ex, json_t *result, void *opaque)
                                   "variables are lost\n",
                                   NULL, NULL, NULL, false);
                 else
-                        run_fail(run, "internal", "the python interpreter exited during the call; variables are lost");
+                        run_fail(run, "internal",
+                                 "the python interpreter exited during the call; variables are lost");
         }
         log_info("sandbox %s: python interpreter ended", sb->id);
         interp_free(in, "the python interpreter exited");
@@ -340,7 +345,8 @@ static void interp_send_next(struct python_interp *in)
         int hlen = snprintf(header, sizeof(header), "%zu\n", strlen(body));
         run->started_mono = now_monotonic_ms();
         in->in_flight = true;
-        if (exec_write_stdin(in->exec, header, hlen) < 0 || exec_write_stdin(in->exec, body, strlen(body)) < 0) {
+        if (exec_write_stdin(in->exec, header, hlen) < 0 ||
+            exec_write_stdin(in->exec, body, strlen(body)) < 0) {
                 exec_signal(in->exec, SIGKILL); /* interp_done answers */
                 return;
         }
@@ -364,9 +370,9 @@ static struct python_interp *interp_start(struct sandbox *sb, nsbox_error_t **er
                 nsbox_error(err, errno, "python interpreter timer");
                 return NULL;
         }
-        _cleanup_json_ json_t *params = json_pack("{s:[s, s, s], s:i, s:I}", "argv", "python3", "-u", DRIVER,
-                                                  "timeout_seconds", MAX_TIMEOUT, "max_output_bytes",
-                                                  (json_int_t)(1 << 20));
+        _cleanup_json_ json_t *params =
+            json_pack("{s:[s, s, s], s:i, s:I}", "argv", "python3", "-u", DRIVER, "timeout_seconds",
+                      MAX_TIMEOUT, "max_output_bytes", (json_int_t)(1 << 20));
         if (exec_run(sb, params, &interp_hooks, in, &in->exec, err) < 0) {
                 loop_remove(nsboxd.loop, in->timer);
                 free(in);
@@ -408,7 +414,8 @@ static int check_requirements(json_t *list, const char *field, nsbox_error_t **e
                 if (!json_is_string(v) || memchr(json_string_value(v), '\0', json_string_length(v)) != NULL)
                         return nsbox_invalid(err, "%s[%zu] must be a string", field, i);
                 if (!requirement_valid(json_string_value(v), &why))
-                        return nsbox_invalid(err, "%s[%zu] \"%.80s\": %s", field, i, json_string_value(v), why);
+                        return nsbox_invalid(err, "%s[%zu] \"%.80s\": %s", field, i, json_string_value(v),
+                                             why);
         }
         return 0;
 }
@@ -416,8 +423,9 @@ static int check_requirements(json_t *list, const char *field, nsbox_error_t **e
 /* pip inside the sandbox as its root: packages land in the sandbox's own layer. */
 static json_t *pip_params(json_t *packages, const char *index_url, const char *find_links)
 {
-        json_t *argv = json_pack("[s, s, s, s, s, s, s, s, s]", "python3", "-m", "pip", "install", "--no-input",
-                                 "--disable-pip-version-check", "--root-user-action=ignore", "--retries", "0");
+        json_t *argv =
+            json_pack("[s, s, s, s, s, s, s, s, s]", "python3", "-m", "pip", "install", "--no-input",
+                      "--disable-pip-version-check", "--root-user-action=ignore", "--retries", "0");
         json_array_append_new(argv, json_string("--timeout"));
         json_array_append_new(argv, json_string("15"));
         if (index_url != NULL && index_url[0] == '\0') {
@@ -432,8 +440,8 @@ static json_t *pip_params(json_t *packages, const char *index_url, const char *f
         }
         json_array_append_new(argv, json_string("--"));
         json_array_extend(argv, packages);
-        return json_pack("{s:o, s:s, s:i, s:s}", "argv", argv, "user", "root", "timeout_seconds", PIP_TIMEOUT, "cwd",
-                         "/");
+        return json_pack("{s:o, s:s, s:i, s:s}", "argv", argv, "user", "root", "timeout_seconds", PIP_TIMEOUT,
+                         "cwd", "/");
 }
 
 struct install {
@@ -458,14 +466,16 @@ static void install_done(struct exec *ex, json_t *result, void *data)
         if (!json_is_integer(code) || json_integer_value(code) != 0) {
                 /* The requirements could not be installed: the code does not run. */
                 char message[256];
-                snprintf(message, sizeof(message), "nsbox: installing the requirements failed (pip exit %s)\n",
+                snprintf(message, sizeof(message),
+                         "nsbox: installing the requirements failed (pip exit %s)\n",
                          json_is_integer(code) ? "non-zero" : "by signal");
                 _cleanup_free_ char *err_text = NULL;
-                if (asprintf(&err_text, "%s%s", json_string_value(json_object_get(result, "stderr")), message) < 0)
+                if (asprintf(&err_text, "%s%s", json_string_value(json_object_get(result, "stderr")),
+                             message) < 0)
                         err_text = NULL;
                 reply_run(run, json_is_true(json_object_get(result, "timed_out")) ? "timeout" : "error",
-                          json_incref(code), json_string_value(json_object_get(result, "stdout")), err_text, NULL,
-                          NULL, NULL, false);
+                          json_incref(code), json_string_value(json_object_get(result, "stdout")), err_text,
+                          NULL, NULL, NULL, false);
                 return;
         }
         run_after_requirements(run);
@@ -492,7 +502,8 @@ void package_method_install(struct rpc_request *req, struct sandbox *sb)
                 for (const char *const *k = known; *k; k++)
                         found |= strcmp(*k, key) == 0;
                 if (!found) {
-                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "unknown field \"%.64s\"", key);
+                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                        "unknown field \"%.64s\"", key);
                         return;
                 }
         }
@@ -509,7 +520,8 @@ void package_method_install(struct rpc_request *req, struct sandbox *sb)
                 if (o == NULL || json_is_null(o))
                         continue;
                 if (!json_is_string(o) || memchr(json_string_value(o), '\0', json_string_length(o)) != NULL ||
-                    json_string_length(o) > 2048 || (json_string_length(o) > 0 && json_string_value(o)[0] == '-') ||
+                    json_string_length(o) > 2048 ||
+                    (json_string_length(o) > 0 && json_string_value(o)[0] == '-') ||
                     (i == 1 && json_string_length(o) == 0)) {
                         rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
                                         "%s must be a URL or a sandbox path", opt_names[i]);
@@ -571,8 +583,8 @@ static void run_in_sandbox(struct python_run *run)
         json_t *content;
         json_object_foreach(files, path, content)
         {
-                if (fs_write_file(run->sb, path, json_string_value(content), json_string_length(content), 0644,
-                                  &err) < 0) {
+                if (fs_write_file(run->sb, path, json_string_value(content), json_string_length(content),
+                                  0644, &err) < 0) {
                         char message[1024];
                         snprintf(message, sizeof(message), "write files[\"%.200s\"]: %s", path, err->message);
                         run_fail(run, "internal", message);
@@ -611,8 +623,8 @@ static void session_ready(struct sandbox *sb, const char *error, void *data)
 
 static int check_run_params(json_t *p, nsbox_error_t **err)
 {
-        static const char *const known[] = { "sandbox_id", "session_id", "code",  "timeout_seconds",
-                                             "requirements", "files",    "stateful", NULL };
+        static const char *const known[] = { "sandbox_id",   "session_id", "code",     "timeout_seconds",
+                                             "requirements", "files",      "stateful", NULL };
         const char *key;
         json_t *v;
         json_object_foreach(p, key, v)
@@ -628,7 +640,8 @@ static int check_run_params(json_t *p, nsbox_error_t **err)
                 return nsbox_invalid(err, "code must be a non-empty string");
         if (memchr(json_string_value(code), '\0', json_string_length(code)) != NULL)
                 return nsbox_invalid(err, "code contains a NUL byte");
-        bool by_id = json_object_get(p, "sandbox_id") != NULL, by_session = json_object_get(p, "session_id") != NULL;
+        bool by_id = json_object_get(p, "sandbox_id") != NULL,
+             by_session = json_object_get(p, "session_id") != NULL;
         if (by_id == by_session)
                 return nsbox_invalid(err, "give exactly one of sandbox_id or session_id");
         json_t *t = json_object_get(p, "timeout_seconds");
@@ -648,14 +661,15 @@ static int check_run_params(json_t *p, nsbox_error_t **err)
         if (files != NULL && !json_is_null(files)) {
                 if (!json_is_object(files) || json_object_size(files) > MAX_FILES)
                         return nsbox_invalid(err, "files must be an object {path: content} of at most %d",
-                                           MAX_FILES);
+                                             MAX_FILES);
                 json_object_foreach(files, key, v)
                 {
                         if (!workspace_path_ok(key))
-                                return nsbox_error(err, EINVAL,
-                                                   "files[\"%.100s\"]: paths are relative to /workspace, without "
-                                                   "\"..\"",
-                                                   key);
+                                return nsbox_error(
+                                    err, EINVAL,
+                                    "files[\"%.100s\"]: paths are relative to /workspace, without "
+                                    "\"..\"",
+                                    key);
                         if (!json_is_string(v))
                                 return nsbox_invalid(err, "files[\"%.100s\"] must be a string", key);
                 }
@@ -687,7 +701,8 @@ void python_method_run(struct rpc_request *req)
         if (id != NULL) {
                 uuid_t parsed;
                 struct sandbox *sb = NULL;
-                if (json_is_string(id) && json_string_length(id) == 36 && uuid_parse(json_string_value(id), parsed) == 0)
+                if (json_is_string(id) && json_string_length(id) == 36 &&
+                    uuid_parse(json_string_value(id), parsed) == 0)
                         sb = sandbox_lookup(json_string_value(id), req->uid);
                 if (sb == NULL || sb->state != SANDBOX_RUNNING) {
                         run_fail(run, "not_found", "no such sandbox");

@@ -3,11 +3,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <libgen.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -21,31 +23,53 @@
  * drop a client that lets this much pile up (it is not reading at all). */
 #define OUT_PAUSE_BYTES (4u << 20)
 #define OUT_DROP_BYTES  (512u << 20)
+/* Stop reading a client's requests while this many of them are unanswered:
+ * a pipelining client cannot start execs without bound. */
+#define MAX_IN_FLIGHT 64
 
+/* Life cycle: the connection holds one reference on itself until it is
+ * closed, every request in flight holds one (a handler may answer long after
+ * the client left), and so does the pending list while input waits there.
+ * Closing removes the fd at once; the memory goes with the last reference. */
 struct rpc_conn {
         struct loop_source *source;
         unsigned refs;
+        unsigned in_flight;
+        uint32_t events; /* what epoll watches now */
         bool closed;
-        bool paused;
+        bool paused;     /* too much output or too many requests in flight */
+        bool read_eof;   /* the client shut down its sending side: answer, then close */
+        bool closing;    /* a protocol error: send what is queued, then close */
+        bool scheduled;  /* on server.pending */
         bool processing; /* conn_process_input is on the stack */
         uid_t uid;
         gid_t gid;
         pid_t pid;
         char *in;
         size_t in_len, in_cap;
+        size_t in_scanned; /* leading bytes of `in` known to hold no '\n' */
         char *out;
         size_t out_len, out_off, out_cap;
+        struct rpc_conn *next_pending;
 };
 
 static struct {
         struct loop *loop;
         struct loop_source *listener;
+        /* Buffered input to process later, from the loop rather than from
+         * inside whichever handler's reply made room for it. */
+        struct loop_source *wakeup;
+        struct rpc_conn *pending;
+        /* Held open so there is an fd to accept with (and refuse politely)
+         * when the process is out of fds, instead of spinning on EMFILE. */
+        int spare_fd;
         struct rpc_server_config config;
         char *socket_path;
         unsigned connections;
-} server;
+} server = { .spare_fd = -1 };
 
 static void conn_update_events(struct rpc_conn *conn);
+static void conn_process_input(struct rpc_conn *conn);
 
 static void conn_unref(struct rpc_conn *conn)
 {
@@ -64,11 +88,56 @@ static void conn_close(struct rpc_conn *conn)
         loop_remove(server.loop, conn->source);
         conn->source = NULL;
         server.connections--;
+        /* Nothing more will be read or sent: give the buffers back now, not
+         * when the last handler in flight lets go of the connection. */
+        free(conn->in);
+        free(conn->out);
+        conn->in = conn->out = NULL;
+        conn->in_len = conn->in_cap = conn->out_len = conn->out_off = conn->out_cap = 0;
         conn_unref(conn);
+}
+
+/* A connection that reads no more is closed once it has answered everything. */
+static void conn_close_if_done(struct rpc_conn *conn)
+{
+        if (!conn->closed && (conn->read_eof || conn->closing) && conn->in_flight == 0 && conn->in_len == 0 &&
+            conn->out_off == conn->out_len)
+                conn_close(conn);
+}
+
+static void conn_schedule(struct rpc_conn *conn)
+{
+        if (conn->scheduled || conn->closed)
+                return;
+        conn->scheduled = true;
+        conn->refs++;
+        conn->next_pending = server.pending;
+        server.pending = conn;
+        uint64_t one = 1;
+        if (write(server.wakeup->fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+                log_warn("wake the rpc server: %s", strerror(errno));
+}
+
+static void wakeup_event(struct loop_source *source, uint32_t events)
+{
+        uint64_t count;
+        if (read(source->fd, &count, sizeof(count)) < 0 && errno != EAGAIN)
+                log_warn("rpc wakeup: %s", strerror(errno));
+        struct rpc_conn *list = server.pending;
+        server.pending = NULL;
+        while (list != NULL) {
+                struct rpc_conn *conn = list;
+                list = conn->next_pending;
+                conn->scheduled = false;
+                conn_process_input(conn);
+                conn_unref(conn);
+        }
 }
 
 static void conn_flush(struct rpc_conn *conn)
 {
+        if (conn->closed)
+                return;
         while (conn->out_off < conn->out_len) {
                 ssize_t n = send(conn->source->fd, conn->out + conn->out_off, conn->out_len - conn->out_off,
                                  MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -89,6 +158,7 @@ static void conn_flush(struct rpc_conn *conn)
                 }
         }
         conn_update_events(conn);
+        conn_close_if_done(conn);
 }
 
 static void conn_queue(struct rpc_conn *conn, const json_t *message)
@@ -96,33 +166,45 @@ static void conn_queue(struct rpc_conn *conn, const json_t *message)
         if (conn->closed)
                 return;
         size_t len;
-        _cleanup_free_ char *line = jsonrpc_serialize(message, &len);
+        char *line = jsonrpc_serialize(message, &len);
         if (line == NULL) {
                 log_error("client pid %d: cannot serialize a reply; closing", conn->pid);
                 conn_close(conn);
                 return;
         }
-        if (conn->out_len - conn->out_off + len > OUT_DROP_BYTES) {
-                log_warn("client pid %d does not read its replies; closing", conn->pid);
+        size_t queued = conn->out_len - conn->out_off;
+        if (queued + len > OUT_DROP_BYTES) {
+                log_warn("client pid %d does not read its replies (%zu bytes waiting); closing", conn->pid,
+                         queued + len);
+                free(line);
                 conn_close(conn);
                 return;
         }
-        if (conn->out_off > 0 && conn->out_off == conn->out_len)
-                conn->out_off = conn->out_len = 0;
-        if (conn->out_len + len > conn->out_cap) {
-                size_t cap = conn->out_cap ? conn->out_cap : READ_CHUNK;
-                while (cap < conn->out_len + len)
-                        cap *= 2;
-                char *grown = realloc(conn->out, cap);
-                if (grown == NULL) {
-                        conn_close(conn);
-                        return;
+        if (queued == 0) {
+                /* Nothing waiting: the line becomes the buffer, so a large
+                 * reply is never copied. */
+                free(conn->out);
+                conn->out = line;
+                conn->out_cap = conn->out_len = len;
+                conn->out_off = 0;
+        } else {
+                if (conn->out_len + len > conn->out_cap) {
+                        size_t cap = conn->out_cap ? conn->out_cap : READ_CHUNK;
+                        while (cap < conn->out_len + len)
+                                cap *= 2;
+                        char *grown = realloc(conn->out, cap);
+                        if (grown == NULL) {
+                                free(line);
+                                conn_close(conn);
+                                return;
+                        }
+                        conn->out = grown;
+                        conn->out_cap = cap;
                 }
-                conn->out = grown;
-                conn->out_cap = cap;
+                memcpy(conn->out + conn->out_len, line, len);
+                conn->out_len += len;
+                free(line);
         }
-        memcpy(conn->out + conn->out_len, line, len);
-        conn->out_len += len;
         conn_flush(conn);
 }
 
@@ -131,19 +213,12 @@ static void request_free(struct rpc_request *req)
         struct rpc_conn *conn = req->conn;
         jsonrpc_request_clear(&req->msg);
         free(req);
-        conn_unref(conn);
-}
-
-void rpc_reply_result(struct rpc_request *req, json_t *result)
-{
-        if (req->msg.id != NULL && !req->conn->closed) {
-                json_t *reply = jsonrpc_result(req->msg.id, result);
-                if (reply != NULL)
-                        conn_queue(req->conn, reply);
-                json_decref(reply);
+        conn->in_flight--;
+        if (!conn->closed) {
+                conn_update_events(conn);
+                conn_close_if_done(conn);
         }
-        json_decref(result);
-        request_free(req);
+        conn_unref(conn);
 }
 
 static void reply_error_v(struct rpc_conn *conn, json_t *id, int code, const char *kind, const char *fmt,
@@ -154,7 +229,35 @@ static void reply_error_v(struct rpc_conn *conn, json_t *id, int code, const cha
         json_t *reply = jsonrpc_error(id, code, kind, message);
         if (reply != NULL)
                 conn_queue(conn, reply);
+        else
+                conn_close(conn); /* out of memory: a silent hang would be worse */
         json_decref(reply);
+}
+
+static void conn_error(struct rpc_conn *conn, json_t *id, int code, const char *kind, const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        reply_error_v(conn, id, code, kind, fmt, ap);
+        va_end(ap);
+}
+
+void rpc_reply_result(struct rpc_request *req, json_t *result)
+{
+        if (req->msg.id != NULL && !req->conn->closed) {
+                json_t *reply = result ? jsonrpc_result(req->msg.id, result) : NULL;
+                if (reply != NULL) {
+                        conn_queue(req->conn, reply);
+                } else {
+                        log_error("%s: cannot build the result for client pid %d", req->msg.method,
+                                  req->conn->pid);
+                        conn_error(req->conn, req->msg.id, JSONRPC_APP_ERROR, "internal",
+                                   "%s: cannot build the result", req->msg.method);
+                }
+                json_decref(reply);
+        }
+        json_decref(result);
+        request_free(req);
 }
 
 void rpc_reply_error(struct rpc_request *req, int code, const char *kind, const char *fmt, ...)
@@ -166,14 +269,6 @@ void rpc_reply_error(struct rpc_request *req, int code, const char *kind, const 
                 va_end(ap);
         }
         request_free(req);
-}
-
-static void conn_error(struct rpc_conn *conn, json_t *id, int code, const char *kind, const char *fmt, ...)
-{
-        va_list ap;
-        va_start(ap, fmt);
-        reply_error_v(conn, id, code, kind, fmt, ap);
-        va_end(ap);
 }
 
 void rpc_notify(struct rpc_request *req, const char *method, json_t *params)
@@ -202,46 +297,65 @@ static const struct rpc_method *find_method(const char *name)
 
 static void conn_dispatch_line(struct rpc_conn *conn, const char *line, size_t len)
 {
-        struct rpc_request *req = calloc(1, sizeof(*req));
+        _cleanup_free_ struct rpc_request *req = calloc(1, sizeof(*req));
         if (req == NULL) {
                 conn_close(conn);
                 return;
         }
         const char *why = NULL;
         int code = jsonrpc_parse_request(line, len, &req->msg, &why);
-        if (code < 0) {
-                conn_error(conn, req->msg.id, code, NULL, "%s", why);
+        /* A notification (no "id" member) is never answered, not even with
+         * an error; a request too broken to tell gets an error with a null id. */
+        bool notification = (code >= 0 || code == JSONRPC_INVALID_PARAMS) && !req->msg.has_id;
+        const struct rpc_method *method = code < 0 ? NULL : find_method(req->msg.method);
+        if (code < 0 || method == NULL) {
+                if (code >= 0) {
+                        code = JSONRPC_METHOD_NOT_FOUND;
+                        why = NULL;
+                }
+                if (!notification) {
+                        if (why != NULL)
+                                conn_error(conn, req->msg.id, code, NULL, "%s", why);
+                        else
+                                conn_error(conn, req->msg.id, code, NULL, "unknown method \"%.128s\"",
+                                           req->msg.method);
+                }
+                log_debug("client pid %d: %s", conn->pid, why ? why : "unknown method");
                 jsonrpc_request_clear(&req->msg);
-                free(req);
                 return;
         }
-        const struct rpc_method *method = find_method(req->msg.method);
-        if (method == NULL) {
-                conn_error(conn, req->msg.id, JSONRPC_METHOD_NOT_FOUND, NULL, "unknown method \"%s\"",
-                           req->msg.method);
-                jsonrpc_request_clear(&req->msg);
-                free(req);
-                return;
-        }
-        req->conn = conn;
-        req->uid = conn->uid;
-        req->gid = conn->gid;
-        req->pid = conn->pid;
+        struct rpc_request *owned = steal_pointer(&req);
+        owned->conn = conn;
+        owned->uid = conn->uid;
+        owned->gid = conn->gid;
+        owned->pid = conn->pid;
         conn->refs++;
-        method->handler(req);
+        conn->in_flight++;
+        method->handler(owned);
+}
+
+static bool conn_over_limits(const struct rpc_conn *conn)
+{
+        return conn->out_len - conn->out_off > OUT_PAUSE_BYTES || conn->in_flight >= MAX_IN_FLIGHT;
 }
 
 static void conn_process_input(struct rpc_conn *conn)
 {
-        if (conn->processing)
+        if (conn->processing || conn->closed)
                 return;
         conn->processing = true;
+        conn->refs++;
         size_t start = 0;
-        while (!conn->closed && !conn->paused && start < conn->in_len) {
-                ssize_t nl = jsonrpc_find_newline(conn->in + start, conn->in_len - start);
-                if (nl < 0)
+        bool no_more_lines = false;
+        while (!conn->closed && !conn_over_limits(conn) && start < conn->in_len) {
+                /* Do not rescan a long partial line each time a piece of it arrives. */
+                size_t skip = start == 0 ? conn->in_scanned : 0;
+                ssize_t nl = jsonrpc_find_newline(conn->in + start + skip, conn->in_len - start - skip);
+                if (nl < 0) {
+                        no_more_lines = true;
                         break;
-                size_t len = (size_t)nl;
+                }
+                size_t len = skip + (size_t)nl;
                 /* Tolerate CRLF and blank keep-alive lines. */
                 size_t text_len = len > 0 && conn->in[start + len - 1] == '\r' ? len - 1 : len;
                 if (text_len > 0)
@@ -249,23 +363,67 @@ static void conn_process_input(struct rpc_conn *conn)
                 start += len + 1;
         }
         conn->processing = false;
-        if (conn->closed)
+        if (conn->closed) {
+                conn_unref(conn);
                 return;
+        }
         memmove(conn->in, conn->in + start, conn->in_len - start);
         conn->in_len -= start;
-        if (conn->in_len > server.config.max_request_bytes) {
+        conn->in_scanned = no_more_lines ? conn->in_len : 0;
+        if (no_more_lines && conn->in_len > server.config.max_request_bytes) {
+                log_warn("client pid %d: request line longer than %zu bytes; closing", conn->pid,
+                         server.config.max_request_bytes);
+                conn->in_len = conn->in_scanned = 0;
+                conn->closing = true;
                 conn_error(conn, NULL, JSONRPC_INVALID_REQUEST, NULL,
-                           "request line longer than %zu bytes; closing the connection",
+                           "request line longer than %zu bytes (--max-request-bytes); closing the connection",
                            server.config.max_request_bytes);
-                conn_flush(conn);
-                conn_close(conn);
+        } else if (no_more_lines && conn->read_eof && conn->in_len > 0) {
+                /* The last request of a client that half-closed without a final newline. */
+                size_t len = conn->in_len;
+                conn->in_len = conn->in_scanned = 0;
+                if (len > 0 && conn->in[len - 1] == '\r')
+                        len--;
+                if (len > 0)
+                        conn_dispatch_line(conn, conn->in, len);
         }
+        if (!conn->closed) {
+                /* Give back a large buffer once a big request has been handled. */
+                if (conn->in_len == 0 && conn->in_cap > 4 * READ_CHUNK) {
+                        free(conn->in);
+                        conn->in = NULL;
+                        conn->in_cap = 0;
+                }
+                conn_update_events(conn);
+                conn_close_if_done(conn);
+        }
+        conn_unref(conn);
 }
 
-static void conn_read(struct rpc_conn *conn)
+static void conn_read(struct rpc_conn *conn, uint32_t events)
 {
-        if (conn->in_cap - conn->in_len < READ_CHUNK) {
+        /* Requests already buffered go first (and may pause reading again). */
+        if (conn->in_len > 0)
+                conn_process_input(conn);
+        if (conn->closed)
+                return;
+        if (conn->paused || conn->read_eof || conn->closing) {
+                /* Not reading now; only a hangup matters: nobody is left to answer. */
+                if (events & (EPOLLHUP | EPOLLERR))
+                        conn_close(conn);
+                return;
+        }
+        /* One byte more than the limit is enough to tell a line is too long. */
+        size_t limit = server.config.max_request_bytes + 1;
+        if (conn->in_len >= limit)
+                return;
+        size_t want = limit - conn->in_len < READ_CHUNK ? limit - conn->in_len : READ_CHUNK;
+        if (conn->in_cap - conn->in_len < want) {
                 size_t cap = conn->in_cap ? conn->in_cap * 2 : 2 * READ_CHUNK;
+                if (cap > limit)
+                        cap = limit;
+                if (cap < conn->in_len + want)
+                        cap = conn->in_len + want;
                 char *grown = realloc(conn->in, cap);
                 if (grown == NULL) {
                         conn_close(conn);
@@ -274,22 +432,25 @@ static void conn_read(struct rpc_conn *conn)
                 conn->in = grown;
                 conn->in_cap = cap;
         }
-        ssize_t n =
-            recv(conn->source->fd, conn->in + conn->in_len, conn->in_cap - conn->in_len, MSG_DONTWAIT);
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-                conn_close(conn);
+        ssize_t n = recv(conn->source->fd, conn->in + conn->in_len, want, MSG_DONTWAIT);
+        if (n < 0) {
+                if (errno != EAGAIN && errno != EINTR)
+                        conn_close(conn);
                 return;
         }
-        if (n > 0) {
+        if (n == 0) {
+                /* EPOLLHUP: both directions are down, nobody to answer. Only
+                 * the reading side down (shutdown(SHUT_WR), `nc -N`): the
+                 * client still waits for its replies. */
+                if (events & (EPOLLHUP | EPOLLERR)) {
+                        conn_close(conn);
+                        return;
+                }
+                conn->read_eof = true;
+        } else {
                 conn->in_len += n;
-                conn_process_input(conn);
         }
-        /* Give back a large buffer once a big request has been handled. */
-        if (!conn->closed && conn->in_len == 0 && conn->in_cap > 4 * READ_CHUNK) {
-                free(conn->in);
-                conn->in = NULL;
-                conn->in_cap = 0;
-        }
+        conn_process_input(conn);
 }
 
 static void conn_update_events(struct rpc_conn *conn)
@@ -298,11 +459,20 @@ static void conn_update_events(struct rpc_conn *conn)
                 return;
         bool pending = conn->out_len > conn->out_off;
         bool was_paused = conn->paused;
-        conn->paused = conn->out_len - conn->out_off > OUT_PAUSE_BYTES;
-        uint32_t events = (conn->paused ? 0 : EPOLLIN) | (pending ? EPOLLOUT : 0) | EPOLLRDHUP;
-        loop_modify(server.loop, conn->source, events);
+        conn->paused = conn_over_limits(conn);
+        bool reading = !conn->paused && !conn->read_eof && !conn->closing;
+        /* EPOLLRDHUP stays level-triggered after the client's EOF: watch it
+         * only while reading, or the loop would spin until we answer. */
+        uint32_t events = (reading ? EPOLLIN | EPOLLRDHUP : 0) | (pending ? EPOLLOUT : 0);
+        if (events != conn->events) {
+                if (loop_modify(server.loop, conn->source, events) < 0) {
+                        conn_close(conn);
+                        return;
+                }
+                conn->events = events;
+        }
         if (was_paused && !conn->paused && conn->in_len > 0)
-                conn_process_input(conn);
+                conn_schedule(conn);
 }
 
 static void conn_event(struct loop_source *source, uint32_t events)
@@ -311,24 +481,55 @@ static void conn_event(struct loop_source *source, uint32_t events)
         conn->refs++;
         if (events & EPOLLOUT)
                 conn_flush(conn);
-        if (!conn->closed && (events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
-                conn_read(conn);
-        else if (!conn->closed && (events & EPOLLRDHUP) && !(events & EPOLLIN))
-                conn_close(conn);
+        if (!conn->closed && (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
+                conn_read(conn, events);
         conn_unref(conn);
+}
+
+/* Tell a client we cannot take why, on a fresh socket, without waiting. */
+static void refuse_connection(int fd, const char *kind, const char *message)
+{
+        json_t *reply = jsonrpc_error(NULL, JSONRPC_APP_ERROR, kind, message);
+        size_t len;
+        _cleanup_free_ char *line = reply ? jsonrpc_serialize(reply, &len) : NULL;
+        json_decref(reply);
+        if (line != NULL && send(fd, line, len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+                log_debug("refuse a connection: %s", strerror(errno));
+        close(fd);
+}
+
+static void accept_without_fds(int listen_fd)
+{
+        if (server.spare_fd < 0)
+                return;
+        close(server.spare_fd);
+        int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd >= 0)
+                refuse_connection(fd, "unavailable", "nsboxd is out of file descriptors; try again later");
+        server.spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
 static void listener_event(struct loop_source *source, uint32_t events)
 {
         for (int i = 0; i < 64; i++) {
                 int fd = accept4(source->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-                if (fd < 0)
+                if (fd < 0) {
+                        if (errno == EMFILE || errno == ENFILE) {
+                                log_warn("accept: %s; refusing a client", strerror(errno));
+                                accept_without_fds(source->fd);
+                        }
                         return;
+                }
                 struct ucred cred;
                 socklen_t cred_len = sizeof(cred);
-                if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) < 0 ||
-                    server.connections >= server.config.max_connections) {
+                if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) < 0) {
                         close(fd);
+                        continue;
+                }
+                if (server.connections >= server.config.max_connections) {
+                        log_warn("client pid %d refused: %u connections already (--max-connections)",
+                                 cred.pid, server.connections);
+                        refuse_connection(fd, "limit_reached", "too many connections to nsboxd");
                         continue;
                 }
                 struct rpc_conn *conn = calloc(1, sizeof(*conn));
@@ -340,7 +541,8 @@ static void listener_event(struct loop_source *source, uint32_t events)
                 conn->gid = cred.gid;
                 conn->pid = cred.pid;
                 conn->refs = 1;
-                conn->source = loop_add(server.loop, fd, EPOLLIN | EPOLLRDHUP, conn_event, conn);
+                conn->events = EPOLLIN | EPOLLRDHUP;
+                conn->source = loop_add(server.loop, fd, conn->events, conn_event, conn);
                 if (conn->source == NULL) {
                         close(fd);
                         free(conn);
@@ -350,6 +552,25 @@ static void listener_event(struct loop_source *source, uint32_t events)
         }
 }
 
+/* Only root may be able to replace the socket (or the directory entry a
+ * client connects through), or any local user could stand in for nsboxd. */
+static int check_socket_dir(const char *socket_path, nsbox_error_t **err)
+{
+        _cleanup_free_ char *copy = strdup(socket_path);
+        if (copy == NULL)
+                return nsbox_error(err, ENOMEM, "socket path");
+        const char *dir = dirname(copy);
+        struct stat st;
+        if (stat(dir, &st) < 0)
+                return nsbox_error(err, errno, "socket directory %s", dir);
+        if (!S_ISDIR(st.st_mode) || st.st_uid != 0 || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+                return nsbox_error(err, EPERM,
+                                   "socket directory %s must be owned by root and writable by root only "
+                                   "(owner uid %u, mode %04o)",
+                                   dir, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+        return 0;
+}
+
 int rpc_server_start(struct loop *loop, const struct rpc_server_config *config, nsbox_error_t **err)
 {
         struct sockaddr_un addr = { .sun_family = AF_UNIX };
@@ -357,6 +578,9 @@ int rpc_server_start(struct loop *loop, const struct rpc_server_config *config, 
                 return nsbox_error(err, ENAMETOOLONG, "socket path %s", config->socket_path);
         strcpy(addr.sun_path, config->socket_path);
 
+        int r = check_socket_dir(config->socket_path, err);
+        if (r < 0)
+                return r;
         _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0)
                 return nsbox_error(err, errno, "socket");
@@ -370,22 +594,40 @@ int rpc_server_start(struct loop *loop, const struct rpc_server_config *config, 
                 if (probe >= 0 && connect(probe, (struct sockaddr *)&addr, sizeof(addr)) == 0)
                         return nsbox_error(err, EADDRINUSE, "another nsboxd is listening on %s",
                                            config->socket_path);
-                unlink(config->socket_path);
         }
+        /* Bound and listening under a temporary name, then renamed into
+         * place: a client that sees the path can connect at once, and never
+         * finds it with the wrong owner or mode. */
+        struct sockaddr_un tmp_addr = { .sun_family = AF_UNIX };
+        if (snprintf(tmp_addr.sun_path, sizeof(tmp_addr.sun_path), "%s.new", config->socket_path) >=
+            (int)sizeof(tmp_addr.sun_path))
+                return nsbox_error(err, ENAMETOOLONG, "socket path %s", config->socket_path);
+        unlink(tmp_addr.sun_path);
         mode_t old = umask(0117);
-        int r = bind(fd, (struct sockaddr *)&addr, sizeof(addr));
+        r = bind(fd, (struct sockaddr *)&tmp_addr, sizeof(tmp_addr));
         umask(old);
         if (r < 0)
-                return nsbox_error(err, errno, "bind %s", config->socket_path);
+                return nsbox_error(err, errno, "bind %s", tmp_addr.sun_path);
         struct group *g = getgrnam("nsbox");
-        if (chown(config->socket_path, 0, g ? g->gr_gid : 0) < 0 || chmod(config->socket_path, 0660) < 0)
-                return nsbox_error(err, errno, "set owner and mode of %s", config->socket_path);
-        if (listen(fd, 512) < 0)
-                return nsbox_error(err, errno, "listen on %s", config->socket_path);
+        if (chown(tmp_addr.sun_path, 0, g ? g->gr_gid : 0) < 0 || chmod(tmp_addr.sun_path, 0660) < 0 ||
+            listen(fd, 512) < 0 || rename(tmp_addr.sun_path, config->socket_path) < 0) {
+                r = nsbox_error(err, errno, "set up %s", config->socket_path);
+                unlink(tmp_addr.sun_path);
+                return r;
+        }
+
+        _cleanup_close_ int wakeup = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (wakeup < 0)
+                return nsbox_error(err, errno, "eventfd");
 
         server.loop = loop;
         server.config = *config;
         server.socket_path = strdup(config->socket_path);
+        server.spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        server.wakeup = loop_add(loop, wakeup, EPOLLIN, wakeup_event, NULL);
+        if (server.wakeup == NULL)
+                return nsbox_error(err, errno, "watch the rpc wakeup eventfd");
+        steal_fd(&wakeup);
         server.listener = loop_add(loop, fd, EPOLLIN, listener_event, NULL);
         if (server.listener == NULL)
                 return nsbox_error(err, errno, "watch %s", config->socket_path);
@@ -398,6 +640,10 @@ void rpc_server_stop(void)
         if (server.listener != NULL) {
                 loop_remove(server.loop, server.listener);
                 server.listener = NULL;
+        }
+        if (server.spare_fd >= 0) {
+                close(server.spare_fd);
+                server.spare_fd = -1;
         }
         if (server.socket_path != NULL) {
                 unlink(server.socket_path);

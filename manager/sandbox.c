@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -130,15 +131,44 @@ json_t *sandbox_to_json(const struct sandbox *sb, bool existing)
         return j;
 }
 
+/* Several managers may share a host (a service, `nsbox run`'s private
+ * one, test daemons): a range is taken only with an flock on its lock file,
+ * so no two sandboxes anywhere on the host share a uid. */
+#define UID_LOCK_DIR "/run/nsbox-uid-ranges"
+
+static int lock_uid_range(uid_t base)
+{
+        char path[128];
+        if (mkdir(UID_LOCK_DIR, 0700) < 0 && errno != EEXIST)
+                return -errno;
+        snprintf(path, sizeof(path), UID_LOCK_DIR "/%u.lock", base);
+        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0)
+                return -errno;
+        if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+                int saved = errno;
+                close(fd);
+                return -saved;
+        }
+        return fd;
+}
+
 static int allocate_uid_slot(struct sandbox *sb)
 {
         for (unsigned i = 0; i < nsboxd.config.uid_pool_ranges; i++) {
-                if (!nsboxd.uid_slots[i]) {
-                        nsboxd.uid_slots[i] = 1;
-                        sb->uid_slot = i;
-                        sb->host_uid_base = nsboxd.config.uid_pool_base + i * NSBOX_UID_RANGE;
-                        return 0;
-                }
+                if (nsboxd.uid_slots[i])
+                        continue;
+                uid_t base = nsboxd.config.uid_pool_base + i * NSBOX_UID_RANGE;
+                int fd = lock_uid_range(base);
+                if (fd == -EWOULDBLOCK)
+                        continue; /* another manager's sandbox has it */
+                if (fd < 0)
+                        return fd;
+                nsboxd.uid_slots[i] = 1;
+                sb->uid_slot = i;
+                sb->uid_lock_fd = fd;
+                sb->host_uid_base = base;
+                return 0;
         }
         return -ENOSPC;
 }
@@ -182,6 +212,8 @@ static void sandbox_free(struct sandbox *sb)
         }
         if (sb->uid_slot < nsboxd.config.uid_pool_ranges)
                 nsboxd.uid_slots[sb->uid_slot] = 0;
+        if (sb->uid_lock_fd >= 0)
+                close(sb->uid_lock_fd);
         policy_clear(&sb->policy);
         free(sb->dir);
         free(sb->failure);
@@ -401,6 +433,7 @@ int sandbox_create(uid_t owner, struct sandbox_policy *policy, sandbox_ready_cb 
         sb->owner = owner;
         sb->state = SANDBOX_CREATING;
         sb->uid_slot = UINT32_MAX;
+        sb->uid_lock_fd = -1;
         sb->created_at_ms = now_realtime_ms();
         sandbox_touch(sb);
         uuid_t uuid;
@@ -414,8 +447,10 @@ int sandbox_create(uid_t owner, struct sandbox_policy *policy, sandbox_ready_cb 
         int r = allocate_uid_slot(sb);
         if (r < 0) {
                 sandbox_free(sb);
-                return nsbox_error(err, EUSERS, "the uid pool is exhausted (%u ranges)",
-                                   nsboxd.config.uid_pool_ranges);
+                if (r == -ENOSPC)
+                        return nsbox_error(err, EUSERS, "the uid pool is exhausted (%u ranges)",
+                                           nsboxd.config.uid_pool_ranges);
+                return nsbox_error(err, -r, "lock a uid range under " UID_LOCK_DIR);
         }
         r = sandbox_spawn(sb, err);
         if (r < 0) {

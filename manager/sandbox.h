@@ -29,6 +29,7 @@ struct sandbox {
         struct loop_source *ctl;
         struct sandbox_cgroup *cgroup;
         unsigned uid_slot;
+        int uid_lock_fd; /* flock held on the range for as long as the sandbox lives */
         uid_t host_uid_base;
         char *dir;
 

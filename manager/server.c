@@ -11,6 +11,7 @@
 #include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/timerfd.h>
@@ -256,6 +257,13 @@ int nsboxd_main(int argc, char **argv)
 
         nsboxd.argc = argc;
         nsboxd.argv = argv;
+        /* Clients and sandboxes each hold a few fds here: use the hard limit.
+         * Sandboxes get the usual 1024 back (runtime/setup.c). */
+        struct rlimit nofile;
+        if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+                nofile.rlim_cur = nofile.rlim_max;
+                setrlimit(RLIMIT_NOFILE, &nofile);
+        }
         if (start(&err) < 0) {
                 log_error("%s", err->message);
                 sd_notifyf(0, "STATUS=failed to start: %s", err->message);
@@ -278,6 +286,10 @@ int nsboxd_main(int argc, char **argv)
         shutdown_sandboxes();
         profiles_clear();
         log_info("stopped");
+        loop_free(nsboxd.loop);
+        nsboxd.loop = NULL;
+        if (nsboxd.init_memfd >= 0)
+                close(nsboxd.init_memfd);
         config_free(&nsboxd.config);
         return 0;
 }

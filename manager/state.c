@@ -20,7 +20,7 @@
 #include "rootfs.h"
 #include "sandbox.h"
 
-#define RECORD_NAME "sandbox.json"
+#define RECORD_NAME  "sandbox.json"
 #define KILL_WAIT_MS 5000
 
 /* Field 22 of /proc/PID/stat: when the process started, in clock ticks.
@@ -52,12 +52,12 @@ int state_save(const struct sandbox *sb, nsbox_error_t **err)
         char path[4096], tmp[4096];
         snprintf(path, sizeof(path), "%s/%s", sb->dir, RECORD_NAME);
         snprintf(tmp, sizeof(tmp), "%s/.%s.tmp", sb->dir, RECORD_NAME);
-        _cleanup_json_ json_t *record =
-            json_pack("{s:i, s:s, s:I, s:s?, s:I, s:I, s:I, s:I, s:s}", "version", 1, "sandbox_id", sb->id, "owner",
-                      (json_int_t)sb->owner, "session_id", sb->policy.session_id[0] ? sb->policy.session_id : NULL,
-                      "pid", (json_int_t)sb->pid, "pid_start_time", (json_int_t)process_start_time(sb->pid),
-                      "host_uid_base", (json_int_t)sb->host_uid_base, "created_at_ms", (json_int_t)sb->created_at_ms,
-                      "image", sb->policy.image);
+        _cleanup_json_ json_t *record = json_pack(
+            "{s:i, s:s, s:I, s:s?, s:I, s:I, s:I, s:I, s:s}", "version", 1, "sandbox_id", sb->id, "owner",
+            (json_int_t)sb->owner, "session_id", sb->policy.session_id[0] ? sb->policy.session_id : NULL,
+            "pid", (json_int_t)sb->pid, "pid_start_time", (json_int_t)process_start_time(sb->pid),
+            "host_uid_base", (json_int_t)sb->host_uid_base, "created_at_ms", (json_int_t)sb->created_at_ms,
+            "image", sb->policy.image);
         if (record == NULL)
                 return nsbox_error(err, ENOMEM, "sandbox record");
         _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
@@ -98,7 +98,8 @@ static void quarantine(const char *sandboxes, const char *name)
         if (rename(from, to) == 0)
                 log_warn("state: unreadable sandbox record in %s; moved it to %s", from, to);
         else
-                log_error("state: unreadable sandbox record in %s, and moving it failed: %s", from, strerror(errno));
+                log_error("state: unreadable sandbox record in %s, and moving it failed: %s", from,
+                          strerror(errno));
 }
 
 static void recover_one(const char *sandboxes, const char *name)
@@ -116,9 +117,9 @@ static void recover_one(const char *sandboxes, const char *name)
                         quarantine(sandboxes, name);
                         return;
                 }
-                kill_leftover_init((pid_t)json_integer_value(json_object_get(record, "pid")),
-                                   (unsigned long long)json_integer_value(json_object_get(record, "pid_start_time")),
-                                   name);
+                kill_leftover_init(
+                    (pid_t)json_integer_value(json_object_get(record, "pid")),
+                    (unsigned long long)json_integer_value(json_object_get(record, "pid_start_time")), name);
         }
         /* No record: the previous run died between mkdir and clone; its child,
          * if any, dies with it (PR_SET_PDEATHSIG) or when the sync socket closes. */

@@ -90,8 +90,9 @@ bool requirement_valid(const char *text, const char **why)
         while (*p != '\0' && *p != ')') {
                 const char *q = scan_operator(p);
                 if (q == NULL) {
-                        *why = "expected a version specifier such as ==1.2 or >=2 (no URLs, paths, markers or "
-                               "options)";
+                        *why =
+                            "expected a version specifier such as ==1.2 or >=2 (no URLs, paths, markers or "
+                            "options)";
                         return false;
                 }
                 p = scan_version(skip_spaces(q));

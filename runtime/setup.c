@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -93,6 +94,10 @@ void sandbox_setup_child(const struct sandbox_setup *setup)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
         int sync_fd = setup->sync_fd;
+
+        /* The manager raised its own fd limit; sandboxes get the usual one. */
+        struct rlimit nofile = { 1024, 1024 };
+        setrlimit(RLIMIT_NOFILE, &nofile);
 
         /* Die with the manager while still being set up. */
         prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);

@@ -56,7 +56,8 @@ class Client:
             if "id" not in msg:
                 self.notifications.append(msg)
                 continue
-            if msg["id"] == rid:
+            # A request that could not be parsed is answered with id null.
+            if msg["id"] == rid or (msg["id"] is None and "error" in msg):
                 return msg
 
     def call(self, method, **params):

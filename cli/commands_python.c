@@ -1,0 +1,202 @@
+/* nsbox python and nsbox pip: python.run and package.install. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "cli.h"
+#include "json_cleanup.h"
+#include "textenc.h"
+
+#define CODE_MAX_BYTES (32u << 20) /* well under the daemon's 64 MiB request line */
+
+enum { OPT_STATEFUL = CLI_OPT_FIRST_FREE, OPT_REQUIRE, OPT_TIMEOUT, OPT_INDEX_URL, OPT_FIND_LINKS };
+
+/* The program from a file or "-" (standard input), as a JSON string; NULL after printing why. */
+static json_t *read_code(const char *path)
+{
+        bool from_stdin = strcmp(path, "-") == 0;
+        _cleanup_close_ int fd = from_stdin ? dup(STDIN_FILENO) : open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+                cli_fail("open %s: %s", path, strerror(errno));
+                return NULL;
+        }
+        _cleanup_free_ char *buf = NULL;
+        size_t len = 0, cap = 0;
+        for (;;) {
+                if (cap - len < 65536) {
+                        cap = cap ? cap * 2 : 65536;
+                        char *grown = realloc(buf, cap);
+                        if (grown == NULL) {
+                                cli_fail("out of memory reading %s", path);
+                                return NULL;
+                        }
+                        buf = grown;
+                }
+                ssize_t n = read(fd, buf + len, cap - len);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0) {
+                        cli_fail("read %s: %s", from_stdin ? "standard input" : path, strerror(errno));
+                        return NULL;
+                }
+                if (n == 0)
+                        break;
+                len += n;
+                if (len > CODE_MAX_BYTES) {
+                        cli_fail("%s is larger than %u bytes", from_stdin ? "standard input" : path,
+                                 CODE_MAX_BYTES);
+                        return NULL;
+                }
+        }
+        size_t valid_len;
+        _cleanup_free_ char *valid = utf8_make_valid(buf ? buf : "", len, &valid_len);
+        if (valid == NULL || valid_len != len || memcmp(valid, buf ? buf : "", len) != 0) {
+                cli_fail("%s is not UTF-8 text", from_stdin ? "standard input" : path);
+                return NULL;
+        }
+        return json_stringn(buf ? buf : "", len);
+}
+
+static void print_output(const json_t *result)
+{
+        json_t *out = json_object_get(result, "stdout");
+        json_t *err = json_object_get(result, "stderr");
+        if (json_is_string(out))
+                cli_write_all(STDOUT_FILENO, json_string_value(out), json_string_length(out));
+        if (json_is_string(err))
+                cli_write_all(STDERR_FILENO, json_string_value(err), json_string_length(err));
+}
+
+static int python_exit_code(const json_t *result)
+{
+        const char *status = json_string_value(json_object_get(result, "status"));
+        json_t *code = json_object_get(result, "exit_code");
+        if (status != NULL && strcmp(status, "timeout") == 0)
+                return EXIT_TIMEOUT;
+        if (json_is_integer(code))
+                return (int)json_integer_value(code);
+        return status != NULL && strcmp(status, "ok") == 0 ? 0 : 1;
+}
+
+int cmd_python(const struct cli *cli, int argc, char **argv)
+{
+        static const struct option longopts[] = { { "code", required_argument, NULL, 'c' },
+                                                  { "stateful", no_argument, NULL, OPT_STATEFUL },
+                                                  { "require", required_argument, NULL, OPT_REQUIRE },
+                                                  { "timeout", required_argument, NULL, OPT_TIMEOUT },
+                                                  { 0 } };
+        _cleanup_json_ json_t *params = json_object();
+        _cleanup_json_ json_t *requirements = json_array();
+        const char *code = NULL;
+        double seconds;
+        int opt;
+        optind = 1;
+        while ((opt = cli_getopt(cli, argc, argv, "c:", longopts)) != -1) {
+                switch (opt) {
+                case 'c':
+                        code = optarg;
+                        break;
+                case OPT_STATEFUL:
+                        json_object_set_new(params, "stateful", json_true());
+                        break;
+                case OPT_REQUIRE:
+                        json_array_append_new(requirements, json_string(optarg));
+                        break;
+                case OPT_TIMEOUT:
+                        if (cli_parse_seconds(optarg, &seconds) < 0)
+                                return cli_fail("bad --timeout \"%s\" (seconds)", optarg);
+                        json_object_set_new(params, "timeout_seconds", json_real(seconds));
+                        break;
+                default:
+                        return cli_opt_exit(opt);
+                }
+        }
+        /* -c may also follow the id: nsbox python ID -c CODE. */
+        if (argc - optind == 3 && strcmp(argv[optind + 1], "-c") == 0 && code == NULL) {
+                code = argv[optind + 2];
+                argc = optind + 1;
+        }
+        if (argc - optind != (code != NULL ? 1 : 2))
+                return cli_usage_error(cli);
+        json_t *code_json = code != NULL ? json_string(code) : read_code(argv[optind + 1]);
+        if (code_json == NULL)
+                return code != NULL ? cli_fail("the code is not UTF-8 text") : EXIT_NSBOX_FAILED;
+        json_object_set_new(params, "code", code_json);
+        json_object_set_new(params, "sandbox_id", json_string(argv[optind]));
+        if (json_array_size(requirements) > 0)
+                json_object_set(params, "requirements", requirements);
+
+        struct client *c = cli_connect(cli);
+        if (c == NULL)
+                return EXIT_NSBOX_FAILED;
+        _cleanup_json_ json_t *result = cli_call(cli, c, "python.run", params);
+        client_close(c);
+        if (result == NULL)
+                return EXIT_NSBOX_FAILED;
+        if (cli->json) {
+                cli_print_json(result);
+                return python_exit_code(result);
+        }
+        print_output(result);
+        json_t *value = json_object_get(result, "result");
+        if (json_is_string(value)) {
+                cli_write_all(STDOUT_FILENO, json_string_value(value), json_string_length(value));
+                cli_write_all(STDOUT_FILENO, "\n", 1);
+        }
+        size_t i;
+        json_t *output;
+        json_array_foreach(json_object_get(result, "outputs"), i, output)
+        {
+                const char *type = json_string_value(json_object_get(output, "type"));
+                if (type == NULL || strcmp(type, "image") != 0)
+                        continue;
+                const char *path =
+                    json_string_value(json_object_get(json_object_get(output, "image"), "path"));
+                fprintf(stderr, "nsbox: image saved in the sandbox at %s\n", path ? path : "(no path given)");
+        }
+        const char *status = json_string_value(json_object_get(result, "status"));
+        if (status != NULL && strcmp(status, "timeout") == 0)
+                fprintf(stderr, "nsbox: the code timed out\n");
+        return python_exit_code(result);
+}
+
+int cmd_pip(const struct cli *cli, int argc, char **argv)
+{
+        static const struct option longopts[] = { { "index-url", required_argument, NULL, OPT_INDEX_URL },
+                                                  { "find-links", required_argument, NULL, OPT_FIND_LINKS },
+                                                  { 0 } };
+        _cleanup_json_ json_t *params = json_object();
+        int opt;
+        optind = 1;
+        while ((opt = cli_getopt(cli, argc, argv, "", longopts)) != -1) {
+                if (opt == OPT_INDEX_URL)
+                        json_object_set_new(params, "index_url", json_string(optarg));
+                else if (opt == OPT_FIND_LINKS)
+                        json_object_set_new(params, "find_links", json_string(optarg));
+                else
+                        return cli_opt_exit(opt);
+        }
+        if (argc - optind < 2)
+                return cli_usage_error(cli);
+        json_object_set_new(params, "sandbox_id", json_string(argv[optind]));
+        json_object_set_new(params, "packages", cli_argv_to_json(argc - optind - 1, argv + optind + 1));
+
+        struct client *c = cli_connect(cli);
+        if (c == NULL)
+                return EXIT_NSBOX_FAILED;
+        _cleanup_json_ json_t *result = cli_call(cli, c, "package.install", params);
+        client_close(c);
+        if (result == NULL)
+                return EXIT_NSBOX_FAILED;
+        if (cli->json)
+                cli_print_json(result);
+        else
+                print_output(result);
+        if (json_is_true(json_object_get(result, "timed_out")))
+                fprintf(stderr, "nsbox: pip timed out\n");
+        return cli_exec_exit_code(result);
+}

@@ -1,0 +1,216 @@
+/* nsbox create, ls, info, rm, status: the sandbox lifecycle. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cleanup.h"
+#include "cli.h"
+#include "json_cleanup.h"
+
+static int set_limit(json_t *params, const char *key, json_t *value)
+{
+        json_t *limits = json_object_get(params, "limits");
+        if (limits == NULL) {
+                limits = json_object();
+                json_object_set_new(params, "limits", limits);
+        }
+        return json_object_set_new(limits, key, value);
+}
+
+static int parse_count(const char *text, unsigned long long *out)
+{
+        char *end;
+        errno = 0;
+        if (text[0] == '-')
+                return -EINVAL;
+        *out = strtoull(text, &end, 10);
+        return errno == 0 && end != text && *end == '\0' ? 0 : -EINVAL;
+}
+
+int cli_create_option(json_t *params, int opt, const char *arg)
+{
+        unsigned long long n;
+        switch (opt) {
+        case CLI_OPT_SESSION:
+                json_object_set_new(params, "session_id", json_string(arg));
+                return 0;
+        case CLI_OPT_IMAGE:
+                json_object_set_new(params, "image", json_string(arg));
+                return 0;
+        case CLI_OPT_PROFILE:
+                json_object_set_new(params, "seccomp_profile", json_string(arg));
+                return 0;
+        case CLI_OPT_MEMORY:
+        case CLI_OPT_DISK:
+                if (cli_parse_size(arg, &n) < 0)
+                        return cli_fail("bad size \"%s\" (use e.g. 512M or 1G)", arg);
+                set_limit(params, opt == CLI_OPT_MEMORY ? "memory_bytes" : "disk_bytes",
+                          json_integer((json_int_t)n));
+                return 0;
+        case CLI_OPT_PIDS:
+                if (parse_count(arg, &n) < 0)
+                        return cli_fail("bad --pids \"%s\"", arg);
+                set_limit(params, "pids", json_integer((json_int_t)n));
+                return 0;
+        case CLI_OPT_CPUS: {
+                char *end;
+                double cpus = strtod(arg, &end);
+                if (*end != '\0' || end == arg)
+                        return cli_fail("bad --cpus \"%s\"", arg);
+                set_limit(params, "cpus", json_real(cpus));
+                return 0;
+        }
+        case CLI_OPT_IDLE:
+                if (parse_count(arg, &n) < 0)
+                        return cli_fail("bad --idle-timeout \"%s\"", arg);
+                json_object_set_new(params, "idle_timeout_seconds", json_integer((json_int_t)n));
+                return 0;
+        case CLI_OPT_ENV:
+                return cli_add_env(params, arg) == 0 ? 0 : EXIT_NSBOX_FAILED;
+        default:
+                return 1;
+        }
+}
+
+/* Call one method on a fresh connection; NULL after printing why. */
+static json_t *call_once(const struct cli *cli, const char *method, json_t *params)
+{
+        struct client *c = cli_connect(cli);
+        if (c == NULL)
+                return NULL;
+        json_t *result = cli_call(cli, c, method, params);
+        client_close(c);
+        return result;
+}
+
+int cmd_create(const struct cli *cli, int argc, char **argv)
+{
+        static const struct option longopts[] = { CLI_CREATE_OPTIONS,
+                                                  { "env", required_argument, NULL, CLI_OPT_ENV },
+                                                  { 0 } };
+        _cleanup_json_ json_t *params = json_object();
+        int opt;
+        optind = 1;
+        while ((opt = cli_getopt(cli, argc, argv, "", longopts)) != -1) {
+                if (opt < -1)
+                        return cli_opt_exit(opt);
+                int r = cli_create_option(params, opt, optarg);
+                if (r != 0)
+                        return r == 1 ? cli_usage_error(cli) : r;
+        }
+        if (optind != argc)
+                return cli_usage_error(cli);
+        _cleanup_json_ json_t *result = call_once(cli, "sandbox.create", params);
+        if (result == NULL)
+                return EXIT_NSBOX_FAILED;
+        if (cli->json)
+                cli_print_json(result);
+        else
+                puts(json_string_value(json_object_get(result, "sandbox_id")));
+        return 0;
+}
+
+int cmd_ls(const struct cli *cli, int argc, char **argv)
+{
+        static const struct option longopts[] = { { "all", no_argument, NULL, 'a' }, { 0 } };
+        bool all = false;
+        int opt;
+        optind = 1;
+        while ((opt = cli_getopt(cli, argc, argv, "a", longopts)) != -1) {
+                if (opt < -1)
+                        return cli_opt_exit(opt);
+                all = true;
+        }
+        if (optind != argc)
+                return cli_usage_error(cli);
+        _cleanup_json_ json_t *params = json_pack("{s:b}", "include_inactive", all);
+        _cleanup_json_ json_t *result = call_once(cli, "sandbox.list", params);
+        if (result == NULL)
+                return EXIT_NSBOX_FAILED;
+        if (cli->json) {
+                cli_print_json(result);
+                return 0;
+        }
+        printf("%-36s  %-9s  %-24s  %s\n", "SANDBOX ID", "STATE", "CREATED", "SESSION");
+        size_t i;
+        json_t *sb;
+        json_array_foreach(json_object_get(result, "sandboxes"), i, sb)
+        {
+                json_t *session = json_object_get(sb, "session_id");
+                const char *state = json_string_value(json_object_get(sb, "state"));
+                const char *created = json_string_value(json_object_get(sb, "created_at"));
+                printf("%-36s  %-9s  %-24s  %s\n", json_string_value(json_object_get(sb, "sandbox_id")),
+                       state ? state : "-", created ? created : "-",
+                       json_is_string(session) ? json_string_value(session) : "-");
+        }
+        return 0;
+}
+
+/* One call, the result printed as JSON: compact with --json, indented otherwise. */
+static int print_call(const struct cli *cli, const char *method, json_t *params)
+{
+        _cleanup_json_ json_t *result = call_once(cli, method, params);
+        if (result == NULL)
+                return EXIT_NSBOX_FAILED;
+        _cleanup_free_ char *text = json_dumps(result, cli->json ? JSON_COMPACT : JSON_INDENT(2));
+        if (text != NULL)
+                puts(text);
+        return 0;
+}
+
+int cmd_info(const struct cli *cli, int argc, char **argv)
+{
+        int opt;
+        optind = 1;
+        while ((opt = cli_getopt(cli, argc, argv, "", NULL)) != -1)
+                return cli_opt_exit(opt);
+        if (argc - optind != 1)
+                return cli_usage_error(cli);
+        _cleanup_json_ json_t *params = json_pack("{s:s}", "sandbox_id", argv[optind]);
+        return print_call(cli, "sandbox.info", params);
+}
+
+int cmd_status(const struct cli *cli, int argc, char **argv)
+{
+        int opt;
+        optind = 1;
+        while ((opt = cli_getopt(cli, argc, argv, "", NULL)) != -1)
+                return cli_opt_exit(opt);
+        if (optind != argc)
+                return cli_usage_error(cli);
+        _cleanup_json_ json_t *params = json_object();
+        return print_call(cli, "server.info", params);
+}
+
+int cmd_rm(const struct cli *cli, int argc, char **argv)
+{
+        static const struct option longopts[] = { { "force", no_argument, NULL, 'f' }, { 0 } };
+        bool force = false;
+        int opt;
+        optind = 1;
+        while ((opt = cli_getopt(cli, argc, argv, "f", longopts)) != -1) {
+                if (opt < -1)
+                        return cli_opt_exit(opt);
+                force = true;
+        }
+        if (optind >= argc)
+                return cli_usage_error(cli);
+        struct client *c = cli_connect(cli);
+        if (c == NULL)
+                return EXIT_NSBOX_FAILED;
+        int status = 0;
+        for (int i = optind; i < argc; i++) {
+                _cleanup_json_ json_t *params =
+                    json_pack("{s:s, s:b}", "sandbox_id", argv[i], "force", force);
+                _cleanup_json_ json_t *result = cli_call(cli, c, "sandbox.remove", params);
+                if (result == NULL)
+                        status = EXIT_NSBOX_FAILED;
+                else if (cli->json)
+                        cli_print_json(result);
+                else
+                        puts(argv[i]);
+        }
+        client_close(c);
+        return status;
+}

@@ -1,0 +1,112 @@
+/* nsbox mcp: the Model Context Protocol message handling, kept apart from
+ * the I/O so that it can be tested without a daemon (cli/mcp_protocol.c). */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#define MCP_LATEST_PROTOCOL_VERSION "2025-11-25"
+#define MCP_SERVER_NAME             "nsbox"
+#define MCP_SERVER_VERSION          "0.1.0"
+/* One MCP message per line; longer lines are refused as a parse error. */
+#define MCP_MAX_LINE (64u << 20)
+
+/* How the daemon's answer of a tool is judged and shown. */
+enum mcp_result_kind {
+        MCP_RESULT_PLAIN,  /* the JSON result, never a failure */
+        MCP_RESULT_EXEC,   /* a process: failed when it exited non-zero, was killed or timed out */
+        MCP_RESULT_PYTHON, /* python.run: failed unless status is "ok"; images become image blocks */
+};
+
+struct mcp_tool {
+        const char *name;
+        const char *description;
+        const char *input_schema; /* JSON Schema, as JSON text */
+        const char *method;       /* the nsboxd method it forwards to */
+        bool session;             /* takes session_id: get or create that session's sandbox first */
+        bool read_only;
+        bool destructive;
+        enum mcp_result_kind result;
+};
+
+extern const struct mcp_tool mcp_tools[];
+extern const size_t mcp_tool_count;
+
+const struct mcp_tool *mcp_tool_find(const char *name);
+
+/* The client's protocol version when nsbox speaks it, else the latest. */
+const char *mcp_negotiate_version(const char *requested);
+
+/* What the server knows of its client. */
+struct mcp_state {
+        bool initialized;
+        char protocol_version[16]; /* negotiated; empty before initialize */
+};
+
+enum mcp_action_kind {
+        MCP_ACTION_NONE,   /* a notification or a response: nothing to do */
+        MCP_ACTION_REPLY,  /* write `reply` */
+        MCP_ACTION_CALL,   /* run `tool` with `arguments`, answer request `id` */
+        MCP_ACTION_CANCEL, /* stop the call whose request id is `id` */
+};
+
+/* Every json_t here is owned by the action. */
+struct mcp_action {
+        enum mcp_action_kind kind;
+        json_t *reply;
+        json_t *id;
+        const struct mcp_tool *tool;
+        json_t *arguments;
+        json_t *progress_token; /* NULL when the client asked for no progress */
+};
+
+/* Decide what one line from the client asks for. Never fails: malformed
+ * input becomes a JSON-RPC error reply. */
+void mcp_handle_line(struct mcp_state *state, const char *line, size_t len, struct mcp_action *out);
+void mcp_action_clear(struct mcp_action *action);
+
+/* {"tools": [...]} for tools/list (new reference). */
+json_t *mcp_tools_list(void);
+
+/* NULL when `arguments` fit the tool's schema, else why not (static or
+ * written into buf). */
+const char *mcp_check_arguments(const struct mcp_tool *tool, const json_t *arguments, char *buf, size_t size);
+
+/* sandbox.create params that get or create the sandbox of a session tool's session_id. */
+json_t *mcp_session_params(const json_t *arguments);
+
+/* The params of the tool's daemon method. `sandbox_id` is the session's
+ * sandbox for session tools (else NULL); `call_tag`, when not NULL, is put
+ * into the environment of shell_execute's command so that a cancelled call
+ * can find and kill its processes. */
+json_t *mcp_daemon_params(const struct mcp_tool *tool, const json_t *arguments, const char *sandbox_id,
+                          const char *call_tag);
+
+/* The environment variable that carries call_tag. */
+#define MCP_CALL_TAG_ENV "NSBOX_MCP_CALL"
+/* A sandbox.exec command that kills every process carrying call_tag. */
+char *mcp_kill_command(const char *call_tag);
+
+/* The CallToolResult for a daemon result (new reference). */
+json_t *mcp_call_result(const struct mcp_tool *tool, const json_t *daemon_result,
+                        const char *protocol_version);
+/* The CallToolResult (isError) for a daemon that refused or could not be reached. */
+json_t *mcp_call_failure(const char *method, const char *message, const json_t *daemon_error);
+
+/* notifications/progress; `message` may be NULL. */
+json_t *mcp_progress_notification(const json_t *token, double progress, const char *message);
+
+/* Splits the client's byte stream into lines. A line longer than `max` is
+ * dropped whole and reported once as line == NULL. */
+struct mcp_reader {
+        char *buf;
+        size_t len, cap, max;
+        bool dropping; /* inside an overlong line, until its '\n' */
+};
+typedef void (*mcp_line_cb)(void *data, const char *line, size_t len);
+
+int mcp_reader_feed(struct mcp_reader *r, const char *data, size_t n, mcp_line_cb on_line, void *cb_data);
+/* End of input: a last line without '\n' still counts. */
+void mcp_reader_finish(struct mcp_reader *r, mcp_line_cb on_line, void *cb_data);
+void mcp_reader_free(struct mcp_reader *r);

@@ -1,0 +1,693 @@
+/* MCP message handling without I/O: version negotiation, the tool table,
+ * argument checks, tool arguments → nsboxd params, nsboxd results → MCP
+ * content. cli/mcp.c does the I/O; tests/unit/test_mcp.c includes this file. */
+#include "mcp.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cleanup.h"
+#include "json_cleanup.h"
+#include "jsonrpc.h"
+
+static const char *const protocol_versions[] = { "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05" };
+
+const char *mcp_negotiate_version(const char *requested)
+{
+        for (size_t i = 0; requested != NULL && i < ARRAY_SIZE(protocol_versions); i++) {
+                if (strcmp(requested, protocol_versions[i]) == 0)
+                        return protocol_versions[i];
+        }
+        return MCP_LATEST_PROTOCOL_VERSION;
+}
+
+/* --- tools -------------------------------------------------------------- */
+
+#define SCHEMA(props, required)                                                   \
+        "{\"type\":\"object\",\"properties\":{" props "},\"required\":[" required \
+        "],\"additionalProperties\":false}"
+
+#define P_SESSION_ID                                                                                        \
+        "\"session_id\":{\"type\":\"string\",\"minLength\":1,\"description\":\"Any name for your working "  \
+        "session, e.g. \\\"main\\\". The first call with a new session_id creates a sandbox for it; later " \
+        "calls with the same session_id use that same sandbox, so files written in /workspace stay "        \
+        "there.\"}"
+#define P_SANDBOX_ID                                                                                        \
+        "\"sandbox_id\":{\"type\":\"string\",\"minLength\":1,\"description\":\"The sandbox_id returned by " \
+        "create_sandbox.\"}"
+#define P_TIMEOUT(what)                                                                                \
+        "\"timeout\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":86400,\"description\":\"Seconds " \
+        "before " what " is killed (default 30).\"}"
+#define P_CODE                                                                                              \
+        "\"code\":{\"type\":\"string\",\"description\":\"Python 3 source to run as a script. print() what " \
+        "you "                                                                                              \
+        "want to see; matplotlib figures (plt.show() or left open) come back as PNG images.\"}"
+#define P_PATH(what)                                                                                         \
+        "\"path\":{\"type\":\"string\",\"minLength\":1,\"description\":\"" what " in the sandbox. Relative " \
+        "paths are from /workspace, the working directory of python and shell commands.\"}"
+
+const struct mcp_tool mcp_tools[] = {
+        {
+            .name = "create_sandbox",
+            .description =
+                "Create an isolated Linux sandbox (Debian with Python 3, numpy, pandas, matplotlib, pillow "
+                "and the usual shell tools; no network) and return its sandbox_id for execute_python_code, "
+                "install_package and remove_sandbox. With a session_id that already has a live sandbox, that "
+                "sandbox is returned instead (existing: true). A sandbox is removed automatically after "
+                "`timeout` seconds without use.",
+            .input_schema = SCHEMA(
+                "\"session_id\":{\"type\":\"string\",\"minLength\":1,\"description\":\"Optional name: the "
+                "same session_id gives back the same sandbox while it lives.\"},"
+                "\"memory_mb\":{\"type\":\"integer\",\"minimum\":16,\"description\":\"Memory limit in MiB "
+                "(default 512). Processes beyond it are killed.\"},"
+                "\"timeout\":{\"type\":\"integer\",\"minimum\":1,\"description\":\"Idle timeout in seconds: "
+                "the sandbox is removed after this long with nothing running in it and no requests (default "
+                "300).\"}",
+                ""),
+            .method = "sandbox.create",
+        },
+        {
+            .name = "list_sandboxes",
+            .description = "List your sandboxes: sandbox_id, session_id, state, creation and last-use times "
+                           "and limits.",
+            .input_schema = SCHEMA("\"include_inactive\":{\"type\":\"boolean\",\"description\":\"Also list "
+                                   "sandboxes that are stopped or being removed (default false).\"}",
+                                   ""),
+            .method = "sandbox.list",
+            .read_only = true,
+        },
+        {
+            .name = "remove_sandbox",
+            .description = "Remove a sandbox: kill all of its processes and delete its files. Refused while "
+                           "a command runs in it unless force is true.",
+            .input_schema = SCHEMA(P_SANDBOX_ID ",\"force\":{\"type\":\"boolean\",\"description\":\"Remove "
+                                                "even while a command is running in it (default false).\"}",
+                                   "\"sandbox_id\""),
+            .method = "sandbox.remove",
+            .destructive = true,
+        },
+        {
+            .name = "execute_python_code",
+            .description =
+                "Run Python 3 code in the sandbox `sandbox_id` (from create_sandbox), in /workspace. Files "
+                "persist between calls; variables do not (each call is a fresh script). Returns status "
+                "(\"ok\", \"error\" with the traceback in stderr, or \"timeout\"), stdout, stderr, the files "
+                "created or changed, and matplotlib figures as PNG images. isError is true unless status is "
+                "\"ok\".",
+            .input_schema =
+                SCHEMA(P_SANDBOX_ID "," P_CODE "," P_TIMEOUT("the run"), "\"sandbox_id\",\"code\""),
+            .method = "python.run",
+            .result = MCP_RESULT_PYTHON,
+        },
+        {
+            .name = "install_package",
+            .description = "pip install a Python package into the sandbox `sandbox_id`. It stays installed "
+                           "for the sandbox's lifetime. Returns pip's exit_code, stdout and stderr.",
+            .input_schema =
+                SCHEMA(P_SANDBOX_ID ",\"package\":{\"type\":\"string\",\"minLength\":1,"
+                                    "\"description\":\"One PEP 508 requirement, e.g. \\\"requests\\\" "
+                                    "or \\\"scipy>=1.11\\\".\"}",
+                       "\"sandbox_id\",\"package\""),
+            .method = "package.install",
+            .result = MCP_RESULT_EXEC,
+        },
+        {
+            .name = "python_execute",
+            .description =
+                "Run Python 3 code in the sandbox of session_id (created on first use), in /workspace, "
+                "which it shares with shell_execute and the sandbox_fs_* tools of the same session. Each "
+                "call is a fresh script: keep state in files. Returns status (\"ok\", \"error\" with the "
+                "traceback in stderr, or \"timeout\"), stdout, stderr, the files created or changed, and "
+                "matplotlib figures as PNG images. isError is true unless status is \"ok\".",
+            .input_schema =
+                SCHEMA(P_SESSION_ID "," P_CODE ",\"dependencies\":{\"type\":\"array\",\"items\":{\"type\":"
+                                    "\"string\",\"minLength\":1},\"description\":\"Packages to pip "
+                                    "install first (PEP 508 requirements, e.g. "
+                                    "[\\\"sympy\\\"]).\"}," P_TIMEOUT("the run"),
+                       "\"session_id\",\"code\""),
+            .method = "python.run",
+            .session = true,
+            .result = MCP_RESULT_PYTHON,
+        },
+        {
+            .name = "shell_execute",
+            .description =
+                "Run a shell command (/bin/sh -c, as an unprivileged user) in the sandbox of "
+                "session_id (created on first use), in /workspace, which it shares with "
+                "python_execute and the sandbox_fs_* tools of the same session. Returns exit_code, "
+                "stdout, stderr and timed_out; isError is true when the command failed.",
+            .input_schema = SCHEMA(P_SESSION_ID ",\"command\":{\"type\":\"string\",\"minLength\":1,"
+                                                "\"description\":\"Shell command line, e.g. \\\"ls -la && "
+                                                "wc -l data.csv\\\".\"}," P_TIMEOUT("the command"),
+                                   "\"session_id\",\"command\""),
+            .method = "sandbox.exec",
+            .session = true,
+            .result = MCP_RESULT_EXEC,
+        },
+        {
+            .name = "sandbox_fs_list",
+            .description = "List a directory in the sandbox of session_id (created on first use): name, "
+                           "type, size, mode and mtime of each entry.",
+            .input_schema = SCHEMA(P_SESSION_ID "," P_PATH("Directory"), "\"session_id\",\"path\""),
+            .method = "fs.list",
+            .session = true,
+            .read_only = true,
+        },
+        {
+            .name = "sandbox_fs_read",
+            .description = "Read a file in the sandbox of session_id (created on first use). Returns its "
+                           "content as text, its encoding and size.",
+            .input_schema = SCHEMA(P_SESSION_ID "," P_PATH("File"), "\"session_id\",\"path\""),
+            .method = "fs.read",
+            .session = true,
+            .read_only = true,
+        },
+        {
+            .name = "sandbox_fs_write",
+            .description = "Write a text file in the sandbox of session_id (created on first use), "
+                           "replacing it if it exists. Python and shell commands of the same session see it.",
+            .input_schema =
+                SCHEMA(P_SESSION_ID "," P_PATH("File") ",\"content\":{\"type\":\"string\",\"description\":"
+                                                       "\"The whole new content of the file.\"}",
+                       "\"session_id\",\"path\",\"content\""),
+            .method = "fs.write",
+            .session = true,
+        },
+};
+
+const size_t mcp_tool_count = ARRAY_SIZE(mcp_tools);
+
+const struct mcp_tool *mcp_tool_find(const char *name)
+{
+        for (size_t i = 0; name != NULL && i < mcp_tool_count; i++) {
+                if (strcmp(mcp_tools[i].name, name) == 0)
+                        return &mcp_tools[i];
+        }
+        return NULL;
+}
+
+json_t *mcp_tools_list(void)
+{
+        json_t *tools = json_array();
+        for (size_t i = 0; tools != NULL && i < mcp_tool_count; i++) {
+                const struct mcp_tool *t = &mcp_tools[i];
+                json_error_t jerr;
+                json_t *schema = json_loads(t->input_schema, 0, &jerr);
+                if (schema == NULL) {
+                        json_decref(tools);
+                        return NULL;
+                }
+                json_array_append_new(tools, json_pack("{s:s, s:s, s:o, s:{s:b, s:b, s:b, s:b}}", "name",
+                                                       t->name, "description", t->description, "inputSchema",
+                                                       schema, "annotations", "readOnlyHint", t->read_only,
+                                                       "destructiveHint", t->destructive, "idempotentHint",
+                                                       t->read_only, "openWorldHint", 0));
+        }
+        return tools ? json_pack("{s:o}", "tools", tools) : NULL;
+}
+
+/* --- arguments ---------------------------------------------------------- */
+
+/* The subset of JSON Schema the tool table uses: type (object, string,
+ * integer, boolean, array of strings), minLength, minimum, maximum,
+ * required, additionalProperties: false. */
+static const char *check_value(const char *name, const json_t *schema, const json_t *value, char *buf,
+                               size_t size)
+{
+        const char *type = json_string_value(json_object_get(schema, "type"));
+        if (strcmp(type, "string") == 0) {
+                if (!json_is_string(value))
+                        goto wrong_type;
+                json_t *min = json_object_get(schema, "minLength");
+                if (min && json_string_length(value) < (size_t)json_integer_value(min)) {
+                        snprintf(buf, size, "argument \"%s\" must not be empty", name);
+                        return buf;
+                }
+                return NULL;
+        }
+        if (strcmp(type, "integer") == 0) {
+                double v;
+                if (json_is_integer(value))
+                        v = (double)json_integer_value(value);
+                else if (json_is_real(value) && json_real_value(value) == floor(json_real_value(value)))
+                        v = json_real_value(value);
+                else
+                        goto wrong_type;
+                json_t *min = json_object_get(schema, "minimum");
+                json_t *max = json_object_get(schema, "maximum");
+                if ((min && v < json_number_value(min)) || (max && v > json_number_value(max))) {
+                        if (max)
+                                snprintf(buf, size, "argument \"%s\" must be from %lld to %lld", name,
+                                         (long long)json_integer_value(min),
+                                         (long long)json_integer_value(max));
+                        else
+                                snprintf(buf, size, "argument \"%s\" must be at least %lld", name,
+                                         (long long)json_integer_value(min));
+                        return buf;
+                }
+                return NULL;
+        }
+        if (strcmp(type, "boolean") == 0) {
+                if (!json_is_boolean(value))
+                        goto wrong_type;
+                return NULL;
+        }
+        if (strcmp(type, "array") == 0) {
+                if (!json_is_array(value))
+                        goto wrong_type;
+                char item_name[64];
+                snprintf(item_name, sizeof(item_name), "%s[]", name);
+                size_t i;
+                json_t *item;
+                json_array_foreach(value, i, item)
+                {
+                        const char *why =
+                            check_value(item_name, json_object_get(schema, "items"), item, buf, size);
+                        if (why != NULL)
+                                return why;
+                }
+                return NULL;
+        }
+wrong_type:
+        snprintf(buf, size, "argument \"%s\" must be %s %s", name,
+                 strcmp(type, "array") == 0 || strcmp(type, "integer") == 0 ? "an" : "a", type);
+        return buf;
+}
+
+const char *mcp_check_arguments(const struct mcp_tool *tool, const json_t *arguments, char *buf, size_t size)
+{
+        if (!json_is_object(arguments))
+                return "arguments must be an object";
+        json_error_t jerr;
+        _cleanup_json_ json_t *schema = json_loads(tool->input_schema, 0, &jerr);
+        if (schema == NULL)
+                return "internal error: bad tool schema";
+        json_t *properties = json_object_get(schema, "properties");
+        size_t i;
+        json_t *name;
+        json_array_foreach(json_object_get(schema, "required"), i, name)
+        {
+                if (json_object_get(arguments, json_string_value(name)) == NULL) {
+                        snprintf(buf, size, "missing required argument \"%s\"", json_string_value(name));
+                        return buf;
+                }
+        }
+        const char *key;
+        json_t *value;
+        json_object_foreach((json_t *)arguments, key, value)
+        {
+                json_t *property = json_object_get(properties, key);
+                if (property == NULL) {
+                        size_t n = (size_t)snprintf(buf, size, "unknown argument \"%.64s\"; %s takes", key,
+                                                    tool->name);
+                        const char *pname;
+                        json_t *unused;
+                        const char *sep = " ";
+                        json_object_foreach(properties, pname, unused)
+                        {
+                                if (n < size)
+                                        n += (size_t)snprintf(buf + n, size - n, "%s%s", sep, pname);
+                                sep = ", ";
+                        }
+                        return buf;
+                }
+                const char *why = check_value(key, property, value, buf, size);
+                if (why != NULL)
+                        return why;
+        }
+        return NULL;
+}
+
+/* --- tool arguments → nsboxd params ---------------------------------------- */
+
+json_t *mcp_session_params(const json_t *arguments)
+{
+        return json_pack("{s:O}", "session_id", json_object_get(arguments, "session_id"));
+}
+
+/* Integers may arrive as 30.0 from some clients; the daemon wants integers. */
+static json_t *integer_of(const json_t *value)
+{
+        if (json_is_real(value))
+                return json_integer((json_int_t)json_real_value(value));
+        return json_integer(json_integer_value(value));
+}
+
+json_t *mcp_daemon_params(const struct mcp_tool *tool, const json_t *arguments, const char *sandbox_id,
+                          const char *call_tag)
+{
+        _cleanup_json_ json_t *params = json_object();
+        if (params == NULL)
+                return NULL;
+        const char *key;
+        json_t *value;
+        json_object_foreach((json_t *)arguments, key, value)
+        {
+                if (strcmp(key, "timeout") == 0) {
+                        bool idle = strcmp(tool->method, "sandbox.create") == 0;
+                        json_object_set_new(params, idle ? "idle_timeout_seconds" : "timeout_seconds",
+                                            integer_of(value));
+                } else if (strcmp(key, "memory_mb") == 0) {
+                        json_t *mb = integer_of(value);
+                        json_object_set_new(params, "limits",
+                                            json_pack("{s:I}", "memory_bytes", json_integer_value(mb) << 20));
+                        json_decref(mb);
+                } else if (strcmp(key, "dependencies") == 0) {
+                        json_object_set(params, "requirements", value);
+                } else if (strcmp(key, "package") == 0) {
+                        json_object_set_new(params, "packages", json_pack("[O]", value));
+                } else if (strcmp(key, "session_id") == 0 && tool->session) {
+                        continue; /* the session is resolved to sandbox_id */
+                } else {
+                        json_object_set(params, key, value);
+                }
+        }
+        if (sandbox_id != NULL)
+                json_object_set_new(params, "sandbox_id", json_string(sandbox_id));
+        if (strcmp(tool->method, "sandbox.exec") == 0) {
+                json_object_set_new(params, "cwd", json_string("/workspace"));
+                if (call_tag != NULL)
+                        json_object_set_new(params, "env", json_pack("{s:s}", MCP_CALL_TAG_ENV, call_tag));
+        }
+        return steal_pointer(&params);
+}
+
+char *mcp_kill_command(const char *call_tag)
+{
+        /* Only [0-9a-f-] may be spliced into the shell text. */
+        if (call_tag == NULL || call_tag[0] == '\0' ||
+            strspn(call_tag, "0123456789abcdef-") != strlen(call_tag))
+                return NULL;
+        char *command = NULL;
+        if (asprintf(&command,
+                     "for p in /proc/[0-9]*; do "
+                     "tr '\\0' '\\n' <\"$p/environ\" 2>/dev/null | grep -qx '" MCP_CALL_TAG_ENV "=%s' && "
+                     "kill -KILL \"${p#/proc/}\" 2>/dev/null; "
+                     "done; true",
+                     call_tag) < 0)
+                return NULL;
+        return command;
+}
+
+/* --- nsboxd results → CallToolResult ------------------------------------------ */
+
+static json_t *text_block(const json_t *value)
+{
+        _cleanup_free_ char *text = json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
+        return text ? json_pack("{s:s, s:s}", "type", "text", "text", text) : NULL;
+}
+
+static bool exec_failed(const json_t *result)
+{
+        json_t *code = json_object_get(result, "exit_code");
+        return json_is_true(json_object_get(result, "timed_out")) || !json_is_integer(code) ||
+               json_integer_value(code) != 0;
+}
+
+json_t *mcp_call_result(const struct mcp_tool *tool, const json_t *daemon_result,
+                        const char *protocol_version)
+{
+        _cleanup_json_ json_t *shown = json_deep_copy(daemon_result);
+        _cleanup_json_ json_t *images = json_array();
+        if (shown == NULL || images == NULL)
+                return NULL;
+        bool is_error = false;
+        switch (tool->result) {
+        case MCP_RESULT_PLAIN:
+                break;
+        case MCP_RESULT_EXEC:
+                is_error = exec_failed(daemon_result);
+                break;
+        case MCP_RESULT_PYTHON: {
+                const char *status = json_string_value(json_object_get(daemon_result, "status"));
+                is_error = status == NULL || strcmp(status, "ok") != 0;
+                size_t i;
+                json_t *output;
+                /* Images go out once, as image blocks; the text keeps where they came from. */
+                json_array_foreach(json_object_get(shown, "outputs"), i, output)
+                {
+                        const char *type = json_string_value(json_object_get(output, "type"));
+                        json_t *image = json_object_get(output, "image");
+                        json_t *data = json_object_get(image, "data");
+                        if (type == NULL || strcmp(type, "image") != 0 || !json_is_string(data))
+                                continue;
+                        const char *mime = json_string_value(json_object_get(image, "mime"));
+                        json_array_append_new(images, json_pack("{s:s, s:O, s:s}", "type", "image", "data",
+                                                                data, "mimeType", mime ? mime : "image/png"));
+                        json_object_del(image, "data");
+                }
+                break;
+        }
+        }
+        json_t *content = json_array();
+        json_array_append_new(content, text_block(shown));
+        json_array_extend(content, images);
+        json_t *result = json_pack("{s:o, s:b}", "content", content, "isError", is_error);
+        /* Some hosts drop the image blocks of a result that has structuredContent. */
+        if (result != NULL && json_array_size(images) == 0 && json_is_object(daemon_result) &&
+            protocol_version != NULL && strcmp(protocol_version, "2025-06-18") >= 0)
+                json_object_set(result, "structuredContent", (json_t *)daemon_result);
+        return result;
+}
+
+json_t *mcp_call_failure(const char *method, const char *message, const json_t *daemon_error)
+{
+        _cleanup_json_ json_t *shown =
+            json_pack("{s:s, s:s}", "error", message ? message : "failed", "method", method);
+        if (shown == NULL)
+                return NULL;
+        json_t *kind = json_object_get(json_object_get(daemon_error, "data"), "kind");
+        if (json_is_string(kind))
+                json_object_set(shown, "kind", kind);
+        return json_pack("{s:[o], s:b}", "content", text_block(shown), "isError", 1);
+}
+
+json_t *mcp_progress_notification(const json_t *token, double progress, const char *message)
+{
+        json_t *params = json_pack("{s:O, s:f}", "progressToken", token, "progress", progress);
+        if (params != NULL && message != NULL)
+                json_object_set_new(params, "message", json_string(message));
+        json_t *notification = jsonrpc_notification("notifications/progress", params);
+        json_decref(params);
+        return notification;
+}
+
+/* --- one line from the client ------------------------------------------------- */
+
+static const char instructions[] =
+    "nsbox runs Python and shell commands in isolated Linux sandboxes (no network). For most work call "
+    "python_execute, shell_execute and sandbox_fs_* with a session_id of your choice: the session's sandbox "
+    "is created on first use, and its /workspace files persist between the calls of that session.";
+
+static void reply_result(struct mcp_action *out, json_t *id, json_t *result)
+{
+        out->kind = MCP_ACTION_REPLY;
+        out->reply = jsonrpc_result(id, result);
+        json_decref(result);
+}
+
+static void reply_error(struct mcp_action *out, json_t *id, int code, const char *message)
+{
+        out->kind = MCP_ACTION_REPLY;
+        out->reply = jsonrpc_error(id, code, NULL, message);
+}
+
+static bool blank(const char *line, size_t len)
+{
+        for (size_t i = 0; i < len; i++) {
+                if (line[i] != ' ' && line[i] != '\t' && line[i] != '\r')
+                        return false;
+        }
+        return true;
+}
+
+static void handle_initialize(struct mcp_state *state, json_t *id, json_t *params, struct mcp_action *out)
+{
+        const char *requested = json_string_value(json_object_get(params, "protocolVersion"));
+        const char *version = mcp_negotiate_version(requested);
+        snprintf(state->protocol_version, sizeof(state->protocol_version), "%s", version);
+        reply_result(out, id,
+                     json_pack("{s:s, s:{s:{s:b}}, s:{s:s, s:s}, s:s}", "protocolVersion", version,
+                               "capabilities", "tools", "listChanged", 0, "serverInfo", "name",
+                               MCP_SERVER_NAME, "version", MCP_SERVER_VERSION, "instructions", instructions));
+}
+
+static void handle_tools_call(json_t *id, json_t *params, struct mcp_action *out)
+{
+        json_t *name = json_object_get(params, "name");
+        if (!json_is_string(name)) {
+                reply_error(out, id, JSONRPC_INVALID_PARAMS, "tools/call needs the tool's \"name\"");
+                return;
+        }
+        const struct mcp_tool *tool = mcp_tool_find(json_string_value(name));
+        if (tool == NULL) {
+                char message[160];
+                snprintf(message, sizeof(message), "unknown tool: %.100s", json_string_value(name));
+                reply_error(out, id, JSONRPC_INVALID_PARAMS, message);
+                return;
+        }
+        json_t *arguments = json_object_get(params, "arguments");
+        _cleanup_json_ json_t *args =
+            arguments == NULL || json_is_null(arguments) ? json_object() : json_incref(arguments);
+        char buf[512];
+        const char *why = mcp_check_arguments(tool, args, buf, sizeof(buf));
+        if (why != NULL) {
+                /* Argument mistakes go back to the model as a tool error it can correct. */
+                char message[600];
+                snprintf(message, sizeof(message), "invalid arguments for %s: %s", tool->name, why);
+                reply_result(out, id, mcp_call_failure(tool->method, message, NULL));
+                return;
+        }
+        json_t *token = json_object_get(json_object_get(params, "_meta"), "progressToken");
+        out->kind = MCP_ACTION_CALL;
+        out->id = json_incref(id);
+        out->tool = tool;
+        out->arguments = steal_pointer(&args);
+        out->progress_token = (json_is_string(token) || json_is_integer(token)) ? json_incref(token) : NULL;
+}
+
+/* JSON-RPC 2.0 as MCP uses it: ids are strings or integers, params objects. */
+void mcp_handle_line(struct mcp_state *state, const char *line, size_t len, struct mcp_action *out)
+{
+        memset(out, 0, sizeof(*out));
+        if (blank(line, len))
+                return;
+        json_error_t jerr;
+        _cleanup_json_ json_t *msg = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
+        if (msg == NULL) {
+                char message[256];
+                snprintf(message, sizeof(message), "parse error: %s", jerr.text);
+                reply_error(out, NULL, JSONRPC_PARSE_ERROR, message);
+                return;
+        }
+        if (!json_is_object(msg)) {
+                reply_error(out, NULL, JSONRPC_INVALID_REQUEST,
+                            json_is_array(msg) ? "invalid request: batches are not supported"
+                                               : "invalid request: not a JSON object");
+                return;
+        }
+        json_t *id = json_object_get(msg, "id");
+        json_t *method = json_object_get(msg, "method");
+        json_t *params = json_object_get(msg, "params");
+        json_t *version = json_object_get(msg, "jsonrpc");
+        bool good_id = json_is_string(id) || json_is_integer(id);
+        json_t *reply_id = good_id ? id : NULL;
+        if (method == NULL && (json_object_get(msg, "result") || json_object_get(msg, "error")))
+                return; /* a response: nsbox sends no requests, so nothing waits for it */
+        const char *why = NULL;
+        int code = JSONRPC_INVALID_REQUEST;
+        if (!json_is_string(version) || strcmp(json_string_value(version), "2.0") != 0) {
+                why = "invalid request: \"jsonrpc\" must be \"2.0\"";
+        } else if (!json_is_string(method) || json_string_length(method) == 0) {
+                why = "invalid request: \"method\" must be a non-empty string";
+        } else if (id != NULL && !good_id) {
+                why = "invalid request: \"id\" must be a string or an integer";
+        } else if (params != NULL && !json_is_object(params)) {
+                why = "invalid params: \"params\" must be an object";
+                code = JSONRPC_INVALID_PARAMS;
+        }
+        if (why != NULL) {
+                if (id != NULL) /* a notification gets no reply, however malformed */
+                        reply_error(out, reply_id, code, why);
+                return;
+        }
+        const char *name = json_string_value(method);
+        _cleanup_json_ json_t *empty = NULL;
+        if (params == NULL)
+                params = empty = json_object();
+
+        if (id == NULL) {
+                if (strcmp(name, "notifications/initialized") == 0) {
+                        state->initialized = true;
+                } else if (strcmp(name, "notifications/cancelled") == 0) {
+                        json_t *target = json_object_get(params, "requestId");
+                        if (json_is_string(target) || json_is_integer(target)) {
+                                out->kind = MCP_ACTION_CANCEL;
+                                out->id = json_incref(target);
+                        }
+                }
+                return;
+        }
+        if (strcmp(name, "initialize") == 0) {
+                handle_initialize(state, id, params, out);
+        } else if (strcmp(name, "ping") == 0) {
+                reply_result(out, id, json_object());
+        } else if (strcmp(name, "tools/list") == 0) {
+                reply_result(out, id, mcp_tools_list());
+        } else if (strcmp(name, "tools/call") == 0) {
+                handle_tools_call(id, params, out);
+        } else {
+                char message[160];
+                snprintf(message, sizeof(message), "method not found: %.100s", name);
+                reply_error(out, id, JSONRPC_METHOD_NOT_FOUND, message);
+        }
+}
+
+void mcp_action_clear(struct mcp_action *action)
+{
+        json_decref(action->reply);
+        json_decref(action->id);
+        json_decref(action->arguments);
+        json_decref(action->progress_token);
+        memset(action, 0, sizeof(*action));
+}
+
+/* --- line framing --------------------------------------------------------------- */
+
+int mcp_reader_feed(struct mcp_reader *r, const char *data, size_t n, mcp_line_cb on_line, void *cb_data)
+{
+        while (n > 0) {
+                const char *nl = memchr(data, '\n', n);
+                size_t take = nl ? (size_t)(nl - data) : n;
+                if (r->dropping) {
+                        r->dropping = nl == NULL;
+                } else if (r->len + take > r->max) {
+                        r->len = 0;
+                        r->dropping = nl == NULL;
+                        on_line(cb_data, NULL, 0);
+                } else if (r->len == 0 && nl != NULL) {
+                        on_line(cb_data, data, take); /* the common case: no copy */
+                } else {
+                        if (r->len + take > r->cap) {
+                                size_t cap = r->cap ? r->cap : 65536;
+                                while (cap < r->len + take)
+                                        cap *= 2;
+                                char *grown = realloc(r->buf, cap);
+                                if (grown == NULL)
+                                        return -ENOMEM;
+                                r->buf = grown;
+                                r->cap = cap;
+                        }
+                        memcpy(r->buf + r->len, data, take);
+                        r->len += take;
+                        if (nl != NULL) {
+                                size_t len = r->len;
+                                r->len = 0;
+                                on_line(cb_data, r->buf, len);
+                        }
+                }
+                if (nl == NULL)
+                        break;
+                data += take + 1;
+                n -= take + 1;
+        }
+        return 0;
+}
+
+void mcp_reader_finish(struct mcp_reader *r, mcp_line_cb on_line, void *cb_data)
+{
+        if (r->len > 0 && !r->dropping)
+                on_line(cb_data, r->buf, r->len);
+        r->len = 0;
+        r->dropping = false;
+}
+
+void mcp_reader_free(struct mcp_reader *r)
+{
+        free(r->buf);
+        r->buf = NULL;
+        r->len = r->cap = 0;
+}

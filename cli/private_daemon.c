@@ -1,0 +1,157 @@
+/* A private nsboxd for `nsbox run` when no daemon listens: the manager's own
+ * main loop in a child process, on a socket and state dir of its own in a
+ * fresh 0700 directory. It never outlives the CLI: the child asks for
+ * SIGTERM when its parent dies, and nsboxd stops cleanly on SIGTERM,
+ * removing its sandboxes. */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "cli.h"
+#include "daemon.h"
+
+#define PRIVATE_RUN_DIR       "/run/nsbox-run"
+#define PRIVATE_START_TIMEOUT 30000 /* ms until the socket must accept */
+#define PRIVATE_STOP_TIMEOUT  30000 /* ms for a clean stop before SIGKILL */
+
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+        if (type == FTW_DP)
+                rmdir(path);
+        else
+                unlink(path);
+        return 0;
+}
+
+/* Remove the private directory without leaving its file system: a mount a
+ * failed cleanup left behind makes the rmdir fail instead of being emptied. */
+static void remove_private_dir(const char *dir)
+{
+        nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+}
+
+/* A root-owned directory nobody else can write: where the private dir goes. */
+static const char *private_base_dir(void)
+{
+        struct stat st;
+        if (mkdir(PRIVATE_RUN_DIR, 0700) < 0 && errno != EEXIST)
+                return "/tmp";
+        if (lstat(PRIVATE_RUN_DIR, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != 0 ||
+            (st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+                return "/tmp";
+        return PRIVATE_RUN_DIR;
+}
+
+static void __attribute__((noreturn)) run_child(const char *dir, const char *socket_path, pid_t parent)
+{
+        if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent)
+                _exit(1);
+        prctl(PR_SET_NAME, "nsboxd-private");
+        /* Out of the terminal's process group: Ctrl-C is the CLI's to handle. */
+        setpgid(0, 0);
+        int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (null >= 0) {
+                dup2(null, STDIN_FILENO);
+                dup2(null, STDOUT_FILENO);
+                close(null);
+        }
+        _cleanup_free_ char *state = NULL;
+        if (asprintf(&state, "%s/state", dir) < 0)
+                _exit(1);
+        char *args[] = { "nsboxd", "--socket", (char *)socket_path, "--state-dir", state, "--log-level",
+                         "warn",   NULL };
+        int rc = nsboxd_main(ARRAY_SIZE(args) - 1, args);
+        /* The CLI removes the directory too; this covers a CLI that was killed. */
+        remove_private_dir(dir);
+        _exit(rc);
+}
+
+static bool socket_accepts(const char *path)
+{
+        struct client *c = NULL;
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (client_connect(path, &c, &err) < 0)
+                return false;
+        client_close(c);
+        return true;
+}
+
+int private_daemon_start(struct private_daemon *pd, int signal_fd, nsbox_error_t **err)
+{
+        pd->pid = -1;
+        if (asprintf(&pd->dir, "%s/nsbox-run-XXXXXX", private_base_dir()) < 0) {
+                pd->dir = NULL;
+                return nsbox_error(err, ENOMEM, "private dir");
+        }
+        if (mkdtemp(pd->dir) == NULL) {
+                int r = nsbox_error(err, errno, "mkdtemp %s", pd->dir);
+                free(pd->dir);
+                pd->dir = NULL;
+                return r;
+        }
+        if (asprintf(&pd->socket_path, "%s/sock", pd->dir) < 0) {
+                pd->socket_path = NULL;
+                return nsbox_error(err, ENOMEM, "private socket path");
+        }
+        fflush(NULL);
+        pid_t parent = getpid();
+        pid_t pid = fork();
+        if (pid < 0)
+                return nsbox_error(err, errno, "fork");
+        if (pid == 0)
+                run_child(pd->dir, pd->socket_path, parent);
+        pd->pid = pid;
+
+        for (int waited = 0; !socket_accepts(pd->socket_path); waited += 20) {
+                int status;
+                if (waitpid(pd->pid, &status, WNOHANG) == pd->pid) {
+                        pd->pid = -1;
+                        if (WIFEXITED(status))
+                                return nsbox_error(err, 0, "exited at start with status %d",
+                                                   WEXITSTATUS(status));
+                        return nsbox_error(err, 0, "killed at start by signal %d", WTERMSIG(status));
+                }
+                if (waited >= PRIVATE_START_TIMEOUT)
+                        return nsbox_error(err, ETIMEDOUT, "%s did not accept connections", pd->socket_path);
+                struct pollfd pfd = { .fd = signal_fd, .events = POLLIN };
+                if (poll(&pfd, signal_fd >= 0 ? 1 : 0, 20) > 0)
+                        return nsbox_error(err, EINTR, "interrupted while starting");
+        }
+        return 0;
+}
+
+void private_daemon_stop(struct private_daemon *pd)
+{
+        if (pd->pid > 0) {
+                kill(pd->pid, SIGTERM);
+                int status;
+                for (int waited = 0; waitpid(pd->pid, &status, WNOHANG) == 0; waited += 20) {
+                        if (waited == PRIVATE_STOP_TIMEOUT) {
+                                cli_fail("private nsboxd did not stop in %d s; killing it",
+                                         PRIVATE_STOP_TIMEOUT / 1000);
+                                kill(pd->pid, SIGKILL);
+                        }
+                        usleep(20000);
+                }
+                pd->pid = -1;
+        }
+        if (pd->dir != NULL) {
+                remove_private_dir(pd->dir);
+                if (access(pd->dir, F_OK) == 0)
+                        cli_fail("could not remove %s", pd->dir);
+        }
+        free(pd->dir);
+        free(pd->socket_path);
+        pd->dir = NULL;
+        pd->socket_path = NULL;
+}

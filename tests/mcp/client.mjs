@@ -1,0 +1,247 @@
+// Drives `nsbox mcp` with the official MCP SDK client (Client +
+// StdioClientTransport), as an agent host would, and prints one JSON report
+// of what it saw for tests/integration/test_mcp.py to assert on.
+//
+//   node client.mjs SCENARIO
+// env: MCP_SDK_DIR (holds node_modules/@modelcontextprotocol/sdk),
+//      NSBOX_BIN (the nsbox binary), NSBOX_SOCKET (nsboxd's socket).
+import { createRequire } from "node:module";
+import { join } from "node:path";
+
+// The SDK lives in a cache dir outside the tree, where ESM bare imports do not look.
+const require = createRequire(join(process.env.MCP_SDK_DIR, "package.json"));
+const { Client } = require("@modelcontextprotocol/sdk/client/index.js");
+const { StdioClientTransport } = require("@modelcontextprotocol/sdk/client/stdio.js");
+const { McpError } = require("@modelcontextprotocol/sdk/types.js");
+
+const session = `${process.argv[2]}-${process.pid}`;
+
+async function connect() {
+  const transport = new StdioClientTransport({
+    command: process.env.NSBOX_BIN,
+    args: ["--socket", process.env.NSBOX_SOCKET, "mcp"],
+    stderr: "pipe",
+  });
+  let stderr = "";
+  transport.stderr.on("data", (d) => (stderr += d));
+  let negotiated = null;
+  const setVersion = transport.setProtocolVersion?.bind(transport);
+  transport.setProtocolVersion = (v) => {
+    negotiated = v;
+    setVersion?.(v);
+  };
+  const client = new Client({ name: "nsbox-test", version: "1.0.0" });
+  await client.connect(transport);
+  // How the server ended, once the SDK closes its stdin (its pid is public, its exit is not).
+  const child = transport._process;
+  const exited = new Promise((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
+  return { client, transport, stderr: () => stderr, negotiated: () => negotiated, exited };
+}
+
+function textJson(result) {
+  const text = result.content.find((c) => c.type === "text");
+  return JSON.parse(text.text);
+}
+
+function summary(result) {
+  return {
+    isError: result.isError ?? false,
+    types: result.content.map((c) => c.type),
+    json: textJson(result),
+    hasStructuredContent: "structuredContent" in result,
+  };
+}
+
+async function call(client, name, args, options) {
+  return client.callTool({ name, arguments: args }, undefined, options);
+}
+
+const scenarios = {
+  async initialize({ client, negotiated }) {
+    return {
+      serverVersion: client.getServerVersion(),
+      capabilities: client.getServerCapabilities(),
+      instructions: client.getInstructions(),
+      protocolVersion: negotiated(),
+      ping: await client.ping(),
+    };
+  },
+
+  async list_tools({ client }) {
+    const { tools } = await client.listTools();
+    return { tools };
+  },
+
+  async sandbox_lifecycle({ client }) {
+    const report = {};
+    const created = await call(client, "create_sandbox", { memory_mb: 256, timeout: 600 });
+    report.create = summary(created);
+    const id = report.create.json.sandbox_id;
+    report.python = summary(await call(client, "execute_python_code", { sandbox_id: id, code: "print(6 * 7)" }));
+    report.traceback = summary(
+      await call(client, "execute_python_code", { sandbox_id: id, code: "def f():\n    return 1 / 0\nf()\n" }),
+    );
+    report.listed = summary(await call(client, "list_sandboxes", {}));
+    report.remove = summary(await call(client, "remove_sandbox", { sandbox_id: id }));
+    report.listed_after = summary(await call(client, "list_sandboxes", {}));
+    report.remove_again = summary(await call(client, "remove_sandbox", { sandbox_id: id }));
+    report.sandbox_id = id;
+    return report;
+  },
+
+  async session_state({ client }) {
+    const r = {};
+    r.write = summary(
+      await call(client, "sandbox_fs_write", { session_id: session, path: "notes.txt", content: "from fs_write\n" }),
+    );
+    r.shell = summary(
+      await call(client, "shell_execute", {
+        session_id: session,
+        command: "cat notes.txt && echo from shell >> notes.txt && pwd",
+      }),
+    );
+    r.python = summary(
+      await call(client, "python_execute", {
+        session_id: session,
+        code: "text = open('notes.txt').read()\nprint(text, end='')\nopen('/workspace/py.txt', 'w').write('from python\\n')\n",
+      }),
+    );
+    r.list = summary(await call(client, "sandbox_fs_list", { session_id: session, path: "/workspace" }));
+    r.read = summary(await call(client, "sandbox_fs_read", { session_id: session, path: "py.txt" }));
+    r.shell_failure = summary(await call(client, "shell_execute", { session_id: session, command: "exit 3" }));
+    // Every session tool went to one sandbox.
+    const listed = textJson(await call(client, "list_sandboxes", {}));
+    r.session_sandboxes = listed.sandboxes.filter((s) => s.session_id === session).map((s) => s.sandbox_id);
+    for (const id of r.session_sandboxes) await call(client, "remove_sandbox", { sandbox_id: id, force: true });
+    return r;
+  },
+
+  async plot({ client }) {
+    const result = await call(client, "python_execute", {
+      session_id: session,
+      code:
+        "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n" +
+        "plt.plot([1, 2, 3], [1, 4, 9])\nplt.title('squares')\nplt.show()\nprint('plotted')\n",
+      timeout: 120,
+    });
+    const images = result.content.filter((c) => c.type === "image");
+    const r = summary(result);
+    r.images = images.map((i) => ({
+      mimeType: i.mimeType,
+      bytes: Buffer.from(i.data, "base64").length,
+      magic: Buffer.from(i.data, "base64").subarray(0, 8).toString("hex"),
+    }));
+    r.textLength = result.content[0].text.length;
+    await cleanupSession(client);
+    return r;
+  },
+
+  async unknown_tool({ client }) {
+    try {
+      await call(client, "no_such_tool", {});
+      return { threw: false };
+    } catch (e) {
+      return { threw: true, isMcpError: e instanceof McpError, code: e.code, message: e.message, after: await client.ping() };
+    }
+  },
+
+  async progress({ client }) {
+    const shell = [];
+    const started = Date.now();
+    const result = await call(
+      client,
+      "shell_execute",
+      { session_id: session, command: "for i in 1 2 3; do echo line$i; sleep 0.7; done" },
+      { onprogress: (p) => shell.push({ ...p, at: Date.now() - started }) },
+    );
+    const python = [];
+    const pyResult = await call(
+      client,
+      "python_execute",
+      { session_id: session, code: "import time\ntime.sleep(2.6)\nprint('slept')\n" },
+      { onprogress: (p) => python.push(p) },
+    );
+    await cleanupSession(client);
+    return { shell, shellResult: summary(result), python, pythonResult: summary(pyResult) };
+  },
+
+  async cancel({ client }) {
+    const r = {};
+    // The sandbox first, so that the cancelled call is all exec.
+    await call(client, "shell_execute", { session_id: session, command: "true" });
+    const controller = new AbortController();
+    const started = Date.now();
+    const pending = call(
+      client,
+      "shell_execute",
+      { session_id: session, command: "echo started > started.txt; sleep 300; echo finished > finished.txt" },
+      { signal: controller.signal, timeout: 600000 },
+    );
+    // Cancel once it is surely running.
+    for (let i = 0; i < 100; i++) {
+      const seen = textJson(await call(client, "shell_execute", { session_id: session, command: "cat started.txt || true" }));
+      if (seen.stdout.includes("started")) break;
+      await new Promise((res) => setTimeout(res, 100));
+    }
+    r.running_before = textJson(
+      await call(client, "shell_execute", { session_id: session, command: "ps -eo args | grep -c '^sleep 300' || true" }),
+    ).stdout.trim();
+    controller.abort("test cancels");
+    try {
+      await pending;
+      r.rejected = false;
+    } catch (e) {
+      r.rejected = true;
+    }
+    r.cancel_ms = Date.now() - started;
+    // The server keeps serving, and the sleep is gone.
+    let left = null;
+    for (let i = 0; i < 50; i++) {
+      left = textJson(
+        await call(client, "shell_execute", { session_id: session, command: "ps -eo args | grep -c '^sleep 300' || true" }),
+      ).stdout.trim();
+      if (left === "0") break;
+      await new Promise((res) => setTimeout(res, 100));
+    }
+    r.running_after = left;
+    r.ping = await client.ping();
+    await cleanupSession(client);
+    return r;
+  },
+
+  async concurrency({ client }) {
+    await call(client, "shell_execute", { session_id: session, command: "true" });
+    const started = Date.now();
+    const slow = [1, 2].map(() => call(client, "shell_execute", { session_id: session, command: "sleep 3; echo done" }));
+    const pingStart = Date.now();
+    await client.ping();
+    const ping_ms = Date.now() - pingStart;
+    const results = await Promise.all(slow);
+    const total_ms = Date.now() - started;
+    await cleanupSession(client);
+    return { ping_ms, total_ms, outputs: results.map((r) => textJson(r).stdout) };
+  },
+};
+
+async function cleanupSession(client) {
+  const listed = textJson(await call(client, "list_sandboxes", {}));
+  for (const s of listed.sandboxes.filter((s) => s.session_id === session))
+    await call(client, "remove_sandbox", { sandbox_id: s.sandbox_id, force: true });
+}
+
+const name = process.argv[2];
+if (!scenarios[name]) {
+  console.error(`unknown scenario ${name}; one of: ${Object.keys(scenarios).join(" ")}`);
+  process.exit(2);
+}
+const conn = await connect();
+let report;
+try {
+  report = await scenarios[name](conn);
+} catch (e) {
+  report = { exception: String(e?.stack ?? e) };
+}
+await conn.client.close();
+report.server_exit = await conn.exited;
+report.server_stderr = conn.stderr();
+process.stdout.write(JSON.stringify(report) + "\n");
