@@ -51,6 +51,23 @@ char *utf8_make_valid(const char *buf, size_t len, size_t *out_len)
         const unsigned char *s = (const unsigned char *)buf;
         size_t i = 0, o = 0;
         while (i < len) {
+                /* Most output is ASCII: copy runs of it eight bytes at a time. */
+                size_t run = i;
+                while (run + 8 <= len) {
+                        uint64_t word;
+                        memcpy(&word, s + run, 8);
+                        if (word & 0x8080808080808080ull)
+                                break;
+                        run += 8;
+                }
+                while (run < len && s[run] < 0x80)
+                        run++;
+                if (run > i) {
+                        memcpy(out + o, s + i, run - i);
+                        o += run - i;
+                        i = run;
+                        continue;
+                }
                 int n = utf8_sequence(s + i, len - i);
                 if (n > 0) {
                         memcpy(out + o, s + i, n);

@@ -824,6 +824,15 @@ static int exec_start(struct sandbox *sb, struct exec *ex, const struct exec_par
         return 0;
 }
 
+/* Nobody will read the result of a foreground exec whose client left: end it. */
+static void exec_client_gone(struct rpc_request *req, void *data)
+{
+        struct exec *ex = data;
+        log_info("sandbox %s: exec %s: its client went away; killing it", ex->sb->id, ex->id);
+        ex->killed = true;
+        exec_send_kill(ex, SIGKILL);
+}
+
 /* Parse, register and start an exec; on failure *err says why and `kind`
  * is the JSON-RPC error kind. */
 static struct exec *exec_launch(struct sandbox *sb, json_t *params, const struct exec_hooks *hooks,
@@ -892,6 +901,8 @@ void exec_handle_request(struct rpc_request *req, struct sandbox *sb)
         }
         /* A background exec is answered once the init reports its pid. */
         ex->req = req;
+        if (!ex->background)
+                rpc_request_on_disconnect(req, exec_client_gone, ex);
 }
 
 /* --- background execs ----------------------------------------------------- */

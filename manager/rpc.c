@@ -8,7 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -51,6 +54,12 @@ struct rpc_conn {
         char *out;
         size_t out_len, out_off, out_cap;
         struct rpc_conn *next_pending;
+        struct rpc_request *watchers; /* requests that want to hear of a disconnect */
+        /* A large reply being serialized by a child process (see
+         * conn_queue_large); later messages wait behind it, in order. */
+        struct loop_source *large;
+        pid_t large_pid;
+        json_t *deferred; /* array of messages queued behind the large one */
 };
 
 static struct {
@@ -80,11 +89,66 @@ static void conn_unref(struct rpc_conn *conn)
         free(conn);
 }
 
+static void unwatch(struct rpc_request *req)
+{
+        struct rpc_conn *conn = req->conn;
+        if (req->on_disconnect == NULL)
+                return;
+        if (req->prev_watch != NULL)
+                req->prev_watch->next_watch = req->next_watch;
+        else
+                conn->watchers = req->next_watch;
+        if (req->next_watch != NULL)
+                req->next_watch->prev_watch = req->prev_watch;
+        req->prev_watch = req->next_watch = NULL;
+        req->on_disconnect = NULL;
+}
+
+void rpc_request_on_disconnect(struct rpc_request *req, rpc_disconnect_cb cb, void *data)
+{
+        unwatch(req);
+        req->on_disconnect = cb;
+        req->disconnect_data = data;
+        req->next_watch = req->conn->watchers;
+        if (req->next_watch != NULL)
+                req->next_watch->prev_watch = req;
+        req->conn->watchers = req;
+}
+
+/* Tell the watchers, one at a time: a callback may answer (and free) others. */
+static void conn_notify_disconnect(struct rpc_conn *conn)
+{
+        while (conn->watchers != NULL) {
+                struct rpc_request *req = conn->watchers;
+                rpc_disconnect_cb cb = req->on_disconnect;
+                void *data = req->disconnect_data;
+                unwatch(req);
+                cb(req, data);
+        }
+}
+
+static void large_reply_stop(struct rpc_conn *conn)
+{
+        if (conn->large == NULL)
+                return;
+        loop_remove(server.loop, conn->large);
+        conn->large = NULL;
+        kill(conn->large_pid, SIGKILL);
+        while (waitpid(conn->large_pid, NULL, 0) < 0 && errno == EINTR)
+                ;
+        conn_unref(conn);
+}
+
 static void conn_close(struct rpc_conn *conn)
 {
         if (conn->closed)
                 return;
         conn->closed = true;
+        large_reply_stop(conn);
+        if (conn->deferred != NULL) {
+                json_decref(conn->deferred);
+                conn->deferred = NULL;
+        }
         loop_remove(server.loop, conn->source);
         conn->source = NULL;
         server.connections--;
@@ -94,6 +158,8 @@ static void conn_close(struct rpc_conn *conn)
         free(conn->out);
         conn->in = conn->out = NULL;
         conn->in_len = conn->in_cap = conn->out_len = conn->out_off = conn->out_cap = 0;
+        /* The connection's own reference keeps it alive through the callbacks. */
+        conn_notify_disconnect(conn);
         conn_unref(conn);
 }
 
@@ -101,7 +167,7 @@ static void conn_close(struct rpc_conn *conn)
 static void conn_close_if_done(struct rpc_conn *conn)
 {
         if (!conn->closed && (conn->read_eof || conn->closing) && conn->in_flight == 0 && conn->in_len == 0 &&
-            conn->out_off == conn->out_len)
+            conn->out_off == conn->out_len && conn->large == NULL && conn->deferred == NULL)
                 conn_close(conn);
 }
 
@@ -158,12 +224,152 @@ static void conn_flush(struct rpc_conn *conn)
                 }
         }
         conn_update_events(conn);
+        if (conn->large != NULL && conn->out_len - conn->out_off <= OUT_PAUSE_BYTES)
+                loop_modify(server.loop, conn->large, EPOLLIN);
         conn_close_if_done(conn);
 }
+
+/* Sum of string lengths: a cheap upper bound-ish of the serialized size. */
+static size_t json_text_weight(const json_t *j, int depth)
+{
+        if (depth > 64)
+                return 0;
+        size_t n = 0;
+        if (json_is_string(j)) {
+                n = json_string_length(j);
+        } else if (json_is_object(j)) {
+                const char *key;
+                json_t *v;
+                json_object_foreach((json_t *)j, key, v) n += strlen(key) + json_text_weight(v, depth + 1);
+        } else if (json_is_array(j)) {
+                size_t i;
+                json_t *v;
+                json_array_foreach(j, i, v) n += json_text_weight(v, depth + 1);
+        }
+        return n;
+}
+
+static void conn_queue(struct rpc_conn *conn, const json_t *message);
+
+static void append_out(struct rpc_conn *conn, const char *data, size_t len)
+{
+        if (conn->out_len + len > conn->out_cap) {
+                size_t cap = conn->out_cap ? conn->out_cap : READ_CHUNK;
+                while (cap < conn->out_len + len)
+                        cap *= 2;
+                char *grown = realloc(conn->out, cap);
+                if (grown == NULL) {
+                        conn_close(conn);
+                        return;
+                }
+                conn->out = grown;
+                conn->out_cap = cap;
+        }
+        memcpy(conn->out + conn->out_len, data, len);
+        conn->out_len += len;
+}
+
+static void large_reply_event(struct loop_source *source, uint32_t events)
+{
+        struct rpc_conn *conn = source->data;
+        char buf[256 * 1024];
+        conn->refs++;
+        /* A bounded amount per wakeup, and only while the client keeps up:
+         * a client that does not read leaves the child blocked on the pipe. */
+        for (int i = 0; i < 8 && !conn->closed && conn->out_len - conn->out_off <= OUT_PAUSE_BYTES; i++) {
+                ssize_t n = read(source->fd, buf, sizeof(buf));
+                if (n > 0) {
+                        append_out(conn, buf, (size_t)n);
+                        continue;
+                }
+                if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                        break;
+                /* EOF: the child wrote the whole line. */
+                int status = 0;
+                loop_remove(server.loop, conn->large);
+                conn->large = NULL;
+                while (waitpid(conn->large_pid, &status, 0) < 0 && errno == EINTR)
+                        ;
+                conn_unref(conn);
+                if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+                        log_error("client pid %d: serializing a large reply failed; closing", conn->pid);
+                        conn_close(conn);
+                        break;
+                }
+                json_t *later = conn->deferred;
+                conn->deferred = NULL;
+                size_t k;
+                json_t *msg;
+                json_array_foreach(later, k, msg) conn_queue(conn, msg);
+                json_decref(later);
+                break;
+        }
+        /* The client is behind: stop reading the child until it catches up. */
+        if (conn->large != NULL && conn->out_len - conn->out_off > OUT_PAUSE_BYTES)
+                loop_modify(server.loop, conn->large, 0);
+        if (!conn->closed)
+                conn_flush(conn);
+        conn_unref(conn);
+}
+
+/* Serializing tens of MB of output takes the better part of a second:
+ * a forked child does it and streams the line through a pipe, so the loop
+ * keeps serving everyone else (STYLE: work that must block runs elsewhere). */
+static bool conn_queue_large(struct rpc_conn *conn, const json_t *message)
+{
+        int fds[2];
+        if (pipe2(fds, O_CLOEXEC) < 0)
+                return false;
+        pid_t pid = fork();
+        if (pid < 0) {
+                close(fds[0]);
+                close(fds[1]);
+                return false;
+        }
+        if (pid == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+                size_t len;
+                char *line = jsonrpc_serialize(message, &len);
+                if (line == NULL)
+                        _exit(1);
+                for (size_t off = 0; off < len;) {
+                        ssize_t n = write(fds[1], line + off, len - off);
+                        if (n < 0 && errno == EINTR)
+                                continue;
+                        if (n <= 0)
+                                _exit(1);
+                        off += (size_t)n;
+                }
+                _exit(0);
+        }
+        close(fds[1]);
+        fcntl(fds[0], F_SETFL, O_NONBLOCK);
+        fcntl(fds[0], F_SETPIPE_SZ, 1 << 20);
+        conn->large = loop_add(server.loop, fds[0], EPOLLIN, large_reply_event, conn);
+        if (conn->large == NULL) {
+                close(fds[0]);
+                kill(pid, SIGKILL);
+                waitpid(pid, NULL, 0);
+                return false;
+        }
+        conn->large_pid = pid;
+        conn->refs++;
+        return true;
+}
+
+#define LARGE_REPLY_BYTES (1u << 20)
 
 static void conn_queue(struct rpc_conn *conn, const json_t *message)
 {
         if (conn->closed)
+                return;
+        if (conn->large != NULL) {
+                if (conn->deferred == NULL)
+                        conn->deferred = json_array();
+                json_array_append(conn->deferred, (json_t *)message);
+                return;
+        }
+        if (json_text_weight(message, 0) > LARGE_REPLY_BYTES && conn_queue_large(conn, message))
                 return;
         size_t len;
         char *line = jsonrpc_serialize(message, &len);
@@ -211,6 +417,7 @@ static void conn_queue(struct rpc_conn *conn, const json_t *message)
 static void request_free(struct rpc_request *req)
 {
         struct rpc_conn *conn = req->conn;
+        unwatch(req);
         jsonrpc_request_clear(&req->msg);
         free(req);
         conn->in_flight--;

@@ -14,12 +14,19 @@ struct rpc_conn;
 
 /* One request in flight. The handler owns it and must finish it exactly
  * once with rpc_reply_result() or rpc_reply_error(), now or later. */
+struct rpc_request;
+typedef void (*rpc_disconnect_cb)(struct rpc_request *req, void *data);
+
 struct rpc_request {
         struct rpc_conn *conn;
         struct jsonrpc_request msg;
         uid_t uid; /* from SO_PEERCRED, never from the request */
         gid_t gid;
         pid_t pid;
+        /* set by rpc_request_on_disconnect() */
+        rpc_disconnect_cb on_disconnect;
+        void *disconnect_data;
+        struct rpc_request *prev_watch, *next_watch;
 };
 
 typedef void (*rpc_handler)(struct rpc_request *req);
@@ -49,3 +56,6 @@ void rpc_reply_error(struct rpc_request *req, int code, const char *kind, const 
 /* Notification to the request's client, if it is still connected. params: borrowed. */
 void rpc_notify(struct rpc_request *req, const char *method, json_t *params);
 bool rpc_request_connected(const struct rpc_request *req);
+/* Call cb once if the client goes away before the request is answered
+ * (e.g. to kill the work nobody will read). cb may answer the request. */
+void rpc_request_on_disconnect(struct rpc_request *req, rpc_disconnect_cb cb, void *data);
