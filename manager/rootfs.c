@@ -69,11 +69,17 @@ int rootfs_mount_overlay(const char *dir, const char *image_rootfs, pid_t pid, n
                 return nsbox_error(err, errno, "attach the idmapped image at %s", lower);
 
         snprintf(path, sizeof(path), "%s/root", dir);
-        snprintf(options, sizeof(options), "lowerdir=%s,upperdir=%s/disk/upper,workdir=%s/disk/work,volatile",
-                 lower, dir, dir);
+        /* Layer paths relative to the sandbox dir: the options show in the
+         * sandbox's /proc/self/mountinfo, and host paths are none of its
+         * business. nsboxd is single-threaded, so the chdir is private. */
+        snprintf(options, sizeof(options), "lowerdir=lower,upperdir=disk/upper,workdir=disk/work,volatile");
+        if (chdir(dir) < 0)
+                return nsbox_error(err, errno, "chdir %s", dir);
         int r = 0;
-        if (mount("nsbox", path, "overlay", MS_NOSUID | MS_NODEV, options) < 0)
+        if (mount("nsbox", "root", "overlay", MS_NOSUID | MS_NODEV, options) < 0)
                 r = nsbox_error(err, errno, "mount overlay on %s", path);
+        if (chdir("/") < 0 && r == 0)
+                r = nsbox_error(err, errno, "chdir /");
         /* The overlay holds its own reference to the lower layer. */
         umount2(lower, MNT_DETACH);
         return r;

@@ -31,12 +31,17 @@ class Daemon:
         full_env.update(env or {})
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=full_env)
         deadline = time.monotonic() + 20
-        while not os.path.exists(self.socket):
-            if self.proc.poll() is not None:
-                raise RuntimeError("nsboxd exited at start:\n" + self.read_log())
-            if time.monotonic() > deadline:
-                raise RuntimeError("nsboxd did not create its socket:\n" + self.read_log())
-            time.sleep(0.02)
+        while True:
+            try:
+                with Client(self.socket, timeout=5) as c:
+                    c.call("server.info")
+                break
+            except OSError:
+                if self.proc.poll() is not None:
+                    raise RuntimeError("nsboxd exited at start:\n" + self.read_log())
+                if time.monotonic() > deadline:
+                    raise RuntimeError("nsboxd did not start serving:\n" + self.read_log())
+                time.sleep(0.02)
 
     def read_log(self):
         with open(self.log_path, "rb") as f:
