@@ -23,7 +23,7 @@ SAN     ?=
 # for the side-by-side benchmark.
 DEPS_BUILD := build-essential pkg-config libseccomp-dev libcap-dev libnl-3-dev libnl-route-3-dev \
               libjansson-dev uuid-dev libsystemd-dev debootstrap
-DEPS_TEST  := libcmocka-dev python3-pytest clang-format systemd nodejs npm qemu-system-x86 \
+DEPS_TEST  := libcmocka-dev python3-pytest clang-format systemd qemu-system-x86 \
               linux-image-amd64 busybox-static e2fsprogs
 DEPS_BENCH := bubblewrap crun hyperfine
 
@@ -44,7 +44,7 @@ obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 BINS  := $(BUILD)/nsboxd $(BUILD)/nsbox $(BUILD)/nsbox-init
 UNITS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 
-.PHONY: all deps deps-test deps-bench image demo test test-unit test-integration test-vm test-format test-systemd \
+.PHONY: all deps deps-test deps-node deps-bench image demo test test-unit test-integration test-vm test-format test-systemd \
         format bench install uninstall asan clean fuzz
 all: $(BINS)
 
@@ -93,8 +93,14 @@ endef
 
 deps:
 	$(call apt_install,$(DEPS_BUILD))
+# Node and npm (for the MCP SDK client in the tests) from Debian only where
+# the machine has none: a host's own Node must not be replaced.
 deps-test: deps
 	$(call apt_install,$(DEPS_TEST))
+	@command -v node >/dev/null && command -v npm >/dev/null || $(MAKE) --no-print-directory deps-node
+
+deps-node:
+	$(call apt_install,nodejs npm)
 deps-bench: deps
 	$(call apt_install,$(DEPS_BENCH))
 
