@@ -34,6 +34,8 @@ static const struct option_def options[] = {
         { "init_path", "NSBOX_INIT_PATH", OPT_STRING, CFG(init_path), 0, "the nsbox-init binary" },
         { "config", "NSBOX_CONFIG", OPT_STRING, CFG(config_path), 0, "JSON config file" },
         { "log_level", "NSBOX_LOG_LEVEL", OPT_STRING, CFG(log_level), 0, "error, warn, info or debug" },
+        { "uid_isolation", "NSBOX_UID_ISOLATION", OPT_STRING, CFG(uid_isolation), 0,
+          "per-sandbox (default), shared, or auto (shared where idmapped mounts are missing)" },
         { "max_request_bytes", "NSBOX_MAX_REQUEST_BYTES", OPT_UINT, CFG(max_request_bytes), 1ull << 32,
           "longest request line" },
         { "max_sandboxes", "NSBOX_MAX_SANDBOXES", OPT_UINT, CFG(max_sandboxes), 100000,
@@ -179,6 +181,7 @@ int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_
         config->seccomp_dir = sibling_path("../seccomp-profiles", NSBOX_PREFIX "/share/nsbox/seccomp");
         config->init_path = sibling_path("nsbox-init", NSBOX_PREFIX "/libexec/nsbox/nsbox-init");
         config->log_level = strdup("info");
+        config->uid_isolation = strdup("per-sandbox");
         config->max_request_bytes = 64u << 20;
         config->max_sandboxes = 64;
         config->max_connections = 1024;
@@ -257,5 +260,6 @@ void config_free(struct nsbox_config *config)
         free(config->init_path);
         free(config->config_path);
         free(config->log_level);
+        free(config->uid_isolation);
         policy_clear(&config->defaults);
 }

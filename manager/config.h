@@ -17,6 +17,7 @@ struct nsbox_config {
         char *init_path; /* nsbox-init binary */
         char *config_path;
         char *log_level;
+        char *uid_isolation; /* "per-sandbox", "shared" or "auto" */
         size_t max_request_bytes;
         unsigned max_sandboxes;
         unsigned max_connections;

@@ -18,6 +18,7 @@
 #include "log.h"
 #include "python.h"
 #include "sandbox.h"
+#include "uidmode.h"
 
 #define NSBOX_VERSION "0.1.0"
 
@@ -86,7 +87,7 @@ static void method_server_info(struct rpc_request *req)
                 json_array_append_new(features, json_string("limits-not-enforced"));
         rpc_reply_result(req, json_pack("{s:s, s:s, s:s, s:s, s:i, s:i, s:o, s:o}", "version", NSBOX_VERSION,
                                         "kernel", u.release, "cgroup", cgroup_mode_name(), "uid_isolation",
-                                        "per-sandbox", "sandboxes", (int)nsboxd.n_sandboxes, "max_sandboxes",
+                                        uidmode_name(), "sandboxes", (int)nsboxd.n_sandboxes, "max_sandboxes",
                                         (int)nsboxd.config.max_sandboxes, "images", images_list(), "features",
                                         features));
 }

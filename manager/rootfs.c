@@ -41,7 +41,8 @@ int rootfs_prepare_upper(const char *dir, uint64_t disk_bytes, uid_t host_root, 
         return 0;
 }
 
-int rootfs_mount_overlay(const char *dir, const char *image_rootfs, pid_t pid, nsbox_error_t **err)
+int rootfs_mount_overlay(const char *dir, const char *image_rootfs, pid_t pid, bool idmap,
+                         nsbox_error_t **err)
 {
         char path[4096], lower[4096], options[12800];
 
@@ -57,7 +58,8 @@ int rootfs_mount_overlay(const char *dir, const char *image_rootfs, pid_t pid, n
         if (tree < 0)
                 return nsbox_error(err, errno, "open_tree %s", image_rootfs);
         struct mount_attr attr = {
-                .attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                .attr_set =
+                    (idmap ? MOUNT_ATTR_IDMAP : 0) | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
                 .userns_fd = (uint64_t)userns,
         };
         if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)

@@ -27,6 +27,7 @@
 #include "rootfs.h"
 #include "setup.h"
 #include "state.h"
+#include "uidmode.h"
 
 struct sandbox_waiter {
         sandbox_ready_cb done;
@@ -155,6 +156,11 @@ static int lock_uid_range(uid_t base)
 
 static int allocate_uid_slot(struct sandbox *sb)
 {
+        if (uidmode_shared()) {
+                /* One range for every sandbox, matching the image copy's owners. */
+                sb->host_uid_base = nsboxd.config.uid_pool_base;
+                return 0;
+        }
         for (unsigned i = 0; i < nsboxd.config.uid_pool_ranges; i++) {
                 if (nsboxd.uid_slots[i])
                         continue;
@@ -346,6 +352,8 @@ static int sandbox_spawn(struct sandbox *sb, nsbox_error_t **err)
         if (stat(image_rootfs, &st) < 0 || !S_ISDIR(st.st_mode))
                 return nsbox_error(err, ENOENT, "image \"%s\" not found in %s (build it with make image)",
                                    sb->policy.image, nsboxd.config.image_dir);
+        if ((r = uidmode_image_lower(sb->policy.image, image_rootfs, sizeof(image_rootfs), err)) < 0)
+                return r;
         int seccomp_fd = profiles_get(sb->policy.seccomp_profile, err);
         if (seccomp_fd < 0)
                 return seccomp_fd;
@@ -400,7 +408,7 @@ static int sandbox_spawn(struct sandbox *sb, nsbox_error_t **err)
                 return r;
         if ((r = cgroup_sandbox_attach(sb->cgroup, pid, err)) < 0 ||
             (r = write_id_maps(pid, sb->host_uid_base, err)) < 0 ||
-            (r = rootfs_mount_overlay(sb->dir, image_rootfs, pid, err)) < 0)
+            (r = rootfs_mount_overlay(sb->dir, image_rootfs, pid, !uidmode_shared(), err)) < 0)
                 return r;
 
         fcntl(parent_end, F_SETFL, O_NONBLOCK);

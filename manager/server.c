@@ -27,6 +27,7 @@
 #include "rpc.h"
 #include "sandbox.h"
 #include "state.h"
+#include "uidmode.h"
 
 #define SHUTDOWN_GRACE_MS 10000
 
@@ -210,8 +211,18 @@ static int start(nsbox_error_t **err)
                 return nsboxd.init_memfd;
         if ((r = cgroup_init(nsboxd.config.allow_degraded, err)) < 0)
                 return r;
+        if ((r = uidmode_init(nsboxd.config.uid_isolation, err)) < 0)
+                return r;
         if ((r = sandbox_registry_init(err)) < 0)
                 return r;
+        if (uidmode_shared()) {
+                /* Make the shared range's copy of the default image now, not
+                 * on the first create while clients wait. */
+                char lower[4096];
+                _cleanup_error_ nsbox_error_t *copy_err = NULL;
+                if (uidmode_image_lower(nsboxd.config.defaults.image, lower, sizeof(lower), &copy_err) < 0)
+                        log_warn("image %s: %s", nsboxd.config.defaults.image, copy_err->message);
+        }
         /* A previous run that crashed may have left sandboxes: none survive. */
         state_recover();
         if ((r = setup_signals_and_timers(err)) < 0 || (r = setup_watchdog(err)) < 0)

@@ -1,0 +1,174 @@
+#include "uidmode.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <linux/mount.h>
+#include <linux/sched.h>
+#include <sched.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "config.h"
+#include "daemon.h"
+#include "log.h"
+#include "rootfs.h"
+
+static bool shared;
+
+bool uidmode_shared(void)
+{
+        return shared;
+}
+
+const char *uidmode_name(void)
+{
+        return shared ? "shared" : "per-sandbox";
+}
+
+/* Can this kernel idmap a mount of the image dir? Try it: a throwaway
+ * child in a user namespace provides the mapping. */
+static int probe_idmapped_mounts(const char *dir, char *why, size_t why_len)
+{
+        int sync_pipe[2];
+        if (pipe2(sync_pipe, O_CLOEXEC) < 0) {
+                snprintf(why, why_len, "pipe: %s", strerror(errno));
+                return -1;
+        }
+        struct clone_args args = { .flags = CLONE_NEWUSER, .exit_signal = SIGCHLD };
+        pid_t pid = (pid_t)syscall(SYS_clone3, &args, sizeof(args));
+        if (pid == 0) {
+                char c;
+                close(sync_pipe[1]);
+                ssize_t ignored = read(sync_pipe[0], &c, 1); /* until the parent is done */
+                (void)ignored;
+                _exit(0);
+        }
+        close(sync_pipe[0]);
+        int ok = -1;
+        if (pid < 0) {
+                snprintf(why, why_len, "user namespaces: %s", strerror(errno));
+                close(sync_pipe[1]);
+                return -1;
+        }
+        char path[64], map[64];
+        snprintf(map, sizeof(map), "0 %u 1\n", nsboxd.config.uid_pool_base);
+        bool mapped = true;
+        static const char *const files[] = { "setgroups", "uid_map", "gid_map" };
+        for (size_t i = 0; i < ARRAY_SIZE(files); i++) {
+                snprintf(path, sizeof(path), "/proc/%d/%s", pid, files[i]);
+                _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
+                const char *text = i == 0 ? "deny" : map;
+                if (fd < 0 || write(fd, text, strlen(text)) < 0)
+                        mapped = false;
+        }
+        snprintf(path, sizeof(path), "/proc/%d/ns/user", pid);
+        _cleanup_close_ int userns = open(path, O_RDONLY | O_CLOEXEC);
+        _cleanup_close_ int tree = (int)syscall(SYS_open_tree, AT_FDCWD, dir, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+        if (!mapped || userns < 0) {
+                snprintf(why, why_len, "write a uid map: %s", strerror(errno));
+        } else if (tree < 0) {
+                snprintf(why, why_len, "open_tree (kernel < 5.2?): %s", strerror(errno));
+        } else {
+                struct mount_attr attr = { .attr_set = MOUNT_ATTR_IDMAP, .userns_fd = (uint64_t)userns };
+                if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)
+                        snprintf(why, why_len, "idmapped mounts of %s (kernel < 5.12 or filesystem without them): %s",
+                                 dir, strerror(errno));
+                else
+                        ok = 0;
+        }
+        close(sync_pipe[1]);
+        waitpid(pid, NULL, 0);
+        return ok;
+}
+
+int uidmode_init(const char *wanted, nsbox_error_t **err)
+{
+        if (strcmp(wanted, "shared") == 0) {
+                shared = true;
+                log_warn("uid isolation: shared (configured): all sandboxes share one host uid range");
+                return 0;
+        }
+        if (strcmp(wanted, "per-sandbox") != 0 && strcmp(wanted, "auto") != 0)
+                return nsbox_invalid(err, "uid_isolation must be \"per-sandbox\", \"shared\" or \"auto\"");
+        char why[512];
+        if (probe_idmapped_mounts(nsboxd.config.image_dir, why, sizeof(why)) == 0)
+                return 0;
+        if (strcmp(wanted, "auto") == 0) {
+                shared = true;
+                log_warn("uid isolation: shared, because this host cannot do per-sandbox ranges: %s", why);
+                return 0;
+        }
+        return nsbox_error(err, ENOTSUP,
+                           "per-sandbox uid ranges need idmapped mounts, which this host lacks (%s); set "
+                           "uid_isolation to \"shared\" or \"auto\" to run with one shared range instead",
+                           why);
+}
+
+static uid_t shift_by;
+
+static int shift_owner(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+        if (lchown(path, st->st_uid + shift_by, st->st_gid + shift_by) < 0)
+                return -1;
+        /* chown drops setuid bits; the image has none, but keep the mode exact. */
+        if (type != FTW_SL && type != FTW_SLN && chmod(path, st->st_mode & 07777) < 0)
+                return -1;
+        return 0;
+}
+
+static int make_shifted_copy(const char *src, const char *dst, nsbox_error_t **err)
+{
+        _cleanup_free_ char *tmp = NULL;
+        if (asprintf(&tmp, "%s.tmp", dst) < 0)
+                return nsbox_error(err, ENOMEM, "path");
+        rootfs_remove_dir(tmp, NULL);
+        log_info("uid isolation shared: copying %s to %s owned by host uids %u+", src, dst,
+                 nsboxd.config.uid_pool_base);
+        char *const argv[] = { "cp", "-a", "--reflink=auto", "--", (char *)src, tmp, NULL };
+        pid_t pid;
+        int r = posix_spawn(&pid, "/bin/cp", NULL, NULL, argv, NULL);
+        if (r != 0)
+                return nsbox_error(err, r, "run cp");
+        int status;
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+                ;
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+                return nsbox_error(err, EIO, "copy %s to %s failed", src, tmp);
+        shift_by = nsboxd.config.uid_pool_base;
+        if (nftw(tmp, shift_owner, 64, FTW_PHYS | FTW_MOUNT) != 0)
+                return nsbox_error(err, errno, "chown the copy %s", tmp);
+        if (rename(tmp, dst) < 0)
+                return nsbox_error(err, errno, "rename %s", tmp);
+        return 0;
+}
+
+int uidmode_image_lower(const char *image, char *out, size_t len, nsbox_error_t **err)
+{
+        if (!shared) {
+                snprintf(out, len, "%s/%s/rootfs", nsboxd.config.image_dir, image);
+                return 0;
+        }
+        /* The copy is keyed by the image's manifest: a rebuilt image gets a new one. */
+        char src[4096], manifest[4096], dir[4096];
+        snprintf(src, sizeof(src), "%s/%s/rootfs", nsboxd.config.image_dir, image);
+        snprintf(manifest, sizeof(manifest), "%s/%s/manifest.json", nsboxd.config.image_dir, image);
+        struct stat st;
+        if (stat(manifest, &st) < 0)
+                return nsbox_error(err, errno, "stat %s", manifest);
+        snprintf(dir, sizeof(dir), "%s/shifted", nsboxd.config.state_dir);
+        if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+                return nsbox_error(err, errno, "mkdir %s", dir);
+        snprintf(out, len, "%s/%s-%lld-%u", dir, image, (long long)st.st_mtime, nsboxd.config.uid_pool_base);
+        if (access(out, F_OK) == 0)
+                return 0;
+        return make_shifted_copy(src, out, err);
+}
