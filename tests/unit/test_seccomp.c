@@ -70,6 +70,18 @@ static void compile_repo_file(const char *relative, struct seccomp_program *prog
         assert_true(prog->len > 0);
 }
 
+/* Docker's profile is third-party data kept beside the repo (shared/compat/),
+ * not in it: CI has it; a bare clone elsewhere does not, and skips. */
+static void compile_docker_profile(struct seccomp_program *prog)
+{
+        _cleanup_free_ char *path = repo_path(DOCKER_PROFILE);
+        if (access(path, R_OK) < 0) {
+                print_message("skipped: %s not found (shared/compat sits beside the repo in CI)\n", path);
+                skip();
+        }
+        compile_repo_file(DOCKER_PROFILE, prog);
+}
+
 static void compile_text(const char *json, struct seccomp_program *prog)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
@@ -405,7 +417,7 @@ static void test_docker_profile_compiles(void **state)
 {
         struct seccomp_program prog;
 
-        compile_repo_file(DOCKER_PROFILE, &prog);
+        compile_docker_profile(&prog);
         fprintf(stderr, "  docker default profile: %u BPF instructions\n", prog.len);
         assert_true(prog.len <= BPF_MAXINSNS);
         seccomp_program_free(&prog);
@@ -679,7 +691,7 @@ static void test_docker_profile_in_kernel(void **state)
         struct seccomp_program prog;
         int status;
 
-        compile_repo_file(DOCKER_PROFILE, &prog);
+        compile_docker_profile(&prog);
         check_probes(&prog, probes, ARRAY_SIZE(probes));
 
         status = run_killable(NULL, i386_getpid);
