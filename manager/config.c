@@ -46,6 +46,8 @@ static const struct option_def options[] = {
           "first host uid given to sandboxes" },
         { "uid_pool_ranges", "NSBOX_UID_POOL_RANGES", OPT_UINT, CFG(uid_pool_ranges), 60000,
           "number of 65536-id ranges in the pool" },
+        { "warm_pool", "NSBOX_WARM_POOL", OPT_UINT, CFG(warm_pool), 256,
+          "sandboxes kept ready with the default policy (0: none)" },
         { "allow_degraded", "NSBOX_ALLOW_DEGRADED", OPT_UINT, CFG(allow_degraded), 1,
           "1: run sandboxes unlimited where cgroups cannot limit them" },
         { "memory_bytes", "NSBOX_MEMORY_BYTES", OPT_UINT, NONE, POLICY_MAX_MEMORY_BYTES,
@@ -83,6 +85,8 @@ static int set_value(struct nsbox_config *config, const struct option_def *opt, 
                 config->uid_pool_base = v;
         else if (strcmp(opt->key, "uid_pool_ranges") == 0)
                 config->uid_pool_ranges = v;
+        else if (strcmp(opt->key, "warm_pool") == 0)
+                config->warm_pool = v;
         else if (strcmp(opt->key, "allow_degraded") == 0)
                 config->allow_degraded = v;
         else if (strcmp(opt->key, "memory_bytes") == 0)
@@ -185,6 +189,7 @@ int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_
         config->max_request_bytes = 64u << 20;
         config->max_sandboxes = 64;
         config->max_connections = 1024;
+        config->warm_pool = 2;
         config->uid_pool_base = 1u << 20; /* 1048576, above /etc/subuid's usual 100000 ranges */
         config->uid_pool_ranges = 1024;
         policy_defaults(&config->defaults);

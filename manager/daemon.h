@@ -13,7 +13,8 @@ struct nsboxd {
         struct loop *loop;
         int init_memfd; /* sealed copy of nsbox-init, exec'd in every sandbox */
         struct sandbox *sandboxes;
-        unsigned n_sandboxes;
+        unsigned n_sandboxes; /* given to clients (pooled ones not counted) */
+        unsigned n_pooled;
         unsigned char *uid_slots; /* one byte per range of the uid pool */
         bool stopping;
         int argc; /* for reloading the configuration on SIGHUP */

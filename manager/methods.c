@@ -159,7 +159,7 @@ static void method_sandbox_list(struct rpc_request *req)
                 return;
         json_t *list = json_array();
         for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
-                if (req->uid != 0 && sb->owner != req->uid)
+                if ((req->uid != 0 && sb->owner != req->uid) || sb->pooled)
                         continue;
                 if (!all && sb->state != SANDBOX_RUNNING)
                         continue;

@@ -98,7 +98,8 @@ void sandbox_touch(struct sandbox *sb)
 struct sandbox *sandbox_lookup(const char *id, uid_t uid)
 {
         for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
-                if (strcmp(sb->id, id) == 0 && (uid == 0 || sb->owner == uid) && sb->state != SANDBOX_EXITED)
+                if (strcmp(sb->id, id) == 0 && (uid == 0 || sb->owner == uid) &&
+                    sb->state != SANDBOX_EXITED && !sb->pooled)
                         return sb;
         }
         return NULL;
@@ -107,7 +108,7 @@ struct sandbox *sandbox_lookup(const char *id, uid_t uid)
 struct sandbox *sandbox_find_session(const char *session_id, uid_t owner)
 {
         for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
-                if (sb->owner == owner && strcmp(sb->policy.session_id, session_id) == 0 &&
+                if (sb->owner == owner && !sb->pooled && strcmp(sb->policy.session_id, session_id) == 0 &&
                     (sb->state == SANDBOX_CREATING || sb->state == SANDBOX_RUNNING))
                         return sb;
         }
@@ -212,7 +213,10 @@ static void sandbox_free(struct sandbox *sb)
         for (struct sandbox **p = &nsboxd.sandboxes; *p != NULL; p = &(*p)->next) {
                 if (*p == sb) {
                         *p = sb->next;
-                        nsboxd.n_sandboxes--;
+                        if (sb->pooled)
+                                nsboxd.n_pooled--;
+                        else
+                                nsboxd.n_sandboxes--;
                         break;
                 }
         }
@@ -262,6 +266,7 @@ static void sandbox_finalize(struct sandbox *sb)
         }
         run_waiters(&sb->remove_waiters, sb, NULL);
         sandbox_free(sb);
+        sandbox_pool_fill();
 }
 
 static void sandbox_kill(struct sandbox *sb)
@@ -423,10 +428,10 @@ static int sandbox_spawn(struct sandbox *sb, nsbox_error_t **err)
         return 0;
 }
 
-int sandbox_create(uid_t owner, struct sandbox_policy *policy, sandbox_ready_cb done, void *data,
-                   struct sandbox **out, nsbox_error_t **err)
+static int sandbox_new(uid_t owner, struct sandbox_policy *policy, bool pooled, sandbox_ready_cb done,
+                       void *data, struct sandbox **out, nsbox_error_t **err)
 {
-        if (nsboxd.n_sandboxes >= nsboxd.config.max_sandboxes) {
+        if (!pooled && nsboxd.n_sandboxes >= nsboxd.config.max_sandboxes) {
                 policy_clear(policy);
                 return nsbox_error(err, EUSERS, "at most %u sandboxes may exist",
                                    nsboxd.config.max_sandboxes);
@@ -439,6 +444,7 @@ int sandbox_create(uid_t owner, struct sandbox_policy *policy, sandbox_ready_cb 
         sb->policy = *policy;
         memset(policy, 0, sizeof(*policy));
         sb->owner = owner;
+        sb->pooled = pooled;
         sb->state = SANDBOX_CREATING;
         sb->uid_slot = UINT32_MAX;
         sb->uid_lock_fd = -1;
@@ -450,7 +456,10 @@ int sandbox_create(uid_t owner, struct sandbox_policy *policy, sandbox_ready_cb 
 
         sb->next = nsboxd.sandboxes;
         nsboxd.sandboxes = sb;
-        nsboxd.n_sandboxes++;
+        if (pooled)
+                nsboxd.n_pooled++;
+        else
+                nsboxd.n_sandboxes++;
 
         int r = allocate_uid_slot(sb);
         if (r < 0) {
@@ -473,9 +482,90 @@ int sandbox_create(uid_t owner, struct sandbox_policy *policy, sandbox_ready_cb 
                 sandbox_finalize(sb);
                 return r;
         }
-        add_waiter(&sb->create_waiters, done, data);
-        *out = sb;
+        if (done != NULL)
+                add_waiter(&sb->create_waiters, done, data);
+        if (out != NULL)
+                *out = sb;
         return 0;
+}
+
+/* A pooled sandbox is interchangeable with a fresh one only for the policy
+ * it was made with: same image, profile, network and limits (the limits are
+ * already in its cgroup and its disk tmpfs). */
+static bool pool_matches(const struct sandbox *sb, const struct sandbox_policy *p)
+{
+        const struct sandbox_limits *a = &sb->policy.limits, *b = &p->limits;
+        return strcmp(sb->policy.image, p->image) == 0 &&
+               strcmp(sb->policy.seccomp_profile, p->seccomp_profile) == 0 &&
+               strcmp(sb->policy.network, p->network) == 0 && a->memory_bytes == b->memory_bytes &&
+               a->pids == b->pids && a->cpus == b->cpus && a->disk_bytes == b->disk_bytes;
+}
+
+static struct sandbox *pool_claim(uid_t owner, struct sandbox_policy *policy)
+{
+        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
+                if (!sb->pooled || sb->state != SANDBOX_RUNNING || !pool_matches(sb, policy))
+                        continue;
+                sb->pooled = false;
+                nsboxd.n_pooled--;
+                nsboxd.n_sandboxes++;
+                sb->owner = owner;
+                /* What is not in the kernel yet (env, labels, session, idle timeout) is the client's. */
+                policy_clear(&sb->policy);
+                sb->policy = *policy;
+                memset(policy, 0, sizeof(*policy));
+                sb->created_at_ms = now_realtime_ms();
+                sandbox_touch(sb);
+                _cleanup_error_ nsbox_error_t *err = NULL;
+                if (state_save(sb, &err) < 0)
+                        log_warn("sandbox %s: %s", sb->id, err->message);
+                log_info("sandbox %s: handed from the warm pool to uid %u", sb->id, owner);
+                return sb;
+        }
+        return NULL;
+}
+
+static void pool_ready(struct sandbox *sb, const char *error, void *data)
+{
+        if (error != NULL)
+                log_warn("warm pool: a sandbox failed to start: %s", error);
+}
+
+void sandbox_pool_fill(void)
+{
+        static bool filling; /* a failed create finalizes, which calls us again */
+        if (filling || nsboxd.stopping)
+                return;
+        filling = true;
+        while (nsboxd.n_pooled < nsboxd.config.warm_pool) {
+                _cleanup_error_ nsbox_error_t *err = NULL;
+                struct sandbox_policy policy = nsboxd.config.defaults;
+                policy.env = policy.labels = NULL;
+                policy.session_id[0] = '\0';
+                if (sandbox_new(0, &policy, true, pool_ready, NULL, NULL, &err) < 0) {
+                        log_warn("warm pool: %s", err->message);
+                        break;
+                }
+        }
+        filling = false;
+}
+
+int sandbox_create(uid_t owner, struct sandbox_policy *policy, sandbox_ready_cb done, void *data,
+                   struct sandbox **out, nsbox_error_t **err)
+{
+        if (nsboxd.n_sandboxes >= nsboxd.config.max_sandboxes) {
+                policy_clear(policy);
+                return nsbox_error(err, EUSERS, "at most %u sandboxes may exist",
+                                   nsboxd.config.max_sandboxes);
+        }
+        struct sandbox *sb = pool_claim(owner, policy);
+        if (sb != NULL) {
+                *out = sb;
+                sandbox_pool_fill();
+                done(sb, NULL, data);
+                return 0;
+        }
+        return sandbox_new(owner, policy, false, done, data, out, err);
 }
 
 void sandbox_when_ready(struct sandbox *sb, sandbox_ready_cb done, void *data)
@@ -498,7 +588,7 @@ void sandbox_reap_idle(void)
 {
         long long now = now_monotonic_ms();
         for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
-                if (sb->state != SANDBOX_RUNNING || sb->running_execs > 0)
+                if (sb->state != SANDBOX_RUNNING || sb->running_execs > 0 || sb->pooled)
                         continue;
                 if (now - sb->last_active_mono >= (long long)sb->policy.idle_timeout_seconds * 1000) {
                         log_info("sandbox %s: idle for %us, reaping", sb->id,

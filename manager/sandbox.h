@@ -28,6 +28,7 @@ struct sandbox {
         struct loop_source *pidfd;
         struct loop_source *ctl;
         struct sandbox_cgroup *cgroup;
+        bool pooled; /* pre-created with the default policy, not yet given to anyone */
         unsigned uid_slot;
         int uid_lock_fd; /* flock held on the range for as long as the sandbox lives */
         uid_t host_uid_base;
@@ -68,3 +69,6 @@ json_t *sandbox_to_json(const struct sandbox *sb, bool existing);
 const char *sandbox_state_name(enum sandbox_state state);
 
 int sandbox_registry_init(nsbox_error_t **err);
+/* Keep config.warm_pool sandboxes with the default policy ready, so that a
+ * create with that policy is a hand-over instead of a clone. */
+void sandbox_pool_fill(void);

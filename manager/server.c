@@ -283,6 +283,7 @@ int nsboxd_main(int argc, char **argv)
         log_info("listening on %s (state %s, images %s, cgroup %s%s)", nsboxd.config.socket_path,
                  nsboxd.config.state_dir, nsboxd.config.image_dir, cgroup_mode_name(),
                  cgroup_degraded() ? ", limits NOT enforced" : "");
+        sandbox_pool_fill();
         /* Only now: the socket accepts and the image and profile are loaded. */
         sd_notify(0, "READY=1");
         notify_status();

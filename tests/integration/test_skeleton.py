@@ -74,7 +74,7 @@ def test_list_shows_and_remove_removes(daemon):
     with pytest.raises(RpcError) as e:
         daemon.call("sandbox.exec", sandbox_id=sb, argv=["true"])
     assert e.value.kind == "not_found"
-    assert os.listdir(os.path.join(daemon.state, "sandboxes")) == []
+    assert not os.path.exists(os.path.join(daemon.state, "sandboxes", sb))
 
 
 def test_unknown_sandbox_is_not_found(daemon):
@@ -97,3 +97,24 @@ def test_cli_run_exec_ls_rm(daemon):
     r = daemon.cli("exec", sb, "--", "true")
     assert r.returncode == 125
     assert b"no sandbox" in r.stderr
+
+
+def test_warm_pool_hands_over_fresh_sandboxes(daemon):
+    """A create with the default policy takes a pre-created sandbox; each is
+    used once and never shows in lists before it is handed over."""
+    assert daemon.call("sandbox.list")["count"] == 0 or all(
+        s["sandbox_id"] for s in daemon.call("sandbox.list")["sandboxes"])
+    seen = set()
+    for _ in range(4):
+        sb = daemon.call("sandbox.create")["sandbox_id"]
+        assert sb not in seen
+        seen.add(sb)
+        r = daemon.call("sandbox.exec", sandbox_id=sb, command="ls -A /workspace; echo --; ls -A /tmp; echo m > /tmp/m")
+        assert r["stdout"] == "--\n.matplotlib\n"  # nothing but the image's font cache: nobody used it before
+        daemon.call("sandbox.remove", sandbox_id=sb)
+    listed = {s["sandbox_id"] for s in daemon.call("sandbox.list", include_inactive=True)["sandboxes"]}
+    assert not (listed & seen)
+    # a non-default policy is never served from the pool, and still works
+    sb = daemon.call("sandbox.create", limits={"memory_bytes": 256 << 20})
+    assert sb["limits"]["memory_bytes"] == 256 << 20
+    daemon.call("sandbox.remove", sandbox_id=sb["sandbox_id"])
