@@ -72,7 +72,8 @@ static int probe_idmapped_mounts(const char *dir, char *why, size_t why_len)
         }
         snprintf(path, sizeof(path), "/proc/%d/ns/user", pid);
         _cleanup_close_ int userns = open(path, O_RDONLY | O_CLOEXEC);
-        _cleanup_close_ int tree = (int)syscall(SYS_open_tree, AT_FDCWD, dir, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+        _cleanup_close_ int tree =
+            (int)syscall(SYS_open_tree, AT_FDCWD, dir, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
         if (!mapped || userns < 0) {
                 snprintf(why, why_len, "write a uid map: %s", strerror(errno));
         } else if (tree < 0) {
@@ -80,8 +81,9 @@ static int probe_idmapped_mounts(const char *dir, char *why, size_t why_len)
         } else {
                 struct mount_attr attr = { .attr_set = MOUNT_ATTR_IDMAP, .userns_fd = (uint64_t)userns };
                 if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)
-                        snprintf(why, why_len, "idmapped mounts of %s (kernel < 5.12 or filesystem without them): %s",
-                                 dir, strerror(errno));
+                        snprintf(why, why_len,
+                                 "idmapped mounts of %s (kernel < 5.12 or filesystem without them): %s", dir,
+                                 strerror(errno));
                 else
                         ok = 0;
         }
