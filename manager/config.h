@@ -23,10 +23,8 @@ struct nsbox_config {
         unsigned max_connections;
         uid_t uid_pool_base; /* first host uid of the per-sandbox ranges */
         unsigned uid_pool_ranges;
-        unsigned allow_degraded;
-        unsigned warm_pool;
-            /* sandboxes kept pre-created with the default policy */ /* run sandboxes even where limits cannot
-                                                                        be enforced */
+        unsigned allow_degraded; /* run sandboxes even where limits cannot be enforced */
+        unsigned warm_pool;      /* sandboxes kept pre-created with the default policy */
         struct sandbox_policy defaults;
 };
 
