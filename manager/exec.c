@@ -18,6 +18,7 @@
 #include "daemon.h"
 #include "json_cleanup.h"
 #include "log.h"
+#include "params.h"
 #include "policy.h"
 #include "proto.h"
 #include "sandbox.h"
@@ -510,16 +511,9 @@ static int parse_exec_params(json_t *p, struct exec_params *out, nsbox_error_t *
                                              "env",        "stdin",      "user",     "timeout_seconds",
                                              "stream",     "background", "encoding", "max_output_bytes",
                                              NULL };
-        const char *key;
-        json_t *v;
-        json_object_foreach(p, key, v)
-        {
-                bool found = false;
-                for (const char *const *k = known; *k; k++)
-                        found |= strcmp(*k, key) == 0;
-                if (!found)
-                        return nsbox_invalid(err, "unknown field \"%s\"", key);
-        }
+        int r = params_check_known(p, known, "", err);
+        if (r < 0)
+                return r;
         memset(out, 0, sizeof(*out));
         out->cwd = "/workspace";
         out->timeout_s = EXEC_DEFAULT_TIMEOUT_S;
@@ -568,7 +562,7 @@ static int parse_exec_params(json_t *p, struct exec_params *out, nsbox_error_t *
         }
         json_t *env = json_object_get(p, "env");
         if (env != NULL && !json_is_null(env)) {
-                int r = policy_check_env(env, "env", err);
+                r = policy_check_env(env, "env", err);
                 if (r < 0)
                         return r;
                 out->env = env;

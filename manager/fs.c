@@ -707,38 +707,6 @@ static void fs_reply_failure(struct rpc_request *req, int r, nsbox_error_t *err)
         rpc_reply_fail(req, fs_error_kind(-r), "%s", err && err->message ? err->message : strerror(-r));
 }
 
-static bool fs_check_fields(struct rpc_request *req, const char *const *known)
-{
-        const char *key;
-        json_t *value;
-        json_object_foreach(req->msg.params, key, value)
-        {
-                bool found = false;
-                for (const char *const *k = known; *k; k++)
-                        found |= strcmp(*k, key) == 0;
-                if (!found) {
-                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
-                                        "unknown field \"%.64s\"", key);
-                        return false;
-                }
-        }
-        return true;
-}
-
-static bool fs_get_bool(struct rpc_request *req, const char *key, bool *out)
-{
-        json_t *v = json_object_get(req->msg.params, key);
-        *out = false;
-        if (v == NULL || json_is_null(v))
-                return true;
-        if (!json_is_boolean(v)) {
-                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s must be a boolean", key);
-                return false;
-        }
-        *out = json_is_true(v);
-        return true;
-}
-
 /* encoding: "utf-8" (default) or "base64". */
 static bool fs_get_base64(struct rpc_request *req, bool *base64)
 {
@@ -869,7 +837,7 @@ void fs_method_list(struct rpc_request *req, struct sandbox *sb)
         _cleanup_error_ nsbox_error_t *err = NULL;
         struct fs_path path;
         struct fs_ctx ctx;
-        if (!fs_check_fields(req, known) || !fs_begin(req, sb, ".", &path, &ctx))
+        if (!rpc_check_fields(req, known) || !fs_begin(req, sb, ".", &path, &ctx))
                 return;
         json_t *entries = NULL;
         bool truncated = false;
@@ -888,7 +856,7 @@ void fs_method_read(struct rpc_request *req, struct sandbox *sb)
         static const char *const known[] = { "sandbox_id", "path", "encoding", "max_bytes", NULL };
         _cleanup_error_ nsbox_error_t *err = NULL;
         bool base64;
-        if (!fs_check_fields(req, known) || !fs_get_base64(req, &base64))
+        if (!rpc_check_fields(req, known) || !fs_get_base64(req, &base64))
                 return;
         size_t max_bytes = FS_READ_DEFAULT_BYTES;
         json_t *v = json_object_get(req->msg.params, "max_bytes");
@@ -932,8 +900,8 @@ void fs_method_write(struct rpc_request *req, struct sandbox *sb)
         _cleanup_error_ nsbox_error_t *err = NULL;
         struct fs_write_options opts = { .parents = true };
         bool base64;
-        if (!fs_check_fields(req, known) || !fs_get_base64(req, &base64) ||
-            !fs_get_bool(req, "append", &opts.append))
+        if (!rpc_check_fields(req, known) || !fs_get_base64(req, &base64) ||
+            !rpc_get_bool(req, "append", &opts.append))
                 return;
         json_t *content = json_object_get(req->msg.params, "content");
         if (!json_is_string(content)) {
@@ -981,7 +949,7 @@ void fs_method_remove(struct rpc_request *req, struct sandbox *sb)
         static const char *const known[] = { "sandbox_id", "path", "recursive", NULL };
         _cleanup_error_ nsbox_error_t *err = NULL;
         bool recursive;
-        if (!fs_check_fields(req, known) || !fs_get_bool(req, "recursive", &recursive))
+        if (!rpc_check_fields(req, known) || !rpc_get_bool(req, "recursive", &recursive))
                 return;
         struct fs_path path;
         struct fs_ctx ctx;
@@ -1001,7 +969,7 @@ void fs_method_mkdir(struct rpc_request *req, struct sandbox *sb)
         static const char *const known[] = { "sandbox_id", "path", "parents", NULL };
         _cleanup_error_ nsbox_error_t *err = NULL;
         bool parents;
-        if (!fs_check_fields(req, known) || !fs_get_bool(req, "parents", &parents))
+        if (!rpc_check_fields(req, known) || !rpc_get_bool(req, "parents", &parents))
                 return;
         struct fs_path path;
         struct fs_ctx ctx;
@@ -1023,7 +991,7 @@ void fs_method_stat(struct rpc_request *req, struct sandbox *sb)
         _cleanup_error_ nsbox_error_t *err = NULL;
         struct fs_path path;
         struct fs_ctx ctx;
-        if (!fs_check_fields(req, known) || !fs_begin(req, sb, NULL, &path, &ctx))
+        if (!rpc_check_fields(req, known) || !fs_begin(req, sb, NULL, &path, &ctx))
                 return;
         /* O_PATH | O_NOFOLLOW: a final symlink is described, not followed. */
         _cleanup_close_ int fd = fs_openat2(ctx.root, path.rel, O_PATH | O_NOFOLLOW, 0, FS_RESOLVE);

@@ -43,42 +43,10 @@ static struct sandbox *require_sandbox(struct rpc_request *req)
         return sb;
 }
 
-static bool check_fields(struct rpc_request *req, const char *const *known)
-{
-        const char *key;
-        json_t *v;
-        json_object_foreach(req->msg.params, key, v)
-        {
-                bool found = false;
-                for (const char *const *k = known; *k; k++)
-                        found |= strcmp(*k, key) == 0;
-                if (!found) {
-                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
-                                        "unknown field \"%.64s\"", key);
-                        return false;
-                }
-        }
-        return true;
-}
-
-static bool get_bool(struct rpc_request *req, const char *key, bool *out)
-{
-        json_t *v = json_object_get(req->msg.params, key);
-        *out = false;
-        if (v == NULL || json_is_null(v))
-                return true;
-        if (!json_is_boolean(v)) {
-                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s must be a boolean", key);
-                return false;
-        }
-        *out = json_is_true(v);
-        return true;
-}
-
 static void method_server_info(struct rpc_request *req)
 {
         static const char *const known[] = { NULL };
-        if (!check_fields(req, known))
+        if (!rpc_check_fields(req, known))
                 return;
         struct utsname u;
         uname(&u);
@@ -155,7 +123,7 @@ static void method_sandbox_list(struct rpc_request *req)
 {
         static const char *const known[] = { "include_inactive", NULL };
         bool all;
-        if (!check_fields(req, known) || !get_bool(req, "include_inactive", &all))
+        if (!rpc_check_fields(req, known) || !rpc_get_bool(req, "include_inactive", &all))
                 return;
         json_t *list = json_array();
         for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
@@ -172,7 +140,7 @@ static void method_sandbox_list(struct rpc_request *req)
 static void method_sandbox_info(struct rpc_request *req)
 {
         static const char *const known[] = { "sandbox_id", NULL };
-        if (!check_fields(req, known))
+        if (!rpc_check_fields(req, known))
                 return;
         struct sandbox *sb = require_sandbox(req);
         if (sb == NULL)
@@ -193,7 +161,7 @@ static void method_sandbox_remove(struct rpc_request *req)
 {
         static const char *const known[] = { "sandbox_id", "force", NULL };
         bool force;
-        if (!check_fields(req, known) || !get_bool(req, "force", &force))
+        if (!rpc_check_fields(req, known) || !rpc_get_bool(req, "force", &force))
                 return;
         struct sandbox *sb = require_sandbox(req);
         if (sb == NULL)

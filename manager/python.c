@@ -16,6 +16,7 @@
 #include "fs.h"
 #include "json_cleanup.h"
 #include "log.h"
+#include "params.h"
 #include "requirement.h"
 #include "sandbox.h"
 #include "textenc.h"
@@ -494,19 +495,8 @@ void package_method_install(struct rpc_request *req, struct sandbox *sb)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
         static const char *const known[] = { "sandbox_id", "packages", "index_url", "find_links", NULL };
-        const char *key;
-        json_t *v;
-        json_object_foreach(req->msg.params, key, v)
-        {
-                bool found = false;
-                for (const char *const *k = known; *k; k++)
-                        found |= strcmp(*k, key) == 0;
-                if (!found) {
-                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
-                                        "unknown field \"%.64s\"", key);
-                        return;
-                }
-        }
+        if (!rpc_check_fields(req, known))
+                return;
         json_t *packages = json_object_get(req->msg.params, "packages");
         if (check_requirements(packages, "packages", &err) < 0 || json_array_size(packages) == 0) {
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s",
@@ -625,16 +615,9 @@ static int check_run_params(json_t *p, nsbox_error_t **err)
 {
         static const char *const known[] = { "sandbox_id",   "session_id", "code",     "timeout_seconds",
                                              "requirements", "files",      "stateful", NULL };
-        const char *key;
-        json_t *v;
-        json_object_foreach(p, key, v)
-        {
-                bool found = false;
-                for (const char *const *k = known; *k; k++)
-                        found |= strcmp(*k, key) == 0;
-                if (!found)
-                        return nsbox_invalid(err, "unknown field \"%.64s\"", key);
-        }
+        int r = params_check_known(p, known, "", err);
+        if (r < 0)
+                return r;
         json_t *code = json_object_get(p, "code");
         if (!json_is_string(code) || json_string_length(code) == 0)
                 return nsbox_invalid(err, "code must be a non-empty string");
@@ -653,7 +636,7 @@ static int check_run_params(json_t *p, nsbox_error_t **err)
                 return nsbox_invalid(err, "stateful must be a boolean");
         json_t *req = json_object_get(p, "requirements");
         if (req != NULL && !json_is_null(req)) {
-                int r = check_requirements(req, "requirements", err);
+                r = check_requirements(req, "requirements", err);
                 if (r < 0)
                         return r;
         }
@@ -662,6 +645,8 @@ static int check_run_params(json_t *p, nsbox_error_t **err)
                 if (!json_is_object(files) || json_object_size(files) > MAX_FILES)
                         return nsbox_invalid(err, "files must be an object {path: content} of at most %d",
                                              MAX_FILES);
+                const char *key;
+                json_t *v;
                 json_object_foreach(files, key, v)
                 {
                         if (!workspace_path_ok(key))

@@ -20,6 +20,7 @@
 
 #include "cleanup.h"
 #include "log.h"
+#include "params.h"
 
 #define READ_CHUNK (64 * 1024)
 /* Stop reading a client's requests while this much output waits for it, and
@@ -486,6 +487,24 @@ void rpc_notify(struct rpc_request *req, const char *method, json_t *params)
         if (msg != NULL)
                 conn_queue(req->conn, msg);
         json_decref(msg);
+}
+
+bool rpc_check_fields(struct rpc_request *req, const char *const *known)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (params_check_known(req->msg.params, known, "", &err) == 0)
+                return true;
+        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
+        return false;
+}
+
+bool rpc_get_bool(struct rpc_request *req, const char *key, bool *out)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (params_get_bool(req->msg.params, key, out, &err) == 0)
+                return true;
+        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
+        return false;
 }
 
 bool rpc_request_connected(const struct rpc_request *req)

@@ -56,6 +56,9 @@ void rpc_reply_error(struct rpc_request *req, int code, const char *kind, const 
 /* Notification to the request's client, if it is still connected. params: borrowed. */
 void rpc_notify(struct rpc_request *req, const char *method, json_t *params);
 bool rpc_request_connected(const struct rpc_request *req);
+/* Parameter checks that answer -32602 themselves and return false. */
+bool rpc_check_fields(struct rpc_request *req, const char *const *known);
+bool rpc_get_bool(struct rpc_request *req, const char *key, bool *out);
 /* Call cb once if the client goes away before the request is answered
  * (e.g. to kill the work nobody will read). cb may answer the request. */
 void rpc_request_on_disconnect(struct rpc_request *req, rpc_disconnect_cb cb, void *data);

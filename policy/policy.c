@@ -1,5 +1,7 @@
 #include "policy.h"
 
+#include "params.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -98,28 +100,13 @@ static int get_name(json_t *obj, const char *key, char *out, size_t size, nsbox_
         return 0;
 }
 
-static int check_known_fields(json_t *obj, const char *const *known, const char *where, nsbox_error_t **err)
-{
-        const char *key;
-        json_t *value;
-        json_object_foreach(obj, key, value)
-        {
-                int found = 0;
-                for (const char *const *k = known; *k; k++)
-                        found |= strcmp(*k, key) == 0;
-                if (!found)
-                        return nsbox_invalid(err, "unknown field \"%s\"%s", key, where);
-        }
-        return 0;
-}
-
 static int parse_limits(json_t *limits, struct sandbox_limits *out, nsbox_error_t **err)
 {
         static const char *const known[] = { "memory_bytes", "pids", "cpus", "disk_bytes", NULL };
         int r;
         if (!json_is_object(limits))
                 return nsbox_invalid(err, "limits must be an object");
-        if ((r = check_known_fields(limits, known, " in limits", err)) < 0)
+        if ((r = params_check_known(limits, known, " in limits", err)) < 0)
                 return r;
         if ((r = get_uint(limits, "memory_bytes", "limits.memory_bytes", POLICY_MIN_MEMORY_BYTES,
                           POLICY_MAX_MEMORY_BYTES, &out->memory_bytes, err)) < 0 ||
@@ -149,7 +136,7 @@ int policy_from_json(const struct sandbox_policy *defaults, json_t *params, stru
 
         *out = *defaults;
         out->env = out->labels = NULL;
-        if ((r = check_known_fields(params, known, "", err)) < 0)
+        if ((r = params_check_known(params, known, "", err)) < 0)
                 return r;
 
         json_t *session = json_object_get(params, "session_id");

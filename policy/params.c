@@ -1,0 +1,30 @@
+#include "params.h"
+
+#include <string.h>
+
+int params_check_known(json_t *obj, const char *const *known, const char *where, nsbox_error_t **err)
+{
+        const char *key;
+        json_t *value;
+        json_object_foreach(obj, key, value)
+        {
+                bool found = false;
+                for (const char *const *k = known; *k != NULL && !found; k++)
+                        found = strcmp(*k, key) == 0;
+                if (!found)
+                        return nsbox_invalid(err, "unknown field \"%.64s\"%s", key, where);
+        }
+        return 0;
+}
+
+int params_get_bool(json_t *obj, const char *key, bool *out, nsbox_error_t **err)
+{
+        json_t *v = json_object_get(obj, key);
+        *out = false;
+        if (v == NULL || json_is_null(v))
+                return 0;
+        if (!json_is_boolean(v))
+                return nsbox_invalid(err, "%s must be a boolean", key);
+        *out = json_is_true(v);
+        return 0;
+}
