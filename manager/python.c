@@ -41,6 +41,7 @@ struct python_run {
         unsigned timeout_s;
         long long started_mono;
         char report[80];
+        struct exec *exec;       /* the stateless run or its pip install, while it runs */
         struct python_run *next; /* queued on the interpreter */
 };
 
@@ -105,6 +106,7 @@ static void reply_run(struct python_run *run, const char *status, json_t *exit_c
 static void stateless_done(struct exec *ex, json_t *result, void *data)
 {
         struct python_run *run = data;
+        run->exec = NULL;
         struct sandbox *sb = run->sb;
         if (sb->state == SANDBOX_EXITED || sb->state == SANDBOX_STOPPING) {
                 run_fail(run, "unavailable", "the sandbox was removed during the run");
@@ -147,7 +149,7 @@ static void run_stateless(struct python_run *run, const char *code)
         _cleanup_json_ json_t *params =
             json_pack("{s:[s, s, s, s], s:i}", "argv", "python3", RUNNER, SCRIPT_PATH, run->report,
                       "timeout_seconds", (int)run->timeout_s);
-        if (exec_run(run->sb, params, &stateless_hooks, run, NULL, &err) < 0)
+        if (exec_run(run->sb, params, &stateless_hooks, run, &run->exec, &err) < 0)
                 run_fail(run, "internal", err->message);
 }
 
@@ -462,6 +464,7 @@ static void install_done(struct exec *ex, json_t *result, void *data)
                 return;
         }
         struct python_run *run = inst->run;
+        run->exec = NULL;
         free(inst);
         json_t *code = json_object_get(result, "exit_code");
         if (!json_is_integer(code) || json_integer_value(code) != 0) {
@@ -488,7 +491,7 @@ static int start_install(struct sandbox *sb, json_t *packages, const char *index
                          struct install *inst, nsbox_error_t **err)
 {
         _cleanup_json_ json_t *params = pip_params(packages, index_url, find_links);
-        return exec_run(sb, params, &install_hooks, inst, NULL, err);
+        return exec_run(sb, params, &install_hooks, inst, inst->run ? &inst->run->exec : NULL, err);
 }
 
 void package_method_install(struct rpc_request *req, struct sandbox *sb)
@@ -662,6 +665,20 @@ static int check_run_params(json_t *p, nsbox_error_t **err)
         return 0;
 }
 
+/* The client left: stop the work nobody will read. A stateful call is
+ * interrupted (its interpreter and variables stay). */
+static void run_client_gone(struct rpc_request *req, void *data)
+{
+        struct python_run *run = data;
+        if (run->exec != NULL) {
+                exec_signal(run->exec, SIGKILL);
+                return;
+        }
+        struct python_interp *in = run->sb != NULL ? run->sb->python : NULL;
+        if (in != NULL && in->in_flight && in->queue == run && in->exec != NULL)
+                exec_signal(in->exec, SIGINT);
+}
+
 void python_method_run(struct rpc_request *req)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
@@ -676,6 +693,7 @@ void python_method_run(struct rpc_request *req)
                 return;
         }
         run->req = req;
+        rpc_request_on_disconnect(req, run_client_gone, run);
         run->stateful = json_is_true(json_object_get(p, "stateful"));
         json_t *t = json_object_get(p, "timeout_seconds");
         run->timeout_s = json_is_number(t) ? (unsigned)(json_number_value(t) < 1 ? 1 : json_number_value(t))
