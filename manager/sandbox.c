@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <uuid/uuid.h>
@@ -230,6 +231,8 @@ static void sandbox_free(struct sandbox *sb)
         free(sb);
 }
 
+static void pool_fill_soon(void);
+
 /* The init is gone (or never started): release everything and answer. */
 static void sandbox_finalize(struct sandbox *sb)
 {
@@ -266,7 +269,7 @@ static void sandbox_finalize(struct sandbox *sb)
         }
         run_waiters(&sb->remove_waiters, sb, NULL);
         sandbox_free(sb);
-        sandbox_pool_fill();
+        pool_fill_soon();
 }
 
 static void sandbox_kill(struct sandbox *sb)
@@ -531,6 +534,31 @@ static void pool_ready(struct sandbox *sb, const char *error, void *data)
                 log_warn("warm pool: a sandbox failed to start: %s", error);
 }
 
+static struct loop_source *pool_timer;
+
+static void on_pool_timer(struct loop_source *source, uint32_t events)
+{
+        uint64_t n;
+        if (read(source->fd, &n, sizeof(n)) > 0)
+                sandbox_pool_fill();
+}
+
+static void pool_fill_soon(void)
+{
+        if (pool_timer == NULL) {
+                int fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+                if (fd < 0 ||
+                    (pool_timer = loop_add(nsboxd.loop, fd, EPOLLIN, on_pool_timer, NULL)) == NULL) {
+                        if (fd >= 0)
+                                close(fd);
+                        sandbox_pool_fill();
+                        return;
+                }
+        }
+        struct itimerspec soon = { .it_value = { .tv_nsec = 2 * 1000 * 1000 } };
+        timerfd_settime(pool_timer->fd, 0, &soon, NULL);
+}
+
 void sandbox_pool_fill(void)
 {
         static bool filling; /* a failed create finalizes, which calls us again */
@@ -561,8 +589,9 @@ int sandbox_create(uid_t owner, struct sandbox_policy *policy, sandbox_ready_cb 
         struct sandbox *sb = pool_claim(owner, policy);
         if (sb != NULL) {
                 *out = sb;
-                sandbox_pool_fill();
                 done(sb, NULL, data);
+                /* Refill after this batch of events: the client's answer first. */
+                pool_fill_soon();
                 return 0;
         }
         return sandbox_new(owner, policy, false, done, data, out, err);

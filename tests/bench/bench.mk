@@ -1,0 +1,15 @@
+# Side-by-side benchmark (issue 9): nsbox against bubblewrap and crun on the
+# same image, interleaved in one run; prints the table and writes it to
+# $(BUILD)/bench.md and $(BUILD)/bench.json.  Not a test: nothing here is timed
+# in `make test`.
+#   make bench                          the full run (30 one-shot, 200 warm rounds, 200 creations)
+#   make bench BENCH_ARGS='--warm-rounds 50 --concurrent 50'    a shorter one
+BENCH_ARGS ?=
+
+.PHONY: bench
+bench: deps-bench
+	$(MAKE) --no-print-directory all
+	$(MAKE) --no-print-directory image
+	$(PYTHON) tests/bench/bench.py --build $(BUILD) --image-dir $(IMAGE_DIR) \
+		--reproduce "make bench$(if $(filter-out build,$(BUILD)), BUILD=$(BUILD))$(if $(BENCH_ARGS), BENCH_ARGS='$(BENCH_ARGS)')" \
+		$(BENCH_ARGS)

@@ -1,0 +1,662 @@
+#!/usr/bin/python3
+"""nsbox side by side with bubblewrap and crun (issue 9), on the same image.
+
+Everything runs in one process and interleaved: each round runs every
+variant whose turn it is, in a rotating order, so drift of the machine (CPU
+frequency, page cache, other tenants) hits all sides alike.  One-shot
+variants are spread evenly over the warm rounds.
+
+  /usr/bin/python3 tests/bench/bench.py --build build        (or: make bench)
+
+Prints a table of medians (and p90) with the ratio of each figure to
+bubblewrap's one-shot of the same command, checks the issue's targets, and
+writes the table to BUILD/bench.md and BUILD/bench.json.
+"""
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
+from nsbox_client import Client  # noqa: E402
+
+UID_RANGE = 65536
+TRUE = ["/bin/true"]
+PYTHON = ["python3", "-c", "print(1)"]
+
+
+def ms(ns):
+    return ns / 1e6
+
+
+def percentile(values, q):
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+
+
+# --- the bench's own nsboxd ----------------------------------------------------
+
+
+class Daemon:
+    def __init__(self, build, image_dir, uid_base, uid_ranges, log_path, warm_pool):
+        self.dir = tempfile.mkdtemp(prefix="nsbox-bench-")
+        os.chmod(self.dir, 0o755)
+        self.socket = os.path.join(self.dir, "nsbox.sock")
+        self.log_path = log_path
+        self.log = open(log_path, "wb")
+        args = [os.path.join(build, "nsboxd"), "--socket", self.socket,
+                "--state-dir", os.path.join(self.dir, "state"), "--image-dir", image_dir,
+                "--log-level", "info", "--max-sandboxes", "256",
+                "--uid-pool-base", str(uid_base), "--uid-pool-ranges", str(uid_ranges)]
+        if warm_pool is not None:
+            args += ["--warm-pool", str(warm_pool)]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NSBOX_")}
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with Client(self.socket, timeout=5) as c:
+                    self.info = c.call("server.info")
+                return
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError("nsboxd did not start:\n" + open(log_path, errors="replace").read())
+                time.sleep(0.02)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return self.proc.returncode
+
+
+# --- crun ----------------------------------------------------------------------
+
+
+def crun_bundle(rootfs, args, work):
+    bundle = tempfile.mkdtemp(prefix="bundle-", dir=work)
+    subprocess.run(["crun", "spec"], cwd=bundle, check=True, capture_output=True)
+    path = os.path.join(bundle, "config.json")
+    with open(path) as f:
+        config = json.load(f)
+    config["process"]["terminal"] = False
+    config["process"]["args"] = args
+    config["root"] = {"path": rootfs, "readonly": True}
+    config["mounts"].append({"destination": "/tmp", "type": "tmpfs", "source": "tmpfs",
+                             "options": ["nosuid", "nodev", "mode=1777"]})
+    with open(path, "w") as f:
+        json.dump(config, f)
+    return bundle
+
+
+def crun_runner():
+    """Runs crun on request (stdin: "BUNDLE ID" lines), answers "NS RC ERR".
+    Started in a private mount namespace when the host's hybrid cgroup
+    layout has to be hidden from crun."""
+    for line in sys.stdin:
+        bundle, cid = line.split()
+        t0 = time.perf_counter_ns()
+        p = subprocess.run(["crun", "run", "--bundle", bundle, cid], stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        t1 = time.perf_counter_ns()
+        err = (p.stderr.decode(errors="replace").strip().splitlines() or [""])[-1]
+        sys.stdout.write(json.dumps([t1 - t0, p.returncode, p.stdout.decode(errors="replace"), err]) + "\n")
+        sys.stdout.flush()
+
+
+class Crun:
+    """crun, straight on the host when it runs there; else in a private mount
+    namespace where the cgroup2 mount of a hybrid host is unmounted (crun
+    refuses hybrid hosts whose cgroup2 mount has controllers)."""
+
+    def __init__(self, rootfs, work):
+        self.note = ""
+        self.error = None
+        self.proc = None
+        self.n = 0
+        if shutil.which("crun") is None:
+            self.error = "crun is not installed"
+            return
+        self.bundles = {"true": crun_bundle(rootfs, TRUE, work), "python": crun_bundle(rootfs, PYTHON, work)}
+        runner = [sys.executable, os.path.abspath(__file__), "--crun-runner"]
+        self.proc = subprocess.Popen(runner, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        _, rc, _, err = self.run_once("true")
+        if rc == 0:
+            return
+        self.stop()
+        first_error = err
+        hidden = "umount /sys/fs/cgroup/unified 2>/dev/null; exec \"$@\""
+        if os.path.ismount("/sys/fs/cgroup/unified"):
+            self.proc = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", hidden,
+                                          "sh", *runner], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         text=True)
+            _, rc, _, err = self.run_once("true")
+            if rc == 0:
+                self.note = ("crun refuses this hybrid host (\"%s\"); it runs in a private mount namespace "
+                             "without /sys/fs/cgroup/unified, with its v1 cgroups" % first_error)
+                return
+            self.stop()
+        self.error = "not runnable on this host: " + first_error
+
+    def run_once(self, which):
+        self.n += 1
+        cid = "nsbox-bench-%d-%d" % (os.getpid(), self.n)
+        self.proc.stdin.write("%s %s\n" % (self.bundles[which], cid))
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def stop(self):
+        if self.proc is not None:
+            self.proc.stdin.close()
+            self.proc.wait()
+            self.proc = None
+
+
+# --- measurements ----------------------------------------------------------------
+
+
+class Variant:
+    def __init__(self, key, label, rounds, fn, base=None):
+        self.key, self.label, self.rounds, self.fn, self.base = key, label, rounds, fn, base
+        self.samples = []
+        self.failures = 0
+        self.last_error = None
+        self.skip_reason = None
+
+    def run(self):
+        try:
+            ns, ok, why = self.fn()
+        except Exception as e:  # a failed round is counted, never fatal
+            ns, ok, why = None, False, "%s: %s" % (type(e).__name__, e)
+        if ok:
+            self.samples.append(ns)
+        else:
+            self.failures += 1
+            self.last_error = why
+
+
+def timed_subprocess(argv, expect=b""):
+    t0 = time.perf_counter_ns()
+    p = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    t1 = time.perf_counter_ns()
+    ok = p.returncode == 0 and p.stdout.strip() == expect
+    return t1 - t0, ok, "rc %d: %s" % (p.returncode, p.stderr.decode(errors="replace").strip()[-300:])
+
+
+def run_interleaved(variants, log):
+    total = max(v.rounds for v in variants if v.skip_reason is None)
+    active = [v for v in variants if v.skip_reason is None]
+    for r in range(total):
+        order = active[r % len(active):] + active[:r % len(active)]
+        for v in order:
+            # v.rounds samples spread evenly over `total` rounds.
+            if len(v.samples) + v.failures < v.rounds and r * v.rounds // total != (r + 1) * v.rounds // total:
+                v.run()
+        if (r + 1) % max(1, total // 10) == 0:
+            log("  round %d/%d" % (r + 1, total))
+
+
+def concurrent_creates(socket_path, n):
+    barrier = threading.Barrier(n + 1)
+    results = [None] * n
+
+    def worker(i):
+        try:
+            c = Client(socket_path, timeout=300)
+        except Exception as e:
+            barrier.wait()
+            results[i] = (False, 0, "connect: %s" % e)
+            return
+        with c:
+            barrier.wait()
+            t0 = time.perf_counter_ns()
+            try:
+                sb = c.call("sandbox.create")
+                results[i] = (True, time.perf_counter_ns() - t0, sb["sandbox_id"])
+            except Exception as e:
+                results[i] = (False, time.perf_counter_ns() - t0, "%s: %s" % (type(e).__name__, e))
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter_ns()
+    for t in threads:
+        t.join()
+    return time.perf_counter_ns() - t0, results
+
+
+def concurrent_removes(socket_path, ids):
+    errors = []
+
+    def worker(chunk):
+        with Client(socket_path, timeout=300) as c:
+            for sid in chunk:
+                try:
+                    c.call("sandbox.remove", sandbox_id=sid, force=True)
+                except Exception as e:
+                    errors.append("%s: %s" % (sid, e))
+
+    chunks = [ids[i::16] for i in range(16)]
+    threads = [threading.Thread(target=worker, args=(ch,)) for ch in chunks if ch]
+    t0 = time.perf_counter_ns()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter_ns() - t0, errors
+
+
+def meminfo():
+    out = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            k, v = line.split(":", 1)
+            out[k] = int(v.split()[0]) * 1024
+    return out
+
+
+def rollup(pid):
+    out = {}
+    with open("/proc/%d/smaps_rollup" % pid) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) == 3 and parts[2] == "kB":
+                out[parts[0].rstrip(":")] = int(parts[1]) * 1024
+    return out
+
+
+def sandbox_processes(uid_base, uid_ranges):
+    """Host processes whose user namespace maps onto the bench daemon's uid
+    pool, grouped by the range (one range per sandbox)."""
+    groups = {}
+    low, high = uid_base, uid_base + uid_ranges * UID_RANGE
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        try:
+            with open("/proc/%d/uid_map" % pid) as f:
+                first = f.readline().split()
+            if len(first) < 2 or not low <= int(first[1]) < high:
+                continue
+            groups.setdefault(int(first[1]), []).append((pid, rollup(pid)))
+        except (OSError, ValueError):
+            continue
+    return groups
+
+
+def sandbox_cgroups(ids):
+    """The v1 memory cgroup (or v2 cgroup) dir of each sandbox id, by name."""
+    ids = set(ids)
+    found = {}
+    for top in ("/sys/fs/cgroup/memory", "/sys/fs/cgroup"):
+        if not os.path.isdir(top):
+            continue
+        for dirpath, dirnames, _ in os.walk(top):
+            for d in list(dirnames):
+                if d in ids:
+                    found[d] = os.path.join(dirpath, d)
+                    dirnames.remove(d)
+            if len(found) == len(ids):
+                return found
+        if found:
+            return found
+    return found
+
+
+def read_int(path):
+    try:
+        with open(path) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def cgroup_memory(dirs):
+    usage = kmem = 0
+    n = 0
+    for d in dirs.values():
+        u = read_int(os.path.join(d, "memory.usage_in_bytes"))
+        if u is None:
+            u = read_int(os.path.join(d, "memory.current"))
+        k = read_int(os.path.join(d, "memory.kmem.usage_in_bytes"))
+        if k is None:
+            try:
+                with open(os.path.join(d, "memory.stat")) as f:
+                    stat = dict(line.split() for line in f)
+                k = sum(int(stat.get(key, 0)) for key in ("kernel", "sock"))
+                if "kernel" not in stat:
+                    k = sum(int(stat.get(key, 0)) for key in
+                            ("kernel_stack", "pagetables", "percpu", "sock", "slab"))
+            except OSError:
+                k = None
+        if u is not None:
+            usage += u
+            n += 1
+        if k is not None:
+            kmem += k
+    return n, usage, kmem
+
+
+# --- the run ---------------------------------------------------------------------
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(REPO, "build"))
+    ap.add_argument("--image-dir", default="/var/lib/nsbox/images")
+    ap.add_argument("--image", default="python")
+    ap.add_argument("--oneshot-rounds", type=int, default=30)
+    ap.add_argument("--warm-rounds", type=int, default=200)
+    ap.add_argument("--concurrent", type=int, default=200)
+    ap.add_argument("--warm-pool", type=int, default=None, help="nsboxd --warm-pool (default: nsboxd's own)")
+    ap.add_argument("--uid-pool-base", type=int, default=2000000000)
+    ap.add_argument("--uid-pool-ranges", type=int, default=512)
+    ap.add_argument("--out", default=None, help="dir for bench.md/bench.json (default: the build dir)")
+    ap.add_argument("--reproduce", default=None, help="the command printed under the table")
+    ap.add_argument("--crun-runner", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.crun_runner:
+        return crun_runner()
+
+    build = os.path.abspath(a.build)
+    out_dir = os.path.abspath(a.out or build)
+    rootfs = os.path.join(a.image_dir, a.image, "rootfs")
+    reproduce = a.reproduce or "/usr/bin/python3 tests/bench/bench.py --build %s" % os.path.relpath(build, REPO)
+    if os.geteuid() != 0:
+        sys.exit("bench: run as root (nsboxd, bwrap with --unshare-all and crun need it)")
+    for tool in ("bwrap",):
+        if shutil.which(tool) is None:
+            sys.exit("bench: %s is missing (make deps-bench installs it)" % tool)
+    if not os.path.isdir(rootfs):
+        sys.exit("bench: no image at %s (make image builds it)" % rootfs)
+
+    started = time.monotonic()
+
+    def log(msg):
+        print("[%6.1fs] %s" % (time.monotonic() - started, msg), flush=True)
+
+    work = tempfile.mkdtemp(prefix="nsbox-bench-work-")
+    daemon = Daemon(build, a.image_dir, a.uid_pool_base, a.uid_pool_ranges,
+                    os.path.join(out_dir, "bench-nsboxd.log"), a.warm_pool)
+    crun = None
+    try:
+        log("nsboxd %s on %s (cgroup %s, uid isolation %s)" % (daemon.info.get("version"), daemon.socket,
+                                                               daemon.info.get("cgroup"),
+                                                               daemon.info.get("uid_isolation")))
+        crun = Crun(rootfs, work)
+        log("crun: " + ("runs" if crun.error is None else crun.error) + (" — " + crun.note if crun.note else ""))
+
+        client = Client(daemon.socket, timeout=300)
+        warm = client.call("sandbox.create")["sandbox_id"]
+        client.call("python.run", sandbox_id=warm, code="x = 0", stateful=True)
+        nsbox = os.path.join(build, "nsbox")
+        bwrap = ["bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", rootfs, "/", "--proc", "/proc",
+                 "--dev", "/dev", "--tmpfs", "/tmp", "--"]
+
+        def c_exec(argv, expect):
+            def f():
+                t0 = time.perf_counter_ns()
+                r = client.call("sandbox.exec", sandbox_id=warm, argv=argv)
+                t1 = time.perf_counter_ns()
+                return t1 - t0, r["exit_code"] == 0 and r["stdout"].strip() == expect, r["stderr"][-300:]
+            return f
+
+        def c_create_exec_remove(argv, expect):
+            def f():
+                t0 = time.perf_counter_ns()
+                sid = client.call("sandbox.create")["sandbox_id"]
+                r = client.call("sandbox.exec", sandbox_id=sid, argv=argv)
+                client.call("sandbox.remove", sandbox_id=sid, force=True)
+                t1 = time.perf_counter_ns()
+                return t1 - t0, r["exit_code"] == 0 and r["stdout"].strip() == expect, r["stderr"][-300:]
+            return f
+
+        stateful_count = [0]
+
+        def c_stateful():
+            t0 = time.perf_counter_ns()
+            r = client.call("python.run", sandbox_id=warm, code="x += 1", stateful=True)
+            t1 = time.perf_counter_ns()
+            if r.get("status") == "ok":
+                stateful_count[0] += 1
+            return t1 - t0, r.get("status") == "ok", r.get("stderr", "")[-300:]
+
+        def crun_fn(which, expect):
+            def f():
+                ns, rc, out, err = crun.run_once(which)
+                return ns, rc == 0 and out.strip() == expect, "rc %d: %s" % (rc, err)
+            return f
+
+        O, W = a.oneshot_rounds, a.warm_rounds
+        variants = [
+            Variant("host_true", "host /bin/true, no sandbox (spawn cost of the driver)", O,
+                    lambda: timed_subprocess(TRUE), "bwrap_true"),
+            Variant("bwrap_true", "bwrap one-shot /bin/true", O, lambda: timed_subprocess(bwrap + TRUE),
+                    "bwrap_true"),
+            Variant("bwrap_python", "bwrap one-shot python3 -c 'print(1)'", O,
+                    lambda: timed_subprocess(bwrap + PYTHON, b"1"), "bwrap_python"),
+            Variant("crun_true", "crun one-shot /bin/true", O, crun_fn("true", ""), "bwrap_true"),
+            Variant("crun_python", "crun one-shot python3 -c 'print(1)'", O, crun_fn("python", "1"),
+                    "bwrap_python"),
+            Variant("run_true", "nsbox run -- /bin/true (CLI, through the daemon)", O,
+                    lambda: timed_subprocess([nsbox, "--socket", daemon.socket, "run", "--"] + TRUE),
+                    "bwrap_true"),
+            Variant("run_python", "nsbox run -- python3 -c 'print(1)'", O,
+                    lambda: timed_subprocess([nsbox, "--socket", daemon.socket, "run", "--"] + PYTHON, b"1"),
+                    "bwrap_python"),
+            Variant("cer_true", "nsbox create + exec /bin/true + remove (client)", O,
+                    c_create_exec_remove(TRUE, ""), "bwrap_true"),
+            Variant("cer_python", "nsbox create + exec python3 -c 'print(1)' + remove", O,
+                    c_create_exec_remove(PYTHON, "1"), "bwrap_python"),
+            Variant("exec_true", "nsbox warm exec /bin/true", W, c_exec(TRUE, ""), "bwrap_true"),
+            Variant("exec_python", "nsbox warm exec python3 -c 'print(1)'", W, c_exec(PYTHON, "1"),
+                    "bwrap_python"),
+            Variant("stateful", "nsbox python.run stateful x += 1", W, c_stateful, "bwrap_true"),
+        ]
+        if crun.error is not None:
+            for v in variants:
+                if v.key.startswith("crun_"):
+                    v.skip_reason = "crun: " + crun.error
+        log("interleaved rounds: %d warm, %d one-shot per variant, %d variants" %
+            (W, O, sum(v.skip_reason is None for v in variants)))
+        run_interleaved(variants, log)
+        final = client.call("python.run", sandbox_id=warm, code="x", stateful=True).get("result")
+        stateful_ok = final == str(stateful_count[0])
+        if not stateful_ok:
+            log("stateful check FAILED: x is %r after %d increments" % (final, stateful_count[0]))
+        client.call("sandbox.remove", sandbox_id=warm, force=True)
+        client.close()
+
+        # --- 200 concurrent creations, then idle ---
+        log("creating %d sandboxes concurrently" % a.concurrent)
+        time.sleep(1)
+        groups_before = sandbox_processes(a.uid_pool_base, a.uid_pool_ranges)
+        mem_before = meminfo()
+        daemon_before = rollup(daemon.proc.pid)
+        wall, results = concurrent_creates(daemon.socket, a.concurrent)
+        ids = [r[2] for r in results if r[0]]
+        failures = [r[2] for r in results if not r[0]]
+        lat = [r[1] for r in results if r[0]]
+        log("created %d in %.2f s, %d failures%s" % (len(ids), wall / 1e9, len(failures),
+                                                     (": " + failures[0]) if failures else ""))
+        time.sleep(3)  # settle: pool refills, lazy frees
+        groups = sandbox_processes(a.uid_pool_base, a.uid_pool_ranges)
+        mem_after = meminfo()
+        daemon_after = rollup(daemon.proc.pid)
+        n_groups = len(groups)
+        n_new = max(1, n_groups - len(groups_before))
+        procs = sum(len(p) for p in groups.values())
+        rss = sum(r.get("Rss", 0) for p in groups.values() for _, r in p)
+        pss = sum(r.get("Pss", 0) for p in groups.values() for _, r in p)
+        cg_dirs = sandbox_cgroups(ids)
+        n_cg, cg_usage, cg_kmem = cgroup_memory(cg_dirs)
+        avail_drop = mem_before["MemAvailable"] - mem_after["MemAvailable"]
+        daemon_growth = daemon_after.get("Rss", 0) - daemon_before.get("Rss", 0)
+        slab_drop = (mem_after["Slab"] - mem_before["Slab"])
+        log("removing them")
+        rm_wall, rm_errors = concurrent_removes(daemon.socket, ids)
+        time.sleep(3)
+        mem_removed = meminfo()
+        avail_rise = mem_removed["MemAvailable"] - mem_after["MemAvailable"]
+        memory = {
+            "sandboxes_measured": n_groups, "processes": procs,
+            "rss_mib": rss / n_groups / 2**20 if n_groups else None,
+            "pss_mib": pss / n_groups / 2**20 if n_groups else None,
+            "cgroups_found": n_cg,
+            "cgroup_usage_mib": cg_usage / n_cg / 2**20 if n_cg else None,
+            "cgroup_kmem_mib": cg_kmem / n_cg / 2**20 if n_cg else None,
+            "memavailable_drop_mib": avail_drop / n_new / 2**20,
+            "memavailable_rise_on_remove_mib": avail_rise / n_new / 2**20,
+            "slab_growth_mib": slab_drop / n_new / 2**20,
+            "daemon_rss_growth_mib": daemon_growth / n_new / 2**20,
+        }
+        memory["headline_mib"] = ((rss / n_groups if n_groups else 0) + (cg_kmem / n_cg if n_cg else 0)) / 2**20
+        concurrent = {
+            "n": a.concurrent, "created": len(ids), "failures": len(failures),
+            "first_failure": failures[0] if failures else None,
+            "seconds": wall / 1e9, "per_second": len(ids) / (wall / 1e9) if wall else 0,
+            "latency_median_ms": ms(statistics.median(lat)) if lat else None,
+            "latency_p90_ms": ms(percentile(lat, 0.9)) if lat else None,
+            "remove_seconds": rm_wall / 1e9, "remove_failures": len(rm_errors),
+        }
+    finally:
+        if crun is not None:
+            crun.stop()
+        rc = daemon.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    if rc != 0:
+        log("nsboxd exited with %s (log: %s)" % (rc, daemon.log_path))
+
+    report = build_report(variants, concurrent, memory, stateful_ok, crun, reproduce,
+                          time.monotonic() - started, a)
+    print()
+    print(report["markdown"])
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "bench.md"), "w") as f:
+        f.write(report["markdown"])
+    with open(os.path.join(out_dir, "bench.json"), "w") as f:
+        json.dump(report["json"], f, indent=2)
+    print("written: %s/bench.md, %s/bench.json" % (out_dir, out_dir))
+    # Missed performance targets are results; failures are bugs.
+    broken = [v.label for v in variants if v.failures] + \
+        (["%d of %d concurrent creations" % (concurrent["failures"], concurrent["n"])] if concurrent["failures"] else []) + \
+        (["stateful state check"] if not stateful_ok else [])
+    if broken:
+        print("bench: FAILED: " + "; ".join(broken), file=sys.stderr)
+        return 1
+    return 0
+
+
+TARGETS = {  # key → (max ratio, or max ms when absolute)
+    "exec_true": ("ratio", 0.25),
+    "cer_true": ("ratio", 1.0),
+    "exec_python": ("ratio", 0.85),
+    "stateful": ("ms", 1.0),
+}
+
+
+def build_report(variants, concurrent, memory, stateful_ok, crun, reproduce, seconds, a):
+    by_key = {v.key: v for v in variants}
+
+    def median(v):
+        return ms(statistics.median(v.samples)) if v.samples else None
+
+    lines = []
+    rows = []
+    lines.append("| variant | n | median ms | p90 ms | × bwrap one-shot | target |")
+    lines.append("|---|---:|---:|---:|---:|---|")
+    for v in variants:
+        if v.skip_reason is not None:
+            lines.append("| %s | – | – | – | – | %s |" % (v.label, v.skip_reason))
+            rows.append({"key": v.key, "label": v.label, "skipped": v.skip_reason})
+            continue
+        m = median(v)
+        base = median(by_key[v.base]) if v.base else None
+        ratio = m / base if m is not None and base else None
+        p90 = ms(percentile(v.samples, 0.9)) if v.samples else None
+        target = ""
+        if v.key in TARGETS:
+            kind, limit = TARGETS[v.key]
+            if kind == "ratio" and ratio is not None:
+                target = "≤ %.2f× %s" % (limit, "met" if ratio <= limit else "MISSED")
+            elif kind == "ms" and m is not None:
+                target = "< %g ms %s" % (limit, "met" if m < limit else "MISSED")
+        if v.key == "stateful" and not stateful_ok:
+            target += " (state check FAILED)"
+        if v.failures:
+            target += " %d failed: %s" % (v.failures, (v.last_error or "")[:120].replace("|", "/"))
+        digits = 3 if v.key == "stateful" else 2
+        lines.append("| %s | %d | %s | %s | %s | %s |" % (
+            v.label, len(v.samples), "%.*f" % (digits, m) if m is not None else "–",
+            "%.*f" % (digits, p90) if p90 is not None else "–",
+            "%.2f×" % ratio if ratio is not None else "–", target))
+        rows.append({"key": v.key, "label": v.label, "n": len(v.samples), "failures": v.failures,
+                     "median_ms": m, "p90_ms": p90, "ratio": ratio, "base": v.base, "target": target.strip()})
+
+    c, mem = concurrent, memory
+    lines.append("")
+    lines.append("| %d concurrent creations, then idle | value | target |" % c["n"])
+    lines.append("|---|---:|---|")
+    lines.append("| wall time for all | %.2f s | |" % c["seconds"])
+    lines.append("| creations per second | %.1f | |" % c["per_second"])
+    lines.append("| failures | %d | 0 %s |" % (c["failures"], "met" if c["failures"] == 0 else
+                                                "MISSED: " + str(c["first_failure"])[:120]))
+    lines.append("| latency of one create under that load, median / p90 | %.1f / %.1f ms | |" % (
+        c["latency_median_ms"] or 0, c["latency_p90_ms"] or 0))
+
+    def f(x):
+        return "%.2f MiB" % x if x is not None else "–"
+    headline = mem["headline_mib"]
+    lines.append("| host memory per idle sandbox: RSS of its processes + kernel memory of its cgroup | %s | "
+                 "≤ 2 MiB %s |" % (f(headline), "met" if headline <= 2 else "MISSED"))
+    lines.append("| … RSS / PSS of its processes (%d processes in %d sandboxes) | %s / %s | |" % (
+        mem["processes"], mem["sandboxes_measured"], f(mem["rss_mib"]), f(mem["pss_mib"])))
+    lines.append("| … its cgroup: all charged / kernel (%d cgroups) | %s / %s | |" % (
+        mem["cgroups_found"], f(mem["cgroup_usage_mib"]), f(mem["cgroup_kmem_mib"])))
+    lines.append("| … cross-check, per sandbox: host MemAvailable drop on create / rise on remove (noisy on "
+                 "a shared host) | %s / %s | |" % (f(mem["memavailable_drop_mib"]),
+                                                  f(mem["memavailable_rise_on_remove_mib"])))
+    lines.append("| … kernel memory outside its cgroup, per sandbox: host Slab growth / nsboxd RSS growth "
+                 "| %s / %s | |" % (f(mem["slab_growth_mib"]), f(mem["daemon_rss_growth_mib"])))
+    lines.append("| removing all of them (16 clients) | %.2f s, %d failures | |" % (
+        c["remove_seconds"], c["remove_failures"]))
+    lines.append("")
+    lines.append("Medians of interleaved rounds (%d one-shot, %d warm per variant) on %s, kernel %s, %d CPUs; "
+                 "bench took %.0f s. Ratios: to bwrap's one-shot of the same command (python rows to bwrap "
+                 "python, the rest to bwrap true). bwrap: `--unshare-all --die-with-parent --ro-bind ROOTFS / "
+                 "--proc /proc --dev /dev --tmpfs /tmp`; crun: `crun spec` defaults (pid, net, ipc, uts, mount "
+                 "namespaces, read-only root = the image, + tmpfs /tmp)." % (
+                     a.oneshot_rounds, a.warm_rounds, platform.node() or "this host", platform.release(),
+                     os.cpu_count(), seconds))
+    if crun.note:
+        lines.append("Note: " + crun.note + ".")
+    lines.append("")
+    lines.append("Reproduce: `%s`" % reproduce)
+    md = "\n".join(lines) + "\n"
+    return {"markdown": md, "json": {"rows": rows, "concurrent": concurrent, "memory": memory,
+                                     "stateful_state_ok": stateful_ok, "crun_note": crun.note,
+                                     "crun_error": crun.error, "seconds": seconds, "kernel": platform.release(),
+                                     "cpus": os.cpu_count(), "reproduce": reproduce}}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
