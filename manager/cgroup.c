@@ -1,75 +1,927 @@
-/* Placeholder until the cgroup v2/v1 implementation lands: no limits. */
+/* Resource limits of sandboxes.
+ *
+ * cgroup v2: nsboxd works inside the cgroup it was started in (a delegated
+ * subtree, e.g. systemd Delegate=yes). It moves itself into a leaf of its own
+ * so that the controllers can be enabled (no internal processes), then lays
+ * out
+ *     <own>/nsbox-<hash>/<sandbox id>/          limits: memory.max,
+ * memory.swap.max, pids.max, cpu.max <own>/nsbox-<hash>/<sandbox id>/init the
+ * sandbox init (CLONE_INTO_CGROUP) <own>/nsbox-<hash>/<sandbox id>/exec-N one
+ * leaf per exec, memory.oom.group=1
+ *
+ * cgroup v1 / hybrid: the same layout under nsboxd's own cgroup in each of the
+ * memory, pids, cpu and cpuacct hierarchies; the init stays in the sandbox
+ * dir itself and only the pids hierarchy gets the per-exec leaves, which is
+ * all killing an exec needs. The v1 freezer is deliberately not used: a
+ * daemon killed between FROZEN and THAWED would leave processes stuck in D
+ * state for good, and the pids limit already bounds what a kill loop faces.
+ *
+ * <hash> is derived from the state dir, so that two daemons started from the
+ * same cgroup (tests run several at once) never touch each other's trees. */
 #include "cgroup.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "daemon.h"
+#include "log.h"
+
+enum controller { CTRL_MEMORY, CTRL_PIDS, CTRL_CPU, CTRL_CPUACCT, CTRL_COUNT };
+
+static const char *const controller_names[CTRL_COUNT] = { "memory", "pids", "cpu", "cpuacct" };
+
+/* Controllers without which a sandbox would run with a limit unenforced. */
+#define REQUIRED_CONTROLLERS ((1u << CTRL_MEMORY) | (1u << CTRL_PIDS) | (1u << CTRL_CPU))
+
+/* One mounted hierarchy: its parent of the sandbox dirs, <own>/nsbox-<hash>. */
+struct hierarchy {
+        char *parent;
+        unsigned controllers; /* bitmask of enum controller */
+};
+
+#define MAX_HIERARCHIES CTRL_COUNT
+
+static struct {
+        enum cgroup_mode mode;
+        bool degraded;
+        pid_t owner_pid; /* atexit runs in nsboxd only, not in forked children */
+        char name[32];   /* nsbox-<hash> */
+        struct hierarchy hier[MAX_HIERARCHIES];
+        unsigned n_hier;
+        int by_controller[CTRL_COUNT]; /* index into hier, or -1 */
+        int exec_hier;                 /* where the exec leaves live, or -1 */
+        bool have_memsw, have_swap_max, have_kill;
+} cg = { .mode = CGROUP_NONE, .degraded = true, .exec_hier = -1 };
 
 struct sandbox_cgroup {
-        int unused;
+        char *dir[MAX_HIERARCHIES]; /* <parent>/<id> in each hierarchy */
 };
+
+/* --- small file helpers ----------------------------------------------------
+ */
+
+static int write_string(const char *path, const char *value)
+{
+        _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        size_t len = strlen(value);
+        ssize_t n = write(fd, value, len);
+        if (n < 0)
+                return -errno;
+        return (size_t)n == len ? 0 : -EIO;
+}
+
+static int write_at(const char *dir, const char *file, const char *value)
+{
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/%s", dir, file);
+        return write_string(path, value);
+}
+
+static ssize_t read_at(const char *dir, const char *file, char *buf, size_t size)
+{
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/%s", dir, file);
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        size_t len = 0;
+        while (len + 1 < size) {
+                ssize_t n = read(fd, buf + len, size - 1 - len);
+                if (n < 0)
+                        return -errno;
+                if (n == 0)
+                        break;
+                len += (size_t)n;
+        }
+        buf[len] = '\0';
+        return (ssize_t)len;
+}
+
+static bool exists_at(const char *dir, const char *file)
+{
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/%s", dir, file);
+        return access(path, F_OK) == 0;
+}
+
+/* A file holding one number ("max" counts as unknown). */
+static int read_u64_at(const char *dir, const char *file, uint64_t *out)
+{
+        char buf[64];
+        if (dir == NULL || read_at(dir, file, buf, sizeof(buf)) <= 0)
+                return -ENOENT;
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(buf, &end, 10);
+        if (errno != 0 || end == buf)
+                return -EINVAL;
+        *out = v;
+        return 0;
+}
+
+/* A "key value" per line file (memory.events, cpu.stat, memory.oom_control). */
+static int read_keyed_at(const char *dir, const char *file, const char *key, uint64_t *out)
+{
+        char buf[4096];
+        if (dir == NULL || read_at(dir, file, buf, sizeof(buf)) < 0)
+                return -ENOENT;
+        size_t klen = strlen(key);
+        for (char *line = buf; line != NULL && *line != '\0';) {
+                char *next = strchr(line, '\n');
+                if (next != NULL)
+                        *next++ = '\0';
+                if (strncmp(line, key, klen) == 0 && line[klen] == ' ') {
+                        *out = strtoull(line + klen + 1, NULL, 10);
+                        return 0;
+                }
+                line = next;
+        }
+        return -ENOENT;
+}
+
+static void sleep_ms(long ms)
+{
+        struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L };
+        nanosleep(&ts, NULL);
+}
+
+/* --- killing and removing trees ------------------------------------------- */
+
+/* SIGKILL every process listed in dir and below it; returns how many. */
+static unsigned kill_listed(const char *dir)
+{
+        unsigned killed = 0;
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+        FILE *f = fopen(path, "re");
+        if (f != NULL) {
+                long pid;
+                while (fscanf(f, "%ld", &pid) == 1) {
+                        if (pid > 0 && pid != getpid() && kill((pid_t)pid, SIGKILL) == 0)
+                                killed++;
+                }
+                fclose(f);
+        }
+        DIR *d = opendir(dir);
+        if (d == NULL)
+                return killed;
+        struct dirent *de;
+        while ((de = readdir(d)) != NULL) {
+                if (de->d_type != DT_DIR || de->d_name[0] == '.')
+                        continue;
+                snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+                killed += kill_listed(path);
+        }
+        closedir(d);
+        return killed;
+}
+
+/* SIGKILL everything in a cgroup tree. v2: cgroup.kill, atomic against forks.
+ * v1: kill what is listed until nothing is left; a process forked between a
+ * read of cgroup.procs and the kills is caught by the next round, and the
+ * pids limit bounds how many there can be. */
+static void kill_tree(const char *dir)
+{
+        if (cg.mode == CGROUP_V2 && cg.have_kill && write_at(dir, "cgroup.kill", "1") == 0)
+                return;
+        for (int i = 0; i < 200 && kill_listed(dir) > 0; i++)
+                sleep_ms(1);
+}
+
+/* rmdir a cgroup and its children. A killed task leaves its cgroup when it
+ * exits, a moment after the signal: retry briefly on EBUSY. */
+static int remove_tree(const char *dir, int wait_ms)
+{
+        DIR *d = opendir(dir);
+        if (d == NULL)
+                return errno == ENOENT ? 0 : -errno;
+        struct dirent *de;
+        int r = 0;
+        while ((de = readdir(d)) != NULL) {
+                if (de->d_type != DT_DIR || de->d_name[0] == '.')
+                        continue;
+                char path[4096];
+                snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+                int rr = remove_tree(path, wait_ms);
+                if (rr < 0)
+                        r = rr;
+        }
+        closedir(d);
+        for (int waited = 0;; waited += 2) {
+                if (rmdir(dir) == 0 || errno == ENOENT)
+                        return 0;
+                if (errno != EBUSY || waited >= wait_ms)
+                        return r < 0 ? r : -errno;
+                sleep_ms(2);
+        }
+}
+
+/* --- discovery --------------------------------------------------------------
+ */
+
+static void hash_name(const char *state_dir, char *out, size_t len)
+{
+        /* FNV-1a: stable across runs and trivial to recompute in tests. */
+        uint32_t h = 2166136261u;
+        for (const unsigned char *p = (const unsigned char *)state_dir; *p; p++) {
+                h ^= *p;
+                h *= 16777619u;
+        }
+        snprintf(out, len, "nsbox-%08" PRIx32, h);
+}
+
+/* Our path in the v1 hierarchy of controller `want`, or in the unified
+ * hierarchy ("0::path") when want is NULL. */
+static char *own_cgroup_path(const char *want)
+{
+        FILE *f = fopen("/proc/self/cgroup", "re");
+        if (f == NULL)
+                return NULL;
+        char line[4096];
+        char *found = NULL;
+        while (found == NULL && fgets(line, sizeof(line), f) != NULL) {
+                line[strcspn(line, "\n")] = '\0';
+                char *ctrls = strchr(line, ':');
+                char *path = ctrls ? strchr(ctrls + 1, ':') : NULL;
+                if (path == NULL)
+                        continue;
+                *ctrls++ = '\0';
+                *path++ = '\0';
+                if (want == NULL) {
+                        if (strcmp(line, "0") == 0 && ctrls[0] == '\0')
+                                found = strdup(path);
+                        continue;
+                }
+                char *save = NULL;
+                for (char *c = strtok_r(ctrls, ",", &save); c != NULL; c = strtok_r(NULL, ",", &save))
+                        if (strcmp(c, want) == 0)
+                                found = strdup(path);
+        }
+        fclose(f);
+        return found;
+}
+
+/* Mount point of the cgroup2 fs (want == NULL) or of the v1 hierarchy with
+ * controller `want`; *root is the mount's root within the hierarchy. */
+static char *find_mount(const char *want, char **root, char **options)
+{
+        FILE *f = fopen("/proc/self/mountinfo", "re");
+        if (f == NULL)
+                return NULL;
+        char *line = NULL;
+        size_t cap = 0;
+        char *found = NULL;
+        while (found == NULL && getline(&line, &cap, f) > 0) {
+                line[strcspn(line, "\n")] = '\0';
+                char *sep = strstr(line, " - ");
+                if (sep == NULL)
+                        continue;
+                *sep = '\0';
+                char fstype[64], source[256], opts[1024];
+                if (sscanf(sep + 3, "%63s %255s %1023s", fstype, source, opts) != 3)
+                        continue;
+                char mroot[4096], mpoint[4096];
+                if (sscanf(line, "%*s %*s %*s %4095s %4095s", mroot, mpoint) != 2)
+                        continue;
+                if (want == NULL) {
+                        if (strcmp(fstype, "cgroup2") != 0)
+                                continue;
+                } else {
+                        if (strcmp(fstype, "cgroup") != 0)
+                                continue;
+                        bool match = false;
+                        char *save = NULL;
+                        char copy[1024];
+                        snprintf(copy, sizeof(copy), "%s", opts);
+                        for (char *o = strtok_r(copy, ",", &save); o != NULL; o = strtok_r(NULL, ",", &save))
+                                if (strcmp(o, want) == 0)
+                                        match = true;
+                        if (!match)
+                                continue;
+                }
+                found = strdup(mpoint);
+                *root = strdup(mroot);
+                if (options != NULL)
+                        *options = strdup(opts);
+        }
+        free(line);
+        fclose(f);
+        return found;
+}
+
+/* <mount point>/<own path relative to the mount's root> */
+static char *join_own_dir(const char *mount_point, const char *mount_root, const char *own)
+{
+        const char *rel = own;
+        size_t rlen = strlen(mount_root);
+        if (strcmp(mount_root, "/") != 0 && strncmp(own, mount_root, rlen) == 0)
+                rel = own + rlen;
+        while (*rel == '/')
+                rel++;
+        char *dir;
+        if (asprintf(&dir, "%s%s%s", mount_point, *rel ? "/" : "", rel) < 0)
+                return NULL;
+        return dir;
+}
+
+/* Kill and remove what a previous nsboxd with the same state dir left behind
+ * (it may have crashed with sandboxes running). */
+static void clean_stale(const char *parent)
+{
+        DIR *d = opendir(parent);
+        if (d == NULL)
+                return;
+        struct dirent *de;
+        while ((de = readdir(d)) != NULL) {
+                if (de->d_type != DT_DIR || de->d_name[0] == '.')
+                        continue;
+                char path[4096];
+                snprintf(path, sizeof(path), "%s/%s", parent, de->d_name);
+                log_warn("cgroup: removing stale %s", path);
+                kill_tree(path);
+                int r = remove_tree(path, 1000);
+                if (r < 0)
+                        log_error("cgroup: cannot remove stale %s: %s", path, strerror(-r));
+        }
+        closedir(d);
+}
+
+/* A daemon that was SIGKILLed leaves its empty nsbox-<hash> behind. rmdir
+ * never removes a cgroup that still has children, and a live daemon whose
+ * parent vanishes recreates it (ensure_parent), so this is safe next to
+ * other daemons. */
+static void reap_empty_siblings(const char *own_dir)
+{
+        DIR *d = opendir(own_dir);
+        if (d == NULL)
+                return;
+        struct dirent *de;
+        while ((de = readdir(d)) != NULL) {
+                if (de->d_type != DT_DIR || strcmp(de->d_name, cg.name) == 0 ||
+                    (strncmp(de->d_name, "nsbox-", 6) != 0 && strncmp(de->d_name, "nsboxd-", 7) != 0))
+                        continue;
+                char path[4096];
+                snprintf(path, sizeof(path), "%s/%s", own_dir, de->d_name);
+                if (rmdir(path) == 0)
+                        log_debug("cgroup: removed empty %s of a daemon gone", path);
+        }
+        closedir(d);
+}
+
+/* The parent of the sandbox dirs in hierarchy i, created again if another
+ * daemon's reap_empty_siblings took it while we had no sandbox. */
+static int ensure_parent(unsigned i)
+{
+        struct hierarchy *h = &cg.hier[i];
+        if (mkdir(h->parent, 0755) < 0 && errno != EEXIST)
+                return -errno;
+        if (cg.mode != CGROUP_V2)
+                return 0;
+        for (int c = 0; c < CTRL_COUNT; c++) {
+                if (!(h->controllers & (1u << c)) || c == CTRL_CPUACCT)
+                        continue;
+                char buf[32];
+                snprintf(buf, sizeof(buf), "+%s", controller_names[c]);
+                int r = write_at(h->parent, "cgroup.subtree_control", buf);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+static int make_sandbox_dir(unsigned i, const char *dir)
+{
+        for (int attempt = 0; attempt < 2; attempt++) {
+                int r = ensure_parent(i);
+                if (r < 0)
+                        return r;
+                if (mkdir(dir, 0755) == 0)
+                        return 0;
+                if (errno != ENOENT)
+                        return -errno;
+        }
+        return -ENOENT;
+}
+
+static int add_hierarchy(const char *own_dir, unsigned controllers, nsbox_error_t **err)
+{
+        struct hierarchy *h = &cg.hier[cg.n_hier];
+        reap_empty_siblings(own_dir);
+        if (asprintf(&h->parent, "%s/%s", own_dir, cg.name) < 0)
+                return nsbox_error(err, ENOMEM, "cgroup path");
+        if (mkdir(h->parent, 0755) < 0 && errno != EEXIST) {
+                int e = errno;
+                nsbox_error(err, e, "create cgroup %s", h->parent);
+                free(h->parent);
+                h->parent = NULL;
+                return -e;
+        }
+        h->controllers = controllers;
+        for (int c = 0; c < CTRL_COUNT; c++)
+                if (controllers & (1u << c))
+                        cg.by_controller[c] = (int)cg.n_hier;
+        cg.n_hier++;
+        return 0;
+}
+
+static unsigned v1_available(void)
+{
+        unsigned mask = 0;
+        for (int c = 0; c < CTRL_COUNT; c++) {
+                _cleanup_free_ char *root = NULL;
+                _cleanup_free_ char *mnt = find_mount(controller_names[c], &root, NULL);
+                _cleanup_free_ char *own = own_cgroup_path(controller_names[c]);
+                if (mnt != NULL && own != NULL)
+                        mask |= 1u << c;
+        }
+        return mask;
+}
+
+static unsigned v2_available(char **own_dir_out)
+{
+        _cleanup_free_ char *root = NULL;
+        _cleanup_free_ char *mnt = find_mount(NULL, &root, NULL);
+        _cleanup_free_ char *own = own_cgroup_path(NULL);
+        if (mnt == NULL || own == NULL)
+                return 0;
+        char *dir = join_own_dir(mnt, root, own);
+        if (dir == NULL)
+                return 0;
+        char buf[1024];
+        unsigned mask = 0;
+        if (read_at(dir, "cgroup.controllers", buf, sizeof(buf)) >= 0) {
+                char *save = NULL;
+                for (char *w = strtok_r(buf, " \n", &save); w != NULL; w = strtok_r(NULL, " \n", &save))
+                        for (int c = 0; c < CTRL_COUNT; c++)
+                                if (strcmp(w, controller_names[c]) == 0)
+                                        mask |= 1u << c;
+        }
+        /* cpu.stat (usage) and cgroup.kill need no controller in v2. */
+        mask |= 1u << CTRL_CPUACCT;
+        *own_dir_out = dir;
+        return mask;
+}
+
+static void missing_names(unsigned missing, char *buf, size_t len)
+{
+        buf[0] = '\0';
+        for (int c = 0; c < CTRL_COUNT; c++) {
+                if (!(missing & (1u << c)))
+                        continue;
+                size_t used = strlen(buf);
+                snprintf(buf + used, len - used, "%s%s", used ? ", " : "", controller_names[c]);
+        }
+}
+
+static void cgroup_atexit(void)
+{
+        if (getpid() != cg.owner_pid)
+                return;
+        for (unsigned i = 0; i < cg.n_hier; i++)
+                if (cg.hier[i].parent != NULL && rmdir(cg.hier[i].parent) < 0 && errno != ENOENT)
+                        log_warn("cgroup: cannot remove %s: %s", cg.hier[i].parent, strerror(errno));
+}
+
+static int v2_init(char *own_dir, unsigned available, nsbox_error_t **err)
+{
+        _cleanup_free_ char *dir = own_dir;
+        char buf[256];
+
+        cg.mode = CGROUP_V2;
+        /* No internal processes: controllers can only be handed to children of
+         * a cgroup that holds no process, so nsboxd leaves its own cgroup for a
+         * leaf (the root cgroup is exempt). */
+        _cleanup_free_ char *own = own_cgroup_path(NULL);
+        if (own != NULL && strcmp(own, "/") != 0) {
+                char leaf[4096];
+                snprintf(leaf, sizeof(leaf), "%s/nsboxd-%s", dir, cg.name + strlen("nsbox-"));
+                if (mkdir(leaf, 0755) < 0 && errno != EEXIST)
+                        return nsbox_error(err, errno, "cgroup v2: create %s", leaf);
+                if (write_at(leaf, "cgroup.procs", "0") < 0)
+                        return nsbox_error(err, errno, "cgroup v2: move nsboxd into %s", leaf);
+        }
+        unsigned enabled = 1u << CTRL_CPUACCT;
+        for (int c = 0; c < CTRL_COUNT; c++) {
+                if (!(available & (1u << c)) || c == CTRL_CPUACCT)
+                        continue;
+                snprintf(buf, sizeof(buf), "+%s", controller_names[c]);
+                int r = write_at(dir, "cgroup.subtree_control", buf);
+                if (r < 0)
+                        log_warn("cgroup v2: enable %s in %s: %s%s", controller_names[c], dir, strerror(-r),
+                                 r == -EBUSY ? " (other processes live in nsboxd's cgroup: give nsboxd a "
+                                               "delegated cgroup of its own, e.g. systemd Delegate=yes)"
+                                             : "");
+                else
+                        enabled |= 1u << c;
+        }
+        int r = add_hierarchy(dir, enabled, err);
+        if (r < 0)
+                return r;
+        const char *parent = cg.hier[0].parent;
+        clean_stale(parent);
+        for (int c = 0; c < CTRL_COUNT; c++) {
+                if (!(enabled & (1u << c)) || c == CTRL_CPUACCT)
+                        continue;
+                snprintf(buf, sizeof(buf), "+%s", controller_names[c]);
+                if ((r = write_at(parent, "cgroup.subtree_control", buf)) < 0) {
+                        log_warn("cgroup v2: enable %s in %s: %s", controller_names[c], parent, strerror(-r));
+                        cg.hier[0].controllers &= ~(1u << c);
+                        cg.by_controller[c] = -1;
+                }
+        }
+        cg.exec_hier = 0;
+        cg.have_kill = exists_at(parent, "cgroup.kill");
+        return 0;
+}
+
+static int v1_init(unsigned available, nsbox_error_t **err)
+{
+        cg.mode = CGROUP_V1;
+        for (int c = 0; c < CTRL_COUNT; c++) {
+                if (!(available & (1u << c)) || cg.by_controller[c] >= 0)
+                        continue;
+                _cleanup_free_ char *root = NULL;
+                _cleanup_free_ char *opts = NULL;
+                _cleanup_free_ char *mnt = find_mount(controller_names[c], &root, &opts);
+                _cleanup_free_ char *own = own_cgroup_path(controller_names[c]);
+                _cleanup_free_ char *dir = mnt && own ? join_own_dir(mnt, root, own) : NULL;
+                if (dir == NULL)
+                        continue;
+                /* Co-mounted controllers (cpu,cpuacct) share one hierarchy. */
+                unsigned mask = 0;
+                char *save = NULL;
+                for (char *o = strtok_r(opts, ",", &save); o != NULL; o = strtok_r(NULL, ",", &save))
+                        for (int k = 0; k < CTRL_COUNT; k++)
+                                if (strcmp(o, controller_names[k]) == 0)
+                                        mask |= 1u << k;
+                int r = add_hierarchy(dir, mask & available, err);
+                if (r < 0) {
+                        if (REQUIRED_CONTROLLERS & (1u << c))
+                                return r;
+                        nsbox_error_free(err);
+                        continue;
+                }
+                clean_stale(cg.hier[cg.n_hier - 1].parent);
+        }
+        if (cg.by_controller[CTRL_PIDS] >= 0)
+                cg.exec_hier = cg.by_controller[CTRL_PIDS];
+        else if (cg.n_hier > 0)
+                cg.exec_hier = 0;
+        int m = cg.by_controller[CTRL_MEMORY];
+        cg.have_memsw = m >= 0 && exists_at(cg.hier[m].parent, "memory.memsw.limit_in_bytes");
+        return 0;
+}
 
 int cgroup_init(bool allow_degraded, nsbox_error_t **err)
 {
+        for (int c = 0; c < CTRL_COUNT; c++)
+                cg.by_controller[c] = -1;
+        hash_name(nsboxd.config.state_dir ? nsboxd.config.state_dir : "", cg.name, sizeof(cg.name));
+        cg.owner_pid = getpid();
+
+        /* Registered first: a failed init still removes the parents it made. */
+        atexit(cgroup_atexit);
+        char *v2_dir = NULL;
+        unsigned v2 = v2_available(&v2_dir);
+        unsigned v1 = v1_available();
+        int r;
+        /* v2 where it has the controllers; a hybrid host whose unified
+         * hierarchy has none of them uses the v1 hierarchies. */
+        if ((v2 & REQUIRED_CONTROLLERS) == REQUIRED_CONTROLLERS ||
+            (v2 & REQUIRED_CONTROLLERS && !(v1 & REQUIRED_CONTROLLERS))) {
+                r = v2_init(v2_dir, v2, err);
+        } else {
+                free(v2_dir);
+                r = v1 ? v1_init(v1, err) : 0;
+        }
+        if (r < 0)
+                return nsbox_error_wrap(err, "cgroup");
+
+        unsigned have = 0;
+        for (int c = 0; c < CTRL_COUNT; c++)
+                if (cg.by_controller[c] >= 0)
+                        have |= 1u << c;
+        if (cg.n_hier == 0)
+                cg.mode = CGROUP_NONE;
+        unsigned missing = REQUIRED_CONTROLLERS & ~have;
+        cg.degraded = missing != 0;
+        if (missing) {
+                char names[128];
+                missing_names(missing, names, sizeof(names));
+                if (!allow_degraded)
+                        return nsbox_error(err, ENOTSUP,
+                                           "cgroup: cannot enforce sandbox limits: no usable %s controller "
+                                           "(neither a delegated cgroup v2 subtree nor a v1 hierarchy "
+                                           "has it); set allow_degraded to run sandboxes without them",
+                                           names);
+                log_warn("cgroup: %s controller(s) unavailable: sandboxes run without "
+                         "those limits",
+                         names);
+        }
+        if (cg.mode == CGROUP_V2)
+                cg.have_swap_max = true;
+        log_info("cgroup: %s, sandboxes under %s", cgroup_mode_name(),
+                 cg.n_hier
+                     ? cg.hier[cg.by_controller[CTRL_MEMORY] >= 0 ? cg.by_controller[CTRL_MEMORY] : 0].parent
+                     : "(none)");
         return 0;
 }
 
 enum cgroup_mode cgroup_mode(void)
 {
-        return CGROUP_NONE;
+        return cg.mode;
 }
 
 const char *cgroup_mode_name(void)
 {
-        return "none";
+        switch (cg.mode) {
+        case CGROUP_V2:
+                return "v2";
+        case CGROUP_V1:
+                return "v1";
+        default:
+                return "none";
+        }
 }
 
 bool cgroup_degraded(void)
 {
-        return true;
+        return cg.degraded;
+}
+
+/* --- per sandbox ------------------------------------------------------------
+ */
+
+static const char *dir_of(const struct sandbox_cgroup *sc, enum controller c)
+{
+        int h = cg.by_controller[c];
+        return sc != NULL && h >= 0 ? sc->dir[h] : NULL;
+}
+
+/* Write one limit; a limit that cannot be applied fails the create unless
+ * the daemon was told to degrade. */
+static int apply(const char *dir, const char *file, const char *value, nsbox_error_t **err)
+{
+        int r = write_at(dir, file, value);
+        if (r == 0)
+                return 0;
+        if (cg.degraded) {
+                log_warn("cgroup: cannot set %s/%s to %s: %s (running without it)", dir, file, value,
+                         strerror(-r));
+                return 0;
+        }
+        return nsbox_error(err, -r, "cgroup: set %s/%s to %s", dir, file, value);
+}
+
+static int apply_limits(struct sandbox_cgroup *sc, const struct sandbox_limits *limits, nsbox_error_t **err)
+{
+        char value[64];
+        const char *mem = dir_of(sc, CTRL_MEMORY);
+        const char *pids = dir_of(sc, CTRL_PIDS);
+        const char *cpu = dir_of(sc, CTRL_CPU);
+        int r;
+        bool v2 = cg.mode == CGROUP_V2;
+
+        if (mem != NULL && limits->memory_bytes > 0) {
+                snprintf(value, sizeof(value), "%" PRIu64, limits->memory_bytes);
+                if ((r = apply(mem, v2 ? "memory.max" : "memory.limit_in_bytes", value, err)) < 0)
+                        return r;
+                /* No swap: the limit is the limit (memsw counts memory+swap). */
+                if (v2 && exists_at(mem, "memory.swap.max") &&
+                    (r = apply(mem, "memory.swap.max", "0", err)) < 0)
+                        return r;
+                if (!v2 && cg.have_memsw && (r = apply(mem, "memory.memsw.limit_in_bytes", value, err)) < 0)
+                        return r;
+        }
+        if (pids != NULL && limits->pids > 0) {
+                snprintf(value, sizeof(value), "%" PRIu64, limits->pids);
+                if ((r = apply(pids, "pids.max", value, err)) < 0)
+                        return r;
+        }
+        if (cpu != NULL && limits->cpus > 0) {
+                const long period = 100000;
+                long long quota = (long long)(limits->cpus * period + 0.5);
+                if (quota < 1000)
+                        quota = 1000;
+                if (v2) {
+                        snprintf(value, sizeof(value), "%lld %ld", quota, period);
+                        if ((r = apply(cpu, "cpu.max", value, err)) < 0)
+                                return r;
+                } else {
+                        snprintf(value, sizeof(value), "%ld", period);
+                        if ((r = apply(cpu, "cpu.cfs_period_us", value, err)) < 0)
+                                return r;
+                        snprintf(value, sizeof(value), "%lld", quota);
+                        if ((r = apply(cpu, "cpu.cfs_quota_us", value, err)) < 0)
+                                return r;
+                }
+        }
+        return 0;
+}
+
+static void sandbox_cgroup_free(struct sandbox_cgroup *sc)
+{
+        for (unsigned i = 0; i < MAX_HIERARCHIES; i++)
+                free(sc->dir[i]);
+        free(sc);
 }
 
 int cgroup_sandbox_create(const char *id, const struct sandbox_limits *limits, struct sandbox_cgroup **out,
                           int *clone_fd, nsbox_error_t **err)
 {
-        *out = calloc(1, sizeof(**out));
         *clone_fd = -1;
+        *out = NULL;
+        if (cg.n_hier == 0)
+                return 0;
+        struct sandbox_cgroup *sc = calloc(1, sizeof(*sc));
+        if (sc == NULL)
+                return nsbox_error(err, ENOMEM, "sandbox cgroup");
+        int r = 0;
+        for (unsigned i = 0; i < cg.n_hier; i++) {
+                if (asprintf(&sc->dir[i], "%s/%s", cg.hier[i].parent, id) < 0) {
+                        sc->dir[i] = NULL;
+                        r = nsbox_error(err, ENOMEM, "cgroup path");
+                        goto fail;
+                }
+                int made = make_sandbox_dir(i, sc->dir[i]);
+                if (made < 0) {
+                        r = nsbox_error(err, -made, "create cgroup %s", sc->dir[i]);
+                        free(sc->dir[i]);
+                        sc->dir[i] = NULL;
+                        goto fail;
+                }
+        }
+        if ((r = apply_limits(sc, limits, err)) < 0)
+                goto fail;
+        if (cg.mode == CGROUP_V2) {
+                /* Controllers for the exec leaves (memory.oom.group) mean the
+                 * sandbox dir may hold no process itself: the init gets a leaf. */
+                const char *dir = sc->dir[0];
+                if (cg.hier[0].controllers & (1u << CTRL_MEMORY))
+                        write_at(dir, "cgroup.subtree_control", "+memory");
+                char leaf[4096];
+                snprintf(leaf, sizeof(leaf), "%s/init", dir);
+                if (mkdir(leaf, 0755) < 0) {
+                        r = nsbox_error(err, errno, "create cgroup %s", leaf);
+                        goto fail;
+                }
+                int fd = open(leaf, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
+                if (fd < 0) {
+                        r = nsbox_error(err, errno, "open cgroup %s", leaf);
+                        goto fail;
+                }
+                *clone_fd = fd;
+        }
+        *out = sc;
+        return 0;
+fail:
+        for (unsigned i = 0; i < cg.n_hier; i++)
+                if (sc->dir[i] != NULL)
+                        remove_tree(sc->dir[i], 0);
+        sandbox_cgroup_free(sc);
+        return r;
+}
+
+int cgroup_sandbox_attach(struct sandbox_cgroup *sc, pid_t pid, nsbox_error_t **err)
+{
+        if (sc == NULL)
+                return 0;
+        char value[32];
+        snprintf(value, sizeof(value), "%d", (int)pid);
+        for (unsigned i = 0; i < cg.n_hier; i++) {
+                char dir[4096];
+                /* v2: CLONE_INTO_CGROUP put it there already; writing again is a no-op. */
+                snprintf(dir, sizeof(dir), "%s%s", sc->dir[i], cg.mode == CGROUP_V2 ? "/init" : "");
+                int r = write_at(dir, "cgroup.procs", value);
+                if (r < 0)
+                        return nsbox_error(err, -r, "move the sandbox init into cgroup %s", dir);
+        }
         return 0;
 }
 
-int cgroup_sandbox_attach(struct sandbox_cgroup *cg, pid_t pid, nsbox_error_t **err)
+void cgroup_sandbox_kill(struct sandbox_cgroup *sc)
 {
-        return 0;
+        if (sc == NULL)
+                return;
+        /* The exec leaves live below the sandbox dir of exec_hier: it lists all. */
+        if (cg.exec_hier >= 0)
+                kill_tree(sc->dir[cg.exec_hier]);
 }
 
-void cgroup_sandbox_kill(struct sandbox_cgroup *cg)
+void cgroup_sandbox_destroy(struct sandbox_cgroup *sc)
 {
+        if (sc == NULL)
+                return;
+        for (unsigned i = 0; i < cg.n_hier; i++) {
+                if (remove_tree(sc->dir[i], 0) == 0)
+                        continue;
+                /* Something is still in there: it must not outlive the sandbox. */
+                kill_tree(sc->dir[i]);
+                int r = remove_tree(sc->dir[i], 1000);
+                if (r < 0)
+                        log_error("cgroup: cannot remove %s: %s", sc->dir[i], strerror(-r));
+        }
+        sandbox_cgroup_free(sc);
 }
 
-void cgroup_sandbox_destroy(struct sandbox_cgroup *cg)
+json_t *cgroup_sandbox_stats(struct sandbox_cgroup *sc)
 {
-        free(cg);
+        uint64_t mem = 0, peak = 0, cpu = 0, pids = 0, ooms = 0;
+        bool v2 = cg.mode == CGROUP_V2;
+        bool has_mem =
+            read_u64_at(dir_of(sc, CTRL_MEMORY), v2 ? "memory.current" : "memory.usage_in_bytes", &mem) == 0;
+        bool has_peak = read_u64_at(dir_of(sc, CTRL_MEMORY), v2 ? "memory.peak" : "memory.max_usage_in_bytes",
+                                    &peak) == 0;
+        bool has_cpu;
+        if (v2) {
+                has_cpu = read_keyed_at(sc ? sc->dir[0] : NULL, "cpu.stat", "usage_usec", &cpu) == 0;
+        } else {
+                has_cpu = read_u64_at(dir_of(sc, CTRL_CPUACCT), "cpuacct.usage", &cpu) == 0;
+                cpu /= 1000;
+        }
+        bool has_pids = read_u64_at(dir_of(sc, CTRL_PIDS), "pids.current", &pids) == 0;
+        ooms = cgroup_sandbox_oom_kills(sc);
+        return json_pack("{s:o, s:o, s:o, s:o, s:I}", "memory_bytes",
+                         has_mem ? json_integer((json_int_t)mem) : json_null(), "memory_peak_bytes",
+                         has_peak ? json_integer((json_int_t)peak) : json_null(), "cpu_usage_us",
+                         has_cpu ? json_integer((json_int_t)cpu) : json_null(), "pids",
+                         has_pids ? json_integer((json_int_t)pids) : json_null(), "oom_kills",
+                         (json_int_t)ooms);
 }
 
-json_t *cgroup_sandbox_stats(struct sandbox_cgroup *cg)
+uint64_t cgroup_sandbox_oom_kills(struct sandbox_cgroup *sc)
 {
-        return json_pack("{s:n, s:n, s:n, s:n, s:i}", "memory_bytes", "memory_peak_bytes", "cpu_usage_us",
-                         "pids", "oom_kills", 0);
+        uint64_t n = 0;
+        const char *mem = dir_of(sc, CTRL_MEMORY);
+        if (mem == NULL)
+                return 0;
+        read_keyed_at(mem, cg.mode == CGROUP_V2 ? "memory.events" : "memory.oom_control", "oom_kill", &n);
+        return n;
 }
 
-uint64_t cgroup_sandbox_oom_kills(struct sandbox_cgroup *cg)
+/* --- per exec ---------------------------------------------------------------
+ */
+
+static void exec_leaf(const struct sandbox_cgroup *sc, uint32_t number, char *buf, size_t len)
 {
-        return 0;
+        snprintf(buf, len, "%s/exec-%" PRIu32, sc->dir[cg.exec_hier], number);
 }
 
-int cgroup_exec_create(struct sandbox_cgroup *cg, uint32_t exec_number, int *procs_fd, nsbox_error_t **err)
+int cgroup_exec_create(struct sandbox_cgroup *sc, uint32_t exec_number, int *procs_fd, nsbox_error_t **err)
 {
         *procs_fd = -1;
+        if (sc == NULL || cg.exec_hier < 0)
+                return 0;
+        char leaf[4096], path[4200];
+        exec_leaf(sc, exec_number, leaf, sizeof(leaf));
+        if (mkdir(leaf, 0755) < 0)
+                return nsbox_error(err, errno, "create cgroup %s", leaf);
+        /* An OOM kill takes the whole exec, not one process of a pipeline. */
+        if (cg.mode == CGROUP_V2 && exists_at(leaf, "memory.oom.group"))
+                write_at(leaf, "memory.oom.group", "1");
+        snprintf(path, sizeof(path), "%s/cgroup.procs", leaf);
+        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0) {
+                int e = errno;
+                rmdir(leaf);
+                return nsbox_error(err, e, "open %s", path);
+        }
+        *procs_fd = fd;
         return 0;
 }
 
-void cgroup_exec_kill(struct sandbox_cgroup *cg, uint32_t exec_number)
+void cgroup_exec_kill(struct sandbox_cgroup *sc, uint32_t exec_number)
 {
+        if (sc == NULL || cg.exec_hier < 0)
+                return;
+        char leaf[4096];
+        exec_leaf(sc, exec_number, leaf, sizeof(leaf));
+        kill_tree(leaf);
 }
 
-void cgroup_exec_destroy(struct sandbox_cgroup *cg, uint32_t exec_number)
+void cgroup_exec_destroy(struct sandbox_cgroup *sc, uint32_t exec_number)
 {
+        if (sc == NULL || cg.exec_hier < 0)
+                return;
+        char leaf[4096];
+        exec_leaf(sc, exec_number, leaf, sizeof(leaf));
+        if (rmdir(leaf) == 0 || errno == ENOENT)
+                return;
+        /* Daemonized leftovers of a finished exec die with it. If they take a
+         * moment to exit, the sandbox's removal takes the leaf. */
+        kill_tree(leaf);
+        if (remove_tree(leaf, 200) < 0)
+                log_debug("cgroup: %s still busy, removed with its sandbox", leaf);
 }

@@ -1,4 +1,5 @@
-# cgroup v2 suite under qemu (make test-vm).
+# cgroup v2 suite under qemu (make test-vm): Debian's kernel booted with TCG
+# and cgroup2 as the only hierarchy; see tests/vm/run-vm.sh.
 .PHONY: test-vm
-test-vm:
-	@echo "test-vm: not built yet"
+test-vm: all
+	tests/vm/run-vm.sh $(BUILD) $(IMAGE_DIR) $(CACHE_DIR)

@@ -1,0 +1,191 @@
+"""sandbox.exec and the sandbox lifecycle in detail: streaming, background
+execs, output limits and encodings, env/cwd/stdin/user, killing whole
+process trees, idle reaping, limits on the number of sandboxes."""
+import base64
+import threading
+import time
+
+import pytest
+from conftest import Daemon
+from nsbox_client import RpcError
+
+
+def exec_(daemon, sb, **params):
+    return daemon.call("sandbox.exec", sandbox_id=sb, **params)
+
+
+def test_env_cwd_stdin_and_user(daemon, sandbox):
+    r = exec_(daemon, sandbox, command='echo "$GREETING"; pwd; cat; id -u', env={"GREETING": "hi there"},
+              cwd="/tmp", stdin="from stdin\n")
+    assert r["stdout"] == "hi there\n/tmp\nfrom stdin\n1000\n"
+    assert exec_(daemon, sandbox, argv=["id", "-u"], user="root")["stdout"] == "0\n"
+
+
+def test_sandbox_env_applies_to_every_exec(daemon):
+    sb = daemon.call("sandbox.create", env={"FROM_CREATE": "1"})["sandbox_id"]
+    try:
+        r = exec_(daemon, sb, command="echo $FROM_CREATE$FROM_EXEC", env={"FROM_EXEC": "2"})
+        assert r["stdout"] == "12\n"
+    finally:
+        daemon.call("sandbox.remove", sandbox_id=sb, force=True)
+
+
+def test_max_output_bytes_truncates_and_says_so(daemon, sandbox):
+    r = exec_(daemon, sandbox, command="head -c 100000 /dev/zero | tr '\\0' x", max_output_bytes=1000)
+    assert r["truncated"] is True
+    assert r["stdout"] == "x" * 1000
+    assert r["exit_code"] == 0
+
+
+def test_invalid_utf8_is_replaced_and_base64_is_exact(daemon, sandbox):
+    r = exec_(daemon, sandbox, command="printf 'ok\\377\\376end'")
+    assert r["stdout"] == "ok\ufffd\ufffdend"
+    r = exec_(daemon, sandbox, command="printf 'ok\\377\\376end'", encoding="base64")
+    assert base64.b64decode(r["stdout"]) == b"ok\xff\xfeend"
+    assert r["encoding"] == "base64"
+
+
+def test_stream_sends_output_as_it_arrives(daemon, sandbox):
+    with daemon.client() as c:
+        rid = c.request("sandbox.exec", {"sandbox_id": sandbox, "stream": True,
+                                         "command": "echo one; sleep 1; echo two >&2; echo three"})
+        first = c.read_message()
+        assert first["method"] == "exec.output"
+        assert first["params"]["data"] == "one\n"  # before the command ended
+        final = c.response(rid)
+    chunks = [n["params"] for n in c.notifications] + [first["params"]]
+    out = "".join(p["data"] for p in chunks if p["stream"] == "stdout")
+    err = "".join(p["data"] for p in chunks if p["stream"] == "stderr")
+    assert sorted(out.split()) == ["one", "three"] and err == "two\n"
+    assert final["result"]["stdout"] == "" and final["result"]["exit_code"] == 0
+
+
+def test_background_exec_status_output_kill_list(daemon, sandbox):
+    r = exec_(daemon, sandbox, command="echo started; sleep 300", background=True, timeout_seconds=600)
+    assert set(r) == {"exec_id", "pid"}
+    eid = r["exec_id"]
+    deadline = time.monotonic() + 10
+    while daemon.call("exec.output", exec_id=eid)["stdout"] != "started\n":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    out = daemon.call("exec.output", exec_id=eid)
+    assert out["running"] is True
+    assert daemon.call("exec.output", exec_id=eid, since=out["next"])["stdout"] == ""
+    assert daemon.call("exec.status", exec_id=eid)["running"] is True
+    assert eid in [e["exec_id"] for e in daemon.call("exec.list", sandbox_id=sandbox)["execs"]]
+    # a running exec makes the sandbox busy
+    with pytest.raises(RpcError) as e:
+        daemon.call("sandbox.remove", sandbox_id=sandbox)
+    assert e.value.kind == "busy"
+    daemon.call("exec.kill", exec_id=eid)
+    deadline = time.monotonic() + 10
+    while daemon.call("exec.status", exec_id=eid)["running"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    st = daemon.call("exec.status", exec_id=eid)
+    assert st["exit_code"] is None and st["signal"] == 9
+
+
+def test_unknown_exec_id_is_not_found(daemon):
+    with pytest.raises(RpcError) as e:
+        daemon.call("exec.status", exec_id="00000000-0000-4000-8000-000000000000")
+    assert e.value.kind == "not_found"
+
+
+def count_sleepers(daemon, sb, marker):
+    """Processes whose command line matches marker, a regex written so that
+    it does not match itself (e.g. "474[7]")."""
+    r = exec_(daemon, sb, command="grep -l %s /proc/[0-9]*/cmdline 2>/dev/null | wc -l" % marker)
+    return int(r["stdout"])
+
+
+@pytest.mark.parametrize("how", ["timeout", "kill"])
+def test_timeout_or_kill_ends_daemonized_descendants(daemon, sandbox, how):
+    # A double-forked, setsid'd daemon that ignores SIGHUP and SIGTERM.
+    script = ("(setsid sh -c 'trap \"\" HUP TERM; exec sleep 3131' &) ; "
+              "(sh -c 'trap \"\" HUP TERM; sleep 3132' &) ; sleep 300")
+    if how == "timeout":
+        r = exec_(daemon, sandbox, command=script, timeout_seconds=2)
+        assert r["timed_out"] is True
+    else:
+        eid = exec_(daemon, sandbox, command=script, background=True)["exec_id"]
+        time.sleep(1)
+        daemon.call("exec.kill", exec_id=eid)
+        deadline = time.monotonic() + 10
+        while daemon.call("exec.status", exec_id=eid)["running"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    deadline = time.monotonic() + 10
+    while count_sleepers(daemon, sandbox, "313[12]") > 0:
+        assert time.monotonic() < deadline, "a daemonized descendant survived"
+        time.sleep(0.1)
+
+
+def test_exec_is_killed_when_its_client_goes_away(daemon, sandbox):
+    c = daemon.client()
+    c.request("sandbox.exec", {"sandbox_id": sandbox, "command": "exec sleep 4747"})
+    time.sleep(0.5)
+    assert count_sleepers(daemon, sandbox, "474[7]") == 1
+    c.close()
+    deadline = time.monotonic() + 10
+    while count_sleepers(daemon, sandbox, "474[7]") > 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+
+def test_idle_sandbox_is_reaped_but_a_running_exec_keeps_it():
+    d = Daemon()
+    try:
+        idle = d.call("sandbox.create", idle_timeout_seconds=1)["sandbox_id"]
+        busy = d.call("sandbox.create", idle_timeout_seconds=1)["sandbox_id"]
+        result = {}
+        t = threading.Thread(target=lambda: result.update(
+            r=d.call("sandbox.exec", sandbox_id=busy, argv=["sleep", "4"])))
+        t.start()
+        time.sleep(3)
+        ids = {s["sandbox_id"] for s in d.call("sandbox.list")["sandboxes"]}
+        assert idle not in ids and busy in ids
+        t.join()
+        assert result["r"]["exit_code"] == 0
+        deadline = time.monotonic() + 10
+        while busy in {s["sandbox_id"] for s in d.call("sandbox.list")["sandboxes"]}:
+            assert time.monotonic() < deadline, "idle after its exec, it should be reaped"
+            time.sleep(0.2)
+        assert "idle" in d.read_log()
+    finally:
+        assert d.stop() == 0
+
+
+def test_max_sandboxes_gives_limit_reached():
+    d = Daemon(extra_args=["--max-sandboxes", "2", "--warm-pool", "0"])
+    try:
+        d.call("sandbox.create")
+        d.call("sandbox.create")
+        with pytest.raises(RpcError) as e:
+            d.call("sandbox.create")
+        assert e.value.kind == "limit_reached"
+        assert d.call("server.info")["sandboxes"] == 2
+    finally:
+        assert d.stop() == 0
+
+
+def test_session_id_get_or_create_is_per_owner_and_concurrent_safe(daemon):
+    results = []
+
+    def create():
+        results.append(daemon.call("sandbox.create", session_id="concurrent-session"))
+
+    threads = [threading.Thread(target=create) for _ in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({r["sandbox_id"] for r in results}) == 1
+    assert sum(not r["existing"] for r in results) == 1
+    daemon.call("sandbox.remove", sandbox_id=results[0]["sandbox_id"])
+
+
+def test_info_reports_stats(daemon, sandbox):
+    info = daemon.call("sandbox.info", sandbox_id=sandbox)
+    assert info["sandbox_id"] == sandbox and info["state"] == "running"
+    assert set(info["stats"]) >= {"memory_bytes", "memory_peak_bytes", "cpu_usage_us", "pids", "oom_kills"}

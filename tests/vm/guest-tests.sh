@@ -1,0 +1,152 @@
+#!/bin/sh
+# The cgroup v2 limits suite, run by init.sh inside the test VM (busybox sh,
+# the nsbox CLI with --json). Prints "ok N - ..." / "FAIL N - ..." lines and
+# exits non-zero when anything failed. Kept small: under TCG every python
+# start inside a sandbox costs seconds.
+export NSBOX_SOCKET=/run/nsbox/nsbox.sock
+CG=/sys/fs/cgroup
+n=0
+fails=0
+
+ok() {
+	n=$((n + 1))
+	echo "ok $n - $1"
+}
+fail() {
+	n=$((n + 1))
+	fails=$((fails + 1))
+	echo "FAIL $n - $1"
+	shift
+	for line in "$@"; do
+		echo "# $line"
+	done
+}
+# check DESCRIPTION CONDITION [DETAIL...]: CONDITION is a shell expression.
+check() {
+	desc=$1
+	cond=$2
+	shift 2
+	if eval "$cond"; then ok "$desc"; else fail "$desc" "condition: $cond" "$@"; fi
+}
+# jget JSON KEY: the first value of KEY (numbers, booleans, null, plain strings).
+jget() {
+	printf '%s' "$1" | grep -o "\"$2\":[^,}]*" | head -1 | cut -d: -f2- | tr -d '"'
+}
+keyed() { # keyed FILE KEY
+	awk -v k="$2" '$1 == k { print $2 }' "$1"
+}
+uptime_ms() {
+	awk '{ printf "%d\n", $1 * 1000 }' /proc/uptime
+}
+
+t0=$(uptime_ms)
+nsboxd --socket "$NSBOX_SOCKET" --state-dir /var/lib/nsbox/state --image-dir /var/lib/nsbox/images \
+	--seccomp-dir /nsbox/seccomp-profiles --init-path /nsbox/bin/nsbox-init --log-level debug \
+	>/tmp/nsboxd.log 2>&1 &
+daemon=$!
+for i in $(seq 200); do
+	[ -S "$NSBOX_SOCKET" ] && break
+	kill -0 $daemon 2>/dev/null || break
+	sleep 0.1
+done
+if [ ! -S "$NSBOX_SOCKET" ]; then
+	fail "nsboxd starts" "$(tail -20 /tmp/nsboxd.log)"
+	exit 1
+fi
+
+# 1. mode
+info=$(nsbox --json status)
+check "server.info says cgroup v2" '[ "$(jget "$info" cgroup)" = v2 ]' "$info"
+check "limits are enforced (no limits-not-enforced feature)" \
+	'! printf %s "$info" | grep -q limits-not-enforced' "$info"
+set -- $CG/nsbox-*
+P=$1
+check "one nsbox-<hash> parent cgroup under the root" '[ $# -eq 1 ] && [ -d "$P" ]' "$*"
+check "controllers enabled for the sandboxes" \
+	'grep -q memory "$P/cgroup.subtree_control" && grep -q pids "$P/cgroup.subtree_control" &&
+	 grep -q cpu "$P/cgroup.subtree_control"' "$(cat "$P/cgroup.subtree_control")"
+
+# 2. limits land in the sandbox cgroup; the init was born in its leaf
+t=$(uptime_ms)
+SB=$(nsbox create --memory 64M --pids 32 --cpus 0.5 --disk 16M)
+echo "# sandbox create took $(($(uptime_ms) - t)) ms"
+S=$P/$SB
+check "sandbox created with its own cgroup" '[ -n "$SB" ] && [ -d "$S" ]' "$(tail -5 /tmp/nsboxd.log)"
+check "memory.max = 64 MiB" '[ "$(cat $S/memory.max)" = 67108864 ]' "$(cat $S/memory.max)"
+if [ -e "$S/memory.swap.max" ]; then
+	check "memory.swap.max = 0" '[ "$(cat $S/memory.swap.max)" = 0 ]'
+fi
+check "pids.max = 32" '[ "$(cat $S/pids.max)" = 32 ]'
+check "cpu.max = 50000 100000" '[ "$(cat $S/cpu.max)" = "50000 100000" ]' "$(cat $S/cpu.max)"
+check "the init sits in the sandbox's init leaf" '[ -n "$(cat $S/init/cgroup.procs)" ]'
+
+# 3. memory bomb: OOM-killed, reported, daemon and sandbox live on
+r=$(nsbox --json exec "$SB" -- python3 -c "$(printf 'x = []\nwhile True: x.append(bytearray(8 << 20))')")
+check "memory bomb is OOM-killed and reported" '[ "$(jget "$r" oom_killed)" = true ] && [ "$(jget "$r" signal)" = 9 ]' "$r"
+check "memory.events counts the oom kill" '[ "$(keyed $S/memory.events oom_kill)" -ge 1 ]' "$(cat $S/memory.events)"
+check "memory.peak stayed within memory.max" '[ "$(cat $S/memory.peak)" -le 67108864 ]'
+r=$(nsbox --json exec "$SB" -- echo alive)
+alive='alive\n' # as JSON escapes it
+check "the sandbox still runs execs after the OOM" '[ "$(jget "$r" stdout)" = "$alive" ] && [ "$(jget "$r" oom_killed)" = false ]' "$r"
+check "nsboxd lives" 'kill -0 $daemon && nsbox status >/dev/null'
+
+# 4. pids: a process flood stops at pids.max, leftovers die with the exec
+r=$(nsbox --json sh "$SB" 'for i in $(seq 100); do sleep 30 >/dev/null 2>&1 & done; wait')
+check "fork flood hits pids.max" '[ "$(keyed $S/pids.events max)" -ge 1 ] && printf %s "$r" | grep -q "Cannot fork"' \
+	"$r" "$(cat $S/pids.events)"
+sleep 0.5
+check "leftovers of the finished exec are killed (pids.current = 1)" '[ "$(cat $S/pids.current)" = 1 ]' \
+	"$(cat $S/pids.current)"
+
+# 5. cpu.max is effective: two spinners get half a core between them
+u0=$(keyed $S/cpu.stat usage_usec)
+thr0=$(keyed $S/cpu.stat nr_throttled)
+r=$(nsbox --json sh "$SB" "timeout 4 sh -c 'while :; do :; done' & timeout 4 sh -c 'while :; do :; done'; wait")
+u1=$(keyed $S/cpu.stat usage_usec)
+wall=$(jget "$r" duration_ms)
+share=$(((u1 - u0) / wall / 10)) # percent of one core
+echo "# cpu: $((u1 - u0)) us in $wall ms = $share% of a core"
+check "cpus 0.5 gives about half a core ($share%)" '[ $share -ge 30 ] && [ $share -le 70 ]'
+check "the sandbox was throttled" '[ "$(keyed $S/cpu.stat nr_throttled)" -gt "$thr0" ]'
+
+# 6. disk_bytes: ENOSPC inside
+r=$(nsbox --json sh "$SB" 'dd if=/dev/zero of=/workspace/big bs=1M count=40')
+check "writing past disk_bytes fails with ENOSPC" 'printf %s "$r" | grep -q "No space left on device"' "$r"
+
+# 7. exec timeout: cgroup.kill takes a setsid'd daemon too
+r=$(nsbox --json exec --timeout 2 "$SB" -- sh -c \
+	"setsid sh -c 'sleep 1000 & sleep 1000' >/dev/null 2>&1 </dev/null & sleep 1000")
+check "the exec timed out" '[ "$(jget "$r" timed_out)" = true ]' "$r"
+for i in $(seq 30); do
+	[ "$(cat $S/pids.current)" = 1 ] && break
+	sleep 0.1
+done
+check "the setsid'd daemon died with it (pids.current = 1)" '[ "$(cat $S/pids.current)" = 1 ]' \
+	"$(cat $S/pids.current)"
+check "no exec leaf is left" '[ -z "$(ls -d $S/exec-* 2>/dev/null)" ]' "$(ls $S)"
+
+# 8. stats
+r=$(nsbox --json info "$SB" | grep -o '"stats":{[^}]*}')
+check "sandbox.info stats come from the cgroup" \
+	'[ "$(jget "$r" memory_bytes)" -gt 0 ] && [ "$(jget "$r" memory_peak_bytes)" -gt 0 ] &&
+	 [ "$(jget "$r" cpu_usage_us)" -gt 0 ] && [ "$(jget "$r" pids)" = 1 ] &&
+	 [ "$(jget "$r" oom_kills)" = "$(keyed $S/memory.events oom_kill)" ]' "$r"
+
+# 9. nothing left behind
+nsbox sh "$SB" 'sleep 1000 >/dev/null 2>&1 &' >/dev/null
+nsbox rm -f "$SB" >/dev/null
+# (nsboxd may hold other sandboxes, e.g. a warm pool, until it stops: the
+# check that nothing at all is left comes after the daemon exits)
+check "removing the sandbox removes its cgroup" '[ ! -d "$S" ]' "$(ls $P)"
+kill -TERM $daemon
+wait $daemon
+rc=$?
+check "nsboxd stops cleanly" '[ $rc = 0 ]' "$(tail -5 /tmp/nsboxd.log)"
+check "nsboxd removed its parent cgroup on exit" '[ ! -d "$P" ]' "$(ls $CG)"
+
+echo "# guest suite: $n checks, $fails failed, $(($(uptime_ms) - t0)) ms"
+if [ $fails -ne 0 ]; then
+	echo "# nsboxd log tail:"
+	tail -30 /tmp/nsboxd.log | sed 's/^/# /'
+fi
+[ $fails -eq 0 ]
