@@ -28,7 +28,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/stat.h>
+#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -813,11 +815,80 @@ int cgroup_sandbox_attach(struct sandbox_cgroup *sc, pid_t pid, nsbox_error_t **
 
 void cgroup_sandbox_kill(struct sandbox_cgroup *sc)
 {
-        if (sc == NULL)
+        /* v2: cgroup.kill, one write. v1 has nothing as quick, and needs
+         * nothing: every process of a sandbox is in its pid namespace, which
+         * the kernel empties when the manager kills the init. */
+        if (sc == NULL || cg.mode != CGROUP_V2)
                 return;
-        /* The exec leaves live below the sandbox dir of exec_hier: it lists all. */
         if (cg.exec_hier >= 0)
                 kill_tree(sc->dir[cg.exec_hier]);
+}
+
+/* A sandbox's cgroup can stay busy for a moment after its init is gone
+ * while the kernel reaps the rest of its pid namespace: retry from a timer
+ * rather than wait in the event loop. */
+struct removal {
+        char *dir;
+        int tries;
+        struct removal *next;
+};
+
+#define REMOVAL_RETRY_MS 5
+#define REMOVAL_TRIES    400 /* about 2 s, then the stragglers are killed */
+
+static struct removal *removals;
+static struct loop_source *removal_timer;
+
+static void arm_removal_timer(void)
+{
+        struct itimerspec its = { .it_value = { .tv_nsec = REMOVAL_RETRY_MS * 1000000L } };
+        if (removal_timer != NULL)
+                timerfd_settime(removal_timer->fd, 0, &its, NULL);
+}
+
+static void on_removal_timer(struct loop_source *source, uint32_t events)
+{
+        uint64_t n;
+        if (read(source->fd, &n, sizeof(n)) < 0)
+                return;
+        for (struct removal **p = &removals; *p != NULL;) {
+                struct removal *rm = *p;
+                if (++rm->tries > REMOVAL_TRIES)
+                        kill_tree(rm->dir); /* something outlived its sandbox */
+                int r = remove_tree(rm->dir, 0);
+                if (r == 0 || rm->tries > REMOVAL_TRIES + 100) {
+                        if (r < 0)
+                                log_error("cgroup: cannot remove %s: %s", rm->dir, strerror(-r));
+                        *p = rm->next;
+                        free(rm->dir);
+                        free(rm);
+                        continue;
+                }
+                p = &rm->next;
+        }
+        if (removals != NULL)
+                arm_removal_timer();
+}
+
+static void remove_later(const char *dir)
+{
+        if (removal_timer == NULL && nsboxd.loop != NULL) {
+                int fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+                if (fd >= 0 &&
+                    (removal_timer = loop_add(nsboxd.loop, fd, EPOLLIN, on_removal_timer, NULL)) == NULL)
+                        close(fd);
+        }
+        struct removal *rm = calloc(1, sizeof(*rm));
+        if (removal_timer == NULL || rm == NULL || (rm->dir = strdup(dir)) == NULL) {
+                free(rm);
+                kill_tree(dir);
+                if (remove_tree(dir, 1000) < 0)
+                        log_error("cgroup: cannot remove %s", dir);
+                return;
+        }
+        rm->next = removals;
+        removals = rm;
+        arm_removal_timer();
 }
 
 void cgroup_sandbox_destroy(struct sandbox_cgroup *sc)
@@ -825,13 +896,8 @@ void cgroup_sandbox_destroy(struct sandbox_cgroup *sc)
         if (sc == NULL)
                 return;
         for (unsigned i = 0; i < cg.n_hier; i++) {
-                if (remove_tree(sc->dir[i], 0) == 0)
-                        continue;
-                /* Something is still in there: it must not outlive the sandbox. */
-                kill_tree(sc->dir[i]);
-                int r = remove_tree(sc->dir[i], 1000);
-                if (r < 0)
-                        log_error("cgroup: cannot remove %s: %s", sc->dir[i], strerror(-r));
+                if (remove_tree(sc->dir[i], 0) < 0)
+                        remove_later(sc->dir[i]);
         }
         sandbox_cgroup_free(sc);
 }

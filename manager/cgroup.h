@@ -27,7 +27,7 @@ bool cgroup_degraded(void);         /* limits are not enforced */
  * v2 directory fd for clone3(CLONE_INTO_CGROUP), or -1 (then attach). */
 int cgroup_sandbox_create(const char *id, const struct sandbox_limits *limits, struct sandbox_cgroup **out,
                           int *clone_fd, nsbox_error_t **err);
-/* Move pid (the sandbox init) in; a no-op when CLONE_INTO_CGROUP did it. */
+/* Move pid (0: the caller) in; a no-op when CLONE_INTO_CGROUP did it. */
 int cgroup_sandbox_attach(struct sandbox_cgroup *cg, pid_t pid, nsbox_error_t **err);
 /* SIGKILL every process of the sandbox (cgroup.kill on v2). */
 void cgroup_sandbox_kill(struct sandbox_cgroup *cg);

@@ -331,6 +331,14 @@ static void on_control(struct loop_source *source, uint32_t events)
         }
 }
 
+/* In the child, before its namespaces: join the sandbox's cgroups ("0" is
+ * the writer itself). Done here, the wait of a cgroup v1 move is the
+ * child's, not the event loop's. */
+static int join_cgroups(void *ctx, nsbox_error_t **err)
+{
+        return cgroup_sandbox_attach(ctx, 0, err);
+}
+
 /* fork()-like: the child continues here. nsboxd is single-threaded, so the
  * child may use everything the parent had. */
 static pid_t clone_sandbox_process(int *pidfd, int cgroup_fd)
@@ -399,6 +407,8 @@ static int sandbox_spawn(struct sandbox *sb, nsbox_error_t **err)
                         .seccomp_fd = seccomp_fd,
                         .root = path,
                         .hostname = "sandbox",
+                        .prepare = join_cgroups,
+                        .prepare_ctx = sb->cgroup,
                 };
                 sandbox_setup_child(&setup);
         }
@@ -414,8 +424,7 @@ static int sandbox_spawn(struct sandbox *sb, nsbox_error_t **err)
          * record lets a restart after a crash find and kill this init. */
         if ((r = state_save(sb, err)) < 0)
                 return r;
-        if ((r = cgroup_sandbox_attach(sb->cgroup, pid, err)) < 0 ||
-            (r = write_id_maps(pid, sb->host_uid_base, err)) < 0 ||
+        if ((r = write_id_maps(pid, sb->host_uid_base, err)) < 0 ||
             (r = rootfs_mount_overlay(sb->dir, image_rootfs, pid, !uidmode_shared(), err)) < 0)
                 return r;
 

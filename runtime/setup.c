@@ -103,7 +103,8 @@ void sandbox_setup_child(const struct sandbox_setup *setup)
         prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
         prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 
-        if (wait_for_go(sync_fd, &err) < 0 || enter_namespaces(setup, &err) < 0)
+        if ((setup->prepare != NULL && setup->prepare(setup->prepare_ctx, &err) < 0) ||
+            wait_for_go(sync_fd, &err) < 0 || enter_namespaces(setup, &err) < 0)
                 setup_fail(sync_fd, err);
 
         /* fds 3 and 4 are the init's contract; move the memfd out of the way first. */

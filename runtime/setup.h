@@ -4,6 +4,8 @@
 
 #include <stdint.h>
 
+#include "error.h"
+
 /* Sent by the manager over the sync socket once the id maps are written and
  * the overlay root is mounted. */
 struct setup_go {
@@ -17,6 +19,11 @@ struct sandbox_setup {
         int seccomp_fd;   /* memfd with the compiled BPF program, or -1 */
         const char *root; /* host path of the sandbox's overlay mount */
         const char *hostname;
+        /* Runs first in the child, e.g. to move itself into its cgroups: a
+         * cgroup v1 move can wait a whole RCU grace period, which must not
+         * stall the manager's loop. */
+        int (*prepare)(void *ctx, nsbox_error_t **err);
+        void *prepare_ctx;
 };
 
 /* Never returns: execs nsbox-init, or reports CTL_FAILED and exits. */

@@ -8,7 +8,8 @@ FUZZ_SECONDS ?= 30
 FUZZ_CC      ?= clang
 FUZZ_DIR     := $(BUILD)/fuzz
 FUZZ_TARGET  := $(FUZZ_DIR)/fuzz_request
-FUZZ_SOURCES := tests/fuzz/fuzz_request.c common/jsonrpc.c common/error.c common/textenc.c policy/policy.c
+FUZZ_SOURCES := tests/fuzz/fuzz_request.c common/jsonrpc.c common/error.c common/textenc.c policy/policy.c \
+                policy/params.c
 
 .PHONY: test-fuzz deps-fuzz fuzz-build
 deps-fuzz:
