@@ -985,9 +985,9 @@ void cgroup_exec_destroy(struct sandbox_cgroup *sc, uint32_t exec_number)
         exec_leaf(sc, exec_number, leaf, sizeof(leaf));
         if (rmdir(leaf) == 0 || errno == ENOENT)
                 return;
-        /* Daemonized leftovers of a finished exec die with it. If they take a
-         * moment to exit, the sandbox's removal takes the leaf. */
+        /* Daemonized leftovers of a finished exec die with it; the leaf goes
+         * once they are reaped, from the retry timer. */
         kill_tree(leaf);
-        if (remove_tree(leaf, 200) < 0)
-                log_debug("cgroup: %s still busy, removed with its sandbox", leaf);
+        if (remove_tree(leaf, 0) < 0)
+                remove_later(leaf);
 }

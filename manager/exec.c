@@ -392,11 +392,6 @@ static void exec_finish(struct exec *ex)
                 ex->sb->running_execs--;
         if (!ex->service)
                 sandbox_touch(ex->sb);
-        if (ex->has_cgroup && ex->sb->cgroup != NULL) {
-                cgroup_exec_destroy(ex->sb->cgroup, ex->number);
-                ex->has_cgroup = false;
-        }
-
         json_t *result = exec_result(ex);
         int code = ex->exited && WIFEXITED(ex->wait_status) ? WEXITSTATUS(ex->wait_status) : -1;
         log_info("sandbox %s: exec %s ended: exit %d%s, %lld ms", ex->sb->id, ex->id, code,
@@ -410,6 +405,11 @@ static void exec_finish(struct exec *ex)
                 if (ex->hooks != NULL && ex->hooks->done != NULL)
                         ex->hooks->done(ex, result, ex->hooks_data);
                 json_decref(result);
+        }
+        /* After the answer: removing a cgroup can take a while. */
+        if (ex->has_cgroup && ex->sb->cgroup != NULL) {
+                cgroup_exec_destroy(ex->sb->cgroup, ex->number);
+                ex->has_cgroup = false;
         }
         if (!ex->background) {
                 exec_unlink(ex);
@@ -464,6 +464,27 @@ void exec_on_control(struct sandbox *sb, const void *data, size_t len)
         default:
                 break;
         }
+}
+
+void exec_prepare_spare(struct sandbox *sb)
+{
+        uint32_t number = sb->next_exec_number + 1;
+        if (sb->ctl == NULL || sb->spare_number == number || sb->state != SANDBOX_RUNNING)
+                return;
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        _cleanup_close_ int procs = -1;
+        if (cgroup_exec_create(sb->cgroup, number, &procs, &err) < 0) {
+                log_debug("sandbox %s: no spare: %s", sb->id, err->message);
+                return;
+        }
+        if (procs < 0)
+                return; /* no cgroups: nothing to prepare */
+        struct ctl_header msg = { CTL_SPARE, number };
+        if (ctl_send(sb->ctl->fd, &msg, sizeof(msg), NULL, 0, &procs, 1) < 0) {
+                cgroup_exec_destroy(sb->cgroup, number);
+                return;
+        }
+        sb->spare_number = number;
 }
 
 void exec_sandbox_gone(struct sandbox *sb)
@@ -793,13 +814,20 @@ static int exec_start(struct sandbox *sb, struct exec *ex, const struct exec_par
         if ((r = exec_open_pipes(ex, child_fds, err)) < 0)
                 return r;
         ex->oom_kills_at_start = cgroup_sandbox_oom_kills(sb->cgroup);
-        if ((r = cgroup_exec_create(sb->cgroup, ex->number, &child_fds[3], err)) < 0) {
-                for (int i = 0; i < 3; i++)
-                        close(child_fds[i]);
-                return r;
+        unsigned nfds = 3;
+        if (ex->number == sb->spare_number) {
+                /* The init's spare is already in this exec's leaf. */
+                ex->has_cgroup = true;
+                sb->spare_number = 0;
+        } else {
+                if ((r = cgroup_exec_create(sb->cgroup, ex->number, &child_fds[3], err)) < 0) {
+                        for (int i = 0; i < 3; i++)
+                                close(child_fds[i]);
+                        return r;
+                }
+                ex->has_cgroup = child_fds[3] >= 0;
+                nfds = ex->has_cgroup ? 4 : 3;
         }
-        ex->has_cgroup = child_fds[3] >= 0;
-        unsigned nfds = ex->has_cgroup ? 4 : 3;
 
         struct ctl_exec hdr = {
                 .hdr = { CTL_EXEC, ex->number },
@@ -866,6 +894,7 @@ static struct exec *exec_launch(struct sandbox *sb, json_t *params, const struct
                 return NULL;
         }
         log_info("sandbox %s: exec %s started%s", sb->id, ex->id, p.background ? " in the background" : "");
+        exec_prepare_spare(sb);
         return ex;
 }
 

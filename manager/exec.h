@@ -45,5 +45,9 @@ void exec_detach(struct exec *ex);
 const char *exec_id(const struct exec *ex);
 /* A control message from the sandbox's init about one of its execs. */
 void exec_on_control(struct sandbox *sb, const void *msg, size_t len);
+/* Have the init fork a child for the next exec ahead of time, already in
+ * that exec's cgroup (see runtime/init.c). Called when a sandbox is ready
+ * and after each exec starts. */
+void exec_prepare_spare(struct sandbox *sb);
 /* The sandbox is going away: finish every exec (killed). */
 void exec_sandbox_gone(struct sandbox *sb);

@@ -320,6 +320,7 @@ static void on_control(struct loop_source *source, uint32_t events)
                                          sb->owner, sb->host_uid_base,
                                          sb->host_uid_base + NSBOX_UID_RANGE - 1);
                                 run_waiters(&sb->create_waiters, sb, NULL);
+                                exec_prepare_spare(sb);
                         } else if (msg.hdr.type == CTL_FAILED && (size_t)n >= sizeof(struct ctl_failed)) {
                                 msg.failed.message[sizeof(msg.failed.message) - 1] = '\0';
                                 sandbox_set_failure(sb, msg.failed.message);
@@ -429,6 +430,9 @@ static int sandbox_spawn(struct sandbox *sb, nsbox_error_t **err)
                 return r;
 
         fcntl(parent_end, F_SETFL, O_NONBLOCK);
+        /* One exec request (argv + env, up to 1 MiB) is one packet. */
+        int sndbuf = 4 << 20;
+        setsockopt(parent_end, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf));
         struct setup_go go = { .magic = SETUP_GO_MAGIC };
         ssize_t n = ctl_send(parent_end, &go, sizeof(go), NULL, 0, NULL, 0);
         if (n < 0)

@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -27,6 +28,19 @@ struct running_exec {
 };
 
 static struct running_exec execs[MAX_EXECS];
+
+/* A child forked ahead of the next exec that has already joined that exec's
+ * cgroup: joining a cgroup v1 can wait a whole RCU grace period, which this
+ * way is never on the path of a request. */
+static struct {
+        pid_t pid;
+        int sock; /* to the spare: the exec request and its fds */
+        uint32_t exec_id;
+} spare = { .pid = 0, .sock = -1 };
+
+/* Requests up to this size are relayed to the spare; larger ones (near the
+ * default socket buffer) take the ordinary fork. */
+#define SPARE_MAX_REQUEST (128u * 1024)
 static unsigned n_execs;
 static struct sock_fprog seccomp_program;
 static union ctl_message *request_buffer;
@@ -89,6 +103,90 @@ static int unpack_exec(const struct ctl_exec *req, size_t len, const char **cwd,
         return 0;
 }
 
+static void spare_discard(void)
+{
+        if (spare.pid > 0)
+                kill(spare.pid, SIGKILL); /* reaped as an unknown child */
+        if (spare.sock >= 0)
+                close(spare.sock);
+        spare.pid = 0;
+        spare.sock = -1;
+}
+
+static __attribute__((noreturn)) void spare_main(int sock, int procs_fd)
+{
+        close(NSBOX_INIT_CTL_FD);
+        if (write(procs_fd, "0\n", 2) != 2)
+                _exit(1);
+        close(procs_fd);
+        int fds[4];
+        unsigned nfds = 0;
+        ssize_t n = ctl_recv(sock, request_buffer, SPARE_MAX_REQUEST, fds, 4, &nfds);
+        const struct ctl_exec *req = &request_buffer->exec;
+        const char *cwd;
+        char **argv, **envp;
+        if (n <= 0 || nfds != 4 || unpack_exec(req, (size_t)n, &cwd, &argv, &envp) < 0)
+                _exit(1);
+        close(sock);
+        struct process_spec spec = {
+                .cwd = cwd,
+                .argv = argv,
+                .envp = envp,
+                .uid = req->uid,
+                .gid = req->gid,
+                .search_path = (req->flags & CTL_EXEC_SEARCH_PATH) != 0,
+                .stdio = { fds[0], fds[1], fds[2] },
+                .cgroup_procs_fd = -1, /* joined already */
+                .seccomp = seccomp_program.len > 0 ? &seccomp_program : NULL,
+        };
+        process_exec_child(&spec, fds[3]);
+}
+
+static void handle_spare(const struct ctl_header *req, int *fds, unsigned nfds)
+{
+        spare_discard();
+        if (nfds != 1)
+                return;
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+                return;
+        pid_t pid = fork();
+        if (pid == 0) {
+                close(sv[0]);
+                spare_main(sv[1], fds[0]);
+        }
+        close(sv[1]);
+        if (pid < 0) {
+                close(sv[0]);
+                return;
+        }
+        spare.pid = pid;
+        spare.sock = sv[0];
+        spare.exec_id = req->exec_id;
+}
+
+/* Hand the request to the spare prepared for it; its pid, or -errno. */
+static pid_t spawn_with_spare(const struct ctl_exec *req, size_t len, int *fds, char *message,
+                              size_t message_len)
+{
+        int report[2];
+        if (pipe2(report, O_CLOEXEC) < 0)
+                return -errno;
+        int relay[4] = { fds[0], fds[1], fds[2], report[1] };
+        ssize_t n = ctl_send(spare.sock, req, len, NULL, 0, relay, 4);
+        close(report[1]);
+        pid_t pid = spare.pid;
+        close(spare.sock);
+        spare.sock = -1;
+        spare.pid = 0;
+        if (n < 0) {
+                close(report[0]);
+                kill(pid, SIGKILL);
+                return (pid_t)n;
+        }
+        return process_await_exec(pid, report[0], message, message_len);
+}
+
 static void handle_exec(int ctl, const struct ctl_exec *req, size_t len, int *fds, unsigned nfds)
 {
         const char *cwd;
@@ -119,7 +217,11 @@ static void handle_exec(int ctl, const struct ctl_exec *req, size_t len, int *fd
                 .cgroup_procs_fd = nfds == 4 ? fds[3] : -1,
                 .seccomp = seccomp_program.len > 0 ? &seccomp_program : NULL,
         };
-        pid_t pid = process_spawn(&spec, message, sizeof(message));
+        pid_t pid;
+        if (spare.pid > 0 && spare.exec_id == req->hdr.exec_id && nfds == 3 && len <= SPARE_MAX_REQUEST)
+                pid = spawn_with_spare(req, len, fds, message, sizeof(message));
+        else
+                pid = process_spawn(&spec, message, sizeof(message));
         free(argv - 1);
         if (pid < 0) {
                 send_failed(ctl, req->hdr.exec_id, (int)-pid, message);
@@ -148,6 +250,8 @@ static void reap_children(int ctl)
                 pid_t pid = waitpid(-1, &status, WNOHANG);
                 if (pid <= 0)
                         return;
+                if (pid == spare.pid)
+                        spare_discard(); /* it died unused (killed from inside?) */
                 for (unsigned i = 0; i < n_execs; i++) {
                         if (execs[i].pid != pid)
                                 continue;
@@ -178,6 +282,9 @@ static int handle_control(int ctl)
                 case CTL_KILL:
                         if ((size_t)n >= sizeof(struct ctl_kill))
                                 handle_kill(&request_buffer->kill);
+                        break;
+                case CTL_SPARE:
+                        handle_spare(&request_buffer->hdr, fds, nfds);
                         break;
                 default:
                         break;

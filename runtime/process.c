@@ -61,7 +61,7 @@ static int clear_capability_sets(void)
         return r;
 }
 
-static __attribute__((noreturn)) void child_exec(const struct process_spec *spec, int report_fd)
+void process_exec_child(const struct process_spec *spec, int report_fd)
 {
         /* Join the exec's own cgroup before anything else, so that the whole
          * tree it forks, daemons included, can be killed as one. */
@@ -149,17 +149,21 @@ pid_t process_spawn(const struct process_spec *spec, char *message, size_t messa
         }
         if (pid == 0) {
                 close(report[0]);
-                child_exec(spec, report[1]);
+                process_exec_child(spec, report[1]);
         }
         close(report[1]);
+        return process_await_exec(pid, report[0], message, message_len);
+}
 
+pid_t process_await_exec(pid_t pid, int report_fd, char *message, size_t message_len)
+{
         /* EOF without a report means execve succeeded (the pipe was CLOEXEC). */
         struct spawn_failure failure;
         ssize_t n;
         do {
-                n = read(report[0], &failure, sizeof(failure));
+                n = read(report_fd, &failure, sizeof(failure));
         } while (n < 0 && errno == EINTR);
-        close(report[0]);
+        close(report_fd);
         if (n == (ssize_t)sizeof(failure)) {
                 int status;
                 while (waitpid(pid, &status, 0) < 0 && errno == EINTR)

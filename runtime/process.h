@@ -22,3 +22,11 @@ struct process_spec {
  * session, has only fds 0-2, no capabilities in any set, no_new_privs,
  * and the seccomp filter loaded as the last step before execve. */
 pid_t process_spawn(const struct process_spec *spec, char *message, size_t message_len);
+
+/* The part of process_spawn that runs in the child: from the cgroup join to
+ * execve. Failures go to report_fd as a struct process_failure. */
+__attribute__((noreturn)) void process_exec_child(const struct process_spec *spec, int report_fd);
+
+/* Wait for the report of a child started with process_exec_child: its pid
+ * when it exec'd, or -errno with `message`. */
+pid_t process_await_exec(pid_t pid, int report_fd, char *message, size_t message_len);

@@ -17,6 +17,7 @@ enum ctl_type {
         /* manager → init */
         CTL_EXEC = 1, /* + payload, + SCM_RIGHTS {stdin, stdout, stderr[, cgroup.procs]} */
         CTL_KILL,     /* kill one exec's process tree */
+        CTL_SPARE,    /* fork a spare for exec_id now: + SCM_RIGHTS {cgroup.procs of its leaf} */
         /* init → manager */
         CTL_READY,   /* setup done, the init runs */
         CTL_FAILED,  /* setup or exec start failed: errnum + message */
