@@ -395,22 +395,10 @@ static void conn_queue(struct rpc_conn *conn, const json_t *message)
                 conn->out_cap = conn->out_len = len;
                 conn->out_off = 0;
         } else {
-                if (conn->out_len + len > conn->out_cap) {
-                        size_t cap = conn->out_cap ? conn->out_cap : READ_CHUNK;
-                        while (cap < conn->out_len + len)
-                                cap *= 2;
-                        char *grown = realloc(conn->out, cap);
-                        if (grown == NULL) {
-                                free(line);
-                                conn_close(conn);
-                                return;
-                        }
-                        conn->out = grown;
-                        conn->out_cap = cap;
-                }
-                memcpy(conn->out + conn->out_len, line, len);
-                conn->out_len += len;
+                append_out(conn, line, len);
                 free(line);
+                if (conn->closed)
+                        return;
         }
         conn_flush(conn);
 }

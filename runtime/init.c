@@ -103,6 +103,22 @@ static int unpack_exec(const struct ctl_exec *req, size_t len, const char **cwd,
         return 0;
 }
 
+static struct process_spec spec_of(const struct ctl_exec *req, const char *cwd, char **argv, char **envp,
+                                   const int *stdio, int cgroup_procs_fd)
+{
+        return (struct process_spec){
+                .cwd = cwd,
+                .argv = argv,
+                .envp = envp,
+                .uid = req->uid,
+                .gid = req->gid,
+                .search_path = (req->flags & CTL_EXEC_SEARCH_PATH) != 0,
+                .stdio = { stdio[0], stdio[1], stdio[2] },
+                .cgroup_procs_fd = cgroup_procs_fd,
+                .seccomp = seccomp_program.len > 0 ? &seccomp_program : NULL,
+        };
+}
+
 static void spare_discard(void)
 {
         if (spare.pid > 0)
@@ -128,17 +144,7 @@ static __attribute__((noreturn)) void spare_main(int sock, int procs_fd)
         if (n <= 0 || nfds != 4 || unpack_exec(req, (size_t)n, &cwd, &argv, &envp) < 0)
                 _exit(1);
         close(sock);
-        struct process_spec spec = {
-                .cwd = cwd,
-                .argv = argv,
-                .envp = envp,
-                .uid = req->uid,
-                .gid = req->gid,
-                .search_path = (req->flags & CTL_EXEC_SEARCH_PATH) != 0,
-                .stdio = { fds[0], fds[1], fds[2] },
-                .cgroup_procs_fd = -1, /* joined already */
-                .seccomp = seccomp_program.len > 0 ? &seccomp_program : NULL,
-        };
+        struct process_spec spec = spec_of(req, cwd, argv, envp, fds, -1 /* joined already */);
         process_exec_child(&spec, fds[3]);
 }
 
@@ -206,17 +212,7 @@ static void handle_exec(int ctl, const struct ctl_exec *req, size_t len, int *fd
                 send_failed(ctl, req->hdr.exec_id, -r, "malformed exec request");
                 return;
         }
-        struct process_spec spec = {
-                .cwd = cwd,
-                .argv = argv,
-                .envp = envp,
-                .uid = req->uid,
-                .gid = req->gid,
-                .search_path = (req->flags & CTL_EXEC_SEARCH_PATH) != 0,
-                .stdio = { fds[0], fds[1], fds[2] },
-                .cgroup_procs_fd = nfds == 4 ? fds[3] : -1,
-                .seccomp = seccomp_program.len > 0 ? &seccomp_program : NULL,
-        };
+        struct process_spec spec = spec_of(req, cwd, argv, envp, fds, nfds == 4 ? fds[3] : -1);
         pid_t pid;
         if (spare.pid > 0 && spare.exec_id == req->hdr.exec_id && nfds == 3 && len <= SPARE_MAX_REQUEST)
                 pid = spawn_with_spare(req, len, fds, message, sizeof(message));
