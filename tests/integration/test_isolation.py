@@ -986,11 +986,18 @@ class Resident:
             open(os.path.join(d, marker), "w").write("a")
         open("/tmp/ready-" + marker, "w").write(str(shmid))
         accepted = 0
-        while not os.path.exists("/tmp/stop-" + marker):
+        stopping = False
+        while True:
             try:
                 s.accept()[0].close()
                 accepted += 1
+                continue
             except BlockingIOError:
+                pass
+            if stopping:  # the backlog is drained after the stop: nothing is missed
+                break
+            stopping = os.path.exists("/tmp/stop-" + marker)
+            if not stopping:
                 time.sleep(0.02)
         print("accepted", accepted, "shmid", shmid)
     """)
