@@ -68,8 +68,9 @@ static void __attribute__((noreturn)) run_child(const char *dir, const char *soc
         _cleanup_free_ char *state = NULL;
         if (asprintf(&state, "%s/state", dir) < 0)
                 _exit(1);
-        char *args[] = { "nsboxd", "--socket", (char *)socket_path, "--state-dir", state, "--log-level",
-                         "warn",   NULL };
+        /* One sandbox for one command: a warm pool would only cost time. */
+        char *args[] = { "nsboxd",      "--socket", (char *)socket_path, "--state-dir", state,
+                         "--log-level", "warn",     "--warm-pool",       "0",           NULL };
         int rc = nsboxd_main(ARRAY_SIZE(args) - 1, args);
         /* The CLI removes the directory too; this covers a CLI that was killed. */
         remove_private_dir(dir);

@@ -261,7 +261,9 @@ static void sandbox_finalize(struct sandbox *sb)
                         log_error("sandbox %s: %s", sb->id, err->message);
         }
         if (failed_create) {
-                log_warn("sandbox %s: create failed: %s", sb->id, sb->failure ? sb->failure : "init exited");
+                /* Stopping the daemon mid-create is no failure worth a warning. */
+                log_write(nsboxd.stopping ? LOG_LEVEL_INFO : LOG_LEVEL_WARN, "sandbox %s: create failed: %s",
+                          sb->id, sb->failure ? sb->failure : "init exited");
                 run_waiters(&sb->create_waiters, NULL,
                             sb->failure ? sb->failure : "sandbox init exited during setup");
         } else {

@@ -15,6 +15,8 @@ from nsbox_client import Client  # noqa: E402
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("NSBOX_BUILD", os.path.join(REPO, "build"))
 IMAGE_DIR = os.environ.get("NSBOX_IMAGE_DIR", "/var/lib/nsbox/images")
+# The sanitizer build (make asan) runs the same tests; memory bounds allow for its shadow memory.
+ASAN = os.path.basename(BUILD.rstrip("/")) == "build-asan"
 
 
 class Daemon:
@@ -68,6 +70,7 @@ class Daemon:
                 self.proc.wait()
         self.log.close()
         rc = self.proc.returncode
+        self.final_log = self.read_log()  # includes what a sanitizer printed at exit
         shutil.rmtree(self.dir, ignore_errors=True)
         return rc
 
@@ -76,9 +79,8 @@ class Daemon:
 def daemon():
     d = Daemon()
     yield d
-    log = d.read_log()
     rc = d.stop()
-    assert rc == 0, "nsboxd did not stop cleanly (rc=%s):\n%s" % (rc, log[-4000:])
+    assert rc == 0, "nsboxd did not stop cleanly (rc=%s):\n%s" % (rc, d.final_log[-6000:])
 
 
 @pytest.fixture

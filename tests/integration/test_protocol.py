@@ -18,7 +18,7 @@ import uuid
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from conftest import Daemon  # noqa: E402
+from conftest import ASAN, Daemon  # noqa: E402
 
 PARSE, INVALID_REQUEST, NO_METHOD, INVALID_PARAMS, APP = -32700, -32600, -32601, -32602, -32000
 # Small enough to cross in a test, large enough for 200k-deep nesting.
@@ -601,7 +601,7 @@ def test_a_client_that_never_reads_does_not_stall_others_or_grow_memory(daemon, 
     for _ in range(10):
         assert_serves_others(daemon, within=1.0)
     peak = daemon_status(daemon, "VmHWM")
-    assert peak < 300 << 20, "nsboxd peaked at %d MB" % (peak >> 20)
+    assert peak < (600 if ASAN else 300) << 20, "nsboxd peaked at %d MB" % (peak >> 20)
     # Nothing is lost: once the client reads, every answer arrives, the 50 MB
     # one whole.
     hog.sock.settimeout(60)
@@ -614,8 +614,9 @@ def test_a_client_that_never_reads_does_not_stall_others_or_grow_memory(daemon, 
     assert replies["hog"]["result"]["stdout"] == "a" * 50_000_000
     stream.close()
     hog.close()
-    wait_for(lambda: daemon_status(daemon, "VmRSS") < rss_before + (20 << 20), 10,
-             "nsboxd to free the unread reply (rss %d MB)" % (daemon_status(daemon, "VmRSS") >> 20))
+    if not ASAN:  # ASan's allocator keeps freed memory in quarantine: RSS does not drop
+        wait_for(lambda: daemon_status(daemon, "VmRSS") < rss_before + (20 << 20), 10,
+                 "nsboxd to free the unread reply (rss %d MB)" % (daemon_status(daemon, "VmRSS") >> 20))
     assert_serves_others(daemon)
 
 
