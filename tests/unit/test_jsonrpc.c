@@ -107,7 +107,10 @@ static void test_deep_nesting_is_refused_not_crashing(void **state)
 
 static void test_serialize_is_one_compact_line(void **state)
 {
-        json_t *msg = jsonrpc_result(json_integer(3), json_pack("{s:s}", "text", "a\nb"));
+        json_t *id = json_integer(3), *result = json_pack("{s:s}", "text", "a\nb");
+        json_t *msg = jsonrpc_result(id, result); /* both borrowed */
+        json_decref(id);
+        json_decref(result);
         size_t len;
         char *line = jsonrpc_serialize(msg, &len);
         assert_non_null(line);

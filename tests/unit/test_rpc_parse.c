@@ -109,8 +109,10 @@ static void test_a_large_reply_serializes_to_one_line(void **state)
         _cleanup_free_ char *big = malloc(n);
         memset(big, 'a', n);
         big[n / 2] = '\n';
-        json_t *msg = jsonrpc_result(json_string("id"), json_pack("{s:s%}", "stdout", big, n));
-        json_decref(json_object_get(msg, "result")); /* jsonrpc_result took its own reference */
+        json_t *id = json_string("id"), *result = json_pack("{s:s%}", "stdout", big, n);
+        json_t *msg = jsonrpc_result(id, result); /* both borrowed */
+        json_decref(id);
+        json_decref(result);
         size_t len;
         _cleanup_free_ char *line = jsonrpc_serialize(msg, &len);
         assert_non_null(line);
