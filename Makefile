@@ -128,8 +128,9 @@ test-systemd: all
 	@dir=$$(mktemp -d) && \
 	sed -e 's#@PREFIX@/bin/nsboxd#$(abspath $(BUILD))/nsboxd#' -e 's#@PREFIX@#$(PREFIX)#g' \
 		manager/systemd/nsboxd.service.in > $$dir/nsboxd.service && \
-	cp manager/systemd/nsbox.slice $$dir/ && \
-	out=$$(systemd-analyze verify $$dir/nsboxd.service $$dir/nsbox.slice 2>&1); rc=$$?; rm -rf $$dir; \
+	cp manager/systemd/nsbox.slice manager/systemd/nsboxd.socket $$dir/ && \
+	out=$$(systemd-analyze verify $$dir/nsboxd.service $$dir/nsbox.slice $$dir/nsboxd.socket 2>&1); rc=$$?; \
+	rm -rf $$dir; \
 	if [ $$rc -ne 0 ] || [ -n "$$out" ]; then echo "$$out"; echo "systemd units: FAILED"; exit 1; fi; \
 	echo "systemd units: ok"
 
@@ -143,12 +144,13 @@ install: all
 	cp -r rootfs-builder/. $(DESTDIR)$(PREFIX)/share/nsbox/rootfs-builder/
 	install -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/nsbox/
 	sed -e 's#@PREFIX@#$(PREFIX)#g' manager/systemd/nsboxd.service.in > $(DESTDIR)/etc/systemd/system/nsboxd.service
-	install -m 0644 manager/systemd/nsbox.slice $(DESTDIR)/etc/systemd/system/
+	install -m 0644 manager/systemd/nsbox.slice manager/systemd/nsboxd.socket $(DESTDIR)/etc/systemd/system/
 	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/nsboxd $(DESTDIR)$(PREFIX)/bin/nsbox \
-		$(DESTDIR)/etc/systemd/system/nsboxd.service $(DESTDIR)/etc/systemd/system/nsbox.slice
+		$(DESTDIR)/etc/systemd/system/nsboxd.service $(DESTDIR)/etc/systemd/system/nsbox.slice \
+		$(DESTDIR)/etc/systemd/system/nsboxd.socket
 	rm -rf $(DESTDIR)$(PREFIX)/libexec/nsbox $(DESTDIR)$(PREFIX)/share/nsbox $(DESTDIR)$(PREFIX)/share/doc/nsbox
 	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
 

@@ -792,10 +792,20 @@ int rpc_server_start(struct loop *loop, const struct rpc_server_config *config, 
                 return nsbox_error(err, ENAMETOOLONG, "socket path %s", config->socket_path);
         strcpy(addr.sun_path, config->socket_path);
 
-        int r = check_socket_dir(config->socket_path, err);
+        int r;
+        _cleanup_close_ int fd = -1;
+        bool activated = config->listen_fd >= 0;
+        if (activated) {
+                /* systemd made, bound and owns the socket (nsboxd.socket). */
+                fd = config->listen_fd;
+                if (fcntl(fd, F_SETFL, O_NONBLOCK) < 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
+                        return nsbox_error(err, errno, "the socket passed by systemd");
+                goto serve;
+        }
+        r = check_socket_dir(config->socket_path, err);
         if (r < 0)
                 return r;
-        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0)
                 return nsbox_error(err, errno, "socket");
         /* A socket file left by a previous run: replace it only if nothing
@@ -830,13 +840,15 @@ int rpc_server_start(struct loop *loop, const struct rpc_server_config *config, 
                 return r;
         }
 
+serve:;
         _cleanup_close_ int wakeup = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (wakeup < 0)
                 return nsbox_error(err, errno, "eventfd");
 
         server.loop = loop;
         server.config = *config;
-        server.socket_path = strdup(config->socket_path);
+        /* An activated socket is systemd's to keep across restarts. */
+        server.socket_path = activated ? NULL : strdup(config->socket_path);
         server.spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
         server.wakeup = loop_add(loop, wakeup, EPOLLIN, wakeup_event, NULL);
         if (server.wakeup == NULL)

@@ -41,6 +41,7 @@ struct rpc_server_config {
         size_t max_request_bytes;
         unsigned max_connections;
         const struct rpc_method *methods; /* terminated by a NULL name */
+        int listen_fd; /* a listening socket passed by systemd (socket activation), or -1 */
 };
 
 int rpc_server_start(struct loop *loop, const struct rpc_server_config *config, nsbox_error_t **err);

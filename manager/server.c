@@ -231,8 +231,16 @@ static int start(nsbox_error_t **err)
                 return r;
         if ((r = make_socket_dir(nsboxd.config.socket_path, err)) < 0)
                 return r;
+        /* Socket activation: nsboxd.socket hands over one listening socket. */
+        int listen_fd = -1;
+        int n = sd_listen_fds(1);
+        if (n == 1 && sd_is_socket_unix(SD_LISTEN_FDS_START, SOCK_STREAM, 1, NULL, 0) > 0)
+                listen_fd = SD_LISTEN_FDS_START;
+        else if (n > 0)
+                log_warn("socket activation: expected one unix stream socket, got %d fds; ignoring them", n);
         struct rpc_server_config server = {
                 .socket_path = nsboxd.config.socket_path,
+                .listen_fd = listen_fd,
                 .max_request_bytes = nsboxd.config.max_request_bytes,
                 .max_connections = nsboxd.config.max_connections,
                 .methods = nsboxd_methods,

@@ -238,3 +238,26 @@ def test_corrupted_state_is_quarantined_and_start_succeeds(root):
     assert "quarantine" in svc.log()
     assert os.listdir(os.path.join(svc.state, "quarantine"))
     assert svc.terminate() == 0
+
+
+def test_socket_activation_serves_on_the_socket_systemd_passes(root):
+    """nsboxd.socket: systemd binds the socket and hands it over (LISTEN_FDS);
+    nsboxd serves on it and leaves the socket file to systemd."""
+    sock = os.path.join(root, "activated.sock")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NSBOX_", "LISTEN_", "NOTIFY_SOCKET"))}
+    proc = subprocess.Popen(
+        ["systemd-socket-activate", "-l", sock, os.path.join(BUILD, "nsboxd"), "--socket",
+         os.path.join(root, "unused.sock"), "--state-dir", os.path.join(root, "state"), "--image-dir", IMAGE_DIR,
+         "--uid-pool-base", str(POOL_BASE), "--uid-pool-ranges", str(POOL_RANGES), "--warm-pool", "0"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        assert wait_until(lambda: os.path.exists(sock))
+        with Client(sock, timeout=30) as c:  # the first connection starts nsboxd
+            assert c.call("server.info")["version"]
+            sb = c.call("sandbox.create")["sandbox_id"]
+            assert c.call("sandbox.exec", sandbox_id=sb, argv=["echo", "hi"])["stdout"] == "hi\n"
+        assert not os.path.exists(os.path.join(root, "unused.sock"))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, proc.stderr.read().decode()
+    assert os.path.exists(sock)  # systemd's, not nsboxd's to remove
