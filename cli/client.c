@@ -1,3 +1,4 @@
+#include "cli.h"
 #include "client.h"
 
 #include <errno.h>
@@ -91,21 +92,6 @@ static int wait_readable(struct client *c)
         }
 }
 
-static int write_all(int fd, const char *p, size_t len)
-{
-        while (len > 0) {
-                ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
-                if (n < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -errno;
-                }
-                p += n;
-                len -= n;
-        }
-        return 0;
-}
-
 int client_send(struct client *c, const char *method, json_t *params, long long *id_out, nsbox_error_t **err)
 {
         long long id = c->next_id++;
@@ -117,7 +103,7 @@ int client_send(struct client *c, const char *method, json_t *params, long long 
         _cleanup_free_ char *line = jsonrpc_serialize(req, &len);
         if (line == NULL)
                 return nsbox_error(err, ENOMEM, "serialize request");
-        int r = write_all(c->fd, line, len);
+        int r = cli_write_all(c->fd, line, len);
         if (r < 0)
                 return nsbox_error(err, -r, "send %s to nsboxd", method);
         if (id_out)

@@ -75,21 +75,6 @@ static long long now_ms(void)
 
 /* --- output --------------------------------------------------------------------- */
 
-static int write_all(int fd, const char *p, size_t len)
-{
-        while (len > 0) {
-                ssize_t n = write(fd, p, len);
-                if (n < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -errno;
-                }
-                p += n;
-                len -= n;
-        }
-        return 0;
-}
-
 /* Write one message (stolen) to stdout; srv->lock held. */
 static void send_locked(json_t *msg)
 {
@@ -104,7 +89,7 @@ static void send_locked(json_t *msg)
                 log_error("mcp: out of memory serializing a message");
                 return;
         }
-        int r = write_all(STDOUT_FILENO, line, len);
+        int r = cli_write_all(STDOUT_FILENO, line, len);
         if (r < 0)
                 log_warn("mcp: write to stdout: %s", strerror(-r));
 }
