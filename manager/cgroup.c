@@ -968,6 +968,21 @@ int cgroup_exec_create(struct sandbox_cgroup *sc, uint32_t exec_number, int *pro
         return 0;
 }
 
+int cgroup_exec_open(struct sandbox_cgroup *sc, uint32_t exec_number, int *procs_fd, nsbox_error_t **err)
+{
+        *procs_fd = -1;
+        if (sc == NULL || cg.exec_hier < 0)
+                return 0;
+        char leaf[4096], path[4200];
+        exec_leaf(sc, exec_number, leaf, sizeof(leaf));
+        snprintf(path, sizeof(path), "%s/cgroup.procs", leaf);
+        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0)
+                return nsbox_error(err, errno, "open %s", path);
+        *procs_fd = fd;
+        return 0;
+}
+
 void cgroup_exec_kill(struct sandbox_cgroup *sc, uint32_t exec_number)
 {
         if (sc == NULL || cg.exec_hier < 0)

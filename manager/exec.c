@@ -411,6 +411,11 @@ static void exec_finish(struct exec *ex)
                 cgroup_exec_destroy(ex->sb->cgroup, ex->number);
                 ex->has_cgroup = false;
         }
+        /* The spare for the next exec joins its cgroup now, between requests:
+         * a cgroup v1 move holds up every fork and exit on the host for an RCU
+         * grace period, which must not land in the middle of a running exec. */
+        if (ex->sb->state == SANDBOX_RUNNING)
+                exec_prepare_spare(ex->sb);
         if (!ex->background) {
                 exec_unlink(ex);
                 exec_free(ex);
@@ -466,25 +471,33 @@ void exec_on_control(struct sandbox *sb, const void *data, size_t len)
         }
 }
 
+/* Two spares ahead: back-to-back execs find one that joined its cgroup
+ * long enough ago. */
+#define EXEC_SPARES_AHEAD 2
+
 void exec_prepare_spare(struct sandbox *sb)
 {
-        uint32_t number = sb->next_exec_number + 1;
-        if (sb->ctl == NULL || sb->spare_number == number || sb->state != SANDBOX_RUNNING)
+        if (sb->ctl == NULL || sb->state != SANDBOX_RUNNING)
                 return;
-        _cleanup_error_ nsbox_error_t *err = NULL;
-        _cleanup_close_ int procs = -1;
-        if (cgroup_exec_create(sb->cgroup, number, &procs, &err) < 0) {
-                log_debug("sandbox %s: no spare: %s", sb->id, err->message);
-                return;
+        if (sb->spares_upto < sb->next_exec_number)
+                sb->spares_upto = sb->next_exec_number;
+        while (sb->spares_upto < sb->next_exec_number + EXEC_SPARES_AHEAD) {
+                uint32_t number = sb->spares_upto + 1;
+                _cleanup_error_ nsbox_error_t *err = NULL;
+                _cleanup_close_ int procs = -1;
+                if (cgroup_exec_create(sb->cgroup, number, &procs, &err) < 0) {
+                        log_debug("sandbox %s: no spare: %s", sb->id, err->message);
+                        return;
+                }
+                if (procs < 0)
+                        return; /* no cgroups: nothing to prepare */
+                struct ctl_header msg = { CTL_SPARE, number };
+                if (ctl_send(sb->ctl->fd, &msg, sizeof(msg), NULL, 0, &procs, 1) < 0) {
+                        cgroup_exec_destroy(sb->cgroup, number);
+                        return;
+                }
+                sb->spares_upto = number;
         }
-        if (procs < 0)
-                return; /* no cgroups: nothing to prepare */
-        struct ctl_header msg = { CTL_SPARE, number };
-        if (ctl_send(sb->ctl->fd, &msg, sizeof(msg), NULL, 0, &procs, 1) < 0) {
-                cgroup_exec_destroy(sb->cgroup, number);
-                return;
-        }
-        sb->spare_number = number;
 }
 
 void exec_sandbox_gone(struct sandbox *sb)
@@ -814,20 +827,17 @@ static int exec_start(struct sandbox *sb, struct exec *ex, const struct exec_par
         if ((r = exec_open_pipes(ex, child_fds, err)) < 0)
                 return r;
         ex->oom_kills_at_start = cgroup_sandbox_oom_kills(sb->cgroup);
-        unsigned nfds = 3;
-        if (ex->number == sb->spare_number) {
-                /* The init's spare is already in this exec's leaf. */
-                ex->has_cgroup = true;
-                sb->spare_number = 0;
-        } else {
-                if ((r = cgroup_exec_create(sb->cgroup, ex->number, &child_fds[3], err)) < 0) {
-                        for (int i = 0; i < 3; i++)
-                                close(child_fds[i]);
-                        return r;
-                }
-                ex->has_cgroup = child_fds[3] >= 0;
-                nfds = ex->has_cgroup ? 4 : 3;
+        /* The leaf was made with the init's spare, or is made now; either way
+         * the init gets its cgroup.procs, to fall back on if the spare is gone. */
+        r = ex->number <= sb->spares_upto ? cgroup_exec_open(sb->cgroup, ex->number, &child_fds[3], err)
+                                          : cgroup_exec_create(sb->cgroup, ex->number, &child_fds[3], err);
+        if (r < 0) {
+                for (int i = 0; i < 3; i++)
+                        close(child_fds[i]);
+                return r;
         }
+        ex->has_cgroup = child_fds[3] >= 0;
+        unsigned nfds = ex->has_cgroup ? 4 : 3;
 
         struct ctl_exec hdr = {
                 .hdr = { CTL_EXEC, ex->number },
@@ -894,7 +904,6 @@ static struct exec *exec_launch(struct sandbox *sb, json_t *params, const struct
                 return NULL;
         }
         log_info("sandbox %s: exec %s started%s", sb->id, ex->id, p.background ? " in the background" : "");
-        exec_prepare_spare(sb);
         return ex;
 }
 

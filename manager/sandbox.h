@@ -40,8 +40,8 @@ struct sandbox {
         struct python_interp *python; /* the stateful interpreter, when started */
         unsigned running_execs;
         uint32_t next_exec_number;
-        uint32_t spare_number; /* the exec number the init's spare child is ready for, 0: none */
-        char *failure;         /* why a create failed */
+        uint32_t spares_upto; /* the init has spares (or had: see exec.c) up to this exec number */
+        char *failure;        /* why a create failed */
 
         struct sandbox *next;
 };

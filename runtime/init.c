@@ -32,11 +32,15 @@ static struct running_exec execs[MAX_EXECS];
 /* A child forked ahead of the next exec that has already joined that exec's
  * cgroup: joining a cgroup v1 can wait a whole RCU grace period, which this
  * way is never on the path of a request. */
-static struct {
-        pid_t pid;
-        int sock; /* to the spare: the exec request and its fds */
+#define MAX_SPARES 2
+
+struct spare {
+        pid_t pid; /* 0: the slot is free */
+        int sock;  /* to the spare: the exec request and its fds */
         uint32_t exec_id;
-} spare = { .pid = 0, .sock = -1 };
+};
+
+static struct spare spares[MAX_SPARES];
 
 /* Requests up to this size are relayed to the spare; larger ones (near the
  * default socket buffer) take the ordinary fork. */
@@ -119,14 +123,23 @@ static struct process_spec spec_of(const struct ctl_exec *req, const char *cwd, 
         };
 }
 
-static void spare_discard(void)
+static void spare_discard(struct spare *sp)
 {
-        if (spare.pid > 0)
-                kill(spare.pid, SIGKILL); /* reaped as an unknown child */
-        if (spare.sock >= 0)
-                close(spare.sock);
-        spare.pid = 0;
-        spare.sock = -1;
+        if (sp->pid > 0) {
+                kill(sp->pid, SIGKILL); /* reaped as an unknown child */
+                close(sp->sock);
+        }
+        sp->pid = 0;
+        sp->sock = -1;
+}
+
+static struct spare *spare_for(uint32_t exec_id)
+{
+        for (int i = 0; i < MAX_SPARES; i++) {
+                if (spares[i].pid > 0 && spares[i].exec_id == exec_id)
+                        return &spares[i];
+        }
+        return NULL;
 }
 
 static __attribute__((noreturn)) void spare_main(int sock, int procs_fd)
@@ -150,9 +163,19 @@ static __attribute__((noreturn)) void spare_main(int sock, int procs_fd)
 
 static void handle_spare(const struct ctl_header *req, int *fds, unsigned nfds)
 {
-        spare_discard();
-        if (nfds != 1)
+        if (nfds != 1 || spare_for(req->exec_id) != NULL)
                 return;
+        /* A free slot, or the one for the oldest exec (it was never used). */
+        struct spare *sp = &spares[0];
+        for (int i = 0; i < MAX_SPARES; i++) {
+                if (spares[i].pid == 0) {
+                        sp = &spares[i];
+                        break;
+                }
+                if (spares[i].exec_id < sp->exec_id)
+                        sp = &spares[i];
+        }
+        spare_discard(sp);
         int sv[2];
         if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
                 return;
@@ -166,25 +189,23 @@ static void handle_spare(const struct ctl_header *req, int *fds, unsigned nfds)
                 close(sv[0]);
                 return;
         }
-        spare.pid = pid;
-        spare.sock = sv[0];
-        spare.exec_id = req->exec_id;
+        *sp = (struct spare){ .pid = pid, .sock = sv[0], .exec_id = req->exec_id };
 }
 
 /* Hand the request to the spare prepared for it; its pid, or -errno. */
-static pid_t spawn_with_spare(const struct ctl_exec *req, size_t len, int *fds, char *message,
-                              size_t message_len)
+static pid_t spawn_with_spare(struct spare *sp, const struct ctl_exec *req, size_t len, int *fds,
+                              char *message, size_t message_len)
 {
         int report[2];
         if (pipe2(report, O_CLOEXEC) < 0)
                 return -errno;
         int relay[4] = { fds[0], fds[1], fds[2], report[1] };
-        ssize_t n = ctl_send(spare.sock, req, len, NULL, 0, relay, 4);
+        ssize_t n = ctl_send(sp->sock, req, len, NULL, 0, relay, 4);
         close(report[1]);
-        pid_t pid = spare.pid;
-        close(spare.sock);
-        spare.sock = -1;
-        spare.pid = 0;
+        pid_t pid = sp->pid;
+        close(sp->sock);
+        sp->sock = -1;
+        sp->pid = 0;
         if (n < 0) {
                 close(report[0]);
                 kill(pid, SIGKILL);
@@ -214,8 +235,11 @@ static void handle_exec(int ctl, const struct ctl_exec *req, size_t len, int *fd
         }
         struct process_spec spec = spec_of(req, cwd, argv, envp, fds, nfds == 4 ? fds[3] : -1);
         pid_t pid;
-        if (spare.pid > 0 && spare.exec_id == req->hdr.exec_id && nfds == 3 && len <= SPARE_MAX_REQUEST)
-                pid = spawn_with_spare(req, len, fds, message, sizeof(message));
+        /* The manager always sends the exec's cgroup.procs: a spare that is
+         * missing (killed from inside) costs only the wait for the join. */
+        struct spare *sp = spare_for(req->hdr.exec_id);
+        if (sp != NULL && nfds == 4 && len <= SPARE_MAX_REQUEST)
+                pid = spawn_with_spare(sp, req, len, fds, message, sizeof(message));
         else
                 pid = process_spawn(&spec, message, sizeof(message));
         free(argv - 1);
@@ -246,8 +270,13 @@ static void reap_children(int ctl)
                 pid_t pid = waitpid(-1, &status, WNOHANG);
                 if (pid <= 0)
                         return;
-                if (pid == spare.pid)
-                        spare_discard(); /* it died unused (killed from inside?) */
+                for (int i = 0; i < MAX_SPARES; i++) {
+                        if (spares[i].pid == pid) { /* it died unused (killed from inside?) */
+                                close(spares[i].sock);
+                                spares[i].pid = 0;
+                                spares[i].sock = -1;
+                        }
+                }
                 for (unsigned i = 0; i < n_execs; i++) {
                         if (execs[i].pid != pid)
                                 continue;

@@ -133,8 +133,8 @@ def stats(daemon, sb):
     return daemon.call("sandbox.info", sandbox_id=sb)["stats"]
 
 
-# An idle sandbox runs its init and the init's spare child for the next exec.
-IDLE_PIDS = 2
+# An idle sandbox runs its init and the init's two spare children for the next execs.
+IDLE_PIDS = 3
 
 
 def wait_for_pids(daemon, sb, want, timeout=5):

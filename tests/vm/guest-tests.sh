@@ -95,8 +95,8 @@ r=$(nsbox --json sh "$SB" 'for i in $(seq 100); do sleep 30 >/dev/null 2>&1 & do
 check "fork flood hits pids.max" '[ "$(keyed $S/pids.events max)" -ge 1 ] && printf %s "$r" | grep -q "Cannot fork"' \
 	"$r" "$(cat $S/pids.events)"
 sleep 0.5
-# An idle sandbox holds its init and the init's spare child for the next exec.
-check "leftovers of the finished exec are killed (pids.current = 2)" '[ "$(cat $S/pids.current)" = 2 ]' \
+# An idle sandbox holds its init and the init's two spare children for the next execs.
+check "leftovers of the finished exec are killed (pids.current = 3)" '[ "$(cat $S/pids.current)" = 3 ]' \
 	"$(cat $S/pids.current)"
 
 # 5. cpu.max is effective: two spinners get half a core between them
@@ -119,18 +119,18 @@ r=$(nsbox --json exec --timeout 2 "$SB" -- sh -c \
 	"setsid sh -c 'sleep 1000 & sleep 1000' >/dev/null 2>&1 </dev/null & sleep 1000")
 check "the exec timed out" '[ "$(jget "$r" timed_out)" = true ]' "$r"
 for i in $(seq 30); do
-	[ "$(cat $S/pids.current)" = 2 ] && break
+	[ "$(cat $S/pids.current)" = 3 ] && break
 	sleep 0.1
 done
-check "the setsid'd daemon died with it (pids.current = 2)" '[ "$(cat $S/pids.current)" = 2 ]' \
+check "the setsid'd daemon died with it (pids.current = 3)" '[ "$(cat $S/pids.current)" = 3 ]' \
 	"$(cat $S/pids.current)"
-check "no exec leaf is left but the spare's" '[ "$(ls -d $S/exec-* 2>/dev/null | wc -l)" -le 1 ]' "$(ls $S)"
+check "no exec leaf is left but the spares'" '[ "$(ls -d $S/exec-* 2>/dev/null | wc -l)" -le 2 ]' "$(ls $S)"
 
 # 8. stats
 r=$(nsbox --json info "$SB" | grep -o '"stats":{[^}]*}')
 check "sandbox.info stats come from the cgroup" \
 	'[ "$(jget "$r" memory_bytes)" -gt 0 ] && [ "$(jget "$r" memory_peak_bytes)" -gt 0 ] &&
-	 [ "$(jget "$r" cpu_usage_us)" -gt 0 ] && [ "$(jget "$r" pids)" = 2 ] &&
+	 [ "$(jget "$r" cpu_usage_us)" -gt 0 ] && [ "$(jget "$r" pids)" = 3 ] &&
 	 [ "$(jget "$r" oom_kills)" = "$(keyed $S/memory.events oom_kill)" ]' "$r"
 
 # 9. nothing left behind
