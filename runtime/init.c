@@ -192,7 +192,8 @@ static void handle_spare(const struct ctl_header *req, int *fds, unsigned nfds)
         *sp = (struct spare){ .pid = pid, .sock = sv[0], .exec_id = req->exec_id };
 }
 
-/* Hand the request to the spare prepared for it; its pid, or -errno. */
+/* Hand the request to the spare prepared for it: its pid, -errno, or 0
+ * when the spare is gone. */
 static pid_t spawn_with_spare(struct spare *sp, const struct ctl_exec *req, size_t len, int *fds,
                               char *message, size_t message_len)
 {
@@ -207,9 +208,11 @@ static pid_t spawn_with_spare(struct spare *sp, const struct ctl_exec *req, size
         sp->sock = -1;
         sp->pid = 0;
         if (n < 0) {
+                /* The spare died before it got the request (killed from
+                 * inside, not reaped yet): the caller starts one itself. */
                 close(report[0]);
                 kill(pid, SIGKILL);
-                return (pid_t)n;
+                return 0;
         }
         return process_await_exec(pid, report[0], message, message_len);
 }
@@ -234,13 +237,13 @@ static void handle_exec(int ctl, const struct ctl_exec *req, size_t len, int *fd
                 return;
         }
         struct process_spec spec = spec_of(req, cwd, argv, envp, fds, nfds == 4 ? fds[3] : -1);
-        pid_t pid;
         /* The manager always sends the exec's cgroup.procs: a spare that is
          * missing (killed from inside) costs only the wait for the join. */
         struct spare *sp = spare_for(req->hdr.exec_id);
+        pid_t pid = 0;
         if (sp != NULL && nfds == 4 && len <= SPARE_MAX_REQUEST)
                 pid = spawn_with_spare(sp, req, len, fds, message, sizeof(message));
-        else
+        if (pid == 0)
                 pid = process_spawn(&spec, message, sizeof(message));
         free(argv - 1);
         if (pid < 0) {

@@ -189,3 +189,19 @@ def test_info_reports_stats(daemon, sandbox):
     info = daemon.call("sandbox.info", sandbox_id=sandbox)
     assert info["sandbox_id"] == sandbox and info["state"] == "running"
     assert set(info["stats"]) >= {"memory_bytes", "memory_peak_bytes", "cpu_usage_us", "pids", "oom_kills"}
+
+
+def test_tree_kill_holds_when_the_inits_spares_are_killed_from_inside(daemon, sandbox):
+    # Sandbox root can kill the init's spare children (same uid); the next
+    # execs must still land in their own cgroup, so a timeout still ends a
+    # daemonized descendant.
+    exec_(daemon, sandbox, user="root",
+          command="for p in /proc/[0-9]*; do p=${p#/proc/}; [ $p != 1 ] && [ $p != $$ ] && "
+                  "kill -9 $p 2>/dev/null; done; true")
+    r = exec_(daemon, sandbox, timeout_seconds=2,
+              command="(setsid sh -c 'trap \"\" HUP TERM; exec sleep 5151' &) ; sleep 300")
+    assert r["timed_out"] is True
+    deadline = time.monotonic() + 10
+    while count_sleepers(daemon, sandbox, "515[1]") > 0:
+        assert time.monotonic() < deadline, "a daemonized descendant survived without the spare"
+        time.sleep(0.1)
