@@ -5,35 +5,35 @@
 #include <netlink/netlink.h>
 #include <netlink/route/link.h>
 
+#include "cleanup.h"
+
+static inline void nl_socket_freep(struct nl_sock **s)
+{
+        if (*s != NULL)
+                nl_socket_free(*s);
+}
+
+static inline void rtnl_link_putp(struct rtnl_link **l)
+{
+        if (*l != NULL)
+                rtnl_link_put(*l);
+}
+
 int network_loopback_up(nsbox_error_t **err)
 {
-        struct nl_sock *sock = nl_socket_alloc();
-        struct rtnl_link *link = NULL, *change = NULL;
-        int r = 0;
+        _cleanup_(nl_socket_freep) struct nl_sock *sock = nl_socket_alloc();
+        _cleanup_(rtnl_link_putp) struct rtnl_link *link = NULL;
+        _cleanup_(rtnl_link_putp) struct rtnl_link *change = rtnl_link_alloc();
+        int r;
 
-        if (sock == NULL)
-                return nsbox_error(err, ENOMEM, "allocate netlink socket");
-        if ((r = nl_connect(sock, NETLINK_ROUTE)) < 0) {
-                r = nsbox_error(err, 0, "connect rtnetlink: %s", nl_geterror(r));
-                goto out;
-        }
-        if ((r = rtnl_link_get_kernel(sock, 0, "lo", &link)) < 0) {
-                r = nsbox_error(err, 0, "look up lo: %s", nl_geterror(r));
-                goto out;
-        }
-        change = rtnl_link_alloc();
-        if (change == NULL) {
-                r = nsbox_error(err, ENOMEM, "allocate link change");
-                goto out;
-        }
+        if (sock == NULL || change == NULL)
+                return nsbox_error(err, ENOMEM, "allocate netlink objects");
+        if ((r = nl_connect(sock, NETLINK_ROUTE)) < 0)
+                return nsbox_error(err, 0, "connect rtnetlink: %s", nl_geterror(r));
+        if ((r = rtnl_link_get_kernel(sock, 0, "lo", &link)) < 0)
+                return nsbox_error(err, 0, "look up lo: %s", nl_geterror(r));
         rtnl_link_set_flags(change, IFF_UP);
         if ((r = rtnl_link_change(sock, link, change, 0)) < 0)
-                r = nsbox_error(err, 0, "bring lo up: %s", nl_geterror(r));
-out:
-        if (change)
-                rtnl_link_put(change);
-        if (link)
-                rtnl_link_put(link);
-        nl_socket_free(sock);
-        return r;
+                return nsbox_error(err, 0, "bring lo up: %s", nl_geterror(r));
+        return 0;
 }
