@@ -785,23 +785,16 @@ static int check_socket_dir(const char *socket_path, nsbox_error_t **err)
         return 0;
 }
 
-int rpc_server_start(struct loop *loop, const struct rpc_server_config *config, nsbox_error_t **err)
+/* Our own socket: bound and listening under a temporary name, then renamed
+ * into place. Returns the listening fd or -errno. */
+static int bind_socket(const struct rpc_server_config *config, nsbox_error_t **err)
 {
         struct sockaddr_un addr = { .sun_family = AF_UNIX };
         if (strlen(config->socket_path) >= sizeof(addr.sun_path))
                 return nsbox_error(err, ENAMETOOLONG, "socket path %s", config->socket_path);
         strcpy(addr.sun_path, config->socket_path);
-
         int r;
         _cleanup_close_ int fd = -1;
-        bool activated = config->listen_fd >= 0;
-        if (activated) {
-                /* systemd made, bound and owns the socket (nsboxd.socket). */
-                fd = config->listen_fd;
-                if (fcntl(fd, F_SETFL, O_NONBLOCK) < 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
-                        return nsbox_error(err, errno, "the socket passed by systemd");
-                goto serve;
-        }
         r = check_socket_dir(config->socket_path, err);
         if (r < 0)
                 return r;
@@ -840,7 +833,23 @@ int rpc_server_start(struct loop *loop, const struct rpc_server_config *config, 
                 return r;
         }
 
-serve:;
+        return steal_fd(&fd);
+}
+
+int rpc_server_start(struct loop *loop, const struct rpc_server_config *config, nsbox_error_t **err)
+{
+        bool activated = config->listen_fd >= 0;
+        _cleanup_close_ int fd = -1;
+        if (activated) {
+                /* systemd made, bound and owns the socket (nsboxd.socket). */
+                fd = config->listen_fd;
+                if (fcntl(fd, F_SETFL, O_NONBLOCK) < 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
+                        return nsbox_error(err, errno, "the socket passed by systemd");
+        } else {
+                fd = bind_socket(config, err);
+                if (fd < 0)
+                        return fd;
+        }
         _cleanup_close_ int wakeup = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (wakeup < 0)
                 return nsbox_error(err, errno, "eventfd");
