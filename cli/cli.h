@@ -30,6 +30,10 @@ int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int cli_usage_error(const struct cli *cli);
 /* Write the whole buffer (stdout/stderr of a command) to fd. */
 int cli_write_all(int fd, const void *data, size_t len);
+/* All of fd as a JSON string of UTF-8 text without NUL bytes, at most max
+ * bytes; NULL after printing why (`what` names the input, `hint` follows a
+ * refusal of binary data). */
+json_t *cli_read_text(int fd, const char *what, size_t max, const char *hint);
 /* True when the error object says the daemon lacks the method (an older nsboxd
  * or a method still to come). */
 bool cli_error_is_missing_method(const json_t *error);

@@ -83,47 +83,6 @@ static int run_exec(const struct cli *cli, struct client *c, const char *socket_
         return cli_exec_exit_code(result);
 }
 
-/* The whole of standard input as a JSON string; NULL after printing why. */
-static json_t *read_stdin_text(void)
-{
-        _cleanup_free_ char *buf = NULL;
-        size_t len = 0, cap = 0;
-        for (;;) {
-                if (cap - len < 65536) {
-                        cap = cap ? cap * 2 : 65536;
-                        char *grown = realloc(buf, cap);
-                        if (grown == NULL) {
-                                cli_fail("out of memory reading standard input");
-                                return NULL;
-                        }
-                        buf = grown;
-                }
-                ssize_t n = read(STDIN_FILENO, buf + len, cap - len);
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n < 0) {
-                        cli_fail("read standard input: %s", strerror(errno));
-                        return NULL;
-                }
-                if (n == 0)
-                        break;
-                len += n;
-                if (len > STDIN_MAX_BYTES) {
-                        cli_fail("standard input is larger than %u bytes (copy big data with nsbox cp)",
-                                 STDIN_MAX_BYTES);
-                        return NULL;
-                }
-        }
-        size_t valid_len;
-        _cleanup_free_ char *valid = utf8_make_valid(buf ? buf : "", len, &valid_len);
-        if (valid == NULL || valid_len != len || memcmp(valid, buf ? buf : "", len) != 0 ||
-            memchr(buf ? buf : "", '\0', len) != NULL) {
-                cli_fail("standard input is not UTF-8 text (copy binary data with nsbox cp)");
-                return NULL;
-        }
-        return json_stringn(buf ? buf : "", len);
-}
-
 /* An exec option into params: 0 done, 1 not an exec option, else an exit code. */
 static int exec_option(json_t *params, int opt, const char *arg)
 {
@@ -171,7 +130,8 @@ static int parse_exec_options(const struct cli *cli, int argc, char **argv, json
                         return r == 1 ? cli_usage_error(cli) : r;
         }
         if (with_stdin) {
-                json_t *text = read_stdin_text();
+                json_t *text = cli_read_text(STDIN_FILENO, "standard input", STDIN_MAX_BYTES,
+                                             " (copy binary or big data with nsbox cp)");
                 if (text == NULL)
                         return EXIT_NSBOX_FAILED;
                 json_object_set_new(params, "stdin", text);

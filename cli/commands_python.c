@@ -24,41 +24,7 @@ static json_t *read_code(const char *path)
                 cli_fail("open %s: %s", path, strerror(errno));
                 return NULL;
         }
-        _cleanup_free_ char *buf = NULL;
-        size_t len = 0, cap = 0;
-        for (;;) {
-                if (cap - len < 65536) {
-                        cap = cap ? cap * 2 : 65536;
-                        char *grown = realloc(buf, cap);
-                        if (grown == NULL) {
-                                cli_fail("out of memory reading %s", path);
-                                return NULL;
-                        }
-                        buf = grown;
-                }
-                ssize_t n = read(fd, buf + len, cap - len);
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n < 0) {
-                        cli_fail("read %s: %s", from_stdin ? "standard input" : path, strerror(errno));
-                        return NULL;
-                }
-                if (n == 0)
-                        break;
-                len += n;
-                if (len > CODE_MAX_BYTES) {
-                        cli_fail("%s is larger than %u bytes", from_stdin ? "standard input" : path,
-                                 CODE_MAX_BYTES);
-                        return NULL;
-                }
-        }
-        size_t valid_len;
-        _cleanup_free_ char *valid = utf8_make_valid(buf ? buf : "", len, &valid_len);
-        if (valid == NULL || valid_len != len || memcmp(valid, buf ? buf : "", len) != 0) {
-                cli_fail("%s is not UTF-8 text", from_stdin ? "standard input" : path);
-                return NULL;
-        }
-        return json_stringn(buf ? buf : "", len);
+        return cli_read_text(fd, from_stdin ? "standard input" : path, CODE_MAX_BYTES, "");
 }
 
 static void print_output(const json_t *result)

@@ -13,6 +13,7 @@
 #include "cleanup.h"
 #include "cli.h"
 #include "json_cleanup.h"
+#include "textenc.h"
 #include "jsonrpc.h"
 
 struct command {
@@ -212,6 +213,42 @@ int cli_write_all(int fd, const void *data, size_t len)
                 len -= n;
         }
         return 0;
+}
+
+json_t *cli_read_text(int fd, const char *what, size_t max, const char *hint)
+{
+        _cleanup_free_ char *buf = NULL;
+        size_t len = 0, cap = 0;
+        for (;;) {
+                if (cap - len < 65536) {
+                        cap = cap ? cap * 2 : 65536;
+                        char *grown = realloc(buf, cap);
+                        if (grown == NULL) {
+                                cli_fail("out of memory reading %s", what);
+                                return NULL;
+                        }
+                        buf = grown;
+                }
+                ssize_t n = read(fd, buf + len, cap - len);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0) {
+                        cli_fail("read %s: %s", what, strerror(errno));
+                        return NULL;
+                }
+                if (n == 0)
+                        break;
+                len += n;
+                if (len > max) {
+                        cli_fail("%s is larger than %zu bytes%s", what, max, hint);
+                        return NULL;
+                }
+        }
+        if (!utf8_valid(buf ? buf : "", len) || memchr(buf ? buf : "", '\0', len) != NULL) {
+                cli_fail("%s is not UTF-8 text%s", what, hint);
+                return NULL;
+        }
+        return json_stringn(buf ? buf : "", len);
 }
 
 int cli_parse_size(const char *text, unsigned long long *out)

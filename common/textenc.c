@@ -86,6 +86,18 @@ char *utf8_make_valid(const char *buf, size_t len, size_t *out_len)
         return out;
 }
 
+bool utf8_valid(const char *buf, size_t len)
+{
+        const unsigned char *s = (const unsigned char *)buf;
+        for (size_t i = 0; i < len;) {
+                int n = utf8_sequence(s + i, len - i);
+                if (n <= 0)
+                        return false;
+                i += (size_t)n;
+        }
+        return true;
+}
+
 size_t utf8_complete_prefix(const char *buf, size_t len)
 {
         size_t start = len > 3 ? len - 3 : 0;

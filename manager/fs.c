@@ -1056,7 +1056,24 @@ int fs_read_file(struct sandbox *sb, const char *path, size_t max_bytes, char **
         fs_ctx_close(&ctx);
         if (r < 0)
                 return r;
+        if (res.truncated) {
+                /* A cut report or PNG is worse than none: callers skip it. */
+                free(res.data);
+                return nsbox_error(err, EFBIG, "%s is larger than %zu bytes", path, max_bytes);
+        }
         *data = res.data;
         *len = res.len;
         return 0;
+}
+
+int fs_remove_file(struct sandbox *sb, const char *path, nsbox_error_t **err)
+{
+        struct fs_path p;
+        struct fs_ctx ctx;
+        int r = fs_begin_internal(sb, path, &p, &ctx, err);
+        if (r < 0)
+                return r;
+        r = fs_remove_at(&ctx, &p, false, err);
+        fs_ctx_close(&ctx);
+        return r == -ENOENT ? 0 : r;
 }

@@ -21,6 +21,8 @@ void fs_method_stat(struct rpc_request *req, struct sandbox *sb);
  * sandbox user. `path` is a sandbox path (relative = under /workspace). */
 int fs_write_file(struct sandbox *sb, const char *path, const void *data, size_t len, mode_t mode,
                   nsbox_error_t **err);
-/* Read at most max_bytes of a regular file; *data is malloc'd. */
+/* Remove a file (not recursively); a missing one is no error. */
+int fs_remove_file(struct sandbox *sb, const char *path, nsbox_error_t **err);
+/* Read a regular file of at most max_bytes (larger: EFBIG); *data is malloc'd. */
 int fs_read_file(struct sandbox *sb, const char *path, size_t max_bytes, char **data, size_t *len,
                  nsbox_error_t **err);

@@ -28,8 +28,11 @@
 #define MAX_TIMEOUT     (24 * 3600)
 #define PIP_TIMEOUT     600
 #define MAX_IMAGE_BYTES (32u << 20)
-#define MAX_REPORT      (4u << 20)
-#define MAX_FILES       1000
+/* The list of images comes from code in the sandbox: bound what it makes us read. */
+#define MAX_IMAGES       64
+#define MAX_IMAGES_TOTAL (96u << 20)
+#define MAX_REPORT       (4u << 20)
+#define MAX_FILES        1000
 /* A stateful call that ignores SIGINT this long after its timeout loses its interpreter. */
 #define INTERRUPT_GRACE_MS 2000
 #define MAX_FRAME          (64u << 20)
@@ -64,19 +67,27 @@ static json_t *build_outputs(struct sandbox *sb, const char *stdout_text, json_t
         json_t *outputs = json_array();
         if (stdout_text != NULL && stdout_text[0] != '\0')
                 json_array_append_new(outputs, json_pack("{s:s, s:s}", "type", "logs", "logs", stdout_text));
-        size_t i;
+        size_t i, total = 0;
         json_t *path;
         json_array_foreach(images, i, path)
         {
+                if (i >= MAX_IMAGES || total >= MAX_IMAGES_TOTAL) {
+                        log_warn("sandbox %s: more than %d images or %u bytes of them; the rest are left out",
+                                 sb->id, MAX_IMAGES, MAX_IMAGES_TOTAL);
+                        break;
+                }
                 if (!json_is_string(path))
                         continue;
                 _cleanup_error_ nsbox_error_t *err = NULL;
                 _cleanup_free_ char *data = NULL;
                 size_t len = 0;
-                if (fs_read_file(sb, json_string_value(path), MAX_IMAGE_BYTES, &data, &len, &err) < 0) {
+                size_t room = MAX_IMAGES_TOTAL - total;
+                if (fs_read_file(sb, json_string_value(path), room < MAX_IMAGE_BYTES ? room : MAX_IMAGE_BYTES,
+                                 &data, &len, &err) < 0) {
                         log_warn("sandbox %s: image %s: %s", sb->id, json_string_value(path), err->message);
                         continue;
                 }
+                total += len;
                 _cleanup_free_ char *b64 = base64_encode(data, len, NULL);
                 if (b64 == NULL)
                         continue;
@@ -118,6 +129,9 @@ static void stateless_done(struct exec *ex, json_t *result, void *data)
         size_t len = 0;
         if (fs_read_file(sb, run->report, MAX_REPORT, &text, &len, &err) == 0)
                 report = json_loadb(text, len, 0, NULL);
+        nsbox_error_free(&err);
+        if (fs_remove_file(sb, run->report, &err) < 0)
+                log_debug("sandbox %s: remove %s: %s", sb->id, run->report, err->message);
 
         json_t *code = json_object_get(result, "exit_code");
         bool timed_out = json_is_true(json_object_get(result, "timed_out"));

@@ -449,11 +449,6 @@ static int sandbox_spawn(struct sandbox *sb, nsbox_error_t **err)
 static int sandbox_new(uid_t owner, struct sandbox_policy *policy, bool pooled, sandbox_ready_cb done,
                        void *data, struct sandbox **out, nsbox_error_t **err)
 {
-        if (!pooled && nsboxd.n_sandboxes >= nsboxd.config.max_sandboxes) {
-                policy_clear(policy);
-                return nsbox_error(err, EUSERS, "at most %u sandboxes may exist",
-                                   nsboxd.config.max_sandboxes);
-        }
         struct sandbox *sb = calloc(1, sizeof(*sb));
         if (sb == NULL) {
                 policy_clear(policy);

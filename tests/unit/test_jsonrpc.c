@@ -200,6 +200,10 @@ static void test_utf8_repair(void **state)
         s = utf8_make_valid("\xed\xa0\x80", 3, &n); /* a surrogate is not UTF-8 */
         assert_null(strstr(s, "\xed\xa0\x80"));
         free(s);
+        assert_true(utf8_valid("ok \xc3\xa9 \xe2\x82\xac", 9));
+        assert_false(utf8_valid("ok\xff", 3));
+        assert_false(utf8_valid("ab\xe2\x82", 4)); /* cut in the middle */
+        assert_false(utf8_valid("\xed\xa0\x80", 3));
         assert_int_equal(utf8_complete_prefix("ab\xe2\x82", 4), 2);
         assert_int_equal(utf8_complete_prefix("ab\xe2\x82\xac", 5), 5);
         assert_int_equal(utf8_complete_prefix("ab\xff", 3), 3);
