@@ -716,11 +716,8 @@ void python_method_run(struct rpc_request *req)
 
         json_t *id = json_object_get(p, "sandbox_id");
         if (id != NULL) {
-                uuid_t parsed;
-                struct sandbox *sb = NULL;
-                if (json_is_string(id) && json_string_length(id) == 36 &&
-                    uuid_parse(json_string_value(id), parsed) == 0)
-                        sb = sandbox_lookup(json_string_value(id), req->uid);
+                struct sandbox *sb =
+                    json_is_string(id) ? sandbox_lookup(json_string_value(id), req->uid) : NULL;
                 if (sb == NULL || sb->state != SANDBOX_RUNNING) {
                         run_fail(run, "not_found", "no such sandbox");
                         return;
