@@ -156,6 +156,9 @@ static __attribute__((noreturn)) void spare_main(int sock, int procs_fd)
         char **argv, **envp;
         if (n <= 0 || nfds != 4 || unpack_exec(req, (size_t)n, &cwd, &argv, &envp) < 0)
                 _exit(1);
+        /* Alive past the request: from here on the exec is ours. */
+        if (write(sock, "k", 1) != 1)
+                _exit(1);
         close(sock);
         struct process_spec spec = spec_of(req, cwd, argv, envp, fds, -1 /* joined already */);
         process_exec_child(&spec, fds[3]);
@@ -203,13 +206,21 @@ static pid_t spawn_with_spare(struct spare *sp, const struct ctl_exec *req, size
         int relay[4] = { fds[0], fds[1], fds[2], report[1] };
         ssize_t n = ctl_send(sp->sock, req, len, NULL, 0, relay, 4);
         close(report[1]);
+        /* The spare acknowledges the request. A spare killed from inside may
+         * not have exited yet when the request is sent: without the ack its
+         * death would read as an exec that started and was killed. */
+        char ack = 0;
+        if (n >= 0) {
+                do {
+                        n = read(sp->sock, &ack, 1);
+                } while (n < 0 && errno == EINTR);
+        }
         pid_t pid = sp->pid;
         close(sp->sock);
         sp->sock = -1;
         sp->pid = 0;
-        if (n < 0) {
-                /* The spare died before it got the request (killed from
-                 * inside, not reaped yet): the caller starts one itself. */
+        if (n != 1) {
+                /* The spare is gone: the caller starts the exec itself. */
                 close(report[0]);
                 kill(pid, SIGKILL);
                 return 0;
