@@ -64,7 +64,8 @@ struct exec {
         struct loop_source *timer;
         unsigned timeout_s;
         pid_t pid;
-        bool started, exited, timed_out, killed, has_cgroup;
+        struct loop_source *slot; /* the control socket of the exec's supervisor */
+        bool started, exited, timed_out, killed;
         uint64_t oom_kills_at_start;
         int wait_status;
         int start_errno;
@@ -76,6 +77,7 @@ struct exec {
 static const char *const stream_names[] = { "stdout", "stderr" };
 
 static void exec_finish(struct exec *ex);
+static void exec_prepare_next(struct sandbox *sb);
 
 static void exec_unlink(struct exec *ex)
 {
@@ -98,6 +100,8 @@ static void exec_free(struct exec *ex)
                 loop_remove(nsboxd.loop, ex->stdin_src);
         if (ex->timer)
                 loop_remove(nsboxd.loop, ex->timer);
+        if (ex->slot)
+                loop_remove(nsboxd.loop, ex->slot);
         free(ex->stdin_data);
         free(ex->start_error);
         free(ex);
@@ -113,15 +117,12 @@ static int arm_timer(struct exec *ex, long long ms)
 
 static void exec_send_kill(struct exec *ex, int sig)
 {
-        /* The exec's cgroup leaf holds its whole tree, setsid'd and
-         * double-forked descendants too; the init's process-group kill is the
-         * fallback where there are no cgroups. */
-        if (sig == SIGKILL && ex->has_cgroup)
-                cgroup_exec_kill(ex->sb->cgroup, ex->number);
-        if (ex->sb->ctl == NULL || !ex->started || ex->exited)
+        /* The supervisor is the subreaper of the exec's whole tree, setsid'd
+         * and double-forked descendants too: SIGKILL ends all of it. */
+        if (ex->slot == NULL)
                 return;
         struct ctl_kill msg = { .hdr = { CTL_KILL, ex->number }, .signal = sig };
-        ctl_send(ex->sb->ctl->fd, &msg, sizeof(msg), NULL, 0, NULL, 0);
+        ctl_send(ex->slot->fd, &msg, sizeof(msg), NULL, 0, NULL, 0);
 }
 
 /* Emit text to a JSON string value: valid UTF-8 or base64. */
@@ -406,16 +407,15 @@ static void exec_finish(struct exec *ex)
                         ex->hooks->done(ex, result, ex->hooks_data);
                 json_decref(result);
         }
-        /* After the answer: removing a cgroup can take a while. */
-        if (ex->has_cgroup && ex->sb->cgroup != NULL) {
-                cgroup_exec_destroy(ex->sb->cgroup, ex->number);
-                ex->has_cgroup = false;
+        /* Closing the supervisor's socket ends what is left of the exec:
+         * daemonized leftovers of a finished exec die with it. */
+        if (ex->slot != NULL) {
+                loop_remove(nsboxd.loop, ex->slot);
+                ex->slot = NULL;
         }
-        /* The spare for the next exec joins its cgroup now, between requests:
-         * a cgroup v1 move holds up every fork and exit on the host for an RCU
-         * grace period, which must not land in the middle of a running exec. */
-        if (ex->sb->state == SANDBOX_RUNNING)
-                exec_prepare_spare(ex->sb);
+        /* Only now, after the answer: on a small machine the forks of a new
+         * slot would otherwise share a CPU with the exec being waited for. */
+        exec_prepare_next(ex->sb);
         if (!ex->background) {
                 exec_unlink(ex);
                 exec_free(ex);
@@ -424,16 +424,8 @@ static void exec_finish(struct exec *ex)
         }
 }
 
-void exec_on_control(struct sandbox *sb, const void *data, size_t len)
+static void exec_on_message(struct exec *ex, const union ctl_message *msg, size_t len)
 {
-        const union ctl_message *msg = data;
-        struct exec *ex = NULL;
-        for (struct exec *e = sb->execs; e != NULL; e = e->next) {
-                if (e->number == msg->hdr.exec_id && !e->finished)
-                        ex = e;
-        }
-        if (ex == NULL)
-                return;
         switch (msg->hdr.type) {
         case CTL_STARTED:
                 if (len >= sizeof(struct ctl_started)) {
@@ -448,7 +440,7 @@ void exec_on_control(struct sandbox *sb, const void *data, size_t len)
                 }
                 break;
         case CTL_FAILED:
-                if (len >= sizeof(struct ctl_failed)) {
+                if (len >= sizeof(struct ctl_failed) && ex->start_error == NULL && !ex->exited) {
                         char message[CTL_MAX_ERROR + 1];
                         memcpy(message, msg->failed.message, CTL_MAX_ERROR);
                         message[CTL_MAX_ERROR] = '\0';
@@ -460,7 +452,7 @@ void exec_on_control(struct sandbox *sb, const void *data, size_t len)
                 }
                 break;
         case CTL_EXITED:
-                if (len >= sizeof(struct ctl_exited)) {
+                if (len >= sizeof(struct ctl_exited) && !ex->exited) {
                         ex->exited = true;
                         ex->wait_status = msg->exited.wait_status;
                         exec_maybe_finish(ex);
@@ -471,37 +463,106 @@ void exec_on_control(struct sandbox *sb, const void *data, size_t len)
         }
 }
 
-/* Two spares ahead: back-to-back execs find one that joined its cgroup
- * long enough ago. */
-#define EXEC_SPARES_AHEAD 2
-
-void exec_prepare_spare(struct sandbox *sb)
+/* Messages from the exec's supervisor. */
+static void on_slot(struct loop_source *source, uint32_t events)
 {
-        if (sb->ctl == NULL || sb->state != SANDBOX_RUNNING)
-                return;
-        if (sb->spares_upto < sb->next_exec_number)
-                sb->spares_upto = sb->next_exec_number;
-        while (sb->spares_upto < sb->next_exec_number + EXEC_SPARES_AHEAD) {
-                uint32_t number = sb->spares_upto + 1;
-                _cleanup_error_ nsbox_error_t *err = NULL;
-                _cleanup_close_ int procs = -1;
-                if (cgroup_exec_create(sb->cgroup, number, &procs, &err) < 0) {
-                        log_debug("sandbox %s: no spare: %s", sb->id, err->message);
+        struct exec *ex = source->data;
+        for (;;) {
+                union ctl_message msg;
+                unsigned nfds;
+                ssize_t n = ctl_recv(source->fd, &msg, sizeof(msg), NULL, 0, &nfds);
+                if (n == -EAGAIN || n == -EINTR)
+                        return;
+                if (n <= 0) {
+                        /* The supervisor is gone (the sandbox is ending, or it was
+                         * OOM-killed): the exec's processes went with it. */
+                        loop_remove(nsboxd.loop, source);
+                        ex->slot = NULL;
+                        if (!ex->exited && ex->start_error == NULL) {
+                                ex->exited = true;
+                                ex->killed = true;
+                                ex->wait_status = SIGKILL; /* as if signalled */
+                        }
+                        exec_maybe_finish(ex);
                         return;
                 }
-                if (procs < 0)
-                        return; /* no cgroups: nothing to prepare */
-                struct ctl_header msg = { CTL_SPARE, number };
-                if (ctl_send(sb->ctl->fd, &msg, sizeof(msg), NULL, 0, &procs, 1) < 0) {
-                        cgroup_exec_destroy(sb->cgroup, number);
-                        return;
-                }
-                sb->spares_upto = number;
+                if ((size_t)n >= sizeof(struct ctl_header) && !ex->finished)
+                        exec_on_message(ex, &msg, n);
+                if (ex->slot == NULL)
+                        return; /* finished and closed meanwhile */
         }
+}
+
+static void slot_close(struct exec_slot *slot)
+{
+        if (!slot->open)
+                return;
+        close(slot->request);
+        close(slot->control);
+        slot->open = false;
+}
+
+void exec_on_control(struct sandbox *sb, const void *data, size_t len)
+{
+        const union ctl_message *msg = data;
+        if (msg->hdr.type != CTL_FAILED)
+                return;
+        /* The init could not start a slot. */
+        if (sb->slot.open && sb->slot.number == msg->hdr.exec_id) {
+                slot_close(&sb->slot);
+                return;
+        }
+        for (struct exec *ex = sb->execs; ex != NULL; ex = ex->next) {
+                if (ex->number == msg->hdr.exec_id && !ex->finished) {
+                        exec_on_message(ex, msg, len);
+                        return;
+                }
+        }
+}
+
+static void exec_prepare_next(struct sandbox *sb)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (sb->state == SANDBOX_RUNNING && exec_prepare_slot(sb, &err) < 0)
+                log_debug("sandbox %s: no slot ahead: %s", sb->id, err->message);
+}
+
+int exec_prepare_slot(struct sandbox *sb, nsbox_error_t **err)
+{
+        if (sb->slot.open)
+                return 0;
+        if (sb->ctl == NULL || sb->state != SANDBOX_RUNNING)
+                return nsbox_error(err, EPIPE, "sandbox %s is %s", sb->id, sandbox_state_name(sb->state));
+        int request[2], control[2];
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, request) < 0)
+                return nsbox_error(err, errno, "socketpair");
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, control) < 0) {
+                int e = errno;
+                close(request[0]);
+                close(request[1]);
+                return nsbox_error(err, e, "socketpair");
+        }
+        uint32_t number = ++sb->next_exec_number;
+        struct ctl_header msg = { CTL_SLOT, number };
+        int theirs[2] = { request[1], control[1] };
+        ssize_t n = ctl_send(sb->ctl->fd, &msg, sizeof(msg), NULL, 0, theirs, 2);
+        close(request[1]);
+        close(control[1]);
+        if (n < 0) {
+                close(request[0]);
+                close(control[0]);
+                return nsbox_error(err, (int)-n, "ask the sandbox init for an exec slot");
+        }
+        fcntl(control[0], F_SETFL, O_NONBLOCK);
+        sb->slot = (struct exec_slot){
+                .open = true, .request = request[0], .control = control[0], .number = number
+        };
+        return 0;
 }
 
 void exec_sandbox_gone(struct sandbox *sb)
 {
+        slot_close(&sb->slot);
         while (sb->execs != NULL) {
                 struct exec *ex = sb->execs;
                 if (!ex->finished) {
@@ -729,7 +790,6 @@ static struct exec *exec_new(struct sandbox *sb, const struct exec_params *p)
         uuid_generate_random(uuid);
         uuid_unparse_lower(uuid, ex->id);
         ex->sb = sb;
-        ex->number = ++sb->next_exec_number;
         ex->stream = p->stream;
         ex->background = p->background;
         ex->base64 = p->base64;
@@ -823,21 +883,28 @@ static int exec_start(struct sandbox *sb, struct exec *ex, const struct exec_par
                 memcpy(ex->stdin_data, p->stdin_text, p->stdin_len);
                 ex->stdin_len = p->stdin_len;
         }
-        int child_fds[4] = { -1, -1, -1, -1 };
+        int child_fds[3] = { -1, -1, -1 };
         if ((r = exec_open_pipes(ex, child_fds, err)) < 0)
                 return r;
         ex->oom_kills_at_start = cgroup_sandbox_oom_kills(sb->cgroup);
-        /* The leaf was made with the init's spare, or is made now; either way
-         * the init gets its cgroup.procs, to fall back on if the spare is gone. */
-        r = ex->number <= sb->spares_upto ? cgroup_exec_open(sb->cgroup, ex->number, &child_fds[3], err)
-                                          : cgroup_exec_create(sb->cgroup, ex->number, &child_fds[3], err);
-        if (r < 0) {
+        /* The slot started ahead of time, or one now: its child reads the
+         * request whenever it is up. */
+        if ((r = exec_prepare_slot(sb, err)) < 0) {
                 for (int i = 0; i < 3; i++)
                         close(child_fds[i]);
                 return r;
         }
-        ex->has_cgroup = child_fds[3] >= 0;
-        unsigned nfds = ex->has_cgroup ? 4 : 3;
+        struct exec_slot slot = sb->slot;
+        sb->slot.open = false;
+        ex->number = slot.number;
+        ex->slot = loop_add(nsboxd.loop, slot.control, EPOLLIN, on_slot, ex);
+        if (ex->slot == NULL) {
+                for (int i = 0; i < 3; i++)
+                        close(child_fds[i]);
+                close(slot.request);
+                close(slot.control);
+                return nsbox_error(err, errno, "watch the exec's supervisor");
+        }
 
         struct ctl_exec hdr = {
                 .hdr = { CTL_EXEC, ex->number },
@@ -848,11 +915,22 @@ static int exec_start(struct sandbox *sb, struct exec *ex, const struct exec_par
                 .flags = CTL_EXEC_SEARCH_PATH,
                 .payload_len = (uint32_t)len,
         };
-        ssize_t n = ctl_send(sb->ctl->fd, &hdr, sizeof(hdr), payload, len, child_fds, nfds);
-        for (unsigned i = 0; i < nfds; i++)
+        if (sizeof(hdr) + len > (64u << 10)) {
+                /* One request is one packet: room for argv + env of up to a few MiB. */
+                int sndbuf = CTL_MAX_MESSAGE + (64 << 10);
+                setsockopt(slot.request, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf));
+        }
+        ssize_t n = ctl_send(slot.request, &hdr, sizeof(hdr), payload, len, child_fds, 3);
+        for (unsigned i = 0; i < 3; i++)
                 close(child_fds[i]);
+        /* Queued in the socket: it stays readable for the child after we close. */
+        close(slot.request);
         if (n < 0)
-                return nsbox_error(err, (int)-n, "send the exec request to the sandbox init");
+                return nsbox_error(err, (int)-n, "send the exec request to its slot");
+        /* The next exec's slot: now beside one that runs on, else once this
+         * one is answered (see exec_finish). */
+        if (ex->background || ex->service)
+                exec_prepare_next(sb);
         return 0;
 }
 
@@ -897,8 +975,6 @@ static struct exec *exec_launch(struct sandbox *sb, json_t *params, const struct
         if (exec_start(sb, ex, &p, err) < 0) {
                 if (!ex->service)
                         sb->running_execs--;
-                if (ex->has_cgroup)
-                        cgroup_exec_destroy(sb->cgroup, ex->number);
                 exec_unlink(ex);
                 exec_free(ex);
                 return NULL;

@@ -13,6 +13,14 @@ struct sandbox;
 
 struct exec;
 
+/* Our ends of an exec slot the init was asked to start. */
+struct exec_slot {
+        bool open;
+        int request; /* the exec request goes here */
+        int control; /* the supervisor's reports and our kill requests */
+        uint32_t number;
+};
+
 /* An internal caller of an exec (python.run, package.install, the stateful
  * interpreter) instead of a client. */
 struct exec_hooks {
@@ -45,9 +53,9 @@ void exec_detach(struct exec *ex);
 const char *exec_id(const struct exec *ex);
 /* A control message from the sandbox's init about one of its execs. */
 void exec_on_control(struct sandbox *sb, const void *msg, size_t len);
-/* Have the init fork a child for the next exec ahead of time, already in
- * that exec's cgroup (see runtime/init.c). Called when a sandbox is ready
- * and after each exec starts. */
-void exec_prepare_spare(struct sandbox *sb);
+/* Have the init start the slot for the next exec (see runtime/supervisor.c)
+ * unless one is started already. Called when a sandbox is ready and as each
+ * exec takes the slot. */
+int exec_prepare_slot(struct sandbox *sb, nsbox_error_t **err);
 /* The sandbox is going away: finish every exec (killed). */
 void exec_sandbox_gone(struct sandbox *sb);

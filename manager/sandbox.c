@@ -322,7 +322,9 @@ static void on_control(struct loop_source *source, uint32_t events)
                                          sb->owner, sb->host_uid_base,
                                          sb->host_uid_base + NSBOX_UID_RANGE - 1);
                                 run_waiters(&sb->create_waiters, sb, NULL);
-                                exec_prepare_spare(sb);
+                                _cleanup_error_ nsbox_error_t *err = NULL;
+                                if (exec_prepare_slot(sb, &err) < 0)
+                                        log_debug("sandbox %s: no slot ahead: %s", sb->id, err->message);
                         } else if (msg.hdr.type == CTL_FAILED && (size_t)n >= sizeof(struct ctl_failed)) {
                                 msg.failed.message[sizeof(msg.failed.message) - 1] = '\0';
                                 sandbox_set_failure(sb, msg.failed.message);

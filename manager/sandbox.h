@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "exec.h"
 #include "loop.h"
 #include "policy.h"
 #include "rpc.h"
@@ -40,8 +41,8 @@ struct sandbox {
         struct python_interp *python; /* the stateful interpreter, when started */
         unsigned running_execs;
         uint32_t next_exec_number;
-        uint32_t spares_upto; /* the init has spares (or had: see exec.c) up to this exec number */
-        char *failure;        /* why a create failed */
+        struct exec_slot slot; /* started ahead for the next exec */
+        char *failure;         /* why a create failed */
 
         struct sandbox *next;
 };

@@ -728,6 +728,15 @@ static int compile_profile(json_t *root, struct seccomp_program *out, nsbox_erro
         if (r < 0)
                 return nsbox_error(err, -r, "clear the no_new_privs attribute");
 
+        /* A binary tree of syscall numbers instead of a linear list: each
+         * syscall walks ~log2(n) comparisons, and the kernel's per-filter
+         * action cache, which emulates the filter for every syscall number
+         * of every architecture when the filter is attached, gets as much
+         * cheaper (a third of a millisecond per exec with the list). */
+        r = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2);
+        if (r < 0)
+                return nsbox_error(err, -r, "ask libseccomp for a binary tree filter");
+
         r = add_architectures(&pc, root, err);
         if (r < 0)
                 return r;

@@ -1,5 +1,7 @@
 /* Starting one exec'd process inside a sandbox: everything between fork()
- * in the init and execve(). */
+ * and execve(), in two halves. The first half depends on nothing in the
+ * request and runs while the child waits for one (see supervisor.c); the
+ * second applies the request and execs. */
 #pragma once
 
 #include <linux/filter.h>
@@ -13,20 +15,32 @@ struct process_spec {
         gid_t gid;
         int search_path;
         int stdio[3];
-        int cgroup_procs_fd;              /* write "0" here first to join the exec's cgroup; -1: none */
-        const struct sock_fprog *seccomp; /* NULL: none */
+        const struct sock_fprog *seccomp; /* NULL: none, or inherited already */
 };
 
-/* Fork and start the process. Returns the pid, or -errno with `message`
- * (size CTL_MAX_ERROR) saying which step failed. The child starts a new
- * session, has only fds 0-2, no capabilities in any set, no_new_privs,
- * and the seccomp filter loaded as the last step before execve. */
-pid_t process_spawn(const struct process_spec *spec, char *message, size_t message_len);
+/* Failures of either half are written to `report_fd` as a struct
+ * process_failure; the caller then sees a message saying which step failed.
+ * EOF on the (CLOEXEC) report pipe without one means execve succeeded. */
+struct process_failure {
+        int errnum;
+        char message[256];
+};
 
-/* The part of process_spawn that runs in the child: from the cgroup join to
- * execve. Failures go to report_fd as a struct process_failure. */
+/* For the init, once, so that every process it starts inherits it: default
+ * signal dispositions, an empty bounding and ambient set, and locked
+ * securebits that keep root from regaining capabilities through execve or
+ * setuid. Its own effective capabilities stay. Returns 0 or -errno. */
+int process_limit_privileges(void);
+
+/* In the exec's child, before its request: an empty signal mask and a new
+ * session (so no controlling terminal: TIOCSTI into a terminal the sandbox
+ * does not own is impossible). */
+void process_prepare(int report_fd);
+
+/* The rest, after the request: stdio, only fds 0-2 left, cwd, the exec's
+ * uid/gid, no capabilities in any set, no_new_privs, the seccomp filter as
+ * the last step, execve. Never returns. */
 __attribute__((noreturn)) void process_exec_child(const struct process_spec *spec, int report_fd);
 
-/* Wait for the report of a child started with process_exec_child: its pid
- * when it exec'd, or -errno with `message`. */
-pid_t process_await_exec(pid_t pid, int report_fd, char *message, size_t message_len);
+/* Report a failure to the reader of report_fd and _exit(127). */
+__attribute__((noreturn)) void process_fail(int report_fd, int errnum, const char *what);

@@ -13,14 +13,23 @@
 #define CTL_MAX_MESSAGE (4u << 20) /* argv + env + cwd of one exec */
 #define CTL_MAX_ERROR   512
 
+/* Each exec has a slot: a supervisor process (a child of the init, see
+ * runtime/supervisor.c) and, under it, the child that becomes the exec's
+ * process. The manager talks to a slot over two socketpairs of its own: the
+ * request socket, read by the waiting child, and the slot's control socket,
+ * served by the supervisor. A slot is started ahead of its exec, so a
+ * request goes straight to a process that only has to execve. */
 enum ctl_type {
-        /* manager → init */
-        CTL_EXEC = 1, /* + payload, + SCM_RIGHTS {stdin, stdout, stderr[, cgroup.procs]} */
-        CTL_KILL,     /* kill one exec's process tree */
-        CTL_SPARE,    /* fork a spare for exec_id now: + SCM_RIGHTS {cgroup.procs of its leaf} */
+        /* manager → init (init control socket) */
+        CTL_SLOT = 1, /* start slot exec_id: + SCM_RIGHTS {request socket, slot control socket} */
+        /* manager → slot child (request socket) */
+        CTL_EXEC, /* + payload, + SCM_RIGHTS {stdin, stdout, stderr} */
+        /* manager → supervisor (slot control socket) */
+        CTL_KILL, /* signal the exec; SIGKILL ends its whole process tree */
         /* init → manager */
-        CTL_READY,   /* setup done, the init runs */
-        CTL_FAILED,  /* setup or exec start failed: errnum + message */
+        CTL_READY,  /* setup done, the init runs */
+        CTL_FAILED, /* setup, a slot or an exec start failed: errnum + message */
+        /* supervisor → manager */
         CTL_STARTED, /* exec running: pid */
         CTL_EXITED,  /* exec's main process ended: wait status */
 };
@@ -42,6 +51,12 @@ struct ctl_exec {
 };
 
 #define CTL_EXEC_SEARCH_PATH 0x1 /* resolve argv[0] through PATH */
+
+/* Supervisors run with this as their real and saved uid (effective uid 0):
+ * no process of the sandbox, root included, holds CAP_KILL or this uid, so
+ * none can signal a supervisor and take its exec's processes out from under
+ * it. No exec runs as this uid. */
+#define NSBOX_SUPERVISOR_UID 65533
 
 struct ctl_kill {
         struct ctl_header hdr;

@@ -2,6 +2,7 @@
 execs, output limits and encodings, env/cwd/stdin/user, killing whole
 process trees, idle reaping, limits on the number of sandboxes."""
 import base64
+import signal
 import threading
 import time
 
@@ -191,10 +192,39 @@ def test_info_reports_stats(daemon, sandbox):
     assert set(info["stats"]) >= {"memory_bytes", "memory_peak_bytes", "cpu_usage_us", "pids", "oom_kills"}
 
 
-def test_tree_kill_holds_when_the_inits_spares_are_killed_from_inside(daemon, sandbox):
-    # Sandbox root can kill the init's spare children (same uid); the next
-    # execs must still land in their own cgroup, so a timeout still ends a
-    # daemonized descendant.
+@pytest.mark.parametrize("user", ["sandbox", "root"])
+def test_no_process_of_the_sandbox_can_signal_an_exec_supervisor(daemon, sandbox, user):
+    # Each exec's parent is its supervisor, the subreaper its daemons are
+    # reparented to; were it killable, a timeout could no longer end them.
+    r = exec_(daemon, sandbox, user=user, argv=["python3", "-c", """
+import errno, os, signal
+sup = os.getppid()
+res = []
+for sig in (0, signal.SIGKILL, signal.SIGSTOP, signal.SIGTERM):
+    try:
+        os.kill(sup, sig)
+        res.append("sent")
+    except OSError as e:
+        res.append(errno.errorcode[e.errno])
+print(" ".join(res), open("/proc/%d/status" % sup).read().split("Uid:")[1].split()[:3], flush=True)
+try:
+    os.kill(-1, signal.SIGKILL)  # everything it may signal: not its supervisor, nor the next slot
+except ProcessLookupError:
+    pass  # nothing at all
+try:
+    os.kill(sup, 0)
+except PermissionError:
+    pass  # still there
+"""])
+    assert r["stdout"] == "EPERM EPERM EPERM EPERM ['65533', '0', '65533']\n", r
+    assert r["exit_code"] == 0, r
+    again = exec_(daemon, sandbox, argv=["true"])
+    assert again["exit_code"] == 0, again
+
+
+def test_tree_kill_holds_when_sandbox_root_kills_every_process_it_can(daemon, sandbox):
+    # Sandbox root kills all it may; a timeout must still end a daemonized
+    # descendant of the next exec.
     exec_(daemon, sandbox, user="root",
           command="for p in /proc/[0-9]*; do p=${p#/proc/}; [ $p != 1 ] && [ $p != $$ ] && "
                   "kill -9 $p 2>/dev/null; done; true")
@@ -203,5 +233,5 @@ def test_tree_kill_holds_when_the_inits_spares_are_killed_from_inside(daemon, sa
     assert r["timed_out"] is True
     deadline = time.monotonic() + 10
     while count_sleepers(daemon, sandbox, "515[1]") > 0:
-        assert time.monotonic() < deadline, "a daemonized descendant survived without the spare"
+        assert time.monotonic() < deadline, "a daemonized descendant survived the timeout"
         time.sleep(0.1)

@@ -126,6 +126,19 @@ def daemon_fds(daemon):
     return len(os.listdir("/proc/%d/fd" % daemon.proc.pid))
 
 
+def settled_fds(daemon):
+    """The daemon's fd count once its background work (exec slots started
+    after an answer, warm pool refills) has settled."""
+    count = daemon_fds(daemon)
+    for _ in range(50):
+        time.sleep(0.2)
+        now = daemon_fds(daemon)
+        if now == count:
+            return now
+        count = now
+    return count
+
+
 def wait_for(predicate, timeout, what):
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -641,7 +654,7 @@ def test_five_hundred_idle_connections_do_not_lock_out_a_new_client(daemon):
 
 def test_abrupt_disconnects_mid_exec_leak_no_fds(daemon, sandbox):
     daemon.call("sandbox.exec", sandbox_id=sandbox, argv=["true"])  # warm up lazily opened fds
-    fds_before = daemon_fds(daemon)
+    fds_before = settled_fds(daemon)  # the next exec slot, warm pool refills
     for i in range(50):
         c = Raw(daemon.socket)
         c.send((json.dumps(req("sandbox.exec", {"sandbox_id": sandbox, "argv": ["sleep", "2"]},

@@ -1,0 +1,352 @@
+/* One exec slot.
+ *
+ * The supervisor forks the exec's child at once; the child gets everything
+ * that does not depend on the request done (process_prepare) and waits on
+ * the request socket, so that a request costs the child only its own setup
+ * and execve. The supervisor reports to the manager on the slot's control
+ * socket (started, failed, exited) and takes kill requests there.
+ *
+ * It is the child subreaper of everything the exec starts: a daemonized
+ * (setsid, double-forked) descendant is reparented to it, not to the init,
+ * so killing "the exec" means killing the supervisor's descendants, with no
+ * cgroup move on the way of any exec. No process of the sandbox can signal
+ * it: its real and saved uid is NSBOX_SUPERVISOR_UID, which no exec has, and
+ * no exec holds CAP_KILL. When the manager closes the control socket (the
+ * exec is over, or the manager is gone) it kills what is left and exits. */
+#include "supervisor.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "process.h"
+#include "proto.h"
+
+/* Written by the child into the report pipe once it holds the request. */
+#define REQUEST_TAKEN 'T'
+
+struct supervisor {
+        uint32_t exec_id;
+        int control;
+        pid_t child;
+        bool started, failed, exited;
+};
+
+static void send_failed(struct supervisor *s, int errnum, const char *message)
+{
+        struct ctl_failed msg = { .hdr = { CTL_FAILED, s->exec_id }, .errnum = errnum };
+        snprintf(msg.message, sizeof(msg.message), "%s", message);
+        ctl_send(s->control, &msg, sizeof(msg), NULL, 0, NULL, 0);
+        s->failed = true;
+}
+
+/* Split the payload into cwd, argv and envp; every string must end inside it. */
+static int unpack_exec(const struct ctl_exec *req, size_t len, const char **cwd, char ***argv, char ***envp)
+{
+        if (len < sizeof(*req) || req->payload_len != len - sizeof(*req) || req->argc == 0 ||
+            req->argc > 1u << 16 || req->envc > 1u << 16)
+                return -EINVAL;
+        const char *p = (const char *)(req + 1);
+        const char *end = p + req->payload_len;
+        size_t nstrings = 1 + (size_t)req->argc + req->envc;
+        char **strings = calloc(nstrings + 2, sizeof(char *));
+        if (strings == NULL)
+                return -ENOMEM;
+        for (size_t i = 0; i < nstrings; i++) {
+                const char *nul = memchr(p, '\0', end - p);
+                if (nul == NULL)
+                        return -EINVAL; /* the child fails and exits: no leak to speak of */
+                strings[i + (i > req->argc ? 1 : 0)] = (char *)p;
+                p = nul + 1;
+        }
+        /* Layout: [cwd, argv..., NULL, env..., NULL] */
+        *cwd = strings[0];
+        *argv = &strings[1];
+        (*argv)[req->argc] = NULL;
+        *envp = &strings[req->argc + 2];
+        (*envp)[req->envc] = NULL;
+        return 0;
+}
+
+/* The exec's process: prepare, wait for the request, exec. */
+static __attribute__((noreturn)) void slot_child(int request, int report, const struct sock_fprog *seccomp)
+{
+        /* Only the request socket (3) and the report pipe (4) stay open. */
+        int r = fcntl(request, F_DUPFD_CLOEXEC, 10), w = fcntl(report, F_DUPFD_CLOEXEC, 10);
+        if (r < 0 || w < 0 || dup3(r, 3, O_CLOEXEC) < 0 || dup3(w, 4, O_CLOEXEC) < 0)
+                _exit(127);
+        request = 3;
+        report = 4;
+        syscall(SYS_close_range, 5, ~0U, 0);
+        process_prepare(report);
+        void *buffer = malloc(CTL_MAX_MESSAGE);
+        if (buffer == NULL)
+                process_fail(report, ENOMEM, "room for the exec request");
+
+        int fds[3];
+        unsigned nfds = 0;
+        ssize_t n = ctl_recv(request, buffer, CTL_MAX_MESSAGE, fds, 3, &nfds);
+        if (n <= 0)
+                _exit(0); /* the manager dropped the slot unused */
+        char taken = REQUEST_TAKEN;
+        if (write(report, &taken, 1) != 1)
+                _exit(127);
+        close(request);
+        const struct ctl_exec *req = buffer;
+        const char *cwd;
+        char **argv, **envp;
+        if ((size_t)n < sizeof(*req) || req->hdr.type != CTL_EXEC || nfds != 3)
+                process_fail(report, EINVAL, "exec request without three stdio fds");
+        r = unpack_exec(req, (size_t)n, &cwd, &argv, &envp);
+        if (r < 0)
+                process_fail(report, -r, "malformed exec request");
+        struct process_spec spec = {
+                .cwd = cwd,
+                .argv = argv,
+                .envp = envp,
+                .uid = req->uid,
+                .gid = req->gid,
+                .search_path = (req->flags & CTL_EXEC_SEARCH_PATH) != 0,
+                .stdio = { fds[0], fds[1], fds[2] },
+                .seccomp = seccomp,
+        };
+        process_exec_child(&spec, report);
+}
+
+static void on_reaped(struct supervisor *s, pid_t pid, int status)
+{
+        if (pid != s->child || s->exited)
+                return;
+        s->exited = true;
+        if (!s->started && !s->failed) {
+                /* Gone before execve without saying why: killed while waiting. */
+                char message[96];
+                snprintf(message, sizeof(message), "the exec's process ended before it started (%s %d)",
+                         WIFSIGNALED(status) ? "signal" : "exit",
+                         WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+                send_failed(s, EIO, message);
+                return;
+        }
+        if (s->failed)
+                return;
+        struct ctl_exited msg = { .hdr = { CTL_EXITED, s->exec_id }, .wait_status = status };
+        ctl_send(s->control, &msg, sizeof(msg), NULL, 0, NULL, 0);
+}
+
+static void reap(struct supervisor *s, int flags)
+{
+        for (;;) {
+                int status;
+                pid_t pid = waitpid(-1, &status, flags);
+                if (pid <= 0)
+                        return;
+                on_reaped(s, pid, status);
+                flags |= WNOHANG; /* block for one at most */
+        }
+}
+
+/* Append the children of `pid`, as the kernel lists them in
+ * /proc/PID/task/PID/children ("1 2 3 "), to out[*count..max). Returns 0,
+ * or -1 without /proc. */
+static int list_children(pid_t pid, pid_t *out, int *count, int max)
+{
+        char path[64], buf[8192];
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/children", pid, pid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return errno == ENOENT ? 0 : -1; /* ENOENT: it is gone already */
+        size_t have = 0;
+        while (have < sizeof(buf) - 1) {
+                ssize_t n = read(fd, buf + have, sizeof(buf) - 1 - have);
+                if (n <= 0)
+                        break;
+                have += n;
+        }
+        close(fd);
+        buf[have] = '\0';
+        for (char *p = buf, *end; *count < max; p = end) {
+                long child = strtol(p, &end, 10);
+                if (end == p)
+                        break;
+                if (child > 0)
+                        out[(*count)++] = (pid_t)child;
+        }
+        return 0;
+}
+
+#define KILL_BATCH 4096
+
+/* SIGKILL every descendant, reap them, and return when none is left. Each
+ * round walks the whole tree top-down, killing as it goes: a killed
+ * process forks no more, and what one forked just before its signal is
+ * reparented to us and found by the next round. The walk runs in the
+ * sandbox's cpu cgroup, where a fork bomb may leave it a small share: it
+ * does not wait for the dying between rounds longer than it must. */
+static void kill_tree(struct supervisor *s)
+{
+        static pid_t pids[KILL_BATCH];
+        pid_t self = getpid();
+        for (;;) {
+                reap(s, WNOHANG);
+                int n = 0;
+                if (list_children(self, pids, &n, KILL_BATCH) < 0) {
+                        /* No /proc: the session and group of the exec, at least. */
+                        if (s->child > 0) {
+                                kill(-s->child, SIGKILL);
+                                kill(s->child, SIGKILL);
+                        }
+                } else {
+                        for (int i = 0; i < n; i++) {
+                                kill(pids[i], SIGKILL);
+                                list_children(pids[i], pids, &n, KILL_BATCH);
+                        }
+                }
+                int status;
+                pid_t pid = waitpid(-1, &status, 0);
+                if (pid < 0 && errno == ECHILD)
+                        return;
+                if (pid > 0)
+                        on_reaped(s, pid, status);
+        }
+}
+
+/* Returns false when the manager has closed the slot. */
+static bool on_control(struct supervisor *s)
+{
+        union ctl_message msg;
+        unsigned nfds;
+        ssize_t n = ctl_recv(s->control, &msg, sizeof(msg), NULL, 0, &nfds);
+        if (n == -EAGAIN || n == -EINTR)
+                return true;
+        if (n <= 0)
+                return false;
+        if ((size_t)n >= sizeof(struct ctl_kill) && msg.hdr.type == CTL_KILL) {
+                if (msg.kill.signal == SIGKILL) {
+                        kill_tree(s);
+                } else if (s->child > 0 && !s->exited) {
+                        /* The exec leads its own session and process group. */
+                        kill(-s->child, msg.kill.signal);
+                        kill(s->child, msg.kill.signal);
+                }
+        }
+        return true;
+}
+
+/* What the child wrote into the report pipe: REQUEST_TAKEN once it holds
+ * the request, a struct process_failure if a step failed; EOF comes at its
+ * execve (the pipe is CLOEXEC) or its end. */
+struct report {
+        int fd;
+        size_t len;
+        char data[1 + sizeof(struct process_failure)];
+};
+
+static void on_report(struct supervisor *s, struct report *rp)
+{
+        while (rp->fd >= 0) {
+                ssize_t n = read(rp->fd, rp->data + rp->len, sizeof(rp->data) - rp->len);
+                if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                        return;
+                if (n > 0) {
+                        rp->len += n;
+                        continue;
+                }
+                close(rp->fd);
+                rp->fd = -1;
+        }
+        struct process_failure failure;
+        if (rp->len >= sizeof(failure)) {
+                /* Failed, before the request or (after REQUEST_TAKEN) with it. */
+                memcpy(&failure, rp->data + rp->len - sizeof(failure), sizeof(failure));
+                failure.message[sizeof(failure.message) - 1] = '\0';
+                send_failed(s, failure.errnum > 0 ? failure.errnum : EIO, failure.message);
+        } else if (rp->len == 1 && rp->data[0] == REQUEST_TAKEN) {
+                s->started = true;
+                struct ctl_started msg = { .hdr = { CTL_STARTED, s->exec_id }, .pid = s->child };
+                ctl_send(s->control, &msg, sizeof(msg), NULL, 0, NULL, 0);
+        }
+        /* Nothing at all: it ended before the request; on_reaped says so. */
+}
+
+void supervisor_main(uint32_t exec_id, int request, int control, const struct sock_fprog *seccomp)
+{
+        struct supervisor s = { .exec_id = exec_id, .control = control, .child = -1 };
+        if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0) {
+                send_failed(&s, errno, "become the exec's subreaper");
+                _exit(1);
+        }
+        /* Effective uid 0 keeps the capabilities the child needs for its
+         * setresuid; the real and saved uid make us unsignalable. */
+        if (setresuid(NSBOX_SUPERVISOR_UID, 0, NSBOX_SUPERVISOR_UID) < 0) {
+                send_failed(&s, errno, "set the supervisor's uid");
+                _exit(1);
+        }
+        int report[2];
+        if (pipe2(report, O_CLOEXEC) < 0) {
+                send_failed(&s, errno, "pipe");
+                _exit(1);
+        }
+        s.child = fork();
+        if (s.child < 0) {
+                send_failed(&s, errno, "fork the exec's process");
+                _exit(1);
+        }
+        if (s.child == 0) {
+                close(control);
+                close(report[0]);
+                slot_child(request, report[1], seccomp);
+        }
+        close(request);
+        close(report[1]);
+        fcntl(report[0], F_SETFL, O_NONBLOCK);
+        fcntl(control, F_SETFL, O_NONBLOCK);
+
+        /* SIGCHLD is blocked since the init; read it from a signalfd. */
+        sigset_t mask;
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGCHLD);
+        int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+        if (sfd < 0) {
+                send_failed(&s, errno, "signalfd");
+                kill_tree(&s);
+                _exit(1);
+        }
+        struct report rp = { .fd = report[0] };
+        for (;;) {
+                struct pollfd pfds[3] = {
+                        { .fd = rp.fd, .events = POLLIN },
+                        { .fd = sfd, .events = POLLIN },
+                        { .fd = control, .events = POLLIN },
+                };
+                if (poll(pfds, 3, -1) < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        break;
+                }
+                /* The report first: "started" goes out before "exited". */
+                if (rp.fd >= 0 && (pfds[0].revents & (POLLIN | POLLHUP | POLLERR)))
+                        on_report(&s, &rp);
+                if (pfds[1].revents & POLLIN) {
+                        struct signalfd_siginfo si;
+                        while (read(sfd, &si, sizeof(si)) == sizeof(si))
+                                ;
+                        if (rp.fd >= 0)
+                                on_report(&s, &rp); /* the child's end closed before it could exit */
+                        reap(&s, WNOHANG);
+                }
+                if ((pfds[2].revents & (POLLIN | POLLHUP | POLLERR)) && !on_control(&s))
+                        break;
+        }
+        kill_tree(&s);
+        _exit(0);
+}
