@@ -4,17 +4,19 @@
  * subtree, e.g. systemd Delegate=yes). It moves itself into a leaf of its own
  * so that the controllers can be enabled (no internal processes), then lays
  * out
- *     <own>/nsbox-<hash>/<sandbox id>/          limits: memory.max,
- * memory.swap.max, pids.max, cpu.max <own>/nsbox-<hash>/<sandbox id>/init the
- * sandbox init (CLONE_INTO_CGROUP) <own>/nsbox-<hash>/<sandbox id>/exec-N one
- * leaf per exec, memory.oom.group=1
+ *     <own>/nsbox-<hash>/<sandbox id>/       limits: memory.max, memory.swap.max,
+ *                                            pids.max, cpu.max
+ *     <own>/nsbox-<hash>/<sandbox id>/init   every process of the sandbox, born
+ *                                            there (CLONE_INTO_CGROUP)
  *
  * cgroup v1 / hybrid: the same layout under nsboxd's own cgroup in each of the
- * memory, pids, cpu and cpuacct hierarchies; the init stays in the sandbox
- * dir itself and only the pids hierarchy gets the per-exec leaves, which is
- * all killing an exec needs. The v1 freezer is deliberately not used: a
- * daemon killed between FROZEN and THAWED would leave processes stuck in D
- * state for good, and the pids limit already bounds what a kill loop faces.
+ * memory, pids, cpu and cpuacct hierarchies, with the init in the sandbox dir
+ * itself. The v1 freezer is deliberately not used: a daemon killed between
+ * FROZEN and THAWED would leave processes stuck in D state for good.
+ *
+ * Execs get no cgroups of their own: their process trees are held together
+ * by their supervisors (runtime/supervisor.c). A cgroup move waits for an RCU
+ * grace period while it holds the cgroup mutex, which no exec should pay.
  *
  * <hash> is derived from the state dir, so that two daemons started from the
  * same cgroup (tests run several at once) never touch each other's trees. */
@@ -61,9 +63,8 @@ static struct {
         struct hierarchy hier[MAX_HIERARCHIES];
         unsigned n_hier;
         int by_controller[CTRL_COUNT]; /* index into hier, or -1 */
-        int exec_hier;                 /* where the exec leaves live, or -1 */
         bool have_memsw, have_swap_max, have_kill;
-} cg = { .mode = CGROUP_NONE, .degraded = true, .exec_hier = -1 };
+} cg = { .mode = CGROUP_NONE, .degraded = true };
 
 struct sandbox_cgroup {
         char *dir[MAX_HIERARCHIES]; /* <parent>/<id> in each hierarchy */
@@ -543,7 +544,6 @@ static int v2_init(char *own_dir, unsigned available, nsbox_error_t **err)
                         cg.by_controller[c] = -1;
                 }
         }
-        cg.exec_hier = 0;
         cg.have_kill = exists_at(parent, "cgroup.kill");
         return 0;
 }
@@ -577,10 +577,6 @@ static int v1_init(unsigned available, nsbox_error_t **err)
                 }
                 clean_stale(cg.hier[cg.n_hier - 1].parent);
         }
-        if (cg.by_controller[CTRL_PIDS] >= 0)
-                cg.exec_hier = cg.by_controller[CTRL_PIDS];
-        else if (cg.n_hier > 0)
-                cg.exec_hier = 0;
         int m = cg.by_controller[CTRL_MEMORY];
         cg.have_memsw = m >= 0 && exists_at(cg.hier[m].parent, "memory.memsw.limit_in_bytes");
         return 0;
@@ -768,11 +764,10 @@ int cgroup_sandbox_create(const char *id, const struct sandbox_limits *limits, s
         if ((r = apply_limits(sc, limits, err)) < 0)
                 goto fail;
         if (cg.mode == CGROUP_V2) {
-                /* Controllers for the exec leaves (memory.oom.group) mean the
-                 * sandbox dir may hold no process itself: the init gets a leaf. */
+                /* The sandbox's processes live in a leaf of their own: the
+                 * sandbox dir holds none, so controllers can be enabled below
+                 * it (no internal processes) without moving anyone. */
                 const char *dir = sc->dir[0];
-                if (cg.hier[0].controllers & (1u << CTRL_MEMORY))
-                        write_at(dir, "cgroup.subtree_control", "+memory");
                 char leaf[4096];
                 snprintf(leaf, sizeof(leaf), "%s/init", dir);
                 if (mkdir(leaf, 0755) < 0) {
@@ -800,12 +795,15 @@ int cgroup_sandbox_attach(struct sandbox_cgroup *sc, pid_t pid, nsbox_error_t **
 {
         if (sc == NULL)
                 return 0;
+        /* v2: CLONE_INTO_CGROUP put it there already. Writing anyway would
+         * be no free no-op: every write to cgroup.procs takes the locks of a
+         * move. */
+        if (cg.mode == CGROUP_V2)
+                return 0;
         char value[32];
         snprintf(value, sizeof(value), "%d", (int)pid);
         for (unsigned i = 0; i < cg.n_hier; i++) {
-                char dir[4096];
-                /* v2: CLONE_INTO_CGROUP put it there already; writing again is a no-op. */
-                snprintf(dir, sizeof(dir), "%s%s", sc->dir[i], cg.mode == CGROUP_V2 ? "/init" : "");
+                const char *dir = sc->dir[i];
                 int r = write_at(dir, "cgroup.procs", value);
                 if (r < 0)
                         return nsbox_error(err, -r, "move the sandbox init into cgroup %s", dir);
@@ -820,8 +818,7 @@ void cgroup_sandbox_kill(struct sandbox_cgroup *sc)
          * the kernel empties when the manager kills the init. */
         if (sc == NULL || cg.mode != CGROUP_V2)
                 return;
-        if (cg.exec_hier >= 0)
-                kill_tree(sc->dir[cg.exec_hier]);
+        kill_tree(sc->dir[0]);
 }
 
 /* A sandbox's cgroup can stay busy for a moment after its init is gone
@@ -935,74 +932,4 @@ uint64_t cgroup_sandbox_oom_kills(struct sandbox_cgroup *sc)
                 return 0;
         read_keyed_at(mem, cg.mode == CGROUP_V2 ? "memory.events" : "memory.oom_control", "oom_kill", &n);
         return n;
-}
-
-/* --- per exec ---------------------------------------------------------------
- */
-
-static void exec_leaf(const struct sandbox_cgroup *sc, uint32_t number, char *buf, size_t len)
-{
-        snprintf(buf, len, "%s/exec-%" PRIu32, sc->dir[cg.exec_hier], number);
-}
-
-int cgroup_exec_create(struct sandbox_cgroup *sc, uint32_t exec_number, int *procs_fd, nsbox_error_t **err)
-{
-        *procs_fd = -1;
-        if (sc == NULL || cg.exec_hier < 0)
-                return 0;
-        char leaf[4096], path[4200];
-        exec_leaf(sc, exec_number, leaf, sizeof(leaf));
-        if (mkdir(leaf, 0755) < 0)
-                return nsbox_error(err, errno, "create cgroup %s", leaf);
-        /* An OOM kill takes the whole exec, not one process of a pipeline. */
-        if (cg.mode == CGROUP_V2 && exists_at(leaf, "memory.oom.group"))
-                write_at(leaf, "memory.oom.group", "1");
-        snprintf(path, sizeof(path), "%s/cgroup.procs", leaf);
-        int fd = open(path, O_WRONLY | O_CLOEXEC);
-        if (fd < 0) {
-                int e = errno;
-                rmdir(leaf);
-                return nsbox_error(err, e, "open %s", path);
-        }
-        *procs_fd = fd;
-        return 0;
-}
-
-int cgroup_exec_open(struct sandbox_cgroup *sc, uint32_t exec_number, int *procs_fd, nsbox_error_t **err)
-{
-        *procs_fd = -1;
-        if (sc == NULL || cg.exec_hier < 0)
-                return 0;
-        char leaf[4096], path[4200];
-        exec_leaf(sc, exec_number, leaf, sizeof(leaf));
-        snprintf(path, sizeof(path), "%s/cgroup.procs", leaf);
-        int fd = open(path, O_WRONLY | O_CLOEXEC);
-        if (fd < 0)
-                return nsbox_error(err, errno, "open %s", path);
-        *procs_fd = fd;
-        return 0;
-}
-
-void cgroup_exec_kill(struct sandbox_cgroup *sc, uint32_t exec_number)
-{
-        if (sc == NULL || cg.exec_hier < 0)
-                return;
-        char leaf[4096];
-        exec_leaf(sc, exec_number, leaf, sizeof(leaf));
-        kill_tree(leaf);
-}
-
-void cgroup_exec_destroy(struct sandbox_cgroup *sc, uint32_t exec_number)
-{
-        if (sc == NULL || cg.exec_hier < 0)
-                return;
-        char leaf[4096];
-        exec_leaf(sc, exec_number, leaf, sizeof(leaf));
-        if (rmdir(leaf) == 0 || errno == ENOENT)
-                return;
-        /* Daemonized leftovers of a finished exec die with it; the leaf goes
-         * once they are reaped, from the retry timer. */
-        kill_tree(leaf);
-        if (remove_tree(leaf, 0) < 0)
-                remove_later(leaf);
 }

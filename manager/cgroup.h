@@ -36,14 +36,3 @@ void cgroup_sandbox_destroy(struct sandbox_cgroup *cg);
 /* {memory_bytes, memory_peak_bytes, cpu_usage_us, pids, oom_kills}; nulls where unknown. */
 json_t *cgroup_sandbox_stats(struct sandbox_cgroup *cg);
 uint64_t cgroup_sandbox_oom_kills(struct sandbox_cgroup *cg);
-
-/* A fresh leaf for one exec: *procs_fd is an fd of the leaf's cgroup.procs
- * that the exec's first process writes "0" to before execve, or -1 when
- * there are no cgroups. The whole tree of the exec stays in the leaf. */
-int cgroup_exec_create(struct sandbox_cgroup *cg, uint32_t exec_number, int *procs_fd, nsbox_error_t **err);
-/* The cgroup.procs of a leaf made earlier by cgroup_exec_create (for a spare). */
-int cgroup_exec_open(struct sandbox_cgroup *cg, uint32_t exec_number, int *procs_fd, nsbox_error_t **err);
-/* SIGKILL every process in the exec's leaf, including daemonized ones. */
-void cgroup_exec_kill(struct sandbox_cgroup *cg, uint32_t exec_number);
-/* The exec is over: kill what is left in its leaf and remove it. */
-void cgroup_exec_destroy(struct sandbox_cgroup *cg, uint32_t exec_number);
