@@ -31,7 +31,7 @@ COMMON_SRC  := $(wildcard common/*.c)
 POLICY_SRC  := $(wildcard policy/*.c)
 # nsbox-init is a static binary exec'd from a sealed memfd inside each sandbox.
 INIT_ONLY   := runtime/init.c runtime/process.c runtime/supervisor.c
-INIT_SRC    := $(INIT_ONLY) runtime/proto.c
+INIT_SRC    := $(INIT_ONLY) runtime/proto.c runtime/seccomp_check.c
 RUNTIME_SRC := $(filter-out $(INIT_ONLY),$(wildcard runtime/*.c))
 MANAGER_SRC := $(filter-out manager/main.c,$(wildcard manager/*.c))
 CLI_SRC     := $(wildcard cli/*.c)

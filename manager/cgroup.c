@@ -68,6 +68,7 @@ static struct {
 
 struct sandbox_cgroup {
         char *dir[MAX_HIERARCHIES]; /* <parent>/<id> in each hierarchy */
+        int oom_fd;                 /* memory.oom_control (v1) or memory.events (v2), read twice per exec */
 };
 
 /* --- small file helpers ----------------------------------------------------
@@ -135,11 +136,8 @@ static int read_u64_at(const char *dir, const char *file, uint64_t *out)
 }
 
 /* A "key value" per line file (memory.events, cpu.stat, memory.oom_control). */
-static int read_keyed_at(const char *dir, const char *file, const char *key, uint64_t *out)
+static int find_key(char *buf, const char *key, uint64_t *out)
 {
-        char buf[4096];
-        if (dir == NULL || read_at(dir, file, buf, sizeof(buf)) < 0)
-                return -ENOENT;
         size_t klen = strlen(key);
         for (char *line = buf; line != NULL && *line != '\0';) {
                 char *next = strchr(line, '\n');
@@ -152,6 +150,14 @@ static int read_keyed_at(const char *dir, const char *file, const char *key, uin
                 line = next;
         }
         return -ENOENT;
+}
+
+static int read_keyed_at(const char *dir, const char *file, const char *key, uint64_t *out)
+{
+        char buf[4096];
+        if (dir == NULL || read_at(dir, file, buf, sizeof(buf)) < 0)
+                return -ENOENT;
+        return find_key(buf, key, out);
 }
 
 static void sleep_ms(long ms)
@@ -733,6 +739,8 @@ static void sandbox_cgroup_free(struct sandbox_cgroup *sc)
 {
         for (unsigned i = 0; i < MAX_HIERARCHIES; i++)
                 free(sc->dir[i]);
+        if (sc->oom_fd >= 0)
+                close(sc->oom_fd);
         free(sc);
 }
 
@@ -746,6 +754,7 @@ int cgroup_sandbox_create(const char *id, const struct sandbox_limits *limits, s
         struct sandbox_cgroup *sc = calloc(1, sizeof(*sc));
         if (sc == NULL)
                 return nsbox_error(err, ENOMEM, "sandbox cgroup");
+        sc->oom_fd = -1;
         int r = 0;
         for (unsigned i = 0; i < cg.n_hier; i++) {
                 if (asprintf(&sc->dir[i], "%s/%s", cg.hier[i].parent, id) < 0) {
@@ -930,6 +939,20 @@ uint64_t cgroup_sandbox_oom_kills(struct sandbox_cgroup *sc)
         const char *mem = dir_of(sc, CTRL_MEMORY);
         if (mem == NULL)
                 return 0;
-        read_keyed_at(mem, cg.mode == CGROUP_V2 ? "memory.events" : "memory.oom_control", "oom_kill", &n);
+        if (sc->oom_fd < 0) {
+                char path[4200];
+                snprintf(path, sizeof(path), "%s/%s", mem,
+                         cg.mode == CGROUP_V2 ? "memory.events" : "memory.oom_control");
+                sc->oom_fd = open(path, O_RDONLY | O_CLOEXEC);
+                if (sc->oom_fd < 0)
+                        return 0;
+        }
+        /* Each read from offset 0 is the file's current text. */
+        char buf[1024];
+        ssize_t len = pread(sc->oom_fd, buf, sizeof(buf) - 1, 0);
+        if (len <= 0)
+                return 0;
+        buf[len] = '\0';
+        find_key(buf, "oom_kill", &n);
         return n;
 }

@@ -424,20 +424,25 @@ static void exec_finish(struct exec *ex)
         }
 }
 
+static void exec_started(struct exec *ex, pid_t pid)
+{
+        if (ex->started)
+                return;
+        ex->started = true;
+        ex->pid = pid;
+        if (ex->background && ex->req != NULL) {
+                struct rpc_request *req = ex->req;
+                ex->req = NULL;
+                rpc_reply_result(req, json_pack("{s:s, s:i}", "exec_id", ex->id, "pid", ex->pid));
+        }
+}
+
 static void exec_on_message(struct exec *ex, const union ctl_message *msg, size_t len)
 {
         switch (msg->hdr.type) {
         case CTL_STARTED:
-                if (len >= sizeof(struct ctl_started)) {
-                        ex->started = true;
-                        ex->pid = msg->started.pid;
-                        if (ex->background && ex->req != NULL) {
-                                struct rpc_request *req = ex->req;
-                                ex->req = NULL;
-                                rpc_reply_result(req,
-                                                 json_pack("{s:s, s:i}", "exec_id", ex->id, "pid", ex->pid));
-                        }
-                }
+                if (len >= sizeof(struct ctl_started))
+                        exec_started(ex, msg->started.pid);
                 break;
         case CTL_FAILED:
                 if (len >= sizeof(struct ctl_failed) && ex->start_error == NULL && !ex->exited) {
@@ -453,6 +458,7 @@ static void exec_on_message(struct exec *ex, const union ctl_message *msg, size_
                 break;
         case CTL_EXITED:
                 if (len >= sizeof(struct ctl_exited) && !ex->exited) {
+                        exec_started(ex, msg->exited.pid);
                         ex->exited = true;
                         ex->wait_status = msg->exited.wait_status;
                         exec_maybe_finish(ex);
@@ -799,41 +805,64 @@ static struct exec *exec_new(struct sandbox *sb, const struct exec_params *p)
         return ex;
 }
 
-/* Pipes: we keep stdin's write end and the stdout/stderr read ends. */
+/* An exec without input reads /dev/null: EOF at once, with one fd shared
+ * by all instead of a pipe each. */
+static int dev_null = -1;
+
+static void close_child_fds(int child_fds[3])
+{
+        for (int i = 0; i < 3; i++) {
+                if (child_fds[i] >= 0 && child_fds[i] != dev_null)
+                        close(child_fds[i]);
+                child_fds[i] = -1;
+        }
+}
+
+static int open_pipe(int fds[2], int our_end, nsbox_error_t **err)
+{
+        if (pipe2(fds, O_CLOEXEC) < 0)
+                return nsbox_error(err, errno, "pipe");
+        fcntl(fds[our_end], F_SETFL, O_NONBLOCK);
+        return 0;
+}
+
+/* Pipes: we keep stdin's write end and the stdout/stderr read ends; the
+ * child's ends go to child_fds, which the caller closes (close_child_fds). */
 static int exec_open_pipes(struct exec *ex, int child_fds[3], nsbox_error_t **err)
 {
-        int in[2], out[2], errp[2];
-        if (pipe2(in, O_CLOEXEC) < 0)
-                return nsbox_error(err, errno, "pipe");
-        if (pipe2(out, O_CLOEXEC) < 0) {
-                close(in[0]);
-                close(in[1]);
-                return nsbox_error(err, errno, "pipe");
-        }
-        if (pipe2(errp, O_CLOEXEC) < 0) {
-                close(in[0]);
-                close(in[1]);
-                close(out[0]);
-                close(out[1]);
-                return nsbox_error(err, errno, "pipe");
-        }
-        child_fds[0] = in[0];
+        int out[2], errp[2];
+        int r;
+        if ((r = open_pipe(out, 0, err)) < 0)
+                return r;
         child_fds[1] = out[1];
-        child_fds[2] = errp[1];
-        fcntl(out[0], F_SETFL, O_NONBLOCK);
-        fcntl(errp[0], F_SETFL, O_NONBLOCK);
-        fcntl(in[1], F_SETFL, O_NONBLOCK);
-        fcntl(out[0], F_SETPIPE_SZ, 1 << 20);
         ex->out[0].source = loop_add(nsboxd.loop, out[0], EPOLLIN, on_output, ex);
-        ex->out[1].source = loop_add(nsboxd.loop, errp[0], EPOLLIN, on_output, ex);
-        if (ex->out[0].source == NULL || ex->out[1].source == NULL)
+        if (ex->out[0].source == NULL) {
+                close(out[0]);
                 return nsbox_error(err, errno, "watch output pipes");
+        }
+        fcntl(out[0], F_SETPIPE_SZ, 1 << 20);
+        if ((r = open_pipe(errp, 0, err)) < 0)
+                return r;
+        child_fds[2] = errp[1];
+        ex->out[1].source = loop_add(nsboxd.loop, errp[0], EPOLLIN, on_output, ex);
+        if (ex->out[1].source == NULL) {
+                close(errp[0]);
+                return nsbox_error(err, errno, "watch output pipes");
+        }
         if (ex->stdin_data != NULL || ex->keep_stdin) {
+                int in[2];
+                if ((r = open_pipe(in, 1, err)) < 0)
+                        return r;
+                child_fds[0] = in[0];
                 ex->stdin_src = loop_add(nsboxd.loop, in[1], ex->stdin_data ? EPOLLOUT : 0, on_stdin, ex);
-                if (ex->stdin_src == NULL)
+                if (ex->stdin_src == NULL) {
+                        close(in[1]);
                         return nsbox_error(err, errno, "watch stdin pipe");
+                }
         } else {
-                close(in[1]); /* empty stdin: EOF at once */
+                if (dev_null < 0 && (dev_null = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0)
+                        return nsbox_error(err, errno, "open /dev/null");
+                child_fds[0] = dev_null;
         }
         int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
         if (tfd < 0)
@@ -884,14 +913,15 @@ static int exec_start(struct sandbox *sb, struct exec *ex, const struct exec_par
                 ex->stdin_len = p->stdin_len;
         }
         int child_fds[3] = { -1, -1, -1 };
-        if ((r = exec_open_pipes(ex, child_fds, err)) < 0)
+        if ((r = exec_open_pipes(ex, child_fds, err)) < 0) {
+                close_child_fds(child_fds);
                 return r;
+        }
         ex->oom_kills_at_start = cgroup_sandbox_oom_kills(sb->cgroup);
         /* The slot started ahead of time, or one now: its child reads the
          * request whenever it is up. */
         if ((r = exec_prepare_slot(sb, err)) < 0) {
-                for (int i = 0; i < 3; i++)
-                        close(child_fds[i]);
+                close_child_fds(child_fds);
                 return r;
         }
         struct exec_slot slot = sb->slot;
@@ -899,8 +929,7 @@ static int exec_start(struct sandbox *sb, struct exec *ex, const struct exec_par
         ex->number = slot.number;
         ex->slot = loop_add(nsboxd.loop, slot.control, EPOLLIN, on_slot, ex);
         if (ex->slot == NULL) {
-                for (int i = 0; i < 3; i++)
-                        close(child_fds[i]);
+                close_child_fds(child_fds);
                 close(slot.request);
                 close(slot.control);
                 return nsbox_error(err, errno, "watch the exec's supervisor");
@@ -921,8 +950,7 @@ static int exec_start(struct sandbox *sb, struct exec *ex, const struct exec_par
                 setsockopt(slot.request, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf));
         }
         ssize_t n = ctl_send(slot.request, &hdr, sizeof(hdr), payload, len, child_fds, 3);
-        for (unsigned i = 0; i < 3; i++)
-                close(child_fds[i]);
+        close_child_fds(child_fds);
         /* Queued in the socket: it stays readable for the child after we close. */
         close(slot.request);
         if (n < 0)

@@ -14,11 +14,13 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "process.h"
 #include "proto.h"
+#include "seccomp_check.h"
 #include "supervisor.h"
 
 static struct sock_fprog seccomp_program;
@@ -121,6 +123,20 @@ int main(void)
         if (sfd < 0) {
                 send_failed(ctl, 0, errno, "init: signalfd");
                 return 1;
+        }
+
+        /* Where the profile lets the runtime itself through, the init takes
+         * the filter on now, once: its supervisors and execs inherit it
+         * instead of each exec building its own in the kernel (JIT, action
+         * cache) on the way to its execve. CAP_SYS_ADMIN in our user
+         * namespace stands in for no_new_privs, which each exec sets. */
+        if (seccomp_program.len > 0 && seccomp_check_runtime_allowed(&seccomp_program)) {
+                if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &seccomp_program) < 0) {
+                        send_failed(ctl, 0, errno, "init: load the seccomp filter");
+                        return 1;
+                }
+                free(seccomp_program.filter);
+                seccomp_program = (struct sock_fprog){ 0 };
         }
 
         struct ctl_header ready = { CTL_READY, 0 };

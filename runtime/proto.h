@@ -31,7 +31,7 @@ enum ctl_type {
         CTL_FAILED, /* setup, a slot or an exec start failed: errnum + message */
         /* supervisor → manager */
         CTL_STARTED, /* exec running: pid */
-        CTL_EXITED,  /* exec's main process ended: wait status */
+        CTL_EXITED,  /* exec's main process ended: wait status (implies started) */
 };
 
 struct ctl_header {
@@ -77,6 +77,7 @@ struct ctl_started {
 struct ctl_exited {
         struct ctl_header hdr;
         int32_t wait_status;
+        int32_t pid; /* an exit may come without CTL_STARTED before it */
 };
 
 union ctl_message {

@@ -40,6 +40,7 @@ struct supervisor {
         int control;
         pid_t child;
         bool started, failed, exited;
+        bool started_told; /* CTL_STARTED sent (an exit that comes first says it instead) */
 };
 
 static void send_failed(struct supervisor *s, int errnum, const char *message)
@@ -139,7 +140,7 @@ static void on_reaped(struct supervisor *s, pid_t pid, int status)
         }
         if (s->failed)
                 return;
-        struct ctl_exited msg = { .hdr = { CTL_EXITED, s->exec_id }, .wait_status = status };
+        struct ctl_exited msg = { .hdr = { CTL_EXITED, s->exec_id }, .wait_status = status, .pid = s->child };
         ctl_send(s->control, &msg, sizeof(msg), NULL, 0, NULL, 0);
 }
 
@@ -271,9 +272,7 @@ static void on_report(struct supervisor *s, struct report *rp)
                 failure.message[sizeof(failure.message) - 1] = '\0';
                 send_failed(s, failure.errnum > 0 ? failure.errnum : EIO, failure.message);
         } else if (rp->len == 1 && rp->data[0] == REQUEST_TAKEN) {
-                s->started = true;
-                struct ctl_started msg = { .hdr = { CTL_STARTED, s->exec_id }, .pid = s->child };
-                ctl_send(s->control, &msg, sizeof(msg), NULL, 0, NULL, 0);
+                s->started = true; /* told at the end of this round, unless it exits first */
         }
         /* Nothing at all: it ended before the request; on_reaped says so. */
 }
@@ -346,6 +345,13 @@ void supervisor_main(uint32_t exec_id, int request, int control, const struct so
                 }
                 if ((pfds[2].revents & (POLLIN | POLLHUP | POLLERR)) && !on_control(&s))
                         break;
+                /* A quick exec has exited by the time we run (it had the CPU):
+                 * then one message says both, and the manager wakes once. */
+                if (s.started && !s.exited && !s.started_told) {
+                        struct ctl_started msg = { .hdr = { CTL_STARTED, s.exec_id }, .pid = s.child };
+                        ctl_send(s.control, &msg, sizeof(msg), NULL, 0, NULL, 0);
+                        s.started_told = true;
+                }
         }
         kill_tree(&s);
         _exit(0);
