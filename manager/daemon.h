@@ -17,7 +17,8 @@ struct nsboxd {
         unsigned n_pooled;
         unsigned char *uid_slots; /* one byte per range of the uid pool */
         bool stopping;
-        int argc; /* for reloading the configuration on SIGHUP */
+        long long last_request_mono; /* when a client's request last arrived */
+        int argc;                    /* for reloading the configuration on SIGHUP */
         char **argv;
 };
 

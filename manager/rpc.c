@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "cleanup.h"
+#include "daemon.h"
 #include "log.h"
 #include "params.h"
 
@@ -545,6 +546,7 @@ static void conn_dispatch_line(struct rpc_conn *conn, const char *line, size_t l
         owned->pid = conn->pid;
         conn->refs++;
         conn->in_flight++;
+        nsboxd.last_request_mono = now_monotonic_ms();
         method->handler(owned);
 }
 

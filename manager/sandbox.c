@@ -516,47 +516,98 @@ static bool pool_matches(const struct sandbox *sb, const struct sandbox_policy *
                a->pids == b->pids && a->cpus == b->cpus && a->disk_bytes == b->disk_bytes;
 }
 
+/* A pooled sandbox that runs, or else one still starting: it is ready
+ * sooner than a fresh one would be. */
+static struct sandbox *pool_find(const struct sandbox_policy *policy)
+{
+        struct sandbox *starting = NULL;
+        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
+                if (!sb->pooled || !pool_matches(sb, policy))
+                        continue;
+                if (sb->state == SANDBOX_RUNNING)
+                        return sb;
+                if (sb->state == SANDBOX_CREATING && sb->failure == NULL)
+                        starting = sb;
+        }
+        return starting;
+}
+
 static struct sandbox *pool_claim(uid_t owner, struct sandbox_policy *policy)
 {
-        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
-                if (!sb->pooled || sb->state != SANDBOX_RUNNING || !pool_matches(sb, policy))
-                        continue;
-                sb->pooled = false;
-                nsboxd.n_pooled--;
-                nsboxd.n_sandboxes++;
-                sb->owner = owner;
-                /* What is not in the kernel yet (env, labels, session, idle timeout) is the client's. */
-                policy_clear(&sb->policy);
-                sb->policy = *policy;
-                memset(policy, 0, sizeof(*policy));
-                sb->created_at_ms = now_realtime_ms();
-                sandbox_touch(sb);
-                _cleanup_error_ nsbox_error_t *err = NULL;
-                if (state_save(sb, &err) < 0)
-                        log_warn("sandbox %s: %s", sb->id, err->message);
-                log_info("sandbox %s: handed from the warm pool to uid %u", sb->id, owner);
-                return sb;
-        }
-        return NULL;
+        struct sandbox *sb = pool_find(policy);
+        if (sb == NULL)
+                return NULL;
+        sb->pooled = false;
+        nsboxd.n_pooled--;
+        nsboxd.n_sandboxes++;
+        sb->owner = owner;
+        /* What is not in the kernel yet (env, labels, session, idle timeout) is the client's. */
+        policy_clear(&sb->policy);
+        sb->policy = *policy;
+        memset(policy, 0, sizeof(*policy));
+        sb->created_at_ms = now_realtime_ms();
+        sandbox_touch(sb);
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (state_save(sb, &err) < 0)
+                log_warn("sandbox %s: %s", sb->id, err->message);
+        log_info("sandbox %s: handed from the warm pool to uid %u", sb->id, owner);
+        return sb;
 }
+
+/* Without this a pool that cannot be filled (no image, say) would retry
+ * as fast as its timer goes. */
+#define POOL_RETRY_MS 5000
+static long long pool_retry_at; /* monotonic ms */
 
 static void pool_ready(struct sandbox *sb, const char *error, void *data)
 {
-        if (error != NULL)
+        if (error != NULL && !nsboxd.stopping) {
                 log_warn("warm pool: a sandbox failed to start: %s", error);
+                pool_retry_at = now_monotonic_ms() + POOL_RETRY_MS;
+        }
 }
 
 static struct loop_source *pool_timer;
+static long long pool_short_since; /* monotonic ms, 0 when the pool is full */
+
+/* A refill is a whole sandbox creation: a clone, mounts, and on cgroup v1
+ * moves into cgroups that wait for an RCU grace period while they hold the
+ * host's cgroup mutex (so every cgroup mkdir and rmdir, ours included, waits
+ * too). On a small machine it would share a CPU with the very requests the
+ * pool is there to speed up: refill once clients have been quiet for a
+ * moment, or after a second of steady traffic at the latest. */
+#define POOL_QUIET_MS    5
+#define POOL_MAX_WAIT_MS 1000
+
+static void pool_arm(long long delay_ms)
+{
+        struct itimerspec when = { .it_value = { .tv_sec = delay_ms / 1000,
+                                                 .tv_nsec = (delay_ms % 1000) * 1000000 + 1 } };
+        timerfd_settime(pool_timer->fd, 0, &when, NULL);
+}
 
 static void on_pool_timer(struct loop_source *source, uint32_t events)
 {
         uint64_t n;
-        if (read(source->fd, &n, sizeof(n)) > 0)
-                sandbox_pool_fill();
+        if (read(source->fd, &n, sizeof(n)) <= 0)
+                return;
+        long long now = now_monotonic_ms();
+        long long quiet_at = nsboxd.last_request_mono + POOL_QUIET_MS;
+        if (now < pool_retry_at) {
+                pool_arm(pool_retry_at - now);
+                return;
+        }
+        if (now < quiet_at && now - pool_short_since < POOL_MAX_WAIT_MS) {
+                pool_arm(quiet_at - now);
+                return;
+        }
+        sandbox_pool_fill();
 }
 
 static void pool_fill_soon(void)
 {
+        if (nsboxd.n_pooled >= nsboxd.config.warm_pool || nsboxd.stopping)
+                return;
         if (pool_timer == NULL) {
                 int fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
                 if (fd < 0 ||
@@ -567,8 +618,9 @@ static void pool_fill_soon(void)
                         return;
                 }
         }
-        struct itimerspec soon = { .it_value = { .tv_nsec = 2 * 1000 * 1000 } };
-        timerfd_settime(pool_timer->fd, 0, &soon, NULL);
+        if (pool_short_since == 0)
+                pool_short_since = now_monotonic_ms();
+        pool_arm(POOL_QUIET_MS);
 }
 
 void sandbox_pool_fill(void)
@@ -584,10 +636,13 @@ void sandbox_pool_fill(void)
                 policy.session_id[0] = '\0';
                 if (sandbox_new(0, &policy, true, pool_ready, NULL, NULL, &err) < 0) {
                         log_warn("warm pool: %s", err->message);
+                        pool_retry_at = now_monotonic_ms() + POOL_RETRY_MS;
                         break;
                 }
         }
         filling = false;
+        if (nsboxd.n_pooled >= nsboxd.config.warm_pool)
+                pool_short_since = 0;
 }
 
 int sandbox_create(uid_t owner, struct sandbox_policy *policy, sandbox_ready_cb done, void *data,
@@ -601,7 +656,10 @@ int sandbox_create(uid_t owner, struct sandbox_policy *policy, sandbox_ready_cb 
         struct sandbox *sb = pool_claim(owner, policy);
         if (sb != NULL) {
                 *out = sb;
-                done(sb, NULL, data);
+                if (sb->state == SANDBOX_RUNNING)
+                        done(sb, NULL, data);
+                else
+                        add_waiter(&sb->create_waiters, done, data);
                 /* Refill after this batch of events: the client's answer first. */
                 pool_fill_soon();
                 return 0;

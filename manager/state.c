@@ -65,7 +65,11 @@ int state_save(const struct sandbox *sb, nsbox_error_t **err)
                 return nsbox_error(err, errno, "create %s", tmp);
         _cleanup_free_ char *text = json_dumps(record, JSON_COMPACT);
         size_t len = text ? strlen(text) : 0;
-        if (text == NULL || write(fd, text, len) != (ssize_t)len || fsync(fd) < 0)
+        /* No fsync: a record only has to outlive a crash of nsboxd, which the
+         * page cache does; after a crash of the machine no init is left to
+         * find, and a torn record is quarantined at start. Creates do not wait
+         * for the disk. */
+        if (text == NULL || write(fd, text, len) != (ssize_t)len)
                 return nsbox_error(err, errno ? errno : EIO, "write %s", tmp);
         if (rename(tmp, path) < 0)
                 return nsbox_error(err, errno, "rename %s", tmp);

@@ -139,9 +139,15 @@ IDLE_PIDS = 3
 
 
 def wait_for_pids(daemon, sb, want, timeout=5):
-    """pids.current counts zombies until the sandbox init has reaped them."""
+    """pids.current once it has held still for a moment: it counts zombies
+    until they are reaped, and the slot for the next exec starts (two
+    processes) while the last exec's supervisor is still ending its tree."""
     deadline = time.monotonic() + timeout
-    while stats(daemon, sb)["pids"] != want and time.monotonic() < deadline:
+    steady = 0
+    while time.monotonic() < deadline:
+        steady = steady + 1 if stats(daemon, sb)["pids"] == want else 0
+        if steady == 4:
+            break
         time.sleep(0.05)
     return stats(daemon, sb)["pids"]
 
