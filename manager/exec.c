@@ -65,6 +65,7 @@ struct exec {
         unsigned timeout_s;
         pid_t pid;
         struct loop_source *slot; /* the control socket of the exec's supervisor */
+        int slot_request;         /* our end of its request socket, or -1 */
         bool started, exited, timed_out, killed;
         uint64_t oom_kills_at_start;
         int wait_status;
@@ -77,6 +78,7 @@ struct exec {
 static const char *const stream_names[] = { "stdout", "stderr" };
 
 static void exec_finish(struct exec *ex);
+static void exec_release_slot(struct exec *ex);
 static void exec_prepare_next(struct sandbox *sb);
 
 static void exec_unlink(struct exec *ex)
@@ -102,6 +104,8 @@ static void exec_free(struct exec *ex)
                 loop_remove(nsboxd.loop, ex->timer);
         if (ex->slot)
                 loop_remove(nsboxd.loop, ex->slot);
+        if (ex->slot_request >= 0)
+                close(ex->slot_request);
         free(ex->stdin_data);
         free(ex->start_error);
         free(ex);
@@ -407,12 +411,9 @@ static void exec_finish(struct exec *ex)
                         ex->hooks->done(ex, result, ex->hooks_data);
                 json_decref(result);
         }
-        /* Closing the supervisor's socket ends what is left of the exec:
-         * daemonized leftovers of a finished exec die with it. */
-        if (ex->slot != NULL) {
-                loop_remove(nsboxd.loop, ex->slot);
-                ex->slot = NULL;
-        }
+        /* Daemonized leftovers of a finished exec die with it: its
+         * supervisor ends them before it serves the next exec, or exits. */
+        exec_release_slot(ex);
         /* Only now, after the answer: on a small machine the forks of a new
          * slot would otherwise share a CPU with the exec being waited for. */
         exec_prepare_next(ex->sb);
@@ -484,6 +485,9 @@ static void on_slot(struct loop_source *source, uint32_t events)
                          * OOM-killed): the exec's processes went with it. */
                         loop_remove(nsboxd.loop, source);
                         ex->slot = NULL;
+                        if (ex->slot_request >= 0)
+                                close(ex->slot_request);
+                        ex->slot_request = -1;
                         if (!ex->exited && ex->start_error == NULL) {
                                 ex->exited = true;
                                 ex->killed = true;
@@ -492,7 +496,8 @@ static void on_slot(struct loop_source *source, uint32_t events)
                         exec_maybe_finish(ex);
                         return;
                 }
-                if ((size_t)n >= sizeof(struct ctl_header) && !ex->finished)
+                /* A slot serves one exec after another: only this one's count. */
+                if ((size_t)n >= sizeof(struct ctl_header) && !ex->finished && msg.hdr.exec_id == ex->number)
                         exec_on_message(ex, &msg, n);
                 if (ex->slot == NULL)
                         return; /* finished and closed meanwhile */
@@ -524,6 +529,35 @@ void exec_on_control(struct sandbox *sb, const void *data, size_t len)
                         return;
                 }
         }
+}
+
+/* The slot of a finished exec serves the sandbox's next exec (its
+ * supervisor forks a new child on the same sockets, see supervisor.c),
+ * unless a slot is waiting already or the sandbox is ending: then closing
+ * its sockets makes it end the rest of the exec and exit. */
+static void exec_release_slot(struct exec *ex)
+{
+        struct sandbox *sb = ex->sb;
+        if (ex->slot == NULL)
+                return;
+        int control = loop_take(nsboxd.loop, ex->slot);
+        ex->slot = NULL;
+        if (ex->slot_request >= 0 && !sb->slot.open && sb->state == SANDBOX_RUNNING && sb->ctl != NULL) {
+                uint32_t number = ++sb->next_exec_number;
+                struct ctl_header msg = { CTL_SLOT, number };
+                if (ctl_send(control, &msg, sizeof(msg), NULL, 0, NULL, 0) >= 0) {
+                        sb->slot = (struct exec_slot){ .open = true,
+                                                       .request = ex->slot_request,
+                                                       .control = control,
+                                                       .number = number };
+                        ex->slot_request = -1;
+                        return;
+                }
+        }
+        close(control);
+        if (ex->slot_request >= 0)
+                close(ex->slot_request);
+        ex->slot_request = -1;
 }
 
 static void exec_prepare_next(struct sandbox *sb)
@@ -802,6 +836,7 @@ static struct exec *exec_new(struct sandbox *sb, const struct exec_params *p)
         ex->max_output = p->max_output;
         ex->timeout_s = p->timeout_s;
         ex->start_mono = now_monotonic_ms();
+        ex->slot_request = -1;
         return ex;
 }
 
@@ -951,8 +986,8 @@ static int exec_start(struct sandbox *sb, struct exec *ex, const struct exec_par
         }
         ssize_t n = ctl_send(slot.request, &hdr, sizeof(hdr), payload, len, child_fds, 3);
         close_child_fds(child_fds);
-        /* Queued in the socket: it stays readable for the child after we close. */
-        close(slot.request);
+        /* Kept: the slot may serve the next exec after this one. */
+        ex->slot_request = slot.request;
         if (n < 0)
                 return nsbox_error(err, (int)-n, "send the exec request to its slot");
         /* The next exec's slot: now beside one that runs on, else once this

@@ -76,8 +76,15 @@ int loop_modify(struct loop *loop, struct loop_source *source, uint32_t events)
 
 void loop_remove(struct loop *loop, struct loop_source *source)
 {
+        int fd = loop_take(loop, source);
+        if (fd >= 0)
+                close(fd);
+}
+
+int loop_take(struct loop *loop, struct loop_source *source)
+{
         if (source == NULL || source->dead)
-                return;
+                return -1;
         if (source->prev_live != NULL)
                 source->prev_live->next_live = source->next_live;
         else
@@ -85,11 +92,12 @@ void loop_remove(struct loop *loop, struct loop_source *source)
         if (source->next_live != NULL)
                 source->next_live->prev_live = source->prev_live;
         epoll_ctl(loop->epfd, EPOLL_CTL_DEL, source->fd, NULL);
-        close(source->fd);
+        int fd = source->fd;
         source->fd = -1;
         source->dead = true;
         source->next_dead = loop->dead;
         loop->dead = source;
+        return fd;
 }
 
 int loop_run_once(struct loop *loop, int timeout_ms)

@@ -27,6 +27,8 @@ int loop_modify(struct loop *loop, struct loop_source *source, uint32_t events);
 /* Stop watching and close the fd; the memory is released after the current
  * batch of events, so pending events of this source are skipped safely. */
 void loop_remove(struct loop *loop, struct loop_source *source);
+/* Stop watching, like loop_remove, but hand the fd back open (or -1). */
+int loop_take(struct loop *loop, struct loop_source *source);
 
 /* Run one batch of events, waiting at most timeout_ms (-1: forever). */
 int loop_run_once(struct loop *loop, int timeout_ms);

@@ -6,6 +6,11 @@
  * and execve. The supervisor reports to the manager on the slot's control
  * socket (started, failed, exited) and takes kill requests there.
  *
+ * When the exec is over the manager either closes the slot or hands it on
+ * (CTL_SLOT with the next exec's number on the control socket): the
+ * supervisor then ends what is left of the exec and forks the child for the
+ * next request on the same sockets, so a sandbox's execs cost one fork each.
+ *
  * It is the child subreaper of everything the exec starts: a daemonized
  * (setsid, double-forked) descendant is reparented to it, not to the init,
  * so killing "the exec" means killing the supervisor's descendants, with no
@@ -221,8 +226,9 @@ static void kill_tree(struct supervisor *s)
         }
 }
 
-/* Returns false when the manager has closed the slot. */
-static bool on_control(struct supervisor *s)
+/* Returns false when the manager has closed the slot; *next is set when
+ * it hands the slot on to exec *next. */
+static bool on_control(struct supervisor *s, uint32_t *next)
 {
         union ctl_message msg;
         unsigned nfds;
@@ -239,6 +245,9 @@ static bool on_control(struct supervisor *s)
                         kill(-s->child, msg.kill.signal);
                         kill(s->child, msg.kill.signal);
                 }
+        } else if ((size_t)n >= sizeof(struct ctl_header) && msg.hdr.type == CTL_SLOT &&
+                   msg.hdr.exec_id != 0) {
+                *next = msg.hdr.exec_id;
         }
         return true;
 }
@@ -277,6 +286,29 @@ static void on_report(struct supervisor *s, struct report *rp)
         /* Nothing at all: it ended before the request; on_reaped says so. */
 }
 
+/* Fork the child for exec s->exec_id; it waits on `request`. Returns the
+ * read end of its report pipe, or -1 after telling the manager why not. */
+static int start_child(struct supervisor *s, int request, const struct sock_fprog *seccomp)
+{
+        int report[2];
+        if (pipe2(report, O_CLOEXEC) < 0) {
+                send_failed(s, errno, "pipe");
+                return -1;
+        }
+        s->child = fork();
+        if (s->child < 0) {
+                send_failed(s, errno, "fork the exec's process");
+                close(report[0]);
+                close(report[1]);
+                return -1;
+        }
+        if (s->child == 0)
+                slot_child(request, report[1], seccomp); /* closes all but these two */
+        close(report[1]);
+        fcntl(report[0], F_SETFL, O_NONBLOCK);
+        return report[0];
+}
+
 void supervisor_main(uint32_t exec_id, int request, int control, const struct sock_fprog *seccomp)
 {
         struct supervisor s = { .exec_id = exec_id, .control = control, .child = -1 };
@@ -290,26 +322,7 @@ void supervisor_main(uint32_t exec_id, int request, int control, const struct so
                 send_failed(&s, errno, "set the supervisor's uid");
                 _exit(1);
         }
-        int report[2];
-        if (pipe2(report, O_CLOEXEC) < 0) {
-                send_failed(&s, errno, "pipe");
-                _exit(1);
-        }
-        s.child = fork();
-        if (s.child < 0) {
-                send_failed(&s, errno, "fork the exec's process");
-                _exit(1);
-        }
-        if (s.child == 0) {
-                close(control);
-                close(report[0]);
-                slot_child(request, report[1], seccomp);
-        }
-        close(request);
-        close(report[1]);
-        fcntl(report[0], F_SETFL, O_NONBLOCK);
         fcntl(control, F_SETFL, O_NONBLOCK);
-
         /* SIGCHLD is blocked since the init; read it from a signalfd. */
         sigset_t mask;
         sigemptyset(&mask);
@@ -317,10 +330,11 @@ void supervisor_main(uint32_t exec_id, int request, int control, const struct so
         int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
         if (sfd < 0) {
                 send_failed(&s, errno, "signalfd");
-                kill_tree(&s);
                 _exit(1);
         }
-        struct report rp = { .fd = report[0] };
+        struct report rp = { .fd = start_child(&s, request, seccomp) };
+        if (rp.fd < 0)
+                _exit(1);
         for (;;) {
                 struct pollfd pfds[3] = {
                         { .fd = rp.fd, .events = POLLIN },
@@ -343,8 +357,21 @@ void supervisor_main(uint32_t exec_id, int request, int control, const struct so
                                 on_report(&s, &rp); /* the child's end closed before it could exit */
                         reap(&s, WNOHANG);
                 }
-                if ((pfds[2].revents & (POLLIN | POLLHUP | POLLERR)) && !on_control(&s))
+                uint32_t next = 0;
+                if ((pfds[2].revents & (POLLIN | POLLHUP | POLLERR)) && !on_control(&s, &next))
                         break;
+                if (next != 0) {
+                        /* The exec is over and the manager keeps the slot: end
+                         * what is left of it and wait for the next request. */
+                        kill_tree(&s);
+                        if (rp.fd >= 0)
+                                close(rp.fd);
+                        s = (struct supervisor){ .exec_id = next, .control = control, .child = -1 };
+                        rp = (struct report){ .fd = start_child(&s, request, seccomp) };
+                        if (rp.fd < 0)
+                                break;
+                        continue;
+                }
                 /* A quick exec has exited by the time we run (it had the CPU):
                  * then one message says both, and the manager wakes once. */
                 if (s.started && !s.exited && !s.started_told) {
