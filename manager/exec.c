@@ -66,6 +66,7 @@ struct exec {
         pid_t pid;
         struct loop_source *slot; /* the control socket of the exec's supervisor */
         int slot_request;         /* our end of its request socket, or -1 */
+        int held[2];              /* copies of the exec's stdout and stderr: see exec_release_output */
         bool started, exited, timed_out, killed;
         uint64_t oom_kills_at_start;
         int wait_status;
@@ -106,6 +107,10 @@ static void exec_free(struct exec *ex)
                 loop_remove(nsboxd.loop, ex->slot);
         if (ex->slot_request >= 0)
                 close(ex->slot_request);
+        for (int i = 0; i < 2; i++) {
+                if (ex->held[i] >= 0)
+                        close(ex->held[i]);
+        }
         free(ex->stdin_data);
         free(ex->start_error);
         free(ex);
@@ -212,13 +217,12 @@ static void exec_maybe_finish(struct exec *ex)
         }
 }
 
-static void on_output(struct loop_source *source, uint32_t events)
+/* Read what one output pipe has; true at its EOF. Bounded work per call so
+ * one flooding sandbox cannot starve others. */
+static bool output_read(struct exec *ex, int which)
 {
-        struct exec *ex = source->data;
-        int which = source == ex->out[OUT_STDOUT].source ? OUT_STDOUT : OUT_STDERR;
+        struct loop_source *source = ex->out[which].source;
         char buf[65536];
-
-        /* Bounded work per wakeup so one flooding sandbox cannot starve others. */
         for (int round = 0; round < 16; round++) {
                 ssize_t n = read(source->fd, buf, sizeof(buf));
                 if (n > 0) {
@@ -226,13 +230,20 @@ static void on_output(struct loop_source *source, uint32_t events)
                         continue;
                 }
                 if (n < 0 && (errno == EAGAIN || errno == EINTR))
-                        return;
+                        return false;
                 ex->out[which].eof = true;
                 loop_remove(nsboxd.loop, source);
                 ex->out[which].source = NULL;
-                exec_maybe_finish(ex);
-                return;
+                return true;
         }
+        return false;
+}
+
+static void on_output(struct loop_source *source, uint32_t events)
+{
+        struct exec *ex = source->data;
+        if (output_read(ex, source == ex->out[OUT_STDOUT].source ? OUT_STDOUT : OUT_STDERR))
+                exec_maybe_finish(ex);
 }
 
 static void stdin_close(struct exec *ex)
@@ -425,6 +436,24 @@ static void exec_finish(struct exec *ex)
         }
 }
 
+/* We keep a copy of the write ends of the exec's stdout and stderr until its
+ * process has ended, so that its exit, not the closing of its pipes, is what
+ * wakes us: for a quick exec the answer then takes one wakeup instead of
+ * two. Output from descendants that hold the pipes still counts (EOF waits
+ * for them, up to EXEC_DRAIN_GRACE_MS). */
+static void exec_release_output(struct exec *ex)
+{
+        for (int i = 0; i < 2; i++) {
+                if (ex->held[i] >= 0)
+                        close(ex->held[i]);
+                ex->held[i] = -1;
+        }
+        for (int i = 0; i < 2; i++) {
+                if (ex->out[i].source != NULL)
+                        output_read(ex, i); /* EOF now, unless a descendant writes on */
+        }
+}
+
 static void exec_started(struct exec *ex, pid_t pid)
 {
         if (ex->started)
@@ -454,6 +483,7 @@ static void exec_on_message(struct exec *ex, const union ctl_message *msg, size_
                         ex->start_error = strdup(message);
                         if (ex->start_error == NULL)
                                 ex->start_error = strdup("failed");
+                        exec_release_output(ex);
                         exec_maybe_finish(ex);
                 }
                 break;
@@ -462,6 +492,7 @@ static void exec_on_message(struct exec *ex, const union ctl_message *msg, size_
                         exec_started(ex, msg->exited.pid);
                         ex->exited = true;
                         ex->wait_status = msg->exited.wait_status;
+                        exec_release_output(ex);
                         exec_maybe_finish(ex);
                 }
                 break;
@@ -493,14 +524,16 @@ static void on_slot(struct loop_source *source, uint32_t events)
                                 ex->killed = true;
                                 ex->wait_status = SIGKILL; /* as if signalled */
                         }
+                        exec_release_output(ex);
                         exec_maybe_finish(ex);
                         return;
                 }
                 /* A slot serves one exec after another: only this one's count. */
                 if ((size_t)n >= sizeof(struct ctl_header) && !ex->finished && msg.hdr.exec_id == ex->number)
                         exec_on_message(ex, &msg, n);
-                if (ex->slot == NULL)
-                        return; /* finished and closed meanwhile */
+                if (source->dead)
+                        return; /* the exec finished (and may be freed): the source lives to the batch's end
+                                 */
         }
 }
 
@@ -837,6 +870,7 @@ static struct exec *exec_new(struct sandbox *sb, const struct exec_params *p)
         ex->timeout_s = p->timeout_s;
         ex->start_mono = now_monotonic_ms();
         ex->slot_request = -1;
+        ex->held[0] = ex->held[1] = -1;
         return ex;
 }
 
@@ -985,11 +1019,18 @@ static int exec_start(struct sandbox *sb, struct exec *ex, const struct exec_par
                 setsockopt(slot.request, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf));
         }
         ssize_t n = ctl_send(slot.request, &hdr, sizeof(hdr), payload, len, child_fds, 3);
+        ex->held[0] = steal_fd(&child_fds[1]);
+        ex->held[1] = steal_fd(&child_fds[2]);
         close_child_fds(child_fds);
         /* Kept: the slot may serve the next exec after this one. */
         ex->slot_request = slot.request;
         if (n < 0)
                 return nsbox_error(err, (int)-n, "send the exec request to its slot");
+        if (ex->background) {
+                /* Its answer is the pid, as soon as it runs. */
+                struct ctl_header want = { CTL_STARTED, ex->number };
+                ctl_send(slot.control, &want, sizeof(want), NULL, 0, NULL, 0);
+        }
         /* The next exec's slot: now beside one that runs on, else once this
          * one is answered (see exec_finish). */
         if (ex->background || ex->service)

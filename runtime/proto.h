@@ -29,8 +29,8 @@ enum ctl_type {
         /* init → manager */
         CTL_READY,  /* setup done, the init runs */
         CTL_FAILED, /* setup, a slot or an exec start failed: errnum + message */
-        /* supervisor → manager */
-        CTL_STARTED, /* exec running: pid */
+        /* supervisor → manager; also manager → supervisor: "tell me" */
+        CTL_STARTED, /* exec running: pid (only when asked: background execs) */
         CTL_EXITED,  /* exec's main process ended: wait status (implies started) */
 };
 

@@ -37,15 +37,16 @@
 #include "process.h"
 #include "proto.h"
 
-/* Written by the child into the report pipe once it holds the request. */
-#define REQUEST_TAKEN 'T'
-
 struct supervisor {
         uint32_t exec_id;
         int control;
         pid_t child;
+        int report; /* read end of the child's report pipe, or -1 */
+        size_t report_len;
+        char report_data[sizeof(struct process_failure)];
         bool started, failed, exited;
-        bool started_told; /* CTL_STARTED sent (an exit that comes first says it instead) */
+        bool watch_start;  /* the manager wants CTL_STARTED (a background exec's pid) */
+        bool started_told; /* CTL_STARTED sent */
 };
 
 static void send_failed(struct supervisor *s, int errnum, const char *message)
@@ -104,9 +105,6 @@ static __attribute__((noreturn)) void slot_child(int request, int report, const 
         ssize_t n = ctl_recv(request, buffer, CTL_MAX_MESSAGE, fds, 3, &nfds);
         if (n <= 0)
                 _exit(0); /* the manager dropped the slot unused */
-        char taken = REQUEST_TAKEN;
-        if (write(report, &taken, 1) != 1)
-                _exit(127);
         close(request);
         const struct ctl_exec *req = buffer;
         const char *cwd;
@@ -129,20 +127,14 @@ static __attribute__((noreturn)) void slot_child(int request, int report, const 
         process_exec_child(&spec, report);
 }
 
+static void read_report(struct supervisor *s);
+
 static void on_reaped(struct supervisor *s, pid_t pid, int status)
 {
         if (pid != s->child || s->exited)
                 return;
         s->exited = true;
-        if (!s->started && !s->failed) {
-                /* Gone before execve without saying why: killed while waiting. */
-                char message[96];
-                snprintf(message, sizeof(message), "the exec's process ended before it started (%s %d)",
-                         WIFSIGNALED(status) ? "signal" : "exit",
-                         WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
-                send_failed(s, EIO, message);
-                return;
-        }
+        read_report(s); /* complete now: the child's end closed with it */
         if (s->failed)
                 return;
         struct ctl_exited msg = { .hdr = { CTL_EXITED, s->exec_id }, .wait_status = status, .pid = s->child };
@@ -248,49 +240,48 @@ static bool on_control(struct supervisor *s, uint32_t *next)
         } else if ((size_t)n >= sizeof(struct ctl_header) && msg.hdr.type == CTL_SLOT &&
                    msg.hdr.exec_id != 0) {
                 *next = msg.hdr.exec_id;
+        } else if ((size_t)n >= sizeof(struct ctl_header) && msg.hdr.type == CTL_STARTED) {
+                s->watch_start = true;
         }
         return true;
 }
 
-/* What the child wrote into the report pipe: REQUEST_TAKEN once it holds
- * the request, a struct process_failure if a step failed; EOF comes at its
- * execve (the pipe is CLOEXEC) or its end. */
-struct report {
-        int fd;
-        size_t len;
-        char data[1 + sizeof(struct process_failure)];
-};
-
-static void on_report(struct supervisor *s, struct report *rp)
+/* The child writes a struct process_failure into its report pipe if a step
+ * before execve fails; EOF comes at its execve (the pipe is CLOEXEC) or its
+ * end. Read without waiting, and only when it matters: at the child's exit,
+ * or for a background exec whose pid the manager wants at once. */
+static void read_report(struct supervisor *s)
 {
-        while (rp->fd >= 0) {
-                ssize_t n = read(rp->fd, rp->data + rp->len, sizeof(rp->data) - rp->len);
+        while (s->report >= 0) {
+                ssize_t n =
+                    read(s->report, s->report_data + s->report_len, sizeof(s->report_data) - s->report_len);
                 if (n < 0 && (errno == EAGAIN || errno == EINTR))
                         return;
                 if (n > 0) {
-                        rp->len += n;
+                        s->report_len += n;
                         continue;
                 }
-                close(rp->fd);
-                rp->fd = -1;
+                close(s->report);
+                s->report = -1;
         }
-        struct process_failure failure;
-        if (rp->len >= sizeof(failure)) {
-                /* Failed, before the request or (after REQUEST_TAKEN) with it. */
-                memcpy(&failure, rp->data + rp->len - sizeof(failure), sizeof(failure));
+        if (s->failed || s->started)
+                return;
+        if (s->report_len == sizeof(struct process_failure)) {
+                struct process_failure failure;
+                memcpy(&failure, s->report_data, sizeof(failure));
                 failure.message[sizeof(failure.message) - 1] = '\0';
                 send_failed(s, failure.errnum > 0 ? failure.errnum : EIO, failure.message);
-        } else if (rp->len == 1 && rp->data[0] == REQUEST_TAKEN) {
-                s->started = true; /* told at the end of this round, unless it exits first */
+        } else {
+                s->started = true;
         }
-        /* Nothing at all: it ended before the request; on_reaped says so. */
 }
 
-/* Fork the child for exec s->exec_id; it waits on `request`. Returns the
- * read end of its report pipe, or -1 after telling the manager why not. */
+/* Fork the child for exec s->exec_id; it waits on `request`. Returns 0,
+ * or -1 after telling the manager why not. */
 static int start_child(struct supervisor *s, int request, const struct sock_fprog *seccomp)
 {
         int report[2];
+        s->report = -1;
         if (pipe2(report, O_CLOEXEC) < 0) {
                 send_failed(s, errno, "pipe");
                 return -1;
@@ -306,7 +297,8 @@ static int start_child(struct supervisor *s, int request, const struct sock_fpro
                 slot_child(request, report[1], seccomp); /* closes all but these two */
         close(report[1]);
         fcntl(report[0], F_SETFL, O_NONBLOCK);
-        return report[0];
+        s->report = report[0];
+        return 0;
 }
 
 void supervisor_main(uint32_t exec_id, int request, int control, const struct sock_fprog *seccomp)
@@ -332,52 +324,50 @@ void supervisor_main(uint32_t exec_id, int request, int control, const struct so
                 send_failed(&s, errno, "signalfd");
                 _exit(1);
         }
-        struct report rp = { .fd = start_child(&s, request, seccomp) };
-        if (rp.fd < 0)
+        if (start_child(&s, request, seccomp) < 0)
                 _exit(1);
         for (;;) {
+                /* The report pipe only while the manager waits for a start;
+                 * otherwise an exec wakes us once, when it ends. */
+                bool watch = s.watch_start && !s.started_told && s.report >= 0;
                 struct pollfd pfds[3] = {
-                        { .fd = rp.fd, .events = POLLIN },
                         { .fd = sfd, .events = POLLIN },
                         { .fd = control, .events = POLLIN },
+                        { .fd = watch ? s.report : -1, .events = POLLIN },
                 };
                 if (poll(pfds, 3, -1) < 0) {
                         if (errno == EINTR)
                                 continue;
                         break;
                 }
-                /* The report first: "started" goes out before "exited". */
-                if (rp.fd >= 0 && (pfds[0].revents & (POLLIN | POLLHUP | POLLERR)))
-                        on_report(&s, &rp);
-                if (pfds[1].revents & POLLIN) {
+                if (pfds[0].revents & POLLIN) {
                         struct signalfd_siginfo si;
                         while (read(sfd, &si, sizeof(si)) == sizeof(si))
                                 ;
-                        if (rp.fd >= 0)
-                                on_report(&s, &rp); /* the child's end closed before it could exit */
                         reap(&s, WNOHANG);
                 }
                 uint32_t next = 0;
-                if ((pfds[2].revents & (POLLIN | POLLHUP | POLLERR)) && !on_control(&s, &next))
+                if ((pfds[1].revents & (POLLIN | POLLHUP | POLLERR)) && !on_control(&s, &next))
                         break;
                 if (next != 0) {
                         /* The exec is over and the manager keeps the slot: end
                          * what is left of it and wait for the next request. */
                         kill_tree(&s);
-                        if (rp.fd >= 0)
-                                close(rp.fd);
+                        if (s.report >= 0)
+                                close(s.report);
                         s = (struct supervisor){ .exec_id = next, .control = control, .child = -1 };
-                        rp = (struct report){ .fd = start_child(&s, request, seccomp) };
-                        if (rp.fd < 0)
+                        if (start_child(&s, request, seccomp) < 0)
                                 break;
                         continue;
                 }
-                /* A quick exec has exited by the time we run (it had the CPU):
-                 * then one message says both, and the manager wakes once. */
-                if (s.started && !s.exited && !s.started_told) {
-                        struct ctl_started msg = { .hdr = { CTL_STARTED, s.exec_id }, .pid = s.child };
-                        ctl_send(s.control, &msg, sizeof(msg), NULL, 0, NULL, 0);
-                        s.started_told = true;
+                if (s.watch_start && !s.exited && !s.started_told) {
+                        read_report(&s);
+                        if (s.started) {
+                                struct ctl_started msg = { .hdr = { CTL_STARTED, s.exec_id },
+                                                           .pid = s.child };
+                                ctl_send(s.control, &msg, sizeof(msg), NULL, 0, NULL, 0);
+                                s.started_told = true;
+                        }
                 }
         }
         kill_tree(&s);
