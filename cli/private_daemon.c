@@ -1,8 +1,9 @@
-/* A private nsboxd for `nsbox run` when no daemon listens: the manager's own
- * main loop in a child process, on a socket and state dir of its own in a
- * fresh 0700 directory. It never outlives the CLI: the child asks for
- * SIGTERM when its parent dies, and nsboxd stops cleanly on SIGTERM,
- * removing its sandboxes. */
+/* A private nsboxd for `nsbox run` when no daemon listens: the nsboxd binary
+ * beside this one, on a socket and state dir of its own in a fresh 0700
+ * directory. It never outlives the CLI: it asks for SIGTERM when its parent
+ * dies, and nsboxd stops cleanly on SIGTERM, removing its sandboxes; a small
+ * child of it removes the directory once it is gone. (The CLI does not link
+ * the manager: every command starts faster without its libraries.) */
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -18,7 +19,6 @@
 
 #include "cleanup.h"
 #include "cli.h"
-#include "daemon.h"
 
 #define PRIVATE_RUN_DIR       "/run/nsbox-run"
 #define PRIVATE_START_TIMEOUT 30000 /* ms until the socket must accept */
@@ -52,6 +52,36 @@ static const char *private_base_dir(void)
         return PRIVATE_RUN_DIR;
 }
 
+/* Forked by the private nsboxd-to-be: wait for it to end, then remove the
+ * directory, also when the CLI was killed and could not. */
+static void __attribute__((noreturn)) run_janitor(const char *dir, pid_t daemon)
+{
+        sigset_t mask;
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGUSR1);
+        sigprocmask(SIG_BLOCK, &mask, NULL);
+        if (prctl(PR_SET_PDEATHSIG, SIGUSR1) == 0 && getppid() == daemon) {
+                int sig;
+                sigwait(&mask, &sig);
+        }
+        remove_private_dir(dir);
+        _exit(0);
+}
+
+/* The nsboxd that `nsbox` sits beside (the build tree, or PREFIX/bin). */
+static int sibling_nsboxd(char *path, size_t len)
+{
+        ssize_t n = readlink("/proc/self/exe", path, len - sizeof("/nsboxd"));
+        if (n <= 0)
+                return -1;
+        path[n] = '\0';
+        char *slash = strrchr(path, '/');
+        if (slash == NULL)
+                return -1;
+        strcpy(slash, "/nsboxd");
+        return 0;
+}
+
 static void __attribute__((noreturn)) run_child(const char *dir, const char *socket_path, pid_t parent)
 {
         if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent)
@@ -65,16 +95,19 @@ static void __attribute__((noreturn)) run_child(const char *dir, const char *soc
                 dup2(null, STDOUT_FILENO);
                 close(null);
         }
-        _cleanup_free_ char *state = NULL;
-        if (asprintf(&state, "%s/state", dir) < 0)
+        char *state = NULL, nsboxd[4096];
+        if (asprintf(&state, "%s/state", dir) < 0 || sibling_nsboxd(nsboxd, sizeof(nsboxd)) < 0)
                 _exit(1);
+        pid_t self = getpid();
+        pid_t janitor = fork();
+        if (janitor == 0)
+                run_janitor(dir, self);
         /* One sandbox for one command: a warm pool would only cost time. */
         char *args[] = { "nsboxd",      "--socket", (char *)socket_path, "--state-dir", state,
                          "--log-level", "warn",     "--warm-pool",       "0",           NULL };
-        int rc = nsboxd_main(ARRAY_SIZE(args) - 1, args);
-        /* The CLI removes the directory too; this covers a CLI that was killed. */
-        remove_private_dir(dir);
-        _exit(rc);
+        execv(nsboxd, args);
+        fprintf(stderr, "nsbox: cannot run %s: %s\n", nsboxd, strerror(errno));
+        _exit(127);
 }
 
 static bool socket_accepts(const char *path)
