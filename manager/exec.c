@@ -987,25 +987,8 @@ static int exec_start(struct sandbox *sb, struct exec *ex, const struct exec_par
                 return r;
         }
         ex->oom_kills_at_start = cgroup_sandbox_oom_kills(sb->cgroup);
-        /* The slot started ahead of time, or one now: its child reads the
-         * request whenever it is up. */
-        if ((r = exec_prepare_slot(sb, err)) < 0) {
-                close_child_fds(child_fds);
-                return r;
-        }
-        struct exec_slot slot = sb->slot;
-        sb->slot.open = false;
-        ex->number = slot.number;
-        ex->slot = loop_add(nsboxd.loop, slot.control, EPOLLIN, on_slot, ex);
-        if (ex->slot == NULL) {
-                close_child_fds(child_fds);
-                close(slot.request);
-                close(slot.control);
-                return nsbox_error(err, errno, "watch the exec's supervisor");
-        }
-
         struct ctl_exec hdr = {
-                .hdr = { CTL_EXEC, ex->number },
+                .hdr = { CTL_EXEC, 0 },
                 .uid = p->root ? 0 : 1000,
                 .gid = p->root ? 0 : 1000,
                 .argc = argc,
@@ -1013,23 +996,48 @@ static int exec_start(struct sandbox *sb, struct exec *ex, const struct exec_par
                 .flags = CTL_EXEC_SEARCH_PATH,
                 .payload_len = (uint32_t)len,
         };
-        if (sizeof(hdr) + len > (64u << 10)) {
-                /* One request is one packet: room for argv + env of up to a few MiB. */
-                int sndbuf = CTL_MAX_MESSAGE + (64 << 10);
-                setsockopt(slot.request, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf));
+        /* The slot started ahead of time, or one now: its child reads the
+         * request whenever it is up. A slot whose processes are gone (the
+         * OOM killer, a fork that failed under the pids limit) refuses the
+         * request: then once more with a fresh one. */
+        ssize_t n = -EPIPE;
+        for (int attempt = 0; attempt < 2 && n == -EPIPE; attempt++) {
+                if ((r = exec_prepare_slot(sb, err)) < 0) {
+                        close_child_fds(child_fds);
+                        return r;
+                }
+                struct exec_slot slot = sb->slot;
+                sb->slot.open = false;
+                ex->number = hdr.hdr.exec_id = slot.number;
+                ex->slot_request = slot.request; /* kept: the slot may serve the next exec too */
+                ex->slot = loop_add(nsboxd.loop, slot.control, EPOLLIN, on_slot, ex);
+                if (ex->slot == NULL) {
+                        close(slot.control);
+                        close_child_fds(child_fds);
+                        return nsbox_error(err, errno, "watch the exec's supervisor");
+                }
+                if (sizeof(hdr) + len > (64u << 10)) {
+                        /* One request is one packet: room for argv + env of up to a few MiB. */
+                        int sndbuf = CTL_MAX_MESSAGE + (64 << 10);
+                        setsockopt(slot.request, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf));
+                }
+                n = ctl_send(slot.request, &hdr, sizeof(hdr), payload, len, child_fds, 3);
+                if (n == -EPIPE) {
+                        loop_remove(nsboxd.loop, ex->slot);
+                        ex->slot = NULL;
+                        close(ex->slot_request);
+                        ex->slot_request = -1;
+                }
         }
-        ssize_t n = ctl_send(slot.request, &hdr, sizeof(hdr), payload, len, child_fds, 3);
         ex->held[0] = steal_fd(&child_fds[1]);
         ex->held[1] = steal_fd(&child_fds[2]);
         close_child_fds(child_fds);
-        /* Kept: the slot may serve the next exec after this one. */
-        ex->slot_request = slot.request;
         if (n < 0)
                 return nsbox_error(err, (int)-n, "send the exec request to its slot");
         if (ex->background) {
                 /* Its answer is the pid, as soon as it runs. */
                 struct ctl_header want = { CTL_STARTED, ex->number };
-                ctl_send(slot.control, &want, sizeof(want), NULL, 0, NULL, 0);
+                ctl_send(ex->slot->fd, &want, sizeof(want), NULL, 0, NULL, 0);
         }
         /* The next exec's slot: now beside one that runs on, else once this
          * one is answered (see exec_finish). */

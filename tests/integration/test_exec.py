@@ -2,6 +2,7 @@
 execs, output limits and encodings, env/cwd/stdin/user, killing whole
 process trees, idle reaping, limits on the number of sandboxes."""
 import base64
+import os
 import signal
 import threading
 import time
@@ -235,3 +236,27 @@ def test_tree_kill_holds_when_sandbox_root_kills_every_process_it_can(daemon, sa
     while count_sleepers(daemon, sandbox, "515[1]") > 0:
         assert time.monotonic() < deadline, "a daemonized descendant survived the timeout"
         time.sleep(0.1)
+
+
+def test_an_exec_gets_a_fresh_slot_when_the_waiting_one_is_gone(daemon, sandbox):
+    # The OOM killer (or a failed fork under the pids limit) may end the
+    # slot waiting for the next exec; that exec must not fail for it.
+    base = int(exec_(daemon, sandbox, argv=["cat", "/proc/self/uid_map"])["stdout"].split()[1])
+    supervisor_uid = base + 65533
+    deadline = time.monotonic() + 10
+    killed = []
+    while not killed:
+        for pid in os.listdir("/proc"):
+            try:
+                with open("/proc/%s/status" % pid) as f:
+                    uid = int(f.read().split("Uid:")[1].split()[0])
+            except (OSError, IndexError, ValueError):
+                continue
+            if uid == supervisor_uid:
+                os.kill(int(pid), signal.SIGKILL)
+                killed.append(pid)
+        assert killed or time.monotonic() < deadline, "no slot waiting for the next exec"
+        time.sleep(0.05)
+    time.sleep(0.2)
+    r = exec_(daemon, sandbox, argv=["echo", "still runs"])
+    assert r["stdout"] == "still runs\n" and r["exit_code"] == 0, r
