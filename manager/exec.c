@@ -394,6 +394,21 @@ static void exec_finish(struct exec *ex)
         ex->finished = true;
         if (ex->end_mono == 0)
                 ex->end_mono = now_monotonic_ms();
+        if (!ex->service && ex->sb->running_execs > 0)
+                ex->sb->running_execs--;
+        if (!ex->service)
+                sandbox_touch(ex->sb);
+        /* The answer first; the bookkeeping below is no business of the client's. */
+        json_t *result = exec_result(ex);
+        if (ex->req != NULL) {
+                struct rpc_request *req = ex->req;
+                ex->req = NULL;
+                rpc_reply_result(req, result);
+        } else {
+                if (ex->hooks != NULL && ex->hooks->done != NULL)
+                        ex->hooks->done(ex, result, ex->hooks_data);
+                json_decref(result);
+        }
         if (ex->timer) {
                 loop_remove(nsboxd.loop, ex->timer);
                 ex->timer = NULL;
@@ -404,24 +419,10 @@ static void exec_finish(struct exec *ex)
                         ex->out[i].source = NULL;
                 }
         }
-        if (!ex->service && ex->sb->running_execs > 0)
-                ex->sb->running_execs--;
-        if (!ex->service)
-                sandbox_touch(ex->sb);
-        json_t *result = exec_result(ex);
         int code = ex->exited && WIFEXITED(ex->wait_status) ? WEXITSTATUS(ex->wait_status) : -1;
         log_info("sandbox %s: exec %s ended: exit %d%s, %lld ms", ex->sb->id, ex->id, code,
                  ex->timed_out ? " (timed out)" : "", ex->end_mono - ex->start_mono);
         stdin_close(ex);
-        if (ex->req != NULL) {
-                struct rpc_request *req = ex->req;
-                ex->req = NULL;
-                rpc_reply_result(req, result);
-        } else {
-                if (ex->hooks != NULL && ex->hooks->done != NULL)
-                        ex->hooks->done(ex, result, ex->hooks_data);
-                json_decref(result);
-        }
         /* Daemonized leftovers of a finished exec die with it: its
          * supervisor ends them before it serves the next exec, or exits. */
         exec_release_slot(ex);
