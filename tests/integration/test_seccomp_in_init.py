@@ -13,7 +13,7 @@ from conftest import REPO, Daemon
 
 PROFILES = os.path.join(REPO, "seccomp-profiles")
 
-STATUS = "grep -E '^(Seccomp|NoNewPrivs):' /proc/1/status /proc/self/status"
+STATUS = "grep -E '^(Seccomp|Seccomp_filters|NoNewPrivs):' /proc/1/status /proc/self/status"
 
 # capget: in the runtime's list (runtime/seccomp_check.c), needed by no
 # ordinary program. 125 is capget on x86_64.
@@ -67,6 +67,9 @@ def test_every_exec_runs_under_the_filter_wherever_it_is_loaded(daemon, profile,
         assert s[("/proc/1/status", "Seccomp")] == (2 if init_carries else 0), s
         assert s[("/proc/self/status", "Seccomp")] == 2, s
         assert s[("/proc/self/status", "NoNewPrivs")] == 1, s
+        # One filter, wherever it was loaded: an exec under an init that
+        # carries it loads no second one (the field is there from Linux 5.9).
+        assert s.get(("/proc/self/status", "Seccomp_filters"), 1) == 1, s
         r = daemon.call("sandbox.exec", sandbox_id=sb, argv=["python3", "-c", CAPGET], user=user)
         assert r["stdout"] == ("capget ok\n" if profile == "default" else "capget EPERM\n"), r
     finally:
