@@ -59,9 +59,10 @@ struct exec {
         struct loop_source *stdin_src;
         char *stdin_data;
         size_t stdin_len, stdin_off;
-        bool keep_stdin; /* attached: stdin stays open for exec_write_stdin() */
-        bool service;    /* not a client's work: not "busy", not activity */
-        struct loop_source *timer;
+        bool keep_stdin;                      /* attached: stdin stays open for exec_write_stdin() */
+        bool service;                         /* not a client's work: not "busy", not activity */
+        long long deadline_mono;              /* the timeout, then the drain grace; 0: none */
+        struct exec *timed_prev, *timed_next; /* on the deadline list while unfinished */
         unsigned timeout_s;
         pid_t pid;
         struct loop_source *slot; /* the control socket of the exec's supervisor */
@@ -79,6 +80,7 @@ struct exec {
 static const char *const stream_names[] = { "stdout", "stderr" };
 
 static void exec_finish(struct exec *ex);
+static void deadline_forget(struct exec *ex);
 static void exec_release_slot(struct exec *ex);
 static void exec_prepare_next(struct sandbox *sb);
 
@@ -101,8 +103,7 @@ static void exec_free(struct exec *ex)
         }
         if (ex->stdin_src)
                 loop_remove(nsboxd.loop, ex->stdin_src);
-        if (ex->timer)
-                loop_remove(nsboxd.loop, ex->timer);
+        deadline_forget(ex);
         if (ex->slot)
                 loop_remove(nsboxd.loop, ex->slot);
         if (ex->slot_request >= 0)
@@ -116,12 +117,64 @@ static void exec_free(struct exec *ex)
         free(ex);
 }
 
-static int arm_timer(struct exec *ex, long long ms)
+/* One timerfd serves every exec's deadline: it is armed for the earliest,
+ * and an exec whose deadline is later costs no syscall. A deadline that
+ * went away (its exec finished) leaves the timer armed; it then fires for
+ * nothing once, and is armed again for what is left. */
+static struct exec *timed_execs;
+static struct loop_source *deadline_timer;
+static long long deadline_armed; /* monotonic ms the timer fires at; 0: disarmed */
+
+static void on_deadline(struct loop_source *source, uint32_t events);
+
+static void deadline_forget(struct exec *ex)
 {
-        struct itimerspec its = { .it_value = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000 } };
-        if (its.it_value.tv_sec == 0 && its.it_value.tv_nsec == 0)
-                its.it_value.tv_nsec = 1;
-        return timerfd_settime(ex->timer->fd, 0, &its, NULL) < 0 ? -errno : 0;
+        if (ex->timed_prev == NULL && timed_execs != ex)
+                return;
+        if (ex->timed_prev != NULL)
+                ex->timed_prev->timed_next = ex->timed_next;
+        else
+                timed_execs = ex->timed_next;
+        if (ex->timed_next != NULL)
+                ex->timed_next->timed_prev = ex->timed_prev;
+        ex->timed_prev = ex->timed_next = NULL;
+        ex->deadline_mono = 0;
+}
+
+static int deadline_arm(long long at)
+{
+        /* The clock reads in whole ms: a ms later, so that it finds `at` passed. */
+        long long when = at + 1;
+        struct itimerspec its = { .it_value = { .tv_sec = when / 1000, .tv_nsec = (when % 1000) * 1000000 } };
+        if (timerfd_settime(deadline_timer->fd, TFD_TIMER_ABSTIME, &its, NULL) < 0)
+                return -errno;
+        deadline_armed = at;
+        return 0;
+}
+
+/* The exec's deadline, ms from now (the timeout, or the drain grace). */
+static int deadline_set(struct exec *ex, long long ms)
+{
+        if (deadline_timer == NULL) {
+                int fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+                if (fd < 0)
+                        return -errno;
+                deadline_timer = loop_add(nsboxd.loop, fd, EPOLLIN, on_deadline, NULL);
+                if (deadline_timer == NULL) {
+                        close(fd);
+                        return -ENOMEM;
+                }
+        }
+        if (ex->timed_prev == NULL && timed_execs != ex) {
+                ex->timed_next = timed_execs;
+                if (timed_execs != NULL)
+                        timed_execs->timed_prev = ex;
+                timed_execs = ex;
+        }
+        ex->deadline_mono = now_monotonic_ms() + ms;
+        if (deadline_armed == 0 || ex->deadline_mono < deadline_armed)
+                return deadline_arm(ex->deadline_mono);
+        return 0;
 }
 
 static void exec_send_kill(struct exec *ex, int sig)
@@ -213,7 +266,7 @@ static void exec_maybe_finish(struct exec *ex)
         /* Arm the drain grace once, right after the exit. */
         if (ex->end_mono == 0) {
                 ex->end_mono = now_monotonic_ms();
-                arm_timer(ex, EXEC_DRAIN_GRACE_MS);
+                deadline_set(ex, EXEC_DRAIN_GRACE_MS);
         }
 }
 
@@ -317,14 +370,12 @@ const char *exec_id(const struct exec *ex)
         return ex->id;
 }
 
-static void on_timer(struct loop_source *source, uint32_t events)
+/* A deadline passed: the timeout (kill the exec) or the drain grace after
+ * its exit (answer with the output there is). */
+static void exec_deadline(struct exec *ex)
 {
-        struct exec *ex = source->data;
-        uint64_t expirations;
-        if (read(source->fd, &expirations, sizeof(expirations)) < 0 && errno == EAGAIN)
-                return;
+        deadline_forget(ex);
         if (ex->exited || ex->start_error != NULL) {
-                /* Drain grace is over: answer with what we have. */
                 exec_finish(ex);
                 return;
         }
@@ -332,6 +383,34 @@ static void on_timer(struct loop_source *source, uint32_t events)
                 ex->timed_out = true;
                 log_info("sandbox %s: exec %s timed out after %us", ex->sb->id, ex->id, ex->timeout_s);
                 exec_send_kill(ex, SIGKILL);
+        }
+}
+
+static void on_deadline(struct loop_source *source, uint32_t events)
+{
+        uint64_t expirations;
+        if (read(source->fd, &expirations, sizeof(expirations)) < 0 && errno == EAGAIN)
+                return;
+        deadline_armed = 0;
+        /* One at a time, from the start: finishing an exec runs callbacks that
+         * may end others. */
+        for (;;) {
+                long long now = now_monotonic_ms(), next = 0;
+                struct exec *due = NULL;
+                for (struct exec *ex = timed_execs; ex != NULL; ex = ex->timed_next) {
+                        if (ex->deadline_mono <= now) {
+                                due = ex;
+                                break;
+                        }
+                        if (next == 0 || ex->deadline_mono < next)
+                                next = ex->deadline_mono;
+                }
+                if (due == NULL) {
+                        if (next != 0)
+                                deadline_arm(next);
+                        return;
+                }
+                exec_deadline(due);
         }
 }
 
@@ -409,10 +488,7 @@ static void exec_finish(struct exec *ex)
                         ex->hooks->done(ex, result, ex->hooks_data);
                 json_decref(result);
         }
-        if (ex->timer) {
-                loop_remove(nsboxd.loop, ex->timer);
-                ex->timer = NULL;
-        }
+        deadline_forget(ex);
         for (int i = 0; i < 2; i++) {
                 if (ex->out[i].source) {
                         loop_remove(nsboxd.loop, ex->out[i].source);
@@ -934,15 +1010,9 @@ static int exec_open_pipes(struct exec *ex, int child_fds[3], nsbox_error_t **er
                         return nsbox_error(err, errno, "open /dev/null");
                 child_fds[0] = dev_null;
         }
-        int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-        if (tfd < 0)
-                return nsbox_error(err, errno, "timerfd");
-        ex->timer = loop_add(nsboxd.loop, tfd, EPOLLIN, on_timer, ex);
-        if (ex->timer == NULL) {
-                close(tfd);
-                return nsbox_error(err, errno, "watch timer");
-        }
-        return arm_timer(ex, (long long)ex->timeout_s * 1000);
+        if ((r = deadline_set(ex, (long long)ex->timeout_s * 1000)) < 0)
+                return nsbox_error(err, -r, "exec timeout");
+        return 0;
 }
 
 static int exec_start(struct sandbox *sb, struct exec *ex, const struct exec_params *p, nsbox_error_t **err)
@@ -1092,7 +1162,11 @@ static struct exec *exec_launch(struct sandbox *sb, json_t *params, const struct
                 exec_free(ex);
                 return NULL;
         }
-        log_info("sandbox %s: exec %s started%s", sb->id, ex->id, p.background ? " in the background" : "");
+        /* One line per exec at info level, when it ends (exec_finish). */
+        if (p.background)
+                log_info("sandbox %s: exec %s started in the background", sb->id, ex->id);
+        else
+                log_debug("sandbox %s: exec %s started", sb->id, ex->id);
         return ex;
 }
 

@@ -88,6 +88,26 @@ def test_background_exec_status_output_kill_list(daemon, sandbox):
     assert st["exit_code"] is None and st["signal"] == 9
 
 
+def test_each_exec_times_out_on_its_own_deadline(daemon, sandbox):
+    """All execs share one timer (armed for the earliest deadline): a later
+    exec with a sooner deadline, and one started after a short-lived exec
+    whose deadline is gone, both time out when they should, and a long
+    one that started first runs on."""
+    slow = exec_(daemon, sandbox, command="sleep 300", background=True, timeout_seconds=30)["exec_id"]
+    exec_(daemon, sandbox, argv=["true"], timeout_seconds=1)  # its deadline goes away with it
+    t0 = time.monotonic()
+    r = exec_(daemon, sandbox, command="sleep 300", timeout_seconds=2)
+    took = time.monotonic() - t0
+    assert r["timed_out"] is True and r["signal"] == signal.SIGKILL, r
+    assert 1.9 <= took < 10, took
+    t0 = time.monotonic()
+    r = exec_(daemon, sandbox, command="sleep 300", timeout_seconds=1)
+    took = time.monotonic() - t0
+    assert r["timed_out"] is True and 0.9 <= took < 10, (r, took)
+    assert daemon.call("exec.status", exec_id=slow)["running"] is True
+    daemon.call("exec.kill", exec_id=slow)
+
+
 def test_unknown_exec_id_is_not_found(daemon):
     with pytest.raises(RpcError) as e:
         daemon.call("exec.status", exec_id="00000000-0000-4000-8000-000000000000")
