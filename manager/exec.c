@@ -83,6 +83,8 @@ static void exec_finish(struct exec *ex);
 static void deadline_forget(struct exec *ex);
 static void exec_release_slot(struct exec *ex);
 static void exec_prepare_next(struct sandbox *sb);
+static int outputs_open(struct exec_outputs *o, nsbox_error_t **err);
+static void outputs_close(struct exec_outputs *o);
 
 static void exec_unlink(struct exec *ex)
 {
@@ -295,6 +297,8 @@ static bool output_read(struct exec *ex, int which)
 static void on_output(struct loop_source *source, uint32_t events)
 {
         struct exec *ex = source->data;
+        if (ex == NULL)
+                return; /* pipes made ahead: nothing writes to them before an exec has them */
         if (output_read(ex, source == ex->out[OUT_STDOUT].source ? OUT_STDOUT : OUT_STDERR))
                 exec_maybe_finish(ex);
 }
@@ -673,8 +677,12 @@ static void exec_release_slot(struct exec *ex)
 static void exec_prepare_next(struct sandbox *sb)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
-        if (sb->state == SANDBOX_RUNNING && exec_prepare_slot(sb, &err) < 0)
+        if (sb->state != SANDBOX_RUNNING)
+                return;
+        if (exec_prepare_slot(sb, &err) < 0)
                 log_debug("sandbox %s: no slot ahead: %s", sb->id, err->message);
+        else if (!sb->outputs.ready && outputs_open(&sb->outputs, &err) < 0)
+                log_debug("sandbox %s: no pipes ahead: %s", sb->id, err->message);
 }
 
 int exec_prepare_slot(struct sandbox *sb, nsbox_error_t **err)
@@ -713,6 +721,8 @@ int exec_prepare_slot(struct sandbox *sb, nsbox_error_t **err)
 void exec_sandbox_gone(struct sandbox *sb)
 {
         slot_close(&sb->slot);
+        if (sb->outputs.ready)
+                outputs_close(&sb->outputs);
         while (sb->execs != NULL) {
                 struct exec *ex = sb->execs;
                 if (!ex->finished) {
@@ -972,28 +982,60 @@ static int open_pipe(int fds[2], int our_end, nsbox_error_t **err)
         return 0;
 }
 
+static void outputs_close(struct exec_outputs *o)
+{
+        for (int i = 0; i < 2; i++) {
+                if (o->read[i] != NULL)
+                        loop_remove(nsboxd.loop, o->read[i]);
+                o->read[i] = NULL;
+                if (o->write[i] >= 0)
+                        close(o->write[i]);
+                o->write[i] = -1;
+        }
+        o->ready = false;
+}
+
+/* Two pipes, our ends non-blocking and watched (for whichever exec gets
+ * them: the sources' data is set then). Stdout's holds 1 MiB, so that a
+ * chatty exec rarely waits for us. */
+static int outputs_open(struct exec_outputs *o, nsbox_error_t **err)
+{
+        *o = (struct exec_outputs){ .write = { -1, -1 } };
+        for (int i = 0; i < 2; i++) {
+                int fds[2];
+                int r = open_pipe(fds, 0, err);
+                if (r < 0) {
+                        outputs_close(o);
+                        return r;
+                }
+                o->write[i] = fds[1];
+                o->read[i] = loop_add(nsboxd.loop, fds[0], EPOLLIN, on_output, NULL);
+                if (o->read[i] == NULL) {
+                        close(fds[0]);
+                        outputs_close(o);
+                        return nsbox_error(err, errno, "watch output pipes");
+                }
+                if (i == OUT_STDOUT)
+                        fcntl(fds[0], F_SETPIPE_SZ, 1 << 20);
+        }
+        o->ready = true;
+        return 0;
+}
+
 /* Pipes: we keep stdin's write end and the stdout/stderr read ends; the
- * child's ends go to child_fds, which the caller closes (close_child_fds). */
+ * child's ends go to child_fds, which the caller closes (close_child_fds).
+ * Stdout and stderr are the sandbox's pipes made ahead, if it has them. */
 static int exec_open_pipes(struct exec *ex, int child_fds[3], nsbox_error_t **err)
 {
-        int out[2], errp[2];
         int r;
-        if ((r = open_pipe(out, 0, err)) < 0)
+        struct exec_outputs o = ex->sb->outputs;
+        ex->sb->outputs.ready = false;
+        if (!o.ready && (r = outputs_open(&o, err)) < 0)
                 return r;
-        child_fds[1] = out[1];
-        ex->out[0].source = loop_add(nsboxd.loop, out[0], EPOLLIN, on_output, ex);
-        if (ex->out[0].source == NULL) {
-                close(out[0]);
-                return nsbox_error(err, errno, "watch output pipes");
-        }
-        fcntl(out[0], F_SETPIPE_SZ, 1 << 20);
-        if ((r = open_pipe(errp, 0, err)) < 0)
-                return r;
-        child_fds[2] = errp[1];
-        ex->out[1].source = loop_add(nsboxd.loop, errp[0], EPOLLIN, on_output, ex);
-        if (ex->out[1].source == NULL) {
-                close(errp[0]);
-                return nsbox_error(err, errno, "watch output pipes");
+        for (int i = 0; i < 2; i++) {
+                ex->out[i].source = o.read[i];
+                ex->out[i].source->data = ex;
+                child_fds[1 + i] = o.write[i];
         }
         if (ex->stdin_data != NULL || ex->keep_stdin) {
                 int in[2];

@@ -21,6 +21,14 @@ struct exec_slot {
         uint32_t number;
 };
 
+/* The stdout and stderr pipes of the next exec, made ahead like its slot:
+ * our read ends watched, the write ends to send to its child. */
+struct exec_outputs {
+        bool ready;
+        struct loop_source *read[2];
+        int write[2];
+};
+
 /* An internal caller of an exec (python.run, package.install, the stateful
  * interpreter) instead of a client. */
 struct exec_hooks {

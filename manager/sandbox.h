@@ -41,8 +41,9 @@ struct sandbox {
         struct python_interp *python; /* the stateful interpreter, when started */
         unsigned running_execs;
         uint32_t next_exec_number;
-        struct exec_slot slot; /* started ahead for the next exec */
-        char *failure;         /* why a create failed */
+        struct exec_slot slot;       /* started ahead for the next exec */
+        struct exec_outputs outputs; /* its pipes, made ahead too */
+        char *failure;               /* why a create failed */
 
         struct sandbox *next;
 };
