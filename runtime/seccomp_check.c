@@ -40,29 +40,13 @@ static bool opcode_allowed(uint16_t code)
         case BPF_JMP | BPF_JA:
                 return true;
         }
-        if (BPF_CLASS(code) == BPF_ALU && (code & ~(BPF_CLASS(~0) | BPF_OP(~0) | BPF_SRC(~0))) == 0) {
-                switch (BPF_OP(code)) {
-                case BPF_ADD:
-                case BPF_SUB:
-                case BPF_MUL:
-                case BPF_DIV:
-                case BPF_AND:
-                case BPF_OR:
-                case BPF_XOR:
-                case BPF_LSH:
-                case BPF_RSH:
-                        return true;
-                }
-        }
-        if (BPF_CLASS(code) == BPF_JMP && (code & ~(BPF_CLASS(~0) | BPF_OP(~0) | BPF_SRC(~0))) == 0) {
-                switch (BPF_OP(code)) {
-                case BPF_JEQ:
-                case BPF_JGT:
-                case BPF_JGE:
-                case BPF_JSET:
-                        return true;
-                }
-        }
+        if ((code & ~(BPF_CLASS(~0) | BPF_OP(~0) | BPF_SRC(~0))) != 0)
+                return false; /* bits above the opcode byte */
+        uint16_t op = BPF_OP(code);
+        if (BPF_CLASS(code) == BPF_ALU)
+                return op <= BPF_RSH || op == BPF_XOR; /* ADD SUB MUL DIV OR AND LSH RSH XOR: no MOD */
+        if (BPF_CLASS(code) == BPF_JMP)
+                return op >= BPF_JEQ && op <= BPF_JSET; /* JEQ JGT JGE JSET */
         return false;
 }
 

@@ -35,10 +35,8 @@
 #include <linux/bpf.h>
 
 #include "cleanup.h"
+#include "profile_files.h"
 #include "seccomp_profile.h"
-
-#define DOCKER_PROFILE  "../shared/compat/docker-default-seccomp.json"
-#define DEFAULT_PROFILE "seccomp-profiles/default.json"
 
 #define AF_VSOCK_FAMILY 40
 #define X32_SYSCALL_BIT 0x40000000L
@@ -46,50 +44,6 @@
 
 /* Probe results: -errno, or the syscall's non-negative return value. */
 #define SUCCEEDS LONG_MIN
-
-static char *repo_path(const char *relative)
-{
-        const char *root = getenv("NSBOX_SRC");
-        char *path = NULL;
-
-        if (root == NULL || root[0] == '\0')
-                root = ".";
-        assert_true(asprintf(&path, "%s/%s", root, relative) >= 0);
-        return path;
-}
-
-static void compile_repo_file(const char *relative, struct seccomp_program *prog)
-{
-        _cleanup_free_ char *path = repo_path(relative);
-        _cleanup_error_ nsbox_error_t *err = NULL;
-        int r = seccomp_profile_compile_file(path, prog, &err);
-
-        if (r < 0)
-                fail_msg("compile %s: %s", path, err != NULL ? err->message : "(no message)");
-        assert_non_null(prog->filter);
-        assert_true(prog->len > 0);
-}
-
-/* Docker's profile is third-party data kept beside the repo (shared/compat/),
- * not in it: CI has it; a bare clone elsewhere does not, and skips. */
-static void compile_docker_profile(struct seccomp_program *prog)
-{
-        _cleanup_free_ char *path = repo_path(DOCKER_PROFILE);
-        if (access(path, R_OK) < 0) {
-                print_message("skipped: %s not found (shared/compat sits beside the repo in CI)\n", path);
-                skip();
-        }
-        compile_repo_file(DOCKER_PROFILE, prog);
-}
-
-static void compile_text(const char *json, struct seccomp_program *prog)
-{
-        _cleanup_error_ nsbox_error_t *err = NULL;
-        int r = seccomp_profile_compile_string("test.json", json, prog, &err);
-
-        if (r < 0)
-                fail_msg("compile: %s", err != NULL ? err->message : "(no message)");
-}
 
 /* ---- running probes in a filtered child ---------------------------------- */
 
