@@ -83,6 +83,7 @@ static void exec_finish(struct exec *ex);
 static void deadline_forget(struct exec *ex);
 static void exec_release_slot(struct exec *ex);
 static void exec_prepare_next(struct sandbox *sb);
+static void exec_make_spare_id(void);
 static int outputs_open(struct exec_outputs *o, nsbox_error_t **err);
 static void outputs_close(struct exec_outputs *o);
 
@@ -272,9 +273,10 @@ static void exec_maybe_finish(struct exec *ex)
         }
 }
 
-/* Read what one output pipe has; true at its EOF. Bounded work per call so
- * one flooding sandbox cannot starve others. */
-static bool output_read(struct exec *ex, int which)
+/* Read what one output pipe has; true at its EOF, where the pipe is no
+ * longer watched unless `keep` (the caller then unwatches it). Bounded work
+ * per call so one flooding sandbox cannot starve others. */
+static bool output_read(struct exec *ex, int which, bool keep)
 {
         struct loop_source *source = ex->out[which].source;
         char buf[65536];
@@ -287,8 +289,10 @@ static bool output_read(struct exec *ex, int which)
                 if (n < 0 && (errno == EAGAIN || errno == EINTR))
                         return false;
                 ex->out[which].eof = true;
-                loop_remove(nsboxd.loop, source);
-                ex->out[which].source = NULL;
+                if (!keep) {
+                        loop_remove(nsboxd.loop, source);
+                        ex->out[which].source = NULL;
+                }
                 return true;
         }
         return false;
@@ -299,7 +303,7 @@ static void on_output(struct loop_source *source, uint32_t events)
         struct exec *ex = source->data;
         if (ex == NULL)
                 return; /* pipes made ahead: nothing writes to them before an exec has them */
-        if (output_read(ex, source == ex->out[OUT_STDOUT].source ? OUT_STDOUT : OUT_STDERR))
+        if (output_read(ex, source == ex->out[OUT_STDOUT].source ? OUT_STDOUT : OUT_STDERR, false))
                 exec_maybe_finish(ex);
 }
 
@@ -531,7 +535,18 @@ static void exec_release_output(struct exec *ex)
         }
         for (int i = 0; i < 2; i++) {
                 if (ex->out[i].source != NULL)
-                        output_read(ex, i); /* EOF now, unless a descendant writes on */
+                        output_read(ex, i, true); /* EOF now, unless a descendant writes on */
+        }
+        /* Both at EOF: the exec is answered next, and its pipes unwatched after
+         * that (exec_finish). Otherwise a pipe at EOF, always readable, must not
+         * stay watched through the drain grace. */
+        if (ex->out[0].eof && ex->out[1].eof)
+                return;
+        for (int i = 0; i < 2; i++) {
+                if (ex->out[i].eof && ex->out[i].source != NULL) {
+                        loop_remove(nsboxd.loop, ex->out[i].source);
+                        ex->out[i].source = NULL;
+                }
         }
 }
 
@@ -677,6 +692,7 @@ static void exec_release_slot(struct exec *ex)
 static void exec_prepare_next(struct sandbox *sb)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
+        exec_make_spare_id();
         if (sb->state != SANDBOX_RUNNING)
                 return;
         if (exec_prepare_slot(sb, &err) < 0)
@@ -941,14 +957,32 @@ static int build_env(struct sandbox *sb, const struct exec_params *p, char **buf
         return 0;
 }
 
+/* Exec ids are random UUIDs; libuuid makes six syscalls for one, so the
+ * next one is made ahead, after an answer, like the next slot. */
+static char spare_id[37];
+
+static void exec_make_spare_id(void)
+{
+        if (spare_id[0] != '\0')
+                return;
+        uuid_t uuid;
+        uuid_generate_random(uuid);
+        uuid_unparse_lower(uuid, spare_id);
+}
+
+static void exec_take_id(char id[37])
+{
+        exec_make_spare_id();
+        memcpy(id, spare_id, sizeof(spare_id));
+        spare_id[0] = '\0';
+}
+
 static struct exec *exec_new(struct sandbox *sb, const struct exec_params *p)
 {
         struct exec *ex = calloc(1, sizeof(*ex));
         if (ex == NULL)
                 return NULL;
-        uuid_t uuid;
-        uuid_generate_random(uuid);
-        uuid_unparse_lower(uuid, ex->id);
+        exec_take_id(ex->id);
         ex->sb = sb;
         ex->stream = p->stream;
         ex->background = p->background;

@@ -260,6 +260,7 @@ static const struct {
         { SYS_read, { 3 } },
         { SYS_clone, { CLONE_CHILD_CLEARTID | CLONE_CHILD_SETTID | SIGCHLD } },
         { SYS_set_robust_list, { 0, 24 } }, /* glibc, in a forked child */
+        { SYS_wait4, { 2, 0, WNOHANG } },   /* the exec's own process first */
         { SYS_wait4, { ARG(-1), 0, WNOHANG } },
         { SYS_wait4, { ARG(-1), 0, 0 } },
         { SYS_close, { 3 } },

@@ -341,6 +341,11 @@ void supervisor_main(uint32_t exec_id, int request, int control, const struct so
                         break;
                 }
                 if (pfds[0].revents & POLLIN) {
+                        /* The exec's own process first: its exit is what the
+                         * manager waits for; the signalfd and orphans after. */
+                        int status;
+                        if (!s.exited && s.child > 0 && waitpid(s.child, &status, WNOHANG) == s.child)
+                                on_reaped(&s, s.child, status);
                         struct signalfd_siginfo si;
                         while (read(sfd, &si, sizeof(si)) == sizeof(si))
                                 ;
