@@ -1,10 +1,13 @@
 /* Seccomp profiles for the unit tests: the repo's, Docker's (beside the
- * repo in CI) and inline JSON, compiled or the test fails. Include after
- * cmocka.h. */
+ * repo in CI) and inline JSON, compiled or the test fails; and the forked
+ * child that makes calls under one. Include after cmocka.h. */
 #pragma once
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "cleanup.h"
@@ -55,4 +58,23 @@ static void compile_text(const char *json, struct seccomp_program *prog)
 
         if (seccomp_profile_compile_string("test.json", json, prog, &err) < 0)
                 fail_msg("compile: %s", err != NULL ? err->message : "(no message)");
+}
+
+/* In a forked probe child: no core files, and a crash ends the child (cmocka
+ * catches these signals in the test process, and in a child that inherits
+ * its handlers would run the rest of the suite; int $0x80 where the kernel
+ * has no i386 entry raises SIGSEGV). Then no_new_privs and prog, if any:
+ * exit 2 or 3 if either fails. */
+static void probe_child_start(const struct seccomp_program *prog)
+{
+        static const int crashes[] = { SIGSEGV, SIGILL, SIGBUS, SIGFPE, SIGABRT, SIGSYS };
+        struct rlimit no_core = { 0, 0 };
+
+        for (size_t i = 0; i < sizeof(crashes) / sizeof(crashes[0]); i++)
+                signal(crashes[i], SIG_DFL);
+        setrlimit(RLIMIT_CORE, &no_core);
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+                _exit(2);
+        if (prog != NULL && seccomp_program_load(prog) < 0)
+                _exit(3);
 }

@@ -85,10 +85,7 @@ static void run_probes(const struct seccomp_program *prog, const struct probe *p
         assert_true(pid >= 0);
         if (pid == 0) {
                 close(fds[0]);
-                if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-                        _exit(2);
-                if (prog != NULL && seccomp_program_load(prog) < 0)
-                        _exit(3);
+                probe_child_start(prog);
                 for (size_t i = 0; i < n; i++) {
                         errno = 0;
                         long r = probes[i].run();
@@ -148,13 +145,7 @@ static int run_killable(const struct seccomp_program *prog, long (*fn)(void))
         pid = fork();
         assert_true(pid >= 0);
         if (pid == 0) {
-                struct rlimit no_core = { 0, 0 };
-
-                setrlimit(RLIMIT_CORE, &no_core);
-                if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-                        _exit(2);
-                if (prog != NULL && seccomp_program_load(prog) < 0)
-                        _exit(3);
+                probe_child_start(prog);
                 long r = fn();
                 _exit(r == getpid() ? 0 : 1);
         }

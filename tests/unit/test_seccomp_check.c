@@ -189,14 +189,8 @@ static struct outcome kernel_outcome(const struct seccomp_program *prog, const s
         pid_t pid = fork();
         assert_true(pid >= 0);
         if (pid == 0) {
-                struct rlimit no_core = { 0, 0 };
-
                 close(fds[0]);
-                setrlimit(RLIMIT_CORE, &no_core);
-                if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-                        _exit(2);
-                if (prog != NULL && seccomp_program_load(prog) < 0)
-                        _exit(3);
+                probe_child_start(prog);
                 result = make_call(c);
                 _exit(write(fds[1], &result, sizeof(result)) == sizeof(result) ? 0 : 4);
         }
