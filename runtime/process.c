@@ -96,6 +96,13 @@ void process_exec_child(const struct process_spec *spec, int report_fd)
                 process_fail(report_fd, errno, "setresgid");
         if (setresuid(spec->uid, spec->uid, spec->uid) < 0)
                 process_fail(report_fd, errno, "setresuid");
+        /* The new uid made our memory dumpable again if the host's
+         * fs.suid_dumpable says so; it is the supervisor's memory too (see
+         * supervisor.c). Until the capability sets are cleared below, no
+         * capless process of this uid may ptrace us anyway; from here on,
+         * none can, until execve gives us memory of our own. */
+        if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+                process_fail(report_fd, errno, "not dumpable");
         if (clear_capability_sets() < 0)
                 process_fail(report_fd, errno, "clear capabilities");
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)

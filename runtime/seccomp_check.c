@@ -14,6 +14,8 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
+#include "proto.h"
+
 #define SCRATCH_WORDS 16   /* BPF_MEMWORDS */
 #define MAX_INSNS     4096 /* BPF_MAXINSNS */
 
@@ -259,6 +261,11 @@ static const struct {
         { SYS_sendmsg, { 3, 0, MSG_NOSIGNAL } },
         { SYS_read, { 3 } },
         { SYS_clone, { CLONE_CHILD_CLEARTID | CLONE_CHILD_SETTID | SIGCHLD } },
+        { SYS_clone, { CLONE_VM | SIGCHLD } }, /* the exec's child */
+        { SYS_mmap,
+          { 0, 0, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, ARG(-1), 0 } },
+        { SYS_mprotect, { 0, 4096, PROT_NONE } },
+        { SYS_recvfrom, { 3, 0, sizeof(struct ctl_kill), MSG_PEEK | MSG_DONTWAIT, 0, 0 } },
         { SYS_set_robust_list, { 0, 24 } }, /* glibc, in a forked child */
         { SYS_wait4, { 2, 0, WNOHANG } },   /* the exec's own process first */
         { SYS_wait4, { ARG(-1), 0, WNOHANG } },
@@ -287,7 +294,9 @@ static const struct {
         { SYS_close_range, { 5, ~0u, 0 } },
         { SYS_rt_sigprocmask, { SIG_SETMASK, 0, 0, 8 } },
         { SYS_setsid, { 0 } },
-        { SYS_mmap, { 0, 4u << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, ARG(-1), 0 } },
+        { SYS_prctl, { PR_SET_PDEATHSIG, SIGKILL } },
+        { SYS_prctl, { PR_SET_PDEATHSIG, 0 } },
+        { SYS_getppid, { 0 } },
         { SYS_munmap, { 0 } },
         { SYS_brk, { 0 } },
         { SYS_write, { 3 } },
@@ -301,6 +310,7 @@ static const struct {
         { SYS_setresuid, { 1000, 1000, 1000 } },
         { SYS_setresgid, { 0, 0, 0 } },
         { SYS_setresuid, { 0, 0, 0 } },
+        { SYS_prctl, { PR_SET_DUMPABLE, 0 } },
         { SYS_capget, { 0 } },
         { SYS_capset, { 0 } },
         { SYS_prctl, { PR_SET_NO_NEW_PRIVS, 1 } },

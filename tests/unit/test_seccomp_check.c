@@ -596,8 +596,9 @@ static void test_an_allow_list_of_what_the_runtime_calls_is_carried_by_the_init(
             "\"poll\", \"recvmsg\", \"sendmsg\", \"read\", \"write\", \"close\", \"clone\", "
             "\"set_robust_list\", \"wait4\", \"exit_group\", \"prctl\", \"setresuid\", \"setresgid\", "
             "\"pipe2\", \"fcntl\", \"signalfd4\", \"openat\", \"getpid\", \"kill\", \"dup2\", \"dup3\", "
-            "\"close_range\", \"rt_sigprocmask\", \"setsid\", \"mmap\", \"munmap\", \"brk\", \"chdir\", "
-            "\"capget\", \"capset\", \"execve\"], \"action\": \"SCMP_ACT_ALLOW\"}]}";
+            "\"close_range\", \"rt_sigprocmask\", \"setsid\", \"mmap\", \"mprotect\", \"munmap\", \"brk\", "
+            "\"chdir\", \"recvfrom\", \"getppid\", \"capget\", \"capset\", \"execve\"], \"action\": "
+            "\"SCMP_ACT_ALLOW\"}]}";
         struct seccomp_program prog;
 
         compile_text(profile, &prog);
