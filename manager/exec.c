@@ -82,6 +82,7 @@ static const char *const stream_names[] = { "stdout", "stderr" };
 static void exec_finish(struct exec *ex);
 static void deadline_forget(struct exec *ex);
 static void exec_release_slot(struct exec *ex);
+static void exec_prepare_outputs(struct sandbox *sb);
 static void exec_prepare_next(struct sandbox *sb);
 static void exec_make_spare_id(void);
 static int outputs_open(struct exec_outputs *o, nsbox_error_t **err);
@@ -507,11 +508,14 @@ static void exec_finish(struct exec *ex)
         log_info("sandbox %s: exec %s ended: exit %d%s, %lld ms", ex->sb->id, ex->id, code,
                  ex->timed_out ? " (timed out)" : "", ex->end_mono - ex->start_mono);
         stdin_close(ex);
+        /* Only now, after the answer: on a small machine the forks of a new
+         * slot would otherwise share a CPU with the exec being waited for.
+         * Our own part first: the slot's supervisor, woken by the handover,
+         * takes the CPU it is woken on, ours, for a while (a clone). */
+        exec_prepare_outputs(ex->sb);
         /* Daemonized leftovers of a finished exec die with it: its
          * supervisor ends them before it serves the next exec, or exits. */
         exec_release_slot(ex);
-        /* Only now, after the answer: on a small machine the forks of a new
-         * slot would otherwise share a CPU with the exec being waited for. */
         exec_prepare_next(ex->sb);
         if (!ex->background) {
                 exec_unlink(ex);
@@ -689,16 +693,22 @@ static void exec_release_slot(struct exec *ex)
         ex->slot_request = -1;
 }
 
-static void exec_prepare_next(struct sandbox *sb)
+/* What the next exec needs from us alone: its id and its pipes. */
+static void exec_prepare_outputs(struct sandbox *sb)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
         exec_make_spare_id();
-        if (sb->state != SANDBOX_RUNNING)
-                return;
-        if (exec_prepare_slot(sb, &err) < 0)
-                log_debug("sandbox %s: no slot ahead: %s", sb->id, err->message);
-        else if (!sb->outputs.ready && outputs_open(&sb->outputs, &err) < 0)
+        if (sb->state == SANDBOX_RUNNING && !sb->outputs.ready && outputs_open(&sb->outputs, &err) < 0)
                 log_debug("sandbox %s: no pipes ahead: %s", sb->id, err->message);
+}
+
+/* All the next exec needs ahead of it, its slot last. */
+static void exec_prepare_next(struct sandbox *sb)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        exec_prepare_outputs(sb);
+        if (sb->state == SANDBOX_RUNNING && exec_prepare_slot(sb, &err) < 0)
+                log_debug("sandbox %s: no slot ahead: %s", sb->id, err->message);
 }
 
 int exec_prepare_slot(struct sandbox *sb, nsbox_error_t **err)

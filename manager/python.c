@@ -353,17 +353,18 @@ static void interp_send_next(struct python_interp *in)
         json_t *code = json_object_get(run->req->msg.params, "code");
         _cleanup_json_ json_t *req = json_pack("{s:I, s:O}", "id", (json_int_t)++in->next_id, "code", code);
         _cleanup_free_ char *body = json_dumps(req, JSON_COMPACT);
-        if (body == NULL) {
+        _cleanup_free_ char *frame = NULL;
+        /* One write: the driver wakes once, with all of it. */
+        int len = body != NULL ? asprintf(&frame, "%zu\n%s", strlen(body), body) : -1;
+        if (len < 0) {
+                frame = NULL; /* asprintf leaves it undefined */
                 in->queue = run->next;
                 run_fail(run, "internal", "out of memory");
                 return;
         }
-        char header[32];
-        int hlen = snprintf(header, sizeof(header), "%zu\n", strlen(body));
         run->started_mono = now_monotonic_ms();
         in->in_flight = true;
-        if (exec_write_stdin(in->exec, header, hlen) < 0 ||
-            exec_write_stdin(in->exec, body, strlen(body)) < 0) {
+        if (exec_write_stdin(in->exec, frame, (size_t)len) < 0) {
                 exec_signal(in->exec, SIGKILL); /* interp_done answers */
                 return;
         }

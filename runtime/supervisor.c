@@ -200,13 +200,16 @@ static void on_reaped(struct supervisor *s, pid_t pid, int status)
         ctl_send(s->control, &msg, sizeof(msg), NULL, 0, NULL, 0);
 }
 
-static void reap(struct supervisor *s, int flags)
+/* Returns false when no child at all is left. */
+static bool reap(struct supervisor *s, int flags)
 {
         for (;;) {
                 int status;
                 pid_t pid = waitpid(-1, &status, flags);
+                if (pid < 0 && errno == ECHILD)
+                        return false;
                 if (pid <= 0)
-                        return;
+                        return true;
                 on_reaped(s, pid, status);
                 flags |= WNOHANG; /* block for one at most */
         }
@@ -254,7 +257,8 @@ static void kill_tree(struct supervisor *s)
         static pid_t pids[KILL_BATCH];
         pid_t self = getpid();
         for (;;) {
-                reap(s, WNOHANG);
+                if (!reap(s, WNOHANG))
+                        return; /* the usual end of an exec: nothing left to walk */
                 int n = 0;
                 if (list_children(self, pids, &n, KILL_BATCH) < 0) {
                         /* No /proc: the session and group of the exec, at least. */

@@ -41,7 +41,6 @@ class Capture:
     """fds 1 and 2 redirected into files that are drained after each call."""
 
     def __init__(self):
-        self.paths = []
         for fd, name in ((1, "stdout"), (2, "stderr")):
             path = "/tmp/.nsbox-driver-%d-%s" % (os.getpid(), name)
             tmp = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
@@ -51,11 +50,14 @@ class Capture:
 
     def reset(self):
         for fd in (1, 2):
-            os.ftruncate(fd, 0)
-            os.lseek(fd, 0, os.SEEK_SET)
+            if os.lseek(fd, 0, os.SEEK_CUR):  # most calls print nothing: nothing to clear
+                os.ftruncate(fd, 0)
+                os.lseek(fd, 0, os.SEEK_SET)
 
     def collect(self, fd):
         size = os.lseek(fd, 0, os.SEEK_CUR)
+        if size == 0:
+            return "", False
         data = os.pread(fd, min(size, MAX_OUTPUT), 0)
         return data.decode("utf-8", "replace"), size > MAX_OUTPUT
 

@@ -8,19 +8,30 @@ MAX_TRACKED_FILES = 20000
 
 
 def snapshot(root=WORKSPACE):
-    """{relative path: (size, mtime_ns)} of the regular files under root."""
+    """{relative path: (size, mtime_ns)} of the regular files under root
+    (not through symlinks). One lstat per file: the directory listing says
+    what each entry is."""
     seen = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".nsbox")]
-        for name in filenames:
-            path = os.path.join(dirpath, name)
+    pending = [(root, "")]
+    while pending:
+        path, rel = pending.pop()
+        try:
+            entries = list(os.scandir(path))
+        except OSError:
+            continue
+        for entry in sorted(entries, key=lambda e: e.name):
+            name = rel + entry.name
             try:
-                st = os.lstat(path)
+                if entry.is_dir(follow_symlinks=False):
+                    if not entry.name.startswith(".nsbox"):
+                        pending.append((entry.path, name + "/"))
+                    continue
+                if not entry.is_file(follow_symlinks=False):
+                    continue
+                st = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
-            if not os.path.isfile(path) or os.path.islink(path):
-                continue
-            seen[os.path.relpath(path, root)] = (st.st_size, st.st_mtime_ns)
+            seen[name] = (st.st_size, st.st_mtime_ns)
             if len(seen) >= MAX_TRACKED_FILES:
                 return seen
     return seen
