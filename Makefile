@@ -72,6 +72,12 @@ $(BUILD)/obj/init/%.o: %.c
 	@mkdir -p $(dir $@)
 	@echo "  CC $< (init)"; $(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
+# The supervisor runs in the init's objects (static libcap, no sanitizer).
+$(BUILD)/tests/test_supervisor: tests/unit/test_supervisor.c \
+		$(patsubst %.c,$(BUILD)/obj/init/%.o,runtime/supervisor.c runtime/process.c) $(BUILD)/libnsbox.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ $(LIBS) -lcmocka
+
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libnsbox.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(SAN) -o $@ $< $(BUILD)/libnsbox.a $(LIBS) -lcmocka

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <linux/securebits.h>
 #include <linux/seccomp.h>
 #include <signal.h>
@@ -50,16 +51,15 @@ void process_prepare(int report_fd)
                 process_fail(report_fd, errno, "setsid");
 }
 
+/* Not libcap's cap_set_proc: its cap_t comes from the heap, and until its
+ * execve this process shares its supervisor's heap (supervisor.c) while a
+ * process of its new uid may kill it at any instruction. The call itself,
+ * with everything on the stack. */
 static int clear_capability_sets(void)
 {
-        cap_t empty = cap_init();
-        if (empty == NULL)
-                return -1;
-        int r = cap_set_proc(empty);
-        int saved = errno;
-        cap_free(empty);
-        errno = saved;
-        return r;
+        struct __user_cap_header_struct header = { .version = _LINUX_CAPABILITY_VERSION_3 };
+        struct __user_cap_data_struct none[_LINUX_CAPABILITY_U32S_3] = { { 0 } };
+        return (int)syscall(SYS_capset, &header, none);
 }
 
 void process_exec_child(const struct process_spec *spec, int report_fd)
@@ -92,17 +92,24 @@ void process_exec_child(const struct process_spec *spec, int report_fd)
 
         if (chdir(spec->cwd) < 0)
                 process_fail(report_fd, errno, "chdir to the working directory");
+        /* A new gid or uid makes our memory dumpable again if the host's
+         * fs.suid_dumpable says so, and it is the supervisor's memory too
+         * (supervisor.c). Until the flag is reset below, every signal waits:
+         * none sent by a process of the new ids may dump a core of it. No
+         * capless process may ptrace us either: until the capability sets
+         * are cleared, ours are no subset of its; from then on we are not
+         * dumpable, until execve gives us memory of our own. */
+        sigset_t all, none;
+        sigfillset(&all);
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &all, NULL);
         if (setresgid(spec->gid, spec->gid, spec->gid) < 0)
                 process_fail(report_fd, errno, "setresgid");
         if (setresuid(spec->uid, spec->uid, spec->uid) < 0)
                 process_fail(report_fd, errno, "setresuid");
-        /* The new uid made our memory dumpable again if the host's
-         * fs.suid_dumpable says so; it is the supervisor's memory too (see
-         * supervisor.c). Until the capability sets are cleared below, no
-         * capless process of this uid may ptrace us anyway; from here on,
-         * none can, until execve gives us memory of our own. */
         if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
                 process_fail(report_fd, errno, "not dumpable");
+        sigprocmask(SIG_SETMASK, &none, NULL);
         if (clear_capability_sets() < 0)
                 process_fail(report_fd, errno, "clear capabilities");
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)

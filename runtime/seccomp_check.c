@@ -265,7 +265,7 @@ static const struct {
         { SYS_mmap,
           { 0, 0, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, ARG(-1), 0 } },
         { SYS_mprotect, { 0, 4096, PROT_NONE } },
-        { SYS_recvfrom, { 3, 0, sizeof(struct ctl_kill), MSG_PEEK | MSG_DONTWAIT, 0, 0 } },
+        { SYS_recvfrom, { 3, 0, sizeof(union ctl_message), MSG_DONTWAIT, 0, 0 } },
         { SYS_set_robust_list, { 0, 24 } }, /* glibc, in a forked child */
         { SYS_wait4, { 2, 0, WNOHANG } },   /* the exec's own process first */
         { SYS_wait4, { ARG(-1), 0, WNOHANG } },
@@ -311,7 +311,6 @@ static const struct {
         { SYS_setresgid, { 0, 0, 0 } },
         { SYS_setresuid, { 0, 0, 0 } },
         { SYS_prctl, { PR_SET_DUMPABLE, 0 } },
-        { SYS_capget, { 0 } },
         { SYS_capset, { 0 } },
         { SYS_prctl, { PR_SET_NO_NEW_PRIVS, 1 } },
         { SYS_execve, { 0 } },

@@ -59,8 +59,9 @@ struct supervisor {
         size_t report_len;
         char report_data[sizeof(struct process_failure)];
         bool started, failed, exited;
-        bool watch_start;  /* the manager wants CTL_STARTED (a background exec's pid) */
-        bool started_told; /* CTL_STARTED sent */
+        bool watch_start;     /* the manager wants CTL_STARTED (a background exec's pid) */
+        bool started_told;    /* CTL_STARTED sent */
+        bool kill_tree_after; /* SIGKILL came while the child was in our memory */
 };
 
 static void send_failed(struct supervisor *s, int errnum, const char *message)
@@ -81,8 +82,9 @@ static void send_failed(struct supervisor *s, int errnum, const char *message)
 
 struct child_memory {
         char *stack_top;
-        void *request;  /* CTL_MAX_MESSAGE bytes */
-        char **strings; /* CHILD_STRING_ROOM bytes */
+        void *request;      /* CTL_MAX_MESSAGE bytes */
+        size_t request_len; /* what the last child received there */
+        char **strings;     /* CHILD_STRING_ROOM bytes */
 };
 
 /* Split the payload into cwd, argv and envp, pointers into `strings`;
@@ -136,7 +138,7 @@ struct slot_child_args {
         pid_t supervisor;
         int request, report;
         const struct sock_fprog *seccomp;
-        const struct child_memory *memory;
+        struct child_memory *memory;
 };
 
 /* The exec's process, in the supervisor's memory until its execve:
@@ -161,8 +163,11 @@ static int slot_child(void *opaque)
         int fds[3];
         unsigned nfds = 0;
         ssize_t n = ctl_recv(request, a->memory->request, CTL_MAX_MESSAGE, fds, 3, &nfds);
-        if (n <= 0)
+        a->memory->request_len = n < 0 ? CTL_MAX_MESSAGE : (size_t)n;
+        if (n == 0)
                 _exit(0); /* the manager dropped the slot unused */
+        if (n < 0)
+                process_fail(report, (int)-n, "receive the exec request");
         close(request);
         prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0); /* the exec's process is the exec's own */
         const struct ctl_exec *req = a->memory->request;
@@ -340,12 +345,12 @@ static void read_report(struct supervisor *s)
 }
 
 /* Until the child's execve, or its end, it runs in our memory: we touch
- * nothing it may use (not even errno, which we share) and only wait. EOF
- * on the report pipe, which it holds CLOEXEC, comes when its execve has
- * given it memory of its own or its exit has dropped ours. A signal the
- * manager sends meanwhile (a kill, or its hangup) goes to the child at once:
- * a child stopped by a process of its uid must not hold the slot. The
- * message itself stays queued for on_control. */
+ * nothing it may use (errno aside, which we share and do not read) and only
+ * wait. EOF on the report pipe, which it holds CLOEXEC, comes when its
+ * execve has given it memory of its own or its exit has dropped ours.
+ * Meanwhile what the manager sends is taken here: a kill goes to the child
+ * at once (a child stopped by a process of its uid must not hold the slot),
+ * and so does the manager's hangup, which on_control sees next. */
 static void wait_child_leaves(struct supervisor *s, int report)
 {
         bool watch_control = true;
@@ -358,13 +363,17 @@ static void wait_child_leaves(struct supervisor *s, int report)
                         continue; /* EINTR only: every signal is blocked, or a signalfd's */
                 if (pfds[0].revents != 0)
                         return;
-                if (pfds[1].revents != 0) {
-                        struct ctl_kill msg = { 0 };
-                        ssize_t n = recv(s->control, &msg, sizeof(msg), MSG_PEEK | MSG_DONTWAIT);
-                        if (n == 0 || (pfds[1].revents & (POLLHUP | POLLERR)))
-                                kill(s->child, SIGKILL); /* the manager is done with the slot */
-                        else if (n == (ssize_t)sizeof(msg) && msg.hdr.type == CTL_KILL)
-                                kill(s->child, msg.signal);
+                if (pfds[1].revents == 0)
+                        continue;
+                union ctl_message msg;
+                ssize_t n = recv(s->control, &msg, sizeof(msg), MSG_DONTWAIT);
+                if (n >= (ssize_t)sizeof(struct ctl_kill) && msg.hdr.type == CTL_KILL) {
+                        kill(s->child, msg.kill.signal);
+                        s->kill_tree_after |= msg.kill.signal == SIGKILL;
+                } else if (n >= (ssize_t)sizeof(struct ctl_header) && msg.hdr.type == CTL_STARTED) {
+                        s->watch_start = true;
+                } else if (n == 0 || (n < 0 && (pfds[1].revents & (POLLHUP | POLLERR)))) {
+                        kill(s->child, SIGKILL); /* the manager is done with the slot */
                         watch_control = false;
                 }
         }
@@ -399,8 +408,16 @@ static int start_child(struct supervisor *s, int request, const struct sock_fpro
         }
         close(report[1]);
         wait_child_leaves(s, report[0]);
+        /* What the child left here: the request (its argv and env, which
+         * nothing else need ever see again), and the dumpable flag its new
+         * ids may have set if it died before resetting it. */
+        explicit_bzero(memory->request, memory->request_len);
+        memory->request_len = 0;
+        prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
         fcntl(report[0], F_SETFL, O_NONBLOCK);
         s->report = report[0];
+        if (s->kill_tree_after)
+                kill_tree(s); /* what it may have started in the instant after its execve */
         return 0;
 }
 

@@ -15,25 +15,27 @@ PROFILES = os.path.join(REPO, "seccomp-profiles")
 
 STATUS = "grep -E '^(Seccomp|Seccomp_filters|NoNewPrivs):' /proc/1/status /proc/self/status"
 
-# capget: in the runtime's list (runtime/seccomp_check.c), needed by no
-# ordinary program. 125 is capget on x86_64.
-CAPGET = """
+# capset: in the runtime's list (runtime/seccomp_check.c: each exec clears
+# its capability sets with it), needed by no ordinary program. An exec has
+# no capabilities: setting empty sets changes nothing. 126 is capset on
+# x86_64.
+CAPSET = """
 import ctypes, errno
 libc = ctypes.CDLL(None, use_errno=True)
 hdr = (ctypes.c_uint32 * 2)(0x20080522, 0)
 data = (ctypes.c_uint32 * 6)()
-r = libc.syscall(125, hdr, data)
-print("capget", "ok" if r == 0 else errno.errorcode[ctypes.get_errno()])
+r = libc.syscall(126, hdr, data)
+print("capset", "ok" if r == 0 else errno.errorcode[ctypes.get_errno()])
 """
 
 
 def strict_profile(path):
-    """default.json with capget allowed nowhere: its default action (EPERM) applies."""
+    """default.json with capset allowed nowhere: its default action (EPERM) applies."""
     with open(os.path.join(PROFILES, "default.json")) as f:
         profile = json.load(f)
     for entry in profile["syscalls"]:
-        if "capget" in entry.get("names", []):
-            entry["names"].remove("capget")
+        if "capset" in entry.get("names", []):
+            entry["names"].remove("capset")
     with open(path, "w") as f:
         json.dump(profile, f)
 
@@ -70,8 +72,8 @@ def test_every_exec_runs_under_the_filter_wherever_it_is_loaded(daemon, profile,
         # One filter, wherever it was loaded: an exec under an init that
         # carries it loads no second one (the field is there from Linux 5.9).
         assert s.get(("/proc/self/status", "Seccomp_filters"), 1) == 1, s
-        r = daemon.call("sandbox.exec", sandbox_id=sb, argv=["python3", "-c", CAPGET], user=user)
-        assert r["stdout"] == ("capget ok\n" if profile == "default" else "capget EPERM\n"), r
+        r = daemon.call("sandbox.exec", sandbox_id=sb, argv=["python3", "-c", CAPSET], user=user)
+        assert r["stdout"] == ("capset ok\n" if profile == "default" else "capset EPERM\n"), r
     finally:
         daemon.call("sandbox.remove", sandbox_id=sb, force=True)
 
