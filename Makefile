@@ -72,11 +72,11 @@ $(BUILD)/obj/init/%.o: %.c
 	@mkdir -p $(dir $@)
 	@echo "  CC $< (init)"; $(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
-# The supervisor runs in the init's objects (static libcap, no sanitizer).
+# The supervisor as the init has it: the init's objects, no sanitizer.
 $(BUILD)/tests/test_supervisor: tests/unit/test_supervisor.c \
-		$(patsubst %.c,$(BUILD)/obj/init/%.o,runtime/supervisor.c runtime/process.c) $(BUILD)/libnsbox.a
+		$(patsubst %.c,$(BUILD)/obj/init/%.o,runtime/supervisor.c runtime/process.c runtime/proto.c)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $^ $(LIBS) -lcmocka
+	$(CC) $(CFLAGS) -o $@ $^ -lcap -lcmocka
 
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libnsbox.a
 	@mkdir -p $(dir $@)
