@@ -25,9 +25,9 @@
 #include "proto.h"
 #include "supervisor.h"
 
-#define EXEC_ID     7
-#define WAIT_MS     5000
-#define CHILD_UID   65534
+#define EXEC_ID   7
+#define WAIT_MS   5000
+#define CHILD_UID 65534
 
 struct slot {
         pid_t supervisor;
@@ -271,7 +271,8 @@ static bool memory_holds(pid_t pid, const char *needle)
         while (!found && fgets(line, sizeof(line), maps) != NULL) {
                 unsigned long start, end;
                 char perms[8];
-                if (sscanf(line, "%lx-%lx %7s", &start, &end, perms) != 3 || perms[0] != 'r' || perms[1] != 'w')
+                if (sscanf(line, "%lx-%lx %7s", &start, &end, perms) != 3 || perms[0] != 'r' ||
+                    perms[1] != 'w')
                         continue;
                 size_t size = end - start;
                 char *buf = malloc(size);
@@ -312,8 +313,10 @@ int main(void)
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_teardown(test_an_exec_runs_and_its_slot_serves_the_next, teardown),
                 cmocka_unit_test_teardown(test_a_kill_ends_a_child_stopped_before_its_execve, teardown),
-                cmocka_unit_test_teardown(test_the_managers_hangup_ends_a_stopped_child_and_its_supervisor, teardown),
-                cmocka_unit_test_teardown(test_the_request_is_wiped_from_the_supervisor_after_the_execve, teardown),
+                cmocka_unit_test_teardown(test_the_managers_hangup_ends_a_stopped_child_and_its_supervisor,
+                                          teardown),
+                cmocka_unit_test_teardown(test_the_request_is_wiped_from_the_supervisor_after_the_execve,
+                                          teardown),
         };
         return cmocka_run_group_tests(tests, setup, NULL);
 }
