@@ -88,10 +88,9 @@ NO_WARM_POOL = ("--warm-pool", "0")
 def daemon():
     d = Daemon(extra_args=NO_WARM_POOL)
     yield d
-    log = d.read_log()
     dirs = cgroup_dirs(d, d.call("server.info")["cgroup"])
     rc = d.stop()
-    assert rc == 0, "nsboxd did not stop cleanly (rc=%s):\n%s" % (rc, log[-4000:])
+    assert rc == 0, "nsboxd did not stop cleanly (rc=%s):\n%s" % (rc, d.final_log[-4000:])
     assert all(not os.path.exists(p) for p in dirs.values()), "nsboxd left %s behind" % dirs
 
 
