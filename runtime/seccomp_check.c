@@ -279,13 +279,6 @@ static const struct {
         { SYS_signalfd4, { ARG(-1), 0, 8, SFD_CLOEXEC | SFD_NONBLOCK } },
         { SYS_openat, { ARG(AT_FDCWD), 0, O_RDONLY | O_CLOEXEC } },
         { SYS_getpid, { 0 } },
-        /* ending an exec: its process group, then each process left */
-        { SYS_kill, { 2, SIGKILL } },
-        { SYS_kill, { ARG(-2), SIGKILL } },
-        { SYS_kill, { 2, SIGTERM } },
-        { SYS_kill, { ARG(-2), SIGTERM } },
-        { SYS_kill, { 2, SIGINT } },
-        { SYS_kill, { ARG(-2), SIGINT } },
         /* the exec's child, up to its execve */
         { SYS_fcntl, { 3, F_DUPFD_CLOEXEC, 3 } },
         { SYS_fcntl, { 3, F_DUPFD_CLOEXEC, 10 } },
@@ -316,18 +309,31 @@ static const struct {
         { SYS_execve, { 0 } },
 };
 
+static bool runtime_call_allowed(const struct sock_fprog *prog, int nr, const uint64_t args[6])
+{
+        struct seccomp_data data = { .nr = nr, .arch = NATIVE_ARCH };
+        memcpy(data.args, args, sizeof(data.args));
+        uint32_t action;
+        if (interpret(prog, &data, &action) < 0)
+                return false;
+        action &= SECCOMP_RET_ACTION_FULL;
+        return action == SECCOMP_RET_ALLOW || action == SECCOMP_RET_LOG;
+}
+
 bool seccomp_check_runtime_allowed(const struct sock_fprog *prog)
 {
         if (!program_valid(prog))
                 return false;
         for (size_t i = 0; i < sizeof(runtime_calls) / sizeof(runtime_calls[0]); i++) {
-                struct seccomp_data data = { .nr = runtime_calls[i].nr, .arch = NATIVE_ARCH };
-                memcpy(data.args, runtime_calls[i].args, sizeof(data.args));
-                uint32_t action;
-                if (interpret(prog, &data, &action) < 0)
+                if (!runtime_call_allowed(prog, runtime_calls[i].nr, runtime_calls[i].args))
                         return false;
-                action &= SECCOMP_RET_ACTION_FULL;
-                if (action != SECCOMP_RET_ALLOW && action != SECCOMP_RET_LOG)
+        }
+        /* A supervisor passes on any signal a client sends an exec (exec.kill
+         * takes 1 to 64), to the exec's process group and to its process. */
+        for (int sig = 1; sig <= 64; sig++) {
+                const uint64_t to_group[6] = { ARG(-2), (uint64_t)sig }, to_process[6] = { 2, (uint64_t)sig };
+                if (!runtime_call_allowed(prog, SYS_kill, to_group) ||
+                    !runtime_call_allowed(prog, SYS_kill, to_process))
                         return false;
         }
         return true;

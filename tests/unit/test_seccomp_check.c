@@ -563,9 +563,22 @@ static const struct profile_change prctl_but_one[] = {
           "prctl", true, CALL("prctl(PR_GET_SECCOMP)", ERRNO(EPERM), SYS_prctl, PR_GET_SECCOMP) },
 };
 
+/* kill allowed for every signal but one: a supervisor passes on whatever
+ * signal exec.kill brings (1 to 64), so only a signal outside that range
+ * may be denied to the init. */
+static const struct profile_change kill_but_one[] = {
+        { "{\"names\": [\"kill\"], \"action\": \"SCMP_ACT_ALLOW\", "
+          "\"args\": [{\"index\": 1, \"value\": 10, \"op\": \"SCMP_CMP_NE\"}]}",
+          "kill", false, CALL("kill(SIGUSR1)", ERRNO(EPERM), SYS_kill, 2, SIGUSR1) },
+        { "{\"names\": [\"kill\"], \"action\": \"SCMP_ACT_ALLOW\", "
+          "\"args\": [{\"index\": 1, \"value\": 65, \"op\": \"SCMP_CMP_NE\"}]}",
+          "kill", true, CALL("kill(65)", ERRNO(EPERM), SYS_kill, 2, 65) },
+};
+
 static void test_the_verdict_follows_the_arguments_the_runtime_passes(void **state)
 {
         check_profile_changes(prctl_but_one, ARRAY_SIZE(prctl_but_one));
+        check_profile_changes(kill_but_one, ARRAY_SIZE(kill_but_one));
 }
 
 static void test_an_allow_list_of_a_few_syscalls_is_left_to_each_exec(void **state)
