@@ -142,8 +142,9 @@ struct slot_child_args {
 };
 
 /* The exec's process, in the supervisor's memory until its execve:
- * prepare, wait for the request, exec. What it allocated and kept there
- * (libcap frees what it takes) would stay with the supervisor. */
+ * prepare, wait for the request, exec. It allocates nothing: what it kept
+ * there would stay with the supervisor, and a process of its new uid may
+ * kill it halfway through any call. */
 static int slot_child(void *opaque)
 {
         const struct slot_child_args *a = opaque;
