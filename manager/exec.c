@@ -82,8 +82,7 @@ static const char *const stream_names[] = { "stdout", "stderr" };
 static void exec_finish(struct exec *ex);
 static void deadline_forget(struct exec *ex);
 static void exec_release_slot(struct exec *ex);
-static void exec_prepare_outputs(struct sandbox *sb);
-static void exec_prepare_next(struct sandbox *sb);
+static void exec_prepare_next(struct sandbox *sb, struct exec *finished);
 static void exec_make_spare_id(void);
 static int outputs_open(struct exec_outputs *o, nsbox_error_t **err);
 static void outputs_close(struct exec_outputs *o);
@@ -509,14 +508,8 @@ static void exec_finish(struct exec *ex)
                  ex->timed_out ? " (timed out)" : "", ex->end_mono - ex->start_mono);
         stdin_close(ex);
         /* Only now, after the answer: on a small machine the forks of a new
-         * slot would otherwise share a CPU with the exec being waited for.
-         * Our own part first: the slot's supervisor, woken by the handover,
-         * takes the CPU it is woken on, ours, for a while (a clone). */
-        exec_prepare_outputs(ex->sb);
-        /* Daemonized leftovers of a finished exec die with it: its
-         * supervisor ends them before it serves the next exec, or exits. */
-        exec_release_slot(ex);
-        exec_prepare_next(ex->sb);
+         * slot would otherwise share a CPU with the exec being waited for. */
+        exec_prepare_next(ex->sb, ex);
         if (!ex->background) {
                 exec_unlink(ex);
                 exec_free(ex);
@@ -693,22 +686,22 @@ static void exec_release_slot(struct exec *ex)
         ex->slot_request = -1;
 }
 
-/* What the next exec needs from us alone: its id and its pipes. */
-static void exec_prepare_outputs(struct sandbox *sb)
+/* All the next exec needs ahead of it: its id and pipes, which are ours
+ * to make, first; then `finished`'s slot handed on (NULL: none), whose
+ * supervisor takes the CPU it is woken on, ours, for a clone; a slot of its
+ * own last, if it got none. */
+static void exec_prepare_next(struct sandbox *sb, struct exec *finished)
 {
-        _cleanup_error_ nsbox_error_t *err = NULL;
+        _cleanup_error_ nsbox_error_t *pipes_err = NULL, *slot_err = NULL;
         exec_make_spare_id();
-        if (sb->state == SANDBOX_RUNNING && !sb->outputs.ready && outputs_open(&sb->outputs, &err) < 0)
-                log_debug("sandbox %s: no pipes ahead: %s", sb->id, err->message);
-}
-
-/* All the next exec needs ahead of it, its slot last. */
-static void exec_prepare_next(struct sandbox *sb)
-{
-        _cleanup_error_ nsbox_error_t *err = NULL;
-        exec_prepare_outputs(sb);
-        if (sb->state == SANDBOX_RUNNING && exec_prepare_slot(sb, &err) < 0)
-                log_debug("sandbox %s: no slot ahead: %s", sb->id, err->message);
+        if (sb->state == SANDBOX_RUNNING && !sb->outputs.ready && outputs_open(&sb->outputs, &pipes_err) < 0)
+                log_debug("sandbox %s: no pipes ahead: %s", sb->id, pipes_err->message);
+        /* Daemonized leftovers of a finished exec die with it: its
+         * supervisor ends them before it serves the next exec, or exits. */
+        if (finished != NULL)
+                exec_release_slot(finished);
+        if (sb->state == SANDBOX_RUNNING && exec_prepare_slot(sb, &slot_err) < 0)
+                log_debug("sandbox %s: no slot ahead: %s", sb->id, slot_err->message);
 }
 
 int exec_prepare_slot(struct sandbox *sb, nsbox_error_t **err)
@@ -1199,7 +1192,7 @@ static int exec_start(struct sandbox *sb, struct exec *ex, const struct exec_par
         /* The next exec's slot: now beside one that runs on, else once this
          * one is answered (see exec_finish). */
         if (ex->background || ex->service)
-                exec_prepare_next(sb);
+                exec_prepare_next(sb, NULL);
         return 0;
 }
 
@@ -1363,9 +1356,10 @@ void exec_method_kill(struct rpc_request *req)
         int sig = SIGKILL;
         json_t *s = json_object_get(req->msg.params, "signal");
         if (s != NULL && !json_is_null(s)) {
-                if (!json_is_integer(s) || json_integer_value(s) < 1 || json_integer_value(s) > 64) {
+                if (!json_is_integer(s) || json_integer_value(s) < 1 ||
+                    json_integer_value(s) > CTL_MAX_SIGNAL) {
                         rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
-                                        "signal must be 1 to 64");
+                                        "signal must be 1 to %d", CTL_MAX_SIGNAL);
                         return;
                 }
                 sig = (int)json_integer_value(s);

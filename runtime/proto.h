@@ -12,6 +12,7 @@
 
 #define CTL_MAX_MESSAGE (4u << 20) /* argv + env + cwd of one exec */
 #define CTL_MAX_ERROR   512
+#define CTL_MAX_SIGNAL  64 /* a kill carries 1 to this (SIGRTMAX) */
 
 /* Each exec has a slot: a supervisor process (a child of the init, see
  * runtime/supervisor.c) and, under it, the child that becomes the exec's

@@ -265,7 +265,6 @@ static const struct {
         { SYS_mmap,
           { 0, 0, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, ARG(-1), 0 } },
         { SYS_mprotect, { 0, 4096, PROT_NONE } },
-        { SYS_recvfrom, { 3, 0, sizeof(union ctl_message), MSG_DONTWAIT, 0, 0 } },
         { SYS_set_robust_list, { 0, 24 } }, /* glibc, in a forked child */
         { SYS_wait4, { 2, 0, WNOHANG } },   /* the exec's own process first */
         { SYS_wait4, { ARG(-1), 0, WNOHANG } },
@@ -274,7 +273,7 @@ static const struct {
         { SYS_exit_group, { 0 } },
         { SYS_prctl, { PR_SET_CHILD_SUBREAPER, 1 } },
         { SYS_setresuid, { 65533, 0, 65533 } },
-        { SYS_pipe2, { 0, O_CLOEXEC } },
+        { SYS_pipe2, { 0, O_CLOEXEC | O_NONBLOCK } },
         { SYS_fcntl, { 3, F_SETFL, O_NONBLOCK } },
         { SYS_signalfd4, { ARG(-1), 0, 8, SFD_CLOEXEC | SFD_NONBLOCK } },
         { SYS_openat, { ARG(AT_FDCWD), 0, O_RDONLY | O_CLOEXEC } },
@@ -328,9 +327,9 @@ bool seccomp_check_runtime_allowed(const struct sock_fprog *prog)
                 if (!runtime_call_allowed(prog, runtime_calls[i].nr, runtime_calls[i].args))
                         return false;
         }
-        /* A supervisor passes on any signal a client sends an exec (exec.kill
-         * takes 1 to 64), to the exec's process group and to its process. */
-        for (int sig = 1; sig <= 64; sig++) {
+        /* A supervisor passes on any signal a client sends an exec, to the
+         * exec's process group and to its process. */
+        for (int sig = 1; sig <= CTL_MAX_SIGNAL; sig++) {
                 const uint64_t to_group[6] = { ARG(-2), (uint64_t)sig }, to_process[6] = { 2, (uint64_t)sig };
                 if (!runtime_call_allowed(prog, SYS_kill, to_group) ||
                     !runtime_call_allowed(prog, SYS_kill, to_process))

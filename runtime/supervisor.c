@@ -59,10 +59,11 @@ struct supervisor {
         size_t report_len;
         char report_data[sizeof(struct process_failure)];
         bool started, failed, exited;
-        bool watch_start;     /* the manager wants CTL_STARTED (a background exec's pid) */
-        bool started_told;    /* CTL_STARTED sent */
-        bool kill_tree_after; /* SIGKILL came while the child was in our memory */
+        bool watch_start;  /* the manager wants CTL_STARTED (a background exec's pid) */
+        bool started_told; /* CTL_STARTED sent */
 };
+
+static pid_t supervisor_pid; /* ours, in the sandbox */
 
 static void send_failed(struct supervisor *s, int errnum, const char *message)
 {
@@ -80,12 +81,22 @@ static void send_failed(struct supervisor *s, int errnum, const char *message)
 #define CHILD_GUARD_SIZE  4096u
 #define CHILD_STRING_ROOM ((3 + 2 * (size_t)MAX_EXEC_STRINGS) * sizeof(char *))
 
+/* The stack grows down from `top`; above it lie CTL_MAX_MESSAGE bytes of
+ * request room, then CHILD_STRING_ROOM of argv and envp pointers. */
 struct child_memory {
-        char *stack_top;
-        void *request;      /* CTL_MAX_MESSAGE bytes */
-        size_t request_len; /* what the last child received there */
-        char **strings;     /* CHILD_STRING_ROOM bytes */
+        char *top;
+        size_t request_len; /* what the last child received */
 };
+
+static void *child_request(const struct child_memory *m)
+{
+        return m->top;
+}
+
+static char **child_strings(const struct child_memory *m)
+{
+        return (char **)(m->top + CTL_MAX_MESSAGE);
+}
 
 /* Split the payload into cwd, argv and envp, pointers into `strings`;
  * every string must end inside the payload. */
@@ -117,7 +128,7 @@ static int unpack_exec(const struct ctl_exec *req, size_t len, char **strings, c
 /* Made once, the first time a child is started; kept for every child after. */
 static int child_memory_get(struct child_memory *m)
 {
-        if (m->stack_top != NULL)
+        if (m->top != NULL)
                 return 0;
         size_t size = CHILD_GUARD_SIZE + CHILD_STACK_SIZE + CTL_MAX_MESSAGE + CHILD_STRING_ROOM;
         char *base =
@@ -128,14 +139,11 @@ static int child_memory_get(struct child_memory *m)
                 munmap(base, size);
                 return -1;
         }
-        m->stack_top = base + CHILD_GUARD_SIZE + CHILD_STACK_SIZE;
-        m->request = m->stack_top;
-        m->strings = (char **)((char *)m->request + CTL_MAX_MESSAGE);
+        m->top = base + CHILD_GUARD_SIZE + CHILD_STACK_SIZE;
         return 0;
 }
 
 struct slot_child_args {
-        pid_t supervisor;
         int request, report;
         const struct sock_fprog *seccomp;
         struct child_memory *memory;
@@ -158,12 +166,12 @@ static int slot_child(void *opaque)
         /* A slot whose supervisor is gone (the OOM killer) must not take a
          * request: nobody would report the exec's end. Its child goes with
          * it, and the manager, finding no reader, asks for a fresh slot. */
-        if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || getppid() != a->supervisor)
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || getppid() != supervisor_pid)
                 _exit(0);
 
         int fds[3];
         unsigned nfds = 0;
-        ssize_t n = ctl_recv(request, a->memory->request, CTL_MAX_MESSAGE, fds, 3, &nfds);
+        ssize_t n = ctl_recv(request, child_request(a->memory), CTL_MAX_MESSAGE, fds, 3, &nfds);
         a->memory->request_len = n < 0 ? CTL_MAX_MESSAGE : (size_t)n;
         if (n == 0)
                 _exit(0); /* the manager dropped the slot unused */
@@ -171,12 +179,12 @@ static int slot_child(void *opaque)
                 process_fail(report, (int)-n, "receive the exec request");
         close(request);
         prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0); /* the exec's process is the exec's own */
-        const struct ctl_exec *req = a->memory->request;
+        const struct ctl_exec *req = child_request(a->memory);
         const char *cwd;
         char **argv, **envp;
         if ((size_t)n < sizeof(*req) || req->hdr.type != CTL_EXEC || nfds != 3)
                 process_fail(report, EINVAL, "exec request without three stdio fds");
-        r = unpack_exec(req, (size_t)n, a->memory->strings, &cwd, &argv, &envp);
+        r = unpack_exec(req, (size_t)n, child_strings(a->memory), &cwd, &argv, &envp);
         if (r < 0)
                 process_fail(report, -r, "malformed exec request");
         struct process_spec spec = {
@@ -261,12 +269,11 @@ static int list_children(pid_t pid, pid_t *out, int *count, int max)
 static void kill_tree(struct supervisor *s)
 {
         static pid_t pids[KILL_BATCH];
-        pid_t self = getpid();
         for (;;) {
                 if (!reap(s, WNOHANG))
                         return; /* the usual end of an exec: nothing left to walk */
                 int n = 0;
-                if (list_children(self, pids, &n, KILL_BATCH) < 0) {
+                if (list_children(supervisor_pid, pids, &n, KILL_BATCH) < 0) {
                         /* No /proc: the session and group of the exec, at least. */
                         if (s->child > 0) {
                                 kill(-s->child, SIGKILL);
@@ -345,13 +352,13 @@ static void read_report(struct supervisor *s)
         }
 }
 
-/* Until the child's execve, or its end, it runs in our memory: we touch
- * nothing it may use (errno aside, which we share and do not read) and only
- * wait. EOF on the report pipe, which it holds CLOEXEC, comes when its
- * execve has given it memory of its own or its exit has dropped ours.
- * Meanwhile what the manager sends is taken here: a kill goes to the child
- * at once (a child stopped by a process of its uid must not hold the slot),
- * and so does the manager's hangup, which on_control sees next. */
+/* Until the child's execve, or its end, it runs in our memory: we use
+ * nothing it may use but errno (a receive that poll says is ready does not
+ * fail on it) and do nothing but serve the manager. EOF on the report pipe,
+ * which it holds CLOEXEC, comes when its execve has given it memory of its
+ * own or its exit has dropped ours. A kill meanwhile ends it as it would
+ * end its exec (a child stopped by a process of its uid must not hold the
+ * slot); so does the manager's hangup, which on_control sees again next. */
 static void wait_child_leaves(struct supervisor *s, int report)
 {
         bool watch_control = true;
@@ -364,17 +371,9 @@ static void wait_child_leaves(struct supervisor *s, int report)
                         continue; /* EINTR only: every signal is blocked, or a signalfd's */
                 if (pfds[0].revents != 0)
                         return;
-                if (pfds[1].revents == 0)
-                        continue;
-                union ctl_message msg;
-                ssize_t n = recv(s->control, &msg, sizeof(msg), MSG_DONTWAIT);
-                if (n >= (ssize_t)sizeof(struct ctl_kill) && msg.hdr.type == CTL_KILL) {
-                        kill(s->child, msg.kill.signal);
-                        s->kill_tree_after |= msg.kill.signal == SIGKILL;
-                } else if (n >= (ssize_t)sizeof(struct ctl_header) && msg.hdr.type == CTL_STARTED) {
-                        s->watch_start = true;
-                } else if (n == 0 || (n < 0 && (pfds[1].revents & (POLLHUP | POLLERR)))) {
-                        kill(s->child, SIGKILL); /* the manager is done with the slot */
+                uint32_t next = 0; /* the manager hands a slot on only once its exec has ended */
+                if (pfds[1].revents != 0 && !on_control(s, &next)) {
+                        kill(s->child, SIGKILL);
                         watch_control = false;
                 }
         }
@@ -391,16 +390,14 @@ static int start_child(struct supervisor *s, int request, const struct sock_fpro
                 send_failed(s, errno, "map the stack of the exec's process");
                 return -1;
         }
-        if (pipe2(report, O_CLOEXEC) < 0) {
+        if (pipe2(report, O_CLOEXEC | O_NONBLOCK) < 0) {
                 send_failed(s, errno, "pipe");
                 return -1;
         }
-        struct slot_child_args args = { .supervisor = getpid(),
-                                        .request = request,
-                                        .report = report[1],
-                                        .seccomp = seccomp,
-                                        .memory = memory };
-        s->child = clone(slot_child, memory->stack_top, CLONE_VM | SIGCHLD, &args);
+        struct slot_child_args args = {
+                .request = request, .report = report[1], .seccomp = seccomp, .memory = memory
+        };
+        s->child = clone(slot_child, memory->top, CLONE_VM | SIGCHLD, &args);
         if (s->child < 0) {
                 send_failed(s, errno, "start the exec's process");
                 close(report[0]);
@@ -412,13 +409,10 @@ static int start_child(struct supervisor *s, int request, const struct sock_fpro
         /* What the child left here: the request (its argv and env, which
          * nothing else need ever see again), and the dumpable flag its new
          * ids may have set if it died before resetting it. */
-        explicit_bzero(memory->request, memory->request_len);
+        explicit_bzero(child_request(memory), memory->request_len);
         memory->request_len = 0;
         prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-        fcntl(report[0], F_SETFL, O_NONBLOCK);
         s->report = report[0];
-        if (s->kill_tree_after)
-                kill_tree(s); /* what it may have started in the instant after its execve */
         return 0;
 }
 
@@ -426,6 +420,7 @@ void supervisor_main(uint32_t exec_id, int request, int control, const struct so
 {
         struct supervisor s = { .exec_id = exec_id, .control = control, .child = -1 };
         struct child_memory memory = { 0 };
+        supervisor_pid = getpid();
         if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0) {
                 send_failed(&s, errno, "become the exec's subreaper");
                 _exit(1);

@@ -305,6 +305,7 @@ def test_an_exec_gets_a_fresh_slot_when_the_waiting_one_is_gone(daemon, sandbox)
     r = exec_(daemon, sandbox, argv=["echo", "still runs"])
     assert r["stdout"] == "still runs\n" and r["exit_code"] == 0, r
 
+
 def test_execs_leave_nothing_behind_in_their_supervisor(daemon, sandbox):
     # An exec's process runs in its supervisor's memory until its execve
     # (runtime/supervisor.c): whatever it allocated there for a request

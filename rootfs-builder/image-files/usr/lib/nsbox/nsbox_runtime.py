@@ -19,7 +19,7 @@ def snapshot(root=WORKSPACE):
             entries = list(os.scandir(path))
         except OSError:
             continue
-        for entry in sorted(entries, key=lambda e: e.name):
+        for entry in entries:
             name = rel + entry.name
             try:
                 if entry.is_dir(follow_symlinks=False):
