@@ -4,9 +4,11 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sysinfo.h>
 #include <unistd.h>
 
 #include "cleanup.h"
@@ -18,13 +20,13 @@ struct option_def {
         const char *key; /* config file key; flag is --key with '_' → '-' */
         const char *env; /* NSBOX_... */
         enum option_kind kind;
-        size_t offset; /* into struct nsbox_config, or SIZE_MAX for defaults.* */
+        size_t offset; /* into struct nsbox_config */
+        size_t size;   /* of the field, for OPT_UINT */
         unsigned long long max;
         const char *help;
 };
 
-#define CFG(field) offsetof(struct nsbox_config, field)
-#define NONE       SIZE_MAX
+#define CFG(field) offsetof(struct nsbox_config, field), sizeof(((struct nsbox_config *)0)->field)
 
 static const struct option_def options[] = {
         { "socket", "NSBOX_SOCKET", OPT_STRING, CFG(socket_path), 0, "unix socket to listen on" },
@@ -50,12 +52,35 @@ static const struct option_def options[] = {
           "sandboxes kept ready with the default policy (0: none)" },
         { "allow_degraded", "NSBOX_ALLOW_DEGRADED", OPT_UINT, CFG(allow_degraded), 1,
           "1: run sandboxes unlimited where cgroups cannot limit them" },
-        { "memory_bytes", "NSBOX_MEMORY_BYTES", OPT_UINT, NONE, POLICY_MAX_MEMORY_BYTES,
-          "default memory limit" },
-        { "pids", "NSBOX_PIDS", OPT_UINT, NONE, POLICY_MAX_PIDS, "default pids limit" },
-        { "disk_bytes", "NSBOX_DISK_BYTES", OPT_UINT, NONE, POLICY_MAX_DISK_BYTES, "default disk limit" },
-        { "idle_timeout_seconds", "NSBOX_IDLE_TIMEOUT_SECONDS", OPT_UINT, NONE, POLICY_MAX_IDLE_SECONDS,
-          "default idle timeout" },
+        { "max_sandboxes_per_uid", "NSBOX_MAX_SANDBOXES_PER_UID", OPT_UINT, CFG(max_sandboxes_per_uid),
+          100000, "live sandboxes one non-root uid may own" },
+        { "max_connections_per_uid", "NSBOX_MAX_CONNECTIONS_PER_UID", OPT_UINT, CFG(max_connections_per_uid),
+          100000, "client connections of one non-root uid" },
+        { "max_execs_per_uid", "NSBOX_MAX_EXECS_PER_UID", OPT_UINT, CFG(max_execs_per_uid), 100000,
+          "running execs and python.run calls of one non-root uid" },
+        { "client_idle_timeout_seconds", "NSBOX_CLIENT_IDLE_TIMEOUT_SECONDS", OPT_UINT,
+          CFG(client_idle_timeout_seconds), 7 * 24 * 3600, "close a connection idle this long (0: never)" },
+        { "request_timeout_seconds", "NSBOX_REQUEST_TIMEOUT_SECONDS", OPT_UINT, CFG(request_timeout_seconds),
+          3600, "a request line must arrive whole within this (0: no limit)" },
+        { "max_memory_bytes", "NSBOX_MAX_MEMORY_BYTES", OPT_UINT, CFG(max_memory_bytes),
+          POLICY_MAX_MEMORY_BYTES, "largest memory limit a client may ask for (0: the host's memory)" },
+        { "max_disk_bytes", "NSBOX_MAX_DISK_BYTES", OPT_UINT, CFG(max_disk_bytes), POLICY_MAX_DISK_BYTES,
+          "largest disk limit a client may ask for (0: the host's memory)" },
+        { "max_pids", "NSBOX_MAX_PIDS", OPT_UINT, CFG(max_pids), POLICY_MAX_PIDS,
+          "largest pids limit a client may ask for" },
+        { "max_cpus", "NSBOX_MAX_CPUS", OPT_UINT, CFG(max_cpus), 1024,
+          "largest cpus limit a client may ask for (0: the host's CPUs)" },
+        { "memory_commit_bytes", "NSBOX_MEMORY_COMMIT_BYTES", OPT_UINT, CFG(memory_commit_bytes), 1ull << 50,
+          "sum of the memory limits of live sandboxes at most (0: the host's memory)" },
+        { "max_buffer_bytes", "NSBOX_MAX_BUFFER_BYTES", OPT_UINT, CFG(max_buffer_bytes), 1ull << 40,
+          "nsboxd memory for output not yet read, all clients together (0: an eighth of the host's)" },
+        { "memory_bytes", "NSBOX_MEMORY_BYTES", OPT_UINT, CFG(defaults.limits.memory_bytes),
+          POLICY_MAX_MEMORY_BYTES, "default memory limit" },
+        { "pids", "NSBOX_PIDS", OPT_UINT, CFG(defaults.limits.pids), POLICY_MAX_PIDS, "default pids limit" },
+        { "disk_bytes", "NSBOX_DISK_BYTES", OPT_UINT, CFG(defaults.limits.disk_bytes), POLICY_MAX_DISK_BYTES,
+          "default disk limit" },
+        { "idle_timeout_seconds", "NSBOX_IDLE_TIMEOUT_SECONDS", OPT_UINT, CFG(defaults.idle_timeout_seconds),
+          POLICY_MAX_IDLE_SECONDS, "default idle timeout" },
 };
 
 static int set_value(struct nsbox_config *config, const struct option_def *opt, const char *text,
@@ -75,28 +100,17 @@ static int set_value(struct nsbox_config *config, const struct option_def *opt, 
         if (errno != 0 || end == text || *end != '\0' || text[0] == '-' || v > opt->max)
                 return nsbox_invalid(err, "%s: %s must be an integer from 0 to %llu", source, opt->key,
                                      opt->max);
-        if (strcmp(opt->key, "max_request_bytes") == 0)
-                config->max_request_bytes = v;
-        else if (strcmp(opt->key, "max_sandboxes") == 0)
-                config->max_sandboxes = v;
-        else if (strcmp(opt->key, "max_connections") == 0)
-                config->max_connections = v;
-        else if (strcmp(opt->key, "uid_pool_base") == 0)
-                config->uid_pool_base = v;
-        else if (strcmp(opt->key, "uid_pool_ranges") == 0)
-                config->uid_pool_ranges = v;
-        else if (strcmp(opt->key, "warm_pool") == 0)
-                config->warm_pool = v;
-        else if (strcmp(opt->key, "allow_degraded") == 0)
-                config->allow_degraded = v;
-        else if (strcmp(opt->key, "memory_bytes") == 0)
-                config->defaults.limits.memory_bytes = v;
-        else if (strcmp(opt->key, "pids") == 0)
-                config->defaults.limits.pids = v;
-        else if (strcmp(opt->key, "disk_bytes") == 0)
-                config->defaults.limits.disk_bytes = v;
-        else if (strcmp(opt->key, "idle_timeout_seconds") == 0)
-                config->defaults.idle_timeout_seconds = v;
+        void *field = (char *)config + opt->offset;
+        switch (opt->size) {
+        case sizeof(uint64_t):
+                *(uint64_t *)field = v;
+                break;
+        case sizeof(uint32_t):
+                *(uint32_t *)field = (uint32_t)v;
+                break;
+        default:
+                return nsbox_error(err, EINVAL, "config key %s: unsupported field size", opt->key);
+        }
         return 0;
 }
 
@@ -176,6 +190,25 @@ static void usage(void)
         }
 }
 
+/* Settings left at 0 that follow the host: its memory and CPUs. */
+static void derive_host_bounds(struct nsbox_config *config)
+{
+        struct sysinfo si;
+        uint64_t host_memory = sysinfo(&si) == 0 ? (uint64_t)si.totalram * si.mem_unit : 0;
+        if (config->max_memory_bytes == 0)
+                config->max_memory_bytes = host_memory;
+        if (config->max_disk_bytes == 0)
+                config->max_disk_bytes = host_memory;
+        if (config->memory_commit_bytes == 0)
+                config->memory_commit_bytes = host_memory;
+        if (config->max_buffer_bytes == 0)
+                config->max_buffer_bytes = host_memory / 8;
+        if (config->max_cpus == 0) {
+                long n = sysconf(_SC_NPROCESSORS_ONLN);
+                config->max_cpus = n > 0 ? (uint32_t)n : 1;
+        }
+}
+
 int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_t **err)
 {
         memset(config, 0, sizeof(*config));
@@ -192,6 +225,12 @@ int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_
         config->warm_pool = 2;
         config->uid_pool_base = 1u << 20; /* 1048576, above /etc/subuid's usual 100000 ranges */
         config->uid_pool_ranges = 1024;
+        config->max_sandboxes_per_uid = 32;
+        config->max_connections_per_uid = 128;
+        config->max_execs_per_uid = 128;
+        config->client_idle_timeout_seconds = 600;
+        config->request_timeout_seconds = 60;
+        config->max_pids = 4096;
         policy_defaults(&config->defaults);
 
         /* Collect flags first: --config decides which file to read. */
@@ -244,6 +283,7 @@ int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_
                     (r = set_value(config, &options[i], flag_values[i], "command line", err)) < 0)
                         return r;
         }
+        derive_host_bounds(config);
         if (config->max_request_bytes < 1024)
                 return nsbox_invalid(err, "max_request_bytes must be at least 1024");
         if ((unsigned long long)config->uid_pool_base +

@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "error.h"
@@ -25,6 +26,26 @@ struct nsbox_config {
         unsigned uid_pool_ranges;
         unsigned allow_degraded; /* run sandboxes even where limits cannot be enforced */
         unsigned warm_pool;      /* sandboxes kept pre-created with the default policy */
+        /* Fairness between clients: what one non-root uid may hold (root,
+         * the operator, is not counted). */
+        unsigned max_sandboxes_per_uid;
+        unsigned max_connections_per_uid;
+        unsigned max_execs_per_uid; /* running execs and python.run calls */
+        /* A connection with nothing in flight that sends nothing for this
+         * long is closed; a request line must be complete this long after
+         * its first byte. */
+        uint32_t client_idle_timeout_seconds;
+        uint32_t request_timeout_seconds;
+        /* Operator ceilings on what a client may ask for in sandbox.create
+         * (0 in the file or a flag: derived from the host, see config_load). */
+        uint64_t max_memory_bytes;
+        uint64_t max_disk_bytes;
+        uint64_t max_pids;
+        uint32_t max_cpus;
+        /* The memory limits of all live sandboxes add up to at most this. */
+        uint64_t memory_commit_bytes;
+        /* nsboxd's own memory for output waiting for clients and execs. */
+        uint64_t max_buffer_bytes;
         struct sandbox_policy defaults;
 };
 

@@ -98,6 +98,17 @@ static void reload_config(void)
         nsboxd.config.max_sandboxes = fresh.max_sandboxes;
         nsboxd.config.max_connections = fresh.max_connections;
         nsboxd.config.max_request_bytes = fresh.max_request_bytes;
+        nsboxd.config.max_sandboxes_per_uid = fresh.max_sandboxes_per_uid;
+        nsboxd.config.max_connections_per_uid = fresh.max_connections_per_uid;
+        nsboxd.config.max_execs_per_uid = fresh.max_execs_per_uid;
+        nsboxd.config.client_idle_timeout_seconds = fresh.client_idle_timeout_seconds;
+        nsboxd.config.request_timeout_seconds = fresh.request_timeout_seconds;
+        nsboxd.config.max_memory_bytes = fresh.max_memory_bytes;
+        nsboxd.config.max_disk_bytes = fresh.max_disk_bytes;
+        nsboxd.config.max_pids = fresh.max_pids;
+        nsboxd.config.max_cpus = fresh.max_cpus;
+        nsboxd.config.memory_commit_bytes = fresh.memory_commit_bytes;
+        nsboxd.config.max_buffer_bytes = fresh.max_buffer_bytes;
         policy_clear(&nsboxd.config.defaults);
         nsboxd.config.defaults = fresh.defaults;
         memset(&fresh.defaults, 0, sizeof(fresh.defaults));
