@@ -95,10 +95,6 @@ void sandbox_setup_child(const struct sandbox_setup *setup)
         _cleanup_error_ nsbox_error_t *err = NULL;
         int sync_fd = setup->sync_fd;
 
-        /* The manager raised its own fd limit; sandboxes get the usual one. */
-        struct rlimit nofile = { 1024, 1024 };
-        setrlimit(RLIMIT_NOFILE, &nofile);
-
         /* Die with the manager while still being set up. */
         prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
         prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
@@ -135,6 +131,15 @@ void sandbox_setup_child(const struct sandbox_setup *setup)
          * the init memfd usable for the execveat below). */
         if (syscall(SYS_close_range, first_other, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */) < 0) {
                 nsbox_error(&err, errno, "close_range");
+                setup_fail(sync_fd, err);
+        }
+        /* The manager raised its own fd limit; sandboxes get the usual one.
+         * Only now: until the execve this process holds every fd it was
+         * cloned with (a manager with hundreds of sandboxes holds more than
+         * 1024), and a lower limit would fail every open before this. */
+        struct rlimit nofile = { 1024, 1024 };
+        if (setrlimit(RLIMIT_NOFILE, &nofile) < 0) {
+                nsbox_error(&err, errno, "set RLIMIT_NOFILE");
                 setup_fail(sync_fd, err);
         }
         prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);
