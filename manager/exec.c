@@ -22,6 +22,7 @@
 #include "params.h"
 #include "policy.h"
 #include "proto.h"
+#include "python.h"
 #include "sandbox.h"
 #include "textenc.h"
 
@@ -1411,10 +1412,33 @@ int exec_run(struct sandbox *sb, json_t *params, const struct exec_hooks *hooks,
         return 0;
 }
 
+bool exec_uid_at_quota(uid_t uid)
+{
+        unsigned most = nsboxd.config.max_execs_per_uid;
+        if (uid == 0 || most == 0)
+                return false;
+        /* A client's own execs (python.run and package.install count theirs in python.c). */
+        unsigned n = python_calls_of(uid);
+        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL && n < most; sb = sb->next) {
+                if (sb->owner != uid)
+                        continue;
+                for (struct exec *ex = sb->execs; ex != NULL; ex = ex->next)
+                        n += !ex->finished && ex->hooks == NULL && !ex->service;
+        }
+        return n >= most;
+}
+
 void exec_handle_request(struct rpc_request *req, struct sandbox *sb)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
         const char *kind;
+        if (exec_uid_at_quota(req->uid)) {
+                rpc_reply_fail(req, "limit_reached",
+                               "uid %u has %u execs and python.run calls running, the most allowed "
+                               "(max_execs_per_uid)",
+                               (unsigned)req->uid, nsboxd.config.max_execs_per_uid);
+                return;
+        }
         struct exec *ex = exec_launch(sb, req->msg.params, NULL, NULL, &kind, &err);
         if (ex == NULL) {
                 if (strcmp(kind, "invalid_params") == 0)

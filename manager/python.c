@@ -42,6 +42,8 @@
 
 struct python_run {
         struct rpc_request *req;
+        uid_t uid;      /* its client's, counted in calls_by_uid until it is answered */
+        bool recreated; /* its session's sandbox was made anew after the idle reaper removed it */
         struct sandbox *sb;
         bool stateful;
         unsigned timeout_s;
@@ -51,10 +53,48 @@ struct python_run {
         struct python_run *next; /* queued on the interpreter */
 };
 
+/* --- calls per uid (max_execs_per_uid) -------------------------------------- */
+
+/* One entry per uid with calls in progress: a handful, searched in a line. */
+static struct uid_calls {
+        uid_t uid;
+        unsigned n;
+} * calls_by_uid;
+static size_t n_call_uids;
+
+static void calls_add(uid_t uid, int delta)
+{
+        for (size_t i = 0; i < n_call_uids; i++) {
+                if (calls_by_uid[i].uid != uid)
+                        continue;
+                calls_by_uid[i].n += delta;
+                if (calls_by_uid[i].n == 0)
+                        calls_by_uid[i] = calls_by_uid[--n_call_uids];
+                return;
+        }
+        if (delta <= 0)
+                return;
+        struct uid_calls *grown = realloc(calls_by_uid, (n_call_uids + 1) * sizeof(*grown));
+        if (grown == NULL)
+                return; /* uncounted: the quota errs on the generous side */
+        calls_by_uid = grown;
+        calls_by_uid[n_call_uids++] = (struct uid_calls){ uid, (unsigned)delta };
+}
+
+unsigned python_calls_of(uid_t uid)
+{
+        for (size_t i = 0; i < n_call_uids; i++) {
+                if (calls_by_uid[i].uid == uid)
+                        return calls_by_uid[i].n;
+        }
+        return 0;
+}
+
 /* --- responses ------------------------------------------------------------ */
 
 static void run_free(struct python_run *run)
 {
+        calls_add(run->uid, -1);
         free(run);
 }
 
@@ -142,6 +182,12 @@ static void reply_run(struct python_run *run, const char *status, json_t *exit_c
                                   "result", result ? result : json_null(), "truncated", truncated,
                                   "sandbox_id", run->sb->id, "images_left_out", (json_int_t)images_left_out,
                                   "files_left_out", (json_int_t)files_left_out);
+        if (reply != NULL && run->recreated) {
+                json_object_set_new(reply, "recreated", json_true());
+                json_object_set_new(reply, "reason", json_string("idle timeout"));
+        }
+        /* The end of a call is activity: the idle timeout counts from here. */
+        sandbox_touch(run->sb);
         if (reply != NULL && (images_left_out > 0 || files_left_out > 0)) {
                 char note[256];
                 snprintf(note, sizeof(note),
@@ -224,6 +270,11 @@ struct python_interp {
         struct loop_source *timer;
         int timeout_stage; /* 0: none, 1: SIGINT sent, 2: killed */
 };
+
+bool python_busy(const struct sandbox *sb)
+{
+        return sb->python != NULL && (sb->python->in_flight || sb->python->queue != NULL);
+}
 
 static void interp_send_next(struct python_interp *in);
 static void python_stateful_submit(struct python_run *run);
@@ -517,6 +568,7 @@ static void install_done(struct exec *ex, json_t *result, void *data)
 {
         struct install *inst = data;
         if (inst->run == NULL) {
+                calls_add(inst->req->uid, -1);
                 rpc_reply_result(inst->req, json_incref(result));
                 free(inst);
                 return;
@@ -591,8 +643,18 @@ void package_method_install(struct rpc_request *req, struct sandbox *sb)
                 rpc_reply_fail(req, "internal", "out of memory");
                 return;
         }
+        if (exec_uid_at_quota(req->uid)) {
+                free(inst);
+                rpc_reply_fail(req, "limit_reached",
+                               "uid %u has %u execs and python.run calls running, the most allowed "
+                               "(max_execs_per_uid)",
+                               (unsigned)req->uid, nsboxd.config.max_execs_per_uid);
+                return;
+        }
         inst->req = req;
+        calls_add(req->uid, 1);
         if (start_install(sb, packages, opts[0], opts[1], inst, &err) < 0) {
+                calls_add(req->uid, -1);
                 free(inst);
                 rpc_reply_fail(req, "internal", "%s", err->message);
         }
@@ -745,12 +807,21 @@ void python_method_run(struct rpc_request *req)
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
                 return;
         }
+        if (exec_uid_at_quota(req->uid)) {
+                rpc_reply_fail(req, "limit_reached",
+                               "uid %u has %u execs and python.run calls running, the most allowed "
+                               "(max_execs_per_uid)",
+                               (unsigned)req->uid, nsboxd.config.max_execs_per_uid);
+                return;
+        }
         struct python_run *run = calloc(1, sizeof(*run));
         if (run == NULL) {
                 rpc_reply_fail(req, "internal", "out of memory");
                 return;
         }
         run->req = req;
+        run->uid = req->uid;
+        calls_add(run->uid, 1);
         rpc_request_on_disconnect(req, run_client_gone, run);
         run->stateful = json_is_true(json_object_get(p, "stateful"));
         json_t *t = json_object_get(p, "timeout_seconds");
@@ -789,6 +860,7 @@ void python_method_run(struct rpc_request *req)
                         session_ready(sb, NULL, run);
                 return;
         }
+        run->recreated = sandbox_session_reaped(policy.session_id, req->uid);
         int r = sandbox_create(req->uid, &policy, session_ready, run, &sb, &err);
         if (r < 0)
                 run_fail(run, r == -EUSERS ? "limit_reached" : "internal", err->message);

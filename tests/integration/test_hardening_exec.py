@@ -164,3 +164,119 @@ def test_an_exec_whose_supervisor_was_killed_is_reported_killed(daemon, sandbox)
     # The sandbox goes on serving execs.
     r = daemon.call("sandbox.exec", sandbox_id=sandbox, command="echo ok")
     assert r["stdout"] == "ok\n"
+
+
+# --- 2. running execs per uid -------------------------------------------------------
+
+NOBODY = 65534
+
+QUOTA_CLIENT = r"""
+import json, sys, time
+sys.path.insert(0, sys.argv[2])
+from nsbox_client import Client, RpcError
+c = Client(sys.argv[1], timeout=120)
+def call(method, **params):
+    try:
+        return {"result": c.call(method, **params)}
+    except RpcError as e:
+        return {"kind": e.kind, "message": str(e)}
+out = {}
+sb = c.call("sandbox.create")["sandbox_id"]
+a = c.call("sandbox.exec", sandbox_id=sb, command="sleep 600", background=True)["exec_id"]
+b = c.call("sandbox.exec", sandbox_id=sb, command="sleep 600", background=True)["exec_id"]
+out["third_exec"] = call("sandbox.exec", sandbox_id=sb, command="echo hi")
+out["third_background"] = call("sandbox.exec", sandbox_id=sb, command="echo hi", background=True)
+out["python"] = call("python.run", sandbox_id=sb, code="print(1)")
+out["stateful"] = call("python.run", sandbox_id=sb, code="print(1)", stateful=True)
+c.call("exec.kill", exec_id=a)
+while c.call("exec.status", exec_id=a)["running"]:
+    time.sleep(0.05)
+out["after_kill"] = call("sandbox.exec", sandbox_id=sb, command="echo hi")
+out["python_after_kill"] = call("python.run", sandbox_id=sb, code="print(2)")
+c.call("exec.kill", exec_id=b)
+c.call("sandbox.remove", sandbox_id=sb, force=True)
+print(json.dumps(out))
+"""
+
+
+def test_running_execs_per_uid_are_bounded_for_non_root_clients():
+    d = Daemon(extra_args=["--max-execs-per-uid", "2"])
+    try:
+        os.chmod(d.socket, 0o666)  # let uid nobody connect
+
+        def drop():
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+        p = subprocess.run(["/usr/bin/python3", "-c", QUOTA_CLIENT, d.socket, os.path.dirname(__file__)],
+                           preexec_fn=drop, cwd="/", capture_output=True, timeout=300)
+        assert p.returncode == 0, p.stderr.decode(errors="replace")
+        out = json.loads(p.stdout)
+        for key in ("third_exec", "third_background", "python", "stateful"):
+            assert out[key].get("kind") == "limit_reached", (key, out[key])
+            assert "max_execs_per_uid" in out[key]["message"]
+        assert out["after_kill"]["result"]["stdout"] == "hi\n"
+        assert out["python_after_kill"]["result"]["stdout"] == "2\n"
+        # Root, the operator, is not counted.
+        sb = d.call("sandbox.create")["sandbox_id"]
+        for _ in range(3):
+            d.call("sandbox.exec", sandbox_id=sb, command="sleep 600", background=True)
+        assert d.call("sandbox.exec", sandbox_id=sb, command="echo root")["stdout"] == "root\n"
+    finally:
+        assert d.stop() == 0
+
+
+# --- 5. the idle reaper and running calls -------------------------------------------
+
+
+@pytest.fixture
+def idle_daemon():
+    d = Daemon(extra_args=["--idle-timeout-seconds", "2"])
+    yield d
+    assert d.stop() == 0, d.final_log[-4000:]
+
+
+def session_sandbox(d, session):
+    for sb in d.call("sandbox.list")["sandboxes"]:
+        if sb.get("session_id") == session:
+            return sb["sandbox_id"]
+    return None
+
+
+def wait_reaped(d, session):
+    deadline = time.monotonic() + 60
+    while session_sandbox(d, session) is not None:
+        assert time.monotonic() < deadline, "the idle sandbox was not reaped"
+        time.sleep(0.2)
+
+
+def test_a_long_stateful_call_keeps_its_sandbox_from_the_idle_reaper(idle_daemon):
+    d = idle_daemon
+    r = d.call("python.run", session_id="long", stateful=True, code="x = 41")
+    assert r["status"] == "ok"
+    sb = r["sandbox_id"]
+    r = d.call("python.run", session_id="long", stateful=True, timeout_seconds=60,
+               code="import time\ntime.sleep(6)\nx + 1")
+    assert r["status"] == "ok" and r["result"] == "42", r
+    assert r["sandbox_id"] == sb and "recreated" not in r
+    # So does a stateless one, and a running exec (as before).
+    r = d.call("python.run", session_id="long", timeout_seconds=60, code="import time\ntime.sleep(6)\nprint(3)")
+    assert r["status"] == "ok" and r["stdout"] == "3\n" and r["sandbox_id"] == sb, r
+
+
+def test_a_session_recreated_after_the_idle_reaper_says_so(idle_daemon):
+    d = idle_daemon
+    first = d.call("python.run", session_id="s1", code="print(1)")["sandbox_id"]
+    wait_reaped(d, "s1")
+    r = d.call("python.run", session_id="s1", code="print(2)")
+    assert r["status"] == "ok" and r["sandbox_id"] != first
+    assert r["recreated"] is True and r["reason"] == "idle timeout"
+    # Once: the next call finds the session's sandbox as usual.
+    r2 = d.call("python.run", session_id="s1", code="print(3)")
+    assert "recreated" not in r2 and r2["sandbox_id"] == r["sandbox_id"]
+    wait_reaped(d, "s1")
+    c = d.call("sandbox.create", session_id="s1")
+    assert c["recreated"] is True and c["reason"] == "idle timeout"
+    # Another session of the same owner, never reaped, is simply created.
+    c2 = d.call("sandbox.create", session_id="fresh")
+    assert "recreated" not in c2
