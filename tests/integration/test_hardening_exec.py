@@ -280,3 +280,50 @@ def test_a_session_recreated_after_the_idle_reaper_says_so(idle_daemon):
     # Another session of the same owner, never reaped, is simply created.
     c2 = d.call("sandbox.create", session_id="fresh")
     assert "recreated" not in c2
+
+
+# --- 4. a stateful call that times out takes its processes with it -------------------
+
+SPAWN_AND_LOOP = """
+import os, subprocess, time
+subprocess.Popen(["sleep", "1001"])
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execvp("sleep", ["sleep", "1002"])
+    os._exit(0)
+while True:
+    try:
+        time.sleep(0.1)
+    except KeyboardInterrupt:
+        break   # the code survives SIGINT: so does the interpreter
+"""
+
+LIST_PROCESSES = ("import os\n"
+                  "for p in os.listdir('/proc'):\n"
+                  "    if p.isdigit():\n"
+                  "        try: print(open('/proc/%s/cmdline' % p).read().replace('\\0', ' '))\n"
+                  "        except OSError: pass\n")
+
+
+def sandbox_commands(d, sb):
+    return d.call("sandbox.exec", sandbox_id=sb, argv=["python3", "-c", LIST_PROCESSES])["stdout"]
+
+
+@pytest.mark.parametrize("catches", [False, True])
+def test_a_timed_out_stateful_call_leaves_no_process_behind(daemon, sandbox, catches):
+    code = SPAWN_AND_LOOP if catches else SPAWN_AND_LOOP.replace("break   #", "raise   #")
+    r = daemon.call("python.run", sandbox_id=sandbox, stateful=True, code="x = 6 * 7")
+    assert r["status"] == "ok"
+    # A process started by an earlier call that ended normally is not the timed-out call's.
+    r = daemon.call("python.run", sandbox_id=sandbox, stateful=True,
+                    code="import subprocess\nkeep = subprocess.Popen(['sleep', '1003'], start_new_session=True)")
+    assert r["status"] == "ok"
+    r = daemon.call("python.run", sandbox_id=sandbox, stateful=True, code=code, timeout_seconds=2)
+    assert r["status"] == "timeout", r
+    procs = sandbox_commands(daemon, sandbox)
+    assert "sleep 1001" not in procs and "sleep 1002" not in procs, procs
+    assert "sleep 1003" in procs
+    # The interpreter and its variables survived, and the next call works.
+    r = daemon.call("python.run", sandbox_id=sandbox, stateful=True, code="x")
+    assert r["status"] == "ok" and r["result"] == "42", r
