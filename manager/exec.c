@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <uuid/uuid.h>
 
+#include "budget.h"
 #include "cgroup.h"
 #include "cleanup.h"
 #include "daemon.h"
@@ -21,6 +22,7 @@
 #include "params.h"
 #include "policy.h"
 #include "proto.h"
+#include "python.h"
 #include "sandbox.h"
 #include "textenc.h"
 
@@ -34,6 +36,12 @@
  * (descendants may still hold them) before answering. */
 #define EXEC_DRAIN_GRACE_MS 200
 #define EXEC_KEEP_FINISHED  64
+/* A streaming exec's pipes are not read while its client has more than this
+ * waiting to be sent to it: the exec then blocks on its full pipe. */
+#define EXEC_STREAM_BACKLOG_BYTES (1u << 20)
+/* How often paused execs look whether they may read again (until rpc.h
+ * tells us when a connection has drained). */
+#define EXEC_RESUME_POLL_MS 20
 
 enum { OUT_STDOUT, OUT_STDERR };
 
@@ -69,6 +77,10 @@ struct exec {
         int slot_request;         /* our end of its request socket, or -1 */
         int held[2];              /* copies of the exec's stdout and stderr: see exec_release_output */
         bool started, exited, timed_out, killed;
+        bool supervisor_died; /* its supervisor ended without reporting the exit */
+        bool paused;          /* its pipes are not read for now: see exec_pause */
+        struct exec *paused_next;
+        size_t charged; /* bytes of the budget (budget.h) its buffers hold */
         uint64_t oom_kills_at_start;
         int wait_status;
         int start_errno;
@@ -97,8 +109,12 @@ static void exec_unlink(struct exec *ex)
         }
 }
 
+static void exec_unpause(struct exec *ex);
+
 static void exec_free(struct exec *ex)
 {
+        exec_unpause(ex);
+        budget_give(ex->charged);
         for (int i = 0; i < 2; i++) {
                 if (ex->out[i].source)
                         loop_remove(nsboxd.loop, ex->out[i].source);
@@ -212,6 +228,128 @@ static void stream_chunk(struct exec *ex, int which, const char *data, size_t le
                 rpc_notify(ex->req, "exec.output", params);
 }
 
+/* --- back-pressure ------------------------------------------------------ */
+
+/* Execs whose pipes are not read for now; a timer looks every
+ * EXEC_RESUME_POLL_MS whether they may read again. */
+static struct exec *paused_execs;
+static struct loop_source *resume_timer;
+
+/* The exec's client has more output waiting than it takes. A stand-in for
+ * the rpc module's own word on a backed-up connection (and its resume
+ * callback, which would replace the polling timer) until it has one. */
+static bool exec_client_backlogged(const struct exec *ex)
+{
+        return ex->req != NULL && rpc_request_connected(ex->req) &&
+               rpc_request_backlog(ex->req) > EXEC_STREAM_BACKLOG_BYTES;
+}
+
+static void exec_watch_output(struct exec *ex, uint32_t events)
+{
+        for (int i = 0; i < 2; i++) {
+                if (ex->out[i].source != NULL && !ex->out[i].eof)
+                        loop_modify(nsboxd.loop, ex->out[i].source, events);
+        }
+}
+
+static void resume_timer_set(long long ms)
+{
+        struct timespec every = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000 };
+        struct itimerspec its = { .it_value = every, .it_interval = every };
+        timerfd_settime(resume_timer->fd, 0, &its, NULL);
+}
+
+static void on_resume_timer(struct loop_source *source, uint32_t events)
+{
+        uint64_t expirations;
+        if (read(source->fd, &expirations, sizeof(expirations)) < 0 && errno == EAGAIN)
+                return;
+        for (struct exec **p = &paused_execs; *p != NULL;) {
+                struct exec *ex = *p;
+                if (exec_client_backlogged(ex)) {
+                        p = &ex->paused_next;
+                        continue;
+                }
+                *p = ex->paused_next;
+                ex->paused_next = NULL;
+                ex->paused = false;
+                exec_watch_output(ex, EPOLLIN);
+        }
+        if (paused_execs == NULL)
+                resume_timer_set(0);
+}
+
+/* Stop reading the exec's pipes: its processes block once they are full,
+ * instead of nsboxd holding what its client does not take. */
+static void exec_pause(struct exec *ex)
+{
+        if (ex->paused)
+                return;
+        if (resume_timer == NULL) {
+                int fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+                if (fd < 0)
+                        return; /* no timer to resume with: read on rather than stall */
+                resume_timer = loop_add(nsboxd.loop, fd, EPOLLIN, on_resume_timer, NULL);
+                if (resume_timer == NULL) {
+                        close(fd);
+                        return;
+                }
+        }
+        if (paused_execs == NULL)
+                resume_timer_set(EXEC_RESUME_POLL_MS);
+        ex->paused = true;
+        ex->paused_next = paused_execs;
+        paused_execs = ex;
+        exec_watch_output(ex, 0);
+}
+
+/* Off the paused list, its pipes left as they are (it is finishing). */
+static void exec_unpause(struct exec *ex)
+{
+        if (!ex->paused)
+                return;
+        for (struct exec **p = &paused_execs; *p != NULL; p = &(*p)->paused_next) {
+                if (*p == ex) {
+                        *p = ex->paused_next;
+                        break;
+                }
+        }
+        ex->paused_next = NULL;
+        ex->paused = false;
+}
+
+/* Room for `need` more bytes in a collecting buffer, charged to nsboxd's
+ * output budget; false (the bytes are dropped, `truncated`) when the budget
+ * is spent. The buffer never grows past the exec's max_output: doubling
+ * beyond it would hold memory nothing fills. */
+static bool output_reserve(struct exec *ex, struct output *o, size_t need)
+{
+        if (o->len + need <= o->cap)
+                return true;
+        size_t want = o->len + need;
+        size_t cap = o->cap ? o->cap : 4096;
+        while (cap < want)
+                cap *= 2;
+        size_t most = ex->stream ? want : (ex->max_output > want ? ex->max_output : want);
+        if (cap > most)
+                cap = most;
+        if (!budget_take(cap - o->cap))
+                return false;
+        char *grown = realloc(o->data, cap);
+        if (grown == NULL) {
+                budget_give(cap - o->cap);
+                return false;
+        }
+        ex->charged += cap - o->cap;
+        o->data = grown;
+        o->cap = cap;
+        return true;
+}
+
+/* Collected output is kept up to max_output (the head); what comes after
+ * is read and dropped, with `truncated`, so that a background exec never
+ * blocks on output nobody asked for. Streamed output is passed on, and its
+ * pipes paused while the client lags. */
 static void output_append(struct exec *ex, int which, const char *data, size_t len)
 {
         if (which == OUT_STDOUT && ex->hooks != NULL && ex->hooks->on_stdout != NULL) {
@@ -225,20 +363,12 @@ static void output_append(struct exec *ex, int which, const char *data, size_t l
         }
         if (len == 0)
                 return;
-        ex->total_output += len;
         struct output *o = &ex->out[which];
-        if (o->len + len > o->cap) {
-                size_t cap = o->cap ? o->cap : 4096;
-                while (cap < o->len + len)
-                        cap *= 2;
-                char *grown = realloc(o->data, cap);
-                if (grown == NULL) {
-                        ex->truncated = true;
-                        return;
-                }
-                o->data = grown;
-                o->cap = cap;
+        if (!output_reserve(ex, o, len)) {
+                ex->truncated = true;
+                return;
         }
+        ex->total_output += len;
         memcpy(o->data + o->len, data, len);
         o->len += len;
 
@@ -252,6 +382,8 @@ static void output_append(struct exec *ex, int which, const char *data, size_t l
                 /* Streamed bytes need not be kept, only the carry. */
                 memmove(o->data, o->data + o->len - o->carry, o->carry);
                 o->len = o->carry;
+                if (exec_client_backlogged(ex))
+                        exec_pause(ex);
         }
 }
 
@@ -280,7 +412,7 @@ static bool output_read(struct exec *ex, int which, bool keep)
 {
         struct loop_source *source = ex->out[which].source;
         char buf[65536];
-        for (int round = 0; round < 16; round++) {
+        for (int round = 0; round < 16 && !ex->paused; round++) {
                 ssize_t n = read(source->fd, buf, sizeof(buf));
                 if (n > 0) {
                         output_append(ex, which, buf, n);
@@ -384,6 +516,11 @@ static void exec_deadline(struct exec *ex)
 {
         deadline_forget(ex);
         if (ex->exited || ex->start_error != NULL) {
+                /* Output held back for a slow client is not lost to the drain grace. */
+                if (ex->paused) {
+                        deadline_set(ex, EXEC_DRAIN_GRACE_MS);
+                        return;
+                }
                 exec_finish(ex);
                 return;
         }
@@ -445,13 +582,18 @@ static json_t *exec_result(struct exec *ex)
                 stderr_json = ex->stream ? json_string("")
                                          : output_to_json(ex->out[1].data, ex->out[1].len, ex->base64);
         }
-        return json_pack("{s:s, s:o, s:o, s:o, s:o, s:b, s:b, s:b, s:I, s:s, s:b}", "exec_id", ex->id,
-                         "exit_code", exit_code, "signal", signal, "stdout", stdout_json, "stderr",
-                         stderr_json, "truncated", ex->truncated, "timed_out", ex->timed_out, "oom_killed",
-                         ex->sb->cgroup != NULL &&
-                             cgroup_sandbox_oom_kills(ex->sb->cgroup) > ex->oom_kills_at_start,
-                         "duration_ms", (json_int_t)(end - ex->start_mono), "encoding",
-                         ex->base64 ? "base64" : "utf-8", "running", !ex->finished);
+        json_t *result = json_pack(
+            "{s:s, s:o, s:o, s:o, s:o, s:b, s:b, s:b, s:I, s:s, s:b}", "exec_id", ex->id, "exit_code",
+            exit_code, "signal", signal, "stdout", stdout_json, "stderr", stderr_json, "truncated",
+            ex->truncated, "timed_out", ex->timed_out, "oom_killed",
+            ex->sb->cgroup != NULL && cgroup_sandbox_oom_kills(ex->sb->cgroup) > ex->oom_kills_at_start,
+            "duration_ms", (json_int_t)(end - ex->start_mono), "encoding", ex->base64 ? "base64" : "utf-8",
+            "running", !ex->finished);
+        if (result != NULL && ex->supervisor_died)
+                json_object_set_new(result, "error",
+                                    json_string("the exec's supervisor died (killed from outside the "
+                                                "sandbox or by the OOM killer): its processes were killed"));
+        return result;
 }
 
 /* Finished background execs stay for exec.status/output; keep the newest few. */
@@ -479,6 +621,7 @@ static void exec_finish(struct exec *ex)
                         stream_chunk(ex, i, ex->out[i].data, ex->out[i].len);
         }
         ex->finished = true;
+        exec_unpause(ex);
         if (ex->end_mono == 0)
                 ex->end_mono = now_monotonic_ms();
         if (!ex->service && ex->sb->running_execs > 0)
@@ -616,6 +759,14 @@ static void on_slot(struct loop_source *source, uint32_t events)
                                 ex->exited = true;
                                 ex->killed = true;
                                 ex->wait_status = SIGKILL; /* as if signalled */
+                                /* Not the sandbox ending: something killed the supervisor
+                                 * (from the host, or the OOM killer). Say so rather than
+                                 * pass it off as the command's own end. */
+                                if (ex->sb->state == SANDBOX_RUNNING) {
+                                        ex->supervisor_died = true;
+                                        log_warn("sandbox %s: exec %s: its supervisor died", ex->sb->id,
+                                                 ex->id);
+                                }
                         }
                         exec_release_output(ex);
                         exec_maybe_finish(ex);
@@ -1261,10 +1412,33 @@ int exec_run(struct sandbox *sb, json_t *params, const struct exec_hooks *hooks,
         return 0;
 }
 
+bool exec_uid_at_quota(uid_t uid)
+{
+        unsigned most = nsboxd.config.max_execs_per_uid;
+        if (uid == 0 || most == 0)
+                return false;
+        /* A client's own execs (python.run and package.install count theirs in python.c). */
+        unsigned n = python_calls_of(uid);
+        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL && n < most; sb = sb->next) {
+                if (sb->owner != uid)
+                        continue;
+                for (struct exec *ex = sb->execs; ex != NULL; ex = ex->next)
+                        n += !ex->finished && ex->hooks == NULL && !ex->service;
+        }
+        return n >= most;
+}
+
 void exec_handle_request(struct rpc_request *req, struct sandbox *sb)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
         const char *kind;
+        if (exec_uid_at_quota(req->uid)) {
+                rpc_reply_fail(req, "limit_reached",
+                               "uid %u has %u execs and python.run calls running, the most allowed "
+                               "(max_execs_per_uid)",
+                               (unsigned)req->uid, nsboxd.config.max_execs_per_uid);
+                return;
+        }
         struct exec *ex = exec_launch(sb, req->msg.params, NULL, NULL, &kind, &err);
         if (ex == NULL) {
                 if (strcmp(kind, "invalid_params") == 0)

@@ -5,6 +5,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "error.h"
 #include "rpc.h"
@@ -42,6 +43,9 @@ struct exec_hooks {
                           * the sandbox busy or keep it from being reaped when idle */
 };
 
+/* The uid runs max_execs_per_uid client calls (execs, background ones too,
+ * python.run and package.install) already; root never does. */
+bool exec_uid_at_quota(uid_t uid);
 /* sandbox.exec */
 void exec_handle_request(struct rpc_request *req, struct sandbox *sb);
 /* exec.status, exec.output, exec.kill (by exec_id) and exec.list (of a sandbox) */

@@ -77,6 +77,20 @@ static void create_done_existing(struct sandbox *sb, const char *error, void *da
         reply_created(sb, error, data, true);
 }
 
+/* A session's sandbox made again after the idle reaper removed its last one. */
+static void create_done_recreated(struct sandbox *sb, const char *error, void *data)
+{
+        struct rpc_request *req = data;
+        if (error != NULL) {
+                rpc_reply_fail(req, "internal", "sandbox create failed: %s", error);
+                return;
+        }
+        json_t *result = sandbox_to_json(sb, false);
+        json_object_set_new(result, "recreated", json_true());
+        json_object_set_new(result, "reason", json_string("idle timeout"));
+        rpc_reply_result(req, result);
+}
+
 static void method_sandbox_create(struct rpc_request *req)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
@@ -105,7 +119,9 @@ static void method_sandbox_create(struct rpc_request *req)
                 }
         }
         struct sandbox *sb;
-        int r = sandbox_create(req->uid, &policy, create_done, req, &sb, &err);
+        bool recreated = policy.session_id[0] != '\0' && sandbox_session_reaped(policy.session_id, req->uid);
+        int r = sandbox_create(req->uid, &policy, recreated ? create_done_recreated : create_done, req, &sb,
+                               &err);
         if (r == -EUSERS) {
                 rpc_reply_fail(req, "limit_reached", "%s", err->message);
                 return;

@@ -27,18 +27,23 @@
 #define DEFAULT_TIMEOUT 30
 #define MAX_TIMEOUT     (24 * 3600)
 #define PIP_TIMEOUT     600
-#define MAX_IMAGE_BYTES (32u << 20)
-/* The list of images comes from code in the sandbox: bound what it makes us read. */
-#define MAX_IMAGES       64
-#define MAX_IMAGES_TOTAL (96u << 20)
-#define MAX_REPORT       (4u << 20)
-#define MAX_FILES        1000
+/* What one reply may carry of images and the list of files produced: the
+ * lists come from code in the sandbox, and a reply is held in nsboxd until
+ * its client reads it. What is past these is left out, and the reply says so. */
+#define MAX_IMAGE_BYTES    (8u << 20)
+#define MAX_IMAGES         16
+#define MAX_IMAGES_TOTAL   (16u << 20)
+#define MAX_FILES_PRODUCED 1000
+#define MAX_REPORT         (4u << 20)
+#define MAX_FILES          1000
 /* A stateful call that ignores SIGINT this long after its timeout loses its interpreter. */
 #define INTERRUPT_GRACE_MS 2000
 #define MAX_FRAME          (64u << 20)
 
 struct python_run {
         struct rpc_request *req;
+        uid_t uid;      /* its client's, counted in calls_by_uid until it is answered */
+        bool recreated; /* its session's sandbox was made anew after the idle reaper removed it */
         struct sandbox *sb;
         bool stateful;
         unsigned timeout_s;
@@ -48,10 +53,48 @@ struct python_run {
         struct python_run *next; /* queued on the interpreter */
 };
 
+/* --- calls per uid (max_execs_per_uid) -------------------------------------- */
+
+/* One entry per uid with calls in progress: a handful, searched in a line. */
+static struct uid_calls {
+        uid_t uid;
+        unsigned n;
+} * calls_by_uid;
+static size_t n_call_uids;
+
+static void calls_add(uid_t uid, int delta)
+{
+        for (size_t i = 0; i < n_call_uids; i++) {
+                if (calls_by_uid[i].uid != uid)
+                        continue;
+                calls_by_uid[i].n += delta;
+                if (calls_by_uid[i].n == 0)
+                        calls_by_uid[i] = calls_by_uid[--n_call_uids];
+                return;
+        }
+        if (delta <= 0)
+                return;
+        struct uid_calls *grown = realloc(calls_by_uid, (n_call_uids + 1) * sizeof(*grown));
+        if (grown == NULL)
+                return; /* uncounted: the quota errs on the generous side */
+        calls_by_uid = grown;
+        calls_by_uid[n_call_uids++] = (struct uid_calls){ uid, (unsigned)delta };
+}
+
+unsigned python_calls_of(uid_t uid)
+{
+        for (size_t i = 0; i < n_call_uids; i++) {
+                if (calls_by_uid[i].uid == uid)
+                        return calls_by_uid[i].n;
+        }
+        return 0;
+}
+
 /* --- responses ------------------------------------------------------------ */
 
 static void run_free(struct python_run *run)
 {
+        calls_add(run->uid, -1);
         free(run);
 }
 
@@ -61,40 +104,67 @@ static void run_fail(struct python_run *run, const char *kind, const char *messa
         run_free(run);
 }
 
-/* outputs: logs, then one image entry per PNG (read back from the sandbox). */
-static json_t *build_outputs(struct sandbox *sb, const char *stdout_text, json_t *images)
+/* outputs: logs, then one image entry per PNG (read back from the sandbox),
+ * as many as the bounds above allow; *left_out counts the others. */
+static json_t *build_outputs(struct sandbox *sb, const char *stdout_text, json_t *images, size_t *left_out)
 {
         json_t *outputs = json_array();
         if (stdout_text != NULL && stdout_text[0] != '\0')
                 json_array_append_new(outputs, json_pack("{s:s, s:s}", "type", "logs", "logs", stdout_text));
-        size_t i, total = 0;
+        size_t i, total = 0, kept = 0;
         json_t *path;
+        *left_out = 0;
         json_array_foreach(images, i, path)
         {
-                if (i >= MAX_IMAGES || total >= MAX_IMAGES_TOTAL) {
-                        log_warn("sandbox %s: more than %d images or %u bytes of them; the rest are left out",
-                                 sb->id, MAX_IMAGES, MAX_IMAGES_TOTAL);
-                        break;
-                }
                 if (!json_is_string(path))
                         continue;
+                if (kept >= MAX_IMAGES || total >= MAX_IMAGES_TOTAL) {
+                        (*left_out)++;
+                        continue;
+                }
                 _cleanup_error_ nsbox_error_t *err = NULL;
                 _cleanup_free_ char *data = NULL;
                 size_t len = 0;
                 size_t room = MAX_IMAGES_TOTAL - total;
                 if (fs_read_file(sb, json_string_value(path), room < MAX_IMAGE_BYTES ? room : MAX_IMAGE_BYTES,
                                  &data, &len, &err) < 0) {
-                        log_warn("sandbox %s: image %s: %s", sb->id, json_string_value(path), err->message);
+                        /* Too large for what is left, or unreadable. */
+                        log_debug("sandbox %s: an image: %s", sb->id, err->message);
+                        (*left_out)++;
                         continue;
                 }
                 total += len;
                 _cleanup_free_ char *b64 = base64_encode(data, len, NULL);
-                if (b64 == NULL)
+                if (b64 == NULL) {
+                        (*left_out)++;
                         continue;
+                }
+                kept++;
                 json_array_append_new(outputs, json_pack("{s:s, s:{s:s, s:s, s:O}}", "type", "image", "image",
                                                          "mime", "image/png", "data", b64, "path", path));
         }
         return outputs;
+}
+
+/* The first MAX_FILES_PRODUCED entries of files (borrowed); *left_out counts the others. */
+static json_t *bounded_files(json_t *files, size_t *left_out)
+{
+        *left_out = 0;
+        if (files == NULL)
+                return json_object();
+        if (json_object_size(files) <= MAX_FILES_PRODUCED)
+                return json_incref(files);
+        json_t *kept = json_object();
+        const char *key;
+        json_t *v;
+        json_object_foreach(files, key, v)
+        {
+                if (json_object_size(kept) < MAX_FILES_PRODUCED)
+                        json_object_set(kept, key, v);
+                else
+                        (*left_out)++;
+        }
+        return kept;
 }
 
 /* exit_code and result: new references or NULL (taken over); files and images: borrowed. */
@@ -102,12 +172,31 @@ static void reply_run(struct python_run *run, const char *status, json_t *exit_c
                       const char *err_text, json_t *files, json_t *images, json_t *result, bool truncated)
 {
         long long elapsed = now_monotonic_ms() - run->started_mono;
-        json_t *reply = json_pack(
-            "{s:s, s:s, s:s, s:o, s:I, s:o, s:o, s:o, s:b, s:s}", "status", status, "stdout", out ? out : "",
-            "stderr", err_text ? err_text : "", "exit_code", exit_code ? exit_code : json_null(),
-            "execution_time_ms", (json_int_t)elapsed, "files_produced",
-            files ? json_incref(files) : json_object(), "outputs", build_outputs(run->sb, out, images),
-            "result", result ? result : json_null(), "truncated", truncated, "sandbox_id", run->sb->id);
+        size_t images_left_out, files_left_out;
+        json_t *outputs = build_outputs(run->sb, out, images, &images_left_out);
+        json_t *files_json = bounded_files(files, &files_left_out);
+        json_t *reply = json_pack("{s:s, s:s, s:s, s:o, s:I, s:o, s:o, s:o, s:b, s:s, s:I, s:I}", "status",
+                                  status, "stdout", out ? out : "", "stderr", err_text ? err_text : "",
+                                  "exit_code", exit_code ? exit_code : json_null(), "execution_time_ms",
+                                  (json_int_t)elapsed, "files_produced", files_json, "outputs", outputs,
+                                  "result", result ? result : json_null(), "truncated", truncated,
+                                  "sandbox_id", run->sb->id, "images_left_out", (json_int_t)images_left_out,
+                                  "files_left_out", (json_int_t)files_left_out);
+        if (reply != NULL && run->recreated) {
+                json_object_set_new(reply, "recreated", json_true());
+                json_object_set_new(reply, "reason", json_string("idle timeout"));
+        }
+        /* The end of a call is activity: the idle timeout counts from here. */
+        sandbox_touch(run->sb);
+        if (reply != NULL && (images_left_out > 0 || files_left_out > 0)) {
+                char note[256];
+                snprintf(note, sizeof(note),
+                         "%zu images and %zu produced files were left out of this reply (at most %d images, "
+                         "%u MiB of them, and %d files per reply); they are in the sandbox",
+                         images_left_out, files_left_out, MAX_IMAGES, MAX_IMAGES_TOTAL >> 20,
+                         MAX_FILES_PRODUCED);
+                json_object_set_new(reply, "note", json_string(note));
+        }
         rpc_reply_result(run->req, reply);
         run_free(run);
 }
@@ -181,6 +270,11 @@ struct python_interp {
         struct loop_source *timer;
         int timeout_stage; /* 0: none, 1: SIGINT sent, 2: killed */
 };
+
+bool python_busy(const struct sandbox *sb)
+{
+        return sb->python != NULL && (sb->python->in_flight || sb->python->queue != NULL);
+}
 
 static void interp_send_next(struct python_interp *in);
 static void python_stateful_submit(struct python_run *run);
@@ -474,6 +568,7 @@ static void install_done(struct exec *ex, json_t *result, void *data)
 {
         struct install *inst = data;
         if (inst->run == NULL) {
+                calls_add(inst->req->uid, -1);
                 rpc_reply_result(inst->req, json_incref(result));
                 free(inst);
                 return;
@@ -548,8 +643,18 @@ void package_method_install(struct rpc_request *req, struct sandbox *sb)
                 rpc_reply_fail(req, "internal", "out of memory");
                 return;
         }
+        if (exec_uid_at_quota(req->uid)) {
+                free(inst);
+                rpc_reply_fail(req, "limit_reached",
+                               "uid %u has %u execs and python.run calls running, the most allowed "
+                               "(max_execs_per_uid)",
+                               (unsigned)req->uid, nsboxd.config.max_execs_per_uid);
+                return;
+        }
         inst->req = req;
+        calls_add(req->uid, 1);
         if (start_install(sb, packages, opts[0], opts[1], inst, &err) < 0) {
+                calls_add(req->uid, -1);
                 free(inst);
                 rpc_reply_fail(req, "internal", "%s", err->message);
         }
@@ -702,12 +807,21 @@ void python_method_run(struct rpc_request *req)
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
                 return;
         }
+        if (exec_uid_at_quota(req->uid)) {
+                rpc_reply_fail(req, "limit_reached",
+                               "uid %u has %u execs and python.run calls running, the most allowed "
+                               "(max_execs_per_uid)",
+                               (unsigned)req->uid, nsboxd.config.max_execs_per_uid);
+                return;
+        }
         struct python_run *run = calloc(1, sizeof(*run));
         if (run == NULL) {
                 rpc_reply_fail(req, "internal", "out of memory");
                 return;
         }
         run->req = req;
+        run->uid = req->uid;
+        calls_add(run->uid, 1);
         rpc_request_on_disconnect(req, run_client_gone, run);
         run->stateful = json_is_true(json_object_get(p, "stateful"));
         json_t *t = json_object_get(p, "timeout_seconds");
@@ -746,6 +860,7 @@ void python_method_run(struct rpc_request *req)
                         session_ready(sb, NULL, run);
                 return;
         }
+        run->recreated = sandbox_session_reaped(policy.session_id, req->uid);
         int r = sandbox_create(req->uid, &policy, session_ready, run, &sb, &err);
         if (r < 0)
                 run_fail(run, r == -EUSERS ? "limit_reached" : "internal", err->message);

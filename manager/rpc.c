@@ -501,6 +501,14 @@ bool rpc_request_connected(const struct rpc_request *req)
         return !req->conn->closed;
 }
 
+size_t rpc_request_backlog(const struct rpc_request *req)
+{
+        const struct rpc_conn *conn = req->conn;
+        if (conn->closed)
+                return 0;
+        return conn->out_len - conn->out_off + (conn->large != NULL ? LARGE_REPLY_BYTES : 0);
+}
+
 static const struct rpc_method *find_method(const char *name)
 {
         for (const struct rpc_method *m = server.config.methods; m->name != NULL; m++) {

@@ -57,6 +57,8 @@ void rpc_reply_error(struct rpc_request *req, int code, const char *kind, const 
 /* Notification to the request's client, if it is still connected. params: borrowed. */
 void rpc_notify(struct rpc_request *req, const char *method, json_t *params);
 bool rpc_request_connected(const struct rpc_request *req);
+/* Bytes queued for the request's client that it has not read yet. */
+size_t rpc_request_backlog(const struct rpc_request *req);
 /* Parameter checks that answer -32602 themselves and return false. */
 bool rpc_check_fields(struct rpc_request *req, const char *const *known);
 bool rpc_get_bool(struct rpc_request *req, const char *key, bool *out);

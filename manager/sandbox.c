@@ -25,6 +25,7 @@
 #include "log.h"
 #include "profiles.h"
 #include "proto.h"
+#include "python.h"
 #include "rootfs.h"
 #include "setup.h"
 #include "state.h"
@@ -683,15 +684,66 @@ void sandbox_remove(struct sandbox *sb, sandbox_ready_cb done, void *data)
         sandbox_kill(sb);
 }
 
+/* Sessions whose sandbox the reaper removed, so that the request that
+ * recreates one can say so: a small table, oldest entries overwritten, and
+ * at most REAPED_PER_OWNER per owner so that one user cannot push out the
+ * others' entries. */
+#define REAPED_SESSIONS  256
+#define REAPED_PER_OWNER 16
+
+static struct reaped_session {
+        uid_t owner;
+        long long when_mono; /* 0: a free entry */
+        char session_id[sizeof(((struct sandbox_policy *)0)->session_id)];
+} reaped[REAPED_SESSIONS];
+
+static void reaped_remember(const struct sandbox *sb)
+{
+        struct reaped_session *victim = NULL, *own_oldest = NULL;
+        unsigned own = 0;
+        for (size_t i = 0; i < REAPED_SESSIONS; i++) {
+                struct reaped_session *r = &reaped[i];
+                if (r->when_mono != 0 && r->owner == sb->owner) {
+                        own++;
+                        if (own_oldest == NULL || r->when_mono < own_oldest->when_mono)
+                                own_oldest = r;
+                }
+                if (victim == NULL || r->when_mono < victim->when_mono)
+                        victim = r;
+        }
+        if (own >= REAPED_PER_OWNER)
+                victim = own_oldest;
+        victim->owner = sb->owner;
+        victim->when_mono = now_monotonic_ms();
+        snprintf(victim->session_id, sizeof(victim->session_id), "%s", sb->policy.session_id);
+}
+
+bool sandbox_session_reaped(const char *session_id, uid_t owner)
+{
+        for (size_t i = 0; i < REAPED_SESSIONS; i++) {
+                struct reaped_session *r = &reaped[i];
+                if (r->when_mono != 0 && r->owner == owner && strcmp(r->session_id, session_id) == 0) {
+                        r->when_mono = 0;
+                        return true;
+                }
+        }
+        return false;
+}
+
 void sandbox_reap_idle(void)
 {
         long long now = now_monotonic_ms();
         for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
-                if (sb->state != SANDBOX_RUNNING || sb->running_execs > 0 || sb->pooled)
+                /* Work in progress is never idle: an exec, a package install, a
+                 * python.run (stateless ones are execs; stateful ones run in the
+                 * interpreter, a service exec that does not count as work itself). */
+                if (sb->state != SANDBOX_RUNNING || sb->running_execs > 0 || sb->pooled || python_busy(sb))
                         continue;
                 if (now - sb->last_active_mono >= (long long)sb->policy.idle_timeout_seconds * 1000) {
                         log_info("sandbox %s: idle for %us, reaping", sb->id,
                                  sb->policy.idle_timeout_seconds);
+                        if (sb->policy.session_id[0] != '\0')
+                                reaped_remember(sb);
                         sb->state = SANDBOX_STOPPING;
                         sandbox_kill(sb);
                 }

@@ -67,6 +67,9 @@ struct sandbox *sandbox_find_session(const char *session_id, uid_t owner);
 void sandbox_remove(struct sandbox *sb, sandbox_ready_cb done, void *data);
 void sandbox_touch(struct sandbox *sb);
 void sandbox_reap_idle(void);
+/* The idle reaper removed the sandbox of this session of `owner` (and it
+ * was not recreated since): true once, the entry is then forgotten. */
+bool sandbox_session_reaped(const char *session_id, uid_t owner);
 
 json_t *sandbox_to_json(const struct sandbox *sb, bool existing);
 const char *sandbox_state_name(enum sandbox_state state);

@@ -7,6 +7,7 @@ processes is captured too, and can never corrupt the frames."""
 import ast
 import json
 import os
+import signal
 import sys
 import time
 
@@ -62,6 +63,54 @@ class Capture:
         return data.decode("utf-8", "replace"), size > MAX_OUTPUT
 
 
+def processes():
+    """{pid: parent pid} of the processes this sandbox's pid namespace shows."""
+    out = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name, "rb") as f:
+                out[int(name)] = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def kill_call_processes(before):
+    """SIGKILL every process an interrupted call started: new descendants of
+    this interpreter, and new orphans, which the exec's supervisor (our
+    parent, the subreaper of this exec's tree) inherited when a double fork
+    or setsid cut them loose. Processes of earlier calls (in `before`) and of
+    other execs are left alone. A few rounds, for processes forked while we
+    kill."""
+    me, supervisor = os.getpid(), os.getppid()
+    for _ in range(20):
+        children = {}
+        for pid, ppid in processes().items():
+            children.setdefault(ppid, []).append(pid)
+        victims = []
+        pending = [p for p in children.get(me, []) + children.get(supervisor, []) if p != me]
+        while pending:
+            pid = pending.pop()
+            if pid in before:
+                continue
+            victims.append(pid)
+            pending.extend(children.get(pid, []))
+        if not victims:
+            return
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        for pid in victims:
+            try:  # our own children: reap them (the supervisor reaps its own)
+                os.waitpid(pid, 0)
+            except OSError:
+                pass
+
+
 def run_cell(code, namespace, figures):
     """Execute code; the value of a trailing expression is the result."""
     tree = ast.parse(code, "<cell>", "exec")
@@ -90,6 +139,13 @@ def main():
     figures = nsbox_runtime.FigureCapture()
     figures.install_import_hook()
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+    sigint = []
+
+    def on_sigint(signum, frame):
+        sigint.append(True)
+        signal.default_int_handler(signum, frame)
+
+    signal.signal(signal.SIGINT, on_sigint)
     write_frame(protocol_out, {"ready": True, "pid": os.getpid()})
     while True:
         try:
@@ -101,8 +157,10 @@ def main():
         capture.reset()
         figures.images = []
         before = nsbox_runtime.snapshot()
+        before_processes = set(processes())
         started = time.monotonic()
         status, result, interrupted = "ok", None, False
+        sigint.clear()
         try:
             result = run_cell(request.get("code", ""), namespace, figures)
         except KeyboardInterrupt as e:
@@ -113,6 +171,11 @@ def main():
         except BaseException as e:
             status = "error"
             sys.stderr.write(nsbox_runtime.user_traceback(e, "<cell>"))
+        if interrupted or sigint:
+            # The call was interrupted (its timeout, or its client left): the
+            # interpreter and its variables stay, but nothing the call started
+            # outlives it, even where the code caught the KeyboardInterrupt.
+            kill_call_processes(before_processes)
         try:
             figures.save_open_figures()
         except BaseException as e:
