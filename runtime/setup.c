@@ -43,6 +43,42 @@ static int wait_for_go(int sync_fd, nsbox_error_t **err)
         return 0;
 }
 
+/* Per-process limits of everything in the sandbox, set on the init and
+ * inherited by every exec; no process inside holds CAP_SYS_RESOURCE in the
+ * host's namespace to raise them. Most bound a pool that is the host's,
+ * counted per uid or globally, whatever the sandbox's cgroups say:
+ *  - open files: the host's file table (fs.file-max) is one count; a
+ *    sandbox holds at most this times its pids limit;
+ *  - core dumps: written by the kernel wherever core_pattern says, outside
+ *    the sandbox's disk limit when it names a host helper;
+ *  - locked memory (mlock, SHM_LOCK): unevictable pages, which the host's
+ *    reclaim cannot touch; the kernel's own default;
+ *  - pending signals: queued signals are kernel memory; the host's default
+ *    scales with its RAM (tens of thousands);
+ *  - POSIX message queues: the kernel's default bytes per uid. */
+static const struct {
+        int resource;
+        rlim_t value;
+        const char *name;
+} sandbox_rlimits[] = {
+        { RLIMIT_NOFILE, 1024, "RLIMIT_NOFILE" },       { RLIMIT_CORE, 0, "RLIMIT_CORE" },
+        { RLIMIT_MEMLOCK, 8 << 20, "RLIMIT_MEMLOCK" },  { RLIMIT_SIGPENDING, 4096, "RLIMIT_SIGPENDING" },
+        { RLIMIT_MSGQUEUE, 819200, "RLIMIT_MSGQUEUE" },
+};
+
+/* Soft and hard limit to `value`, or to the hard limit we have if lower:
+ * raising it would take CAP_SYS_RESOURCE in the host's namespace. */
+static int lower_rlimit(int resource, rlim_t value)
+{
+        struct rlimit now;
+        if (getrlimit(resource, &now) < 0)
+                return -1;
+        if (now.rlim_max != RLIM_INFINITY && now.rlim_max < value)
+                value = now.rlim_max;
+        struct rlimit limit = { value, value };
+        return setrlimit(resource, &limit);
+}
+
 /* Put `fd` at `target`, without CLOEXEC, whatever number it has now. */
 static int place_fd(int fd, int target)
 {
@@ -137,10 +173,11 @@ void sandbox_setup_child(const struct sandbox_setup *setup)
          * Only now: until the execve this process holds every fd it was
          * cloned with (a manager with hundreds of sandboxes holds more than
          * 1024), and a lower limit would fail every open before this. */
-        struct rlimit nofile = { 1024, 1024 };
-        if (setrlimit(RLIMIT_NOFILE, &nofile) < 0) {
-                nsbox_error(&err, errno, "set RLIMIT_NOFILE");
-                setup_fail(sync_fd, err);
+        for (size_t i = 0; i < ARRAY_SIZE(sandbox_rlimits); i++) {
+                if (lower_rlimit(sandbox_rlimits[i].resource, sandbox_rlimits[i].value) < 0) {
+                        nsbox_error(&err, errno, "set %s", sandbox_rlimits[i].name);
+                        setup_fail(sync_fd, err);
+                }
         }
         prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);
 
