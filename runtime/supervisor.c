@@ -229,35 +229,6 @@ static bool reap(struct supervisor *s, int flags)
         }
 }
 
-/* Append the children of `pid`, as the kernel lists them in
- * /proc/PID/task/PID/children ("1 2 3 "), to out[*count..max). Returns 0,
- * or -1 without /proc. */
-static int list_children(pid_t pid, pid_t *out, int *count, int max)
-{
-        char path[64], buf[8192];
-        snprintf(path, sizeof(path), "/proc/%d/task/%d/children", pid, pid);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return errno == ENOENT ? 0 : -1; /* ENOENT: it is gone already */
-        size_t have = 0;
-        while (have < sizeof(buf) - 1) {
-                ssize_t n = read(fd, buf + have, sizeof(buf) - 1 - have);
-                if (n <= 0)
-                        break;
-                have += n;
-        }
-        close(fd);
-        buf[have] = '\0';
-        for (char *p = buf, *end; *count < max; p = end) {
-                long child = strtol(p, &end, 10);
-                if (end == p)
-                        break;
-                if (child > 0)
-                        out[(*count)++] = (pid_t)child;
-        }
-        return 0;
-}
-
 #define KILL_BATCH 4096
 
 /* SIGKILL every descendant, reap them, and return when none is left. Each
@@ -273,7 +244,7 @@ static void kill_tree(struct supervisor *s)
                 if (!reap(s, WNOHANG))
                         return; /* the usual end of an exec: nothing left to walk */
                 int n = 0;
-                if (list_children(supervisor_pid, pids, &n, KILL_BATCH) < 0) {
+                if (process_list_children(supervisor_pid, pids, &n, KILL_BATCH) < 0) {
                         /* No /proc: the session and group of the exec, at least. */
                         if (s->child > 0) {
                                 kill(-s->child, SIGKILL);
@@ -282,7 +253,7 @@ static void kill_tree(struct supervisor *s)
                 } else {
                         for (int i = 0; i < n; i++) {
                                 kill(pids[i], SIGKILL);
-                                list_children(pids[i], pids, &n, KILL_BATCH);
+                                process_list_children(pids[i], pids, &n, KILL_BATCH);
                         }
                 }
                 int status;
