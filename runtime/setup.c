@@ -5,15 +5,18 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "cleanup.h"
+#include "log.h"
 #include "mounts.h"
 #include "network.h"
 #include "proto.h"
@@ -126,6 +129,34 @@ static int enter_namespaces(const struct sandbox_setup *setup, nsbox_error_t **e
         return mounts_enter_root(".", err);
 }
 
+/* Through the legacy oom_adj file (-17, "disabled", is -1000): a write
+ * to oom_score_adj by a holder of CAP_SYS_RESOURCE also sets the floor
+ * (oom_score_adj_min) that every process forked after inherits, and each
+ * exec's processes, which start from their supervisor's value and are
+ * raised to 0 by it (supervisor.c), could then lower themselves back out
+ * of the OOM killer's reach. The legacy file leaves the floor as it was. */
+int sandbox_setup_protect(pid_t pid, nsbox_error_t **err)
+{
+        static bool warned;
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/oom_adj", pid);
+        _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd >= 0 && write(fd, "-17", 3) == 3)
+                return 0;
+        if (fd >= 0 && errno == EACCES) {
+                /* A manager without CAP_SYS_RESOURCE (some VMs' and
+                 * containers' root): the supervisors stay at the manager's
+                 * value, still out of the sandbox's reach; if the OOM killer
+                 * takes one, the init ends what it leaves (init.c). */
+                if (!warned)
+                        log_warn(
+                            "no CAP_SYS_RESOURCE: exec supervisors are not protected from the OOM killer");
+                warned = true;
+                return 0;
+        }
+        return nsbox_error(err, errno, "keep the sandbox init out of the OOM killer's choice");
+}
+
 void sandbox_setup_child(const struct sandbox_setup *setup)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
@@ -134,6 +165,22 @@ void sandbox_setup_child(const struct sandbox_setup *setup)
         /* Die with the manager while still being set up. */
         prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
         prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+        /* The init's image only executable, not readable, by the sandbox
+         * (we are still host uid 0, its owner): execve of a file its caller
+         * cannot read puts the new memory under the nearest user namespace
+         * that owns the file, here the host's (would_dump in fs/exec.c).
+         * The /proc/PID files of a non-dumpable process are owned by root
+         * of that namespace (task_dump_owner in fs/proc/base.c): for the
+         * init and its supervisors, which fork its memory, host root, whom
+         * the sandbox cannot even name. Otherwise sandbox root owns them
+         * and may write, say, a supervisor's oom_score_adj to 1000, so the
+         * OOM killer takes the supervisor and leaves its exec unsupervised.
+         * ptrace and /proc/PID/mem of them then take CAP_SYS_PTRACE on the
+         * host, too. */
+        if (fchmod(setup->init_memfd, 0111) < 0) {
+                nsbox_error(&err, errno, "make the init executable only");
+                setup_fail(sync_fd, err);
+        }
 
         if ((setup->prepare != NULL && setup->prepare(setup->prepare_ctx, &err) < 0) ||
             wait_for_go(sync_fd, &err) < 0 || enter_namespaces(setup, &err) < 0)

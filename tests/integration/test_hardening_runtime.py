@@ -19,6 +19,15 @@ pytestmark = pytest.mark.skipif(platform.machine() != "x86_64",
                                 reason="the probes use x86_64 syscall numbers")
 
 USERS = ["sandbox", "root"]
+
+
+def _has_capability(bit):
+    with open("/proc/self/status") as f:
+        eff = next(line for line in f if line.startswith("CapEff:"))
+    return bool(int(eff.split()[1], 16) & (1 << bit))
+
+
+HOST_HAS_SYS_RESOURCE = _has_capability(24)  # nsboxd inherits ours
 DOCKER_PROFILE = os.path.join(REPO, "..", "shared", "compat", "docker-default-seccomp.json")
 if not os.path.exists(DOCKER_PROFILE):
     DOCKER_PROFILE = "/work/shared/compat/docker-default-seccomp.json"
@@ -138,8 +147,10 @@ def test_no_exec_can_change_the_oom_score_of_a_supervisor_or_the_init(daemon, sh
         daemon.call("exec.kill", exec_id=other)
     assert len(v["targets"]) >= 3, v  # the init, our supervisor, another one
     assert all(result != "written" for result in v["out"].values()), v
-    # Every supervisor and the init stay where the OOM killer never picks them.
-    assert set(v["adj"].values()) == {"-1000"}, v
+    # Every supervisor and the init stay where the OOM killer never picks
+    # them, where nsboxd may put them there (root without CAP_SYS_RESOURCE,
+    # as on some VMs, may not lower an oom_score_adj: then where they were).
+    assert set(v["adj"].values()) == {"-1000" if HOST_HAS_SYS_RESOURCE else "0"}, v
     # The exec itself is an ordinary process.
     assert v["self_adj"] == "0", v
 
