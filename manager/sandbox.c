@@ -431,6 +431,7 @@ static int sandbox_spawn(struct sandbox *sb, nsbox_error_t **err)
         if ((r = state_save(sb, err)) < 0)
                 return r;
         if ((r = write_id_maps(pid, sb->host_uid_base, err)) < 0 ||
+            (r = sandbox_setup_protect(pid, err)) < 0 ||
             (r = rootfs_mount_overlay(sb->dir, image_rootfs, pid, !uidmode_shared(), err)) < 0)
                 return r;
 

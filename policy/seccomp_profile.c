@@ -553,6 +553,45 @@ static int parse_args(json_t *entry, const char *where, struct scmp_arg_cmp **ou
         return 0;
 }
 
+/* Whatever a profile says, Docker's included: io_setup reserves events from
+ * fs.aio-nr, one count for the whole host (aio-max-nr, 65536 by default),
+ * and a sandbox that takes it all fails every io_setup on the host. ENOSYS,
+ * as on a kernel without AIO, so libaio users and glibc fall back to
+ * threads. io_uring is a second syscall interface that no filter sees into
+ * (its operations open, read and connect past every rule of the profile).
+ * Forced here rather than by a second filter in the init: one program per
+ * sandbox, and the rule is in it whichever process loads it. */
+static const struct {
+        const char *name;
+        int errnum;
+} forced_denials[] = {
+        { "io_setup", ENOSYS },
+        { "io_uring_setup", EPERM },
+};
+
+static bool is_forced(const char *name)
+{
+        for (size_t i = 0; i < ARRAY_SIZE(forced_denials); i++) {
+                if (strcmp(name, forced_denials[i].name) == 0)
+                        return true;
+        }
+        return false;
+}
+
+static int add_forced_denials(struct profile_compiler *pc, nsbox_error_t **err)
+{
+        for (size_t i = 0; i < ARRAY_SIZE(forced_denials); i++) {
+                int nr = seccomp_syscall_resolve_name(forced_denials[i].name);
+                uint32_t action = SCMP_ACT_ERRNO(forced_denials[i].errnum);
+                if (nr == __NR_SCMP_ERROR || action == pc->default_action)
+                        continue;
+                int r = seccomp_rule_add(pc->ctx, action, nr, 0);
+                if (r < 0)
+                        return nsbox_error(err, -r, "deny \"%s\" in every profile", forced_denials[i].name);
+        }
+        return 0;
+}
+
 /* libseccomp refuses two comparisons on the same argument in one rule, yet
  * Docker-era profiles use that to mean "any of these values". Like runc, give
  * each comparison its own rule then, which ORs them. */
@@ -566,7 +605,7 @@ static int add_rules(struct profile_compiler *pc, const char *name, uint32_t act
 
         /* Docker's profile lists syscalls of every architecture and kernel;
          * names this libseccomp cannot resolve do not exist here. */
-        if (nr == __NR_SCMP_ERROR)
+        if (nr == __NR_SCMP_ERROR || is_forced(name))
                 return 0;
 
         if (!split) {
@@ -741,6 +780,9 @@ static int compile_profile(json_t *root, struct seccomp_program *out, nsbox_erro
         if (r < 0)
                 return r;
 
+        r = add_forced_denials(&pc, err);
+        if (r < 0)
+                return r;
         r = get_optional_array(root, "syscalls", "", &syscalls, err);
         if (r < 0)
                 return r;

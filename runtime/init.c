@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,67 @@
 #include "supervisor.h"
 
 static struct sock_fprog seccomp_program;
+
+/* Our children that are exec supervisors. Any other child of ours is an
+ * orphan: a process of an exec whose supervisor died (the OOM killer, or
+ * kill -9 from the host), reparented to us as the namespace's reaper. It
+ * must not live on unsupervised, beyond its exec's timeout and kill. */
+static pid_t *supervisors;
+static size_t supervisor_count, supervisor_room;
+
+static bool is_supervisor(pid_t pid)
+{
+        for (size_t i = 0; i < supervisor_count; i++) {
+                if (supervisors[i] == pid)
+                        return true;
+        }
+        return false;
+}
+
+static int supervisor_add(pid_t pid)
+{
+        if (supervisor_count == supervisor_room) {
+                size_t room = supervisor_room ? 2 * supervisor_room : 16;
+                pid_t *grown = realloc(supervisors, room * sizeof(*grown));
+                if (grown == NULL)
+                        return -1;
+                supervisors = grown;
+                supervisor_room = room;
+        }
+        supervisors[supervisor_count++] = pid;
+        return 0;
+}
+
+static void supervisor_remove(pid_t pid)
+{
+        for (size_t i = 0; i < supervisor_count; i++) {
+                if (supervisors[i] == pid) {
+                        supervisors[i] = supervisors[--supervisor_count];
+                        return;
+                }
+        }
+}
+
+#define ORPHAN_BATCH 4096
+
+/* SIGKILL every child of ours that is no supervisor, and its descendants,
+ * top-down so that none forks past the walk. What they forked just before
+ * their signal is reparented to us; their deaths bring us back here. */
+static void kill_orphans(void)
+{
+        static pid_t pids[ORPHAN_BATCH];
+        int n = 0, children = 0;
+        if (process_list_children(getpid(), pids, &children, ORPHAN_BATCH) < 0)
+                return;
+        for (int i = 0; i < children; i++) {
+                if (!is_supervisor(pids[i]))
+                        pids[n++] = pids[i];
+        }
+        for (int i = 0; i < n; i++) {
+                kill(pids[i], SIGKILL);
+                process_list_children(pids[i], pids, &n, ORPHAN_BATCH);
+        }
+}
 
 static void send_failed(int ctl, uint32_t exec_id, int errnum, const char *message)
 {
@@ -72,12 +134,25 @@ static void handle_slot(int ctl, int sfd, const struct ctl_header *req, int *fds
                 supervisor_main(req->exec_id, fds[0], fds[1],
                                 seccomp_program.len > 0 ? &seccomp_program : NULL);
         }
+        if (supervisor_add(pid) < 0) {
+                /* Unknown, it would be taken for an orphan: better no slot. */
+                kill(pid, SIGKILL);
+                send_failed(ctl, req->exec_id, ENOMEM, "record the exec's supervisor");
+        }
 }
 
+/* A supervisor that ends leaves orphans only if it died before ending its
+ * exec's processes; an orphan that ends may leave its own children to us. */
 static void reap_children(void)
 {
-        while (waitpid(-1, NULL, WNOHANG) > 0)
-                ;
+        pid_t pid;
+        bool look = false;
+        while ((pid = waitpid(-1, NULL, WNOHANG)) > 0) {
+                supervisor_remove(pid);
+                look = true;
+        }
+        if (look)
+                kill_orphans();
 }
 
 /* Returns 0 to go on, -1 when the manager is gone. */

@@ -13,19 +13,53 @@
 
 #define PROC_FLAGS (MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
+#define MOUNTS_MAX_PTYS 64
+#define STRINGIFY_(x)   #x
+#define STRINGIFY(x)    STRINGIFY_(x)
+
 /* As Docker and runc mask them: kernel memory, keys, timers and scheduler
- * internals of the host, and the trigger that reboots it. */
+ * internals of the host, and the trigger that reboots it; and what
+ * identifies the host or its boot: the kernel's command line (root device,
+ * console, sometimes secrets), its build configuration, and the boot id. */
 static const char *const masked_files[] = {
-        "proc/kcore",       "proc/keys",        "proc/latency_stats", "proc/timer_list",
-        "proc/timer_stats", "proc/sched_debug", "proc/sysrq-trigger", "proc/kallsyms",
-        "proc/kmsg",        "proc/config.gz",   "proc/pagetypeinfo",  "proc/slabinfo",
-        "proc/vmallocinfo", "proc/buddyinfo",   "proc/zoneinfo",
+        "proc/kcore",
+        "proc/keys",
+        "proc/latency_stats",
+        "proc/timer_list",
+        "proc/timer_stats",
+        "proc/sched_debug",
+        "proc/sysrq-trigger",
+        "proc/kallsyms",
+        "proc/kmsg",
+        "proc/config.gz",
+        "proc/pagetypeinfo",
+        "proc/slabinfo",
+        "proc/vmallocinfo",
+        "proc/buddyinfo",
+        "proc/zoneinfo",
+        "proc/cmdline",
+        "proc/sys/kernel/random/boot_id",
+};
+/* sysfs files after /sys is mounted: the physical address of the kernel's
+ * crash-dump note, the kernel image's build id, and the host's kernel
+ * event counter. */
+static const char *const masked_sys_files[] = {
+        "sys/kernel/vmcoreinfo",
+        "sys/kernel/notes",
+        "sys/kernel/uevent_seqnum",
 };
 static const char *const masked_dirs[] = {
-        "proc/acpi",        "proc/asound",        "proc/scsi",
-        "proc/driver",      "sys/firmware",       "sys/devices/virtual/powercap",
-        "sys/kernel/debug", "sys/kernel/tracing", "sys/kernel/security",
+        "proc/acpi",
+        "proc/asound",
+        "proc/scsi",
+        "proc/driver",
+        "sys/firmware",
+        "sys/devices/virtual/powercap",
+        "sys/kernel/debug",
+        "sys/kernel/tracing",
+        "sys/kernel/security",
         "sys/fs/bpf",
+        "sys/devices/virtual/dmi", /* the machine's vendor, model, serial */
 };
 static const char *const readonly_dirs[] = {
         "proc/sys",
@@ -106,6 +140,11 @@ static int setup_sys(const char *root, nsbox_error_t **err)
          * namespace mount it: both keep host state out of reach. */
         if (mount("sysfs", path, "sysfs", MS_RDONLY | PROC_FLAGS, NULL) < 0)
                 return 0;
+        for (size_t i = 0; i < ARRAY_SIZE(masked_sys_files); i++) {
+                int r = mask_file(root, masked_sys_files[i], err);
+                if (r < 0)
+                        return r;
+        }
         return 0;
 }
 
@@ -128,8 +167,12 @@ static int setup_dev(const char *root, nsbox_error_t **err)
         }
         snprintf(path, sizeof(path), "%s/pts", dev);
         mkdir(path, 0755);
-        /* A private devpts instance: the sandbox's ptys are its own. */
-        if (mount("devpts", path, "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620") < 0)
+        /* A private devpts instance: the sandbox's ptys are its own, and at
+         * most MOUNTS_MAX_PTYS of them. Every instance but the host's own
+         * draws on one pool of kernel.pty.max - kernel.pty.reserve (3072 by
+         * default): without a cap one sandbox empties it for all. */
+        if (mount("devpts", path, "devpts", MS_NOSUID | MS_NOEXEC,
+                  "newinstance,ptmxmode=0666,mode=0620,max=" STRINGIFY(MOUNTS_MAX_PTYS)) < 0)
                 return nsbox_error(err, errno, "mount /dev/pts");
         snprintf(path, sizeof(path), "%s/shm", dev);
         mkdir(path, 01777);

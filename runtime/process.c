@@ -7,6 +7,7 @@
 #include <linux/seccomp.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/capability.h>
 #include <sys/prctl.h>
@@ -124,4 +125,30 @@ void process_exec_child(const struct process_spec *spec, int report_fd)
         else
                 execve(spec->argv[0], spec->argv, spec->envp);
         process_fail(report_fd, errno, spec->argv[0]);
+}
+
+int process_list_children(pid_t pid, pid_t *out, int *count, int max)
+{
+        char path[64], buf[8192];
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/children", pid, pid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return errno == ENOENT ? 0 : -1; /* ENOENT: it is gone already */
+        size_t have = 0;
+        while (have < sizeof(buf) - 1) {
+                ssize_t n = read(fd, buf + have, sizeof(buf) - 1 - have);
+                if (n <= 0)
+                        break;
+                have += n;
+        }
+        close(fd);
+        buf[have] = '\0';
+        for (char *p = buf, *end; *count < max; p = end) {
+                long child = strtol(p, &end, 10);
+                if (end == p)
+                        break;
+                if (child > 0)
+                        out[(*count)++] = (pid_t)child;
+        }
+        return 0;
 }

@@ -44,3 +44,8 @@ __attribute__((noreturn)) void process_exec_child(const struct process_spec *spe
 
 /* Report a failure to the reader of report_fd and _exit(127). */
 __attribute__((noreturn)) void process_fail(int report_fd, int errnum, const char *what);
+
+/* Append the children of `pid`, as the kernel lists them in
+ * /proc/PID/task/PID/children ("1 2 3 "), to out[*count..max). Returns 0,
+ * or -1 without /proc. */
+int process_list_children(pid_t pid, pid_t *out, int *count, int max);

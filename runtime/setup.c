@@ -5,15 +5,18 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "cleanup.h"
+#include "log.h"
 #include "mounts.h"
 #include "network.h"
 #include "proto.h"
@@ -41,6 +44,42 @@ static int wait_for_go(int sync_fd, nsbox_error_t **err)
         if (n != sizeof(go) || go.magic != SETUP_GO_MAGIC)
                 return nsbox_error(err, EPROTO, "manager went away during setup");
         return 0;
+}
+
+/* Per-process limits of everything in the sandbox, set on the init and
+ * inherited by every exec; no process inside holds CAP_SYS_RESOURCE in the
+ * host's namespace to raise them. Most bound a pool that is the host's,
+ * counted per uid or globally, whatever the sandbox's cgroups say:
+ *  - open files: the host's file table (fs.file-max) is one count; a
+ *    sandbox holds at most this times its pids limit;
+ *  - core dumps: written by the kernel wherever core_pattern says, outside
+ *    the sandbox's disk limit when it names a host helper;
+ *  - locked memory (mlock, SHM_LOCK): unevictable pages, which the host's
+ *    reclaim cannot touch; the kernel's own default;
+ *  - pending signals: queued signals are kernel memory; the host's default
+ *    scales with its RAM (tens of thousands);
+ *  - POSIX message queues: the kernel's default bytes per uid. */
+static const struct {
+        int resource;
+        rlim_t value;
+        const char *name;
+} sandbox_rlimits[] = {
+        { RLIMIT_NOFILE, 1024, "RLIMIT_NOFILE" },       { RLIMIT_CORE, 0, "RLIMIT_CORE" },
+        { RLIMIT_MEMLOCK, 8 << 20, "RLIMIT_MEMLOCK" },  { RLIMIT_SIGPENDING, 4096, "RLIMIT_SIGPENDING" },
+        { RLIMIT_MSGQUEUE, 819200, "RLIMIT_MSGQUEUE" },
+};
+
+/* Soft and hard limit to `value`, or to the hard limit we have if lower:
+ * raising it would take CAP_SYS_RESOURCE in the host's namespace. */
+static int lower_rlimit(int resource, rlim_t value)
+{
+        struct rlimit now;
+        if (getrlimit(resource, &now) < 0)
+                return -1;
+        if (now.rlim_max != RLIM_INFINITY && now.rlim_max < value)
+                value = now.rlim_max;
+        struct rlimit limit = { value, value };
+        return setrlimit(resource, &limit);
 }
 
 /* Put `fd` at `target`, without CLOEXEC, whatever number it has now. */
@@ -90,6 +129,34 @@ static int enter_namespaces(const struct sandbox_setup *setup, nsbox_error_t **e
         return mounts_enter_root(".", err);
 }
 
+/* Through the legacy oom_adj file (-17, "disabled", is -1000): a write
+ * to oom_score_adj by a holder of CAP_SYS_RESOURCE also sets the floor
+ * (oom_score_adj_min) that every process forked after inherits, and each
+ * exec's processes, which start from their supervisor's value and are
+ * raised to 0 by it (supervisor.c), could then lower themselves back out
+ * of the OOM killer's reach. The legacy file leaves the floor as it was. */
+int sandbox_setup_protect(pid_t pid, nsbox_error_t **err)
+{
+        static bool warned;
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/oom_adj", pid);
+        _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd >= 0 && write(fd, "-17", 3) == 3)
+                return 0;
+        if (fd >= 0 && errno == EACCES) {
+                /* A manager without CAP_SYS_RESOURCE (some VMs' and
+                 * containers' root): the supervisors stay at the manager's
+                 * value, still out of the sandbox's reach; if the OOM killer
+                 * takes one, the init ends what it leaves (init.c). */
+                if (!warned)
+                        log_warn(
+                            "no CAP_SYS_RESOURCE: exec supervisors are not protected from the OOM killer");
+                warned = true;
+                return 0;
+        }
+        return nsbox_error(err, errno, "keep the sandbox init out of the OOM killer's choice");
+}
+
 void sandbox_setup_child(const struct sandbox_setup *setup)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
@@ -98,6 +165,22 @@ void sandbox_setup_child(const struct sandbox_setup *setup)
         /* Die with the manager while still being set up. */
         prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
         prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+        /* The init's image only executable, not readable, by the sandbox
+         * (we are still host uid 0, its owner): execve of a file its caller
+         * cannot read puts the new memory under the nearest user namespace
+         * that owns the file, here the host's (would_dump in fs/exec.c).
+         * The /proc/PID files of a non-dumpable process are owned by root
+         * of that namespace (task_dump_owner in fs/proc/base.c): for the
+         * init and its supervisors, which fork its memory, host root, whom
+         * the sandbox cannot even name. Otherwise sandbox root owns them
+         * and may write, say, a supervisor's oom_score_adj to 1000, so the
+         * OOM killer takes the supervisor and leaves its exec unsupervised.
+         * ptrace and /proc/PID/mem of them then take CAP_SYS_PTRACE on the
+         * host, too. */
+        if (fchmod(setup->init_memfd, 0111) < 0) {
+                nsbox_error(&err, errno, "make the init executable only");
+                setup_fail(sync_fd, err);
+        }
 
         if ((setup->prepare != NULL && setup->prepare(setup->prepare_ctx, &err) < 0) ||
             wait_for_go(sync_fd, &err) < 0 || enter_namespaces(setup, &err) < 0)
@@ -137,10 +220,11 @@ void sandbox_setup_child(const struct sandbox_setup *setup)
          * Only now: until the execve this process holds every fd it was
          * cloned with (a manager with hundreds of sandboxes holds more than
          * 1024), and a lower limit would fail every open before this. */
-        struct rlimit nofile = { 1024, 1024 };
-        if (setrlimit(RLIMIT_NOFILE, &nofile) < 0) {
-                nsbox_error(&err, errno, "set RLIMIT_NOFILE");
-                setup_fail(sync_fd, err);
+        for (size_t i = 0; i < ARRAY_SIZE(sandbox_rlimits); i++) {
+                if (lower_rlimit(sandbox_rlimits[i].resource, sandbox_rlimits[i].value) < 0) {
+                        nsbox_error(&err, errno, "set %s", sandbox_rlimits[i].name);
+                        setup_fail(sync_fd, err);
+                }
         }
         prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);
 

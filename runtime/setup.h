@@ -3,6 +3,7 @@
 #pragma once
 
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "error.h"
 
@@ -28,3 +29,10 @@ struct sandbox_setup {
 
 /* Never returns: execs nsbox-init, or reports CTL_FAILED and exits. */
 __attribute__((noreturn)) void sandbox_setup_child(const struct sandbox_setup *setup);
+
+/* In the manager, on the process it cloned, before the go: out of the OOM
+ * killer's choice (oom_score_adj -1000), which the init and every exec
+ * supervisor inherit. Only the host's CAP_SYS_RESOURCE may lower it, and
+ * nothing in the sandbox can write the files of the init or a supervisor
+ * (see sandbox_setup_child), so nothing there can raise it either. */
+int sandbox_setup_protect(pid_t pid, nsbox_error_t **err);

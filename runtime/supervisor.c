@@ -229,35 +229,6 @@ static bool reap(struct supervisor *s, int flags)
         }
 }
 
-/* Append the children of `pid`, as the kernel lists them in
- * /proc/PID/task/PID/children ("1 2 3 "), to out[*count..max). Returns 0,
- * or -1 without /proc. */
-static int list_children(pid_t pid, pid_t *out, int *count, int max)
-{
-        char path[64], buf[8192];
-        snprintf(path, sizeof(path), "/proc/%d/task/%d/children", pid, pid);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return errno == ENOENT ? 0 : -1; /* ENOENT: it is gone already */
-        size_t have = 0;
-        while (have < sizeof(buf) - 1) {
-                ssize_t n = read(fd, buf + have, sizeof(buf) - 1 - have);
-                if (n <= 0)
-                        break;
-                have += n;
-        }
-        close(fd);
-        buf[have] = '\0';
-        for (char *p = buf, *end; *count < max; p = end) {
-                long child = strtol(p, &end, 10);
-                if (end == p)
-                        break;
-                if (child > 0)
-                        out[(*count)++] = (pid_t)child;
-        }
-        return 0;
-}
-
 #define KILL_BATCH 4096
 
 /* SIGKILL every descendant, reap them, and return when none is left. Each
@@ -266,14 +237,16 @@ static int list_children(pid_t pid, pid_t *out, int *count, int max)
  * reparented to us and found by the next round. The walk runs in the
  * sandbox's cpu cgroup, where a fork bomb may leave it a small share: it
  * does not wait for the dying between rounds longer than it must. */
+static pid_t tree_pids[KILL_BATCH]; /* for the walks below, one at a time */
+
 static void kill_tree(struct supervisor *s)
 {
-        static pid_t pids[KILL_BATCH];
+        pid_t *pids = tree_pids;
         for (;;) {
                 if (!reap(s, WNOHANG))
                         return; /* the usual end of an exec: nothing left to walk */
                 int n = 0;
-                if (list_children(supervisor_pid, pids, &n, KILL_BATCH) < 0) {
+                if (process_list_children(supervisor_pid, pids, &n, KILL_BATCH) < 0) {
                         /* No /proc: the session and group of the exec, at least. */
                         if (s->child > 0) {
                                 kill(-s->child, SIGKILL);
@@ -282,7 +255,7 @@ static void kill_tree(struct supervisor *s)
                 } else {
                         for (int i = 0; i < n; i++) {
                                 kill(pids[i], SIGKILL);
-                                list_children(pids[i], pids, &n, KILL_BATCH);
+                                process_list_children(pids[i], pids, &n, KILL_BATCH);
                         }
                 }
                 int status;
@@ -291,6 +264,50 @@ static void kill_tree(struct supervisor *s)
                         return;
                 if (pid > 0)
                         on_reaped(s, pid, status);
+        }
+}
+
+/* Raise the oom_score_adj of `pid` to 0 if below; true if it was. */
+static bool raise_oom_score(pid_t pid)
+{
+        char path[64], value[16];
+        snprintf(path, sizeof(path), "/proc/%d/oom_score_adj", pid);
+        int fd = open(path, O_RDWR | O_CLOEXEC);
+        if (fd < 0)
+                return false;
+        ssize_t n = read(fd, value, sizeof(value) - 1);
+        bool raised = false;
+        if (n > 0) {
+                value[n] = '\0';
+                raised = atoi(value) < 0 && pwrite(fd, "0", 1, 0) == 1;
+        }
+        close(fd);
+        return raised;
+}
+
+/* We and the init are out of the OOM killer's choice (oom_score_adj
+ * -1000, see sandbox_setup_protect), and the exec's process starts with
+ * our value: it must become an ordinary process again. Only now, with
+ * memory of its own since its execve: the kernel applies a write to every
+ * process that shares the memory of its target, so while it ran in ours
+ * we would have gone with it. Raising takes no privilege; nothing in the
+ * sandbox can lower it again (its floor, oom_score_adj_min, stayed 0).
+ * What it forked meanwhile is walked too, top-down, and a pass that raised
+ * any is followed by another, for a fork that raced it. */
+static void release_oom_protection(void)
+{
+        pid_t *pids = tree_pids;
+        for (int pass = 0; pass < 8; pass++) {
+                int n = 0;
+                bool raised = false;
+                if (process_list_children(supervisor_pid, pids, &n, KILL_BATCH) < 0)
+                        return;
+                for (int i = 0; i < n; i++) {
+                        raised |= raise_oom_score(pids[i]);
+                        process_list_children(pids[i], pids, &n, KILL_BATCH);
+                }
+                if (!raised)
+                        return;
         }
 }
 
@@ -406,6 +423,7 @@ static int start_child(struct supervisor *s, int request, const struct sock_fpro
         }
         close(report[1]);
         wait_child_leaves(s, report[0]);
+        release_oom_protection();
         /* What the child left here: the request (its argv and env, which
          * nothing else need ever see again), and the dumpable flag its new
          * ids may have set if it died before resetting it. */
