@@ -151,3 +151,44 @@ def test_fs_list_of_a_100k_entry_directory_does_not_stall_and_is_bounded(daemon,
     # All of it when asked.
     r = daemon.call("fs.list", sandbox_id=sandbox, path="/workspace/wide", max_entries=100000)
     assert len(r["entries"]) == 100000 and r["truncated"] is False
+
+
+ADVERSARIAL_FIXED = [
+    "/".join(["d"] * 1000), "/".join(["d"] * 256), "/".join(["e"] * 254), "d" * 5000, "d" * 256,
+    "/" + "x" * 4095, "../" * 1500, "/.." * 1000 + "/etc", "//" * 2000, "./" * 2000 + "f",
+    "/workspace/loop/x/y", "/workspace/loop", "loop/loop/loop", "/workspace/self", "self/x",
+    "/proc/self/root/etc", "/dev/null", "/sys/kernel", "/", ".", "..", "workspace/../..",
+    "a\nb", "\u00e9\u00e8/\U0001F600", "\x7f\x01\x1b[31m", " ", "-", "--x", "~", "$HOME",
+]
+
+
+def random_paths(seed=15, count=120):
+    rng = random.Random(seed)
+    alphabet = ["a", "b", "/", "//", ".", "..", "../", "/./", "\x01", "\u00ff", "\u2028", " ", "*", "loop", "self"]
+    return ["".join(rng.choice(alphabet) for _ in range(rng.choice([1, 3, 10, 100, 600, 1500])))
+            for _ in range(count)]
+
+
+def test_adversarial_fs_paths_get_an_answer_and_the_daemon_stays_up(daemon, sandbox):
+    # Symlink loops and a self-referencing link, made by the sandbox itself.
+    sh(daemon, sandbox, "cd /workspace && ln -s loop loop && ln -s . self && ln -s a b && ln -s b a")
+    calls = [
+        ("fs.stat", {}), ("fs.list", {}), ("fs.mkdir", {"parents": True}),
+        ("fs.write", {"content": "x"}), ("fs.read", {}), ("fs.remove", {"recursive": True}),
+    ]
+    answered = 0
+    with daemon.client(timeout=60) as c:
+        # every fixed path through every method, then random ones in turn
+        work = [(m, path) for path in ADVERSARIAL_FIXED for m in calls]
+        work += [(calls[i % len(calls)], path) for i, path in enumerate(random_paths())]
+        for (method, extra), path in work:
+            try:
+                c.call(method, sandbox_id=sandbox, path=path, **extra)
+            except RpcError as e:
+                assert e.kind and e.error.get("message"), (method, path, e.error)
+                # "internal" would be a failure nsboxd did not expect
+                assert e.kind != "internal", (method, path, e.error)
+            answered += 1
+    assert answered == len(work) >= 300
+    alive(daemon)
+    assert sh(daemon, sandbox, "echo ok") == "ok\n"
