@@ -85,8 +85,8 @@ static __attribute__((noreturn)) void fs_worker_child(int out, const int *keep, 
         int r = run(data, &output, &err);
         json_t *header;
         if (r < 0)
-                header = json_pack("{s:i, s:s}", "r", r,
-                                   "message", err && err->message ? err->message : strerror(-r));
+                header = json_pack("{s:i, s:s}", "r", r, "message",
+                                   err && err->message ? err->message : strerror(-r));
         else
                 header = json_pack("{s:i, s:o?, s:s?}", "r", 0, "result", output.result, "raw_key",
                                    output.raw_key);
@@ -161,7 +161,8 @@ static void fs_worker_event(struct loop_source *source, uint32_t events)
         for (int slice = 0; slice < 8; slice++) {
                 if (w->cap - w->len < FS_WORKER_CHUNK) {
                         if (w->cap >= FS_WORKER_MAX_OUTPUT) {
-                                fs_worker_finish(w, -EFBIG, NULL, "the answer of the file worker is too large");
+                                fs_worker_finish(w, -EFBIG, NULL,
+                                                 "the answer of the file worker is too large");
                                 return;
                         }
                         size_t grown = w->cap ? w->cap * 2 : 2 * FS_WORKER_CHUNK;
