@@ -955,9 +955,11 @@ static int fs_list_run(void *data, struct fs_worker_output *out, nsbox_error_t *
                         continue; /* removed meanwhile */
                 json_array_append_new(list, fs_stat_json(&job->ctx, names[i], strlen(names[i]), &st));
         }
-        out->result = json_pack("{s:s, s:o, s:b, s:I, s:I}", "path", p->shown, "entries", list, "truncated",
-                                scan_cut || n > job->max_entries, "total_entries", (json_int_t)n,
-                                "max_entries", (json_int_t)job->max_entries);
+        out->result =
+            json_pack("{s:s, s:b, s:I, s:I}", "path", p->shown, "truncated", scan_cut || n > job->max_entries,
+                      "total_entries", (json_int_t)n, "max_entries", (json_int_t)job->max_entries);
+        out->parts_key = "entries";
+        out->parts = list;
         return out->result ? 0 : nsbox_error(err, ENOMEM, "list %s", p->shown);
 }
 

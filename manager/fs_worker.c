@@ -21,6 +21,7 @@
 #include "json_cleanup.h"
 #include "log.h"
 
+#define FS_WORKER_PART_ITEMS 500
 /* A 64 MiB read, base64-encoded, plus its header. */
 #define FS_WORKER_MAX_OUTPUT (100u << 20)
 #define FS_WORKER_CHUNK      (1u << 20)
@@ -30,6 +31,9 @@ struct fs_worker {
         struct loop_source *source;
         char *buf;
         size_t len, cap;
+        size_t consumed; /* bytes of buf already taken as lines */
+        json_t *header;  /* once its line arrived */
+        json_t *parts;   /* header.result[parts_key], filled line by line */
         fs_worker_done_fn done;
         void *data;
 };
@@ -88,14 +92,26 @@ static __attribute__((noreturn)) void fs_worker_child(int out, const int *keep, 
                 header = json_pack("{s:i, s:s}", "r", r, "message",
                                    err && err->message ? err->message : strerror(-r));
         else
-                header = json_pack("{s:i, s:o?, s:s?}", "r", 0, "result", output.result, "raw_key",
-                                   output.raw_key);
+                header = json_pack("{s:i, s:o?, s:s?, s:s?}", "r", 0, "result", output.result, "raw_key",
+                                   output.raw_key, "parts_key", output.parts ? output.parts_key : NULL);
         char *text = header ? json_dumps(header, JSON_COMPACT) : NULL;
         if (text == NULL)
                 _exit(2);
         if (fs_worker_write_all(out, text, strlen(text)) < 0 || fs_worker_write_all(out, "\n", 1) < 0 ||
             (output.raw_key != NULL && fs_worker_write_all(out, output.raw, output.raw_len) < 0))
                 _exit(3);
+        size_t total = output.parts ? json_array_size(output.parts) : 0;
+        for (size_t i = 0; i < total; i += FS_WORKER_PART_ITEMS) {
+                json_t *part = json_array();
+                for (size_t j = i; j < total && j < i + FS_WORKER_PART_ITEMS; j++)
+                        json_array_append(part, json_array_get(output.parts, j));
+                char *line = json_dumps(part, JSON_COMPACT);
+                if (line == NULL || fs_worker_write_all(out, line, strlen(line)) < 0 ||
+                    fs_worker_write_all(out, "\n", 1) < 0)
+                        _exit(3);
+                free(line);
+                json_decref(part);
+        }
         _exit(0);
 }
 
@@ -110,20 +126,20 @@ static void fs_worker_finish(struct fs_worker *w, int r, json_t *result, const c
                         ;
         }
         w->done(w->data, r, result, message);
+        json_decref(w->header);
         free(w->buf);
         free(w);
 }
 
-/* The child closed its end: it is done (or died; then the header is missing). */
+/* The child closed its end and every line is taken: it is done (or died;
+ * then the header is missing). */
 static void fs_worker_complete(struct fs_worker *w)
 {
         int status = 0;
         while (waitpid(w->pid, &status, 0) < 0 && errno == EINTR)
                 ;
         w->pid = 0;
-        const char *newline = w->len > 0 ? memchr(w->buf, '\n', w->len) : NULL;
-        _cleanup_(json_decrefp) json_t *header =
-            newline ? json_loadb(w->buf, (size_t)(newline - w->buf), JSON_ALLOW_NUL, NULL) : NULL;
+        json_t *header = w->header;
         if (header == NULL) {
                 char why[96];
                 if (WIFSIGNALED(status))
@@ -144,14 +160,52 @@ static void fs_worker_complete(struct fs_worker *w)
         }
         json_t *result = json_incref(json_object_get(header, "result"));
         const char *raw_key = json_string_value(json_object_get(header, "raw_key"));
-        if (result != NULL && raw_key != NULL) {
-                size_t off = (size_t)(newline - w->buf) + 1;
-                json_object_set_new(result, raw_key, json_stringn_nocheck(w->buf + off, w->len - off));
-        }
+        if (result != NULL && raw_key != NULL)
+                json_object_set_new(result, raw_key,
+                                    json_stringn_nocheck(w->buf + w->consumed, w->len - w->consumed));
         if (result == NULL)
                 fs_worker_finish(w, -EIO, NULL, "the file worker sent no result");
         else
                 fs_worker_finish(w, 0, result, NULL);
+}
+
+/* Take the complete lines that arrived: the header, then parts. Returns
+ * false when the answer is malformed (then the worker is finished). */
+static bool fs_worker_take_lines(struct fs_worker *w)
+{
+        for (;;) {
+                if (w->header != NULL && w->parts == NULL)
+                        return true; /* the rest is raw bytes, taken at the end */
+                if (w->consumed >= w->len)
+                        return true;
+                char *start = w->buf + w->consumed;
+                char *newline = memchr(start, '\n', w->len - w->consumed);
+                if (newline == NULL)
+                        return true;
+                json_t *line = json_loadb(start, (size_t)(newline - start), JSON_ALLOW_NUL, NULL);
+                w->consumed = (size_t)(newline - w->buf) + 1;
+                if (w->header == NULL) {
+                        if (line == NULL)
+                                break;
+                        w->header = line;
+                        const char *key = json_string_value(json_object_get(w->header, "parts_key"));
+                        json_t *result = json_object_get(w->header, "result");
+                        if (key != NULL && json_is_object(result)) {
+                                w->parts = json_array();
+                                json_object_set_new(result, key, w->parts);
+                        }
+                        continue;
+                }
+                if (!json_is_array(line) || json_array_extend(w->parts, line) < 0) {
+                        json_decref(line);
+                        break;
+                }
+                json_decref(line);
+                /* One part per wakeup: other clients are served in between. */
+                return true;
+        }
+        fs_worker_finish(w, -EIO, NULL, "the file worker sent a malformed answer");
+        return false;
 }
 
 static void fs_worker_event(struct loop_source *source, uint32_t events)
@@ -184,12 +238,20 @@ static void fs_worker_event(struct loop_source *source, uint32_t events)
                         return;
                 }
                 if (n == 0) {
+                        /* Lines left: one per wakeup; the end of file keeps the fd ready. */
+                        size_t before = w->consumed;
+                        if (!fs_worker_take_lines(w))
+                                return;
+                        if (w->consumed != before)
+                                return;
                         loop_remove(nsboxd.loop, w->source);
                         w->source = NULL;
                         fs_worker_complete(w);
                         return;
                 }
                 w->len += (size_t)n;
+                if (!fs_worker_take_lines(w))
+                        return;
         }
 }
 

@@ -19,6 +19,11 @@ struct fs_worker_output {
         const char *raw_key;
         char *raw;
         size_t raw_len;
+        /* Or: an array appended to result[parts_key], sent as lines of a few
+         * hundred items that nsboxd parses one per wakeup, so a 100k-entry
+         * listing is never parsed in one go on the loop. */
+        const char *parts_key;
+        json_t *parts;
 };
 
 /* Runs in the child. Returns 0 and fills out, or a negative errno with err. */
