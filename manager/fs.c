@@ -25,44 +25,47 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/pidfd.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "cleanup.h"
 #include "daemon.h"
+#include "fs_path.h"
+#include "fs_worker.h"
 #include "json_cleanup.h"
 #include "log.h"
 #include "sandbox.h"
 #include "textenc.h"
 
-#define FS_PATH_MAX           4096
 #define FS_READ_DEFAULT_BYTES (10u << 20)
 #define FS_READ_MAX_BYTES     (64u << 20)
-#define FS_LIST_MAX_ENTRIES   100000
-#define FS_REMOVE_MAX_DEPTH   256
-#define FS_SANDBOX_USER       1000
-#define FS_DEFAULT_FILE_MODE  0644
-#define FS_DEFAULT_DIR_MODE   0755
+/* fs.list answers at most max_entries (default 10000, at most 100000)
+ * entries, sorted by name, with truncated and total_entries saying what
+ * was left out; a directory is read to at most FS_LIST_SCAN_MAX names. */
+#define FS_LIST_DEFAULT_ENTRIES 10000
+#define FS_LIST_MAX_ENTRIES     100000
+#define FS_LIST_SCAN_MAX        (4u << 20)
+/* Reads and writes up to this size run on the loop; larger in a worker. */
+#define FS_INLINE_BYTES (1 << 20)
+/* The deepest tree fs.remove takes apart: one open fd per level, in a
+ * worker whose fd limit is raised to match. */
+#define FS_TREE_MAX_DEPTH    16384
+#define FS_DIRENT_BUFFER     (64u << 10)
+#define FS_SANDBOX_USER      1000
+#define FS_DEFAULT_FILE_MODE 0644
+#define FS_DEFAULT_DIR_MODE  0755
 /* openat2 answers EAGAIN when a rename raced a ".." walk; the sandbox can
  * keep that up forever, so the retries are bounded. */
 #define FS_RESOLVE_RETRIES 64
 
 #define FS_RESOLVE       (RESOLVE_IN_ROOT | RESOLVE_NO_XDEV | RESOLVE_NO_MAGICLINKS)
 #define FS_RESOLVE_ENTRY (RESOLVE_BENEATH | RESOLVE_NO_XDEV | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
-
-/* A sandbox path, normalized: `rel` is relative to the sandbox root ("."
- * for the root itself), `parent` + `name` split off its last component. */
-struct fs_path {
-        char rel[FS_PATH_MAX + 16];
-        char parent[FS_PATH_MAX + 16];
-        const char *name;             /* in rel; NULL when the path is the root or ends in ".." */
-        bool dir_only;                /* written with a trailing "/", "." or ".." */
-        char shown[FS_PATH_MAX + 16]; /* "/" + rel, for messages and replies */
-};
 
 /* One call's view of a sandbox: its pinned root and the sandbox user. */
 struct fs_ctx {
@@ -71,6 +74,7 @@ struct fs_ctx {
         gid_t gid;
         uid_t uid_base;
         unsigned long long disk_bytes;
+        int watch_fd; /* in a worker: the init's pidfd, to stop when the sandbox goes; else -1 */
 };
 
 static void fs_ctx_close(struct fs_ctx *ctx)
@@ -147,72 +151,6 @@ static int fs_refuse_type(nsbox_error_t **err, mode_t mode, const char *path)
                          "%s is %s: only regular files are read or written", path, fs_special_name(mode));
 }
 
-/* Normalize a sandbox path: absolute = from the sandbox root, relative =
- * from /workspace. Empty and "." components go; ".." stays for the kernel
- * to resolve (physically, inside the root). */
-static int fs_path_parse(const char *text, size_t len, struct fs_path *out, nsbox_error_t **err)
-{
-        if (len == 0)
-                return fs_refuse(err, EINVAL, "the path is empty");
-        if (memchr(text, '\0', len) != NULL)
-                return fs_refuse(err, EINVAL, "the path contains a NUL byte");
-        if (len > FS_PATH_MAX)
-                return fs_refuse(err, ENAMETOOLONG, "the path is longer than %d bytes", FS_PATH_MAX);
-
-        size_t n = 0;
-        size_t last = 0; /* offset of the last component in rel */
-        const char *p = text, *end = text + len;
-        if (*p != '/') {
-                memcpy(out->rel, "workspace", 9);
-                n = 9;
-        }
-        const char *last_component = NULL;
-        size_t last_len = 0;
-        while (p < end) {
-                while (p < end && *p == '/')
-                        p++;
-                const char *c = p;
-                while (p < end && *p != '/')
-                        p++;
-                size_t clen = (size_t)(p - c);
-                if (clen == 0 || (clen == 1 && c[0] == '.'))
-                        continue;
-                if (clen > NAME_MAX)
-                        return fs_refuse(err, ENAMETOOLONG, "a path component is longer than %d bytes",
-                                         NAME_MAX);
-                if (n > 0)
-                        out->rel[n++] = '/';
-                last = n;
-                memcpy(out->rel + n, c, clen);
-                n += clen;
-                last_component = c;
-                last_len = clen;
-        }
-        char final = len > 0 ? text[len - 1] : '\0';
-        out->dir_only = final == '/' || (last_component != NULL && last_component + last_len != end);
-        if (n == 0) {
-                strcpy(out->rel, ".");
-                strcpy(out->parent, ".");
-                out->name = NULL;
-                out->dir_only = true;
-        } else {
-                out->rel[n] = '\0';
-                if (last == 0) {
-                        strcpy(out->parent, ".");
-                } else {
-                        memcpy(out->parent, out->rel, last - 1);
-                        out->parent[last - 1] = '\0';
-                }
-                out->name = out->rel + last;
-                if (strcmp(out->name, "..") == 0) {
-                        out->name = NULL;
-                        out->dir_only = true;
-                }
-        }
-        snprintf(out->shown, sizeof(out->shown), "/%s", n == 0 ? "" : out->rel);
-        return 0;
-}
-
 static int fs_openat2(int dirfd, const char *path, int flags, mode_t mode, uint64_t resolve)
 {
         struct open_how how = {
@@ -235,6 +173,7 @@ static int fs_openat2(int dirfd, const char *path, int flags, mode_t mode, uint6
 static int fs_ctx_open(struct sandbox *sb, struct fs_ctx *ctx, nsbox_error_t **err)
 {
         ctx->root = -1;
+        ctx->watch_fd = -1;
         if (sb->state != SANDBOX_RUNNING || sb->pidfd == NULL)
                 return fs_refuse(err, ESRCH, "sandbox %s is %s", sb->id, sandbox_state_name(sb->state));
         char path[64];
@@ -294,46 +233,68 @@ static int fs_mkdir_entry(const struct fs_ctx *ctx, int parent, const char *name
         return fs_claim(ctx, fd, FS_DEFAULT_DIR_MODE, shown, err);
 }
 
-/* O_PATH fd of the directory `rel`, creating what is missing (mkdir -p). */
-static int fs_open_dir_creating(const struct fs_ctx *ctx, const char *rel, unsigned depth, int *out,
-                                nsbox_error_t **err)
+static void fs_shown(char *shown, size_t size, const char *rel)
 {
-        char shown[FS_PATH_MAX + 16];
-        snprintf(shown, sizeof(shown), "/%s", strcmp(rel, ".") == 0 ? "" : rel);
-        int fd = fs_openat2(ctx->root, rel, O_PATH | O_DIRECTORY, 0, FS_RESOLVE);
-        if (fd >= 0) {
-                *out = fd;
-                return 0;
-        }
-        if (fd != -ENOENT || depth > FS_PATH_MAX / 2)
-                return fs_resolve_error(err, -fd, shown);
+        snprintf(shown, size, "/%s", strcmp(rel, ".") == 0 ? "" : rel);
+}
 
-        char parent[FS_PATH_MAX + 16];
-        const char *slash = strrchr(rel, '/');
-        const char *name = slash ? slash + 1 : rel;
-        if (slash) {
-                memcpy(parent, rel, (size_t)(slash - rel));
-                parent[slash - rel] = '\0';
-        } else {
-                strcpy(parent, ".");
+/* O_PATH fd of the directory `rel`, creating what is missing (mkdir -p).
+ * A loop, not a recursion: a client's path of a thousand missing levels
+ * once took nsboxd's stack with it. The deepest existing prefix is found
+ * first; then each missing level is made in its parent's fd and the prefix
+ * reopened from the root with RESOLVE_IN_ROOT, as one openat2 of the whole
+ * path would resolve it. The component count is bounded by fs_path_parse. */
+static int fs_open_dir_creating(const struct fs_ctx *ctx, const char *rel, int *out, nsbox_error_t **err)
+{
+        char prefix[FS_PATH_MAX + 16];
+        char shown[FS_PATH_MAX + 16];
+        unsigned total = 0;
+        if (strcmp(rel, ".") != 0)
+                while (fs_path_prefix_len(rel, total + 1) > 0)
+                        total++;
+        if (total > FS_PATH_MAX_COMPONENTS + 1)
+                return fs_refuse(err, ENAMETOOLONG, "the path has more than %d components",
+                                 FS_PATH_MAX_COMPONENTS);
+
+        unsigned have = total;
+        _cleanup_close_ int dir = -1;
+        for (;; have--) {
+                size_t len = fs_path_prefix_len(rel, have);
+                if (have == 0) {
+                        strcpy(prefix, ".");
+                } else {
+                        memcpy(prefix, rel, len);
+                        prefix[len] = '\0';
+                }
+                dir = fs_openat2(ctx->root, prefix, O_PATH | O_DIRECTORY, 0, FS_RESOLVE);
+                if (dir >= 0)
+                        break;
+                fs_shown(shown, sizeof(shown), have == total ? rel : prefix);
+                if (dir != -ENOENT || have == 0)
+                        return fs_resolve_error(err, -dir, shown);
         }
-        _cleanup_close_ int parent_fd = -1;
-        int r = fs_open_dir_creating(ctx, parent, depth + 1, &parent_fd, err);
-        if (r < 0)
-                return r;
-        if (strcmp(name, "..") != 0) {
-                r = fs_mkdir_entry(ctx, parent_fd, name, shown, err);
-                if (r == -ENOSPC || r == -EDQUOT)
-                        return fs_refuse(err, ENOSPC,
-                                         "mkdir %s: no space left in the sandbox (disk_bytes=%llu)", shown,
-                                         ctx->disk_bytes);
-                if (r < 0 && r != -EEXIST)
-                        return nsbox_error(err, -r, "mkdir %s", shown);
+        for (unsigned level = have + 1; level <= total; level++) {
+                size_t start = level == 1 ? 0 : fs_path_prefix_len(rel, level - 1) + 1;
+                size_t len = fs_path_prefix_len(rel, level);
+                memcpy(prefix, rel, len);
+                prefix[len] = '\0';
+                const char *name = prefix + start;
+                fs_shown(shown, sizeof(shown), prefix);
+                if (strcmp(name, "..") != 0) {
+                        int r = fs_mkdir_entry(ctx, dir, name, shown, err);
+                        if (r == -ENOSPC || r == -EDQUOT)
+                                return fs_refuse(err, ENOSPC,
+                                                 "mkdir %s: no space left in the sandbox (disk_bytes=%llu)",
+                                                 shown, ctx->disk_bytes);
+                        if (r < 0 && r != -EEXIST)
+                                return nsbox_error(err, -r, "mkdir %s", shown);
+                }
+                close(dir);
+                dir = fs_openat2(ctx->root, prefix, O_PATH | O_DIRECTORY, 0, FS_RESOLVE);
+                if (dir < 0)
+                        return fs_resolve_error(err, -dir, shown);
         }
-        fd = fs_openat2(ctx->root, rel, O_PATH | O_DIRECTORY, 0, FS_RESOLVE);
-        if (fd < 0)
-                return fs_resolve_error(err, -fd, shown);
-        *out = fd;
+        *out = steal_fd(&dir);
         return 0;
 }
 
@@ -341,7 +302,7 @@ static int fs_open_parent(const struct fs_ctx *ctx, const struct fs_path *p, boo
                           nsbox_error_t **err)
 {
         if (create)
-                return fs_open_dir_creating(ctx, p->parent, 0, out, err);
+                return fs_open_dir_creating(ctx, p->parent, out, err);
         int fd = fs_openat2(ctx->root, p->parent, O_PATH | O_DIRECTORY, 0, FS_RESOLVE);
         if (fd < 0)
                 return fs_resolve_error(err, -fd, p->shown);
@@ -521,11 +482,34 @@ static int fs_write_at(const struct fs_ctx *ctx, const struct fs_path *p, const 
 
 /* ---- remove ---- */
 
-static int fs_remove_tree(int parent, const char *name, unsigned depth, const char *shown,
-                          nsbox_error_t **err)
+/* A directory entry as getdents64 returns it. */
+struct fs_dirent64 {
+        uint64_t d_ino;
+        int64_t d_off;
+        unsigned short d_reclen;
+        unsigned char d_type;
+        char d_name[];
+};
+
+struct fs_tree_level {
+        int fd;
+        char name[NAME_MAX + 1]; /* in the level above */
+};
+
+/* The sandbox being removed ends the walk: its init is gone (watch_fd is
+ * the init's pidfd, readable once it exited). */
+static bool fs_cancelled(const struct fs_ctx *ctx)
 {
-        if (depth > FS_REMOVE_MAX_DEPTH)
-                return fs_refuse(err, ELOOP, "remove %s: deeper than %d levels", shown, FS_REMOVE_MAX_DEPTH);
+        if (ctx->watch_fd < 0)
+                return false;
+        struct pollfd pfd = { .fd = ctx->watch_fd, .events = POLLIN };
+        return poll(&pfd, 1, 0) > 0;
+}
+
+/* Open directory `name` in `parent` for the tree walk; 1 when it is no
+ * directory (any more) and was unlinked instead, 0 when gone. */
+static int fs_tree_open(int parent, const char *name, int *out, const char *shown, nsbox_error_t **err)
+{
         int fd = fs_openat2(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0, FS_RESOLVE_ENTRY);
         if (fd == -ENOTDIR || fd == -ELOOP) {
                 /* No longer a directory: the sandbox swapped it; remove what is there. */
@@ -539,31 +523,111 @@ static int fs_remove_tree(int parent, const char *name, unsigned depth, const ch
                 return fs_refuse(err, EXDEV, "remove %s: a mount point is inside", shown);
         if (fd < 0)
                 return nsbox_error(err, -fd, "open %s", shown);
-        DIR *dir = fdopendir(fd);
-        if (dir == NULL) {
-                close(fd);
-                return nsbox_error(err, errno, "read directory %s", shown);
-        }
-        int r = 0;
-        struct dirent *entry;
-        while (r == 0 && (errno = 0, entry = readdir(dir)) != NULL) {
-                if (strcmp(entry->d_name, ".") == 0 || strcmp(entry->d_name, "..") == 0)
-                        continue;
-                if (unlinkat(dirfd(dir), entry->d_name, 0) == 0 || errno == ENOENT)
-                        continue;
-                if (errno == EISDIR || errno == EPERM)
-                        r = fs_remove_tree(dirfd(dir), entry->d_name, depth + 1, shown, err);
-                else
-                        r = nsbox_error(err, errno, "remove %s/.../%s", shown, entry->d_name);
-        }
-        if (r == 0 && entry == NULL && errno != 0)
-                r = nsbox_error(err, errno, "read directory %s", shown);
-        closedir(dir);
-        if (r < 0)
+        *out = fd;
+        return 1;
+}
+
+/* Remove directory `name` in `parent` and everything under it. A loop with
+ * its stack of open directories on the heap, not a recursion: the sandbox
+ * can make a tree thousands of levels deep, which must cost neither
+ * nsboxd's stack nor a refusal. No directory stream stays open across
+ * levels: after a subdirectory is gone its parent is read from the start
+ * again, where only what is left remains. */
+static int fs_remove_tree(const struct fs_ctx *ctx, int parent, const char *name, const char *shown,
+                          nsbox_error_t **err)
+{
+        _cleanup_free_ struct fs_tree_level *levels = NULL;
+        size_t depth = 0, cap = 0;
+        _cleanup_free_ char *buf = malloc(FS_DIRENT_BUFFER);
+        if (buf == NULL)
+                return nsbox_error(err, ENOMEM, "remove %s", shown);
+        int top_fd = -1;
+        int r = fs_tree_open(parent, name, &top_fd, shown, err);
+        if (r <= 0)
                 return r;
-        if (unlinkat(parent, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
-                return nsbox_error(err, errno, "remove %s", shown);
-        return 0;
+        levels = malloc(sizeof(*levels));
+        if (levels == NULL) {
+                close(top_fd);
+                return nsbox_error(err, ENOMEM, "remove %s", shown);
+        }
+        cap = 1;
+        levels[0].fd = top_fd;
+        snprintf(levels[0].name, sizeof(levels[0].name), "%s", name);
+        depth = 1;
+        unsigned long ops = 0;
+        r = 0;
+        while (r == 0 && depth > 0) {
+                struct fs_tree_level *top = &levels[depth - 1];
+                bool descended = false;
+                if (lseek(top->fd, 0, SEEK_SET) < 0) {
+                        r = nsbox_error(err, errno, "read directory %s", shown);
+                        break;
+                }
+                while (r == 0 && !descended) {
+                        long n = syscall(SYS_getdents64, top->fd, buf, FS_DIRENT_BUFFER);
+                        if (n < 0) {
+                                r = nsbox_error(err, errno, "read directory %s", shown);
+                                break;
+                        }
+                        if (n == 0)
+                                break;
+                        for (long off = 0; off < n && r == 0 && !descended;) {
+                                struct fs_dirent64 *d = (struct fs_dirent64 *)(buf + off);
+                                off += d->d_reclen;
+                                if (strcmp(d->d_name, ".") == 0 || strcmp(d->d_name, "..") == 0)
+                                        continue;
+                                if (++ops % 1024 == 0 && fs_cancelled(ctx)) {
+                                        r = fs_refuse(err, ESRCH, "remove %s: the sandbox is gone", shown);
+                                        break;
+                                }
+                                if (unlinkat(top->fd, d->d_name, 0) == 0 || errno == ENOENT)
+                                        continue;
+                                if (errno != EISDIR && errno != EPERM) {
+                                        r = nsbox_error(err, errno, "remove %s/.../%s", shown, d->d_name);
+                                        break;
+                                }
+                                if (depth >= FS_TREE_MAX_DEPTH) {
+                                        r = fs_refuse(err, ELOOP, "remove %s: deeper than %d levels", shown,
+                                                      FS_TREE_MAX_DEPTH);
+                                        break;
+                                }
+                                int fd = -1;
+                                r = fs_tree_open(top->fd, d->d_name, &fd, shown, err);
+                                if (r <= 0)
+                                        continue;
+                                r = 0;
+                                if (depth == cap) {
+                                        size_t grown = cap * 2;
+                                        struct fs_tree_level *bigger =
+                                            realloc(levels, grown * sizeof(*levels));
+                                        if (bigger == NULL) {
+                                                close(fd);
+                                                r = nsbox_error(err, ENOMEM, "remove %s", shown);
+                                                break;
+                                        }
+                                        levels = bigger;
+                                        cap = grown;
+                                        top = &levels[depth - 1];
+                                }
+                                levels[depth].fd = fd;
+                                snprintf(levels[depth].name, sizeof(levels[depth].name), "%s", d->d_name);
+                                depth++;
+                                descended = true;
+                        }
+                }
+                if (r < 0 || descended)
+                        continue;
+                /* Emptied: remove it from the level above. */
+                close(top->fd);
+                depth--;
+                int above = depth > 0 ? levels[depth - 1].fd : parent;
+                if (unlinkat(above, levels[depth].name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+                        r = nsbox_error(err, errno, "remove %s%s%s", shown, depth > 0 ? "/.../" : "",
+                                        depth > 0 ? levels[depth].name : "");
+        }
+        while (depth > 0)
+                close(levels[--depth].fd);
+        return r;
 }
 
 static int fs_remove_at(const struct fs_ctx *ctx, const struct fs_path *p, bool recursive,
@@ -591,7 +655,7 @@ static int fs_remove_at(const struct fs_ctx *ctx, const struct fs_path *p, bool 
                 return 0;
         }
         if (recursive)
-                return fs_remove_tree(parent, p->name, 0, p->shown, err);
+                return fs_remove_tree(ctx, parent, p->name, p->shown, err);
         if (unlinkat(parent, p->name, AT_REMOVEDIR) < 0) {
                 if (errno == ENOTEMPTY || errno == EEXIST)
                         return fs_refuse(err, ENOTEMPTY,
@@ -611,7 +675,7 @@ static int fs_mkdir_at(const struct fs_ctx *ctx, const struct fs_path *p, bool p
                 if (!parents)
                         return fs_refuse(err, EEXIST, "%s already exists", p->shown);
                 _cleanup_close_ int fd = -1;
-                return fs_open_dir_creating(ctx, p->rel, 0, &fd, err);
+                return fs_open_dir_creating(ctx, p->rel, &fd, err);
         }
         _cleanup_close_ int parent = -1;
         int r = fs_open_parent(ctx, p, parents, &parent, err);
@@ -759,96 +823,207 @@ static bool fs_begin(struct rpc_request *req, struct sandbox *sb, const char *fa
         return true;
 }
 
-struct fs_entry {
-        char *name;
-        struct stat st;
+/* ---- work done by a forked worker (fs_worker.c) ---- */
+
+/* One fs.* request handed to a worker. The child runs on its own copy of
+ * this (and of the request's params, so content is not copied); nsboxd
+ * keeps the request until the worker answers. */
+struct fs_job {
+        struct rpc_request *req;
+        struct fs_ctx ctx;
+        struct fs_path path;
+        size_t max_entries;           /* list */
+        size_t max_bytes;             /* read */
+        bool base64;                  /* read, write */
+        const char *content;          /* write: as sent, decoded in the worker */
+        size_t content_len;           /* write */
+        struct fs_write_options opts; /* write */
 };
 
-static int fs_entry_compare(const void *a, const void *b)
+/* Invalid base64 found by the worker: a client error like the inline one. */
+#define FS_JOB_INVALID_CONTENT EBADMSG
+
+static void fs_job_done(void *data, int r, json_t *result, const char *message)
 {
-        return strcmp(((const struct fs_entry *)a)->name, ((const struct fs_entry *)b)->name);
+        struct fs_job *job = data;
+        if (r == -FS_JOB_INVALID_CONTENT)
+                rpc_reply_error(job->req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", message);
+        else if (r < 0)
+                rpc_reply_fail(job->req, fs_error_kind(-r), "%s", message);
+        else
+                rpc_reply_result(job->req, result);
+        free(job);
 }
 
-static int fs_list_at(const struct fs_ctx *ctx, const struct fs_path *p, json_t **entries_out,
-                      bool *truncated, nsbox_error_t **err)
+/* Start `run` in a worker on a job whose ctx is open; the job is the
+ * worker's from here on (answered and freed by fs_job_done). */
+static void fs_job_start(struct fs_job *job, struct sandbox *sb, fs_worker_run_fn run)
 {
-        int fd = fs_openat2(ctx->root, p->rel, O_RDONLY | O_DIRECTORY, 0, FS_RESOLVE);
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        job->ctx.watch_fd = sb->pidfd ? sb->pidfd->fd : -1;
+        int keep[] = { job->ctx.root, job->ctx.watch_fd };
+        int r = fs_worker_start(keep, ARRAY_SIZE(keep), run, fs_job_done, job, &err);
+        fs_ctx_close(&job->ctx);
+        if (r < 0) {
+                rpc_reply_fail(job->req, "busy", "%s: %s", job->path.shown,
+                               err ? err->message : strerror(-r));
+                free(job);
+        }
+}
+
+static struct fs_job *fs_job_new(struct rpc_request *req, const struct fs_path *path,
+                                 const struct fs_ctx *ctx)
+{
+        struct fs_job *job = calloc(1, sizeof(*job));
+        if (job == NULL) {
+                struct fs_ctx copy = *ctx;
+                fs_ctx_close(&copy);
+                rpc_reply_fail(req, "internal", "out of memory");
+                return NULL;
+        }
+        job->req = req;
+        job->path = *path;
+        job->ctx = *ctx;
+        return job;
+}
+
+/* ---- list ---- */
+
+static int fs_name_compare(const void *a, const void *b)
+{
+        return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* All names of a directory (up to FS_LIST_SCAN_MAX), sorted; the first
+ * max_entries of them described. Sorting the whole directory makes a
+ * truncated listing the same prefix each time, not a random hash order. */
+static int fs_list_run(void *data, struct fs_worker_output *out, nsbox_error_t **err)
+{
+        struct fs_job *job = data;
+        const struct fs_path *p = &job->path;
+        _cleanup_close_ int fd = fs_openat2(job->ctx.root, p->rel, O_RDONLY | O_DIRECTORY, 0, FS_RESOLVE);
         if (fd < 0)
                 return fs_resolve_error(err, -fd, p->shown);
-        DIR *dir = fdopendir(fd);
-        if (dir == NULL) {
-                close(fd);
-                return nsbox_error(err, errno, "read directory %s", p->shown);
-        }
-        struct fs_entry *entries = NULL;
+        _cleanup_free_ char *buf = malloc(FS_DIRENT_BUFFER);
+        char **names = NULL;
         size_t n = 0, cap = 0;
-        int r = 0;
-        *truncated = false;
-        struct dirent *d;
-        while ((errno = 0, d = readdir(dir)) != NULL) {
-                if (strcmp(d->d_name, ".") == 0 || strcmp(d->d_name, "..") == 0)
-                        continue;
-                if (n == FS_LIST_MAX_ENTRIES) {
-                        *truncated = true;
+        bool scan_cut = false;
+        int r = buf ? 0 : nsbox_error(err, ENOMEM, "list %s", p->shown);
+        while (r == 0 && !scan_cut) {
+                long got = syscall(SYS_getdents64, fd, buf, FS_DIRENT_BUFFER);
+                if (got < 0) {
+                        r = nsbox_error(err, errno, "read directory %s", p->shown);
                         break;
                 }
-                struct stat st;
-                /* lstat semantics: a symlink is listed, never followed. */
-                if (fstatat(dirfd(dir), d->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-                        continue; /* removed meanwhile */
-                if (n == cap) {
-                        size_t grown = cap ? cap * 2 : 64;
-                        struct fs_entry *bigger = realloc(entries, grown * sizeof(*entries));
-                        if (bigger == NULL) {
+                if (got == 0)
+                        break;
+                for (long off = 0; off < got;) {
+                        struct fs_dirent64 *d = (struct fs_dirent64 *)(buf + off);
+                        off += d->d_reclen;
+                        if (strcmp(d->d_name, ".") == 0 || strcmp(d->d_name, "..") == 0)
+                                continue;
+                        if (n == FS_LIST_SCAN_MAX) {
+                                scan_cut = true;
+                                break;
+                        }
+                        if (n == cap) {
+                                size_t grown = cap ? cap * 2 : 256;
+                                char **bigger = realloc(names, grown * sizeof(*names));
+                                if (bigger == NULL) {
+                                        r = nsbox_error(err, ENOMEM, "list %s", p->shown);
+                                        break;
+                                }
+                                names = bigger;
+                                cap = grown;
+                        }
+                        if ((names[n] = strdup(d->d_name)) == NULL) {
                                 r = nsbox_error(err, ENOMEM, "list %s", p->shown);
                                 break;
                         }
-                        entries = bigger;
-                        cap = grown;
+                        n++;
                 }
-                entries[n].name = strdup(d->d_name);
-                if (entries[n].name == NULL) {
-                        r = nsbox_error(err, ENOMEM, "list %s", p->shown);
-                        break;
-                }
-                entries[n++].st = st;
         }
-        if (r == 0 && d == NULL && errno != 0)
-                r = nsbox_error(err, errno, "read directory %s", p->shown);
-        closedir(dir);
-        json_t *list = NULL;
-        if (r == 0) {
-                qsort(entries, n, sizeof(*entries), fs_entry_compare);
-                list = json_array();
-                for (size_t i = 0; i < n; i++)
-                        json_array_append_new(list, fs_stat_json(ctx, entries[i].name,
-                                                                 strlen(entries[i].name), &entries[i].st));
+        /* The child exits right after: the names are not freed one by one. */
+        if (r < 0)
+                return r;
+        qsort(names, n, sizeof(*names), fs_name_compare);
+        json_t *list = json_array();
+        for (size_t i = 0; i < n && json_array_size(list) < job->max_entries; i++) {
+                struct stat st;
+                /* lstat semantics: a symlink is listed, never followed. */
+                if (fstatat(fd, names[i], &st, AT_SYMLINK_NOFOLLOW) < 0)
+                        continue; /* removed meanwhile */
+                json_array_append_new(list, fs_stat_json(&job->ctx, names[i], strlen(names[i]), &st));
         }
-        for (size_t i = 0; i < n; i++)
-                free(entries[i].name);
-        free(entries);
-        *entries_out = list;
-        return r;
+        out->result =
+            json_pack("{s:s, s:b, s:I, s:I}", "path", p->shown, "truncated", scan_cut || n > job->max_entries,
+                      "total_entries", (json_int_t)n, "max_entries", (json_int_t)job->max_entries);
+        out->parts_key = "entries";
+        out->parts = list;
+        return out->result ? 0 : nsbox_error(err, ENOMEM, "list %s", p->shown);
 }
 
 void fs_method_list(struct rpc_request *req, struct sandbox *sb)
 {
-        static const char *const known[] = { "sandbox_id", "path", NULL };
-        _cleanup_error_ nsbox_error_t *err = NULL;
+        static const char *const known[] = { "sandbox_id", "path", "max_entries", NULL };
+        if (!rpc_check_fields(req, known))
+                return;
+        size_t max_entries = FS_LIST_DEFAULT_ENTRIES;
+        json_t *v = json_object_get(req->msg.params, "max_entries");
+        if (v != NULL && !json_is_null(v)) {
+                if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+                    json_integer_value(v) > FS_LIST_MAX_ENTRIES) {
+                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                        "max_entries must be an integer from 0 to %d", FS_LIST_MAX_ENTRIES);
+                        return;
+                }
+                max_entries = (size_t)json_integer_value(v);
+        }
         struct fs_path path;
         struct fs_ctx ctx;
-        if (!rpc_check_fields(req, known) || !fs_begin(req, sb, ".", &path, &ctx))
+        if (!fs_begin(req, sb, ".", &path, &ctx))
                 return;
-        json_t *entries = NULL;
-        bool truncated = false;
-        int r = fs_list_at(&ctx, &path, &entries, &truncated, &err);
-        fs_ctx_close(&ctx);
-        if (r < 0) {
-                fs_reply_failure(req, r, err);
+        /* A directory can hold millions of entries: never read on the loop. */
+        struct fs_job *job = fs_job_new(req, &path, &ctx);
+        if (job == NULL)
                 return;
-        }
-        rpc_reply_result(req, json_pack("{s:s, s:o, s:b}", "path", path.shown, "entries", entries,
-                                        "truncated", truncated));
+        job->max_entries = max_entries;
+        fs_job_start(job, sb, fs_list_run);
+}
+
+/* ---- read ---- */
+
+static json_t *fs_read_result_json(const struct fs_read_result *res, bool base64)
+{
+        return json_pack("{s:s, s:I, s:b}", "encoding", base64 ? "base64" : "utf-8", "size",
+                         (json_int_t)res->size, "truncated", res->truncated);
+}
+
+static int fs_read_run(void *data, struct fs_worker_output *out, nsbox_error_t **err)
+{
+        struct fs_job *job = data;
+        struct fs_read_result res = { 0 };
+        int r = fs_read_at(&job->ctx, &job->path, job->max_bytes, &res, err);
+        if (r < 0)
+                return r;
+        size_t out_len;
+        char *text = job->base64 ? base64_encode(res.data, res.len, &out_len)
+                                 : utf8_make_valid(res.data, res.len, &out_len);
+        if (text == NULL)
+                return nsbox_error(err, ENOMEM, "encode %s", job->path.shown);
+        out->result = fs_read_result_json(&res, job->base64);
+        out->raw_key = "content";
+        out->raw = text;
+        out->raw_len = out_len;
+        return 0;
+}
+
+/* Whether the regular file at p is larger than what is read on the loop. */
+static bool fs_read_is_large(const struct fs_ctx *ctx, const struct fs_path *p)
+{
+        _cleanup_close_ int fd = fs_openat2(ctx->root, p->rel, O_PATH, 0, FS_RESOLVE);
+        struct stat st;
+        return fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > FS_INLINE_BYTES;
 }
 
 void fs_method_read(struct rpc_request *req, struct sandbox *sb)
@@ -873,6 +1048,15 @@ void fs_method_read(struct rpc_request *req, struct sandbox *sb)
         struct fs_ctx ctx;
         if (!fs_begin(req, sb, NULL, &path, &ctx))
                 return;
+        if (max_bytes > FS_INLINE_BYTES && fs_read_is_large(&ctx, &path)) {
+                struct fs_job *job = fs_job_new(req, &path, &ctx);
+                if (job == NULL)
+                        return;
+                job->max_bytes = max_bytes;
+                job->base64 = base64;
+                fs_job_start(job, sb, fs_read_run);
+                return;
+        }
         struct fs_read_result res = { 0 };
         int r = fs_read_at(&ctx, &path, max_bytes, &res, &err);
         fs_ctx_close(&ctx);
@@ -888,9 +1072,30 @@ void fs_method_read(struct rpc_request *req, struct sandbox *sb)
                 rpc_reply_fail(req, "internal", "out of memory encoding %s", path.shown);
                 return;
         }
-        rpc_reply_result(req, json_pack("{s:s%, s:s, s:I, s:b}", "content", text, out_len, "encoding",
-                                        base64 ? "base64" : "utf-8", "size", (json_int_t)res.size,
-                                        "truncated", res.truncated));
+        json_t *result = fs_read_result_json(&res, base64);
+        json_object_set_new(result, "content", json_stringn(text, out_len));
+        rpc_reply_result(req, result);
+}
+
+/* ---- write ---- */
+
+static int fs_write_run(void *data, struct fs_worker_output *out, nsbox_error_t **err)
+{
+        struct fs_job *job = data;
+        const char *content = job->content;
+        size_t len = job->content_len;
+        char *decoded = NULL;
+        if (job->base64) {
+                decoded = base64_decode(content, len, &len);
+                if (decoded == NULL)
+                        return fs_refuse(err, FS_JOB_INVALID_CONTENT, "content is not valid base64");
+                content = decoded;
+        }
+        int r = fs_write_at(&job->ctx, &job->path, content, len, &job->opts, err);
+        if (r < 0)
+                return r;
+        out->result = json_pack("{s:s, s:I}", "path", job->path.shown, "bytes_written", (json_int_t)len);
+        return 0;
 }
 
 void fs_method_write(struct rpc_request *req, struct sandbox *sb)
@@ -921,6 +1126,22 @@ void fs_method_write(struct rpc_request *req, struct sandbox *sb)
         }
         const char *data = json_string_value(content);
         size_t len = json_string_length(content);
+        if (len > FS_INLINE_BYTES) {
+                /* Decoding and writing tens of MB: in a worker. */
+                struct fs_path path;
+                struct fs_ctx ctx;
+                if (!fs_begin(req, sb, NULL, &path, &ctx))
+                        return;
+                struct fs_job *job = fs_job_new(req, &path, &ctx);
+                if (job == NULL)
+                        return;
+                job->content = data;
+                job->content_len = len;
+                job->base64 = base64;
+                job->opts = opts;
+                fs_job_start(job, sb, fs_write_run);
+                return;
+        }
         _cleanup_free_ char *decoded = NULL;
         if (base64) {
                 decoded = base64_decode(data, len, &len);
@@ -944,6 +1165,28 @@ void fs_method_write(struct rpc_request *req, struct sandbox *sb)
         rpc_reply_result(req, json_pack("{s:s, s:I}", "path", path.shown, "bytes_written", (json_int_t)len));
 }
 
+/* ---- remove ---- */
+
+/* A tree can be any size or depth: its walk has a worker to itself, whose
+ * fd limit allows one open directory per level. */
+static int fs_remove_run(void *data, struct fs_worker_output *out, nsbox_error_t **err)
+{
+        struct fs_job *job = data;
+        struct rlimit lim;
+        rlim_t want = FS_TREE_MAX_DEPTH + 64;
+        if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < want) {
+                lim.rlim_cur = want;
+                if (lim.rlim_max < want)
+                        lim.rlim_max = want;
+                setrlimit(RLIMIT_NOFILE, &lim);
+        }
+        int r = fs_remove_at(&job->ctx, &job->path, true, err);
+        if (r < 0)
+                return r;
+        out->result = json_pack("{s:s, s:b}", "path", job->path.shown, "removed", 1);
+        return 0;
+}
+
 void fs_method_remove(struct rpc_request *req, struct sandbox *sb)
 {
         static const char *const known[] = { "sandbox_id", "path", "recursive", NULL };
@@ -955,7 +1198,13 @@ void fs_method_remove(struct rpc_request *req, struct sandbox *sb)
         struct fs_ctx ctx;
         if (!fs_begin(req, sb, NULL, &path, &ctx))
                 return;
-        int r = fs_remove_at(&ctx, &path, recursive, &err);
+        if (recursive) {
+                struct fs_job *job = fs_job_new(req, &path, &ctx);
+                if (job != NULL)
+                        fs_job_start(job, sb, fs_remove_run);
+                return;
+        }
+        int r = fs_remove_at(&ctx, &path, false, &err);
         fs_ctx_close(&ctx);
         if (r < 0) {
                 fs_reply_failure(req, r, err);

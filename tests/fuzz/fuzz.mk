@@ -11,6 +11,10 @@ FUZZ_TARGET  := $(FUZZ_DIR)/fuzz_request
 FUZZ_SOURCES := tests/fuzz/fuzz_request.c common/jsonrpc.c common/error.c common/textenc.c policy/policy.c \
                 policy/params.c
 
+# fs.* paths: fs_path_parse and the prefix walk of mkdir -p (manager/fs_path.c).
+FUZZ_FS_TARGET  := $(FUZZ_DIR)/fuzz_fs_path
+FUZZ_FS_SOURCES := tests/fuzz/fuzz_fs_path.c manager/fs_path.c common/error.c
+
 .PHONY: test-fuzz deps-fuzz fuzz-build
 deps-fuzz:
 	$(call apt_install,clang libclang-rt-14-dev libjansson-dev)
@@ -21,11 +25,20 @@ $(FUZZ_TARGET): $(FUZZ_SOURCES) common/jsonrpc.h common/textenc.h common/error.h
 		-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 		-o $@ $(FUZZ_SOURCES) $(shell pkg-config --cflags --libs jansson) -lm
 
+$(FUZZ_FS_TARGET): $(FUZZ_FS_SOURCES) manager/fs_path.h common/error.h
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -g -O1 -std=gnu11 -D_GNU_SOURCE -Icommon -Imanager -fno-omit-frame-pointer \
+		-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -o $@ $(FUZZ_FS_SOURCES)
+
 fuzz-build: deps-fuzz
-	$(MAKE) $(FUZZ_TARGET)
+	$(MAKE) $(FUZZ_TARGET) $(FUZZ_FS_TARGET)
 
 test-fuzz: fuzz-build
 	@mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/artifacts
 	$(FUZZ_TARGET) -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
 		-print_final_stats=1 -artifact_prefix=$(FUZZ_DIR)/artifacts/ \
 		$(FUZZ_DIR)/corpus tests/fuzz/corpus
+	@mkdir -p $(FUZZ_DIR)/corpus-fs-path
+	$(FUZZ_FS_TARGET) -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -max_len=8192 \
+		-print_final_stats=1 -artifact_prefix=$(FUZZ_DIR)/artifacts/ \
+		$(FUZZ_DIR)/corpus-fs-path tests/fuzz/corpus-fs-path

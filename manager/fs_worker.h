@@ -1,0 +1,39 @@
+/* File work that may take long (a recursive remove, the listing of a huge
+ * directory, a large read or write) runs in a forked child of nsboxd and
+ * reports back through a pipe watched by the event loop, so the loop keeps
+ * serving every other client meanwhile (STYLE: work that must block runs
+ * elsewhere). A fork, not a thread: nsboxd clones sandboxes with raw
+ * clone3 and relies on being single-threaded for that. */
+#pragma once
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "error.h"
+
+/* What the child produced. raw_key, when set, names a string member of
+ * `result` whose (valid UTF-8) bytes are raw/raw_len: sent unparsed, so a
+ * 64 MiB file's content is copied once, not re-parsed by the loop. */
+struct fs_worker_output {
+        json_t *result;
+        const char *raw_key;
+        char *raw;
+        size_t raw_len;
+        /* Or: an array appended to result[parts_key], sent as lines of a few
+         * hundred items that nsboxd parses one per wakeup, so a 100k-entry
+         * listing is never parsed in one go on the loop. */
+        const char *parts_key;
+        json_t *parts;
+};
+
+/* Runs in the child. Returns 0 and fills out, or a negative errno with err. */
+typedef int (*fs_worker_run_fn)(void *data, struct fs_worker_output *out, nsbox_error_t **err);
+/* Runs in nsboxd once the child has answered or died: r < 0 with message,
+ * or r == 0 with result (a reference handed over). Frees data. */
+typedef void (*fs_worker_done_fn)(void *data, int r, json_t *result, const char *message);
+
+/* Fork the child. It keeps only the fds in keep[] (and its pipe), so it
+ * holds no client socket or lock of nsboxd's. On failure nothing ran and
+ * `done` is not called. */
+int fs_worker_start(const int *keep, size_t n_keep, fs_worker_run_fn run, fs_worker_done_fn done, void *data,
+                    nsbox_error_t **err);
