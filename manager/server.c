@@ -21,6 +21,7 @@
 #include "cgroup.h"
 #include "cleanup.h"
 #include "daemon.h"
+#include "host_pools.h"
 #include "log.h"
 #include "methods.h"
 #include "profiles.h"
@@ -96,6 +97,7 @@ static void reload_config(void)
         if (log_parse_level(fresh.log_level, &level) == 0)
                 log_max_level = level;
         nsboxd.config.max_sandboxes = fresh.max_sandboxes;
+        host_pools_reserve(nsboxd.config.max_sandboxes);
         nsboxd.config.max_connections = fresh.max_connections;
         nsboxd.config.max_request_bytes = fresh.max_request_bytes;
         nsboxd.config.max_sandboxes_per_uid = fresh.max_sandboxes_per_uid;
@@ -224,6 +226,7 @@ static int start(nsbox_error_t **err)
                 return r;
         if ((r = uidmode_init(nsboxd.config.uid_isolation, err)) < 0)
                 return r;
+        host_pools_reserve(nsboxd.config.max_sandboxes);
         if ((r = sandbox_registry_init(err)) < 0)
                 return r;
         if (uidmode_shared()) {

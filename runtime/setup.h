@@ -7,6 +7,14 @@
 
 #include "error.h"
 
+/* What one sandbox may take of the pools the kernel counts per user at
+ * every user-namespace level: set as the limits of the sandbox's own
+ * namespace (its processes are charged there first), while the level above
+ * charges every sandbox to the namespace's owner, host root; the manager
+ * keeps room for them there (manager/host_pools.c). */
+#define SANDBOX_INOTIFY_INSTANCES 16
+#define SANDBOX_INOTIFY_WATCHES   8192
+
 /* Sent by the manager over the sync socket once the id maps are written and
  * the overlay root is mounted. */
 struct setup_go {

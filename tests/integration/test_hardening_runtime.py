@@ -295,6 +295,67 @@ def test_no_profile_lets_a_sandbox_reserve_host_aio_events(daemon, profile, user
     libc.syscall(ctypes.c_long(207), ctypes.c_ulong(ctx.value))
 
 
+OPEN_INOTIFY = """
+fds, error = [], None
+while len(fds) < 1000:
+    fd = libc.inotify_init1(0)
+    if fd < 0:
+        error = errno.errorcode[ctypes.get_errno()]
+        break
+    fds.append(fd)
+verdict(opened=len(fds), error=error)
+"""
+
+
+def host_inotify_instances_of_root_left():
+    """How many more inotify instances host root can open now (up to 64)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fds = []
+    try:
+        while len(fds) < 64:
+            fd = libc.inotify_init1(0)
+            if fd < 0:
+                break
+            fds.append(fd)
+        return len(fds)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+@pytest.mark.parametrize("user", USERS)
+def test_inotify_instances_are_capped_per_sandbox_and_host_root_keeps_its_own(daemon, user):
+    # Every sandbox's user namespace is owned by host root, so at the host's
+    # level the kernel charges what sandboxes take of inotify to root: before
+    # the cap, three sandboxes holding all they could get left root (systemd,
+    # the host's daemons) with none (EMFILE).
+    holders, sandboxes = [], []
+    try:
+        for _ in range(3):
+            sb = daemon.call("sandbox.create")["sandbox_id"]
+            sandboxes.append(sb)
+            script = (PRELUDE + OPEN_INOTIFY).replace("'", "'\"'\"'")
+            holders.append(sh(daemon, sb, "python3 -c '%s' ; sleep 600" % script, user=user, background=True,
+                              timeout_seconds=600)["exec_id"])
+        held = []
+        for exec_id in holders:
+            deadline = time.monotonic() + 30
+            while not daemon.call("exec.output", exec_id=exec_id)["stdout"].strip():
+                assert time.monotonic() < deadline, "the inotify holder printed nothing"
+                time.sleep(0.1)
+            held.append(json.loads(daemon.call("exec.output", exec_id=exec_id)["stdout"].strip().splitlines()[-1]))
+        root_left = host_inotify_instances_of_root_left()
+    finally:
+        for exec_id in holders:
+            daemon.call("exec.kill", exec_id=exec_id)
+        for sb in sandboxes:
+            daemon.call("sandbox.remove", sandbox_id=sb, force=True)
+    assert held == [{"opened": 16, "error": "EMFILE"}] * 3, held
+    assert root_left == 64, "host root could open only %d inotify instances" % root_left
+    with open("/proc/sys/fs/inotify/max_user_instances") as f:
+        assert int(f.read()) >= 128 + 64 * 16  # room for the default 64 sandboxes' caps
+
+
 @pytest.mark.parametrize("user", USERS)
 def test_per_process_limits_inside_are_bounded(daemon, shared, user):
     r = sh(daemon, shared, "cat /proc/self/limits", user=user)
