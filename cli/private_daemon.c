@@ -102,9 +102,11 @@ static void __attribute__((noreturn)) run_child(const char *dir, const char *soc
         pid_t janitor = fork();
         if (janitor == 0)
                 run_janitor(dir, self);
-        /* One sandbox for one command: a warm pool would only cost time. */
+        /* One sandbox for one command: a warm pool would only cost time (and
+         * room for 64 would draw nsboxd's overcommit warning on small hosts). */
         char *args[] = { "nsboxd",      "--socket", (char *)socket_path, "--state-dir", state,
-                         "--log-level", "warn",     "--warm-pool",       "0",           NULL };
+                         "--log-level", "warn",     "--warm-pool",       "0",           "--max-sandboxes",
+                         "1",           NULL };
         execv(nsboxd, args);
         fprintf(stderr, "nsbox: cannot run %s: %s\n", nsboxd, strerror(errno));
         _exit(127);

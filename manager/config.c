@@ -284,6 +284,16 @@ int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_
                         return r;
         }
         derive_host_bounds(config);
+        config->ceilings = (struct policy_ceilings){
+                .memory_bytes = config->max_memory_bytes,
+                .disk_bytes = config->max_disk_bytes,
+                .pids = config->max_pids,
+                .cpus = config->max_cpus,
+        };
+        /* A default no client could ask for is a mistake in the config. */
+        if ((r = policy_check_ceilings(&config->defaults.limits, &config->ceilings, "the default limits",
+                                       err)) < 0)
+                return r;
         if (config->max_request_bytes < 1024)
                 return nsbox_invalid(err, "max_request_bytes must be at least 1024");
         if ((unsigned long long)config->uid_pool_base +

@@ -42,6 +42,7 @@ struct nsbox_config {
         uint64_t max_disk_bytes;
         uint64_t max_pids;
         uint32_t max_cpus;
+        struct policy_ceilings ceilings; /* the four above, filled by config_load */
         /* The memory limits of all live sandboxes add up to at most this. */
         uint64_t memory_commit_bytes;
         /* nsboxd's own memory for output waiting for clients and execs. */

@@ -50,11 +50,13 @@ static void method_server_info(struct rpc_request *req)
         json_t *features = json_pack("[s, s, s, s]", "idmapped-image", "seccomp", "session_id", "stream");
         if (cgroup_degraded())
                 json_array_append_new(features, json_string("limits-not-enforced"));
-        rpc_reply_result(req, json_pack("{s:s, s:s, s:s, s:s, s:i, s:i, s:o, s:o}", "version", NSBOX_VERSION,
-                                        "kernel", u.release, "cgroup", cgroup_mode_name(), "uid_isolation",
-                                        uidmode_name(), "sandboxes", (int)nsboxd.n_sandboxes, "max_sandboxes",
-                                        (int)nsboxd.config.max_sandboxes, "images", images_list(), "features",
-                                        features));
+        rpc_reply_result(req, json_pack("{s:s, s:s, s:s, s:s, s:i, s:i, s:o, s:o, s:I, s:I}", "version",
+                                        NSBOX_VERSION, "kernel", u.release, "cgroup", cgroup_mode_name(),
+                                        "uid_isolation", uidmode_name(), "sandboxes", (int)nsboxd.n_sandboxes,
+                                        "max_sandboxes", (int)nsboxd.config.max_sandboxes, "images",
+                                        images_list(), "features", features, "memory_committed_bytes",
+                                        (json_int_t)sandbox_memory_committed(), "memory_commit_limit_bytes",
+                                        (json_int_t)nsboxd.config.memory_commit_bytes));
 }
 
 static void reply_created(struct sandbox *sb, const char *error, void *data, bool existing)
@@ -96,7 +98,8 @@ static void method_sandbox_create(struct rpc_request *req)
         _cleanup_error_ nsbox_error_t *err = NULL;
         struct sandbox_policy policy;
 
-        if (policy_from_json(&nsboxd.config.defaults, req->msg.params, &policy, &err) < 0) {
+        if (policy_from_json(&nsboxd.config.defaults, &nsboxd.config.ceilings, req->msg.params, &policy,
+                             &err) < 0) {
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
                 return;
         }

@@ -845,7 +845,7 @@ void python_method_run(struct rpc_request *req)
         /* session_id: get or create that session's sandbox, like sandbox.create. */
         _cleanup_json_ json_t *create = json_pack("{s:O}", "session_id", json_object_get(p, "session_id"));
         struct sandbox_policy policy;
-        if (policy_from_json(&nsboxd.config.defaults, create, &policy, &err) < 0) {
+        if (policy_from_json(&nsboxd.config.defaults, &nsboxd.config.ceilings, create, &policy, &err) < 0) {
                 run_free(run);
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
                 return;

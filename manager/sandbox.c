@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -52,6 +53,59 @@ const char *sandbox_state_name(enum sandbox_state state)
         return "unknown";
 }
 
+/* The memory limits of every live sandbox, pooled ones included: what the
+ * host has promised, bounded by memory_commit_bytes. */
+static uint64_t memory_committed;
+
+uint64_t sandbox_memory_committed(void)
+{
+        return memory_committed;
+}
+
+static bool commit_fits(uint64_t memory_bytes)
+{
+        uint64_t limit = nsboxd.config.memory_commit_bytes;
+        return memory_committed <= limit && memory_bytes <= limit - memory_committed;
+}
+
+/* Each sandbox holds a few fds in nsboxd (pidfd, control socket, uid range
+ * lock, the next exec's slot socket and pipes, its cgroup's OOM counter)
+ * and so does each client: with the usual soft limit of 1024 creates would
+ * start failing at about 150 sandboxes. */
+#define FDS_PER_SANDBOX 8
+#define FDS_BESIDES     256
+
+static void ensure_fd_limit(void)
+{
+        rlim_t need = (rlim_t)nsboxd.config.max_sandboxes * FDS_PER_SANDBOX + nsboxd.config.max_connections +
+                      nsboxd.config.warm_pool * FDS_PER_SANDBOX + FDS_BESIDES;
+        struct rlimit nofile;
+        if (getrlimit(RLIMIT_NOFILE, &nofile) < 0 || nofile.rlim_cur >= need)
+                return;
+        struct rlimit raised = { .rlim_cur = need,
+                                 .rlim_max = nofile.rlim_max > need ? nofile.rlim_max : need };
+        if (setrlimit(RLIMIT_NOFILE, &raised) < 0)
+                log_warn(
+                    "RLIMIT_NOFILE is %llu, below the %llu fds that max_sandboxes %u and max_connections %u "
+                    "may need, and cannot be raised: %s",
+                    (unsigned long long)nofile.rlim_cur, (unsigned long long)need,
+                    nsboxd.config.max_sandboxes, nsboxd.config.max_connections, strerror(errno));
+}
+
+static void warn_overcommit(void)
+{
+        uint64_t memory = nsboxd.config.defaults.limits.memory_bytes;
+        uint64_t limit = nsboxd.config.memory_commit_bytes;
+        uint64_t fit = memory > 0 ? limit / memory : 0;
+        if (memory > 0 && fit < (uint64_t)nsboxd.config.max_sandboxes + nsboxd.config.warm_pool)
+                log_warn(
+                    "max_sandboxes %u (+ warm_pool %u) x the default memory limit %llu bytes is more than "
+                    "memory_commit_bytes %llu: %llu sandboxes with the default limits fit, later creates "
+                    "get limit_reached",
+                    nsboxd.config.max_sandboxes, nsboxd.config.warm_pool, (unsigned long long)memory,
+                    (unsigned long long)limit, (unsigned long long)fit);
+}
+
 int sandbox_registry_init(nsbox_error_t **err)
 {
         char path[4096];
@@ -63,6 +117,8 @@ int sandbox_registry_init(nsbox_error_t **err)
         snprintf(path, sizeof(path), "%s/sandboxes", nsboxd.config.state_dir);
         if (mkdir(path, 0700) < 0 && errno != EEXIST)
                 return nsbox_error(err, errno, "mkdir %s", path);
+        ensure_fd_limit();
+        warn_overcommit();
         return 0;
 }
 
@@ -219,6 +275,7 @@ static void sandbox_free(struct sandbox *sb)
                                 nsboxd.n_pooled--;
                         else
                                 nsboxd.n_sandboxes--;
+                        memory_committed -= sb->policy.limits.memory_bytes;
                         break;
                 }
         }
@@ -453,6 +510,16 @@ static int sandbox_spawn(struct sandbox *sb, nsbox_error_t **err)
 static int sandbox_new(uid_t owner, struct sandbox_policy *policy, bool pooled, sandbox_ready_cb done,
                        void *data, struct sandbox **out, nsbox_error_t **err)
 {
+        if (!commit_fits(policy->limits.memory_bytes)) {
+                uint64_t want = policy->limits.memory_bytes;
+                policy_clear(policy);
+                return nsbox_error(
+                    err, EUSERS,
+                    "memory commit limit reached: live sandboxes hold %llu of the %llu bytes of "
+                    "memory limits the host may promise (memory_commit_bytes); this one asks %llu",
+                    (unsigned long long)memory_committed,
+                    (unsigned long long)nsboxd.config.memory_commit_bytes, (unsigned long long)want);
+        }
         struct sandbox *sb = calloc(1, sizeof(*sb));
         if (sb == NULL) {
                 policy_clear(policy);
@@ -473,6 +540,7 @@ static int sandbox_new(uid_t owner, struct sandbox_policy *policy, bool pooled, 
 
         sb->next = nsboxd.sandboxes;
         nsboxd.sandboxes = sb;
+        memory_committed += sb->policy.limits.memory_bytes;
         if (pooled)
                 nsboxd.n_pooled++;
         else
@@ -632,6 +700,10 @@ void sandbox_pool_fill(void)
                 return;
         filling = true;
         while (nsboxd.n_pooled < nsboxd.config.warm_pool) {
+                /* Clients' sandboxes come first; the pool fills again as
+                 * they are removed (sandbox_finalize calls back here). */
+                if (!commit_fits(nsboxd.config.defaults.limits.memory_bytes))
+                        break;
                 _cleanup_error_ nsbox_error_t *err = NULL;
                 struct sandbox_policy policy = nsboxd.config.defaults;
                 policy.env = policy.labels = NULL;
@@ -647,13 +719,30 @@ void sandbox_pool_fill(void)
                 pool_short_since = 0;
 }
 
+/* Sandboxes given to `owner`, those being created or removed included. */
+static unsigned count_owned(uid_t owner)
+{
+        unsigned n = 0;
+        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next)
+                n += !sb->pooled && sb->owner == owner;
+        return n;
+}
+
 int sandbox_create(uid_t owner, struct sandbox_policy *policy, sandbox_ready_cb done, void *data,
                    struct sandbox **out, nsbox_error_t **err)
 {
         if (nsboxd.n_sandboxes >= nsboxd.config.max_sandboxes) {
                 policy_clear(policy);
-                return nsbox_error(err, EUSERS, "at most %u sandboxes may exist",
+                return nsbox_error(err, EUSERS, "at most %u sandboxes may exist (max_sandboxes)",
                                    nsboxd.config.max_sandboxes);
+        }
+        /* Root is the operator: its sandboxes count towards max_sandboxes only. */
+        if (owner != 0 && count_owned(owner) >= nsboxd.config.max_sandboxes_per_uid) {
+                policy_clear(policy);
+                return nsbox_error(err, EUSERS,
+                                   "uid %u has %u sandboxes, the most one user may have "
+                                   "(max_sandboxes_per_uid)",
+                                   (unsigned)owner, nsboxd.config.max_sandboxes_per_uid);
         }
         struct sandbox *sb = pool_claim(owner, policy);
         if (sb != NULL) {

@@ -4,6 +4,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "exec.h"
@@ -75,6 +76,9 @@ json_t *sandbox_to_json(const struct sandbox *sb, bool existing);
 const char *sandbox_state_name(enum sandbox_state state);
 
 int sandbox_registry_init(nsbox_error_t **err);
+/* The sum of the memory limits of live sandboxes (pooled ones included),
+ * which memory_commit_bytes bounds. */
+uint64_t sandbox_memory_committed(void);
 /* Keep config.warm_pool sandboxes with the default policy ready, so that a
  * create with that policy is a hand-over instead of a clone. */
 void sandbox_pool_fill(void);

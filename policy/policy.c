@@ -45,7 +45,9 @@ int policy_valid_name(const char *name)
         return 1;
 }
 
-static int check_string_map(json_t *obj, const char *field, size_t max_entries, int env_keys,
+/* total: NULL for no byte bounds, else the running byte count of the maps
+ * that share POLICY_MAX_MAP_BYTES. */
+static int check_string_map(json_t *obj, const char *field, size_t max_entries, int env_keys, size_t *total,
                             nsbox_error_t **err)
 {
         if (!json_is_object(obj))
@@ -57,20 +59,34 @@ static int check_string_map(json_t *obj, const char *field, size_t max_entries, 
         json_object_foreach(obj, key, value)
         {
                 if (!json_is_string(value))
-                        return nsbox_invalid(err, "%s.%s must be a string", field, key);
+                        return nsbox_invalid(err, "%s.%.64s must be a string", field, key);
                 if (memchr(json_string_value(value), '\0', json_string_length(value)) != NULL)
-                        return nsbox_invalid(err, "%s.%s contains a NUL byte", field, key);
+                        return nsbox_invalid(err, "%s.%.64s contains a NUL byte", field, key);
                 if (key[0] == '\0')
                         return nsbox_invalid(err, "%s has an empty key", field);
                 if (env_keys && strchr(key, '=') != NULL)
-                        return nsbox_invalid(err, "%s key \"%s\" contains '='", field, key);
+                        return nsbox_invalid(err, "%s key \"%.64s\" contains '='", field, key);
+                if (total == NULL)
+                        continue;
+                size_t key_len = strlen(key), value_len = json_string_length(value);
+                if (key_len > POLICY_MAX_KEY_BYTES)
+                        return nsbox_invalid(err, "%s key \"%.64s...\" is %zu bytes, more than %u", field,
+                                             key, key_len, POLICY_MAX_KEY_BYTES);
+                if (value_len > POLICY_MAX_VALUE_BYTES)
+                        return nsbox_invalid(err, "%s.%.64s is %zu bytes, more than %u", field, key,
+                                             value_len, POLICY_MAX_VALUE_BYTES);
+                *total += key_len + value_len;
+                if (*total > POLICY_MAX_MAP_BYTES)
+                        return nsbox_invalid(
+                            err, "env and labels hold more than %u bytes together (keys and values)",
+                            POLICY_MAX_MAP_BYTES);
         }
         return 0;
 }
 
 int policy_check_env(json_t *env, const char *field, nsbox_error_t **err)
 {
-        return check_string_map(env, field, POLICY_MAX_ENV_ENTRIES, 1, err);
+        return check_string_map(env, field, POLICY_MAX_ENV_ENTRIES, 1, NULL, err);
 }
 
 static int get_uint(json_t *obj, const char *key, const char *field, uint64_t min, uint64_t max,
@@ -126,8 +142,32 @@ static int parse_limits(json_t *limits, struct sandbox_limits *out, nsbox_error_
         return 0;
 }
 
-int policy_from_json(const struct sandbox_policy *defaults, json_t *params, struct sandbox_policy *out,
-                     nsbox_error_t **err)
+int policy_check_ceilings(const struct sandbox_limits *limits, const struct policy_ceilings *ceilings,
+                          const char *what, nsbox_error_t **err)
+{
+        /* invalid_params, not limit_reached: no amount of waiting or removing
+         * makes such a request acceptable on this daemon. A limit of 0 (only
+         * a configured default can be 0) is no limit: above any ceiling. */
+        if (limits->memory_bytes == 0 || limits->memory_bytes > ceilings->memory_bytes)
+                return nsbox_invalid(
+                    err, "%s.memory_bytes %llu is above the operator's ceiling %llu (max_memory_bytes)", what,
+                    (unsigned long long)limits->memory_bytes, (unsigned long long)ceilings->memory_bytes);
+        if (limits->disk_bytes == 0 || limits->disk_bytes > ceilings->disk_bytes)
+                return nsbox_invalid(
+                    err, "%s.disk_bytes %llu is above the operator's ceiling %llu (max_disk_bytes)", what,
+                    (unsigned long long)limits->disk_bytes, (unsigned long long)ceilings->disk_bytes);
+        if (limits->pids == 0 || limits->pids > ceilings->pids)
+                return nsbox_invalid(err, "%s.pids %llu is above the operator's ceiling %llu (max_pids)",
+                                     what, (unsigned long long)limits->pids,
+                                     (unsigned long long)ceilings->pids);
+        if (limits->cpus <= 0 || limits->cpus > ceilings->cpus)
+                return nsbox_invalid(err, "%s.cpus %g is above the operator's ceiling %g (max_cpus)", what,
+                                     limits->cpus, ceilings->cpus);
+        return 0;
+}
+
+int policy_from_json(const struct sandbox_policy *defaults, const struct policy_ceilings *ceilings,
+                     json_t *params, struct sandbox_policy *out, nsbox_error_t **err)
 {
         static const char *const known[] = { "session_id", "image",           "limits",
                                              "network",    "seccomp_profile", "idle_timeout_seconds",
@@ -160,26 +200,30 @@ int policy_from_json(const struct sandbox_policy *defaults, json_t *params, stru
         json_t *limits = json_object_get(params, "limits");
         if (limits != NULL && !json_is_null(limits) && (r = parse_limits(limits, &out->limits, err)) < 0)
                 return r;
+        if (ceilings != NULL && (r = policy_check_ceilings(&out->limits, ceilings, "limits", err)) < 0)
+                return r;
         uint64_t idle = out->idle_timeout_seconds;
         if ((r = get_uint(params, "idle_timeout_seconds", "idle_timeout_seconds", 1, POLICY_MAX_IDLE_SECONDS,
                           &idle, err)) < 0)
                 return r;
         out->idle_timeout_seconds = (uint32_t)idle;
 
+        size_t map_bytes = 0;
         json_t *env = json_object_get(params, "env");
         if (env != NULL && !json_is_null(env)) {
-                if ((r = policy_check_env(env, "env", err)) < 0)
+                if ((r = check_string_map(env, "env", POLICY_MAX_ENV_ENTRIES, 1, &map_bytes, err)) < 0)
                         return r;
-                out->env = json_deep_copy(env);
         }
         json_t *labels = json_object_get(params, "labels");
         if (labels != NULL && !json_is_null(labels)) {
-                if ((r = check_string_map(labels, "labels", POLICY_MAX_LABELS, 0, err)) < 0) {
-                        policy_clear(out);
+                if ((r = check_string_map(labels, "labels", POLICY_MAX_LABELS, 0, &map_bytes, err)) < 0)
                         return r;
-                }
-                out->labels = json_deep_copy(labels);
         }
+        /* Copied only once both are known to fit. */
+        if (env != NULL && !json_is_null(env))
+                out->env = json_deep_copy(env);
+        if (labels != NULL && !json_is_null(labels))
+                out->labels = json_deep_copy(labels);
         return 0;
 }
 

@@ -35,12 +35,32 @@ struct sandbox_policy {
 #define POLICY_MAX_IDLE_SECONDS (7u * 24 * 3600)
 #define POLICY_MAX_ENV_ENTRIES  1024
 #define POLICY_MAX_LABELS       64
+/* env and labels are kept in nsboxd's memory for the sandbox's life and
+ * copied into every listing: bounded per key, per value and together. */
+#define POLICY_MAX_KEY_BYTES   1024
+#define POLICY_MAX_VALUE_BYTES (64u << 10)
+#define POLICY_MAX_MAP_BYTES   (256u << 10) /* env and labels together, keys and values */
+
+/* The operator's ceilings on limits a client may ask for (nsboxd's
+ * max_memory_bytes, max_disk_bytes, max_pids and max_cpus), within the
+ * bounds above. */
+struct policy_ceilings {
+        uint64_t memory_bytes;
+        uint64_t disk_bytes;
+        uint64_t pids;
+        double cpus;
+};
 
 void policy_defaults(struct sandbox_policy *policy);
 /* Parse sandbox.create params over a copy of `defaults`. Unknown fields are
- * errors (a typo must not silently yield an unlimited sandbox). */
-int policy_from_json(const struct sandbox_policy *defaults, json_t *params, struct sandbox_policy *out,
-                     nsbox_error_t **err);
+ * errors (a typo must not silently yield an unlimited sandbox); so are
+ * limits above `ceilings` (NULL: the built-in bounds only). */
+int policy_from_json(const struct sandbox_policy *defaults, const struct policy_ceilings *ceilings,
+                     json_t *params, struct sandbox_policy *out, nsbox_error_t **err);
+/* Limits within `ceilings`; `what` names them in the message ("limits",
+ * "the default limits"). */
+int policy_check_ceilings(const struct sandbox_limits *limits, const struct policy_ceilings *ceilings,
+                          const char *what, nsbox_error_t **err);
 void policy_clear(struct sandbox_policy *policy);
 json_t *policy_limits_to_json(const struct sandbox_limits *limits);
 

@@ -2,7 +2,8 @@
 # same image, interleaved in one run; prints the table and writes it to
 # $(BUILD)/bench.md and $(BUILD)/bench.json.  Not a test: nothing here is timed
 # in `make test`.
-#   make bench                          the full run (30 one-shot, 200 warm rounds, 200 creations)
+#   make bench                          the full run (30 one-shot, 200 warm rounds, 200 creations,
+#                                       then 1000 live sandboxes on their own nsboxd: --scale N, 0 skips)
 #   make bench BENCH_ARGS='--warm-rounds 50 --concurrent 50'    a shorter one
 BENCH_ARGS ?=
 

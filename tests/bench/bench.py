@@ -48,7 +48,7 @@ def percentile(values, q):
 
 
 class Daemon:
-    def __init__(self, build, image_dir, uid_base, uid_ranges, log_path, warm_pool):
+    def __init__(self, build, image_dir, uid_base, uid_ranges, log_path, warm_pool, max_sandboxes=256):
         self.dir = tempfile.mkdtemp(prefix="nsbox-bench-")
         os.chmod(self.dir, 0o755)
         self.socket = os.path.join(self.dir, "nsbox.sock")
@@ -56,7 +56,7 @@ class Daemon:
         self.log = open(log_path, "wb")
         args = [os.path.join(build, "nsboxd"), "--socket", self.socket,
                 "--state-dir", os.path.join(self.dir, "state"), "--image-dir", image_dir,
-                "--log-level", "info", "--max-sandboxes", "256",
+                "--log-level", "info", "--max-sandboxes", str(max_sandboxes),
                 "--uid-pool-base", str(uid_base), "--uid-pool-ranges", str(uid_ranges)]
         if warm_pool is not None:
             args += ["--warm-pool", str(warm_pool)]
@@ -356,6 +356,127 @@ def cgroup_memory(dirs):
     return n, usage, kmem
 
 
+# --- 1000 live sandboxes ------------------------------------------------------------
+
+SCALE_LIMITS = {"memory_bytes": 16 << 20, "pids": 32, "disk_bytes": 8 << 20}
+SCALE_WINDOW = 50  # creates whose latency is "at N live": the 50 around N
+
+
+def scale_run(a, build, out_dir, log):
+    """One nsboxd, a.scale sandboxes created one after another by one client
+    (latency at ~0, half and all live, and the rate), then a warm exec in the
+    last one and the memory of them all, idle. Limits are small (16 MiB: a
+    thousand of them fit nsboxd's default memory commit, the host's memory)."""
+    n = a.scale
+    base = a.uid_pool_base + a.uid_pool_ranges * UID_RANGE  # clear of the first daemon's ranges
+    daemon = Daemon(build, a.image_dir, base, n + 64, os.path.join(out_dir, "bench-scale-nsboxd.log"), 0,
+                    max_sandboxes=n + 16)
+    ids, lat = [], []
+    try:
+        client = Client(daemon.socket, timeout=300)
+        before = sandbox_processes(base, n + 64)
+        mem_before = meminfo()
+        log("scale: creating %d sandboxes one after another" % n)
+        t0 = time.perf_counter_ns()
+        failure = None
+        for i in range(n):
+            c0 = time.perf_counter_ns()
+            try:
+                ids.append(client.call("sandbox.create", limits=SCALE_LIMITS)["sandbox_id"])
+            except Exception as e:
+                failure = "create %d: %s: %s" % (i + 1, type(e).__name__, e)
+                break
+            lat.append(time.perf_counter_ns() - c0)
+            if (i + 1) % (n // 5 or 1) == 0:
+                log("  %d live" % (i + 1))
+        wall = time.perf_counter_ns() - t0
+        exec_lat = []
+        if ids:
+            for _ in range(a.scale_exec_rounds):
+                e0 = time.perf_counter_ns()
+                r = client.call("sandbox.exec", sandbox_id=ids[-1], argv=TRUE)
+                if r["exit_code"] == 0:
+                    exec_lat.append(time.perf_counter_ns() - e0)
+        time.sleep(3)  # settle, as above
+        groups = sandbox_processes(base, n + 64)
+        n_groups = max(1, len(groups) - len(before))
+        rss = sum(r.get("Rss", 0) for p in groups.values() for _, r in p)
+        _, _, cg_kmem = cgroup_memory(sandbox_cgroups(ids))
+        avail_drop = mem_before["MemAvailable"] - meminfo()["MemAvailable"]
+        daemon_fds = len(os.listdir("/proc/%d/fd" % daemon.proc.pid))
+        daemon_rss = rollup(daemon.proc.pid).get("Rss", 0)
+        info = client.call("server.info")
+        log("scale: removing them")
+        r0 = time.perf_counter_ns()
+        _, rm_errors = concurrent_removes(daemon.socket, ids)
+        rm_wall = time.perf_counter_ns() - r0
+        client.close()
+    finally:
+        rc = daemon.stop()
+
+    def window(at):
+        w = lat[max(0, at - SCALE_WINDOW // 2):at + SCALE_WINDOW // 2] if at else lat[:SCALE_WINDOW]
+        return (ms(statistics.median(w)), ms(percentile(w, 0.9))) if w else (None, None)
+
+    low, half, full = window(0), window(n // 2), window(len(lat) - SCALE_WINDOW // 2)
+    return {
+        "n": n, "created": len(ids), "failure": failure, "daemon_rc": rc,
+        "seconds": wall / 1e9, "per_second": len(ids) / (wall / 1e9) if wall else 0,
+        "create_ms_at_0": low, "create_ms_at_half": half, "create_ms_at_n": full,
+        "growth": full[0] / low[0] if full[0] and low[0] else None,
+        "exec_true_ms": (ms(statistics.median(exec_lat)), ms(percentile(exec_lat, 0.9))) if exec_lat else None,
+        "exec_failures": a.scale_exec_rounds - len(exec_lat) if ids else None,
+        "memory_mib": ((rss + cg_kmem) / n_groups) / 2**20,
+        "rss_mib": rss / n_groups / 2**20, "cgroup_kmem_mib": cg_kmem / n_groups / 2**20,
+        "memavailable_drop_mib": avail_drop / n_groups / 2**20,
+        "daemon_fds": daemon_fds, "daemon_rss_mib": daemon_rss / 2**20,
+        "memory_committed_bytes": info.get("memory_committed_bytes"),
+        "memory_commit_limit_bytes": info.get("memory_commit_limit_bytes"),
+        "remove_seconds": rm_wall / 1e9, "remove_failures": len(rm_errors),
+    }
+
+
+SCALE_GROWTH_TARGET = 2.0  # create latency at N live / at ~0 live
+
+
+def scale_markdown(sc):
+    if sc is None:
+        return []
+    n = sc["n"]
+
+    def pair(p):
+        return "%.1f / %.1f ms" % p if p and p[0] is not None else "–"
+    growth = sc["growth"]
+    lines = ["", "| %d live sandboxes (16 MiB, 32 pids, 8 MiB disk each), created one after another | value "
+             "| target |" % n, "|---|---:|---|"]
+    lines.append("| created | %d of %d | all %s |" % (sc["created"], n, "met" if sc["created"] == n else
+                                                         "MISSED: " + str(sc["failure"])[:120]))
+    lines.append("| creations per second (one client, sequential) | %.1f (%.1f s) | |" % (sc["per_second"],
+                                                                                         sc["seconds"]))
+    lines.append("| create latency at ~0 live (first %d), median / p90 | %s | |" % (SCALE_WINDOW,
+                                                                                   pair(sc["create_ms_at_0"])))
+    lines.append("| create latency at %d live, median / p90 | %s | |" % (n // 2, pair(sc["create_ms_at_half"])))
+    lines.append("| create latency at %d live (last %d), median / p90 | %s | |" % (n, SCALE_WINDOW,
+                                                                                 pair(sc["create_ms_at_n"])))
+    lines.append("| … growth: at %d live / at ~0 live | %s | ≤ %.1f× %s |" % (
+        n, "%.2f×" % growth if growth else "–", SCALE_GROWTH_TARGET,
+        "met" if growth and growth <= SCALE_GROWTH_TARGET else "MISSED"))
+    lines.append("| warm exec /bin/true in the last one at %d live, median / p90 | %s | |" % (
+        n, pair(sc["exec_true_ms"])))
+    lines.append("| host memory per idle sandbox at %d live: RSS + cgroup kernel memory (RSS / kernel) | "
+                 "%.2f MiB (%.2f / %.2f) | ≤ 2 MiB %s |" % (n, sc["memory_mib"], sc["rss_mib"],
+                                                           sc["cgroup_kmem_mib"],
+                                                           "met" if sc["memory_mib"] <= 2 else "MISSED"))
+    lines.append("| … cross-check: host MemAvailable drop per sandbox | %.2f MiB | |" % sc["memavailable_drop_mib"])
+    lines.append("| nsboxd at %d live: open fds / RSS | %d / %.1f MiB | |" % (n, sc["daemon_fds"],
+                                                                          sc["daemon_rss_mib"]))
+    lines.append("| memory commit at %d live (server.info) | %.1f of %.1f GiB | |" % (
+        n, (sc["memory_committed_bytes"] or 0) / 2**30, (sc["memory_commit_limit_bytes"] or 0) / 2**30))
+    lines.append("| removing all of them (16 clients) | %.2f s, %d failures | |" % (sc["remove_seconds"],
+                                                                                  sc["remove_failures"]))
+    return lines
+
+
 # --- the run ---------------------------------------------------------------------
 
 
@@ -370,6 +491,8 @@ def main():
     ap.add_argument("--warm-pool", type=int, default=None, help="nsboxd --warm-pool (default: nsboxd's own)")
     ap.add_argument("--uid-pool-base", type=int, default=2000000000)
     ap.add_argument("--uid-pool-ranges", type=int, default=512)
+    ap.add_argument("--scale", type=int, default=1000, help="live sandboxes of the scale section (0: skip it)")
+    ap.add_argument("--scale-exec-rounds", type=int, default=100)
     ap.add_argument("--out", default=None, help="dir for bench.md/bench.json (default: the build dir)")
     ap.add_argument("--reproduce", default=None, help="the command printed under the table")
     ap.add_argument("--crun-runner", action="store_true", help=argparse.SUPPRESS)
@@ -545,9 +668,10 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
     if rc != 0:
         log("nsboxd exited with %s (log: %s)" % (rc, daemon.log_path))
+    scale = scale_run(a, build, out_dir, log) if a.scale > 0 else None
 
     report = build_report(variants, concurrent, memory, stateful_ok, crun, reproduce,
-                          time.monotonic() - started, a)
+                          time.monotonic() - started, a, scale)
     print()
     print(report["markdown"])
     os.makedirs(out_dir, exist_ok=True)
@@ -559,7 +683,10 @@ def main():
     # Missed performance targets are results; failures are bugs.
     broken = [v.label for v in variants if v.failures] + \
         (["%d of %d concurrent creations" % (concurrent["failures"], concurrent["n"])] if concurrent["failures"] else []) + \
-        (["stateful state check"] if not stateful_ok else [])
+        (["stateful state check"] if not stateful_ok else []) + \
+        (["%d of %d scale creations" % (scale["n"] - scale["created"], scale["n"])]
+         if scale and scale["created"] < scale["n"] else []) + \
+        (["%d scale execs" % scale["exec_failures"]] if scale and scale["exec_failures"] else [])
     if broken:
         print("bench: FAILED: " + "; ".join(broken), file=sys.stderr)
         return 1
@@ -574,7 +701,7 @@ TARGETS = {  # key → (max ratio, or max ms when absolute)
 }
 
 
-def build_report(variants, concurrent, memory, stateful_ok, crun, reproduce, seconds, a):
+def build_report(variants, concurrent, memory, stateful_ok, crun, reproduce, seconds, a, scale=None):
     by_key = {v.key: v for v in variants}
 
     def median(v):
@@ -639,6 +766,7 @@ def build_report(variants, concurrent, memory, stateful_ok, crun, reproduce, sec
                  "| %s / %s | |" % (f(mem["slab_growth_mib"]), f(mem["daemon_rss_growth_mib"])))
     lines.append("| removing all of them (16 clients) | %.2f s, %d failures | |" % (
         c["remove_seconds"], c["remove_failures"]))
+    lines.extend(scale_markdown(scale))
     lines.append("")
     lines.append("Medians of interleaved rounds (%d one-shot, %d warm per variant) on %s, kernel %s, %d CPUs; "
                  "bench took %.0f s. Ratios: to bwrap's one-shot of the same command (python rows to bwrap "
@@ -653,7 +781,7 @@ def build_report(variants, concurrent, memory, stateful_ok, crun, reproduce, sec
     lines.append("Reproduce: `%s`" % reproduce)
     md = "\n".join(lines) + "\n"
     return {"markdown": md, "json": {"rows": rows, "concurrent": concurrent, "memory": memory,
-                                     "stateful_state_ok": stateful_ok, "crun_note": crun.note,
+                                     "stateful_state_ok": stateful_ok, "scale": scale, "crun_note": crun.note,
                                      "crun_error": crun.error, "seconds": seconds, "kernel": platform.release(),
                                      "cpus": os.cpu_count(), "reproduce": reproduce}}
 

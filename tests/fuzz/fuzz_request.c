@@ -43,7 +43,7 @@ static void fuzz_line(const char *line, size_t len, const struct sandbox_policy 
                 abort();
         struct sandbox_policy policy;
         nsbox_error_t *err = NULL;
-        if (policy_from_json(defaults, req.params, &policy, &err) == 0) {
+        if (policy_from_json(defaults, NULL, req.params, &policy, &err) == 0) {
                 if (err != NULL)
                         abort();
                 policy_clear(&policy);

@@ -147,7 +147,7 @@ static void test_policy_defaults_and_overrides(void **state)
         policy_defaults(&defaults);
         json_t *params = json_pack("{s:s, s:{s:I, s:f}, s:{s:s}}", "session_id", "abc", "limits",
                                    "memory_bytes", (json_int_t)(64 << 20), "cpus", 0.5, "env", "A", "1");
-        assert_int_equal(policy_from_json(&defaults, params, &p, &err), 0);
+        assert_int_equal(policy_from_json(&defaults, NULL, params, &p, &err), 0);
         assert_string_equal(p.session_id, "abc");
         assert_int_equal(p.limits.memory_bytes, 64 << 20);
         assert_int_equal(p.limits.pids, 256);
@@ -184,7 +184,7 @@ static void test_policy_rejects_bad_params(void **state)
                 _cleanup_error_ nsbox_error_t *err = NULL;
                 json_t *params = json_loads(bad[i], 0, NULL);
                 assert_non_null(params);
-                if (policy_from_json(&defaults, params, &p, &err) == 0)
+                if (policy_from_json(&defaults, NULL, params, &p, &err) == 0)
                         fail_msg("accepted %s", bad[i]);
                 assert_non_null(err);
                 json_decref(params);

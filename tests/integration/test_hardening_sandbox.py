@@ -1,0 +1,187 @@
+"""Issue 15, sandbox slice: what one client may take (per-uid sandbox quota,
+operator ceilings on limits, the host's memory commit, env/label sizes), and
+hundreds of sandboxes on one daemon."""
+import json
+import os
+import subprocess
+import threading
+
+import pytest
+from conftest import Daemon
+from nsbox_client import RpcError
+
+APP = -32000
+INVALID_PARAMS = -32602
+SMALL = {"memory_bytes": 32 << 20, "pids": 32, "disk_bytes": 8 << 20}
+
+UID_CLIENT = r"""
+import json, socket, sys
+path, requests = sys.argv[1], json.loads(sys.argv[2])
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.settimeout(120)
+s.connect(path)
+f = s.makefile("rwb")
+out = []
+for i, (method, params) in enumerate(requests):
+    f.write((json.dumps({"jsonrpc": "2.0", "id": i, "method": method, "params": params}) + "\n").encode())
+    f.flush()
+    out.append(json.loads(f.readline()))
+print(json.dumps(out))
+"""
+
+
+def as_uid(uid, socket_path, requests):
+    """Replies to `requests` sent over one connection by a process of `uid`."""
+    def drop():
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+    p = subprocess.run(["/usr/bin/python3", "-c", UID_CLIENT, socket_path, json.dumps(requests)],
+                       preexec_fn=drop, cwd="/", capture_output=True, timeout=300)
+    if p.returncode != 0:
+        raise OSError(p.stderr.decode(errors="replace"))
+    return json.loads(p.stdout)
+
+
+def app_error(reply, kind):
+    assert "error" in reply, reply
+    assert reply["error"]["code"] == APP and reply["error"]["data"]["kind"] == kind, reply
+    return reply["error"]["message"]
+
+
+@pytest.fixture
+def small_daemon():
+    d = Daemon(extra_args=["--warm-pool", "0", "--max-sandboxes", "10", "--max-sandboxes-per-uid", "2"])
+    os.chmod(d.socket, 0o666)  # in production: membership of group nsbox
+    yield d
+    assert d.stop() == 0
+
+
+def test_one_uid_cannot_take_every_sandbox(small_daemon):
+    d = small_daemon
+    create = ["sandbox.create", {"limits": SMALL}]
+    out = as_uid(65534, d.socket, [create, create, create, ["sandbox.list", {}]])
+    mine = [r["result"]["sandbox_id"] for r in out[:2]]
+    message = app_error(out[2], "limit_reached")
+    assert "max_sandboxes_per_uid" in message and "2" in message
+    assert out[3]["result"]["count"] == 2
+    # Others are not disturbed: another uid, and root (the operator, exempt).
+    other = as_uid(65533, d.socket, [create])
+    assert "sandbox_id" in other[0]["result"], other
+    root = [d.call("sandbox.create", limits=SMALL)["sandbox_id"] for _ in range(3)]
+    assert len(set(root)) == 3
+    # A sandbox removed gives its owner room again.
+    out = as_uid(65534, d.socket, [["sandbox.remove", {"sandbox_id": mine[0], "force": True}], create])
+    assert out[0]["result"]["removed"] is True and "sandbox_id" in out[1]["result"], out
+
+
+def test_limits_above_the_operator_ceilings_are_invalid_params():
+    d = Daemon(extra_args=["--warm-pool", "0", "--max-memory-bytes", str(1 << 30), "--max-disk-bytes",
+                           str(1 << 30), "--max-pids", "1024", "--max-cpus", "1"])
+    try:
+        asks = [({"memory_bytes": 1 << 40}, "max_memory_bytes"), ({"disk_bytes": 1 << 40}, "max_disk_bytes"),
+                ({"pids": 65536}, "max_pids"), ({"cpus": 1.5}, "max_cpus")]
+        for limits, key in asks:
+            with pytest.raises(RpcError) as e:
+                d.call("sandbox.create", limits=limits)
+            assert e.value.code == INVALID_PARAMS and e.value.kind == "invalid_params", limits
+            assert key in str(e.value), str(e.value)
+        at_ceiling = {"memory_bytes": 1 << 30, "disk_bytes": 1 << 30, "pids": 1024, "cpus": 1}
+        sid = d.call("sandbox.create", limits=at_ceiling)["sandbox_id"]
+        d.call("sandbox.remove", sandbox_id=sid, force=True)
+        assert d.call("server.info")["sandboxes"] == 0
+    finally:
+        assert d.stop() == 0
+
+
+def test_the_default_ceilings_refuse_a_terabyte():
+    d = Daemon(extra_args=["--warm-pool", "0"])
+    try:
+        for limits in ({"memory_bytes": 1 << 40}, {"disk_bytes": 1 << 40}, {"pids": 65536}):
+            with pytest.raises(RpcError) as e:
+                d.call("sandbox.create", limits=limits)
+            assert e.value.kind == "invalid_params", limits
+    finally:
+        assert d.stop() == 0
+
+
+def test_a_config_whose_defaults_exceed_its_ceilings_is_refused():
+    with pytest.raises(RuntimeError, match="max_memory_bytes"):
+        Daemon(extra_args=["--max-memory-bytes", str(256 << 20)])  # default memory is 512 MiB
+    with pytest.raises(RuntimeError, match="max_pids"):
+        Daemon(extra_args=["--pids", "8192"])  # default max_pids is 4096
+
+
+def test_memory_commit_bounds_the_sum_of_live_memory_limits():
+    mib = 1 << 20
+    d = Daemon(extra_args=["--warm-pool", "1", "--memory-bytes", str(64 * mib), "--memory-commit-bytes",
+                           str(256 * mib), "--max-sandboxes", "16"])
+    try:
+        assert "memory_commit_bytes" in d.read_log()  # 16 x 64 MiB do not fit: said at startup
+        big = {"memory_bytes": 128 * mib}
+        first = d.call("sandbox.create", limits=big)["sandbox_id"]
+        info = d.call("server.info")
+        # The warm pool's sandbox counts: it holds its 64 MiB.
+        assert info["memory_commit_limit_bytes"] == 256 * mib
+        assert info["memory_committed_bytes"] == 192 * mib
+        with pytest.raises(RpcError) as e:
+            d.call("sandbox.create", limits=big)
+        assert e.value.kind == "limit_reached" and "memory_commit_bytes" in str(e.value)
+        # The pooled default sandbox still fits and is handed over.
+        second = d.call("sandbox.create")["sandbox_id"]
+        d.call("sandbox.remove", sandbox_id=first, force=True)
+        assert d.call("server.info")["memory_committed_bytes"] <= 128 * mib
+        third = d.call("sandbox.create", limits=big)["sandbox_id"]
+        for sid in (second, third):
+            d.call("sandbox.remove", sandbox_id=sid, force=True)
+    finally:
+        assert d.stop() == 0
+
+
+def test_env_and_labels_are_bounded_in_bytes(daemon):
+    cases = [{"env": {"BIG": "x" * (20 << 20)}},                       # the issue's 20 MiB
+             {"labels": {"k%d" % i: "v" * (60 << 10) for i in range(5)}},  # 300 KiB in small values
+             {"env": {"K" * 2048: "v"}}]
+    for params in cases:
+        with pytest.raises(RpcError) as e:
+            daemon.call("sandbox.create", **params)
+        assert e.value.code == INVALID_PARAMS and e.value.kind == "invalid_params"
+        assert "bytes" in str(e.value)
+    assert daemon.call("server.info")["sandboxes"] == 0
+
+
+def test_300_sandboxes_on_one_daemon_then_an_exec_in_the_last():
+    """About 200 live sandboxes was where every create failed (issue 15)."""
+    n = 300
+    d = Daemon(extra_args=["--warm-pool", "0", "--max-sandboxes", str(n + 10), "--uid-pool-base", "1700000000",
+                           "--uid-pool-ranges", str(n + 20), "--log-level", "info"])
+    ids, errors = [], []
+    lock = threading.Lock()
+
+    def creator(count):
+        with d.client(timeout=300) as c:
+            for _ in range(count):
+                try:
+                    sid = c.call("sandbox.create", limits=SMALL)["sandbox_id"]
+                    with lock:
+                        ids.append(sid)
+                except RpcError as e:
+                    with lock:
+                        errors.append(str(e))
+
+    try:
+        threads = [threading.Thread(target=creator, args=(n // 4,)) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == [] and len(ids) == n, (len(ids), errors[:3])
+        assert d.call("server.info")["sandboxes"] == n
+        r = d.call("sandbox.exec", sandbox_id=ids[-1], argv=["sh", "-c", "echo ok; ls /proc | grep -c '^[0-9]'"])
+        assert r["exit_code"] == 0 and r["stdout"].split()[0] == "ok", r
+        with d.client(timeout=300) as c:
+            for sid in ids:
+                c.call("sandbox.remove", sandbox_id=sid, force=True)
+        assert d.call("server.info")["sandboxes"] == 0
+    finally:
+        assert d.stop() == 0
