@@ -259,3 +259,189 @@ def test_a_request_line_must_complete_in_time():
                 time.sleep(1)
     finally:
         assert d.stop() == 0
+
+
+# --- output memory is bounded for all clients together ----------------------------
+
+def test_clients_that_do_not_read_are_dropped_and_a_reading_one_is_not():
+    d = Daemon(extra_args=["--max-buffer-bytes", str(8 << 20)])
+    try:
+        sb = d.call("sandbox.create")["sandbox_id"]
+        d.call("sandbox.exec", sandbox_id=sb, command="head -c 1000000 /dev/zero | tr '\\0' a > /workspace/big")
+        read = lambda i: ({"jsonrpc": "2.0", "id": i, "method": "fs.read",
+                           "params": {"sandbox_id": sb, "path": "/workspace/big"}})
+        sleepers = [Raw(d.socket) for _ in range(2)]
+        for s in sleepers:
+            # Far more replies than the budget holds, never read.
+            s.send(b"".join((json.dumps(read(i)) + "\n").encode() for i in range(40)))
+        reader = Raw(d.socket)
+        start = time.monotonic()
+        n = 0
+        while time.monotonic() - start < 12:
+            r = reader.call(read(n), timeout=30)
+            assert r["id"] == n and len(r["result"]["content"]) == 1000000, r.get("error")
+            n += 1
+        log = d.read_log()
+        assert log.count("does not read its output") >= 2, log[-3000:]
+        for s in sleepers:
+            s.sock.settimeout(10)
+            got = 0
+            while True:  # what was in the socket buffers, then the end
+                try:
+                    chunk = s.sock.recv(1 << 20)
+                except ConnectionResetError:
+                    chunk = b""
+                if not chunk:
+                    break
+                got += len(chunk)
+            assert got < 40 * 1000000
+            s.close()
+        reader.close()
+    finally:
+        assert d.stop() == 0
+
+
+# --- large requests are parsed off the loop ----------------------------------------
+
+def test_large_requests_do_not_stall_other_clients(daemon):
+    junk = b"a" * (60 << 20)
+    big = [b'{"jsonrpc":"2.0","id":%d,"method":"server.info","params":{"unknown_field":"' % i + junk + b'"}}\n'
+           for i in range(4)]
+    done = threading.Event()
+    answers = []
+
+    def hammer():
+        with Raw(daemon.socket, timeout=120) as c:
+            for line in big:
+                c.send(line)
+            for _ in big:
+                answers.append(c.reply(timeout=120))
+        done.set()
+
+    t = threading.Thread(target=hammer)
+    t.start()
+    worst = 0.0
+    with Raw(daemon.socket) as c:
+        i = 0
+        while not done.is_set():
+            t0 = time.monotonic()
+            assert "result" in c.call({"jsonrpc": "2.0", "id": i, "method": "server.info"})
+            worst = max(worst, time.monotonic() - t0)
+            i += 1
+            time.sleep(0.02)
+    t.join()
+    assert [a["id"] for a in answers] == [0, 1, 2, 3]
+    assert all(a["error"]["code"] == INVALID_PARAMS for a in answers)
+    assert worst < 0.5, "server.info took %.2f s while 60 MB requests were parsed" % worst
+
+
+# --- SIGTERM -------------------------------------------------------------------------
+
+def leftover_cgroups(state_dir):
+    # manager/cgroup.c names the parent nsbox-<FNV-1a of the state dir>.
+    h = 2166136261
+    for b in state_dir.encode():
+        h = ((h ^ b) * 16777619) & 0xffffffff
+    name = "nsbox-%08x" % h
+    found = []
+    for root, dirs, _ in os.walk("/sys/fs/cgroup"):
+        if os.path.basename(root) == name:
+            found += [os.path.join(root, x) for x in dirs]
+            dirs[:] = []
+    return found
+
+
+def test_after_sigterm_new_requests_are_refused_and_nothing_is_left():
+    d = Daemon()
+    state = d.state
+    answers = []
+    stop = threading.Event()
+
+    def hammer():
+        with Raw(d.socket, timeout=60) as c:
+            i = 0
+            while not stop.is_set():
+                try:
+                    c.send((json.dumps({"jsonrpc": "2.0", "id": i, "method": "sandbox.create"}) + "\n").encode())
+                    line = c.line(timeout=60)
+                except OSError:
+                    break
+                if line is None:
+                    break
+                answers.append(json.loads(line))
+                i += 1
+
+    t = threading.Thread(target=hammer)
+    t.start()
+    while len(answers) < 5:
+        time.sleep(0.05)
+    d.proc.send_signal(signal.SIGTERM)
+    rc = d.proc.wait(timeout=60)
+    stop.set()
+    t.join(timeout=60)
+    log = d.read_log()
+    sandboxes_left = os.listdir(os.path.join(state, "sandboxes"))
+    cgroups_left = leftover_cgroups(state)
+    d.stop()
+    kinds = [(a.get("error") or {}).get("data", {}).get("kind", "created" if "result" in a else "?")
+             for a in answers]
+    first = kinds.index("unavailable") if "unavailable" in kinds else None
+    assert first is not None, kinds
+    assert all(k == "unavailable" for k in kinds[first:]), kinds
+    assert "shutting down" in answers[first]["error"]["message"]
+    assert answers[first]["error"]["code"] == APP
+    assert sandboxes_left == [] and cgroups_left == [], (sandboxes_left, cgroups_left)
+    assert rc == 0, log[-3000:]
+
+
+def test_exit_is_non_zero_when_a_sandbox_is_left_behind():
+    # A sandbox frozen by the operator (freezer cgroup) cannot take its
+    # SIGKILL: it outlives the shutdown grace, and nsboxd must say so.
+    freezer = "/sys/fs/cgroup/freezer"
+    if not os.path.exists(os.path.join(freezer, "cgroup.procs")):
+        pytest.skip("no v1 freezer hierarchy")
+    d = Daemon(extra_args=["--warm-pool", "0"])
+    frozen = os.path.join(freezer, "nsbox-test-frozen-%d" % os.getpid())
+    os.mkdir(frozen)
+    try:
+        sb = d.call("sandbox.create")["sandbox_id"]
+        d.call("sandbox.exec", sandbox_id=sb, command="true")
+        pids = subprocess.run(["pgrep", "-P", str(d.proc.pid)], capture_output=True, text=True).stdout.split()
+        tree = set(pids)
+        for pid in pids:
+            tree |= set(subprocess.run(["pgrep", "-P", pid], capture_output=True, text=True).stdout.split())
+        for pid in tree:
+            with open(os.path.join(frozen, "cgroup.procs"), "w") as f:
+                f.write(pid)
+        with open(os.path.join(frozen, "freezer.state"), "w") as f:
+            f.write("FROZEN")
+        d.proc.send_signal(signal.SIGTERM)
+        rc = d.proc.wait(timeout=60)
+        assert rc != 0
+        assert "left behind" in d.read_log()
+    finally:
+        with open(os.path.join(frozen, "freezer.state"), "w") as f:
+            f.write("THAWED")
+        time.sleep(0.5)
+        d.stop()
+        for _ in range(50):
+            try:
+                os.rmdir(frozen)
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+# --- one daemon per state dir ----------------------------------------------------------
+
+def test_a_second_daemon_on_the_same_state_dir_refuses_to_start(daemon):
+    sb = daemon.call("sandbox.create")["sandbox_id"]
+    other_socket = os.path.join(daemon.dir, "second.sock")
+    p = subprocess.run([os.path.join(BUILD, "nsboxd"), "--socket", other_socket, "--state-dir", daemon.state,
+                        "--image-dir", IMAGE_DIR], capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0
+    assert "in use by another nsboxd (pid %d)" % daemon.proc.pid in p.stderr, p.stderr
+    assert not os.path.exists(other_socket)
+    r = daemon.call("sandbox.exec", sandbox_id=sb, command="echo alive")
+    assert r["stdout"] == "alive\n"
+    daemon.call("sandbox.remove", sandbox_id=sb)
