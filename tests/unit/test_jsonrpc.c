@@ -5,11 +5,13 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "cleanup.h"
 #include "jsonrpc.h"
+#include "log.h"
 #include "policy.h"
 #include "textenc.h"
 
@@ -153,6 +155,45 @@ static void test_valid_json_keeps_its_id(void **state)
                                &req, &why),
                          0);
         jsonrpc_request_clear(&req);
+}
+
+/* Text quoted in a log line can never start a line of its own. */
+static void test_log_escape_defeats_forged_lines(void **state)
+{
+        char out[256];
+        log_escape("a\n<3>error: forged\r\x1b[2J\t\xc2\x85\xe2\x80\xa8\xff ok \xc3\xa9", out, sizeof(out));
+        assert_string_equal(out,
+                            "a\\x0a<3>error: forged\\x0d\\x1b[2J\\x09\\u{0085}\\u{2028}\\xff ok \xc3\xa9");
+        /* Cut at the buffer, never in the middle of an escape. */
+        log_escape("\n\n\n", out, 9);
+        assert_string_equal(out, "\\x0a\\x0a");
+}
+
+/* A burst, then one line per second, and a count of what was dropped. */
+static void test_log_limited_drops_and_counts(void **state)
+{
+        char path[] = "/tmp/nsbox-log-test-XXXXXX";
+        int fd = mkstemp(path);
+        assert_true(fd >= 0);
+        fflush(stderr);
+        int saved = dup(2);
+        dup2(fd, 2);
+        for (int i = 0; i < 100; i++)
+                log_limited("uid 4242", LOG_LEVEL_WARN, "line %d", i);
+        log_limited("uid 4243", LOG_LEVEL_WARN, "another key");
+        fflush(stderr);
+        dup2(saved, 2);
+        close(saved);
+        char buf[8192] = "";
+        ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+        assert_true(n > 0);
+        close(fd);
+        unlink(path);
+        unsigned lines = 0;
+        for (char *p = buf; (p = strstr(p, "line ")) != NULL; p++)
+                lines++;
+        assert_int_equal(lines, LOG_LIMIT_BURST);
+        assert_non_null(strstr(buf, "another key"));
 }
 
 static void test_deep_nesting_is_refused_not_crashing(void **state)
@@ -300,6 +341,8 @@ int main(void)
                 cmocka_unit_test(test_bad_requests_get_the_right_code),
                 cmocka_unit_test(test_id_is_recovered_for_error_replies),
                 cmocka_unit_test(test_valid_json_keeps_its_id),
+                cmocka_unit_test(test_log_escape_defeats_forged_lines),
+                cmocka_unit_test(test_log_limited_drops_and_counts),
                 cmocka_unit_test(test_deep_nesting_is_refused_not_crashing),
                 cmocka_unit_test(test_serialize_is_one_compact_line),
                 cmocka_unit_test(test_error_reply_shape),
