@@ -983,6 +983,10 @@ static void conn_update_events(struct rpc_conn *conn)
                 }
                 conn->events = events;
         }
+        /* While paused we did not read: the rest of a partial line could not
+         * arrive, so its clock starts again. */
+        if (was_paused && !conn->paused && conn->partial_since_ms != 0)
+                conn->partial_since_ms = now_monotonic_ms();
         if (was_paused && !conn->paused && conn->in_len > 0)
                 conn_schedule(conn);
 }
@@ -1099,54 +1103,71 @@ void rpc_server_refuse_requests(void)
         server.refusing = true;
 }
 
+static void conn_tick(struct rpc_conn *conn, long long now, bool exhausted, size_t share)
+{
+        long long idle_ms = (long long)nsboxd.config.client_idle_timeout_seconds * 1000;
+        long long partial_ms = (long long)nsboxd.config.request_timeout_seconds * 1000;
+        char key[32];
+        snprintf(key, sizeof(key), "uid %u", (unsigned)conn->uid);
+        size_t queued = conn->out_len - conn->out_off;
+        if (exhausted && queued > share && now - conn->last_send_ms >= OUT_STALL_MS) {
+                log_limited(key, LOG_LEVEL_WARN,
+                            "client pid %d uid %u does not read its output (%zu bytes waiting, its share of "
+                            "max_buffer_bytes is %zu); closing",
+                            conn->pid, (unsigned)conn->uid, queued, share);
+                conn_close(conn);
+                return;
+        }
+        if (partial_ms > 0 && conn->partial_since_ms != 0 && !conn->paused && !conn->closing &&
+            now - conn->partial_since_ms >= partial_ms) {
+                log_limited(key, LOG_LEVEL_INFO,
+                            "client pid %d uid %u: request line incomplete after %us; closing", conn->pid,
+                            (unsigned)conn->uid, nsboxd.config.request_timeout_seconds);
+                conn->in_len = conn->in_scanned = 0;
+                conn->partial_since_ms = 0;
+                conn->closing = true;
+                conn_error(
+                    conn, NULL, JSONRPC_INVALID_REQUEST, "timeout",
+                    "request line not complete within %u s of its first byte (request_timeout_seconds); "
+                    "closing the connection",
+                    nsboxd.config.request_timeout_seconds);
+                if (!conn->closed) {
+                        conn_update_events(conn);
+                        conn_close_if_done(conn);
+                }
+                return;
+        }
+        bool idle = conn->in_flight == 0 && conn->in_len == 0 && conn->out_len == conn->out_off &&
+                    conn->large == NULL && conn->deferred == NULL && !conn->parsing;
+        if (idle_ms > 0 && idle && now - conn->last_activity_ms >= idle_ms) {
+                log_limited(key, LOG_LEVEL_DEBUG, "client pid %d uid %u idle for %us; closing", conn->pid,
+                            (unsigned)conn->uid, nsboxd.config.client_idle_timeout_seconds);
+                conn_close(conn);
+        }
+}
+
 void rpc_server_tick(void)
 {
         long long now = now_monotonic_ms();
-        long long idle_ms = (long long)nsboxd.config.client_idle_timeout_seconds * 1000;
-        long long partial_ms = (long long)nsboxd.config.request_timeout_seconds * 1000;
         bool exhausted = budget_exhausted();
         size_t share = fair_share();
-        for (struct rpc_conn *conn = server.all, *next; conn != NULL; conn = next) {
-                next = conn->next_all;
-                char key[32];
-                snprintf(key, sizeof(key), "uid %u", (unsigned)conn->uid);
-                size_t queued = conn->out_len - conn->out_off;
-                if (exhausted && queued > share && now - conn->last_send_ms >= OUT_STALL_MS) {
-                        log_limited(key, LOG_LEVEL_WARN,
-                                    "client pid %d uid %u does not read its output (%zu bytes waiting, its "
-                                    "share of max_buffer_bytes is %zu); closing",
-                                    conn->pid, (unsigned)conn->uid, queued, share);
-                        conn_close(conn);
-                        continue;
-                }
-                if (partial_ms > 0 && conn->partial_since_ms != 0 && !conn->closing &&
-                    now - conn->partial_since_ms >= partial_ms) {
-                        log_limited(key, LOG_LEVEL_INFO,
-                                    "client pid %d uid %u: request line incomplete after %us; closing",
-                                    conn->pid, (unsigned)conn->uid, nsboxd.config.request_timeout_seconds);
-                        conn->refs++;
-                        conn->in_len = conn->in_scanned = 0;
-                        conn->partial_since_ms = 0;
-                        conn->closing = true;
-                        conn_error(conn, NULL, JSONRPC_INVALID_REQUEST, "timeout",
-                                   "request line not complete within %u s of its first byte "
-                                   "(request_timeout_seconds); closing the connection",
-                                   nsboxd.config.request_timeout_seconds);
-                        if (!conn->closed) {
-                                conn_update_events(conn);
-                                conn_close_if_done(conn);
-                        }
-                        conn_unref(conn);
-                        continue;
-                }
-                bool idle = conn->in_flight == 0 && conn->in_len == 0 && conn->out_len == conn->out_off &&
-                            conn->large == NULL && conn->deferred == NULL && !conn->parsing;
-                if (idle_ms > 0 && idle && now - conn->last_activity_ms >= idle_ms) {
-                        log_limited(key, LOG_LEVEL_DEBUG, "client pid %d uid %u idle for %us; closing",
-                                    conn->pid, (unsigned)conn->uid,
-                                    nsboxd.config.client_idle_timeout_seconds);
-                        conn_close(conn);
-                }
+        /* Closing one connection runs callbacks that may close others: walk
+         * a snapshot, each entry referenced, instead of the live list. */
+        size_t n = 0;
+        for (struct rpc_conn *conn = server.all; conn != NULL; conn = conn->next_all)
+                n++;
+        _cleanup_free_ struct rpc_conn **snapshot = calloc(n ? n : 1, sizeof(*snapshot));
+        if (snapshot == NULL)
+                return;
+        n = 0;
+        for (struct rpc_conn *conn = server.all; conn != NULL; conn = conn->next_all) {
+                conn->refs++;
+                snapshot[n++] = conn;
+        }
+        for (size_t i = 0; i < n; i++) {
+                if (!snapshot[i]->closed)
+                        conn_tick(snapshot[i], now, exhausted, share);
+                conn_unref(snapshot[i]);
         }
         if (server.resume_waiters != NULL)
                 resume_waiters();
