@@ -474,6 +474,8 @@ static void conn_queue(struct rpc_conn *conn, const json_t *message)
         conn_flush(conn);
 }
 
+static void request_clear_message(struct rpc_request *req);
+
 static void unwait_resume(struct rpc_request *req)
 {
         if (req->on_resume == NULL)
@@ -529,7 +531,7 @@ static void request_free(struct rpc_request *req)
         struct rpc_conn *conn = req->conn;
         unwatch(req);
         unwait_resume(req);
-        jsonrpc_request_clear(&req->msg);
+        request_clear_message(req);
         free(req);
         conn->in_flight--;
         conn->last_activity_ms = now_monotonic_ms();
@@ -644,7 +646,7 @@ static void conn_dispatch_parsed(struct rpc_conn *conn, struct rpc_request *req,
                 if (!notification)
                         conn_error(conn, req->msg.id, JSONRPC_APP_ERROR, "unavailable",
                                    "nsboxd is shutting down");
-                jsonrpc_request_clear(&req->msg);
+                request_clear_message(req);
                 return;
         }
         if (code < 0 || method == NULL) {
@@ -666,7 +668,7 @@ static void conn_dispatch_parsed(struct rpc_conn *conn, struct rpc_request *req,
                 else
                         log_limited(key, LOG_LEVEL_DEBUG, "client pid %d: unknown method \"%.128s\"",
                                     conn->pid, req->msg.method);
-                jsonrpc_request_clear(&req->msg);
+                request_clear_message(req);
                 return;
         }
         struct rpc_request *owned = steal_pointer(&owned_here);
@@ -691,6 +693,7 @@ static void conn_dispatch_parsed(struct rpc_conn *conn, struct rpc_request *req,
 struct parse_job {
         struct rpc_conn *conn; /* a reference is held */
         struct rpc_request *req;
+        json_t *release; /* or: a large request's tree to free (millions of objects take a while) */
         char *line;
         size_t len;
         int code;
@@ -719,7 +722,12 @@ static void *parser_main(void *unused)
                         parser.todo_tail = &parser.todo;
                 pthread_mutex_unlock(&parser.lock);
 
-                job->code = jsonrpc_parse_request(job->line, job->len, &job->req->msg, &job->why);
+                if (job->release != NULL) {
+                        json_decref(job->release);
+                        job->release = NULL;
+                } else {
+                        job->code = jsonrpc_parse_request(job->line, job->len, &job->req->msg, &job->why);
+                }
                 job->next = NULL;
 
                 pthread_mutex_lock(&parser.lock);
@@ -747,11 +755,16 @@ static void parser_done_event(struct loop_source *source, uint32_t events)
         while (list != NULL) {
                 struct parse_job *job = list;
                 list = job->next;
+                if (job->req == NULL) { /* a tree released */
+                        free(job);
+                        continue;
+                }
                 struct rpc_conn *conn = job->conn;
                 free(job->line);
                 conn->parsing = false;
+                job->req->parsed_off_loop = true;
                 if (conn->closed) {
-                        jsonrpc_request_clear(&job->req->msg);
+                        request_clear_message(job->req);
                         free(job->req);
                 } else {
                         conn_dispatch_parsed(conn, job->req, job->code, job->why);
@@ -793,6 +806,31 @@ static int parser_start(void)
         return 0;
 }
 
+static void parser_push(struct parse_job *job)
+{
+        pthread_mutex_lock(&parser.lock);
+        *parser.todo_tail = job;
+        parser.todo_tail = &job->next;
+        pthread_cond_signal(&parser.wake);
+        pthread_mutex_unlock(&parser.lock);
+}
+
+/* A request's jansson tree is freed where it was built when it came from a
+ * large line: freeing tens of millions of small objects takes a while. */
+static void request_clear_message(struct rpc_request *req)
+{
+        if (req->parsed_off_loop && req->msg.message != NULL && parser.started) {
+                struct parse_job *job = calloc(1, sizeof(*job));
+                if (job != NULL) {
+                        job->release = req->msg.message;
+                        memset(&req->msg, 0, sizeof(req->msg));
+                        parser_push(job);
+                        return;
+                }
+        }
+        jsonrpc_request_clear(&req->msg);
+}
+
 /* Hand the line to the parse thread; false when that cannot be done (then
  * the caller parses it here). */
 static bool conn_parse_off_loop(struct rpc_conn *conn, const char *line, size_t len)
@@ -815,11 +853,7 @@ static bool conn_parse_off_loop(struct rpc_conn *conn, const char *line, size_t 
         job->conn = conn;
         conn->refs++;
         conn->parsing = true;
-        pthread_mutex_lock(&parser.lock);
-        *parser.todo_tail = job;
-        parser.todo_tail = &job->next;
-        pthread_cond_signal(&parser.wake);
-        pthread_mutex_unlock(&parser.lock);
+        parser_push(job);
         return true;
 }
 

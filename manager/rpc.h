@@ -31,6 +31,7 @@ struct rpc_request {
         rpc_disconnect_cb on_resume;
         void *resume_data;
         struct rpc_request *prev_resume, *next_resume;
+        bool parsed_off_loop; /* a large line: its tree is freed by the parse thread too */
 };
 
 typedef void (*rpc_handler)(struct rpc_request *req);
