@@ -90,7 +90,8 @@ static struct {
         struct rpc_conn *pending;
         struct rpc_conn *all; /* every open connection, for quotas and timeouts */
         struct rpc_request *resume_waiters;
-        bool refusing; /* shutting down: new requests are answered "unavailable" */
+        bool refusing;   /* shutting down: new requests are answered "unavailable" */
+        bool resume_due; /* a connection drained or closed: look at resume_waiters */
         /* Held open so there is an fd to accept with (and refuse politely)
          * when the process is out of fds, instead of spinning on EMFILE. */
         int spare_fd;
@@ -102,6 +103,7 @@ static struct {
 static void conn_update_events(struct rpc_conn *conn);
 static void conn_process_input(struct rpc_conn *conn);
 static void resume_waiters(void);
+static void schedule_resume(void);
 
 /* Keep the global budget charged with exactly what waits in `out`. */
 static void conn_charge(struct rpc_conn *conn)
@@ -214,7 +216,7 @@ static void conn_close(struct rpc_conn *conn)
         conn_charge(conn);
         /* The connection's own reference keeps it alive through the callbacks. */
         conn_notify_disconnect(conn);
-        resume_waiters();
+        schedule_resume();
         conn_unref(conn);
 }
 
@@ -239,11 +241,27 @@ static void conn_schedule(struct rpc_conn *conn)
                 log_warn("wake the rpc server: %s", strerror(errno));
 }
 
+/* Producers are resumed from the loop, never from inside conn_queue or
+ * conn_close: those run in the middle of the producers' own code. */
+static void schedule_resume(void)
+{
+        if (server.resume_waiters == NULL || server.resume_due)
+                return;
+        server.resume_due = true;
+        uint64_t one = 1;
+        if (write(server.wakeup->fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+                log_warn("wake the rpc server: %s", strerror(errno));
+}
+
 static void wakeup_event(struct loop_source *source, uint32_t events)
 {
         uint64_t count;
         if (read(source->fd, &count, sizeof(count)) < 0 && errno != EAGAIN)
                 log_warn("rpc wakeup: %s", strerror(errno));
+        if (server.resume_due) {
+                server.resume_due = false;
+                resume_waiters();
+        }
         struct rpc_conn *list = server.pending;
         server.pending = NULL;
         while (list != NULL) {
@@ -285,8 +303,7 @@ static void conn_flush(struct rpc_conn *conn)
         conn_update_events(conn);
         if (conn->large != NULL && conn->out_len - conn->out_off <= OUT_PAUSE_BYTES)
                 loop_modify(server.loop, conn->large, EPOLLIN);
-        if (server.resume_waiters != NULL)
-                resume_waiters();
+        schedule_resume();
         /* Room in the budget again: clients paused for their share may read. */
         if (was_exhausted && !budget_exhausted()) {
                 for (struct rpc_conn *c = server.all; c != NULL; c = c->next_all)
