@@ -224,7 +224,7 @@ static void conn_close(struct rpc_conn *conn)
 static void conn_close_if_done(struct rpc_conn *conn)
 {
         if (!conn->closed && (conn->read_eof || conn->closing) && conn->in_flight == 0 && conn->in_len == 0 &&
-            conn->out_off == conn->out_len && conn->large == NULL && conn->deferred == NULL)
+            conn->out_off == conn->out_len && conn->large == NULL && conn->deferred == NULL && !conn->parsing)
                 conn_close(conn);
 }
 

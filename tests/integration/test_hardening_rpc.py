@@ -336,6 +336,15 @@ def test_large_requests_do_not_stall_other_clients(daemon):
     assert worst < 0.5, "server.info took %.2f s while 60 MB requests were parsed" % worst
 
 
+def test_a_large_request_then_half_close_is_still_answered(daemon):
+    with Raw(daemon.socket, timeout=60) as c:
+        c.send(b'{"jsonrpc":"2.0","id":"big","method":"server.info","params":{"x":"' + b"a" * (8 << 20) + b'"}}')  # no final newline
+        c.sock.shutdown(socket.SHUT_WR)
+        r = c.reply(timeout=60)
+        assert r["id"] == "big" and r["error"]["code"] == INVALID_PARAMS, r
+        assert c.line(timeout=10) is None
+
+
 # --- SIGTERM -------------------------------------------------------------------------
 
 def leftover_cgroups(state_dir):
