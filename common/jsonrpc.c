@@ -1,11 +1,14 @@
 #include "jsonrpc.h"
 
+#include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
 
+#include "cleanup.h"
 #include "textenc.h"
 
 static bool valid_id(const json_t *id)
@@ -27,6 +30,191 @@ static void describe_parse_error(const json_error_t *jerr, char *out, size_t siz
         snprintf(out, size, "parse error at column %d: %.*s", jerr->column, reason_len, jerr->text);
 }
 
+/* A JSON number token (RFC 8259 grammar) that jansson cannot hold: an
+ * integer beyond int64, or a real that overflows a double. */
+static bool number_unrepresentable(const char *p, size_t len)
+{
+        size_t i = 0;
+        if (i < len && p[i] == '-')
+                i++;
+        if (i >= len)
+                return false;
+        if (p[i] == '0') {
+                i++;
+        } else if (p[i] >= '1' && p[i] <= '9') {
+                while (i < len && p[i] >= '0' && p[i] <= '9')
+                        i++;
+        } else {
+                return false;
+        }
+        bool real = false;
+        if (i < len && p[i] == '.') {
+                real = true;
+                if (++i >= len || p[i] < '0' || p[i] > '9')
+                        return false;
+                while (i < len && p[i] >= '0' && p[i] <= '9')
+                        i++;
+        }
+        if (i < len && (p[i] == 'e' || p[i] == 'E')) {
+                real = true;
+                i++;
+                if (i < len && (p[i] == '+' || p[i] == '-'))
+                        i++;
+                if (i >= len || p[i] < '0' || p[i] > '9')
+                        return false;
+                while (i < len && p[i] >= '0' && p[i] <= '9')
+                        i++;
+        }
+        if (i != len)
+                return false; /* not a number: jansson's own error stands */
+        char *text = strndup(p, len);
+        if (text == NULL)
+                return false;
+        errno = 0;
+        bool overflow;
+        if (real) {
+                double d = strtod(text, NULL);
+                overflow = errno == ERANGE && isinf(d);
+        } else {
+                strtoll(text, NULL, 10);
+                overflow = errno == ERANGE;
+        }
+        free(text);
+        return overflow;
+}
+
+/* A copy of a line jansson refused although it may be valid JSON, with
+ * what jansson cannot hold neutralised at the same length: numbers it
+ * cannot represent become 0 (padded with spaces) and \u0000 escapes become
+ * \u0001 (jansson refuses NUL in object keys). Malformed text stays
+ * malformed, so parsing the copy tells valid JSON from garbage, and yields
+ * the id to answer with. */
+static char *neutralise(const char *line, size_t len)
+{
+        char *copy = malloc(len + 1);
+        if (copy == NULL)
+                return NULL;
+        memcpy(copy, line, len);
+        copy[len] = '\0';
+        size_t i = 0;
+        while (i < len) {
+                char c = copy[i];
+                if (c == '"') {
+                        for (i++; i < len && copy[i] != '"'; i++) {
+                                if (copy[i] != '\\' || i + 1 >= len)
+                                        continue;
+                                if (copy[i + 1] == 'u' && i + 6 <= len &&
+                                    memcmp(copy + i + 2, "0000", 4) == 0)
+                                        copy[i + 5] = '1';
+                                i++; /* the escaped character */
+                        }
+                        i++;
+                } else if (c == '-' || (c >= '0' && c <= '9')) {
+                        size_t end = i;
+                        while (end < len && strchr("0123456789+-.eE", copy[end]) != NULL && copy[end] != '\0')
+                                end++;
+                        if (number_unrepresentable(copy + i, end - i)) {
+                                copy[i] = '0';
+                                memset(copy + i + 1, ' ', end - i - 1);
+                        }
+                        i = end;
+                } else {
+                        i++;
+                }
+        }
+        return copy;
+}
+
+/* First string holding NUL under j, as a dotted path in out. */
+static bool find_nul(json_t *j, char *path, size_t size, size_t used, int depth)
+{
+        if (depth > JSON_PARSER_MAX_DEPTH)
+                return false;
+        if (json_is_string(j))
+                return memchr(json_string_value(j), '\0', json_string_length(j)) != NULL;
+        if (json_is_object(j)) {
+                const char *key;
+                json_t *v;
+                json_object_foreach(j, key, v)
+                {
+                        int n = snprintf(path + used, size - used, ".%s", key);
+                        size_t now = used + (n < 0 ? 0 : (size_t)n);
+                        if (find_nul(v, path, size, now < size ? now : size - 1, depth + 1))
+                                return true;
+                }
+        } else if (json_is_array(j)) {
+                size_t i;
+                json_t *v;
+                json_array_foreach(j, i, v)
+                {
+                        int n = snprintf(path + used, size - used, "[%zu]", i);
+                        size_t now = used + (n < 0 ? 0 : (size_t)n);
+                        if (find_nul(v, path, size, now < size ? now : size - 1, depth + 1))
+                                return true;
+                }
+        }
+        path[used] = '\0';
+        return false;
+}
+
+static bool string_has_nul(const json_t *s)
+{
+        return memchr(json_string_value(s), '\0', json_string_length(s)) != NULL;
+}
+
+/* jansson refused a line for a reason that valid JSON can have: parse it
+ * again with that reason neutralised, to answer with the request's id. */
+static int parse_refused_json(const char *line, size_t len, const json_error_t *first,
+                              struct jsonrpc_request *out, const char **error_message)
+{
+        json_error_t jerr;
+        _cleanup_free_ char *copy = neutralise(line, len);
+        if (copy == NULL) {
+                *error_message = "internal error: out of memory";
+                return JSONRPC_INTERNAL_ERROR;
+        }
+        out->message = json_loadb(copy, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+        if (out->message == NULL) {
+                describe_parse_error(first, out->error, sizeof(out->error));
+                *error_message = out->error;
+                return JSONRPC_PARSE_ERROR;
+        }
+        json_t *id = json_is_object(out->message) ? json_object_get(out->message, "id") : NULL;
+        out->has_id = id != NULL;
+        if (id != NULL && valid_id(id))
+                out->id = id;
+        switch (json_error_code(first)) {
+        case json_error_duplicate_key:
+                snprintf(out->error, sizeof(out->error),
+                         "invalid request: duplicate object key at column %d (each key may appear once)",
+                         first->column);
+                break;
+        case json_error_numeric_overflow:
+                snprintf(out->error, sizeof(out->error),
+                         "invalid request: number out of range at column %d (integers must fit in 64 bits, "
+                         "reals in a double)",
+                         first->column);
+                break;
+        default: {
+                /* A key under params (env names, ...) is a bad parameter like
+                 * a value holding NUL; a top-level one is a bad request. */
+                const char *key;
+                json_t *value;
+                bool top_level = !json_is_object(out->message);
+                if (json_is_object(out->message))
+                        json_object_foreach(out->message, key, value) top_level |=
+                            strchr(key, '\001') != NULL;
+                snprintf(out->error, sizeof(out->error),
+                         "invalid %s: object key holding NUL (\\u0000) at column %d",
+                         top_level ? "request" : "params", first->column);
+                *error_message = out->error;
+                return top_level ? JSONRPC_INVALID_REQUEST : JSONRPC_INVALID_PARAMS;
+        }
+        }
+        *error_message = out->error;
+        return JSONRPC_INVALID_REQUEST;
+}
+
 int jsonrpc_parse_request(const char *line, size_t len, struct jsonrpc_request *out,
                           const char **error_message)
 {
@@ -34,11 +222,18 @@ int jsonrpc_parse_request(const char *line, size_t len, struct jsonrpc_request *
         json_error_t jerr;
         memset(out, 0, sizeof(*out));
 
-        /* NUL inside strings is refused by jansson unless JSON_ALLOW_NUL (so a
-         * C string can never be cut short and still run); nesting depth is
-         * capped by jansson (JSON_PARSER_MAX_DEPTH, 2048). */
-        out->message = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
+        /* Valid JSON is always answered with its own id (a pipelining client
+         * waits for it): NUL in strings is parsed and refused below, by
+         * field; duplicate keys, numbers jansson cannot hold and NUL in keys
+         * make jansson give up, and parse_refused_json recovers the id.
+         * Nesting depth is capped by jansson (JSON_PARSER_MAX_DEPTH). */
+        out->message =
+            json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
         if (out->message == NULL) {
+                enum json_error_code code = json_error_code(&jerr);
+                if (code == json_error_duplicate_key || code == json_error_numeric_overflow ||
+                    code == json_error_null_byte_in_key)
+                        return parse_refused_json(line, len, &jerr, out, error_message);
                 describe_parse_error(&jerr, out->error, sizeof(out->error));
                 *error_message = out->error;
                 return JSONRPC_PARSE_ERROR;
@@ -53,7 +248,8 @@ int jsonrpc_parse_request(const char *line, size_t len, struct jsonrpc_request *
                 out->id = id;
 
         json_t *version = json_object_get(out->message, "jsonrpc");
-        if (!json_is_string(version) || strcmp(json_string_value(version), "2.0") != 0) {
+        if (!json_is_string(version) || strcmp(json_string_value(version), "2.0") != 0 ||
+            json_string_length(version) != 3) {
                 *error_message = "invalid request: \"jsonrpc\" must be \"2.0\"";
                 return JSONRPC_INVALID_REQUEST;
         }
@@ -64,6 +260,11 @@ int jsonrpc_parse_request(const char *line, size_t len, struct jsonrpc_request *
         json_t *method = json_object_get(out->message, "method");
         if (!json_is_string(method) || json_string_length(method) == 0) {
                 *error_message = "invalid request: \"method\" must be a non-empty string";
+                return JSONRPC_INVALID_REQUEST;
+        }
+        /* A C string cut short at the NUL must never name another method. */
+        if (string_has_nul(method)) {
+                *error_message = "invalid request: \"method\" must not contain NUL (\\u0000)";
                 return JSONRPC_INVALID_REQUEST;
         }
         const char *key;
@@ -96,6 +297,15 @@ int jsonrpc_parse_request(const char *line, size_t len, struct jsonrpc_request *
                 return JSONRPC_INVALID_PARAMS;
         }
         out->params = params;
+        /* Every handler reads params as C strings: a string holding NUL would
+         * run cut short (a path, a command) instead of failing. */
+        char path[128] = "params";
+        if (find_nul(params, path, sizeof(path), strlen(path), 0)) {
+                snprintf(out->error, sizeof(out->error),
+                         "invalid params: %.100s must not contain NUL (\\u0000)", path);
+                *error_message = out->error;
+                return JSONRPC_INVALID_PARAMS;
+        }
         return 0;
 }
 

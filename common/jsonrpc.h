@@ -27,7 +27,10 @@ struct jsonrpc_request {
  * out->id is the request id when one could be recovered (borrowed from
  * out->message, which jsonrpc_request_clear() frees). Strict: members other
  * than jsonrpc, id, method and params are refused (a misspelt "params" must
- * not run the method with defaults), and so are strings holding NUL. */
+ * not run the method with defaults), and so are strings holding NUL
+ * (invalid params naming the field). Any valid JSON gets its id back, even
+ * when jansson cannot hold it (duplicate keys, numbers beyond int64 or a
+ * double: invalid request); only text that is not JSON gets a null id. */
 int jsonrpc_parse_request(const char *line, size_t len, struct jsonrpc_request *out,
                           const char **error_message);
 void jsonrpc_request_clear(struct jsonrpc_request *req);

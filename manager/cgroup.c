@@ -897,6 +897,14 @@ static void remove_later(const char *dir)
         arm_removal_timer();
 }
 
+unsigned cgroup_removals_pending(void)
+{
+        unsigned n = 0;
+        for (struct removal *rm = removals; rm != NULL; rm = rm->next)
+                n++;
+        return n;
+}
+
 void cgroup_sandbox_destroy(struct sandbox_cgroup *sc)
 {
         if (sc == NULL)

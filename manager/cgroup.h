@@ -33,6 +33,8 @@ int cgroup_sandbox_attach(struct sandbox_cgroup *cg, pid_t pid, nsbox_error_t **
 void cgroup_sandbox_kill(struct sandbox_cgroup *cg);
 /* Once every process is gone: remove the directories, free cg. */
 void cgroup_sandbox_destroy(struct sandbox_cgroup *cg);
+/* Sandbox cgroup dirs whose removal is still being retried. */
+unsigned cgroup_removals_pending(void);
 /* {memory_bytes, memory_peak_bytes, cpu_usage_us, pids, oom_kills}; nulls where unknown. */
 json_t *cgroup_sandbox_stats(struct sandbox_cgroup *cg);
 uint64_t cgroup_sandbox_oom_kills(struct sandbox_cgroup *cg);

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <grp.h>
 #include <libgen.h>
 #include <stdarg.h>
@@ -18,16 +19,26 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "budget.h"
 #include "cleanup.h"
 #include "daemon.h"
 #include "log.h"
 #include "params.h"
 
 #define READ_CHUNK (64 * 1024)
-/* Stop reading a client's requests while this much output waits for it, and
- * drop a client that lets this much pile up (it is not reading at all). */
+/* Stop reading a client's requests (and streamed output for it, see
+ * rpc_request_backlogged) while this much output waits for it, and drop a
+ * client that lets this much pile up (it is not reading at all). Every byte
+ * waiting is charged to the global budget (budget.h): while that is
+ * exhausted, a client holding more than its share (max_buffer_bytes /
+ * connections) is backlogged too, and dropped once it has not read for
+ * OUT_STALL_MS; a client that reads is never dropped for another's sake. */
 #define OUT_PAUSE_BYTES (4u << 20)
 #define OUT_DROP_BYTES  (512u << 20)
+#define OUT_STALL_MS    5000
+/* Request lines longer than this are parsed by a helper thread: a 60 MB
+ * line takes the better part of a second of jansson's time. */
+#define PARSE_OFF_LOOP_BYTES (1u << 20)
 /* Stop reading a client's requests while this many of them are unanswered:
  * a pipelining client cannot start execs without bound. */
 #define MAX_IN_FLIGHT 64
@@ -42,11 +53,17 @@ struct rpc_conn {
         unsigned in_flight;
         uint32_t events; /* what epoll watches now */
         bool closed;
-        bool paused;     /* too much output or too many requests in flight */
-        bool read_eof;   /* the client shut down its sending side: answer, then close */
-        bool closing;    /* a protocol error: send what is queued, then close */
-        bool scheduled;  /* on server.pending */
-        bool processing; /* conn_process_input is on the stack */
+        bool paused;                /* too much output or too many requests in flight */
+        bool read_eof;              /* the client shut down its sending side: answer, then close */
+        bool closing;               /* a protocol error: send what is queued, then close */
+        bool scheduled;             /* on server.pending */
+        bool processing;            /* conn_process_input is on the stack */
+        bool parsing;               /* a large line is with the parse thread: later lines wait */
+        size_t charged;             /* bytes of `out` charged to the global budget */
+        long long last_activity_ms; /* last byte received, or last moment it had work */
+        long long partial_since_ms; /* an incomplete request line is buffered since */
+        long long last_send_ms;     /* the client last took output (or output started waiting) */
+        struct rpc_conn *prev_all, *next_all;
         uid_t uid;
         gid_t gid;
         pid_t pid;
@@ -71,6 +88,10 @@ static struct {
          * inside whichever handler's reply made room for it. */
         struct loop_source *wakeup;
         struct rpc_conn *pending;
+        struct rpc_conn *all; /* every open connection, for quotas and timeouts */
+        struct rpc_request *resume_waiters;
+        bool refusing;   /* shutting down: new requests are answered "unavailable" */
+        bool resume_due; /* a connection drained or closed: look at resume_waiters */
         /* Held open so there is an fd to accept with (and refuse politely)
          * when the process is out of fds, instead of spinning on EMFILE. */
         int spare_fd;
@@ -81,6 +102,31 @@ static struct {
 
 static void conn_update_events(struct rpc_conn *conn);
 static void conn_process_input(struct rpc_conn *conn);
+static void resume_waiters(void);
+static void schedule_resume(void);
+
+/* Keep the global budget charged with exactly what waits in `out`. */
+static void conn_charge(struct rpc_conn *conn)
+{
+        size_t queued = conn->out_len - conn->out_off;
+        if (queued > conn->charged)
+                budget_force(queued - conn->charged);
+        else
+                budget_give(conn->charged - queued);
+        conn->charged = queued;
+}
+
+static size_t fair_share(void)
+{
+        return nsboxd.config.max_buffer_bytes / (server.connections ? server.connections : 1);
+}
+
+static bool conn_backlogged(const struct rpc_conn *conn)
+{
+        size_t queued = conn->out_len - conn->out_off;
+        return queued > OUT_PAUSE_BYTES || (budget_exhausted() && queued > fair_share()) ||
+               conn->large != NULL;
+}
 
 static void conn_unref(struct rpc_conn *conn)
 {
@@ -154,14 +200,23 @@ static void conn_close(struct rpc_conn *conn)
         loop_remove(server.loop, conn->source);
         conn->source = NULL;
         server.connections--;
+        if (conn->prev_all != NULL)
+                conn->prev_all->next_all = conn->next_all;
+        else
+                server.all = conn->next_all;
+        if (conn->next_all != NULL)
+                conn->next_all->prev_all = conn->prev_all;
+        conn->prev_all = conn->next_all = NULL;
         /* Nothing more will be read or sent: give the buffers back now, not
          * when the last handler in flight lets go of the connection. */
         free(conn->in);
         free(conn->out);
         conn->in = conn->out = NULL;
         conn->in_len = conn->in_cap = conn->out_len = conn->out_off = conn->out_cap = 0;
+        conn_charge(conn);
         /* The connection's own reference keeps it alive through the callbacks. */
         conn_notify_disconnect(conn);
+        schedule_resume();
         conn_unref(conn);
 }
 
@@ -169,7 +224,7 @@ static void conn_close(struct rpc_conn *conn)
 static void conn_close_if_done(struct rpc_conn *conn)
 {
         if (!conn->closed && (conn->read_eof || conn->closing) && conn->in_flight == 0 && conn->in_len == 0 &&
-            conn->out_off == conn->out_len && conn->large == NULL && conn->deferred == NULL)
+            conn->out_off == conn->out_len && conn->large == NULL && conn->deferred == NULL && !conn->parsing)
                 conn_close(conn);
 }
 
@@ -186,11 +241,27 @@ static void conn_schedule(struct rpc_conn *conn)
                 log_warn("wake the rpc server: %s", strerror(errno));
 }
 
+/* Producers are resumed from the loop, never from inside conn_queue or
+ * conn_close: those run in the middle of the producers' own code. */
+static void schedule_resume(void)
+{
+        if (server.resume_waiters == NULL || server.resume_due)
+                return;
+        server.resume_due = true;
+        uint64_t one = 1;
+        if (write(server.wakeup->fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+                log_warn("wake the rpc server: %s", strerror(errno));
+}
+
 static void wakeup_event(struct loop_source *source, uint32_t events)
 {
         uint64_t count;
         if (read(source->fd, &count, sizeof(count)) < 0 && errno != EAGAIN)
                 log_warn("rpc wakeup: %s", strerror(errno));
+        if (server.resume_due) {
+                server.resume_due = false;
+                resume_waiters();
+        }
         struct rpc_conn *list = server.pending;
         server.pending = NULL;
         while (list != NULL) {
@@ -216,18 +287,29 @@ static void conn_flush(struct rpc_conn *conn)
                         return;
                 }
                 conn->out_off += n;
+                conn->last_send_ms = now_monotonic_ms();
         }
         if (conn->out_off == conn->out_len) {
                 conn->out_off = conn->out_len = 0;
+                conn->last_activity_ms = now_monotonic_ms();
                 if (conn->out_cap > 4 * READ_CHUNK) {
                         free(conn->out);
                         conn->out = NULL;
                         conn->out_cap = 0;
                 }
         }
+        bool was_exhausted = budget_exhausted();
+        conn_charge(conn);
         conn_update_events(conn);
         if (conn->large != NULL && conn->out_len - conn->out_off <= OUT_PAUSE_BYTES)
                 loop_modify(server.loop, conn->large, EPOLLIN);
+        schedule_resume();
+        /* Room in the budget again: clients paused for their share may read. */
+        if (was_exhausted && !budget_exhausted()) {
+                for (struct rpc_conn *c = server.all; c != NULL; c = c->next_all)
+                        if (c->paused)
+                                conn_update_events(c);
+        }
         conn_close_if_done(conn);
 }
 
@@ -267,8 +349,11 @@ static void append_out(struct rpc_conn *conn, const char *data, size_t len)
                 conn->out = grown;
                 conn->out_cap = cap;
         }
+        if (conn->out_len == conn->out_off)
+                conn->last_send_ms = now_monotonic_ms(); /* output starts waiting now */
         memcpy(conn->out + conn->out_len, data, len);
         conn->out_len += len;
+        conn_charge(conn);
 }
 
 static void large_reply_event(struct loop_source *source, uint32_t events)
@@ -395,6 +480,8 @@ static void conn_queue(struct rpc_conn *conn, const json_t *message)
                 conn->out = line;
                 conn->out_cap = conn->out_len = len;
                 conn->out_off = 0;
+                conn->last_send_ms = now_monotonic_ms();
+                conn_charge(conn);
         } else {
                 append_out(conn, line, len);
                 free(line);
@@ -404,13 +491,67 @@ static void conn_queue(struct rpc_conn *conn, const json_t *message)
         conn_flush(conn);
 }
 
+static void request_clear_message(struct rpc_request *req);
+
+static void unwait_resume(struct rpc_request *req)
+{
+        if (req->on_resume == NULL)
+                return;
+        if (req->prev_resume != NULL)
+                req->prev_resume->next_resume = req->next_resume;
+        else
+                server.resume_waiters = req->next_resume;
+        if (req->next_resume != NULL)
+                req->next_resume->prev_resume = req->prev_resume;
+        req->prev_resume = req->next_resume = NULL;
+        req->on_resume = NULL;
+}
+
+void rpc_request_on_resume(struct rpc_request *req, rpc_disconnect_cb cb, void *data)
+{
+        unwait_resume(req);
+        req->on_resume = cb;
+        req->resume_data = data;
+        req->next_resume = server.resume_waiters;
+        if (req->next_resume != NULL)
+                req->next_resume->prev_resume = req;
+        server.resume_waiters = req;
+}
+
+bool rpc_request_backlogged(const struct rpc_request *req)
+{
+        return !req->conn->closed && conn_backlogged(req->conn);
+}
+
+/* Wake the producers whose client has room again (or is gone). A callback
+ * may answer and free any request, so the walk starts over after each. */
+static void resume_waiters(void)
+{
+        bool again = true;
+        while (again) {
+                again = false;
+                for (struct rpc_request *req = server.resume_waiters; req != NULL; req = req->next_resume) {
+                        if (!req->conn->closed && conn_backlogged(req->conn))
+                                continue;
+                        rpc_disconnect_cb cb = req->on_resume;
+                        void *data = req->resume_data;
+                        unwait_resume(req);
+                        cb(req, data);
+                        again = true;
+                        break;
+                }
+        }
+}
+
 static void request_free(struct rpc_request *req)
 {
         struct rpc_conn *conn = req->conn;
         unwatch(req);
-        jsonrpc_request_clear(&req->msg);
+        unwait_resume(req);
+        request_clear_message(req);
         free(req);
         conn->in_flight--;
+        conn->last_activity_ms = now_monotonic_ms();
         if (!conn->closed) {
                 conn_update_events(conn);
                 conn_close_if_done(conn);
@@ -518,19 +659,21 @@ static const struct rpc_method *find_method(const char *name)
         return NULL;
 }
 
-static void conn_dispatch_line(struct rpc_conn *conn, const char *line, size_t len)
+/* Answer or run one parsed request; takes req. */
+static void conn_dispatch_parsed(struct rpc_conn *conn, struct rpc_request *req, int code, const char *why)
 {
-        _cleanup_free_ struct rpc_request *req = calloc(1, sizeof(*req));
-        if (req == NULL) {
-                conn_close(conn);
-                return;
-        }
-        const char *why = NULL;
-        int code = jsonrpc_parse_request(line, len, &req->msg, &why);
+        _cleanup_free_ struct rpc_request *owned_here = req;
         /* A notification (no "id" member) is never answered, not even with
          * an error; a request too broken to tell gets an error with a null id. */
         bool notification = (code >= 0 || code == JSONRPC_INVALID_PARAMS) && !req->msg.has_id;
         const struct rpc_method *method = code < 0 ? NULL : find_method(req->msg.method);
+        if (code >= 0 && server.refusing) {
+                if (!notification)
+                        conn_error(conn, req->msg.id, JSONRPC_APP_ERROR, "unavailable",
+                                   "nsboxd is shutting down");
+                request_clear_message(req);
+                return;
+        }
         if (code < 0 || method == NULL) {
                 if (code >= 0) {
                         code = JSONRPC_METHOD_NOT_FOUND;
@@ -543,11 +686,17 @@ static void conn_dispatch_line(struct rpc_conn *conn, const char *line, size_t l
                                 conn_error(conn, req->msg.id, code, NULL, "unknown method \"%.128s\"",
                                            req->msg.method);
                 }
-                log_debug("client pid %d: %s", conn->pid, why ? why : "unknown method");
-                jsonrpc_request_clear(&req->msg);
+                char key[32];
+                snprintf(key, sizeof(key), "uid %u", (unsigned)conn->uid);
+                if (why != NULL)
+                        log_limited(key, LOG_LEVEL_DEBUG, "client pid %d: %s", conn->pid, why);
+                else
+                        log_limited(key, LOG_LEVEL_DEBUG, "client pid %d: unknown method \"%.128s\"",
+                                    conn->pid, req->msg.method);
+                request_clear_message(req);
                 return;
         }
-        struct rpc_request *owned = steal_pointer(&req);
+        struct rpc_request *owned = steal_pointer(&owned_here);
         owned->conn = conn;
         owned->uid = conn->uid;
         owned->gid = conn->gid;
@@ -558,9 +707,198 @@ static void conn_dispatch_line(struct rpc_conn *conn, const char *line, size_t l
         method->handler(owned);
 }
 
+/* --- large request lines: parsed by a helper thread ------------------------
+ *
+ * The loop hands a copy of the line over and stops reading that
+ * connection's later lines until the parsed request comes back through an
+ * eventfd, so one client's requests still run in order while everyone
+ * else is served. The worker touches only the job (a line and a fresh
+ * jansson tree nobody else sees); all frees of loop memory happen on the
+ * loop. */
+struct parse_job {
+        struct rpc_conn *conn; /* a reference is held */
+        struct rpc_request *req;
+        json_t *release; /* or: a large request's tree to free (millions of objects take a while) */
+        char *line;
+        size_t len;
+        int code;
+        const char *why;
+        struct parse_job *next;
+};
+
+static struct {
+        pthread_mutex_t lock;
+        pthread_cond_t wake;
+        struct parse_job *todo, **todo_tail;
+        struct parse_job *done, **done_tail;
+        struct loop_source *done_event;
+        bool started;
+} parser = { .lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER };
+
+static void *parser_main(void *unused)
+{
+        for (;;) {
+                pthread_mutex_lock(&parser.lock);
+                while (parser.todo == NULL)
+                        pthread_cond_wait(&parser.wake, &parser.lock);
+                struct parse_job *job = parser.todo;
+                parser.todo = job->next;
+                if (parser.todo == NULL)
+                        parser.todo_tail = &parser.todo;
+                pthread_mutex_unlock(&parser.lock);
+
+                if (job->release != NULL) {
+                        json_decref(job->release);
+                        job->release = NULL;
+                } else {
+                        job->code = jsonrpc_parse_request(job->line, job->len, &job->req->msg, &job->why);
+                }
+                job->next = NULL;
+
+                pthread_mutex_lock(&parser.lock);
+                *parser.done_tail = job;
+                parser.done_tail = &job->next;
+                pthread_mutex_unlock(&parser.lock);
+                uint64_t one = 1;
+                if (write(parser.done_event->fd, &one, sizeof(one)) < 0) {
+                        /* eventfd counter full: cannot happen below 2^64 - 1 */
+                }
+        }
+        return NULL;
+}
+
+static void parser_done_event(struct loop_source *source, uint32_t events)
+{
+        uint64_t count;
+        if (read(source->fd, &count, sizeof(count)) < 0 && errno != EAGAIN)
+                log_warn("rpc parser wakeup: %s", strerror(errno));
+        pthread_mutex_lock(&parser.lock);
+        struct parse_job *list = parser.done;
+        parser.done = NULL;
+        parser.done_tail = &parser.done;
+        pthread_mutex_unlock(&parser.lock);
+        while (list != NULL) {
+                struct parse_job *job = list;
+                list = job->next;
+                if (job->req == NULL) { /* a tree released */
+                        free(job);
+                        continue;
+                }
+                struct rpc_conn *conn = job->conn;
+                free(job->line);
+                conn->parsing = false;
+                job->req->parsed_off_loop = true;
+                if (conn->closed) {
+                        request_clear_message(job->req);
+                        free(job->req);
+                } else {
+                        conn_dispatch_parsed(conn, job->req, job->code, job->why);
+                        /* The lines that waited behind this one. */
+                        if (!conn->closed) {
+                                conn_update_events(conn);
+                                conn_schedule(conn);
+                        }
+                }
+                free(job);
+                conn_unref(conn);
+        }
+}
+
+static int parser_start(void)
+{
+        int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (fd < 0)
+                return -errno;
+        parser.todo_tail = &parser.todo;
+        parser.done_tail = &parser.done;
+        parser.done_event = loop_add(server.loop, fd, EPOLLIN, parser_done_event, NULL);
+        if (parser.done_event == NULL) {
+                int r = -errno;
+                close(fd);
+                return r;
+        }
+        /* Signals stay blocked in the worker (nsboxd blocks them before
+         * serving, and a new thread inherits the mask): the signalfd sees them. */
+        pthread_t thread;
+        int r = pthread_create(&thread, NULL, parser_main, NULL);
+        if (r != 0) {
+                loop_remove(server.loop, parser.done_event);
+                parser.done_event = NULL;
+                return -r;
+        }
+        pthread_detach(thread);
+        parser.started = true;
+        return 0;
+}
+
+static void parser_push(struct parse_job *job)
+{
+        pthread_mutex_lock(&parser.lock);
+        *parser.todo_tail = job;
+        parser.todo_tail = &job->next;
+        pthread_cond_signal(&parser.wake);
+        pthread_mutex_unlock(&parser.lock);
+}
+
+/* A request's jansson tree is freed where it was built when it came from a
+ * large line: freeing tens of millions of small objects takes a while. */
+static void request_clear_message(struct rpc_request *req)
+{
+        if (req->parsed_off_loop && req->msg.message != NULL && parser.started) {
+                struct parse_job *job = calloc(1, sizeof(*job));
+                if (job != NULL) {
+                        job->release = req->msg.message;
+                        memset(&req->msg, 0, sizeof(req->msg));
+                        parser_push(job);
+                        return;
+                }
+        }
+        jsonrpc_request_clear(&req->msg);
+}
+
+/* Hand the line to the parse thread; false when that cannot be done (then
+ * the caller parses it here). */
+static bool conn_parse_off_loop(struct rpc_conn *conn, const char *line, size_t len)
+{
+        if (!parser.started && parser_start() < 0)
+                return false;
+        struct parse_job *job = calloc(1, sizeof(*job));
+        if (job == NULL)
+                return false;
+        job->req = calloc(1, sizeof(*job->req));
+        job->line = malloc(len);
+        if (job->req == NULL || job->line == NULL) {
+                free(job->req);
+                free(job->line);
+                free(job);
+                return false;
+        }
+        memcpy(job->line, line, len);
+        job->len = len;
+        job->conn = conn;
+        conn->refs++;
+        conn->parsing = true;
+        parser_push(job);
+        return true;
+}
+
+static void conn_dispatch_line(struct rpc_conn *conn, const char *line, size_t len)
+{
+        if (len > PARSE_OFF_LOOP_BYTES && conn_parse_off_loop(conn, line, len))
+                return;
+        struct rpc_request *req = calloc(1, sizeof(*req));
+        if (req == NULL) {
+                conn_close(conn);
+                return;
+        }
+        const char *why = NULL;
+        int code = jsonrpc_parse_request(line, len, &req->msg, &why);
+        conn_dispatch_parsed(conn, req, code, why);
+}
+
 static bool conn_over_limits(const struct rpc_conn *conn)
 {
-        return conn->out_len - conn->out_off > OUT_PAUSE_BYTES || conn->in_flight >= MAX_IN_FLIGHT;
+        return conn_backlogged(conn) || conn->in_flight >= MAX_IN_FLIGHT || conn->parsing;
 }
 
 static void conn_process_input(struct rpc_conn *conn)
@@ -594,6 +932,14 @@ static void conn_process_input(struct rpc_conn *conn)
         memmove(conn->in, conn->in + start, conn->in_len - start);
         conn->in_len -= start;
         conn->in_scanned = no_more_lines ? conn->in_len : 0;
+        /* The clock of request_timeout_seconds runs while the client owes
+         * the rest of a line, not while its complete lines wait for us. */
+        if (no_more_lines && conn->in_len > 0) {
+                if (start > 0 || conn->partial_since_ms == 0)
+                        conn->partial_since_ms = now_monotonic_ms();
+        } else {
+                conn->partial_since_ms = 0;
+        }
         if (no_more_lines && conn->in_len > server.config.max_request_bytes) {
                 log_warn("client pid %d: request line longer than %zu bytes; closing", conn->pid,
                          server.config.max_request_bytes);
@@ -673,6 +1019,7 @@ static void conn_read(struct rpc_conn *conn, uint32_t events)
                 conn->read_eof = true;
         } else {
                 conn->in_len += n;
+                conn->last_activity_ms = now_monotonic_ms();
         }
         conn_process_input(conn);
 }
@@ -695,6 +1042,10 @@ static void conn_update_events(struct rpc_conn *conn)
                 }
                 conn->events = events;
         }
+        /* While paused we did not read: the rest of a partial line could not
+         * arrive, so its clock starts again. */
+        if (was_paused && !conn->paused && conn->partial_since_ms != 0)
+                conn->partial_since_ms = now_monotonic_ms();
         if (was_paused && !conn->paused && conn->in_len > 0)
                 conn_schedule(conn);
 }
@@ -750,11 +1101,36 @@ static void listener_event(struct loop_source *source, uint32_t events)
                         close(fd);
                         continue;
                 }
+                /* A client can connect as fast as it likes: one line per uid
+                 * per second at most (log_limited), not one per connect. */
+                char key[32];
+                snprintf(key, sizeof(key), "uid %u", (unsigned)cred.uid);
                 if (server.connections >= server.config.max_connections) {
-                        log_warn("client pid %d refused: %u connections already (--max-connections)",
-                                 cred.pid, server.connections);
+                        log_limited(
+                            key, LOG_LEVEL_WARN,
+                            "client pid %d uid %u refused: %u connections already (--max-connections)",
+                            cred.pid, (unsigned)cred.uid, server.connections);
                         refuse_connection(fd, "limit_reached", "too many connections to nsboxd");
                         continue;
+                }
+                unsigned per_uid_max = nsboxd.config.max_connections_per_uid;
+                if (cred.uid != 0) {
+                        unsigned same_uid = 0;
+                        for (struct rpc_conn *c = server.all; c != NULL; c = c->next_all)
+                                same_uid += c->uid == cred.uid;
+                        if (same_uid >= per_uid_max) {
+                                log_limited(
+                                    key, LOG_LEVEL_WARN,
+                                    "client pid %d uid %u refused: %u connections of that uid already "
+                                    "(max_connections_per_uid)",
+                                    cred.pid, (unsigned)cred.uid, same_uid);
+                                char message[128];
+                                snprintf(message, sizeof(message),
+                                         "too many connections of uid %u to nsboxd (at most %u)",
+                                         (unsigned)cred.uid, per_uid_max);
+                                refuse_connection(fd, "limit_reached", message);
+                                continue;
+                        }
                 }
                 struct rpc_conn *conn = calloc(1, sizeof(*conn));
                 if (conn == NULL) {
@@ -773,7 +1149,87 @@ static void listener_event(struct loop_source *source, uint32_t events)
                         continue;
                 }
                 server.connections++;
+                conn->last_activity_ms = conn->last_send_ms = now_monotonic_ms();
+                conn->next_all = server.all;
+                if (server.all != NULL)
+                        server.all->prev_all = conn;
+                server.all = conn;
         }
+}
+
+void rpc_server_refuse_requests(void)
+{
+        server.refusing = true;
+}
+
+static void conn_tick(struct rpc_conn *conn, long long now, bool exhausted, size_t share)
+{
+        long long idle_ms = (long long)nsboxd.config.client_idle_timeout_seconds * 1000;
+        long long partial_ms = (long long)nsboxd.config.request_timeout_seconds * 1000;
+        char key[32];
+        snprintf(key, sizeof(key), "uid %u", (unsigned)conn->uid);
+        size_t queued = conn->out_len - conn->out_off;
+        if (exhausted && queued > share && now - conn->last_send_ms >= OUT_STALL_MS) {
+                log_limited(key, LOG_LEVEL_WARN,
+                            "client pid %d uid %u does not read its output (%zu bytes waiting, its share of "
+                            "max_buffer_bytes is %zu); closing",
+                            conn->pid, (unsigned)conn->uid, queued, share);
+                conn_close(conn);
+                return;
+        }
+        if (partial_ms > 0 && conn->partial_since_ms != 0 && !conn->paused && !conn->closing &&
+            now - conn->partial_since_ms >= partial_ms) {
+                log_limited(key, LOG_LEVEL_INFO,
+                            "client pid %d uid %u: request line incomplete after %us; closing", conn->pid,
+                            (unsigned)conn->uid, nsboxd.config.request_timeout_seconds);
+                conn->in_len = conn->in_scanned = 0;
+                conn->partial_since_ms = 0;
+                conn->closing = true;
+                conn_error(
+                    conn, NULL, JSONRPC_INVALID_REQUEST, "timeout",
+                    "request line not complete within %u s of its first byte (request_timeout_seconds); "
+                    "closing the connection",
+                    nsboxd.config.request_timeout_seconds);
+                if (!conn->closed) {
+                        conn_update_events(conn);
+                        conn_close_if_done(conn);
+                }
+                return;
+        }
+        bool idle = conn->in_flight == 0 && conn->in_len == 0 && conn->out_len == conn->out_off &&
+                    conn->large == NULL && conn->deferred == NULL && !conn->parsing;
+        if (idle_ms > 0 && idle && now - conn->last_activity_ms >= idle_ms) {
+                log_limited(key, LOG_LEVEL_DEBUG, "client pid %d uid %u idle for %us; closing", conn->pid,
+                            (unsigned)conn->uid, nsboxd.config.client_idle_timeout_seconds);
+                conn_close(conn);
+        }
+}
+
+void rpc_server_tick(void)
+{
+        long long now = now_monotonic_ms();
+        bool exhausted = budget_exhausted();
+        size_t share = fair_share();
+        /* Closing one connection runs callbacks that may close others: walk
+         * a snapshot, each entry referenced, instead of the live list. */
+        size_t n = 0;
+        for (struct rpc_conn *conn = server.all; conn != NULL; conn = conn->next_all)
+                n++;
+        _cleanup_free_ struct rpc_conn **snapshot = calloc(n ? n : 1, sizeof(*snapshot));
+        if (snapshot == NULL)
+                return;
+        n = 0;
+        for (struct rpc_conn *conn = server.all; conn != NULL; conn = conn->next_all) {
+                conn->refs++;
+                snapshot[n++] = conn;
+        }
+        for (size_t i = 0; i < n; i++) {
+                if (!snapshot[i]->closed)
+                        conn_tick(snapshot[i], now, exhausted, share);
+                conn_unref(snapshot[i]);
+        }
+        if (server.resume_waiters != NULL)
+                resume_waiters();
 }
 
 /* Only root may be able to replace the socket (or the directory entry a

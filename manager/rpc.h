@@ -27,6 +27,11 @@ struct rpc_request {
         rpc_disconnect_cb on_disconnect;
         void *disconnect_data;
         struct rpc_request *prev_watch, *next_watch;
+        /* set by rpc_request_on_resume() */
+        rpc_disconnect_cb on_resume;
+        void *resume_data;
+        struct rpc_request *prev_resume, *next_resume;
+        bool parsed_off_loop; /* a large line: its tree is freed by the parse thread too */
 };
 
 typedef void (*rpc_handler)(struct rpc_request *req);
@@ -65,3 +70,29 @@ bool rpc_get_bool(struct rpc_request *req, const char *key, bool *out);
 /* Call cb once if the client goes away before the request is answered
  * (e.g. to kill the work nobody will read). cb may answer the request. */
 void rpc_request_on_disconnect(struct rpc_request *req, rpc_disconnect_cb cb, void *data);
+
+/* Back-pressure for producers of streamed output (exec and python.run
+ * notifications): true while the request's client has more output waiting
+ * than it may hold, i.e. over its own cap (a few MB), or over its fair
+ * share of the global budget (max_buffer_bytes / connections) while that
+ * budget is exhausted, or behind a large reply still being serialized.
+ * A producer that sees it stops reading its source (e.g. the exec's pipes:
+ * loop_modify(..., 0)) and calls rpc_request_on_resume(); notifications
+ * sent anyway are still queued (and charged), never lost. A client that
+ * stays over its share without reading for long is disconnected, so a
+ * producer waiting on it also hears of the disconnect. */
+bool rpc_request_backlogged(const struct rpc_request *req);
+/* Call cb once, from the loop, when the request's connection is no longer
+ * backlogged or has been closed (then rpc_request_connected() is false).
+ * Replaces an earlier cb; cleared when the request is answered. cb may
+ * answer the request. */
+void rpc_request_on_resume(struct rpc_request *req, rpc_disconnect_cb cb, void *data);
+
+/* Once per second from the daemon's tick: closes connections idle longer
+ * than client_idle_timeout_seconds, partial request lines older than
+ * request_timeout_seconds, and clients that hold more than their share of
+ * an exhausted output budget without reading. */
+void rpc_server_tick(void);
+/* SIGTERM: from now on every new request is answered -32000 "unavailable"
+ * (requests in flight finish as usual). */
+void rpc_server_refuse_requests(void);

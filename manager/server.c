@@ -129,6 +129,9 @@ static void on_signal(struct loop_source *source, uint32_t events)
                         if (!nsboxd.stopping)
                                 log_info("signal %u: stopping", si.ssi_signo);
                         nsboxd.stopping = true;
+                        /* From this moment no new work starts, even on open
+                         * connections: it would only be left behind. */
+                        rpc_server_refuse_requests();
                 } else if (si.ssi_signo == SIGHUP) {
                         reload_config();
                 }
@@ -140,6 +143,7 @@ static void on_tick(struct loop_source *source, uint32_t events)
         uint64_t expirations;
         if (read(source->fd, &expirations, sizeof(expirations)) > 0) {
                 sandbox_reap_idle();
+                rpc_server_tick();
                 notify_status();
         }
 }
@@ -196,21 +200,37 @@ static int setup_signals_and_timers(nsbox_error_t **err)
         return 0;
 }
 
-static void shutdown_sandboxes(void)
+/* Remove every sandbox and wait for their cgroups to go. Returns how many
+ * things were left behind (sandboxes, cgroup dirs): then nsboxd exits
+ * non-zero, so the operator (or systemd) knows to look. */
+static unsigned shutdown_sandboxes(void)
 {
         sd_notify(0, "STOPPING=1");
+        rpc_server_refuse_requests();
         rpc_server_stop();
-        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next)
-                sandbox_remove(sb, NULL, NULL);
         long long deadline = now_monotonic_ms() + SHUTDOWN_GRACE_MS;
-        while (nsboxd.sandboxes != NULL && now_monotonic_ms() < deadline)
+        while ((nsboxd.sandboxes != NULL || cgroup_removals_pending() > 0) && now_monotonic_ms() < deadline) {
+                /* Again on each round: a create already in flight when the
+                 * signal came may have added a sandbox since. */
+                for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next)
+                        if (sb->state == SANDBOX_RUNNING || sb->state == SANDBOX_CREATING)
+                                sandbox_remove(sb, NULL, NULL);
                 loop_run_once(nsboxd.loop, 100);
-        if (nsboxd.sandboxes != NULL)
-                log_error("%u sandbox(es) did not stop in time", nsboxd.n_sandboxes);
+        }
+        unsigned sandboxes = 0;
+        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next)
+                sandboxes++;
+        unsigned cgroups = cgroup_removals_pending();
+        if (sandboxes > 0 || cgroups > 0)
+                log_error(
+                    "left behind: %u sandbox(es) did not stop and %u cgroup dir(s) could not be removed "
+                    "within %d s",
+                    sandboxes, cgroups, SHUTDOWN_GRACE_MS / 1000);
         /* Let the final replies of the killed execs reach their clients. */
         long long flush_deadline = now_monotonic_ms() + 500;
         while (now_monotonic_ms() < flush_deadline && loop_run_once(nsboxd.loop, 50) > 0)
                 ;
+        return sandboxes + cgroups;
 }
 
 /* Everything before serving; each step says what failed. */
@@ -223,6 +243,11 @@ static int start(nsbox_error_t **err)
         nsboxd.init_memfd = load_init_binary(nsboxd.config.init_path, err);
         if (nsboxd.init_memfd < 0)
                 return nsboxd.init_memfd;
+        /* Before anything that cleans up after a previous run (cgroup_init
+         * removes stale cgroups, state_recover stale sandboxes): that must
+         * never be a live daemon's. */
+        if ((r = state_lock(err)) < 0)
+                return r;
         if ((r = cgroup_init(nsboxd.config.allow_degraded, err)) < 0)
                 return r;
         if ((r = uidmode_init(nsboxd.config.uid_isolation, err)) < 0)
@@ -318,13 +343,13 @@ int nsboxd_main(int argc, char **argv)
                         break;
                 }
         }
-        shutdown_sandboxes();
+        unsigned left_behind = shutdown_sandboxes();
         profiles_clear();
-        log_info("stopped");
+        log_info("stopped%s", left_behind ? " with things left behind" : "");
         loop_free(nsboxd.loop);
         nsboxd.loop = NULL;
         if (nsboxd.init_memfd >= 0)
                 close(nsboxd.init_memfd);
         config_free(&nsboxd.config);
-        return 0;
+        return left_behind ? 1 : 0;
 }

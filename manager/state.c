@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -73,6 +74,38 @@ int state_save(const struct sandbox *sb, nsbox_error_t **err)
                 return nsbox_error(err, errno ? errno : EIO, "write %s", tmp);
         if (rename(tmp, path) < 0)
                 return nsbox_error(err, errno, "rename %s", tmp);
+        return 0;
+}
+
+int state_lock(nsbox_error_t **err)
+{
+        static int lock_fd = -1; /* held until the process exits */
+        char path[4096];
+        if (lock_fd >= 0)
+                return 0;
+        if (mkdir(nsboxd.config.state_dir, 0711) < 0 && errno != EEXIST)
+                return nsbox_error(err, errno, "mkdir %s", nsboxd.config.state_dir);
+        snprintf(path, sizeof(path), "%s/nsboxd.lock", nsboxd.config.state_dir);
+        _cleanup_close_ int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0)
+                return nsbox_error(err, errno, "open %s", path);
+        if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+                if (errno != EWOULDBLOCK)
+                        return nsbox_error(err, errno, "lock %s", path);
+                char pid[32] = "";
+                ssize_t n = pread(fd, pid, sizeof(pid) - 1, 0);
+                pid[n > 0 ? n : 0] = '\0';
+                pid[strcspn(pid, "\n")] = '\0';
+                return nsbox_error(err, EBUSY,
+                                   "state dir %s is in use by another nsboxd (pid %s); refusing to start, "
+                                   "or its sandboxes would be taken for leftovers and killed",
+                                   nsboxd.config.state_dir, pid[0] ? pid : "unknown");
+        }
+        char text[32];
+        int len = snprintf(text, sizeof(text), "%d\n", (int)getpid());
+        if (ftruncate(fd, 0) < 0 || pwrite(fd, text, len, 0) != len)
+                return nsbox_error(err, errno ? errno : EIO, "write %s", path);
+        lock_fd = steal_fd(&fd);
         return 0;
 }
 

@@ -153,7 +153,7 @@ def wait_for(predicate, timeout, what):
     b"not json",
     b'{"jsonrpc":"2.0","id":1,"method":"server.info"',
     b'{"jsonrpc":"2.0","id":1,"method":"server.info"}}',
-    b'{"jsonrpc":"2.0","id":1,"id":2,"method":"server.info"}',
+    # (duplicate keys are valid JSON: answered with an id, see test_hardening_rpc.py)
     b'{"jsonrpc":"2.0","id":1,"method":"server.info","params":{"a":"\xff\xfe"}}',
     b'{"jsonrpc":"2.0","id":1,"method":"server.info","params":{"a":"\\ud800"}}',
     b"\x00\x01\x02",
@@ -448,10 +448,10 @@ NUL_CASES = [
 
 @pytest.mark.parametrize("name,params", NUL_CASES, ids=[c[0] for c in NUL_CASES])
 def test_nul_in_any_string_is_refused_at_parse_time_and_nothing_runs(daemon, sandbox, name, params):
-    # Decision: jansson refuses \u0000 without JSON_ALLOW_NUL, so every NUL is
-    # a -32700 parse error that says so; a C string is never cut short and run.
+    # Valid JSON is answered with its own id (issue 15): a NUL anywhere in
+    # params is -32602 that says so; a C string is never cut short and run.
     with Raw(daemon.socket) as c:
-        msg = assert_error(c.call(req("sandbox.exec", params(sandbox))), PARSE, id=None)
+        msg = assert_error(c.call(req("sandbox.exec", params(sandbox))), INVALID_PARAMS, id=1)
         assert "NUL" in msg
     r = daemon.call("sandbox.exec", sandbox_id=sandbox, command="test -e /workspace/nul-ran")
     assert r["exit_code"] == 1, "the request with a NUL byte was executed"
@@ -459,8 +459,9 @@ def test_nul_in_any_string_is_refused_at_parse_time_and_nothing_runs(daemon, san
 
 def test_nul_in_session_id_or_method_is_refused(daemon):
     with Raw(daemon.socket) as c:
-        assert "NUL" in assert_error(c.call(req("sandbox.create", {"session_id": "a\u0000b"})), PARSE)
-        assert "NUL" in assert_error(c.call(req("server.info\u0000x")), PARSE)
+        assert "NUL" in assert_error(c.call(req("sandbox.create", {"session_id": "a\u0000b"})),
+                                     INVALID_PARAMS, id=1)
+        assert "NUL" in assert_error(c.call(req("server.info\u0000x")), INVALID_REQUEST, id=1)
         # A raw NUL byte (not escaped) inside a string is not JSON either.
         assert_error(c.call(b'{"jsonrpc":"2.0","id":1,"method":"server.info\x00"}\n'), PARSE)
 

@@ -5,11 +5,13 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "cleanup.h"
 #include "jsonrpc.h"
+#include "log.h"
 #include "policy.h"
 #include "textenc.h"
 
@@ -54,7 +56,11 @@ static void test_bad_requests_get_the_right_code(void **state)
         } cases[] = {
                 { "{", JSONRPC_PARSE_ERROR },
                 { "not json", JSONRPC_PARSE_ERROR },
-                { "{\"a\":1,\"a\":2}", JSONRPC_PARSE_ERROR },
+                { "{\"a\":1,\"a\":2}", JSONRPC_INVALID_REQUEST },
+                { "{\"a\":1,\"a\":2", JSONRPC_PARSE_ERROR },
+                { "[1e400", JSONRPC_PARSE_ERROR },
+                { "[1e400,]", JSONRPC_PARSE_ERROR },
+                { "{\"a\\u0000\":1", JSONRPC_PARSE_ERROR },
                 { "[1,2]", JSONRPC_INVALID_REQUEST },
                 { "\"str\"", JSONRPC_INVALID_REQUEST },
                 { "{\"id\":1,\"method\":\"m\"}", JSONRPC_INVALID_REQUEST },
@@ -66,8 +72,11 @@ static void test_bad_requests_get_the_right_code(void **state)
                 { "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\",\"params\":[1]}", JSONRPC_INVALID_PARAMS },
                 { "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\",\"params\":\"x\"}",
                   JSONRPC_INVALID_PARAMS },
-                /* NUL inside a string is refused at parse time. */
-                { "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\\u0000x\"}", JSONRPC_PARSE_ERROR },
+                /* NUL inside a string is refused by validation, not the parser. */
+                { "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\\u0000x\"}", JSONRPC_INVALID_REQUEST },
+                { "{\"jsonrpc\":\"2.0\\u0000\",\"id\":1,\"method\":\"m\"}", JSONRPC_INVALID_REQUEST },
+                { "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\",\"params\":{\"p\":\"/a\\u0000b\"}}",
+                  JSONRPC_INVALID_PARAMS },
         };
         for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
                 struct jsonrpc_request req;
@@ -89,6 +98,102 @@ static void test_id_is_recovered_for_error_replies(void **state)
         assert_non_null(req.id);
         assert_int_equal(json_integer_value(req.id), 42);
         jsonrpc_request_clear(&req);
+}
+
+/* Valid JSON that jansson cannot hold as such is still answered with its
+ * own id, so a pipelining client is never left waiting. */
+static void test_valid_json_keeps_its_id(void **state)
+{
+        static const struct {
+                const char *line;
+                int code;
+                json_int_t id;
+                const char *why;
+        } cases[] = {
+                { "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"m\",\"params\":{\"path\":\"/a\\u0000/b\"}}",
+                  JSONRPC_INVALID_PARAMS, 5, "params.path" },
+                { "{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"m\",\"params\":{\"argv\":[\"x\",\"\\u0000\"]}}",
+                  JSONRPC_INVALID_PARAMS, 6, "params.argv[1]" },
+                { "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"m\",\"params\":{\"a\":1,\"a\":2}}",
+                  JSONRPC_INVALID_REQUEST, 7, "duplicate" },
+                { "{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"m\",\"method\":\"n\"}", JSONRPC_INVALID_REQUEST,
+                  8, "duplicate" },
+                { "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"m\",\"params\":{\"n\":1e400}}",
+                  JSONRPC_INVALID_REQUEST, 9, "out of range" },
+                { "{\"jsonrpc\":\"2.0\",\"id\":10,\"method\":\"m\",\"params\":{\"n\":-1e400}}",
+                  JSONRPC_INVALID_REQUEST, 10, "out of range" },
+                { "{\"jsonrpc\":\"2.0\",\"params\":{\"n\":99999999999999999999999},\"id\":11,\"method\":"
+                  "\"m\"}",
+                  JSONRPC_INVALID_REQUEST, 11, "out of range" },
+                { "{\"jsonrpc\":\"2.0\",\"id\":12,\"method\":\"m\",\"params\":{\"k\\u0000\":1}}",
+                  JSONRPC_INVALID_PARAMS, 12, "NUL" },
+                { "{\"jsonrpc\":\"2.0\",\"id\":15,\"method\":\"m\",\"par\\u0000\":1}",
+                  JSONRPC_INVALID_REQUEST, 15, "NUL" },
+                /* both at once, in either order */
+                { "{\"jsonrpc\":\"2.0\",\"id\":13,\"method\":\"m\",\"params\":{\"n\":1e999,\"n\":1}}",
+                  JSONRPC_INVALID_REQUEST, 13, "out of range" },
+                { "{\"id\":14,\"id\":14,\"jsonrpc\":\"2.0\",\"method\":\"m\",\"params\":{\"n\":1e999}}",
+                  JSONRPC_INVALID_REQUEST, 14, "duplicate" },
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+                struct jsonrpc_request req;
+                const char *why = NULL;
+                int code = parse(cases[i].line, &req, &why);
+                if (code != cases[i].code)
+                        fail_msg("%s: got %d (%s), want %d", cases[i].line, code, why, cases[i].code);
+                assert_non_null(req.id);
+                assert_int_equal(json_integer_value(req.id), cases[i].id);
+                if (strstr(why, cases[i].why) == NULL)
+                        fail_msg("%s: message \"%s\" does not say \"%s\"", cases[i].line, why, cases[i].why);
+                jsonrpc_request_clear(&req);
+        }
+        /* Representable extremes are fine. */
+        struct jsonrpc_request req;
+        const char *why = NULL;
+        assert_int_equal(parse("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\",\"params\":{\"a\":"
+                               "9223372036854775807,\"b\":-9223372036854775808,\"c\":1e308,\"d\":1e-400}}",
+                               &req, &why),
+                         0);
+        jsonrpc_request_clear(&req);
+}
+
+/* Text quoted in a log line can never start a line of its own. */
+static void test_log_escape_defeats_forged_lines(void **state)
+{
+        char out[256];
+        log_escape("a\n<3>error: forged\r\x1b[2J\t\xc2\x85\xe2\x80\xa8\xff ok \xc3\xa9", out, sizeof(out));
+        assert_string_equal(out,
+                            "a\\x0a<3>error: forged\\x0d\\x1b[2J\\x09\\u{0085}\\u{2028}\\xff ok \xc3\xa9");
+        /* Cut at the buffer, never in the middle of an escape. */
+        log_escape("\n\n\n", out, 9);
+        assert_string_equal(out, "\\x0a\\x0a");
+}
+
+/* A burst, then one line per second, and a count of what was dropped. */
+static void test_log_limited_drops_and_counts(void **state)
+{
+        char path[] = "/tmp/nsbox-log-test-XXXXXX";
+        int fd = mkstemp(path);
+        assert_true(fd >= 0);
+        fflush(stderr);
+        int saved = dup(2);
+        dup2(fd, 2);
+        for (int i = 0; i < 100; i++)
+                log_limited("uid 4242", LOG_LEVEL_WARN, "line %d", i);
+        log_limited("uid 4243", LOG_LEVEL_WARN, "another key");
+        fflush(stderr);
+        dup2(saved, 2);
+        close(saved);
+        char buf[8192] = "";
+        ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+        assert_true(n > 0);
+        close(fd);
+        unlink(path);
+        unsigned lines = 0;
+        for (char *p = buf; (p = strstr(p, "line ")) != NULL; p++)
+                lines++;
+        assert_int_equal(lines, LOG_LIMIT_BURST);
+        assert_non_null(strstr(buf, "another key"));
 }
 
 static void test_deep_nesting_is_refused_not_crashing(void **state)
@@ -235,6 +340,9 @@ int main(void)
                 cmocka_unit_test(test_missing_params_become_empty_object),
                 cmocka_unit_test(test_bad_requests_get_the_right_code),
                 cmocka_unit_test(test_id_is_recovered_for_error_replies),
+                cmocka_unit_test(test_valid_json_keeps_its_id),
+                cmocka_unit_test(test_log_escape_defeats_forged_lines),
+                cmocka_unit_test(test_log_limited_drops_and_counts),
                 cmocka_unit_test(test_deep_nesting_is_refused_not_crashing),
                 cmocka_unit_test(test_serialize_is_one_compact_line),
                 cmocka_unit_test(test_error_reply_shape),

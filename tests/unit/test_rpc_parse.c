@@ -16,15 +16,17 @@ static int parse(const char *line, struct jsonrpc_request *req, const char **why
         return jsonrpc_parse_request(line, strlen(line), req, why);
 }
 
-static void test_nul_is_a_parse_error_that_says_so(void **state)
+static void test_nul_is_invalid_params_that_says_so(void **state)
 {
         struct jsonrpc_request req;
         const char *why = NULL;
+        /* Valid JSON: refused by validation, with the request's id (issue 15). */
         assert_int_equal(parse("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"sandbox.exec\","
                                "\"params\":{\"argv\":[\"a\\u0000b\"]}}",
                                &req, &why),
-                         JSONRPC_PARSE_ERROR);
+                         JSONRPC_INVALID_PARAMS);
         assert_non_null(strstr(why, "NUL"));
+        assert_int_equal(json_integer_value(req.id), 1);
         jsonrpc_request_clear(&req);
         /* A raw NUL byte inside a string is a control character: not JSON. */
         static const char raw[] = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"a\0b\"}";
@@ -128,7 +130,7 @@ static void test_a_large_reply_serializes_to_one_line(void **state)
 int main(void)
 {
         const struct CMUnitTest tests[] = {
-                cmocka_unit_test(test_nul_is_a_parse_error_that_says_so),
+                cmocka_unit_test(test_nul_is_invalid_params_that_says_so),
                 cmocka_unit_test(test_parse_errors_do_not_quote_the_input),
                 cmocka_unit_test(test_unknown_members_are_refused_by_name),
                 cmocka_unit_test(test_notifications_are_told_apart_from_null_ids),

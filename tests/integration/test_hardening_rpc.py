@@ -1,0 +1,457 @@
+"""nsboxd's client-facing robustness (issue 15): every valid request is
+answered with its own id, logs cannot be forged, connections are bounded per
+uid and in time, output memory is bounded globally, large requests do not
+stall the loop, SIGTERM refuses new work, and one state dir has one daemon.
+
+Every test drives the real daemon over its real socket.
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from conftest import BUILD, IMAGE_DIR, Daemon  # noqa: E402
+
+INVALID_REQUEST, INVALID_PARAMS, APP = -32600, -32602, -32000
+
+
+class Raw:
+    """A client that sends exactly the bytes it is given."""
+
+    def __init__(self, path, timeout=30):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        self.sock.connect(path)
+        self.buf = b""
+
+    def close(self):
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def send(self, data):
+        self.sock.sendall(data)
+
+    def line(self, timeout=30):
+        """The next line, or None when the daemon closed the connection."""
+        self.sock.settimeout(timeout)
+        while b"\n" not in self.buf:
+            try:
+                chunk = self.sock.recv(1 << 20)
+            except ConnectionResetError:
+                chunk = b""
+            if not chunk:
+                return None
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line
+
+    def reply(self, timeout=30):
+        line = self.line(timeout)
+        assert line is not None, "nsboxd closed the connection instead of replying"
+        return json.loads(line)
+
+    def call(self, payload, timeout=30):
+        self.send(payload if isinstance(payload, bytes) else (json.dumps(payload) + "\n").encode())
+        return self.reply(timeout)
+
+
+def server_info(path, timeout=30):
+    with Raw(path, timeout) as c:
+        return c.call({"jsonrpc": "2.0", "id": 1, "method": "server.info"}, timeout)
+
+
+@pytest.fixture(scope="module")
+def daemon():
+    d = Daemon()
+    yield d
+    rc = d.stop()
+    assert rc == 0, "nsboxd did not stop cleanly (rc=%s):\n%s" % (rc, d.final_log[-4000:])
+
+
+# --- valid JSON keeps its id --------------------------------------------------
+
+# Each line is valid JSON (RFC 8259) that jansson cannot hold as is.
+HARD_LINES = [
+    (b'{"jsonrpc":"2.0","id":101,"method":"server.info","params":{"x":"a\\u0000b"}}', INVALID_PARAMS, "params.x"),
+    (b'{"jsonrpc":"2.0","id":102,"method":"server.info","params":{"a":1,"a":2}}', INVALID_REQUEST, "duplicate"),
+    (b'{"jsonrpc":"2.0","id":103,"method":"server.info","params":{"n":1e400}}', INVALID_REQUEST, "out of range"),
+    (b'{"jsonrpc":"2.0","id":104,"method":"server.info","params":{"n":123456789012345678901234567890}}',
+     INVALID_REQUEST, "out of range"),
+    (b'{"jsonrpc":"2.0","id":105,"method":"server.info\\u0000.x"}', INVALID_REQUEST, "NUL"),
+    (b'{"jsonrpc":"2.0","id":"s6","method":"sandbox.exec","params":{"env":{"A\\u0000B":"x"}}}',
+     INVALID_PARAMS, "NUL"),
+    (b'{"jsonrpc":"2.0","method":"server.info","id":107,"method":"server.info"}', INVALID_REQUEST, "duplicate"),
+]
+
+
+def test_pipelined_valid_json_is_answered_with_each_own_id(daemon):
+    ids = [json.loads(line.replace(b"\\u0000", b"").replace(b"1e400", b"1")
+                      .replace(b"123456789012345678901234567890", b"1"))["id"] for line, _, _ in HARD_LINES]
+    with Raw(daemon.socket) as c:
+        # All at once, then a normal request: a client that pipelines waits
+        # for each id, so every one must come back, in order.
+        c.send(b"".join(line + b"\n" for line, _, _ in HARD_LINES) +
+               b'{"jsonrpc":"2.0","id":"last","method":"server.info"}\n')
+        for (line, code, says), want_id in zip(HARD_LINES, ids):
+            r = c.reply()
+            assert r["id"] == want_id, (line, r)
+            assert r["error"]["code"] == code, (line, r)
+            assert says in r["error"]["message"], (line, r)
+        last = c.reply()
+        assert last["id"] == "last" and "result" in last
+
+
+def test_text_that_is_not_json_still_gets_a_null_id(daemon):
+    with Raw(daemon.socket) as c:
+        for bad in (b'{"jsonrpc":"2.0","id":1,"method":"m","params":{"n":1e400}', b'{"id":1,"id":2,',
+                    b'[1e400,]'):
+            r = c.call(bad + b"\n")
+            assert r["id"] is None and r["error"]["code"] == -32700, (bad, r)
+
+
+# --- logs cannot be forged, and a client cannot flood them -------------------------
+
+def test_client_text_cannot_forge_a_log_line(daemon):
+    forged = "x\n<3>error: FORGED by a client\r\x1b[2J\u2028<3>error: FORGED again"
+    with Raw(daemon.socket) as c:
+        r = c.call({"jsonrpc": "2.0", "id": 1, "method": forged})
+        assert r["error"]["code"] == -32601
+    time.sleep(0.2)
+    lines = daemon.read_log().splitlines()
+    assert not any(l.startswith("<3>error: FORGED") for l in lines), lines[-5:]
+    assert any("x\\x0a<3>error: FORGED by a client\\x0d\\x1b[2J\\u{2028}" in l for l in lines), lines[-5:]
+
+
+def test_refused_connects_are_logged_at_a_bounded_rate():
+    d = Daemon(extra_args=["--max-connections", "1"])
+    try:
+        with Raw(d.socket) as held:
+            assert "result" in held.call({"jsonrpc": "2.0", "id": 1, "method": "server.info"})
+            for _ in range(200):
+                with Raw(d.socket) as extra:
+                    assert extra.reply(timeout=5)["error"]["data"]["kind"] == "limit_reached"
+            refused = [l for l in d.read_log().splitlines() if "refused" in l]
+            assert 1 <= len(refused) <= 30, len(refused)
+            time.sleep(1.5)  # the bucket refills: the next line says what was dropped
+            with Raw(d.socket) as extra:
+                extra.reply(timeout=5)
+            time.sleep(0.2)
+            assert any("lines suppressed" in l for l in d.read_log().splitlines())
+    finally:
+        assert d.stop() == 0
+
+
+# --- connections per uid and in time ------------------------------------------------
+
+NOBODY = 65534
+
+CONNECT_AS = r"""
+import os, socket, sys
+path, uid, gid, carrier_fd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+os.setgroups([gid]); os.setgid(gid); os.setuid(uid)
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(path)
+carrier = socket.socket(fileno=carrier_fd)
+socket.send_fds(carrier, [b"x"], [s.fileno()])
+"""
+
+
+def connect_as(path, uid):
+    """A connection whose peer credentials (SO_PEERCRED, taken at connect)
+    are uid's: a child connects as uid and hands the socket over."""
+    gid = os.stat(path).st_gid  # the socket's group may connect
+    ours, theirs = socket.socketpair()
+    ours.settimeout(30)
+    try:
+        p = subprocess.run(["/usr/bin/python3", "-c", CONNECT_AS, path, str(uid), str(gid), str(theirs.fileno())],
+                           pass_fds=[theirs.fileno()], cwd="/", capture_output=True, timeout=30)
+        assert p.returncode == 0, p.stderr
+        _, fds, _, _ = socket.recv_fds(ours, 1, 1)
+    finally:
+        ours.close()
+        theirs.close()
+    c = Raw.__new__(Raw)
+    c.sock = socket.socket(fileno=fds[0])
+    c.sock.settimeout(30)
+    c.buf = b""
+    return c
+
+
+def test_one_uid_cannot_take_every_connection():
+    d = Daemon(extra_args=["--max-connections-per-uid", "2"])
+    try:
+        held = [connect_as(d.socket, NOBODY) for _ in range(2)]
+        for i, c in enumerate(held):
+            assert c.call({"jsonrpc": "2.0", "id": i, "method": "server.info"})["id"] == i
+        extra = connect_as(d.socket, NOBODY)
+        r = extra.reply(timeout=5)
+        assert r["error"]["data"]["kind"] == "limit_reached" and "uid 65534" in r["error"]["message"], r
+        assert extra.line(timeout=5) is None
+        extra.close()
+        # Other users, and root (the operator), still get in.
+        assert "result" in server_info(d.socket)
+        other = connect_as(d.socket, NOBODY - 1)
+        assert "result" in other.call({"jsonrpc": "2.0", "id": 1, "method": "server.info"})
+        other.close()
+        # A slot freed is a slot taken again.
+        held.pop().close()
+        deadline = time.monotonic() + 10
+        while True:
+            again = connect_as(d.socket, NOBODY)
+            r = again.call({"jsonrpc": "2.0", "id": 9, "method": "server.info"})
+            again.close()
+            if "result" in r or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert "result" in r, r
+        for c in held:
+            c.close()
+    finally:
+        assert d.stop() == 0
+
+
+def test_idle_connections_are_closed_and_busy_ones_are_not():
+    d = Daemon(extra_args=["--client-idle-timeout-seconds", "2"])
+    try:
+        idle = Raw(d.socket)
+        assert "result" in idle.call({"jsonrpc": "2.0", "id": 1, "method": "server.info"})
+        talker = Raw(d.socket)
+        start = time.monotonic()
+        # The talker sends something every half second for 5 s: never idle that long.
+        while time.monotonic() - start < 5:
+            assert "result" in talker.call({"jsonrpc": "2.0", "id": 1, "method": "server.info"})
+            time.sleep(0.5)
+        assert idle.line(timeout=10) is None, "an idle connection was kept past the timeout"
+        assert "result" in talker.call({"jsonrpc": "2.0", "id": 2, "method": "server.info"})
+        idle.close()
+        talker.close()
+    finally:
+        assert d.stop() == 0
+
+
+def test_a_request_line_must_complete_in_time():
+    d = Daemon(extra_args=["--request-timeout-seconds", "2"])
+    try:
+        with Raw(d.socket) as slow:
+            slow.send(b'{"jsonrpc":"2.0","id":1,')
+            start = time.monotonic()
+            r = slow.reply(timeout=15)
+            assert r["id"] is None and r["error"]["code"] == INVALID_REQUEST, r
+            assert "request_timeout_seconds" in r["error"]["message"]
+            assert slow.line(timeout=10) is None
+            assert time.monotonic() - start >= 1.5
+        # Complete lines are not on that clock, however long the connection lives.
+        with Raw(d.socket) as c:
+            for i in range(4):
+                assert c.call({"jsonrpc": "2.0", "id": i, "method": "server.info"})["id"] == i
+                time.sleep(1)
+    finally:
+        assert d.stop() == 0
+
+
+# --- output memory is bounded for all clients together ----------------------------
+
+def test_clients_that_do_not_read_are_dropped_and_a_reading_one_is_not():
+    d = Daemon(extra_args=["--max-buffer-bytes", str(8 << 20)])
+    try:
+        sb = d.call("sandbox.create")["sandbox_id"]
+        d.call("sandbox.exec", sandbox_id=sb, command="head -c 1000000 /dev/zero | tr '\\0' a > /workspace/big")
+        read = lambda i: ({"jsonrpc": "2.0", "id": i, "method": "fs.read",
+                           "params": {"sandbox_id": sb, "path": "/workspace/big"}})
+        sleepers = [Raw(d.socket) for _ in range(2)]
+        for s in sleepers:
+            # Far more replies than the budget holds, never read.
+            s.send(b"".join((json.dumps(read(i)) + "\n").encode() for i in range(40)))
+        reader = Raw(d.socket)
+        start = time.monotonic()
+        n = 0
+        while time.monotonic() - start < 12:
+            r = reader.call(read(n), timeout=30)
+            assert r["id"] == n and len(r["result"]["content"]) == 1000000, r.get("error")
+            n += 1
+        log = d.read_log()
+        assert log.count("does not read its output") >= 2, log[-3000:]
+        for s in sleepers:
+            s.sock.settimeout(10)
+            got = 0
+            while True:  # what was in the socket buffers, then the end
+                try:
+                    chunk = s.sock.recv(1 << 20)
+                except ConnectionResetError:
+                    chunk = b""
+                if not chunk:
+                    break
+                got += len(chunk)
+            assert got < 40 * 1000000
+            s.close()
+        reader.close()
+    finally:
+        assert d.stop() == 0
+
+
+# --- large requests are parsed off the loop ----------------------------------------
+
+def test_large_requests_do_not_stall_other_clients(daemon):
+    junk = b"a" * (60 << 20)
+    big = [b'{"jsonrpc":"2.0","id":%d,"method":"server.info","params":{"unknown_field":"' % i + junk + b'"}}\n'
+           for i in range(4)]
+    done = threading.Event()
+    answers = []
+
+    def hammer():
+        with Raw(daemon.socket, timeout=120) as c:
+            for line in big:
+                c.send(line)
+            for _ in big:
+                answers.append(c.reply(timeout=120))
+        done.set()
+
+    t = threading.Thread(target=hammer)
+    t.start()
+    worst = 0.0
+    with Raw(daemon.socket) as c:
+        i = 0
+        while not done.is_set():
+            t0 = time.monotonic()
+            assert "result" in c.call({"jsonrpc": "2.0", "id": i, "method": "server.info"})
+            worst = max(worst, time.monotonic() - t0)
+            i += 1
+            time.sleep(0.02)
+    t.join()
+    assert [a["id"] for a in answers] == [0, 1, 2, 3]
+    assert all(a["error"]["code"] == INVALID_PARAMS for a in answers)
+    print("worst server.info latency while 4 x 60 MB requests were parsed: %.3f s" % worst)
+    assert worst < 0.5, "server.info took %.2f s while 60 MB requests were parsed" % worst
+
+
+def test_a_large_request_then_half_close_is_still_answered(daemon):
+    with Raw(daemon.socket, timeout=60) as c:
+        c.send(b'{"jsonrpc":"2.0","id":"big","method":"server.info","params":{"x":"' + b"a" * (8 << 20) + b'"}}')  # no final newline
+        c.sock.shutdown(socket.SHUT_WR)
+        r = c.reply(timeout=60)
+        assert r["id"] == "big" and r["error"]["code"] == INVALID_PARAMS, r
+        assert c.line(timeout=10) is None
+
+
+# --- SIGTERM -------------------------------------------------------------------------
+
+def leftover_cgroups(state_dir):
+    # manager/cgroup.c names the parent nsbox-<FNV-1a of the state dir>.
+    h = 2166136261
+    for b in state_dir.encode():
+        h = ((h ^ b) * 16777619) & 0xffffffff
+    name = "nsbox-%08x" % h
+    found = []
+    for root, dirs, _ in os.walk("/sys/fs/cgroup"):
+        if os.path.basename(root) == name:
+            found += [os.path.join(root, x) for x in dirs]
+            dirs[:] = []
+    return found
+
+
+def test_after_sigterm_new_requests_are_refused_and_nothing_is_left():
+    d = Daemon()
+    state = d.state
+    answers = []
+    stop = threading.Event()
+
+    def hammer():
+        with Raw(d.socket, timeout=60) as c:
+            i = 0
+            while not stop.is_set():
+                try:
+                    c.send((json.dumps({"jsonrpc": "2.0", "id": i, "method": "sandbox.create"}) + "\n").encode())
+                    line = c.line(timeout=60)
+                except OSError:
+                    break
+                if line is None:
+                    break
+                answers.append(json.loads(line))
+                i += 1
+
+    t = threading.Thread(target=hammer)
+    t.start()
+    while len(answers) < 5:
+        time.sleep(0.05)
+    d.proc.send_signal(signal.SIGTERM)
+    rc = d.proc.wait(timeout=60)
+    stop.set()
+    t.join(timeout=60)
+    log = d.read_log()
+    sandboxes_left = os.listdir(os.path.join(state, "sandboxes"))
+    cgroups_left = leftover_cgroups(state)
+    d.stop()
+    kinds = [(a.get("error") or {}).get("data", {}).get("kind", "created" if "result" in a else "?")
+             for a in answers]
+    first = kinds.index("unavailable") if "unavailable" in kinds else None
+    assert first is not None, kinds
+    assert all(k == "unavailable" for k in kinds[first:]), kinds
+    assert "shutting down" in answers[first]["error"]["message"]
+    assert answers[first]["error"]["code"] == APP
+    assert sandboxes_left == [] and cgroups_left == [], (sandboxes_left, cgroups_left)
+    assert rc == 0, log[-3000:]
+
+
+def test_exit_is_non_zero_when_a_sandbox_is_left_behind():
+    # A sandbox frozen by the operator (freezer cgroup) cannot take its
+    # SIGKILL: it outlives the shutdown grace, and nsboxd must say so.
+    freezer = "/sys/fs/cgroup/freezer"
+    if not os.path.exists(os.path.join(freezer, "cgroup.procs")):
+        pytest.skip("no v1 freezer hierarchy")
+    d = Daemon(extra_args=["--warm-pool", "0"])
+    frozen = os.path.join(freezer, "nsbox-test-frozen-%d" % os.getpid())
+    os.mkdir(frozen)
+    try:
+        sb = d.call("sandbox.create")["sandbox_id"]
+        d.call("sandbox.exec", sandbox_id=sb, command="true")
+        pids = subprocess.run(["pgrep", "-P", str(d.proc.pid)], capture_output=True, text=True).stdout.split()
+        tree = set(pids)
+        for pid in pids:
+            tree |= set(subprocess.run(["pgrep", "-P", pid], capture_output=True, text=True).stdout.split())
+        for pid in tree:
+            with open(os.path.join(frozen, "cgroup.procs"), "w") as f:
+                f.write(pid)
+        with open(os.path.join(frozen, "freezer.state"), "w") as f:
+            f.write("FROZEN")
+        d.proc.send_signal(signal.SIGTERM)
+        rc = d.proc.wait(timeout=60)
+        assert rc != 0
+        assert "left behind" in d.read_log()
+    finally:
+        with open(os.path.join(frozen, "freezer.state"), "w") as f:
+            f.write("THAWED")
+        time.sleep(0.5)
+        d.stop()
+        for _ in range(50):
+            try:
+                os.rmdir(frozen)
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+# --- one daemon per state dir ----------------------------------------------------------
+
+def test_a_second_daemon_on_the_same_state_dir_refuses_to_start(daemon):
+    sb = daemon.call("sandbox.create")["sandbox_id"]
+    other_socket = os.path.join(daemon.dir, "second.sock")
+    p = subprocess.run([os.path.join(BUILD, "nsboxd"), "--socket", other_socket, "--state-dir", daemon.state,
+                        "--image-dir", IMAGE_DIR], capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0
+    assert "in use by another nsboxd (pid %d)" % daemon.proc.pid in p.stderr, p.stderr
+    assert not os.path.exists(other_socket)
+    r = daemon.call("sandbox.exec", sandbox_id=sb, command="echo alive")
+    assert r["stdout"] == "alive\n"
+    daemon.call("sandbox.remove", sandbox_id=sb)
