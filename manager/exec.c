@@ -36,12 +36,6 @@
  * (descendants may still hold them) before answering. */
 #define EXEC_DRAIN_GRACE_MS 200
 #define EXEC_KEEP_FINISHED  64
-/* A streaming exec's pipes are not read while its client has more than this
- * waiting to be sent to it: the exec then blocks on its full pipe. */
-#define EXEC_STREAM_BACKLOG_BYTES (1u << 20)
-/* How often paused execs look whether they may read again (until rpc.h
- * tells us when a connection has drained). */
-#define EXEC_RESUME_POLL_MS 20
 
 enum { OUT_STDOUT, OUT_STDERR };
 
@@ -79,8 +73,7 @@ struct exec {
         bool started, exited, timed_out, killed;
         bool supervisor_died; /* its supervisor ended without reporting the exit */
         bool paused;          /* its pipes are not read for now: see exec_pause */
-        struct exec *paused_next;
-        size_t charged; /* bytes of the budget (budget.h) its buffers hold */
+        size_t charged;       /* bytes of the budget (budget.h) its buffers hold */
         uint64_t oom_kills_at_start;
         int wait_status;
         int start_errno;
@@ -230,18 +223,10 @@ static void stream_chunk(struct exec *ex, int which, const char *data, size_t le
 
 /* --- back-pressure ------------------------------------------------------ */
 
-/* Execs whose pipes are not read for now; a timer looks every
- * EXEC_RESUME_POLL_MS whether they may read again. */
-static struct exec *paused_execs;
-static struct loop_source *resume_timer;
-
-/* The exec's client has more output waiting than it takes. A stand-in for
- * the rpc module's own word on a backed-up connection (and its resume
- * callback, which would replace the polling timer) until it has one. */
+/* The exec's client has more output waiting than it takes (rpc.h). */
 static bool exec_client_backlogged(const struct exec *ex)
 {
-        return ex->req != NULL && rpc_request_connected(ex->req) &&
-               rpc_request_backlog(ex->req) > EXEC_STREAM_BACKLOG_BYTES;
+        return ex->req != NULL && rpc_request_connected(ex->req) && rpc_request_backlogged(ex->req);
 }
 
 static void exec_watch_output(struct exec *ex, uint32_t events)
@@ -252,70 +237,40 @@ static void exec_watch_output(struct exec *ex, uint32_t events)
         }
 }
 
-static void resume_timer_set(long long ms)
+static void exec_on_client_resume(struct rpc_request *req, void *data)
 {
-        struct timespec every = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000 };
-        struct itimerspec its = { .it_value = every, .it_interval = every };
-        timerfd_settime(resume_timer->fd, 0, &its, NULL);
-}
-
-static void on_resume_timer(struct loop_source *source, uint32_t events)
-{
-        uint64_t expirations;
-        if (read(source->fd, &expirations, sizeof(expirations)) < 0 && errno == EAGAIN)
+        struct exec *ex = data;
+        if (!ex->paused)
                 return;
-        for (struct exec **p = &paused_execs; *p != NULL;) {
-                struct exec *ex = *p;
-                if (exec_client_backlogged(ex)) {
-                        p = &ex->paused_next;
-                        continue;
-                }
-                *p = ex->paused_next;
-                ex->paused_next = NULL;
-                ex->paused = false;
-                exec_watch_output(ex, EPOLLIN);
+        if (exec_client_backlogged(ex)) {
+                rpc_request_on_resume(req, exec_on_client_resume, ex);
+                return;
         }
-        if (paused_execs == NULL)
-                resume_timer_set(0);
+        ex->paused = false;
+        exec_watch_output(ex, EPOLLIN);
 }
 
 /* Stop reading the exec's pipes: its processes block once they are full,
- * instead of nsboxd holding what its client does not take. */
+ * instead of nsboxd holding what its client does not take. The rpc layer
+ * says when the client has room again (or is gone). */
 static void exec_pause(struct exec *ex)
 {
         if (ex->paused)
                 return;
-        if (resume_timer == NULL) {
-                int fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-                if (fd < 0)
-                        return; /* no timer to resume with: read on rather than stall */
-                resume_timer = loop_add(nsboxd.loop, fd, EPOLLIN, on_resume_timer, NULL);
-                if (resume_timer == NULL) {
-                        close(fd);
-                        return;
-                }
-        }
-        if (paused_execs == NULL)
-                resume_timer_set(EXEC_RESUME_POLL_MS);
         ex->paused = true;
-        ex->paused_next = paused_execs;
-        paused_execs = ex;
         exec_watch_output(ex, 0);
+        rpc_request_on_resume(ex->req, exec_on_client_resume, ex);
 }
 
-/* Off the paused list, its pipes left as they are (it is finishing). */
+/* No longer waiting for the client, its pipes left as they are (it is
+ * finishing). */
 static void exec_unpause(struct exec *ex)
 {
         if (!ex->paused)
                 return;
-        for (struct exec **p = &paused_execs; *p != NULL; p = &(*p)->paused_next) {
-                if (*p == ex) {
-                        *p = ex->paused_next;
-                        break;
-                }
-        }
-        ex->paused_next = NULL;
         ex->paused = false;
+        if (ex->req != NULL)
+                rpc_request_on_resume(ex->req, NULL, NULL);
 }
 
 /* Room for `need` more bytes in a collecting buffer, charged to nsboxd's

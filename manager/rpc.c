@@ -510,6 +510,8 @@ static void unwait_resume(struct rpc_request *req)
 void rpc_request_on_resume(struct rpc_request *req, rpc_disconnect_cb cb, void *data)
 {
         unwait_resume(req);
+        if (cb == NULL)
+                return;
         req->on_resume = cb;
         req->resume_data = data;
         req->next_resume = server.resume_waiters;
@@ -640,14 +642,6 @@ bool rpc_get_bool(struct rpc_request *req, const char *key, bool *out)
 bool rpc_request_connected(const struct rpc_request *req)
 {
         return !req->conn->closed;
-}
-
-size_t rpc_request_backlog(const struct rpc_request *req)
-{
-        const struct rpc_conn *conn = req->conn;
-        if (conn->closed)
-                return 0;
-        return conn->out_len - conn->out_off + (conn->large != NULL ? LARGE_REPLY_BYTES : 0);
 }
 
 static const struct rpc_method *find_method(const char *name)

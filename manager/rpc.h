@@ -62,8 +62,6 @@ void rpc_reply_error(struct rpc_request *req, int code, const char *kind, const 
 /* Notification to the request's client, if it is still connected. params: borrowed. */
 void rpc_notify(struct rpc_request *req, const char *method, json_t *params);
 bool rpc_request_connected(const struct rpc_request *req);
-/* Bytes queued for the request's client that it has not read yet. */
-size_t rpc_request_backlog(const struct rpc_request *req);
 /* Parameter checks that answer -32602 themselves and return false. */
 bool rpc_check_fields(struct rpc_request *req, const char *const *known);
 bool rpc_get_bool(struct rpc_request *req, const char *key, bool *out);
@@ -84,8 +82,8 @@ void rpc_request_on_disconnect(struct rpc_request *req, rpc_disconnect_cb cb, vo
 bool rpc_request_backlogged(const struct rpc_request *req);
 /* Call cb once, from the loop, when the request's connection is no longer
  * backlogged or has been closed (then rpc_request_connected() is false).
- * Replaces an earlier cb; cleared when the request is answered. cb may
- * answer the request. */
+ * Replaces an earlier cb (NULL: stop waiting); cleared when the request is
+ * answered. cb may answer the request. */
 void rpc_request_on_resume(struct rpc_request *req, rpc_disconnect_cb cb, void *data);
 
 /* Once per second from the daemon's tick: closes connections idle longer
