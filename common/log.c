@@ -180,3 +180,10 @@ void log_limited(const char *key, enum log_level level, const char *fmt, ...)
         va_end(ap);
         errno = saved;
 }
+
+struct log_key log_key_uid(unsigned uid)
+{
+        struct log_key key;
+        snprintf(key.text, sizeof(key.text), "uid %u", uid);
+        return key;
+}

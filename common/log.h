@@ -26,6 +26,12 @@ void log_write(enum log_level level, const char *fmt, ...) __attribute__((format
 void log_limited(const char *key, enum log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* The key of lines a uid's requests cause: log_limited(log_key_uid(uid).text, ...). */
+struct log_key {
+        char text[24];
+};
+struct log_key log_key_uid(unsigned uid);
+
 /* Escape text as log_write does, into out (always NUL-terminated). */
 void log_escape(const char *text, char *out, size_t size);
 

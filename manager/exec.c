@@ -481,7 +481,8 @@ static void exec_deadline(struct exec *ex)
         }
         if (!ex->timed_out) {
                 ex->timed_out = true;
-                log_info("sandbox %s: exec %s timed out after %us", ex->sb->id, ex->id, ex->timeout_s);
+                log_limited(ex->sb->id, LOG_LEVEL_INFO, "sandbox %s: exec %s timed out after %us", ex->sb->id,
+                            ex->id, ex->timeout_s);
                 exec_send_kill(ex, SIGKILL);
         }
 }
@@ -602,8 +603,8 @@ static void exec_finish(struct exec *ex)
                 }
         }
         int code = ex->exited && WIFEXITED(ex->wait_status) ? WEXITSTATUS(ex->wait_status) : -1;
-        log_info("sandbox %s: exec %s ended: exit %d%s, %lld ms", ex->sb->id, ex->id, code,
-                 ex->timed_out ? " (timed out)" : "", ex->end_mono - ex->start_mono);
+        log_limited(ex->sb->id, LOG_LEVEL_INFO, "sandbox %s: exec %s ended: exit %d%s, %lld ms", ex->sb->id,
+                    ex->id, code, ex->timed_out ? " (timed out)" : "", ex->end_mono - ex->start_mono);
         stdin_close(ex);
         /* Only now, after the answer: on a small machine the forks of a new
          * slot would otherwise share a CPU with the exec being waited for. */
@@ -719,8 +720,9 @@ static void on_slot(struct loop_source *source, uint32_t events)
                                  * pass it off as the command's own end. */
                                 if (ex->sb->state == SANDBOX_RUNNING) {
                                         ex->supervisor_died = true;
-                                        log_warn("sandbox %s: exec %s: its supervisor died", ex->sb->id,
-                                                 ex->id);
+                                        log_limited(ex->sb->id, LOG_LEVEL_WARN,
+                                                    "sandbox %s: exec %s: its supervisor died", ex->sb->id,
+                                                    ex->id);
                                 }
                         }
                         exec_release_output(ex);
@@ -1306,7 +1308,8 @@ static int exec_start(struct sandbox *sb, struct exec *ex, const struct exec_par
 static void exec_client_gone(struct rpc_request *req, void *data)
 {
         struct exec *ex = data;
-        log_info("sandbox %s: exec %s: its client went away; killing it", ex->sb->id, ex->id);
+        log_limited(ex->sb->id, LOG_LEVEL_INFO, "sandbox %s: exec %s: its client went away; killing it",
+                    ex->sb->id, ex->id);
         ex->killed = true;
         exec_send_kill(ex, SIGKILL);
 }
@@ -1349,7 +1352,8 @@ static struct exec *exec_launch(struct sandbox *sb, json_t *params, const struct
         }
         /* One line per exec at info level, when it ends (exec_finish). */
         if (p.background)
-                log_info("sandbox %s: exec %s started in the background", sb->id, ex->id);
+                log_limited(sb->id, LOG_LEVEL_INFO, "sandbox %s: exec %s started in the background", sb->id,
+                            ex->id);
         else
                 log_debug("sandbox %s: exec %s started", sb->id, ex->id);
         return ex;

@@ -187,7 +187,8 @@ static void method_sandbox_remove(struct rpc_request *req)
                                sb->id, sb->running_execs);
                 return;
         }
-        log_info("sandbox %s: remove requested by uid %u%s", sb->id, req->uid, force ? " (force)" : "");
+        log_limited(log_key_uid(req->uid).text, LOG_LEVEL_INFO, "sandbox %s: remove requested by uid %u%s",
+                    sb->id, req->uid, force ? " (force)" : "");
         sandbox_remove(sb, remove_done, req);
 }
 

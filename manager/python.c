@@ -332,8 +332,9 @@ static void interp_on_stdout(struct exec *ex, const char *data, size_t len, void
 {
         struct python_interp *in = opaque;
         if (in->len + len > MAX_FRAME + 32) {
-                log_error("sandbox %s: the python interpreter sent an oversized frame; killing it",
-                          in->sb->id);
+                log_limited(in->sb->id, LOG_LEVEL_ERROR,
+                            "sandbox %s: the python interpreter sent an oversized frame; killing it",
+                            in->sb->id);
                 exec_signal(ex, SIGKILL);
                 return;
         }
@@ -358,8 +359,9 @@ static void interp_on_stdout(struct exec *ex, const char *data, size_t len, void
                 char *end;
                 unsigned long long body = strtoull(in->buf, &end, 10);
                 if (end != nl || body > MAX_FRAME) {
-                        log_error("sandbox %s: the python interpreter broke its framing; killing it",
-                                  in->sb->id);
+                        log_limited(in->sb->id, LOG_LEVEL_ERROR,
+                                    "sandbox %s: the python interpreter broke its framing; killing it",
+                                    in->sb->id);
                         exec_signal(ex, SIGKILL);
                         return;
                 }
@@ -402,7 +404,7 @@ static void interp_done(struct exec *ex, json_t *result, void *opaque)
                         run_fail(run, "internal",
                                  "the python interpreter exited during the call; variables are lost");
         }
-        log_info("sandbox %s: python interpreter ended", sb->id);
+        log_limited(sb->id, LOG_LEVEL_INFO, "sandbox %s: python interpreter ended", sb->id);
         interp_free(in, "the python interpreter exited");
         /* Calls waiting behind it get a fresh interpreter, if the sandbox lives. */
         while (queued != NULL) {
@@ -491,7 +493,7 @@ static struct python_interp *interp_start(struct sandbox *sb, nsbox_error_t **er
                 return NULL;
         }
         sb->python = in;
-        log_info("sandbox %s: python interpreter started", sb->id);
+        log_limited(sb->id, LOG_LEVEL_INFO, "sandbox %s: python interpreter started", sb->id);
         return in;
 }
 

@@ -680,12 +680,11 @@ static void conn_dispatch_parsed(struct rpc_conn *conn, struct rpc_request *req,
                                 conn_error(conn, req->msg.id, code, NULL, "unknown method \"%.128s\"",
                                            req->msg.method);
                 }
-                char key[32];
-                snprintf(key, sizeof(key), "uid %u", (unsigned)conn->uid);
+                const struct log_key key = log_key_uid(conn->uid);
                 if (why != NULL)
-                        log_limited(key, LOG_LEVEL_DEBUG, "client pid %d: %s", conn->pid, why);
+                        log_limited(key.text, LOG_LEVEL_DEBUG, "client pid %d: %s", conn->pid, why);
                 else
-                        log_limited(key, LOG_LEVEL_DEBUG, "client pid %d: unknown method \"%.128s\"",
+                        log_limited(key.text, LOG_LEVEL_DEBUG, "client pid %d: unknown method \"%.128s\"",
                                     conn->pid, req->msg.method);
                 request_clear_message(req);
                 return;
@@ -1097,11 +1096,10 @@ static void listener_event(struct loop_source *source, uint32_t events)
                 }
                 /* A client can connect as fast as it likes: one line per uid
                  * per second at most (log_limited), not one per connect. */
-                char key[32];
-                snprintf(key, sizeof(key), "uid %u", (unsigned)cred.uid);
+                const struct log_key key = log_key_uid(cred.uid);
                 if (server.connections >= server.config.max_connections) {
                         log_limited(
-                            key, LOG_LEVEL_WARN,
+                            key.text, LOG_LEVEL_WARN,
                             "client pid %d uid %u refused: %u connections already (--max-connections)",
                             cred.pid, (unsigned)cred.uid, server.connections);
                         refuse_connection(fd, "limit_reached", "too many connections to nsboxd");
@@ -1114,7 +1112,7 @@ static void listener_event(struct loop_source *source, uint32_t events)
                                 same_uid += c->uid == cred.uid;
                         if (same_uid >= per_uid_max) {
                                 log_limited(
-                                    key, LOG_LEVEL_WARN,
+                                    key.text, LOG_LEVEL_WARN,
                                     "client pid %d uid %u refused: %u connections of that uid already "
                                     "(max_connections_per_uid)",
                                     cred.pid, (unsigned)cred.uid, same_uid);
@@ -1160,11 +1158,10 @@ static void conn_tick(struct rpc_conn *conn, long long now, bool exhausted, size
 {
         long long idle_ms = (long long)nsboxd.config.client_idle_timeout_seconds * 1000;
         long long partial_ms = (long long)nsboxd.config.request_timeout_seconds * 1000;
-        char key[32];
-        snprintf(key, sizeof(key), "uid %u", (unsigned)conn->uid);
+        const struct log_key key = log_key_uid(conn->uid);
         size_t queued = conn->out_len - conn->out_off;
         if (exhausted && queued > share && now - conn->last_send_ms >= OUT_STALL_MS) {
-                log_limited(key, LOG_LEVEL_WARN,
+                log_limited(key.text, LOG_LEVEL_WARN,
                             "client pid %d uid %u does not read its output (%zu bytes waiting, its share of "
                             "max_buffer_bytes is %zu); closing",
                             conn->pid, (unsigned)conn->uid, queued, share);
@@ -1173,7 +1170,7 @@ static void conn_tick(struct rpc_conn *conn, long long now, bool exhausted, size
         }
         if (partial_ms > 0 && conn->partial_since_ms != 0 && !conn->paused && !conn->closing &&
             now - conn->partial_since_ms >= partial_ms) {
-                log_limited(key, LOG_LEVEL_INFO,
+                log_limited(key.text, LOG_LEVEL_INFO,
                             "client pid %d uid %u: request line incomplete after %us; closing", conn->pid,
                             (unsigned)conn->uid, nsboxd.config.request_timeout_seconds);
                 conn->in_len = conn->in_scanned = 0;
@@ -1193,8 +1190,8 @@ static void conn_tick(struct rpc_conn *conn, long long now, bool exhausted, size
         bool idle = conn->in_flight == 0 && conn->in_len == 0 && conn->out_len == conn->out_off &&
                     conn->large == NULL && conn->deferred == NULL && !conn->parsing;
         if (idle_ms > 0 && idle && now - conn->last_activity_ms >= idle_ms) {
-                log_limited(key, LOG_LEVEL_DEBUG, "client pid %d uid %u idle for %us; closing", conn->pid,
-                            (unsigned)conn->uid, nsboxd.config.client_idle_timeout_seconds);
+                log_limited(key.text, LOG_LEVEL_DEBUG, "client pid %d uid %u idle for %us; closing",
+                            conn->pid, (unsigned)conn->uid, nsboxd.config.client_idle_timeout_seconds);
                 conn_close(conn);
         }
 }

@@ -325,7 +325,7 @@ static void sandbox_finalize(struct sandbox *sb)
                 run_waiters(&sb->create_waiters, NULL,
                             sb->failure ? sb->failure : "sandbox init exited during setup");
         } else {
-                log_info("sandbox %s: removed", sb->id);
+                log_limited(log_key_uid(sb->owner).text, LOG_LEVEL_INFO, "sandbox %s: removed", sb->id);
         }
         run_waiters(&sb->remove_waiters, sb, NULL);
         sandbox_free(sb);
@@ -376,9 +376,10 @@ static void on_control(struct loop_source *source, uint32_t events)
                                 /* The sandbox holds its own copies; nothing stays mounted on the host. */
                                 rootfs_detach(sb->dir);
                                 sandbox_touch(sb);
-                                log_info("sandbox %s: created for uid %u (host uids %u-%u)", sb->id,
-                                         sb->owner, sb->host_uid_base,
-                                         sb->host_uid_base + NSBOX_UID_RANGE - 1);
+                                log_limited(log_key_uid(sb->owner).text, LOG_LEVEL_INFO,
+                                            "sandbox %s: created for uid %u (host uids %u-%u)", sb->id,
+                                            sb->owner, sb->host_uid_base,
+                                            sb->host_uid_base + NSBOX_UID_RANGE - 1);
                                 run_waiters(&sb->create_waiters, sb, NULL);
                                 _cleanup_error_ nsbox_error_t *err = NULL;
                                 if (exec_prepare_slot(sb, &err) < 0)
@@ -620,7 +621,8 @@ static struct sandbox *pool_claim(uid_t owner, struct sandbox_policy *policy)
         _cleanup_error_ nsbox_error_t *err = NULL;
         if (state_save(sb, &err) < 0)
                 log_warn("sandbox %s: %s", sb->id, err->message);
-        log_info("sandbox %s: handed from the warm pool to uid %u", sb->id, owner);
+        log_limited(log_key_uid(owner).text, LOG_LEVEL_INFO,
+                    "sandbox %s: handed from the warm pool to uid %u", sb->id, owner);
         return sb;
 }
 

@@ -327,3 +327,28 @@ def test_a_timed_out_stateful_call_leaves_no_process_behind(daemon, sandbox, cat
     # The interpreter and its variables survived, and the next call works.
     r = daemon.call("python.run", sandbox_id=sandbox, stateful=True, code="x")
     assert r["status"] == "ok" and r["result"] == "42", r
+
+
+def test_a_sandbox_cannot_flood_the_log_and_another_sandbox_is_still_logged():
+    # Each exec's end is a log line a client can cause at will: per sandbox
+    # they are rate-limited (a burst, then about one a second), the rest
+    # counted in a "lines suppressed" line, and another sandbox keeps its own
+    # allowance.
+    d = Daemon(extra_args=["--warm-pool", "0"])
+    try:
+        noisy = d.call("sandbox.create")["sandbox_id"]
+        quiet = d.call("sandbox.create")["sandbox_id"]
+        with d.client() as c:
+            for _ in range(150):
+                c.call("sandbox.exec", sandbox_id=noisy, argv=["/bin/true"])
+        d.call("sandbox.exec", sandbox_id=quiet, argv=["/bin/true"])
+        time.sleep(1.2)  # a token again: the next line comes out with the count before it
+        d.call("sandbox.exec", sandbox_id=noisy, argv=["/bin/true"])
+        log = d.read_log().splitlines()
+        noisy_ends = [l for l in log if ("sandbox %s: exec" % noisy) in l and " ended: " in l]
+        quiet_ends = [l for l in log if ("sandbox %s: exec" % quiet) in l and " ended: " in l]
+        assert 20 <= len(noisy_ends) < 60, len(noisy_ends)
+        assert len(quiet_ends) == 1
+        assert any(noisy in l and "lines suppressed" in l for l in log), log[-5:]
+    finally:
+        assert d.stop() == 0, d.final_log[-4000:]
