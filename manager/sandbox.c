@@ -585,8 +585,9 @@ static int sandbox_spawn(struct sandbox *sb, nsbox_error_t **err)
                 sandbox_setup_child(&setup);
         }
         r = wait_child_unshared(parent_end, pidfd, err);
-        /* After a timeout the kill comes first: a child killed before its
-         * first syscall never runs another instruction. */
+        /* A failed child is killed before the slots change: it never returns
+         * to user space, so it cannot pick up what they hold next (another
+         * sandbox's fds). */
         if (r < 0)
                 syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
         take_back_child_fds();
