@@ -142,9 +142,11 @@ static int reserve_child_fd_slots(nsbox_error_t **err)
 /* dup3 replaces a slot atomically: at no time is it free for another open. */
 static int lend_child_fd(unsigned slot, int fd)
 {
-        if (fd < 0)
+        if (fd < 0) {
+                errno = EBADF;
                 return -1;
-        return dup3(fd, child_slots[slot], O_CLOEXEC) < 0 ? -1 : child_slots[slot];
+        }
+        return dup3(fd, child_slots[slot], O_CLOEXEC) < 0 ? -1 : 0;
 }
 
 static void take_back_child_fds(void)
