@@ -2,7 +2,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/close_range.h>
 #include <linux/sched.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -106,6 +108,53 @@ static void warn_overcommit(void)
                     (unsigned long long)limit, (unsigned long long)fit);
 }
 
+/* A sandbox's setup child shares nsboxd's fd table (CLONE_FILES) and its
+ * first act is to take a copy of only the fds below child_fds_end
+ * (close_range with CLOSE_RANGE_UNSHARE): copying the whole table, 5 fds
+ * per live sandbox, then closing them all at the execve of the init made
+ * every create slower the more sandboxes were live. The fds the child needs
+ * are lent to it in these low slots, reserved at startup (on /dev/null,
+ * the filler put back once the child has its own table). */
+enum { CHILD_SLOT_SYNC, CHILD_SLOT_INIT, CHILD_SLOT_SECCOMP, CHILD_SLOTS };
+static int child_slots[CHILD_SLOTS] = { -1, -1, -1 };
+static int child_slot_filler = -1;
+static unsigned child_fds_end;
+
+/* The child says it has unshared within microseconds; this bounds a child
+ * that never runs (the event loop waits for it). */
+#define CHILD_UNSHARE_TIMEOUT_MS 2000
+
+static int reserve_child_fd_slots(nsbox_error_t **err)
+{
+        for (size_t i = 0; i < CHILD_SLOTS; i++) {
+                child_slots[i] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+                if (child_slots[i] < 0)
+                        return nsbox_error(err, errno, "reserve an fd slot for sandbox setup");
+                if ((unsigned)child_slots[i] >= child_fds_end)
+                        child_fds_end = (unsigned)child_slots[i] + 1;
+        }
+        child_slot_filler = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (child_slot_filler < 0)
+                return nsbox_error(err, errno, "reserve an fd slot for sandbox setup");
+        return 0;
+}
+
+/* dup3 replaces a slot atomically: at no time is it free for another open. */
+static int lend_child_fd(unsigned slot, int fd)
+{
+        if (fd < 0) {
+                errno = EBADF;
+                return -1;
+        }
+        return dup3(fd, child_slots[slot], O_CLOEXEC) < 0 ? -1 : 0;
+}
+
+static void take_back_child_fds(void)
+{
+        for (size_t i = 0; i < CHILD_SLOTS; i++)
+                dup3(child_slot_filler, child_slots[i], O_CLOEXEC);
+}
+
 int sandbox_registry_init(nsbox_error_t **err)
 {
         char path[4096];
@@ -119,7 +168,7 @@ int sandbox_registry_init(nsbox_error_t **err)
                 return nsbox_error(err, errno, "mkdir %s", path);
         ensure_fd_limit();
         warn_overcommit();
-        return 0;
+        return reserve_child_fd_slots(err);
 }
 
 static void add_waiter(struct sandbox_waiter **list, sandbox_ready_cb done, void *data)
@@ -403,8 +452,13 @@ static int join_cgroups(void *ctx, nsbox_error_t **err)
         return cgroup_sandbox_attach(ctx, 0, err);
 }
 
-/* fork()-like: the child continues here. nsboxd is single-threaded, so the
- * child may use everything the parent had. */
+/* A kernel that refuses CLONE_FILES here: the child copies the table, as
+ * fork does. */
+static bool clone_files_refused;
+
+/* fork()-like: the child continues here, sharing nsboxd's fd table until
+ * child_own_fd_table. nsboxd is single-threaded, so the child may use
+ * everything the parent had. */
 static pid_t clone_sandbox_process(int *pidfd, int cgroup_fd)
 {
         struct clone_args args = {
@@ -412,12 +466,60 @@ static pid_t clone_sandbox_process(int *pidfd, int cgroup_fd)
                 .pidfd = (uint64_t)(uintptr_t)pidfd,
                 .exit_signal = SIGCHLD,
         };
+        if (!clone_files_refused)
+                args.flags |= CLONE_FILES;
         if (cgroup_fd >= 0) {
                 /* Born inside its cgroup: not a single allocation escapes the limits. */
                 args.flags |= CLONE_INTO_CGROUP;
                 args.cgroup = (uint64_t)cgroup_fd;
         }
-        return (pid_t)syscall(SYS_clone3, &args, sizeof(args));
+        pid_t pid = (pid_t)syscall(SYS_clone3, &args, sizeof(args));
+        if (pid < 0 && errno == EINVAL && (args.flags & CLONE_FILES)) {
+                args.flags &= ~(uint64_t)CLONE_FILES;
+                pid = (pid_t)syscall(SYS_clone3, &args, sizeof(args));
+                if (pid >= 0) {
+                        clone_files_refused = true;
+                        log_warn("clone3 refuses CLONE_FILES: every create copies nsboxd's fd table");
+                }
+        }
+        return pid;
+}
+
+/* In the child, first thing: a table of its own holding only the fds below
+ * the slots' end (the lent ones, stdio and nsboxd's first few, all CLOEXEC
+ * as before). A kernel without CLOSE_RANGE_UNSHARE (before 5.9) copies the
+ * whole table. Then it tells the manager, which may change the table again. */
+static void child_own_fd_table(void)
+{
+        struct setup_unshared done = { .magic = SETUP_UNSHARED_MAGIC };
+        if (syscall(SYS_close_range, child_fds_end, ~0U, CLOSE_RANGE_UNSHARE) < 0 && unshare(CLONE_FILES) < 0)
+                done.errnum = errno;
+        if (send(child_slots[CHILD_SLOT_SYNC], &done, sizeof(done), MSG_NOSIGNAL) != sizeof(done) ||
+            done.errnum != 0)
+                _exit(1);
+}
+
+/* Blocks the loop for as long as a clone child takes to run its first
+ * syscall; the pidfd ends the wait for one that dies before. */
+static int wait_child_unshared(int parent_end, int pidfd, nsbox_error_t **err)
+{
+        struct pollfd fds[] = { { .fd = parent_end, .events = POLLIN }, { .fd = pidfd, .events = POLLIN } };
+        int n;
+        do
+                n = poll(fds, ARRAY_SIZE(fds), CHILD_UNSHARE_TIMEOUT_MS);
+        while (n < 0 && errno == EINTR);
+        if (n < 0)
+                return nsbox_error(err, errno, "wait for the sandbox process to start");
+        if (n == 0)
+                return nsbox_error(err, ETIMEDOUT, "the sandbox process did not start within %d ms",
+                                   CHILD_UNSHARE_TIMEOUT_MS);
+        struct setup_unshared done;
+        ssize_t got = recv(parent_end, &done, sizeof(done), MSG_DONTWAIT);
+        if (got != (ssize_t)sizeof(done) || done.magic != SETUP_UNSHARED_MAGIC)
+                return nsbox_error(err, ECHILD, "the sandbox process died as it started");
+        if (done.errnum != 0)
+                return nsbox_error(err, done.errnum, "give the sandbox process its own fd table");
+        return 0;
 }
 
 static int sandbox_spawn(struct sandbox *sb, nsbox_error_t **err)
@@ -454,27 +556,48 @@ static int sandbox_spawn(struct sandbox *sb, nsbox_error_t **err)
         _cleanup_close_ int child_end = sv[1];
         snprintf(path, sizeof(path), "%s/root", sb->dir);
 
-        int cgroup_fd = -1;
+        _cleanup_close_ int cgroup_fd = -1;
         if ((r = cgroup_sandbox_create(sb->id, &sb->policy.limits, &sb->cgroup, &cgroup_fd, err)) < 0)
                 return r;
+        if (lend_child_fd(CHILD_SLOT_SYNC, child_end) < 0 ||
+            lend_child_fd(CHILD_SLOT_INIT, nsboxd.init_memfd) < 0 ||
+            (seccomp_fd >= 0 && lend_child_fd(CHILD_SLOT_SECCOMP, seccomp_fd) < 0)) {
+                r = nsbox_error(err, errno, "lend the sandbox setup its fds");
+                take_back_child_fds();
+                return r;
+        }
         int pidfd = -1;
         pid_t pid = clone_sandbox_process(&pidfd, cgroup_fd);
-        if (cgroup_fd >= 0)
-                close(cgroup_fd);
-        if (pid < 0)
-                return nsbox_error(err, errno, "clone into new user and pid namespaces");
+        if (pid < 0) {
+                r = nsbox_error(err, errno, "clone into new user and pid namespaces");
+                take_back_child_fds();
+                return r;
+        }
         if (pid == 0) {
+                child_own_fd_table();
                 close(parent_end);
                 struct sandbox_setup setup = {
-                        .sync_fd = child_end,
-                        .init_memfd = nsboxd.init_memfd,
-                        .seccomp_fd = seccomp_fd,
+                        .sync_fd = child_slots[CHILD_SLOT_SYNC],
+                        .init_memfd = child_slots[CHILD_SLOT_INIT],
+                        .seccomp_fd = seccomp_fd >= 0 ? child_slots[CHILD_SLOT_SECCOMP] : -1,
                         .root = path,
                         .hostname = "sandbox",
                         .prepare = join_cgroups,
                         .prepare_ctx = sb->cgroup,
                 };
                 sandbox_setup_child(&setup);
+        }
+        r = wait_child_unshared(parent_end, pidfd, err);
+        /* A failed child is killed before the slots change: it never returns
+         * to user space, so it cannot pick up what they hold next (another
+         * sandbox's fds). */
+        if (r < 0)
+                syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+        take_back_child_fds();
+        if (r < 0) {
+                waitpid(pid, NULL, 0);
+                close(pidfd);
+                return r;
         }
         sb->pid = pid;
         sb->pidfd = loop_add(nsboxd.loop, pidfd, EPOLLIN, on_pidfd, sb);

@@ -22,6 +22,15 @@ struct setup_go {
 };
 #define SETUP_GO_MAGIC 0x6e73676fu
 
+/* The child's first message over the sync socket: it has its own fd table
+ * now (errnum 0), or could not get one and exits. Until then it shares the
+ * manager's (CLONE_FILES), so the manager changes nothing in it. */
+struct setup_unshared {
+        uint32_t magic;
+        int32_t errnum;
+};
+#define SETUP_UNSHARED_MAGIC 0x6e73756eu
+
 struct sandbox_setup {
         int sync_fd;      /* child's end of the control socketpair */
         int init_memfd;   /* sealed memfd holding nsbox-init */
