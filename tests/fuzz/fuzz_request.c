@@ -33,7 +33,8 @@ static void fuzz_line(const char *line, size_t len, const struct sandbox_policy 
         const char *why = NULL;
         int code = jsonrpc_parse_request(line, len, &req, &why);
         if (code < 0) {
-                if (why == NULL || req.params != NULL)
+                /* params may be set: a NUL inside them is found after parsing. */
+                if (why == NULL)
                         abort();
                 check_reply_is_one_line(jsonrpc_error(req.id, code, NULL, why));
                 jsonrpc_request_clear(&req);
