@@ -40,15 +40,32 @@ int nsbox_error(nsbox_error_t **err, int errnum, const char *fmt, ...)
         return ret;
 }
 
+static int refuse_v(nsbox_error_t **err, int errnum, const char *fmt, va_list ap)
+{
+        if (err != NULL && *err == NULL) {
+                nsbox_error_v(err, 0, fmt, ap);
+                if (*err != NULL)
+                        (*err)->errnum = errnum;
+        }
+        return errnum > 0 ? -errnum : -EIO;
+}
+
 int nsbox_invalid(nsbox_error_t **err, const char *fmt, ...)
 {
         va_list ap;
         va_start(ap, fmt);
-        nsbox_error_v(err, 0, fmt, ap);
+        int r = refuse_v(err, EINVAL, fmt, ap);
         va_end(ap);
-        if (err != NULL && *err != NULL && (*err)->errnum == 0)
-                (*err)->errnum = EINVAL;
-        return -EINVAL;
+        return r;
+}
+
+int nsbox_refuse(nsbox_error_t **err, int errnum, const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        int r = refuse_v(err, errnum, fmt, ap);
+        va_end(ap);
+        return r;
 }
 
 int nsbox_error_wrap(nsbox_error_t **err, const char *fmt, ...)

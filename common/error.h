@@ -18,6 +18,10 @@ int nsbox_error_v(nsbox_error_t **err, int errnum, const char *fmt, va_list ap);
  * "Invalid argument" appended). */
 int nsbox_invalid(nsbox_error_t **err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* An error whose message is complete as written: errnum kept, no strerror
+ * text appended (e.g. a refusal that explains itself). */
+int nsbox_refuse(nsbox_error_t **err, int errnum, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* Prefix an existing error with more context: "context: old". */
 int nsbox_error_wrap(nsbox_error_t **err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -1371,7 +1371,7 @@ int exec_run(struct sandbox *sb, json_t *params, const struct exec_hooks *hooks,
         return 0;
 }
 
-bool exec_uid_at_quota(uid_t uid)
+static bool exec_uid_at_quota(uid_t uid)
 {
         unsigned most = nsboxd.config.max_execs_per_uid;
         if (uid == 0 || most == 0)
@@ -1387,17 +1387,23 @@ bool exec_uid_at_quota(uid_t uid)
         return n >= most;
 }
 
+bool exec_refuse_over_quota(struct rpc_request *req)
+{
+        if (!exec_uid_at_quota(req->uid))
+                return false;
+        rpc_reply_fail(
+            req, "limit_reached",
+            "uid %u has %u execs and python.run calls running, the most allowed (max_execs_per_uid)",
+            (unsigned)req->uid, nsboxd.config.max_execs_per_uid);
+        return true;
+}
+
 void exec_handle_request(struct rpc_request *req, struct sandbox *sb)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
         const char *kind;
-        if (exec_uid_at_quota(req->uid)) {
-                rpc_reply_fail(req, "limit_reached",
-                               "uid %u has %u execs and python.run calls running, the most allowed "
-                               "(max_execs_per_uid)",
-                               (unsigned)req->uid, nsboxd.config.max_execs_per_uid);
+        if (exec_refuse_over_quota(req))
                 return;
-        }
         struct exec *ex = exec_launch(sb, req->msg.params, NULL, NULL, &kind, &err);
         if (ex == NULL) {
                 if (strcmp(kind, "invalid_params") == 0)

@@ -84,36 +84,24 @@ static void fs_ctx_close(struct fs_ctx *ctx)
         ctx->root = -1;
 }
 
-/* An error whose message is complete as written (no strerror appended). */
-__attribute__((format(printf, 3, 4))) static int fs_refuse(nsbox_error_t **err, int errnum, const char *fmt,
-                                                           ...)
-{
-        _cleanup_free_ char *message = NULL;
-        va_list ap;
-        va_start(ap, fmt);
-        if (vasprintf(&message, fmt, ap) < 0)
-                message = NULL;
-        va_end(ap);
-        return nsbox_error_from_wire(err, errnum, message ? message : "file operation refused");
-}
-
 static int fs_resolve_error(nsbox_error_t **err, int errnum, const char *path)
 {
         switch (errnum) {
         case ENOENT:
-                return fs_refuse(err, errnum, "%s: no such file or directory", path);
+                return nsbox_refuse(err, errnum, "%s: no such file or directory", path);
         case ENOTDIR:
-                return fs_refuse(err, errnum, "%s: a path component is not a directory", path);
+                return nsbox_refuse(err, errnum, "%s: a path component is not a directory", path);
         case EXDEV:
-                return fs_refuse(err, errnum,
-                                 "%s: outside the sandbox's root file system (/proc, /dev and /sys are "
-                                 "not reachable through fs.*)",
-                                 path);
+                return nsbox_refuse(err, errnum,
+                                    "%s: outside the sandbox's root file system (/proc, /dev and /sys are "
+                                    "not reachable through fs.*)",
+                                    path);
         case ELOOP:
-                return fs_refuse(err, errnum, "%s: too many levels of symlinks, or a /proc magic link", path);
+                return nsbox_refuse(err, errnum, "%s: too many levels of symlinks, or a /proc magic link",
+                                    path);
         case EAGAIN:
-                return fs_refuse(err, errnum, "%s: the sandbox kept renaming the path during resolution",
-                                 path);
+                return nsbox_refuse(err, errnum, "%s: the sandbox kept renaming the path during resolution",
+                                    path);
         default:
                 return nsbox_error(err, errnum, "resolve %s", path);
         }
@@ -147,8 +135,8 @@ static const char *fs_special_name(mode_t mode)
 
 static int fs_refuse_type(nsbox_error_t **err, mode_t mode, const char *path)
 {
-        return fs_refuse(err, S_ISDIR(mode) ? EISDIR : EINVAL,
-                         "%s is %s: only regular files are read or written", path, fs_special_name(mode));
+        return nsbox_refuse(err, S_ISDIR(mode) ? EISDIR : EINVAL,
+                            "%s is %s: only regular files are read or written", path, fs_special_name(mode));
 }
 
 static int fs_openat2(int dirfd, const char *path, int flags, mode_t mode, uint64_t resolve)
@@ -175,14 +163,14 @@ static int fs_ctx_open(struct sandbox *sb, struct fs_ctx *ctx, nsbox_error_t **e
         ctx->root = -1;
         ctx->watch_fd = -1;
         if (sb->state != SANDBOX_RUNNING || sb->pidfd == NULL)
-                return fs_refuse(err, ESRCH, "sandbox %s is %s", sb->id, sandbox_state_name(sb->state));
+                return nsbox_refuse(err, ESRCH, "sandbox %s is %s", sb->id, sandbox_state_name(sb->state));
         char path[64];
         snprintf(path, sizeof(path), "/proc/%d/root", (int)sb->pid);
         _cleanup_close_ int fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
         if (fd < 0)
                 return nsbox_error(err, errno, "open the root of sandbox %s", sb->id);
         if (pidfd_send_signal(sb->pidfd->fd, 0, NULL, 0) < 0)
-                return fs_refuse(err, ESRCH, "sandbox %s: its init is gone", sb->id);
+                return nsbox_refuse(err, ESRCH, "sandbox %s: its init is gone", sb->id);
         ctx->root = steal_fd(&fd);
         ctx->uid_base = sb->host_uid_base;
         ctx->uid = sb->host_uid_base + FS_SANDBOX_USER;
@@ -253,8 +241,8 @@ static int fs_open_dir_creating(const struct fs_ctx *ctx, const char *rel, int *
                 while (fs_path_prefix_len(rel, total + 1) > 0)
                         total++;
         if (total > FS_PATH_MAX_COMPONENTS + 1)
-                return fs_refuse(err, ENAMETOOLONG, "the path has more than %d components",
-                                 FS_PATH_MAX_COMPONENTS);
+                return nsbox_refuse(err, ENAMETOOLONG, "the path has more than %d components",
+                                    FS_PATH_MAX_COMPONENTS);
 
         unsigned have = total;
         _cleanup_close_ int dir = -1;
@@ -283,9 +271,9 @@ static int fs_open_dir_creating(const struct fs_ctx *ctx, const char *rel, int *
                 if (strcmp(name, "..") != 0) {
                         int r = fs_mkdir_entry(ctx, dir, name, shown, err);
                         if (r == -ENOSPC || r == -EDQUOT)
-                                return fs_refuse(err, ENOSPC,
-                                                 "mkdir %s: no space left in the sandbox (disk_bytes=%llu)",
-                                                 shown, ctx->disk_bytes);
+                                return nsbox_refuse(
+                                    err, ENOSPC, "mkdir %s: no space left in the sandbox (disk_bytes=%llu)",
+                                    shown, ctx->disk_bytes);
                         if (r < 0 && r != -EEXIST)
                                 return nsbox_error(err, -r, "mkdir %s", shown);
                 }
@@ -390,7 +378,7 @@ static int fs_write_all(const struct fs_ctx *ctx, int fd, const void *data, size
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n < 0 && (errno == ENOSPC || errno == EDQUOT))
-                        return fs_refuse(
+                        return nsbox_refuse(
                             err, ENOSPC,
                             "write %s: no space left in the sandbox (disk_bytes=%llu); %zu of %zu "
                             "bytes written",
@@ -407,7 +395,7 @@ static int fs_write_at(const struct fs_ctx *ctx, const struct fs_path *p, const 
                        const struct fs_write_options *opts, nsbox_error_t **err)
 {
         if (p->name == NULL || p->dir_only)
-                return fs_refuse(err, EISDIR, "%s names a directory, not a file", p->shown);
+                return nsbox_refuse(err, EISDIR, "%s names a directory, not a file", p->shown);
         _cleanup_close_ int parent = -1;
         int r = fs_open_parent(ctx, p, opts->parents, &parent, err);
         if (r < 0)
@@ -420,16 +408,16 @@ static int fs_write_at(const struct fs_ctx *ctx, const struct fs_path *p, const 
          * inode is known to be a regular file before any byte moves. */
         for (int attempt = 0; fd < 0; attempt++) {
                 if (attempt >= FS_RESOLVE_RETRIES)
-                        return fs_refuse(err, EAGAIN, "%s: the sandbox kept replacing the file", p->shown);
+                        return nsbox_refuse(err, EAGAIN, "%s: the sandbox kept replacing the file", p->shown);
                 _cleanup_close_ int path_fd =
                     fs_openat2(parent, p->name, O_PATH | O_NOFOLLOW, 0, FS_RESOLVE_ENTRY);
                 if (path_fd >= 0) {
                         if (fstat(path_fd, &st) < 0)
                                 return nsbox_error(err, errno, "stat %s", p->shown);
                         if (S_ISLNK(st.st_mode))
-                                return fs_refuse(err, ELOOP,
-                                                 "%s is a symlink: fs.write does not follow a final symlink",
-                                                 p->shown);
+                                return nsbox_refuse(
+                                    err, ELOOP, "%s is a symlink: fs.write does not follow a final symlink",
+                                    p->shown);
                         if (!S_ISREG(st.st_mode))
                                 return fs_refuse_type(err, st.st_mode, p->shown);
                         fd = fs_reopen(path_fd, O_WRONLY | (opts->append ? O_APPEND : 0), p->shown, err);
@@ -444,9 +432,9 @@ static int fs_write_at(const struct fs_ctx *ctx, const struct fs_path *p, const 
                 if (fd == -EEXIST)
                         continue;
                 if (fd == -ENOSPC || fd == -EDQUOT)
-                        return fs_refuse(err, ENOSPC,
-                                         "create %s: no space left in the sandbox (disk_bytes=%llu)",
-                                         p->shown, ctx->disk_bytes);
+                        return nsbox_refuse(err, ENOSPC,
+                                            "create %s: no space left in the sandbox (disk_bytes=%llu)",
+                                            p->shown, ctx->disk_bytes);
                 if (fd < 0)
                         return nsbox_error(err, -fd, "create %s", p->shown);
                 created = true;
@@ -520,7 +508,7 @@ static int fs_tree_open(int parent, const char *name, int *out, const char *show
         if (fd == -ENOENT)
                 return 0;
         if (fd == -EXDEV)
-                return fs_refuse(err, EXDEV, "remove %s: a mount point is inside", shown);
+                return nsbox_refuse(err, EXDEV, "remove %s: a mount point is inside", shown);
         if (fd < 0)
                 return nsbox_error(err, -fd, "open %s", shown);
         *out = fd;
@@ -577,7 +565,7 @@ static int fs_remove_tree(const struct fs_ctx *ctx, int parent, const char *name
                                 if (strcmp(d->d_name, ".") == 0 || strcmp(d->d_name, "..") == 0)
                                         continue;
                                 if (++ops % 1024 == 0 && fs_cancelled(ctx)) {
-                                        r = fs_refuse(err, ESRCH, "remove %s: the sandbox is gone", shown);
+                                        r = nsbox_refuse(err, ESRCH, "remove %s: the sandbox is gone", shown);
                                         break;
                                 }
                                 if (unlinkat(top->fd, d->d_name, 0) == 0 || errno == ENOENT)
@@ -587,8 +575,8 @@ static int fs_remove_tree(const struct fs_ctx *ctx, int parent, const char *name
                                         break;
                                 }
                                 if (depth >= FS_TREE_MAX_DEPTH) {
-                                        r = fs_refuse(err, ELOOP, "remove %s: deeper than %d levels", shown,
-                                                      FS_TREE_MAX_DEPTH);
+                                        r = nsbox_refuse(err, ELOOP, "remove %s: deeper than %d levels",
+                                                         shown, FS_TREE_MAX_DEPTH);
                                         break;
                                 }
                                 int fd = -1;
@@ -634,14 +622,14 @@ static int fs_remove_at(const struct fs_ctx *ctx, const struct fs_path *p, bool 
                         nsbox_error_t **err)
 {
         if (p->name == NULL)
-                return fs_refuse(err, EINVAL, "refusing to remove %s", p->shown);
+                return nsbox_refuse(err, EINVAL, "refusing to remove %s", p->shown);
         _cleanup_close_ int parent = -1;
         int r = fs_open_parent(ctx, p, false, &parent, err);
         if (r < 0)
                 return r;
         _cleanup_close_ int entry = fs_openat2(parent, p->name, O_PATH | O_NOFOLLOW, 0, FS_RESOLVE_ENTRY);
         if (entry == -EXDEV)
-                return fs_refuse(err, EXDEV, "refusing to remove %s: it is a mount point", p->shown);
+                return nsbox_refuse(err, EXDEV, "refusing to remove %s: it is a mount point", p->shown);
         if (entry < 0)
                 return fs_resolve_error(err, -entry, p->shown);
         struct stat st;
@@ -649,7 +637,7 @@ static int fs_remove_at(const struct fs_ctx *ctx, const struct fs_path *p, bool 
                 return nsbox_error(err, errno, "stat %s", p->shown);
         if (!S_ISDIR(st.st_mode)) {
                 if (p->dir_only)
-                        return fs_refuse(err, ENOTDIR, "%s is not a directory", p->shown);
+                        return nsbox_refuse(err, ENOTDIR, "%s is not a directory", p->shown);
                 if (unlinkat(parent, p->name, 0) < 0)
                         return nsbox_error(err, errno, "remove %s", p->shown);
                 return 0;
@@ -658,8 +646,8 @@ static int fs_remove_at(const struct fs_ctx *ctx, const struct fs_path *p, bool 
                 return fs_remove_tree(ctx, parent, p->name, p->shown, err);
         if (unlinkat(parent, p->name, AT_REMOVEDIR) < 0) {
                 if (errno == ENOTEMPTY || errno == EEXIST)
-                        return fs_refuse(err, ENOTEMPTY,
-                                         "%s is a directory that is not empty (use recursive)", p->shown);
+                        return nsbox_refuse(err, ENOTEMPTY,
+                                            "%s is a directory that is not empty (use recursive)", p->shown);
                 return nsbox_error(err, errno, "remove %s", p->shown);
         }
         return 0;
@@ -673,7 +661,7 @@ static int fs_mkdir_at(const struct fs_ctx *ctx, const struct fs_path *p, bool p
         *created = false;
         if (p->name == NULL) {
                 if (!parents)
-                        return fs_refuse(err, EEXIST, "%s already exists", p->shown);
+                        return nsbox_refuse(err, EEXIST, "%s already exists", p->shown);
                 _cleanup_close_ int fd = -1;
                 return fs_open_dir_creating(ctx, p->rel, &fd, err);
         }
@@ -688,11 +676,11 @@ static int fs_mkdir_at(const struct fs_ctx *ctx, const struct fs_path *p, bool p
                 struct stat st;
                 if (parents && fd >= 0 && fstat(fd, &st) == 0 && S_ISDIR(st.st_mode))
                         return 0;
-                return fs_refuse(err, EEXIST, "%s already exists", p->shown);
+                return nsbox_refuse(err, EEXIST, "%s already exists", p->shown);
         }
         if (r == -ENOSPC || r == -EDQUOT)
-                return fs_refuse(err, ENOSPC, "mkdir %s: no space left in the sandbox (disk_bytes=%llu)",
-                                 p->shown, ctx->disk_bytes);
+                return nsbox_refuse(err, ENOSPC, "mkdir %s: no space left in the sandbox (disk_bytes=%llu)",
+                                    p->shown, ctx->disk_bytes);
         if (r < 0)
                 return nsbox_error(err, -r, "mkdir %s", p->shown);
         *created = true;
@@ -1088,7 +1076,7 @@ static int fs_write_run(void *data, struct fs_worker_output *out, nsbox_error_t 
         if (job->base64) {
                 decoded = base64_decode(content, len, &len);
                 if (decoded == NULL)
-                        return fs_refuse(err, FS_JOB_INVALID_CONTENT, "content is not valid base64");
+                        return nsbox_refuse(err, FS_JOB_INVALID_CONTENT, "content is not valid base64");
                 content = decoded;
         }
         int r = fs_write_at(&job->ctx, &job->path, content, len, &job->opts, err);

@@ -10,26 +10,14 @@
 
 #include "cleanup.h"
 
-__attribute__((format(printf, 3, 4))) static int fs_path_refuse(nsbox_error_t **err, int errnum,
-                                                                const char *fmt, ...)
-{
-        _cleanup_free_ char *message = NULL;
-        va_list ap;
-        va_start(ap, fmt);
-        if (vasprintf(&message, fmt, ap) < 0)
-                message = NULL;
-        va_end(ap);
-        return nsbox_error_from_wire(err, errnum, message ? message : "invalid path");
-}
-
 int fs_path_parse(const char *text, size_t len, struct fs_path *out, nsbox_error_t **err)
 {
         if (len == 0)
-                return fs_path_refuse(err, EINVAL, "the path is empty");
+                return nsbox_refuse(err, EINVAL, "the path is empty");
         if (memchr(text, '\0', len) != NULL)
-                return fs_path_refuse(err, EINVAL, "the path contains a NUL byte");
+                return nsbox_refuse(err, EINVAL, "the path contains a NUL byte");
         if (len > FS_PATH_MAX)
-                return fs_path_refuse(err, ENAMETOOLONG, "the path is longer than %d bytes", FS_PATH_MAX);
+                return nsbox_refuse(err, ENAMETOOLONG, "the path is longer than %d bytes", FS_PATH_MAX);
 
         size_t n = 0;
         size_t last = 0; /* offset of the last component in rel */
@@ -52,13 +40,13 @@ int fs_path_parse(const char *text, size_t len, struct fs_path *out, nsbox_error
                 if (clen == 0 || (clen == 1 && c[0] == '.'))
                         continue;
                 if (clen > NAME_MAX)
-                        return fs_path_refuse(err, ENAMETOOLONG, "a path component is longer than %d bytes",
-                                              NAME_MAX);
+                        return nsbox_refuse(err, ENAMETOOLONG, "a path component is longer than %d bytes",
+                                            NAME_MAX);
                 if (++components > FS_PATH_MAX_COMPONENTS)
-                        return fs_path_refuse(err, ENAMETOOLONG,
-                                              "the path has more than %d components (the limit of fs.* "
-                                              "paths)",
-                                              FS_PATH_MAX_COMPONENTS);
+                        return nsbox_refuse(err, ENAMETOOLONG,
+                                            "the path has more than %d components (the limit of fs.* "
+                                            "paths)",
+                                            FS_PATH_MAX_COMPONENTS);
                 /* "workspace/" + at most FS_PATH_MAX bytes of text: rel has room. */
                 if (n > 0)
                         out->rel[n++] = '/';

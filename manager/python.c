@@ -640,17 +640,11 @@ void package_method_install(struct rpc_request *req, struct sandbox *sb)
                                 "index_url must be an http(s):// or file:// URL, or \"\" for no index");
                 return;
         }
+        if (exec_refuse_over_quota(req))
+                return;
         struct install *inst = calloc(1, sizeof(*inst));
         if (inst == NULL) {
                 rpc_reply_fail(req, "internal", "out of memory");
-                return;
-        }
-        if (exec_uid_at_quota(req->uid)) {
-                free(inst);
-                rpc_reply_fail(req, "limit_reached",
-                               "uid %u has %u execs and python.run calls running, the most allowed "
-                               "(max_execs_per_uid)",
-                               (unsigned)req->uid, nsboxd.config.max_execs_per_uid);
                 return;
         }
         inst->req = req;
@@ -809,13 +803,8 @@ void python_method_run(struct rpc_request *req)
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
                 return;
         }
-        if (exec_uid_at_quota(req->uid)) {
-                rpc_reply_fail(req, "limit_reached",
-                               "uid %u has %u execs and python.run calls running, the most allowed "
-                               "(max_execs_per_uid)",
-                               (unsigned)req->uid, nsboxd.config.max_execs_per_uid);
+        if (exec_refuse_over_quota(req))
                 return;
-        }
         struct python_run *run = calloc(1, sizeof(*run));
         if (run == NULL) {
                 rpc_reply_fail(req, "internal", "out of memory");

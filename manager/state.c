@@ -77,6 +77,8 @@ int state_save(const struct sandbox *sb, nsbox_error_t **err)
         return 0;
 }
 
+#define STATE_LOCK_WAIT_MS 3000
+
 int state_lock(nsbox_error_t **err)
 {
         static int lock_fd = -1; /* held until the process exits */
@@ -89,7 +91,14 @@ int state_lock(nsbox_error_t **err)
         _cleanup_close_ int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (fd < 0)
                 return nsbox_error(err, errno, "open %s", path);
-        if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        /* A previous nsboxd killed a moment ago may still have children
+         * holding the lock (a sandbox being set up, a worker) until its
+         * death reaches them: wait for those a little. */
+        long long give_up = now_monotonic_ms() + STATE_LOCK_WAIT_MS;
+        int r;
+        while ((r = flock(fd, LOCK_EX | LOCK_NB)) < 0 && errno == EWOULDBLOCK && now_monotonic_ms() < give_up)
+                usleep(20 * 1000);
+        if (r < 0) {
                 if (errno != EWOULDBLOCK)
                         return nsbox_error(err, errno, "lock %s", path);
                 char pid[32] = "";

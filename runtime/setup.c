@@ -179,8 +179,9 @@ int sandbox_setup_protect(pid_t pid, nsbox_error_t **err)
                  * value, still out of the sandbox's reach; if the OOM killer
                  * takes one, the init ends what it leaves (init.c). */
                 if (!warned)
-                        log_warn(
-                            "no CAP_SYS_RESOURCE: exec supervisors are not protected from the OOM killer");
+                        log_info(
+                            "no CAP_SYS_RESOURCE: exec supervisors are not protected from the OOM killer "
+                            "(their exec dies with them anyway)");
                 warned = true;
                 return 0;
         }

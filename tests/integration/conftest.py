@@ -92,3 +92,22 @@ def sandbox(daemon):
         daemon.call("sandbox.remove", sandbox_id=sb["sandbox_id"], force=True)
     except Exception:
         pass
+
+
+def host_inits(daemon):
+    """Host pids of this daemon's sandbox inits: children of nsboxd running
+    from the sealed memfd."""
+    inits = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            exe = os.readlink("/proc/%s/exe" % entry)
+            with open("/proc/%s/status" % entry) as f:
+                status = f.read()
+        except OSError:
+            continue
+        ppid = int(status.split("PPid:")[1].split()[0])
+        if exe.startswith("/memfd:nsbox-init") and ppid == daemon.proc.pid:
+            inits.append(int(entry))
+    return inits

@@ -2,7 +2,10 @@
 over the daemon's real unix socket."""
 import itertools
 import json
+import os
+import select
 import socket
+import subprocess
 
 
 class RpcError(Exception):
@@ -65,3 +68,81 @@ class Client:
         if "error" in msg:
             raise RpcError(msg["error"])
         return msg["result"]
+
+
+class Raw:
+    """A client that sends exactly the bytes it is given."""
+
+    def __init__(self, path, timeout=30):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        self.sock.connect(path)
+        self.buf = b""
+
+    def close(self):
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def send(self, data):
+        self.sock.sendall(data)
+
+    def line(self, timeout=30):
+        """The next line, or None when the daemon closed the connection."""
+        self.sock.settimeout(timeout)
+        while b"\n" not in self.buf:
+            try:
+                chunk = self.sock.recv(1 << 20)
+            except ConnectionResetError:
+                chunk = b""
+            if not chunk:
+                return None
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line
+
+    def reply(self, timeout=30):
+        line = self.line(timeout)
+        assert line is not None, "nsboxd closed the connection instead of replying"
+        return json.loads(line)
+
+    def call(self, payload, timeout=30):
+        self.send(payload if isinstance(payload, bytes) else (json.dumps(payload) + "\n").encode())
+        return self.reply(timeout)
+
+    def nothing_within(self, seconds):
+        r, _, _ = select.select([self.sock], [], [], seconds)
+        return not r and b"\n" not in self.buf
+
+
+UID_CLIENT = r"""
+import json, socket, sys
+path, requests = sys.argv[1], json.loads(sys.argv[2])
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.settimeout(120)
+s.connect(path)
+f = s.makefile("rwb")
+out = []
+for i, (method, params) in enumerate(requests):
+    f.write((json.dumps({"jsonrpc": "2.0", "id": i, "method": method, "params": params}) + "\n").encode())
+    f.flush()
+    out.append(json.loads(f.readline()))
+print(json.dumps(out))
+"""
+
+
+def as_uid(uid, socket_path, requests):
+    """Replies to `requests` sent over one connection by a process of `uid`."""
+    def drop():
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+    p = subprocess.run(["/usr/bin/python3", "-c", UID_CLIENT, socket_path, json.dumps(requests)],
+                       preexec_fn=drop, cwd="/", capture_output=True, timeout=300)
+    if p.returncode != 0:
+        raise OSError(p.stderr.decode(errors="replace"))
+    return json.loads(p.stdout)

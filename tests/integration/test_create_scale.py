@@ -4,27 +4,10 @@ nsboxd's fd table, which the kernel would copy at clone and walk again at the
 init's execve and at every fork of the init."""
 import os
 
-from conftest import Daemon
+from conftest import Daemon, host_inits
 
 # More than the 64 fds of a table the kernel has not had to grow.
 MANAGER_FDS = 200
-
-
-def inits_of(daemon):
-    found = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            exe = os.readlink("/proc/%s/exe" % entry)
-            with open("/proc/%s/status" % entry) as f:
-                status = f.read()
-        except OSError:
-            continue
-        ppid = int(status.split("PPid:")[1].split()[0])
-        if exe.startswith("/memfd:nsbox-init") and ppid == daemon.proc.pid:
-            found.add(int(entry))
-    return found
 
 
 def status_field(pid, name):
@@ -42,9 +25,9 @@ def test_sandbox_init_does_not_inherit_the_managers_fd_table():
             c.call("server.info")
             clients.append(c)
         assert len(os.listdir("/proc/%d/fd" % daemon.proc.pid)) > MANAGER_FDS
-        before = inits_of(daemon)
+        before = set(host_inits(daemon))
         sandbox_id = clients[0].call("sandbox.create")["sandbox_id"]
-        (init,) = inits_of(daemon) - before
+        (init,) = set(host_inits(daemon)) - before
         # The init holds what its contract says, nothing of nsboxd's...
         assert sorted(int(fd) for fd in os.listdir("/proc/%d/fd" % init)) in ([0, 1, 2, 3], [0, 1, 2, 3, 4])
         # ...and its table was never sized for nsboxd's: the kernel's

@@ -18,53 +18,9 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from conftest import BUILD, IMAGE_DIR, Daemon  # noqa: E402
+from nsbox_client import Raw  # noqa: E402
 
 INVALID_REQUEST, INVALID_PARAMS, APP = -32600, -32602, -32000
-
-
-class Raw:
-    """A client that sends exactly the bytes it is given."""
-
-    def __init__(self, path, timeout=30):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout)
-        self.sock.connect(path)
-        self.buf = b""
-
-    def close(self):
-        self.sock.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def send(self, data):
-        self.sock.sendall(data)
-
-    def line(self, timeout=30):
-        """The next line, or None when the daemon closed the connection."""
-        self.sock.settimeout(timeout)
-        while b"\n" not in self.buf:
-            try:
-                chunk = self.sock.recv(1 << 20)
-            except ConnectionResetError:
-                chunk = b""
-            if not chunk:
-                return None
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\n", 1)
-        return line
-
-    def reply(self, timeout=30):
-        line = self.line(timeout)
-        assert line is not None, "nsboxd closed the connection instead of replying"
-        return json.loads(line)
-
-    def call(self, payload, timeout=30):
-        self.send(payload if isinstance(payload, bytes) else (json.dumps(payload) + "\n").encode())
-        return self.reply(timeout)
 
 
 def server_info(path, timeout=30):

@@ -1,47 +1,16 @@
 """Issue 15, sandbox slice: what one client may take (per-uid sandbox quota,
 operator ceilings on limits, the host's memory commit, env/label sizes), and
 hundreds of sandboxes on one daemon."""
-import json
 import os
-import subprocess
 import threading
 
 import pytest
 from conftest import Daemon
-from nsbox_client import RpcError
+from nsbox_client import RpcError, as_uid
 
 APP = -32000
 INVALID_PARAMS = -32602
 SMALL = {"memory_bytes": 32 << 20, "pids": 32, "disk_bytes": 8 << 20}
-
-UID_CLIENT = r"""
-import json, socket, sys
-path, requests = sys.argv[1], json.loads(sys.argv[2])
-s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-s.settimeout(120)
-s.connect(path)
-f = s.makefile("rwb")
-out = []
-for i, (method, params) in enumerate(requests):
-    f.write((json.dumps({"jsonrpc": "2.0", "id": i, "method": method, "params": params}) + "\n").encode())
-    f.flush()
-    out.append(json.loads(f.readline()))
-print(json.dumps(out))
-"""
-
-
-def as_uid(uid, socket_path, requests):
-    """Replies to `requests` sent over one connection by a process of `uid`."""
-    def drop():
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
-    p = subprocess.run(["/usr/bin/python3", "-c", UID_CLIENT, socket_path, json.dumps(requests)],
-                       preexec_fn=drop, cwd="/", capture_output=True, timeout=300)
-    if p.returncode != 0:
-        raise OSError(p.stderr.decode(errors="replace"))
-    return json.loads(p.stdout)
-
 
 def app_error(reply, kind):
     assert "error" in reply, reply

@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from conftest import BUILD, IMAGE_DIR
+from conftest import BUILD, IMAGE_DIR, host_inits
 
 pytestmark = pytest.mark.skipif(platform.machine() != "x86_64",
                                 reason="the attack scripts use x86_64 syscall numbers")
@@ -87,25 +87,6 @@ def shared(daemon):
     sb = daemon.call("sandbox.create")["sandbox_id"]
     yield sb
     daemon.call("sandbox.remove", sandbox_id=sb, force=True)
-
-
-def host_inits(daemon):
-    """Host pids of this daemon's sandbox inits: children of nsboxd running
-    from the sealed memfd."""
-    inits = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            exe = os.readlink("/proc/%s/exe" % entry)
-            with open("/proc/%s/status" % entry) as f:
-                status = f.read()
-        except OSError:
-            continue
-        ppid = int(status.split("PPid:")[1].split()[0])
-        if exe.startswith("/memfd:nsbox-init") and ppid == daemon.proc.pid:
-            inits.append(int(entry))
-    return inits
 
 
 def host_init_of(daemon, sandbox_id):

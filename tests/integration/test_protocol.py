@@ -6,10 +6,8 @@ that the daemon still serves a different client.
 """
 import json
 import os
-import select
 import socket
 import stat
-import subprocess
 import sys
 import tempfile
 import time
@@ -19,6 +17,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from conftest import ASAN, Daemon  # noqa: E402
+from nsbox_client import Raw, as_uid  # noqa: E402
 
 PARSE, INVALID_REQUEST, NO_METHOD, INVALID_PARAMS, APP = -32700, -32600, -32601, -32602, -32000
 # Small enough to cross in a test, large enough for 200k-deep nesting.
@@ -32,55 +31,6 @@ def daemon():
     yield d
     rc = d.stop()
     assert rc == 0, "nsboxd did not stop cleanly (rc=%s):\n%s" % (rc, d.final_log[-4000:])
-
-
-class Raw:
-    """A client that sends exactly the bytes it is given."""
-
-    def __init__(self, path, timeout=30):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout)
-        self.sock.connect(path)
-        self.buf = b""
-
-    def close(self):
-        self.sock.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def send(self, data):
-        self.sock.sendall(data)
-
-    def line(self, timeout=30):
-        """The next line, or None when the daemon closed the connection."""
-        self.sock.settimeout(timeout)
-        while b"\n" not in self.buf:
-            try:
-                chunk = self.sock.recv(1 << 20)
-            except ConnectionResetError:
-                chunk = b""
-            if not chunk:
-                return None
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\n", 1)
-        return line
-
-    def reply(self, timeout=30):
-        line = self.line(timeout)
-        assert line is not None, "nsboxd closed the connection instead of replying"
-        return json.loads(line)
-
-    def call(self, payload, timeout=30):
-        self.send(payload if isinstance(payload, bytes) else (json.dumps(payload) + "\n").encode())
-        return self.reply(timeout)
-
-    def nothing_within(self, seconds):
-        r, _, _ = select.select([self.sock], [], [], seconds)
-        return not r and b"\n" not in self.buf
 
 
 def req(method, params=None, id=1):
@@ -700,32 +650,8 @@ def _serves(d):
 
 # --- identity and the socket ------------------------------------------------------
 
-NOBODY_CLIENT = r"""
-import json, socket, sys
-path, requests = sys.argv[1], json.loads(sys.argv[2])
-s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-s.settimeout(60)
-s.connect(path)
-f = s.makefile("rwb")
-out = []
-for i, (method, params) in enumerate(requests):
-    f.write((json.dumps({"jsonrpc": "2.0", "id": i, "method": method, "params": params}) + "\n").encode())
-    f.flush()
-    out.append(json.loads(f.readline()))
-print(json.dumps(out))
-"""
-
-
 def as_nobody(socket_path, requests):
-    def drop():
-        os.setgroups([])
-        os.setgid(NOBODY)
-        os.setuid(NOBODY)
-    p = subprocess.run(["/usr/bin/python3", "-c", NOBODY_CLIENT, socket_path, json.dumps(requests)],
-                       preexec_fn=drop, cwd="/", capture_output=True, timeout=120)
-    if p.returncode != 0:
-        raise OSError(p.stderr.decode(errors="replace"))
-    return json.loads(p.stdout)
+    return as_uid(NOBODY, socket_path, requests)
 
 
 def test_the_socket_is_0660_root_owned_in_a_root_only_directory(daemon):
