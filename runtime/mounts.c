@@ -1,4 +1,5 @@
 #include "mounts.h"
+#include "setup.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -110,6 +111,38 @@ static int bind_readonly(const char *root, const char *rel, nsbox_error_t **err)
         return 0;
 }
 
+/* inotify instances and watches are counted per user in each user
+ * namespace and, a level up, against the namespace's owner: every sandbox's
+ * inotify_init1 was charged to host root's 128 instances, so one sandbox
+ * could leave the host's own services (systemd, root's daemons) without
+ * inotify. The limits of the sandbox's namespace, written from inside it
+ * with its CAP_SYS_RESOURCE, bound what it can take. Written through the
+ * sandbox's own procfs: through the host's, /proc/sys/user's dentries of
+ * every live user namespace share one hash chain, and each create walked
+ * all of them (5 ms a create at 1000 live sandboxes). */
+static int cap_namespace_pools(const char *proc, nsbox_error_t **err)
+{
+        static const struct {
+                const char *path;
+                unsigned value;
+        } caps[] = {
+                { "sys/user/max_inotify_instances", SANDBOX_INOTIFY_INSTANCES },
+                { "sys/user/max_inotify_watches", SANDBOX_INOTIFY_WATCHES },
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(caps); i++) {
+                char path[4096];
+                snprintf(path, sizeof(path), "%s/%s", proc, caps[i].path);
+                _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
+                if (fd < 0 && errno == ENOENT)
+                        continue; /* a kernel without that count */
+                char text[16];
+                int len = snprintf(text, sizeof(text), "%u", caps[i].value);
+                if (fd < 0 || write(fd, text, len) != len)
+                        return nsbox_error(err, errno, "write /proc/%s", caps[i].path);
+        }
+        return 0;
+}
+
 static int setup_proc(const char *root, nsbox_error_t **err)
 {
         char path[4096];
@@ -117,13 +150,16 @@ static int setup_proc(const char *root, nsbox_error_t **err)
         mkdir(path, 0555);
         if (mount("proc", path, "proc", PROC_FLAGS, NULL) < 0)
                 return nsbox_error(err, errno, "mount /proc");
+        int r = cap_namespace_pools(path, err); /* before /proc/sys turns read-only */
+        if (r < 0)
+                return r;
         for (size_t i = 0; i < ARRAY_SIZE(readonly_dirs); i++) {
-                int r = bind_readonly(root, readonly_dirs[i], err);
+                r = bind_readonly(root, readonly_dirs[i], err);
                 if (r < 0)
                         return r;
         }
         for (size_t i = 0; i < ARRAY_SIZE(masked_files); i++) {
-                int r = mask_file(root, masked_files[i], err);
+                r = mask_file(root, masked_files[i], err);
                 if (r < 0)
                         return r;
         }

@@ -90,33 +90,6 @@ static int place_fd(int fd, int target)
         return dup3(fd, target, 0) < 0 ? -1 : 0;
 }
 
-/* inotify instances and watches are counted per user in each user
- * namespace and, a level up, against the namespace's owner: every sandbox's
- * inotify_init1 was charged to host root's 128 instances, so one sandbox
- * could leave the host's own services (systemd, root's daemons) without
- * inotify. The limits of the sandbox's namespace, written from inside it
- * with its CAP_SYS_RESOURCE, bound what it can take. */
-static int cap_namespace_pools(nsbox_error_t **err)
-{
-        static const struct {
-                const char *path;
-                unsigned value;
-        } caps[] = {
-                { "/proc/sys/user/max_inotify_instances", SANDBOX_INOTIFY_INSTANCES },
-                { "/proc/sys/user/max_inotify_watches", SANDBOX_INOTIFY_WATCHES },
-        };
-        for (size_t i = 0; i < ARRAY_SIZE(caps); i++) {
-                _cleanup_close_ int fd = open(caps[i].path, O_WRONLY | O_CLOEXEC);
-                if (fd < 0 && errno == ENOENT)
-                        continue; /* a kernel without that count */
-                char text[16];
-                int len = snprintf(text, sizeof(text), "%u", caps[i].value);
-                if (fd < 0 || write(fd, text, len) != len)
-                        return nsbox_error(err, errno, "write %s", caps[i].path);
-        }
-        return 0;
-}
-
 static int enter_namespaces(const struct sandbox_setup *setup, nsbox_error_t **err)
 {
         /* The cgroup namespace comes now, so its root is the sandbox's cgroup
@@ -147,13 +120,10 @@ static int enter_namespaces(const struct sandbox_setup *setup, nsbox_error_t **e
                 return nsbox_error(err, errno, "setresgid 0 in the user namespace");
         if (setresuid(0, 0, 0) < 0)
                 return nsbox_error(err, errno, "setresuid 0 in the user namespace");
-        int r = cap_namespace_pools(err);
-        if (r < 0)
-                return r;
 
         if (sethostname(setup->hostname, strlen(setup->hostname)) < 0)
                 return nsbox_error(err, errno, "set hostname");
-        r = network_loopback_up(err);
+        int r = network_loopback_up(err);
         if (r < 0)
                 return r;
         return mounts_enter_root(".", err);
