@@ -1,10 +1,12 @@
 """Fixtures that start the real nsboxd on a private socket and state dir."""
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 
 import pytest
@@ -111,3 +113,51 @@ def host_inits(daemon):
         if exe.startswith("/memfd:nsbox-init") and ppid == daemon.proc.pid:
             inits.append(int(entry))
     return inits
+
+
+# Shared by every attack script: raw syscalls and a JSON verdict.
+PRELUDE = r'''
+import ctypes, errno, json, os, signal, socket, stat, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+
+def arg(a):
+    if isinstance(a, int):
+        return ctypes.c_long(a)
+    if isinstance(a, str):
+        return ctypes.c_char_p(a.encode())
+    if isinstance(a, bytes):
+        return ctypes.c_char_p(a)
+    return a
+
+def sc(nr, *args):
+    """Raw syscall: (return value, errno name or None)."""
+    ctypes.set_errno(0)
+    r = libc.syscall(ctypes.c_long(nr), *[arg(a) for a in args])
+    e = ctypes.get_errno()
+    return r, (errno.errorcode.get(e, str(e)) if r == -1 else None)
+
+def err(fn, *a, **kw):
+    """Run fn; None on success, else the errno name."""
+    try:
+        fn(*a, **kw)
+        return None
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+
+def verdict(**kw):
+    sys.stdout.flush()
+    print(json.dumps(kw), flush=True)
+'''
+
+
+def attack(daemon, sandbox_id, code, user="sandbox", timeout=60, check_exit=True, **kw):
+    """Run `code` (after PRELUDE) with python3 in the sandbox; return its verdict."""
+    script = PRELUDE + textwrap.dedent(code)
+    r = daemon.call("sandbox.exec", sandbox_id=sandbox_id, argv=["python3", "-c", script],
+                    user=user, timeout_seconds=timeout, **kw)
+    if check_exit:
+        assert r["exit_code"] == 0, "attack script failed: %r" % r
+    lines = r["stdout"].strip().splitlines()
+    assert lines, "attack script printed no verdict: %r" % r
+    return json.loads(lines[-1])

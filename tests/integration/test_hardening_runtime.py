@@ -3,17 +3,15 @@ out of supervision (its supervisor out of the OOM killer's and the sandbox's
 reach, orphans of a dead supervisor killed), drain a host-wide kernel pool
 (ptys, aio, per-process limits), or read what identifies the host."""
 import ctypes
-import errno
 import json
 import os
 import platform
 import shutil
 import signal
-import textwrap
 import time
 
 import pytest
-from conftest import REPO, Daemon
+from conftest import PRELUDE, REPO, Daemon, attack
 
 pytestmark = pytest.mark.skipif(platform.machine() != "x86_64",
                                 reason="the probes use x86_64 syscall numbers")
@@ -31,38 +29,6 @@ HOST_HAS_SYS_RESOURCE = _has_capability(24)  # nsboxd inherits ours
 DOCKER_PROFILE = os.path.join(REPO, "..", "shared", "compat", "docker-default-seccomp.json")
 if not os.path.exists(DOCKER_PROFILE):
     DOCKER_PROFILE = "/work/shared/compat/docker-default-seccomp.json"
-
-PRELUDE = r'''
-import ctypes, errno, json, os, sys
-libc = ctypes.CDLL(None, use_errno=True)
-libc.syscall.restype = ctypes.c_long
-
-def sc(nr, *args):
-    ctypes.set_errno(0)
-    r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
-    e = ctypes.get_errno()
-    return r, (errno.errorcode.get(e, str(e)) if r == -1 else None)
-
-def err(fn, *a, **kw):
-    try:
-        fn(*a, **kw)
-        return None
-    except OSError as e:
-        return errno.errorcode.get(e.errno, str(e.errno))
-
-def verdict(**kw):
-    sys.stdout.flush()
-    print(json.dumps(kw), flush=True)
-'''
-
-
-def probe(daemon, sb, code, user="sandbox", **kw):
-    """Run `code` (after PRELUDE) in the sandbox; return its JSON verdict."""
-    r = daemon.call("sandbox.exec", sandbox_id=sb, argv=["python3", "-c", PRELUDE + textwrap.dedent(code)],
-                    user=user, timeout_seconds=60, **kw)
-    assert r["exit_code"] == 0, r
-    return json.loads(r["stdout"].strip().splitlines()[-1])
-
 
 def sh(daemon, sb, command, user="sandbox", **kw):
     return daemon.call("sandbox.exec", sandbox_id=sb, command=command, user=user, **kw)
@@ -126,7 +92,7 @@ def test_no_exec_can_change_the_oom_score_of_a_supervisor_or_the_init(daemon, sh
     # (and the waiting slot's) to attack besides our own.
     other = sh(daemon, shared, "sleep 600", background=True)["exec_id"]
     try:
-        v = probe(daemon, shared, """
+        v = attack(daemon, shared, """
             own = os.getppid()
             targets = sorted({1, own} | {int(p) for p in open("/proc/1/task/1/children").read().split()})
             out = {}
@@ -159,7 +125,7 @@ def test_no_exec_can_change_the_oom_score_of_a_supervisor_or_the_init(daemon, sh
 def test_exec_processes_cannot_lower_their_oom_score(daemon, shared, user):
     # Protection of the supervisor must not leak into the exec: its
     # processes, and what they fork at once, start at 0 and stay at or above it.
-    v = probe(daemon, shared, """
+    v = attack(daemon, shared, """
         pid = os.fork()
         if pid == 0:
             os._exit(0 if open("/proc/self/oom_score_adj").read().strip() == "0" else 1)
@@ -253,7 +219,7 @@ def test_ptys_are_capped_per_sandbox_and_another_sandbox_still_gets_one(daemon, 
     held = json.loads(out.strip().splitlines()[-1])
     other = daemon.call("sandbox.create")["sandbox_id"]
     try:
-        v = probe(daemon, other, """
+        v = attack(daemon, other, """
             fd = os.open("/dev/ptmx", os.O_RDWR | os.O_NOCTTY)
             verdict(ok=True)
         """)
@@ -282,7 +248,7 @@ verdict(io_setup=e if r != 0 else "ok", io_uring_setup=e2 if r2 < 0 else "ok")
 def test_no_profile_lets_a_sandbox_reserve_host_aio_events(daemon, profile, user):
     sb = daemon.call("sandbox.create", seccomp_profile=profile)["sandbox_id"]
     try:
-        v = probe(daemon, sb, IO_SETUP, user=user)
+        v = attack(daemon, sb, IO_SETUP, user=user)
     finally:
         daemon.call("sandbox.remove", sandbox_id=sb, force=True)
     assert v["io_setup"] in ("ENOSYS", "EPERM"), v
@@ -391,7 +357,7 @@ def host_read(path):
 
 @pytest.mark.parametrize("user", USERS)
 def test_host_identifying_files_are_masked(daemon, shared, user):
-    v = probe(daemon, shared, """
+    v = attack(daemon, shared, """
         files, dirs, writes = {}, {}, {}
         for p in %r:
             try:

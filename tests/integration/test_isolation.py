@@ -8,7 +8,6 @@ failing assertion shows what actually happened.
 """
 import errno
 import hashlib
-import json
 import os
 import platform
 import secrets
@@ -21,61 +20,13 @@ import time
 
 import pytest
 
-from conftest import BUILD, IMAGE_DIR, host_inits
+from conftest import BUILD, IMAGE_DIR, PRELUDE, attack, host_inits
 
 pytestmark = pytest.mark.skipif(platform.machine() != "x86_64",
                                 reason="the attack scripts use x86_64 syscall numbers")
 
 USERS = ["sandbox", "root"]
 IMAGE_ROOTFS = os.path.join(IMAGE_DIR, "python", "rootfs")
-
-# Shared by every attack script: raw syscalls and a JSON verdict.
-PRELUDE = r'''
-import ctypes, errno, json, os, signal, socket, stat, sys
-libc = ctypes.CDLL(None, use_errno=True)
-libc.syscall.restype = ctypes.c_long
-
-def arg(a):
-    if isinstance(a, int):
-        return ctypes.c_long(a)
-    if isinstance(a, str):
-        return ctypes.c_char_p(a.encode())
-    if isinstance(a, bytes):
-        return ctypes.c_char_p(a)
-    return a
-
-def sc(nr, *args):
-    """Raw syscall: (return value, errno name or None)."""
-    ctypes.set_errno(0)
-    r = libc.syscall(ctypes.c_long(nr), *[arg(a) for a in args])
-    e = ctypes.get_errno()
-    return r, (errno.errorcode.get(e, str(e)) if r == -1 else None)
-
-def err(fn, *a, **kw):
-    """Run fn; None on success, else the errno name."""
-    try:
-        fn(*a, **kw)
-        return None
-    except OSError as e:
-        return errno.errorcode.get(e.errno, str(e.errno))
-
-def verdict(**kw):
-    sys.stdout.flush()
-    print(json.dumps(kw), flush=True)
-'''
-
-
-def attack(daemon, sandbox_id, code, user="sandbox", timeout=60, check_exit=True, **kw):
-    """Run `code` (after PRELUDE) with python3 in the sandbox; return its verdict."""
-    script = PRELUDE + textwrap.dedent(code)
-    r = daemon.call("sandbox.exec", sandbox_id=sandbox_id, argv=["python3", "-c", script],
-                    user=user, timeout_seconds=timeout, **kw)
-    if check_exit:
-        assert r["exit_code"] == 0, "attack script failed: %r" % r
-    lines = r["stdout"].strip().splitlines()
-    assert lines, "attack script printed no verdict: %r" % r
-    return json.loads(lines[-1])
-
 
 def sh(daemon, sandbox_id, command, user="sandbox", **kw):
     return daemon.call("sandbox.exec", sandbox_id=sandbox_id, command=command, user=user, **kw)
