@@ -324,7 +324,7 @@ static void sandbox_free(struct sandbox *sb)
                                 nsboxd.n_pooled--;
                         else
                                 nsboxd.n_sandboxes--;
-                        memory_committed -= sb->policy.limits.memory_bytes;
+                        memory_committed -= sb->committed;
                         break;
                 }
         }
@@ -664,7 +664,8 @@ static int sandbox_new(uid_t owner, struct sandbox_policy *policy, bool pooled, 
 
         sb->next = nsboxd.sandboxes;
         nsboxd.sandboxes = sb;
-        memory_committed += sb->policy.limits.memory_bytes;
+        sb->committed = sb->policy.limits.memory_bytes;
+        memory_committed += sb->committed;
         if (pooled)
                 nsboxd.n_pooled++;
         else
@@ -844,6 +845,23 @@ void sandbox_pool_fill(void)
                 pool_short_since = 0;
 }
 
+/* A client's sandbox comes before the warm pool: pooled sandboxes give their
+ * share of the memory commit back, and go, until `want` fits. The search
+ * starts over after each removal, which may free a sandbox at once. */
+static void pool_give_way(uint64_t want)
+{
+        while (!commit_fits(want)) {
+                struct sandbox *sb = nsboxd.sandboxes;
+                while (sb != NULL && !(sb->pooled && sb->committed > 0))
+                        sb = sb->next;
+                if (sb == NULL)
+                        return;
+                memory_committed -= sb->committed;
+                sb->committed = 0;
+                sandbox_remove(sb, NULL, NULL);
+        }
+}
+
 /* Sandboxes given to `owner`, those being created or removed included. */
 static unsigned count_owned(uid_t owner)
 {
@@ -880,6 +898,7 @@ int sandbox_create(uid_t owner, struct sandbox_policy *policy, sandbox_ready_cb 
                 pool_fill_soon();
                 return 0;
         }
+        pool_give_way(policy->limits.memory_bytes);
         return sandbox_new(owner, policy, false, done, data, out, err);
 }
 

@@ -93,13 +93,16 @@ def test_memory_commit_bounds_the_sum_of_live_memory_limits():
         # The warm pool's sandbox counts: it holds its 64 MiB.
         assert info["memory_commit_limit_bytes"] == 256 * mib
         assert info["memory_committed_bytes"] == 192 * mib
-        with pytest.raises(RpcError) as e:
-            d.call("sandbox.create", limits=big)
-        assert e.value.kind == "limit_reached" and "memory_commit_bytes" in str(e.value)
-        # The pooled default sandbox still fits and is handed over.
-        second = d.call("sandbox.create")["sandbox_id"]
+        # A client's sandbox comes first: the pooled one gives its share back.
+        second = d.call("sandbox.create", limits=big)["sandbox_id"]
+        assert d.call("server.info")["memory_committed_bytes"] == 256 * mib
+        # Nothing is left to give way: refused, whatever the size.
+        for limits in (big, {"memory_bytes": 16 * mib}):
+            with pytest.raises(RpcError) as e:
+                d.call("sandbox.create", limits=limits)
+            assert e.value.kind == "limit_reached" and "memory_commit_bytes" in str(e.value)
         d.call("sandbox.remove", sandbox_id=first, force=True)
-        assert d.call("server.info")["memory_committed_bytes"] <= 128 * mib
+        assert d.call("server.info")["memory_committed_bytes"] <= 192 * mib
         third = d.call("sandbox.create", limits=big)["sandbox_id"]
         for sid in (second, third):
             d.call("sandbox.remove", sandbox_id=sid, force=True)
