@@ -11,10 +11,12 @@
 #include "log.h"
 #include "setup.h"
 
-/* What root keeps for itself: the kernel's defaults for instances, and a
- * generous share of watches (the default scales with RAM). */
+/* What the host keeps for itself: the kernel's defaults for root's inotify
+ * instances, a generous share of watches and of files (the kernel's own
+ * defaults scale with RAM). */
 #define ROOT_OWN_INSTANCES 128ull
 #define ROOT_OWN_WATCHES   65536ull
+#define HOST_OWN_FILES     (1ull << 21)
 
 static void reserve(const char *path, unsigned long long needed)
 {
@@ -22,8 +24,7 @@ static void reserve(const char *path, unsigned long long needed)
         _cleanup_close_ int fd = open(path, O_RDWR | O_CLOEXEC);
         ssize_t n = fd >= 0 ? read(fd, text, sizeof(text) - 1) : -1;
         if (n <= 0) {
-                log_warn("%s: cannot read it (%s); sandboxes share host root's inotify limit", path,
-                         strerror(errno));
+                log_warn("%s: cannot read it (%s); sandboxes share the host's limit", path, strerror(errno));
                 return;
         }
         text[n] = '\0';
@@ -32,7 +33,7 @@ static void reserve(const char *path, unsigned long long needed)
                 return;
         int len = snprintf(text, sizeof(text), "%llu", needed);
         if (pwrite(fd, text, len, 0) != len) {
-                log_warn("%s: cannot raise it from %llu to %llu (%s): sandboxes can use up host root's share",
+                log_warn("%s: cannot raise it from %llu to %llu (%s): sandboxes can use up the host's share",
                          path, now, needed, strerror(errno));
                 return;
         }
@@ -40,10 +41,12 @@ static void reserve(const char *path, unsigned long long needed)
                  needed);
 }
 
-void host_pools_reserve(unsigned max_sandboxes)
+void host_pools_reserve(const struct nsbox_config *config)
 {
+        unsigned long long sandboxes = config->max_sandboxes;
         reserve("/proc/sys/fs/inotify/max_user_instances",
-                ROOT_OWN_INSTANCES + (unsigned long long)max_sandboxes * SANDBOX_INOTIFY_INSTANCES);
+                ROOT_OWN_INSTANCES + sandboxes * SANDBOX_INOTIFY_INSTANCES);
         reserve("/proc/sys/fs/inotify/max_user_watches",
-                ROOT_OWN_WATCHES + (unsigned long long)max_sandboxes * SANDBOX_INOTIFY_WATCHES);
+                ROOT_OWN_WATCHES + sandboxes * SANDBOX_INOTIFY_WATCHES);
+        reserve("/proc/sys/fs/file-max", HOST_OWN_FILES + sandboxes * config->max_pids * SANDBOX_NOFILE);
 }

@@ -97,7 +97,7 @@ static void reload_config(void)
         if (log_parse_level(fresh.log_level, &level) == 0)
                 log_max_level = level;
         nsboxd.config.max_sandboxes = fresh.max_sandboxes;
-        host_pools_reserve(nsboxd.config.max_sandboxes);
+        host_pools_reserve(&nsboxd.config);
         nsboxd.config.max_connections = fresh.max_connections;
         nsboxd.config.max_request_bytes = fresh.max_request_bytes;
         nsboxd.config.max_sandboxes_per_uid = fresh.max_sandboxes_per_uid;
@@ -252,7 +252,7 @@ static int start(nsbox_error_t **err)
                 return r;
         if ((r = uidmode_init(nsboxd.config.uid_isolation, err)) < 0)
                 return r;
-        host_pools_reserve(nsboxd.config.max_sandboxes);
+        host_pools_reserve(&nsboxd.config);
         if ((r = sandbox_registry_init(err)) < 0)
                 return r;
         if (uidmode_shared()) {

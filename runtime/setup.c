@@ -64,8 +64,8 @@ static const struct {
         rlim_t value;
         const char *name;
 } sandbox_rlimits[] = {
-        { RLIMIT_NOFILE, 1024, "RLIMIT_NOFILE" },       { RLIMIT_CORE, 0, "RLIMIT_CORE" },
-        { RLIMIT_MEMLOCK, 8 << 20, "RLIMIT_MEMLOCK" },  { RLIMIT_SIGPENDING, 4096, "RLIMIT_SIGPENDING" },
+        { RLIMIT_NOFILE, SANDBOX_NOFILE, "RLIMIT_NOFILE" }, { RLIMIT_CORE, 0, "RLIMIT_CORE" },
+        { RLIMIT_MEMLOCK, 8 << 20, "RLIMIT_MEMLOCK" },      { RLIMIT_SIGPENDING, 4096, "RLIMIT_SIGPENDING" },
         { RLIMIT_MSGQUEUE, 819200, "RLIMIT_MSGQUEUE" },
 };
 

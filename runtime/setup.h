@@ -14,6 +14,8 @@
  * keeps room for them there (manager/host_pools.c). */
 #define SANDBOX_INOTIFY_INSTANCES 16
 #define SANDBOX_INOTIFY_WATCHES   8192
+/* Open files per process in a sandbox (RLIMIT_NOFILE). */
+#define SANDBOX_NOFILE 1024
 
 /* Sent by the manager over the sync socket once the id maps are written and
  * the overlay root is mounted. */

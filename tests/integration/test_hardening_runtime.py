@@ -388,3 +388,52 @@ def test_host_identifying_files_are_masked(daemon, shared, user):
     for path, got in v["writes"].items():
         assert got in ("EROFS", "EACCES", "EPERM", "ENOENT"), (path, got)
     assert host_read("/proc/cmdline"), "the host's /proc/cmdline is readable on the host"
+
+
+HOLD_FILES = r'''
+import os, sys, time
+for k in range(int(sys.argv[1])):
+    if os.fork() == 0:
+        for i in range(int(sys.argv[2])):
+            os.open("/dev/null", os.O_RDONLY)
+        time.sleep(120)
+        os._exit(0)
+print("holding", flush=True)
+time.sleep(120)
+'''
+
+
+def memory_held(daemon, processes, files_each):
+    """The sandbox's charged memory growth while `processes` each hold `files_each` open files."""
+    sb = daemon.call("sandbox.create", limits={"memory_bytes": 1 << 30, "pids": 256})["sandbox_id"]
+    try:
+        base = daemon.call("sandbox.info", sandbox_id=sb)["stats"]["memory_bytes"]
+        ex = daemon.call("sandbox.exec", sandbox_id=sb, argv=["python3", "-c", HOLD_FILES, str(processes),
+                                                              str(files_each)],
+                         background=True, timeout_seconds=120)["exec_id"]
+        deadline = time.monotonic() + 60
+        while daemon.call("sandbox.info", sandbox_id=sb)["stats"]["pids"] < processes + 4:
+            assert time.monotonic() < deadline, "the holders did not start"
+            time.sleep(0.2)
+        time.sleep(2)  # the last opens
+        held = daemon.call("sandbox.info", sandbox_id=sb)["stats"]["memory_bytes"] - base
+        daemon.call("exec.kill", exec_id=ex)
+        return held
+    finally:
+        daemon.call("sandbox.remove", sandbox_id=sb, force=True)
+
+
+def test_the_host_file_table_has_room_for_every_sandbox_and_files_cost_their_memory(daemon):
+    # A sandbox may hold its pids limit times 1024 open files (262144 with the
+    # defaults, a tenth of this host's fs.file-max before nsboxd started): a
+    # few of them could leave the host's other users with ENFILE. nsboxd
+    # makes room for max_sandboxes of the largest (max_pids), and what they
+    # open is charged to their memory limit, which bounds it too.
+    info = daemon.call("server.info")
+    with open("/proc/sys/fs/file-max") as f:
+        file_max = int(f.read())
+    assert file_max >= info["max_sandboxes"] * 4096 * 1024, file_max
+    without = memory_held(daemon, 50, 0)
+    with_files = memory_held(daemon, 50, 1000)
+    # 50000 struct files: well over 100 bytes each (about 240 measured here).
+    assert with_files - without >= 50000 * 100, (without, with_files)
