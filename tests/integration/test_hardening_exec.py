@@ -9,7 +9,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import Daemon
+from conftest import ASAN, Daemon
 
 MB = 1 << 20
 
@@ -105,8 +105,10 @@ def test_background_execs_keep_at_most_their_share_of_output(small_daemon):
             assert time.monotonic() < deadline
             time.sleep(0.2)
     peak = max(peak, rss_bytes(d.proc.pid))
-    # The budget is 64 MiB: the three together keep no more than that.
-    assert peak - base < 120 * MB, "nsboxd grew by %d MB" % ((peak - base) // MB)
+    # The budget is 64 MiB: the three together keep no more than that (under
+    # ASan, its quarantine of freed memory, 256 MiB, comes on top).
+    bound = (120 + (256 if ASAN else 0)) * MB
+    assert peak - base < bound, "nsboxd grew by %d MB" % ((peak - base) // MB)
     kept = 0
     for ex in ids:
         st = d.call("exec.status", exec_id=ex)
