@@ -934,7 +934,8 @@ static int fs_list_run(void *data, struct fs_worker_output *out, nsbox_error_t *
         /* The child exits right after: the names are not freed one by one. */
         if (r < 0)
                 return r;
-        qsort(names, n, sizeof(*names), fs_name_compare);
+        if (n > 0)
+                qsort(names, n, sizeof(*names), fs_name_compare);
         json_t *list = json_array();
         for (size_t i = 0; i < n && json_array_size(list) < job->max_entries; i++) {
                 struct stat st;

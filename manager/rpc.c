@@ -922,8 +922,10 @@ static void conn_process_input(struct rpc_conn *conn)
                 conn_unref(conn);
                 return;
         }
-        memmove(conn->in, conn->in + start, conn->in_len - start);
-        conn->in_len -= start;
+        if (start > 0) { /* (`in` may be NULL when nothing was buffered) */
+                memmove(conn->in, conn->in + start, conn->in_len - start);
+                conn->in_len -= start;
+        }
         conn->in_scanned = no_more_lines ? conn->in_len : 0;
         /* The clock of request_timeout_seconds runs while the client owes
          * the rest of a line, not while its complete lines wait for us. */

@@ -74,6 +74,13 @@ class Daemon:
         rc = self.proc.returncode
         self.final_log = self.read_log()  # includes what a sanitizer printed at exit
         shutil.rmtree(self.dir, ignore_errors=True)
+        # UBSan reports and carries on: under the sanitizer build, a report
+        # fails the stop as a crash would.
+        reports = [line for line in self.final_log.splitlines()
+                   if "runtime error:" in line or "ERROR: AddressSanitizer" in line or "LeakSanitizer" in line]
+        if ASAN and rc == 0 and reports:
+            self.final_log += "\nsanitizer reports:\n" + "\n".join(reports[:20])
+            rc = 99
         return rc
 
 
