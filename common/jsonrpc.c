@@ -125,6 +125,15 @@ static char *neutralise(const char *line, size_t len)
         return copy;
 }
 
+static bool find_nul(json_t *j, char *path, size_t size, size_t used, int depth);
+
+/* find_nul in a member or element, its name appended (n: snprintf's count). */
+static bool find_nul_below(json_t *v, char *path, size_t size, size_t used, int n, int depth)
+{
+        size_t now = used + (n < 0 ? 0 : (size_t)n);
+        return find_nul(v, path, size, now < size ? now : size - 1, depth + 1);
+}
+
 /* First string holding NUL under j, as a dotted path in out. */
 static bool find_nul(json_t *j, char *path, size_t size, size_t used, int depth)
 {
@@ -132,24 +141,21 @@ static bool find_nul(json_t *j, char *path, size_t size, size_t used, int depth)
                 return false;
         if (json_is_string(j))
                 return memchr(json_string_value(j), '\0', json_string_length(j)) != NULL;
+        const char *key;
+        size_t i;
+        json_t *v;
         if (json_is_object(j)) {
-                const char *key;
-                json_t *v;
                 json_object_foreach(j, key, v)
                 {
-                        int n = snprintf(path + used, size - used, ".%s", key);
-                        size_t now = used + (n < 0 ? 0 : (size_t)n);
-                        if (find_nul(v, path, size, now < size ? now : size - 1, depth + 1))
+                        if (find_nul_below(v, path, size, used,
+                                           snprintf(path + used, size - used, ".%s", key), depth))
                                 return true;
                 }
         } else if (json_is_array(j)) {
-                size_t i;
-                json_t *v;
                 json_array_foreach(j, i, v)
                 {
-                        int n = snprintf(path + used, size - used, "[%zu]", i);
-                        size_t now = used + (n < 0 ? 0 : (size_t)n);
-                        if (find_nul(v, path, size, now < size ? now : size - 1, depth + 1))
+                        if (find_nul_below(v, path, size, used,
+                                           snprintf(path + used, size - used, "[%zu]", i), depth))
                                 return true;
                 }
         }

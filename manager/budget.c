@@ -22,11 +22,6 @@ void budget_give(size_t n)
         used = n > used ? 0 : used - n;
 }
 
-size_t budget_used(void)
-{
-        return used;
-}
-
 bool budget_exhausted(void)
 {
         return used >= nsboxd.config.max_buffer_bytes;

@@ -13,6 +13,5 @@ bool budget_take(size_t n);
  * lost); the caller then stops producing more until budget_low(). */
 void budget_force(size_t n);
 void budget_give(size_t n);
-size_t budget_used(void);
 /* True once usage is over the budget: producers pause. */
 bool budget_exhausted(void);
