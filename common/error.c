@@ -100,17 +100,3 @@ void nsbox_error_free(nsbox_error_t **err)
         free(*err);
         *err = NULL;
 }
-
-int nsbox_error_from_wire(nsbox_error_t **err, int errnum, const char *message)
-{
-        int ret = errnum > 0 ? -errnum : -EIO;
-        if (err == NULL || *err != NULL)
-                return ret;
-        nsbox_error_t *e = calloc(1, sizeof(*e));
-        if (e == NULL)
-                return ret;
-        e->errnum = errnum;
-        e->message = strdup(message ? message : "error");
-        *err = e;
-        return ret;
-}

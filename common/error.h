@@ -26,6 +26,3 @@ int nsbox_refuse(nsbox_error_t **err, int errnum, const char *fmt, ...) __attrib
 int nsbox_error_wrap(nsbox_error_t **err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 void nsbox_error_free(nsbox_error_t **err);
-
-/* Rebuild an error from a code and a message that crossed a socket. */
-int nsbox_error_from_wire(nsbox_error_t **err, int errnum, const char *message);

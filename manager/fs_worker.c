@@ -72,12 +72,12 @@ static void fs_worker_close_others(int *keep, size_t n)
         close_range(first, ~0u, 0);
 }
 
-static __attribute__((noreturn)) void fs_worker_child(int out, const int *keep, size_t n_keep,
+static __attribute__((noreturn)) void fs_worker_child(pid_t parent, int out, const int *keep, size_t n_keep,
                                                       fs_worker_run_fn run, void *data)
 {
         prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-        if (getppid() == 1)
-                _exit(1);
+        if (getppid() != parent)
+                _exit(1); /* nsboxd died before the death signal was set */
         int fds[n_keep + 1];
         memcpy(fds, keep, n_keep * sizeof(*keep));
         fds[n_keep] = out;
@@ -261,6 +261,7 @@ int fs_worker_start(const int *keep, size_t n_keep, fs_worker_run_fn run, fs_wor
         int fds[2];
         if (pipe2(fds, O_CLOEXEC) < 0)
                 return nsbox_error(err, errno, "pipe for a file worker");
+        pid_t parent = getpid();
         pid_t pid = fork();
         if (pid < 0) {
                 int saved = errno;
@@ -270,7 +271,7 @@ int fs_worker_start(const int *keep, size_t n_keep, fs_worker_run_fn run, fs_wor
         }
         if (pid == 0) {
                 close(fds[0]);
-                fs_worker_child(fds[1], keep, n_keep, run, data);
+                fs_worker_child(parent, fds[1], keep, n_keep, run, data);
         }
         close(fds[1]);
         fcntl(fds[0], F_SETFL, O_NONBLOCK);

@@ -52,6 +52,20 @@ static int load_init_binary(const char *path, nsbox_error_t **err)
                 return nsbox_error(err, errno, "read %s", path);
         if (fcntl(mfd, F_ADD_SEALS, F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE) < 0)
                 return nsbox_error(err, errno, "seal the nsbox-init copy");
+        /* The init's image only executable, not readable, by the sandbox
+         * (host root owns it): execve of a file its caller
+         * cannot read puts the new memory under the nearest user namespace
+         * that owns the file, here the host's (would_dump in fs/exec.c).
+         * The /proc/PID files of a non-dumpable process are owned by root
+         * of that namespace (task_dump_owner in fs/proc/base.c): for the
+         * init and its supervisors, which fork its memory, host root, whom
+         * the sandbox cannot even name. Otherwise sandbox root owns them
+         * and may write, say, a supervisor's oom_score_adj to 1000, so the
+         * OOM killer takes the supervisor and leaves its exec unsupervised.
+         * ptrace and /proc/PID/mem of them then take CAP_SYS_PTRACE on the
+         * host, too. */
+        if (fchmod(mfd, 0111) < 0)
+                return nsbox_error(err, errno, "make the nsbox-init copy executable only");
         return steal_fd(&mfd);
 }
 
@@ -97,7 +111,6 @@ static void reload_config(void)
         if (log_parse_level(fresh.log_level, &level) == 0)
                 log_max_level = level;
         nsboxd.config.max_sandboxes = fresh.max_sandboxes;
-        host_pools_reserve(&nsboxd.config);
         nsboxd.config.max_connections = fresh.max_connections;
         nsboxd.config.max_request_bytes = fresh.max_request_bytes;
         nsboxd.config.max_sandboxes_per_uid = fresh.max_sandboxes_per_uid;
@@ -112,6 +125,7 @@ static void reload_config(void)
         nsboxd.config.ceilings = fresh.ceilings;
         nsboxd.config.memory_commit_bytes = fresh.memory_commit_bytes;
         nsboxd.config.max_buffer_bytes = fresh.max_buffer_bytes;
+        host_pools_reserve(&nsboxd.config);
         policy_clear(&nsboxd.config.defaults);
         nsboxd.config.defaults = fresh.defaults;
         memset(&fresh.defaults, 0, sizeof(fresh.defaults));

@@ -166,23 +166,6 @@ void sandbox_setup_child(const struct sandbox_setup *setup)
         /* Die with the manager while still being set up. */
         prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
         prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-        /* The init's image only executable, not readable, by the sandbox
-         * (we are still host uid 0, its owner): execve of a file its caller
-         * cannot read puts the new memory under the nearest user namespace
-         * that owns the file, here the host's (would_dump in fs/exec.c).
-         * The /proc/PID files of a non-dumpable process are owned by root
-         * of that namespace (task_dump_owner in fs/proc/base.c): for the
-         * init and its supervisors, which fork its memory, host root, whom
-         * the sandbox cannot even name. Otherwise sandbox root owns them
-         * and may write, say, a supervisor's oom_score_adj to 1000, so the
-         * OOM killer takes the supervisor and leaves its exec unsupervised.
-         * ptrace and /proc/PID/mem of them then take CAP_SYS_PTRACE on the
-         * host, too. */
-        if (fchmod(setup->init_memfd, 0111) < 0) {
-                nsbox_error(&err, errno, "make the init executable only");
-                setup_fail(sync_fd, err);
-        }
-
         if ((setup->prepare != NULL && setup->prepare(setup->prepare_ctx, &err) < 0) ||
             wait_for_go(sync_fd, &err) < 0 || enter_namespaces(setup, &err) < 0)
                 setup_fail(sync_fd, err);
