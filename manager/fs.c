@@ -843,6 +843,14 @@ static void fs_job_done(void *data, int r, json_t *result, const char *message)
         free(job);
 }
 
+static void fs_job_client_gone(struct rpc_request *req, void *worker)
+{
+        fs_worker_cancel(worker);
+}
+
+static int fs_list_run(void *data, struct fs_worker_output *out, nsbox_error_t **err);
+static int fs_read_run(void *data, struct fs_worker_output *out, nsbox_error_t **err);
+
 /* Start `run` in a worker on a job whose ctx is open; the job is the
  * worker's from here on (answered and freed by fs_job_done). */
 static void fs_job_start(struct fs_job *job, struct sandbox *sb, fs_worker_run_fn run)
@@ -850,13 +858,19 @@ static void fs_job_start(struct fs_job *job, struct sandbox *sb, fs_worker_run_f
         _cleanup_error_ nsbox_error_t *err = NULL;
         job->ctx.watch_fd = sb->pidfd ? sb->pidfd->fd : -1;
         int keep[] = { job->ctx.root, job->ctx.watch_fd };
-        int r = fs_worker_start(keep, ARRAY_SIZE(keep), run, fs_job_done, job, &err);
+        struct fs_worker *worker;
+        int r = fs_worker_start(keep, ARRAY_SIZE(keep), run, fs_job_done, job, &worker, &err);
         fs_ctx_close(&job->ctx);
         if (r < 0) {
                 rpc_reply_fail(job->req, "busy", "%s: %s", job->path.shown,
                                err ? err->message : strerror(-r));
                 free(job);
+                return;
         }
+        /* Nobody will read a listing or a file whose client has gone: stop
+         * the worker. Writes and removes run to their end. */
+        if (run == fs_list_run || run == fs_read_run)
+                rpc_request_on_disconnect(job->req, fs_job_client_gone, worker);
 }
 
 static struct fs_job *fs_job_new(struct rpc_request *req, const struct fs_path *path,

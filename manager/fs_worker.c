@@ -26,6 +26,8 @@
 #define FS_WORKER_MAX_OUTPUT (100u << 20)
 #define FS_WORKER_CHUNK      (1u << 20)
 
+static unsigned live_workers;
+
 struct fs_worker {
         pid_t pid;
         struct loop_source *source;
@@ -125,10 +127,16 @@ static void fs_worker_finish(struct fs_worker *w, int r, json_t *result, const c
                 while (waitpid(w->pid, NULL, 0) < 0 && errno == EINTR)
                         ;
         }
+        live_workers--;
         w->done(w->data, r, result, message);
         json_decref(w->header);
         free(w->buf);
         free(w);
+}
+
+void fs_worker_cancel(struct fs_worker *w)
+{
+        fs_worker_finish(w, -ECANCELED, NULL, "cancelled");
 }
 
 /* The child closed its end and every line is taken: it is done (or died;
@@ -256,8 +264,11 @@ static void fs_worker_event(struct loop_source *source, uint32_t events)
 }
 
 int fs_worker_start(const int *keep, size_t n_keep, fs_worker_run_fn run, fs_worker_done_fn done, void *data,
-                    nsbox_error_t **err)
+                    struct fs_worker **out, nsbox_error_t **err)
 {
+        if (live_workers >= FS_WORKERS_MAX)
+                return nsbox_refuse(err, EBUSY, "%u large file operations are running already; try again",
+                                    live_workers);
         int fds[2];
         if (pipe2(fds, O_CLOEXEC) < 0)
                 return nsbox_error(err, errno, "pipe for a file worker");
@@ -290,5 +301,8 @@ int fs_worker_start(const int *keep, size_t n_keep, fs_worker_run_fn run, fs_wor
         w->pid = pid;
         w->done = done;
         w->data = data;
+        live_workers++;
+        if (out != NULL)
+                *out = w;
         return 0;
 }

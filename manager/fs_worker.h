@@ -32,8 +32,17 @@ typedef int (*fs_worker_run_fn)(void *data, struct fs_worker_output *out, nsbox_
  * or r == 0 with result (a reference handed over). Frees data. */
 typedef void (*fs_worker_done_fn)(void *data, int r, json_t *result, const char *message);
 
+struct fs_worker;
+
+/* At most this many workers run at once (each is a fork of nsboxd); a
+ * start beyond it fails with EBUSY. */
+#define FS_WORKERS_MAX 32
+
 /* Fork the child. It keeps only the fds in keep[] (and its pipe), so it
  * holds no client socket or lock of nsboxd's. On failure nothing ran and
- * `done` is not called. */
+ * `done` is not called; on success *out (if not NULL) is the worker until
+ * `done` runs. */
 int fs_worker_start(const int *keep, size_t n_keep, fs_worker_run_fn run, fs_worker_done_fn done, void *data,
-                    nsbox_error_t **err);
+                    struct fs_worker **out, nsbox_error_t **err);
+/* Kill the child now; `done` runs with -ECANCELED. */
+void fs_worker_cancel(struct fs_worker *w);

@@ -1,11 +1,12 @@
 """Hardening of fs.*: no path a client sends and no tree the sandbox makes can
 crash nsboxd or stall its single event loop (issue 15)."""
+import json
 import random
 import threading
 import time
 
 import pytest
-from nsbox_client import RpcError
+from nsbox_client import Raw, RpcError
 
 
 def sh(daemon, sandbox, command, **kw):
@@ -196,3 +197,20 @@ def test_adversarial_fs_paths_get_an_answer_and_the_daemon_stays_up(daemon, sand
     assert answered == len(work) >= 300
     alive(daemon)
     assert sh(daemon, sandbox, "echo ok") == "ok\n"
+
+
+
+def test_file_workers_are_bounded(daemon, sandbox):
+    # Each large fs.* call is a fork of nsboxd: a client pipelining many of
+    # them gets "busy" beyond FS_WORKERS_MAX (32) instead of forking on.
+    many_files(daemon, sandbox, "/workspace/many", 100000)
+    n = 40
+    with Raw(daemon.socket, timeout=120) as c:
+        c.send(b"".join((json.dumps({"jsonrpc": "2.0", "id": i, "method": "fs.list", "params": {
+            "sandbox_id": sandbox, "path": "/workspace/many", "max_entries": 100000}}) + "\n").encode()
+            for i in range(n)))
+        replies = [c.reply(timeout=120) for _ in range(n)]
+    busy = [r for r in replies if "error" in r]
+    assert all(r["error"]["data"]["kind"] == "busy" for r in busy), busy[:2]
+    assert len(busy) >= n - 32, "%d of %d were refused" % (len(busy), n)
+    assert all(len(r["result"]["entries"]) == 100000 for r in replies if "result" in r)
