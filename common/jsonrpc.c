@@ -125,6 +125,11 @@ static char *neutralise(const char *line, size_t len)
         return copy;
 }
 
+static bool string_has_nul(const json_t *s)
+{
+        return memchr(json_string_value(s), '\0', json_string_length(s)) != NULL;
+}
+
 static bool find_nul(json_t *j, char *path, size_t size, size_t used, int depth);
 
 /* find_nul in a member or element, its name appended (n: snprintf's count). */
@@ -140,7 +145,7 @@ static bool find_nul(json_t *j, char *path, size_t size, size_t used, int depth)
         if (depth > JSON_PARSER_MAX_DEPTH)
                 return false;
         if (json_is_string(j))
-                return memchr(json_string_value(j), '\0', json_string_length(j)) != NULL;
+                return string_has_nul(j);
         const char *key;
         size_t i;
         json_t *v;
@@ -161,11 +166,6 @@ static bool find_nul(json_t *j, char *path, size_t size, size_t used, int depth)
         }
         path[used] = '\0';
         return false;
-}
-
-static bool string_has_nul(const json_t *s)
-{
-        return memchr(json_string_value(s), '\0', json_string_length(s)) != NULL;
 }
 
 /* jansson refused a line for a reason that valid JSON can have: parse it

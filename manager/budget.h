@@ -10,7 +10,7 @@
 /* Take n bytes from the budget; false (nothing taken) when it would go over. */
 bool budget_take(size_t n);
 /* Take n bytes even past the budget (data already in hand that must not be
- * lost); the caller then stops producing more until budget_low(). */
+ * lost); the caller then stops producing more until !budget_exhausted(). */
 void budget_force(size_t n);
 void budget_give(size_t n);
 /* True once usage is over the budget: producers pause. */

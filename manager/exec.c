@@ -35,6 +35,10 @@
 /* After the main process exits, wait this long for its pipes to close
  * (descendants may still hold them) before answering. */
 #define EXEC_DRAIN_GRACE_MS 200
+/* How long an ended exec waits for a client that reads none of its held-back
+ * output: then it finishes, the rest dropped (truncated), so a silent client
+ * cannot keep an exec (and its sandbox, its quota) alive forever. */
+#define EXEC_HELD_OUTPUT_MS 60000
 #define EXEC_KEEP_FINISHED  64
 
 enum { OUT_STDOUT, OUT_STDERR };
@@ -471,11 +475,14 @@ static void exec_deadline(struct exec *ex)
 {
         deadline_forget(ex);
         if (ex->exited || ex->start_error != NULL) {
-                /* Output held back for a slow client is not lost to the drain grace. */
-                if (ex->paused) {
+                /* Output held back for a slow client is not lost to the drain
+                 * grace, but not held for ever either. */
+                if (ex->paused && now_monotonic_ms() - ex->end_mono < EXEC_HELD_OUTPUT_MS) {
                         deadline_set(ex, EXEC_DRAIN_GRACE_MS);
                         return;
                 }
+                if (ex->paused)
+                        ex->truncated = true;
                 exec_finish(ex);
                 return;
         }

@@ -935,14 +935,14 @@ static void conn_process_input(struct rpc_conn *conn)
         } else {
                 conn->partial_since_ms = 0;
         }
-        if (no_more_lines && conn->in_len > server.config.max_request_bytes) {
+        if (no_more_lines && conn->in_len > nsboxd.config.max_request_bytes) {
                 log_warn("client pid %d: request line longer than %zu bytes; closing", conn->pid,
-                         server.config.max_request_bytes);
+                         nsboxd.config.max_request_bytes);
                 conn->in_len = conn->in_scanned = 0;
                 conn->closing = true;
                 conn_error(conn, NULL, JSONRPC_INVALID_REQUEST, NULL,
                            "request line longer than %zu bytes (--max-request-bytes); closing the connection",
-                           server.config.max_request_bytes);
+                           nsboxd.config.max_request_bytes);
         } else if (no_more_lines && conn->read_eof && conn->in_len > 0) {
                 /* The last request of a client that half-closed without a final newline. */
                 size_t len = conn->in_len;
@@ -979,7 +979,7 @@ static void conn_read(struct rpc_conn *conn, uint32_t events)
                 return;
         }
         /* One byte more than the limit is enough to tell a line is too long. */
-        size_t limit = server.config.max_request_bytes + 1;
+        size_t limit = nsboxd.config.max_request_bytes + 1;
         if (conn->in_len >= limit)
                 return;
         size_t want = limit - conn->in_len < READ_CHUNK ? limit - conn->in_len : READ_CHUNK;
@@ -1099,7 +1099,7 @@ static void listener_event(struct loop_source *source, uint32_t events)
                 /* A client can connect as fast as it likes: one line per uid
                  * per second at most (log_limited), not one per connect. */
                 const struct log_key key = log_key_uid(cred.uid);
-                if (server.connections >= server.config.max_connections) {
+                if (server.connections >= nsboxd.config.max_connections) {
                         log_limited(
                             key.text, LOG_LEVEL_WARN,
                             "client pid %d uid %u refused: %u connections already (--max-connections)",

@@ -43,8 +43,6 @@ struct rpc_method {
 
 struct rpc_server_config {
         const char *socket_path;
-        size_t max_request_bytes;
-        unsigned max_connections;
         const struct rpc_method *methods; /* terminated by a NULL name */
         int listen_fd; /* a listening socket passed by systemd (socket activation), or -1 */
 };

@@ -77,7 +77,7 @@ static bool commit_fits(uint64_t memory_bytes)
 #define FDS_PER_SANDBOX 8
 #define FDS_BESIDES     256
 
-static void ensure_fd_limit(void)
+void sandbox_ensure_fd_limit(void)
 {
         rlim_t need = (rlim_t)nsboxd.config.max_sandboxes * FDS_PER_SANDBOX + nsboxd.config.max_connections +
                       nsboxd.config.warm_pool * FDS_PER_SANDBOX + FDS_BESIDES;
@@ -94,7 +94,7 @@ static void ensure_fd_limit(void)
                     nsboxd.config.max_sandboxes, nsboxd.config.max_connections, strerror(errno));
 }
 
-static void warn_overcommit(void)
+void sandbox_warn_overcommit(void)
 {
         uint64_t memory = nsboxd.config.defaults.limits.memory_bytes;
         uint64_t limit = nsboxd.config.memory_commit_bytes;
@@ -166,8 +166,8 @@ int sandbox_registry_init(nsbox_error_t **err)
         snprintf(path, sizeof(path), "%s/sandboxes", nsboxd.config.state_dir);
         if (mkdir(path, 0700) < 0 && errno != EEXIST)
                 return nsbox_error(err, errno, "mkdir %s", path);
-        ensure_fd_limit();
-        warn_overcommit();
+        sandbox_ensure_fd_limit();
+        sandbox_warn_overcommit();
         return reserve_child_fd_slots(err);
 }
 

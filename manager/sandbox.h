@@ -77,6 +77,11 @@ json_t *sandbox_to_json(const struct sandbox *sb, bool existing);
 const char *sandbox_state_name(enum sandbox_state state);
 
 int sandbox_registry_init(nsbox_error_t **err);
+/* nsboxd's RLIMIT_NOFILE raised to what max_sandboxes and max_connections
+ * need; a warning when max_sandboxes x the default memory overcommit the
+ * host. At start and after a reload of the configuration. */
+void sandbox_ensure_fd_limit(void);
+void sandbox_warn_overcommit(void);
 /* The sum of the memory limits of live sandboxes (pooled ones included),
  * which memory_commit_bytes bounds. */
 uint64_t sandbox_memory_committed(void);

@@ -126,9 +126,11 @@ static void reload_config(void)
         nsboxd.config.memory_commit_bytes = fresh.memory_commit_bytes;
         nsboxd.config.max_buffer_bytes = fresh.max_buffer_bytes;
         host_pools_reserve(&nsboxd.config);
+        sandbox_ensure_fd_limit();
         policy_clear(&nsboxd.config.defaults);
         nsboxd.config.defaults = fresh.defaults;
         memset(&fresh.defaults, 0, sizeof(fresh.defaults));
+        sandbox_warn_overcommit();
         profiles_clear(); /* profile files are read again on next use */
         config_free(&fresh);
         log_info("SIGHUP: configuration reloaded (running sandboxes keep their settings)");
@@ -295,8 +297,6 @@ static int start(nsbox_error_t **err)
         struct rpc_server_config server = {
                 .socket_path = nsboxd.config.socket_path,
                 .listen_fd = listen_fd,
-                .max_request_bytes = nsboxd.config.max_request_bytes,
-                .max_connections = nsboxd.config.max_connections,
                 .methods = nsboxd_methods,
         };
         return rpc_server_start(nsboxd.loop, &server, err);

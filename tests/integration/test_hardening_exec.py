@@ -10,6 +10,7 @@ import time
 
 import pytest
 from conftest import ASAN, Daemon
+from nsbox_client import RpcError
 
 MB = 1 << 20
 
@@ -354,3 +355,29 @@ def test_a_sandbox_cannot_flood_the_log_and_another_sandbox_is_still_logged():
         assert any(noisy in l and "lines suppressed" in l for l in log), log[-5:]
     finally:
         assert d.stop() == 0, d.final_log[-4000:]
+
+
+def test_a_client_that_never_reads_cannot_keep_an_ended_exec_alive(daemon):
+    # Its streamed output is held back (the exec's pipes are not read), the
+    # exec ends; a minute later it finishes anyway, the rest dropped, so the
+    # sandbox is no longer busy (before, it stayed busy for ever: no idle
+    # reaping, a running exec counted against the uid's quota).
+    sb = daemon.call("sandbox.create")["sandbox_id"]
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    silent.connect(daemon.socket)
+    silent.sendall((json.dumps({"jsonrpc": "2.0", "id": 1, "method": "sandbox.exec", "params": {
+        "sandbox_id": sb, "command": "head -c 100000000 /dev/zero", "stream": True, "timeout_seconds": 5,
+        "max_output_bytes": 256 * MB}}) + "\n").encode())
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                daemon.call("sandbox.remove", sandbox_id=sb)
+                break
+            except RpcError as e:
+                assert e.kind == "busy", e
+                assert time.monotonic() < deadline, "the exec of a client that never reads never ended"
+                time.sleep(1)
+    finally:
+        silent.close()
