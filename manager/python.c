@@ -36,8 +36,11 @@
 #define MAX_FILES_PRODUCED 1000
 #define MAX_REPORT         (4u << 20)
 #define MAX_FILES          1000
-/* A stateful call that ignores SIGINT this long after its timeout loses its interpreter. */
+/* A stateful call that ignores SIGINT this long after its timeout loses its
+ * interpreter. Once its code has stopped, the driver says so and has this
+ * long again to end the call's processes and answer (a loaded host). */
 #define INTERRUPT_GRACE_MS 2000
+#define CLEANUP_GRACE_MS   30000
 #define MAX_FRAME          (64u << 20)
 
 struct python_run {
@@ -268,7 +271,7 @@ struct python_interp {
         bool in_flight;
         uint64_t next_id;
         struct loop_source *timer;
-        int timeout_stage; /* 0: none, 1: SIGINT sent, 2: killed */
+        int timeout_stage; /* 0: none, 1: SIGINT sent, 2: the code stopped, 3: killed */
 };
 
 bool python_busy(const struct sandbox *sb)
@@ -379,6 +382,12 @@ static void interp_on_stdout(struct exec *ex, const char *data, size_t len, void
                 if (json_is_true(json_object_get(frame, "ready"))) {
                         in->ready = true;
                         interp_send_next(in);
+                } else if (json_is_true(json_object_get(frame, "stopped"))) {
+                        /* Once: code that forges the frame gains one grace, not forever. */
+                        if (in->in_flight && in->timeout_stage == 1) {
+                                in->timeout_stage = 2;
+                                interp_arm(in, CLEANUP_GRACE_MS);
+                        }
                 } else if (in->in_flight && in->queue != NULL) {
                         interp_answer(in, frame);
                 }
@@ -435,8 +444,8 @@ static void interp_on_timer(struct loop_source *source, uint32_t events)
                 in->timeout_stage = 1;
                 exec_signal(in->exec, SIGINT);
                 interp_arm(in, INTERRUPT_GRACE_MS);
-        } else if (in->timeout_stage == 1) {
-                in->timeout_stage = 2;
+        } else if (in->timeout_stage < 3) {
+                in->timeout_stage = 3;
                 exec_signal(in->exec, SIGKILL);
         }
 }

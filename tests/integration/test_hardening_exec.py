@@ -332,6 +332,32 @@ def test_a_timed_out_stateful_call_leaves_no_process_behind(daemon, sandbox, cat
     assert r["status"] == "ok" and r["result"] == "42", r
 
 
+SLOW_FIGURE_AND_LOOP = """
+import numpy as np, matplotlib.pyplot as plt, time
+fig, ax = plt.subplots()
+n = 400000
+ax.scatter(np.random.rand(n), np.random.rand(n), s=np.random.rand(n) * 50, c=np.random.rand(n))
+ready = True
+while True:
+    time.sleep(0.1)
+"""
+
+
+def test_an_interrupted_call_whose_clean_up_outlasts_the_grace_keeps_its_interpreter(daemon, sandbox):
+    """The SIGINT grace is for code that does not stop; once it has, the
+    driver's own work (here: saving an open figure that takes seconds to
+    render, as a loaded host makes of any clean-up) is not cut short by a
+    SIGKILL that takes every variable with it."""
+    r = daemon.call("python.run", sandbox_id=sandbox, stateful=True, code="x = 6 * 7")
+    assert r["status"] == "ok"
+    r = daemon.call("python.run", sandbox_id=sandbox, stateful=True, code=SLOW_FIGURE_AND_LOOP,
+                    timeout_seconds=5)
+    assert r["status"] == "timeout", r
+    assert "restarted" not in r.get("stderr", ""), r
+    r = daemon.call("python.run", sandbox_id=sandbox, stateful=True, code="(x, ready)")
+    assert r["status"] == "ok" and r["result"] == "(42, True)", r
+
+
 def test_a_sandbox_cannot_flood_the_log_and_another_sandbox_is_still_logged():
     # Each exec's end is a log line a client can cause at will: per sandbox
     # they are rate-limited (a burst, then about one a second), the rest

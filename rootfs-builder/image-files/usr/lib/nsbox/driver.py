@@ -140,18 +140,29 @@ def main():
     figures.install_import_hook()
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
     sigint = []
+    in_cell = []
 
     def on_sigint(signum, frame):
+        # Only the user's code is interrupted: a SIGINT that lands while the
+        # driver reads, snapshots or answers is remembered, never raised
+        # there (it would end the interpreter and lose every variable).
         sigint.append(True)
-        signal.default_int_handler(signum, frame)
+        if in_cell:
+            signal.default_int_handler(signum, frame)
+
+    def interruptible_cell(code):
+        in_cell.append(True)
+        try:
+            if sigint:  # came between the request and here
+                raise KeyboardInterrupt
+            return run_cell(code, namespace, figures)
+        finally:
+            in_cell.clear()
 
     signal.signal(signal.SIGINT, on_sigint)
     write_frame(protocol_out, {"ready": True, "pid": os.getpid()})
     while True:
-        try:
-            request = read_frame(stdin)
-        except KeyboardInterrupt:  # an interrupt that came after its call ended
-            continue
+        request = read_frame(stdin)
         if request is None:
             return
         capture.reset()
@@ -162,7 +173,7 @@ def main():
         status, result, interrupted = "ok", None, False
         sigint.clear()
         try:
-            result = run_cell(request.get("code", ""), namespace, figures)
+            result = interruptible_cell(request.get("code", ""))
         except KeyboardInterrupt as e:
             status, interrupted = "error", True
             sys.stderr.write(nsbox_runtime.user_traceback(e, "<cell>"))
@@ -175,6 +186,10 @@ def main():
             # The call was interrupted (its timeout, or its client left): the
             # interpreter and its variables stay, but nothing the call started
             # outlives it, even where the code caught the KeyboardInterrupt.
+            # The user's code has given the driver back control: nsboxd's
+            # grace for a code that ignores SIGINT ends here, the clean-up
+            # below has a bound of its own.
+            write_frame(protocol_out, {"id": request.get("id"), "stopped": True})
             kill_call_processes(before_processes)
         try:
             figures.save_open_figures()
