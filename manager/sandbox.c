@@ -24,6 +24,7 @@
 #include "cgroup.h"
 #include "cleanup.h"
 #include "daemon.h"
+#include "egress.h"
 #include "exec.h"
 #include "log.h"
 #include "profiles.h"
@@ -358,6 +359,7 @@ static void sandbox_finalize(struct sandbox *sb)
                 sb->pidfd = NULL;
         }
         exec_sandbox_gone(sb);
+        egress_detach(sb);
         if (sb->cgroup != NULL) {
                 cgroup_sandbox_destroy(sb->cgroup);
                 sb->cgroup = NULL;
@@ -421,6 +423,12 @@ static void on_control(struct loop_source *source, uint32_t events)
                         continue;
                 if (sb->state == SANDBOX_CREATING) {
                         if (msg.hdr.type == CTL_READY) {
+                                _cleanup_error_ nsbox_error_t *net_err = NULL;
+                                if (egress_attach(sb, &net_err) < 0) {
+                                        sandbox_set_failure(sb, net_err->message);
+                                        sandbox_kill(sb);
+                                        continue;
+                                }
                                 sb->state = SANDBOX_RUNNING;
                                 /* The sandbox holds its own copies; nothing stays mounted on the host. */
                                 rootfs_detach(sb->dir);
