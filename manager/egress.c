@@ -75,31 +75,30 @@ static struct {
 
 /* The egress namespace's rules: what a sandbox sends reaches the proxy or
  * nothing. */
-static const char egress_ruleset[] =
-    "table ip nsbox {\n"
-    "  chain prerouting {\n"
-    "    type nat hook prerouting priority dstnat; policy accept;\n"
-    "    iifname \"nsb*\" meta l4proto tcp redirect to :1\n"
-    "    iifname \"nsb*\" udp dport 53 redirect to :53\n"
-    "  }\n"
-    "  chain input {\n"
-    "    type filter hook input priority filter; policy accept;\n"
-    "    iifname \"nsb*\" fib daddr . iif type != local drop\n"
-    "    iifname \"nsb*\" meta l4proto != { tcp, udp } drop\n"
-    "  }\n"
-    "  chain forward {\n"
-    "    type filter hook forward priority filter; policy drop;\n"
-    "  }\n"
-    "}\n"
-    "table ip6 nsbox {\n"
-    "  chain input {\n"
-    "    type filter hook input priority filter; policy accept;\n"
-    "    iifname \"nsb*\" drop\n"
-    "  }\n"
-    "  chain forward {\n"
-    "    type filter hook forward priority filter; policy drop;\n"
-    "  }\n"
-    "}\n";
+static const char egress_ruleset[] = "table ip nsbox {\n"
+                                     "  chain prerouting {\n"
+                                     "    type nat hook prerouting priority dstnat; policy accept;\n"
+                                     "    iifname \"nsb*\" meta l4proto tcp redirect to :1\n"
+                                     "    iifname \"nsb*\" udp dport 53 redirect to :53\n"
+                                     "  }\n"
+                                     "  chain input {\n"
+                                     "    type filter hook input priority filter; policy accept;\n"
+                                     "    iifname \"nsb*\" fib daddr . iif type != local drop\n"
+                                     "    iifname \"nsb*\" meta l4proto != { tcp, udp } drop\n"
+                                     "  }\n"
+                                     "  chain forward {\n"
+                                     "    type filter hook forward priority filter; policy drop;\n"
+                                     "  }\n"
+                                     "}\n"
+                                     "table ip6 nsbox {\n"
+                                     "  chain input {\n"
+                                     "    type filter hook input priority filter; policy accept;\n"
+                                     "    iifname \"nsb*\" drop\n"
+                                     "  }\n"
+                                     "  chain forward {\n"
+                                     "    type filter hook forward priority filter; policy drop;\n"
+                                     "  }\n"
+                                     "}\n";
 
 /* --- namespaces ------------------------------------------------------------ */
 
@@ -183,13 +182,15 @@ static int parse_subnet(const char *text, nsbox_error_t **err)
 static int validate_policy(json_t *object, bool client, nsbox_error_t **err)
 {
         if (!json_is_object(object))
-                return nsbox_invalid(err, "a network policy is an object {\"allow\": [...], \"deny\": [...]}");
+                return nsbox_invalid(err,
+                                     "a network policy is an object {\"allow\": [...], \"deny\": [...]}");
         const char *key;
         json_t *list;
         json_object_foreach(object, key, list)
         {
                 if (strcmp(key, "allow") != 0 && strcmp(key, "deny") != 0)
-                        return nsbox_invalid(err, "a network policy has only allow and deny, not \"%s\"", key);
+                        return nsbox_invalid(err, "a network policy has only allow and deny, not \"%s\"",
+                                             key);
                 if (!json_is_array(list))
                         return nsbox_invalid(err, "network policy %s must be a list of strings", key);
                 size_t i;
@@ -208,7 +209,8 @@ static int validate_policy(json_t *object, bool client, nsbox_error_t **err)
 static json_t *policy_object(const struct sandbox_policy *policy, nsbox_error_t **err)
 {
         if (!egress.enabled)
-                return nsbox_invalid(err, "this nsboxd has no network policies (network_policies in its config)"),
+                return nsbox_invalid(err,
+                                     "this nsboxd has no network policies (network_policies in its config)"),
                        NULL;
         if (policy->network_custom != NULL) {
                 if (!nsboxd.config.allow_client_network_policies)
@@ -251,8 +253,8 @@ static json_t *add_message(const struct sandbox *sb)
 
 static void proxy_send_expose(const struct sandbox *sb, const struct egress_exposed *x)
 {
-        _cleanup_json_ json_t *m = json_pack("{s:s, s:s, s:i}", "op", "expose", "sandbox", sb->id, "port",
-                                             (int)x->port);
+        _cleanup_json_ json_t *m =
+            json_pack("{s:s, s:s, s:i}", "op", "expose", "sandbox", sb->id, "port", (int)x->port);
         proxy_send(m, &x->fd, 1);
 }
 
@@ -289,7 +291,8 @@ static void proxy_send(json_t *message, const int *fds, unsigned nfds)
         if (n < 0) {
                 /* A proxy that does not keep up with its control socket is
                  * restarted: the new one is told everything again. */
-                log_error("egress: the proxy does not take its messages (%s); restarting it", strerror((int)-n));
+                log_error("egress: the proxy does not take its messages (%s); restarting it",
+                          strerror((int)-n));
                 proxy_kill();
         }
 }
@@ -302,11 +305,14 @@ static void record_refusal(struct sandbox *sb, json_t *event)
         json_int_t port = json_integer_value(json_object_get(event, "port"));
         struct egress_refusal *r = &sb->egress->refusals[sb->egress->n_refusals++ % EGRESS_REFUSALS];
         r->mono_ms = now_monotonic_ms();
-        snprintf(r->text, sizeof(r->text), "%.200s:%lld", name != NULL ? name : address != NULL ? address : "?",
+        snprintf(r->text, sizeof(r->text), "%.200s:%lld",
+                 name != NULL      ? name
+                 : address != NULL ? address
+                                   : "?",
                  (long long)port);
         log_limited(sb->id, LOG_LEVEL_WARN, "sandbox %s: network policy refused %s%s%s (%s)", sb->id, r->text,
-                    name != NULL && address != NULL ? " at " : "", name != NULL && address != NULL ? address : "",
-                    reason != NULL ? reason : "not allowed");
+                    name != NULL && address != NULL ? " at " : "",
+                    name != NULL && address != NULL ? address : "", reason != NULL ? reason : "not allowed");
 }
 
 static void add_stat(json_int_t *total, json_t *event, const char *key)
@@ -411,9 +417,18 @@ static int proxy_spawn(nsbox_error_t **err)
         snprintf(uid, sizeof(uid), "%u", (unsigned)nsboxd.config.egress_uid);
         snprintf(ns_fd, sizeof(ns_fd), "%d", 4);
         snprintf(ctl_fd, sizeof(ctl_fd), "%d", 3);
-        char *argv[] = { "nsbox-egress", "--control-fd", ctl_fd, "--netns-fd", ns_fd, "--uid", uid, "--gid", uid,
+        char *argv[] = { "nsbox-egress",
+                         "--control-fd",
+                         ctl_fd,
+                         "--netns-fd",
+                         ns_fd,
+                         "--uid",
+                         uid,
+                         "--gid",
+                         uid,
                          nsboxd.config.egress_dns_servers[0] ? "--dns-servers" : NULL,
-                         nsboxd.config.egress_dns_servers, NULL };
+                         nsboxd.config.egress_dns_servers,
+                         NULL };
         int sv[2];
         if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
                 return nsbox_error(err, errno, "socketpair for the egress proxy");
@@ -472,7 +487,8 @@ static int check_operator_policies(nsbox_error_t **err)
         json_object_foreach(nsboxd.config.network_policies, name, object)
         {
                 if (!policy_valid_name(name) || strcmp(name, "none") == 0 || strcmp(name, "custom") == 0)
-                        return nsbox_invalid(err, "network_policies: \"%s\" is not a usable policy name", name);
+                        return nsbox_invalid(err, "network_policies: \"%s\" is not a usable policy name",
+                                             name);
                 _cleanup_error_ nsbox_error_t *why = NULL;
                 if (validate_policy(object, false, &why) < 0)
                         return nsbox_invalid(err, "network_policies.%s: %s", name, why->message);
@@ -487,7 +503,8 @@ int egress_init(nsbox_error_t **err)
                          nsboxd.config.allow_client_network_policies;
         if (!egress.enabled)
                 return 0;
-        if ((r = parse_subnet(nsboxd.config.network_subnet, err)) < 0 || (r = check_operator_policies(err)) < 0)
+        if ((r = parse_subnet(nsboxd.config.network_subnet, err)) < 0 ||
+            (r = check_operator_policies(err)) < 0)
                 return r;
         if (access(nsboxd.config.egress_path, X_OK) < 0)
                 return nsbox_error(err, errno, "the egress proxy %s", nsboxd.config.egress_path);
@@ -500,7 +517,8 @@ int egress_init(nsbox_error_t **err)
         if (unshare(CLONE_NEWNET) < 0)
                 return nsbox_error(err, errno, "make the egress network namespace");
         egress.ns = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
-        r = egress.ns < 0 ? nsbox_error(err, errno, "open the egress network namespace") : egress_ns_setup(err);
+        r = egress.ns < 0 ? nsbox_error(err, errno, "open the egress network namespace")
+                          : egress_ns_setup(err);
         leave_netns();
         if (r < 0)
                 return r;
@@ -594,7 +612,8 @@ static int attach_with(struct sandbox *sb, json_t *policy, nsbox_error_t **err)
         while (slot < egress.n_slots && egress.slots[slot])
                 slot++;
         if (slot >= egress.n_slots)
-                return nsbox_error(err, EUSERS, "no network addresses left in %s", nsboxd.config.network_subnet);
+                return nsbox_error(err, EUSERS, "no network addresses left in %s",
+                                   nsboxd.config.network_subnet);
         struct sandbox_egress *e = calloc(1, sizeof(*e));
         if (e == NULL)
                 return nsbox_error(err, ENOMEM, "sandbox network");
@@ -630,11 +649,11 @@ static int attach_with(struct sandbox *sb, json_t *policy, nsbox_error_t **err)
         return 0;
 }
 
-int egress_attach(struct sandbox *sb, nsbox_error_t **err)
+int egress_attach(struct sandbox *sb, const struct sandbox_policy *wanted, nsbox_error_t **err)
 {
-        if (strcmp(sb->policy.network, "none") == 0)
+        if (strcmp(wanted->network, "none") == 0)
                 return 0;
-        _cleanup_json_ json_t *policy = policy_object(&sb->policy, err);
+        _cleanup_json_ json_t *policy = policy_object(wanted, err);
         if (policy == NULL)
                 return -EINVAL;
         return attach_with(sb, policy, err);
@@ -670,8 +689,8 @@ int egress_update(struct sandbox *sb, const char *network, json_t *custom, nsbox
                 } else {
                         json_decref(sb->egress->policy);
                         sb->egress->policy = json_incref(policy);
-                        _cleanup_json_ json_t *m = json_pack("{s:s, s:s, s:O}", "op", "policy", "sandbox", sb->id,
-                                                             "policy", policy);
+                        _cleanup_json_ json_t *m =
+                            json_pack("{s:s, s:s, s:O}", "op", "policy", "sandbox", sb->id, "policy", policy);
                         proxy_send(m, NULL, 0);
                 }
         }
@@ -685,8 +704,8 @@ int egress_expose(struct sandbox *sb, unsigned port, json_t **result, nsbox_erro
 {
         struct sandbox_egress *e = sb->egress;
         if (e == NULL)
-                return nsbox_invalid(err, "sandbox %s has no network: create it with one, or sandbox.update it",
-                                     sb->id);
+                return nsbox_invalid(
+                    err, "sandbox %s has no network: create it with one, or sandbox.update it", sb->id);
         if (port < 1 || port > 65535)
                 return nsbox_invalid(err, "port must be from 1 to 65535");
         struct egress_exposed *x = NULL;
@@ -710,8 +729,8 @@ int egress_expose(struct sandbox *sb, unsigned port, json_t **result, nsbox_erro
         }
         char url[64];
         snprintf(url, sizeof(url), "http://127.0.0.1:%u/", x->host_port);
-        *result = json_pack("{s:s, s:s, s:i, s:i, s:s}", "sandbox_id", sb->id, "host", "127.0.0.1", "host_port",
-                            (int)x->host_port, "port", (int)port, "url", url);
+        *result = json_pack("{s:s, s:s, s:i, s:i, s:s}", "sandbox_id", sb->id, "host", "127.0.0.1",
+                            "host_port", (int)x->host_port, "port", (int)port, "url", url);
         return 0;
 }
 
@@ -721,8 +740,8 @@ int egress_unexpose(struct sandbox *sb, unsigned port, nsbox_error_t **err)
         for (unsigned i = 0; e != NULL && i < e->n_exposed; i++) {
                 if (e->exposed[i].port != port)
                         continue;
-                _cleanup_json_ json_t *m = json_pack("{s:s, s:s, s:i}", "op", "unexpose", "sandbox", sb->id,
-                                                     "port", (int)port);
+                _cleanup_json_ json_t *m =
+                    json_pack("{s:s, s:s, s:i}", "op", "unexpose", "sandbox", sb->id, "port", (int)port);
                 proxy_send(m, NULL, 0);
                 close(e->exposed[i].fd);
                 e->exposed[i] = e->exposed[--e->n_exposed];
@@ -743,8 +762,8 @@ json_t *egress_info(const struct sandbox *sb)
         for (unsigned i = 0; i < e->n_exposed; i++)
                 json_array_append_new(exposed, json_pack("{s:i, s:i}", "port", (int)e->exposed[i].port,
                                                          "host_port", (int)e->exposed[i].host_port));
-        return json_pack("{s:s, s:s, s:o, s:{s:I, s:I, s:I, s:I, s:I}}", "address", address, "gateway", gateway,
-                         "exposed", exposed, "stats", "bytes_in", e->stats.bytes_in, "bytes_out",
+        return json_pack("{s:s, s:s, s:o, s:{s:I, s:I, s:I, s:I, s:I}}", "address", address, "gateway",
+                         gateway, "exposed", exposed, "stats", "bytes_in", e->stats.bytes_in, "bytes_out",
                          e->stats.bytes_out, "connections", e->stats.connections, "refused", e->stats.refused,
                          "dns_queries", e->stats.dns_queries);
 }
@@ -784,9 +803,10 @@ void egress_note_refused(json_t *reply, const struct sandbox *sb, long long sinc
         json_array_foreach(list, i, entry)
         {
                 char *next = NULL;
-                if (joined == NULL || asprintf(&next, "%s%snsbox: network policy refused %s\n", joined,
-                                               joined[0] != '\0' && joined[strlen(joined) - 1] != '\n' ? "\n" : "",
-                                               json_string_value(entry)) < 0)
+                if (joined == NULL ||
+                    asprintf(&next, "%s%snsbox: network policy refused %s\n", joined,
+                             joined[0] != '\0' && joined[strlen(joined) - 1] != '\n' ? "\n" : "",
+                             json_string_value(entry)) < 0)
                         return;
                 free(joined);
                 joined = next;

@@ -23,8 +23,9 @@ void egress_shutdown(void);
 /* A sandbox.create or sandbox.update "network" the operator allows
  * (invalid_params otherwise). */
 int egress_check(const struct sandbox_policy *policy, nsbox_error_t **err);
-/* The sandbox (running) gets its network per its policy; "none" is a no-op. */
-int egress_attach(struct sandbox *sb, nsbox_error_t **err);
+/* The sandbox (running) gets the network of `wanted` (its own policy, or
+ * the one it is about to take from the warm pool); "none" is a no-op. */
+int egress_attach(struct sandbox *sb, const struct sandbox_policy *wanted, nsbox_error_t **err);
 /* Its veth, sockets and proxy state go; safe on a sandbox without network. */
 void egress_detach(struct sandbox *sb);
 /* sandbox.update: `network` as policy_network_from_json gives it (custom
