@@ -74,31 +74,49 @@ static struct {
 } egress = { .host_ns = -1, .ns = -1 };
 
 /* The egress namespace's rules: what a sandbox sends reaches the proxy or
- * nothing. */
-static const char egress_ruleset[] = "table ip nsbox {\n"
-                                     "  chain prerouting {\n"
-                                     "    type nat hook prerouting priority dstnat; policy accept;\n"
-                                     "    iifname \"nsb*\" meta l4proto tcp redirect to :1\n"
-                                     "    iifname \"nsb*\" udp dport 53 redirect to :53\n"
-                                     "  }\n"
-                                     "  chain input {\n"
-                                     "    type filter hook input priority filter; policy accept;\n"
-                                     "    iifname \"nsb*\" fib daddr . iif type != local drop\n"
-                                     "    iifname \"nsb*\" meta l4proto != { tcp, udp } drop\n"
-                                     "  }\n"
-                                     "  chain forward {\n"
-                                     "    type filter hook forward priority filter; policy drop;\n"
-                                     "  }\n"
-                                     "}\n"
-                                     "table ip6 nsbox {\n"
-                                     "  chain input {\n"
-                                     "    type filter hook input priority filter; policy accept;\n"
-                                     "    iifname \"nsb*\" drop\n"
-                                     "  }\n"
-                                     "  chain forward {\n"
-                                     "    type filter hook forward priority filter; policy drop;\n"
-                                     "  }\n"
-                                     "}\n";
+ * nothing. Junk is dropped before conntrack sees it (raw), then a source
+ * that is not the sandbox's own on its veth (nft's strict reverse-path
+ * check: the kernel's rp_filter comes only after these hooks), then new
+ * flows beyond a per-sandbox count, keyed by that checked source: a
+ * sandbox cannot fill the conntrack table the others need. Every TCP
+ * connection goes to the proxy's listener on the sandbox's gateway, every
+ * DNS query to its DNS socket; nothing is forwarded; IPv6 is dropped. */
+#define EGRESS_MAX_FLOWS "1024"
+static const char egress_ruleset[] =
+    "table ip nsbox {\n"
+    "  set flows { type ipv4_addr; flags dynamic; size 65536; }\n"
+    "  chain raw {\n"
+    "    type filter hook prerouting priority raw; policy accept;\n"
+    "    iifname \"nsb*\" fib saddr . iif oif missing drop\n"
+    "    iifname \"nsb*\" meta l4proto != { tcp, udp } drop\n"
+    "    iifname \"nsb*\" udp dport != 53 drop\n"
+    "  }\n"
+    "  chain flows {\n"
+    "    type filter hook prerouting priority mangle; policy accept;\n"
+    "    iifname \"nsb*\" ct state new add @flows { ip saddr ct count over " EGRESS_MAX_FLOWS " } drop\n"
+    "  }\n"
+    "  chain prerouting {\n"
+    "    type nat hook prerouting priority dstnat; policy accept;\n"
+    "    iifname \"nsb*\" meta l4proto tcp redirect to :1\n"
+    "    iifname \"nsb*\" udp dport 53 redirect to :53\n"
+    "  }\n"
+    "  chain input {\n"
+    "    type filter hook input priority filter; policy accept;\n"
+    "    iifname \"nsb*\" fib daddr . iif type != local drop\n"
+    "  }\n"
+    "  chain forward {\n"
+    "    type filter hook forward priority filter; policy drop;\n"
+    "  }\n"
+    "}\n"
+    "table ip6 nsbox {\n"
+    "  chain input {\n"
+    "    type filter hook input priority filter; policy accept;\n"
+    "    iifname \"nsb*\" drop\n"
+    "  }\n"
+    "  chain forward {\n"
+    "    type filter hook forward priority filter; policy drop;\n"
+    "  }\n"
+    "}\n";
 
 /* --- namespaces ------------------------------------------------------------ */
 
