@@ -18,16 +18,17 @@ from conftest import BUILD, REPO
 
 TOOLS = {
     # name: (required, optional)
-    "create_sandbox": ([], ["session_id", "memory_mb", "timeout"]),
+    "create_sandbox": ([], ["session_id", "memory_mb", "timeout", "network"]),
     "list_sandboxes": ([], ["include_inactive"]),
     "remove_sandbox": (["sandbox_id"], ["force"]),
     "execute_python_code": (["sandbox_id", "code"], ["timeout"]),
     "install_package": (["sandbox_id", "package"], []),
-    "python_execute": (["session_id", "code"], ["dependencies", "timeout"]),
-    "shell_execute": (["session_id", "command"], ["timeout"]),
-    "sandbox_fs_list": (["session_id", "path"], []),
-    "sandbox_fs_read": (["session_id", "path"], []),
-    "sandbox_fs_write": (["session_id", "path", "content"], []),
+    "python_execute": (["session_id", "code"], ["dependencies", "timeout", "network"]),
+    "shell_execute": (["session_id", "command"], ["timeout", "network"]),
+    "sandbox_fs_list": (["session_id", "path"], ["network"]),
+    "sandbox_fs_read": (["session_id", "path"], ["network"]),
+    "sandbox_fs_write": (["session_id", "path", "content"], ["network"]),
+    "expose_port": (["sandbox_id", "port"], []),
 }
 
 
