@@ -722,8 +722,10 @@ int egress_expose(struct sandbox *sb, unsigned port, json_t **result, nsbox_erro
 {
         struct sandbox_egress *e = sb->egress;
         if (e == NULL)
-                return nsbox_invalid(
-                    err, "sandbox %s has no network: create it with one, or sandbox.update it", sb->id);
+                return nsbox_invalid(err,
+                                     "sandbox %s has no network: create it with one, or give it one with "
+                                     "sandbox.update (nsbox update --network NAME ID)",
+                                     sb->id);
         if (port < 1 || port > 65535)
                 return nsbox_invalid(err, "port must be from 1 to 65535");
         struct egress_exposed *x = NULL;
