@@ -514,6 +514,27 @@ static int check_operator_policies(nsbox_error_t **err)
         return 0;
 }
 
+void egress_reload(struct nsbox_config *fresh)
+{
+        if (!egress.enabled) {
+                if (json_object_size(fresh->network_policies) > 0 || fresh->allow_client_network_policies)
+                        log_warn("SIGHUP: network policies need a restart of nsboxd to be enabled");
+                return;
+        }
+        json_t *old = nsboxd.config.network_policies;
+        nsboxd.config.network_policies = fresh->network_policies;
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (check_operator_policies(&err) < 0) {
+                nsboxd.config.network_policies = old;
+                log_error("SIGHUP: keeping the old network policies: %s", err->message);
+                return;
+        }
+        fresh->network_policies = old; /* freed with the rest of fresh */
+        nsboxd.config.allow_client_network_policies = fresh->allow_client_network_policies;
+        log_info("SIGHUP: %zu network policies (live sandboxes keep theirs until sandbox.update)",
+                 json_object_size(nsboxd.config.network_policies));
+}
+
 int egress_init(nsbox_error_t **err)
 {
         int r;
