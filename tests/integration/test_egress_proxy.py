@@ -264,8 +264,9 @@ class Proxy:
 
 @pytest.fixture(scope="module")
 def net():
-    if os.geteuid() != 0 or not os.path.exists(EGRESS):
-        pytest.skip("needs root and build/nsbox-egress")
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    assert os.access(EGRESS, os.X_OK), EGRESS + " is not built"
     work = tempfile.mkdtemp(prefix="nsbox-egress-test-")
     procs = []
     try:
