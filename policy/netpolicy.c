@@ -292,11 +292,10 @@ enum netpolicy_verdict netpolicy_check_named(const struct netpolicy *p, const ch
         *by_name = false;
         if (list_has_name(&p->deny, name) || list_has_address(&p->deny, addr))
                 return NETPOLICY_DENIED;
-        bool name_ok = list_has_name(&p->allow, name);
-        if (!name_ok && !list_has_address(&p->allow, addr))
-                return NETPOLICY_NOT_ALLOWED;
         if (special_blocked(p, addr, host_addrs, n_host))
                 return NETPOLICY_PRIVATE;
+        if (!list_has_name(&p->allow, name) && !list_has_address(&p->allow, addr))
+                return NETPOLICY_NOT_ALLOWED;
         *by_name = !list_has_address(&p->allow, addr);
         return NETPOLICY_ALLOW;
 }
@@ -306,10 +305,10 @@ enum netpolicy_verdict netpolicy_check_address(const struct netpolicy *p, uint32
 {
         if (list_has_address(&p->deny, addr))
                 return NETPOLICY_DENIED;
-        if (!list_has_address(&p->allow, addr))
-                return NETPOLICY_NOT_ALLOWED;
         if (special_blocked(p, addr, host_addrs, n_host))
                 return NETPOLICY_PRIVATE;
+        if (!list_has_address(&p->allow, addr))
+                return NETPOLICY_NOT_ALLOWED;
         return NETPOLICY_ALLOW;
 }
 

@@ -233,9 +233,11 @@ static void test_special_ranges_need_an_entry_inside_them(void **state)
         /* Inside: opens exactly what it names. */
         p = compile("{\"allow\":[\"169.254.169.254\", \"10.1.0.0/16\"]}");
         assert_int_equal(unnamed(p, "169.254.169.254"), NETPOLICY_ALLOW);
-        assert_int_equal(unnamed(p, "169.254.169.253"), NETPOLICY_NOT_ALLOWED);
+        assert_int_equal(unnamed(p, "169.254.169.253"), NETPOLICY_PRIVATE);
         assert_int_equal(unnamed(p, "10.1.200.3"), NETPOLICY_ALLOW);
-        assert_int_equal(unnamed(p, "10.2.0.1"), NETPOLICY_NOT_ALLOWED);
+        assert_int_equal(unnamed(p, "10.2.0.1"), NETPOLICY_PRIVATE);
+        /* A special address is reported as such even where nothing allows it. */
+        assert_int_equal(named(p, "a.com", "127.0.0.1"), NETPOLICY_PRIVATE);
         assert_true(netpolicy_unblocks_special(p, NULL, 0));
         netpolicy_free(p);
 

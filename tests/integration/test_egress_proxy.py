@@ -1,0 +1,568 @@
+"""nsbox-egress alone, without nsboxd: the test builds the topology of the
+design itself (an egress netns with the nft ruleset, two sandbox netns joined
+to it by veths, an "upstream" netns on 203.0.113.0/24 with an HTTP/TLS/raw
+server and dnsmasq, reachable by one veth from a netns that stands for the
+host's: the proxy runs there, so the test touches none of the real host's
+interfaces or routes and other tests' 203.0.113.x networks do not matter), makes the
+per-sandbox listeners in the egress netns, starts the real binary with a
+SEQPACKET control socket and checks, from inside the sandbox netns, what the
+policy lets through and what it refuses."""
+import ctypes
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import pytest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BUILD = os.environ.get("NSBOX_BUILD", os.path.join(REPO, "build"))
+EGRESS = os.path.join(BUILD, "nsbox-egress")
+PY = "/usr/bin/python3"
+TAG = "nsbt%d" % (os.getpid() % 10000)
+NS_HOST, NS_EGRESS, NS_UP, NS_SB1, NS_SB2 = TAG + "ho", TAG + "eg", TAG + "up", TAG + "s1", TAG + "s2"
+HOST_VETH, UP_VETH = TAG + "H", TAG + "U"
+GW1, SB1, GW2, SB2 = "10.250.0.5", "10.250.0.6", "10.250.0.9", "10.250.0.10"
+UP_A, UP_B, UP_DNS = "203.0.113.10", "203.0.113.11", "203.0.113.53"
+HOST_ADDR = "203.0.113.1"
+
+NFT_RULESET = """
+table ip nsbox {
+  chain prerouting { type nat hook prerouting priority dstnat;
+    iifname "nsb*" meta l4proto tcp redirect to :1
+    iifname "nsb*" udp dport 53 redirect to :53; }
+  chain input { type filter hook input priority filter;
+    iifname "nsb*" fib daddr . iif type != local drop
+    iifname "nsb*" meta l4proto != { tcp, udp } drop; }
+  chain forward { type filter hook forward priority filter; policy drop; }
+}
+table ip6 nsbox {
+  chain input { type filter hook input priority filter; iifname "nsb*" drop; }
+  chain forward { type filter hook forward priority filter; iifname "nsb*" drop; }
+}
+"""
+
+# Runs in the upstream netns: HTTP on 80 (logs every request head it gets),
+# bytes-then-reply on 443 (stands for a TLS server), a greeting on 8080.
+UPSTREAM = r'''
+import socket, sys, threading
+log = open(sys.argv[1], "a", buffering=1)
+def serve(port, handle):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", port)); s.listen(64)
+    while True:
+        c, _ = s.accept()
+        threading.Thread(target=handle, args=(c,), daemon=True).start()
+def http(c):
+    data = b""
+    c.settimeout(5)
+    try:
+        while b"\r\n\r\n" not in data:
+            d = c.recv(65536)
+            if not d: break
+            data += d
+        head = data.split(b"\r\n\r\n")[0].decode("latin-1")
+        log.write(repr(head) + "\n")
+        body = b"hello from upstream\n"
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        # A server that keeps the connection: anything else it receives is logged.
+        while True:
+            d = c.recv(65536)
+            if not d: break
+            log.write("MORE " + repr(d) + "\n")
+    except OSError:
+        pass
+    c.close()
+def tls(c):
+    c.settimeout(5)
+    try:
+        c.recv(65536); c.sendall(b"TLS-OK\n")
+    except OSError:
+        pass
+    c.close()
+def raw(c):
+    try: c.sendall(b"RAW-OK\n")
+    except OSError: pass
+    c.close()
+for port, h in ((443, tls), (8080, raw)):
+    threading.Thread(target=serve, args=(port, h), daemon=True).start()
+serve(80, http)
+'''
+
+# Runs in a sandbox netns: one probe, one JSON line out.
+CLIENT = r'''
+import json, socket, ssl, struct, sys
+def out(**kw): print(json.dumps(kw)); sys.exit(0)
+op = sys.argv[1]
+def dns(name, server="10.250.0.5"):
+    q = struct.pack(">HHHHHH", 0x4242, 0x0100, 1, 0, 0, 0)
+    for l in name.split("."): q += bytes([len(l)]) + l.encode()
+    q += b"\x00\x00\x01\x00\x01"
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(8)
+    s.sendto(q, (server, 53))
+    r, src = s.recvfrom(4096)
+    rcode = r[3] & 15; an = struct.unpack(">H", r[6:8])[0]
+    p = len(q); addrs = []
+    for _ in range(an):
+        while True:
+            if r[p] & 0xc0 == 0xc0: p += 2; break
+            if r[p] == 0: p += 1; break
+            p += 1 + r[p]
+        t, c, ttl, l = struct.unpack(">HHIH", r[p:p+10]); p += 10
+        if t == 1: addrs.append(socket.inet_ntoa(r[p:p+4]))
+        p += l
+    return dict(rcode=rcode, id=struct.unpack(">H", r[:2])[0], addrs=addrs, src=src[0])
+def talk(ip, port, data, timeout=8):
+    s = socket.create_connection((ip, port), timeout=timeout)
+    if data: s.sendall(data)
+    got = b""
+    try:
+        while True:
+            d = s.recv(65536)
+            if not d: break
+            got += d
+    except ConnectionResetError:
+        return got.decode("latin-1"), "reset"
+    return got.decode("latin-1"), "eof"
+try:
+    if op == "dns":
+        out(**dns(sys.argv[2], *sys.argv[3:]))
+    elif op == "http":  # ip host [extra raw bytes after the request]
+        req = ("GET /hello HTTP/1.1\r\nHost: %s\r\nConnection: keep-alive\r\n\r\n" % sys.argv[3]).encode()
+        if len(sys.argv) > 4: req += sys.argv[4].encode().decode("unicode_escape").encode("latin-1")
+        got, how = talk(sys.argv[2], 80, req)
+        out(reply=got, how=how)
+    elif op == "tls":  # ip sni
+        o = ssl.MemoryBIO(); tl = ssl.create_default_context().wrap_bio(ssl.MemoryBIO(), o, server_hostname=sys.argv[3])
+        try: tl.do_handshake()
+        except ssl.SSLWantReadError: pass
+        got, how = talk(sys.argv[2], 443, o.read())
+        out(reply=got.encode("latin-1").hex(), how=how)
+    elif op == "raw":  # ip port
+        got, how = talk(sys.argv[2], int(sys.argv[3]), b"")
+        out(reply=got, how=how)
+    elif op == "proxy":  # request [gateway]
+        got, how = talk(sys.argv[3] if len(sys.argv) > 3 else "10.250.0.5", 3128, sys.argv[2].encode().decode("unicode_escape").encode("latin-1"))
+        out(reply=got, how=how)
+except (ConnectionRefusedError, ConnectionResetError) as e:
+    out(error="refused" if isinstance(e, ConnectionRefusedError) else "reset")
+except (socket.timeout, TimeoutError):
+    out(error="timeout")
+except OSError as e:
+    out(error=str(e))
+'''
+
+
+def sh(*args, check=True, **kw):
+    return subprocess.run(list(args), check=check, capture_output=True, text=True, **kw)
+
+
+def netns_exec(ns, *args, **kw):
+    return sh("ip", "netns", "exec", ns, *args, **kw)
+
+
+libc = ctypes.CDLL(None, use_errno=True)
+CLONE_NEWNET = 0x40000000
+
+
+def sockets_in_netns(ns, make):
+    """make() runs with the calling thread in netns ns (setns(2); Debian's
+    python 3.11 has no os.setns)."""
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    target = os.open("/run/netns/" + ns, os.O_RDONLY)
+    try:
+        if libc.setns(target, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), "setns " + ns)
+        try:
+            return make()
+        finally:
+            if libc.setns(home, CLONE_NEWNET) != 0:
+                os._exit(99)  # never run on in the wrong netns
+    finally:
+        os.close(home)
+        os.close(target)
+
+
+def sandbox_sockets(gateway):
+    def make():
+        tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        tcp.bind((gateway, 1))
+        tcp.listen(128)
+        udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        udp.bind((gateway, 53))
+        return tcp, udp
+    return sockets_in_netns(NS_EGRESS, make)
+
+
+class Proxy:
+    def __init__(self, workdir):
+        self.control, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        netns = os.open("/run/netns/" + NS_EGRESS, os.O_RDONLY)
+        host = os.open("/run/netns/" + NS_HOST, os.O_RDONLY)
+        self.log = open(os.path.join(workdir, "egress.log"), "wb")
+
+        def enter_host():
+            if libc.setns(host, CLONE_NEWNET) != 0:
+                os._exit(98)
+        self.proc = subprocess.Popen(
+            [EGRESS, "--control-fd", str(child.fileno()), "--netns-fd", str(netns), "--uid", "65534",
+             "--gid", "65534", "--dns-servers", UP_DNS],
+            pass_fds=(child.fileno(), netns), stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=enter_host)
+        child.close()
+        os.close(netns)
+        os.close(host)
+        self.events = []
+        self.cond = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        while True:
+            try:
+                data = self.control.recv(65536)
+            except OSError:
+                data = b""
+            with self.cond:
+                if not data:
+                    self.events.append({"event": "EOF"})
+                    self.cond.notify_all()
+                    return
+                self.events.append(json.loads(data))
+                self.cond.notify_all()
+
+    def send(self, msg, fds=()):
+        data = json.dumps(msg).encode()
+        if fds:
+            socket.send_fds(self.control, [data], [f.fileno() for f in fds])
+        else:
+            self.control.send(data)
+
+    def wait_event(self, pred, timeout=20):
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                for e in self.events:
+                    if pred(e):
+                        return e
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError("no such event; got %r" % self.events[-20:])
+                self.cond.wait(left)
+
+    def clear(self):
+        with self.cond:
+            self.events.clear()
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+        self.control.close()
+
+
+@pytest.fixture(scope="module")
+def net():
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    assert os.access(EGRESS, os.X_OK), EGRESS + " is not built"
+    work = tempfile.mkdtemp(prefix="nsbox-egress-test-")
+    procs = []
+    try:
+        for ns in (NS_HOST, NS_EGRESS, NS_UP, NS_SB1, NS_SB2):
+            sh("ip", "netns", "add", ns)
+            netns_exec(ns, "ip", "link", "set", "lo", "up")
+        for k in ("net.ipv4.ip_forward=0", "net.ipv4.conf.all.rp_filter=1", "net.ipv4.conf.default.rp_filter=1",
+                  "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"):
+            netns_exec(NS_EGRESS, "sysctl", "-qw", k)
+        netns_exec(NS_EGRESS, "nft", "-f", "-", input=NFT_RULESET)
+        for i, (ns, gw, addr) in enumerate(((NS_SB1, GW1, SB1), (NS_SB2, GW2, SB2)), start=1):
+            sh("ip", "link", "add", "nsb%d" % i, "netns", NS_EGRESS, "type", "veth", "peer", "name", "eth0",
+               "netns", ns)
+            netns_exec(NS_EGRESS, "ip", "addr", "add", gw + "/30", "dev", "nsb%d" % i)
+            netns_exec(NS_EGRESS, "ip", "link", "set", "nsb%d" % i, "up")
+            netns_exec(ns, "ip", "addr", "add", addr + "/30", "dev", "eth0")
+            netns_exec(ns, "ip", "link", "set", "eth0", "up")
+            netns_exec(ns, "ip", "route", "add", "default", "via", gw)
+        sh("ip", "link", "add", HOST_VETH, "netns", NS_HOST, "type", "veth", "peer", "name", UP_VETH,
+           "netns", NS_UP)
+        netns_exec(NS_HOST, "ip", "addr", "add", HOST_ADDR + "/24", "dev", HOST_VETH)
+        netns_exec(NS_HOST, "ip", "link", "set", HOST_VETH, "up")
+        for a in (UP_A, UP_B, UP_DNS):
+            netns_exec(NS_UP, "ip", "addr", "add", a + "/24", "dev", UP_VETH)
+        netns_exec(NS_UP, "ip", "link", "set", UP_VETH, "up")
+        up_log = os.path.join(work, "upstream.log")
+        open(up_log, "w").close()
+        script = os.path.join(work, "upstream.py")
+        with open(script, "w") as f:
+            f.write(UPSTREAM)
+        client = os.path.join(work, "client.py")
+        with open(client, "w") as f:
+            f.write(CLIENT)
+        procs.append(subprocess.Popen(["ip", "netns", "exec", NS_UP, PY, script, up_log]))
+        procs.append(subprocess.Popen(
+            ["ip", "netns", "exec", NS_UP, "dnsmasq", "--no-daemon", "--no-resolv", "--no-hosts",
+             "--conf-file=/dev/null", "--pid-file=", "--listen-address=" + UP_DNS, "--bind-interfaces",
+             "--address=/allowed.test/" + UP_A, "--address=/other.test/" + UP_B,
+             "--address=/meta.test/169.254.169.254",
+             "--address=/wild.test/" + UP_B, "--address=/nope.test/" + UP_A, "--address=/myself.test/" + HOST_ADDR],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        # Up once the upstream answers from the "host" netns.
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                sockets_in_netns(NS_HOST, lambda: socket.create_connection((UP_A, 8080), timeout=2).close())
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        proxy = Proxy(work)
+        procs.append(proxy.proc)
+        yield {"proxy": proxy, "work": work, "client": client, "up_log": up_log}
+        proxy.stop()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        for ns in (NS_HOST, NS_EGRESS, NS_UP, NS_SB1, NS_SB2):
+            sh("ip", "netns", "del", ns, check=False)
+        subprocess.run(["rm", "-rf", work])
+
+
+def probe(net, ns, *args):
+    r = netns_exec(ns, PY, net["client"], *args, timeout=60)
+    return json.loads(r.stdout)
+
+
+POLICY = {"allow": ["allowed.test", "*.wild.test", "203.0.113.11/32"], "deny": ["bad.allowed.test"]}
+
+
+@pytest.fixture(scope="module")
+def added(net):
+    proxy = net["proxy"]
+    proxy.wait_event(lambda e: e.get("event") == "ready")
+    socks = {}
+    for sid, gw, addr in (("sb1", GW1, SB1), ("sb2", GW2, SB2)):
+        tcp, udp = sandbox_sockets(gw)
+        proxy.send({"op": "add", "sandbox": sid, "address": addr, "policy": POLICY}, fds=(tcp, udp))
+        # The proxy holds the only copies from now on.
+        tcp.close()
+        udp.close()
+
+
+def refused_event(proxy, **match):
+    return proxy.wait_event(lambda e: e.get("event") == "refused" and all(e.get(k) == v for k, v in match.items()))
+
+
+def test_proxy_starts_as_an_unprivileged_user_and_says_ready(net):
+    proxy = net["proxy"]
+    assert proxy.wait_event(lambda e: e.get("event") == "ready")
+    status = open("/proc/%d/status" % proxy.proc.pid).read()
+    fields = dict(line.split(":", 1) for line in status.splitlines())
+    assert fields["Uid"].split() == ["65534"] * 4
+    assert fields["CapEff"].strip() == "0000000000000000"
+    assert fields["NoNewPrivs"].strip() == "1"
+    # The main thread stays in the (test's stand-in for the) host's netns.
+    assert os.stat("/proc/%d/ns/net" % proxy.proc.pid).st_ino == os.stat("/run/netns/" + NS_HOST).st_ino
+
+
+def test_dns_answers_allowed_names_and_refuses_the_rest(net, added):
+    r = probe(net, NS_SB1, "dns", "Allowed.Test")
+    assert r["rcode"] == 0 and r["addrs"] == [UP_A] and r["id"] == 0x4242
+    # Any address on port 53 ends at the proxy; the reply comes from it.
+    r = probe(net, NS_SB1, "dns", "allowed.test", "198.51.100.7")
+    assert r["rcode"] == 0 and r["src"] == "198.51.100.7"
+    for name in ("other.test", "bad.allowed.test", "wild.test"):
+        assert probe(net, NS_SB1, "dns", name)["rcode"] == 5, name
+    r = probe(net, NS_SB1, "dns", "x.wild.test")
+    assert r["rcode"] == 0 and r["addrs"] == [UP_B]
+    refused_event(net["proxy"], sandbox="sb1", name="other.test", port=53, reason="not allowed")
+    refused_event(net["proxy"], sandbox="sb1", name="bad.allowed.test", reason="denied")
+
+
+def test_http_to_an_allowed_name_is_relayed_with_one_request_only(net, added):
+    probe(net, NS_SB1, "dns", "allowed.test")
+    r = probe(net, NS_SB1, "http", UP_A, "allowed.test", "GET /second HTTP/1.1\\r\\nHost: other.test\\r\\n\\r\\n")
+    assert "hello from upstream" in r["reply"], r
+    log = open(net["up_log"]).read()
+    assert "Host: allowed.test" in log and "Connection: close" in log
+    assert "keep-alive" not in log
+    # The pipelined second request (another Host) never reached upstream.
+    assert "other.test" not in log and "MORE" not in log
+
+
+def test_http_refusals_name_the_host(net, added):
+    proxy = net["proxy"]
+    r = probe(net, NS_SB1, "http", UP_A, "other.test")
+    assert r["reply"].startswith("HTTP/1.1 403 Forbidden")
+    assert r["reply"].endswith("nsbox: network policy refused other.test\n")
+    refused_event(proxy, sandbox="sb1", name="other.test", address=UP_A, port=80, reason="not allowed")
+    # An allowed name sent to an address that is not the name's.
+    r = probe(net, NS_SB1, "http", "198.51.100.20", "allowed.test")
+    assert "403" in r["reply"].split("\r\n")[0]
+    refused_event(proxy, sandbox="sb1", name="allowed.test", address="198.51.100.20",
+                  reason="address is not allowed.test's")
+    # An IP literal: unnamed, and no allow CIDR has it.
+    r = probe(net, NS_SB1, "http", UP_A, UP_A)
+    assert r["reply"].startswith("HTTP/1.1 403")
+    refused_event(proxy, sandbox="sb1", name=None, address=UP_A, port=80, reason="not allowed")
+    # Cloud metadata under an allowed name: private.
+    r = probe(net, NS_SB1, "http", "169.254.169.254", "allowed.test")
+    assert r["reply"].startswith("HTTP/1.1 403")
+    refused_event(proxy, sandbox="sb1", address="169.254.169.254", reason="private address")
+
+
+def test_tls_by_sni(net, added):
+    probe(net, NS_SB1, "dns", "allowed.test")
+    r = probe(net, NS_SB1, "tls", UP_A, "allowed.test")
+    assert bytes.fromhex(r["reply"]) == b"TLS-OK\n"
+    r = probe(net, NS_SB1, "tls", UP_A, "other.test")
+    assert bytes.fromhex(r["reply"]) == b"\x15\x03\x03\x00\x02\x02\x31"  # alert access_denied
+    refused_event(net["proxy"], sandbox="sb1", name="other.test", port=443)
+
+
+def test_other_ports_need_an_allow_cidr(net, added):
+    proxy = net["proxy"]
+    assert probe(net, NS_SB1, "raw", UP_B, "8080")["reply"] == "RAW-OK\n"
+    r = probe(net, NS_SB1, "raw", UP_A, "8080")
+    assert r.get("reply", "") == "" and (r.get("how") == "reset" or r.get("error") == "reset"), r
+    refused_event(proxy, sandbox="sb1", name=None, address=UP_A, port=8080, reason="not allowed")
+    # The other sandbox, and the host's own address: private.
+    r = probe(net, NS_SB1, "raw", SB2, "8080")
+    assert r.get("reply", "") == ""
+    refused_event(proxy, sandbox="sb1", address=SB2, reason="private address")
+
+
+def test_explicit_proxy_connect_and_absolute_form(net, added):
+    r = probe(net, NS_SB1, "proxy", "CONNECT allowed.test:443 HTTP/1.1\\r\\nHost: allowed.test:443\\r\\n\\r\\nhello")
+    assert r["reply"] == "HTTP/1.1 200 Connection established\r\n\r\nTLS-OK\n", r
+    r = probe(net, NS_SB1, "proxy", "CONNECT nope.test:443 HTTP/1.1\\r\\n\\r\\n")
+    assert r["reply"].startswith("HTTP/1.1 403") and "refused nope.test" in r["reply"]
+    refused_event(net["proxy"], sandbox="sb1", name="nope.test", port=443, reason="not allowed")
+    r = probe(net, NS_SB1, "proxy", "CONNECT bad.allowed.test:443 HTTP/1.1\\r\\n\\r\\n")
+    assert r["reply"].startswith("HTTP/1.1 403")
+    # other.test is not a name of the policy, but its address is in an allow CIDR.
+    r = probe(net, NS_SB1, "proxy", "CONNECT other.test:443 HTTP/1.1\\r\\n\\r\\n")
+    assert r["reply"].startswith("HTTP/1.1 200"), r
+    r = probe(net, NS_SB1, "proxy", "GET http://allowed.test/abs HTTP/1.1\\r\\n\\r\\n")
+    assert "hello from upstream" in r["reply"]
+    assert "'GET /abs HTTP/1.1" in open(net["up_log"]).read()
+    # A name that resolves to cloud metadata or to the host itself.
+    pol = {"allow": ["*"]}
+    net["proxy"].send({"op": "policy", "sandbox": "sb2", "policy": pol})
+    for name in ("meta.test", "myself.test"):
+        r = probe(net, NS_SB2, "proxy", "CONNECT %s:443 HTTP/1.1\\r\\n\\r\\n" % name, GW2)
+        assert r["reply"].startswith("HTTP/1.1 403"), (name, r)
+        refused_event(net["proxy"], sandbox="sb2", name=name, reason="private address")
+    net["proxy"].send({"op": "policy", "sandbox": "sb2", "policy": POLICY})
+    # Another sandbox's gateway is not its explicit proxy: unnamed, private.
+    r = probe(net, NS_SB2, "proxy", "CONNECT allowed.test:443 HTTP/1.1\\r\\n\\r\\n", GW1)
+    assert r.get("reply", "") == "", r
+
+
+def test_stats_deltas_arrive(net, added):
+    proxy = net["proxy"]
+    proxy.clear()
+    probe(net, NS_SB1, "dns", "allowed.test")
+    probe(net, NS_SB1, "http", UP_A, "allowed.test")
+    probe(net, NS_SB1, "http", UP_A, "other.test")
+    total = {"bytes_in": 0, "bytes_out": 0, "connections": 0, "refused": 0, "dns_queries": 0}
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and not (total["connections"] and total["refused"] and total["dns_queries"]):
+        time.sleep(0.5)
+        with proxy.cond:
+            stats = [e for e in proxy.events if e.get("event") == "stats" and e["sandbox"] == "sb1"]
+        total = {k: sum(e[k] for e in stats) for k in total}
+    assert total["connections"] >= 1 and total["refused"] >= 1 and total["dns_queries"] >= 1, total
+    assert total["bytes_in"] > 20 and total["bytes_out"] > 20, total
+
+
+def test_policy_change_applies_to_new_connections(net, added):
+    proxy = net["proxy"]
+    proxy.send({"op": "policy", "sandbox": "sb1", "policy": {"allow": ["allowed.test"], "deny": ["allowed.test"]}})
+    time.sleep(0.5)
+    assert probe(net, NS_SB1, "dns", "allowed.test")["rcode"] == 5
+    r = probe(net, NS_SB1, "http", UP_A, "allowed.test")
+    assert r["reply"].startswith("HTTP/1.1 403")
+    refused_event(proxy, sandbox="sb1", name="allowed.test", reason="denied")
+    # The other sandbox keeps its own policy.
+    assert probe(net, NS_SB2, "dns", "allowed.test")["rcode"] == 0
+    proxy.send({"op": "policy", "sandbox": "sb1", "policy": POLICY})
+    time.sleep(0.5)
+    assert probe(net, NS_SB1, "dns", "allowed.test")["rcode"] == 0
+
+
+def test_bad_control_messages_get_an_error_and_change_nothing(net, added):
+    proxy = net["proxy"]
+    proxy.send({"op": "policy", "sandbox": "sb1", "policy": {"allow": ["not a name"]}})
+    e = proxy.wait_event(lambda e: e.get("event") == "error" and "allow[0]" in e.get("message", ""))
+    assert e["sandbox"] == "sb1"
+    proxy.send({"op": "remove", "sandbox": "nope"})
+    proxy.wait_event(lambda e: e.get("event") == "error" and e.get("sandbox") == "nope")
+    proxy.control.send(b"\x00not json")
+    proxy.wait_event(lambda e: e.get("event") == "error" and "JSON" in e.get("message", ""))
+    assert proxy.proc.poll() is None
+    assert probe(net, NS_SB1, "dns", "allowed.test")["rcode"] == 0
+
+
+def test_expose_joins_host_connections_to_the_sandbox(net, added):
+    proxy = net["proxy"]
+    server = subprocess.Popen(["ip", "netns", "exec", NS_SB1, PY, "-m", "http.server", "8000", "--bind", SB1,
+                               "--directory", net["work"]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def make_listener():
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            s.listen(16)
+            return s
+        listener = sockets_in_netns(NS_HOST, make_listener)
+        port = listener.getsockname()[1]
+        proxy.send({"op": "expose", "sandbox": "sb1", "port": 8000}, fds=(listener,))
+        listener.close()
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                s = sockets_in_netns(NS_HOST, lambda: socket.create_connection(("127.0.0.1", port), timeout=5))
+                s.sendall(b"GET /upstream.py HTTP/1.0\r\n\r\n")
+                got = b""
+                while True:
+                    d = s.recv(65536)
+                    if not d:
+                        break
+                    got += d
+                s.close()
+                if b"200 OK" in got:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "exposed port never answered"
+            time.sleep(0.3)
+        assert b"def serve" in got
+        proxy.send({"op": "unexpose", "sandbox": "sb1", "port": 8000})
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                sockets_in_netns(NS_HOST, lambda: socket.create_connection(("127.0.0.1", port), timeout=2).close())
+            except ConnectionRefusedError:
+                break
+            assert time.monotonic() < deadline, "unexpose left the listener open"
+            time.sleep(0.2)
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_remove_closes_the_sandbox_sockets(net, added):
+    proxy = net["proxy"]
+    proxy.send({"op": "remove", "sandbox": "sb2"})
+    time.sleep(0.5)
+    r = probe(net, NS_SB2, "raw", UP_B, "8080")
+    assert r.get("error") == "refused", r
+    # Nothing listens on its gateway in the egress netns any more (sb1's still does).
+    listening = netns_exec(NS_EGRESS, "ss", "-Hltun").stdout
+    assert GW2 not in listening and GW1 + ":1 " in listening, listening
+    assert probe(net, NS_SB1, "raw", UP_B, "8080")["reply"] == "RAW-OK\n"
+    assert proxy.proc.poll() is None
