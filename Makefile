@@ -159,8 +159,7 @@ install: all
 		$(DESTDIR)/etc/systemd/system
 	install -m 0755 $(BUILD)/nsboxd $(BUILD)/nsbox $(DESTDIR)$(PREFIX)/bin/
 	install -m 0755 $(BUILD)/nsbox-init $(DESTDIR)$(PREFIX)/libexec/nsbox/
-	install -d $(DESTDIR)$(PREFIX)/lib/nsbox
-	install -m 0755 $(BUILD)/nsbox-egress $(DESTDIR)$(PREFIX)/lib/nsbox/
+	install -m 0755 $(BUILD)/nsbox-egress $(DESTDIR)$(PREFIX)/libexec/nsbox/
 	install -m 0644 seccomp-profiles/*.json $(DESTDIR)$(PREFIX)/share/nsbox/seccomp/
 	cp -r rootfs-builder/. $(DESTDIR)$(PREFIX)/share/nsbox/rootfs-builder/
 	install -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/nsbox/
@@ -172,7 +171,6 @@ uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/nsboxd $(DESTDIR)$(PREFIX)/bin/nsbox \
 		$(DESTDIR)/etc/systemd/system/nsboxd.service $(DESTDIR)/etc/systemd/system/nsbox.slice \
 		$(DESTDIR)/etc/systemd/system/nsboxd.socket
-	rm -rf $(DESTDIR)$(PREFIX)/lib/nsbox
 	rm -rf $(DESTDIR)$(PREFIX)/libexec/nsbox $(DESTDIR)$(PREFIX)/share/nsbox $(DESTDIR)$(PREFIX)/share/doc/nsbox
 	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
 
