@@ -14,7 +14,7 @@ CFLAGS  ?= -O2 -g
 CFLAGS  += -std=gnu11 -Wall -Wextra -Werror -Wno-unused-parameter -Wshadow -Wformat=2 -Wno-format-truncation \
            -fno-strict-aliasing -D_GNU_SOURCE -DNSBOX_PREFIX='"$(PREFIX)"' \
            -Icommon -Ipolicy -Iruntime -Imanager -Icli
-PKGS    := libseccomp libcap libnl-3.0 libnl-route-3.0 jansson uuid libsystemd
+PKGS    := libseccomp libcap libnl-3.0 libnl-route-3.0 jansson uuid libsystemd libnftables
 LIBS     = $(shell pkg-config --libs $(PKGS)) -lpthread
 CFLAGS  += $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 SAN     ?=
@@ -22,9 +22,9 @@ SAN     ?=
 # Debian packages: to build and run, to test, for the cgroup v2 VM suite, and
 # for the side-by-side benchmark.
 DEPS_BUILD := build-essential pkg-config libseccomp-dev libcap-dev libnl-3-dev libnl-route-3-dev \
-              libjansson-dev uuid-dev libsystemd-dev debootstrap
+              libjansson-dev uuid-dev libsystemd-dev libnftables-dev libc-ares-dev debootstrap
 DEPS_TEST  := libcmocka-dev python3-pytest clang-format systemd qemu-system-x86 \
-              linux-image-amd64 busybox-static e2fsprogs
+              linux-image-amd64 busybox-static e2fsprogs dnsmasq-base openssl iproute2 nftables
 DEPS_BENCH := bubblewrap crun hyperfine
 
 COMMON_SRC  := $(wildcard common/*.c)

@@ -74,6 +74,15 @@ static const struct option_def options[] = {
           "sum of the memory limits of live sandboxes at most (0: the host's memory)" },
         { "max_buffer_bytes", "NSBOX_MAX_BUFFER_BYTES", OPT_UINT, CFG(max_buffer_bytes), 1ull << 40,
           "nsboxd memory for output not yet read, all clients together (0: an eighth of the host's)" },
+        { "allow_client_network_policies", "NSBOX_ALLOW_CLIENT_NETWORK_POLICIES", OPT_UINT,
+          CFG(allow_client_network_policies), 1, "1: sandbox.create may pass its own network policy object" },
+        { "network_subnet", "NSBOX_NETWORK_SUBNET", OPT_STRING, CFG(network_subnet), 0,
+          "IPv4 CIDR the sandboxes' network addresses come from" },
+        { "egress_dns_servers", "NSBOX_EGRESS_DNS_SERVERS", OPT_STRING, CFG(egress_dns_servers), 0,
+          "resolvers of the egress proxy, IP[:PORT],... (default: /etc/resolv.conf)" },
+        { "egress_path", "NSBOX_EGRESS_PATH", OPT_STRING, CFG(egress_path), 0, "the nsbox-egress binary" },
+        { "egress_uid", "NSBOX_EGRESS_UID", OPT_UINT, CFG(egress_uid), UINT32_MAX - 1,
+          "uid and gid of the egress proxy (0: uid_pool_base - 1)" },
         { "memory_bytes", "NSBOX_MEMORY_BYTES", OPT_UINT, CFG(defaults.limits.memory_bytes),
           POLICY_MAX_MEMORY_BYTES, "default memory limit" },
         { "pids", "NSBOX_PIDS", OPT_UINT, CFG(defaults.limits.pids), POLICY_MAX_PIDS, "default pids limit" },
@@ -132,6 +141,15 @@ static int load_file(struct nsbox_config *config, const char *path, bool require
                 for (size_t i = 0; i < ARRAY_SIZE(options); i++) {
                         if (strcmp(options[i].key, key) == 0)
                                 opt = &options[i];
+                }
+                if (strcmp(key, "network_policies") == 0) {
+                        /* An object, not a flag: checked by the egress module. */
+                        if (!json_is_object(value))
+                                return nsbox_invalid(err, "config %s: network_policies must be an object",
+                                                     path);
+                        json_decref(config->network_policies);
+                        config->network_policies = json_incref(value);
+                        continue;
                 }
                 if (opt == NULL || strcmp(key, "config") == 0)
                         return nsbox_invalid(err, "config %s: unknown key \"%s\"", path, key);
@@ -217,6 +235,9 @@ int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_
         config->image_dir = strdup("/var/lib/nsbox/images");
         config->seccomp_dir = sibling_path("../seccomp-profiles", NSBOX_PREFIX "/share/nsbox/seccomp");
         config->init_path = sibling_path("nsbox-init", NSBOX_PREFIX "/libexec/nsbox/nsbox-init");
+        config->egress_path = sibling_path("nsbox-egress", NSBOX_PREFIX "/libexec/nsbox/nsbox-egress");
+        config->network_subnet = strdup("10.250.0.0/16");
+        config->egress_dns_servers = strdup("");
         config->log_level = strdup("info");
         config->uid_isolation = strdup("per-sandbox");
         config->max_request_bytes = 64u << 20;
@@ -300,6 +321,8 @@ int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_
                 (unsigned long long)config->uid_pool_ranges * NSBOX_UID_RANGE >
             UINT_MAX)
                 return nsbox_invalid(err, "uid pool runs past the largest uid");
+        if (config->egress_uid == 0)
+                config->egress_uid = config->uid_pool_base - 1;
         if (config->uid_pool_base < NSBOX_UID_RANGE)
                 return nsbox_error(err, EINVAL,
                                    "uid_pool_base must be at least 65536 (host system ids live below)");
@@ -316,5 +339,9 @@ void config_free(struct nsbox_config *config)
         free(config->config_path);
         free(config->log_level);
         free(config->uid_isolation);
+        free(config->network_subnet);
+        free(config->egress_dns_servers);
+        free(config->egress_path);
+        json_decref(config->network_policies);
         policy_clear(&config->defaults);
 }

@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <jansson.h>
+
 #include "error.h"
 #include "policy.h"
 
@@ -48,6 +50,15 @@ struct nsbox_config {
         /* nsboxd's own memory for output waiting for clients and execs. */
         uint64_t max_buffer_bytes;
         struct sandbox_policy defaults;
+        /* Network egress (manager/egress.c): the operator's named policies
+         * (a JSON object of POLICY objects, only from the config file), and
+         * whether a client may pass a POLICY of its own. */
+        json_t *network_policies;
+        unsigned allow_client_network_policies;
+        char *network_subnet;     /* IPv4 CIDR the sandboxes' /30s come from */
+        char *egress_dns_servers; /* "IP[:PORT],..." for the proxy; "" = resolv.conf */
+        char *egress_path;        /* the nsbox-egress binary */
+        uid_t egress_uid;         /* the proxy's uid and gid; 0 = uid_pool_base - 1 */
 };
 
 #define NSBOX_UID_RANGE 65536u

@@ -1,5 +1,7 @@
 #include "exec.h"
 
+#include "egress.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -17,6 +19,7 @@
 #include "cgroup.h"
 #include "cleanup.h"
 #include "daemon.h"
+#include "egress.h"
 #include "json_cleanup.h"
 #include "log.h"
 #include "params.h"
@@ -552,6 +555,7 @@ static json_t *exec_result(struct exec *ex)
             ex->sb->cgroup != NULL && cgroup_sandbox_oom_kills(ex->sb->cgroup) > ex->oom_kills_at_start,
             "duration_ms", (json_int_t)(end - ex->start_mono), "encoding", ex->base64 ? "base64" : "utf-8",
             "running", !ex->finished);
+        egress_note_refused(result, ex->sb, ex->start_mono, false);
         if (result != NULL && ex->supervisor_died)
                 json_object_set_new(result, "error",
                                     json_string("the exec's supervisor died (killed from outside the "

@@ -10,6 +10,7 @@
 #include "cgroup.h"
 #include "cleanup.h"
 #include "daemon.h"
+#include "egress.h"
 #include "exec.h"
 #include "fs.h"
 #include "images.h"
@@ -103,6 +104,11 @@ static void method_sandbox_create(struct rpc_request *req)
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
                 return;
         }
+        if (egress_check(&policy, &err) < 0) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
+                policy_clear(&policy);
+                return;
+        }
         if (!image_exists(policy.image)) {
                 rpc_reply_fail(req, "invalid_params", "no image \"%s\" in %s", policy.image,
                                nsboxd.config.image_dir);
@@ -163,7 +169,102 @@ static void method_sandbox_info(struct rpc_request *req)
                 return;
         json_t *info = sandbox_to_json(sb, false);
         json_object_set_new(info, "stats", cgroup_sandbox_stats(sb->cgroup));
+        json_t *network = egress_info(sb);
+        if (network != NULL)
+                json_object_set_new(info, "egress", network);
         rpc_reply_result(req, info);
+}
+
+/* What may change in a live sandbox: its network policy. */
+static void method_sandbox_update(struct rpc_request *req)
+{
+        static const char *const known[] = { "sandbox_id", "network", NULL };
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (!rpc_check_fields(req, known))
+                return;
+        struct sandbox *sb = require_sandbox(req);
+        if (sb == NULL)
+                return;
+        json_t *network = json_object_get(req->msg.params, "network");
+        if (network != NULL) {
+                char name[sizeof(sb->policy.network)];
+                _cleanup_json_ json_t *custom = NULL;
+                if (policy_network_from_json(network, name, sizeof(name), &custom, &err) < 0) {
+                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
+                        return;
+                }
+                if (sb->state != SANDBOX_RUNNING) {
+                        rpc_reply_fail(req, "unavailable", "sandbox %s is %s", sb->id,
+                                       sandbox_state_name(sb->state));
+                        return;
+                }
+                int r = egress_update(sb, name, custom, &err);
+                if (r == -EINVAL) {
+                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
+                        return;
+                }
+                if (r < 0) {
+                        rpc_reply_fail(req, r == -EUSERS ? "limit_reached" : "internal", "%s", err->message);
+                        return;
+                }
+                log_limited(log_key_uid(req->uid).text, LOG_LEVEL_INFO,
+                            "sandbox %s: network set to %s by uid %u", sb->id, name, req->uid);
+        }
+        sandbox_touch(sb);
+        json_t *info = sandbox_to_json(sb, false);
+        json_t *egress_object = egress_info(sb);
+        if (egress_object != NULL)
+                json_object_set_new(info, "egress", egress_object);
+        rpc_reply_result(req, info);
+}
+
+static bool get_port(struct rpc_request *req, unsigned *port)
+{
+        json_t *p = json_object_get(req->msg.params, "port");
+        if (!json_is_integer(p) || json_integer_value(p) < 1 || json_integer_value(p) > 65535) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                "port must be an integer from 1 to 65535");
+                return false;
+        }
+        *port = (unsigned)json_integer_value(p);
+        return true;
+}
+
+static void method_sandbox_expose(struct rpc_request *req)
+{
+        static const char *const known[] = { "sandbox_id", "port", NULL };
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        unsigned port;
+        if (!rpc_check_fields(req, known))
+                return;
+        struct sandbox *sb = require_sandbox(req);
+        if (sb == NULL || !get_port(req, &port))
+                return;
+        json_t *result = NULL;
+        int r = egress_expose(sb, port, &result, &err);
+        if (r == -EINVAL)
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
+        else if (r < 0)
+                rpc_reply_fail(req, r == -EUSERS ? "limit_reached" : "internal", "%s", err->message);
+        else
+                rpc_reply_result(req, result);
+}
+
+static void method_sandbox_unexpose(struct rpc_request *req)
+{
+        static const char *const known[] = { "sandbox_id", "port", NULL };
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        unsigned port;
+        if (!rpc_check_fields(req, known))
+                return;
+        struct sandbox *sb = require_sandbox(req);
+        if (sb == NULL || !get_port(req, &port))
+                return;
+        if (egress_unexpose(sb, port, &err) < 0)
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
+        else
+                rpc_reply_result(
+                    req, json_pack("{s:s, s:i, s:b}", "sandbox_id", sb->id, "port", (int)port, "exposed", 0));
 }
 
 static void remove_done(struct sandbox *sb, const char *error, void *data)
@@ -239,6 +340,9 @@ const struct rpc_method nsboxd_methods[] = {
         { "sandbox.list", method_sandbox_list },
         { "sandbox.info", method_sandbox_info },
         { "sandbox.remove", method_sandbox_remove },
+        { "sandbox.update", method_sandbox_update },
+        { "sandbox.expose", method_sandbox_expose },
+        { "sandbox.unexpose", method_sandbox_unexpose },
         { "sandbox.exec", method_sandbox_exec },
         { "python.run", python_method_run },
         { "package.install", method_package_install },

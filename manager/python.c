@@ -12,6 +12,7 @@
 
 #include "cleanup.h"
 #include "daemon.h"
+#include "egress.h"
 #include "exec.h"
 #include "fs.h"
 #include "json_cleanup.h"
@@ -185,6 +186,7 @@ static void reply_run(struct python_run *run, const char *status, json_t *exit_c
                                   "result", result ? result : json_null(), "truncated", truncated,
                                   "sandbox_id", run->sb->id, "images_left_out", (json_int_t)images_left_out,
                                   "files_left_out", (json_int_t)files_left_out);
+        egress_note_refused(reply, run->sb, run->started_mono, true);
         if (reply != NULL && run->recreated) {
                 json_object_set_new(reply, "recreated", json_true());
                 json_object_set_new(reply, "reason", json_string("idle timeout"));
@@ -571,6 +573,8 @@ struct install {
         struct rpc_request *req;
         struct python_run *run; /* python.run waiting for its requirements, or NULL */
         json_t *code;
+        struct sandbox *sb;
+        long long started_mono;
 };
 
 static void run_after_requirements(struct python_run *run);
@@ -580,7 +584,11 @@ static void install_done(struct exec *ex, json_t *result, void *data)
         struct install *inst = data;
         if (inst->run == NULL) {
                 calls_add(inst->req->uid, -1);
-                rpc_reply_result(inst->req, json_incref(result));
+                json_t *reply = json_deep_copy(result);
+                if (reply != NULL && json_is_string(json_object_get(reply, "stderr")) &&
+                    strcmp(json_string_value(json_object_get(reply, "encoding")), "utf-8") == 0)
+                        egress_note_refused(reply, inst->sb, inst->started_mono, true);
+                rpc_reply_result(inst->req, reply);
                 free(inst);
                 return;
         }
@@ -657,6 +665,8 @@ void package_method_install(struct rpc_request *req, struct sandbox *sb)
                 return;
         }
         inst->req = req;
+        inst->sb = sb;
+        inst->started_mono = now_monotonic_ms();
         calls_add(req->uid, 1);
         if (start_install(sb, packages, opts[0], opts[1], inst, &err) < 0) {
                 calls_add(req->uid, -1);

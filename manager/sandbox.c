@@ -24,6 +24,7 @@
 #include "cgroup.h"
 #include "cleanup.h"
 #include "daemon.h"
+#include "egress.h"
 #include "exec.h"
 #include "log.h"
 #include "profiles.h"
@@ -358,6 +359,7 @@ static void sandbox_finalize(struct sandbox *sb)
                 sb->pidfd = NULL;
         }
         exec_sandbox_gone(sb);
+        egress_detach(sb);
         if (sb->cgroup != NULL) {
                 cgroup_sandbox_destroy(sb->cgroup);
                 sb->cgroup = NULL;
@@ -421,6 +423,12 @@ static void on_control(struct loop_source *source, uint32_t events)
                         continue;
                 if (sb->state == SANDBOX_CREATING) {
                         if (msg.hdr.type == CTL_READY) {
+                                _cleanup_error_ nsbox_error_t *net_err = NULL;
+                                if (egress_attach(sb, &sb->policy, &net_err) < 0) {
+                                        sandbox_set_failure(sb, net_err->message);
+                                        sandbox_kill(sb);
+                                        continue;
+                                }
                                 sb->state = SANDBOX_RUNNING;
                                 /* The sandbox holds its own copies; nothing stays mounted on the host. */
                                 rootfs_detach(sb->dir);
@@ -700,15 +708,16 @@ static int sandbox_new(uid_t owner, struct sandbox_policy *policy, bool pooled, 
 }
 
 /* A pooled sandbox is interchangeable with a fresh one only for the policy
- * it was made with: same image, profile, network and limits (the limits are
- * already in its cgroup and its disk tmpfs). */
+ * it was made with: same image, profile and limits (the limits are already
+ * in its cgroup and its disk tmpfs). Network is added from outside once it
+ * runs (egress.c), so a pooled sandbox serves any network policy. */
 static bool pool_matches(const struct sandbox *sb, const struct sandbox_policy *p)
 {
         const struct sandbox_limits *a = &sb->policy.limits, *b = &p->limits;
         return strcmp(sb->policy.image, p->image) == 0 &&
                strcmp(sb->policy.seccomp_profile, p->seccomp_profile) == 0 &&
-               strcmp(sb->policy.network, p->network) == 0 && a->memory_bytes == b->memory_bytes &&
-               a->pids == b->pids && a->cpus == b->cpus && a->disk_bytes == b->disk_bytes;
+               a->memory_bytes == b->memory_bytes && a->pids == b->pids && a->cpus == b->cpus &&
+               a->disk_bytes == b->disk_bytes;
 }
 
 /* A pooled sandbox that runs, or else one still starting: it is ready
@@ -732,6 +741,12 @@ static struct sandbox *pool_claim(uid_t owner, struct sandbox_policy *policy)
         struct sandbox *sb = pool_find(policy);
         if (sb == NULL)
                 return NULL;
+        /* One still starting gets its network when it is ready. */
+        _cleanup_error_ nsbox_error_t *net_err = NULL;
+        if (sb->state == SANDBOX_RUNNING && egress_attach(sb, policy, &net_err) < 0) {
+                log_warn("sandbox %s: warm pool: %s", sb->id, net_err->message);
+                return NULL;
+        }
         sb->pooled = false;
         nsboxd.n_pooled--;
         nsboxd.n_sandboxes++;

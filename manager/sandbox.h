@@ -30,8 +30,9 @@ struct sandbox {
         struct loop_source *pidfd;
         struct loop_source *ctl;
         struct sandbox_cgroup *cgroup;
-        bool pooled;        /* pre-created with the default policy, not yet given to anyone */
-        uint64_t committed; /* its share of the memory commit (memory_commit_bytes) */
+        struct sandbox_egress *egress; /* its network, when it has one (egress.c) */
+        bool pooled;                   /* pre-created with the default policy, not yet given to anyone */
+        uint64_t committed;            /* its share of the memory commit (memory_commit_bytes) */
         unsigned uid_slot;
         int uid_lock_fd; /* flock held on the range for as long as the sandbox lives */
         uid_t host_uid_base;

@@ -21,6 +21,7 @@
 #include "cgroup.h"
 #include "cleanup.h"
 #include "daemon.h"
+#include "egress.h"
 #include "host_pools.h"
 #include "log.h"
 #include "methods.h"
@@ -283,6 +284,8 @@ static int start(nsbox_error_t **err)
         state_recover();
         if ((r = setup_signals_and_timers(err)) < 0 || (r = setup_watchdog(err)) < 0)
                 return r;
+        if ((r = egress_init(err)) < 0)
+                return r;
         if ((r = profiles_get(nsboxd.config.defaults.seccomp_profile, err)) < 0)
                 return r;
         if ((r = make_socket_dir(nsboxd.config.socket_path, err)) < 0)
@@ -358,6 +361,7 @@ int nsboxd_main(int argc, char **argv)
                 }
         }
         unsigned left_behind = shutdown_sandboxes();
+        egress_shutdown();
         profiles_clear();
         log_info("stopped%s", left_behind ? " with things left behind" : "");
         loop_free(nsboxd.loop);

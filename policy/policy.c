@@ -28,6 +28,8 @@ void policy_clear(struct sandbox_policy *policy)
                 json_decref(policy->env);
         if (policy->labels)
                 json_decref(policy->labels);
+        json_decref(policy->network_custom);
+        policy->network_custom = NULL;
         policy->env = policy->labels = NULL;
 }
 
@@ -166,6 +168,24 @@ int policy_check_ceilings(const struct sandbox_limits *limits, const struct poli
         return 0;
 }
 
+int policy_network_from_json(json_t *network, char *name, size_t size, json_t **custom, nsbox_error_t **err)
+{
+        *custom = NULL;
+        if (json_is_object(network)) {
+                snprintf(name, size, "custom");
+                *custom = json_deep_copy(network);
+                return *custom != NULL ? 0 : nsbox_error(err, ENOMEM, "copy the network policy");
+        }
+        if (!json_is_string(network) || json_string_length(network) >= size ||
+            !policy_valid_name(json_string_value(network)) ||
+            strcmp(json_string_value(network), "custom") == 0)
+                return nsbox_invalid(err,
+                                     "network must be \"none\", the name of one of the operator's network "
+                                     "policies, or a policy object");
+        snprintf(name, size, "%s", json_string_value(network));
+        return 0;
+}
+
 int policy_from_json(const struct sandbox_policy *defaults, const struct policy_ceilings *ceilings,
                      json_t *params, struct sandbox_policy *out, nsbox_error_t **err)
 {
@@ -175,7 +195,7 @@ int policy_from_json(const struct sandbox_policy *defaults, const struct policy_
         int r;
 
         *out = *defaults;
-        out->env = out->labels = NULL;
+        out->env = out->labels = out->network_custom = NULL;
         if ((r = params_check_known(params, known, "", err)) < 0)
                 return r;
 
@@ -193,10 +213,10 @@ int policy_from_json(const struct sandbox_policy *defaults, const struct policy_
                           err)) < 0)
                 return r;
         json_t *network = json_object_get(params, "network");
-        if (network != NULL && !json_is_null(network)) {
-                if (!json_is_string(network) || strcmp(json_string_value(network), "none") != 0)
-                        return nsbox_invalid(err, "network must be \"none\" (loopback only)");
-        }
+        if (network != NULL && !json_is_null(network) &&
+            (r = policy_network_from_json(network, out->network, sizeof(out->network), &out->network_custom,
+                                          err)) < 0)
+                return r;
         json_t *limits = json_object_get(params, "limits");
         if (limits != NULL && !json_is_null(limits) && (r = parse_limits(limits, &out->limits, err)) < 0)
                 return r;

@@ -17,7 +17,8 @@ struct sandbox_limits {
 struct sandbox_policy {
         char image[64];
         char seccomp_profile[64];
-        char network[16];
+        char network[64];       /* "none", a policy name of nsboxd's config, or "custom" */
+        json_t *network_custom; /* the client's POLICY object when "custom", owned */
         char session_id[129];
         struct sandbox_limits limits;
         uint32_t idle_timeout_seconds;
@@ -62,6 +63,11 @@ int policy_from_json(const struct sandbox_policy *defaults, const struct policy_
 int policy_check_ceilings(const struct sandbox_limits *limits, const struct policy_ceilings *ceilings,
                           const char *what, nsbox_error_t **err);
 void policy_clear(struct sandbox_policy *policy);
+/* sandbox.create's and sandbox.update's "network": a name into `name`, or
+ * "custom" and a copy of the object into *custom. Whether the name exists
+ * and the object is a valid policy the operator allows is the egress
+ * module's to say. */
+int policy_network_from_json(json_t *network, char *name, size_t size, json_t **custom, nsbox_error_t **err);
 json_t *policy_limits_to_json(const struct sandbox_limits *limits);
 
 /* Names that become file names (images, profiles): [A-Za-z0-9._-], no leading dot. */

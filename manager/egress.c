@@ -1,0 +1,833 @@
+#include "egress.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/close_range.h>
+#include <nftables/libnftables.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/timerfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "daemon.h"
+#include "json_cleanup.h"
+#include "log.h"
+#include "network.h"
+#include "proto.h"
+#include "sandbox.h"
+
+/* Every TCP connection from a sandbox is redirected to this port of its
+ * gateway, where the proxy listens; DNS to port 53 of any address, to 53. */
+#define EGRESS_TCP_PORT    1
+#define EGRESS_DNS_PORT    53
+#define EGRESS_MAX_EXPOSED 16
+#define EGRESS_REFUSALS    16
+#define EGRESS_MAX_MESSAGE (64u << 10)
+/* A proxy that dies again within this long is restarted after it. */
+#define EGRESS_RESPAWN_MS 1000
+
+struct egress_exposed {
+        unsigned port;
+        unsigned host_port;
+        int fd; /* the listener on 127.0.0.1, nsboxd's copy */
+};
+
+struct egress_refusal {
+        long long mono_ms;
+        char text[280];
+};
+
+struct sandbox_egress {
+        unsigned slot;
+        struct in_addr address, gateway;
+        char link[16];
+        int listener, dns; /* in the egress namespace; the proxy holds copies */
+        json_t *policy;    /* as the proxy has it */
+        struct egress_exposed exposed[EGRESS_MAX_EXPOSED];
+        unsigned n_exposed;
+        struct {
+                json_int_t bytes_in, bytes_out, connections, refused, dns_queries;
+        } stats;
+        struct egress_refusal refusals[EGRESS_REFUSALS];
+        unsigned n_refusals; /* ever, the ring holds the last EGRESS_REFUSALS */
+};
+
+static struct {
+        bool enabled;
+        int host_ns, ns;
+        uint32_t base; /* host order */
+        unsigned n_slots;
+        unsigned char *slots;
+        pid_t proxy_pid;
+        struct loop_source *proxy_pidfd, *proxy_ctl, *respawn;
+        long long proxy_started_mono;
+} egress = { .host_ns = -1, .ns = -1 };
+
+/* The egress namespace's rules: what a sandbox sends reaches the proxy or
+ * nothing. Junk is dropped before conntrack sees it (raw), then a source
+ * that is not the sandbox's own on its veth (nft's strict reverse-path
+ * check: the kernel's rp_filter comes only after these hooks), then new
+ * flows beyond a per-sandbox count, keyed by that checked source: a
+ * sandbox cannot fill the conntrack table the others need. Every TCP
+ * connection goes to the proxy's listener on the sandbox's gateway, every
+ * DNS query to its DNS socket; nothing is forwarded; IPv6 is dropped. */
+#define EGRESS_MAX_FLOWS "1024"
+static const char egress_ruleset[] =
+    "table ip nsbox {\n"
+    "  set flows { type ipv4_addr; flags dynamic; size 65536; }\n"
+    "  chain raw {\n"
+    "    type filter hook prerouting priority raw; policy accept;\n"
+    "    iifname \"nsb*\" fib saddr . iif oif missing drop\n"
+    "    iifname \"nsb*\" meta l4proto != { tcp, udp } drop\n"
+    "    iifname \"nsb*\" udp dport != 53 drop\n"
+    "  }\n"
+    "  chain flows {\n"
+    "    type filter hook prerouting priority mangle; policy accept;\n"
+    "    iifname \"nsb*\" ct state new add @flows { ip saddr ct count over " EGRESS_MAX_FLOWS " } drop\n"
+    "  }\n"
+    "  chain prerouting {\n"
+    "    type nat hook prerouting priority dstnat; policy accept;\n"
+    "    iifname \"nsb*\" meta l4proto tcp redirect to :1\n"
+    "    iifname \"nsb*\" udp dport 53 redirect to :53\n"
+    "  }\n"
+    "  chain input {\n"
+    "    type filter hook input priority filter; policy accept;\n"
+    "    iifname \"nsb*\" fib daddr . iif type != local drop\n"
+    "  }\n"
+    "  chain forward {\n"
+    "    type filter hook forward priority filter; policy drop;\n"
+    "  }\n"
+    "}\n"
+    "table ip6 nsbox {\n"
+    "  chain input {\n"
+    "    type filter hook input priority filter; policy accept;\n"
+    "    iifname \"nsb*\" drop\n"
+    "  }\n"
+    "  chain forward {\n"
+    "    type filter hook forward priority filter; policy drop;\n"
+    "  }\n"
+    "}\n";
+
+/* --- namespaces ------------------------------------------------------------ */
+
+static int enter_netns(int fd, nsbox_error_t **err)
+{
+        if (setns(fd, CLONE_NEWNET) < 0)
+                return nsbox_error(err, errno, "enter a network namespace");
+        return 0;
+}
+
+/* Back to the host's: with the fd held since startup this cannot fail
+ * short of a kernel bug, and nsboxd must not go on in the wrong namespace. */
+static void leave_netns(void)
+{
+        if (setns(egress.host_ns, CLONE_NEWNET) < 0) {
+                log_error("return to the host's network namespace: %s", strerror(errno));
+                abort();
+        }
+}
+
+static int write_sysctl(const char *path, const char *value, nsbox_error_t **err)
+{
+        char full[256];
+        snprintf(full, sizeof(full), "/proc/sys/net/%s", path);
+        _cleanup_close_ int fd = open(full, O_WRONLY | O_CLOEXEC);
+        if (fd < 0 || write(fd, value, strlen(value)) < 0)
+                return nsbox_error(err, errno, "write %s", full);
+        return 0;
+}
+
+/* In the egress namespace (the caller entered it). */
+static int egress_ns_setup(nsbox_error_t **err)
+{
+        int r;
+        if ((r = network_loopback_up(err)) < 0 || (r = write_sysctl("ipv4/ip_forward", "0", err)) < 0 ||
+            (r = write_sysctl("ipv4/conf/all/rp_filter", "1", err)) < 0 ||
+            (r = write_sysctl("ipv4/conf/default/rp_filter", "1", err)) < 0)
+                return r;
+        /* A kernel without IPv6 has no such files: nothing to turn off. */
+        _cleanup_error_ nsbox_error_t *ignored = NULL;
+        write_sysctl("ipv6/conf/all/disable_ipv6", "1", &ignored);
+        write_sysctl("ipv6/conf/default/disable_ipv6", "1", &ignored);
+
+        struct nft_ctx *nft = nft_ctx_new(NFT_CTX_DEFAULT);
+        if (nft == NULL)
+                return nsbox_error(err, ENOMEM, "nftables context");
+        nft_ctx_buffer_error(nft);
+        if (nft_run_cmd_from_buffer(nft, egress_ruleset) != 0) {
+                const char *why = nft_ctx_get_error_buffer(nft);
+                r = nsbox_error(err, EINVAL, "load the egress namespace's nftables rules: %s",
+                                why != NULL ? why : "?");
+                nft_ctx_free(nft);
+                return r;
+        }
+        nft_ctx_free(nft);
+        return 0;
+}
+
+/* --- policies -------------------------------------------------------------- */
+
+static int parse_subnet(const char *text, nsbox_error_t **err)
+{
+        char addr[32];
+        unsigned prefix;
+        struct in_addr in;
+        if (sscanf(text, "%31[0-9.]/%u", addr, &prefix) != 2 || inet_pton(AF_INET, addr, &in) != 1 ||
+            prefix < 8 || prefix > 28)
+                return nsbox_invalid(err, "network_subnet \"%s\" must be an IPv4 CIDR from /8 to /28", text);
+        uint32_t base = ntohl(in.s_addr);
+        uint32_t mask = prefix == 0 ? 0 : ~0u << (32 - prefix);
+        if (base & ~mask)
+                return nsbox_invalid(err, "network_subnet \"%s\" has host bits set", text);
+        egress.base = base;
+        /* Slot 0 is left out: its gateway is the address every image's
+         * resolv.conf names (any address on port 53 reaches the proxy). */
+        egress.n_slots = (1u << (32 - prefix)) / 4;
+        return 0;
+}
+
+/* TEMPORARY until policy/netpolicy.c lands: shape only. */
+static int validate_policy(json_t *object, bool client, nsbox_error_t **err)
+{
+        if (!json_is_object(object))
+                return nsbox_invalid(err,
+                                     "a network policy is an object {\"allow\": [...], \"deny\": [...]}");
+        const char *key;
+        json_t *list;
+        json_object_foreach(object, key, list)
+        {
+                if (strcmp(key, "allow") != 0 && strcmp(key, "deny") != 0)
+                        return nsbox_invalid(err, "a network policy has only allow and deny, not \"%s\"",
+                                             key);
+                if (!json_is_array(list))
+                        return nsbox_invalid(err, "network policy %s must be a list of strings", key);
+                size_t i;
+                json_t *entry;
+                json_array_foreach(list, i, entry)
+                {
+                        if (!json_is_string(entry))
+                                return nsbox_invalid(err, "network policy %s must be a list of strings", key);
+                }
+        }
+        (void)client;
+        return 0;
+}
+
+/* The POLICY object the proxy gets for `policy`, or NULL with err set. */
+static json_t *policy_object(const struct sandbox_policy *policy, nsbox_error_t **err)
+{
+        if (!egress.enabled)
+                return nsbox_invalid(err,
+                                     "this nsboxd has no network policies (network_policies in its config)"),
+                       NULL;
+        if (policy->network_custom != NULL) {
+                if (!nsboxd.config.allow_client_network_policies)
+                        return nsbox_invalid(err, "this nsboxd takes only the operator's network policies by "
+                                                  "name (allow_client_network_policies is 0)"),
+                               NULL;
+                if (validate_policy(policy->network_custom, true, err) < 0)
+                        return NULL;
+                return json_incref(policy->network_custom);
+        }
+        json_t *named = json_object_get(nsboxd.config.network_policies, policy->network);
+        if (named == NULL)
+                return nsbox_invalid(err, "unknown network policy \"%s\"", policy->network), NULL;
+        return json_incref(named);
+}
+
+int egress_check(const struct sandbox_policy *policy, nsbox_error_t **err)
+{
+        if (strcmp(policy->network, "none") == 0)
+                return 0;
+        json_t *object = policy_object(policy, err);
+        if (object == NULL)
+                return -EINVAL;
+        json_decref(object);
+        return 0;
+}
+
+/* --- the proxy ------------------------------------------------------------- */
+
+static void proxy_send(json_t *message, const int *fds, unsigned nfds);
+static int proxy_spawn(nsbox_error_t **err);
+
+static json_t *add_message(const struct sandbox *sb)
+{
+        char address[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &sb->egress->address, address, sizeof(address));
+        return json_pack("{s:s, s:s, s:s, s:O}", "op", "add", "sandbox", sb->id, "address", address, "policy",
+                         sb->egress->policy);
+}
+
+static void proxy_send_expose(const struct sandbox *sb, const struct egress_exposed *x)
+{
+        _cleanup_json_ json_t *m =
+            json_pack("{s:s, s:s, s:i}", "op", "expose", "sandbox", sb->id, "port", (int)x->port);
+        proxy_send(m, &x->fd, 1);
+}
+
+/* A new proxy knows nothing: tell it every sandbox with network. */
+static void proxy_sync(void)
+{
+        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
+                if (sb->egress == NULL)
+                        continue;
+                _cleanup_json_ json_t *m = add_message(sb);
+                int fds[2] = { sb->egress->listener, sb->egress->dns };
+                proxy_send(m, fds, 2);
+                for (unsigned i = 0; i < sb->egress->n_exposed; i++)
+                        proxy_send_expose(sb, &sb->egress->exposed[i]);
+        }
+}
+
+static void proxy_kill(void)
+{
+        if (egress.proxy_pidfd != NULL)
+                syscall(SYS_pidfd_send_signal, egress.proxy_pidfd->fd, SIGKILL, NULL, 0);
+}
+
+static void proxy_send(json_t *message, const int *fds, unsigned nfds)
+{
+        if (egress.proxy_ctl == NULL)
+                return; /* proxy_sync tells the next one */
+        _cleanup_free_ char *body = json_dumps(message, JSON_COMPACT);
+        if (body == NULL || strlen(body) > EGRESS_MAX_MESSAGE) {
+                log_error("egress: a message for the proxy could not be encoded");
+                return;
+        }
+        ssize_t n = ctl_send(egress.proxy_ctl->fd, body, strlen(body), NULL, 0, fds, nfds);
+        if (n < 0) {
+                /* A proxy that does not keep up with its control socket is
+                 * restarted: the new one is told everything again. */
+                log_error("egress: the proxy does not take its messages (%s); restarting it",
+                          strerror((int)-n));
+                proxy_kill();
+        }
+}
+
+static void record_refusal(struct sandbox *sb, json_t *event)
+{
+        const char *name = json_string_value(json_object_get(event, "name"));
+        const char *address = json_string_value(json_object_get(event, "address"));
+        const char *reason = json_string_value(json_object_get(event, "reason"));
+        json_int_t port = json_integer_value(json_object_get(event, "port"));
+        struct egress_refusal *r = &sb->egress->refusals[sb->egress->n_refusals++ % EGRESS_REFUSALS];
+        r->mono_ms = now_monotonic_ms();
+        snprintf(r->text, sizeof(r->text), "%.200s:%lld",
+                 name != NULL      ? name
+                 : address != NULL ? address
+                                   : "?",
+                 (long long)port);
+        log_limited(sb->id, LOG_LEVEL_WARN, "sandbox %s: network policy refused %s%s%s (%s)", sb->id, r->text,
+                    name != NULL && address != NULL ? " at " : "",
+                    name != NULL && address != NULL ? address : "", reason != NULL ? reason : "not allowed");
+}
+
+static void add_stat(json_int_t *total, json_t *event, const char *key)
+{
+        json_int_t v = json_integer_value(json_object_get(event, key));
+        if (v > 0)
+                *total += v;
+}
+
+static void proxy_event(json_t *event)
+{
+        const char *kind = json_string_value(json_object_get(event, "event"));
+        if (kind == NULL)
+                return;
+        if (strcmp(kind, "ready") == 0) {
+                log_info("egress: proxy %d ready", (int)egress.proxy_pid);
+                return;
+        }
+        const char *id = json_string_value(json_object_get(event, "sandbox"));
+        struct sandbox *sb = id != NULL ? sandbox_lookup(id, 0) : NULL;
+        if (sb == NULL || sb->egress == NULL)
+                return; /* removed meanwhile */
+        if (strcmp(kind, "refused") == 0) {
+                record_refusal(sb, event);
+        } else if (strcmp(kind, "stats") == 0) {
+                add_stat(&sb->egress->stats.bytes_in, event, "bytes_in");
+                add_stat(&sb->egress->stats.bytes_out, event, "bytes_out");
+                add_stat(&sb->egress->stats.connections, event, "connections");
+                add_stat(&sb->egress->stats.refused, event, "refused");
+                add_stat(&sb->egress->stats.dns_queries, event, "dns_queries");
+        }
+}
+
+static void on_proxy_ctl(struct loop_source *source, uint32_t events)
+{
+        static char buf[EGRESS_MAX_MESSAGE + 1];
+        for (;;) {
+                ssize_t n = recv(source->fd, buf, EGRESS_MAX_MESSAGE, MSG_DONTWAIT);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 && errno == EAGAIN)
+                        return;
+                if (n <= 0) {
+                        /* Gone: its pidfd says when, and it is started again. */
+                        loop_remove(nsboxd.loop, egress.proxy_ctl);
+                        egress.proxy_ctl = NULL;
+                        proxy_kill();
+                        return;
+                }
+                _cleanup_json_ json_t *event = json_loadb(buf, (size_t)n, 0, NULL);
+                if (json_is_object(event))
+                        proxy_event(event);
+        }
+}
+
+static void on_respawn(struct loop_source *source, uint32_t events)
+{
+        uint64_t n;
+        if (read(source->fd, &n, sizeof(n)) < 0)
+                return;
+        loop_remove(nsboxd.loop, egress.respawn);
+        egress.respawn = NULL;
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (proxy_spawn(&err) < 0)
+                log_error("egress: restart the proxy: %s", err->message);
+}
+
+static void schedule_respawn(long long delay_ms)
+{
+        int fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+        if (fd < 0)
+                return;
+        struct itimerspec its = { .it_value = { .tv_sec = delay_ms / 1000,
+                                                .tv_nsec = (delay_ms % 1000) * 1000000 + 1 } };
+        timerfd_settime(fd, 0, &its, NULL);
+        egress.respawn = loop_add(nsboxd.loop, fd, EPOLLIN, on_respawn, NULL);
+        if (egress.respawn == NULL)
+                close(fd);
+}
+
+static void on_proxy_exit(struct loop_source *source, uint32_t events)
+{
+        siginfo_t info = { 0 };
+        waitid(P_PIDFD, source->fd, &info, WEXITED | WNOHANG);
+        loop_remove(nsboxd.loop, egress.proxy_pidfd);
+        egress.proxy_pidfd = NULL;
+        if (egress.proxy_ctl != NULL) {
+                loop_remove(nsboxd.loop, egress.proxy_ctl);
+                egress.proxy_ctl = NULL;
+        }
+        if (nsboxd.stopping)
+                return;
+        log_error("egress: proxy %d ended (%s %d); restarting it", (int)egress.proxy_pid,
+                  info.si_code == CLD_EXITED ? "exit code" : "signal", info.si_status);
+        long long since = now_monotonic_ms() - egress.proxy_started_mono;
+        schedule_respawn(since < EGRESS_RESPAWN_MS ? EGRESS_RESPAWN_MS : 0);
+}
+
+static int proxy_spawn(nsbox_error_t **err)
+{
+        char uid[16], ns_fd[16], ctl_fd[16];
+        snprintf(uid, sizeof(uid), "%u", (unsigned)nsboxd.config.egress_uid);
+        snprintf(ns_fd, sizeof(ns_fd), "%d", 4);
+        snprintf(ctl_fd, sizeof(ctl_fd), "%d", 3);
+        char *argv[] = { "nsbox-egress",
+                         "--control-fd",
+                         ctl_fd,
+                         "--netns-fd",
+                         ns_fd,
+                         "--uid",
+                         uid,
+                         "--gid",
+                         uid,
+                         nsboxd.config.egress_dns_servers[0] ? "--dns-servers" : NULL,
+                         nsboxd.config.egress_dns_servers,
+                         NULL };
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+                return nsbox_error(err, errno, "socketpair for the egress proxy");
+        pid_t parent = getpid();
+        pid_t pid = fork();
+        if (pid < 0) {
+                int e = errno;
+                close(sv[0]);
+                close(sv[1]);
+                return nsbox_error(err, e, "fork the egress proxy");
+        }
+        if (pid == 0) {
+                /* Only async-signal-safe calls from here to the exec. */
+                prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+                if (getppid() != parent)
+                        _exit(1);
+                sigset_t none;
+                sigemptyset(&none);
+                sigprocmask(SIG_SETMASK, &none, NULL);
+                if (dup2(sv[1], 3) < 0 || dup2(egress.ns, 4) < 0)
+                        _exit(1);
+                syscall(SYS_close_range, 5, ~0U, 0);
+                execv(nsboxd.config.egress_path, argv);
+                _exit(127);
+        }
+        close(sv[1]);
+        int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+        if (pidfd < 0) {
+                int e = errno;
+                kill(pid, SIGKILL);
+                waitpid(pid, NULL, 0);
+                close(sv[0]);
+                return nsbox_error(err, e, "pidfd of the egress proxy");
+        }
+        int sndbuf = 4 << 20;
+        setsockopt(sv[0], SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf));
+        fcntl(sv[0], F_SETFL, O_NONBLOCK);
+        egress.proxy_pid = pid;
+        egress.proxy_started_mono = now_monotonic_ms();
+        egress.proxy_pidfd = loop_add(nsboxd.loop, pidfd, EPOLLIN, on_proxy_exit, NULL);
+        egress.proxy_ctl = loop_add(nsboxd.loop, sv[0], EPOLLIN, on_proxy_ctl, NULL);
+        if (egress.proxy_pidfd == NULL || egress.proxy_ctl == NULL) {
+                kill(pid, SIGKILL);
+                return nsbox_error(err, errno, "watch the egress proxy");
+        }
+        proxy_sync();
+        return 0;
+}
+
+/* --- startup --------------------------------------------------------------- */
+
+static int check_operator_policies(nsbox_error_t **err)
+{
+        const char *name;
+        json_t *object;
+        json_object_foreach(nsboxd.config.network_policies, name, object)
+        {
+                if (!policy_valid_name(name) || strcmp(name, "none") == 0 || strcmp(name, "custom") == 0)
+                        return nsbox_invalid(err, "network_policies: \"%s\" is not a usable policy name",
+                                             name);
+                _cleanup_error_ nsbox_error_t *why = NULL;
+                if (validate_policy(object, false, &why) < 0)
+                        return nsbox_invalid(err, "network_policies.%s: %s", name, why->message);
+        }
+        return 0;
+}
+
+int egress_init(nsbox_error_t **err)
+{
+        int r;
+        egress.enabled = json_object_size(nsboxd.config.network_policies) > 0 ||
+                         nsboxd.config.allow_client_network_policies;
+        if (!egress.enabled)
+                return 0;
+        if ((r = parse_subnet(nsboxd.config.network_subnet, err)) < 0 ||
+            (r = check_operator_policies(err)) < 0)
+                return r;
+        if (access(nsboxd.config.egress_path, X_OK) < 0)
+                return nsbox_error(err, errno, "the egress proxy %s", nsboxd.config.egress_path);
+        egress.slots = calloc(egress.n_slots, 1);
+        if (egress.slots == NULL)
+                return nsbox_error(err, ENOMEM, "egress slots");
+        egress.host_ns = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+        if (egress.host_ns < 0)
+                return nsbox_error(err, errno, "open the host's network namespace");
+        if (unshare(CLONE_NEWNET) < 0)
+                return nsbox_error(err, errno, "make the egress network namespace");
+        egress.ns = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+        r = egress.ns < 0 ? nsbox_error(err, errno, "open the egress network namespace")
+                          : egress_ns_setup(err);
+        leave_netns();
+        if (r < 0)
+                return r;
+        if ((r = proxy_spawn(err)) < 0)
+                return r;
+        log_info("egress: %zu network policies, sandbox addresses from %s, proxy %d",
+                 json_object_size(nsboxd.config.network_policies), nsboxd.config.network_subnet,
+                 (int)egress.proxy_pid);
+        return 0;
+}
+
+void egress_shutdown(void)
+{
+        proxy_kill();
+        if (egress.proxy_pidfd != NULL) {
+                siginfo_t info;
+                waitid(P_PIDFD, egress.proxy_pidfd->fd, &info, WEXITED);
+        }
+}
+
+/* --- sandboxes ------------------------------------------------------------- */
+
+static int bound_socket(int type, struct in_addr address, unsigned port, nsbox_error_t **err)
+{
+        _cleanup_close_ int fd = socket(AF_INET, type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+                return nsbox_error(err, errno, "socket");
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port), .sin_addr = address };
+        if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+                return nsbox_error(err, errno, "bind %s:%u", inet_ntoa(address), port);
+        if (type == SOCK_STREAM && listen(fd, 128) < 0)
+                return nsbox_error(err, errno, "listen");
+        return steal_fd(&fd);
+}
+
+static void egress_free(struct sandbox_egress *e)
+{
+        if (e->listener >= 0)
+                close(e->listener);
+        if (e->dns >= 0)
+                close(e->dns);
+        for (unsigned i = 0; i < e->n_exposed; i++)
+                close(e->exposed[i].fd);
+        if (e->slot > 0 && e->slot < egress.n_slots)
+                egress.slots[e->slot] = 0;
+        json_decref(e->policy);
+        free(e);
+}
+
+/* In the egress namespace: the veth (its peer straight into the sandbox's
+ * namespace), the gateway address and the proxy's two sockets. */
+static int attach_egress_side(struct sandbox_egress *e, int sandbox_ns, nsbox_error_t **err)
+{
+        int r;
+        if ((r = network_veth_add(e->link, "eth0", sandbox_ns, err)) < 0 ||
+            (r = network_link_configure(e->link, e->gateway, 30, NULL, err)) < 0)
+                return r;
+        if ((e->listener = bound_socket(SOCK_STREAM, e->gateway, EGRESS_TCP_PORT, err)) < 0)
+                return e->listener;
+        if ((e->dns = bound_socket(SOCK_DGRAM, e->gateway, EGRESS_DNS_PORT, err)) < 0)
+                return e->dns;
+        return 0;
+}
+
+static int attach_sandbox_side(struct sandbox_egress *e, nsbox_error_t **err)
+{
+        int r = network_link_configure("eth0", e->address, 30, &e->gateway, err);
+        if (r < 0)
+                return r;
+        _cleanup_error_ nsbox_error_t *ignored = NULL;
+        write_sysctl("ipv6/conf/eth0/disable_ipv6", "1", &ignored);
+        return 0;
+}
+
+static void delete_link(const char *link)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (enter_netns(egress.ns, &err) == 0) {
+                network_link_delete(link, &err);
+                leave_netns();
+        }
+        if (err != NULL)
+                log_warn("egress: %s", err->message);
+}
+
+static int attach_with(struct sandbox *sb, json_t *policy, nsbox_error_t **err)
+{
+        unsigned slot = 1;
+        while (slot < egress.n_slots && egress.slots[slot])
+                slot++;
+        if (slot >= egress.n_slots)
+                return nsbox_error(err, EUSERS, "no network addresses left in %s",
+                                   nsboxd.config.network_subnet);
+        struct sandbox_egress *e = calloc(1, sizeof(*e));
+        if (e == NULL)
+                return nsbox_error(err, ENOMEM, "sandbox network");
+        e->listener = e->dns = -1;
+        e->slot = slot;
+        egress.slots[slot] = 1;
+        e->policy = json_incref(policy);
+        e->gateway.s_addr = htonl(egress.base + 4 * slot + 1);
+        e->address.s_addr = htonl(egress.base + 4 * slot + 2);
+        snprintf(e->link, sizeof(e->link), "nsb%u", slot);
+
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)sb->pid);
+        _cleanup_close_ int sandbox_ns = open(path, O_RDONLY | O_CLOEXEC);
+        int r = sandbox_ns < 0 ? nsbox_error(err, errno, "open %s", path) : enter_netns(egress.ns, err);
+        if (r == 0) {
+                r = attach_egress_side(e, sandbox_ns, err);
+                leave_netns();
+        }
+        if (r == 0 && (r = enter_netns(sandbox_ns, err)) == 0) {
+                r = attach_sandbox_side(e, err);
+                leave_netns();
+        }
+        if (r < 0) {
+                delete_link(e->link);
+                egress_free(e);
+                return r;
+        }
+        sb->egress = e;
+        _cleanup_json_ json_t *m = add_message(sb);
+        int fds[2] = { e->listener, e->dns };
+        proxy_send(m, fds, 2);
+        return 0;
+}
+
+int egress_attach(struct sandbox *sb, const struct sandbox_policy *wanted, nsbox_error_t **err)
+{
+        if (strcmp(wanted->network, "none") == 0)
+                return 0;
+        _cleanup_json_ json_t *policy = policy_object(wanted, err);
+        if (policy == NULL)
+                return -EINVAL;
+        return attach_with(sb, policy, err);
+}
+
+void egress_detach(struct sandbox *sb)
+{
+        struct sandbox_egress *e = sb->egress;
+        if (e == NULL)
+                return;
+        sb->egress = NULL;
+        _cleanup_json_ json_t *m = json_pack("{s:s, s:s}", "op", "remove", "sandbox", sb->id);
+        proxy_send(m, NULL, 0);
+        delete_link(e->link);
+        egress_free(e);
+}
+
+int egress_update(struct sandbox *sb, const char *network, json_t *custom, nsbox_error_t **err)
+{
+        struct sandbox_policy wanted = { 0 };
+        snprintf(wanted.network, sizeof(wanted.network), "%s", network);
+        wanted.network_custom = custom;
+        if (strcmp(network, "none") == 0) {
+                egress_detach(sb);
+        } else {
+                _cleanup_json_ json_t *policy = policy_object(&wanted, err);
+                if (policy == NULL)
+                        return -EINVAL;
+                if (sb->egress == NULL) {
+                        int r = attach_with(sb, policy, err);
+                        if (r < 0)
+                                return r;
+                } else {
+                        json_decref(sb->egress->policy);
+                        sb->egress->policy = json_incref(policy);
+                        _cleanup_json_ json_t *m =
+                            json_pack("{s:s, s:s, s:O}", "op", "policy", "sandbox", sb->id, "policy", policy);
+                        proxy_send(m, NULL, 0);
+                }
+        }
+        json_decref(sb->policy.network_custom);
+        sb->policy.network_custom = custom != NULL ? json_incref(custom) : NULL;
+        snprintf(sb->policy.network, sizeof(sb->policy.network), "%s", network);
+        return 0;
+}
+
+int egress_expose(struct sandbox *sb, unsigned port, json_t **result, nsbox_error_t **err)
+{
+        struct sandbox_egress *e = sb->egress;
+        if (e == NULL)
+                return nsbox_invalid(
+                    err, "sandbox %s has no network: create it with one, or sandbox.update it", sb->id);
+        if (port < 1 || port > 65535)
+                return nsbox_invalid(err, "port must be from 1 to 65535");
+        struct egress_exposed *x = NULL;
+        for (unsigned i = 0; i < e->n_exposed; i++) {
+                if (e->exposed[i].port == port)
+                        x = &e->exposed[i];
+        }
+        if (x == NULL) {
+                if (e->n_exposed == EGRESS_MAX_EXPOSED)
+                        return nsbox_error(err, EUSERS, "sandbox %s has %d ports exposed already", sb->id,
+                                           EGRESS_MAX_EXPOSED);
+                int fd = bound_socket(SOCK_STREAM, (struct in_addr){ htonl(INADDR_LOOPBACK) }, 0, err);
+                if (fd < 0)
+                        return fd;
+                struct sockaddr_in sa;
+                socklen_t len = sizeof(sa);
+                getsockname(fd, (struct sockaddr *)&sa, &len);
+                x = &e->exposed[e->n_exposed++];
+                *x = (struct egress_exposed){ .port = port, .host_port = ntohs(sa.sin_port), .fd = fd };
+                proxy_send_expose(sb, x);
+        }
+        char url[64];
+        snprintf(url, sizeof(url), "http://127.0.0.1:%u/", x->host_port);
+        *result = json_pack("{s:s, s:s, s:i, s:i, s:s}", "sandbox_id", sb->id, "host", "127.0.0.1",
+                            "host_port", (int)x->host_port, "port", (int)port, "url", url);
+        return 0;
+}
+
+int egress_unexpose(struct sandbox *sb, unsigned port, nsbox_error_t **err)
+{
+        struct sandbox_egress *e = sb->egress;
+        for (unsigned i = 0; e != NULL && i < e->n_exposed; i++) {
+                if (e->exposed[i].port != port)
+                        continue;
+                _cleanup_json_ json_t *m =
+                    json_pack("{s:s, s:s, s:i}", "op", "unexpose", "sandbox", sb->id, "port", (int)port);
+                proxy_send(m, NULL, 0);
+                close(e->exposed[i].fd);
+                e->exposed[i] = e->exposed[--e->n_exposed];
+                return 0;
+        }
+        return nsbox_invalid(err, "port %u of sandbox %s is not exposed", port, sb->id);
+}
+
+json_t *egress_info(const struct sandbox *sb)
+{
+        const struct sandbox_egress *e = sb->egress;
+        if (e == NULL)
+                return NULL;
+        char address[INET_ADDRSTRLEN], gateway[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &e->address, address, sizeof(address));
+        inet_ntop(AF_INET, &e->gateway, gateway, sizeof(gateway));
+        json_t *exposed = json_array();
+        for (unsigned i = 0; i < e->n_exposed; i++)
+                json_array_append_new(exposed, json_pack("{s:i, s:i}", "port", (int)e->exposed[i].port,
+                                                         "host_port", (int)e->exposed[i].host_port));
+        return json_pack("{s:s, s:s, s:o, s:{s:I, s:I, s:I, s:I, s:I}}", "address", address, "gateway",
+                         gateway, "exposed", exposed, "stats", "bytes_in", e->stats.bytes_in, "bytes_out",
+                         e->stats.bytes_out, "connections", e->stats.connections, "refused", e->stats.refused,
+                         "dns_queries", e->stats.dns_queries);
+}
+
+static json_t *refused_since(const struct sandbox *sb, long long since_mono_ms)
+{
+        const struct sandbox_egress *e = sb->egress;
+        if (e == NULL || e->n_refusals == 0)
+                return NULL;
+        json_t *list = NULL;
+        unsigned n = e->n_refusals < EGRESS_REFUSALS ? e->n_refusals : EGRESS_REFUSALS;
+        for (unsigned i = e->n_refusals - n; i < e->n_refusals; i++) {
+                const struct egress_refusal *r = &e->refusals[i % EGRESS_REFUSALS];
+                if (r->mono_ms < since_mono_ms)
+                        continue;
+                if (list == NULL)
+                        list = json_array();
+                json_array_append_new(list, json_string(r->text));
+        }
+        return list;
+}
+
+void egress_note_refused(json_t *reply, const struct sandbox *sb, long long since_mono_ms, bool in_stderr)
+{
+        json_t *list = refused_since(sb, since_mono_ms);
+        if (list == NULL || reply == NULL) {
+                json_decref(list);
+                return;
+        }
+        json_object_set_new(reply, "network_refused", list);
+        const char *text = json_string_value(json_object_get(reply, "stderr"));
+        if (!in_stderr || text == NULL)
+                return;
+        size_t i;
+        json_t *entry;
+        _cleanup_free_ char *joined = strdup(text);
+        json_array_foreach(list, i, entry)
+        {
+                char *next = NULL;
+                if (joined == NULL ||
+                    asprintf(&next, "%s%snsbox: network policy refused %s\n", joined,
+                             joined[0] != '\0' && joined[strlen(joined) - 1] != '\n' ? "\n" : "",
+                             json_string_value(entry)) < 0)
+                        return;
+                free(joined);
+                joined = next;
+        }
+        json_object_set_new(reply, "stderr", json_string(joined));
+}

@@ -1,0 +1,44 @@
+/* Network egress: nsboxd's side. A private network namespace (the egress
+ * namespace) holds one veth end per sandbox with network; nftables there
+ * hands every TCP connection and DNS query from a sandbox to nsbox-egress,
+ * an unprivileged proxy process that decides them by the sandbox's policy
+ * (see egress/ and README "Network"). Sandboxes without network cost
+ * nothing here. */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "error.h"
+#include "policy.h"
+
+struct sandbox;
+struct sandbox_egress;
+
+/* At startup, when the config names network policies or lets clients pass
+ * their own: the egress namespace and the proxy. */
+int egress_init(nsbox_error_t **err);
+void egress_shutdown(void);
+
+/* A sandbox.create or sandbox.update "network" the operator allows
+ * (invalid_params otherwise). */
+int egress_check(const struct sandbox_policy *policy, nsbox_error_t **err);
+/* The sandbox (running) gets the network of `wanted` (its own policy, or
+ * the one it is about to take from the warm pool); "none" is a no-op. */
+int egress_attach(struct sandbox *sb, const struct sandbox_policy *wanted, nsbox_error_t **err);
+/* Its veth, sockets and proxy state go; safe on a sandbox without network. */
+void egress_detach(struct sandbox *sb);
+/* sandbox.update: `network` as policy_network_from_json gives it (custom
+ * taken over). */
+int egress_update(struct sandbox *sb, const char *network, json_t *custom, nsbox_error_t **err);
+
+int egress_expose(struct sandbox *sb, unsigned port, json_t **result, nsbox_error_t **err);
+int egress_unexpose(struct sandbox *sb, unsigned port, nsbox_error_t **err);
+
+/* sandbox.info's "egress" object, or NULL without network. */
+json_t *egress_info(const struct sandbox *sb);
+/* What the proxy refused for the sandbox since `since_mono_ms`, as
+ * "network_refused": ["name:port", ...] in reply, and with in_stderr a line
+ * "nsbox: network policy refused name:port" per refusal added to its
+ * "stderr" (utf-8 replies only). Nothing when nothing was refused. */
+void egress_note_refused(json_t *reply, const struct sandbox *sb, long long since_mono_ms, bool in_stderr);
