@@ -165,8 +165,15 @@ def parse_dns_answer(data):
 
 
 def icmp_ping(addr, count=3, timeout=1.0):
-    """Echo requests to addr over a raw socket; the number of replies."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+    """Echo requests to addr over a raw socket (else a ping socket); the number
+    of replies, or -1 when no ICMP socket can be opened at all."""
+    try:
+        s, ip_header = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP), 20
+    except PermissionError:
+        try:
+            s, ip_header = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP), 0
+        except OSError:
+            return -1
     s.settimeout(timeout)
     got = 0
     with s:
@@ -176,11 +183,14 @@ def icmp_ping(addr, count=3, timeout=1.0):
             csum = sum(struct.unpack(">%dH" % (len(padded) // 2), padded))
             csum = (csum >> 16) + (csum & 0xFFFF)
             csum = ~(csum + (csum >> 16)) & 0xFFFF
-            s.sendto(hdr[:2] + struct.pack(">H", csum) + hdr[4:], (addr, 0))
+            try:
+                s.sendto(hdr[:2] + struct.pack(">H", csum) + hdr[4:], (addr, 0))
+            except OSError:
+                continue
             try:
                 while True:
                     data, peer = s.recvfrom(1024)
-                    if peer[0] == addr and data[20] == 0:
+                    if peer[0] == addr and data[ip_header] == 0:
                         got += 1
                         break
             except socket.timeout:
