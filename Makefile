@@ -42,6 +42,9 @@ FUZZ_SRC    := $(wildcard tests/fuzz/*.c)
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
 BINS  := $(BUILD)/nsboxd $(BUILD)/nsbox $(BUILD)/nsbox-init
+# nsbox-egress: the egress proxy of network sandboxes (egress/, policy/netpolicy.c).
+EGRESS_SRC := $(wildcard egress/*.c)
+BINS  += $(BUILD)/nsbox-egress
 UNITS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 
 .PHONY: all deps deps-test deps-node deps-bench image demo test test-unit test-integration test-vm test-format test-systemd \
@@ -71,6 +74,14 @@ $(BUILD)/nsbox-init: $(patsubst %.c,$(BUILD)/obj/init/%.o,$(INIT_SRC) common/err
 $(BUILD)/obj/init/%.o: %.c
 	@mkdir -p $(dir $@)
 	@echo "  CC $< (init)"; $(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/nsbox-egress: $(call obj,$(EGRESS_SRC)) $(call obj,policy/netpolicy.c $(COMMON_SRC))
+	$(CC) $(CFLAGS) $(SAN) -o $@ $^ $(shell pkg-config --libs jansson) -lcares -lpthread
+
+# The sniffers are egress/ code, outside libnsbox.a.
+$(BUILD)/tests/test_sniff: tests/unit/test_sniff.c $(call obj,egress/sniff.c)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Iegress $(SAN) -o $@ $^ -lcmocka
 
 # The supervisor as the init has it: the init's objects, no sanitizer.
 $(BUILD)/tests/test_supervisor: tests/unit/test_supervisor.c \
@@ -148,6 +159,8 @@ install: all
 		$(DESTDIR)/etc/systemd/system
 	install -m 0755 $(BUILD)/nsboxd $(BUILD)/nsbox $(DESTDIR)$(PREFIX)/bin/
 	install -m 0755 $(BUILD)/nsbox-init $(DESTDIR)$(PREFIX)/libexec/nsbox/
+	install -d $(DESTDIR)$(PREFIX)/lib/nsbox
+	install -m 0755 $(BUILD)/nsbox-egress $(DESTDIR)$(PREFIX)/lib/nsbox/
 	install -m 0644 seccomp-profiles/*.json $(DESTDIR)$(PREFIX)/share/nsbox/seccomp/
 	cp -r rootfs-builder/. $(DESTDIR)$(PREFIX)/share/nsbox/rootfs-builder/
 	install -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/nsbox/
@@ -159,6 +172,7 @@ uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/nsboxd $(DESTDIR)$(PREFIX)/bin/nsbox \
 		$(DESTDIR)/etc/systemd/system/nsboxd.service $(DESTDIR)/etc/systemd/system/nsbox.slice \
 		$(DESTDIR)/etc/systemd/system/nsboxd.socket
+	rm -rf $(DESTDIR)$(PREFIX)/lib/nsbox
 	rm -rf $(DESTDIR)$(PREFIX)/libexec/nsbox $(DESTDIR)$(PREFIX)/share/nsbox $(DESTDIR)$(PREFIX)/share/doc/nsbox
 	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
 

@@ -87,6 +87,8 @@ int cmd_python(const struct cli *cli, int argc, char **argv);
 int cmd_pip(const struct cli *cli, int argc, char **argv);
 int cmd_cp(const struct cli *cli, int argc, char **argv);
 int cmd_mcp(const struct cli *cli, int argc, char **argv);
+int cmd_update(const struct cli *cli, int argc, char **argv);
+int cmd_port(const struct cli *cli, int argc, char **argv);
 
 /* Options of sandbox.create, shared by create and run. */
 enum {
@@ -99,19 +101,31 @@ enum {
         CLI_OPT_IMAGE,
         CLI_OPT_PROFILE,
         CLI_OPT_ENV,
+        CLI_OPT_NETWORK,
+        CLI_OPT_NETWORK_POLICY,
         CLI_OPT_FIRST_FREE /* commands number their own options from here */
 };
-#define CLI_CREATE_OPTIONS                                                  \
-        { "session", required_argument, NULL, CLI_OPT_SESSION },            \
-            { "memory", required_argument, NULL, CLI_OPT_MEMORY },          \
-            { "pids", required_argument, NULL, CLI_OPT_PIDS },              \
-            { "cpus", required_argument, NULL, CLI_OPT_CPUS },              \
-            { "disk", required_argument, NULL, CLI_OPT_DISK },              \
-            { "idle-timeout", required_argument, NULL, CLI_OPT_IDLE },      \
-            { "image", required_argument, NULL, CLI_OPT_IMAGE },            \
-        {                                                                   \
-                "seccomp-profile", required_argument, NULL, CLI_OPT_PROFILE \
+#define CLI_CREATE_OPTIONS                                                         \
+        { "session", required_argument, NULL, CLI_OPT_SESSION },                   \
+            { "memory", required_argument, NULL, CLI_OPT_MEMORY },                 \
+            { "pids", required_argument, NULL, CLI_OPT_PIDS },                     \
+            { "cpus", required_argument, NULL, CLI_OPT_CPUS },                     \
+            { "disk", required_argument, NULL, CLI_OPT_DISK },                     \
+            { "idle-timeout", required_argument, NULL, CLI_OPT_IDLE },             \
+            { "image", required_argument, NULL, CLI_OPT_IMAGE },                   \
+            { "network", required_argument, NULL, CLI_OPT_NETWORK },               \
+            { "network-policy", required_argument, NULL, CLI_OPT_NETWORK_POLICY }, \
+        {                                                                          \
+                "seccomp-profile", required_argument, NULL, CLI_OPT_PROFILE        \
         }
+/* --network NAME or --network-policy FILE|- (a JSON policy object) into
+ * params.network: 0 done, else an exit code (after printing why). Used by
+ * create, run and update. */
+int cli_network_option(json_t *params, int opt, const char *arg);
+/* Print "nsbox: network policy refused X" on stderr for each entry of the
+ * result's network_refused that its stderr text does not already say. */
+void cli_print_network_refused(const json_t *result);
+
 /* Apply one create option to sandbox.create params: 0 done, 1 not a create
  * option, else an exit code (after printing why). */
 int cli_create_option(json_t *params, int opt, const char *arg);

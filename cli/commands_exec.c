@@ -75,6 +75,8 @@ static int run_exec(const struct cli *cli, struct client *c, const char *socket_
                 return cli_fail("%s", err->message);
         if (cli->json)
                 cli_print_json(result);
+        else
+                cli_print_network_refused(result);
         fflush(stdout);
         if (json_is_true(json_object_get(result, "timed_out")))
                 fprintf(stderr, "nsbox: the command timed out\n");

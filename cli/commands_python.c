@@ -108,6 +108,7 @@ int cmd_python(const struct cli *cli, int argc, char **argv)
                 return python_exit_code(result);
         }
         print_output(result);
+        cli_print_network_refused(result);
         json_t *value = json_object_get(result, "result");
         if (json_is_string(value)) {
                 cli_write_all(STDOUT_FILENO, json_string_value(value), json_string_length(value));
@@ -162,6 +163,8 @@ int cmd_pip(const struct cli *cli, int argc, char **argv)
                 cli_print_json(result);
         else
                 print_output(result);
+        if (!cli->json)
+                cli_print_network_refused(result);
         if (json_is_true(json_object_get(result, "timed_out")))
                 fprintf(stderr, "nsbox: pip timed out\n");
         return cli_exec_exit_code(result);

@@ -1,12 +1,16 @@
 /* nsbox create, ls, info, rm, status: the sandbox lifecycle. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cleanup.h"
 #include "cli.h"
 #include "json_cleanup.h"
+
+#define NETWORK_POLICY_MAX_BYTES (1u << 20) /* a policy is a few lists of names */
 
 static int set_limit(json_t *params, const char *key, json_t *value)
 {
@@ -26,6 +30,54 @@ static int parse_count(const char *text, unsigned long long *out)
                 return -EINVAL;
         *out = strtoull(text, &end, 10);
         return errno == 0 && end != text && *end == '\0' ? 0 : -EINVAL;
+}
+
+/* The POLICY object of --network-policy FILE|-; NULL after printing why. */
+static json_t *read_network_policy(const char *path)
+{
+        bool from_stdin = strcmp(path, "-") == 0;
+        _cleanup_close_ int fd = from_stdin ? dup(STDIN_FILENO) : open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+                cli_fail("--network-policy: open %s: %s", path, strerror(errno));
+                return NULL;
+        }
+        const char *what = from_stdin ? "the network policy on standard input" : path;
+        _cleanup_json_ json_t *text = cli_read_text(fd, what, NETWORK_POLICY_MAX_BYTES, "");
+        if (text == NULL)
+                return NULL;
+        json_error_t jerr;
+        json_t *policy =
+            json_loadb(json_string_value(text), json_string_length(text), JSON_REJECT_DUPLICATES, &jerr);
+        if (policy == NULL) {
+                cli_fail("--network-policy: %s is not JSON: %s (line %d)", what, jerr.text, jerr.line);
+                return NULL;
+        }
+        if (!json_is_object(policy)) {
+                cli_fail("--network-policy: %s must hold a JSON object, a network policy such as "
+                         "{\"allow\": [\"pypi.org\", \"*.pythonhosted.org\"], \"deny\": []}",
+                         what);
+                json_decref(policy);
+                return NULL;
+        }
+        return policy;
+}
+
+int cli_network_option(json_t *params, int opt, const char *arg)
+{
+        /* Two network options would silently drop one of them. */
+        if (json_object_get(params, "network") != NULL)
+                return cli_fail("give one of --network and --network-policy, once");
+        if (opt == CLI_OPT_NETWORK) {
+                if (arg[0] == '\0')
+                        return cli_fail("--network takes a policy name, or none");
+                json_object_set_new(params, "network", json_string(arg));
+                return 0;
+        }
+        json_t *policy = read_network_policy(arg);
+        if (policy == NULL)
+                return EXIT_NSBOX_FAILED;
+        json_object_set_new(params, "network", policy);
+        return 0;
 }
 
 int cli_create_option(json_t *params, int opt, const char *arg)
@@ -68,6 +120,9 @@ int cli_create_option(json_t *params, int opt, const char *arg)
                 return 0;
         case CLI_OPT_ENV:
                 return cli_add_env(params, arg) == 0 ? 0 : EXIT_NSBOX_FAILED;
+        case CLI_OPT_NETWORK:
+        case CLI_OPT_NETWORK_POLICY:
+                return cli_network_option(params, opt, arg);
         default:
                 return 1;
         }
@@ -213,4 +268,68 @@ int cmd_rm(const struct cli *cli, int argc, char **argv)
         }
         client_close(c);
         return status;
+}
+
+int cmd_update(const struct cli *cli, int argc, char **argv)
+{
+        static const struct option longopts[] = {
+                { "network", required_argument, NULL, CLI_OPT_NETWORK },
+                { "network-policy", required_argument, NULL, CLI_OPT_NETWORK_POLICY },
+                { 0 },
+        };
+        _cleanup_json_ json_t *params = json_object();
+        int opt;
+        optind = 1;
+        while ((opt = cli_getopt(cli, argc, argv, "", longopts)) != -1) {
+                if (opt < -1)
+                        return cli_opt_exit(opt);
+                int r = cli_network_option(params, opt, optarg);
+                if (r != 0)
+                        return r;
+        }
+        /* Nothing to change is a mistake, not a no-op that looks like success. */
+        if (argc - optind != 1 || json_object_size(params) == 0)
+                return cli_usage_error(cli);
+        json_object_set_new(params, "sandbox_id", json_string(argv[optind]));
+        return print_call(cli, "sandbox.update", params);
+}
+
+static int parse_port(const char *text, json_int_t *out)
+{
+        unsigned long long n;
+        if (parse_count(text, &n) < 0 || n < 1 || n > 65535)
+                return cli_fail("bad port \"%s\" (a TCP port from 1 to 65535)", text);
+        *out = (json_int_t)n;
+        return 0;
+}
+
+int cmd_port(const struct cli *cli, int argc, char **argv)
+{
+        static const struct option longopts[] = { { "remove", no_argument, NULL, 'r' }, { 0 } };
+        bool unexpose = false;
+        int opt;
+        optind = 1;
+        while ((opt = cli_getopt(cli, argc, argv, "", longopts)) != -1) {
+                if (opt < -1)
+                        return cli_opt_exit(opt);
+                unexpose = true;
+        }
+        if (argc - optind != 2)
+                return cli_usage_error(cli);
+        json_int_t port = 0;
+        if (parse_port(argv[optind + 1], &port) != 0)
+                return EXIT_NSBOX_FAILED;
+        _cleanup_json_ json_t *params = json_pack("{s:s, s:I}", "sandbox_id", argv[optind], "port", port);
+        _cleanup_json_ json_t *result =
+            call_once(cli, unexpose ? "sandbox.unexpose" : "sandbox.expose", params);
+        if (result == NULL)
+                return EXIT_NSBOX_FAILED;
+        if (cli->json) {
+                cli_print_json(result);
+                return 0;
+        }
+        const char *url = json_string_value(json_object_get(result, "url"));
+        if (!unexpose)
+                puts(url != NULL ? url : "");
+        return 0;
 }

@@ -27,7 +27,7 @@ static const struct command commands[] = {
         { "create", cmd_create,
           "nsbox create [--session ID] [--memory 512M] [--pids N] [--cpus F] [--disk 1G] [--idle-timeout "
           "SEC] "
-          "[--env K=V]...",
+          "[--env K=V]... [--network NAME | --network-policy FILE]",
           "Create a sandbox and print its id.\n\n"
           "  --session ID        get-or-create: reuse the live sandbox of this session\n"
           "  --memory SIZE       memory limit (e.g. 512M, 1G)\n"
@@ -37,12 +37,31 @@ static const struct command commands[] = {
           "  --idle-timeout SEC  remove it after SEC seconds without use\n"
           "  --env K=V           environment of every command (repeatable)\n"
           "  --image NAME        image (default python)\n"
-          "  --seccomp-profile P seccomp profile name (default default)\n" },
+          "  --seccomp-profile P seccomp profile name (default default)\n"
+          "  --network NAME      network under one of the operator's network policies (names\n"
+          "                      in nsboxd's network_policies); none (the default): no network\n"
+          "  --network-policy FILE\n"
+          "                      network under a policy of your own, a JSON object read from\n"
+          "                      FILE or - (standard input): {\"allow\": [\"pypi.org\", \"*.example.com\",\n"
+          "                      \"203.0.113.0/24\"], \"deny\": [...]}; only when nsboxd allows it\n"
+          "                      (allow_client_network_policies)\n" },
         { "ls", cmd_ls, "nsbox ls [--all]",
           "List your sandboxes.\n\n"
           "  -a, --all  include sandboxes that are no longer running\n" },
         { "list", cmd_ls, "nsbox list [--all]", "Same as nsbox ls.\n" },
-        { "info", cmd_info, "nsbox info ID", "Show a sandbox's details, limits and resource usage.\n" },
+        { "info", cmd_info, "nsbox info ID",
+          "Show a sandbox's details, limits and resource usage; for a sandbox with network,\n"
+          "its \"egress\" block: its address, exposed ports and traffic counts.\n" },
+        { "update", cmd_update, "nsbox update --network NAME|none | --network-policy FILE ID",
+          "Change a running sandbox's network and print its details. Takes effect for new\n"
+          "connections; none removes its network (and its exposed ports).\n\n"
+          "  --network NAME         one of the operator's network policies, or none\n"
+          "  --network-policy FILE  a policy object of your own (JSON, FILE or -), when\n"
+          "                         nsboxd allows it\n" },
+        { "port", cmd_port, "nsbox port [--remove] ID PORT",
+          "Make TCP port PORT of a sandbox (one with network) reachable from this host and\n"
+          "print its URL (http://127.0.0.1:HOST_PORT/); again for the same port, the same URL.\n\n"
+          "  --remove  stop exposing PORT\n" },
         { "rm", cmd_rm, "nsbox rm [-f] ID...",
           "Remove sandboxes, killing everything in them.\n\n"
           "  -f, --force  remove even while a command runs\n" },
@@ -78,7 +97,7 @@ static const struct command commands[] = {
           "Create a sandbox, run one command in it with live output, remove it; exit with\n"
           "the command's exit code. Takes the options of nsbox create; --env applies to\n"
           "the command. With no nsboxd listening (and as root) it runs a private one\n"
-          "for the duration of the command.\n" },
+          "for the duration of the command (with no network policies: no --network).\n" },
         { "status", cmd_status, "nsbox status",
           "Show the daemon's version, kernel, cgroup mode and features.\n" },
         { "mcp", cmd_mcp, "nsbox mcp", "Serve MCP (Model Context Protocol) on standard input/output.\n" },
@@ -343,6 +362,31 @@ int cli_exec_exit_code(const json_t *result)
         return EXIT_NSBOX_FAILED;
 }
 
+void cli_print_network_refused(const json_t *result)
+{
+        const char *already = json_string_value(json_object_get(result, "stderr"));
+        size_t i;
+        json_t *entry;
+        fflush(stdout);
+        json_array_foreach(json_object_get(result, "network_refused"), i, entry)
+        {
+                if (!json_is_string(entry))
+                        continue;
+                _cleanup_free_ char *line = NULL;
+                if (asprintf(&line, "nsbox: network policy refused %s\n", json_string_value(entry)) < 0)
+                        return;
+                /* python.run and package.install put the line into stderr themselves. */
+                if (already != NULL && strstr(already, line) != NULL)
+                        continue;
+                /* The name came from the sandbox's own traffic: no terminal controls from it. */
+                for (char *p = line; p[1] != '\0'; p++) {
+                        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+                                *p = '?';
+                }
+                cli_write_all(STDERR_FILENO, line, strlen(line));
+        }
+}
+
 int cli_catch_signals(void)
 {
         sigset_t mask;
@@ -374,7 +418,10 @@ static void usage(FILE *out)
                      "prints the raw result object instead of human output.\n"
                      "The socket is --socket, else $NSBOX_SOCKET, else /run/nsbox/nsbox.sock.\n"
                      "exec, sh, run, python and pip exit with the command's code; 124 on timeout,\n"
-                     "128+N when killed by signal N, 125 when nsbox itself failed.\n");
+                     "128+N when killed by signal N, 125 when nsbox itself failed.\n"
+                     "Sandboxes have no network unless created (or updated) with --network NAME, one\n"
+                     "of the operator's network policies; without --json, what the policy refused during\n"
+                     "a command is printed as \"nsbox: network policy refused HOST:PORT\" on stderr.\n");
 }
 
 int main(int argc, char **argv)

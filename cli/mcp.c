@@ -201,6 +201,14 @@ static json_t *call_steps(struct call *c, struct client *conn, json_t **session)
                 _cleanup_json_ json_t *params = mcp_session_params(c->arguments);
                 if (call_daemon(c, conn, "sandbox.create", params, session, &failure) < 0)
                         return failure;
+                /* An existing session's sandbox gets the network this call asks for. */
+                _cleanup_json_ json_t *update = mcp_session_update_params(c->arguments, *session);
+                if (update != NULL) {
+                        json_t *updated = NULL;
+                        if (call_daemon(c, conn, "sandbox.update", update, &updated, &failure) < 0)
+                                return failure;
+                        json_decref(updated);
+                }
                 sandbox_id = json_string_value(json_object_get(*session, "sandbox_id"));
         }
         _cleanup_json_ json_t *params =

@@ -75,6 +75,9 @@ const char *mcp_check_arguments(const struct mcp_tool *tool, const json_t *argum
 
 /* sandbox.create params that get or create the sandbox of a session tool's session_id. */
 json_t *mcp_session_params(const json_t *arguments);
+/* sandbox.update params when a session tool's `network` differs from the
+ * network of the session's sandbox (sandbox.create's answer), else NULL. */
+json_t *mcp_session_update_params(const json_t *arguments, const json_t *session);
 
 /* The params of the tool's daemon method. `sandbox_id` is the session's
  * sandbox for session tools (else NULL); `call_tag`, when not NULL, is put

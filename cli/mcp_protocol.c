@@ -38,6 +38,14 @@ const char *mcp_negotiate_version(const char *requested)
 #define P_SANDBOX_ID                                                                                        \
         "\"sandbox_id\":{\"type\":\"string\",\"minLength\":1,\"description\":\"The sandbox_id returned by " \
         "create_sandbox.\"}"
+#define P_NETWORK(more)                                                                                     \
+        "\"network\":{\"type\":\"string\",\"minLength\":1,\"description\":\"Network access: the name of "   \
+        "one of the operator's network policies (e.g. \\\"pypi\\\"; ask the user which exist), which lets " \
+        "the sandbox reach only the hosts that policy allows. Default \\\"none\\\": no network." more "\"}"
+#define P_SESSION_NETWORK                                                                               \
+        P_NETWORK(" Applies when the session's sandbox is created; given on a later call with another " \
+                  "value, it changes that sandbox's network (\\\"none\\\" turns it off). Omitted: the " \
+                  "network stays as it is.")
 #define P_TIMEOUT(what)                                                                                \
         "\"timeout\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":86400,\"description\":\"Seconds " \
         "before " what " is killed (default 30).\"}"
@@ -54,7 +62,8 @@ const struct mcp_tool mcp_tools[] = {
             .name = "create_sandbox",
             .description =
                 "Create an isolated Linux sandbox (Debian with Python 3, numpy, pandas, matplotlib, pillow "
-                "and the usual shell tools; no network) and return its sandbox_id for execute_python_code, "
+                "and the usual shell tools; no network unless created with a network policy) and return its "
+                "sandbox_id for execute_python_code, "
                 "install_package and remove_sandbox. With a session_id that already has a live sandbox, that "
                 "sandbox is returned instead (existing: true). A sandbox is removed automatically after "
                 "`timeout` seconds without use.",
@@ -65,7 +74,7 @@ const struct mcp_tool mcp_tools[] = {
                 "(default 512). Processes beyond it are killed.\"},"
                 "\"timeout\":{\"type\":\"integer\",\"minimum\":1,\"description\":\"Idle timeout in seconds: "
                 "the sandbox is removed after this long with nothing running in it and no requests (default "
-                "300).\"}",
+                "300).\"}," P_NETWORK(""),
                 ""),
             .method = "sandbox.create",
         },
@@ -123,7 +132,8 @@ const struct mcp_tool mcp_tools[] = {
                 "traceback in stderr, or \"timeout\"), stdout, stderr, the files created or changed, and "
                 "matplotlib figures as PNG images. isError is true unless status is \"ok\".",
             .input_schema =
-                SCHEMA(P_SESSION_ID "," P_CODE ",\"dependencies\":{\"type\":\"array\",\"items\":{\"type\":"
+                SCHEMA(P_SESSION_ID "," P_SESSION_NETWORK "," P_CODE
+                                    ",\"dependencies\":{\"type\":\"array\",\"items\":{\"type\":"
                                     "\"string\",\"minLength\":1},\"description\":\"Packages to pip "
                                     "install first (PEP 508 requirements, e.g. "
                                     "[\\\"sympy\\\"]).\"}," P_TIMEOUT("the run"),
@@ -139,10 +149,11 @@ const struct mcp_tool mcp_tools[] = {
                 "session_id (created on first use), in /workspace, which it shares with "
                 "python_execute and the sandbox_fs_* tools of the same session. Returns exit_code, "
                 "stdout, stderr and timed_out; isError is true when the command failed.",
-            .input_schema = SCHEMA(P_SESSION_ID ",\"command\":{\"type\":\"string\",\"minLength\":1,"
-                                                "\"description\":\"Shell command line, e.g. \\\"ls -la && "
-                                                "wc -l data.csv\\\".\"}," P_TIMEOUT("the command"),
-                                   "\"session_id\",\"command\""),
+            .input_schema =
+                SCHEMA(P_SESSION_ID "," P_SESSION_NETWORK ",\"command\":{\"type\":\"string\",\"minLength\":1,"
+                                    "\"description\":\"Shell command line, e.g. \\\"ls -la && "
+                                    "wc -l data.csv\\\".\"}," P_TIMEOUT("the command"),
+                       "\"session_id\",\"command\""),
             .method = "sandbox.exec",
             .session = true,
             .result = MCP_RESULT_EXEC,
@@ -151,7 +162,8 @@ const struct mcp_tool mcp_tools[] = {
             .name = "sandbox_fs_list",
             .description = "List a directory in the sandbox of session_id (created on first use): name, "
                            "type, size, mode and mtime of each entry.",
-            .input_schema = SCHEMA(P_SESSION_ID "," P_PATH("Directory"), "\"session_id\",\"path\""),
+            .input_schema =
+                SCHEMA(P_SESSION_ID "," P_SESSION_NETWORK "," P_PATH("Directory"), "\"session_id\",\"path\""),
             .method = "fs.list",
             .session = true,
             .read_only = true,
@@ -160,7 +172,8 @@ const struct mcp_tool mcp_tools[] = {
             .name = "sandbox_fs_read",
             .description = "Read a file in the sandbox of session_id (created on first use). Returns its "
                            "content as text, its encoding and size.",
-            .input_schema = SCHEMA(P_SESSION_ID "," P_PATH("File"), "\"session_id\",\"path\""),
+            .input_schema =
+                SCHEMA(P_SESSION_ID "," P_SESSION_NETWORK "," P_PATH("File"), "\"session_id\",\"path\""),
             .method = "fs.read",
             .session = true,
             .read_only = true,
@@ -169,12 +182,26 @@ const struct mcp_tool mcp_tools[] = {
             .name = "sandbox_fs_write",
             .description = "Write a text file in the sandbox of session_id (created on first use), "
                            "replacing it if it exists. Python and shell commands of the same session see it.",
-            .input_schema =
-                SCHEMA(P_SESSION_ID "," P_PATH("File") ",\"content\":{\"type\":\"string\",\"description\":"
-                                                       "\"The whole new content of the file.\"}",
-                       "\"session_id\",\"path\",\"content\""),
+            .input_schema = SCHEMA(P_SESSION_ID "," P_SESSION_NETWORK "," P_PATH(
+                                       "File") ",\"content\":{\"type\":\"string\",\"description\":"
+                                               "\"The whole new content of the file.\"}",
+                                   "\"session_id\",\"path\",\"content\""),
             .method = "fs.write",
             .session = true,
+        },
+        {
+            .name = "expose_port",
+            .description =
+                "Make a TCP port of the sandbox `sandbox_id` reachable from the user's machine, e.g. a web "
+                "server you started in it (bind it to 0.0.0.0, not 127.0.0.1). Only a sandbox with network "
+                "(created with a network policy) has ports to expose. Returns url "
+                "(http://127.0.0.1:HOST_PORT/), host_port and port; asking again for the same port gives the "
+                "same url.",
+            .input_schema = SCHEMA(P_SANDBOX_ID ",\"port\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":"
+                                                "65535,\"description\":\"The TCP port the server listens on "
+                                                "inside the sandbox, e.g. 8000.\"}",
+                                   "\"sandbox_id\",\"port\""),
+            .method = "sandbox.expose",
         },
 };
 
@@ -325,7 +352,21 @@ const char *mcp_check_arguments(const struct mcp_tool *tool, const json_t *argum
 
 json_t *mcp_session_params(const json_t *arguments)
 {
-        return json_pack("{s:O}", "session_id", json_object_get(arguments, "session_id"));
+        json_t *params = json_pack("{s:O}", "session_id", json_object_get(arguments, "session_id"));
+        json_t *network = json_object_get(arguments, "network");
+        if (params != NULL && network != NULL)
+                json_object_set(params, "network", network);
+        return params;
+}
+
+json_t *mcp_session_update_params(const json_t *arguments, const json_t *session)
+{
+        json_t *wanted = json_object_get(arguments, "network");
+        json_t *has = json_object_get(session, "network");
+        json_t *id = json_object_get(session, "sandbox_id");
+        if (!json_is_string(wanted) || !json_is_string(id) || json_equal(wanted, has))
+                return NULL;
+        return json_pack("{s:O, s:O}", "sandbox_id", id, "network", wanted);
 }
 
 /* Integers may arrive as 30.0 from some clients; the daemon wants integers. */
@@ -359,8 +400,8 @@ json_t *mcp_daemon_params(const struct mcp_tool *tool, const json_t *arguments, 
                         json_object_set(params, "requirements", value);
                 } else if (strcmp(key, "package") == 0) {
                         json_object_set_new(params, "packages", json_pack("[O]", value));
-                } else if (strcmp(key, "session_id") == 0 && tool->session) {
-                        continue; /* the session is resolved to sandbox_id */
+                } else if ((strcmp(key, "session_id") == 0 || strcmp(key, "network") == 0) && tool->session) {
+                        continue; /* the session is resolved to sandbox_id, with that network */
                 } else {
                         json_object_set(params, key, value);
                 }
@@ -478,9 +519,11 @@ json_t *mcp_progress_notification(const json_t *token, double progress, const ch
 /* --- one line from the client ------------------------------------------------- */
 
 static const char instructions[] =
-    "nsbox runs Python and shell commands in isolated Linux sandboxes (no network). For most work call "
+    "nsbox runs Python and shell commands in isolated Linux sandboxes (no network unless created with a "
+    "network policy: pass `network`, the name of one of the operator's policies). For most work call "
     "python_execute, shell_execute and sandbox_fs_* with a session_id of your choice: the session's sandbox "
-    "is created on first use, and its /workspace files persist between the calls of that session.";
+    "is created on first use, and its /workspace files persist between the calls of that session. "
+    "expose_port makes a server in a sandbox with network reachable from the user's machine.";
 
 static void reply_result(struct mcp_action *out, json_t *id, json_t *result)
 {

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <linux/close_range.h>
 #include <nftables/libnftables.h>
 #include <sched.h>
@@ -22,6 +23,7 @@
 #include "daemon.h"
 #include "json_cleanup.h"
 #include "log.h"
+#include "netpolicy.h"
 #include "network.h"
 #include "proto.h"
 #include "sandbox.h"
@@ -196,30 +198,32 @@ static int parse_subnet(const char *text, nsbox_error_t **err)
         return 0;
 }
 
-/* TEMPORARY until policy/netpolicy.c lands: shape only. */
+/* The host's own IPv4 addresses (host order), which a client's policy may
+ * not open either. */
+static size_t host_addresses(uint32_t *out, size_t max)
+{
+        struct ifaddrs *list;
+        size_t n = 0;
+        if (getifaddrs(&list) < 0)
+                return 0;
+        for (struct ifaddrs *a = list; a != NULL && n < max; a = a->ifa_next) {
+                if (a->ifa_addr != NULL && a->ifa_addr->sa_family == AF_INET)
+                        out[n++] = ntohl(((struct sockaddr_in *)a->ifa_addr)->sin_addr.s_addr);
+        }
+        freeifaddrs(list);
+        return n;
+}
+
 static int validate_policy(json_t *object, bool client, nsbox_error_t **err)
 {
-        if (!json_is_object(object))
-                return nsbox_invalid(err,
-                                     "a network policy is an object {\"allow\": [...], \"deny\": [...]}");
-        const char *key;
-        json_t *list;
-        json_object_foreach(object, key, list)
-        {
-                if (strcmp(key, "allow") != 0 && strcmp(key, "deny") != 0)
-                        return nsbox_invalid(err, "a network policy has only allow and deny, not \"%s\"",
-                                             key);
-                if (!json_is_array(list))
-                        return nsbox_invalid(err, "network policy %s must be a list of strings", key);
-                size_t i;
-                json_t *entry;
-                json_array_foreach(list, i, entry)
-                {
-                        if (!json_is_string(entry))
-                                return nsbox_invalid(err, "network policy %s must be a list of strings", key);
-                }
-        }
-        (void)client;
+        _cleanup_(netpolicy_freep) struct netpolicy *parsed = NULL;
+        int r = netpolicy_parse(object, &parsed, err);
+        if (r < 0)
+                return r;
+        uint32_t host[64];
+        if (client && netpolicy_unblocks_special(parsed, host, host_addresses(host, ARRAY_SIZE(host))))
+                return nsbox_invalid(err, "a client's network policy may not allow private, loopback, "
+                                          "link-local, the host's own or other special addresses");
         return 0;
 }
 
@@ -514,6 +518,27 @@ static int check_operator_policies(nsbox_error_t **err)
         return 0;
 }
 
+void egress_reload(struct nsbox_config *fresh)
+{
+        if (!egress.enabled) {
+                if (json_object_size(fresh->network_policies) > 0 || fresh->allow_client_network_policies)
+                        log_warn("SIGHUP: network policies need a restart of nsboxd to be enabled");
+                return;
+        }
+        json_t *old = nsboxd.config.network_policies;
+        nsboxd.config.network_policies = fresh->network_policies;
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (check_operator_policies(&err) < 0) {
+                nsboxd.config.network_policies = old;
+                log_error("SIGHUP: keeping the old network policies: %s", err->message);
+                return;
+        }
+        fresh->network_policies = old; /* freed with the rest of fresh */
+        nsboxd.config.allow_client_network_policies = fresh->allow_client_network_policies;
+        log_info("SIGHUP: %zu network policies (live sandboxes keep theirs until sandbox.update)",
+                 json_object_size(nsboxd.config.network_policies));
+}
+
 int egress_init(nsbox_error_t **err)
 {
         int r;
@@ -722,8 +747,10 @@ int egress_expose(struct sandbox *sb, unsigned port, json_t **result, nsbox_erro
 {
         struct sandbox_egress *e = sb->egress;
         if (e == NULL)
-                return nsbox_invalid(
-                    err, "sandbox %s has no network: create it with one, or sandbox.update it", sb->id);
+                return nsbox_invalid(err,
+                                     "sandbox %s has no network: create it with one, or give it one with "
+                                     "sandbox.update (nsbox update --network NAME ID)",
+                                     sb->id);
         if (port < 1 || port > 65535)
                 return nsbox_invalid(err, "port must be from 1 to 65535");
         struct egress_exposed *x = NULL;

@@ -19,6 +19,10 @@ struct sandbox_egress;
  * their own: the egress namespace and the proxy. */
 int egress_init(nsbox_error_t **err);
 void egress_shutdown(void);
+/* SIGHUP: the policies and allow_client_network_policies of `fresh` (a
+ * config just loaded), when they are valid; the rest needs a restart. */
+struct nsbox_config;
+void egress_reload(struct nsbox_config *fresh);
 
 /* A sandbox.create or sandbox.update "network" the operator allows
  * (invalid_params otherwise). */

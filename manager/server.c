@@ -132,6 +132,7 @@ static void reload_config(void)
         nsboxd.config.defaults = fresh.defaults;
         memset(&fresh.defaults, 0, sizeof(fresh.defaults));
         sandbox_warn_overcommit();
+        egress_reload(&fresh);
         profiles_clear(); /* profile files are read again on next use */
         config_free(&fresh);
         log_info("SIGHUP: configuration reloaded (running sandboxes keep their settings)");

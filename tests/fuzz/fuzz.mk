@@ -15,6 +15,10 @@ FUZZ_SOURCES := tests/fuzz/fuzz_request.c common/jsonrpc.c common/error.c common
 FUZZ_FS_TARGET  := $(FUZZ_DIR)/fuzz_fs_path
 FUZZ_FS_SOURCES := tests/fuzz/fuzz_fs_path.c manager/fs_path.c common/error.c
 
+# nsbox-egress's sniffers: TLS SNI, HTTP request heads, DNS questions (egress/sniff.c).
+FUZZ_SNIFF_TARGET  := $(FUZZ_DIR)/fuzz_sniff
+FUZZ_SNIFF_SOURCES := tests/fuzz/fuzz_sniff.c egress/sniff.c
+
 .PHONY: test-fuzz deps-fuzz fuzz-build
 deps-fuzz:
 	$(call apt_install,clang libclang-rt-14-dev libjansson-dev)
@@ -30,8 +34,13 @@ $(FUZZ_FS_TARGET): $(FUZZ_FS_SOURCES) manager/fs_path.h common/error.h
 	$(FUZZ_CC) -g -O1 -std=gnu11 -D_GNU_SOURCE -Icommon -Imanager -fno-omit-frame-pointer \
 		-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -o $@ $(FUZZ_FS_SOURCES)
 
+$(FUZZ_SNIFF_TARGET): $(FUZZ_SNIFF_SOURCES) egress/sniff.h
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -g -O1 -std=gnu11 -D_GNU_SOURCE -Iegress -fno-omit-frame-pointer \
+		-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -o $@ $(FUZZ_SNIFF_SOURCES)
+
 fuzz-build: deps-fuzz
-	$(MAKE) $(FUZZ_TARGET) $(FUZZ_FS_TARGET)
+	$(MAKE) $(FUZZ_TARGET) $(FUZZ_FS_TARGET) $(FUZZ_SNIFF_TARGET)
 
 test-fuzz: fuzz-build
 	@mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/artifacts
@@ -42,3 +51,7 @@ test-fuzz: fuzz-build
 	$(FUZZ_FS_TARGET) -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -max_len=8192 \
 		-print_final_stats=1 -artifact_prefix=$(FUZZ_DIR)/artifacts/ \
 		$(FUZZ_DIR)/corpus-fs-path tests/fuzz/corpus-fs-path
+	@mkdir -p $(FUZZ_DIR)/corpus-sniff
+	$(FUZZ_SNIFF_TARGET) -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -max_len=20000 \
+		-print_final_stats=1 -artifact_prefix=$(FUZZ_DIR)/artifacts/ \
+		$(FUZZ_DIR)/corpus-sniff tests/fuzz/corpus-sniff

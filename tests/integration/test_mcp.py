@@ -14,20 +14,21 @@ import time
 
 import pytest
 
-from conftest import BUILD, REPO
+from conftest import BUILD, REPO, Daemon
 
 TOOLS = {
     # name: (required, optional)
-    "create_sandbox": ([], ["session_id", "memory_mb", "timeout"]),
+    "create_sandbox": ([], ["session_id", "memory_mb", "timeout", "network"]),
     "list_sandboxes": ([], ["include_inactive"]),
     "remove_sandbox": (["sandbox_id"], ["force"]),
     "execute_python_code": (["sandbox_id", "code"], ["timeout"]),
     "install_package": (["sandbox_id", "package"], []),
-    "python_execute": (["session_id", "code"], ["dependencies", "timeout"]),
-    "shell_execute": (["session_id", "command"], ["timeout"]),
-    "sandbox_fs_list": (["session_id", "path"], []),
-    "sandbox_fs_read": (["session_id", "path"], []),
-    "sandbox_fs_write": (["session_id", "path", "content"], []),
+    "python_execute": (["session_id", "code"], ["dependencies", "timeout", "network"]),
+    "shell_execute": (["session_id", "command"], ["timeout", "network"]),
+    "sandbox_fs_list": (["session_id", "path"], ["network"]),
+    "sandbox_fs_read": (["session_id", "path"], ["network"]),
+    "sandbox_fs_write": (["session_id", "path", "content"], ["network"]),
+    "expose_port": (["sandbox_id", "port"], []),
 }
 
 
@@ -176,6 +177,44 @@ def test_calls_run_concurrently_and_ping_is_answered_meanwhile(daemon, sdk_dir):
     assert r["outputs"] == ["done\n", "done\n"]
     assert r["ping_ms"] < 500
     assert r["total_ms"] < 5000, r  # two 3 s commands side by side, not one after the other
+
+
+@pytest.fixture(scope="module")
+def net_daemon(tmp_path_factory):
+    """An nsboxd with the network policy "allowed"; its proxy is /bin/true (no traffic answered)."""
+    config = tmp_path_factory.mktemp("mcp-net") / "nsboxd.json"
+    config.write_text(json.dumps({"network_policies": {"allowed": {"allow": ["allowed.test"]}}, "warm_pool": 0}))
+    d = Daemon(extra_args=["--config", str(config), "--egress-path", "/bin/true"])
+    yield d
+    assert d.stop() == 0, d.final_log[-4000:]
+
+
+def test_network_argument_and_expose_port_tool(net_daemon, sdk_dir):
+    r = scenario(net_daemon, sdk_dir, "network")
+    assert not r["create"]["isError"] and r["create"]["json"]["network"] == "allowed"
+    expose = r["expose"]["json"]
+    assert not r["expose"]["isError"] and expose["port"] == 8000
+    assert expose["url"] == "http://127.0.0.1:%d/" % expose["host_port"]
+    assert r["expose_again"]["json"]["url"] == expose["url"]
+    assert r["bad_port"]["isError"] and "port" in r["bad_port"]["json"]["error"]
+    assert r["unknown"]["isError"] and r["unknown"]["json"]["kind"] == "invalid_params"
+    assert 'unknown network policy "nope"' in r["unknown"]["json"]["error"]
+    # A session's sandbox: no network, then the network a later call asks for, kept when not said again.
+    assert r["shell_none"]["json"]["stdout"].split() == ["lo"]
+    assert r["shell_net"]["json"]["stdout"].split() == ["eth0", "lo"]
+    assert r["shell_same"]["json"]["stdout"].split() == ["eth0", "lo"]
+    assert r["session_networks"] == ["allowed"]
+    assert r["no_network_expose"]["isError"] and "no network" in r["no_network_expose"]["json"]["error"]
+
+
+def test_descriptions_say_no_network_only_with_its_exception(daemon, sdk_dir):
+    tools = scenario(daemon, sdk_dir, "list_tools")["tools"]
+    create = next(t for t in tools if t["name"] == "create_sandbox")
+    assert "no network unless created with a network policy" in create["description"]
+    for t in tools:
+        if "network" in t["inputSchema"]["properties"]:
+            assert "network policies" in t["inputSchema"]["properties"]["network"]["description"]
+    assert "expose_port" in [t["name"] for t in tools]
 
 
 # --- raw protocol edges -------------------------------------------------------------------

@@ -209,6 +209,35 @@ const scenarios = {
     return r;
   },
 
+  // Against an nsboxd with the network policy "allowed" (tests/integration/test_mcp.py).
+  async network({ client }) {
+    const r = {};
+    r.create = summary(await call(client, "create_sandbox", { network: "allowed" }));
+    const id = r.create.json.sandbox_id;
+    r.expose = summary(await call(client, "expose_port", { sandbox_id: id, port: 8000 }));
+    r.expose_again = summary(await call(client, "expose_port", { sandbox_id: id, port: 8000 }));
+    r.bad_port = summary(await call(client, "expose_port", { sandbox_id: id, port: 0 }));
+    r.unknown = summary(await call(client, "create_sandbox", { network: "nope" }));
+    await call(client, "remove_sandbox", { sandbox_id: id, force: true });
+    // A session: created without network, then a call that asks for it, then one that does not say.
+    r.shell_none = summary(await call(client, "shell_execute", { session_id: session, command: "ls /sys/class/net" }));
+    r.shell_net = summary(
+      await call(client, "shell_execute", { session_id: session, network: "allowed", command: "ls /sys/class/net" }),
+    );
+    r.shell_same = summary(await call(client, "shell_execute", { session_id: session, command: "ls /sys/class/net" }));
+    const listed = textJson(await call(client, "list_sandboxes", {}));
+    r.session_networks = listed.sandboxes.filter((s) => s.session_id === session).map((s) => s.network);
+    r.no_network_expose = summary(
+      await call(client, "expose_port", {
+        sandbox_id: textJson(await call(client, "create_sandbox", { session_id: `${session}-plain` })).sandbox_id,
+        port: 8000,
+      }),
+    );
+    for (const s of listed.sandboxes.concat(textJson(await call(client, "list_sandboxes", {})).sandboxes))
+      if (s.session_id?.startsWith(session)) await call(client, "remove_sandbox", { sandbox_id: s.sandbox_id, force: true });
+    return r;
+  },
+
   async concurrency({ client }) {
     await call(client, "shell_execute", { session_id: session, command: "true" });
     const started = Date.now();

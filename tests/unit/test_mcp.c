@@ -219,16 +219,17 @@ static void test_tools_list_is_the_spec_table(void **state)
                 const char *required;
                 const char *optional;
         } table[] = {
-                { "create_sandbox", "", "session_id memory_mb timeout" },
+                { "create_sandbox", "", "session_id memory_mb timeout network" },
                 { "list_sandboxes", "", "include_inactive" },
                 { "remove_sandbox", "sandbox_id", "force" },
                 { "execute_python_code", "sandbox_id code", "timeout" },
                 { "install_package", "sandbox_id package", "" },
-                { "python_execute", "session_id code", "dependencies timeout" },
-                { "shell_execute", "session_id command", "timeout" },
-                { "sandbox_fs_list", "session_id path", "" },
-                { "sandbox_fs_read", "session_id path", "" },
-                { "sandbox_fs_write", "session_id path content", "" },
+                { "python_execute", "session_id code", "dependencies timeout network" },
+                { "shell_execute", "session_id command", "timeout network" },
+                { "sandbox_fs_list", "session_id path", "network" },
+                { "sandbox_fs_read", "session_id path", "network" },
+                { "sandbox_fs_write", "session_id path content", "network" },
+                { "expose_port", "sandbox_id port", "" },
         };
         struct mcp_state st = { 0 };
         _cleanup_json_ json_t *r = reply_to(&st, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\"}");
@@ -427,6 +428,33 @@ static void test_arguments_map_to_the_daemon_params_of_the_spec(void **state)
         assert_json(session, "{\"session_id\":\"s\"}");
 }
 
+static void test_network_goes_to_the_session_create_not_to_the_tool_method(void **state)
+{
+        _cleanup_json_ json_t *args = load("{\"session_id\":\"s\",\"network\":\"pypi\",\"command\":\"ls\"}");
+        _cleanup_json_ json_t *session = mcp_session_params(args);
+        assert_json(session, "{\"session_id\":\"s\",\"network\":\"pypi\"}");
+        _cleanup_json_ json_t *shell = params_for(
+            "shell_execute", "{\"session_id\":\"s\",\"network\":\"pypi\",\"command\":\"ls\"}", "sb1", NULL);
+        assert_null(json_object_get(shell, "network"));
+        /* create_sandbox passes it as it is. */
+        _cleanup_json_ json_t *create = params_for("create_sandbox", "{\"network\":\"pypi\"}", NULL, NULL);
+        assert_json(create, "{\"network\":\"pypi\"}");
+        /* An existing session sandbox with another network is updated; the same one, or no network asked,
+         * not. */
+        _cleanup_json_ json_t *none = load("{\"sandbox_id\":\"sb1\",\"network\":\"none\"}");
+        _cleanup_json_ json_t *update = mcp_session_update_params(args, none);
+        assert_json(update, "{\"sandbox_id\":\"sb1\",\"network\":\"pypi\"}");
+        _cleanup_json_ json_t *same = load("{\"sandbox_id\":\"sb1\",\"network\":\"pypi\"}");
+        assert_null(mcp_session_update_params(args, same));
+        _cleanup_json_ json_t *plain = load("{\"session_id\":\"s\",\"command\":\"ls\"}");
+        assert_null(mcp_session_update_params(plain, none));
+        /* expose_port forwards to sandbox.expose with sandbox_id and port. */
+        assert_string_equal(mcp_tool_find("expose_port")->method, "sandbox.expose");
+        _cleanup_json_ json_t *expose =
+            params_for("expose_port", "{\"sandbox_id\":\"sb1\",\"port\":8000}", NULL, NULL);
+        assert_json(expose, "{\"sandbox_id\":\"sb1\",\"port\":8000}");
+}
+
 static void test_kill_command_only_takes_a_uuid_tag(void **state)
 {
         _cleanup_free_ char *ok = mcp_kill_command("0f1e2d3c-aaaa-bbbb-cccc-123456789abc");
@@ -617,6 +645,7 @@ int main(void)
                 cmocka_unit_test(test_bad_arguments_are_tool_errors_the_model_can_read),
                 cmocka_unit_test(test_a_valid_call_is_handed_to_a_worker_with_its_progress_token),
                 cmocka_unit_test(test_arguments_map_to_the_daemon_params_of_the_spec),
+                cmocka_unit_test(test_network_goes_to_the_session_create_not_to_the_tool_method),
                 cmocka_unit_test(test_kill_command_only_takes_a_uuid_tag),
                 cmocka_unit_test(test_python_images_become_image_blocks_without_structured_content),
                 cmocka_unit_test(test_python_errors_are_iserror_results_holding_the_traceback),

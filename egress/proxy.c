@@ -1,0 +1,838 @@
+/* The TCP side of nsbox-egress: a sandbox's connections (redirected by nft
+ * to its listener at gateway:1) are judged by name (HTTP Host on 80, TLS
+ * SNI on 443, the explicit proxy at gateway:3128) or by address, then
+ * joined to an upstream connection made from the host's netns; and
+ * sandbox.expose's connections from the host joined to the sandbox. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <linux/netfilter_ipv4.h>
+#include <netdb.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "egress.h"
+#include "log.h"
+
+static const char tls_access_denied[] = "\x15\x03\x03\x00\x02\x02\x31";
+
+static void conn_update(struct conn *c);
+static void conn_decide(struct conn *c);
+
+static const char *addr_text(uint32_t addr, char buf[INET_ADDRSTRLEN])
+{
+        struct in_addr in = { .s_addr = htonl(addr) };
+        return inet_ntop(AF_INET, &in, buf, INET_ADDRSTRLEN);
+}
+
+static bool half_alloc(struct half *h, size_t cap)
+{
+        if (h->buf == NULL) {
+                h->buf = malloc(cap);
+                if (h->buf == NULL)
+                        return false;
+                h->cap = cap;
+        }
+        return true;
+}
+
+static size_t half_used(const struct half *h)
+{
+        return h->end - h->start;
+}
+
+static void close_watch(struct watch *w, bool reset)
+{
+        if (w->fd < 0)
+                return;
+        egress_unwatch(w);
+        if (reset) {
+                struct linger l = { .l_onoff = 1, .l_linger = 0 };
+                setsockopt(w->fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+        }
+        close(w->fd);
+        w->fd = -1;
+}
+
+static void conn_free(struct conn *c)
+{
+        free(c->c2u.buf);
+        free(c->u2c.buf);
+        free(c);
+}
+
+static void conn_close_how(struct conn *c, bool reset)
+{
+        if (c->closed)
+                return;
+        c->closed = true;
+        close_watch(&c->client, reset);
+        close_watch(&c->upstream, reset);
+        if (c->lookup != NULL) {
+                c->lookup->conn = NULL;
+                c->lookup = NULL;
+        }
+        for (struct factory_wait *f = egress.factory_head; f != NULL; f = f->next)
+                if (f->conn == c)
+                        f->conn = NULL;
+        struct sandbox *sb = c->sandbox;
+        if (sb != NULL) {
+                for (struct conn **pp = &sb->conns; *pp != NULL; pp = &(*pp)->sandbox_next)
+                        if (*pp == c) {
+                                *pp = c->sandbox_next;
+                                break;
+                        }
+                if (c->mode != CONN_EXPOSE)
+                        sb->n_conns--;
+                c->sandbox = NULL;
+        }
+        if (c->prev != NULL)
+                c->prev->next = c->next;
+        else
+                egress.conns = c->next;
+        if (c->next != NULL)
+                c->next->prev = c->prev;
+        egress.n_conns--;
+        /* Events for it may still be queued in this epoll batch. */
+        c->next = egress.graveyard;
+        egress.graveyard = c;
+}
+
+void proxy_conn_close(struct conn *c)
+{
+        conn_close_how(c, false);
+}
+
+void proxy_free_graveyard(void)
+{
+        while (egress.graveyard != NULL) {
+                struct conn *c = egress.graveyard;
+                egress.graveyard = c->next;
+                conn_free(c);
+        }
+}
+
+static struct conn *conn_new(struct sandbox *sb, enum conn_mode mode, int fd)
+{
+        struct conn *c = calloc(1, sizeof(*c));
+        if (c == NULL)
+                return NULL;
+        c->sandbox = sb;
+        c->mode = mode;
+        c->client = (struct watch){ .kind = WATCH_CONN_CLIENT, .fd = fd, .obj = c };
+        c->upstream = (struct watch){ .kind = WATCH_CONN_UPSTREAM, .fd = -1, .obj = c };
+        c->next = egress.conns;
+        if (egress.conns != NULL)
+                egress.conns->prev = c;
+        egress.conns = c;
+        egress.n_conns++;
+        c->sandbox_next = sb->conns;
+        sb->conns = c;
+        if (mode != CONN_EXPOSE)
+                sb->n_conns++;
+        return c;
+}
+
+/* Write what fits now; a refusal is small and the socket's buffer empty. */
+static void send_now(int fd, const void *data, size_t len)
+{
+        if (fd >= 0)
+                (void)!send(fd, data, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+/* What the client sees of a refusal or an upstream failure: a 403/502 on
+ * HTTP, a TLS alert on 443, a reset elsewhere. Then the rest of what it
+ * sends is read and dropped for a moment so the answer is not lost to a
+ * reset from unread data. */
+static void conn_answer_and_close(struct conn *c, int status)
+{
+        char shown[NETPOLICY_NAME_MAX + INET_ADDRSTRLEN + 8], a[INET_ADDRSTRLEN];
+        bool http = c->mode == CONN_EXPLICIT || (c->mode == CONN_HTTP && c->http.head_len > 0);
+        if (c->mode == CONN_TLS && c->named) {
+                send_now(c->client.fd, tls_access_denied, sizeof(tls_access_denied) - 1);
+        } else if (http) {
+                char body[NETPOLICY_NAME_MAX + 64], msg[NETPOLICY_NAME_MAX + 256];
+                if (c->named)
+                        snprintf(shown, sizeof(shown), "%s", c->name);
+                else
+                        snprintf(shown, sizeof(shown), "%s", addr_text(c->connect_addr, a));
+                const char *line = status == 403   ? "403 Forbidden"
+                                   : status == 400 ? "400 Bad Request"
+                                                   : "502 Bad Gateway";
+                if (status == 403)
+                        snprintf(body, sizeof(body), "nsbox: network policy refused %s\n", shown);
+                else if (status == 400)
+                        snprintf(body, sizeof(body), "nsbox: bad request\n");
+                else
+                        snprintf(body, sizeof(body), "nsbox: could not connect to %s\n", shown);
+                int n = snprintf(msg, sizeof(msg),
+                                 "HTTP/1.1 %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n"
+                                 "Connection: close\r\n\r\n%s",
+                                 line, strlen(body), body);
+                send_now(c->client.fd, msg, (size_t)n);
+        } else {
+                conn_close_how(c, true);
+                return;
+        }
+        close_watch(&c->upstream, false);
+        if (c->client.fd < 0) {
+                proxy_conn_close(c);
+                return;
+        }
+        shutdown(c->client.fd, SHUT_WR);
+        c->state = CONN_DRAIN;
+        c->deadline_ms = egress_now_ms() + EGRESS_DRAIN_TIMEOUT_MS;
+        conn_update(c);
+}
+
+static void conn_refuse(struct conn *c, const char *reason)
+{
+        if (c->sandbox != NULL) {
+                uint32_t addr = c->connect_addr ? c->connect_addr : c->dst_addr;
+                uint16_t port = c->connect_port ? c->connect_port : c->dst_port;
+                egress_refused(c->sandbox, c->named ? c->name : NULL, addr, port, reason);
+        }
+        conn_answer_and_close(c, 403);
+}
+
+/* --- epoll interest ------------------------------------------------------- */
+
+static void conn_update(struct conn *c)
+{
+        if (c->closed)
+                return;
+        uint32_t ce = 0, ue = 0;
+        switch (c->state) {
+        case CONN_SNIFF:
+                ce = half_used(&c->c2u) < c->c2u.cap ? EPOLLIN : 0;
+                break;
+        case CONN_RESOLVE:
+        case CONN_FACTORY:
+                break;
+        case CONN_CONNECT:
+                ue = EPOLLOUT;
+                break;
+        case CONN_DRAIN:
+                ce = EPOLLIN;
+                break;
+        case CONN_RELAY:
+                if (!c->c2u.eof && half_used(&c->c2u) < c->c2u.cap)
+                        ce |= EPOLLIN;
+                if (half_used(&c->u2c) > 0)
+                        ce |= EPOLLOUT;
+                if (!c->u2c.eof && half_used(&c->u2c) < c->u2c.cap)
+                        ue |= EPOLLIN;
+                if (half_used(&c->c2u) > 0)
+                        ue |= EPOLLOUT;
+                break;
+        }
+        if (c->client.fd >= 0)
+                egress_watch(&c->client, ce);
+        if (c->upstream.fd >= 0)
+                egress_watch(&c->upstream, ue);
+}
+
+/* --- relay ---------------------------------------------------------------- */
+
+/* Read from fd into h; false when the connection is to be closed. */
+static bool half_read(struct conn *c, int fd, struct half *h, bool client_side)
+{
+        if (h->start == h->end)
+                h->start = h->end = 0;
+        if (h->end == h->cap && h->start > 0) {
+                memmove(h->buf, h->buf + h->start, half_used(h));
+                h->end -= h->start;
+                h->start = 0;
+        }
+        if (h->end == h->cap)
+                return true;
+        ssize_t n = recv(fd, h->buf + h->end, h->cap - h->end, MSG_DONTWAIT);
+        if (n < 0)
+                return errno == EAGAIN || errno == EINTR;
+        if (n == 0) {
+                h->eof = true;
+                return true;
+        }
+        size_t got = (size_t)n;
+        if (client_side && c->c2u_limited) {
+                /* Port 80: one request and its body reach upstream; more
+                 * (a second request, with any Host) is dropped. */
+                if (got > c->c2u_left)
+                        got = (size_t)c->c2u_left;
+                c->c2u_left -= got;
+        }
+        h->end += got;
+        if (c->sandbox != NULL && c->mode != CONN_EXPOSE) {
+                if (client_side)
+                        c->sandbox->bytes_out += got;
+                else
+                        c->sandbox->bytes_in += got;
+        }
+        return true;
+}
+
+static bool half_write(int fd, struct half *h)
+{
+        if (half_used(h) == 0)
+                return true;
+        ssize_t n = send(fd, h->buf + h->start, half_used(h), MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n < 0)
+                return errno == EAGAIN || errno == EINTR;
+        h->start += (size_t)n;
+        return true;
+}
+
+static void relay(struct conn *c, bool upstream, uint32_t events)
+{
+        bool ok = true;
+        if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+                if (upstream && !c->u2c.eof)
+                        ok = half_read(c, c->upstream.fd, &c->u2c, false);
+                else if (!upstream && !c->c2u.eof)
+                        ok = half_read(c, c->client.fd, &c->c2u, true);
+        }
+        if (ok)
+                ok = half_write(c->upstream.fd, &c->c2u) && half_write(c->client.fd, &c->u2c);
+        if (!ok) {
+                conn_close_how(c, true);
+                return;
+        }
+        if (c->c2u.eof && half_used(&c->c2u) == 0 && !c->c2u.shut) {
+                shutdown(c->upstream.fd, SHUT_WR);
+                c->c2u.shut = true;
+        }
+        if (c->u2c.eof && half_used(&c->u2c) == 0 && !c->u2c.shut) {
+                shutdown(c->client.fd, SHUT_WR);
+                c->u2c.shut = true;
+        }
+        if (c->c2u.shut && c->u2c.shut) {
+                proxy_conn_close(c);
+                return;
+        }
+        /* Upstream finished its answer on port 80: the client's further
+         * bytes go nowhere, so do not wait for its EOF. */
+        if (c->u2c.shut && c->c2u_limited && c->c2u_left == 0 && half_used(&c->c2u) == 0) {
+                proxy_conn_close(c);
+                return;
+        }
+        conn_update(c);
+}
+
+/* --- connecting ----------------------------------------------------------- */
+
+static void conn_connect_fd(struct conn *c, int fd, uint32_t addr, uint16_t port)
+{
+        struct sockaddr_in sa = { .sin_family = AF_INET,
+                                  .sin_port = htons(port),
+                                  .sin_addr.s_addr = htonl(addr) };
+        c->upstream.fd = fd;
+        c->state = CONN_CONNECT;
+        c->deadline_ms = egress_now_ms() + EGRESS_CONNECT_TIMEOUT_MS;
+        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 && errno != EINPROGRESS) {
+                conn_answer_and_close(c, 502);
+                return;
+        }
+        conn_update(c);
+}
+
+static void conn_connect(struct conn *c)
+{
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+                log_warn("upstream socket: %s", strerror(errno));
+                conn_answer_and_close(c, 502);
+                return;
+        }
+        conn_connect_fd(c, fd, c->connect_addr, c->connect_port);
+}
+
+/* The head forwarded upstream on port 80 and for the explicit proxy's
+ * absolute-form requests: origin-form target, hop-by-hop headers dropped,
+ * "Connection: close" so the connection carries one request. */
+static bool rewrite_http_head(struct conn *c)
+{
+        const struct sniff_http *h = &c->http;
+        size_t cap = EGRESS_BUF + 1024;
+        uint8_t *out = malloc(cap);
+        if (out == NULL)
+                return false;
+        const char *in = (const char *)c->c2u.buf + c->c2u.start;
+        size_t n = 0;
+#define PUT(p, l)                         \
+        do {                              \
+                size_t _l = (l);          \
+                if (n + _l > cap) {       \
+                        free(out);        \
+                        return false;     \
+                }                         \
+                memcpy(out + n, (p), _l); \
+                n += _l;                  \
+        } while (0)
+        if (h->absolute) {
+                size_t mlen = strlen(h->method);
+                PUT(in, mlen + 1);
+                if (h->path_len == 0 || in[h->path_off] != '/')
+                        PUT("/", 1);
+                PUT(in + h->path_off, h->path_len);
+                PUT(in + h->line_end - 9, 9); /* " HTTP/1.x" */
+        } else {
+                PUT(in, h->line_end);
+        }
+        PUT("\r\n", 2);
+        size_t pos = (size_t)((const char *)memchr(in, '\n', h->head_len) - in) + 1;
+        while (pos < h->head_len) {
+                const char *lf = memchr(in + pos, '\n', h->head_len - pos);
+                size_t end = (size_t)(lf - in), llen = end - pos;
+                if (llen > 0 && in[end - 1] == '\r')
+                        llen--;
+                if (llen == 0)
+                        break;
+                if (!sniff_http_hop_header(in + pos, llen)) {
+                        PUT(in + pos, llen);
+                        PUT("\r\n", 2);
+                }
+                pos = end + 1;
+        }
+        if (h->absolute && !h->has_host_header) {
+                char host[NETPOLICY_NAME_MAX + 16];
+                int hl = h->port ? snprintf(host, sizeof(host), "Host: %s:%u\r\n", h->host, h->port)
+                                 : snprintf(host, sizeof(host), "Host: %s\r\n", h->host);
+                PUT(host, (size_t)hl);
+        }
+        PUT("Connection: close\r\n\r\n", 21);
+        /* The body bytes already read, up to Content-Length. */
+        size_t body = half_used(&c->c2u) - h->head_len;
+        c->c2u_limited = !h->chunked;
+        if (c->c2u_limited) {
+                if (body > h->content_length)
+                        body = (size_t)h->content_length;
+                c->c2u_left = h->content_length - body;
+        }
+        PUT(in + h->head_len, body);
+#undef PUT
+        free(c->c2u.buf);
+        c->c2u.buf = out;
+        c->c2u.cap = cap;
+        c->c2u.start = 0;
+        c->c2u.end = n;
+        return true;
+}
+
+static void conn_connected(struct conn *c)
+{
+        int error = 0;
+        socklen_t len = sizeof(error);
+        if (getsockopt(c->upstream.fd, SOL_SOCKET, SO_ERROR, &error, &len) < 0)
+                error = errno;
+        if (error == EINPROGRESS)
+                return;
+        if (error != 0) {
+                conn_answer_and_close(c, 502);
+                return;
+        }
+        if (!half_alloc(&c->c2u, EGRESS_BUF) || !half_alloc(&c->u2c, EGRESS_BUF)) {
+                conn_close_how(c, true);
+                return;
+        }
+        if (c->sandbox != NULL && c->mode != CONN_EXPOSE)
+                c->sandbox->connections++;
+        if (c->reply_connected) {
+                static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
+                send_now(c->client.fd, ok, sizeof(ok) - 1);
+        }
+        c->state = CONN_RELAY;
+        relay(c, false, 0);
+}
+
+/* --- deciding ------------------------------------------------------------- */
+
+static void conn_lookup_done(void *arg, int status, int timeouts, struct hostent *he)
+{
+        struct conn_lookup *l = arg;
+        struct conn *c = l->conn;
+        free(l);
+        if (c == NULL)
+                return;
+        c->lookup = NULL;
+        if (c->sandbox == NULL) {
+                proxy_conn_close(c);
+                return;
+        }
+        size_t n = 0;
+        uint32_t addrs[16];
+        if (status == ARES_SUCCESS && he != NULL && he->h_addrtype == AF_INET)
+                for (char **a = he->h_addr_list; *a != NULL && n < ARRAY_SIZE(addrs); a++) {
+                        struct in_addr in;
+                        memcpy(&in, *a, sizeof(in));
+                        addrs[n++] = ntohl(in.s_addr);
+                }
+        struct sandbox *sb = c->sandbox;
+        if (c->needs_owner) {
+                /* Transparent: is the address the sandbox went to one of
+                 * the name's now? */
+                for (size_t i = 0; i < n; i++)
+                        if (addrs[i] == c->dst_addr) {
+                                c->needs_owner = false;
+                                conn_connect(c);
+                                return;
+                        }
+                char reason[NETPOLICY_NAME_MAX + 32];
+                snprintf(reason, sizeof(reason), "address is not %s's", c->name);
+                conn_refuse(c, reason);
+                return;
+        }
+        /* Explicit proxy: the first address the policy lets it reach. */
+        if (n == 0) {
+                conn_refuse(c, "name does not resolve");
+                return;
+        }
+        enum netpolicy_verdict first = NETPOLICY_NOT_ALLOWED;
+        for (size_t i = 0; i < n; i++) {
+                bool by_name;
+                enum netpolicy_verdict v = netpolicy_check_named(
+                    sb->policy, c->name, addrs[i], egress.host_addrs, egress.n_host_addrs, &by_name);
+                if (i == 0)
+                        first = v;
+                if (v == NETPOLICY_ALLOW) {
+                        c->connect_addr = addrs[i];
+                        conn_connect(c);
+                        return;
+                }
+        }
+        c->connect_addr = addrs[0];
+        conn_refuse(c, netpolicy_reason(first));
+}
+
+static void conn_resolve(struct conn *c)
+{
+        struct conn_lookup *l = calloc(1, sizeof(*l));
+        if (l == NULL) {
+                conn_close_how(c, true);
+                return;
+        }
+        l->conn = c;
+        c->lookup = l;
+        c->state = CONN_RESOLVE;
+        c->deadline_ms = egress_now_ms() + EGRESS_CONNECT_TIMEOUT_MS;
+        conn_update(c);
+        ares_gethostbyname(egress.ares, c->name, AF_INET, conn_lookup_done, l);
+}
+
+static void conn_decide_unnamed(struct conn *c)
+{
+        struct sandbox *sb = c->sandbox;
+        c->named = false;
+        enum netpolicy_verdict v =
+            netpolicy_check_address(sb->policy, c->connect_addr, egress.host_addrs, egress.n_host_addrs);
+        if (v != NETPOLICY_ALLOW) {
+                conn_refuse(c, netpolicy_reason(v));
+                return;
+        }
+        c->c2u_limited = false;
+        conn_connect(c);
+}
+
+/* The name the client gave (Host, SNI, CONNECT): an IPv4 literal makes the
+ * connection unnamed; anything that is not a host name is refused. */
+static bool conn_take_name(struct conn *c, const char *raw, bool *unnamed)
+{
+        uint32_t literal;
+        *unnamed = false;
+        if (raw[0] == '\0' || netpolicy_parse_ipv4(raw, strlen(raw), &literal)) {
+                *unnamed = true;
+                if (raw[0] != '\0' && c->mode == CONN_EXPLICIT)
+                        c->connect_addr = literal;
+                return true;
+        }
+        if (netpolicy_name_normalize(raw, strlen(raw), c->name) < 0)
+                return false;
+        c->named = true;
+        return true;
+}
+
+static void conn_decide_named(struct conn *c)
+{
+        struct sandbox *sb = c->sandbox;
+        if (c->mode == CONN_EXPLICIT) {
+                /* The proxy resolves the name; the policy judges each address. */
+                enum netpolicy_verdict v = netpolicy_check_name(sb->policy, c->name);
+                if (v != NETPOLICY_ALLOW) {
+                        /* An allow CIDR may still let the name's address through. */
+                        if (v == NETPOLICY_DENIED || sb->policy->allow.n_cidrs == 0) {
+                                conn_refuse(c, netpolicy_reason(v));
+                                return;
+                        }
+                }
+                conn_resolve(c);
+                return;
+        }
+        bool by_name;
+        enum netpolicy_verdict v = netpolicy_check_named(sb->policy, c->name, c->dst_addr, egress.host_addrs,
+                                                         egress.n_host_addrs, &by_name);
+        if (v != NETPOLICY_ALLOW) {
+                conn_refuse(c, netpolicy_reason(v));
+                return;
+        }
+        if (by_name && !dns_address_recorded(sb, c->name, c->dst_addr)) {
+                c->needs_owner = true;
+                conn_resolve(c);
+                return;
+        }
+        conn_connect(c);
+}
+
+/* Enough of the first bytes is here (or the wait is over): decide. */
+static void conn_decide(struct conn *c)
+{
+        char raw[SNIFF_NAME_MAX + 1];
+        bool unnamed = true;
+        const uint8_t *data = c->c2u.buf + c->c2u.start;
+        size_t len = half_used(&c->c2u);
+        enum sniff_result r;
+        c->connect_addr = c->dst_addr;
+        c->connect_port = c->dst_port;
+        switch (c->mode) {
+        case CONN_TLS:
+                r = sniff_tls_sni(data, len, raw);
+                if (r == SNIFF_NEED_MORE && len < c->c2u.cap && !c->c2u.eof)
+                        return;
+                if (r == SNIFF_OK && !conn_take_name(c, raw, &unnamed)) {
+                        c->named = true;
+                        snprintf(c->name, sizeof(c->name), "(bad name)");
+                        conn_refuse(c, "not a host name");
+                        return;
+                }
+                break;
+        case CONN_HTTP:
+        case CONN_EXPLICIT:
+                r = sniff_http_head((const char *)data, len, &c->http);
+                if (r == SNIFF_NEED_MORE && len < c->c2u.cap && !c->c2u.eof)
+                        return;
+                if (r != SNIFF_OK) {
+                        c->http.head_len = 0;
+                        if (c->mode == CONN_EXPLICIT) {
+                                conn_answer_and_close(c, 400);
+                                return;
+                        }
+                        break; /* not HTTP: judged by address, bytes as they are */
+                }
+                if (c->mode == CONN_EXPLICIT) {
+                        if (!c->http.connect && !c->http.absolute) {
+                                conn_answer_and_close(c, 400);
+                                return;
+                        }
+                        c->connect_port = c->http.port ? c->http.port : 80;
+                        c->reply_connected = c->http.connect;
+                }
+                if (!conn_take_name(c, c->http.host, &unnamed)) {
+                        c->named = true;
+                        snprintf(c->name, sizeof(c->name), "(bad name)");
+                        conn_refuse(c, "not a host name");
+                        return;
+                }
+                if (c->mode == CONN_EXPLICIT && unnamed && c->http.host[0] == '\0') {
+                        conn_answer_and_close(c, 400);
+                        return;
+                }
+                if (c->http.connect) {
+                        /* The tunnel starts after the CONNECT head. */
+                        c->c2u.start += c->http.head_len;
+                } else if (!rewrite_http_head(c)) {
+                        conn_close_how(c, true);
+                        return;
+                }
+                break;
+        default:
+                break;
+        }
+        if (unnamed)
+                conn_decide_unnamed(c);
+        else
+                conn_decide_named(c);
+}
+
+static void sniff_read(struct conn *c)
+{
+        if (!half_read(c, c->client.fd, &c->c2u, true)) {
+                conn_close_how(c, true);
+                return;
+        }
+        if (c->c2u.eof && half_used(&c->c2u) == 0) {
+                proxy_conn_close(c);
+                return;
+        }
+        conn_decide(c);
+        if (!c->closed && c->state == CONN_SNIFF)
+                conn_update(c);
+}
+
+/* --- events --------------------------------------------------------------- */
+
+void proxy_conn_event(struct conn *c, bool upstream, uint32_t events)
+{
+        if (c->closed)
+                return;
+        switch (c->state) {
+        case CONN_SNIFF:
+                if (!upstream)
+                        sniff_read(c);
+                break;
+        case CONN_CONNECT:
+                if (upstream)
+                        conn_connected(c);
+                break;
+        case CONN_RELAY:
+                relay(c, upstream, events);
+                break;
+        case CONN_DRAIN:
+                if (!upstream) {
+                        char sink[4096];
+                        ssize_t n = recv(c->client.fd, sink, sizeof(sink), MSG_DONTWAIT);
+                        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+                                proxy_conn_close(c);
+                }
+                break;
+        default:
+                break;
+        }
+}
+
+static bool over_limit(struct sandbox *sb)
+{
+        return egress.n_conns >= EGRESS_CONN_MAX || (sb != NULL && sb->n_conns >= EGRESS_CONN_PER_SANDBOX);
+}
+
+void proxy_accept(struct sandbox *sb)
+{
+        for (int i = 0; i < 64; i++) {
+                int fd = accept4(sb->tcp.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+                if (fd < 0) {
+                        if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+                                log_warn("sandbox %s: accept: %s", sb->id, strerror(errno));
+                        return;
+                }
+                struct sockaddr_in dst;
+                socklen_t dlen = sizeof(dst);
+                if (getsockopt(fd, SOL_IP, SO_ORIGINAL_DST, &dst, &dlen) < 0 || dst.sin_family != AF_INET) {
+                        close(fd);
+                        continue;
+                }
+                uint32_t addr = ntohl(dst.sin_addr.s_addr);
+                uint16_t port = ntohs(dst.sin_port);
+                if (over_limit(sb)) {
+                        egress_refused(sb, NULL, addr, port, "limit");
+                        struct linger l = { .l_onoff = 1, .l_linger = 0 };
+                        setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+                        close(fd);
+                        continue;
+                }
+                enum conn_mode mode = port == 80                                            ? CONN_HTTP
+                                      : port == 443                                         ? CONN_TLS
+                                      : port == EGRESS_EXPLICIT_PORT && addr == sb->gateway ? CONN_EXPLICIT
+                                                                                            : CONN_OTHER;
+                struct conn *c = conn_new(sb, mode, fd);
+                if (c == NULL) {
+                        close(fd);
+                        continue;
+                }
+                c->dst_addr = addr;
+                c->dst_port = port;
+                if (mode == CONN_OTHER) {
+                        c->connect_addr = addr;
+                        c->connect_port = port;
+                        conn_decide_unnamed(c);
+                        continue;
+                }
+                if (!half_alloc(&c->c2u, EGRESS_BUF)) {
+                        conn_close_how(c, true);
+                        continue;
+                }
+                c->state = CONN_SNIFF;
+                c->deadline_ms = egress_now_ms() + EGRESS_HEAD_TIMEOUT_MS;
+                conn_update(c);
+        }
+}
+
+/* --- expose --------------------------------------------------------------- */
+
+void proxy_expose_accept(struct expose *e)
+{
+        for (int i = 0; i < 64; i++) {
+                int fd = accept4(e->listener.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+                if (fd < 0) {
+                        if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+                                log_warn("sandbox %s: expose %u: accept: %s", e->sandbox->id, e->port,
+                                         strerror(errno));
+                        return;
+                }
+                if (over_limit(NULL)) {
+                        close(fd);
+                        continue;
+                }
+                struct conn *c = conn_new(e->sandbox, CONN_EXPOSE, fd);
+                struct factory_wait *f = calloc(1, sizeof(*f));
+                if (c == NULL || f == NULL) {
+                        free(f);
+                        if (c != NULL)
+                                conn_close_how(c, true);
+                        else
+                                close(fd);
+                        continue;
+                }
+                c->connect_addr = e->sandbox->address;
+                c->connect_port = e->port;
+                c->state = CONN_FACTORY;
+                c->deadline_ms = egress_now_ms() + EGRESS_CONNECT_TIMEOUT_MS;
+                /* The factory thread answers requests in order. */
+                uint8_t req = 1;
+                if (send(egress.factory.fd, &req, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1) {
+                        free(f);
+                        conn_close_how(c, true);
+                        continue;
+                }
+                f->conn = c;
+                *egress.factory_tail = f;
+                egress.factory_tail = &f->next;
+                conn_update(c);
+        }
+}
+
+void proxy_factory_reply(struct conn *c, int fd, int error)
+{
+        if (c == NULL || c->closed) {
+                if (fd >= 0)
+                        close(fd);
+                return;
+        }
+        if (fd < 0) {
+                log_warn("expose socket: %s", strerror(error));
+                conn_close_how(c, true);
+                return;
+        }
+        conn_connect_fd(c, fd, c->connect_addr, c->connect_port);
+}
+
+void proxy_timeouts(int64_t now)
+{
+        for (struct conn *c = egress.conns, *next; c != NULL; c = next) {
+                next = c->next;
+                if (c->state == CONN_RELAY || c->deadline_ms == 0 || now < c->deadline_ms)
+                        continue;
+                switch (c->state) {
+                case CONN_SNIFF: /* 10 s without a full head or ClientHello */
+                        conn_close_how(c, true);
+                        break;
+                case CONN_DRAIN:
+                        proxy_conn_close(c);
+                        break;
+                default:
+                        conn_answer_and_close(c, 502);
+                        break;
+                }
+        }
+}
