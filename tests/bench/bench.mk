@@ -3,7 +3,8 @@
 # $(BUILD)/bench.md and $(BUILD)/bench.json.  Not a test: nothing here is timed
 # in `make test`.
 #   make bench                          the full run (30 one-shot, 200 warm rounds, 200 creations,
-#                                       then 1000 live sandboxes on their own nsboxd: --scale N, 0 skips)
+#                                       then 1000 live sandboxes on their own nsboxd: --scale N, 0 skips;
+#                                       then the network egress section: --network-rounds N, 0 skips)
 #   make bench BENCH_ARGS='--warm-rounds 50 --concurrent 50'    a shorter one
 BENCH_ARGS ?=
 

@@ -49,7 +49,7 @@ def percentile(values, q):
 
 class Daemon:
     def __init__(self, build, image_dir, uid_base, uid_ranges, log_path, warm_pool, max_sandboxes=256,
-                 memory_commit_bytes=None):
+                 memory_commit_bytes=None, extra_args=()):
         self.dir = tempfile.mkdtemp(prefix="nsbox-bench-")
         os.chmod(self.dir, 0o755)
         self.socket = os.path.join(self.dir, "nsbox.sock")
@@ -63,6 +63,7 @@ class Daemon:
             args += ["--memory-commit-bytes", str(memory_commit_bytes)]
         if warm_pool is not None:
             args += ["--warm-pool", str(warm_pool)]
+        args += list(extra_args)
         env = {k: v for k, v in os.environ.items() if not k.startswith("NSBOX_")}
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 30
@@ -480,6 +481,108 @@ def scale_markdown(sc):
     return lines
 
 
+# --- network egress (issue 16) ------------------------------------------------------
+
+FIRST_REQUEST = r"""
+import socket, sys
+s = socket.create_connection((sys.argv[1], 80), timeout=30)
+s.sendall(b"GET / HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n")
+data = b""
+while True:
+    c = s.recv(65536)
+    if not c:
+        break
+    data += c
+print(data.split(b"\r\n")[0].decode())
+"""
+
+
+def network_run(a, build, out_dir, log):
+    """Egress cost, on its own nsboxd and upstream.py's test-made upstream:
+    create with and without network (interleaved), then in each fresh
+    sandbox the same python script, which in the network one makes the first
+    HTTP request through the proxy (resolving allowed.test through it) and
+    in the plain one fails at once (no route): the difference is the first
+    request's cost; then remove."""
+    import upstream
+    n = a.network_rounds
+    base = a.uid_pool_base + (a.uid_pool_ranges + a.scale + 64) * UID_RANGE
+    up = upstream.Upstream().start()
+    cfg_dir = tempfile.mkdtemp(prefix="nsbox-bench-net-")
+    cfg = os.path.join(cfg_dir, "nsboxd.json")
+    with open(cfg, "w") as f:
+        json.dump({"network_policies": {"bench": {"allow": ["allowed.test"]}},
+                   "egress_dns_servers": upstream.DNS}, f)
+    daemon = None
+    res = {"n": n, "failures": 0, "first_error": None}
+    keys = ("create_none", "create_net", "exec_none", "exec_net", "remove_none", "remove_net")
+    lat = {k: [] for k in keys}
+    try:
+        daemon = Daemon(build, a.image_dir, base, 64, os.path.join(out_dir, "bench-network-nsboxd.log"), 0,
+                        extra_args=["--config", cfg])
+        client = Client(daemon.socket, timeout=300)
+        log("network: %d rounds of create / first request / remove, with and without network" % n)
+        for i in range(n):
+            for kind in (("none", "net") if i % 2 == 0 else ("net", "none")):
+                t0 = time.perf_counter_ns()
+                try:
+                    sid = client.call("sandbox.create", **({"network": "bench"} if kind == "net" else {}))[
+                        "sandbox_id"]
+                except Exception as e:
+                    res["failures"] += 1
+                    res["first_error"] = res["first_error"] or "create: %s" % e
+                    continue
+                t1 = time.perf_counter_ns()
+                r = client.call("sandbox.exec", sandbox_id=sid, timeout_seconds=60,
+                                argv=["python3", "-c", FIRST_REQUEST, "allowed.test"])
+                t2 = time.perf_counter_ns()
+                ok = (r["stdout"].startswith("HTTP/1.1 200") if kind == "net" else r["exit_code"] != 0)
+                client.call("sandbox.remove", sandbox_id=sid, force=True)
+                t3 = time.perf_counter_ns()
+                if not ok:
+                    res["failures"] += 1
+                    res["first_error"] = res["first_error"] or "%s exec: %s" % (kind, (r["stdout"] + r["stderr"])[-200:])
+                    continue
+                lat["create_" + kind].append(t1 - t0)
+                lat["exec_" + kind].append(t2 - t1)
+                lat["remove_" + kind].append(t3 - t2)
+        client.close()
+    except Exception as e:
+        res["first_error"] = res["first_error"] or "%s: %s" % (type(e).__name__, e)
+        res["failures"] += 1
+    finally:
+        res["daemon_rc"] = daemon.stop() if daemon is not None else None
+        up.stop()
+        shutil.rmtree(cfg_dir, ignore_errors=True)
+    for k in keys:
+        v = lat[k]
+        res[k + "_ms"] = (ms(statistics.median(v)), ms(percentile(v, 0.9))) if v else None
+    return res
+
+
+def network_markdown(nt):
+    if nt is None:
+        return []
+
+    def pair(p):
+        return "%.1f / %.1f ms" % p if p else "–"
+
+    def diff(a, b):
+        return "%+.1f ms" % (nt[a][0] - nt[b][0]) if nt[a] and nt[b] else "–"
+    lines = ["", "| network egress (issue 16), %d rounds each, interleaved, median / p90 | without network | "
+             "with network (policy) | difference |" % nt["n"], "|---|---:|---:|---:|"]
+    lines.append("| sandbox.create | %s | %s | %s |" % (pair(nt["create_none_ms"]), pair(nt["create_net_ms"]),
+                                                       diff("create_net_ms", "create_none_ms")))
+    lines.append("| first exec in it: python3 GET http://allowed.test/ (DNS + HTTP through the proxy; "
+                 "without network: fails at once) | %s | %s | %s |" % (
+                     pair(nt["exec_none_ms"]), pair(nt["exec_net_ms"]), diff("exec_net_ms", "exec_none_ms")))
+    lines.append("| sandbox.remove | %s | %s | %s |" % (pair(nt["remove_none_ms"]), pair(nt["remove_net_ms"]),
+                                                       diff("remove_net_ms", "remove_none_ms")))
+    if nt["failures"]:
+        lines.append("| failures | %d: %s | | |" % (nt["failures"], str(nt["first_error"])[:160].replace("|", "/").replace("\n", " ")))
+    return lines
+
+
 # --- the run ---------------------------------------------------------------------
 
 
@@ -496,6 +599,8 @@ def main():
     ap.add_argument("--uid-pool-ranges", type=int, default=512)
     ap.add_argument("--scale", type=int, default=1000, help="live sandboxes of the scale section (0: skip it)")
     ap.add_argument("--scale-exec-rounds", type=int, default=100)
+    ap.add_argument("--network-rounds", type=int, default=30,
+                    help="rounds of the network egress section (0: skip it)")
     ap.add_argument("--out", default=None, help="dir for bench.md/bench.json (default: the build dir)")
     ap.add_argument("--reproduce", default=None, help="the command printed under the table")
     ap.add_argument("--crun-runner", action="store_true", help=argparse.SUPPRESS)
@@ -675,9 +780,10 @@ def main():
     if rc != 0:
         log("nsboxd exited with %s (log: %s)" % (rc, daemon.log_path))
     scale = scale_run(a, build, out_dir, log) if a.scale > 0 else None
+    network = network_run(a, build, out_dir, log) if a.network_rounds > 0 else None
 
     report = build_report(variants, concurrent, memory, stateful_ok, crun, reproduce,
-                          time.monotonic() - started, a, scale)
+                          time.monotonic() - started, a, scale, network)
     print()
     print(report["markdown"])
     os.makedirs(out_dir, exist_ok=True)
@@ -692,7 +798,8 @@ def main():
         (["stateful state check"] if not stateful_ok else []) + \
         (["%d of %d scale creations" % (scale["n"] - scale["created"], scale["n"])]
          if scale and scale["created"] < scale["n"] else []) + \
-        (["%d scale execs" % scale["exec_failures"]] if scale and scale["exec_failures"] else [])
+        (["%d scale execs" % scale["exec_failures"]] if scale and scale["exec_failures"] else []) + \
+        (["%d network rounds" % network["failures"]] if network and network["failures"] else [])
     if broken:
         print("bench: FAILED: " + "; ".join(broken), file=sys.stderr)
         return 1
@@ -707,7 +814,7 @@ TARGETS = {  # key → (max ratio, or max ms when absolute)
 }
 
 
-def build_report(variants, concurrent, memory, stateful_ok, crun, reproduce, seconds, a, scale=None):
+def build_report(variants, concurrent, memory, stateful_ok, crun, reproduce, seconds, a, scale=None, network=None):
     by_key = {v.key: v for v in variants}
 
     def median(v):
@@ -773,6 +880,7 @@ def build_report(variants, concurrent, memory, stateful_ok, crun, reproduce, sec
     lines.append("| removing all of them (16 clients) | %.2f s, %d failures | |" % (
         c["remove_seconds"], c["remove_failures"]))
     lines.extend(scale_markdown(scale))
+    lines.extend(network_markdown(network))
     lines.append("")
     lines.append("Medians of interleaved rounds (%d one-shot, %d warm per variant) on %s, kernel %s, %d CPUs; "
                  "bench took %.0f s. Ratios: to bwrap's one-shot of the same command (python rows to bwrap "
@@ -787,7 +895,8 @@ def build_report(variants, concurrent, memory, stateful_ok, crun, reproduce, sec
     lines.append("Reproduce: `%s`" % reproduce)
     md = "\n".join(lines) + "\n"
     return {"markdown": md, "json": {"rows": rows, "concurrent": concurrent, "memory": memory,
-                                     "stateful_state_ok": stateful_ok, "scale": scale, "crun_note": crun.note,
+                                     "stateful_state_ok": stateful_ok, "scale": scale, "network": network,
+                                     "crun_note": crun.note,
                                      "crun_error": crun.error, "seconds": seconds, "kernel": platform.release(),
                                      "cpus": os.cpu_count(), "reproduce": reproduce}}
 
