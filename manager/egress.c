@@ -70,6 +70,7 @@ static struct {
         uint32_t base; /* host order */
         unsigned n_slots;
         unsigned char *slots;
+        unsigned next_slot; /* slots are taken round the pool, see attach_with */
         pid_t proxy_pid;
         struct loop_source *proxy_pidfd, *proxy_ctl, *respawn;
         long long proxy_started_mono;
@@ -599,14 +600,23 @@ static int bound_socket(int type, struct in_addr address, unsigned port, nsbox_e
         return steal_fd(&fd);
 }
 
+/* The proxy holds the same socket (SCM_RIGHTS shares the open file): a
+ * shutdown stops the listening for both at once, where a close of our copy
+ * would leave the port open until the proxy handles our message. */
+static void close_listener(int fd)
+{
+        shutdown(fd, SHUT_RDWR);
+        close(fd);
+}
+
 static void egress_free(struct sandbox_egress *e)
 {
         if (e->listener >= 0)
-                close(e->listener);
+                close_listener(e->listener);
         if (e->dns >= 0)
                 close(e->dns);
         for (unsigned i = 0; i < e->n_exposed; i++)
-                close(e->exposed[i].fd);
+                close_listener(e->exposed[i].fd);
         if (e->slot > 0 && e->slot < egress.n_slots)
                 egress.slots[e->slot] = 0;
         json_decref(e->policy);
@@ -651,12 +661,20 @@ static void delete_link(const char *link)
 
 static int attach_with(struct sandbox *sb, json_t *policy, nsbox_error_t **err)
 {
-        unsigned slot = 1;
-        while (slot < egress.n_slots && egress.slots[slot])
-                slot++;
-        if (slot >= egress.n_slots)
+        /* The next free slot after the last one taken, not the lowest: a
+         * slot just released may still have its veth (deleted with the
+         * sandbox's namespace, by the kernel, a moment later) and its
+         * gateway:1 listener (until the proxy handles the remove). */
+        unsigned slot = 0;
+        for (unsigned i = 0; i < egress.n_slots && slot == 0; i++) {
+                unsigned candidate = (egress.next_slot + i) % egress.n_slots;
+                if (candidate != 0 && !egress.slots[candidate])
+                        slot = candidate;
+        }
+        if (slot == 0)
                 return nsbox_error(err, EUSERS, "no network addresses left in %s",
                                    nsboxd.config.network_subnet);
+        egress.next_slot = slot + 1;
         struct sandbox_egress *e = calloc(1, sizeof(*e));
         if (e == NULL)
                 return nsbox_error(err, ENOMEM, "sandbox network");
@@ -702,7 +720,7 @@ int egress_attach(struct sandbox *sb, const struct sandbox_policy *wanted, nsbox
         return attach_with(sb, policy, err);
 }
 
-void egress_detach(struct sandbox *sb)
+void egress_detach(struct sandbox *sb, bool alive)
 {
         struct sandbox_egress *e = sb->egress;
         if (e == NULL)
@@ -710,7 +728,11 @@ void egress_detach(struct sandbox *sb)
         sb->egress = NULL;
         _cleanup_json_ json_t *m = json_pack("{s:s, s:s}", "op", "remove", "sandbox", sb->id);
         proxy_send(m, NULL, 0);
-        delete_link(e->link);
+        /* A sandbox that is gone takes its veth with its namespace (the
+         * kernel's cleanup, off nsboxd's loop: a delete here waits for RCU,
+         * ~20 ms per remove). */
+        if (alive)
+                delete_link(e->link);
         egress_free(e);
 }
 
@@ -720,7 +742,7 @@ int egress_update(struct sandbox *sb, const char *network, json_t *custom, nsbox
         snprintf(wanted.network, sizeof(wanted.network), "%s", network);
         wanted.network_custom = custom;
         if (strcmp(network, "none") == 0) {
-                egress_detach(sb);
+                egress_detach(sb, true);
         } else {
                 _cleanup_json_ json_t *policy = policy_object(&wanted, err);
                 if (policy == NULL)
@@ -788,7 +810,7 @@ int egress_unexpose(struct sandbox *sb, unsigned port, nsbox_error_t **err)
                 _cleanup_json_ json_t *m =
                     json_pack("{s:s, s:s, s:i}", "op", "unexpose", "sandbox", sb->id, "port", (int)port);
                 proxy_send(m, NULL, 0);
-                close(e->exposed[i].fd);
+                close_listener(e->exposed[i].fd);
                 e->exposed[i] = e->exposed[--e->n_exposed];
                 return 0;
         }

@@ -30,8 +30,9 @@ int egress_check(const struct sandbox_policy *policy, nsbox_error_t **err);
 /* The sandbox (running) gets the network of `wanted` (its own policy, or
  * the one it is about to take from the warm pool); "none" is a no-op. */
 int egress_attach(struct sandbox *sb, const struct sandbox_policy *wanted, nsbox_error_t **err);
-/* Its veth, sockets and proxy state go; safe on a sandbox without network. */
-void egress_detach(struct sandbox *sb);
+/* Its veth, sockets and proxy state go; safe on a sandbox without network.
+ * A sandbox no longer `alive` has lost its veth with its namespace. */
+void egress_detach(struct sandbox *sb, bool alive);
 /* sandbox.update: `network` as policy_network_from_json gives it (custom
  * taken over). */
 int egress_update(struct sandbox *sb, const char *network, json_t *custom, nsbox_error_t **err);

@@ -359,7 +359,7 @@ static void sandbox_finalize(struct sandbox *sb)
                 sb->pidfd = NULL;
         }
         exec_sandbox_gone(sb);
-        egress_detach(sb);
+        egress_detach(sb, false);
         if (sb->cgroup != NULL) {
                 cgroup_sandbox_destroy(sb->cgroup);
                 sb->cgroup = NULL;
