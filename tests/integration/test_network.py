@@ -22,7 +22,7 @@ import urllib.request
 
 import pytest
 
-from conftest import BUILD, Daemon, attack
+from conftest import BUILD, Daemon, attack, host_inits
 from nsbox_client import RpcError
 import upstream as U
 
@@ -917,3 +917,82 @@ def test_bad_operator_policies_stop_nsboxd_at_start(up):
             pytest.fail("nsboxd started and served with the bad policy %r" % policies)
         assert p.returncode != 0, (policies, p.stderr)
         assert b"network_policies" in p.stderr or b"policy" in p.stderr, p.stderr
+
+
+def sandbox_netns(d, address):
+    """The network namespace (a /proc path) of the sandbox of this daemon whose eth0 has `address`."""
+    for pid in host_inits(d):
+        path = "/proc/%d/ns/net" % pid
+        out = subprocess.run(["nsenter", "--net=" + path, "ip", "-o", "-4", "addr", "show", "dev", "eth0"],
+                             capture_output=True, text=True).stdout
+        if " %s/" % address in out:
+            return path
+    return None
+
+
+def test_a_sandbox_cannot_take_another_sandboxs_identity(netd, sbs, up):
+    """The proxy knows a sandbox by the veth its packets come in on. Inside,
+    nothing may change eth0's address or send raw packets; and were a
+    sandbox to send with another's address (done here from the host, as
+    root in its namespace), nothing of it gets through or counts as the
+    other's."""
+    a = sbs.create(INTERNET)
+    b = sbs.create(ALLOWED_ONLY)
+    ea = netd.call("sandbox.info", sandbox_id=a)["egress"]
+    eb = netd.call("sandbox.info", sandbox_id=b)["egress"]
+    v = net(netd, a, """
+        import fcntl, struct
+        def attempt(f):
+            try:
+                f()
+                return "done"
+            except OSError as e:
+                return errno.errorcode.get(e.errno, str(e.errno))
+        def set_address():
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            req = struct.pack("16sH2s4s8s", b"eth0", socket.AF_INET, b"\\0\\0", socket.inet_aton(%r), b"\\0" * 8)
+            fcntl.ioctl(s.fileno(), 0x8916, req)  # SIOCSIFADDR
+        verdict(set_address=attempt(set_address),
+                raw=attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP)),
+                packet=attempt(lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)))
+    """ % eb["address"], user="root")
+    assert v == {"set_address": "EPERM", "raw": "EPERM", "packet": "EPERM"}, v
+
+    ns = sandbox_netns(netd, ea["address"])
+    assert ns is not None
+    subprocess.run(["nsenter", "--net=" + ns, "ip", "addr", "add", eb["address"] + "/32", "dev", "eth0"], check=True)
+    # b waits for anything on UDP port 7777; a asks its DNS proxy a question
+    # "from" b's address and port 7777: were it let through, the answer
+    # would go to b.
+    listener = netd.call("sandbox.exec", sandbox_id=b, background=True, argv=["python3", "-c", (
+        "import socket\n"
+        "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(('0.0.0.0', 7777)); s.settimeout(8)\n"
+        "print('listening', flush=True)\n"
+        "try:\n"
+        "    print('got', s.recvfrom(2048)[0][:2].hex(), flush=True)\n"
+        "except OSError:\n"
+        "    print('nothing', flush=True)\n")])["exec_id"]
+    deadline = time.monotonic() + 30
+    while "listening" not in netd.call("exec.output", exec_id=listener).get("stdout", ""):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    probe = ("import socket, struct, sys\n"
+             "q = struct.pack('>HHHHHH', 0x4242, 0x0100, 1, 0, 0, 0) + b'\\x07allowed\\x04test\\x00' + struct.pack('>HH', 1, 1)\n"
+             "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3)\n"
+             "s.bind((sys.argv[1], 7777)); s.sendto(q, (sys.argv[2], 53))\n"
+             "try:\n"
+             "    print('reply', s.recvfrom(2048)[0][:2].hex())\n"
+             "except OSError as e:\n"
+             "    print('none', e)\n")
+    own = subprocess.run(["nsenter", "--net=" + ns, "/usr/bin/python3", "-c", probe, ea["address"], ea["gateway"]],
+                         capture_output=True, text=True, timeout=30).stdout
+    assert own.startswith("reply 4242"), own  # the probe works from a's own address...
+    subprocess.run(["nsenter", "--net=" + ns, "/usr/bin/python3", "-c", probe, eb["address"], ea["gateway"]],
+                   capture_output=True, text=True, timeout=30)
+    deadline = time.monotonic() + 30
+    while True:
+        st = netd.call("exec.status", exec_id=listener)
+        if not st["running"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert st["stdout"].strip().endswith("nothing"), st  # ...and nothing of a's reaches b
