@@ -80,14 +80,14 @@ static struct {
  * nothing. Junk is dropped before conntrack sees it (raw), then a source
  * that is not the sandbox's own on its veth (nft's strict reverse-path
  * check: the kernel's rp_filter comes only after these hooks), then new
- * flows beyond a per-sandbox count, keyed by that checked source: a
- * sandbox cannot fill the conntrack table the others need. Every TCP
+ * flows beyond a count per sandbox veth: a sandbox cannot fill the
+ * conntrack table the others need. Every TCP
  * connection goes to the proxy's listener on the sandbox's gateway, every
  * DNS query to its DNS socket; nothing is forwarded; IPv6 is dropped. */
 #define EGRESS_MAX_FLOWS "1024"
 static const char egress_ruleset[] =
     "table ip nsbox {\n"
-    "  set flows { type ipv4_addr; flags dynamic; size 65536; }\n"
+    "  set flows { type ifname; flags dynamic; size 65536; }\n"
     "  chain raw {\n"
     "    type filter hook prerouting priority raw; policy accept;\n"
     "    iifname \"nsb*\" fib saddr . iif oif missing drop\n"
@@ -96,7 +96,7 @@ static const char egress_ruleset[] =
     "  }\n"
     "  chain flows {\n"
     "    type filter hook prerouting priority mangle; policy accept;\n"
-    "    iifname \"nsb*\" ct state new add @flows { ip saddr ct count over " EGRESS_MAX_FLOWS " } drop\n"
+    "    iifname \"nsb*\" ct state new add @flows { iifname ct count over " EGRESS_MAX_FLOWS " } drop\n"
     "  }\n"
     "  chain prerouting {\n"
     "    type nat hook prerouting priority dstnat; policy accept;\n"
