@@ -34,6 +34,9 @@ int cli_write_all(int fd, const void *data, size_t len);
  * bytes; NULL after printing why (`what` names the input, `hint` follows a
  * refusal of binary data). */
 json_t *cli_read_text(int fd, const char *what, size_t max, const char *hint);
+/* The same of a file, or of standard input for "-" (then named `stdin_what`);
+ * `option` prefixes the message of a file that does not open. */
+json_t *cli_read_path(const char *path, const char *option, const char *stdin_what, size_t max);
 /* True when the error object says the daemon lacks the method (an older nsboxd
  * or a method still to come). */
 bool cli_error_is_missing_method(const json_t *error);

@@ -18,13 +18,7 @@ enum { OPT_STATEFUL = CLI_OPT_FIRST_FREE, OPT_REQUIRE, OPT_TIMEOUT, OPT_INDEX_UR
 /* The program from a file or "-" (standard input), as a JSON string; NULL after printing why. */
 static json_t *read_code(const char *path)
 {
-        bool from_stdin = strcmp(path, "-") == 0;
-        _cleanup_close_ int fd = from_stdin ? dup(STDIN_FILENO) : open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) {
-                cli_fail("open %s: %s", path, strerror(errno));
-                return NULL;
-        }
-        return cli_read_text(fd, from_stdin ? "standard input" : path, CODE_MAX_BYTES, "");
+        return cli_read_path(path, "", "standard input", CODE_MAX_BYTES);
 }
 
 static void print_output(const json_t *result)

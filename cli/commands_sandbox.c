@@ -35,14 +35,9 @@ static int parse_count(const char *text, unsigned long long *out)
 /* The POLICY object of --network-policy FILE|-; NULL after printing why. */
 static json_t *read_network_policy(const char *path)
 {
-        bool from_stdin = strcmp(path, "-") == 0;
-        _cleanup_close_ int fd = from_stdin ? dup(STDIN_FILENO) : open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) {
-                cli_fail("--network-policy: open %s: %s", path, strerror(errno));
-                return NULL;
-        }
-        const char *what = from_stdin ? "the network policy on standard input" : path;
-        _cleanup_json_ json_t *text = cli_read_text(fd, what, NETWORK_POLICY_MAX_BYTES, "");
+        const char *what = strcmp(path, "-") == 0 ? "the network policy on standard input" : path;
+        _cleanup_json_ json_t *text = cli_read_path(
+            path, "--network-policy: ", "the network policy on standard input", NETWORK_POLICY_MAX_BYTES);
         if (text == NULL)
                 return NULL;
         json_error_t jerr;

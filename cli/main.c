@@ -1,6 +1,7 @@
 /* nsbox: the command-line client of nsboxd. Shared helpers and dispatch;
  * the commands live in cli/commands_*.c. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -232,6 +233,17 @@ int cli_write_all(int fd, const void *data, size_t len)
                 len -= n;
         }
         return 0;
+}
+
+json_t *cli_read_path(const char *path, const char *option, const char *stdin_what, size_t max)
+{
+        bool from_stdin = strcmp(path, "-") == 0;
+        _cleanup_close_ int fd = from_stdin ? dup(STDIN_FILENO) : open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+                cli_fail("%sopen %s: %s", option, path, strerror(errno));
+                return NULL;
+        }
+        return cli_read_text(fd, from_stdin ? stdin_what : path, max, "");
 }
 
 json_t *cli_read_text(int fd, const char *what, size_t max, const char *hint)

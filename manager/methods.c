@@ -175,6 +175,16 @@ static void method_sandbox_info(struct rpc_request *req)
         rpc_reply_result(req, info);
 }
 
+/* An egress call's failure: a request the operator's settings refuse, a
+ * pool exhausted, or nsboxd's own trouble. */
+static void reply_egress_error(struct rpc_request *req, int r, const nsbox_error_t *err)
+{
+        if (r == -EINVAL)
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
+        else
+                rpc_reply_fail(req, r == -EUSERS ? "limit_reached" : "internal", "%s", err->message);
+}
+
 /* What may change in a live sandbox: its network policy. */
 static void method_sandbox_update(struct rpc_request *req)
 {
@@ -199,12 +209,8 @@ static void method_sandbox_update(struct rpc_request *req)
                         return;
                 }
                 int r = egress_update(sb, name, custom, &err);
-                if (r == -EINVAL) {
-                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
-                        return;
-                }
                 if (r < 0) {
-                        rpc_reply_fail(req, r == -EUSERS ? "limit_reached" : "internal", "%s", err->message);
+                        reply_egress_error(req, r, err);
                         return;
                 }
                 log_limited(log_key_uid(req->uid).text, LOG_LEVEL_INFO,
@@ -218,50 +224,51 @@ static void method_sandbox_update(struct rpc_request *req)
         rpc_reply_result(req, info);
 }
 
-static bool get_port(struct rpc_request *req, unsigned *port)
+/* sandbox.expose and sandbox.unexpose: {sandbox_id, port}; NULL after
+ * replying to a bad one. */
+static struct sandbox *require_sandbox_port(struct rpc_request *req, unsigned *port)
 {
+        static const char *const known[] = { "sandbox_id", "port", NULL };
+        if (!rpc_check_fields(req, known))
+                return NULL;
+        struct sandbox *sb = require_sandbox(req);
+        if (sb == NULL)
+                return NULL;
         json_t *p = json_object_get(req->msg.params, "port");
         if (!json_is_integer(p) || json_integer_value(p) < 1 || json_integer_value(p) > 65535) {
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
                                 "port must be an integer from 1 to 65535");
-                return false;
+                return NULL;
         }
         *port = (unsigned)json_integer_value(p);
-        return true;
+        return sb;
 }
 
 static void method_sandbox_expose(struct rpc_request *req)
 {
-        static const char *const known[] = { "sandbox_id", "port", NULL };
         _cleanup_error_ nsbox_error_t *err = NULL;
         unsigned port;
-        if (!rpc_check_fields(req, known))
-                return;
-        struct sandbox *sb = require_sandbox(req);
-        if (sb == NULL || !get_port(req, &port))
+        struct sandbox *sb = require_sandbox_port(req, &port);
+        if (sb == NULL)
                 return;
         json_t *result = NULL;
         int r = egress_expose(sb, port, &result, &err);
-        if (r == -EINVAL)
-                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
-        else if (r < 0)
-                rpc_reply_fail(req, r == -EUSERS ? "limit_reached" : "internal", "%s", err->message);
+        if (r < 0)
+                reply_egress_error(req, r, err);
         else
                 rpc_reply_result(req, result);
 }
 
 static void method_sandbox_unexpose(struct rpc_request *req)
 {
-        static const char *const known[] = { "sandbox_id", "port", NULL };
         _cleanup_error_ nsbox_error_t *err = NULL;
         unsigned port;
-        if (!rpc_check_fields(req, known))
+        struct sandbox *sb = require_sandbox_port(req, &port);
+        if (sb == NULL)
                 return;
-        struct sandbox *sb = require_sandbox(req);
-        if (sb == NULL || !get_port(req, &port))
-                return;
-        if (egress_unexpose(sb, port, &err) < 0)
-                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
+        int r = egress_unexpose(sb, port, &err);
+        if (r < 0)
+                reply_egress_error(req, r, err);
         else
                 rpc_reply_result(
                     req, json_pack("{s:s, s:i, s:b}", "sandbox_id", sb->id, "port", (int)port, "exposed", 0));
