@@ -55,6 +55,12 @@ static inline int cli_opt_exit(int opt)
         return opt == CLI_OPT_HELP ? 0 : EXIT_NSBOX_FAILED;
 }
 
+/* A command's only option, a flag (--name, and -c where c is not 0), and
+ * its arguments: at least min_args, at most max_args (-1: no limit). 0 with
+ * *flag set and optind at the first argument, or the exit code to return. */
+int cli_flag_and_args(const struct cli *cli, int argc, char **argv, const char *name, char c, bool *flag,
+                      int min_args, int max_args);
+
 /* Parse "512M", "1G", "1048576" into bytes. */
 int cli_parse_size(const char *text, unsigned long long *out);
 /* Parse a positive number of seconds. */

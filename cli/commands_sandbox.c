@@ -163,17 +163,10 @@ int cmd_create(const struct cli *cli, int argc, char **argv)
 
 int cmd_ls(const struct cli *cli, int argc, char **argv)
 {
-        static const struct option longopts[] = { { "all", no_argument, NULL, 'a' }, { 0 } };
-        bool all = false;
-        int opt;
-        optind = 1;
-        while ((opt = cli_getopt(cli, argc, argv, "a", longopts)) != -1) {
-                if (opt < -1)
-                        return cli_opt_exit(opt);
-                all = true;
-        }
-        if (optind != argc)
-                return cli_usage_error(cli);
+        bool all;
+        int r = cli_flag_and_args(cli, argc, argv, "all", 'a', &all, 0, 0);
+        if (r != 0)
+                return r;
         _cleanup_json_ json_t *params = json_pack("{s:b}", "include_inactive", all);
         _cleanup_json_ json_t *result = call_once(cli, "sandbox.list", params);
         if (result == NULL)
@@ -235,17 +228,10 @@ int cmd_status(const struct cli *cli, int argc, char **argv)
 
 int cmd_rm(const struct cli *cli, int argc, char **argv)
 {
-        static const struct option longopts[] = { { "force", no_argument, NULL, 'f' }, { 0 } };
-        bool force = false;
-        int opt;
-        optind = 1;
-        while ((opt = cli_getopt(cli, argc, argv, "f", longopts)) != -1) {
-                if (opt < -1)
-                        return cli_opt_exit(opt);
-                force = true;
-        }
-        if (optind >= argc)
-                return cli_usage_error(cli);
+        bool force;
+        int r = cli_flag_and_args(cli, argc, argv, "force", 'f', &force, 1, -1);
+        if (r != 0)
+                return r;
         struct client *c = cli_connect(cli);
         if (c == NULL)
                 return EXIT_NSBOX_FAILED;
@@ -300,17 +286,10 @@ static int parse_port(const char *text, json_int_t *out)
 
 int cmd_port(const struct cli *cli, int argc, char **argv)
 {
-        static const struct option longopts[] = { { "remove", no_argument, NULL, 'r' }, { 0 } };
-        bool unexpose = false;
-        int opt;
-        optind = 1;
-        while ((opt = cli_getopt(cli, argc, argv, "", longopts)) != -1) {
-                if (opt < -1)
-                        return cli_opt_exit(opt);
-                unexpose = true;
-        }
-        if (argc - optind != 2)
-                return cli_usage_error(cli);
+        bool unexpose;
+        int r = cli_flag_and_args(cli, argc, argv, "remove", 0, &unexpose, 2, 2);
+        if (r != 0)
+                return r;
         json_int_t port = 0;
         if (parse_port(argv[optind + 1], &port) != 0)
                 return EXIT_NSBOX_FAILED;

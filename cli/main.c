@@ -235,6 +235,25 @@ int cli_write_all(int fd, const void *data, size_t len)
         return 0;
 }
 
+int cli_flag_and_args(const struct cli *cli, int argc, char **argv, const char *name, char c, bool *flag,
+                      int min_args, int max_args)
+{
+        const struct option longopts[] = { { name, no_argument, NULL, c ? c : 1 }, { 0 } };
+        char shortopts[2] = { c, '\0' };
+        int opt;
+        *flag = false;
+        optind = 1;
+        while ((opt = cli_getopt(cli, argc, argv, shortopts, longopts)) != -1) {
+                if (opt < -1)
+                        return cli_opt_exit(opt);
+                *flag = true;
+        }
+        int args = argc - optind;
+        if (args < min_args || (max_args >= 0 && args > max_args))
+                return cli_usage_error(cli);
+        return 0;
+}
+
 json_t *cli_read_path(const char *path, const char *option, const char *stdin_what, size_t max)
 {
         bool from_stdin = strcmp(path, "-") == 0;

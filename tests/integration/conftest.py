@@ -168,3 +168,16 @@ def attack(daemon, sandbox_id, code, user="sandbox", timeout=60, check_exit=True
     lines = r["stdout"].strip().splitlines()
     assert lines, "attack script printed no verdict: %r" % r
     return json.loads(lines[-1])
+
+
+# The CLI's results (subprocess.CompletedProcess of nsbox).
+def ok(r):
+    assert r.returncode == 0, "rc=%d stdout=%r stderr=%r" % (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
+    return r
+
+
+def one_line_error(r):
+    assert r.returncode == 125, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.decode().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("nsbox: "), r.stderr
+    return lines[0]

@@ -10,24 +10,12 @@ import time
 import uuid
 
 import pytest
-from conftest import BUILD
+from conftest import BUILD, ok, one_line_error
 
 NSBOX = os.path.join(BUILD, "nsbox")
 PRIVATE_RUN_DIR = "/run/nsbox-run"
 
 COMMANDS = ["create", "ls", "info", "rm", "exec", "sh", "python", "pip", "cp", "run", "status", "mcp"]
-
-
-def ok(r):
-    assert r.returncode == 0, "rc=%d stdout=%r stderr=%r" % (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
-    return r
-
-
-def one_line_error(r):
-    assert r.returncode == 125, (r.returncode, r.stdout, r.stderr)
-    lines = r.stderr.decode().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("nsbox: "), r.stderr
-    return lines[0]
 
 
 def sha256(path):

@@ -13,7 +13,7 @@ import tempfile
 import threading
 
 import pytest
-from conftest import BUILD, Daemon
+from conftest import BUILD, Daemon, ok, one_line_error
 
 NSBOX = os.path.join(BUILD, "nsbox")
 URL = re.compile(r"^http://127\.0\.0\.1:(\d+)/$")
@@ -43,18 +43,6 @@ def net_sandbox(net_daemon):
     sid = r.stdout.decode().strip()
     yield sid
     net_daemon.cli("rm", "-f", sid)
-
-
-def ok(r):
-    assert r.returncode == 0, "rc=%d stdout=%r stderr=%r" % (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
-    return r
-
-
-def one_line_error(r):
-    assert r.returncode == 125, (r.returncode, r.stdout, r.stderr)
-    lines = r.stderr.decode().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("nsbox: "), r.stderr
-    return lines[0]
 
 
 def info(daemon, sid):
