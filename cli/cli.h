@@ -56,10 +56,11 @@ static inline int cli_opt_exit(int opt)
 }
 
 /* A command's only option, a flag (--name, and -c where c is not 0), and
- * its arguments: at least min_args, at most max_args (-1: no limit). 0 with
- * *flag set and optind at the first argument, or the exit code to return. */
-int cli_flag_and_args(const struct cli *cli, int argc, char **argv, const char *name, char c, bool *flag,
-                      int min_args, int max_args);
+ * its arguments: at least min_args, at most max_args (-1: no limit). True
+ * with *flag set and optind at the first argument; false with *exit_code
+ * what the command returns (0 after --help). */
+bool cli_flag_and_args(const struct cli *cli, int argc, char **argv, const char *name, char c, bool *flag,
+                       int min_args, int max_args, int *exit_code);
 
 /* Parse "512M", "1G", "1048576" into bytes. */
 int cli_parse_size(const char *text, unsigned long long *out);

@@ -164,9 +164,9 @@ int cmd_create(const struct cli *cli, int argc, char **argv)
 int cmd_ls(const struct cli *cli, int argc, char **argv)
 {
         bool all;
-        int r = cli_flag_and_args(cli, argc, argv, "all", 'a', &all, 0, 0);
-        if (r != 0)
-                return r;
+        int code;
+        if (!cli_flag_and_args(cli, argc, argv, "all", 'a', &all, 0, 0, &code))
+                return code;
         _cleanup_json_ json_t *params = json_pack("{s:b}", "include_inactive", all);
         _cleanup_json_ json_t *result = call_once(cli, "sandbox.list", params);
         if (result == NULL)
@@ -229,9 +229,9 @@ int cmd_status(const struct cli *cli, int argc, char **argv)
 int cmd_rm(const struct cli *cli, int argc, char **argv)
 {
         bool force;
-        int r = cli_flag_and_args(cli, argc, argv, "force", 'f', &force, 1, -1);
-        if (r != 0)
-                return r;
+        int code;
+        if (!cli_flag_and_args(cli, argc, argv, "force", 'f', &force, 1, -1, &code))
+                return code;
         struct client *c = cli_connect(cli);
         if (c == NULL)
                 return EXIT_NSBOX_FAILED;
@@ -287,9 +287,9 @@ static int parse_port(const char *text, json_int_t *out)
 int cmd_port(const struct cli *cli, int argc, char **argv)
 {
         bool unexpose;
-        int r = cli_flag_and_args(cli, argc, argv, "remove", 0, &unexpose, 2, 2);
-        if (r != 0)
-                return r;
+        int code;
+        if (!cli_flag_and_args(cli, argc, argv, "remove", 0, &unexpose, 2, 2, &code))
+                return code;
         json_int_t port = 0;
         if (parse_port(argv[optind + 1], &port) != 0)
                 return EXIT_NSBOX_FAILED;

@@ -235,8 +235,8 @@ int cli_write_all(int fd, const void *data, size_t len)
         return 0;
 }
 
-int cli_flag_and_args(const struct cli *cli, int argc, char **argv, const char *name, char c, bool *flag,
-                      int min_args, int max_args)
+bool cli_flag_and_args(const struct cli *cli, int argc, char **argv, const char *name, char c, bool *flag,
+                       int min_args, int max_args, int *exit_code)
 {
         const struct option longopts[] = { { name, no_argument, NULL, c ? c : 1 }, { 0 } };
         char shortopts[2] = { c, '\0' };
@@ -244,14 +244,18 @@ int cli_flag_and_args(const struct cli *cli, int argc, char **argv, const char *
         *flag = false;
         optind = 1;
         while ((opt = cli_getopt(cli, argc, argv, shortopts, longopts)) != -1) {
-                if (opt < -1)
-                        return cli_opt_exit(opt);
+                if (opt < -1) {
+                        *exit_code = cli_opt_exit(opt);
+                        return false;
+                }
                 *flag = true;
         }
         int args = argc - optind;
-        if (args < min_args || (max_args >= 0 && args > max_args))
-                return cli_usage_error(cli);
-        return 0;
+        if (args < min_args || (max_args >= 0 && args > max_args)) {
+                *exit_code = cli_usage_error(cli);
+                return false;
+        }
+        return true;
 }
 
 json_t *cli_read_path(const char *path, const char *option, const char *stdin_what, size_t max)
