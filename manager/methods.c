@@ -51,13 +51,24 @@ static void method_server_info(struct rpc_request *req)
         json_t *features = json_pack("[s, s, s, s]", "idmapped-image", "seccomp", "session_id", "stream");
         if (cgroup_degraded())
                 json_array_append_new(features, json_string("limits-not-enforced"));
-        rpc_reply_result(req, json_pack("{s:s, s:s, s:s, s:s, s:i, s:i, s:o, s:o, s:I, s:I}", "version",
-                                        NSBOX_VERSION, "kernel", u.release, "cgroup", cgroup_mode_name(),
-                                        "uid_isolation", uidmode_name(), "sandboxes", (int)nsboxd.n_sandboxes,
-                                        "max_sandboxes", (int)nsboxd.config.max_sandboxes, "images",
-                                        images_list(), "features", features, "memory_committed_bytes",
-                                        (json_int_t)sandbox_memory_committed(), "memory_commit_limit_bytes",
-                                        (json_int_t)nsboxd.config.memory_commit_bytes));
+        json_t *policies = json_array();
+        const char *name;
+        json_t *ignored;
+        json_object_foreach(nsboxd.config.network_policies, name, ignored)
+        {
+                json_array_append_new(policies, json_string(name));
+        }
+        if (json_array_size(policies) > 0 || nsboxd.config.allow_client_network_policies)
+                json_array_append_new(features, json_string("network"));
+        rpc_reply_result(
+            req, json_pack("{s:s, s:s, s:s, s:s, s:i, s:i, s:o, s:o, s:I, s:I, s:o, s:b}", "version",
+                           NSBOX_VERSION, "kernel", u.release, "cgroup", cgroup_mode_name(), "uid_isolation",
+                           uidmode_name(), "sandboxes", (int)nsboxd.n_sandboxes, "max_sandboxes",
+                           (int)nsboxd.config.max_sandboxes, "images", images_list(), "features", features,
+                           "memory_committed_bytes", (json_int_t)sandbox_memory_committed(),
+                           "memory_commit_limit_bytes", (json_int_t)nsboxd.config.memory_commit_bytes,
+                           "network_policies", policies, "client_network_policies",
+                           (bool)nsboxd.config.allow_client_network_policies));
 }
 
 static void reply_created(struct sandbox *sb, const char *error, void *data, bool existing)

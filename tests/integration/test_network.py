@@ -1028,3 +1028,15 @@ def test_a_sandbox_cannot_fill_the_flow_table_the_others_need(netd, sbs, up):
     # 1024 and a few (the kernel counts flows lazily): not the 1200 asked
     assert 900 <= v["answered"] <= 1100, v
     assert net(netd, b, "verdict(dns=resolve('allowed.test'))")["dns"] == [U.ALLOWED]
+
+
+def test_server_info_names_the_network_policies_an_agent_may_pick(netd):
+    info = netd.call("server.info")
+    assert sorted(info["network_policies"]) == sorted(POLICIES) and info["client_network_policies"] is False
+    assert "network" in info["features"]
+
+
+def test_server_info_without_network_policies_offers_none(daemon):
+    info = daemon.call("server.info")
+    assert info["network_policies"] == [] and info["client_network_policies"] is False
+    assert "network" not in info["features"]
