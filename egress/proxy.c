@@ -392,13 +392,17 @@ static bool rewrite_http_head(struct conn *c)
                         llen--;
                 if (llen == 0)
                         break;
-                if (!sniff_http_hop_header(in + pos, llen)) {
+                /* Absolute-form: upstream gets the Host of the URI the
+                 * policy judged, never one of the client's. */
+                bool drop = sniff_http_hop_header(in + pos, llen) ||
+                            (h->absolute && sniff_http_header_named(in + pos, llen, "host"));
+                if (!drop) {
                         PUT(in + pos, llen);
                         PUT("\r\n", 2);
                 }
                 pos = end + 1;
         }
-        if (h->absolute && !h->has_host_header) {
+        if (h->absolute) {
                 char host[NETPOLICY_NAME_MAX + 16];
                 int hl = h->port ? snprintf(host, sizeof(host), "Host: %s:%u\r\n", h->host, h->port)
                                  : snprintf(host, sizeof(host), "Host: %s\r\n", h->host);

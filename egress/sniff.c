@@ -169,6 +169,30 @@ static bool header_is(const char *line, size_t name_len, const char *name)
         return strlen(name) == name_len && strncasecmp(line, name, name_len) == 0;
 }
 
+static size_t host_len_without_dot(const char *host)
+{
+        size_t n = strlen(host);
+        return n > 0 && host[n - 1] == '.' ? n - 1 : n;
+}
+
+/* Whether a Host header value names the absolute URI's authority: the same
+ * host (case-insensitive, a trailing dot ignored) and port (80 when absent). */
+static bool host_header_matches(const char *v, size_t vlen, const struct sniff_http *uri)
+{
+        struct sniff_http h;
+        if (!parse_authority(v, vlen, false, &h))
+                return false;
+        size_t a = host_len_without_dot(h.host), b = host_len_without_dot(uri->host);
+        return a == b && strncasecmp(h.host, uri->host, a) == 0 &&
+               (h.port ? h.port : 80) == (uri->port ? uri->port : 80);
+}
+
+bool sniff_http_header_named(const char *line, size_t len, const char *name)
+{
+        const char *colon = memchr(line, ':', len);
+        return colon != NULL && header_is(line, (size_t)(colon - line), name);
+}
+
 bool sniff_http_hop_header(const char *line, size_t len)
 {
         static const char *hop[] = { "connection",          "proxy-connection", "keep-alive",
@@ -270,8 +294,15 @@ enum sniff_result sniff_http_head(const char *buf, size_t len, struct sniff_http
                                 if (out->has_host_header)
                                         return SNIFF_INVALID;
                                 out->has_host_header = true;
-                                if (!out->absolute && !out->connect && !parse_authority(v, vlen, false, out))
+                                if (out->absolute) {
+                                        /* The policy judges the URI's host: a Host
+                                         * naming another one would reach upstream
+                                         * unjudged. */
+                                        if (!host_header_matches(v, vlen, out))
+                                                return SNIFF_INVALID;
+                                } else if (!out->connect && !parse_authority(v, vlen, false, out)) {
                                         return SNIFF_INVALID;
+                                }
                         } else if (header_is(l, nlen, "content-length")) {
                                 if (seen_length || vlen == 0 || vlen > 15)
                                         return SNIFF_INVALID;

@@ -39,7 +39,8 @@ struct sniff_http {
 };
 
 /* An HTTP/1.x request head. Refuses (SNIFF_INVALID) a NUL byte, obs-fold
- * continuation lines, two Host headers, two Content-Lengths, both
+ * continuation lines, two Host headers, an absolute-form request whose Host
+ * header names another host or port than its URI, two Content-Lengths, both
  * Content-Length and Transfer-Encoding, a bad port, and (when no empty
  * line is within SNIFF_HEAD_MAX bytes) an oversize head. */
 enum sniff_result sniff_http_head(const char *buf, size_t len, struct sniff_http *out);
@@ -48,6 +49,9 @@ enum sniff_result sniff_http_head(const char *buf, size_t len, struct sniff_http
  * drops when it forwards a head (Connection, Proxy-Connection, Keep-Alive,
  * Proxy-Authorization, Upgrade, TE). */
 bool sniff_http_hop_header(const char *line, size_t len);
+
+/* Whether a header line's field name is name (case-insensitive). */
+bool sniff_http_header_named(const char *line, size_t len, const char *name);
 
 struct sniff_dns {
         uint16_t id;

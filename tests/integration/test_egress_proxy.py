@@ -145,6 +145,9 @@ try:
     elif op == "raw":  # ip port
         got, how = talk(sys.argv[2], int(sys.argv[3]), b"")
         out(reply=got, how=how)
+    elif op == "send":  # ip port bytes (backslash escapes)
+        got, how = talk(sys.argv[2], int(sys.argv[3]), sys.argv[4].encode().decode("unicode_escape").encode("latin-1"))
+        out(reply=got, how=how)
     elif op == "proxy":  # request [gateway]
         got, how = talk(sys.argv[3] if len(sys.argv) > 3 else "10.250.0.5", 3128, sys.argv[2].encode().decode("unicode_escape").encode("latin-1"))
         out(reply=got, how=how)
@@ -461,6 +464,28 @@ def test_explicit_proxy_connect_and_absolute_form(net, added):
     # Another sandbox's gateway is not its explicit proxy: unnamed, private.
     r = probe(net, NS_SB2, "proxy", "CONNECT allowed.test:443 HTTP/1.1\\r\\n\\r\\n", GW1)
     assert r.get("reply", "") == "", r
+
+
+def upstream_heads(net, marker):
+    """The request heads upstream logged whose line has marker."""
+    time.sleep(0.5)
+    return [line for line in open(net["up_log"]).read().splitlines() if marker in line]
+
+
+def test_absolute_form_host_header_must_name_the_uri_host(net, added):
+    # The policy judges the URI's host; a Host header naming another host
+    # would have reached upstream unjudged.
+    probe(net, NS_SB1, "dns", "allowed.test")
+    r = probe(net, NS_SB1, "send", UP_A, "80", "GET http://allowed.test/absA HTTP/1.1\\r\\nHost: other.test\\r\\n\\r\\n")
+    assert "hello from upstream" not in r.get("reply", ""), r
+    r = probe(net, NS_SB1, "proxy", "GET http://allowed.test/absB HTTP/1.1\\r\\nHost: evil.example\\r\\n\\r\\n")
+    assert r["reply"].startswith("HTTP/1.1 400"), r
+    assert upstream_heads(net, "/absA") == [] and upstream_heads(net, "/absB") == []
+    # The same host in another spelling passes; upstream gets the URI's Host only.
+    r = probe(net, NS_SB1, "proxy", "GET http://allowed.test/absC HTTP/1.1\\r\\nHost: ALLOWED.test:80\\r\\n\\r\\n")
+    assert "hello from upstream" in r["reply"], r
+    heads = upstream_heads(net, "/absC")
+    assert len(heads) == 1 and heads[0].count("Host:") == 1 and "Host: allowed.test\\r\\n" in heads[0], heads
 
 
 def test_stats_deltas_arrive(net, added):

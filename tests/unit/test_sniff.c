@@ -160,7 +160,7 @@ static void test_http_host_and_head_length(void **state)
 static void test_http_absolute_form_and_connect(void **state)
 {
         struct sniff_http h;
-        const char *req = "GET http://Example.com/a/b?c HTTP/1.1\r\nHost: other.org\r\n\r\n";
+        const char *req = "GET http://Example.com/a/b?c HTTP/1.1\r\nHost: example.com.:80\r\n\r\n";
         assert_int_equal(http(req, &h), SNIFF_OK);
         assert_true(h.absolute);
         assert_string_equal(h.host, "Example.com");
@@ -180,6 +180,23 @@ static void test_http_absolute_form_and_connect(void **state)
         assert_int_equal(http("GET http://user@evil.com/ HTTP/1.1\r\n\r\n", &h), SNIFF_INVALID);
         assert_int_equal(http("GET http://[::1]/ HTTP/1.1\r\n\r\n", &h), SNIFF_INVALID);
         assert_int_equal(http("GET https://a.com/ HTTP/1.1\r\n\r\n", &h), SNIFF_INVALID);
+}
+
+/* The policy judges the URI's host: a Host header naming another host or
+ * port would reach upstream unjudged. */
+static void test_http_absolute_form_host_must_match(void **state)
+{
+        struct sniff_http h;
+        assert_int_equal(http("GET http://a.com/ HTTP/1.1\r\nHost: other.org\r\n\r\n", &h), SNIFF_INVALID);
+        assert_int_equal(http("GET http://a.com/ HTTP/1.1\r\nHost: a.com:81\r\n\r\n", &h), SNIFF_INVALID);
+        assert_int_equal(http("GET http://a.com:81/ HTTP/1.1\r\nHost: a.com\r\n\r\n", &h), SNIFF_INVALID);
+        assert_int_equal(http("GET http://a.com/ HTTP/1.1\r\nHost: a.com.evil\r\n\r\n", &h), SNIFF_INVALID);
+        assert_int_equal(http("GET http://a.com/ HTTP/1.1\r\nHost: \r\n\r\n", &h), SNIFF_INVALID);
+        assert_int_equal(http("GET http://a.com/ HTTP/1.1\r\nHost: A.COM\r\n\r\n", &h), SNIFF_OK);
+        assert_int_equal(http("GET http://a.com:81/ HTTP/1.1\r\nHost: a.com:81\r\n\r\n", &h), SNIFF_OK);
+        assert_int_equal(http("GET http://a.com/ HTTP/1.1\r\n\r\n", &h), SNIFF_OK);
+        assert_true(sniff_http_header_named("HOST: x", 7, "host"));
+        assert_false(sniff_http_header_named("Hosts: x", 8, "host"));
 }
 
 static void test_http_refuses_smuggling_shapes(void **state)
@@ -287,6 +304,7 @@ int main(void)
                 cmocka_unit_test(test_not_tls_and_no_sni),
                 cmocka_unit_test(test_http_host_and_head_length),
                 cmocka_unit_test(test_http_absolute_form_and_connect),
+                cmocka_unit_test(test_http_absolute_form_host_must_match),
                 cmocka_unit_test(test_http_refuses_smuggling_shapes),
                 cmocka_unit_test(test_hop_by_hop_headers),
                 cmocka_unit_test(test_dns_question),
