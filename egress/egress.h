@@ -110,8 +110,14 @@ struct conn {
         enum conn_mode mode;
         struct watch client, upstream;
         struct half c2u, u2c;
-        uint64_t c2u_left; /* port 80: request body bytes still forwarded */
+        /* An HTTP head forwarded by the proxy (port 80, absolute-form):
+         * that one request reaches upstream, nothing after it. */
         bool c2u_limited;
+        bool c2u_chunked;     /* its body is chunked: followed by c2u_chunks */
+        bool c2u_done;        /* the request ended: later bytes are dropped */
+        bool c2u_extra_noted; /* bytes after it were seen (and maybe refused) */
+        uint64_t c2u_left;    /* Content-Length: body bytes still forwarded */
+        struct sniff_chunked c2u_chunks;
         int64_t deadline_ms;
         bool named;
         char name[NETPOLICY_NAME_MAX + 1];

@@ -239,6 +239,44 @@ static void conn_update(struct conn *c)
 
 /* --- relay ---------------------------------------------------------------- */
 
+/* Bytes after the one request a limited connection forwards: dropped. One
+ * that looks like another request head is refused (once per connection),
+ * so a smuggling attempt shows up in the sandbox's refusals. */
+static void c2u_note_extra(struct conn *c, const uint8_t *p, size_t n)
+{
+        if (c->c2u_extra_noted || c->sandbox == NULL)
+                return;
+        c->c2u_extra_noted = true;
+        struct sniff_http h;
+        if (sniff_http_head((const char *)p, n, &h) != SNIFF_INVALID)
+                egress_refused(c->sandbox, c->named ? c->name : NULL, c->connect_addr, c->connect_port,
+                               "second request on one connection");
+}
+
+/* Of n bytes from the client, how many belong to the one request a limited
+ * connection forwards (its body by Content-Length or by chunk framing).
+ * false: the chunk framing is malformed. */
+static bool c2u_take(struct conn *c, const uint8_t *p, size_t *n)
+{
+        if (!c->c2u_limited)
+                return true;
+        size_t keep = 0;
+        if (!c->c2u_done && c->c2u_chunked) {
+                keep = sniff_chunked_feed(&c->c2u_chunks, p, *n);
+                if (c->c2u_chunks.state == SNIFF_CHUNK_ERROR)
+                        return false;
+                c->c2u_done = c->c2u_chunks.state == SNIFF_CHUNK_DONE;
+        } else if (!c->c2u_done) {
+                keep = *n > c->c2u_left ? (size_t)c->c2u_left : *n;
+                c->c2u_left -= keep;
+                c->c2u_done = c->c2u_left == 0;
+        }
+        if (keep < *n)
+                c2u_note_extra(c, p + keep, *n - keep);
+        *n = keep;
+        return true;
+}
+
 /* Read from fd into h; false when the connection is to be closed. */
 static bool half_read(struct conn *c, int fd, struct half *h, bool client_side)
 {
@@ -259,13 +297,10 @@ static bool half_read(struct conn *c, int fd, struct half *h, bool client_side)
                 return true;
         }
         size_t got = (size_t)n;
-        if (client_side && c->c2u_limited) {
-                /* Port 80: one request and its body reach upstream; more
-                 * (a second request, with any Host) is dropped. */
-                if (got > c->c2u_left)
-                        got = (size_t)c->c2u_left;
-                c->c2u_left -= got;
-        }
+        /* One request and its body reach upstream; more (a second request,
+         * with any Host) is dropped. */
+        if (client_side && !c2u_take(c, h->buf + h->end, &got))
+                return false;
         h->end += got;
         if (c->sandbox != NULL && c->mode != CONN_EXPOSE) {
                 if (client_side)
@@ -316,7 +351,7 @@ static void relay(struct conn *c, bool upstream, uint32_t events)
         }
         /* Upstream finished its answer on port 80: the client's further
          * bytes go nowhere, so do not wait for its EOF. */
-        if (c->u2c.shut && c->c2u_limited && c->c2u_left == 0 && half_used(&c->c2u) == 0) {
+        if (c->u2c.shut && c->c2u_limited && c->c2u_done && half_used(&c->c2u) == 0) {
                 proxy_conn_close(c);
                 return;
         }
@@ -409,13 +444,15 @@ static bool rewrite_http_head(struct conn *c)
                 PUT(host, (size_t)hl);
         }
         PUT("Connection: close\r\n\r\n", 21);
-        /* The body bytes already read, up to Content-Length. */
+        /* The body bytes already read, up to its end. */
         size_t body = half_used(&c->c2u) - h->head_len;
-        c->c2u_limited = !h->chunked;
-        if (c->c2u_limited) {
-                if (body > h->content_length)
-                        body = (size_t)h->content_length;
-                c->c2u_left = h->content_length - body;
+        c->c2u_limited = true;
+        c->c2u_chunked = h->chunked;
+        c->c2u_left = h->content_length;
+        c->c2u_done = false;
+        if (!c2u_take(c, (const uint8_t *)in + h->head_len, &body)) {
+                free(out);
+                return false;
         }
         PUT(in + h->head_len, body);
 #undef PUT
@@ -537,7 +574,6 @@ static void conn_decide_unnamed(struct conn *c)
                 conn_refuse(c, netpolicy_reason(v));
                 return;
         }
-        c->c2u_limited = false;
         conn_connect(c);
 }
 

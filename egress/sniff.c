@@ -314,6 +314,11 @@ enum sniff_result sniff_http_head(const char *buf, size_t len, struct sniff_http
                                             out->content_length * 10 + (uint64_t)(v[i] - '0');
                                 }
                         } else if (header_is(l, nlen, "transfer-encoding")) {
+                                /* Only the framing the proxy itself follows:
+                                 * any other coding (or a list) would leave it
+                                 * unable to tell where the request ends. */
+                                if (out->chunked || vlen != 7 || strncasecmp(v, "chunked", 7) != 0)
+                                        return SNIFF_INVALID;
                                 out->chunked = true;
                         }
                 }
@@ -323,6 +328,101 @@ enum sniff_result sniff_http_head(const char *buf, size_t len, struct sniff_http
         if (seen_length && out->chunked)
                 return SNIFF_INVALID;
         return SNIFF_OK;
+}
+
+/* --- chunked request body -------------------------------------------------- */
+
+static int hex_value(uint8_t c)
+{
+        if (c >= '0' && c <= '9')
+                return c - '0';
+        c = (uint8_t)tolower(c);
+        return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* A byte of a chunk extension or trailer line: visible, space, tab or
+ * obs-text; never a CR or LF on its own or another control. */
+static bool line_byte(uint8_t c)
+{
+        return c == ' ' || c == '\t' || (c > ' ' && c != 0x7f);
+}
+
+size_t sniff_chunked_feed(struct sniff_chunked *s, const uint8_t *buf, size_t len)
+{
+        size_t i = 0;
+        while (i < len && s->state != SNIFF_CHUNK_DONE && s->state != SNIFF_CHUNK_ERROR) {
+                uint8_t c = buf[i];
+                if (s->state == SNIFF_CHUNK_DATA) {
+                        size_t n = len - i < s->size ? len - i : (size_t)s->size;
+                        s->size -= n;
+                        i += n;
+                        if (s->size == 0)
+                                s->state = SNIFF_CHUNK_DATA_CR;
+                        continue;
+                }
+                i++;
+                if (++s->line > SNIFF_CHUNK_LINE_MAX) {
+                        s->state = SNIFF_CHUNK_ERROR;
+                        break;
+                }
+                switch (s->state) {
+                case SNIFF_CHUNK_SIZE: {
+                        int v = hex_value(c);
+                        if (v >= 0 && s->digits < 16) {
+                                s->size = s->size << 4 | (uint64_t)v;
+                                s->digits++;
+                        } else if (s->digits > 0 && c == '\r') {
+                                s->state = SNIFF_CHUNK_SIZE_LF;
+                        } else if (s->digits > 0 && (c == ';' || c == ' ' || c == '\t')) {
+                                s->state = SNIFF_CHUNK_EXT;
+                        } else {
+                                s->state = SNIFF_CHUNK_ERROR;
+                        }
+                        break;
+                }
+                case SNIFF_CHUNK_EXT:
+                        if (c == '\r')
+                                s->state = SNIFF_CHUNK_SIZE_LF;
+                        else if (!line_byte(c))
+                                s->state = SNIFF_CHUNK_ERROR;
+                        break;
+                case SNIFF_CHUNK_SIZE_LF:
+                        s->line = 0;
+                        if (c != '\n')
+                                s->state = SNIFF_CHUNK_ERROR;
+                        else
+                                s->state = s->size == 0 ? SNIFF_CHUNK_TRAILER : SNIFF_CHUNK_DATA;
+                        break;
+                case SNIFF_CHUNK_DATA_CR:
+                        s->state = c == '\r' ? SNIFF_CHUNK_DATA_LF : SNIFF_CHUNK_ERROR;
+                        break;
+                case SNIFF_CHUNK_DATA_LF:
+                        s->line = 0;
+                        s->digits = 0;
+                        s->state = c == '\n' ? SNIFF_CHUNK_SIZE : SNIFF_CHUNK_ERROR;
+                        break;
+                case SNIFF_CHUNK_TRAILER:
+                        /* After the last chunk: field lines, then an empty one. */
+                        if (c == '\r')
+                                s->state = s->line == 1 ? SNIFF_CHUNK_END_LF : SNIFF_CHUNK_TRAILER_LF;
+                        else if (!line_byte(c) || (s->line == 1 && (c == ' ' || c == '\t')))
+                                s->state = SNIFF_CHUNK_ERROR;
+                        else if ((s->trailers += 1) > SNIFF_HEAD_MAX)
+                                s->state = SNIFF_CHUNK_ERROR;
+                        break;
+                case SNIFF_CHUNK_TRAILER_LF:
+                        s->line = 0;
+                        s->state = c == '\n' ? SNIFF_CHUNK_TRAILER : SNIFF_CHUNK_ERROR;
+                        break;
+                case SNIFF_CHUNK_END_LF:
+                        s->state = c == '\n' ? SNIFF_CHUNK_DONE : SNIFF_CHUNK_ERROR;
+                        break;
+                default:
+                        s->state = SNIFF_CHUNK_ERROR;
+                        break;
+                }
+        }
+        return s->state == SNIFF_CHUNK_ERROR ? i - 1 : i;
 }
 
 /* --- DNS question --------------------------------------------------------- */

@@ -95,7 +95,7 @@ serve(80, http)
 
 # Runs in a sandbox netns: one probe, one JSON line out.
 CLIENT = r'''
-import json, socket, ssl, struct, sys
+import json, socket, ssl, struct, sys, time
 def out(**kw): print(json.dumps(kw)); sys.exit(0)
 op = sys.argv[1]
 def dns(name, server="10.250.0.5"):
@@ -145,9 +145,22 @@ try:
     elif op == "raw":  # ip port
         got, how = talk(sys.argv[2], int(sys.argv[3]), b"")
         out(reply=got, how=how)
-    elif op == "send":  # ip port bytes (backslash escapes)
-        got, how = talk(sys.argv[2], int(sys.argv[3]), sys.argv[4].encode().decode("unicode_escape").encode("latin-1"))
-        out(reply=got, how=how)
+    elif op == "send":  # ip port bytes (backslash escapes; "||" = send, pause 0.5 s, send the rest)
+        parts = sys.argv[4].encode().decode("unicode_escape").encode("latin-1").split(b"||")
+        s = socket.create_connection((sys.argv[2], int(sys.argv[3])), timeout=8)
+        for i, part in enumerate(parts):
+            if i:
+                time.sleep(0.5)
+            s.sendall(part)
+        got = b""
+        try:
+            while True:
+                d = s.recv(65536)
+                if not d: break
+                got += d
+        except (ConnectionResetError, BrokenPipeError):
+            out(reply=got.decode("latin-1"), how="reset")
+        out(reply=got.decode("latin-1"), how="eof")
     elif op == "proxy":  # request [gateway]
         got, how = talk(sys.argv[3] if len(sys.argv) > 3 else "10.250.0.5", 3128, sys.argv[2].encode().decode("unicode_escape").encode("latin-1"))
         out(reply=got, how=how)
@@ -486,6 +499,35 @@ def test_absolute_form_host_header_must_name_the_uri_host(net, added):
     assert "hello from upstream" in r["reply"], r
     heads = upstream_heads(net, "/absC")
     assert len(heads) == 1 and heads[0].count("Host:") == 1 and "Host: allowed.test\\r\\n" in heads[0], heads
+
+
+def test_chunked_request_ends_at_its_last_chunk(net, added):
+    # Port 80 forwards one request: a chunked body ends at its last chunk
+    # and trailers; a request after it (sent with it or later) never
+    # reaches upstream, and is refused.
+    proxy = net["proxy"]
+    probe(net, NS_SB1, "dns", "allowed.test")
+    head = "POST /%s HTTP/1.1\\r\\nHost: allowed.test\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n"
+    body = "5;ext=1\\r\\nhello\\r\\n0\\r\\nX-Trailer: t\\r\\n\\r\\n"
+    smuggle = "GET /%s HTTP/1.1\\r\\nHost: smuggled.test\\r\\n\\r\\n"
+    for n, data in enumerate((head % "chunk1" + body + smuggle % "smuggled1",
+                              head % "chunk2" + body + "||" + smuggle % "smuggled2",
+                              head % "chunk3" + "5\\r\\nhel||lo\\r\\n0\\r\\n\\r\\n" + smuggle % "smuggled3"), start=1):
+        r = probe(net, NS_SB1, "send", UP_A, "80", data)
+        assert "hello from upstream" in r["reply"], (n, r)
+        assert len(upstream_heads(net, "/chunk%d" % n)) == 1
+    log = open(net["up_log"]).read()
+    assert "smuggled" not in log, log[-2000:]
+    # The body sent after the head went through, up to its end.
+    assert "MORE b'lo\\r\\n0\\r\\n\\r\\n'\n" in log
+    refused_event(proxy, sandbox="sb1", name="allowed.test", port=80, reason="second request on one connection")
+    # Any other Transfer-Encoding: the proxy could not tell where the body ends.
+    data = "POST /te1 HTTP/1.1\\r\\nHost: allowed.test\\r\\nTransfer-Encoding: gzip, chunked\\r\\n\\r\\n0\\r\\n\\r\\n"
+    r = probe(net, NS_SB1, "send", UP_A, "80", data + smuggle % "smuggled4")
+    assert "hello from upstream" not in r.get("reply", ""), r
+    r = probe(net, NS_SB1, "proxy", data.replace("/te1", "http://allowed.test/te2") + smuggle % "smuggled5")
+    assert r["reply"].startswith("HTTP/1.1 400"), r
+    assert upstream_heads(net, "/te") == [] and "smuggled" not in open(net["up_log"]).read()
 
 
 def test_stats_deltas_arrive(net, added):
