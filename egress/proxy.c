@@ -599,18 +599,22 @@ static void conn_decide_named(struct conn *c)
 {
         struct sandbox *sb = c->sandbox;
         if (c->mode == CONN_EXPLICIT) {
-                /* The proxy resolves the name; the policy judges each address. */
+                /* The proxy resolves only a name the policy allows by name:
+                 * asking the resolver about any other name would carry it
+                 * past the DNS policy (exfiltration), and the 200/403 would
+                 * tell the sandbox what it resolves to. A destination only
+                 * an allow CIDR opens is given as an IP literal. */
                 enum netpolicy_verdict v = netpolicy_check_name(sb->policy, c->name);
                 if (v != NETPOLICY_ALLOW) {
-                        /* An allow CIDR may still let the name's address through. */
-                        if (v == NETPOLICY_DENIED || sb->policy->allow.n_cidrs == 0) {
-                                conn_refuse(c, netpolicy_reason(v));
-                                return;
-                        }
+                        conn_refuse(c, netpolicy_reason(v));
+                        return;
                 }
                 conn_resolve(c);
                 return;
         }
+        /* Transparent: the name is resolved (conn_resolve below) only when
+         * netpolicy_check_named allowed it by name (by_name); an address
+         * an allow CIDR opens is connected to without a lookup. */
         bool by_name;
         enum netpolicy_verdict v = netpolicy_check_named(sb->policy, c->name, c->dst_addr, egress.host_addrs,
                                                          egress.n_host_addrs, &by_name);

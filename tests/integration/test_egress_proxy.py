@@ -320,6 +320,7 @@ def net():
         procs.append(subprocess.Popen(
             ["ip", "netns", "exec", NS_UP, "dnsmasq", "--no-daemon", "--no-resolv", "--no-hosts",
              "--conf-file=/dev/null", "--pid-file=", "--listen-address=" + UP_DNS, "--bind-interfaces",
+             "--log-queries", "--log-facility=" + os.path.join(work, "dnsmasq.log"), "--user=root",
              "--address=/allowed.test/" + UP_A, "--address=/other.test/" + UP_B,
              "--address=/meta.test/169.254.169.254",
              "--address=/wild.test/" + UP_B, "--address=/nope.test/" + UP_A, "--address=/myself.test/" + HOST_ADDR],
@@ -460,8 +461,10 @@ def test_explicit_proxy_connect_and_absolute_form(net, added):
     refused_event(net["proxy"], sandbox="sb1", name="nope.test", port=443, reason="not allowed")
     r = probe(net, NS_SB1, "proxy", "CONNECT bad.allowed.test:443 HTTP/1.1\\r\\n\\r\\n")
     assert r["reply"].startswith("HTTP/1.1 403")
-    # other.test is not a name of the policy, but its address is in an allow CIDR.
-    r = probe(net, NS_SB1, "proxy", "CONNECT other.test:443 HTTP/1.1\\r\\n\\r\\n")
+    # other.test is not a name of the policy; its address is in an allow
+    # CIDR, which opens it as an IP literal only (see
+    # test_explicit_proxy_never_resolves_a_name_the_policy_does_not_allow).
+    r = probe(net, NS_SB1, "proxy", "CONNECT %s:443 HTTP/1.1\\r\\n\\r\\n" % UP_B)
     assert r["reply"].startswith("HTTP/1.1 200"), r
     r = probe(net, NS_SB1, "proxy", "GET http://allowed.test/abs HTTP/1.1\\r\\n\\r\\n")
     assert "hello from upstream" in r["reply"]
@@ -528,6 +531,30 @@ def test_chunked_request_ends_at_its_last_chunk(net, added):
     r = probe(net, NS_SB1, "proxy", data.replace("/te1", "http://allowed.test/te2") + smuggle % "smuggled5")
     assert r["reply"].startswith("HTTP/1.1 400"), r
     assert upstream_heads(net, "/te") == [] and "smuggled" not in open(net["up_log"]).read()
+
+
+def test_explicit_proxy_never_resolves_a_name_the_policy_does_not_allow(net, added):
+    # Asking the upstream resolver about any name would carry it past the
+    # DNS policy, and the 200/403 would tell the sandbox whether it resolves
+    # into an allow CIDR (other.test's 203.0.113.11 is in one).
+    proxy = net["proxy"]
+    dnslog = os.path.join(net["work"], "dnsmasq.log")
+    for i, req in enumerate(("CONNECT exfil-secret-%d.other.test:443 HTTP/1.1\\r\\n\\r\\n",
+                             "GET http://exfil-secret-%d.other.test/ HTTP/1.1\\r\\n\\r\\n")):
+        name = "exfil-secret-%d.other.test" % i
+        r = probe(net, NS_SB1, "proxy", req % i)
+        assert r["reply"].startswith("HTTP/1.1 403") and "refused " + name in r["reply"], r
+        refused_event(proxy, sandbox="sb1", name=name, reason="not allowed")
+    # The transparent path connects to a CIDR-opened address without asking either.
+    r = probe(net, NS_SB1, "tls", UP_B, "exfil-secret-9.other.test")
+    assert bytes.fromhex(r["reply"]) == b"TLS-OK\n", r
+    time.sleep(0.5)
+    assert "exfil-secret" not in open(dnslog).read()
+    # An allowed name is still resolved (and its query logged: the check above can see one).
+    r = probe(net, NS_SB1, "proxy", "CONNECT allowed.test:443 HTTP/1.1\\r\\n\\r\\nhello")
+    assert r["reply"].endswith("TLS-OK\n"), r
+    time.sleep(0.5)
+    assert "allowed.test" in open(dnslog).read()
 
 
 def test_stats_deltas_arrive(net, added):
