@@ -24,6 +24,9 @@ struct ares_watch {
         struct watch w;
 };
 static struct ares_watch *ares_watches;
+/* Watches of sockets c-ares closed in this epoll batch: a later event of
+ * the batch may still point at one (fd -1: skipped); freed after it. */
+static struct ares_watch *ares_graveyard;
 
 static void sock_state(void *data, ares_socket_t fd, int readable, int writable)
 {
@@ -36,8 +39,10 @@ static void sock_state(void *data, ares_socket_t fd, int readable, int writable)
         if (!readable && !writable) {
                 if (aw != NULL) {
                         egress_unwatch(&aw->w);
+                        aw->w.fd = -1;
                         *pp = aw->next;
-                        free(aw);
+                        aw->next = ares_graveyard;
+                        ares_graveyard = aw;
                 }
                 return;
         }
@@ -61,7 +66,10 @@ int dns_init(const char *servers, nsbox_error_t **err)
                 .sock_state_cb = sock_state,
                 /* Names are asked as given: no search domains of the host,
                  * no /etc/hosts of the host. */
-                .flags = ARES_FLAG_NOSEARCH,
+                /* STAYOPEN: the sockets to the resolvers stay between
+                 * queries instead of being closed (and their watches
+                 * dropped) whenever the last query ends. */
+                .flags = ARES_FLAG_NOSEARCH | ARES_FLAG_STAYOPEN,
                 .lookups = (char *)"b",
                 .timeout = 3000,
                 .tries = 2,
@@ -77,6 +85,15 @@ int dns_init(const char *servers, nsbox_error_t **err)
                         return nsbox_invalid(err, "--dns-servers \"%s\": %s", servers, ares_strerror(r));
         }
         return 0;
+}
+
+void dns_free_graveyard(void)
+{
+        while (ares_graveyard != NULL) {
+                struct ares_watch *aw = ares_graveyard;
+                ares_graveyard = aw->next;
+                free(aw);
+        }
 }
 
 void dns_ares_event(struct watch *w, uint32_t events)

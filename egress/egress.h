@@ -195,3 +195,4 @@ void dns_record_answer(struct sandbox *sb, const char *name, const uint8_t *abuf
 bool dns_address_recorded(struct sandbox *sb, const char *name, uint32_t addr);
 void dns_ares_event(struct watch *w, uint32_t events);
 void dns_ares_timeouts(void);
+void dns_free_graveyard(void);

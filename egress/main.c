@@ -685,6 +685,7 @@ int main(int argc, char **argv)
                 for (int i = 0; i < n; i++)
                         dispatch(events[i].data.ptr, events[i].events);
                 proxy_free_graveyard();
+                dns_free_graveyard();
                 while (graveyard_sandboxes != NULL) {
                         struct sandbox *sb = graveyard_sandboxes;
                         graveyard_sandboxes = sb->next;
