@@ -66,13 +66,11 @@ static void conn_free(struct conn *c)
         free(c);
 }
 
-static void conn_close_how(struct conn *c, bool reset)
+/* A lookup or a factory socket still on its way is no longer the
+ * connection's: its late answer is dropped (conn_lookup_done and
+ * proxy_factory_reply see NULL). */
+static void conn_detach_waits(struct conn *c)
 {
-        if (c->closed)
-                return;
-        c->closed = true;
-        close_watch(&c->client, reset);
-        close_watch(&c->upstream, reset);
         if (c->lookup != NULL) {
                 c->lookup->conn = NULL;
                 c->lookup = NULL;
@@ -80,6 +78,16 @@ static void conn_close_how(struct conn *c, bool reset)
         for (struct factory_wait *f = egress.factory_head; f != NULL; f = f->next)
                 if (f->conn == c)
                         f->conn = NULL;
+}
+
+static void conn_close_how(struct conn *c, bool reset)
+{
+        if (c->closed)
+                return;
+        c->closed = true;
+        close_watch(&c->client, reset);
+        close_watch(&c->upstream, reset);
+        conn_detach_waits(c);
         struct sandbox *sb = c->sandbox;
         if (sb != NULL) {
                 for (struct conn **pp = &sb->conns; *pp != NULL; pp = &(*pp)->sandbox_next)
@@ -152,6 +160,9 @@ static void send_now(int fd, const void *data, size_t len)
 static void conn_answer_and_close(struct conn *c, int status)
 {
         char shown[NETPOLICY_NAME_MAX + INET_ADDRSTRLEN + 8], a[INET_ADDRSTRLEN];
+        /* Answered (a refusal, or the resolver or factory too slow): a late
+         * answer must not connect this connection after all. */
+        conn_detach_waits(c);
         bool http = c->mode == CONN_EXPLICIT || (c->mode == CONN_HTTP && c->http.head_len > 0);
         if (c->mode == CONN_TLS && c->named) {
                 send_now(c->client.fd, tls_access_denied, sizeof(tls_access_denied) - 1);

@@ -10,6 +10,7 @@ policy lets through and what it refuses."""
 import ctypes
 import json
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -215,18 +216,21 @@ def sandbox_sockets(gateway):
 
 
 class Proxy:
-    def __init__(self, workdir):
+    def __init__(self, workdir, name="egress", dns_servers=UP_DNS, nofile=None):
         self.control, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         netns = os.open("/run/netns/" + NS_EGRESS, os.O_RDONLY)
         host = os.open("/run/netns/" + NS_HOST, os.O_RDONLY)
-        self.log = open(os.path.join(workdir, "egress.log"), "wb")
+        self.log_path = os.path.join(workdir, name + ".log")
+        self.log = open(self.log_path, "wb")
 
         def enter_host():
+            if nofile is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
             if libc.setns(host, CLONE_NEWNET) != 0:
                 os._exit(98)
         self.proc = subprocess.Popen(
             [EGRESS, "--control-fd", str(child.fileno()), "--netns-fd", str(netns), "--uid", "65534",
-             "--gid", "65534", "--dns-servers", UP_DNS],
+             "--gid", "65534", "--dns-servers", dns_servers],
             pass_fds=(child.fileno(), netns), stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=enter_host)
         child.close()
         os.close(netns)
@@ -368,6 +372,51 @@ def added(net):
         # The proxy holds the only copies from now on.
         tcp.close()
         udp.close()
+
+
+class ExtraProxy:
+    """A second nsbox-egress (its own options) on the module's topology,
+    with sandboxes of its own: slots 3.. (gateway 10.250.0.4i+1, sandbox
+    4i+2, netns TAG+"x<i>"), removed again by close()."""
+
+    def __init__(self, net, name, slots, policy, **kw):
+        self.namespaces = []
+        self.proxy = None
+        try:
+            for i in slots:
+                ns, gw, addr = TAG + "x%d" % i, "10.250.0.%d" % (4 * i + 1), "10.250.0.%d" % (4 * i + 2)
+                sh("ip", "netns", "add", ns)
+                self.namespaces.append(ns)
+                netns_exec(ns, "ip", "link", "set", "lo", "up")
+                sh("ip", "link", "add", "nsb%d" % i, "netns", NS_EGRESS, "type", "veth", "peer", "name", "eth0",
+                   "netns", ns)
+                netns_exec(NS_EGRESS, "ip", "addr", "add", gw + "/30", "dev", "nsb%d" % i)
+                netns_exec(NS_EGRESS, "ip", "link", "set", "nsb%d" % i, "up")
+                netns_exec(ns, "ip", "addr", "add", addr + "/30", "dev", "eth0")
+                netns_exec(ns, "ip", "link", "set", "eth0", "up")
+                netns_exec(ns, "ip", "route", "add", "default", "via", gw)
+            self.proxy = Proxy(net["work"], name=name, **kw)
+            self.proxy.wait_event(lambda e: e.get("event") == "ready")
+            for i, ns in zip(slots, self.namespaces):
+                tcp, udp = sandbox_sockets("10.250.0.%d" % (4 * i + 1))
+                self.proxy.send({"op": "add", "sandbox": "x%d" % i, "address": "10.250.0.%d" % (4 * i + 2),
+                                 "policy": policy}, fds=(tcp, udp))
+                tcp.close()
+                udp.close()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self):
+        if self.proxy is not None:
+            self.proxy.stop()
+        for ns in self.namespaces:
+            sh("ip", "netns", "del", ns, check=False)
+
+
+def cpu_ticks(pid):
+    st = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()
+    return int(st[11]) + int(st[12])
 
 
 def refused_event(proxy, **match):
@@ -660,3 +709,61 @@ def test_remove_closes_the_sandbox_sockets(net, added):
     assert GW2 not in listening and GW1 + ":1 " in listening, listening
     assert probe(net, NS_SB1, "raw", UP_B, "8080")["reply"] == "RAW-OK\n"
     assert proxy.proc.poll() is None
+
+
+SLOW_DNS = r"""
+import socket, struct, sys, threading, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((sys.argv[1], 53))
+def answer(q, src):
+    time.sleep(float(sys.argv[2]))
+    p = 12
+    while q[p]: p += 1 + q[p]
+    question = q[12:p + 5]
+    r = q[:2] + struct.pack(">HHHHH", 0x8180, 1, 1, 0, 0) + question
+    r += b"\xc0\x0c" + struct.pack(">HHIH", 1, 1, 300, 4) + socket.inet_aton(sys.argv[3])
+    s.sendto(r, src)
+while True:
+    q, src = s.recvfrom(4096)
+    threading.Thread(target=answer, args=(q, src), daemon=True).start()
+"""
+
+
+def test_a_lookup_answered_after_the_timeout_connects_nothing(net, added):
+    # The proxy gives a lookup 10 s; the resolver here answers after 11 s
+    # (c-ares, with two servers, is still waiting then). The client got its
+    # 502 and keeps its connection open: the late answer must not connect
+    # it upstream after all.
+    slow_addr = "203.0.113.54"
+    netns_exec(NS_UP, "ip", "addr", "add", slow_addr + "/24", "dev", UP_VETH)
+    script = os.path.join(net["work"], "slow_dns.py")
+    with open(script, "w") as f:
+        f.write(SLOW_DNS)
+    dns = subprocess.Popen(["ip", "netns", "exec", NS_UP, PY, script, slow_addr, "11", UP_A])
+    extra = None
+    try:
+        extra = ExtraProxy(net, "egress-slow", (5,), {"allow": ["slow.test"]},
+                           dns_servers=slow_addr + ",203.0.113.55")
+        c = sockets_in_netns(TAG + "x5", lambda: socket.create_connection(("10.250.0.21", 3128), timeout=20))
+        started = time.monotonic()
+        c.sendall(b"GET http://slow.test/late6 HTTP/1.1\r\nHost: slow.test\r\n\r\n")
+        got = b""
+        while True:
+            d = c.recv(65536)
+            if not d:
+                break
+            got += d
+        assert got.startswith(b"HTTP/1.1 502"), got
+        # Past the late answer (11 s after the query), inside the proxy's drain.
+        time.sleep(max(0, started + 12.5 - time.monotonic()))
+        assert upstream_heads(net, "/late6") == []
+        c.close()
+        assert extra.proxy.proc.poll() is None
+    finally:
+        dns.kill()
+        dns.wait()
+        if extra is not None:
+            extra.close()
+        netns_exec(NS_UP, "ip", "addr", "del", slow_addr + "/24", "dev", UP_VETH, check=False)
+
+
