@@ -16,6 +16,8 @@
 #include "sniff.h"
 
 #define EGRESS_CONN_PER_SANDBOX   256
+#define EGRESS_FD_RESERVE         32 /* stdio, control, epoll, timers, factory, c-ares, getifaddrs, ... */
+#define EGRESS_ACCEPT_PAUSE_MS    100
 #define EGRESS_CONN_MAX           16384
 #define EGRESS_BUF                16384
 #define EGRESS_HEAD_TIMEOUT_MS    10000
@@ -32,6 +34,7 @@ enum watch_kind {
         WATCH_CONTROL,
         WATCH_FACTORY,
         WATCH_TIMER,
+        WATCH_RESUME,
         WATCH_ARES,
         WATCH_TCP_LISTENER,
         WATCH_DNS,
@@ -47,6 +50,7 @@ struct watch {
         int fd;
         uint32_t events; /* registered, 0 when not in epoll */
         void *obj;
+        bool paused; /* a listener out of epoll until egress.resume fires */
 };
 
 struct dns_record {
@@ -73,7 +77,7 @@ struct sandbox {
         struct watch tcp, dns;
         struct expose *exposes;
         struct conn *conns; /* this sandbox's, through conn->sandbox_next */
-        unsigned n_conns;
+        unsigned n_conns;   /* its own (not sandbox.expose's) */
         struct dns_query *queries;
         unsigned n_queries;
         struct dns_record records[EGRESS_DNS_RECORDS];
@@ -149,7 +153,11 @@ struct dns_query {
 
 struct egress {
         int epoll_fd;
-        struct watch control, factory, timer;
+        struct watch control, factory, timer, resume;
+        /* Connections are budgeted from the fds the process got: two each,
+         * after the listeners (two per sandbox, one per expose) and
+         * EGRESS_FD_RESERVE. */
+        unsigned fd_limit, n_listener_fds;
         ares_channel ares;
         struct sandbox *sandboxes;
         struct conn *conns;
@@ -176,6 +184,8 @@ void egress_unwatch(struct watch *w);
 void egress_send_event(json_t *event);
 void egress_refused(struct sandbox *sb, const char *name, uint32_t addr, uint16_t port, const char *reason);
 void egress_refresh_host_addrs(void);
+unsigned egress_conn_limit(void);
+void egress_accept_failed(struct watch *listener, const char *who, int error);
 struct sandbox *egress_sandbox_find(const char *id);
 
 /* proxy.c */

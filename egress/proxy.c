@@ -759,7 +759,8 @@ void proxy_conn_event(struct conn *c, bool upstream, uint32_t events)
 
 static bool over_limit(struct sandbox *sb)
 {
-        return egress.n_conns >= EGRESS_CONN_MAX || (sb != NULL && sb->n_conns >= EGRESS_CONN_PER_SANDBOX);
+        return egress.n_conns >= egress_conn_limit() ||
+               (sb != NULL && sb->n_conns >= EGRESS_CONN_PER_SANDBOX);
 }
 
 void proxy_accept(struct sandbox *sb)
@@ -767,8 +768,11 @@ void proxy_accept(struct sandbox *sb)
         for (int i = 0; i < 64; i++) {
                 int fd = accept4(sb->tcp.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
                 if (fd < 0) {
-                        if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-                                log_warn("sandbox %s: accept: %s", sb->id, strerror(errno));
+                        if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
+                                char who[160];
+                                snprintf(who, sizeof(who), "sandbox %s", sb->id);
+                                egress_accept_failed(&sb->tcp, who, errno);
+                        }
                         return;
                 }
                 struct sockaddr_in dst;
@@ -820,9 +824,11 @@ void proxy_expose_accept(struct expose *e)
         for (int i = 0; i < 64; i++) {
                 int fd = accept4(e->listener.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
                 if (fd < 0) {
-                        if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-                                log_warn("sandbox %s: expose %u: accept: %s", e->sandbox->id, e->port,
-                                         strerror(errno));
+                        if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
+                                char who[180];
+                                snprintf(who, sizeof(who), "sandbox %s: expose %u", e->sandbox->id, e->port);
+                                egress_accept_failed(&e->listener, who, errno);
+                        }
                         return;
                 }
                 if (over_limit(NULL)) {

@@ -711,6 +711,53 @@ def test_remove_closes_the_sandbox_sockets(net, added):
     assert proxy.proc.poll() is None
 
 
+HOLD = r"""
+import socket, sys, time
+socks = []
+for i in range(int(sys.argv[2])):
+    try:
+        s = socket.socket(); s.settimeout(2); s.connect((sys.argv[1], 443)); socks.append(s)
+    except OSError as e:
+        break
+print(len(socks), flush=True)
+time.sleep(float(sys.argv[3]))
+"""
+
+
+def test_out_of_fds_neither_spins_nor_floods_the_log(net, added):
+    # A proxy with 64 fds: one sandbox holding 200 connections must not
+    # make it spin on a listener that stays readable (accept4: EMFILE) nor
+    # write a warning per try; its connection limit follows the fds it has,
+    # and the other sandbox's DNS is still answered.
+    extra = ExtraProxy(net, "egress-fds", (3, 4), POLICY, nofile=64)
+    hold = None
+    try:
+        script = os.path.join(net["work"], "hold.py")
+        with open(script, "w") as f:
+            f.write(HOLD)
+        hold = subprocess.Popen(["ip", "netns", "exec", TAG + "x3", PY, script, UP_A, "200", "8"],
+                                stdout=subprocess.PIPE, text=True)
+        time.sleep(2.5)
+        pid = extra.proxy.proc.pid
+        t0 = cpu_ticks(pid)
+        time.sleep(2)
+        ticks = cpu_ticks(pid) - t0
+        log_size = os.path.getsize(extra.proxy.log_path)
+        print("proxy CPU ticks in 2 s:", ticks, "log bytes:", log_size)
+        # 2 s is 200 ticks of one CPU; the spin took all of them.
+        assert ticks < os.sysconf("SC_CLK_TCK") // 2, ticks
+        assert log_size < 64 * 1024, log_size
+        r = probe(net, TAG + "x4", "dns", "allowed.test", "10.250.0.17")
+        assert r["rcode"] == 0 and r["addrs"] == [UP_A], r
+        refused_event(extra.proxy, sandbox="x3", reason="limit")
+        assert extra.proxy.proc.poll() is None
+    finally:
+        if hold is not None:
+            hold.kill()
+            hold.wait()
+        extra.close()
+
+
 SLOW_DNS = r"""
 import socket, struct, sys, threading, time
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
