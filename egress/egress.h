@@ -16,6 +16,7 @@
 #include "sniff.h"
 
 #define EGRESS_CONN_PER_SANDBOX   256
+#define EGRESS_EXPOSE_PER_SANDBOX 64 /* sandbox.expose connections of one sandbox */
 #define EGRESS_FD_RESERVE         32 /* stdio, control, epoll, timers, factory, c-ares, getifaddrs, ... */
 #define EGRESS_ACCEPT_PAUSE_MS    100
 #define EGRESS_CONN_MAX           16384
@@ -76,8 +77,9 @@ struct sandbox {
         struct netpolicy *policy;
         struct watch tcp, dns;
         struct expose *exposes;
-        struct conn *conns; /* this sandbox's, through conn->sandbox_next */
-        unsigned n_conns;   /* its own (not sandbox.expose's) */
+        struct conn *conns;      /* this sandbox's, through conn->sandbox_next */
+        unsigned n_conns;        /* its own (not sandbox.expose's) */
+        unsigned n_expose_conns; /* sandbox.expose's */
         struct dns_query *queries;
         unsigned n_queries;
         struct dns_record records[EGRESS_DNS_RECORDS];

@@ -97,6 +97,8 @@ static void conn_close_how(struct conn *c, bool reset)
                         }
                 if (c->mode != CONN_EXPOSE)
                         sb->n_conns--;
+                else
+                        sb->n_expose_conns--;
                 c->sandbox = NULL;
         }
         if (c->prev != NULL)
@@ -143,6 +145,8 @@ static struct conn *conn_new(struct sandbox *sb, enum conn_mode mode, int fd)
         sb->conns = c;
         if (mode != CONN_EXPOSE)
                 sb->n_conns++;
+        else
+                sb->n_expose_conns++;
         return c;
 }
 
@@ -757,10 +761,14 @@ void proxy_conn_event(struct conn *c, bool upstream, uint32_t events)
         }
 }
 
-static bool over_limit(struct sandbox *sb)
+static bool over_limit(struct sandbox *sb, bool expose)
 {
-        return egress.n_conns >= egress_conn_limit() ||
-               (sb != NULL && sb->n_conns >= EGRESS_CONN_PER_SANDBOX);
+        if (egress.n_conns >= egress_conn_limit())
+                return true;
+        /* sandbox.expose's connections have their own cap: a local user
+         * must not use up the pool the sandboxes share. */
+        return expose ? sb->n_expose_conns >= EGRESS_EXPOSE_PER_SANDBOX
+                      : sb->n_conns >= EGRESS_CONN_PER_SANDBOX;
 }
 
 void proxy_accept(struct sandbox *sb)
@@ -783,7 +791,7 @@ void proxy_accept(struct sandbox *sb)
                 }
                 uint32_t addr = ntohl(dst.sin_addr.s_addr);
                 uint16_t port = ntohs(dst.sin_port);
-                if (over_limit(sb)) {
+                if (over_limit(sb, false)) {
                         egress_refused(sb, NULL, addr, port, "limit");
                         struct linger l = { .l_onoff = 1, .l_linger = 0 };
                         setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
@@ -831,7 +839,12 @@ void proxy_expose_accept(struct expose *e)
                         }
                         return;
                 }
-                if (over_limit(NULL)) {
+                if (over_limit(e->sandbox, true)) {
+                        log_limited("egress expose limit", LOG_LEVEL_WARN,
+                                    "sandbox %s: expose %u: %u connections open: refused", e->sandbox->id,
+                                    e->port, e->sandbox->n_expose_conns);
+                        struct linger l = { .l_onoff = 1, .l_linger = 0 };
+                        setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
                         close(fd);
                         continue;
                 }

@@ -814,3 +814,44 @@ def test_a_lookup_answered_after_the_timeout_connects_nothing(net, added):
         netns_exec(NS_UP, "ip", "addr", "del", slow_addr + "/24", "dev", UP_VETH, check=False)
 
 
+def test_expose_connections_are_capped_per_sandbox(net, added):
+    # A local user opening connections to an exposed port cannot use up the
+    # pool the sandboxes share: 64 per sandbox, the rest are reset at once.
+    proxy = net["proxy"]
+    server = subprocess.Popen(["ip", "netns", "exec", NS_SB1, PY, "-c",
+                               "import socket,time\n"
+                               "s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
+                               "s.bind(('%s',8001));s.listen(256);c=[]\n"
+                               "while True: c.append(s.accept()[0])\n" % SB1])
+    conns = []
+    try:
+        def make_listener():
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            s.listen(128)
+            return s
+        listener = sockets_in_netns(NS_HOST, make_listener)
+        port = listener.getsockname()[1]
+        proxy.send({"op": "expose", "sandbox": "sb1", "port": 8001}, fds=(listener,))
+        listener.close()
+        time.sleep(1)
+        for _ in range(80):
+            conns.append(sockets_in_netns(NS_HOST, lambda: socket.create_connection(("127.0.0.1", port), timeout=5)))
+        time.sleep(2)
+        closed = 0
+        for c in conns:
+            c.settimeout(0.1)
+            try:
+                if c.recv(1) == b"":
+                    closed += 1
+            except socket.timeout:
+                pass
+            except ConnectionResetError:
+                closed += 1
+        assert closed == 80 - 64, closed
+        proxy.send({"op": "unexpose", "sandbox": "sb1", "port": 8001})
+    finally:
+        for c in conns:
+            c.close()
+        server.kill()
+        server.wait()
