@@ -91,15 +91,18 @@ struct sandbox {
 };
 
 enum conn_state {
-        CONN_SNIFF,   /* reading a request head / ClientHello */
-        CONN_RESOLVE, /* waiting for c-ares */
-        CONN_FACTORY, /* expose: waiting for the factory thread's socket */
-        CONN_CONNECT, /* upstream connect in progress */
-        CONN_RELAY,   /* bytes both ways */
-        CONN_DRAIN,   /* refusal written: reading what is left, then close */
+        CONN_SNIFF,     /* reading a request head / ClientHello */
+        CONN_RESOLVE,   /* waiting for c-ares */
+        CONN_FACTORY,   /* expose: waiting for the factory thread's socket */
+        CONN_CONNECT,   /* upstream connect in progress */
+        CONN_RELAY,     /* bytes both ways */
+        CONN_DRAIN,     /* refusal written: reading what is left, then close */
+        CONN_DNS_REPLY, /* DNS over TCP: writing an answer, then the next query */
 };
 
-enum conn_mode { CONN_HTTP, CONN_TLS, CONN_OTHER, CONN_EXPLICIT, CONN_EXPOSE };
+/* CONN_DNS: TCP to the sandbox's own gateway port 53 (a resolver's
+ * fallback after a truncated answer): DNS over TCP, the UDP path's policy. */
+enum conn_mode { CONN_HTTP, CONN_TLS, CONN_OTHER, CONN_EXPLICIT, CONN_EXPOSE, CONN_DNS };
 
 struct half {
         uint8_t *buf;
@@ -203,6 +206,11 @@ void proxy_free_graveyard(void);
 int dns_init(const char *servers, nsbox_error_t **err);
 void dns_receive(struct sandbox *sb);
 void dns_sandbox_gone(struct sandbox *sb);
+#define EGRESS_DNS_TCP_QUERY_MAX 512
+/* One query (without its length prefix) of a CONN_DNS connection: answered
+ * through proxy_dns_reply, at once or when the resolver answers. */
+void dns_tcp_query(struct conn *c, const uint8_t *pkt, size_t len);
+void proxy_dns_reply(struct conn *c, const uint8_t *msg, size_t len);
 void dns_record_answer(struct sandbox *sb, const char *name, const uint8_t *abuf, size_t alen);
 bool dns_address_recorded(struct sandbox *sb, const char *name, uint32_t addr);
 void dns_ares_event(struct watch *w, uint32_t events);

@@ -235,6 +235,9 @@ static void conn_update(struct conn *c)
         case CONN_DRAIN:
                 ce = EPOLLIN;
                 break;
+        case CONN_DNS_REPLY:
+                ce = EPOLLOUT;
+                break;
         case CONN_RELAY:
                 if (!c->c2u.eof && half_used(&c->c2u) < c->c2u.cap)
                         ce |= EPOLLIN;
@@ -645,6 +648,72 @@ static void conn_decide_named(struct conn *c)
         conn_connect(c);
 }
 
+/* DNS over TCP: the next whole query (2-byte length, then the message)
+ * in c2u goes to dns_tcp_query; a length over EGRESS_DNS_TCP_QUERY_MAX or
+ * under a header drops the connection. */
+static void dns_next_query(struct conn *c)
+{
+        struct half *h = &c->c2u;
+        size_t used = half_used(h);
+        if (used < 2) {
+                if (c->c2u.eof)
+                        proxy_conn_close(c);
+                return;
+        }
+        size_t len = (size_t)h->buf[h->start] << 8 | h->buf[h->start + 1];
+        if (len < 12 || len > EGRESS_DNS_TCP_QUERY_MAX) {
+                conn_close_how(c, true);
+                return;
+        }
+        if (used < 2 + len) {
+                if (c->c2u.eof)
+                        proxy_conn_close(c);
+                return;
+        }
+        const uint8_t *pkt = h->buf + h->start + 2;
+        h->start += 2 + len;
+        dns_tcp_query(c, pkt, len);
+}
+
+void proxy_dns_reply(struct conn *c, const uint8_t *msg, size_t len)
+{
+        if (c->closed)
+                return;
+        if (len == 0 || len > 65535) {
+                conn_close_how(c, true);
+                return;
+        }
+        free(c->u2c.buf);
+        c->u2c = (struct half){ .buf = malloc(2 + len), .cap = 2 + len };
+        if (c->u2c.buf == NULL) {
+                conn_close_how(c, true);
+                return;
+        }
+        c->u2c.buf[0] = (uint8_t)(len >> 8);
+        c->u2c.buf[1] = (uint8_t)len;
+        memcpy(c->u2c.buf + 2, msg, len);
+        c->u2c.end = 2 + len;
+        c->state = CONN_DNS_REPLY;
+        c->deadline_ms = egress_now_ms() + EGRESS_HEAD_TIMEOUT_MS;
+        conn_update(c);
+}
+
+static void dns_reply_written(struct conn *c)
+{
+        if (!half_write(c->client.fd, &c->u2c)) {
+                conn_close_how(c, true);
+                return;
+        }
+        if (half_used(&c->u2c) > 0)
+                return;
+        /* The next query, perhaps already read. */
+        c->state = CONN_SNIFF;
+        c->deadline_ms = egress_now_ms() + EGRESS_HEAD_TIMEOUT_MS;
+        dns_next_query(c);
+        if (!c->closed && c->state == CONN_SNIFF)
+                conn_update(c);
+}
+
 /* Enough of the first bytes is here (or the wait is over): decide. */
 static void conn_decide(struct conn *c)
 {
@@ -725,7 +794,10 @@ static void sniff_read(struct conn *c)
                 proxy_conn_close(c);
                 return;
         }
-        conn_decide(c);
+        if (c->mode == CONN_DNS)
+                dns_next_query(c);
+        else
+                conn_decide(c);
         if (!c->closed && c->state == CONN_SNIFF)
                 conn_update(c);
 }
@@ -747,6 +819,10 @@ void proxy_conn_event(struct conn *c, bool upstream, uint32_t events)
                 break;
         case CONN_RELAY:
                 relay(c, upstream, events);
+                break;
+        case CONN_DNS_REPLY:
+                if (!upstream)
+                        dns_reply_written(c);
                 break;
         case CONN_DRAIN:
                 if (!upstream) {
@@ -801,6 +877,7 @@ void proxy_accept(struct sandbox *sb)
                 enum conn_mode mode = port == 80                                            ? CONN_HTTP
                                       : port == 443                                         ? CONN_TLS
                                       : port == EGRESS_EXPLICIT_PORT && addr == sb->gateway ? CONN_EXPLICIT
+                                      : port == 53 && addr == sb->gateway                   ? CONN_DNS
                                                                                             : CONN_OTHER;
                 struct conn *c = conn_new(sb, mode, fd);
                 if (c == NULL) {

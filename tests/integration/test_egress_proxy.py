@@ -117,6 +117,34 @@ def dns(name, server="10.250.0.5"):
         if t == 1: addrs.append(socket.inet_ntoa(r[p:p+4]))
         p += l
     return dict(rcode=rcode, id=struct.unpack(">H", r[:2])[0], addrs=addrs, src=src[0])
+def parse_answer(r, qlen):
+    rcode = r[3] & 15; an = struct.unpack(">H", r[6:8])[0]
+    p = qlen; addrs = []
+    for _ in range(an):
+        while True:
+            if r[p] & 0xc0 == 0xc0: p += 2; break
+            if r[p] == 0: p += 1; break
+            p += 1 + r[p]
+        t, c, ttl, l = struct.unpack(">HHIH", r[p:p+10]); p += 10
+        if t == 1: addrs.append(socket.inet_ntoa(r[p:p+4]))
+        p += l
+    return dict(rcode=rcode, id=struct.unpack(">H", r[:2])[0], addrs=addrs)
+def dns_tcp(server, names):
+    # All queries sent at once (pipelined), the answers read in order.
+    qs = []
+    for i, name in enumerate(names):
+        q = struct.pack(">HHHHHH", 0x5100 + i, 0x0100, 1, 0, 0, 0)
+        for l in name.split("."): q += bytes([len(l)]) + l.encode()
+        qs.append(q + b"\x00\x00\x01\x00\x01")
+    s = socket.create_connection((server, 53), timeout=8)
+    s.sendall(b"".join(struct.pack(">H", len(q)) + q for q in qs))
+    f = s.makefile("rb")
+    answers = []
+    for q in qs:
+        n = f.read(2)
+        if len(n) < 2: break
+        answers.append(parse_answer(f.read(struct.unpack(">H", n)[0]), len(q)))
+    return answers
 def talk(ip, port, data, timeout=8):
     s = socket.create_connection((ip, port), timeout=timeout)
     if data: s.sendall(data)
@@ -132,6 +160,8 @@ def talk(ip, port, data, timeout=8):
 try:
     if op == "dns":
         out(**dns(sys.argv[2], *sys.argv[3:]))
+    elif op == "dnstcp":  # server name...
+        out(answers=dns_tcp(sys.argv[2], sys.argv[3:]))
     elif op == "http":  # ip host [extra raw bytes after the request]
         req = ("GET /hello HTTP/1.1\r\nHost: %s\r\nConnection: keep-alive\r\n\r\n" % sys.argv[3]).encode()
         if len(sys.argv) > 4: req += sys.argv[4].encode().decode("unicode_escape").encode("latin-1")
@@ -604,6 +634,24 @@ def test_explicit_proxy_never_resolves_a_name_the_policy_does_not_allow(net, add
     assert r["reply"].endswith("TLS-OK\n"), r
     time.sleep(0.5)
     assert "allowed.test" in open(dnslog).read()
+
+
+def test_dns_over_tcp_to_the_gateway_has_the_udp_policy(net, added):
+    # A resolver falls back to TCP after a truncated answer: TCP to the
+    # sandbox's own gateway:53 is DNS, under the same name policy (it was
+    # refused as a private address).
+    proxy = net["proxy"]
+    r = probe(net, NS_SB1, "dnstcp", GW1, "allowed.test", "other.test", "x.wild.test")
+    assert "answers" in r, r
+    a = r["answers"]
+    assert len(a) == 3, a
+    assert a[0] == {"rcode": 0, "id": 0x5100, "addrs": [UP_A]}, a
+    assert a[1]["rcode"] == 5 and a[1]["id"] == 0x5101 and a[1]["addrs"] == [], a
+    assert a[2] == {"rcode": 0, "id": 0x5102, "addrs": [UP_B]}, a
+    refused_event(proxy, sandbox="sb1", name="other.test", port=53, reason="not allowed")
+    # Another address's port 53 over TCP is not DNS: judged by address.
+    r = probe(net, NS_SB1, "raw", "198.51.100.7", "53")
+    assert r.get("reply", "") == "", r
 
 
 def test_stats_deltas_arrive(net, added):
