@@ -24,6 +24,9 @@ struct ares_watch {
         struct watch w;
 };
 static struct ares_watch *ares_watches;
+/* Watches of sockets c-ares closed in this epoll batch: a later event of
+ * the batch may still point at one (fd -1: skipped); freed after it. */
+static struct ares_watch *ares_graveyard;
 
 static void sock_state(void *data, ares_socket_t fd, int readable, int writable)
 {
@@ -36,8 +39,10 @@ static void sock_state(void *data, ares_socket_t fd, int readable, int writable)
         if (!readable && !writable) {
                 if (aw != NULL) {
                         egress_unwatch(&aw->w);
+                        aw->w.fd = -1;
                         *pp = aw->next;
-                        free(aw);
+                        aw->next = ares_graveyard;
+                        ares_graveyard = aw;
                 }
                 return;
         }
@@ -61,7 +66,10 @@ int dns_init(const char *servers, nsbox_error_t **err)
                 .sock_state_cb = sock_state,
                 /* Names are asked as given: no search domains of the host,
                  * no /etc/hosts of the host. */
-                .flags = ARES_FLAG_NOSEARCH,
+                /* STAYOPEN: the sockets to the resolvers stay between
+                 * queries instead of being closed (and their watches
+                 * dropped) whenever the last query ends. */
+                .flags = ARES_FLAG_NOSEARCH | ARES_FLAG_STAYOPEN,
                 .lookups = (char *)"b",
                 .timeout = 3000,
                 .tries = 2,
@@ -79,6 +87,15 @@ int dns_init(const char *servers, nsbox_error_t **err)
         return 0;
 }
 
+void dns_free_graveyard(void)
+{
+        while (ares_graveyard != NULL) {
+                struct ares_watch *aw = ares_graveyard;
+                ares_graveyard = aw->next;
+                free(aw);
+        }
+}
+
 void dns_ares_event(struct watch *w, uint32_t events)
 {
         int fd = w->fd;
@@ -92,18 +109,26 @@ void dns_ares_timeouts(void)
 }
 
 /* Header + question of the query with QR set and rcode: REFUSED,
- * SERVFAIL, or a truncated answer (tc) that sends the client to TCP. */
-static void reply_error(int fd, const struct sockaddr_in *to, const uint8_t *query, size_t len,
-                        unsigned rcode, bool tc)
+ * SERVFAIL, or a truncated answer (tc) that sends the client to TCP. 0
+ * when the query does not fit. */
+static size_t error_reply(uint8_t out[512], const uint8_t *query, size_t len, unsigned rcode, bool tc)
 {
-        uint8_t out[512];
-        if (len > sizeof(out) || len < 12)
-                return;
+        if (len > 512 || len < 12)
+                return 0;
         memcpy(out, query, len);
         out[2] = (uint8_t)(0x80 | (query[2] & 0x01) | (tc ? 0x02 : 0)); /* QR, opcode 0, RD kept */
         out[3] = (uint8_t)(0x80 | rcode);                               /* RA */
         memset(out + 6, 0, 6);                                          /* no an/ns/ar */
-        sendto(fd, out, len, MSG_DONTWAIT | MSG_NOSIGNAL, (const struct sockaddr *)to, sizeof(*to));
+        return len;
+}
+
+static void reply_error(int fd, const struct sockaddr_in *to, const uint8_t *query, size_t len,
+                        unsigned rcode, bool tc)
+{
+        uint8_t out[512];
+        size_t n = error_reply(out, query, len, rcode, tc);
+        if (n > 0)
+                sendto(fd, out, n, MSG_DONTWAIT | MSG_NOSIGNAL, (const struct sockaddr *)to, sizeof(*to));
 }
 
 void dns_record_answer(struct sandbox *sb, const char *name, const uint8_t *abuf, size_t alen)
@@ -244,6 +269,80 @@ static void handle_query(struct sandbox *sb, const uint8_t *pkt, size_t len, con
         sb->queries = q;
         sb->n_queries++;
         ares_send(egress.ares, qbuf, qlen, answered, q);
+        ares_free_string(qbuf);
+}
+
+/* --- DNS over TCP ------------------------------------------------------------ */
+
+struct tcp_query {
+        struct conn_lookup lookup; /* first: c->lookup points here */
+        struct sandbox *sandbox;
+        char name[NETPOLICY_NAME_MAX + 1];
+        uint16_t id;
+        size_t query_len;
+        uint8_t query[EGRESS_DNS_TCP_QUERY_MAX];
+};
+
+static void tcp_answered(void *arg, int status, int timeouts, unsigned char *abuf, int alen)
+{
+        struct tcp_query *q = arg;
+        struct conn *c = q->lookup.conn;
+        if (c != NULL) {
+                c->lookup = NULL;
+                if (c->sandbox != NULL && status == ARES_SUCCESS && abuf != NULL && alen >= 12) {
+                        dns_record_answer(c->sandbox, q->name, abuf, (size_t)alen);
+                        abuf[0] = (uint8_t)(q->id >> 8);
+                        abuf[1] = (uint8_t)q->id;
+                        proxy_dns_reply(c, abuf, (size_t)alen);
+                } else {
+                        uint8_t out[512];
+                        proxy_dns_reply(c, out,
+                                        error_reply(out, q->query, q->query_len, DNS_RCODE_SERVFAIL, false));
+                }
+        }
+        free(q);
+}
+
+void dns_tcp_query(struct conn *c, const uint8_t *pkt, size_t len)
+{
+        struct sandbox *sb = c->sandbox;
+        struct sniff_dns d;
+        uint8_t out[512];
+        if (sniff_dns_question(pkt, len, &d) != SNIFF_OK || d.question_end > EGRESS_DNS_TCP_QUERY_MAX) {
+                proxy_dns_reply(c, NULL, 0); /* not a query: the connection is dropped */
+                return;
+        }
+        sb->dns_queries++;
+        char name[NETPOLICY_NAME_MAX + 1];
+        enum netpolicy_verdict v = NETPOLICY_NOT_ALLOWED;
+        if (d.qclass == DNS_CLASS_IN && netpolicy_name_normalize(d.name, strlen(d.name), name) == 0) {
+                v = netpolicy_check_name(sb->policy, name);
+                if (v != NETPOLICY_ALLOW)
+                        egress_refused(sb, name, 0, 53, netpolicy_reason(v));
+        }
+        if (v != NETPOLICY_ALLOW) {
+                proxy_dns_reply(c, out, error_reply(out, pkt, d.question_end, DNS_RCODE_REFUSED, false));
+                return;
+        }
+        struct tcp_query *q = calloc(1, sizeof(*q));
+        unsigned char *qbuf = NULL;
+        int qlen = 0;
+        if (q == NULL ||
+            ares_create_query(name, DNS_CLASS_IN, d.qtype, 0, 1, &qbuf, &qlen, 0) != ARES_SUCCESS) {
+                free(q);
+                proxy_dns_reply(c, out, error_reply(out, pkt, d.question_end, DNS_RCODE_SERVFAIL, false));
+                return;
+        }
+        q->lookup.conn = c;
+        q->sandbox = sb;
+        q->id = d.id;
+        snprintf(q->name, sizeof(q->name), "%s", name);
+        memcpy(q->query, pkt, d.question_end);
+        q->query_len = d.question_end;
+        c->lookup = &q->lookup;
+        c->state = CONN_RESOLVE;
+        c->deadline_ms = egress_now_ms() + EGRESS_CONNECT_TIMEOUT_MS;
+        ares_send(egress.ares, qbuf, qlen, tcp_answered, q);
         ares_free_string(qbuf);
 }
 

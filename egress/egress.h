@@ -16,6 +16,9 @@
 #include "sniff.h"
 
 #define EGRESS_CONN_PER_SANDBOX   256
+#define EGRESS_EXPOSE_PER_SANDBOX 64 /* sandbox.expose connections of one sandbox */
+#define EGRESS_FD_RESERVE         32 /* stdio, control, epoll, timers, factory, c-ares, getifaddrs, ... */
+#define EGRESS_ACCEPT_PAUSE_MS    100
 #define EGRESS_CONN_MAX           16384
 #define EGRESS_BUF                16384
 #define EGRESS_HEAD_TIMEOUT_MS    10000
@@ -32,6 +35,7 @@ enum watch_kind {
         WATCH_CONTROL,
         WATCH_FACTORY,
         WATCH_TIMER,
+        WATCH_RESUME,
         WATCH_ARES,
         WATCH_TCP_LISTENER,
         WATCH_DNS,
@@ -47,6 +51,7 @@ struct watch {
         int fd;
         uint32_t events; /* registered, 0 when not in epoll */
         void *obj;
+        bool paused; /* a listener out of epoll until egress.resume fires */
 };
 
 struct dns_record {
@@ -72,8 +77,9 @@ struct sandbox {
         struct netpolicy *policy;
         struct watch tcp, dns;
         struct expose *exposes;
-        struct conn *conns; /* this sandbox's, through conn->sandbox_next */
-        unsigned n_conns;
+        struct conn *conns;      /* this sandbox's, through conn->sandbox_next */
+        unsigned n_conns;        /* its own (not sandbox.expose's) */
+        unsigned n_expose_conns; /* sandbox.expose's */
         struct dns_query *queries;
         unsigned n_queries;
         struct dns_record records[EGRESS_DNS_RECORDS];
@@ -85,15 +91,18 @@ struct sandbox {
 };
 
 enum conn_state {
-        CONN_SNIFF,   /* reading a request head / ClientHello */
-        CONN_RESOLVE, /* waiting for c-ares */
-        CONN_FACTORY, /* expose: waiting for the factory thread's socket */
-        CONN_CONNECT, /* upstream connect in progress */
-        CONN_RELAY,   /* bytes both ways */
-        CONN_DRAIN,   /* refusal written: reading what is left, then close */
+        CONN_SNIFF,     /* reading a request head / ClientHello */
+        CONN_RESOLVE,   /* waiting for c-ares */
+        CONN_FACTORY,   /* expose: waiting for the factory thread's socket */
+        CONN_CONNECT,   /* upstream connect in progress */
+        CONN_RELAY,     /* bytes both ways */
+        CONN_DRAIN,     /* refusal written: reading what is left, then close */
+        CONN_DNS_REPLY, /* DNS over TCP: writing an answer, then the next query */
 };
 
-enum conn_mode { CONN_HTTP, CONN_TLS, CONN_OTHER, CONN_EXPLICIT, CONN_EXPOSE };
+/* CONN_DNS: TCP to the sandbox's own gateway port 53 (a resolver's
+ * fallback after a truncated answer): DNS over TCP, the UDP path's policy. */
+enum conn_mode { CONN_HTTP, CONN_TLS, CONN_OTHER, CONN_EXPLICIT, CONN_EXPOSE, CONN_DNS };
 
 struct half {
         uint8_t *buf;
@@ -110,8 +119,14 @@ struct conn {
         enum conn_mode mode;
         struct watch client, upstream;
         struct half c2u, u2c;
-        uint64_t c2u_left; /* port 80: request body bytes still forwarded */
+        /* An HTTP head forwarded by the proxy (port 80, absolute-form):
+         * that one request reaches upstream, nothing after it. */
         bool c2u_limited;
+        bool c2u_chunked;     /* its body is chunked: followed by c2u_chunks */
+        bool c2u_done;        /* the request ended: later bytes are dropped */
+        bool c2u_extra_noted; /* bytes after it were seen (and maybe refused) */
+        uint64_t c2u_left;    /* Content-Length: body bytes still forwarded */
+        struct sniff_chunked c2u_chunks;
         int64_t deadline_ms;
         bool named;
         char name[NETPOLICY_NAME_MAX + 1];
@@ -143,7 +158,11 @@ struct dns_query {
 
 struct egress {
         int epoll_fd;
-        struct watch control, factory, timer;
+        struct watch control, factory, timer, resume;
+        /* Connections are budgeted from the fds the process got: two each,
+         * after the listeners (two per sandbox, one per expose) and
+         * EGRESS_FD_RESERVE. */
+        unsigned fd_limit, n_listener_fds;
         ares_channel ares;
         struct sandbox *sandboxes;
         struct conn *conns;
@@ -170,6 +189,8 @@ void egress_unwatch(struct watch *w);
 void egress_send_event(json_t *event);
 void egress_refused(struct sandbox *sb, const char *name, uint32_t addr, uint16_t port, const char *reason);
 void egress_refresh_host_addrs(void);
+unsigned egress_conn_limit(void);
+void egress_accept_failed(struct watch *listener, const char *who, int error);
 struct sandbox *egress_sandbox_find(const char *id);
 
 /* proxy.c */
@@ -185,7 +206,13 @@ void proxy_free_graveyard(void);
 int dns_init(const char *servers, nsbox_error_t **err);
 void dns_receive(struct sandbox *sb);
 void dns_sandbox_gone(struct sandbox *sb);
+#define EGRESS_DNS_TCP_QUERY_MAX 512
+/* One query (without its length prefix) of a CONN_DNS connection: answered
+ * through proxy_dns_reply, at once or when the resolver answers. */
+void dns_tcp_query(struct conn *c, const uint8_t *pkt, size_t len);
+void proxy_dns_reply(struct conn *c, const uint8_t *msg, size_t len);
 void dns_record_answer(struct sandbox *sb, const char *name, const uint8_t *abuf, size_t alen);
 bool dns_address_recorded(struct sandbox *sb, const char *name, uint32_t addr);
 void dns_ares_event(struct watch *w, uint32_t events);
 void dns_ares_timeouts(void);
+void dns_free_graveyard(void);

@@ -170,6 +170,53 @@ void egress_refresh_host_addrs(void)
         freeifaddrs(ifa);
 }
 
+/* --- listeners and the fd budget ----------------------------------------------- */
+
+unsigned egress_conn_limit(void)
+{
+        unsigned used = EGRESS_FD_RESERVE + egress.n_listener_fds;
+        unsigned limit = egress.fd_limit > used ? (egress.fd_limit - used) / 2 : 0;
+        return limit < EGRESS_CONN_MAX ? limit : EGRESS_CONN_MAX;
+}
+
+/* accept4 failed for a reason other than "nothing to accept": out of fds
+ * (EMFILE, ENFILE), memory, or a listener nsboxd shut down. The listener
+ * stays readable (level-triggered): left in epoll it would spin the loop
+ * and flood the log, starving every other sandbox. Out of epoll for
+ * EGRESS_ACCEPT_PAUSE_MS, re-armed by egress.resume. */
+void egress_accept_failed(struct watch *listener, const char *who, int error)
+{
+        log_limited("egress accept", LOG_LEVEL_WARN, "%s: accept: %s (not accepting for %d ms)", who,
+                    strerror(error), EGRESS_ACCEPT_PAUSE_MS);
+        egress_unwatch(listener);
+        listener->paused = true;
+        struct itimerspec its = { .it_value = { 0, EGRESS_ACCEPT_PAUSE_MS * 1000000L } };
+        struct itimerspec now;
+        /* One timer for all: armed unless it already runs. */
+        if (timerfd_gettime(egress.resume.fd, &now) == 0 && now.it_value.tv_sec == 0 &&
+            now.it_value.tv_nsec == 0)
+                timerfd_settime(egress.resume.fd, 0, &its, NULL);
+}
+
+static void resume_one(struct watch *w)
+{
+        if (w->paused && w->fd >= 0) {
+                w->paused = false;
+                egress_watch(w, EPOLLIN);
+        }
+}
+
+static void resume_listeners(void)
+{
+        uint64_t ticks;
+        (void)!read(egress.resume.fd, &ticks, sizeof(ticks));
+        for (struct sandbox *sb = egress.sandboxes; sb != NULL; sb = sb->next) {
+                resume_one(&sb->tcp);
+                for (struct expose *e = sb->exposes; e != NULL; e = e->next)
+                        resume_one(&e->listener);
+        }
+}
+
 /* --- sandboxes ------------------------------------------------------------ */
 
 struct sandbox *egress_sandbox_find(const char *id)
@@ -185,6 +232,7 @@ static struct expose *graveyard_exposes;
 
 static void expose_close(struct expose *e)
 {
+        egress.n_listener_fds--;
         egress_unwatch(&e->listener);
         close(e->listener.fd);
         e->listener.fd = -1;
@@ -212,6 +260,7 @@ static void sandbox_remove(struct sandbox *sb)
                 expose_close(e);
         }
         dns_sandbox_gone(sb);
+        egress.n_listener_fds -= 2;
         egress_unwatch(&sb->tcp);
         egress_unwatch(&sb->dns);
         close(sb->tcp.fd);
@@ -276,6 +325,7 @@ static const char *op_add(json_t *msg, const char *id, int *fds, size_t n_fds)
         sb->dns = (struct watch){ .kind = WATCH_DNS, .fd = steal_fd(&fds[1]), .obj = sb };
         sb->next = egress.sandboxes;
         egress.sandboxes = sb;
+        egress.n_listener_fds += 2;
         egress_watch(&sb->tcp, EPOLLIN);
         egress_watch(&sb->dns, EPOLLIN);
         return NULL;
@@ -344,6 +394,7 @@ static const char *control_op(json_t *msg, int *fds, size_t n_fds, const char **
         e->listener = (struct watch){ .kind = WATCH_EXPOSE_LISTENER, .fd = steal_fd(&fds[0]), .obj = e };
         e->next = sb->exposes;
         sb->exposes = e;
+        egress.n_listener_fds++;
         egress_watch(&e->listener, EPOLLIN);
         return NULL;
 }
@@ -571,6 +622,9 @@ static void dispatch(struct watch *w, uint32_t events)
                 }
                 break;
         }
+        case WATCH_RESUME:
+                resume_listeners();
+                break;
         case WATCH_ARES:
                 dns_ares_event(w, events);
                 break;
@@ -638,6 +692,11 @@ int main(int argc, char **argv)
                     rl.rlim_max < 2 * EGRESS_CONN_MAX + 1024 ? rl.rlim_max : 2 * EGRESS_CONN_MAX + 1024;
                 setrlimit(RLIMIT_NOFILE, &rl);
         }
+        /* The connection limits follow the fds actually obtained. */
+        egress.fd_limit = 1024;
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
+                egress.fd_limit =
+                    rl.rlim_cur > 4 * EGRESS_CONN_MAX ? 4 * EGRESS_CONN_MAX : (unsigned)rl.rlim_cur;
 
         _cleanup_error_ nsbox_error_t *err = NULL;
         egress.epoll_fd = epoll_create1(EPOLL_CLOEXEC);
@@ -667,6 +726,13 @@ int main(int argc, char **argv)
         }
         egress.timer = (struct watch){ .kind = WATCH_TIMER, .fd = tfd };
         egress_watch(&egress.timer, EPOLLIN);
+        int rfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+        if (rfd < 0) {
+                log_error("nsbox-egress: timerfd: %s", strerror(errno));
+                return 1;
+        }
+        egress.resume = (struct watch){ .kind = WATCH_RESUME, .fd = rfd };
+        egress_watch(&egress.resume, EPOLLIN);
         egress_watch(&egress.factory, EPOLLIN);
         egress_watch(&egress.control, EPOLLIN);
         egress_refresh_host_addrs();
@@ -685,6 +751,7 @@ int main(int argc, char **argv)
                 for (int i = 0; i < n; i++)
                         dispatch(events[i].data.ptr, events[i].events);
                 proxy_free_graveyard();
+                dns_free_graveyard();
                 while (graveyard_sandboxes != NULL) {
                         struct sandbox *sb = graveyard_sandboxes;
                         graveyard_sandboxes = sb->next;

@@ -66,13 +66,11 @@ static void conn_free(struct conn *c)
         free(c);
 }
 
-static void conn_close_how(struct conn *c, bool reset)
+/* A lookup or a factory socket still on its way is no longer the
+ * connection's: its late answer is dropped (conn_lookup_done and
+ * proxy_factory_reply see NULL). */
+static void conn_detach_waits(struct conn *c)
 {
-        if (c->closed)
-                return;
-        c->closed = true;
-        close_watch(&c->client, reset);
-        close_watch(&c->upstream, reset);
         if (c->lookup != NULL) {
                 c->lookup->conn = NULL;
                 c->lookup = NULL;
@@ -80,6 +78,16 @@ static void conn_close_how(struct conn *c, bool reset)
         for (struct factory_wait *f = egress.factory_head; f != NULL; f = f->next)
                 if (f->conn == c)
                         f->conn = NULL;
+}
+
+static void conn_close_how(struct conn *c, bool reset)
+{
+        if (c->closed)
+                return;
+        c->closed = true;
+        close_watch(&c->client, reset);
+        close_watch(&c->upstream, reset);
+        conn_detach_waits(c);
         struct sandbox *sb = c->sandbox;
         if (sb != NULL) {
                 for (struct conn **pp = &sb->conns; *pp != NULL; pp = &(*pp)->sandbox_next)
@@ -89,6 +97,8 @@ static void conn_close_how(struct conn *c, bool reset)
                         }
                 if (c->mode != CONN_EXPOSE)
                         sb->n_conns--;
+                else
+                        sb->n_expose_conns--;
                 c->sandbox = NULL;
         }
         if (c->prev != NULL)
@@ -135,6 +145,8 @@ static struct conn *conn_new(struct sandbox *sb, enum conn_mode mode, int fd)
         sb->conns = c;
         if (mode != CONN_EXPOSE)
                 sb->n_conns++;
+        else
+                sb->n_expose_conns++;
         return c;
 }
 
@@ -152,6 +164,9 @@ static void send_now(int fd, const void *data, size_t len)
 static void conn_answer_and_close(struct conn *c, int status)
 {
         char shown[NETPOLICY_NAME_MAX + INET_ADDRSTRLEN + 8], a[INET_ADDRSTRLEN];
+        /* Answered (a refusal, or the resolver or factory too slow): a late
+         * answer must not connect this connection after all. */
+        conn_detach_waits(c);
         bool http = c->mode == CONN_EXPLICIT || (c->mode == CONN_HTTP && c->http.head_len > 0);
         if (c->mode == CONN_TLS && c->named) {
                 send_now(c->client.fd, tls_access_denied, sizeof(tls_access_denied) - 1);
@@ -220,6 +235,9 @@ static void conn_update(struct conn *c)
         case CONN_DRAIN:
                 ce = EPOLLIN;
                 break;
+        case CONN_DNS_REPLY:
+                ce = EPOLLOUT;
+                break;
         case CONN_RELAY:
                 if (!c->c2u.eof && half_used(&c->c2u) < c->c2u.cap)
                         ce |= EPOLLIN;
@@ -238,6 +256,44 @@ static void conn_update(struct conn *c)
 }
 
 /* --- relay ---------------------------------------------------------------- */
+
+/* Bytes after the one request a limited connection forwards: dropped. One
+ * that looks like another request head is refused (once per connection),
+ * so a smuggling attempt shows up in the sandbox's refusals. */
+static void c2u_note_extra(struct conn *c, const uint8_t *p, size_t n)
+{
+        if (c->c2u_extra_noted || c->sandbox == NULL)
+                return;
+        c->c2u_extra_noted = true;
+        struct sniff_http h;
+        if (sniff_http_head((const char *)p, n, &h) != SNIFF_INVALID)
+                egress_refused(c->sandbox, c->named ? c->name : NULL, c->connect_addr, c->connect_port,
+                               "second request on one connection");
+}
+
+/* Of n bytes from the client, how many belong to the one request a limited
+ * connection forwards (its body by Content-Length or by chunk framing).
+ * false: the chunk framing is malformed. */
+static bool c2u_take(struct conn *c, const uint8_t *p, size_t *n)
+{
+        if (!c->c2u_limited)
+                return true;
+        size_t keep = 0;
+        if (!c->c2u_done && c->c2u_chunked) {
+                keep = sniff_chunked_feed(&c->c2u_chunks, p, *n);
+                if (c->c2u_chunks.state == SNIFF_CHUNK_ERROR)
+                        return false;
+                c->c2u_done = c->c2u_chunks.state == SNIFF_CHUNK_DONE;
+        } else if (!c->c2u_done) {
+                keep = *n > c->c2u_left ? (size_t)c->c2u_left : *n;
+                c->c2u_left -= keep;
+                c->c2u_done = c->c2u_left == 0;
+        }
+        if (keep < *n)
+                c2u_note_extra(c, p + keep, *n - keep);
+        *n = keep;
+        return true;
+}
 
 /* Read from fd into h; false when the connection is to be closed. */
 static bool half_read(struct conn *c, int fd, struct half *h, bool client_side)
@@ -259,13 +315,10 @@ static bool half_read(struct conn *c, int fd, struct half *h, bool client_side)
                 return true;
         }
         size_t got = (size_t)n;
-        if (client_side && c->c2u_limited) {
-                /* Port 80: one request and its body reach upstream; more
-                 * (a second request, with any Host) is dropped. */
-                if (got > c->c2u_left)
-                        got = (size_t)c->c2u_left;
-                c->c2u_left -= got;
-        }
+        /* One request and its body reach upstream; more (a second request,
+         * with any Host) is dropped. */
+        if (client_side && !c2u_take(c, h->buf + h->end, &got))
+                return false;
         h->end += got;
         if (c->sandbox != NULL && c->mode != CONN_EXPOSE) {
                 if (client_side)
@@ -316,7 +369,7 @@ static void relay(struct conn *c, bool upstream, uint32_t events)
         }
         /* Upstream finished its answer on port 80: the client's further
          * bytes go nowhere, so do not wait for its EOF. */
-        if (c->u2c.shut && c->c2u_limited && c->c2u_left == 0 && half_used(&c->c2u) == 0) {
+        if (c->u2c.shut && c->c2u_limited && c->c2u_done && half_used(&c->c2u) == 0) {
                 proxy_conn_close(c);
                 return;
         }
@@ -392,26 +445,32 @@ static bool rewrite_http_head(struct conn *c)
                         llen--;
                 if (llen == 0)
                         break;
-                if (!sniff_http_hop_header(in + pos, llen)) {
+                /* Absolute-form: upstream gets the Host of the URI the
+                 * policy judged, never one of the client's. */
+                bool drop = sniff_http_hop_header(in + pos, llen) ||
+                            (h->absolute && sniff_http_header_named(in + pos, llen, "host"));
+                if (!drop) {
                         PUT(in + pos, llen);
                         PUT("\r\n", 2);
                 }
                 pos = end + 1;
         }
-        if (h->absolute && !h->has_host_header) {
+        if (h->absolute) {
                 char host[NETPOLICY_NAME_MAX + 16];
                 int hl = h->port ? snprintf(host, sizeof(host), "Host: %s:%u\r\n", h->host, h->port)
                                  : snprintf(host, sizeof(host), "Host: %s\r\n", h->host);
                 PUT(host, (size_t)hl);
         }
         PUT("Connection: close\r\n\r\n", 21);
-        /* The body bytes already read, up to Content-Length. */
+        /* The body bytes already read, up to its end. */
         size_t body = half_used(&c->c2u) - h->head_len;
-        c->c2u_limited = !h->chunked;
-        if (c->c2u_limited) {
-                if (body > h->content_length)
-                        body = (size_t)h->content_length;
-                c->c2u_left = h->content_length - body;
+        c->c2u_limited = true;
+        c->c2u_chunked = h->chunked;
+        c->c2u_left = h->content_length;
+        c->c2u_done = false;
+        if (!c2u_take(c, (const uint8_t *)in + h->head_len, &body)) {
+                free(out);
+                return false;
         }
         PUT(in + h->head_len, body);
 #undef PUT
@@ -533,7 +592,6 @@ static void conn_decide_unnamed(struct conn *c)
                 conn_refuse(c, netpolicy_reason(v));
                 return;
         }
-        c->c2u_limited = false;
         conn_connect(c);
 }
 
@@ -559,18 +617,22 @@ static void conn_decide_named(struct conn *c)
 {
         struct sandbox *sb = c->sandbox;
         if (c->mode == CONN_EXPLICIT) {
-                /* The proxy resolves the name; the policy judges each address. */
+                /* The proxy resolves only a name the policy allows by name:
+                 * asking the resolver about any other name would carry it
+                 * past the DNS policy (exfiltration), and the 200/403 would
+                 * tell the sandbox what it resolves to. A destination only
+                 * an allow CIDR opens is given as an IP literal. */
                 enum netpolicy_verdict v = netpolicy_check_name(sb->policy, c->name);
                 if (v != NETPOLICY_ALLOW) {
-                        /* An allow CIDR may still let the name's address through. */
-                        if (v == NETPOLICY_DENIED || sb->policy->allow.n_cidrs == 0) {
-                                conn_refuse(c, netpolicy_reason(v));
-                                return;
-                        }
+                        conn_refuse(c, netpolicy_reason(v));
+                        return;
                 }
                 conn_resolve(c);
                 return;
         }
+        /* Transparent: the name is resolved (conn_resolve below) only when
+         * netpolicy_check_named allowed it by name (by_name); an address
+         * an allow CIDR opens is connected to without a lookup. */
         bool by_name;
         enum netpolicy_verdict v = netpolicy_check_named(sb->policy, c->name, c->dst_addr, egress.host_addrs,
                                                          egress.n_host_addrs, &by_name);
@@ -584,6 +646,72 @@ static void conn_decide_named(struct conn *c)
                 return;
         }
         conn_connect(c);
+}
+
+/* DNS over TCP: the next whole query (2-byte length, then the message)
+ * in c2u goes to dns_tcp_query; a length over EGRESS_DNS_TCP_QUERY_MAX or
+ * under a header drops the connection. */
+static void dns_next_query(struct conn *c)
+{
+        struct half *h = &c->c2u;
+        size_t used = half_used(h);
+        if (used < 2) {
+                if (c->c2u.eof)
+                        proxy_conn_close(c);
+                return;
+        }
+        size_t len = (size_t)h->buf[h->start] << 8 | h->buf[h->start + 1];
+        if (len < 12 || len > EGRESS_DNS_TCP_QUERY_MAX) {
+                conn_close_how(c, true);
+                return;
+        }
+        if (used < 2 + len) {
+                if (c->c2u.eof)
+                        proxy_conn_close(c);
+                return;
+        }
+        const uint8_t *pkt = h->buf + h->start + 2;
+        h->start += 2 + len;
+        dns_tcp_query(c, pkt, len);
+}
+
+void proxy_dns_reply(struct conn *c, const uint8_t *msg, size_t len)
+{
+        if (c->closed)
+                return;
+        if (len == 0 || len > 65535) {
+                conn_close_how(c, true);
+                return;
+        }
+        free(c->u2c.buf);
+        c->u2c = (struct half){ .buf = malloc(2 + len), .cap = 2 + len };
+        if (c->u2c.buf == NULL) {
+                conn_close_how(c, true);
+                return;
+        }
+        c->u2c.buf[0] = (uint8_t)(len >> 8);
+        c->u2c.buf[1] = (uint8_t)len;
+        memcpy(c->u2c.buf + 2, msg, len);
+        c->u2c.end = 2 + len;
+        c->state = CONN_DNS_REPLY;
+        c->deadline_ms = egress_now_ms() + EGRESS_HEAD_TIMEOUT_MS;
+        conn_update(c);
+}
+
+static void dns_reply_written(struct conn *c)
+{
+        if (!half_write(c->client.fd, &c->u2c)) {
+                conn_close_how(c, true);
+                return;
+        }
+        if (half_used(&c->u2c) > 0)
+                return;
+        /* The next query, perhaps already read. */
+        c->state = CONN_SNIFF;
+        c->deadline_ms = egress_now_ms() + EGRESS_HEAD_TIMEOUT_MS;
+        dns_next_query(c);
+        if (!c->closed && c->state == CONN_SNIFF)
+                conn_update(c);
 }
 
 /* Enough of the first bytes is here (or the wait is over): decide. */
@@ -666,7 +794,10 @@ static void sniff_read(struct conn *c)
                 proxy_conn_close(c);
                 return;
         }
-        conn_decide(c);
+        if (c->mode == CONN_DNS)
+                dns_next_query(c);
+        else
+                conn_decide(c);
         if (!c->closed && c->state == CONN_SNIFF)
                 conn_update(c);
 }
@@ -689,6 +820,10 @@ void proxy_conn_event(struct conn *c, bool upstream, uint32_t events)
         case CONN_RELAY:
                 relay(c, upstream, events);
                 break;
+        case CONN_DNS_REPLY:
+                if (!upstream)
+                        dns_reply_written(c);
+                break;
         case CONN_DRAIN:
                 if (!upstream) {
                         char sink[4096];
@@ -702,9 +837,14 @@ void proxy_conn_event(struct conn *c, bool upstream, uint32_t events)
         }
 }
 
-static bool over_limit(struct sandbox *sb)
+static bool over_limit(struct sandbox *sb, bool expose)
 {
-        return egress.n_conns >= EGRESS_CONN_MAX || (sb != NULL && sb->n_conns >= EGRESS_CONN_PER_SANDBOX);
+        if (egress.n_conns >= egress_conn_limit())
+                return true;
+        /* sandbox.expose's connections have their own cap: a local user
+         * must not use up the pool the sandboxes share. */
+        return expose ? sb->n_expose_conns >= EGRESS_EXPOSE_PER_SANDBOX
+                      : sb->n_conns >= EGRESS_CONN_PER_SANDBOX;
 }
 
 void proxy_accept(struct sandbox *sb)
@@ -712,8 +852,11 @@ void proxy_accept(struct sandbox *sb)
         for (int i = 0; i < 64; i++) {
                 int fd = accept4(sb->tcp.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
                 if (fd < 0) {
-                        if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-                                log_warn("sandbox %s: accept: %s", sb->id, strerror(errno));
+                        if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
+                                char who[160];
+                                snprintf(who, sizeof(who), "sandbox %s", sb->id);
+                                egress_accept_failed(&sb->tcp, who, errno);
+                        }
                         return;
                 }
                 struct sockaddr_in dst;
@@ -724,7 +867,7 @@ void proxy_accept(struct sandbox *sb)
                 }
                 uint32_t addr = ntohl(dst.sin_addr.s_addr);
                 uint16_t port = ntohs(dst.sin_port);
-                if (over_limit(sb)) {
+                if (over_limit(sb, false)) {
                         egress_refused(sb, NULL, addr, port, "limit");
                         struct linger l = { .l_onoff = 1, .l_linger = 0 };
                         setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
@@ -734,6 +877,7 @@ void proxy_accept(struct sandbox *sb)
                 enum conn_mode mode = port == 80                                            ? CONN_HTTP
                                       : port == 443                                         ? CONN_TLS
                                       : port == EGRESS_EXPLICIT_PORT && addr == sb->gateway ? CONN_EXPLICIT
+                                      : port == 53 && addr == sb->gateway                   ? CONN_DNS
                                                                                             : CONN_OTHER;
                 struct conn *c = conn_new(sb, mode, fd);
                 if (c == NULL) {
@@ -765,12 +909,19 @@ void proxy_expose_accept(struct expose *e)
         for (int i = 0; i < 64; i++) {
                 int fd = accept4(e->listener.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
                 if (fd < 0) {
-                        if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-                                log_warn("sandbox %s: expose %u: accept: %s", e->sandbox->id, e->port,
-                                         strerror(errno));
+                        if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
+                                char who[180];
+                                snprintf(who, sizeof(who), "sandbox %s: expose %u", e->sandbox->id, e->port);
+                                egress_accept_failed(&e->listener, who, errno);
+                        }
                         return;
                 }
-                if (over_limit(NULL)) {
+                if (over_limit(e->sandbox, true)) {
+                        log_limited("egress expose limit", LOG_LEVEL_WARN,
+                                    "sandbox %s: expose %u: %u connections open: refused", e->sandbox->id,
+                                    e->port, e->sandbox->n_expose_conns);
+                        struct linger l = { .l_onoff = 1, .l_linger = 0 };
+                        setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
                         close(fd);
                         continue;
                 }

@@ -169,6 +169,30 @@ static bool header_is(const char *line, size_t name_len, const char *name)
         return strlen(name) == name_len && strncasecmp(line, name, name_len) == 0;
 }
 
+static size_t host_len_without_dot(const char *host)
+{
+        size_t n = strlen(host);
+        return n > 0 && host[n - 1] == '.' ? n - 1 : n;
+}
+
+/* Whether a Host header value names the absolute URI's authority: the same
+ * host (case-insensitive, a trailing dot ignored) and port (80 when absent). */
+static bool host_header_matches(const char *v, size_t vlen, const struct sniff_http *uri)
+{
+        struct sniff_http h;
+        if (!parse_authority(v, vlen, false, &h))
+                return false;
+        size_t a = host_len_without_dot(h.host), b = host_len_without_dot(uri->host);
+        return a == b && strncasecmp(h.host, uri->host, a) == 0 &&
+               (h.port ? h.port : 80) == (uri->port ? uri->port : 80);
+}
+
+bool sniff_http_header_named(const char *line, size_t len, const char *name)
+{
+        const char *colon = memchr(line, ':', len);
+        return colon != NULL && header_is(line, (size_t)(colon - line), name);
+}
+
 bool sniff_http_hop_header(const char *line, size_t len)
 {
         static const char *hop[] = { "connection",          "proxy-connection", "keep-alive",
@@ -270,8 +294,15 @@ enum sniff_result sniff_http_head(const char *buf, size_t len, struct sniff_http
                                 if (out->has_host_header)
                                         return SNIFF_INVALID;
                                 out->has_host_header = true;
-                                if (!out->absolute && !out->connect && !parse_authority(v, vlen, false, out))
+                                if (out->absolute) {
+                                        /* The policy judges the URI's host: a Host
+                                         * naming another one would reach upstream
+                                         * unjudged. */
+                                        if (!host_header_matches(v, vlen, out))
+                                                return SNIFF_INVALID;
+                                } else if (!out->connect && !parse_authority(v, vlen, false, out)) {
                                         return SNIFF_INVALID;
+                                }
                         } else if (header_is(l, nlen, "content-length")) {
                                 if (seen_length || vlen == 0 || vlen > 15)
                                         return SNIFF_INVALID;
@@ -283,6 +314,11 @@ enum sniff_result sniff_http_head(const char *buf, size_t len, struct sniff_http
                                             out->content_length * 10 + (uint64_t)(v[i] - '0');
                                 }
                         } else if (header_is(l, nlen, "transfer-encoding")) {
+                                /* Only the framing the proxy itself follows:
+                                 * any other coding (or a list) would leave it
+                                 * unable to tell where the request ends. */
+                                if (out->chunked || vlen != 7 || strncasecmp(v, "chunked", 7) != 0)
+                                        return SNIFF_INVALID;
                                 out->chunked = true;
                         }
                 }
@@ -292,6 +328,101 @@ enum sniff_result sniff_http_head(const char *buf, size_t len, struct sniff_http
         if (seen_length && out->chunked)
                 return SNIFF_INVALID;
         return SNIFF_OK;
+}
+
+/* --- chunked request body -------------------------------------------------- */
+
+static int hex_value(uint8_t c)
+{
+        if (c >= '0' && c <= '9')
+                return c - '0';
+        c = (uint8_t)tolower(c);
+        return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* A byte of a chunk extension or trailer line: visible, space, tab or
+ * obs-text; never a CR or LF on its own or another control. */
+static bool line_byte(uint8_t c)
+{
+        return c == ' ' || c == '\t' || (c > ' ' && c != 0x7f);
+}
+
+size_t sniff_chunked_feed(struct sniff_chunked *s, const uint8_t *buf, size_t len)
+{
+        size_t i = 0;
+        while (i < len && s->state != SNIFF_CHUNK_DONE && s->state != SNIFF_CHUNK_ERROR) {
+                uint8_t c = buf[i];
+                if (s->state == SNIFF_CHUNK_DATA) {
+                        size_t n = len - i < s->size ? len - i : (size_t)s->size;
+                        s->size -= n;
+                        i += n;
+                        if (s->size == 0)
+                                s->state = SNIFF_CHUNK_DATA_CR;
+                        continue;
+                }
+                i++;
+                if (++s->line > SNIFF_CHUNK_LINE_MAX) {
+                        s->state = SNIFF_CHUNK_ERROR;
+                        break;
+                }
+                switch (s->state) {
+                case SNIFF_CHUNK_SIZE: {
+                        int v = hex_value(c);
+                        if (v >= 0 && s->digits < 16) {
+                                s->size = s->size << 4 | (uint64_t)v;
+                                s->digits++;
+                        } else if (s->digits > 0 && c == '\r') {
+                                s->state = SNIFF_CHUNK_SIZE_LF;
+                        } else if (s->digits > 0 && (c == ';' || c == ' ' || c == '\t')) {
+                                s->state = SNIFF_CHUNK_EXT;
+                        } else {
+                                s->state = SNIFF_CHUNK_ERROR;
+                        }
+                        break;
+                }
+                case SNIFF_CHUNK_EXT:
+                        if (c == '\r')
+                                s->state = SNIFF_CHUNK_SIZE_LF;
+                        else if (!line_byte(c))
+                                s->state = SNIFF_CHUNK_ERROR;
+                        break;
+                case SNIFF_CHUNK_SIZE_LF:
+                        s->line = 0;
+                        if (c != '\n')
+                                s->state = SNIFF_CHUNK_ERROR;
+                        else
+                                s->state = s->size == 0 ? SNIFF_CHUNK_TRAILER : SNIFF_CHUNK_DATA;
+                        break;
+                case SNIFF_CHUNK_DATA_CR:
+                        s->state = c == '\r' ? SNIFF_CHUNK_DATA_LF : SNIFF_CHUNK_ERROR;
+                        break;
+                case SNIFF_CHUNK_DATA_LF:
+                        s->line = 0;
+                        s->digits = 0;
+                        s->state = c == '\n' ? SNIFF_CHUNK_SIZE : SNIFF_CHUNK_ERROR;
+                        break;
+                case SNIFF_CHUNK_TRAILER:
+                        /* After the last chunk: field lines, then an empty one. */
+                        if (c == '\r')
+                                s->state = s->line == 1 ? SNIFF_CHUNK_END_LF : SNIFF_CHUNK_TRAILER_LF;
+                        else if (!line_byte(c) || (s->line == 1 && (c == ' ' || c == '\t')))
+                                s->state = SNIFF_CHUNK_ERROR;
+                        else if ((s->trailers += 1) > SNIFF_HEAD_MAX)
+                                s->state = SNIFF_CHUNK_ERROR;
+                        break;
+                case SNIFF_CHUNK_TRAILER_LF:
+                        s->line = 0;
+                        s->state = c == '\n' ? SNIFF_CHUNK_TRAILER : SNIFF_CHUNK_ERROR;
+                        break;
+                case SNIFF_CHUNK_END_LF:
+                        s->state = c == '\n' ? SNIFF_CHUNK_DONE : SNIFF_CHUNK_ERROR;
+                        break;
+                default:
+                        s->state = SNIFF_CHUNK_ERROR;
+                        break;
+                }
+        }
+        return s->state == SNIFF_CHUNK_ERROR ? i - 1 : i;
 }
 
 /* --- DNS question --------------------------------------------------------- */

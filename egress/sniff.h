@@ -35,12 +35,14 @@ struct sniff_http {
         uint16_t port;                 /* the URI's or Host's port, 0 when not given */
         bool has_host_header;
         uint64_t content_length; /* 0 when absent */
-        bool chunked;            /* Transfer-Encoding present */
+        bool chunked;            /* Transfer-Encoding: chunked (no other coding is accepted) */
 };
 
 /* An HTTP/1.x request head. Refuses (SNIFF_INVALID) a NUL byte, obs-fold
- * continuation lines, two Host headers, two Content-Lengths, both
- * Content-Length and Transfer-Encoding, a bad port, and (when no empty
+ * continuation lines, two Host headers, an absolute-form request whose Host
+ * header names another host or port than its URI, two Content-Lengths, both
+ * Content-Length and Transfer-Encoding, a Transfer-Encoding other than
+ * exactly "chunked" (or two of them), a bad port, and (when no empty
  * line is within SNIFF_HEAD_MAX bytes) an oversize head. */
 enum sniff_result sniff_http_head(const char *buf, size_t len, struct sniff_http *out);
 
@@ -48,6 +50,44 @@ enum sniff_result sniff_http_head(const char *buf, size_t len, struct sniff_http
  * drops when it forwards a head (Connection, Proxy-Connection, Keep-Alive,
  * Proxy-Authorization, Upgrade, TE). */
 bool sniff_http_hop_header(const char *line, size_t len);
+
+/* Whether a header line's field name is name (case-insensitive). */
+bool sniff_http_header_named(const char *line, size_t len, const char *name);
+
+/* The framing of a chunked request body (RFC 9112 7.1), followed byte by
+ * byte so the proxy forwards one request and nothing after it: chunk
+ * sizes (16 hex digits at most), extensions, CRLFs, the last (0) chunk,
+ * trailer lines and the empty line that ends the message. Lines are
+ * bounded (SNIFF_CHUNK_LINE_MAX each, SNIFF_HEAD_MAX of trailers); a bare
+ * LF, a control byte or a bad size is an error. */
+#define SNIFF_CHUNK_LINE_MAX 4096
+
+enum sniff_chunk_state {
+        SNIFF_CHUNK_SIZE = 0, /* the initial state (a zeroed struct) */
+        SNIFF_CHUNK_EXT,
+        SNIFF_CHUNK_SIZE_LF,
+        SNIFF_CHUNK_DATA,
+        SNIFF_CHUNK_DATA_CR,
+        SNIFF_CHUNK_DATA_LF,
+        SNIFF_CHUNK_TRAILER,
+        SNIFF_CHUNK_TRAILER_LF,
+        SNIFF_CHUNK_END_LF,
+        SNIFF_CHUNK_DONE,  /* the message ended */
+        SNIFF_CHUNK_ERROR, /* malformed: drop the connection */
+};
+
+struct sniff_chunked {
+        enum sniff_chunk_state state;
+        uint64_t size; /* the chunk's size, then its data bytes still to come */
+        unsigned digits;
+        size_t line;     /* bytes of the current line so far */
+        size_t trailers; /* bytes of trailer lines so far */
+};
+
+/* Feeds the next len bytes of the body; returns how many of them belong to
+ * the message: all of them, or fewer when it ends (state DONE) or turns
+ * out malformed (state ERROR) inside buf. */
+size_t sniff_chunked_feed(struct sniff_chunked *s, const uint8_t *buf, size_t len);
 
 struct sniff_dns {
         uint16_t id;

@@ -22,11 +22,18 @@ static const struct {
         { 0x7f000000, 8 },  /* 127.0.0.0/8 */
         { 0xa9fe0000, 16 }, /* 169.254.0.0/16 */
         { 0xac100000, 12 }, /* 172.16.0.0/12 */
+        { 0xa83f8110, 32 }, /* 168.63.129.16: Azure's WireServer (metadata, DNS, health) */
         { 0xc0000000, 24 }, /* 192.0.0.0/24 */
+        { 0xc0000200, 24 }, /* 192.0.2.0/24: TEST-NET-1 */
+        { 0xc0586300, 24 }, /* 192.88.99.0/24: 6to4 relay anycast */
         { 0xc0a80000, 16 }, /* 192.168.0.0/16 */
         { 0xc6120000, 15 }, /* 198.18.0.0/15 */
-        { 0xe0000000, 4 },  /* 224.0.0.0/4 */
-        { 0xf0000000, 4 },  /* 240.0.0.0/4 */
+        /* 198.51.100.0/24 (TEST-NET-2) and 203.0.113.0/24 (TEST-NET-3) are
+         * left out on purpose: the tests use them as "the internet" (their
+         * upstream servers and resolver live there), and nothing routes them
+         * on a real host anyway. */
+        { 0xe0000000, 4 }, /* 224.0.0.0/4 */
+        { 0xf0000000, 4 }, /* 240.0.0.0/4 */
 };
 
 static uint32_t prefix_mask(unsigned prefix)

@@ -1,8 +1,9 @@
 /* libFuzzer target: a sandbox's first bytes (any bytes, any length)
  * through the three sniffers of nsbox-egress. Checks what the proxy relies
  * on: a name found is NUL-terminated, non-empty and bounded; an HTTP head's
- * offsets lie inside the bytes read; a DNS question ends inside the packet
- * and its name is lowercase. */
+ * offsets lie inside the bytes read; a chunked body ends at the same byte
+ * however its bytes are split; a DNS question ends inside the packet and
+ * its name is lowercase. */
 #include <ctype.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -36,6 +37,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 if (h.chunked && h.content_length != 0)
                         abort();
         }
+
+        /* The chunked body: fed whole and in two pieces, the message ends
+         * at the same byte; what it takes lies inside the bytes given. */
+        struct sniff_chunked whole = { 0 }, split = { 0 };
+        size_t n = sniff_chunked_feed(&whole, data, size);
+        if (n > size || (whole.state != SNIFF_CHUNK_DONE && whole.state != SNIFF_CHUNK_ERROR && n != size))
+                abort();
+        size_t cut = size > 0 ? data[0] % (size + 1) : 0;
+        size_t m = sniff_chunked_feed(&split, data, cut);
+        if (split.state != SNIFF_CHUNK_DONE && split.state != SNIFF_CHUNK_ERROR)
+                m += sniff_chunked_feed(&split, data + cut, size - cut);
+        if (m != n || split.state != whole.state)
+                abort();
 
         struct sniff_dns d;
         if (sniff_dns_question(data, size, &d) == SNIFF_OK) {

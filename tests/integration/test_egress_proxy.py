@@ -10,6 +10,7 @@ policy lets through and what it refuses."""
 import ctypes
 import json
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -95,7 +96,7 @@ serve(80, http)
 
 # Runs in a sandbox netns: one probe, one JSON line out.
 CLIENT = r'''
-import json, socket, ssl, struct, sys
+import json, socket, ssl, struct, sys, time
 def out(**kw): print(json.dumps(kw)); sys.exit(0)
 op = sys.argv[1]
 def dns(name, server="10.250.0.5"):
@@ -116,6 +117,34 @@ def dns(name, server="10.250.0.5"):
         if t == 1: addrs.append(socket.inet_ntoa(r[p:p+4]))
         p += l
     return dict(rcode=rcode, id=struct.unpack(">H", r[:2])[0], addrs=addrs, src=src[0])
+def parse_answer(r, qlen):
+    rcode = r[3] & 15; an = struct.unpack(">H", r[6:8])[0]
+    p = qlen; addrs = []
+    for _ in range(an):
+        while True:
+            if r[p] & 0xc0 == 0xc0: p += 2; break
+            if r[p] == 0: p += 1; break
+            p += 1 + r[p]
+        t, c, ttl, l = struct.unpack(">HHIH", r[p:p+10]); p += 10
+        if t == 1: addrs.append(socket.inet_ntoa(r[p:p+4]))
+        p += l
+    return dict(rcode=rcode, id=struct.unpack(">H", r[:2])[0], addrs=addrs)
+def dns_tcp(server, names):
+    # All queries sent at once (pipelined), the answers read in order.
+    qs = []
+    for i, name in enumerate(names):
+        q = struct.pack(">HHHHHH", 0x5100 + i, 0x0100, 1, 0, 0, 0)
+        for l in name.split("."): q += bytes([len(l)]) + l.encode()
+        qs.append(q + b"\x00\x00\x01\x00\x01")
+    s = socket.create_connection((server, 53), timeout=8)
+    s.sendall(b"".join(struct.pack(">H", len(q)) + q for q in qs))
+    f = s.makefile("rb")
+    answers = []
+    for q in qs:
+        n = f.read(2)
+        if len(n) < 2: break
+        answers.append(parse_answer(f.read(struct.unpack(">H", n)[0]), len(q)))
+    return answers
 def talk(ip, port, data, timeout=8):
     s = socket.create_connection((ip, port), timeout=timeout)
     if data: s.sendall(data)
@@ -131,6 +160,8 @@ def talk(ip, port, data, timeout=8):
 try:
     if op == "dns":
         out(**dns(sys.argv[2], *sys.argv[3:]))
+    elif op == "dnstcp":  # server name...
+        out(answers=dns_tcp(sys.argv[2], sys.argv[3:]))
     elif op == "http":  # ip host [extra raw bytes after the request]
         req = ("GET /hello HTTP/1.1\r\nHost: %s\r\nConnection: keep-alive\r\n\r\n" % sys.argv[3]).encode()
         if len(sys.argv) > 4: req += sys.argv[4].encode().decode("unicode_escape").encode("latin-1")
@@ -145,6 +176,22 @@ try:
     elif op == "raw":  # ip port
         got, how = talk(sys.argv[2], int(sys.argv[3]), b"")
         out(reply=got, how=how)
+    elif op == "send":  # ip port bytes (backslash escapes; "||" = send, pause 0.5 s, send the rest)
+        parts = sys.argv[4].encode().decode("unicode_escape").encode("latin-1").split(b"||")
+        s = socket.create_connection((sys.argv[2], int(sys.argv[3])), timeout=8)
+        for i, part in enumerate(parts):
+            if i:
+                time.sleep(0.5)
+            s.sendall(part)
+        got = b""
+        try:
+            while True:
+                d = s.recv(65536)
+                if not d: break
+                got += d
+        except (ConnectionResetError, BrokenPipeError):
+            out(reply=got.decode("latin-1"), how="reset")
+        out(reply=got.decode("latin-1"), how="eof")
     elif op == "proxy":  # request [gateway]
         got, how = talk(sys.argv[3] if len(sys.argv) > 3 else "10.250.0.5", 3128, sys.argv[2].encode().decode("unicode_escape").encode("latin-1"))
         out(reply=got, how=how)
@@ -199,18 +246,21 @@ def sandbox_sockets(gateway):
 
 
 class Proxy:
-    def __init__(self, workdir):
+    def __init__(self, workdir, name="egress", dns_servers=UP_DNS, nofile=None):
         self.control, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         netns = os.open("/run/netns/" + NS_EGRESS, os.O_RDONLY)
         host = os.open("/run/netns/" + NS_HOST, os.O_RDONLY)
-        self.log = open(os.path.join(workdir, "egress.log"), "wb")
+        self.log_path = os.path.join(workdir, name + ".log")
+        self.log = open(self.log_path, "wb")
 
         def enter_host():
+            if nofile is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
             if libc.setns(host, CLONE_NEWNET) != 0:
                 os._exit(98)
         self.proc = subprocess.Popen(
             [EGRESS, "--control-fd", str(child.fileno()), "--netns-fd", str(netns), "--uid", "65534",
-             "--gid", "65534", "--dns-servers", UP_DNS],
+             "--gid", "65534", "--dns-servers", dns_servers],
             pass_fds=(child.fileno(), netns), stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=enter_host)
         child.close()
         os.close(netns)
@@ -304,6 +354,7 @@ def net():
         procs.append(subprocess.Popen(
             ["ip", "netns", "exec", NS_UP, "dnsmasq", "--no-daemon", "--no-resolv", "--no-hosts",
              "--conf-file=/dev/null", "--pid-file=", "--listen-address=" + UP_DNS, "--bind-interfaces",
+             "--log-queries", "--log-facility=" + os.path.join(work, "dnsmasq.log"), "--user=root",
              "--address=/allowed.test/" + UP_A, "--address=/other.test/" + UP_B,
              "--address=/meta.test/169.254.169.254",
              "--address=/wild.test/" + UP_B, "--address=/nope.test/" + UP_A, "--address=/myself.test/" + HOST_ADDR],
@@ -351,6 +402,51 @@ def added(net):
         # The proxy holds the only copies from now on.
         tcp.close()
         udp.close()
+
+
+class ExtraProxy:
+    """A second nsbox-egress (its own options) on the module's topology,
+    with sandboxes of its own: slots 3.. (gateway 10.250.0.4i+1, sandbox
+    4i+2, netns TAG+"x<i>"), removed again by close()."""
+
+    def __init__(self, net, name, slots, policy, **kw):
+        self.namespaces = []
+        self.proxy = None
+        try:
+            for i in slots:
+                ns, gw, addr = TAG + "x%d" % i, "10.250.0.%d" % (4 * i + 1), "10.250.0.%d" % (4 * i + 2)
+                sh("ip", "netns", "add", ns)
+                self.namespaces.append(ns)
+                netns_exec(ns, "ip", "link", "set", "lo", "up")
+                sh("ip", "link", "add", "nsb%d" % i, "netns", NS_EGRESS, "type", "veth", "peer", "name", "eth0",
+                   "netns", ns)
+                netns_exec(NS_EGRESS, "ip", "addr", "add", gw + "/30", "dev", "nsb%d" % i)
+                netns_exec(NS_EGRESS, "ip", "link", "set", "nsb%d" % i, "up")
+                netns_exec(ns, "ip", "addr", "add", addr + "/30", "dev", "eth0")
+                netns_exec(ns, "ip", "link", "set", "eth0", "up")
+                netns_exec(ns, "ip", "route", "add", "default", "via", gw)
+            self.proxy = Proxy(net["work"], name=name, **kw)
+            self.proxy.wait_event(lambda e: e.get("event") == "ready")
+            for i, ns in zip(slots, self.namespaces):
+                tcp, udp = sandbox_sockets("10.250.0.%d" % (4 * i + 1))
+                self.proxy.send({"op": "add", "sandbox": "x%d" % i, "address": "10.250.0.%d" % (4 * i + 2),
+                                 "policy": policy}, fds=(tcp, udp))
+                tcp.close()
+                udp.close()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self):
+        if self.proxy is not None:
+            self.proxy.stop()
+        for ns in self.namespaces:
+            sh("ip", "netns", "del", ns, check=False)
+
+
+def cpu_ticks(pid):
+    st = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()
+    return int(st[11]) + int(st[12])
 
 
 def refused_event(proxy, **match):
@@ -444,8 +540,10 @@ def test_explicit_proxy_connect_and_absolute_form(net, added):
     refused_event(net["proxy"], sandbox="sb1", name="nope.test", port=443, reason="not allowed")
     r = probe(net, NS_SB1, "proxy", "CONNECT bad.allowed.test:443 HTTP/1.1\\r\\n\\r\\n")
     assert r["reply"].startswith("HTTP/1.1 403")
-    # other.test is not a name of the policy, but its address is in an allow CIDR.
-    r = probe(net, NS_SB1, "proxy", "CONNECT other.test:443 HTTP/1.1\\r\\n\\r\\n")
+    # other.test is not a name of the policy; its address is in an allow
+    # CIDR, which opens it as an IP literal only (see
+    # test_explicit_proxy_never_resolves_a_name_the_policy_does_not_allow).
+    r = probe(net, NS_SB1, "proxy", "CONNECT %s:443 HTTP/1.1\\r\\n\\r\\n" % UP_B)
     assert r["reply"].startswith("HTTP/1.1 200"), r
     r = probe(net, NS_SB1, "proxy", "GET http://allowed.test/abs HTTP/1.1\\r\\n\\r\\n")
     assert "hello from upstream" in r["reply"]
@@ -460,6 +558,99 @@ def test_explicit_proxy_connect_and_absolute_form(net, added):
     net["proxy"].send({"op": "policy", "sandbox": "sb2", "policy": POLICY})
     # Another sandbox's gateway is not its explicit proxy: unnamed, private.
     r = probe(net, NS_SB2, "proxy", "CONNECT allowed.test:443 HTTP/1.1\\r\\n\\r\\n", GW1)
+    assert r.get("reply", "") == "", r
+
+
+def upstream_heads(net, marker):
+    """The request heads upstream logged whose line has marker."""
+    time.sleep(0.5)
+    return [line for line in open(net["up_log"]).read().splitlines() if marker in line]
+
+
+def test_absolute_form_host_header_must_name_the_uri_host(net, added):
+    # The policy judges the URI's host; a Host header naming another host
+    # would have reached upstream unjudged.
+    probe(net, NS_SB1, "dns", "allowed.test")
+    r = probe(net, NS_SB1, "send", UP_A, "80", "GET http://allowed.test/absA HTTP/1.1\\r\\nHost: other.test\\r\\n\\r\\n")
+    assert "hello from upstream" not in r.get("reply", ""), r
+    r = probe(net, NS_SB1, "proxy", "GET http://allowed.test/absB HTTP/1.1\\r\\nHost: evil.example\\r\\n\\r\\n")
+    assert r["reply"].startswith("HTTP/1.1 400"), r
+    assert upstream_heads(net, "/absA") == [] and upstream_heads(net, "/absB") == []
+    # The same host in another spelling passes; upstream gets the URI's Host only.
+    r = probe(net, NS_SB1, "proxy", "GET http://allowed.test/absC HTTP/1.1\\r\\nHost: ALLOWED.test:80\\r\\n\\r\\n")
+    assert "hello from upstream" in r["reply"], r
+    heads = upstream_heads(net, "/absC")
+    assert len(heads) == 1 and heads[0].count("Host:") == 1 and "Host: allowed.test\\r\\n" in heads[0], heads
+
+
+def test_chunked_request_ends_at_its_last_chunk(net, added):
+    # Port 80 forwards one request: a chunked body ends at its last chunk
+    # and trailers; a request after it (sent with it or later) never
+    # reaches upstream, and is refused.
+    proxy = net["proxy"]
+    probe(net, NS_SB1, "dns", "allowed.test")
+    head = "POST /%s HTTP/1.1\\r\\nHost: allowed.test\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n"
+    body = "5;ext=1\\r\\nhello\\r\\n0\\r\\nX-Trailer: t\\r\\n\\r\\n"
+    smuggle = "GET /%s HTTP/1.1\\r\\nHost: smuggled.test\\r\\n\\r\\n"
+    for n, data in enumerate((head % "chunk1" + body + smuggle % "smuggled1",
+                              head % "chunk2" + body + "||" + smuggle % "smuggled2",
+                              head % "chunk3" + "5\\r\\nhel||lo\\r\\n0\\r\\n\\r\\n" + smuggle % "smuggled3"), start=1):
+        r = probe(net, NS_SB1, "send", UP_A, "80", data)
+        assert "hello from upstream" in r["reply"], (n, r)
+        assert len(upstream_heads(net, "/chunk%d" % n)) == 1
+    log = open(net["up_log"]).read()
+    assert "smuggled" not in log, log[-2000:]
+    # The body sent after the head went through, up to its end.
+    assert "MORE b'lo\\r\\n0\\r\\n\\r\\n'\n" in log
+    refused_event(proxy, sandbox="sb1", name="allowed.test", port=80, reason="second request on one connection")
+    # Any other Transfer-Encoding: the proxy could not tell where the body ends.
+    data = "POST /te1 HTTP/1.1\\r\\nHost: allowed.test\\r\\nTransfer-Encoding: gzip, chunked\\r\\n\\r\\n0\\r\\n\\r\\n"
+    r = probe(net, NS_SB1, "send", UP_A, "80", data + smuggle % "smuggled4")
+    assert "hello from upstream" not in r.get("reply", ""), r
+    r = probe(net, NS_SB1, "proxy", data.replace("/te1", "http://allowed.test/te2") + smuggle % "smuggled5")
+    assert r["reply"].startswith("HTTP/1.1 400"), r
+    assert upstream_heads(net, "/te") == [] and "smuggled" not in open(net["up_log"]).read()
+
+
+def test_explicit_proxy_never_resolves_a_name_the_policy_does_not_allow(net, added):
+    # Asking the upstream resolver about any name would carry it past the
+    # DNS policy, and the 200/403 would tell the sandbox whether it resolves
+    # into an allow CIDR (other.test's 203.0.113.11 is in one).
+    proxy = net["proxy"]
+    dnslog = os.path.join(net["work"], "dnsmasq.log")
+    for i, req in enumerate(("CONNECT exfil-secret-%d.other.test:443 HTTP/1.1\\r\\n\\r\\n",
+                             "GET http://exfil-secret-%d.other.test/ HTTP/1.1\\r\\n\\r\\n")):
+        name = "exfil-secret-%d.other.test" % i
+        r = probe(net, NS_SB1, "proxy", req % i)
+        assert r["reply"].startswith("HTTP/1.1 403") and "refused " + name in r["reply"], r
+        refused_event(proxy, sandbox="sb1", name=name, reason="not allowed")
+    # The transparent path connects to a CIDR-opened address without asking either.
+    r = probe(net, NS_SB1, "tls", UP_B, "exfil-secret-9.other.test")
+    assert bytes.fromhex(r["reply"]) == b"TLS-OK\n", r
+    time.sleep(0.5)
+    assert "exfil-secret" not in open(dnslog).read()
+    # An allowed name is still resolved (and its query logged: the check above can see one).
+    r = probe(net, NS_SB1, "proxy", "CONNECT allowed.test:443 HTTP/1.1\\r\\n\\r\\nhello")
+    assert r["reply"].endswith("TLS-OK\n"), r
+    time.sleep(0.5)
+    assert "allowed.test" in open(dnslog).read()
+
+
+def test_dns_over_tcp_to_the_gateway_has_the_udp_policy(net, added):
+    # A resolver falls back to TCP after a truncated answer: TCP to the
+    # sandbox's own gateway:53 is DNS, under the same name policy (it was
+    # refused as a private address).
+    proxy = net["proxy"]
+    r = probe(net, NS_SB1, "dnstcp", GW1, "allowed.test", "other.test", "x.wild.test")
+    assert "answers" in r, r
+    a = r["answers"]
+    assert len(a) == 3, a
+    assert a[0] == {"rcode": 0, "id": 0x5100, "addrs": [UP_A]}, a
+    assert a[1]["rcode"] == 5 and a[1]["id"] == 0x5101 and a[1]["addrs"] == [], a
+    assert a[2] == {"rcode": 0, "id": 0x5102, "addrs": [UP_B]}, a
+    refused_event(proxy, sandbox="sb1", name="other.test", port=53, reason="not allowed")
+    # Another address's port 53 over TCP is not DNS: judged by address.
+    r = probe(net, NS_SB1, "raw", "198.51.100.7", "53")
     assert r.get("reply", "") == "", r
 
 
@@ -566,3 +757,149 @@ def test_remove_closes_the_sandbox_sockets(net, added):
     assert GW2 not in listening and GW1 + ":1 " in listening, listening
     assert probe(net, NS_SB1, "raw", UP_B, "8080")["reply"] == "RAW-OK\n"
     assert proxy.proc.poll() is None
+
+
+HOLD = r"""
+import socket, sys, time
+socks = []
+for i in range(int(sys.argv[2])):
+    try:
+        s = socket.socket(); s.settimeout(2); s.connect((sys.argv[1], 443)); socks.append(s)
+    except OSError as e:
+        break
+print(len(socks), flush=True)
+time.sleep(float(sys.argv[3]))
+"""
+
+
+def test_out_of_fds_neither_spins_nor_floods_the_log(net, added):
+    # A proxy with 64 fds: one sandbox holding 200 connections must not
+    # make it spin on a listener that stays readable (accept4: EMFILE) nor
+    # write a warning per try; its connection limit follows the fds it has,
+    # and the other sandbox's DNS is still answered.
+    extra = ExtraProxy(net, "egress-fds", (3, 4), POLICY, nofile=64)
+    hold = None
+    try:
+        script = os.path.join(net["work"], "hold.py")
+        with open(script, "w") as f:
+            f.write(HOLD)
+        hold = subprocess.Popen(["ip", "netns", "exec", TAG + "x3", PY, script, UP_A, "200", "8"],
+                                stdout=subprocess.PIPE, text=True)
+        time.sleep(2.5)
+        pid = extra.proxy.proc.pid
+        t0 = cpu_ticks(pid)
+        time.sleep(2)
+        ticks = cpu_ticks(pid) - t0
+        log_size = os.path.getsize(extra.proxy.log_path)
+        print("proxy CPU ticks in 2 s:", ticks, "log bytes:", log_size)
+        # 2 s is 200 ticks of one CPU; the spin took all of them.
+        assert ticks < os.sysconf("SC_CLK_TCK") // 2, ticks
+        assert log_size < 64 * 1024, log_size
+        r = probe(net, TAG + "x4", "dns", "allowed.test", "10.250.0.17")
+        assert r["rcode"] == 0 and r["addrs"] == [UP_A], r
+        refused_event(extra.proxy, sandbox="x3", reason="limit")
+        assert extra.proxy.proc.poll() is None
+    finally:
+        if hold is not None:
+            hold.kill()
+            hold.wait()
+        extra.close()
+
+
+SLOW_DNS = r"""
+import socket, struct, sys, threading, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((sys.argv[1], 53))
+def answer(q, src):
+    time.sleep(float(sys.argv[2]))
+    p = 12
+    while q[p]: p += 1 + q[p]
+    question = q[12:p + 5]
+    r = q[:2] + struct.pack(">HHHHH", 0x8180, 1, 1, 0, 0) + question
+    r += b"\xc0\x0c" + struct.pack(">HHIH", 1, 1, 300, 4) + socket.inet_aton(sys.argv[3])
+    s.sendto(r, src)
+while True:
+    q, src = s.recvfrom(4096)
+    threading.Thread(target=answer, args=(q, src), daemon=True).start()
+"""
+
+
+def test_a_lookup_answered_after_the_timeout_connects_nothing(net, added):
+    # The proxy gives a lookup 10 s; the resolver here answers after 11 s
+    # (c-ares, with two servers, is still waiting then). The client got its
+    # 502 and keeps its connection open: the late answer must not connect
+    # it upstream after all.
+    slow_addr = "203.0.113.54"
+    netns_exec(NS_UP, "ip", "addr", "add", slow_addr + "/24", "dev", UP_VETH)
+    script = os.path.join(net["work"], "slow_dns.py")
+    with open(script, "w") as f:
+        f.write(SLOW_DNS)
+    dns = subprocess.Popen(["ip", "netns", "exec", NS_UP, PY, script, slow_addr, "11", UP_A])
+    extra = None
+    try:
+        extra = ExtraProxy(net, "egress-slow", (5,), {"allow": ["slow.test"]},
+                           dns_servers=slow_addr + ",203.0.113.55")
+        c = sockets_in_netns(TAG + "x5", lambda: socket.create_connection(("10.250.0.21", 3128), timeout=20))
+        started = time.monotonic()
+        c.sendall(b"GET http://slow.test/late6 HTTP/1.1\r\nHost: slow.test\r\n\r\n")
+        got = b""
+        while True:
+            d = c.recv(65536)
+            if not d:
+                break
+            got += d
+        assert got.startswith(b"HTTP/1.1 502"), got
+        # Past the late answer (11 s after the query), inside the proxy's drain.
+        time.sleep(max(0, started + 12.5 - time.monotonic()))
+        assert upstream_heads(net, "/late6") == []
+        c.close()
+        assert extra.proxy.proc.poll() is None
+    finally:
+        dns.kill()
+        dns.wait()
+        if extra is not None:
+            extra.close()
+        netns_exec(NS_UP, "ip", "addr", "del", slow_addr + "/24", "dev", UP_VETH, check=False)
+
+
+def test_expose_connections_are_capped_per_sandbox(net, added):
+    # A local user opening connections to an exposed port cannot use up the
+    # pool the sandboxes share: 64 per sandbox, the rest are reset at once.
+    proxy = net["proxy"]
+    server = subprocess.Popen(["ip", "netns", "exec", NS_SB1, PY, "-c",
+                               "import socket,time\n"
+                               "s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
+                               "s.bind(('%s',8001));s.listen(256);c=[]\n"
+                               "while True: c.append(s.accept()[0])\n" % SB1])
+    conns = []
+    try:
+        def make_listener():
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            s.listen(128)
+            return s
+        listener = sockets_in_netns(NS_HOST, make_listener)
+        port = listener.getsockname()[1]
+        proxy.send({"op": "expose", "sandbox": "sb1", "port": 8001}, fds=(listener,))
+        listener.close()
+        time.sleep(1)
+        for _ in range(80):
+            conns.append(sockets_in_netns(NS_HOST, lambda: socket.create_connection(("127.0.0.1", port), timeout=5)))
+        time.sleep(2)
+        closed = 0
+        for c in conns:
+            c.settimeout(0.1)
+            try:
+                if c.recv(1) == b"":
+                    closed += 1
+            except socket.timeout:
+                pass
+            except ConnectionResetError:
+                closed += 1
+        assert closed == 80 - 64, closed
+        proxy.send({"op": "unexpose", "sandbox": "sb1", "port": 8001})
+    finally:
+        for c in conns:
+            c.close()
+        server.kill()
+        server.wait()

@@ -204,10 +204,11 @@ static void test_unnamed_needs_a_cidr_and_star_is_not_one(void **state)
 
 static void test_special_ranges_need_an_entry_inside_them(void **state)
 {
-        static const char *special[] = { "0.1.2.3",         "10.0.0.1",   "100.64.0.1",     "127.0.0.1",
-                                         "169.254.169.254", "172.16.0.1", "172.31.255.255", "192.0.0.8",
-                                         "192.168.1.1",     "198.18.0.1", "198.19.255.1",   "224.0.0.1",
-                                         "239.1.1.1",       "240.0.0.1",  "255.255.255.255" };
+        static const char *special[] = { "0.1.2.3",         "10.0.0.1",   "100.64.0.1",      "127.0.0.1",
+                                         "169.254.169.254", "172.16.0.1", "172.31.255.255",  "192.0.0.8",
+                                         "192.168.1.1",     "198.18.0.1", "198.19.255.1",    "224.0.0.1",
+                                         "239.1.1.1",       "240.0.0.1",  "255.255.255.255", "168.63.129.16",
+                                         "192.0.2.1",       "192.88.99.1" };
         struct netpolicy *p = compile("{\"allow\":[\"*\", \"0.0.0.0/0\"]}");
         for (size_t i = 0; i < ARRAY_SIZE(special); i++) {
                 if (unnamed(p, special[i]) != NETPOLICY_PRIVATE)
@@ -220,6 +221,12 @@ static void test_special_ranges_need_an_entry_inside_them(void **state)
         assert_int_equal(unnamed(p, "172.32.0.1"), NETPOLICY_ALLOW);
         assert_int_equal(unnamed(p, "198.20.0.1"), NETPOLICY_ALLOW);
         assert_int_equal(unnamed(p, "192.0.1.1"), NETPOLICY_ALLOW);
+        assert_int_equal(unnamed(p, "168.63.129.15"), NETPOLICY_ALLOW);
+        assert_int_equal(unnamed(p, "168.63.129.17"), NETPOLICY_ALLOW);
+        assert_int_equal(unnamed(p, "192.88.98.1"), NETPOLICY_ALLOW);
+        /* The TEST-NETs the tests use as the internet are not special. */
+        assert_int_equal(unnamed(p, "198.51.100.1"), NETPOLICY_ALLOW);
+        assert_int_equal(unnamed(p, "203.0.113.1"), NETPOLICY_ALLOW);
         assert_false(netpolicy_unblocks_special(p, NULL, 0));
         netpolicy_free(p);
 

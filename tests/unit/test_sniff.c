@@ -160,7 +160,7 @@ static void test_http_host_and_head_length(void **state)
 static void test_http_absolute_form_and_connect(void **state)
 {
         struct sniff_http h;
-        const char *req = "GET http://Example.com/a/b?c HTTP/1.1\r\nHost: other.org\r\n\r\n";
+        const char *req = "GET http://Example.com/a/b?c HTTP/1.1\r\nHost: example.com.:80\r\n\r\n";
         assert_int_equal(http(req, &h), SNIFF_OK);
         assert_true(h.absolute);
         assert_string_equal(h.host, "Example.com");
@@ -180,6 +180,23 @@ static void test_http_absolute_form_and_connect(void **state)
         assert_int_equal(http("GET http://user@evil.com/ HTTP/1.1\r\n\r\n", &h), SNIFF_INVALID);
         assert_int_equal(http("GET http://[::1]/ HTTP/1.1\r\n\r\n", &h), SNIFF_INVALID);
         assert_int_equal(http("GET https://a.com/ HTTP/1.1\r\n\r\n", &h), SNIFF_INVALID);
+}
+
+/* The policy judges the URI's host: a Host header naming another host or
+ * port would reach upstream unjudged. */
+static void test_http_absolute_form_host_must_match(void **state)
+{
+        struct sniff_http h;
+        assert_int_equal(http("GET http://a.com/ HTTP/1.1\r\nHost: other.org\r\n\r\n", &h), SNIFF_INVALID);
+        assert_int_equal(http("GET http://a.com/ HTTP/1.1\r\nHost: a.com:81\r\n\r\n", &h), SNIFF_INVALID);
+        assert_int_equal(http("GET http://a.com:81/ HTTP/1.1\r\nHost: a.com\r\n\r\n", &h), SNIFF_INVALID);
+        assert_int_equal(http("GET http://a.com/ HTTP/1.1\r\nHost: a.com.evil\r\n\r\n", &h), SNIFF_INVALID);
+        assert_int_equal(http("GET http://a.com/ HTTP/1.1\r\nHost: \r\n\r\n", &h), SNIFF_INVALID);
+        assert_int_equal(http("GET http://a.com/ HTTP/1.1\r\nHost: A.COM\r\n\r\n", &h), SNIFF_OK);
+        assert_int_equal(http("GET http://a.com:81/ HTTP/1.1\r\nHost: a.com:81\r\n\r\n", &h), SNIFF_OK);
+        assert_int_equal(http("GET http://a.com/ HTTP/1.1\r\n\r\n", &h), SNIFF_OK);
+        assert_true(sniff_http_header_named("HOST: x", 7, "host"));
+        assert_false(sniff_http_header_named("Hosts: x", 8, "host"));
 }
 
 static void test_http_refuses_smuggling_shapes(void **state)
@@ -210,6 +227,95 @@ static void test_http_refuses_smuggling_shapes(void **state)
         assert_int_equal(sniff_http_head(big, SNIFF_HEAD_MAX - 1, &h), SNIFF_NEED_MORE);
         assert_int_equal(sniff_http_head(big, SNIFF_HEAD_MAX, &h), SNIFF_INVALID);
         assert_int_equal(sniff_http_head(big, sizeof(big), &h), SNIFF_INVALID);
+}
+
+static void test_http_transfer_encoding_is_chunked_or_refused(void **state)
+{
+        struct sniff_http h;
+        assert_int_equal(http("POST / HTTP/1.1\r\nTransfer-Encoding: ChunKed \r\n\r\n", &h), SNIFF_OK);
+        assert_true(h.chunked);
+        static const char *bad[] = {
+                "POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+                "POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
+                "POST / HTTP/1.1\r\nTransfer-Encoding: chunked, identity\r\n\r\n",
+                "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+                "POST / HTTP/1.1\r\nTransfer-Encoding: xchunked\r\n\r\n",
+                "POST / HTTP/1.1\r\nTransfer-Encoding:\r\n\r\n",
+        };
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+                if (http(bad[i], &h) != SNIFF_INVALID)
+                        fail_msg("accepted %s", bad[i]);
+}
+
+/* Feeds text whole and byte by byte: both must end the message at the same
+ * byte with the same state. */
+static size_t chunked(const char *text, enum sniff_chunk_state *state)
+{
+        size_t len = strlen(text);
+        struct sniff_chunked whole = { 0 }, bytes = { 0 };
+        size_t n = sniff_chunked_feed(&whole, (const uint8_t *)text, len), m = 0;
+        for (size_t i = 0; i < len && bytes.state != SNIFF_CHUNK_DONE && bytes.state != SNIFF_CHUNK_ERROR;
+             i++)
+                m += sniff_chunked_feed(&bytes, (const uint8_t *)text + i, 1);
+        assert_int_equal(whole.state, bytes.state);
+        assert_int_equal(n, m);
+        *state = whole.state;
+        return n;
+}
+
+static void test_chunked_body_ends_where_its_framing_says(void **state)
+{
+        enum sniff_chunk_state st;
+        const char *body = "5\r\nhello\r\n1A;name=\"v a\";x\r\n0123456789abcdef0123456789\r\n0\r\n\r\n";
+        char buf[512];
+        snprintf(buf, sizeof(buf), "%sGET /second HTTP/1.1\r\n\r\n", body);
+        assert_int_equal(chunked(buf, &st), strlen(body));
+        assert_int_equal(st, SNIFF_CHUNK_DONE);
+        const char *trailers = "3\r\nabc\r\n000;ext\r\nX-Sum: 1\r\nY: 2\r\n\r\n";
+        snprintf(buf, sizeof(buf), "%sPOST", trailers);
+        assert_int_equal(chunked(buf, &st), strlen(trailers));
+        assert_int_equal(st, SNIFF_CHUNK_DONE);
+        /* Chunk data is counted, never parsed: a "0\r\n\r\n" inside is data. */
+        const char *inner = "7\r\n0\r\n\r\nXX\r\n0\r\n\r\n";
+        assert_int_equal(chunked(inner, &st), strlen(inner));
+        assert_int_equal(st, SNIFF_CHUNK_DONE);
+        /* Prefixes are incomplete, never done. */
+        assert_int_equal(chunked("5\r\nhel", &st), 6);
+        assert_int_equal(st, SNIFF_CHUNK_DATA);
+        assert_int_equal(chunked("0\r\nX: y\r\n", &st), 9);
+        assert_int_equal(st, SNIFF_CHUNK_TRAILER);
+        static const char *bad[] = {
+                "\r\n",                            /* no size */
+                "g\r\n",                           /* not hex */
+                "5\nhello\r\n",                    /* bare LF */
+                "5\r\nhelloX\r\n",                 /* data longer than its size */
+                "5\r\nhello\n0\r\n\r\n",           /* bare LF after the data */
+                "0\r\n\n",                         /* bare LF ends it */
+                "0\r\n folded\r\n\r\n",            /* obs-fold trailer */
+                "0;a\x01b\r\n\r\n",                /* control byte in an extension */
+                "1\r\n\x00\r\n0\r\nX\x7f\r\n\r\n", /* DEL in a trailer */
+                "10000000000000000\r\n",           /* 17 hex digits */
+                "-1\r\n",
+        };
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                struct sniff_chunked c = { 0 };
+                size_t len = i == 8 ? 16 : strlen(bad[i]);
+                sniff_chunked_feed(&c, (const uint8_t *)bad[i], len);
+                if (c.state != SNIFF_CHUNK_ERROR)
+                        fail_msg("bad[%zu] not an error (state %d)", i, c.state);
+        }
+        /* Lines are bounded: a long extension, endless trailers. */
+        static char big[SNIFF_CHUNK_LINE_MAX + 16];
+        memset(big, 'a', sizeof(big));
+        memcpy(big, "1;", 2);
+        struct sniff_chunked c = { 0 };
+        sniff_chunked_feed(&c, (const uint8_t *)big, sizeof(big));
+        assert_int_equal(c.state, SNIFF_CHUNK_ERROR);
+        c = (struct sniff_chunked){ 0 };
+        sniff_chunked_feed(&c, (const uint8_t *)"0\r\n", 3);
+        for (int i = 0; i < 2000 && c.state != SNIFF_CHUNK_ERROR; i++)
+                sniff_chunked_feed(&c, (const uint8_t *)"X-Pad: 0123456789\r\n", 19);
+        assert_int_equal(c.state, SNIFF_CHUNK_ERROR);
 }
 
 static void test_hop_by_hop_headers(void **state)
@@ -287,7 +393,10 @@ int main(void)
                 cmocka_unit_test(test_not_tls_and_no_sni),
                 cmocka_unit_test(test_http_host_and_head_length),
                 cmocka_unit_test(test_http_absolute_form_and_connect),
+                cmocka_unit_test(test_http_absolute_form_host_must_match),
                 cmocka_unit_test(test_http_refuses_smuggling_shapes),
+                cmocka_unit_test(test_http_transfer_encoding_is_chunked_or_refused),
+                cmocka_unit_test(test_chunked_body_ends_where_its_framing_says),
                 cmocka_unit_test(test_hop_by_hop_headers),
                 cmocka_unit_test(test_dns_question),
         };
