@@ -234,6 +234,17 @@ def sockets_in_netns(ns, make):
         os.close(target)
 
 
+def host_listener(backlog):
+    """A listening socket on 127.0.0.1 of the test's stand-in for the host, and its port."""
+    def make():
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        s.listen(backlog)
+        return s
+    listener = sockets_in_netns(NS_HOST, make)
+    return listener, listener.getsockname()[1]
+
+
 def sandbox_sockets(gateway):
     def make():
         tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -704,13 +715,7 @@ def test_expose_joins_host_connections_to_the_sandbox(net, added):
     server = subprocess.Popen(["ip", "netns", "exec", NS_SB1, PY, "-m", "http.server", "8000", "--bind", SB1,
                                "--directory", net["work"]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        def make_listener():
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            s.listen(16)
-            return s
-        listener = sockets_in_netns(NS_HOST, make_listener)
-        port = listener.getsockname()[1]
+        listener, port = host_listener(16)
         proxy.send({"op": "expose", "sandbox": "sb1", "port": 8000}, fds=(listener,))
         listener.close()
         deadline = time.monotonic() + 20
@@ -873,13 +878,7 @@ def test_expose_connections_are_capped_per_sandbox(net, added):
                                "while True: c.append(s.accept()[0])\n" % SB1])
     conns = []
     try:
-        def make_listener():
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            s.listen(128)
-            return s
-        listener = sockets_in_netns(NS_HOST, make_listener)
-        port = listener.getsockname()[1]
+        listener, port = host_listener(128)
         proxy.send({"op": "expose", "sandbox": "sb1", "port": 8001}, fds=(listener,))
         listener.close()
         time.sleep(1)
