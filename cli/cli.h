@@ -99,6 +99,19 @@ int cmd_cp(const struct cli *cli, int argc, char **argv);
 int cmd_mcp(const struct cli *cli, int argc, char **argv);
 int cmd_update(const struct cli *cli, int argc, char **argv);
 int cmd_port(const struct cli *cli, int argc, char **argv);
+int cmd_ps(const struct cli *cli, int argc, char **argv);
+int cmd_logs(const struct cli *cli, int argc, char **argv);
+int cmd_kill(const struct cli *cli, int argc, char **argv);
+
+/* Write an exec's stdout or stderr string to fd, decoded when base64. */
+int cli_write_output(int fd, const json_t *text, bool base64);
+/* "nsbox: output truncated at 1 MiB; raise it with --max-output BYTES" on
+ * stderr when the result says truncated (cap: the max_output_bytes asked). */
+void cli_print_truncated(const json_t *result, size_t cap);
+/* As cli_fail; with --json also {"error": {message, kind}} on stdout (kind
+ * from the JSON-RPC error object, if any). Returns EXIT_NSBOX_FAILED. */
+int cli_fail_json(const struct cli *cli, const json_t *error, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Options of sandbox.create, shared by create and run. */
 enum {

@@ -162,6 +162,13 @@ int client_call(struct client *c, const char *method, json_t *params, client_not
         int r = client_send(c, method, params, &id, err);
         if (r < 0)
                 return r;
+        return client_wait(c, id, notify, data, result, error_out, err);
+}
+
+int client_wait(struct client *c, long long id, client_notify_cb notify, void *data, json_t **result,
+                json_t **error_out, nsbox_error_t **err)
+{
+        int r;
         for (;;) {
                 _cleanup_json_ json_t *msg = NULL;
                 if ((r = read_message(c, &msg, err)) < 0)

@@ -25,5 +25,9 @@ void client_set_interrupt_fd(struct client *c, int fd);
  * *error_out (if given) the error object (new reference). */
 int client_call(struct client *c, const char *method, json_t *params, client_notify_cb notify, void *data,
                 json_t **result, json_t **error_out, nsbox_error_t **err);
+/* Wait for the response to request `id` (from client_send), as client_call
+ * does; after -EINTR the same request can be waited for again. */
+int client_wait(struct client *c, long long id, client_notify_cb notify, void *data, json_t **result,
+                json_t **error_out, nsbox_error_t **err);
 /* Send a request without waiting (for cancellation and pipelining). */
 int client_send(struct client *c, const char *method, json_t *params, long long *id_out, nsbox_error_t **err);

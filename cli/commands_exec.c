@@ -1,5 +1,7 @@
 /* nsbox exec, sh and run: commands with live output and docker's exit codes. */
 #include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,75 +13,182 @@
 #include "textenc.h"
 
 #define STDIN_MAX_BYTES (64u << 20) /* the daemon's limit for exec stdin */
+/* Standard input that is not UTF-8 text goes into a file in the sandbox in
+ * chunks of this size (base64 on the wire), then to the command. */
+#define STDIN_CHUNK (4u << 20)
+/* Streamed output is passed on, not kept: the CLI asks the daemon's largest
+ * cap (EXEC_MAX_MAX_OUTPUT) unless --max-output says otherwise. */
+#define STREAM_MAX_OUTPUT (256u << 20)
+/* The daemon's default cap of collected output (--json, -d). */
+#define DEFAULT_MAX_OUTPUT (1u << 20)
+/* A background exec without --timeout gets the daemon's longest one
+ * (EXEC_MAX_TIMEOUT_S): 30 s, the default, would kill a server or a build. */
+#define BACKGROUND_TIMEOUT_S (24 * 3600)
 
-enum { OPT_TIMEOUT = CLI_OPT_FIRST_FREE, OPT_CWD, OPT_USER };
+enum { OPT_TIMEOUT = CLI_OPT_FIRST_FREE, OPT_CWD, OPT_USER, OPT_MAX_OUTPUT };
+
+/* What the options of exec, sh and run asked for, beyond sandbox.exec params. */
+struct exec_opts {
+        bool with_stdin, detach, tty;
+};
 
 struct stream_state {
         char exec_id[64]; /* learnt from the first exec.output, for exec.kill */
+        bool base64;
 };
+
+int cli_write_output(int fd, const json_t *text, bool base64)
+{
+        if (!json_is_string(text) || json_string_length(text) == 0)
+                return 0;
+        if (!base64)
+                return cli_write_all(fd, json_string_value(text), json_string_length(text));
+        size_t len;
+        _cleanup_free_ void *bytes = base64_decode(json_string_value(text), json_string_length(text), &len);
+        if (bytes == NULL) /* not base64 after all: the daemon's own text */
+                return cli_write_all(fd, json_string_value(text), json_string_length(text));
+        return cli_write_all(fd, bytes, len);
+}
+
+void cli_print_truncated(const json_t *result, size_t cap)
+{
+        if (!json_is_true(json_object_get(result, "truncated")))
+                return;
+        char size[64];
+        if (cap >= (1u << 20) && cap % (1u << 20) == 0)
+                snprintf(size, sizeof(size), "%zu MiB", cap >> 20);
+        else if (cap >= 1024 && cap % 1024 == 0)
+                snprintf(size, sizeof(size), "%zu KiB", cap >> 10);
+        else
+                snprintf(size, sizeof(size), "%zu bytes", cap);
+        fflush(stdout);
+        fprintf(stderr, "nsbox: output truncated at %s; raise it with --max-output BYTES\n", size);
+}
+
+int cli_fail_json(const struct cli *cli, const json_t *error, const char *fmt, ...)
+{
+        char message[4096];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(message, sizeof(message), fmt, ap);
+        va_end(ap);
+        if (cli->json) {
+                const char *kind = json_string_value(json_object_get(json_object_get(error, "data"), "kind"));
+                _cleanup_json_ json_t *out = json_pack("{s:{s:s, s:s}}", "error", "message", message, "kind",
+                                                       kind ? kind : "nsbox_failed");
+                cli_print_json(out);
+        }
+        return cli_fail("%s", message);
+}
 
 static void print_stream(const char *method, json_t *params, void *data)
 {
         struct stream_state *state = data;
-        if (strcmp(method, "exec.output") != 0)
-                return;
-        json_t *stream = json_object_get(params, "stream");
-        json_t *chunk = json_object_get(params, "data");
+        /* Any notification naming the exec will do (a daemon that announces
+         * the start of an exec lets Ctrl-C reach a command that printed nothing). */
         const char *id = json_string_value(json_object_get(params, "exec_id"));
         if (id != NULL && state->exec_id[0] == '\0')
                 snprintf(state->exec_id, sizeof(state->exec_id), "%s", id);
-        if (!json_is_string(stream) || !json_is_string(chunk))
+        if (strcmp(method, "exec.output") != 0)
+                return;
+        json_t *stream = json_object_get(params, "stream");
+        if (!json_is_string(stream))
                 return;
         bool is_stderr = strcmp(json_string_value(stream), "stderr") == 0;
         if (!is_stderr)
                 fflush(stdout);
-        cli_write_all(is_stderr ? STDERR_FILENO : STDOUT_FILENO, json_string_value(chunk),
-                      json_string_length(chunk));
+        cli_write_output(is_stderr ? STDERR_FILENO : STDOUT_FILENO, json_object_get(params, "data"),
+                         state->base64);
+}
+
+/* exec.kill on a connection of its own: the exec's connection is busy
+ * waiting for its answer. Best effort. */
+static void kill_exec(const char *socket_path, const char *exec_id, int sig)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        struct client *k = NULL;
+        if (client_connect(socket_path, &k, &err) < 0)
+                return;
+        _cleanup_json_ json_t *params = json_pack("{s:s, s:i}", "exec_id", exec_id, "signal", sig);
+        _cleanup_json_ json_t *ignored = NULL;
+        client_call(k, "exec.kill", params, NULL, NULL, &ignored, NULL, &err);
+        client_close(k);
 }
 
 /* Run an exec with streamed output (or, with --json, the whole result at the
- * end); returns the exit code. A signal on signal_fd stops the wait: then
- * *signo is set and the exit code is 128+N. */
+ * end); returns the exit code. The first Ctrl-C is passed on to the command
+ * as SIGINT (once its exec id is known, from its first output); a second one,
+ * SIGTERM or SIGHUP stop the wait: then *signo is set, the command is killed
+ * and the exit code is 128+N. */
 static int run_exec(const struct cli *cli, struct client *c, const char *socket_path, json_t *params,
                     int signal_fd, int *signo)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
         _cleanup_json_ json_t *result = NULL;
         _cleanup_json_ json_t *error = NULL;
-        struct stream_state state = { { 0 } };
+        struct stream_state state = { .base64 = !cli->json };
         *signo = 0;
-        if (!cli->json)
+        if (!cli->json) {
                 json_object_set_new(params, "stream", json_true());
-        client_set_interrupt_fd(c, signal_fd);
-        int r = client_call(c, "sandbox.exec", params, cli->json ? NULL : print_stream, &state, &result,
-                            &error, &err);
-        client_set_interrupt_fd(c, -1);
-        if (r == -EINTR) {
-                *signo = cli_caught_signal(signal_fd);
-                if (state.exec_id[0] != '\0') {
-                        /* Best effort: the command should not outlive the CLI the user stopped. */
-                        _cleanup_error_ nsbox_error_t *kill_err = NULL;
-                        struct client *k = NULL;
-                        if (client_connect(socket_path, &k, &kill_err) == 0) {
-                                _cleanup_json_ json_t *kill_params =
-                                    json_pack("{s:s, s:i}", "exec_id", state.exec_id, "signal", 9);
-                                _cleanup_json_ json_t *ignored = NULL;
-                                client_call(k, "exec.kill", kill_params, NULL, NULL, &ignored, NULL,
-                                            &kill_err);
-                                client_close(k);
-                        }
-                }
-                return 128 + (*signo ? *signo : 2);
+                json_object_set_new(params, "encoding", json_string("base64"));
+                if (json_object_get(params, "max_output_bytes") == NULL)
+                        json_object_set_new(params, "max_output_bytes", json_integer(STREAM_MAX_OUTPUT));
         }
-        if (r < 0)
-                return cli_fail("%s", err->message);
-        if (cli->json)
+        json_t *max = json_object_get(params, "max_output_bytes");
+        size_t cap = json_is_integer(max) ? (size_t)json_integer_value(max) : DEFAULT_MAX_OUTPUT;
+        long long id;
+        if (client_send(c, "sandbox.exec", params, &id, &err) < 0)
+                return cli_fail_json(cli, NULL, "%s", err->message);
+        bool interrupted = false;
+        int r;
+        client_set_interrupt_fd(c, signal_fd);
+        for (;;) {
+                r = client_wait(c, id, cli->json ? NULL : print_stream, &state, &result, &error, &err);
+                if (r != -EINTR)
+                        break;
+                nsbox_error_free(&err);
+                int sig = cli_caught_signal(signal_fd);
+                if (sig == 0)
+                        continue;
+                if (sig == SIGINT && !interrupted && state.exec_id[0] != '\0') {
+                        /* As a terminal would: the command decides what Ctrl-C means. */
+                        interrupted = true;
+                        kill_exec(socket_path, state.exec_id, SIGINT);
+                        continue;
+                }
+                *signo = sig;
+                /* The command should not outlive the CLI the user stopped (closing
+                 * the connection ends it too, a moment later). */
+                if (state.exec_id[0] != '\0')
+                        kill_exec(socket_path, state.exec_id, SIGKILL);
+                client_set_interrupt_fd(c, -1);
+                return 128 + sig;
+        }
+        client_set_interrupt_fd(c, -1);
+        if (r < 0) {
+                if (cli_error_is_missing_method(error))
+                        return cli_fail_json(cli, error, "this nsboxd does not offer sandbox.exec (%s)",
+                                             err->message);
+                return cli_fail_json(cli, error, "%s", err->message);
+        }
+        if (cli->json) {
                 cli_print_json(result);
-        else
+        } else {
+                /* Streamed, stdout and stderr come as notifications; the result's
+                 * stderr then holds only the daemon's own word, e.g. "nsbox:
+                 * cannot run the command: ...". */
+                fflush(stdout);
+                cli_write_output(STDERR_FILENO, json_object_get(result, "stderr"), false);
                 cli_print_network_refused(result);
+        }
         fflush(stdout);
+        cli_print_truncated(result, cap);
+        double timeout = json_number_value(json_object_get(params, "timeout_seconds"));
         if (json_is_true(json_object_get(result, "timed_out")))
-                fprintf(stderr, "nsbox: the command timed out\n");
+                fprintf(stderr,
+                        "nsbox: the command timed out after %g s (the default is 30 s; raise it with "
+                        "--timeout S)\n",
+                        timeout > 0 ? timeout : 30);
         else if (json_is_true(json_object_get(result, "oom_killed")))
                 fprintf(stderr, "nsbox: the sandbox ran out of memory (OOM kill)\n");
         return cli_exec_exit_code(result);
@@ -89,66 +198,204 @@ static int run_exec(const struct cli *cli, struct client *c, const char *socket_
 static int exec_option(json_t *params, int opt, const char *arg)
 {
         double seconds;
+        unsigned long long bytes;
         switch (opt) {
         case OPT_TIMEOUT:
                 if (cli_parse_seconds(arg, &seconds) < 0)
                         return cli_fail("bad --timeout \"%s\" (seconds)", arg);
                 json_object_set_new(params, "timeout_seconds", json_real(seconds));
                 return 0;
+        case 'w':
         case OPT_CWD:
-                json_object_set_new(params, "cwd", json_string(arg));
+                if (arg[0] == '/') {
+                        json_object_set_new(params, "cwd", json_string(arg));
+                } else {
+                        /* As sandbox paths elsewhere (cp, fs.*): relative to /workspace. */
+                        _cleanup_free_ char *path = NULL;
+                        if (asprintf(&path, "/workspace/%s", arg) < 0)
+                                return cli_fail("out of memory");
+                        json_object_set_new(params, "cwd", json_string(path));
+                }
                 return 0;
+        case 'e':
         case CLI_OPT_ENV:
                 return cli_add_env(params, arg) == 0 ? 0 : EXIT_NSBOX_FAILED;
+        case 'u':
         case OPT_USER:
                 json_object_set_new(params, "user", json_string(arg));
+                return 0;
+        case OPT_MAX_OUTPUT:
+                if (cli_parse_size(arg, &bytes) < 0 || bytes > STREAM_MAX_OUTPUT)
+                        return cli_fail("bad --max-output \"%s\" (bytes, e.g. 4M; at most 256M)", arg);
+                json_object_set_new(params, "max_output_bytes", json_integer((json_int_t)bytes));
                 return 0;
         default:
                 return 1;
         }
 }
 
+#define EXEC_LONG_OPTIONS                                                                                   \
+        { "timeout", required_argument, NULL, OPT_TIMEOUT }, { "cwd", required_argument, NULL, OPT_CWD },   \
+            { "env", required_argument, NULL, CLI_OPT_ENV }, { "user", required_argument, NULL, OPT_USER }, \
+            { "max-output", required_argument, NULL, OPT_MAX_OUTPUT },                                      \
+        {                                                                                                   \
+                "workdir", required_argument, NULL, OPT_CWD                                                 \
+        }
+
 /* Options of exec and sh. Returns -1 to go on, else an exit code. */
-static int parse_exec_options(const struct cli *cli, int argc, char **argv, json_t *params)
+static int parse_exec_options(const struct cli *cli, int argc, char **argv, json_t *params,
+                              struct exec_opts *o)
 {
-        static const struct option longopts[] = { { "timeout", required_argument, NULL, OPT_TIMEOUT },
-                                                  { "cwd", required_argument, NULL, OPT_CWD },
-                                                  { "env", required_argument, NULL, CLI_OPT_ENV },
-                                                  { "user", required_argument, NULL, OPT_USER },
+        static const struct option longopts[] = { EXEC_LONG_OPTIONS,
                                                   { "stdin", no_argument, NULL, 'i' },
+                                                  { "interactive", no_argument, NULL, 'i' },
+                                                  { "detach", no_argument, NULL, 'd' },
+                                                  { "tty", no_argument, NULL, 't' },
                                                   { 0 } };
-        bool with_stdin = false;
         int opt;
         optind = 1;
-        while ((opt = cli_getopt(cli, argc, argv, "i", longopts)) != -1) {
+        while ((opt = cli_getopt(cli, argc, argv, "idte:w:u:", longopts)) != -1) {
                 if (opt < -1)
                         return cli_opt_exit(opt);
-                if (opt == 'i') {
-                        with_stdin = true;
+                if (opt == 'i' || opt == 'd' || opt == 't') {
+                        *(opt == 'i' ? &o->with_stdin : opt == 'd' ? &o->detach : &o->tty) = true;
                         continue;
                 }
                 int r = exec_option(params, opt, optarg);
                 if (r != 0)
                         return r == 1 ? cli_usage_error(cli) : r;
         }
-        if (with_stdin) {
-                json_t *text = cli_read_text(STDIN_FILENO, "standard input", STDIN_MAX_BYTES,
-                                             " (copy binary or big data with nsbox cp)");
-                if (text == NULL)
-                        return EXIT_NSBOX_FAILED;
-                json_object_set_new(params, "stdin", text);
-        }
+        if (o->tty)
+                return cli_fail("not supported yet: PTY (-t, --tty); run without -t (output and -i input "
+                                "are passed as they are)");
+        if (o->detach && json_object_get(params, "timeout_seconds") == NULL)
+                json_object_set_new(params, "timeout_seconds", json_integer(BACKGROUND_TIMEOUT_S));
         return -1;
 }
 
-static int exec_in_sandbox(const struct cli *cli, json_t *params)
+/* Read up to `max` bytes of fd (less at its end) into buf; the count or -errno. */
+static ssize_t read_full(int fd, char *buf, size_t max)
+{
+        size_t len = 0;
+        while (len < max) {
+                ssize_t n = read(fd, buf + len, max - len);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return -errno;
+                if (n == 0)
+                        break;
+                len += n;
+        }
+        return (ssize_t)len;
+}
+
+/* Bytes of standard input into a new file in the sandbox through fs.write
+ * (base64 chunks, appended). 0 or an exit code. */
+static int upload_stdin(const struct cli *cli, struct client *c, const char *sandbox_id, const char *path,
+                        const char *first, size_t first_len, char *buf)
+{
+        const char *data = first;
+        size_t len = first_len;
+        bool append = false;
+        for (;;) {
+                size_t b64_len;
+                _cleanup_free_ char *b64 = base64_encode(data, len, &b64_len);
+                if (b64 == NULL)
+                        return cli_fail("out of memory");
+                _cleanup_json_ json_t *params =
+                    json_pack("{s:s, s:s, s:s%, s:s, s:b, s:i}", "sandbox_id", sandbox_id, "path", path,
+                              "content", b64, b64_len, "encoding", "base64", "append", append, "mode", 0600);
+                _cleanup_json_ json_t *result = cli_call(cli, c, "fs.write", params);
+                if (result == NULL)
+                        return EXIT_NSBOX_FAILED;
+                append = true;
+                ssize_t n = read_full(STDIN_FILENO, buf, STDIN_CHUNK);
+                if (n < 0)
+                        return cli_fail("read standard input: %s", strerror((int)-n));
+                if (n == 0)
+                        return 0;
+                data = buf;
+                len = (size_t)n;
+        }
+}
+
+/* -i: standard input for the command. UTF-8 text without NUL bytes up to
+ * one chunk goes as the exec's `stdin` string (nsboxd refuses NUL in strings). Other bytes cannot be a JSON
+ * string and the daemon takes no base64 stdin: they go into a file in the
+ * sandbox, which a /bin/sh wrapper opens as the command's input and removes
+ * before running it. Either way the input is read to its end first: the
+ * daemon has no method to feed a running exec. 0 or an exit code. */
+static int attach_stdin(const struct cli *cli, struct client *c, json_t *params)
+{
+        _cleanup_free_ char *buf = malloc(STDIN_CHUNK);
+        if (buf == NULL)
+                return cli_fail("out of memory");
+        ssize_t n = read_full(STDIN_FILENO, buf, STDIN_CHUNK);
+        if (n < 0)
+                return cli_fail("read standard input: %s", strerror((int)-n));
+        if ((size_t)n < STDIN_CHUNK && utf8_valid(buf, (size_t)n) && memchr(buf, '\0', (size_t)n) == NULL) {
+                json_object_set_new(params, "stdin", json_stringn(buf, (size_t)n));
+                return 0;
+        }
+        const char *sandbox_id = json_string_value(json_object_get(params, "sandbox_id"));
+        char path[96];
+        unsigned char rnd[8];
+        if (getentropy(rnd, sizeof(rnd)) < 0)
+                return cli_fail("getentropy: %s", strerror(errno));
+        snprintf(path, sizeof(path), "/tmp/.nsbox-stdin-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1],
+                 rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+        _cleanup_free_ char *second = malloc(STDIN_CHUNK);
+        if (second == NULL)
+                return cli_fail("out of memory");
+        int r = upload_stdin(cli, c, sandbox_id, path, buf, (size_t)n, second);
+        if (r != 0) {
+                _cleanup_json_ json_t *rm = json_pack("{s:s, s:s}", "sandbox_id", sandbox_id, "path", path);
+                _cleanup_json_ json_t *ignored = NULL;
+                _cleanup_error_ nsbox_error_t *err = NULL;
+                client_call(c, "fs.remove", rm, NULL, NULL, &ignored, NULL, &err);
+                return r;
+        }
+        json_t *command = json_object_get(params, "command");
+        _cleanup_json_ json_t *inner = command != NULL ? json_pack("[s, s, O]", "/bin/sh", "-c", command)
+                                                       : json_incref(json_object_get(params, "argv"));
+        json_t *wrapped = json_pack("[s, s, s, s]", "/bin/sh", "-c",
+                                    "exec <\"$0\" || exit 126; rm -f -- \"$0\"; exec \"$@\"", path);
+        json_array_extend(wrapped, inner);
+        json_object_del(params, "command");
+        json_object_set_new(params, "argv", wrapped);
+        return 0;
+}
+
+static int exec_in_sandbox(const struct cli *cli, json_t *params, const struct exec_opts *o)
 {
         int signal_fd = cli_catch_signals();
         struct client *c = cli_connect(cli);
         if (c == NULL)
                 return EXIT_NSBOX_FAILED;
+        int r = o->with_stdin ? attach_stdin(cli, c, params) : 0;
+        if (r != 0) {
+                client_close(c);
+                return r;
+        }
+        if (o->detach) {
+                json_object_set_new(params, "background", json_true());
+                if (!cli->json)
+                        json_object_set_new(params, "encoding", json_string("base64"));
+                _cleanup_json_ json_t *result = NULL;
+                _cleanup_json_ json_t *error = NULL;
+                _cleanup_error_ nsbox_error_t *err = NULL;
+                if (client_call(c, "sandbox.exec", params, NULL, NULL, &result, &error, &err) < 0)
+                        r = cli_fail_json(cli, error, "%s", err->message);
+                else if (cli->json)
+                        cli_print_json(result);
+                else
+                        printf("%s\n", json_string_value(json_object_get(result, "exec_id")));
+                client_close(c);
+                return r;
+        }
         int signo;
-        int r = run_exec(cli, c, cli->socket_path, params, signal_fd, &signo);
+        r = run_exec(cli, c, cli->socket_path, params, signal_fd, &signo);
         client_close(c);
         return r;
 }
@@ -156,7 +403,8 @@ static int exec_in_sandbox(const struct cli *cli, json_t *params)
 int cmd_exec(const struct cli *cli, int argc, char **argv)
 {
         _cleanup_json_ json_t *params = json_object();
-        int r = parse_exec_options(cli, argc, argv, params);
+        struct exec_opts o = { 0 };
+        int r = parse_exec_options(cli, argc, argv, params, &o);
         if (r != -1)
                 return r;
         if (argc - optind < 2)
@@ -168,20 +416,21 @@ int cmd_exec(const struct cli *cli, int argc, char **argv)
                 return cli_usage_error(cli);
         json_object_set_new(params, "sandbox_id", json_string(id));
         json_object_set_new(params, "argv", cli_argv_to_json(argc - optind, argv + optind));
-        return exec_in_sandbox(cli, params);
+        return exec_in_sandbox(cli, params, &o);
 }
 
 int cmd_sh(const struct cli *cli, int argc, char **argv)
 {
         _cleanup_json_ json_t *params = json_object();
-        int r = parse_exec_options(cli, argc, argv, params);
+        struct exec_opts o = { 0 };
+        int r = parse_exec_options(cli, argc, argv, params, &o);
         if (r != -1)
                 return r;
         if (argc - optind != 2)
                 return cli_usage_error(cli);
         json_object_set_new(params, "sandbox_id", json_string(argv[optind]));
         json_object_set_new(params, "command", json_string(argv[optind + 1]));
-        return exec_in_sandbox(cli, params);
+        return exec_in_sandbox(cli, params, &o);
 }
 
 /* Connect to nsboxd, or start a private one when none listens there. */
@@ -259,17 +508,12 @@ static int run_in_new_sandbox(const struct cli *cli, struct client *c, const cha
 
 int cmd_run(const struct cli *cli, int argc, char **argv)
 {
-        static const struct option longopts[] = { CLI_CREATE_OPTIONS,
-                                                  { "env", required_argument, NULL, CLI_OPT_ENV },
-                                                  { "timeout", required_argument, NULL, OPT_TIMEOUT },
-                                                  { "cwd", required_argument, NULL, OPT_CWD },
-                                                  { "user", required_argument, NULL, OPT_USER },
-                                                  { 0 } };
+        static const struct option longopts[] = { CLI_CREATE_OPTIONS, EXEC_LONG_OPTIONS, { 0 } };
         _cleanup_json_ json_t *create = json_object();
         _cleanup_json_ json_t *exec = json_object();
         int opt;
         optind = 1;
-        while ((opt = cli_getopt(cli, argc, argv, "", longopts)) != -1) {
+        while ((opt = cli_getopt(cli, argc, argv, "e:w:u:", longopts)) != -1) {
                 if (opt < -1)
                         return cli_opt_exit(opt);
                 int r = exec_option(exec, opt, optarg);

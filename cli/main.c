@@ -67,16 +67,46 @@ static const struct command commands[] = {
           "Remove sandboxes, killing everything in them.\n\n"
           "  -f, --force  remove even while a command runs\n" },
         { "exec", cmd_exec,
-          "nsbox exec [--timeout S] [--cwd DIR] [--env K=V] [--user root] [-i] ID -- CMD [ARG...]",
-          "Run a command in a sandbox, streaming its output; exit with its exit code.\n\n"
-          "  --timeout S   kill the command after S seconds (exit 124)\n"
-          "  --cwd DIR     working directory (default /workspace)\n"
-          "  --env K=V     environment variable (repeatable)\n"
-          "  --user USER   sandbox (default) or root (the sandbox's own root)\n"
-          "  -i, --stdin   pass this program's standard input (UTF-8 text, up to 64 MiB)\n" },
+          "nsbox exec [-i] [-d] [-e K=V] [-w DIR] [-u root] [--timeout S] [--max-output BYTES] ID -- CMD "
+          "[ARG...]",
+          "Run a command in a sandbox, streaming its output byte for byte; exit with its exit\n"
+          "code (124 on timeout, 127/126 when it cannot start, with the reason on stderr).\n"
+          "Ctrl-C passes SIGINT to the command (once it has printed something: the exec id\n"
+          "comes with its first output); a second Ctrl-C kills it.\n\n"
+          "  --timeout S         kill the command after S seconds (default 30 s; with -d,\n"
+          "                      24 h, the daemon's longest)\n"
+          "  -w, --cwd DIR       working directory (default /workspace; a relative DIR is\n"
+          "                      under /workspace)\n"
+          "  -e, --env K=V       environment variable (repeatable)\n"
+          "  -u, --user USER     sandbox (default) or root (the sandbox's own root)\n"
+          "  -i, --stdin         pass this program's standard input, any bytes (read to its\n"
+          "                      end before the command starts)\n"
+          "  -d, --detach        run in the background and print its exec id; see nsbox ps,\n"
+          "                      logs and kill (its output is kept up to --max-output, 1 MiB\n"
+          "                      by default)\n"
+          "  --max-output BYTES  output cap (e.g. 4M, at most 256M); default 256 MiB when\n"
+          "                      streamed, 1 MiB with --json or -d; past it output is cut\n"
+          "                      and nsbox says so on stderr\n"
+          "  -t, --tty           not supported yet (PTY)\n"
+          "A sandbox idle (no command running) for its idle timeout, 300 s unless created\n"
+          "with --idle-timeout, is removed.\n" },
         { "sh", cmd_sh,
-          "nsbox sh [--timeout S] [--cwd DIR] [--env K=V] [--user root] [-i] ID 'shell command'",
-          "Run a command line under /bin/sh -c in a sandbox; options as for nsbox exec.\n" },
+          "nsbox sh [-i] [-d] [-e K=V] [-w DIR] [-u root] [--timeout S] [--max-output BYTES] ID "
+          "'shell command'",
+          "Run a command line under /bin/sh -c in a sandbox; options and defaults as for\n"
+          "nsbox exec (timeout 30 s, output cap 256 MiB streamed, 1 MiB with --json or -d).\n" },
+        { "ps", cmd_ps, "nsbox ps [-q] ID",
+          "List the background execs of a sandbox (nsbox exec -d): running, or how they\n"
+          "ended (the last 64 ended ones are kept).\n\n"
+          "  -q, --quiet  print the exec ids only\n" },
+        { "logs", cmd_logs, "nsbox logs [-f] ID EXEC",
+          "Print the output of a background exec so far (its first --max-output bytes,\n"
+          "1 MiB by default), stdout to stdout and stderr to stderr.\n\n"
+          "  -f, --follow  keep printing new output until the exec ends\n" },
+        { "kill", cmd_kill, "nsbox kill [-s SIG] ID EXEC",
+          "Send a signal to an exec (its whole process group; KILL ends every process it\n"
+          "started) and print its id.\n\n"
+          "  -s, --signal SIG  signal name or number (default KILL)\n" },
         { "python", cmd_python,
           "nsbox python [--stateful] [--require PKG]... [--timeout S] ID FILE|- | -c CODE",
           "Run Python code in a sandbox (python.run) from FILE, from standard input (-),\n"
@@ -94,10 +124,12 @@ static const struct command commands[] = {
           "under /workspace; LOCAL may be - for standard output/input; when the target is\n"
           "a directory the file keeps its name.\n" },
         { "run", cmd_run,
-          "nsbox run [create options] [--timeout S] [--cwd DIR] [--user root] -- CMD [ARG...]",
+          "nsbox run [create options] [-e K=V] [-w DIR] [-u root] [--timeout S] [--max-output BYTES] -- "
+          "CMD [ARG...]",
           "Create a sandbox, run one command in it with live output, remove it; exit with\n"
           "the command's exit code. Takes the options of nsbox create; --env applies to\n"
-          "the command. With no nsboxd listening (and as root) it runs a private one\n"
+          "the command; --timeout (default 30 s), -w, -u and --max-output as for nsbox exec.\n"
+          "With no nsboxd listening (and as root) it runs a private one\n"
           "for the duration of the command (with no network policies: no --network).\n" },
         { "status", cmd_status, "nsbox status",
           "Show the daemon's version, kernel, cgroup mode and features.\n" },
