@@ -71,6 +71,8 @@ static json_t *cp_call(struct cp *cp, const char *method, json_t *params, const 
                 snprintf(kind_out, kind_size, "%s", kind ? kind : "");
         if (kind != NULL && strcmp(kind, "not_found") == 0 && strstr(err->message, "no such file") != NULL)
                 *exit_code = cli_fail("%s in the sandbox: No such file or directory", what);
+        else if (err != NULL && strncmp(err->message, what, strlen(what)) == 0)
+                *exit_code = cli_fail("%s (in the sandbox)", err->message);
         else
                 *exit_code = cli_fail("%s in the sandbox: %s", what, err ? err->message : "failed");
         return NULL;
@@ -167,8 +169,10 @@ static int temp_name(char *out, size_t size)
 struct sandbox_sink {
         struct cp_sink base;
         struct cp *cp;
-        char *root; /* the sandbox path of rel "" */
-        char *file; /* the file being written */
+        char *root;       /* the sandbox path of rel "" */
+        char *shown_root; /* what messages call rel "": the target, not its temporary name */
+        char *file;       /* the file being written */
+        char *shown_file;
         mode_t file_mode;
         bool file_started; /* a first chunk went: the rest appends */
         char *buf;
@@ -204,7 +208,7 @@ static int sandbox_sink_flush(struct sandbox_sink *s)
             json_pack("{s:s, s:s%, s:s, s:b, s:i}", "path", s->file, "content", b64, b64_len, "encoding",
                       "base64", "append", s->file_started, "mode", (int)(s->file_mode & 0777));
         int code = 0;
-        _cleanup_json_ json_t *result = cp_call(s->cp, "fs.write", params, s->file, &code, NULL, 0);
+        _cleanup_json_ json_t *result = cp_call(s->cp, "fs.write", params, s->shown_file, &code, NULL, 0);
         if (result == NULL) {
                 /* No half file: nsboxd undid this chunk, the ones before are ours to remove. */
                 sandbox_remove(s->cp, s->file, false);
@@ -243,6 +247,9 @@ static int sandbox_sink_file_begin(struct cp_sink *sink, const char *rel, mode_t
         free(s->file);
         if ((s->file = sandbox_sink_path(s, rel)) == NULL)
                 return EXIT_NSBOX_FAILED;
+        free(s->shown_file);
+        if ((s->shown_file = path_join(s->shown_root ? s->shown_root : s->root, rel)) == NULL)
+                return cli_fail("out of memory");
         s->file_mode = mode;
         s->file_started = false;
         s->buf_len = 0;
@@ -309,7 +316,9 @@ static int sandbox_sink_init(struct sandbox_sink *s, struct cp *cp, const char *
 static void sandbox_sink_done(struct sandbox_sink *s)
 {
         free(s->root);
+        free(s->shown_root);
         free(s->file);
+        free(s->shown_file);
         free(s->buf);
         json_decref(s->links);
         json_decref(s->modes);
@@ -897,7 +906,8 @@ static int copy_in(struct cp *cp, const char *local, const char *dest_arg, unsig
         }
         free(s.root);
         s.root = strdup(merge ? target : staged);
-        if (s.root == NULL)
+        s.shown_root = strdup(target);
+        if (s.root == NULL || s.shown_root == NULL)
                 r = cli_fail("out of memory");
         else if (from_stdin)
                 r = host_source_fd(STDIN_FILENO, "standard input", "", 0644, 0, &s.base);

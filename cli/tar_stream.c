@@ -205,7 +205,8 @@ int tar_source_copy(int fd, struct cp_sink *sink)
                                         name ? name : "(none)");
                 mode_t mode = archive_entry_perm(entry) & 07777;
                 if (archive_entry_hardlink(entry) != NULL) {
-                        cp_warn_skipped(name, "a hard link (only files, directories and symlinks are copied)");
+                        cp_warn_skipped(name,
+                                        "a hard link (only files, directories and symlinks are copied)");
                         continue;
                 }
                 switch (archive_entry_filetype(entry)) {
@@ -221,7 +222,8 @@ int tar_source_copy(int fd, struct cp_sink *sink)
                                 r = cli_fail("tar entry %s: a file with no name", name);
                                 break;
                         }
-                        r = sink->ops->file_begin(sink, rel, mode, (unsigned long long)archive_entry_size(entry));
+                        r = sink->ops->file_begin(sink, rel, mode,
+                                                  (unsigned long long)archive_entry_size(entry));
                         while (r == 0) {
                                 la_ssize_t n = archive_read_data(a, buf, TAR_READ_CHUNK);
                                 if (n < 0) {
@@ -236,7 +238,8 @@ int tar_source_copy(int fd, struct cp_sink *sink)
                                 r = sink->ops->file_end(sink);
                         break;
                 default:
-                        cp_warn_skipped(name, "not a file, directory or symlink (FIFOs and devices are not copied)");
+                        cp_warn_skipped(
+                            name, "not a file, directory or symlink (FIFOs and devices are not copied)");
                         r = 0;
                 }
                 if (r != 0)
