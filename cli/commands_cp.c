@@ -94,7 +94,10 @@ static json_t *sandbox_stat(struct cp *cp, const char *path, bool *missing, int 
                 *missing = true;
                 return NULL;
         }
-        *exit_code = cli_fail("%s in the sandbox: %s", path, err ? err->message : "failed");
+        if (err != NULL && strncmp(err->message, path, strlen(path)) == 0)
+                *exit_code = cli_fail("%s (in the sandbox)", err->message);
+        else
+                *exit_code = cli_fail("%s in the sandbox: %s", path, err ? err->message : "failed");
         return NULL;
 }
 
