@@ -130,8 +130,8 @@ def test_cp_that_fills_the_sandbox_disk_leaves_no_file_and_keeps_the_old_one(dae
         big = tmp_path / "big.bin"
         big.write_bytes(os.urandom(20 << 20))
         line = one_line_error(daemon.cli("cp", str(big), sid + ":big.bin", timeout=300))
-        assert line.startswith("nsbox: /workspace/big.bin in the sandbox: ") and "no space left" in line
         assert workspace_names(daemon, sid) == []
+        assert line.startswith("nsbox: /workspace/big.bin in the sandbox: ") and "no space left" in line
 
         daemon.call("fs.write", sandbox_id=sid, path="keep.txt", content="old content\n")
         one_line_error(daemon.cli("cp", str(big), sid + ":keep.txt", timeout=300))
