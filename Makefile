@@ -22,7 +22,7 @@ SAN     ?=
 # Debian packages: to build and run, to test, for the cgroup v2 VM suite, and
 # for the side-by-side benchmark.
 DEPS_BUILD := build-essential pkg-config libseccomp-dev libcap-dev libnl-3-dev libnl-route-3-dev \
-              libjansson-dev uuid-dev libsystemd-dev libnftables-dev libc-ares-dev debootstrap
+              libjansson-dev uuid-dev libsystemd-dev libnftables-dev libc-ares-dev libarchive-dev debootstrap
 DEPS_TEST  := libcmocka-dev python3-pytest clang-format systemd qemu-system-x86 \
               linux-image-amd64 busybox-static e2fsprogs dnsmasq-base openssl iproute2 nftables
 DEPS_BENCH := bubblewrap crun hyperfine
@@ -65,7 +65,7 @@ $(BUILD)/nsboxd: $(call obj,manager/main.c) $(BUILD)/libnsbox.a
 # The CLI speaks JSON-RPC only (`nsbox run` without a daemon starts the
 # nsboxd binary): no manager libraries to load at every start.
 $(BUILD)/nsbox: $(call obj,$(CLI_SRC)) $(call obj,$(COMMON_SRC))
-	$(CC) $(CFLAGS) $(SAN) -o $@ $^ $(shell pkg-config --libs jansson uuid)
+	$(CC) $(CFLAGS) $(SAN) -o $@ $^ $(shell pkg-config --libs jansson uuid libarchive)
 
 # Static and sanitizer-free: it runs inside the sandbox's root, where the host's
 # dynamic loader and libraries are not.

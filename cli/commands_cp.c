@@ -1,294 +1,933 @@
-/* nsbox cp: copy one file out of or into a sandbox, byte for byte, of any
- * size the sandbox's disk holds.
+/* nsbox cp: copy files, directories and symlinks out of or into a sandbox,
+ * as docker cp does, through nsboxd's own file API.
  *
- * In: fs.write in base64 chunks (append after the first). Out: fs.read has
- * no offset and a bounded size, so the file is read in chunks by `dd` run in
- * the sandbox, its output base64-encoded by the daemon. Daemons without
- * fs.write get the chunks through `base64 -d` in the sandbox instead. */
+ * Data moves through fs.read / fs.write in base64 (nsboxd resolves every
+ * path inside the sandbox's root, as host root, whatever the sandbox user
+ * may read). fs.write takes 4 MiB per call, appending after the first;
+ * fs.read has no offset, so a sandbox file is read whole, up to nsboxd's
+ * 64 MiB limit, and a larger one is refused with that limit named.
+ *
+ * No half copy is left behind: a new file or tree is written under a
+ * temporary name (.nsbox-cp-XXXXXXXX) beside its target, renamed into place
+ * at the end and removed on failure; on the host with rename(2), in the
+ * sandbox with one `mv -T` (the file API has no rename). The file API
+ * cannot make symlinks or set a directory's mode either: those are done by
+ * one `sh` run as the sandbox user on the temporary tree, before the
+ * rename. FIFOs, sockets and devices are skipped with a warning.
+ *
+ * `-` as the source or destination is a tar stream for a directory (docker
+ * cp's semantics: `nsbox cp ID:DIR - > out.tar`, `tar c . | nsbox cp - ID:DIR`,
+ * extracted into the existing directory), and the raw bytes for a file. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <libgen.h>
+#include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "cleanup.h"
 #include "cli.h"
 #include "json_cleanup.h"
+#include "tar_stream.h"
 #include "textenc.h"
 
-#define CP_IN_CHUNK     (4u << 20)  /* 5.3 MiB of base64 per request line */
-#define CP_OUT_CHUNK    (16u << 20) /* per dd run; the daemon allows 256 MiB of output */
-#define CP_EXEC_TIMEOUT 600
+#define CP_CHUNK         (4u << 20)  /* per fs.write, and per read of a host file */
+#define CP_READ_MAX      (64u << 20) /* nsboxd's fs.read max_bytes */
+#define CP_LIST_MAX      100000      /* nsboxd's fs.list max_entries */
+#define CP_BATCH_OPS     256         /* symlinks or chmods per sh run */
+#define CP_EXEC_TIMEOUT  600
+#define CP_TEMP_PREFIX   ".nsbox-cp-"
+#define CP_DEFAULT_DMODE 0755
 
 struct cp {
         const struct cli *cli;
         struct client *c;
         const char *sandbox_id;
-        unsigned long long bytes;
 };
 
-/* Run argv in the sandbox and wait for it; the result or NULL after printing why. */
-static json_t *sandbox_run(struct cp *cp, json_t *argv, const char *stdin_text, size_t stdin_len, bool base64,
-                           size_t max_output)
-{
-        _cleanup_json_ json_t *params =
-            json_pack("{s:s, s:O, s:i, s:s, s:I}", "sandbox_id", cp->sandbox_id, "argv", argv,
-                      "timeout_seconds", CP_EXEC_TIMEOUT, "encoding", base64 ? "base64" : "utf-8",
-                      "max_output_bytes", (json_int_t)max_output);
-        if (stdin_text != NULL)
-                json_object_set_new(params, "stdin", json_stringn(stdin_text, stdin_len));
-        json_t *result = cli_call(cp->cli, cp->c, "sandbox.exec", params);
-        if (result == NULL)
-                return NULL;
-        if (cli_exec_exit_code(result) != 0) {
-                json_t *err = json_object_get(result, "stderr");
-                size_t len = 0;
-                _cleanup_free_ char *text = NULL;
-                if (base64 && json_is_string(err))
-                        text = base64_decode(json_string_value(err), json_string_length(err), &len);
-                else if (json_is_string(err))
-                        text = strndup(json_string_value(err), len = json_string_length(err));
-                while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == ' '))
-                        len--;
-                cli_fail("%s in the sandbox failed (exit %d): %.*s",
-                         json_string_value(json_array_get(argv, 0)), cli_exec_exit_code(result), (int)len,
-                         text ? text : "");
-                json_decref(result);
-                return NULL;
-        }
-        return result;
-}
+/* ---- calls ---- */
 
-/* --- out of the sandbox ------------------------------------------------ */
-
-/* Type, size and mode of a sandbox file. 0, or an exit code. */
-static int stat_sandbox_file(struct cp *cp, const char *path, unsigned long long *size, mode_t *mode)
-{
-        _cleanup_json_ json_t *argv =
-            json_pack("[s, s, s, s, s, s]", "stat", "-L", "--printf", "%F\n%s\n%a\n", "--", path);
-        _cleanup_json_ json_t *result = sandbox_run(cp, argv, NULL, 0, false, 4096);
-        if (result == NULL)
-                return EXIT_NSBOX_FAILED;
-        const char *out = json_string_value(json_object_get(result, "stdout"));
-        char type[64];
-        unsigned long long sz;
-        unsigned m;
-        if (out == NULL || sscanf(out, "%63[^\n]\n%llu\n%o", type, &sz, &m) != 3)
-                return cli_fail("cannot read the file type of %s in the sandbox", path);
-        if (strcmp(type, "regular file") != 0 && strcmp(type, "regular empty file") != 0)
-                return cli_fail("%s in the sandbox is a %s, not a regular file", path, type);
-        *size = sz;
-        *mode = m & 0777;
-        return 0;
-}
-
-/* Append the sandbox file, chunk by chunk, to fd. 0, or an exit code. */
-static int copy_out_data(struct cp *cp, const char *path, int fd)
-{
-        _cleanup_free_ char *input = NULL;
-        if (asprintf(&input, "if=%s", path) < 0)
-                return cli_fail("out of memory");
-        for (unsigned long long offset = 0;;) {
-                char skip[64], count[64];
-                snprintf(skip, sizeof(skip), "skip=%llu", offset);
-                snprintf(count, sizeof(count), "count=%u", CP_OUT_CHUNK);
-                _cleanup_json_ json_t *argv =
-                    json_pack("[s, s, s, s, s, s, s]", "dd", input, "bs=1M", skip, count,
-                              "iflag=skip_bytes,count_bytes,fullblock", "status=none");
-                _cleanup_json_ json_t *result = sandbox_run(cp, argv, NULL, 0, true, CP_OUT_CHUNK);
-                if (result == NULL)
-                        return EXIT_NSBOX_FAILED;
-                if (json_is_true(json_object_get(result, "truncated")))
-                        return cli_fail("reading %s in the sandbox: output truncated", path);
-                json_t *data = json_object_get(result, "stdout");
-                size_t len;
-                _cleanup_free_ char *bytes =
-                    json_is_string(data)
-                        ? base64_decode(json_string_value(data), json_string_length(data), &len)
-                        : NULL;
-                if (bytes == NULL)
-                        return cli_fail("reading %s in the sandbox: nsboxd sent bad base64", path);
-                int r = cli_write_all(fd, bytes, len);
-                if (r < 0)
-                        return cli_fail("write: %s", strerror(-r));
-                offset += len;
-                cp->bytes += len;
-                if (len < CP_OUT_CHUNK)
-                        return 0;
-        }
-}
-
-static int copy_out(struct cp *cp, const char *path, const char *local)
-{
-        unsigned long long size = 0;
-        mode_t mode = 0644;
-        int r = stat_sandbox_file(cp, path, &size, &mode);
-        if (r != 0)
-                return r;
-        if (strcmp(local, "-") == 0) {
-                r = copy_out_data(cp, path, STDOUT_FILENO);
-                return r;
-        }
-        /* Into a directory: keep the file's name. */
-        _cleanup_free_ char *target = NULL;
-        struct stat st;
-        if (stat(local, &st) == 0 && S_ISDIR(st.st_mode)) {
-                _cleanup_free_ char *copy = strdup(path);
-                if (copy == NULL || asprintf(&target, "%s/%s", local, basename(copy)) < 0)
-                        return cli_fail("out of memory");
-        } else {
-                target = strdup(local);
-                if (target == NULL)
-                        return cli_fail("out of memory");
-        }
-        /* Write beside the target and rename: a failed copy leaves no half file. */
-        _cleanup_free_ char *temp = NULL;
-        if (asprintf(&temp, "%s.nsbox-XXXXXX", target) < 0)
-                return cli_fail("out of memory");
-        _cleanup_close_ int fd = mkostemp(temp, O_CLOEXEC);
-        if (fd < 0)
-                return cli_fail("create %s: %s", temp, strerror(errno));
-        r = copy_out_data(cp, path, fd);
-        if (r == 0 && fchmod(fd, mode) < 0)
-                r = cli_fail("chmod %s: %s", temp, strerror(errno));
-        if (r == 0 && close(steal_fd(&fd)) < 0)
-                r = cli_fail("write %s: %s", temp, strerror(errno));
-        if (r == 0 && rename(temp, target) < 0)
-                r = cli_fail("rename %s to %s: %s", temp, target, strerror(errno));
-        if (r != 0)
-                unlink(temp);
-        return r;
-}
-
-/* --- into the sandbox -------------------------------------------------- */
-
-/* Read up to len bytes (less only at end of file). */
-static ssize_t read_full(int fd, char *buf, size_t len)
-{
-        size_t done = 0;
-        while (done < len) {
-                ssize_t n = read(fd, buf + done, len - done);
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n < 0)
-                        return -errno;
-                if (n == 0)
-                        break;
-                done += n;
-        }
-        return done;
-}
-
-static bool sandbox_is_dir(struct cp *cp, const char *path)
-{
-        _cleanup_error_ nsbox_error_t *err = NULL;
-        _cleanup_json_ json_t *params =
-            json_pack("{s:s, s:[s, s, s]}", "sandbox_id", cp->sandbox_id, "argv", "test", "-d", path);
-        _cleanup_json_ json_t *result = NULL;
-        if (client_call(cp->c, "sandbox.exec", params, NULL, NULL, &result, NULL, &err) < 0)
-                return false;
-        return cli_exec_exit_code(result) == 0;
-}
-
-/* One chunk through fs.write. 0, 1 when the daemon has no fs.write, or an exit code. */
-static int write_chunk_fs(struct cp *cp, const char *path, const char *b64, size_t b64_len, size_t len,
-                          bool append, mode_t mode)
+/* A call whose failure is printed as "WHAT: message" (not found as "No such
+ * file or directory", the words of cp(1)). The result, or NULL with
+ * *exit_code set; *kind_out (if given) gets the error's kind. */
+static json_t *cp_call(struct cp *cp, const char *method, json_t *params, const char *what, int *exit_code,
+                       char *kind_out, size_t kind_size)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
         _cleanup_json_ json_t *error = NULL;
+        json_t *result = NULL;
+        json_object_set_new(params, "sandbox_id", json_string(cp->sandbox_id));
+        if (client_call(cp->c, method, params, NULL, NULL, &result, &error, &err) == 0)
+                return result;
+        const char *kind = json_string_value(json_object_get(json_object_get(error, "data"), "kind"));
+        if (kind_out != NULL)
+                snprintf(kind_out, kind_size, "%s", kind ? kind : "");
+        if (kind != NULL && strcmp(kind, "not_found") == 0 && strstr(err->message, "no such file") != NULL)
+                *exit_code = cli_fail("%s in the sandbox: No such file or directory", what);
+        else if (err != NULL && strncmp(err->message, what, strlen(what)) == 0)
+                *exit_code = cli_fail("%s (in the sandbox)", err->message);
+        else
+                *exit_code = cli_fail("%s in the sandbox: %s", what, err ? err->message : "failed");
+        return NULL;
+}
+
+/* fs.stat of path: the result, NULL with *missing when there is nothing
+ * there, or NULL with *exit_code after printing why. */
+static json_t *sandbox_stat(struct cp *cp, const char *path, bool *missing, int *exit_code)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        _cleanup_json_ json_t *error = NULL;
+        _cleanup_json_ json_t *params = json_pack("{s:s, s:s}", "sandbox_id", cp->sandbox_id, "path", path);
+        json_t *result = NULL;
+        *missing = false;
+        if (client_call(cp->c, "fs.stat", params, NULL, NULL, &result, &error, &err) == 0)
+                return result;
+        const char *kind = json_string_value(json_object_get(json_object_get(error, "data"), "kind"));
+        if (kind != NULL && strcmp(kind, "not_found") == 0) {
+                *missing = true;
+                return NULL;
+        }
+        if (err != NULL && strncmp(err->message, path, strlen(path)) == 0)
+                *exit_code = cli_fail("%s (in the sandbox)", err->message);
+        else
+                *exit_code = cli_fail("%s in the sandbox: %s", path, err ? err->message : "failed");
+        return NULL;
+}
+
+/* Run argv in the sandbox as user; 0, or an exit code after printing why. */
+static int sandbox_run(struct cp *cp, json_t *argv, const char *user, const char *what)
+{
+        _cleanup_json_ json_t *params =
+            json_pack("{s:O, s:s, s:i}", "argv", argv, "user", user, "timeout_seconds", CP_EXEC_TIMEOUT);
+        int code = 0;
+        _cleanup_json_ json_t *result = cp_call(cp, "sandbox.exec", params, what, &code, NULL, 0);
+        if (result == NULL)
+                return code;
+        if (cli_exec_exit_code(result) == 0)
+                return 0;
+        const char *err = json_string_value(json_object_get(result, "stderr"));
+        size_t len = err ? strlen(err) : 0;
+        while (len > 0 && (err[len - 1] == '\n' || err[len - 1] == ' '))
+                len--;
+        return cli_fail("%s in the sandbox failed (exit %d): %.*s", what, cli_exec_exit_code(result),
+                        (int)len, err ? err : "");
+}
+
+static char *path_join(const char *dir, const char *name)
+{
+        char *out = NULL;
+        size_t n = strlen(dir);
+        if (name[0] == '\0' || dir[0] == '\0')
+                return strdup(name[0] ? name : dir);
+        if (asprintf(&out, "%s%s%s", dir, n > 0 && dir[n - 1] == '/' ? "" : "/", name) < 0)
+                return NULL;
+        return out;
+}
+
+/* The last component of a path ("a/b/" → "b", "/" → "/"). */
+static char *path_base(const char *path)
+{
+        _cleanup_free_ char *copy = strdup(path);
+        if (copy == NULL)
+                return NULL;
+        for (size_t n = strlen(copy); n > 1 && copy[n - 1] == '/'; n--)
+                copy[n - 1] = '\0';
+        return strdup(basename(copy));
+}
+
+static char *path_dir(const char *path)
+{
+        _cleanup_free_ char *copy = strdup(path);
+        if (copy == NULL)
+                return NULL;
+        for (size_t n = strlen(copy); n > 1 && copy[n - 1] == '/'; n--)
+                copy[n - 1] = '\0';
+        return strdup(dirname(copy));
+}
+
+static bool path_ends_with_dot(const char *path)
+{
+        size_t n = strlen(path);
+        return (n == 1 && path[0] == '.') || (n >= 2 && strcmp(path + n - 2, "/.") == 0);
+}
+
+static int temp_name(char *out, size_t size)
+{
+        unsigned char r[4];
+        if (getrandom(r, sizeof(r), 0) != sizeof(r))
+                return cli_fail("getrandom: %s", strerror(errno));
+        snprintf(out, size, CP_TEMP_PREFIX "%02x%02x%02x%02x", r[0], r[1], r[2], r[3]);
+        return 0;
+}
+
+/* ---- sink: a sandbox tree, through fs.* ---- */
+
+struct sandbox_sink {
+        struct cp_sink base;
+        struct cp *cp;
+        char *root;       /* the sandbox path of rel "" */
+        char *shown_root; /* what messages call rel "": the target, not its temporary name */
+        char *file;       /* the file being written */
+        char *shown_file;
+        mode_t file_mode;
+        bool file_started; /* a first chunk went: the rest appends */
+        char *buf;
+        size_t buf_len;
+        json_t *links; /* "target", "path" pairs: ln -s, at the end */
+        json_t *modes; /* "mode", "path" pairs: chmod of directories, after that */
+};
+
+static char *sandbox_sink_path(struct sandbox_sink *s, const char *rel)
+{
+        char *path = path_join(s->root, rel);
+        if (path == NULL)
+                cli_fail("out of memory");
+        return path;
+}
+
+static void sandbox_remove(struct cp *cp, const char *path, bool recursive)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
         _cleanup_json_ json_t *result = NULL;
         _cleanup_json_ json_t *params =
-            json_pack("{s:s, s:s, s:s%, s:s, s:b, s:i}", "sandbox_id", cp->sandbox_id, "path", path,
-                      "content", b64, b64_len, "encoding", "base64", "append", append, "mode", (int)mode);
-        if (client_call(cp->c, "fs.write", params, NULL, NULL, &result, &error, &err) < 0) {
-                if (cli_error_is_missing_method(error))
-                        return 1;
-                return cli_fail("write %s in the sandbox: %s", path, err->message);
+            json_pack("{s:s, s:s, s:b}", "sandbox_id", cp->sandbox_id, "path", path, "recursive", recursive);
+        client_call(cp->c, "fs.remove", params, NULL, NULL, &result, NULL, &err);
+}
+
+static int sandbox_sink_flush(struct sandbox_sink *s)
+{
+        size_t b64_len;
+        _cleanup_free_ char *b64 = base64_encode(s->buf, s->buf_len, &b64_len);
+        if (b64 == NULL)
+                return cli_fail("out of memory");
+        _cleanup_json_ json_t *params =
+            json_pack("{s:s, s:s%, s:s, s:b, s:i}", "path", s->file, "content", b64, b64_len, "encoding",
+                      "base64", "append", s->file_started, "mode", (int)(s->file_mode & 0777));
+        int code = 0;
+        _cleanup_json_ json_t *result = cp_call(s->cp, "fs.write", params, s->shown_file, &code, NULL, 0);
+        if (result == NULL) {
+                /* No half file: nsboxd undid this chunk, the ones before are ours to remove. */
+                sandbox_remove(s->cp, s->file, false);
+                return code;
         }
-        json_t *written = json_object_get(result, "bytes_written");
-        if (json_is_integer(written) && (size_t)json_integer_value(written) != len)
-                return cli_fail("write %s in the sandbox: %lld of %zu bytes written", path,
-                                (long long)json_integer_value(written), len);
+        s->base.bytes += s->buf_len;
+        s->buf_len = 0;
+        s->file_started = true;
         return 0;
 }
 
-/* One chunk through base64 -d in the sandbox, for daemons without fs.write. */
-static int write_chunk_exec(struct cp *cp, const char *path, const char *b64, size_t b64_len, bool append)
+static int sandbox_sink_dir(struct cp_sink *sink, const char *rel, mode_t mode)
 {
-        _cleanup_json_ json_t *argv = json_pack("[s, s, s, s]", "sh", "-c",
-                                                append ? "base64 -d >> \"$1\"" : "base64 -d > \"$1\"", "sh");
-        json_array_append_new(argv, json_string(path));
-        _cleanup_json_ json_t *result = sandbox_run(cp, argv, b64, b64_len, false, 65536);
-        return result == NULL ? EXIT_NSBOX_FAILED : 0;
+        struct sandbox_sink *s = (struct sandbox_sink *)sink;
+        _cleanup_free_ char *path = sandbox_sink_path(s, rel);
+        if (path == NULL)
+                return EXIT_NSBOX_FAILED;
+        _cleanup_json_ json_t *params = json_pack("{s:s, s:b}", "path", path, "parents", true);
+        int code = 0;
+        _cleanup_json_ json_t *result = cp_call(s->cp, "fs.mkdir", params, path, &code, NULL, 0);
+        if (result == NULL)
+                return code;
+        if ((mode & 07777) != CP_DEFAULT_DMODE) {
+                char octal[16];
+                snprintf(octal, sizeof(octal), "%o", mode & 0777);
+                json_array_append_new(s->modes, json_string(octal));
+                json_array_append_new(s->modes, json_string(path));
+        }
+        return 0;
 }
 
-static int copy_in(struct cp *cp, const char *local, const char *path)
+static int sandbox_sink_file_begin(struct cp_sink *sink, const char *rel, mode_t mode,
+                                   unsigned long long size)
 {
-        bool from_stdin = strcmp(local, "-") == 0;
-        _cleanup_close_ int fd = from_stdin ? dup(STDIN_FILENO) : open(local, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return cli_fail("open %s: %s", local, strerror(errno));
-        struct stat st;
-        if (fstat(fd, &st) < 0)
-                return cli_fail("stat %s: %s", local, strerror(errno));
-        if (!from_stdin && !S_ISREG(st.st_mode))
-                return cli_fail("%s is not a regular file", local);
-        mode_t mode = from_stdin ? 0644 : st.st_mode & 0777;
-
-        /* Into a directory: keep the file's name. */
-        _cleanup_free_ char *target = NULL;
-        size_t plen = strlen(path);
-        if (plen == 0 || path[plen - 1] == '/' || sandbox_is_dir(cp, path)) {
-                if (from_stdin)
-                        return cli_fail("%s is a directory in the sandbox: name the file to write", path);
-                _cleanup_free_ char *copy = strdup(local);
-                if (copy == NULL ||
-                    asprintf(&target, "%s%s%s", path, plen == 0 || path[plen - 1] == '/' ? "" : "/",
-                             basename(copy)) < 0)
-                        return cli_fail("out of memory");
-        } else if ((target = strdup(path)) == NULL) {
+        struct sandbox_sink *s = (struct sandbox_sink *)sink;
+        free(s->file);
+        if ((s->file = sandbox_sink_path(s, rel)) == NULL)
+                return EXIT_NSBOX_FAILED;
+        free(s->shown_file);
+        if ((s->shown_file = path_join(s->shown_root ? s->shown_root : s->root, rel)) == NULL)
                 return cli_fail("out of memory");
-        }
+        s->file_mode = mode;
+        s->file_started = false;
+        s->buf_len = 0;
+        return 0;
+}
 
-        _cleanup_free_ char *buf = malloc(CP_IN_CHUNK);
-        if (buf == NULL)
-                return cli_fail("out of memory");
-        bool use_fs = true;
-        for (bool first = true;; first = false) {
-                ssize_t n = read_full(fd, buf, CP_IN_CHUNK);
-                if (n < 0)
-                        return cli_fail("read %s: %s", local, strerror(-n));
-                if (n == 0 && !first)
-                        break;
-                size_t b64_len;
-                _cleanup_free_ char *b64 = base64_encode(buf, n, &b64_len);
-                if (b64 == NULL)
-                        return cli_fail("out of memory");
-                int r = use_fs ? write_chunk_fs(cp, target, b64, b64_len, n, !first, mode) : 1;
-                if (r == 1) {
-                        if (!first)
-                                return cli_fail("nsboxd stopped offering fs.write in the middle of a copy");
-                        use_fs = false;
-                        r = write_chunk_exec(cp, target, b64, b64_len, !first);
+static int sandbox_sink_file_data(struct cp_sink *sink, const void *data, size_t len)
+{
+        struct sandbox_sink *s = (struct sandbox_sink *)sink;
+        while (len > 0) {
+                size_t n = CP_CHUNK - s->buf_len < len ? CP_CHUNK - s->buf_len : len;
+                memcpy(s->buf + s->buf_len, data, n);
+                s->buf_len += n;
+                data = (const char *)data + n;
+                len -= n;
+                if (s->buf_len == CP_CHUNK) {
+                        int r = sandbox_sink_flush(s);
+                        if (r != 0)
+                                return r;
                 }
+        }
+        return 0;
+}
+
+static int sandbox_sink_file_end(struct cp_sink *sink)
+{
+        struct sandbox_sink *s = (struct sandbox_sink *)sink;
+        if (s->buf_len > 0 || !s->file_started)
+                return sandbox_sink_flush(s);
+        return 0;
+}
+
+static int sandbox_sink_symlink(struct cp_sink *sink, const char *rel, const char *target)
+{
+        struct sandbox_sink *s = (struct sandbox_sink *)sink;
+        _cleanup_free_ char *path = sandbox_sink_path(s, rel);
+        if (path == NULL)
+                return EXIT_NSBOX_FAILED;
+        json_array_append_new(s->links, json_string(target));
+        json_array_append_new(s->links, json_string(path));
+        return 0;
+}
+
+static const struct cp_sink_ops sandbox_sink_ops = {
+        .dir = sandbox_sink_dir,
+        .file_begin = sandbox_sink_file_begin,
+        .file_data = sandbox_sink_file_data,
+        .file_end = sandbox_sink_file_end,
+        .symlink = sandbox_sink_symlink,
+};
+
+static int sandbox_sink_init(struct sandbox_sink *s, struct cp *cp, const char *root)
+{
+        *s = (struct sandbox_sink){ .base.ops = &sandbox_sink_ops, .cp = cp };
+        s->root = strdup(root);
+        s->buf = malloc(CP_CHUNK);
+        s->links = json_array();
+        s->modes = json_array();
+        if (s->root == NULL || s->buf == NULL || s->links == NULL || s->modes == NULL)
+                return cli_fail("out of memory");
+        return 0;
+}
+
+static void sandbox_sink_done(struct sandbox_sink *s)
+{
+        free(s->root);
+        free(s->shown_root);
+        free(s->file);
+        free(s->shown_file);
+        free(s->buf);
+        json_decref(s->links);
+        json_decref(s->modes);
+}
+
+/* `script` over pairs of arguments, CP_BATCH_OPS pairs per run. */
+static int sandbox_sink_batch(struct sandbox_sink *s, const char *script, json_t *pairs, const char *what)
+{
+        for (size_t i = 0; i < json_array_size(pairs); i += 2 * CP_BATCH_OPS) {
+                _cleanup_json_ json_t *argv = json_pack("[s, s, s, s]", "sh", "-c", script, "sh");
+                for (size_t j = i; j < json_array_size(pairs) && j < i + 2 * CP_BATCH_OPS; j++)
+                        json_array_append(argv, json_array_get(pairs, j));
+                int r = sandbox_run(s->cp, argv, "sandbox", what);
                 if (r != 0)
                         return r;
-                cp->bytes += n;
-                if ((size_t)n < CP_IN_CHUNK)
-                        break;
-        }
-        if (!use_fs) {
-                char octal[16];
-                snprintf(octal, sizeof(octal), "%o", mode);
-                _cleanup_json_ json_t *argv = json_pack("[s, s, s, s]", "chmod", octal, "--", target);
-                _cleanup_json_ json_t *result = sandbox_run(cp, argv, NULL, 0, false, 65536);
-                if (result == NULL)
-                        return EXIT_NSBOX_FAILED;
         }
         return 0;
+}
+
+/* Symlinks, then the modes of directories (a read-only one last). */
+static int sandbox_sink_finish(struct sandbox_sink *s)
+{
+        int r = sandbox_sink_batch(
+            s, "while [ $# -gt 1 ]; do ln -s -f -T -- \"$1\" \"$2\" || exit 1; shift 2; done", s->links,
+            "ln -s");
+        if (r == 0)
+                r = sandbox_sink_batch(
+                    s, "while [ $# -gt 1 ]; do chmod -- \"$1\" \"$2\" || exit 1; shift 2; done", s->modes,
+                    "chmod");
+        return r;
+}
+
+/* ---- sink: a host tree ---- */
+
+struct host_sink {
+        struct cp_sink base;
+        int dirfd;
+        const char *top; /* the name of rel "" in dirfd; NULL: dirfd is rel "" */
+        int fd;          /* the file being written */
+        mode_t file_mode;
+        char *file;
+        json_t *dirs; /* [rel, mode]: modes set at the end, deepest first */
+};
+
+static int host_openat2(int dirfd, const char *path, int flags)
+{
+        struct open_how how = { .flags = flags | O_CLOEXEC,
+                                .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
+        long fd = syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+        return fd < 0 ? -errno : (int)fd;
+}
+
+/* The directory holding rel's entry, opened beneath the sink's root without
+ * following a symlink, and the entry's name in it. */
+static int host_sink_parent(struct host_sink *h, const char *rel, char **name_out)
+{
+        _cleanup_free_ char *path = NULL;
+        if (h->top != NULL)
+                path = rel[0] ? path_join(h->top, rel) : strdup(h->top);
+        else
+                path = strdup(rel[0] ? rel : ".");
+        if (path == NULL)
+                return -ENOMEM;
+        char *slash = strrchr(path, '/');
+        int fd;
+        if (slash == NULL) {
+                fd = host_openat2(h->dirfd, ".", O_PATH | O_DIRECTORY);
+                *name_out = strdup(path);
+        } else {
+                *slash = '\0';
+                fd = host_openat2(h->dirfd, path, O_PATH | O_DIRECTORY);
+                *name_out = strdup(slash + 1);
+        }
+        if (*name_out == NULL) {
+                if (fd >= 0)
+                        close(fd);
+                return -ENOMEM;
+        }
+        return fd;
+}
+
+static int host_sink_dir(struct cp_sink *sink, const char *rel, mode_t mode)
+{
+        struct host_sink *h = (struct host_sink *)sink;
+        if (!(h->top == NULL && rel[0] == '\0')) {
+                _cleanup_free_ char *name = NULL;
+                _cleanup_close_ int parent = host_sink_parent(h, rel, &name);
+                if (parent < 0)
+                        return cli_fail("open the directory of %s: %s", rel, strerror(-parent));
+                struct stat st;
+                if (mkdirat(parent, name, 0700) < 0 &&
+                    !(errno == EEXIST && fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+                      S_ISDIR(st.st_mode)))
+                        return cli_fail("mkdir %s: %s", rel[0] ? rel : h->top, strerror(errno));
+        }
+        json_array_append_new(h->dirs, json_pack("[s, i]", rel, (int)(mode & 0777)));
+        return 0;
+}
+
+static int host_sink_file_begin(struct cp_sink *sink, const char *rel, mode_t mode, unsigned long long size)
+{
+        struct host_sink *h = (struct host_sink *)sink;
+        _cleanup_free_ char *name = NULL;
+        _cleanup_close_ int parent = host_sink_parent(h, rel, &name);
+        if (parent < 0)
+                return cli_fail("open the directory of %s: %s", rel, strerror(-parent));
+        for (int attempt = 0;; attempt++) {
+                h->fd = openat(parent, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+                if (h->fd >= 0 || errno != EEXIST || attempt > 0)
+                        break;
+                /* Into an existing directory: the copy replaces what is there. */
+                if (unlinkat(parent, name, 0) < 0)
+                        break;
+        }
+        if (h->fd < 0)
+                return cli_fail("create %s: %s", rel[0] ? rel : h->top, strerror(errno));
+        free(h->file);
+        h->file = strdup(rel[0] ? rel : (h->top ? h->top : "."));
+        h->file_mode = mode & 0777;
+        return 0;
+}
+
+static int host_sink_file_data(struct cp_sink *sink, const void *data, size_t len)
+{
+        struct host_sink *h = (struct host_sink *)sink;
+        int r = cli_write_all(h->fd, data, len);
+        if (r < 0)
+                return cli_fail("write %s: %s", h->file, strerror(-r));
+        sink->bytes += len;
+        return 0;
+}
+
+static int host_sink_file_end(struct cp_sink *sink)
+{
+        struct host_sink *h = (struct host_sink *)sink;
+        int fd = steal_fd(&h->fd);
+        if (fchmod(fd, h->file_mode) < 0) {
+                int e = errno;
+                close(fd);
+                return cli_fail("chmod %s: %s", h->file, strerror(e));
+        }
+        if (close(fd) < 0)
+                return cli_fail("write %s: %s", h->file, strerror(errno));
+        return 0;
+}
+
+static int host_sink_symlink(struct cp_sink *sink, const char *rel, const char *target)
+{
+        struct host_sink *h = (struct host_sink *)sink;
+        _cleanup_free_ char *name = NULL;
+        _cleanup_close_ int parent = host_sink_parent(h, rel, &name);
+        if (parent < 0)
+                return cli_fail("open the directory of %s: %s", rel, strerror(-parent));
+        int r = symlinkat(target, parent, name);
+        if (r < 0 && errno == EEXIST && unlinkat(parent, name, 0) == 0)
+                r = symlinkat(target, parent, name);
+        if (r < 0)
+                return cli_fail("symlink %s: %s", rel[0] ? rel : h->top, strerror(errno));
+        return 0;
+}
+
+static const struct cp_sink_ops host_sink_ops = {
+        .dir = host_sink_dir,
+        .file_begin = host_sink_file_begin,
+        .file_data = host_sink_file_data,
+        .file_end = host_sink_file_end,
+        .symlink = host_sink_symlink,
+};
+
+/* Directory modes last, deepest first: a read-only directory was writable
+ * while the copy filled it. */
+static int host_sink_finish(struct host_sink *h)
+{
+        for (size_t i = json_array_size(h->dirs); i-- > 0;) {
+                json_t *d = json_array_get(h->dirs, i);
+                const char *rel = json_string_value(json_array_get(d, 0));
+                _cleanup_free_ char *name = NULL;
+                _cleanup_close_ int parent = host_sink_parent(h, rel, &name);
+                if (parent < 0)
+                        return cli_fail("open the directory of %s: %s", rel, strerror(-parent));
+                _cleanup_close_ int fd =
+                    openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (fd < 0 || fchmod(fd, (mode_t)json_integer_value(json_array_get(d, 1))) < 0)
+                        return cli_fail("chmod %s: %s", rel[0] ? rel : name, strerror(errno));
+        }
+        return 0;
+}
+
+/* ---- source: a sandbox tree ---- */
+
+static int sandbox_source_file(struct cp *cp, const char *path, const char *rel, mode_t mode,
+                               unsigned long long size, struct cp_sink *sink)
+{
+        if (size > CP_READ_MAX)
+                return cli_fail("%s in the sandbox is %llu bytes: nsboxd's fs.read returns at most %u MiB "
+                                "(and has no offset to read a larger file in parts)",
+                                path, size, CP_READ_MAX >> 20);
+        _cleanup_json_ json_t *params = json_pack("{s:s, s:s, s:I}", "path", path, "encoding", "base64",
+                                                  "max_bytes", (json_int_t)CP_READ_MAX);
+        int code = 0;
+        _cleanup_json_ json_t *result = cp_call(cp, "fs.read", params, path, &code, NULL, 0);
+        if (result == NULL)
+                return code;
+        if (json_is_true(json_object_get(result, "truncated")))
+                return cli_fail("%s in the sandbox grew past %u MiB, nsboxd's fs.read limit, while read",
+                                path, CP_READ_MAX >> 20);
+        json_t *content = json_object_get(result, "content");
+        size_t len = 0;
+        _cleanup_free_ char *data = json_is_string(content) ? base64_decode(json_string_value(content),
+                                                                            json_string_length(content), &len)
+                                                            : NULL;
+        if (data == NULL)
+                return cli_fail("reading %s in the sandbox: nsboxd sent bad base64", path);
+        int r = sink->ops->file_begin(sink, rel, mode, len);
+        if (r == 0 && len > 0)
+                r = sink->ops->file_data(sink, data, len);
+        return r == 0 ? sink->ops->file_end(sink) : r;
+}
+
+static int sandbox_source_symlink(struct cp *cp, const char *path, const char *rel, struct cp_sink *sink)
+{
+        _cleanup_json_ json_t *params = json_pack("{s:s}", "path", path);
+        int code = 0;
+        _cleanup_json_ json_t *result = cp_call(cp, "fs.stat", params, path, &code, NULL, 0);
+        if (result == NULL)
+                return code;
+        const char *target = json_string_value(json_object_get(result, "target"));
+        if (target == NULL)
+                return cli_fail("%s in the sandbox: cannot read the symlink", path);
+        return sink->ops->symlink(sink, rel, target);
+}
+
+/* One entry, described by fs.stat or an fs.list entry. */
+static int sandbox_source_entry(struct cp *cp, const char *path, const char *rel, json_t *info,
+                                struct cp_sink *sink)
+{
+        const char *type = json_string_value(json_object_get(info, "type"));
+        mode_t mode = (mode_t)json_integer_value(json_object_get(info, "mode")) & 0777;
+        unsigned long long size = (unsigned long long)json_integer_value(json_object_get(info, "size"));
+        if (type == NULL)
+                return cli_fail("%s in the sandbox: nsboxd sent no type", path);
+        if (strcmp(type, "file") == 0)
+                return sandbox_source_file(cp, path, rel, mode, size, sink);
+        if (strcmp(type, "symlink") == 0)
+                return sandbox_source_symlink(cp, path, rel, sink);
+        if (strcmp(type, "dir") != 0) {
+                cp_warn_skipped(
+                    path, "not a file, directory or symlink (FIFOs, sockets and devices are not copied)");
+                return 0;
+        }
+        int r = sink->ops->dir(sink, rel, mode);
+        if (r != 0)
+                return r;
+        _cleanup_json_ json_t *params = json_pack("{s:s, s:i}", "path", path, "max_entries", CP_LIST_MAX);
+        int code = 0;
+        _cleanup_json_ json_t *list = cp_call(cp, "fs.list", params, path, &code, NULL, 0);
+        if (list == NULL)
+                return code;
+        if (json_is_true(json_object_get(list, "truncated")))
+                return cli_fail("%s in the sandbox holds more than %d entries, more than fs.list answers",
+                                path, CP_LIST_MAX);
+        size_t i;
+        json_t *entry;
+        json_array_foreach(json_object_get(list, "entries"), i, entry)
+        {
+                const char *name = json_string_value(json_object_get(entry, "name"));
+                if (name == NULL || strcmp(name, ".") == 0 || strcmp(name, "..") == 0 || strchr(name, '/'))
+                        continue;
+                _cleanup_free_ char *child = path_join(path, name);
+                _cleanup_free_ char *child_rel = path_join(rel, name);
+                if (child == NULL || child_rel == NULL)
+                        return cli_fail("out of memory");
+                r = sandbox_source_entry(cp, child, child_rel, entry, sink);
+                if (r != 0)
+                        return r;
+        }
+        return 0;
+}
+
+/* ---- source: a host tree ---- */
+
+/* The bytes of fd as one file of the sink. */
+static int host_source_fd(int fd, const char *shown, const char *rel, mode_t mode, unsigned long long size,
+                          struct cp_sink *sink)
+{
+        int r = sink->ops->file_begin(sink, rel, mode, size);
+        _cleanup_free_ char *buf = malloc(CP_CHUNK);
+        if (r == 0 && buf == NULL)
+                r = cli_fail("out of memory");
+        while (r == 0) {
+                ssize_t n = read(fd, buf, CP_CHUNK);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return cli_fail("read %s: %s", shown, strerror(errno));
+                if (n == 0)
+                        break;
+                r = sink->ops->file_data(sink, buf, (size_t)n);
+        }
+        return r == 0 ? sink->ops->file_end(sink) : r;
+}
+
+static int host_source_entry(int parent, const char *name, const char *shown, const char *rel,
+                             struct cp_sink *sink)
+{
+        struct stat st;
+        if (fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                return cli_fail("%s: %s", shown, strerror(errno));
+        if (S_ISLNK(st.st_mode)) {
+                char target[PATH_MAX];
+                ssize_t n = readlinkat(parent, name, target, sizeof(target) - 1);
+                if (n < 0)
+                        return cli_fail("readlink %s: %s", shown, strerror(errno));
+                target[n] = '\0';
+                return sink->ops->symlink(sink, rel, target);
+        }
+        if (S_ISREG(st.st_mode)) {
+                _cleanup_close_ int fd = openat(parent, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+                if (fd < 0 || fstat(fd, &st) < 0)
+                        return cli_fail("open %s: %s", shown, strerror(errno));
+                return host_source_fd(fd, shown, rel, st.st_mode & 0777, (unsigned long long)st.st_size,
+                                      sink);
+        }
+        if (!S_ISDIR(st.st_mode)) {
+                cp_warn_skipped(
+                    shown, "not a file, directory or symlink (FIFOs, sockets and devices are not copied)");
+                return 0;
+        }
+        int r = sink->ops->dir(sink, rel, st.st_mode & 0777);
+        if (r != 0)
+                return r;
+        int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        DIR *dir = fd < 0 ? NULL : fdopendir(fd);
+        if (dir == NULL) {
+                if (fd >= 0)
+                        close(fd);
+                return cli_fail("open %s: %s", shown, strerror(errno));
+        }
+        struct dirent *d;
+        while (r == 0 && (errno = 0, d = readdir(dir)) != NULL) {
+                if (strcmp(d->d_name, ".") == 0 || strcmp(d->d_name, "..") == 0)
+                        continue;
+                _cleanup_free_ char *child_shown = path_join(shown, d->d_name);
+                _cleanup_free_ char *child_rel = path_join(rel, d->d_name);
+                if (child_shown == NULL || child_rel == NULL)
+                        r = cli_fail("out of memory");
+                else
+                        r = host_source_entry(dirfd(dir), d->d_name, child_shown, child_rel, sink);
+        }
+        if (r == 0 && errno != 0)
+                r = cli_fail("read the directory %s: %s", shown, strerror(errno));
+        closedir(dir);
+        return r;
+}
+
+/* ---- out of the sandbox ---- */
+
+static int remove_host_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+        if (flag == FTW_DP)
+                rmdir(path);
+        else
+                unlink(path);
+        return 0;
+}
+
+static int copy_out_to_stdout(struct cp *cp, const char *path, json_t *info, unsigned long long *bytes)
+{
+        const char *type = json_string_value(json_object_get(info, "type"));
+        if (type == NULL || strcmp(type, "dir") != 0) {
+                /* A file (or a symlink to one): its bytes, as `cat`. */
+                _cleanup_json_ json_t *params = json_pack("{s:s, s:s, s:I}", "path", path, "encoding",
+                                                          "base64", "max_bytes", (json_int_t)CP_READ_MAX);
+                int code = 0;
+                _cleanup_json_ json_t *result = cp_call(cp, "fs.read", params, path, &code, NULL, 0);
+                if (result == NULL)
+                        return code;
+                if (json_is_true(json_object_get(result, "truncated")))
+                        return cli_fail("%s in the sandbox is larger than %u MiB, nsboxd's fs.read limit "
+                                        "(fs.read has no offset to read it in parts)",
+                                        path, CP_READ_MAX >> 20);
+                json_t *content = json_object_get(result, "content");
+                size_t len = 0;
+                _cleanup_free_ char *data =
+                    json_is_string(content)
+                        ? base64_decode(json_string_value(content), json_string_length(content), &len)
+                        : NULL;
+                if (data == NULL)
+                        return cli_fail("reading %s in the sandbox: nsboxd sent bad base64", path);
+                int r = cli_write_all(STDOUT_FILENO, data, len);
+                if (r < 0)
+                        return cli_fail("write: %s", strerror(-r));
+                *bytes = len;
+                return 0;
+        }
+        _cleanup_free_ char *root = path_base(path);
+        if (root == NULL)
+                return cli_fail("out of memory");
+        struct cp_sink *tar = tar_sink_new(STDOUT_FILENO, strcmp(root, "/") == 0 ? "." : root);
+        if (tar == NULL)
+                return cli_fail("cannot start a tar stream on standard output");
+        int r = sandbox_source_entry(cp, path, "", info, tar);
+        if (r == 0)
+                r = tar_sink_finish(tar);
+        *bytes = tar->bytes;
+        tar_sink_free(tar);
+        return r;
+}
+
+static int copy_out(struct cp *cp, const char *path, const char *local, unsigned long long *bytes)
+{
+        bool missing;
+        int code = 0;
+        _cleanup_json_ json_t *info = sandbox_stat(cp, path, &missing, &code);
+        if (missing)
+                return cli_fail("%s:%s: No such file or directory in the sandbox", cp->sandbox_id, path);
+        if (info == NULL)
+                return code;
+        if (strcmp(local, "-") == 0)
+                return copy_out_to_stdout(cp, path, info, bytes);
+        bool is_dir = strcmp(json_string_value(json_object_get(info, "type")) ?: "", "dir") == 0;
+
+        /* Into an existing directory: under the source's name, or merged with
+         * it for SRC/. (docker cp's rules). */
+        _cleanup_free_ char *target = NULL;
+        struct stat st;
+        bool local_is_dir = stat(local, &st) == 0 && S_ISDIR(st.st_mode);
+        bool merge = false;
+        if (local_is_dir && is_dir && path_ends_with_dot(path)) {
+                target = strdup(local);
+                merge = true;
+        } else if (local_is_dir) {
+                _cleanup_free_ char *base = path_base(path);
+                target = base ? path_join(local, strcmp(base, "/") == 0 ? "." : base) : NULL;
+                merge = is_dir && target && lstat(target, &st) == 0 && S_ISDIR(st.st_mode);
+        } else {
+                target = strdup(local);
+        }
+        if (target == NULL)
+                return cli_fail("out of memory");
+
+        struct host_sink h = { .base.ops = &host_sink_ops, .fd = -1, .dirs = json_array() };
+        _cleanup_json_ json_t *dirs = h.dirs;
+        _cleanup_free_ char *parent_path = path_dir(target);
+        _cleanup_free_ char *name = path_base(target);
+        if (parent_path == NULL || name == NULL || dirs == NULL)
+                return cli_fail("out of memory");
+        char temp[32] = "";
+        _cleanup_close_ int dirfd = -1;
+        if (merge) {
+                dirfd = open(target, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (dirfd < 0)
+                        return cli_fail("open %s: %s", target, strerror(errno));
+        } else {
+                /* Write beside the target and rename: a failed copy leaves nothing. */
+                dirfd = open(parent_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (dirfd < 0)
+                        return cli_fail("open the directory %s: %s", parent_path, strerror(errno));
+                int r = temp_name(temp, sizeof(temp));
+                if (r != 0)
+                        return r;
+                h.top = temp;
+        }
+        h.dirfd = dirfd;
+        int r = sandbox_source_entry(cp, path, "", info, &h.base);
+        if (h.fd >= 0)
+                close(h.fd);
+        free(h.file);
+        if (r == 0)
+                r = host_sink_finish(&h);
+        if (r == 0 && !merge && renameat(dirfd, temp, dirfd, name) < 0)
+                r = cli_fail("rename into %s: %s", target, strerror(errno));
+        if (r != 0 && !merge) {
+                _cleanup_free_ char *temp_path = path_join(parent_path, temp);
+                if (temp_path != NULL)
+                        nftw(temp_path, remove_host_entry, 64, FTW_DEPTH | FTW_PHYS);
+        }
+        *bytes = h.base.bytes;
+        return r;
+}
+
+/* ---- into the sandbox ---- */
+
+/* Relative sandbox paths are under /workspace (as the file API has them). */
+static char *sandbox_absolute(const char *path)
+{
+        if (path[0] == '/')
+                return strdup(path);
+        return path_join("/workspace", path);
+}
+
+static int copy_in(struct cp *cp, const char *local, const char *dest_arg, unsigned long long *bytes)
+{
+        _cleanup_free_ char *dest = sandbox_absolute(dest_arg);
+        if (dest == NULL)
+                return cli_fail("out of memory");
+        bool from_stdin = strcmp(local, "-") == 0;
+        struct stat st;
+        if (!from_stdin && lstat(local, &st) < 0)
+                return cli_fail("%s: %s", local, strerror(errno));
+        bool is_dir = !from_stdin && S_ISDIR(st.st_mode);
+
+        bool missing;
+        int code = 0;
+        _cleanup_json_ json_t *dest_info = sandbox_stat(cp, dest, &missing, &code);
+        if (dest_info == NULL && !missing)
+                return code;
+        bool dest_is_dir =
+            dest_info && strcmp(json_string_value(json_object_get(dest_info, "type")) ?: "", "dir") == 0;
+
+        struct sandbox_sink s;
+        int r = sandbox_sink_init(&s, cp, dest);
+        if (r != 0) {
+                sandbox_sink_done(&s);
+                return r;
+        }
+        if (from_stdin && dest_is_dir) {
+                /* A tar stream, extracted into the existing directory. */
+                r = tar_source_copy(STDIN_FILENO, &s.base);
+                if (r == 0)
+                        r = sandbox_sink_finish(&s);
+                *bytes = s.base.bytes;
+                sandbox_sink_done(&s);
+                return r;
+        }
+
+        _cleanup_free_ char *target = NULL;
+        bool merge = false;
+        size_t dlen = strlen(dest);
+        if (is_dir && dest_is_dir && path_ends_with_dot(local)) {
+                target = strdup(dest);
+                merge = true;
+        } else if (dest_is_dir) {
+                if (from_stdin) {
+                        sandbox_sink_done(&s);
+                        return cli_fail("%s is a directory in the sandbox: name the file to write", dest);
+                }
+                _cleanup_free_ char *base = path_base(local);
+                target = base ? path_join(dest, base) : NULL;
+                bool target_missing;
+                _cleanup_json_ json_t *info =
+                    target ? sandbox_stat(cp, target, &target_missing, &code) : NULL;
+                if (target != NULL && info == NULL && !target_missing) {
+                        sandbox_sink_done(&s);
+                        return code;
+                }
+                merge = is_dir && info &&
+                        strcmp(json_string_value(json_object_get(info, "type")) ?: "", "dir") == 0;
+        } else if (dest[dlen - 1] == '/') {
+                sandbox_sink_done(&s);
+                return cli_fail("%s: No such directory in the sandbox", dest);
+        } else {
+                target = strdup(dest);
+        }
+        if (target == NULL) {
+                sandbox_sink_done(&s);
+                return cli_fail("out of memory");
+        }
+
+        _cleanup_free_ char *parent = path_dir(target);
+        char temp[32] = "";
+        _cleanup_free_ char *staged = NULL;
+        const char *user = "sandbox";
+        if (!merge) {
+                /* The parent must exist (docker cp's rule), and says who may rename in it. */
+                bool parent_missing;
+                _cleanup_json_ json_t *pinfo =
+                    parent ? sandbox_stat(cp, parent, &parent_missing, &code) : NULL;
+                if (pinfo == NULL) {
+                        sandbox_sink_done(&s);
+                        return parent == NULL   ? cli_fail("out of memory")
+                               : parent_missing ? cli_fail("%s: No such directory in the sandbox", parent)
+                                                : code;
+                }
+                /* The sandbox user renames in its own and sticky directories
+                 * (/tmp); sandbox root, without capabilities, in root's. */
+                json_int_t puid = json_integer_value(json_object_get(pinfo, "uid"));
+                json_int_t pmode = json_integer_value(json_object_get(pinfo, "mode"));
+                if (puid == 0 && !(pmode & 01000))
+                        user = "root";
+                if ((r = temp_name(temp, sizeof(temp))) != 0 || (staged = path_join(parent, temp)) == NULL) {
+                        sandbox_sink_done(&s);
+                        return r ? r : cli_fail("out of memory");
+                }
+        }
+        free(s.root);
+        s.root = strdup(merge ? target : staged);
+        s.shown_root = strdup(target);
+        if (s.root == NULL || s.shown_root == NULL)
+                r = cli_fail("out of memory");
+        else if (from_stdin)
+                r = host_source_fd(STDIN_FILENO, "standard input", "", 0644, 0, &s.base);
+        else
+                r = host_source_entry(AT_FDCWD, local, local, "", &s.base);
+        if (r == 0)
+                r = sandbox_sink_finish(&s);
+        if (r == 0 && !merge) {
+                _cleanup_json_ json_t *argv =
+                    json_pack("[s, s, s, s, s, s]", "mv", "-f", "-T", "--", staged, target);
+                r = sandbox_run(cp, argv, user, "mv");
+        }
+        if (r != 0 && !merge)
+                sandbox_remove(cp, staged, true);
+        *bytes = s.base.bytes;
+        sandbox_sink_done(&s);
+        return r;
 }
 
 /* "ID:PATH" → the id and path; NULL when arg is a local path. A local path
@@ -316,19 +955,20 @@ int cmd_cp(const struct cli *cli, int argc, char **argv)
         _cleanup_free_ char *dst_id = split_sandbox_path(dst, &dst_path);
         if ((src_id == NULL) == (dst_id == NULL))
                 return cli_fail("nsbox cp copies between a sandbox and here: one of the two must be ID:PATH");
-        if ((src_id ? src_path : dst_path)[0] == '\0' && src_id != NULL)
-                return cli_fail("name the sandbox file to copy: ID:PATH");
+        if ((src_id ? src_path : dst_path)[0] == '\0')
+                return cli_fail("name the sandbox path to copy: ID:PATH");
 
         struct cp cp = { .cli = cli, .sandbox_id = src_id ? src_id : dst_id };
         cp.c = cli_connect(cli);
         if (cp.c == NULL)
                 return EXIT_NSBOX_FAILED;
-        int r = src_id ? copy_out(&cp, src_path, dst) : copy_in(&cp, src, dst_path);
+        unsigned long long bytes = 0;
+        int r = src_id ? copy_out(&cp, src_path, dst, &bytes) : copy_in(&cp, src, dst_path, &bytes);
         client_close(cp.c);
         if (r == 0 && cli->json && strcmp(dst, "-") != 0) {
                 _cleanup_json_ json_t *summary = json_pack(
                     "{s:s, s:s, s:s, s:s, s:I}", "sandbox_id", cp.sandbox_id, "direction",
-                    src_id ? "out" : "in", "source", src, "destination", dst, "bytes", (json_int_t)cp.bytes);
+                    src_id ? "out" : "in", "source", src, "destination", dst, "bytes", (json_int_t)bytes);
                 cli_print_json(summary);
         }
         return r;

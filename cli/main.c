@@ -120,9 +120,13 @@ static const struct command commands[] = {
           "  --index-url URL   package index (\"\" for none: offline)\n"
           "  --find-links DIR  a sandbox directory of wheels\n" },
         { "cp", cmd_cp, "nsbox cp ID:PATH LOCAL | nsbox cp LOCAL ID:PATH",
-          "Copy a file out of or into a sandbox, byte for byte. A relative sandbox PATH is\n"
-          "under /workspace; LOCAL may be - for standard output/input; when the target is\n"
-          "a directory the file keeps its name.\n" },
+          "Copy a file, directory or symlink out of or into a sandbox (as docker cp), byte\n"
+          "for byte, with modes (not owners). A relative sandbox PATH is under /workspace;\n"
+          "into an existing directory a source keeps its name (SRC/. copies its contents).\n"
+          "LOCAL - is a tar stream for a directory (out: `cp ID:DIR - > a.tar`; in:\n"
+          "`tar c . | cp - ID:DIR`, into an existing DIR) and the raw bytes of a file.\n"
+          "A failed copy leaves nothing behind. FIFOs and devices are skipped with a\n"
+          "warning; a sandbox file is read whole, up to 64 MiB (nsboxd's fs.read limit).\n" },
         { "run", cmd_run,
           "nsbox run [create options] [-e K=V] [-w DIR] [-u root] [--timeout S] [--max-output BYTES] -- "
           "CMD [ARG...]",
