@@ -155,7 +155,7 @@ test-systemd: all
 	if [ $$rc -ne 0 ] || [ -n "$$out" ]; then echo "$$out"; echo "systemd units: FAILED"; exit 1; fi; \
 	echo "systemd units: ok"
 
-install: all
+install: all install-sdk
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/libexec/nsbox $(DESTDIR)$(PREFIX)/share/nsbox/seccomp \
 		$(DESTDIR)$(PREFIX)/share/nsbox/rootfs-builder $(DESTDIR)$(PREFIX)/share/doc/nsbox \
 		$(DESTDIR)/etc/systemd/system
@@ -167,9 +167,13 @@ install: all
 	install -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/nsbox/
 	sed -e 's#@PREFIX@#$(PREFIX)#g' manager/systemd/nsboxd.service.in > $(DESTDIR)/etc/systemd/system/nsboxd.service
 	install -m 0644 manager/systemd/nsbox.slice manager/systemd/nsboxd.socket $(DESTDIR)/etc/systemd/system/
+	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
+
+# The Python SDK (stdlib only), importable by $(PYTHON) as `nsbox`.
+.PHONY: install-sdk
+install-sdk:
 	install -d $(DESTDIR)$(PYTHON_SITE)/nsbox
 	install -m 0644 sdk/python/nsbox/*.py $(DESTDIR)$(PYTHON_SITE)/nsbox/
-	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/nsboxd $(DESTDIR)$(PREFIX)/bin/nsbox \

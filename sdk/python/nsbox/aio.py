@@ -12,7 +12,7 @@ import itertools
 import json
 
 from . import _core
-from .errors import NsboxConnectionError, NsboxError, ProtocolError, error_from_reply
+from .errors import NotFoundError, NsboxConnectionError, NsboxError, ProtocolError, error_from_reply
 
 
 class AsyncConnection:
@@ -211,6 +211,8 @@ class AsyncSandbox(_core.SandboxCore):
             if not self.keep:
                 try:
                     await self.remove(force=True)
+                except NotFoundError:
+                    pass  # removed already (kill(), reaped): what exit wants
                 except NsboxError:
                     if exc[0] is None:
                         raise

@@ -7,7 +7,7 @@ import threading
 import time
 
 from . import _core
-from .errors import NsboxConnectionError, NsboxError, ProtocolError, error_from_reply
+from .errors import NotFoundError, NsboxConnectionError, NsboxError, ProtocolError, error_from_reply
 
 
 class Connection:
@@ -196,6 +196,8 @@ class Sandbox(_core.SandboxCore):
             if not self.keep:
                 try:
                     self.remove(force=True)
+                except NotFoundError:
+                    pass  # removed already (kill(), reaped): what exit wants
                 except NsboxError:
                     if exc[0] is None:
                         raise
