@@ -241,3 +241,12 @@ def test_make_install_sdk_puts_nsbox_where_python3_imports_it(daemon):
                             "print(nsbox.Sandbox.server_info(socket=sys.argv[1])['version'] is not None)",
                             daemon.socket], capture_output=True, cwd=dest, env=env, timeout=60)
         assert p.stdout == b"True\n", p.stderr.decode()
+
+
+def test_a_raising_callback_propagates_and_the_connection_stays_usable(sb):
+    def boom(chunk):
+        raise RuntimeError("callback failed on %r" % chunk)
+    with pytest.raises(RuntimeError, match="callback failed"):
+        sb.commands.run("echo one; echo two", on_stdout=boom)
+    assert sb.commands.run("echo next").stdout == "next\n"
+    assert sb.run_code("2 + 2").result == "4"
