@@ -8,6 +8,8 @@ BUILD     ?= build
 IMAGE_DIR ?= /var/lib/nsbox/images
 CACHE_DIR ?= /var/cache/nsbox
 PYTHON    := /usr/bin/python3
+# Where make install puts the Python SDK: the site dir under PREFIX that $(PYTHON) searches.
+PYTHON_SITE ?= $(shell $(PYTHON) -c 'import site, sys, sysconfig; c = [p for p in site.getsitepackages(["$(PREFIX)"]) if p in sys.path]; print(c[0] if c else sysconfig.get_path("purelib", "posix_prefix", vars={"base": "$(PREFIX)"}))')
 
 CC      ?= cc
 CFLAGS  ?= -O2 -g
@@ -153,7 +155,7 @@ test-systemd: all
 	if [ $$rc -ne 0 ] || [ -n "$$out" ]; then echo "$$out"; echo "systemd units: FAILED"; exit 1; fi; \
 	echo "systemd units: ok"
 
-install: all
+install: all install-sdk
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/libexec/nsbox $(DESTDIR)$(PREFIX)/share/nsbox/seccomp \
 		$(DESTDIR)$(PREFIX)/share/nsbox/rootfs-builder $(DESTDIR)$(PREFIX)/share/doc/nsbox \
 		$(DESTDIR)/etc/systemd/system
@@ -167,11 +169,18 @@ install: all
 	install -m 0644 manager/systemd/nsbox.slice manager/systemd/nsboxd.socket $(DESTDIR)/etc/systemd/system/
 	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
 
+# The Python SDK (stdlib only), importable by $(PYTHON) as `nsbox`.
+.PHONY: install-sdk
+install-sdk:
+	install -d $(DESTDIR)$(PYTHON_SITE)/nsbox
+	install -m 0644 sdk/python/nsbox/*.py $(DESTDIR)$(PYTHON_SITE)/nsbox/
+
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/nsboxd $(DESTDIR)$(PREFIX)/bin/nsbox \
 		$(DESTDIR)/etc/systemd/system/nsboxd.service $(DESTDIR)/etc/systemd/system/nsbox.slice \
 		$(DESTDIR)/etc/systemd/system/nsboxd.socket
 	rm -rf $(DESTDIR)$(PREFIX)/libexec/nsbox $(DESTDIR)$(PREFIX)/share/nsbox $(DESTDIR)$(PREFIX)/share/doc/nsbox
+	rm -rf $(DESTDIR)$(PYTHON_SITE)/nsbox
 	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
 
 test-format:

@@ -1,0 +1,386 @@
+"""The SDK's operations, written once without I/O.
+
+Each operation is a generator that yields what it needs done (a JSON-RPC
+call, a user callback to invoke, a pause) and receives the outcome; the sync
+client (nsbox.sandbox) and the asyncio twin (nsbox.aio) each drive the same
+generators over their own socket. Protocol errors are thrown into the
+generator as NsboxError, so an operation may catch the ones it expects."""
+import base64
+import codecs
+import os
+import posixpath
+import re
+import secrets
+import signal as _signal
+import time
+
+from .errors import NotFoundError, SandboxTimeoutError
+from .models import CommandResult, EntryInfo, Execution
+
+DEFAULT_SOCKET = "/run/nsbox/nsbox.sock"
+# A reply may hold 64 MiB of file content as base64, plus JSON framing.
+MAX_LINE = 128 << 20
+
+
+def socket_path(socket=None):
+    return socket or os.environ.get("NSBOX_SOCKET") or DEFAULT_SOCKET
+
+
+class Call:
+    """A JSON-RPC request; on_notify sees each notification that comes before its reply."""
+    __slots__ = ("method", "params", "on_notify")
+
+    def __init__(self, method, params=None, on_notify=None):
+        self.method, self.params, self.on_notify = method, params, on_notify
+
+
+class Invoke:
+    """A user callback: the asyncio driver awaits it when it returns an awaitable."""
+    __slots__ = ("fn", "args")
+
+    def __init__(self, fn, *args):
+        self.fn, self.args = fn, args
+
+
+class Sleep:
+    __slots__ = ("seconds",)
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.I)
+
+
+def parse_size(value):
+    """Bytes from an int or a string like "512M", "1G", "256MiB"."""
+    if value is None or isinstance(value, int):
+        return value
+    m = _SIZE.match(str(value))
+    if not m:
+        raise ValueError("not a size: %r (use bytes or e.g. \"512M\")" % (value,))
+    return int(float(m.group(1)) * 1024 ** " kmgt".index(m.group(2).lower() or " "))
+
+
+class Decoder:
+    """Output chunks as they come off the wire (base64 or text) to bytes, or
+    to text decoded incrementally so that a character split between two
+    chunks is not mangled."""
+
+    def __init__(self, binary, wire_base64=True):
+        self.binary, self.wire_base64 = binary, wire_base64
+        self.text = None if binary else codecs.getincrementaldecoder("utf-8")("replace")
+
+    def feed(self, data):
+        if not data:
+            return b"" if self.binary else ""
+        raw = base64.b64decode(data) if self.wire_base64 else data.encode("utf-8", "surrogatepass")
+        return raw if self.binary else self.text.decode(raw)
+
+    def finish(self):
+        return b"" if self.binary else self.text.decode(b"", final=True)
+
+
+def _join(parts, binary):
+    return (b"" if binary else "").join(parts)
+
+
+def _b64(data):
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    return base64.b64encode(bytes(data)).decode("ascii")
+
+
+def _drop_none(d):
+    return {k: v for k, v in d.items() if v is not None}
+
+
+# Runs "$@" with stdin from the file "$0", unlinked once open: stdin that is
+# not UTF-8 goes through a file written with fs.write (base64), since
+# sandbox.exec takes stdin as a JSON string.
+_STDIN_FROM_FILE = 'exec 0<"$0" || exit 125; rm -f -- "$0"; exec "$@"'
+
+
+def create_params(session_id=None, image=None, memory=None, pids=None, cpus=None, disk=None, network=None,
+                  env=None, labels=None, idle_timeout=None, seccomp_profile=None):
+    limits = _drop_none({"memory_bytes": parse_size(memory), "pids": pids, "cpus": cpus,
+                         "disk_bytes": parse_size(disk)})
+    return _drop_none({"session_id": session_id, "image": image, "limits": limits or None, "network": network,
+                       "env": env, "labels": labels, "idle_timeout_seconds": idle_timeout,
+                       "seccomp_profile": seccomp_profile})
+
+
+class SandboxCore:
+    """What Sandbox and AsyncSandbox share: state and operations."""
+    _commands_cls = None  # set by each flavour
+    _files_cls = None
+
+    def __init__(self, conn, reply, keep=False):
+        self._conn = conn
+        self.sandbox_id = reply["sandbox_id"]
+        self.session_id = reply.get("session_id")
+        self.existing = bool(reply.get("existing"))
+        self.keep = keep
+        self.created = reply
+        self.commands = self._commands_cls(self)
+        self.files = self._files_cls(self)
+
+    def __repr__(self):
+        return "<%s %s>" % (type(self).__name__, self.sandbox_id)
+
+    def _p(self, **params):
+        return dict(sandbox_id=self.sandbox_id, **_drop_none(params))
+
+    def info(self):
+        """sandbox.info: state, limits and stats."""
+        return (yield Call("sandbox.info", self._p()))
+
+    def remove(self, force=True):
+        """Remove the sandbox (every process killed, its files gone)."""
+        return (yield Call("sandbox.remove", self._p(force=force)))
+
+    def kill(self):
+        """Remove the sandbox at once, whatever runs in it."""
+        return (yield Call("sandbox.remove", self._p(force=True)))
+
+    def run_code(self, code, stateful=True, timeout=30, requirements=None, files=None):
+        """Run Python code (python.run). stateful=True keeps variables between
+        calls; files ({path: str|bytes}) are written into /workspace first."""
+        text_files = {}
+        for path, content in (files or {}).items():
+            if isinstance(content, str):
+                text_files[path] = content
+            else:
+                yield Call("fs.write", self._p(path=path, content=_b64(content), encoding="base64"))
+        r = yield Call("python.run", self._p(code=code, stateful=stateful, timeout_seconds=timeout,
+                                             requirements=list(requirements) if requirements else None,
+                                             files=text_files or None))
+        return Execution.from_reply(r)
+
+    def pip_install(self, packages, index_url=None, find_links=None):
+        """pip install inside the sandbox (package.install)."""
+        if isinstance(packages, str):
+            packages = [packages]
+        r = yield Call("package.install", self._p(packages=list(packages), index_url=index_url,
+                                                  find_links=find_links))
+        return CommandResult.from_reply(r, r.get("stdout") or "", r.get("stderr") or "")
+
+    def expose(self, port):
+        """Make the sandbox's TCP port reachable from the host: its URL."""
+        r = yield Call("sandbox.expose", self._p(port=int(port)))
+        return r["url"]
+
+    def unexpose(self, port):
+        return (yield Call("sandbox.unexpose", self._p(port=int(port))))
+
+
+class CommandsCore:
+    _handle_cls = None
+
+    def __init__(self, sandbox):
+        self._sandbox = sandbox
+
+    @property
+    def _conn(self):
+        return self._sandbox._conn
+
+    def run(self, cmd, cwd=None, env=None, user=None, timeout=30, stdin=None, background=False,
+            on_stdout=None, on_stderr=None, binary=False, max_output_bytes=None, check=False):
+        """Run a command: a string (under /bin/sh -c) or an argv list.
+
+        Foreground: a CommandResult; on_stdout/on_stderr get each chunk as it
+        arrives (str, or bytes with binary=True). background=True: a handle
+        at once (timeout=None leaves the daemon's default). stdin may be str
+        or bytes."""
+        sb = self._sandbox
+        argv = None
+        if isinstance(cmd, (list, tuple)):
+            argv = [str(a) for a in cmd]
+            if not argv:
+                raise ValueError("empty argv")
+        elif not isinstance(cmd, str):
+            raise TypeError("cmd must be a str (shell command) or a list (argv)")
+        stdin_text = None
+        if stdin is not None:
+            if isinstance(stdin, str):
+                stdin_text = stdin
+            else:
+                data = bytes(stdin)
+                try:
+                    stdin_text = data.decode("utf-8")
+                except UnicodeDecodeError:
+                    path = "/tmp/.nsbox-stdin-" + secrets.token_hex(8)
+                    yield Call("fs.write", sb._p(path=path, content=_b64(data), encoding="base64", mode=0o644))
+                    argv = ["/bin/sh", "-c", _STDIN_FROM_FILE, path] + (argv or ["/bin/sh", "-c", cmd])
+        if timeout is not None:
+            timeout = max(1, int(timeout + 0.999))
+        params = sb._p(argv=argv, command=None if argv else cmd, cwd=cwd, env=env, user=user,
+                       timeout_seconds=timeout, stdin=stdin_text, max_output_bytes=max_output_bytes,
+                       encoding="base64")
+        if background:
+            params["background"] = True
+            r = yield Call("sandbox.exec", params)
+            return self._handle_cls(sb, r["exec_id"], pid=r.get("pid"), binary=binary, wire_base64=True)
+        callbacks = {"stdout": on_stdout, "stderr": on_stderr}
+        decoders = {name: Decoder(binary) for name in callbacks}
+        parts = {name: [] for name in callbacks}
+        stream = on_stdout is not None or on_stderr is not None
+
+        def on_notify(msg):
+            p = msg.get("params") if msg.get("method") == "exec.output" else None
+            if not isinstance(p, dict) or p.get("stream") not in decoders:
+                return None
+            chunk = decoders[p["stream"]].feed(p.get("data"))
+            if chunk:
+                parts[p["stream"]].append(chunk)
+                if callbacks[p["stream"]] is not None:
+                    return callbacks[p["stream"]](chunk)
+            return None
+
+        if stream:
+            params["stream"] = True
+        r = yield Call("sandbox.exec", params, on_notify if stream else None)
+        for name in ("stdout", "stderr"):
+            chunk = decoders[name].feed(r.get(name)) + decoders[name].finish()
+            if chunk:
+                parts[name].append(chunk)
+                if callbacks[name] is not None:
+                    yield Invoke(callbacks[name], chunk)
+        result = CommandResult.from_reply(r, _join(parts["stdout"], binary), _join(parts["stderr"], binary))
+        return result.check() if check else result
+
+    def list(self):
+        """Background commands of the sandbox (exec.list), as handles."""
+        r = yield Call("exec.list", self._sandbox._p())
+        return [self._handle_cls(self._sandbox, e["exec_id"], info=e) for e in r.get("execs", [])]
+
+    def connect(self, exec_id, binary=False):
+        """A handle on a background command started elsewhere."""
+        r = yield Call("exec.status", {"exec_id": exec_id})
+        return self._handle_cls(self._sandbox, exec_id, binary=binary,
+                                wire_base64=r.get("encoding") == "base64", info=r)
+
+
+class HandleCore:
+    """A background command."""
+
+    def __init__(self, sandbox, exec_id, pid=None, binary=False, wire_base64=True, info=None):
+        self._sandbox = sandbox
+        self.exec_id = exec_id
+        self.pid = pid
+        self.binary = binary
+        self.wire_base64 = wire_base64 if info is None or "encoding" not in info \
+            else info["encoding"] == "base64"
+        self.info = info or {}
+
+    def __repr__(self):
+        return "<%s %s>" % (type(self).__name__, self.exec_id)
+
+    @property
+    def _conn(self):
+        return self._sandbox._conn
+
+    def _decoded(self, r):
+        out = []
+        for name in ("stdout", "stderr"):
+            d = Decoder(self.binary, self.wire_base64)
+            out.append(d.feed(r.get(name)) + d.finish())
+        return out
+
+    def status(self):
+        """exec.status: a CommandResult with .running, output so far."""
+        r = yield Call("exec.status", {"exec_id": self.exec_id})
+        return CommandResult.from_reply(r, *self._decoded(r))
+
+    def output(self):
+        """(stdout, stderr) so far."""
+        r = yield Call("exec.output", {"exec_id": self.exec_id})
+        return tuple(self._decoded(r))
+
+    def kill(self, signal=_signal.SIGKILL):
+        """Send a signal (default SIGKILL) to the command: True if it still runs."""
+        r = yield Call("exec.kill", {"exec_id": self.exec_id, "signal": int(signal)})
+        return bool(r.get("running"))
+
+    def wait(self, timeout=None, on_stdout=None, on_stderr=None, poll_interval=0.05):
+        """Wait for the command to end, passing new output to the callbacks: its CommandResult."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        callbacks = {"stdout": on_stdout, "stderr": on_stderr}
+        decoders = {name: Decoder(self.binary, self.wire_base64) for name in callbacks}
+        parts = {name: [] for name in callbacks}
+        since = {"stdout": 0, "stderr": 0}
+        delay = poll_interval
+        while True:
+            r = yield Call("exec.output", {"exec_id": self.exec_id, "since": since})
+            for name in callbacks:
+                chunk = decoders[name].feed(r.get(name))
+                if chunk:
+                    parts[name].append(chunk)
+                    if callbacks[name] is not None:
+                        yield Invoke(callbacks[name], chunk)
+            since = dict(r.get("next") or since)
+            if not r.get("running"):
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                raise SandboxTimeoutError("exec %s still runs after %s s" % (self.exec_id, timeout),
+                                          kind="timeout")
+            yield Sleep(delay)
+            delay = min(delay * 1.5, 0.5)
+        st = yield Call("exec.status", {"exec_id": self.exec_id})
+        for name in callbacks:
+            tail = decoders[name].finish()
+            if tail:
+                parts[name].append(tail)
+                if callbacks[name] is not None:
+                    yield Invoke(callbacks[name], tail)
+        return CommandResult.from_reply(st, _join(parts["stdout"], self.binary), _join(parts["stderr"], self.binary))
+
+
+class FilesCore:
+    def __init__(self, sandbox):
+        self._sandbox = sandbox
+
+    @property
+    def _conn(self):
+        return self._sandbox._conn
+
+    def read(self, path, binary=False, max_bytes=None):
+        """A file's content: str (UTF-8, invalid bytes replaced) or bytes."""
+        r = yield Call("fs.read", self._sandbox._p(path=path, encoding="base64", max_bytes=max_bytes))
+        if r.get("truncated") and max_bytes is None:
+            from .errors import LimitReachedError
+            raise LimitReachedError("%s is larger than fs.read returns by default (%s bytes read of %s); "
+                                    "pass max_bytes" % (path, len(base64.b64decode(r.get("content") or "")),
+                                                        r.get("size")), kind="limit_reached")
+        data = base64.b64decode(r.get("content") or "")
+        return data if binary else data.decode("utf-8", "replace")
+
+    def write(self, path, data, mode=None, append=False):
+        """Write str (as UTF-8) or bytes; parents are created. The fs.write result."""
+        return (yield Call("fs.write", self._sandbox._p(path=path, content=_b64(data), encoding="base64",
+                                                         mode=mode, append=append or None)))
+
+    def list(self, path="/workspace"):
+        r = yield Call("fs.list", self._sandbox._p(path=path))
+        base = r.get("path") or path
+        return [EntryInfo(name=e.get("name"), path=posixpath.join(base, e.get("name", "")), type=e.get("type"),
+                          size=e.get("size"), mode=e.get("mode"), mtime=e.get("mtime"), raw=e)
+                for e in r.get("entries", [])]
+
+    def stat(self, path):
+        return (yield Call("fs.stat", self._sandbox._p(path=path)))
+
+    def exists(self, path):
+        try:
+            yield Call("fs.stat", self._sandbox._p(path=path))
+            return True
+        except NotFoundError:
+            # not_found also means "no such sandbox": that one is raised.
+            yield Call("sandbox.info", self._sandbox._p())
+            return False
+
+    def remove(self, path, recursive=False):
+        return (yield Call("fs.remove", self._sandbox._p(path=path, recursive=recursive)))
+
+    def mkdir(self, path, parents=True):
+        return (yield Call("fs.mkdir", self._sandbox._p(path=path, parents=parents)))

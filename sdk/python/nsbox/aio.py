@@ -1,0 +1,226 @@
+"""The asyncio twin: AsyncSandbox has Sandbox's methods as coroutines, over
+asyncio.open_unix_connection. Callbacks may be plain functions or coroutine
+functions.
+
+    async with await AsyncSandbox.create() as sb:
+        r = await sb.commands.run("echo hi", on_stdout=print)
+"""
+import asyncio
+import functools
+import inspect
+import itertools
+import json
+
+from . import _core
+from .errors import NotFoundError, NsboxConnectionError, NsboxError, ProtocolError, error_from_reply
+
+
+class AsyncConnection:
+    def __init__(self, socket=None, timeout=None, connect_timeout=10):
+        self.path = _core.socket_path(socket)
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self._lock = asyncio.Lock()
+        self._ids = itertools.count(1)
+        self._reader = self._writer = None
+
+    async def open(self):
+        try:
+            self._reader, self._writer = await asyncio.wait_for(
+                asyncio.open_unix_connection(self.path, limit=_core.MAX_LINE), self.connect_timeout)
+        except (OSError, asyncio.TimeoutError) as e:
+            raise NsboxConnectionError("cannot reach nsboxd at %s: %s (is nsboxd running? set NSBOX_SOCKET "
+                                       "or pass socket=)" % (self.path, getattr(e, "strerror", None) or e)) from e
+        return self
+
+    async def close(self):
+        if self._writer is not None:
+            w, self._writer, self._reader = self._writer, None, None
+            w.close()
+            try:
+                await w.wait_closed()
+            except OSError:
+                pass
+
+    def _drop(self):
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = self._reader = None
+
+    async def call(self, method, params=None, on_notify=None):
+        async with self._lock:
+            if self._writer is None:
+                await self.open()
+            rid = next(self._ids)
+            msg = {"jsonrpc": "2.0", "id": rid, "method": method}
+            if params is not None:
+                msg["params"] = params
+            try:
+                self._writer.write(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
+                await self._writer.drain()
+                callback_error = None
+                while True:
+                    line = await asyncio.wait_for(self._reader.readline(), self.timeout)
+                    if not line:
+                        raise NsboxConnectionError("nsboxd closed the connection during %s" % method)
+                    reply = json.loads(line)
+                    if "id" not in reply:
+                        if on_notify is not None and callback_error is None:
+                            try:
+                                r = on_notify(reply)
+                                if inspect.isawaitable(r):
+                                    await r
+                            except Exception as e:  # raised once the reply is in
+                                callback_error = e
+                        continue
+                    if reply["id"] == rid or (reply["id"] is None and "error" in reply):
+                        break
+            except (OSError, ValueError, asyncio.TimeoutError) as e:
+                self._drop()
+                if isinstance(e, NsboxError):
+                    raise
+                if isinstance(e, ValueError):
+                    raise ProtocolError("unreadable reply from nsboxd: %s" % e) from e
+                raise NsboxConnectionError("talking to nsboxd (%s): %s" % (method, e)) from e
+            except BaseException:
+                self._drop()  # cancelled mid-reply: the stream is out of step
+                raise
+            if callback_error is not None:
+                raise callback_error
+            if "error" in reply:
+                raise error_from_reply(reply["error"])
+            return reply.get("result")
+
+
+async def drive(conn, gen):
+    value = exc = None
+    while True:
+        try:
+            op = gen.throw(exc) if exc is not None else gen.send(value)
+        except StopIteration as stop:
+            return stop.value
+        value = exc = None
+        if isinstance(op, _core.Call):
+            try:
+                value = await conn.call(op.method, op.params, op.on_notify)
+            except NsboxError as e:
+                exc = e
+        elif isinstance(op, _core.Invoke):
+            value = op.fn(*op.args)
+            if inspect.isawaitable(value):
+                value = await value
+        elif isinstance(op, _core.Sleep):
+            await asyncio.sleep(op.seconds)
+        else:
+            raise TypeError("unknown operation %r" % (op,))
+
+
+def _async(gen_fn):
+    @functools.wraps(gen_fn)
+    async def method(self, *args, **kwargs):
+        return await drive(self._conn, gen_fn(self, *args, **kwargs))
+    return method
+
+
+def _asyncify(cls, core):
+    for name, fn in vars(core).items():
+        if callable(fn) and not name.startswith("_"):
+            setattr(cls, name, _async(fn))
+    return cls
+
+
+class AsyncCommandHandle(_core.HandleCore):
+    pass
+
+
+class AsyncCommands(_core.CommandsCore):
+    _handle_cls = AsyncCommandHandle
+
+
+class AsyncFiles(_core.FilesCore):
+    pass
+
+
+class _Creating:
+    """What AsyncSandbox.create() returns: await it, or use it directly in `async with`."""
+
+    def __init__(self, coro):
+        self._coro = coro
+        self._sandbox = None
+
+    def __await__(self):
+        return self._coro.__await__()
+
+    async def __aenter__(self):
+        self._sandbox = await self._coro
+        return await self._sandbox.__aenter__()
+
+    async def __aexit__(self, *exc):
+        return await self._sandbox.__aexit__(*exc)
+
+
+class AsyncSandbox(_core.SandboxCore):
+    _commands_cls = AsyncCommands
+    _files_cls = AsyncFiles
+
+    @classmethod
+    def create(cls, session_id=None, image=None, memory=None, network=None, env=None, labels=None,
+               idle_timeout=None, socket=None, keep=False, pids=None, cpus=None, disk=None, seccomp_profile=None):
+        params = _core.create_params(session_id=session_id, image=image, memory=memory, pids=pids, cpus=cpus,
+                                     disk=disk, network=network, env=env, labels=labels,
+                                     idle_timeout=idle_timeout, seccomp_profile=seccomp_profile)
+        return _Creating(cls._open(socket, "sandbox.create", params, keep))
+
+    @classmethod
+    async def connect(cls, sandbox_id, socket=None, keep=True):
+        return await cls._open(socket, "sandbox.info", {"sandbox_id": sandbox_id}, keep)
+
+    @classmethod
+    async def _open(cls, socket, method, params, keep):
+        conn = await AsyncConnection(socket).open()
+        try:
+            return cls(conn, await conn.call(method, params), keep=keep)
+        except BaseException:
+            await conn.close()
+            raise
+
+    @staticmethod
+    async def list(socket=None, include_inactive=False):
+        conn = await AsyncConnection(socket).open()
+        try:
+            return (await conn.call("sandbox.list", {"include_inactive": include_inactive}))["sandboxes"]
+        finally:
+            await conn.close()
+
+    @staticmethod
+    async def server_info(socket=None):
+        conn = await AsyncConnection(socket).open()
+        try:
+            return await conn.call("server.info")
+        finally:
+            await conn.close()
+
+    async def close(self):
+        await self._conn.close()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        try:
+            if not self.keep:
+                try:
+                    await self.remove(force=True)
+                except NotFoundError:
+                    pass  # removed already (kill(), reaped): what exit wants
+                except NsboxError:
+                    if exc[0] is None:
+                        raise
+        finally:
+            await self.close()
+
+
+_asyncify(AsyncSandbox, _core.SandboxCore)
+_asyncify(AsyncCommands, _core.CommandsCore)
+_asyncify(AsyncFiles, _core.FilesCore)
+_asyncify(AsyncCommandHandle, _core.HandleCore)

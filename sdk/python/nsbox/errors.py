@@ -1,0 +1,107 @@
+"""Errors of the nsbox SDK: one class per protocol error kind (data.kind)."""
+
+
+class NsboxError(Exception):
+    """An error answered by nsboxd, or met talking to it.
+
+    `code` is the JSON-RPC code, `kind` the protocol's data.kind (None when
+    the daemon gave none), `data` the whole error data object."""
+
+    def __init__(self, message, code=None, kind=None, data=None):
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.kind = kind
+        self.data = data or {}
+
+
+class NotFoundError(NsboxError):
+    """No such sandbox, exec or path (or not the caller's)."""
+
+
+class InvalidParamsError(NsboxError, ValueError):
+    """The request's parameters were refused."""
+
+
+class LimitReachedError(NsboxError):
+    """A limit was reached: sandbox count, size caps, output caps."""
+
+
+class BusyError(NsboxError):
+    """The sandbox is busy, e.g. removing it without force while an exec runs."""
+
+
+class SandboxTimeoutError(NsboxError):
+    """The daemon gave up waiting for something."""
+
+
+class UnavailableError(NsboxError):
+    """The daemon cannot do it now (shutting down, feature absent on this host)."""
+
+
+class PermissionDeniedError(NsboxError):
+    """The caller may not do this."""
+
+
+class InternalError(NsboxError):
+    """nsboxd failed; its log says why."""
+
+
+class ProtocolError(NsboxError):
+    """A JSON-RPC level error: parse error, invalid request, unknown method."""
+
+
+class MethodNotFoundError(ProtocolError):
+    """The daemon does not know the method (an older nsboxd)."""
+
+
+class NsboxConnectionError(NsboxError, ConnectionError):
+    """The daemon's socket could not be reached, or closed mid-request."""
+
+
+class CommandExitError(NsboxError):
+    """A command checked with `check=True` did not exit with 0."""
+
+    def __init__(self, result):
+        super().__init__("command exited with %s: %s" % (
+            result.exit_code if result.exit_code is not None else "signal %s" % result.signal,
+            _tail(result.stderr)), kind="exit")
+        self.result = result
+
+
+def _tail(text, n=500):
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    text = (text or "").strip()
+    return text[-n:]
+
+
+KINDS = {
+    "not_found": NotFoundError,
+    "invalid_params": InvalidParamsError,
+    "limit_reached": LimitReachedError,
+    "busy": BusyError,
+    "timeout": SandboxTimeoutError,
+    "unavailable": UnavailableError,
+    "permission_denied": PermissionDeniedError,
+    "internal": InternalError,
+}
+
+CODES = {
+    -32700: ProtocolError,
+    -32600: ProtocolError,
+    -32601: MethodNotFoundError,
+    -32602: InvalidParamsError,
+    -32603: InternalError,
+}
+
+
+def error_from_reply(error):
+    """The exception for a JSON-RPC error object."""
+    if not isinstance(error, dict):
+        return ProtocolError("malformed error reply: %r" % (error,))
+    data = error.get("data") if isinstance(error.get("data"), dict) else {}
+    kind = data.get("kind")
+    code = error.get("code")
+    cls = KINDS.get(kind) or CODES.get(code) or NsboxError
+    return cls(str(error.get("message") or "nsboxd error"), code=code, kind=kind, data=data)

@@ -1,0 +1,211 @@
+"""The synchronous client: one unix socket per Sandbox, one request at a time."""
+import functools
+import itertools
+import json
+import socket as _socket
+import threading
+import time
+
+from . import _core
+from .errors import NotFoundError, NsboxConnectionError, NsboxError, ProtocolError, error_from_reply
+
+
+class Connection:
+    """A JSON-RPC connection to nsboxd: one JSON object per line."""
+
+    def __init__(self, socket=None, timeout=None, connect_timeout=10):
+        self.path = _core.socket_path(socket)
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._sock = self._file = None
+        self._open()
+
+    def _open(self):
+        s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
+        try:
+            s.settimeout(self.connect_timeout)
+            s.connect(self.path)
+            s.settimeout(self.timeout)
+        except OSError as e:
+            s.close()
+            raise NsboxConnectionError("cannot reach nsboxd at %s: %s (is nsboxd running? set NSBOX_SOCKET "
+                                       "or pass socket=)" % (self.path, e.strerror or e)) from e
+        self._sock, self._file = s, s.makefile("rb")
+
+    def close(self):
+        if self._sock is not None:
+            self._file.close()
+            self._sock.close()
+            self._sock = self._file = None
+
+    def call(self, method, params=None, on_notify=None):
+        """The result of one request; notifications before the reply go to on_notify."""
+        with self._lock:
+            if self._sock is None:
+                self._open()
+            rid = next(self._ids)
+            msg = {"jsonrpc": "2.0", "id": rid, "method": method}
+            if params is not None:
+                msg["params"] = params
+            try:
+                self._sock.sendall(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
+                callback_error = None
+                while True:
+                    line = self._file.readline()
+                    if not line:
+                        raise NsboxConnectionError("nsboxd closed the connection during %s" % method)
+                    reply = json.loads(line)
+                    if "id" not in reply:
+                        if on_notify is not None and callback_error is None:
+                            try:
+                                on_notify(reply)
+                            except BaseException as e:  # raised once the reply is in
+                                callback_error = e
+                        continue
+                    if reply["id"] == rid or (reply["id"] is None and "error" in reply):
+                        break
+            except (OSError, ValueError) as e:
+                # The line stream is out of step (timeout, reset, garbage): start afresh next time.
+                self.close()
+                if isinstance(e, NsboxError):
+                    raise
+                if isinstance(e, ValueError):
+                    raise ProtocolError("unreadable reply from nsboxd: %s" % e) from e
+                raise NsboxConnectionError("talking to nsboxd (%s): %s" % (method, e)) from e
+            except BaseException:
+                self.close()  # e.g. KeyboardInterrupt mid-reply
+                raise
+            if callback_error is not None:
+                raise callback_error
+            if "error" in reply:
+                raise error_from_reply(reply["error"])
+            return reply.get("result")
+
+
+def drive(conn, gen):
+    """Run one operation generator of nsbox._core to its end."""
+    value = exc = None
+    while True:
+        try:
+            op = gen.throw(exc) if exc is not None else gen.send(value)
+        except StopIteration as stop:
+            return stop.value
+        value = exc = None
+        if isinstance(op, _core.Call):
+            try:
+                value = conn.call(op.method, op.params, op.on_notify)
+            except NsboxError as e:
+                exc = e
+        elif isinstance(op, _core.Invoke):
+            value = op.fn(*op.args)
+        elif isinstance(op, _core.Sleep):
+            time.sleep(op.seconds)
+        else:
+            raise TypeError("unknown operation %r" % (op,))
+
+
+def _sync(gen_fn):
+    @functools.wraps(gen_fn)
+    def method(self, *args, **kwargs):
+        return drive(self._conn, gen_fn(self, *args, **kwargs))
+    return method
+
+
+def _syncify(cls, core):
+    for name, fn in vars(core).items():
+        if callable(fn) and not name.startswith("_"):
+            setattr(cls, name, _sync(fn))
+    return cls
+
+
+class CommandHandle(_core.HandleCore):
+    """A background command: wait(), output(), status(), kill(signal)."""
+
+
+class Commands(_core.CommandsCore):
+    """sb.commands: run(), list(), connect()."""
+    _handle_cls = CommandHandle
+
+
+class Files(_core.FilesCore):
+    """sb.files: read, write, list, stat, exists, remove, mkdir (binary-safe)."""
+
+
+class Sandbox(_core.SandboxCore):
+    """A sandbox of nsboxd.
+
+        with Sandbox.create() as sb:
+            print(sb.run_code("1 + 1").result)
+    """
+    _commands_cls = Commands
+    _files_cls = Files
+
+    @classmethod
+    def create(cls, session_id=None, image=None, memory=None, network=None, env=None, labels=None,
+               idle_timeout=None, socket=None, keep=False, pids=None, cpus=None, disk=None, seccomp_profile=None):
+        """Create a sandbox (or, with session_id, get that session's live one).
+        memory and disk: bytes or "512M"-style strings."""
+        params = _core.create_params(session_id=session_id, image=image, memory=memory, pids=pids, cpus=cpus,
+                                     disk=disk, network=network, env=env, labels=labels,
+                                     idle_timeout=idle_timeout, seccomp_profile=seccomp_profile)
+        conn = Connection(socket)
+        try:
+            return cls(conn, conn.call("sandbox.create", params), keep=keep)
+        except BaseException:
+            conn.close()
+            raise
+
+    @classmethod
+    def connect(cls, sandbox_id, socket=None, keep=True):
+        """An existing sandbox by id (kept at the end of a `with` unless keep=False)."""
+        conn = Connection(socket)
+        try:
+            return cls(conn, conn.call("sandbox.info", {"sandbox_id": sandbox_id}), keep=keep)
+        except BaseException:
+            conn.close()
+            raise
+
+    @staticmethod
+    def list(socket=None, include_inactive=False):
+        """The caller's sandboxes (sandbox.list entries)."""
+        conn = Connection(socket)
+        try:
+            return conn.call("sandbox.list", {"include_inactive": include_inactive})["sandboxes"]
+        finally:
+            conn.close()
+
+    @staticmethod
+    def server_info(socket=None):
+        conn = Connection(socket)
+        try:
+            return conn.call("server.info")
+        finally:
+            conn.close()
+
+    def close(self):
+        """Close the connection; the sandbox stays."""
+        self._conn.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            if not self.keep:
+                try:
+                    self.remove(force=True)
+                except NotFoundError:
+                    pass  # removed already (kill(), reaped): what exit wants
+                except NsboxError:
+                    if exc[0] is None:
+                        raise
+        finally:
+            self.close()
+
+
+_syncify(Sandbox, _core.SandboxCore)
+_syncify(Commands, _core.CommandsCore)
+_syncify(Files, _core.FilesCore)
+_syncify(CommandHandle, _core.HandleCore)
