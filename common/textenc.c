@@ -136,20 +136,19 @@ char *base64_encode(const void *data, size_t len, size_t *out_len)
         return out;
 }
 
-static int b64_value(char c)
-{
-        if (c >= 'A' && c <= 'Z')
-                return c - 'A';
-        if (c >= 'a' && c <= 'z')
-                return c - 'a' + 26;
-        if (c >= '0' && c <= '9')
-                return c - '0' + 52;
-        if (c == '+')
-                return 62;
-        if (c == '/')
-                return 63;
-        return -1;
-}
+/* Each byte's 6-bit value plus one, 0 for what is not in the alphabet: one
+ * load per character (the decode of a 30 MB fs.write was a quarter of nsboxd's
+ * time with a chain of comparisons per character). */
+static const unsigned char b64_values[256] = {
+        ['A'] = 1,  ['B'] = 2,  ['C'] = 3,  ['D'] = 4,  ['E'] = 5,  ['F'] = 6,  ['G'] = 7,  ['H'] = 8,
+        ['I'] = 9,  ['J'] = 10, ['K'] = 11, ['L'] = 12, ['M'] = 13, ['N'] = 14, ['O'] = 15, ['P'] = 16,
+        ['Q'] = 17, ['R'] = 18, ['S'] = 19, ['T'] = 20, ['U'] = 21, ['V'] = 22, ['W'] = 23, ['X'] = 24,
+        ['Y'] = 25, ['Z'] = 26, ['a'] = 27, ['b'] = 28, ['c'] = 29, ['d'] = 30, ['e'] = 31, ['f'] = 32,
+        ['g'] = 33, ['h'] = 34, ['i'] = 35, ['j'] = 36, ['k'] = 37, ['l'] = 38, ['m'] = 39, ['n'] = 40,
+        ['o'] = 41, ['p'] = 42, ['q'] = 43, ['r'] = 44, ['s'] = 45, ['t'] = 46, ['u'] = 47, ['v'] = 48,
+        ['w'] = 49, ['x'] = 50, ['y'] = 51, ['z'] = 52, ['0'] = 53, ['1'] = 54, ['2'] = 55, ['3'] = 56,
+        ['4'] = 57, ['5'] = 58, ['6'] = 59, ['7'] = 60, ['8'] = 61, ['9'] = 62, ['+'] = 63, ['/'] = 64
+};
 
 void *base64_decode(const char *text, size_t len, size_t *out_len)
 {
@@ -158,15 +157,30 @@ void *base64_decode(const char *text, size_t len, size_t *out_len)
         unsigned char *out = malloc(len / 4 * 3 + 1);
         if (out == NULL)
                 return NULL;
+        const unsigned char *in = (const unsigned char *)text;
         size_t o = 0;
-        for (size_t i = 0; i < len; i += 4) {
+        /* Every quad but the last has no padding. */
+        size_t full = len >= 4 ? len - 4 : 0;
+        for (size_t i = 0; i < full; i += 4) {
+                int a = b64_values[in[i]] - 1, b = b64_values[in[i + 1]] - 1, c = b64_values[in[i + 2]] - 1,
+                    d = b64_values[in[i + 3]] - 1;
+                if ((a | b | c | d) < 0) {
+                        free(out);
+                        return NULL;
+                }
+                uint32_t x = (uint32_t)a << 18 | (uint32_t)b << 12 | (uint32_t)c << 6 | (uint32_t)d;
+                out[o++] = (x >> 16) & 0xff;
+                out[o++] = (x >> 8) & 0xff;
+                out[o++] = x & 0xff;
+        }
+        if (len > 0) {
+                const unsigned char *q = in + full;
                 int v[4], pad = 0;
                 for (int k = 0; k < 4; k++) {
-                        char c = text[i + k];
-                        if (c == '=' && i + 4 == len && k >= 2) {
+                        if (q[k] == '=' && k >= 2) {
                                 v[k] = 0;
                                 pad++;
-                        } else if (pad > 0 || (v[k] = b64_value(c)) < 0) {
+                        } else if (pad > 0 || (v[k] = b64_values[q[k]] - 1) < 0) {
                                 free(out);
                                 return NULL;
                         }
