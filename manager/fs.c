@@ -307,7 +307,8 @@ struct fs_read_result {
         bool truncated;
 };
 
-static int fs_read_at(const struct fs_ctx *ctx, const struct fs_path *p, size_t max_bytes,
+/* At most max_bytes from `offset` on (beyond the end: nothing). */
+static int fs_read_at(const struct fs_ctx *ctx, const struct fs_path *p, uint64_t offset, size_t max_bytes,
                       struct fs_read_result *out, nsbox_error_t **err)
 {
         _cleanup_close_ int path_fd = fs_openat2(ctx->root, p->rel, O_PATH, 0, FS_RESOLVE);
@@ -322,7 +323,8 @@ static int fs_read_at(const struct fs_ctx *ctx, const struct fs_path *p, size_t 
         if (fd < 0)
                 return fd;
 
-        size_t cap = (size_t)st.st_size < max_bytes ? (size_t)st.st_size : max_bytes;
+        uint64_t left = (uint64_t)st.st_size > offset ? (uint64_t)st.st_size - offset : 0;
+        size_t cap = left < max_bytes ? (size_t)left : max_bytes;
         _cleanup_free_ char *buf = malloc(cap + 1);
         if (buf == NULL)
                 return nsbox_error(err, ENOMEM, "read %s", p->shown);
@@ -341,7 +343,7 @@ static int fs_read_at(const struct fs_ctx *ctx, const struct fs_path *p, size_t 
                         buf = bigger;
                         cap = grown;
                 }
-                ssize_t n = read(fd, buf + len, cap - len);
+                ssize_t n = pread(fd, buf + len, cap - len, (off_t)(offset + len));
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n < 0)
@@ -351,7 +353,7 @@ static int fs_read_at(const struct fs_ctx *ctx, const struct fs_path *p, size_t 
                 len += (size_t)n;
         }
         char probe;
-        out->truncated = len == max_bytes && pread(fd, &probe, 1, (off_t)len) == 1;
+        out->truncated = len == max_bytes && pread(fd, &probe, 1, (off_t)(offset + len)) == 1;
         if (fstat(fd, &st) == 0)
                 out->size = (unsigned long long)st.st_size;
         buf[len] = '\0';
@@ -822,6 +824,7 @@ struct fs_job {
         struct fs_path path;
         size_t max_entries;           /* list */
         size_t max_bytes;             /* read */
+        uint64_t offset;              /* read */
         bool base64;                  /* read, write */
         const char *content;          /* write: as sent, decoded in the worker */
         size_t content_len;           /* write */
@@ -1006,7 +1009,7 @@ static int fs_read_run(void *data, struct fs_worker_output *out, nsbox_error_t *
 {
         struct fs_job *job = data;
         struct fs_read_result res = { 0 };
-        int r = fs_read_at(&job->ctx, &job->path, job->max_bytes, &res, err);
+        int r = fs_read_at(&job->ctx, &job->path, job->offset, job->max_bytes, &res, err);
         if (r < 0)
                 return r;
         size_t out_len;
@@ -1021,21 +1024,33 @@ static int fs_read_run(void *data, struct fs_worker_output *out, nsbox_error_t *
         return 0;
 }
 
-/* Whether the regular file at p is larger than what is read on the loop. */
-static bool fs_read_is_large(const struct fs_ctx *ctx, const struct fs_path *p)
+/* Whether what is to read of the regular file at p from `offset` on is
+ * more than what is read on the loop. */
+static bool fs_read_is_large(const struct fs_ctx *ctx, const struct fs_path *p, uint64_t offset)
 {
         _cleanup_close_ int fd = fs_openat2(ctx->root, p->rel, O_PATH, 0, FS_RESOLVE);
         struct stat st;
-        return fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > FS_INLINE_BYTES;
+        return fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+               (uint64_t)st.st_size > offset + FS_INLINE_BYTES;
 }
 
 void fs_method_read(struct rpc_request *req, struct sandbox *sb)
 {
-        static const char *const known[] = { "sandbox_id", "path", "encoding", "max_bytes", NULL };
+        static const char *const known[] = { "sandbox_id", "path", "encoding", "max_bytes", "offset", NULL };
         _cleanup_error_ nsbox_error_t *err = NULL;
         bool base64;
         if (!rpc_check_fields(req, known) || !fs_get_base64(req, &base64))
                 return;
+        uint64_t offset = 0;
+        json_t *o = json_object_get(req->msg.params, "offset");
+        if (o != NULL && !json_is_null(o)) {
+                if (!json_is_integer(o) || json_integer_value(o) < 0) {
+                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                        "offset must be a non-negative integer");
+                        return;
+                }
+                offset = (uint64_t)json_integer_value(o);
+        }
         size_t max_bytes = FS_READ_DEFAULT_BYTES;
         json_t *v = json_object_get(req->msg.params, "max_bytes");
         if (v != NULL && !json_is_null(v)) {
@@ -1051,17 +1066,18 @@ void fs_method_read(struct rpc_request *req, struct sandbox *sb)
         struct fs_ctx ctx;
         if (!fs_begin(req, sb, NULL, &path, &ctx))
                 return;
-        if (max_bytes > FS_INLINE_BYTES && fs_read_is_large(&ctx, &path)) {
+        if (max_bytes > FS_INLINE_BYTES && fs_read_is_large(&ctx, &path, offset)) {
                 struct fs_job *job = fs_job_new(req, &path, &ctx);
                 if (job == NULL)
                         return;
                 job->max_bytes = max_bytes;
+                job->offset = offset;
                 job->base64 = base64;
                 fs_job_start(job, sb, fs_read_run);
                 return;
         }
         struct fs_read_result res = { 0 };
-        int r = fs_read_at(&ctx, &path, max_bytes, &res, &err);
+        int r = fs_read_at(&ctx, &path, offset, max_bytes, &res, &err);
         fs_ctx_close(&ctx);
         if (r < 0) {
                 fs_reply_failure(req, r, err);
@@ -1304,7 +1320,7 @@ int fs_read_file(struct sandbox *sb, const char *path, size_t max_bytes, char **
         if (r < 0)
                 return r;
         struct fs_read_result res = { 0 };
-        r = fs_read_at(&ctx, &p, max_bytes, &res, err);
+        r = fs_read_at(&ctx, &p, 0, max_bytes, &res, err);
         fs_ctx_close(&ctx);
         if (r < 0)
                 return r;
