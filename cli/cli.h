@@ -99,6 +99,7 @@ int cmd_cp(const struct cli *cli, int argc, char **argv);
 int cmd_mcp(const struct cli *cli, int argc, char **argv);
 int cmd_update(const struct cli *cli, int argc, char **argv);
 int cmd_port(const struct cli *cli, int argc, char **argv);
+int cmd_shell(const struct cli *cli, int argc, char **argv);
 
 /* Options of sandbox.create, shared by create and run. */
 enum {

@@ -77,6 +77,21 @@ static const struct command commands[] = {
         { "sh", cmd_sh,
           "nsbox sh [--timeout S] [--cwd DIR] [--env K=V] [--user root] [-i] ID 'shell command'",
           "Run a command line under /bin/sh -c in a sandbox; options as for nsbox exec.\n" },
+        { "shell", cmd_shell,
+          "nsbox shell [--timeout S] ID [NAME] | nsbox shell run [--timeout S] [-d] ID NAME -- CMD... | "
+          "nsbox shell check|rm ID NAME | nsbox shell ls ID",
+          "Persistent shell sessions: a named bash in a sandbox that keeps its cwd, variables\n"
+          "and functions between commands.\n\n"
+          "  nsbox shell ID [NAME]  run each line of standard input in session NAME (made if\n"
+          "                         missing; without NAME a new session, ended at EOF)\n"
+          "  shell run ID NAME -- CMD  run one command line in NAME (made if missing); exit\n"
+          "                         with its code\n"
+          "  shell check ID NAME    output so far and status of NAME's last command\n"
+          "  shell ls ID            list the sessions (at most 16 per sandbox)\n"
+          "  shell rm ID NAME       end a session and everything it runs\n\n"
+          "  --timeout S  interrupt the command (SIGINT, then SIGTERM) after S seconds (default\n"
+          "               30; the shell and its state remain; exit 124)\n"
+          "  -d, --detach (run) do not wait: print the command id; see shell check\n" },
         { "python", cmd_python,
           "nsbox python [--stateful] [--require PKG]... [--timeout S] ID FILE|- | -c CODE",
           "Run Python code in a sandbox (python.run) from FILE, from standard input (-),\n"

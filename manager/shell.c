@@ -41,9 +41,9 @@ static const char *const shell_stream_names[] = { "stdout", "stderr" };
 struct shell_stream {
         char *data;
         size_t len, cap;
-        size_t match;      /* bytes of the end record's marker matched so far */
-        bool in_trailer;   /* the marker is matched: reading up to its NUL */
-        char *trailer;     /* " <status> <pwd>" on stdout */
+        size_t match;    /* bytes of the end record's marker matched so far */
+        bool in_trailer; /* the marker is matched: reading up to its NUL */
+        char *trailer;   /* " <status> <pwd>" on stdout */
         size_t trailer_len;
         bool ended;
 };
@@ -342,9 +342,8 @@ static void command_finish(struct shell_session *s, struct shell_command *c)
                 if (s->create_req != NULL) {
                         struct rpc_request *req = s->create_req;
                         s->create_req = NULL;
-                        rpc_reply_result(req,
-                                         json_pack("{s:s, s:s, s:s}", "session", s->name, "sandbox_id",
-                                                   s->sb->id, "cwd", s->cwd ? s->cwd : ""));
+                        rpc_reply_result(req, json_pack("{s:s, s:s, s:s}", "session", s->name, "sandbox_id",
+                                                        s->sb->id, "cwd", s->cwd ? s->cwd : ""));
                 }
                 command_free(c);
                 return;
@@ -431,8 +430,8 @@ static void shell_exec_done(struct exec *ex, json_t *result, void *opaque)
                 struct rpc_request *req = s->create_req;
                 s->create_req = NULL;
                 const char *why = json_string_value(json_object_get(result, "stderr"));
-                rpc_reply_fail(req, sandbox_gone ? "unavailable" : "internal", "the shell did not start%s%.300s",
-                               why && why[0] ? ": " : "", why ? why : "");
+                rpc_reply_fail(req, sandbox_gone ? "unavailable" : "internal",
+                               "the shell did not start%s%.300s", why && why[0] ? ": " : "", why ? why : "");
         }
         struct shell_command *c = s->cmd;
         if (c != NULL && !c->finished && !c->boot) {
@@ -589,9 +588,9 @@ static struct sandbox *require_running_sandbox(struct rpc_request *req)
 
 static bool name_valid(const char *name, size_t len)
 {
-        if (len == 0 || len > SHELL_MAX_NAME || !((name[0] >= 'a' && name[0] <= 'z') ||
-                                                  (name[0] >= 'A' && name[0] <= 'Z') ||
-                                                  (name[0] >= '0' && name[0] <= '9')))
+        if (len == 0 || len > SHELL_MAX_NAME ||
+            !((name[0] >= 'a' && name[0] <= 'z') || (name[0] >= 'A' && name[0] <= 'Z') ||
+              (name[0] >= '0' && name[0] <= '9')))
                 return false;
         for (size_t i = 0; i < len; i++) {
                 char ch = name[i];
@@ -616,10 +615,11 @@ static struct shell_session *require_session(struct rpc_request *req)
                 return NULL;
         json_t *name = json_object_get(req->msg.params, "session");
         if (!json_is_string(name) || !name_valid(json_string_value(name), json_string_length(name))) {
-                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
-                                "session must be a name of 1 to %d letters, digits, '_', '-' or '.', starting "
-                                "with a letter or digit",
-                                SHELL_MAX_NAME);
+                rpc_reply_error(
+                    req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                    "session must be a name of 1 to %d letters, digits, '_', '-' or '.', starting "
+                    "with a letter or digit",
+                    SHELL_MAX_NAME);
                 return NULL;
         }
         struct shell_session *s = session_find(sb, json_string_value(name));
@@ -643,10 +643,11 @@ void shell_method_create(struct rpc_request *req)
         json_t *name = json_object_get(p, "name");
         if (name != NULL && !json_is_null(name) &&
             (!json_is_string(name) || !name_valid(json_string_value(name), json_string_length(name)))) {
-                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
-                                "name must be 1 to %d letters, digits, '_', '-' or '.', starting with a letter "
-                                "or digit",
-                                SHELL_MAX_NAME);
+                rpc_reply_error(
+                    req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                    "name must be 1 to %d letters, digits, '_', '-' or '.', starting with a letter "
+                    "or digit",
+                    SHELL_MAX_NAME);
                 return;
         }
         json_t *cwd = json_object_get(p, "cwd");
@@ -742,8 +743,9 @@ static void run_client_gone(struct rpc_request *req, void *data)
 
 void shell_method_run(struct rpc_request *req)
 {
-        static const char *const known[] = { "sandbox_id",      "session", "command", "cwd", "timeout_seconds",
-                                             "blocking",        "encoding", "max_output_bytes", NULL };
+        static const char *const known[] = { "sandbox_id", "session",          "command",
+                                             "cwd",        "timeout_seconds",  "blocking",
+                                             "encoding",   "max_output_bytes", NULL };
         if (!rpc_check_fields(req, known))
                 return;
         json_t *p = req->msg.params;
@@ -765,7 +767,8 @@ void shell_method_run(struct rpc_request *req)
         json_t *b = json_object_get(p, "blocking");
         if (b != NULL && !json_is_null(b)) {
                 if (!json_is_boolean(b)) {
-                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "blocking must be a boolean");
+                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                        "blocking must be a boolean");
                         return;
                 }
                 blocking = json_is_true(b);
@@ -774,7 +777,8 @@ void shell_method_run(struct rpc_request *req)
         unsigned timeout_s = blocking ? SHELL_DEFAULT_TIMEOUT_S : 0;
         json_t *t = json_object_get(p, "timeout_seconds");
         if (t != NULL && !json_is_null(t)) {
-                if (!json_is_number(t) || json_number_value(t) <= 0 || json_number_value(t) > SHELL_MAX_TIMEOUT_S) {
+                if (!json_is_number(t) || json_number_value(t) <= 0 ||
+                    json_number_value(t) > SHELL_MAX_TIMEOUT_S) {
                         rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
                                         "timeout_seconds must be a number from 1 to %d", SHELL_MAX_TIMEOUT_S);
                         return;
@@ -798,7 +802,8 @@ void shell_method_run(struct rpc_request *req)
                 if (!json_is_integer(max) || json_integer_value(max) < 0 ||
                     json_integer_value(max) > SHELL_MAX_MAX_OUTPUT) {
                         rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
-                                        "max_output_bytes must be an integer from 0 to %u", SHELL_MAX_MAX_OUTPUT);
+                                        "max_output_bytes must be an integer from 0 to %u",
+                                        SHELL_MAX_MAX_OUTPUT);
                         return;
                 }
                 max_output = (size_t)json_integer_value(max);
@@ -845,8 +850,8 @@ void shell_method_run(struct rpc_request *req)
                 rpc_request_on_disconnect(req, run_client_gone, s);
                 return;
         }
-        rpc_reply_result(req, json_pack("{s:s, s:s, s:b}", "session", s->name, "command_id", c->id, "running",
-                                        true));
+        rpc_reply_result(
+            req, json_pack("{s:s, s:s, s:b}", "session", s->name, "command_id", c->id, "running", true));
 }
 
 void shell_method_check(struct rpc_request *req)
@@ -858,10 +863,11 @@ void shell_method_check(struct rpc_request *req)
         json_t *sv = json_object_get(req->msg.params, "since");
         for (int i = 0; i < 2 && sv != NULL && !json_is_null(sv); i++) {
                 json_t *v = json_is_object(sv) ? json_object_get(sv, shell_stream_names[i]) : NULL;
-                if (!json_is_object(sv) || (v != NULL && !json_is_null(v) && (!json_is_integer(v) ||
-                                                                              json_integer_value(v) < 0))) {
-                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
-                                        "since must be {stdout, stderr} byte offsets (the `next` of a check)");
+                if (!json_is_object(sv) ||
+                    (v != NULL && !json_is_null(v) && (!json_is_integer(v) || json_integer_value(v) < 0))) {
+                        rpc_reply_error(
+                            req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                            "since must be {stdout, stderr} byte offsets (the `next` of a check)");
                         return;
                 }
                 since[i] = json_is_integer(v) ? (size_t)json_integer_value(v) : 0;
@@ -906,10 +912,11 @@ void shell_method_list(struct rpc_request *req)
                 if (s->sb != sb || s->terminating)
                         continue;
                 struct shell_command *c = s->cmd != NULL && !s->cmd->boot ? s->cmd : NULL;
-                json_array_append_new(
-                    list, json_pack("{s:s, s:b, s:b, s:o, s:s}", "session", s->name, "ready", s->ready,
-                                    "running", c != NULL && !c->finished, "command_id",
-                                    c != NULL ? json_string(c->id) : json_null(), "cwd", s->cwd ? s->cwd : ""));
+                json_array_append_new(list,
+                                      json_pack("{s:s, s:b, s:b, s:o, s:s}", "session", s->name, "ready",
+                                                s->ready, "running", c != NULL && !c->finished, "command_id",
+                                                c != NULL ? json_string(c->id) : json_null(), "cwd",
+                                                s->cwd ? s->cwd : ""));
         }
         rpc_reply_result(req, json_pack("{s:s, s:o, s:i}", "sandbox_id", sb->id, "sessions", list, "max",
                                         SHELL_MAX_SESSIONS));

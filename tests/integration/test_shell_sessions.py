@@ -227,3 +227,17 @@ def test_many_sessions_in_one_sandbox_are_bounded(daemon, sandbox):
         assert run(daemon, sandbox, n, "pwd")["stdout"] == "/tmp/%s\n" % n
     daemon.call("shell.terminate", sandbox_id=sandbox, session="n0")
     daemon.call("shell.create", sandbox_id=sandbox, name="one-more")
+
+
+def test_cli_shell_lines_run_ls_rm(daemon, sandbox):
+    r = daemon.cli("shell", sandbox, "work", input=b"cd /tmp\nexport A=42\necho $A $(pwd)\nfalse\n")
+    assert r.stdout == b"42 /tmp\n" and r.returncode == 1, r.stderr
+    r = daemon.cli("shell", "run", sandbox, "work", "--", "echo", "$A", "&&", "pwd")
+    assert (r.stdout, r.returncode) == (b"42\n/tmp\n", 0), r.stderr
+    r = daemon.cli("shell", "run", "--timeout", "1", sandbox, "work", "--", "sleep 60")
+    assert r.returncode == 124 and b"timed out" in r.stderr
+    r = daemon.cli("shell", "ls", sandbox)
+    assert b"work" in r.stdout and r.returncode == 0
+    assert daemon.cli("shell", "rm", sandbox, "work").returncode == 0
+    r = daemon.cli("shell", "check", sandbox, "work")
+    assert r.returncode == 125 and b"no shell session work" in r.stderr
