@@ -99,6 +99,7 @@ int cmd_cp(const struct cli *cli, int argc, char **argv);
 int cmd_mcp(const struct cli *cli, int argc, char **argv);
 int cmd_update(const struct cli *cli, int argc, char **argv);
 int cmd_port(const struct cli *cli, int argc, char **argv);
+int cmd_shell(const struct cli *cli, int argc, char **argv);
 int cmd_ps(const struct cli *cli, int argc, char **argv);
 int cmd_logs(const struct cli *cli, int argc, char **argv);
 int cmd_kill(const struct cli *cli, int argc, char **argv);

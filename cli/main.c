@@ -107,6 +107,21 @@ static const struct command commands[] = {
           "Send a signal to an exec (its whole process group; KILL ends every process it\n"
           "started) and print its id.\n\n"
           "  -s, --signal SIG  signal name or number (default KILL)\n" },
+        { "shell", cmd_shell,
+          "nsbox shell [--timeout S] ID [NAME] | nsbox shell run [--timeout S] [-d] ID NAME -- CMD... | "
+          "nsbox shell check|rm ID NAME | nsbox shell ls ID",
+          "Persistent shell sessions: a named bash in a sandbox that keeps its cwd, variables\n"
+          "and functions between commands.\n\n"
+          "  nsbox shell ID [NAME]  run each line of standard input in session NAME (made if\n"
+          "                         missing; without NAME a new session, ended at EOF)\n"
+          "  shell run ID NAME -- CMD  run one command line in NAME (made if missing); exit\n"
+          "                         with its code\n"
+          "  shell check ID NAME    output so far and status of NAME's last command\n"
+          "  shell ls ID            list the sessions (at most 16 per sandbox)\n"
+          "  shell rm ID NAME       end a session and everything it runs\n\n"
+          "  --timeout S  interrupt the command (SIGINT, then SIGTERM) after S seconds (default\n"
+          "               30; the shell and its state remain; exit 124)\n"
+          "  -d, --detach (run) do not wait: print the command id; see shell check\n" },
         { "python", cmd_python,
           "nsbox python [--stateful] [--require PKG]... [--timeout S] ID FILE|- | -c CODE",
           "Run Python code in a sandbox (python.run) from FILE, from standard input (-),\n"

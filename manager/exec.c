@@ -314,8 +314,10 @@ static bool output_reserve(struct exec *ex, struct output *o, size_t need)
  * pipes paused while the client lags. */
 static void output_append(struct exec *ex, int which, const char *data, size_t len)
 {
-        if (which == OUT_STDOUT && ex->hooks != NULL && ex->hooks->on_stdout != NULL) {
-                ex->hooks->on_stdout(ex, data, len, ex->hooks_data);
+        if (ex->hooks != NULL &&
+            (which == OUT_STDOUT ? ex->hooks->on_stdout : ex->hooks->on_stderr) != NULL) {
+                (which == OUT_STDOUT ? ex->hooks->on_stdout : ex->hooks->on_stderr)(ex, data, len,
+                                                                                    ex->hooks_data);
                 return;
         }
         size_t room = ex->max_output > ex->total_output ? ex->max_output - ex->total_output : 0;

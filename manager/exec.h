@@ -35,6 +35,8 @@ struct exec_outputs {
 struct exec_hooks {
         /* Stdout bytes as they arrive, instead of collecting them. */
         void (*on_stdout)(struct exec *ex, const char *data, size_t len, void *data_);
+        /* Stderr bytes likewise (NULL: collected as usual). */
+        void (*on_stderr)(struct exec *ex, const char *data, size_t len, void *data_);
         /* The exec ended; `result` (as sandbox.exec returns it) is borrowed.
          * The exec is freed right after, unless it runs in the background. */
         void (*done)(struct exec *ex, json_t *result, void *data_);

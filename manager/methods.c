@@ -18,6 +18,7 @@
 #include "log.h"
 #include "python.h"
 #include "sandbox.h"
+#include "shell.h"
 #include "uidmode.h"
 
 #define NSBOX_VERSION "0.1.0"
@@ -374,5 +375,10 @@ const struct rpc_method nsboxd_methods[] = {
         { "fs.remove", method_fs_remove },
         { "fs.mkdir", method_fs_mkdir },
         { "fs.stat", method_fs_stat },
+        { "shell.create", shell_method_create },
+        { "shell.run", shell_method_run },
+        { "shell.check", shell_method_check },
+        { "shell.terminate", shell_method_terminate },
+        { "shell.list", shell_method_list },
         { NULL, NULL },
 };

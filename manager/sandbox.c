@@ -30,6 +30,7 @@
 #include "profiles.h"
 #include "proto.h"
 #include "python.h"
+#include "shell.h"
 #include "rootfs.h"
 #include "setup.h"
 #include "state.h"
@@ -986,7 +987,8 @@ void sandbox_reap_idle(void)
                 /* Work in progress is never idle: an exec, a package install, a
                  * python.run (stateless ones are execs; stateful ones run in the
                  * interpreter, a service exec that does not count as work itself). */
-                if (sb->state != SANDBOX_RUNNING || sb->running_execs > 0 || sb->pooled || python_busy(sb))
+                if (sb->state != SANDBOX_RUNNING || sb->running_execs > 0 || sb->pooled || python_busy(sb) ||
+                    shell_busy(sb))
                         continue;
                 if (now - sb->last_active_mono >= (long long)sb->policy.idle_timeout_seconds * 1000) {
                         log_info("sandbox %s: idle for %us, reaping", sb->id,
