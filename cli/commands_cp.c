@@ -3,9 +3,8 @@
  *
  * Data moves through fs.read / fs.write in base64 (nsboxd resolves every
  * path inside the sandbox's root, as host root, whatever the sandbox user
- * may read). fs.write takes 4 MiB per call, appending after the first;
- * fs.read has no offset, so a sandbox file is read whole, up to nsboxd's
- * 64 MiB limit, and a larger one is refused with that limit named.
+ * may read), 4 MiB per call: fs.write appending after the first, fs.read
+ * from an offset.
  *
  * No half copy is left behind: a new file or tree is written under a
  * temporary name (.nsbox-cp-XXXXXXXX) beside its target, renamed into place
@@ -38,10 +37,9 @@
 #include "tar_stream.h"
 #include "textenc.h"
 
-#define CP_CHUNK         (4u << 20)  /* per fs.write, and per read of a host file */
-#define CP_READ_MAX      (64u << 20) /* nsboxd's fs.read max_bytes */
-#define CP_LIST_MAX      100000      /* nsboxd's fs.list max_entries */
-#define CP_BATCH_OPS     256         /* symlinks or chmods per sh run */
+#define CP_CHUNK         (4u << 20) /* per fs.write and fs.read, and per read of a host file */
+#define CP_LIST_MAX      100000     /* nsboxd's fs.list max_entries */
+#define CP_BATCH_OPS     256        /* symlinks or chmods per sh run */
 #define CP_EXEC_TIMEOUT  600
 #define CP_TEMP_PREFIX   ".nsbox-cp-"
 #define CP_DEFAULT_DMODE 0755
@@ -510,34 +508,78 @@ static int host_sink_finish(struct host_sink *h)
         return 0;
 }
 
+/* The bytes of a sandbox file, CP_CHUNK at a time from offset 0, to
+ * chunk(ctx, data, len): `size` of them when `exact` (a file that is not
+ * that long any more is an error; one that grew is read to `size`), else
+ * to its end. */
+static int sandbox_read(struct cp *cp, const char *path, unsigned long long size, bool exact,
+                        int (*chunk)(void *ctx, const char *data, size_t len), void *ctx)
+{
+        unsigned long long offset = 0;
+        for (;;) {
+                unsigned long long want = CP_CHUNK;
+                if (exact && size - offset < want)
+                        want = size - offset;
+                if (exact && want == 0)
+                        return 0;
+                _cleanup_json_ json_t *params =
+                    json_pack("{s:s, s:s, s:I, s:I}", "path", path, "encoding", "base64", "max_bytes",
+                              (json_int_t)want, "offset", (json_int_t)offset);
+                int code = 0;
+                _cleanup_json_ json_t *result = cp_call(cp, "fs.read", params, path, &code, NULL, 0);
+                if (result == NULL)
+                        return code;
+                json_t *content = json_object_get(result, "content");
+                size_t len = 0;
+                _cleanup_free_ char *data =
+                    json_is_string(content)
+                        ? base64_decode(json_string_value(content), json_string_length(content), &len)
+                        : NULL;
+                if (data == NULL)
+                        return cli_fail("reading %s in the sandbox: nsboxd sent bad base64", path);
+                if (len > 0) {
+                        int r = chunk(ctx, data, len);
+                        if (r != 0)
+                                return r;
+                }
+                offset += len;
+                if (!json_is_true(json_object_get(result, "truncated")) || len == 0) {
+                        if (exact && offset != size)
+                                return cli_fail("%s in the sandbox shrank while it was copied", path);
+                        return 0;
+                }
+        }
+}
+
+struct sink_chunks {
+        struct cp_sink *sink;
+};
+
+static int sink_chunk(void *ctx, const char *data, size_t len)
+{
+        struct sink_chunks *c = ctx;
+        return c->sink->ops->file_data(c->sink, data, len);
+}
+
+static int stdout_chunk(void *ctx, const char *data, size_t len)
+{
+        unsigned long long *bytes = ctx;
+        int r = cli_write_all(STDOUT_FILENO, data, len);
+        if (r < 0)
+                return cli_fail("write: %s", strerror(-r));
+        *bytes += len;
+        return 0;
+}
+
 /* ---- source: a sandbox tree ---- */
 
 static int sandbox_source_file(struct cp *cp, const char *path, const char *rel, mode_t mode,
                                unsigned long long size, struct cp_sink *sink)
 {
-        if (size > CP_READ_MAX)
-                return cli_fail("%s in the sandbox is %llu bytes: nsboxd's fs.read returns at most %u MiB "
-                                "(and has no offset to read a larger file in parts)",
-                                path, size, CP_READ_MAX >> 20);
-        _cleanup_json_ json_t *params = json_pack("{s:s, s:s, s:I}", "path", path, "encoding", "base64",
-                                                  "max_bytes", (json_int_t)CP_READ_MAX);
-        int code = 0;
-        _cleanup_json_ json_t *result = cp_call(cp, "fs.read", params, path, &code, NULL, 0);
-        if (result == NULL)
-                return code;
-        if (json_is_true(json_object_get(result, "truncated")))
-                return cli_fail("%s in the sandbox grew past %u MiB, nsboxd's fs.read limit, while read",
-                                path, CP_READ_MAX >> 20);
-        json_t *content = json_object_get(result, "content");
-        size_t len = 0;
-        _cleanup_free_ char *data = json_is_string(content) ? base64_decode(json_string_value(content),
-                                                                            json_string_length(content), &len)
-                                                            : NULL;
-        if (data == NULL)
-                return cli_fail("reading %s in the sandbox: nsboxd sent bad base64", path);
-        int r = sink->ops->file_begin(sink, rel, mode, len);
-        if (r == 0 && len > 0)
-                r = sink->ops->file_data(sink, data, len);
+        int r = sink->ops->file_begin(sink, rel, mode, size);
+        struct sink_chunks c = { sink };
+        if (r == 0)
+                r = sandbox_read(cp, path, size, true, sink_chunk, &c);
         return r == 0 ? sink->ops->file_end(sink) : r;
 }
 
@@ -693,29 +735,8 @@ static int copy_out_to_stdout(struct cp *cp, const char *path, json_t *info, uns
         const char *type = json_string_value(json_object_get(info, "type"));
         if (type == NULL || strcmp(type, "dir") != 0) {
                 /* A file (or a symlink to one): its bytes, as `cat`. */
-                _cleanup_json_ json_t *params = json_pack("{s:s, s:s, s:I}", "path", path, "encoding",
-                                                          "base64", "max_bytes", (json_int_t)CP_READ_MAX);
-                int code = 0;
-                _cleanup_json_ json_t *result = cp_call(cp, "fs.read", params, path, &code, NULL, 0);
-                if (result == NULL)
-                        return code;
-                if (json_is_true(json_object_get(result, "truncated")))
-                        return cli_fail("%s in the sandbox is larger than %u MiB, nsboxd's fs.read limit "
-                                        "(fs.read has no offset to read it in parts)",
-                                        path, CP_READ_MAX >> 20);
-                json_t *content = json_object_get(result, "content");
-                size_t len = 0;
-                _cleanup_free_ char *data =
-                    json_is_string(content)
-                        ? base64_decode(json_string_value(content), json_string_length(content), &len)
-                        : NULL;
-                if (data == NULL)
-                        return cli_fail("reading %s in the sandbox: nsboxd sent bad base64", path);
-                int r = cli_write_all(STDOUT_FILENO, data, len);
-                if (r < 0)
-                        return cli_fail("write: %s", strerror(-r));
-                *bytes = len;
-                return 0;
+                *bytes = 0;
+                return sandbox_read(cp, path, 0, false, stdout_chunk, bytes);
         }
         _cleanup_free_ char *root = path_base(path);
         if (root == NULL)

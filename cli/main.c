@@ -141,7 +141,7 @@ static const struct command commands[] = {
           "LOCAL - is a tar stream for a directory (out: `cp ID:DIR - > a.tar`; in:\n"
           "`tar c . | cp - ID:DIR`, into an existing DIR) and the raw bytes of a file.\n"
           "A failed copy leaves nothing behind. FIFOs and devices are skipped with a\n"
-          "warning; a sandbox file is read whole, up to 64 MiB (nsboxd's fs.read limit).\n" },
+          "warning.\n" },
         { "run", cmd_run,
           "nsbox run [create options] [-e K=V] [-w DIR] [-u root] [--timeout S] [--max-output BYTES] -- "
           "CMD [ARG...]",

@@ -2,6 +2,7 @@
 directory trees with modes and symlinks both ways, tar streams on - (docker
 cp), no partial file when a copy fails, paths outside the sandbox's root
 refused, clear one-line errors."""
+import base64
 import hashlib
 import io
 import json
@@ -9,7 +10,10 @@ import os
 import stat
 import tarfile
 
+import pytest
+
 from conftest import ok, one_line_error
+from nsbox_client import RpcError
 
 
 def sha256(data):
@@ -169,3 +173,33 @@ def test_cp_missing_source_or_directory_is_one_clear_line(daemon, sandbox, tmp_p
     line = one_line_error(daemon.cli("cp", str(tmp_path / "f"), sandbox + ":/no/such/dir/f"))
     assert "/no/such/dir: No such directory in the sandbox" in line
     assert "no" not in workspace_names(daemon, sandbox, "/")
+
+
+def test_fs_read_from_an_offset(daemon, sandbox):
+    data = bytes(range(256)) * 64
+    daemon.call("fs.write", sandbox_id=sandbox, path="off.bin", encoding="base64",
+                content=base64.b64encode(data).decode())
+    r = daemon.call("fs.read", sandbox_id=sandbox, path="off.bin", encoding="base64", offset=1000, max_bytes=300)
+    assert base64.b64decode(r["content"]) == data[1000:1300] and r["truncated"] is True and r["size"] == len(data)
+    r = daemon.call("fs.read", sandbox_id=sandbox, path="off.bin", encoding="base64", offset=len(data) - 10)
+    assert base64.b64decode(r["content"]) == data[-10:] and r["truncated"] is False
+    r = daemon.call("fs.read", sandbox_id=sandbox, path="off.bin", encoding="base64", offset=len(data) + 5)
+    assert r["content"] == "" and r["truncated"] is False
+    with pytest.raises(RpcError) as e:
+        daemon.call("fs.read", sandbox_id=sandbox, path="off.bin", offset=-1)
+    assert e.value.kind == "invalid_params"
+
+
+def test_cp_out_of_a_file_larger_than_one_read(daemon, tmp_path):
+    """cp reads in parts from offsets: a file past fs.read's 64 MiB per call
+    comes out whole (it was refused before)."""
+    sid = daemon.call("sandbox.create", limits={"disk_bytes": 200 << 20})["sandbox_id"]
+    try:
+        sh(daemon, sid, "head -c 70000000 /dev/urandom > /workspace/big.bin")
+        want = sh(daemon, sid, "sha256sum < /workspace/big.bin").split()[0]
+        ok(daemon.cli("cp", sid + ":/workspace/big.bin", str(tmp_path / "big.out"), timeout=300))
+        assert sha256((tmp_path / "big.out").read_bytes()) == want
+        r = daemon.cli("cp", sid + ":/workspace/big.bin", "-", timeout=300)
+        assert r.returncode == 0 and sha256(r.stdout) == want
+    finally:
+        daemon.call("sandbox.remove", sandbox_id=sid, force=True)
