@@ -669,6 +669,12 @@ static void exec_started(struct exec *ex, pid_t pid)
                 struct rpc_request *req = ex->req;
                 ex->req = NULL;
                 rpc_reply_result(req, json_pack("{s:s, s:i}", "exec_id", ex->id, "pid", ex->pid));
+        } else if (ex->stream && ex->req != NULL) {
+                /* The client learns the exec's id before any output: it can
+                 * exec.kill a command that prints nothing (a Ctrl-C). */
+                _cleanup_json_ json_t *params = json_pack("{s:s, s:i}", "exec_id", ex->id, "pid", ex->pid);
+                if (params != NULL)
+                        rpc_notify(ex->req, "exec.started", params);
         }
 }
 
@@ -1305,8 +1311,9 @@ static int exec_start(struct sandbox *sb, struct exec *ex, const struct exec_par
         close_child_fds(child_fds);
         if (n < 0)
                 return nsbox_error(err, (int)-n, "send the exec request to its slot");
-        if (ex->background) {
-                /* Its answer is the pid, as soon as it runs. */
+        if (ex->background || ex->stream) {
+                /* A background exec's answer is the pid, as soon as it
+                 * runs; a streamed one's client hears exec.started then. */
                 struct ctl_header want = { CTL_STARTED, ex->number };
                 ctl_send(ex->slot->fd, &want, sizeof(want), NULL, 0, NULL, 0);
         }

@@ -195,8 +195,6 @@ def test_ctrl_c_is_passed_on_as_sigint_first(daemon, sandbox):
     assert proc.stdout.read() == b"got INT\n"
 
 
-@pytest.mark.xfail(strict=True, reason="nsboxd names a streamed exec only in its output notifications: "
-                   "the CLI learns the exec id of a command that printed nothing too late for exec.kill")
 def test_ctrl_c_reaches_a_command_that_printed_nothing(daemon, sandbox):
     proc = subprocess.Popen([NSBOX, "--socket", daemon.socket, "sh", sandbox,
                              'trap "echo got INT; exit 3" INT; sleep 100'], stdout=subprocess.PIPE)

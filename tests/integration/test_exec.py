@@ -51,11 +51,17 @@ def test_stream_sends_output_as_it_arrives(daemon, sandbox):
     with daemon.client() as c:
         rid = c.request("sandbox.exec", {"sandbox_id": sandbox, "stream": True,
                                          "command": "echo one; sleep 1; echo two >&2; echo three"})
+        started = []
         first = c.read_message()
+        if first["method"] == "exec.started":  # the exec's id as soon as it runs
+            started.append(first)
+            first = c.read_message()
         assert first["method"] == "exec.output"
         assert first["params"]["data"] == "one\n"  # before the command ended
         final = c.response(rid)
-    chunks = [n["params"] for n in c.notifications] + [first["params"]]
+    started += [n for n in c.notifications if n["method"] == "exec.started"]
+    assert len(started) == 1 and started[0]["params"]["exec_id"] == final["result"]["exec_id"]
+    chunks = [n["params"] for n in c.notifications if n["method"] == "exec.output"] + [first["params"]]
     out = "".join(p["data"] for p in chunks if p["stream"] == "stdout")
     err = "".join(p["data"] for p in chunks if p["stream"] == "stderr")
     assert sorted(out.split()) == ["one", "three"] and err == "two\n"
