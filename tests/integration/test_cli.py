@@ -390,6 +390,13 @@ def start_exec_and_interrupt(daemon, sandbox):
     proc = subprocess.Popen([NSBOX, "--socket", daemon.socket, "exec", sandbox, "--", "sh", "-c",
                              "echo ready; sleep 60"], stdout=subprocess.PIPE)
     assert proc.stdout.readline() == b"ready\n"
+    # The first Ctrl-C is passed on as SIGINT, as a terminal would: sent
+    # while sh is between its echo and its fork, sh keeps it for after its
+    # foreground command (dash does), so wait for the sleep.
+    deadline = time.monotonic() + 30
+    while daemon.cli("exec", sandbox, "--", "pgrep", "-x", "sleep").returncode != 0:
+        assert time.monotonic() < deadline, "sleep did not start"
+        time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     return proc.wait(timeout=30)
 
