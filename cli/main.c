@@ -15,6 +15,7 @@
 #include "cli.h"
 #include "json_cleanup.h"
 #include "textenc.h"
+#include "version.h"
 #include "jsonrpc.h"
 
 struct command {
@@ -525,6 +526,9 @@ int main(int argc, char **argv)
                         socket_flag = argv[i] + 9;
                 } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
                         usage(stdout);
+                        return 0;
+                } else if (strcmp(argv[i], "--version") == 0) {
+                        printf("nsbox %s\n", NSBOX_VERSION);
                         return 0;
                 } else {
                         return cli_fail("unknown option \"%s\" (see nsbox --help)", argv[i]);

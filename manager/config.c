@@ -13,6 +13,7 @@
 
 #include "cleanup.h"
 #include "json_cleanup.h"
+#include "version.h"
 
 enum option_kind { OPT_STRING, OPT_UINT };
 
@@ -194,18 +195,33 @@ static char *sibling_path(const char *name, const char *installed)
         return strdup(installed);
 }
 
-static void usage(void)
+static void usage(const struct nsbox_config *defaults)
 {
         printf("usage: nsboxd [options]\n\nEvery option is also a key of the JSON config file and an\n"
-               "NSBOX_* environment variable; flags win over the environment, which wins over the file.\n\n");
+               "NSBOX_* environment variable; flags win over the environment, which wins over the file.\n"
+               "The file is --config, else $NSBOX_CONFIG, else /etc/nsbox/nsboxd.json (if it exists).\n\n");
         for (size_t i = 0; i < ARRAY_SIZE(options); i++) {
                 char flag[64];
                 snprintf(flag, sizeof(flag), "--%s", options[i].key);
                 for (char *p = flag; *p; p++)
                         if (*p == '_')
                                 *p = '-';
-                printf("  %-26s %s (%s)\n", flag, options[i].help, options[i].env);
+                const void *field = (const char *)defaults + options[i].offset;
+                char value[128];
+                if (options[i].kind == OPT_STRING) {
+                        const char *text = *(char *const *)field;
+                        snprintf(value, sizeof(value), "\"%s\"", text != NULL ? text : "");
+                } else {
+                        unsigned long long v = options[i].size == sizeof(uint64_t) ? *(const uint64_t *)field
+                                                                                   : *(const uint32_t *)field;
+                        snprintf(value, sizeof(value), "%llu", v);
+                }
+                printf("  %-32s %s (%s; default %s)\n", flag, options[i].help, options[i].env,
+                       strcmp(options[i].key, "config") == 0 ? "none" : value);
         }
+        printf("\nOnly in the config file: \"network_policies\", an object of named network policies,\n"
+               "e.g. {\"pypi\": {\"allow\": [\"pypi.org\", \"files.pythonhosted.org\"]}} (see README).\n"
+               "A default of 0 for a max_* bound or memory_commit_bytes means: derived from the host.\n");
 }
 
 /* Settings left at 0 that follow the host: its memory and CPUs. */
@@ -255,7 +271,7 @@ int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_
         policy_defaults(&config->defaults);
 
         /* Collect flags first: --config decides which file to read. */
-        struct option long_options[ARRAY_SIZE(options) + 2];
+        struct option long_options[ARRAY_SIZE(options) + 3];
         char names[ARRAY_SIZE(options)][64];
         for (size_t i = 0; i < ARRAY_SIZE(options); i++) {
                 snprintf(names[i], sizeof(names[i]), "%s", options[i].key);
@@ -265,14 +281,19 @@ int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_
                 long_options[i] = (struct option){ names[i], required_argument, NULL, (int)i };
         }
         long_options[ARRAY_SIZE(options)] = (struct option){ "help", no_argument, NULL, 'h' + 1000 };
-        long_options[ARRAY_SIZE(options) + 1] = (struct option){ 0 };
+        long_options[ARRAY_SIZE(options) + 1] = (struct option){ "version", no_argument, NULL, 'v' + 1000 };
+        long_options[ARRAY_SIZE(options) + 2] = (struct option){ 0 };
 
         const char *flag_values[ARRAY_SIZE(options)] = { 0 };
         optind = 1;
         int c;
         while ((c = getopt_long(argc, argv, "", long_options, NULL)) != -1) {
                 if (c == 'h' + 1000) {
-                        usage();
+                        usage(config);
+                        return 1;
+                }
+                if (c == 'v' + 1000) {
+                        printf("nsboxd %s\n", NSBOX_VERSION);
                         return 1;
                 }
                 if (c < 0 || (size_t)c >= ARRAY_SIZE(options))

@@ -20,8 +20,7 @@
 #include "sandbox.h"
 #include "shell.h"
 #include "uidmode.h"
-
-#define NSBOX_VERSION "0.1.0"
+#include "version.h"
 
 /* The sandbox named by params.sandbox_id that the caller may use, or NULL
  * after replying not_found / invalid_params. */

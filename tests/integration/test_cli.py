@@ -411,3 +411,20 @@ def test_exec_sigint_kills_the_command(daemon, sandbox):
     while daemon.cli("exec", sandbox, "--", "pgrep", "-x", "sleep").returncode == 0:
         assert time.monotonic() < deadline, "the command outlived nsbox exec"
         time.sleep(0.2)
+
+
+def test_version_of_both_binaries_is_the_daemons(daemon):
+    version = daemon.call("server.info")["version"]
+    r = ok(subprocess.run([NSBOX, "--version"], capture_output=True))
+    assert r.stdout.decode() == "nsbox %s\n" % version
+    r = ok(subprocess.run([os.path.join(BUILD, "nsboxd"), "--version"], capture_output=True))
+    assert r.stdout.decode() == "nsboxd %s\n" % version
+
+
+def test_nsboxd_help_states_every_default():
+    r = ok(subprocess.run([os.path.join(BUILD, "nsboxd"), "--help"], capture_output=True))
+    text = r.stdout.decode()
+    assert "--idle-timeout-seconds" in text and "default 300)" in text
+    assert "--max-sandboxes" in text and "default 64)" in text
+    assert '--socket' in text and 'default "/run/nsbox/nsbox.sock"' in text
+    assert "network_policies" in text
