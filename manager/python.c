@@ -575,7 +575,22 @@ struct install {
         json_t *code;
         struct sandbox *sb;
         long long started_mono;
+        bool offline; /* index_url "": no index asked for */
 };
+
+/* pip failed in a sandbox without network, asked for an index: the reason
+ * the user most likely needs, in its stderr. */
+#define NO_NETWORK_HINT                                                                                   \
+        "nsbox: this sandbox has no network, so pip cannot reach a package index: create it with a "      \
+        "network policy that allows the index (sandbox.create network, nsbox create --network NAME), or " \
+        "install offline from wheels put in the sandbox (find_links, with index_url \"\")\n"
+
+static bool install_lacks_network(const struct install *inst, json_t *result)
+{
+        json_t *code = json_object_get(result, "exit_code");
+        return !inst->offline && strcmp(inst->sb->policy.network, "none") == 0 &&
+               !(json_is_integer(code) && json_integer_value(code) == 0);
+}
 
 static void run_after_requirements(struct python_run *run);
 
@@ -586,22 +601,31 @@ static void install_done(struct exec *ex, json_t *result, void *data)
                 calls_add(inst->req->uid, -1);
                 json_t *reply = json_deep_copy(result);
                 if (reply != NULL && json_is_string(json_object_get(reply, "stderr")) &&
-                    strcmp(json_string_value(json_object_get(reply, "encoding")), "utf-8") == 0)
+                    strcmp(json_string_value(json_object_get(reply, "encoding")), "utf-8") == 0) {
                         egress_note_refused(reply, inst->sb, inst->started_mono, true);
+                        if (install_lacks_network(inst, reply)) {
+                                _cleanup_free_ char *text = NULL;
+                                if (asprintf(&text, "%s%s",
+                                             json_string_value(json_object_get(reply, "stderr")),
+                                             NO_NETWORK_HINT) >= 0)
+                                        json_object_set_new(reply, "stderr", json_string(text));
+                        }
+                }
                 rpc_reply_result(inst->req, reply);
                 free(inst);
                 return;
         }
         struct python_run *run = inst->run;
         run->exec = NULL;
+        bool lacks_network = install_lacks_network(inst, result);
         free(inst);
         json_t *code = json_object_get(result, "exit_code");
         if (!json_is_integer(code) || json_integer_value(code) != 0) {
                 /* The requirements could not be installed: the code does not run. */
-                char message[256];
-                snprintf(message, sizeof(message),
-                         "nsbox: installing the requirements failed (pip exit %s)\n",
-                         json_is_integer(code) ? "non-zero" : "by signal");
+                char message[768];
+                snprintf(
+                    message, sizeof(message), "nsbox: installing the requirements failed (pip exit %s)\n%s",
+                    json_is_integer(code) ? "non-zero" : "by signal", lacks_network ? NO_NETWORK_HINT : "");
                 _cleanup_free_ char *err_text = NULL;
                 if (asprintf(&err_text, "%s%s", json_string_value(json_object_get(result, "stderr")),
                              message) < 0)
@@ -666,6 +690,7 @@ void package_method_install(struct rpc_request *req, struct sandbox *sb)
         }
         inst->req = req;
         inst->sb = sb;
+        inst->offline = opts[0] != NULL && opts[0][0] == '\0';
         inst->started_mono = now_monotonic_ms();
         calls_add(req->uid, 1);
         if (start_install(sb, packages, opts[0], opts[1], inst, &err) < 0) {
@@ -727,6 +752,7 @@ static void run_in_sandbox(struct python_run *run)
                         return;
                 }
                 inst->run = run;
+                inst->sb = run->sb;
                 if (start_install(run->sb, requirements, NULL, NULL, inst, &err) < 0) {
                         free(inst);
                         run_fail(run, "internal", err->message);

@@ -248,3 +248,14 @@ def test_missing_requirement_without_network_is_an_error_not_a_hang(daemon, sand
     assert "never" not in r["stdout"]
     assert "installing the requirements failed" in r["stderr"]
     assert time.monotonic() - t < 120
+
+
+def test_pip_without_network_says_the_sandbox_has_none(daemon, sandbox):
+    r = daemon.call("package.install", sandbox_id=sandbox, packages=["nsbox-no-such-package"])
+    assert r["exit_code"] != 0 and "this sandbox has no network" in r["stderr"], r
+    r = daemon.call("python.run", sandbox_id=sandbox, code="print(1)", requirements=["nsbox-no-such-package"])
+    assert r["status"] == "error" and "this sandbox has no network" in r["stderr"], r
+    # Offline on purpose (no index): pip's own word is the answer.
+    r = daemon.call("package.install", sandbox_id=sandbox, packages=["nsbox-no-such-package"], index_url="",
+                    find_links="/workspace")
+    assert r["exit_code"] != 0 and "no network" not in r["stderr"], r
