@@ -46,8 +46,9 @@
 
 struct python_run {
         struct rpc_request *req;
-        uid_t uid;      /* its client's, counted in calls_by_uid until it is answered */
-        bool recreated; /* its session's sandbox was made anew after the idle reaper removed it */
+        uid_t uid;       /* its client's, counted in calls_by_uid until it is answered */
+        bool recreated;  /* its session's sandbox was made anew after the idle reaper removed it */
+        bool oom_killed; /* the kernel's OOM killer ended its code (stateless) */
         struct sandbox *sb;
         bool stateful;
         unsigned timeout_s;
@@ -177,6 +178,14 @@ static void reply_run(struct python_run *run, const char *status, json_t *exit_c
 {
         long long elapsed = now_monotonic_ms() - run->started_mono;
         size_t images_left_out, files_left_out;
+        _cleanup_free_ char *with_oom = NULL;
+        if (run->oom_killed &&
+            asprintf(&with_oom,
+                     "%snsbox: the code ran out of memory and was killed (the sandbox's memory limit is %llu "
+                     "MiB: create it with a larger limits.memory_bytes)\n",
+                     err_text ? err_text : "",
+                     (unsigned long long)(run->sb->policy.limits.memory_bytes >> 20)) >= 0)
+                err_text = with_oom;
         json_t *outputs = build_outputs(run->sb, out, images, &images_left_out);
         json_t *files_json = bounded_files(files, &files_left_out);
         json_t *reply = json_pack("{s:s, s:s, s:s, s:o, s:I, s:o, s:o, s:o, s:b, s:s, s:I, s:I}", "status",
@@ -187,6 +196,8 @@ static void reply_run(struct python_run *run, const char *status, json_t *exit_c
                                   "sandbox_id", run->sb->id, "images_left_out", (json_int_t)images_left_out,
                                   "files_left_out", (json_int_t)files_left_out);
         egress_note_refused(reply, run->sb, run->started_mono, true);
+        if (reply != NULL)
+                json_object_set_new(reply, "oom_killed", json_boolean(run->oom_killed));
         if (reply != NULL && run->recreated) {
                 json_object_set_new(reply, "recreated", json_true());
                 json_object_set_new(reply, "reason", json_string("idle timeout"));
@@ -234,6 +245,7 @@ static void stateless_done(struct exec *ex, json_t *result, void *data)
                                                                                         : "error";
         json_t *files = json_object_get(report, "files_produced");
         json_t *images = json_object_get(report, "images");
+        run->oom_killed = json_is_true(json_object_get(result, "oom_killed"));
         reply_run(run, status, json_incref(code), json_string_value(json_object_get(result, "stdout")),
                   json_string_value(json_object_get(result, "stderr")), json_is_object(files) ? files : NULL,
                   json_is_array(images) ? images : NULL, NULL,

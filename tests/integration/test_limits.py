@@ -467,3 +467,12 @@ def test_stale_cgroups_of_a_crashed_daemon_are_killed_and_removed():
         shutil.rmtree(d.dir, ignore_errors=True)
     assert restarted.returncode == 0, out
     assert all(not os.path.exists(p) for p in dirs.values()), dirs
+
+
+def test_python_run_out_of_memory_says_so(daemon, make_sandbox):
+    sb = make_sandbox(memory_bytes=64 * MiB)
+    r = daemon.call("python.run", sandbox_id=sb, code="x = []\nwhile True: x.append(bytearray(8 << 20))")
+    assert r["status"] == "error" and r["oom_killed"] is True, r
+    assert "ran out of memory" in r["stderr"] and "64 MiB" in r["stderr"], r
+    r = daemon.call("python.run", sandbox_id=sb, code="print('fine')")
+    assert r["status"] == "ok" and r["oom_killed"] is False and "memory" not in r["stderr"], r
