@@ -230,6 +230,9 @@ static void test_tools_list_is_the_spec_table(void **state)
                 { "sandbox_fs_read", "session_id path", "network" },
                 { "sandbox_fs_write", "session_id path content", "network" },
                 { "expose_port", "sandbox_id port", "" },
+                { "shell_start", "session_id command", "cwd network" },
+                { "shell_output", "session_id job_id", "since" },
+                { "shell_kill", "session_id job_id", "signal" },
         };
         struct mcp_state st = { 0 };
         _cleanup_json_ json_t *r = reply_to(&st, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\"}");
