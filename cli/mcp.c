@@ -190,6 +190,87 @@ static json_t *streamed_string(const struct call *c, int which)
         return json_stringn(c->streamed[which] ? c->streamed[which] : "", c->streamed_len[which]);
 }
 
+/* exec.list's entry for the call's job_id in the session's sandbox; a job of
+ * another sandbox is not found, so one session cannot read or stop another's. */
+static int call_job_entry(struct call *c, struct client *conn, const char *sandbox_id, json_t **list,
+                          json_t **entry, json_t **failure)
+{
+        _cleanup_json_ json_t *params = json_pack("{s:s}", "sandbox_id", sandbox_id);
+        json_decref(*list);
+        *list = NULL;
+        if (call_daemon(c, conn, "exec.list", params, list, failure) < 0)
+                return -EIO;
+        const char *job_id = json_string_value(json_object_get(c->arguments, "job_id"));
+        *entry = mcp_job_find(*list, job_id);
+        if (*entry == NULL) {
+                char message[256];
+                snprintf(message, sizeof(message),
+                         "no job %.64s in this session (job ids come from shell_start; only the newest "
+                         "finished jobs are kept)",
+                         job_id);
+                _cleanup_json_ json_t *error = json_pack("{s:{s:s}}", "data", "kind", "not_found");
+                *failure = mcp_call_failure(c->tool->method, message, error);
+                return -ENOENT;
+        }
+        return 0;
+}
+
+/* shell_start, shell_output and shell_kill: background execs of the session's sandbox. */
+static json_t *call_job(struct call *c, struct client *conn, const char *sandbox_id, json_t *params)
+{
+        const struct mcp_tool *tool = c->tool;
+        json_t *failure = NULL;
+        _cleanup_json_ json_t *answer = NULL;
+        if (tool->result == MCP_RESULT_JOB_START) {
+                if (call_daemon(c, conn, tool->method, params, &answer, &failure) < 0)
+                        return failure;
+                _cleanup_json_ json_t *shown = json_pack(
+                    "{s:O, s:s, s:O, s:s}", "job_id", json_object_get(answer, "exec_id"), "sandbox_id",
+                    sandbox_id, "pid", json_object_get(answer, "pid"), "note",
+                    "running in the background (at most 86400 s); read its output with shell_output "
+                    "{session_id, job_id}, stop it with shell_kill");
+                return mcp_call_result(tool, shown, c->protocol_version);
+        }
+        _cleanup_json_ json_t *list = NULL;
+        json_t *entry = NULL;
+        if (call_job_entry(c, conn, sandbox_id, &list, &entry, &failure) < 0)
+                return failure;
+        const char *job_id = json_string_value(json_object_get(c->arguments, "job_id"));
+        if (tool->result == MCP_RESULT_JOB_OUTPUT) {
+                if (call_daemon(c, conn, tool->method, params, &answer, &failure) < 0)
+                        return failure;
+                /* Ended between the two requests: its exit code is in a fresh list. */
+                if (!json_is_true(json_object_get(answer, "running")) &&
+                    json_is_true(json_object_get(entry, "running")) &&
+                    call_job_entry(c, conn, sandbox_id, &list, &entry, &failure) < 0)
+                        return failure;
+                _cleanup_json_ json_t *shown =
+                    mcp_job_output_result(job_id, answer, json_object_get(c->arguments, "since"), entry);
+                return shown ? mcp_call_result(tool, shown, c->protocol_version) : NULL;
+        }
+        if (json_is_true(json_object_get(entry, "running"))) {
+                if (call_daemon(c, conn, tool->method, params, &answer, &failure) < 0)
+                        return failure;
+                /* Wait for it to end, so that the answer (and the next shell_output) says it did. */
+                for (long long waited = 0; waited < MCP_JOB_KILL_WAIT_MS; waited += 50) {
+                        if (call_job_entry(c, conn, sandbox_id, &list, &entry, &failure) < 0)
+                                return failure;
+                        if (!json_is_true(json_object_get(entry, "running")))
+                                break;
+                        struct timespec ts = { .tv_nsec = 50 * 1000000L };
+                        nanosleep(&ts, NULL);
+                }
+        }
+        bool running = json_is_true(json_object_get(entry, "running"));
+        json_t *code = json_object_get(entry, "exit_code");
+        _cleanup_json_ json_t *shown = json_pack("{s:s, s:b, s:O}", "job_id", job_id, "running", running,
+                                                 "exit_code", !running && code ? code : json_null());
+        if (shown != NULL && running)
+                json_object_set_new(shown, "note",
+                                    json_string("still running 5 s after the signal; try signal KILL"));
+        return shown ? mcp_call_result(tool, shown, c->protocol_version) : NULL;
+}
+
 /* The requests of one call; *session is the session's sandbox (sandbox.create's answer). */
 static json_t *call_steps(struct call *c, struct client *conn, json_t **session)
 {
@@ -211,8 +292,14 @@ static json_t *call_steps(struct call *c, struct client *conn, json_t **session)
                 }
                 sandbox_id = json_string_value(json_object_get(*session, "sandbox_id"));
         }
+        bool job = tool->result == MCP_RESULT_JOB_START || tool->result == MCP_RESULT_JOB_OUTPUT ||
+                   tool->result == MCP_RESULT_JOB_KILL;
         _cleanup_json_ json_t *params =
-            mcp_daemon_params(tool, c->arguments, sandbox_id, shell ? c->tag : NULL);
+            mcp_daemon_params(tool, c->arguments, sandbox_id, shell && !job ? c->tag : NULL);
+        if (params == NULL)
+                return NULL;
+        if (job)
+                return call_job(c, conn, sandbox_id, params);
         /* Streamed output becomes progress messages. */
         bool stream = shell && c->progress_token != NULL;
         if (stream)
@@ -252,7 +339,8 @@ static json_t *call_execute(struct call *c)
                 return result;
         log_info("mcp: %s cancelled", c->tool->name);
         const char *sandbox_id = json_string_value(json_object_get(session, "sandbox_id"));
-        if (strcmp(c->tool->method, "sandbox.exec") == 0 && sandbox_id != NULL)
+        if (strcmp(c->tool->method, "sandbox.exec") == 0 && c->tool->result == MCP_RESULT_EXEC &&
+            sandbox_id != NULL)
                 call_kill_processes(c, sandbox_id);
         json_decref(result);
         return NULL;

@@ -17,7 +17,19 @@ enum mcp_result_kind {
         MCP_RESULT_PLAIN,  /* the JSON result, never a failure */
         MCP_RESULT_EXEC,   /* a process: failed when it exited non-zero, was killed or timed out */
         MCP_RESULT_PYTHON, /* python.run: failed unless status is "ok"; images become image blocks */
+        /* Background jobs: more than one daemon request each (cli/mcp.c call_job). */
+        MCP_RESULT_JOB_START,  /* sandbox.exec background: {job_id, sandbox_id, pid} */
+        MCP_RESULT_JOB_OUTPUT, /* exec.list + exec.output: capped output, running, exit_code */
+        MCP_RESULT_JOB_KILL,   /* exec.list + exec.kill, then exec.list until it ended */
 };
+
+/* shell_start's commands may run as long as the daemon allows any exec. */
+#define MCP_JOB_TIMEOUT_SECONDS 86400
+/* shell_output shows at most this many bytes of each stream per call. */
+#define MCP_JOB_OUTPUT_CAP      16384
+#define MCP_JOB_OUTPUT_CAP_TEXT "16384"
+/* shell_kill waits this long for the job to end. */
+#define MCP_JOB_KILL_WAIT_MS 5000
 
 struct mcp_tool {
         const char *name;
@@ -85,6 +97,13 @@ json_t *mcp_session_update_params(const json_t *arguments, const json_t *session
  * can find and kill its processes. */
 json_t *mcp_daemon_params(const struct mcp_tool *tool, const json_t *arguments, const char *sandbox_id,
                           const char *call_tag);
+
+/* The entry of job_id in exec.list's answer, or NULL (borrowed). */
+json_t *mcp_job_find(const json_t *exec_list, const char *job_id);
+/* shell_output's answer from exec.output's (base64, from `since`), the
+ * `since` asked for and the job's exec.list entry (new reference). */
+json_t *mcp_job_output_result(const char *job_id, const json_t *output, const json_t *since,
+                              const json_t *entry);
 
 /* The environment variable that carries call_tag. */
 #define MCP_CALL_TAG_ENV "NSBOX_MCP_CALL"

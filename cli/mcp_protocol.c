@@ -12,6 +12,7 @@
 #include "cleanup.h"
 #include "json_cleanup.h"
 #include "jsonrpc.h"
+#include "textenc.h"
 
 static const char *const protocol_versions[] = { "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05" };
 
@@ -53,6 +54,9 @@ const char *mcp_negotiate_version(const char *requested)
         "\"code\":{\"type\":\"string\",\"description\":\"Python 3 source to run as a script. print() what " \
         "you "                                                                                              \
         "want to see; matplotlib figures (plt.show() or left open) come back as PNG images.\"}"
+#define P_JOB_ID                                                                                    \
+        "\"job_id\":{\"type\":\"string\",\"minLength\":1,\"description\":\"The job_id returned by " \
+        "shell_start in this session.\"}"
 #define P_PATH(what)                                                                                         \
         "\"path\":{\"type\":\"string\",\"minLength\":1,\"description\":\"" what " in the sandbox. Relative " \
         "paths are from /workspace, the working directory of python and shell commands.\"}"
@@ -203,6 +207,65 @@ const struct mcp_tool mcp_tools[] = {
                                    "\"sandbox_id\",\"port\""),
             .method = "sandbox.expose",
         },
+        {
+            .name = "shell_start",
+            .description =
+                "Start a long-running shell command (/bin/sh -c, as an unprivileged user) in the background "
+                "in the sandbox of session_id (created on first use), e.g. a web server for expose_port, and "
+                "return its job_id at once. It keeps running after this call, for at most 24 hours (86400 "
+                "s), "
+                "until it exits, shell_kill stops it or the sandbox is removed. Read its output with "
+                "shell_output. The daemon keeps the first 1 MiB of each of its streams. Returns job_id, "
+                "sandbox_id (for expose_port) and pid.",
+            .input_schema = SCHEMA(
+                P_SESSION_ID "," P_SESSION_NETWORK ",\"command\":{\"type\":\"string\",\"minLength\":1,"
+                             "\"description\":\"Shell command line, e.g. \\\"python3 -m http.server "
+                             "8000\\\".\"},\"cwd\":{\"type\":\"string\",\"minLength\":1,\"description\":"
+                             "\"Working directory; relative paths are from /workspace (default "
+                             "/workspace).\"}",
+                "\"session_id\",\"command\""),
+            .method = "sandbox.exec",
+            .session = true,
+            .result = MCP_RESULT_JOB_START,
+        },
+        {
+            .name = "shell_output",
+            .description =
+                "Read the output of a background job of session_id (job_id from shell_start): stdout and "
+                "stderr from `since` on, at most " MCP_JOB_OUTPUT_CAP_TEXT " bytes of each per call, whether "
+                "it is still running, and its exit_code once it ended (null while running or when a signal "
+                "ended it). Pass the answer's `next` as `since` to read only what came after; `more: true` "
+                "means output was left out by the cap: call again with since = next.",
+            .input_schema =
+                SCHEMA(P_SESSION_ID "," P_JOB_ID ",\"since\":{\"type\":\"object\",\"properties\":{"
+                                    "\"stdout\":{\"type\":\"integer\",\"minimum\":0,\"description\":\"Byte "
+                                    "offset in stdout.\"},\"stderr\":{\"type\":\"integer\",\"minimum\":0,"
+                                    "\"description\":\"Byte offset in stderr.\"}},\"description\":\"Where to "
+                                    "start: the `next` of a previous shell_output answer (default: from the "
+                                    "beginning).\"}",
+                       "\"session_id\",\"job_id\""),
+            .method = "exec.output",
+            .session = true,
+            .read_only = true,
+            .result = MCP_RESULT_JOB_OUTPUT,
+        },
+        {
+            .name = "shell_kill",
+            .description =
+                "Stop a background job of session_id (job_id from shell_start): send it a signal and wait up "
+                "to 5 s for it to end. With the default KILL its whole process tree ends, children and "
+                "daemons included. Returns running (false once it ended) and exit_code.",
+            .input_schema =
+                SCHEMA(P_SESSION_ID "," P_JOB_ID ",\"signal\":{\"type\":\"string\",\"enum\":[\"KILL\","
+                                    "\"TERM\",\"INT\",\"HUP\"],\"description\":\"KILL, TERM, INT or HUP "
+                                    "(default KILL). The others go to the command's process only, which may "
+                                    "ignore them.\"}",
+                       "\"session_id\",\"job_id\""),
+            .method = "exec.kill",
+            .session = true,
+            .destructive = true,
+            .result = MCP_RESULT_JOB_KILL,
+        },
 };
 
 const size_t mcp_tool_count = ARRAY_SIZE(mcp_tools);
@@ -239,8 +302,8 @@ json_t *mcp_tools_list(void)
 /* --- arguments ---------------------------------------------------------- */
 
 /* The subset of JSON Schema the tool table uses: type (object, string,
- * integer, boolean, array of strings), minLength, minimum, maximum,
- * required, additionalProperties: false. */
+ * integer, boolean, array of strings, object of those), minLength, enum of
+ * strings, minimum, maximum, required, additionalProperties: false. */
 static const char *check_value(const char *name, const json_t *schema, const json_t *value, char *buf,
                                size_t size)
 {
@@ -252,6 +315,44 @@ static const char *check_value(const char *name, const json_t *schema, const jso
                 if (min && json_string_length(value) < (size_t)json_integer_value(min)) {
                         snprintf(buf, size, "argument \"%s\" must not be empty", name);
                         return buf;
+                }
+                json_t *choices = json_object_get(schema, "enum");
+                if (choices == NULL)
+                        return NULL;
+                size_t i;
+                json_t *choice;
+                json_array_foreach(choices, i, choice)
+                {
+                        if (json_equal(choice, (json_t *)value))
+                                return NULL;
+                }
+                size_t n = (size_t)snprintf(buf, size, "argument \"%s\" must be one of", name);
+                json_array_foreach(choices, i, choice)
+                {
+                        if (n < size)
+                                n += (size_t)snprintf(buf + n, size - n, "%s%s", i ? ", " : " ",
+                                                      json_string_value(choice));
+                }
+                return buf;
+        }
+        if (strcmp(type, "object") == 0) {
+                if (!json_is_object(value))
+                        goto wrong_type;
+                json_t *properties = json_object_get(schema, "properties");
+                const char *key;
+                json_t *member;
+                json_object_foreach((json_t *)value, key, member)
+                {
+                        char member_name[96];
+                        snprintf(member_name, sizeof(member_name), "%.40s.%.40s", name, key);
+                        json_t *property = json_object_get(properties, key);
+                        if (property == NULL) {
+                                snprintf(buf, size, "unknown member \"%s\"", member_name);
+                                return buf;
+                        }
+                        const char *why = check_value(member_name, property, member, buf, size);
+                        if (why != NULL)
+                                return why;
                 }
                 return NULL;
         }
@@ -369,6 +470,20 @@ json_t *mcp_session_update_params(const json_t *arguments, const json_t *session
         return json_pack("{s:O, s:O}", "sandbox_id", id, "network", wanted);
 }
 
+/* shell_kill's signal names (the schema's enum), KILL when not given. */
+static int signal_number(const char *name)
+{
+        static const struct {
+                const char *name;
+                int number;
+        } signals[] = { { "TERM", 15 }, { "INT", 2 }, { "HUP", 1 } };
+        for (size_t i = 0; name != NULL && i < ARRAY_SIZE(signals); i++) {
+                if (strcmp(name, signals[i].name) == 0)
+                        return signals[i].number;
+        }
+        return 9;
+}
+
 /* Integers may arrive as 30.0 from some clients; the daemon wants integers. */
 static json_t *integer_of(const json_t *value)
 {
@@ -387,7 +502,18 @@ json_t *mcp_daemon_params(const struct mcp_tool *tool, const json_t *arguments, 
         json_t *value;
         json_object_foreach((json_t *)arguments, key, value)
         {
-                if (strcmp(key, "timeout") == 0) {
+                if (strcmp(key, "job_id") == 0) {
+                        json_object_set(params, "exec_id", value);
+                } else if (strcmp(key, "signal") == 0) {
+                        json_object_set_new(params, "signal",
+                                            json_integer(signal_number(json_string_value(value))));
+                } else if (strcmp(key, "cwd") == 0 && json_string_value(value)[0] != '/') {
+                        char *cwd = NULL;
+                        if (asprintf(&cwd, "/workspace/%s", json_string_value(value)) < 0)
+                                return NULL;
+                        json_object_set_new(params, "cwd", json_string(cwd));
+                        free(cwd);
+                } else if (strcmp(key, "timeout") == 0) {
                         bool idle = strcmp(tool->method, "sandbox.create") == 0;
                         json_object_set_new(params, idle ? "idle_timeout_seconds" : "timeout_seconds",
                                             integer_of(value));
@@ -408,12 +534,98 @@ json_t *mcp_daemon_params(const struct mcp_tool *tool, const json_t *arguments, 
         }
         if (sandbox_id != NULL)
                 json_object_set_new(params, "sandbox_id", json_string(sandbox_id));
-        if (strcmp(tool->method, "sandbox.exec") == 0) {
+        if (tool->result == MCP_RESULT_JOB_START) {
+                /* Output comes back as base64 so that shell_output's offsets count bytes exactly. */
+                json_object_set_new(params, "background", json_true());
+                json_object_set_new(params, "timeout_seconds", json_integer(MCP_JOB_TIMEOUT_SECONDS));
+                json_object_set_new(params, "encoding", json_string("base64"));
+                if (json_object_get(params, "cwd") == NULL)
+                        json_object_set_new(params, "cwd", json_string("/workspace"));
+        } else if (strcmp(tool->method, "sandbox.exec") == 0) {
                 json_object_set_new(params, "cwd", json_string("/workspace"));
                 if (call_tag != NULL)
                         json_object_set_new(params, "env", json_pack("{s:s}", MCP_CALL_TAG_ENV, call_tag));
         }
         return steal_pointer(&params);
+}
+
+json_t *mcp_job_find(const json_t *exec_list, const char *job_id)
+{
+        size_t i;
+        json_t *entry;
+        json_array_foreach(json_object_get(exec_list, "execs"), i, entry)
+        {
+                const char *id = json_string_value(json_object_get(entry, "exec_id"));
+                if (id != NULL && job_id != NULL && strcmp(id, job_id) == 0)
+                        return entry;
+        }
+        return NULL;
+}
+
+/* One stream of exec.output (base64 from `since` on), cut at the cap on a
+ * UTF-8 boundary and shown as text. *shown_bytes is how much of it is shown. */
+static json_t *job_stream_text(const json_t *data, size_t *shown_bytes, bool *more)
+{
+        size_t len = 0;
+        const char *text = json_string_value(data);
+        _cleanup_free_ char *bytes = text ? base64_decode(text, json_string_length(data), &len) : NULL;
+        *shown_bytes = 0;
+        if (bytes == NULL)
+                return json_string("");
+        size_t take = len;
+        if (take > MCP_JOB_OUTPUT_CAP) {
+                *more = true;
+                take = utf8_complete_prefix(bytes, MCP_JOB_OUTPUT_CAP);
+                if (take == 0)
+                        take = MCP_JOB_OUTPUT_CAP;
+        }
+        size_t n;
+        _cleanup_free_ char *valid = utf8_make_valid(bytes, take, &n);
+        *shown_bytes = take;
+        return valid ? json_stringn(valid, n) : json_string("");
+}
+
+json_t *mcp_job_output_result(const char *job_id, const json_t *output, const json_t *since,
+                              const json_t *entry)
+{
+        static const char *const streams[] = { "stdout", "stderr" };
+        bool running = json_is_true(json_object_get(output, "running"));
+        _cleanup_json_ json_t *shown = json_pack("{s:s, s:b}", "job_id", job_id, "running", running);
+        _cleanup_json_ json_t *next = json_object();
+        if (shown == NULL || next == NULL)
+                return NULL;
+        bool more = false;
+        for (size_t i = 0; i < ARRAY_SIZE(streams); i++) {
+                /* The daemon clamps `since` to what it has; `next` is where its output ends. */
+                json_int_t end =
+                    json_integer_value(json_object_get(json_object_get(output, "next"), streams[i]));
+                json_int_t from = json_integer_value(json_object_get(since, streams[i]));
+                if (from > end || from < 0)
+                        from = end;
+                size_t shown_bytes;
+                json_object_set_new(
+                    shown, streams[i],
+                    job_stream_text(json_object_get(output, streams[i]), &shown_bytes, &more));
+                json_object_set_new(next, streams[i], json_integer(from + (json_int_t)shown_bytes));
+        }
+        json_t *code = json_object_get(entry, "exit_code");
+        json_object_set_new(shown, "exit_code",
+                            !running && json_is_integer(code) ? json_incref(code) : json_null());
+        json_object_set(shown, "next", next);
+        json_object_set_new(shown, "more", json_boolean(more));
+        const char *note = NULL;
+        if (more)
+                note = "output left out: at most " MCP_JOB_OUTPUT_CAP_TEXT
+                       " bytes of each stream are shown per call; call shell_output again with since = next";
+        else if (json_is_true(json_object_get(output, "truncated")))
+                note =
+                    "the job printed more than the daemon keeps (the first 1 MiB of each stream): the rest "
+                    "is lost; redirect its output to a file to keep it all";
+        else if (!running && !json_is_integer(code))
+                note = "the job was ended by a signal";
+        if (note != NULL)
+                json_object_set_new(shown, "note", json_string(note));
+        return steal_pointer(&shown);
 }
 
 char *mcp_kill_command(const char *call_tag)
@@ -458,6 +670,9 @@ json_t *mcp_call_result(const struct mcp_tool *tool, const json_t *daemon_result
         bool is_error = false;
         switch (tool->result) {
         case MCP_RESULT_PLAIN:
+        case MCP_RESULT_JOB_START:
+        case MCP_RESULT_JOB_OUTPUT:
+        case MCP_RESULT_JOB_KILL:
                 break;
         case MCP_RESULT_EXEC:
                 is_error = exec_failed(daemon_result);

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import threading
 import time
+import urllib.request
 
 import pytest
 
@@ -29,6 +30,9 @@ TOOLS = {
     "sandbox_fs_read": (["session_id", "path"], ["network"]),
     "sandbox_fs_write": (["session_id", "path", "content"], ["network"]),
     "expose_port": (["sandbox_id", "port"], []),
+    "shell_start": (["session_id", "command"], ["cwd", "network"]),
+    "shell_output": (["session_id", "job_id"], ["since"]),
+    "shell_kill": (["session_id", "job_id"], ["signal"]),
 }
 
 
@@ -205,6 +209,66 @@ def test_network_argument_and_expose_port_tool(net_daemon, sdk_dir):
     assert r["shell_same"]["json"]["stdout"].split() == ["eth0", "lo"]
     assert r["session_networks"] == ["allowed"]
     assert r["no_network_expose"]["isError"] and "no network" in r["no_network_expose"]["json"]["error"]
+
+
+@pytest.fixture(scope="module")
+def expose_daemon(tmp_path_factory):
+    """An nsboxd with the network policy "allowed" and its real egress proxy, which carries exposed ports."""
+    config = tmp_path_factory.mktemp("mcp-expose") / "nsboxd.json"
+    config.write_text(json.dumps({"network_policies": {"allowed": {"allow": ["allowed.test"]}}, "warm_pool": 0}))
+    d = Daemon(extra_args=["--config", str(config)])
+    yield d
+    assert d.stop() == 0, d.final_log[-4000:]
+
+
+def test_background_server_started_with_shell_start_is_reachable_through_expose_port(expose_daemon, sdk_dir):
+    env = dict(os.environ, MCP_SDK_DIR=sdk_dir, NSBOX_BIN=os.path.join(BUILD, "nsbox"),
+               NSBOX_SOCKET=expose_daemon.socket)
+    p = subprocess.Popen(["node", os.path.join(REPO, "tests", "mcp", "client.mjs"), "background_server"], env=env,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = json.loads(p.stdout.readline() or "{}")
+        assert "url" in first, p.communicate(timeout=60)
+        # The server lives on after the shell_start call returned: the host reaches it.
+        with urllib.request.urlopen(first["url"] + "index.html", timeout=30) as response:
+            body = response.read().decode()
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        out, err = p.communicate(timeout=240)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, err
+    r = json.loads(out.strip().splitlines()[-1])
+    assert "exception" not in r, r["exception"] + "\n" + r["server_stderr"]
+    assert body == "hello-from-sandbox\n"
+
+    start = r["start"]
+    assert not start["isError"] and start["json"]["job_id"] and start["json"]["sandbox_id"]
+    assert "shell_output" in start["json"]["note"]
+    out = r["output"]["json"]
+    assert out["running"] is True and out["exit_code"] is None and out["more"] is False
+    assert "Serving HTTP on 0.0.0.0 port 8000" in out["stdout"]
+    assert out["next"]["stdout"] == len(out["stdout"].encode())
+    assert r["expose"]["json"]["port"] == 8000
+    # Only what came after `since`: the request's log line.
+    after = r["after_fetch"]["json"]
+    assert "Serving HTTP" not in after["stdout"]
+    assert "GET /index.html" in after["stderr"]
+    # Another session does not see the job.
+    assert r["other_session"]["isError"] and r["other_session"]["json"]["kind"] == "not_found"
+    assert not r["kill"]["isError"] and r["kill"]["json"]["running"] is False
+    gone = r["after_kill"]["json"]
+    assert gone["running"] is False and gone["exit_code"] is None and "signal" in gone["note"]
+    assert r["bad_signal"]["isError"] and "must be one of KILL, TERM, INT, HUP" in r["bad_signal"]["json"]["error"]
+    assert r["unknown_job"]["isError"] and "no job nope" in r["unknown_job"]["json"]["error"]
+    failed = r["failed"]["json"]
+    assert (failed["running"], failed["exit_code"], failed["stdout"], failed["stderr"]) == (False, 4, "out\n", "err\n")
+    # 40000 bytes of output: 16384 + 16384 + 7232, each part from the last one's next.
+    assert [(b["length"], b["next"]["stdout"], b["more"]) for b in r["big"]] == [
+        (16384, 16384, True), (16384, 32768, True), (7232, 40000, False)]
+    assert "16384 bytes" in r["big"][0]["note"]
 
 
 def test_descriptions_say_no_network_only_with_its_exception(daemon, sdk_dir):

@@ -238,6 +238,66 @@ const scenarios = {
     return r;
   },
 
+  // Against an nsboxd with the network policy "allowed": a server that outlives the call that started it.
+  async background_server({ client }) {
+    const r = {};
+    await call(client, "shell_execute", { session_id: session, command: "mkdir -p site && echo hello-from-sandbox > site/index.html" });
+    r.start = summary(
+      await call(client, "shell_start", {
+        session_id: session,
+        network: "allowed",
+        command: "exec python3 -u -m http.server 8000 --bind 0.0.0.0",
+        cwd: "site",
+      }),
+    );
+    const job = r.start.json.job_id;
+    // The log line says it listens (http.server prints it on stdout).
+    let seen = null;
+    for (let i = 0; i < 200; i++) {
+      seen = summary(await call(client, "shell_output", { session_id: session, job_id: job }));
+      if (seen.json.stdout.includes("Serving HTTP")) break;
+      await new Promise((res) => setTimeout(res, 100));
+    }
+    r.output = seen;
+    r.expose = summary(await call(client, "expose_port", { sandbox_id: r.start.json.sandbox_id, port: 8000 }));
+    // The host side fetches the URL now (test_mcp.py), then tells us to go on through stdin.
+    process.stdout.write(JSON.stringify({ url: r.expose.json.url }) + "\n");
+    await new Promise((res) => process.stdin.once("data", res));
+    r.after_fetch = summary(
+      await call(client, "shell_output", { session_id: session, job_id: job, since: r.output.json.next }),
+    );
+    r.other_session = summary(await call(client, "shell_output", { session_id: `${session}-other`, job_id: job }));
+    r.kill = summary(await call(client, "shell_kill", { session_id: session, job_id: job }));
+    r.after_kill = summary(await call(client, "shell_output", { session_id: session, job_id: job }));
+    r.bad_signal = summary(await call(client, "shell_kill", { session_id: session, job_id: job, signal: "STOP" }));
+    r.unknown_job = summary(await call(client, "shell_output", { session_id: session, job_id: "nope" }));
+    r.failing = summary(await call(client, "shell_start", { session_id: session, command: "echo out; echo err >&2; exit 4" }));
+    for (let i = 0; i < 100; i++) {
+      r.failed = summary(await call(client, "shell_output", { session_id: session, job_id: r.failing.json.job_id }));
+      if (!r.failed.json.running) break;
+      await new Promise((res) => setTimeout(res, 100));
+    }
+    // More than the cap: shown in parts, each part picks up where the last ended.
+    const big = textJson(
+      await call(client, "shell_start", { session_id: session, command: "head -c 40000 /dev/zero | tr '\\0' a" }),
+    ).job_id;
+    r.big = [];
+    let since;
+    for (let i = 0; i < 200 && r.big.length < 4; i++) {
+      const part = summary(await call(client, "shell_output", { session_id: session, job_id: big, since }));
+      if (part.json.running) {
+        await new Promise((res) => setTimeout(res, 100));
+        continue;
+      }
+      r.big.push({ length: part.json.stdout.length, next: part.json.next, more: part.json.more, note: part.json.note });
+      since = part.json.next;
+      if (!part.json.more) break;
+    }
+    for (const s of textJson(await call(client, "list_sandboxes", {})).sandboxes)
+      if (s.session_id?.startsWith(session)) await call(client, "remove_sandbox", { sandbox_id: s.sandbox_id, force: true });
+    return r;
+  },
+
   async concurrency({ client }) {
     await call(client, "shell_execute", { session_id: session, command: "true" });
     const started = Date.now();

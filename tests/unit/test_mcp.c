@@ -230,6 +230,9 @@ static void test_tools_list_is_the_spec_table(void **state)
                 { "sandbox_fs_read", "session_id path", "network" },
                 { "sandbox_fs_write", "session_id path content", "network" },
                 { "expose_port", "sandbox_id port", "" },
+                { "shell_start", "session_id command", "cwd network" },
+                { "shell_output", "session_id job_id", "since" },
+                { "shell_kill", "session_id job_id", "signal" },
         };
         struct mcp_state st = { 0 };
         _cleanup_json_ json_t *r = reply_to(&st, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\"}");
@@ -455,6 +458,33 @@ static void test_network_goes_to_the_session_create_not_to_the_tool_method(void 
         assert_json(expose, "{\"sandbox_id\":\"sb1\",\"port\":8000}");
 }
 
+static void test_job_tools_map_to_background_execs(void **state)
+{
+        _cleanup_json_ json_t *start = params_for(
+            "shell_start", "{\"session_id\":\"s\",\"command\":\"srv\",\"cwd\":\"site\"}", "sb1", NULL);
+        assert_json(start, "{\"sandbox_id\":\"sb1\",\"command\":\"srv\",\"cwd\":\"/workspace/site\","
+                           "\"background\":true,\"timeout_seconds\":86400,\"encoding\":\"base64\"}");
+        _cleanup_json_ json_t *kill = params_for(
+            "shell_kill", "{\"session_id\":\"s\",\"job_id\":\"e1\",\"signal\":\"TERM\"}", "sb1", NULL);
+        assert_json(kill, "{\"sandbox_id\":\"sb1\",\"exec_id\":\"e1\",\"signal\":15}");
+        char buf[256];
+        _cleanup_json_ json_t *bad = load("{\"session_id\":\"s\",\"job_id\":\"e1\",\"signal\":\"STOP\"}");
+        assert_string_equal(mcp_check_arguments(mcp_tool_find("shell_kill"), bad, buf, sizeof(buf)),
+                            "argument \"signal\" must be one of KILL, TERM, INT, HUP");
+        _cleanup_json_ json_t *since =
+            load("{\"session_id\":\"s\",\"job_id\":\"e1\",\"since\":{\"stdin\":1}}");
+        assert_non_null(mcp_check_arguments(mcp_tool_find("shell_output"), since, buf, sizeof(buf)));
+        /* "aGVsbG8=" is "hello": shown from since 3, next is 3 + 5. */
+        _cleanup_json_ json_t *output =
+            load("{\"stdout\":\"aGVsbG8=\",\"stderr\":\"\",\"next\":{\"stdout\":8,"
+                 "\"stderr\":0},\"running\":false}");
+        _cleanup_json_ json_t *since_at = load("{\"stdout\":3}");
+        _cleanup_json_ json_t *entry = load("{\"exec_id\":\"e1\",\"running\":false,\"exit_code\":2}");
+        _cleanup_json_ json_t *shown = mcp_job_output_result("e1", output, since_at, entry);
+        assert_json(shown, "{\"job_id\":\"e1\",\"running\":false,\"stdout\":\"hello\",\"stderr\":\"\","
+                           "\"exit_code\":2,\"next\":{\"stdout\":8,\"stderr\":0},\"more\":false}");
+}
+
 static void test_kill_command_only_takes_a_uuid_tag(void **state)
 {
         _cleanup_free_ char *ok = mcp_kill_command("0f1e2d3c-aaaa-bbbb-cccc-123456789abc");
@@ -653,6 +683,7 @@ int main(void)
                 cmocka_unit_test(test_structured_content_only_for_clients_that_know_it),
                 cmocka_unit_test(test_daemon_failures_are_iserror_results_with_the_kind),
                 cmocka_unit_test(test_progress_notification_shape),
+                cmocka_unit_test(test_job_tools_map_to_background_execs),
                 cmocka_unit_test(test_reader_splits_lines_across_reads),
                 cmocka_unit_test(test_reader_drops_an_overlong_line_once_and_carries_on),
         };
