@@ -738,7 +738,8 @@ static const char instructions[] =
     "network policy: pass `network`, the name of one of the operator's policies). For most work call "
     "python_execute, shell_execute and sandbox_fs_* with a session_id of your choice: the session's sandbox "
     "is created on first use, and its /workspace files persist between the calls of that session. "
-    "expose_port makes a server in a sandbox with network reachable from the user's machine.";
+    "shell_start runs a command in the background (a server, a long job; shell_output reads it, shell_kill "
+    "stops it), and expose_port makes a server in a sandbox with network reachable from the user's machine.";
 
 static void reply_result(struct mcp_action *out, json_t *id, json_t *result)
 {
