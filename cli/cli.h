@@ -34,6 +34,8 @@ int cli_write_all(int fd, const void *data, size_t len);
  * bytes; NULL after printing why (`what` names the input, `hint` follows a
  * refusal of binary data). */
 json_t *cli_read_text(int fd, const char *what, size_t max, const char *hint);
+/* A result's "stdout" and "stderr" strings (utf-8) to our stdout and stderr. */
+void cli_print_text_output(const json_t *result);
 /* The same of a file, or of standard input for "-" (then named `stdin_what`);
  * `option` prefixes the message of a file that does not open. */
 json_t *cli_read_path(const char *path, const char *option, const char *stdin_what, size_t max);

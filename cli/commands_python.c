@@ -21,16 +21,6 @@ static json_t *read_code(const char *path)
         return cli_read_path(path, "", "standard input", CODE_MAX_BYTES);
 }
 
-static void print_output(const json_t *result)
-{
-        json_t *out = json_object_get(result, "stdout");
-        json_t *err = json_object_get(result, "stderr");
-        if (json_is_string(out))
-                cli_write_all(STDOUT_FILENO, json_string_value(out), json_string_length(out));
-        if (json_is_string(err))
-                cli_write_all(STDERR_FILENO, json_string_value(err), json_string_length(err));
-}
-
 static int python_exit_code(const json_t *result)
 {
         const char *status = json_string_value(json_object_get(result, "status"));
@@ -101,7 +91,7 @@ int cmd_python(const struct cli *cli, int argc, char **argv)
                 cli_print_json(result);
                 return python_exit_code(result);
         }
-        print_output(result);
+        cli_print_text_output(result);
         cli_print_network_refused(result);
         json_t *value = json_object_get(result, "result");
         if (json_is_string(value)) {
@@ -156,7 +146,7 @@ int cmd_pip(const struct cli *cli, int argc, char **argv)
         if (cli->json)
                 cli_print_json(result);
         else
-                print_output(result);
+                cli_print_text_output(result);
         if (!cli->json)
                 cli_print_network_refused(result);
         if (json_is_true(json_object_get(result, "timed_out")))

@@ -11,16 +11,6 @@
 
 enum { OPT_TIMEOUT = CLI_OPT_FIRST_FREE };
 
-static void print_output(const json_t *result)
-{
-        json_t *out = json_object_get(result, "stdout");
-        json_t *err = json_object_get(result, "stderr");
-        if (json_is_string(out))
-                cli_write_all(STDOUT_FILENO, json_string_value(out), json_string_length(out));
-        if (json_is_string(err))
-                cli_write_all(STDERR_FILENO, json_string_value(err), json_string_length(err));
-}
-
 static void print_notes(const json_t *result)
 {
         if (json_is_true(json_object_get(result, "timed_out")))
@@ -102,7 +92,7 @@ static int shell_lines(const struct cli *cli, struct client *c, const char *id, 
                 if (cli->json)
                         cli_print_json(result);
                 else
-                        print_output(result), print_notes(result);
+                        cli_print_text_output(result), print_notes(result);
                 code = cli_exec_exit_code(result);
                 if (json_is_true(json_object_get(result, "shell_exited")))
                         return code;
@@ -190,7 +180,7 @@ int cmd_shell(const struct cli *cli, int argc, char **argv)
                 } else if (cli->json) {
                         cli_print_json(r);
                 } else {
-                        print_output(r);
+                        cli_print_text_output(r);
                         print_notes(r);
                         if (json_is_true(json_object_get(r, "running")))
                                 fprintf(stderr, "nsbox: still running\n");
@@ -228,7 +218,7 @@ int cmd_shell(const struct cli *cli, int argc, char **argv)
                 } else if (detach) {
                         printf("%s\n", json_string_value(json_object_get(r, "command_id")));
                 } else {
-                        print_output(r);
+                        cli_print_text_output(r);
                         print_notes(r);
                         code = cli_exec_exit_code(r);
                 }

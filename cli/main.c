@@ -310,6 +310,16 @@ bool cli_flag_and_args(const struct cli *cli, int argc, char **argv, const char 
         return true;
 }
 
+void cli_print_text_output(const json_t *result)
+{
+        json_t *out = json_object_get(result, "stdout");
+        json_t *err = json_object_get(result, "stderr");
+        if (json_is_string(out))
+                cli_write_all(STDOUT_FILENO, json_string_value(out), json_string_length(out));
+        if (json_is_string(err))
+                cli_write_all(STDERR_FILENO, json_string_value(err), json_string_length(err));
+}
+
 json_t *cli_read_path(const char *path, const char *option, const char *stdin_what, size_t max)
 {
         bool from_stdin = strcmp(path, "-") == 0;
