@@ -106,17 +106,7 @@ def dns(name, server="10.250.0.5"):
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(8)
     s.sendto(q, (server, 53))
     r, src = s.recvfrom(4096)
-    rcode = r[3] & 15; an = struct.unpack(">H", r[6:8])[0]
-    p = len(q); addrs = []
-    for _ in range(an):
-        while True:
-            if r[p] & 0xc0 == 0xc0: p += 2; break
-            if r[p] == 0: p += 1; break
-            p += 1 + r[p]
-        t, c, ttl, l = struct.unpack(">HHIH", r[p:p+10]); p += 10
-        if t == 1: addrs.append(socket.inet_ntoa(r[p:p+4]))
-        p += l
-    return dict(rcode=rcode, id=struct.unpack(">H", r[:2])[0], addrs=addrs, src=src[0])
+    return dict(parse_answer(r, len(q)), src=src[0])
 def parse_answer(r, qlen):
     rcode = r[3] & 15; an = struct.unpack(">H", r[6:8])[0]
     p = qlen; addrs = []
