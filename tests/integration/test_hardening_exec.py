@@ -375,7 +375,13 @@ def test_a_sandbox_cannot_flood_the_log_and_another_sandbox_is_still_logged():
         d.call("sandbox.exec", sandbox_id=quiet, argv=["/bin/true"])
         time.sleep(1.2)  # a token again: the next line comes out with the count before it
         d.call("sandbox.exec", sandbox_id=noisy, argv=["/bin/true"])
-        log = d.read_log().splitlines()
+        # The answer goes out before the exec's end is logged: wait for the line.
+        deadline = time.monotonic() + 10
+        while True:
+            log = d.read_log().splitlines()
+            if any(noisy in l and "lines suppressed" in l for l in log) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         noisy_ends = [l for l in log if ("sandbox %s: exec" % noisy) in l and " ended: " in l]
         quiet_ends = [l for l in log if ("sandbox %s: exec" % quiet) in l and " ended: " in l]
         assert 20 <= len(noisy_ends) < 60, len(noisy_ends)
