@@ -655,7 +655,7 @@ json_t *mcp_daemon_params(const struct mcp_tool *tool, const json_t *arguments, 
                 } else if (strcmp(key, "package") == 0) {
                         json_object_set_new(params, "packages", json_pack("[O]", value));
                 } else if ((strcmp(key, "session_id") == 0 || strcmp(key, "network") == 0 ||
-                            strcmp(key, "sandbox_id") == 0) &&
+                            (strcmp(key, "sandbox_id") == 0 && sandbox_id != NULL)) &&
                            tool->address != MCP_ADDRESS_NONE) {
                         continue; /* resolved to the sandbox_id passed in, with that network */
                 } else if (strcmp(key, "session_name") == 0) {

@@ -221,18 +221,24 @@ static void test_tools_list_is_the_spec_table(void **state)
         } table[] = {
                 { "create_sandbox", "", "session_id memory_mb timeout network" },
                 { "list_sandboxes", "", "include_inactive" },
-                { "remove_sandbox", "sandbox_id", "force" },
-                { "execute_python_code", "sandbox_id code", "timeout" },
-                { "install_package", "sandbox_id package", "" },
-                { "python_execute", "session_id code", "dependencies timeout network" },
-                { "shell_execute", "session_id command", "timeout network" },
-                { "sandbox_fs_list", "session_id path", "network" },
-                { "sandbox_fs_read", "session_id path", "network" },
-                { "sandbox_fs_write", "session_id path content", "network" },
-                { "expose_port", "sandbox_id port", "" },
-                { "shell_start", "session_id command", "cwd network" },
-                { "shell_output", "session_id job_id", "since" },
-                { "shell_kill", "session_id job_id", "signal" },
+                { "remove_sandbox", "", "session_id sandbox_id force" },
+                { "run_code", "code", "session_id sandbox_id network stateful dependencies timeout" },
+                { "execute_python_code", "code", "session_id sandbox_id timeout" },
+                { "install_package", "package", "session_id sandbox_id" },
+                { "python_execute", "code", "session_id sandbox_id dependencies timeout network" },
+                { "shell_execute", "command", "session_id sandbox_id timeout network" },
+                { "sandbox_fs_list", "path", "session_id sandbox_id network" },
+                { "sandbox_fs_read", "path", "session_id sandbox_id network encoding offset max_bytes" },
+                { "sandbox_fs_write", "path content", "session_id sandbox_id network encoding" },
+                { "expose_port", "port", "session_id sandbox_id" },
+                { "shell_start", "command", "session_id sandbox_id cwd network" },
+                { "shell_output", "job_id", "session_id sandbox_id since" },
+                { "shell_kill", "job_id", "session_id sandbox_id signal" },
+                { "shell_session_run", "command",
+                  "session_id sandbox_id network session_name blocking cwd timeout" },
+                { "shell_session_check", "", "session_id sandbox_id session_name since" },
+                { "shell_session_list", "", "session_id sandbox_id" },
+                { "shell_session_close", "", "session_id sandbox_id session_name" },
         };
         struct mcp_state st = { 0 };
         _cleanup_json_ json_t *r = reply_to(&st, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\"}");
@@ -294,7 +300,7 @@ static void test_bad_arguments_are_tool_errors_the_model_can_read(void **state)
                 const char *says;
         } cases[] = {
                 { "{\"session_id\":\"s\"}", "missing required argument \"command\"" },
-                { "{\"command\":\"ls\"}", "missing required argument \"session_id\"" },
+                { "{\"session_id\":\"s\",\"sandbox_id\":\"x\",\"command\":\"ls\"}", "not both" },
                 { "{\"session_id\":\"s\",\"command\":7}", "\"command\" must be a string" },
                 { "{\"session_id\":\"\",\"command\":\"ls\"}", "\"session_id\" must not be empty" },
                 { "{\"session_id\":\"s\",\"command\":\"ls\",\"timeout\":0}", "\"timeout\" must be from 1" },
@@ -521,8 +527,10 @@ static void test_python_images_become_image_blocks_without_structured_content(vo
         assert_null(strstr(text_of(r), "iVBORw0KGgo="));
         assert_string_equal(
             json_string_value(json_object_get(
-                json_object_get(json_array_get(json_object_get(shown, "outputs"), 1), "image"), "path")),
+                json_object_get(json_array_get(json_object_get(shown, "outputs"), 0), "image"), "path")),
             "a.png");
+        /* stdout has one home: no "logs" output repeats it. */
+        assert_int_equal(json_array_size(json_object_get(shown, "outputs")), 2);
         /* The daemon's answer is not modified. */
         assert_non_null(json_object_get(
             json_object_get(json_array_get(json_object_get(answer, "outputs"), 1), "image"), "data"));
