@@ -873,6 +873,11 @@ static bool exec_failed(const json_t *result)
                json_integer_value(code) != 0;
 }
 
+/* What the text says when the kernel's OOM killer ended the code. */
+#define MCP_OOM_NOTE                                                                                      \
+        "out of memory: the kernel killed the code when the sandbox went over its memory limit (default " \
+        "512 MiB; create_sandbox memory_mb sets it)"
+
 /* The byte offset after `chars` UTF-8 characters of text. */
 static size_t utf8_offset(const char *text, size_t len, size_t chars)
 {
@@ -990,9 +995,7 @@ json_t *mcp_call_result(const struct mcp_tool *tool, const json_t *daemon_result
                 cap_stream(shown, "stderr", cap_hint(tool));
         }
         if (json_is_true(json_object_get(daemon_result, "oom_killed")))
-                mcp_add_note(shown,
-                             "out of memory: the kernel killed the code when the sandbox went over its "
-                             "memory limit (default 512 MiB; create_sandbox memory_mb sets it)");
+                mcp_add_note(shown, MCP_OOM_NOTE);
         json_t *content = json_array();
         json_array_append_new(content, text_block(shown));
         json_array_extend(content, images);
@@ -1011,9 +1014,12 @@ json_t *mcp_call_failure(const char *method, const char *message, const json_t *
             json_pack("{s:s, s:s}", "error", message ? message : "failed", "method", method);
         if (shown == NULL)
                 return NULL;
-        json_t *kind = json_object_get(json_object_get(daemon_error, "data"), "kind");
+        json_t *data = json_object_get(daemon_error, "data");
+        json_t *kind = json_object_get(data, "kind");
         if (json_is_string(kind))
                 json_object_set(shown, "kind", kind);
+        if (json_is_true(json_object_get(data, "oom_killed")))
+                mcp_add_note(shown, MCP_OOM_NOTE);
         return json_pack("{s:[o], s:b}", "content", text_block(shown), "isError", 1);
 }
 
@@ -1031,11 +1037,17 @@ json_t *mcp_progress_notification(const json_t *token, double progress, const ch
 
 static const char instructions[] =
     "nsbox runs Python and shell commands in isolated Linux sandboxes (no network unless created with a "
-    "network policy: pass `network`, the name of one of the operator's policies). For most work call "
-    "python_execute, shell_execute and sandbox_fs_* with a session_id of your choice: the session's sandbox "
-    "is created on first use, and its /workspace files persist between the calls of that session. "
-    "shell_start runs a command in the background (a server, a long job; shell_output reads it, shell_kill "
-    "stops it), and expose_port makes a server in a sandbox with network reachable from the user's machine.";
+    "network policy: pass `network`, the name of one of the operator's policies). Every sandbox tool takes "
+    "a session_id of your choice (its sandbox is created on first use and kept while used; idle for 300 s "
+    "it is removed, and the next call recreates it and says so) or a sandbox_id from create_sandbox; with "
+    "neither, the call uses this connection's own session. run_code runs Python like a notebook cell "
+    "(variables persist; figures and saved PNG/JPEG files come back as images); shell_session_run runs "
+    "commands in a persistent bash (cwd and variables persist); shell_execute and python_execute run one "
+    "fresh command or script; sandbox_fs_* read and write files (encoding base64 for binary). shell_start "
+    "runs a command in the background (a server, a long job; shell_output reads it, shell_kill stops it), "
+    "and expose_port makes a server in a sandbox with network reachable from the user's machine. Commands "
+    "time out after 30 s unless `timeout` says otherwise; stdout and stderr are cut to 20000 characters "
+    "each (the text says so).";
 
 static void reply_result(struct mcp_action *out, json_t *id, json_t *result)
 {
