@@ -426,8 +426,8 @@ static json_t *call_steps(struct call *c, struct client *conn, json_t **session)
         if (json_is_true(json_object_get(*session, "recreated")) && json_is_object(answer)) {
                 json_object_set_new(answer, "recreated", json_true());
                 mcp_add_note(answer,
-                             "this session's sandbox had been removed after being idle for its idle "
-                             "timeout (default 300 s) and was recreated: files, installed packages and "
+                             "this session's sandbox was reaped after being idle for its idle timeout "
+                             "(default 300 s) and has been recreated: files, installed packages and "
                              "run_code variables from before are gone");
         }
         return mcp_call_result(tool, answer, c->protocol_version);

@@ -994,6 +994,9 @@ json_t *mcp_call_result(const struct mcp_tool *tool, const json_t *daemon_result
                 cap_stream(shown, "stdout", cap_hint(tool));
                 cap_stream(shown, "stderr", cap_hint(tool));
         }
+        if (tool->result == MCP_RESULT_PYTHON)
+                cap_stream(shown, "result",
+                           "to see all of it, assign it to a variable and print parts of it");
         if (json_is_true(json_object_get(daemon_result, "oom_killed")))
                 mcp_add_note(shown, MCP_OOM_NOTE);
         json_t *content = json_array();

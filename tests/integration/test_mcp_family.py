@@ -118,7 +118,7 @@ def test_a_reaped_session_says_it_was_recreated(daemon, sdk_dir):  # noqa: F811
     assert r["gone"] is True
     again = r["again"]["json"]
     assert again["recreated"] is True
-    assert "reaped" in again["note"] or "recreated" in again["note"]
+    assert "reaped" in again["note"] and "recreated" in again["note"]
     assert again["stdout"] == "False\n"
 
 
