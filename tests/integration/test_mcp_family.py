@@ -106,6 +106,14 @@ def test_shell_session_runs_in_the_background_and_is_polled_listed_closed(family
     assert [s["session"] for s in family["sh_list_after"]["json"]["sessions"]] == ["main"]
 
 
+def test_cancelling_a_blocking_shell_session_run_interrupts_it_and_keeps_the_shell(daemon, sdk_dir):  # noqa: F811
+    r = scenario(daemon, sdk_dir, "shell_session_cancel")
+    assert r["rejected"] is True
+    assert r["check"]["json"]["running"] is False
+    assert r["stopped_ms"] < 60000  # interrupted, not the 300 s sleep
+    assert r["after"]["json"]["stdout"] == "/tmp\n"
+
+
 def test_remove_sandbox_by_session_id(family):
     assert family["sessions"][0]["session_id"].startswith("mcp-")
     assert family["remove"]["json"]["removed"] is True

@@ -348,6 +348,41 @@ const scenarios = {
     return r;
   },
 
+  // notifications/cancelled on a blocking shell_session_run interrupts the command; the shell stays.
+  async shell_session_cancel({ client }) {
+    const r = {};
+    await call(client, "shell_session_run", { session_id: session, command: "cd /tmp" });
+    const controller = new AbortController();
+    const pending = call(
+      client,
+      "shell_session_run",
+      { session_id: session, command: "sleep 300", timeout: 600 },
+      { signal: controller.signal, timeout: 600000 },
+    );
+    for (let i = 0; i < 100; i++) {
+      const listed = textJson(await call(client, "shell_session_list", { session_id: session }));
+      if (listed.sessions.some((s) => s.running)) break;
+      await new Promise((res) => setTimeout(res, 100));
+    }
+    const started = Date.now();
+    controller.abort("test cancels");
+    try {
+      await pending;
+      r.rejected = false;
+    } catch (e) {
+      r.rejected = true;
+    }
+    for (let i = 0; i < 100; i++) {
+      r.check = summary(await call(client, "shell_session_check", { session_id: session }));
+      if (!r.check.json.running) break;
+      await new Promise((res) => setTimeout(res, 100));
+    }
+    r.stopped_ms = Date.now() - started;
+    r.after = summary(await call(client, "shell_session_run", { session_id: session, command: "pwd" }));
+    await cleanupSession(client);
+    return r;
+  },
+
   // Against an nsboxd whose sandboxes are reaped quickly (tests/integration/test_mcp_family.py).
   async reaped({ client }) {
     const r = {};
