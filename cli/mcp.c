@@ -51,6 +51,8 @@ struct call {
         double last_progress;
         long long last_progress_ms;
 
+        /* The call thread's own: the session's sandbox was reaped and made anew for this call. */
+        bool recreated;
         /* The call thread's own: output streamed by sandbox.exec. */
         char *streamed[2];
         size_t streamed_len[2];
@@ -226,6 +228,18 @@ static int call_job_entry(struct call *c, struct client *conn, const char *sandb
         return 0;
 }
 
+/* Says in a tool's answer that its session's sandbox was reaped and recreated. */
+static void call_note_recreated(const struct call *c, json_t *answer)
+{
+        if (!c->recreated || !json_is_object(answer))
+                return;
+        json_object_set_new(answer, "recreated", json_true());
+        mcp_add_note(answer,
+                     "this session's sandbox was reaped after being idle for its idle timeout (default "
+                     "300 s) and has been recreated: files, installed packages and run_code variables "
+                     "from before are gone");
+}
+
 /* shell_start, shell_output and shell_kill: background execs of the session's sandbox. */
 static json_t *call_job(struct call *c, struct client *conn, const char *sandbox_id, json_t *params)
 {
@@ -240,6 +254,7 @@ static json_t *call_job(struct call *c, struct client *conn, const char *sandbox
                     sandbox_id, "pid", json_object_get(answer, "pid"), "note",
                     "running in the background (at most 86400 s); read its output with shell_output "
                     "{session_id, job_id}, stop it with shell_kill");
+                call_note_recreated(c, shown);
                 return mcp_call_result(tool, shown, c->protocol_version);
         }
         _cleanup_json_ json_t *list = NULL;
@@ -334,6 +349,7 @@ static int call_resolve(struct call *c, struct client *conn, json_t **session, j
                 json_decref(updated);
         }
         *sandbox_id = json_string_value(json_object_get(*session, "sandbox_id"));
+        c->recreated = json_is_true(json_object_get(*session, "recreated"));
         return 0;
 }
 
@@ -368,6 +384,34 @@ static void call_add_saved_images(struct call *c, struct client *conn, const cha
                                                          "mime", json_object_get(image, "mime"), "data", data,
                                                          "path", json_object_get(image, "path")));
         }
+}
+
+/* The sandbox's count of OOM kills (sandbox.info's stats), or -1. */
+static long long call_oom_kills(struct call *c, struct client *conn, const char *sandbox_id)
+{
+        _cleanup_json_ json_t *params = json_pack("{s:s}", "sandbox_id", sandbox_id);
+        _cleanup_json_ json_t *info = NULL;
+        json_t *failure = NULL;
+        if (call_daemon(c, conn, "sandbox.info", params, &info, &failure) < 0) {
+                json_decref(failure);
+                return -1;
+        }
+        json_t *n = json_object_get(json_object_get(info, "stats"), "oom_kills");
+        return json_is_integer(n) ? (long long)json_integer_value(n) : -1;
+}
+
+/* A stateful python.run whose interpreter the OOM killer ended fails without
+ * saying why: the sandbox's OOM count, before and after, tells. */
+static int call_python_stateful(struct call *c, struct client *conn, const char *sandbox_id, json_t *params,
+                                json_t **answer, json_t **failure)
+{
+        long long before = call_oom_kills(c, conn, sandbox_id);
+        if (call_daemon(c, conn, c->tool->method, params, answer, failure) == 0)
+                return 0;
+        long long after = before >= 0 ? call_oom_kills(c, conn, sandbox_id) : -1;
+        if (after > before && *failure != NULL)
+                mcp_failure_add_note(*failure, MCP_OOM_NOTE);
+        return -EIO;
 }
 
 /* shell_session_run: the named shell is made on first use. */
@@ -412,9 +456,13 @@ static json_t *call_steps(struct call *c, struct client *conn, json_t **session)
         if (stream)
                 json_object_set_new(params, "stream", json_true());
         _cleanup_json_ json_t *answer = NULL;
-        int r = strcmp(tool->method, "shell.run") == 0
-                    ? call_shell_run(c, conn, sandbox_id, params, &answer, &failure)
-                    : call_daemon(c, conn, tool->method, params, &answer, &failure);
+        int r;
+        if (strcmp(tool->method, "shell.run") == 0)
+                r = call_shell_run(c, conn, sandbox_id, params, &answer, &failure);
+        else if (tool->result == MCP_RESULT_PYTHON && json_is_true(json_object_get(params, "stateful")))
+                r = call_python_stateful(c, conn, sandbox_id, params, &answer, &failure);
+        else
+                r = call_daemon(c, conn, tool->method, params, &answer, &failure);
         if (r < 0)
                 return failure;
         if (stream) {
@@ -423,13 +471,7 @@ static json_t *call_steps(struct call *c, struct client *conn, json_t **session)
         }
         if (tool->result == MCP_RESULT_PYTHON)
                 call_add_saved_images(c, conn, sandbox_id, answer);
-        if (json_is_true(json_object_get(*session, "recreated")) && json_is_object(answer)) {
-                json_object_set_new(answer, "recreated", json_true());
-                mcp_add_note(answer,
-                             "this session's sandbox was reaped after being idle for its idle timeout "
-                             "(default 300 s) and has been recreated: files, installed packages and "
-                             "run_code variables from before are gone");
-        }
+        call_note_recreated(c, answer);
         return mcp_call_result(tool, answer, c->protocol_version);
 }
 

@@ -1026,6 +1026,19 @@ json_t *mcp_call_failure(const char *method, const char *message, const json_t *
         return json_pack("{s:[o], s:b}", "content", text_block(shown), "isError", 1);
 }
 
+void mcp_failure_add_note(json_t *failure, const char *note)
+{
+        json_t *block = json_array_get(json_object_get(failure, "content"), 0);
+        const char *text = json_string_value(json_object_get(block, "text"));
+        _cleanup_json_ json_t *shown = text ? json_loads(text, 0, NULL) : NULL;
+        if (!json_is_object(shown))
+                return;
+        mcp_add_note(shown, note);
+        json_t *replaced = text_block(shown);
+        if (replaced != NULL)
+                json_array_set_new(json_object_get(failure, "content"), 0, replaced);
+}
+
 json_t *mcp_progress_notification(const json_t *token, double progress, const char *message)
 {
         json_t *params = json_pack("{s:O, s:f}", "progressToken", token, "progress", progress);

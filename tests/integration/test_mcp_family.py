@@ -135,6 +135,8 @@ def test_an_out_of_memory_run_says_out_of_memory(daemon, sdk_dir):  # noqa: F811
     assert r["oom"]["isError"] is True
     assert r["oom"]["json"]["oom_killed"] is True
     assert "out of memory" in r["oom"]["json"]["note"]
+    assert r["stateful"]["isError"] is True
+    assert "out of memory" in r["stateful"]["json"]["note"]
 
 
 # --- the MCP Inspector's CLI mode -------------------------------------------------------

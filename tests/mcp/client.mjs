@@ -410,7 +410,14 @@ const scenarios = {
         timeout: 60,
       }),
     );
-    r.text = JSON.stringify(r.oom.json);
+    // Stateful (run_code's default): the interpreter itself is killed.
+    r.stateful = summary(
+      await call(client, "run_code", {
+        session_id: session,
+        code: "chunks = []\nwhile True:\n    chunks.append(bytearray(16 << 20))\n",
+        timeout: 60,
+      }),
+    );
     await cleanupSession(client);
     return r;
   },
