@@ -334,10 +334,12 @@ const struct mcp_tool mcp_tools[] = {
                 "Run a command in a persistent bash shell of the session's sandbox (created on first use, "
                 "named by session_name, default \"" MCP_DEFAULT_SHELL "\"), which keeps its working "
                 "directory, variables and functions between calls, like a terminal. blocking (default true) "
-                "waits for the command, at most timeout seconds (default 30; then it is interrupted); "
-                "blocking: false returns at once with running: true: poll it with shell_session_check. One "
-                "command at a time per shell. Returns exit_code, stdout, stderr, cwd, running and "
-                "timed_out; isError is true when it ended non-zero or timed out." OUTPUT_CAP_SENTENCE,
+                "waits for the command, at most timeout seconds (default 30; then it is interrupted: INT, "
+                "then TERM, then KILL); blocking: false returns at once with running: true and the command "
+                "runs until it ends (or for timeout seconds if given): poll it with shell_session_check. One "
+                "command at a time per shell; the first 1 MiB of its output is kept. Returns exit_code, "
+                "stdout, stderr, cwd, running and timed_out; isError is true when it ended non-zero or timed "
+                "out." OUTPUT_CAP_SENTENCE,
             .input_schema = SCHEMA(
                 P_ADDRESS
                 "," P_SESSION_NETWORK "," P_SHELL_NAME
@@ -345,7 +347,9 @@ const struct mcp_tool mcp_tools[] = {
                 "command line, e.g. \\\"cd src && export N=3\\\".\"},\"blocking\":{\"type\":"
                 "\"boolean\",\"description\":\"Wait for the command to end (default true).\"},"
                 "\"cwd\":{\"type\":\"string\",\"minLength\":1,\"description\":\"Run it in this "
-                "directory (relative: from /workspace); the shell stays there.\"}," P_TIMEOUT("the command"),
+                "directory (relative: from /workspace); the shell stays there.\"},"
+                "\"timeout\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":86400,\"description\":"
+                "\"Seconds before the command is interrupted (default 30 when blocking, none when not).\"}",
                 "\"command\""),
             .method = "shell.run",
             .address = MCP_ADDRESS_SESSION,
