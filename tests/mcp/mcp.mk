@@ -25,8 +25,8 @@ mcp-sdk-dir:
 	@echo $(MCP_SDK_DIR)
 
 # The MCP Inspector (@modelcontextprotocol/inspector, pinned with its lock file
-# in tests/mcp/inspector/; 0.15.0, the last release that runs on Debian 12's
-# Node 20), whose `--cli` mode tests/integration/test_mcp_family.py runs
+# in tests/mcp/inspector/; 0.15.0, the last release that does not ask for
+# Node >= 22), whose `--cli` mode tests/integration/test_mcp_family.py runs
 # against `nsbox mcp`. Installed the same way as the SDK, in its own dir.
 #   make mcp-inspector       install it
 #   make mcp-inspector-dir   print the dir that holds its node_modules
