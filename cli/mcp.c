@@ -51,6 +51,8 @@ struct call {
         double last_progress;
         long long last_progress_ms;
 
+        /* The call thread's own: the session's sandbox was reaped and made anew for this call. */
+        bool recreated;
         /* The call thread's own: output streamed by sandbox.exec. */
         char *streamed[2];
         size_t streamed_len[2];
@@ -58,7 +60,8 @@ struct call {
 
 struct server {
         const char *socket_path;
-        pthread_mutex_t lock; /* the call list, the call fields marked so, and stdout */
+        char default_session[16]; /* the session of calls that name no sandbox: one per connection */
+        pthread_mutex_t lock;     /* the call list, the call fields marked so, and stdout */
         struct call *calls;
         size_t ncalls;
         int wake_fd; /* a call thread finished */
@@ -150,8 +153,8 @@ static bool call_cancelled(struct call *c)
 
 /* One daemon request on the call's connection. On failure returns < 0 and
  * *failure is the CallToolResult (isError) that says why. */
-static int call_daemon(struct call *c, struct client *conn, const char *method, json_t *params,
-                       json_t **result, json_t **failure)
+static int call_daemon_kind(struct call *c, struct client *conn, const char *method, json_t *params,
+                            json_t **result, json_t **failure, char *kind, size_t kind_size)
 {
         if (call_cancelled(c))
                 return -ECANCELED;
@@ -159,10 +162,20 @@ static int call_daemon(struct call *c, struct client *conn, const char *method, 
         _cleanup_json_ json_t *error = NULL;
         int r = client_call(conn, method, params, on_daemon_notification, c, result, &error, &err);
         if (r < 0) {
+                if (kind != NULL)
+                        snprintf(kind, kind_size, "%s",
+                                 json_string_value(json_object_get(json_object_get(error, "data"), "kind"))
+                                     ?: "");
                 *failure = mcp_call_failure(method, err ? err->message : "failed", error);
                 return r;
         }
         return 0;
+}
+
+static int call_daemon(struct call *c, struct client *conn, const char *method, json_t *params,
+                       json_t **result, json_t **failure)
+{
+        return call_daemon_kind(c, conn, method, params, result, failure, NULL, 0);
 }
 
 /* The daemon has no exec.kill yet: a cancelled shell_execute's processes are
@@ -215,6 +228,18 @@ static int call_job_entry(struct call *c, struct client *conn, const char *sandb
         return 0;
 }
 
+/* Says in a tool's answer that its session's sandbox was reaped and recreated. */
+static void call_note_recreated(const struct call *c, json_t *answer)
+{
+        if (!c->recreated || !json_is_object(answer))
+                return;
+        json_object_set_new(answer, "recreated", json_true());
+        mcp_add_note(answer,
+                     "this session's sandbox was reaped after being idle for its idle timeout (default "
+                     "300 s) and has been recreated: files, installed packages and run_code variables "
+                     "from before are gone");
+}
+
 /* shell_start, shell_output and shell_kill: background execs of the session's sandbox. */
 static json_t *call_job(struct call *c, struct client *conn, const char *sandbox_id, json_t *params)
 {
@@ -229,6 +254,7 @@ static json_t *call_job(struct call *c, struct client *conn, const char *sandbox
                     sandbox_id, "pid", json_object_get(answer, "pid"), "note",
                     "running in the background (at most 86400 s); read its output with shell_output "
                     "{session_id, job_id}, stop it with shell_kill");
+                call_note_recreated(c, shown);
                 return mcp_call_result(tool, shown, c->protocol_version);
         }
         _cleanup_json_ json_t *list = NULL;
@@ -271,6 +297,142 @@ static json_t *call_job(struct call *c, struct client *conn, const char *sandbox
         return shown ? mcp_call_result(tool, shown, c->protocol_version) : NULL;
 }
 
+/* The live sandbox of the call's session_id, without creating one (remove_sandbox). */
+static int call_find_session(struct call *c, struct client *conn, const char **sandbox_id, json_t **list,
+                             json_t **failure)
+{
+        _cleanup_json_ json_t *params = json_object();
+        if (call_daemon(c, conn, "sandbox.list", params, list, failure) < 0)
+                return -EIO;
+        json_t *session = json_object_get(c->arguments, "session_id");
+        size_t i;
+        json_t *entry;
+        json_array_foreach(json_object_get(*list, "sandboxes"), i, entry)
+        {
+                if (json_equal(json_object_get(entry, "session_id"), session)) {
+                        *sandbox_id = json_string_value(json_object_get(entry, "sandbox_id"));
+                        return 0;
+                }
+        }
+        char message[160];
+        snprintf(message, sizeof(message), "session %.64s has no live sandbox", json_string_value(session));
+        _cleanup_json_ json_t *error = json_pack("{s:{s:s}}", "data", "kind", "not_found");
+        *failure = mcp_call_failure(c->tool->method, message, error);
+        return -ENOENT;
+}
+
+/* The sandbox a call acts on: the one of sandbox_id, or its session's,
+ * got or created (*session is then sandbox.create's answer). */
+static int call_resolve(struct call *c, struct client *conn, json_t **session, json_t **list,
+                        const char **sandbox_id, json_t **failure)
+{
+        const struct mcp_tool *tool = c->tool;
+        json_t *by_id = json_object_get(c->arguments, "sandbox_id");
+        *sandbox_id = NULL;
+        if (tool->address == MCP_ADDRESS_NONE)
+                return 0;
+        if (by_id != NULL) {
+                *sandbox_id = json_string_value(by_id);
+                return 0;
+        }
+        if (tool->address == MCP_ADDRESS_EXISTING)
+                return call_find_session(c, conn, sandbox_id, list, failure);
+        _cleanup_json_ json_t *params = mcp_session_params_default(c->arguments, c->srv->default_session);
+        if (call_daemon(c, conn, "sandbox.create", params, session, failure) < 0)
+                return -EIO;
+        /* An existing session's sandbox gets the network this call asks for. */
+        _cleanup_json_ json_t *update = mcp_session_update_params(c->arguments, *session);
+        if (update != NULL) {
+                json_t *updated = NULL;
+                if (call_daemon(c, conn, "sandbox.update", update, &updated, failure) < 0)
+                        return -EIO;
+                json_decref(updated);
+        }
+        *sandbox_id = json_string_value(json_object_get(*session, "sandbox_id"));
+        c->recreated = json_is_true(json_object_get(*session, "recreated"));
+        return 0;
+}
+
+/* PNG and JPEG files the code saved (savefig) join the figures as images. */
+static void call_add_saved_images(struct call *c, struct client *conn, const char *sandbox_id, json_t *answer)
+{
+        _cleanup_json_ json_t *saved = mcp_saved_images(answer);
+        json_t *outputs = json_object_get(answer, "outputs");
+        if (json_array_size(saved) == 0)
+                return;
+        if (!json_is_array(outputs)) {
+                outputs = json_array();
+                json_object_set_new(answer, "outputs", outputs);
+        }
+        size_t i;
+        json_t *image;
+        json_array_foreach(saved, i, image)
+        {
+                _cleanup_json_ json_t *params = json_pack(
+                    "{s:s, s:O, s:s, s:i}", "sandbox_id", sandbox_id, "path", json_object_get(image, "path"),
+                    "encoding", "base64", "max_bytes", (int)MCP_SAVED_IMAGE_MAX_BYTES);
+                _cleanup_json_ json_t *read = NULL;
+                json_t *failure = NULL;
+                if (call_daemon(c, conn, "fs.read", params, &read, &failure) < 0) {
+                        json_decref(failure); /* gone or unreadable since: the path stays in files_produced */
+                        continue;
+                }
+                json_t *data = json_object_get(read, "content");
+                if (!json_is_string(data) || json_is_true(json_object_get(read, "truncated")))
+                        continue;
+                json_array_append_new(outputs, json_pack("{s:s, s:{s:O, s:O, s:O}}", "type", "image", "image",
+                                                         "mime", json_object_get(image, "mime"), "data", data,
+                                                         "path", json_object_get(image, "path")));
+        }
+}
+
+/* The sandbox's count of OOM kills (sandbox.info's stats), or -1. */
+static long long call_oom_kills(struct call *c, struct client *conn, const char *sandbox_id)
+{
+        _cleanup_json_ json_t *params = json_pack("{s:s}", "sandbox_id", sandbox_id);
+        _cleanup_json_ json_t *info = NULL;
+        json_t *failure = NULL;
+        if (call_daemon(c, conn, "sandbox.info", params, &info, &failure) < 0) {
+                json_decref(failure);
+                return -1;
+        }
+        json_t *n = json_object_get(json_object_get(info, "stats"), "oom_kills");
+        return json_is_integer(n) ? (long long)json_integer_value(n) : -1;
+}
+
+/* A stateful python.run whose interpreter the OOM killer ended fails without
+ * saying why: the sandbox's OOM count, before and after, tells. */
+static int call_python_stateful(struct call *c, struct client *conn, const char *sandbox_id, json_t *params,
+                                json_t **answer, json_t **failure)
+{
+        long long before = call_oom_kills(c, conn, sandbox_id);
+        if (call_daemon(c, conn, c->tool->method, params, answer, failure) == 0)
+                return 0;
+        long long after = before >= 0 ? call_oom_kills(c, conn, sandbox_id) : -1;
+        if (after > before && *failure != NULL)
+                mcp_failure_add_note(*failure, MCP_OOM_NOTE);
+        return -EIO;
+}
+
+/* shell_session_run: the named shell is made on first use. */
+static int call_shell_run(struct call *c, struct client *conn, const char *sandbox_id, json_t *params,
+                          json_t **answer, json_t **failure)
+{
+        char kind[32] = "";
+        if (call_daemon_kind(c, conn, c->tool->method, params, answer, failure, kind, sizeof(kind)) == 0)
+                return 0;
+        if (strcmp(kind, "not_found") != 0)
+                return -EIO;
+        json_decref(*failure);
+        *failure = NULL;
+        _cleanup_json_ json_t *create = json_pack("{s:s, s:O, s:s}", "sandbox_id", sandbox_id, "name",
+                                                  json_object_get(params, "session"), "cwd", "/workspace");
+        _cleanup_json_ json_t *created = NULL;
+        if (call_daemon(c, conn, "shell.create", create, &created, failure) < 0)
+                return -EIO;
+        return call_daemon(c, conn, c->tool->method, params, answer, failure);
+}
+
 /* The requests of one call; *session is the session's sandbox (sandbox.create's answer). */
 static json_t *call_steps(struct call *c, struct client *conn, json_t **session)
 {
@@ -278,20 +440,9 @@ static json_t *call_steps(struct call *c, struct client *conn, json_t **session)
         bool shell = strcmp(tool->method, "sandbox.exec") == 0;
         json_t *failure = NULL;
         const char *sandbox_id = NULL;
-        if (tool->session) {
-                _cleanup_json_ json_t *params = mcp_session_params(c->arguments);
-                if (call_daemon(c, conn, "sandbox.create", params, session, &failure) < 0)
-                        return failure;
-                /* An existing session's sandbox gets the network this call asks for. */
-                _cleanup_json_ json_t *update = mcp_session_update_params(c->arguments, *session);
-                if (update != NULL) {
-                        json_t *updated = NULL;
-                        if (call_daemon(c, conn, "sandbox.update", update, &updated, &failure) < 0)
-                                return failure;
-                        json_decref(updated);
-                }
-                sandbox_id = json_string_value(json_object_get(*session, "sandbox_id"));
-        }
+        _cleanup_json_ json_t *list = NULL;
+        if (call_resolve(c, conn, session, &list, &sandbox_id, &failure) < 0)
+                return failure;
         bool job = tool->result == MCP_RESULT_JOB_START || tool->result == MCP_RESULT_JOB_OUTPUT ||
                    tool->result == MCP_RESULT_JOB_KILL;
         _cleanup_json_ json_t *params =
@@ -305,12 +456,22 @@ static json_t *call_steps(struct call *c, struct client *conn, json_t **session)
         if (stream)
                 json_object_set_new(params, "stream", json_true());
         _cleanup_json_ json_t *answer = NULL;
-        if (call_daemon(c, conn, tool->method, params, &answer, &failure) < 0)
+        int r;
+        if (strcmp(tool->method, "shell.run") == 0)
+                r = call_shell_run(c, conn, sandbox_id, params, &answer, &failure);
+        else if (tool->result == MCP_RESULT_PYTHON && json_is_true(json_object_get(params, "stateful")))
+                r = call_python_stateful(c, conn, sandbox_id, params, &answer, &failure);
+        else
+                r = call_daemon(c, conn, tool->method, params, &answer, &failure);
+        if (r < 0)
                 return failure;
         if (stream) {
                 json_object_set_new(answer, "stdout", streamed_string(c, 0));
                 json_object_set_new(answer, "stderr", streamed_string(c, 1));
         }
+        if (tool->result == MCP_RESULT_PYTHON)
+                call_add_saved_images(c, conn, sandbox_id, answer);
+        call_note_recreated(c, answer);
         return mcp_call_result(tool, answer, c->protocol_version);
 }
 
@@ -339,6 +500,8 @@ static json_t *call_execute(struct call *c)
                 return result;
         log_info("mcp: %s cancelled", c->tool->name);
         const char *sandbox_id = json_string_value(json_object_get(session, "sandbox_id"));
+        if (sandbox_id == NULL)
+                sandbox_id = json_string_value(json_object_get(c->arguments, "sandbox_id"));
         if (strcmp(c->tool->method, "sandbox.exec") == 0 && c->tool->result == MCP_RESULT_EXEC &&
             sandbox_id != NULL)
                 call_kill_processes(c, sandbox_id);
@@ -583,6 +746,11 @@ int cmd_mcp(const struct cli *cli, int argc, char **argv)
                 .lock = PTHREAD_MUTEX_INITIALIZER,
                 .reader = { .max = MCP_MAX_LINE },
         };
+        uuid_t uuid;
+        char uuid_text[37];
+        uuid_generate_random(uuid);
+        uuid_unparse_lower(uuid, uuid_text);
+        snprintf(srv.default_session, sizeof(srv.default_session), "mcp-%.8s", uuid_text);
         srv.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (srv.wake_fd < 0)
                 return cli_fail("mcp: eventfd: %s", strerror(errno));

@@ -21,7 +21,26 @@ enum mcp_result_kind {
         MCP_RESULT_JOB_START,  /* sandbox.exec background: {job_id, sandbox_id, pid} */
         MCP_RESULT_JOB_OUTPUT, /* exec.list + exec.output: capped output, running, exit_code */
         MCP_RESULT_JOB_KILL,   /* exec.list + exec.kill, then exec.list until it ended */
+        MCP_RESULT_SHELL,      /* shell.run / shell.check: failed when the command ended badly */
 };
+
+/* How a tool names the sandbox it acts on. */
+enum mcp_address {
+        MCP_ADDRESS_NONE,     /* not one sandbox: create_sandbox, list_sandboxes */
+        MCP_ADDRESS_SESSION,  /* session_id (get or create; default the connection's) or sandbox_id */
+        MCP_ADDRESS_EXISTING, /* sandbox_id, or the live sandbox of session_id; never creates one */
+};
+
+/* stdout and stderr in a tool's text: at most this many characters each,
+ * the head and the tail kept around a line that says how much was cut. */
+#define MCP_OUTPUT_CAP      20000
+#define MCP_OUTPUT_CAP_TEXT "20000"
+/* PNG/JPEG files a run_code/python call wrote (savefig) come back as image
+ * blocks: at most this many, each at most this large. */
+#define MCP_SAVED_IMAGES_MAX      8
+#define MCP_SAVED_IMAGE_MAX_BYTES (4u << 20)
+/* The shell session a shell_session_* tool uses when it names none. */
+#define MCP_DEFAULT_SHELL "main"
 
 /* shell_start's commands may run as long as the daemon allows any exec. */
 #define MCP_JOB_TIMEOUT_SECONDS 86400
@@ -36,7 +55,7 @@ struct mcp_tool {
         const char *description;
         const char *input_schema; /* JSON Schema, as JSON text */
         const char *method;       /* the nsboxd method it forwards to */
-        bool session;             /* takes session_id: get or create that session's sandbox first */
+        enum mcp_address address; /* how the sandbox it acts on is named */
         bool read_only;
         bool destructive;
         enum mcp_result_kind result;
@@ -85,8 +104,18 @@ json_t *mcp_tools_list(void);
  * written into buf). */
 const char *mcp_check_arguments(const struct mcp_tool *tool, const json_t *arguments, char *buf, size_t size);
 
-/* sandbox.create params that get or create the sandbox of a session tool's session_id. */
+/* sandbox.create params that get or create the sandbox of a session tool's
+ * session_id, or of `default_session` when the arguments name none. */
 json_t *mcp_session_params(const json_t *arguments);
+json_t *mcp_session_params_default(const json_t *arguments, const char *default_session);
+/* NULL when the arguments name the sandbox well (session_id or sandbox_id,
+ * not both), else why not. */
+const char *mcp_check_address(const struct mcp_tool *tool, const json_t *arguments);
+/* The image files among a python.run answer's files_produced that are not
+ * already among its outputs: [{path, mime}] (new reference). */
+json_t *mcp_saved_images(const json_t *python_result);
+/* Adds `note` to the result's "note" (joined with "; "). */
+void mcp_add_note(json_t *result, const char *note);
 /* sandbox.update params when a session tool's `network` differs from the
  * network of the session's sandbox (sandbox.create's answer), else NULL. */
 json_t *mcp_session_update_params(const json_t *arguments, const json_t *session);
@@ -115,6 +144,13 @@ json_t *mcp_call_result(const struct mcp_tool *tool, const json_t *daemon_result
                         const char *protocol_version);
 /* The CallToolResult (isError) for a daemon that refused or could not be reached. */
 json_t *mcp_call_failure(const char *method, const char *message, const json_t *daemon_error);
+
+/* Adds `note` to the JSON text of a CallToolResult made by mcp_call_failure. */
+void mcp_failure_add_note(json_t *failure, const char *note);
+/* What the text says when the kernel's OOM killer ended the code. */
+#define MCP_OOM_NOTE                                                                                      \
+        "out of memory: the kernel killed the code when the sandbox went over its memory limit (default " \
+        "512 MiB; create_sandbox memory_mb sets it)"
 
 /* notifications/progress; `message` may be NULL. */
 json_t *mcp_progress_notification(const json_t *token, double progress, const char *message);

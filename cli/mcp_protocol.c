@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cleanup.h"
 #include "json_cleanup.h"
@@ -34,11 +35,14 @@ const char *mcp_negotiate_version(const char *requested)
 #define P_SESSION_ID                                                                                        \
         "\"session_id\":{\"type\":\"string\",\"minLength\":1,\"description\":\"Any name for your working "  \
         "session, e.g. \\\"main\\\". The first call with a new session_id creates a sandbox for it; later " \
-        "calls with the same session_id use that same sandbox, so files written in /workspace stay "        \
-        "there.\"}"
+        "calls with the same session_id use that same sandbox, so files in /workspace (and run_code's "     \
+        "variables) stay there. Default: this connection's own session, one sandbox shared by every call "  \
+        "that names neither session_id nor sandbox_id. A session's sandbox idle for its idle timeout "      \
+        "(default 300 s) is removed; the next call recreates it empty and says so.\"}"
 #define P_SANDBOX_ID                                                                                        \
         "\"sandbox_id\":{\"type\":\"string\",\"minLength\":1,\"description\":\"The sandbox_id returned by " \
-        "create_sandbox.\"}"
+        "create_sandbox (instead of session_id).\"}"
+#define P_ADDRESS P_SESSION_ID "," P_SANDBOX_ID
 #define P_NETWORK(more)                                                                                     \
         "\"network\":{\"type\":\"string\",\"minLength\":1,\"description\":\"Network access: the name of "   \
         "one of the operator's network policies (e.g. \\\"pypi\\\"; ask the user which exist), which lets " \
@@ -49,28 +53,45 @@ const char *mcp_negotiate_version(const char *requested)
                   "network stays as it is.")
 #define P_TIMEOUT(what)                                                                                \
         "\"timeout\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":86400,\"description\":\"Seconds " \
-        "before " what " is killed (default 30).\"}"
+        "before " what " is killed (default 30, at most 86400).\"}"
 #define P_CODE                                                                                              \
         "\"code\":{\"type\":\"string\",\"description\":\"Python 3 source to run as a script. print() what " \
-        "you "                                                                                              \
-        "want to see; matplotlib figures (plt.show() or left open) come back as PNG images.\"}"
+        "you want to see; matplotlib figures (plt.show() or left open) and PNG/JPEG files it saves "        \
+        "(savefig) come back as images.\"}"
+#define P_DEPENDENCIES                                                                                   \
+        "\"dependencies\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"minLength\":1},"          \
+        "\"description\":\"Packages to pip install first (PEP 508 requirements, e.g. [\\\"sympy\\\"]); " \
+        "needs a network policy that reaches the package index.\"}"
 #define P_JOB_ID                                                                                    \
         "\"job_id\":{\"type\":\"string\",\"minLength\":1,\"description\":\"The job_id returned by " \
         "shell_start in this session.\"}"
 #define P_PATH(what)                                                                                         \
         "\"path\":{\"type\":\"string\",\"minLength\":1,\"description\":\"" what " in the sandbox. Relative " \
         "paths are from /workspace, the working directory of python and shell commands.\"}"
+#define P_ENCODING(what)                                                                            \
+        "\"encoding\":{\"type\":\"string\",\"enum\":[\"utf-8\",\"base64\"],\"description\":\"" what \
+        " (default "                                                                                \
+        "utf-8). Use base64 for binary files (images, archives, pickles).\"}"
+#define P_SHELL_NAME                                                                                    \
+        "\"session_name\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":64,\"description\":\"The " \
+        "persistent shell's name in the sandbox: letters, digits, '_', '-', '.' (default "              \
+        "\\\"" MCP_DEFAULT_SHELL "\\\").\"}"
+/* Said by every tool whose answer carries a command's output. */
+#define OUTPUT_CAP_SENTENCE                                                                           \
+        " stdout and stderr are each cut to " MCP_OUTPUT_CAP_TEXT " characters (head and tail kept, " \
+        "with a line saying how much was cut and how to read it all)."
 
 const struct mcp_tool mcp_tools[] = {
         {
             .name = "create_sandbox",
             .description =
                 "Create an isolated Linux sandbox (Debian with Python 3, numpy, pandas, matplotlib, pillow "
-                "and the usual shell tools; no network unless created with a network policy) and return its "
-                "sandbox_id for execute_python_code, "
-                "install_package and remove_sandbox. With a session_id that already has a live sandbox, that "
+                "and the usual shell tools; no network unless created with a network policy; 512 MiB of "
+                "memory unless memory_mb says otherwise) and return its sandbox_id, which every sandbox tool "
+                "takes instead of session_id. With a session_id that already has a live sandbox, that "
                 "sandbox is returned instead (existing: true). A sandbox is removed automatically after "
-                "`timeout` seconds without use.",
+                "`timeout` seconds without use (default 300). You rarely need this tool: the session tools "
+                "create their sandbox on first use.",
             .input_schema = SCHEMA(
                 "\"session_id\":{\"type\":\"string\",\"minLength\":1,\"description\":\"Optional name: the "
                 "same session_id gives back the same sandbox while it lives.\"},"
@@ -94,177 +115,281 @@ const struct mcp_tool mcp_tools[] = {
         },
         {
             .name = "remove_sandbox",
-            .description = "Remove a sandbox: kill all of its processes and delete its files. Refused while "
-                           "a command runs in it unless force is true.",
-            .input_schema = SCHEMA(P_SANDBOX_ID ",\"force\":{\"type\":\"boolean\",\"description\":\"Remove "
-                                                "even while a command is running in it (default false).\"}",
-                                   "\"sandbox_id\""),
+            .description = "Remove a sandbox (by sandbox_id, or the live sandbox of session_id): kill all of "
+                           "its processes and delete its files. Refused while a command runs in it unless "
+                           "force is true.",
+            .input_schema = SCHEMA(P_ADDRESS ",\"force\":{\"type\":\"boolean\",\"description\":\"Remove "
+                                             "even while a command is running in it (default false).\"}",
+                                   ""),
             .method = "sandbox.remove",
+            .address = MCP_ADDRESS_EXISTING,
             .destructive = true,
+        },
+        {
+            .name = "run_code",
+            .description =
+                "Run Python 3 code in the session's sandbox (created on first use), in /workspace, like a "
+                "notebook cell: by default (stateful: true) variables, imports and functions stay defined "
+                "for the next run_code call of the same session; stateful: false runs a fresh script. The "
+                "value of a last bare expression is returned as `result`. Returns status (\"ok\", \"error\" "
+                "with the traceback in stderr, or \"timeout\"), stdout, stderr, exit_code, files_produced, "
+                "and matplotlib figures and saved PNG/JPEG files (at most "
+                "8, 4 MiB each) as image blocks. "
+                "isError is true unless status is \"ok\"; a run killed for lack of memory says \"out of "
+                "memory\". Defaults: timeout 30 s, no network, 512 MiB." OUTPUT_CAP_SENTENCE,
+            .input_schema =
+                SCHEMA(P_ADDRESS
+                       "," P_SESSION_NETWORK "," P_CODE
+                       ",\"stateful\":{\"type\":\"boolean\",\"description\":\"Keep variables between calls "
+                       "(default true). A timeout interrupts the code; the state stays.\"}," P_DEPENDENCIES
+                       "," P_TIMEOUT("the run"),
+                       "\"code\""),
+            .method = "python.run",
+            .address = MCP_ADDRESS_SESSION,
+            .result = MCP_RESULT_PYTHON,
         },
         {
             .name = "execute_python_code",
             .description =
-                "Run Python 3 code in the sandbox `sandbox_id` (from create_sandbox), in /workspace. Files "
-                "persist between calls; variables do not (each call is a fresh script). Returns status "
-                "(\"ok\", \"error\" with the traceback in stderr, or \"timeout\"), stdout, stderr, the files "
-                "created or changed, and matplotlib figures as PNG images. isError is true unless status is "
-                "\"ok\".",
-            .input_schema =
-                SCHEMA(P_SANDBOX_ID "," P_CODE "," P_TIMEOUT("the run"), "\"sandbox_id\",\"code\""),
+                "Run Python 3 code in a sandbox (sandbox_id from create_sandbox, or session_id), in "
+                "/workspace. Files persist between calls; variables do not (each call is a fresh script; "
+                "run_code keeps them). Returns status (\"ok\", \"error\" with the traceback in stderr, or "
+                "\"timeout\"), stdout, stderr, the files created or changed, and figures and saved images "
+                "as image blocks. isError is true unless status is \"ok\". Default timeout 30 "
+                "s." OUTPUT_CAP_SENTENCE,
+            .input_schema = SCHEMA(P_ADDRESS "," P_CODE "," P_TIMEOUT("the run"), "\"code\""),
             .method = "python.run",
+            .address = MCP_ADDRESS_SESSION,
             .result = MCP_RESULT_PYTHON,
         },
         {
             .name = "install_package",
-            .description = "pip install a Python package into the sandbox `sandbox_id`. It stays installed "
-                           "for the sandbox's lifetime. Returns pip's exit_code, stdout and stderr.",
+            .description = "pip install a Python package into a sandbox (sandbox_id or session_id). It stays "
+                           "installed for the sandbox's lifetime. Needs a network policy that reaches the "
+                           "package index: sandboxes have no network by default. Returns pip's exit_code, "
+                           "stdout and stderr." OUTPUT_CAP_SENTENCE,
             .input_schema =
-                SCHEMA(P_SANDBOX_ID ",\"package\":{\"type\":\"string\",\"minLength\":1,"
-                                    "\"description\":\"One PEP 508 requirement, e.g. \\\"requests\\\" "
-                                    "or \\\"scipy>=1.11\\\".\"}",
-                       "\"sandbox_id\",\"package\""),
+                SCHEMA(P_ADDRESS ",\"package\":{\"type\":\"string\",\"minLength\":1,"
+                                 "\"description\":\"One PEP 508 requirement, e.g. \\\"requests\\\" "
+                                 "or \\\"scipy>=1.11\\\".\"}",
+                       "\"package\""),
             .method = "package.install",
+            .address = MCP_ADDRESS_SESSION,
             .result = MCP_RESULT_EXEC,
         },
         {
             .name = "python_execute",
             .description =
-                "Run Python 3 code in the sandbox of session_id (created on first use), in /workspace, "
+                "Run Python 3 code in the session's sandbox (created on first use), in /workspace, "
                 "which it shares with shell_execute and the sandbox_fs_* tools of the same session. Each "
-                "call is a fresh script: keep state in files. Returns status (\"ok\", \"error\" with the "
-                "traceback in stderr, or \"timeout\"), stdout, stderr, the files created or changed, and "
-                "matplotlib figures as PNG images. isError is true unless status is \"ok\".",
+                "call is a fresh script: keep state in files, or use run_code. Returns status (\"ok\", "
+                "\"error\" with the traceback in stderr, or \"timeout\"), stdout, stderr, the files created "
+                "or changed, and figures and saved images as image blocks. isError is true unless status "
+                "is \"ok\". Default timeout 30 s, no network." OUTPUT_CAP_SENTENCE,
             .input_schema =
-                SCHEMA(P_SESSION_ID "," P_SESSION_NETWORK "," P_CODE
-                                    ",\"dependencies\":{\"type\":\"array\",\"items\":{\"type\":"
-                                    "\"string\",\"minLength\":1},\"description\":\"Packages to pip "
-                                    "install first (PEP 508 requirements, e.g. "
-                                    "[\\\"sympy\\\"]).\"}," P_TIMEOUT("the run"),
-                       "\"session_id\",\"code\""),
+                SCHEMA(P_ADDRESS "," P_SESSION_NETWORK "," P_CODE "," P_DEPENDENCIES "," P_TIMEOUT("the run"),
+                       "\"code\""),
             .method = "python.run",
-            .session = true,
+            .address = MCP_ADDRESS_SESSION,
             .result = MCP_RESULT_PYTHON,
         },
         {
             .name = "shell_execute",
             .description =
-                "Run a shell command (/bin/sh -c, as an unprivileged user) in the sandbox of "
-                "session_id (created on first use), in /workspace, which it shares with "
-                "python_execute and the sandbox_fs_* tools of the same session. Returns exit_code, "
-                "stdout, stderr and timed_out; isError is true when the command failed.",
+                "Run a shell command (/bin/sh -c, as an unprivileged user) in the session's sandbox "
+                "(created on first use), in /workspace, which it shares with python_execute and the "
+                "sandbox_fs_* tools of the same session. Each call is a new shell: use shell_session_run "
+                "to keep cwd and variables. Returns exit_code, stdout, stderr and timed_out; isError is "
+                "true when the command failed. Default timeout 30 s, no network; for longer jobs use "
+                "shell_start." OUTPUT_CAP_SENTENCE,
             .input_schema =
-                SCHEMA(P_SESSION_ID "," P_SESSION_NETWORK ",\"command\":{\"type\":\"string\",\"minLength\":1,"
-                                    "\"description\":\"Shell command line, e.g. \\\"ls -la && "
-                                    "wc -l data.csv\\\".\"}," P_TIMEOUT("the command"),
-                       "\"session_id\",\"command\""),
+                SCHEMA(P_ADDRESS "," P_SESSION_NETWORK ",\"command\":{\"type\":\"string\",\"minLength\":1,"
+                                 "\"description\":\"Shell command line, e.g. \\\"ls -la && "
+                                 "wc -l data.csv\\\".\"}," P_TIMEOUT("the command"),
+                       "\"command\""),
             .method = "sandbox.exec",
-            .session = true,
+            .address = MCP_ADDRESS_SESSION,
             .result = MCP_RESULT_EXEC,
         },
         {
             .name = "sandbox_fs_list",
-            .description = "List a directory in the sandbox of session_id (created on first use): name, "
+            .description = "List a directory in the session's sandbox (created on first use): name, "
                            "type, size, mode and mtime of each entry.",
-            .input_schema =
-                SCHEMA(P_SESSION_ID "," P_SESSION_NETWORK "," P_PATH("Directory"), "\"session_id\",\"path\""),
+            .input_schema = SCHEMA(P_ADDRESS "," P_SESSION_NETWORK "," P_PATH("Directory"), "\"path\""),
             .method = "fs.list",
-            .session = true,
+            .address = MCP_ADDRESS_SESSION,
             .read_only = true,
         },
         {
             .name = "sandbox_fs_read",
-            .description = "Read a file in the sandbox of session_id (created on first use). Returns its "
-                           "content as text, its encoding and size.",
-            .input_schema =
-                SCHEMA(P_SESSION_ID "," P_SESSION_NETWORK "," P_PATH("File"), "\"session_id\",\"path\""),
+            .description = "Read a file in the session's sandbox (created on first use). Returns its "
+                           "content, its encoding and size. Text (utf-8, the default) shows bytes that are "
+                           "not UTF-8 as U+FFFD: read binary files with encoding base64. At most max_bytes "
+                           "(default 10 MiB, at most 64 MiB) from offset per call; truncated: true says the "
+                           "file goes on: read on with a larger offset.",
+            .input_schema = SCHEMA(
+                P_ADDRESS "," P_SESSION_NETWORK "," P_PATH("File") "," P_ENCODING(
+                    "How content is returned") ",\"offset\":{\"type\":\"integer\",\"minimum\":0,"
+                                               "\"description\":\"Byte offset to start at (default 0).\"},"
+                                               "\"max_bytes\":{\"type\":\"integer\",\"minimum\":0,"
+                                               "\"maximum\":67108864,\"description\":\"Bytes to read at most "
+                                               "(default 10485760).\"}",
+                "\"path\""),
             .method = "fs.read",
-            .session = true,
+            .address = MCP_ADDRESS_SESSION,
             .read_only = true,
         },
         {
             .name = "sandbox_fs_write",
-            .description = "Write a text file in the sandbox of session_id (created on first use), "
-                           "replacing it if it exists. Python and shell commands of the same session see it.",
-            .input_schema = SCHEMA(P_SESSION_ID "," P_SESSION_NETWORK "," P_PATH(
-                                       "File") ",\"content\":{\"type\":\"string\",\"description\":"
-                                               "\"The whole new content of the file.\"}",
-                                   "\"session_id\",\"path\",\"content\""),
+            .description = "Write a file in the session's sandbox (created on first use), replacing it if it "
+                           "exists (parent directories are created). content is text, or base64 with "
+                           "encoding base64 for binary files. Python and shell commands of the same session "
+                           "see it.",
+            .input_schema = SCHEMA(
+                P_ADDRESS "," P_SESSION_NETWORK "," P_PATH(
+                    "File") ",\"content\":{\"type\":\"string\",\"description\":"
+                            "\"The whole new content of the file.\"}," P_ENCODING("How content is given"),
+                "\"path\",\"content\""),
             .method = "fs.write",
-            .session = true,
+            .address = MCP_ADDRESS_SESSION,
         },
         {
             .name = "expose_port",
             .description =
-                "Make a TCP port of the sandbox `sandbox_id` reachable from the user's machine, e.g. a web "
-                "server you started in it (bind it to 0.0.0.0, not 127.0.0.1). Only a sandbox with network "
-                "(created with a network policy) has ports to expose. Returns url "
+                "Make a TCP port of a sandbox (sandbox_id or session_id) reachable from the user's machine, "
+                "e.g. a web server you started in it (bind it to 0.0.0.0, not 127.0.0.1). Only a sandbox "
+                "with network (created with a network policy) has ports to expose. Returns url "
                 "(http://127.0.0.1:HOST_PORT/), host_port and port; asking again for the same port gives the "
                 "same url.",
-            .input_schema = SCHEMA(P_SANDBOX_ID ",\"port\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":"
-                                                "65535,\"description\":\"The TCP port the server listens on "
-                                                "inside the sandbox, e.g. 8000.\"}",
-                                   "\"sandbox_id\",\"port\""),
+            .input_schema = SCHEMA(P_ADDRESS ",\"port\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":"
+                                             "65535,\"description\":\"The TCP port the server listens on "
+                                             "inside the sandbox, e.g. 8000.\"}",
+                                   "\"port\""),
             .method = "sandbox.expose",
+            .address = MCP_ADDRESS_SESSION,
         },
         {
             .name = "shell_start",
             .description =
                 "Start a long-running shell command (/bin/sh -c, as an unprivileged user) in the background "
-                "in the sandbox of session_id (created on first use), e.g. a web server for expose_port, and "
+                "in the session's sandbox (created on first use), e.g. a web server for expose_port, and "
                 "return its job_id at once. It keeps running after this call, for at most 24 hours (86400 "
                 "s), "
                 "until it exits, shell_kill stops it or the sandbox is removed. Read its output with "
                 "shell_output. The daemon keeps the first 1 MiB of each of its streams. Returns job_id, "
                 "sandbox_id (for expose_port) and pid.",
-            .input_schema = SCHEMA(
-                P_SESSION_ID "," P_SESSION_NETWORK ",\"command\":{\"type\":\"string\",\"minLength\":1,"
-                             "\"description\":\"Shell command line, e.g. \\\"python3 -m http.server "
-                             "8000\\\".\"},\"cwd\":{\"type\":\"string\",\"minLength\":1,\"description\":"
-                             "\"Working directory; relative paths are from /workspace (default "
-                             "/workspace).\"}",
-                "\"session_id\",\"command\""),
+            .input_schema =
+                SCHEMA(P_ADDRESS "," P_SESSION_NETWORK ",\"command\":{\"type\":\"string\",\"minLength\":1,"
+                                 "\"description\":\"Shell command line, e.g. \\\"python3 -m http.server "
+                                 "8000\\\".\"},\"cwd\":{\"type\":\"string\",\"minLength\":1,\"description\":"
+                                 "\"Working directory; relative paths are from /workspace (default "
+                                 "/workspace).\"}",
+                       "\"command\""),
             .method = "sandbox.exec",
-            .session = true,
+            .address = MCP_ADDRESS_SESSION,
             .result = MCP_RESULT_JOB_START,
         },
         {
             .name = "shell_output",
             .description =
-                "Read the output of a background job of session_id (job_id from shell_start): stdout and "
+                "Read the output of a background job of the session (job_id from shell_start): stdout and "
                 "stderr from `since` on, at most " MCP_JOB_OUTPUT_CAP_TEXT " bytes of each per call, whether "
                 "it is still running, and its exit_code once it ended (null while running or when a signal "
                 "ended it). Pass the answer's `next` as `since` to read only what came after; `more: true` "
                 "means output was left out by the cap: call again with since = next.",
             .input_schema =
-                SCHEMA(P_SESSION_ID "," P_JOB_ID ",\"since\":{\"type\":\"object\",\"properties\":{"
-                                    "\"stdout\":{\"type\":\"integer\",\"minimum\":0,\"description\":\"Byte "
-                                    "offset in stdout.\"},\"stderr\":{\"type\":\"integer\",\"minimum\":0,"
-                                    "\"description\":\"Byte offset in stderr.\"}},\"description\":\"Where to "
-                                    "start: the `next` of a previous shell_output answer (default: from the "
-                                    "beginning).\"}",
-                       "\"session_id\",\"job_id\""),
+                SCHEMA(P_ADDRESS "," P_JOB_ID ",\"since\":{\"type\":\"object\",\"properties\":{"
+                                 "\"stdout\":{\"type\":\"integer\",\"minimum\":0,\"description\":\"Byte "
+                                 "offset in stdout.\"},\"stderr\":{\"type\":\"integer\",\"minimum\":0,"
+                                 "\"description\":\"Byte offset in stderr.\"}},\"description\":\"Where to "
+                                 "start: the `next` of a previous shell_output answer (default: from the "
+                                 "beginning).\"}",
+                       "\"job_id\""),
             .method = "exec.output",
-            .session = true,
+            .address = MCP_ADDRESS_SESSION,
             .read_only = true,
             .result = MCP_RESULT_JOB_OUTPUT,
         },
         {
             .name = "shell_kill",
             .description =
-                "Stop a background job of session_id (job_id from shell_start): send it a signal and wait up "
+                "Stop a background job of the session (job_id from shell_start): send it a signal and wait "
+                "up "
                 "to 5 s for it to end. With the default KILL its whole process tree ends, children and "
                 "daemons included. Returns running (false once it ended) and exit_code.",
             .input_schema =
-                SCHEMA(P_SESSION_ID "," P_JOB_ID ",\"signal\":{\"type\":\"string\",\"enum\":[\"KILL\","
-                                    "\"TERM\",\"INT\",\"HUP\"],\"description\":\"KILL, TERM, INT or HUP "
-                                    "(default KILL). The others go to the command's process only, which may "
-                                    "ignore them.\"}",
-                       "\"session_id\",\"job_id\""),
+                SCHEMA(P_ADDRESS "," P_JOB_ID ",\"signal\":{\"type\":\"string\",\"enum\":[\"KILL\","
+                                 "\"TERM\",\"INT\",\"HUP\"],\"description\":\"KILL, TERM, INT or HUP "
+                                 "(default KILL). The others go to the command's process only, which may "
+                                 "ignore them.\"}",
+                       "\"job_id\""),
             .method = "exec.kill",
-            .session = true,
+            .address = MCP_ADDRESS_SESSION,
             .destructive = true,
             .result = MCP_RESULT_JOB_KILL,
+        },
+        {
+            .name = "shell_session_run",
+            .description =
+                "Run a command in a persistent bash shell of the session's sandbox (created on first use, "
+                "named by session_name, default \"" MCP_DEFAULT_SHELL "\"), which keeps its working "
+                "directory, variables and functions between calls, like a terminal. blocking (default true) "
+                "waits for the command, at most timeout seconds (default 30; then it is interrupted: INT, "
+                "then TERM, then KILL); blocking: false returns at once with running: true and the command "
+                "runs until it ends (or for timeout seconds if given): poll it with shell_session_check. One "
+                "command at a time per shell; the first 1 MiB of its output is kept. Returns exit_code, "
+                "stdout, stderr, cwd, running and timed_out; isError is true when it ended non-zero or timed "
+                "out." OUTPUT_CAP_SENTENCE,
+            .input_schema = SCHEMA(
+                P_ADDRESS
+                "," P_SESSION_NETWORK "," P_SHELL_NAME
+                ",\"command\":{\"type\":\"string\",\"minLength\":1,\"description\":\"bash "
+                "command line, e.g. \\\"cd src && export N=3\\\".\"},\"blocking\":{\"type\":"
+                "\"boolean\",\"description\":\"Wait for the command to end (default true).\"},"
+                "\"cwd\":{\"type\":\"string\",\"minLength\":1,\"description\":\"Run it in this "
+                "directory (relative: from /workspace); the shell stays there.\"},"
+                "\"timeout\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":86400,\"description\":"
+                "\"Seconds before the command is interrupted (default 30 when blocking, none when not).\"}",
+                "\"command\""),
+            .method = "shell.run",
+            .address = MCP_ADDRESS_SESSION,
+            .result = MCP_RESULT_SHELL,
+        },
+        {
+            .name = "shell_session_check",
+            .description =
+                "The state of the last command of a persistent shell (shell_session_run): running, "
+                "exit_code once it ended, and its stdout and stderr from `since` on (pass the answer's "
+                "`next` as since to read only what is new)." OUTPUT_CAP_SENTENCE,
+            .input_schema = SCHEMA(
+                P_ADDRESS "," P_SHELL_NAME
+                          ",\"since\":{\"type\":\"object\",\"properties\":{\"stdout\":{\"type\":\"integer\","
+                          "\"minimum\":0},\"stderr\":{\"type\":\"integer\",\"minimum\":0}},\"description\":"
+                          "\"Byte offsets to read from: the `next` of a previous answer (default: from the "
+                          "beginning).\"}",
+                ""),
+            .method = "shell.check",
+            .address = MCP_ADDRESS_SESSION,
+            .read_only = true,
+            .result = MCP_RESULT_SHELL,
+        },
+        {
+            .name = "shell_session_list",
+            .description = "List the persistent shells of the session's sandbox: session_name, whether a "
+                           "command runs, cwd. At most 16 per sandbox.",
+            .input_schema = SCHEMA(P_ADDRESS, ""),
+            .method = "shell.list",
+            .address = MCP_ADDRESS_SESSION,
+            .read_only = true,
+        },
+        {
+            .name = "shell_session_close",
+            .description = "End a persistent shell (shell_session_run) and every process it started. The "
+                           "sandbox and its files stay.",
+            .input_schema = SCHEMA(P_ADDRESS "," P_SHELL_NAME, ""),
+            .method = "shell.terminate",
+            .address = MCP_ADDRESS_SESSION,
+            .destructive = true,
         },
 };
 
@@ -453,7 +578,14 @@ const char *mcp_check_arguments(const struct mcp_tool *tool, const json_t *argum
 
 json_t *mcp_session_params(const json_t *arguments)
 {
-        json_t *params = json_pack("{s:O}", "session_id", json_object_get(arguments, "session_id"));
+        return mcp_session_params_default(arguments, NULL);
+}
+
+json_t *mcp_session_params_default(const json_t *arguments, const char *default_session)
+{
+        json_t *session = json_object_get(arguments, "session_id");
+        json_t *params = session != NULL ? json_pack("{s:O}", "session_id", session)
+                                         : json_pack("{s:s?}", "session_id", default_session);
         json_t *network = json_object_get(arguments, "network");
         if (params != NULL && network != NULL)
                 json_object_set(params, "network", network);
@@ -526,14 +658,24 @@ json_t *mcp_daemon_params(const struct mcp_tool *tool, const json_t *arguments, 
                         json_object_set(params, "requirements", value);
                 } else if (strcmp(key, "package") == 0) {
                         json_object_set_new(params, "packages", json_pack("[O]", value));
-                } else if ((strcmp(key, "session_id") == 0 || strcmp(key, "network") == 0) && tool->session) {
-                        continue; /* the session is resolved to sandbox_id, with that network */
+                } else if ((strcmp(key, "session_id") == 0 || strcmp(key, "network") == 0 ||
+                            (strcmp(key, "sandbox_id") == 0 && sandbox_id != NULL)) &&
+                           tool->address != MCP_ADDRESS_NONE) {
+                        continue; /* resolved to the sandbox_id passed in, with that network */
+                } else if (strcmp(key, "session_name") == 0) {
+                        json_object_set(params, "session", value);
                 } else {
                         json_object_set(params, key, value);
                 }
         }
         if (sandbox_id != NULL)
                 json_object_set_new(params, "sandbox_id", json_string(sandbox_id));
+        bool shell_session =
+            strncmp(tool->method, "shell.", 6) == 0 && strcmp(tool->method, "shell.list") != 0;
+        if (shell_session && json_object_get(params, "session") == NULL)
+                json_object_set_new(params, "session", json_string(MCP_DEFAULT_SHELL));
+        if (strcmp(tool->name, "run_code") == 0 && json_object_get(params, "stateful") == NULL)
+                json_object_set_new(params, "stateful", json_true());
         if (tool->result == MCP_RESULT_JOB_START) {
                 /* Output comes back as base64 so that shell_output's offsets count bytes exactly. */
                 json_object_set_new(params, "background", json_true());
@@ -547,6 +689,81 @@ json_t *mcp_daemon_params(const struct mcp_tool *tool, const json_t *arguments, 
                         json_object_set_new(params, "env", json_pack("{s:s}", MCP_CALL_TAG_ENV, call_tag));
         }
         return steal_pointer(&params);
+}
+
+const char *mcp_check_address(const struct mcp_tool *tool, const json_t *arguments)
+{
+        bool by_session = json_object_get(arguments, "session_id") != NULL;
+        bool by_id = json_object_get(arguments, "sandbox_id") != NULL;
+        if (tool->address == MCP_ADDRESS_NONE)
+                return NULL;
+        if (by_session && by_id)
+                return "give session_id or sandbox_id, not both";
+        if (tool->address == MCP_ADDRESS_EXISTING && !by_session && !by_id)
+                return "missing required argument \"sandbox_id\" (or \"session_id\")";
+        if (by_id && json_object_get(arguments, "network") != NULL)
+                return "network applies to session_id sandboxes; for a sandbox_id, create it with network";
+        return NULL;
+}
+
+static const char *image_mime(const char *path)
+{
+        static const struct {
+                const char *suffix, *mime;
+        } kinds[] = { { ".png", "image/png" }, { ".jpg", "image/jpeg" }, { ".jpeg", "image/jpeg" } };
+        size_t len = strlen(path);
+        for (size_t i = 0; i < ARRAY_SIZE(kinds); i++) {
+                size_t n = strlen(kinds[i].suffix);
+                if (len > n && strcasecmp(path + len - n, kinds[i].suffix) == 0)
+                        return kinds[i].mime;
+        }
+        return NULL;
+}
+
+/* Whether outputs already holds an image of `path` (a figure the runtime saved). */
+static bool image_shown(const json_t *outputs, const char *path)
+{
+        size_t i;
+        json_t *output;
+        json_array_foreach(outputs, i, output)
+        {
+                const char *shown =
+                    json_string_value(json_object_get(json_object_get(output, "image"), "path"));
+                if (shown != NULL && strcmp(shown, path) == 0)
+                        return true;
+        }
+        return false;
+}
+
+json_t *mcp_saved_images(const json_t *python_result)
+{
+        json_t *images = json_array();
+        json_t *outputs = json_object_get(python_result, "outputs");
+        const char *path;
+        json_t *size;
+        json_object_foreach(json_object_get(python_result, "files_produced"), path, size)
+        {
+                const char *mime = image_mime(path);
+                if (mime == NULL || image_shown(outputs, path) || !json_is_integer(size) ||
+                    json_integer_value(size) <= 0 || json_integer_value(size) > MCP_SAVED_IMAGE_MAX_BYTES ||
+                    json_array_size(images) >= MCP_SAVED_IMAGES_MAX)
+                        continue;
+                json_array_append_new(images, json_pack("{s:s, s:s}", "path", path, "mime", mime));
+        }
+        return images;
+}
+
+void mcp_add_note(json_t *result, const char *note)
+{
+        const char *had = json_string_value(json_object_get(result, "note"));
+        if (had == NULL || had[0] == '\0') {
+                json_object_set_new(result, "note", json_string(note));
+                return;
+        }
+        char *both = NULL;
+        if (asprintf(&both, "%s; %s", had, note) >= 0)
+                json_object_set_new(result, "note", json_string(both));
+        free(both);
 }
 
 json_t *mcp_job_find(const json_t *exec_list, const char *job_id)
@@ -660,6 +877,73 @@ static bool exec_failed(const json_t *result)
                json_integer_value(code) != 0;
 }
 
+/* What the text says when the kernel's OOM killer ended the code. */
+#define MCP_OOM_NOTE                                                                                      \
+        "out of memory: the kernel killed the code when the sandbox went over its memory limit (default " \
+        "512 MiB; create_sandbox memory_mb sets it)"
+
+/* The byte offset after `chars` UTF-8 characters of text. */
+static size_t utf8_offset(const char *text, size_t len, size_t chars)
+{
+        size_t i = 0;
+        for (size_t seen = 0; i < len; i++) {
+                if (((unsigned char)text[i] & 0xC0) != 0x80 && seen++ == chars)
+                        break;
+        }
+        return i;
+}
+
+/* Cut result[key] to MCP_OUTPUT_CAP characters, keeping its head and tail
+ * around a line that says what was cut and how to read it all. */
+static void cap_stream(json_t *result, const char *key, const char *hint)
+{
+        json_t *value = json_object_get(result, key);
+        const char *text = json_string_value(value);
+        if (text == NULL)
+                return;
+        size_t len = json_string_length(value), chars = 0;
+        for (size_t i = 0; i < len; i++)
+                chars += ((unsigned char)text[i] & 0xC0) != 0x80;
+        if (chars <= MCP_OUTPUT_CAP)
+                return;
+        size_t head = utf8_offset(text, len, MCP_OUTPUT_CAP / 2);
+        size_t tail = utf8_offset(text, len, chars - MCP_OUTPUT_CAP / 2);
+        char *capped = NULL;
+        int n = asprintf(&capped,
+                         "%.*s\n[... %zu characters cut: output capped at " MCP_OUTPUT_CAP_TEXT "; %s]\n%s",
+                         (int)head, text, chars - MCP_OUTPUT_CAP, hint, text + tail);
+        if (n < 0)
+                return;
+        json_object_set_new(result, key, json_stringn(capped, (size_t)n));
+        free(capped);
+        json_object_set_new(result, "output_capped", json_true());
+}
+
+static const char *cap_hint(const struct mcp_tool *tool)
+{
+        switch (tool->result) {
+        case MCP_RESULT_PYTHON:
+                return "to read all, write it to a file in /workspace and read that with sandbox_fs_read "
+                       "(offset, max_bytes)";
+        case MCP_RESULT_SHELL:
+                return "to read all, redirect it to a file (cmd > out.txt 2>&1) and read that with "
+                       "sandbox_fs_read (offset, max_bytes)";
+        default:
+                return "to read all, redirect it to a file (cmd > out.txt 2>&1) and read that with "
+                       "sandbox_fs_read (offset, max_bytes), or run it with shell_start and page through "
+                       "shell_output";
+        }
+}
+
+static bool shell_failed(const json_t *result)
+{
+        if (json_is_true(json_object_get(result, "running")))
+                return false;
+        json_t *code = json_object_get(result, "exit_code");
+        return json_is_true(json_object_get(result, "timed_out")) ||
+               (json_is_integer(code) && json_integer_value(code) != 0);
+}
+
 json_t *mcp_call_result(const struct mcp_tool *tool, const json_t *daemon_result,
                         const char *protocol_version)
 {
@@ -677,13 +961,24 @@ json_t *mcp_call_result(const struct mcp_tool *tool, const json_t *daemon_result
         case MCP_RESULT_EXEC:
                 is_error = exec_failed(daemon_result);
                 break;
+        case MCP_RESULT_SHELL:
+                is_error = shell_failed(daemon_result);
+                break;
         case MCP_RESULT_PYTHON: {
                 const char *status = json_string_value(json_object_get(daemon_result, "status"));
                 is_error = status == NULL || strcmp(status, "ok") != 0;
+                json_t *outputs = json_object_get(shown, "outputs");
+                /* stdout has one home, "stdout": outputs keeps only what is not in it. */
+                for (size_t i = json_array_size(outputs); i-- > 0;) {
+                        const char *type =
+                            json_string_value(json_object_get(json_array_get(outputs, i), "type"));
+                        if (type != NULL && strcmp(type, "logs") == 0)
+                                json_array_remove(outputs, i);
+                }
                 size_t i;
                 json_t *output;
                 /* Images go out once, as image blocks; the text keeps where they came from. */
-                json_array_foreach(json_object_get(shown, "outputs"), i, output)
+                json_array_foreach(outputs, i, output)
                 {
                         const char *type = json_string_value(json_object_get(output, "type"));
                         json_t *image = json_object_get(output, "image");
@@ -698,14 +993,25 @@ json_t *mcp_call_result(const struct mcp_tool *tool, const json_t *daemon_result
                 break;
         }
         }
+        if (tool->result == MCP_RESULT_EXEC || tool->result == MCP_RESULT_PYTHON ||
+            tool->result == MCP_RESULT_SHELL) {
+                cap_stream(shown, "stdout", cap_hint(tool));
+                cap_stream(shown, "stderr", cap_hint(tool));
+        }
+        if (tool->result == MCP_RESULT_PYTHON)
+                cap_stream(shown, "result",
+                           "to see all of it, assign it to a variable and print parts of it");
+        if (json_is_true(json_object_get(daemon_result, "oom_killed")))
+                mcp_add_note(shown, MCP_OOM_NOTE);
         json_t *content = json_array();
         json_array_append_new(content, text_block(shown));
         json_array_extend(content, images);
         json_t *result = json_pack("{s:o, s:b}", "content", content, "isError", is_error);
-        /* Some hosts drop the image blocks of a result that has structuredContent. */
-        if (result != NULL && json_array_size(images) == 0 && json_is_object(daemon_result) &&
+        /* The same object as the text block (so nothing is in it twice over).
+         * Some hosts drop the image blocks of a result that has structuredContent. */
+        if (result != NULL && json_array_size(images) == 0 && json_is_object(shown) &&
             protocol_version != NULL && strcmp(protocol_version, "2025-06-18") >= 0)
-                json_object_set(result, "structuredContent", (json_t *)daemon_result);
+                json_object_set(result, "structuredContent", shown);
         return result;
 }
 
@@ -715,10 +1021,26 @@ json_t *mcp_call_failure(const char *method, const char *message, const json_t *
             json_pack("{s:s, s:s}", "error", message ? message : "failed", "method", method);
         if (shown == NULL)
                 return NULL;
-        json_t *kind = json_object_get(json_object_get(daemon_error, "data"), "kind");
+        json_t *data = json_object_get(daemon_error, "data");
+        json_t *kind = json_object_get(data, "kind");
         if (json_is_string(kind))
                 json_object_set(shown, "kind", kind);
+        if (json_is_true(json_object_get(data, "oom_killed")))
+                mcp_add_note(shown, MCP_OOM_NOTE);
         return json_pack("{s:[o], s:b}", "content", text_block(shown), "isError", 1);
+}
+
+void mcp_failure_add_note(json_t *failure, const char *note)
+{
+        json_t *block = json_array_get(json_object_get(failure, "content"), 0);
+        const char *text = json_string_value(json_object_get(block, "text"));
+        _cleanup_json_ json_t *shown = text ? json_loads(text, 0, NULL) : NULL;
+        if (!json_is_object(shown))
+                return;
+        mcp_add_note(shown, note);
+        json_t *replaced = text_block(shown);
+        if (replaced != NULL)
+                json_array_set_new(json_object_get(failure, "content"), 0, replaced);
 }
 
 json_t *mcp_progress_notification(const json_t *token, double progress, const char *message)
@@ -735,11 +1057,17 @@ json_t *mcp_progress_notification(const json_t *token, double progress, const ch
 
 static const char instructions[] =
     "nsbox runs Python and shell commands in isolated Linux sandboxes (no network unless created with a "
-    "network policy: pass `network`, the name of one of the operator's policies). For most work call "
-    "python_execute, shell_execute and sandbox_fs_* with a session_id of your choice: the session's sandbox "
-    "is created on first use, and its /workspace files persist between the calls of that session. "
-    "shell_start runs a command in the background (a server, a long job; shell_output reads it, shell_kill "
-    "stops it), and expose_port makes a server in a sandbox with network reachable from the user's machine.";
+    "network policy: pass `network`, the name of one of the operator's policies). Every sandbox tool takes "
+    "a session_id of your choice (its sandbox is created on first use and kept while used; idle for 300 s "
+    "it is removed, and the next call recreates it and says so) or a sandbox_id from create_sandbox; with "
+    "neither, the call uses this connection's own session. run_code runs Python like a notebook cell "
+    "(variables persist; figures and saved PNG/JPEG files come back as images); shell_session_run runs "
+    "commands in a persistent bash (cwd and variables persist); shell_execute and python_execute run one "
+    "fresh command or script; sandbox_fs_* read and write files (encoding base64 for binary). shell_start "
+    "runs a command in the background (a server, a long job; shell_output reads it, shell_kill stops it), "
+    "and expose_port makes a server in a sandbox with network reachable from the user's machine. Commands "
+    "time out after 30 s unless `timeout` says otherwise; stdout and stderr are cut to 20000 characters "
+    "each (the text says so).";
 
 static void reply_result(struct mcp_action *out, json_t *id, json_t *result)
 {
@@ -793,6 +1121,8 @@ static void handle_tools_call(json_t *id, json_t *params, struct mcp_action *out
             arguments == NULL || json_is_null(arguments) ? json_object() : json_incref(arguments);
         char buf[512];
         const char *why = mcp_check_arguments(tool, args, buf, sizeof(buf));
+        if (why == NULL)
+                why = mcp_check_address(tool, args);
         if (why != NULL) {
                 /* Argument mistakes go back to the model as a tool error it can correct. */
                 char message[600];

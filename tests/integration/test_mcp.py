@@ -18,21 +18,27 @@ import pytest
 from conftest import BUILD, REPO, Daemon
 
 TOOLS = {
-    # name: (required, optional)
+    # name: (required, optional); every sandbox tool takes session_id or sandbox_id (test_mcp_family.py)
     "create_sandbox": ([], ["session_id", "memory_mb", "timeout", "network"]),
     "list_sandboxes": ([], ["include_inactive"]),
-    "remove_sandbox": (["sandbox_id"], ["force"]),
-    "execute_python_code": (["sandbox_id", "code"], ["timeout"]),
-    "install_package": (["sandbox_id", "package"], []),
-    "python_execute": (["session_id", "code"], ["dependencies", "timeout", "network"]),
-    "shell_execute": (["session_id", "command"], ["timeout", "network"]),
-    "sandbox_fs_list": (["session_id", "path"], ["network"]),
-    "sandbox_fs_read": (["session_id", "path"], ["network"]),
-    "sandbox_fs_write": (["session_id", "path", "content"], ["network"]),
-    "expose_port": (["sandbox_id", "port"], []),
-    "shell_start": (["session_id", "command"], ["cwd", "network"]),
-    "shell_output": (["session_id", "job_id"], ["since"]),
-    "shell_kill": (["session_id", "job_id"], ["signal"]),
+    "remove_sandbox": ([], ["session_id", "sandbox_id", "force"]),
+    "run_code": (["code"], ["session_id", "sandbox_id", "network", "stateful", "dependencies", "timeout"]),
+    "execute_python_code": (["code"], ["session_id", "sandbox_id", "timeout"]),
+    "install_package": (["package"], ["session_id", "sandbox_id"]),
+    "python_execute": (["code"], ["session_id", "sandbox_id", "dependencies", "timeout", "network"]),
+    "shell_execute": (["command"], ["session_id", "sandbox_id", "timeout", "network"]),
+    "sandbox_fs_list": (["path"], ["session_id", "sandbox_id", "network"]),
+    "sandbox_fs_read": (["path"], ["session_id", "sandbox_id", "network", "encoding", "offset", "max_bytes"]),
+    "sandbox_fs_write": (["path", "content"], ["session_id", "sandbox_id", "network", "encoding"]),
+    "expose_port": (["port"], ["session_id", "sandbox_id"]),
+    "shell_start": (["command"], ["session_id", "sandbox_id", "cwd", "network"]),
+    "shell_output": (["job_id"], ["session_id", "sandbox_id", "since"]),
+    "shell_kill": (["job_id"], ["session_id", "sandbox_id", "signal"]),
+    "shell_session_run": (["command"], ["session_id", "sandbox_id", "network", "session_name", "blocking", "cwd",
+                                        "timeout"]),
+    "shell_session_check": ([], ["session_id", "sandbox_id", "session_name", "since"]),
+    "shell_session_list": ([], ["session_id", "sandbox_id"]),
+    "shell_session_close": ([], ["session_id", "sandbox_id", "session_name"]),
 }
 
 

@@ -298,6 +298,130 @@ const scenarios = {
     return r;
   },
 
+  // The consistent family (tests/integration/test_mcp_family.py): the connection's default session.
+  async family({ client }) {
+    const r = {};
+    r.first = summary(await call(client, "run_code", { code: "x = 41\nimport math" }));
+    r.second = summary(await call(client, "run_code", { code: "x += 1\nprint(x, math.pi > 3)" }));
+    r.stateless = summary(await call(client, "run_code", { code: "print('x' in globals())", stateful: false }));
+    const saved = await call(client, "run_code", {
+      code:
+        "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\nfig = plt.figure()\n" +
+        "plt.plot([1, 2, 3])\nfig.savefig('chart.png')\nplt.close(fig)\n" +
+        "from PIL import Image\nImage.new('RGB', (20, 10), 'red').save('photo.jpg')\nprint('saved')\n",
+      timeout: 120,
+    });
+    r.saved = summary(saved);
+    r.saved.images = saved.content
+      .filter((c) => c.type === "image")
+      .map((i) => ({ mimeType: i.mimeType, magic: Buffer.from(i.data, "base64").subarray(0, 4).toString("hex") }));
+    const once = await call(client, "python_execute", { code: "print('hello-once-' * 3)" });
+    r.once = summary(once);
+    r.once.raw = JSON.stringify(once);
+    r.big_shell = summary(await call(client, "shell_execute", { command: "head -c 100000 /dev/zero | tr '\\0' a; echo END" }));
+    r.big_python = summary(await call(client, "run_code", { code: "print('b' * 50000)\nprint('TAIL')", stateful: false }));
+    const bytes = Buffer.from([...Array(256).keys()]);
+    r.write_binary = summary(
+      await call(client, "sandbox_fs_write", { path: "bin.dat", content: bytes.toString("base64"), encoding: "base64" }),
+    );
+    const read = summary(await call(client, "sandbox_fs_read", { path: "bin.dat", encoding: "base64" }));
+    r.read_binary = { ...read, same: read.json.content === bytes.toString("base64") };
+    const id = r.second.json.sandbox_id;
+    r.by_id = summary(await call(client, "shell_execute", { sandbox_id: id, command: "wc -c < bin.dat" }));
+    r.both = summary(await call(client, "shell_execute", { sandbox_id: id, session_id: "other", command: "true" }));
+    // A persistent shell keeps cwd and variables.
+    r.sh1 = summary(await call(client, "shell_session_run", { command: "cd /tmp && export FOO=bar" }));
+    r.sh2 = summary(await call(client, "shell_session_run", { command: "pwd; echo $FOO" }));
+    r.sh_fail = summary(await call(client, "shell_session_run", { command: "false" }));
+    r.bg = summary(await call(client, "shell_session_run", { session_name: "bg", command: "sleep 1; echo later", blocking: false }));
+    for (let i = 0; i < 200; i++) {
+      r.bg_check = summary(await call(client, "shell_session_check", { session_name: "bg" }));
+      if (!r.bg_check.json.running) break;
+      await new Promise((res) => setTimeout(res, 100));
+    }
+    r.sh_list = summary(await call(client, "shell_session_list", {}));
+    r.sh_close = summary(await call(client, "shell_session_close", { session_name: "bg" }));
+    r.sh_list_after = summary(await call(client, "shell_session_list", {}));
+    r.sessions = textJson(await call(client, "list_sandboxes", {})).sandboxes.filter((s) => s.sandbox_id === id);
+    r.remove = summary(await call(client, "remove_sandbox", { session_id: r.sessions[0]?.session_id ?? "none" }));
+    r.remove_none = summary(await call(client, "remove_sandbox", {}));
+    return r;
+  },
+
+  // notifications/cancelled on a blocking shell_session_run interrupts the command; the shell stays.
+  async shell_session_cancel({ client }) {
+    const r = {};
+    await call(client, "shell_session_run", { session_id: session, command: "cd /tmp" });
+    const controller = new AbortController();
+    const pending = call(
+      client,
+      "shell_session_run",
+      { session_id: session, command: "sleep 300", timeout: 600 },
+      { signal: controller.signal, timeout: 600000 },
+    );
+    for (let i = 0; i < 100; i++) {
+      const listed = textJson(await call(client, "shell_session_list", { session_id: session }));
+      if (listed.sessions.some((s) => s.running)) break;
+      await new Promise((res) => setTimeout(res, 100));
+    }
+    const started = Date.now();
+    controller.abort("test cancels");
+    try {
+      await pending;
+      r.rejected = false;
+    } catch (e) {
+      r.rejected = true;
+    }
+    for (let i = 0; i < 100; i++) {
+      r.check = summary(await call(client, "shell_session_check", { session_id: session }));
+      if (!r.check.json.running) break;
+      await new Promise((res) => setTimeout(res, 100));
+    }
+    r.stopped_ms = Date.now() - started;
+    r.after = summary(await call(client, "shell_session_run", { session_id: session, command: "pwd" }));
+    await cleanupSession(client);
+    return r;
+  },
+
+  // Against an nsboxd whose sandboxes are reaped quickly (tests/integration/test_mcp_family.py).
+  async reaped({ client }) {
+    const r = {};
+    r.create = summary(await call(client, "create_sandbox", { session_id: session, timeout: 1 }));
+    r.first = summary(await call(client, "run_code", { session_id: session, code: "x = 1" }));
+    for (let i = 0; i < 600; i++) {
+      const listed = textJson(await call(client, "list_sandboxes", {})).sandboxes;
+      r.gone = !listed.some((s) => s.sandbox_id === r.create.json.sandbox_id);
+      if (r.gone) break;
+      await new Promise((res) => setTimeout(res, 100));
+    }
+    r.again = summary(await call(client, "run_code", { session_id: session, code: "print('x' in globals())" }));
+    await cleanupSession(client);
+    return r;
+  },
+
+  async oom({ client }) {
+    const r = {};
+    r.create = summary(await call(client, "create_sandbox", { session_id: session, memory_mb: 64 }));
+    r.oom = summary(
+      await call(client, "run_code", {
+        session_id: session,
+        stateful: false,
+        code: "chunks = []\nwhile True:\n    chunks.append(bytearray(16 << 20))\n",
+        timeout: 60,
+      }),
+    );
+    // Stateful (run_code's default): the interpreter itself is killed.
+    r.stateful = summary(
+      await call(client, "run_code", {
+        session_id: session,
+        code: "chunks = []\nwhile True:\n    chunks.append(bytearray(16 << 20))\n",
+        timeout: 60,
+      }),
+    );
+    await cleanupSession(client);
+    return r;
+  },
+
   async concurrency({ client }) {
     await call(client, "shell_execute", { session_id: session, command: "true" });
     const started = Date.now();

@@ -221,18 +221,24 @@ static void test_tools_list_is_the_spec_table(void **state)
         } table[] = {
                 { "create_sandbox", "", "session_id memory_mb timeout network" },
                 { "list_sandboxes", "", "include_inactive" },
-                { "remove_sandbox", "sandbox_id", "force" },
-                { "execute_python_code", "sandbox_id code", "timeout" },
-                { "install_package", "sandbox_id package", "" },
-                { "python_execute", "session_id code", "dependencies timeout network" },
-                { "shell_execute", "session_id command", "timeout network" },
-                { "sandbox_fs_list", "session_id path", "network" },
-                { "sandbox_fs_read", "session_id path", "network" },
-                { "sandbox_fs_write", "session_id path content", "network" },
-                { "expose_port", "sandbox_id port", "" },
-                { "shell_start", "session_id command", "cwd network" },
-                { "shell_output", "session_id job_id", "since" },
-                { "shell_kill", "session_id job_id", "signal" },
+                { "remove_sandbox", "", "session_id sandbox_id force" },
+                { "run_code", "code", "session_id sandbox_id network stateful dependencies timeout" },
+                { "execute_python_code", "code", "session_id sandbox_id timeout" },
+                { "install_package", "package", "session_id sandbox_id" },
+                { "python_execute", "code", "session_id sandbox_id dependencies timeout network" },
+                { "shell_execute", "command", "session_id sandbox_id timeout network" },
+                { "sandbox_fs_list", "path", "session_id sandbox_id network" },
+                { "sandbox_fs_read", "path", "session_id sandbox_id network encoding offset max_bytes" },
+                { "sandbox_fs_write", "path content", "session_id sandbox_id network encoding" },
+                { "expose_port", "port", "session_id sandbox_id" },
+                { "shell_start", "command", "session_id sandbox_id cwd network" },
+                { "shell_output", "job_id", "session_id sandbox_id since" },
+                { "shell_kill", "job_id", "session_id sandbox_id signal" },
+                { "shell_session_run", "command",
+                  "session_id sandbox_id network session_name blocking cwd timeout" },
+                { "shell_session_check", "", "session_id sandbox_id session_name since" },
+                { "shell_session_list", "", "session_id sandbox_id" },
+                { "shell_session_close", "", "session_id sandbox_id session_name" },
         };
         struct mcp_state st = { 0 };
         _cleanup_json_ json_t *r = reply_to(&st, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\"}");
@@ -294,7 +300,7 @@ static void test_bad_arguments_are_tool_errors_the_model_can_read(void **state)
                 const char *says;
         } cases[] = {
                 { "{\"session_id\":\"s\"}", "missing required argument \"command\"" },
-                { "{\"command\":\"ls\"}", "missing required argument \"session_id\"" },
+                { "{\"session_id\":\"s\",\"sandbox_id\":\"x\",\"command\":\"ls\"}", "not both" },
                 { "{\"session_id\":\"s\",\"command\":7}", "\"command\" must be a string" },
                 { "{\"session_id\":\"\",\"command\":\"ls\"}", "\"session_id\" must not be empty" },
                 { "{\"session_id\":\"s\",\"command\":\"ls\",\"timeout\":0}", "\"timeout\" must be from 1" },
@@ -521,11 +527,95 @@ static void test_python_images_become_image_blocks_without_structured_content(vo
         assert_null(strstr(text_of(r), "iVBORw0KGgo="));
         assert_string_equal(
             json_string_value(json_object_get(
-                json_object_get(json_array_get(json_object_get(shown, "outputs"), 1), "image"), "path")),
+                json_object_get(json_array_get(json_object_get(shown, "outputs"), 0), "image"), "path")),
             "a.png");
+        /* stdout has one home: no "logs" output repeats it. */
+        assert_int_equal(json_array_size(json_object_get(shown, "outputs")), 2);
         /* The daemon's answer is not modified. */
         assert_non_null(json_object_get(
             json_object_get(json_array_get(json_object_get(answer, "outputs"), 1), "image"), "data"));
+}
+
+static void test_family_tools_map_to_their_daemon_methods(void **state)
+{
+        _cleanup_json_ json_t *run = params_for("run_code", "{\"code\":\"x = 1\"}", "sb1", NULL);
+        assert_json(run, "{\"sandbox_id\":\"sb1\",\"code\":\"x = 1\",\"stateful\":true}");
+        _cleanup_json_ json_t *fresh =
+            params_for("run_code", "{\"session_id\":\"s\",\"code\":\"1\",\"stateful\":false}", "sb1", NULL);
+        assert_json(fresh, "{\"sandbox_id\":\"sb1\",\"code\":\"1\",\"stateful\":false}");
+        /* A sandbox_id argument is the sandbox: resolved, it is passed on once. */
+        _cleanup_json_ json_t *by_id = params_for(
+            "shell_session_run", "{\"sandbox_id\":\"sb1\",\"command\":\"pwd\",\"cwd\":\"src\"}", "sb1", NULL);
+        assert_json(
+            by_id,
+            "{\"sandbox_id\":\"sb1\",\"session\":\"main\",\"command\":\"pwd\",\"cwd\":\"/workspace/src\"}");
+        _cleanup_json_ json_t *check = params_for(
+            "shell_session_check", "{\"session_name\":\"w\",\"since\":{\"stdout\":3}}", "sb1", NULL);
+        assert_json(check, "{\"sandbox_id\":\"sb1\",\"session\":\"w\",\"since\":{\"stdout\":3}}");
+        _cleanup_json_ json_t *list = params_for("shell_session_list", "{}", "sb1", NULL);
+        assert_json(list, "{\"sandbox_id\":\"sb1\"}");
+        _cleanup_json_ json_t *read = params_for(
+            "sandbox_fs_read", "{\"path\":\"a.bin\",\"encoding\":\"base64\",\"offset\":4}", "sb1", NULL);
+        assert_json(read, "{\"sandbox_id\":\"sb1\",\"path\":\"a.bin\",\"encoding\":\"base64\",\"offset\":4}");
+        /* With no session_id, the connection's default session. */
+        _cleanup_json_ json_t *none = load("{\"code\":\"1\"}");
+        _cleanup_json_ json_t *session = mcp_session_params_default(none, "mcp-1234abcd");
+        assert_json(session, "{\"session_id\":\"mcp-1234abcd\"}");
+}
+
+static void test_a_sandbox_is_named_by_session_id_or_sandbox_id_not_both(void **state)
+{
+        _cleanup_json_ json_t *both = load("{\"session_id\":\"s\",\"sandbox_id\":\"x\",\"code\":\"1\"}");
+        _cleanup_json_ json_t *neither = load("{}");
+        _cleanup_json_ json_t *net = load("{\"sandbox_id\":\"x\",\"network\":\"pypi\",\"command\":\"ls\"}");
+        assert_non_null(strstr(mcp_check_address(mcp_tool_find("run_code"), both), "not both"));
+        assert_null(mcp_check_address(mcp_tool_find("shell_session_list"), neither));
+        assert_non_null(strstr(mcp_check_address(mcp_tool_find("remove_sandbox"), neither), "sandbox_id"));
+        assert_non_null(mcp_check_address(mcp_tool_find("shell_execute"), net));
+        assert_null(mcp_check_address(mcp_tool_find("create_sandbox"), both));
+}
+
+static void test_long_output_is_capped_head_and_tail_with_the_cap_stated(void **state)
+{
+        /* 30000 characters, two bytes each: the cap counts characters, cuts between them. */
+        size_t n = 30000;
+        _cleanup_free_ char *text = malloc(2 * n + 1);
+        for (size_t i = 0; i < n; i++)
+                memcpy(text + 2 * i, i < n / 2 ? "\xc3\xa9" : "\xc3\xbc", 2);
+        text[2 * n] = '\0';
+        _cleanup_json_ json_t *answer =
+            json_pack("{s:s, s:s, s:i}", "stdout", text, "stderr", "short", "exit_code", 0);
+        _cleanup_json_ json_t *r = mcp_call_result(mcp_tool_find("shell_execute"), answer, "2025-11-25");
+        _cleanup_json_ json_t *shown = load(text_of(r));
+        const char *out = json_string_value(json_object_get(shown, "stdout"));
+        assert_non_null(strstr(out, "\n[... 10000 characters cut: output capped at 20000; to read all, "));
+        assert_int_equal(strncmp(out, "\xc3\xa9\xc3\xa9", 4), 0);
+        assert_int_equal(strcmp(out + strlen(out) - 4, "\xc3\xbc\xc3\xbc"), 0);
+        assert_string_equal(json_string_value(json_object_get(shown, "stderr")), "short");
+        assert_true(json_is_true(json_object_get(shown, "output_capped")));
+        /* structuredContent is the same capped object, not the daemon's whole answer. */
+        assert_true(json_equal(json_object_get(r, "structuredContent"), shown));
+}
+
+static void test_saved_images_are_the_image_files_not_already_shown(void **state)
+{
+        _cleanup_json_ json_t *answer =
+            load("{\"files_produced\":{\"/workspace/figure_1.png\":100,\"/workspace/a.PNG\":10,"
+                 "\"/workspace/b.jpg\":10,\"/workspace/c.csv\":10,\"/workspace/empty.png\":0,"
+                 "\"/workspace/huge.png\":99999999},"
+                 "\"outputs\":[{\"type\":\"image\",\"image\":{\"path\":\"/workspace/figure_1.png\"}}]}");
+        _cleanup_json_ json_t *saved = mcp_saved_images(answer);
+        assert_json(saved, "[{\"path\":\"/workspace/a.PNG\",\"mime\":\"image/png\"},"
+                           "{\"path\":\"/workspace/b.jpg\",\"mime\":\"image/jpeg\"}]");
+}
+
+static void test_oom_killed_runs_say_out_of_memory(void **state)
+{
+        _cleanup_json_ json_t *answer = load(
+            "{\"status\":\"error\",\"stdout\":\"\",\"stderr\":\"\",\"exit_code\":null,\"oom_killed\":true}");
+        _cleanup_json_ json_t *r = mcp_call_result(mcp_tool_find("run_code"), answer, "2025-11-25");
+        assert_true(json_is_true(json_object_get(r, "isError")));
+        assert_non_null(strstr(text_of(r), "out of memory"));
 }
 
 static void test_python_errors_are_iserror_results_holding_the_traceback(void **state)
@@ -678,6 +768,11 @@ int main(void)
                 cmocka_unit_test(test_network_goes_to_the_session_create_not_to_the_tool_method),
                 cmocka_unit_test(test_kill_command_only_takes_a_uuid_tag),
                 cmocka_unit_test(test_python_images_become_image_blocks_without_structured_content),
+                cmocka_unit_test(test_family_tools_map_to_their_daemon_methods),
+                cmocka_unit_test(test_a_sandbox_is_named_by_session_id_or_sandbox_id_not_both),
+                cmocka_unit_test(test_long_output_is_capped_head_and_tail_with_the_cap_stated),
+                cmocka_unit_test(test_saved_images_are_the_image_files_not_already_shown),
+                cmocka_unit_test(test_oom_killed_runs_say_out_of_memory),
                 cmocka_unit_test(test_python_errors_are_iserror_results_holding_the_traceback),
                 cmocka_unit_test(test_exec_results_fail_on_nonzero_exit_signal_or_timeout),
                 cmocka_unit_test(test_structured_content_only_for_clients_that_know_it),
