@@ -1,0 +1,67 @@
+"""Issue 17, addressing as docker does it: a unique prefix of a sandbox id
+names the sandbox (only among the caller's own sandboxes), session names
+work in the CLI wherever an id does, labels, `ls -q` and `ls --format`."""
+import json
+import os
+
+import pytest
+from nsbox_client import RpcError, as_uid
+
+
+def create(daemon, **params):
+    return daemon.call("sandbox.create", **params)["sandbox_id"]
+
+
+def remove(daemon, sandbox_id):
+    try:
+        daemon.call("sandbox.remove", sandbox_id=sandbox_id, force=True)
+    except RpcError:
+        pass
+
+
+def test_a_unique_id_prefix_names_the_sandbox_in_every_method(daemon, sandbox):
+    prefix = sandbox[:8]
+    assert daemon.call("sandbox.info", sandbox_id=prefix)["sandbox_id"] == sandbox
+    r = daemon.call("sandbox.exec", sandbox_id=prefix, command="echo hi")
+    assert r["stdout"] == "hi\n"
+    daemon.call("fs.write", sandbox_id=prefix, path="p.txt", content="x")
+    assert daemon.call("fs.read", sandbox_id=sandbox, path="p.txt")["content"] == "x"
+
+
+def test_a_prefix_shorter_than_four_characters_is_not_found(daemon, sandbox):
+    with pytest.raises(RpcError) as e:
+        daemon.call("sandbox.info", sandbox_id=sandbox[:3])
+    assert e.value.kind == "not_found"
+
+
+@pytest.fixture
+def open_socket(daemon):
+    os.chmod(daemon.socket, 0o666)  # in production: membership of group nsbox
+
+
+def test_another_uid_cannot_resolve_roots_sandbox_by_prefix(daemon, sandbox, open_socket):
+    prefix = sandbox[:8]
+    out = as_uid(1000, daemon.socket, [
+        ["sandbox.info", {"sandbox_id": prefix}],
+        ["sandbox.exec", {"sandbox_id": prefix, "command": "id"}],
+        ["fs.read", {"sandbox_id": prefix, "path": "/etc/hostname"}],
+        ["sandbox.remove", {"sandbox_id": prefix, "force": True}],
+        ["sandbox.info", {"sandbox_id": "zzzz" + prefix}],
+    ])
+    # Exactly what a missing id gets: nothing tells uid 1000 the sandbox exists.
+    assert out[-1]["error"]["message"] == "no sandbox zzzz" + prefix
+    for reply in out[:-1]:
+        assert "result" not in reply, reply
+        assert reply["error"]["data"]["kind"] == "not_found"
+        assert reply["error"]["message"] == "no sandbox " + prefix
+    assert daemon.call("sandbox.info", sandbox_id=sandbox)["state"] == "running"
+
+
+def test_uid_1000_resolves_its_own_sandbox_by_prefix(daemon, open_socket):
+    out = as_uid(1000, daemon.socket, [["sandbox.create", {}]])
+    mine = out[0]["result"]["sandbox_id"]
+    try:
+        out = as_uid(1000, daemon.socket, [["sandbox.info", {"sandbox_id": mine[:6]}]])
+        assert out[0]["result"]["sandbox_id"] == mine
+    finally:
+        remove(daemon, mine)
