@@ -158,3 +158,18 @@ def test_chmod_sets_permission_bits_and_refuses_setuid(daemon, sandbox, canary):
     assert fs_error(daemon, "fs.chmod", sandbox_id=sandbox, path="hostfile", mode=0o777).kind == "not_found"
     assert fs_error(daemon, "fs.chmod", sandbox_id=sandbox, path="/dev/null", mode=0o777).kind == "invalid_params"
     canary.assert_untouched()
+
+
+def test_cp_of_a_tree_with_links_and_modes_runs_no_process_in_the_sandbox(daemon, sandbox, tmp_path):
+    src = tmp_path / "tree"
+    (src / "sub").mkdir(parents=True)
+    (src / "sub" / "f").write_text("data\n")
+    os.symlink("sub/f", src / "link")
+    os.chmod(src / "sub", 0o700)
+    started = "sandbox %s: exec " % sandbox
+    before = daemon.read_log().count(started)
+    r = daemon.cli("cp", str(src), "%s:/workspace/tree" % sandbox)
+    assert r.returncode == 0, r.stderr
+    assert daemon.read_log().count(started) == before
+    assert sh(daemon, sandbox, "readlink tree/link; stat -c '%a %U' tree/sub; cat tree/link; ls -A") == \
+        "sub/f\n700 sandbox\ndata\ntree\n"
