@@ -65,3 +65,47 @@ def test_uid_1000_resolves_its_own_sandbox_by_prefix(daemon, open_socket):
         assert out[0]["result"]["sandbox_id"] == mine
     finally:
         remove(daemon, mine)
+
+
+def _daemon_log_lines(tmp_path, journal_stream):
+    """First lines nsboxd writes to a stderr file, with JOURNAL_STREAM as given
+    (a callable of the file's stat, or None to leave it unset)."""
+    import re
+    import signal
+    import subprocess
+    import time
+    from conftest import BUILD, IMAGE_DIR
+    log_path = tmp_path / "log"
+    with open(log_path, "wb") as log:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NSBOX_") and k != "JOURNAL_STREAM"}
+        if journal_stream is not None:
+            env["JOURNAL_STREAM"] = journal_stream(os.fstat(log.fileno()))
+        proc = subprocess.Popen([os.path.join(BUILD, "nsboxd"), "--socket", str(tmp_path / "s"), "--state-dir",
+                                 str(tmp_path / "state"), "--image-dir", IMAGE_DIR, "--warm-pool", "0"],
+                                stdout=log, stderr=log, env=env)
+        try:
+            deadline = time.monotonic() + 20
+            while os.path.getsize(log_path) == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+    lines = log_path.read_text().splitlines()
+    assert lines
+    return lines, re
+
+
+def test_log_lines_have_utc_millisecond_timestamps_outside_the_journal(tmp_path):
+    lines, re = _daemon_log_lines(tmp_path, None)
+    stamp = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (error|warn|info|debug): ")
+    assert all(stamp.match(l) for l in lines), lines[:3]
+
+
+def test_log_lines_keep_the_priority_prefix_for_the_journal(tmp_path):
+    lines, re = _daemon_log_lines(tmp_path, lambda st: "%d:%d" % (st.st_dev, st.st_ino))
+    assert all(re.match(r"^<[3467]>(error|warn|info|debug): ", l) for l in lines), lines[:3]
+
+
+def test_an_inherited_journal_stream_of_another_file_still_gets_timestamps(tmp_path):
+    lines, re = _daemon_log_lines(tmp_path, lambda st: "%d:%d" % (st.st_dev, st.st_ino + 1))
+    assert all(re.match(r"^\d{4}-\d\d-\d\dT[0-9:.]+Z ", l) for l in lines), lines[:3]
