@@ -109,3 +109,81 @@ def test_log_lines_keep_the_priority_prefix_for_the_journal(tmp_path):
 def test_an_inherited_journal_stream_of_another_file_still_gets_timestamps(tmp_path):
     lines, re = _daemon_log_lines(tmp_path, lambda st: "%d:%d" % (st.st_dev, st.st_ino + 1))
     assert all(re.match(r"^\d{4}-\d\d-\d\dT[0-9:.]+Z ", l) for l in lines), lines[:3]
+
+
+# --- the CLI -----------------------------------------------------------------
+
+def cli_ok(daemon, *args, input=None):
+    r = daemon.cli(*args, input=input)
+    assert r.returncode == 0, (args, r.stdout, r.stderr)
+    return r.stdout.decode()
+
+
+def cli_fails(daemon, *args):
+    r = daemon.cli(*args)
+    assert r.returncode == 125, (args, r.stdout, r.stderr)
+    return r.stderr.decode()
+
+
+@pytest.fixture
+def named(daemon):
+    """A sandbox with a session name and labels, made by the CLI."""
+    name = "addr-%s" % os.urandom(3).hex()
+    sid = cli_ok(daemon, "create", "--session", name, "--label", "team=ml", "--label", "tier=gpu").strip()
+    yield sid, name
+    remove(daemon, sid)
+
+
+def test_cli_takes_a_session_name_wherever_it_takes_an_id(daemon, named, tmp_path):
+    sid, name = named
+    assert cli_ok(daemon, "exec", name, "--", "echo", "by-name") == "by-name\n"
+    assert json.loads(cli_ok(daemon, "info", name))["sandbox_id"] == sid
+    (tmp_path / "f").write_text("copied\n")
+    cli_ok(daemon, "cp", str(tmp_path / "f"), "%s:/workspace/f" % name)
+    assert cli_ok(daemon, "exec", sid[:6], "--", "cat", "f") == "copied\n"
+    cli_ok(daemon, "rm", "-f", name)
+    assert daemon.call("sandbox.list")["sandboxes"] == [s for s in daemon.call("sandbox.list")["sandboxes"]
+                                                        if s["sandbox_id"] != sid]
+    assert "no sandbox" in cli_fails(daemon, "info", name)
+
+
+def test_cli_takes_an_id_prefix(daemon, sandbox):
+    assert json.loads(cli_ok(daemon, "info", sandbox[:5]))["sandbox_id"] == sandbox
+    assert cli_ok(daemon, "exec", sandbox[:5], "--", "echo", "p") == "p\n"
+
+
+def test_ls_shows_labels_and_filters_by_them(daemon, named, sandbox):
+    sid, name = named
+    table = cli_ok(daemon, "ls")
+    line = [l for l in table.splitlines() if l.startswith(sid)][0]
+    assert "team=ml,tier=gpu" in line and name in line
+    assert "LABELS" in table.splitlines()[0]
+    assert cli_ok(daemon, "ls", "-q", "--filter", "label=team=ml").split() == [sid]
+    assert cli_ok(daemon, "ls", "-q", "-f", "label=tier").split() == [sid]
+    assert cli_ok(daemon, "ls", "-q", "-f", "label=team=other") == ""
+    assert cli_ok(daemon, "ls", "-q", "-f", "label=team=ml", "-f", "session=" + name).split() == [sid]
+    assert cli_ok(daemon, "ls", "-q", "-f", "id=" + sandbox[:6]).split() == [sandbox]
+    listed = json.loads(cli_ok(daemon, "ls", "--json", "-f", "label=team=ml"))
+    assert [s["sandbox_id"] for s in listed["sandboxes"]] == [sid] and listed["count"] == 1
+    assert "bad --filter" in cli_fails(daemon, "ls", "-f", "name=x")
+    assert "bad --label" in cli_fails(daemon, "create", "--label", "=v")
+
+
+def test_ls_quiet_prints_ids_only(daemon, named, sandbox):
+    ids = cli_ok(daemon, "ls", "-q").split()
+    assert named[0] in ids and sandbox in ids
+    assert all(len(i) == 36 for i in ids)
+
+
+def test_ls_format_expands_docker_fields_and_refuses_unknown_ones(daemon, named):
+    sid, name = named
+    out = cli_ok(daemon, "ls", "-f", "id=" + sid, "--format",
+                 '{{.ID}}\\t{{.Image}} {{.Status}} {{.Label "team"}} {{.Label "none"}}|{{.Session}}')
+    assert out == "%s\tpython running ml |%s\n" % (sid, name)
+    row = json.loads(cli_ok(daemon, "ls", "-f", "id=" + sid, "--format", "{{json .}}"))
+    assert row["sandbox_id"] == sid and row["labels"] == {"team": "ml", "tier": "gpu"}
+    assert json.loads(cli_ok(daemon, "ls", "-f", "id=" + sid, "--format", "{{json .Labels}}")) == \
+        {"team": "ml", "tier": "gpu"}
+    for bad in ["{{.Nope}}", "{{.ID", "{{.Label team}}", "table {{.ID}}"]:
+        err = cli_fails(daemon, "ls", "-f", "id=" + sid, "--format", bad)
+        assert "--format" in err, (bad, err)
