@@ -187,3 +187,11 @@ def test_ls_format_expands_docker_fields_and_refuses_unknown_ones(daemon, named)
     for bad in ["{{.Nope}}", "{{.ID", "{{.Label team}}", "table {{.ID}}"]:
         err = cli_fails(daemon, "ls", "-f", "id=" + sid, "--format", bad)
         assert "--format" in err, (bad, err)
+
+
+def test_nsboxd_help_spells_the_config_file_keys():
+    import subprocess
+    from conftest import BUILD
+    r = subprocess.run([os.path.join(BUILD, "nsboxd"), "--help"], capture_output=True)
+    assert r.returncode == 0
+    assert '"max_sandboxes"' in r.stdout.decode()
