@@ -129,6 +129,7 @@ enum {
         CLI_OPT_ENV,
         CLI_OPT_NETWORK,
         CLI_OPT_NETWORK_POLICY,
+        CLI_OPT_LABEL,
         CLI_OPT_FIRST_FREE /* commands number their own options from here */
 };
 #define CLI_CREATE_OPTIONS                                                         \
@@ -141,6 +142,7 @@ enum {
             { "image", required_argument, NULL, CLI_OPT_IMAGE },                   \
             { "network", required_argument, NULL, CLI_OPT_NETWORK },               \
             { "network-policy", required_argument, NULL, CLI_OPT_NETWORK_POLICY }, \
+            { "label", required_argument, NULL, CLI_OPT_LABEL },                   \
         {                                                                          \
                 "seccomp-profile", required_argument, NULL, CLI_OPT_PROFILE        \
         }

@@ -92,8 +92,20 @@ static int wait_readable(struct client *c)
         }
 }
 
+static client_resolve_fn client_resolver;
+
+void client_set_resolver(client_resolve_fn fn)
+{
+        client_resolver = fn;
+}
+
 int client_send(struct client *c, const char *method, json_t *params, long long *id_out, nsbox_error_t **err)
 {
+        if (client_resolver != NULL && json_is_string(json_object_get(params, "sandbox_id"))) {
+                int r = client_resolver(c, params, err);
+                if (r < 0)
+                        return r;
+        }
         long long id = c->next_id++;
         _cleanup_json_ json_t *req = json_pack("{s:s, s:I, s:s, s:O}", "jsonrpc", "2.0", "id", (json_int_t)id,
                                                "method", method, "params", params ? params : json_object());

@@ -29,5 +29,10 @@ int client_call(struct client *c, const char *method, json_t *params, client_not
  * does; after -EINTR the same request can be waited for again. */
 int client_wait(struct client *c, long long id, client_notify_cb notify, void *data, json_t **result,
                 json_t **error_out, nsbox_error_t **err);
+/* Called by client_send before a request with a string params.sandbox_id
+ * goes out; it may replace that id (the CLI turns a session name into the
+ * id, cli_resolve_sandbox_param). NULL (the default): ids go as given. */
+typedef int (*client_resolve_fn)(struct client *c, json_t *params, nsbox_error_t **err);
+void client_set_resolver(client_resolve_fn fn);
 /* Send a request without waiting (for cancellation and pipelining). */
 int client_send(struct client *c, const char *method, json_t *params, long long *id_out, nsbox_error_t **err);

@@ -9,10 +9,10 @@
  * No half copy is left behind: a new file or tree is written under a
  * temporary name (.nsbox-cp-XXXXXXXX) beside its target, renamed into place
  * at the end and removed on failure; on the host with rename(2), in the
- * sandbox with one `mv -T` (the file API has no rename). The file API
- * cannot make symlinks or set a directory's mode either: those are done by
- * one `sh` run as the sandbox user on the temporary tree, before the
- * rename. FIFOs, sockets and devices are skipped with a warning.
+ * sandbox with fs.rename. Symlinks and directory modes are made on the
+ * temporary tree by fs.symlink and fs.chmod before the rename, so cp runs
+ * no process in the sandbox. FIFOs, sockets and devices are skipped with
+ * a warning.
  *
  * `-` as the source or destination is a tar stream for a directory (docker
  * cp's semantics: `nsbox cp ID:DIR - > out.tar`, `tar c . | nsbox cp - ID:DIR`,
@@ -39,8 +39,6 @@
 
 #define CP_CHUNK         (4u << 20) /* per fs.write and fs.read, and per read of a host file */
 #define CP_LIST_MAX      100000     /* nsboxd's fs.list max_entries */
-#define CP_BATCH_OPS     256        /* symlinks or chmods per sh run */
-#define CP_EXEC_TIMEOUT  600
 #define CP_TEMP_PREFIX   ".nsbox-cp-"
 #define CP_DEFAULT_DMODE 0755
 
@@ -97,25 +95,6 @@ static json_t *sandbox_stat(struct cp *cp, const char *path, bool *missing, int 
         else
                 *exit_code = cli_fail("%s in the sandbox: %s", path, err ? err->message : "failed");
         return NULL;
-}
-
-/* Run argv in the sandbox as user; 0, or an exit code after printing why. */
-static int sandbox_run(struct cp *cp, json_t *argv, const char *user, const char *what)
-{
-        _cleanup_json_ json_t *params =
-            json_pack("{s:O, s:s, s:i}", "argv", argv, "user", user, "timeout_seconds", CP_EXEC_TIMEOUT);
-        int code = 0;
-        _cleanup_json_ json_t *result = cp_call(cp, "sandbox.exec", params, what, &code, NULL, 0);
-        if (result == NULL)
-                return code;
-        if (cli_exec_exit_code(result) == 0)
-                return 0;
-        const char *err = json_string_value(json_object_get(result, "stderr"));
-        size_t len = err ? strlen(err) : 0;
-        while (len > 0 && (err[len - 1] == '\n' || err[len - 1] == ' '))
-                len--;
-        return cli_fail("%s in the sandbox failed (exit %d): %.*s", what, cli_exec_exit_code(result),
-                        (int)len, err ? err : "");
 }
 
 static char *path_join(const char *dir, const char *name)
@@ -233,9 +212,7 @@ static int sandbox_sink_dir(struct cp_sink *sink, const char *rel, mode_t mode)
         if (result == NULL)
                 return code;
         if ((mode & 07777) != CP_DEFAULT_DMODE) {
-                char octal[16];
-                snprintf(octal, sizeof(octal), "%o", mode & 0777);
-                json_array_append_new(s->modes, json_string(octal));
+                json_array_append_new(s->modes, json_integer(mode & 0777));
                 json_array_append_new(s->modes, json_string(path));
         }
         return 0;
@@ -325,31 +302,32 @@ static void sandbox_sink_done(struct sandbox_sink *s)
         json_decref(s->modes);
 }
 
-/* `script` over pairs of arguments, CP_BATCH_OPS pairs per run. */
-static int sandbox_sink_batch(struct sandbox_sink *s, const char *script, json_t *pairs, const char *what)
-{
-        for (size_t i = 0; i < json_array_size(pairs); i += 2 * CP_BATCH_OPS) {
-                _cleanup_json_ json_t *argv = json_pack("[s, s, s, s]", "sh", "-c", script, "sh");
-                for (size_t j = i; j < json_array_size(pairs) && j < i + 2 * CP_BATCH_OPS; j++)
-                        json_array_append(argv, json_array_get(pairs, j));
-                int r = sandbox_run(s->cp, argv, "sandbox", what);
-                if (r != 0)
-                        return r;
-        }
-        return 0;
-}
-
-/* Symlinks, then the modes of directories (a read-only one last). */
+/* Symlinks, then the modes of directories (a read-only one last), by
+ * nsboxd's fs.symlink and fs.chmod: no process runs in the sandbox. Links
+ * come last so that no file of the copy is written through one. */
 static int sandbox_sink_finish(struct sandbox_sink *s)
 {
-        int r = sandbox_sink_batch(
-            s, "while [ $# -gt 1 ]; do ln -s -f -T -- \"$1\" \"$2\" || exit 1; shift 2; done", s->links,
-            "ln -s");
-        if (r == 0)
-                r = sandbox_sink_batch(
-                    s, "while [ $# -gt 1 ]; do chmod -- \"$1\" \"$2\" || exit 1; shift 2; done", s->modes,
-                    "chmod");
-        return r;
+        int code = 0;
+        for (size_t i = 0; i + 1 < json_array_size(s->links); i += 2) {
+                json_t *path = json_array_get(s->links, i + 1);
+                _cleanup_json_ json_t *params =
+                    json_pack("{s:O, s:O, s:b}", "target", json_array_get(s->links, i), "path", path,
+                              "overwrite", true);
+                _cleanup_json_ json_t *result =
+                    cp_call(s->cp, "fs.symlink", params, json_string_value(path), &code, NULL, 0);
+                if (result == NULL)
+                        return code;
+        }
+        for (size_t i = 0; i + 1 < json_array_size(s->modes); i += 2) {
+                json_t *path = json_array_get(s->modes, i + 1);
+                _cleanup_json_ json_t *params =
+                    json_pack("{s:O, s:O}", "mode", json_array_get(s->modes, i), "path", path);
+                _cleanup_json_ json_t *result =
+                    cp_call(s->cp, "fs.chmod", params, json_string_value(path), &code, NULL, 0);
+                if (result == NULL)
+                        return code;
+        }
+        return 0;
 }
 
 /* ---- sink: a host tree ---- */
@@ -905,9 +883,8 @@ static int copy_in(struct cp *cp, const char *local, const char *dest_arg, unsig
         _cleanup_free_ char *parent = path_dir(target);
         char temp[32] = "";
         _cleanup_free_ char *staged = NULL;
-        const char *user = "sandbox";
         if (!merge) {
-                /* The parent must exist (docker cp's rule), and says who may rename in it. */
+                /* The parent must exist (docker cp's rule). */
                 bool parent_missing;
                 _cleanup_json_ json_t *pinfo =
                     parent ? sandbox_stat(cp, parent, &parent_missing, &code) : NULL;
@@ -917,12 +894,6 @@ static int copy_in(struct cp *cp, const char *local, const char *dest_arg, unsig
                                : parent_missing ? cli_fail("%s: No such directory in the sandbox", parent)
                                                 : code;
                 }
-                /* The sandbox user renames in its own and sticky directories
-                 * (/tmp); sandbox root, without capabilities, in root's. */
-                json_int_t puid = json_integer_value(json_object_get(pinfo, "uid"));
-                json_int_t pmode = json_integer_value(json_object_get(pinfo, "mode"));
-                if (puid == 0 && !(pmode & 01000))
-                        user = "root";
                 if ((r = temp_name(temp, sizeof(temp))) != 0 || (staged = path_join(parent, temp)) == NULL) {
                         sandbox_sink_done(&s);
                         return r ? r : cli_fail("out of memory");
@@ -940,9 +911,10 @@ static int copy_in(struct cp *cp, const char *local, const char *dest_arg, unsig
         if (r == 0)
                 r = sandbox_sink_finish(&s);
         if (r == 0 && !merge) {
-                _cleanup_json_ json_t *argv =
-                    json_pack("[s, s, s, s, s, s]", "mv", "-f", "-T", "--", staged, target);
-                r = sandbox_run(cp, argv, user, "mv");
+                /* One rename(2) in nsboxd: the target appears whole or not at all. */
+                _cleanup_json_ json_t *params =
+                    json_pack("{s:s, s:s, s:b}", "from", staged, "to", target, "overwrite", true);
+                _cleanup_json_ json_t *result = cp_call(cp, "fs.rename", params, target, &r, NULL, 0);
         }
         if (r != 0 && !merge)
                 sandbox_remove(cp, staged, true);

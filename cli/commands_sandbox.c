@@ -115,6 +115,23 @@ int cli_create_option(json_t *params, int opt, const char *arg)
                 return 0;
         case CLI_OPT_ENV:
                 return cli_add_env(params, arg) == 0 ? 0 : EXIT_NSBOX_FAILED;
+        case CLI_OPT_LABEL: {
+                /* docker's --label KEY=VALUE; a bare KEY is an empty value. */
+                const char *eq = strchr(arg, '=');
+                size_t key_len = eq ? (size_t)(eq - arg) : strlen(arg);
+                if (key_len == 0)
+                        return cli_fail("bad --label \"%s\" (use KEY=VALUE)", arg);
+                json_t *labels = json_object_get(params, "labels");
+                if (labels == NULL) {
+                        labels = json_object();
+                        json_object_set_new(params, "labels", labels);
+                }
+                _cleanup_free_ char *key = strndup(arg, key_len);
+                if (key == NULL)
+                        return cli_fail("out of memory");
+                json_object_set_new(labels, key, json_string(eq ? eq + 1 : ""));
+                return 0;
+        }
         case CLI_OPT_NETWORK:
         case CLI_OPT_NETWORK_POLICY:
                 return cli_network_option(params, opt, arg);
@@ -161,31 +178,264 @@ int cmd_create(const struct cli *cli, int argc, char **argv)
         return 0;
 }
 
+/* --- ls: filters and --format --------------------------------------------- */
+
+/* "label=KEY", "label=KEY=VALUE", "id=PREFIX", "session=NAME", "state=STATE":
+ * docker's --filter, the ones that mean something here. */
+static bool ls_filter_matches(const char *filter, json_t *sb)
+{
+        const char *value = strchr(filter, '=') + 1;
+        if (strncmp(filter, "label=", 6) == 0) {
+                const char *eq = strchr(value, '=');
+                _cleanup_free_ char *key = strndup(value, eq ? (size_t)(eq - value) : strlen(value));
+                json_t *have = json_object_get(json_object_get(sb, "labels"), key ? key : "");
+                return json_is_string(have) && (eq == NULL || strcmp(json_string_value(have), eq + 1) == 0);
+        }
+        const char *field = strncmp(filter, "id=", 3) == 0        ? "sandbox_id"
+                            : strncmp(filter, "session=", 8) == 0 ? "session_id"
+                                                                  : "state";
+        const char *have = json_string_value(json_object_get(sb, field));
+        if (have == NULL)
+                return false;
+        return strcmp(field, "sandbox_id") == 0 ? strncmp(have, value, strlen(value)) == 0
+                                                : strcmp(have, value) == 0;
+}
+
+static int ls_check_filter(const char *filter)
+{
+        static const char *const keys[] = { "label=", "id=", "session=", "state=" };
+        for (size_t k = 0; k < ARRAY_SIZE(keys); k++)
+                if (strncmp(filter, keys[k], strlen(keys[k])) == 0 && filter[strlen(keys[k])] != '\0')
+                        return 0;
+        return cli_fail("bad --filter \"%s\" (use label=KEY, label=KEY=VALUE, id=PREFIX, session=NAME or "
+                        "state=STATE)",
+                        filter);
+}
+
+static int ls_key_compare(const void *a, const void *b)
+{
+        return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* "k1=v1,k2=v2", sorted by key as docker prints them. */
+static char *ls_labels_text(json_t *labels)
+{
+        size_t n = json_object_size(labels), k = 0;
+        _cleanup_free_ const char **keys = calloc(n + 1, sizeof(*keys));
+        char *out = NULL;
+        size_t size = 0;
+        FILE *f = keys ? open_memstream(&out, &size) : NULL;
+        if (f == NULL)
+                return NULL;
+        const char *key;
+        json_t *value;
+        json_object_foreach(labels, key, value)
+        {
+                keys[k++] = key;
+        }
+        qsort(keys, k, sizeof(*keys), ls_key_compare);
+        for (size_t i = 0; i < k; i++)
+                fprintf(f, "%s%s=%s", i ? "," : "", keys[i],
+                        json_string_value(json_object_get(labels, keys[i])) ?: "");
+        fclose(f);
+        return out;
+}
+
+/* The fields of --format, docker's names for sandbox.list's. */
+static json_t *ls_field(json_t *sb, const char *name)
+{
+        static const char *const fields[][2] = {
+                { "ID", "sandbox_id" },      { "Image", "image" },        { "Status", "state" },
+                { "State", "state" },        { "Session", "session_id" }, { "CreatedAt", "created_at" },
+                { "LastUsed", "last_used" }, { "Network", "network" },    { "Labels", "labels" },
+        };
+        for (size_t k = 0; k < ARRAY_SIZE(fields); k++)
+                if (strcmp(name, fields[k][0]) == 0) {
+                        json_t *v = json_object_get(sb, fields[k][1]);
+                        return v != NULL ? v : json_null();
+                }
+        return NULL;
+}
+
+#define LS_FORMAT_FIELDS "ID, Image, Status, State, Session, CreatedAt, LastUsed, Network, Labels"
+
+/* Expand one {{...}} action of --format into f, or print why it is not one
+ * (unknown fields are an error, never an empty string). */
+static int ls_format_action(FILE *f, const char *action, size_t len, json_t *sb)
+{
+        _cleanup_free_ char *text = strndup(action, len);
+        if (text == NULL)
+                return cli_fail("out of memory");
+        char *a = text, *end = text + strlen(text);
+        while (*a == ' ')
+                a++;
+        while (end > a && end[-1] == ' ')
+                *--end = '\0';
+        if (strcmp(a, "json .") == 0) {
+                _cleanup_free_ char *dump = json_dumps(sb, JSON_COMPACT | JSON_SORT_KEYS);
+                fputs(dump ? dump : "null", f);
+                return 0;
+        }
+        if (strcmp(a, ".Labels") == 0) {
+                _cleanup_free_ char *labels = ls_labels_text(json_object_get(sb, "labels"));
+                fputs(labels ? labels : "", f);
+                return 0;
+        }
+        if (strncmp(a, ".Label ", 7) == 0) {
+                char *key = a + 7;
+                while (*key == ' ')
+                        key++;
+                size_t klen = strlen(key);
+                if (klen < 2 || key[0] != '"' || key[klen - 1] != '"')
+                        return cli_fail("--format: {{.Label \"KEY\"}} takes a quoted key, not %s", key);
+                key[klen - 1] = '\0';
+                json_t *v = json_object_get(json_object_get(sb, "labels"), key + 1);
+                fputs(json_is_string(v) ? json_string_value(v) : "", f);
+                return 0;
+        }
+        bool as_json = strncmp(a, "json ", 5) == 0;
+        const char *name = as_json ? a + 5 : a;
+        while (*name == ' ')
+                name++;
+        json_t *v = name[0] == '.' ? ls_field(sb, name + 1) : NULL;
+        if (v == NULL)
+                return cli_fail("--format: unknown {{%s}} (fields: " LS_FORMAT_FIELDS
+                                "; {{.Label \"KEY\"}}, {{json .}}, {{json .FIELD}})",
+                                a);
+        if (as_json) {
+                _cleanup_free_ char *dump = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+                fputs(dump ? dump : "null", f);
+        } else if (json_is_string(v)) {
+                fputs(json_string_value(v), f);
+        } else if (!json_is_null(v)) {
+                _cleanup_free_ char *dump = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+                fputs(dump ? dump : "", f);
+        }
+        return 0;
+}
+
+/* One line of --format for sb: text as given, "\t" and "\n" as docker's,
+ * each {{...}} expanded. */
+static int ls_format_line(const char *format, json_t *sb)
+{
+        _cleanup_free_ char *out = NULL;
+        size_t size = 0;
+        FILE *f = open_memstream(&out, &size);
+        if (f == NULL)
+                return cli_fail("out of memory");
+        int r = 0;
+        for (const char *p = format; *p != '\0' && r == 0;) {
+                if (p[0] == '{' && p[1] == '{') {
+                        const char *close = strstr(p + 2, "}}");
+                        if (close == NULL) {
+                                r = cli_fail("--format: \"{{\" without \"}}\"");
+                                break;
+                        }
+                        r = ls_format_action(f, p + 2, (size_t)(close - p - 2), sb);
+                        p = close + 2;
+                } else if (p[0] == '\\' && (p[1] == 't' || p[1] == 'n')) {
+                        fputc(p[1] == 't' ? '\t' : '\n', f);
+                        p += 2;
+                } else {
+                        fputc(*p++, f);
+                }
+        }
+        fclose(f);
+        if (r == 0)
+                puts(out ? out : "");
+        return r;
+}
+
 int cmd_ls(const struct cli *cli, int argc, char **argv)
 {
-        bool all;
-        int code;
-        if (!cli_flag_and_args(cli, argc, argv, "all", 'a', &all, 0, 0, &code))
-                return code;
+        enum { OPT_FORMAT = CLI_OPT_FIRST_FREE };
+        static const struct option longopts[] = {
+                { "all", no_argument, NULL, 'a' },
+                { "quiet", no_argument, NULL, 'q' },
+                { "filter", required_argument, NULL, 'f' },
+                { "format", required_argument, NULL, OPT_FORMAT },
+                { 0 },
+        };
+        bool all = false, quiet = false;
+        const char *format = NULL;
+        _cleanup_json_ json_t *filters = json_array();
+        int opt;
+        optind = 1;
+        while ((opt = cli_getopt(cli, argc, argv, "aqf:", longopts)) != -1) {
+                switch (opt) {
+                case 'a':
+                        all = true;
+                        break;
+                case 'q':
+                        quiet = true;
+                        break;
+                case 'f':
+                        if (ls_check_filter(optarg) != 0)
+                                return EXIT_NSBOX_FAILED;
+                        json_array_append_new(filters, json_string(optarg));
+                        break;
+                case OPT_FORMAT:
+                        format = optarg;
+                        break;
+                default:
+                        return opt < -1 ? cli_opt_exit(opt) : cli_usage_error(cli);
+                }
+        }
+        if (optind != argc)
+                return cli_usage_error(cli);
         _cleanup_json_ json_t *params = json_pack("{s:b}", "include_inactive", all);
         _cleanup_json_ json_t *result = call_once(cli, "sandbox.list", params);
         if (result == NULL)
                 return EXIT_NSBOX_FAILED;
+        /* Filters apply to every output, --json included. */
+        json_t *all_sandboxes = json_object_get(result, "sandboxes");
+        _cleanup_json_ json_t *shown = json_array();
+        size_t i, k;
+        json_t *sb, *filter;
+        json_array_foreach(all_sandboxes, i, sb)
+        {
+                bool keep = true;
+                json_array_foreach(filters, k, filter)
+                {
+                        keep = keep && ls_filter_matches(json_string_value(filter), sb);
+                }
+                if (keep)
+                        json_array_append(shown, sb);
+        }
         if (cli->json) {
+                json_object_set(result, "sandboxes", shown);
+                if (json_object_get(result, "count") != NULL)
+                        json_object_set_new(result, "count",
+                                            json_integer((json_int_t)json_array_size(shown)));
                 cli_print_json(result);
                 return 0;
         }
-        printf("%-36s  %-9s  %-24s  %s\n", "SANDBOX ID", "STATE", "CREATED", "SESSION");
-        size_t i;
-        json_t *sb;
-        json_array_foreach(json_object_get(result, "sandboxes"), i, sb)
+        if (format != NULL && strncmp(format, "table", 5) == 0)
+                return cli_fail(
+                    "--format: table is not supported; give the fields, e.g. \"{{.ID}}\\t{{.Status}}\"");
+        if (!quiet && format == NULL)
+                printf("%-36s  %-9s  %-24s  %-16s  %s\n", "SANDBOX ID", "STATE", "CREATED", "SESSION",
+                       "LABELS");
+        json_array_foreach(shown, i, sb)
         {
+                const char *id = json_string_value(json_object_get(sb, "sandbox_id"));
+                if (quiet) {
+                        puts(id);
+                        continue;
+                }
+                if (format != NULL) {
+                        int r = ls_format_line(format, sb);
+                        if (r != 0)
+                                return r;
+                        continue;
+                }
                 json_t *session = json_object_get(sb, "session_id");
                 const char *state = json_string_value(json_object_get(sb, "state"));
                 const char *created = json_string_value(json_object_get(sb, "created_at"));
-                printf("%-36s  %-9s  %-24s  %s\n", json_string_value(json_object_get(sb, "sandbox_id")),
-                       state ? state : "-", created ? created : "-",
-                       json_is_string(session) ? json_string_value(session) : "-");
+                _cleanup_free_ char *labels = ls_labels_text(json_object_get(sb, "labels"));
+                printf("%-36s  %-9s  %-24s  %-16s  %s\n", id, state ? state : "-", created ? created : "-",
+                       json_is_string(session) ? json_string_value(session) : "-",
+                       labels && labels[0] ? labels : "-");
         }
         return 0;
 }

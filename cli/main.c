@@ -1,5 +1,6 @@
 /* nsbox: the command-line client of nsboxd. Shared helpers and dispatch;
  * the commands live in cli/commands_*.c. */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -29,7 +30,7 @@ static const struct command commands[] = {
         { "create", cmd_create,
           "nsbox create [--session ID] [--memory 512M] [--pids N] [--cpus F] [--disk 1G] [--idle-timeout "
           "SEC] "
-          "[--env K=V]... [--network NAME | --network-policy FILE]",
+          "[--env K=V]... [--label K=V]... [--network NAME | --network-policy FILE]",
           "Create a sandbox and print its id.\n\n"
           "  --session ID        get-or-create: reuse the live sandbox of this session\n"
           "  --memory SIZE       memory limit (e.g. 512M, 1G)\n"
@@ -38,6 +39,7 @@ static const struct command commands[] = {
           "  --disk SIZE         size of the sandbox's writable layer\n"
           "  --idle-timeout SEC  remove it after SEC seconds without use\n"
           "  --env K=V           environment of every command (repeatable)\n"
+          "  --label K=V         a label, shown by ls and matched by ls --filter (repeatable)\n"
           "  --image NAME        image (default python)\n"
           "  --seccomp-profile P seccomp profile name (default default)\n"
           "  --network NAME      network under one of the operator's network policies (names\n"
@@ -47,10 +49,18 @@ static const struct command commands[] = {
           "                      FILE or - (standard input): {\"allow\": [\"pypi.org\", \"*.example.com\",\n"
           "                      \"203.0.113.0/24\"], \"deny\": [...]}; only when nsboxd allows it\n"
           "                      (allow_client_network_policies)\n" },
-        { "ls", cmd_ls, "nsbox ls [--all]",
-          "List your sandboxes.\n\n"
-          "  -a, --all  include sandboxes that are no longer running\n" },
-        { "list", cmd_ls, "nsbox list [--all]", "Same as nsbox ls.\n" },
+        { "ls", cmd_ls, "nsbox ls [-a] [-q] [-f FILTER]... [--format FORMAT]",
+          "List your sandboxes: id, state, creation time, session name and labels.\n\n"
+          "  -a, --all            include sandboxes that are no longer running\n"
+          "  -q, --quiet          print the ids only\n"
+          "  -f, --filter FILTER  only sandboxes that match (all filters given): label=KEY,\n"
+          "                       label=KEY=VALUE, id=PREFIX, session=NAME, state=STATE\n"
+          "  --format FORMAT      one line per sandbox from a Go-template-like text:\n"
+          "                       {{.ID}} {{.Image}} {{.Status}} {{.State}} {{.Session}}\n"
+          "                       {{.CreatedAt}} {{.LastUsed}} {{.Network}} {{.Labels}}\n"
+          "                       {{.Label \"KEY\"}} {{json .}} {{json .FIELD}}; \\t and \\n as\n"
+          "                       tab and newline. Anything else is an error, not empty.\n" },
+        { "list", cmd_ls, "nsbox list [-a] [-q] [-f FILTER]... [--format FORMAT]", "Same as nsbox ls.\n" },
         { "info", cmd_info, "nsbox info ID",
           "Show a sandbox's details, limits and resource usage; for a sandbox with network,\n"
           "its \"egress\" block: its address, exposed ports and traffic counts.\n" },
@@ -514,11 +524,85 @@ static void usage(FILE *out)
         fprintf(out, "\nnsbox COMMAND --help describes a command. --json (before or after the command)\n"
                      "prints the raw result object instead of human output.\n"
                      "The socket is --socket, else $NSBOX_SOCKET, else /run/nsbox/nsbox.sock.\n"
+                     "Wherever a command takes a sandbox ID, a unique prefix of it (4 characters or\n"
+                     "more, among your own sandboxes) or a session name (--session) works too.\n"
                      "exec, sh, run, python and pip exit with the command's code; 124 on timeout,\n"
                      "128+N when killed by signal N, 125 when nsbox itself failed.\n"
                      "Sandboxes have no network unless created (or updated) with --network NAME, one\n"
                      "of the operator's network policies; without --json, what the policy refused during\n"
                      "a command is printed as \"nsbox: network policy refused HOST:PORT\" on stderr.\n");
+}
+
+/* --- sandbox references: ids, id prefixes and session names -------------- */
+
+/* A full sandbox id (a UUID) goes to nsboxd untouched, with no extra call. */
+static bool looks_like_full_id(const char *text)
+{
+        if (strlen(text) != 36)
+                return false;
+        for (int k = 0; k < 36; k++) {
+                bool dash = k == 8 || k == 13 || k == 18 || k == 23;
+                if (dash ? text[k] != '-' : !isxdigit((unsigned char)text[k]))
+                        return false;
+        }
+        return true;
+}
+
+/* What one command resolved: a command sends the same reference many times
+ * (cp: one call per chunk), and asks nsboxd once. */
+#define CLI_RESOLVED_MAX 8
+static struct {
+        char *ref;
+        char *id;
+} cli_resolved[CLI_RESOLVED_MAX];
+
+/* A session name (the session_id of sandbox.create or python.run) is the id
+ * of the caller's live sandbox of that session; anything else (an id, an id
+ * prefix that nsboxd resolves, a mistake nsboxd names) goes as given. */
+static int cli_resolve_sandbox_param(struct client *c, json_t *params, nsbox_error_t **err)
+{
+        const char *ref = json_string_value(json_object_get(params, "sandbox_id"));
+        if (looks_like_full_id(ref))
+                return 0;
+        size_t k = 0;
+        for (; k < CLI_RESOLVED_MAX && cli_resolved[k].ref != NULL; k++) {
+                if (strcmp(cli_resolved[k].ref, ref) == 0) {
+                        json_object_set_new(params, "sandbox_id", json_string(cli_resolved[k].id));
+                        return 0;
+                }
+        }
+        _cleanup_json_ json_t *list = NULL;
+        _cleanup_json_ json_t *list_params = json_object();
+        _cleanup_error_ nsbox_error_t *list_err = NULL;
+        if (client_call(c, "sandbox.list", list_params, NULL, NULL, &list, NULL, &list_err) < 0)
+                return 0; /* the request itself will say what is wrong */
+        const char *found = NULL;
+        size_t matches = 0, i;
+        json_t *sb;
+        json_array_foreach(json_object_get(list, "sandboxes"), i, sb)
+        {
+                const char *session = json_string_value(json_object_get(sb, "session_id"));
+                const char *state = json_string_value(json_object_get(sb, "state"));
+                if (session != NULL && strcmp(session, ref) == 0 && state != NULL &&
+                    strcmp(state, "running") == 0) {
+                        found = json_string_value(json_object_get(sb, "sandbox_id"));
+                        matches++;
+                }
+        }
+        /* root lists every user's sandboxes: a name two users chose is no
+         * answer. */
+        if (matches > 1)
+                return nsbox_refuse(err, EINVAL, "session name %s names %zu sandboxes; give the sandbox id",
+                                    ref, matches);
+        const char *id = matches == 1 && found != NULL ? found : ref;
+        if (k < CLI_RESOLVED_MAX) {
+                cli_resolved[k].ref = strdup(ref);
+                cli_resolved[k].id = strdup(id);
+                if (cli_resolved[k].ref == NULL || cli_resolved[k].id == NULL)
+                        return nsbox_error(err, ENOMEM, "resolve %s", ref);
+        }
+        json_object_set_new(params, "sandbox_id", json_string(id));
+        return 0;
 }
 
 int main(int argc, char **argv)
@@ -561,6 +645,10 @@ int main(int argc, char **argv)
         if (cmd == NULL)
                 return cli_fail("unknown command \"%s\" (see nsbox --help)", argv[i]);
         cli.command = cmd->name;
+        /* The MCP server lives long and names sandboxes by their ids; a
+         * cached session name could outlive its sandbox there. */
+        if (strcmp(cmd->name, "mcp") != 0)
+                client_set_resolver(cli_resolve_sandbox_param);
         /* Commands see their own argv; a --json among the options after the
          * command name counts too (not after "--": that is the command's). */
         int sub_argc = argc - i;

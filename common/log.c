@@ -5,8 +5,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 enum log_level log_max_level = LOG_LEVEL_INFO;
 
@@ -93,13 +96,42 @@ void log_escape(const char *text, char *out, size_t size)
         out[o] = '\0';
 }
 
+bool log_stderr_is_journal(void)
+{
+        /* systemd sets JOURNAL_STREAM to the device and inode of the stream
+         * it connected; a stderr redirected since (a shell, a test's file)
+         * is not the journal even when the variable was inherited. */
+        const char *stream = getenv("JOURNAL_STREAM");
+        unsigned long long dev, ino;
+        struct stat st;
+        if (stream == NULL || sscanf(stream, "%llu:%llu", &dev, &ino) != 2 || fstat(STDERR_FILENO, &st) < 0)
+                return false;
+        return (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
+}
+
+/* Decided at the first line: stderr does not move under a running daemon. */
+static int log_to_journal = -1;
+
 static void log_vwrite(enum log_level level, const char *fmt, va_list ap)
 {
         char line[LOG_LINE_MAX];
         char escaped[LOG_LINE_MAX * 2];
         vsnprintf(line, sizeof(line), fmt, ap);
         log_escape(line, escaped, sizeof(escaped));
-        fprintf(stderr, "%s%s: %s\n", level_prefixes[level], level_names[level], escaped);
+        if (log_to_journal < 0)
+                log_to_journal = log_stderr_is_journal();
+        if (log_to_journal) {
+                /* The journal stamps each line itself and reads the level. */
+                fprintf(stderr, "%s%s: %s\n", level_prefixes[level], level_names[level], escaped);
+                return;
+        }
+        struct timespec now;
+        struct tm tm;
+        char stamp[32];
+        clock_gettime(CLOCK_REALTIME, &now);
+        gmtime_r(&now.tv_sec, &tm);
+        strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
+        fprintf(stderr, "%s.%03ldZ %s: %s\n", stamp, now.tv_nsec / 1000000, level_names[level], escaped);
 }
 
 void log_write(enum log_level level, const char *fmt, ...)

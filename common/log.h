@@ -1,6 +1,10 @@
-/* One line per event to stderr (the journal under systemd). */
+/* One line per event to stderr. Under journald (JOURNAL_STREAM names
+ * stderr) a line is "<N>level: message", the sd-daemon priority prefix;
+ * anywhere else "2026-01-02T03:04:05.678Z level: message", UTC with
+ * milliseconds, since a terminal or a file has no timestamps of its own. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 
 enum log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARN, LOG_LEVEL_INFO, LOG_LEVEL_DEBUG };
@@ -8,6 +12,8 @@ enum log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARN, LOG_LEVEL_INFO, LOG_LEVEL_DEBU
 extern enum log_level log_max_level;
 
 int log_parse_level(const char *name, enum log_level *out);
+/* Whether stderr is the stream systemd connected to the journal. */
+bool log_stderr_is_journal(void);
 /* Every line is escaped before it is written: control characters (newline,
  * CR, ESC, ...), C1 controls, U+2028/U+2029 and bytes that are not UTF-8
  * become \xNN or \u{NNNN}, so text quoted from a client or a sandbox (a

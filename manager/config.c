@@ -197,7 +197,9 @@ static char *sibling_path(const char *name, const char *installed)
 
 static void usage(const struct nsbox_config *defaults)
 {
-        printf("usage: nsboxd [options]\n\nEvery option is also a key of the JSON config file and an\n"
+        printf("usage: nsboxd [options]\n\nEvery option is also a key of the JSON config file "
+               "(--max-sandboxes:\n"
+               "\"max_sandboxes\") and an "
                "NSBOX_* environment variable; flags win over the environment, which wins over the file.\n"
                "The file is --config, else $NSBOX_CONFIG, else /etc/nsbox/nsboxd.json (if it exists).\n\n");
         for (size_t i = 0; i < ARRAY_SIZE(options); i++) {

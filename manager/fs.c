@@ -779,33 +779,46 @@ static bool fs_get_base64(struct rpc_request *req, bool *base64)
         return false;
 }
 
+/* Parse params[key] (default: `fallback`, or required when NULL). Replies
+ * and returns false on failure. */
+static bool fs_get_path(struct rpc_request *req, const char *key, const char *fallback, struct fs_path *path)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        json_t *v = json_object_get(req->msg.params, key);
+        const char *text = fallback;
+        size_t len = fallback ? strlen(fallback) : 0;
+        if (v != NULL && !json_is_null(v)) {
+                if (!json_is_string(v)) {
+                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s must be a string",
+                                        key);
+                        return false;
+                }
+                text = json_string_value(v);
+                len = json_string_length(v);
+        } else if (text == NULL) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s is required", key);
+                return false;
+        }
+        int r = fs_path_parse(text, len, path, &err);
+        if (r < 0) {
+                /* Methods with one path keep the message they always had. */
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s%s%s",
+                                strcmp(key, "path") == 0 ? "" : key, strcmp(key, "path") == 0 ? "" : ": ",
+                                err->message);
+                return false;
+        }
+        return true;
+}
+
 /* Parse params.path (default: `fallback`, or required when NULL) and pin the
  * sandbox's root. Replies and returns false on failure. */
 static bool fs_begin(struct rpc_request *req, struct sandbox *sb, const char *fallback, struct fs_path *path,
                      struct fs_ctx *ctx)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
-        json_t *v = json_object_get(req->msg.params, "path");
-        const char *text = fallback;
-        size_t len = fallback ? strlen(fallback) : 0;
-        if (v != NULL && !json_is_null(v)) {
-                if (!json_is_string(v)) {
-                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
-                                        "path must be a string");
-                        return false;
-                }
-                text = json_string_value(v);
-                len = json_string_length(v);
-        } else if (text == NULL) {
-                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "path is required");
+        if (!fs_get_path(req, "path", fallback, path))
                 return false;
-        }
-        int r = fs_path_parse(text, len, path, &err);
-        if (r < 0) {
-                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
-                return false;
-        }
-        r = fs_ctx_open(sb, ctx, &err);
+        int r = fs_ctx_open(sb, ctx, &err);
         if (r < 0) {
                 fs_reply_failure(req, r, err);
                 return false;
@@ -1284,6 +1297,234 @@ void fs_method_stat(struct rpc_request *req, struct sandbox *sb)
         }
         fs_ctx_close(&ctx);
         rpc_reply_result(req, result);
+}
+
+/* ---- rename, symlink, chmod ---- */
+
+/* The entry `p` names, held without following it, in its parent `parent`
+ * (opened by fs_open_parent). A mount point (the sandbox's /proc, a bind
+ * mount) is refused: renaming or re-moding one is never the client's to do. */
+static int fs_open_entry(int parent, const struct fs_path *p, const char *what, int *out, struct stat *st,
+                         nsbox_error_t **err)
+{
+        int fd = fs_openat2(parent, p->name, O_PATH | O_NOFOLLOW, 0, FS_RESOLVE_ENTRY);
+        if (fd == -EXDEV)
+                return nsbox_refuse(err, EXDEV, "refusing to %s %s: it is a mount point", what, p->shown);
+        if (fd < 0)
+                return fs_resolve_error(err, -fd, p->shown);
+        if (fstat(fd, st) < 0) {
+                int e = errno;
+                close(fd);
+                return nsbox_error(err, e, "stat %s", p->shown);
+        }
+        if (p->dir_only && !S_ISDIR(st->st_mode)) {
+                close(fd);
+                return nsbox_refuse(err, ENOTDIR, "%s is not a directory", p->shown);
+        }
+        *out = fd;
+        return 0;
+}
+
+/* Both ends are resolved to a parent directory fd inside the root and the
+ * last components are renamed between those fds, so neither a symlink in
+ * `from`/`to` nor one swapped in meanwhile moves anything out of (or into)
+ * the sandbox. The parents of `to` must exist, as for rename(2). */
+static int fs_rename_at(const struct fs_ctx *ctx, const struct fs_path *from, const struct fs_path *to,
+                        bool overwrite, nsbox_error_t **err)
+{
+        if (from->name == NULL || strcmp(from->name, "..") == 0)
+                return nsbox_refuse(err, EINVAL, "refusing to rename %s", from->shown);
+        if (to->name == NULL || strcmp(to->name, "..") == 0)
+                return nsbox_refuse(err, EINVAL, "refusing to rename onto %s", to->shown);
+        _cleanup_close_ int from_parent = -1, to_parent = -1, entry = -1;
+        int r = fs_open_parent(ctx, from, false, &from_parent, err);
+        if (r < 0)
+                return r;
+        struct stat st;
+        r = fs_open_entry(from_parent, from, "rename", &entry, &st, err);
+        if (r < 0)
+                return r;
+        r = fs_open_parent(ctx, to, false, &to_parent, err);
+        if (r < 0)
+                return r;
+        if (renameat2(from_parent, from->name, to_parent, to->name, overwrite ? 0 : RENAME_NOREPLACE) == 0)
+                return 0;
+        switch (errno) {
+        case EEXIST:
+                return nsbox_refuse(err, EEXIST, "%s already exists (set overwrite to replace it)",
+                                    to->shown);
+        case ENOTEMPTY:
+                return nsbox_refuse(err, ENOTEMPTY, "%s is a directory that is not empty", to->shown);
+        case EISDIR:
+                return nsbox_refuse(err, EISDIR, "%s is a directory and %s is not", to->shown, from->shown);
+        case ENOTDIR:
+                return nsbox_refuse(err, ENOTDIR, "%s is a directory and %s is not", from->shown, to->shown);
+        case EINVAL:
+                return nsbox_refuse(err, EINVAL, "cannot move %s into itself (%s)", from->shown, to->shown);
+        case EXDEV:
+                /* overlayfs without redirect_dir cannot rename a directory
+                 * that comes from the image; mount points are other file
+                 * systems. */
+                return nsbox_refuse(err, EXDEV,
+                                    "cannot rename %s to %s: a directory from the image, or a move between "
+                                    "file systems (copy and remove instead)",
+                                    from->shown, to->shown);
+        case ENOSPC:
+        case EDQUOT:
+                return nsbox_refuse(err, ENOSPC, "rename %s: no space left in the sandbox (disk_bytes=%llu)",
+                                    from->shown, ctx->disk_bytes);
+        default:
+                return nsbox_error(err, errno, "rename %s to %s", from->shown, to->shown);
+        }
+}
+
+void fs_method_rename(struct rpc_request *req, struct sandbox *sb)
+{
+        static const char *const known[] = { "sandbox_id", "from", "to", "overwrite", NULL };
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        bool overwrite;
+        struct fs_path from, to;
+        struct fs_ctx ctx;
+        if (!rpc_check_fields(req, known) || !rpc_get_bool(req, "overwrite", &overwrite) ||
+            !fs_get_path(req, "from", NULL, &from) || !fs_get_path(req, "to", NULL, &to))
+                return;
+        int r = fs_ctx_open(sb, &ctx, &err);
+        if (r == 0)
+                r = fs_rename_at(&ctx, &from, &to, overwrite, &err);
+        fs_ctx_close(&ctx);
+        if (r < 0) {
+                fs_reply_failure(req, r, err);
+                return;
+        }
+        rpc_reply_result(req, json_pack("{s:s, s:s}", "from", from.shown, "to", to.shown));
+}
+
+/* The link's own path is resolved like any other (its parent inside the
+ * root, its name never followed); the target is stored as given, since the
+ * sandbox resolves it later in its own root, as the kernel always does. */
+static int fs_symlink_at(const struct fs_ctx *ctx, const char *target, const struct fs_path *p,
+                         bool overwrite, nsbox_error_t **err)
+{
+        if (p->name == NULL || strcmp(p->name, "..") == 0 || p->dir_only)
+                return nsbox_refuse(err, EINVAL, "refusing to create a symlink at %s", p->shown);
+        _cleanup_close_ int parent = -1;
+        int r = fs_open_parent(ctx, p, false, &parent, err);
+        if (r < 0)
+                return r;
+        for (int attempt = 0; symlinkat(target, parent, p->name) < 0; attempt++) {
+                if (errno == ENOSPC || errno == EDQUOT)
+                        return nsbox_refuse(err, ENOSPC,
+                                            "symlink %s: no space left in the sandbox (disk_bytes=%llu)",
+                                            p->shown, ctx->disk_bytes);
+                if (errno != EEXIST)
+                        return nsbox_error(err, errno, "symlink %s", p->shown);
+                if (!overwrite)
+                        return nsbox_refuse(err, EEXIST, "%s already exists (set overwrite to replace it)",
+                                            p->shown);
+                if (attempt >= FS_RESOLVE_RETRIES)
+                        return nsbox_refuse(err, EAGAIN, "%s: the sandbox kept recreating the path",
+                                            p->shown);
+                /* As ln -sf: a file or link is replaced, a directory is not. */
+                _cleanup_close_ int old = -1;
+                struct stat st;
+                r = fs_open_entry(parent, p, "replace", &old, &st, err);
+                if (r < 0)
+                        return r;
+                if (S_ISDIR(st.st_mode))
+                        return nsbox_refuse(err, EISDIR, "%s is a directory", p->shown);
+                if (unlinkat(parent, p->name, 0) < 0 && errno != ENOENT)
+                        return nsbox_error(err, errno, "replace %s", p->shown);
+        }
+        _cleanup_close_ int link = fs_openat2(parent, p->name, O_PATH | O_NOFOLLOW, 0, FS_RESOLVE_ENTRY);
+        struct stat st;
+        if (link < 0 || fstat(link, &st) < 0 || !S_ISLNK(st.st_mode) || st.st_uid != 0)
+                return 0; /* swapped already: the sandbox's own business */
+        if (fchownat(link, "", ctx->uid, ctx->gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0)
+                return nsbox_error(err, errno, "chown %s to the sandbox user", p->shown);
+        return 0;
+}
+
+void fs_method_symlink(struct rpc_request *req, struct sandbox *sb)
+{
+        static const char *const known[] = { "sandbox_id", "target", "path", "overwrite", NULL };
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        bool overwrite;
+        if (!rpc_check_fields(req, known) || !rpc_get_bool(req, "overwrite", &overwrite))
+                return;
+        json_t *target = json_object_get(req->msg.params, "target");
+        if (!json_is_string(target)) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "target must be a string");
+                return;
+        }
+        size_t len = json_string_length(target);
+        if (len == 0 || len >= FS_PATH_MAX || memchr(json_string_value(target), '\0', len) != NULL) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                "target must be 1 to %d bytes without a NUL byte", FS_PATH_MAX - 1);
+                return;
+        }
+        struct fs_path path;
+        struct fs_ctx ctx;
+        if (!fs_begin(req, sb, NULL, &path, &ctx))
+                return;
+        int r = fs_symlink_at(&ctx, json_string_value(target), &path, overwrite, &err);
+        fs_ctx_close(&ctx);
+        if (r < 0) {
+                fs_reply_failure(req, r, err);
+                return;
+        }
+        rpc_reply_result(req, json_pack("{s:s, s:O}", "path", path.shown, "target", target));
+}
+
+/* setuid and setgid bits are refused: on a file of the sandbox's root they
+ * would hand the sandbox user that root, which the client may not mean. */
+#define FS_CHMOD_ALLOWED 01777
+
+static int fs_chmod_at(const struct fs_ctx *ctx, const struct fs_path *p, mode_t mode, nsbox_error_t **err)
+{
+        /* A final symlink is followed, inside the root, as chmod(1) does. */
+        _cleanup_close_ int fd = fs_openat2(ctx->root, p->rel, O_PATH, 0, FS_RESOLVE);
+        if (fd < 0)
+                return fs_resolve_error(err, -fd, p->shown);
+        struct stat st;
+        if (fstat(fd, &st) < 0)
+                return nsbox_error(err, errno, "stat %s", p->shown);
+        if (p->dir_only && !S_ISDIR(st.st_mode))
+                return nsbox_refuse(err, ENOTDIR, "%s is not a directory", p->shown);
+        if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
+                return fs_refuse_type(err, st.st_mode, p->shown);
+        /* fchmod does not take O_PATH fds; nsboxd's own /proc reaches the
+         * inode already resolved, with no path walk left. */
+        char proc[64];
+        snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+        if (chmod(proc, mode) < 0)
+                return nsbox_error(err, errno, "chmod %s", p->shown);
+        return 0;
+}
+
+void fs_method_chmod(struct rpc_request *req, struct sandbox *sb)
+{
+        static const char *const known[] = { "sandbox_id", "path", "mode", NULL };
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (!rpc_check_fields(req, known))
+                return;
+        json_t *mode = json_object_get(req->msg.params, "mode");
+        if (!json_is_integer(mode) || json_integer_value(mode) < 0 ||
+            (json_integer_value(mode) & ~(json_int_t)FS_CHMOD_ALLOWED) != 0) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                "mode must be an integer from 0 to 0o1777 (setuid and setgid are refused)");
+                return;
+        }
+        struct fs_path path;
+        struct fs_ctx ctx;
+        if (!fs_begin(req, sb, NULL, &path, &ctx))
+                return;
+        int r = fs_chmod_at(&ctx, &path, (mode_t)json_integer_value(mode), &err);
+        fs_ctx_close(&ctx);
+        if (r < 0) {
+                fs_reply_failure(req, r, err);
+                return;
+        }
+        rpc_reply_result(req, json_pack("{s:s, s:I}", "path", path.shown, "mode", json_integer_value(mode)));
 }
 
 /* ---- helpers for python.run ---- */

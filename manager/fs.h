@@ -16,6 +16,9 @@ void fs_method_write(struct rpc_request *req, struct sandbox *sb);
 void fs_method_remove(struct rpc_request *req, struct sandbox *sb);
 void fs_method_mkdir(struct rpc_request *req, struct sandbox *sb);
 void fs_method_stat(struct rpc_request *req, struct sandbox *sb);
+void fs_method_rename(struct rpc_request *req, struct sandbox *sb);
+void fs_method_symlink(struct rpc_request *req, struct sandbox *sb);
+void fs_method_chmod(struct rpc_request *req, struct sandbox *sb);
 
 /* Write a regular file (created or truncated, parents created) owned by the
  * sandbox user. `path` is a sandbox path (relative = under /workspace). */

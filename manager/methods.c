@@ -33,7 +33,16 @@ static struct sandbox *require_sandbox(struct rpc_request *req)
         }
         /* Only ids in the registry match: the text is never used otherwise. */
         const char *text = json_string_value(id);
-        struct sandbox *sb = sandbox_lookup(text, req->uid);
+        size_t matched;
+        struct sandbox *sb = sandbox_resolve(text, req->uid, &matched);
+        if (sb == NULL && matched > 1) {
+                /* invalid_params: SPEC's kinds are a closed list. */
+                rpc_reply_fail(req, "invalid_params",
+                               "ambiguous sandbox id prefix %.64s: it matches %zu of your sandboxes; give "
+                               "more of the id",
+                               text, matched);
+                return NULL;
+        }
         if (sb == NULL) {
                 rpc_reply_fail(req, "not_found", "no sandbox %.64s", text);
                 return NULL;
@@ -335,6 +344,9 @@ FS_METHOD(write)
 FS_METHOD(remove)
 FS_METHOD(mkdir)
 FS_METHOD(stat)
+FS_METHOD(rename)
+FS_METHOD(symlink)
+FS_METHOD(chmod)
 
 static void method_exec_list(struct rpc_request *req)
 {
@@ -374,6 +386,9 @@ const struct rpc_method nsboxd_methods[] = {
         { "fs.remove", method_fs_remove },
         { "fs.mkdir", method_fs_mkdir },
         { "fs.stat", method_fs_stat },
+        { "fs.rename", method_fs_rename },
+        { "fs.symlink", method_fs_symlink },
+        { "fs.chmod", method_fs_chmod },
         { "shell.create", shell_method_create },
         { "shell.run", shell_method_run },
         { "shell.check", shell_method_check },

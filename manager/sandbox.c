@@ -204,14 +204,40 @@ void sandbox_touch(struct sandbox *sb)
         sb->last_active_mono = now_monotonic_ms();
 }
 
+static bool sandbox_visible(const struct sandbox *sb)
+{
+        return sb->state != SANDBOX_EXITED && !sb->pooled;
+}
+
+struct sandbox *sandbox_resolve(const char *id, uid_t uid, size_t *matched)
+{
+        *matched = 0;
+        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
+                if (strcmp(sb->id, id) == 0 && (uid == 0 || sb->owner == uid) && sandbox_visible(sb)) {
+                        *matched = 1;
+                        return sb;
+                }
+        }
+        /* A prefix only ever matches the caller's own sandboxes, root's
+         * included: guessing prefixes must not tell one user that another
+         * user's sandbox exists, nor how many there are. */
+        size_t len = strlen(id);
+        if (len < SANDBOX_ID_PREFIX_MIN || len >= sizeof(((struct sandbox *)0)->id))
+                return NULL;
+        struct sandbox *found = NULL;
+        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
+                if (sb->owner == uid && sandbox_visible(sb) && strncmp(sb->id, id, len) == 0) {
+                        found = sb;
+                        (*matched)++;
+                }
+        }
+        return *matched == 1 ? found : NULL;
+}
+
 struct sandbox *sandbox_lookup(const char *id, uid_t uid)
 {
-        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
-                if (strcmp(sb->id, id) == 0 && (uid == 0 || sb->owner == uid) &&
-                    sb->state != SANDBOX_EXITED && !sb->pooled)
-                        return sb;
-        }
-        return NULL;
+        size_t matched;
+        return sandbox_resolve(id, uid, &matched);
 }
 
 struct sandbox *sandbox_find_session(const char *session_id, uid_t owner)

@@ -61,8 +61,15 @@ int sandbox_create(uid_t owner, struct sandbox_policy *policy, sandbox_ready_cb 
 /* Run `done` when `sb` (being created) is ready or failed. */
 void sandbox_when_ready(struct sandbox *sb, sandbox_ready_cb done, void *data);
 
-/* A live sandbox that `uid` may see (root sees all), or NULL: a sandbox of
- * another user is indistinguishable from a missing one. */
+/* The shortest id prefix that names a sandbox (as docker's short ids). */
+#define SANDBOX_ID_PREFIX_MIN 4
+
+/* A live sandbox that `uid` may see (root sees all) named by its full id
+ * or by a unique prefix of the id of one of uid's own sandboxes, or NULL:
+ * a sandbox of another user is indistinguishable from a missing one.
+ * *matched counts the candidates (more than 1: the prefix is ambiguous). */
+struct sandbox *sandbox_resolve(const char *id, uid_t uid, size_t *matched);
+/* sandbox_resolve without the count: NULL when missing or ambiguous. */
 struct sandbox *sandbox_lookup(const char *id, uid_t uid);
 struct sandbox *sandbox_find_session(const char *session_id, uid_t owner);
 

@@ -4,20 +4,23 @@
     with Sandbox.create() as sb:
         print(sb.run_code("x = 6 * 7\nx").result)      # '42'
         print(sb.commands.run("uname -a").stdout)
+        sh = sb.shell.create()                          # a persistent shell session
+        sh.run("cd /tmp && export X=1")
+        print(sh.run("pwd; echo $X").stdout)            # '/tmp\n1\n'
 
 The asyncio twin is nsbox.aio.AsyncSandbox. The socket is $NSBOX_SOCKET or
 /run/nsbox/nsbox.sock unless socket= is given."""
 from .errors import (BusyError, CommandExitError, InternalError, InvalidParamsError, LimitReachedError,
                      MethodNotFoundError, NotFoundError, NsboxConnectionError, NsboxError, PermissionDeniedError,
                      ProtocolError, SandboxTimeoutError, UnavailableError)
-from .models import CommandResult, EntryInfo, Execution, ExecutionError, Image
-from .sandbox import CommandHandle, Commands, Connection, Files, Sandbox
+from .models import CommandResult, EntryInfo, Execution, ExecutionError, Image, ShellResult
+from .sandbox import CommandHandle, Commands, Connection, Files, Sandbox, Shell, ShellSession
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Sandbox", "Commands", "Files", "CommandHandle", "Connection",
-    "Execution", "ExecutionError", "Image", "CommandResult", "EntryInfo",
+    "Sandbox", "Commands", "Files", "CommandHandle", "Connection", "Shell", "ShellSession",
+    "Execution", "ExecutionError", "Image", "CommandResult", "EntryInfo", "ShellResult",
     "NsboxError", "NotFoundError", "InvalidParamsError", "LimitReachedError", "BusyError",
     "SandboxTimeoutError", "UnavailableError", "PermissionDeniedError", "InternalError",
     "ProtocolError", "MethodNotFoundError", "NsboxConnectionError", "CommandExitError",

@@ -15,7 +15,7 @@ import signal as _signal
 import time
 
 from .errors import NotFoundError, SandboxTimeoutError
-from .models import CommandResult, EntryInfo, Execution
+from .models import CommandResult, EntryInfo, Execution, ShellResult
 
 DEFAULT_SOCKET = "/run/nsbox/nsbox.sock"
 # A reply may hold 64 MiB of file content as base64, plus JSON framing.
@@ -114,6 +114,7 @@ class SandboxCore:
     """What Sandbox and AsyncSandbox share: state and operations."""
     _commands_cls = None  # set by each flavour
     _files_cls = None
+    _shell_cls = None
 
     def __init__(self, conn, reply, keep=False):
         self._conn = conn
@@ -124,6 +125,7 @@ class SandboxCore:
         self.created = reply
         self.commands = self._commands_cls(self)
         self.files = self._files_cls(self)
+        self.shell = self._shell_cls(self)
 
     def __repr__(self):
         return "<%s %s>" % (type(self).__name__, self.sandbox_id)
@@ -384,3 +386,98 @@ class FilesCore:
 
     def mkdir(self, path, parents=True):
         return (yield Call("fs.mkdir", self._sandbox._p(path=path, parents=parents)))
+
+    def rename(self, src, dst, overwrite=False):
+        """Move src to dst in one rename(2) (fs.rename); dst's parent must
+        exist. An existing dst is replaced only with overwrite=True."""
+        return (yield Call("fs.rename", self._sandbox._p(to=dst, overwrite=overwrite, **{"from": src})))
+
+    def symlink(self, target, path, overwrite=False):
+        """Make path a symlink to target (stored as given; the sandbox
+        resolves it in its own root). overwrite=True replaces a file or link
+        at path, never a directory."""
+        return (yield Call("fs.symlink", self._sandbox._p(target=target, path=path, overwrite=overwrite)))
+
+    def chmod(self, path, mode):
+        """Set a file's or directory's permission bits (0o1777 at most)."""
+        return (yield Call("fs.chmod", self._sandbox._p(path=path, mode=int(mode))))
+
+
+def _shell_result(r, binary):
+    out = []
+    for name in ("stdout", "stderr"):
+        d = Decoder(binary, r.get("encoding") == "base64")
+        out.append(d.feed(r.get(name)) + d.finish())
+    return ShellResult.from_reply(r, *out)
+
+
+class ShellCore:
+    """sb.shell: persistent shell sessions (shell.*). A session is a bash that
+    keeps its cwd, variables and functions between commands; one command runs
+    in it at a time."""
+    _session_cls = None
+
+    def __init__(self, sandbox):
+        self._sandbox = sandbox
+
+    @property
+    def _conn(self):
+        return self._sandbox._conn
+
+    def create(self, name=None, cwd=None, env=None):
+        """Start a session (a name is chosen when none is given): its handle."""
+        r = yield Call("shell.create", self._sandbox._p(name=name, cwd=cwd, env=env))
+        return self._session_cls(self._sandbox, r["session"], info=r)
+
+    def run(self, session, command, timeout=None, blocking=True, cwd=None, binary=False, max_output_bytes=None):
+        """Run a command line in the session: blocking, its ShellResult
+        (timeout default 30 s: past it the command is interrupted, the
+        session stays); blocking=False, at once with running=True (poll
+        with check())."""
+        r = yield Call("shell.run", self._sandbox._p(session=session, command=command, timeout_seconds=timeout,
+                                                      blocking=blocking, cwd=cwd, encoding="base64",
+                                                      max_output_bytes=max_output_bytes))
+        return _shell_result(r, binary)
+
+    def check(self, session, since=None, binary=False):
+        """The session's current or last command: running, exit_code, output
+        (after since={"stdout": n, "stderr": m}, the `next` of a previous check)."""
+        r = yield Call("shell.check", self._sandbox._p(session=session, since=since))
+        return _shell_result(r, binary)
+
+    def terminate(self, session):
+        """Kill the session's shell and whatever it runs."""
+        r = yield Call("shell.terminate", self._sandbox._p(session=session))
+        return bool(r.get("terminated"))
+
+    def list(self):
+        """The sandbox's sessions: dicts with session, ready, running, command_id, cwd."""
+        r = yield Call("shell.list", self._sandbox._p())
+        return r.get("sessions", [])
+
+
+class ShellSessionCore:
+    """One shell session: run(), check(), terminate() without naming it."""
+
+    def __init__(self, sandbox, name, info=None):
+        self._sandbox = sandbox
+        self.name = name
+        self.info = info or {}
+
+    def __repr__(self):
+        return "<%s %s>" % (type(self).__name__, self.name)
+
+    @property
+    def _conn(self):
+        return self._sandbox._conn
+
+    def run(self, command, timeout=None, blocking=True, cwd=None, binary=False, max_output_bytes=None):
+        return (yield from ShellCore.run(self._sandbox.shell, self.name, command, timeout=timeout,
+                                         blocking=blocking, cwd=cwd, binary=binary,
+                                         max_output_bytes=max_output_bytes))
+
+    def check(self, since=None, binary=False):
+        return (yield from ShellCore.check(self._sandbox.shell, self.name, since=since, binary=binary))
+
+    def terminate(self):
+        return (yield from ShellCore.terminate(self._sandbox.shell, self.name))

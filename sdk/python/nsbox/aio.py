@@ -141,6 +141,14 @@ class AsyncFiles(_core.FilesCore):
     pass
 
 
+class AsyncShellSession(_core.ShellSessionCore):
+    pass
+
+
+class AsyncShell(_core.ShellCore):
+    _session_cls = AsyncShellSession
+
+
 class _Creating:
     """What AsyncSandbox.create() returns: await it, or use it directly in `async with`."""
 
@@ -162,6 +170,7 @@ class _Creating:
 class AsyncSandbox(_core.SandboxCore):
     _commands_cls = AsyncCommands
     _files_cls = AsyncFiles
+    _shell_cls = AsyncShell
 
     @classmethod
     def create(cls, session_id=None, image=None, memory=None, network=None, env=None, labels=None,
@@ -224,3 +233,5 @@ _asyncify(AsyncSandbox, _core.SandboxCore)
 _asyncify(AsyncCommands, _core.CommandsCore)
 _asyncify(AsyncFiles, _core.FilesCore)
 _asyncify(AsyncCommandHandle, _core.HandleCore)
+_asyncify(AsyncShell, _core.ShellCore)
+_asyncify(AsyncShellSession, _core.ShellSessionCore)

@@ -125,3 +125,35 @@ class EntryInfo:
     mode: int
     mtime: Any
     raw: Dict[str, Any] = dataclasses.field(repr=False)
+
+
+@dataclasses.dataclass
+class ShellResult:
+    """A command of a shell session (shell.run / shell.check). stdout and
+    stderr are str, or bytes with binary=True; with since= (check), only
+    the output after those offsets. running is True while a non-blocking
+    command (or a blocking one past its timeout) still runs; `next` holds
+    the offsets to pass as since= to the next check."""
+    session: str
+    command_id: Optional[str]
+    running: bool
+    exit_code: Optional[int]
+    stdout: Union[str, bytes]
+    stderr: Union[str, bytes]
+    cwd: Optional[str]
+    duration_ms: Optional[float]
+    timed_out: bool
+    truncated: bool
+    next: Dict[str, int]
+    raw: Dict[str, Any] = dataclasses.field(repr=False)
+
+    @property
+    def ok(self):
+        return self.exit_code == 0
+
+    @classmethod
+    def from_reply(cls, r, stdout, stderr):
+        return cls(session=r.get("session"), command_id=r.get("command_id"), running=bool(r.get("running")),
+                   exit_code=r.get("exit_code"), stdout=stdout, stderr=stderr, cwd=r.get("cwd"),
+                   duration_ms=r.get("duration_ms"), timed_out=bool(r.get("timed_out")),
+                   truncated=bool(r.get("truncated")), next=dict(r.get("next") or {}), raw=r)

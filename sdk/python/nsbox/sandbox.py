@@ -130,7 +130,16 @@ class Commands(_core.CommandsCore):
 
 
 class Files(_core.FilesCore):
-    """sb.files: read, write, list, stat, exists, remove, mkdir (binary-safe)."""
+    """sb.files: read, write, list, stat, exists, remove, mkdir, rename, symlink, chmod (binary-safe)."""
+
+
+class ShellSession(_core.ShellSessionCore):
+    """One persistent shell session: run(), check(), terminate()."""
+
+
+class Shell(_core.ShellCore):
+    """sb.shell: create(), run(), check(), terminate(), list() of shell sessions."""
+    _session_cls = ShellSession
 
 
 class Sandbox(_core.SandboxCore):
@@ -141,6 +150,7 @@ class Sandbox(_core.SandboxCore):
     """
     _commands_cls = Commands
     _files_cls = Files
+    _shell_cls = Shell
 
     @classmethod
     def create(cls, session_id=None, image=None, memory=None, network=None, env=None, labels=None,
@@ -209,3 +219,5 @@ _syncify(Sandbox, _core.SandboxCore)
 _syncify(Commands, _core.CommandsCore)
 _syncify(Files, _core.FilesCore)
 _syncify(CommandHandle, _core.HandleCore)
+_syncify(Shell, _core.ShellCore)
+_syncify(ShellSession, _core.ShellSessionCore)
