@@ -170,3 +170,28 @@ def test_every_exec_leaves_an_audit_line_with_control_characters_escaped(daemon,
             break
         time.sleep(0.1)
     assert not missing, "%d of 150 audit lines missing" % len(missing)
+
+
+def test_cli_exec_i_streams_input_while_the_command_runs(daemon, sandbox):
+    # Before, the CLI read its standard input to the end before starting the command.
+    import select
+    import subprocess
+    from conftest import BUILD
+    p = subprocess.Popen([os.path.join(BUILD, "nsbox"), "--socket", daemon.socket, "exec", "-i", sandbox, "--",
+                          "python3", "-u", "-c", "import sys\nfor l in sys.stdin.buffer: sys.stdout.buffer.write(l[::-1])"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        p.stdin.write(b"\xff\x00abc\n")
+        p.stdin.flush()
+        got = b""
+        while len(got) < 6:
+            r, _, _ = select.select([p.stdout], [], [], 30)
+            assert r, "no output while the input is still open: %r" % got
+            got += os.read(p.stdout.fileno(), 100)
+        assert got == b"\ncba\x00\xff"
+        p.stdin.write(b"last")
+        p.stdin.close()
+        assert p.stdout.read() == b"tsal" and p.wait(60) == 0
+    finally:
+        p.kill()
+        p.wait()
