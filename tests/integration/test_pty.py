@@ -2,9 +2,12 @@
 the exec its session leader with it as controlling terminal; exec.resize;
 nsbox exec -it through a real terminal."""
 import base64
+import fcntl
 import os
 import pty
 import select
+import struct
+import termios
 import time
 
 from conftest import BUILD, Daemon  # noqa: F401
@@ -113,26 +116,40 @@ def test_cli_exec_it_runs_through_a_real_terminal(daemon, sandbox):
     if pid == 0:
         os.execv(os.path.join(BUILD, "nsbox"), ["nsbox", "--socket", daemon.socket, "exec", "-it", sandbox,
                                                 "/bin/bash", "--norc"])
-    out = b""
-    sent = False
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if not sent and time.monotonic() > deadline - 58:
-            os.write(fd, b"echo h''i; exit 3\n")
-            sent = True
-        r, _, _ = select.select([fd], [], [], 0.2)
-        if r:
-            try:
-                chunk = os.read(fd, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            out += chunk
+    out = [b""]
+
+    def read_until(text, timeout=30, resend=None):
+        deadline = time.monotonic() + timeout
+        next_send = 0
+        while text not in out[0]:
+            assert time.monotonic() < deadline, "no %r in %r" % (text, out[0])
+            if resend is not None and time.monotonic() > next_send:
+                os.write(fd, resend)
+                next_send = time.monotonic() + 1
+            r, _, _ = select.select([fd], [], [], 0.2)
+            if r:
+                try:
+                    chunk = os.read(fd, 4096)
+                except OSError:
+                    return
+                if not chunk:
+                    return
+                out[0] += chunk
+
+    os.write(fd, b"echo R''EADY\n")
+    read_until(b"READY")
+    # Our terminal's size changes: the CLI gets SIGWINCH and passes the size on.
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 132, 0, 0))
+    read_until(b"50 132", resend=b"stty size\n")
+    os.write(fd, b"echo h''i; exit 3\n")
+    read_until(b"\0never", timeout=60)  # to EOF
     _, status = os.waitpid(pid, 0)
+    # The terminal is as the CLI found it: no longer raw.
+    lflag = termios.tcgetattr(fd)[3]
     os.close(fd)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 3, (status, out)
-    assert b"hi" in out, out
+    assert lflag & termios.ICANON and lflag & termios.ECHO, lflag
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 3, (status, out[0])
+    assert b"hi" in out[0], out[0]
 
 
 def test_cli_exec_it_without_a_terminal_says_so(daemon, sandbox):
