@@ -1642,6 +1642,10 @@ void exec_handle_request(struct rpc_request *req, struct sandbox *sb)
         /* A background exec is answered once the init reports its pid. */
         ex->req = req;
         ex->uid = req->uid;
+        /* One that may run for hours is on record from its start too. */
+        if (ex->background || ex->tty)
+                log_info("audit: exec %s started sandbox=%s uid=%u %s", ex->id, sb->id, (unsigned)ex->uid,
+                         ex->audit ? ex->audit : "?");
         if (!ex->background)
                 rpc_request_on_disconnect(req, exec_client_gone, ex);
 }

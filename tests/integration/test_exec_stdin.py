@@ -144,6 +144,8 @@ def test_a_background_exec_without_a_timeout_outlives_the_default_30_s(daemon, s
                      background=True)["exec_id"]
     st = wait_end(daemon, ex, timeout=120)
     assert st["exit_code"] == 0 and not st["timed_out"] and st["stdout"] == "survived\n", st
+    log = daemon.read_log()
+    assert "audit: exec %s started" % ex in log and "audit: exec %s sandbox=" % ex in log, log[-2000:]
 
 
 def test_every_exec_leaves_an_audit_line_with_control_characters_escaped(daemon, sandbox):
