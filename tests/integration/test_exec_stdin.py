@@ -8,6 +8,7 @@ import socket
 import threading
 import time
 
+from conftest import ASAN
 from nsbox_client import RpcError, as_uid
 
 
@@ -132,7 +133,8 @@ def test_a_huge_stdin_to_a_command_that_does_not_read_keeps_nsboxd_memory_bounde
     kinds = [r.get("error", {}).get("data", {}).get("kind", "ok") for r in replies.values()]
     assert kinds.count("ok") <= 2 and kinds.count("busy") >= 197, kinds
     print("nsboxd RSS %d MB before, peak %d MB while 200 MB were offered" % (before >> 20, peak[0] >> 20))
-    assert peak[0] - before < 64 << 20, "nsboxd grew by %d MB" % ((peak[0] - before) >> 20)
+    # Under ASan freed memory sits in its quarantine (256 MB) before reuse.
+    assert peak[0] - before < (400 if ASAN else 64) << 20, "nsboxd grew by %d MB" % ((peak[0] - before) >> 20)
     sock.close()  # the waiting call's client goes first, then its exec
     time.sleep(0.2)
     daemon.call("exec.kill", exec_id=ex)
