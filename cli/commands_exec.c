@@ -1,6 +1,10 @@
 /* nsbox exec, sh and run: commands with live output and docker's exit codes. */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/signalfd.h>
+#include <termios.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,17 +16,18 @@
 #include "json_cleanup.h"
 #include "textenc.h"
 
-#define STDIN_MAX_BYTES (64u << 20) /* the daemon's limit for exec stdin */
-/* Standard input that is not UTF-8 text goes into a file in the sandbox in
- * chunks of this size (base64 on the wire), then to the command. */
-#define STDIN_CHUNK (4u << 20)
+/* Standard input goes to the command (exec.stdin) in pieces of at most
+ * this size, each sent once the daemon has answered the one before: its
+ * answer waits while the command does not read (back-pressure). */
+#define STDIN_CHUNK (64u << 10)
 /* Streamed output is passed on, not kept: the CLI asks the daemon's largest
  * cap (EXEC_MAX_MAX_OUTPUT) unless --max-output says otherwise. */
 #define STREAM_MAX_OUTPUT (256u << 20)
 /* The daemon's default cap of collected output (--json, -d). */
 #define DEFAULT_MAX_OUTPUT (1u << 20)
 /* A background exec without --timeout gets the daemon's longest one
- * (EXEC_MAX_TIMEOUT_S): 30 s, the default, would kill a server or a build. */
+ * (EXEC_MAX_TIMEOUT_S), as the daemon itself now gives it; said here too
+ * for a daemon that defaults to 30 s. */
 #define BACKGROUND_TIMEOUT_S (24 * 3600)
 
 enum { OPT_TIMEOUT = CLI_OPT_FIRST_FREE, OPT_CWD, OPT_USER, OPT_MAX_OUTPUT };
@@ -35,6 +40,11 @@ struct exec_opts {
 struct stream_state {
         char exec_id[64]; /* learnt from the first exec.output, for exec.kill */
         bool base64;
+        const char *socket_path;
+        bool feed_stdin;      /* -i: our standard input goes to the exec (exec.stdin) */
+        bool stdin_fed;       /* the thread that does it is started */
+        bool tty;             /* -t: a terminal exec, whose window size we pass on */
+        json_t *collected[2]; /* --json with -i (streamed): stdout and stderr for the result */
 };
 
 int cli_write_output(int fd, const json_t *text, bool base64)
@@ -81,6 +91,97 @@ int cli_fail_json(const struct cli *cli, const json_t *error, const char *fmt, .
         return cli_fail("%s", message);
 }
 
+struct stdin_feed {
+        char socket_path[4096];
+        char exec_id[64];
+};
+
+/* Our standard input, as it comes, to the exec's, on a connection of its
+ * own (the exec's one waits for its answer): one exec.stdin at a time, so
+ * the command's reading paces us and the daemon holds a bounded amount.
+ * Ends at EOF (sent as eof) or when the exec no longer takes input; the
+ * process may exit while it waits in read(). */
+static int feed_stdin(const char *socket_path, const char *exec_id)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        struct client *c = NULL;
+        if (client_connect(socket_path, &c, &err) < 0)
+                return -1;
+        _cleanup_free_ char *buf = malloc(STDIN_CHUNK);
+        for (bool eof = false; buf != NULL && !eof;) {
+                ssize_t n = read(STDIN_FILENO, buf, STDIN_CHUNK);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                eof = n <= 0;
+                size_t b64_len = 0;
+                _cleanup_free_ char *b64 = base64_encode(buf, n > 0 ? (size_t)n : 0, &b64_len);
+                _cleanup_json_ json_t *params =
+                    json_pack("{s:s, s:s%, s:s, s:b}", "exec_id", exec_id, "data", b64 ? b64 : "", b64_len,
+                              "encoding", "base64", "eof", eof);
+                _cleanup_json_ json_t *result = NULL;
+                if (client_call(c, "exec.stdin", params, NULL, NULL, &result, NULL, &err) < 0)
+                        break; /* the exec ended or closed its input: the rest has nowhere to go */
+        }
+        client_close(c);
+        return 0;
+}
+
+static void *stdin_feed_thread(void *data)
+{
+        struct stdin_feed *feed = data;
+        feed_stdin(feed->socket_path, feed->exec_id);
+        free(feed);
+        return NULL;
+}
+
+static void start_stdin_feed(struct stream_state *state)
+{
+        struct stdin_feed *feed = calloc(1, sizeof(*feed));
+        if (feed == NULL)
+                return;
+        snprintf(feed->socket_path, sizeof(feed->socket_path), "%s", state->socket_path);
+        snprintf(feed->exec_id, sizeof(feed->exec_id), "%s", state->exec_id);
+        pthread_t thread;
+        if (pthread_create(&thread, NULL, stdin_feed_thread, feed) != 0) {
+                free(feed);
+                return;
+        }
+        pthread_detach(thread);
+        state->stdin_fed = true;
+}
+
+static void print_stream(const char *method, json_t *params, void *data);
+
+/* With --json the output comes in the result; the notifications still
+ * name the exec (for -i and Ctrl-C). */
+static void learn_exec_id(const char *method, json_t *params, void *data)
+{
+        struct stream_state *state = data;
+        const char *id = json_string_value(json_object_get(params, "exec_id"));
+        if (id != NULL && state->exec_id[0] == '\0')
+                snprintf(state->exec_id, sizeof(state->exec_id), "%s", id);
+        if (state->feed_stdin && !state->stdin_fed && state->exec_id[0] != '\0')
+                start_stdin_feed(state);
+        json_t *stream = json_object_get(params, "stream");
+        json_t *text = json_object_get(params, "data");
+        if (strcmp(method, "exec.output") != 0 || !json_is_string(stream) || !json_is_string(text))
+                return;
+        int which = strcmp(json_string_value(stream), "stderr") == 0;
+        json_t **into = &state->collected[which];
+        _cleanup_free_ char *joined = NULL;
+        const char *before = *into ? json_string_value(*into) : "";
+        size_t before_len = *into ? json_string_length(*into) : 0;
+        if (asprintf(&joined, "%s%s", before, json_string_value(text)) < 0)
+                return;
+        json_decref(*into);
+        *into = json_stringn(joined, before_len + json_string_length(text));
+}
+
+static client_notify_cb print_stream_or_learn_id(const struct cli *cli)
+{
+        return cli->json ? learn_exec_id : print_stream;
+}
+
 static void print_stream(const char *method, json_t *params, void *data)
 {
         struct stream_state *state = data;
@@ -89,6 +190,8 @@ static void print_stream(const char *method, json_t *params, void *data)
         const char *id = json_string_value(json_object_get(params, "exec_id"));
         if (id != NULL && state->exec_id[0] == '\0')
                 snprintf(state->exec_id, sizeof(state->exec_id), "%s", id);
+        if (state->feed_stdin && !state->stdin_fed && state->exec_id[0] != '\0')
+                start_stdin_feed(state);
         if (strcmp(method, "exec.output") != 0)
                 return;
         json_t *stream = json_object_get(params, "stream");
@@ -115,6 +218,30 @@ static void kill_exec(const char *socket_path, const char *exec_id, int sig)
         client_close(k);
 }
 
+/* The size of our terminal (stdin's, else stdout's); false without one. */
+static bool terminal_size(struct winsize *size)
+{
+        return ioctl(STDIN_FILENO, TIOCGWINSZ, size) == 0 || ioctl(STDOUT_FILENO, TIOCGWINSZ, size) == 0;
+}
+
+/* SIGWINCH: our terminal's new size to the exec's (exec.resize), on a
+ * connection of its own. Best effort. */
+static void resize_exec(const char *socket_path, const char *exec_id)
+{
+        struct winsize size;
+        if (!terminal_size(&size) || size.ws_row == 0 || size.ws_col == 0)
+                return;
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        struct client *k = NULL;
+        if (client_connect(socket_path, &k, &err) < 0)
+                return;
+        _cleanup_json_ json_t *params =
+            json_pack("{s:s, s:i, s:i}", "exec_id", exec_id, "rows", size.ws_row, "cols", size.ws_col);
+        _cleanup_json_ json_t *ignored = NULL;
+        client_call(k, "exec.resize", params, NULL, NULL, &ignored, NULL, &err);
+        client_close(k);
+}
+
 /* Run an exec with streamed output (or, with --json, the whole result at the
  * end); returns the exit code. The first Ctrl-C is passed on to the command
  * as SIGINT (once its exec id is known, from its first output); a second one,
@@ -126,7 +253,10 @@ static int run_exec(const struct cli *cli, struct client *c, const char *socket_
         _cleanup_error_ nsbox_error_t *err = NULL;
         _cleanup_json_ json_t *result = NULL;
         _cleanup_json_ json_t *error = NULL;
-        struct stream_state state = { .base64 = !cli->json };
+        struct stream_state state = { .base64 = !cli->json,
+                                      .socket_path = socket_path,
+                                      .feed_stdin = json_is_true(json_object_get(params, "stdin_stream")),
+                                      .tty = json_is_true(json_object_get(params, "tty")) };
         *signo = 0;
         if (!cli->json) {
                 json_object_set_new(params, "stream", json_true());
@@ -134,6 +264,8 @@ static int run_exec(const struct cli *cli, struct client *c, const char *socket_
                 if (json_object_get(params, "max_output_bytes") == NULL)
                         json_object_set_new(params, "max_output_bytes", json_integer(STREAM_MAX_OUTPUT));
         }
+        if (state.feed_stdin) /* exec.stdin needs the exec's id before its end */
+                json_object_set_new(params, "stream", json_true());
         json_t *max = json_object_get(params, "max_output_bytes");
         size_t cap = json_is_integer(max) ? (size_t)json_integer_value(max) : DEFAULT_MAX_OUTPUT;
         long long id;
@@ -143,13 +275,18 @@ static int run_exec(const struct cli *cli, struct client *c, const char *socket_
         int r;
         client_set_interrupt_fd(c, signal_fd);
         for (;;) {
-                r = client_wait(c, id, cli->json ? NULL : print_stream, &state, &result, &error, &err);
+                r = client_wait(c, id, print_stream_or_learn_id(cli), &state, &result, &error, &err);
                 if (r != -EINTR)
                         break;
                 nsbox_error_free(&err);
                 int sig = cli_caught_signal(signal_fd);
                 if (sig == 0)
                         continue;
+                if (sig == SIGWINCH) {
+                        if (state.tty && state.exec_id[0] != '\0')
+                                resize_exec(socket_path, state.exec_id);
+                        continue;
+                }
                 if (sig == SIGINT && !interrupted && state.exec_id[0] != '\0') {
                         /* As a terminal would: the command decides what Ctrl-C means. */
                         interrupted = true;
@@ -172,6 +309,10 @@ static int run_exec(const struct cli *cli, struct client *c, const char *socket_
                 return cli_fail_json(cli, error, "%s", err->message);
         }
         if (cli->json) {
+                for (int i = 0; i < 2; i++) {
+                        if (state.collected[i] != NULL)
+                                json_object_set_new(result, i ? "stderr" : "stdout", state.collected[i]);
+                }
                 cli_print_json(result);
         } else {
                 /* Streamed, stdout and stderr come as notifications; the result's
@@ -184,10 +325,15 @@ static int run_exec(const struct cli *cli, struct client *c, const char *socket_
         fflush(stdout);
         cli_print_truncated(result, cap);
         double timeout = json_number_value(json_object_get(params, "timeout_seconds"));
-        if (json_is_true(json_object_get(result, "timed_out")))
+        if (json_is_true(json_object_get(result, "timed_out")) && state.tty)
+                fprintf(stderr,
+                        "nsbox: the command timed out after %g s (with -t the default is the daemon's "
+                        "longest, 24 h)\n",
+                        timeout > 0 ? timeout : 24 * 3600);
+        else if (json_is_true(json_object_get(result, "timed_out")))
                 fprintf(stderr,
                         "nsbox: the command timed out after %g s (the default is 30 s; raise it with "
-                        "--timeout S)\n",
+                        "--timeout S, up to 24 h)\n",
                         timeout > 0 ? timeout : 30);
         else if (json_is_true(json_object_get(result, "oom_killed")))
                 fprintf(stderr, "nsbox: the sandbox ran out of memory (OOM kill)\n");
@@ -265,106 +411,65 @@ static int parse_exec_options(const struct cli *cli, int argc, char **argv, json
                 if (r != 0)
                         return r == 1 ? cli_usage_error(cli) : r;
         }
-        if (o->tty)
-                return cli_fail("not supported yet: PTY (-t, --tty); run without -t (output and -i input "
-                                "are passed as they are)");
+        if (o->tty && o->with_stdin && !isatty(STDIN_FILENO))
+                return cli_fail(
+                    "the input device is not a TTY (-t with -i needs a terminal on standard input; "
+                    "run without -t)");
+        /* Background and terminal execs have no timeout unless asked: the
+         * daemon's longest (24 h) then holds. */
+        if (o->tty) {
+                struct winsize size;
+                json_object_set_new(params, "tty", json_true());
+                if (terminal_size(&size) && size.ws_row > 0 && size.ws_col > 0) {
+                        json_object_set_new(params, "rows", json_integer(size.ws_row));
+                        json_object_set_new(params, "cols", json_integer(size.ws_col));
+                }
+        }
+        if (o->with_stdin)
+                json_object_set_new(params, "stdin_stream", json_true());
         if (o->detach && json_object_get(params, "timeout_seconds") == NULL)
                 json_object_set_new(params, "timeout_seconds", json_integer(BACKGROUND_TIMEOUT_S));
         return -1;
 }
 
-/* Read up to `max` bytes of fd (less at its end) into buf; the count or -errno. */
-static ssize_t read_full(int fd, char *buf, size_t max)
+/* -t -i: our terminal in raw mode, so that every key (Ctrl-C, Ctrl-D,
+ * arrows) goes to the exec's terminal as typed, and its line discipline,
+ * not ours, decides what they mean. Restored on every way out: the normal
+ * return, exit() (atexit), and the signals we catch, which return. */
+static struct termios saved_termios;
+static bool termios_saved;
+
+static void terminal_restore(void)
 {
-        size_t len = 0;
-        while (len < max) {
-                ssize_t n = read(fd, buf + len, max - len);
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n < 0)
-                        return -errno;
-                if (n == 0)
-                        break;
-                len += n;
-        }
-        return (ssize_t)len;
+        if (termios_saved)
+                tcsetattr(STDIN_FILENO, TCSADRAIN, &saved_termios);
+        termios_saved = false;
 }
 
-/* Bytes of standard input into a new file in the sandbox through fs.write
- * (base64 chunks, appended). 0 or an exit code. */
-static int upload_stdin(const struct cli *cli, struct client *c, const char *sandbox_id, const char *path,
-                        const char *first, size_t first_len, char *buf)
+static int terminal_raw(void)
 {
-        const char *data = first;
-        size_t len = first_len;
-        bool append = false;
-        for (;;) {
-                size_t b64_len;
-                _cleanup_free_ char *b64 = base64_encode(data, len, &b64_len);
-                if (b64 == NULL)
-                        return cli_fail("out of memory");
-                _cleanup_json_ json_t *params =
-                    json_pack("{s:s, s:s, s:s%, s:s, s:b, s:i}", "sandbox_id", sandbox_id, "path", path,
-                              "content", b64, b64_len, "encoding", "base64", "append", append, "mode", 0600);
-                _cleanup_json_ json_t *result = cli_call(cli, c, "fs.write", params);
-                if (result == NULL)
-                        return EXIT_NSBOX_FAILED;
-                append = true;
-                ssize_t n = read_full(STDIN_FILENO, buf, STDIN_CHUNK);
-                if (n < 0)
-                        return cli_fail("read standard input: %s", strerror((int)-n));
-                if (n == 0)
-                        return 0;
-                data = buf;
-                len = (size_t)n;
-        }
-}
-
-/* -i: standard input for the command. UTF-8 text without NUL bytes up to
- * one chunk goes as the exec's `stdin` string (nsboxd refuses NUL in strings). Other bytes cannot be a JSON
- * string and the daemon takes no base64 stdin: they go into a file in the
- * sandbox, which a /bin/sh wrapper opens as the command's input and removes
- * before running it. Either way the input is read to its end first: the
- * daemon has no method to feed a running exec. 0 or an exit code. */
-static int attach_stdin(const struct cli *cli, struct client *c, json_t *params)
-{
-        _cleanup_free_ char *buf = malloc(STDIN_CHUNK);
-        if (buf == NULL)
-                return cli_fail("out of memory");
-        ssize_t n = read_full(STDIN_FILENO, buf, STDIN_CHUNK);
-        if (n < 0)
-                return cli_fail("read standard input: %s", strerror((int)-n));
-        if ((size_t)n < STDIN_CHUNK && utf8_valid(buf, (size_t)n) && memchr(buf, '\0', (size_t)n) == NULL) {
-                json_object_set_new(params, "stdin", json_stringn(buf, (size_t)n));
-                return 0;
-        }
-        const char *sandbox_id = json_string_value(json_object_get(params, "sandbox_id"));
-        char path[96];
-        unsigned char rnd[8];
-        if (getentropy(rnd, sizeof(rnd)) < 0)
-                return cli_fail("getentropy: %s", strerror(errno));
-        snprintf(path, sizeof(path), "/tmp/.nsbox-stdin-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1],
-                 rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
-        _cleanup_free_ char *second = malloc(STDIN_CHUNK);
-        if (second == NULL)
-                return cli_fail("out of memory");
-        int r = upload_stdin(cli, c, sandbox_id, path, buf, (size_t)n, second);
-        if (r != 0) {
-                _cleanup_json_ json_t *rm = json_pack("{s:s, s:s}", "sandbox_id", sandbox_id, "path", path);
-                _cleanup_json_ json_t *ignored = NULL;
-                _cleanup_error_ nsbox_error_t *err = NULL;
-                client_call(c, "fs.remove", rm, NULL, NULL, &ignored, NULL, &err);
-                return r;
-        }
-        json_t *command = json_object_get(params, "command");
-        _cleanup_json_ json_t *inner = command != NULL ? json_pack("[s, s, O]", "/bin/sh", "-c", command)
-                                                       : json_incref(json_object_get(params, "argv"));
-        json_t *wrapped = json_pack("[s, s, s, s]", "/bin/sh", "-c",
-                                    "exec <\"$0\" || exit 126; rm -f -- \"$0\"; exec \"$@\"", path);
-        json_array_extend(wrapped, inner);
-        json_object_del(params, "command");
-        json_object_set_new(params, "argv", wrapped);
+        if (tcgetattr(STDIN_FILENO, &saved_termios) < 0)
+                return -errno;
+        struct termios raw = saved_termios;
+        cfmakeraw(&raw);
+        termios_saved = true;
+        atexit(terminal_restore);
+        if (tcsetattr(STDIN_FILENO, TCSADRAIN, &raw) < 0)
+                return -errno;
         return 0;
+}
+
+/* SIGWINCH too, on the same signalfd, for a terminal exec. */
+static void catch_window_changes(int signal_fd)
+{
+        sigset_t mask;
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGINT);
+        sigaddset(&mask, SIGTERM);
+        sigaddset(&mask, SIGHUP);
+        sigaddset(&mask, SIGWINCH);
+        if (sigprocmask(SIG_BLOCK, &mask, NULL) == 0)
+                signalfd(signal_fd, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 }
 
 static int exec_in_sandbox(const struct cli *cli, json_t *params, const struct exec_opts *o)
@@ -373,11 +478,7 @@ static int exec_in_sandbox(const struct cli *cli, json_t *params, const struct e
         struct client *c = cli_connect(cli);
         if (c == NULL)
                 return EXIT_NSBOX_FAILED;
-        int r = o->with_stdin ? attach_stdin(cli, c, params) : 0;
-        if (r != 0) {
-                client_close(c);
-                return r;
-        }
+        int r = 0;
         if (o->detach) {
                 json_object_set_new(params, "background", json_true());
                 if (!cli->json)
@@ -385,17 +486,31 @@ static int exec_in_sandbox(const struct cli *cli, json_t *params, const struct e
                 _cleanup_json_ json_t *result = NULL;
                 _cleanup_json_ json_t *error = NULL;
                 _cleanup_error_ nsbox_error_t *err = NULL;
-                if (client_call(c, "sandbox.exec", params, NULL, NULL, &result, &error, &err) < 0)
+                if (client_call(c, "sandbox.exec", params, NULL, NULL, &result, &error, &err) < 0) {
                         r = cli_fail_json(cli, error, "%s", err->message);
-                else if (cli->json)
-                        cli_print_json(result);
-                else
-                        printf("%s\n", json_string_value(json_object_get(result, "exec_id")));
+                } else {
+                        const char *id = json_string_value(json_object_get(result, "exec_id"));
+                        /* -d -i: our input to its end, then the exec runs on alone. */
+                        if (o->with_stdin && id != NULL)
+                                feed_stdin(cli->socket_path, id);
+                        if (cli->json)
+                                cli_print_json(result);
+                        else
+                                printf("%s\n", id ? id : "");
+                }
                 client_close(c);
                 return r;
         }
+        if (o->tty && signal_fd >= 0)
+                catch_window_changes(signal_fd);
+        if (o->tty && o->with_stdin && (r = terminal_raw()) < 0) {
+                terminal_restore();
+                client_close(c);
+                return cli_fail("put the terminal in raw mode: %s", strerror(-r));
+        }
         int signo;
         r = run_exec(cli, c, cli->socket_path, params, signal_fd, &signo);
+        terminal_restore();
         client_close(c);
         return r;
 }

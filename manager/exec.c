@@ -8,7 +8,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
+#include <linux/openat2.h>
 #include <sys/epoll.h>
+#include <sys/fsuid.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
@@ -35,6 +43,16 @@
 #define EXEC_MAX_MAX_OUTPUT     (256u << 20)
 #define EXEC_MAX_ARGS_BYTES     (1u << 20)
 #define EXEC_MAX_STDIN_BYTES    (64u << 20)
+/* Streamed stdin (exec.stdin): at most this much waits in nsboxd for a
+ * command that does not read; a call that fills it past this is answered
+ * only once the command has taken enough, so a client that waits for its
+ * answers never holds more than this plus one call in the daemon. */
+#define EXEC_STDIN_STREAM_BUFFER (1u << 20)
+#define EXEC_STDIN_MAX_CALL      (1u << 20) /* decoded bytes of one exec.stdin */
+/* The audit line's argv, escaped: beyond this it is cut ("..."). */
+#define EXEC_AUDIT_ARGV_BYTES 1024
+#define EXEC_TTY_ROWS         24
+#define EXEC_TTY_COLS         80
 /* After the main process exits, wait this long for its pipes to close
  * (descendants may still hold them) before answering. */
 #define EXEC_DRAIN_GRACE_MS 200
@@ -68,7 +86,14 @@ struct exec {
         struct loop_source *stdin_src;
         char *stdin_data;
         size_t stdin_len, stdin_off;
-        bool keep_stdin;                      /* attached: stdin stays open for exec_write_stdin() */
+        bool keep_stdin;                  /* attached: stdin stays open for exec_write_stdin() */
+        bool stdin_stream;                /* a client feeds stdin with exec.stdin */
+        bool stdin_eof;                   /* exec.stdin said eof: close once the queue is written */
+        struct rpc_request *stdin_waiter; /* an exec.stdin answered once the queue drains */
+        bool tty;                         /* stdio is a pty of the sandbox; `pty` is its master */
+        int pty;
+        uid_t uid;                            /* the client's, for the audit line */
+        char *audit;                          /* "uid=... argv=..." for the audit line */
         bool service;                         /* not a client's work: not "busy", not activity */
         long long deadline_mono;              /* the timeout, then the drain grace; 0: none */
         struct exec *timed_prev, *timed_next; /* on the deadline list while unfinished */
@@ -92,6 +117,7 @@ struct exec {
 static const char *const stream_names[] = { "stdout", "stderr" };
 
 static void exec_finish(struct exec *ex);
+static void exec_audit(const struct exec *ex);
 static void deadline_forget(struct exec *ex);
 static void exec_release_slot(struct exec *ex);
 static void exec_prepare_next(struct sandbox *sb, struct exec *finished);
@@ -133,6 +159,9 @@ static void exec_free(struct exec *ex)
         }
         free(ex->stdin_data);
         free(ex->start_error);
+        free(ex->audit);
+        if (ex->pty >= 0)
+                close(ex->pty);
         free(ex);
 }
 
@@ -403,8 +432,32 @@ static void on_output(struct loop_source *source, uint32_t events)
                 exec_maybe_finish(ex);
 }
 
+static json_t *stdin_result(struct exec *ex)
+{
+        return json_pack("{s:s, s:I, s:b}", "exec_id", ex->id, "queued",
+                         (json_int_t)(ex->stdin_len - ex->stdin_off), "open", ex->stdin_src != NULL);
+}
+
+/* Answer the exec.stdin call that waits for room (if any): with the
+ * result, or with `error` when its bytes will never be written. */
+static void stdin_answer_waiter(struct exec *ex, const char *error)
+{
+        struct rpc_request *req = ex->stdin_waiter;
+        if (req == NULL)
+                return;
+        ex->stdin_waiter = NULL;
+        if (error != NULL)
+                rpc_reply_fail(req, "unavailable", "exec %s: %s", ex->id, error);
+        else
+                rpc_reply_result(req, stdin_result(ex));
+}
+
 static void stdin_close(struct exec *ex)
 {
+        stdin_answer_waiter(ex, ex->stdin_len > ex->stdin_off
+                                    ? "its standard input closed before all of it was written (the command "
+                                      "ended or closed it)"
+                                    : NULL);
         if (ex->stdin_src != NULL)
                 loop_remove(nsboxd.loop, ex->stdin_src);
         ex->stdin_src = NULL;
@@ -425,8 +478,10 @@ static void on_stdin(struct loop_source *source, uint32_t events)
                         return;
                 }
                 ex->stdin_off += n;
+                if (ex->stdin_waiter != NULL && ex->stdin_len - ex->stdin_off <= EXEC_STDIN_STREAM_BUFFER)
+                        stdin_answer_waiter(ex, NULL);
         }
-        if (!ex->keep_stdin) {
+        if (!ex->keep_stdin || ex->stdin_eof) {
                 stdin_close(ex);
                 return;
         }
@@ -618,7 +673,15 @@ static void exec_finish(struct exec *ex)
         int code = ex->exited && WIFEXITED(ex->wait_status) ? WEXITSTATUS(ex->wait_status) : -1;
         log_limited(ex->sb->id, LOG_LEVEL_INFO, "sandbox %s: exec %s ended: exit %d%s, %lld ms", ex->sb->id,
                     ex->id, code, ex->timed_out ? " (timed out)" : "", ex->end_mono - ex->start_mono);
+        if (!ex->service)
+                exec_audit(ex);
         stdin_close(ex);
+        if (ex->pty >= 0) {
+                /* Its last fd: the pty goes back to the sandbox's pool now, not when the exec is forgotten.
+                 */
+                close(ex->pty);
+                ex->pty = -1;
+        }
         /* Only now, after the answer: on a small machine the forks of a new
          * slot would otherwise share a CPU with the exec being waited for. */
         exec_prepare_next(ex->sb, ex);
@@ -898,6 +961,8 @@ struct exec_params {
         bool root;
         unsigned timeout_s;
         bool stream, background, base64;
+        bool tty, stdin_stream;
+        unsigned short rows, cols;
         size_t max_output;
 };
 
@@ -911,6 +976,7 @@ static int parse_exec_params(json_t *p, struct exec_params *out, nsbox_error_t *
         static const char *const known[] = { "sandbox_id", "argv",       "command",  "cwd",
                                              "env",        "stdin",      "user",     "timeout_seconds",
                                              "stream",     "background", "encoding", "max_output_bytes",
+                                             "tty",        "rows",       "cols",     "stdin_stream",
                                              NULL };
         int r = params_check_known(p, known, "", err);
         if (r < 0)
@@ -1001,8 +1067,8 @@ static int parse_exec_params(json_t *p, struct exec_params *out, nsbox_error_t *
                 double t = json_number_value(timeout);
                 out->timeout_s = t < 1 ? 1 : (unsigned)t;
         }
-        static const char *const flags[] = { "stream", "background" };
-        bool *flag_out[] = { &out->stream, &out->background };
+        static const char *const flags[] = { "stream", "background", "tty", "stdin_stream" };
+        bool *flag_out[] = { &out->stream, &out->background, &out->tty, &out->stdin_stream };
         for (size_t i = 0; i < ARRAY_SIZE(flags); i++) {
                 json_t *f = json_object_get(p, flags[i]);
                 if (f != NULL && !json_is_null(f)) {
@@ -1013,6 +1079,29 @@ static int parse_exec_params(json_t *p, struct exec_params *out, nsbox_error_t *
         }
         if (out->stream && out->background)
                 return nsbox_invalid(err, "stream and background exclude each other");
+        if ((out->tty || out->stdin_stream) && !out->stream && !out->background)
+                return nsbox_invalid(err, "%s needs stream: true or background: true",
+                                     out->tty ? "tty" : "stdin_stream");
+        /* A terminal's input is always fed with exec.stdin. */
+        out->stdin_stream = out->stdin_stream || out->tty;
+        /* A background or terminal exec (a server, an interactive shell) has
+         * no timeout unless asked, but the daemon's cap still holds. */
+        if ((out->background || out->tty) && (timeout == NULL || json_is_null(timeout)))
+                out->timeout_s = EXEC_MAX_TIMEOUT_S;
+        out->rows = EXEC_TTY_ROWS;
+        out->cols = EXEC_TTY_COLS;
+        static const char *const sizes[] = { "rows", "cols" };
+        unsigned short *size_out[] = { &out->rows, &out->cols };
+        for (size_t i = 0; i < ARRAY_SIZE(sizes); i++) {
+                json_t *v = json_object_get(p, sizes[i]);
+                if (v == NULL || json_is_null(v))
+                        continue;
+                if (!out->tty)
+                        return nsbox_invalid(err, "%s is for tty: true only", sizes[i]);
+                if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 65535)
+                        return nsbox_invalid(err, "%s must be an integer from 1 to 65535", sizes[i]);
+                *size_out[i] = (unsigned short)json_integer_value(v);
+        }
         json_t *enc = json_object_get(p, "encoding");
         if (enc != NULL && !json_is_null(enc)) {
                 if (!json_is_string(enc) || (strcmp(json_string_value(enc), "utf-8") != 0 &&
@@ -1107,6 +1196,46 @@ static void exec_take_id(char id[37])
         spare_id[0] = '\0';
 }
 
+/* What the audit line says of an exec's request: argv as a JSON array
+ * (ASCII only, control characters as \u escapes, so nothing in an argument
+ * can forge a line or drive a terminal), cut at EXEC_AUDIT_ARGV_BYTES, then
+ * its cwd and user. */
+static char *exec_audit_text(const struct exec_params *p)
+{
+        _cleanup_json_ json_t *argv =
+            p->argv != NULL ? json_incref(p->argv) : json_pack("[s, s, s]", "/bin/sh", "-c", p->command);
+        _cleanup_json_ json_t *cwd = json_string(p->cwd);
+        _cleanup_free_ char *args = argv ? json_dumps(argv, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+        _cleanup_free_ char *dir = cwd ? json_dumps(cwd, JSON_ENCODE_ANY | JSON_ENSURE_ASCII) : NULL;
+        if (args != NULL && strlen(args) > EXEC_AUDIT_ARGV_BYTES)
+                strcpy(args + EXEC_AUDIT_ARGV_BYTES - 3, "...");
+        char *text = NULL;
+        if (asprintf(&text, "user=%s cwd=%s argv=%s%s%s", p->root ? "root" : "sandbox", dir ? dir : "?",
+                     args ? args : "?", p->tty ? " tty" : "", p->background ? " background" : "") < 0)
+                return NULL;
+        return text;
+}
+
+/* One line per exec at its end, never rate-limited (log_limited would drop
+ * the lines of an exec burst, and with them what a client ran): a client
+ * causes at most one per exec it starts, and the line is bounded (about
+ * EXEC_AUDIT_ARGV_BYTES + 300 bytes). */
+static void exec_audit(const struct exec *ex)
+{
+        char end[96];
+        if (ex->start_error != NULL)
+                snprintf(end, sizeof(end), "failed to start (errno %d)", ex->start_errno);
+        else if (ex->exited && WIFEXITED(ex->wait_status))
+                snprintf(end, sizeof(end), "exit=%d", WEXITSTATUS(ex->wait_status));
+        else if (ex->exited && WIFSIGNALED(ex->wait_status))
+                snprintf(end, sizeof(end), "signal=%d", WTERMSIG(ex->wait_status));
+        else
+                snprintf(end, sizeof(end), "killed");
+        log_info("audit: exec %s sandbox=%s uid=%u %s: %s%s%s duration_ms=%lld", ex->id, ex->sb->id,
+                 (unsigned)ex->uid, ex->audit ? ex->audit : "?", end, ex->timed_out ? " timed_out" : "",
+                 ex->killed && !ex->timed_out ? " killed" : "", ex->end_mono - ex->start_mono);
+}
+
 static struct exec *exec_new(struct sandbox *sb, const struct exec_params *p)
 {
         struct exec *ex = calloc(1, sizeof(*ex));
@@ -1122,6 +1251,10 @@ static struct exec *exec_new(struct sandbox *sb, const struct exec_params *p)
         ex->start_mono = now_monotonic_ms();
         ex->slot_request = -1;
         ex->held[0] = ex->held[1] = -1;
+        ex->tty = p->tty;
+        ex->stdin_stream = p->stdin_stream;
+        ex->pty = -1;
+        ex->uid = sb->owner;
         return ex;
 }
 
@@ -1186,12 +1319,83 @@ static int outputs_open(struct exec_outputs *o, nsbox_error_t **err)
         return 0;
 }
 
+/* A pseudo-terminal of the sandbox's own devpts instance (so its
+ * max=MOUNTS_MAX_PTYS bounds it, and no pty of the host's is ever handed
+ * in), opened by us rather than by a process of the sandbox: no message
+ * has to come back with the master, and nothing in the sandbox relays the
+ * bytes. The path is resolved under the sandbox's root as it sees it; the
+ * sandbox may rename what it likes in its /dev, so what we got must be a
+ * devpts multiplexer, and it is opened non-blocking (a FIFO in its place
+ * cannot stall the loop). With the exec's user as our fs uid, the slave is
+ * owned by that user, as login would leave it. */
+static int exec_open_pty(struct exec *ex, const struct exec_params *p, int child_fds[3], nsbox_error_t **err)
+{
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/root", (int)ex->sb->pid);
+        _cleanup_close_ int root = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (root < 0)
+                return nsbox_error(err, errno, "open the root of sandbox %s", ex->sb->id);
+        struct open_how how = { .flags = O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC,
+                                .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
+        uid_t owner = ex->sb->host_uid_base + (p->root ? 0 : 1000);
+        uid_t our_gid = (uid_t)setfsgid(owner), our_uid = (uid_t)setfsuid(owner);
+        int master = (int)syscall(SYS_openat2, root, "dev/pts/ptmx", &how, sizeof(how));
+        int e = errno;
+        setfsuid(our_uid);
+        setfsgid(our_gid);
+        if (master < 0)
+                return nsbox_error(err, e, "open /dev/pts/ptmx of sandbox %s%s", ex->sb->id,
+                                   e == ENOSPC ? " (all of its ptys are in use)" : "");
+        ex->pty = master;
+        struct stat st;
+        struct statfs fs;
+        if (fstat(master, &st) < 0 || fstatfs(master, &fs) < 0 || !S_ISCHR(st.st_mode) ||
+            st.st_rdev != makedev(5, 2) || fs.f_type != DEVPTS_SUPER_MAGIC)
+                return nsbox_error(err, EPERM, "/dev/pts/ptmx of sandbox %s is no pty multiplexer",
+                                   ex->sb->id);
+        int unlock = 0;
+        struct winsize size = { .ws_row = p->rows, .ws_col = p->cols };
+        if (ioctl(master, TIOCSPTLCK, &unlock) < 0 || ioctl(master, TIOCSWINSZ, &size) < 0)
+                return nsbox_error(err, errno, "set up the pty");
+        for (int i = 0; i < 3; i++) {
+                child_fds[i] = i == 0 ? ioctl(master, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC)
+                                      : fcntl(child_fds[0], F_DUPFD_CLOEXEC, 3);
+                if (child_fds[i] < 0)
+                        return nsbox_error(err, errno, "open the pty's slave");
+        }
+        /* One stream: output and input go through the master (two fds of it,
+         * one watched for reading, one for writing). */
+        int out = fcntl(master, F_DUPFD_CLOEXEC, 3), in = fcntl(master, F_DUPFD_CLOEXEC, 3);
+        if (out >= 0)
+                ex->out[OUT_STDOUT].source = loop_add(nsboxd.loop, out, EPOLLIN, on_output, ex);
+        if (in >= 0)
+                ex->stdin_src = loop_add(nsboxd.loop, in, ex->stdin_data ? EPOLLOUT : 0, on_stdin, ex);
+        if (ex->out[OUT_STDOUT].source == NULL || ex->stdin_src == NULL) {
+                e = errno;
+                if (out >= 0 && ex->out[OUT_STDOUT].source == NULL)
+                        close(out);
+                if (in >= 0 && ex->stdin_src == NULL)
+                        close(in);
+                return nsbox_error(err, e, "watch the pty");
+        }
+        ex->out[OUT_STDERR].eof = true;
+        return 0;
+}
+
 /* Pipes: we keep stdin's write end and the stdout/stderr read ends; the
  * child's ends go to child_fds, which the caller closes (close_child_fds).
  * Stdout and stderr are the sandbox's pipes made ahead, if it has them. */
-static int exec_open_pipes(struct exec *ex, int child_fds[3], nsbox_error_t **err)
+static int exec_open_pipes(struct exec *ex, const struct exec_params *p, int child_fds[3],
+                           nsbox_error_t **err)
 {
         int r;
+        if (ex->tty) {
+                if ((r = exec_open_pty(ex, p, child_fds, err)) < 0)
+                        return r;
+                if ((r = deadline_set(ex, (long long)ex->timeout_s * 1000)) < 0)
+                        return nsbox_error(err, -r, "exec timeout");
+                return 0;
+        }
         struct exec_outputs o = ex->sb->outputs;
         ex->sb->outputs.ready = false;
         if (!o.ready && (r = outputs_open(&o, err)) < 0)
@@ -1259,7 +1463,7 @@ static int exec_start(struct sandbox *sb, struct exec *ex, const struct exec_par
                 ex->stdin_len = p->stdin_len;
         }
         int child_fds[3] = { -1, -1, -1 };
-        if ((r = exec_open_pipes(ex, child_fds, err)) < 0) {
+        if ((r = exec_open_pipes(ex, p, child_fds, err)) < 0) {
                 close_child_fds(child_fds);
                 return r;
         }
@@ -1270,7 +1474,7 @@ static int exec_start(struct sandbox *sb, struct exec *ex, const struct exec_par
                 .gid = p->root ? 0 : 1000,
                 .argc = argc,
                 .envc = envc,
-                .flags = CTL_EXEC_SEARCH_PATH,
+                .flags = CTL_EXEC_SEARCH_PATH | (ex->tty ? CTL_EXEC_TTY : 0),
                 .payload_len = (uint32_t)len,
         };
         /* The slot started ahead of time, or one now: its child reads the
@@ -1356,7 +1560,8 @@ static struct exec *exec_launch(struct sandbox *sb, json_t *params, const struct
         }
         ex->hooks = hooks;
         ex->hooks_data = data;
-        ex->keep_stdin = hooks != NULL && hooks->keep_stdin;
+        ex->keep_stdin = (hooks != NULL && hooks->keep_stdin) || p.stdin_stream;
+        ex->audit = exec_audit_text(&p);
         ex->service = hooks != NULL && hooks->service;
         ex->next = sb->execs;
         sb->execs = ex;
@@ -1364,6 +1569,8 @@ static struct exec *exec_launch(struct sandbox *sb, json_t *params, const struct
                 sb->running_execs++;
         sandbox_touch(sb);
         if (exec_start(sb, ex, &p, err) < 0) {
+                if ((*err)->errnum == ENOSPC)
+                        *kind = "limit_reached";
                 if (!ex->service)
                         sb->running_execs--;
                 exec_unlink(ex);
@@ -1434,6 +1641,11 @@ void exec_handle_request(struct rpc_request *req, struct sandbox *sb)
         }
         /* A background exec is answered once the init reports its pid. */
         ex->req = req;
+        ex->uid = req->uid;
+        /* One that may run for hours is on record from its start too. */
+        if (ex->background || ex->tty)
+                log_info("audit: exec %s started sandbox=%s uid=%u %s", ex->id, sb->id, (unsigned)ex->uid,
+                         ex->audit ? ex->audit : "?");
         if (!ex->background)
                 rpc_request_on_disconnect(req, exec_client_gone, ex);
 }
@@ -1543,4 +1755,139 @@ void exec_method_list(struct rpc_request *req, struct sandbox *sb)
                                                           : json_null()));
         }
         rpc_reply_result(req, json_pack("{s:o}", "execs", list));
+}
+
+/* exec.stdin {exec_id, data, encoding?, eof?}: bytes for the stdin of an
+ * exec started with stdin_stream (or tty). The answer comes once at most
+ * EXEC_STDIN_STREAM_BUFFER bytes wait in nsboxd: a client that waits for
+ * it before sending more is paced by the command's reading. One call may
+ * wait at a time per exec. */
+static void stdin_waiter_gone(struct rpc_request *req, void *data)
+{
+        struct exec *ex = data;
+        if (ex->stdin_waiter == req)
+                ex->stdin_waiter = NULL;
+        rpc_reply_fail(req, "unavailable", "client gone");
+}
+
+void exec_method_stdin(struct rpc_request *req)
+{
+        static const char *const known[] = { "exec_id", "data", "encoding", "eof", NULL };
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (params_check_known(req->msg.params, known, "", &err) < 0) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
+                return;
+        }
+        struct exec *ex = require_exec(req, false);
+        if (ex == NULL)
+                return;
+        json_t *data = json_object_get(req->msg.params, "data");
+        json_t *enc = json_object_get(req->msg.params, "encoding");
+        json_t *eof = json_object_get(req->msg.params, "eof");
+        bool base64 = false;
+        if (enc != NULL && !json_is_null(enc)) {
+                if (!json_is_string(enc) || (strcmp(json_string_value(enc), "utf-8") != 0 &&
+                                             strcmp(json_string_value(enc), "base64") != 0)) {
+                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                        "encoding must be \"utf-8\" or \"base64\"");
+                        return;
+                }
+                base64 = strcmp(json_string_value(enc), "base64") == 0;
+        }
+        if ((data != NULL && !json_is_null(data) && !json_is_string(data)) ||
+            (eof != NULL && !json_is_null(eof) && !json_is_boolean(eof))) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                "data must be a string and eof a boolean");
+                return;
+        }
+        if (!ex->stdin_stream) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                "exec %s was not started with stdin_stream: true (or tty: true)", ex->id);
+                return;
+        }
+        if (ex->finished || ex->stdin_src == NULL || ex->stdin_eof) {
+                rpc_reply_fail(req, "unavailable", "exec %s: its standard input is closed (%s)", ex->id,
+                               ex->finished    ? "the exec has ended"
+                               : ex->stdin_eof ? "eof was sent"
+                                               : "the command closed it");
+                return;
+        }
+        if (ex->stdin_waiter != NULL) {
+                rpc_reply_fail(
+                    req, "busy",
+                    "exec %s: an earlier exec.stdin still waits for the command to read; wait for its "
+                    "answer before sending more",
+                    ex->id);
+                return;
+        }
+        size_t len = data != NULL && json_is_string(data) ? json_string_length(data) : 0;
+        _cleanup_free_ char *bytes = NULL;
+        if (len > 0 && base64) {
+                bytes = base64_decode(json_string_value(data), len, &len);
+                if (bytes == NULL) {
+                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "data is not base64");
+                        return;
+                }
+        }
+        if (len > EXEC_STDIN_MAX_CALL) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                "data exceeds %u bytes per exec.stdin call; send it in pieces",
+                                EXEC_STDIN_MAX_CALL);
+                return;
+        }
+        if (len > 0) {
+                int r = exec_write_stdin(ex, bytes != NULL ? bytes : json_string_value(data), len);
+                if (r < 0) {
+                        rpc_reply_fail(req, "unavailable",
+                                       "exec %s: its standard input is closed (the command closed it)",
+                                       ex->id);
+                        return;
+                }
+        }
+        if (json_is_true(eof)) {
+                ex->stdin_eof = true;
+                if (ex->stdin_len == ex->stdin_off)
+                        stdin_close(ex);
+        }
+        if (ex->stdin_src != NULL && ex->stdin_len - ex->stdin_off > EXEC_STDIN_STREAM_BUFFER) {
+                ex->stdin_waiter = req;
+                rpc_request_on_disconnect(req, stdin_waiter_gone, ex);
+                return;
+        }
+        rpc_reply_result(req, stdin_result(ex));
+}
+
+/* exec.resize {exec_id, rows, cols}: the window size of a tty exec; the
+ * kernel sends its foreground process group SIGWINCH. */
+void exec_method_resize(struct rpc_request *req)
+{
+        struct exec *ex = require_exec(req, false);
+        if (ex == NULL)
+                return;
+        json_t *rows = json_object_get(req->msg.params, "rows");
+        json_t *cols = json_object_get(req->msg.params, "cols");
+        if (!json_is_integer(rows) || !json_is_integer(cols) || json_integer_value(rows) < 1 ||
+            json_integer_value(rows) > 65535 || json_integer_value(cols) < 1 ||
+            json_integer_value(cols) > 65535) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                "rows and cols must be integers from 1 to 65535");
+                return;
+        }
+        if (!ex->tty) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                "exec %s has no terminal (start it with tty: true)", ex->id);
+                return;
+        }
+        if (ex->finished || ex->pty < 0) {
+                rpc_reply_fail(req, "unavailable", "exec %s has ended", ex->id);
+                return;
+        }
+        struct winsize size = { .ws_row = (unsigned short)json_integer_value(rows),
+                                .ws_col = (unsigned short)json_integer_value(cols) };
+        if (ioctl(ex->pty, TIOCSWINSZ, &size) < 0) {
+                rpc_reply_fail(req, "internal", "exec %s: set the window size: %s", ex->id, strerror(errno));
+                return;
+        }
+        rpc_reply_result(
+            req, json_pack("{s:s, s:i, s:i}", "exec_id", ex->id, "rows", size.ws_row, "cols", size.ws_col));
 }

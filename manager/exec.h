@@ -56,6 +56,10 @@ void exec_method_status(struct rpc_request *req);
 void exec_method_output(struct rpc_request *req);
 void exec_method_kill(struct rpc_request *req);
 void exec_method_list(struct rpc_request *req, struct sandbox *sb);
+/* exec.stdin: bytes (or eof) for an exec started with stdin_stream or tty */
+void exec_method_stdin(struct rpc_request *req);
+/* exec.resize: the window size of a tty exec */
+void exec_method_resize(struct rpc_request *req);
 
 /* Start an exec with sandbox.exec params for an internal caller. */
 int exec_run(struct sandbox *sb, json_t *params, const struct exec_hooks *hooks, void *data,

@@ -379,6 +379,8 @@ const struct rpc_method nsboxd_methods[] = {
         { "exec.status", exec_method_status },
         { "exec.output", exec_method_output },
         { "exec.kill", exec_method_kill },
+        { "exec.stdin", exec_method_stdin },
+        { "exec.resize", exec_method_resize },
         { "exec.list", method_exec_list },
         { "fs.list", method_fs_list },
         { "fs.read", method_fs_read },

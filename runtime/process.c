@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/capability.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -82,6 +83,11 @@ void process_exec_child(const struct process_spec *spec, int report_fd)
                 if (dup2(stdio[i], i) < 0)
                         process_fail(report_fd, errno, "dup2 stdio");
         }
+        /* A session leader (process_prepare) without a controlling terminal
+         * takes this one; the pty is the sandbox's own, so TIOCSTI on it
+         * reaches nothing outside. */
+        if (spec->tty && ioctl(0, TIOCSCTTY, 0) < 0)
+                process_fail(report_fd, errno, "make the pty the controlling terminal");
         /* Only 0-2 survive execve: everything else is closed now or on exec. */
         if (report_fd != 3) {
                 if (dup3(report_fd, 3, O_CLOEXEC) < 0)

@@ -14,6 +14,7 @@ struct process_spec {
         uid_t uid;
         gid_t gid;
         int search_path;
+        int tty; /* stdin is a terminal to become the controlling one (CTL_EXEC_TTY) */
         int stdio[3];
         const struct sock_fprog *seccomp; /* NULL: none, or inherited already */
 };

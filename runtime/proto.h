@@ -52,6 +52,11 @@ struct ctl_exec {
 };
 
 #define CTL_EXEC_SEARCH_PATH 0x1 /* resolve argv[0] through PATH */
+/* stdin is the slave of a pseudo-terminal of the sandbox's own devpts,
+ * which the manager opened (it keeps the master): the exec's process makes
+ * it its controlling terminal, so that the line discipline turns a typed
+ * ^C into SIGINT for the foreground process group. */
+#define CTL_EXEC_TTY 0x2
 
 /* Supervisors run with this as their real and saved uid (effective uid 0):
  * no process of the sandbox, root included, holds CAP_KILL or this uid, so

@@ -194,6 +194,7 @@ static int slot_child(void *opaque)
                 .uid = req->uid,
                 .gid = req->gid,
                 .search_path = (req->flags & CTL_EXEC_SEARCH_PATH) != 0,
+                .tty = (req->flags & CTL_EXEC_TTY) != 0,
                 .stdio = { fds[0], fds[1], fds[2] },
                 .seccomp = a->seccomp,
         };

@@ -237,7 +237,7 @@ def test_docker_short_flags(daemon, sandbox):
     r = ok(daemon.cli("exec", "-e", "A=1", "-u", "root", "-w", "/tmp", sandbox, "--", "sh", "-c",
                       'echo "$A $(id -u) $(pwd)"'))
     assert r.stdout == b"1 0 /tmp\n"
-    assert "PTY" in one_line_error(daemon.cli("exec", "-it", sandbox, "--", "bash"))
+    assert "not a TTY" in one_line_error(daemon.cli("exec", "-it", sandbox, "--", "bash"))
 
 
 def test_errors_with_json_are_json(daemon):
