@@ -1652,9 +1652,17 @@ void exec_handle_request(struct rpc_request *req, struct sandbox *sb)
 
 /* --- background execs ----------------------------------------------------- */
 
+static bool exec_addressable(const struct exec *ex, bool background_only)
+{
+        return (ex->background || !background_only) && !ex->service;
+}
+
 /* The exec with this id in a sandbox `uid` may see, or NULL after replying
  * not_found. Status and output are kept for background execs only; any
- * running exec can be killed (a CLI interrupted by Ctrl-C does that). */
+ * running exec can be killed (a CLI interrupted by Ctrl-C does that). As
+ * for sandbox ids, a unique prefix of SANDBOX_ID_PREFIX_MIN characters or
+ * more names an exec, among the caller's own sandboxes only (root's too):
+ * a guessed prefix tells nobody that another user's exec exists. */
 static struct exec *require_exec(struct rpc_request *req, bool background_only)
 {
         json_t *id = json_object_get(req->msg.params, "exec_id");
@@ -1662,16 +1670,31 @@ static struct exec *require_exec(struct rpc_request *req, bool background_only)
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "exec_id must be a string");
                 return NULL;
         }
+        const char *want = json_string_value(id);
+        size_t len = strlen(want);
+        struct exec *found = NULL;
+        size_t matched = 0;
         for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
                 if ((req->uid != 0 && sb->owner != req->uid) || sb->state == SANDBOX_EXITED)
                         continue;
                 for (struct exec *ex = sb->execs; ex != NULL; ex = ex->next) {
-                        if (strcmp(ex->id, json_string_value(id)) == 0 &&
-                            (ex->background || !background_only) && !ex->service)
+                        if (strcmp(ex->id, want) == 0 && exec_addressable(ex, background_only))
                                 return ex;
+                        if (len >= SANDBOX_ID_PREFIX_MIN && sb->owner == req->uid &&
+                            strncmp(ex->id, want, len) == 0 && exec_addressable(ex, background_only)) {
+                                found = ex;
+                                matched++;
+                        }
                 }
         }
-        rpc_reply_fail(req, "not_found", "no exec %.64s", json_string_value(id));
+        if (matched == 1)
+                return found;
+        if (matched > 1)
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                "ambiguous exec id prefix %.64s: it matches %zu of your execs", want,
+                                matched);
+        else
+                rpc_reply_fail(req, "not_found", "no exec %.64s", want);
         return NULL;
 }
 

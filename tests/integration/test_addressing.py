@@ -67,6 +67,28 @@ def test_uid_1000_resolves_its_own_sandbox_by_prefix(daemon, open_socket):
         remove(daemon, mine)
 
 
+def test_a_unique_exec_id_prefix_names_a_background_exec(daemon, sandbox):
+    job = daemon.call("sandbox.exec", sandbox_id=sandbox, command="sleep 30", background=True)["exec_id"]
+    try:
+        status = daemon.call("exec.status", exec_id=job[:6])
+        assert status["exec_id"] == job and status["running"] is True
+    finally:
+        daemon.call("exec.kill", exec_id=job[:6], signal=9)
+
+
+def test_another_uid_cannot_resolve_roots_exec_by_prefix(daemon, sandbox, open_socket):
+    job = daemon.call("sandbox.exec", sandbox_id=sandbox, command="sleep 30", background=True)["exec_id"]
+    try:
+        out = as_uid(1000, daemon.socket, [["exec.status", {"exec_id": job[:8]}],
+                                           ["exec.kill", {"exec_id": job[:8]}]])
+        for reply in out:
+            assert reply["error"]["data"]["kind"] == "not_found", reply
+            assert reply["error"]["message"] == "no exec " + job[:8]
+        assert daemon.call("exec.status", exec_id=job)["running"] is True
+    finally:
+        daemon.call("exec.kill", exec_id=job, signal=9)
+
+
 def _daemon_log_lines(tmp_path, journal_stream):
     """First lines nsboxd writes to a stderr file, with JOURNAL_STREAM as given
     (a callable of the file's stat, or None to leave it unset)."""
