@@ -16,7 +16,8 @@ deb-src http://deb.debian.org/debian trixie main
 L
 T="-o Dir::Etc::SourceList=$S/trixie.list -o Dir::Etc::SourceParts=/nonexistent -o Dir::State::Lists=$S/tlists -o Dir::Cache=$S/tcache"
 apt-get $T update >/dev/null
-# Only the upstream tarball is needed (the Debian diff is packaging).
+# Only the upstream tarball is needed (the Debian diff is packaging; the
+# .dsc and debian.tar.xz answer 404 through this host's mirror).
 apt-get $T source --download-only criu || true
 [ -f criu_4.1.1.orig.tar.xz ] || { echo "no criu_4.1.1.orig.tar.xz"; exit 1; }
 rm -rf criu-4.1.1 && tar xf criu_4.1.1.orig.tar.xz
