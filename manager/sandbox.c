@@ -442,6 +442,7 @@ static void on_control(struct loop_source *source, uint32_t events)
                                 _cleanup_error_ nsbox_error_t *err = NULL;
                                 if (exec_prepare_slot(sb, &err) < 0)
                                         log_debug("sandbox %s: no slot ahead: %s", sb->id, err->message);
+                                python_sandbox_ready(sb);
                         } else if (msg.hdr.type == CTL_FAILED && (size_t)n >= sizeof(struct ctl_failed)) {
                                 msg.failed.message[sizeof(msg.failed.message) - 1] = '\0';
                                 sandbox_set_failure(sb, msg.failed.message);
