@@ -88,7 +88,8 @@ static int connect_server(const char *token)
          * network namespace, and no file of the sandbox can stand in for it. */
         memcpy(addr.sun_path + 1, SOCKET_PREFIX, sizeof(SOCKET_PREFIX) - 1);
         memcpy(addr.sun_path + sizeof(SOCKET_PREFIX), token, len);
-        socklen_t addr_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + sizeof(SOCKET_PREFIX) + len);
+        socklen_t addr_len =
+            (socklen_t)(offsetof(struct sockaddr_un, sun_path) + sizeof(SOCKET_PREFIX) + len);
         int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
         if (fd < 0)
                 return -1;
@@ -119,7 +120,9 @@ static int send_request(int fd, size_t len)
         } control;
         memset(&control, 0, sizeof(control));
         struct iovec iov = { .iov_base = request, .iov_len = len };
-        struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+        struct msghdr msg = { .msg_iov = &iov,
+                              .msg_iovlen = 1,
+                              .msg_control = control.buf,
                               .msg_controllen = sizeof(control.buf) };
         struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
         cmsg->cmsg_level = SOL_SOCKET;
