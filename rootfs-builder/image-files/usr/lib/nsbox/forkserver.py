@@ -48,10 +48,10 @@ def prctl(option, value):
         raise OSError(ctypes.get_errno(), "prctl %d" % option)
 
 
-def children_of(pid):
-    """Pids whose parent is pid (the kernel here may lack
-    /proc/PID/task/TID/children): one scan of this pid namespace's /proc."""
-    out = []
+def children_by_parent():
+    """{parent pid: [pids]} of this pid namespace (the kernel here may lack
+    /proc/PID/task/TID/children): one scan of /proc."""
+    out = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -60,18 +60,16 @@ def children_of(pid):
                 ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
-        if ppid == pid:
-            out.append(int(name))
+        out.setdefault(ppid, []).append(int(name))
     return out
 
 
 def kill_children(spare=()):
-    """SIGKILL every child but those in spare, and reap what has ended.
-    Descendants are reparented to us (a subreaper) as their parents die,
-    and a process with SIGKILL pending cannot fork: repeated, this ends a
-    whole tree, setsid and double-forked daemons included."""
-    me = os.getpid()
-    for pid in children_of(me):
+    """SIGKILL every child but those in spare. Descendants are reparented
+    to us (a subreaper) as their parents die, and we reap and come back here
+    on each death: that ends whole trees, setsid and double-forked daemons
+    included."""
+    for pid in children_by_parent().get(os.getpid(), ()):
         if pid not in spare:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -79,10 +77,68 @@ def kill_children(spare=()):
                 pass
 
 
-def run_call(fds, env, umask, script, report):
-    """U: become the call. Never returns."""
+def kill_descendants():
+    """SIGKILL every descendant of ours, without waiting for any to end.
+    A process with SIGKILL pending runs no more code and its forks fail; one
+    it forked before it got the signal shows in the next scan: when a scan
+    finds none not yet signalled, nothing of the tree runs code any more."""
+    signalled = set()
+    while True:
+        tree = children_by_parent()
+        pending = [os.getpid()]
+        new = []
+        while pending:
+            for pid in tree.get(pending.pop(), ()):
+                pending.append(pid)
+                if pid not in signalled:
+                    new.append(pid)
+        if not new:
+            return
+        for pid in new:
+            signalled.add(pid)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def parse_request(msg):
+    """(umask, script, report, environment) of the attach client's request."""
+    parts = msg.split(b"\0")
+    if len(parts) < 5 or parts[0] != b"NSBOX1" or parts[-1] != b"":
+        raise ValueError("malformed request")
+    env = {}
+    for entry in parts[4:-1]:
+        key, sep, value = entry.partition(b"=")
+        if sep and key:
+            env[os.fsdecode(key)] = os.fsdecode(value)
+    return int(parts[1], 8) & 0o777, os.fsdecode(parts[2]), os.fsdecode(parts[3]), env
+
+
+def recv_with_fds(sock, nfds, size=MAX_REQUEST):
+    """One message and the fds that came with it ("", [] at EOF)."""
+    msg, anc, flags, _ = sock.recvmsg(size, socket.CMSG_SPACE(nfds * array.array("i").itemsize))
+    fds = []
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.extend(array.array("i", data[: len(data) - len(data) % 4]))
+    if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or len(fds) != nfds:
+        for fd in fds:
+            os.close(fd)
+        return b"", []
+    return msg, fds
+
+
+def run_call(u_end, done_r):
+    """U: wait for a call, then become it; tell C its exit code through C's
+    pipe done_r before it exits. Never returns."""
+    code = 0
     try:
         os.setsid()  # as an exec's process: kill(0, ...) reaches the call only
+        msg, fds = recv_with_fds(u_end, 4)
+        if not fds:
+            os._exit(0)  # never used: the server went away
+        umask, script, report, env = parse_request(msg)
         for target, fd in enumerate(fds[:3]):
             os.dup2(fd, target, inheritable=True)
         os.fchdir(fds[3])
@@ -112,39 +168,84 @@ def run_call(fds, env, umask, script, report):
         except OSError:
             pass
         code = 125
+    # The call is over. Tearing down this process's copy of the server takes
+    # milliseconds; its output ends now, and C reports the code at once.
+    for fd in (0, 1, 2):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    # Through /proc: the call's code had only fds 0-2, as an exec's has.
+    try:
+        fd = os.open("/proc/%d/fd/%d" % (os.getppid(), done_r), os.O_WRONLY | os.O_CLOEXEC)
+        os.write(fd, struct.pack("=i", code))
+    except OSError:
+        pass  # C learns the code when this process has ended
     os._exit(code)
 
 
-def reaper(conn, fds, env, umask, script, report):
-    """C: run U, end what U left behind, send U's status. Never returns."""
+def call_status(pid, done_r):
+    """U's wait status: its exit code as soon as it says it (before its
+    teardown), else (killed by a signal) when it has ended."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        pidfd = None
+    if pidfd is not None:
+        poller = select.poll()
+        poller.register(done_r, select.POLLIN)
+        poller.register(pidfd, select.POLLIN)
+        while True:
+            try:
+                ready = [fd for fd, _ in poller.poll()]
+                break
+            except InterruptedError:
+                continue
+        if done_r in ready:
+            data = os.read(done_r, 4)
+            if len(data) == 4:
+                return (struct.unpack("=i", data)[0] & 0xFF) << 8  # as waitpid reports exit(code)
+    while True:
+        try:
+            return os.waitpid(pid, 0)[1]
+        except InterruptedError:
+            continue
+
+
+def reaper(c_end, u_end):
+    """C: fork U ahead of its call; once the call's connection arrives, wait
+    for U, end what U left behind and send U's status. Never returns."""
     code = 0
     try:
         prctl(PR_SET_DUMPABLE, 1)
         prctl(PR_SET_CHILD_SUBREAPER, 1)
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        done_r, done_w = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
         if pid == 0:
-            conn.close()
-            run_call(fds, env, umask, script, report)
-        for fd in fds:
-            os.close(fd)
-        while True:
+            c_end.close()
+            run_call(u_end, done_r)
+        u_end.close()
+        # done_w stays open here: done_r never reads as closed, only U's code.
+        _, fds = recv_with_fds(c_end, 1, 16)
+        if not fds:  # the server went away before it had a call for us
+            os.kill(pid, signal.SIGKILL)
+        conn = socket.socket(fileno=fds[0]) if fds else None
+        status = call_status(pid, done_r)
+        kill_descendants()
+        if conn is not None:
             try:
-                _, status = os.waitpid(pid, 0)
-                break
-            except InterruptedError:
-                continue
-        while True:
-            kill_children()
+                conn.send(struct.pack("=i", status))
+            except OSError:
+                pass
+        while True:  # off the call's path now: the tree's teardown
             try:
                 os.waitpid(-1, 0)
             except ChildProcessError:
                 break
-        try:
-            conn.send(struct.pack("=i", status))
-        except OSError:
-            pass
+            except InterruptedError:
+                continue
     except BaseException:
         code = 1
     os._exit(code)
@@ -155,6 +256,7 @@ class Server:
         self.listener = listener
         self.calls = {}  # C's pid -> the client's connection
         self.conns = {}  # connection fd -> C's pid
+        self.spare = None  # (C's pid, socket to C, socket to U): the next call's processes
         self.poll = select.poll()
         self.poll.register(listener, select.POLLIN)
         self.wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -162,6 +264,40 @@ class Server:
         self.poll.register(self.wake_r, select.POLLIN)
         signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
         signal.signal(signal.SIGCHLD, lambda *_: None)
+
+    def make_spare(self):
+        """Fork the next call's C and U now, between calls, so that a call
+        costs no fork of this (large) process while its client waits."""
+        if self.spare is not None:
+            return
+        to_c, c_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+        to_u, u_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            pid = os.fork()
+        except OSError:
+            for sock in (to_c, c_end, to_u, u_end):
+                sock.close()
+            return
+        if pid == 0:
+            self.listener.close()
+            os.close(self.wake_r)
+            for sock in (to_c, to_u):
+                sock.close()
+            for fd in list(self.conns):
+                os.close(fd)
+            reaper(c_end, u_end)
+        c_end.close()
+        u_end.close()
+        self.spare = (pid, to_c, to_u)
+
+    def drop_spare(self):
+        if self.spare is not None:
+            pid, to_c, to_u = self.spare
+            self.spare = None
+            to_c.close()  # C sees EOF, kills its U and exits
+            to_u.close()
 
     def accept(self):
         try:
@@ -175,35 +311,32 @@ class Server:
                 return
             conn.setblocking(True)
             conn.settimeout(1.0)  # the client sends at once; never block the server longer
-            msg, anc, flags, _ = conn.recvmsg(MAX_REQUEST, socket.CMSG_SPACE(4 * array.array("i").itemsize))
-            for level, kind, data in anc:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                    fds.extend(array.array("i", data[: len(data) - len(data) % 4]))
-            if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or len(fds) != 4:
+            msg, fds = recv_with_fds(conn, 4)
+            if not fds or not msg.startswith(b"NSBOX1\0"):
                 return
-            parts = msg.split(b"\0")
-            if len(parts) < 5 or parts[0] != b"NSBOX1" or parts[-1] != b"":
-                return
-            umask = int(parts[1], 8) & 0o777
-            script, report = os.fsdecode(parts[2]), os.fsdecode(parts[3])
-            env = {}
-            for entry in parts[4:-1]:
-                key, sep, value = entry.partition(b"=")
-                if sep and key:
-                    env[os.fsdecode(key)] = os.fsdecode(value)
             conn.settimeout(None)
-            # Accepted before the fork: once the client has this it never
-            # runs the call itself, so no call can run twice.
+            for attempt in range(2):
+                self.make_spare()
+                if self.spare is None:
+                    return  # no fork possible (pids limit): the client runs the call itself
+                pid, to_c, to_u = self.spare
+                try:
+                    to_u.sendmsg([msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+                    break
+                except OSError:  # the spare was killed: make another
+                    self.drop_spare()
+            else:
+                return
+            # Accepted: once the client has this it never runs the call
+            # itself, so no call can run twice.
             conn.send(b"A")
-            sys.stdout.flush()
-            sys.stderr.flush()
-            pid = os.fork()
-            if pid == 0:
-                self.listener.close()
-                os.close(self.wake_r)
-                for fd in list(self.conns):
-                    os.close(fd)
-                reaper(conn, fds, env, umask, script, report)
+            try:
+                to_c.sendmsg([b"C"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [conn.fileno()]))])
+            except OSError:
+                pass  # C is gone: its end is reported when it is reaped
+            self.spare = None
+            to_c.close()
+            to_u.close()
             self.calls[pid] = conn
             self.conns[conn.fileno()] = pid
             self.poll.register(conn, select.POLLIN)
@@ -236,6 +369,9 @@ class Server:
                 break
             if pid == 0:
                 break
+            if self.spare is not None and self.spare[0] == pid:
+                self.drop_spare()
+                continue
             conn = self.calls.pop(pid, None)
             if conn is None:
                 continue
@@ -250,10 +386,12 @@ class Server:
             conn.close()
         # Children that are not a live C: what a dead C left (or a call
         # that killed its C). They and their trees die.
-        kill_children(spare=self.calls)
+        kill_children(spare=set(self.calls) | ({self.spare[0]} if self.spare else set()))
 
     def serve(self):
         while True:
+            if not self.calls:  # between calls: its fork does not slow a call down
+                self.make_spare()
             try:
                 events = self.poll.poll()
             except InterruptedError:
