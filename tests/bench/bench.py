@@ -314,17 +314,26 @@ def sandbox_processes(uid_base, uid_ranges):
 
 
 def forkserver_memory(uid_base, uid_ranges):
-    """smaps_rollup of each fork server of the bench's sandboxes (host view)."""
+    """Per sandbox with a fork server: the smaps_rollup of each of its fork
+    server processes (host view): the server, and the reaper and process
+    forked ahead for its next call. The server is the one whose parent is
+    not one of them."""
     out = []
-    for pid, r in (p for group in sandbox_processes(uid_base, uid_ranges).values() for p in group):
-        try:
-            with open("/proc/%d/cmdline" % pid, "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        # The server itself, not a call's reaper or the call (its forks).
-        if len(argv) > 1 and argv[1].endswith(b"/forkserver.py"):
-            out.append(r)
+    for group in sandbox_processes(uid_base, uid_ranges).values():
+        family = {}
+        for pid, r in group:
+            try:
+                with open("/proc/%d/cmdline" % pid, "rb") as f:
+                    argv = f.read().split(b"\0")
+                with open("/proc/%d/stat" % pid, "rb") as f:
+                    ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if len(argv) > 1 and argv[1].endswith(b"/forkserver.py"):
+                family[pid] = (ppid, r)
+        servers = [r for pid, (ppid, r) in family.items() if ppid not in family]
+        if len(servers) == 1:
+            out.append({"server": servers[0], "family": [r for _, r in family.values()]})
     return out
 
 
@@ -782,18 +791,31 @@ def main():
         extra = [client.call("sandbox.create")["sandbox_id"] for _ in range(2)]
         for sid in extra:
             wait_forkserver(client, sid)
+        time.sleep(2)  # each server forks the next call's processes once the last call is over
         servers = forkserver_memory(a.uid_pool_base, a.uid_pool_ranges)
         for sid in extra:
             client.call("sandbox.remove", sandbox_id=sid, force=True)
         if servers:
-            def avg(key):
-                return sum(r.get(key, 0) for r in servers) / len(servers) / 2**20
-            forkserver = {"servers": len(servers), "rss_mib": avg("Rss"), "pss_mib": avg("Pss"),
-                          "uss_mib": avg("Private_Clean") + avg("Private_Dirty"),
-                          "shared_mib": avg("Shared_Clean") + avg("Shared_Dirty"), "serving": forkserver_ok}
-            log("fork servers: %d, per server RSS %.1f MiB, PSS %.1f MiB, USS %.1f MiB, shared %.1f MiB" % (
-                len(servers), forkserver["rss_mib"], forkserver["pss_mib"], forkserver["uss_mib"],
-                forkserver["shared_mib"]))
+            def avg(values):
+                values = list(values)
+                return sum(values) / len(values) / 2**20
+
+            forkserver = {
+                "sandboxes": len(servers),
+                "processes": avg(len(s["family"]) for s in servers) * 2**20,
+                "server_rss_mib": avg(s["server"].get("Rss", 0) for s in servers),
+                "server_anon_mib": avg(s["server"].get("Anonymous", 0) for s in servers),
+                "server_file_mib": avg(s["server"].get("Rss", 0) - s["server"].get("Anonymous", 0)
+                                       for s in servers),
+                "sandbox_anon_mib": avg(sum(r.get("Pss_Anon", 0) for r in s["family"]) for s in servers),
+                "sandbox_file_pss_mib": avg(sum(r.get("Pss_File", 0) for r in s["family"]) for s in servers),
+                "serving": forkserver_ok,
+            }
+            log("fork servers of %d sandboxes: server RSS %.1f MiB (anonymous %.1f, file %.1f); per sandbox "
+                "anonymous %.1f MiB, its share of file pages %.1f MiB" % (
+                    len(servers), forkserver["server_rss_mib"], forkserver["server_anon_mib"],
+                    forkserver["server_file_mib"], forkserver["sandbox_anon_mib"],
+                    forkserver["sandbox_file_pss_mib"]))
         final = client.call("python.run", sandbox_id=warm, code="x", stateful=True).get("result")
         stateful_ok = final == str(stateful_count[0])
         if not stateful_ok:
@@ -901,13 +923,18 @@ TARGETS = {  # key → (max ratio, or max ms when absolute)
 def forkserver_markdown(fs):
     if fs is None:
         return ["", "Fork server memory: no fork server found."]
-    return ["", "| python fork server (stateless python.run), per sandbox; %d servers measured | value |" %
-            fs["servers"], "|---|---:|",
-            "| RSS | %.1f MiB |" % fs["rss_mib"],
-            "| USS: its own pages, the extra memory a sandbox pays for it | %.1f MiB |" % fs["uss_mib"],
-            "| shared with other processes (the image's libraries in the page cache, other sandboxes' "
-            "servers) | %.1f MiB |" % fs["shared_mib"],
-            "| PSS | %.1f MiB |" % fs["pss_mib"]]
+    return ["", "| python fork server of stateless python.run: memory per sandbox (%d sandboxes, %.0f processes "
+            "each: the server, and the reaper and process forked ahead for the next call) | value |" % (
+                fs["sandboxes"], fs["processes"]), "|---|---:|",
+            "| the server's RSS | %.1f MiB |" % fs["server_rss_mib"],
+            "| … anonymous (the imported modules' objects): the sandbox's own, charged to its cgroup; the "
+            "forks share it copy-on-write | %.1f MiB |" % fs["server_anon_mib"],
+            "| … file-backed (the image's libraries): one copy in the page cache, shared by every sandbox's "
+            "server | %.1f MiB |" % fs["server_file_mib"],
+            "| extra memory per sandbox: anonymous pages of the server and its forks, each counted once (PSS) "
+            "| %.1f MiB |" % fs["sandbox_anon_mib"],
+            "| … plus its share of the shared file pages (PSS, %d sandboxes sharing) | %.1f MiB |" % (
+                fs["sandboxes"], fs["sandbox_file_pss_mib"])]
 
 
 def build_report(variants, concurrent, memory, stateful_ok, crun, reproduce, seconds, a, scale=None, network=None,

@@ -410,6 +410,24 @@ class Server:
                     self.client_gone(fd)
 
 
+def warm_up_matplotlib():
+    """Draw one figure and render it as PNG, then forget it: matplotlib loads
+    fonts and fills its caches on the first figure a process draws, which
+    would otherwise be most of every plotting call's time."""
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is None:
+        return
+    try:
+        import io
+        fig = plt.figure()
+        fig.gca().plot([0, 1], [1, 0])
+        fig.gca().set_title("nsbox")
+        fig.savefig(io.BytesIO(), format="png")
+        plt.close("all")
+    except Exception as e:
+        print("nsbox fork server: matplotlib warm-up: %s" % e, file=sys.stderr)
+
+
 def main():
     prctl(PR_SET_DUMPABLE, 0)
     prctl(PR_SET_CHILD_SUBREAPER, 1)
@@ -425,6 +443,7 @@ def main():
             __import__(name)
         except Exception as e:  # a module the image lacks is not worth failing over
             print("nsbox fork server: import %s: %s" % (name, e), file=sys.stderr)
+    warm_up_matplotlib()
     import json  # noqa: F401
     import runpy  # noqa: F401
     import traceback  # noqa: F401
