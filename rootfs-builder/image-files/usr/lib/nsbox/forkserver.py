@@ -134,33 +134,38 @@ def run_call(u_end, done_r):
     pipe done_r before it exits. Never returns."""
     code = 0
     try:
+        # What does not depend on the call is done before it comes.
         os.setsid()  # as an exec's process: kill(0, ...) reaches the call only
-        msg, fds = recv_with_fds(u_end, 4)
-        if not fds:
-            os._exit(0)  # never used: the server went away
-        umask, script, report, env = parse_request(msg)
-        for target, fd in enumerate(fds[:3]):
-            os.dup2(fd, target, inheritable=True)
-        os.fchdir(fds[3])
         for name in os.listdir("/proc/self/fd"):
-            if int(name) > 2:
+            if int(name) > 2 and int(name) != u_end.fileno():
                 try:
                     os.close(int(name))
                 except OSError:
                     pass
-        os.umask(umask)
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
-        os.environ.clear()
-        os.environ.update(env)
         numpy = sys.modules.get("numpy")
         if numpy is not None:
             # Every call would otherwise draw the same "random" numbers: the
             # server's state, copied. (random reseeds itself after a fork.)
             numpy.random.seed()
         import nsbox_runtime
+        msg, fds = recv_with_fds(u_end, 4)
+        if not fds:
+            os._exit(0)  # never used: the server went away
+        u_end.close()
+        umask, script, report, env = parse_request(msg)
+        for target, fd in enumerate(fds[:3]):
+            os.dup2(fd, target, inheritable=True)
+        os.fchdir(fds[3])
+        for fd in fds:  # only 0-2 stay open, as in an exec
+            if fd > 2:
+                os.close(fd)
+        os.umask(umask)
+        os.environ.clear()
+        os.environ.update(env)
         code = nsbox_runtime.run_stateless(script, report)
     except BaseException as e:  # nsbox's own failure: say so where the user looks
         try:
