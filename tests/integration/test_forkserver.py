@@ -285,3 +285,32 @@ def test_fork_server_does_not_keep_an_idle_sandbox_alive(daemon):
     while sb in {s["sandbox_id"] for s in daemon.call("sandbox.list")["sandboxes"]}:
         assert time.monotonic() < deadline, "the sandbox with a fork server was not reaped when idle"
         time.sleep(0.5)
+
+
+def test_server_and_the_next_calls_processes_cannot_be_written_by_sandbox_code(daemon, sandbox):
+    wait_served(daemon, sandbox)
+    time.sleep(1)  # the next call's processes are forked once the last call is over
+    # Other code of the sandbox, as the same user: here an exec.
+    r = daemon.call("sandbox.exec", sandbox_id=sandbox, argv=["python3", "-c", r'''
+import errno, json, os
+mine = {os.getpid(), os.getppid()}
+out = {}
+for pid in os.listdir("/proc"):
+    if not pid.isdigit() or int(pid) in mine:
+        continue
+    try:
+        cmd = open("/proc/%s/cmdline" % pid, "rb").read()
+    except OSError:
+        continue
+    if b"forkserver.py" not in cmd:
+        continue
+    try:
+        os.close(os.open("/proc/%s/mem" % pid, os.O_RDWR))
+        out[pid] = "writable"
+    except OSError as e:
+        out[pid] = errno.errorcode[e.errno]
+print(json.dumps(out))
+'''])
+    seen = json.loads(r["stdout"])
+    # The server, and the reaper and process waiting for the next call.
+    assert len(seen) == 3 and set(seen.values()) == {"EACCES"}, seen

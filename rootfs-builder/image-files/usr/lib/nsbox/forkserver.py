@@ -22,9 +22,14 @@ goes away first (the exec timed out or was killed) the server kills C; the
 processes C left behind are then reparented to the server (a subreaper as
 well), which kills every child of its own that is not a live C.
 
+The C and U of the next call are forked ahead, between calls, so that a
+call costs no fork of this large process; U reports its exit code to C
+before its own teardown, which takes milliseconds.
+
 PR_SET_DUMPABLE 0: code of the sandbox (same uid) cannot ptrace the server or
-write its memory through /proc to plant state for later calls. C makes
-itself dumpable again, so a call's /proc/self is its own as in a plain run."""
+the C and U waiting for the next call, or write their memory through /proc
+to plant state for later calls. C and U become dumpable once their call has
+come, so a call's /proc/self is its own as in a plain run."""
 import array
 import ctypes
 import gc
@@ -156,6 +161,9 @@ def run_call(u_end, done_r):
         if not fds:
             os._exit(0)  # never used: the server went away
         u_end.close()
+        # The call's own: its /proc/self is its own, as in an exec. Until
+        # now, waiting, no other process of the sandbox could ptrace it.
+        prctl(PR_SET_DUMPABLE, 1)
         umask, script, report, env = parse_request(msg)
         for target, fd in enumerate(fds[:3]):
             os.dup2(fd, target, inheritable=True)
@@ -222,8 +230,13 @@ def reaper(c_end, u_end):
     for U, end what U left behind and send U's status. Never returns."""
     code = 0
     try:
-        prctl(PR_SET_DUMPABLE, 1)
         prctl(PR_SET_CHILD_SUBREAPER, 1)
+        # Nothing of the server's goes on in here: its stdout is nsboxd's
+        # line to it, and this process becomes readable to the call's code.
+        devnull = os.open("/dev/null", os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        os.close(devnull)
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         done_r, done_w = os.pipe2(os.O_CLOEXEC)
@@ -236,6 +249,10 @@ def reaper(c_end, u_end):
         _, fds = recv_with_fds(c_end, 1, 16)
         if not fds:  # the server went away before it had a call for us
             os.kill(pid, signal.SIGKILL)
+        # Dumpable only now, with a call: a spare waiting for the next call
+        # cannot be ptraced by the sandbox's code to plant state in it. U
+        # needs it to reach done_r through /proc.
+        prctl(PR_SET_DUMPABLE, 1)
         conn = socket.socket(fileno=fds[0]) if fds else None
         status = call_status(pid, done_r)
         kill_descendants()
