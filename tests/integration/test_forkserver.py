@@ -314,3 +314,17 @@ print(json.dumps(out))
     seen = json.loads(r["stdout"])
     # The server, and the reaper and process waiting for the next call.
     assert len(seen) == 3 and set(seen.values()) == {"EACCES"}, seen
+
+
+def test_stopped_server_costs_one_call_its_timeout_then_is_replaced(daemon, sandbox):
+    server = wait_served(daemon, sandbox)
+    # The call's own code stops the server (same uid); the call itself ends normally.
+    r = run(daemon, sandbox_id=sandbox, code="import os, signal; os.kill(%d, signal.SIGSTOP); print(4)" % server)
+    assert r["status"] == "ok" and r["stdout"] == "4\n", r
+    # The next call is accepted by nobody: it times out, never hangs past that.
+    r = run(daemon, sandbox_id=sandbox, timeout_seconds=3, code="print(5)")
+    assert r["status"] == "timeout", r
+    # That timeout replaced the server.
+    r = run(daemon, sandbox_id=sandbox, code="print(6)")
+    assert r["status"] == "ok" and r["stdout"] == "6\n", r
+    assert wait_served(daemon, sandbox) != server
