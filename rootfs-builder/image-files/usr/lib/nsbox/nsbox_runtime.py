@@ -72,7 +72,10 @@ class FigureCapture:
         plt = sys.modules.get("matplotlib.pyplot")
         if plt is None:
             return
-        for num in plt.get_fignums():
+        nums = plt.get_fignums()
+        if not nums:
+            return  # pyplot imported ahead (the fork server), no figure: nothing to close
+        for num in nums:
             fig = plt.figure(num)
             path = self._next_path()
             try:
