@@ -759,6 +759,8 @@ static struct sandbox *pool_claim(uid_t owner, struct sandbox_policy *policy)
         memset(policy, 0, sizeof(*policy));
         sb->created_at_ms = now_realtime_ms();
         sandbox_touch(sb);
+        if (sb->state == SANDBOX_RUNNING)
+                python_sandbox_ready(sb); /* a pooled one still starting: when it is ready */
         _cleanup_error_ nsbox_error_t *err = NULL;
         if (state_save(sb, &err) < 0)
                 log_warn("sandbox %s: %s", sb->id, err->message);

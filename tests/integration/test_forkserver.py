@@ -266,10 +266,18 @@ def test_no_fork_server_in_a_sandbox_with_little_memory(daemon, sandbox):
         daemon.call("sandbox.remove", sandbox_id=sb, force=True)
 
 
-def test_eager_fork_server_starts_with_the_sandbox():
-    d = Daemon(extra_args=["--python-fork-server", "eager", "--warm-pool", "0"])
+@pytest.mark.parametrize("warm_pool", ["0", "2"])
+def test_eager_fork_server_starts_with_the_sandbox(warm_pool):
+    d = Daemon(extra_args=["--python-fork-server", "eager", "--warm-pool", warm_pool])
     try:
+        if warm_pool != "0":  # the pool is full: the sandbox is one of it
+            deadline = time.monotonic() + 60
+            while d.read_log().count(": created for uid") < 2:
+                assert time.monotonic() < deadline, "the warm pool did not fill"
+                time.sleep(0.3)
         sb = d.call("sandbox.create")["sandbox_id"]
+        if warm_pool != "0":
+            assert "sandbox %s: handed from the warm pool" % sb in d.read_log()
         deadline = time.monotonic() + 30
         while not forkservers(d, sb):
             assert time.monotonic() < deadline, "no fork server started with the sandbox"
