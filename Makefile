@@ -47,6 +47,9 @@ BINS  := $(BUILD)/nsboxd $(BUILD)/nsbox $(BUILD)/nsbox-init
 # nsbox-egress: the egress proxy of network sandboxes (egress/, policy/netpolicy.c).
 EGRESS_SRC := $(wildcard egress/*.c)
 BINS  += $(BUILD)/nsbox-egress
+# forkrun: the attach client of the sandbox's Python fork server, installed in
+# the image (rootfs-builder/build-image.sh --forkrun).
+BINS  += $(BUILD)/forkrun
 UNITS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 
 .PHONY: all deps deps-test deps-node deps-bench image demo test test-unit test-integration test-vm test-format test-systemd \
@@ -76,6 +79,11 @@ $(BUILD)/nsbox-init: $(patsubst %.c,$(BUILD)/obj/init/%.o,$(INIT_SRC) common/err
 $(BUILD)/obj/init/%.o: %.c
 	@mkdir -p $(dir $@)
 	@echo "  CC $< (init)"; $(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+# Static and small: it runs in the image for each stateless python.run.
+$(BUILD)/forkrun: rootfs-builder/forkrun.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -static -s -o $@ $<
 
 $(BUILD)/nsbox-egress: $(call obj,$(EGRESS_SRC)) $(call obj,policy/netpolicy.c $(COMMON_SRC))
 	$(CC) $(CFLAGS) $(SAN) -o $@ $^ $(shell pkg-config --libs jansson) -lcares -lpthread
@@ -126,7 +134,8 @@ deps-bench: deps
 	$(call apt_install,$(DEPS_BENCH))
 
 image: deps
-	rootfs-builder/build-image.sh --name python --out $(IMAGE_DIR) --cache $(CACHE_DIR)
+	$(MAKE) $(BUILD)/forkrun
+	rootfs-builder/build-image.sh --name python --out $(IMAGE_DIR) --cache $(CACHE_DIR) --forkrun $(BUILD)/forkrun
 
 demo: deps
 	$(MAKE) all

@@ -84,6 +84,14 @@ static const struct option_def options[] = {
         { "egress_path", "NSBOX_EGRESS_PATH", OPT_STRING, CFG(egress_path), 0, "the nsbox-egress binary" },
         { "egress_uid", "NSBOX_EGRESS_UID", OPT_UINT, CFG(egress_uid), UINT32_MAX - 1,
           "uid and gid of the egress proxy (0: uid_pool_base - 1)" },
+        { "python_fork_server", "NSBOX_PYTHON_FORK_SERVER", OPT_STRING, CFG(python_fork_server), 0,
+          "stateless python.run through a per-sandbox fork server: lazy, eager or off" },
+        { "python_fork_server_idle_seconds", "NSBOX_PYTHON_FORK_SERVER_IDLE_SECONDS", OPT_UINT,
+          CFG(python_fork_server_idle_seconds), 7 * 24 * 3600,
+          "stop a sandbox's fork server after this long without a stateless call" },
+        { "python_fork_server_min_memory_bytes", "NSBOX_PYTHON_FORK_SERVER_MIN_MEMORY_BYTES", OPT_UINT,
+          CFG(python_fork_server_min_memory_bytes), POLICY_MAX_MEMORY_BYTES,
+          "no fork server in sandboxes with a smaller memory limit" },
         { "memory_bytes", "NSBOX_MEMORY_BYTES", OPT_UINT, CFG(defaults.limits.memory_bytes),
           POLICY_MAX_MEMORY_BYTES, "default memory limit" },
         { "pids", "NSBOX_PIDS", OPT_UINT, CFG(defaults.limits.pids), POLICY_MAX_PIDS, "default pids limit" },
@@ -258,6 +266,11 @@ int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_
         config->egress_dns_servers = strdup("");
         config->log_level = strdup("info");
         config->uid_isolation = strdup("per-sandbox");
+        config->python_fork_server = strdup("lazy");
+        config->python_fork_server_idle_seconds = 60;
+        /* The server holds about 100 MiB (numpy, pandas, matplotlib, PIL):
+         * in a smaller sandbox that is more than the imports it saves. */
+        config->python_fork_server_min_memory_bytes = 256ull << 20;
         config->max_request_bytes = 64u << 20;
         config->max_sandboxes = 64;
         config->max_connections = 1024;
@@ -346,6 +359,10 @@ int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_
                 return nsbox_invalid(err, "uid pool runs past the largest uid");
         if (config->egress_uid == 0)
                 config->egress_uid = config->uid_pool_base - 1;
+        if (strcmp(config->python_fork_server, "lazy") != 0 &&
+            strcmp(config->python_fork_server, "eager") != 0 &&
+            strcmp(config->python_fork_server, "off") != 0)
+                return nsbox_invalid(err, "python_fork_server must be lazy, eager or off");
         if (config->uid_pool_base < NSBOX_UID_RANGE)
                 return nsbox_error(err, EINVAL,
                                    "uid_pool_base must be at least 65536 (host system ids live below)");
@@ -362,6 +379,7 @@ void config_free(struct nsbox_config *config)
         free(config->config_path);
         free(config->log_level);
         free(config->uid_isolation);
+        free(config->python_fork_server);
         free(config->network_subnet);
         free(config->egress_dns_servers);
         free(config->egress_path);

@@ -59,6 +59,14 @@ struct nsbox_config {
         char *egress_dns_servers; /* "IP[:PORT],..." for the proxy; "" = resolv.conf */
         char *egress_path;        /* the nsbox-egress binary */
         uid_t egress_uid;         /* the proxy's uid and gid; 0 = uid_pool_base - 1 */
+        /* The per-sandbox Python fork server of stateless python.run
+         * (manager/python.c): "lazy" (started by the first stateless call),
+         * "eager" (with the sandbox) or "off"; stopped after this many
+         * seconds without a stateless call; not started in sandboxes whose
+         * memory limit is below the last. */
+        char *python_fork_server;
+        uint32_t python_fork_server_idle_seconds;
+        uint64_t python_fork_server_min_memory_bytes;
 };
 
 #define NSBOX_UID_RANGE 65536u

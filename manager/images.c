@@ -48,3 +48,31 @@ json_t *images_list(void)
         closedir(d);
         return list;
 }
+
+json_t *image_python_preload(const char *name)
+{
+        char path[4096];
+        if (!image_exists(name))
+                return NULL;
+        snprintf(path, sizeof(path), "%s/%s/manifest.json", nsboxd.config.image_dir, name);
+        json_t *manifest = json_load_file(path, 0, NULL);
+        json_t *list = json_object_get(manifest, "python_preload");
+        json_t *out = NULL;
+        if (json_is_array(list)) {
+                out = json_array();
+                size_t i;
+                json_t *v;
+                /* Module names only: each becomes an argument of the server. */
+                json_array_foreach(list, i, v)
+                {
+                        const char *m = json_string_value(v);
+                        if (m != NULL && m[0] != '\0' && m[0] != '-' && strlen(m) < 128 &&
+                            strspn(m, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.") ==
+                                strlen(m))
+                                json_array_append(out, v);
+                }
+        }
+        if (manifest)
+                json_decref(manifest);
+        return out;
+}

@@ -15,6 +15,7 @@
 #include "egress.h"
 #include "exec.h"
 #include "fs.h"
+#include "images.h"
 #include "json_cleanup.h"
 #include "log.h"
 #include "params.h"
@@ -24,6 +25,8 @@
 
 #define RUNNER          "/usr/lib/nsbox/run.py"
 #define DRIVER          "/usr/lib/nsbox/driver.py"
+#define FORKSERVER      "/usr/lib/nsbox/forkserver.py"
+#define FORKRUN         "/usr/lib/nsbox/forkrun"
 #define SCRIPT_PATH     "/workspace/script.py"
 #define DEFAULT_TIMEOUT 30
 #define MAX_TIMEOUT     (24 * 3600)
@@ -54,8 +57,9 @@ struct python_run {
         unsigned timeout_s;
         long long started_mono;
         char report[80];
-        struct exec *exec;       /* the stateless run or its pip install, while it runs */
-        struct python_run *next; /* queued on the interpreter */
+        struct exec *exec;          /* the stateless run or its pip install, while it runs */
+        uint64_t forkserver_serial; /* the fork server that serves it (stateless), or 0 */
+        struct python_run *next;    /* queued on the interpreter */
 };
 
 /* --- calls per uid (max_execs_per_uid) -------------------------------------- */
@@ -217,6 +221,208 @@ static void reply_run(struct python_run *run, const char *status, json_t *exit_c
         run_free(run);
 }
 
+/* --- stateless: the fork server ------------------------------------------ */
+
+/* One per sandbox at most (image-files/usr/lib/nsbox/forkserver.py): a
+ * Python that has imported the image's heavy modules once and forks a
+ * fresh child for each stateless call. A call is still an exec of its own
+ * (output, timeout, kill, exit code, oom as before) whose program is the
+ * attach client, forkrun, which hands the call to the server or, when it
+ * cannot, runs run.py itself. The server is a service exec: it neither
+ * makes the sandbox busy nor keeps it from the idle reaper, and its memory
+ * is charged to the sandbox's cgroup. */
+struct python_forkserver {
+        struct sandbox *sb;
+        struct exec *exec;
+        uint64_t serial; /* tells a restarted server from the one a call used */
+        bool ready;      /* it said so: its imports are done, its socket is bound */
+        bool stopping;   /* killed; a new one starts once it has ended */
+        unsigned calls;  /* stateless calls it serves now */
+        char token[33];  /* its socket's name: see forkserver_start */
+        char out[16];    /* what it printed so far, for "ready\n" */
+        size_t out_len;
+        struct loop_source *idle_timer;
+        struct python_forkserver *next;
+};
+
+static struct python_forkserver *forkservers;
+static uint64_t forkserver_serial;
+
+static struct python_forkserver *forkserver_of(const struct sandbox *sb)
+{
+        for (struct python_forkserver *fs = forkservers; fs != NULL; fs = fs->next) {
+                if (fs->sb == sb)
+                        return fs;
+        }
+        return NULL;
+}
+
+static void forkserver_arm_idle(struct python_forkserver *fs)
+{
+        struct itimerspec its = { .it_value = { .tv_sec = nsboxd.config.python_fork_server_idle_seconds } };
+        if (its.it_value.tv_sec == 0)
+                its.it_value.tv_nsec = 1;
+        timerfd_settime(fs->idle_timer->fd, 0, &its, NULL);
+}
+
+static void forkserver_stop(struct python_forkserver *fs, const char *why)
+{
+        if (fs == NULL || fs->stopping)
+                return;
+        log_limited(fs->sb->id, LOG_LEVEL_INFO, "sandbox %s: stopping the python fork server (%s)",
+                    fs->sb->id, why);
+        fs->stopping = true;
+        fs->ready = false;
+        exec_signal(fs->exec, SIGKILL); /* forkserver_done frees it */
+}
+
+static void forkserver_on_idle(struct loop_source *source, uint32_t events)
+{
+        struct python_forkserver *fs = source->data;
+        uint64_t n;
+        if (read(source->fd, &n, sizeof(n)) < 0)
+                return;
+        if (fs->calls > 0)
+                forkserver_arm_idle(fs); /* looked at again when the calls end */
+        else
+                forkserver_stop(fs, "idle");
+}
+
+static void forkserver_on_stdout(struct exec *ex, const char *data, size_t len, void *opaque)
+{
+        struct python_forkserver *fs = opaque;
+        size_t room = sizeof(fs->out) - 1 - fs->out_len;
+        memcpy(fs->out + fs->out_len, data, len < room ? len : room);
+        fs->out_len += len < room ? len : room;
+        fs->out[fs->out_len] = '\0';
+        if (!fs->ready && !fs->stopping && strcmp(fs->out, "ready\n") == 0) {
+                fs->ready = true;
+                log_limited(fs->sb->id, LOG_LEVEL_INFO, "sandbox %s: python fork server ready", fs->sb->id);
+        }
+}
+
+static void forkserver_done(struct exec *ex, json_t *result, void *opaque)
+{
+        struct python_forkserver *fs = opaque;
+        for (struct python_forkserver **p = &forkservers; *p != NULL; p = &(*p)->next) {
+                if (*p == fs) {
+                        *p = fs->next;
+                        break;
+                }
+        }
+        if (!fs->stopping)
+                log_limited(fs->sb->id, LOG_LEVEL_INFO, "sandbox %s: python fork server ended (%s)",
+                            fs->sb->id, json_string_value(json_object_get(result, "stderr")) ?: "");
+        loop_remove(nsboxd.loop, fs->idle_timer);
+        free(fs);
+}
+
+static const struct exec_hooks forkserver_hooks = {
+        .on_stdout = forkserver_on_stdout,
+        .done = forkserver_done,
+        .keep_stdin = true,
+        .service = true,
+};
+
+static bool forkserver_wanted(const struct sandbox *sb)
+{
+        return strcmp(nsboxd.config.python_fork_server, "off") != 0 && sb->state == SANDBOX_RUNNING &&
+               sb->policy.limits.memory_bytes >= nsboxd.config.python_fork_server_min_memory_bytes;
+}
+
+static int forkserver_start(struct sandbox *sb, nsbox_error_t **err)
+{
+        _cleanup_json_ json_t *preload = image_python_preload(sb->policy.image);
+        if (preload == NULL)
+                return 0; /* an image without one */
+        struct python_forkserver *fs = calloc(1, sizeof(*fs));
+        if (fs == NULL)
+                return nsbox_error(err, ENOMEM, "python fork server");
+        fs->sb = sb;
+        fs->serial = ++forkserver_serial;
+        /* The socket's name is random and reaches the server on its stdin,
+         * which nothing else in the sandbox reads: a process of the sandbox
+         * cannot take the name before the server binds it, and so cannot
+         * stand in for the server and receive later calls. */
+        uuid_t u;
+        uuid_generate_random(u);
+        for (int i = 0; i < 16; i++)
+                snprintf(fs->token + 2 * i, 3, "%02x", u[i]);
+        int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+        fs->idle_timer = tfd >= 0 ? loop_add(nsboxd.loop, tfd, EPOLLIN, forkserver_on_idle, fs) : NULL;
+        if (fs->idle_timer == NULL) {
+                int e = errno;
+                if (tfd >= 0)
+                        close(tfd);
+                free(fs);
+                return nsbox_error(err, e, "python fork server timer");
+        }
+        _cleanup_json_ json_t *argv = json_pack("[s, s]", "python3", FORKSERVER);
+        json_array_extend(argv, preload);
+        _cleanup_json_ json_t *params = json_pack("{s:O, s:i, s:I}", "argv", argv, "timeout_seconds",
+                                                  MAX_TIMEOUT, "max_output_bytes", (json_int_t)(64 << 10));
+        if (exec_run(sb, params, &forkserver_hooks, fs, &fs->exec, err) < 0) {
+                loop_remove(nsboxd.loop, fs->idle_timer);
+                free(fs);
+                return -1;
+        }
+        char line[sizeof(fs->token) + 1];
+        int n = snprintf(line, sizeof(line), "%s\n", fs->token);
+        fs->next = forkservers;
+        forkservers = fs;
+        forkserver_arm_idle(fs);
+        if (exec_write_stdin(fs->exec, line, (size_t)n) < 0)
+                forkserver_stop(fs, "its stdin failed");
+        log_limited(sb->id, LOG_LEVEL_INFO, "sandbox %s: python fork server starting", sb->id);
+        return 0;
+}
+
+/* The sandbox's fork server if it is ready to take a call; started (for
+ * later calls) if there is none. The call that starts it does not wait for
+ * its imports: it takes the plain path. */
+static struct python_forkserver *forkserver_get(struct sandbox *sb)
+{
+        if (!forkserver_wanted(sb))
+                return NULL;
+        struct python_forkserver *fs = forkserver_of(sb);
+        if (fs == NULL) {
+                _cleanup_error_ nsbox_error_t *err = NULL;
+                if (forkserver_start(sb, &err) < 0)
+                        log_limited(sb->id, LOG_LEVEL_WARN, "sandbox %s: python fork server: %s", sb->id,
+                                    err->message);
+                return NULL;
+        }
+        return fs->ready ? fs : NULL;
+}
+
+void python_sandbox_ready(struct sandbox *sb)
+{
+        if (strcmp(nsboxd.config.python_fork_server, "eager") == 0 && !sb->pooled)
+                (void)forkserver_get(sb);
+}
+
+/* site-packages changed: the server's imports may no longer be what a
+ * fresh interpreter would import. The next stateless call starts a new one. */
+static void forkserver_invalidate(struct sandbox *sb)
+{
+        forkserver_stop(forkserver_of(sb), "packages were installed");
+}
+
+/* A call it served has ended. */
+static void forkserver_call_done(struct python_run *run, bool timed_out)
+{
+        struct python_forkserver *fs = forkserver_of(run->sb);
+        if (fs == NULL || fs->serial != run->forkserver_serial)
+                return;
+        fs->calls--;
+        forkserver_arm_idle(fs);
+        /* The call's own code may have stopped the server (SIGSTOP: same uid),
+         * which then takes later calls and never runs them: a call that timed
+         * out costs the server, so at most one call is lost that way. */
+        if (timed_out)
+                forkserver_stop(fs, "a call it served timed out");
+}
+
 /* --- stateless: run.py under the exec machinery --------------------------- */
 
 static void stateless_done(struct exec *ex, json_t *result, void *data)
@@ -240,6 +446,8 @@ static void stateless_done(struct exec *ex, json_t *result, void *data)
 
         json_t *code = json_object_get(result, "exit_code");
         bool timed_out = json_is_true(json_object_get(result, "timed_out"));
+        if (run->forkserver_serial != 0)
+                forkserver_call_done(run, timed_out);
         const char *status = timed_out                                                  ? "timeout"
                              : (json_is_integer(code) && json_integer_value(code) == 0) ? "ok"
                                                                                         : "error";
@@ -266,11 +474,20 @@ static void run_stateless(struct python_run *run, const char *code)
         uuid_generate_random(u);
         uuid_unparse_lower(u, uuid_text);
         snprintf(run->report, sizeof(run->report), "/tmp/.nsbox-report-%s.json", uuid_text);
+        struct python_forkserver *fs = forkserver_get(run->sb);
         _cleanup_json_ json_t *params =
-            json_pack("{s:[s, s, s, s], s:i}", "argv", "python3", RUNNER, SCRIPT_PATH, run->report,
-                      "timeout_seconds", (int)run->timeout_s);
-        if (exec_run(run->sb, params, &stateless_hooks, run, &run->exec, &err) < 0)
+            fs != NULL ? json_pack("{s:[s, s, s, s], s:i}", "argv", FORKRUN, fs->token, SCRIPT_PATH,
+                                   run->report, "timeout_seconds", (int)run->timeout_s)
+                       : json_pack("{s:[s, s, s, s], s:i}", "argv", "python3", RUNNER, SCRIPT_PATH,
+                                   run->report, "timeout_seconds", (int)run->timeout_s);
+        if (exec_run(run->sb, params, &stateless_hooks, run, &run->exec, &err) < 0) {
                 run_fail(run, "internal", err->message);
+                return;
+        }
+        if (fs != NULL) {
+                run->forkserver_serial = fs->serial;
+                fs->calls++;
+        }
 }
 
 /* --- stateful: one interpreter per sandbox -------------------------------- */
@@ -609,6 +826,7 @@ static void run_after_requirements(struct python_run *run);
 static void install_done(struct exec *ex, json_t *result, void *data)
 {
         struct install *inst = data;
+        forkserver_invalidate(inst->sb);
         if (inst->run == NULL) {
                 calls_add(inst->req->uid, -1);
                 json_t *reply = json_deep_copy(result);

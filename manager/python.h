@@ -16,3 +16,6 @@ unsigned python_calls_of(uid_t uid);
 /* A call runs in the sandbox's stateful interpreter, or waits for it. */
 bool python_busy(const struct sandbox *sb);
 void package_method_install(struct rpc_request *req, struct sandbox *sb);
+/* The sandbox has just become ready: start what starts with it (the Python
+ * fork server when python_fork_server is "eager"). */
+void python_sandbox_ready(struct sandbox *sb);

@@ -468,6 +468,7 @@ static void on_control(struct loop_source *source, uint32_t events)
                                 _cleanup_error_ nsbox_error_t *err = NULL;
                                 if (exec_prepare_slot(sb, &err) < 0)
                                         log_debug("sandbox %s: no slot ahead: %s", sb->id, err->message);
+                                python_sandbox_ready(sb);
                         } else if (msg.hdr.type == CTL_FAILED && (size_t)n >= sizeof(struct ctl_failed)) {
                                 msg.failed.message[sizeof(msg.failed.message) - 1] = '\0';
                                 sandbox_set_failure(sb, msg.failed.message);
@@ -784,6 +785,8 @@ static struct sandbox *pool_claim(uid_t owner, struct sandbox_policy *policy)
         memset(policy, 0, sizeof(*policy));
         sb->created_at_ms = now_realtime_ms();
         sandbox_touch(sb);
+        if (sb->state == SANDBOX_RUNNING)
+                python_sandbox_ready(sb); /* a pooled one still starting: when it is ready */
         _cleanup_error_ nsbox_error_t *err = NULL;
         if (state_save(sb, &err) < 0)
                 log_warn("sandbox %s: %s", sb->id, err->message);

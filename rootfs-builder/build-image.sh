@@ -2,7 +2,8 @@
 # Build an nsbox sandbox image: NAME/rootfs/ (a Debian root filesystem) and
 # NAME/manifest.json, under the image directory nsboxd reads.
 #
-#   build-image.sh --name python --out /var/lib/nsbox/images --cache /var/cache/nsbox [--force]
+#   build-image.sh --name python --out /var/lib/nsbox/images --cache /var/cache/nsbox \
+#                  --forkrun build/forkrun [--force]
 #
 # The image is built next to the live one and swapped in with rename(2) only
 # once it is complete and has passed a smoke check, so nsboxd never sees a
@@ -20,6 +21,7 @@ OUT=""
 CACHE=""
 MIRROR=http://deb.debian.org/debian
 FORCE=0
+FORKRUN=""
 
 usage() {
         cat <<EOF
@@ -29,6 +31,7 @@ usage: $0 --name NAME --out IMAGE_DIR --cache CACHE_DIR [--mirror URL] [--force]
   --out DIR        image directory; the image lands in DIR/NAME
   --cache DIR      download cache (.debs for debootstrap and apt) and build log
   --mirror URL     Debian mirror (default $MIRROR)
+  --forkrun FILE   the fork server's attach client, built by make (build/forkrun)
   --force          rebuild even if the inputs are unchanged
 EOF
 }
@@ -44,15 +47,20 @@ while [ $# -gt 0 ]; do
         --out) OUT=${2:?--out needs a value}; shift 2 ;;
         --cache) CACHE=${2:?--cache needs a value}; shift 2 ;;
         --mirror) MIRROR=${2:?--mirror needs a value}; shift 2 ;;
+        --forkrun) FORKRUN=${2:?--forkrun needs a value}; shift 2 ;;
         --force) FORCE=1; shift ;;
         -h | --help) usage; exit 0 ;;
         *) usage >&2; die "unknown argument '$1'" ;;
         esac
 done
-if [ -z "$NAME" ] || [ -z "$OUT" ] || [ -z "$CACHE" ]; then
+if [ -z "$NAME" ] || [ -z "$OUT" ] || [ -z "$CACHE" ] || [ -z "$FORKRUN" ]; then
         usage >&2
-        die "--name, --out and --cache are required"
+        die "--name, --out, --cache and --forkrun are required"
 fi
+[ -f "$FORKRUN" ] && [ -x "$FORKRUN" ] || die "--forkrun $FORKRUN: not an executable file (make build/forkrun)"
+FORKRUN=$(realpath -- "$FORKRUN")
+# Where the attach client lands in the image (manager/python.c runs it there).
+FORKRUN_DEST=usr/lib/nsbox/forkrun
 
 # One entry per image.  Only Depends are installed, never Recommends --
 # python3-pandas Recommends alone would pull in scipy, sympy and a compiler.
@@ -74,6 +82,9 @@ python)
                 python3-munkres libopenblas0-pthread)
         # Distribution names (importlib.metadata) recorded in the manifest.
         PYTHON_DISTS=(pip numpy pandas matplotlib Pillow)
+        # Modules the sandbox's fork server imports once for every stateless
+        # python.run (manifest "python_preload"; manager/python.c).
+        PYTHON_PRELOAD=(numpy pandas matplotlib matplotlib.pyplot PIL.Image)
         ;;
 *)
         die "unknown image name '$NAME' (known: python)"
@@ -170,6 +181,8 @@ compute_input_hash() {
                                         "$(sha256sum <"$path" | cut -d' ' -f1)"
                         fi
                 done < <(list_image_files)
+                printf 'forkrun %s\n' "$(sha256sum <"$FORKRUN" | cut -d' ' -f1)"
+                printf 'preload=%s\n' "${PYTHON_PRELOAD[@]}"
         } | sha256sum | cut -d' ' -f1
 }
 
@@ -266,6 +279,9 @@ copy_image_files() {
                         install -o 0 -g 0 -m "$(image_file_mode "$src")" -- "$src" "$dst"
                 fi
         done < <(list_image_files)
+        mkdir -p -- "$(dirname -- "$rootfs/$FORKRUN_DEST")"
+        rm -f -- "$rootfs/$FORKRUN_DEST"
+        install -o 0 -g 0 -m 0755 -- "$FORKRUN" "$rootfs/$FORKRUN_DEST"
 }
 
 prepare_for_sandboxes() {
@@ -351,7 +367,7 @@ write_manifest() {
                 -f '${db:Status-Abbrev}\t${Package}\t${Version}\t${Architecture}\n' |
                 "$HOST_PYTHON" -c '
 import json, sys
-name, suite, variant, arch, mirror, build_date, input_hash, size, probe, dest, base_hash, files = sys.argv[1:]
+name, suite, variant, arch, mirror, build_date, input_hash, size, probe, dest, base_hash, files, preload = sys.argv[1:]
 probe = json.loads(probe)
 packages = []
 for line in sys.stdin:
@@ -373,6 +389,7 @@ manifest = {
     "input_hash": input_hash,
     "base_hash": base_hash,
     "image_files": [f for f in files.split("\n") if f],
+    "python_preload": [m for m in preload.split("\n") if m],
     "size_bytes": int(size),
 }
 with open(dest, "w") as f:
@@ -380,7 +397,7 @@ with open(dest, "w") as f:
     f.write("\n")
 ' "$NAME" "$SUITE" "$VARIANT" "$ARCH" "$MIRROR" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
                 "$input_hash" "$size" "$probe" "$dest" "$(compute_base_hash)" \
-                "$(list_image_files | tr '\0' '\n')"
+                "$(list_image_files | tr '\0' '\n')" "$(printf '%s\n' "${PYTHON_PRELOAD[@]}")"
 }
 
 # Two renames with a moment between them where NAME is absent; a sandbox

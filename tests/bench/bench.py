@@ -33,6 +33,12 @@ from nsbox_client import Client  # noqa: E402
 UID_RANGE = 65536
 TRUE = ["/bin/true"]
 PYTHON = ["python3", "-c", "print(1)"]
+# Stateless python.run (issue 18): served by the sandbox's fork server, which
+# has these imported already; bwrap runs the same code in a fresh python3.
+PANDAS_CODE = "import pandas, matplotlib.pyplot; print(1)"
+PLOT_CODE = "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()\nprint(1)\n"
+BWRAP_PLOT_CODE = ("import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.savefig('/tmp/figure_1.png')\n"
+                   "print(1)\n")
 
 
 def ms(ns):
@@ -305,6 +311,41 @@ def sandbox_processes(uid_base, uid_ranges):
         except (OSError, ValueError):
             continue
     return groups
+
+
+def forkserver_memory(uid_base, uid_ranges):
+    """Per sandbox with a fork server: the smaps_rollup of each of its fork
+    server processes (host view): the server, and the reaper and process
+    forked ahead for its next call. The server is the one whose parent is
+    not one of them."""
+    out = []
+    for group in sandbox_processes(uid_base, uid_ranges).values():
+        family = {}
+        for pid, r in group:
+            try:
+                with open("/proc/%d/cmdline" % pid, "rb") as f:
+                    argv = f.read().split(b"\0")
+                with open("/proc/%d/stat" % pid, "rb") as f:
+                    ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if len(argv) > 1 and argv[1].endswith(b"/forkserver.py"):
+                family[pid] = (ppid, r)
+        servers = [r for pid, (ppid, r) in family.items() if ppid not in family]
+        if len(servers) == 1:
+            out.append({"server": servers[0], "family": [r for _, r in family.values()]})
+    return out
+
+
+def wait_forkserver(client, sandbox_id, deadline_s=180):
+    """Until stateless calls of the sandbox are served by its fork server."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        r = client.call("python.run", sandbox_id=sandbox_id, code="import sys; print('pandas' in sys.modules)")
+        if r.get("stdout", "").strip() == "True":
+            return True
+        time.sleep(0.3)
+    return False
 
 
 def sandbox_cgroups(ids):
@@ -632,6 +673,7 @@ def main():
     daemon = Daemon(build, a.image_dir, a.uid_pool_base, a.uid_pool_ranges,
                     os.path.join(out_dir, "bench-nsboxd.log"), a.warm_pool, memory_commit_bytes=1 << 50)
     crun = None
+    forkserver = None
     try:
         log("nsboxd %s on %s (cgroup %s, uid isolation %s)" % (daemon.info.get("version"), daemon.socket,
                                                                daemon.info.get("cgroup"),
@@ -645,6 +687,15 @@ def main():
         nsbox = os.path.join(build, "nsbox")
         bwrap = ["bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", rootfs, "/", "--proc", "/proc",
                  "--dev", "/dev", "--tmpfs", "/tmp", "--"]
+        # matplotlib in bwrap gets the image's prebuilt font cache, writable
+        # (read-only, matplotlib would rebuild it in a temporary dir each run),
+        # as a sandbox has it.
+        mpl_cache = os.path.join(work, "mpl")
+        shutil.copytree(os.path.join(rootfs, "tmp", ".matplotlib"), mpl_cache)
+        bwrap_mpl = bwrap[:-1] + ["--bind", mpl_cache, "/tmp/.matplotlib", "--setenv", "MPLCONFIGDIR",
+                                  "/tmp/.matplotlib", "--"]
+        forkserver_ok = wait_forkserver(client, warm)
+        log("fork server of the warm sandbox: " + ("serving" if forkserver_ok else "NOT serving"))
 
         def c_exec(argv, expect):
             def f():
@@ -673,6 +724,17 @@ def main():
             if r.get("status") == "ok":
                 stateful_count[0] += 1
             return t1 - t0, r.get("status") == "ok", r.get("stderr", "")[-300:]
+
+        def c_stateless(code, want_image=False):
+            def f():
+                t0 = time.perf_counter_ns()
+                r = client.call("python.run", sandbox_id=warm, code=code)
+                t1 = time.perf_counter_ns()
+                images = [o for o in r.get("outputs", []) if o.get("type") == "image"]
+                ok = r.get("status") == "ok" and r.get("stdout", "").strip() == "1" and \
+                    (len(images) == 1 if want_image else not images)
+                return t1 - t0, ok, r.get("stderr", "")[-300:]
+            return f
 
         def crun_fn(which, expect):
             def f():
@@ -705,6 +767,17 @@ def main():
             Variant("exec_python", "nsbox warm exec python3 -c 'print(1)'", W, c_exec(PYTHON, "1"),
                     "bwrap_python"),
             Variant("stateful", "nsbox python.run stateful x += 1", W, c_stateful, "bwrap_true"),
+            Variant("bwrap_pandas", "bwrap one-shot python3 -c '%s'" % PANDAS_CODE, O,
+                    lambda: timed_subprocess(bwrap_mpl + ["python3", "-c", PANDAS_CODE], b"1"), "bwrap_pandas"),
+            Variant("bwrap_plot", "bwrap one-shot python3: matplotlib plot saved as PNG", O,
+                    lambda: timed_subprocess(bwrap_mpl + ["python3", "-c", BWRAP_PLOT_CODE], b"1"),
+                    "bwrap_plot"),
+            Variant("stateless_python", "nsbox python.run stateless print(1) (fork server)", W,
+                    c_stateless("print(1)"), "bwrap_python"),
+            Variant("stateless_pandas", "nsbox python.run stateless %s (fork server)" % PANDAS_CODE, W,
+                    c_stateless(PANDAS_CODE), "bwrap_pandas"),
+            Variant("stateless_plot", "nsbox python.run stateless matplotlib plot, PNG image returned (fork "
+                    "server)", W, c_stateless(PLOT_CODE, want_image=True), "bwrap_plot"),
         ]
         if crun.error is not None:
             for v in variants:
@@ -713,6 +786,36 @@ def main():
         log("interleaved rounds: %d warm, %d one-shot per variant, %d variants" %
             (W, O, sum(v.skip_reason is None for v in variants)))
         run_interleaved(variants, log)
+        # The fork servers' memory: the warm sandbox's and two more, so that
+        # what the servers share (the image's files in the page cache) shows.
+        extra = [client.call("sandbox.create")["sandbox_id"] for _ in range(2)]
+        for sid in extra:
+            wait_forkserver(client, sid)
+        time.sleep(2)  # each server forks the next call's processes once the last call is over
+        servers = forkserver_memory(a.uid_pool_base, a.uid_pool_ranges)
+        for sid in extra:
+            client.call("sandbox.remove", sandbox_id=sid, force=True)
+        if servers:
+            def avg(values):
+                values = list(values)
+                return sum(values) / len(values) / 2**20
+
+            forkserver = {
+                "sandboxes": len(servers),
+                "processes": avg(len(s["family"]) for s in servers) * 2**20,
+                "server_rss_mib": avg(s["server"].get("Rss", 0) for s in servers),
+                "server_anon_mib": avg(s["server"].get("Anonymous", 0) for s in servers),
+                "server_file_mib": avg(s["server"].get("Rss", 0) - s["server"].get("Anonymous", 0)
+                                       for s in servers),
+                "sandbox_anon_mib": avg(sum(r.get("Pss_Anon", 0) for r in s["family"]) for s in servers),
+                "sandbox_file_pss_mib": avg(sum(r.get("Pss_File", 0) for r in s["family"]) for s in servers),
+                "serving": forkserver_ok,
+            }
+            log("fork servers of %d sandboxes: server RSS %.1f MiB (anonymous %.1f, file %.1f); per sandbox "
+                "anonymous %.1f MiB, its share of file pages %.1f MiB" % (
+                    len(servers), forkserver["server_rss_mib"], forkserver["server_anon_mib"],
+                    forkserver["server_file_mib"], forkserver["sandbox_anon_mib"],
+                    forkserver["sandbox_file_pss_mib"]))
         final = client.call("python.run", sandbox_id=warm, code="x", stateful=True).get("result")
         stateful_ok = final == str(stateful_count[0])
         if not stateful_ok:
@@ -783,7 +886,7 @@ def main():
     network = network_run(a, build, out_dir, log) if a.network_rounds > 0 else None
 
     report = build_report(variants, concurrent, memory, stateful_ok, crun, reproduce,
-                          time.monotonic() - started, a, scale, network)
+                          time.monotonic() - started, a, scale, network, forkserver)
     print()
     print(report["markdown"])
     os.makedirs(out_dir, exist_ok=True)
@@ -811,10 +914,31 @@ TARGETS = {  # key → (max ratio, or max ms when absolute)
     "cer_true": ("ratio", 1.0),
     "exec_python": ("ratio", 0.85),
     "stateful": ("ms", 1.0),
+    "stateless_python": ("ratio", 0.3),
+    "stateless_pandas": ("ratio", 0.05),
+    "stateless_plot": ("ratio", 0.1),
 }
 
 
-def build_report(variants, concurrent, memory, stateful_ok, crun, reproduce, seconds, a, scale=None, network=None):
+def forkserver_markdown(fs):
+    if fs is None:
+        return ["", "Fork server memory: no fork server found."]
+    return ["", "| python fork server of stateless python.run: memory per sandbox (%d sandboxes, %.0f processes "
+            "each: the server, and the reaper and process forked ahead for the next call) | value |" % (
+                fs["sandboxes"], fs["processes"]), "|---|---:|",
+            "| the server's RSS | %.1f MiB |" % fs["server_rss_mib"],
+            "| … anonymous (the imported modules' objects): the sandbox's own, charged to its cgroup; the "
+            "forks share it copy-on-write | %.1f MiB |" % fs["server_anon_mib"],
+            "| … file-backed (the image's libraries): one copy in the page cache, shared by every sandbox's "
+            "server | %.1f MiB |" % fs["server_file_mib"],
+            "| extra memory per sandbox: anonymous pages of the server and its forks, each counted once (PSS) "
+            "| %.1f MiB |" % fs["sandbox_anon_mib"],
+            "| … plus its share of the shared file pages (PSS, %d sandboxes sharing) | %.1f MiB |" % (
+                fs["sandboxes"], fs["sandbox_file_pss_mib"])]
+
+
+def build_report(variants, concurrent, memory, stateful_ok, crun, reproduce, seconds, a, scale=None, network=None,
+                 forkserver=None):
     by_key = {v.key: v for v in variants}
 
     def median(v):
@@ -881,6 +1005,7 @@ def build_report(variants, concurrent, memory, stateful_ok, crun, reproduce, sec
         c["remove_seconds"], c["remove_failures"]))
     lines.extend(scale_markdown(scale))
     lines.extend(network_markdown(network))
+    lines.extend(forkserver_markdown(forkserver))
     lines.append("")
     lines.append("Medians of interleaved rounds (%d one-shot, %d warm per variant) on %s, kernel %s, %d CPUs; "
                  "bench took %.0f s. Ratios: to bwrap's one-shot of the same command (python rows to bwrap "
@@ -896,6 +1021,7 @@ def build_report(variants, concurrent, memory, stateful_ok, crun, reproduce, sec
     md = "\n".join(lines) + "\n"
     return {"markdown": md, "json": {"rows": rows, "concurrent": concurrent, "memory": memory,
                                      "stateful_state_ok": stateful_ok, "scale": scale, "network": network,
+                                     "forkserver": forkserver,
                                      "crun_note": crun.note,
                                      "crun_error": crun.error, "seconds": seconds, "kernel": platform.release(),
                                      "cpus": os.cpu_count(), "reproduce": reproduce}}

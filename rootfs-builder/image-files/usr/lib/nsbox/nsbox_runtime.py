@@ -1,5 +1,7 @@
-"""Helpers shared by nsbox's stateless runner and stateful driver, inside the
-sandbox: matplotlib figure capture and /workspace change tracking."""
+"""Helpers shared by nsbox's stateless runner, its fork server and the
+stateful driver, inside the sandbox: running a stateless script, matplotlib
+figure capture and /workspace change tracking."""
+import json
 import os
 import sys
 
@@ -70,7 +72,10 @@ class FigureCapture:
         plt = sys.modules.get("matplotlib.pyplot")
         if plt is None:
             return
-        for num in plt.get_fignums():
+        nums = plt.get_fignums()
+        if not nums:
+            return  # pyplot imported ahead (the fork server), no figure: nothing to close
+        for num in nums:
             fig = plt.figure(num)
             path = self._next_path()
             try:
@@ -130,3 +135,48 @@ def user_traceback(exc, filename):
     while tb is not None and tb.tb_frame.f_code.co_filename != filename:
         tb = tb.tb_next
     return "".join(traceback.format_exception(type(exc), exc, tb if tb is not None else exc.__traceback__))
+
+
+def run_stateless(script, report):
+    """Run SCRIPT as __main__, save the matplotlib figures left open (or
+    shown) as PNGs in /workspace, write the JSON report of produced files and
+    images to REPORT, and return the exit code. The same code serves run.py
+    (a fresh interpreter) and a child of the fork server (an interpreter that
+    has the image's heavy modules imported already)."""
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    before = snapshot()
+    figures = FigureCapture()
+    figures.install_import_hook()
+    # Imported before the call (by the fork server): the hook never fires.
+    figures.patch_show()
+    exit_code = 0
+    sys.argv = [script]
+    try:
+        import runpy
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as e:
+        if e.code is None:
+            exit_code = 0
+        elif isinstance(e.code, int):
+            exit_code = e.code & 0xFF
+        else:
+            print(e.code, file=sys.stderr)
+            exit_code = 1
+    except BaseException as e:  # the user's exception: print it as python would
+        sys.stderr.write(user_traceback(e, script))
+        exit_code = 1
+    try:
+        figures.save_open_figures()
+    except Exception as e:
+        print("nsbox: saving figures failed: %s" % e, file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    after = snapshot()
+    result = {
+        "files_produced": produced(before, after, skip={script}),
+        "images": figures.images,
+    }
+    fd = os.open(report, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(result, f)
+    return exit_code

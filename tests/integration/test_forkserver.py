@@ -1,0 +1,338 @@
+"""Stateless python.run through the sandbox's Python fork server (issue 18):
+served calls find the image's heavy modules imported, keep no state between
+calls, and keep every promise of the plain path (ids, seccomp, timeout and
+kill of the whole tree, exit codes, files, images)."""
+import base64
+import json
+import os
+import socket
+import sys
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from conftest import Daemon  # noqa: E402
+from test_python import PNG_MAGIC, make_wheel  # noqa: E402
+
+# Printed by a call: whether the fork server served it, and its server's pid.
+PROBE = r'''
+import json, os, sys
+def _cmdline(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return f.read().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+def _ppid(pid):
+    with open("/proc/%d/stat" % pid, "rb") as f:
+        return int(f.read().rsplit(b")", 1)[1].split()[1])
+_grand = _ppid(os.getppid())
+print(json.dumps({"preloaded": "pandas" in sys.modules and "matplotlib.pyplot" in sys.modules,
+                  "server": _grand if "forkserver.py" in _cmdline(_grand) else None}))
+'''
+
+
+def run(daemon, **params):
+    return daemon.call("python.run", **params)
+
+
+def probe(daemon, sandbox_id):
+    r = run(daemon, sandbox_id=sandbox_id, code=PROBE)
+    assert r["status"] == "ok", r
+    return json.loads(r["stdout"].strip().splitlines()[-1])
+
+
+def wait_served(daemon, sandbox_id, deadline_s=90):
+    """The first call starts the server and takes the plain path; calls are
+    served once its imports are done. Returns the server's pid."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        p = probe(daemon, sandbox_id)
+        if p["server"] is not None:
+            assert p["preloaded"], p
+            return p["server"]
+        assert time.monotonic() < deadline, "no stateless call was served by a fork server"
+        time.sleep(0.3)
+
+
+def processes_with(daemon, sandbox_id, marker):
+    # "[m]arker": the pattern does not match the grep's own command line.
+    pattern = "[%s]%s" % (marker[0], marker[1:].replace(".", "[.]"))
+    r = daemon.call("sandbox.exec", sandbox_id=sandbox_id, user="root",
+                    argv=["sh", "-c", "grep -l -a -- '%s' /proc/[0-9]*/cmdline 2>/dev/null || true" % pattern])
+    return [line for line in r["stdout"].splitlines() if "/self/" not in line and line.strip()]
+
+
+def wait_gone(daemon, sandbox_id, marker, deadline_s=20):
+    deadline = time.monotonic() + deadline_s
+    while processes_with(daemon, sandbox_id, marker):
+        assert time.monotonic() < deadline, "processes of %s are still running" % marker
+        time.sleep(0.2)
+
+
+def forkservers(daemon, sandbox_id):
+    return processes_with(daemon, sandbox_id, "forkserver.py")
+
+
+# A daemonized (setsid, double-forked) child that outlives its parent; the
+# call prints "alive" once it runs.
+DAEMONIZE = r'''
+import os, time
+MARKER = "%s"
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execvp("python3", ["python3", "-c", "import time; time.sleep(1000)", MARKER])
+    os._exit(0)
+os.wait()
+def _alive():
+    for pid in os.listdir("/proc"):
+        try:
+            if MARKER.encode() in open("/proc/%%s/cmdline" %% pid, "rb").read():
+                return True
+        except OSError:
+            pass
+for _ in range(200):
+    if _alive():
+        print("alive", flush=True)
+        break
+    time.sleep(0.05)
+'''
+
+
+def test_stateless_calls_are_served_with_the_preload_and_no_state_between_them(daemon, sandbox):
+    server = wait_served(daemon, sandbox)
+    r = run(daemon, sandbox_id=sandbox, code=(
+        "import builtins, os, sys, http.server\n"
+        "builtins.leaked = 1\n"
+        "os.environ['NSBOX_LEAK'] = '1'\n"
+        "os.chdir('/tmp')\n"
+        "import numpy; print(numpy.random.randint(1 << 30))\n"))
+    assert r["status"] == "ok", r
+    first_random = r["stdout"]
+    r = run(daemon, sandbox_id=sandbox, code=(
+        "import builtins, os, sys, numpy\n"
+        "print(hasattr(builtins, 'leaked'), 'http.server' in sys.modules, 'NSBOX_LEAK' in os.environ,\n"
+        "      os.getcwd())\n"
+        "print(numpy.random.randint(1 << 30))\n"))
+    assert r["status"] == "ok", r
+    lines = r["stdout"].splitlines()
+    assert lines[0] == "False False False /workspace", r
+    assert lines[1] + "\n" != first_random  # numpy is reseeded in each call
+    assert probe(daemon, sandbox)["server"] == server  # the same server served them all
+
+
+def test_served_call_has_the_ids_seccomp_and_caps_of_a_normal_exec(daemon, sandbox):
+    wait_served(daemon, sandbox)
+    fields = ("Uid", "Gid", "Groups", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs",
+              "Seccomp", "Seccomp_filters")
+
+    def pick(text):
+        return {line.split(":")[0]: line.split(":", 1)[1].split() for line in text.splitlines()
+                if line.split(":")[0] in fields}
+
+    r = run(daemon, sandbox_id=sandbox, code=PROBE + "print(open('/proc/self/status').read())")
+    assert json.loads(r["stdout"].splitlines()[0])["server"] is not None
+    served = pick(r["stdout"])
+    plain = pick(daemon.call("sandbox.exec", sandbox_id=sandbox, argv=["cat", "/proc/self/status"])["stdout"])
+    assert set(served) == set(fields) and served == plain
+
+
+def test_timeout_of_a_served_call_kills_its_whole_tree(daemon, sandbox):
+    wait_served(daemon, sandbox)
+    marker = "nsbox-fs-timeout-marker"
+    r = run(daemon, sandbox_id=sandbox, timeout_seconds=3,
+            code=PROBE + DAEMONIZE % marker + "time.sleep(1000)\n")
+    assert r["status"] == "timeout", r
+    assert json.loads(r["stdout"].splitlines()[0])["server"] is not None
+    assert "alive" in r["stdout"], r
+    wait_gone(daemon, sandbox, marker)
+    assert run(daemon, sandbox_id=sandbox, code="print(2)")["stdout"] == "2\n"
+
+
+def test_client_leaving_a_served_call_kills_its_tree(daemon, sandbox):
+    wait_served(daemon, sandbox)
+    marker = "nsbox-fs-gone-marker"
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(daemon.socket)
+    request = {"jsonrpc": "2.0", "id": 1, "method": "python.run",
+               "params": {"sandbox_id": sandbox, "timeout_seconds": 600,
+                          "code": DAEMONIZE % marker + "time.sleep(1000)\n"}}
+    conn.sendall(json.dumps(request).encode() + b"\n")
+    deadline = time.monotonic() + 30
+    while not processes_with(daemon, sandbox, marker):
+        assert time.monotonic() < deadline, "the call never started its child"
+        time.sleep(0.2)
+    conn.close()  # python.run's client is gone: its exec (the attach client) is killed
+    wait_gone(daemon, sandbox, marker)
+
+
+@pytest.mark.parametrize("victim", ["reaper", "server"])
+def test_call_that_kills_its_reaper_or_the_server_leaves_nothing_behind(daemon, sandbox, victim):
+    server = wait_served(daemon, sandbox)
+    marker = "nsbox-fs-kill-%s-marker" % victim
+    target = "os.getppid()" if victim == "reaper" else str(server)
+    r = run(daemon, sandbox_id=sandbox, timeout_seconds=60,
+            code=DAEMONIZE % marker + "import signal\nos.kill(%s, signal.SIGKILL)\ntime.sleep(1000)\n" % target)
+    assert r["status"] == "error" and r["exit_code"] is None, r
+    assert "alive" in r["stdout"], r
+    wait_gone(daemon, sandbox, marker)
+    r = run(daemon, sandbox_id=sandbox, code="print(3)")
+    assert r["status"] == "ok" and r["stdout"] == "3\n", r
+    # A new server takes over where the old one was killed.
+    assert wait_served(daemon, sandbox) != (server if victim == "server" else None)
+
+
+def test_exit_codes_signals_and_tracebacks_of_served_calls(daemon, sandbox):
+    wait_served(daemon, sandbox)
+    r = run(daemon, sandbox_id=sandbox, code=PROBE + "import sys; sys.exit(3)")
+    assert json.loads(r["stdout"])["server"] is not None
+    assert r["status"] == "error" and r["exit_code"] == 3, r
+    r = run(daemon, sandbox_id=sandbox, code="import os, signal; os.kill(os.getpid(), signal.SIGTERM)")
+    assert r["status"] == "error" and r["exit_code"] is None, r
+    r = run(daemon, sandbox_id=sandbox, code="def f():\n    raise ValueError('bad value')\nf()")
+    assert r["status"] == "error" and r["exit_code"] == 1
+    assert "ValueError: bad value" in r["stderr"] and "script.py" in r["stderr"], r
+    assert "forkserver" not in r["stderr"] and "nsbox_runtime" not in r["stderr"], r
+
+
+def test_served_call_returns_files_produced_and_images(daemon, sandbox):
+    wait_served(daemon, sandbox)
+    r = run(daemon, sandbox_id=sandbox, files={"in.txt": "abc"}, code=PROBE + (
+        "import matplotlib.pyplot as plt\n"
+        "open('out.txt', 'w').write(open('in.txt').read() * 2)\n"
+        "plt.plot([1, 2, 3]); plt.show()\n"
+        "plt.figure(); plt.plot([3, 2])\n"))
+    assert r["status"] == "ok", r
+    assert json.loads(r["stdout"])["server"] is not None
+    assert r["files_produced"]["/workspace/out.txt"] == 6
+    images = [o["image"] for o in r["outputs"] if o["type"] == "image"]
+    assert len(images) == 2, r
+    assert all(base64.b64decode(i["data"]).startswith(PNG_MAGIC) for i in images)
+
+
+def test_package_install_replaces_the_fork_server(daemon, sandbox):
+    server = wait_served(daemon, sandbox)
+    filename, data = make_wheel("nsbox_fspkg", "1.0", "ANSWER = 7\n")
+    daemon.call("fs.write", sandbox_id=sandbox, path="/workspace/" + filename,
+                content=base64.b64encode(data).decode(), encoding="base64")
+    r = daemon.call("package.install", sandbox_id=sandbox, packages=["nsbox_fspkg==1.0"],
+                    find_links="/workspace", index_url="")
+    assert r["exit_code"] == 0, r["stderr"]
+    # The next call is not served by the server from before the install.
+    p = probe(daemon, sandbox)
+    assert p["server"] != server
+    assert run(daemon, sandbox_id=sandbox, code="import nsbox_fspkg; print(nsbox_fspkg.ANSWER)")["stdout"] == "7\n"
+    assert wait_served(daemon, sandbox) != server
+
+
+def test_fork_server_off_takes_the_plain_path():
+    d = Daemon(extra_args=["--python-fork-server", "off"])
+    try:
+        sb = d.call("sandbox.create")["sandbox_id"]
+        for _ in range(3):
+            p = probe(d, sb)
+            assert p == {"preloaded": False, "server": None}
+        assert forkservers(d, sb) == []
+    finally:
+        assert d.stop() == 0
+
+
+def test_fork_server_stops_when_idle_and_does_not_keep_the_sandbox():
+    d = Daemon(extra_args=["--python-fork-server-idle-seconds", "2"])
+    try:
+        sb = d.call("sandbox.create")["sandbox_id"]
+        wait_served(d, sb)
+        deadline = time.monotonic() + 30
+        while forkservers(d, sb):
+            assert time.monotonic() < deadline, "the idle fork server was not stopped"
+            time.sleep(0.5)
+        assert probe(d, sb)["server"] is None  # the next call starts it again
+        wait_served(d, sb)
+    finally:
+        assert d.stop() == 0
+
+
+def test_no_fork_server_in_a_sandbox_with_little_memory(daemon, sandbox):
+    wait_served(daemon, sandbox)  # while a default-sized sandbox has one
+    sb = daemon.call("sandbox.create", limits={"memory_bytes": 128 << 20})["sandbox_id"]
+    try:
+        for _ in range(3):
+            assert probe(daemon, sb)["server"] is None
+        time.sleep(1)
+        assert forkservers(daemon, sb) == []
+    finally:
+        daemon.call("sandbox.remove", sandbox_id=sb, force=True)
+
+
+@pytest.mark.parametrize("warm_pool", ["0", "2"])
+def test_eager_fork_server_starts_with_the_sandbox(warm_pool):
+    d = Daemon(extra_args=["--python-fork-server", "eager", "--warm-pool", warm_pool])
+    try:
+        if warm_pool != "0":  # the pool is full: the sandbox is one of it
+            deadline = time.monotonic() + 60
+            while d.read_log().count(": created for uid") < 2:
+                assert time.monotonic() < deadline, "the warm pool did not fill"
+                time.sleep(0.3)
+        sb = d.call("sandbox.create")["sandbox_id"]
+        if warm_pool != "0":
+            assert "sandbox %s: handed from the warm pool" % sb in d.read_log()
+        deadline = time.monotonic() + 30
+        while not forkservers(d, sb):
+            assert time.monotonic() < deadline, "no fork server started with the sandbox"
+            time.sleep(0.3)
+    finally:
+        assert d.stop() == 0
+
+
+def test_fork_server_does_not_keep_an_idle_sandbox_alive(daemon):
+    sb = daemon.call("sandbox.create", idle_timeout_seconds=5)["sandbox_id"]
+    wait_served(daemon, sb)  # the server's own idle stop is 60 s away
+    deadline = time.monotonic() + 60
+    while sb in {s["sandbox_id"] for s in daemon.call("sandbox.list")["sandboxes"]}:
+        assert time.monotonic() < deadline, "the sandbox with a fork server was not reaped when idle"
+        time.sleep(0.5)
+
+
+def test_server_and_the_next_calls_processes_cannot_be_written_by_sandbox_code(daemon, sandbox):
+    wait_served(daemon, sandbox)
+    time.sleep(1)  # the next call's processes are forked once the last call is over
+    # Other code of the sandbox, as the same user: here an exec.
+    r = daemon.call("sandbox.exec", sandbox_id=sandbox, argv=["python3", "-c", r'''
+import errno, json, os
+mine = {os.getpid(), os.getppid()}
+out = {}
+for pid in os.listdir("/proc"):
+    if not pid.isdigit() or int(pid) in mine:
+        continue
+    try:
+        cmd = open("/proc/%s/cmdline" % pid, "rb").read()
+    except OSError:
+        continue
+    if b"forkserver.py" not in cmd:
+        continue
+    try:
+        os.close(os.open("/proc/%s/mem" % pid, os.O_RDWR))
+        out[pid] = "writable"
+    except OSError as e:
+        out[pid] = errno.errorcode[e.errno]
+print(json.dumps(out))
+'''])
+    seen = json.loads(r["stdout"])
+    # The server, and the reaper and process waiting for the next call.
+    assert len(seen) == 3 and set(seen.values()) == {"EACCES"}, seen
+
+
+def test_stopped_server_costs_one_call_its_timeout_then_is_replaced(daemon, sandbox):
+    server = wait_served(daemon, sandbox)
+    # The call's own code stops the server (same uid); the call itself ends normally.
+    r = run(daemon, sandbox_id=sandbox, code="import os, signal; os.kill(%d, signal.SIGSTOP); print(4)" % server)
+    assert r["status"] == "ok" and r["stdout"] == "4\n", r
+    # The next call is accepted by nobody: it times out, never hangs past that.
+    r = run(daemon, sandbox_id=sandbox, timeout_seconds=3, code="print(5)")
+    assert r["status"] == "timeout", r
+    # That timeout replaced the server.
+    r = run(daemon, sandbox_id=sandbox, code="print(6)")
+    assert r["status"] == "ok" and r["stdout"] == "6\n", r
+    assert wait_served(daemon, sandbox) != server
