@@ -21,6 +21,9 @@ struct cli {
 struct client *cli_connect(const struct cli *cli);
 /* Call a method; on failure print "nsbox: ..." and return NULL. */
 json_t *cli_call(const struct cli *cli, struct client *c, const char *method, json_t *params);
+/* cli_call, with the notifications that arrive before the answer going to `notify`. */
+json_t *cli_call_notified(const struct cli *cli, struct client *c, const char *method, json_t *params,
+                          client_notify_cb notify, void *data);
 void cli_print_json(const json_t *value);
 /* Map an exec result to the process exit code. */
 int cli_exec_exit_code(const json_t *result);

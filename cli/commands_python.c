@@ -32,6 +32,17 @@ static int python_exit_code(const json_t *result)
         return status != NULL && strcmp(status, "ok") == 0 ? 0 : 1;
 }
 
+/* Streamed output (exec.output notifications) as it comes. */
+static void print_output(const char *method, json_t *params, void *data)
+{
+        const char *stream = json_string_value(json_object_get(params, "stream"));
+        json_t *text = json_object_get(params, "data");
+        if (strcmp(method, "exec.output") != 0 || stream == NULL || !json_is_string(text))
+                return;
+        cli_write_all(strcmp(stream, "stderr") == 0 ? STDERR_FILENO : STDOUT_FILENO, json_string_value(text),
+                      json_string_length(text));
+}
+
 int cmd_python(const struct cli *cli, int argc, char **argv)
 {
         static const struct option longopts[] = { { "code", required_argument, NULL, 'c' },
@@ -65,25 +76,39 @@ int cmd_python(const struct cli *cli, int argc, char **argv)
                         return cli_opt_exit(opt);
                 }
         }
-        /* -c may also follow the id: nsbox python ID -c CODE. */
-        if (argc - optind == 3 && strcmp(argv[optind + 1], "-c") == 0 && code == NULL) {
+        /* -c may also follow the id: nsbox python ID -c CODE [ARG...]. */
+        if (code == NULL && argc - optind >= 3 && strcmp(argv[optind + 1], "-c") == 0) {
                 code = argv[optind + 2];
-                argc = optind + 1;
+                memmove(argv + optind + 1, argv + optind + 3, (size_t)(argc - optind - 3) * sizeof(char *));
+                argc -= 2;
         }
-        if (argc - optind != (code != NULL ? 1 : 2))
+        int first_arg = optind + (code != NULL ? 1 : 2);
+        if (argc < first_arg)
                 return cli_usage_error(cli);
-        json_t *code_json = code != NULL ? json_string(code) : read_code(argv[optind + 1]);
+        bool stateful = json_is_true(json_object_get(params, "stateful"));
+        if (stateful && argc > first_arg)
+                return cli_fail("script arguments are for stateless runs (without --stateful)");
+        const char *file = code != NULL ? NULL : argv[optind + 1];
+        json_t *code_json = code != NULL ? json_string(code) : read_code(file);
         if (code_json == NULL)
                 return code != NULL ? cli_fail("the code is not UTF-8 text") : EXIT_NSBOX_FAILED;
         json_object_set_new(params, "code", code_json);
         json_object_set_new(params, "sandbox_id", json_string(argv[optind]));
         if (json_array_size(requirements) > 0)
                 json_object_set(params, "requirements", requirements);
+        if (!stateful) {
+                /* As python3 names them: the file as given, or <string> and <stdin>. */
+                const char *name = code != NULL ? "<string>" : strcmp(file, "-") == 0 ? "<stdin>" : file;
+                const char *slash = strrchr(name, '/');
+                json_object_set_new(params, "script_name", json_string(slash ? slash + 1 : name));
+                json_object_set_new(params, "args", cli_argv_to_json(argc - first_arg, argv + first_arg));
+                json_object_set_new(params, "stream", json_boolean(!cli->json));
+        }
 
         struct client *c = cli_connect(cli);
         if (c == NULL)
                 return EXIT_NSBOX_FAILED;
-        _cleanup_json_ json_t *result = cli_call(cli, c, "python.run", params);
+        _cleanup_json_ json_t *result = cli_call_notified(cli, c, "python.run", params, print_output, NULL);
         client_close(c);
         if (result == NULL)
                 return EXIT_NSBOX_FAILED;
@@ -91,7 +116,7 @@ int cmd_python(const struct cli *cli, int argc, char **argv)
                 cli_print_json(result);
                 return python_exit_code(result);
         }
-        cli_print_text_output(result);
+        cli_print_text_output(result); /* empty when it streamed, but for nsbox's own notes */
         cli_print_network_refused(result);
         json_t *value = json_object_get(result, "result");
         if (json_is_string(value)) {

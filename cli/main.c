@@ -136,11 +136,16 @@ static const struct command commands[] = {
           "               30; the shell and its state remain; exit 124)\n"
           "  -d, --detach (run) do not wait: print the command id; see shell check\n" },
         { "python", cmd_python,
-          "nsbox python [--stateful] [--require PKG]... [--timeout S] ID FILE|- | -c CODE",
+          "nsbox python [--stateful] [--require PKG]... [--timeout S] ID FILE|- [ARG...] | -c CODE [ARG...]",
           "Run Python code in a sandbox (python.run) from FILE, from standard input (-),\n"
-          "or from -c CODE. Exit with the program's exit code (124 on timeout).\n\n"
+          "or from -c CODE, as `python3 FILE ARG...` would: ARGs are sys.argv[1:], the\n"
+          "code is named FILE in sys.argv[0] and tracebacks, runs in /workspace (which\n"
+          "is first on sys.path) and is not written into /workspace. Its output is\n"
+          "printed as it comes; figures it leaves open are saved as PNGs in /workspace.\n"
+          "Exit with the program's exit code (124 on timeout; default timeout 30 s).\n\n"
           "  -c, --code CODE  the code itself\n"
-          "  --stateful       run in the sandbox's persistent interpreter (variables survive)\n"
+          "  --stateful       run in the sandbox's persistent interpreter (variables survive;\n"
+          "                   no ARGs, output printed at the end)\n"
           "  --require PKG    pip-install PKG first (repeatable)\n"
           "  --timeout S      time limit in seconds\n" },
         { "pip", cmd_pip, "nsbox pip [--index-url URL] [--find-links DIR] ID PKG...",
@@ -247,10 +252,16 @@ struct client *cli_connect(const struct cli *cli)
 
 json_t *cli_call(const struct cli *cli, struct client *c, const char *method, json_t *params)
 {
+        return cli_call_notified(cli, c, method, params, NULL, NULL);
+}
+
+json_t *cli_call_notified(const struct cli *cli, struct client *c, const char *method, json_t *params,
+                          client_notify_cb notify, void *data)
+{
         _cleanup_error_ nsbox_error_t *err = NULL;
         _cleanup_json_ json_t *error = NULL;
         json_t *result = NULL;
-        if (client_call(c, method, params, NULL, NULL, &result, &error, &err) < 0) {
+        if (client_call(c, method, params, notify, data, &result, &error, &err) < 0) {
                 if (cli_error_is_missing_method(error))
                         cli_fail("this nsboxd does not offer %s yet (%s)", method, err->message);
                 else

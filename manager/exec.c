@@ -95,6 +95,7 @@ struct exec {
         uid_t uid;                            /* the client's, for the audit line */
         char *audit;                          /* "uid=... argv=..." for the audit line */
         bool service;                         /* not a client's work: not "busy", not activity */
+        struct rpc_request *notify;           /* an internal caller's request its output streams to */
         long long deadline_mono;              /* the timeout, then the drain grace; 0: none */
         struct exec *timed_prev, *timed_next; /* on the deadline list while unfinished */
         unsigned timeout_s;
@@ -246,15 +247,23 @@ static json_t *output_to_json(const char *data, size_t len, bool base64)
         return json_stringn_nocheck(text, n);
 }
 
+/* Who gets the exec's streamed output: its own request, or the request of
+ * an internal caller that streams it (python.run with stream: true). */
+static struct rpc_request *exec_client(const struct exec *ex)
+{
+        return ex->req != NULL ? ex->req : ex->notify;
+}
+
 static void stream_chunk(struct exec *ex, int which, const char *data, size_t len)
 {
-        if (ex->req == NULL || len == 0)
+        struct rpc_request *to = exec_client(ex);
+        if (to == NULL || len == 0)
                 return;
         _cleanup_json_ json_t *params =
             json_pack("{s:s, s:s, s:o}", "exec_id", ex->id, "stream", stream_names[which], "data",
                       output_to_json(data, len, ex->base64));
         if (params != NULL)
-                rpc_notify(ex->req, "exec.output", params);
+                rpc_notify(to, "exec.output", params);
 }
 
 /* --- back-pressure ------------------------------------------------------ */
@@ -262,7 +271,8 @@ static void stream_chunk(struct exec *ex, int which, const char *data, size_t le
 /* The exec's client has more output waiting than it takes (rpc.h). */
 static bool exec_client_backlogged(const struct exec *ex)
 {
-        return ex->req != NULL && rpc_request_connected(ex->req) && rpc_request_backlogged(ex->req);
+        struct rpc_request *to = exec_client(ex);
+        return to != NULL && rpc_request_connected(to) && rpc_request_backlogged(to);
 }
 
 static void exec_watch_output(struct exec *ex, uint32_t events)
@@ -295,7 +305,7 @@ static void exec_pause(struct exec *ex)
                 return;
         ex->paused = true;
         exec_watch_output(ex, 0);
-        rpc_request_on_resume(ex->req, exec_on_client_resume, ex);
+        rpc_request_on_resume(exec_client(ex), exec_on_client_resume, ex);
 }
 
 /* No longer waiting for the client, its pipes left as they are (it is
@@ -305,8 +315,8 @@ static void exec_unpause(struct exec *ex)
         if (!ex->paused)
                 return;
         ex->paused = false;
-        if (ex->req != NULL)
-                rpc_request_on_resume(ex->req, NULL, NULL);
+        if (exec_client(ex) != NULL)
+                rpc_request_on_resume(exec_client(ex), NULL, NULL);
 }
 
 /* Room for `need` more bytes in a collecting buffer, charged to nsboxd's
@@ -520,8 +530,19 @@ void exec_signal(struct exec *ex, int sig)
 
 void exec_detach(struct exec *ex)
 {
+        if (ex->paused && ex->req == NULL) {
+                /* Held back for the streaming caller that is leaving: read on. */
+                exec_unpause(ex);
+                exec_watch_output(ex, EPOLLIN);
+        }
         ex->hooks = NULL;
         ex->hooks_data = NULL;
+        ex->notify = NULL;
+}
+
+void exec_stream_to(struct exec *ex, struct rpc_request *req)
+{
+        ex->notify = req;
 }
 
 const char *exec_id(const struct exec *ex)
@@ -659,6 +680,7 @@ static void exec_finish(struct exec *ex)
                 ex->req = NULL;
                 rpc_reply_result(req, result);
         } else {
+                ex->notify = NULL; /* answered by the hook, and gone with the answer */
                 if (ex->hooks != NULL && ex->hooks->done != NULL)
                         ex->hooks->done(ex, result, ex->hooks_data);
                 json_decref(result);

@@ -69,6 +69,10 @@ int exec_write_stdin(struct exec *ex, const void *buf, size_t len);
 void exec_signal(struct exec *ex, int sig);
 /* The internal caller is gone: no more hooks. */
 void exec_detach(struct exec *ex);
+/* Send the output of an exec started with "stream": true (by exec_run) to
+ * this request as exec.output notifications, paced by its client; until the
+ * exec ends or is detached. */
+void exec_stream_to(struct exec *ex, struct rpc_request *req);
 const char *exec_id(const struct exec *ex);
 /* A control message from the sandbox's init about one of its execs. */
 void exec_on_control(struct sandbox *sb, const void *msg, size_t len);

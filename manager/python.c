@@ -46,6 +46,10 @@
 #define INTERRUPT_GRACE_MS 2000
 #define CLEANUP_GRACE_MS   30000
 #define MAX_FRAME          (64u << 20)
+/* A stateless script's arguments: they travel on the runner's command line
+ * and in the fork server's request (forkrun's 256 KiB, with the environment). */
+#define MAX_SCRIPT_ARGS       1000
+#define MAX_SCRIPT_ARGS_BYTES (64u << 10)
 
 struct python_run {
         struct rpc_request *req;
@@ -54,9 +58,11 @@ struct python_run {
         bool oom_killed; /* the kernel's OOM killer ended its code (stateless) */
         struct sandbox *sb;
         bool stateful;
+        bool stream; /* stateless output as exec.output notifications */
         unsigned timeout_s;
         long long started_mono;
         char report[80];
+        char script[80];            /* a named script's private copy (script_name), or "" */
         struct exec *exec;          /* the stateless run or its pip install, while it runs */
         uint64_t forkserver_serial; /* the fork server that serves it (stateless), or 0 */
         struct python_run *next;    /* queued on the interpreter */
@@ -443,6 +449,9 @@ static void stateless_done(struct exec *ex, json_t *result, void *data)
         nsbox_error_free(&err);
         if (fs_remove_file(sb, run->report, &err) < 0)
                 log_debug("sandbox %s: remove %s: %s", sb->id, run->report, err->message);
+        nsbox_error_free(&err);
+        if (run->script[0] != '\0' && fs_remove_file(sb, run->script, &err) < 0)
+                log_debug("sandbox %s: remove %s: %s", sb->id, run->script, err->message);
 
         json_t *code = json_object_get(result, "exit_code");
         bool timed_out = json_is_true(json_object_get(result, "timed_out"));
@@ -462,28 +471,44 @@ static void stateless_done(struct exec *ex, json_t *result, void *data)
 
 static const struct exec_hooks stateless_hooks = { .done = stateless_done };
 
+/* The code goes to /workspace/script.py (SPEC), or, given a script_name,
+ * to a private file in /tmp that is removed after the call, so that the
+ * user's own files are left alone; the runner then names the code
+ * script_name (sys.argv[0], tracebacks). args follow as sys.argv[1:]. */
 static void run_stateless(struct python_run *run, const char *code)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
-        if (fs_write_file(run->sb, SCRIPT_PATH, code, strlen(code), 0644, &err) < 0) {
-                run_fail(run, "internal", err->message);
-                return;
-        }
+        json_t *p = run->req->msg.params;
+        const char *name = json_string_value(json_object_get(p, "script_name"));
+        json_t *args = json_object_get(p, "args");
         uuid_t u;
         char uuid_text[37];
         uuid_generate_random(u);
         uuid_unparse_lower(u, uuid_text);
+        if (name != NULL)
+                snprintf(run->script, sizeof(run->script), "/tmp/.nsbox-script-%s.py", uuid_text);
+        const char *script = name != NULL ? run->script : SCRIPT_PATH;
+        if (fs_write_file(run->sb, script, code, strlen(code), 0644, &err) < 0) {
+                run->script[0] = '\0';
+                run_fail(run, "internal", err->message);
+                return;
+        }
         snprintf(run->report, sizeof(run->report), "/tmp/.nsbox-report-%s.json", uuid_text);
         struct python_forkserver *fs = forkserver_get(run->sb);
         _cleanup_json_ json_t *params =
-            fs != NULL ? json_pack("{s:[s, s, s, s], s:i}", "argv", FORKRUN, fs->token, SCRIPT_PATH,
-                                   run->report, "timeout_seconds", (int)run->timeout_s)
-                       : json_pack("{s:[s, s, s, s], s:i}", "argv", "python3", RUNNER, SCRIPT_PATH,
-                                   run->report, "timeout_seconds", (int)run->timeout_s);
+            json_pack("{s:[s, s, s, s], s:i, s:b}", "argv", fs != NULL ? FORKRUN : "python3",
+                      fs != NULL ? fs->token : RUNNER, script, run->report, "timeout_seconds",
+                      (int)run->timeout_s, "stream", run->stream);
+        json_t *argv = json_object_get(params, "argv");
+        if (name != NULL || json_array_size(args) > 0)
+                json_array_append_new(argv, json_string(name != NULL ? name : script));
+        json_array_extend(argv, args != NULL && json_is_array(args) ? args : NULL);
         if (exec_run(run->sb, params, &stateless_hooks, run, &run->exec, &err) < 0) {
                 run_fail(run, "internal", err->message);
                 return;
         }
+        if (run->stream)
+                exec_stream_to(run->exec, run->req);
         if (fs != NULL) {
                 run->forkserver_serial = fs->serial;
                 fs->calls++;
@@ -551,7 +576,13 @@ static void interp_answer(struct python_interp *in, json_t *frame)
         const char *status = timed_out ? "timeout" : json_string_value(json_object_get(frame, "status"));
         if (status == NULL)
                 status = "error";
-        json_t *exit_code = timed_out ? NULL : json_integer(strcmp(status, "ok") == 0 ? 0 : 1);
+        /* A SystemExit's code as a script's would be (the driver says it), else 0 or 1. */
+        json_t *said = json_object_get(frame, "exit_code");
+        json_t *exit_code =
+            timed_out ? NULL
+            : json_is_integer(said) && json_integer_value(said) >= 0 && json_integer_value(said) <= 255
+                ? json_incref(said)
+                : json_integer(strcmp(status, "ok") == 0 ? 0 : 1);
         json_t *files = json_object_get(frame, "files_produced");
         json_t *images = json_object_get(frame, "images");
         json_t *result = json_object_get(frame, "result");
@@ -640,7 +671,14 @@ static void interp_done(struct exec *ex, json_t *result, void *opaque)
                                   "nsbox: the code did not stop on SIGINT and its interpreter was restarted; "
                                   "variables are lost\n",
                                   NULL, NULL, NULL, false);
-                else
+                else if (json_is_true(json_object_get(result, "oom_killed"))) {
+                        /* The call's answer, not nsbox's failure: reply_run says out of memory. */
+                        run->oom_killed = true;
+                        reply_run(run, "error", NULL, "",
+                                  "nsbox: the python interpreter was killed during the call; variables are "
+                                  "lost\n",
+                                  NULL, NULL, NULL, false);
+                } else
                         run_fail(run, "internal",
                                  "the python interpreter exited during the call; variables are lost");
         }
@@ -1005,10 +1043,55 @@ static void session_ready(struct sandbox *sb, const char *error, void *data)
         run_in_sandbox(run);
 }
 
+/* args, script_name and stream: how a stateless call runs its script. */
+static int check_script_params(json_t *p, bool stateful, nsbox_error_t **err)
+{
+        static const char *const stateless_only[] = { "args", "script_name", "stream" };
+        for (size_t i = 0; i < ARRAY_SIZE(stateless_only); i++) {
+                json_t *v = json_object_get(p, stateless_only[i]);
+                if (stateful && v != NULL && !json_is_null(v))
+                        return nsbox_invalid(err, "%s is for stateless calls (stateful: false)",
+                                             stateless_only[i]);
+        }
+        json_t *stream = json_object_get(p, "stream");
+        if (stream != NULL && !json_is_null(stream) && !json_is_boolean(stream))
+                return nsbox_invalid(err, "stream must be a boolean");
+        json_t *args = json_object_get(p, "args");
+        if (args != NULL && !json_is_null(args)) {
+                if (!json_is_array(args) || json_array_size(args) > MAX_SCRIPT_ARGS)
+                        return nsbox_invalid(err, "args must be an array of at most %d strings",
+                                             MAX_SCRIPT_ARGS);
+                size_t i, total = 0;
+                json_t *a;
+                json_array_foreach(args, i, a)
+                {
+                        if (!json_is_string(a) || memchr(json_string_value(a), '\0', json_string_length(a)))
+                                return nsbox_invalid(err, "args[%zu] must be a string without NUL bytes", i);
+                        total += json_string_length(a) + 1;
+                }
+                if (total > MAX_SCRIPT_ARGS_BYTES)
+                        return nsbox_invalid(err, "args must total at most %u bytes", MAX_SCRIPT_ARGS_BYTES);
+        }
+        json_t *name = json_object_get(p, "script_name");
+        if (name != NULL && !json_is_null(name)) {
+                const char *n = json_string_value(name);
+                bool ok = n != NULL && json_string_length(name) > 0 && json_string_length(name) <= 255 &&
+                          strcmp(n, ".") != 0 && strcmp(n, "..") != 0;
+                for (size_t i = 0; ok && i < json_string_length(name); i++)
+                        ok = n[i] != '/' && (unsigned char)n[i] >= 0x20 && n[i] != 0x7f;
+                if (!ok)
+                        return nsbox_invalid(err,
+                                             "script_name must be a file name (1 to 255 bytes, no \"/\", "
+                                             "no control characters)");
+        }
+        return 0;
+}
+
 static int check_run_params(json_t *p, nsbox_error_t **err)
 {
         static const char *const known[] = { "sandbox_id",   "session_id", "code",     "timeout_seconds",
-                                             "requirements", "files",      "stateful", NULL };
+                                             "requirements", "files",      "stateful", "args",
+                                             "script_name",  "stream",     NULL };
         int r = params_check_known(p, known, "", err);
         if (r < 0)
                 return r;
@@ -1028,6 +1111,8 @@ static int check_run_params(json_t *p, nsbox_error_t **err)
         json_t *stateful = json_object_get(p, "stateful");
         if (stateful != NULL && !json_is_null(stateful) && !json_is_boolean(stateful))
                 return nsbox_invalid(err, "stateful must be a boolean");
+        if ((r = check_script_params(p, json_is_true(stateful), err)) < 0)
+                return r;
         json_t *req = json_object_get(p, "requirements");
         if (req != NULL && !json_is_null(req)) {
                 r = check_requirements(req, "requirements", err);
@@ -1090,6 +1175,7 @@ void python_method_run(struct rpc_request *req)
         calls_add(run->uid, 1);
         rpc_request_on_disconnect(req, run_client_gone, run);
         run->stateful = json_is_true(json_object_get(p, "stateful"));
+        run->stream = json_is_true(json_object_get(p, "stream"));
         json_t *t = json_object_get(p, "timeout_seconds");
         run->timeout_s = json_is_number(t) ? (unsigned)(json_number_value(t) < 1 ? 1 : json_number_value(t))
                                            : DEFAULT_TIMEOUT;

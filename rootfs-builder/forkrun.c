@@ -2,14 +2,14 @@
  * (image-files/usr/lib/nsbox/forkserver.py), installed in the image as
  * /usr/lib/nsbox/forkrun and run by nsboxd as a stateless python.run's exec:
  *
- *   forkrun TOKEN SCRIPT REPORT
+ *   forkrun TOKEN SCRIPT REPORT [NAME [ARG...]]
  *
  * It hands its stdin, stdout, stderr and cwd (SCM_RIGHTS) with its umask,
- * SCRIPT, REPORT and environment to the server listening on the abstract
+ * run.py's arguments (SCRIPT REPORT [NAME [ARG...]]) and environment to the server listening on the abstract
  * socket "nsbox-forkserver-TOKEN", waits for the call's wait status and ends
  * the same way: the exit code, or the same fatal signal. So the exec around
  * it (output capture, timeout, kill, exit code) sees what it would see of
- * `python3 run.py SCRIPT REPORT`, which is what it runs instead whenever the
+ * `python3 run.py SCRIPT REPORT ...`, which is what it runs instead whenever the
  * server does not take the call (absent, not ready, refusing).
  *
  * When this process is killed (the exec's timeout, exec.kill) its connection
@@ -44,9 +44,14 @@ static void say(const char *text)
 }
 
 /* The plain path: what nsboxd runs when there is no fork server. */
-static void run_plain(char *script, char *report)
+/* run.py's own argv: SCRIPT REPORT [NAME [ARG...]], after "python3 RUNNER". */
+static void run_plain(int nargs, char **args)
 {
-        char *argv[] = { "python3", RUNNER, script, report, NULL };
+        char *argv[nargs + 3];
+        argv[0] = "python3";
+        argv[1] = RUNNER;
+        memcpy(argv + 2, args, (size_t)nargs * sizeof(char *));
+        argv[nargs + 2] = NULL;
         execve(PYTHON, argv, environ);
         say("nsbox: cannot run " PYTHON "\n");
         _exit(127);
@@ -63,16 +68,20 @@ static size_t append(size_t at, const char *text)
 
 /* The request: "NSBOX1\0UMASK\0SCRIPT\0REPORT\0" then one "K=V\0" per
  * environment entry; 0 when it does not fit (the plain path takes it). */
-static size_t build_request(const char *script, const char *report)
+/* "NSBOX2", umask, the count of run.py's arguments, the arguments, then the
+ * environment: NUL-terminated strings. */
+static size_t build_request(int nargs, char **args)
 {
-        char umask_text[8];
+        char umask_text[8], count_text[16];
         mode_t mask = umask(0);
         umask(mask);
         snprintf(umask_text, sizeof(umask_text), "%o", (unsigned)mask);
-        size_t at = append(0, "NSBOX1");
+        snprintf(count_text, sizeof(count_text), "%d", nargs);
+        size_t at = append(0, "NSBOX2");
         at = at ? append(at, umask_text) : 0;
-        at = at ? append(at, script) : 0;
-        at = at ? append(at, report) : 0;
+        at = at ? append(at, count_text) : 0;
+        for (int i = 0; at != 0 && i < nargs; i++)
+                at = append(at, args[i]);
         for (char **e = environ; at != 0 && *e != NULL; e++)
                 at = append(at, *e);
         return at;
@@ -154,14 +163,16 @@ static void exit_like(int status)
 
 int main(int argc, char **argv)
 {
-        if (argc != 4) {
-                say("usage: forkrun TOKEN SCRIPT REPORT\n");
+        if (argc < 4) {
+                say("usage: forkrun TOKEN SCRIPT REPORT [NAME [ARG...]]\n");
                 return 2;
         }
-        size_t len = build_request(argv[2], argv[3]);
+        int nargs = argc - 2;
+        char **args = argv + 2;
+        size_t len = build_request(nargs, args);
         int fd = len != 0 ? connect_server(argv[1]) : -1;
         if (fd < 0 || send_request(fd, len) < 0)
-                run_plain(argv[2], argv[3]);
+                run_plain(nargs, args);
         int accepted = 0;
         for (;;) {
                 char reply[16];
@@ -181,7 +192,7 @@ int main(int argc, char **argv)
         }
         /* The server closed without taking the call: nothing of it ran. */
         if (!accepted)
-                run_plain(argv[2], argv[3]);
+                run_plain(nargs, args);
         say("nsbox: the python fork server ended during the call\n");
         exit_like(SIGKILL);
 }

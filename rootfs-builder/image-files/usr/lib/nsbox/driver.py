@@ -170,15 +170,16 @@ def main():
         before = nsbox_runtime.snapshot()
         before_processes = set(processes())
         started = time.monotonic()
-        status, result, interrupted = "ok", None, False
+        status, result, interrupted, exit_code = "ok", None, False, None
         sigint.clear()
         try:
             result = interruptible_cell(request.get("code", ""))
         except KeyboardInterrupt as e:
             status, interrupted = "error", True
             sys.stderr.write(nsbox_runtime.user_traceback(e, "<cell>"))
-        except SystemExit as e:
-            status = "ok" if e.code in (None, 0) else "error"
+        except SystemExit as e:  # the interpreter stays; the call ends as a script's would
+            exit_code = nsbox_runtime.exit_code_of(e)
+            status = "ok" if exit_code == 0 else "error"
         except BaseException as e:
             status = "error"
             sys.stderr.write(nsbox_runtime.user_traceback(e, "<cell>"))
@@ -202,6 +203,7 @@ def main():
         write_frame(protocol_out, {
             "id": request.get("id"),
             "status": status,
+            "exit_code": exit_code,
             "interrupted": interrupted,
             "stdout": out,
             "stderr": err,

@@ -11,7 +11,7 @@ unix socket "nsbox-forkserver-TOKEN" (abstract names belong to the
 sandbox's network namespace) and says "ready" on stdout once its imports are
 done. A call is the attach client (/usr/lib/nsbox/forkrun, a normal exec):
 it sends its stdin, stdout, stderr and cwd (SCM_RIGHTS) with its umask,
-script, report path and environment, and gets "A" (accepted) and then the
+run.py's arguments (SCRIPT REPORT [NAME [ARG...]]) and environment, and gets "A" (accepted) and then the
 wait status of the call.
 
 Per call the server forks C, a reaper (child subreaper), which forks U, the
@@ -108,16 +108,22 @@ def kill_descendants():
 
 
 def parse_request(msg):
-    """(umask, script, report, environment) of the attach client's request."""
+    """(umask, run.py's arguments, environment) of the attach client's
+    request: "NSBOX2", umask, count, the arguments (SCRIPT REPORT [NAME
+    [ARG...]]), then the environment, each NUL-terminated."""
     parts = msg.split(b"\0")
-    if len(parts) < 5 or parts[0] != b"NSBOX1" or parts[-1] != b"":
+    if len(parts) < 4 or parts[0] != b"NSBOX2" or parts[-1] != b"":
         raise ValueError("malformed request")
+    count = int(parts[2])
+    if count < 2 or 3 + count > len(parts) - 1:
+        raise ValueError("malformed request")
+    args = [os.fsdecode(a) for a in parts[3:3 + count]]
     env = {}
-    for entry in parts[4:-1]:
+    for entry in parts[3 + count:-1]:
         key, sep, value = entry.partition(b"=")
         if sep and key:
             env[os.fsdecode(key)] = os.fsdecode(value)
-    return int(parts[1], 8) & 0o777, os.fsdecode(parts[2]), os.fsdecode(parts[3]), env
+    return int(parts[1], 8) & 0o777, args, env
 
 
 def recv_with_fds(sock, nfds, size=MAX_REQUEST):
@@ -164,7 +170,7 @@ def run_call(u_end, done_r):
         # The call's own: its /proc/self is its own, as in an exec. Until
         # now, waiting, no other process of the sandbox could ptrace it.
         prctl(PR_SET_DUMPABLE, 1)
-        umask, script, report, env = parse_request(msg)
+        umask, args, env = parse_request(msg)
         for target, fd in enumerate(fds[:3]):
             os.dup2(fd, target, inheritable=True)
         os.fchdir(fds[3])
@@ -174,7 +180,7 @@ def run_call(u_end, done_r):
         os.umask(umask)
         os.environ.clear()
         os.environ.update(env)
-        code = nsbox_runtime.run_stateless(script, report)
+        code = nsbox_runtime.run_stateless(*nsbox_runtime.runner_args(args))
     except BaseException as e:  # nsbox's own failure: say so where the user looks
         try:
             os.write(2, ("nsbox: the fork server could not run the call: %r\n" % (e,)).encode())

@@ -137,12 +137,55 @@ def user_traceback(exc, filename):
     return "".join(traceback.format_exception(type(exc), exc, tb if tb is not None else exc.__traceback__))
 
 
-def run_stateless(script, report):
-    """Run SCRIPT as __main__, save the matplotlib figures left open (or
-    shown) as PNGs in /workspace, write the JSON report of produced files and
-    images to REPORT, and return the exit code. The same code serves run.py
-    (a fresh interpreter) and a child of the fork server (an interpreter that
-    has the image's heavy modules imported already)."""
+def exit_code_of(e):
+    """The exit code a SystemExit gives a process, as python3 reports it
+    (a message is printed on stderr, code 1)."""
+    if e.code is None:
+        return 0
+    if isinstance(e.code, int):
+        return e.code & 0xFF
+    print(e.code, file=sys.stderr)
+    return 1
+
+
+def runner_args(args):
+    """(script, report, name, script arguments) from the runner's command
+    line: SCRIPT REPORT [NAME [ARG...]]."""
+    if len(args) < 2:
+        raise SystemExit("usage: run.py SCRIPT REPORT [NAME [ARG...]]")
+    return args[0], args[1], (args[2] if len(args) > 2 else None), list(args[3:])
+
+
+def run_code_as_main(script, name):
+    """Run the file SCRIPT as python runs a script: a fresh __main__ module
+    whose code is named NAME (tracebacks and sys.argv[0] say NAME; its
+    lines are found without the file being at that path)."""
+    import builtins
+    import linecache
+    import types
+    with open(script, "rb") as f:
+        source = f.read()
+    code = compile(source, name, "exec", dont_inherit=True)
+    if name != script:
+        text = source.decode("utf-8", "replace")
+        # mtime None: linecache.checkcache keeps the entry.
+        linecache.cache[name] = (len(text), None, text.splitlines(True), name)
+    main = types.ModuleType("__main__")
+    main.__file__ = script
+    main.__builtins__ = builtins
+    main.__cached__ = None
+    sys.modules["__main__"] = main
+    exec(code, main.__dict__)
+
+
+def run_stateless(script, report, name=None, args=()):
+    """Run SCRIPT as __main__ (named NAME, default SCRIPT, with ARGS as its
+    arguments), save the matplotlib figures left open (or shown) as PNGs in
+    /workspace, write the JSON report of produced files and images to
+    REPORT, and return the exit code. The same code serves run.py (a fresh
+    interpreter) and a child of the fork server (an interpreter that has the
+    image's heavy modules imported already)."""
+    name = name or script
     os.environ.setdefault("MPLBACKEND", "Agg")
     before = snapshot()
     figures = FigureCapture()
@@ -150,20 +193,16 @@ def run_stateless(script, report):
     # Imported before the call (by the fork server): the hook never fires.
     figures.patch_show()
     exit_code = 0
-    sys.argv = [script]
+    sys.argv = [name] + list(args)
+    # As `python3 SCRIPT` would: the script's directory first on the path
+    # (a named script is written elsewhere: its directory is the cwd).
+    sys.path[0] = os.path.dirname(os.path.abspath(script)) if name == script else os.getcwd()
     try:
-        import runpy
-        runpy.run_path(script, run_name="__main__")
+        run_code_as_main(script, name)
     except SystemExit as e:
-        if e.code is None:
-            exit_code = 0
-        elif isinstance(e.code, int):
-            exit_code = e.code & 0xFF
-        else:
-            print(e.code, file=sys.stderr)
-            exit_code = 1
+        exit_code = exit_code_of(e)
     except BaseException as e:  # the user's exception: print it as python would
-        sys.stderr.write(user_traceback(e, script))
+        sys.stderr.write(user_traceback(e, name))
         exit_code = 1
     try:
         figures.save_open_figures()

@@ -1,6 +1,7 @@
-"""nsbox stateless runner: python3 /usr/lib/nsbox/run.py SCRIPT REPORT
+"""nsbox stateless runner: python3 /usr/lib/nsbox/run.py SCRIPT REPORT [NAME [ARG...]]
 
-Runs SCRIPT as __main__, saves matplotlib figures left open (or shown) as
+Runs SCRIPT as __main__ (named NAME in sys.argv[0] and tracebacks, with
+ARGs as its arguments), saves matplotlib figures left open (or shown) as
 PNGs in /workspace, and writes a JSON report of produced files and images to
 REPORT (nsbox_runtime.run_stateless). stdout and stderr are the script's own.
 The fork server (forkserver.py) runs the same function in its children."""
@@ -12,9 +13,9 @@ import nsbox_runtime  # noqa: E402
 
 
 def main():
-    script, report = sys.argv[1], sys.argv[2]
+    args = sys.argv[1:]
     del sys.path[0]
-    os._exit(nsbox_runtime.run_stateless(script, report))
+    os._exit(nsbox_runtime.run_stateless(*nsbox_runtime.runner_args(args)))
 
 
 main()
