@@ -59,6 +59,13 @@ struct nsbox_config {
         char *egress_dns_servers; /* "IP[:PORT],..." for the proxy; "" = resolv.conf */
         char *egress_path;        /* the nsbox-egress binary */
         uid_t egress_uid;         /* the proxy's uid and gid; 0 = uid_pool_base - 1 */
+        /* Pausing (sandbox.pause): what the idle reaper does with an idle
+         * sandbox, "remove" or "pause"; whether a request that needs a paused
+         * sandbox running resumes it (else it fails); how long a sandbox may
+         * stay paused before it is removed (0: for ever). */
+        char *idle_action;
+        unsigned auto_resume;
+        uint32_t paused_timeout_seconds;
 };
 
 #define NSBOX_UID_RANGE 65536u
