@@ -674,6 +674,22 @@ def main():
                 stateful_count[0] += 1
             return t1 - t0, r.get("status") == "ok", r.get("stderr", "")[-300:]
 
+        # Pause and resume of a sandbox with its interpreter running (after its
+        # first pause: on cgroup v1 that one also makes its freezer dir).
+        paused = client.call("sandbox.create")["sandbox_id"]
+        client.call("python.run", sandbox_id=paused, code="y = 0", stateful=True)
+        client.call("sandbox.pause", sandbox_id=paused)
+
+        def c_pause_or_resume(timed):
+            def f():
+                client.call("sandbox.resume" if timed == "sandbox.pause" else "sandbox.pause", sandbox_id=paused)
+                t0 = time.perf_counter_ns()
+                r = client.call(timed, sandbox_id=paused)
+                t1 = time.perf_counter_ns()
+                want = "paused" if timed == "sandbox.pause" else "running"
+                return t1 - t0, r["state"] == want, r["state"]
+            return f
+
         def crun_fn(which, expect):
             def f():
                 ns, rc, out, err = crun.run_once(which)
@@ -705,6 +721,9 @@ def main():
             Variant("exec_python", "nsbox warm exec python3 -c 'print(1)'", W, c_exec(PYTHON, "1"),
                     "bwrap_python"),
             Variant("stateful", "nsbox python.run stateful x += 1", W, c_stateful, "bwrap_true"),
+            Variant("pause", "nsbox sandbox.pause (cgroup freezer)", W,
+                    c_pause_or_resume("sandbox.pause"), "bwrap_true"),
+            Variant("resume", "nsbox sandbox.resume", W, c_pause_or_resume("sandbox.resume"), "bwrap_true"),
         ]
         if crun.error is not None:
             for v in variants:
@@ -718,6 +737,7 @@ def main():
         if not stateful_ok:
             log("stateful check FAILED: x is %r after %d increments" % (final, stateful_count[0]))
         client.call("sandbox.remove", sandbox_id=warm, force=True)
+        client.call("sandbox.remove", sandbox_id=paused, force=True)
         client.close()
 
         # --- 200 concurrent creations, then idle ---
