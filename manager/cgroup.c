@@ -1044,6 +1044,12 @@ uint64_t cgroup_sandbox_oom_kills(struct sandbox_cgroup *sc)
 /* --- pause ------------------------------------------------------------------
  */
 
+bool cgroup_freezer_available(void)
+{
+        return (cg.mode == CGROUP_V2 && cg.have_freeze) ||
+               (cg.mode == CGROUP_V1 && cg.freezer_parent != NULL);
+}
+
 bool cgroup_sandbox_can_freeze(const struct sandbox_cgroup *sc, const char **why)
 {
         *why = NULL;

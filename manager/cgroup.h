@@ -36,6 +36,7 @@ void cgroup_sandbox_kill(struct sandbox_cgroup *cg);
  * them into its freezer dir, made at the first pause, frozen on arrival);
  * frozen says whether that is done (1), still going (0) or failed (<0);
  * thaw undoes it, at any point. */
+bool cgroup_freezer_available(void);
 bool cgroup_sandbox_can_freeze(const struct sandbox_cgroup *cg, const char **why);
 int cgroup_sandbox_freeze(struct sandbox_cgroup *cg, nsbox_error_t **err);
 int cgroup_sandbox_frozen(struct sandbox_cgroup *cg);

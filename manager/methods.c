@@ -60,6 +60,8 @@ static void method_server_info(struct rpc_request *req)
         json_t *features = json_pack("[s, s, s, s]", "idmapped-image", "seccomp", "session_id", "stream");
         if (cgroup_degraded())
                 json_array_append_new(features, json_string("limits-not-enforced"));
+        if (cgroup_freezer_available())
+                json_array_append_new(features, json_string("pause"));
         json_t *policies = json_array();
         const char *name;
         json_t *ignored;

@@ -101,6 +101,10 @@ def test_pause_refuses_a_sandbox_with_work_running_unless_forced(daemon, sandbox
     assert wait_until(lambda: daemon.call("exec.status", exec_id=ex)["running"] is False)
 
 
+def test_server_info_lists_the_pause_feature(daemon):
+    assert "pause" in daemon.call("server.info")["features"]
+
+
 def test_pause_and_resume_are_idempotent(daemon, sandbox):
     first = daemon.call("sandbox.pause", sandbox_id=sandbox)
     again = daemon.call("sandbox.pause", sandbox_id=sandbox)
