@@ -1024,7 +1024,7 @@ static void on_pause_timer(struct loop_source *source, uint32_t events)
         cgroup_sandbox_thaw(sb->cgroup);
         /* The idle reaper tries again after another idle timeout, not at once. */
         sb->last_active_mono = now_monotonic_ms();
-        char why[160];
+        char why[256];
         if (frozen < 0)
                 snprintf(why, sizeof(why), "cannot read the freezer state of sandbox %s: %s; it was resumed",
                          sb->id, strerror(-frozen));
