@@ -985,8 +985,12 @@ void sandbox_remove(struct sandbox *sb, sandbox_ready_cb done, void *data)
 /* Freezing takes microseconds unless a task sits in an uninterruptible
  * sleep (a hung NFS read, say) where the freezer cannot reach it: then the
  * pause gives up, thaws, and says so, rather than leave it half frozen. */
-#define PAUSE_POLL_MS    2
-#define PAUSE_TIMEOUT_MS 5000
+/* Sleeping tasks freeze as soon as the scheduler gets to them, which is
+ * rarely before the first check but usually within a fraction of a
+ * millisecond: a first look after PAUSE_FIRST_POLL_US, then every ms. */
+#define PAUSE_FIRST_POLL_US 100
+#define PAUSE_POLL_MS       1
+#define PAUSE_TIMEOUT_MS    5000
 
 /* A pause ends (frozen, failed or overtaken): its waiters are answered. */
 static void pause_end(struct sandbox *sb, const char *error, const char *kind)
@@ -1060,7 +1064,7 @@ int sandbox_pause(struct sandbox *sb, sandbox_ready_cb done, void *data, nsbox_e
                 }
                 int fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
                 struct itimerspec every = { .it_interval = { .tv_nsec = PAUSE_POLL_MS * 1000000L },
-                                            .it_value = { .tv_nsec = PAUSE_POLL_MS * 1000000L } };
+                                            .it_value = { .tv_nsec = PAUSE_FIRST_POLL_US * 1000L } };
                 if (fd < 0 || timerfd_settime(fd, 0, &every, NULL) < 0 ||
                     (sb->pause_timer = loop_add(nsboxd.loop, fd, EPOLLIN, on_pause_timer, sb)) == NULL) {
                         r = nsbox_error(err, errno, "watch sandbox %s freezing", sb->id);
