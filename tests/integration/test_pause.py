@@ -49,6 +49,20 @@ def frozen(sid):
     return None
 
 
+def sandbox_pids(sid):
+    pids = set()
+    for d in cgroups_named(sid):
+        for root, _, files in os.walk(d):
+            if "cgroup.procs" in files:
+                pids |= {int(p) for p in open(os.path.join(root, "cgroup.procs")).read().split()}
+    return pids
+
+
+def process_state(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
 def cpu_us(daemon, sid):
     return daemon.call("sandbox.info", sandbox_id=sid)["stats"]["cpu_usage_us"]
 
@@ -72,6 +86,9 @@ def test_paused_sandbox_uses_no_cpu_and_runs_on_after_resume(daemon, sandbox):
     p = daemon.call("sandbox.pause", sandbox_id=sandbox, force=True)
     assert p["state"] == "paused" and p["paused_at"].endswith("Z")
     assert frozen(sandbox) is True
+    # No task runs: the loop is not R any more (v1 shows frozen tasks as D, v2 as S).
+    states = {process_state(pid) for pid in sandbox_pids(sandbox)}
+    assert states and states <= {"D", "S"}, states
     info = daemon.call("sandbox.info", sandbox_id=sandbox)
     assert info["state"] == "paused" and info["paused_at"] == p["paused_at"]
     listed = {s["sandbox_id"]: s for s in daemon.call("sandbox.list")["sandboxes"]}
@@ -103,6 +120,17 @@ def test_pause_refuses_a_sandbox_with_work_running_unless_forced(daemon, sandbox
 
 def test_server_info_lists_the_pause_feature(daemon):
     assert "pause" in daemon.call("server.info")["features"]
+
+
+def test_paused_time_counts_towards_the_timeout_of_a_forced_pauses_exec(daemon, sandbox):
+    ex = daemon.call("sandbox.exec", sandbox_id=sandbox, command="sleep 100", background=True,
+                     timeout_seconds=1)["exec_id"]
+    daemon.call("sandbox.pause", sandbox_id=sandbox, force=True)
+    time.sleep(2)
+    # Its deadline passed while frozen: it is killed as soon as it runs again.
+    daemon.call("sandbox.resume", sandbox_id=sandbox)
+    assert wait_until(lambda: daemon.call("exec.status", exec_id=ex)["running"] is False)
+    assert daemon.call("exec.status", exec_id=ex)["timed_out"] is True
 
 
 def test_pause_and_resume_are_idempotent(daemon, sandbox):
