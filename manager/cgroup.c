@@ -1062,7 +1062,7 @@ bool cgroup_sandbox_can_freeze(const struct sandbox_cgroup *sc, const char **why
         return *why == NULL;
 }
 
-/* The pids listed in dir/cgroup.procs, sorted; *count of them. */
+/* The pids listed in dir/cgroup.procs (NULL when none); *count of them. */
 static pid_t *read_pids(const char *dir, size_t *count)
 {
         char path[4096];
@@ -1098,32 +1098,44 @@ static int compare_pids(const void *a, const void *b)
  * (a fork by a task not moved yet). The pids limit bounds the tasks. */
 #define FREEZER_MOVE_ROUNDS 64
 
+static bool pid_listed(pid_t pid, const pid_t *sorted, size_t n)
+{
+        return sorted != NULL && bsearch(&pid, sorted, n, sizeof(*sorted), compare_pids) != NULL;
+}
+
 /* v1: every task of the sandbox into its (already FROZEN) freezer dir,
  * where each is frozen as it arrives: a task moved cannot fork any more,
- * so the rounds converge. A task that exits meanwhile fails with ESRCH. */
+ * so the rounds converge. A task that exits meanwhile fails with ESRCH, or
+ * is accepted and not moved while it exits: it is tried once only. */
 static int v1_move_into_freezer(struct sandbox_cgroup *sc, nsbox_error_t **err)
 {
+        _cleanup_free_ pid_t *tried = NULL;
+        size_t n_tried = 0;
         for (int round = 0; round < FREEZER_MOVE_ROUNDS; round++) {
                 size_t n_all, n_in;
                 _cleanup_free_ pid_t *all = read_pids(sc->dir[0], &n_all);
                 _cleanup_free_ pid_t *in = read_pids(sc->freezer_dir, &n_in);
                 if (in != NULL)
                         qsort(in, n_in, sizeof(*in), compare_pids);
-                unsigned moved = 0;
+                pid_t *more = n_all ? realloc(tried, (n_tried + n_all) * sizeof(*tried)) : tried;
+                if (n_all && more == NULL)
+                        return nsbox_error(err, ENOMEM, "freeze: list of tasks");
+                tried = more;
+                size_t n_before = n_tried;
                 for (size_t i = 0; i < n_all; i++) {
-                        if (in != NULL && bsearch(&all[i], in, n_in, sizeof(*in), compare_pids) != NULL)
+                        if (pid_listed(all[i], in, n_in) || pid_listed(all[i], tried, n_before))
                                 continue;
                         char value[32];
                         snprintf(value, sizeof(value), "%d", (int)all[i]);
                         int r = write_at(sc->freezer_dir, "cgroup.procs", value);
-                        if (r == 0)
-                                moved++;
-                        else if (r != -ESRCH)
+                        if (r < 0 && r != -ESRCH)
                                 return nsbox_error(err, -r, "move task %d into %s", (int)all[i],
                                                    sc->freezer_dir);
+                        tried[n_tried++] = all[i];
                 }
-                if (moved == 0)
+                if (n_tried == n_before)
                         return 0;
+                qsort(tried, n_tried, sizeof(*tried), compare_pids);
         }
         return nsbox_refuse(err, EAGAIN, "the sandbox's tasks kept multiplying while being frozen");
 }
