@@ -94,6 +94,8 @@ int cmd_create(const struct cli *cli, int argc, char **argv);
 int cmd_ls(const struct cli *cli, int argc, char **argv);
 int cmd_info(const struct cli *cli, int argc, char **argv);
 int cmd_rm(const struct cli *cli, int argc, char **argv);
+int cmd_pause(const struct cli *cli, int argc, char **argv);
+int cmd_resume(const struct cli *cli, int argc, char **argv);
 int cmd_status(const struct cli *cli, int argc, char **argv);
 int cmd_exec(const struct cli *cli, int argc, char **argv);
 int cmd_sh(const struct cli *cli, int argc, char **argv);

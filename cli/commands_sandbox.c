@@ -501,6 +501,49 @@ int cmd_rm(const struct cli *cli, int argc, char **argv)
         return status;
 }
 
+/* pause and resume: each ID in turn, printed as done (as docker pause). */
+static int pause_or_resume(const struct cli *cli, const char *method, bool force, int argc, char **argv)
+{
+        struct client *c = cli_connect(cli);
+        if (c == NULL)
+                return EXIT_NSBOX_FAILED;
+        int status = 0;
+        for (int i = optind; i < argc; i++) {
+                _cleanup_json_ json_t *params = json_pack("{s:s}", "sandbox_id", argv[i]);
+                if (force)
+                        json_object_set_new(params, "force", json_true());
+                _cleanup_json_ json_t *result = cli_call(cli, c, method, params);
+                if (result == NULL)
+                        status = EXIT_NSBOX_FAILED;
+                else if (cli->json)
+                        cli_print_json(result);
+                else
+                        puts(argv[i]);
+        }
+        client_close(c);
+        return status;
+}
+
+int cmd_pause(const struct cli *cli, int argc, char **argv)
+{
+        bool force;
+        int code;
+        if (!cli_flag_and_args(cli, argc, argv, "force", 'f', &force, 1, -1, &code))
+                return code;
+        return pause_or_resume(cli, "sandbox.pause", force, argc, argv);
+}
+
+int cmd_resume(const struct cli *cli, int argc, char **argv)
+{
+        int opt;
+        optind = 1;
+        while ((opt = cli_getopt(cli, argc, argv, "", NULL)) != -1)
+                return cli_opt_exit(opt);
+        if (argc - optind < 1)
+                return cli_usage_error(cli);
+        return pause_or_resume(cli, "sandbox.resume", false, argc, argv);
+}
+
 int cmd_update(const struct cli *cli, int argc, char **argv)
 {
         static const struct option longopts[] = {

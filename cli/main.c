@@ -77,6 +77,13 @@ static const struct command commands[] = {
         { "rm", cmd_rm, "nsbox rm [-f] ID...",
           "Remove sandboxes, killing everything in them.\n\n"
           "  -f, --force  remove even while a command runs\n" },
+        { "pause", cmd_pause, "nsbox pause [-f] ID...",
+          "Pause sandboxes: freeze every process in them (cgroup freezer). A paused sandbox\n"
+          "keeps its memory and files but uses no CPU; ls shows it as paused. Its files can\n"
+          "still be read and written (cp); exec, python, pip and shell resume it first, as\n"
+          "does nsbox resume.\n\n"
+          "  -f, --force  pause even while a command runs in it (its timeout keeps counting)\n" },
+        { "resume", cmd_resume, "nsbox resume ID...", "Resume paused sandboxes: their processes run on.\n" },
         { "exec", cmd_exec,
           "nsbox exec [-i] [-t] [-d] [-e K=V] [-w DIR] [-u root] [--timeout S] [--max-output BYTES] ID -- "
           "CMD "

@@ -126,6 +126,31 @@ const struct mcp_tool mcp_tools[] = {
             .destructive = true,
         },
         {
+            .name = "pause_sandbox",
+            .description =
+                "Pause a sandbox (by sandbox_id, or the live sandbox of session_id): freeze all of its "
+                "processes. They keep their memory (run_code's variables too) and its files stay, but it "
+                "uses no CPU until resume_sandbox, or until the next tool call that runs something in it, "
+                "which resumes it first (file tools work on it paused). Returns its state (\"paused\", "
+                "with paused_at); pausing a paused sandbox changes nothing. Refused while a command runs "
+                "in it unless force is true.",
+            .input_schema = SCHEMA(P_ADDRESS ",\"force\":{\"type\":\"boolean\",\"description\":\"Pause "
+                                             "even while a command runs in it; its timeout keeps counting "
+                                             "while paused (default false).\"}",
+                                   ""),
+            .method = "sandbox.pause",
+            .address = MCP_ADDRESS_EXISTING,
+        },
+        {
+            .name = "resume_sandbox",
+            .description = "Resume a paused sandbox (by sandbox_id, or the live sandbox of session_id): its "
+                           "processes run on where they stopped. Returns its state; resuming a running "
+                           "sandbox changes nothing.",
+            .input_schema = SCHEMA(P_ADDRESS, ""),
+            .method = "sandbox.resume",
+            .address = MCP_ADDRESS_EXISTING,
+        },
+        {
             .name = "run_code",
             .description =
                 "Run Python 3 code in the session's sandbox (created on first use), in /workspace, like a "

@@ -11,8 +11,16 @@
  *
  * cgroup v1 / hybrid: the same layout under nsboxd's own cgroup in each of the
  * memory, pids, cpu and cpuacct hierarchies, with the init in the sandbox dir
- * itself. The v1 freezer is deliberately not used: a daemon killed between
- * FROZEN and THAWED would leave processes stuck in D state for good.
+ * itself.
+ *
+ * Pausing (sandbox.pause) freezes the sandbox's cgroup: cgroup.freeze on v2;
+ * on v1 a dir <own freezer>/nsbox-<hash>/<sandbox id> made at the first pause
+ * only, so that a sandbox never paused pays no extra cgroup move at create
+ * (a v1 move waits for an RCU grace period). A frozen task sits in D state
+ * and, on v1, does not even die of SIGKILL until thawed: a daemon killed
+ * while sandboxes are paused leaves them frozen, so the next start thaws
+ * every stale dir before it kills anything (clean_stale, the freezer
+ * hierarchy first), and removal kills, then thaws.
  *
  * Execs get no cgroups of their own: their process trees are held together
  * by their supervisors (runtime/supervisor.c). A cgroup move waits for an RCU
@@ -64,10 +72,14 @@ static struct {
         unsigned n_hier;
         int by_controller[CTRL_COUNT]; /* index into hier, or -1 */
         bool have_memsw, have_swap_max, have_kill;
-} cg = { .mode = CGROUP_NONE, .degraded = true };
+        bool have_freeze;     /* v2: cgroup.freeze (5.2+) */
+        char *freezer_parent; /* v1: <own freezer cgroup>/nsbox-<hash>, or NULL */
+        int freezer_hier;     /* v1: a hierarchy of ours the freezer is co-mounted with, or -1 */
+} cg = { .mode = CGROUP_NONE, .degraded = true, .freezer_hier = -1 };
 
 struct sandbox_cgroup {
         char *dir[MAX_HIERARCHIES]; /* <parent>/<id> in each hierarchy */
+        char *freezer_dir;          /* v1: made at the first pause */
         int oom_fd;                 /* memory.oom_control (v1) or memory.events (v2), read twice per exec */
 };
 
@@ -345,6 +357,27 @@ static char *join_own_dir(const char *mount_point, const char *mount_root, const
         return dir;
 }
 
+/* Thaw a cgroup and every cgroup below it, whichever freezer it has (none:
+ * nothing to do). v1 children keep a FROZEN of their own when only their
+ * parent is thawed, hence each dir. */
+static void thaw_tree(const char *dir)
+{
+        write_at(dir, "freezer.state", "THAWED");
+        write_at(dir, "cgroup.freeze", "0");
+        DIR *d = opendir(dir);
+        if (d == NULL)
+                return;
+        struct dirent *de;
+        while ((de = readdir(d)) != NULL) {
+                if (de->d_type != DT_DIR || de->d_name[0] == '.')
+                        continue;
+                char path[4096];
+                snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+                thaw_tree(path);
+        }
+        closedir(d);
+}
+
 /* Kill and remove what a previous nsboxd with the same state dir left behind
  * (it may have crashed with sandboxes running). */
 static void clean_stale(const char *parent)
@@ -359,6 +392,9 @@ static void clean_stale(const char *parent)
                 char path[4096];
                 snprintf(path, sizeof(path), "%s/%s", parent, de->d_name);
                 log_warn("cgroup: removing stale %s", path);
+                /* A sandbox paused when its daemon died is frozen: on v1 its
+                 * tasks would keep their SIGKILL pending for good. */
+                thaw_tree(path);
                 kill_tree(path);
                 int r = remove_tree(path, 1000);
                 if (r < 0)
@@ -501,6 +537,9 @@ static void cgroup_atexit(void)
         for (unsigned i = 0; i < cg.n_hier; i++)
                 if (cg.hier[i].parent != NULL && rmdir(cg.hier[i].parent) < 0 && errno != ENOENT)
                         log_warn("cgroup: cannot remove %s: %s", cg.hier[i].parent, strerror(errno));
+        if (cg.freezer_parent != NULL && cg.freezer_hier < 0 && rmdir(cg.freezer_parent) < 0 &&
+            errno != ENOENT)
+                log_warn("cgroup: cannot remove %s: %s", cg.freezer_parent, strerror(errno));
 }
 
 static int v2_init(char *own_dir, unsigned available, nsbox_error_t **err)
@@ -551,12 +590,42 @@ static int v2_init(char *own_dir, unsigned available, nsbox_error_t **err)
                 }
         }
         cg.have_kill = exists_at(parent, "cgroup.kill");
+        cg.have_freeze = exists_at(parent, "cgroup.freeze");
         return 0;
+}
+
+/* v1: the freezer hierarchy, for sandbox.pause only (no freezer: no pause).
+ * Set up before the other hierarchies: their stale sandboxes can only be
+ * killed once thawed. */
+static void v1_freezer_init(void)
+{
+        _cleanup_free_ char *root = NULL;
+        _cleanup_free_ char *mnt = find_mount("freezer", &root, NULL);
+        _cleanup_free_ char *own = own_cgroup_path("freezer");
+        _cleanup_free_ char *dir = mnt && own ? join_own_dir(mnt, root, own) : NULL;
+        if (dir == NULL) {
+                log_info("cgroup v1: no freezer hierarchy: sandbox.pause is unavailable");
+                return;
+        }
+        reap_empty_siblings(dir);
+        if (asprintf(&cg.freezer_parent, "%s/%s", dir, cg.name) < 0) {
+                cg.freezer_parent = NULL;
+                return;
+        }
+        if (mkdir(cg.freezer_parent, 0755) < 0 && errno != EEXIST) {
+                log_warn("cgroup v1: create %s: %s (sandbox.pause is unavailable)", cg.freezer_parent,
+                         strerror(errno));
+                free(cg.freezer_parent);
+                cg.freezer_parent = NULL;
+                return;
+        }
+        clean_stale(cg.freezer_parent);
 }
 
 static int v1_init(unsigned available, nsbox_error_t **err)
 {
         cg.mode = CGROUP_V1;
+        v1_freezer_init();
         for (int c = 0; c < CTRL_COUNT; c++) {
                 if (!(available & (1u << c)) || cg.by_controller[c] >= 0)
                         continue;
@@ -585,6 +654,10 @@ static int v1_init(unsigned available, nsbox_error_t **err)
         }
         int m = cg.by_controller[CTRL_MEMORY];
         cg.have_memsw = m >= 0 && exists_at(cg.hier[m].parent, "memory.memsw.limit_in_bytes");
+        /* A freezer co-mounted with a controller of ours: the sandbox dir there is its freezer. */
+        for (unsigned i = 0; cg.freezer_parent != NULL && i < cg.n_hier; i++)
+                if (strcmp(cg.hier[i].parent, cg.freezer_parent) == 0)
+                        cg.freezer_hier = (int)i;
         return 0;
 }
 
@@ -739,6 +812,7 @@ static void sandbox_cgroup_free(struct sandbox_cgroup *sc)
 {
         for (unsigned i = 0; i < MAX_HIERARCHIES; i++)
                 free(sc->dir[i]);
+        free(sc->freezer_dir);
         if (sc->oom_fd >= 0)
                 close(sc->oom_fd);
         free(sc);
@@ -913,6 +987,8 @@ void cgroup_sandbox_destroy(struct sandbox_cgroup *sc)
                 if (remove_tree(sc->dir[i], 0) < 0)
                         remove_later(sc->dir[i]);
         }
+        if (sc->freezer_dir != NULL && cg.freezer_hier < 0 && remove_tree(sc->freezer_dir, 0) < 0)
+                remove_later(sc->freezer_dir);
         sandbox_cgroup_free(sc);
 }
 
@@ -963,4 +1039,170 @@ uint64_t cgroup_sandbox_oom_kills(struct sandbox_cgroup *sc)
         buf[len] = '\0';
         find_key(buf, "oom_kill", &n);
         return n;
+}
+
+/* --- pause ------------------------------------------------------------------
+ */
+
+bool cgroup_freezer_available(void)
+{
+        return (cg.mode == CGROUP_V2 && cg.have_freeze) ||
+               (cg.mode == CGROUP_V1 && cg.freezer_parent != NULL);
+}
+
+bool cgroup_sandbox_can_freeze(const struct sandbox_cgroup *sc, const char **why)
+{
+        *why = NULL;
+        if (sc == NULL)
+                *why = "this host runs sandboxes without cgroups";
+        else if (cg.mode == CGROUP_V2 && !cg.have_freeze)
+                *why = "the kernel's cgroup v2 has no cgroup.freeze (Linux 5.2+)";
+        else if (cg.mode == CGROUP_V1 && cg.freezer_parent == NULL)
+                *why = "no cgroup v1 freezer hierarchy is mounted";
+        return *why == NULL;
+}
+
+/* The pids listed in dir/cgroup.procs (NULL when none); *count of them. */
+static pid_t *read_pids(const char *dir, size_t *count)
+{
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+        *count = 0;
+        FILE *f = fopen(path, "re");
+        if (f == NULL)
+                return NULL;
+        size_t cap = 0;
+        pid_t *pids = NULL;
+        long pid;
+        while (fscanf(f, "%ld", &pid) == 1) {
+                if (*count == cap) {
+                        cap = cap ? cap * 2 : 64;
+                        pid_t *more = realloc(pids, cap * sizeof(*pids));
+                        if (more == NULL)
+                                break;
+                        pids = more;
+                }
+                pids[(*count)++] = (pid_t)pid;
+        }
+        fclose(f);
+        return pids;
+}
+
+static int compare_pids(const void *a, const void *b)
+{
+        pid_t x = *(const pid_t *)a, y = *(const pid_t *)b;
+        return (x > y) - (x < y);
+}
+
+/* Bounds the rounds of moves; each round moves what the last one missed
+ * (a fork by a task not moved yet). The pids limit bounds the tasks. */
+#define FREEZER_MOVE_ROUNDS 64
+
+static bool pid_listed(pid_t pid, const pid_t *sorted, size_t n)
+{
+        return sorted != NULL && bsearch(&pid, sorted, n, sizeof(*sorted), compare_pids) != NULL;
+}
+
+/* v1: every task of the sandbox into its (already FROZEN) freezer dir,
+ * where each is frozen as it arrives: a task moved cannot fork any more,
+ * so the rounds converge. A task that exits meanwhile fails with ESRCH, or
+ * is accepted and not moved while it exits: it is tried once only. */
+static int v1_move_into_freezer(struct sandbox_cgroup *sc, nsbox_error_t **err)
+{
+        _cleanup_free_ pid_t *tried = NULL;
+        size_t n_tried = 0;
+        for (int round = 0; round < FREEZER_MOVE_ROUNDS; round++) {
+                size_t n_all, n_in;
+                _cleanup_free_ pid_t *all = read_pids(sc->dir[0], &n_all);
+                _cleanup_free_ pid_t *in = read_pids(sc->freezer_dir, &n_in);
+                if (in != NULL)
+                        qsort(in, n_in, sizeof(*in), compare_pids);
+                pid_t *more = n_all ? realloc(tried, (n_tried + n_all) * sizeof(*tried)) : tried;
+                if (n_all && more == NULL)
+                        return nsbox_error(err, ENOMEM, "freeze: list of tasks");
+                tried = more;
+                size_t n_before = n_tried;
+                for (size_t i = 0; i < n_all; i++) {
+                        if (pid_listed(all[i], in, n_in) || pid_listed(all[i], tried, n_before))
+                                continue;
+                        char value[32];
+                        snprintf(value, sizeof(value), "%d", (int)all[i]);
+                        int r = write_at(sc->freezer_dir, "cgroup.procs", value);
+                        if (r < 0 && r != -ESRCH)
+                                return nsbox_error(err, -r, "move task %d into %s", (int)all[i],
+                                                   sc->freezer_dir);
+                        tried[n_tried++] = all[i];
+                }
+                if (n_tried == n_before)
+                        return 0;
+                qsort(tried, n_tried, sizeof(*tried), compare_pids);
+        }
+        return nsbox_refuse(err, EAGAIN, "the sandbox's tasks kept multiplying while being frozen");
+}
+
+int cgroup_sandbox_freeze(struct sandbox_cgroup *sc, nsbox_error_t **err)
+{
+        const char *why;
+        if (!cgroup_sandbox_can_freeze(sc, &why))
+                return nsbox_refuse(err, ENOTSUP, "cannot pause: %s", why);
+        int r;
+        if (cg.mode == CGROUP_V2) {
+                if ((r = write_at(sc->dir[0], "cgroup.freeze", "1")) < 0)
+                        return nsbox_error(err, -r, "freeze cgroup %s", sc->dir[0]);
+                return 0;
+        }
+        if (sc->freezer_dir == NULL) {
+                if (cg.freezer_hier >= 0) {
+                        sc->freezer_dir = strdup(sc->dir[cg.freezer_hier]);
+                } else {
+                        /* Another daemon's reap_empty_siblings may have taken our empty parent. */
+                        if (mkdir(cg.freezer_parent, 0755) < 0 && errno != EEXIST)
+                                return nsbox_error(err, errno, "create cgroup %s", cg.freezer_parent);
+                        const char *id = strrchr(sc->dir[0], '/') + 1;
+                        if (asprintf(&sc->freezer_dir, "%s/%s", cg.freezer_parent, id) < 0)
+                                sc->freezer_dir = NULL;
+                        else if (mkdir(sc->freezer_dir, 0755) < 0 && errno != EEXIST) {
+                                r = nsbox_error(err, errno, "create cgroup %s", sc->freezer_dir);
+                                free(sc->freezer_dir);
+                                sc->freezer_dir = NULL;
+                                return r;
+                        }
+                }
+                if (sc->freezer_dir == NULL)
+                        return nsbox_error(err, ENOMEM, "freezer cgroup path");
+        }
+        if ((r = write_at(sc->freezer_dir, "freezer.state", "FROZEN")) < 0)
+                return nsbox_error(err, -r, "freeze cgroup %s", sc->freezer_dir);
+        if (cg.freezer_hier < 0 && (r = v1_move_into_freezer(sc, err)) < 0) {
+                cgroup_sandbox_thaw(sc);
+                return r;
+        }
+        return 0;
+}
+
+int cgroup_sandbox_frozen(struct sandbox_cgroup *sc)
+{
+        if (cg.mode == CGROUP_V2) {
+                uint64_t frozen = 0;
+                int r = read_keyed_at(sc->dir[0], "cgroup.events", "frozen", &frozen);
+                return r < 0 ? r : frozen == 1;
+        }
+        char state[32];
+        ssize_t n =
+            sc->freezer_dir ? read_at(sc->freezer_dir, "freezer.state", state, sizeof(state)) : -ENOENT;
+        if (n < 0)
+                return (int)n;
+        return strncmp(state, "FROZEN", 6) == 0;
+}
+
+void cgroup_sandbox_thaw(struct sandbox_cgroup *sc)
+{
+        int r = 0;
+        const char *dir = NULL;
+        if (sc != NULL && cg.mode == CGROUP_V2 && cg.have_freeze)
+                r = write_at(dir = sc->dir[0], "cgroup.freeze", "0");
+        else if (sc != NULL && sc->freezer_dir != NULL)
+                r = write_at(dir = sc->freezer_dir, "freezer.state", "THAWED");
+        if (r < 0)
+                log_error("cgroup: cannot thaw %s: %s", dir, strerror(-r));
 }

@@ -31,6 +31,16 @@ int cgroup_sandbox_create(const char *id, const struct sandbox_limits *limits, s
 int cgroup_sandbox_attach(struct sandbox_cgroup *cg, pid_t pid, nsbox_error_t **err);
 /* SIGKILL every process of the sandbox (cgroup.kill on v2). */
 void cgroup_sandbox_kill(struct sandbox_cgroup *cg);
+/* Pausing: whether the host's cgroups can freeze this sandbox (*why says
+ * why not). freeze starts freezing every task of the sandbox (v1: moving
+ * them into its freezer dir, made at the first pause, frozen on arrival);
+ * frozen says whether that is done (1), still going (0) or failed (<0);
+ * thaw undoes it, at any point. */
+bool cgroup_freezer_available(void);
+bool cgroup_sandbox_can_freeze(const struct sandbox_cgroup *cg, const char **why);
+int cgroup_sandbox_freeze(struct sandbox_cgroup *cg, nsbox_error_t **err);
+int cgroup_sandbox_frozen(struct sandbox_cgroup *cg);
+void cgroup_sandbox_thaw(struct sandbox_cgroup *cg);
 /* Once every process is gone: remove the directories, free cg. */
 void cgroup_sandbox_destroy(struct sandbox_cgroup *cg);
 /* Sandbox cgroup dirs whose removal is still being retried. */

@@ -99,6 +99,12 @@ static const struct option_def options[] = {
           "default disk limit" },
         { "idle_timeout_seconds", "NSBOX_IDLE_TIMEOUT_SECONDS", OPT_UINT, CFG(defaults.idle_timeout_seconds),
           POLICY_MAX_IDLE_SECONDS, "default idle timeout" },
+        { "idle_action", "NSBOX_IDLE_ACTION", OPT_STRING, CFG(idle_action), 0,
+          "what happens to a sandbox idle for its idle timeout: remove or pause" },
+        { "auto_resume", "NSBOX_AUTO_RESUME", OPT_UINT, CFG(auto_resume), 1,
+          "1: a request that runs something in a paused sandbox resumes it; 0: it fails" },
+        { "paused_timeout_seconds", "NSBOX_PAUSED_TIMEOUT_SECONDS", OPT_UINT, CFG(paused_timeout_seconds),
+          UINT32_MAX, "remove a sandbox paused this long (0: never)" },
 };
 
 static int set_value(struct nsbox_config *config, const struct option_def *opt, const char *text,
@@ -283,6 +289,8 @@ int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_
         config->client_idle_timeout_seconds = 600;
         config->request_timeout_seconds = 60;
         config->max_pids = 4096;
+        config->idle_action = strdup("remove");
+        config->auto_resume = 1;
         policy_defaults(&config->defaults);
 
         /* Collect flags first: --config decides which file to read. */
@@ -363,6 +371,9 @@ int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_
             strcmp(config->python_fork_server, "eager") != 0 &&
             strcmp(config->python_fork_server, "off") != 0)
                 return nsbox_invalid(err, "python_fork_server must be lazy, eager or off");
+        if (strcmp(config->idle_action, "remove") != 0 && strcmp(config->idle_action, "pause") != 0)
+                return nsbox_invalid(err, "idle_action must be \"remove\" or \"pause\", not \"%.64s\"",
+                                     config->idle_action);
         if (config->uid_pool_base < NSBOX_UID_RANGE)
                 return nsbox_error(err, EINVAL,
                                    "uid_pool_base must be at least 65536 (host system ids live below)");
@@ -383,6 +394,7 @@ void config_free(struct nsbox_config *config)
         free(config->network_subnet);
         free(config->egress_dns_servers);
         free(config->egress_path);
+        free(config->idle_action);
         json_decref(config->network_policies);
         policy_clear(&config->defaults);
 }

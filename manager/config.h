@@ -67,6 +67,13 @@ struct nsbox_config {
         char *python_fork_server;
         uint32_t python_fork_server_idle_seconds;
         uint64_t python_fork_server_min_memory_bytes;
+        /* Pausing (sandbox.pause): what the idle reaper does with an idle
+         * sandbox, "remove" or "pause"; whether a request that needs a paused
+         * sandbox running resumes it (else it fails); how long a sandbox may
+         * stay paused before it is removed (0: for ever). */
+        char *idle_action;
+        unsigned auto_resume;
+        uint32_t paused_timeout_seconds;
 };
 
 #define NSBOX_UID_RANGE 65536u

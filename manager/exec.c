@@ -1720,6 +1720,18 @@ static struct exec *require_exec(struct rpc_request *req, bool background_only)
         return NULL;
 }
 
+struct sandbox *exec_find_sandbox(const char *id, uid_t uid)
+{
+        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
+                if ((uid != 0 && sb->owner != uid) || sb->state == SANDBOX_EXITED)
+                        continue;
+                for (struct exec *ex = sb->execs; ex != NULL; ex = ex->next)
+                        if (strcmp(ex->id, id) == 0 && !ex->service)
+                                return sb;
+        }
+        return NULL;
+}
+
 void exec_method_status(struct rpc_request *req)
 {
         struct exec *ex = require_exec(req, true);

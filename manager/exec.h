@@ -52,6 +52,8 @@ bool exec_refuse_over_quota(struct rpc_request *req);
 /* sandbox.exec */
 void exec_handle_request(struct rpc_request *req, struct sandbox *sb);
 /* exec.status, exec.output, exec.kill (by exec_id) and exec.list (of a sandbox) */
+/* The sandbox of the exec with this id that uid may see, or NULL. */
+struct sandbox *exec_find_sandbox(const char *id, uid_t uid);
 void exec_method_status(struct rpc_request *req);
 void exec_method_output(struct rpc_request *req);
 void exec_method_kill(struct rpc_request *req);

@@ -60,6 +60,8 @@ static void method_server_info(struct rpc_request *req)
         json_t *features = json_pack("[s, s, s, s]", "idmapped-image", "seccomp", "session_id", "stream");
         if (cgroup_degraded())
                 json_array_append_new(features, json_string("limits-not-enforced"));
+        if (cgroup_freezer_available())
+                json_array_append_new(features, json_string("pause"));
         json_t *policies = json_array();
         const char *name;
         json_t *ignored;
@@ -320,6 +322,116 @@ static void method_sandbox_remove(struct rpc_request *req)
         sandbox_remove(sb, remove_done, req);
 }
 
+/* --- pause and resume ------------------------------------------------------ */
+
+static void pause_done(struct sandbox *sb, const char *error, void *data)
+{
+        struct rpc_request *req = data;
+        if (error != NULL) {
+                rpc_reply_fail(req, sb->pause_error_kind ? sb->pause_error_kind : "internal", "%s", error);
+                return;
+        }
+        rpc_reply_result(req, sandbox_to_json(sb, false));
+}
+
+/* Pausing an already paused sandbox is no error: the answer is the same. */
+static void method_sandbox_pause(struct rpc_request *req)
+{
+        static const char *const known[] = { "sandbox_id", "force", NULL };
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        bool force;
+        if (!rpc_check_fields(req, known) || !rpc_get_bool(req, "force", &force))
+                return;
+        struct sandbox *sb = require_sandbox(req);
+        if (sb == NULL)
+                return;
+        if (sb->state != SANDBOX_RUNNING) {
+                rpc_reply_fail(req, "unavailable", "sandbox %s is %s", sb->id, sandbox_state_name(sb->state));
+                return;
+        }
+        /* Frozen work keeps its timeout running (a deadline passed while
+         * paused kills it as soon as it is resumed): only on purpose. */
+        bool working = sb->running_execs > 0 || python_busy(sb) || shell_busy(sb);
+        if (!sb->paused && working && !force) {
+                rpc_reply_fail(req, "busy",
+                               "sandbox %s has work running (%u exec(s), or a python.run or shell command); "
+                               "use force to freeze it too (its timeouts keep counting while paused)",
+                               sb->id, sb->running_execs);
+                return;
+        }
+        if (!sb->paused)
+                log_limited(log_key_uid(req->uid).text, LOG_LEVEL_INFO,
+                            "sandbox %s: pause requested by uid %u%s", sb->id, req->uid,
+                            force && working ? " (force, with work running)" : "");
+        int r = sandbox_pause(sb, pause_done, req, &err);
+        if (r < 0)
+                rpc_reply_fail(req, r == -ENOTSUP || r == -ESRCH ? "unavailable" : "internal", "%s",
+                               err->message);
+}
+
+/* Resuming a sandbox that runs is no error either. */
+static void method_sandbox_resume(struct rpc_request *req)
+{
+        static const char *const known[] = { "sandbox_id", NULL };
+        if (!rpc_check_fields(req, known))
+                return;
+        struct sandbox *sb = require_sandbox(req);
+        if (sb == NULL)
+                return;
+        if (sandbox_resume(sb))
+                log_limited(log_key_uid(req->uid).text, LOG_LEVEL_INFO, "sandbox %s: resumed by uid %u",
+                            sb->id, req->uid);
+        rpc_reply_result(req, sandbox_to_json(sb, false));
+}
+
+/* The sandbox a request acts on, by sandbox_id, session_id (python.run's
+ * get-or-create) or exec_id; NULL when it names none the caller may use
+ * (the method then says so itself). */
+static struct sandbox *request_sandbox(struct rpc_request *req)
+{
+        json_t *params = req->msg.params;
+        const char *id = json_string_value(json_object_get(params, "sandbox_id"));
+        if (id != NULL)
+                return sandbox_lookup(id, req->uid);
+        const char *session = json_string_value(json_object_get(params, "session_id"));
+        if (session != NULL)
+                return sandbox_find_session(session, req->uid);
+        const char *exec = json_string_value(json_object_get(params, "exec_id"));
+        if (exec != NULL)
+                return exec_find_sandbox(exec, req->uid);
+        return NULL;
+}
+
+/* Before a request that needs the sandbox's processes to run (the init
+ * starts execs, supervisors deliver signals and input, the interpreter
+ * answers): a paused sandbox is resumed (auto_resume), or the request
+ * fails. The file API works on a paused sandbox as it is (it goes through
+ * /proc/PID/root from nsboxd, whose workers are not frozen), and so do the
+ * methods that only read what nsboxd holds (info, exec.status/output).
+ * False after replying. */
+static bool resume_for(struct rpc_request *req)
+{
+        struct sandbox *sb = request_sandbox(req);
+        if (sb == NULL || (!sb->paused && sb->pause_timer == NULL))
+                return true;
+        if (!nsboxd.config.auto_resume) {
+                rpc_reply_fail(req, "unavailable", "sandbox %s is paused; resume it first (sandbox.resume)",
+                               sb->id);
+                return false;
+        }
+        sandbox_resume(sb);
+        log_limited(log_key_uid(req->uid).text, LOG_LEVEL_INFO, "sandbox %s: resumed for %s by uid %u",
+                    sb->id, req->msg.method, req->uid);
+        return true;
+}
+
+#define RESUMING(handler)                                       \
+        static void resuming_##handler(struct rpc_request *req) \
+        {                                                       \
+                if (resume_for(req))                            \
+                        handler(req);                           \
+        }
+
 static void method_sandbox_exec(struct rpc_request *req)
 {
         struct sandbox *sb = require_sandbox(req);
@@ -364,6 +476,16 @@ static void method_package_install(struct rpc_request *req)
         }
 }
 
+RESUMING(method_sandbox_exec)
+RESUMING(python_method_run)
+RESUMING(method_package_install)
+RESUMING(exec_method_kill)
+RESUMING(exec_method_stdin)
+RESUMING(exec_method_resize)
+RESUMING(shell_method_create)
+RESUMING(shell_method_run)
+RESUMING(shell_method_terminate)
+
 const struct rpc_method nsboxd_methods[] = {
         { "server.info", method_server_info },
         { "sandbox.create", method_sandbox_create },
@@ -373,14 +495,16 @@ const struct rpc_method nsboxd_methods[] = {
         { "sandbox.update", method_sandbox_update },
         { "sandbox.expose", method_sandbox_expose },
         { "sandbox.unexpose", method_sandbox_unexpose },
-        { "sandbox.exec", method_sandbox_exec },
-        { "python.run", python_method_run },
-        { "package.install", method_package_install },
+        { "sandbox.pause", method_sandbox_pause },
+        { "sandbox.resume", method_sandbox_resume },
+        { "sandbox.exec", resuming_method_sandbox_exec },
+        { "python.run", resuming_python_method_run },
+        { "package.install", resuming_method_package_install },
         { "exec.status", exec_method_status },
         { "exec.output", exec_method_output },
-        { "exec.kill", exec_method_kill },
-        { "exec.stdin", exec_method_stdin },
-        { "exec.resize", exec_method_resize },
+        { "exec.kill", resuming_exec_method_kill },
+        { "exec.stdin", resuming_exec_method_stdin },
+        { "exec.resize", resuming_exec_method_resize },
         { "exec.list", method_exec_list },
         { "fs.list", method_fs_list },
         { "fs.read", method_fs_read },
@@ -391,10 +515,10 @@ const struct rpc_method nsboxd_methods[] = {
         { "fs.rename", method_fs_rename },
         { "fs.symlink", method_fs_symlink },
         { "fs.chmod", method_fs_chmod },
-        { "shell.create", shell_method_create },
-        { "shell.run", shell_method_run },
+        { "shell.create", resuming_shell_method_create },
+        { "shell.run", resuming_shell_method_run },
         { "shell.check", shell_method_check },
-        { "shell.terminate", shell_method_terminate },
+        { "shell.terminate", resuming_shell_method_terminate },
         { "shell.list", shell_method_list },
         { NULL, NULL },
 };

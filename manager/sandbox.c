@@ -255,16 +255,22 @@ json_t *sandbox_to_json(const struct sandbox *sb, bool existing)
         char created[40], used[40];
         format_timestamp(sb->created_at_ms, created, sizeof(created));
         format_timestamp(sb->last_used_ms, used, sizeof(used));
+        bool paused = sb->paused && sb->state == SANDBOX_RUNNING;
         json_t *j =
             json_pack("{s:s, s:s?, s:s, s:s, s:s, s:s, s:o, s:b, s:i, s:s, s:i}", "sandbox_id", sb->id,
                       "session_id", sb->policy.session_id[0] ? sb->policy.session_id : NULL, "state",
-                      sandbox_state_name(sb->state), "created_at", created, "last_used", used, "image",
-                      sb->policy.image, "limits", policy_limits_to_json(&sb->policy.limits), "existing",
-                      existing, "idle_timeout_seconds", (int)sb->policy.idle_timeout_seconds, "network",
-                      sb->policy.network, "running_execs", (int)sb->running_execs);
+                      paused ? "paused" : sandbox_state_name(sb->state), "created_at", created, "last_used",
+                      used, "image", sb->policy.image, "limits", policy_limits_to_json(&sb->policy.limits),
+                      "existing", existing, "idle_timeout_seconds", (int)sb->policy.idle_timeout_seconds,
+                      "network", sb->policy.network, "running_execs", (int)sb->running_execs);
         if (j != NULL)
                 json_object_set_new(j, "labels",
                                     sb->policy.labels ? json_deep_copy(sb->policy.labels) : json_object());
+        if (j != NULL && paused) {
+                char when[40];
+                format_timestamp(sb->paused_at_ms, when, sizeof(when));
+                json_object_set_new(j, "paused_at", json_string(when));
+        }
         return j;
 }
 
@@ -367,6 +373,7 @@ static void sandbox_free(struct sandbox *sb)
 }
 
 static void pool_fill_soon(void);
+static void pause_end(struct sandbox *sb, const char *error, const char *kind);
 
 /* The init is gone (or never started): release everything and answer. */
 static void sandbox_finalize(struct sandbox *sb)
@@ -375,6 +382,11 @@ static void sandbox_finalize(struct sandbox *sb)
         bool failed_create = sb->state == SANDBOX_CREATING;
 
         sb->state = SANDBOX_EXITED;
+        if (sb->paused || sb->pause_timer != NULL) {
+                cgroup_sandbox_thaw(sb->cgroup);
+                sb->paused = false;
+                pause_end(sb, "the sandbox is gone", "unavailable");
+        }
         if (sb->ctl) {
                 loop_remove(nsboxd.loop, sb->ctl);
                 sb->ctl = NULL;
@@ -416,6 +428,14 @@ static void sandbox_kill(struct sandbox *sb)
                 cgroup_sandbox_kill(sb->cgroup);
         if (sb->pidfd != NULL)
                 syscall(SYS_pidfd_send_signal, sb->pidfd->fd, SIGKILL, NULL, 0);
+        /* Thawed after the kill: a frozen task keeps its SIGKILL pending on
+         * cgroup v1, and wakes to die without running a single instruction
+         * of its own. */
+        if (sb->paused || sb->pause_timer != NULL) {
+                cgroup_sandbox_thaw(sb->cgroup);
+                sb->paused = false;
+                pause_end(sb, "the sandbox is being removed", "unavailable");
+        }
 }
 
 static void sandbox_set_failure(struct sandbox *sb, const char *message)
@@ -963,6 +983,120 @@ void sandbox_remove(struct sandbox *sb, sandbox_ready_cb done, void *data)
         sandbox_kill(sb);
 }
 
+/* --- pause ----------------------------------------------------------------- */
+
+/* Freezing takes microseconds unless a task sits in an uninterruptible
+ * sleep (a hung NFS read, say) where the freezer cannot reach it: then the
+ * pause gives up, thaws, and says so, rather than leave it half frozen. */
+/* Sleeping tasks freeze as soon as the scheduler gets to them, which is
+ * rarely before the first check but usually within a fraction of a
+ * millisecond: a first look after PAUSE_FIRST_POLL_US, then every ms. */
+#define PAUSE_FIRST_POLL_US 100
+#define PAUSE_POLL_MS       1
+#define PAUSE_TIMEOUT_MS    5000
+
+/* A pause ends (frozen, failed or overtaken): its waiters are answered. */
+static void pause_end(struct sandbox *sb, const char *error, const char *kind)
+{
+        if (sb->pause_timer != NULL) {
+                loop_remove(nsboxd.loop, sb->pause_timer);
+                sb->pause_timer = NULL;
+        }
+        sb->pause_error_kind = kind;
+        run_waiters(&sb->pause_waiters, sb, error);
+}
+
+static void pause_frozen(struct sandbox *sb)
+{
+        sb->paused = true;
+        sb->paused_at_ms = now_realtime_ms();
+        sb->paused_mono = now_monotonic_ms();
+        log_limited(log_key_uid(sb->owner).text, LOG_LEVEL_INFO, "sandbox %s: paused", sb->id);
+        pause_end(sb, NULL, NULL);
+}
+
+static void on_pause_timer(struct loop_source *source, uint32_t events)
+{
+        struct sandbox *sb = source->data;
+        uint64_t n;
+        if (read(source->fd, &n, sizeof(n)) < 0 && errno == EAGAIN)
+                return;
+        int frozen = cgroup_sandbox_frozen(sb->cgroup);
+        if (frozen == 1) {
+                pause_frozen(sb);
+                return;
+        }
+        if (frozen == 0 && now_monotonic_ms() < sb->pause_deadline_mono)
+                return;
+        cgroup_sandbox_thaw(sb->cgroup);
+        /* The idle reaper tries again after another idle timeout, not at once. */
+        sb->last_active_mono = now_monotonic_ms();
+        char why[256];
+        if (frozen < 0)
+                snprintf(why, sizeof(why), "cannot read the freezer state of sandbox %s: %s; it was resumed",
+                         sb->id, strerror(-frozen));
+        else
+                snprintf(why, sizeof(why),
+                         "sandbox %s did not freeze within %d ms (a process in an uninterruptible sleep?); "
+                         "it was resumed",
+                         sb->id, PAUSE_TIMEOUT_MS);
+        log_warn("%s", why);
+        pause_end(sb, why, frozen < 0 ? "internal" : "timeout");
+}
+
+int sandbox_pause(struct sandbox *sb, sandbox_ready_cb done, void *data, nsbox_error_t **err)
+{
+        if (sb->state != SANDBOX_RUNNING)
+                return nsbox_refuse(err, ESRCH, "sandbox %s is %s", sb->id, sandbox_state_name(sb->state));
+        if (sb->paused) {
+                if (done != NULL)
+                        done(sb, NULL, data);
+                return 0;
+        }
+        if (sb->pause_timer == NULL) {
+                long long started = now_monotonic_ms();
+                int r = cgroup_sandbox_freeze(sb->cgroup, err);
+                if (r < 0)
+                        return r;
+                int frozen = cgroup_sandbox_frozen(sb->cgroup);
+                if (frozen == 1) {
+                        pause_frozen(sb);
+                        if (done != NULL)
+                                done(sb, NULL, data);
+                        return 0;
+                }
+                int fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+                struct itimerspec every = { .it_interval = { .tv_nsec = PAUSE_POLL_MS * 1000000L },
+                                            .it_value = { .tv_nsec = PAUSE_FIRST_POLL_US * 1000L } };
+                if (fd < 0 || timerfd_settime(fd, 0, &every, NULL) < 0 ||
+                    (sb->pause_timer = loop_add(nsboxd.loop, fd, EPOLLIN, on_pause_timer, sb)) == NULL) {
+                        r = nsbox_error(err, errno, "watch sandbox %s freezing", sb->id);
+                        if (fd >= 0)
+                                close(fd);
+                        cgroup_sandbox_thaw(sb->cgroup);
+                        return r;
+                }
+                sb->pause_deadline_mono = started + PAUSE_TIMEOUT_MS;
+        }
+        if (done != NULL)
+                add_waiter(&sb->pause_waiters, done, data);
+        return 0;
+}
+
+bool sandbox_resume(struct sandbox *sb)
+{
+        if (!sb->paused && sb->pause_timer == NULL)
+                return false;
+        cgroup_sandbox_thaw(sb->cgroup);
+        if (sb->paused)
+                log_limited(log_key_uid(sb->owner).text, LOG_LEVEL_INFO, "sandbox %s: resumed after %lld ms",
+                            sb->id, now_monotonic_ms() - sb->paused_mono);
+        sb->paused = false;
+        sandbox_touch(sb);
+        pause_end(sb, "the sandbox was resumed before it was frozen", "busy");
+        return true;
+}
+
 /* Sessions whose sandbox the reaper removed, so that the request that
  * recreates one can say so: a small table, oldest entries overwritten, and
  * at most REAPED_PER_OWNER per owner so that one user cannot push out the
@@ -1009,23 +1143,57 @@ bool sandbox_session_reaped(const char *session_id, uid_t owner)
         return false;
 }
 
+/* A paused sandbox is kept until resumed, or removed after
+ * paused_timeout_seconds when that is set. */
+static bool paused_too_long(const struct sandbox *sb, long long now)
+{
+        uint32_t limit = nsboxd.config.paused_timeout_seconds;
+        if (limit == 0 || now - sb->paused_mono < (long long)limit * 1000)
+                return false;
+        log_info("sandbox %s: paused for %us, reaping", sb->id, limit);
+        return true;
+}
+
+/* idle_action "pause": an idle sandbox is paused instead of removed, where
+ * it can be (else it is removed, as without the setting). */
+static bool pause_idle(struct sandbox *sb)
+{
+        if (strcmp(nsboxd.config.idle_action, "pause") != 0)
+                return false;
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (sandbox_pause(sb, NULL, NULL, &err) < 0) {
+                log_warn("sandbox %s: idle, and cannot be paused: %s; reaping", sb->id, err->message);
+                return false;
+        }
+        log_info("sandbox %s: idle for %us, pausing", sb->id, sb->policy.idle_timeout_seconds);
+        return true;
+}
+
 void sandbox_reap_idle(void)
 {
         long long now = now_monotonic_ms();
         for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
-                /* Work in progress is never idle: an exec, a package install, a
-                 * python.run (stateless ones are execs; stateful ones run in the
-                 * interpreter, a service exec that does not count as work itself). */
-                if (sb->state != SANDBOX_RUNNING || sb->running_execs > 0 || sb->pooled || python_busy(sb) ||
-                    shell_busy(sb))
+                if (sb->state != SANDBOX_RUNNING || sb->pooled || sb->pause_timer != NULL)
                         continue;
-                if (now - sb->last_active_mono >= (long long)sb->policy.idle_timeout_seconds * 1000) {
+                if (sb->paused) {
+                        if (!paused_too_long(sb, now))
+                                continue;
+                } else {
+                        /* Work in progress is never idle: an exec, a package install, a
+                         * python.run (stateless ones are execs; stateful ones run in the
+                         * interpreter, a service exec that does not count as work itself). */
+                        if (sb->running_execs > 0 || python_busy(sb) || shell_busy(sb))
+                                continue;
+                        if (now - sb->last_active_mono < (long long)sb->policy.idle_timeout_seconds * 1000)
+                                continue;
+                        if (pause_idle(sb))
+                                continue;
                         log_info("sandbox %s: idle for %us, reaping", sb->id,
                                  sb->policy.idle_timeout_seconds);
-                        if (sb->policy.session_id[0] != '\0')
-                                reaped_remember(sb);
-                        sb->state = SANDBOX_STOPPING;
-                        sandbox_kill(sb);
                 }
+                if (sb->policy.session_id[0] != '\0')
+                        reaped_remember(sb);
+                sb->state = SANDBOX_STOPPING;
+                sandbox_kill(sb);
         }
 }

@@ -48,6 +48,17 @@ struct sandbox {
         struct exec_outputs outputs; /* its pipes, made ahead too */
         char *failure;               /* why a create failed */
 
+        /* sandbox.pause: its cgroup frozen, every process of it stopped
+         * (the init and the supervisors too: nothing may wait for them).
+         * The state stays SANDBOX_RUNNING; paused is shown instead. */
+        bool paused;
+        long long paused_at_ms;          /* wall clock */
+        long long paused_mono;           /* monotonic */
+        struct loop_source *pause_timer; /* while freezing: polls until frozen */
+        long long pause_deadline_mono;   /* gives up freezing (thaws) after this */
+        struct sandbox_waiter *pause_waiters;
+        const char *pause_error_kind; /* for the waiters of a pause that failed */
+
         struct sandbox *next;
 };
 
@@ -76,6 +87,13 @@ struct sandbox *sandbox_find_session(const char *session_id, uid_t owner);
 /* Kill everything in the sandbox and release it; `done` runs when gone. */
 void sandbox_remove(struct sandbox *sb, sandbox_ready_cb done, void *data);
 void sandbox_touch(struct sandbox *sb);
+/* Freeze every process of the sandbox. `done` (may be NULL) runs once it is
+ * frozen, or with why not, the kind in sb->pause_error_kind (the sandbox
+ * then runs on); at once when already paused. Fails at once (-ENOTSUP)
+ * where the host's cgroups cannot freeze. */
+int sandbox_pause(struct sandbox *sb, sandbox_ready_cb done, void *data, nsbox_error_t **err);
+/* Thaw it; true when it was paused or being paused. */
+bool sandbox_resume(struct sandbox *sb);
 void sandbox_reap_idle(void);
 /* The idle reaper removed the sandbox of this session of `owner` (and it
  * was not recreated since): true once, the entry is then forgotten. */

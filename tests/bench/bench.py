@@ -736,6 +736,22 @@ def main():
                 return t1 - t0, ok, r.get("stderr", "")[-300:]
             return f
 
+        # Pause and resume of a sandbox with its interpreter running (after its
+        # first pause: on cgroup v1 that one also makes its freezer dir).
+        paused = client.call("sandbox.create")["sandbox_id"]
+        client.call("python.run", sandbox_id=paused, code="y = 0", stateful=True)
+        client.call("sandbox.pause", sandbox_id=paused)
+
+        def c_pause_or_resume(timed):
+            def f():
+                client.call("sandbox.resume" if timed == "sandbox.pause" else "sandbox.pause", sandbox_id=paused)
+                t0 = time.perf_counter_ns()
+                r = client.call(timed, sandbox_id=paused)
+                t1 = time.perf_counter_ns()
+                want = "paused" if timed == "sandbox.pause" else "running"
+                return t1 - t0, r["state"] == want, r["state"]
+            return f
+
         def crun_fn(which, expect):
             def f():
                 ns, rc, out, err = crun.run_once(which)
@@ -778,6 +794,9 @@ def main():
                     c_stateless(PANDAS_CODE), "bwrap_pandas"),
             Variant("stateless_plot", "nsbox python.run stateless matplotlib plot, PNG image returned (fork "
                     "server)", W, c_stateless(PLOT_CODE, want_image=True), "bwrap_plot"),
+            Variant("pause", "nsbox sandbox.pause (cgroup freezer)", W,
+                    c_pause_or_resume("sandbox.pause"), "bwrap_true"),
+            Variant("resume", "nsbox sandbox.resume", W, c_pause_or_resume("sandbox.resume"), "bwrap_true"),
         ]
         if crun.error is not None:
             for v in variants:
@@ -821,6 +840,7 @@ def main():
         if not stateful_ok:
             log("stateful check FAILED: x is %r after %d increments" % (final, stateful_count[0]))
         client.call("sandbox.remove", sandbox_id=warm, force=True)
+        client.call("sandbox.remove", sandbox_id=paused, force=True)
         client.close()
 
         # --- 200 concurrent creations, then idle ---

@@ -22,6 +22,8 @@ TOOLS = {
     "create_sandbox": ([], ["session_id", "memory_mb", "timeout", "network"]),
     "list_sandboxes": ([], ["include_inactive"]),
     "remove_sandbox": ([], ["session_id", "sandbox_id", "force"]),
+    "pause_sandbox": ([], ["session_id", "sandbox_id", "force"]),
+    "resume_sandbox": ([], ["session_id", "sandbox_id"]),
     "run_code": (["code"], ["session_id", "sandbox_id", "network", "stateful", "dependencies", "timeout"]),
     "execute_python_code": (["code"], ["session_id", "sandbox_id", "timeout"]),
     "install_package": (["package"], ["session_id", "sandbox_id"]),

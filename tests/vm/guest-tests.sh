@@ -39,20 +39,25 @@ uptime_ms() {
 	awk '{ printf "%d\n", $1 * 1000 }' /proc/uptime
 }
 
+start_daemon() {
+	rm -f "$NSBOX_SOCKET"
+	nsboxd --socket "$NSBOX_SOCKET" --state-dir /var/lib/nsbox/state --image-dir /var/lib/nsbox/images \
+		--seccomp-dir /nsbox/seccomp-profiles --init-path /nsbox/bin/nsbox-init --log-level debug \
+		>>/tmp/nsboxd.log 2>&1 &
+	daemon=$!
+	for i in $(seq 200); do
+		[ -S "$NSBOX_SOCKET" ] && break
+		kill -0 $daemon 2>/dev/null || break
+		sleep 0.1
+	done
+	if [ ! -S "$NSBOX_SOCKET" ]; then
+		fail "nsboxd starts" "$(tail -20 /tmp/nsboxd.log)"
+		exit 1
+	fi
+}
+
 t0=$(uptime_ms)
-nsboxd --socket "$NSBOX_SOCKET" --state-dir /var/lib/nsbox/state --image-dir /var/lib/nsbox/images \
-	--seccomp-dir /nsbox/seccomp-profiles --init-path /nsbox/bin/nsbox-init --log-level debug \
-	>/tmp/nsboxd.log 2>&1 &
-daemon=$!
-for i in $(seq 200); do
-	[ -S "$NSBOX_SOCKET" ] && break
-	kill -0 $daemon 2>/dev/null || break
-	sleep 0.1
-done
-if [ ! -S "$NSBOX_SOCKET" ]; then
-	fail "nsboxd starts" "$(tail -20 /tmp/nsboxd.log)"
-	exit 1
-fi
+start_daemon
 
 # 1. mode
 info=$(nsbox --json status)
@@ -159,17 +164,70 @@ check "sandbox.info stats come from the cgroup" \
 	 [ "$(jget "$r" cpu_usage_us)" -gt 0 ] && [ "$(jget "$r" pids)" = 3 ] &&
 	 [ "$(jget "$r" oom_kills)" = "$(keyed $S/memory.events oom_kill)" ]' "$r"
 
-# 9. nothing left behind
+# 8b. pause: cgroup.freeze on the sandbox dir, frozen reported by cgroup.events
+nsbox exec -d "$SB" -- sh -c 'while :; do :; done' >/dev/null
+t=$(uptime_ms)
+r=$(nsbox --json pause -f "$SB")
+echo "# sandbox pause took $(($(uptime_ms) - t)) ms"
+check "pause freezes the sandbox's cgroup" \
+	'[ "$(jget "$r" state)" = paused ] && [ "$(cat $S/cgroup.freeze)" = 1 ] && [ "$(keyed $S/cgroup.events frozen)" = 1 ]' \
+	"$r" "$(cat $S/cgroup.events)"
+u0=$(keyed $S/cpu.stat usage_usec)
+sleep 1
+u1=$(keyed $S/cpu.stat usage_usec)
+check "a paused sandbox uses no CPU" '[ "$u1" = "$u0" ]' "$u0 -> $u1"
+r=$(nsbox --json resume "$SB")
+check "resume thaws it" \
+	'[ "$(jget "$r" state)" = running ] && [ "$(cat $S/cgroup.freeze)" = 0 ] && [ "$(keyed $S/cgroup.events frozen)" = 0 ]' \
+	"$r" "$(cat $S/cgroup.events)"
+for i in $(seq 50); do
+	[ "$(keyed $S/cpu.stat usage_usec)" -gt "$u1" ] && break
+	sleep 0.1
+done
+check "its processes run on after resume" '[ "$(keyed $S/cpu.stat usage_usec)" -gt "$u1" ]'
+nsbox pause -f "$SB" >/dev/null
+r=$(nsbox --json exec "$SB" -- echo awake)
+awake='awake\n'
+check "an exec resumes a paused sandbox" '[ "$(jget "$r" stdout)" = "$awake" ] && [ "$(keyed $S/cgroup.events frozen)" = 0 ]' \
+	"$r"
+
+# 9. nothing left behind (removed while paused: SIGKILL reaches frozen tasks on v2)
 nsbox sh "$SB" 'sleep 1000 >/dev/null 2>&1 &' >/dev/null
+nsbox pause -f "$SB" >/dev/null
 nsbox rm -f "$SB" >/dev/null
 # (nsboxd may hold other sandboxes, e.g. a warm pool, until it stops: the
 # check that nothing at all is left comes after the daemon exits)
-check "removing the sandbox removes its cgroup" '[ ! -d "$S" ]' "$(ls $P)"
+check "removing the paused sandbox removes its cgroup" '[ ! -d "$S" ]' "$(ls $P)"
 kill -TERM $daemon
 wait $daemon
 rc=$?
 check "nsboxd stops cleanly" '[ $rc = 0 ]' "$(tail -5 /tmp/nsboxd.log)"
 check "nsboxd removed its parent cgroup on exit" '[ ! -d "$P" ]' "$(ls $CG)"
+
+# 10. nsboxd killed while a sandbox is paused: the next start kills the
+# frozen processes (cgroup.kill reaches frozen tasks) and removes the cgroup
+start_daemon
+SB=$(nsbox create)
+nsbox pause "$SB" >/dev/null
+S=$P/$SB
+kill -KILL $daemon
+wait $daemon 2>/dev/null
+check "a paused sandbox stays frozen when nsboxd dies" '[ "$(keyed $S/cgroup.events frozen)" = 1 ]' \
+	"$(cat $S/cgroup.events 2>&1)"
+left=$(cat $S/init/cgroup.procs)
+start_daemon
+gone() {
+	for p in $left; do [ -d /proc/$p ] && return 1; done
+	[ ! -d "$S" ]
+}
+for i in $(seq 50); do
+	gone && break
+	sleep 0.1
+done
+check "the next start killed its processes and removed its cgroup" gone \
+	"left: $left; $(for p in $left; do grep State /proc/$p/status 2>/dev/null; done)" "$(ls $P 2>&1)"
+kill -TERM $daemon
+wait $daemon
 
 echo "# guest suite: $n checks, $fails failed, $(($(uptime_ms) - t0)) ms"
 if [ $fails -ne 0 ]; then
