@@ -59,6 +59,11 @@ struct nsbox_config {
         char *egress_dns_servers; /* "IP[:PORT],..." for the proxy; "" = resolv.conf */
         char *egress_path;        /* the nsbox-egress binary */
         uid_t egress_uid;         /* the proxy's uid and gid; 0 = uid_pool_base - 1 */
+        /* Snapshots and committed images (manifest snapshot.c, images.c):
+         * disk for all of them together, and how many one non-root uid may keep. */
+        uint64_t layer_disk_bytes;
+        unsigned max_snapshots_per_uid;
+        unsigned max_images_per_uid;
 };
 
 #define NSBOX_UID_RANGE 65536u
