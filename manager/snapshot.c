@@ -29,7 +29,7 @@ static struct snapshot_use {
         char id[37];
         unsigned sandboxes;
         struct snapshot_use *next;
-} *uses;
+} * uses;
 
 /* Copies in flight: their estimated size counts against layer_disk_bytes
  * before they are done, so parallel snapshots cannot overshoot it. */
@@ -43,7 +43,7 @@ static struct snapshot_copy {
         snapshot_copy_done_fn done;
         void *data;
         struct snapshot_copy *next;
-} *copies;
+} * copies;
 
 void snapshot_hold(const char *id)
 {
@@ -157,7 +157,8 @@ static json_t *snapshot_lookup_reply(struct rpc_request *req, const char *key, c
         json_t *v = json_object_get(req->msg.params, key);
         if (!json_is_string(v) || !snapshot_id_valid(json_string_value(v))) {
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
-                                "%s must be a snapshot id (a lowercase UUID, as sandbox.snapshot returns)", key);
+                                "%s must be a snapshot id (a lowercase UUID, as sandbox.snapshot returns)",
+                                key);
                 return NULL;
         }
         const char *id = json_string_value(v);
@@ -170,8 +171,9 @@ static json_t *snapshot_lookup_reply(struct rpc_request *req, const char *key, c
                 return NULL;
         }
         if (r == -EBADMSG) {
-                rpc_reply_fail(req, "internal", "snapshot %s is damaged (%s); root may remove it with snapshot.remove",
-                               id, why);
+                rpc_reply_fail(req, "internal",
+                               "snapshot %s is damaged (%s); root may remove it with snapshot.remove", id,
+                               why);
                 return NULL;
         }
         if (r < 0) {
@@ -328,12 +330,14 @@ static void scan_dists(int layer, const char *site, json_t *added, json_t *remov
 
 static json_t *layer_dists(int layer)
 {
-        static const char *const sites[] = { "usr/local/lib/python3/dist-packages", "usr/lib/python3/dist-packages" };
+        static const char *const sites[] = { "usr/local/lib/python3/dist-packages",
+                                             "usr/lib/python3/dist-packages" };
         json_t *added = json_object(), *removed = json_array();
         for (size_t i = 0; i < ARRAY_SIZE(sites); i++)
                 scan_dists(layer, sites[i], added, removed);
         /* pip's own prefix carries the minor version: python3.N. */
-        _cleanup_close_ int lib = openat(layer, "usr/local/lib", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        _cleanup_close_ int lib =
+            openat(layer, "usr/local/lib", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         DIR *d = lib >= 0 ? fdopendir(lib) : NULL;
         if (d != NULL) {
                 steal_fd(&lib);
@@ -359,16 +363,18 @@ static int copy_run(void *data, struct fs_worker_output *out, nsbox_error_t **er
         int r;
         if (job->parent_fd >= 0 && (r = rootfs_copy_layer(job->parent_fd, job->dst_fd, &c)) < 0)
                 return nsbox_error(err, -r, "copy the layer of the snapshot the sandbox was made from");
-        _cleanup_close_ int upper = openat(job->upper_fd, "upper", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        _cleanup_close_ int upper =
+            openat(job->upper_fd, "upper", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (upper < 0)
                 return nsbox_error(err, errno, "open the sandbox's upper layer");
         c.shift = job->shift;
         c.from_base = job->from_base;
         if ((r = rootfs_copy_layer(upper, job->dst_fd, &c)) < 0) {
                 if (r == -ENOSPC)
-                        return nsbox_error(err, ENOSPC,
-                                           "the copy would take more than the %llu bytes left of layer_disk_bytes",
-                                           (unsigned long long)job->max_bytes);
+                        return nsbox_error(
+                            err, ENOSPC,
+                            "the copy would take more than the %llu bytes left of layer_disk_bytes",
+                            (unsigned long long)job->max_bytes);
                 return nsbox_error(err, -r, "copy the sandbox's files");
         }
         /* The data reaches the disk before the record says the snapshot exists. */
@@ -435,11 +441,11 @@ int snapshot_copy_sandbox(struct sandbox *sb, int dst_fd, uid_t owner, bool dist
                         estimate += (uint64_t)json_integer_value(json_object_get(meta, "size_bytes"));
         }
         if (stored >= limit || estimate > limit - stored)
-                return nsbox_error(err, ENOSPC,
-                                   "snapshots and committed images hold %llu of the %llu bytes of layer_disk_bytes; "
-                                   "this copy needs about %llu",
-                                   (unsigned long long)stored, (unsigned long long)limit,
-                                   (unsigned long long)estimate);
+                return nsbox_error(
+                    err, ENOSPC,
+                    "snapshots and committed images hold %llu of the %llu bytes of layer_disk_bytes; "
+                    "this copy needs about %llu",
+                    (unsigned long long)stored, (unsigned long long)limit, (unsigned long long)estimate);
         struct snapshot_copy *job = calloc(1, sizeof(*job));
         if (job == NULL)
                 return nsbox_error(err, ENOMEM, "snapshot job");
@@ -586,17 +592,17 @@ static void snapshot_created(void *data, int r, uint64_t size, json_t *result, c
         _cleanup_error_ nsbox_error_t *err = NULL;
         if (r < 0) {
                 rootfs_remove_dir(s->tmp, NULL);
-                rpc_reply_fail(s->req, r == -ENOSPC ? "limit_reached" : "internal", "snapshot of sandbox %s: %s",
-                               s->sandbox_id, message);
+                rpc_reply_fail(s->req, r == -ENOSPC ? "limit_reached" : "internal",
+                               "snapshot of sandbox %s: %s", s->sandbox_id, message);
                 snapshot_request_free(s);
                 return;
         }
         char created[40], path[4096], final[4096];
         format_timestamp(s->created_at_ms, created, sizeof(created));
         _cleanup_json_ json_t *meta =
-            json_pack("{s:s, s:s?, s:I, s:s, s:s, s:s, s:I, s:s}", "snapshot_id", s->id, "name", s->name, "owner",
-                      (json_int_t)s->owner, "image", s->image, "sandbox_id", s->sandbox_id, "created_at", created,
-                      "size_bytes", (json_int_t)size, "uid_isolation", uidmode_name());
+            json_pack("{s:s, s:s?, s:I, s:s, s:s, s:s, s:I, s:s}", "snapshot_id", s->id, "name", s->name,
+                      "owner", (json_int_t)s->owner, "image", s->image, "sandbox_id", s->sandbox_id,
+                      "created_at", created, "size_bytes", (json_int_t)size, "uid_isolation", uidmode_name());
         snprintf(path, sizeof(path), "%s/snapshot.json", s->tmp);
         snprintf(final, sizeof(final), "%s/snapshots/%s", nsboxd.config.state_dir, s->id);
         if (meta == NULL || write_json_file(path, meta, &err) < 0 || rename(s->tmp, final) < 0) {
@@ -606,8 +612,9 @@ static void snapshot_created(void *data, int r, uint64_t size, json_t *result, c
                 snapshot_request_free(s);
                 return;
         }
-        log_limited(log_key_uid(s->owner).text, LOG_LEVEL_INFO, "snapshot %s: %llu bytes of sandbox %s, for uid %u",
-                    s->id, (unsigned long long)size, s->sandbox_id, s->owner);
+        log_limited(log_key_uid(s->owner).text, LOG_LEVEL_INFO,
+                    "snapshot %s: %llu bytes of sandbox %s, for uid %u", s->id, (unsigned long long)size,
+                    s->sandbox_id, s->owner);
         json_object_del(meta, "owner");
         json_object_del(meta, "uid_isolation");
         rpc_reply_result(s->req, json_incref(meta));
@@ -656,9 +663,10 @@ void snapshot_method_create(struct rpc_request *req, struct sandbox *sb)
                 struct usage u = { .uid = req->uid };
                 snapshots_foreach(add_usage, &u);
                 if (u.count + copies_of(req->uid) >= nsboxd.config.max_snapshots_per_uid) {
-                        rpc_reply_fail(req, "limit_reached",
-                                       "uid %u has %u snapshots, the most one user may have (max_snapshots_per_uid)",
-                                       req->uid, u.count);
+                        rpc_reply_fail(
+                            req, "limit_reached",
+                            "uid %u has %u snapshots, the most one user may have (max_snapshots_per_uid)",
+                            req->uid, u.count);
                         return;
                 }
         }
@@ -690,8 +698,11 @@ void snapshot_method_create(struct rpc_request *req, struct sandbox *sb)
                         : snapshot_copy_sandbox(sb, dst, req->uid, false, snapshot_created, s, &err);
         if (r < 0) {
                 rootfs_remove_dir(s->tmp, NULL);
-                rpc_reply_fail(req, r == -ENOSPC ? "limit_reached" : r == -EBUSY ? "busy" : "internal", "%s",
-                               err->message);
+                rpc_reply_fail(req,
+                               r == -ENOSPC  ? "limit_reached"
+                               : r == -EBUSY ? "busy"
+                                             : "internal",
+                               "%s", err->message);
                 snapshot_request_free(s);
                 return;
         }
@@ -710,7 +721,8 @@ static void list_one(const char *id, json_t *meta, void *ctx)
         struct list_ctx *l = ctx;
         if (meta == NULL) {
                 if (l->uid == 0)
-                        json_array_append_new(l->list, json_pack("{s:s, s:b}", "snapshot_id", id, "damaged", 1));
+                        json_array_append_new(l->list,
+                                              json_pack("{s:s, s:b}", "snapshot_id", id, "damaged", 1));
                 return;
         }
         if (l->uid != 0 && meta_owner(meta) != l->uid)
@@ -730,7 +742,8 @@ void snapshot_method_list(struct rpc_request *req)
                 return;
         struct list_ctx l = { req->uid, json_array() };
         snapshots_foreach(list_one, &l);
-        rpc_reply_result(req, json_pack("{s:o, s:i}", "snapshots", l.list, "count", (int)json_array_size(l.list)));
+        rpc_reply_result(req,
+                         json_pack("{s:o, s:i}", "snapshots", l.list, "count", (int)json_array_size(l.list)));
 }
 
 /* snapshot.remove */
@@ -775,7 +788,8 @@ void snapshot_method_remove(struct rpc_request *req)
         }
         unsigned users = snapshot_users(id);
         if (users > 0) {
-                rpc_reply_fail(req, "busy", "snapshot %s is the base of %u live sandbox(es); remove them first", id,
+                rpc_reply_fail(req, "busy",
+                               "snapshot %s is the base of %u live sandbox(es); remove them first", id,
                                users);
                 return;
         }
@@ -794,7 +808,8 @@ void snapshot_method_remove(struct rpc_request *req)
         }
         rr->req = req;
         snprintf(rr->id, sizeof(rr->id), "%s", id);
-        log_limited(log_key_uid(req->uid).text, LOG_LEVEL_INFO, "snapshot %s: removed by uid %u", id, req->uid);
+        log_limited(log_key_uid(req->uid).text, LOG_LEVEL_INFO, "snapshot %s: removed by uid %u", id,
+                    req->uid);
         if (snapshot_remove_dir_async(doomed, snapshot_removed, rr, &err) < 0) {
                 /* No worker free: remove it here, blocking for once. */
                 _cleanup_error_ nsbox_error_t *now_err = NULL;

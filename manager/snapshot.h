@@ -39,7 +39,8 @@ uint64_t snapshot_stored_bytes(void);
  * loop with r < 0 and a message, or r = 0 and the copy's size; with
  * dists, result.dists lists the Python distributions the layer adds and
  * removes ({added: {name: version}, removed: [name]}). */
-typedef void (*snapshot_copy_done_fn)(void *data, int r, uint64_t size_bytes, json_t *result, const char *message);
+typedef void (*snapshot_copy_done_fn)(void *data, int r, uint64_t size_bytes, json_t *result,
+                                      const char *message);
 int snapshot_copy_sandbox(struct sandbox *sb, int dst_fd, uid_t owner, bool dists, snapshot_copy_done_fn done,
                           void *data, nsbox_error_t **err);
 /* Remove dir (made by nsboxd, below the state dir) in a forked worker;
