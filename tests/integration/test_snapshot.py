@@ -248,7 +248,8 @@ def test_removing_everything_leaves_nothing_under_the_state_dir(daemon):
     daemon.call("image.remove", name="leftover-check")
     assert os.listdir(os.path.join(daemon.state, "snapshots")) == []
     assert os.listdir(os.path.join(daemon.state, "images")) == []
-    assert os.listdir(os.path.join(daemon.state, "sandboxes")) == []
+    # (the warm pool's sandboxes stay)
+    assert not {parent, fork} & set(os.listdir(os.path.join(daemon.state, "sandboxes")))
     assert daemon.call("snapshot.list")["count"] == 0
 
 
@@ -282,3 +283,30 @@ def test_snapshots_survive_a_restart_of_nsboxd():
             d2.stop()
     finally:
         d.stop()
+
+
+def test_cli_fork_snapshot_commit_and_images(daemon):
+    from conftest import ok, one_line_error
+    parent = ok(daemon.cli("create")).stdout.decode().strip()
+    ok(daemon.cli("sh", parent, "echo from-cli > f"))
+    fork = ok(daemon.cli("fork", "--memory", "256M", parent)).stdout.decode().strip()
+    assert ok(daemon.cli("sh", fork, "cat f")).stdout == b"from-cli\n"
+    assert daemon.call("sandbox.info", sandbox_id=fork)["limits"]["memory_bytes"] == 256 << 20
+    snap = ok(daemon.cli("snapshot", "--name", "by cli", parent)).stdout.decode().strip()
+    listing = ok(daemon.cli("snapshot", "ls")).stdout.decode()
+    assert snap in listing and "by cli" in listing
+    assert json.loads(ok(daemon.cli("--json", "snapshots")).stdout)["count"] == 2
+    other = ok(daemon.cli("create", "--from-snapshot", snap)).stdout.decode().strip()
+    assert ok(daemon.cli("sh", other, "cat f")).stdout == b"from-cli\n"
+    assert ok(daemon.cli("commit", other, "cli-image")).stdout == b"cli-image\n"
+    images = ok(daemon.cli("images")).stdout.decode().splitlines()
+    assert images[0].split() == ["NAME", "SIZE", "PARENT", "PYTHON", "CREATED"]
+    assert [line.split()[2] for line in images if line.startswith("cli-image ")] == ["python"]
+    assert "base of 1 live sandbox" in one_line_error(daemon.cli("snapshot", "rm", snap))
+    ok(daemon.cli("rm", "-f", parent, fork, other))
+    ok(daemon.cli("image", "rm", "cli-image"))
+    for s in daemon.call("snapshot.list")["snapshots"]:
+        ok(daemon.cli("snapshot", "rm", s["snapshot_id"]))
+    assert "no snapshot" in one_line_error(daemon.cli("create", "--from-snapshot",
+                                                      "00000000-0000-4000-8000-000000000000"))
+    assert ok(daemon.cli("images")).stdout.decode().count("\n") == 2
