@@ -59,9 +59,10 @@ static int snapshot_list(const struct cli *cli)
                         continue;
                 }
                 format_size(json_object_get(s, "size_bytes"), size, sizeof(size));
-                printf("%-36s  %-16.64s  %-10s  %8s  %9lld  %s\n", text_or(json_object_get(s, "snapshot_id"), "?"),
-                       text_or(json_object_get(s, "name"), "-"), text_or(json_object_get(s, "image"), "?"), size,
-                       (long long)json_integer_value(json_object_get(s, "sandboxes")),
+                printf("%-36s  %-16.64s  %-10s  %8s  %9lld  %s\n",
+                       text_or(json_object_get(s, "snapshot_id"), "?"),
+                       text_or(json_object_get(s, "name"), "-"), text_or(json_object_get(s, "image"), "?"),
+                       size, (long long)json_integer_value(json_object_get(s, "sandboxes")),
                        text_or(json_object_get(s, "created_at"), ""));
         }
         return 0;
@@ -181,7 +182,8 @@ int cmd_fork(const struct cli *cli, int argc, char **argv)
         if (sandbox == NULL)
                 return EXIT_NSBOX_FAILED;
         if (cli->json) {
-                _cleanup_json_ json_t *both = json_pack("{s:O, s:O}", "snapshot", snapshot, "sandbox", sandbox);
+                _cleanup_json_ json_t *both =
+                    json_pack("{s:O, s:O}", "snapshot", snapshot, "sandbox", sandbox);
                 cli_print_json(both);
         } else {
                 puts(text_or(json_object_get(sandbox, "sandbox_id"), ""));
@@ -195,7 +197,8 @@ int cmd_commit(const struct cli *cli, int argc, char **argv)
         if (!just_args(cli, argc, argv, 2, &code))
                 return code;
         _cleanup_json_ json_t *result =
-            call(cli, "image.commit", json_pack("{s:s, s:s}", "sandbox_id", argv[optind], "name", argv[optind + 1]));
+            call(cli, "image.commit",
+                 json_pack("{s:s, s:s}", "sandbox_id", argv[optind], "name", argv[optind + 1]));
         if (result == NULL)
                 return EXIT_NSBOX_FAILED;
         if (cli->json)

@@ -212,11 +212,19 @@ static uid_t layer_map_id(const struct rootfs_copy *c, unsigned id)
         return 65534; /* not an id of the sandbox's range: nobody */
 }
 
-static int copy_file_data(int src_dir, int dst_dir, const char *name, const struct stat *st)
+static int copy_file_data(int src_dir, int dst_dir, const char *name)
 {
-        _cleanup_close_ int src = openat(src_dir, name, O_RDONLY | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
+        /* O_NONBLOCK: the sandbox may have swapped the file for a FIFO
+         * since the listing, and opening that must not wait for a writer. */
+        _cleanup_close_ int src =
+            openat(src_dir, name, O_RDONLY | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
         if (src < 0)
+                return errno == ELOOP ? 0 : -errno;
+        struct stat now;
+        if (fstat(src, &now) < 0)
                 return -errno;
+        if (!S_ISREG(now.st_mode))
+                return 0; /* replaced meanwhile: it was not a file when the copy passed */
         _cleanup_close_ int dst =
             openat(dst_dir, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (dst < 0)
@@ -230,9 +238,7 @@ static int copy_file_data(int src_dir, int dst_dir, const char *name, const stru
                 if (n == 0)
                         break;
         }
-        int r = copy_xattrs(src, dst);
-        (void)st;
-        return r;
+        return copy_xattrs(src, dst);
 }
 
 static int copy_entry(int src_dir, int dst_dir, const char *name, struct rootfs_copy *c, int depth);
@@ -316,7 +322,7 @@ static int copy_entry(int src_dir, int dst_dir, const char *name, struct rootfs_
         if (S_ISREG(st.st_mode)) {
                 if ((r = charge(c, (uint64_t)st.st_size)) < 0)
                         return r;
-                r = copy_file_data(src_dir, dst_dir, name, &st);
+                r = copy_file_data(src_dir, dst_dir, name);
                 if (r == -ENOENT)
                         return 0;
                 if (r < 0)

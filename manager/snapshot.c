@@ -375,6 +375,9 @@ static int copy_run(void *data, struct fs_worker_output *out, nsbox_error_t **er
                             err, ENOSPC,
                             "the copy would take more than the %llu bytes left of layer_disk_bytes",
                             (unsigned long long)job->max_bytes);
+                if (r == -ELOOP)
+                        return nsbox_error(err, ELOOP, "the sandbox's directories nest deeper than %d levels",
+                                           ROOTFS_COPY_MAX_DEPTH);
                 return nsbox_error(err, -r, "copy the sandbox's files");
         }
         /* The data reaches the disk before the record says the snapshot exists. */

@@ -310,3 +310,25 @@ def test_cli_fork_snapshot_commit_and_images(daemon):
     assert "no snapshot" in one_line_error(daemon.cli("create", "--from-snapshot",
                                                       "00000000-0000-4000-8000-000000000000"))
     assert ok(daemon.cli("images")).stdout.decode().count("\n") == 2
+
+
+def test_special_files_are_kept_as_they_are_and_never_followed(daemon):
+    parent = create(daemon)
+    sh(daemon, parent, "ln -s /etc/shadow host-link && ln -s ../../../../../ up && mkfifo pipe && "
+                       "printf x > plain && chmod 4755 plain && mkdir -p $(printf 'd/%.0s' $(seq 300)) && "
+                       "setfattr -n user.note -v kept plain 2>/dev/null; true")
+    e = error_of(daemon, "sandbox.snapshot", sandbox_id=parent)
+    assert e.kind == "internal" and "deeper than 256" in str(e), e.error
+    assert os.listdir(os.path.join(daemon.state, "snapshots")) == []  # the half-made copy is gone
+    sh(daemon, parent, "rm -rf d")
+    snap = daemon.call("sandbox.snapshot", sandbox_id=parent)["snapshot_id"]
+    layer = os.path.join(daemon.state, "snapshots", snap, "layer")
+    for dirpath, dirnames, filenames in os.walk(layer):
+        for name in filenames + dirnames:
+            st = os.lstat(os.path.join(dirpath, name))
+            assert not st.st_mode & 0o6000 or os.path.isdir(os.path.join(dirpath, name)), name
+    fork = create(daemon, from_snapshot=snap)
+    assert sh(daemon, fork, "readlink host-link up; test -p pipe && echo fifo; stat -c %a plain") == (
+        "/etc/shadow\n../../../../../\nfifo\n755\n")
+    remove(daemon, parent, fork)
+    daemon.call("snapshot.remove", snapshot_id=snap)
