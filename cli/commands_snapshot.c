@@ -1,6 +1,8 @@
 /* nsbox snapshot, fork, commit and images: file snapshots of sandboxes,
  * sandboxes forked from them, and images committed from sandboxes. */
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cleanup.h"
@@ -241,10 +243,43 @@ int cmd_images(const struct cli *cli, int argc, char **argv)
         return image_list(cli);
 }
 
+/* nsbox image import [--tag TAG] PATH NAME: nsboxd reads PATH, so it goes
+ * as an absolute path. */
+static int image_import(const struct cli *cli, int argc, char **argv)
+{
+        static const struct option longopts[] = { { "tag", required_argument, NULL, OPT_NAME }, { 0 } };
+        const char *tag = NULL;
+        int opt;
+        optind = 1;
+        while ((opt = cli_getopt(cli, argc, argv, "", longopts)) != -1) {
+                if (opt < -1)
+                        return cli_opt_exit(opt);
+                tag = optarg;
+        }
+        if (argc - optind != 2)
+                return cli_usage_error(cli);
+        char path[PATH_MAX];
+        if (realpath(argv[optind], path) == NULL)
+                return cli_fail("%s: %m", argv[optind]);
+        json_t *params = json_pack("{s:s, s:s}", "path", path, "name", argv[optind + 1]);
+        if (tag != NULL)
+                json_object_set_new(params, "tag", json_string(tag));
+        _cleanup_json_ json_t *result = call(cli, "image.import", params);
+        if (result == NULL)
+                return EXIT_NSBOX_FAILED;
+        if (cli->json)
+                cli_print_json(result);
+        else
+                puts(text_or(json_object_get(result, "name"), ""));
+        return 0;
+}
+
 int cmd_image(const struct cli *cli, int argc, char **argv)
 {
         if (argc == 2 && strcmp(argv[1], "ls") == 0)
                 return image_list(cli);
+        if (argc >= 2 && strcmp(argv[1], "import") == 0)
+                return image_import(cli, argc - 1, argv + 1);
         if (argc < 3 || strcmp(argv[1], "rm") != 0)
                 return cli_usage_error(cli);
         struct client *c = cli_connect(cli);

@@ -183,9 +183,13 @@ static const struct command commands[] = {
         { "images", cmd_images, "nsbox images",
           "List the images you may use: the operator's and your committed ones, with the\n"
           "size of their own layer and their parent.\n" },
-        { "image", cmd_image, "nsbox image ls | nsbox image rm NAME...",
-          "List images, or remove committed images (refused while sandboxes, snapshots or\n"
-          "other images use them; the operator's images are not removed this way).\n" },
+        { "image", cmd_image,
+          "nsbox image ls | nsbox image rm NAME... | nsbox image import [--tag TAG] PATH NAME",
+          "List images, remove committed or imported images (refused while sandboxes,\n"
+          "snapshots or other images use them; the operator's images are not removed this\n"
+          "way), or import an image (root only): PATH is an OCI image layout directory\n"
+          "(--tag, default latest) or a docker-archive tarball (docker save); the image is\n"
+          "then everyone's to use.\n" },
         { "status", cmd_status, "nsbox status",
           "Show the daemon's version, kernel, cgroup mode and features.\n" },
         { "mcp", cmd_mcp, "nsbox mcp", "Serve MCP (Model Context Protocol) on standard input/output.\n" },

@@ -3,13 +3,18 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "cleanup.h"
 #include "daemon.h"
+#include "fs_worker.h"
 #include "json_cleanup.h"
 #include "log.h"
 #include "policy.h"
@@ -70,6 +75,9 @@ bool image_usable(const char *name, uid_t uid)
                 return true;
         _cleanup_json_ json_t *m = image_manifest(dir);
         json_t *owner = m ? json_object_get(m, "owner") : NULL;
+        /* Imported by the operator: everyone's. */
+        if (m != NULL && json_is_true(json_object_get(m, "public")))
+                return true;
         return json_is_integer(owner) && json_integer_value(owner) == (json_int_t)uid;
 }
 
@@ -99,6 +107,9 @@ int image_layers(const char *name, char **layers, size_t max, size_t *n, nsbox_e
                 (*n)++;
                 _cleanup_json_ json_t *m = image_manifest(dir);
                 json_t *parent = m ? json_object_get(m, "parent") : NULL;
+                /* An imported image is whole: no parent below it. */
+                if (m != NULL && parent == NULL && json_is_string(json_object_get(m, "imported_from")))
+                        return 0;
                 if (!json_is_string(parent) || json_string_length(parent) >= sizeof(current))
                         return nsbox_error(err, EBADMSG, "image \"%s\": its manifest names no parent",
                                            current);
@@ -123,10 +134,11 @@ static void list_dir(json_t *list, const char *base, bool committed, uid_t uid)
                 _cleanup_json_ json_t *manifest = image_manifest(dir);
                 json_t *entry = json_pack("{s:s}", "name", de->d_name);
                 if (manifest != NULL) {
-                        static const char *const keys[] = { "distribution",   "suite",      "python_version",
-                                                            "build_date",     "size_bytes", "parent",
-                                                            "owner",          "created_at", "committed_from",
-                                                            "python_packages" };
+                        static const char *const keys[] = {
+                                "distribution",   "suite",           "python_version", "build_date",
+                                "size_bytes",     "parent",          "owner",          "created_at",
+                                "committed_from", "python_packages", "imported_from",  "format"
+                        };
                         for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
                                 json_t *v = json_object_get(manifest, keys[i]);
                                 if (v != NULL)
@@ -199,7 +211,9 @@ static json_t *commit_manifest(const struct commit_request *c, uint64_t size, js
         bool committed;
         json_t *parent = image_dir(c->parent, dir, sizeof(dir), &committed) ? image_manifest(dir) : NULL;
         json_t *m = parent ? parent : json_object();
-        static const char *const stale[] = { "input_hash", "base_hash", "image_files", "committed_from" };
+        /* Not inherited: how the parent was made, and an imported parent's being everyone's. */
+        static const char *const stale[] = { "input_hash", "base_hash",     "image_files", "committed_from",
+                                             "public",     "imported_from", "format",      "tag" };
         for (size_t i = 0; i < ARRAY_SIZE(stale); i++)
                 json_object_del(m, stale[i]);
         format_timestamp(c->created_at_ms, created, sizeof(created));
@@ -428,6 +442,14 @@ void image_method_remove(struct rpc_request *req)
                 rpc_reply_fail(req, "not_found", "no image %.64s", name);
                 return;
         }
+        if (committed && req->uid != 0) {
+                _cleanup_json_ json_t *m = image_manifest(dir);
+                if (m != NULL && json_is_true(json_object_get(m, "public"))) {
+                        rpc_reply_fail(req, "permission_denied", "image %s was imported by the operator",
+                                       name);
+                        return;
+                }
+        }
         if (!committed) {
                 rpc_reply_fail(req, "permission_denied",
                                "image %s is the operator's (in %s): it is not removed through the API", name,
@@ -467,5 +489,279 @@ void image_method_remove(struct rpc_request *req)
                 _cleanup_error_ nsbox_error_t *now_err = NULL;
                 int r = rootfs_remove_dir(doomed, &now_err);
                 image_removed(ir, r, 0, NULL, now_err ? now_err->message : NULL);
+        }
+}
+
+/* image.import: an OCI image layout (a directory with oci-layout) or a
+ * docker-archive tarball (docker save), unpacked with umoci (after skopeo
+ * turned a tarball into a layout) into one whole layer. */
+
+struct import_request {
+        struct rpc_request *req;
+        char name[64];
+        char path[4000];
+        char tag[129];
+        bool archive;
+        long long created_at_ms;
+        char tmp[4096];
+};
+
+/* Run a tool to its end, its output into log_path; its last lines become
+ * the error. Runs in the worker, where blocking is allowed. */
+static int run_tool(char *const argv[], const char *log_path, nsbox_error_t **err)
+{
+        posix_spawn_file_actions_t actions;
+        posix_spawn_file_actions_init(&actions);
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+        posix_spawn_file_actions_addopen(&actions, 1, log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        posix_spawn_file_actions_adddup2(&actions, 1, 2);
+        char *const envp[] = { "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                               "HOME=/nonexistent", NULL };
+        pid_t pid;
+        int r = posix_spawnp(&pid, argv[0], &actions, NULL, argv, envp);
+        posix_spawn_file_actions_destroy(&actions);
+        if (r != 0)
+                return nsbox_error(err, r, "run %s (install it: apt-get install %s)", argv[0], argv[0]);
+        int status;
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+                ;
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+                return 0;
+        char tail[301] = "";
+        _cleanup_close_ int fd = open(log_path, O_RDONLY | O_CLOEXEC);
+        off_t size = fd >= 0 ? lseek(fd, 0, SEEK_END) : 0;
+        if (fd >= 0 && size > 0) {
+                off_t from = size > 300 ? size - 300 : 0;
+                ssize_t n = pread(fd, tail, sizeof(tail) - 1, from);
+                tail[n > 0 ? n : 0] = '\0';
+        }
+        return nsbox_error(err, EINVAL, "%s failed: %s", argv[0], tail);
+}
+
+static uint64_t import_bytes;
+
+static int add_size(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+        import_bytes += (uint64_t)st->st_blocks * 512;
+        return 0;
+}
+
+/* What every sandbox root needs and a minimal image may lack. */
+static int import_add_sandbox_dirs(const char *rootfs, nsbox_error_t **err)
+{
+        static const struct {
+                const char *name;
+                mode_t mode;
+                uid_t owner;
+        } dirs[] = { { "proc", 0555, 0 },
+                     { "dev", 0755, 0 },
+                     { "sys", 0555, 0 },
+                     { "tmp", 01777, 0 },
+                     { "workspace", 0755, 1000 } };
+        _cleanup_close_ int root = open(rootfs, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (root < 0)
+                return nsbox_error(err, errno, "open %s", rootfs);
+        for (size_t i = 0; i < ARRAY_SIZE(dirs); i++) {
+                if (mkdirat(root, dirs[i].name, dirs[i].mode) < 0) {
+                        if (errno == EEXIST)
+                                continue;
+                        return nsbox_error(err, errno, "mkdir /%s in the image", dirs[i].name);
+                }
+                if (fchownat(root, dirs[i].name, dirs[i].owner, dirs[i].owner, AT_SYMLINK_NOFOLLOW) < 0 ||
+                    fchmodat(root, dirs[i].name, dirs[i].mode, 0) < 0)
+                        return nsbox_error(err, errno, "set up /%s in the image", dirs[i].name);
+        }
+        return 0;
+}
+
+static int import_run(void *data, struct fs_worker_output *out, nsbox_error_t **err)
+{
+        struct import_request *im = data;
+        char log_path[4200], layout[4200], bundle[4200], image_ref[8400], rootfs[4200];
+        snprintf(log_path, sizeof(log_path), "%s/import.log", im->tmp);
+        snprintf(bundle, sizeof(bundle), "%s/bundle", im->tmp);
+        snprintf(layout, sizeof(layout), "%s", im->path);
+        int r;
+        if (im->archive) {
+                char source[4100], dest[8400];
+                snprintf(layout, sizeof(layout), "%s/layout", im->tmp);
+                snprintf(source, sizeof(source), "docker-archive:%s", im->path);
+                snprintf(dest, sizeof(dest), "oci:%s:%s", layout, im->tag);
+                char *const argv[] = { "skopeo", "--insecure-policy", "copy", "--quiet", source, dest, NULL };
+                if ((r = run_tool(argv, log_path, err)) < 0)
+                        return r;
+        }
+        snprintf(image_ref, sizeof(image_ref), "%s:%s", layout, im->tag);
+        char *const argv[] = { "umoci", "unpack", "--image", image_ref, bundle, NULL };
+        if ((r = run_tool(argv, log_path, err)) < 0)
+                return r;
+        snprintf(rootfs, sizeof(rootfs), "%s/rootfs", bundle);
+        char final[4200];
+        snprintf(final, sizeof(final), "%s/rootfs", im->tmp);
+        if (rename(rootfs, final) < 0)
+                return nsbox_error(err, errno, "rename %s", rootfs);
+        if ((r = import_add_sandbox_dirs(final, err)) < 0)
+                return r;
+        import_bytes = 0;
+        nftw(final, add_size, 64, FTW_PHYS | FTW_MOUNT);
+        out->result = json_pack("{s:I}", "size_bytes", (json_int_t)import_bytes);
+        /* What it is, if it says: os-release's ID. */
+        char os_release[4300], line[256];
+        snprintf(os_release, sizeof(os_release), "%s/etc/os-release", final);
+        struct stat st;
+        FILE *f = lstat(os_release, &st) == 0 && S_ISREG(st.st_mode) ? fopen(os_release, "re") : NULL;
+        while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+                if (strncmp(line, "ID=", 3) == 0) {
+                        line[strcspn(line, "\r\n")] = '\0';
+                        char *v = line + 3;
+                        if (*v == '"')
+                                v++;
+                        v[strcspn(v, "\"")] = '\0';
+                        json_object_set_new(out->result, "distribution", json_string(v));
+                }
+        }
+        if (f != NULL)
+                fclose(f);
+        rootfs_remove_dir(bundle, NULL);
+        if (im->archive)
+                rootfs_remove_dir(layout, NULL);
+        unlink(log_path);
+        _cleanup_close_ int sync_fd = open(final, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (sync_fd >= 0)
+                syncfs(sync_fd);
+        return 0;
+}
+
+static void import_done(void *data, int r, json_t *result, const char *message)
+{
+        struct import_request *im = data;
+        char created[40], path[4200], final[4200];
+        if (r < 0) {
+                rootfs_remove_dir(im->tmp, NULL);
+                rpc_reply_fail(im->req, r == -EINVAL ? "invalid_params" : "internal", "import of %s: %s",
+                               im->path, message);
+                free(im);
+                return;
+        }
+        format_timestamp(im->created_at_ms, created, sizeof(created));
+        _cleanup_json_ json_t *manifest = json_pack(
+            "{s:s, s:s, s:s, s:s, s:s, s:s, s:O, s:b, s:O?}", "name", im->name, "imported_from", im->path,
+            "tag", im->tag, "format", im->archive ? "docker-archive" : "oci-layout", "created_at", created,
+            "build_date", created, "size_bytes", json_object_get(result, "size_bytes"), "public", 1,
+            "distribution", json_object_get(result, "distribution"));
+        json_decref(result);
+        snprintf(path, sizeof(path), "%s/manifest.json", im->tmp);
+        snprintf(final, sizeof(final), "%s/images/%s", nsboxd.config.state_dir, im->name);
+        struct stat st;
+        const char *failed = NULL;
+        if (manifest == NULL || json_dump_file(manifest, path, JSON_INDENT(2)) < 0)
+                failed = "write manifest.json";
+        else if (image_exists(im->name) || lstat(final, &st) == 0)
+                failed = "an image of that name appeared meanwhile";
+        else if (rename(im->tmp, final) < 0)
+                failed = strerror(errno);
+        if (failed != NULL) {
+                rootfs_remove_dir(im->tmp, NULL);
+                rpc_reply_fail(im->req, "internal", "import of %s as image %s: %s", im->path, im->name,
+                               failed);
+                free(im);
+                return;
+        }
+        log_info("image %s: imported from %s (%s)", im->name, im->path,
+                 im->archive ? "docker-archive" : "oci-layout");
+        json_object_del(manifest, "public");
+        rpc_reply_result(im->req, json_incref(manifest));
+        free(im);
+}
+
+static bool import_tag_valid(const char *tag)
+{
+        size_t len = strlen(tag);
+        if (len == 0 || len > 128)
+                return false;
+        for (const char *p = tag; *p; p++) {
+                if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+                      *p == '.' || *p == '_' || *p == '-'))
+                        return false;
+        }
+        return true;
+}
+
+void image_method_import(struct rpc_request *req)
+{
+        static const char *const known[] = { "path", "name", "tag", NULL };
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (!rpc_check_fields(req, known))
+                return;
+        /* nsboxd reads the path as root: only the operator may name one. */
+        if (req->uid != 0) {
+                rpc_reply_fail(req, "permission_denied",
+                               "only root imports images (nsboxd reads the path as root)");
+                return;
+        }
+        json_t *path = json_object_get(req->msg.params, "path"),
+               *name = json_object_get(req->msg.params, "name"),
+               *tag = json_object_get(req->msg.params, "tag");
+        if (!json_is_string(name) || !policy_valid_name(json_string_value(name))) {
+                rpc_reply_error(
+                    req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                    "name must be 1 to 63 letters, digits, '.', '_' or '-', not starting with '.' or "
+                    "'-'");
+                return;
+        }
+        if (!json_is_string(path) || json_string_value(path)[0] != '/' || json_string_length(path) >= 4000 ||
+            strchr(json_string_value(path), ':') != NULL || strchr(json_string_value(path), '\n') != NULL) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                "path must be an absolute path (without ':') of an OCI layout directory or a "
+                                "docker-archive tarball");
+                return;
+        }
+        if (tag != NULL && (!json_is_string(tag) || !import_tag_valid(json_string_value(tag)))) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                "tag must be 1 to 128 letters, digits, '.', '_' or '-'");
+                return;
+        }
+        if (image_exists(json_string_value(name))) {
+                rpc_reply_fail(req, "invalid_params", "an image named %s exists", json_string_value(name));
+                return;
+        }
+        if (uidmode_shared()) {
+                rpc_reply_fail(req, "unavailable", "imported images need per-sandbox uid isolation");
+                return;
+        }
+        struct stat st;
+        char marker[4100];
+        snprintf(marker, sizeof(marker), "%s/oci-layout", json_string_value(path));
+        bool layout = stat(json_string_value(path), &st) == 0 && S_ISDIR(st.st_mode);
+        if (!(layout ? access(marker, F_OK) == 0
+                     : (stat(json_string_value(path), &st) == 0 && S_ISREG(st.st_mode)))) {
+                rpc_reply_fail(req, "invalid_params",
+                               "%s is neither an OCI image layout (a directory with oci-layout) nor a file",
+                               json_string_value(path));
+                return;
+        }
+        struct import_request *im = calloc(1, sizeof(*im));
+        if (im == NULL) {
+                rpc_reply_fail(req, "internal", "out of memory");
+                return;
+        }
+        im->req = req;
+        im->archive = !layout;
+        im->created_at_ms = now_realtime_ms();
+        snprintf(im->name, sizeof(im->name), "%s", json_string_value(name));
+        snprintf(im->path, sizeof(im->path), "%s", json_string_value(path));
+        snprintf(im->tag, sizeof(im->tag), "%s", tag ? json_string_value(tag) : "latest");
+        snprintf(im->tmp, sizeof(im->tmp), "%s/images/.tmp-%s", nsboxd.config.state_dir, im->name);
+        if (mkdir(im->tmp, 0700) < 0) {
+                rpc_reply_fail(req, errno == EEXIST ? "busy" : "internal", "image %s: %s", im->name,
+                               errno == EEXIST ? "an import or commit of that name is in progress"
+                                               : strerror(errno));
+                free(im);
+                return;
+        }
+        if (fs_worker_start(NULL, 0, import_run, import_done, im, NULL, &err) < 0) {
+                rootfs_remove_dir(im->tmp, NULL);
+                rpc_reply_fail(req, "busy", "%s", err->message);
+                free(im);
         }
 }

@@ -34,3 +34,6 @@ int images_init(nsbox_error_t **err);
 void image_method_commit(struct rpc_request *req, struct sandbox *sb);
 void image_method_list(struct rpc_request *req);   /* image.list */
 void image_method_remove(struct rpc_request *req); /* image.remove {name}: committed images only */
+/* image.import {path, name, tag?: "latest"} (root only): an OCI image
+ * layout or docker-archive tarball as a whole image everyone may use. */
+void image_method_import(struct rpc_request *req);

@@ -416,6 +416,7 @@ const struct rpc_method nsboxd_methods[] = {
         { "image.commit", method_image_commit },
         { "image.list", image_method_list },
         { "image.remove", image_method_remove },
+        { "image.import", image_method_import },
         { "python.run", python_method_run },
         { "package.install", method_package_install },
         { "exec.status", exec_method_status },

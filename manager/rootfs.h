@@ -35,8 +35,9 @@ struct rootfs_copy {
         uint64_t max_bytes; /* -ENOSPC beyond it (0: no bound) */
         uint64_t bytes;     /* what was copied, in 4 KiB blocks */
 };
-/* Each level holds three fds and a few KiB of stack in the worker. */
-#define ROOTFS_COPY_MAX_DEPTH 256
+/* Each level holds three fds and a few KiB of stack in the worker; below
+ * the depth rootfs_remove_dir goes to, so a half-made copy is removed. */
+#define ROOTFS_COPY_MAX_DEPTH 200
 
 /* Copy the entries of the directory src into the directory dst, merged as
  * overlay would stack them: whiteouts (0:0 character devices) and opaque
