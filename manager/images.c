@@ -759,7 +759,9 @@ void image_method_import(struct rpc_request *req)
                 free(im);
                 return;
         }
-        if (fs_worker_start(NULL, 0, import_run, import_done, im, NULL, &err) < 0) {
+        /* No fd to keep (an empty keep[] is not a null one: fs_worker copies it). */
+        const int keep[] = { -1 };
+        if (fs_worker_start(keep, ARRAY_SIZE(keep), import_run, import_done, im, NULL, &err) < 0) {
                 rootfs_remove_dir(im->tmp, NULL);
                 rpc_reply_fail(req, "busy", "%s", err->message);
                 free(im);

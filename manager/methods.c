@@ -61,6 +61,9 @@ static void method_server_info(struct rpc_request *req)
         json_t *features = json_pack("[s, s, s, s]", "idmapped-image", "seccomp", "session_id", "stream");
         if (cgroup_degraded())
                 json_array_append_new(features, json_string("limits-not-enforced"));
+        json_array_append_new(features, json_string("snapshot"));
+        json_array_append_new(features, json_string("image-commit"));
+        json_array_append_new(features, json_string("image-import"));
         json_t *policies = json_array();
         const char *name;
         json_t *ignored;

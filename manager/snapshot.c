@@ -514,7 +514,8 @@ int snapshot_remove_dir_async(const char *dir, snapshot_copy_done_fn done, void 
         }
         job->done = done;
         job->data = data;
-        int r = fs_worker_start(NULL, 0, remove_run, remove_done, job, NULL, err);
+        const int keep[] = { -1 }; /* none: an empty keep[], not a null one */
+        int r = fs_worker_start(keep, ARRAY_SIZE(keep), remove_run, remove_done, job, NULL, err);
         if (r < 0) {
                 free(job->dir);
                 free(job);
