@@ -291,8 +291,10 @@ static int copy_entry(int src_dir, int dst_dir, const char *name, struct rootfs_
         if (S_ISDIR(st.st_mode)) {
                 _cleanup_close_ int src =
                     openat(src_dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                /* Removed or replaced by something else since the listing:
+                 * the sandbox runs while we copy. */
                 if (src < 0)
-                        return errno == ENOENT ? 0 : -errno;
+                        return errno == ENOENT || errno == ENOTDIR || errno == ELOOP ? 0 : -errno;
                 char v[2];
                 bool opaque = fgetxattr(src, "trusted.overlay.opaque", v, sizeof(v)) == 1 && v[0] == 'y';
                 /* Merging onto an older layer: an opaque directory replaces

@@ -413,3 +413,21 @@ def test_cli_image_import(daemon, tmp_path):
     assert ok(daemon.cli("exec", sid, "--", "echo", "ok")).stdout == b"ok\n"
     ok(daemon.cli("rm", "-f", sid))
     ok(daemon.cli("image", "rm", "tiny-cli"))
+
+
+def test_snapshots_of_a_sandbox_that_keeps_writing_succeed(daemon):
+    sid = create(daemon)
+    # Files and directories come and go, and change type, while the copies run.
+    daemon.call("sandbox.exec", sandbox_id=sid, background=True, timeout_seconds=60, command=(
+        "i=0; while true; do i=$((i+1)); mkdir -p churn/d$((i%7)); echo $i > churn/d$((i%7))/f$((i%13)); "
+        "rm -rf churn/d$(((i+3)%7)); ln -sfn d$((i%5)) churn/link; "
+        "[ $((i%2)) = 0 ] && { rm -rf churn/x; mkdir churn/x; } || { rm -rf churn/x; echo > churn/x; }; done"))
+    while daemon.call("sandbox.exec", sandbox_id=sid, command="test -d churn/d3")["exit_code"] != 0:
+        time.sleep(0.05)
+    snaps = [daemon.call("sandbox.snapshot", sandbox_id=sid)["snapshot_id"] for _ in range(8)]
+    forks = [create(daemon, from_snapshot=s) for s in snaps[:2]]
+    for fork in forks:
+        assert sh(daemon, fork, "ls churn >/dev/null && echo ok") == "ok\n"
+    remove(daemon, sid, *forks)
+    for s in snaps:
+        daemon.call("snapshot.remove", snapshot_id=s)
