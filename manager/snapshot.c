@@ -273,6 +273,9 @@ static uint64_t committed_images_bytes(void)
                 snprintf(path, sizeof(path), "%s/%s/manifest.json", dir, de->d_name);
                 _cleanup_json_ json_t *m = json_load_file(path, 0, NULL);
                 json_t *size = m ? json_object_get(m, "size_bytes") : NULL;
+                /* Imported images are the operator's, as the image dir's are. */
+                if (json_is_true(json_object_get(m, "public")))
+                        continue;
                 if (json_is_integer(size) && json_integer_value(size) > 0)
                         bytes += (uint64_t)json_integer_value(size);
         }
