@@ -21,7 +21,8 @@
 #include "sandbox.h"
 #include "uidmode.h"
 
-#define SNAPSHOT_NAME_MAX 128
+#define SNAPSHOT_NAME_MAX       128
+#define SNAPSHOT_COPIES_PER_UID 4
 
 /* Sandboxes mounting each snapshot: a snapshot in use is not removed
  * (snapshot.remove answers busy), so its layer never changes under them. */
@@ -421,11 +422,18 @@ static void copy_done(void *data, int r, json_t *result, const char *message)
         json_decref(result);
 }
 
+static unsigned copies_of(uid_t uid);
+
 int snapshot_copy_sandbox(struct sandbox *sb, int dst_fd, uid_t owner, bool dists, snapshot_copy_done_fn done,
                           void *data, nsbox_error_t **err)
 {
         if (sb->disk_fd < 0)
                 return nsbox_error(err, EBADF, "sandbox %s has no writable layer to copy", sb->id);
+        /* Copies run in file workers, which every client's large fs.* calls share. */
+        if (owner != 0 && copies_of(owner) >= SNAPSHOT_COPIES_PER_UID)
+                return nsbox_error(err, EBUSY,
+                                   "uid %u has %d snapshot or commit copies running; wait for one", owner,
+                                   SNAPSHOT_COPIES_PER_UID);
         uint64_t limit = nsboxd.config.layer_disk_bytes, stored = snapshot_stored_bytes();
         /* What the upper holds now, and the layer below it: the copy's size
          * unless the sandbox writes more meanwhile (the copy stops at the

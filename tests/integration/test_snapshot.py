@@ -156,6 +156,14 @@ def test_a_committed_image_starts_sandboxes_with_the_installed_package(daemon):
     third = create(daemon, image="py-demo2")
     assert sh(daemon, third, "python3 -c 'import nsboxdemo, second; print(nsboxdemo.ANSWER + second.B)'") == "44\n"
 
+    # A fork of a sandbox of a committed image: the snapshot over both image layers.
+    sh(daemon, fresh, "echo on-committed > mine.txt")
+    snap = daemon.call("sandbox.snapshot", sandbox_id=fresh)
+    assert snap["image"] == "py-demo"
+    fork = create(daemon, from_snapshot=snap["snapshot_id"])
+    assert sh(daemon, fork, "cat mine.txt; python3 -c 'import nsboxdemo, second; print(nsboxdemo.ANSWER)'") == (
+        "on-committed\n42\n")
+    remove(daemon, fork)
     assert error_of(daemon, "image.remove", name="py-demo").kind == "busy"  # sandboxes and a child image use it
     assert error_of(daemon, "image.remove", name="python").kind == "permission_denied"
     assert error_of(daemon, "image.commit", sandbox_id=sb, name="py-demo").kind == "invalid_params"
@@ -169,6 +177,9 @@ def test_a_committed_image_starts_sandboxes_with_the_installed_package(daemon):
     assert replies[2]["error"]["data"]["kind"] == "not_found"
     remove(daemon, sb, fresh, third)
     daemon.call("image.remove", name="py-demo2")
+    e = error_of(daemon, "image.remove", name="py-demo")
+    assert e.kind == "busy" and "snapshots" in str(e), e.error  # the snapshot of `fresh`
+    daemon.call("snapshot.remove", snapshot_id=snap["snapshot_id"])
     daemon.call("image.remove", name="py-demo")
     assert [i["name"] for i in daemon.call("image.list")["images"]] == ["python"]
 
