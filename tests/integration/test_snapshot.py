@@ -442,3 +442,37 @@ def test_snapshots_of_a_sandbox_that_keeps_writing_succeed(daemon):
     remove(daemon, sid, *forks)
     for s in snaps:
         daemon.call("snapshot.remove", snapshot_id=s)
+
+
+PIPELINED = r"""
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); f = s.makefile("rwb")
+requests = json.loads(sys.argv[2])
+for i, (method, params) in enumerate(requests):
+    f.write((json.dumps({"jsonrpc": "2.0", "id": i, "method": method, "params": params}) + "\n").encode())
+f.flush()
+print(json.dumps([json.loads(f.readline()) for _ in requests]))
+"""
+
+
+def test_one_user_runs_at_most_four_copies_at_once():
+    import subprocess
+    d = Daemon(extra_args=["--max-snapshots-per-uid", "20"])
+    os.chmod(d.socket, 0o666)
+    try:
+        sid = as_uid(1000, d.socket, [["sandbox.create", {}]])[0]["result"]["sandbox_id"]
+        as_uid(1000, d.socket, [["sandbox.exec", {"sandbox_id": sid, "command": (
+            "mkdir many && cd many && for i in $(seq 3000); do echo $i > $i; done")}]])
+
+        def drop():
+            os.setgroups([])
+            os.setgid(1000)
+            os.setuid(1000)
+        out = subprocess.run(["/usr/bin/python3", "-c", PIPELINED, d.socket,
+                              json.dumps([["sandbox.snapshot", {"sandbox_id": sid}]] * 6)],
+                             preexec_fn=drop, capture_output=True, timeout=300, check=True)
+        replies = json.loads(out.stdout)
+        kinds = [r["error"]["data"]["kind"] if "error" in r else "ok" for r in replies]
+        assert kinds.count("ok") == 4 and kinds.count("busy") == 2, replies
+    finally:
+        assert d.stop() == 0
