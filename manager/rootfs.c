@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <linux/mount.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/sendfile.h>
@@ -321,6 +322,13 @@ static int copy_entry(int src_dir, int dst_dir, const char *name, struct rootfs_
         if (have_old && (r = remove_tree_at(dst_dir, name, old.st_dev, 0)) < 0)
                 return r;
         mode_t mode = st.st_mode & 07777;
+        if (S_ISREG(st.st_mode) && st.st_nlink > 1) {
+                for (size_t i = 0; i < c->n_links; i++) {
+                        if (c->links[i].dev == st.st_dev && c->links[i].ino == st.st_ino)
+                                return linkat(c->links[i].fd, "", dst_dir, name, AT_EMPTY_PATH) < 0 ? -errno
+                                                                                                    : 0;
+                }
+        }
         if (S_ISREG(st.st_mode)) {
                 if ((r = charge(c, (uint64_t)st.st_size)) < 0)
                         return r;
@@ -356,12 +364,28 @@ static int copy_entry(int src_dir, int dst_dir, const char *name, struct rootfs_
                 return -errno;
         if (utimensat(dst_dir, name, times, AT_SYMLINK_NOFOLLOW) < 0)
                 return -errno;
+        if (S_ISREG(st.st_mode) && st.st_nlink > 1 && c->n_links < ROOTFS_COPY_MAX_LINKS) {
+                if (c->links == NULL && (c->links = calloc(ROOTFS_COPY_MAX_LINKS, sizeof(*c->links))) == NULL)
+                        return 0; /* the other names become copies */
+                int fd = openat(dst_dir, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+                if (fd >= 0)
+                        c->links[c->n_links++] = (struct rootfs_copy_link){ st.st_dev, st.st_ino, fd };
+        }
         return 0;
 }
 
 int rootfs_copy_layer(int src, int dst, struct rootfs_copy *c)
 {
         return copy_dir_entries(src, dst, c, 0);
+}
+
+void rootfs_copy_done(struct rootfs_copy *c)
+{
+        for (size_t i = 0; i < c->n_links; i++)
+                close(c->links[i].fd);
+        free(c->links);
+        c->links = NULL;
+        c->n_links = 0;
 }
 
 int rootfs_remove_at(int dir, const char *name)

@@ -34,7 +34,17 @@ struct rootfs_copy {
         uid_t from_base;    /* the sandbox's host range (ids outside it: 65534) */
         uint64_t max_bytes; /* -ENOSPC beyond it (0: no bound) */
         uint64_t bytes;     /* what was copied, in 4 KiB blocks */
+        /* Files with more than one link seen so far (the first copy held
+         * by an O_PATH fd), so that their other names become links too. */
+        struct rootfs_copy_link {
+                dev_t dev;
+                ino_t ino;
+                int fd;
+        } * links;
+        size_t n_links;
 };
+/* At most this many linked files are remembered; beyond, copies. */
+#define ROOTFS_COPY_MAX_LINKS 1024
 /* Each level holds three fds and a few KiB of stack in the worker; below
  * the depth rootfs_remove_dir goes to, so a half-made copy is removed. */
 #define ROOTFS_COPY_MAX_DEPTH 200
@@ -42,9 +52,12 @@ struct rootfs_copy {
 /* Copy the entries of the directory src into the directory dst, merged as
  * overlay would stack them: whiteouts (0:0 character devices) and opaque
  * directories (trusted.overlay.opaque) replace what dst holds, plain
- * directories add to it. Regular files are copied (never linked: the
- * source may be a live writable layer), setuid/setgid bits dropped, owners
+ * directories add to it. Regular files are copied (never linked to the
+ * source: it may be a live writable layer; names of one file in the source
+ * are links to one copy), setuid/setgid bits dropped, owners
  * shifted by `c`. Never follows symlinks. Returns 0 or a negative errno. */
 int rootfs_copy_layer(int src, int dst, struct rootfs_copy *c);
+/* Close what rootfs_copy_layer remembered of c's hard links. */
+void rootfs_copy_done(struct rootfs_copy *c);
 /* Remove dir/name and everything below, as rootfs_remove_dir. */
 int rootfs_remove_at(int dir, const char *name);

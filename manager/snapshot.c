@@ -363,7 +363,7 @@ static json_t *layer_dists(int layer)
 static int copy_run(void *data, struct fs_worker_output *out, nsbox_error_t **err)
 {
         struct snapshot_copy *job = data;
-        struct rootfs_copy c = { .max_bytes = job->max_bytes };
+        _cleanup_(rootfs_copy_done) struct rootfs_copy c = { .max_bytes = job->max_bytes };
         int r;
         if (job->parent_fd >= 0 && (r = rootfs_copy_layer(job->parent_fd, job->dst_fd, &c)) < 0)
                 return nsbox_error(err, -r, "copy the layer of the snapshot the sandbox was made from");

@@ -327,6 +327,7 @@ def test_special_files_are_kept_as_they_are_and_never_followed(daemon):
     parent = create(daemon)
     sh(daemon, parent, "ln -s /etc/shadow host-link && ln -s ../../../../../ up && mkfifo pipe && "
                        "printf x > plain && chmod 4755 plain && mkdir -p $(printf 'd/%.0s' $(seq 300)) && "
+                       "head -c 3000000 /dev/zero > big && mkdir sub && ln big sub/big-again && "
                        "setfattr -n user.note -v kept plain 2>/dev/null; true")
     e = error_of(daemon, "sandbox.snapshot", sandbox_id=parent)
     assert e.kind == "internal" and "deeper than 200" in str(e), e.error
@@ -341,6 +342,9 @@ def test_special_files_are_kept_as_they_are_and_never_followed(daemon):
     fork = create(daemon, from_snapshot=snap)
     assert sh(daemon, fork, "readlink host-link up; test -p pipe && echo fifo; stat -c %a plain") == (
         "/etc/shadow\n../../../../../\nfifo\n755\n")
+    # Hard links stay links: one copy, counted once.
+    assert sh(daemon, fork, "stat -c '%h %i' big sub/big-again | uniq | wc -l; stat -c %h big") == "1\n2\n"
+    assert daemon.call("snapshot.list")["snapshots"][0]["size_bytes"] < 4000000
     remove(daemon, parent, fork)
     daemon.call("snapshot.remove", snapshot_id=snap)
 
