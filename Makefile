@@ -24,7 +24,8 @@ SAN     ?=
 # Debian packages: to build and run, to test, for the cgroup v2 VM suite, and
 # for the side-by-side benchmark.
 DEPS_BUILD := build-essential pkg-config libseccomp-dev libcap-dev libnl-3-dev libnl-route-3-dev \
-              libjansson-dev uuid-dev libsystemd-dev libnftables-dev libc-ares-dev libarchive-dev debootstrap
+              libjansson-dev uuid-dev libsystemd-dev libnftables-dev libc-ares-dev libarchive-dev debootstrap \
+              umoci skopeo
 DEPS_TEST  := libcmocka-dev python3-pytest clang-format systemd qemu-system-x86 \
               linux-image-amd64 busybox-static e2fsprogs dnsmasq-base openssl iproute2 nftables
 DEPS_BENCH := bubblewrap crun hyperfine

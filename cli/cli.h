@@ -110,6 +110,12 @@ int cmd_shell(const struct cli *cli, int argc, char **argv);
 int cmd_ps(const struct cli *cli, int argc, char **argv);
 int cmd_logs(const struct cli *cli, int argc, char **argv);
 int cmd_kill(const struct cli *cli, int argc, char **argv);
+int cmd_snapshot(const struct cli *cli, int argc, char **argv);
+int cmd_snapshots(const struct cli *cli, int argc, char **argv);
+int cmd_fork(const struct cli *cli, int argc, char **argv);
+int cmd_commit(const struct cli *cli, int argc, char **argv);
+int cmd_images(const struct cli *cli, int argc, char **argv);
+int cmd_image(const struct cli *cli, int argc, char **argv);
 
 /* Write an exec's stdout or stderr string to fd, decoded when base64. */
 int cli_write_output(int fd, const json_t *text, bool base64);
@@ -135,6 +141,7 @@ enum {
         CLI_OPT_NETWORK,
         CLI_OPT_NETWORK_POLICY,
         CLI_OPT_LABEL,
+        CLI_OPT_FROM_SNAPSHOT,
         CLI_OPT_FIRST_FREE /* commands number their own options from here */
 };
 #define CLI_CREATE_OPTIONS                                                         \
@@ -148,6 +155,7 @@ enum {
             { "network", required_argument, NULL, CLI_OPT_NETWORK },               \
             { "network-policy", required_argument, NULL, CLI_OPT_NETWORK_POLICY }, \
             { "label", required_argument, NULL, CLI_OPT_LABEL },                   \
+            { "from-snapshot", required_argument, NULL, CLI_OPT_FROM_SNAPSHOT },   \
         {                                                                          \
                 "seccomp-profile", required_argument, NULL, CLI_OPT_PROFILE        \
         }

@@ -85,6 +85,9 @@ int cli_create_option(json_t *params, int opt, const char *arg)
         case CLI_OPT_IMAGE:
                 json_object_set_new(params, "image", json_string(arg));
                 return 0;
+        case CLI_OPT_FROM_SNAPSHOT:
+                json_object_set_new(params, "from_snapshot", json_string(arg));
+                return 0;
         case CLI_OPT_PROFILE:
                 json_object_set_new(params, "seccomp_profile", json_string(arg));
                 return 0;

@@ -40,7 +40,9 @@ static const struct command commands[] = {
           "  --idle-timeout SEC  remove it after SEC seconds without use\n"
           "  --env K=V           environment of every command (repeatable)\n"
           "  --label K=V         a label, shown by ls and matched by ls --filter (repeatable)\n"
-          "  --image NAME        image (default python)\n"
+          "  --image NAME        image (default python, or one of nsbox images)\n"
+          "  --from-snapshot SNAP  start with the files of a snapshot (nsbox snapshot):\n"
+          "                      its image, a writable layer of its own, fresh processes\n"
           "  --seccomp-profile P seccomp profile name (default default)\n"
           "  --network NAME      network under one of the operator's network policies (names\n"
           "                      in nsboxd's network_policies); none (the default): no network\n"
@@ -175,6 +177,31 @@ static const struct command commands[] = {
           "the command; --timeout (default 30 s), -w, -u and --max-output as for nsbox exec.\n"
           "With no nsboxd listening (and as root) it runs a private one\n"
           "for the duration of the command (with no network policies: no --network).\n" },
+        { "snapshot", cmd_snapshot,
+          "nsbox snapshot [--name NAME] ID | nsbox snapshot ls | nsbox snapshot rm SNAP...",
+          "Snapshot the files of a sandbox (its /workspace, /tmp and every change to its image,\n"
+          "deletions included; not its processes) and print the snapshot id; list your\n"
+          "snapshots; remove snapshots (refused while a sandbox made from one lives).\n\n"
+          "  --name NAME   a label shown by nsbox snapshot ls\n" },
+        { "snapshots", cmd_snapshots, "nsbox snapshots", "Same as nsbox snapshot ls.\n" },
+        { "fork", cmd_fork, "nsbox fork [--name NAME] [create options] ID",
+          "Snapshot a sandbox's files and create a sandbox from the snapshot (nsbox create\n"
+          "--from-snapshot); print the new sandbox's id. The two then change apart; the\n"
+          "snapshot stays (nsbox snapshot ls) and makes more forks.\n" },
+        { "commit", cmd_commit, "nsbox commit ID NAME",
+          "Make an image NAME of a sandbox's file changes (e.g. after nsbox pip), layered\n"
+          "on the sandbox's image: nsbox create --image NAME starts sandboxes with them.\n"
+          "The image is yours: other users neither see nor use it.\n" },
+        { "images", cmd_images, "nsbox images",
+          "List the images you may use: the operator's and your committed ones, with the\n"
+          "size of their own layer and their parent.\n" },
+        { "image", cmd_image,
+          "nsbox image ls | nsbox image rm NAME... | nsbox image import [--tag TAG] PATH NAME",
+          "List images, remove committed or imported images (refused while sandboxes,\n"
+          "snapshots or other images use them; the operator's images are not removed this\n"
+          "way), or import an image (root only): PATH is an OCI image layout directory\n"
+          "(--tag, default latest) or a docker-archive tarball (docker save); the image is\n"
+          "then everyone's to use.\n" },
         { "status", cmd_status, "nsbox status",
           "Show the daemon's version, kernel, cgroup mode and features.\n" },
         { "mcp", cmd_mcp, "nsbox mcp", "Serve MCP (Model Context Protocol) on standard input/output.\n" },

@@ -92,6 +92,12 @@ static const struct option_def options[] = {
         { "python_fork_server_min_memory_bytes", "NSBOX_PYTHON_FORK_SERVER_MIN_MEMORY_BYTES", OPT_UINT,
           CFG(python_fork_server_min_memory_bytes), POLICY_MAX_MEMORY_BYTES,
           "no fork server in sandboxes with a smaller memory limit" },
+        { "layer_disk_bytes", "NSBOX_LAYER_DISK_BYTES", OPT_UINT, CFG(layer_disk_bytes), 1ull << 50,
+          "disk for snapshots and committed images, all users together" },
+        { "max_snapshots_per_uid", "NSBOX_MAX_SNAPSHOTS_PER_UID", OPT_UINT, CFG(max_snapshots_per_uid),
+          100000, "snapshots one non-root uid may keep" },
+        { "max_images_per_uid", "NSBOX_MAX_IMAGES_PER_UID", OPT_UINT, CFG(max_images_per_uid), 100000,
+          "committed images one non-root uid may keep" },
         { "memory_bytes", "NSBOX_MEMORY_BYTES", OPT_UINT, CFG(defaults.limits.memory_bytes),
           POLICY_MAX_MEMORY_BYTES, "default memory limit" },
         { "pids", "NSBOX_PIDS", OPT_UINT, CFG(defaults.limits.pids), POLICY_MAX_PIDS, "default pids limit" },
@@ -286,6 +292,9 @@ int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_
         config->max_sandboxes_per_uid = 32;
         config->max_connections_per_uid = 128;
         config->max_execs_per_uid = 128;
+        config->layer_disk_bytes = 8ull << 30;
+        config->max_snapshots_per_uid = 32;
+        config->max_images_per_uid = 16;
         config->client_idle_timeout_seconds = 600;
         config->request_timeout_seconds = 60;
         config->max_pids = 4096;

@@ -74,6 +74,11 @@ struct nsbox_config {
         char *idle_action;
         unsigned auto_resume;
         uint32_t paused_timeout_seconds;
+        /* Snapshots and committed images (manifest snapshot.c, images.c):
+         * disk for all of them together, and how many one non-root uid may keep. */
+        uint64_t layer_disk_bytes;
+        unsigned max_snapshots_per_uid;
+        unsigned max_images_per_uid;
 };
 
 #define NSBOX_UID_RANGE 65536u

@@ -19,6 +19,7 @@
 #include "python.h"
 #include "sandbox.h"
 #include "shell.h"
+#include "snapshot.h"
 #include "uidmode.h"
 #include "version.h"
 
@@ -62,6 +63,9 @@ static void method_server_info(struct rpc_request *req)
                 json_array_append_new(features, json_string("limits-not-enforced"));
         if (cgroup_freezer_available())
                 json_array_append_new(features, json_string("pause"));
+        json_array_append_new(features, json_string("snapshot"));
+        json_array_append_new(features, json_string("image-commit"));
+        json_array_append_new(features, json_string("image-import"));
         json_t *policies = json_array();
         const char *name;
         json_t *ignored;
@@ -75,8 +79,8 @@ static void method_server_info(struct rpc_request *req)
             req, json_pack("{s:s, s:s, s:s, s:s, s:i, s:i, s:o, s:o, s:I, s:I, s:o, s:b}", "version",
                            NSBOX_VERSION, "kernel", u.release, "cgroup", cgroup_mode_name(), "uid_isolation",
                            uidmode_name(), "sandboxes", (int)nsboxd.n_sandboxes, "max_sandboxes",
-                           (int)nsboxd.config.max_sandboxes, "images", images_list(), "features", features,
-                           "memory_committed_bytes", (json_int_t)sandbox_memory_committed(),
+                           (int)nsboxd.config.max_sandboxes, "images", images_list(req->uid), "features",
+                           features, "memory_committed_bytes", (json_int_t)sandbox_memory_committed(),
                            "memory_commit_limit_bytes", (json_int_t)nsboxd.config.memory_commit_bytes,
                            "network_policies", policies, "client_network_policies",
                            (bool)nsboxd.config.allow_client_network_policies));
@@ -121,8 +125,27 @@ static void method_sandbox_create(struct rpc_request *req)
         _cleanup_error_ nsbox_error_t *err = NULL;
         struct sandbox_policy policy;
 
-        if (policy_from_json(&nsboxd.config.defaults, &nsboxd.config.ceilings, req->msg.params, &policy,
-                             &err) < 0) {
+        /* from_snapshot: the snapshot's image, and its files over it. */
+        _cleanup_json_ json_t *params = json_incref(req->msg.params);
+        _cleanup_json_ json_t *snapshot = NULL;
+        if (json_object_get(req->msg.params, "from_snapshot") != NULL) {
+                if ((snapshot = snapshot_require(req, "from_snapshot")) == NULL)
+                        return;
+                json_t *image = json_object_get(snapshot, "image");
+                json_t *asked = json_object_get(req->msg.params, "image");
+                if (asked != NULL && !json_equal(asked, image)) {
+                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                        "snapshot %s is of image \"%s\": leave image out",
+                                        json_string_value(json_object_get(snapshot, "snapshot_id")),
+                                        json_string_value(image));
+                        return;
+                }
+                json_decref(params);
+                params = json_copy(req->msg.params);
+                json_object_del(params, "from_snapshot");
+                json_object_set(params, "image", image);
+        }
+        if (policy_from_json(&nsboxd.config.defaults, &nsboxd.config.ceilings, params, &policy, &err) < 0) {
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
                 return;
         }
@@ -131,7 +154,7 @@ static void method_sandbox_create(struct rpc_request *req)
                 policy_clear(&policy);
                 return;
         }
-        if (!image_exists(policy.image)) {
+        if (!image_usable(policy.image, req->uid)) {
                 rpc_reply_fail(req, "invalid_params", "no image \"%s\" in %s", policy.image,
                                nsboxd.config.image_dir);
                 policy_clear(&policy);
@@ -151,8 +174,10 @@ static void method_sandbox_create(struct rpc_request *req)
         }
         struct sandbox *sb;
         bool recreated = policy.session_id[0] != '\0' && sandbox_session_reaped(policy.session_id, req->uid);
-        int r = sandbox_create(req->uid, &policy, recreated ? create_done_recreated : create_done, req, &sb,
-                               &err);
+        const char *snapshot_id =
+            snapshot ? json_string_value(json_object_get(snapshot, "snapshot_id")) : NULL;
+        int r = sandbox_create_from(req->uid, &policy, snapshot_id,
+                                    recreated ? create_done_recreated : create_done, req, &sb, &err);
         if (r == -EUSERS) {
                 rpc_reply_fail(req, "limit_reached", "%s", err->message);
                 return;
@@ -467,6 +492,20 @@ static void method_exec_list(struct rpc_request *req)
                 exec_method_list(req, sb);
 }
 
+static void method_sandbox_snapshot(struct rpc_request *req)
+{
+        struct sandbox *sb = require_sandbox(req);
+        if (sb != NULL)
+                snapshot_method_create(req, sb);
+}
+
+static void method_image_commit(struct rpc_request *req)
+{
+        struct sandbox *sb = require_sandbox(req);
+        if (sb != NULL)
+                image_method_commit(req, sb);
+}
+
 static void method_package_install(struct rpc_request *req)
 {
         struct sandbox *sb = require_sandbox(req);
@@ -498,6 +537,13 @@ const struct rpc_method nsboxd_methods[] = {
         { "sandbox.pause", method_sandbox_pause },
         { "sandbox.resume", method_sandbox_resume },
         { "sandbox.exec", resuming_method_sandbox_exec },
+        { "sandbox.snapshot", method_sandbox_snapshot },
+        { "snapshot.list", snapshot_method_list },
+        { "snapshot.remove", snapshot_method_remove },
+        { "image.commit", method_image_commit },
+        { "image.list", image_method_list },
+        { "image.remove", image_method_remove },
+        { "image.import", image_method_import },
         { "python.run", resuming_python_method_run },
         { "package.install", resuming_method_package_install },
         { "exec.status", exec_method_status },

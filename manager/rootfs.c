@@ -5,15 +5,20 @@
 #include <fcntl.h>
 #include <linux/mount.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "cleanup.h"
+#include "config.h"
 
-static const char *const host_mounts[] = { "root", "lower", "disk" };
+static const char *const host_mounts[] = { "root", "disk" };
 
 int rootfs_prepare_upper(const char *dir, uint64_t disk_bytes, uid_t host_root, nsbox_error_t **err)
 {
@@ -41,49 +46,67 @@ int rootfs_prepare_upper(const char *dir, uint64_t disk_bytes, uid_t host_root, 
         return 0;
 }
 
-int rootfs_mount_overlay(const char *dir, const char *image_rootfs, pid_t pid, bool idmap,
-                         nsbox_error_t **err)
+/* A private clone of a read-only layer attached at `at`, idmapped so that
+ * its files (stored with sandbox-side ids, 0 = the sandbox's root) belong to
+ * this sandbox's range and no one else's. */
+static int attach_layer(const char *layer, const char *at, int userns, bool idmap, nsbox_error_t **err)
 {
-        char path[4096], lower[4096], options[12800];
-
-        snprintf(path, sizeof(path), "/proc/%d/ns/user", pid);
-        _cleanup_close_ int userns = open(path, O_RDONLY | O_CLOEXEC);
-        if (userns < 0)
-                return nsbox_error(err, errno, "open %s", path);
-
-        /* A private clone of the image mount, idmapped so that the image's
-         * root-owned files belong to this sandbox's root and no one else's. */
         _cleanup_close_ int tree =
-            (int)syscall(SYS_open_tree, AT_FDCWD, image_rootfs, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+            (int)syscall(SYS_open_tree, AT_FDCWD, layer, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
         if (tree < 0)
-                return nsbox_error(err, errno, "open_tree %s", image_rootfs);
+                return nsbox_error(err, errno, "open_tree %s", layer);
         struct mount_attr attr = {
                 .attr_set =
                     (idmap ? MOUNT_ATTR_IDMAP : 0) | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
                 .userns_fd = (uint64_t)userns,
         };
         if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)
-                return nsbox_error(err, errno,
-                                   "idmap the image %s (kernel or filesystem without idmapped mounts?)",
-                                   image_rootfs);
-        snprintf(lower, sizeof(lower), "%s/lower", dir);
-        if (syscall(SYS_move_mount, tree, "", AT_FDCWD, lower, MOVE_MOUNT_F_EMPTY_PATH) < 0)
-                return nsbox_error(err, errno, "attach the idmapped image at %s", lower);
+                return nsbox_error(
+                    err, errno, "idmap the layer %s (kernel or filesystem without idmapped mounts?)", layer);
+        if (mkdir(at, 0700) < 0 && errno != EEXIST)
+                return nsbox_error(err, errno, "mkdir %s", at);
+        if (syscall(SYS_move_mount, tree, "", AT_FDCWD, at, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+                return nsbox_error(err, errno, "attach the idmapped layer at %s", at);
+        return 0;
+}
 
-        snprintf(path, sizeof(path), "%s/root", dir);
+int rootfs_mount_overlay(const char *dir, const char *const *layers, size_t n_layers, pid_t pid, bool idmap,
+                         nsbox_error_t **err)
+{
+        char path[4096], options[1024];
+        int r = 0;
+
+        if (n_layers == 0 || n_layers > ROOTFS_MAX_LAYERS)
+                return nsbox_error(err, EINVAL, "%zu layers (1 to %d)", n_layers, ROOTFS_MAX_LAYERS);
+        snprintf(path, sizeof(path), "/proc/%d/ns/user", pid);
+        _cleanup_close_ int userns = open(path, O_RDONLY | O_CLOEXEC);
+        if (userns < 0)
+                return nsbox_error(err, errno, "open %s", path);
+
         /* Layer paths relative to the sandbox dir: the options show in the
          * sandbox's /proc/self/mountinfo, and host paths are none of its
-         * business. nsboxd is single-threaded, so the chdir is private. */
-        snprintf(options, sizeof(options), "lowerdir=lower,upperdir=disk/upper,workdir=disk/work,volatile");
-        if (chdir(dir) < 0)
-                return nsbox_error(err, errno, "chdir %s", dir);
-        int r = 0;
-        if (mount("nsbox", "root", "overlay", MS_NOSUID | MS_NODEV, options) < 0)
-                r = nsbox_error(err, errno, "mount overlay on %s", path);
-        if (chdir("/") < 0 && r == 0)
-                r = nsbox_error(err, errno, "chdir /");
-        /* The overlay holds its own reference to the lower layer. */
-        umount2(lower, MNT_DETACH);
+         * business. */
+        size_t len = (size_t)snprintf(options, sizeof(options), "lowerdir=");
+        for (size_t i = 0; i < n_layers && r == 0; i++) {
+                snprintf(path, sizeof(path), "%s/lower%zu", dir, i);
+                r = attach_layer(layers[i], path, userns, idmap, err);
+                len += (size_t)snprintf(options + len, sizeof(options) - len, "%slower%zu", i ? ":" : "", i);
+        }
+        snprintf(options + len, sizeof(options) - len, ",upperdir=disk/upper,workdir=disk/work,volatile");
+        /* nsboxd is single-threaded, so the chdir is private. */
+        if (r == 0 && chdir(dir) < 0)
+                r = nsbox_error(err, errno, "chdir %s", dir);
+        if (r == 0) {
+                if (mount("nsbox", "root", "overlay", MS_NOSUID | MS_NODEV, options) < 0)
+                        r = nsbox_error(err, errno, "mount overlay on %s/root", dir);
+                if (chdir("/") < 0 && r == 0)
+                        r = nsbox_error(err, errno, "chdir /");
+        }
+        /* The overlay holds its own references to the lower layers. */
+        for (size_t i = 0; i < n_layers; i++) {
+                snprintf(path, sizeof(path), "%s/lower%zu", dir, i);
+                umount2(path, MNT_DETACH | UMOUNT_NOFOLLOW);
+        }
         return r;
 }
 
@@ -94,6 +117,14 @@ void rootfs_detach(const char *dir)
                 snprintf(path, sizeof(path), "%s/%s", dir, host_mounts[i]);
                 while (umount2(path, MNT_DETACH | UMOUNT_NOFOLLOW) == 0)
                         ;
+        }
+        /* Layer mount points are made in order: the first missing one ends them. */
+        for (size_t i = 0; i < ROOTFS_MAX_LAYERS; i++) {
+                snprintf(path, sizeof(path), "%s/lower%zu", dir, i);
+                while (umount2(path, MNT_DETACH | UMOUNT_NOFOLLOW) == 0)
+                        ;
+                if (errno == ENOENT)
+                        break;
         }
 }
 
@@ -141,4 +172,226 @@ int rootfs_remove_dir(const char *dir, nsbox_error_t **err)
         if (r < 0)
                 return nsbox_error(err, -r, "remove %s", dir);
         return 0;
+}
+
+/* Overlay's own metadata (opaque dirs, redirects, metacopy) and what the
+ * sandbox set itself (user.*). trusted.overlay.origin names an inode of the
+ * filesystem the layer came from: meaningless anywhere else. Capabilities
+ * and ACLs are not kept: a sandbox runs with no_new_privs and no
+ * capabilities, so file capabilities would be inert anyway. */
+static bool layer_xattr_kept(const char *name)
+{
+        if (strncmp(name, "trusted.overlay.", 16) == 0)
+                return strcmp(name, "trusted.overlay.origin") != 0;
+        return strncmp(name, "user.", 5) == 0;
+}
+
+static int copy_xattrs(int src, int dst)
+{
+        char names[16384], value[16384];
+        ssize_t n = flistxattr(src, names, sizeof(names));
+        if (n < 0)
+                return errno == ENOTSUP ? 0 : -errno;
+        for (char *name = names; name < names + n; name += strlen(name) + 1) {
+                if (!layer_xattr_kept(name))
+                        continue;
+                ssize_t len = fgetxattr(src, name, value, sizeof(value));
+                if (len < 0)
+                        continue; /* removed meanwhile, or larger than a layer needs */
+                if (fsetxattr(dst, name, value, (size_t)len, 0) < 0)
+                        return -errno;
+        }
+        return 0;
+}
+
+static uid_t layer_map_id(const struct rootfs_copy *c, unsigned id)
+{
+        if (!c->shift)
+                return id;
+        if (id >= c->from_base && id - c->from_base < NSBOX_UID_RANGE)
+                return id - c->from_base;
+        return 65534; /* not an id of the sandbox's range: nobody */
+}
+
+static int copy_file_data(int src_dir, int dst_dir, const char *name)
+{
+        /* O_NONBLOCK: the sandbox may have swapped the file for a FIFO
+         * since the listing, and opening that must not wait for a writer. */
+        _cleanup_close_ int src =
+            openat(src_dir, name, O_RDONLY | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+        if (src < 0)
+                return errno == ELOOP ? 0 : -errno;
+        struct stat now;
+        if (fstat(src, &now) < 0)
+                return -errno;
+        if (!S_ISREG(now.st_mode))
+                return 0; /* replaced meanwhile: it was not a file when the copy passed */
+        _cleanup_close_ int dst =
+            openat(dst_dir, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (dst < 0)
+                return -errno;
+        for (;;) {
+                ssize_t n = sendfile(dst, src, NULL, 1 << 30);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return -errno;
+                if (n == 0)
+                        break;
+        }
+        return copy_xattrs(src, dst);
+}
+
+static int copy_entry(int src_dir, int dst_dir, const char *name, struct rootfs_copy *c, int depth);
+
+static int copy_dir_entries(int src, int dst, struct rootfs_copy *c, int depth)
+{
+        int fd = fcntl(src, F_DUPFD_CLOEXEC, 3);
+        if (fd < 0)
+                return -errno;
+        DIR *d = fdopendir(fd);
+        if (d == NULL) {
+                close(fd);
+                return -errno;
+        }
+        int r = 0;
+        struct dirent *de;
+        while (r == 0 && (de = readdir(d)) != NULL) {
+                if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+                        r = copy_entry(src, dst, de->d_name, c, depth + 1);
+        }
+        closedir(d);
+        return r;
+}
+
+#define LAYER_BLOCK 4096ull
+
+static int charge(struct rootfs_copy *c, uint64_t bytes)
+{
+        bytes = (bytes + LAYER_BLOCK - 1) / LAYER_BLOCK * LAYER_BLOCK;
+        if (c->max_bytes != 0 && c->bytes + bytes > c->max_bytes)
+                return -ENOSPC;
+        c->bytes += bytes;
+        return 0;
+}
+
+static int copy_entry(int src_dir, int dst_dir, const char *name, struct rootfs_copy *c, int depth)
+{
+        if (depth > ROOTFS_COPY_MAX_DEPTH)
+                return -ELOOP;
+        struct stat st, old;
+        /* Gone since the listing: the sandbox deleted it while we copied. */
+        if (fstatat(src_dir, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                return errno == ENOENT ? 0 : -errno;
+        bool have_old = fstatat(dst_dir, name, &old, AT_SYMLINK_NOFOLLOW) == 0;
+        uid_t uid = layer_map_id(c, st.st_uid);
+        gid_t gid = layer_map_id(c, st.st_gid);
+        struct timespec times[2] = { st.st_atim, st.st_mtim };
+        int r;
+
+        if (S_ISDIR(st.st_mode)) {
+                _cleanup_close_ int src =
+                    openat(src_dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                /* Removed or replaced by something else since the listing:
+                 * the sandbox runs while we copy. */
+                if (src < 0)
+                        return errno == ENOENT || errno == ENOTDIR || errno == ELOOP ? 0 : -errno;
+                char v[2];
+                bool opaque = fgetxattr(src, "trusted.overlay.opaque", v, sizeof(v)) == 1 && v[0] == 'y';
+                /* Merging onto an older layer: an opaque directory replaces
+                 * what was there, a plain one adds to it. */
+                if (have_old && (!S_ISDIR(old.st_mode) || opaque)) {
+                        if ((r = remove_tree_at(dst_dir, name, old.st_dev, 0)) < 0)
+                                return r;
+                        have_old = false;
+                }
+                if (!have_old && mkdirat(dst_dir, name, 0700) < 0)
+                        return -errno;
+                _cleanup_close_ int dst =
+                    openat(dst_dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (dst < 0)
+                        return -errno;
+                if ((r = charge(c, LAYER_BLOCK)) < 0 || (r = copy_xattrs(src, dst)) < 0 ||
+                    (r = copy_dir_entries(src, dst, c, depth)) < 0)
+                        return r;
+                if (fchown(dst, uid, gid) < 0 || fchmod(dst, st.st_mode & 07777) < 0 ||
+                    futimens(dst, times) < 0)
+                        return -errno;
+                return 0;
+        }
+        if (have_old && (r = remove_tree_at(dst_dir, name, old.st_dev, 0)) < 0)
+                return r;
+        mode_t mode = st.st_mode & 07777;
+        if (S_ISREG(st.st_mode) && st.st_nlink > 1) {
+                for (size_t i = 0; i < c->n_links; i++) {
+                        if (c->links[i].dev == st.st_dev && c->links[i].ino == st.st_ino)
+                                return linkat(c->links[i].fd, "", dst_dir, name, AT_EMPTY_PATH) < 0 ? -errno
+                                                                                                    : 0;
+                }
+        }
+        if (S_ISREG(st.st_mode)) {
+                if ((r = charge(c, (uint64_t)st.st_size)) < 0)
+                        return r;
+                r = copy_file_data(src_dir, dst_dir, name);
+                if (r == -ENOENT)
+                        return 0;
+                if (r < 0)
+                        return r;
+                /* Inert in a sandbox (no_new_privs), and no file of the
+                 * sandbox's making becomes a setuid file on the host. */
+                mode &= ~(mode_t)(S_ISUID | S_ISGID);
+        } else if (S_ISLNK(st.st_mode)) {
+                char target[4096];
+                ssize_t n = readlinkat(src_dir, name, target, sizeof(target) - 1);
+                if (n < 0)
+                        return errno == ENOENT ? 0 : -errno;
+                target[n] = '\0';
+                if (symlinkat(target, dst_dir, name) < 0)
+                        return -errno;
+        } else if (S_ISCHR(st.st_mode) && st.st_rdev == makedev(0, 0)) {
+                /* A whiteout: the file below it was deleted in the sandbox. */
+                if (mknodat(dst_dir, name, S_IFCHR | mode, makedev(0, 0)) < 0)
+                        return -errno;
+        } else if (S_ISFIFO(st.st_mode)) {
+                if (mknodat(dst_dir, name, S_IFIFO | 0600, 0) < 0)
+                        return -errno;
+        } else {
+                return 0; /* sockets, and devices a sandbox cannot have made */
+        }
+        if (fchownat(dst_dir, name, uid, gid, AT_SYMLINK_NOFOLLOW) < 0)
+                return -errno;
+        if (!S_ISLNK(st.st_mode) && fchmodat(dst_dir, name, mode, 0) < 0)
+                return -errno;
+        if (utimensat(dst_dir, name, times, AT_SYMLINK_NOFOLLOW) < 0)
+                return -errno;
+        if (S_ISREG(st.st_mode) && st.st_nlink > 1 && c->n_links < ROOTFS_COPY_MAX_LINKS) {
+                if (c->links == NULL && (c->links = calloc(ROOTFS_COPY_MAX_LINKS, sizeof(*c->links))) == NULL)
+                        return 0; /* the other names become copies */
+                int fd = openat(dst_dir, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+                if (fd >= 0)
+                        c->links[c->n_links++] = (struct rootfs_copy_link){ st.st_dev, st.st_ino, fd };
+        }
+        return 0;
+}
+
+int rootfs_copy_layer(int src, int dst, struct rootfs_copy *c)
+{
+        return copy_dir_entries(src, dst, c, 0);
+}
+
+void rootfs_copy_done(struct rootfs_copy *c)
+{
+        for (size_t i = 0; i < c->n_links; i++)
+                close(c->links[i].fd);
+        free(c->links);
+        c->links = NULL;
+        c->n_links = 0;
+}
+
+int rootfs_remove_at(int dir, const char *name)
+{
+        struct stat st;
+        if (fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                return errno == ENOENT ? 0 : -errno;
+        return remove_tree_at(dir, name, st.st_dev, 0);
 }

@@ -12,12 +12,52 @@
 /* Under dir: mount a tmpfs of disk_bytes at dir/disk (upper + work inside,
  * owned by the sandbox's host root uid). */
 int rootfs_prepare_upper(const char *dir, uint64_t disk_bytes, uid_t host_root, nsbox_error_t **err);
-/* Mount the overlay at dir/root: lower = image_rootfs idmapped through the
- * user namespace of `pid`, upper and work from rootfs_prepare_upper(). */
-int rootfs_mount_overlay(const char *dir, const char *image_rootfs, pid_t pid, bool idmap,
+/* Read-only layers below a sandbox's upper: its image and the image's
+ * parents, and the snapshot it was forked from. */
+#define ROOTFS_MAX_LAYERS 16
+
+/* Mount the overlay at dir/root: lower = layers (top first) each idmapped
+ * through the user namespace of `pid`, upper and work from
+ * rootfs_prepare_upper(). */
+int rootfs_mount_overlay(const char *dir, const char *const *layers, size_t n_layers, pid_t pid, bool idmap,
                          nsbox_error_t **err);
 /* Detach every host-side mount under dir (the sandbox keeps its own copies). */
 void rootfs_detach(const char *dir);
 /* Remove dir and everything below it, never following symlinks or crossing
  * into other mounts. */
 int rootfs_remove_dir(const char *dir, nsbox_error_t **err);
+
+/* Copying an overlay layer (an upper, or a stored snapshot layer) into a
+ * stored layer, as another layer over the same lower ones would see it. */
+struct rootfs_copy {
+        bool shift;         /* host ids from_base.. become sandbox-side ids 0.. */
+        uid_t from_base;    /* the sandbox's host range (ids outside it: 65534) */
+        uint64_t max_bytes; /* -ENOSPC beyond it (0: no bound) */
+        uint64_t bytes;     /* what was copied, in 4 KiB blocks */
+        /* Files with more than one link seen so far (the first copy held
+         * by an O_PATH fd), so that their other names become links too. */
+        struct rootfs_copy_link {
+                dev_t dev;
+                ino_t ino;
+                int fd;
+        } * links;
+        size_t n_links;
+};
+/* At most this many linked files are remembered; beyond, copies. */
+#define ROOTFS_COPY_MAX_LINKS 1024
+/* Each level holds three fds and a few KiB of stack in the worker; below
+ * the depth rootfs_remove_dir goes to, so a half-made copy is removed. */
+#define ROOTFS_COPY_MAX_DEPTH 200
+
+/* Copy the entries of the directory src into the directory dst, merged as
+ * overlay would stack them: whiteouts (0:0 character devices) and opaque
+ * directories (trusted.overlay.opaque) replace what dst holds, plain
+ * directories add to it. Regular files are copied (never linked to the
+ * source: it may be a live writable layer; names of one file in the source
+ * are links to one copy), setuid/setgid bits dropped, owners
+ * shifted by `c`. Never follows symlinks. Returns 0 or a negative errno. */
+int rootfs_copy_layer(int src, int dst, struct rootfs_copy *c);
+/* Close what rootfs_copy_layer remembered of c's hard links. */
+void rootfs_copy_done(struct rootfs_copy *c);
+/* Remove dir/name and everything below, as rootfs_remove_dir. */
+int rootfs_remove_at(int dir, const char *name);

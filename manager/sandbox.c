@@ -31,7 +31,9 @@
 #include "proto.h"
 #include "python.h"
 #include "shell.h"
+#include "images.h"
 #include "rootfs.h"
+#include "snapshot.h"
 #include "setup.h"
 #include "state.h"
 #include "uidmode.h"
@@ -76,7 +78,7 @@ static bool commit_fits(uint64_t memory_bytes)
  * lock, the next exec's slot socket and pipes, its cgroup's OOM counter)
  * and so does each client: with the usual soft limit of 1024 creates would
  * start failing at about 150 sandboxes. */
-#define FDS_PER_SANDBOX 8
+#define FDS_PER_SANDBOX 9
 #define FDS_BESIDES     256
 
 void sandbox_ensure_fd_limit(void)
@@ -170,6 +172,9 @@ int sandbox_registry_init(nsbox_error_t **err)
                 return nsbox_error(err, errno, "mkdir %s", path);
         sandbox_ensure_fd_limit();
         sandbox_warn_overcommit();
+        int r = snapshots_init(err);
+        if (r < 0)
+                return r;
         return reserve_child_fd_slots(err);
 }
 
@@ -271,6 +276,8 @@ json_t *sandbox_to_json(const struct sandbox *sb, bool existing)
                 format_timestamp(sb->paused_at_ms, when, sizeof(when));
                 json_object_set_new(j, "paused_at", json_string(when));
         }
+        if (j != NULL && sb->snapshot_id[0] != '\0')
+                json_object_set_new(j, "from_snapshot", json_string(sb->snapshot_id));
         return j;
 }
 
@@ -366,6 +373,10 @@ static void sandbox_free(struct sandbox *sb)
                 nsboxd.uid_slots[sb->uid_slot] = 0;
         if (sb->uid_lock_fd >= 0)
                 close(sb->uid_lock_fd);
+        if (sb->disk_fd >= 0)
+                close(sb->disk_fd);
+        if (sb->snapshot_id[0] != '\0')
+                snapshot_release(sb->snapshot_id);
         policy_clear(&sb->policy);
         free(sb->dir);
         free(sb->failure);
@@ -578,19 +589,38 @@ static int wait_child_unshared(int parent_end, int pidfd, nsbox_error_t **err)
         return 0;
 }
 
+struct layers {
+        char *path[ROOTFS_MAX_LAYERS];
+        size_t n;
+};
+
+static void layers_free(struct layers *l)
+{
+        for (size_t i = 0; i < l->n; i++)
+                free(l->path[i]);
+}
+
 static int sandbox_spawn(struct sandbox *sb, nsbox_error_t **err)
 {
         char path[4096];
         int r;
 
-        char image_rootfs[4096];
-        snprintf(image_rootfs, sizeof(image_rootfs), "%s/%s/rootfs", nsboxd.config.image_dir,
-                 sb->policy.image);
-        struct stat st;
-        if (stat(image_rootfs, &st) < 0 || !S_ISDIR(st.st_mode))
+        if (!image_exists(sb->policy.image))
                 return nsbox_error(err, ENOENT, "image \"%s\" not found in %s (build it with make image)",
                                    sb->policy.image, nsboxd.config.image_dir);
-        if ((r = uidmode_image_lower(sb->policy.image, image_rootfs, sizeof(image_rootfs), err)) < 0)
+        /* Top first: the snapshot it is forked from, then the image's layers. */
+        _cleanup_(layers_free) struct layers layers = { 0 };
+        if (sb->snapshot_id[0] != '\0') {
+                char layer[4096];
+                snapshot_layer_path(sb->snapshot_id, layer, sizeof(layer));
+                if ((layers.path[layers.n++] = strdup(layer)) == NULL)
+                        return nsbox_error(err, ENOMEM, "layers");
+        }
+        size_t n_image;
+        r = image_layers(sb->policy.image, layers.path + layers.n, ROOTFS_MAX_LAYERS - layers.n, &n_image,
+                         err);
+        layers.n += n_image;
+        if (r < 0)
                 return r;
         int seccomp_fd = profiles_get(sb->policy.seccomp_profile, err);
         if (seccomp_fd < 0)
@@ -604,6 +634,10 @@ static int sandbox_spawn(struct sandbox *sb, nsbox_error_t **err)
                 return nsbox_error(err, errno, "mkdir %s", sb->dir);
         if ((r = rootfs_prepare_upper(sb->dir, sb->policy.limits.disk_bytes, sb->host_uid_base, err)) < 0)
                 return r;
+        snprintf(path, sizeof(path), "%s/disk", sb->dir);
+        sb->disk_fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sb->disk_fd < 0)
+                return nsbox_error(err, errno, "open %s", path);
 
         int sv[2];
         if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
@@ -669,7 +703,8 @@ static int sandbox_spawn(struct sandbox *sb, nsbox_error_t **err)
                 return r;
         if ((r = write_id_maps(pid, sb->host_uid_base, err)) < 0 ||
             (r = sandbox_setup_protect(pid, err)) < 0 ||
-            (r = rootfs_mount_overlay(sb->dir, image_rootfs, pid, !uidmode_shared(), err)) < 0)
+            (r = rootfs_mount_overlay(sb->dir, (const char *const *)layers.path, layers.n, pid,
+                                      !uidmode_shared(), err)) < 0)
                 return r;
 
         fcntl(parent_end, F_SETFL, O_NONBLOCK);
@@ -687,8 +722,8 @@ static int sandbox_spawn(struct sandbox *sb, nsbox_error_t **err)
         return 0;
 }
 
-static int sandbox_new(uid_t owner, struct sandbox_policy *policy, bool pooled, sandbox_ready_cb done,
-                       void *data, struct sandbox **out, nsbox_error_t **err)
+static int sandbox_new(uid_t owner, struct sandbox_policy *policy, bool pooled, const char *snapshot_id,
+                       sandbox_ready_cb done, void *data, struct sandbox **out, nsbox_error_t **err)
 {
         if (!commit_fits(policy->limits.memory_bytes)) {
                 uint64_t want = policy->limits.memory_bytes;
@@ -712,6 +747,11 @@ static int sandbox_new(uid_t owner, struct sandbox_policy *policy, bool pooled, 
         sb->state = SANDBOX_CREATING;
         sb->uid_slot = UINT32_MAX;
         sb->uid_lock_fd = -1;
+        sb->disk_fd = -1;
+        if (snapshot_id != NULL) {
+                snprintf(sb->snapshot_id, sizeof(sb->snapshot_id), "%s", snapshot_id);
+                snapshot_hold(sb->snapshot_id);
+        }
         sb->created_at_ms = now_realtime_ms();
         sandbox_touch(sb);
         uuid_t uuid;
@@ -899,7 +939,7 @@ void sandbox_pool_fill(void)
                 struct sandbox_policy policy = nsboxd.config.defaults;
                 policy.env = policy.labels = NULL;
                 policy.session_id[0] = '\0';
-                if (sandbox_new(0, &policy, true, pool_ready, NULL, NULL, &err) < 0) {
+                if (sandbox_new(0, &policy, true, NULL, pool_ready, NULL, NULL, &err) < 0) {
                         log_warn("warm pool: %s", err->message);
                         pool_retry_at = now_monotonic_ms() + POOL_RETRY_MS;
                         break;
@@ -939,6 +979,12 @@ static unsigned count_owned(uid_t owner)
 int sandbox_create(uid_t owner, struct sandbox_policy *policy, sandbox_ready_cb done, void *data,
                    struct sandbox **out, nsbox_error_t **err)
 {
+        return sandbox_create_from(owner, policy, NULL, done, data, out, err);
+}
+
+int sandbox_create_from(uid_t owner, struct sandbox_policy *policy, const char *snapshot_id,
+                        sandbox_ready_cb done, void *data, struct sandbox **out, nsbox_error_t **err)
+{
         if (nsboxd.n_sandboxes >= nsboxd.config.max_sandboxes) {
                 policy_clear(policy);
                 return nsbox_error(err, EUSERS, "at most %u sandboxes may exist (max_sandboxes)",
@@ -952,7 +998,8 @@ int sandbox_create(uid_t owner, struct sandbox_policy *policy, sandbox_ready_cb 
                                    "(max_sandboxes_per_uid)",
                                    (unsigned)owner, nsboxd.config.max_sandboxes_per_uid);
         }
-        struct sandbox *sb = pool_claim(owner, policy);
+        /* A pooled sandbox's overlay has no snapshot layer. */
+        struct sandbox *sb = snapshot_id == NULL ? pool_claim(owner, policy) : NULL;
         if (sb != NULL) {
                 *out = sb;
                 if (sb->state == SANDBOX_RUNNING)
@@ -964,7 +1011,7 @@ int sandbox_create(uid_t owner, struct sandbox_policy *policy, sandbox_ready_cb 
                 return 0;
         }
         pool_give_way(policy->limits.memory_bytes);
-        return sandbox_new(owner, policy, false, done, data, out, err);
+        return sandbox_new(owner, policy, false, snapshot_id, done, data, out, err);
 }
 
 void sandbox_when_ready(struct sandbox *sb, sandbox_ready_cb done, void *data)

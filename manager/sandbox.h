@@ -37,6 +37,10 @@ struct sandbox {
         int uid_lock_fd; /* flock held on the range for as long as the sandbox lives */
         uid_t host_uid_base;
         char *dir;
+        /* Its writable layer's tmpfs, kept open once the host side of the
+         * mounts is detached: sandbox.snapshot and image.commit copy it. */
+        int disk_fd;
+        char snapshot_id[37]; /* the snapshot it was created from, or "" */
 
         struct sandbox_waiter *create_waiters; /* requests answered when the create ends */
         struct sandbox_waiter *remove_waiters;
@@ -69,6 +73,10 @@ typedef void (*sandbox_ready_cb)(struct sandbox *sb, const char *error, void *da
  * sandbox is gone by the time done returns). */
 int sandbox_create(uid_t owner, struct sandbox_policy *policy, sandbox_ready_cb done, void *data,
                    struct sandbox **out, nsbox_error_t **err);
+/* The same, with the files of snapshot `snapshot_id` (snapshot.h) as a
+ * read-only layer over the image (NULL: none, as sandbox_create). */
+int sandbox_create_from(uid_t owner, struct sandbox_policy *policy, const char *snapshot_id,
+                        sandbox_ready_cb done, void *data, struct sandbox **out, nsbox_error_t **err);
 /* Run `done` when `sb` (being created) is ready or failed. */
 void sandbox_when_ready(struct sandbox *sb, sandbox_ready_cb done, void *data);
 

@@ -15,3 +15,4 @@ bench: deps-bench
 	$(PYTHON) tests/bench/bench.py --build $(BUILD) --image-dir $(IMAGE_DIR) \
 		--reproduce "make bench$(if $(filter-out build,$(BUILD)), BUILD=$(BUILD))$(if $(BENCH_ARGS), BENCH_ARGS='$(BENCH_ARGS)')" \
 		$(BENCH_ARGS)
+	$(PYTHON) tests/bench/snapshot.py --build $(BUILD) --image-dir $(IMAGE_DIR)

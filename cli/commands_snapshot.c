@@ -1,0 +1,301 @@
+/* nsbox snapshot, fork, commit and images: file snapshots of sandboxes,
+ * sandboxes forked from them, and images committed from sandboxes. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cleanup.h"
+#include "cli.h"
+#include "json_cleanup.h"
+
+enum { OPT_NAME = CLI_OPT_FIRST_FREE };
+
+static void format_size(json_t *bytes, char *out, size_t len)
+{
+        double v = json_is_integer(bytes) ? (double)json_integer_value(bytes) : 0;
+        static const char *const units[] = { "B", "KB", "MB", "GB", "TB" };
+        size_t u = 0;
+        while (v >= 1000 && u < ARRAY_SIZE(units) - 1) {
+                v /= 1000;
+                u++;
+        }
+        snprintf(out, len, u == 0 ? "%.0f%s" : "%.1f%s", v, units[u]);
+}
+
+static const char *text_or(json_t *v, const char *fallback)
+{
+        return json_is_string(v) ? json_string_value(v) : fallback;
+}
+
+/* One call on a connection of its own; params: stolen. */
+static json_t *call(const struct cli *cli, const char *method, json_t *params)
+{
+        _cleanup_json_ json_t *owned = params;
+        struct client *c = cli_connect(cli);
+        if (c == NULL)
+                return NULL;
+        json_t *result = cli_call(cli, c, method, params);
+        client_close(c);
+        return result;
+}
+
+static int snapshot_list(const struct cli *cli)
+{
+        _cleanup_json_ json_t *result = call(cli, "snapshot.list", json_object());
+        if (result == NULL)
+                return EXIT_NSBOX_FAILED;
+        if (cli->json) {
+                cli_print_json(result);
+                return 0;
+        }
+        printf("%-36s  %-16s  %-10s  %8s  %9s  %s\n", "SNAPSHOT ID", "NAME", "IMAGE", "SIZE", "SANDBOXES",
+               "CREATED");
+        size_t i;
+        json_t *s;
+        json_array_foreach(json_object_get(result, "snapshots"), i, s)
+        {
+                char size[32];
+                if (json_is_true(json_object_get(s, "damaged"))) {
+                        printf("%-36s  (damaged)\n", text_or(json_object_get(s, "snapshot_id"), "?"));
+                        continue;
+                }
+                format_size(json_object_get(s, "size_bytes"), size, sizeof(size));
+                printf("%-36s  %-16.64s  %-10s  %8s  %9lld  %s\n",
+                       text_or(json_object_get(s, "snapshot_id"), "?"),
+                       text_or(json_object_get(s, "name"), "-"), text_or(json_object_get(s, "image"), "?"),
+                       size, (long long)json_integer_value(json_object_get(s, "sandboxes")),
+                       text_or(json_object_get(s, "created_at"), ""));
+        }
+        return 0;
+}
+
+static int snapshot_rm(const struct cli *cli, int argc, char **argv)
+{
+        if (argc < 1)
+                return cli_usage_error(cli);
+        struct client *c = cli_connect(cli);
+        if (c == NULL)
+                return EXIT_NSBOX_FAILED;
+        int status = 0;
+        for (int i = 0; i < argc; i++) {
+                _cleanup_json_ json_t *params = json_pack("{s:s}", "snapshot_id", argv[i]);
+                _cleanup_json_ json_t *result = cli_call(cli, c, "snapshot.remove", params);
+                if (result == NULL)
+                        status = EXIT_NSBOX_FAILED;
+                else if (cli->json)
+                        cli_print_json(result);
+                else
+                        puts(argv[i]);
+        }
+        client_close(c);
+        return status;
+}
+
+/* sandbox.snapshot of `id`: the result, or NULL after printing why. */
+/* A command without options (but --help) taking exactly n arguments: true
+ * with optind at the first, or false with *code what the command returns. */
+static bool just_args(const struct cli *cli, int argc, char **argv, int n, int *code)
+{
+        int opt;
+        optind = 1;
+        while ((opt = cli_getopt(cli, argc, argv, "", NULL)) != -1) {
+                *code = cli_opt_exit(opt);
+                return false;
+        }
+        if (argc - optind != n) {
+                *code = cli_usage_error(cli);
+                return false;
+        }
+        return true;
+}
+
+static json_t *take_snapshot(const struct cli *cli, const char *id, const char *name)
+{
+        json_t *params = json_pack("{s:s}", "sandbox_id", id);
+        if (name != NULL)
+                json_object_set_new(params, "name", json_string(name));
+        return call(cli, "sandbox.snapshot", params);
+}
+
+int cmd_snapshot(const struct cli *cli, int argc, char **argv)
+{
+        if (argc >= 2 && strcmp(argv[1], "ls") == 0)
+                return argc == 2 ? snapshot_list(cli) : cli_usage_error(cli);
+        if (argc >= 2 && strcmp(argv[1], "rm") == 0)
+                return snapshot_rm(cli, argc - 2, argv + 2);
+        static const struct option longopts[] = { { "name", required_argument, NULL, OPT_NAME }, { 0 } };
+        const char *name = NULL;
+        int opt;
+        optind = 1;
+        while ((opt = cli_getopt(cli, argc, argv, "", longopts)) != -1) {
+                if (opt < -1)
+                        return cli_opt_exit(opt);
+                name = optarg;
+        }
+        if (argc - optind != 1)
+                return cli_usage_error(cli);
+        _cleanup_json_ json_t *result = take_snapshot(cli, argv[optind], name);
+        if (result == NULL)
+                return EXIT_NSBOX_FAILED;
+        if (cli->json)
+                cli_print_json(result);
+        else
+                puts(text_or(json_object_get(result, "snapshot_id"), ""));
+        return 0;
+}
+
+int cmd_snapshots(const struct cli *cli, int argc, char **argv)
+{
+        int code;
+        if (!just_args(cli, argc, argv, 0, &code))
+                return code;
+        return snapshot_list(cli);
+}
+
+int cmd_fork(const struct cli *cli, int argc, char **argv)
+{
+        static const struct option longopts[] = { CLI_CREATE_OPTIONS,
+                                                  { "env", required_argument, NULL, CLI_OPT_ENV },
+                                                  { "name", required_argument, NULL, OPT_NAME },
+                                                  { 0 } };
+        _cleanup_json_ json_t *params = json_object();
+        const char *name = NULL;
+        int opt;
+        optind = 1;
+        while ((opt = cli_getopt(cli, argc, argv, "", longopts)) != -1) {
+                if (opt < -1)
+                        return cli_opt_exit(opt);
+                if (opt == OPT_NAME) {
+                        name = optarg;
+                        continue;
+                }
+                int r = cli_create_option(params, opt, optarg);
+                if (r != 0)
+                        return r == 1 ? cli_usage_error(cli) : r;
+        }
+        if (argc - optind != 1)
+                return cli_usage_error(cli);
+        _cleanup_json_ json_t *snapshot = take_snapshot(cli, argv[optind], name);
+        if (snapshot == NULL)
+                return EXIT_NSBOX_FAILED;
+        json_object_set(params, "from_snapshot", json_object_get(snapshot, "snapshot_id"));
+        _cleanup_json_ json_t *sandbox = call(cli, "sandbox.create", json_incref(params));
+        if (sandbox == NULL)
+                return EXIT_NSBOX_FAILED;
+        if (cli->json) {
+                _cleanup_json_ json_t *both =
+                    json_pack("{s:O, s:O}", "snapshot", snapshot, "sandbox", sandbox);
+                cli_print_json(both);
+        } else {
+                puts(text_or(json_object_get(sandbox, "sandbox_id"), ""));
+        }
+        return 0;
+}
+
+int cmd_commit(const struct cli *cli, int argc, char **argv)
+{
+        int code;
+        if (!just_args(cli, argc, argv, 2, &code))
+                return code;
+        _cleanup_json_ json_t *result =
+            call(cli, "image.commit",
+                 json_pack("{s:s, s:s}", "sandbox_id", argv[optind], "name", argv[optind + 1]));
+        if (result == NULL)
+                return EXIT_NSBOX_FAILED;
+        if (cli->json)
+                cli_print_json(result);
+        else
+                puts(text_or(json_object_get(result, "name"), ""));
+        return 0;
+}
+
+static int image_list(const struct cli *cli)
+{
+        _cleanup_json_ json_t *result = call(cli, "image.list", json_object());
+        if (result == NULL)
+                return EXIT_NSBOX_FAILED;
+        if (cli->json) {
+                cli_print_json(result);
+                return 0;
+        }
+        printf("%-24s  %8s  %-16s  %-8s  %s\n", "NAME", "SIZE", "PARENT", "PYTHON", "CREATED");
+        size_t i;
+        json_t *image;
+        json_array_foreach(json_object_get(result, "images"), i, image)
+        {
+                char size[32];
+                format_size(json_object_get(image, "size_bytes"), size, sizeof(size));
+                printf("%-24s  %8s  %-16s  %-8s  %s\n", text_or(json_object_get(image, "name"), "?"), size,
+                       text_or(json_object_get(image, "parent"), "-"),
+                       text_or(json_object_get(image, "python_version"), "-"),
+                       text_or(json_object_get(image, "created_at"),
+                               text_or(json_object_get(image, "build_date"), "")));
+        }
+        return 0;
+}
+
+int cmd_images(const struct cli *cli, int argc, char **argv)
+{
+        int code;
+        if (!just_args(cli, argc, argv, 0, &code))
+                return code;
+        return image_list(cli);
+}
+
+/* nsbox image import [--tag TAG] PATH NAME: nsboxd reads PATH, so it goes
+ * as an absolute path. */
+static int image_import(const struct cli *cli, int argc, char **argv)
+{
+        static const struct option longopts[] = { { "tag", required_argument, NULL, OPT_NAME }, { 0 } };
+        const char *tag = NULL;
+        int opt;
+        optind = 1;
+        while ((opt = cli_getopt(cli, argc, argv, "", longopts)) != -1) {
+                if (opt < -1)
+                        return cli_opt_exit(opt);
+                tag = optarg;
+        }
+        if (argc - optind != 2)
+                return cli_usage_error(cli);
+        char path[PATH_MAX];
+        if (realpath(argv[optind], path) == NULL)
+                return cli_fail("%s: %m", argv[optind]);
+        json_t *params = json_pack("{s:s, s:s}", "path", path, "name", argv[optind + 1]);
+        if (tag != NULL)
+                json_object_set_new(params, "tag", json_string(tag));
+        _cleanup_json_ json_t *result = call(cli, "image.import", params);
+        if (result == NULL)
+                return EXIT_NSBOX_FAILED;
+        if (cli->json)
+                cli_print_json(result);
+        else
+                puts(text_or(json_object_get(result, "name"), ""));
+        return 0;
+}
+
+int cmd_image(const struct cli *cli, int argc, char **argv)
+{
+        if (argc == 2 && strcmp(argv[1], "ls") == 0)
+                return image_list(cli);
+        if (argc >= 2 && strcmp(argv[1], "import") == 0)
+                return image_import(cli, argc - 1, argv + 1);
+        if (argc < 3 || strcmp(argv[1], "rm") != 0)
+                return cli_usage_error(cli);
+        struct client *c = cli_connect(cli);
+        if (c == NULL)
+                return EXIT_NSBOX_FAILED;
+        int status = 0;
+        for (int i = 2; i < argc; i++) {
+                _cleanup_json_ json_t *params = json_pack("{s:s}", "name", argv[i]);
+                _cleanup_json_ json_t *result = cli_call(cli, c, "image.remove", params);
+                if (result == NULL)
+                        status = EXIT_NSBOX_FAILED;
+                else if (cli->json)
+                        cli_print_json(result);
+                else
+                        puts(argv[i]);
+        }
+        client_close(c);
+        return status;
+}
