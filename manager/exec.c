@@ -479,6 +479,13 @@ static void stdin_close(struct exec *ex)
 static void on_stdin(struct loop_source *source, uint32_t events)
 {
         struct exec *ex = source->data;
+        if (events & (EPOLLERR | EPOLLHUP)) {
+                /* Its reader closed it (epoll reports that even with no
+                 * events asked for: an attached stdin waiting for more would
+                 * otherwise wake the loop for ever). */
+                stdin_close(ex);
+                return;
+        }
         while (ex->stdin_off < ex->stdin_len) {
                 ssize_t n = write(source->fd, ex->stdin_data + ex->stdin_off, ex->stdin_len - ex->stdin_off);
                 if (n < 0) {

@@ -787,7 +787,8 @@ json_t *image_python_preload(const char *name)
         {
                 const char *m = json_string_value(v);
                 if (m != NULL && m[0] != '\0' && m[0] != '-' && strlen(m) < 128 &&
-                    strspn(m, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.") == strlen(m))
+                    strspn(m, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.") ==
+                        strlen(m))
                         json_array_append(out, v);
         }
         return out;

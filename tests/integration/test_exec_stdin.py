@@ -202,3 +202,28 @@ def test_cli_exec_i_streams_input_while_the_command_runs(daemon, sandbox):
     finally:
         p.kill()
         p.wait()
+
+
+def _cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_command_that_closes_its_streamed_stdin_does_not_spin_nsboxd(daemon, sandbox):
+    # The write end of a pipe whose reader closed is always "ready" (EPOLLERR)
+    # in epoll, even with no events asked for: nsboxd must let it go, not
+    # wake up for it in a loop while the command runs on.
+    ex = daemon.call("sandbox.exec", sandbox_id=sandbox, command="exec 0<&-; sleep 3; echo done",
+                     background=True, stdin_stream=True)["exec_id"]
+    time.sleep(0.3)
+    before = _cpu_seconds(daemon.proc.pid)
+    time.sleep(2)
+    used = _cpu_seconds(daemon.proc.pid) - before
+    st = wait_end(daemon, ex)
+    assert st["stdout"] == "done\n"
+    assert used < 0.5, "nsboxd used %.2f s of CPU in 2 s while the exec slept" % used
+    try:
+        daemon.call("exec.stdin", exec_id=ex, data="late")
+    except RpcError as e:
+        assert e.kind in ("unavailable", "invalid_params"), e
