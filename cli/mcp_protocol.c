@@ -99,7 +99,12 @@ const struct mcp_tool mcp_tools[] = {
                 "(default 512). Processes beyond it are killed.\"},"
                 "\"timeout\":{\"type\":\"integer\",\"minimum\":1,\"description\":\"Idle timeout in seconds: "
                 "the sandbox is removed after this long with nothing running in it and no requests (default "
-                "300).\"}," P_NETWORK(""),
+                "300).\"},"
+                "\"from_snapshot\":{\"type\":\"string\",\"minLength\":1,\"description\":\"A snapshot_id "
+                "from snapshot_sandbox: the new sandbox starts with that sandbox's files (not its "
+                "processes), "
+                "in a writable layer of its own - a fork. Any number of sandboxes may start from one "
+                "snapshot; none sees another's changes.\"}," P_NETWORK(""),
                 ""),
             .method = "sandbox.create",
         },
@@ -149,6 +154,37 @@ const struct mcp_tool mcp_tools[] = {
             .input_schema = SCHEMA(P_ADDRESS, ""),
             .method = "sandbox.resume",
             .address = MCP_ADDRESS_EXISTING,
+        },
+        {
+            .name = "snapshot_sandbox",
+            .description =
+                "Snapshot a sandbox's files (by sandbox_id, or the live sandbox of session_id): /workspace, "
+                "/tmp and every change it made to its image, deletions included; not its processes or "
+                "variables. Returns a snapshot_id: create_sandbox with from_snapshot starts a new sandbox "
+                "(a fork) from it, as many times as you like, e.g. to try several approaches from one "
+                "prepared state. Files being written during the snapshot may be copied half-written. "
+                "Snapshots are yours only and stay until remove_snapshot.",
+            .input_schema = SCHEMA(P_ADDRESS ",\"name\":{\"type\":\"string\",\"minLength\":1,"
+                                             "\"maxLength\":63,\"description\":\"An optional label.\"}",
+                                   ""),
+            .method = "sandbox.snapshot",
+            .address = MCP_ADDRESS_EXISTING,
+        },
+        {
+            .name = "list_snapshots",
+            .description = "List your snapshots: snapshot_id, name, image, the sandbox it was taken from, "
+                           "created_at, size_bytes and the sandboxes started from it.",
+            .input_schema = SCHEMA("", ""),
+            .method = "snapshot.list",
+        },
+        {
+            .name = "remove_snapshot",
+            .description = "Remove a snapshot (its files). Refused while a sandbox started from it lives.",
+            .input_schema = SCHEMA("\"snapshot_id\":{\"type\":\"string\",\"minLength\":1,"
+                                   "\"description\":\"The snapshot_id from snapshot_sandbox.\"}",
+                                   "\"snapshot_id\""),
+            .method = "snapshot.remove",
+            .destructive = true,
         },
         {
             .name = "run_code",

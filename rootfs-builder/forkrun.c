@@ -66,10 +66,9 @@ static size_t append(size_t at, const char *text)
         return at + n;
 }
 
-/* The request: "NSBOX1\0UMASK\0SCRIPT\0REPORT\0" then one "K=V\0" per
- * environment entry; 0 when it does not fit (the plain path takes it). */
-/* "NSBOX2", umask, the count of run.py's arguments, the arguments, then the
- * environment: NUL-terminated strings. */
+/* The request: "NSBOX2\0UMASK\0COUNT\0" then run.py's COUNT arguments
+ * (SCRIPT REPORT [NAME [ARG...]]) and one "K=V" per environment entry, each
+ * NUL-terminated; 0 when it does not fit (the plain path takes it). */
 static size_t build_request(int nargs, char **args)
 {
         char umask_text[8], count_text[16];

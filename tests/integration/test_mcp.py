@@ -19,11 +19,14 @@ from conftest import BUILD, REPO, Daemon
 
 TOOLS = {
     # name: (required, optional); every sandbox tool takes session_id or sandbox_id (test_mcp_family.py)
-    "create_sandbox": ([], ["session_id", "memory_mb", "timeout", "network"]),
+    "create_sandbox": ([], ["session_id", "memory_mb", "timeout", "from_snapshot", "network"]),
     "list_sandboxes": ([], ["include_inactive"]),
     "remove_sandbox": ([], ["session_id", "sandbox_id", "force"]),
     "pause_sandbox": ([], ["session_id", "sandbox_id", "force"]),
     "resume_sandbox": ([], ["session_id", "sandbox_id"]),
+    "snapshot_sandbox": ([], ["session_id", "sandbox_id", "name"]),
+    "list_snapshots": ([], []),
+    "remove_snapshot": (["snapshot_id"], []),
     "run_code": (["code"], ["session_id", "sandbox_id", "network", "stateful", "dependencies", "timeout"]),
     "execute_python_code": (["code"], ["session_id", "sandbox_id", "timeout"]),
     "install_package": (["package"], ["session_id", "sandbox_id"]),

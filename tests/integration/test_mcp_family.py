@@ -13,13 +13,14 @@ import subprocess
 import pytest
 
 from conftest import BUILD, REPO
-from test_mcp import scenario, sdk_dir  # noqa: F401  (the SDK fixture)
+from test_mcp import McpProcess, init_params, scenario, sdk_dir  # noqa: F401  (the SDK fixture)
 
 CAP = 20000
 SANDBOX_TOOLS = ["remove_sandbox", "run_code", "execute_python_code", "install_package", "python_execute",
                  "shell_execute", "sandbox_fs_list", "sandbox_fs_read", "sandbox_fs_write", "expose_port",
                  "shell_start", "shell_output", "shell_kill", "shell_session_run", "shell_session_check",
-                 "shell_session_list", "shell_session_close"]
+                 "shell_session_list", "shell_session_close", "pause_sandbox", "resume_sandbox",
+                 "snapshot_sandbox"]
 
 
 @pytest.fixture(scope="module")
@@ -169,3 +170,49 @@ def test_inspector_cli_lists_tools_and_calls_run_code(daemon, inspector_dir):
     assert result.get("isError") is False, result
     assert json.loads(result["content"][0]["text"])["stdout"] == "42\n"
     daemon.cli("rm", "-f", json.loads(result["content"][0]["text"])["sandbox_id"])
+
+
+def _tool(m, name, **arguments):
+    r = m.request("tools/call", {"name": name, "arguments": arguments}, timeout=120)
+    result = r["result"]
+    return result["isError"], json.loads(result["content"][0]["text"])
+
+
+def test_snapshot_fork_and_remove_through_mcp(daemon):
+    m = McpProcess(daemon.socket)
+    forks = []
+    try:
+        m.request("initialize", init_params("2025-11-25"))
+        bad, _ = _tool(m, "sandbox_fs_write", session_id="mcp-snap", path="notes.txt", content="prepared\n")
+        assert not bad
+        bad, snap = _tool(m, "snapshot_sandbox", session_id="mcp-snap", name="prepared")
+        assert not bad, snap
+        sid = snap["snapshot_id"]
+        bad, _ = _tool(m, "sandbox_fs_write", session_id="mcp-snap", path="notes.txt", content="later\n")
+        for _ in range(2):
+            bad, fork = _tool(m, "create_sandbox", from_snapshot=sid)
+            assert not bad, fork
+            forks.append(fork["sandbox_id"])
+        bad, read = _tool(m, "sandbox_fs_read", sandbox_id=forks[0], path="notes.txt")
+        assert not bad and read["content"] == "prepared\n", read
+        _tool(m, "sandbox_fs_write", sandbox_id=forks[0], path="notes.txt", content="fork 0\n")
+        bad, read = _tool(m, "sandbox_fs_read", sandbox_id=forks[1], path="notes.txt")
+        assert read["content"] == "prepared\n", read
+        bad, listed = _tool(m, "list_snapshots")
+        assert not bad and sid in json.dumps(listed), listed
+        bad, refused = _tool(m, "remove_snapshot", snapshot_id=sid)
+        assert bad and refused["kind"] == "busy", refused
+        for f in forks:
+            assert not _tool(m, "remove_sandbox", sandbox_id=f, force=True)[0]
+        forks = []
+        bad, removed = _tool(m, "remove_snapshot", snapshot_id=sid)
+        assert not bad, removed
+        _tool(m, "remove_sandbox", session_id="mcp-snap", force=True)
+    finally:
+        for f in forks:
+            try:
+                daemon.call("sandbox.remove", sandbox_id=f, force=True)
+            except Exception:
+                pass
+        m.proc.kill()
+        m.proc.wait()

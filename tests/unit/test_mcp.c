@@ -219,11 +219,14 @@ static void test_tools_list_is_the_spec_table(void **state)
                 const char *required;
                 const char *optional;
         } table[] = {
-                { "create_sandbox", "", "session_id memory_mb timeout network" },
+                { "create_sandbox", "", "session_id memory_mb timeout from_snapshot network" },
                 { "list_sandboxes", "", "include_inactive" },
                 { "remove_sandbox", "", "session_id sandbox_id force" },
                 { "pause_sandbox", "", "session_id sandbox_id force" },
                 { "resume_sandbox", "", "session_id sandbox_id" },
+                { "snapshot_sandbox", "", "session_id sandbox_id name" },
+                { "list_snapshots", "", "" },
+                { "remove_snapshot", "snapshot_id", "" },
                 { "run_code", "code", "session_id sandbox_id network stateful dependencies timeout" },
                 { "execute_python_code", "code", "session_id sandbox_id timeout" },
                 { "install_package", "package", "session_id sandbox_id" },

@@ -340,7 +340,7 @@ class Server:
             conn.setblocking(True)
             conn.settimeout(1.0)  # the client sends at once; never block the server longer
             msg, fds = recv_with_fds(conn, 4)
-            if not fds or not msg.startswith(b"NSBOX1\0"):
+            if not fds or not msg.startswith(b"NSBOX2\0"):
                 return
             conn.settimeout(None)
             for attempt in range(2):
