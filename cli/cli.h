@@ -21,6 +21,11 @@ struct cli {
 struct client *cli_connect(const struct cli *cli);
 /* Call a method; on failure print "nsbox: ..." and return NULL. */
 json_t *cli_call(const struct cli *cli, struct client *c, const char *method, json_t *params);
+/* `method` once per argument, {key: argv[i]} plus the fields of `extra`
+ * (may be NULL); each printed as done (the argument, or the result with
+ * --json), as docker rm does. EXIT_NSBOX_FAILED if any failed. */
+int cli_call_each(const struct cli *cli, const char *method, const char *key, const json_t *extra, int argc,
+                  char **argv);
 /* cli_call, with the notifications that arrive before the answer going to `notify`. */
 json_t *cli_call_notified(const struct cli *cli, struct client *c, const char *method, json_t *params,
                           client_notify_cb notify, void *data);

@@ -485,46 +485,15 @@ int cmd_rm(const struct cli *cli, int argc, char **argv)
         int code;
         if (!cli_flag_and_args(cli, argc, argv, "force", 'f', &force, 1, -1, &code))
                 return code;
-        struct client *c = cli_connect(cli);
-        if (c == NULL)
-                return EXIT_NSBOX_FAILED;
-        int status = 0;
-        for (int i = optind; i < argc; i++) {
-                _cleanup_json_ json_t *params =
-                    json_pack("{s:s, s:b}", "sandbox_id", argv[i], "force", force);
-                _cleanup_json_ json_t *result = cli_call(cli, c, "sandbox.remove", params);
-                if (result == NULL)
-                        status = EXIT_NSBOX_FAILED;
-                else if (cli->json)
-                        cli_print_json(result);
-                else
-                        puts(argv[i]);
-        }
-        client_close(c);
-        return status;
+        _cleanup_json_ json_t *extra = json_pack("{s:b}", "force", force);
+        return cli_call_each(cli, "sandbox.remove", "sandbox_id", extra, argc - optind, argv + optind);
 }
 
 /* pause and resume: each ID in turn, printed as done (as docker pause). */
 static int pause_or_resume(const struct cli *cli, const char *method, bool force, int argc, char **argv)
 {
-        struct client *c = cli_connect(cli);
-        if (c == NULL)
-                return EXIT_NSBOX_FAILED;
-        int status = 0;
-        for (int i = optind; i < argc; i++) {
-                _cleanup_json_ json_t *params = json_pack("{s:s}", "sandbox_id", argv[i]);
-                if (force)
-                        json_object_set_new(params, "force", json_true());
-                _cleanup_json_ json_t *result = cli_call(cli, c, method, params);
-                if (result == NULL)
-                        status = EXIT_NSBOX_FAILED;
-                else if (cli->json)
-                        cli_print_json(result);
-                else
-                        puts(argv[i]);
-        }
-        client_close(c);
-        return status;
+        _cleanup_json_ json_t *extra = force ? json_pack("{s:b}", "force", true) : NULL;
+        return cli_call_each(cli, method, "sandbox_id", extra, argc - optind, argv + optind);
 }
 
 int cmd_pause(const struct cli *cli, int argc, char **argv)

@@ -74,22 +74,7 @@ static int snapshot_rm(const struct cli *cli, int argc, char **argv)
 {
         if (argc < 1)
                 return cli_usage_error(cli);
-        struct client *c = cli_connect(cli);
-        if (c == NULL)
-                return EXIT_NSBOX_FAILED;
-        int status = 0;
-        for (int i = 0; i < argc; i++) {
-                _cleanup_json_ json_t *params = json_pack("{s:s}", "snapshot_id", argv[i]);
-                _cleanup_json_ json_t *result = cli_call(cli, c, "snapshot.remove", params);
-                if (result == NULL)
-                        status = EXIT_NSBOX_FAILED;
-                else if (cli->json)
-                        cli_print_json(result);
-                else
-                        puts(argv[i]);
-        }
-        client_close(c);
-        return status;
+        return cli_call_each(cli, "snapshot.remove", "snapshot_id", NULL, argc, argv);
 }
 
 /* sandbox.snapshot of `id`: the result, or NULL after printing why. */
@@ -282,20 +267,5 @@ int cmd_image(const struct cli *cli, int argc, char **argv)
                 return image_import(cli, argc - 1, argv + 1);
         if (argc < 3 || strcmp(argv[1], "rm") != 0)
                 return cli_usage_error(cli);
-        struct client *c = cli_connect(cli);
-        if (c == NULL)
-                return EXIT_NSBOX_FAILED;
-        int status = 0;
-        for (int i = 2; i < argc; i++) {
-                _cleanup_json_ json_t *params = json_pack("{s:s}", "name", argv[i]);
-                _cleanup_json_ json_t *result = cli_call(cli, c, "image.remove", params);
-                if (result == NULL)
-                        status = EXIT_NSBOX_FAILED;
-                else if (cli->json)
-                        cli_print_json(result);
-                else
-                        puts(argv[i]);
-        }
-        client_close(c);
-        return status;
+        return cli_call_each(cli, "image.remove", "name", NULL, argc - 2, argv + 2);
 }

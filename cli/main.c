@@ -305,6 +305,28 @@ json_t *cli_call_notified(const struct cli *cli, struct client *c, const char *m
         return result;
 }
 
+int cli_call_each(const struct cli *cli, const char *method, const char *key, const json_t *extra, int argc,
+                  char **argv)
+{
+        struct client *c = cli_connect(cli);
+        if (c == NULL)
+                return EXIT_NSBOX_FAILED;
+        int status = 0;
+        for (int i = 0; i < argc; i++) {
+                _cleanup_json_ json_t *params = extra != NULL ? json_deep_copy(extra) : json_object();
+                json_object_set_new(params, key, json_string(argv[i]));
+                _cleanup_json_ json_t *result = cli_call(cli, c, method, params);
+                if (result == NULL)
+                        status = EXIT_NSBOX_FAILED;
+                else if (cli->json)
+                        cli_print_json(result);
+                else
+                        puts(argv[i]);
+        }
+        client_close(c);
+        return status;
+}
+
 bool cli_error_is_missing_method(const json_t *error)
 {
         if (error == NULL)

@@ -1131,13 +1131,8 @@ static int parse_exec_params(json_t *p, struct exec_params *out, nsbox_error_t *
                         return nsbox_invalid(err, "%s must be an integer from 1 to 65535", sizes[i]);
                 *size_out[i] = (unsigned short)json_integer_value(v);
         }
-        json_t *enc = json_object_get(p, "encoding");
-        if (enc != NULL && !json_is_null(enc)) {
-                if (!json_is_string(enc) || (strcmp(json_string_value(enc), "utf-8") != 0 &&
-                                             strcmp(json_string_value(enc), "base64") != 0))
-                        return nsbox_invalid(err, "encoding must be \"utf-8\" or \"base64\"");
-                out->base64 = strcmp(json_string_value(enc), "base64") == 0;
-        }
+        if ((r = params_get_encoding(p, &out->base64, err)) < 0)
+                return r;
         json_t *max = json_object_get(p, "max_output_bytes");
         if (max != NULL && !json_is_null(max)) {
                 if (!json_is_integer(max) || json_integer_value(max) < 0 ||
@@ -1846,17 +1841,11 @@ void exec_method_stdin(struct rpc_request *req)
         if (ex == NULL)
                 return;
         json_t *data = json_object_get(req->msg.params, "data");
-        json_t *enc = json_object_get(req->msg.params, "encoding");
         json_t *eof = json_object_get(req->msg.params, "eof");
-        bool base64 = false;
-        if (enc != NULL && !json_is_null(enc)) {
-                if (!json_is_string(enc) || (strcmp(json_string_value(enc), "utf-8") != 0 &&
-                                             strcmp(json_string_value(enc), "base64") != 0)) {
-                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
-                                        "encoding must be \"utf-8\" or \"base64\"");
-                        return;
-                }
-                base64 = strcmp(json_string_value(enc), "base64") == 0;
+        bool base64;
+        if (params_get_encoding(req->msg.params, &base64, &err) < 0) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
+                return;
         }
         if ((data != NULL && !json_is_null(data) && !json_is_string(data)) ||
             (eof != NULL && !json_is_null(eof) && !json_is_boolean(eof))) {

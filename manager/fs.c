@@ -40,6 +40,7 @@
 #include "fs_worker.h"
 #include "json_cleanup.h"
 #include "log.h"
+#include "params.h"
 #include "sandbox.h"
 #include "textenc.h"
 
@@ -764,18 +765,10 @@ static void fs_reply_failure(struct rpc_request *req, int r, nsbox_error_t *err)
 /* encoding: "utf-8" (default) or "base64". */
 static bool fs_get_base64(struct rpc_request *req, bool *base64)
 {
-        json_t *v = json_object_get(req->msg.params, "encoding");
-        *base64 = false;
-        if (v == NULL || json_is_null(v))
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (params_get_encoding(req->msg.params, base64, &err) == 0)
                 return true;
-        if (json_is_string(v) && strcmp(json_string_value(v), "utf-8") == 0)
-                return true;
-        if (json_is_string(v) && strcmp(json_string_value(v), "base64") == 0) {
-                *base64 = true;
-                return true;
-        }
-        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
-                        "encoding must be \"utf-8\" or \"base64\"");
+        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
         return false;
 }
 

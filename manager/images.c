@@ -294,6 +294,28 @@ static void commit_done(void *data, int r, uint64_t size, json_t *result, const 
         free(c);
 }
 
+/* The name of a new image (image.commit, image.import): valid, free, and
+ * per-sandbox uid isolation there to use it; false after replying why. */
+static bool new_image_name_ok(struct rpc_request *req, json_t *name, const char *what)
+{
+        if (!json_is_string(name) || !policy_valid_name(json_string_value(name))) {
+                rpc_reply_error(
+                    req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                    "name must be 1 to 63 letters, digits, '.', '_' or '-', not starting with '.' or "
+                    "'-'");
+                return false;
+        }
+        if (image_exists(json_string_value(name))) {
+                rpc_reply_fail(req, "invalid_params", "an image named %s exists", json_string_value(name));
+                return false;
+        }
+        if (uidmode_shared()) {
+                rpc_reply_fail(req, "unavailable", "%s images need per-sandbox uid isolation", what);
+                return false;
+        }
+        return true;
+}
+
 void image_method_commit(struct rpc_request *req, struct sandbox *sb)
 {
         static const char *const known[] = { "sandbox_id", "name", NULL };
@@ -301,21 +323,8 @@ void image_method_commit(struct rpc_request *req, struct sandbox *sb)
         if (!rpc_check_fields(req, known))
                 return;
         json_t *name = json_object_get(req->msg.params, "name");
-        if (!json_is_string(name) || !policy_valid_name(json_string_value(name))) {
-                rpc_reply_error(
-                    req, JSONRPC_INVALID_PARAMS, "invalid_params",
-                    "name must be 1 to 63 letters, digits, '.', '_' or '-', not starting with '.' or "
-                    "'-'");
+        if (!new_image_name_ok(req, name, "committed"))
                 return;
-        }
-        if (image_exists(json_string_value(name))) {
-                rpc_reply_fail(req, "invalid_params", "an image named %s exists", json_string_value(name));
-                return;
-        }
-        if (uidmode_shared()) {
-                rpc_reply_fail(req, "unavailable", "committed images need per-sandbox uid isolation");
-                return;
-        }
         if (sb->state != SANDBOX_RUNNING) {
                 rpc_reply_fail(req, "unavailable", "sandbox %s is %s", sb->id, sandbox_state_name(sb->state));
                 return;
@@ -702,13 +711,6 @@ void image_method_import(struct rpc_request *req)
         json_t *path = json_object_get(req->msg.params, "path"),
                *name = json_object_get(req->msg.params, "name"),
                *tag = json_object_get(req->msg.params, "tag");
-        if (!json_is_string(name) || !policy_valid_name(json_string_value(name))) {
-                rpc_reply_error(
-                    req, JSONRPC_INVALID_PARAMS, "invalid_params",
-                    "name must be 1 to 63 letters, digits, '.', '_' or '-', not starting with '.' or "
-                    "'-'");
-                return;
-        }
         if (!json_is_string(path) || json_string_value(path)[0] != '/' || json_string_length(path) >= 4000 ||
             strchr(json_string_value(path), ':') != NULL || strchr(json_string_value(path), '\n') != NULL) {
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
@@ -721,14 +723,8 @@ void image_method_import(struct rpc_request *req)
                                 "tag must be 1 to 128 letters, digits, '.', '_' or '-'");
                 return;
         }
-        if (image_exists(json_string_value(name))) {
-                rpc_reply_fail(req, "invalid_params", "an image named %s exists", json_string_value(name));
+        if (!new_image_name_ok(req, name, "imported"))
                 return;
-        }
-        if (uidmode_shared()) {
-                rpc_reply_fail(req, "unavailable", "imported images need per-sandbox uid isolation");
-                return;
-        }
         struct stat st;
         char marker[4100];
         snprintf(marker, sizeof(marker), "%s/oci-layout", json_string_value(path));

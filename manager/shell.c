@@ -16,6 +16,7 @@
 #include "exec.h"
 #include "json_cleanup.h"
 #include "log.h"
+#include "params.h"
 #include "policy.h"
 #include "sandbox.h"
 #include "textenc.h"
@@ -785,16 +786,11 @@ void shell_method_run(struct rpc_request *req)
                 }
                 timeout_s = json_number_value(t) < 1 ? 1 : (unsigned)json_number_value(t);
         }
-        bool base64 = false;
-        json_t *enc = json_object_get(p, "encoding");
-        if (enc != NULL && !json_is_null(enc)) {
-                if (!json_is_string(enc) || (strcmp(json_string_value(enc), "utf-8") != 0 &&
-                                             strcmp(json_string_value(enc), "base64") != 0)) {
-                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
-                                        "encoding must be \"utf-8\" or \"base64\"");
-                        return;
-                }
-                base64 = strcmp(json_string_value(enc), "base64") == 0;
+        bool base64;
+        _cleanup_error_ nsbox_error_t *enc_err = NULL;
+        if (params_get_encoding(p, &base64, &enc_err) < 0) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", enc_err->message);
+                return;
         }
         size_t max_output = SHELL_DEFAULT_MAX_OUTPUT;
         json_t *max = json_object_get(p, "max_output_bytes");

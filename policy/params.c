@@ -17,6 +17,16 @@ int params_check_known(json_t *obj, const char *const *known, const char *where,
         return 0;
 }
 
+int params_get_encoding(json_t *obj, bool *base64, nsbox_error_t **err)
+{
+        json_t *v = json_object_get(obj, "encoding");
+        const char *name = json_string_value(v);
+        *base64 = name != NULL && strcmp(name, "base64") == 0;
+        if (v == NULL || json_is_null(v) || *base64 || (name != NULL && strcmp(name, "utf-8") == 0))
+                return 0;
+        return nsbox_invalid(err, "encoding must be \"utf-8\" or \"base64\"");
+}
+
 int params_get_bool(json_t *obj, const char *key, bool *out, nsbox_error_t **err)
 {
         json_t *v = json_object_get(obj, key);
