@@ -237,8 +237,11 @@ class FakeDaemon:
             with conn, conn.makefile("rwb") as f:
                 for line in f:
                     msg = json.loads(line)
-                    result = self.results[msg["method"]]
-                    f.write((json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}) + "\n").encode())
+                    if msg["method"] in self.results:
+                        reply = {"result": self.results[msg["method"]]}
+                    else:  # e.g. the CLI's sandbox.list for session names: as nsboxd answers a method it lacks
+                        reply = {"error": {"code": -32601, "message": "method not found"}}
+                    f.write((json.dumps(dict(reply, jsonrpc="2.0", id=msg["id"])) + "\n").encode())
                     f.flush()
 
 

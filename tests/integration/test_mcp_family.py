@@ -172,8 +172,8 @@ def test_inspector_cli_lists_tools_and_calls_run_code(daemon, inspector_dir):
     daemon.cli("rm", "-f", json.loads(result["content"][0]["text"])["sandbox_id"])
 
 
-def _tool(m, name, **arguments):
-    r = m.request("tools/call", {"name": name, "arguments": arguments}, timeout=120)
+def _tool(m, tool, **arguments):
+    r = m.request("tools/call", {"name": tool, "arguments": arguments}, timeout=120)
     result = r["result"]
     return result["isError"], json.loads(result["content"][0]["text"])
 
