@@ -321,6 +321,13 @@ static int run_exec(const struct cli *cli, struct client *c, const char *socket_
                 fflush(stdout);
                 cli_write_output(STDERR_FILENO, json_object_get(result, "stderr"), false);
                 cli_print_network_refused(result);
+                json_t *left = json_object_get(result, "background_killed");
+                if (json_integer_value(left) > 0)
+                        fprintf(stderr,
+                                "nsbox: %lld process%s the command left running in the background ended with "
+                                "it (keep one with nsbox exec -d, or in a shell session: nsbox shell)\n",
+                                (long long)json_integer_value(left),
+                                json_integer_value(left) > 1 ? "es" : "");
         }
         fflush(stdout);
         cli_print_truncated(result, cap);

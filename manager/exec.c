@@ -95,6 +95,7 @@ struct exec {
         uid_t uid;                            /* the client's, for the audit line */
         char *audit;                          /* "uid=... argv=..." for the audit line */
         bool service;                         /* not a client's work: not "busy", not activity */
+        unsigned leftover;                    /* processes its main process left running, ended with it */
         struct rpc_request *notify;           /* an internal caller's request its output streams to */
         long long deadline_mono;              /* the timeout, then the drain grace; 0: none */
         struct exec *timed_prev, *timed_next; /* on the deadline list while unfinished */
@@ -641,6 +642,9 @@ static json_t *exec_result(struct exec *ex)
             "duration_ms", (json_int_t)(end - ex->start_mono), "encoding", ex->base64 ? "base64" : "utf-8",
             "running", !ex->finished);
         egress_note_refused(result, ex->sb, ex->start_mono, false);
+        /* `nohup cmd &` and daemons end with the exec that started them: say so. */
+        if (result != NULL && ex->leftover > 0)
+                json_object_set_new(result, "background_killed", json_integer(ex->leftover));
         if (result != NULL && ex->supervisor_died)
                 json_object_set_new(result, "error",
                                     json_string("the exec's supervisor died (killed from outside the "
@@ -795,6 +799,7 @@ static void exec_on_message(struct exec *ex, const union ctl_message *msg, size_
                         exec_started(ex, msg->exited.pid);
                         ex->exited = true;
                         ex->wait_status = msg->exited.wait_status;
+                        ex->leftover = msg->exited.leftover > 0 ? (unsigned)msg->exited.leftover : 0;
                         exec_release_output(ex);
                         exec_maybe_finish(ex);
                 }

@@ -84,6 +84,8 @@ struct ctl_exited {
         struct ctl_header hdr;
         int32_t wait_status;
         int32_t pid; /* an exit may come without CTL_STARTED before it */
+        int32_t
+            leftover; /* processes it left running (now the supervisor's children): they end with the exec */
 };
 
 union ctl_message {

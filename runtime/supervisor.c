@@ -203,6 +203,24 @@ static int slot_child(void *opaque)
 
 static void read_report(struct supervisor *s);
 
+#define KILL_BATCH 4096
+static pid_t tree_pids[KILL_BATCH]; /* for the walks below, one at a time */
+
+/* What the exec's main process left running (`nohup cmd &`, a daemon):
+ * orphans are reparented to us, the subreaper, so they are our children
+ * now. Said to the manager so that the user learns they end with the exec.
+ * Without children left (the usual case) this costs one waitid. */
+static int32_t count_leftovers(void)
+{
+        siginfo_t info = { 0 };
+        if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) < 0)
+                return 0; /* ECHILD: none */
+        int n = 0;
+        if (process_list_children(supervisor_pid, tree_pids, &n, KILL_BATCH) < 0)
+                return 0;
+        return n;
+}
+
 static void on_reaped(struct supervisor *s, pid_t pid, int status)
 {
         if (pid != s->child || s->exited)
@@ -212,6 +230,7 @@ static void on_reaped(struct supervisor *s, pid_t pid, int status)
         if (s->failed)
                 return;
         struct ctl_exited msg = { .hdr = { CTL_EXITED, s->exec_id }, .wait_status = status, .pid = s->child };
+        msg.leftover = count_leftovers();
         ctl_send(s->control, &msg, sizeof(msg), NULL, 0, NULL, 0);
 }
 
@@ -230,16 +249,12 @@ static bool reap(struct supervisor *s, int flags)
         }
 }
 
-#define KILL_BATCH 4096
-
 /* SIGKILL every descendant, reap them, and return when none is left. Each
  * round walks the whole tree top-down, killing as it goes: a killed
  * process forks no more, and what one forked just before its signal is
  * reparented to us and found by the next round. The walk runs in the
  * sandbox's cpu cgroup, where a fork bomb may leave it a small share: it
  * does not wait for the dying between rounds longer than it must. */
-static pid_t tree_pids[KILL_BATCH]; /* for the walks below, one at a time */
-
 static void kill_tree(struct supervisor *s)
 {
         pid_t *pids = tree_pids;

@@ -227,3 +227,16 @@ def test_a_command_that_closes_its_streamed_stdin_does_not_spin_nsboxd(daemon, s
         daemon.call("exec.stdin", exec_id=ex, data="late")
     except RpcError as e:
         assert e.kind in ("unavailable", "invalid_params"), e
+
+
+def test_processes_left_in_the_background_are_said_to_end_with_the_exec(daemon, sandbox):
+    # `nohup cmd &` in an exec ends with it (SPEC: every process of an exec
+    # dies with it): the result and the CLI say so instead of losing it silently.
+    r = daemon.call("sandbox.exec", sandbox_id=sandbox, command="nohup sleep 100 >/dev/null 2>&1 & echo started")
+    assert r["stdout"] == "started\n" and r["background_killed"] == 1, r
+    assert "background_killed" not in daemon.call("sandbox.exec", sandbox_id=sandbox, command="echo plain")
+    r = daemon.cli("sh", sandbox, "nohup sleep 100 >/dev/null 2>&1 & sleep 100 >/dev/null 2>&1 &")
+    assert r.returncode == 0
+    assert b"nsbox: 2 processes the command left running in the background ended with it" in r.stderr, r.stderr
+    left = daemon.call("sandbox.exec", sandbox_id=sandbox, command="ps -eo args | grep -c '^sleep 100' || true")
+    assert left["stdout"].strip() == "0", left
