@@ -28,6 +28,19 @@ static const char *text_or(json_t *v, const char *fallback)
         return json_is_string(v) ? json_string_value(v) : fallback;
 }
 
+/* An answer as the commands print it: whole with --json, else its `field`
+ * (an id or a name, for scripts). */
+static int print_answer(const struct cli *cli, const json_t *result, const char *field)
+{
+        if (result == NULL)
+                return EXIT_NSBOX_FAILED;
+        if (cli->json)
+                cli_print_json(result);
+        else
+                puts(text_or(json_object_get(result, field), ""));
+        return 0;
+}
+
 /* One call on a connection of its own; params: stolen. */
 static json_t *call(const struct cli *cli, const char *method, json_t *params)
 {
@@ -121,13 +134,7 @@ int cmd_snapshot(const struct cli *cli, int argc, char **argv)
         if (argc - optind != 1)
                 return cli_usage_error(cli);
         _cleanup_json_ json_t *result = take_snapshot(cli, argv[optind], name);
-        if (result == NULL)
-                return EXIT_NSBOX_FAILED;
-        if (cli->json)
-                cli_print_json(result);
-        else
-                puts(text_or(json_object_get(result, "snapshot_id"), ""));
-        return 0;
+        return print_answer(cli, result, "snapshot_id");
 }
 
 int cmd_snapshots(const struct cli *cli, int argc, char **argv)
@@ -186,13 +193,7 @@ int cmd_commit(const struct cli *cli, int argc, char **argv)
         _cleanup_json_ json_t *result =
             call(cli, "image.commit",
                  json_pack("{s:s, s:s}", "sandbox_id", argv[optind], "name", argv[optind + 1]));
-        if (result == NULL)
-                return EXIT_NSBOX_FAILED;
-        if (cli->json)
-                cli_print_json(result);
-        else
-                puts(text_or(json_object_get(result, "name"), ""));
-        return 0;
+        return print_answer(cli, result, "name");
 }
 
 static int image_list(const struct cli *cli)
@@ -250,13 +251,7 @@ static int image_import(const struct cli *cli, int argc, char **argv)
         if (tag != NULL)
                 json_object_set_new(params, "tag", json_string(tag));
         _cleanup_json_ json_t *result = call(cli, "image.import", params);
-        if (result == NULL)
-                return EXIT_NSBOX_FAILED;
-        if (cli->json)
-                cli_print_json(result);
-        else
-                puts(text_or(json_object_get(result, "name"), ""));
-        return 0;
+        return print_answer(cli, result, "name");
 }
 
 int cmd_image(const struct cli *cli, int argc, char **argv)
