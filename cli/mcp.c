@@ -386,34 +386,6 @@ static void call_add_saved_images(struct call *c, struct client *conn, const cha
         }
 }
 
-/* The sandbox's count of OOM kills (sandbox.info's stats), or -1. */
-static long long call_oom_kills(struct call *c, struct client *conn, const char *sandbox_id)
-{
-        _cleanup_json_ json_t *params = json_pack("{s:s}", "sandbox_id", sandbox_id);
-        _cleanup_json_ json_t *info = NULL;
-        json_t *failure = NULL;
-        if (call_daemon(c, conn, "sandbox.info", params, &info, &failure) < 0) {
-                json_decref(failure);
-                return -1;
-        }
-        json_t *n = json_object_get(json_object_get(info, "stats"), "oom_kills");
-        return json_is_integer(n) ? (long long)json_integer_value(n) : -1;
-}
-
-/* A stateful python.run whose interpreter the OOM killer ended fails without
- * saying why: the sandbox's OOM count, before and after, tells. */
-static int call_python_stateful(struct call *c, struct client *conn, const char *sandbox_id, json_t *params,
-                                json_t **answer, json_t **failure)
-{
-        long long before = call_oom_kills(c, conn, sandbox_id);
-        if (call_daemon(c, conn, c->tool->method, params, answer, failure) == 0)
-                return 0;
-        long long after = before >= 0 ? call_oom_kills(c, conn, sandbox_id) : -1;
-        if (after > before && *failure != NULL)
-                mcp_failure_add_note(*failure, MCP_OOM_NOTE);
-        return -EIO;
-}
-
 /* shell_session_run: the named shell is made on first use. */
 static int call_shell_run(struct call *c, struct client *conn, const char *sandbox_id, json_t *params,
                           json_t **answer, json_t **failure)
@@ -459,8 +431,6 @@ static json_t *call_steps(struct call *c, struct client *conn, json_t **session)
         int r;
         if (strcmp(tool->method, "shell.run") == 0)
                 r = call_shell_run(c, conn, sandbox_id, params, &answer, &failure);
-        else if (tool->result == MCP_RESULT_PYTHON && json_is_true(json_object_get(params, "stateful")))
-                r = call_python_stateful(c, conn, sandbox_id, params, &answer, &failure);
         else
                 r = call_daemon(c, conn, tool->method, params, &answer, &failure);
         if (r < 0)

@@ -145,8 +145,6 @@ json_t *mcp_call_result(const struct mcp_tool *tool, const json_t *daemon_result
 /* The CallToolResult (isError) for a daemon that refused or could not be reached. */
 json_t *mcp_call_failure(const char *method, const char *message, const json_t *daemon_error);
 
-/* Adds `note` to the JSON text of a CallToolResult made by mcp_call_failure. */
-void mcp_failure_add_note(json_t *failure, const char *note);
 /* What the text says when the kernel's OOM killer ended the code. */
 #define MCP_OOM_NOTE                                                                                      \
         "out of memory: the kernel killed the code when the sandbox went over its memory limit (default " \

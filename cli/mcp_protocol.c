@@ -938,11 +938,6 @@ static bool exec_failed(const json_t *result)
                json_integer_value(code) != 0;
 }
 
-/* What the text says when the kernel's OOM killer ended the code. */
-#define MCP_OOM_NOTE                                                                                      \
-        "out of memory: the kernel killed the code when the sandbox went over its memory limit (default " \
-        "512 MiB; create_sandbox memory_mb sets it)"
-
 /* The byte offset after `chars` UTF-8 characters of text. */
 static size_t utf8_offset(const char *text, size_t len, size_t chars)
 {
@@ -1089,19 +1084,6 @@ json_t *mcp_call_failure(const char *method, const char *message, const json_t *
         if (json_is_true(json_object_get(data, "oom_killed")))
                 mcp_add_note(shown, MCP_OOM_NOTE);
         return json_pack("{s:[o], s:b}", "content", text_block(shown), "isError", 1);
-}
-
-void mcp_failure_add_note(json_t *failure, const char *note)
-{
-        json_t *block = json_array_get(json_object_get(failure, "content"), 0);
-        const char *text = json_string_value(json_object_get(block, "text"));
-        _cleanup_json_ json_t *shown = text ? json_loads(text, 0, NULL) : NULL;
-        if (!json_is_object(shown))
-                return;
-        mcp_add_note(shown, note);
-        json_t *replaced = text_block(shown);
-        if (replaced != NULL)
-                json_array_set_new(json_object_get(failure, "content"), 0, replaced);
 }
 
 json_t *mcp_progress_notification(const json_t *token, double progress, const char *message)

@@ -536,18 +536,6 @@ void exec_signal(struct exec *ex, int sig)
         exec_send_kill(ex, sig);
 }
 
-void exec_detach(struct exec *ex)
-{
-        if (ex->paused && ex->req == NULL) {
-                /* Held back for the streaming caller that is leaving: read on. */
-                exec_unpause(ex);
-                exec_watch_output(ex, EPOLLIN);
-        }
-        ex->hooks = NULL;
-        ex->hooks_data = NULL;
-        ex->notify = NULL;
-}
-
 void exec_stream_to(struct exec *ex, struct rpc_request *req)
 {
         ex->notify = req;

@@ -69,11 +69,9 @@ int exec_run(struct sandbox *sb, json_t *params, const struct exec_hooks *hooks,
 /* Queue bytes for the exec's stdin (keep_stdin execs). */
 int exec_write_stdin(struct exec *ex, const void *buf, size_t len);
 void exec_signal(struct exec *ex, int sig);
-/* The internal caller is gone: no more hooks. */
-void exec_detach(struct exec *ex);
 /* Send the output of an exec started with "stream": true (by exec_run) to
  * this request as exec.output notifications, paced by its client; until the
- * exec ends or is detached. */
+ * exec ends. */
 void exec_stream_to(struct exec *ex, struct rpc_request *req);
 const char *exec_id(const struct exec *ex);
 /* A control message from the sandbox's init about one of its execs. */

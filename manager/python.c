@@ -504,6 +504,9 @@ static void run_stateless(struct python_run *run, const char *code)
                 json_array_append_new(argv, json_string(name != NULL ? name : script));
         json_array_extend(argv, args != NULL && json_is_array(args) ? args : NULL);
         if (exec_run(run->sb, params, &stateless_hooks, run, &run->exec, &err) < 0) {
+                _cleanup_error_ nsbox_error_t *ignored = NULL;
+                if (run->script[0] != '\0')
+                        fs_remove_file(run->sb, run->script, &ignored);
                 run_fail(run, "internal", err->message);
                 return;
         }
