@@ -29,10 +29,14 @@
 #define SHELL_MAX_NAME           64
 /* After SIGINT, then after SIGTERM: how long the command has to stop. */
 #define SHELL_INTERRUPT_GRACE_MS 2000
+/* How long an interrupt waits for bash to start reading the command's line. */
+#define SHELL_START_GRACE_MS 10000
 #define SHELL_MARKER_PREFIX      "\036NSBOXEND "
 #define SHELL_NONCE_LEN          32
 #define SHELL_MARKER_LEN         (sizeof(SHELL_MARKER_PREFIX) - 1 + SHELL_NONCE_LEN)
 #define SHELL_MAX_TRAILER        (4096 + 32)
+/* The record a command's line prints first, after the marker: bash runs it. */
+#define SHELL_START_TRAILER      " go"
 
 enum { SHELL_STDOUT, SHELL_STDERR };
 static const char *const shell_stream_names[] = { "stdout", "stderr" };
@@ -64,6 +68,8 @@ struct shell_command {
         long long started_mono, end_mono;
         long long deadline_mono; /* the timeout or the next interrupt stage; 0: none */
         int stage;               /* 0: running, 1: SIGINT sent, 2: SIGTERM sent, 3: SIGKILL sent */
+        bool begun;              /* bash has read the line and runs it (its start record came) */
+        bool interrupt_waiting;  /* an interrupt waits for the start record */
 };
 
 struct shell_session {
@@ -117,6 +123,7 @@ static struct shell_command *command_new(bool boot, size_t max_output, bool base
         make_nonce(nonce);
         snprintf(c->marker, sizeof(c->marker), "%s%s", SHELL_MARKER_PREFIX, nonce);
         c->boot = boot;
+        c->begun = boot;
         c->max_output = max_output;
         c->base64 = base64;
         c->started_mono = now_monotonic_ms();
@@ -221,6 +228,13 @@ static void command_interrupt_step(struct shell_session *s, struct shell_command
         c->deadline_mono = 0;
         if (s->exec == NULL)
                 return;
+        if (c->stage == 0 && !c->begun && !c->interrupt_waiting) {
+                /* A SIGINT while bash still reads the line makes it drop the line, and the command
+                 * never ends: wait for its start record (session_feed), within a grace time. */
+                c->interrupt_waiting = true;
+                c->deadline_mono = now_monotonic_ms() + SHELL_START_GRACE_MS;
+                return;
+        }
         if (c->stage == 0) {
                 c->stage = 1;
                 exec_signal(s->exec, SIGINT);
@@ -248,7 +262,7 @@ static void on_shell_timer(struct loop_source *source, uint32_t events)
                 struct shell_command *c = s->cmd;
                 if (c == NULL || c->finished || c->deadline_mono == 0 || c->deadline_mono > now)
                         continue;
-                if (c->stage == 0)
+                if (c->stage == 0 && !c->interrupt_waiting)
                         c->timed_out = true;
                 command_interrupt_step(s, c);
         }
@@ -358,6 +372,21 @@ static void command_finish(struct shell_session *s, struct shell_command *c)
         }
 }
 
+/* The command's start record came: bash has read its whole line. */
+static void command_begun(struct shell_session *s, struct shell_command *c)
+{
+        struct shell_stream *st = &c->out[SHELL_STDOUT];
+        st->in_trailer = false;
+        st->match = 0;
+        st->trailer_len = 0;
+        st->trailer[0] = '\0';
+        c->begun = true;
+        if (c->interrupt_waiting && c->stage == 0) {
+                command_interrupt_step(s, c);
+                timer_rearm();
+        }
+}
+
 /* Bytes from one of the shell's pipes: the running command's output up to
  * its end record; anything else (a background job writing between
  * commands, the shell's banner before setup) is dropped. The marker starts
@@ -384,10 +413,15 @@ static void session_feed(struct shell_session *s, int which, const char *data, s
                         if (st->trailer)
                                 st->trailer[st->trailer_len] = '\0';
                         i += n;
-                        if (nul != NULL) {
-                                i++;
-                                st->ended = true;
+                        if (nul == NULL)
+                                continue;
+                        i++;
+                        if (which == SHELL_STDOUT && !c->begun && st->trailer != NULL &&
+                            strcmp(st->trailer, SHELL_START_TRAILER) == 0) {
+                                command_begun(s, c);
+                                continue;
                         }
+                        st->ended = true;
                         continue;
                 }
                 if (data[i] == c->marker[st->match]) {
@@ -522,8 +556,9 @@ static char *command_line(const struct shell_command *c, const char *command, si
 {
         char *buf = NULL;
         size_t len = 0, cap = 0;
-        char head[128];
-        snprintf(head, sizeof(head), "__nsbox_n=%s; __nsbox_ret; { ",
+        char head[192];
+        snprintf(head, sizeof(head), "__nsbox_n=%s; printf '\\036NSBOXEND %%s" SHELL_START_TRAILER
+                 "\\0' \"$__nsbox_n\"; __nsbox_ret; { ",
                  c->marker + sizeof(SHELL_MARKER_PREFIX) - 1);
         int r = append_text(&buf, &len, &cap, head);
         if (r == 0 && cwd != NULL) {
@@ -736,7 +771,7 @@ static void run_client_gone(struct rpc_request *req, void *data)
         if (c == NULL || c->req != req)
                 return;
         c->req = NULL;
-        if (!c->finished && c->stage == 0) {
+        if (!c->finished && c->stage == 0 && !c->interrupt_waiting) {
                 command_interrupt_step(s, c);
                 timer_rearm();
         }

@@ -241,3 +241,21 @@ def test_cli_shell_lines_run_ls_rm(daemon, sandbox):
     assert daemon.cli("shell", "rm", sandbox, "work").returncode == 0
     r = daemon.cli("shell", "check", sandbox, "work")
     assert r.returncode == 125 and b"no shell session work" in r.stderr
+
+
+@pytest.mark.parametrize("delay", [0, 0.002, 0.02])
+def test_a_blocking_run_whose_client_leaves_at_once_is_interrupted_and_the_shell_lives(daemon, sandbox, delay):
+    # The client may go before bash has even read the command line: the
+    # interrupt must wait for the command to start, not cost the session.
+    daemon.call("shell.create", sandbox_id=sandbox, name="gone")
+    run(daemon, sandbox, "gone", "cd /tmp; KEEP=yes")
+    for _ in range(10):
+        with daemon.client() as c:
+            c.request("shell.run", {"sandbox_id": sandbox, "session": "gone", "command": "sleep 300",
+                                    "timeout_seconds": 600})
+            time.sleep(delay)
+        r = wait_done(daemon, sandbox, "gone", deadline_s=30)
+        assert r["running"] is False, "the command was not interrupted"
+        assert "shell_exited" not in r, r
+        r = run(daemon, sandbox, "gone", "pwd; echo $KEEP")
+        assert r["stdout"] == "/tmp\nyes\n", r
