@@ -52,7 +52,7 @@ BINS=(nsboxd nsbox)
 [ -x "$BUILD/nsbox-http" ] && BINS+=(nsbox-http)
 LIBEXEC=(nsbox-init nsbox-egress)
 # Host tools the entrypoint and nsboxd run (nsboxd's shared uid mode runs cp -a).
-TOOLS=(/bin/bash /bin/dash /bin/cp /bin/mkdir /bin/sleep)
+TOOLS=(/bin/bash /bin/dash /bin/cp /bin/mkdir /bin/mv /bin/rm /bin/sleep)
 
 # Shared libraries of every dynamic binary, and the loader, by their resolved path.
 libs_of() {

@@ -2,11 +2,47 @@
 # PID 1 of the nsbox container: starts nsboxd, waits for its socket, then the
 # HTTP front on $NSBOX_HTTP_ADDR (0.0.0.0:8080) with the bearer tokens in
 # $NSBOX_TOKENS_FILE. SIGTERM goes to both; nsboxd removes its sandboxes and
-# exits, and the container exits with nsboxd's status. Where the binary has no
+# exits, and the container exits with nsboxd's status. Where the image has no
 # HTTP front (nsbox-http not built), only nsboxd runs.
+#
+#   nsbox-entrypoint [NSBOXD-ARGS...]   run (the container's command)
+#   nsbox-entrypoint probe              readiness: nsboxd answers server.info and
+#                                       the front answers GET /health (200, or 401
+#                                       without a token: a probe holds none)
+#
+# NSBOX_IMAGE_COPY_TO=DIR copies the images to DIR first (skipped when DIR
+# already has the same manifest) and serves them from there: on a real
+# filesystem idmapped mounts work, so each sandbox gets its own uid range.
 set -u
 : "${NSBOX_HTTP_ADDR:=0.0.0.0:8080}"
 : "${NSBOX_TOKENS_FILE:=/etc/nsbox/tokens}"
+
+probe() {
+        nsbox status >/dev/null 2>&1 || { echo "nsboxd does not answer" >&2; exit 1; }
+        [ -x /usr/local/bin/nsbox-http ] && [ -f "$NSBOX_TOKENS_FILE" ] || exit 0
+        local port=${NSBOX_HTTP_ADDR##*:} proto code
+        exec 3<>"/dev/tcp/127.0.0.1/$port" || exit 1
+        printf 'GET /health HTTP/1.0\r\nHost: localhost\r\n\r\n' >&3
+        read -r -t 5 proto code _ <&3 || { echo "no answer on port $port" >&2; exit 1; }
+        case $code in
+        200 | 401) exit 0 ;;
+        *) echo "GET /health: $proto $code" >&2; exit 1 ;;
+        esac
+}
+[ "${1:-}" = probe ] && probe
+
+if [ -n "${NSBOX_IMAGE_COPY_TO:-}" ]; then
+        mkdir -p "$NSBOX_IMAGE_COPY_TO" || exit 1
+        for img in "$NSBOX_IMAGE_DIR"/*/; do
+                img=${img%/}
+                dst=$NSBOX_IMAGE_COPY_TO/${img##*/}
+                if [ ! -f "$dst/manifest.json" ] || [ "$(<"$img/manifest.json")" != "$(<"$dst/manifest.json")" ]; then
+                        echo "nsbox-entrypoint: copying image ${img##*/} to $dst" >&2
+                        rm -rf "$dst.tmp" "$dst" && cp -a "$img" "$dst.tmp" && mv "$dst.tmp" "$dst" || exit 1
+                fi
+        done
+        export NSBOX_IMAGE_DIR=$NSBOX_IMAGE_COPY_TO
+fi
 mkdir -p "${NSBOX_SOCKET%/*}" "$NSBOX_STATE_DIR"
 
 nsboxd "$@" &
