@@ -222,6 +222,8 @@ def podman_flags_from(template):
         flags += ["--security-opt", "unmask=/proc/*"]
     seccomp = sc.get("seccompProfile", {}).get("type", "RuntimeDefault")
     assert seccomp == "RuntimeDefault", seccomp  # podman's default profile
+    if sc.get("allowPrivilegeEscalation") is False:
+        flags += ["--security-opt", "no-new-privileges"]
     if sc.get("readOnlyRootFilesystem"):
         flags.append("--read-only")
     if "runAsUser" in sc:
@@ -286,6 +288,8 @@ class Container:
             raise
 
     def start(self, args):
+        # build-image.sh puts nsbox-http in the image when the build has it.
+        self.has_http = os.access(os.path.join(BUILD, "nsbox-http"), os.X_OK)
         r = subprocess.run(args, capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stderr
         deadline = time.monotonic() + 120
@@ -371,6 +375,7 @@ def test_the_pod_gets_only_the_manifests_capabilities_in_its_own_user_namespace(
     r = subprocess.run([*PODMAN, "top", container.name, "huser", "comm"], capture_output=True, text=True)
     rows = [line.split() for line in r.stdout.splitlines()[1:]]
     assert ["nsboxd"] in [row[1:] for row in rows] and all(int(row[0]) >= USERNS_HOST_BASE for row in rows), rows
+    assert re.search(r"^NoNewPrivs:\s*1$", status, re.M) or sc.get("allowPrivilegeEscalation") is not False
     # The root filesystem is read-only; the state dir is a volume.
     assert container.exec("mkdir", "/var/lib/nsbox/x", check=False).returncode != 0
     container.exec("mkdir", "/var/lib/nsbox/state/x")
@@ -400,3 +405,46 @@ def test_sigterm_removes_the_sandboxes_and_the_container_exits_0(container_image
         assert f"sandbox {sid}" in c.logs()
     finally:
         c.remove()
+
+
+# --- the HTTP front on the pod's port ------------------------------------------------
+
+
+def http(container, method, path, body=None, token=TOKEN):
+    if not container.has_http:
+        pytest.skip("the image has no HTTP front (build/nsbox-http not built)")
+    req = urllib.request.Request(f"http://127.0.0.1:{container.port}{path}", method=method,
+                                 data=json.dumps(body).encode() if body is not None else None,
+                                 headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(req, timeout=180) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+def test_health_answers_on_the_pods_port_with_a_token_only(container):
+    assert http(container, "GET", "/health", token=None)[0] == 401
+    status, body = http(container, "GET", "/health")
+    assert status == 200 and body["status"] == "ok" and body["capacity"] > 0, body
+
+
+def test_execute_runs_python_in_a_sandbox_inside_the_container(container):
+    status, body = http(container, "POST", "/execute", {"code": "import numpy; print(int(numpy.arange(7).sum()))",
+                                                        "files": {"in.txt": "aGk="}})
+    assert status == 200 and body["status"] == "success" and body["stdout"] == "21\n", body
+
+
+def test_a_sandbox_behind_execute_sees_none_of_the_containers_processes(container):
+    code = ("import os\n"
+            "print(' '.join(open(f'/proc/{p}/comm').read().strip() for p in os.listdir('/proc') if p.isdigit()))")
+    status, body = http(container, "POST", "/execute", {"code": code})
+    assert status == 200 and body["status"] == "success", body
+    seen = body["stdout"].split()
+    assert "python3" in seen
+    assert not {"nsboxd", "nsbox-http", "nsbox-entrypoin"} & set(seen), seen
+
+
+def test_the_agent_sandbox_runtime_contract_answers_on_the_pods_port(container):
+    status, body = http(container, "POST", "/execute", {"command": "echo hello; id -u"})
+    assert status == 200 and body == {"stdout": "hello\n1000\n", "stderr": "", "exit_code": 0}, body
