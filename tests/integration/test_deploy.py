@@ -410,6 +410,47 @@ def test_sigterm_removes_the_sandboxes_and_the_container_exits_0(container_image
         c.remove()
 
 
+def test_the_daemonset_pod_copies_the_image_to_the_node_and_gives_each_sandbox_its_own_range(container_image):
+    """The DaemonSet's contract: privileged, node disk as a hostPath (a temp
+    dir here), the image copied there at start, per-sandbox host uid ranges."""
+    ds = manifest("DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    (ctr,) = pod["containers"]
+    assert ctr["securityContext"] == {"privileged": True}
+    node = f"/tmp/nsbox-deploy-test-node-{uuid.uuid4().hex[:8]}"
+    name = os.path.basename(node)
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    args = [*PODMAN, "run", "-d", "--name", name, *RUNTIME, "--privileged", "--ulimit", "nproc=4096:4096",
+            "--ulimit", "nofile={0}:{1}".format(*resource.getrlimit(resource.RLIMIT_NOFILE))]
+    for m in ctr["volumeMounts"]:
+        v = volumes[m["name"]]
+        # The node's disk is a temp dir; podman --privileged gives the host's cgroupfs itself.
+        if "hostPath" in v and v["hostPath"]["path"] == "/var/lib/nsbox":
+            os.makedirs(node)
+            args += ["-v", f"{node}:{m['mountPath']}"]
+    args += [x for e in ctr["env"] if e["name"] != "NSBOX_TOKENS_FILE" for x in ("-e", f"{e['name']}={e['value']}")]
+    try:
+        r = subprocess.run([*args, container_image], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        deadline = time.monotonic() + 120
+        while subprocess.run([*PODMAN, "exec", name, "nsbox-entrypoint", "probe"], capture_output=True).returncode:
+            assert time.monotonic() < deadline, subprocess.run([*PODMAN, "logs", name], capture_output=True, text=True)
+            time.sleep(0.5)
+        assert os.path.exists(os.path.join(node, "images", "python", "manifest.json"))
+        ids = [subprocess.run([*PODMAN, "exec", name, "nsbox", "create"], capture_output=True, text=True,
+                              check=True).stdout.strip() for _ in range(2)]
+        logs = subprocess.run([*PODMAN, "logs", name], capture_output=True, text=True)
+        ranges = {re.search(rf"sandbox {i}: created for uid 0 \(host uids (\d+)-", logs.stdout + logs.stderr).group(1)
+                  for i in ids}
+        assert len(ranges) == 2, logs.stderr
+        r = subprocess.run([*PODMAN, "exec", name, "nsbox", "exec", ids[0], "--", "python3", "-c", "print(6*7)"],
+                           capture_output=True, text=True, timeout=120)
+        assert r.stdout == "42\n", r.stderr
+    finally:
+        subprocess.run([*PODMAN, "rm", "-f", "-t", "30", name], capture_output=True, timeout=120)
+        shutil.rmtree(node, ignore_errors=True)
+
+
 # --- the HTTP front on the pod's port ------------------------------------------------
 
 
