@@ -105,4 +105,7 @@ buildah bud --quiet --layers --isolation chroot -f "$HERE/Containerfile" \
         --build-context python="$PYIMG" -t "$TAG:$KEY" "$STAGE" >/dev/null
 podman tag "$TAG:$KEY" "$TAG:latest"
 echo "$KEY" >"$CACHE/container/last-key"
+# Earlier builds of this tag go: each is half a gigabyte.
+podman images --format '{{.Repository}}:{{.Tag}}' "$TAG" | grep -vx -e "$TAG:$KEY" -e "$TAG:latest" |
+        xargs -r podman rmi >/dev/null 2>&1 || true
 echo "$TAG:$KEY"
