@@ -49,6 +49,10 @@ BINS  := $(BUILD)/nsboxd $(BUILD)/nsbox $(BUILD)/nsbox-init
 # nsbox-egress: the egress proxy of network sandboxes (egress/, policy/netpolicy.c).
 EGRESS_SRC := $(wildcard egress/*.c)
 BINS  += $(BUILD)/nsbox-egress
+# nsbox-http: the HTTP front of nsboxd (http/, libmicrohttpd), a client of
+# nsboxd through cli/client.c; apart, so the CLI starts without libmicrohttpd.
+HTTP_SRC := $(wildcard http/*.c)
+BINS  += $(BUILD)/nsbox-http
 # forkrun: the attach client of the sandbox's Python fork server, installed in
 # the image (rootfs-builder/build-image.sh --forkrun).
 BINS  += $(BUILD)/forkrun
@@ -89,6 +93,10 @@ $(BUILD)/forkrun: rootfs-builder/forkrun.c
 
 $(BUILD)/nsbox-egress: $(call obj,$(EGRESS_SRC)) $(call obj,policy/netpolicy.c $(COMMON_SRC))
 	$(CC) $(CFLAGS) $(SAN) -o $@ $^ $(shell pkg-config --libs jansson) -lcares -lpthread
+
+$(BUILD)/obj/http/%.o: CFLAGS += $(shell pkg-config --cflags libmicrohttpd gnutls)
+$(BUILD)/nsbox-http: $(call obj,$(HTTP_SRC) cli/client.c $(COMMON_SRC))
+	$(CC) $(CFLAGS) $(SAN) -o $@ $^ $(shell pkg-config --libs jansson libmicrohttpd gnutls) -lpthread
 
 # The sniffers are egress/ code, outside libnsbox.a.
 $(BUILD)/tests/test_sniff: tests/unit/test_sniff.c $(call obj,egress/sniff.c)
@@ -170,7 +178,7 @@ install: all install-sdk
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/libexec/nsbox $(DESTDIR)$(PREFIX)/share/nsbox/seccomp \
 		$(DESTDIR)$(PREFIX)/share/nsbox/rootfs-builder $(DESTDIR)$(PREFIX)/share/doc/nsbox \
 		$(DESTDIR)/etc/systemd/system
-	install -m 0755 $(BUILD)/nsboxd $(BUILD)/nsbox $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 $(BUILD)/nsboxd $(BUILD)/nsbox $(BUILD)/nsbox-http $(DESTDIR)$(PREFIX)/bin/
 	install -m 0755 $(BUILD)/nsbox-init $(DESTDIR)$(PREFIX)/libexec/nsbox/
 	install -m 0755 $(BUILD)/nsbox-egress $(DESTDIR)$(PREFIX)/libexec/nsbox/
 	install -m 0644 seccomp-profiles/*.json $(DESTDIR)$(PREFIX)/share/nsbox/seccomp/
@@ -187,7 +195,7 @@ install-sdk:
 	install -m 0644 sdk/python/nsbox/*.py $(DESTDIR)$(PYTHON_SITE)/nsbox/
 
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/bin/nsboxd $(DESTDIR)$(PREFIX)/bin/nsbox \
+	rm -f $(DESTDIR)$(PREFIX)/bin/nsboxd $(DESTDIR)$(PREFIX)/bin/nsbox $(DESTDIR)$(PREFIX)/bin/nsbox-http \
 		$(DESTDIR)/etc/systemd/system/nsboxd.service $(DESTDIR)/etc/systemd/system/nsbox.slice \
 		$(DESTDIR)/etc/systemd/system/nsboxd.socket
 	rm -rf $(DESTDIR)$(PREFIX)/libexec/nsbox $(DESTDIR)$(PREFIX)/share/nsbox $(DESTDIR)$(PREFIX)/share/doc/nsbox
