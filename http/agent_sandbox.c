@@ -67,7 +67,8 @@ enum MHD_Result http_agent_execute(struct http_request *r, json_t *body)
 {
         json_t *command = json_object_get(body, "command");
         if (!json_is_string(command) || json_string_length(command) == 0)
-                return http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params", "command must be a non-empty string");
+                return http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params",
+                                        "command must be a non-empty string");
         json_t *timeout = json_object_get(body, "timeout");
         _cleanup_json_ json_t *params = json_pack("{s:O, s:s}", "command", command, "cwd", "/workspace");
         if (json_is_integer(timeout) && json_integer_value(timeout) > 0)
@@ -78,11 +79,12 @@ enum MHD_Result http_agent_execute(struct http_request *r, json_t *body)
                 return http_reply_rpc_error(r, error, err);
         json_t *exit_code = json_object_get(result, "exit_code");
         /* killed by a signal: the shell's convention, 128 + signal */
-        json_int_t code = json_is_integer(exit_code) ? json_integer_value(exit_code)
-                                                     : 128 + json_integer_value(json_object_get(result, "signal"));
+        json_int_t code = json_is_integer(exit_code)
+                              ? json_integer_value(exit_code)
+                              : 128 + json_integer_value(json_object_get(result, "signal"));
         return http_reply_json(r, MHD_HTTP_OK,
-                               json_pack("{s:O, s:O, s:I}", "stdout", json_object_get(result, "stdout"), "stderr",
-                                         json_object_get(result, "stderr"), "exit_code", code));
+                               json_pack("{s:O, s:O, s:I}", "stdout", json_object_get(result, "stdout"),
+                                         "stderr", json_object_get(result, "stderr"), "exit_code", code));
 }
 
 /* --- POST /upload ---------------------------------------------------------- */
@@ -189,7 +191,8 @@ static int write_file(struct http_request *r, const char *path, const char *data
         char *slash = strrchr(dir, '/');
         if (ret == 0 && slash != NULL && slash != dir) {
                 *slash = '\0';
-                _cleanup_json_ json_t *p = json_pack("{s:s, s:s, s:b}", "sandbox_id", id, "path", dir, "parents", 1);
+                _cleanup_json_ json_t *p =
+                    json_pack("{s:s, s:s, s:b}", "sandbox_id", id, "path", dir, "parents", 1);
                 _cleanup_json_ json_t *res = NULL;
                 ret = client_call(c, "fs.mkdir", p, NULL, NULL, &res, error, err);
         }
@@ -207,9 +210,10 @@ enum MHD_Result http_agent_upload_finish(struct http_request *r)
 {
         struct http_upload *u = r->upload;
         if (u == NULL || u->failed || u->filename == NULL)
-                return http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params",
-                                        "send multipart/form-data with one part named \"file\" whose filename is "
-                                        "the destination");
+                return http_reply_error(
+                    r, MHD_HTTP_BAD_REQUEST, "invalid_params",
+                    "send multipart/form-data with one part named \"file\" whose filename is "
+                    "the destination");
         if (u->second_file)
                 return http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params", "one file per upload");
         if (!upload_name_ok(u->filename))
@@ -265,11 +269,12 @@ enum MHD_Result http_agent_files(struct http_request *r, const char *kind, const
         if (strcmp(kind, "v1.put") == 0) {
                 if (write_file(r, path, r->body ? r->body : "", r->body_len, &error, &err) < 0)
                         return http_reply_rpc_error(r, error, err);
-                return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:s, s:I}", "path", path, "size",
-                                                                 (json_int_t)r->body_len));
+                return http_reply_json(
+                    r, MHD_HTTP_OK, json_pack("{s:s, s:I}", "path", path, "size", (json_int_t)r->body_len));
         }
         if (strcmp(kind, "v1.delete") == 0) {
-                const char *recursive = MHD_lookup_connection_value(r->connection, MHD_GET_ARGUMENT_KIND, "recursive");
+                const char *recursive =
+                    MHD_lookup_connection_value(r->connection, MHD_GET_ARGUMENT_KIND, "recursive");
                 _cleanup_json_ json_t *p = json_pack("{s:s, s:b}", "path", path, "recursive",
                                                      recursive && strcmp(recursive, "true") == 0);
                 if (call_in_default(r, "fs.remove", p, &result, &error, &err) < 0) {
@@ -302,8 +307,8 @@ enum MHD_Result http_agent_files(struct http_request *r, const char *kind, const
                                         strdup(""), 0);
         if (strcmp(kind, "list") == 0 || (v1 && dir)) {
                 if (!dir)
-                        return http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params", "%s is not a directory",
-                                                path);
+                        return http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params",
+                                                "%s is not a directory", path);
                 json_decref(result);
                 result = NULL;
                 _cleanup_json_ json_t *lp = json_pack("{s:s}", "path", path);
@@ -320,13 +325,14 @@ enum MHD_Result http_agent_files(struct http_request *r, const char *kind, const
                                 char mode[16];
                                 snprintf(mode, sizeof(mode), "%04llo",
                                          (unsigned long long)json_integer_value(json_object_get(e, "mode")));
-                                json_array_append_new(entries, json_pack("{s:O, s:O, s:s, s:s, s:s}", "name", name,
-                                                                         "size", size, "type", entry_type(e),
-                                                                         "modified_at", mtime ?: "", "mode", mode));
+                                json_array_append_new(entries,
+                                                      json_pack("{s:O, s:O, s:s, s:s, s:s}", "name", name,
+                                                                "size", size, "type", entry_type(e),
+                                                                "modified_at", mtime ?: "", "mode", mode));
                         } else {
                                 json_array_append_new(entries,
-                                                      json_pack("{s:O, s:O, s:s, s:f}", "name", name, "size", size,
-                                                                "type", entry_type(e), "mod_time",
+                                                      json_pack("{s:O, s:O, s:s, s:f}", "name", name, "size",
+                                                                size, "type", entry_type(e), "mod_time",
                                                                 timestamp_seconds(mtime)));
                         }
                 }
@@ -340,14 +346,15 @@ enum MHD_Result http_agent_files(struct http_request *r, const char *kind, const
                 return reply_message(r, MHD_HTTP_NOT_FOUND, "File not found");
         json_decref(result);
         result = NULL;
-        _cleanup_json_ json_t *rp = json_pack("{s:s, s:s, s:I}", "path", path, "encoding", "base64", "max_bytes",
-                                              (json_int_t)64 << 20);
+        _cleanup_json_ json_t *rp = json_pack("{s:s, s:s, s:I}", "path", path, "encoding", "base64",
+                                              "max_bytes", (json_int_t)64 << 20);
         if (call_in_default(r, "fs.read", rp, &result, &error, &err) < 0)
                 return http_reply_rpc_error(r, error, err);
         json_t *content = json_object_get(result, "content");
         size_t len = 0;
         void *data = base64_decode(json_string_value(content) ?: "", json_string_length(content), &len);
         if (data == NULL)
-                return http_reply_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", "nsboxd sent bad base64");
+                return http_reply_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal",
+                                        "nsboxd sent bad base64");
         return http_reply_bytes(r, MHD_HTTP_OK, "application/octet-stream", data, len);
 }

@@ -54,9 +54,11 @@ static int parse_line(char *line, unsigned lineno, const char *path, struct toke
         char *end;
         errno = 0;
         unsigned long uid = strtoul(uid_text, &end, 10);
-        if (errno != 0 || *end != '\0' || !isdigit((unsigned char)uid_text[0]) || uid == 0 || uid >= UINT32_MAX)
-                return nsbox_invalid(err, "%s:%u: the uid must be a number from 1 to 4294967294 (0, root, is refused)",
-                                     path, lineno);
+        if (errno != 0 || *end != '\0' || !isdigit((unsigned char)uid_text[0]) || uid == 0 ||
+            uid >= UINT32_MAX)
+                return nsbox_invalid(
+                    err, "%s:%u: the uid must be a number from 1 to 4294967294 (0, root, is refused)", path,
+                    lineno);
         out->uid = (uid_t)uid;
         if (strncmp(secret, "sha256:", 7) == 0) {
                 const char *hex = secret + 7;
@@ -92,8 +94,8 @@ int http_tokens_load(const char *path, nsbox_error_t **err)
                 return nsbox_invalid(err, "tokens file %s is not a regular file", path);
         /* Whoever can write the file can mint owners. */
         if (st.st_mode & (S_IWGRP | S_IWOTH))
-                return nsbox_refuse(err, EPERM, "tokens file %s is writable by group or others (mode %04o)", path,
-                                    (unsigned)(st.st_mode & 07777));
+                return nsbox_refuse(err, EPERM, "tokens file %s is writable by group or others (mode %04o)",
+                                    path, (unsigned)(st.st_mode & 07777));
         FILE *f = fdopen(fd, "r");
         if (f == NULL)
                 return nsbox_error(err, errno, "fdopen %s", path);

@@ -17,8 +17,9 @@
 #define HTTP_MAX_BODY (10u << 20)
 
 struct http_config {
-        const char *socket_path; /* nsboxd's */
-        bool act_as;             /* tokens: each request acts as its token's uid */
+        const char *socket_path;  /* nsboxd's */
+        bool act_as;              /* tokens: each request acts as its token's uid */
+        unsigned timeout_seconds; /* a connection idle this long is closed */
         /* sandbox.create params of the sandboxes POST /execute {code} makes
          * (--execute-sandbox JSON), e.g. an image, limits, env or network */
         json_t *execute_sandbox;
@@ -51,10 +52,10 @@ struct http_request {
 
 /* Queue a response; these return the MHD_Result of MHD_queue_response. */
 enum MHD_Result http_reply_json(struct http_request *r, unsigned status, json_t *body); /* body: stolen */
-enum MHD_Result http_reply_error(struct http_request *r, unsigned status, const char *kind, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-enum MHD_Result http_reply_bytes(struct http_request *r, unsigned status, const char *content_type, void *data,
-                                 size_t len); /* data: malloc'd, stolen */
+enum MHD_Result http_reply_error(struct http_request *r, unsigned status, const char *kind, const char *fmt,
+                                 ...) __attribute__((format(printf, 4, 5)));
+enum MHD_Result http_reply_bytes(struct http_request *r, unsigned status, const char *content_type,
+                                 void *data, size_t len); /* data: malloc'd, stolen */
 /* An nsboxd JSON-RPC error object (or a failure to reach nsboxd: error NULL)
  * as the HTTP status its kind maps to, body {"error":{"kind","message"}}. */
 enum MHD_Result http_reply_rpc_error(struct http_request *r, json_t *error, const nsbox_error_t *err);
@@ -63,8 +64,8 @@ unsigned http_status_of_rpc_error(json_t *error, const char **kind);
 /* A connection to nsboxd acting as the request's owner. */
 int http_nsboxd_connect(const struct http_request *r, struct client **out, nsbox_error_t **err);
 /* One call on a fresh connection; -EPROTO with *error (new ref) on a JSON-RPC error. */
-int http_call(const struct http_request *r, const char *method, json_t *params, json_t **result, json_t **error,
-              nsbox_error_t **err);
+int http_call(const struct http_request *r, const char *method, json_t *params, json_t **result,
+              json_t **error, nsbox_error_t **err);
 /* The request body as JSON (an object), or a 400 queued and NULL returned. */
 json_t *http_body_object(struct http_request *r, enum MHD_Result *ret);
 

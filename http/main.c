@@ -114,8 +114,8 @@ static int parse_address(const char *text, struct sockaddr_storage *ss, bool *lo
         if (host[0] == '\0')
                 host = "0.0.0.0";
         if (inet_pton(AF_INET, host, &a->sin_addr) != 1)
-                return nsbox_invalid(err, "--http %s: bad IPv4 address (names other than localhost are not looked up)",
-                                     text);
+                return nsbox_invalid(
+                    err, "--http %s: bad IPv4 address (names other than localhost are not looked up)", text);
         *loopback = (ntohl(a->sin_addr.s_addr) >> 24) == 127;
         return 0;
 }
@@ -147,12 +147,24 @@ int main(int argc, char **argv)
         int opt;
         while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
                 switch (opt) {
-                case 'l': listen_text = optarg; break;
-                case 't': tokens_path = optarg; break;
-                case 'c': cert_path = optarg; break;
-                case 'k': key_path = optarg; break;
-                case 's': socket_flag = optarg; break;
-                case 'e': execute_sandbox = optarg; break;
+                case 'l':
+                        listen_text = optarg;
+                        break;
+                case 't':
+                        tokens_path = optarg;
+                        break;
+                case 'c':
+                        cert_path = optarg;
+                        break;
+                case 'k':
+                        key_path = optarg;
+                        break;
+                case 's':
+                        socket_flag = optarg;
+                        break;
+                case 'e':
+                        execute_sandbox = optarg;
+                        break;
                 case 'm':
                 case 'T': {
                         char *end;
@@ -168,8 +180,12 @@ int main(int argc, char **argv)
                                 timeout = v;
                         break;
                 }
-                case 'h': fputs(usage, stdout); return 0;
-                default: fputs(usage, stderr); return 2;
+                case 'h':
+                        fputs(usage, stdout);
+                        return 0;
+                default:
+                        fputs(usage, stderr);
+                        return 2;
                 }
         }
         if (listen_text == NULL || optind != argc) {
@@ -190,17 +206,20 @@ int main(int argc, char **argv)
                         return fail(NULL, err);
                 http_config.act_as = true;
         } else if (!loopback) {
-                fprintf(stderr, "nsbox-http: refusing to listen on %s without --tokens: without tokens every client "
-                                "is this process's uid, which only a loopback address keeps to this host\n",
+                fprintf(stderr,
+                        "nsbox-http: refusing to listen on %s without --tokens: without tokens every client "
+                        "is this process's uid, which only a loopback address keeps to this host\n",
                         listen_text);
                 return 2;
         }
         http_config.socket_path = client_socket_path(socket_flag);
+        http_config.timeout_seconds = timeout;
         if (execute_sandbox != NULL) {
                 json_error_t jerr;
                 http_config.execute_sandbox = json_loads(execute_sandbox, 0, &jerr);
                 if (!json_is_object(http_config.execute_sandbox)) {
-                        fprintf(stderr, "nsbox-http: --execute-sandbox wants a JSON object (%s)\n", jerr.text);
+                        fprintf(stderr, "nsbox-http: --execute-sandbox wants a JSON object (%s)\n",
+                                jerr.text);
                         return 2;
                 }
         }
@@ -228,11 +247,11 @@ int main(int argc, char **argv)
                 { MHD_OPTION_HTTPS_MEM_KEY, 0, key },
                 { MHD_OPTION_END, 0, NULL },
         };
-        struct MHD_Daemon *d = MHD_start_daemon(
-            flags, 0, NULL, NULL, http_access_handler, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-            MHD_OPTION_CONNECTION_LIMIT, max_connections, MHD_OPTION_CONNECTION_TIMEOUT, timeout,
-            MHD_OPTION_NOTIFY_COMPLETED, http_request_completed, NULL, MHD_OPTION_ARRAY, tls_options,
-            MHD_OPTION_END);
+        struct MHD_Daemon *d =
+            MHD_start_daemon(flags, 0, NULL, NULL, http_access_handler, NULL, MHD_OPTION_SOCK_ADDR,
+                             (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT, max_connections,
+                             MHD_OPTION_CONNECTION_TIMEOUT, timeout, MHD_OPTION_NOTIFY_COMPLETED,
+                             http_request_completed, NULL, MHD_OPTION_ARRAY, tls_options, MHD_OPTION_END);
         if (d == NULL) {
                 fprintf(stderr, "nsbox-http: cannot listen on %s%s\n", listen_text,
                         cert ? " (or the TLS certificate/key was refused)" : "");

@@ -29,6 +29,7 @@ struct stream {
         bool sse;
         int pipe_rd, pipe_wr;
         int http_fd; /* the HTTP client's socket, watched for its leaving */
+        struct MHD_Connection *connection;
         pthread_t thread;
         bool started;
         bool wrote;    /* a line went into the pipe */
@@ -43,7 +44,8 @@ static void stream_write(struct stream *s, const char *event, json_t *value)
         if (text == NULL)
                 return;
         _cleanup_free_ char *line = NULL;
-        int n = s->sse ? asprintf(&line, "event: %s\ndata: %s\n\n", event, text) : asprintf(&line, "%s\n", text);
+        int n =
+            s->sse ? asprintf(&line, "event: %s\ndata: %s\n\n", event, text) : asprintf(&line, "%s\n", text);
         if (n < 0)
                 return;
         s->wrote = true;
@@ -81,15 +83,15 @@ static void *stream_main(void *data)
         } else {
                 if (error == NULL)
                         error = json_pack("{s:i, s:s, s:{s:s}}", "code", JSONRPC_APP_ERROR, "message",
-                                          err && err->message ? err->message : "nsboxd went away", "data", "kind",
-                                          "unavailable");
+                                          err && err->message ? err->message : "nsboxd went away", "data",
+                                          "kind", "unavailable");
                 if (!s->wrote) {
                         s->error = steal_pointer(&error);
                 } else {
                         const char *kind;
                         http_status_of_rpc_error(error, &kind);
-                        _cleanup_json_ json_t *body =
-                            json_pack("{s:s, s:O}", "kind", kind, "message", json_object_get(error, "message"));
+                        _cleanup_json_ json_t *body = json_pack("{s:s, s:O}", "kind", kind, "message",
+                                                                json_object_get(error, "message"));
                         _cleanup_json_ json_t *line = json_pack("{s:O}", "error", body);
                         stream_write(s, "error", s->sse ? body : line);
                 }
@@ -157,8 +159,12 @@ static ssize_t stream_read(void *data, uint64_t pos, char *buf, size_t max)
                         continue;
                 if (n < 0)
                         return MHD_CONTENT_READER_END_WITH_ERROR;
-                if (n == 0)
+                if (n == 0) {
+                        /* idle timeout again for what follows on this connection */
+                        MHD_set_connection_option(s->connection, MHD_CONNECTION_OPTION_TIMEOUT,
+                                                  http_config.timeout_seconds);
                         return MHD_CONTENT_READER_END_OF_STREAM;
+                }
                 return n;
         }
 }
@@ -169,11 +175,13 @@ static enum MHD_Result answer_stream(struct http_request *r, const char *method,
         if (s == NULL)
                 return MHD_NO;
         s->pipe_rd = s->pipe_wr = -1;
-        const char *accept = MHD_lookup_connection_value(r->connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT);
+        const char *accept =
+            MHD_lookup_connection_value(r->connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT);
         s->sse = accept != NULL && strstr(accept, "text/event-stream") != NULL;
         const union MHD_ConnectionInfo *info =
             MHD_get_connection_info(r->connection, MHD_CONNECTION_INFO_CONNECTION_FD);
         s->http_fd = info ? info->connect_fd : -1;
+        s->connection = r->connection;
         s->method = strdup(method);
         s->params = json_incref(params);
         _cleanup_error_ nsbox_error_t *err = NULL;
@@ -190,7 +198,8 @@ static enum MHD_Result answer_stream(struct http_request *r, const char *method,
         }
         if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
                 stream_free(s);
-                return http_reply_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", "cannot start a thread");
+                return http_reply_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal",
+                                        "cannot start a thread");
         }
         s->started = true;
         /* The status is the call's own when it fails before any output
@@ -215,8 +224,8 @@ static enum MHD_Result answer_stream(struct http_request *r, const char *method,
                 stream_free(s);
                 return ret;
         }
-        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, s,
-                                                                      stream_free);
+        struct MHD_Response *resp =
+            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, s, stream_free);
         if (resp == NULL) {
                 stream_free(s);
                 return MHD_NO;
@@ -224,6 +233,9 @@ static enum MHD_Result answer_stream(struct http_request *r, const char *method,
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
                                 s->sse ? "text/event-stream" : "application/x-ndjson");
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        /* A stream may be quiet for longer than the idle timeout (a command
+         * that thinks): its end, or the client's leaving (stream_wait), ends it. */
+        MHD_set_connection_option(r->connection, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
         enum MHD_Result ret = MHD_queue_response(r->connection, MHD_HTTP_OK, resp);
         MHD_destroy_response(resp);
         return ret;
@@ -264,7 +276,8 @@ enum MHD_Result http_rpc_handle(struct http_request *r, const char *method)
                 params = body;
         }
         if (!method_name_ok(method) || strcmp(method, "auth.act_as") == 0)
-                return http_reply_error(r, MHD_HTTP_NOT_FOUND, "not_found", "unknown method \"%.64s\"", method);
+                return http_reply_error(r, MHD_HTTP_NOT_FOUND, "not_found", "unknown method \"%.64s\"",
+                                        method);
         _cleanup_json_ json_t *empty = json_object();
         if (params == NULL)
                 params = empty;
@@ -276,13 +289,15 @@ enum MHD_Result http_rpc_handle(struct http_request *r, const char *method)
                 if (id != NULL && error != NULL) {
                         const char *kind;
                         unsigned status = http_status_of_rpc_error(error, &kind);
-                        return http_reply_json(r, status, json_pack("{s:s, s:O, s:O}", "jsonrpc", "2.0", "id", id,
-                                                                    "error", error));
+                        return http_reply_json(
+                            r, status,
+                            json_pack("{s:s, s:O, s:O}", "jsonrpc", "2.0", "id", id, "error", error));
                 }
                 return http_reply_rpc_error(r, error, err);
         }
         if (id != NULL)
-                return http_reply_json(r, MHD_HTTP_OK,
-                                       json_pack("{s:s, s:O, s:O}", "jsonrpc", "2.0", "id", id, "result", result));
+                return http_reply_json(
+                    r, MHD_HTTP_OK,
+                    json_pack("{s:s, s:O, s:O}", "jsonrpc", "2.0", "id", id, "result", result));
         return http_reply_json(r, MHD_HTTP_OK, json_incref(result));
 }

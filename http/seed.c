@@ -56,8 +56,9 @@ static int call(struct client *c, const char *method, json_t *params, json_t **r
 }
 
 /* Files in, the run, produced files out: the seed's SandboxResponse. */
-static int run_in_sandbox(struct client *c, const char *id, json_t *code, json_t *timeout, json_t *requirements,
-                          json_t *files, json_t **answer, json_t **error, nsbox_error_t **err)
+static int run_in_sandbox(struct client *c, const char *id, json_t *code, json_t *timeout,
+                          json_t *requirements, json_t *files, json_t **answer, json_t **error,
+                          nsbox_error_t **err)
 {
         const char *key;
         json_t *v;
@@ -69,8 +70,8 @@ static int run_in_sandbox(struct client *c, const char *id, json_t *code, json_t
                 char *slash = dir ? strrchr(dir, '/') : NULL;
                 if (slash != NULL) {
                         *slash = '\0';
-                        _cleanup_json_ json_t *p = json_pack("{s:s, s:s, s:b}", "sandbox_id", id, "path", dir,
-                                                             "parents", 1);
+                        _cleanup_json_ json_t *p =
+                            json_pack("{s:s, s:s, s:b}", "sandbox_id", id, "path", dir, "parents", 1);
                         _cleanup_json_ json_t *res = NULL;
                         if ((r = call(c, "fs.mkdir", p, &res, error, err)) < 0)
                                 return r;
@@ -92,8 +93,8 @@ static int run_in_sandbox(struct client *c, const char *id, json_t *code, json_t
         _cleanup_json_ json_t *produced = json_object();
         json_object_foreach(json_object_get(run, "files_produced"), key, v)
         {
-                _cleanup_json_ json_t *p = json_pack("{s:s, s:s, s:s}", "sandbox_id", id, "path", key, "encoding",
-                                                     "base64");
+                _cleanup_json_ json_t *p =
+                    json_pack("{s:s, s:s, s:s}", "sandbox_id", id, "path", key, "encoding", "base64");
                 _cleanup_json_ json_t *res = NULL;
                 if ((r = call(c, "fs.read", p, &res, error, err)) < 0)
                         return r;
@@ -103,12 +104,12 @@ static int run_in_sandbox(struct client *c, const char *id, json_t *code, json_t
         }
         const char *status = json_string_value(json_object_get(run, "status"));
         json_t *exit_code = json_object_get(run, "exit_code");
-        *answer = json_pack("{s:s, s:O, s:O, s:I, s:O, s:O}", "status",
-                            status && strcmp(status, "ok") == 0 ? "success" : "error", "stdout",
-                            json_object_get(run, "stdout"), "stderr", json_object_get(run, "stderr"), "exit_code",
-                            json_is_integer(exit_code) ? json_integer_value(exit_code) : (json_int_t)-1,
-                            "execution_time_ms", json_object_get(run, "execution_time_ms"), "files_produced",
-                            produced);
+        *answer = json_pack(
+            "{s:s, s:O, s:O, s:I, s:O, s:O}", "status",
+            status && strcmp(status, "ok") == 0 ? "success" : "error", "stdout",
+            json_object_get(run, "stdout"), "stderr", json_object_get(run, "stderr"), "exit_code",
+            json_is_integer(exit_code) ? json_integer_value(exit_code) : (json_int_t)-1, "execution_time_ms",
+            json_object_get(run, "execution_time_ms"), "files_produced", produced);
         if (*answer == NULL)
                 return nsbox_error(err, ENOMEM, "answer");
         if (status && strcmp(status, "timeout") == 0)
@@ -126,13 +127,14 @@ enum MHD_Result http_seed_execute(struct http_request *r, json_t *body)
         {
                 if (strcmp(key, "code") && strcmp(key, "timeout_seconds") && strcmp(key, "requirements") &&
                     strcmp(key, "files"))
-                        return http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params", "unknown field \"%.64s\"",
-                                                key);
+                        return http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params",
+                                                "unknown field \"%.64s\"", key);
         }
         if (!json_is_string(code) || json_string_length(code) == 0)
                 return bad(r, "code must be a non-empty string");
         if (timeout != NULL && !json_is_null(timeout) &&
-            (!json_is_integer(timeout) || json_integer_value(timeout) < 0 || json_integer_value(timeout) > 86400))
+            (!json_is_integer(timeout) || json_integer_value(timeout) < 0 ||
+             json_integer_value(timeout) > 86400))
                 return bad(r, "timeout_seconds must be an integer from 0 to 86400 (0: the default)");
         if (requirements != NULL && !json_is_null(requirements)) {
                 if (!json_is_array(requirements))
@@ -147,12 +149,13 @@ enum MHD_Result http_seed_execute(struct http_request *r, json_t *body)
         json_object_foreach(files, key, v)
         {
                 if (!workspace_relative(key))
-                        return http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params",
-                                                "files[\"%.100s\"]: paths are relative to /workspace, without \"..\"",
-                                                key);
+                        return http_reply_error(
+                            r, MHD_HTTP_BAD_REQUEST, "invalid_params",
+                            "files[\"%.100s\"]: paths are relative to /workspace, without \"..\"", key);
                 size_t len;
                 _cleanup_free_ void *data =
-                    json_is_string(v) ? base64_decode(json_string_value(v), json_string_length(v), &len) : NULL;
+                    json_is_string(v) ? base64_decode(json_string_value(v), json_string_length(v), &len)
+                                      : NULL;
                 if (data == NULL)
                         return http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params",
                                                 "files[\"%.100s\"] must be base64", key);
@@ -162,8 +165,8 @@ enum MHD_Result http_seed_execute(struct http_request *r, json_t *body)
         struct client *c = NULL;
         if (http_nsboxd_connect(r, &c, &err) < 0)
                 return http_reply_rpc_error(r, NULL, err);
-        _cleanup_json_ json_t *create = http_config.execute_sandbox ? json_deep_copy(http_config.execute_sandbox)
-                                                                    : json_object();
+        _cleanup_json_ json_t *create =
+            http_config.execute_sandbox ? json_deep_copy(http_config.execute_sandbox) : json_object();
         _cleanup_json_ json_t *made = NULL, *error = NULL;
         if (call(c, "sandbox.create", create, &made, &error, &err) < 0) {
                 enum MHD_Result ret = http_reply_rpc_error(r, error, err);
@@ -173,7 +176,8 @@ enum MHD_Result http_seed_execute(struct http_request *r, json_t *body)
         const char *id = json_string_value(json_object_get(made, "sandbox_id"));
         _cleanup_json_ json_t *answer = NULL;
         enum MHD_Result ret;
-        if (id != NULL && run_in_sandbox(c, id, code, timeout, requirements, files, &answer, &error, &err) == 0)
+        if (id != NULL &&
+            run_in_sandbox(c, id, code, timeout, requirements, files, &answer, &error, &err) == 0)
                 ret = http_reply_json(r, MHD_HTTP_OK, steal_pointer(&answer));
         else
                 ret = http_reply_rpc_error(r, error, err);
@@ -193,8 +197,9 @@ enum MHD_Result http_seed_health(struct http_request *r)
         json_int_t sandboxes = json_integer_value(json_object_get(info, "sandboxes"));
         json_int_t free_slots = capacity > sandboxes ? capacity - sandboxes : 0;
         return http_reply_json(r, MHD_HTTP_OK,
-                               json_pack("{s:s, s:I, s:I, s:I, s:O, s:O, s:s}", "status", free_slots > 0 ? "ok" : "full",
-                                         "capacity", capacity, "sandboxes", sandboxes, "free", free_slots, "version",
+                               json_pack("{s:s, s:I, s:I, s:I, s:O, s:O, s:s}", "status",
+                                         free_slots > 0 ? "ok" : "full", "capacity", capacity, "sandboxes",
+                                         sandboxes, "free", free_slots, "version",
                                          json_object_get(info, "version") ?: json_null(), "cgroup",
                                          json_object_get(info, "cgroup") ?: json_null(), "message",
                                          "nsbox sandbox runtime is active"));

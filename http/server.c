@@ -20,8 +20,8 @@ struct http_config http_config;
  * once this much more has been thrown away. */
 #define HTTP_MAX_DISCARD (64u << 20)
 
-enum MHD_Result http_reply_bytes(struct http_request *r, unsigned status, const char *content_type, void *data,
-                                 size_t len)
+enum MHD_Result http_reply_bytes(struct http_request *r, unsigned status, const char *content_type,
+                                 void *data, size_t len)
 {
         struct MHD_Response *resp = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
         if (resp == NULL) {
@@ -46,7 +46,8 @@ enum MHD_Result http_reply_json(struct http_request *r, unsigned status, json_t 
         size_t len = 0;
         char *text = owned ? jsonrpc_serialize(owned, &len) : NULL;
         if (text == NULL) {
-                static const char oom[] = "{\"error\":{\"kind\":\"internal\",\"message\":\"cannot encode the reply\"}}\n";
+                static const char oom[] =
+                    "{\"error\":{\"kind\":\"internal\",\"message\":\"cannot encode the reply\"}}\n";
                 text = strdup(oom);
                 len = text ? strlen(text) : 0;
                 status = MHD_HTTP_INTERNAL_SERVER_ERROR;
@@ -56,14 +57,16 @@ enum MHD_Result http_reply_json(struct http_request *r, unsigned status, json_t 
         return http_reply_bytes(r, status, "application/json", text, len);
 }
 
-enum MHD_Result http_reply_error(struct http_request *r, unsigned status, const char *kind, const char *fmt, ...)
+enum MHD_Result http_reply_error(struct http_request *r, unsigned status, const char *kind, const char *fmt,
+                                 ...)
 {
         char message[1024];
         va_list ap;
         va_start(ap, fmt);
         vsnprintf(message, sizeof(message), fmt, ap);
         va_end(ap);
-        return http_reply_json(r, status, json_pack("{s:{s:s, s:s}}", "error", "kind", kind, "message", message));
+        return http_reply_json(r, status,
+                               json_pack("{s:{s:s, s:s}}", "error", "kind", kind, "message", message));
 }
 
 unsigned http_status_of_rpc_error(json_t *error, const char **kind_out)
@@ -73,8 +76,9 @@ unsigned http_status_of_rpc_error(json_t *error, const char **kind_out)
         unsigned status = MHD_HTTP_INTERNAL_SERVER_ERROR;
         if (kind == NULL) {
                 /* protocol errors carry no kind */
-                kind = code == JSONRPC_METHOD_NOT_FOUND ? "not_found" : code == JSONRPC_INTERNAL_ERROR ? "internal"
-                                                                                                        : "invalid_params";
+                kind = code == JSONRPC_METHOD_NOT_FOUND ? "not_found"
+                       : code == JSONRPC_INTERNAL_ERROR ? "internal"
+                                                        : "invalid_params";
         }
         if (strcmp(kind, "invalid_params") == 0)
                 status = MHD_HTTP_BAD_REQUEST;
@@ -123,8 +127,8 @@ int http_nsboxd_connect(const struct http_request *r, struct client **out, nsbox
         return 0;
 }
 
-int http_call(const struct http_request *r, const char *method, json_t *params, json_t **result, json_t **error,
-              nsbox_error_t **err)
+int http_call(const struct http_request *r, const char *method, json_t *params, json_t **result,
+              json_t **error, nsbox_error_t **err)
 {
         struct client *c = NULL;
         *error = NULL;
@@ -147,7 +151,8 @@ json_t *http_body_object(struct http_request *r, enum MHD_Result *ret)
         }
         if (!json_is_object(body)) {
                 json_decref(body);
-                *ret = http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params", "the body must be a JSON object");
+                *ret = http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params",
+                                        "the body must be a JSON object");
                 return NULL;
         }
         return body;
@@ -156,7 +161,8 @@ json_t *http_body_object(struct http_request *r, enum MHD_Result *ret)
 /* "Bearer TOKEN": the token's uid, or 0. */
 static uid_t authenticate(struct MHD_Connection *connection)
 {
-        const char *auth = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+        const char *auth =
+            MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
         if (auth == NULL || strncasecmp(auth, "Bearer ", 7) != 0)
                 return 0;
         const char *token = auth + 7;
@@ -252,8 +258,9 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *connecti
                 if (http_config.act_as) {
                         r->uid = authenticate(connection);
                         if (r->uid == 0)
-                                return http_reply_error(r, MHD_HTTP_UNAUTHORIZED, "unauthorized",
-                                                        "a valid token is required: Authorization: Bearer TOKEN");
+                                return http_reply_error(
+                                    r, MHD_HTTP_UNAUTHORIZED, "unauthorized",
+                                    "a valid token is required: Authorization: Bearer TOKEN");
                 } else {
                         r->uid = getuid();
                 }
