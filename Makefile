@@ -168,8 +168,10 @@ test-systemd: all
 	@dir=$$(mktemp -d) && \
 	sed -e 's#@PREFIX@/bin/nsboxd#$(abspath $(BUILD))/nsboxd#' -e 's#@PREFIX@#$(PREFIX)#g' \
 		manager/systemd/nsboxd.service.in > $$dir/nsboxd.service && \
+	sed -e 's#@PREFIX@/bin/nsbox-http#$(abspath $(BUILD))/nsbox-http#' -e 's#@PREFIX@#$(PREFIX)#g' \
+		manager/systemd/nsbox-http.service.in > $$dir/nsbox-http.service && \
 	cp manager/systemd/nsbox.slice manager/systemd/nsboxd.socket $$dir/ && \
-	out=$$(systemd-analyze verify $$dir/nsboxd.service $$dir/nsbox.slice $$dir/nsboxd.socket 2>&1); rc=$$?; \
+	out=$$(systemd-analyze verify $$dir/nsboxd.service $$dir/nsbox-http.service $$dir/nsbox.slice $$dir/nsboxd.socket 2>&1); rc=$$?; \
 	rm -rf $$dir; \
 	if [ $$rc -ne 0 ] || [ -n "$$out" ]; then echo "$$out"; echo "systemd units: FAILED"; exit 1; fi; \
 	echo "systemd units: ok"
@@ -185,6 +187,7 @@ install: all install-sdk
 	cp -r rootfs-builder/. $(DESTDIR)$(PREFIX)/share/nsbox/rootfs-builder/
 	install -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/nsbox/
 	sed -e 's#@PREFIX@#$(PREFIX)#g' manager/systemd/nsboxd.service.in > $(DESTDIR)/etc/systemd/system/nsboxd.service
+	sed -e 's#@PREFIX@#$(PREFIX)#g' manager/systemd/nsbox-http.service.in > $(DESTDIR)/etc/systemd/system/nsbox-http.service
 	install -m 0644 manager/systemd/nsbox.slice manager/systemd/nsboxd.socket $(DESTDIR)/etc/systemd/system/
 	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
 
@@ -197,7 +200,7 @@ install-sdk:
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/nsboxd $(DESTDIR)$(PREFIX)/bin/nsbox $(DESTDIR)$(PREFIX)/bin/nsbox-http \
 		$(DESTDIR)/etc/systemd/system/nsboxd.service $(DESTDIR)/etc/systemd/system/nsbox.slice \
-		$(DESTDIR)/etc/systemd/system/nsboxd.socket
+		$(DESTDIR)/etc/systemd/system/nsboxd.socket $(DESTDIR)/etc/systemd/system/nsbox-http.service
 	rm -rf $(DESTDIR)$(PREFIX)/libexec/nsbox $(DESTDIR)$(PREFIX)/share/nsbox $(DESTDIR)$(PREFIX)/share/doc/nsbox
 	rm -rf $(DESTDIR)$(PYTHON_SITE)/nsbox
 	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi

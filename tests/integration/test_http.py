@@ -30,10 +30,13 @@ UID_A, UID_B, UID_C = 41001, 41002, 41003
 class Front:
     """nsbox-http on a free loopback port, in front of `daemon`."""
 
-    def __init__(self, daemon, *args, tokens=True, scheme="http"):
+    def __init__(self, daemon, *args, tokens=True, scheme="http", via_cli=False):
         self.dir = tempfile.mkdtemp(prefix="nsbox-http-test-")
         self.scheme = scheme
-        argv = [os.path.join(BUILD, "nsbox-http"), "--http", "127.0.0.1:0", "--socket", daemon.socket, *args]
+        if via_cli:
+            argv = [os.path.join(BUILD, "nsbox"), "--socket", daemon.socket, "serve", "--http", "127.0.0.1:0", *args]
+        else:
+            argv = [os.path.join(BUILD, "nsbox-http"), "--http", "127.0.0.1:0", "--socket", daemon.socket, *args]
         if tokens:
             path = os.path.join(self.dir, "tokens")
             with open(path, "w") as f:
@@ -516,6 +519,15 @@ def test_without_tokens_only_loopback_is_accepted(daemon):
     try:
         status, _, body = f.request("GET", "/health", token=None)
         assert status == 200
+    finally:
+        assert f.stop() == 0
+
+
+def test_nsbox_serve_runs_the_http_front(daemon):
+    f = Front(daemon, via_cli=True)
+    try:
+        assert f.request("GET", "/health")[0] == 200
+        assert f.request("GET", "/health", token=TOKEN_B + "x")[0] == 401
     finally:
         assert f.stop() == 0
 
