@@ -12,6 +12,10 @@
 #include "json_cleanup.h"
 #include "textenc.h"
 
+/* Produced files come back in the reply, base64 (4/3 of this): beyond this
+ * many bytes in all, the rest are left out (files_left_out counts them). */
+#define SEED_MAX_PRODUCED_BYTES ((json_int_t)64 << 20)
+
 /* Relative, no "..", no empty or "." parts: a path under /workspace. */
 static bool workspace_relative(const char *path)
 {
@@ -91,8 +95,16 @@ static int run_in_sandbox(struct client *c, const char *id, json_t *code, json_t
         if ((r = call(c, "python.run", params, &run, error, err)) < 0)
                 return r;
         _cleanup_json_ json_t *produced = json_object();
+        json_int_t total = 0, left_out = 0;
         json_object_foreach(json_object_get(run, "files_produced"), key, v)
         {
+                /* nsboxd says each file's size: what would not fit is counted, not read */
+                json_int_t size = json_integer_value(v);
+                if (size > SEED_MAX_PRODUCED_BYTES - total) {
+                        left_out++;
+                        continue;
+                }
+                total += size;
                 _cleanup_json_ json_t *p =
                     json_pack("{s:s, s:s, s:s}", "sandbox_id", id, "path", key, "encoding", "base64");
                 _cleanup_json_ json_t *res = NULL;
@@ -114,6 +126,10 @@ static int run_in_sandbox(struct client *c, const char *id, json_t *code, json_t
                 return nsbox_error(err, ENOMEM, "answer");
         if (status && strcmp(status, "timeout") == 0)
                 json_object_set_new(*answer, "timed_out", json_true());
+        if (left_out > 0 || json_integer_value(json_object_get(run, "files_left_out")) > 0)
+                json_object_set_new(
+                    *answer, "files_left_out",
+                    json_integer(left_out + json_integer_value(json_object_get(run, "files_left_out"))));
         return 0;
 }
 

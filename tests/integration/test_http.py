@@ -595,3 +595,31 @@ def test_garbage_huge_and_slow_requests_never_crash_nor_disturb_others(front):
     assert front.proc.poll() is None, front.read_log()
     status, _, _ = front.request("GET", "/health")
     assert status == 200
+
+
+def test_connection_limit_and_idle_timeout(daemon):
+    f = Front(daemon, "--max-connections", "3", "--timeout", "10")
+    try:
+        held = [socket.create_connection(("127.0.0.1", f.port), timeout=60) for _ in range(3)]
+        for s in held:
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # headers never finished
+        time.sleep(0.5)
+        # a fourth waits in the backlog, unserved, while three are held...
+        extra = socket.create_connection(("127.0.0.1", f.port), timeout=60)
+        extra.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN_A.encode() +
+                      b"\r\nConnection: close\r\n\r\n")
+        extra.settimeout(1.5)
+        with pytest.raises(socket.timeout):
+            extra.recv(4096)
+        # ... and is served once one of them goes
+        held.pop().close()
+        extra.settimeout(60)
+        assert extra.recv(4096).startswith(b"HTTP/1.1 200")
+        extra.close()
+        # an idle connection is closed after --timeout
+        for s in held:
+            assert s.recv(4096) == b""
+            s.close()
+        assert f.request("GET", "/health")[0] == 200
+    finally:
+        assert f.stop() == 0
