@@ -98,6 +98,11 @@ class Front:
             self.proc.kill()
             rc = self.proc.wait()
         self.log.close()
+        # a sanitizer build reports and may carry on: a report fails the stop as a crash would
+        log = self.read_log()
+        if rc == 0 and ("runtime error:" in log or "AddressSanitizer" in log or "LeakSanitizer" in log):
+            print(log[-6000:])
+            rc = 99
         return rc
 
 
@@ -448,6 +453,9 @@ def test_agent_sandbox_runtime_contract(front):
     status, _, body = front.request("POST", "/upload", data, headers=headers)
     assert status == 200 and "uploaded successfully" in body["message"], body
     status, resp, body = front.request("GET", "/download/sub/dir/blob.bin", raw=True)
+    assert status == 200 and body == payload
+    # the SDK quotes the whole path (urllib.parse.quote(path, safe=''))
+    status, resp, body = front.request("GET", "/download/sub%2Fdir%2Fblob.bin", raw=True)
     assert status == 200 and body == payload
     status, _, body = front.request("GET", "/download/sub/dir/missing.bin")
     assert status == 404 and body == {"message": "File not found"}
