@@ -98,6 +98,11 @@ $(BUILD)/obj/http/%.o: CFLAGS += $(shell pkg-config --cflags libmicrohttpd gnutl
 $(BUILD)/nsbox-http: $(call obj,$(HTTP_SRC) cli/client.c $(COMMON_SRC))
 	$(CC) $(CFLAGS) $(SAN) -o $@ $^ $(shell pkg-config --libs jansson libmicrohttpd gnutls) -lpthread
 
+# The tokens file parser is http/ code, outside libnsbox.a.
+$(BUILD)/tests/test_http_tokens: tests/unit/test_http_tokens.c $(call obj,http/auth.c common/error.c)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Ihttp $(shell pkg-config --cflags libmicrohttpd gnutls) $(SAN) -o $@ $^ -lgnutls -ljansson -lcmocka
+
 # The sniffers are egress/ code, outside libnsbox.a.
 $(BUILD)/tests/test_sniff: tests/unit/test_sniff.c $(call obj,egress/sniff.c)
 	@mkdir -p $(dir $@)

@@ -82,6 +82,13 @@ static int parse_line(char *line, unsigned lineno, const char *path, struct toke
                    : 0;
 }
 
+void http_tokens_clear(void)
+{
+        free(tokens);
+        tokens = NULL;
+        n_tokens = 0;
+}
+
 int http_tokens_load(const char *path, nsbox_error_t **err)
 {
         _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
@@ -130,10 +137,12 @@ int http_tokens_load(const char *path, nsbox_error_t **err)
                 any_plain |= plain;
         }
         fclose(f);
-        if (r < 0)
+        if (r == 0 && n_tokens == 0)
+                r = nsbox_invalid(err, "tokens file %s holds no token", path);
+        if (r < 0) {
+                http_tokens_clear();
                 return r;
-        if (n_tokens == 0)
-                return nsbox_invalid(err, "tokens file %s holds no token", path);
+        }
         if (any_plain && (st.st_mode & (S_IRGRP | S_IROTH)))
                 fprintf(stderr,
                         "nsbox-http: warning: %s holds plain tokens and is readable by group or others; "

@@ -31,6 +31,7 @@ int cli_write_all(int fd, const void *data, size_t len);
 
 /* --- tokens (auth.c) --- */
 int http_tokens_load(const char *path, nsbox_error_t **err);
+void http_tokens_clear(void);
 /* The uid of a presented token, or 0 when it is no token of the file. Every
  * entry is compared, in constant time, whatever matches. */
 uid_t http_tokens_lookup(const char *token, size_t len);
