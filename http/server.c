@@ -242,6 +242,22 @@ static enum MHD_Result route(struct http_request *r)
                                 r->url);
 }
 
+static enum MHD_Result liveness(struct http_request *r)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        _cleanup_json_ json_t *empty = json_object(), *result = NULL, *error = NULL;
+        struct client *c = NULL;
+        int ret = client_connect(http_config.socket_path, &c, &err);
+        if (ret == 0) {
+                ret = client_call(c, "server.info", empty, NULL, NULL, &result, &error, &err);
+                client_close(c);
+        }
+        if (ret < 0)
+                return http_reply_json(r, MHD_HTTP_SERVICE_UNAVAILABLE,
+                                       json_pack("{s:s}", "status", "unavailable"));
+        return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:s}", "status", "ok"));
+}
+
 static enum MHD_Result access_handler(void *cls, struct MHD_Connection *connection, const char *url,
                                       const char *method, const char *version, const char *upload_data,
                                       size_t *upload_data_size, void **con_cls)
@@ -255,6 +271,10 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *connecti
                 r->connection = connection;
                 r->method = method;
                 r->url = url;
+                /* A probe's question, answered without a token (and without data):
+                 * is nsboxd answering through this front? */
+                if (strcmp(url, "/healthz") == 0 && strcmp(method, "GET") == 0)
+                        return liveness(r);
                 if (http_config.act_as) {
                         r->uid = authenticate(connection);
                         if (r->uid == 0)

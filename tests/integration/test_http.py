@@ -130,6 +130,9 @@ def test_no_token_and_bad_token_are_401_with_www_authenticate(front):
         assert error_kind(body) == "unauthorized"
     status, _, body = front.request("POST", "/v1/rpc/sandbox.list", {}, token=None)
     assert status == 401
+    # the one exception: a probe's liveness check, which tells nothing else
+    status, _, body = front.request("GET", "/healthz", token=None)
+    assert status == 200 and body == {"status": "ok"}
 
 
 def test_each_token_owns_its_sandboxes_like_a_peercred_uid(front, daemon):
