@@ -237,7 +237,10 @@ int main(int argc, char **argv)
         sigaddset(&stop, SIGTERM);
         pthread_sigmask(SIG_BLOCK, &stop, NULL);
 
-        unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+        /* poll(), not select(): a connection's fds (its socket, its nsboxd
+         * connection, a stream's pipe) may be numbered past FD_SETSIZE. */
+        unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                         MHD_USE_ERROR_LOG;
         if (addr.ss_family == AF_INET6)
                 flags |= MHD_USE_IPv6;
         if (cert != NULL)
