@@ -101,7 +101,7 @@ $(BUILD)/nsbox-http: $(call obj,$(HTTP_SRC) cli/client.c $(COMMON_SRC))
 # The tokens file parser is http/ code, outside libnsbox.a.
 $(BUILD)/tests/test_http_tokens: tests/unit/test_http_tokens.c $(call obj,http/auth.c common/error.c)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Ihttp $(shell pkg-config --cflags libmicrohttpd gnutls) $(SAN) -o $@ $^ -lgnutls -ljansson -lcmocka
+	$(CC) $(CFLAGS) -Ihttp $(shell pkg-config --cflags libmicrohttpd gnutls) $(SAN) -o $@ $^ -lgnutls -ljansson -lcmocka -lpthread
 
 # The sniffers are egress/ code, outside libnsbox.a.
 $(BUILD)/tests/test_sniff: tests/unit/test_sniff.c $(call obj,egress/sniff.c)

@@ -1,13 +1,15 @@
 /* The tokens file: one owner per line, `UID TOKEN` or `UID sha256:HEX` (the
  * SHA-256 of the token, so the file need not hold the secret), `#`
  * comments and blank lines ignored. Presented tokens are hashed and compared
- * with every entry in constant time. */
+ * with every entry in constant time. SIGHUP reloads the file; a file that is
+ * refused then leaves the tokens as they were. */
 #include "http.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <gnutls/crypto.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +27,8 @@ struct token {
         unsigned char digest[DIGEST_LEN];
 };
 
+/* Read by every connection's thread, replaced whole on SIGHUP. */
+static pthread_rwlock_t tokens_lock = PTHREAD_RWLOCK_INITIALIZER;
 static struct token *tokens;
 static size_t n_tokens;
 
@@ -82,11 +86,19 @@ static int parse_line(char *line, unsigned lineno, const char *path, struct toke
                    : 0;
 }
 
+static void tokens_replace(struct token *with, size_t n)
+{
+        pthread_rwlock_wrlock(&tokens_lock);
+        struct token *old = tokens;
+        tokens = with;
+        n_tokens = n;
+        pthread_rwlock_unlock(&tokens_lock);
+        free(old);
+}
+
 void http_tokens_clear(void)
 {
-        free(tokens);
-        tokens = NULL;
-        n_tokens = 0;
+        tokens_replace(NULL, 0);
 }
 
 int http_tokens_load(const char *path, nsbox_error_t **err)
@@ -112,6 +124,8 @@ int http_tokens_load(const char *path, nsbox_error_t **err)
         unsigned lineno = 0;
         bool any_plain = false;
         int r = 0;
+        _cleanup_free_ struct token *loaded = NULL;
+        size_t n_loaded = 0;
         while (getline(&line, &cap, f) >= 0) {
                 lineno++;
                 line[strcspn(line, "\r\n")] = '\0';
@@ -122,27 +136,26 @@ int http_tokens_load(const char *path, nsbox_error_t **err)
                 bool plain = false;
                 if ((r = parse_line(p, lineno, path, &t, &plain, err)) < 0)
                         break;
-                for (size_t i = 0; i < n_tokens; i++)
-                        if (memcmp(tokens[i].digest, t.digest, DIGEST_LEN) == 0)
+                for (size_t i = 0; i < n_loaded; i++)
+                        if (memcmp(loaded[i].digest, t.digest, DIGEST_LEN) == 0)
                                 r = nsbox_invalid(err, "%s:%u: the same token is given twice", path, lineno);
                 if (r < 0)
                         break;
-                struct token *grown = realloc(tokens, (n_tokens + 1) * sizeof(*tokens));
+                struct token *grown = realloc(loaded, (n_loaded + 1) * sizeof(*loaded));
                 if (grown == NULL) {
                         r = nsbox_error(err, ENOMEM, "tokens");
                         break;
                 }
-                tokens = grown;
-                tokens[n_tokens++] = t;
+                loaded = grown;
+                loaded[n_loaded++] = t;
                 any_plain |= plain;
         }
         fclose(f);
-        if (r == 0 && n_tokens == 0)
+        if (r == 0 && n_loaded == 0)
                 r = nsbox_invalid(err, "tokens file %s holds no token", path);
-        if (r < 0) {
-                http_tokens_clear();
-                return r;
-        }
+        if (r < 0)
+                return r; /* the tokens loaded before stay */
+        tokens_replace(steal_pointer(&loaded), n_loaded);
         if (any_plain && (st.st_mode & (S_IRGRP | S_IROTH)))
                 fprintf(stderr,
                         "nsbox-http: warning: %s holds plain tokens and is readable by group or others; "
@@ -157,6 +170,7 @@ uid_t http_tokens_lookup(const char *token, size_t len)
         if (len == 0 || sha256(token, len, digest) < 0)
                 return 0;
         uid_t found = 0;
+        pthread_rwlock_rdlock(&tokens_lock);
         for (size_t i = 0; i < n_tokens; i++) {
                 unsigned char diff = 0;
                 for (size_t j = 0; j < DIGEST_LEN; j++)
@@ -165,5 +179,6 @@ uid_t http_tokens_lookup(const char *token, size_t len)
                 uid_t mask = (uid_t)0 - (uid_t)(diff == 0);
                 found |= tokens[i].uid & mask;
         }
+        pthread_rwlock_unlock(&tokens_lock);
         return found;
 }

@@ -235,6 +235,7 @@ int main(int argc, char **argv)
         sigemptyset(&stop);
         sigaddset(&stop, SIGINT);
         sigaddset(&stop, SIGTERM);
+        sigaddset(&stop, SIGHUP);
         pthread_sigmask(SIG_BLOCK, &stop, NULL);
 
         /* poll(), not select(): a connection's fds (its socket, its nsboxd
@@ -265,7 +266,19 @@ int main(int argc, char **argv)
                 port ? port->port : 0, cert ? "https" : "http",
                 http_config.act_as ? "bearer tokens" : "no tokens: loopback only", http_config.socket_path);
         int sig;
-        sigwait(&stop, &sig);
+        for (;;) {
+                sigwait(&stop, &sig);
+                if (sig != SIGHUP)
+                        break;
+                if (tokens_path == NULL)
+                        continue;
+                nsbox_error_free(&err);
+                if (http_tokens_load(tokens_path, &err) < 0)
+                        fprintf(stderr, "nsbox-http: SIGHUP: %s; the tokens stay as they were\n",
+                                err->message);
+                else
+                        fprintf(stderr, "nsbox-http: SIGHUP: tokens reloaded from %s\n", tokens_path);
+        }
         MHD_stop_daemon(d);
         json_decref(http_config.execute_sandbox);
         return 0;

@@ -7,6 +7,7 @@ import http.client
 import json
 import os
 import re
+import signal
 import socket
 import ssl
 import subprocess
@@ -530,6 +531,32 @@ def test_without_tokens_only_loopback_is_accepted(daemon):
     try:
         status, _, body = f.request("GET", "/health", token=None)
         assert status == 200
+    finally:
+        assert f.stop() == 0
+
+
+def test_sighup_reloads_the_tokens_file(daemon):
+    f = Front(daemon)
+    try:
+        path = os.path.join(f.dir, "tokens")
+        with open(path, "w") as out:
+            out.write("%d %s\n" % (UID_B, "a-brand-new-token-0123456789"))
+        f.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 30
+        while f.request("GET", "/health", token="a-brand-new-token-0123456789")[0] != 200:
+            assert time.monotonic() < deadline, f.read_log()
+            time.sleep(0.05)
+        assert f.request("GET", "/health", token=TOKEN_A)[0] == 401
+        # a file it refuses leaves the tokens as they were
+        with open(path, "w") as out:
+            out.write("0 %s\n" % TOKEN_A)
+        f.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 30
+        while "the tokens stay as they were" not in f.read_log():
+            assert time.monotonic() < deadline, f.read_log()
+            time.sleep(0.05)
+        assert f.request("GET", "/health", token="a-brand-new-token-0123456789")[0] == 200
+        assert f.request("GET", "/health", token=TOKEN_A)[0] == 401
     finally:
         assert f.stop() == 0
 

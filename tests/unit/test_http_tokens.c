@@ -96,6 +96,20 @@ static void test_refusals(void **state)
         assert_int_equal(lookup("token-a-0123456789abcdef"), 0);
 }
 
+static void test_a_refused_reload_keeps_the_tokens_loaded_before(void **state)
+{
+        nsbox_error_t *err = NULL;
+        assert_int_equal(load("5 token-a-0123456789abcdef\n", 0600, &err), 0);
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fputs("6 token-b-0123456789abcdef\n0 token-c-0123456789abcdef\n", f);
+        fclose(f);
+        assert_true(http_tokens_load(path, &err) < 0);
+        nsbox_error_free(&err);
+        assert_int_equal(lookup("token-a-0123456789abcdef"), 5);
+        assert_int_equal(lookup("token-b-0123456789abcdef"), 0);
+}
+
 int main(void)
 {
         int fd = mkstemp(path);
@@ -106,6 +120,7 @@ int main(void)
                 cmocka_unit_test(test_plain_and_sha256_entries_with_comments),
                 cmocka_unit_test(test_sha256_digits_in_either_case),
                 cmocka_unit_test(test_refusals),
+                cmocka_unit_test(test_a_refused_reload_keeps_the_tokens_loaded_before),
         };
         int failed = cmocka_run_group_tests(tests, NULL, NULL);
         unlink(path);
