@@ -6,7 +6,8 @@
  * and the newer REST files API, /v1/files/PATH (GET a file's bytes or a
  * directory's {entries: [{name, size, type, modified_at, mode}]}, HEAD, PUT
  * the bytes, DELETE with ?recursive=true). Everything runs in the token's
- * default sandbox: session "http-default" of its owner, made on first use
+ * default sandbox (POST /execute_command_stateful {code} too, in its
+ * persistent interpreter): session "http-default" of its owner, made on first use
  * and kept. Relative paths are under /workspace (where the runtime had /app). */
 #include "http.h"
 
@@ -85,6 +86,44 @@ enum MHD_Result http_agent_execute(struct http_request *r, json_t *body)
         return http_reply_json(r, MHD_HTTP_OK,
                                json_pack("{s:O, s:O, s:I}", "stdout", json_object_get(result, "stdout"),
                                          "stderr", json_object_get(result, "stderr"), "exit_code", code));
+}
+
+/* POST /execute_command_stateful {code, language?: "python", timeout?: 10}:
+ * the runtime's kernel, here the default sandbox's persistent interpreter
+ * (python.run stateful); a trailing expression's value ends stdout, as the
+ * kernel's execute_result did. */
+enum MHD_Result http_agent_execute_stateful(struct http_request *r, json_t *body)
+{
+        json_t *code = json_object_get(body, "code"), *language = json_object_get(body, "language"),
+               *timeout = json_object_get(body, "timeout");
+        if (!json_is_string(code) || json_string_length(code) == 0)
+                return http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params",
+                                        "code must be a non-empty string");
+        if (language != NULL &&
+            (!json_is_string(language) || strcmp(json_string_value(language), "python") != 0))
+                return http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params",
+                                        "language must be \"python\"");
+        if (timeout != NULL && (!json_is_integer(timeout) || json_integer_value(timeout) <= 0 ||
+                                json_integer_value(timeout) > 86400))
+                return http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params",
+                                        "timeout must be an integer from 1 to 86400");
+        _cleanup_json_ json_t *params =
+            json_pack("{s:O, s:b, s:I}", "code", code, "stateful", 1, "timeout_seconds",
+                      timeout ? json_integer_value(timeout) : (json_int_t)10);
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        _cleanup_json_ json_t *result = NULL, *error = NULL;
+        if (call_in_default(r, "python.run", params, &result, &error, &err) < 0)
+                return http_reply_rpc_error(r, error, err);
+        const char *stdout_text = json_string_value(json_object_get(result, "stdout")) ?: "";
+        const char *value = json_string_value(json_object_get(result, "result"));
+        _cleanup_free_ char *out = NULL;
+        if (asprintf(&out, "%s%s", stdout_text, value ? value : "") < 0)
+                return MHD_NO;
+        const char *status = json_string_value(json_object_get(result, "status"));
+        return http_reply_json(r, MHD_HTTP_OK,
+                               json_pack("{s:s, s:O, s:i}", "stdout", out, "stderr",
+                                         json_object_get(result, "stderr"), "exit_code",
+                                         status && strcmp(status, "ok") == 0 ? 0 : 1));
 }
 
 /* --- POST /upload ---------------------------------------------------------- */

@@ -75,6 +75,7 @@ enum MHD_Result http_rpc_handle(struct http_request *r, const char *method); /* 
 enum MHD_Result http_seed_execute(struct http_request *r, json_t *body);     /* seed.c */
 enum MHD_Result http_seed_health(struct http_request *r);
 enum MHD_Result http_agent_execute(struct http_request *r, json_t *body); /* agent_sandbox.c */
+enum MHD_Result http_agent_execute_stateful(struct http_request *r, json_t *body);
 enum MHD_Result http_agent_upload_finish(struct http_request *r);
 enum MHD_Result http_agent_files(struct http_request *r, const char *kind, const char *path);
 /* Feed multipart data of POST /upload (MHD's post processor parses it). */

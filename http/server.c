@@ -213,6 +213,10 @@ static enum MHD_Result route(struct http_request *r)
                 return http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params",
                                         "give code (a Python program) or command (a shell command)");
         }
+        if (post && path_is(r->url, "/execute_command_stateful", NULL)) {
+                _cleanup_json_ json_t *body = http_body_object(r, &ret);
+                return body ? http_agent_execute_stateful(r, body) : ret;
+        }
         if (get && (path_is(r->url, "/health", NULL) || path_is(r->url, "/v1/health", NULL) ||
                     path_is(r->url, "/", NULL)))
                 return http_seed_health(r);

@@ -452,6 +452,15 @@ def test_agent_sandbox_runtime_contract(front):
     _, _, body = front.request("POST", "/execute", {"command": "cat state.txt"}, token=TOKEN_B)
     assert body["exit_code"] != 0
 
+    # the runtime's stateful kernel: the default sandbox's persistent interpreter
+    status, _, body = front.request("POST", "/execute_command_stateful", {"code": "x = 20\nprint('set')"})
+    assert status == 200 and body == {"stdout": "set\n", "stderr": "", "exit_code": 0}, body
+    _, _, body = front.request("POST", "/execute_command_stateful", {"code": "x * 2 + 2", "language": "python"})
+    assert body["stdout"] == "42" and body["exit_code"] == 0, body
+    _, _, body = front.request("POST", "/execute_command_stateful", {"code": "1/0", "timeout": 30})
+    assert body["exit_code"] == 1 and "ZeroDivisionError" in body["stderr"]
+    assert front.request("POST", "/execute_command_stateful", {"code": "1", "language": "ruby"})[0] == 400
+
     payload = bytes(range(256)) * 10
     data, headers = multipart("sub/dir/blob.bin", payload)
     status, _, body = front.request("POST", "/upload", data, headers=headers)
