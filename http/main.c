@@ -211,6 +211,15 @@ int main(int argc, char **argv)
                         "is this process's uid, which only a loopback address keeps to this host\n",
                         listen_text);
                 return 2;
+        } else if (geteuid() == 0) {
+                fprintf(
+                    stderr,
+                    "nsbox-http: refusing to run as root without --tokens: every local user who reaches "
+                    "the port would be root to nsboxd (run it as the user it serves, or give --tokens)\n");
+                return 2;
+        } else {
+                fprintf(stderr, "nsbox-http: no --tokens: every client of %s is uid %u to nsboxd\n",
+                        listen_text, (unsigned)geteuid());
         }
         http_config.socket_path = client_socket_path(socket_flag);
         http_config.timeout_seconds = timeout;

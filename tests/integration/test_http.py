@@ -31,8 +31,9 @@ UID_A, UID_B, UID_C = 41001, 41002, 41003
 class Front:
     """nsbox-http on a free loopback port, in front of `daemon`."""
 
-    def __init__(self, daemon, *args, tokens=True, scheme="http", via_cli=False):
+    def __init__(self, daemon, *args, tokens=True, scheme="http", via_cli=False, uid=None):
         self.dir = tempfile.mkdtemp(prefix="nsbox-http-test-")
+        os.chmod(self.dir, 0o755)
         self.scheme = scheme
         if via_cli:
             argv = [os.path.join(BUILD, "nsbox"), "--socket", daemon.socket, "serve", "--http", "127.0.0.1:0", *args]
@@ -47,7 +48,12 @@ class Front:
             argv += ["--tokens", path]
         self.log_path = os.path.join(self.dir, "http.log")
         self.log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
+        def drop():
+            if uid is not None:
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=drop, cwd="/")
         deadline = time.monotonic() + 20
         while True:
             m = re.search(r"port (\d+)", self.read_log())
@@ -532,14 +538,25 @@ def test_tls(daemon, tmp_path):
         assert f.stop() == 0
 
 
-def test_without_tokens_only_loopback_is_accepted(daemon):
+def test_without_tokens_only_loopback_and_never_root(daemon, front):
     p = subprocess.run([os.path.join(BUILD, "nsbox-http"), "--http", "0.0.0.0:0", "--socket", daemon.socket],
                        capture_output=True, timeout=30)
     assert p.returncode != 0 and b"loopback" in p.stderr
-    f = Front(daemon, tokens=False)
+    # as root, every local user reaching the port would be root to nsboxd
+    p = subprocess.run([os.path.join(BUILD, "nsbox-http"), "--http", "127.0.0.1:0", "--socket", daemon.socket],
+                       capture_output=True, timeout=30)
+    assert p.returncode != 0 and b"root" in p.stderr
+    # as a user, its clients are that user
+    f = Front(daemon, tokens=False, uid=UID_A)
     try:
-        status, _, body = f.request("GET", "/health", token=None)
-        assert status == 200
+        sb = front.rpc("sandbox.create")["sandbox_id"]  # TOKEN_A's: uid UID_A
+        try:
+            status, _, body = f.request("POST", "/v1/rpc/sandbox.info", {"sandbox_id": sb}, token=None)
+            assert status == 200 and body["sandbox_id"] == sb
+            status, _, body = front.request("POST", "/v1/rpc/sandbox.info", {"sandbox_id": sb}, token=TOKEN_B)
+            assert status == 404
+        finally:
+            front.rpc("sandbox.remove", sandbox_id=sb, force=True)
     finally:
         assert f.stop() == 0
 
