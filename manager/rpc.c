@@ -648,8 +648,8 @@ bool rpc_request_connected(const struct rpc_request *req)
 
 /* auth.act_as {uid}: a trusted front (nsbox-http, connecting as root or as
  * nsboxd's own uid) serves many owners over one socket; each of its
- * connections becomes the owner it serves, once, before anything else, so
- * every rule keyed on the peer's uid (ownership, per-uid quotas, the
+ * connections becomes the owner it serves, once (requests already in flight
+ * keep the uid they came with), so every rule keyed on the peer's uid (ownership, per-uid quotas, the
  * max_connections_per_uid count, audit lines) applies to that owner as to a
  * local client of that uid. */
 static void act_as_handler(struct rpc_request *req)
