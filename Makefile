@@ -49,6 +49,10 @@ BINS  := $(BUILD)/nsboxd $(BUILD)/nsbox $(BUILD)/nsbox-init
 # nsbox-egress: the egress proxy of network sandboxes (egress/, policy/netpolicy.c).
 EGRESS_SRC := $(wildcard egress/*.c)
 BINS  += $(BUILD)/nsbox-egress
+# nsbox-http: the HTTP front of nsboxd (http/, libmicrohttpd), a client of
+# nsboxd through cli/client.c; apart, so the CLI starts without libmicrohttpd.
+HTTP_SRC := $(wildcard http/*.c)
+BINS  += $(BUILD)/nsbox-http
 # forkrun: the attach client of the sandbox's Python fork server, installed in
 # the image (rootfs-builder/build-image.sh --forkrun).
 BINS  += $(BUILD)/forkrun
@@ -89,6 +93,15 @@ $(BUILD)/forkrun: rootfs-builder/forkrun.c
 
 $(BUILD)/nsbox-egress: $(call obj,$(EGRESS_SRC)) $(call obj,policy/netpolicy.c $(COMMON_SRC))
 	$(CC) $(CFLAGS) $(SAN) -o $@ $^ $(shell pkg-config --libs jansson) -lcares -lpthread
+
+$(BUILD)/obj/http/%.o: CFLAGS += $(shell pkg-config --cflags libmicrohttpd gnutls)
+$(BUILD)/nsbox-http: $(call obj,$(HTTP_SRC) cli/client.c $(COMMON_SRC))
+	$(CC) $(CFLAGS) $(SAN) -o $@ $^ $(shell pkg-config --libs jansson libmicrohttpd gnutls) -lpthread
+
+# The tokens file parser is http/ code, outside libnsbox.a.
+$(BUILD)/tests/test_http_tokens: tests/unit/test_http_tokens.c $(call obj,http/auth.c common/error.c)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Ihttp $(shell pkg-config --cflags libmicrohttpd gnutls) $(SAN) -o $@ $^ -lgnutls -ljansson -lcmocka -lpthread
 
 # The sniffers are egress/ code, outside libnsbox.a.
 $(BUILD)/tests/test_sniff: tests/unit/test_sniff.c $(call obj,egress/sniff.c)
@@ -160,8 +173,10 @@ test-systemd: all
 	@dir=$$(mktemp -d) && \
 	sed -e 's#@PREFIX@/bin/nsboxd#$(abspath $(BUILD))/nsboxd#' -e 's#@PREFIX@#$(PREFIX)#g' \
 		manager/systemd/nsboxd.service.in > $$dir/nsboxd.service && \
+	sed -e 's#@PREFIX@/bin/nsbox-http#$(abspath $(BUILD))/nsbox-http#' -e 's#@PREFIX@#$(PREFIX)#g' \
+		manager/systemd/nsbox-http.service.in > $$dir/nsbox-http.service && \
 	cp manager/systemd/nsbox.slice manager/systemd/nsboxd.socket $$dir/ && \
-	out=$$(systemd-analyze verify $$dir/nsboxd.service $$dir/nsbox.slice $$dir/nsboxd.socket 2>&1); rc=$$?; \
+	out=$$(systemd-analyze verify $$dir/nsboxd.service $$dir/nsbox-http.service $$dir/nsbox.slice $$dir/nsboxd.socket 2>&1); rc=$$?; \
 	rm -rf $$dir; \
 	if [ $$rc -ne 0 ] || [ -n "$$out" ]; then echo "$$out"; echo "systemd units: FAILED"; exit 1; fi; \
 	echo "systemd units: ok"
@@ -170,13 +185,14 @@ install: all install-sdk
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/libexec/nsbox $(DESTDIR)$(PREFIX)/share/nsbox/seccomp \
 		$(DESTDIR)$(PREFIX)/share/nsbox/rootfs-builder $(DESTDIR)$(PREFIX)/share/doc/nsbox \
 		$(DESTDIR)/etc/systemd/system
-	install -m 0755 $(BUILD)/nsboxd $(BUILD)/nsbox $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 $(BUILD)/nsboxd $(BUILD)/nsbox $(BUILD)/nsbox-http $(DESTDIR)$(PREFIX)/bin/
 	install -m 0755 $(BUILD)/nsbox-init $(DESTDIR)$(PREFIX)/libexec/nsbox/
 	install -m 0755 $(BUILD)/nsbox-egress $(DESTDIR)$(PREFIX)/libexec/nsbox/
 	install -m 0644 seccomp-profiles/*.json $(DESTDIR)$(PREFIX)/share/nsbox/seccomp/
 	cp -r rootfs-builder/. $(DESTDIR)$(PREFIX)/share/nsbox/rootfs-builder/
 	install -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/nsbox/
 	sed -e 's#@PREFIX@#$(PREFIX)#g' manager/systemd/nsboxd.service.in > $(DESTDIR)/etc/systemd/system/nsboxd.service
+	sed -e 's#@PREFIX@#$(PREFIX)#g' manager/systemd/nsbox-http.service.in > $(DESTDIR)/etc/systemd/system/nsbox-http.service
 	install -m 0644 manager/systemd/nsbox.slice manager/systemd/nsboxd.socket $(DESTDIR)/etc/systemd/system/
 	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
 
@@ -187,9 +203,9 @@ install-sdk:
 	install -m 0644 sdk/python/nsbox/*.py $(DESTDIR)$(PYTHON_SITE)/nsbox/
 
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/bin/nsboxd $(DESTDIR)$(PREFIX)/bin/nsbox \
+	rm -f $(DESTDIR)$(PREFIX)/bin/nsboxd $(DESTDIR)$(PREFIX)/bin/nsbox $(DESTDIR)$(PREFIX)/bin/nsbox-http \
 		$(DESTDIR)/etc/systemd/system/nsboxd.service $(DESTDIR)/etc/systemd/system/nsbox.slice \
-		$(DESTDIR)/etc/systemd/system/nsboxd.socket
+		$(DESTDIR)/etc/systemd/system/nsboxd.socket $(DESTDIR)/etc/systemd/system/nsbox-http.service
 	rm -rf $(DESTDIR)$(PREFIX)/libexec/nsbox $(DESTDIR)$(PREFIX)/share/nsbox $(DESTDIR)$(PREFIX)/share/doc/nsbox
 	rm -rf $(DESTDIR)$(PYTHON_SITE)/nsbox
 	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi

@@ -109,6 +109,7 @@ int cmd_python(const struct cli *cli, int argc, char **argv);
 int cmd_pip(const struct cli *cli, int argc, char **argv);
 int cmd_cp(const struct cli *cli, int argc, char **argv);
 int cmd_mcp(const struct cli *cli, int argc, char **argv);
+int cmd_serve(const struct cli *cli, int argc, char **argv);
 int cmd_update(const struct cli *cli, int argc, char **argv);
 int cmd_port(const struct cli *cli, int argc, char **argv);
 int cmd_shell(const struct cli *cli, int argc, char **argv);

@@ -205,6 +205,15 @@ static const struct command commands[] = {
         { "status", cmd_status, "nsbox status",
           "Show the daemon's version, kernel, cgroup mode and features.\n" },
         { "mcp", cmd_mcp, "nsbox mcp", "Serve MCP (Model Context Protocol) on standard input/output.\n" },
+        { "serve", cmd_serve,
+          "nsbox serve --http ADDR [--tokens FILE] [--tls-cert FILE --tls-key FILE] [--socket PATH]",
+          "Serve nsboxd's API over HTTP (runs nsbox-http; see nsbox-http --help and README,\n"
+          "\"HTTP API\"): nsbox's JSON-RPC methods at POST /v1/rpc/METHOD, the seed's POST\n"
+          "/execute {code} and GET /health, and the agent-sandbox runtime endpoints.\n\n"
+          "  --http ADDR           HOST:PORT to listen on (e.g. 127.0.0.1:8080)\n"
+          "  --tokens FILE         bearer tokens, `UID TOKEN` or `UID sha256:HEX` a line; required\n"
+          "                        unless ADDR is a loopback address\n"
+          "  --tls-cert/--tls-key  serve HTTPS with these PEM files\n" },
 };
 
 static const struct command *find_command(const char *name)

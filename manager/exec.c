@@ -1659,6 +1659,14 @@ void exec_handle_request(struct rpc_request *req, struct sandbox *sb)
         /* A background exec is answered once the init reports its pid. */
         ex->req = req;
         ex->uid = req->uid;
+        if (req->acted) {
+                char *via = NULL;
+                if (asprintf(&via, "via act_as by uid %u %s", (unsigned)req->acted_by,
+                             ex->audit ? ex->audit : "?") >= 0) {
+                        free(ex->audit);
+                        ex->audit = via;
+                }
+        }
         /* One that may run for hours is on record from its start too. */
         if (ex->background || ex->tty)
                 log_info("audit: exec %s started sandbox=%s uid=%u %s", ex->id, sb->id, (unsigned)ex->uid,

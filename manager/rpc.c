@@ -64,9 +64,11 @@ struct rpc_conn {
         long long partial_since_ms; /* an incomplete request line is buffered since */
         long long last_send_ms;     /* the client last took output (or output started waiting) */
         struct rpc_conn *prev_all, *next_all;
-        uid_t uid;
+        uid_t uid; /* SO_PEERCRED's, or the one auth.act_as took */
         gid_t gid;
         pid_t pid;
+        bool acted;     /* auth.act_as was used: uid is acted_by's choice */
+        uid_t acted_by; /* the SO_PEERCRED uid that used it */
         char *in;
         size_t in_len, in_cap;
         size_t in_scanned; /* leading bytes of `in` known to hold no '\n' */
@@ -644,8 +646,59 @@ bool rpc_request_connected(const struct rpc_request *req)
         return !req->conn->closed;
 }
 
+/* auth.act_as {uid}: a trusted front (nsbox-http, connecting as root or as
+ * nsboxd's own uid) serves many owners over one socket; each of its
+ * connections becomes the owner it serves, once (requests already in flight
+ * keep the uid they came with), so every rule keyed on the peer's uid (ownership, per-uid quotas, the
+ * max_connections_per_uid count, audit lines) applies to that owner as to a
+ * local client of that uid. */
+static void act_as_handler(struct rpc_request *req)
+{
+        struct rpc_conn *conn = req->conn;
+        if (conn->acted) {
+                rpc_reply_fail(req, "permission_denied", "auth.act_as was already used on this connection");
+                return;
+        }
+        if (conn->uid != 0 && conn->uid != geteuid()) {
+                rpc_reply_fail(req, "permission_denied",
+                               "auth.act_as is for root (or nsboxd's own uid); this client is uid %u",
+                               (unsigned)conn->uid);
+                return;
+        }
+        static const char *const known[] = { "uid", NULL };
+        if (!rpc_check_fields(req, known))
+                return;
+        json_t *v = json_object_get(req->msg.params, "uid");
+        if (!json_is_integer(v) || json_integer_value(v) <= 0 ||
+            json_integer_value(v) >= (json_int_t)UINT32_MAX) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                "uid must be a non-zero uid (an integer from 1 to 4294967294)");
+                return;
+        }
+        uid_t uid = (uid_t)json_integer_value(v);
+        unsigned same_uid = 0;
+        for (struct rpc_conn *c = server.all; c != NULL; c = c->next_all)
+                same_uid += c != conn && c->uid == uid;
+        if (same_uid >= nsboxd.config.max_connections_per_uid) {
+                rpc_reply_fail(req, "limit_reached", "too many connections of uid %u to nsboxd (at most %u)",
+                               (unsigned)uid, nsboxd.config.max_connections_per_uid);
+                return;
+        }
+        log_limited(log_key_uid(uid).text, LOG_LEVEL_INFO,
+                    "client pid %d uid %u acts as uid %u (auth.act_as)", conn->pid, (unsigned)conn->uid,
+                    (unsigned)uid);
+        conn->acted = true;
+        conn->acted_by = conn->uid;
+        conn->uid = uid;
+        rpc_reply_result(req, json_pack("{s:I}", "uid", (json_int_t)uid));
+}
+
+static const struct rpc_method act_as_method = { "auth.act_as", act_as_handler };
+
 static const struct rpc_method *find_method(const char *name)
 {
+        if (strcmp(name, act_as_method.name) == 0)
+                return &act_as_method;
         for (const struct rpc_method *m = server.config.methods; m->name != NULL; m++) {
                 if (strcmp(m->name, name) == 0)
                         return m;
@@ -694,6 +747,8 @@ static void conn_dispatch_parsed(struct rpc_conn *conn, struct rpc_request *req,
         owned->uid = conn->uid;
         owned->gid = conn->gid;
         owned->pid = conn->pid;
+        owned->acted = conn->acted;
+        owned->acted_by = conn->acted_by;
         conn->refs++;
         conn->in_flight++;
         nsboxd.last_request_mono = now_monotonic_ms();

@@ -20,9 +20,11 @@ typedef void (*rpc_disconnect_cb)(struct rpc_request *req, void *data);
 struct rpc_request {
         struct rpc_conn *conn;
         struct jsonrpc_request msg;
-        uid_t uid; /* from SO_PEERCRED, never from the request */
+        uid_t uid; /* from SO_PEERCRED (or auth.act_as), never from the request */
         gid_t gid;
         pid_t pid;
+        bool acted;     /* uid was set by auth.act_as ... */
+        uid_t acted_by; /* ... of this SO_PEERCRED uid (audit lines say so) */
         /* set by rpc_request_on_disconnect() */
         rpc_disconnect_cb on_disconnect;
         void *disconnect_data;

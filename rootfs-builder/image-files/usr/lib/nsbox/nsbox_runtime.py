@@ -79,7 +79,9 @@ class FigureCapture:
             fig = plt.figure(num)
             path = self._next_path()
             try:
-                fig.savefig(path, format="png")
+                # zlib level 1 rather than 6: a 640x480 line plot saves in 29.9 ms instead of
+                # 34.7 (best of 10, the image's python under chroot) for a PNG 23% larger.
+                fig.savefig(path, format="png", pil_kwargs={"compress_level": 1})
             except Exception as e:  # a broken figure must not hide the run's result
                 print("nsbox: could not save figure %s: %s" % (num, e), file=sys.stderr)
                 continue

@@ -1,0 +1,399 @@
+/* The runtime contract the kubernetes-sigs/agent-sandbox Python SDK speaks
+ * to the server in a sandbox pod: POST /execute {command} -> {stdout,
+ * stderr, exit_code}; POST /upload (multipart/form-data, field "file",
+ * its filename the destination); GET /download/PATH (the bytes), GET
+ * /list/PATH ([{name, size, type, mod_time}]), GET /exists/PATH ({exists});
+ * and the newer REST files API, /v1/files/PATH (GET a file's bytes or a
+ * directory's {entries: [{name, size, type, modified_at, mode}]}, HEAD, PUT
+ * the bytes, DELETE with ?recursive=true). Everything runs in the token's
+ * default sandbox (POST /execute_command_stateful {code} too, in its
+ * persistent interpreter): session "http-default" of its owner, made on first use
+ * and kept. Relative paths are under /workspace (where the runtime had /app). */
+#include "http.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cleanup.h"
+#include "json_cleanup.h"
+#include "textenc.h"
+
+#define DEFAULT_SESSION "http-default"
+
+struct http_upload {
+        struct MHD_PostProcessor *pp;
+        char *filename;
+        char *data;
+        size_t len, cap;
+        bool second_file; /* more than one file part: refused */
+        bool failed;
+};
+
+/* The default sandbox of the request's owner (made on first use). */
+static int default_sandbox(struct client *c, char *id, size_t id_len, json_t **error, nsbox_error_t **err)
+{
+        _cleanup_json_ json_t *params = json_pack("{s:s}", "session_id", DEFAULT_SESSION);
+        _cleanup_json_ json_t *result = NULL;
+        *error = NULL;
+        int r = client_call(c, "sandbox.create", params, NULL, NULL, &result, error, err);
+        if (r < 0)
+                return r;
+        snprintf(id, id_len, "%s", json_string_value(json_object_get(result, "sandbox_id")) ?: "");
+        return 0;
+}
+
+/* One call in the owner's default sandbox: params get its sandbox_id. */
+static int call_in_default(struct http_request *r, const char *method, json_t *params, json_t **result,
+                           json_t **error, nsbox_error_t **err)
+{
+        struct client *c = NULL;
+        *error = NULL;
+        int ret = http_nsboxd_connect(r, &c, err);
+        if (ret < 0)
+                return ret;
+        char id[64];
+        ret = default_sandbox(c, id, sizeof(id), error, err);
+        if (ret == 0) {
+                json_object_set_new(params, "sandbox_id", json_string(id));
+                ret = client_call(c, method, params, NULL, NULL, result, error, err);
+        }
+        client_close(c);
+        return ret;
+}
+
+enum MHD_Result http_agent_execute(struct http_request *r, json_t *body)
+{
+        json_t *command = json_object_get(body, "command");
+        if (!json_is_string(command) || json_string_length(command) == 0)
+                return http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params",
+                                        "command must be a non-empty string");
+        json_t *timeout = json_object_get(body, "timeout");
+        _cleanup_json_ json_t *params = json_pack("{s:O, s:s}", "command", command, "cwd", "/workspace");
+        if (json_is_integer(timeout) && json_integer_value(timeout) > 0)
+                json_object_set(params, "timeout_seconds", timeout);
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        _cleanup_json_ json_t *result = NULL, *error = NULL;
+        if (call_in_default(r, "sandbox.exec", params, &result, &error, &err) < 0)
+                return http_reply_rpc_error(r, error, err);
+        json_t *exit_code = json_object_get(result, "exit_code");
+        /* killed by a signal: the shell's convention, 128 + signal */
+        json_int_t code = json_is_integer(exit_code)
+                              ? json_integer_value(exit_code)
+                              : 128 + json_integer_value(json_object_get(result, "signal"));
+        return http_reply_json(r, MHD_HTTP_OK,
+                               json_pack("{s:O, s:O, s:I}", "stdout", json_object_get(result, "stdout"),
+                                         "stderr", json_object_get(result, "stderr"), "exit_code", code));
+}
+
+/* POST /execute_command_stateful {code, language?: "python", timeout?: 10}:
+ * the runtime's kernel, here the default sandbox's persistent interpreter
+ * (python.run stateful); a trailing expression's value ends stdout, as the
+ * kernel's execute_result did. */
+enum MHD_Result http_agent_execute_stateful(struct http_request *r, json_t *body)
+{
+        json_t *code = json_object_get(body, "code"), *language = json_object_get(body, "language"),
+               *timeout = json_object_get(body, "timeout");
+        if (!json_is_string(code) || json_string_length(code) == 0)
+                return http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params",
+                                        "code must be a non-empty string");
+        if (language != NULL &&
+            (!json_is_string(language) || strcmp(json_string_value(language), "python") != 0))
+                return http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params",
+                                        "language must be \"python\"");
+        if (timeout != NULL && (!json_is_integer(timeout) || json_integer_value(timeout) <= 0 ||
+                                json_integer_value(timeout) > 86400))
+                return http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params",
+                                        "timeout must be an integer from 1 to 86400");
+        _cleanup_json_ json_t *params =
+            json_pack("{s:O, s:b, s:I}", "code", code, "stateful", 1, "timeout_seconds",
+                      timeout ? json_integer_value(timeout) : (json_int_t)10);
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        _cleanup_json_ json_t *result = NULL, *error = NULL;
+        if (call_in_default(r, "python.run", params, &result, &error, &err) < 0)
+                return http_reply_rpc_error(r, error, err);
+        const char *stdout_text = json_string_value(json_object_get(result, "stdout")) ?: "";
+        const char *value = json_string_value(json_object_get(result, "result"));
+        _cleanup_free_ char *out = NULL;
+        if (asprintf(&out, "%s%s", stdout_text, value ? value : "") < 0)
+                return MHD_NO;
+        const char *status = json_string_value(json_object_get(result, "status"));
+        return http_reply_json(r, MHD_HTTP_OK,
+                               json_pack("{s:s, s:O, s:i}", "stdout", out, "stderr",
+                                         json_object_get(result, "stderr"), "exit_code",
+                                         status && strcmp(status, "ok") == 0 ? 0 : 1));
+}
+
+/* --- POST /upload ---------------------------------------------------------- */
+
+static enum MHD_Result upload_part(void *cls, enum MHD_ValueKind kind, const char *key, const char *filename,
+                                   const char *content_type, const char *transfer_encoding, const char *data,
+                                   uint64_t off, size_t size)
+{
+        struct http_upload *u = cls;
+        if (key == NULL || strcmp(key, "file") != 0)
+                return MHD_YES; /* other form fields are not ours */
+        if (off == 0 && u->filename != NULL && (filename == NULL || strcmp(filename, u->filename) != 0))
+                u->second_file = true;
+        if (u->second_file)
+                return MHD_YES;
+        if (u->filename == NULL) {
+                u->filename = strdup(filename ? filename : "");
+                if (u->filename == NULL) {
+                        u->failed = true;
+                        return MHD_NO;
+                }
+        }
+        if (u->len + size > u->cap) {
+                size_t cap = u->cap ? u->cap : 65536;
+                while (cap < u->len + size)
+                        cap *= 2;
+                char *grown = realloc(u->data, cap);
+                if (grown == NULL) {
+                        u->failed = true;
+                        return MHD_NO;
+                }
+                u->data = grown;
+                u->cap = cap;
+        }
+        memcpy(u->data + u->len, data, size);
+        u->len += size;
+        return MHD_YES;
+}
+
+int http_agent_upload_feed(struct http_request *r, const char *data, size_t len)
+{
+        if (r->upload == NULL) {
+                r->upload = calloc(1, sizeof(*r->upload));
+                if (r->upload == NULL)
+                        return -ENOMEM;
+                /* MHD parses multipart/form-data; NULL: not a form */
+                r->upload->pp = MHD_create_post_processor(r->connection, 65536, upload_part, r->upload);
+                if (r->upload->pp == NULL)
+                        r->upload->failed = true;
+        }
+        if (r->upload->failed)
+                return 0; /* answered 400 at the end */
+        if (MHD_post_process(r->upload->pp, data, len) != MHD_YES)
+                r->upload->failed = true;
+        return 0;
+}
+
+void http_agent_upload_free(struct http_upload *u)
+{
+        if (u == NULL)
+                return;
+        if (u->pp != NULL)
+                MHD_destroy_post_processor(u->pp);
+        free(u->filename);
+        free(u->data);
+        free(u);
+}
+
+static bool upload_name_ok(const char *name)
+{
+        if (name == NULL || name[0] == '\0' || strlen(name) > 4096)
+                return false;
+        for (const char *p = name; *p; p++)
+                if ((unsigned char)*p < 0x20 || *p == 0x7f)
+                        return false;
+        /* no ".." part: the SDK sends a relative path under the runtime's base */
+        const char *p = name;
+        while (*p) {
+                while (*p == '/')
+                        p++;
+                size_t n = strcspn(p, "/");
+                if (n == 2 && p[0] == '.' && p[1] == '.')
+                        return false;
+                p += n;
+        }
+        return true;
+}
+
+/* Write bytes to a path of the default sandbox, its directories made first. */
+static int write_file(struct http_request *r, const char *path, const char *data, size_t len, json_t **error,
+                      nsbox_error_t **err)
+{
+        _cleanup_free_ char *b64 = base64_encode(data, len, NULL);
+        _cleanup_free_ char *dir = strdup(path);
+        if (b64 == NULL || dir == NULL)
+                return nsbox_error(err, ENOMEM, "upload");
+        struct client *c = NULL;
+        *error = NULL;
+        int ret = http_nsboxd_connect(r, &c, err);
+        if (ret < 0)
+                return ret;
+        char id[64];
+        ret = default_sandbox(c, id, sizeof(id), error, err);
+        char *slash = strrchr(dir, '/');
+        if (ret == 0 && slash != NULL && slash != dir) {
+                *slash = '\0';
+                _cleanup_json_ json_t *p =
+                    json_pack("{s:s, s:s, s:b}", "sandbox_id", id, "path", dir, "parents", 1);
+                _cleanup_json_ json_t *res = NULL;
+                ret = client_call(c, "fs.mkdir", p, NULL, NULL, &res, error, err);
+        }
+        if (ret == 0) {
+                _cleanup_json_ json_t *p = json_pack("{s:s, s:s, s:s, s:s}", "sandbox_id", id, "path", path,
+                                                     "content", b64, "encoding", "base64");
+                _cleanup_json_ json_t *res = NULL;
+                ret = client_call(c, "fs.write", p, NULL, NULL, &res, error, err);
+        }
+        client_close(c);
+        return ret;
+}
+
+enum MHD_Result http_agent_upload_finish(struct http_request *r)
+{
+        struct http_upload *u = r->upload;
+        if (u == NULL || u->failed || u->filename == NULL)
+                return http_reply_error(
+                    r, MHD_HTTP_BAD_REQUEST, "invalid_params",
+                    "send multipart/form-data with one part named \"file\" whose filename is "
+                    "the destination");
+        if (u->second_file)
+                return http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params", "one file per upload");
+        if (!upload_name_ok(u->filename))
+                return http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params",
+                                        "the filename must be a path without \"..\" or control characters");
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        _cleanup_json_ json_t *error = NULL;
+        if (write_file(r, u->filename, u->data ? u->data : "", u->len, &error, &err) < 0)
+                return http_reply_rpc_error(r, error, err);
+        char message[4200];
+        snprintf(message, sizeof(message), "File '%s' uploaded successfully.", u->filename);
+        return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:s}", "message", message));
+}
+
+/* --- files ----------------------------------------------------------------- */
+
+static double timestamp_seconds(const char *rfc3339)
+{
+        struct tm tm = { 0 };
+        int ms = 0;
+        if (rfc3339 == NULL)
+                return 0;
+        const char *end = strptime(rfc3339, "%Y-%m-%dT%H:%M:%S", &tm);
+        if (end == NULL)
+                return 0;
+        if (*end == '.')
+                ms = atoi(end + 1);
+        return (double)timegm(&tm) + ms / 1000.0;
+}
+
+static const char *entry_type(json_t *entry)
+{
+        const char *t = json_string_value(json_object_get(entry, "type"));
+        return t && strcmp(t, "dir") == 0 ? "directory" : "file";
+}
+
+static enum MHD_Result reply_message(struct http_request *r, unsigned status, const char *message)
+{
+        return http_reply_json(r, status, json_pack("{s:s}", "message", message));
+}
+
+enum MHD_Result http_agent_files(struct http_request *r, const char *kind, const char *path)
+{
+        if (path[0] == '\0')
+                path = "/workspace";
+        for (const char *p = path; *p; p++)
+                if ((unsigned char)*p < 0x20)
+                        return http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params", "bad path");
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        _cleanup_json_ json_t *result = NULL, *error = NULL;
+        bool v1 = strncmp(kind, "v1.", 3) == 0;
+
+        if (strcmp(kind, "v1.put") == 0) {
+                if (write_file(r, path, r->body ? r->body : "", r->body_len, &error, &err) < 0)
+                        return http_reply_rpc_error(r, error, err);
+                return http_reply_json(
+                    r, MHD_HTTP_OK, json_pack("{s:s, s:I}", "path", path, "size", (json_int_t)r->body_len));
+        }
+        if (strcmp(kind, "v1.delete") == 0) {
+                const char *recursive =
+                    MHD_lookup_connection_value(r->connection, MHD_GET_ARGUMENT_KIND, "recursive");
+                _cleanup_json_ json_t *p = json_pack("{s:s, s:b}", "path", path, "recursive",
+                                                     recursive && strcmp(recursive, "true") == 0);
+                if (call_in_default(r, "fs.remove", p, &result, &error, &err) < 0) {
+                        const char *message = json_string_value(json_object_get(error, "message"));
+                        /* a directory with contents, without recursive */
+                        if (message && strstr(message, "not empty"))
+                                return http_reply_error(r, MHD_HTTP_CONFLICT, "busy", "%s", message);
+                        return http_reply_rpc_error(r, error, err);
+                }
+                return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:s, s:b}", "path", path, "deleted", 1));
+        }
+
+        _cleanup_json_ json_t *p = json_pack("{s:s}", "path", path);
+        if (call_in_default(r, "fs.stat", p, &result, &error, &err) < 0) {
+                const char *ekind;
+                unsigned status = error ? http_status_of_rpc_error(error, &ekind) : 0;
+                if (strcmp(kind, "exists") == 0 && status == MHD_HTTP_NOT_FOUND)
+                        return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:b}", "exists", 0));
+                if (status == MHD_HTTP_NOT_FOUND && strcmp(kind, "download") == 0)
+                        return reply_message(r, MHD_HTTP_NOT_FOUND, "File not found");
+                if (status == MHD_HTTP_NOT_FOUND && strcmp(kind, "v1.head") == 0)
+                        return http_reply_bytes(r, MHD_HTTP_NOT_FOUND, "application/json", strdup(""), 0);
+                return http_reply_rpc_error(r, error, err);
+        }
+        bool dir = strcmp(entry_type(result), "directory") == 0;
+        if (strcmp(kind, "exists") == 0)
+                return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:b}", "exists", 1));
+        if (strcmp(kind, "v1.head") == 0)
+                return http_reply_bytes(r, MHD_HTTP_OK, dir ? "application/json" : "application/octet-stream",
+                                        strdup(""), 0);
+        if (strcmp(kind, "list") == 0 || (v1 && dir)) {
+                if (!dir)
+                        return http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params",
+                                                "%s is not a directory", path);
+                json_decref(result);
+                result = NULL;
+                _cleanup_json_ json_t *lp = json_pack("{s:s}", "path", path);
+                if (call_in_default(r, "fs.list", lp, &result, &error, &err) < 0)
+                        return http_reply_rpc_error(r, error, err);
+                _cleanup_json_ json_t *entries = json_array();
+                size_t i;
+                json_t *e;
+                json_array_foreach(json_object_get(result, "entries"), i, e)
+                {
+                        json_t *name = json_object_get(e, "name"), *size = json_object_get(e, "size");
+                        const char *mtime = json_string_value(json_object_get(e, "mtime"));
+                        if (v1) {
+                                char mode[16];
+                                snprintf(mode, sizeof(mode), "%04llo",
+                                         (unsigned long long)json_integer_value(json_object_get(e, "mode")));
+                                json_array_append_new(entries,
+                                                      json_pack("{s:O, s:O, s:s, s:s, s:s}", "name", name,
+                                                                "size", size, "type", entry_type(e),
+                                                                "modified_at", mtime ?: "", "mode", mode));
+                        } else {
+                                json_array_append_new(entries,
+                                                      json_pack("{s:O, s:O, s:s, s:f}", "name", name, "size",
+                                                                size, "type", entry_type(e), "mod_time",
+                                                                timestamp_seconds(mtime)));
+                        }
+                }
+                if (v1)
+                        return http_reply_json(r, MHD_HTTP_OK,
+                                               json_pack("{s:s, s:O}", "path", path, "entries", entries));
+                return http_reply_json(r, MHD_HTTP_OK, json_incref(entries));
+        }
+        /* download, or v1 GET of a file: the bytes */
+        if (dir)
+                return reply_message(r, MHD_HTTP_NOT_FOUND, "File not found");
+        json_decref(result);
+        result = NULL;
+        _cleanup_json_ json_t *rp = json_pack("{s:s, s:s, s:I}", "path", path, "encoding", "base64",
+                                              "max_bytes", (json_int_t)64 << 20);
+        if (call_in_default(r, "fs.read", rp, &result, &error, &err) < 0)
+                return http_reply_rpc_error(r, error, err);
+        json_t *content = json_object_get(result, "content");
+        size_t len = 0;
+        void *data = base64_decode(json_string_value(content) ?: "", json_string_length(content), &len);
+        if (data == NULL)
+                return http_reply_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal",
+                                        "nsboxd sent bad base64");
+        return http_reply_bytes(r, MHD_HTTP_OK, "application/octet-stream", data, len);
+}

@@ -1,0 +1,184 @@
+/* The tokens file: one owner per line, `UID TOKEN` or `UID sha256:HEX` (the
+ * SHA-256 of the token, so the file need not hold the secret), `#`
+ * comments and blank lines ignored. Presented tokens are hashed and compared
+ * with every entry in constant time. SIGHUP reloads the file; a file that is
+ * refused then leaves the tokens as they were. */
+#include "http.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <gnutls/crypto.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+
+#define DIGEST_LEN       32
+#define TOKEN_MIN_LENGTH 16
+
+struct token {
+        uid_t uid;
+        unsigned char digest[DIGEST_LEN];
+};
+
+/* Read by every connection's thread, replaced whole on SIGHUP. */
+static pthread_rwlock_t tokens_lock = PTHREAD_RWLOCK_INITIALIZER;
+static struct token *tokens;
+static size_t n_tokens;
+
+static int hex_value(int c)
+{
+        if (c >= '0' && c <= '9')
+                return c - '0';
+        if (c >= 'a' && c <= 'f')
+                return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F')
+                return c - 'A' + 10;
+        return -1;
+}
+
+static int sha256(const void *data, size_t len, unsigned char out[DIGEST_LEN])
+{
+        return gnutls_hash_fast(GNUTLS_DIG_SHA256, data, len, out) == 0 ? 0 : -EIO;
+}
+
+static int parse_line(char *line, unsigned lineno, const char *path, struct token *out, bool *plain,
+                      nsbox_error_t **err)
+{
+        char *uid_text = strtok(line, " \t");
+        char *secret = strtok(NULL, " \t");
+        if (uid_text == NULL || secret == NULL || strtok(NULL, " \t") != NULL)
+                return nsbox_invalid(err, "%s:%u: expected `UID TOKEN` or `UID sha256:HEX`", path, lineno);
+        char *end;
+        errno = 0;
+        unsigned long uid = strtoul(uid_text, &end, 10);
+        if (errno != 0 || *end != '\0' || !isdigit((unsigned char)uid_text[0]) || uid == 0 ||
+            uid >= UINT32_MAX)
+                return nsbox_invalid(
+                    err, "%s:%u: the uid must be a number from 1 to 4294967294 (0, root, is refused)", path,
+                    lineno);
+        out->uid = (uid_t)uid;
+        if (strncmp(secret, "sha256:", 7) == 0) {
+                const char *hex = secret + 7;
+                if (strlen(hex) != 2 * DIGEST_LEN)
+                        return nsbox_invalid(err, "%s:%u: sha256: wants 64 hex digits", path, lineno);
+                for (size_t i = 0; i < DIGEST_LEN; i++) {
+                        int hi = hex_value(hex[2 * i]), lo = hex_value(hex[2 * i + 1]);
+                        if (hi < 0 || lo < 0)
+                                return nsbox_invalid(err, "%s:%u: sha256: wants 64 hex digits", path, lineno);
+                        out->digest[i] = (unsigned char)(hi << 4 | lo);
+                }
+                *plain = false;
+                return 0;
+        }
+        if (strlen(secret) < TOKEN_MIN_LENGTH)
+                return nsbox_invalid(err, "%s:%u: a token must be at least %d characters", path, lineno,
+                                     TOKEN_MIN_LENGTH);
+        *plain = true;
+        return sha256(secret, strlen(secret), out->digest) < 0
+                   ? nsbox_error(err, EIO, "%s:%u: sha256", path, lineno)
+                   : 0;
+}
+
+static void tokens_replace(struct token *with, size_t n)
+{
+        pthread_rwlock_wrlock(&tokens_lock);
+        struct token *old = tokens;
+        tokens = with;
+        n_tokens = n;
+        pthread_rwlock_unlock(&tokens_lock);
+        free(old);
+}
+
+void http_tokens_clear(void)
+{
+        tokens_replace(NULL, 0);
+}
+
+int http_tokens_load(const char *path, nsbox_error_t **err)
+{
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0)
+                return nsbox_error(err, errno, "open tokens file %s", path);
+        struct stat st;
+        if (fstat(fd, &st) < 0)
+                return nsbox_error(err, errno, "stat %s", path);
+        if (!S_ISREG(st.st_mode))
+                return nsbox_invalid(err, "tokens file %s is not a regular file", path);
+        /* Whoever can write the file can mint owners. */
+        if (st.st_mode & (S_IWGRP | S_IWOTH))
+                return nsbox_refuse(err, EPERM, "tokens file %s is writable by group or others (mode %04o)",
+                                    path, (unsigned)(st.st_mode & 07777));
+        FILE *f = fdopen(fd, "r");
+        if (f == NULL)
+                return nsbox_error(err, errno, "fdopen %s", path);
+        steal_fd(&fd);
+        _cleanup_free_ char *line = NULL;
+        size_t cap = 0;
+        unsigned lineno = 0;
+        bool any_plain = false;
+        int r = 0;
+        _cleanup_free_ struct token *loaded = NULL;
+        size_t n_loaded = 0;
+        while (getline(&line, &cap, f) >= 0) {
+                lineno++;
+                line[strcspn(line, "\r\n")] = '\0';
+                char *p = line + strspn(line, " \t");
+                if (*p == '\0' || *p == '#')
+                        continue;
+                struct token t;
+                bool plain = false;
+                if ((r = parse_line(p, lineno, path, &t, &plain, err)) < 0)
+                        break;
+                for (size_t i = 0; i < n_loaded; i++)
+                        if (memcmp(loaded[i].digest, t.digest, DIGEST_LEN) == 0)
+                                r = nsbox_invalid(err, "%s:%u: the same token is given twice", path, lineno);
+                if (r < 0)
+                        break;
+                struct token *grown = realloc(loaded, (n_loaded + 1) * sizeof(*loaded));
+                if (grown == NULL) {
+                        r = nsbox_error(err, ENOMEM, "tokens");
+                        break;
+                }
+                loaded = grown;
+                loaded[n_loaded++] = t;
+                any_plain |= plain;
+        }
+        fclose(f);
+        if (r == 0 && n_loaded == 0)
+                r = nsbox_invalid(err, "tokens file %s holds no token", path);
+        if (r < 0)
+                return r; /* the tokens loaded before stay */
+        tokens_replace(steal_pointer(&loaded), n_loaded);
+        if (any_plain && (st.st_mode & (S_IRGRP | S_IROTH)))
+                fprintf(stderr,
+                        "nsbox-http: warning: %s holds plain tokens and is readable by group or others; "
+                        "chmod 600 it or store sha256:HEX digests\n",
+                        path);
+        return 0;
+}
+
+uid_t http_tokens_lookup(const char *token, size_t len)
+{
+        unsigned char digest[DIGEST_LEN];
+        if (len == 0 || sha256(token, len, digest) < 0)
+                return 0;
+        uid_t found = 0;
+        pthread_rwlock_rdlock(&tokens_lock);
+        for (size_t i = 0; i < n_tokens; i++) {
+                unsigned char diff = 0;
+                for (size_t j = 0; j < DIGEST_LEN; j++)
+                        diff |= digest[j] ^ tokens[i].digest[j];
+                /* branch-free select: no entry ends the scan early */
+                uid_t mask = (uid_t)0 - (uid_t)(diff == 0);
+                found |= tokens[i].uid & mask;
+        }
+        pthread_rwlock_unlock(&tokens_lock);
+        return found;
+}

@@ -1,0 +1,83 @@
+/* nsbox-http: an HTTP front of nsboxd (libmicrohttpd, one thread per
+ * connection). Every request is served over its own connection to nsboxd's
+ * unix socket, made the token's owner with auth.act_as, so nsboxd applies
+ * ownership and per-uid quotas as for a local client of that uid. */
+#pragma once
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "client.h"
+#include "error.h"
+
+/* Request bodies beyond this are answered 413 while they arrive. */
+#define HTTP_MAX_BODY (10u << 20)
+
+struct http_config {
+        const char *socket_path;  /* nsboxd's */
+        bool act_as;              /* tokens: each request acts as its token's uid */
+        unsigned timeout_seconds; /* a connection idle this long is closed */
+        /* sandbox.create params of the sandboxes POST /execute {code} makes
+         * (--execute-sandbox JSON), e.g. an image, limits, env or network */
+        json_t *execute_sandbox;
+};
+extern struct http_config http_config;
+
+/* cli/client.c needs it of its program (http/main.c). */
+int cli_write_all(int fd, const void *data, size_t len);
+
+/* --- tokens (auth.c) --- */
+int http_tokens_load(const char *path, nsbox_error_t **err);
+void http_tokens_clear(void);
+/* The uid of a presented token, or 0 when it is no token of the file. Every
+ * entry is compared, in constant time, whatever matches. */
+uid_t http_tokens_lookup(const char *token, size_t len);
+
+/* --- one request being served (server.c) --- */
+struct http_upload; /* multipart state of POST /upload */
+
+struct http_request {
+        struct MHD_Connection *connection;
+        const char *method; /* "GET", "POST", ... */
+        const char *url;    /* path, percent-decoded */
+        uid_t uid;          /* the token's (0: no tokens, nsbox-http's own) */
+        char *body;
+        size_t body_len, body_cap;
+        struct http_upload *upload;
+        bool answered;  /* a response was queued before the body ended */
+        bool too_large; /* the body went over HTTP_MAX_BODY: the rest is thrown away */
+};
+
+/* Queue a response; these return the MHD_Result of MHD_queue_response. */
+enum MHD_Result http_reply_json(struct http_request *r, unsigned status, json_t *body); /* body: stolen */
+enum MHD_Result http_reply_error(struct http_request *r, unsigned status, const char *kind, const char *fmt,
+                                 ...) __attribute__((format(printf, 4, 5)));
+enum MHD_Result http_reply_bytes(struct http_request *r, unsigned status, const char *content_type,
+                                 void *data, size_t len); /* data: malloc'd, stolen */
+/* An nsboxd JSON-RPC error object (or a failure to reach nsboxd: error NULL)
+ * as the HTTP status its kind maps to, body {"error":{"kind","message"}}. */
+enum MHD_Result http_reply_rpc_error(struct http_request *r, json_t *error, const nsbox_error_t *err);
+unsigned http_status_of_rpc_error(json_t *error, const char **kind);
+
+/* A connection to nsboxd acting as the request's owner. */
+int http_nsboxd_connect(const struct http_request *r, struct client **out, nsbox_error_t **err);
+/* One call on a fresh connection; -EPROTO with *error (new ref) on a JSON-RPC error. */
+int http_call(const struct http_request *r, const char *method, json_t *params, json_t **result,
+              json_t **error, nsbox_error_t **err);
+/* The request body as JSON (an object), or a 400 queued and NULL returned. */
+json_t *http_body_object(struct http_request *r, enum MHD_Result *ret);
+
+/* --- handlers: answer the request (after its whole body arrived) --- */
+enum MHD_Result http_rpc_handle(struct http_request *r, const char *method); /* rpc_api.c */
+enum MHD_Result http_seed_execute(struct http_request *r, json_t *body);     /* seed.c */
+enum MHD_Result http_seed_health(struct http_request *r);
+enum MHD_Result http_agent_execute(struct http_request *r, json_t *body); /* agent_sandbox.c */
+enum MHD_Result http_agent_execute_stateful(struct http_request *r, json_t *body);
+enum MHD_Result http_agent_upload_finish(struct http_request *r);
+enum MHD_Result http_agent_files(struct http_request *r, const char *kind, const char *path);
+/* Feed multipart data of POST /upload (MHD's post processor parses it). */
+int http_agent_upload_feed(struct http_request *r, const char *data, size_t len);
+void http_agent_upload_free(struct http_upload *u);

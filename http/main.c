@@ -1,0 +1,294 @@
+/* nsbox-http: options, the listening address, TLS, and the daemon's life. */
+#include "http.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "json_cleanup.h"
+
+extern MHD_AccessHandlerCallback http_access_handler;
+extern MHD_RequestCompletedCallback http_request_completed;
+
+/* cli/client.c's one need from the CLI. */
+int cli_write_all(int fd, const void *data, size_t len)
+{
+        const char *p = data;
+        while (len > 0) {
+                ssize_t n = write(fd, p, len);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return -errno;
+                p += n;
+                len -= n;
+        }
+        return 0;
+}
+
+static const char usage[] =
+    "usage: nsbox-http --http ADDR [--tokens FILE] [--tls-cert FILE --tls-key FILE] [--socket PATH]\n"
+    "                  [--max-connections N] [--timeout SEC] [--execute-sandbox JSON]\n"
+    "\n"
+    "Serve nsboxd's API over HTTP (see README, \"HTTP API\").\n"
+    "  --http ADDR            HOST:PORT to listen on (127.0.0.1:8080, [::1]:8080, 0.0.0.0:8080);\n"
+    "                         port 0 picks a free one (printed on standard error)\n"
+    "  --tokens FILE          bearer tokens, one `UID TOKEN` or `UID sha256:HEX` a line; without it,\n"
+    "                         only a loopback address is accepted and requests run as this uid\n"
+    "  --tls-cert/--tls-key   serve HTTPS with this PEM certificate and key\n"
+    "  --socket PATH          nsboxd's socket (default $NSBOX_SOCKET or /run/nsbox/nsbox.sock)\n"
+    "  --max-connections N    at most N clients at once (default 256)\n"
+    "  --timeout SEC          close a connection idle this long (default 120)\n"
+    "  --execute-sandbox JSON sandbox.create params of the sandboxes POST /execute {code} makes\n";
+
+static char *read_file(const char *path, nsbox_error_t **err)
+{
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+                nsbox_error(err, errno, "open %s", path);
+                return NULL;
+        }
+        size_t len = 0, cap = 65536;
+        _cleanup_free_ char *buf = malloc(cap + 1);
+        for (;;) {
+                if (buf == NULL || len == cap) {
+                        nsbox_error(err, EFBIG, "read %s", path);
+                        return NULL;
+                }
+                ssize_t n = read(fd, buf + len, cap - len);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0) {
+                        nsbox_error(err, errno, "read %s", path);
+                        return NULL;
+                }
+                if (n == 0)
+                        break;
+                len += n;
+        }
+        buf[len] = '\0';
+        return steal_pointer(&buf);
+}
+
+/* HOST:PORT or [V6]:PORT into a socket address. */
+static int parse_address(const char *text, struct sockaddr_storage *ss, bool *loopback, nsbox_error_t **err)
+{
+        _cleanup_free_ char *copy = strdup(text);
+        if (copy == NULL)
+                return nsbox_error(err, ENOMEM, "address");
+        char *colon = strrchr(copy, ':');
+        if (colon == NULL)
+                return nsbox_invalid(err, "--http %s: expected HOST:PORT", text);
+        *colon = '\0';
+        char *host = copy, *end;
+        unsigned long port = strtoul(colon + 1, &end, 10);
+        if (colon[1] == '\0' || *end != '\0' || port > 65535)
+                return nsbox_invalid(err, "--http %s: bad port", text);
+        memset(ss, 0, sizeof(*ss));
+        size_t hl = strlen(host);
+        if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']') {
+                host[hl - 1] = '\0';
+                struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
+                a->sin6_family = AF_INET6;
+                a->sin6_port = htons(port);
+                if (inet_pton(AF_INET6, host + 1, &a->sin6_addr) != 1)
+                        return nsbox_invalid(err, "--http %s: bad IPv6 address", text);
+                *loopback = IN6_IS_ADDR_LOOPBACK(&a->sin6_addr);
+                return 0;
+        }
+        struct sockaddr_in *a = (struct sockaddr_in *)ss;
+        a->sin_family = AF_INET;
+        a->sin_port = htons(port);
+        if (strcmp(host, "localhost") == 0)
+                host = "127.0.0.1";
+        if (host[0] == '\0')
+                host = "0.0.0.0";
+        if (inet_pton(AF_INET, host, &a->sin_addr) != 1)
+                return nsbox_invalid(
+                    err, "--http %s: bad IPv4 address (names other than localhost are not looked up)", text);
+        *loopback = (ntohl(a->sin_addr.s_addr) >> 24) == 127;
+        return 0;
+}
+
+static int fail(const char *what, nsbox_error_t *err)
+{
+        fprintf(stderr, "nsbox-http: %s%s%s\n", what ? what : "", what && err ? ": " : "",
+                err && err->message ? err->message : "");
+        return 1;
+}
+
+int main(int argc, char **argv)
+{
+        const char *listen_text = NULL, *tokens_path = NULL, *cert_path = NULL, *key_path = NULL,
+                   *socket_flag = NULL, *execute_sandbox = NULL;
+        unsigned max_connections = 256, timeout = 120;
+        static const struct option longopts[] = {
+                { "http", required_argument, NULL, 'l' },
+                { "tokens", required_argument, NULL, 't' },
+                { "tls-cert", required_argument, NULL, 'c' },
+                { "tls-key", required_argument, NULL, 'k' },
+                { "socket", required_argument, NULL, 's' },
+                { "max-connections", required_argument, NULL, 'm' },
+                { "timeout", required_argument, NULL, 'T' },
+                { "execute-sandbox", required_argument, NULL, 'e' },
+                { "help", no_argument, NULL, 'h' },
+                { 0 },
+        };
+        int opt;
+        while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+                switch (opt) {
+                case 'l':
+                        listen_text = optarg;
+                        break;
+                case 't':
+                        tokens_path = optarg;
+                        break;
+                case 'c':
+                        cert_path = optarg;
+                        break;
+                case 'k':
+                        key_path = optarg;
+                        break;
+                case 's':
+                        socket_flag = optarg;
+                        break;
+                case 'e':
+                        execute_sandbox = optarg;
+                        break;
+                case 'm':
+                case 'T': {
+                        char *end;
+                        unsigned long v = strtoul(optarg, &end, 10);
+                        if (*end != '\0' || v == 0 || v > 100000) {
+                                fprintf(stderr, "nsbox-http: --%s wants a number from 1 to 100000\n",
+                                        opt == 'm' ? "max-connections" : "timeout");
+                                return 2;
+                        }
+                        if (opt == 'm')
+                                max_connections = v;
+                        else
+                                timeout = v;
+                        break;
+                }
+                case 'h':
+                        fputs(usage, stdout);
+                        return 0;
+                default:
+                        fputs(usage, stderr);
+                        return 2;
+                }
+        }
+        if (listen_text == NULL || optind != argc) {
+                fputs(usage, stderr);
+                return 2;
+        }
+        if ((cert_path == NULL) != (key_path == NULL)) {
+                fprintf(stderr, "nsbox-http: --tls-cert and --tls-key go together\n");
+                return 2;
+        }
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        struct sockaddr_storage addr;
+        bool loopback = false;
+        if (parse_address(listen_text, &addr, &loopback, &err) < 0)
+                return fail(NULL, err);
+        if (tokens_path != NULL) {
+                if (http_tokens_load(tokens_path, &err) < 0)
+                        return fail(NULL, err);
+                http_config.act_as = true;
+        } else if (!loopback) {
+                fprintf(stderr,
+                        "nsbox-http: refusing to listen on %s without --tokens: without tokens every client "
+                        "is this process's uid, which only a loopback address keeps to this host\n",
+                        listen_text);
+                return 2;
+        } else if (geteuid() == 0) {
+                fprintf(
+                    stderr,
+                    "nsbox-http: refusing to run as root without --tokens: every local user who reaches "
+                    "the port would be root to nsboxd (run it as the user it serves, or give --tokens)\n");
+                return 2;
+        } else {
+                fprintf(stderr, "nsbox-http: no --tokens: every client of %s is uid %u to nsboxd\n",
+                        listen_text, (unsigned)geteuid());
+        }
+        http_config.socket_path = client_socket_path(socket_flag);
+        http_config.timeout_seconds = timeout;
+        if (execute_sandbox != NULL) {
+                json_error_t jerr;
+                http_config.execute_sandbox = json_loads(execute_sandbox, 0, &jerr);
+                if (!json_is_object(http_config.execute_sandbox)) {
+                        fprintf(stderr, "nsbox-http: --execute-sandbox wants a JSON object (%s)\n",
+                                jerr.text);
+                        return 2;
+                }
+        }
+        _cleanup_free_ char *cert = NULL, *key = NULL;
+        if (cert_path != NULL) {
+                if ((cert = read_file(cert_path, &err)) == NULL || (key = read_file(key_path, &err)) == NULL)
+                        return fail("TLS", err);
+        }
+        /* A stream's writer thread writes to a pipe its reader may have
+         * closed (the HTTP client left): EPIPE, not a signal. */
+        signal(SIGPIPE, SIG_IGN);
+        sigset_t stop;
+        sigemptyset(&stop);
+        sigaddset(&stop, SIGINT);
+        sigaddset(&stop, SIGTERM);
+        sigaddset(&stop, SIGHUP);
+        pthread_sigmask(SIG_BLOCK, &stop, NULL);
+
+        /* poll(), not select(): a connection's fds (its socket, its nsboxd
+         * connection, a stream's pipe) may be numbered past FD_SETSIZE. */
+        unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                         MHD_USE_ERROR_LOG;
+        if (addr.ss_family == AF_INET6)
+                flags |= MHD_USE_IPv6;
+        if (cert != NULL)
+                flags |= MHD_USE_TLS;
+        struct MHD_OptionItem tls_options[] = {
+                { cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, cert },
+                { MHD_OPTION_HTTPS_MEM_KEY, 0, key },
+                { MHD_OPTION_END, 0, NULL },
+        };
+        struct MHD_Daemon *d =
+            MHD_start_daemon(flags, 0, NULL, NULL, http_access_handler, NULL, MHD_OPTION_SOCK_ADDR,
+                             (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT, max_connections,
+                             MHD_OPTION_CONNECTION_TIMEOUT, timeout, MHD_OPTION_NOTIFY_COMPLETED,
+                             http_request_completed, NULL, MHD_OPTION_ARRAY, tls_options, MHD_OPTION_END);
+        if (d == NULL) {
+                fprintf(stderr, "nsbox-http: cannot listen on %s%s\n", listen_text,
+                        cert ? " (or the TLS certificate/key was refused)" : "");
+                return 1;
+        }
+        const union MHD_DaemonInfo *port = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+        fprintf(stderr, "nsbox-http: listening on %s port %u (%s, %s), nsboxd at %s\n", listen_text,
+                port ? port->port : 0, cert ? "https" : "http",
+                http_config.act_as ? "bearer tokens" : "no tokens: loopback only", http_config.socket_path);
+        int sig;
+        for (;;) {
+                sigwait(&stop, &sig);
+                if (sig != SIGHUP)
+                        break;
+                if (tokens_path == NULL)
+                        continue;
+                nsbox_error_free(&err);
+                if (http_tokens_load(tokens_path, &err) < 0)
+                        fprintf(stderr, "nsbox-http: SIGHUP: %s; the tokens stay as they were\n",
+                                err->message);
+                else
+                        fprintf(stderr, "nsbox-http: SIGHUP: tokens reloaded from %s\n", tokens_path);
+        }
+        MHD_stop_daemon(d);
+        json_decref(http_config.execute_sandbox);
+        return 0;
+}
