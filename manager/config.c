@@ -265,12 +265,38 @@ static void derive_host_bounds(struct nsbox_config *config)
         }
 }
 
+/* Host root: /run and /var/lib. Anyone else, or `nsboxd --rootless` after
+ * its re-exec (NSBOX_ROOTLESS_USER): the user's own runtime and data dirs. */
+static void set_default_paths(struct nsbox_config *config)
+{
+        if (geteuid() == 0 && getenv("NSBOX_ROOTLESS_USER") == NULL) {
+                config->socket_path = strdup("/run/nsbox/nsbox.sock");
+                config->state_dir = strdup("/var/lib/nsbox");
+                config->image_dir = strdup("/var/lib/nsbox/images");
+                return;
+        }
+        const char *home = getenv("HOME") ? getenv("HOME") : "/tmp";
+        const char *data = getenv("XDG_DATA_HOME");
+        if (data != NULL && data[0] == '/')
+                config->state_dir = strdup(data);
+        else if (asprintf(&config->state_dir, "%s/.local/share", home) < 0)
+                config->state_dir = NULL;
+        char *base = config->state_dir;
+        if (base == NULL || asprintf(&config->state_dir, "%s/nsbox", base) < 0)
+                config->state_dir = strdup("/tmp/nsbox");
+        free(base);
+        if (asprintf(&config->image_dir, "%s/images", config->state_dir) < 0)
+                config->image_dir = NULL;
+        const char *runtime = getenv("XDG_RUNTIME_DIR");
+        if (asprintf(&config->socket_path, "%s/nsbox/nsbox.sock",
+                     runtime != NULL && runtime[0] == '/' ? runtime : config->state_dir) < 0)
+                config->socket_path = NULL;
+}
+
 int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_t **err)
 {
         memset(config, 0, sizeof(*config));
-        config->socket_path = strdup("/run/nsbox/nsbox.sock");
-        config->state_dir = strdup("/var/lib/nsbox");
-        config->image_dir = strdup("/var/lib/nsbox/images");
+        set_default_paths(config);
         config->seccomp_dir = sibling_path("../seccomp-profiles", NSBOX_PREFIX "/share/nsbox/seccomp");
         config->init_path = sibling_path("nsbox-init", NSBOX_PREFIX "/libexec/nsbox/nsbox-init");
         config->egress_path = sibling_path("nsbox-egress", NSBOX_PREFIX "/libexec/nsbox/nsbox-egress");

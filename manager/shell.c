@@ -31,12 +31,12 @@
 #define SHELL_INTERRUPT_GRACE_MS 2000
 /* How long an interrupt waits for bash to start reading the command's line. */
 #define SHELL_START_GRACE_MS 10000
-#define SHELL_MARKER_PREFIX      "\036NSBOXEND "
-#define SHELL_NONCE_LEN          32
-#define SHELL_MARKER_LEN         (sizeof(SHELL_MARKER_PREFIX) - 1 + SHELL_NONCE_LEN)
-#define SHELL_MAX_TRAILER        (4096 + 32)
+#define SHELL_MARKER_PREFIX  "\036NSBOXEND "
+#define SHELL_NONCE_LEN      32
+#define SHELL_MARKER_LEN     (sizeof(SHELL_MARKER_PREFIX) - 1 + SHELL_NONCE_LEN)
+#define SHELL_MAX_TRAILER    (4096 + 32)
 /* The record a command's line prints first, after the marker: bash runs it. */
-#define SHELL_START_TRAILER      " go"
+#define SHELL_START_TRAILER " go"
 
 enum { SHELL_STDOUT, SHELL_STDERR };
 static const char *const shell_stream_names[] = { "stdout", "stderr" };
@@ -557,7 +557,8 @@ static char *command_line(const struct shell_command *c, const char *command, si
         char *buf = NULL;
         size_t len = 0, cap = 0;
         char head[192];
-        snprintf(head, sizeof(head), "__nsbox_n=%s; printf '\\036NSBOXEND %%s" SHELL_START_TRAILER
+        snprintf(head, sizeof(head),
+                 "__nsbox_n=%s; printf '\\036NSBOXEND %%s" SHELL_START_TRAILER
                  "\\0' \"$__nsbox_n\"; __nsbox_ret; { ",
                  c->marker + sizeof(SHELL_MARKER_PREFIX) - 1);
         int r = append_text(&buf, &len, &cap, head);
