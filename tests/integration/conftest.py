@@ -33,7 +33,12 @@ class Daemon:
                 "--image-dir", IMAGE_DIR, "--log-level", "debug", *extra_args]
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("NSBOX_")}
         full_env.update(env or {})
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=full_env)
+        popen_kw, self.launch_cleanup = {}, None
+        if os.environ.get("NSBOX_TEST_LAUNCHER"):  # without host root: rootless_launch.py
+            import rootless_launch
+            args, full_env, popen_kw, self.launch_cleanup = rootless_launch.wrap(
+                os.environ["NSBOX_TEST_LAUNCHER"], self.dir, args, full_env)
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=full_env, **popen_kw)
         deadline = time.monotonic() + 20
         while True:
             try:
@@ -73,6 +78,8 @@ class Daemon:
         self.log.close()
         rc = self.proc.returncode
         self.final_log = self.read_log()  # includes what a sanitizer printed at exit
+        if self.launch_cleanup is not None:
+            self.launch_cleanup()
         shutil.rmtree(self.dir, ignore_errors=True)
         # UBSan reports and carries on: under the sanitizer build, a report
         # fails the stop as a crash would.

@@ -65,6 +65,32 @@ def idmap_mount(src, dst, userns_fd):
     os.close(tree)
 
 
+def userns_fd(maps):
+    """An fd of a new user namespace with these (inside, outside, count) maps."""
+    text = "".join(f"{a} {b} {c}\n" for a, b, c in maps)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            check(libc.unshare(CLONE_NEWUSER), "unshare")
+        finally:
+            os.close(w)
+        signal.pause()
+        os._exit(0)
+    os.close(w)
+    os.read(r, 1)  # EOF once it has unshared
+    os.close(r)
+    try:
+        for name in ("uid_map", "gid_map"):
+            with open(f"/proc/{pid}/{name}", "w") as f:
+                f.write(text)
+        return os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
 def run_forwarding(cmd, child=None):
     """Start CMD (or take child), pass SIGTERM/SIGINT/SIGHUP on, exit as it does."""
     if child is None:
