@@ -356,10 +356,10 @@ static int write_id_maps(pid_t pid, uid_t base, nsbox_error_t **err)
         if ((r = write_file(path, "deny")) < 0)
                 return nsbox_error(err, -r, "write %s", path);
         snprintf(path, sizeof(path), "/proc/%d/uid_map", pid);
-        if ((r = write_file(path, map)) < 0)
+        if ((r = write_file(path, userns_active() ? userns_sandbox_map(false) : map)) < 0)
                 return nsbox_error(err, -r, "write %s", path);
         snprintf(path, sizeof(path), "/proc/%d/gid_map", pid);
-        if ((r = write_file(path, map)) < 0)
+        if ((r = write_file(path, userns_active() ? userns_sandbox_map(true) : map)) < 0)
                 return nsbox_error(err, -r, "write %s", path);
         return 0;
 }

@@ -19,9 +19,20 @@
 
 extern char **environ;
 
+#define USERNS_MAX_EXTENTS 340 /* the kernel's limit per map */
+
+/* A sandbox's map must follow nsboxd's own extents: the kernel takes each
+ * line's whole range from a single extent of the parent's map. So the
+ * identity map of 0-65535 is split where nsboxd's map is (with
+ * `nsboxd --rootless`: 0 is the user, 1 up the subordinate range). */
+struct userns_map {
+        char text[USERNS_MAX_EXTENTS * 36];
+};
+
 static struct {
         bool active;
         uint32_t delegated; /* ids mapped from 0 up, without a gap */
+        struct userns_map uid_map, gid_map;
 } userns;
 
 /* What a daemon in a user namespace cannot do, and why: shown in
@@ -36,10 +47,8 @@ static const struct {
         { "per-sandbox-uid-ranges",
           "each sandbox needs a host uid range of its own and an idmapped mount of the image, which "
           "take host root; all sandboxes share the namespace's delegated range" },
-        { "image-commit",
-          "committed and imported images need per-sandbox uid isolation" },
-        { "image-import",
-          "committed and imported images need per-sandbox uid isolation" },
+        { "image-commit", "committed and imported images need per-sandbox uid isolation" },
+        { "image-import", "committed and imported images need per-sandbox uid isolation" },
         { "host-pools",
           "host-wide sysctls (fs.inotify.max_user_*, fs.file-max) need host root: the host's values apply" },
         { "oom-protection",
@@ -48,8 +57,9 @@ static const struct {
 };
 
 /* The contiguous ids from 0 that a /proc/self/{uid,gid}_map maps, or -1
- * when it is the initial namespace's identity map. */
-static int64_t mapped_from_zero(const char *path, nsbox_error_t **err)
+ * when it is the initial namespace's identity map; *out gets the
+ * sandboxes' identity map of 0-65535 in pieces along those extents. */
+static int64_t mapped_from_zero(const char *path, struct userns_map *out, nsbox_error_t **err)
 {
         FILE *f = fopen(path, "re");
         if (f == NULL)
@@ -71,10 +81,19 @@ static int64_t mapped_from_zero(const char *path, nsbox_error_t **err)
         /* Walk up from 0 through extents that touch (the kernel keeps them
          * disjoint, in any order). */
         unsigned long long next = 0;
+        size_t used = 0;
+        out->text[0] = '\0';
         for (bool grew = true; grew;) {
                 grew = false;
                 for (size_t i = 0; i < n; i++)
-                        if (inside[i] == next) {
+                        if (inside[i] == next && count[i] > 0) {
+                                if (next < USERNS_SANDBOX_IDS) {
+                                        unsigned long long piece = count[i];
+                                        if (next + piece > USERNS_SANDBOX_IDS)
+                                                piece = USERNS_SANDBOX_IDS - next;
+                                        used += (size_t)snprintf(out->text + used, sizeof(out->text) - used,
+                                                                 "%llu %llu %llu\n", next, next, piece);
+                                }
                                 next += count[i];
                                 grew = true;
                         }
@@ -84,10 +103,10 @@ static int64_t mapped_from_zero(const char *path, nsbox_error_t **err)
 
 int userns_detect(nsbox_error_t **err)
 {
-        int64_t uids = mapped_from_zero("/proc/self/uid_map", err);
+        int64_t uids = mapped_from_zero("/proc/self/uid_map", &userns.uid_map, err);
         if (uids < -1)
                 return (int)uids;
-        int64_t gids = mapped_from_zero("/proc/self/gid_map", err);
+        int64_t gids = mapped_from_zero("/proc/self/gid_map", &userns.gid_map, err);
         if (gids < -1)
                 return (int)gids;
         if (uids == -1 && gids == -1)
@@ -96,20 +115,27 @@ int userns_detect(nsbox_error_t **err)
         int64_t ids = uids < 0 ? gids : gids < 0 ? uids : (uids < gids ? uids : gids);
         userns.delegated = (uint32_t)ids;
         if (geteuid() != 0)
-                return nsbox_refuse(err, EPERM,
-                                    "nsboxd runs in a user namespace as uid %u: it must be uid 0 there (start "
-                                    "it with nsboxd --rootless, or as the root of the pod's namespace)",
-                                    (unsigned)geteuid());
+                return nsbox_refuse(
+                    err, EPERM,
+                    "nsboxd runs in a user namespace as uid %u: it must be uid 0 there (start "
+                    "it with nsboxd --rootless, or as the root of the pod's namespace)",
+                    (unsigned)geteuid());
         if (userns.delegated < USERNS_SANDBOX_IDS)
-                return nsbox_refuse(err, ERANGE,
-                                    "nsboxd's user namespace maps %u ids from 0 (uid_map and gid_map); sandboxes "
-                                    "need %u (0 to 65535): delegate a larger range (/etc/subuid and "
-                                    "/etc/subgid, or the pod's user namespace)",
-                                    userns.delegated, USERNS_SANDBOX_IDS);
+                return nsbox_refuse(
+                    err, ERANGE,
+                    "nsboxd's user namespace maps %u ids from 0 (uid_map and gid_map); sandboxes "
+                    "need %u (0 to 65535): delegate a larger range (/etc/subuid and "
+                    "/etc/subgid, or the pod's user namespace)",
+                    userns.delegated, USERNS_SANDBOX_IDS);
         log_info("userns mode: nsboxd is root of a user namespace with %u delegated ids; sandboxes share ids "
                  "0 to %u of it",
                  userns.delegated, USERNS_SANDBOX_IDS - 1);
         return 0;
+}
+
+const char *userns_sandbox_map(bool gids)
+{
+        return gids ? userns.gid_map.text : userns.uid_map.text;
 }
 
 bool userns_active(void)
@@ -126,8 +152,9 @@ json_t *userns_json(void)
 {
         json_t *unavailable = json_array();
         for (size_t i = 0; i < ARRAY_SIZE(userns_unavailable); i++)
-                json_array_append_new(unavailable, json_pack("{s:s, s:s}", "feature", userns_unavailable[i].feature,
-                                                             "why", userns_unavailable[i].why));
+                json_array_append_new(unavailable,
+                                      json_pack("{s:s, s:s}", "feature", userns_unavailable[i].feature, "why",
+                                                userns_unavailable[i].why));
         return json_pack("{s:I, s:I, s:o}", "delegated_ids", (json_int_t)userns.delegated, "sandbox_ids",
                          (json_int_t)USERNS_SANDBOX_IDS, "unavailable", unavailable);
 }
@@ -148,8 +175,8 @@ int userns_enter_mount_namespace(nsbox_error_t **err)
 
 /* The first range of at least `need` ids that /etc/subuid (or subgid)
  * gives the user, by name or by number. */
-static int find_subordinate(const char *file, const char *name, unsigned id, uint32_t need, unsigned long *start,
-                            unsigned long *count, nsbox_error_t **err)
+static int find_subordinate(const char *file, const char *name, unsigned id, uint32_t need,
+                            unsigned long *start, unsigned long *count, nsbox_error_t **err)
 {
         FILE *f = fopen(file, "re");
         if (f == NULL)
@@ -206,10 +233,10 @@ int userns_reexec_rootless(char **argv, nsbox_error_t **err)
                 return nsbox_error(err, errno ? errno : ENOENT, "who is uid %u", (unsigned)uid);
         unsigned long uid_start, uid_count, gid_start, gid_count;
         int r;
-        if ((r = find_subordinate("/etc/subuid", pw->pw_name, uid, USERNS_SANDBOX_IDS - 1, &uid_start, &uid_count,
-                                  err)) < 0 ||
-            (r = find_subordinate("/etc/subgid", pw->pw_name, uid, USERNS_SANDBOX_IDS - 1, &gid_start, &gid_count,
-                                  err)) < 0)
+        if ((r = find_subordinate("/etc/subuid", pw->pw_name, uid, USERNS_SANDBOX_IDS - 1, &uid_start,
+                                  &uid_count, err)) < 0 ||
+            (r = find_subordinate("/etc/subgid", pw->pw_name, uid, USERNS_SANDBOX_IDS - 1, &gid_start,
+                                  &gid_count, err)) < 0)
                 return r;
 
         /* newuidmap is set-user-ID root: it must start outside the new

@@ -24,6 +24,8 @@
  * namespace or the namespace lacks 65536 ids from 0. */
 int userns_detect(nsbox_error_t **err);
 bool userns_active(void);
+/* The uid_map (gids false) or gid_map text of a sandbox in userns mode. */
+const char *userns_sandbox_map(bool gids);
 /* How many ids from 0 up nsboxd's namespace maps (uids and gids both). */
 uint32_t userns_delegated_ids(void);
 /* For server.info: {delegated_ids, sandbox_ids, unavailable: [{feature, why}]}. */
