@@ -44,6 +44,10 @@ static void remove_private_dir(const char *dir)
 static const char *private_base_dir(void)
 {
         struct stat st;
+        if (geteuid() != 0) {
+                const char *runtime = getenv("XDG_RUNTIME_DIR");
+                return runtime != NULL && runtime[0] == '/' && access(runtime, W_OK) == 0 ? runtime : "/tmp";
+        }
         if (mkdir(PRIVATE_RUN_DIR, 0700) < 0 && errno != EEXIST)
                 return "/tmp";
         if (lstat(PRIVATE_RUN_DIR, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != 0 ||
@@ -104,9 +108,13 @@ static void __attribute__((noreturn)) run_child(const char *dir, const char *soc
                 run_janitor(dir, self);
         /* One sandbox for one command: a warm pool would only cost time (and
          * room for 64 would draw nsboxd's overcommit warning on small hosts). */
-        char *args[] = { "nsboxd",      "--socket", (char *)socket_path, "--state-dir", state,
-                         "--log-level", "warn",     "--warm-pool",       "0",           "--max-sandboxes",
-                         "1",           NULL };
+        char *args[] = {
+                "nsboxd",      "--socket", (char *)socket_path, "--state-dir", state, "--log-level", "warn",
+                "--warm-pool", "0",        "--max-sandboxes",   "1",           NULL,  NULL
+        };
+        /* A user's: as root of a user namespace of its own (nsboxd --rootless). */
+        if (geteuid() != 0)
+                args[11] = "--rootless";
         execv(nsboxd, args);
         fprintf(stderr, "nsbox: cannot run %s: %s\n", nsboxd, strerror(errno));
         _exit(127);

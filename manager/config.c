@@ -288,8 +288,10 @@ static void set_default_paths(struct nsbox_config *config)
         if (asprintf(&config->image_dir, "%s/images", config->state_dir) < 0)
                 config->image_dir = NULL;
         const char *runtime = getenv("XDG_RUNTIME_DIR");
-        if (asprintf(&config->socket_path, "%s/nsbox/nsbox.sock",
-                     runtime != NULL && runtime[0] == '/' ? runtime : config->state_dir) < 0)
+        int n = runtime != NULL && runtime[0] == '/'
+                    ? asprintf(&config->socket_path, "%s/nsbox/nsbox.sock", runtime)
+                    : asprintf(&config->socket_path, "%s/nsbox.sock", config->state_dir);
+        if (n < 0)
                 config->socket_path = NULL;
 }
 
