@@ -311,6 +311,20 @@ static int start(nsbox_error_t **err)
         return rpc_server_start(nsboxd.loop, &server, err);
 }
 
+/* A user's first nsboxd --rootless: ~/.local/share may not exist yet. */
+static void make_state_parents(const char *state_dir)
+{
+        _cleanup_free_ char *path = strdup(state_dir);
+        if (path == NULL)
+                return;
+        for (char *slash = strchr(path + 1, '/'); slash != NULL; slash = strchr(slash + 1, '/')) {
+                *slash = '\0';
+                if (mkdir(path, 0700) < 0 && errno != EEXIST)
+                        log_warn("mkdir %s: %s", path, strerror(errno));
+                *slash = '/';
+        }
+}
+
 /* Take --rootless out of argv (config_load knows only KEY VALUE flags). */
 static bool take_rootless_flag(int *argc, char **argv)
 {
@@ -366,6 +380,8 @@ int nsboxd_main(int argc, char **argv)
                 return 1;
         }
         umask(022);
+        if (getenv("NSBOX_ROOTLESS_USER") != NULL)
+                make_state_parents(nsboxd.config.state_dir);
 
         nsboxd.argc = argc;
         nsboxd.argv = argv;

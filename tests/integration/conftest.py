@@ -22,7 +22,7 @@ ASAN = os.path.basename(BUILD.rstrip("/")) == "build-asan"
 
 
 class Daemon:
-    def __init__(self, extra_args=(), env=None):
+    def __init__(self, extra_args=(), env=None, launcher=None):
         self.dir = tempfile.mkdtemp(prefix="nsbox-test-")
         os.chmod(self.dir, 0o755)
         self.socket = os.path.join(self.dir, "nsbox.sock")
@@ -34,10 +34,11 @@ class Daemon:
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("NSBOX_")}
         full_env.update(env or {})
         popen_kw, self.launch_cleanup = {}, None
-        if os.environ.get("NSBOX_TEST_LAUNCHER"):  # without host root: rootless_launch.py
+        self.launcher = launcher or os.environ.get("NSBOX_TEST_LAUNCHER")
+        if self.launcher:  # without host root: rootless_launch.py
             import rootless_launch
             args, full_env, popen_kw, self.launch_cleanup = rootless_launch.wrap(
-                os.environ["NSBOX_TEST_LAUNCHER"], self.dir, args, full_env)
+                self.launcher, self.dir, args, full_env)
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=full_env, **popen_kw)
         deadline = time.monotonic() + 20
         while True:
