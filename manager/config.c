@@ -37,6 +37,8 @@ static const struct option_def options[] = {
         { "init_path", "NSBOX_INIT_PATH", OPT_STRING, CFG(init_path), 0, "the nsbox-init binary" },
         { "config", "NSBOX_CONFIG", OPT_STRING, CFG(config_path), 0, "JSON config file" },
         { "log_level", "NSBOX_LOG_LEVEL", OPT_STRING, CFG(log_level), 0, "error, warn, info or debug" },
+        { "unmapped_clients", "NSBOX_UNMAPPED_CLIENTS", OPT_STRING, CFG(unmapped_clients), 0,
+          "in a user namespace: refuse or one-owner (clients whose uid it does not map)" },
         { "uid_isolation", "NSBOX_UID_ISOLATION", OPT_STRING, CFG(uid_isolation), 0,
           "per-sandbox (default), shared, or auto (shared where idmapped mounts are missing)" },
         { "max_request_bytes", "NSBOX_MAX_REQUEST_BYTES", OPT_UINT, CFG(max_request_bytes), 1ull << 32,
@@ -306,6 +308,7 @@ int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_
         config->egress_dns_servers = strdup("");
         config->log_level = strdup("info");
         config->uid_isolation = strdup("per-sandbox");
+        config->unmapped_clients = strdup("refuse");
         config->python_fork_server = strdup("lazy");
         config->python_fork_server_idle_seconds = 60;
         /* The server holds about 100 MiB (numpy, pandas, matplotlib, PIL):
@@ -408,6 +411,9 @@ int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_
             strcmp(config->python_fork_server, "eager") != 0 &&
             strcmp(config->python_fork_server, "off") != 0)
                 return nsbox_invalid(err, "python_fork_server must be lazy, eager or off");
+        if (strcmp(config->unmapped_clients, "refuse") != 0 &&
+            strcmp(config->unmapped_clients, "one-owner") != 0)
+                return nsbox_invalid(err, "unmapped_clients must be \"refuse\" or \"one-owner\"");
         if (strcmp(config->idle_action, "remove") != 0 && strcmp(config->idle_action, "pause") != 0)
                 return nsbox_invalid(err, "idle_action must be \"remove\" or \"pause\", not \"%.64s\"",
                                      config->idle_action);
@@ -427,6 +433,7 @@ void config_free(struct nsbox_config *config)
         free(config->config_path);
         free(config->log_level);
         free(config->uid_isolation);
+        free(config->unmapped_clients);
         free(config->python_fork_server);
         free(config->network_subnet);
         free(config->egress_dns_servers);

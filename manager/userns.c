@@ -11,10 +11,12 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "cleanup.h"
+#include "daemon.h"
 #include "log.h"
 
 extern char **environ;
@@ -138,6 +140,21 @@ const char *userns_sandbox_map(bool gids)
         return gids ? userns.gid_map.text : userns.uid_map.text;
 }
 
+bool userns_client_unmapped(uid_t uid)
+{
+        static int overflow = -1;
+        if (overflow < 0) {
+                overflow = 65534;
+                FILE *f = fopen("/proc/sys/kernel/overflowuid", "re");
+                if (f != NULL) {
+                        if (fscanf(f, "%d", &overflow) != 1)
+                                overflow = 65534;
+                        fclose(f);
+                }
+        }
+        return userns.active && uid == (uid_t)overflow;
+}
+
 bool userns_active(void)
 {
         return userns.active;
@@ -155,8 +172,9 @@ json_t *userns_json(void)
                 json_array_append_new(unavailable,
                                       json_pack("{s:s, s:s}", "feature", userns_unavailable[i].feature, "why",
                                                 userns_unavailable[i].why));
-        return json_pack("{s:I, s:I, s:o}", "delegated_ids", (json_int_t)userns.delegated, "sandbox_ids",
-                         (json_int_t)USERNS_SANDBOX_IDS, "unavailable", unavailable);
+        return json_pack("{s:I, s:I, s:o, s:s}", "delegated_ids", (json_int_t)userns.delegated, "sandbox_ids",
+                         (json_int_t)USERNS_SANDBOX_IDS, "unavailable", unavailable, "unmapped_clients",
+                         nsboxd.config.unmapped_clients);
 }
 
 int userns_enter_mount_namespace(nsbox_error_t **err)

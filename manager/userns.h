@@ -28,6 +28,10 @@ bool userns_active(void);
 const char *userns_sandbox_map(bool gids);
 /* How many ids from 0 up nsboxd's namespace maps (uids and gids both). */
 uint32_t userns_delegated_ids(void);
+/* The uid every client outside nsboxd's namespace reads as (SO_PEERCRED):
+ * the kernel's overflow uid. */
+bool userns_client_unmapped(uid_t uid);
+
 /* For server.info: {delegated_ids, sandbox_ids, unavailable: [{feature, why}]}. */
 json_t *userns_json(void);
 

@@ -78,8 +78,10 @@ def unmount(path):
 
 
 def wrap(launcher, dir, args, env):
-    """(argv, env, Popen kwargs, cleanup) to start nsboxd `args` via launcher."""
-    args = list(args)
+    """(argv, env, Popen kwargs, cleanup) to start nsboxd `args` via launcher.
+    The tests' clients are host root, outside the namespace: served as one
+    owner (unmapped_clients), as the operator of such a daemon may choose."""
+    args = list(args) + ["--unmapped-clients", "one-owner"]
     i = args.index("--image-dir")
     image_dir = args[i + 1]
     view = os.path.join(dir, "images")

@@ -18,6 +18,7 @@ import os
 import pathlib
 import pwd
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -130,6 +131,7 @@ def test_server_info_says_userns_mode_and_what_is_not_enforced(ud):
     assert info["userns"]["sandbox_ids"] == 65536
     assert {u["feature"] for u in info["userns"]["unavailable"]} == UNAVAILABLE
     assert all(u["why"] for u in info["userns"]["unavailable"])
+    assert info["userns"]["unmapped_clients"] == "one-owner"  # rootless_launch.wrap asks for it
     # This host keeps its controllers in cgroup v1, which is never delegated.
     assert info["limits"] == "limits-not-enforced"
     assert "user namespace" in info["limits_reason"] and "cgroup v2" in info["limits_reason"]
@@ -357,9 +359,18 @@ def test_rootless_defaults_to_the_users_own_dirs(user_dir):
             assert time.monotonic() < deadline
             time.sleep(0.05)
         assert (tmp_path / ".local" / "share" / "nsbox" / "sandboxes").is_dir()
-        # The user's CLI finds it without --socket.
+        # The user's CLI finds it without --socket, and is root there.
         r = as_user(pw, [NSBOX, "--json", "status"], env)
         assert r.returncode == 0 and json.loads(r.stdout)["uid_isolation"] == "userns", r
+        assert json.loads(r.stdout)["userns"]["unmapped_clients"] == "refuse"
+        # Host root is not mapped in the user's namespace: it would read as
+        # nobody, like every other outsider, so it is refused by default.
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(str(sock))
+            s.settimeout(30)
+            refusal = json.loads(s.makefile("rb").readline())
+        assert refusal["error"]["data"]["kind"] == "permission_denied", refusal
+        assert "not mapped" in refusal["error"]["message"], refusal
     finally:
         proc.terminate()
         proc.wait(30)
