@@ -719,7 +719,8 @@ static int sandbox_spawn(struct sandbox *sb, nsbox_error_t **err)
         fcntl(parent_end, F_SETFL, O_NONBLOCK);
         /* One exec request (argv + env, up to 1 MiB) is one packet. */
         int sndbuf = 4 << 20;
-        setsockopt(parent_end, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf));
+        if (setsockopt(parent_end, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf)) < 0)
+                setsockopt(parent_end, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)); /* see exec.c */
         struct setup_go go = { .magic = SETUP_GO_MAGIC };
         ssize_t n = ctl_send(parent_end, &go, sizeof(go), NULL, 0, NULL, 0);
         if (n < 0)

@@ -399,3 +399,16 @@ def test_nsbox_run_works_as_a_user_and_nested(user_dir):
                         f"{IMAGE_DIR}:{nested_dir}/images", "--", NSBOX, "run", "--", "sh", "-c",
                         "id -un; exit 4"], env=env, capture_output=True, timeout=120)
     assert r.returncode == 4 and r.stdout == b"sandbox\n", r
+
+
+def test_directories_of_the_image_can_be_renamed(ud):
+    # overlayfs in a user namespace keeps its redirects in user.overlay.*
+    # xattrs (userxattr); without them a directory rename fails with EXDEV.
+    sb = ud.call("sandbox.create")["sandbox_id"]
+    try:
+        r = ud.call("sandbox.exec", sandbox_id=sb, user="root",
+                    command="mv /etc/apt /etc/apt-moved && ls /etc/apt-moved | head -1 && test ! -e /etc/apt "
+                            "&& mkdir /tmp/d && mv /tmp/d /tmp/e && ls -d /tmp/e")
+        assert r["exit_code"] == 0 and r["stdout"].endswith("/tmp/e\n"), r
+    finally:
+        ud.call("sandbox.remove", sandbox_id=sb, force=True)
