@@ -111,6 +111,15 @@ def sandbox(daemon):
         pass
 
 
+def daemon_pid(daemon):
+    """nsboxd's host pid: the process started, or under the nested launcher
+    (NSBOX_TEST_LAUNCHER) the nsboxd it started in a pid namespace."""
+    if daemon.launcher != "nested":
+        return daemon.proc.pid
+    import rootless_launch
+    return rootless_launch.nsboxd_pid(os.path.join(BUILD, "nsboxd"), daemon.socket)
+
+
 def host_inits(daemon):
     """Host pids of this daemon's sandbox inits: children of nsboxd running
     from the sealed memfd."""
@@ -125,7 +134,7 @@ def host_inits(daemon):
         except OSError:
             continue
         ppid = int(status.split("PPid:")[1].split()[0])
-        if exe.startswith("/memfd:nsbox-init") and ppid == daemon.proc.pid:
+        if exe.startswith("/memfd:nsbox-init") and ppid == daemon_pid(daemon):
             inits.append(int(entry))
     return inits
 

@@ -77,6 +77,22 @@ def unmount(path):
     subprocess.run(["umount", "-l", path], capture_output=True)
 
 
+def nsboxd_pid(nsboxd, socket):
+    """The host pid of the nsboxd serving `socket`."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            exe = os.readlink(f"/proc/{entry}/exe")
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read().split(b"\0")
+        except OSError:
+            continue
+        if exe == os.path.realpath(nsboxd) and socket.encode() in cmdline:
+            return int(entry)
+    raise AssertionError("no nsboxd serves " + socket)
+
+
 def wrap(launcher, dir, args, env):
     """(argv, env, Popen kwargs, cleanup) to start nsboxd `args` via launcher.
     The tests' clients are host root, outside the namespace: served as one

@@ -65,18 +65,7 @@ def host_id(d, inside):
 
 def nsboxd_pid(d):
     """nsboxd's host pid (nested: a grandchild of the launcher)."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            exe = os.readlink(f"/proc/{entry}/exe")
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdline = f.read().split(b"\0")
-        except OSError:
-            continue
-        if exe == os.path.realpath(NSBOXD) and d.socket.encode() in cmdline:
-            return int(entry)
-    raise AssertionError("no nsboxd for " + d.socket)
+    return rootless_launch.nsboxd_pid(NSBOXD, d.socket)
 
 
 def with_marker_process(d, sb, fn, user="sandbox"):
