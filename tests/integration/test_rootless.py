@@ -137,6 +137,13 @@ def test_exec_runs_with_the_usual_ids_which_are_the_delegated_range_on_the_host(
         assert r["stdout"] == "1000\n1000\nsandbox\n", r
         r = ud.call("sandbox.exec", sandbox_id=a, command="id -u; id -g", user="root")
         assert r["stdout"] == "0\n0\n", r
+        # sandbox_ids: 0-65535, mapped as they are (in pieces along nsboxd's own extents).
+        for name in ("uid_map", "gid_map"):
+            r = ud.call("sandbox.exec", sandbox_id=a, command="cat /proc/self/" + name)
+            lines = [tuple(map(int, line.split())) for line in r["stdout"].splitlines()]
+            assert all(inside == outside for inside, outside, _ in lines), lines
+            assert sorted((i, i + n) for i, _, n in lines)[0][0] == 0
+            assert sum(n for _, _, n in lines) == 65536, lines
         # On the host: the sandbox user is id 1000 of the delegated range,
         # the same in both sandboxes (no per-sandbox host ranges here).
         want = host_id(ud, 1000)
@@ -352,6 +359,12 @@ def test_rootless_defaults_to_the_users_own_dirs(user_dir):
         r = as_user(pw, [NSBOX, "--json", "status"], env)
         assert r.returncode == 0 and json.loads(r.stdout)["uid_isolation"] == "userns", r
         assert json.loads(r.stdout)["userns"]["unmapped_clients"] == "refuse"
+        # image.import: refused as unavailable in this mode (the user is root here).
+        code = ("import sys; sys.path.insert(0, %r); from nsbox_client import Client, RpcError\n"
+                "try:\n    Client(%r).call('image.import', path='/nonexistent', name='imp')\n"
+                "except RpcError as e:\n    print(e.kind, e)\n") % (HERE, str(sock))
+        r = as_user(pw, [sys.executable, "-c", code], env)
+        assert r.stdout.startswith(b"unavailable ") and b"per-sandbox uid isolation" in r.stdout, r
         # Host root is not mapped in the user's namespace: it would read as
         # nobody, like every other outsider, so it is refused by default.
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
