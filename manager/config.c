@@ -223,7 +223,9 @@ static void usage(const struct nsbox_config *defaults)
                "(--max-sandboxes:\n"
                "\"max_sandboxes\") and an "
                "NSBOX_* environment variable; flags win over the environment, which wins over the file.\n"
-               "The file is --config, else $NSBOX_CONFIG, else /etc/nsbox/nsboxd.json (if it exists).\n\n");
+               "The file is --config, else $NSBOX_CONFIG, else /etc/nsbox/nsboxd.json (if it exists).\n"
+               "--rootless (a user other than root): run as root of a new user namespace mapped from\n"
+               "/etc/subuid and /etc/subgid by newuidmap/newgidmap (README \"Without host root\").\n\n");
         for (size_t i = 0; i < ARRAY_SIZE(options); i++) {
                 char flag[64];
                 snprintf(flag, sizeof(flag), "--%s", options[i].key);
