@@ -58,10 +58,10 @@ static const struct {
           "supervisors stay at nsboxd's own OOM score" },
 };
 
-/* The contiguous ids from 0 that a /proc/self/{uid,gid}_map maps, or -1
- * when it is the initial namespace's identity map; *out gets the
+/* *ids: the contiguous ids from 0 that a /proc/self/{uid,gid}_map maps,
+ * or -1 when it is the initial namespace's identity map; *out gets the
  * sandboxes' identity map of 0-65535 in pieces along those extents. */
-static int64_t mapped_from_zero(const char *path, struct userns_map *out, nsbox_error_t **err)
+static int mapped_from_zero(const char *path, struct userns_map *out, int64_t *ids, nsbox_error_t **err)
 {
         FILE *f = fopen(path, "re");
         if (f == NULL)
@@ -78,8 +78,9 @@ static int64_t mapped_from_zero(const char *path, struct userns_map *out, nsbox_
                 n++;
         }
         fclose(f);
+        *ids = -1;
         if (identity && n == 1)
-                return -1;
+                return 0;
         /* Walk up from 0 through extents that touch (the kernel keeps them
          * disjoint, in any order). */
         unsigned long long next = 0;
@@ -100,22 +101,25 @@ static int64_t mapped_from_zero(const char *path, struct userns_map *out, nsbox_
                                 grew = true;
                         }
         }
-        return (int64_t)(next > UINT32_MAX ? UINT32_MAX : next);
+        *ids = (int64_t)(next > UINT32_MAX ? UINT32_MAX : next);
+        return 0;
 }
 
 int userns_detect(nsbox_error_t **err)
 {
-        int64_t uids = mapped_from_zero("/proc/self/uid_map", &userns.uid_map, err);
-        if (uids < -1)
-                return (int)uids;
-        int64_t gids = mapped_from_zero("/proc/self/gid_map", &userns.gid_map, err);
-        if (gids < -1)
-                return (int)gids;
+        int64_t uids, gids;
+        int r;
+        if ((r = mapped_from_zero("/proc/self/uid_map", &userns.uid_map, &uids, err)) < 0 ||
+            (r = mapped_from_zero("/proc/self/gid_map", &userns.gid_map, &gids, err)) < 0)
+                return r;
         if (uids == -1 && gids == -1)
                 return 0;
         userns.active = true;
-        int64_t ids = uids < 0 ? gids : gids < 0 ? uids : (uids < gids ? uids : gids);
-        userns.delegated = (uint32_t)ids;
+        if (uids < 0 || gids < 0)
+                return nsbox_refuse(err, EINVAL,
+                                    "nsboxd's uid_map and gid_map disagree (one is the host's identity "
+                                    "map, the other not): give its user namespace both");
+        userns.delegated = (uint32_t)(uids < gids ? uids : gids);
         if (geteuid() != 0)
                 return nsbox_refuse(
                     err, EPERM,
