@@ -103,6 +103,9 @@ static int probe_idmapped_mounts(const char *dir, char *why, size_t why_len)
 
 int uidmode_init(const char *wanted, nsbox_error_t **err)
 {
+        if (strcmp(wanted, "shared") != 0 && strcmp(wanted, "per-sandbox") != 0 &&
+            strcmp(wanted, "auto") != 0)
+                return nsbox_invalid(err, "uid_isolation must be \"per-sandbox\", \"shared\" or \"auto\"");
         if (userns_active()) {
                 /* No host ranges to hand out, no idmapped mounts of host file
                  * systems: every sandbox maps the delegated range as is. */
@@ -116,8 +119,6 @@ int uidmode_init(const char *wanted, nsbox_error_t **err)
                 log_warn("uid isolation: shared (configured): all sandboxes share one host uid range");
                 return 0;
         }
-        if (strcmp(wanted, "per-sandbox") != 0 && strcmp(wanted, "auto") != 0)
-                return nsbox_invalid(err, "uid_isolation must be \"per-sandbox\", \"shared\" or \"auto\"");
         char why[512];
         if (probe_idmapped_mounts(nsboxd.config.image_dir, why, sizeof(why)) == 0)
                 return 0;

@@ -48,10 +48,21 @@ class Daemon:
                 break
             except OSError:
                 if self.proc.poll() is not None:
+                    self.abort_launch()
                     raise RuntimeError("nsboxd exited at start:\n" + self.read_log())
                 if time.monotonic() > deadline:
+                    self.abort_launch()
                     raise RuntimeError("nsboxd did not start serving:\n" + self.read_log())
                 time.sleep(0.02)
+
+    def abort_launch(self):
+        """A launcher's daemon that failed to start: its mounts go (the log stays)."""
+        if self.launch_cleanup is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            self.launch_cleanup()
+            self.launch_cleanup = None
 
     def read_log(self):
         with open(self.log_path, "rb") as f:
