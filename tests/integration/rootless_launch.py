@@ -14,6 +14,7 @@ import os
 import pwd
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 import userns_launch  # noqa: E402
@@ -56,7 +57,12 @@ def remove_rootless_user():
         if line in have:
             with open(path, "w") as f:
                 f.write(have.replace(line, ""))
-    subprocess.run(["userdel", ROOTLESS_USER], capture_output=True)
+    # A daemon's last process (a janitor of nsbox run) may still be exiting.
+    for _ in range(100):
+        r = subprocess.run(["userdel", ROOTLESS_USER], capture_output=True)
+        if r.returncode != 8:  # 8: the user is logged in / runs a process
+            break
+        time.sleep(0.1)
 
 
 def rootless_maps(pw):
