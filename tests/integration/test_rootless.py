@@ -48,7 +48,7 @@ def rootless_user():
 
 
 @pytest.fixture(scope="module", params=["nested", "rootless"])
-def ud(request):
+def ud(request, rootless_user):  # torn down before the user is removed
     d = Daemon(extra_args=("--warm-pool", "0"), launcher=request.param)
     yield d
     rc = d.stop()
