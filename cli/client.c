@@ -30,7 +30,18 @@ const char *client_socket_path(const char *flag)
         if (flag != NULL)
                 return flag;
         const char *env = getenv("NSBOX_SOCKET");
-        return env && env[0] ? env : "/run/nsbox/nsbox.sock";
+        if (env && env[0])
+                return env;
+        /* A user's own nsboxd --rootless listens in their runtime dir; the
+         * system's daemon serves everyone else. */
+        static char own[4096];
+        const char *runtime = getenv("XDG_RUNTIME_DIR");
+        if (geteuid() != 0 && runtime != NULL && runtime[0] == '/') {
+                snprintf(own, sizeof(own), "%s/nsbox/nsbox.sock", runtime);
+                if (access(own, F_OK) == 0)
+                        return own;
+        }
+        return "/run/nsbox/nsbox.sock";
 }
 
 int client_connect(const char *path, struct client **out, nsbox_error_t **err)

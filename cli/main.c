@@ -175,8 +175,9 @@ static const struct command commands[] = {
           "Create a sandbox, run one command in it with live output, remove it; exit with\n"
           "the command's exit code. Takes the options of nsbox create; --env applies to\n"
           "the command; --timeout (default 30 s), -w, -u and --max-output as for nsbox exec.\n"
-          "With no nsboxd listening (and as root) it runs a private one\n"
-          "for the duration of the command (with no network policies: no --network).\n" },
+          "With no nsboxd listening it runs a private one for the duration of the\n"
+          "command (with no network policies: no --network); as a user other than root,\n"
+          "that one is nsboxd --rootless (a user namespace from /etc/subuid).\n" },
         { "snapshot", cmd_snapshot,
           "nsbox snapshot [--name NAME] ID | nsbox snapshot ls | nsbox snapshot rm SNAP...",
           "Snapshot the files of a sandbox (its /workspace, /tmp and every change to its image,\n"
@@ -601,7 +602,8 @@ static void usage(FILE *out)
         }
         fprintf(out, "\nnsbox COMMAND --help describes a command. --json (before or after the command)\n"
                      "prints the raw result object instead of human output.\n"
-                     "The socket is --socket, else $NSBOX_SOCKET, else /run/nsbox/nsbox.sock.\n"
+                     "The socket is --socket, else $NSBOX_SOCKET, else (not root) your own\n"
+                     "$XDG_RUNTIME_DIR/nsbox/nsbox.sock where it exists, else /run/nsbox/nsbox.sock.\n"
                      "Wherever a command takes a sandbox ID, a unique prefix of it (4 characters or\n"
                      "more, among your own sandboxes) or a session name (--session) works too.\n"
                      "exec, sh, run, python and pip exit with the command's code; 124 on timeout,\n"

@@ -44,6 +44,10 @@ static void remove_private_dir(const char *dir)
 static const char *private_base_dir(void)
 {
         struct stat st;
+        if (geteuid() != 0) {
+                const char *runtime = getenv("XDG_RUNTIME_DIR");
+                return runtime != NULL && runtime[0] == '/' && access(runtime, W_OK) == 0 ? runtime : "/tmp";
+        }
         if (mkdir(PRIVATE_RUN_DIR, 0700) < 0 && errno != EEXIST)
                 return "/tmp";
         if (lstat(PRIVATE_RUN_DIR, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != 0 ||
@@ -82,7 +86,8 @@ static int sibling_nsboxd(char *path, size_t len)
         return 0;
 }
 
-static void __attribute__((noreturn)) run_child(const char *dir, const char *socket_path, pid_t parent)
+static void __attribute__((noreturn))
+run_child(const char *dir, const char *socket_path, pid_t parent, int stderr_fd)
 {
         if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent)
                 _exit(1);
@@ -95,6 +100,8 @@ static void __attribute__((noreturn)) run_child(const char *dir, const char *soc
                 dup2(null, STDOUT_FILENO);
                 close(null);
         }
+        if (stderr_fd >= 0)
+                dup2(stderr_fd, STDERR_FILENO);
         char *state = NULL, nsboxd[4096];
         if (asprintf(&state, "%s/state", dir) < 0 || sibling_nsboxd(nsboxd, sizeof(nsboxd)) < 0)
                 _exit(1);
@@ -104,12 +111,44 @@ static void __attribute__((noreturn)) run_child(const char *dir, const char *soc
                 run_janitor(dir, self);
         /* One sandbox for one command: a warm pool would only cost time (and
          * room for 64 would draw nsboxd's overcommit warning on small hosts). */
-        char *args[] = { "nsboxd",      "--socket", (char *)socket_path, "--state-dir", state,
-                         "--log-level", "warn",     "--warm-pool",       "0",           "--max-sandboxes",
-                         "1",           NULL };
+        char *args[] = {
+                "nsboxd",      "--socket", (char *)socket_path, "--state-dir", state, "--log-level", "warn",
+                "--warm-pool", "0",        "--max-sandboxes",   "1",           NULL,  NULL
+        };
+        /* A user's: as root of a user namespace of its own (nsboxd --rootless). */
+        if (geteuid() != 0)
+                args[11] = "--rootless";
         execv(nsboxd, args);
         fprintf(stderr, "nsbox: cannot run %s: %s\n", nsboxd, strerror(errno));
         _exit(127);
+}
+
+/* The last line a private nsboxd that failed to start wrote, without its
+ * timestamp and level. Its janitor may still hold the pipe: read only what
+ * is there. */
+static bool last_line_said(int fd, char *out, size_t len)
+{
+        if (fd < 0)
+                return false;
+        fcntl(fd, F_SETFL, O_NONBLOCK);
+        char buf[8192];
+        size_t used = 0;
+        ssize_t n;
+        while (used < sizeof(buf) - 1 && (n = read(fd, buf + used, sizeof(buf) - 1 - used)) > 0)
+                used += (size_t)n;
+        buf[used] = '\0';
+        while (used > 0 && buf[used - 1] == '\n')
+                buf[--used] = '\0';
+        if (used == 0)
+                return false;
+        char *line = strrchr(buf, '\n');
+        line = line ? line + 1 : buf;
+        /* "2026-...Z error: message" or "nsboxd: message" -> message */
+        char *sep = strstr(line, ": ");
+        if (sep != NULL && (line[0] == '2' || strncmp(line, "nsboxd", 6) == 0))
+                line = sep + 2;
+        snprintf(out, len, "%s", line);
+        return true;
 }
 
 static bool socket_accepts(const char *path)
@@ -139,19 +178,33 @@ int private_daemon_start(struct private_daemon *pd, int signal_fd, nsbox_error_t
                 pd->socket_path = NULL;
                 return nsbox_error(err, ENOMEM, "private socket path");
         }
+        /* A user's nsboxd --rootless says why it could not start on a pipe,
+         * so that the CLI says it in its one line; once it serves, the pipe
+         * is closed and what it logs is dropped (root's writes to the
+         * terminal, as before). */
+        int said[2] = { -1, -1 };
+        if (geteuid() != 0 && pipe2(said, O_CLOEXEC) < 0)
+                said[0] = said[1] = -1;
         fflush(NULL);
         pid_t parent = getpid();
         pid_t pid = fork();
         if (pid < 0)
                 return nsbox_error(err, errno, "fork");
         if (pid == 0)
-                run_child(pd->dir, pd->socket_path, parent);
+                run_child(pd->dir, pd->socket_path, parent, said[1]);
         pd->pid = pid;
+        if (said[1] >= 0)
+                close(said[1]);
+        _cleanup_close_ int said_fd = said[0];
 
         for (int waited = 0; !socket_accepts(pd->socket_path); waited += 20) {
                 int status;
                 if (waitpid(pd->pid, &status, WNOHANG) == pd->pid) {
                         pd->pid = -1;
+                        char why[1024];
+                        if (WIFEXITED(status) && last_line_said(said_fd, why, sizeof(why)))
+                                return nsbox_error(err, 0, "exited at start with status %d: %s",
+                                                   WEXITSTATUS(status), why);
                         if (WIFEXITED(status))
                                 return nsbox_error(err, 0, "exited at start with status %d",
                                                    WEXITSTATUS(status));

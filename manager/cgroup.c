@@ -47,6 +47,7 @@
 #include "cleanup.h"
 #include "daemon.h"
 #include "log.h"
+#include "userns.h"
 
 enum controller { CTRL_MEMORY, CTRL_PIDS, CTRL_CPU, CTRL_CPUACCT, CTRL_COUNT };
 
@@ -72,9 +73,10 @@ static struct {
         unsigned n_hier;
         int by_controller[CTRL_COUNT]; /* index into hier, or -1 */
         bool have_memsw, have_swap_max, have_kill;
-        bool have_freeze;     /* v2: cgroup.freeze (5.2+) */
-        char *freezer_parent; /* v1: <own freezer cgroup>/nsbox-<hash>, or NULL */
-        int freezer_hier;     /* v1: a hierarchy of ours the freezer is co-mounted with, or -1 */
+        bool have_freeze;       /* v2: cgroup.freeze (5.2+) */
+        char *freezer_parent;   /* v1: <own freezer cgroup>/nsbox-<hash>, or NULL */
+        int freezer_hier;       /* v1: a hierarchy of ours the freezer is co-mounted with, or -1 */
+        char why_degraded[512]; /* why limits are not enforced, when they are not */
 } cg = { .mode = CGROUP_NONE, .degraded = true, .freezer_hier = -1 };
 
 struct sandbox_cgroup {
@@ -661,6 +663,35 @@ static int v1_init(unsigned available, nsbox_error_t **err)
         return 0;
 }
 
+/* Is nsboxd's own v2 cgroup delegated to it: the required controllers
+ * offered, and the dir and the files that hand out and move processes
+ * writable by its uid (as systemd and container runtimes chown them)? */
+static bool userns_cgroup_delegated(const char *dir, unsigned available, char *why, size_t len)
+{
+        if (dir == NULL) {
+                snprintf(why, len, "no cgroup v2 hierarchy mounted%s",
+                         v1_available() ? " (this host uses cgroup v1)" : "");
+                return false;
+        }
+        if ((available & REQUIRED_CONTROLLERS) != REQUIRED_CONTROLLERS) {
+                char names[128];
+                missing_names(REQUIRED_CONTROLLERS & ~available, names, sizeof(names));
+                snprintf(why, len, "%s offers no %s controller%s", dir, names,
+                         v1_available() ? " (this host keeps them in cgroup v1 hierarchies)" : "");
+                return false;
+        }
+        static const char *const files[] = { ".", "cgroup.procs", "cgroup.subtree_control" };
+        for (size_t i = 0; i < ARRAY_SIZE(files); i++) {
+                char path[4096];
+                snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
+                if (access(path, W_OK) < 0) {
+                        snprintf(why, len, "%s is not writable by nsboxd: %s", path, strerror(errno));
+                        return false;
+                }
+        }
+        return true;
+}
+
 int cgroup_init(bool allow_degraded, nsbox_error_t **err)
 {
         for (int c = 0; c < CTRL_COUNT; c++)
@@ -676,8 +707,30 @@ int cgroup_init(bool allow_degraded, nsbox_error_t **err)
         int r;
         /* v2 where it has the controllers; a hybrid host whose unified
          * hierarchy has none of them uses the v1 hierarchies. */
-        if ((v2 & REQUIRED_CONTROLLERS) == REQUIRED_CONTROLLERS ||
-            (v2 & REQUIRED_CONTROLLERS && !(v1 & REQUIRED_CONTROLLERS))) {
+        if (userns_active()) {
+                /* In a user namespace only a delegated v2 subtree is ours
+                 * (systemd Delegate=yes, a pod's cgroup namespace); v1
+                 * hierarchies belong to host root and cannot be delegated
+                 * safely. Anything less: no limits, said plainly. */
+                char why[256];
+                if (userns_cgroup_delegated(v2_dir, v2, why, sizeof(why))) {
+                        r = v2_init(v2_dir, v2, err);
+                        if (r < 0 && cg.n_hier == 0) {
+                                snprintf(cg.why_degraded, sizeof(cg.why_degraded),
+                                         "the delegated cgroup v2 subtree is not usable: %s",
+                                         (*err)->message);
+                                nsbox_error_free(err);
+                                r = 0;
+                        }
+                } else {
+                        free(v2_dir);
+                        snprintf(cg.why_degraded, sizeof(cg.why_degraded),
+                                 "nsboxd runs in a user namespace without a delegated cgroup v2 subtree: %s",
+                                 why);
+                        r = 0;
+                }
+        } else if ((v2 & REQUIRED_CONTROLLERS) == REQUIRED_CONTROLLERS ||
+                   (v2 & REQUIRED_CONTROLLERS && !(v1 & REQUIRED_CONTROLLERS))) {
                 r = v2_init(v2_dir, v2, err);
         } else {
                 free(v2_dir);
@@ -697,15 +750,17 @@ int cgroup_init(bool allow_degraded, nsbox_error_t **err)
         if (missing) {
                 char names[128];
                 missing_names(missing, names, sizeof(names));
+                if (cg.why_degraded[0] == '\0')
+                        snprintf(cg.why_degraded, sizeof(cg.why_degraded), "no usable %s controller", names);
                 if (!allow_degraded)
                         return nsbox_error(err, ENOTSUP,
                                            "cgroup: cannot enforce sandbox limits: no usable %s controller "
                                            "(neither a delegated cgroup v2 subtree nor a v1 hierarchy "
                                            "has it); set allow_degraded to run sandboxes without them",
                                            names);
-                log_warn("cgroup: %s controller(s) unavailable: sandboxes run without "
-                         "those limits",
-                         names);
+                log_warn("cgroup: %s controller(s) unavailable: sandboxes run without those limits "
+                         "(limits-not-enforced: %s)",
+                         names, cg.why_degraded);
         }
         if (cg.mode == CGROUP_V2)
                 cg.have_swap_max = true;
@@ -736,6 +791,11 @@ const char *cgroup_mode_name(void)
 bool cgroup_degraded(void)
 {
         return cg.degraded;
+}
+
+const char *cgroup_degraded_reason(void)
+{
+        return cg.degraded ? cg.why_degraded : NULL;
 }
 
 /* --- per sandbox ------------------------------------------------------------

@@ -20,8 +20,9 @@ struct sandbox_cgroup;
  * init fails naming what is missing. */
 int cgroup_init(bool allow_degraded, nsbox_error_t **err);
 enum cgroup_mode cgroup_mode(void);
-const char *cgroup_mode_name(void); /* "v2", "v1" or "none" */
-bool cgroup_degraded(void);         /* limits are not enforced */
+const char *cgroup_mode_name(void);       /* "v2", "v1" or "none" */
+bool cgroup_degraded(void);               /* limits are not enforced */
+const char *cgroup_degraded_reason(void); /* why (NULL when they are) */
 
 /* Before clone: the sandbox's cgroup(s) with limits applied. *clone_fd is a
  * v2 directory fd for clone3(CLONE_INTO_CGROUP), or -1 (then attach). */

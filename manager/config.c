@@ -37,6 +37,8 @@ static const struct option_def options[] = {
         { "init_path", "NSBOX_INIT_PATH", OPT_STRING, CFG(init_path), 0, "the nsbox-init binary" },
         { "config", "NSBOX_CONFIG", OPT_STRING, CFG(config_path), 0, "JSON config file" },
         { "log_level", "NSBOX_LOG_LEVEL", OPT_STRING, CFG(log_level), 0, "error, warn, info or debug" },
+        { "unmapped_clients", "NSBOX_UNMAPPED_CLIENTS", OPT_STRING, CFG(unmapped_clients), 0,
+          "in a user namespace: refuse or one-owner (clients whose uid it does not map)" },
         { "uid_isolation", "NSBOX_UID_ISOLATION", OPT_STRING, CFG(uid_isolation), 0,
           "per-sandbox (default), shared, or auto (shared where idmapped mounts are missing)" },
         { "max_request_bytes", "NSBOX_MAX_REQUEST_BYTES", OPT_UINT, CFG(max_request_bytes), 1ull << 32,
@@ -221,7 +223,9 @@ static void usage(const struct nsbox_config *defaults)
                "(--max-sandboxes:\n"
                "\"max_sandboxes\") and an "
                "NSBOX_* environment variable; flags win over the environment, which wins over the file.\n"
-               "The file is --config, else $NSBOX_CONFIG, else /etc/nsbox/nsboxd.json (if it exists).\n\n");
+               "The file is --config, else $NSBOX_CONFIG, else /etc/nsbox/nsboxd.json (if it exists).\n"
+               "--rootless (a user other than root): run as root of a new user namespace mapped from\n"
+               "/etc/subuid and /etc/subgid by newuidmap/newgidmap (README \"Without host root\").\n\n");
         for (size_t i = 0; i < ARRAY_SIZE(options); i++) {
                 char flag[64];
                 snprintf(flag, sizeof(flag), "--%s", options[i].key);
@@ -265,12 +269,40 @@ static void derive_host_bounds(struct nsbox_config *config)
         }
 }
 
+/* Host root: /run and /var/lib. Anyone else, or `nsboxd --rootless` after
+ * its re-exec (NSBOX_ROOTLESS_USER): the user's own runtime and data dirs. */
+static void set_default_paths(struct nsbox_config *config)
+{
+        if (geteuid() == 0 && getenv("NSBOX_ROOTLESS_USER") == NULL) {
+                config->socket_path = strdup("/run/nsbox/nsbox.sock");
+                config->state_dir = strdup("/var/lib/nsbox");
+                config->image_dir = strdup("/var/lib/nsbox/images");
+                return;
+        }
+        const char *home = getenv("HOME") ? getenv("HOME") : "/tmp";
+        const char *data = getenv("XDG_DATA_HOME");
+        if (data != NULL && data[0] == '/')
+                config->state_dir = strdup(data);
+        else if (asprintf(&config->state_dir, "%s/.local/share", home) < 0)
+                config->state_dir = NULL;
+        char *base = config->state_dir;
+        if (base == NULL || asprintf(&config->state_dir, "%s/nsbox", base) < 0)
+                config->state_dir = strdup("/tmp/nsbox");
+        free(base);
+        if (asprintf(&config->image_dir, "%s/images", config->state_dir) < 0)
+                config->image_dir = NULL;
+        const char *runtime = getenv("XDG_RUNTIME_DIR");
+        int n = runtime != NULL && runtime[0] == '/'
+                    ? asprintf(&config->socket_path, "%s/nsbox/nsbox.sock", runtime)
+                    : asprintf(&config->socket_path, "%s/nsbox.sock", config->state_dir);
+        if (n < 0)
+                config->socket_path = NULL;
+}
+
 int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_t **err)
 {
         memset(config, 0, sizeof(*config));
-        config->socket_path = strdup("/run/nsbox/nsbox.sock");
-        config->state_dir = strdup("/var/lib/nsbox");
-        config->image_dir = strdup("/var/lib/nsbox/images");
+        set_default_paths(config);
         config->seccomp_dir = sibling_path("../seccomp-profiles", NSBOX_PREFIX "/share/nsbox/seccomp");
         config->init_path = sibling_path("nsbox-init", NSBOX_PREFIX "/libexec/nsbox/nsbox-init");
         config->egress_path = sibling_path("nsbox-egress", NSBOX_PREFIX "/libexec/nsbox/nsbox-egress");
@@ -278,6 +310,7 @@ int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_
         config->egress_dns_servers = strdup("");
         config->log_level = strdup("info");
         config->uid_isolation = strdup("per-sandbox");
+        config->unmapped_clients = strdup("refuse");
         config->python_fork_server = strdup("lazy");
         config->python_fork_server_idle_seconds = 60;
         /* The server holds about 100 MiB (numpy, pandas, matplotlib, PIL):
@@ -380,6 +413,9 @@ int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_
             strcmp(config->python_fork_server, "eager") != 0 &&
             strcmp(config->python_fork_server, "off") != 0)
                 return nsbox_invalid(err, "python_fork_server must be lazy, eager or off");
+        if (strcmp(config->unmapped_clients, "refuse") != 0 &&
+            strcmp(config->unmapped_clients, "one-owner") != 0)
+                return nsbox_invalid(err, "unmapped_clients must be \"refuse\" or \"one-owner\"");
         if (strcmp(config->idle_action, "remove") != 0 && strcmp(config->idle_action, "pause") != 0)
                 return nsbox_invalid(err, "idle_action must be \"remove\" or \"pause\", not \"%.64s\"",
                                      config->idle_action);
@@ -399,6 +435,7 @@ void config_free(struct nsbox_config *config)
         free(config->config_path);
         free(config->log_level);
         free(config->uid_isolation);
+        free(config->unmapped_clients);
         free(config->python_fork_server);
         free(config->network_subnet);
         free(config->egress_dns_servers);

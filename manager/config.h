@@ -21,6 +21,10 @@ struct nsbox_config {
         char *config_path;
         char *log_level;
         char *uid_isolation; /* "per-sandbox", "shared" or "auto" */
+        /* nsboxd in a user namespace: clients whose uid it does not map
+         * (all read as the overflow uid, so no two can be told apart) are
+         * "refuse"d, or served as "one-owner". */
+        char *unmapped_clients;
         size_t max_request_bytes;
         unsigned max_sandboxes;
         unsigned max_connections;

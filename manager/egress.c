@@ -23,6 +23,7 @@
 #include "daemon.h"
 #include "json_cleanup.h"
 #include "log.h"
+#include "userns.h"
 #include "netpolicy.h"
 #include "network.h"
 #include "proto.h"
@@ -250,10 +251,22 @@ static json_t *policy_object(const struct sandbox_policy *policy, nsbox_error_t 
         return json_incref(named);
 }
 
+/* A daemon in a user namespace has no host network namespace to route
+ * sandboxes through: every network but "none" is refused as such. */
+static int refuse_without_host_root(nsbox_error_t **err)
+{
+        return nsbox_refuse(err, ENOTSUP,
+                            "network egress needs host root (a veth pair into the host's network namespace "
+                            "and nftables there): this nsboxd runs in a user namespace, so sandboxes get "
+                            "network \"none\" only");
+}
+
 int egress_check(const struct sandbox_policy *policy, nsbox_error_t **err)
 {
         if (strcmp(policy->network, "none") == 0)
                 return 0;
+        if (userns_active())
+                return refuse_without_host_root(err);
         json_t *object = policy_object(policy, err);
         if (object == NULL)
                 return -EINVAL;
@@ -547,6 +560,12 @@ int egress_init(nsbox_error_t **err)
                          nsboxd.config.allow_client_network_policies;
         if (!egress.enabled)
                 return 0;
+        if (userns_active()) {
+                egress.enabled = false;
+                log_warn("egress: network policies are configured but need host root; this nsboxd runs in a "
+                         "user namespace: sandboxes get network \"none\" only");
+                return 0;
+        }
         if ((r = parse_subnet(nsboxd.config.network_subnet, err)) < 0 ||
             (r = check_operator_policies(err)) < 0)
                 return r;
@@ -743,6 +762,8 @@ int egress_update(struct sandbox *sb, const char *network, json_t *custom, nsbox
         wanted.network_custom = custom;
         if (strcmp(network, "none") == 0) {
                 egress_detach(sb, true);
+        } else if (userns_active()) {
+                return refuse_without_host_root(err);
         } else {
                 _cleanup_json_ json_t *policy = policy_object(&wanted, err);
                 if (policy == NULL)
@@ -768,6 +789,8 @@ int egress_update(struct sandbox *sb, const char *network, json_t *custom, nsbox
 int egress_expose(struct sandbox *sb, unsigned port, json_t **result, nsbox_error_t **err)
 {
         struct sandbox_egress *e = sb->egress;
+        if (e == NULL && userns_active())
+                return refuse_without_host_root(err);
         if (e == NULL)
                 return nsbox_invalid(err,
                                      "sandbox %s has no network: create it with one, or give it one with "

@@ -1517,7 +1517,11 @@ static int exec_start(struct sandbox *sb, struct exec *ex, const struct exec_par
                 if (sizeof(hdr) + len > (64u << 10)) {
                         /* One request is one packet: room for argv + env of up to a few MiB. */
                         int sndbuf = CTL_MAX_MESSAGE + (64 << 10);
-                        setsockopt(slot.request, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf));
+                        /* FORCE takes CAP_NET_ADMIN over the network namespace's
+                         * owner: not held by an nsboxd in a user namespace, which
+                         * gets up to net.core.wmem_max. */
+                        if (setsockopt(slot.request, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf)) < 0)
+                                setsockopt(slot.request, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
                 }
                 n = ctl_send(slot.request, &hdr, sizeof(hdr), payload, len, child_fds, 3);
                 if (n == -EPIPE) {

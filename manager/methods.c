@@ -21,6 +21,7 @@
 #include "shell.h"
 #include "snapshot.h"
 #include "uidmode.h"
+#include "userns.h"
 #include "version.h"
 
 /* The sandbox named by params.sandbox_id that the caller may use, or NULL
@@ -58,14 +59,18 @@ static void method_server_info(struct rpc_request *req)
                 return;
         struct utsname u;
         uname(&u);
-        json_t *features = json_pack("[s, s, s, s]", "idmapped-image", "seccomp", "session_id", "stream");
+        json_t *features = json_pack("[s, s, s]", "seccomp", "session_id", "stream");
+        if (!userns_active())
+                json_array_append_new(features, json_string("idmapped-image"));
         if (cgroup_degraded())
                 json_array_append_new(features, json_string("limits-not-enforced"));
         if (cgroup_freezer_available())
                 json_array_append_new(features, json_string("pause"));
         json_array_append_new(features, json_string("snapshot"));
-        json_array_append_new(features, json_string("image-commit"));
-        json_array_append_new(features, json_string("image-import"));
+        if (!userns_active()) {
+                json_array_append_new(features, json_string("image-commit"));
+                json_array_append_new(features, json_string("image-import"));
+        }
         json_t *policies = json_array();
         const char *name;
         json_t *ignored;
@@ -73,17 +78,26 @@ static void method_server_info(struct rpc_request *req)
         {
                 json_array_append_new(policies, json_string(name));
         }
-        if (json_array_size(policies) > 0 || nsboxd.config.allow_client_network_policies)
+        if ((json_array_size(policies) > 0 || nsboxd.config.allow_client_network_policies) &&
+            !userns_active())
                 json_array_append_new(features, json_string("network"));
-        rpc_reply_result(
-            req, json_pack("{s:s, s:s, s:s, s:s, s:i, s:i, s:o, s:o, s:I, s:I, s:o, s:b}", "version",
-                           NSBOX_VERSION, "kernel", u.release, "cgroup", cgroup_mode_name(), "uid_isolation",
-                           uidmode_name(), "sandboxes", (int)nsboxd.n_sandboxes, "max_sandboxes",
-                           (int)nsboxd.config.max_sandboxes, "images", images_list(req->uid), "features",
-                           features, "memory_committed_bytes", (json_int_t)sandbox_memory_committed(),
-                           "memory_commit_limit_bytes", (json_int_t)nsboxd.config.memory_commit_bytes,
-                           "network_policies", policies, "client_network_policies",
-                           (bool)nsboxd.config.allow_client_network_policies));
+        json_t *info = json_pack(
+            "{s:s, s:s, s:s, s:s, s:i, s:i, s:o, s:o, s:I, s:I, s:o, s:b}", "version", NSBOX_VERSION,
+            "kernel", u.release, "cgroup", cgroup_mode_name(), "uid_isolation", uidmode_name(), "sandboxes",
+            (int)nsboxd.n_sandboxes, "max_sandboxes", (int)nsboxd.config.max_sandboxes, "images",
+            images_list(req->uid), "features", features, "memory_committed_bytes",
+            (json_int_t)sandbox_memory_committed(), "memory_commit_limit_bytes",
+            (json_int_t)nsboxd.config.memory_commit_bytes, "network_policies", policies,
+            "client_network_policies", (bool)nsboxd.config.allow_client_network_policies);
+        /* Where nsboxd stands: what isolates sandboxes from each other and
+         * what is enforced (README "Without host root"). */
+        json_object_set_new(info, "per_sandbox_host_ranges", json_boolean(!uidmode_shared()));
+        json_object_set_new(info, "limits",
+                            json_string(cgroup_degraded() ? "limits-not-enforced" : "enforced"));
+        if (cgroup_degraded())
+                json_object_set_new(info, "limits_reason", json_string(cgroup_degraded_reason()));
+        json_object_set_new(info, "userns", userns_active() ? userns_json() : json_null());
+        rpc_reply_result(req, info);
 }
 
 static void reply_created(struct sandbox *sb, const char *error, void *data, bool existing)
@@ -149,7 +163,13 @@ static void method_sandbox_create(struct rpc_request *req)
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
                 return;
         }
-        if (egress_check(&policy, &err) < 0) {
+        int egress_r = egress_check(&policy, &err);
+        if (egress_r == -ENOTSUP) {
+                rpc_reply_fail(req, "unavailable", "%s", err->message);
+                policy_clear(&policy);
+                return;
+        }
+        if (egress_r < 0) {
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
                 policy_clear(&policy);
                 return;
@@ -229,7 +249,11 @@ static void reply_egress_error(struct rpc_request *req, int r, const nsbox_error
         if (r == -EINVAL)
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
         else
-                rpc_reply_fail(req, r == -EUSERS ? "limit_reached" : "internal", "%s", err->message);
+                rpc_reply_fail(req,
+                               r == -EUSERS    ? "limit_reached"
+                               : r == -ENOTSUP ? "unavailable"
+                                               : "internal",
+                               "%s", err->message);
 }
 
 /* What may change in a live sandbox: its network policy. */

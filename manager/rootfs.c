@@ -17,6 +17,7 @@
 
 #include "cleanup.h"
 #include "config.h"
+#include "userns.h"
 
 static const char *const host_mounts[] = { "root", "disk" };
 
@@ -92,7 +93,11 @@ int rootfs_mount_overlay(const char *dir, const char *const *layers, size_t n_la
                 r = attach_layer(layers[i], path, userns, idmap, err);
                 len += (size_t)snprintf(options + len, sizeof(options) - len, "%slower%zu", i ? ":" : "", i);
         }
-        snprintf(options + len, sizeof(options) - len, ",upperdir=disk/upper,workdir=disk/work,volatile");
+        /* In a user namespace overlayfs cannot set its trusted.* xattrs:
+         * without userxattr (its metadata in user.overlay.*) it has no
+         * redirects, and every rename of a directory fails with EXDEV. */
+        snprintf(options + len, sizeof(options) - len, ",upperdir=disk/upper,workdir=disk/work,volatile%s",
+                 userns_active() ? ",userxattr" : "");
         /* nsboxd is single-threaded, so the chdir is private. */
         if (r == 0 && chdir(dir) < 0)
                 r = nsbox_error(err, errno, "chdir %s", dir);

@@ -24,6 +24,7 @@
 #include "daemon.h"
 #include "log.h"
 #include "params.h"
+#include "userns.h"
 
 #define READ_CHUNK (64 * 1024)
 /* Stop reading a client's requests (and streamed output for it, see
@@ -1154,6 +1155,22 @@ static void listener_event(struct loop_source *source, uint32_t events)
                 /* A client can connect as fast as it likes: one line per uid
                  * per second at most (log_limited), not one per connect. */
                 const struct log_key key = log_key_uid(cred.uid);
+                /* Outside nsboxd's user namespace every uid reads as the
+                 * same overflow uid: owners could not be told apart, so such
+                 * clients are one owner only where the operator said so. */
+                if (userns_client_unmapped(cred.uid) &&
+                    strcmp(nsboxd.config.unmapped_clients, "one-owner") != 0) {
+                        log_limited(key.text, LOG_LEVEL_WARN,
+                                    "client pid %d refused: its uid is not mapped in nsboxd's user namespace "
+                                    "(unmapped_clients is refuse)",
+                                    cred.pid);
+                        refuse_connection(
+                            fd, "permission_denied",
+                            "your uid is not mapped in nsboxd's user namespace, so nsboxd cannot "
+                            "tell you from other such clients: connect from inside the "
+                            "namespace (or the operator sets unmapped_clients to one-owner)");
+                        continue;
+                }
                 if (server.connections >= nsboxd.config.max_connections) {
                         log_limited(
                             key.text, LOG_LEVEL_WARN,

@@ -37,6 +37,7 @@
 #include "setup.h"
 #include "state.h"
 #include "uidmode.h"
+#include "userns.h"
 
 struct sandbox_waiter {
         sandbox_ready_cb done;
@@ -278,6 +279,13 @@ json_t *sandbox_to_json(const struct sandbox *sb, bool existing)
         }
         if (j != NULL && sb->snapshot_id[0] != '\0')
                 json_object_set_new(j, "from_snapshot", json_string(sb->snapshot_id));
+        /* The limits above are what was asked; whether the host holds the
+         * sandbox to them is said here, never implied. */
+        if (j != NULL)
+                json_object_set_new(j, "limits_enforced", json_boolean(!cgroup_degraded()));
+        if (j != NULL && cgroup_degraded())
+                json_object_set_new(j, "limits_note",
+                                    json_sprintf("limits-not-enforced: %s", cgroup_degraded_reason()));
         return j;
 }
 
@@ -307,7 +315,7 @@ static int allocate_uid_slot(struct sandbox *sb)
 {
         if (uidmode_shared()) {
                 /* One range for every sandbox, matching the image copy's owners. */
-                sb->host_uid_base = nsboxd.config.uid_pool_base;
+                sb->host_uid_base = uidmode_shared_base();
                 return 0;
         }
         for (unsigned i = 0; i < nsboxd.config.uid_pool_ranges; i++) {
@@ -348,10 +356,10 @@ static int write_id_maps(pid_t pid, uid_t base, nsbox_error_t **err)
         if ((r = write_file(path, "deny")) < 0)
                 return nsbox_error(err, -r, "write %s", path);
         snprintf(path, sizeof(path), "/proc/%d/uid_map", pid);
-        if ((r = write_file(path, map)) < 0)
+        if ((r = write_file(path, userns_active() ? userns_sandbox_map(false) : map)) < 0)
                 return nsbox_error(err, -r, "write %s", path);
         snprintf(path, sizeof(path), "/proc/%d/gid_map", pid);
-        if ((r = write_file(path, map)) < 0)
+        if ((r = write_file(path, userns_active() ? userns_sandbox_map(true) : map)) < 0)
                 return nsbox_error(err, -r, "write %s", path);
         return 0;
 }
@@ -492,9 +500,10 @@ static void on_control(struct loop_source *source, uint32_t events)
                                 rootfs_detach(sb->dir);
                                 sandbox_touch(sb);
                                 log_limited(log_key_uid(sb->owner).text, LOG_LEVEL_INFO,
-                                            "sandbox %s: created for uid %u (host uids %u-%u)", sb->id,
-                                            sb->owner, sb->host_uid_base,
-                                            sb->host_uid_base + NSBOX_UID_RANGE - 1);
+                                            "sandbox %s: created for uid %u (%s uids %u-%u%s)", sb->id,
+                                            sb->owner, userns_active() ? "user namespace" : "host",
+                                            sb->host_uid_base, sb->host_uid_base + NSBOX_UID_RANGE - 1,
+                                            cgroup_degraded() ? "; limits-not-enforced" : "");
                                 run_waiters(&sb->create_waiters, sb, NULL);
                                 _cleanup_error_ nsbox_error_t *err = NULL;
                                 if (exec_prepare_slot(sb, &err) < 0)
@@ -710,7 +719,8 @@ static int sandbox_spawn(struct sandbox *sb, nsbox_error_t **err)
         fcntl(parent_end, F_SETFL, O_NONBLOCK);
         /* One exec request (argv + env, up to 1 MiB) is one packet. */
         int sndbuf = 4 << 20;
-        setsockopt(parent_end, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf));
+        if (setsockopt(parent_end, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf)) < 0)
+                setsockopt(parent_end, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)); /* see exec.c */
         struct setup_go go = { .magic = SETUP_GO_MAGIC };
         ssize_t n = ctl_send(parent_end, &go, sizeof(go), NULL, 0, NULL, 0);
         if (n < 0)

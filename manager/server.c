@@ -30,6 +30,7 @@
 #include "sandbox.h"
 #include "state.h"
 #include "uidmode.h"
+#include "userns.h"
 
 #define SHUTDOWN_GRACE_MS 10000
 
@@ -126,7 +127,8 @@ static void reload_config(void)
         nsboxd.config.ceilings = fresh.ceilings;
         nsboxd.config.memory_commit_bytes = fresh.memory_commit_bytes;
         nsboxd.config.max_buffer_bytes = fresh.max_buffer_bytes;
-        host_pools_reserve(&nsboxd.config);
+        if (!userns_active())
+                host_pools_reserve(&nsboxd.config);
         sandbox_ensure_fd_limit();
         policy_clear(&nsboxd.config.defaults);
         nsboxd.config.defaults = fresh.defaults;
@@ -264,13 +266,16 @@ static int start(nsbox_error_t **err)
         /* Before anything that cleans up after a previous run (cgroup_init
          * removes stale cgroups, state_recover stale sandboxes): that must
          * never be a live daemon's. */
+        if (userns_active() && (r = userns_enter_mount_namespace(err)) < 0)
+                return r;
         if ((r = state_lock(err)) < 0)
                 return r;
-        if ((r = cgroup_init(nsboxd.config.allow_degraded, err)) < 0)
+        if ((r = cgroup_init(nsboxd.config.allow_degraded || userns_active(), err)) < 0)
                 return r;
         if ((r = uidmode_init(nsboxd.config.uid_isolation, err)) < 0)
                 return r;
-        host_pools_reserve(&nsboxd.config);
+        if (!userns_active())
+                host_pools_reserve(&nsboxd.config);
         if ((r = sandbox_registry_init(err)) < 0)
                 return r;
         if (uidmode_shared()) {
@@ -306,10 +311,47 @@ static int start(nsbox_error_t **err)
         return rpc_server_start(nsboxd.loop, &server, err);
 }
 
+/* A user's first nsboxd --rootless: ~/.local/share may not exist yet. */
+static void make_state_parents(const char *state_dir)
+{
+        _cleanup_free_ char *path = strdup(state_dir);
+        if (path == NULL)
+                return;
+        for (char *slash = strchr(path + 1, '/'); slash != NULL; slash = strchr(slash + 1, '/')) {
+                *slash = '\0';
+                if (mkdir(path, 0700) < 0 && errno != EEXIST)
+                        log_warn("mkdir %s: %s", path, strerror(errno));
+                *slash = '/';
+        }
+}
+
+/* Take --rootless out of argv (config_load knows only KEY VALUE flags). */
+static bool take_rootless_flag(int *argc, char **argv)
+{
+        bool found = false;
+        int out = 0;
+        for (int i = 0; i < *argc; i++) {
+                if (i > 0 && strcmp(argv[i], "--rootless") == 0)
+                        found = true;
+                else
+                        argv[out++] = argv[i];
+        }
+        argv[out] = NULL;
+        *argc = out;
+        return found;
+}
+
 int nsboxd_main(int argc, char **argv)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
 
+        /* Before anything else: a user's nsboxd --rootless becomes root of a
+         * user namespace of its own, then starts again there. */
+        if (take_rootless_flag(&argc, argv) && geteuid() != 0) {
+                userns_reexec_rootless(argv, &err);
+                fprintf(stderr, "nsboxd --rootless: %s\n", err->message);
+                return 2;
+        }
         int r = config_load(&nsboxd.config, argc, argv, &err);
         if (r == 1)
                 return 0;
@@ -321,16 +363,25 @@ int nsboxd_main(int argc, char **argv)
                 fprintf(stderr, "nsboxd: unknown log level \"%s\"\n", nsboxd.config.log_level);
                 return 2;
         }
-        if (geteuid() != 0) {
-                fprintf(stderr, "nsboxd: must run as root\n");
+        if (userns_detect(&err) < 0) {
+                fprintf(stderr, "nsboxd: %s\n", err->message);
                 return 2;
         }
-        /* Host root's supplementary groups must not follow into sandboxes. */
-        if (setgroups(0, NULL) < 0) {
+        if (geteuid() != 0) {
+                fprintf(stderr, "nsboxd: must run as root, of the host or of a user namespace (as a user: "
+                                "nsboxd --rootless)\n");
+                return 2;
+        }
+        /* Host root's supplementary groups must not follow into sandboxes.
+         * In a user namespace whose setgroups is "deny" there are none that
+         * could (they show as nobody). */
+        if (setgroups(0, NULL) < 0 && !(userns_active() && errno == EPERM)) {
                 log_error("drop supplementary groups: %s", strerror(errno));
                 return 1;
         }
         umask(022);
+        if (getenv("NSBOX_ROOTLESS_USER") != NULL)
+                make_state_parents(nsboxd.config.state_dir);
 
         nsboxd.argc = argc;
         nsboxd.argv = argv;

@@ -21,6 +21,7 @@
 #include "daemon.h"
 #include "log.h"
 #include "rootfs.h"
+#include "userns.h"
 
 static bool shared;
 
@@ -31,7 +32,15 @@ bool uidmode_shared(void)
 
 const char *uidmode_name(void)
 {
+        if (userns_active())
+                return "userns";
         return shared ? "shared" : "per-sandbox";
+}
+
+uid_t uidmode_shared_base(void)
+{
+        /* In a user namespace: its own ids, the range the image is owned by. */
+        return userns_active() ? 0 : nsboxd.config.uid_pool_base;
 }
 
 /* Can this kernel idmap a mount of the image dir? Try it: a throwaway
@@ -94,13 +103,22 @@ static int probe_idmapped_mounts(const char *dir, char *why, size_t why_len)
 
 int uidmode_init(const char *wanted, nsbox_error_t **err)
 {
+        if (strcmp(wanted, "shared") != 0 && strcmp(wanted, "per-sandbox") != 0 &&
+            strcmp(wanted, "auto") != 0)
+                return nsbox_invalid(err, "uid_isolation must be \"per-sandbox\", \"shared\" or \"auto\"");
+        if (userns_active()) {
+                /* No host ranges to hand out, no idmapped mounts of host file
+                 * systems: every sandbox maps the delegated range as is. */
+                shared = true;
+                log_info("uid isolation: userns (nsboxd is not host root): sandboxes share the ids of "
+                         "nsboxd's user namespace");
+                return 0;
+        }
         if (strcmp(wanted, "shared") == 0) {
                 shared = true;
                 log_warn("uid isolation: shared (configured): all sandboxes share one host uid range");
                 return 0;
         }
-        if (strcmp(wanted, "per-sandbox") != 0 && strcmp(wanted, "auto") != 0)
-                return nsbox_invalid(err, "uid_isolation must be \"per-sandbox\", \"shared\" or \"auto\"");
         char why[512];
         if (probe_idmapped_mounts(nsboxd.config.image_dir, why, sizeof(why)) == 0)
                 return 0;
@@ -153,8 +171,37 @@ static int make_shifted_copy(const char *src, const char *dst, nsbox_error_t **e
         return 0;
 }
 
+/* The image of a daemon in a user namespace is used as it is: its files
+ * must be owned by ids of the namespace. Owners the namespace does not map
+ * read as the overflow id (nobody), and overlayfs copies no such file up. */
+static int check_image_owned_by_namespace(const char *rootfs, nsbox_error_t **err)
+{
+        struct stat st;
+        if (stat(rootfs, &st) < 0)
+                return nsbox_error(err, errno, "stat %s", rootfs);
+        unsigned overflow = 65534;
+        FILE *f = fopen("/proc/sys/kernel/overflowuid", "re");
+        if (f != NULL) {
+                if (fscanf(f, "%u", &overflow) != 1)
+                        overflow = 65534;
+                fclose(f);
+        }
+        if (st.st_uid == overflow)
+                return nsbox_refuse(
+                    err, EOVERFLOW,
+                    "image %s is owned by a uid nsboxd's user namespace does not map (it shows "
+                    "as %u): give nsboxd an image owned by its namespace's ids (an idmapped "
+                    "mount, as a pod's runtime makes, or one unpacked inside the namespace)",
+                    rootfs, overflow);
+        return 0;
+}
+
 int uidmode_image_lower(const char *image, char *out, size_t len, nsbox_error_t **err)
 {
+        if (userns_active()) {
+                snprintf(out, len, "%s/%s/rootfs", nsboxd.config.image_dir, image);
+                return check_image_owned_by_namespace(out, err);
+        }
         if (!shared) {
                 snprintf(out, len, "%s/%s/rootfs", nsboxd.config.image_dir, image);
                 return 0;

@@ -13,7 +13,9 @@
  * what is missing; "auto" falls back to shared and says so. */
 int uidmode_init(const char *wanted, nsbox_error_t **err);
 bool uidmode_shared(void);
-const char *uidmode_name(void); /* "per-sandbox" or "shared" */
+const char *uidmode_name(void); /* "per-sandbox", "shared" or "userns" (nsboxd in a user namespace) */
+/* The base of the one range of shared mode: the pool's, or 0 in userns mode. */
+uid_t uidmode_shared_base(void);
 
 /* The lower layer for an image: the image itself (idmapped per sandbox), or
  * in shared mode its copy owned by the shared range (made on first use). */

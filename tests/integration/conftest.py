@@ -22,7 +22,7 @@ ASAN = os.path.basename(BUILD.rstrip("/")) == "build-asan"
 
 
 class Daemon:
-    def __init__(self, extra_args=(), env=None):
+    def __init__(self, extra_args=(), env=None, launcher=None):
         self.dir = tempfile.mkdtemp(prefix="nsbox-test-")
         os.chmod(self.dir, 0o755)
         self.socket = os.path.join(self.dir, "nsbox.sock")
@@ -33,7 +33,13 @@ class Daemon:
                 "--image-dir", IMAGE_DIR, "--log-level", "debug", *extra_args]
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("NSBOX_")}
         full_env.update(env or {})
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=full_env)
+        popen_kw, self.launch_cleanup = {}, None
+        self.launcher = launcher or os.environ.get("NSBOX_TEST_LAUNCHER")
+        if self.launcher:  # without host root: rootless_launch.py
+            import rootless_launch
+            args, full_env, popen_kw, self.launch_cleanup = rootless_launch.wrap(
+                self.launcher, self.dir, args, full_env)
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=full_env, **popen_kw)
         deadline = time.monotonic() + 20
         while True:
             try:
@@ -42,10 +48,21 @@ class Daemon:
                 break
             except OSError:
                 if self.proc.poll() is not None:
+                    self.abort_launch()
                     raise RuntimeError("nsboxd exited at start:\n" + self.read_log())
                 if time.monotonic() > deadline:
+                    self.abort_launch()
                     raise RuntimeError("nsboxd did not start serving:\n" + self.read_log())
                 time.sleep(0.02)
+
+    def abort_launch(self):
+        """A launcher's daemon that failed to start: its mounts go (the log stays)."""
+        if self.launch_cleanup is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            self.launch_cleanup()
+            self.launch_cleanup = None
 
     def read_log(self):
         with open(self.log_path, "rb") as f:
@@ -73,6 +90,8 @@ class Daemon:
         self.log.close()
         rc = self.proc.returncode
         self.final_log = self.read_log()  # includes what a sanitizer printed at exit
+        if self.launch_cleanup is not None:
+            self.launch_cleanup()
         shutil.rmtree(self.dir, ignore_errors=True)
         # UBSan reports and carries on: under the sanitizer build, a report
         # fails the stop as a crash would.
@@ -103,6 +122,15 @@ def sandbox(daemon):
         pass
 
 
+def daemon_pid(daemon):
+    """nsboxd's host pid: the process started, or under the nested launcher
+    (NSBOX_TEST_LAUNCHER) the nsboxd it started in a pid namespace."""
+    if daemon.launcher != "nested":
+        return daemon.proc.pid
+    import rootless_launch
+    return rootless_launch.nsboxd_pid(os.path.join(BUILD, "nsboxd"), daemon.socket)
+
+
 def host_inits(daemon):
     """Host pids of this daemon's sandbox inits: children of nsboxd running
     from the sealed memfd."""
@@ -117,7 +145,7 @@ def host_inits(daemon):
         except OSError:
             continue
         ppid = int(status.split("PPid:")[1].split()[0])
-        if exe.startswith("/memfd:nsbox-init") and ppid == daemon.proc.pid:
+        if exe.startswith("/memfd:nsbox-init") and ppid == daemon_pid(daemon):
             inits.append(int(entry))
     return inits
 
