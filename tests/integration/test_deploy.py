@@ -325,14 +325,10 @@ class Container:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-# Until nsboxd runs as root of a user namespace with one range (userns mode,
-# issue 20's rootless item), nsboxd in the pod needs more than the 65536 ids
-# a kubelet gives (it shifts a copy of the image to a range of its own) and
-# cannot run with the pod's read-only cgroupfs: the test gives it 200000 ids
-# and hides the cgroupfs, and nsboxd runs its sandboxes without limits.
-USERNS_IDS = 200000
-EXTRA_FLAGS = ["--tmpfs", "/sys/fs/cgroup", "-e", "NSBOX_ALLOW_DEGRADED=1", "-e", "NSBOX_UID_POOL_BASE=65536",
-               "-e", "NSBOX_UID_POOL_RANGES=1"]
+# The kubelet gives a hostUsers: false pod 65536 ids; nsboxd runs there as
+# root of that namespace (userns mode), with the pod's read-only cgroupfs.
+USERNS_IDS = 65536
+EXTRA_FLAGS = []
 
 TOKEN = "deploy-test-token-" + uuid.uuid4().hex
 
@@ -366,7 +362,8 @@ def test_the_pod_gets_only_the_manifests_capabilities_in_its_own_user_namespace(
     status = read(container, "/proc/1/status")
     eff = int(re.search(r"^CapEff:\s*([0-9a-f]+)$", status, re.M).group(1), 16)
     bnd = int(re.search(r"^CapBnd:\s*([0-9a-f]+)$", status, re.M).group(1), 16)
-    numbers = {"CHOWN": 0, "DAC_OVERRIDE": 1, "FOWNER": 3, "SETGID": 6, "SETUID": 7, "SYS_PTRACE": 19, "SYS_ADMIN": 21}
+    numbers = {"CHOWN": 0, "DAC_OVERRIDE": 1, "FOWNER": 3, "SETGID": 6, "SETUID": 7, "SYS_PTRACE": 19, "SYS_ADMIN": 21,
+               "SETFCAP": 31}
     want = sum(1 << numbers[c] for c in sc["capabilities"]["add"])
     assert (eff, bnd) == (want, want)
     uid_map = read(container, "/proc/1/uid_map").split()
