@@ -489,3 +489,14 @@ def test_a_sandbox_behind_execute_sees_none_of_the_containers_processes(containe
 def test_the_agent_sandbox_runtime_contract_answers_on_the_pods_port(container):
     status, body = http(container, "POST", "/execute", {"command": "echo hello; id -u"})
     assert status == 200 and body == {"stdout": "hello\n1000\n", "stderr": "", "exit_code": 0}, body
+
+
+def test_server_info_through_the_pods_port_says_what_the_pod_cannot_do(container):
+    """The pod's nsboxd says it runs in userns mode on the pod's 65536 ids and
+    that it cannot limit each sandbox without a delegated cgroup."""
+    status, info = http(container, "POST", "/v1/rpc/server.info", {})
+    assert status == 200, info
+    assert info["uid_isolation"] == "userns" and info["per_sandbox_host_ranges"] is False
+    assert info["userns"]["delegated_ids"] == USERNS_IDS
+    assert info["limits"] == "limits-not-enforced" and info["limits_reason"]
+    assert "network" in {u["feature"] for u in info["userns"]["unavailable"]}
