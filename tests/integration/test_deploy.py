@@ -444,7 +444,7 @@ def test_the_daemonset_pod_copies_the_image_to_the_node_and_gives_each_sandbox_i
                            capture_output=True, text=True, timeout=120)
         assert r.stdout == "42\n", r.stderr
     finally:
-        subprocess.run([*PODMAN, "rm", "-f", "-t", "30", name], capture_output=True, timeout=120)
+        subprocess.run([*PODMAN, "rm", "-f", "-v", "-t", "30", name], capture_output=True, timeout=120)
         shutil.rmtree(node, ignore_errors=True)
 
 
