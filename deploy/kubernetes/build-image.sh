@@ -69,6 +69,10 @@ KEY=$( {
 } | sha256sum | cut -c1-16)
 
 mkdir -p "$CACHE/container"
+# One build at a time on this machine (a CI clone and a work tree may build
+# at once); a build of the same key that finished meanwhile is used.
+exec 9>"$CACHE/container/build.lock"
+flock 9
 if [ "$FORCE" = 0 ] && podman image exists "$TAG:$KEY" 2>/dev/null; then
         podman tag "$TAG:$KEY" "$TAG:latest"
         echo "$TAG:$KEY"
@@ -105,7 +109,8 @@ buildah bud --quiet --layers --isolation chroot -f "$HERE/Containerfile" \
         --build-context python="$PYIMG" -t "$TAG:$KEY" "$STAGE" >/dev/null
 podman tag "$TAG:$KEY" "$TAG:latest"
 echo "$KEY" >"$CACHE/container/last-key"
-# Earlier builds of this tag go: each is half a gigabyte.
-podman images --format '{{.Repository}}:{{.Tag}}' "$TAG" | grep -vx -e "$TAG:$KEY" -e "$TAG:latest" |
+# Earlier builds of this tag go (each is half a gigabyte), once a day old:
+# another checkout's tests may be about to run theirs.
+podman images --filter until=24h --format '{{.Repository}}:{{.Tag}}' "$TAG" | grep -vx -e "$TAG:$KEY" -e "$TAG:latest" |
         xargs -r podman rmi >/dev/null 2>&1 || true
 echo "$TAG:$KEY"
