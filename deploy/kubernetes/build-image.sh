@@ -111,6 +111,6 @@ podman tag "$TAG:$KEY" "$TAG:latest"
 echo "$KEY" >"$CACHE/container/last-key"
 # Earlier builds of this tag go (each is half a gigabyte), once a day old:
 # another checkout's tests may be about to run theirs.
-podman images --filter until=24h --format '{{.Repository}}:{{.Tag}}' "$TAG" | grep -vx -e "$TAG:$KEY" -e "$TAG:latest" |
+podman images --filter "reference=$TAG:*" --filter until=24h --format '{{.Repository}}:{{.Tag}}' | grep -vx -e "$TAG:$KEY" -e "$TAG:latest" |
         xargs -r podman rmi >/dev/null 2>&1 || true
 echo "$TAG:$KEY"
