@@ -238,6 +238,11 @@ def podman_flags_from(template):
                 flags += ["--mount", f"type=volume,destination={m['mountPath']}"]
     for e in ctr.get("env", []):
         flags += ["-e", f"{e['name']}={e['value']}"]
+    limits = ctr.get("resources", {}).get("limits", {})
+    if "memory" in limits:
+        flags += ["--memory", limits["memory"].replace("Gi", "g").replace("Mi", "m")]
+    if "cpu" in limits:
+        flags += ["--cpus", str(limits["cpu"])]
     return flags, userns
 
 
@@ -373,6 +378,11 @@ def test_the_pod_gets_only_the_manifests_capabilities_in_its_own_user_namespace(
     rows = [line.split() for line in r.stdout.splitlines()[1:]]
     assert ["nsboxd"] in [row[1:] for row in rows] and all(int(row[0]) >= USERNS_HOST_BASE for row in rows), rows
     assert re.search(r"^NoNewPrivs:\s*1$", status, re.M) or sc.get("allowPrivilegeEscalation") is not False
+    # The pod's memory limit bounds the container (all its sandboxes together).
+    limit = template["spec"]["podTemplate"]["spec"]["containers"][0]["resources"]["limits"]["memory"]
+    r = subprocess.run([*PODMAN, "inspect", "-f", "{{.HostConfig.Memory}}", container.name], capture_output=True,
+                       text=True)
+    assert int(r.stdout) == int(limit.rstrip("Gi")) << 30, (r.stdout, limit)
     # Every sandbox nsboxd started (its warm pool's too) started: a missing
     # capability may fail only some of them.
     assert "create failed" not in container.logs(), container.logs()
