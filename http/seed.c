@@ -212,11 +212,22 @@ enum MHD_Result http_seed_health(struct http_request *r)
         json_int_t capacity = json_integer_value(json_object_get(info, "max_sandboxes"));
         json_int_t sandboxes = json_integer_value(json_object_get(info, "sandboxes"));
         json_int_t free_slots = capacity > sandboxes ? capacity - sandboxes : 0;
-        return http_reply_json(r, MHD_HTTP_OK,
-                               json_pack("{s:s, s:I, s:I, s:I, s:O, s:O, s:s}", "status",
-                                         free_slots > 0 ? "ok" : "full", "capacity", capacity, "sandboxes",
-                                         sandboxes, "free", free_slots, "version",
-                                         json_object_get(info, "version") ?: json_null(), "cgroup",
-                                         json_object_get(info, "cgroup") ?: json_null(), "message",
-                                         "nsbox sandbox runtime is active"));
+        json_t *health = json_pack(
+            "{s:s, s:I, s:I, s:I, s:O, s:O, s:s}", "status", free_slots > 0 ? "ok" : "full", "capacity",
+            capacity, "sandboxes", sandboxes, "free", free_slots, "version",
+            json_object_get(info, "version") ?: json_null(), "cgroup",
+            json_object_get(info, "cgroup") ?: json_null(), "message", "nsbox sandbox runtime is active");
+        /* The load, for whoever places work: execs running, the host's load average and CPUs,
+         * and the memory promised to sandboxes against what nsboxd may promise. */
+        static const char *const load_keys[] = { "running_execs",
+                                                 "loadavg",
+                                                 "cpus",
+                                                 "memory_committed_bytes",
+                                                 "memory_commit_limit_bytes",
+                                                 NULL };
+        json_t *load = json_object();
+        for (size_t i = 0; load_keys[i] != NULL; i++)
+                json_object_set(load, load_keys[i], json_object_get(info, load_keys[i]) ?: json_null());
+        json_object_set_new(health, "load", load);
+        return http_reply_json(r, MHD_HTTP_OK, health);
 }

@@ -4,8 +4,10 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/utsname.h>
+#include <unistd.h>
 
 #include "cgroup.h"
 #include "cleanup.h"
@@ -97,6 +99,13 @@ static void method_server_info(struct rpc_request *req)
         if (cgroup_degraded())
                 json_object_set_new(info, "limits_reason", json_string(cgroup_degraded_reason()));
         json_object_set_new(info, "userns", userns_active() ? userns_json() : json_null());
+        /* The load, for a front that places work (nsbox-http's /health). */
+        double avg[3] = { 0, 0, 0 };
+        if (getloadavg(avg, 3) < 0)
+                avg[0] = avg[1] = avg[2] = 0;
+        json_object_set_new(info, "running_execs", json_integer(sandbox_running_execs()));
+        json_object_set_new(info, "loadavg", json_pack("[f, f, f]", avg[0], avg[1], avg[2]));
+        json_object_set_new(info, "cpus", json_integer(sysconf(_SC_NPROCESSORS_ONLN)));
         rpc_reply_result(req, info);
 }
 

@@ -69,6 +69,14 @@ uint64_t sandbox_memory_committed(void)
         return memory_committed;
 }
 
+unsigned sandbox_running_execs(void)
+{
+        unsigned n = 0;
+        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next)
+                n += sb->running_execs;
+        return n;
+}
+
 static bool commit_fits(uint64_t memory_bytes)
 {
         uint64_t limit = nsboxd.config.memory_commit_bytes;

@@ -119,6 +119,8 @@ void sandbox_warn_overcommit(void);
 /* The sum of the memory limits of live sandboxes (pooled ones included),
  * which memory_commit_bytes bounds. */
 uint64_t sandbox_memory_committed(void);
+/* Execs running in every sandbox (server.info's load). */
+unsigned sandbox_running_execs(void);
 /* Keep config.warm_pool sandboxes with the default policy ready, so that a
  * create with that policy is a hand-over instead of a clone. */
 void sandbox_pool_fill(void);

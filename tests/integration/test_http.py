@@ -439,6 +439,33 @@ def test_health(front):
     assert "sandboxes" in body
 
 
+def test_health_reports_the_load():
+    d = Daemon()
+    f = Front(d)
+    try:
+        _, _, health = f.request("GET", "/health")
+        load = health["load"]
+        assert load["running_execs"] == 0 and load["cpus"] == os.cpu_count()
+        assert len(load["loadavg"]) == 3 and all(x >= 0 for x in load["loadavg"])
+        assert 0 <= load["memory_committed_bytes"] <= load["memory_commit_limit_bytes"]
+        sb = f.rpc("sandbox.create")["sandbox_id"]
+        execs = [f.rpc("sandbox.exec", sandbox_id=sb, argv=["sleep", "600"], background=True)["exec_id"]
+                 for _ in range(2)]
+        _, _, health = f.request("GET", "/health")
+        assert health["load"]["running_execs"] == 2
+        info = f.rpc("server.info")
+        assert health["load"]["memory_committed_bytes"] == info["memory_committed_bytes"] > 0
+        for e in execs:
+            f.rpc("exec.kill", exec_id=e, signal=9)
+        deadline = time.monotonic() + 30
+        while f.request("GET", "/health")[2]["load"]["running_execs"] != 0:
+            assert time.monotonic() < deadline, "the killed execs are still counted"
+            time.sleep(0.05)
+    finally:
+        assert f.stop() == 0
+        assert d.stop() == 0
+
+
 # --- the agent-sandbox runtime contract ------------------------------------------
 
 def multipart(filename, content, boundary="nsboxtestboundary"):
