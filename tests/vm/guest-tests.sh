@@ -240,33 +240,38 @@ US=/run/nsbox-userns/nsbox.sock
 ULOG=/tmp/nsboxd-userns.log
 mkdir -p "$D" /run/nsbox-userns /var/lib/nsbox/userns-state
 for c in memory pids cpu; do echo "+$c" >"$CG/cgroup.subtree_control"; done
-rm -f /tmp/userns-go
-mkfifo /tmp/userns-go
-# Into the delegated cgroup, then a new user and mount namespace; the inner
-# shell waits on the fifo until the maps are written, so that nsboxd is
-# exec'd as a mapped root (the exec gives it its capabilities there).
-sh -c 'echo $$ >"$1/cgroup.procs" && exec unshare -U -m --propagation slave sh -c "read x </tmp/userns-go; exec \"\$@\"" sh \
-	nsboxd --socket "$2" --state-dir /var/lib/nsbox/userns-state --image-dir /var/lib/nsbox/images \
-	--seccomp-dir /nsbox/seccomp-profiles --init-path /nsbox/bin/nsbox-init --log-level debug' sh "$D" "$US" \
-	>>"$ULOG" 2>&1 &
-udaemon=$!
-for i in $(seq 100); do
-	[ "$(readlink /proc/$udaemon/ns/user)" != "$(readlink /proc/self/ns/user)" ] && break
-	sleep 0.1
-done
-echo '0 0 65536' >/proc/$udaemon/uid_map
-echo '0 0 65536' >/proc/$udaemon/gid_map
-echo go >/tmp/userns-go
-for i in $(seq 200); do
-	[ -S "$US" ] && break
-	kill -0 $udaemon 2>/dev/null || break
-	sleep 0.1
-done
+# start_userns_daemon CGROUP: nsboxd in a new user and mount namespace, moved
+# into CGROUP first; the inner shell waits on the fifo until the maps are written, so
+# that nsboxd is exec'd as a mapped root (the exec gives it its capabilities
+# there). Sets udaemon; the socket shows once it listens.
+start_userns_daemon() {
+	rm -f "$US" /tmp/userns-go
+	mkfifo /tmp/userns-go
+	sh -c 'echo $$ >"$1/cgroup.procs" && exec unshare -U -m --propagation slave sh -c "read x </tmp/userns-go; exec \"\$@\"" sh \
+		nsboxd --socket "$2" --state-dir /var/lib/nsbox/userns-state --image-dir /var/lib/nsbox/images \
+		--seccomp-dir /nsbox/seccomp-profiles --init-path /nsbox/bin/nsbox-init --log-level debug' sh "$1" "$US" \
+		>>"$ULOG" 2>&1 &
+	udaemon=$!
+	for i in $(seq 100); do
+		[ "$(readlink /proc/$udaemon/ns/user)" != "$(readlink /proc/self/ns/user)" ] && break
+		sleep 0.1
+	done
+	echo '0 0 65536' >/proc/$udaemon/uid_map
+	echo '0 0 65536' >/proc/$udaemon/gid_map
+	echo go >/tmp/userns-go
+	for i in $(seq 200); do
+		[ -S "$US" ] && break
+		kill -0 $udaemon 2>/dev/null || break
+		sleep 0.1
+	done
+}
+start_userns_daemon "$D"
 if [ -S "$US" ]; then
 	ok "nsboxd starts as root of a user namespace in a delegated cgroup"
 	export NSBOX_SOCKET=$US
 	info=$(nsbox --json status)
-	check "server.info says uid_isolation userns" '[ "$(jget "$info" uid_isolation)" = userns ]' "$info"
+	check "server.info says uid_isolation userns, 65536 delegated ids" \
+		'[ "$(jget "$info" uid_isolation)" = userns ] && [ "$(jget "$info" delegated_ids)" = 65536 ]' "$info"
 	check "server.info says limits enforced (delegated v2 subtree)" \
 		'[ "$(jget "$info" limits)" = enforced ] && ! printf %s "$info" | grep -q limits-not-enforced' "$info"
 	set -- $D/nsbox-*
@@ -320,6 +325,19 @@ busy() { # (cgroup files have no size: read them)
 }
 check "stopping it leaves no sandbox cgroup and no process in the delegated subtree" \
 	'! ls -d $D/nsbox-* >/dev/null 2>&1 && ! busy' "$(ls $D)"
+# A subtree not handed over (its files owned by an id the namespace does not
+# map): no limits, said plainly, and nsboxd still starts.
+N=$CG/notdeleg
+mkdir -p "$N"
+chown 100000:100000 "$N" "$N/cgroup.procs" "$N/cgroup.subtree_control"
+start_userns_daemon "$N"
+info=$(NSBOX_SOCKET=$US nsbox --json status)
+check "a subtree not delegated to the namespace: limits-not-enforced, with the reason" \
+	'[ "$(jget "$info" limits)" = limits-not-enforced ] && printf %s "$info" | grep -q "is not writable by nsboxd"' \
+	"$info"
+check "and no cgroup is made there" '[ -z "$(ls -d $N/*/ 2>/dev/null)" ]' "$(ls $N)"
+kill -TERM $udaemon 2>/dev/null
+wait $udaemon
 if [ $fails -ne 0 ]; then
 	echo "# userns nsboxd log tail:"
 	tail -30 $ULOG | sed 's/^/# /'
