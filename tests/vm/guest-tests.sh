@@ -229,6 +229,120 @@ check "the next start killed its processes and removed its cgroup" gone \
 kill -TERM $daemon
 wait $daemon
 
+# 11. userns mode with a delegated cgroup v2 subtree (README "Without host
+# root"): a second nsboxd as root of a 65536-id user namespace, started in
+# /sys/fs/cgroup/deleg as a pod's runtime or systemd Delegate=yes would.
+# The map is 0 0 65536: the image owned by host root stays owned by the
+# namespace's root, and a map of 65536 ids is still not the initial
+# namespace's, which is what puts nsboxd in userns mode.
+D=$CG/deleg
+US=/run/nsbox-userns/nsbox.sock
+ULOG=/tmp/nsboxd-userns.log
+mkdir -p "$D" /run/nsbox-userns /var/lib/nsbox/userns-state
+for c in memory pids cpu; do echo "+$c" >"$CG/cgroup.subtree_control"; done
+# start_userns_daemon CGROUP: nsboxd in a new user and mount namespace, moved
+# into CGROUP first; the inner shell waits on the fifo until the maps are written, so
+# that nsboxd is exec'd as a mapped root (the exec gives it its capabilities
+# there). Sets udaemon; the socket shows once it listens.
+start_userns_daemon() {
+	rm -f "$US" /tmp/userns-go
+	mkfifo /tmp/userns-go
+	sh -c 'echo $$ >"$1/cgroup.procs" && exec unshare -U -m --propagation slave sh -c "read x </tmp/userns-go; exec \"\$@\"" sh \
+		nsboxd --socket "$2" --state-dir /var/lib/nsbox/userns-state --image-dir /var/lib/nsbox/images \
+		--seccomp-dir /nsbox/seccomp-profiles --init-path /nsbox/bin/nsbox-init --log-level debug' sh "$1" "$US" \
+		>>"$ULOG" 2>&1 &
+	udaemon=$!
+	for i in $(seq 100); do
+		[ "$(readlink /proc/$udaemon/ns/user)" != "$(readlink /proc/self/ns/user)" ] && break
+		sleep 0.1
+	done
+	echo '0 0 65536' >/proc/$udaemon/uid_map
+	echo '0 0 65536' >/proc/$udaemon/gid_map
+	echo go >/tmp/userns-go
+	for i in $(seq 200); do
+		[ -S "$US" ] && break
+		kill -0 $udaemon 2>/dev/null || break
+		sleep 0.1
+	done
+}
+start_userns_daemon "$D"
+if [ -S "$US" ]; then
+	ok "nsboxd starts as root of a user namespace in a delegated cgroup"
+	export NSBOX_SOCKET=$US
+	info=$(nsbox --json status)
+	check "server.info says uid_isolation userns, 65536 delegated ids" \
+		'[ "$(jget "$info" uid_isolation)" = userns ] && [ "$(jget "$info" delegated_ids)" = 65536 ]' "$info"
+	check "server.info says limits enforced (delegated v2 subtree)" \
+		'[ "$(jget "$info" limits)" = enforced ] && ! printf %s "$info" | grep -q limits-not-enforced' "$info"
+	set -- $D/nsbox-*
+	UP=$1
+	parents=$#
+	check "its sandboxes' parent cgroup is under the delegated subtree" '[ $parents -eq 1 ] && [ -d "$UP" ]' \
+		"$*; in $D: $(ls $D | tr '\n' ' ')"
+	check "nsboxd itself sits in a leaf of the delegated subtree" \
+		'grep -qx "0::/deleg/nsboxd-.*" /proc/$udaemon/cgroup' "$(cat /proc/$udaemon/cgroup)"
+
+	r=$(nsbox --json create --pids 16)
+	SB=$(jget "$r" sandbox_id)
+	S=$UP/$SB
+	check "a sandbox with pids 16 says limits_enforced and has its cgroup there" \
+		'[ "$(jget "$r" limits_enforced)" = true ] && [ -d "$S" ] && [ "$(cat $S/pids.max)" = 16 ]' \
+		"$r" "$(ls $UP 2>&1)"
+	# (the subshell dies at its first "Cannot fork"; the count is a glob, no fork)
+	r=$(nsbox --json sh "$SB" '(for i in $(seq 40); do sleep 5 & done) 2>/dev/null; set -- /proc/[0-9]*; echo $#')
+	procs=$(jget "$r" stdout | tr -dc 0-9)
+	check "it cannot fork 40 processes ($procs seen, pids.events max $(keyed $S/pids.events max))" \
+		'[ -n "$procs" ] && [ "$procs" -le 16 ] && [ "$(keyed $S/pids.events max)" -ge 1 ]' "$r"
+	nsbox rm -f "$SB" >/dev/null
+	check "removing the sandbox removes its cgroup" '[ ! -d "$S" ]' "$(ls $UP)"
+
+	r=$(nsbox --json create --memory 32M)
+	SB=$(jget "$r" sandbox_id)
+	S=$UP/$SB
+	check "memory.max = 32 MiB in the delegated subtree" '[ "$(cat $S/memory.max)" = 33554432 ]' "$r"
+	r=$(nsbox --json exec "$SB" -- bash -c 'x=xxxxxxxx; while :; do x=$x$x; done')
+	check "a bash memory hog is OOM-killed and reported" \
+		'[ "$(jget "$r" oom_killed)" = true ] && [ "$(jget "$r" signal)" = 9 ]' "$r"
+	check "memory.events counts the oom kill" '[ "$(keyed $S/memory.events oom_kill)" -ge 1 ]' \
+		"$(cat $S/memory.events)"
+	r=$(nsbox --json exec "$SB" -- echo alive)
+	check "the sandbox still runs execs after the OOM" '[ "$(jget "$r" stdout)" = "$alive" ]' "$r"
+	nsbox rm -f "$SB" >/dev/null
+	check "removing it removes its cgroup" '[ ! -d "$S" ]' "$(ls $UP)"
+	export NSBOX_SOCKET=/run/nsbox/nsbox.sock
+else
+	fail "nsboxd starts as root of a user namespace in a delegated cgroup" "$(tail -20 $ULOG)"
+fi
+kill -TERM $udaemon 2>/dev/null
+wait $udaemon
+rc=$?
+check "the userns nsboxd stops cleanly" '[ $rc = 0 ]' "$(tail -5 $ULOG)"
+# What stays is nsboxd's own empty leaf (nsboxd-<hash>: it cannot remove the
+# cgroup it is in; the next start reuses it or another daemon reaps it).
+busy() { # (cgroup files have no size: read them)
+	for f in $D/cgroup.procs $D/*/cgroup.procs; do [ -n "$(cat "$f" 2>/dev/null)" ] && return 0; done
+	return 1
+}
+check "stopping it leaves no sandbox cgroup and no process in the delegated subtree" \
+	'! ls -d $D/nsbox-* >/dev/null 2>&1 && ! busy' "$(ls $D)"
+# A subtree not handed over (its files owned by an id the namespace does not
+# map): no limits, said plainly, and nsboxd still starts.
+N=$CG/notdeleg
+mkdir -p "$N"
+chown 100000:100000 "$N" "$N/cgroup.procs" "$N/cgroup.subtree_control"
+start_userns_daemon "$N"
+info=$(NSBOX_SOCKET=$US nsbox --json status)
+check "a subtree not delegated to the namespace: limits-not-enforced, with the reason" \
+	'[ "$(jget "$info" limits)" = limits-not-enforced ] && printf %s "$info" | grep -q "is not writable by nsboxd"' \
+	"$info"
+check "and no cgroup is made there" '[ -z "$(ls -d $N/*/ 2>/dev/null)" ]' "$(ls $N)"
+kill -TERM $udaemon 2>/dev/null
+wait $udaemon
+if [ $fails -ne 0 ]; then
+	echo "# userns nsboxd log tail:"
+	tail -30 $ULOG | sed 's/^/# /'
+fi
+
 echo "# guest suite: $n checks, $fails failed, $(($(uptime_ms) - t0)) ms"
 if [ $fails -ne 0 ]; then
 	echo "# nsboxd log tail:"
