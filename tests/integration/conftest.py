@@ -22,7 +22,7 @@ ASAN = os.path.basename(BUILD.rstrip("/")) == "build-asan"
 
 
 class Daemon:
-    def __init__(self, extra_args=(), env=None, launcher=None):
+    def __init__(self, extra_args=(), env=None, launcher=None, start_timeout=20):
         self.dir = tempfile.mkdtemp(prefix="nsbox-test-")
         os.chmod(self.dir, 0o755)
         self.socket = os.path.join(self.dir, "nsbox.sock")
@@ -40,7 +40,7 @@ class Daemon:
             args, full_env, popen_kw, self.launch_cleanup = rootless_launch.wrap(
                 self.launcher, self.dir, args, full_env)
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=full_env, **popen_kw)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + start_timeout
         while True:
             try:
                 with Client(self.socket, timeout=5) as c:

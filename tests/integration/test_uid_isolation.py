@@ -41,8 +41,9 @@ def test_auto_uses_per_sandbox_where_the_kernel_can():
 
 
 def test_shared_mode_runs_sandboxes_on_an_owned_copy_of_the_image():
+    # Its start copies the whole image (~460 MiB): seconds on a quiet host, more on a busy one.
     d = Daemon(extra_args=["--uid-isolation", "shared", "--uid-pool-base", "1600000000",
-                           "--uid-pool-ranges", "4"])
+                           "--uid-pool-ranges", "4"], start_timeout=180)
     try:
         assert d.call("server.info")["uid_isolation"] == "shared"
         a = d.call("sandbox.create")["sandbox_id"]
