@@ -26,9 +26,6 @@ struct http_config {
 };
 extern struct http_config http_config;
 
-/* cli/client.c needs it of its program (http/main.c). */
-int cli_write_all(int fd, const void *data, size_t len);
-
 /* --- tokens (auth.c) --- */
 int http_tokens_load(const char *path, nsbox_error_t **err);
 void http_tokens_clear(void);
