@@ -1,0 +1,59 @@
+"""Review of nsbox-http (issue 20): hostile or stalled HTTP clients must not hold the
+front's connections past its --timeout, nor reach another token's things."""
+import json
+import os
+import socket
+import time
+
+import pytest
+
+from test_http import TOKEN_A, Front
+
+
+def threads_of(pid):
+    return len(os.listdir("/proc/%d/task" % pid))
+
+
+def test_a_stream_whose_client_stops_reading_is_closed_after_the_idle_timeout(daemon):
+    """A streamed call's connection is exempt from --timeout only while nsboxd is quiet; a client
+    that stops taking the output is idle like any other and is closed (before: held forever, one
+    of --max-connections and an nsboxd connection of its owner gone per stalled client)."""
+    os.chmod(daemon.socket, 0o666)
+    f = Front(daemon, "--timeout", "2")
+    try:
+        idle_threads = threads_of(f.proc.pid)
+        body = json.dumps({"command": "head -c 30000000 /dev/zero | tr '\\0' a; sleep 600",
+                           "stream": True, "timeout_seconds": 900, "max_output_bytes": 64 << 20}).encode()
+        sb = f.rpc("sandbox.create")["sandbox_id"]
+        body = json.dumps({"sandbox_id": sb, **json.loads(body)}).encode()
+        s = socket.create_connection(("127.0.0.1", f.port))
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.sendall(b"POST /v1/rpc/sandbox.exec HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN_A.encode() +
+                  b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        assert s.recv(1)  # the stream started; from now on this client reads nothing
+        deadline = time.monotonic() + 60
+        while threads_of(f.proc.pid) > idle_threads and time.monotonic() < deadline:
+            time.sleep(0.5)
+        held = threads_of(f.proc.pid) > idle_threads
+        s.close()
+        f.rpc("sandbox.remove", sandbox_id=sb, force=True)
+        assert not held, "the stalled client's connection is still served after 60 s (--timeout 2)"
+    finally:
+        assert f.stop() == 0
+
+
+def test_a_stream_quiet_for_longer_than_the_idle_timeout_still_ends_with_its_result(daemon):
+    """The other side of the one above: a command that prints nothing for longer than --timeout is
+    a quiet stream, not an idle client."""
+    os.chmod(daemon.socket, 0o666)
+    f = Front(daemon, "--timeout", "2")
+    try:
+        sb = f.rpc("sandbox.create")["sandbox_id"]
+        status, _, body = f.request("POST", "/v1/rpc/sandbox.exec", {
+            "sandbox_id": sb, "command": "echo a; sleep 6; echo b", "stream": True}, raw=True)
+        lines = [json.loads(l) for l in body.decode().splitlines() if l]
+        assert status == 200 and lines[-1]["result"]["exit_code"] == 0, body
+        assert "".join(l["params"].get("data", "") for l in lines if l.get("method") == "exec.output") == "a\nb\n"
+        f.rpc("sandbox.remove", sandbox_id=sb, force=True)
+    finally:
+        assert f.stop() == 0
