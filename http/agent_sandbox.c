@@ -45,21 +45,34 @@ static int default_sandbox(struct client *c, char *id, size_t id_len, json_t **e
         return 0;
 }
 
-/* One call in the owner's default sandbox: params get its sandbox_id. */
-static int call_in_default(struct http_request *r, const char *method, json_t *params, json_t **result,
-                           json_t **error, nsbox_error_t **err)
+/* A connection to nsboxd as the request's owner, and its default sandbox. */
+static int connect_default(struct http_request *r, struct client **out, char id[64], json_t **error,
+                           nsbox_error_t **err)
 {
         struct client *c = NULL;
         *error = NULL;
         int ret = http_nsboxd_connect(r, &c, err);
         if (ret < 0)
                 return ret;
-        char id[64];
-        ret = default_sandbox(c, id, sizeof(id), error, err);
-        if (ret == 0) {
-                json_object_set_new(params, "sandbox_id", json_string(id));
-                ret = client_call(c, method, params, NULL, NULL, result, error, err);
+        if ((ret = default_sandbox(c, id, 64, error, err)) < 0) {
+                client_close(c);
+                return ret;
         }
+        *out = c;
+        return 0;
+}
+
+/* One call in the owner's default sandbox: params get its sandbox_id. */
+static int call_in_default(struct http_request *r, const char *method, json_t *params, json_t **result,
+                           json_t **error, nsbox_error_t **err)
+{
+        struct client *c = NULL;
+        char id[64];
+        int ret = connect_default(r, &c, id, error, err);
+        if (ret < 0)
+                return ret;
+        json_object_set_new(params, "sandbox_id", json_string(id));
+        ret = client_call(c, method, params, NULL, NULL, result, error, err);
         client_close(c);
         return ret;
 }
@@ -146,20 +159,10 @@ static enum MHD_Result upload_part(void *cls, enum MHD_ValueKind kind, const cha
                         return MHD_NO;
                 }
         }
-        if (u->len + size > u->cap) {
-                size_t cap = u->cap ? u->cap : 65536;
-                while (cap < u->len + size)
-                        cap *= 2;
-                char *grown = realloc(u->data, cap);
-                if (grown == NULL) {
-                        u->failed = true;
-                        return MHD_NO;
-                }
-                u->data = grown;
-                u->cap = cap;
+        if (http_buffer_append(&u->data, &u->len, &u->cap, data, size) < 0) {
+                u->failed = true;
+                return MHD_NO;
         }
-        memcpy(u->data + u->len, data, size);
-        u->len += size;
         return MHD_YES;
 }
 
@@ -216,31 +219,15 @@ static bool upload_name_ok(const char *name)
 static int write_file(struct http_request *r, const char *path, const char *data, size_t len, json_t **error,
                       nsbox_error_t **err)
 {
-        _cleanup_free_ char *b64 = base64_encode(data, len, NULL);
-        _cleanup_free_ char *dir = strdup(path);
-        if (b64 == NULL || dir == NULL)
+        _cleanup_free_ char *text = base64_encode(data, len, NULL);
+        if (text == NULL)
                 return nsbox_error(err, ENOMEM, "upload");
         struct client *c = NULL;
-        *error = NULL;
-        int ret = http_nsboxd_connect(r, &c, err);
+        char id[64];
+        int ret = connect_default(r, &c, id, error, err);
         if (ret < 0)
                 return ret;
-        char id[64];
-        ret = default_sandbox(c, id, sizeof(id), error, err);
-        char *slash = strrchr(dir, '/');
-        if (ret == 0 && slash != NULL && slash != dir) {
-                *slash = '\0';
-                _cleanup_json_ json_t *p =
-                    json_pack("{s:s, s:s, s:b}", "sandbox_id", id, "path", dir, "parents", 1);
-                _cleanup_json_ json_t *res = NULL;
-                ret = client_call(c, "fs.mkdir", p, NULL, NULL, &res, error, err);
-        }
-        if (ret == 0) {
-                _cleanup_json_ json_t *p = json_pack("{s:s, s:s, s:s, s:s}", "sandbox_id", id, "path", path,
-                                                     "content", b64, "encoding", "base64");
-                _cleanup_json_ json_t *res = NULL;
-                ret = client_call(c, "fs.write", p, NULL, NULL, &res, error, err);
-        }
+        ret = http_sandbox_write(c, id, path, text, error, err);
         client_close(c);
         return ret;
 }

@@ -64,6 +64,13 @@ int http_nsboxd_connect(const struct http_request *r, struct client **out, nsbox
 /* One call on a fresh connection; -EPROTO with *error (new ref) on a JSON-RPC error. */
 int http_call(const struct http_request *r, const char *method, json_t *params, json_t **result,
               json_t **error, nsbox_error_t **err);
+/* Append n bytes to a growing buffer (doubling from 16 KiB, never past
+ * HTTP_MAX_BODY while it fits); -ENOMEM. */
+int http_buffer_append(char **data, size_t *len, size_t *cap, const void *more, size_t n);
+/* Write base64 content to a path of a sandbox over c, its parent
+ * directories made first (fs.mkdir parents, fs.write). */
+int http_sandbox_write(struct client *c, const char *sandbox_id, const char *path, const char *base64,
+                       json_t **error, nsbox_error_t **err);
 /* The request body as JSON (an object), or a 400 queued and NULL returned. */
 json_t *http_body_object(struct http_request *r, enum MHD_Result *ret);
 

@@ -69,21 +69,7 @@ static int run_in_sandbox(struct client *c, const char *id, json_t *code, json_t
         int r;
         json_object_foreach(files, key, v)
         {
-                /* parent directories first: a file may sit in a new directory */
-                _cleanup_free_ char *dir = strdup(key);
-                char *slash = dir ? strrchr(dir, '/') : NULL;
-                if (slash != NULL) {
-                        *slash = '\0';
-                        _cleanup_json_ json_t *p =
-                            json_pack("{s:s, s:s, s:b}", "sandbox_id", id, "path", dir, "parents", 1);
-                        _cleanup_json_ json_t *res = NULL;
-                        if ((r = call(c, "fs.mkdir", p, &res, error, err)) < 0)
-                                return r;
-                }
-                _cleanup_json_ json_t *p = json_pack("{s:s, s:s, s:O, s:s}", "sandbox_id", id, "path", key,
-                                                     "content", v, "encoding", "base64");
-                _cleanup_json_ json_t *res = NULL;
-                if ((r = call(c, "fs.write", p, &res, error, err)) < 0)
+                if ((r = http_sandbox_write(c, id, key, json_string_value(v), error, err)) < 0)
                         return r;
         }
         _cleanup_json_ json_t *params = json_pack("{s:s, s:O}", "sandbox_id", id, "code", code);

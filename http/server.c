@@ -140,6 +140,50 @@ int http_call(const struct http_request *r, const char *method, json_t *params, 
         return ret;
 }
 
+int http_buffer_append(char **data, size_t *len, size_t *cap, const void *more, size_t n)
+{
+        if (*len + n > *cap) {
+                size_t grown_cap = *cap ? *cap : 16384;
+                while (grown_cap < *len + n)
+                        grown_cap *= 2;
+                /* a body is at most this: no room beyond it */
+                if (grown_cap > HTTP_MAX_BODY && *len + n <= HTTP_MAX_BODY)
+                        grown_cap = HTTP_MAX_BODY;
+                char *grown = realloc(*data, grown_cap);
+                if (grown == NULL)
+                        return -ENOMEM;
+                *data = grown;
+                *cap = grown_cap;
+        }
+        memcpy(*data + *len, more, n);
+        *len += n;
+        return 0;
+}
+
+int http_sandbox_write(struct client *c, const char *sandbox_id, const char *path, const char *base64,
+                       json_t **error, nsbox_error_t **err)
+{
+        *error = NULL;
+        const char *slash = strrchr(path, '/');
+        if (slash != NULL && slash != path) {
+                _cleanup_free_ char *dir = strndup(path, (size_t)(slash - path));
+                _cleanup_json_ json_t *p =
+                    json_pack("{s:s, s:s, s:b}", "sandbox_id", sandbox_id, "path", dir, "parents", 1);
+                _cleanup_json_ json_t *res = NULL;
+                if (dir == NULL || p == NULL)
+                        return nsbox_error(err, ENOMEM, "write %s", path);
+                int r = client_call(c, "fs.mkdir", p, NULL, NULL, &res, error, err);
+                if (r < 0)
+                        return r;
+        }
+        _cleanup_json_ json_t *p = json_pack("{s:s, s:s, s:s, s:s}", "sandbox_id", sandbox_id, "path", path,
+                                             "content", base64, "encoding", "base64");
+        _cleanup_json_ json_t *res = NULL;
+        if (p == NULL)
+                return nsbox_error(err, ENOMEM, "write %s", path);
+        return client_call(c, "fs.write", p, NULL, NULL, &res, error, err);
+}
+
 json_t *http_body_object(struct http_request *r, enum MHD_Result *ret)
 {
         json_error_t jerr;
@@ -317,21 +361,9 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *connecti
                                 return MHD_NO;
                         return MHD_YES;
                 }
-                if (r->body_len + n > r->body_cap) {
-                        size_t cap = r->body_cap ? r->body_cap : 16384;
-                        while (cap < r->body_len + n)
-                                cap *= 2;
-                        if (cap > HTTP_MAX_BODY)
-                                cap = HTTP_MAX_BODY;
-                        char *grown = realloc(r->body, cap);
-                        if (grown == NULL)
-                                return MHD_NO;
-                        r->body = grown;
-                        r->body_cap = cap;
-                }
-                memcpy(r->body + r->body_len, upload_data, n);
-                r->body_len += n;
-                return MHD_YES;
+                /* within HTTP_MAX_BODY, checked above */
+                return http_buffer_append(&r->body, &r->body_len, &r->body_cap, upload_data, n) < 0 ? MHD_NO
+                                                                                                    : MHD_YES;
         }
         if (r->too_large && !r->answered)
                 return http_reply_error(r, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_params",
