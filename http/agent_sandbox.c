@@ -50,8 +50,7 @@ static int connect_default(struct http_request *r, struct client **out, char id[
                            nsbox_error_t **err)
 {
         struct client *c = NULL;
-        *error = NULL;
-        int ret = http_nsboxd_connect(r, &c, err);
+        int ret = http_nsboxd_connect(r, &c, error, err);
         if (ret < 0)
                 return ret;
         if ((ret = default_sandbox(c, id, 64, error, err)) < 0) {

@@ -59,8 +59,10 @@ enum MHD_Result http_reply_bytes(struct http_request *r, unsigned status, const 
 enum MHD_Result http_reply_rpc_error(struct http_request *r, json_t *error, const nsbox_error_t *err);
 unsigned http_status_of_rpc_error(json_t *error, const char **kind);
 
-/* A connection to nsboxd acting as the request's owner. */
-int http_nsboxd_connect(const struct http_request *r, struct client **out, nsbox_error_t **err);
+/* A connection to nsboxd acting as the request's owner; -EPROTO with *error
+ * (new ref) when nsboxd refuses it (auth.act_as: limit_reached). */
+int http_nsboxd_connect(const struct http_request *r, struct client **out, json_t **error,
+                        nsbox_error_t **err);
 /* One call on a fresh connection; -EPROTO with *error (new ref) on a JSON-RPC error. */
 int http_call(const struct http_request *r, const char *method, json_t *params, json_t **result,
               json_t **error, nsbox_error_t **err);

@@ -205,9 +205,10 @@ static enum MHD_Result answer_stream(struct http_request *r, const char *method,
         }
         s->pipe_rd = fds[0];
         s->pipe_wr = fds[1];
-        if (http_nsboxd_connect(r, &s->c, &err) < 0) {
+        _cleanup_json_ json_t *refused = NULL;
+        if (http_nsboxd_connect(r, &s->c, &refused, &err) < 0) {
                 stream_free(s);
-                return http_reply_rpc_error(r, NULL, err);
+                return http_reply_rpc_error(r, refused, err);
         }
         if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
                 stream_free(s);

@@ -164,12 +164,12 @@ enum MHD_Result http_seed_execute(struct http_request *r, json_t *body)
         }
 
         _cleanup_error_ nsbox_error_t *err = NULL;
+        _cleanup_json_ json_t *made = NULL, *error = NULL;
         struct client *c = NULL;
-        if (http_nsboxd_connect(r, &c, &err) < 0)
-                return http_reply_rpc_error(r, NULL, err);
+        if (http_nsboxd_connect(r, &c, &error, &err) < 0)
+                return http_reply_rpc_error(r, error, err);
         _cleanup_json_ json_t *create =
             http_config.execute_sandbox ? json_deep_copy(http_config.execute_sandbox) : json_object();
-        _cleanup_json_ json_t *made = NULL, *error = NULL;
         if (call(c, "sandbox.create", create, &made, &error, &err) < 0) {
                 enum MHD_Result ret = http_reply_rpc_error(r, error, err);
                 client_close(c);

@@ -108,16 +108,20 @@ enum MHD_Result http_reply_rpc_error(struct http_request *r, json_t *error, cons
                                          json_is_string(message) ? json_string_value(message) : "error"));
 }
 
-int http_nsboxd_connect(const struct http_request *r, struct client **out, nsbox_error_t **err)
+int http_nsboxd_connect(const struct http_request *r, struct client **out, json_t **error,
+                        nsbox_error_t **err)
 {
         struct client *c = NULL;
+        *error = NULL;
         int ret = client_connect(http_config.socket_path, &c, err);
         if (ret < 0)
                 return ret;
         if (http_config.act_as) {
+                /* Its refusal (limit_reached past the owner's connections) is
+                 * the request's answer, with that error's status. */
                 _cleanup_json_ json_t *params = json_pack("{s:I}", "uid", (json_int_t)r->uid);
-                _cleanup_json_ json_t *result = NULL, *error = NULL;
-                ret = client_call(c, "auth.act_as", params, NULL, NULL, &result, &error, err);
+                _cleanup_json_ json_t *result = NULL;
+                ret = client_call(c, "auth.act_as", params, NULL, NULL, &result, error, err);
                 if (ret < 0) {
                         client_close(c);
                         return ret;
@@ -131,8 +135,7 @@ int http_call(const struct http_request *r, const char *method, json_t *params, 
               json_t **error, nsbox_error_t **err)
 {
         struct client *c = NULL;
-        *error = NULL;
-        int ret = http_nsboxd_connect(r, &c, err);
+        int ret = http_nsboxd_connect(r, &c, error, err);
         if (ret < 0)
                 return ret;
         ret = client_call(c, method, params, NULL, NULL, result, error, err);

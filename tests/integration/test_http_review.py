@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from test_http import TOKEN_A, Front
+from conftest import Daemon
+from test_http import TOKEN_A, TOKEN_B, Front
 
 
 def threads_of(pid):
@@ -57,3 +58,31 @@ def test_a_stream_quiet_for_longer_than_the_idle_timeout_still_ends_with_its_res
         f.rpc("sandbox.remove", sandbox_id=sb, force=True)
     finally:
         assert f.stop() == 0
+
+
+def test_a_token_over_nsboxds_connections_per_uid_gets_429_limit_reached_not_503():
+    """auth.act_as refuses a token's connection past max_connections_per_uid with limit_reached:
+    the HTTP answer is that error's 429 (retry later), not 503 "nsboxd unavailable"."""
+    d = Daemon(extra_args=["--max-connections-per-uid", "1"])
+    f = None
+    try:
+        os.chmod(d.socket, 0o666)
+        f = Front(d)
+        sb = f.rpc("sandbox.create")["sandbox_id"]
+        # one streamed call holds the token's one nsboxd connection while it runs
+        c = f.connection()
+        c.request("POST", "/v1/rpc/sandbox.exec", body=json.dumps(
+            {"sandbox_id": sb, "command": "echo go; sleep 30", "stream": True}),
+            headers={"Authorization": "Bearer " + TOKEN_A, "Content-Type": "application/json"})
+        resp = c.getresponse()
+        assert resp.status == 200 and resp.fp.readline()  # started
+        status, r2, body = f.request("POST", "/v1/rpc/sandbox.list", {})
+        assert status == 429 and body["error"]["kind"] == "limit_reached", (status, body)
+        assert r2.getheader("Retry-After")
+        # another token is not held back by it
+        assert f.request("POST", "/v1/rpc/sandbox.list", {}, token=TOKEN_B)[0] == 200
+        c.close()
+    finally:
+        if f is not None:
+            assert f.stop() == 0
+        assert d.stop() == 0
