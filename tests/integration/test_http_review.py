@@ -3,11 +3,12 @@ front's connections past its --timeout, nor reach another token's things."""
 import json
 import os
 import socket
+import subprocess
 import time
 
 import pytest
 
-from conftest import Daemon
+from conftest import BUILD, Daemon
 from test_http import TOKEN_A, TOKEN_B, Front
 
 
@@ -86,3 +87,16 @@ def test_a_token_over_nsboxds_connections_per_uid_gets_429_limit_reached_not_503
         if f is not None:
             assert f.stop() == 0
         assert d.stop() == 0
+
+
+def test_a_tokens_file_owned_by_another_user_is_refused(daemon, tmp_path):
+    """Whoever can write the tokens file mints owners: a file of another user (mode 600, so
+    writable by that user alone) would let that user become any owner. Refused at start and on
+    SIGHUP, like a group- or world-writable one."""
+    path = tmp_path / "tokens"
+    path.write_text("41001 %s\n" % TOKEN_A)
+    os.chmod(path, 0o600)
+    os.chown(path, 41001, 41001)
+    p = subprocess.run([os.path.join(BUILD, "nsbox-http"), "--http", "127.0.0.1:0", "--socket", daemon.socket,
+                        "--tokens", str(path)], capture_output=True, timeout=30)
+    assert p.returncode != 0 and b"owned by uid 41001" in p.stderr, p.stderr
