@@ -280,6 +280,109 @@ static enum MHD_Result reply_message(struct http_request *r, unsigned status, co
         return http_reply_json(r, status, json_pack("{s:s}", "message", message));
 }
 
+/* A file's bytes go out as read, DOWNLOAD_CHUNK at a time over one nsboxd
+ * connection (fs.read with an offset): a download holds a chunk, never the
+ * whole file (a 60 MB file held 240 MB of nsbox-http as base64, JSON and
+ * bytes at once, and a file past fs.read's 64 MiB was cut short). */
+#define DOWNLOAD_CHUNK (4u << 20)
+
+struct download {
+        struct client *c;
+        char id[64];
+        char *path;
+        uint64_t offset; /* of the next chunk */
+        bool more;       /* nsboxd said the file goes on past the chunk */
+        char *chunk;
+        size_t chunk_len, chunk_off;
+};
+
+static void download_free(void *data)
+{
+        struct download *d = data;
+        client_close(d->c);
+        free(d->path);
+        free(d->chunk);
+        free(d);
+}
+
+static int download_next(struct download *d, json_t **error, nsbox_error_t **err)
+{
+        _cleanup_json_ json_t *p =
+            json_pack("{s:s, s:s, s:s, s:I, s:I}", "sandbox_id", d->id, "path", d->path, "encoding", "base64",
+                      "offset", (json_int_t)d->offset, "max_bytes", (json_int_t)DOWNLOAD_CHUNK);
+        _cleanup_json_ json_t *res = NULL;
+        int r = client_call(d->c, "fs.read", p, NULL, NULL, &res, error, err);
+        if (r < 0)
+                return r;
+        json_t *content = json_object_get(res, "content");
+        size_t len = 0;
+        char *bytes = base64_decode(json_string_value(content) ?: "", json_string_length(content), &len);
+        if (bytes == NULL)
+                return nsbox_error(err, EPROTO, "nsboxd sent bad base64");
+        free(d->chunk);
+        d->chunk = bytes;
+        d->chunk_len = len;
+        d->chunk_off = 0;
+        d->offset += len;
+        d->more = len > 0 && json_is_true(json_object_get(res, "truncated"));
+        return 0;
+}
+
+static ssize_t download_read(void *data, uint64_t pos, char *buf, size_t max)
+{
+        struct download *d = data;
+        if (d->chunk_off == d->chunk_len) {
+                if (!d->more)
+                        return MHD_CONTENT_READER_END_OF_STREAM;
+                _cleanup_error_ nsbox_error_t *err = NULL;
+                _cleanup_json_ json_t *error = NULL;
+                if (download_next(d, &error, &err) < 0)
+                        return MHD_CONTENT_READER_END_WITH_ERROR; /* e.g. removed meanwhile */
+                if (d->chunk_len == 0)
+                        return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        size_t n = d->chunk_len - d->chunk_off < max ? d->chunk_len - d->chunk_off : max;
+        memcpy(buf, d->chunk + d->chunk_off, n);
+        d->chunk_off += n;
+        return (ssize_t)n;
+}
+
+static enum MHD_Result download(struct http_request *r, const char *path)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        _cleanup_json_ json_t *error = NULL;
+        struct download *d = calloc(1, sizeof(*d));
+        if (d == NULL || (d->path = strdup(path)) == NULL) {
+                free(d);
+                return MHD_NO;
+        }
+        /* The first chunk before the status: its errors are the answer. */
+        if (connect_default(r, &d->c, d->id, &error, &err) < 0 || download_next(d, &error, &err) < 0) {
+                download_free(d);
+                return http_reply_rpc_error(r, error, err);
+        }
+        if (!d->more) {
+                /* all of it in one chunk */
+                enum MHD_Result ret =
+                    http_reply_bytes(r, MHD_HTTP_OK, "application/octet-stream", d->chunk, d->chunk_len);
+                d->chunk = NULL;
+                download_free(d);
+                return ret;
+        }
+        struct MHD_Response *resp =
+            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 65536, download_read, d, download_free);
+        if (resp == NULL) {
+                download_free(d);
+                return MHD_NO;
+        }
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
+        enum MHD_Result ret = MHD_queue_response(r->connection, MHD_HTTP_OK, resp);
+        MHD_destroy_response(resp);
+        if (ret == MHD_YES)
+                r->answered = true;
+        return ret;
+}
+
 enum MHD_Result http_agent_files(struct http_request *r, const char *kind, const char *path)
 {
         if (path[0] == '\0')
@@ -369,17 +472,5 @@ enum MHD_Result http_agent_files(struct http_request *r, const char *kind, const
         /* download, or v1 GET of a file: the bytes */
         if (dir)
                 return reply_message(r, MHD_HTTP_NOT_FOUND, "File not found");
-        json_decref(result);
-        result = NULL;
-        _cleanup_json_ json_t *rp = json_pack("{s:s, s:s, s:I}", "path", path, "encoding", "base64",
-                                              "max_bytes", (json_int_t)64 << 20);
-        if (call_in_default(r, "fs.read", rp, &result, &error, &err) < 0)
-                return http_reply_rpc_error(r, error, err);
-        json_t *content = json_object_get(result, "content");
-        size_t len = 0;
-        void *data = base64_decode(json_string_value(content) ?: "", json_string_length(content), &len);
-        if (data == NULL)
-                return http_reply_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal",
-                                        "nsboxd sent bad base64");
-        return http_reply_bytes(r, MHD_HTTP_OK, "application/octet-stream", data, len);
+        return download(r, path);
 }

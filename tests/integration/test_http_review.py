@@ -1,5 +1,6 @@
 """Review of nsbox-http (issue 20): hostile or stalled HTTP clients must not hold the
 front's connections past its --timeout, nor reach another token's things."""
+import hashlib
 import json
 import os
 import socket
@@ -100,3 +101,35 @@ def test_a_tokens_file_owned_by_another_user_is_refused(daemon, tmp_path):
     p = subprocess.run([os.path.join(BUILD, "nsbox-http"), "--http", "127.0.0.1:0", "--socket", daemon.socket,
                         "--tokens", str(path)], capture_output=True, timeout=30)
     assert p.returncode != 0 and b"owned by uid 41001" in p.stderr, p.stderr
+
+
+def peak_rss_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return int([l for l in f if l.startswith("VmHWM")][0].split()[1])
+
+
+def test_a_download_streams_the_whole_file_in_bounded_memory(daemon):
+    """GET /download and /v1/files of a 70 MB file: every byte (before: cut at fs.read's 64 MiB with
+    a 200), and nsbox-http holds a chunk at a time, not the file as base64, JSON and bytes at once
+    (before: its peak RSS grew by about 4 times the file, so a few parallel downloads of one token
+    could get the front OOM-killed for everyone)."""
+    os.chmod(daemon.socket, 0o666)
+    f = Front(daemon)
+    try:
+        status, _, out = f.request("POST", "/execute", {
+            "command": "head -c 70000000 /dev/urandom > /workspace/big && sha256sum /workspace/big"})
+        assert status == 200 and out["exit_code"] == 0, out
+        digest = out["stdout"].split()[0]
+        before = peak_rss_kb(f.proc.pid)
+        for path in ("/download/big", "/v1/files/big"):
+            status, _, data = f.request("GET", path, raw=True)
+            assert status == 200 and len(data) == 70000000, (path, status, len(data))
+            assert hashlib.sha256(data).hexdigest() == digest
+        grown_mb = (peak_rss_kb(f.proc.pid) - before) / 1024
+        assert grown_mb < 60, "nsbox-http's peak RSS grew by %d MB for a 70 MB download" % grown_mb
+        # a small file and a missing one keep their answers
+        f.request("PUT", "/v1/files/small", body=b"hello")
+        assert f.request("GET", "/download/small", raw=True)[2] == b"hello"
+        assert f.request("GET", "/download/missing")[0] == 404
+    finally:
+        assert f.stop() == 0
