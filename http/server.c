@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <arpa/inet.h>
 
 #include "cleanup.h"
 #include "json_cleanup.h"
@@ -221,6 +222,41 @@ static uid_t authenticate(struct MHD_Connection *connection)
         return http_tokens_lookup(token, len);
 }
 
+/* Host: 127.x.y.z, localhost or [::1], with or without a port. */
+static bool loopback_host(const char *host)
+{
+        char name[256];
+        size_t n = strlen(host);
+        if (n == 0 || n >= sizeof(name))
+                return false;
+        memcpy(name, host, n + 1);
+        if (name[0] == '[') {
+                char *close = strchr(name, ']');
+                if (close == NULL || (close[1] != '\0' && close[1] != ':'))
+                        return false;
+                *close = '\0';
+                return strcmp(name + 1, "::1") == 0;
+        }
+        char *colon = strchr(name, ':');
+        if (colon != NULL)
+                *colon = '\0';
+        struct in_addr a;
+        if (strcasecmp(name, "localhost") == 0)
+                return true;
+        return inet_pton(AF_INET, name, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
+/* Without tokens, reaching the loopback port is the only credential, and a
+ * browser reaches it for any web page: a cross-site "simple" POST (no
+ * preflight) carries an Origin, a DNS-rebound name a Host of that name.
+ * Programs (curl, SDKs) send neither. */
+static bool from_this_host(struct MHD_Connection *connection)
+{
+        const char *host = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+        const char *origin = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, "Origin");
+        return origin == NULL && (host == NULL || loopback_host(host));
+}
+
 static bool path_is(const char *url, const char *prefix, const char **rest)
 {
         size_t n = strlen(prefix);
@@ -333,6 +369,12 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *connecti
                                     r, MHD_HTTP_UNAUTHORIZED, "unauthorized",
                                     "a valid token is required: Authorization: Bearer TOKEN");
                 } else {
+                        if (!from_this_host(connection))
+                                return http_reply_error(
+                                    r, MHD_HTTP_FORBIDDEN, "permission_denied",
+                                    "without --tokens only programs of this host are served: a request "
+                                    "with an Origin header (a web page's) or a Host that is not a "
+                                    "loopback address is refused");
                         r->uid = getuid();
                 }
                 const char *length =

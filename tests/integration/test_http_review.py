@@ -133,3 +133,25 @@ def test_a_download_streams_the_whole_file_in_bounded_memory(daemon):
         assert f.request("GET", "/download/missing")[0] == 404
     finally:
         assert f.stop() == 0
+
+
+def test_without_tokens_a_web_page_cannot_drive_the_loopback_front(daemon):
+    """Without --tokens nothing authenticates a request but its reaching the loopback port, and a
+    browser reaches it for any web page: a cross-site POST (a "simple" request, no preflight) or a
+    DNS-rebound name would run commands as the user. Such requests carry an Origin or a Host that
+    is not a loopback address: refused (403). Programs (curl, the SDKs) send neither."""
+    os.chmod(daemon.socket, 0o666)
+    f = Front(daemon, tokens=False, uid=41001)
+    try:
+        assert f.request("POST", "/v1/rpc/sandbox.list", {}, token=None)[0] == 200
+        assert f.request("GET", "/health", token=None, headers={"Host": "localhost:%d" % f.port})[0] == 200
+        for headers in ({"Origin": "https://evil.example"},
+                        {"Origin": "null"},
+                        {"Host": "rebound.evil.example:%d" % f.port},
+                        {"Host": "rebound.evil.example"}):
+            status, _, body = f.request("POST", "/v1/rpc/sandbox.create", b"{}", token=None,
+                                        headers={"Content-Type": "text/plain", **headers})
+            assert status == 403 and body["error"]["kind"] == "permission_denied", (headers, status, body)
+        assert f.request("POST", "/v1/rpc/sandbox.list", {}, token=None)[2]["sandboxes"] == []
+    finally:
+        assert f.stop() == 0
