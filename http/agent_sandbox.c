@@ -369,18 +369,7 @@ static enum MHD_Result download(struct http_request *r, const char *path)
                 download_free(d);
                 return ret;
         }
-        struct MHD_Response *resp =
-            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 65536, download_read, d, download_free);
-        if (resp == NULL) {
-                download_free(d);
-                return MHD_NO;
-        }
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
-        enum MHD_Result ret = MHD_queue_response(r->connection, MHD_HTTP_OK, resp);
-        MHD_destroy_response(resp);
-        if (ret == MHD_YES)
-                r->answered = true;
-        return ret;
+        return http_reply_stream(r, "application/octet-stream", download_read, d, download_free);
 }
 
 enum MHD_Result http_agent_files(struct http_request *r, const char *kind, const char *path)

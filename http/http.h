@@ -54,6 +54,11 @@ enum MHD_Result http_reply_error(struct http_request *r, unsigned status, const 
                                  ...) __attribute__((format(printf, 4, 5)));
 enum MHD_Result http_reply_bytes(struct http_request *r, unsigned status, const char *content_type,
                                  void *data, size_t len); /* data: malloc'd, stolen */
+/* A 200 whose body `read` produces as it comes (chunked, no-cache); `done`
+ * frees data, also when the response cannot be made. */
+enum MHD_Result http_reply_stream(struct http_request *r, const char *content_type,
+                                  MHD_ContentReaderCallback read, void *data,
+                                  MHD_ContentReaderFreeCallback done);
 /* An nsboxd JSON-RPC error object (or a failure to reach nsboxd: error NULL)
  * as the HTTP status its kind maps to, body {"error":{"kind","message"}}. */
 enum MHD_Result http_reply_rpc_error(struct http_request *r, json_t *error, const nsbox_error_t *err);

@@ -238,18 +238,8 @@ static enum MHD_Result answer_stream(struct http_request *r, const char *method,
                 stream_free(s);
                 return ret;
         }
-        struct MHD_Response *resp =
-            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, s, stream_free);
-        if (resp == NULL) {
-                stream_free(s);
-                return MHD_NO;
-        }
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
-                                s->sse ? "text/event-stream" : "application/x-ndjson");
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-        enum MHD_Result ret = MHD_queue_response(r->connection, MHD_HTTP_OK, resp);
-        MHD_destroy_response(resp);
-        return ret;
+        return http_reply_stream(r, s->sse ? "text/event-stream" : "application/x-ndjson", stream_read, s,
+                                 stream_free);
 }
 
 static bool method_name_ok(const char *m)

@@ -21,14 +21,10 @@ struct http_config http_config;
  * once this much more has been thrown away. */
 #define HTTP_MAX_DISCARD (64u << 20)
 
-enum MHD_Result http_reply_bytes(struct http_request *r, unsigned status, const char *content_type,
-                                 void *data, size_t len)
+/* Every reply goes out here: its headers by status, then queued. */
+static enum MHD_Result queue_reply(struct http_request *r, unsigned status, struct MHD_Response *resp,
+                                   const char *content_type)
 {
-        struct MHD_Response *resp = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
-        if (resp == NULL) {
-                free(data);
-                return MHD_NO;
-        }
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
         if (status == MHD_HTTP_UNAUTHORIZED)
                 MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"nsbox\"");
@@ -39,6 +35,31 @@ enum MHD_Result http_reply_bytes(struct http_request *r, unsigned status, const 
         if (ret == MHD_YES)
                 r->answered = true;
         return ret;
+}
+
+enum MHD_Result http_reply_bytes(struct http_request *r, unsigned status, const char *content_type,
+                                 void *data, size_t len)
+{
+        struct MHD_Response *resp = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
+        if (resp == NULL) {
+                free(data);
+                return MHD_NO;
+        }
+        return queue_reply(r, status, resp, content_type);
+}
+
+enum MHD_Result http_reply_stream(struct http_request *r, const char *content_type,
+                                  MHD_ContentReaderCallback read, void *data,
+                                  MHD_ContentReaderFreeCallback done)
+{
+        struct MHD_Response *resp =
+            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 65536, read, data, done);
+        if (resp == NULL) {
+                done(data);
+                return MHD_NO;
+        }
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        return queue_reply(r, MHD_HTTP_OK, resp, content_type);
 }
 
 enum MHD_Result http_reply_json(struct http_request *r, unsigned status, json_t *body)
