@@ -36,8 +36,6 @@ int cli_exec_exit_code(const json_t *result);
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* "nsbox: usage: <synopsis of the current command>"; returns EXIT_NSBOX_FAILED. */
 int cli_usage_error(const struct cli *cli);
-/* Write the whole buffer (stdout/stderr of a command) to fd. */
-int cli_write_all(int fd, const void *data, size_t len);
 /* All of fd as a JSON string of UTF-8 text without NUL bytes, at most max
  * bytes; NULL after printing why (`what` names the input, `hint` follows a
  * refusal of binary data). */

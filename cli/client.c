@@ -44,6 +44,22 @@ const char *client_socket_path(const char *flag)
         return "/run/nsbox/nsbox.sock";
 }
 
+/* Every byte, through short writes and EINTR; -errno on failure. */
+int cli_write_all(int fd, const void *data, size_t len)
+{
+        const char *p = data;
+        while (len > 0) {
+                ssize_t n = write(fd, p, len);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return -errno;
+                p += n;
+                len -= n;
+        }
+        return 0;
+}
+
 int client_connect(const char *path, struct client **out, nsbox_error_t **err)
 {
         struct sockaddr_un addr = { .sun_family = AF_UNIX };

@@ -361,21 +361,6 @@ void cli_print_json(const json_t *value)
         fflush(stdout);
 }
 
-int cli_write_all(int fd, const void *data, size_t len)
-{
-        const char *p = data;
-        while (len > 0) {
-                ssize_t n = write(fd, p, len);
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n < 0)
-                        return -errno;
-                p += n;
-                len -= n;
-        }
-        return 0;
-}
-
 bool cli_flag_and_args(const struct cli *cli, int argc, char **argv, const char *name, char c, bool *flag,
                        int min_args, int max_args, int *exit_code)
 {

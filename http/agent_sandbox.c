@@ -45,21 +45,33 @@ static int default_sandbox(struct client *c, char *id, size_t id_len, json_t **e
         return 0;
 }
 
+/* A connection to nsboxd as the request's owner, and its default sandbox. */
+static int connect_default(struct http_request *r, struct client **out, char id[64], json_t **error,
+                           nsbox_error_t **err)
+{
+        struct client *c = NULL;
+        int ret = http_nsboxd_connect(r, &c, error, err);
+        if (ret < 0)
+                return ret;
+        if ((ret = default_sandbox(c, id, 64, error, err)) < 0) {
+                client_close(c);
+                return ret;
+        }
+        *out = c;
+        return 0;
+}
+
 /* One call in the owner's default sandbox: params get its sandbox_id. */
 static int call_in_default(struct http_request *r, const char *method, json_t *params, json_t **result,
                            json_t **error, nsbox_error_t **err)
 {
         struct client *c = NULL;
-        *error = NULL;
-        int ret = http_nsboxd_connect(r, &c, err);
+        char id[64];
+        int ret = connect_default(r, &c, id, error, err);
         if (ret < 0)
                 return ret;
-        char id[64];
-        ret = default_sandbox(c, id, sizeof(id), error, err);
-        if (ret == 0) {
-                json_object_set_new(params, "sandbox_id", json_string(id));
-                ret = client_call(c, method, params, NULL, NULL, result, error, err);
-        }
+        json_object_set_new(params, "sandbox_id", json_string(id));
+        ret = client_call(c, method, params, NULL, NULL, result, error, err);
         client_close(c);
         return ret;
 }
@@ -146,20 +158,10 @@ static enum MHD_Result upload_part(void *cls, enum MHD_ValueKind kind, const cha
                         return MHD_NO;
                 }
         }
-        if (u->len + size > u->cap) {
-                size_t cap = u->cap ? u->cap : 65536;
-                while (cap < u->len + size)
-                        cap *= 2;
-                char *grown = realloc(u->data, cap);
-                if (grown == NULL) {
-                        u->failed = true;
-                        return MHD_NO;
-                }
-                u->data = grown;
-                u->cap = cap;
+        if (http_buffer_append(&u->data, &u->len, &u->cap, data, size) < 0) {
+                u->failed = true;
+                return MHD_NO;
         }
-        memcpy(u->data + u->len, data, size);
-        u->len += size;
         return MHD_YES;
 }
 
@@ -216,31 +218,15 @@ static bool upload_name_ok(const char *name)
 static int write_file(struct http_request *r, const char *path, const char *data, size_t len, json_t **error,
                       nsbox_error_t **err)
 {
-        _cleanup_free_ char *b64 = base64_encode(data, len, NULL);
-        _cleanup_free_ char *dir = strdup(path);
-        if (b64 == NULL || dir == NULL)
+        _cleanup_free_ char *text = base64_encode(data, len, NULL);
+        if (text == NULL)
                 return nsbox_error(err, ENOMEM, "upload");
         struct client *c = NULL;
-        *error = NULL;
-        int ret = http_nsboxd_connect(r, &c, err);
+        char id[64];
+        int ret = connect_default(r, &c, id, error, err);
         if (ret < 0)
                 return ret;
-        char id[64];
-        ret = default_sandbox(c, id, sizeof(id), error, err);
-        char *slash = strrchr(dir, '/');
-        if (ret == 0 && slash != NULL && slash != dir) {
-                *slash = '\0';
-                _cleanup_json_ json_t *p =
-                    json_pack("{s:s, s:s, s:b}", "sandbox_id", id, "path", dir, "parents", 1);
-                _cleanup_json_ json_t *res = NULL;
-                ret = client_call(c, "fs.mkdir", p, NULL, NULL, &res, error, err);
-        }
-        if (ret == 0) {
-                _cleanup_json_ json_t *p = json_pack("{s:s, s:s, s:s, s:s}", "sandbox_id", id, "path", path,
-                                                     "content", b64, "encoding", "base64");
-                _cleanup_json_ json_t *res = NULL;
-                ret = client_call(c, "fs.write", p, NULL, NULL, &res, error, err);
-        }
+        ret = http_sandbox_write(c, id, path, text, error, err);
         client_close(c);
         return ret;
 }
@@ -292,6 +278,98 @@ static const char *entry_type(json_t *entry)
 static enum MHD_Result reply_message(struct http_request *r, unsigned status, const char *message)
 {
         return http_reply_json(r, status, json_pack("{s:s}", "message", message));
+}
+
+/* A file's bytes go out as read, DOWNLOAD_CHUNK at a time over one nsboxd
+ * connection (fs.read with an offset): a download holds a chunk, never the
+ * whole file (a 60 MB file held 240 MB of nsbox-http as base64, JSON and
+ * bytes at once, and a file past fs.read's 64 MiB was cut short). */
+#define DOWNLOAD_CHUNK (4u << 20)
+
+struct download {
+        struct client *c;
+        char id[64];
+        char *path;
+        uint64_t offset; /* of the next chunk */
+        bool more;       /* nsboxd said the file goes on past the chunk */
+        char *chunk;
+        size_t chunk_len, chunk_off;
+};
+
+static void download_free(void *data)
+{
+        struct download *d = data;
+        client_close(d->c);
+        free(d->path);
+        free(d->chunk);
+        free(d);
+}
+
+static int download_next(struct download *d, json_t **error, nsbox_error_t **err)
+{
+        _cleanup_json_ json_t *p =
+            json_pack("{s:s, s:s, s:s, s:I, s:I}", "sandbox_id", d->id, "path", d->path, "encoding", "base64",
+                      "offset", (json_int_t)d->offset, "max_bytes", (json_int_t)DOWNLOAD_CHUNK);
+        _cleanup_json_ json_t *res = NULL;
+        int r = client_call(d->c, "fs.read", p, NULL, NULL, &res, error, err);
+        if (r < 0)
+                return r;
+        json_t *content = json_object_get(res, "content");
+        size_t len = 0;
+        char *bytes = base64_decode(json_string_value(content) ?: "", json_string_length(content), &len);
+        if (bytes == NULL)
+                return nsbox_error(err, EPROTO, "nsboxd sent bad base64");
+        free(d->chunk);
+        d->chunk = bytes;
+        d->chunk_len = len;
+        d->chunk_off = 0;
+        d->offset += len;
+        d->more = len > 0 && json_is_true(json_object_get(res, "truncated"));
+        return 0;
+}
+
+static ssize_t download_read(void *data, uint64_t pos, char *buf, size_t max)
+{
+        struct download *d = data;
+        if (d->chunk_off == d->chunk_len) {
+                if (!d->more)
+                        return MHD_CONTENT_READER_END_OF_STREAM;
+                _cleanup_error_ nsbox_error_t *err = NULL;
+                _cleanup_json_ json_t *error = NULL;
+                if (download_next(d, &error, &err) < 0)
+                        return MHD_CONTENT_READER_END_WITH_ERROR; /* e.g. removed meanwhile */
+                if (d->chunk_len == 0)
+                        return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        size_t n = d->chunk_len - d->chunk_off < max ? d->chunk_len - d->chunk_off : max;
+        memcpy(buf, d->chunk + d->chunk_off, n);
+        d->chunk_off += n;
+        return (ssize_t)n;
+}
+
+static enum MHD_Result download(struct http_request *r, const char *path)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        _cleanup_json_ json_t *error = NULL;
+        struct download *d = calloc(1, sizeof(*d));
+        if (d == NULL || (d->path = strdup(path)) == NULL) {
+                free(d);
+                return MHD_NO;
+        }
+        /* The first chunk before the status: its errors are the answer. */
+        if (connect_default(r, &d->c, d->id, &error, &err) < 0 || download_next(d, &error, &err) < 0) {
+                download_free(d);
+                return http_reply_rpc_error(r, error, err);
+        }
+        if (!d->more) {
+                /* all of it in one chunk */
+                enum MHD_Result ret =
+                    http_reply_bytes(r, MHD_HTTP_OK, "application/octet-stream", d->chunk, d->chunk_len);
+                d->chunk = NULL;
+                download_free(d);
+                return ret;
+        }
+        return http_reply_stream(r, "application/octet-stream", download_read, d, download_free);
 }
 
 enum MHD_Result http_agent_files(struct http_request *r, const char *kind, const char *path)
@@ -383,17 +461,5 @@ enum MHD_Result http_agent_files(struct http_request *r, const char *kind, const
         /* download, or v1 GET of a file: the bytes */
         if (dir)
                 return reply_message(r, MHD_HTTP_NOT_FOUND, "File not found");
-        json_decref(result);
-        result = NULL;
-        _cleanup_json_ json_t *rp = json_pack("{s:s, s:s, s:I}", "path", path, "encoding", "base64",
-                                              "max_bytes", (json_int_t)64 << 20);
-        if (call_in_default(r, "fs.read", rp, &result, &error, &err) < 0)
-                return http_reply_rpc_error(r, error, err);
-        json_t *content = json_object_get(result, "content");
-        size_t len = 0;
-        void *data = base64_decode(json_string_value(content) ?: "", json_string_length(content), &len);
-        if (data == NULL)
-                return http_reply_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal",
-                                        "nsboxd sent bad base64");
-        return http_reply_bytes(r, MHD_HTTP_OK, "application/octet-stream", data, len);
+        return download(r, path);
 }

@@ -111,7 +111,13 @@ int http_tokens_load(const char *path, nsbox_error_t **err)
                 return nsbox_error(err, errno, "stat %s", path);
         if (!S_ISREG(st.st_mode))
                 return nsbox_invalid(err, "tokens file %s is not a regular file", path);
-        /* Whoever can write the file can mint owners. */
+        /* Whoever can write the file can mint owners: root or nsbox-http's
+         * own uid alone. */
+        if (st.st_uid != 0 && st.st_uid != geteuid())
+                return nsbox_refuse(err, EPERM,
+                                    "tokens file %s is owned by uid %u, who could make itself any owner: it "
+                                    "must be root's (or this process's uid %u)",
+                                    path, (unsigned)st.st_uid, (unsigned)geteuid());
         if (st.st_mode & (S_IWGRP | S_IWOTH))
                 return nsbox_refuse(err, EPERM, "tokens file %s is writable by group or others (mode %04o)",
                                     path, (unsigned)(st.st_mode & 07777));

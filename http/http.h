@@ -26,9 +26,6 @@ struct http_config {
 };
 extern struct http_config http_config;
 
-/* cli/client.c needs it of its program (http/main.c). */
-int cli_write_all(int fd, const void *data, size_t len);
-
 /* --- tokens (auth.c) --- */
 int http_tokens_load(const char *path, nsbox_error_t **err);
 void http_tokens_clear(void);
@@ -57,16 +54,30 @@ enum MHD_Result http_reply_error(struct http_request *r, unsigned status, const 
                                  ...) __attribute__((format(printf, 4, 5)));
 enum MHD_Result http_reply_bytes(struct http_request *r, unsigned status, const char *content_type,
                                  void *data, size_t len); /* data: malloc'd, stolen */
+/* A 200 whose body `read` produces as it comes (chunked, no-cache); `done`
+ * frees data, also when the response cannot be made. */
+enum MHD_Result http_reply_stream(struct http_request *r, const char *content_type,
+                                  MHD_ContentReaderCallback read, void *data,
+                                  MHD_ContentReaderFreeCallback done);
 /* An nsboxd JSON-RPC error object (or a failure to reach nsboxd: error NULL)
  * as the HTTP status its kind maps to, body {"error":{"kind","message"}}. */
 enum MHD_Result http_reply_rpc_error(struct http_request *r, json_t *error, const nsbox_error_t *err);
 unsigned http_status_of_rpc_error(json_t *error, const char **kind);
 
-/* A connection to nsboxd acting as the request's owner. */
-int http_nsboxd_connect(const struct http_request *r, struct client **out, nsbox_error_t **err);
+/* A connection to nsboxd acting as the request's owner; -EPROTO with *error
+ * (new ref) when nsboxd refuses it (auth.act_as: limit_reached). */
+int http_nsboxd_connect(const struct http_request *r, struct client **out, json_t **error,
+                        nsbox_error_t **err);
 /* One call on a fresh connection; -EPROTO with *error (new ref) on a JSON-RPC error. */
 int http_call(const struct http_request *r, const char *method, json_t *params, json_t **result,
               json_t **error, nsbox_error_t **err);
+/* Append n bytes to a growing buffer (doubling from 16 KiB, never past
+ * HTTP_MAX_BODY while it fits); -ENOMEM. */
+int http_buffer_append(char **data, size_t *len, size_t *cap, const void *more, size_t n);
+/* Write base64 content to a path of a sandbox over c, its parent
+ * directories made first (fs.mkdir parents, fs.write). */
+int http_sandbox_write(struct client *c, const char *sandbox_id, const char *path, const char *base64,
+                       json_t **error, nsbox_error_t **err);
 /* The request body as JSON (an object), or a 400 queued and NULL returned. */
 json_t *http_body_object(struct http_request *r, enum MHD_Result *ret);
 

@@ -20,22 +20,6 @@
 extern MHD_AccessHandlerCallback http_access_handler;
 extern MHD_RequestCompletedCallback http_request_completed;
 
-/* cli/client.c's one need from the CLI. */
-int cli_write_all(int fd, const void *data, size_t len)
-{
-        const char *p = data;
-        while (len > 0) {
-                ssize_t n = write(fd, p, len);
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n < 0)
-                        return -errno;
-                p += n;
-                len -= n;
-        }
-        return 0;
-}
-
 static const char usage[] =
     "usage: nsbox-http --http ADDR [--tokens FILE] [--tls-cert FILE --tls-key FILE] [--socket PATH]\n"
     "                  [--max-connections N] [--timeout SEC] [--execute-sandbox JSON]\n"

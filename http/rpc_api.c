@@ -33,6 +33,7 @@ struct stream {
         pthread_t thread;
         bool started;
         bool wrote;    /* a line went into the pipe */
+        bool waiting;  /* for nsboxd: MHD's idle timeout is off (stream_waiting) */
         json_t *error; /* the call failed before any line: answered with its status */
         char first[65536];
         size_t first_len, first_off;
@@ -142,6 +143,19 @@ static bool stream_wait(struct stream *s)
         }
 }
 
+/* MHD's idle timeout is off only while the stream waits for nsboxd (a
+ * command that thinks is not an idle client); while MHD sends what came,
+ * it holds, so a client that stops reading is closed like any idle one.
+ * Turning it back on restarts its clock (MHD_set_connection_option). */
+static void stream_waiting(struct stream *s, bool waiting)
+{
+        if (s->waiting == waiting)
+                return;
+        s->waiting = waiting;
+        MHD_set_connection_option(s->connection, MHD_CONNECTION_OPTION_TIMEOUT,
+                                  waiting ? 0u : http_config.timeout_seconds);
+}
+
 static ssize_t stream_read(void *data, uint64_t pos, char *buf, size_t max)
 {
         struct stream *s = data;
@@ -152,19 +166,18 @@ static ssize_t stream_read(void *data, uint64_t pos, char *buf, size_t max)
                 return n;
         }
         for (;;) {
-                if (!stream_wait(s))
+                stream_waiting(s, true);
+                bool ready = stream_wait(s);
+                stream_waiting(s, false);
+                if (!ready)
                         return MHD_CONTENT_READER_END_WITH_ERROR;
                 ssize_t n = read(s->pipe_rd, buf, max);
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n < 0)
                         return MHD_CONTENT_READER_END_WITH_ERROR;
-                if (n == 0) {
-                        /* idle timeout again for what follows on this connection */
-                        MHD_set_connection_option(s->connection, MHD_CONNECTION_OPTION_TIMEOUT,
-                                                  http_config.timeout_seconds);
+                if (n == 0)
                         return MHD_CONTENT_READER_END_OF_STREAM;
-                }
                 return n;
         }
 }
@@ -192,9 +205,10 @@ static enum MHD_Result answer_stream(struct http_request *r, const char *method,
         }
         s->pipe_rd = fds[0];
         s->pipe_wr = fds[1];
-        if (http_nsboxd_connect(r, &s->c, &err) < 0) {
+        _cleanup_json_ json_t *refused = NULL;
+        if (http_nsboxd_connect(r, &s->c, &refused, &err) < 0) {
                 stream_free(s);
-                return http_reply_rpc_error(r, NULL, err);
+                return http_reply_rpc_error(r, refused, err);
         }
         if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
                 stream_free(s);
@@ -224,21 +238,8 @@ static enum MHD_Result answer_stream(struct http_request *r, const char *method,
                 stream_free(s);
                 return ret;
         }
-        struct MHD_Response *resp =
-            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, s, stream_free);
-        if (resp == NULL) {
-                stream_free(s);
-                return MHD_NO;
-        }
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
-                                s->sse ? "text/event-stream" : "application/x-ndjson");
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-        /* A stream may be quiet for longer than the idle timeout (a command
-         * that thinks): its end, or the client's leaving (stream_wait), ends it. */
-        MHD_set_connection_option(r->connection, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
-        enum MHD_Result ret = MHD_queue_response(r->connection, MHD_HTTP_OK, resp);
-        MHD_destroy_response(resp);
-        return ret;
+        return http_reply_stream(r, s->sse ? "text/event-stream" : "application/x-ndjson", stream_read, s,
+                                 stream_free);
 }
 
 static bool method_name_ok(const char *m)

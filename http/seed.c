@@ -69,21 +69,7 @@ static int run_in_sandbox(struct client *c, const char *id, json_t *code, json_t
         int r;
         json_object_foreach(files, key, v)
         {
-                /* parent directories first: a file may sit in a new directory */
-                _cleanup_free_ char *dir = strdup(key);
-                char *slash = dir ? strrchr(dir, '/') : NULL;
-                if (slash != NULL) {
-                        *slash = '\0';
-                        _cleanup_json_ json_t *p =
-                            json_pack("{s:s, s:s, s:b}", "sandbox_id", id, "path", dir, "parents", 1);
-                        _cleanup_json_ json_t *res = NULL;
-                        if ((r = call(c, "fs.mkdir", p, &res, error, err)) < 0)
-                                return r;
-                }
-                _cleanup_json_ json_t *p = json_pack("{s:s, s:s, s:O, s:s}", "sandbox_id", id, "path", key,
-                                                     "content", v, "encoding", "base64");
-                _cleanup_json_ json_t *res = NULL;
-                if ((r = call(c, "fs.write", p, &res, error, err)) < 0)
+                if ((r = http_sandbox_write(c, id, key, json_string_value(v), error, err)) < 0)
                         return r;
         }
         _cleanup_json_ json_t *params = json_pack("{s:s, s:O}", "sandbox_id", id, "code", code);
@@ -178,12 +164,12 @@ enum MHD_Result http_seed_execute(struct http_request *r, json_t *body)
         }
 
         _cleanup_error_ nsbox_error_t *err = NULL;
+        _cleanup_json_ json_t *made = NULL, *error = NULL;
         struct client *c = NULL;
-        if (http_nsboxd_connect(r, &c, &err) < 0)
-                return http_reply_rpc_error(r, NULL, err);
+        if (http_nsboxd_connect(r, &c, &error, &err) < 0)
+                return http_reply_rpc_error(r, error, err);
         _cleanup_json_ json_t *create =
             http_config.execute_sandbox ? json_deep_copy(http_config.execute_sandbox) : json_object();
-        _cleanup_json_ json_t *made = NULL, *error = NULL;
         if (call(c, "sandbox.create", create, &made, &error, &err) < 0) {
                 enum MHD_Result ret = http_reply_rpc_error(r, error, err);
                 client_close(c);

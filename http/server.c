@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <arpa/inet.h>
 
 #include "cleanup.h"
 #include "json_cleanup.h"
@@ -20,14 +21,10 @@ struct http_config http_config;
  * once this much more has been thrown away. */
 #define HTTP_MAX_DISCARD (64u << 20)
 
-enum MHD_Result http_reply_bytes(struct http_request *r, unsigned status, const char *content_type,
-                                 void *data, size_t len)
+/* Every reply goes out here: its headers by status, then queued. */
+static enum MHD_Result queue_reply(struct http_request *r, unsigned status, struct MHD_Response *resp,
+                                   const char *content_type)
 {
-        struct MHD_Response *resp = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
-        if (resp == NULL) {
-                free(data);
-                return MHD_NO;
-        }
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
         if (status == MHD_HTTP_UNAUTHORIZED)
                 MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"nsbox\"");
@@ -38,6 +35,31 @@ enum MHD_Result http_reply_bytes(struct http_request *r, unsigned status, const 
         if (ret == MHD_YES)
                 r->answered = true;
         return ret;
+}
+
+enum MHD_Result http_reply_bytes(struct http_request *r, unsigned status, const char *content_type,
+                                 void *data, size_t len)
+{
+        struct MHD_Response *resp = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
+        if (resp == NULL) {
+                free(data);
+                return MHD_NO;
+        }
+        return queue_reply(r, status, resp, content_type);
+}
+
+enum MHD_Result http_reply_stream(struct http_request *r, const char *content_type,
+                                  MHD_ContentReaderCallback read, void *data,
+                                  MHD_ContentReaderFreeCallback done)
+{
+        struct MHD_Response *resp =
+            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 65536, read, data, done);
+        if (resp == NULL) {
+                done(data);
+                return MHD_NO;
+        }
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        return queue_reply(r, MHD_HTTP_OK, resp, content_type);
 }
 
 enum MHD_Result http_reply_json(struct http_request *r, unsigned status, json_t *body)
@@ -108,16 +130,20 @@ enum MHD_Result http_reply_rpc_error(struct http_request *r, json_t *error, cons
                                          json_is_string(message) ? json_string_value(message) : "error"));
 }
 
-int http_nsboxd_connect(const struct http_request *r, struct client **out, nsbox_error_t **err)
+int http_nsboxd_connect(const struct http_request *r, struct client **out, json_t **error,
+                        nsbox_error_t **err)
 {
         struct client *c = NULL;
+        *error = NULL;
         int ret = client_connect(http_config.socket_path, &c, err);
         if (ret < 0)
                 return ret;
         if (http_config.act_as) {
+                /* Its refusal (limit_reached past the owner's connections) is
+                 * the request's answer, with that error's status. */
                 _cleanup_json_ json_t *params = json_pack("{s:I}", "uid", (json_int_t)r->uid);
-                _cleanup_json_ json_t *result = NULL, *error = NULL;
-                ret = client_call(c, "auth.act_as", params, NULL, NULL, &result, &error, err);
+                _cleanup_json_ json_t *result = NULL;
+                ret = client_call(c, "auth.act_as", params, NULL, NULL, &result, error, err);
                 if (ret < 0) {
                         client_close(c);
                         return ret;
@@ -131,13 +157,56 @@ int http_call(const struct http_request *r, const char *method, json_t *params, 
               json_t **error, nsbox_error_t **err)
 {
         struct client *c = NULL;
-        *error = NULL;
-        int ret = http_nsboxd_connect(r, &c, err);
+        int ret = http_nsboxd_connect(r, &c, error, err);
         if (ret < 0)
                 return ret;
         ret = client_call(c, method, params, NULL, NULL, result, error, err);
         client_close(c);
         return ret;
+}
+
+int http_buffer_append(char **data, size_t *len, size_t *cap, const void *more, size_t n)
+{
+        if (*len + n > *cap) {
+                size_t grown_cap = *cap ? *cap : 16384;
+                while (grown_cap < *len + n)
+                        grown_cap *= 2;
+                /* a body is at most this: no room beyond it */
+                if (grown_cap > HTTP_MAX_BODY && *len + n <= HTTP_MAX_BODY)
+                        grown_cap = HTTP_MAX_BODY;
+                char *grown = realloc(*data, grown_cap);
+                if (grown == NULL)
+                        return -ENOMEM;
+                *data = grown;
+                *cap = grown_cap;
+        }
+        memcpy(*data + *len, more, n);
+        *len += n;
+        return 0;
+}
+
+int http_sandbox_write(struct client *c, const char *sandbox_id, const char *path, const char *base64,
+                       json_t **error, nsbox_error_t **err)
+{
+        *error = NULL;
+        const char *slash = strrchr(path, '/');
+        if (slash != NULL && slash != path) {
+                _cleanup_free_ char *dir = strndup(path, (size_t)(slash - path));
+                _cleanup_json_ json_t *p =
+                    json_pack("{s:s, s:s, s:b}", "sandbox_id", sandbox_id, "path", dir, "parents", 1);
+                _cleanup_json_ json_t *res = NULL;
+                if (dir == NULL || p == NULL)
+                        return nsbox_error(err, ENOMEM, "write %s", path);
+                int r = client_call(c, "fs.mkdir", p, NULL, NULL, &res, error, err);
+                if (r < 0)
+                        return r;
+        }
+        _cleanup_json_ json_t *p = json_pack("{s:s, s:s, s:s, s:s}", "sandbox_id", sandbox_id, "path", path,
+                                             "content", base64, "encoding", "base64");
+        _cleanup_json_ json_t *res = NULL;
+        if (p == NULL)
+                return nsbox_error(err, ENOMEM, "write %s", path);
+        return client_call(c, "fs.write", p, NULL, NULL, &res, error, err);
 }
 
 json_t *http_body_object(struct http_request *r, enum MHD_Result *ret)
@@ -172,6 +241,41 @@ static uid_t authenticate(struct MHD_Connection *connection)
         while (len > 0 && token[len - 1] == ' ')
                 len--;
         return http_tokens_lookup(token, len);
+}
+
+/* Host: 127.x.y.z, localhost or [::1], with or without a port. */
+static bool loopback_host(const char *host)
+{
+        char name[256];
+        size_t n = strlen(host);
+        if (n == 0 || n >= sizeof(name))
+                return false;
+        memcpy(name, host, n + 1);
+        if (name[0] == '[') {
+                char *close = strchr(name, ']');
+                if (close == NULL || (close[1] != '\0' && close[1] != ':'))
+                        return false;
+                *close = '\0';
+                return strcmp(name + 1, "::1") == 0;
+        }
+        char *colon = strchr(name, ':');
+        if (colon != NULL)
+                *colon = '\0';
+        struct in_addr a;
+        if (strcasecmp(name, "localhost") == 0)
+                return true;
+        return inet_pton(AF_INET, name, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
+/* Without tokens, reaching the loopback port is the only credential, and a
+ * browser reaches it for any web page: a cross-site "simple" POST (no
+ * preflight) carries an Origin, a DNS-rebound name a Host of that name.
+ * Programs (curl, SDKs) send neither. */
+static bool from_this_host(struct MHD_Connection *connection)
+{
+        const char *host = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+        const char *origin = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, "Origin");
+        return origin == NULL && (host == NULL || loopback_host(host));
 }
 
 static bool path_is(const char *url, const char *prefix, const char **rest)
@@ -286,6 +390,12 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *connecti
                                     r, MHD_HTTP_UNAUTHORIZED, "unauthorized",
                                     "a valid token is required: Authorization: Bearer TOKEN");
                 } else {
+                        if (!from_this_host(connection))
+                                return http_reply_error(
+                                    r, MHD_HTTP_FORBIDDEN, "permission_denied",
+                                    "without --tokens only programs of this host are served: a request "
+                                    "with an Origin header (a web page's) or a Host that is not a "
+                                    "loopback address is refused");
                         r->uid = getuid();
                 }
                 const char *length =
@@ -317,21 +427,9 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *connecti
                                 return MHD_NO;
                         return MHD_YES;
                 }
-                if (r->body_len + n > r->body_cap) {
-                        size_t cap = r->body_cap ? r->body_cap : 16384;
-                        while (cap < r->body_len + n)
-                                cap *= 2;
-                        if (cap > HTTP_MAX_BODY)
-                                cap = HTTP_MAX_BODY;
-                        char *grown = realloc(r->body, cap);
-                        if (grown == NULL)
-                                return MHD_NO;
-                        r->body = grown;
-                        r->body_cap = cap;
-                }
-                memcpy(r->body + r->body_len, upload_data, n);
-                r->body_len += n;
-                return MHD_YES;
+                /* within HTTP_MAX_BODY, checked above */
+                return http_buffer_append(&r->body, &r->body_len, &r->body_cap, upload_data, n) < 0 ? MHD_NO
+                                                                                                    : MHD_YES;
         }
         if (r->too_large && !r->answered)
                 return http_reply_error(r, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_params",
