@@ -20,6 +20,7 @@ struct http_config {
         const char *socket_path;  /* nsboxd's */
         bool act_as;              /* tokens: each request acts as its token's uid */
         unsigned timeout_seconds; /* a connection idle this long is closed */
+        unsigned max_per_token;   /* requests of one owner served at once; more get 429 */
         /* sandbox.create params of the sandboxes POST /execute {code} makes
          * (--execute-sandbox JSON), e.g. an image, limits, env or network */
         json_t *execute_sandbox;
@@ -44,6 +45,7 @@ struct http_request {
         char *body;
         size_t body_len, body_cap;
         struct http_upload *upload;
+        bool counted;   /* counted in its owner's requests in flight */
         bool answered;  /* a response was queued before the body ended */
         bool too_large; /* the body went over HTTP_MAX_BODY: the rest is thrown away */
 };

@@ -32,6 +32,8 @@ static const char usage[] =
     "  --tls-cert/--tls-key   serve HTTPS with this PEM certificate and key\n"
     "  --socket PATH          nsboxd's socket (default $NSBOX_SOCKET or /run/nsbox/nsbox.sock)\n"
     "  --max-connections N    at most N clients at once (default 256)\n"
+    "  --max-per-token N      at most N requests of one token at once (default a quarter of\n"
+    "                         --max-connections): more get 429\n"
     "  --timeout SEC          close a connection idle this long (default 120)\n"
     "  --execute-sandbox JSON sandbox.create params of the sandboxes POST /execute {code} makes\n";
 
@@ -115,7 +117,7 @@ int main(int argc, char **argv)
 {
         const char *listen_text = NULL, *tokens_path = NULL, *cert_path = NULL, *key_path = NULL,
                    *socket_flag = NULL, *execute_sandbox = NULL;
-        unsigned max_connections = 256, timeout = 120;
+        unsigned max_connections = 256, timeout = 120, max_per_token = 0;
         static const struct option longopts[] = {
                 { "http", required_argument, NULL, 'l' },
                 { "tokens", required_argument, NULL, 't' },
@@ -123,6 +125,7 @@ int main(int argc, char **argv)
                 { "tls-key", required_argument, NULL, 'k' },
                 { "socket", required_argument, NULL, 's' },
                 { "max-connections", required_argument, NULL, 'm' },
+                { "max-per-token", required_argument, NULL, 'p' },
                 { "timeout", required_argument, NULL, 'T' },
                 { "execute-sandbox", required_argument, NULL, 'e' },
                 { "help", no_argument, NULL, 'h' },
@@ -150,16 +153,21 @@ int main(int argc, char **argv)
                         execute_sandbox = optarg;
                         break;
                 case 'm':
+                case 'p':
                 case 'T': {
                         char *end;
                         unsigned long v = strtoul(optarg, &end, 10);
                         if (*end != '\0' || v == 0 || v > 100000) {
                                 fprintf(stderr, "nsbox-http: --%s wants a number from 1 to 100000\n",
-                                        opt == 'm' ? "max-connections" : "timeout");
+                                        opt == 'm'   ? "max-connections"
+                                        : opt == 'p' ? "max-per-token"
+                                                     : "timeout");
                                 return 2;
                         }
                         if (opt == 'm')
                                 max_connections = v;
+                        else if (opt == 'p')
+                                max_per_token = v;
                         else
                                 timeout = v;
                         break;
@@ -207,6 +215,8 @@ int main(int argc, char **argv)
         }
         http_config.socket_path = client_socket_path(socket_flag);
         http_config.timeout_seconds = timeout;
+        /* One token must not hold every connection: the rest of the tokens would wait. */
+        http_config.max_per_token = max_per_token ? max_per_token : (max_connections + 3) / 4;
         if (execute_sandbox != NULL) {
                 json_error_t jerr;
                 http_config.execute_sandbox = json_loads(execute_sandbox, 0, &jerr);

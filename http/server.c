@@ -4,6 +4,7 @@
 #include "http.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -366,6 +367,60 @@ static enum MHD_Result liveness(struct http_request *r)
         return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:s}", "status", "ok"));
 }
 
+/* Requests in flight per owner, for --max-per-token: a short list (one entry
+ * per owner with a request now), shared by every connection's thread. */
+struct owner_load {
+        uid_t uid;
+        unsigned requests;
+};
+static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct owner_load *loads;
+static size_t n_loads, loads_cap;
+
+/* Count a request of r->uid in; false when its owner is at --max-per-token (or out of memory). */
+static bool owner_take(struct http_request *r)
+{
+        pthread_mutex_lock(&load_lock);
+        struct owner_load *l = NULL;
+        for (size_t i = 0; i < n_loads && l == NULL; i++)
+                if (loads[i].uid == r->uid)
+                        l = &loads[i];
+        if (l == NULL && n_loads == loads_cap) {
+                size_t cap = loads_cap ? 2 * loads_cap : 16;
+                struct owner_load *more = reallocarray(loads, cap, sizeof(*loads));
+                if (more != NULL) {
+                        loads = more;
+                        loads_cap = cap;
+                }
+        }
+        if (l == NULL && n_loads < loads_cap) {
+                l = &loads[n_loads++];
+                *l = (struct owner_load){ .uid = r->uid };
+        }
+        bool ok = l != NULL && l->requests < http_config.max_per_token;
+        if (ok)
+                l->requests++;
+        pthread_mutex_unlock(&load_lock);
+        r->counted = ok;
+        return ok;
+}
+
+static void owner_give(struct http_request *r)
+{
+        if (!r->counted)
+                return;
+        pthread_mutex_lock(&load_lock);
+        for (size_t i = 0; i < n_loads; i++) {
+                if (loads[i].uid != r->uid)
+                        continue;
+                if (--loads[i].requests == 0)
+                        loads[i] = loads[--n_loads];
+                break;
+        }
+        pthread_mutex_unlock(&load_lock);
+        r->counted = false;
+}
+
 static enum MHD_Result access_handler(void *cls, struct MHD_Connection *connection, const char *url,
                                       const char *method, const char *version, const char *upload_data,
                                       size_t *upload_data_size, void **con_cls)
@@ -398,6 +453,12 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *connecti
                                     "loopback address is refused");
                         r->uid = getuid();
                 }
+                if (!owner_take(r))
+                        return http_reply_error(
+                            r, MHD_HTTP_TOO_MANY_REQUESTS, "limit_reached",
+                            "this token has %u requests in progress already, the most one "
+                            "token may have at once (--max-per-token)",
+                            http_config.max_per_token);
                 const char *length =
                     MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
                 if (length != NULL && strtoull(length, NULL, 10) > HTTP_MAX_BODY)
@@ -445,6 +506,7 @@ static void request_completed(void *cls, struct MHD_Connection *connection, void
         struct http_request *r = *con_cls;
         if (r == NULL)
                 return;
+        owner_give(r);
         http_agent_upload_free(r->upload);
         free(r->body);
         free(r);

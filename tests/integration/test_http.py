@@ -725,3 +725,41 @@ def test_connection_limit_and_idle_timeout(daemon):
         assert f.request("GET", "/health")[0] == 200
     finally:
         assert f.stop() == 0
+
+
+def test_one_token_cannot_hold_every_connection(daemon):
+    # Two of token A's requests wait on a command; its third is 429 at once, and
+    # token B is still served. Once A's requests end, A is served again.
+    f = Front(daemon, "--max-connections", "8", "--max-per-token", "2")
+    gate = "/workspace/gate"
+    try:
+        sb = f.rpc("sandbox.create")["sandbox_id"]
+        results = []
+
+        def wait_on_gate():
+            results.append(f.request("POST", "/v1/rpc/sandbox.exec",
+                                     {"sandbox_id": sb, "timeout_seconds": 120,
+                                      "argv": ["sh", "-c", "touch /workspace/started-$$; "
+                                               "while [ ! -e %s ]; do sleep 0.05; done" % gate]}))
+        threads = [threading.Thread(target=wait_on_gate) for _ in range(2)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 60
+        # (nsboxd's root client reaches every owner's sandbox)
+        def started():
+            return [e for e in daemon.call("fs.list", sandbox_id=sb, path="/workspace")["entries"]
+                    if e["name"].startswith("started-")]
+        while len(started()) < 2:
+            assert time.monotonic() < deadline, "the two waiting execs did not start"
+            time.sleep(0.05)
+        status, resp, body = f.request("GET", "/health")
+        assert status == 429 and error_kind(body) == "limit_reached", (status, body)
+        assert "--max-per-token" in body["error"]["message"] and resp.getheader("Retry-After")
+        assert f.request("GET", "/health", token=TOKEN_B)[0] == 200
+        daemon.call("sandbox.exec", sandbox_id=sb, argv=["touch", gate])
+        for t in threads:
+            t.join(timeout=60)
+        assert [r[0] for r in results] == [200, 200]
+        assert f.request("GET", "/health")[0] == 200
+    finally:
+        assert f.stop() == 0
