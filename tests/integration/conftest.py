@@ -21,6 +21,40 @@ IMAGE_DIR = os.environ.get("NSBOX_IMAGE_DIR", "/var/lib/nsbox/images")
 ASAN = os.path.basename(BUILD.rstrip("/")) == "build-asan"
 
 
+# Without host root (NSBOX_TEST_LAUNCHER=nested|rootless, rootless_launch.py)
+# the same tests run against a daemon in a user namespace. A test whose
+# claim needs host root by design (per-sandbox host uid ranges, a root-owned
+# socket, clients told apart by uid, ...) says so with
+# @pytest.mark.hostroot("why"): it is skipped under a launcher and runs as
+# ever without one, so the marker hides nothing from a host-root run.
+LAUNCHER = os.environ.get("NSBOX_TEST_LAUNCHER")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "hostroot(reason): the test's claim needs nsboxd to run as host root; "
+                            "skipped under NSBOX_TEST_LAUNCHER")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for mark in item.iter_markers("hostroot"):
+            if len(mark.args) != 1 or not mark.args[0]:
+                raise pytest.UsageError("%s: @pytest.mark.hostroot needs its reason" % item.nodeid)
+        mark = item.get_closest_marker("hostroot")
+        if LAUNCHER and mark is not None:
+            item.add_marker(pytest.mark.skip(reason="needs host root (%s): %s" % (LAUNCHER, mark.args[0])))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def rootless_user_removed_at_the_end():
+    """The rootless launcher's test user and subuid range go after the run
+    (session teardown: after every module's daemon has stopped)."""
+    yield
+    if LAUNCHER == "rootless":
+        import rootless_launch
+        rootless_launch.remove_rootless_user()
+
+
 class Daemon:
     def __init__(self, extra_args=(), env=None, launcher=None):
         self.dir = tempfile.mkdtemp(prefix="nsbox-test-")
