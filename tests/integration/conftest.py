@@ -1,6 +1,7 @@
 """Fixtures that start the real nsboxd on a private socket and state dir."""
 import json
 import os
+import pathlib
 import shutil
 import signal
 import subprocess
@@ -143,6 +144,17 @@ def daemon():
     yield d
     rc = d.stop()
     assert rc == 0, "nsboxd did not stop cleanly (rc=%s):\n%s" % (rc, d.final_log[-6000:])
+
+
+@pytest.fixture(scope="module")
+def daemon_readable_tmp():
+    """A dir for test data nsboxd reads (a seccomp dir, a config): pytest's own
+    tmp dirs are host root's and 0700, which nsboxd without host root
+    (NSBOX_TEST_LAUNCHER) cannot enter."""
+    d = tempfile.mkdtemp(prefix="nsbox-test-data-")
+    os.chmod(d, 0o755)
+    yield pathlib.Path(d)
+    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture

@@ -35,8 +35,9 @@ def sh(daemon, sb, command, user="sandbox", **kw):
 
 
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory):
-    profiles = tmp_path_factory.mktemp("seccomp")
+def daemon(daemon_readable_tmp):
+    profiles = daemon_readable_tmp / "seccomp"
+    profiles.mkdir()
     shutil.copy(os.path.join(REPO, "seccomp-profiles", "default.json"), profiles / "default.json")
     shutil.copy(DOCKER_PROFILE, profiles / "docker.json")
     d = Daemon(extra_args=["--seccomp-dir", str(profiles)])
