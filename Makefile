@@ -121,7 +121,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libnsbox.a
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
 # Suites with their own setup keep their rules beside their tests.
-include tests/vm/vm.mk tests/fuzz/fuzz.mk tests/mcp/mcp.mk tests/bench/bench.mk deploy/kubernetes/deploy.mk
+include tests/vm/vm.mk tests/fuzz/fuzz.mk tests/mcp/mcp.mk tests/bench/bench.mk deploy/kubernetes/deploy.mk tests/integration/userns.mk
 
 # --- setup -----------------------------------------------------------------
 # Install only what is missing, non-interactively; `apt-get update` only when
@@ -166,6 +166,7 @@ test: deps-test
 	$(MAKE) test-unit
 	$(MAKE) test-fuzz
 	$(MAKE) test-integration
+	$(MAKE) test-integration-userns
 	$(MAKE) test-vm
 
 # systemd-analyze prints problems but exits 0 for many of them: any output fails.

@@ -46,9 +46,13 @@ int profiles_get(const char *name, nsbox_error_t **err)
                 return nsbox_error(err, EINVAL, "invalid seccomp profile name");
         char path[4096];
         snprintf(path, sizeof(path), "%s/%s.json", nsboxd.config.seccomp_dir, name);
-        if (access(path, F_OK) < 0)
+        /* Only a missing file is "not found": nsboxd without host root may
+         * simply not be let into the operator's dir, which must say so. */
+        if (access(path, F_OK) < 0 && (errno == ENOENT || errno == ENOTDIR))
                 return nsbox_error(err, ENOENT, "seccomp profile \"%s\" not found in %s", name,
                                    nsboxd.config.seccomp_dir);
+        if (access(path, R_OK) < 0)
+                return nsbox_error(err, errno, "seccomp profile \"%s\": cannot read %s", name, path);
         struct seccomp_program prog = { 0 };
         int r = seccomp_profile_compile_file(path, &prog, err);
         if (r < 0)

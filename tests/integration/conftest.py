@@ -1,6 +1,7 @@
 """Fixtures that start the real nsboxd on a private socket and state dir."""
 import json
 import os
+import pathlib
 import shutil
 import signal
 import subprocess
@@ -19,6 +20,40 @@ BUILD = os.environ.get("NSBOX_BUILD", os.path.join(REPO, "build"))
 IMAGE_DIR = os.environ.get("NSBOX_IMAGE_DIR", "/var/lib/nsbox/images")
 # The sanitizer build (make asan) runs the same tests; memory bounds allow for its shadow memory.
 ASAN = os.path.basename(BUILD.rstrip("/")) == "build-asan"
+
+
+# Without host root (NSBOX_TEST_LAUNCHER=nested|rootless, rootless_launch.py)
+# the same tests run against a daemon in a user namespace. A test whose
+# claim needs host root by design (per-sandbox host uid ranges, a root-owned
+# socket, clients told apart by uid, ...) says so with
+# @pytest.mark.hostroot("why"): it is skipped under a launcher and runs as
+# ever without one, so the marker hides nothing from a host-root run.
+LAUNCHER = os.environ.get("NSBOX_TEST_LAUNCHER")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "hostroot(reason): the test's claim needs nsboxd to run as host root; "
+                            "skipped under NSBOX_TEST_LAUNCHER")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for mark in item.iter_markers("hostroot"):
+            if len(mark.args) != 1 or not mark.args[0]:
+                raise pytest.UsageError("%s: @pytest.mark.hostroot needs its reason" % item.nodeid)
+        mark = item.get_closest_marker("hostroot")
+        if LAUNCHER and mark is not None:
+            item.add_marker(pytest.mark.skip(reason="needs host root (%s): %s" % (LAUNCHER, mark.args[0])))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def rootless_user_removed_at_the_end():
+    """The rootless launcher's test user and subuid range go after the run
+    (session teardown: after every module's daemon has stopped)."""
+    yield
+    if LAUNCHER == "rootless":
+        import rootless_launch
+        rootless_launch.remove_rootless_user()
 
 
 class Daemon:
@@ -109,6 +144,17 @@ def daemon():
     yield d
     rc = d.stop()
     assert rc == 0, "nsboxd did not stop cleanly (rc=%s):\n%s" % (rc, d.final_log[-6000:])
+
+
+@pytest.fixture(scope="module")
+def daemon_readable_tmp():
+    """A dir for test data nsboxd reads (a seccomp dir, a config): pytest's own
+    tmp dirs are host root's and 0700, which nsboxd without host root
+    (NSBOX_TEST_LAUNCHER) cannot enter."""
+    d = tempfile.mkdtemp(prefix="nsbox-test-data-")
+    os.chmod(d, 0o755)
+    yield pathlib.Path(d)
+    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture

@@ -39,6 +39,7 @@ def open_socket(daemon):
     os.chmod(daemon.socket, 0o666)  # in production: membership of group nsbox
 
 
+@pytest.mark.hostroot("clients of distinct host uids: clients outside nsboxd's user namespace are one owner")
 def test_another_uid_cannot_resolve_roots_sandbox_by_prefix(daemon, sandbox, open_socket):
     prefix = sandbox[:8]
     out = as_uid(1000, daemon.socket, [
@@ -76,6 +77,7 @@ def test_a_unique_exec_id_prefix_names_a_background_exec(daemon, sandbox):
         daemon.call("exec.kill", exec_id=job[:6], signal=9)
 
 
+@pytest.mark.hostroot("clients of distinct host uids: clients outside nsboxd's user namespace are one owner")
 def test_another_uid_cannot_resolve_roots_exec_by_prefix(daemon, sandbox, open_socket):
     job = daemon.call("sandbox.exec", sandbox_id=sandbox, command="sleep 30", background=True)["exec_id"]
     try:

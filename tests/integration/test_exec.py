@@ -287,6 +287,7 @@ def kib(field):
     return int(field.split()[0])
 
 
+@pytest.mark.hostroot("finds the sandbox's supervisor by the sandbox's own host uid range; without host root sandboxes share one")
 def test_an_exec_gets_a_fresh_slot_when_the_waiting_one_is_gone(daemon, sandbox):
     # The OOM killer (or a failed fork under the pids limit) may end the
     # supervisor of the slot waiting for the next exec. That exec must not
@@ -312,6 +313,7 @@ def test_an_exec_gets_a_fresh_slot_when_the_waiting_one_is_gone(daemon, sandbox)
     assert r["stdout"] == "still runs\n" and r["exit_code"] == 0, r
 
 
+@pytest.mark.hostroot("finds the sandbox's supervisor by the sandbox's own host uid range; without host root sandboxes share one")
 def test_execs_leave_nothing_behind_in_their_supervisor(daemon, sandbox):
     # An exec's process runs in its supervisor's memory until its execve
     # (runtime/supervisor.c): whatever it allocated there for a request

@@ -35,8 +35,9 @@ def sh(daemon, sb, command, user="sandbox", **kw):
 
 
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory):
-    profiles = tmp_path_factory.mktemp("seccomp")
+def daemon(daemon_readable_tmp):
+    profiles = daemon_readable_tmp / "seccomp"
+    profiles.mkdir()
     shutil.copy(os.path.join(REPO, "seccomp-profiles", "default.json"), profiles / "default.json")
     shutil.copy(DOCKER_PROFILE, profiles / "docker.json")
     d = Daemon(extra_args=["--seccomp-dir", str(profiles)])
@@ -87,6 +88,7 @@ def alive(pid):
 # ---- the supervisors and the init are out of the sandbox's reach ----------
 
 @pytest.mark.parametrize("user", USERS)
+@pytest.mark.hostroot("oom-protection: lowering oom_score_adj needs CAP_SYS_RESOURCE on the host (server.info userns.unavailable)")
 def test_no_exec_can_change_the_oom_score_of_a_supervisor_or_the_init(daemon, shared, user):
     # Keep a second exec running, so that there is another exec's supervisor
     # (and the waiting slot's) to attack besides our own.
@@ -122,6 +124,7 @@ def test_no_exec_can_change_the_oom_score_of_a_supervisor_or_the_init(daemon, sh
 
 
 @pytest.mark.parametrize("user", USERS)
+@pytest.mark.hostroot("oom-protection: lowering oom_score_adj needs CAP_SYS_RESOURCE on the host (server.info userns.unavailable)")
 def test_exec_processes_cannot_lower_their_oom_score(daemon, shared, user):
     # Protection of the supervisor must not leak into the exec: its
     # processes, and what they fork at once, start at 0 and stay at or above it.
@@ -143,6 +146,7 @@ def test_exec_processes_cannot_lower_their_oom_score(daemon, shared, user):
 
 # ---- orphans of a dead supervisor die --------------------------------------
 
+@pytest.mark.hostroot("finds the sandbox's supervisor by the sandbox's own host uid range; without host root sandboxes share one")
 def test_killing_a_supervisor_from_the_host_kills_its_exec_processes(daemon, sandbox):
     marker = "3600.%d" % os.getpid()
     # The sleeper is double-forked and in its own session: only its
@@ -423,6 +427,7 @@ def memory_held(daemon, processes, files_each):
         daemon.call("sandbox.remove", sandbox_id=sb, force=True)
 
 
+@pytest.mark.hostroot("cgroup limits and stats: nsboxd in a user namespace has no cgroup it may write here (server.info limits_reason)")
 def test_the_host_file_table_has_room_for_every_sandbox_and_files_cost_their_memory(daemon):
     # A sandbox may hold its pids limit times 1024 open files (262144 with the
     # defaults, a tenth of this host's fs.file-max before nsboxd started): a

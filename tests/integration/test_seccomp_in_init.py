@@ -41,8 +41,9 @@ def strict_profile(path):
 
 
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory):
-    profiles = tmp_path_factory.mktemp("seccomp")
+def daemon(daemon_readable_tmp):
+    profiles = daemon_readable_tmp / "seccomp"
+    profiles.mkdir()
     shutil.copy(os.path.join(PROFILES, "default.json"), profiles / "default.json")
     strict_profile(profiles / "strict.json")
     d = Daemon(extra_args=["--seccomp-dir", str(profiles)])
