@@ -91,11 +91,17 @@ class Daemon:
                 time.sleep(0.02)
 
     def abort_launch(self):
-        """A launcher's daemon that failed to start: its mounts go (the log stays)."""
-        if self.launch_cleanup is not None:
-            if self.proc.poll() is None:
+        """A daemon that failed to start goes, with what it made (a launcher's mounts
+        too); the log stays. Left running, it went on making warm-pool sandboxes in
+        its uid pool, which a later test using the same pool counted as its own."""
+        if self.proc.poll() is None:
+            self.proc.terminate()  # nsboxd removes its sandboxes on SIGTERM
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self.launch_cleanup is not None:
             self.launch_cleanup()
             self.launch_cleanup = None
 
