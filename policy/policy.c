@@ -186,8 +186,8 @@ int policy_network_from_json(json_t *network, char *name, size_t size, json_t **
         return 0;
 }
 
-int policy_from_json(const struct sandbox_policy *defaults, const struct policy_ceilings *ceilings,
-                     json_t *params, struct sandbox_policy *out, nsbox_error_t **err)
+static int parse_policy(const struct sandbox_policy *defaults, const struct policy_ceilings *ceilings,
+                        json_t *params, struct sandbox_policy *out, nsbox_error_t **err)
 {
         static const char *const known[] = { "session_id", "image",           "limits",
                                              "network",    "seccomp_profile", "idle_timeout_seconds",
@@ -245,6 +245,15 @@ int policy_from_json(const struct sandbox_policy *defaults, const struct policy_
         if (labels != NULL && !json_is_null(labels))
                 out->labels = json_deep_copy(labels);
         return 0;
+}
+
+int policy_from_json(const struct sandbox_policy *defaults, const struct policy_ceilings *ceilings,
+                     json_t *params, struct sandbox_policy *out, nsbox_error_t **err)
+{
+        int r = parse_policy(defaults, ceilings, params, out, err);
+        if (r < 0)
+                policy_clear(out); /* a custom network copied before a later field failed */
+        return r;
 }
 
 json_t *policy_limits_to_json(const struct sandbox_limits *limits)
