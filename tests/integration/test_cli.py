@@ -285,10 +285,16 @@ def test_run_through_the_daemon_creates_execs_and_removes(daemon):
     assert json.loads(ok(daemon.cli("ls", "--json")).stdout)["count"] == before
 
 
+# A command that dies of the first SIGINT once it has said "ready". Not
+# sh -c "echo ready; sleep 60": dash catches SIGINT and, sent between its
+# echo and its exec of sleep, loses it (27 of 300 tries on the host), so
+# the command ran on to the exec timeout in one CI run.
+READY_THEN_SLEEP = ["python3", "-c", "import time; print('ready', flush=True); time.sleep(60)"]
+
+
 def test_run_sigint_removes_its_sandbox_and_exits_130(daemon):
     before = json.loads(ok(daemon.cli("ls", "--json")).stdout)["count"]
-    proc = subprocess.Popen([NSBOX, "--socket", daemon.socket, "run", "--", "sh", "-c", "echo ready; sleep 60"],
-                            stdout=subprocess.PIPE)
+    proc = subprocess.Popen([NSBOX, "--socket", daemon.socket, "run", "--", *READY_THEN_SLEEP], stdout=subprocess.PIPE)
     assert proc.stdout.readline() == b"ready\n"
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=30) == 130
@@ -356,7 +362,7 @@ def test_run_without_a_daemon_uses_a_private_manager(no_daemon_env):
 
 def test_run_without_a_daemon_cleans_up_on_sigint(no_daemon_env):
     env, marker = no_daemon_env
-    proc = subprocess.Popen([NSBOX, "run", "--", "sh", "-c", "echo ready; sleep 60"], env=env, stdout=subprocess.PIPE)
+    proc = subprocess.Popen([NSBOX, "run", "--", *READY_THEN_SLEEP], env=env, stdout=subprocess.PIPE)
     assert proc.stdout.readline() == b"ready\n"
     assert processes_with_marker(marker), "no private daemon while the command runs"
     proc.send_signal(signal.SIGINT)
