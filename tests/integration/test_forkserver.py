@@ -336,3 +336,36 @@ def test_stopped_server_costs_one_call_its_timeout_then_is_replaced(daemon, sand
     r = run(daemon, sandbox_id=sandbox, code="print(6)")
     assert r["status"] == "ok" and r["stdout"] == "6\n", r
     assert wait_served(daemon, sandbox) != server
+
+
+# Threads of this process once numpy has done a matrix product (OpenBLAS
+# starts its pool then, sized by its environment, else by the host's CPUs).
+BLAS_THREADS = r'''
+import os, numpy
+a = numpy.ones((300, 300))
+a @ a
+print(os.environ.get("OPENBLAS_NUM_THREADS"), len(os.listdir("/proc/self/task")))
+'''
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="a 1-CPU host sizes the pools at 1 anyway")
+def test_compute_thread_pools_are_sized_by_the_sandbox_cpus_not_the_host(daemon):
+    """Pools sized by the host's CPUs spin in a sandbox's CPU quota: in a
+    1-cpu sandbox OpenBLAS's idle second thread made a served plot about
+    twice as slow. Calls served by the fork server, plain stateless ones and
+    execs all get a pool the size of the cpus limit, rounded up."""
+    one = daemon.call("sandbox.create", limits={"cpus": 1})["sandbox_id"]
+    wait_served(daemon, one)
+    for r in (run(daemon, sandbox_id=one, code=BLAS_THREADS),
+              run(daemon, sandbox_id=one, code=BLAS_THREADS, stateful=True),
+              daemon.call("sandbox.exec", sandbox_id=one, argv=["python3", "-c", BLAS_THREADS])):
+        assert r["stdout"].split() == ["1", "1"], r
+    env = daemon.call("sandbox.exec", sandbox_id=one, argv=["sh", "-c", "echo $OMP_NUM_THREADS $MKL_NUM_THREADS"])
+    assert env["stdout"] == "1 1\n"
+    # 1.5 cpus get 2 threads (the host has at least 2 CPUs); the sandbox's own env wins.
+    more = daemon.call("sandbox.create", limits={"cpus": 1.5})["sandbox_id"]
+    r = daemon.call("sandbox.exec", sandbox_id=more, argv=["python3", "-c", BLAS_THREADS])
+    assert r["stdout"].split() == ["2", "2"], r
+    own = daemon.call("sandbox.create", limits={"cpus": 1}, env={"OPENBLAS_NUM_THREADS": "2"})["sandbox_id"]
+    r = daemon.call("sandbox.exec", sandbox_id=own, argv=["python3", "-c", BLAS_THREADS])
+    assert r["stdout"].split() == ["2", "2"], r
