@@ -315,8 +315,8 @@ def sandbox_processes(uid_base, uid_ranges):
 
 def forkserver_memory(uid_base, uid_ranges):
     """Per sandbox with a fork server: the smaps_rollup of each of its fork
-    server processes (host view): the server, and the reaper and process
-    forked ahead for its next call. The server is the one whose parent is
+    server processes (host view): the server, and the reapers and processes
+    forked ahead for its next calls. The server is the one whose parent is
     not one of them."""
     out = []
     for group in sandbox_processes(uid_base, uid_ranges).values():
@@ -944,7 +944,7 @@ def forkserver_markdown(fs):
     if fs is None:
         return ["", "Fork server memory: no fork server found."]
     return ["", "| python fork server of stateless python.run: memory per sandbox (%d sandboxes, %.0f processes "
-            "each: the server, and the reaper and process forked ahead for the next call) | value |" % (
+            "each: the server, and the reapers and processes forked ahead for the next two calls) | value |" % (
                 fs["sandboxes"], fs["processes"]), "|---|---:|",
             "| the server's RSS | %.1f MiB |" % fs["server_rss_mib"],
             "| … anonymous (the imported modules' objects): the sandbox's own, charged to its cgroup; the "

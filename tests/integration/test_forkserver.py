@@ -297,7 +297,7 @@ def test_fork_server_does_not_keep_an_idle_sandbox_alive(daemon):
 
 def test_server_and_the_next_calls_processes_cannot_be_written_by_sandbox_code(daemon, sandbox):
     wait_served(daemon, sandbox)
-    time.sleep(1)  # the next call's processes are forked once the last call is over
+    time.sleep(1)  # the next calls' processes are forked once the last call is over
     # Other code of the sandbox, as the same user: here an exec.
     r = daemon.call("sandbox.exec", sandbox_id=sandbox, argv=["python3", "-c", r'''
 import errno, json, os
@@ -320,8 +320,8 @@ for pid in os.listdir("/proc"):
 print(json.dumps(out))
 '''])
     seen = json.loads(r["stdout"])
-    # The server, and the reaper and process waiting for the next call.
-    assert len(seen) == 3 and set(seen.values()) == {"EACCES"}, seen
+    # The server, and the reapers and processes waiting for the next two calls.
+    assert len(seen) == 5 and set(seen.values()) == {"EACCES"}, seen
 
 
 def test_stopped_server_costs_one_call_its_timeout_then_is_replaced(daemon, sandbox):
