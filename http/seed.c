@@ -67,16 +67,24 @@ static int run_in_sandbox(struct client *c, const char *id, json_t *code, json_t
         const char *key;
         json_t *v;
         int r;
-        json_object_foreach(files, key, v)
-        {
-                if ((r = http_sandbox_write(c, id, key, json_string_value(v), error, err)) < 0)
-                        return r;
-        }
         _cleanup_json_ json_t *params = json_pack("{s:s, s:O}", "sandbox_id", id, "code", code);
+        if (params == NULL)
+                return nsbox_error(err, ENOMEM, "python.run");
         if (json_integer_value(timeout) > 0)
                 json_object_set(params, "timeout_seconds", timeout);
         if (json_array_size(requirements) > 0)
                 json_object_set(params, "requirements", requirements);
+        /* The files go with the run, as bytes: python.run writes them first. */
+        if (json_object_size(files) > 0) {
+                json_t *in = json_object();
+                json_object_set_new(params, "files", in);
+                json_object_foreach(files, key, v)
+                {
+                        if (json_object_set_new(
+                                in, key, json_pack("{s:O, s:s}", "content", v, "encoding", "base64")) < 0)
+                                return nsbox_error(err, ENOMEM, "python.run");
+                }
+        }
         _cleanup_json_ json_t *run = NULL;
         if ((r = call(c, "python.run", params, &run, error, err)) < 0)
                 return r;
