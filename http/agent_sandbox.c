@@ -396,9 +396,11 @@ enum MHD_Result http_agent_files(struct http_request *r, const char *kind, const
                                                      recursive && strcmp(recursive, "true") == 0);
                 if (call_in_default(r, "fs.remove", p, &result, &error, &err) < 0) {
                         const char *message = json_string_value(json_object_get(error, "message"));
+                        const char *errnum =
+                            json_string_value(json_object_get(json_object_get(error, "data"), "errno"));
                         /* a directory with contents, without recursive */
-                        if (message && strstr(message, "not empty"))
-                                return http_reply_error(r, MHD_HTTP_CONFLICT, "busy", "%s", message);
+                        if (errnum && strcmp(errnum, "ENOTEMPTY") == 0)
+                                return http_reply_error(r, MHD_HTTP_CONFLICT, "busy", "%s", message ?: "");
                         return http_reply_rpc_error(r, error, err);
                 }
                 return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:s, s:b}", "path", path, "deleted", 1));

@@ -65,3 +65,24 @@ def test_seed_execute_writes_binary_files_byte_exact(front):
     assert status == 200 and body["status"] == "success", body
     assert body["stdout"] == "%d %s\n" % (len(BINARY), hashlib.sha256(BINARY).hexdigest())
     assert base64.b64decode(body["files_produced"]["out.bin"]) == BINARY[::-1]
+
+
+# --- fs errors carry data.errno ------------------------------------------------
+
+def test_fs_remove_of_a_non_empty_directory_says_errno_enotempty_in_data(daemon, sandbox):
+    daemon.call("fs.write", sandbox_id=sandbox, path="full/a.txt", content="x")
+    with pytest.raises(RpcError) as e:
+        daemon.call("fs.remove", sandbox_id=sandbox, path="full")
+    assert e.value.kind == "invalid_params" and e.value.error["data"]["errno"] == "ENOTEMPTY", e.value.error
+    with pytest.raises(RpcError) as e:
+        daemon.call("fs.stat", sandbox_id=sandbox, path="full/missing")
+    assert e.value.kind == "not_found" and e.value.error["data"]["errno"] == "ENOENT", e.value.error
+    daemon.call("fs.remove", sandbox_id=sandbox, path="full", recursive=True)
+
+
+def test_http_delete_of_a_non_empty_directory_is_409_busy_and_recursive_removes_it(front):
+    assert front.request("PUT", "/v1/files/mend-dir/sub/a.bin", b"\x00\xff")[0] == 200
+    status, _, body = front.request("DELETE", "/v1/files/mend-dir")
+    assert status == 409 and body["error"]["kind"] == "busy" and "not empty" in body["error"]["message"], body
+    assert front.request("DELETE", "/v1/files/mend-dir?recursive=true")[0] == 200
+    assert front.request("HEAD", "/v1/files/mend-dir")[0] == 404
