@@ -10,32 +10,12 @@
 
 #include "cleanup.h"
 #include "json_cleanup.h"
+#include "relpath.h"
 #include "textenc.h"
 
 /* Produced files come back in the reply, base64 (4/3 of this): beyond this
  * many bytes in all, the rest are left out (files_left_out counts them). */
 #define SEED_MAX_PRODUCED_BYTES ((json_int_t)64 << 20)
-
-/* Relative, no "..", no empty or "." parts: a path under /workspace. */
-static bool workspace_relative(const char *path)
-{
-        if (path[0] == '\0' || path[0] == '/' || strlen(path) > 4096)
-                return false;
-        const char *p = path;
-        while (*p) {
-                const char *slash = strchr(p, '/');
-                size_t n = slash ? (size_t)(slash - p) : strlen(p);
-                if (n == 0 || (n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
-                        return false;
-                for (size_t i = 0; i < n; i++)
-                        if ((unsigned char)p[i] < 0x20 || p[i] == 0x7f)
-                                return false;
-                p += n;
-                if (*p == '/')
-                        p++;
-        }
-        return p[-1] != '/';
-}
 
 static enum MHD_Result bad(struct http_request *r, const char *what)
 {
@@ -158,7 +138,8 @@ enum MHD_Result http_seed_execute(struct http_request *r, json_t *body)
         /* Check every file before a sandbox is made for them. */
         json_object_foreach(files, key, v)
         {
-                if (!workspace_relative(key))
+                /* relative, no "..", no empty or "." parts: a path under /workspace */
+                if (!relpath_ok(key, 0))
                         return http_reply_error(
                             r, MHD_HTTP_BAD_REQUEST, "invalid_params",
                             "files[\"%.100s\"]: paths are relative to /workspace, without \"..\"", key);
