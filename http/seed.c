@@ -182,7 +182,7 @@ enum MHD_Result http_seed_health(struct http_request *r)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
         _cleanup_json_ json_t *info = NULL, *error = NULL, *empty = json_object();
-        if (http_call(r, "server.info", empty, &info, &error, &err) < 0)
+        if (http_call(r, "server.load", empty, &info, &error, &err) < 0)
                 return http_reply_rpc_error(r, error, err);
         json_int_t capacity = json_integer_value(json_object_get(info, "max_sandboxes"));
         json_int_t sandboxes = json_integer_value(json_object_get(info, "sandboxes"));

@@ -86,3 +86,35 @@ def test_http_delete_of_a_non_empty_directory_is_409_busy_and_recursive_removes_
     assert status == 409 and body["error"]["kind"] == "busy" and "not empty" in body["error"]["message"], body
     assert front.request("DELETE", "/v1/files/mend-dir?recursive=true")[0] == 200
     assert front.request("HEAD", "/v1/files/mend-dir")[0] == 404
+
+
+# --- server.load: the load without the images list ---------------------------
+
+LOAD_FIELDS = {"version", "cgroup", "sandboxes", "max_sandboxes", "running_execs", "loadavg", "cpus",
+               "memory_committed_bytes", "memory_commit_limit_bytes"}
+
+
+def test_server_load_answers_the_load_fields_and_not_the_images(daemon, sandbox):
+    load = daemon.call("server.load")
+    info = daemon.call("server.info")
+    assert set(load) == LOAD_FIELDS, load
+    assert "images" not in load and "images" in info
+    for key in LOAD_FIELDS - {"loadavg", "running_execs"}:
+        assert load[key] == info[key], key
+    assert load["sandboxes"] >= 1 and len(load["loadavg"]) == 3 and load["cpus"] >= 1
+    with pytest.raises(RpcError) as e:
+        daemon.call("server.load", fields="all")
+    assert e.value.kind == "invalid_params"
+
+
+def test_health_and_healthz_answer_as_before(front, daemon):
+    status, _, health = front.request("GET", "/health")
+    assert status == 200, health
+    assert set(health) == {"status", "capacity", "sandboxes", "free", "version", "cgroup", "message", "load"}
+    assert set(health["load"]) == {"running_execs", "loadavg", "cpus", "memory_committed_bytes",
+                                   "memory_commit_limit_bytes"}
+    info = daemon.call("server.info")
+    assert health["capacity"] == info["max_sandboxes"] and health["version"] == info["version"]
+    assert health["cgroup"] == info["cgroup"] and health["load"]["cpus"] == info["cpus"]
+    status, _, body = front.request("GET", "/healthz", token=None)
+    assert status == 200 and body == {"status": "ok"}
