@@ -15,6 +15,7 @@
 #include "egress.h"
 #include "exec.h"
 #include "fs.h"
+#include "fs_path.h"
 #include "images.h"
 #include "json_cleanup.h"
 #include "log.h"
@@ -973,10 +974,11 @@ void package_method_install(struct rpc_request *req, struct sandbox *sb)
 
 /* --- python.run ------------------------------------------------------------ */
 
-/* A `files` key: relative to /workspace, or absolute under /workspace; no "..". */
+/* A `files` key: relative to /workspace, or absolute under /workspace; no "..";
+ * as long as fs.write takes (the seed's /execute sends such paths). */
 static bool workspace_path_ok(const char *path)
 {
-        if (path[0] == '\0' || strlen(path) > 1024)
+        if (path[0] == '\0' || strlen(path) > FS_PATH_MAX)
                 return false;
         if (path[0] == '/' && strncmp(path, "/workspace/", 11) != 0)
                 return false;

@@ -118,3 +118,12 @@ def test_health_and_healthz_answer_as_before(front, daemon):
     assert health["cgroup"] == info["cgroup"] and health["load"]["cpus"] == info["cpus"]
     status, _, body = front.request("GET", "/healthz", token=None)
     assert status == 200 and body == {"status": "ok"}
+
+
+def test_seed_execute_takes_a_long_file_path_as_fs_write_does(front):
+    """/execute's paths go up to 4096 bytes (the front's check, and fs.write's): python.run, which
+    now writes them, takes as long."""
+    path = "/".join(["d" * 200] * 10) + "/f.txt"  # 2016 bytes
+    status, _, body = front.request("POST", "/execute", {
+        "code": "print(open(%r).read())" % path, "files": {path: base64.b64encode(b"deep").decode()}})
+    assert status == 200 and body["stdout"] == "deep\n", body
