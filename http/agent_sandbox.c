@@ -19,6 +19,7 @@
 
 #include "cleanup.h"
 #include "json_cleanup.h"
+#include "relpath.h"
 #include "textenc.h"
 
 #define DEFAULT_SESSION "http-default"
@@ -194,26 +195,6 @@ void http_agent_upload_free(struct http_upload *u)
         free(u);
 }
 
-static bool upload_name_ok(const char *name)
-{
-        if (name == NULL || name[0] == '\0' || strlen(name) > 4096)
-                return false;
-        for (const char *p = name; *p; p++)
-                if ((unsigned char)*p < 0x20 || *p == 0x7f)
-                        return false;
-        /* no ".." part: the SDK sends a relative path under the runtime's base */
-        const char *p = name;
-        while (*p) {
-                while (*p == '/')
-                        p++;
-                size_t n = strcspn(p, "/");
-                if (n == 2 && p[0] == '.' && p[1] == '.')
-                        return false;
-                p += n;
-        }
-        return true;
-}
-
 /* Write bytes to a path of the default sandbox, its directories made first. */
 static int write_file(struct http_request *r, const char *path, const char *data, size_t len, json_t **error,
                       nsbox_error_t **err)
@@ -241,7 +222,9 @@ enum MHD_Result http_agent_upload_finish(struct http_request *r)
                     "the destination");
         if (u->second_file)
                 return http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params", "one file per upload");
-        if (!upload_name_ok(u->filename))
+        /* no ".." part: the SDK sends a path under the runtime's base; absolute, "./a" or "a//b"
+         * are taken as the sandbox's path walk reads them */
+        if (!relpath_ok(u->filename, RELPATH_ABSOLUTE | RELPATH_LOOSE))
                 return http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params",
                                         "the filename must be a path without \"..\" or control characters");
         _cleanup_error_ nsbox_error_t *err = NULL;
@@ -396,9 +379,11 @@ enum MHD_Result http_agent_files(struct http_request *r, const char *kind, const
                                                      recursive && strcmp(recursive, "true") == 0);
                 if (call_in_default(r, "fs.remove", p, &result, &error, &err) < 0) {
                         const char *message = json_string_value(json_object_get(error, "message"));
+                        const char *errnum =
+                            json_string_value(json_object_get(json_object_get(error, "data"), "errno"));
                         /* a directory with contents, without recursive */
-                        if (message && strstr(message, "not empty"))
-                                return http_reply_error(r, MHD_HTTP_CONFLICT, "busy", "%s", message);
+                        if (errnum && strcmp(errnum, "ENOTEMPTY") == 0)
+                                return http_reply_error(r, MHD_HTTP_CONFLICT, "busy", "%s", message ?: "");
                         return http_reply_rpc_error(r, error, err);
                 }
                 return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:s, s:b}", "path", path, "deleted", 1));

@@ -10,32 +10,12 @@
 
 #include "cleanup.h"
 #include "json_cleanup.h"
+#include "relpath.h"
 #include "textenc.h"
 
 /* Produced files come back in the reply, base64 (4/3 of this): beyond this
  * many bytes in all, the rest are left out (files_left_out counts them). */
 #define SEED_MAX_PRODUCED_BYTES ((json_int_t)64 << 20)
-
-/* Relative, no "..", no empty or "." parts: a path under /workspace. */
-static bool workspace_relative(const char *path)
-{
-        if (path[0] == '\0' || path[0] == '/' || strlen(path) > 4096)
-                return false;
-        const char *p = path;
-        while (*p) {
-                const char *slash = strchr(p, '/');
-                size_t n = slash ? (size_t)(slash - p) : strlen(p);
-                if (n == 0 || (n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
-                        return false;
-                for (size_t i = 0; i < n; i++)
-                        if ((unsigned char)p[i] < 0x20 || p[i] == 0x7f)
-                                return false;
-                p += n;
-                if (*p == '/')
-                        p++;
-        }
-        return p[-1] != '/';
-}
 
 static enum MHD_Result bad(struct http_request *r, const char *what)
 {
@@ -67,16 +47,24 @@ static int run_in_sandbox(struct client *c, const char *id, json_t *code, json_t
         const char *key;
         json_t *v;
         int r;
-        json_object_foreach(files, key, v)
-        {
-                if ((r = http_sandbox_write(c, id, key, json_string_value(v), error, err)) < 0)
-                        return r;
-        }
         _cleanup_json_ json_t *params = json_pack("{s:s, s:O}", "sandbox_id", id, "code", code);
+        if (params == NULL)
+                return nsbox_error(err, ENOMEM, "python.run");
         if (json_integer_value(timeout) > 0)
                 json_object_set(params, "timeout_seconds", timeout);
         if (json_array_size(requirements) > 0)
                 json_object_set(params, "requirements", requirements);
+        /* The files go with the run, as bytes: python.run writes them first. */
+        if (json_object_size(files) > 0) {
+                json_t *in = json_object();
+                json_object_set_new(params, "files", in);
+                json_object_foreach(files, key, v)
+                {
+                        if (json_object_set_new(
+                                in, key, json_pack("{s:O, s:s}", "content", v, "encoding", "base64")) < 0)
+                                return nsbox_error(err, ENOMEM, "python.run");
+                }
+        }
         _cleanup_json_ json_t *run = NULL;
         if ((r = call(c, "python.run", params, &run, error, err)) < 0)
                 return r;
@@ -150,7 +138,8 @@ enum MHD_Result http_seed_execute(struct http_request *r, json_t *body)
         /* Check every file before a sandbox is made for them. */
         json_object_foreach(files, key, v)
         {
-                if (!workspace_relative(key))
+                /* relative, no "..", no empty or "." parts: a path under /workspace */
+                if (!relpath_ok(key, 0))
                         return http_reply_error(
                             r, MHD_HTTP_BAD_REQUEST, "invalid_params",
                             "files[\"%.100s\"]: paths are relative to /workspace, without \"..\"", key);
@@ -193,7 +182,7 @@ enum MHD_Result http_seed_health(struct http_request *r)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
         _cleanup_json_ json_t *info = NULL, *error = NULL, *empty = json_object();
-        if (http_call(r, "server.info", empty, &info, &error, &err) < 0)
+        if (http_call(r, "server.load", empty, &info, &error, &err) < 0)
                 return http_reply_rpc_error(r, error, err);
         json_int_t capacity = json_integer_value(json_object_get(info, "max_sandboxes"));
         json_int_t sandboxes = json_integer_value(json_object_get(info, "sandboxes"));

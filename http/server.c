@@ -358,7 +358,7 @@ static enum MHD_Result liveness(struct http_request *r)
         struct client *c = NULL;
         int ret = client_connect(http_config.socket_path, &c, &err);
         if (ret == 0) {
-                ret = client_call(c, "server.info", empty, NULL, NULL, &result, &error, &err);
+                ret = client_call(c, "server.load", empty, NULL, NULL, &result, &error, &err);
                 client_close(c);
         }
         if (ret < 0)

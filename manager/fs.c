@@ -759,7 +759,8 @@ static const char *fs_error_kind(int errnum)
 
 static void fs_reply_failure(struct rpc_request *req, int r, nsbox_error_t *err)
 {
-        rpc_reply_fail(req, fs_error_kind(-r), "%s", err && err->message ? err->message : strerror(-r));
+        rpc_reply_fail_errno(req, fs_error_kind(-r), -r, "%s",
+                             err && err->message ? err->message : strerror(-r));
 }
 
 /* encoding: "utf-8" (default) or "base64". */
@@ -846,7 +847,7 @@ static void fs_job_done(void *data, int r, json_t *result, const char *message)
         if (r == -FS_JOB_INVALID_CONTENT)
                 rpc_reply_error(job->req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", message);
         else if (r < 0)
-                rpc_reply_fail(job->req, fs_error_kind(-r), "%s", message);
+                rpc_reply_fail_errno(job->req, fs_error_kind(-r), -r, "%s", message);
         else
                 rpc_reply_result(job->req, result);
         free(job);

@@ -54,6 +54,37 @@ static struct sandbox *require_sandbox(struct rpc_request *req)
         return sb;
 }
 
+/* The load and the capacity, for a front that places work (nsbox-http's
+ * /health): all at hand in memory, nothing read from disk. */
+static void add_load(json_t *obj)
+{
+        double avg[3] = { 0, 0, 0 };
+        if (getloadavg(avg, 3) < 0)
+                avg[0] = avg[1] = avg[2] = 0;
+        json_object_set_new(obj, "sandboxes", json_integer((json_int_t)nsboxd.n_sandboxes));
+        json_object_set_new(obj, "max_sandboxes", json_integer((json_int_t)nsboxd.config.max_sandboxes));
+        json_object_set_new(obj, "memory_committed_bytes",
+                            json_integer((json_int_t)sandbox_memory_committed()));
+        json_object_set_new(obj, "memory_commit_limit_bytes",
+                            json_integer((json_int_t)nsboxd.config.memory_commit_bytes));
+        json_object_set_new(obj, "running_execs", json_integer(sandbox_running_execs()));
+        json_object_set_new(obj, "loadavg", json_pack("[f, f, f]", avg[0], avg[1], avg[2]));
+        json_object_set_new(obj, "cpus", json_integer(sysconf(_SC_NPROCESSORS_ONLN)));
+}
+
+/* server.info without what costs more than a look at memory (the images
+ * list reads a directory): for health checks and probes. */
+static void method_server_load(struct rpc_request *req)
+{
+        static const char *const known[] = { NULL };
+        if (!rpc_check_fields(req, known))
+                return;
+        json_t *load = json_pack("{s:s, s:s}", "version", NSBOX_VERSION, "cgroup", cgroup_mode_name());
+        if (load != NULL)
+                add_load(load);
+        rpc_reply_result(req, load);
+}
+
 static void method_server_info(struct rpc_request *req)
 {
         static const char *const known[] = { NULL };
@@ -83,14 +114,15 @@ static void method_server_info(struct rpc_request *req)
         if ((json_array_size(policies) > 0 || nsboxd.config.allow_client_network_policies) &&
             !userns_active())
                 json_array_append_new(features, json_string("network"));
-        json_t *info = json_pack(
-            "{s:s, s:s, s:s, s:s, s:i, s:i, s:o, s:o, s:I, s:I, s:o, s:b}", "version", NSBOX_VERSION,
-            "kernel", u.release, "cgroup", cgroup_mode_name(), "uid_isolation", uidmode_name(), "sandboxes",
-            (int)nsboxd.n_sandboxes, "max_sandboxes", (int)nsboxd.config.max_sandboxes, "images",
-            images_list(req->uid), "features", features, "memory_committed_bytes",
-            (json_int_t)sandbox_memory_committed(), "memory_commit_limit_bytes",
-            (json_int_t)nsboxd.config.memory_commit_bytes, "network_policies", policies,
-            "client_network_policies", (bool)nsboxd.config.allow_client_network_policies);
+        json_t *info =
+            json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:b}", "version", NSBOX_VERSION, "kernel",
+                      u.release, "cgroup", cgroup_mode_name(), "uid_isolation", uidmode_name(), "images",
+                      images_list(req->uid), "features", features, "network_policies", policies,
+                      "client_network_policies", (bool)nsboxd.config.allow_client_network_policies);
+        if (info == NULL) {
+                rpc_reply_fail(req, "internal", "out of memory");
+                return;
+        }
         /* Where nsboxd stands: what isolates sandboxes from each other and
          * what is enforced (README "Without host root"). */
         json_object_set_new(info, "per_sandbox_host_ranges", json_boolean(!uidmode_shared()));
@@ -99,13 +131,7 @@ static void method_server_info(struct rpc_request *req)
         if (cgroup_degraded())
                 json_object_set_new(info, "limits_reason", json_string(cgroup_degraded_reason()));
         json_object_set_new(info, "userns", userns_active() ? userns_json() : json_null());
-        /* The load, for a front that places work (nsbox-http's /health). */
-        double avg[3] = { 0, 0, 0 };
-        if (getloadavg(avg, 3) < 0)
-                avg[0] = avg[1] = avg[2] = 0;
-        json_object_set_new(info, "running_execs", json_integer(sandbox_running_execs()));
-        json_object_set_new(info, "loadavg", json_pack("[f, f, f]", avg[0], avg[1], avg[2]));
-        json_object_set_new(info, "cpus", json_integer(sysconf(_SC_NPROCESSORS_ONLN)));
+        add_load(info);
         rpc_reply_result(req, info);
 }
 
@@ -560,6 +586,7 @@ RESUMING(shell_method_terminate)
 
 const struct rpc_method nsboxd_methods[] = {
         { "server.info", method_server_info },
+        { "server.load", method_server_load },
         { "sandbox.create", method_sandbox_create },
         { "sandbox.list", method_sandbox_list },
         { "sandbox.info", method_sandbox_info },

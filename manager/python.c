@@ -15,6 +15,7 @@
 #include "egress.h"
 #include "exec.h"
 #include "fs.h"
+#include "fs_path.h"
 #include "images.h"
 #include "json_cleanup.h"
 #include "log.h"
@@ -973,10 +974,11 @@ void package_method_install(struct rpc_request *req, struct sandbox *sb)
 
 /* --- python.run ------------------------------------------------------------ */
 
-/* A `files` key: relative to /workspace, or absolute under /workspace; no "..". */
+/* A `files` key: relative to /workspace, or absolute under /workspace; no "..";
+ * as long as fs.write takes (the seed's /execute sends such paths). */
 static bool workspace_path_ok(const char *path)
 {
-        if (path[0] == '\0' || strlen(path) > 1024)
+        if (path[0] == '\0' || strlen(path) > FS_PATH_MAX)
                 return false;
         if (path[0] == '/' && strncmp(path, "/workspace/", 11) != 0)
                 return false;
@@ -999,16 +1001,39 @@ static void run_after_requirements(struct python_run *run)
                 run_stateless(run, code);
 }
 
+/* A `files` value: text as a string, or {content, encoding?: "utf-8"|"base64"}
+ * for bytes. *decoded (to free) holds the bytes of a base64 one; NULL
+ * *data when the value is neither. */
+static void file_content(json_t *v, const char **data, size_t *len, char **decoded)
+{
+        *decoded = NULL;
+        json_t *content = json_is_object(v) ? json_object_get(v, "content") : v;
+        *data = json_string_value(content);
+        *len = json_string_length(content);
+        if (*data != NULL && json_is_object(v) && json_string_value(json_object_get(v, "encoding")) != NULL &&
+            strcmp(json_string_value(json_object_get(v, "encoding")), "base64") == 0) {
+                *decoded = base64_decode(*data, *len, len);
+                *data = *decoded;
+        }
+}
+
 static void run_in_sandbox(struct python_run *run)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
         json_t *files = json_object_get(run->req->msg.params, "files");
         const char *path;
-        json_t *content;
-        json_object_foreach(files, path, content)
+        json_t *v;
+        json_object_foreach(files, path, v)
         {
-                if (fs_write_file(run->sb, path, json_string_value(content), json_string_length(content),
-                                  0644, &err) < 0) {
+                const char *data;
+                size_t len;
+                _cleanup_free_ char *decoded = NULL;
+                file_content(v, &data, &len, &decoded);
+                if (data == NULL) {
+                        run_fail(run, "internal", "out of memory");
+                        return;
+                }
+                if (fs_write_file(run->sb, path, data, len, 0644, &err) < 0) {
                         char message[1024];
                         snprintf(message, sizeof(message), "write files[\"%.200s\"]: %s", path, err->message);
                         run_fail(run, "internal", message);
@@ -1090,6 +1115,31 @@ static int check_script_params(json_t *p, bool stateful, nsbox_error_t **err)
         return 0;
 }
 
+static int check_file_value(const char *key, json_t *v, nsbox_error_t **err)
+{
+        static const char *const known[] = { "content", "encoding", NULL };
+        if (json_is_string(v))
+                return 0;
+        bool base64;
+        if (!json_is_object(v) || !json_is_string(json_object_get(v, "content")) ||
+            params_check_known(v, known, "", err) < 0 || params_get_encoding(v, &base64, err) < 0) {
+                nsbox_error_free(err);
+                return nsbox_invalid(err,
+                                     "files[\"%.100s\"] must be a string or {content, encoding?: "
+                                     "\"utf-8\"|\"base64\"}",
+                                     key);
+        }
+        if (base64) {
+                json_t *content = json_object_get(v, "content");
+                size_t len;
+                _cleanup_free_ void *data =
+                    base64_decode(json_string_value(content), json_string_length(content), &len);
+                if (data == NULL)
+                        return nsbox_invalid(err, "files[\"%.100s\"]: content is not valid base64", key);
+        }
+        return 0;
+}
+
 static int check_run_params(json_t *p, nsbox_error_t **err)
 {
         static const char *const known[] = { "sandbox_id",   "session_id", "code",     "timeout_seconds",
@@ -1137,8 +1187,8 @@ static int check_run_params(json_t *p, nsbox_error_t **err)
                                     "files[\"%.100s\"]: paths are relative to /workspace, without "
                                     "\"..\"",
                                     key);
-                        if (!json_is_string(v))
-                                return nsbox_invalid(err, "files[\"%.100s\"] must be a string", key);
+                        if ((r = check_file_value(key, v, err)) < 0)
+                                return r;
                 }
         }
         return 0;

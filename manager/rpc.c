@@ -564,12 +564,17 @@ static void request_free(struct rpc_request *req)
         conn_unref(conn);
 }
 
-static void reply_error_v(struct rpc_conn *conn, json_t *id, int code, const char *kind, const char *fmt,
-                          va_list ap)
+static void reply_error_v(struct rpc_conn *conn, json_t *id, int code, const char *kind, int errnum,
+                          const char *fmt, va_list ap)
 {
         char message[1024];
         vsnprintf(message, sizeof(message), fmt, ap);
         json_t *reply = jsonrpc_error(id, code, kind, message);
+        /* data.errno: the reason for a client to act on, not the message's wording */
+        json_t *data = json_object_get(json_object_get(reply, "error"), "data");
+        const char *name = errnum > 0 ? strerrorname_np(errnum) : NULL;
+        if (data != NULL && name != NULL)
+                json_object_set_new(data, "errno", json_string(name));
         if (reply != NULL)
                 conn_queue(conn, reply);
         else
@@ -581,7 +586,7 @@ static void conn_error(struct rpc_conn *conn, json_t *id, int code, const char *
 {
         va_list ap;
         va_start(ap, fmt);
-        reply_error_v(conn, id, code, kind, fmt, ap);
+        reply_error_v(conn, id, code, kind, 0, fmt, ap);
         va_end(ap);
 }
 
@@ -608,7 +613,18 @@ void rpc_reply_error(struct rpc_request *req, int code, const char *kind, const 
         if (req->msg.id != NULL && !req->conn->closed) {
                 va_list ap;
                 va_start(ap, fmt);
-                reply_error_v(req->conn, req->msg.id, code, kind, fmt, ap);
+                reply_error_v(req->conn, req->msg.id, code, kind, 0, fmt, ap);
+                va_end(ap);
+        }
+        request_free(req);
+}
+
+void rpc_reply_fail_errno(struct rpc_request *req, const char *kind, int errnum, const char *fmt, ...)
+{
+        if (req->msg.id != NULL && !req->conn->closed) {
+                va_list ap;
+                va_start(ap, fmt);
+                reply_error_v(req->conn, req->msg.id, JSONRPC_APP_ERROR, kind, errnum, fmt, ap);
                 va_end(ap);
         }
         request_free(req);

@@ -58,6 +58,10 @@ void rpc_reply_error(struct rpc_request *req, int code, const char *kind, const 
     __attribute__((format(printf, 4, 5)));
 /* Application error (-32000) with a data.kind. */
 #define rpc_reply_fail(req, kind, ...) rpc_reply_error(req, JSONRPC_APP_ERROR, kind, __VA_ARGS__)
+/* The same with data.errno, the errno's name (e.g. "ENOTEMPTY"): a reason a
+ * client can act on without reading the message. */
+void rpc_reply_fail_errno(struct rpc_request *req, const char *kind, int errnum, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /* Notification to the request's client, if it is still connected. params: borrowed. */
 void rpc_notify(struct rpc_request *req, const char *method, json_t *params);

@@ -1,0 +1,129 @@
+"""Mends of the HTTP front's review (issue 20): what nsboxd offers the front so that it does
+not work around it (bytes in python.run's files, a machine-readable errno, a lean load call)."""
+import base64
+import hashlib
+import json
+import os
+
+import pytest
+
+from nsbox_client import RpcError
+from test_http import Front
+
+
+BINARY = bytes(range(256)) * 3 + b"\xff\xfe\x00\x80 not utf-8 \xc3\x28"
+
+
+@pytest.fixture(scope="module")
+def front(daemon):
+    os.chmod(daemon.socket, 0o666)
+    f = Front(daemon)
+    yield f
+    assert f.proc.poll() is None, "nsbox-http died:\n" + f.read_log()
+    assert f.stop() == 0
+
+
+# --- python.run files: bytes as well as text ---------------------------------
+
+def test_python_run_writes_a_binary_file_given_as_base64_byte_exact(daemon, sandbox):
+    code = ("import hashlib\nd = open('bin/data.bin', 'rb').read()\n"
+            "print(len(d), hashlib.sha256(d).hexdigest())\nprint(open('/workspace/t.txt').read())")
+    r = daemon.call("python.run", sandbox_id=sandbox, code=code, files={
+        "bin/data.bin": {"content": base64.b64encode(BINARY).decode(), "encoding": "base64"},
+        "/workspace/t.txt": {"content": "text é", "encoding": "utf-8"}})
+    assert r["status"] == "ok", r
+    assert r["stdout"] == "%d %s\ntext é\n" % (len(BINARY), hashlib.sha256(BINARY).hexdigest())
+
+
+def test_python_run_text_files_as_plain_strings_still_work(daemon, sandbox):
+    r = daemon.call("python.run", sandbox_id=sandbox, code="print(open('a.txt').read())",
+                    files={"a.txt": "plain text"})
+    assert r["status"] == "ok" and r["stdout"] == "plain text\n", r
+
+
+@pytest.mark.parametrize("value, said", [
+    ({"content": "***not base64***", "encoding": "base64"}, "not valid base64"),
+    ({"content": "eA=", "encoding": "base64"}, "not valid base64"),
+    ({"content": "eA==", "encoding": "hex"}, "must be a string or {content"),
+    ({"content": 5, "encoding": "base64"}, "must be a string or {content"),
+    ({"encoding": "base64"}, "must be a string or {content"),
+    ({"content": "eA==", "mode": 0o755}, "must be a string or {content"),
+    (7, "must be a string or {content"),
+])
+def test_python_run_bad_file_value_is_invalid_params_naming_the_file(daemon, sandbox, value, said):
+    with pytest.raises(RpcError) as e:
+        daemon.call("python.run", sandbox_id=sandbox, code="print(1)", files={"dir/bad.bin": value})
+    assert e.value.kind == "invalid_params", e.value.error
+    assert 'files["dir/bad.bin"]' in str(e.value) and said in str(e.value), str(e.value)
+
+
+def test_seed_execute_writes_binary_files_byte_exact(front):
+    code = ("import hashlib\nd = open('in/data.bin', 'rb').read()\n"
+            "print(len(d), hashlib.sha256(d).hexdigest())\nopen('out.bin', 'wb').write(d[::-1])")
+    status, _, body = front.request("POST", "/execute", {
+        "code": code, "files": {"in/data.bin": base64.b64encode(BINARY).decode(), "empty.bin": ""}})
+    assert status == 200 and body["status"] == "success", body
+    assert body["stdout"] == "%d %s\n" % (len(BINARY), hashlib.sha256(BINARY).hexdigest())
+    assert base64.b64decode(body["files_produced"]["out.bin"]) == BINARY[::-1]
+
+
+# --- fs errors carry data.errno ------------------------------------------------
+
+def test_fs_remove_of_a_non_empty_directory_says_errno_enotempty_in_data(daemon, sandbox):
+    daemon.call("fs.write", sandbox_id=sandbox, path="full/a.txt", content="x")
+    with pytest.raises(RpcError) as e:
+        daemon.call("fs.remove", sandbox_id=sandbox, path="full")
+    assert e.value.kind == "invalid_params" and e.value.error["data"]["errno"] == "ENOTEMPTY", e.value.error
+    with pytest.raises(RpcError) as e:
+        daemon.call("fs.stat", sandbox_id=sandbox, path="full/missing")
+    assert e.value.kind == "not_found" and e.value.error["data"]["errno"] == "ENOENT", e.value.error
+    daemon.call("fs.remove", sandbox_id=sandbox, path="full", recursive=True)
+
+
+def test_http_delete_of_a_non_empty_directory_is_409_busy_and_recursive_removes_it(front):
+    assert front.request("PUT", "/v1/files/mend-dir/sub/a.bin", b"\x00\xff")[0] == 200
+    status, _, body = front.request("DELETE", "/v1/files/mend-dir")
+    assert status == 409 and body["error"]["kind"] == "busy" and "not empty" in body["error"]["message"], body
+    assert front.request("DELETE", "/v1/files/mend-dir?recursive=true")[0] == 200
+    assert front.request("HEAD", "/v1/files/mend-dir")[0] == 404
+
+
+# --- server.load: the load without the images list ---------------------------
+
+LOAD_FIELDS = {"version", "cgroup", "sandboxes", "max_sandboxes", "running_execs", "loadavg", "cpus",
+               "memory_committed_bytes", "memory_commit_limit_bytes"}
+
+
+def test_server_load_answers_the_load_fields_and_not_the_images(daemon, sandbox):
+    load = daemon.call("server.load")
+    info = daemon.call("server.info")
+    assert set(load) == LOAD_FIELDS, load
+    assert "images" not in load and "images" in info
+    for key in LOAD_FIELDS - {"loadavg", "running_execs"}:
+        assert load[key] == info[key], key
+    assert load["sandboxes"] >= 1 and len(load["loadavg"]) == 3 and load["cpus"] >= 1
+    with pytest.raises(RpcError) as e:
+        daemon.call("server.load", fields="all")
+    assert e.value.kind == "invalid_params"
+
+
+def test_health_and_healthz_answer_as_before(front, daemon):
+    status, _, health = front.request("GET", "/health")
+    assert status == 200, health
+    assert set(health) == {"status", "capacity", "sandboxes", "free", "version", "cgroup", "message", "load"}
+    assert set(health["load"]) == {"running_execs", "loadavg", "cpus", "memory_committed_bytes",
+                                   "memory_commit_limit_bytes"}
+    info = daemon.call("server.info")
+    assert health["capacity"] == info["max_sandboxes"] and health["version"] == info["version"]
+    assert health["cgroup"] == info["cgroup"] and health["load"]["cpus"] == info["cpus"]
+    status, _, body = front.request("GET", "/healthz", token=None)
+    assert status == 200 and body == {"status": "ok"}
+
+
+def test_seed_execute_takes_a_long_file_path_as_fs_write_does(front):
+    """/execute's paths go up to 4096 bytes (the front's check, and fs.write's): python.run, which
+    now writes them, takes as long."""
+    path = "/".join(["d" * 200] * 10) + "/f.txt"  # 2016 bytes
+    status, _, body = front.request("POST", "/execute", {
+        "code": "print(open(%r).read())" % path, "files": {path: base64.b64encode(b"deep").decode()}})
+    assert status == 200 and body["stdout"] == "deep\n", body
