@@ -250,3 +250,26 @@ def test_a_raising_callback_propagates_and_the_connection_stays_usable(sb):
         sb.commands.run("echo one; echo two", on_stdout=boom)
     assert sb.commands.run("echo next").stdout == "next\n"
     assert sb.run_code("2 + 2").result == "4"
+
+
+def test_pause_resume_snapshot_and_a_sandbox_from_the_snapshot(daemon):
+    with Sandbox.create(socket=daemon.socket) as s:
+        s.files.write("kept.bin", ALL_BYTES)
+        assert s.run_code("n = 3").status == "ok"
+        assert s.pause()["state"] == "paused" and s.info()["state"] == "paused"
+        assert s.resume()["state"] == "running"
+        assert s.run_code("n + 1").result == "4"  # the interpreter was frozen, not lost
+        snap = s.snapshot(name="sdk-snap")
+        assert snap["name"] == "sdk-snap" and snap["sandbox_id"] == s.sandbox_id
+        with Sandbox.create(socket=daemon.socket, from_snapshot=snap["snapshot_id"]) as fork:
+            assert fork.created["from_snapshot"] == snap["snapshot_id"]
+            assert fork.files.read("kept.bin", binary=True) == ALL_BYTES
+    daemon.call("snapshot.remove", snapshot_id=snap["snapshot_id"])
+
+
+def test_asyncio_pause_and_resume(daemon):
+    async def main():
+        async with AsyncSandbox.create(socket=daemon.socket) as s:
+            assert (await s.pause())["state"] == "paused"
+            assert (await s.resume())["state"] == "running"
+    asyncio.run(main())

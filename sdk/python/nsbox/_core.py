@@ -102,12 +102,12 @@ _STDIN_FROM_FILE = 'exec 0<"$0" || exit 125; rm -f -- "$0"; exec "$@"'
 
 
 def create_params(session_id=None, image=None, memory=None, pids=None, cpus=None, disk=None, network=None,
-                  env=None, labels=None, idle_timeout=None, seccomp_profile=None):
+                  env=None, labels=None, idle_timeout=None, seccomp_profile=None, from_snapshot=None):
     limits = _drop_none({"memory_bytes": parse_size(memory), "pids": pids, "cpus": cpus,
                          "disk_bytes": parse_size(disk)})
     return _drop_none({"session_id": session_id, "image": image, "limits": limits or None, "network": network,
                        "env": env, "labels": labels, "idle_timeout_seconds": idle_timeout,
-                       "seccomp_profile": seccomp_profile})
+                       "seccomp_profile": seccomp_profile, "from_snapshot": from_snapshot})
 
 
 class SandboxCore:
@@ -148,16 +148,25 @@ class SandboxCore:
     def run_code(self, code, stateful=True, timeout=30, requirements=None, files=None):
         """Run Python code (python.run). stateful=True keeps variables between
         calls; files ({path: str|bytes}) are written into /workspace first."""
-        text_files = {}
-        for path, content in (files or {}).items():
-            if isinstance(content, str):
-                text_files[path] = content
-            else:
-                yield Call("fs.write", self._p(path=path, content=_b64(content), encoding="base64"))
+        sent = {path: content if isinstance(content, str) else {"content": _b64(content), "encoding": "base64"}
+                for path, content in (files or {}).items()}
         r = yield Call("python.run", self._p(code=code, stateful=stateful, timeout_seconds=timeout,
                                              requirements=list(requirements) if requirements else None,
-                                             files=text_files or None))
+                                             files=sent or None))
         return Execution.from_reply(r)
+
+    def pause(self, force=False):
+        """Freeze every process of the sandbox (sandbox.pause); force: even with
+        work running. A later request that needs its processes resumes it."""
+        return (yield Call("sandbox.pause", self._p(force=force)))
+
+    def resume(self):
+        return (yield Call("sandbox.resume", self._p()))
+
+    def snapshot(self, name=None):
+        """A copy of the sandbox's files (sandbox.snapshot): {snapshot_id, ...}.
+        Sandbox.create(from_snapshot=its snapshot_id) starts a sandbox with them."""
+        return (yield Call("sandbox.snapshot", self._p(name=name)))
 
     def pip_install(self, packages, index_url=None, find_links=None):
         """pip install inside the sandbox (package.install)."""
