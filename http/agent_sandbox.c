@@ -252,6 +252,13 @@ static double timestamp_seconds(const char *rfc3339)
         return (double)timegm(&tm) + ms / 1000.0;
 }
 
+/* Whether a JSON-RPC error object's data.errno names errnum (e.g. "ENOTDIR"). */
+static bool rpc_error_errno_is(json_t *error, const char *errnum)
+{
+        const char *e = json_string_value(json_object_get(json_object_get(error, "data"), "errno"));
+        return e != NULL && strcmp(e, errnum) == 0;
+}
+
 static const char *entry_type(json_t *entry)
 {
         const char *t = json_string_value(json_object_get(entry, "type"));
@@ -379,10 +386,8 @@ enum MHD_Result http_agent_files(struct http_request *r, const char *kind, const
                                                      recursive && strcmp(recursive, "true") == 0);
                 if (call_in_default(r, "fs.remove", p, &result, &error, &err) < 0) {
                         const char *message = json_string_value(json_object_get(error, "message"));
-                        const char *errnum =
-                            json_string_value(json_object_get(json_object_get(error, "data"), "errno"));
                         /* a directory with contents, without recursive */
-                        if (errnum && strcmp(errnum, "ENOTEMPTY") == 0)
+                        if (rpc_error_errno_is(error, "ENOTEMPTY"))
                                 return http_reply_error(r, MHD_HTTP_CONFLICT, "busy", "%s", message ?: "");
                         return http_reply_rpc_error(r, error, err);
                 }
@@ -404,6 +409,22 @@ enum MHD_Result http_agent_files(struct http_request *r, const char *kind, const
         bool dir = strcmp(entry_type(result), "directory") == 0;
         if (strcmp(kind, "exists") == 0)
                 return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:b}", "exists", 1));
+        _cleanup_json_ json_t *listing = NULL;
+        const char *raw_type = json_string_value(json_object_get(result, "type"));
+        if (raw_type != NULL && strcmp(raw_type, "symlink") == 0) {
+                /* As ls and cat do, the target decides (fs.stat describes the
+                 * link itself): a link to a directory lists, to a file reads. */
+                _cleanup_json_ json_t *lp = json_pack("{s:s}", "path", path);
+                if (call_in_default(r, "fs.list", lp, &listing, &error, &err) == 0) {
+                        dir = true;
+                } else if (!rpc_error_errno_is(error, "ENOTDIR") && !rpc_error_errno_is(error, "ENOENT")) {
+                        return http_reply_rpc_error(r, error, err);
+                } else {
+                        json_decref(error);
+                        error = NULL;
+                        nsbox_error_free(&err);
+                }
+        }
         if (strcmp(kind, "v1.head") == 0)
                 return http_reply_bytes(r, MHD_HTTP_OK, dir ? "application/json" : "application/octet-stream",
                                         strdup(""), 0);
@@ -412,9 +433,9 @@ enum MHD_Result http_agent_files(struct http_request *r, const char *kind, const
                         return http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params",
                                                 "%s is not a directory", path);
                 json_decref(result);
-                result = NULL;
+                result = steal_pointer(&listing);
                 _cleanup_json_ json_t *lp = json_pack("{s:s}", "path", path);
-                if (call_in_default(r, "fs.list", lp, &result, &error, &err) < 0)
+                if (result == NULL && call_in_default(r, "fs.list", lp, &result, &error, &err) < 0)
                         return http_reply_rpc_error(r, error, err);
                 _cleanup_json_ json_t *entries = json_array();
                 size_t i;

@@ -127,3 +127,25 @@ def test_seed_execute_takes_a_long_file_path_as_fs_write_does(front):
     status, _, body = front.request("POST", "/execute", {
         "code": "print(open(%r).read())" % path, "files": {path: base64.b64encode(b"deep").decode()}})
     assert status == 200 and body["stdout"] == "deep\n", body
+
+
+# --- a symlink's target decides what /list, /download and /v1/files do -------------
+
+def test_agent_sandbox_paths_that_are_symlinks_act_as_their_targets(front):
+    status, _, body = front.request("POST", "/execute", {"command": (
+        "mkdir -p real && echo inside > real/f.txt && ln -s real dirlink && ln -s real/f.txt filelink"
+        " && ln -s nowhere dangling")})
+    assert status == 200 and body["exit_code"] == 0, body
+    status, _, body = front.request("GET", "/list/dirlink")
+    assert status == 200 and [e["name"] for e in body] == ["f.txt"], body
+    status, _, body = front.request("GET", "/v1/files/dirlink")
+    assert status == 200 and [e["name"] for e in body["entries"]] == ["f.txt"], body
+    status, _, body = front.request("GET", "/download/filelink", raw=True)
+    assert status == 200 and body == b"inside\n"
+    status, _, body = front.request("GET", "/v1/files/filelink", raw=True)
+    assert status == 200 and body == b"inside\n"
+    status, _, body = front.request("GET", "/list/filelink")
+    assert status == 400 and "not a directory" in json.dumps(body), body
+    assert front.request("GET", "/list/dangling")[0] == 400
+    status, _, body = front.request("GET", "/exists/dangling")
+    assert status == 200 and body == {"exists": True}
