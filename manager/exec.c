@@ -1626,6 +1626,19 @@ static struct exec *exec_launch(struct sandbox *sb, json_t *params, const struct
         return ex;
 }
 
+void exec_attribute(struct exec *ex, const struct rpc_request *req)
+{
+        ex->uid = req->uid;
+        if (!req->acted)
+                return;
+        char *via = NULL;
+        if (asprintf(&via, "via act_as by uid %u %s", (unsigned)req->acted_by, ex->audit ? ex->audit : "?") >=
+            0) {
+                free(ex->audit);
+                ex->audit = via;
+        }
+}
+
 int exec_run(struct sandbox *sb, json_t *params, const struct exec_hooks *hooks, void *data,
              struct exec **out, nsbox_error_t **err)
 {
@@ -1681,15 +1694,7 @@ void exec_handle_request(struct rpc_request *req, struct sandbox *sb)
         }
         /* A background exec is answered once the init reports its pid. */
         ex->req = req;
-        ex->uid = req->uid;
-        if (req->acted) {
-                char *via = NULL;
-                if (asprintf(&via, "via act_as by uid %u %s", (unsigned)req->acted_by,
-                             ex->audit ? ex->audit : "?") >= 0) {
-                        free(ex->audit);
-                        ex->audit = via;
-                }
-        }
+        exec_attribute(ex, req);
         /* One that may run for hours is on record from its start too. */
         if (ex->background || ex->tty)
                 log_info("audit: exec %s started sandbox=%s uid=%u %s", ex->id, sb->id, (unsigned)ex->uid,

@@ -63,6 +63,10 @@ void exec_method_stdin(struct rpc_request *req);
 /* exec.resize: the window size of a tty exec */
 void exec_method_resize(struct rpc_request *req);
 
+/* The audit line names req's uid, and the front that acted for it (auth.act_as):
+ * for an exec started on behalf of a request (python.run, package.install). */
+void exec_attribute(struct exec *ex, const struct rpc_request *req);
+
 /* Start an exec with sandbox.exec params for an internal caller. */
 int exec_run(struct sandbox *sb, json_t *params, const struct exec_hooks *hooks, void *data,
              struct exec **out, nsbox_error_t **err);

@@ -511,6 +511,7 @@ static void run_stateless(struct python_run *run, const char *code)
                 run_fail(run, "internal", err->message);
                 return;
         }
+        exec_attribute(run->exec, run->req);
         if (run->stream)
                 exec_stream_to(run->exec, run->req);
         if (fs != NULL) {
@@ -916,7 +917,15 @@ static int start_install(struct sandbox *sb, json_t *packages, const char *index
                          struct install *inst, nsbox_error_t **err)
 {
         _cleanup_json_ json_t *params = pip_params(packages, index_url, find_links);
-        return exec_run(sb, params, &install_hooks, inst, inst->run ? &inst->run->exec : NULL, err);
+        struct exec *ex;
+        if (exec_run(sb, params, &install_hooks, inst, &ex, err) < 0)
+                return -EINVAL;
+        if (inst->run != NULL)
+                inst->run->exec = ex;
+        struct rpc_request *req = inst->run != NULL ? inst->run->req : inst->req;
+        if (req != NULL)
+                exec_attribute(ex, req);
+        return 0;
 }
 
 void package_method_install(struct rpc_request *req, struct sandbox *sb)

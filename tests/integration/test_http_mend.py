@@ -4,11 +4,12 @@ import base64
 import hashlib
 import json
 import os
+import time
 
 import pytest
 
 from nsbox_client import RpcError
-from test_http import Front
+from test_http import UID_A, Front
 
 
 BINARY = bytes(range(256)) * 3 + b"\xff\xfe\x00\x80 not utf-8 \xc3\x28"
@@ -149,3 +150,26 @@ def test_agent_sandbox_paths_that_are_symlinks_act_as_their_targets(front):
     assert front.request("GET", "/list/dangling")[0] == 400
     status, _, body = front.request("GET", "/exists/dangling")
     assert status == 200 and body == {"exists": True}
+
+
+# --- audit lines of the execs a request starts name the acting front ---------------
+
+def test_python_run_and_package_install_execs_are_audited_as_acted_for(front, daemon):
+    sb = front.rpc("sandbox.create")["sandbox_id"]
+    try:
+        r = front.rpc("python.run", sandbox_id=sb, code="print(7)", stateful=False)
+        assert r["stdout"] == "7\n", r
+        front.rpc("package.install", sandbox_id=sb, packages=["nothing-here-x"], index_url="")
+        deadline = time.monotonic() + 30
+        while True:
+            lines = [ln for ln in daemon.read_log().splitlines() if "audit: exec" in ln and sb in ln]
+            run = [ln for ln in lines if "script.py" in ln]
+            pip = [ln for ln in lines if "nothing-here-x" in ln]
+            if run and pip:
+                break
+            assert time.monotonic() < deadline, lines
+            time.sleep(0.1)
+        want = "uid=%d via act_as by uid 0" % UID_A
+        assert want in run[0] and want in pip[0], (run, pip)
+    finally:
+        front.rpc("sandbox.remove", sandbox_id=sb, force=True)
