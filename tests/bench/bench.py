@@ -696,14 +696,6 @@ def main():
                                   "/tmp/.matplotlib", "--"]
         forkserver_ok = wait_forkserver(client, warm)
         log("fork server of the warm sandbox: " + ("serving" if forkserver_ok else "NOT serving"))
-        # The same stateless calls in a sandbox with the host's CPUs, as
-        # bubblewrap has them (the warm one has the default limit, 1 cpu, whose
-        # quota every process of the sandbox shares): rows beside the targets,
-        # not instead of them.
-        host_cpus = os.cpu_count() or 1
-        wide = client.call("sandbox.create", limits={"cpus": host_cpus})["sandbox_id"]
-        if not wait_forkserver(client, wide):
-            log("fork server of the %d-cpu sandbox: NOT serving" % host_cpus)
 
         def c_exec(argv, expect):
             def f():
@@ -733,10 +725,10 @@ def main():
                 stateful_count[0] += 1
             return t1 - t0, r.get("status") == "ok", r.get("stderr", "")[-300:]
 
-        def c_stateless(code, want_image=False, sandbox=None):
+        def c_stateless(code, want_image=False):
             def f():
                 t0 = time.perf_counter_ns()
-                r = client.call("python.run", sandbox_id=sandbox or warm, code=code)
+                r = client.call("python.run", sandbox_id=warm, code=code)
                 t1 = time.perf_counter_ns()
                 images = [o for o in r.get("outputs", []) if o.get("type") == "image"]
                 ok = r.get("status") == "ok" and r.get("stdout", "").strip() == "1" and \
@@ -802,12 +794,6 @@ def main():
                     c_stateless(PANDAS_CODE), "bwrap_pandas"),
             Variant("stateless_plot", "nsbox python.run stateless matplotlib plot, PNG image returned (fork "
                     "server)", W, c_stateless(PLOT_CODE, want_image=True), "bwrap_plot"),
-            Variant("stateless_python_wide", "… the same print(1) in a sandbox with cpus %d (the host's, as bwrap)"
-                    % host_cpus, W, c_stateless("print(1)", sandbox=wide), "bwrap_python"),
-            Variant("stateless_pandas_wide", "… the same pandas import, cpus %d" % host_cpus, W,
-                    c_stateless(PANDAS_CODE, sandbox=wide), "bwrap_pandas"),
-            Variant("stateless_plot_wide", "… the same plot, cpus %d" % host_cpus, W,
-                    c_stateless(PLOT_CODE, want_image=True, sandbox=wide), "bwrap_plot"),
             Variant("pause", "nsbox sandbox.pause (cgroup freezer)", W,
                     c_pause_or_resume("sandbox.pause"), "bwrap_true"),
             Variant("resume", "nsbox sandbox.resume", W, c_pause_or_resume("sandbox.resume"), "bwrap_true"),
@@ -819,7 +805,6 @@ def main():
         log("interleaved rounds: %d warm, %d one-shot per variant, %d variants" %
             (W, O, sum(v.skip_reason is None for v in variants)))
         run_interleaved(variants, log)
-        client.call("sandbox.remove", sandbox_id=wide, force=True)
         # The fork servers' memory: the warm sandbox's and two more, so that
         # what the servers share (the image's files in the page cache) shows.
         extra = [client.call("sandbox.create")["sandbox_id"] for _ in range(2)]
