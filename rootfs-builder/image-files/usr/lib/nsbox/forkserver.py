@@ -167,7 +167,16 @@ def run_call(u_end, done_r):
             # Every call would otherwise draw the same "random" numbers: the
             # server's state, copied. (random reseeds itself after a fork.)
             numpy.random.seed()
+        import json
         import nsbox_runtime
+        figures = nsbox_runtime.capture_figures()
+        # The paths every call takes, once with nothing of a call: their
+        # copy-on-write faults and cold caches are paid now, not while the
+        # call's client waits (0.3-0.4 ms each for the compile and the
+        # /workspace scan, measured from inside the call).
+        compile("pass", "<nsbox>", "exec", dont_inherit=True)
+        nsbox_runtime.snapshot()
+        json.dumps({"files_produced": {}, "images": []})
         msg, fds = recv_with_fds(u_end, 4)
         if not fds:
             os._exit(0)  # never used: the server went away
@@ -182,14 +191,19 @@ def run_call(u_end, done_r):
             if fd > 2:
                 os.close(fd)
         os.umask(umask)
-        os.environ.clear()
-        os.environ.update(env)
+        # Only what differs: the call's environment is mostly the server's
+        # own (clear and refill took 0.57 ms of each call).
+        for key in [k for k in os.environ if k not in env]:
+            del os.environ[key]
+        for key, value in env.items():
+            if os.environ.get(key) != value:
+                os.environ[key] = value
         # The call's code runs once C has the client's connection: code that
         # stopped the server before it had handed that on would wait forever.
         if u_end.recv(1) != b"G":
             raise ConnectionError("the server went away while it handed the call over")
         u_end.close()
-        code = nsbox_runtime.run_stateless(*nsbox_runtime.runner_args(args))
+        code = nsbox_runtime.run_stateless(*nsbox_runtime.runner_args(args), figures=figures)
     except BaseException as e:  # nsbox's own failure: say so where the user looks
         try:
             os.write(2, ("nsbox: the fork server could not run the call: %r\n" % (e,)).encode())

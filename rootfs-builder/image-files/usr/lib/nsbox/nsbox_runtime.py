@@ -180,20 +180,29 @@ def run_code_as_main(script, name):
     exec(code, main.__dict__)
 
 
-def run_stateless(script, report, name=None, args=()):
+def capture_figures():
+    """The figure capture of a call: made at its start, or ahead of it by the
+    fork server's process for the next call (nothing in it depends on the
+    call, and the call's client waits for what is done once it has come)."""
+    figures = FigureCapture()
+    figures.install_import_hook()
+    # Imported before the call (by the fork server): the hook never fires.
+    figures.patch_show()
+    return figures
+
+
+def run_stateless(script, report, name=None, args=(), figures=None):
     """Run SCRIPT as __main__ (named NAME, default SCRIPT, with ARGS as its
     arguments), save the matplotlib figures left open (or shown) as PNGs in
     /workspace, write the JSON report of produced files and images to
     REPORT, and return the exit code. The same code serves run.py (a fresh
     interpreter) and a child of the fork server (an interpreter that has the
-    image's heavy modules imported already)."""
+    image's heavy modules imported already, and figures captured ahead)."""
     name = name or script
     os.environ.setdefault("MPLBACKEND", "Agg")
     before = snapshot()
-    figures = FigureCapture()
-    figures.install_import_hook()
-    # Imported before the call (by the fork server): the hook never fires.
-    figures.patch_show()
+    if figures is None:
+        figures = capture_figures()
     exit_code = 0
     sys.argv = [name] + list(args)
     # As `python3 SCRIPT` would: the script's directory first on the path
@@ -217,7 +226,11 @@ def run_stateless(script, report, name=None, args=()):
         "files_produced": produced(before, after, skip={script}),
         "images": figures.images,
     }
+    data = json.dumps(result).encode()
     fd = os.open(report, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(result, f)
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    finally:
+        os.close(fd)
     return exit_code
