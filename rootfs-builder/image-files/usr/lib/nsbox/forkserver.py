@@ -275,6 +275,7 @@ def reaper(c_end, u_end):
             run_call(u_end, done_r)
         u_end.close()
         # done_w stays open here: done_r never reads as closed, only U's code.
+        children_by_parent()  # its cold paths now, not in the call's tail (as U does)
         _, fds = recv_with_fds(c_end, 1, 16)
         if not fds:  # the server went away before it had a call for us
             os.kill(pid, signal.SIGKILL)
