@@ -150,13 +150,12 @@ static const unsigned char b64_values[256] = {
         ['4'] = 57, ['5'] = 58, ['6'] = 59, ['7'] = 60, ['8'] = 61, ['9'] = 62, ['+'] = 63, ['/'] = 64
 };
 
-void *base64_decode(const char *text, size_t len, size_t *out_len)
+/* Decodes text into out (len / 4 * 3 bytes at most), or only checks it
+ * when out is NULL. False when text is not valid base64. */
+static bool base64_scan(const char *text, size_t len, unsigned char *out, size_t *out_len)
 {
         if (len % 4 != 0)
-                return NULL;
-        unsigned char *out = malloc(len / 4 * 3 + 1);
-        if (out == NULL)
-                return NULL;
+                return false;
         const unsigned char *in = (const unsigned char *)text;
         size_t o = 0;
         /* Every quad but the last has no padding. */
@@ -164,14 +163,15 @@ void *base64_decode(const char *text, size_t len, size_t *out_len)
         for (size_t i = 0; i < full; i += 4) {
                 int a = b64_values[in[i]] - 1, b = b64_values[in[i + 1]] - 1, c = b64_values[in[i + 2]] - 1,
                     d = b64_values[in[i + 3]] - 1;
-                if ((a | b | c | d) < 0) {
-                        free(out);
-                        return NULL;
+                if ((a | b | c | d) < 0)
+                        return false;
+                if (out != NULL) {
+                        uint32_t x = (uint32_t)a << 18 | (uint32_t)b << 12 | (uint32_t)c << 6 | (uint32_t)d;
+                        out[o] = (x >> 16) & 0xff;
+                        out[o + 1] = (x >> 8) & 0xff;
+                        out[o + 2] = x & 0xff;
                 }
-                uint32_t x = (uint32_t)a << 18 | (uint32_t)b << 12 | (uint32_t)c << 6 | (uint32_t)d;
-                out[o++] = (x >> 16) & 0xff;
-                out[o++] = (x >> 8) & 0xff;
-                out[o++] = x & 0xff;
+                o += 3;
         }
         if (len > 0) {
                 const unsigned char *q = in + full;
@@ -181,18 +181,34 @@ void *base64_decode(const char *text, size_t len, size_t *out_len)
                                 v[k] = 0;
                                 pad++;
                         } else if (pad > 0 || (v[k] = b64_values[q[k]] - 1) < 0) {
-                                free(out);
-                                return NULL;
+                                return false;
                         }
                 }
                 uint32_t x =
                     (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 | (uint32_t)v[3];
-                out[o++] = (x >> 16) & 0xff;
-                if (pad < 2)
-                        out[o++] = (x >> 8) & 0xff;
-                if (pad < 1)
-                        out[o++] = x & 0xff;
+                unsigned char last[3] = { (x >> 16) & 0xff, (x >> 8) & 0xff, x & 0xff };
+                for (int k = 0; k < 3 - pad; k++, o++)
+                        if (out != NULL)
+                                out[o] = last[k];
         }
         *out_len = o;
+        return true;
+}
+
+bool base64_valid(const char *text, size_t len)
+{
+        size_t n;
+        return base64_scan(text, len, NULL, &n);
+}
+
+void *base64_decode(const char *text, size_t len, size_t *out_len)
+{
+        if (len % 4 != 0)
+                return NULL;
+        unsigned char *out = malloc(len / 4 * 3 + 1);
+        if (out != NULL && !base64_scan(text, len, out, out_len)) {
+                free(out);
+                return NULL;
+        }
         return out;
 }

@@ -17,3 +17,5 @@ size_t utf8_complete_prefix(const char *buf, size_t len);
 char *base64_encode(const void *data, size_t len, size_t *out_len);
 /* Returns a malloc'd buffer, or NULL when text is not valid base64. */
 void *base64_decode(const char *text, size_t len, size_t *out_len);
+/* Whether text is valid base64, without decoding it anywhere. */
+bool base64_valid(const char *text, size_t len);

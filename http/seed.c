@@ -143,11 +143,7 @@ enum MHD_Result http_seed_execute(struct http_request *r, json_t *body)
                         return http_reply_error(
                             r, MHD_HTTP_BAD_REQUEST, "invalid_params",
                             "files[\"%.100s\"]: paths are relative to /workspace, without \"..\"", key);
-                size_t len;
-                _cleanup_free_ void *data =
-                    json_is_string(v) ? base64_decode(json_string_value(v), json_string_length(v), &len)
-                                      : NULL;
-                if (data == NULL)
+                if (!json_is_string(v) || !base64_valid(json_string_value(v), json_string_length(v)))
                         return http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params",
                                                 "files[\"%.100s\"] must be base64", key);
         }

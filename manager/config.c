@@ -263,10 +263,10 @@ static void derive_host_bounds(struct nsbox_config *config)
                 config->memory_commit_bytes = host_memory;
         if (config->max_buffer_bytes == 0)
                 config->max_buffer_bytes = host_memory / 8;
-        if (config->max_cpus == 0) {
-                long n = sysconf(_SC_NPROCESSORS_ONLN);
-                config->max_cpus = n > 0 ? (uint32_t)n : 1;
-        }
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        config->host_cpus = n > 0 ? (uint32_t)n : 1;
+        if (config->max_cpus == 0)
+                config->max_cpus = config->host_cpus;
 }
 
 /* Host root: /run and /var/lib. Anyone else, or `nsboxd --rootless` after

@@ -48,6 +48,9 @@ struct nsbox_config {
         uint64_t max_disk_bytes;
         uint64_t max_pids;
         uint32_t max_cpus;
+        /* The host's online CPUs, counted once at start (glibc reads a sysfs
+         * file for each sysconf call). */
+        uint32_t host_cpus;
         struct policy_ceilings ceilings; /* the four above, filled by config_load */
         /* The memory limits of all live sandboxes add up to at most this. */
         uint64_t memory_commit_bytes;

@@ -1174,12 +1174,12 @@ static int payload_add_env(char **buf, size_t *len, size_t *cap, const char *key
  * matplotlib savefig took 108-157 ms instead of 55-70 ms. */
 static unsigned exec_thread_pool_size(const struct sandbox *sb)
 {
-        long host = sysconf(_SC_NPROCESSORS_ONLN);
+        unsigned host = nsboxd.config.host_cpus;
         double cpus = sb->policy.limits.cpus; /* 0.01 to POLICY_MAX_CPUS */
         unsigned n = (unsigned)cpus;
         if (n < cpus || n == 0)
                 n++;
-        return host > 0 && n > (unsigned long)host ? (unsigned)host : n;
+        return n > host ? host : n;
 }
 
 /* The environment: safe defaults, then the sandbox's env, then the exec's. */

@@ -69,7 +69,7 @@ static void add_load(json_t *obj)
                             json_integer((json_int_t)nsboxd.config.memory_commit_bytes));
         json_object_set_new(obj, "running_execs", json_integer(sandbox_running_execs()));
         json_object_set_new(obj, "loadavg", json_pack("[f, f, f]", avg[0], avg[1], avg[2]));
-        json_object_set_new(obj, "cpus", json_integer(sysconf(_SC_NPROCESSORS_ONLN)));
+        json_object_set_new(obj, "cpus", json_integer(nsboxd.config.host_cpus));
 }
 
 /* server.info without what costs more than a look at memory (the images

@@ -1138,14 +1138,9 @@ static int check_file_value(const char *key, json_t *v, nsbox_error_t **err)
                                      "\"utf-8\"|\"base64\"}",
                                      key);
         }
-        if (base64) {
-                json_t *content = json_object_get(v, "content");
-                size_t len;
-                _cleanup_free_ void *data =
-                    base64_decode(json_string_value(content), json_string_length(content), &len);
-                if (data == NULL)
-                        return nsbox_invalid(err, "files[\"%.100s\"]: content is not valid base64", key);
-        }
+        json_t *content = json_object_get(v, "content");
+        if (base64 && !base64_valid(json_string_value(content), json_string_length(content)))
+                return nsbox_invalid(err, "files[\"%.100s\"]: content is not valid base64", key);
         return 0;
 }
 

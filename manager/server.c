@@ -124,6 +124,7 @@ static void reload_config(void)
         nsboxd.config.max_disk_bytes = fresh.max_disk_bytes;
         nsboxd.config.max_pids = fresh.max_pids;
         nsboxd.config.max_cpus = fresh.max_cpus;
+        nsboxd.config.host_cpus = fresh.host_cpus;
         nsboxd.config.ceilings = fresh.ceilings;
         nsboxd.config.memory_commit_bytes = fresh.memory_commit_bytes;
         nsboxd.config.max_buffer_bytes = fresh.max_buffer_bytes;

@@ -335,6 +335,34 @@ static void test_base64_round_trip(void **state)
         assert_null(base64_decode("ab!c", 4, &n));
 }
 
+/* The check without decoding says yes exactly when decoding succeeds. */
+static void test_base64_valid_agrees_with_decode(void **state)
+{
+        static const char *const samples[] = {
+                "",         "abcd",     "ab==", "abc=", "a===", "====",  "ab=c",    "ab==abcd",
+                "abcdab==", "abcdabc=", "abc",  "ab!c", "AB+/", "ab\0c", "abcda=b="
+        };
+        for (size_t i = 0; i < sizeof(samples) / sizeof(samples[0]); i++) {
+                size_t n, len = strlen(samples[i]);
+                void *dec = base64_decode(samples[i], len, &n);
+                assert_int_equal(base64_valid(samples[i], len), dec != NULL);
+                free(dec);
+        }
+        /* Random strings over the alphabet, padding and a few others. */
+        static const char alphabet[] = "AZaz09+/=-_ \n";
+        srand(1);
+        for (int i = 0; i < 200000; i++) {
+                char text[12];
+                size_t len = (size_t)(rand() % 13);
+                for (size_t k = 0; k < len; k++)
+                        text[k] = alphabet[rand() % (sizeof(alphabet) - 1)];
+                size_t n;
+                void *dec = base64_decode(text, len, &n);
+                assert_int_equal(base64_valid(text, len), dec != NULL);
+                free(dec);
+        }
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -353,6 +381,7 @@ int main(void)
                 cmocka_unit_test(test_policy_rejects_bad_params),
                 cmocka_unit_test(test_utf8_repair),
                 cmocka_unit_test(test_base64_round_trip),
+                cmocka_unit_test(test_base64_valid_agrees_with_decode),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
