@@ -338,6 +338,85 @@ def test_stopped_server_costs_one_call_its_timeout_then_is_replaced(daemon, sand
     assert wait_served(daemon, sandbox) != server
 
 
+# What a fork inherits and another process of the same uid may change:
+# printed by a call, for itself.
+ATTRIBUTES = r"""
+import ctypes, json, os, resource
+libc = ctypes.CDLL(None, use_errno=True)
+me = os.getpid()
+print(json.dumps({
+    "rlimits": {n: resource.getrlimit(getattr(resource, n)) for n in dir(resource) if n.startswith("RLIMIT_")},
+    "nice": os.getpriority(os.PRIO_PROCESS, 0),
+    "affinity": sorted(os.sched_getaffinity(0)),
+    "policy": os.sched_getscheduler(0),
+    "ioprio": libc.syscall(252, 1, 0),
+    "oom_score_adj": int(open("/proc/self/oom_score_adj").read()),
+}))
+"""
+
+# Run as other code of the sandbox (an exec): changes every fork server
+# process (the server, the reapers and the calls waiting) as far as the
+# same uid may, or with "oom", sandbox root.
+TAMPER = r"""
+import ctypes, os, resource, sys
+libc = ctypes.CDLL(None, use_errno=True)
+kind = sys.argv[1]
+done = 0
+for pid in os.listdir("/proc"):
+    try:
+        if not pid.isdigit() or pid == str(os.getpid()) or b"forkserver.py" not in open("/proc/%s/cmdline" % pid, "rb").read():
+            continue
+    except OSError:
+        continue
+    pid = int(pid)
+    if kind == "oom":
+        with open("/proc/%d/oom_score_adj" % pid, "w") as f:
+            f.write("500")
+        done += 1
+        continue
+    soft, top = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (64, 64) if kind == "hard" else (64, top))
+    resource.prlimit(pid, resource.RLIMIT_STACK, (1 << 20, resource.prlimit(pid, resource.RLIMIT_STACK)[1]))
+    if kind == "hard":
+        os.setpriority(os.PRIO_PROCESS, pid, 15)
+    if os.cpu_count() > 1:
+        os.sched_setaffinity(pid, {0})
+    os.sched_setscheduler(pid, os.SCHED_BATCH, os.sched_param(0))
+    assert libc.syscall(251, 1, pid, 3 << 13) == 0, ctypes.get_errno()  # I/O class idle
+    done += 1
+print(done)
+"""
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="ioprio syscall numbers of x86_64")
+@pytest.mark.parametrize("kind", ["soft", "hard"])
+def test_changes_made_to_the_servers_processes_do_not_reach_later_calls(daemon, sandbox, kind):
+    """Rlimits, nice, affinity, scheduling policy, I/O priority and the OOM
+    score are inherited through fork, and other code of the sandbox may
+    change them in the server's processes: before, every later call
+    inherited them. A call gets what a plain exec gets. What can be undone
+    (soft limits, affinity...) is; a server changed beyond undoing (a
+    lowered hard limit, a raised nice) is replaced."""
+    server = wait_served(daemon, sandbox)
+    time.sleep(1)  # the next calls' processes are forked once the last call is over
+    plain = daemon.call("sandbox.exec", sandbox_id=sandbox, argv=["python3", "-c", ATTRIBUTES])
+    want = json.loads(plain["stdout"])
+    for who, what in (("sandbox", kind), ("root", "oom")):
+        r = daemon.call("sandbox.exec", sandbox_id=sandbox, user=who, argv=["python3", "-c", TAMPER, what])
+        assert r["exit_code"] == 0 and int(r["stdout"]) == 5, (who, r["stdout"], r["stderr"])
+    for _ in range(3):
+        r = run(daemon, sandbox_id=sandbox, code=PROBE + ATTRIBUTES)
+        assert r["status"] == "ok", r
+        lines = r["stdout"].splitlines()
+        assert json.loads(lines[1]) == want
+    if kind == "soft":
+        assert json.loads(lines[0])["server"] == server  # undone in each call: the same server
+    else:
+        assert wait_served(daemon, sandbox) != server
+        r = run(daemon, sandbox_id=sandbox, code=PROBE + ATTRIBUTES)
+        assert json.loads(r["stdout"].splitlines()[1]) == want
+
+
 # Threads of this process once numpy has done a matrix product (OpenBLAS
 # starts its pool then, sized by its environment, else by the host's CPUs).
 BLAS_THREADS = r'''

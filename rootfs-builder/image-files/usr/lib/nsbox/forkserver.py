@@ -29,11 +29,21 @@ before its own teardown, which takes milliseconds.
 PR_SET_DUMPABLE 0: code of the sandbox (same uid) cannot ptrace the server or
 the C and U waiting for the next call, or write their memory through /proc
 to plant state for later calls. C and U become dumpable once their call has
-come, so a call's /proc/self is its own as in a plain run."""
+come, so a call's /proc/self is its own as in a plain run.
+
+What the same uid may still change in another process and a fork inherits
+(rlimits, nice, CPU affinity, scheduling policy, I/O priority, and for
+sandbox root the OOM score) is made again what the client's, a fresh exec,
+has: U compares itself with the client when its call comes and says "Y",
+or "N" when it cannot undo a change (a lowered hard limit, a raised nice).
+The server then hands the call to another spare; when one it has just
+forked says "N", the change is in the server itself, which exits: nsboxd
+starts a new one and the client runs the call the plain way."""
 import array
 import ctypes
 import gc
 import os
+import resource
 import select
 import signal
 import socket
@@ -55,6 +65,59 @@ libc = ctypes.CDLL(None, use_errno=True)
 def prctl(option, value):
     if libc.prctl(option, ctypes.c_ulong(value), 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl %d" % option)
+
+
+RLIMITS = [getattr(resource, name) for name in dir(resource) if name.startswith("RLIMIT_")]
+# ioprio_get, ioprio_set: Python has no call for them.
+IOPRIO_SYSCALLS = {"x86_64": (252, 251), "aarch64": (31, 30)}.get(os.uname().machine)
+IOPRIO_WHO_PROCESS = 1
+
+
+def ioprio(pid, value=None):
+    if IOPRIO_SYSCALLS is None:
+        return 0
+    if value is None:
+        r = libc.syscall(IOPRIO_SYSCALLS[0], IOPRIO_WHO_PROCESS, pid)
+    else:
+        r = libc.syscall(IOPRIO_SYSCALLS[1], IOPRIO_WHO_PROCESS, 0, value)
+    if r < 0:
+        raise OSError(ctypes.get_errno(), "ioprio")
+    return r
+
+
+def oom_score_adj(pid):
+    with open("/proc/%d/oom_score_adj" % pid, "rb") as f:
+        return int(f.read())
+
+
+def match_client(pid):
+    """Make this process's inheritable attributes the client's (pid): what
+    other code of the sandbox may have changed in the server or a spare
+    does not reach the call. False when a change cannot be undone."""
+    try:
+        for r in RLIMITS:
+            want = resource.prlimit(pid, r)
+            if resource.getrlimit(r) != want:
+                resource.setrlimit(r, want)
+        want = os.getpriority(os.PRIO_PROCESS, pid)
+        if os.getpriority(os.PRIO_PROCESS, 0) != want:
+            os.setpriority(os.PRIO_PROCESS, 0, want)
+        want = os.sched_getaffinity(pid)
+        if os.sched_getaffinity(0) != want:
+            os.sched_setaffinity(0, want)
+        want = os.sched_getscheduler(pid)
+        if os.sched_getscheduler(0) != want:
+            os.sched_setscheduler(0, want, os.sched_param(0))
+        want = ioprio(pid)
+        if ioprio(0) != want:
+            ioprio(0, want)
+        want = oom_score_adj(pid)
+        if oom_score_adj(os.getpid()) != want:
+            with open("/proc/self/oom_score_adj", "wb") as f:
+                f.write(b"%d" % want)
+        return True
+    except (OSError, ValueError):
+        return False
 
 
 def children_by_parent():
@@ -184,7 +247,12 @@ def run_call(u_end, done_r):
         # The call's own: its /proc/self is its own, as in an exec. Until
         # now, waiting, no other process of the sandbox could ptrace it.
         prctl(PR_SET_DUMPABLE, 1)
-        umask, args, env = parse_request(msg)
+        client = struct.unpack("=i", msg[:4])[0]
+        if not match_client(client):
+            u_end.send(b"N")
+            os._exit(0)
+        u_end.send(b"Y")
+        umask, args, env = parse_request(msg[4:])
         for target, fd in enumerate(fds[:3]):
             os.dup2(fd, target, inheritable=True)
         os.fchdir(fds[3])
@@ -374,7 +442,7 @@ class Server:
             return
         fds = []
         try:
-            uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
+            client, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
             if uid != os.getuid():
                 return
             conn.setblocking(True)
@@ -384,15 +452,26 @@ class Server:
                 return
             conn.settimeout(None)
             for attempt in range(SPARES + 1):
-                if not self.spares and not self.make_spare():
+                fresh = not self.spares
+                if fresh and not self.make_spare():
                     return  # no fork possible (pids limit): the client runs the call itself
                 spare = self.spares[0]
                 pid, to_c, to_u = spare
                 try:
-                    to_u.sendmsg([msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+                    to_u.sendmsg([struct.pack("=i", client) + msg],
+                                 [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+                    to_u.settimeout(1.0)  # a spare that was stopped: the next one
+                    answer = to_u.recv(1)
+                    to_u.settimeout(None)
+                except OSError:  # the spare was killed or stopped: the next one, or a new one
+                    answer = b""
+                if answer == b"Y":
                     break
-                except OSError:  # the spare was killed: the next one, or a new one
-                    self.drop_spare(spare)
+                self.drop_spare(spare)
+                if answer == b"N" and fresh:
+                    # Changed in this process itself, beyond undoing: a new
+                    # server (nsboxd starts one) serves the next calls.
+                    sys.exit(0)
             else:
                 return
             # Accepted: once the client has this it never runs the call
