@@ -417,6 +417,36 @@ def test_changes_made_to_the_servers_processes_do_not_reach_later_calls(daemon, 
         assert json.loads(r["stdout"].splitlines()[1]) == want
 
 
+# Run as other code of the sandbox: SIGSTOPs the processes waiting for the
+# next calls (children of the server's children), not the server.
+STOP_SPARES = r"""
+import os, signal
+def ppid(pid):
+    with open("/proc/%d/stat" % pid, "rb") as f:
+        return int(f.read().rsplit(b")", 1)[1].split()[1])
+mine = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()
+        and b"forkserver.py" in open("/proc/%s/cmdline" % p, "rb").read()]
+server = [p for p in mine if ppid(p) not in mine]
+calls = [p for p in mine if ppid(p) in mine and ppid(ppid(p)) in server]
+for p in calls:
+    os.kill(p, signal.SIGSTOP)
+print(len(server), len(calls))
+"""
+
+
+def test_stopped_spares_are_passed_over_and_the_call_is_served(daemon, sandbox):
+    """Before, a call handed to a spare that other sandbox code had stopped
+    waited for its timeout; now the server passes over a spare that does
+    not answer within 1 s and serves the call with a new one."""
+    server = wait_served(daemon, sandbox)
+    time.sleep(1)  # the next calls' processes are forked once the last call is over
+    r = daemon.call("sandbox.exec", sandbox_id=sandbox, argv=["python3", "-c", STOP_SPARES])
+    assert r["stdout"].split() == ["1", "2"], r
+    r = run(daemon, sandbox_id=sandbox, timeout_seconds=30, code=PROBE + "print(7)")
+    assert r["status"] == "ok" and r["stdout"].splitlines()[1] == "7", r
+    assert json.loads(r["stdout"].splitlines()[0])["server"] == server, r
+
+
 # Threads of this process once numpy has done a matrix product (OpenBLAS
 # starts its pool then, sized by its environment, else by the host's CPUs).
 BLAS_THREADS = r'''

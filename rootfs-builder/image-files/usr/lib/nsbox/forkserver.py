@@ -42,6 +42,7 @@ starts a new one and the client runs the call the plain way."""
 import array
 import ctypes
 import gc
+import json
 import os
 import resource
 import select
@@ -230,7 +231,6 @@ def run_call(u_end, done_r):
             # Every call would otherwise draw the same "random" numbers: the
             # server's state, copied. (random reseeds itself after a fork.)
             numpy.random.seed()
-        import json
         import nsbox_runtime
         figures = nsbox_runtime.capture_figures()
         # The paths every call takes, once with nothing of a call: their
@@ -593,7 +593,6 @@ def main():
         except Exception as e:  # a module the image lacks is not worth failing over
             print("nsbox fork server: import %s: %s" % (name, e), file=sys.stderr)
     warm_up_matplotlib()
-    import json  # noqa: F401
     import runpy  # noqa: F401
     import traceback  # noqa: F401
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
