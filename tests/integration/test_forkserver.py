@@ -447,6 +447,48 @@ def test_stopped_spares_are_passed_over_and_the_call_is_served(daemon, sandbox):
     assert json.loads(r["stdout"].splitlines()[0])["server"] == server, r
 
 
+def test_a_calls_code_cannot_write_or_trace_its_reaper_which_serves_later_calls(daemon, sandbox):
+    """A reaper C serves one call after another: the code of a call must not
+    reach it to plant state for the next ones. It never becomes dumpable."""
+    wait_served(daemon, sandbox)
+    code = r"""
+import ctypes, errno, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+c = os.getppid()
+out = {}
+try:
+    os.close(os.open("/proc/%d/mem" % c, os.O_RDWR))
+    out["mem"] = "writable"
+except OSError as e:
+    out["mem"] = errno.errorcode[e.errno]
+PTRACE_ATTACH = 16
+out["ptrace"] = "attached" if libc.ptrace(PTRACE_ATTACH, c, 0, 0) == 0 else errno.errorcode[ctypes.get_errno()]
+print(json.dumps(out))
+"""
+    reapers = set()
+    for _ in range(6):
+        r = run(daemon, sandbox_id=sandbox, code=PROBE + code + "print(os.getppid())")
+        assert r["status"] == "ok", r
+        lines = r["stdout"].splitlines()
+        assert json.loads(lines[1]) == {"mem": "EACCES", "ptrace": "EPERM"}, r
+        reapers.add(int(lines[2]))
+    # The reapers are kept from call to call (two of them take turns).
+    assert len(reapers) < 6, reapers
+
+
+def test_back_to_back_calls_are_all_served(daemon, sandbox):
+    """Calls that follow each other at once, as an agent's loop makes them:
+    each is served, none is lost. (A stale poll event for a connection
+    closed and reopened under the same fd number in one pass of the server
+    once ended a call without its status: 1 call in 180.)"""
+    server = wait_served(daemon, sandbox)
+    for i in range(150):
+        code = "print(%d)" % i if i % 2 else "import pandas, matplotlib.pyplot; print(%d)" % i
+        r = run(daemon, sandbox_id=sandbox, code=code)
+        assert r["status"] == "ok" and r["stdout"] == "%d\n" % i, (i, r)
+    assert probe(daemon, sandbox)["server"] == server
+
+
 # Threads of this process once numpy has done a matrix product (OpenBLAS
 # starts its pool then, sized by its environment, else by the host's CPUs).
 BLAS_THREADS = r'''

@@ -14,22 +14,26 @@ it sends its stdin, stdout, stderr and cwd (SCM_RIGHTS) with its umask,
 run.py's arguments (SCRIPT REPORT [NAME [ARG...]]) and environment, and gets "A" (accepted) and then the
 wait status of the call.
 
-Per call the server forks C, a reaper (child subreaper), which forks U, the
-call: U takes the client's fds and environment and runs
-nsbox_runtime.run_stateless as run.py does. When U ends, C kills every
-process left under it and sends U's status to the client. When the client
-goes away first (the exec timed out or was killed) the server kills C; the
-processes C left behind are then reparented to the server (a subreaper as
-well), which kills every child of its own that is not a live C.
+The server keeps two reapers C (child subreapers, forked from it) that are
+not busy with a call. Each C serves one call at a time, for as long as the
+server keeps it: it forks U, the next call's process, ahead of the call and
+hands the server a line to it. U takes the client's fds and environment and
+runs nsbox_runtime.run_stateless as run.py does. When U ends, C kills every
+process left under it, says "D" to the server, sends U's status to the
+client, reaps, and forks its next U. When the client goes away first (the
+exec timed out or was killed) the server kills C; the processes C left
+behind are then reparented to the server (a subreaper as well), which kills
+every child of its own that is not a live C. A call thus costs one fork of
+this large process and one teardown, done between calls (a C per call, as
+before, cost two of each: ~8.5 ms of the sandbox's CPU each pair here).
+U says its exit code, before its own teardown (milliseconds), on an
+abstract socket of C's whose peer C checks to be U.
 
-The C and U of the next calls (two) are forked ahead, between calls, so that
-a call costs no fork of this large process; U reports its exit code to C
-before its own teardown, which takes milliseconds.
-
-PR_SET_DUMPABLE 0: code of the sandbox (same uid) cannot ptrace the server or
-the C and U waiting for the next call, or write their memory through /proc
-to plant state for later calls. C and U become dumpable once their call has
-come, so a call's /proc/self is its own as in a plain run.
+PR_SET_DUMPABLE 0: code of the sandbox (same uid) cannot ptrace the server,
+a C (which outlives its calls, so it never becomes dumpable), or a U
+waiting for the next call, or write their memory through /proc to plant
+state for later calls. U becomes dumpable once its call has come, so a
+call's /proc/self is its own as in a plain run.
 
 What the same uid may still change in another process and a fork inherits
 (rlimits, nice, CPU affinity, scheduling policy, I/O priority, and for
@@ -195,23 +199,24 @@ def parse_request(msg):
     return int(parts[1], 8) & 0o777, args, env
 
 
-def recv_with_fds(sock, nfds, size=MAX_REQUEST):
-    """One message and the fds that came with it ("", [] at EOF)."""
+def recv_with_fds(sock, nfds, size=MAX_REQUEST, exact=True):
+    """One message and the nfds fds that came with it (at most nfds if not
+    exact); "", [] at EOF or when the fds are not those."""
     msg, anc, flags, _ = sock.recvmsg(size, socket.CMSG_SPACE(nfds * array.array("i").itemsize))
     fds = []
     for level, kind, data in anc:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.extend(array.array("i", data[: len(data) - len(data) % 4]))
-    if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or len(fds) != nfds:
+    if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or len(fds) > nfds or (exact and len(fds) != nfds):
         for fd in fds:
             os.close(fd)
         return b"", []
     return msg, fds
 
 
-def run_call(u_end, done_r):
-    """U: wait for a call, then become it; tell C its exit code through C's
-    pipe done_r before it exits. Never returns."""
+def run_call(u_end, report_to):
+    """U: wait for a call, then become it; tell C its exit code on C's
+    abstract socket report_to before it exits. Never returns."""
     code = 0
     try:
         # What does not depend on the call is done before it comes.
@@ -286,36 +291,42 @@ def run_call(u_end, done_r):
             os.close(fd)
         except OSError:
             pass
-    # Through /proc: the call's code had only fds 0-2, as an exec's has.
+    # A new socket: the call's code had only fds 0-2, as an exec's has.
     try:
-        fd = os.open("/proc/%d/fd/%d" % (os.getppid(), done_r), os.O_WRONLY | os.O_CLOEXEC)
-        os.write(fd, struct.pack("=i", code))
+        report = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+        report.connect(report_to)
+        report.send(struct.pack("=i", code))
     except OSError:
         pass  # C learns the code when this process has ended
     os._exit(code)
 
 
-def call_status(pid, done_r):
-    """U's wait status: its exit code as soon as it says it (before its
-    teardown), else (killed by a signal) when it has ended."""
+def call_status(pid, reports):
+    """U's wait status: its exit code as soon as it says it on reports (a
+    listening socket) before its teardown, else (killed by a signal) when
+    it has ended."""
     try:
         pidfd = os.pidfd_open(pid)
     except (OSError, AttributeError):
-        pidfd = None
+        pidfd = None  # no early report: U's end only (waiting for a report could outwait U)
+    poller = select.poll()
+    poller.register(reports, select.POLLIN)
     if pidfd is not None:
-        poller = select.poll()
-        poller.register(done_r, select.POLLIN)
         poller.register(pidfd, select.POLLIN)
-        while True:
+    try:
+        while pidfd is not None:
             try:
                 ready = [fd for fd, _ in poller.poll()]
-                break
             except InterruptedError:
                 continue
-        if done_r in ready:
-            data = os.read(done_r, 4)
-            if len(data) == 4:
-                return (struct.unpack("=i", data)[0] & 0xFF) << 8  # as waitpid reports exit(code)
+            if reports.fileno() not in ready:
+                break
+            status = read_report(reports, pid)
+            if status is not None:
+                return status
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
     while True:
         try:
             return os.waitpid(pid, 0)[1]
@@ -323,67 +334,129 @@ def call_status(pid, done_r):
             continue
 
 
-def reaper(c_end, u_end):
-    """C: fork U ahead of its call; once the call's connection arrives, wait
-    for U, end what U left behind and send U's status. Never returns."""
+def read_report(reports, pid):
+    """An exit code said by pid on reports, as waitpid reports exit(code);
+    None when the one who connected was another process of the sandbox."""
+    try:
+        conn, _ = reports.accept()
+    except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+        return None
+    with conn:
+        try:
+            if struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0] != pid:
+                return None
+            conn.settimeout(1.0)
+            data = conn.recv(4)
+        except OSError:
+            return None
+    if len(data) != 4:
+        return None
+    return (struct.unpack("=i", data)[0] & 0xFF) << 8
+
+
+def reaper(c_end):
+    """C: a call at a time, for as long as the server keeps it: fork U ahead
+    of its call and hand the server a line to it; once the call's
+    connection arrives, wait for U, end what U left behind and send U's
+    status. Never returns."""
     code = 0
     try:
         prctl(PR_SET_CHILD_SUBREAPER, 1)
         # Nothing of the server's goes on in here: its stdout is nsboxd's
-        # line to it, and this process becomes readable to the call's code.
+        # line to it.
         devnull = os.open("/dev/null", os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(devnull, fd)
         os.close(devnull)
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        done_r, done_w = os.pipe2(os.O_CLOEXEC)
-        pid = os.fork()
-        if pid == 0:
-            c_end.close()
-            run_call(u_end, done_r)
-        u_end.close()
-        # done_w stays open here: done_r never reads as closed, only U's code.
-        children_by_parent()  # its cold paths now, not in the call's tail (as U does)
-        _, fds = recv_with_fds(c_end, 1, 16)
-        if not fds:  # the server went away before it had a call for us
-            os.kill(pid, signal.SIGKILL)
-        # Dumpable only now, with a call: a spare waiting for the next call
-        # cannot be ptraced by the sandbox's code to plant state in it. U
-        # needs it to reach done_r through /proc.
-        prctl(PR_SET_DUMPABLE, 1)
-        conn = socket.socket(fileno=fds[0]) if fds else None
-        status = call_status(pid, done_r)
-        # U first, before a scan: then a scan that finds nothing but U is
-        # the last (before, every call took two of /proc, ~0.5 ms each).
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
+        # Where U says its exit code: a name only U and this process know
+        # (a listing of the sandbox's sockets shows it, so the peer's pid is
+        # checked). This process stays non-dumpable: it outlives its calls,
+        # and their code must not be able to ptrace it.
+        name = b"\0nsbox-forkserver-call-" + os.urandom(16).hex().encode()
+        reports = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+        reports.bind(name)
+        reports.listen(8)
+        reports.setblocking(False)
+        while serve_one_call(c_end, reports, name):
             pass
-        kill_descendants(signalled=(pid,))
-        if conn is not None:
-            try:
-                conn.send(struct.pack("=i", status))
-            except OSError:
-                pass
-        while True:  # off the call's path now: the tree's teardown
-            try:
-                os.waitpid(-1, 0)
-            except ChildProcessError:
-                break
-            except InterruptedError:
-                continue
     except BaseException:
         code = 1
     os._exit(code)
 
 
+def serve_one_call(c_end, reports, name):
+    """One call in C. False when the server has let this C go."""
+    to_u, u_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:
+        c_end.close()
+        reports.close()
+        to_u.close()
+        run_call(u_end, name)
+    u_end.close()
+    try:
+        # The server talks to U itself: the call, U's answer, "G".
+        c_end.sendmsg([b"R"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [to_u.fileno()]))])
+        to_u.close()
+        children_by_parent()  # its cold paths now, not in the call's tail (as U does)
+        _, fds = recv_with_fds(c_end, 1, 16)
+    except OSError:
+        fds = []
+    if not fds:  # the server let us go, or went away, before it had a call for us
+        os.kill(pid, signal.SIGKILL)
+        return False
+    conn = socket.socket(fileno=fds[0])
+    status = call_status(pid, reports)
+    # U first, before a scan: then a scan that finds nothing but U is
+    # the last (before, every call took two of /proc, ~0.5 ms each).
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    kill_descendants(signalled=(pid,))
+    try:
+        # The server first: then the client's leaving, once it has the
+        # status, is not taken for a call that must be killed.
+        c_end.send(b"D")
+    except OSError:
+        pass
+    try:
+        conn.send(struct.pack("=i", status))
+    except OSError:
+        pass
+    conn.close()
+    while True:  # off the call's path now: the tree's teardown
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+    return True
+
+
+def stopped(pid):
+    """Whether pid is stopped (other code of the sandbox may SIGSTOP it)."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] in (b"T", b"t")
+    except (OSError, IndexError):
+        return True
+
+
 class Server:
     def __init__(self, listener):
         self.listener = listener
+        self.reapers = {}  # C's pid -> socket to C: every live C
+        self.by_fd = {}  # that socket's fd -> C's pid
+        self.spares = []  # [(C's pid, socket to its U)]: a C whose U waits for the next call
         self.calls = {}  # C's pid -> the client's connection
         self.conns = {}  # connection fd -> C's pid
-        self.spares = []  # [(C's pid, socket to C, socket to U)]: the next calls' processes
+        # fds closed since the last poll: their events in its answer are
+        # stale, and the number may be a new connection's already.
+        self.closed = set()
         self.poll = select.poll()
         self.poll.register(listener, select.POLLIN)
         self.wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -392,48 +465,125 @@ class Server:
         signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
         signal.signal(signal.SIGCHLD, lambda *_: None)
 
-    def make_spare(self):
-        """Fork a next call's C and U now, ahead of it, so that a call
-        costs no fork of this (large) process while its client waits."""
+    def make_reaper(self):
+        """Fork a C: it forks the next call's U ahead of it (so a call costs
+        no fork of this large process while its client waits), says "R"
+        with a line to U, and serves calls one after another."""
         to_c, c_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
-        to_u, u_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
         sys.stdout.flush()
         sys.stderr.flush()
         try:
             pid = os.fork()
         except OSError:
-            for sock in (to_c, c_end, to_u, u_end):
-                sock.close()
-            return False
+            to_c.close()
+            c_end.close()
+            return None
         if pid == 0:
             self.listener.close()
             os.close(self.wake_r)
-            for sock in (to_c, to_u):
+            # Other Cs must see EOF when let go; U lines are theirs alone.
+            for sock in list(self.reapers.values()) + [to_u for _, to_u in self.spares]:
                 sock.close()
-            for _, other_c, other_u in self.spares:  # their C must see EOF when dropped
-                other_c.close()
-                other_u.close()
-            for fd in list(self.conns):
-                os.close(fd)
-            reaper(c_end, u_end)
+            for conn in self.calls.values():
+                conn.close()
+            to_c.close()
+            reaper(c_end)
         c_end.close()
-        u_end.close()
-        self.spares.append((pid, to_c, to_u))
-        return True
+        self.reapers[pid] = to_c
+        self.by_fd[to_c.fileno()] = pid
+        self.poll.register(to_c, select.POLLIN)
+        return pid
 
-    def make_spares(self):
-        """SPARES of them between calls: a call that comes right after
-        another finds one ready while the used one is replaced. Made while a
-        call runs, their forks (two of this process, ~3.4 ms each here) took
+    def make_reapers(self):
+        """SPARES Cs not busy with a call: a call that comes right after
+        another finds a U ready while the used C forks its next one. Made
+        while a call runs, forks of this process (~3.4 ms each here) took
         CPU from it: an isolated print(1) took 0.5 ms longer."""
-        while len(self.spares) < SPARES and self.make_spare():
+        while len(self.reapers) - len(self.calls) < SPARES and self.make_reaper() is not None:
             pass
 
-    def drop_spare(self, spare):
-        self.spares.remove(spare)
-        _, to_c, to_u = spare
-        to_c.close()  # C sees EOF, kills its U and exits
-        to_u.close()
+    def let_go(self, pid):
+        """C sees EOF: it kills its U and exits (reaped as any child)."""
+        to_c = self.reapers.pop(pid, None)
+        if to_c is not None:
+            self.poll.unregister(to_c)
+            del self.by_fd[to_c.fileno()]
+            self.closed.add(to_c.fileno())
+            to_c.close()
+        for spare in [sp for sp in self.spares if sp[0] == pid]:
+            self.spares.remove(spare)
+            spare[1].close()
+
+    def from_reaper(self, pid):
+        """C's messages: "R" with a line to its next U, "D" once its call
+        is over (before the client has its status)."""
+        to_c = self.reapers.get(pid)
+        while pid in self.reapers:
+            try:
+                to_c.setblocking(False)
+                msg, fds = recv_with_fds(to_c, 1, 16, exact=False)
+                to_c.setblocking(True)
+            except BlockingIOError:
+                to_c.setblocking(True)
+                return
+            except OSError:
+                msg, fds = b"", []
+            if msg == b"D" and not fds:
+                self.call_over(pid)
+            elif msg == b"R" and fds and pid not in self.calls:
+                to_u = socket.socket(fileno=fds[0])
+                if len(self.spares) < SPARES:
+                    self.spares.append((pid, to_u))
+                else:
+                    to_u.close()
+                    self.let_go(pid)
+            else:  # EOF, or nonsense: C is gone or broken
+                for fd in fds:
+                    os.close(fd)
+                if pid in self.calls:
+                    try:
+                        os.kill(pid, signal.SIGKILL)  # its call ends as C's death (see reap)
+                    except ProcessLookupError:
+                        pass
+                self.let_go(pid)
+
+    def call_over(self, pid):
+        conn = self.calls.pop(pid, None)
+        if conn is not None:
+            del self.conns[conn.fileno()]
+            self.poll.unregister(conn)
+            self.closed.add(conn.fileno())
+            conn.close()
+
+    def take_spare(self):
+        """A C with its U ready, or None. Made now if none waits; a C that
+        other code of the sandbox stopped is passed over."""
+        while self.spares:
+            pid, to_u = self.spares.pop(0)
+            if not stopped(pid):
+                return pid, to_u, False
+            to_u.close()
+            self.let_go(pid)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        pid = self.make_reaper()
+        if pid is None:
+            return None
+        to_c = self.reapers[pid]
+        try:
+            to_c.settimeout(2.0)
+            msg, fds = recv_with_fds(to_c, 1, 16)
+            to_c.settimeout(None)
+        except OSError:
+            msg, fds = b"", []
+        if msg != b"R" or not fds:
+            for fd in fds:
+                os.close(fd)
+            self.let_go(pid)
+            return None
+        return pid, socket.socket(fileno=fds[0]), True
 
     def accept(self):
         try:
@@ -452,22 +602,22 @@ class Server:
                 return
             conn.settimeout(None)
             for attempt in range(SPARES + 1):
-                fresh = not self.spares
-                if fresh and not self.make_spare():
+                spare = self.take_spare()
+                if spare is None:
                     return  # no fork possible (pids limit): the client runs the call itself
-                spare = self.spares[0]
-                pid, to_c, to_u = spare
+                pid, to_u, fresh = spare
                 try:
                     to_u.sendmsg([struct.pack("=i", client) + msg],
                                  [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
-                    to_u.settimeout(1.0)  # a spare that was stopped: the next one
+                    to_u.settimeout(1.0)  # a U that was stopped: the next one
                     answer = to_u.recv(1)
                     to_u.settimeout(None)
-                except OSError:  # the spare was killed or stopped: the next one, or a new one
+                except OSError:  # U was killed or stopped: the next one, or a new one
                     answer = b""
                 if answer == b"Y":
                     break
-                self.drop_spare(spare)
+                to_u.close()
+                self.let_go(pid)
                 if answer == b"N" and fresh:
                     # Changed in this process itself, beyond undoing: a new
                     # server (nsboxd starts one) serves the next calls.
@@ -478,12 +628,11 @@ class Server:
             # itself, so no call can run twice.
             conn.send(b"A")
             try:
-                to_c.sendmsg([b"C"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [conn.fileno()]))])
+                self.reapers[pid].sendmsg([b"C"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                                    array.array("i", [conn.fileno()]))])
                 to_u.send(b"G")
             except OSError:
                 pass  # C or U is gone: the call's end is reported when C is reaped or by C
-            self.spares.remove(spare)
-            to_c.close()
             to_u.close()
             self.calls[pid] = conn
             self.conns[conn.fileno()] = pid
@@ -500,10 +649,12 @@ class Server:
     def client_gone(self, fd):
         """The client's connection closed: its exec is over (timed out or
         killed, or it has its status). Whatever runs of its call dies."""
-        pid = self.conns.pop(fd)
-        conn = self.calls.pop(pid)
-        self.poll.unregister(fd)
-        conn.close()
+        pid = self.conns[fd]
+        self.from_reaper(pid)  # a "D" already sent: the call is over, C stays
+        if pid not in self.calls:
+            return
+        self.call_over(pid)
+        self.let_go(pid)
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -517,35 +668,34 @@ class Server:
                 break
             if pid == 0:
                 break
-            spare = next((sp for sp in self.spares if sp[0] == pid), None)
-            if spare is not None:
-                self.drop_spare(spare)
-                continue
-            conn = self.calls.pop(pid, None)
-            if conn is None:
-                continue
-            del self.conns[conn.fileno()]
-            self.poll.unregister(conn)
-            if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
-                # C itself was killed (by the call's own code): the call is.
+            self.from_reaper(pid)  # what it said before it died: a "D" ends its call
+            self.let_go(pid)
+            conn = self.calls.get(pid)
+            if conn is not None:
+                # C died with a call (killed by the call's own code): the call is.
                 try:
                     conn.send(struct.pack("=i", signal.SIGKILL))
                 except OSError:
                     pass
-            conn.close()
+                self.call_over(pid)
         # Children that are not a live C: what a dead C left (or a call
         # that killed its C). They and their trees die.
-        kill_children(spare=set(self.calls) | {sp[0] for sp in self.spares})
+        kill_children(spare=set(self.reapers))
 
     def serve(self):
         while True:
             if not self.calls:  # between calls: their forks do not slow a call down
-                self.make_spares()
+                self.make_reapers()
             try:
                 events = self.poll.poll()
             except InterruptedError:
                 continue
+            # Cs first: a "D" is read before the client's leaving after it.
+            events.sort(key=lambda event: event[0] not in self.by_fd)
+            self.closed.clear()
             for fd, mask in events:
+                if fd in self.closed:
+                    continue
                 if fd == self.wake_r:
                     try:
                         while os.read(self.wake_r, 4096):
@@ -555,6 +705,8 @@ class Server:
                     self.reap()
                 elif fd == self.listener.fileno():
                     self.accept()
+                elif fd in self.by_fd:
+                    self.from_reaper(self.by_fd[fd])
                 elif fd in self.conns:
                     self.client_gone(fd)
 
