@@ -489,6 +489,107 @@ def test_back_to_back_calls_are_all_served(daemon, sandbox):
     assert probe(daemon, sandbox)["server"] == server
 
 
+# Code of a call that is a client of the fork server itself: it connects
+# to the server's socket (its name is in /proc/net/unix) and sends a call
+# of its own. connect_and_send(script, fds) returns the connected socket.
+SELF_CLIENT = r"""
+import array, os, socket
+def server_name():
+    for line in open("/proc/net/unix"):
+        path = line.split()[-1]
+        if path.startswith("@nsbox-forkserver-") and "-call-" not in path:
+            return b"\0" + path[1:].encode()
+def request(script):
+    return b"NSBOX2\0" + b"22\0" + b"2\0" + script.encode() + b"\0/tmp/nested-report.json\0PATH=/usr/bin:/bin\0"
+def connect(sock=None):
+    sock = sock or socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    sock.connect(server_name())
+    return sock
+def send(sock, script, fds):
+    sock.sendmsg([request(script)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+null = os.open("/dev/null", os.O_RDWR)
+cwd = os.open("/workspace", os.O_RDONLY)
+"""
+
+
+def test_a_call_that_a_call_sent_itself_dies_with_its_sender(daemon, sandbox):
+    """A call's code may be a client of the server too. Before, passing its
+    own connection to the server as the new call's stdin made that call
+    live on after the sender, with no timeout: the server waited for the
+    connection to close. A call now ends when its client process does."""
+    wait_served(daemon, sandbox)
+    marker = "nsbox-fs-nested-marker"
+    daemon.call("fs.write", sandbox_id=sandbox, path="/workspace/nested.py",
+                content="import os\nos.execvp('python3', ['python3', '-c', 'import time; time.sleep(1000)', %r])\n"
+                        % marker)
+    code = SELF_CLIENT + r"""
+import time
+sock = connect()
+send(sock, "/workspace/nested.py", [sock.fileno(), null, null, cwd])
+assert sock.recv(1) == b"A"
+for _ in range(100):
+    if any(b"%s" in open("/proc/%%s/cmdline" %% p, "rb").read() for p in os.listdir("/proc") if p.isdigit()):
+        print("started")
+        break
+    time.sleep(0.05)
+""" % marker
+    r = run(daemon, sandbox_id=sandbox, timeout_seconds=30, code=code)
+    assert r["status"] == "ok" and r["stdout"] == "started\n", r
+    wait_gone(daemon, sandbox, marker)
+
+
+def test_a_client_gone_before_its_call_is_taken_neither_runs_nor_ends_the_server(daemon, sandbox):
+    """The process that connected has ended by the time the call comes
+    (another kept the socket). Before, the server took that for a change
+    made to itself and exited."""
+    server = wait_served(daemon, sandbox)
+    time.sleep(1)
+    code = SELF_CLIENT + r"""
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+pid = os.fork()
+if pid == 0:
+    connect(sock)
+    os._exit(0)
+os.waitpid(pid, 0)
+send(sock, "/workspace/never.py", [null, null, null, cwd])
+print(repr(sock.recv(16)))
+"""
+    daemon.call("fs.write", sandbox_id=sandbox, path="/workspace/never.py",
+                content="open('/workspace/never-ran', 'w').close()\n")
+    r = run(daemon, sandbox_id=sandbox, timeout_seconds=30, code=code)
+    assert r["status"] == "ok" and r["stdout"] == "b''\n", r  # refused: closed without "A"
+    assert probe(daemon, sandbox)["server"] == server
+    ls = daemon.call("fs.list", sandbox_id=sandbox, path="/workspace")
+    assert "never-ran" not in [e["name"] for e in ls["entries"]], ls
+
+
+def test_a_call_whose_client_left_before_it_was_accepted_leaves_no_process_behind(daemon, sandbox):
+    """The client sends its call and closes at once, while its process
+    lives on: the server cannot say "A". Before, the reaper taken for it
+    stayed, waiting for a call that never came, and counted as a spare."""
+    wait_served(daemon, sandbox)
+    time.sleep(1)
+    code = SELF_CLIENT + r"""
+for _ in range(3):
+    sock = connect()
+    send(sock, "/workspace/never.py", [null, null, null, cwd])
+    sock.close()
+import time
+time.sleep(1)
+"""
+    daemon.call("fs.write", sandbox_id=sandbox, path="/workspace/never.py", content="pass\n")
+    r = run(daemon, sandbox_id=sandbox, timeout_seconds=30, code=code)
+    assert r["status"] == "ok", r
+    time.sleep(1)  # the used reaper forks its next call's process
+    # The server, two reapers and their two waiting processes: none more, none less.
+    deadline = time.monotonic() + 10
+    while len(forkservers(daemon, sandbox)) != 5:
+        assert time.monotonic() < deadline, forkservers(daemon, sandbox)
+        time.sleep(0.2)
+    for i in range(4):
+        assert run(daemon, sandbox_id=sandbox, code="print(%d)" % i)["stdout"] == "%d\n" % i
+
+
 # Threads of this process once numpy has done a matrix product (OpenBLAS
 # starts its pool then, sized by its environment, else by the host's CPUs).
 BLAS_THREADS = r'''

@@ -27,7 +27,12 @@ every child of its own that is not a live C. A call thus costs one fork of
 this large process and one teardown, done between calls (a C per call, as
 before, cost two of each: ~8.5 ms of the sandbox's CPU each pair here).
 U says its exit code, before its own teardown (milliseconds), on an
-abstract socket of C's whose peer C checks to be U.
+abstract socket C makes for that call, whose peer C checks to be U.
+
+A call lives as long as its client's process, not its connection (a
+pidfd): the client may be code of the sandbox that passed its connection
+to the call itself. A C that has not forked its next U REAPER_GRACE after
+its call is killed; one taken for a call the server could not accept ends.
 
 PR_SET_DUMPABLE 0: code of the sandbox (same uid) cannot ptrace the server,
 a C (which outlives its calls, so it never becomes dumpable), or a U
@@ -54,6 +59,7 @@ import signal
 import socket
 import struct
 import sys
+import time
 
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
@@ -63,6 +69,11 @@ MAX_REQUEST = 1 << 20
 # of 2.5 from the request to the call's code, for back-to-back print(1)s.
 SPARES = 2
 SOCKET_PREFIX = b"\0nsbox-forkserver-"
+# A C that has not said "R" (its next U is ready) this long after it began
+# or ended a call is stuck (stopped by other sandbox code, or waiting for a
+# process that does not end): it is let go, and killed.
+REAPER_GRACE = 10.0
+SO_PEERPIDFD = 77  # Linux 6.5; before it, pidfd_open of the peer's pid
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -98,7 +109,8 @@ def oom_score_adj(pid):
 def match_client(pid):
     """Make this process's inheritable attributes the client's (pid): what
     other code of the sandbox may have changed in the server or a spare
-    does not reach the call. False when a change cannot be undone."""
+    does not reach the call. b"Y", b"N" when a change cannot be undone, b"X"
+    when the client is gone."""
     try:
         for r in RLIMITS:
             want = resource.prlimit(pid, r)
@@ -120,9 +132,22 @@ def match_client(pid):
         if oom_score_adj(os.getpid()) != want:
             with open("/proc/self/oom_score_adj", "wb") as f:
                 f.write(b"%d" % want)
-        return True
+        return b"Y"
+    except (ProcessLookupError, FileNotFoundError):
+        return b"X"
     except (OSError, ValueError):
-        return False
+        return b"N"
+
+
+def close_fds_but(keep):
+    """Close every fd above 2 but keep's: what this process inherited of
+    other calls and clients is not kept (nor passed on to its forks)."""
+    for name in os.listdir("/proc/self/fd"):
+        if int(name) > 2 and int(name) != keep:
+            try:
+                os.close(int(name))
+            except OSError:
+                pass
 
 
 def children_by_parent():
@@ -221,12 +246,7 @@ def run_call(u_end, report_to):
     try:
         # What does not depend on the call is done before it comes.
         os.setsid()  # as an exec's process: kill(0, ...) reaches the call only
-        for name in os.listdir("/proc/self/fd"):
-            if int(name) > 2 and int(name) != u_end.fileno():
-                try:
-                    os.close(int(name))
-                except OSError:
-                    pass
+        close_fds_but(u_end.fileno())
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -253,10 +273,10 @@ def run_call(u_end, report_to):
         # now, waiting, no other process of the sandbox could ptrace it.
         prctl(PR_SET_DUMPABLE, 1)
         client = struct.unpack("=i", msg[:4])[0]
-        if not match_client(client):
-            u_end.send(b"N")
+        answer = match_client(client)
+        u_end.send(answer)
+        if answer != b"Y":
             os._exit(0)
-        u_end.send(b"Y")
         umask, args, env = parse_request(msg[4:])
         for target, fd in enumerate(fds[:3]):
             os.dup2(fd, target, inheritable=True)
@@ -324,6 +344,8 @@ def call_status(pid, reports):
             status = read_report(reports, pid)
             if status is not None:
                 return status
+            if pidfd in ready:  # U has ended: connections that are not U's wait no more
+                break
     finally:
         if pidfd is not None:
             os.close(pidfd)
@@ -370,24 +392,33 @@ def reaper(c_end):
         os.close(devnull)
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        # Where U says its exit code: a name only U and this process know
-        # (a listing of the sandbox's sockets shows it, so the peer's pid is
-        # checked). This process stays non-dumpable: it outlives its calls,
-        # and their code must not be able to ptrace it.
-        name = b"\0nsbox-forkserver-call-" + os.urandom(16).hex().encode()
-        reports = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
-        reports.bind(name)
-        reports.listen(8)
-        reports.setblocking(False)
-        while serve_one_call(c_end, reports, name):
+        # Forked from the server at any time, even in the middle of taking
+        # a call: nothing of the server's clients and calls stays open here.
+        close_fds_but(c_end.fileno())
+        # This process stays non-dumpable: it outlives its calls, and their
+        # code must not be able to ptrace it.
+        while serve_one_call(c_end):
             pass
     except BaseException:
         code = 1
     os._exit(code)
 
 
-def serve_one_call(c_end, reports, name):
+def serve_one_call(c_end):
     """One call in C. False when the server has let this C go."""
+    # Where U says its exit code: a name only U and this process know (a
+    # listing of the sandbox's sockets shows it, so the peer's pid is
+    # checked), new for each call, so nothing queued in it outlives one.
+    name = b"\0nsbox-forkserver-call-" + os.urandom(16).hex().encode()
+    reports = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+    reports.bind(name)
+    reports.listen(8)
+    reports.setblocking(False)
+    with reports:
+        return serve_call(c_end, reports, name)
+
+
+def serve_call(c_end, reports, name):
     to_u, u_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
     pid = os.fork()
     if pid == 0:
@@ -452,8 +483,11 @@ class Server:
         self.reapers = {}  # C's pid -> socket to C: every live C
         self.by_fd = {}  # that socket's fd -> C's pid
         self.spares = []  # [(C's pid, socket to its U)]: a C whose U waits for the next call
+        self.pending = {}  # C's pid -> since when it has been forking its next U
         self.calls = {}  # C's pid -> the client's connection
         self.conns = {}  # connection fd -> C's pid
+        self.clients = {}  # C's pid -> the client process's pidfd
+        self.pidfds = {}  # that pidfd -> C's pid
         # fds closed since the last poll: their events in its answer are
         # stale, and the number may be a new connection's already.
         self.closed = set()
@@ -469,7 +503,10 @@ class Server:
         """Fork a C: it forks the next call's U ahead of it (so a call costs
         no fork of this large process while its client waits), says "R"
         with a line to U, and serves calls one after another."""
-        to_c, c_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+        try:
+            to_c, c_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+        except OSError:
+            return None
         sys.stdout.flush()
         sys.stderr.flush()
         try:
@@ -479,17 +516,10 @@ class Server:
             c_end.close()
             return None
         if pid == 0:
-            self.listener.close()
-            os.close(self.wake_r)
-            # Other Cs must see EOF when let go; U lines are theirs alone.
-            for sock in list(self.reapers.values()) + [to_u for _, to_u in self.spares]:
-                sock.close()
-            for conn in self.calls.values():
-                conn.close()
-            to_c.close()
-            reaper(c_end)
+            reaper(c_end)  # which first closes every other fd: other Cs see EOF when let go
         c_end.close()
         self.reapers[pid] = to_c
+        self.pending[pid] = time.monotonic()
         self.by_fd[to_c.fileno()] = pid
         self.poll.register(to_c, select.POLLIN)
         return pid
@@ -499,11 +529,19 @@ class Server:
         another finds a U ready while the used C forks its next one. Made
         while a call runs, forks of this process (~3.4 ms each here) took
         CPU from it: an isolated print(1) took 0.5 ms longer."""
+        now = time.monotonic()
+        for pid in [pid for pid, since in self.pending.items() if now - since > REAPER_GRACE]:
+            self.let_go(pid)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         while len(self.reapers) - len(self.calls) < SPARES and self.make_reaper() is not None:
             pass
 
     def let_go(self, pid):
         """C sees EOF: it kills its U and exits (reaped as any child)."""
+        self.pending.pop(pid, None)
         to_c = self.reapers.pop(pid, None)
         if to_c is not None:
             self.poll.unregister(to_c)
@@ -530,7 +568,9 @@ class Server:
                 msg, fds = b"", []
             if msg == b"D" and not fds:
                 self.call_over(pid)
+                self.pending[pid] = time.monotonic()
             elif msg == b"R" and fds and pid not in self.calls:
+                self.pending.pop(pid, None)
                 to_u = socket.socket(fileno=fds[0])
                 if len(self.spares) < SPARES:
                     self.spares.append((pid, to_u))
@@ -554,6 +594,12 @@ class Server:
             self.poll.unregister(conn)
             self.closed.add(conn.fileno())
             conn.close()
+        pidfd = self.clients.pop(pid, None)
+        if pidfd is not None:
+            del self.pidfds[pidfd]
+            self.poll.unregister(pidfd)
+            self.closed.add(pidfd)
+            os.close(pidfd)
 
     def take_spare(self):
         """A C with its U ready, or None. Made now if none waits; a C that
@@ -562,12 +608,7 @@ class Server:
             pid, to_u = self.spares.pop(0)
             if not stopped(pid):
                 return pid, to_u, False
-            to_u.close()
-            self.let_go(pid)
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            self.give_back((pid, to_u, False))
         pid = self.make_reaper()
         if pid is None:
             return None
@@ -582,7 +623,12 @@ class Server:
             for fd in fds:
                 os.close(fd)
             self.let_go(pid)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
             return None
+        self.pending.pop(pid, None)
         return pid, socket.socket(fileno=fds[0]), True
 
     def accept(self):
@@ -590,11 +636,26 @@ class Server:
             conn, _ = self.listener.accept()
         except (BlockingIOError, InterruptedError, ConnectionAbortedError):
             return
+        except OSError:
+            # No fd left for it (EMFILE: other sandbox code may lower this
+            # process's limits): the connection would stay queued and wake
+            # the loop forever. A new server (nsboxd starts one) takes over;
+            # the clients waiting run their calls themselves.
+            sys.exit(0)
         fds = []
+        pidfd = None
+        spare = None
         try:
             client, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
             if uid != os.getuid():
                 return
+            # The call lives as long as the client process, not its
+            # connection: a client could pass the connection itself to the
+            # call as one of its fds, and the server would never see it close.
+            try:
+                pidfd = struct.unpack("i", conn.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD, 4))[0]
+            except OSError:
+                pidfd = os.pidfd_open(client)
             conn.setblocking(True)
             conn.settimeout(1.0)  # the client sends at once; never block the server longer
             msg, fds = recv_with_fds(conn, 4)
@@ -616,8 +677,10 @@ class Server:
                     answer = b""
                 if answer == b"Y":
                     break
-                to_u.close()
-                self.let_go(pid)
+                self.give_back(spare)
+                spare = None
+                if answer == b"X":
+                    return  # the client is gone
                 if answer == b"N" and fresh:
                     # Changed in this process itself, beyond undoing: a new
                     # server (nsboxd starts one) serves the next calls.
@@ -627,29 +690,47 @@ class Server:
             # Accepted: once the client has this it never runs the call
             # itself, so no call can run twice.
             conn.send(b"A")
+            spare = None  # the call's now: it ends as calls do
             try:
                 self.reapers[pid].sendmsg([b"C"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
                                                     array.array("i", [conn.fileno()]))])
                 to_u.send(b"G")
-            except OSError:
+            except (OSError, KeyError):
                 pass  # C or U is gone: the call's end is reported when C is reaped or by C
             to_u.close()
             self.calls[pid] = conn
             self.conns[conn.fileno()] = pid
             self.poll.register(conn, select.POLLIN)
-            conn = None  # kept
+            self.clients[pid] = pidfd
+            self.pidfds[pidfd] = pid
+            self.poll.register(pidfd, select.POLLIN)
+            conn = pidfd = None  # kept
         except (OSError, ValueError):
             return
         finally:
+            if spare is not None:  # taken, not used: its U has the request, so it goes
+                self.give_back(spare)
             for fd in fds:
                 os.close(fd)
             if conn is not None:
                 conn.close()
+            if pidfd is not None:
+                os.close(pidfd)
 
-    def client_gone(self, fd):
-        """The client's connection closed: its exec is over (timed out or
-        killed, or it has its status). Whatever runs of its call dies."""
-        pid = self.conns[fd]
+    def give_back(self, spare):
+        """A spare taken but not used for a call: C and U end."""
+        pid, to_u, _ = spare
+        to_u.close()
+        self.let_go(pid)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def client_gone(self, pid):
+        """The client's connection closed or its process ended: its exec is
+        over (timed out or killed, or it has its status). Whatever runs of
+        its call dies."""
         self.from_reaper(pid)  # a "D" already sent: the call is over, C stays
         if pid not in self.calls:
             return
@@ -708,7 +789,9 @@ class Server:
                 elif fd in self.by_fd:
                     self.from_reaper(self.by_fd[fd])
                 elif fd in self.conns:
-                    self.client_gone(fd)
+                    self.client_gone(self.conns[fd])
+                elif fd in self.pidfds:
+                    self.client_gone(self.pidfds[fd])
 
 
 def warm_up_matplotlib():
