@@ -590,6 +590,20 @@ time.sleep(1)
         assert run(daemon, sandbox_id=sandbox, code="print(%d)" % i)["stdout"] == "%d\n" % i
 
 
+def test_a_server_out_of_fds_lets_its_calls_run_and_is_replaced(daemon, sandbox):
+    """Other code of the sandbox lowers the server's fd limit below what it
+    has open: it cannot take a connection. The call waiting runs the plain
+    way and a new server takes over. (A guard: before, the server died of
+    the exception, with the same outcome for this call.)"""
+    server = wait_served(daemon, sandbox)
+    r = daemon.call("sandbox.exec", sandbox_id=sandbox, argv=[
+        "python3", "-c", "import resource; resource.prlimit(%d, resource.RLIMIT_NOFILE, (4, 1024))" % server])
+    assert r["exit_code"] == 0, r
+    r = run(daemon, sandbox_id=sandbox, timeout_seconds=30, code=PROBE + "print(8)")
+    assert r["status"] == "ok" and r["stdout"].splitlines()[1] == "8", r
+    assert wait_served(daemon, sandbox) != server
+
+
 # Threads of this process once numpy has done a matrix product (OpenBLAS
 # starts its pool then, sized by its environment, else by the host's CPUs).
 BLAS_THREADS = r'''

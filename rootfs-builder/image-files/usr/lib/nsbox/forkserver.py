@@ -50,6 +50,7 @@ forked says "N", the change is in the server itself, which exits: nsboxd
 starts a new one and the client runs the call the plain way."""
 import array
 import ctypes
+import errno
 import gc
 import json
 import os
@@ -295,7 +296,7 @@ def run_call(u_end, report_to):
         # The call's code runs once C has the client's connection: code that
         # stopped the server before it had handed that on would wait forever.
         if u_end.recv(1) != b"G":
-            raise ConnectionError("the server went away while it handed the call over")
+            os._exit(0)  # not taken after all (its client left, or the server): nothing of it ran
         u_end.close()
         code = nsbox_runtime.run_stateless(*nsbox_runtime.runner_args(args), figures=figures)
     except BaseException as e:  # nsbox's own failure: say so where the user looks
@@ -491,6 +492,8 @@ class Server:
         # fds closed since the last poll: their events in its answer are
         # stale, and the number may be a new connection's already.
         self.closed = set()
+        self.reserve = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)  # see accept
+        self.nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         self.poll = select.poll()
         self.poll.register(listener, select.POLLIN)
         self.wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -529,6 +532,12 @@ class Server:
         another finds a U ready while the used C forks its next one. Made
         while a call runs, forks of this process (~3.4 ms each here) took
         CPU from it: an isolated print(1) took 0.5 ms longer."""
+        while len(self.reapers) - len(self.calls) < SPARES and self.make_reaper() is not None:
+            pass
+
+    def end_stuck_reapers(self):
+        """Let go and kill the Cs past REAPER_GRACE without an "R". Returns
+        the poll timeout (ms) until the next one would be, or None."""
         now = time.monotonic()
         for pid in [pid for pid, since in self.pending.items() if now - since > REAPER_GRACE]:
             self.let_go(pid)
@@ -536,8 +545,9 @@ class Server:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        while len(self.reapers) - len(self.calls) < SPARES and self.make_reaper() is not None:
-            pass
+        if not self.pending:
+            return None
+        return max(0, int((min(self.pending.values()) + REAPER_GRACE - now) * 1000) + 1)
 
     def let_go(self, pid):
         """C sees EOF: it kills its U and exits (reaped as any child)."""
@@ -638,10 +648,23 @@ class Server:
             return
         except OSError:
             # No fd left for it (EMFILE: other sandbox code may lower this
-            # process's limits): the connection would stay queued and wake
-            # the loop forever. A new server (nsboxd starts one) takes over;
-            # the clients waiting run their calls themselves.
-            sys.exit(0)
+            # process's limits, or many calls run): the connection would stay
+            # queued and wake the loop forever. With the fd kept in reserve
+            # it is taken and closed: its client runs the call itself.
+            # When the limit is lower than at start, other code lowered it:
+            # a new server (nsboxd starts one) takes over.
+            try:
+                os.close(self.reserve)
+                try:
+                    self.listener.accept()[0].close()
+                except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                    pass
+                self.reserve = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                sys.exit(0)
+            if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < self.nofile:
+                sys.exit(0)
+            return
         fds = []
         pidfd = None
         spare = None
@@ -654,7 +677,11 @@ class Server:
             # call as one of its fds, and the server would never see it close.
             try:
                 pidfd = struct.unpack("i", conn.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD, 4))[0]
-            except OSError:
+            except OSError as e:
+                if e.errno != errno.ENOPROTOOPT:
+                    return  # the client is gone (reaped): its pid may be another's already
+                # Before Linux 6.5: by pid, which a client reaped this very
+                # moment could have passed on to another process.
                 pidfd = os.pidfd_open(client)
             conn.setblocking(True)
             conn.settimeout(1.0)  # the client sends at once; never block the server longer
@@ -765,10 +792,12 @@ class Server:
 
     def serve(self):
         while True:
+            timeout = self.end_stuck_reapers()
             if not self.calls:  # between calls: their forks do not slow a call down
                 self.make_reapers()
+                timeout = self.end_stuck_reapers()  # the new ones' grace
             try:
-                events = self.poll.poll()
+                events = self.poll.poll(timeout)
             except InterruptedError:
                 continue
             # Cs first: a "D" is read before the client's leaving after it.
