@@ -540,14 +540,17 @@ class Server:
         the poll timeout (ms) until the next one would be, or None."""
         now = time.monotonic()
         for pid in [pid for pid, since in self.pending.items() if now - since > REAPER_GRACE]:
-            self.let_go(pid)
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            self.end_reaper(pid)
         if not self.pending:
             return None
         return max(0, int((min(self.pending.values()) + REAPER_GRACE - now) * 1000) + 1)
+
+    def end_reaper(self, pid):
+        self.let_go(pid)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
     def let_go(self, pid):
         """C sees EOF: it kills its U and exits (reaped as any child)."""
@@ -632,11 +635,7 @@ class Server:
         if msg != b"R" or not fds:
             for fd in fds:
                 os.close(fd)
-            self.let_go(pid)
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            self.end_reaper(pid)
             return None
         self.pending.pop(pid, None)
         return pid, socket.socket(fileno=fds[0]), True
@@ -748,11 +747,7 @@ class Server:
         """A spare taken but not used for a call: C and U end."""
         pid, to_u, _ = spare
         to_u.close()
-        self.let_go(pid)
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        self.end_reaper(pid)
 
     def client_gone(self, pid):
         """The client's connection closed or its process ended: its exec is
@@ -762,11 +757,7 @@ class Server:
         if pid not in self.calls:
             return
         self.call_over(pid)
-        self.let_go(pid)
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        self.end_reaper(pid)
 
     def reap(self):
         while True:
