@@ -151,6 +151,12 @@ def close_fds_but(keep):
                 pass
 
 
+def proc_stat(pid):
+    """The fields of /proc/PID/stat after the command name: state, ppid..."""
+    with open("/proc/%s/stat" % pid, "rb") as f:
+        return f.read().rsplit(b")", 1)[1].split()
+
+
 def children_by_parent():
     """{parent pid: [pids]} of this pid namespace (the kernel here may lack
     /proc/PID/task/TID/children): one scan of /proc."""
@@ -159,8 +165,7 @@ def children_by_parent():
         if not name.isdigit():
             continue
         try:
-            with open("/proc/%s/stat" % name, "rb") as f:
-                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+            ppid = int(proc_stat(name)[1])
         except (OSError, ValueError, IndexError):
             continue
         out.setdefault(ppid, []).append(int(name))
@@ -225,10 +230,10 @@ def parse_request(msg):
     return int(parts[1], 8) & 0o777, args, env
 
 
-def recv_with_fds(sock, nfds, size=MAX_REQUEST, exact=True):
+def recv_with_fds(sock, nfds, size=MAX_REQUEST, exact=True, flags=0):
     """One message and the nfds fds that came with it (at most nfds if not
     exact); "", [] at EOF or when the fds are not those."""
-    msg, anc, flags, _ = sock.recvmsg(size, socket.CMSG_SPACE(nfds * array.array("i").itemsize))
+    msg, anc, flags, _ = sock.recvmsg(size, socket.CMSG_SPACE(nfds * array.array("i").itemsize), flags)
     fds = []
     for level, kind, data in anc:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
@@ -396,6 +401,7 @@ def reaper(c_end):
         # Forked from the server at any time, even in the middle of taking
         # a call: nothing of the server's clients and calls stays open here.
         close_fds_but(c_end.fileno())
+        children_by_parent()  # its cold paths once, not in the first call's tail
         # This process stays non-dumpable: it outlives its calls, and their
         # code must not be able to ptrace it.
         while serve_one_call(c_end):
@@ -432,7 +438,6 @@ def serve_call(c_end, reports, name):
         # The server talks to U itself: the call, U's answer, "G".
         c_end.sendmsg([b"R"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [to_u.fileno()]))])
         to_u.close()
-        children_by_parent()  # its cold paths now, not in the call's tail (as U does)
         _, fds = recv_with_fds(c_end, 1, 16)
     except OSError:
         fds = []
@@ -472,8 +477,7 @@ def serve_call(c_end, reports, name):
 def stopped(pid):
     """Whether pid is stopped (other code of the sandbox may SIGSTOP it)."""
     try:
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] in (b"T", b"t")
+        return proc_stat(pid)[0] in (b"T", b"t")
     except (OSError, IndexError):
         return True
 
@@ -485,10 +489,8 @@ class Server:
         self.by_fd = {}  # that socket's fd -> C's pid
         self.spares = []  # [(C's pid, socket to its U)]: a C whose U waits for the next call
         self.pending = {}  # C's pid -> since when it has been forking its next U
-        self.calls = {}  # C's pid -> the client's connection
-        self.conns = {}  # connection fd -> C's pid
-        self.clients = {}  # C's pid -> the client process's pidfd
-        self.pidfds = {}  # that pidfd -> C's pid
+        self.calls = {}  # C's pid -> (the client's connection, the client process's pidfd)
+        self.client_fds = {}  # either fd -> C's pid: the call ends when either says the client left
         # fds closed since the last poll: their events in its answer are
         # stale, and the number may be a new connection's already.
         self.closed = set()
@@ -536,14 +538,16 @@ class Server:
             pass
 
     def end_stuck_reapers(self):
-        """Let go and kill the Cs past REAPER_GRACE without an "R". Returns
-        the poll timeout (ms) until the next one would be, or None."""
+        """Let go and kill the Cs past REAPER_GRACE without an "R"."""
         now = time.monotonic()
         for pid in [pid for pid, since in self.pending.items() if now - since > REAPER_GRACE]:
             self.end_reaper(pid)
+
+    def next_deadline(self):
+        """Poll timeout (ms) until a C waited on would be stuck, or None."""
         if not self.pending:
             return None
-        return max(0, int((min(self.pending.values()) + REAPER_GRACE - now) * 1000) + 1)
+        return max(0, int((min(self.pending.values()) + REAPER_GRACE - time.monotonic()) * 1000) + 1)
 
     def end_reaper(self, pid):
         self.let_go(pid)
@@ -571,11 +575,8 @@ class Server:
         to_c = self.reapers.get(pid)
         while pid in self.reapers:
             try:
-                to_c.setblocking(False)
-                msg, fds = recv_with_fds(to_c, 1, 16, exact=False)
-                to_c.setblocking(True)
+                msg, fds = recv_with_fds(to_c, 1, 16, exact=False, flags=socket.MSG_DONTWAIT)
             except BlockingIOError:
-                to_c.setblocking(True)
                 return
             except OSError:
                 msg, fds = b"", []
@@ -601,17 +602,13 @@ class Server:
                 self.let_go(pid)
 
     def call_over(self, pid):
-        conn = self.calls.pop(pid, None)
+        conn, pidfd = self.calls.pop(pid, (None, None))
         if conn is not None:
-            del self.conns[conn.fileno()]
-            self.poll.unregister(conn)
-            self.closed.add(conn.fileno())
+            for fd in (conn.fileno(), pidfd):
+                del self.client_fds[fd]
+                self.poll.unregister(fd)
+                self.closed.add(fd)
             conn.close()
-        pidfd = self.clients.pop(pid, None)
-        if pidfd is not None:
-            del self.pidfds[pidfd]
-            self.poll.unregister(pidfd)
-            self.closed.add(pidfd)
             os.close(pidfd)
 
     def take_spare(self):
@@ -701,6 +698,8 @@ class Server:
                     to_u.settimeout(None)
                 except OSError:  # U was killed or stopped: the next one, or a new one
                     answer = b""
+                if answer == b"Y" and select.select([pidfd], [], [], 0)[0]:
+                    answer = b"X"  # the client ended meanwhile: the pid U matched may be another's
                 if answer == b"Y":
                     break
                 self.give_back(spare)
@@ -724,12 +723,10 @@ class Server:
             except (OSError, KeyError):
                 pass  # C or U is gone: the call's end is reported when C is reaped or by C
             to_u.close()
-            self.calls[pid] = conn
-            self.conns[conn.fileno()] = pid
-            self.poll.register(conn, select.POLLIN)
-            self.clients[pid] = pidfd
-            self.pidfds[pidfd] = pid
-            self.poll.register(pidfd, select.POLLIN)
+            self.calls[pid] = (conn, pidfd)
+            for fd in (conn.fileno(), pidfd):
+                self.client_fds[fd] = pid
+                self.poll.register(fd, select.POLLIN)
             conn = pidfd = None  # kept
         except (OSError, ValueError):
             return
@@ -769,11 +766,10 @@ class Server:
                 break
             self.from_reaper(pid)  # what it said before it died: a "D" ends its call
             self.let_go(pid)
-            conn = self.calls.get(pid)
-            if conn is not None:
+            if pid in self.calls:
                 # C died with a call (killed by the call's own code): the call is.
                 try:
-                    conn.send(struct.pack("=i", signal.SIGKILL))
+                    self.calls[pid][0].send(struct.pack("=i", signal.SIGKILL))
                 except OSError:
                     pass
                 self.call_over(pid)
@@ -783,12 +779,11 @@ class Server:
 
     def serve(self):
         while True:
-            timeout = self.end_stuck_reapers()
+            self.end_stuck_reapers()
             if not self.calls:  # between calls: their forks do not slow a call down
                 self.make_reapers()
-                timeout = self.end_stuck_reapers()  # the new ones' grace
             try:
-                events = self.poll.poll(timeout)
+                events = self.poll.poll(self.next_deadline())
             except InterruptedError:
                 continue
             # Cs first: a "D" is read before the client's leaving after it.
@@ -808,10 +803,8 @@ class Server:
                     self.accept()
                 elif fd in self.by_fd:
                     self.from_reaper(self.by_fd[fd])
-                elif fd in self.conns:
-                    self.client_gone(self.conns[fd])
-                elif fd in self.pidfds:
-                    self.client_gone(self.pidfds[fd])
+                elif fd in self.client_fds:
+                    self.client_gone(self.client_fds[fd])
 
 
 def warm_up_matplotlib():
