@@ -857,8 +857,15 @@ static int apply_limits(struct sandbox_cgroup *sc, const struct sandbox_limits *
                         if ((r = apply(cpu, "cpu.max", value, err)) < 0)
                                 return r;
                 } else {
+                        /* Every write of either file walks all of the
+                         * host's cpu cgroups (the kernel checks the quotas
+                         * of the whole tree), so the period, which a fresh
+                         * cgroup already has, is written only if it
+                         * differs. */
+                        uint64_t have = 0;
                         snprintf(value, sizeof(value), "%ld", period);
-                        if ((r = apply(cpu, "cpu.cfs_period_us", value, err)) < 0)
+                        if ((read_u64_at(cpu, "cpu.cfs_period_us", &have) < 0 || have != (uint64_t)period) &&
+                            (r = apply(cpu, "cpu.cfs_period_us", value, err)) < 0)
                                 return r;
                         snprintf(value, sizeof(value), "%lld", quota);
                         if ((r = apply(cpu, "cpu.cfs_quota_us", value, err)) < 0)

@@ -394,6 +394,33 @@ def test_host_identifying_files_are_masked(daemon, shared, user):
     assert host_read("/proc/cmdline"), "the host's /proc/cmdline is readable on the host"
 
 
+def test_masked_dirs_are_one_read_only_filesystem_that_nothing_can_fill(daemon, shared):
+    """Every superblock a sandbox mounts costs the kernel a shrinker, whose
+    arrays in every memory cgroup grow with the host's count of both: the
+    masks are one empty tmpfs shown at each masked directory. Being one, a
+    write that got into one mask would show in all: none gets in."""
+    v = attack(daemon, shared, """
+        mounts = {}
+        for line in open("/proc/self/mountinfo"):
+            f = line.split()
+            mounts[f[4]] = (f[2], f[f.index("-") + 1])
+        dirs = [p for p in %r + ["/sys/kernel/debug", "/sys/kernel/tracing", "/sys/kernel/security",
+                                 "/sys/fs/bpf", "/proc/driver"] if p in mounts]
+        writes = {}
+        for p in dirs:
+            writes[p + "/x"] = err(lambda: open(p + "/x", "w").write("x"))
+            writes[p + "/d"] = err(lambda: os.mkdir(p + "/d"))
+        verdict(devices=sorted(set(mounts[p][0] for p in dirs)), types=sorted(set(mounts[p][1] for p in dirs)),
+                count=len(dirs), writes=writes, entries={p: os.listdir(p) for p in dirs})
+    """ % MASKED_DIRS, user="root")
+    assert v["count"] >= 2, v  # this host has at least /sys/firmware and /sys/kernel/debug
+    assert v["devices"] and len(v["devices"]) == 1, v
+    assert v["types"] == ["tmpfs"], v
+    for path, got in v["writes"].items():
+        assert got in ("EROFS", "EACCES", "EPERM"), (path, got)
+    assert all(entries == [] for entries in v["entries"].values()), v
+
+
 HOLD_FILES = r'''
 import os, sys, time
 for k in range(int(sys.argv[1])):
