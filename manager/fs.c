@@ -53,7 +53,6 @@
 #define FS_LIST_MAX_ENTRIES     100000
 #define FS_LIST_SCAN_MAX        (4u << 20)
 /* Reads and writes up to this size run on the loop; larger in a worker. */
-#define FS_INLINE_BYTES (1 << 20)
 /* The deepest tree fs.remove takes apart: one open fd per level, in a
  * worker whose fd limit is raised to match. */
 #define FS_TREE_MAX_DEPTH    16384
@@ -861,16 +860,25 @@ static void fs_job_client_gone(struct rpc_request *req, void *worker)
 static int fs_list_run(void *data, struct fs_worker_output *out, nsbox_error_t **err);
 static int fs_read_run(void *data, struct fs_worker_output *out, nsbox_error_t **err);
 
+/* Fork a worker that runs `run` on `data` with the sandbox's root `ctx`
+ * (open; closed here, the worker keeps its copy), watching the sandbox. */
+static int fs_ctx_fork(struct fs_ctx *ctx, struct sandbox *sb, fs_worker_run_fn run, fs_worker_done_fn done,
+                       void *data, struct fs_worker **worker, nsbox_error_t **err)
+{
+        ctx->watch_fd = sb->pidfd ? sb->pidfd->fd : -1;
+        int keep[] = { ctx->root, ctx->watch_fd };
+        int r = fs_worker_start(keep, ARRAY_SIZE(keep), run, done, data, worker, err);
+        fs_ctx_close(ctx);
+        return r;
+}
+
 /* Start `run` in a worker on a job whose ctx is open; the job is the
  * worker's from here on (answered and freed by fs_job_done). */
 static void fs_job_start(struct fs_job *job, struct sandbox *sb, fs_worker_run_fn run)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
-        job->ctx.watch_fd = sb->pidfd ? sb->pidfd->fd : -1;
-        int keep[] = { job->ctx.root, job->ctx.watch_fd };
         struct fs_worker *worker;
-        int r = fs_worker_start(keep, ARRAY_SIZE(keep), run, fs_job_done, job, &worker, &err);
-        fs_ctx_close(&job->ctx);
+        int r = fs_ctx_fork(&job->ctx, sb, run, fs_job_done, job, &worker, &err);
         if (r < 0) {
                 rpc_reply_fail(job->req, "busy", "%s: %s", job->path.shown,
                                err ? err->message : strerror(-r));
@@ -1522,6 +1530,115 @@ void fs_method_chmod(struct rpc_request *req, struct sandbox *sb)
 }
 
 /* ---- helpers for python.run ---- */
+
+/* ---- python.run's files ---- */
+
+/* A value of `files`: text, or {content, encoding?} whose content may be
+ * base64. */
+static void fs_files_value(json_t *v, const char **text, size_t *len, bool *base64)
+{
+        json_t *content = json_is_object(v) ? json_object_get(v, "content") : v;
+        const char *encoding = json_string_value(json_object_get(v, "encoding"));
+        *text = json_string_value(content);
+        *len = json_string_length(content);
+        *base64 = json_is_object(v) && encoding != NULL && strcmp(encoding, "base64") == 0;
+}
+
+static int fs_files_write(struct fs_ctx *ctx, json_t *files, nsbox_error_t **err)
+{
+        const char *key;
+        json_t *v;
+        json_object_foreach(files, key, v)
+        {
+                const char *text;
+                size_t len;
+                bool base64;
+                fs_files_value(v, &text, &len, &base64);
+                _cleanup_free_ char *decoded = NULL;
+                if (base64) {
+                        decoded = base64_decode(text, len, &len);
+                        if (decoded == NULL)
+                                return base64_valid(text, len)
+                                           ? nsbox_error(err, ENOMEM, "files[\"%.200s\"]: decode", key)
+                                           : nsbox_refuse(err, FS_JOB_INVALID_CONTENT,
+                                                          "files[\"%.100s\"]: content is not valid base64",
+                                                          key);
+                        text = decoded;
+                }
+                struct fs_path p;
+                struct fs_write_options opts = { .mode = 0644, .mode_set = true, .parents = true };
+                int r = fs_path_parse(key, strlen(key), &p, err);
+                if (r == 0)
+                        r = fs_write_at(ctx, &p, text, len, &opts, err);
+                if (r < 0) {
+                        nsbox_error_wrap(err, "write files[\"%.200s\"]", key);
+                        return r;
+                }
+        }
+        return 0;
+}
+
+struct fs_files_job {
+        struct fs_ctx ctx;
+        json_t *files;
+        fs_files_done_fn done;
+        void *data;
+};
+
+static int fs_files_run(void *data, struct fs_worker_output *out, nsbox_error_t **err)
+{
+        struct fs_files_job *job = data;
+        int r = fs_files_write(&job->ctx, job->files, err);
+        if (r == 0 && (out->result = json_object()) == NULL)
+                r = nsbox_error(err, ENOMEM, "files");
+        return r;
+}
+
+static void fs_files_job_done(void *data, int r, json_t *result, const char *message)
+{
+        struct fs_files_job *job = data;
+        json_decref(result);
+        json_decref(job->files);
+        job->done(job->data, r < 0 ? message : NULL, r == -FS_JOB_INVALID_CONTENT);
+        free(job);
+}
+
+void fs_write_files(struct sandbox *sb, json_t *files, fs_files_done_fn done, void *data)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        size_t total = 0;
+        const char *key;
+        json_t *v;
+        json_object_foreach(files, key, v)
+        {
+                const char *text;
+                size_t len;
+                bool base64;
+                fs_files_value(v, &text, &len, &base64);
+                total += len;
+        }
+        struct fs_ctx ctx;
+        int r = fs_ctx_open(sb, &ctx, &err);
+        if (r == 0 && total <= FS_INLINE_BYTES) {
+                r = fs_files_write(&ctx, files, &err);
+                fs_ctx_close(&ctx);
+        } else if (r == 0) {
+                /* Decoding and writing tens of MB: in a worker. */
+                struct fs_files_job *job = calloc(1, sizeof(*job));
+                if (job == NULL) {
+                        fs_ctx_close(&ctx);
+                        r = nsbox_error(&err, ENOMEM, "files");
+                } else {
+                        *job = (struct fs_files_job){ ctx, json_incref(files), done, data };
+                        r = fs_ctx_fork(&job->ctx, sb, fs_files_run, fs_files_job_done, job, NULL, &err);
+                        if (r == 0)
+                                return;
+                        json_decref(job->files);
+                        free(job);
+                }
+        }
+        done(data, r < 0 ? (err ? err->message : strerror(-r)) : NULL, r == -FS_JOB_INVALID_CONTENT);
+}
 
 static int fs_begin_internal(struct sandbox *sb, const char *path, struct fs_path *p, struct fs_ctx *ctx,
                              nsbox_error_t **err)

@@ -2,6 +2,8 @@
  * python.run. Resolution never leaves the sandbox's root. */
 #pragma once
 
+#include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -19,6 +21,18 @@ void fs_method_stat(struct rpc_request *req, struct sandbox *sb);
 void fs_method_rename(struct rpc_request *req, struct sandbox *sb);
 void fs_method_symlink(struct rpc_request *req, struct sandbox *sb);
 void fs_method_chmod(struct rpc_request *req, struct sandbox *sb);
+
+/* Content larger than this is read, decoded and written by a forked worker,
+ * not on the event loop. */
+#define FS_INLINE_BYTES (1 << 20)
+
+/* python.run's `files`, {path: text | {content, encoding?: "base64"}},
+ * written as fs_write_file writes: on the loop when small, else by a worker.
+ * `done` runs once (possibly before this returns) with NULL, or an error
+ * and whether the client's content was at fault (invalid base64, which the
+ * caller checks only in small values). */
+typedef void (*fs_files_done_fn)(void *data, const char *error, bool invalid_content);
+void fs_write_files(struct sandbox *sb, json_t *files, fs_files_done_fn done, void *data);
 
 /* Write a regular file (created or truncated, parents created) owned by the
  * sandbox user. `path` is a sandbox path (relative = under /workspace). */

@@ -58,6 +58,7 @@ struct python_run {
         bool recreated;  /* its session's sandbox was made anew after the idle reaper removed it */
         bool oom_killed; /* the kernel's OOM killer ended its code (stateless) */
         struct sandbox *sb;
+        char sandbox_id[37]; /* sb's, to find whether it still exists after a wait */
         bool stateful;
         bool stream; /* stateless output as exec.output notifications */
         unsigned timeout_s;
@@ -1010,44 +1011,23 @@ static void run_after_requirements(struct python_run *run)
                 run_stateless(run, code);
 }
 
-/* A `files` value: text as a string, or {content, encoding?: "utf-8"|"base64"}
- * for bytes. *decoded (to free) holds the bytes of a base64 one; NULL
- * *data when the value is neither. */
-static void file_content(json_t *v, const char **data, size_t *len, char **decoded)
+static void files_written(void *data, const char *error, bool invalid_content)
 {
-        *decoded = NULL;
-        json_t *content = json_is_object(v) ? json_object_get(v, "content") : v;
-        *data = json_string_value(content);
-        *len = json_string_length(content);
-        if (*data != NULL && json_is_object(v) && json_string_value(json_object_get(v, "encoding")) != NULL &&
-            strcmp(json_string_value(json_object_get(v, "encoding")), "base64") == 0) {
-                *decoded = base64_decode(*data, *len, len);
-                *data = *decoded;
-        }
-}
-
-static void run_in_sandbox(struct python_run *run)
-{
+        struct python_run *run = data;
         _cleanup_error_ nsbox_error_t *err = NULL;
-        json_t *files = json_object_get(run->req->msg.params, "files");
-        const char *path;
-        json_t *v;
-        json_object_foreach(files, path, v)
-        {
-                const char *data;
-                size_t len;
-                _cleanup_free_ char *decoded = NULL;
-                file_content(v, &data, &len, &decoded);
-                if (data == NULL) {
-                        run_fail(run, "internal", "out of memory");
-                        return;
-                }
-                if (fs_write_file(run->sb, path, data, len, 0644, &err) < 0) {
-                        char message[1024];
-                        snprintf(message, sizeof(message), "write files[\"%.200s\"]: %s", path, err->message);
-                        run_fail(run, "internal", message);
-                        return;
-                }
+        if (invalid_content) {
+                rpc_reply_error(run->req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", error);
+                run_free(run);
+                return;
+        }
+        if (error != NULL) {
+                run_fail(run, "internal", error);
+                return;
+        }
+        /* A worker may have written them: the sandbox may be gone since. */
+        if (sandbox_lookup(run->sandbox_id, run->uid) != run->sb || run->sb->state != SANDBOX_RUNNING) {
+                run_fail(run, "not_found", "the sandbox was removed while the call's files were written");
+                return;
         }
         json_t *requirements = json_object_get(run->req->msg.params, "requirements");
         if (json_array_size(requirements) > 0) {
@@ -1065,6 +1045,17 @@ static void run_in_sandbox(struct python_run *run)
                 return;
         }
         run_after_requirements(run);
+}
+
+static void run_in_sandbox(struct python_run *run)
+{
+        snprintf(run->sandbox_id, sizeof(run->sandbox_id), "%s", run->sb->id);
+        json_t *files = json_object_get(run->req->msg.params, "files");
+        if (json_object_size(files) == 0) {
+                files_written(run, NULL, false);
+                return;
+        }
+        fs_write_files(run->sb, files, files_written, run);
 }
 
 static void session_ready(struct sandbox *sb, const char *error, void *data)
@@ -1138,8 +1129,10 @@ static int check_file_value(const char *key, json_t *v, nsbox_error_t **err)
                                      "\"utf-8\"|\"base64\"}",
                                      key);
         }
+        /* Larger content is checked where it is decoded, off the loop. */
         json_t *content = json_object_get(v, "content");
-        if (base64 && !base64_valid(json_string_value(content), json_string_length(content)))
+        if (base64 && json_string_length(content) <= FS_INLINE_BYTES &&
+            !base64_valid(json_string_value(content), json_string_length(content)))
                 return nsbox_invalid(err, "files[\"%.100s\"]: content is not valid base64", key);
         return 0;
 }

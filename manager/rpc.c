@@ -783,8 +783,9 @@ static void conn_dispatch_parsed(struct rpc_conn *conn, struct rpc_request *req,
 struct parse_job {
         struct rpc_conn *conn; /* a reference is held */
         struct rpc_request *req;
-        json_t *release; /* or: a large request's tree to free (millions of objects take a while) */
-        char *line;
+        json_t *release;  /* or: a large request's tree to free (millions of objects take a while) */
+        char *buf;        /* the connection's input buffer as it was, freed here */
+        const char *line; /* within buf */
         size_t len;
         int code;
         const char *why;
@@ -817,6 +818,9 @@ static void *parser_main(void *unused)
                         job->release = NULL;
                 } else {
                         job->code = jsonrpc_parse_request(job->line, job->len, &job->req->msg, &job->why);
+                        /* Tens of MB of pages, unmapped off the loop too. */
+                        free(job->buf);
+                        job->buf = NULL;
                 }
                 job->next = NULL;
 
@@ -850,7 +854,6 @@ static void parser_done_event(struct loop_source *source, uint32_t events)
                         continue;
                 }
                 struct rpc_conn *conn = job->conn;
-                free(job->line);
                 conn->parsing = false;
                 job->req->parsed_off_loop = true;
                 if (conn->closed) {
@@ -921,25 +924,35 @@ static void request_clear_message(struct rpc_request *req)
         jsonrpc_request_clear(&req->msg);
 }
 
-/* Hand the line to the parse thread; false when that cannot be done (then
- * the caller parses it here). */
-static bool conn_parse_off_loop(struct rpc_conn *conn, const char *line, size_t len)
+/* Hand the line (`len` bytes at `start` of the input, `consumed` with its
+ * line end) to the parse thread, with the whole input buffer: what follows
+ * the line is copied to a new one, so tens of MB are not copied again.
+ * False when that cannot be done (then the caller parses it here). */
+static bool conn_parse_off_loop(struct rpc_conn *conn, size_t start, size_t len, size_t consumed)
 {
         if (!parser.started && parser_start() < 0)
                 return false;
         struct parse_job *job = calloc(1, sizeof(*job));
         if (job == NULL)
                 return false;
+        size_t rest = conn->in_len - start - consumed;
+        size_t cap = rest > 2 * READ_CHUNK ? rest : 2 * READ_CHUNK;
+        char *in = malloc(cap);
         job->req = calloc(1, sizeof(*job->req));
-        job->line = malloc(len);
-        if (job->req == NULL || job->line == NULL) {
+        if (job->req == NULL || in == NULL) {
                 free(job->req);
-                free(job->line);
+                free(in);
                 free(job);
                 return false;
         }
-        memcpy(job->line, line, len);
+        memcpy(in, conn->in + start + consumed, rest);
+        job->buf = conn->in;
+        job->line = conn->in + start;
         job->len = len;
+        conn->in = in;
+        conn->in_cap = cap;
+        conn->in_len = rest;
+        conn->in_scanned = 0;
         job->conn = conn;
         conn->refs++;
         conn->parsing = true;
@@ -947,18 +960,22 @@ static bool conn_parse_off_loop(struct rpc_conn *conn, const char *line, size_t 
         return true;
 }
 
-static void conn_dispatch_line(struct rpc_conn *conn, const char *line, size_t len)
+/* The line of `len` bytes at `start` of the input, `consumed` bytes with
+ * its line end. True when the input buffer went with it (to the parse
+ * thread): it then holds only what followed the line. */
+static bool conn_dispatch_line(struct rpc_conn *conn, size_t start, size_t len, size_t consumed)
 {
-        if (len > PARSE_OFF_LOOP_BYTES && conn_parse_off_loop(conn, line, len))
-                return;
+        if (len > PARSE_OFF_LOOP_BYTES && conn_parse_off_loop(conn, start, len, consumed))
+                return true;
         struct rpc_request *req = calloc(1, sizeof(*req));
         if (req == NULL) {
                 conn_close(conn);
-                return;
+                return false;
         }
         const char *why = NULL;
-        int code = jsonrpc_parse_request(line, len, &req->msg, &why);
+        int code = jsonrpc_parse_request(conn->in + start, len, &req->msg, &why);
         conn_dispatch_parsed(conn, req, code, why);
+        return false;
 }
 
 static bool conn_over_limits(const struct rpc_conn *conn)
@@ -985,9 +1002,10 @@ static void conn_process_input(struct rpc_conn *conn)
                 size_t len = skip + (size_t)nl;
                 /* Tolerate CRLF and blank keep-alive lines. */
                 size_t text_len = len > 0 && conn->in[start + len - 1] == '\r' ? len - 1 : len;
-                if (text_len > 0)
-                        conn_dispatch_line(conn, conn->in + start, text_len);
-                start += len + 1;
+                if (text_len > 0 && conn_dispatch_line(conn, start, text_len, len + 1))
+                        start = 0;
+                else
+                        start += len + 1;
         }
         conn->processing = false;
         if (conn->closed) {
@@ -1017,12 +1035,11 @@ static void conn_process_input(struct rpc_conn *conn)
                            nsboxd.config.max_request_bytes);
         } else if (no_more_lines && conn->read_eof && conn->in_len > 0) {
                 /* The last request of a client that half-closed without a final newline. */
-                size_t len = conn->in_len;
-                conn->in_len = conn->in_scanned = 0;
+                size_t all = conn->in_len, len = all;
                 if (len > 0 && conn->in[len - 1] == '\r')
                         len--;
-                if (len > 0)
-                        conn_dispatch_line(conn, conn->in, len);
+                if (len == 0 || !conn_dispatch_line(conn, 0, len, all))
+                        conn->in_len = conn->in_scanned = 0;
         }
         if (!conn->closed) {
                 /* Give back a large buffer once a big request has been handled. */

@@ -1,6 +1,7 @@
 /* nsboxd's startup and main loop, also run by `nsbox run` when no daemon
  * is listening.  Everything happens in one epoll loop. */
 #include <errno.h>
+#include <malloc.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <libgen.h>
@@ -345,6 +346,13 @@ static bool take_rootless_flag(int *argc, char **argv)
 int nsboxd_main(int argc, char **argv)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
+
+        /* A request line is up to 64 MiB. With glibc's default, freeing one
+         * such buffer raises the threshold above which blocks are mapped on
+         * their own, and the next large line grew on the heap, copied at
+         * each doubling. Fixed here: large buffers are always their own
+         * mapping, grown with mremap and handed back to the host when freed. */
+        mallopt(M_MMAP_THRESHOLD, 1 << 20);
 
         /* Before anything else: a user's nsboxd --rootless becomes root of a
          * user namespace of its own, then starts again there. */

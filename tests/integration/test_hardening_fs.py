@@ -214,3 +214,44 @@ def test_file_workers_are_bounded(daemon, sandbox):
     assert all(r["error"]["data"]["kind"] == "busy" for r in busy), busy[:2]
     assert len(busy) >= n - 32, "%d of %d were refused" % (len(busy), n)
     assert all(len(r["result"]["entries"]) == 100000 for r in replies if "result" in r)
+
+
+# --- python.run's files are decoded and written off the loop ------------------------
+
+def loop_cpu_ns(pid):
+    """CPU time of nsboxd's event loop: its main thread (JSON lines are parsed
+    on a thread of their own, file work in forked workers)."""
+    with open("/proc/%d/task/%d/schedstat" % (pid, pid)) as f:
+        return int(f.read().split()[0])
+
+
+def test_python_run_files_are_checked_decoded_and_written_off_the_loop(daemon):
+    import base64
+    import hashlib
+    import os
+    from conftest import daemon_pid
+    sb = daemon.call("sandbox.create", limits={"disk_bytes": 512 << 20})["sandbox_id"]
+    pid = daemon_pid(daemon)
+    data = os.urandom(30 << 20)
+    content = base64.b64encode(data).decode()  # 40 MiB of base64 in a 40 MB request
+    code = ("import hashlib; d = open('big.bin', 'rb').read(); "
+            "print(len(d), hashlib.sha256(d).hexdigest())")
+    spent = []
+    for i in range(3):
+        before = loop_cpu_ns(pid)
+        r = daemon.call("python.run", sandbox_id=sb, code=code,
+                        files={"big.bin": {"content": content, "encoding": "base64"}})
+        spent.append((loop_cpu_ns(pid) - before) / 1e6)
+        assert r["status"] == "ok", r
+        assert r["stdout"].split() == [str(len(data)), hashlib.sha256(data).hexdigest()], r
+    print("event loop CPU per python.run with a 40 MiB base64 file: %s ms" % ["%.1f" % s for s in spent])
+    # With the base64 checked, decoded and written on the loop, and the line
+    # copied for the parse thread, this was 155-163 ms of the loop's CPU here;
+    # what is left (about 40) is receiving 40 MB, in 64 KiB reads.
+    assert min(spent) < 100, spent
+    # A bad one is still refused with the request's id and nothing written.
+    bad = {"big.bin": {"content": content[:-3] + "!!!", "encoding": "base64"}}
+    with pytest.raises(RpcError) as e:
+        daemon.call("python.run", sandbox_id=sb, code="print(1)", files=bad)
+    assert e.value.code == -32602 and "base64" in str(e.value), e.value.error
+    daemon.call("sandbox.remove", sandbox_id=sb, force=True)
