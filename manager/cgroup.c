@@ -63,6 +63,7 @@ struct hierarchy {
 };
 
 #define MAX_HIERARCHIES CTRL_COUNT
+_Static_assert(MAX_HIERARCHIES <= CGROUP_MAX_HIERARCHIES, "cgroup.h's bound");
 
 static struct {
         enum cgroup_mode mode;
@@ -941,22 +942,36 @@ fail:
         return r;
 }
 
-int cgroup_sandbox_attach(struct sandbox_cgroup *sc, pid_t pid, nsbox_error_t **err)
+int cgroup_sandbox_procs_open(struct sandbox_cgroup *sc, int fds[CGROUP_MAX_HIERARCHIES], size_t *n,
+                              nsbox_error_t **err)
 {
-        if (sc == NULL)
+        *n = 0;
+        /* v2: CLONE_INTO_CGROUP puts it there. Writing anyway would be no
+         * free no-op: every write to cgroup.procs takes the locks of a move. */
+        if (sc == NULL || cg.mode == CGROUP_V2)
                 return 0;
-        /* v2: CLONE_INTO_CGROUP put it there already. Writing anyway would
-         * be no free no-op: every write to cgroup.procs takes the locks of a
-         * move. */
-        if (cg.mode == CGROUP_V2)
-                return 0;
-        char value[32];
-        snprintf(value, sizeof(value), "%d", (int)pid);
         for (unsigned i = 0; i < cg.n_hier; i++) {
-                const char *dir = sc->dir[i];
-                int r = write_at(dir, "cgroup.procs", value);
-                if (r < 0)
-                        return nsbox_error(err, -r, "move the sandbox init into cgroup %s", dir);
+                char path[4096];
+                snprintf(path, sizeof(path), "%s/cgroup.procs", sc->dir[i]);
+                fds[i] = open(path, O_WRONLY | O_CLOEXEC);
+                if (fds[i] < 0) {
+                        int r = nsbox_error(err, errno, "open %s", path);
+                        while (i > 0)
+                                close(fds[--i]);
+                        return r;
+                }
+        }
+        *n = cg.n_hier;
+        return 0;
+}
+
+int cgroup_procs_join(const int *fds, size_t n, nsbox_error_t **err)
+{
+        for (size_t i = 0; i < n; i++) {
+                if (write(fds[i], "0", 1) != 1)
+                        return nsbox_error(err, errno,
+                                           "move the sandbox init into the cgroup of hierarchy %zu of %zu",
+                                           i + 1, n);
         }
         return 0;
 }

@@ -4,6 +4,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -25,11 +26,19 @@ bool cgroup_degraded(void);               /* limits are not enforced */
 const char *cgroup_degraded_reason(void); /* why (NULL when they are) */
 
 /* Before clone: the sandbox's cgroup(s) with limits applied. *clone_fd is a
- * v2 directory fd for clone3(CLONE_INTO_CGROUP), or -1 (then attach). */
+ * v2 directory fd for clone3(CLONE_INTO_CGROUP), or -1 (then the procs
+ * files below). */
 int cgroup_sandbox_create(const char *id, const struct sandbox_limits *limits, struct sandbox_cgroup **out,
                           int *clone_fd, nsbox_error_t **err);
-/* Move pid (0: the caller) in; a no-op when CLONE_INTO_CGROUP did it. */
-int cgroup_sandbox_attach(struct sandbox_cgroup *cg, pid_t pid, nsbox_error_t **err);
+/* Where CLONE_INTO_CGROUP cannot be used (v1), the sandbox's process moves
+ * itself in, and it runs where host paths do not resolve: nsboxd opens the
+ * cgroup.procs files (*n of them, 0 on v2) and the child writes itself into
+ * each (cgroup_procs_join). A v1 move waits a whole RCU grace period; it is
+ * the child's wait, not the event loop's. */
+#define CGROUP_MAX_HIERARCHIES 4
+int cgroup_sandbox_procs_open(struct sandbox_cgroup *cg, int fds[CGROUP_MAX_HIERARCHIES], size_t *n,
+                              nsbox_error_t **err);
+int cgroup_procs_join(const int *fds, size_t n, nsbox_error_t **err);
 /* SIGKILL every process of the sandbox (cgroup.kill on v2). */
 void cgroup_sandbox_kill(struct sandbox_cgroup *cg);
 /* Pausing: whether the host's cgroups can freeze this sandbox (*why says

@@ -1535,13 +1535,9 @@ void fs_method_chmod(struct rpc_request *req, struct sandbox *sb)
 
 /* A value of `files`: text, or {content, encoding?} whose content may be
  * base64. */
-static void fs_files_value(json_t *v, const char **text, size_t *len, bool *base64)
+static json_t *fs_files_content(json_t *v)
 {
-        json_t *content = json_is_object(v) ? json_object_get(v, "content") : v;
-        const char *encoding = json_string_value(json_object_get(v, "encoding"));
-        *text = json_string_value(content);
-        *len = json_string_length(content);
-        *base64 = json_is_object(v) && encoding != NULL && strcmp(encoding, "base64") == 0;
+        return json_is_object(v) ? json_object_get(v, "content") : v;
 }
 
 static int fs_files_write(struct fs_ctx *ctx, json_t *files, nsbox_error_t **err)
@@ -1550,12 +1546,11 @@ static int fs_files_write(struct fs_ctx *ctx, json_t *files, nsbox_error_t **err
         json_t *v;
         json_object_foreach(files, key, v)
         {
-                const char *text;
-                size_t len;
-                bool base64;
-                fs_files_value(v, &text, &len, &base64);
+                const char *text = json_string_value(fs_files_content(v));
+                size_t len = json_string_length(fs_files_content(v));
+                const char *encoding = json_string_value(json_object_get(v, "encoding"));
                 _cleanup_free_ char *decoded = NULL;
-                if (base64) {
+                if (json_is_object(v) && encoding != NULL && strcmp(encoding, "base64") == 0) {
                         decoded = base64_decode(text, len, &len);
                         if (decoded == NULL)
                                 return base64_valid(text, len)
@@ -1609,14 +1604,7 @@ void fs_write_files(struct sandbox *sb, json_t *files, fs_files_done_fn done, vo
         size_t total = 0;
         const char *key;
         json_t *v;
-        json_object_foreach(files, key, v)
-        {
-                const char *text;
-                size_t len;
-                bool base64;
-                fs_files_value(v, &text, &len, &base64);
-                total += len;
-        }
+        json_object_foreach(files, key, v) total += json_string_length(fs_files_content(v));
         struct fs_ctx ctx;
         int r = fs_ctx_open(sb, &ctx, &err);
         if (r == 0 && total <= FS_INLINE_BYTES) {

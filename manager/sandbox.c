@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/file.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -21,6 +22,7 @@
 #include <unistd.h>
 #include <uuid/uuid.h>
 
+#include "basens.h"
 #include "cgroup.h"
 #include "cleanup.h"
 #include "daemon.h"
@@ -128,8 +130,14 @@ void sandbox_warn_overcommit(void)
  * every create slower the more sandboxes were live. The fds the child needs
  * are lent to it in these low slots, reserved at startup (on /dev/null,
  * the filler put back once the child has its own table). */
-enum { CHILD_SLOT_SYNC, CHILD_SLOT_INIT, CHILD_SLOT_SECCOMP, CHILD_SLOTS };
-static int child_slots[CHILD_SLOTS] = { -1, -1, -1 };
+enum {
+        CHILD_SLOT_SYNC,
+        CHILD_SLOT_INIT,
+        CHILD_SLOT_SECCOMP,
+        CHILD_SLOT_CGROUP, /* cgroup v1: its cgroup.procs files, CGROUP_MAX_HIERARCHIES of them */
+        CHILD_SLOTS = CHILD_SLOT_CGROUP + CGROUP_MAX_HIERARCHIES
+};
+static int child_slots[CHILD_SLOTS] = { [0 ... CHILD_SLOTS - 1] = -1 };
 static int child_slot_filler = -1;
 static unsigned child_fds_end;
 
@@ -528,12 +536,13 @@ static void on_control(struct loop_source *source, uint32_t events)
         }
 }
 
-/* In the child, before its namespaces: join the sandbox's cgroups ("0" is
- * the writer itself). Done here, the wait of a cgroup v1 move is the
- * child's, not the event loop's. */
+/* In the child, before its namespaces: join the sandbox's cgroups through
+ * the cgroup.procs files lent to it ("0" is the writer itself). Done here,
+ * the wait of a cgroup v1 move is the child's, not the event loop's. */
 static int join_cgroups(void *ctx, nsbox_error_t **err)
 {
-        return cgroup_sandbox_attach(ctx, 0, err);
+        size_t n = *(size_t *)ctx;
+        return cgroup_procs_join(child_slots + CHILD_SLOT_CGROUP, n, err);
 }
 
 /* A kernel that refuses CLONE_FILES here: the child copies the table, as
@@ -541,10 +550,14 @@ static int join_cgroups(void *ctx, nsbox_error_t **err)
 static bool clone_files_refused;
 
 /* fork()-like: the child continues here, sharing nsboxd's fd table until
- * child_own_fd_table. nsboxd is single-threaded, so the child may use
- * everything the parent had. */
-static pid_t clone_sandbox_process(int *pidfd, int cgroup_fd)
+ * child_own_fd_table. nsboxd's only other thread parses large requests
+ * (rpc.c) and touches nothing the child uses. */
+static pid_t clone_sandbox_process(int *pidfd, int cgroup_fd, nsbox_error_t **err)
 {
+        /* Born in the base mount namespace (basens.c): its own is a copy of
+         * that, not of the host's. */
+        if (basens_enter(err) < 0)
+                return -1;
         struct clone_args args = {
                 .flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_PIDFD,
                 .pidfd = (uint64_t)(uintptr_t)pidfd,
@@ -557,14 +570,24 @@ static pid_t clone_sandbox_process(int *pidfd, int cgroup_fd)
                 args.flags |= CLONE_INTO_CGROUP;
                 args.cgroup = (uint64_t)cgroup_fd;
         }
+        bool refused_now = false;
         pid_t pid = (pid_t)syscall(SYS_clone3, &args, sizeof(args));
         if (pid < 0 && errno == EINVAL && (args.flags & CLONE_FILES)) {
                 args.flags &= ~(uint64_t)CLONE_FILES;
                 pid = (pid_t)syscall(SYS_clone3, &args, sizeof(args));
-                if (pid >= 0) {
-                        clone_files_refused = true;
-                        log_warn("clone3 refuses CLONE_FILES: every create copies nsboxd's fd table");
-                }
+                refused_now = pid > 0;
+        }
+        if (pid == 0)
+                return 0;
+        int saved = errno;
+        basens_leave();
+        if (pid < 0) {
+                nsbox_error(err, saved, "clone into new user and pid namespaces");
+                return -1;
+        }
+        if (refused_now) {
+                clone_files_refused = true;
+                log_warn("clone3 refuses CLONE_FILES: every create copies nsboxd's fd table");
         }
         return pid;
 }
@@ -661,24 +684,31 @@ static int sandbox_spawn(struct sandbox *sb, nsbox_error_t **err)
                 return nsbox_error(err, errno, "socketpair");
         _cleanup_close_ int parent_end = sv[0];
         _cleanup_close_ int child_end = sv[1];
-        snprintf(path, sizeof(path), "%s/root", sb->dir);
 
         _cleanup_close_ int cgroup_fd = -1;
         if ((r = cgroup_sandbox_create(sb->id, &sb->policy.limits, &sb->cgroup, &cgroup_fd, err)) < 0)
                 return r;
-        if (lend_child_fd(CHILD_SLOT_SYNC, child_end) < 0 ||
-            lend_child_fd(CHILD_SLOT_INIT, nsboxd.init_memfd) < 0 ||
-            (seccomp_fd >= 0 && lend_child_fd(CHILD_SLOT_SECCOMP, seccomp_fd) < 0)) {
+        int procs[CGROUP_MAX_HIERARCHIES];
+        size_t n_procs = 0;
+        if ((r = cgroup_sandbox_procs_open(sb->cgroup, procs, &n_procs, err)) < 0)
+                return r;
+        bool lent = lend_child_fd(CHILD_SLOT_SYNC, child_end) == 0 &&
+                    lend_child_fd(CHILD_SLOT_INIT, nsboxd.init_memfd) == 0 &&
+                    (seccomp_fd < 0 || lend_child_fd(CHILD_SLOT_SECCOMP, seccomp_fd) == 0);
+        for (size_t i = 0; i < n_procs; i++) {
+                lent = lent && lend_child_fd(CHILD_SLOT_CGROUP + i, procs[i]) == 0;
+                close(procs[i]);
+        }
+        if (!lent) {
                 r = nsbox_error(err, errno, "lend the sandbox setup its fds");
                 take_back_child_fds();
                 return r;
         }
         int pidfd = -1;
-        pid_t pid = clone_sandbox_process(&pidfd, cgroup_fd);
+        pid_t pid = clone_sandbox_process(&pidfd, cgroup_fd, err);
         if (pid < 0) {
-                r = nsbox_error(err, errno, "clone into new user and pid namespaces");
                 take_back_child_fds();
-                return r;
+                return -(*err)->errnum;
         }
         if (pid == 0) {
                 child_own_fd_table();
@@ -687,10 +717,9 @@ static int sandbox_spawn(struct sandbox *sb, nsbox_error_t **err)
                         .sync_fd = child_slots[CHILD_SLOT_SYNC],
                         .init_memfd = child_slots[CHILD_SLOT_INIT],
                         .seccomp_fd = seccomp_fd >= 0 ? child_slots[CHILD_SLOT_SECCOMP] : -1,
-                        .root = path,
                         .hostname = "sandbox",
                         .prepare = join_cgroups,
-                        .prepare_ctx = sb->cgroup,
+                        .prepare_ctx = &n_procs,
                 };
                 sandbox_setup_child(&setup);
         }
@@ -729,8 +758,15 @@ static int sandbox_spawn(struct sandbox *sb, nsbox_error_t **err)
         int sndbuf = 4 << 20;
         if (setsockopt(parent_end, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf)) < 0)
                 setsockopt(parent_end, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)); /* see exec.c */
+        /* The overlay goes to the child as a detached copy: its mount
+         * namespace never had the host's paths. */
+        snprintf(path, sizeof(path), "%s/root", sb->dir);
+        _cleanup_close_ int tree =
+            (int)syscall(SYS_open_tree, AT_FDCWD, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+        if (tree < 0)
+                return nsbox_error(err, errno, "copy the overlay mount %s", path);
         struct setup_go go = { .magic = SETUP_GO_MAGIC };
-        ssize_t n = ctl_send(parent_end, &go, sizeof(go), NULL, 0, NULL, 0);
+        ssize_t n = ctl_send(parent_end, &go, sizeof(go), NULL, 0, &tree, 1);
         if (n < 0)
                 return nsbox_error(err, (int)-n, "start the sandbox setup");
         sb->ctl = loop_add(nsboxd.loop, parent_end, EPOLLIN, on_control, sb);

@@ -19,6 +19,7 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include "basens.h"
 #include "cgroup.h"
 #include "cleanup.h"
 #include "daemon.h"
@@ -279,6 +280,8 @@ static int start(nsbox_error_t **err)
         if (!userns_active())
                 host_pools_reserve(&nsboxd.config);
         if ((r = sandbox_registry_init(err)) < 0)
+                return r;
+        if ((r = basens_init(nsboxd.config.state_dir, err)) < 0)
                 return r;
         if (uidmode_shared()) {
                 /* Make the shared range's copy of the default image now, not

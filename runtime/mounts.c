@@ -68,7 +68,8 @@ static const char *const readonly_dirs[] = {
         "proc/fs",
         "proc/irq",
 };
-static const char *const device_nodes[] = { "null", "zero", "full", "random", "urandom", "tty" };
+const char *const mounts_device_nodes[MOUNTS_DEVICE_NODES] = { "null",   "zero",    "full",
+                                                               "random", "urandom", "tty" };
 
 static int path_exists(const char *path)
 {
@@ -208,15 +209,15 @@ static int setup_dev(const char *root, nsbox_error_t **err)
         mkdir(dev, 0755);
         if (mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=256k,nr_inodes=64") < 0)
                 return nsbox_error(err, errno, "mount /dev");
-        for (size_t i = 0; i < ARRAY_SIZE(device_nodes); i++) {
-                char host[64];
-                snprintf(host, sizeof(host), "/dev/%s", device_nodes[i]);
-                snprintf(path, sizeof(path), "%s/%s", dev, device_nodes[i]);
+        for (size_t i = 0; i < MOUNTS_DEVICE_NODES; i++) {
+                char node[64];
+                snprintf(node, sizeof(node), "/dev/%s", mounts_device_nodes[i]);
+                snprintf(path, sizeof(path), "%s/%s", dev, mounts_device_nodes[i]);
                 _cleanup_close_ int fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0666);
                 if (fd < 0)
-                        return nsbox_error(err, errno, "create /dev/%s", device_nodes[i]);
-                if (mount(host, path, NULL, MS_BIND | MS_NOSUID | MS_NOEXEC, NULL) < 0)
-                        return nsbox_error(err, errno, "bind /dev/%s", device_nodes[i]);
+                        return nsbox_error(err, errno, "create /dev/%s", mounts_device_nodes[i]);
+                if (mount(node, path, NULL, MS_BIND | MS_NOSUID | MS_NOEXEC, NULL) < 0)
+                        return nsbox_error(err, errno, "bind /dev/%s", mounts_device_nodes[i]);
         }
         snprintf(path, sizeof(path), "%s/pts", dev);
         mkdir(path, 0755);
@@ -259,12 +260,15 @@ int mounts_enter_root(const char *root, nsbox_error_t **err)
 
         if (strcmp(root, ".") != 0 && chdir(root) < 0)
                 return nsbox_error(err, errno, "chdir %s", root);
-        if (syscall(SYS_pivot_root, ".", ".") < 0)
-                return nsbox_error(err, errno, "pivot_root into %s", root);
-        /* The old root is stacked under the new one: detach all of it so no
-         * host path stays reachable. */
-        if (umount2(".", MNT_DETACH) < 0)
-                return nsbox_error(err, errno, "detach the old root");
+        /* chroot, not pivot_root (which walks every task of the host): the
+         * mount namespace around the root is a copy of the base one, whose
+         * tmpfs, empty procfs and sysfs hold nothing of the host's. Leaving
+         * a chroot takes CAP_SYS_CHROOT: only the init and the supervisors
+         * (nsbox's own code) keep it; no exec'd process has a capability,
+         * and none may make a user namespace to get one (seccomp, and the
+         * kernel refuses one to a chrooted process). */
+        if (chroot(".") < 0)
+                return nsbox_error(err, errno, "chroot into %s", root);
         if (chdir("/") < 0)
                 return nsbox_error(err, errno, "chdir /");
         return 0;

@@ -2,7 +2,12 @@
 
 #include "error.h"
 
-/* In the sandbox's fresh, private mount namespace: mount /proc (masked),
- * /dev and /sys into `root` (already the overlay), then pivot_root into it
- * and detach the old root entirely. */
+/* In the sandbox's fresh, private mount namespace (a copy of nsboxd's base
+ * one, manager/basens.c): mount /proc (masked), /dev and /sys into `root`
+ * (already the overlay), then chroot into it. */
 int mounts_enter_root(const char *root, nsbox_error_t **err);
+
+/* The device nodes of a sandbox's /dev: bound from /dev/<name> of the base
+ * namespace, which holds binds of the host's. */
+extern const char *const mounts_device_nodes[];
+#define MOUNTS_DEVICE_NODES 6

@@ -34,16 +34,21 @@ static __attribute__((noreturn)) void setup_fail(int sync_fd, nsbox_error_t *err
         _exit(1);
 }
 
+/* Returns the root's mount (a detached copy) or a negative errno. */
 static int wait_for_go(int sync_fd, nsbox_error_t **err)
 {
         struct setup_go go;
         unsigned nfds;
-        ssize_t n = ctl_recv(sync_fd, &go, sizeof(go), NULL, 0, &nfds);
+        int tree = -1;
+        ssize_t n = ctl_recv(sync_fd, &go, sizeof(go), &tree, 1, &nfds);
         if (n < 0)
                 return nsbox_error(err, (int)-n, "wait for the manager");
-        if (n != sizeof(go) || go.magic != SETUP_GO_MAGIC)
+        if (n != sizeof(go) || go.magic != SETUP_GO_MAGIC || nfds != 1) {
+                if (nfds == 1)
+                        close(tree);
                 return nsbox_error(err, EPROTO, "manager went away during setup");
-        return 0;
+        }
+        return tree;
 }
 
 /* Per-process limits of everything in the sandbox, set on the init and
@@ -90,7 +95,7 @@ static int place_fd(int fd, int target)
         return dup3(fd, target, 0) < 0 ? -1 : 0;
 }
 
-static int enter_namespaces(const struct sandbox_setup *setup, nsbox_error_t **err)
+static int enter_namespaces(const struct sandbox_setup *setup, int tree, nsbox_error_t **err)
 {
         /* The cgroup namespace comes now, so its root is the sandbox's cgroup
          * where the manager has already placed us. */
@@ -101,17 +106,16 @@ static int enter_namespaces(const struct sandbox_setup *setup, nsbox_error_t **e
          * kernel has one; older kernels lack it and that is not fatal. */
         if (unshare(CLONE_NEWTIME) < 0 && errno != EINVAL)
                 return nsbox_error(err, errno, "unshare time namespace");
+        if (syscall(SYS_move_mount, tree, "", AT_FDCWD, SETUP_ROOT_AT, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+                return nsbox_error(err, errno, "attach the root at " SETUP_ROOT_AT);
+        /* After the attach: the copy of the overlay is a peer of nsboxd's
+         * mount of it (a copy joins its original's peer group), and every
+         * mount made below would show on the host's side too. */
         if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
                 return nsbox_error(err, errno, "make / private");
-
-        /* The overlay came from the host's namespace, so it is locked here
-         * and pivot_root refuses it: stack an unlocked bind of it on top.
-         * Both steps walk the 0700 state dir, which only works while we still
-         * carry host uid 0, its owner. */
-        if (mount(setup->root, setup->root, NULL, MS_BIND | MS_REC, NULL) < 0)
-                return nsbox_error(err, errno, "bind %s onto itself", setup->root);
-        if (chdir(setup->root) < 0)
-                return nsbox_error(err, errno, "chdir %s", setup->root);
+        if (fchdir(tree) < 0)
+                return nsbox_error(err, errno, "chdir into the root");
+        close(tree);
 
         /* uid 0 of the new user namespace, i.e. the unprivileged base of
          * this sandbox's host range; files created from here on are owned
@@ -166,8 +170,9 @@ void sandbox_setup_child(const struct sandbox_setup *setup)
         /* Die with the manager while still being set up. */
         prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
         prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+        int tree = -1;
         if ((setup->prepare != NULL && setup->prepare(setup->prepare_ctx, &err) < 0) ||
-            wait_for_go(sync_fd, &err) < 0 || enter_namespaces(setup, &err) < 0)
+            (tree = wait_for_go(sync_fd, &err)) < 0 || enter_namespaces(setup, tree, &err) < 0)
                 setup_fail(sync_fd, err);
 
         /* fds 3 and 4 are the init's contract; move the memfd out of the way first. */

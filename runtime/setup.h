@@ -18,11 +18,14 @@
 #define SANDBOX_NOFILE 1024
 
 /* Sent by the manager over the sync socket once the id maps are written and
- * the overlay root is mounted. */
+ * the overlay root is mounted, with one fd: a detached copy of that mount.
+ * The child, born in the base mount namespace (manager/basens.c), attaches
+ * it at SETUP_ROOT_AT and makes it its root. */
 struct setup_go {
         uint32_t magic;
 };
 #define SETUP_GO_MAGIC 0x6e73676fu
+#define SETUP_ROOT_AT  "/root"
 
 /* The child's first message over the sync socket: it has its own fd table
  * now (errnum 0), or could not get one and exits. Until then it shares the
@@ -34,10 +37,9 @@ struct setup_unshared {
 #define SETUP_UNSHARED_MAGIC 0x6e73756eu
 
 struct sandbox_setup {
-        int sync_fd;      /* child's end of the control socketpair */
-        int init_memfd;   /* sealed memfd holding nsbox-init */
-        int seccomp_fd;   /* memfd with the compiled BPF program, or -1 */
-        const char *root; /* host path of the sandbox's overlay mount */
+        int sync_fd;    /* child's end of the control socketpair */
+        int init_memfd; /* sealed memfd holding nsbox-init */
+        int seccomp_fd; /* memfd with the compiled BPF program, or -1 */
         const char *hostname;
         /* Runs first in the child, e.g. to move itself into its cgroups: a
          * cgroup v1 move can wait a whole RCU grace period, which must not

@@ -367,7 +367,7 @@ def test_the_pod_gets_only_the_manifests_capabilities_in_its_own_user_namespace(
     status = read(container, "/proc/1/status")
     eff = int(re.search(r"^CapEff:\s*([0-9a-f]+)$", status, re.M).group(1), 16)
     bnd = int(re.search(r"^CapBnd:\s*([0-9a-f]+)$", status, re.M).group(1), 16)
-    numbers = {"CHOWN": 0, "DAC_OVERRIDE": 1, "FOWNER": 3, "SETGID": 6, "SETUID": 7, "SYS_PTRACE": 19, "SYS_ADMIN": 21,
+    numbers = {"CHOWN": 0, "DAC_OVERRIDE": 1, "FOWNER": 3, "SETGID": 6, "SETUID": 7, "SYS_CHROOT": 18, "SYS_PTRACE": 19, "SYS_ADMIN": 21,
                "SETFCAP": 31}
     want = sum(1 << numbers[c] for c in sc["capabilities"]["add"])
     assert (eff, bnd) == (want, want)

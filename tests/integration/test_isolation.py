@@ -8,19 +8,22 @@ failing assertion shows what actually happened.
 """
 import errno
 import hashlib
+import json
 import os
 import platform
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
 import pytest
 
-from conftest import BUILD, IMAGE_DIR, PRELUDE, attack, host_inits
+from conftest import BUILD, IMAGE_DIR, PRELUDE, Daemon, attack, host_inits
 
 pytestmark = pytest.mark.skipif(platform.machine() != "x86_64",
                                 reason="the attack scripts use x86_64 syscall numbers")
@@ -837,7 +840,7 @@ def test_host_files_are_unreachable(daemon, shared, tmp_path):
     assert v["handle"] == "EPERM", v
 
 
-def test_old_root_is_detached(daemon, shared):
+def test_only_the_sandboxs_own_mounts_are_visible(daemon, shared):
     v = attack(daemon, shared, """
         mounts = [line.split()[4] for line in open("/proc/self/mountinfo")]
         verdict(mounts=mounts)
@@ -846,6 +849,106 @@ def test_old_root_is_detached(daemon, shared):
     stray = [m for m in v["mounts"] if m != "/" and not m.startswith(allowed_prefixes)]
     assert stray == [], v
     assert v["mounts"].count("/") == 1, v
+
+
+@pytest.mark.hostroot("mounts a shared tmpfs on the host for nsboxd's state dir")
+def test_no_mount_of_a_sandbox_propagates_to_or_from_the_host():
+    """A sandbox's root is a copy of the overlay nsboxd mounted in its state
+    dir, and a copy joins its original's peer group: left shared, every mount
+    the setup makes below it would show on the host too (and the host's
+    unmounts in the sandbox). The state dir is on a shared mount here, as
+    under systemd, where / is shared."""
+    d = tempfile.mkdtemp(prefix="nsbox-shared-")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0755", "nsbox-test", d], check=True)
+    try:
+        subprocess.run(["mount", "--make-shared", d], check=True)
+        daemon = Daemon(["--state-dir", os.path.join(d, "state"), "--warm-pool", "0"])
+        try:
+            sb = daemon.call("sandbox.create")["sandbox_id"]
+            v = attack(daemon, sb, """
+                verdict(tagged=[line.split(" - ")[0] for line in open("/proc/self/mountinfo")
+                                if "shared:" in line.split(" - ")[0] or "master:" in line.split(" - ")[0]])
+            """, user="root")
+            on_host = [line.split()[4] for line in open("/proc/self/mountinfo")
+                       if line.split()[4].startswith(os.path.join(d, "state", "sandboxes"))]
+            daemon.call("sandbox.remove", sandbox_id=sb, force=True)
+        finally:
+            rc = daemon.stop()
+    finally:
+        subprocess.run(["umount", "-l", d])
+        shutil.rmtree(d, ignore_errors=True)
+    assert v["tagged"] == [], v
+    assert on_host == [], on_host
+    assert rc == 0
+
+
+@pytest.mark.parametrize("user", USERS)
+def test_no_exec_can_leave_the_sandboxs_chroot(daemon, shared, user):
+    """A sandbox's root is a chroot in a namespace copied from nsboxd's base
+    one (no pivot_root: it walks every task of the host). Climbing out of a
+    chroot takes chroot itself, or a user namespace that grants it; an exec
+    has no capability. (Guard: it held with pivot_root too.)"""
+    v = attack(daemon, shared, """
+        os.mkdir("/tmp/climb-" + str(os.getpid()))
+        st_root = os.stat("/")
+        up = "/" + "../" * 8
+        verdict(chroot=err(os.chroot, "/tmp/climb-" + str(os.getpid())),
+                chroot_dot=err(os.chroot, "."),
+                userns=sc(272, 0x10000000)[1],  # unshare(CLONE_NEWUSER)
+                up_is_root=(os.stat(up).st_ino, os.stat(up).st_dev) == (st_root.st_ino, st_root.st_dev),
+                self_root_up=(os.stat("/proc/self/root/..").st_ino, os.stat("/proc/self/root/..").st_dev) ==
+                             (st_root.st_ino, st_root.st_dev),
+                base=[line.split()[4] for line in open("/proc/self/mountinfo")
+                      if " - tmpfs nsbox-base " in line])
+    """, user=user)
+    assert v["chroot"] == "EPERM" and v["chroot_dot"] == "EPERM", v
+    assert v["userns"] == "EPERM", v
+    assert v["up_is_root"] is True and v["self_root_up"] is True, v
+    assert v["base"] == [], v
+
+
+SETNS_CHILD = r'''
+import ctypes, json, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open("/proc/%d/ns/mnt" % int(sys.argv[1]), os.O_RDONLY)
+if libc.setns(fd, 0x00020000) != 0:  # CLONE_NEWNS: root and cwd become the namespace's
+    raise OSError(ctypes.get_errno(), "setns")
+def err(fn, *a):
+    try:
+        fn(*a)
+        return None
+    except OSError as e:
+        return e.strerror
+print(json.dumps({
+    "top": sorted(os.listdir("/")),
+    "pids": [e for e in os.listdir("/proc") if e.isdigit()],
+    "net": sorted(os.listdir("/sys/class/net")),
+    "dev": sorted(os.listdir("/dev")),
+    "read_only": bool(os.statvfs("/").f_flag & os.ST_RDONLY),
+    "write": err(lambda: open("/planted", "w")),
+    "root_has_workspace": os.path.isdir("/root/workspace"),
+}))
+'''
+
+
+def test_what_lies_outside_a_sandboxs_root_holds_nothing_of_the_host(daemon, shared):
+    """Seen from the host, the sandbox's mount namespace around its root: the
+    base one's read-only tmpfs, whose procfs shows an empty pid namespace,
+    whose sysfs a network namespace that is gone (no device), and whose /dev
+    the six nodes a sandbox binds anyway. No host path."""
+    pid = host_init_of(daemon, shared)
+    # Python 3.11 has no os.setns: ctypes in a process of its own (the
+    # interpreter the test runs is the host's, set up before the setns).
+    out = subprocess.run([sys.executable, "-c", SETNS_CHILD, str(pid)], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    v = json.loads(out.stdout)
+    assert v["top"] == ["dev", "proc", "root", "sys"], v
+    assert v["pids"] == [], v
+    assert v["net"] == [], v
+    assert v["dev"] == ["full", "null", "random", "tty", "urandom", "zero"], v
+    assert v["read_only"] is True and v["write"] is not None, v
+    assert v["root_has_workspace"] is True, v
 
 
 def sha256(path):
