@@ -951,6 +951,26 @@ def test_what_lies_outside_a_sandboxs_root_holds_nothing_of_the_host(daemon, sha
     assert v["root_has_workspace"] is True, v
 
 
+@pytest.mark.hostroot("drops a capability of host root's for nsboxd")
+def test_nsboxd_without_cap_sys_chroot_refuses_to_start_and_says_why(tmp_path):
+    """Each create joins the base mount namespace (setns takes CAP_SYS_CHROOT):
+    without it nsboxd stops at start with the reason, not at every create."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def drop_sys_chroot():
+        if libc.prctl(24, 18, 0, 0, 0) != 0:  # PR_CAPBSET_DROP, CAP_SYS_CHROOT
+            raise OSError(ctypes.get_errno(), "PR_CAPBSET_DROP")
+
+    os.chmod(tmp_path, 0o755)
+    r = subprocess.run([os.path.join(BUILD, "nsboxd"), "--socket", str(tmp_path / "s.sock"), "--state-dir",
+                        str(tmp_path / "state"), "--image-dir", IMAGE_DIR, "--warm-pool", "0"],
+                       preexec_fn=drop_sys_chroot, capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0, r
+    assert "CAP_SYS_CHROOT" in r.stdout + r.stderr, r
+    assert not os.path.exists(tmp_path / "s.sock"), "it listened"
+
+
 def sha256(path):
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
