@@ -42,9 +42,9 @@
 #define SPECIAL_FS_FLAGS (MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
 static struct {
-        int base;  /* the base mount namespace */
-        int host;  /* nsboxd's own */
-        int root;  /* nsboxd's root and working directory, restored after a visit */
+        int base; /* the base mount namespace */
+        int host; /* nsboxd's own */
+        int root; /* nsboxd's root and working directory, restored after a visit */
         int cwd;
 } ns = { -1, -1, -1, -1 };
 
@@ -165,9 +165,10 @@ int basens_init(const char *at, nsbox_error_t **err)
         }
         /* Once now, so that what every create needs fails here if at all. */
         if (r == 0 && (unshare(CLONE_FS) < 0 || setns(ns.base, CLONE_NEWNS) < 0))
-                r = nsbox_error(err, errno,
-                                "join the base mount namespace (nsboxd needs CAP_SYS_ADMIN and CAP_SYS_CHROOT in "
-                                "its user namespace)");
+                r = nsbox_error(
+                    err, errno,
+                    "join the base mount namespace (nsboxd needs CAP_SYS_ADMIN and CAP_SYS_CHROOT in "
+                    "its user namespace)");
         else if (r == 0)
                 basens_leave();
         close(ready[0]);
