@@ -774,17 +774,17 @@ static void conn_dispatch_parsed(struct rpc_conn *conn, struct rpc_request *req,
 
 /* --- large request lines: parsed by a helper thread ------------------------
  *
- * The loop hands a copy of the line over and stops reading that
- * connection's later lines until the parsed request comes back through an
- * eventfd, so one client's requests still run in order while everyone
- * else is served. The worker touches only the job (a line and a fresh
- * jansson tree nobody else sees); all frees of loop memory happen on the
- * loop. */
+ * The loop hands the line over, in the connection's input buffer itself (the
+ * connection gets a new one), and stops reading that connection's later
+ * lines until the parsed request comes back through an eventfd, so one
+ * client's requests still run in order while everyone else is served. The
+ * worker only reads the line and builds a fresh jansson tree nobody else
+ * sees; all frees of loop memory happen on the loop. */
 struct parse_job {
         struct rpc_conn *conn; /* a reference is held */
         struct rpc_request *req;
         json_t *release;  /* or: a large request's tree to free (millions of objects take a while) */
-        char *buf;        /* the connection's input buffer as it was, freed here */
+        char *buf;        /* the connection's input buffer as it was, freed on the loop */
         const char *line; /* within buf */
         size_t len;
         int code;
@@ -818,9 +818,6 @@ static void *parser_main(void *unused)
                         job->release = NULL;
                 } else {
                         job->code = jsonrpc_parse_request(job->line, job->len, &job->req->msg, &job->why);
-                        /* Tens of MB of pages, unmapped off the loop too. */
-                        free(job->buf);
-                        job->buf = NULL;
                 }
                 job->next = NULL;
 
@@ -854,6 +851,10 @@ static void parser_done_event(struct loop_source *source, uint32_t events)
                         continue;
                 }
                 struct rpc_conn *conn = job->conn;
+                /* Freed here, not by the thread: a free may hold the main
+                 * arena's lock, and a sandbox's clone3 (no fork handlers)
+                 * would hand its child that lock taken. */
+                free(job->buf);
                 conn->parsing = false;
                 job->req->parsed_off_loop = true;
                 if (conn->closed) {
