@@ -849,7 +849,7 @@ static int apply_limits(struct sandbox_cgroup *sc, const struct sandbox_limits *
                         return r;
         }
         if (cpu != NULL && limits->cpus > 0) {
-                const long period = 100000;
+                const long period = 100000; /* v1: the kernel's default, which a new cgroup has */
                 long long quota = (long long)(limits->cpus * period + 0.5);
                 if (quota < 1000)
                         quota = 1000;
@@ -858,16 +858,11 @@ static int apply_limits(struct sandbox_cgroup *sc, const struct sandbox_limits *
                         if ((r = apply(cpu, "cpu.max", value, err)) < 0)
                                 return r;
                 } else {
-                        /* Every write of either file walks all of the
-                         * host's cpu cgroups (the kernel checks the quotas
-                         * of the whole tree), so the period, which a fresh
-                         * cgroup already has, is written only if it
-                         * differs. */
-                        uint64_t have = 0;
-                        snprintf(value, sizeof(value), "%ld", period);
-                        if ((read_u64_at(cpu, "cpu.cfs_period_us", &have) < 0 || have != (uint64_t)period) &&
-                            (r = apply(cpu, "cpu.cfs_period_us", value, err)) < 0)
-                                return r;
+                        /* The period is not written: the cgroup is new
+                         * (cgroup_sandbox_create's mkdir fails on an old
+                         * one), so it has the kernel's default, 100 ms, and
+                         * every write walks all of the host's cpu cgroups
+                         * (the kernel checks the quotas of the whole tree). */
                         snprintf(value, sizeof(value), "%lld", quota);
                         if ((r = apply(cpu, "cpu.cfs_quota_us", value, err)) < 0)
                                 return r;

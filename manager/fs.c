@@ -1533,6 +1533,16 @@ void fs_method_chmod(struct rpc_request *req, struct sandbox *sb)
 
 /* ---- python.run's files ---- */
 
+/* fs_write_file's write, with the sandbox's root already pinned. */
+static int fs_write_path(struct fs_ctx *ctx, const char *path, const void *data, size_t len, mode_t mode,
+                         nsbox_error_t **err)
+{
+        struct fs_path p;
+        struct fs_write_options opts = { .mode = mode, .mode_set = true, .parents = true };
+        int r = fs_path_parse(path, strlen(path), &p, err);
+        return r < 0 ? r : fs_write_at(ctx, &p, data, len, &opts, err);
+}
+
 /* A value of `files`: text, or {content, encoding?} whose content may be
  * base64. */
 static json_t *fs_files_content(json_t *v)
@@ -1560,11 +1570,7 @@ static int fs_files_write(struct fs_ctx *ctx, json_t *files, nsbox_error_t **err
                                                           key);
                         text = decoded;
                 }
-                struct fs_path p;
-                struct fs_write_options opts = { .mode = 0644, .mode_set = true, .parents = true };
-                int r = fs_path_parse(key, strlen(key), &p, err);
-                if (r == 0)
-                        r = fs_write_at(ctx, &p, text, len, &opts, err);
+                int r = fs_write_path(ctx, key, text, len, 0644, err);
                 if (r < 0) {
                         nsbox_error_wrap(err, "write files[\"%.200s\"]", key);
                         return r;
@@ -1598,16 +1604,21 @@ static void fs_files_job_done(void *data, int r, json_t *result, const char *mes
         free(job);
 }
 
-void fs_write_files(struct sandbox *sb, json_t *files, fs_files_done_fn done, void *data)
+bool fs_files_inline(json_t *files)
 {
-        _cleanup_error_ nsbox_error_t *err = NULL;
         size_t total = 0;
         const char *key;
         json_t *v;
         json_object_foreach(files, key, v) total += json_string_length(fs_files_content(v));
+        return total <= FS_INLINE_BYTES;
+}
+
+void fs_write_files(struct sandbox *sb, json_t *files, fs_files_done_fn done, void *data)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
         struct fs_ctx ctx;
         int r = fs_ctx_open(sb, &ctx, &err);
-        if (r == 0 && total <= FS_INLINE_BYTES) {
+        if (r == 0 && fs_files_inline(files)) {
                 r = fs_files_write(&ctx, files, &err);
                 fs_ctx_close(&ctx);
         } else if (r == 0) {
@@ -1640,13 +1651,11 @@ static int fs_begin_internal(struct sandbox *sb, const char *path, struct fs_pat
 int fs_write_file(struct sandbox *sb, const char *path, const void *data, size_t len, mode_t mode,
                   nsbox_error_t **err)
 {
-        struct fs_path p;
         struct fs_ctx ctx;
-        int r = fs_begin_internal(sb, path, &p, &ctx, err);
+        int r = fs_ctx_open(sb, &ctx, err);
         if (r < 0)
                 return r;
-        struct fs_write_options opts = { .mode = mode, .mode_set = true, .parents = true };
-        r = fs_write_at(&ctx, &p, data, len, &opts, err);
+        r = fs_write_path(&ctx, path, data, len, mode, err);
         fs_ctx_close(&ctx);
         return r;
 }

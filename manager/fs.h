@@ -30,8 +30,11 @@ void fs_method_chmod(struct rpc_request *req, struct sandbox *sb);
  * written as fs_write_file writes: on the loop when small, else by a worker.
  * `done` runs once (possibly before this returns) with NULL, or an error
  * and whether the client's content was at fault (invalid base64, which the
- * caller checks only in small values). */
+ * caller checks only when fs_files_inline). */
 typedef void (*fs_files_done_fn)(void *data, const char *error, bool invalid_content);
+/* Whether fs_write_files writes them on the loop (then the caller checks
+ * their base64 first), by their total size. */
+bool fs_files_inline(json_t *files);
 void fs_write_files(struct sandbox *sb, json_t *files, fs_files_done_fn done, void *data);
 
 /* Write a regular file (created or truncated, parents created) owned by the

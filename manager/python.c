@@ -1115,7 +1115,9 @@ static int check_script_params(json_t *p, bool stateful, nsbox_error_t **err)
         return 0;
 }
 
-static int check_file_value(const char *key, json_t *v, nsbox_error_t **err)
+/* check_base64: the files are written on the loop (fs_files_inline); else
+ * the worker that decodes them finds bad base64, off the loop. */
+static int check_file_value(const char *key, json_t *v, bool check_base64, nsbox_error_t **err)
 {
         static const char *const known[] = { "content", "encoding", NULL };
         if (json_is_string(v))
@@ -1129,10 +1131,8 @@ static int check_file_value(const char *key, json_t *v, nsbox_error_t **err)
                                      "\"utf-8\"|\"base64\"}",
                                      key);
         }
-        /* Larger content is checked where it is decoded, off the loop. */
         json_t *content = json_object_get(v, "content");
-        if (base64 && json_string_length(content) <= FS_INLINE_BYTES &&
-            !base64_valid(json_string_value(content), json_string_length(content)))
+        if (base64 && check_base64 && !base64_valid(json_string_value(content), json_string_length(content)))
                 return nsbox_invalid(err, "files[\"%.100s\"]: content is not valid base64", key);
         return 0;
 }
@@ -1174,6 +1174,7 @@ static int check_run_params(json_t *p, nsbox_error_t **err)
                 if (!json_is_object(files) || json_object_size(files) > MAX_FILES)
                         return nsbox_invalid(err, "files must be an object {path: content} of at most %d",
                                              MAX_FILES);
+                bool inline_files = fs_files_inline(files);
                 const char *key;
                 json_t *v;
                 json_object_foreach(files, key, v)
@@ -1184,7 +1185,7 @@ static int check_run_params(json_t *p, nsbox_error_t **err)
                                     "files[\"%.100s\"]: paths are relative to /workspace, without "
                                     "\"..\"",
                                     key);
-                        if ((r = check_file_value(key, v, err)) < 0)
+                        if ((r = check_file_value(key, v, inline_files, err)) < 0)
                                 return r;
                 }
         }
