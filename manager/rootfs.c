@@ -19,20 +19,20 @@
 #include "config.h"
 #include "userns.h"
 
+/* What may be mounted under a sandbox's dir on the host: its disk, and
+ * the overlay that nsboxd before 2026-11-25 mounted at root (a record left by
+ * such a run is cleaned up by this one). */
 static const char *const host_mounts[] = { "root", "disk" };
 
 int rootfs_prepare_upper(const char *dir, uint64_t disk_bytes, uid_t host_root, nsbox_error_t **err)
 {
         char path[4096], options[128];
 
-        for (size_t i = 0; i < ARRAY_SIZE(host_mounts); i++) {
-                snprintf(path, sizeof(path), "%s/%s", dir, host_mounts[i]);
-                if (mkdir(path, 0700) < 0 && errno != EEXIST)
-                        return nsbox_error(err, errno, "mkdir %s", path);
-        }
         /* Everything the sandbox writes lands in this tmpfs: overlay upper,
          * /workspace, /tmp. Its size is the disk limit; ENOSPC stays inside. */
         snprintf(path, sizeof(path), "%s/disk", dir);
+        if (mkdir(path, 0700) < 0 && errno != EEXIST)
+                return nsbox_error(err, errno, "mkdir %s", path);
         snprintf(options, sizeof(options), "size=%llu,mode=0700,uid=0,gid=0", (unsigned long long)disk_bytes);
         if (mount("nsbox-disk", path, "tmpfs", MS_NOSUID | MS_NODEV, options) < 0)
                 return nsbox_error(err, errno, "mount disk tmpfs on %s", path);
@@ -71,10 +71,54 @@ static int attach_layer(const char *layer, const char *at, int userns, bool idma
         return 0;
 }
 
+/* Where fsconfig failed: the kernel's own words on the fs context fd
+ * ("e overlayfs: ..."), where the file system gives any. */
+static int fs_context_error(int fs, const char *what, nsbox_error_t **err)
+{
+        int errnum = errno;
+        char why[512];
+        ssize_t n = read(fs, why, sizeof(why) - 1);
+        if (n > 2 && why[1] == ' ') {
+                why[n] = '\0';
+                why[strcspn(why, "\n")] = '\0';
+                return nsbox_error(err, errnum, "%s: %s", what, why + 2);
+        }
+        return nsbox_error(err, errnum, "%s", what);
+}
+
+static int make_overlay(const char *lowerdir, nsbox_error_t **err)
+{
+        _cleanup_close_ int fs = (int)syscall(SYS_fsopen, "overlay", FSOPEN_CLOEXEC);
+        if (fs < 0)
+                return nsbox_error(err, errno, "fsopen overlay");
+        static const char *const strings[][2] = {
+                { "source", "nsbox" },
+                { "upperdir", "disk/upper" },
+                { "workdir", "disk/work" },
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(strings); i++)
+                if (syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, strings[i][0], strings[i][1], 0) < 0)
+                        return fs_context_error(fs, "overlay option", err);
+        if (syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "lowerdir", lowerdir, 0) < 0)
+                return fs_context_error(fs, "overlay lowerdir", err);
+        /* In a user namespace overlayfs cannot set its trusted.* xattrs:
+         * without userxattr (its metadata in user.overlay.*) it has no
+         * redirects, and every rename of a directory fails with EXDEV. */
+        if (syscall(SYS_fsconfig, fs, FSCONFIG_SET_FLAG, "volatile", NULL, 0) < 0 ||
+            (userns_active() && syscall(SYS_fsconfig, fs, FSCONFIG_SET_FLAG, "userxattr", NULL, 0) < 0))
+                return fs_context_error(fs, "overlay flag", err);
+        if (syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+                return fs_context_error(fs, "create the overlay", err);
+        int mnt = (int)syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+        if (mnt < 0)
+                return nsbox_error(err, errno, "fsmount the overlay");
+        return mnt;
+}
+
 int rootfs_mount_overlay(const char *dir, const char *const *layers, size_t n_layers, pid_t pid, bool idmap,
                          nsbox_error_t **err)
 {
-        char path[4096], options[1024];
+        char path[4096], lowerdir[1024];
         int r = 0;
 
         if (n_layers == 0 || n_layers > ROOTFS_MAX_LAYERS)
@@ -87,25 +131,24 @@ int rootfs_mount_overlay(const char *dir, const char *const *layers, size_t n_la
         /* Layer paths relative to the sandbox dir: the options show in the
          * sandbox's /proc/self/mountinfo, and host paths are none of its
          * business. */
-        size_t len = (size_t)snprintf(options, sizeof(options), "lowerdir=");
+        size_t len = 0;
         for (size_t i = 0; i < n_layers && r == 0; i++) {
                 snprintf(path, sizeof(path), "%s/lower%zu", dir, i);
                 r = attach_layer(layers[i], path, userns, idmap, err);
-                len += (size_t)snprintf(options + len, sizeof(options) - len, "%slower%zu", i ? ":" : "", i);
+                len +=
+                    (size_t)snprintf(lowerdir + len, sizeof(lowerdir) - len, "%slower%zu", i ? ":" : "", i);
         }
-        /* In a user namespace overlayfs cannot set its trusted.* xattrs:
-         * without userxattr (its metadata in user.overlay.*) it has no
-         * redirects, and every rename of a directory fails with EXDEV. */
-        snprintf(options + len, sizeof(options) - len, ",upperdir=disk/upper,workdir=disk/work,volatile%s",
-                 userns_active() ? ",userxattr" : "");
-        /* nsboxd is single-threaded, so the chdir is private. */
+        /* nsboxd is single-threaded, so the chdir is private. The overlay
+         * is never attached here: only the sandbox's mount namespace has
+         * it, so nothing of it propagates to or from the host's. */
         if (r == 0 && chdir(dir) < 0)
                 r = nsbox_error(err, errno, "chdir %s", dir);
         if (r == 0) {
-                if (mount("nsbox", "root", "overlay", MS_NOSUID | MS_NODEV, options) < 0)
-                        r = nsbox_error(err, errno, "mount overlay on %s/root", dir);
-                if (chdir("/") < 0 && r == 0)
+                r = make_overlay(lowerdir, err);
+                if (chdir("/") < 0 && r >= 0) {
+                        close(r);
                         r = nsbox_error(err, errno, "chdir /");
+                }
         }
         /* The overlay holds its own references to the lower layers. */
         for (size_t i = 0; i < n_layers; i++) {

@@ -16,9 +16,10 @@ int rootfs_prepare_upper(const char *dir, uint64_t disk_bytes, uid_t host_root, 
  * parents, and the snapshot it was forked from. */
 #define ROOTFS_MAX_LAYERS 16
 
-/* Mount the overlay at dir/root: lower = layers (top first) each idmapped
- * through the user namespace of `pid`, upper and work from
- * rootfs_prepare_upper(). */
+/* Make the sandbox's overlay, detached (never attached on the host):
+ * lower = layers (top first) each idmapped through the user namespace of
+ * `pid`, upper and work from rootfs_prepare_upper(). Returns its mount fd
+ * (for move_mount) or a negative errno. */
 int rootfs_mount_overlay(const char *dir, const char *const *layers, size_t n_layers, pid_t pid, bool idmap,
                          nsbox_error_t **err);
 /* Detach every host-side mount under dir (the sandbox keeps its own copies). */

@@ -747,24 +747,20 @@ static int sandbox_spawn(struct sandbox *sb, nsbox_error_t **err)
          * record lets a restart after a crash find and kill this init. */
         if ((r = state_save(sb, err)) < 0)
                 return r;
-        if ((r = write_id_maps(pid, sb->host_uid_base, err)) < 0 ||
-            (r = sandbox_setup_protect(pid, err)) < 0 ||
-            (r = rootfs_mount_overlay(sb->dir, (const char *const *)layers.path, layers.n, pid,
-                                      !uidmode_shared(), err)) < 0)
+        if ((r = write_id_maps(pid, sb->host_uid_base, err)) < 0 || (r = sandbox_setup_protect(pid, err)) < 0)
                 return r;
+        /* The overlay goes to the child detached: its mount namespace never
+         * had the host's paths, and the host's never had the overlay. */
+        _cleanup_close_ int tree = rootfs_mount_overlay(sb->dir, (const char *const *)layers.path, layers.n,
+                                                        pid, !uidmode_shared(), err);
+        if (tree < 0)
+                return tree;
 
         fcntl(parent_end, F_SETFL, O_NONBLOCK);
         /* One exec request (argv + env, up to 1 MiB) is one packet. */
         int sndbuf = 4 << 20;
         if (setsockopt(parent_end, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf)) < 0)
                 setsockopt(parent_end, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)); /* see exec.c */
-        /* The overlay goes to the child as a detached copy: its mount
-         * namespace never had the host's paths. */
-        snprintf(path, sizeof(path), "%s/root", sb->dir);
-        _cleanup_close_ int tree =
-            (int)syscall(SYS_open_tree, AT_FDCWD, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
-        if (tree < 0)
-                return nsbox_error(err, errno, "copy the overlay mount %s", path);
         struct setup_go go = { .magic = SETUP_GO_MAGIC };
         ssize_t n = ctl_send(parent_end, &go, sizeof(go), NULL, 0, &tree, 1);
         if (n < 0)

@@ -108,9 +108,8 @@ static int enter_namespaces(const struct sandbox_setup *setup, int tree, nsbox_e
                 return nsbox_error(err, errno, "unshare time namespace");
         if (syscall(SYS_move_mount, tree, "", AT_FDCWD, SETUP_ROOT_AT, MOVE_MOUNT_F_EMPTY_PATH) < 0)
                 return nsbox_error(err, errno, "attach the root at " SETUP_ROOT_AT);
-        /* After the attach: the copy of the overlay is a peer of nsboxd's
-         * mount of it (a copy joins its original's peer group), and every
-         * mount made below would show on the host's side too. */
+        /* After the attach, so that it covers the root too: no mount made
+         * below is a peer of one outside this namespace. */
         if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
                 return nsbox_error(err, errno, "make / private");
         if (fchdir(tree) < 0)

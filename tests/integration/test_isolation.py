@@ -12,6 +12,7 @@ import json
 import os
 import platform
 import secrets
+import select
 import shutil
 import signal
 import socket
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 
 import pytest
@@ -853,11 +855,11 @@ def test_only_the_sandboxs_own_mounts_are_visible(daemon, shared):
 
 @pytest.mark.hostroot("mounts a shared tmpfs on the host for nsboxd's state dir")
 def test_no_mount_of_a_sandbox_propagates_to_or_from_the_host():
-    """A sandbox's root is a copy of the overlay nsboxd mounted in its state
-    dir, and a copy joins its original's peer group: left shared, every mount
-    the setup makes below it would show on the host too (and the host's
-    unmounts in the sandbox). The state dir is on a shared mount here, as
-    under systemd, where / is shared."""
+    """Left shared, every mount the setup makes in a sandbox would show on the
+    host too (and the host's unmounts in the sandbox). It did when a
+    sandbox's root was a copy of an overlay nsboxd mounted in its state dir:
+    a copy joins its original's peer group. The state dir is on a shared
+    mount here, as under systemd, where / is shared."""
     d = tempfile.mkdtemp(prefix="nsbox-shared-")
     subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0755", "nsbox-test", d], check=True)
     try:
@@ -879,6 +881,36 @@ def test_no_mount_of_a_sandbox_propagates_to_or_from_the_host():
         shutil.rmtree(d, ignore_errors=True)
     assert v["tagged"] == [], v
     assert on_host == [], on_host
+    assert rc == 0
+
+
+def test_a_sandboxs_overlay_is_never_mounted_in_the_hosts_namespace():
+    """nsboxd builds each overlay detached (fsmount) and hands it to the
+    sandbox: at no moment of a create does the host's mount table hold it.
+    A watcher re-reads nsboxd's mountinfo at every change of it."""
+    daemon = Daemon(["--warm-pool", "0"])
+    seen, done = [], threading.Event()
+
+    def watch():
+        with open("/proc/%d/mountinfo" % daemon.proc.pid) as f:
+            poller = select.poll()
+            poller.register(f, select.POLLPRI | select.POLLERR)
+            while not done.is_set():
+                f.seek(0)
+                seen.extend(line for line in f.read().splitlines() if " - overlay " in line)
+                poller.poll(100)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        for _ in range(20):
+            sb = daemon.call("sandbox.create")["sandbox_id"]
+            daemon.call("sandbox.remove", sandbox_id=sb, force=True)
+    finally:
+        done.set()
+        watcher.join()
+        rc = daemon.stop()
+    assert [line for line in seen if daemon.state in line] == [], seen[:3]
     assert rc == 0
 
 
