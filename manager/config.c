@@ -50,7 +50,7 @@ static const struct option_def options[] = {
         { "uid_pool_base", "NSBOX_UID_POOL_BASE", OPT_UINT, CFG(uid_pool_base), UINT_MAX - NSBOX_UID_RANGE,
           "first host uid given to sandboxes" },
         { "uid_pool_ranges", "NSBOX_UID_POOL_RANGES", OPT_UINT, CFG(uid_pool_ranges), 60000,
-          "number of 65536-id ranges in the pool" },
+          "number of 65536-id ranges in the pool (each 65664 ids from the next)" },
         { "warm_pool", "NSBOX_WARM_POOL", OPT_UINT, CFG(warm_pool), 256,
           "sandboxes kept ready with the default policy (0: none)" },
         { "allow_degraded", "NSBOX_ALLOW_DEGRADED", OPT_UINT, CFG(allow_degraded), 1,
@@ -404,7 +404,7 @@ int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_
         if (config->max_request_bytes < 1024)
                 return nsbox_invalid(err, "max_request_bytes must be at least 1024");
         if ((unsigned long long)config->uid_pool_base +
-                (unsigned long long)config->uid_pool_ranges * NSBOX_UID_RANGE >
+                (unsigned long long)config->uid_pool_ranges * NSBOX_UID_STRIDE >
             UINT_MAX)
                 return nsbox_invalid(err, "uid pool runs past the largest uid");
         if (config->egress_uid == 0)

@@ -89,6 +89,13 @@ struct nsbox_config {
 };
 
 #define NSBOX_UID_RANGE 65536u
+/* From one sandbox's host range to the next: a range and 128 ids unused.
+ * The kernel keeps its per-uid accounts (user_struct, looked up at every
+ * setuid) in 128 buckets, hashed as ((uid >> 7) + uid) & 127: ranges
+ * 65536 apart put uid N of every sandbox in one bucket, a chain as long as
+ * there are sandboxes, walked with interrupts off. 128 more moves each
+ * range's ids one bucket on. */
+#define NSBOX_UID_STRIDE (NSBOX_UID_RANGE + 128u)
 
 /* Fill config from argv/env/file. Returns 0, 1 when --help was printed, or
  * a negative errno with err set. */

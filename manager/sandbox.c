@@ -337,7 +337,7 @@ static int allocate_uid_slot(struct sandbox *sb)
         for (unsigned i = 0; i < nsboxd.config.uid_pool_ranges; i++) {
                 if (nsboxd.uid_slots[i])
                         continue;
-                uid_t base = nsboxd.config.uid_pool_base + i * NSBOX_UID_RANGE;
+                uid_t base = nsboxd.config.uid_pool_base + i * NSBOX_UID_STRIDE;
                 int fd = lock_uid_range(base);
                 if (fd == -EWOULDBLOCK)
                         continue; /* another manager's sandbox has it */

@@ -30,7 +30,7 @@ REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
 from nsbox_client import Client  # noqa: E402
 
-UID_RANGE = 65536
+UID_RANGE = 65536 + 128  # nsboxd puts ranges this far apart (NSBOX_UID_STRIDE)
 TRUE = ["/bin/true"]
 PYTHON = ["python3", "-c", "print(1)"]
 # Stateless python.run (issue 18): served by the sandbox's fork server, which

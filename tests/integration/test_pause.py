@@ -327,7 +327,7 @@ def pool_processes():
                 fields = f.read().split()
         except OSError:
             continue
-        if len(fields) >= 3 and POOL_BASE <= int(fields[1]) < POOL_BASE + POOL_RANGES * 65536:
+        if len(fields) >= 3 and POOL_BASE <= int(fields[1]) < POOL_BASE + POOL_RANGES * 65664:  # ranges 65536 + 128 apart
             found.append(int(path.split("/")[2]))
     return found
 
