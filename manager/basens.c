@@ -6,8 +6,8 @@
  * sandboxes were live: three tasks each, about 2 ms a create at 1000. The
  * base namespace is made once, at start, and pivot_root runs there once:
  * its root is a small read-only tmpfs holding only
- *   /root   where a sandbox attaches its overlay (a detached copy nsboxd
- *           sends it), then chroots into it: no walk;
+ *   /root   where a sandbox attaches its overlay (a detached mount
+ *           nsboxd sends it), then chroots into it: no walk;
  *   /dev/   binds of the host's null, zero, full, random, urandom and tty,
  *           which the sandbox binds into its own /dev;
  *   /proc, /sys  a procfs of a pid namespace with no process and a sysfs

@@ -72,18 +72,22 @@ static int attach_layer(const char *layer, const char *at, int userns, bool idma
 }
 
 /* Where fsconfig failed: the kernel's own words on the fs context fd
- * ("e overlayfs: ..."), where the file system gives any. */
+ * (one message a read, oldest first, "e overlayfs: ..." for an error),
+ * where the file system gives any. */
 static int fs_context_error(int fs, const char *what, nsbox_error_t **err)
 {
         int errnum = errno;
-        char why[512];
-        ssize_t n = read(fs, why, sizeof(why) - 1);
-        if (n > 2 && why[1] == ' ') {
-                why[n] = '\0';
-                why[strcspn(why, "\n")] = '\0';
-                return nsbox_error(err, errnum, "%s: %s", what, why + 2);
+        char line[512], why[512] = "";
+        ssize_t n;
+        while ((n = read(fs, line, sizeof(line) - 1)) > 0) {
+                line[n] = '\0';
+                line[strcspn(line, "\n")] = '\0';
+                if (n > 2 && line[0] == 'e' && line[1] == ' ')
+                        snprintf(why, sizeof(why), "%s", line + 2);
         }
-        return nsbox_error(err, errnum, "%s", what);
+        if (why[0] != '\0')
+                return nsbox_error(err, errnum, "overlay %s: %s", what, why);
+        return nsbox_error(err, errnum, "overlay %s", what);
 }
 
 static int make_overlay(const char *lowerdir, nsbox_error_t **err)
@@ -98,17 +102,17 @@ static int make_overlay(const char *lowerdir, nsbox_error_t **err)
         };
         for (size_t i = 0; i < ARRAY_SIZE(strings); i++)
                 if (syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, strings[i][0], strings[i][1], 0) < 0)
-                        return fs_context_error(fs, "overlay option", err);
+                        return fs_context_error(fs, strings[i][0], err);
         if (syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "lowerdir", lowerdir, 0) < 0)
-                return fs_context_error(fs, "overlay lowerdir", err);
+                return fs_context_error(fs, "lowerdir", err);
         /* In a user namespace overlayfs cannot set its trusted.* xattrs:
          * without userxattr (its metadata in user.overlay.*) it has no
          * redirects, and every rename of a directory fails with EXDEV. */
         if (syscall(SYS_fsconfig, fs, FSCONFIG_SET_FLAG, "volatile", NULL, 0) < 0 ||
             (userns_active() && syscall(SYS_fsconfig, fs, FSCONFIG_SET_FLAG, "userxattr", NULL, 0) < 0))
-                return fs_context_error(fs, "overlay flag", err);
+                return fs_context_error(fs, "flags volatile, userxattr", err);
         if (syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
-                return fs_context_error(fs, "create the overlay", err);
+                return fs_context_error(fs, "create", err);
         int mnt = (int)syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
         if (mnt < 0)
                 return nsbox_error(err, errno, "fsmount the overlay");

@@ -176,11 +176,100 @@ static void take_back_child_fds(void)
                 dup3(child_slot_filler, child_slots[i], O_CLOEXEC);
 }
 
+/* Several managers may share a host (a service, `nsbox run`'s private
+ * one, test daemons), each with its own pool. A manager takes, with an
+ * flock on its lock file, every 65536-aligned block of uids that one of its
+ * ranges touches (a range straddles two, its ranges being 65664 apart), and
+ * keeps it while any of its ranges does: no two managers share a block, so
+ * no two sandboxes anywhere on the host share a uid, whatever the pools.
+ * The files are named by the block's first uid, as an nsboxd of 65536-apart
+ * ranges named the lock of each range: with one, they exclude each other too. */
+#define UID_LOCK_DIR    "/run/nsbox-uid-ranges"
+#define UID_BLOCK_SHIFT 16
+
+static struct {
+        uint32_t first; /* block of the pool's first uid */
+        uint32_t n;
+        int *fd;         /* the flocked file, or -1 */
+        unsigned *users; /* ranges of ours in the block */
+} uid_blocks;
+
+static int uid_blocks_init(void)
+{
+        uint64_t last = (uint64_t)nsboxd.config.uid_pool_base +
+                        (uint64_t)nsboxd.config.uid_pool_ranges * NSBOX_UID_STRIDE;
+        uid_blocks.first = nsboxd.config.uid_pool_base >> UID_BLOCK_SHIFT;
+        uid_blocks.n = (uint32_t)(last >> UID_BLOCK_SHIFT) - uid_blocks.first + 1;
+        uid_blocks.fd = malloc(uid_blocks.n * sizeof(*uid_blocks.fd));
+        uid_blocks.users = calloc(uid_blocks.n, sizeof(*uid_blocks.users));
+        if (uid_blocks.fd == NULL || uid_blocks.users == NULL)
+                return -ENOMEM;
+        for (uint32_t i = 0; i < uid_blocks.n; i++)
+                uid_blocks.fd[i] = -1;
+        return 0;
+}
+
+static void uid_block_put(uint32_t block)
+{
+        uint32_t i = block - uid_blocks.first;
+        if (--uid_blocks.users[i] == 0) {
+                close(uid_blocks.fd[i]);
+                uid_blocks.fd[i] = -1;
+        }
+}
+
+static int uid_block_take(uint32_t block)
+{
+        uint32_t i = block - uid_blocks.first;
+        if (uid_blocks.users[i] > 0) {
+                uid_blocks.users[i]++;
+                return 0;
+        }
+        char path[128];
+        if (mkdir(UID_LOCK_DIR, 0700) < 0 && errno != EEXIST)
+                return -errno;
+        snprintf(path, sizeof(path), UID_LOCK_DIR "/%u.lock", block << UID_BLOCK_SHIFT);
+        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0)
+                return -errno;
+        if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+                int saved = errno;
+                close(fd);
+                return -saved;
+        }
+        uid_blocks.fd[i] = fd;
+        uid_blocks.users[i] = 1;
+        return 0;
+}
+
+/* Take the blocks of the range at base: 0, -EWOULDBLOCK when another
+ * manager has one of them, or another negative errno. */
+static int uid_range_take(uid_t base)
+{
+        uint32_t first = base >> UID_BLOCK_SHIFT, last = (base + NSBOX_UID_RANGE - 1) >> UID_BLOCK_SHIFT;
+        for (uint32_t block = first; block <= last; block++) {
+                int r = uid_block_take(block);
+                if (r < 0) {
+                        while (block-- > first)
+                                uid_block_put(block);
+                        return r;
+                }
+        }
+        return 0;
+}
+
+static void uid_range_put(uid_t base)
+{
+        uint32_t first = base >> UID_BLOCK_SHIFT, last = (base + NSBOX_UID_RANGE - 1) >> UID_BLOCK_SHIFT;
+        for (uint32_t block = first; block <= last; block++)
+                uid_block_put(block);
+}
+
 int sandbox_registry_init(nsbox_error_t **err)
 {
         char path[4096];
         nsboxd.uid_slots = calloc(nsboxd.config.uid_pool_ranges, 1);
-        if (nsboxd.uid_slots == NULL)
+        if (nsboxd.uid_slots == NULL || uid_blocks_init() < 0)
                 return nsbox_error(err, ENOMEM, "uid pool");
         if (mkdir(nsboxd.config.state_dir, 0711) < 0 && errno != EEXIST)
                 return nsbox_error(err, errno, "mkdir %s", nsboxd.config.state_dir);
@@ -305,28 +394,6 @@ json_t *sandbox_to_json(const struct sandbox *sb, bool existing)
         return j;
 }
 
-/* Several managers may share a host (a service, `nsbox run`'s private
- * one, test daemons): a range is taken only with an flock on its lock file,
- * so no two sandboxes anywhere on the host share a uid. */
-#define UID_LOCK_DIR "/run/nsbox-uid-ranges"
-
-static int lock_uid_range(uid_t base)
-{
-        char path[128];
-        if (mkdir(UID_LOCK_DIR, 0700) < 0 && errno != EEXIST)
-                return -errno;
-        snprintf(path, sizeof(path), UID_LOCK_DIR "/%u.lock", base);
-        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-        if (fd < 0)
-                return -errno;
-        if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
-                int saved = errno;
-                close(fd);
-                return -saved;
-        }
-        return fd;
-}
-
 static int allocate_uid_slot(struct sandbox *sb)
 {
         if (uidmode_shared()) {
@@ -338,14 +405,13 @@ static int allocate_uid_slot(struct sandbox *sb)
                 if (nsboxd.uid_slots[i])
                         continue;
                 uid_t base = nsboxd.config.uid_pool_base + i * NSBOX_UID_STRIDE;
-                int fd = lock_uid_range(base);
-                if (fd == -EWOULDBLOCK)
-                        continue; /* another manager's sandbox has it */
-                if (fd < 0)
-                        return fd;
+                int r = uid_range_take(base);
+                if (r == -EWOULDBLOCK)
+                        continue; /* another manager has a block of it */
+                if (r < 0)
+                        return r;
                 nsboxd.uid_slots[i] = 1;
                 sb->uid_slot = i;
-                sb->uid_lock_fd = fd;
                 sb->host_uid_base = base;
                 return 0;
         }
@@ -393,10 +459,10 @@ static void sandbox_free(struct sandbox *sb)
                         break;
                 }
         }
-        if (sb->uid_slot < nsboxd.config.uid_pool_ranges)
+        if (sb->uid_slot < nsboxd.config.uid_pool_ranges) {
                 nsboxd.uid_slots[sb->uid_slot] = 0;
-        if (sb->uid_lock_fd >= 0)
-                close(sb->uid_lock_fd);
+                uid_range_put(sb->host_uid_base);
+        }
         if (sb->disk_fd >= 0)
                 close(sb->disk_fd);
         if (sb->snapshot_id[0] != '\0')
@@ -796,7 +862,6 @@ static int sandbox_new(uid_t owner, struct sandbox_policy *policy, bool pooled, 
         sb->pooled = pooled;
         sb->state = SANDBOX_CREATING;
         sb->uid_slot = UINT32_MAX;
-        sb->uid_lock_fd = -1;
         sb->disk_fd = -1;
         if (snapshot_id != NULL) {
                 snprintf(sb->snapshot_id, sizeof(sb->snapshot_id), "%s", snapshot_id);

@@ -34,7 +34,6 @@ struct sandbox {
         bool pooled;                   /* pre-created with the default policy, not yet given to anyone */
         uint64_t committed;            /* its share of the memory commit (memory_commit_bytes) */
         unsigned uid_slot;
-        int uid_lock_fd; /* flock held on the range for as long as the sandbox lives */
         uid_t host_uid_base;
         char *dir;
         /* Its writable layer's tmpfs, kept open once the host side of the

@@ -34,7 +34,7 @@ static __attribute__((noreturn)) void setup_fail(int sync_fd, nsbox_error_t *err
         _exit(1);
 }
 
-/* Returns the root's mount (a detached copy) or a negative errno. */
+/* Returns the root's mount (detached) or a negative errno. */
 static int wait_for_go(int sync_fd, nsbox_error_t **err)
 {
         struct setup_go go;

@@ -18,7 +18,7 @@
 #define SANDBOX_NOFILE 1024
 
 /* Sent by the manager over the sync socket once the id maps are written and
- * the overlay root is mounted, with one fd: a detached copy of that mount.
+ * the overlay root is made, with one fd: that overlay, a detached mount.
  * The child, born in the base mount namespace (manager/basens.c), attaches
  * it at SETUP_ROOT_AT and makes it its root. */
 struct setup_go {

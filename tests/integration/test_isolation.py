@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from conftest import BUILD, IMAGE_DIR, PRELUDE, Daemon, attack, host_inits
+from conftest import BUILD, IMAGE_DIR, PRELUDE, Daemon, attack, daemon_pid, host_inits
 
 pytestmark = pytest.mark.skipif(platform.machine() != "x86_64",
                                 reason="the attack scripts use x86_64 syscall numbers")
@@ -886,19 +886,23 @@ def test_no_mount_of_a_sandbox_propagates_to_or_from_the_host():
 
 def test_a_sandboxs_overlay_is_never_mounted_in_the_hosts_namespace():
     """nsboxd builds each overlay detached (fsmount) and hands it to the
-    sandbox: at no moment of a create does the host's mount table hold it.
+    sandbox: at no moment of a create does nsboxd's mount table hold it.
     A watcher re-reads nsboxd's mountinfo at every change of it."""
     daemon = Daemon(["--warm-pool", "0"])
-    seen, done = [], threading.Event()
+    seen, reads, failed, done = [], [0], [], threading.Event()
 
     def watch():
-        with open("/proc/%d/mountinfo" % daemon.proc.pid) as f:
-            poller = select.poll()
-            poller.register(f, select.POLLPRI | select.POLLERR)
-            while not done.is_set():
-                f.seek(0)
-                seen.extend(line for line in f.read().splitlines() if " - overlay " in line)
-                poller.poll(100)
+        try:
+            with open("/proc/%d/mountinfo" % daemon_pid(daemon)) as f:
+                poller = select.poll()
+                poller.register(f, select.POLLPRI | select.POLLERR)
+                while not done.is_set():
+                    f.seek(0)
+                    seen.extend(line for line in f.read().splitlines() if " - overlay " in line)
+                    reads[0] += 1
+                    poller.poll(100)
+        except Exception as e:
+            failed.append(e)
 
     watcher = threading.Thread(target=watch)
     watcher.start()
@@ -910,6 +914,7 @@ def test_a_sandboxs_overlay_is_never_mounted_in_the_hosts_namespace():
         done.set()
         watcher.join()
         rc = daemon.stop()
+    assert failed == [] and reads[0] >= 20, (failed, reads)  # it watched every create
     assert [line for line in seen if daemon.state in line] == [], seen[:3]
     assert rc == 0
 

@@ -1,11 +1,12 @@
 """Host uid isolation modes: per-sandbox ranges (idmapped image) by default,
 and the shared-range fallback for kernels without idmapped mounts."""
+import fcntl
 import glob
 import os
 import subprocess
 
 import pytest
-from conftest import BUILD, IMAGE_DIR, Daemon
+from conftest import BUILD, IMAGE_DIR, Daemon, host_inits
 
 
 def init_uid_maps():
@@ -72,11 +73,12 @@ def test_each_sandboxs_users_land_in_their_own_bucket_of_the_kernels_uid_table(d
     # Every setuid looks the uid's account up in a 128-bucket table, with
     # interrupts off. Ranges 65536 apart put uid N of every sandbox in one
     # bucket: at 1000 sandboxes, a chain of 1000 walked at each create and exec.
-    before = set(init_uid_maps())
     made = [daemon.call("sandbox.create")["sandbox_id"] for _ in range(8)]
     try:
-        # The new sandboxes' processes (a warm pool may add more ranges).
-        maps = [m for pid, m in init_uid_maps().items() if pid not in before]
+        maps = []
+        for pid in host_inits(daemon):  # the made ones, and any the warm pool holds
+            with open("/proc/%d/uid_map" % pid) as f:
+                maps.append(f.read().split())
         assert all(int(m[2]) == 65536 for m in maps), maps
         bases = sorted({int(m[1]) for m in maps})
         assert len(bases) >= 8, bases
@@ -87,3 +89,40 @@ def test_each_sandboxs_users_land_in_their_own_bucket_of_the_kernels_uid_table(d
     finally:
         for sid in made:
             daemon.call("sandbox.remove", sandbox_id=sid, force=True)
+
+
+def test_managers_whose_pools_interleave_never_give_out_the_same_uids():
+    # A's pool starts on a 65536 boundary, B's 1000 ids below the next one:
+    # B's first range would hold 64536 of the uids of A's first range.
+    a_base = 1_750_000_000 // 65536 * 65536
+    b_base = a_base + 65536 - 1000
+    a = Daemon(extra_args=["--uid-pool-base", str(a_base), "--uid-pool-ranges", "4", "--warm-pool", "0"])
+    try:
+        b = Daemon(extra_args=["--uid-pool-base", str(b_base), "--uid-pool-ranges", "4", "--warm-pool", "0"])
+        try:
+            a.call("sandbox.create")
+            b.call("sandbox.create")
+            bases = sorted({int(m[1]) for m in init_uid_maps().values()
+                            if a_base <= int(m[1]) < b_base + 4 * 65664})
+            assert len(bases) == 2 and bases[0] == a_base, bases
+            assert bases[1] - bases[0] >= 65536, bases  # B skipped the range that overlaps A's
+        finally:
+            assert b.stop() == 0
+    finally:
+        assert a.stop() == 0
+
+
+def test_a_uid_block_another_process_holds_is_left_alone():
+    # The lock of a block, as any nsboxd takes it (one of an older version
+    # too, where each range had the lock of its first uid).
+    base = 1_760_000_000 // 65536 * 65536
+    os.makedirs("/run/nsbox-uid-ranges", exist_ok=True)
+    with open("/run/nsbox-uid-ranges/%d.lock" % base, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        d = Daemon(extra_args=["--uid-pool-base", str(base), "--uid-pool-ranges", "4", "--warm-pool", "0"])
+        try:
+            d.call("sandbox.create")
+            bases = {int(m[1]) for m in init_uid_maps().values() if base <= int(m[1]) < base + 4 * 65664}
+            assert len(bases) == 1 and min(bases) >= base + 65536, bases
+        finally:
+            assert d.stop() == 0
