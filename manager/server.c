@@ -293,6 +293,7 @@ static int start(nsbox_error_t **err)
         }
         /* A previous run that crashed may have left sandboxes: none survive. */
         state_recover();
+        state_runtime_fs();
         if ((r = setup_signals_and_timers(err)) < 0 || (r = setup_watchdog(err)) < 0)
                 return r;
         if ((r = egress_init(err)) < 0)
@@ -425,6 +426,7 @@ int nsboxd_main(int argc, char **argv)
                 }
         }
         unsigned left_behind = shutdown_sandboxes();
+        state_runtime_fs_release();
         egress_shutdown();
         profiles_clear();
         log_info("stopped%s", left_behind ? " with things left behind" : "");

@@ -9,9 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
 #include <sys/file.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "cleanup.h"
@@ -20,6 +23,7 @@
 #include "log.h"
 #include "rootfs.h"
 #include "sandbox.h"
+#include "userns.h"
 
 #define RECORD_NAME  "sandbox.json"
 #define KILL_WAIT_MS 5000
@@ -133,6 +137,25 @@ static void kill_leftover_init(pid_t pid, unsigned long long start_time, const c
                 log_error("sandbox %s: init %d did not die", id, pid);
 }
 
+/* The record alone, where the sandbox's dir cannot be moved (from the
+ * runtime tmpfs to the state dir's file system): to/RECORD_NAME. */
+static int copy_record(const char *from, const char *to)
+{
+        char path[4096], text[65536];
+        snprintf(path, sizeof(path), "%s/%s", from, RECORD_NAME);
+        _cleanup_close_ int in = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (in < 0)
+                return -errno;
+        ssize_t n = read(in, text, sizeof(text));
+        if (n < 0 || mkdir(to, 0700) < 0)
+                return -errno;
+        snprintf(path, sizeof(path), "%s/%s", to, RECORD_NAME);
+        _cleanup_close_ int out = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (out < 0 || write(out, text, (size_t)n) != n)
+                return out < 0 ? -errno : -EIO;
+        return 0;
+}
+
 static void quarantine(const char *sandboxes, const char *name)
 {
         char from[4096], dir[4096], to[4096];
@@ -141,11 +164,17 @@ static void quarantine(const char *sandboxes, const char *name)
         mkdir(dir, 0700);
         snprintf(to, sizeof(to), "%s/%s.%lld", dir, name, now_realtime_ms());
         rootfs_detach(from);
-        if (rename(from, to) == 0)
+        int r = rename(from, to) == 0 ? 0 : -errno;
+        if (r == -EXDEV && (r = copy_record(from, to)) == 0) {
+                _cleanup_error_ nsbox_error_t *err = NULL;
+                if (rootfs_remove_dir(from, &err) < 0)
+                        log_error("state: %s", err->message);
+        }
+        if (r == 0)
                 log_warn("state: unreadable sandbox record in %s; moved it to %s", from, to);
         else
                 log_error("state: unreadable sandbox record in %s, and moving it failed: %s", from,
-                          strerror(errno));
+                          strerror(-r));
 }
 
 static void recover_one(const char *sandboxes, const char *name)
@@ -192,4 +221,49 @@ void state_recover(void)
                 recover_one(sandboxes, de->d_name);
         }
         closedir(d);
+}
+
+/* Set when the sandboxes dir is a tmpfs mount of ours (made by this run or
+ * left by one that crashed), to unmount at a clean stop. */
+static bool runtime_fs_ours;
+
+void state_runtime_fs(void)
+{
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/sandboxes", nsboxd.config.state_dir);
+        if (userns_active())
+                return;
+        struct statfs fs;
+        struct statx stx;
+        if (statfs(path, &fs) == 0 && fs.f_type == TMPFS_MAGIC) {
+                /* Ours from a run that crashed, or a state dir on a tmpfs. */
+                runtime_fs_ours = statx(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW, STATX_BASIC_STATS, &stx) == 0 &&
+                                  (stx.stx_attributes & STATX_ATTR_MOUNT_ROOT);
+                return;
+        }
+        if (mount("nsbox-sandboxes", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0700") < 0) {
+                log_warn("state: no tmpfs on %s (%s): sandbox records stay on the state dir's file system",
+                         path, strerror(errno));
+                return;
+        }
+        runtime_fs_ours = true;
+}
+
+void state_runtime_fs_release(void)
+{
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/sandboxes", nsboxd.config.state_dir);
+        if (!runtime_fs_ours)
+                return;
+        DIR *d = opendir(path);
+        if (d == NULL)
+                return;
+        struct dirent *de;
+        bool empty = true;
+        while (empty && (de = readdir(d)) != NULL)
+                empty = strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0;
+        closedir(d);
+        /* What is left there is for the next start to recover. */
+        if (empty && umount2(path, MNT_DETACH | UMOUNT_NOFOLLOW) < 0)
+                log_warn("state: unmount %s: %s", path, strerror(errno));
 }
