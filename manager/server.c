@@ -293,7 +293,6 @@ static int start(nsbox_error_t **err)
         }
         /* A previous run that crashed may have left sandboxes: none survive. */
         state_recover();
-        state_runtime_fs();
         if ((r = setup_signals_and_timers(err)) < 0 || (r = setup_watchdog(err)) < 0)
                 return r;
         if ((r = egress_init(err)) < 0)
@@ -314,7 +313,11 @@ static int start(nsbox_error_t **err)
                 .listen_fd = listen_fd,
                 .methods = nsboxd_methods,
         };
-        return rpc_server_start(nsboxd.loop, &server, err);
+        if ((r = rpc_server_start(nsboxd.loop, &server, err)) < 0)
+                return r;
+        /* Last: a start that fails leaves no tmpfs mounted. */
+        state_runtime_fs();
+        return 0;
 }
 
 /* A user's first nsboxd --rootless: ~/.local/share may not exist yet. */

@@ -165,9 +165,11 @@ static void quarantine(const char *sandboxes, const char *name)
         snprintf(to, sizeof(to), "%s/%s.%lld", dir, name, now_realtime_ms());
         rootfs_detach(from);
         int r = rename(from, to) == 0 ? 0 : -errno;
-        if (r == -EXDEV && (r = copy_record(from, to)) == 0) {
+        if (r == -EXDEV) {
                 _cleanup_error_ nsbox_error_t *err = NULL;
-                if (rootfs_remove_dir(from, &err) < 0)
+                if ((r = copy_record(from, to)) < 0)
+                        rootfs_remove_dir(to, &err); /* no half copy at each start */
+                else if (rootfs_remove_dir(from, &err) < 0)
                         log_error("state: %s", err->message);
         }
         if (r == 0)

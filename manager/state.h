@@ -20,15 +20,18 @@ int state_lock(nsbox_error_t **err);
  * Unreadable records are moved to state/quarantine with a log line. */
 void state_recover(void);
 
-/* After state_recover: per-sandbox dirs (a record, mount points) are
- * runtime state, which only has to outlive a crash of nsboxd, never a
- * reboot. A tmpfs on STATE_DIR/sandboxes holds them: a create then costs
- * no inode of the state dir's file system, where ext4 without a journal
- * scans past every inode freed in the last five minutes to find a free one
- * (recently_deleted), a cost that grew with every create and remove. A
- * tmpfs left there by a run that crashed is used as it is. Not in user
- * namespace mode: there nsboxd's mount namespace is its own and dies with
- * it, and a start after a crash would find no record of the inits left. */
+/* The last step of a start, after state_recover: per-sandbox dirs (a
+ * record, mount points) are runtime state, which only has to outlive a
+ * crash of nsboxd, never a reboot. A tmpfs on STATE_DIR/sandboxes holds
+ * them: a create then costs no inode of the state dir's file system, where
+ * ext4 without a journal scans past every inode freed in the last five
+ * minutes to find a free one (recently_deleted), a cost that grew with
+ * every create and remove. A tmpfs left there by a run that crashed is
+ * used as it is. Not in user namespace mode: there nsboxd's mount
+ * namespace is its own and dies with it, and a start after a crash would
+ * find no record of the inits left. (Under systemd the service's mount
+ * namespace also goes with each run: there systemd kills what is left in
+ * the service's cgroup, and cgroup_init removes the cgroups.) */
 void state_runtime_fs(void);
 /* At a clean stop: unmount that tmpfs if nothing is left in it. */
 void state_runtime_fs_release(void);

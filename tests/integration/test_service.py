@@ -252,48 +252,70 @@ def mount_of(path):
     return best
 
 
+def needs_state_dir_off_tmpfs(root):
+    if mount_of(root)[1] == "tmpfs":
+        pytest.skip("the state dir is on a tmpfs already: nsboxd mounts none of its own")
+
+
 def test_sandbox_records_and_mount_points_live_on_a_tmpfs_of_nsboxd(root):
     """Runtime state: nothing of a create lands on the state dir's disk (on
     ext4 without a journal each new inode there cost a scan past every inode
     freed in the last minutes). The tmpfs outlives a crash, not a clean stop."""
+    needs_state_dir_off_tmpfs(root)
     svc = Service(root)
     svc.start()
-    sb = svc.call("sandbox.create")["sandbox_id"]
-    sandboxes = os.path.join(svc.state, "sandboxes")
-    assert mount_of(sandboxes) == (sandboxes, "tmpfs", "nsbox-sandboxes")
-    assert mount_of(os.path.join(sandboxes, sb, "sandbox.json"))[0] == sandboxes
-    svc.kill9()
-    assert os.path.exists(os.path.join(sandboxes, sb, "sandbox.json"))  # for the next start to find
-    svc.start()
-    assert "left by a previous run" in svc.log()
-    assert svc.terminate() == 0
+    try:
+        sb = svc.call("sandbox.create")["sandbox_id"]
+        sandboxes = os.path.join(svc.state, "sandboxes")
+        assert mount_of(sandboxes) == (sandboxes, "tmpfs", "nsbox-sandboxes")
+        assert mount_of(os.path.join(sandboxes, sb, "sandbox.json"))[0] == sandboxes
+        svc.kill9()
+        assert os.path.exists(os.path.join(sandboxes, sb, "sandbox.json"))  # for the next start to find
+        svc.start()
+        assert "left by a previous run" in svc.log()
+    finally:
+        rc = svc.terminate()
+    assert rc == 0
     assert_nothing_left(svc, [sb])
     assert mount_of(sandboxes)[1] != "tmpfs"
 
 
 def test_an_unreadable_record_on_the_tmpfs_is_quarantined_to_the_state_dir(root):
+    needs_state_dir_off_tmpfs(root)
     svc = Service(root)
     svc.start()
-    sb = svc.call("sandbox.create")["sandbox_id"]
-    svc.kill9()
-    with open(os.path.join(svc.state, "sandboxes", sb, "sandbox.json"), "w") as f:
-        f.write('{"sandbox_id": "%s", "pid": ' % sb)  # torn
-    svc.start()
-    assert svc.call("sandbox.create")["state"] == "running"
-    kept = os.listdir(os.path.join(svc.state, "quarantine"))
-    assert len(kept) == 1 and kept[0].startswith(sb), kept
-    with open(os.path.join(svc.state, "quarantine", kept[0], "sandbox.json")) as f:
-        assert f.read() == '{"sandbox_id": "%s", "pid": ' % sb
-    assert not os.path.exists(os.path.join(svc.state, "sandboxes", sb))
-    assert svc.terminate() == 0
-    # The torn record's init was not killed by the start (no pid to trust):
-    # it goes now, and the next start removes its cgroups.
-    for pid in pool_processes():
-        os.kill(pid, signal.SIGKILL)
-    assert wait_until(lambda: pool_processes() == [])
-    svc.start()
-    assert svc.terminate() == 0
+    try:
+        sb = svc.call("sandbox.create")["sandbox_id"]
+        record = os.path.join(svc.state, "sandboxes", sb, "sandbox.json")
+        assert mount_of(record)[1] == "tmpfs"  # so the move crosses file systems
+        svc.kill9()
+        with open(record, "w") as f:
+            f.write('{"sandbox_id": "%s", "pid": ' % sb)  # torn
+        svc.start()
+        assert svc.call("sandbox.create")["state"] == "running"
+        kept = os.listdir(os.path.join(svc.state, "quarantine"))
+        assert len(kept) == 1 and kept[0].startswith(sb), kept
+        with open(os.path.join(svc.state, "quarantine", kept[0], "sandbox.json")) as f:
+            assert f.read() == '{"sandbox_id": "%s", "pid": ' % sb
+        assert not os.path.exists(os.path.join(svc.state, "sandboxes", sb))
+    finally:
+        rc = svc.terminate()
+    assert rc == 0
+    # The torn record's init had no pid to trust: the start removed the
+    # sandbox's cgroups, and killed it with them.
     assert_nothing_left(svc, [sb])
+
+
+def test_a_start_that_fails_leaves_no_mount(root):
+    needs_state_dir_off_tmpfs(root)
+    open_dir = os.path.join(root, "open")
+    os.mkdir(open_dir)
+    os.chmod(open_dir, 0o777)
+    svc = Service(root)
+    svc.socket = os.path.join(open_dir, "nsbox.sock")
+    with pytest.raises(RuntimeError, match="writable by root only"):
+        svc.start()
+    assert mounts_under(svc.state) == []
 
 
 def test_socket_activation_serves_on_the_socket_systemd_passes(root):
