@@ -154,11 +154,15 @@ int rootfs_mount_overlay(const char *dir, const char *const *layers, size_t n_la
                         r = nsbox_error(err, errno, "chdir /");
                 }
         }
-        /* The overlay holds its own references to the lower layers. */
+        /* The overlay holds its own references to its layers and upper (and
+         * an fd nsboxd opened on the disk to it): nothing stays mounted on
+         * the host. */
         for (size_t i = 0; i < n_layers; i++) {
                 snprintf(path, sizeof(path), "%s/lower%zu", dir, i);
                 umount2(path, MNT_DETACH | UMOUNT_NOFOLLOW);
         }
+        snprintf(path, sizeof(path), "%s/disk", dir);
+        umount2(path, MNT_DETACH | UMOUNT_NOFOLLOW);
         return r;
 }
 
@@ -265,7 +269,7 @@ static uid_t layer_map_id(const struct rootfs_copy *c, unsigned id)
         return 65534; /* not an id of the sandbox's range: nobody */
 }
 
-static int copy_file_data(int src_dir, int dst_dir, const char *name)
+int rootfs_copy_file(int src_dir, int dst_dir, const char *name)
 {
         /* O_NONBLOCK: the sandbox may have swapped the file for a FIFO
          * since the listing, and opening that must not wait for a writer. */
@@ -384,7 +388,7 @@ static int copy_entry(int src_dir, int dst_dir, const char *name, struct rootfs_
         if (S_ISREG(st.st_mode)) {
                 if ((r = charge(c, (uint64_t)st.st_size)) < 0)
                         return r;
-                r = copy_file_data(src_dir, dst_dir, name);
+                r = rootfs_copy_file(src_dir, dst_dir, name);
                 if (r == -ENOENT)
                         return 0;
                 if (r < 0)

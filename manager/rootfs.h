@@ -19,7 +19,9 @@ int rootfs_prepare_upper(const char *dir, uint64_t disk_bytes, uid_t host_root, 
 /* Make the sandbox's overlay, detached (never attached on the host):
  * lower = layers (top first) each idmapped through the user namespace of
  * `pid`, upper and work from rootfs_prepare_upper(). Returns its mount fd
- * (for move_mount) or a negative errno. */
+ * (for move_mount) or a negative errno. Either way the layers and the disk
+ * are unmounted from dir after: nothing of the sandbox stays mounted on the
+ * host (an fd opened on the disk before keeps it reachable). */
 int rootfs_mount_overlay(const char *dir, const char *const *layers, size_t n_layers, pid_t pid, bool idmap,
                          nsbox_error_t **err);
 /* Detach every host-side mount under dir (the sandbox keeps its own copies). */
@@ -58,6 +60,10 @@ struct rootfs_copy {
  * are links to one copy), setuid/setgid bits dropped, owners
  * shifted by `c`. Never follows symlinks. Returns 0 or a negative errno. */
 int rootfs_copy_layer(int src, int dst, struct rootfs_copy *c);
+/* Copy the regular file src_dir/name (data and xattrs, never following a
+ * symlink; 0 and nothing copied if it is not a regular file) to a new file
+ * dst_dir/name, mode 0600. Returns 0 or a negative errno. */
+int rootfs_copy_file(int src_dir, int dst_dir, const char *name);
 /* Close what rootfs_copy_layer remembered of c's hard links. */
 void rootfs_copy_done(struct rootfs_copy *c);
 /* Remove dir/name and everything below, as rootfs_remove_dir. */

@@ -141,19 +141,13 @@ static void kill_leftover_init(pid_t pid, unsigned long long start_time, const c
  * runtime tmpfs to the state dir's file system): to/RECORD_NAME. */
 static int copy_record(const char *from, const char *to)
 {
-        char path[4096], text[65536];
-        snprintf(path, sizeof(path), "%s/%s", from, RECORD_NAME);
-        _cleanup_close_ int in = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-        if (in < 0)
+        _cleanup_close_ int src = open(from, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (src < 0 || mkdir(to, 0700) < 0)
                 return -errno;
-        ssize_t n = read(in, text, sizeof(text));
-        if (n < 0 || mkdir(to, 0700) < 0)
+        _cleanup_close_ int dst = open(to, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (dst < 0)
                 return -errno;
-        snprintf(path, sizeof(path), "%s/%s", to, RECORD_NAME);
-        _cleanup_close_ int out = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-        if (out < 0 || write(out, text, (size_t)n) != n)
-                return out < 0 ? -errno : -EIO;
-        return 0;
+        return rootfs_copy_file(src, dst, RECORD_NAME);
 }
 
 static void quarantine(const char *sandboxes, const char *name)
@@ -177,6 +171,11 @@ static void quarantine(const char *sandboxes, const char *name)
         else
                 log_error("state: unreadable sandbox record in %s, and moving it failed: %s", from,
                           strerror(-r));
+}
+
+static void sandboxes_dir(char *path, size_t size)
+{
+        snprintf(path, size, "%s/sandboxes", nsboxd.config.state_dir);
 }
 
 static void recover_one(const char *sandboxes, const char *name)
@@ -212,7 +211,7 @@ static void recover_one(const char *sandboxes, const char *name)
 void state_recover(void)
 {
         char sandboxes[4096];
-        snprintf(sandboxes, sizeof(sandboxes), "%s/sandboxes", nsboxd.config.state_dir);
+        sandboxes_dir(sandboxes, sizeof(sandboxes));
         DIR *d = opendir(sandboxes);
         if (d == NULL)
                 return;
@@ -232,9 +231,9 @@ static bool runtime_fs_ours;
 void state_runtime_fs(void)
 {
         char path[4096];
-        snprintf(path, sizeof(path), "%s/sandboxes", nsboxd.config.state_dir);
         if (userns_active())
                 return;
+        sandboxes_dir(path, sizeof(path));
         struct statfs fs;
         struct statx stx;
         if (statfs(path, &fs) == 0 && fs.f_type == TMPFS_MAGIC) {
@@ -254,9 +253,9 @@ void state_runtime_fs(void)
 void state_runtime_fs_release(void)
 {
         char path[4096];
-        snprintf(path, sizeof(path), "%s/sandboxes", nsboxd.config.state_dir);
         if (!runtime_fs_ours)
                 return;
+        sandboxes_dir(path, sizeof(path));
         DIR *d = opendir(path);
         if (d == NULL)
                 return;
