@@ -910,7 +910,12 @@ static void parser_push(struct parse_job *job)
 }
 
 /* A request's jansson tree is freed where it was built when it came from a
- * large line: freeing tens of millions of small objects takes a while. */
+ * large line: freeing tens of millions of small objects takes a while.
+ * That thread then frees only memory of its own arena, as long as no method
+ * adds to a request's tree (methods.c copies params before it changes them):
+ * a free of the loop's memory would take the main arena's lock, and a
+ * sandbox's raw clone3 (sandbox.c, no fork handlers) would hand its child,
+ * which mallocs, that lock taken. */
 static void request_clear_message(struct rpc_request *req)
 {
         if (req->parsed_off_loop && req->msg.message != NULL && parser.started) {
