@@ -775,8 +775,8 @@ static void exec_on_message(struct exec *ex, const union ctl_message *msg, size_
                         memcpy(message, msg->failed.message, CTL_MAX_ERROR);
                         message[CTL_MAX_ERROR] = '\0';
                         ex->start_errno = msg->failed.errnum;
-                        ex->start_error = strdup(message);
-                        if (ex->start_error == NULL)
+                        /* The errno text once, here at the edge ("...: Permission denied"). */
+                        if (asprintf(&ex->start_error, "%s: %s", message, strerror(ex->start_errno)) < 0)
                                 ex->start_error = strdup("failed");
                         exec_release_output(ex);
                         exec_maybe_finish(ex);

@@ -97,8 +97,6 @@ void process_exec_child(const struct process_spec *spec, int report_fd)
         if (syscall(SYS_close_range, 4, ~0U, 0) < 0)
                 process_fail(report_fd, errno, "close_range");
 
-        if (chdir(spec->cwd) < 0)
-                process_fail(report_fd, errno, "chdir to the working directory");
         /* A new gid or uid makes our memory dumpable again if the host's
          * fs.suid_dumpable says so, and it is the supervisor's memory too
          * (supervisor.c). Until the flag is reset below, every signal waits:
@@ -121,6 +119,14 @@ void process_exec_child(const struct process_spec *spec, int report_fd)
                 process_fail(report_fd, errno, "clear capabilities");
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
                 process_fail(report_fd, errno, "no_new_privs");
+        /* Entered with the exec's own credentials, not the supervisor's: a
+         * uid 1000 exec must not start inside root's 0700 /root. */
+        if (chdir(spec->cwd) < 0) {
+                char what[128];
+                snprintf(what, sizeof(what), "enter the working directory %s as uid %u", spec->cwd,
+                         (unsigned)spec->uid);
+                process_fail(report_fd, errno, what);
+        }
 
         /* Last step before execve: everything after this runs under the filter. */
         if (spec->seccomp != NULL && syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, spec->seccomp) < 0)

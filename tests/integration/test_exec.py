@@ -23,6 +23,18 @@ def test_env_cwd_stdin_and_user(daemon, sandbox):
     assert exec_(daemon, sandbox, argv=["id", "-u"], user="root")["stdout"] == "0\n"
 
 
+def test_an_exec_enters_its_cwd_with_its_own_credentials(daemon, sandbox):
+    """cwd is entered after the uid drop: a uid 1000 exec cannot start in
+    root's 0700 /root (it did, and read a file there, when the chdir came
+    before setresuid); root can, and so can uid 1000 where it may."""
+    exec_(daemon, sandbox, user="root", command="mkdir -p /root && chmod 0700 /root && echo secret > /root/s")
+    r = exec_(daemon, sandbox, command="cat s", cwd="/root")
+    assert r["exit_code"] == 126 and r["stdout"] == "", r
+    assert "working directory /root" in r["stderr"] and "Permission denied" in r["stderr"], r
+    assert exec_(daemon, sandbox, user="root", command="cat s", cwd="/root")["stdout"] == "secret\n"
+    assert exec_(daemon, sandbox, command="pwd", cwd="/tmp")["stdout"] == "/tmp\n"
+
+
 def test_sandbox_env_applies_to_every_exec(daemon):
     sb = daemon.call("sandbox.create", env={"FROM_CREATE": "1"})["sandbox_id"]
     try:
