@@ -1,6 +1,7 @@
 /* Scope-bound cleanup, as in systemd and crun. */
 #pragma once
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -23,14 +24,21 @@ static inline void closep(int *fd)
         }
 }
 
+static inline void closedirp(DIR **d)
+{
+        if (*d != NULL)
+                closedir(*d);
+}
+
 static inline void nsbox_errorp(nsbox_error_t **err)
 {
         nsbox_error_free(err);
 }
 
-#define _cleanup_free_  _cleanup_(freep)
-#define _cleanup_close_ _cleanup_(closep)
-#define _cleanup_error_ _cleanup_(nsbox_errorp)
+#define _cleanup_free_     _cleanup_(freep)
+#define _cleanup_close_    _cleanup_(closep)
+#define _cleanup_error_    _cleanup_(nsbox_errorp)
+#define _cleanup_closedir_ _cleanup_(closedirp)
 
 /* Hand ownership of a pointer or fd out of a cleanup-scoped variable. */
 #define steal_pointer(pp)                       \

@@ -1,5 +1,6 @@
 #include "sandbox.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/close_range.h>
@@ -213,9 +214,71 @@ static void uid_block_put(uint32_t block)
 {
         uint32_t i = block - uid_blocks.first;
         if (--uid_blocks.users[i] == 0) {
+                /* Every sandbox of ours in the block is reaped: say so to the
+                 * next holder, which then need not look for leftovers. */
+                if (ftruncate(uid_blocks.fd[i], 0) < 0)
+                        log_warn("uid block %u: clear its lock file: %s", block << UID_BLOCK_SHIFT,
+                                 strerror(errno));
                 close(uid_blocks.fd[i]);
                 uid_blocks.fd[i] = -1;
         }
+}
+
+/* Whether a "Uid:" or "Gid:" line of a status file names an id of the block. */
+static bool status_ids_in_block(const char *status, const char *key, uint32_t block)
+{
+        const char *line = strstr(status, key);
+        if (line == NULL)
+                return false;
+        char *p = (char *)line + strlen(key);
+        for (int i = 0; i < 4; i++) {
+                char *end;
+                unsigned long id = strtoul(p, &end, 10);
+                if (end == p)
+                        break;
+                if ((id >> UID_BLOCK_SHIFT) == block)
+                        return true;
+                p = end;
+        }
+        return false;
+}
+
+/* A process (or thread: credentials are per thread) of the host that runs
+ * with a uid or gid of the block: its pid, or 0. */
+static pid_t uid_block_process(uint32_t block)
+{
+        _cleanup_closedir_ DIR *proc = opendir("/proc");
+        if (proc == NULL)
+                return -errno;
+        struct dirent *de;
+        while ((de = readdir(proc)) != NULL) {
+                char path[64], status[4096];
+                if (de->d_name[0] < '1' || de->d_name[0] > '9')
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%s/task", de->d_name);
+                _cleanup_closedir_ DIR *tasks = opendir(path);
+                if (tasks == NULL)
+                        continue; /* gone meanwhile */
+                struct dirent *te;
+                while ((te = readdir(tasks)) != NULL) {
+                        if (te->d_name[0] == '.')
+                                continue;
+                        snprintf(path, sizeof(path), "/proc/%s/task/%s/status", de->d_name, te->d_name);
+                        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+                        ssize_t n = fd < 0 ? -1 : read(fd, status, sizeof(status) - 1);
+                        if (n <= 0)
+                                continue;
+                        status[n] = '\0';
+                        /* A zombie runs nothing; its reaper may be slow (or none). */
+                        const char *state = strstr(status, "\nState:\t");
+                        if (state != NULL && (state[8] == 'Z' || state[8] == 'X'))
+                                continue;
+                        if (status_ids_in_block(status, "\nUid:", block) ||
+                            status_ids_in_block(status, "\nGid:", block))
+                                return (pid_t)atoi(de->d_name);
+                }
+        }
+        return 0;
 }
 
 static int uid_block_take(uint32_t block)
@@ -233,6 +296,27 @@ static int uid_block_take(uint32_t block)
         if (fd < 0)
                 return -errno;
         if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+                int saved = errno;
+                close(fd);
+                return -saved;
+        }
+        /* A lock file that is not empty was left by a holder that died with
+         * sandboxes in the block (a clean release empties it). The kernel
+         * ends their processes only after the lock is gone: until the last
+         * one is, the block is not ours to give out. */
+        struct stat st;
+        if (fstat(fd, &st) == 0 && st.st_size > 0) {
+                pid_t left = uid_block_process(block);
+                if (left != 0) {
+                        log_info("uid block %u: process %d of a previous holder still runs; not handed out",
+                                 block << UID_BLOCK_SHIFT, (int)left);
+                        close(fd);
+                        return -EWOULDBLOCK;
+                }
+        }
+        char holder[32];
+        int len = snprintf(holder, sizeof(holder), "%d\n", (int)getpid());
+        if (ftruncate(fd, 0) < 0 || pwrite(fd, holder, len, 0) != len) {
                 int saved = errno;
                 close(fd);
                 return -saved;

@@ -3,7 +3,9 @@ and the shared-range fallback for kernels without idmapped mounts."""
 import fcntl
 import glob
 import os
+import signal
 import subprocess
+import time
 
 import pytest
 from conftest import BUILD, IMAGE_DIR, Daemon, host_inits
@@ -126,3 +128,57 @@ def test_a_uid_block_another_process_holds_is_left_alone():
             assert len(bases) == 1 and min(bases) >= base + 65536, bases
         finally:
             assert d.stop() == 0
+
+
+def restart(d):
+    """The same nsboxd again on its state dir, after a kill -9 (it removes what the old one left)."""
+    d.proc = subprocess.Popen(d.proc.args, stdout=d.log, stderr=subprocess.STDOUT,
+                              env={k: v for k, v in os.environ.items() if not k.startswith("NSBOX_")})
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return d.call("server.info")
+        except OSError:
+            assert d.proc.poll() is None and time.monotonic() < deadline, d.read_log()[-4000:]
+            time.sleep(0.05)
+
+
+@pytest.mark.hostroot("host uid ranges of two managers on one pool")
+def test_a_range_is_not_handed_out_while_a_process_of_it_still_runs():
+    """After a kill -9 of the manager that held it, a range stays out of use
+    while any process runs with one of its uids (the dead manager's exec
+    supervisors took ~0.1 s to go, and a second manager took the range within
+    ~30 ms); once the last one is gone it is given out again."""
+    base = 1_770_000_000 // 65536 * 65536
+    pool = ["--uid-pool-base", str(base), "--uid-pool-ranges", "2", "--warm-pool", "0"]
+    a = Daemon(extra_args=pool)
+    lingering = None
+    try:
+        a.call("sandbox.create")
+        assert {int(m[1]) for m in init_uid_maps().values()} >= {base}
+        # A process of A's range that outlives A, as its supervisors did for a moment.
+        lingering = subprocess.Popen(["setpriv", "--reuid", str(base + 1000), "--regid", str(base + 1000),
+                                      "--clear-groups", "sleep", "120"])
+        a.proc.send_signal(signal.SIGKILL)
+        a.proc.wait()
+        b = Daemon(extra_args=pool)
+        try:
+            first = b.call("sandbox.create")["sandbox_id"]
+            bases = {int(m[1]) for m in init_uid_maps().values() if base <= int(m[1]) < base + 2 * 65664}
+            assert bases == {base + 65664}, bases  # not the range whose process still runs
+            assert "still runs; not handed out" in b.read_log()
+            lingering.kill()
+            lingering.wait()
+            b.call("sandbox.create")  # the range is free again once its last process is gone
+            bases = {int(m[1]) for m in init_uid_maps().values() if base <= int(m[1]) < base + 2 * 65664}
+            assert bases == {base, base + 65664}, bases
+            b.call("sandbox.remove", sandbox_id=first, force=True)
+        finally:
+            assert b.stop() == 0
+    finally:
+        if lingering is not None and lingering.poll() is None:
+            lingering.kill()
+            lingering.wait()
+        if a.proc.poll() is not None and a.proc.returncode == -signal.SIGKILL:
+            restart(a)
+        assert a.stop() == 0
