@@ -113,9 +113,12 @@ static char *neutralise(const char *line, size_t len)
                         size_t end = i;
                         while (end < len && strchr("0123456789+-.eE", copy[end]) != NULL && copy[end] != '\0')
                                 end++;
-                        if (number_unrepresentable(copy + i, end - i)) {
-                                copy[i] = '0';
-                                memset(copy + i + 1, ' ', end - i - 1);
+                        /* null, not 0: where it is the id, the answer must not
+                         * carry an id the client may have given another request.
+                         * Such a number is never shorter than "1e309". */
+                        if (number_unrepresentable(copy + i, end - i) && end - i >= 4) {
+                                memcpy(copy + i, "null", 4);
+                                memset(copy + i + 4, ' ', end - i - 4);
                         }
                         i = end;
                 } else {

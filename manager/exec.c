@@ -37,8 +37,6 @@
 #include "sandbox.h"
 #include "textenc.h"
 
-#define EXEC_DEFAULT_TIMEOUT_S  30
-#define EXEC_MAX_TIMEOUT_S      (24 * 3600)
 #define EXEC_DEFAULT_MAX_OUTPUT (1u << 20)
 #define EXEC_MAX_MAX_OUTPUT     (256u << 20)
 #define EXEC_MAX_ARGS_BYTES     (1u << 20)
@@ -1005,7 +1003,6 @@ static int parse_exec_params(json_t *p, struct exec_params *out, nsbox_error_t *
                 return r;
         memset(out, 0, sizeof(*out));
         out->cwd = "/workspace";
-        out->timeout_s = EXEC_DEFAULT_TIMEOUT_S;
         out->max_output = EXEC_DEFAULT_MAX_OUTPUT;
 
         json_t *argv = json_object_get(p, "argv");
@@ -1080,15 +1077,8 @@ static int parse_exec_params(json_t *p, struct exec_params *out, nsbox_error_t *
                         return nsbox_invalid(err, "user must be \"sandbox\" or \"root\"");
                 out->root = strcmp(json_string_value(user), "root") == 0;
         }
-        json_t *timeout = json_object_get(p, "timeout_seconds");
-        if (timeout != NULL && !json_is_null(timeout)) {
-                if (!json_is_number(timeout) || json_number_value(timeout) <= 0 ||
-                    json_number_value(timeout) > EXEC_MAX_TIMEOUT_S)
-                        return nsbox_invalid(err, "timeout_seconds must be a number from 1 to %d",
-                                             EXEC_MAX_TIMEOUT_S);
-                double t = json_number_value(timeout);
-                out->timeout_s = t < 1 ? 1 : (unsigned)t;
-        }
+        if ((r = params_get_timeout(p, 0, &out->timeout_s, err)) < 0) /* 0: not asked */
+                return r;
         static const char *const flags[] = { "stream", "background", "tty", "stdin_stream" };
         bool *flag_out[] = { &out->stream, &out->background, &out->tty, &out->stdin_stream };
         for (size_t i = 0; i < ARRAY_SIZE(flags); i++) {
@@ -1108,8 +1098,9 @@ static int parse_exec_params(json_t *p, struct exec_params *out, nsbox_error_t *
         out->stdin_stream = out->stdin_stream || out->tty;
         /* A background or terminal exec (a server, an interactive shell) has
          * no timeout unless asked, but the daemon's cap still holds. */
-        if ((out->background || out->tty) && (timeout == NULL || json_is_null(timeout)))
-                out->timeout_s = EXEC_MAX_TIMEOUT_S;
+        if (out->timeout_s == 0)
+                out->timeout_s =
+                    out->background || out->tty ? PARAMS_TIMEOUT_MAX_S : PARAMS_TIMEOUT_DEFAULT_S;
         out->rows = EXEC_TTY_ROWS;
         out->cols = EXEC_TTY_COLS;
         static const char *const sizes[] = { "rows", "cols" };

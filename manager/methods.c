@@ -145,9 +145,23 @@ static void reply_created(struct sandbox *sb, const char *error, void *data, boo
         rpc_reply_result(req, sandbox_to_json(sb, existing));
 }
 
+/* A new sandbox whose client left before its reply: nobody has its id (a
+ * session's sandbox is found again by its session), so it goes now rather
+ * than live on unseen until the idle reaper. */
+static bool created_for_nobody(struct sandbox *sb, const char *error, struct rpc_request *req)
+{
+        if (error != NULL || rpc_request_connected(req) || sb->policy.session_id[0] != '\0')
+                return false;
+        log_limited(log_key_uid(sb->owner).text, LOG_LEVEL_INFO,
+                    "sandbox %s: its client left before learning its id; removing it", sb->id);
+        sandbox_remove(sb, NULL, NULL);
+        return true;
+}
+
 static void create_done(struct sandbox *sb, const char *error, void *data)
 {
-        reply_created(sb, error, data, false);
+        if (!created_for_nobody(sb, error, data))
+                reply_created(sb, error, data, false);
 }
 
 static void create_done_existing(struct sandbox *sb, const char *error, void *data)
@@ -163,6 +177,8 @@ static void create_done_recreated(struct sandbox *sb, const char *error, void *d
                 rpc_reply_fail(req, "internal", "sandbox create failed: %s", error);
                 return;
         }
+        if (created_for_nobody(sb, error, req))
+                return;
         json_t *result = sandbox_to_json(sb, false);
         json_object_set_new(result, "recreated", json_true());
         json_object_set_new(result, "reason", json_string("idle timeout"));

@@ -24,14 +24,12 @@
 #include "sandbox.h"
 #include "textenc.h"
 
-#define RUNNER          "/usr/lib/nsbox/run.py"
-#define DRIVER          "/usr/lib/nsbox/driver.py"
-#define FORKSERVER      "/usr/lib/nsbox/forkserver.py"
-#define FORKRUN         "/usr/lib/nsbox/forkrun"
-#define SCRIPT_PATH     "/workspace/script.py"
-#define DEFAULT_TIMEOUT 30
-#define MAX_TIMEOUT     (24 * 3600)
-#define PIP_TIMEOUT     600
+#define RUNNER      "/usr/lib/nsbox/run.py"
+#define DRIVER      "/usr/lib/nsbox/driver.py"
+#define FORKSERVER  "/usr/lib/nsbox/forkserver.py"
+#define FORKRUN     "/usr/lib/nsbox/forkrun"
+#define SCRIPT_PATH "/workspace/script.py"
+#define PIP_TIMEOUT 600
 /* What one reply may carry of images and the list of files produced: the
  * lists come from code in the sandbox, and a reply is held in nsboxd until
  * its client reads it. What is past these is left out, and the reply says so. */
@@ -367,8 +365,9 @@ static int forkserver_start(struct sandbox *sb, nsbox_error_t **err)
         }
         _cleanup_json_ json_t *argv = json_pack("[s, s]", "python3", FORKSERVER);
         json_array_extend(argv, preload);
-        _cleanup_json_ json_t *params = json_pack("{s:O, s:i, s:I}", "argv", argv, "timeout_seconds",
-                                                  MAX_TIMEOUT, "max_output_bytes", (json_int_t)(64 << 10));
+        _cleanup_json_ json_t *params =
+            json_pack("{s:O, s:i, s:I}", "argv", argv, "timeout_seconds", PARAMS_TIMEOUT_MAX_S,
+                      "max_output_bytes", (json_int_t)(64 << 10));
         if (exec_run(sb, params, &forkserver_hooks, fs, &fs->exec, err) < 0) {
                 loop_remove(nsboxd.loop, fs->idle_timer);
                 free(fs);
@@ -770,7 +769,7 @@ static struct python_interp *interp_start(struct sandbox *sb, nsbox_error_t **er
         }
         _cleanup_json_ json_t *params =
             json_pack("{s:[s, s, s], s:i, s:I}", "argv", "python3", "-u", DRIVER, "timeout_seconds",
-                      MAX_TIMEOUT, "max_output_bytes", (json_int_t)(1 << 20));
+                      PARAMS_TIMEOUT_MAX_S, "max_output_bytes", (json_int_t)(1 << 20));
         if (exec_run(sb, params, &interp_hooks, in, &in->exec, err) < 0) {
                 loop_remove(nsboxd.loop, in->timer);
                 free(in);
@@ -1137,7 +1136,7 @@ static int check_file_value(const char *key, json_t *v, bool check_base64, nsbox
         return 0;
 }
 
-static int check_run_params(json_t *p, nsbox_error_t **err)
+static int check_run_params(json_t *p, unsigned *timeout_s, nsbox_error_t **err)
 {
         static const char *const known[] = { "sandbox_id",   "session_id", "code",     "timeout_seconds",
                                              "requirements", "files",      "stateful", "args",
@@ -1154,10 +1153,8 @@ static int check_run_params(json_t *p, nsbox_error_t **err)
              by_session = json_object_get(p, "session_id") != NULL;
         if (by_id == by_session)
                 return nsbox_invalid(err, "give exactly one of sandbox_id or session_id");
-        json_t *t = json_object_get(p, "timeout_seconds");
-        if (t != NULL && !json_is_null(t) &&
-            (!json_is_number(t) || json_number_value(t) <= 0 || json_number_value(t) > MAX_TIMEOUT))
-                return nsbox_invalid(err, "timeout_seconds must be a number from 1 to %d", MAX_TIMEOUT);
+        if ((r = params_get_timeout(p, PARAMS_TIMEOUT_DEFAULT_S, timeout_s, err)) < 0)
+                return r;
         json_t *stateful = json_object_get(p, "stateful");
         if (stateful != NULL && !json_is_null(stateful) && !json_is_boolean(stateful))
                 return nsbox_invalid(err, "stateful must be a boolean");
@@ -1210,7 +1207,8 @@ void python_method_run(struct rpc_request *req)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
         json_t *p = req->msg.params;
-        if (check_run_params(p, &err) < 0) {
+        unsigned timeout_s;
+        if (check_run_params(p, &timeout_s, &err) < 0) {
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
                 return;
         }
@@ -1227,9 +1225,7 @@ void python_method_run(struct rpc_request *req)
         rpc_request_on_disconnect(req, run_client_gone, run);
         run->stateful = json_is_true(json_object_get(p, "stateful"));
         run->stream = json_is_true(json_object_get(p, "stream"));
-        json_t *t = json_object_get(p, "timeout_seconds");
-        run->timeout_s = json_is_number(t) ? (unsigned)(json_number_value(t) < 1 ? 1 : json_number_value(t))
-                                           : DEFAULT_TIMEOUT;
+        run->timeout_s = timeout_s;
         run->started_mono = now_monotonic_ms();
 
         json_t *id = json_object_get(p, "sandbox_id");

@@ -565,6 +565,7 @@ static void sandbox_finalize(struct sandbox *sb)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
         bool failed_create = sb->state == SANDBOX_CREATING;
+        bool unasked = sb->state == SANDBOX_RUNNING; /* no remove, no stop: it died */
 
         sb->state = SANDBOX_EXITED;
         if (sb->paused || sb->pause_timer != NULL) {
@@ -577,8 +578,15 @@ static void sandbox_finalize(struct sandbox *sb)
                 sb->ctl = NULL;
         }
         if (sb->pidfd) {
-                siginfo_t info;
+                siginfo_t info = { 0 };
                 waitid(P_PIDFD, sb->pidfd->fd, &info, WEXITED | WNOHANG);
+                /* Nobody asked for its end (an OOM kill, a kill from the host,
+                 * a crash): the operator hears of it. */
+                if (unasked && (info.si_code == CLD_KILLED || info.si_code == CLD_DUMPED))
+                        log_warn("sandbox %s: its init was killed by signal %d (%s)", sb->id, info.si_status,
+                                 strsignal(info.si_status));
+                else if (unasked && info.si_code == CLD_EXITED)
+                        log_warn("sandbox %s: its init exited with status %d", sb->id, info.si_status);
                 loop_remove(nsboxd.loop, sb->pidfd);
                 sb->pidfd = NULL;
         }

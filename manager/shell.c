@@ -21,8 +21,6 @@
 #include "sandbox.h"
 #include "textenc.h"
 
-#define SHELL_DEFAULT_TIMEOUT_S  30
-#define SHELL_MAX_TIMEOUT_S      (24 * 3600)
 #define SHELL_DEFAULT_MAX_OUTPUT (1u << 20)
 #define SHELL_MAX_MAX_OUTPUT     (256u << 20)
 #define SHELL_MAX_COMMAND        (1u << 20)
@@ -744,7 +742,7 @@ void shell_method_create(struct rpc_request *req)
         boot->stage = 2;
         _cleanup_json_ json_t *params =
             json_pack("{s:[s, s, s, s, s], s:i, s:i}", "argv", "bash", "--noediting", "--norc", "--noprofile",
-                      "-i", "timeout_seconds", SHELL_MAX_TIMEOUT_S, "max_output_bytes", 65536);
+                      "-i", "timeout_seconds", PARAMS_TIMEOUT_MAX_S, "max_output_bytes", 65536);
         if (params != NULL && cwd != NULL && !json_is_null(cwd))
                 json_object_set(params, "cwd", cwd);
         if (params != NULL && env != NULL && !json_is_null(env))
@@ -783,6 +781,7 @@ void shell_method_run(struct rpc_request *req)
         static const char *const known[] = { "sandbox_id", "session",          "command",
                                              "cwd",        "timeout_seconds",  "blocking",
                                              "encoding",   "max_output_bytes", NULL };
+        _cleanup_error_ nsbox_error_t *err = NULL;
         if (!rpc_check_fields(req, known))
                 return;
         json_t *p = req->msg.params;
@@ -811,16 +810,10 @@ void shell_method_run(struct rpc_request *req)
                 blocking = json_is_true(b);
         }
         /* Blocking runs time out after 30 s unless asked; non-blocking ones run until done. */
-        unsigned timeout_s = blocking ? SHELL_DEFAULT_TIMEOUT_S : 0;
-        json_t *t = json_object_get(p, "timeout_seconds");
-        if (t != NULL && !json_is_null(t)) {
-                if (!json_is_number(t) || json_number_value(t) <= 0 ||
-                    json_number_value(t) > SHELL_MAX_TIMEOUT_S) {
-                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
-                                        "timeout_seconds must be a number from 1 to %d", SHELL_MAX_TIMEOUT_S);
-                        return;
-                }
-                timeout_s = json_number_value(t) < 1 ? 1 : (unsigned)json_number_value(t);
+        unsigned timeout_s;
+        if (params_get_timeout(p, blocking ? PARAMS_TIMEOUT_DEFAULT_S : 0, &timeout_s, &err) < 0) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
+                return;
         }
         bool base64;
         _cleanup_error_ nsbox_error_t *enc_err = NULL;

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cleanup.h"
+#include "json_file.h"
 #include "daemon.h"
 #include "json_cleanup.h"
 #include "log.h"
@@ -54,9 +55,8 @@ static unsigned long long process_start_time(pid_t pid)
 
 int state_save(const struct sandbox *sb, nsbox_error_t **err)
 {
-        char path[4096], tmp[4096];
+        char path[4096];
         snprintf(path, sizeof(path), "%s/%s", sb->dir, RECORD_NAME);
-        snprintf(tmp, sizeof(tmp), "%s/.%s.tmp", sb->dir, RECORD_NAME);
         _cleanup_json_ json_t *record = json_pack(
             "{s:i, s:s, s:I, s:s?, s:I, s:I, s:I, s:I, s:s}", "version", 1, "sandbox_id", sb->id, "owner",
             (json_int_t)sb->owner, "session_id", sb->policy.session_id[0] ? sb->policy.session_id : NULL,
@@ -65,20 +65,11 @@ int state_save(const struct sandbox *sb, nsbox_error_t **err)
             "image", sb->policy.image);
         if (record == NULL)
                 return nsbox_error(err, ENOMEM, "sandbox record");
-        _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-        if (fd < 0)
-                return nsbox_error(err, errno, "create %s", tmp);
-        _cleanup_free_ char *text = json_dumps(record, JSON_COMPACT);
-        size_t len = text ? strlen(text) : 0;
-        /* No fsync: a record only has to outlive a crash of nsboxd, which the
-         * page cache does; after a crash of the machine no init is left to
-         * find, and a torn record is quarantined at start. Creates do not wait
-         * for the disk. */
-        if (text == NULL || write(fd, text, len) != (ssize_t)len)
-                return nsbox_error(err, errno ? errno : EIO, "write %s", tmp);
-        if (rename(tmp, path) < 0)
-                return nsbox_error(err, errno, "rename %s", tmp);
-        return 0;
+        /* Not durable: a record only has to outlive a crash of nsboxd, which
+         * the page cache does; after a crash of the machine no init is left
+         * to find, and a torn record is quarantined at start. Creates do not
+         * wait for the disk. */
+        return json_file_replace(path, record, JSON_COMPACT, false, err);
 }
 
 #define STATE_LOCK_WAIT_MS 3000

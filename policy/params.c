@@ -38,3 +38,19 @@ int params_get_bool(json_t *obj, const char *key, bool *out, nsbox_error_t **err
         *out = json_is_true(v);
         return 0;
 }
+
+int params_get_timeout(json_t *obj, unsigned fallback, unsigned *out, nsbox_error_t **err)
+{
+        json_t *v = json_object_get(obj, "timeout_seconds");
+        *out = fallback;
+        if (v == NULL || json_is_null(v))
+                return 0;
+        double t = json_number_value(v);
+        if (!json_is_number(v) || !(t >= 1 && t <= PARAMS_TIMEOUT_MAX_S))
+                return nsbox_invalid(err, "timeout_seconds must be a number from 1 to %d",
+                                     PARAMS_TIMEOUT_MAX_S);
+        *out = (unsigned)t;
+        if (*out < t)
+                (*out)++;
+        return 0;
+}

@@ -14,3 +14,13 @@ int params_check_known(json_t *obj, const char *const *known, const char *where,
 int params_get_encoding(json_t *obj, bool *base64, nsbox_error_t **err);
 /* obj[key] as a boolean; absent or null is false. */
 int params_get_bool(json_t *obj, const char *key, bool *out, nsbox_error_t **err);
+
+/* How long a call may run (sandbox.exec, python.run, shell.run), unless
+ * its timeout_seconds says otherwise. */
+#define PARAMS_TIMEOUT_DEFAULT_S 30
+#define PARAMS_TIMEOUT_MAX_S     (24 * 3600)
+/* obj["timeout_seconds"]: a number from 1 to PARAMS_TIMEOUT_MAX_S, rounded
+ * up to whole seconds (a timeout is never shorter than asked); absent or
+ * null gives `fallback`. Below 1 is refused: 0.0001 s is no timeout a
+ * command could meet, and the old rounding made it 1 s silently. */
+int params_get_timeout(json_t *obj, unsigned fallback, unsigned *out, nsbox_error_t **err);

@@ -52,6 +52,19 @@ HARD_LINES = [
 ]
 
 
+def test_an_id_that_cannot_be_held_is_answered_with_null_not_0(daemon):
+    """An id no 64-bit integer or double holds is no id: the error reply
+    carries null, never 0 (an id the client may be waiting on for another
+    request)."""
+    with Raw(daemon.socket) as c:
+        c.send(b'{"jsonrpc":"2.0","id":0,"method":"server.info"}\n')
+        assert c.reply()["id"] == 0
+        for bad in (b'1e400', b'-123456789012345678901234567890'):
+            c.send(b'{"jsonrpc":"2.0","id":' + bad + b',"method":"server.info"}\n')
+            r = c.reply()
+            assert r["id"] is None and r["error"]["code"] == INVALID_REQUEST, r
+
+
 def test_pipelined_valid_json_is_answered_with_each_own_id(daemon):
     ids = [json.loads(line.replace(b"\\u0000", b"").replace(b"1e400", b"1")
                       .replace(b"123456789012345678901234567890", b"1"))["id"] for line, _, _ in HARD_LINES]

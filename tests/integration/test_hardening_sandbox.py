@@ -2,10 +2,12 @@
 operator ceilings on limits, the host's memory commit, env/label sizes), and
 hundreds of sandboxes on one daemon."""
 import os
+import signal
 import threading
+import time
 
 import pytest
-from conftest import Daemon
+from conftest import Daemon, host_inits
 from nsbox_client import RpcError, as_uid
 
 APP = -32000
@@ -155,5 +157,66 @@ def test_300_sandboxes_on_one_daemon_then_an_exec_in_the_last():
             for sid in ids:
                 c.call("sandbox.remove", sandbox_id=sid, force=True)
         assert d.call("server.info")["sandboxes"] == 0
+    finally:
+        assert d.stop() == 0
+
+
+def test_a_timeout_under_one_second_is_refused_by_every_method(daemon, sandbox):
+    """timeout_seconds is from 1 to 86400 wherever it is taken (one parser):
+    0.0001 was accepted and silently made 1 s; a fraction above 1 is rounded
+    up, never down."""
+    daemon.call("shell.create", sandbox_id=sandbox, name="t")
+    calls = [("sandbox.exec", {"sandbox_id": sandbox, "command": "true"}),
+             ("python.run", {"sandbox_id": sandbox, "code": "pass"}),
+             ("shell.run", {"sandbox_id": sandbox, "session": "t", "command": "true"})]
+    for method, params in calls:
+        for bad in (0.0001, 0, -1, 86401, "5", True):
+            with daemon.client() as c:
+                reply = c.response(c.request(method, dict(params, timeout_seconds=bad)))
+            assert reply["error"]["code"] == INVALID_PARAMS, (method, bad, reply)
+            assert "timeout_seconds must be a number from 1 to 86400" in reply["error"]["message"], reply
+        with daemon.client() as c:
+            reply = c.response(c.request(method, dict(params, timeout_seconds=1.5)))
+        assert "error" not in reply, (method, reply)
+    r = daemon.call("sandbox.exec", sandbox_id=sandbox, command="sleep 1.2; echo done", timeout_seconds=1.1)
+    assert r["stdout"] == "done\n" and not r["timed_out"], r  # 1.1 is 2 s, not 1
+
+
+def test_a_create_whose_client_left_is_removed_at_once():
+    """A client that drops its connection before the create's reply never
+    learns the id: the sandbox goes as soon as it is made, not at the idle
+    reap. A session's sandbox stays (the session finds it again)."""
+    d = Daemon(extra_args=["--warm-pool", "0"])
+    try:
+        with d.client() as c:
+            c.request("sandbox.create", {})
+        with d.client() as c:
+            c.request("sandbox.create", {"session_id": "kept"})
+        deadline = time.monotonic() + 60
+        while "its client left before learning its id" not in d.read_log():
+            assert time.monotonic() < deadline, d.read_log()[-3000:]
+            time.sleep(0.05)
+        while True:
+            listed = d.call("sandbox.list")["sandboxes"]
+            if len(listed) == 1:
+                break
+            assert time.monotonic() < deadline, listed
+            time.sleep(0.05)
+        assert listed[0]["session_id"] == "kept", listed
+    finally:
+        assert d.stop() == 0
+
+
+def test_an_init_killed_from_outside_is_logged():
+    d = Daemon(extra_args=["--warm-pool", "0"])
+    try:
+        sb = d.call("sandbox.create")["sandbox_id"]
+        inits = host_inits(d)
+        assert len(inits) == 1, inits
+        os.kill(inits[0], signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while "sandbox %s: its init was killed by signal 9" % sb not in d.read_log():
+            assert time.monotonic() < deadline, d.read_log()[-3000:]
+            time.sleep(0.05)
     finally:
         assert d.stop() == 0

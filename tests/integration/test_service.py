@@ -1,5 +1,6 @@
 """nsboxd as a service: sd_notify, clean SIGTERM, crash recovery after kill -9
 at random moments, and a corrupted state dir."""
+import errno
 import glob
 import json
 import os
@@ -13,7 +14,7 @@ import time
 
 import pytest
 from conftest import BUILD, IMAGE_DIR
-from nsbox_client import Client
+from nsbox_client import Client, RpcError
 
 # A uid pool of its own, so that counting leftovers never sees the sandboxes
 # of other daemons running on this machine at the same time.
@@ -339,3 +340,43 @@ def test_socket_activation_serves_on_the_socket_systemd_passes(root):
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0, proc.stderr.read().decode()
     assert os.path.exists(sock)  # systemd's, not nsboxd's to remove
+
+
+def test_a_full_disk_leaves_no_temporary_sandbox_record(root):
+    """ENOSPC while a sandbox record is written (a warm-pool sandbox handed to
+    its owner, or a new one) leaves no .sandbox.json.tmp behind, and creates
+    work again once there is room."""
+    needs_state_dir_off_tmpfs(root)
+    svc = Service(root)
+    svc.start()
+    sandboxes = os.path.join(svc.state, "sandboxes")
+    filler = os.path.join(sandboxes, "filler")
+    try:
+        deadline = time.monotonic() + 30
+        while not glob.glob(os.path.join(sandboxes, "*", "sandbox.json")):  # the warm pool's
+            assert time.monotonic() < deadline, svc.log()
+            time.sleep(0.05)
+        st = os.statvfs(sandboxes)
+        used = (st.f_blocks - st.f_bfree) * st.f_frsize
+        subprocess.run(["mount", "-o", "remount,size=%d" % (used + (256 << 10)), sandboxes], check=True)
+        with open(filler, "wb", buffering=0) as f:
+            try:
+                while True:
+                    f.write(b"x" * 4096)
+            except OSError as e:
+                assert e.errno == errno.ENOSPC, e
+        answers = []
+        for _ in range(3):
+            try:
+                answers.append(svc.call("sandbox.create")["state"])
+            except RpcError as e:
+                answers.append(str(e))
+        assert glob.glob(os.path.join(sandboxes, "*", ".sandbox.json.tmp")) == [], answers
+        assert any("No space left" in a for a in answers), answers  # a new one says why it failed
+        os.unlink(filler)
+        assert svc.call("sandbox.create")["state"] == "running"
+    finally:
+        if os.path.exists(filler):
+            os.unlink(filler)
+        rc = svc.terminate()
+    assert rc == 0

@@ -147,6 +147,23 @@ static void test_valid_json_keeps_its_id(void **state)
                         fail_msg("%s: message \"%s\" does not say \"%s\"", cases[i].line, why, cases[i].why);
                 jsonrpc_request_clear(&req);
         }
+        /* An id that cannot be held is no id: the answer carries null (as
+         * JSON-RPC says for an id that cannot be detected), never 0, which
+         * a client may have used for another request. */
+        static const char *const unrepresentable[] = {
+                "{\"jsonrpc\":\"2.0\",\"id\":1e400,\"method\":\"m\"}",
+                "{\"jsonrpc\":\"2.0\",\"id\":-123456789012345678901234567890,\"method\":\"m\"}",
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(unrepresentable); i++) {
+                struct jsonrpc_request req;
+                const char *why = NULL;
+                assert_int_equal(parse(unrepresentable[i], &req, &why), JSONRPC_INVALID_REQUEST);
+                assert_true(req.has_id);
+                if (req.id != NULL && !json_is_null(req.id))
+                        fail_msg("%s: answered with id %lld", unrepresentable[i],
+                                 (long long)json_integer_value(req.id));
+                jsonrpc_request_clear(&req);
+        }
         /* Representable extremes are fine. */
         struct jsonrpc_request req;
         const char *why = NULL;

@@ -1,0 +1,54 @@
+/* Whole-file replacement of JSON files: temporary file, rename, cleanup. */
+#include "json_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+
+static int write_all(int fd, const char *text, size_t len)
+{
+        while (len > 0) {
+                ssize_t n = write(fd, text, len);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        return n < 0 ? -errno : -EIO;
+                text += n;
+                len -= (size_t)n;
+        }
+        return 0;
+}
+
+int json_file_replace(const char *path, const json_t *value, size_t flags, bool durable, nsbox_error_t **err)
+{
+        char tmp[4096];
+        const char *slash = strrchr(path, '/');
+        int dir_len = slash ? (int)(slash - path + 1) : 0;
+        if (snprintf(tmp, sizeof(tmp), "%.*s.%s.tmp", dir_len, path, path + dir_len) >= (int)sizeof(tmp))
+                return nsbox_error(err, ENAMETOOLONG, "%s", path);
+        _cleanup_free_ char *text = json_dumps(value, flags);
+        if (text == NULL)
+                return nsbox_error(err, ENOMEM, "serialize %s", path);
+        _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0)
+                return nsbox_error(err, errno, "create %s", tmp);
+        int r = write_all(fd, text, strlen(text));
+        const char *doing = "write";
+        if (r == 0 && durable && fsync(fd) < 0) {
+                r = -errno;
+                doing = "sync";
+        }
+        if (r == 0 && rename(tmp, path) < 0) {
+                r = -errno;
+                doing = "rename";
+        }
+        if (r < 0) {
+                unlink(tmp);
+                return nsbox_error(err, -r, "%s %s", doing, tmp);
+        }
+        return 0;
+}
