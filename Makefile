@@ -26,7 +26,7 @@ SAN     ?=
 DEPS_BUILD := build-essential pkg-config libseccomp-dev libcap-dev libnl-3-dev libnl-route-3-dev \
               libjansson-dev uuid-dev libsystemd-dev libnftables-dev libc-ares-dev libarchive-dev debootstrap \
               umoci skopeo libmicrohttpd-dev uidmap
-DEPS_TEST  := libcmocka-dev python3-pytest clang-format systemd qemu-system-x86 \
+DEPS_TEST  := libcmocka-dev python3-pytest clang-format strace systemd qemu-system-x86 \
               linux-image-amd64 busybox-static e2fsprogs dnsmasq-base openssl iproute2 nftables \
               podman buildah python3-jsonschema python3-yaml
 DEPS_BENCH := bubblewrap crun hyperfine

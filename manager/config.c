@@ -100,6 +100,14 @@ static const struct option_def options[] = {
           100000, "snapshots one non-root uid may keep" },
         { "max_images_per_uid", "NSBOX_MAX_IMAGES_PER_UID", OPT_UINT, CFG(max_images_per_uid), 100000,
           "committed images one non-root uid may keep" },
+        { "layer_inodes", "NSBOX_LAYER_INODES", OPT_UINT, CFG(layer_inodes), 1ull << 40,
+          "inodes of snapshots and committed images, all users together" },
+        { "layer_inodes_per_uid", "NSBOX_LAYER_INODES_PER_UID", OPT_UINT, CFG(layer_inodes_per_uid),
+          1ull << 40, "inodes of the snapshots and committed images of one non-root uid" },
+        { "layer_inodes_per_snapshot", "NSBOX_LAYER_INODES_PER_SNAPSHOT", OPT_UINT,
+          CFG(layer_inodes_per_snapshot), 1ull << 40, "inodes of one snapshot or committed image" },
+        { "disk_inodes", "NSBOX_DISK_INODES", OPT_UINT, CFG(disk_inodes), 1ull << 32,
+          "inodes of each sandbox's writable disk (files, directories, symlinks it may make)" },
         { "memory_bytes", "NSBOX_MEMORY_BYTES", OPT_UINT, CFG(defaults.limits.memory_bytes),
           POLICY_MAX_MEMORY_BYTES, "default memory limit" },
         { "pids", "NSBOX_PIDS", OPT_UINT, CFG(defaults.limits.pids), POLICY_MAX_PIDS, "default pids limit" },
@@ -328,6 +336,18 @@ int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_
         config->layer_disk_bytes = 8ull << 30;
         config->max_snapshots_per_uid = 32;
         config->max_images_per_uid = 16;
+        /* As many inodes as layer_disk_bytes holds in 4 KiB blocks: what
+         * the byte bound already let files of a block each take, now also
+         * for empty ones (2 Mi, an eighth of this VM's 16 M free). A uid a
+         * quarter of that, one snapshot twice a full default disk (a fork's
+         * layer merges its snapshot's). */
+        config->layer_inodes = 2u << 20;
+        config->layer_inodes_per_uid = 512u << 10;
+        config->layer_inodes_per_snapshot = 256u << 10;
+        /* The default disk_bytes (512 MiB) in 4 KiB blocks: the most files
+         * with data it holds; each tmpfs inode is also about 1 KiB of
+         * kernel memory charged to the sandbox. */
+        config->disk_inodes = 128u << 10;
         config->client_idle_timeout_seconds = 600;
         config->request_timeout_seconds = 60;
         config->max_pids = 4096;
@@ -419,6 +439,8 @@ int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_
         if (strcmp(config->idle_action, "remove") != 0 && strcmp(config->idle_action, "pause") != 0)
                 return nsbox_invalid(err, "idle_action must be \"remove\" or \"pause\", not \"%.64s\"",
                                      config->idle_action);
+        if (config->disk_inodes < 64)
+                return nsbox_invalid(err, "disk_inodes must be at least 64 (the sandbox's own directories)");
         if (config->uid_pool_base < NSBOX_UID_RANGE)
                 return nsbox_error(err, EINVAL,
                                    "uid_pool_base must be at least 65536 (host system ids live below)");

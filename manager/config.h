@@ -86,6 +86,14 @@ struct nsbox_config {
         uint64_t layer_disk_bytes;
         unsigned max_snapshots_per_uid;
         unsigned max_images_per_uid;
+        /* Their inodes: empty files, symlinks and FIFOs cost no bytes, yet
+         * each is an inode of the state dir's file system. In all, of one
+         * non-root uid, of one snapshot or image. */
+        uint64_t layer_inodes;
+        uint64_t layer_inodes_per_uid;
+        uint64_t layer_inodes_per_snapshot;
+        /* nr_inodes of each sandbox's disk tmpfs (its writable layer). */
+        uint64_t disk_inodes;
 };
 
 #define NSBOX_UID_RANGE 65536u

@@ -135,9 +135,10 @@ static void list_dir(json_t *list, const char *base, bool committed, uid_t uid)
                 json_t *entry = json_pack("{s:s}", "name", de->d_name);
                 if (manifest != NULL) {
                         static const char *const keys[] = {
-                                "distribution",   "suite",           "python_version", "build_date",
-                                "size_bytes",     "parent",          "owner",          "created_at",
-                                "committed_from", "python_packages", "imported_from",  "format"
+                                "distribution", "suite",          "python_version",  "build_date",
+                                "size_bytes",   "inodes",         "parent",          "owner",
+                                "created_at",   "committed_from", "python_packages", "imported_from",
+                                "format"
                         };
                         for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
                                 json_t *v = json_object_get(manifest, keys[i]);
@@ -259,13 +260,14 @@ static void commit_done(void *data, int r, uint64_t size, json_t *result, const 
         struct commit_request *c = data;
         if (r < 0) {
                 rootfs_remove_dir(c->tmp, NULL);
-                rpc_reply_fail(c->req, r == -ENOSPC ? "limit_reached" : "internal",
-                               "commit of sandbox %s: %s", c->sandbox_id, message);
+                rpc_reply_fail(c->req, snapshot_copy_error_kind(r), "commit of sandbox %s: %s", c->sandbox_id,
+                               message);
                 free(c);
                 return;
         }
         char path[4096], final[4096];
         _cleanup_json_ json_t *manifest = commit_manifest(c, size, json_object_get(result, "dists"));
+        json_object_set(manifest, "inodes", json_object_get(result, "inodes"));
         snprintf(path, sizeof(path), "%s/manifest.json", c->tmp);
         snprintf(final, sizeof(final), "%s/images/%s", nsboxd.config.state_dir, c->name);
         struct stat st;
@@ -286,8 +288,9 @@ static void commit_done(void *data, int r, uint64_t size, json_t *result, const 
         log_limited(log_key_uid(c->owner).text, LOG_LEVEL_INFO,
                     "image %s: committed from sandbox %s by uid %u (%llu bytes over %s)", c->name,
                     c->sandbox_id, c->owner, (unsigned long long)size, c->parent);
-        json_t *reply = json_pack("{s:s, s:s, s:s, s:I, s:O, s:O}", "name", c->name, "parent", c->parent,
-                                  "sandbox_id", c->sandbox_id, "size_bytes", (json_int_t)size, "created_at",
+        json_t *reply = json_pack("{s:s, s:s, s:s, s:I, s:O?, s:O, s:O}", "name", c->name, "parent",
+                                  c->parent, "sandbox_id", c->sandbox_id, "size_bytes", (json_int_t)size,
+                                  "inodes", json_object_get(manifest, "inodes"), "created_at",
                                   json_object_get(manifest, "created_at"), "python_packages",
                                   json_object_get(manifest, "python_packages"));
         rpc_reply_result(c->req, reply);
@@ -375,11 +378,7 @@ void image_method_commit(struct rpc_request *req, struct sandbox *sb)
                         : snapshot_copy_sandbox(sb, dst, req->uid, true, commit_done, c, &err);
         if (r < 0) {
                 rootfs_remove_dir(c->tmp, NULL);
-                rpc_reply_fail(req,
-                               r == -ENOSPC  ? "limit_reached"
-                               : r == -EBUSY ? "busy"
-                                             : "internal",
-                               "%s", err->message);
+                rpc_reply_fail(req, snapshot_copy_error_kind(r), "%s", err->message);
                 free(c);
                 return;
         }

@@ -24,16 +24,20 @@
  * such a run is cleaned up by this one). */
 static const char *const host_mounts[] = { "root", "disk" };
 
-int rootfs_prepare_upper(const char *dir, uint64_t disk_bytes, uid_t host_root, nsbox_error_t **err)
+int rootfs_prepare_upper(const char *dir, uint64_t disk_bytes, uint64_t disk_inodes, uid_t host_root,
+                         nsbox_error_t **err)
 {
-        char path[4096], options[128];
+        char path[4096], options[160];
 
         /* Everything the sandbox writes lands in this tmpfs: overlay upper,
-         * /workspace, /tmp. Its size is the disk limit; ENOSPC stays inside. */
+         * /workspace, /tmp. Its size is the disk limit; ENOSPC stays inside.
+         * nr_inodes too: tmpfs's own default is half the host's RAM pages,
+         * and empty files, directories and symlinks use no size at all. */
         snprintf(path, sizeof(path), "%s/disk", dir);
         if (mkdir(path, 0700) < 0 && errno != EEXIST)
                 return nsbox_error(err, errno, "mkdir %s", path);
-        snprintf(options, sizeof(options), "size=%llu,mode=0700,uid=0,gid=0", (unsigned long long)disk_bytes);
+        snprintf(options, sizeof(options), "size=%llu,nr_inodes=%llu,mode=0700,uid=0,gid=0",
+                 (unsigned long long)disk_bytes, (unsigned long long)disk_inodes);
         if (mount("nsbox-disk", path, "tmpfs", MS_NOSUID | MS_NODEV, options) < 0)
                 return nsbox_error(err, errno, "mount disk tmpfs on %s", path);
         static const char *const layers[] = { "upper", "work" };
@@ -269,19 +273,20 @@ static uid_t layer_map_id(const struct rootfs_copy *c, unsigned id)
         return 65534; /* not an id of the sandbox's range: nobody */
 }
 
-int rootfs_copy_file(int src_dir, int dst_dir, const char *name)
+/* rootfs_copy_file, but -EAGAIN when src_dir/name is no longer a regular file. */
+static int copy_regular(int src_dir, int dst_dir, const char *name)
 {
         /* O_NONBLOCK: the sandbox may have swapped the file for a FIFO
          * since the listing, and opening that must not wait for a writer. */
         _cleanup_close_ int src =
             openat(src_dir, name, O_RDONLY | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
         if (src < 0)
-                return errno == ELOOP ? 0 : -errno;
+                return errno == ELOOP ? -EAGAIN : -errno;
         struct stat now;
         if (fstat(src, &now) < 0)
                 return -errno;
         if (!S_ISREG(now.st_mode))
-                return 0; /* replaced meanwhile: it was not a file when the copy passed */
+                return -EAGAIN;
         _cleanup_close_ int dst =
             openat(dst_dir, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (dst < 0)
@@ -296,6 +301,12 @@ int rootfs_copy_file(int src_dir, int dst_dir, const char *name)
                         break;
         }
         return copy_xattrs(src, dst);
+}
+
+int rootfs_copy_file(int src_dir, int dst_dir, const char *name)
+{
+        int r = copy_regular(src_dir, dst_dir, name);
+        return r == -EAGAIN ? 0 : r; /* not a file (now): nothing to copy */
 }
 
 static int copy_entry(int src_dir, int dst_dir, const char *name, struct rootfs_copy *c, int depth);
@@ -322,19 +333,23 @@ static int copy_dir_entries(int src, int dst, struct rootfs_copy *c, int depth)
 
 #define LAYER_BLOCK 4096ull
 
-static int charge(struct rootfs_copy *c, uint64_t bytes)
+/* Counted before the inode is made, so a copy never goes past a bound. */
+static int charge(struct rootfs_copy *c, uint64_t bytes, unsigned inodes)
 {
         bytes = (bytes + LAYER_BLOCK - 1) / LAYER_BLOCK * LAYER_BLOCK;
         if (c->max_bytes != 0 && c->bytes + bytes > c->max_bytes)
                 return -ENOSPC;
+        if (c->max_inodes != 0 && c->inodes + inodes > c->max_inodes)
+                return -EDQUOT;
         c->bytes += bytes;
+        c->inodes += inodes;
         return 0;
 }
 
-static int copy_entry(int src_dir, int dst_dir, const char *name, struct rootfs_copy *c, int depth)
+/* One try at copying src_dir/name. -EAGAIN: the sandbox replaced it by
+ * something of another type after the stat (nothing made in dst for it). */
+static int copy_entry_once(int src_dir, int dst_dir, const char *name, struct rootfs_copy *c, int depth)
 {
-        if (depth > ROOTFS_COPY_MAX_DEPTH)
-                return -ELOOP;
         struct stat st, old;
         /* Gone since the listing: the sandbox deleted it while we copied. */
         if (fstatat(src_dir, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
@@ -348,10 +363,10 @@ static int copy_entry(int src_dir, int dst_dir, const char *name, struct rootfs_
         if (S_ISDIR(st.st_mode)) {
                 _cleanup_close_ int src =
                     openat(src_dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                /* Removed or replaced by something else since the listing:
+                /* Removed, or replaced by something else, since the stat:
                  * the sandbox runs while we copy. */
                 if (src < 0)
-                        return errno == ENOENT || errno == ENOTDIR || errno == ELOOP ? 0 : -errno;
+                        return errno == ENOENT ? 0 : errno == ENOTDIR || errno == ELOOP ? -EAGAIN : -errno;
                 char v[2];
                 bool opaque = fgetxattr(src, "trusted.overlay.opaque", v, sizeof(v)) == 1 && v[0] == 'y';
                 /* Merging onto an older layer: an opaque directory replaces
@@ -361,14 +376,15 @@ static int copy_entry(int src_dir, int dst_dir, const char *name, struct rootfs_
                                 return r;
                         have_old = false;
                 }
+                if ((r = charge(c, LAYER_BLOCK, !have_old)) < 0)
+                        return r;
                 if (!have_old && mkdirat(dst_dir, name, 0700) < 0)
                         return -errno;
                 _cleanup_close_ int dst =
                     openat(dst_dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                 if (dst < 0)
                         return -errno;
-                if ((r = charge(c, LAYER_BLOCK)) < 0 || (r = copy_xattrs(src, dst)) < 0 ||
-                    (r = copy_dir_entries(src, dst, c, depth)) < 0)
+                if ((r = copy_xattrs(src, dst)) < 0 || (r = copy_dir_entries(src, dst, c, depth)) < 0)
                         return r;
                 if (fchown(dst, uid, gid) < 0 || fchmod(dst, st.st_mode & 07777) < 0 ||
                     futimens(dst, times) < 0)
@@ -386,9 +402,9 @@ static int copy_entry(int src_dir, int dst_dir, const char *name, struct rootfs_
                 }
         }
         if (S_ISREG(st.st_mode)) {
-                if ((r = charge(c, (uint64_t)st.st_size)) < 0)
+                if ((r = charge(c, (uint64_t)st.st_size, 1)) < 0)
                         return r;
-                r = rootfs_copy_file(src_dir, dst_dir, name);
+                r = copy_regular(src_dir, dst_dir, name);
                 if (r == -ENOENT)
                         return 0;
                 if (r < 0)
@@ -400,15 +416,21 @@ static int copy_entry(int src_dir, int dst_dir, const char *name, struct rootfs_
                 char target[4096];
                 ssize_t n = readlinkat(src_dir, name, target, sizeof(target) - 1);
                 if (n < 0)
-                        return errno == ENOENT ? 0 : -errno;
+                        return errno == ENOENT ? 0 : errno == EINVAL ? -EAGAIN : -errno;
                 target[n] = '\0';
+                if ((r = charge(c, 0, 1)) < 0)
+                        return r;
                 if (symlinkat(target, dst_dir, name) < 0)
                         return -errno;
         } else if (S_ISCHR(st.st_mode) && st.st_rdev == makedev(0, 0)) {
                 /* A whiteout: the file below it was deleted in the sandbox. */
+                if ((r = charge(c, 0, 1)) < 0)
+                        return r;
                 if (mknodat(dst_dir, name, S_IFCHR | mode, makedev(0, 0)) < 0)
                         return -errno;
         } else if (S_ISFIFO(st.st_mode)) {
+                if ((r = charge(c, 0, 1)) < 0)
+                        return r;
                 if (mknodat(dst_dir, name, S_IFIFO | 0600, 0) < 0)
                         return -errno;
         } else {
@@ -428,6 +450,27 @@ static int copy_entry(int src_dir, int dst_dir, const char *name, struct rootfs_
                         c->links[c->n_links++] = (struct rootfs_copy_link){ st.st_dev, st.st_ino, fd };
         }
         return 0;
+}
+
+/* The sandbox runs while its layer is copied: what was a symlink at the
+ * stat may be a file at the readlink (EINVAL), a file a FIFO or directory
+ * at the open. Such an entry is copied again as it is then, not failed. */
+static int copy_entry(int src_dir, int dst_dir, const char *name, struct rootfs_copy *c, int depth)
+{
+        if (depth > ROOTFS_COPY_MAX_DEPTH)
+                return -ELOOP;
+        int r = -EAGAIN;
+        for (int try = 0; r == -EAGAIN && try < ROOTFS_COPY_RETRIES; try++) {
+                /* What a failed try charged for the entry is not kept. */
+                uint64_t bytes = c->bytes, inodes = c->inodes;
+                r = copy_entry_once(src_dir, dst_dir, name, c, depth);
+                if (r == -EAGAIN) {
+                        c->bytes = bytes;
+                        c->inodes = inodes;
+                }
+        }
+        /* Not -EAGAIN: that would make the directory above try again. */
+        return r == -EAGAIN ? -EBUSY : r;
 }
 
 int rootfs_copy_layer(int src, int dst, struct rootfs_copy *c)

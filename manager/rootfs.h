@@ -9,9 +9,13 @@
 
 #include "error.h"
 
-/* Under dir: mount a tmpfs of disk_bytes at dir/disk (upper + work inside,
- * owned by the sandbox's host root uid). */
-int rootfs_prepare_upper(const char *dir, uint64_t disk_bytes, uid_t host_root, nsbox_error_t **err);
+/* Under dir: mount a tmpfs of disk_bytes and disk_inodes at dir/disk
+ * (upper + work inside, owned by the sandbox's host root uid). */
+int rootfs_prepare_upper(const char *dir, uint64_t disk_bytes, uint64_t disk_inodes, uid_t host_root,
+                         nsbox_error_t **err);
+/* Inodes of a sandbox's disk that are not its changes: the tmpfs root,
+ * upper, work and what overlay keeps in work (df -i in a new sandbox: 8). */
+#define ROOTFS_DISK_OWN_INODES 8
 /* Read-only layers below a sandbox's upper: its image and the image's
  * parents, and the snapshot it was forked from. */
 #define ROOTFS_MAX_LAYERS 16
@@ -33,10 +37,15 @@ int rootfs_remove_dir(const char *dir, nsbox_error_t **err);
 /* Copying an overlay layer (an upper, or a stored snapshot layer) into a
  * stored layer, as another layer over the same lower ones would see it. */
 struct rootfs_copy {
-        bool shift;         /* host ids from_base.. become sandbox-side ids 0.. */
-        uid_t from_base;    /* the sandbox's host range (ids outside it: 65534) */
-        uint64_t max_bytes; /* -ENOSPC beyond it (0: no bound) */
-        uint64_t bytes;     /* what was copied, in 4 KiB blocks */
+        bool shift;          /* host ids from_base.. become sandbox-side ids 0.. */
+        uid_t from_base;     /* the sandbox's host range (ids outside it: 65534) */
+        uint64_t max_bytes;  /* -ENOSPC beyond it (0: no bound) */
+        uint64_t bytes;      /* what was copied, in 4 KiB blocks */
+        uint64_t max_inodes; /* -EDQUOT beyond it (0: no bound) */
+        /* Inodes made: every directory, file, symlink, FIFO and whiteout
+         * (a hard link to a file already copied makes none). Empty files
+         * cost no bytes, so bytes alone do not bound a layer. */
+        uint64_t inodes;
         /* Files with more than one link seen so far (the first copy held
          * by an O_PATH fd), so that their other names become links too. */
         struct rootfs_copy_link {
@@ -52,13 +61,20 @@ struct rootfs_copy {
  * the depth rootfs_remove_dir goes to, so a half-made copy is removed. */
 #define ROOTFS_COPY_MAX_DEPTH 200
 
+/* How often one entry is copied again when the running sandbox replaced it
+ * by something of another type between its stat and its copy. */
+#define ROOTFS_COPY_RETRIES 16
+
 /* Copy the entries of the directory src into the directory dst, merged as
  * overlay would stack them: whiteouts (0:0 character devices) and opaque
  * directories (trusted.overlay.opaque) replace what dst holds, plain
  * directories add to it. Regular files are copied (never linked to the
  * source: it may be a live writable layer; names of one file in the source
  * are links to one copy), setuid/setgid bits dropped, owners
- * shifted by `c`. Never follows symlinks. Returns 0 or a negative errno. */
+ * shifted by `c`. Never follows symlinks. An entry removed meanwhile is
+ * skipped; one replaced by another type is copied as it is then, and
+ * -EBUSY when it kept changing for ROOTFS_COPY_RETRIES tries. Returns 0,
+ * -ENOSPC or -EDQUOT past c's bounds, or a negative errno. */
 int rootfs_copy_layer(int src, int dst, struct rootfs_copy *c);
 /* Copy the regular file src_dir/name (data and xattrs, never following a
  * symlink; 0 and nothing copied if it is not a regular file) to a new file

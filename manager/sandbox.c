@@ -828,7 +828,8 @@ static int sandbox_spawn(struct sandbox *sb, nsbox_error_t **err)
         }
         if (mkdir(sb->dir, 0700) < 0)
                 return nsbox_error(err, errno, "mkdir %s", sb->dir);
-        if ((r = rootfs_prepare_upper(sb->dir, sb->policy.limits.disk_bytes, sb->host_uid_base, err)) < 0)
+        if ((r = rootfs_prepare_upper(sb->dir, sb->policy.limits.disk_bytes, nsboxd.config.disk_inodes,
+                                      sb->host_uid_base, err)) < 0)
                 return r;
         snprintf(path, sizeof(path), "%s/disk", sb->dir);
         sb->disk_fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);

@@ -32,15 +32,19 @@ static struct snapshot_use {
         struct snapshot_use *next;
 } * uses;
 
-/* Copies in flight: their estimated size counts against layer_disk_bytes
- * before they are done, so parallel snapshots cannot overshoot it. */
+/* Copies in flight: their estimated size and inodes count against
+ * layer_disk_bytes and the layer_inodes bounds before they are done, so
+ * parallel snapshots cannot overshoot them. */
 static struct snapshot_copy {
         uid_t owner;
-        uint64_t reserved;
+        uint64_t reserved, reserved_inodes;
         int upper_fd, parent_fd, dst_fd;
         bool shift, dists;
         uid_t from_base;
         uint64_t max_bytes;
+        /* The tightest inode bound of this copy, said when it is hit. */
+        uint64_t max_inodes;
+        char inode_bound[256];
         snapshot_copy_done_fn done;
         void *data;
         struct snapshot_copy *next;
@@ -245,27 +249,49 @@ bool snapshot_image_used(const char *image)
 
 struct usage {
         uid_t uid;
-        unsigned count; /* of uid's snapshots */
-        uint64_t bytes; /* of all */
+        unsigned count;      /* of uid's snapshots */
+        uint64_t bytes;      /* of all */
+        uint64_t inodes;     /* of all */
+        uint64_t uid_inodes; /* of uid's */
 };
+
+/* A record's inodes. Records written before inodes were counted say only
+ * their bytes: a 4 KiB block an inode, as the copy charges a file. */
+static uint64_t record_inodes(const json_t *record)
+{
+        json_t *inodes = json_object_get(record, "inodes"), *size = json_object_get(record, "size_bytes");
+        if (json_is_integer(inodes) && json_integer_value(inodes) >= 0)
+                return (uint64_t)json_integer_value(inodes);
+        return json_is_integer(size) && json_integer_value(size) > 0
+                   ? (uint64_t)json_integer_value(size) / 4096
+                   : 0;
+}
+
+static void usage_add(struct usage *u, uid_t owner, uint64_t bytes, uint64_t inodes)
+{
+        u->bytes += bytes;
+        u->inodes += inodes;
+        if (owner == u->uid)
+                u->uid_inodes += inodes;
+}
 
 static void add_usage(const char *id, json_t *meta, void *ctx)
 {
         struct usage *u = ctx;
         if (meta == NULL)
                 return;
-        u->bytes += (uint64_t)json_integer_value(json_object_get(meta, "size_bytes"));
+        usage_add(u, meta_owner(meta), (uint64_t)json_integer_value(json_object_get(meta, "size_bytes")),
+                  record_inodes(meta));
         u->count += meta_owner(meta) == u->uid;
 }
 
-static uint64_t committed_images_bytes(void)
+static void add_committed_images(struct usage *u)
 {
         char dir[4096];
-        uint64_t bytes = 0;
         snprintf(dir, sizeof(dir), "%s/images", nsboxd.config.state_dir);
         DIR *d = opendir(dir);
         if (d == NULL)
-                return 0;
+                return;
         struct dirent *de;
         while ((de = readdir(d)) != NULL) {
                 char path[4096];
@@ -273,30 +299,35 @@ static uint64_t committed_images_bytes(void)
                         continue;
                 snprintf(path, sizeof(path), "%s/%s/manifest.json", dir, de->d_name);
                 _cleanup_json_ json_t *m = json_load_file(path, 0, NULL);
-                json_t *size = m ? json_object_get(m, "size_bytes") : NULL;
+                json_t *size = m ? json_object_get(m, "size_bytes") : NULL,
+                       *owner = json_object_get(m, "owner");
                 /* Imported images are the operator's, as the image dir's are. */
-                if (json_is_true(json_object_get(m, "public")))
+                if (m == NULL || json_is_true(json_object_get(m, "public")))
                         continue;
-                if (json_is_integer(size) && json_integer_value(size) > 0)
-                        bytes += (uint64_t)json_integer_value(size);
+                usage_add(u, json_is_integer(owner) ? (uid_t)json_integer_value(owner) : (uid_t)-1,
+                          json_is_integer(size) && json_integer_value(size) > 0
+                              ? (uint64_t)json_integer_value(size)
+                              : 0,
+                          record_inodes(m));
         }
         closedir(d);
-        return bytes;
 }
 
-static uint64_t copies_reserved(void)
+/* What snapshots, committed images and copies in flight hold: in all, and of uid. */
+static void layer_usage(uid_t uid, struct usage *u)
 {
-        uint64_t bytes = 0;
+        *u = (struct usage){ .uid = uid };
+        snapshots_foreach(add_usage, u);
+        add_committed_images(u);
         for (struct snapshot_copy *c = copies; c != NULL; c = c->next)
-                bytes += c->reserved;
-        return bytes;
+                usage_add(u, c->owner, c->reserved, c->reserved_inodes);
 }
 
-uint64_t snapshot_stored_bytes(void)
+const char *snapshot_copy_error_kind(int r)
 {
-        struct usage u = { .uid = (uid_t)-1 };
-        snapshots_foreach(add_usage, &u);
-        return u.bytes + committed_images_bytes() + copies_reserved();
+        if (r == -ENOSPC || r == -EDQUOT)
+                return "limit_reached";
+        return r == -EBUSY ? "busy" : "internal";
 }
 
 /* Python distributions a layer adds (NAME-VERSION.dist-info directories)
@@ -363,10 +394,13 @@ static json_t *layer_dists(int layer)
 static int copy_run(void *data, struct fs_worker_output *out, nsbox_error_t **err)
 {
         struct snapshot_copy *job = data;
-        _cleanup_(rootfs_copy_done) struct rootfs_copy c = { .max_bytes = job->max_bytes };
+        _cleanup_(rootfs_copy_done) struct rootfs_copy c = { .max_bytes = job->max_bytes,
+                                                             .max_inodes = job->max_inodes };
         int r;
         if (job->parent_fd >= 0 && (r = rootfs_copy_layer(job->parent_fd, job->dst_fd, &c)) < 0)
-                return nsbox_error(err, -r, "copy the layer of the snapshot the sandbox was made from");
+                return r == -EDQUOT
+                           ? nsbox_error(err, EDQUOT, "the copy would make %s", job->inode_bound)
+                           : nsbox_error(err, -r, "copy the layer of the snapshot the sandbox was made from");
         _cleanup_close_ int upper =
             openat(job->upper_fd, "upper", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (upper < 0)
@@ -379,6 +413,14 @@ static int copy_run(void *data, struct fs_worker_output *out, nsbox_error_t **er
                             err, ENOSPC,
                             "the copy would take more than the %llu bytes left of layer_disk_bytes",
                             (unsigned long long)job->max_bytes);
+                if (r == -EDQUOT)
+                        return nsbox_error(err, EDQUOT, "the copy would make %s", job->inode_bound);
+                if (r == -EBUSY)
+                        return nsbox_error(
+                            err, EBUSY,
+                            "the sandbox kept replacing a file by one of another type while it "
+                            "was copied (%d tries); copy it when no exec is writing there",
+                            ROOTFS_COPY_RETRIES);
                 if (r == -ELOOP)
                         return nsbox_error(err, ELOOP, "the sandbox's directories nest deeper than %d levels",
                                            ROOTFS_COPY_MAX_DEPTH);
@@ -386,7 +428,8 @@ static int copy_run(void *data, struct fs_worker_output *out, nsbox_error_t **er
         }
         /* The data reaches the disk before the record says the snapshot exists. */
         syncfs(job->dst_fd);
-        out->result = json_pack("{s:I}", "size_bytes", (json_int_t)c.bytes);
+        out->result =
+            json_pack("{s:I, s:I}", "size_bytes", (json_int_t)c.bytes, "inodes", (json_int_t)c.inodes);
         if (job->dists)
                 json_object_set_new(out->result, "dists", layer_dists(job->dst_fd));
         return 0;
@@ -434,14 +477,21 @@ int snapshot_copy_sandbox(struct sandbox *sb, int dst_fd, uid_t owner, bool dist
                 return nsbox_error(err, EBUSY,
                                    "uid %u has %d snapshot or commit copies running; wait for one", owner,
                                    SNAPSHOT_COPIES_PER_UID);
-        uint64_t limit = nsboxd.config.layer_disk_bytes, stored = snapshot_stored_bytes();
+        struct usage u;
+        layer_usage(owner, &u);
+        uint64_t limit = nsboxd.config.layer_disk_bytes, stored = u.bytes;
         /* What the upper holds now, and the layer below it: the copy's size
          * unless the sandbox writes more meanwhile (the copy stops at the
          * bound then). */
         struct statfs fs;
-        uint64_t estimate = 0;
-        if (fstatfs(sb->disk_fd, &fs) == 0)
+        uint64_t estimate = 0, inodes = 0;
+        if (fstatfs(sb->disk_fd, &fs) == 0) {
                 estimate = (uint64_t)(fs.f_blocks - fs.f_bfree) * (uint64_t)fs.f_bsize;
+                /* Less the disk's own: its root, upper, work and what overlay keeps in work. */
+                inodes = fs.f_files - fs.f_ffree > ROOTFS_DISK_OWN_INODES
+                             ? fs.f_files - fs.f_ffree - ROOTFS_DISK_OWN_INODES
+                             : 0;
+        }
         _cleanup_close_ int parent = -1;
         if (sb->snapshot_id[0] != '\0') {
                 char path[4096];
@@ -451,8 +501,10 @@ int snapshot_copy_sandbox(struct sandbox *sb, int dst_fd, uid_t owner, bool dist
                         return nsbox_error(err, errno, "open the layer of snapshot %s", sb->snapshot_id);
                 _cleanup_json_ json_t *meta = NULL;
                 char why[256];
-                if (snapshot_load(sb->snapshot_id, &meta, why, sizeof(why)) == 0)
+                if (snapshot_load(sb->snapshot_id, &meta, why, sizeof(why)) == 0) {
                         estimate += (uint64_t)json_integer_value(json_object_get(meta, "size_bytes"));
+                        inodes += record_inodes(meta);
+                }
         }
         if (stored >= limit || estimate > limit - stored)
                 return nsbox_error(
@@ -460,12 +512,48 @@ int snapshot_copy_sandbox(struct sandbox *sb, int dst_fd, uid_t owner, bool dist
                     "snapshots and committed images hold %llu of the %llu bytes of layer_disk_bytes; "
                     "this copy needs about %llu",
                     (unsigned long long)stored, (unsigned long long)limit, (unsigned long long)estimate);
+        /* The inode bounds (root's copies count in all, not as a uid's):
+         * the tightest one left bounds the copy, and a refusal names it. */
+        char uid_held[64], all_held[64];
+        snprintf(uid_held, sizeof(uid_held), "uid %u's snapshots and images", owner);
+        snprintf(all_held, sizeof(all_held), "all snapshots and images");
+        struct {
+                const char *key, *held; /* NULL: a bound of this copy alone */
+                uint64_t limit, used;
+        } bounds[] = {
+                { "layer_inodes_per_snapshot", NULL, nsboxd.config.layer_inodes_per_snapshot, 0 },
+                { "layer_inodes_per_uid", uid_held,
+                  owner != 0 ? nsboxd.config.layer_inodes_per_uid : UINT64_MAX, u.uid_inodes },
+                { "layer_inodes", all_held, nsboxd.config.layer_inodes, u.inodes },
+        };
+        size_t b = 0;
+        uint64_t inodes_left = UINT64_MAX;
+        for (size_t i = 0; i < ARRAY_SIZE(bounds); i++) {
+                uint64_t left = bounds[i].used >= bounds[i].limit ? 0 : bounds[i].limit - bounds[i].used;
+                if (left < inodes_left) {
+                        inodes_left = left;
+                        b = i;
+                }
+        }
+        char held[160] = "";
+        if (bounds[b].held != NULL)
+                snprintf(held, sizeof(held), "; %s hold %llu of %llu", bounds[b].held,
+                         (unsigned long long)bounds[b].used, (unsigned long long)bounds[b].limit);
+        if (inodes > inodes_left || inodes_left == 0)
+                return nsbox_error(
+                    err, EDQUOT,
+                    "the copy would have about %llu inodes, more than the %llu left (limit %s%s)",
+                    (unsigned long long)inodes, (unsigned long long)inodes_left, bounds[b].key, held);
         struct snapshot_copy *job = calloc(1, sizeof(*job));
         if (job == NULL)
                 return nsbox_error(err, ENOMEM, "snapshot job");
         job->owner = owner;
         job->reserved = estimate;
+        job->reserved_inodes = inodes;
         job->max_bytes = limit - stored;
+        job->max_inodes = inodes_left;
+        snprintf(job->inode_bound, sizeof(job->inode_bound), "more than the %llu inodes left (limit %s%s)",
+                 (unsigned long long)inodes_left, bounds[b].key, held);
         job->upper_fd = fcntl(sb->disk_fd, F_DUPFD_CLOEXEC, 3);
         job->parent_fd = steal_fd(&parent);
         job->dst_fd = fcntl(dst_fd, F_DUPFD_CLOEXEC, 3);
@@ -607,17 +695,18 @@ static void snapshot_created(void *data, int r, uint64_t size, json_t *result, c
         _cleanup_error_ nsbox_error_t *err = NULL;
         if (r < 0) {
                 rootfs_remove_dir(s->tmp, NULL);
-                rpc_reply_fail(s->req, r == -ENOSPC ? "limit_reached" : "internal",
-                               "snapshot of sandbox %s: %s", s->sandbox_id, message);
+                rpc_reply_fail(s->req, snapshot_copy_error_kind(r), "snapshot of sandbox %s: %s",
+                               s->sandbox_id, message);
                 snapshot_request_free(s);
                 return;
         }
         char created[40], path[4096], final[4096];
         format_timestamp(s->created_at_ms, created, sizeof(created));
         _cleanup_json_ json_t *meta =
-            json_pack("{s:s, s:s?, s:I, s:s, s:s, s:s, s:I, s:s}", "snapshot_id", s->id, "name", s->name,
-                      "owner", (json_int_t)s->owner, "image", s->image, "sandbox_id", s->sandbox_id,
-                      "created_at", created, "size_bytes", (json_int_t)size, "uid_isolation", uidmode_name());
+            json_pack("{s:s, s:s?, s:I, s:s, s:s, s:s, s:I, s:O?, s:s}", "snapshot_id", s->id, "name",
+                      s->name, "owner", (json_int_t)s->owner, "image", s->image, "sandbox_id", s->sandbox_id,
+                      "created_at", created, "size_bytes", (json_int_t)size, "inodes",
+                      json_object_get(result, "inodes"), "uid_isolation", uidmode_name());
         snprintf(path, sizeof(path), "%s/snapshot.json", s->tmp);
         snprintf(final, sizeof(final), "%s/snapshots/%s", nsboxd.config.state_dir, s->id);
         if (meta == NULL || write_json_file(path, meta, &err) < 0 || rename(s->tmp, final) < 0) {
@@ -627,9 +716,10 @@ static void snapshot_created(void *data, int r, uint64_t size, json_t *result, c
                 snapshot_request_free(s);
                 return;
         }
-        log_limited(log_key_uid(s->owner).text, LOG_LEVEL_INFO,
-                    "snapshot %s: %llu bytes of sandbox %s, for uid %u", s->id, (unsigned long long)size,
-                    s->sandbox_id, s->owner);
+        log_limited(
+            log_key_uid(s->owner).text, LOG_LEVEL_INFO,
+            "snapshot %s: %llu bytes, %lld inodes of sandbox %s, for uid %u", s->id, (unsigned long long)size,
+            (long long)json_integer_value(json_object_get(result, "inodes")), s->sandbox_id, s->owner);
         json_object_del(meta, "owner");
         json_object_del(meta, "uid_isolation");
         rpc_reply_result(s->req, json_incref(meta));
@@ -713,11 +803,7 @@ void snapshot_method_create(struct rpc_request *req, struct sandbox *sb)
                         : snapshot_copy_sandbox(sb, dst, req->uid, false, snapshot_created, s, &err);
         if (r < 0) {
                 rootfs_remove_dir(s->tmp, NULL);
-                rpc_reply_fail(req,
-                               r == -ENOSPC  ? "limit_reached"
-                               : r == -EBUSY ? "busy"
-                                             : "internal",
-                               "%s", err->message);
+                rpc_reply_fail(req, snapshot_copy_error_kind(r), "%s", err->message);
                 snapshot_request_free(s);
                 return;
         }

@@ -31,12 +31,14 @@ void snapshot_layer_path(const char *id, char *out, size_t len);
 json_t *snapshot_require(struct rpc_request *req, const char *key);
 /* Any snapshot, or a live sandbox, built on this image. */
 bool snapshot_image_used(const char *image);
-/* Bytes stored in snapshots and committed images, plus copies in flight. */
-uint64_t snapshot_stored_bytes(void);
+/* The error kind of a copy's failure r: limit_reached (layer_disk_bytes,
+ * -ENOSPC, or a layer_inodes bound, -EDQUOT), busy, or internal. */
+const char *snapshot_copy_error_kind(int r);
 
 /* Copy what sandbox sb changed (its snapshot's layer, merged with its
- * upper) into the directory dst_fd, in a forked worker. done runs in the
- * loop with r < 0 and a message, or r = 0 and the copy's size; with
+ * upper) into the directory dst_fd, in a forked worker, within
+ * layer_disk_bytes and the layer_inodes bounds. done runs in the loop with
+ * r < 0 and a message, or r = 0, the copy's size and result.inodes; with
  * dists, result.dists lists the Python distributions the layer adds and
  * removes ({added: {name: version}, removed: [name]}). */
 typedef void (*snapshot_copy_done_fn)(void *data, int r, uint64_t size_bytes, json_t *result,

@@ -2,6 +2,8 @@
 sandboxes (issue 19), driven over nsboxd's real socket."""
 import json
 import os
+import shutil
+import subprocess
 import time
 
 import pytest
@@ -479,4 +481,145 @@ def test_one_user_runs_at_most_four_copies_at_once():
         kinds = [r["error"]["data"]["kind"] if "error" in r else "ok" for r in replies]
         assert kinds.count("ok") == 4 and kinds.count("busy") == 2, replies
     finally:
+        assert d.stop() == 0
+
+
+# Inodes (issue 27): empty files, symlinks and FIFOs cost no bytes, so
+# layer_disk_bytes alone let one snapshot of a default sandbox put 550,550
+# inodes on the host for 8 KiB.
+
+def layer_dirs(d):
+    """Every entry of the state dir's snapshot and image dirs, half-made (.tmp-*) ones too."""
+    return (sorted(os.listdir(os.path.join(d.state, "snapshots"))),
+            sorted(os.listdir(os.path.join(d.state, "images"))))
+
+
+def empty_files(n, where="e"):
+    return "mkdir %s && cd %s && seq %d | xargs touch && ls | wc -l" % (where, where, n)
+
+
+def test_a_snapshot_or_commit_of_many_empty_files_is_refused_by_layer_inodes_per_snapshot():
+    d = Daemon(extra_args=["--layer-inodes-per-snapshot", "5000"])
+    try:
+        sid = d.call("sandbox.create")["sandbox_id"]
+        assert sh(d, sid, empty_files(20000)) == "20000\n"
+        for method, params in (("sandbox.snapshot", {}), ("image.commit", {"name": "many-inodes"})):
+            e = error_of(d, method, sandbox_id=sid, **params)
+            assert e.kind == "limit_reached" and "limit layer_inodes_per_snapshot" in str(e), e.error
+            assert layer_dirs(d) == ([], [])
+        # Below the bound it is made, and says its inodes: e's 3000 files, e, /workspace.
+        sh(d, sid, "rm -rf e && " + empty_files(3000))
+        snap = d.call("sandbox.snapshot", sandbox_id=sid)
+        assert snap["inodes"] == 3002 and snap["size_bytes"] == 8192, snap
+        image = d.call("image.commit", sandbox_id=sid, name="some-inodes")
+        assert image["inodes"] == 3002, image
+        assert layer_dirs(d) == ([snap["snapshot_id"]], ["some-inodes"])
+    finally:
+        assert d.stop() == 0
+
+
+def test_one_users_snapshots_and_images_are_bounded_by_layer_inodes_per_uid():
+    d = Daemon(extra_args=["--layer-inodes-per-uid", "3000", "--max-snapshots-per-uid", "10"])
+    os.chmod(d.socket, 0o666)
+    try:
+        sid = as_uid(1000, d.socket, [["sandbox.create", {}]])[0]["result"]["sandbox_id"]
+        replies = as_uid(1000, d.socket, [
+            ["sandbox.exec", {"sandbox_id": sid, "command": empty_files(2000)}],
+            ["sandbox.snapshot", {"sandbox_id": sid}],
+            ["sandbox.snapshot", {"sandbox_id": sid}],
+            ["image.commit", {"sandbox_id": sid, "name": "over-uid"}]])
+        assert replies[0]["result"]["stdout"] == "2000\n"
+        first = replies[1]["result"]
+        assert first["inodes"] == 2002
+        for refused in replies[2:]:
+            error = refused["error"]
+            assert error["data"]["kind"] == "limit_reached" and "limit layer_inodes_per_uid" in error["message"], error
+            assert "uid 1000's snapshots and images hold 2002 of 3000" in error["message"], error
+        assert layer_dirs(d) == ([first["snapshot_id"]], [])
+        # Root's copies count in all, not against uid 1000's budget.
+        assert d.call("sandbox.snapshot", sandbox_id=sid)["inodes"] == 2002
+        # Removing the snapshot gives the inodes back.
+        as_uid(1000, d.socket, [["snapshot.remove", {"snapshot_id": first["snapshot_id"]}]])
+        again = as_uid(1000, d.socket, [["sandbox.snapshot", {"sandbox_id": sid}]])[0]
+        assert again["result"]["inodes"] == 2002, again
+    finally:
+        assert d.stop() == 0
+
+
+def test_all_snapshots_together_are_bounded_by_layer_inodes():
+    d = Daemon(extra_args=["--layer-inodes", "3000"])
+    try:
+        sid = d.call("sandbox.create")["sandbox_id"]
+        assert sh(d, sid, empty_files(2000)) == "2000\n"
+        first = d.call("sandbox.snapshot", sandbox_id=sid)
+        e = error_of(d, "sandbox.snapshot", sandbox_id=sid)
+        assert e.kind == "limit_reached" and "(limit layer_inodes;" in str(e), e.error
+        assert "all snapshots and images hold 2002 of 3000" in str(e), e.error
+        assert layer_dirs(d) == ([first["snapshot_id"]], [])
+    finally:
+        assert d.stop() == 0
+
+
+def test_the_sandbox_disk_runs_out_of_inodes_at_disk_inodes():
+    d = Daemon(extra_args=["--disk-inodes", "2000"])
+    try:
+        sid = d.call("sandbox.create")["sandbox_id"]
+        r = d.call("sandbox.exec", sandbox_id=sid, command="mkdir e && cd e && seq 5000 | xargs touch; ls | wc -l")
+        made = int(r["stdout"])
+        assert "No space left on device" in r["stderr"] and 1900 < made < 2000, (made, r["stderr"][-300:])
+        # Only inodes ran out, not bytes; removing files gives them back.
+        assert d.call("sandbox.exec", sandbox_id=sid, command="df -i / | tail -1")["stdout"].split()[1] == "2000"
+        sh(d, sid, "rm -rf e && seq 100 | xargs touch")
+    finally:
+        assert d.stop() == 0
+
+
+CHURN = r"""
+import os
+os.makedirs("/workspace/c", exist_ok=True)
+os.chdir("/workspace/c")
+names = ["n%d" % i for i in range(8)]
+while True:
+    for symlink in (True, False):
+        for n in names:
+            try:
+                os.unlink(n)
+            except FileNotFoundError:
+                pass
+            if symlink:
+                os.symlink("target", n)
+            else:
+                os.close(os.open(n, os.O_WRONLY | os.O_CREAT, 0o644))
+"""
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace (apt-get install strace)")
+def test_a_snapshot_of_symlinks_turning_into_files_meanwhile_succeeds():
+    """The copy stats an entry, then reads it as the type it saw: a symlink
+    the sandbox replaced by a file in between failed readlinkat with EINVAL,
+    a file replaced by a symlink was skipped and its chown failed with
+    ENOENT, and the snapshot was `internal`. strace delays each readlinkat
+    of nsboxd's copy workers by 20 ms, so symlink reads lose that race."""
+    d = Daemon(extra_args=["--max-snapshots-per-uid", "100"])
+    tracer = None
+    try:
+        sid = d.call("sandbox.create")["sandbox_id"]
+        d.call("sandbox.exec", sandbox_id=sid, background=True, timeout_seconds=300,
+               command="python3 -c '%s'" % CHURN.replace("'", "'\\''"))
+        while d.call("sandbox.exec", sandbox_id=sid, command="ls /workspace/c | wc -l")["stdout"] != "8\n":
+            time.sleep(0.05)
+        tracer = subprocess.Popen(["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=readlinkat",
+                                   "-e", "inject=readlinkat:delay_enter=20000", "-p", str(d.proc.pid)])
+        time.sleep(1)  # attached
+        kinds = []
+        for _ in range(6):
+            try:
+                kinds.append(d.call("sandbox.snapshot", sandbox_id=sid)["snapshot_id"] and "ok")
+            except RpcError as e:
+                kinds.append("%s: %s" % (e.kind, e))
+        assert kinds == ["ok"] * 6, kinds
+    finally:
+        if tracer is not None:
+            tracer.terminate()
+            tracer.wait(30)
         assert d.stop() == 0
