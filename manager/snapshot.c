@@ -12,6 +12,7 @@
 #include <uuid/uuid.h>
 
 #include "cleanup.h"
+#include "json_file.h"
 #include "daemon.h"
 #include "fs_worker.h"
 #include "json_cleanup.h"
@@ -675,20 +676,6 @@ static void snapshot_request_free(struct snapshot_request *s)
         free(s);
 }
 
-static int write_json_file(const char *path, json_t *value, nsbox_error_t **err)
-{
-        char tmp[4096];
-        snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-        if (json_dump_file(value, tmp, JSON_COMPACT) < 0)
-                return nsbox_error(err, EIO, "write %s", tmp);
-        _cleanup_close_ int fd = open(tmp, O_RDONLY | O_CLOEXEC);
-        if (fd < 0 || fsync(fd) < 0)
-                return nsbox_error(err, errno, "sync %s", tmp);
-        if (rename(tmp, path) < 0)
-                return nsbox_error(err, errno, "rename %s", tmp);
-        return 0;
-}
-
 static void snapshot_created(void *data, int r, uint64_t size, json_t *result, const char *message)
 {
         struct snapshot_request *s = data;
@@ -709,7 +696,8 @@ static void snapshot_created(void *data, int r, uint64_t size, json_t *result, c
                       json_object_get(result, "inodes"), "uid_isolation", uidmode_name());
         snprintf(path, sizeof(path), "%s/snapshot.json", s->tmp);
         snprintf(final, sizeof(final), "%s/snapshots/%s", nsboxd.config.state_dir, s->id);
-        if (meta == NULL || write_json_file(path, meta, &err) < 0 || rename(s->tmp, final) < 0) {
+        if (meta == NULL || json_file_replace(path, meta, JSON_COMPACT, true, &err) < 0 ||
+            rename(s->tmp, final) < 0) {
                 rootfs_remove_dir(s->tmp, NULL);
                 rpc_reply_fail(s->req, "internal", "snapshot of sandbox %s: %s", s->sandbox_id,
                                err ? err->message : strerror(errno));
