@@ -12,7 +12,7 @@
 #include <sys/socket.h>
 
 #include "cleanup.h"
-#include "egress.h"
+#include "proxy_state.h"
 #include "log.h"
 
 #define DNS_RCODE_SERVFAIL 2
@@ -131,7 +131,7 @@ static void reply_error(int fd, const struct sockaddr_in *to, const uint8_t *que
                 sendto(fd, out, n, MSG_DONTWAIT | MSG_NOSIGNAL, (const struct sockaddr *)to, sizeof(*to));
 }
 
-void dns_record_answer(struct sandbox *sb, const char *name, const uint8_t *abuf, size_t alen)
+void dns_record_answer(struct egress_sandbox *sb, const char *name, const uint8_t *abuf, size_t alen)
 {
         struct ares_addrttl ttls[32];
         int n = ARRAY_SIZE(ttls);
@@ -159,7 +159,7 @@ void dns_record_answer(struct sandbox *sb, const char *name, const uint8_t *abuf
         }
 }
 
-bool dns_address_recorded(struct sandbox *sb, const char *name, uint32_t addr)
+bool dns_address_recorded(struct egress_sandbox *sb, const char *name, uint32_t addr)
 {
         time_t now = time(NULL);
         for (unsigned k = 0; k < EGRESS_DNS_RECORDS; k++)
@@ -171,7 +171,7 @@ bool dns_address_recorded(struct sandbox *sb, const char *name, uint32_t addr)
 
 static void query_unlink(struct dns_query *q)
 {
-        struct sandbox *sb = q->sandbox;
+        struct egress_sandbox *sb = q->sandbox;
         if (sb == NULL)
                 return;
         if (q->prev != NULL)
@@ -187,7 +187,7 @@ static void query_unlink(struct dns_query *q)
 static void answered(void *arg, int status, int timeouts, unsigned char *abuf, int alen)
 {
         struct dns_query *q = arg;
-        struct sandbox *sb = q->sandbox;
+        struct egress_sandbox *sb = q->sandbox;
         query_unlink(q);
         if (sb == NULL || status == ARES_EDESTRUCTION) {
                 free(q);
@@ -222,7 +222,8 @@ static size_t client_max_reply(const uint8_t *pkt, size_t len, size_t question_e
         return 512;
 }
 
-static void handle_query(struct sandbox *sb, const uint8_t *pkt, size_t len, const struct sockaddr_in *from)
+static void handle_query(struct egress_sandbox *sb, const uint8_t *pkt, size_t len,
+                         const struct sockaddr_in *from)
 {
         struct sniff_dns d;
         if (sniff_dns_question(pkt, len, &d) != SNIFF_OK)
@@ -276,7 +277,7 @@ static void handle_query(struct sandbox *sb, const uint8_t *pkt, size_t len, con
 
 struct tcp_query {
         struct conn_lookup lookup; /* first: c->lookup points here */
-        struct sandbox *sandbox;
+        struct egress_sandbox *sandbox;
         char name[NETPOLICY_NAME_MAX + 1];
         uint16_t id;
         size_t query_len;
@@ -305,7 +306,7 @@ static void tcp_answered(void *arg, int status, int timeouts, unsigned char *abu
 
 void dns_tcp_query(struct conn *c, const uint8_t *pkt, size_t len)
 {
-        struct sandbox *sb = c->sandbox;
+        struct egress_sandbox *sb = c->sandbox;
         struct sniff_dns d;
         uint8_t out[512];
         if (sniff_dns_question(pkt, len, &d) != SNIFF_OK || d.question_end > EGRESS_DNS_TCP_QUERY_MAX) {
@@ -346,7 +347,7 @@ void dns_tcp_query(struct conn *c, const uint8_t *pkt, size_t len)
         ares_free_string(qbuf);
 }
 
-void dns_receive(struct sandbox *sb)
+void dns_receive(struct egress_sandbox *sb)
 {
         for (int i = 0; i < 64 && !sb->removed; i++) {
                 uint8_t pkt[4096];
@@ -365,7 +366,7 @@ void dns_receive(struct sandbox *sb)
         }
 }
 
-void dns_sandbox_gone(struct sandbox *sb)
+void dns_sandbox_gone(struct egress_sandbox *sb)
 {
         while (sb->queries != NULL)
                 query_unlink(sb->queries);

@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "cleanup.h"
-#include "egress.h"
+#include "proxy_state.h"
 #include "json_cleanup.h"
 #include "log.h"
 
@@ -123,7 +123,8 @@ static void send_error(const char *op, const char *sandbox, const char *message)
                                     "message", message));
 }
 
-void egress_refused(struct sandbox *sb, const char *name, uint32_t addr, uint16_t port, const char *reason)
+void egress_refused(struct egress_sandbox *sb, const char *name, uint32_t addr, uint16_t port,
+                    const char *reason)
 {
         sb->refused++;
         if (sb->refused_tokens < 1)
@@ -141,7 +142,7 @@ void egress_refused(struct sandbox *sb, const char *name, uint32_t addr, uint16_
 
 static void send_stats(void)
 {
-        for (struct sandbox *sb = egress.sandboxes; sb != NULL; sb = sb->next) {
+        for (struct egress_sandbox *sb = egress.sandboxes; sb != NULL; sb = sb->next) {
                 if (sb->refused_tokens < EGRESS_REFUSED_BURST)
                         sb->refused_tokens += 1;
                 if ((sb->bytes_in | sb->bytes_out | sb->connections | sb->refused | sb->dns_queries) == 0)
@@ -210,7 +211,7 @@ static void resume_listeners(void)
 {
         uint64_t ticks;
         (void)!read(egress.resume.fd, &ticks, sizeof(ticks));
-        for (struct sandbox *sb = egress.sandboxes; sb != NULL; sb = sb->next) {
+        for (struct egress_sandbox *sb = egress.sandboxes; sb != NULL; sb = sb->next) {
                 resume_one(&sb->tcp);
                 for (struct expose *e = sb->exposes; e != NULL; e = e->next)
                         resume_one(&e->listener);
@@ -219,9 +220,9 @@ static void resume_listeners(void)
 
 /* --- sandboxes ------------------------------------------------------------ */
 
-struct sandbox *egress_sandbox_find(const char *id)
+struct egress_sandbox *egress_sandbox_find(const char *id)
 {
-        for (struct sandbox *sb = egress.sandboxes; sb != NULL; sb = sb->next)
+        for (struct egress_sandbox *sb = egress.sandboxes; sb != NULL; sb = sb->next)
                 if (strcmp(sb->id, id) == 0)
                         return sb;
         return NULL;
@@ -242,11 +243,11 @@ static void expose_close(struct expose *e)
 
 /* Sandboxes are freed at once: the epoll batch may still name their
  * watches, so those are detached first (fd -1 and obj NULL are skipped). */
-static struct sandbox *graveyard_sandboxes;
+static struct egress_sandbox *graveyard_sandboxes;
 
-static void sandbox_remove(struct sandbox *sb)
+static void sandbox_remove(struct egress_sandbox *sb)
 {
-        for (struct sandbox **pp = &egress.sandboxes; *pp != NULL; pp = &(*pp)->next)
+        for (struct egress_sandbox **pp = &egress.sandboxes; *pp != NULL; pp = &(*pp)->next)
                 if (*pp == sb) {
                         *pp = sb->next;
                         break;
@@ -311,7 +312,7 @@ static const char *op_add(json_t *msg, const char *id, int *fds, size_t n_fds)
                 netpolicy_free(policy);
                 return "the listener is not an IPv4 socket";
         }
-        struct sandbox *sb = calloc(1, sizeof(*sb));
+        struct egress_sandbox *sb = calloc(1, sizeof(*sb));
         if (sb == NULL) {
                 netpolicy_free(policy);
                 return "out of memory";
@@ -340,13 +341,13 @@ static const char *control_op(json_t *msg, int *fds, size_t n_fds, const char **
         *id_out = id;
         if (op == NULL)
                 return "no \"op\"";
-        if (id == NULL || id[0] == '\0' || strlen(id) >= sizeof(((struct sandbox *)0)->id))
+        if (id == NULL || id[0] == '\0' || strlen(id) >= sizeof(((struct egress_sandbox *)0)->id))
                 return "\"sandbox\" is not a sandbox id";
         if (strcmp(op, "add") == 0)
                 return op_add(msg, id, fds, n_fds);
         if (n_fds != (strcmp(op, "expose") == 0 ? 1u : 0u))
                 return "wrong number of fds";
-        struct sandbox *sb = egress_sandbox_find(id);
+        struct egress_sandbox *sb = egress_sandbox_find(id);
         if (sb == NULL)
                 return "no such sandbox";
         if (strcmp(op, "remove") == 0) {
@@ -753,7 +754,7 @@ int main(int argc, char **argv)
                 proxy_free_graveyard();
                 dns_free_graveyard();
                 while (graveyard_sandboxes != NULL) {
-                        struct sandbox *sb = graveyard_sandboxes;
+                        struct egress_sandbox *sb = graveyard_sandboxes;
                         graveyard_sandboxes = sb->next;
                         free(sb);
                 }

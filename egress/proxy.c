@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "cleanup.h"
-#include "egress.h"
+#include "proxy_state.h"
 #include "log.h"
 
 static const char tls_access_denied[] = "\x15\x03\x03\x00\x02\x02\x31";
@@ -88,7 +88,7 @@ static void conn_close_how(struct conn *c, bool reset)
         close_watch(&c->client, reset);
         close_watch(&c->upstream, reset);
         conn_detach_waits(c);
-        struct sandbox *sb = c->sandbox;
+        struct egress_sandbox *sb = c->sandbox;
         if (sb != NULL) {
                 for (struct conn **pp = &sb->conns; *pp != NULL; pp = &(*pp)->sandbox_next)
                         if (*pp == c) {
@@ -127,7 +127,7 @@ void proxy_free_graveyard(void)
         }
 }
 
-static struct conn *conn_new(struct sandbox *sb, enum conn_mode mode, int fd)
+static struct conn *conn_new(struct egress_sandbox *sb, enum conn_mode mode, int fd)
 {
         struct conn *c = calloc(1, sizeof(*c));
         if (c == NULL)
@@ -530,7 +530,7 @@ static void conn_lookup_done(void *arg, int status, int timeouts, struct hostent
                         memcpy(&in, *a, sizeof(in));
                         addrs[n++] = ntohl(in.s_addr);
                 }
-        struct sandbox *sb = c->sandbox;
+        struct egress_sandbox *sb = c->sandbox;
         if (c->needs_owner) {
                 /* Transparent: is the address the sandbox went to one of
                  * the name's now? */
@@ -584,7 +584,7 @@ static void conn_resolve(struct conn *c)
 
 static void conn_decide_unnamed(struct conn *c)
 {
-        struct sandbox *sb = c->sandbox;
+        struct egress_sandbox *sb = c->sandbox;
         c->named = false;
         enum netpolicy_verdict v =
             netpolicy_check_address(sb->policy, c->connect_addr, egress.host_addrs, egress.n_host_addrs);
@@ -615,7 +615,7 @@ static bool conn_take_name(struct conn *c, const char *raw, bool *unnamed)
 
 static void conn_decide_named(struct conn *c)
 {
-        struct sandbox *sb = c->sandbox;
+        struct egress_sandbox *sb = c->sandbox;
         if (c->mode == CONN_EXPLICIT) {
                 /* The proxy resolves only a name the policy allows by name:
                  * asking the resolver about any other name would carry it
@@ -837,7 +837,7 @@ void proxy_conn_event(struct conn *c, bool upstream, uint32_t events)
         }
 }
 
-static bool over_limit(struct sandbox *sb, bool expose)
+static bool over_limit(struct egress_sandbox *sb, bool expose)
 {
         if (egress.n_conns >= egress_conn_limit())
                 return true;
@@ -847,7 +847,7 @@ static bool over_limit(struct sandbox *sb, bool expose)
                       : sb->n_conns >= EGRESS_CONN_PER_SANDBOX;
 }
 
-void proxy_accept(struct sandbox *sb)
+void proxy_accept(struct egress_sandbox *sb)
 {
         for (int i = 0; i < 64; i++) {
                 int fd = accept4(sb->tcp.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);

@@ -1,5 +1,5 @@
-/* nsbox-egress: the proxy every network sandbox's traffic goes through
- * (design: issue 16). One epoll loop in the main thread, which stays in the
+/* nsbox-egress's shared state: the proxy every network sandbox's traffic
+ * goes through. One epoll loop in the main thread, which stays in the
  * host's network namespace; a "factory" thread in the egress namespace
  * makes the sockets sandbox.expose connects from. Everything a sandbox
  * sends is hostile input: bounded buffers, no blocking call, no crash. */
@@ -65,13 +65,13 @@ struct conn;
 
 struct expose {
         struct expose *next;
-        struct sandbox *sandbox;
+        struct egress_sandbox *sandbox;
         uint16_t port;
         struct watch listener;
 };
 
-struct sandbox {
-        struct sandbox *next;
+struct egress_sandbox {
+        struct egress_sandbox *next;
         char id[128];
         uint32_t address, gateway; /* host byte order */
         struct netpolicy *policy;
@@ -112,9 +112,9 @@ struct half {
 };
 
 struct conn {
-        struct conn *next, *prev;  /* all connections */
-        struct conn *sandbox_next; /* the sandbox's */
-        struct sandbox *sandbox;   /* NULL once the sandbox is gone */
+        struct conn *next, *prev;       /* all connections */
+        struct conn *sandbox_next;      /* the sandbox's */
+        struct egress_sandbox *sandbox; /* NULL once the sandbox is gone */
         enum conn_state state;
         enum conn_mode mode;
         struct watch client, upstream;
@@ -147,7 +147,7 @@ struct conn_lookup {
 
 struct dns_query {
         struct dns_query *next, *prev;
-        struct sandbox *sandbox; /* NULL once the sandbox is gone */
+        struct egress_sandbox *sandbox; /* NULL once the sandbox is gone */
         struct sockaddr_in client;
         uint16_t id;
         size_t max_reply;
@@ -164,7 +164,7 @@ struct egress {
          * EGRESS_FD_RESERVE. */
         unsigned fd_limit, n_listener_fds;
         ares_channel ares;
-        struct sandbox *sandboxes;
+        struct egress_sandbox *sandboxes;
         struct conn *conns;
         unsigned n_conns;
         struct conn *graveyard; /* closed in this batch, freed after it */
@@ -187,14 +187,15 @@ int64_t egress_now_ms(void);
 void egress_watch(struct watch *w, uint32_t events);
 void egress_unwatch(struct watch *w);
 void egress_send_event(json_t *event);
-void egress_refused(struct sandbox *sb, const char *name, uint32_t addr, uint16_t port, const char *reason);
+void egress_refused(struct egress_sandbox *sb, const char *name, uint32_t addr, uint16_t port,
+                    const char *reason);
 void egress_refresh_host_addrs(void);
 unsigned egress_conn_limit(void);
 void egress_accept_failed(struct watch *listener, const char *who, int error);
-struct sandbox *egress_sandbox_find(const char *id);
+struct egress_sandbox *egress_sandbox_find(const char *id);
 
 /* proxy.c */
-void proxy_accept(struct sandbox *sb);
+void proxy_accept(struct egress_sandbox *sb);
 void proxy_expose_accept(struct expose *e);
 void proxy_conn_event(struct conn *c, bool upstream, uint32_t events);
 void proxy_factory_reply(struct conn *c, int fd, int error);
@@ -204,15 +205,15 @@ void proxy_free_graveyard(void);
 
 /* dns.c */
 int dns_init(const char *servers, nsbox_error_t **err);
-void dns_receive(struct sandbox *sb);
-void dns_sandbox_gone(struct sandbox *sb);
+void dns_receive(struct egress_sandbox *sb);
+void dns_sandbox_gone(struct egress_sandbox *sb);
 #define EGRESS_DNS_TCP_QUERY_MAX 512
 /* One query (without its length prefix) of a CONN_DNS connection: answered
  * through proxy_dns_reply, at once or when the resolver answers. */
 void dns_tcp_query(struct conn *c, const uint8_t *pkt, size_t len);
 void proxy_dns_reply(struct conn *c, const uint8_t *msg, size_t len);
-void dns_record_answer(struct sandbox *sb, const char *name, const uint8_t *abuf, size_t alen);
-bool dns_address_recorded(struct sandbox *sb, const char *name, uint32_t addr);
+void dns_record_answer(struct egress_sandbox *sb, const char *name, const uint8_t *abuf, size_t alen);
+bool dns_address_recorded(struct egress_sandbox *sb, const char *name, uint32_t addr);
 void dns_ares_event(struct watch *w, uint32_t events);
 void dns_ares_timeouts(void);
 void dns_free_graveyard(void);
