@@ -22,7 +22,8 @@ extern MHD_RequestCompletedCallback http_request_completed;
 
 static const char usage[] =
     "usage: nsbox-http --http ADDR [--tokens FILE] [--tls-cert FILE --tls-key FILE] [--socket PATH]\n"
-    "                  [--max-connections N] [--timeout SEC] [--execute-sandbox JSON]\n"
+    "                  [--max-connections N] [--max-per-token N] [--max-per-address N] [--auth-reserve N]\n"
+    "                  [--timeout SEC] [--header-timeout SEC] [--execute-sandbox JSON]\n"
     "\n"
     "Serve nsboxd's API over HTTP (see README, \"HTTP API\").\n"
     "  --http ADDR            HOST:PORT to listen on (127.0.0.1:8080, [::1]:8080, 0.0.0.0:8080);\n"
@@ -34,7 +35,16 @@ static const char usage[] =
     "  --max-connections N    at most N clients at once (default 256)\n"
     "  --max-per-token N      at most N requests of one token at once (default a quarter of\n"
     "                         --max-connections): more get 429\n"
+    "  --max-per-address N    at most N connections from one client address, more are refused\n"
+    "                         (default a quarter of --max-connections, at least 16; without\n"
+    "                         --tokens, no limit but --max-connections)\n"
+    "  --auth-reserve N       connections that have not yet sent a valid token take at most\n"
+    "                         --max-connections less N; one more closes the oldest of them\n"
+    "                         (default an eighth of --max-connections, at least 1; 0: none)\n"
     "  --timeout SEC          close a connection idle this long (default 120)\n"
+    "  --header-timeout SEC   close a connection whose request has not sent its headers, with a\n"
+    "                         valid token, SEC after the accept or the previous request's end\n"
+    "                         (default 10)\n"
     "  --execute-sandbox JSON sandbox.create params of the sandboxes POST /execute {code} makes\n";
 
 static char *read_file(const char *path, nsbox_error_t **err)
@@ -117,7 +127,9 @@ int main(int argc, char **argv)
 {
         const char *listen_text = NULL, *tokens_path = NULL, *cert_path = NULL, *key_path = NULL,
                    *socket_flag = NULL, *execute_sandbox = NULL;
-        unsigned max_connections = 256, timeout = 120, max_per_token = 0;
+        unsigned max_connections = 256, timeout = 120, max_per_token = 0, header_timeout = 10,
+                 max_per_address = 0, auth_reserve = 0;
+        bool auth_reserve_given = false;
         static const struct option longopts[] = {
                 { "http", required_argument, NULL, 'l' },
                 { "tokens", required_argument, NULL, 't' },
@@ -126,7 +138,10 @@ int main(int argc, char **argv)
                 { "socket", required_argument, NULL, 's' },
                 { "max-connections", required_argument, NULL, 'm' },
                 { "max-per-token", required_argument, NULL, 'p' },
+                { "max-per-address", required_argument, NULL, 'a' },
+                { "auth-reserve", required_argument, NULL, 'r' },
                 { "timeout", required_argument, NULL, 'T' },
+                { "header-timeout", required_argument, NULL, 'H' },
                 { "execute-sandbox", required_argument, NULL, 'e' },
                 { "help", no_argument, NULL, 'h' },
                 { 0 },
@@ -154,22 +169,37 @@ int main(int argc, char **argv)
                         break;
                 case 'm':
                 case 'p':
-                case 'T': {
+                case 'a':
+                case 'r':
+                case 'T':
+                case 'H': {
                         char *end;
                         unsigned long v = strtoul(optarg, &end, 10);
-                        if (*end != '\0' || v == 0 || v > 100000) {
-                                fprintf(stderr, "nsbox-http: --%s wants a number from 1 to 100000\n",
+                        unsigned long least = opt == 'r' ? 0 : 1;
+                        if (optarg[0] < '0' || optarg[0] > '9' || *end != '\0' || v < least || v > 100000) {
+                                fprintf(stderr, "nsbox-http: --%s wants a number from %lu to 100000\n",
                                         opt == 'm'   ? "max-connections"
                                         : opt == 'p' ? "max-per-token"
-                                                     : "timeout");
+                                        : opt == 'a' ? "max-per-address"
+                                        : opt == 'r' ? "auth-reserve"
+                                        : opt == 'T' ? "timeout"
+                                                     : "header-timeout",
+                                        least);
                                 return 2;
                         }
                         if (opt == 'm')
                                 max_connections = v;
                         else if (opt == 'p')
                                 max_per_token = v;
-                        else
+                        else if (opt == 'a')
+                                max_per_address = v;
+                        else if (opt == 'r') {
+                                auth_reserve = v;
+                                auth_reserve_given = true;
+                        } else if (opt == 'T')
                                 timeout = v;
+                        else
+                                header_timeout = v;
                         break;
                 }
                 case 'h':
@@ -182,6 +212,13 @@ int main(int argc, char **argv)
         }
         if (listen_text == NULL || optind != argc) {
                 fputs(usage, stderr);
+                return 2;
+        }
+        if (!auth_reserve_given)
+                auth_reserve = max_connections >= 2 ? (max_connections / 8 ? max_connections / 8 : 1) : 0;
+        if (auth_reserve >= max_connections) {
+                fprintf(stderr, "nsbox-http: --auth-reserve must be less than --max-connections (%u)\n",
+                        max_connections);
                 return 2;
         }
         if ((cert_path == NULL) != (key_path == NULL)) {
@@ -217,6 +254,24 @@ int main(int argc, char **argv)
         http_config.timeout_seconds = timeout;
         /* One token must not hold every connection: the rest of the tokens would wait. */
         http_config.max_per_token = max_per_token ? max_per_token : (max_connections + 3) / 4;
+        /* Without tokens every client is this host's, and this uid: one
+         * address, one owner, so a per-address limit would only lower
+         * --max-connections. With tokens, a peer needs several addresses to
+         * take more than a quarter of the connections (a proxy in front
+         * makes every client one address: raise it then). */
+        if (max_per_address == 0 && tokens_path == NULL)
+                max_per_address = max_connections;
+        if (max_per_address == 0) {
+                max_per_address = (max_connections + 3) / 4;
+                if (max_per_address < 16)
+                        max_per_address = max_connections < 16 ? max_connections : 16;
+        }
+        struct http_bounds bounds = {
+                .header_timeout_seconds = header_timeout,
+                .max_per_address = max_per_address,
+                .max_unauthenticated = max_connections - auth_reserve,
+                .max_connections = max_connections,
+        };
         if (execute_sandbox != NULL) {
                 json_error_t jerr;
                 http_config.execute_sandbox = json_loads(execute_sandbox, 0, &jerr);
@@ -254,11 +309,18 @@ int main(int argc, char **argv)
                 { MHD_OPTION_HTTPS_MEM_KEY, 0, key },
                 { MHD_OPTION_END, 0, NULL },
         };
-        struct MHD_Daemon *d =
-            MHD_start_daemon(flags, 0, NULL, NULL, http_access_handler, NULL, MHD_OPTION_SOCK_ADDR,
-                             (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT, max_connections,
-                             MHD_OPTION_CONNECTION_TIMEOUT, timeout, MHD_OPTION_NOTIFY_COMPLETED,
-                             http_request_completed, NULL, MHD_OPTION_ARRAY, tls_options, MHD_OPTION_END);
+        if (http_bounds_start(&bounds, &err) < 0)
+                return fail(NULL, err);
+        /* --max-connections is counted by http_bounds_accept; MHD's own
+         * limit leaves room for the connections it cut that MHD has yet
+         * to close. */
+        struct MHD_Daemon *d = MHD_start_daemon(
+            flags, 0, http_bounds_accept, NULL, http_access_handler, NULL, MHD_OPTION_EXTERNAL_LOGGER,
+            http_bounds_mhd_log, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+            MHD_OPTION_CONNECTION_LIMIT, max_connections + HTTP_BOUNDS_DYING(max_connections),
+            MHD_OPTION_CONNECTION_TIMEOUT, timeout, MHD_OPTION_NOTIFY_COMPLETED, http_request_completed, NULL,
+            MHD_OPTION_NOTIFY_CONNECTION, http_bounds_notify, NULL, MHD_OPTION_ARRAY, tls_options,
+            MHD_OPTION_END);
         if (d == NULL) {
                 fprintf(stderr, "nsbox-http: cannot listen on %s%s\n", listen_text,
                         cert ? " (or the TLS certificate/key was refused)" : "");
@@ -268,6 +330,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "nsbox-http: listening on %s port %u (%s, %s), nsboxd at %s\n", listen_text,
                 port ? port->port : 0, cert ? "https" : "http",
                 http_config.act_as ? "bearer tokens" : "no tokens: loopback only", http_config.socket_path);
+        fprintf(stderr,
+                "nsbox-http: a request's headers and token within %u s, at most %u connections an address, "
+                "%u of %u before a valid token\n",
+                header_timeout, max_per_address, max_connections - auth_reserve, max_connections);
         int sig;
         for (;;) {
                 sigwait(&stop, &sig);
@@ -283,6 +349,7 @@ int main(int argc, char **argv)
                         fprintf(stderr, "nsbox-http: SIGHUP: tokens reloaded from %s\n", tokens_path);
         }
         MHD_stop_daemon(d);
+        http_bounds_stop();
         json_decref(http_config.execute_sandbox);
         return 0;
 }

@@ -453,6 +453,9 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *connecti
                                     "loopback address is refused");
                         r->uid = getuid();
                 }
+                /* Without tokens, reaching the loopback port from a
+                 * program of this host is the credential. */
+                http_bounds_authenticated(connection);
                 if (!owner_take(r))
                         return http_reply_error(
                             r, MHD_HTTP_TOO_MANY_REQUESTS, "limit_reached",
@@ -503,6 +506,7 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *connecti
 static void request_completed(void *cls, struct MHD_Connection *connection, void **con_cls,
                               enum MHD_RequestTerminationCode toe)
 {
+        http_bounds_request_done(connection);
         struct http_request *r = *con_cls;
         if (r == NULL)
                 return;
