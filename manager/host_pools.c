@@ -9,7 +9,7 @@
 
 #include "cleanup.h"
 #include "log.h"
-#include "setup.h"
+#include "sandbox_limits.h"
 
 /* What the host keeps for itself: the kernel's defaults for root's inotify
  * instances, a generous share of watches and of files (the kernel's own

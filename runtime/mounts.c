@@ -1,5 +1,5 @@
 #include "mounts.h"
-#include "setup.h"
+#include "sandbox_limits.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -6,16 +6,7 @@
 #include <sys/types.h>
 
 #include "error.h"
-
-/* What one sandbox may take of the pools the kernel counts per user at
- * every user-namespace level: set as the limits of the sandbox's own
- * namespace (its processes are charged there first), while the level above
- * charges every sandbox to the namespace's owner, host root; the manager
- * keeps room for them there (manager/host_pools.c). */
-#define SANDBOX_INOTIFY_INSTANCES 16
-#define SANDBOX_INOTIFY_WATCHES   8192
-/* Open files per process in a sandbox (RLIMIT_NOFILE). */
-#define SANDBOX_NOFILE 1024
+#include "sandbox_limits.h"
 
 /* Sent by the manager over the sync socket once the id maps are written and
  * the overlay root is made, with one fd: that overlay, a detached mount.

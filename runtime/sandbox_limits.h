@@ -1,0 +1,14 @@
+/* What one sandbox may hold of the kernel's per-user pools and of open
+ * files: set inside the sandbox (mounts.c, setup.c) and reserved for on
+ * the host (manager/host_pools.c). */
+#pragma once
+
+/* What one sandbox may take of the pools the kernel counts per user at
+ * every user-namespace level: set as the limits of the sandbox's own
+ * namespace (its processes are charged there first), while the level above
+ * charges every sandbox to the namespace's owner, host root; the manager
+ * keeps room for them there (manager/host_pools.c). */
+#define SANDBOX_INOTIFY_INSTANCES 16
+#define SANDBOX_INOTIFY_WATCHES   8192
+/* Open files per process in a sandbox (RLIMIT_NOFILE). */
+#define SANDBOX_NOFILE 1024
