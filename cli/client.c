@@ -7,12 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cleanup.h"
 #include "json_cleanup.h"
 #include "jsonrpc.h"
+#include "socket_path.h"
 
 #define CLIENT_MAX_LINE (1u << 30)
 
@@ -60,17 +63,92 @@ int cli_write_all(int fd, const void *data, size_t len)
         return 0;
 }
 
-int client_connect(const char *path, struct client **out, nsbox_error_t **err)
+/* A full listen queue is waited out for this long in all, in tries of at
+ * most CONNECT_TRY_MS each: the kernel's wait (SO_SNDTIMEO bounds a blocking
+ * connect) wakes as soon as nsboxd accepts, and a fresh try after a short
+ * pause finds the path again if nsboxd was restarted meanwhile. */
+#define CONNECT_BUDGET_MS 2000
+#define CONNECT_TRY_MS    500
+
+static long long monotonic_ms(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* One connect that waits at most wait_ms (>= 1) for room in the listen
+ * queue: the fd, or -errno (-EAGAIN: still full). */
+static int connect_once(const struct sockaddr_un *addr, long long wait_ms)
+{
+        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        struct timeval tv = { .tv_sec = wait_ms / 1000, .tv_usec = (wait_ms % 1000) * 1000 };
+        if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0)
+                return -errno;
+        if (connect(fd, (const struct sockaddr *)addr, sizeof(*addr)) < 0)
+                return -errno;
+        /* Writes block as they always did. */
+        struct timeval none = { 0 };
+        if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof(none)) < 0)
+                return -errno;
+        return steal_fd(&fd);
+}
+
+/* The fd, or -errno; *tries says how many connects it took. */
+static int connect_bounded(const char *path, unsigned *tries)
 {
         struct sockaddr_un addr = { .sun_family = AF_UNIX };
         if (strlen(path) >= sizeof(addr.sun_path))
-                return nsbox_error(err, ENAMETOOLONG, "socket path %s", path);
+                return -ENAMETOOLONG;
         strcpy(addr.sun_path, path);
-        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        long long deadline = monotonic_ms() + CONNECT_BUDGET_MS;
+        long long pause_ms = 25;
+        for (*tries = 1;; (*tries)++) {
+                long long left = deadline - monotonic_ms();
+                int fd = connect_once(&addr, left > CONNECT_TRY_MS ? CONNECT_TRY_MS : left > 0 ? left : 1);
+                if (fd >= 0 || (fd != -EAGAIN && fd != -EINTR))
+                        return fd;
+                left = deadline - monotonic_ms();
+                if (left <= 0)
+                        return -EAGAIN;
+                struct timespec ts = { .tv_nsec = (pause_ms < left ? pause_ms : left) * 1000000 };
+                nanosleep(&ts, NULL);
+                pause_ms *= 2;
+        }
+}
+
+int client_connect(const char *path, struct client **out, nsbox_error_t **err)
+{
+        unsigned tries = 0;
+        _cleanup_close_ int fd = -1;
+        /* The operator socket first, where it is there and ours to use
+         * (root's; other uids cannot see into its directory): a connect
+         * flood by other uids cannot fill its queue. One that fails
+         * otherwise than by staying full (a stale one: nsboxd died) sends
+         * us to the shared socket. */
+        _cleanup_free_ char *operator_path = operator_socket_path(path);
+        if (operator_path != NULL && access(operator_path, F_OK) == 0) {
+                fd = connect_bounded(operator_path, &tries);
+                if (fd == -EAGAIN)
+                        return nsbox_error(err, EAGAIN,
+                                           "connect to nsboxd at %s: its listen queue stayed full for %d s "
+                                           "(%u tries); try again later",
+                                           operator_path, CONNECT_BUDGET_MS / 1000, tries);
+        }
         if (fd < 0)
-                return nsbox_error(err, errno, "socket");
-        if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0)
-                return nsbox_error(err, errno, "connect to nsboxd at %s", path);
+                fd = connect_bounded(path, &tries);
+        if (fd == -EAGAIN)
+                return nsbox_error(
+                    err, EAGAIN,
+                    "connect to nsboxd at %s: its listen queue stayed full for %d s (%u tries: "
+                    "nsboxd is overloaded or other clients flood it); try again later",
+                    path, CONNECT_BUDGET_MS / 1000, tries);
+        if (fd == -ENAMETOOLONG)
+                return nsbox_error(err, ENAMETOOLONG, "socket path %s", path);
+        if (fd < 0)
+                return nsbox_error(err, -fd, "connect to nsboxd at %s", path);
         struct client *c = calloc(1, sizeof(*c));
         if (c == NULL)
                 return nsbox_error(err, ENOMEM, "client");

@@ -24,6 +24,7 @@
 #include "daemon.h"
 #include "log.h"
 #include "params.h"
+#include "socket_path.h"
 #include "userns.h"
 
 #define READ_CHUNK (64 * 1024)
@@ -87,6 +88,10 @@ struct rpc_conn {
 static struct {
         struct loop *loop;
         struct loop_source *listener;
+        /* Root's own socket (operator_socket_path): its listen queue is
+         * apart from the one every other uid shares. */
+        struct loop_source *operator_listener;
+        char *operator_path;
         /* Buffered input to process later, from the loop rather than from
          * inside whichever handler's reply made room for it. */
         struct loop_source *wakeup;
@@ -1174,9 +1179,14 @@ static void accept_without_fds(int listen_fd)
         server.spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
+/* The whole listen queue is taken at each wakeup, up to this many: the queue
+ * stays short for the uids that are not flooding it (one over its quota is
+ * refused as it comes), and a sustained flood still lets the loop serve. */
+#define ACCEPT_PER_WAKEUP 4096
+
 static void listener_event(struct loop_source *source, uint32_t events)
 {
-        for (int i = 0; i < 64; i++) {
+        for (int i = 0; i < ACCEPT_PER_WAKEUP; i++) {
                 int fd = accept4(source->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
                 if (fd < 0) {
                         if (errno == EMFILE || errno == ENFILE) {
@@ -1355,55 +1365,101 @@ static int check_socket_dir(const char *socket_path, nsbox_error_t **err)
         return 0;
 }
 
-/* Our own socket: bound and listening under a temporary name, then renamed
- * into place. Returns the listening fd or -errno. */
-static int bind_socket(const struct rpc_server_config *config, nsbox_error_t **err)
+/* A listening socket at path, owned by uid:gid with mode: bound and
+ * listening under a temporary name, then renamed into place. Returns the
+ * listening fd or -errno. */
+static int bind_socket(const char *path, uid_t uid, gid_t gid, mode_t mode, nsbox_error_t **err)
 {
         struct sockaddr_un addr = { .sun_family = AF_UNIX };
-        if (strlen(config->socket_path) >= sizeof(addr.sun_path))
-                return nsbox_error(err, ENAMETOOLONG, "socket path %s", config->socket_path);
-        strcpy(addr.sun_path, config->socket_path);
+        if (strlen(path) >= sizeof(addr.sun_path))
+                return nsbox_error(err, ENAMETOOLONG, "socket path %s", path);
+        strcpy(addr.sun_path, path);
         int r;
-        _cleanup_close_ int fd = -1;
-        r = check_socket_dir(config->socket_path, err);
-        if (r < 0)
-                return r;
-        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0)
                 return nsbox_error(err, errno, "socket");
         /* A socket file left by a previous run: replace it only if nothing
          * answers on it (another nsboxd must not be hijacked). */
         struct stat st;
-        if (lstat(config->socket_path, &st) == 0) {
+        if (lstat(path, &st) == 0) {
                 if (!S_ISSOCK(st.st_mode))
-                        return nsbox_error(err, EEXIST, "%s exists and is not a socket", config->socket_path);
+                        return nsbox_error(err, EEXIST, "%s exists and is not a socket", path);
                 _cleanup_close_ int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
                 if (probe >= 0 && connect(probe, (struct sockaddr *)&addr, sizeof(addr)) == 0)
-                        return nsbox_error(err, EADDRINUSE, "another nsboxd is listening on %s",
-                                           config->socket_path);
+                        return nsbox_error(err, EADDRINUSE, "another nsboxd is listening on %s", path);
         }
         /* Bound and listening under a temporary name, then renamed into
          * place: a client that sees the path can connect at once, and never
          * finds it with the wrong owner or mode. */
         struct sockaddr_un tmp_addr = { .sun_family = AF_UNIX };
-        if (snprintf(tmp_addr.sun_path, sizeof(tmp_addr.sun_path), "%s.new", config->socket_path) >=
+        if (snprintf(tmp_addr.sun_path, sizeof(tmp_addr.sun_path), "%s.new", path) >=
             (int)sizeof(tmp_addr.sun_path))
-                return nsbox_error(err, ENAMETOOLONG, "socket path %s", config->socket_path);
+                return nsbox_error(err, ENAMETOOLONG, "socket path %s", path);
         unlink(tmp_addr.sun_path);
-        mode_t old = umask(0117);
+        mode_t old = umask(~mode & 0777);
         r = bind(fd, (struct sockaddr *)&tmp_addr, sizeof(tmp_addr));
         umask(old);
         if (r < 0)
                 return nsbox_error(err, errno, "bind %s", tmp_addr.sun_path);
-        struct group *g = getgrnam("nsbox");
-        if (chown(tmp_addr.sun_path, 0, g ? g->gr_gid : 0) < 0 || chmod(tmp_addr.sun_path, 0660) < 0 ||
-            listen(fd, 512) < 0 || rename(tmp_addr.sun_path, config->socket_path) < 0) {
-                r = nsbox_error(err, errno, "set up %s", config->socket_path);
+        /* The kernel's largest queue (net.core.somaxconn caps it), as
+         * systemd's Backlog= has it: a burst of connects from many clients
+         * finds room instead of EAGAIN. */
+        if (chown(tmp_addr.sun_path, uid, gid) < 0 || chmod(tmp_addr.sun_path, mode) < 0 ||
+            listen(fd, SOMAXCONN) < 0 || rename(tmp_addr.sun_path, path) < 0) {
+                r = nsbox_error(err, errno, "set up %s", path);
                 unlink(tmp_addr.sun_path);
                 return r;
         }
 
         return steal_fd(&fd);
+}
+
+/* The operator socket's directory: nsboxd's uid's alone (0700), so that no
+ * other uid can connect to the socket in it, or flood its queue. Its parent
+ * is the socket's directory, which only root may write (check_socket_dir):
+ * no one else can put something in its place. */
+static int make_operator_dir(const char *operator_path, nsbox_error_t **err)
+{
+        _cleanup_free_ char *copy = strdup(operator_path);
+        if (copy == NULL)
+                return nsbox_error(err, ENOMEM, "operator socket path");
+        const char *dir = dirname(copy);
+        if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+                return nsbox_error(err, errno, "mkdir %s", dir);
+        struct stat st;
+        if (lstat(dir, &st) < 0)
+                return nsbox_error(err, errno, "operator socket directory %s", dir);
+        if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid())
+                return nsbox_error(err, EPERM, "operator socket directory %s must be a directory of uid %u",
+                                   dir, (unsigned)geteuid());
+        if ((st.st_mode & 07777) != 0700 && chmod(dir, 0700) < 0)
+                return nsbox_error(err, errno, "chmod 0700 %s", dir);
+        return 0;
+}
+
+/* Root's own socket (see operator_socket_path), made by nsboxd whether or
+ * not systemd passed the shared one. */
+static int bind_operator_socket(const char *socket_path, nsbox_error_t **err)
+{
+        int r;
+        _cleanup_free_ char *path = operator_socket_path(socket_path);
+        if (path == NULL)
+                return nsbox_error(err, ENOMEM, "operator socket path");
+        struct sockaddr_un addr;
+        if (strlen(path) + strlen(".new") >= sizeof(addr.sun_path)) {
+                /* Too long for a socket address: root shares the one
+                 * socket, as before there was an operator socket. */
+                log_warn("no operator socket: %s is too long a socket path; root's clients share %s's queue",
+                         path, socket_path);
+                return -ENAMETOOLONG;
+        }
+        if ((r = check_socket_dir(socket_path, err)) < 0 || (r = make_operator_dir(path, err)) < 0)
+                return r;
+        int fd = bind_socket(path, geteuid(), getegid(), 0600, err);
+        if (fd < 0)
+                return fd;
+        server.operator_path = steal_pointer(&path);
+        return fd;
 }
 
 int rpc_server_start(struct loop *loop, const struct rpc_server_config *config, nsbox_error_t **err)
@@ -1416,10 +1472,17 @@ int rpc_server_start(struct loop *loop, const struct rpc_server_config *config, 
                 if (fcntl(fd, F_SETFL, O_NONBLOCK) < 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
                         return nsbox_error(err, errno, "the socket passed by systemd");
         } else {
-                fd = bind_socket(config, err);
+                int r = check_socket_dir(config->socket_path, err);
+                if (r < 0)
+                        return r;
+                struct group *g = getgrnam("nsbox");
+                fd = bind_socket(config->socket_path, 0, g ? g->gr_gid : 0, 0660, err);
                 if (fd < 0)
                         return fd;
         }
+        _cleanup_close_ int operator_fd = bind_operator_socket(config->socket_path, err);
+        if (operator_fd < 0 && operator_fd != -ENAMETOOLONG)
+                return operator_fd;
         _cleanup_close_ int wakeup = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (wakeup < 0)
                 return nsbox_error(err, errno, "eventfd");
@@ -1437,6 +1500,12 @@ int rpc_server_start(struct loop *loop, const struct rpc_server_config *config, 
         if (server.listener == NULL)
                 return nsbox_error(err, errno, "watch %s", config->socket_path);
         steal_fd(&fd);
+        if (operator_fd >= 0) {
+                server.operator_listener = loop_add(loop, operator_fd, EPOLLIN, listener_event, NULL);
+                if (server.operator_listener == NULL)
+                        return nsbox_error(err, errno, "watch %s", server.operator_path);
+                steal_fd(&operator_fd);
+        }
         return 0;
 }
 
@@ -1445,6 +1514,17 @@ void rpc_server_stop(void)
         if (server.listener != NULL) {
                 loop_remove(server.loop, server.listener);
                 server.listener = NULL;
+        }
+        if (server.operator_listener != NULL) {
+                loop_remove(server.loop, server.operator_listener);
+                server.operator_listener = NULL;
+        }
+        if (server.operator_path != NULL) {
+                unlink(server.operator_path);
+                char *dir = dirname(server.operator_path);
+                rmdir(dir); /* best effort: the directory is ours, and empty now */
+                free(server.operator_path);
+                server.operator_path = NULL;
         }
         if (server.spare_fd >= 0) {
                 close(server.spare_fd);

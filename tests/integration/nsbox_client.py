@@ -1,11 +1,14 @@
 """A small JSON-RPC client of nsboxd for the tests: one JSON object per line
 over the daemon's real unix socket."""
+import errno
 import itertools
 import json
 import os
 import select
 import socket
+import struct
 import subprocess
+import time
 
 
 class RpcError(Exception):
@@ -16,11 +19,34 @@ class RpcError(Exception):
         self.kind = (error.get("data") or {}).get("kind")
 
 
+def connect(path, timeout, budget=2.0):
+    """A socket connected to exactly path (no operator socket), with timeout.
+    A full listen queue (EAGAIN) is waited out for at most `budget` seconds,
+    as the SDK does: blocking connects bounded by SO_SNDTIMEO (with a timeout
+    set first, Python's connect is non-blocking and fails at once)."""
+    deadline = time.monotonic() + budget
+    pause = 0.025
+    while True:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        wait = max(0.001, min(0.5, deadline - time.monotonic()))
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", int(wait), int(wait % 1 * 1e6)))
+        try:
+            s.connect(path)
+        except OSError as e:
+            s.close()
+            if e.errno not in (errno.EAGAIN, errno.EINTR) or time.monotonic() >= deadline:
+                raise
+            time.sleep(min(pause, max(0, deadline - time.monotonic())))
+            pause *= 2
+            continue
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", 0, 0))
+        s.settimeout(timeout)
+        return s
+
+
 class Client:
     def __init__(self, path, timeout=120):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout)
-        self.sock.connect(path)
+        self.sock = connect(path, timeout)
         self.file = self.sock.makefile("rwb")
         self.ids = itertools.count(1)
         self.notifications = []
@@ -74,9 +100,7 @@ class Raw:
     """A client that sends exactly the bytes it is given."""
 
     def __init__(self, path, timeout=30):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout)
-        self.sock.connect(path)
+        self.sock = connect(path, timeout)
         self.buf = b""
 
     def close(self):

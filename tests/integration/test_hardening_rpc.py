@@ -2,6 +2,8 @@
 answered with its own id, logs cannot be forged, connections are bounded per
 uid and in time, output memory is bounded globally, large requests do not
 stall the loop, SIGTERM refuses new work, and one state dir has one daemon.
+A connect flood by one uid does not keep root out, and clients wait out a
+full listen queue for a bounded time (issue 27).
 
 Every test drives the real daemon over its real socket.
 """
@@ -17,7 +19,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from conftest import BUILD, IMAGE_DIR, Daemon  # noqa: E402
+from conftest import BUILD, IMAGE_DIR, REPO, Daemon  # noqa: E402
 from nsbox_client import Raw  # noqa: E402
 
 INVALID_REQUEST, INVALID_PARAMS, APP = -32600, -32602, -32000
@@ -189,6 +191,266 @@ def test_one_uid_cannot_take_every_connection():
             c.close()
     finally:
         assert d.stop() == 0
+
+
+# --- connect floods: before accept (issue 27) ------------------------------------
+
+FLOOD = r"""
+import collections, json, os, signal, socket, sys, time
+path, uid, gid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+os.setgroups([gid]); os.setgid(gid); os.setuid(uid)
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+held = collections.deque()
+connects = full = 0
+print("flooding", flush=True)
+end = time.monotonic() + 60  # a bound should the test die without stopping us
+while not stop and time.monotonic() < end:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.setblocking(False)
+    try:
+        s.connect(path)
+    except BlockingIOError:
+        full += 1
+        s.close()
+        continue
+    connects += 1
+    # Half closed at once, half held a while (past the uid's connection quota,
+    # so nsboxd refuses some as it accepts them).
+    if connects % 2:
+        s.close()
+    else:
+        held.append(s)
+        if len(held) > 64:
+            held.popleft().close()
+print(json.dumps({"connects": connects, "queue_full": full}), flush=True)
+"""
+
+
+def start_flood(path, uid, processes=4):
+    gid = os.stat(path).st_gid  # the socket's group may connect
+    procs = [subprocess.Popen(["/usr/bin/python3", "-c", FLOOD, path, str(uid), str(gid)], cwd="/",
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(processes)]
+    for p in procs:
+        assert p.stdout.readline().strip() == "flooding", p.stderr.read()
+    return procs
+
+
+def stop_flood(procs):
+    stats = []
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+        stats.append(out.strip() or err.strip())
+    return stats
+
+
+def operator_socket(path):
+    return os.path.join(os.path.dirname(path), "operator", os.path.basename(path))
+
+
+def socket_root_uses(path):
+    """What root's clients connect to: the operator socket where there is one."""
+    return operator_socket(path) if os.path.exists(operator_socket(path)) else path
+
+
+def one_nonblocking_connect(path):
+    """A Raw client from one non-blocking connect (no retry), or None on EAGAIN."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.setblocking(False)
+    try:
+        s.connect(path)
+    except BlockingIOError:
+        s.close()
+        return None
+    s.settimeout(30)
+    c = Raw.__new__(Raw)
+    c.sock, c.buf = s, b""
+    return c
+
+
+def sdk_list(path):
+    return subprocess.run(["/usr/bin/python3", "-c", "import sys; sys.path.insert(0, sys.argv[1]); import nsbox; "
+                           "print(len(nsbox.Sandbox.list(socket=sys.argv[2])))",
+                           os.path.join(REPO, "sdk", "python"), path],
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.hostroot("the flood runs as uid 65534 and root's own socket is for host root")
+def test_a_connect_flood_by_one_uid_does_not_keep_root_out():
+    d = Daemon()
+    flood = []
+    try:
+        flood = start_flood(d.socket, NOBODY)
+        failures = []
+        for i in range(30):
+            c = one_nonblocking_connect(socket_root_uses(d.socket))
+            if c is None:
+                failures.append((i, "connect: EAGAIN (listen queue full)"))
+                continue
+            with c:
+                r = c.call({"jsonrpc": "2.0", "id": i, "method": "sandbox.list", "params": {}})
+            if "result" not in r:
+                failures.append((i, r))
+            if i % 10 == 0:  # the CLI and the SDK pick root's socket themselves
+                cli = d.cli("list", timeout=60)
+                if cli.returncode != 0:
+                    failures.append((i, "nsbox list: " + cli.stderr.decode(errors="replace")))
+                sdk = sdk_list(d.socket)
+                if sdk.returncode != 0:
+                    failures.append((i, "Sandbox.list: " + sdk.stderr[-500:]))
+        still_flooding = all(p.poll() is None for p in flood)
+        stats = stop_flood(flood)
+        flood = []
+        assert still_flooding, stats
+        assert not failures, "root's connects under a flood by uid %d (%s): %s" % (NOBODY, stats, failures)
+        # The flood is over and nsboxd serves as before; its connections are gone.
+        assert "result" in server_info(d.socket)
+    finally:
+        stop_flood(flood)
+        assert d.stop() == 0
+
+
+CONNECT_FAILS_AS = r"""
+import os, socket, sys
+path, uid, gid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+os.setgroups([gid]); os.setgid(gid); os.setuid(uid)
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    s.connect(path)
+except OSError as e:
+    print(e.errno)
+else:
+    print("connected")
+"""
+
+
+@pytest.mark.hostroot("the operator socket is host root's, and the other uid is a host uid")
+def test_the_operator_socket_is_root_only(daemon):
+    path = operator_socket(daemon.socket)
+    dir_st, sock_st = os.lstat(os.path.dirname(path)), os.lstat(path)
+    assert dir_st.st_uid == 0 and (dir_st.st_mode & 0o7777) == 0o700, oct(dir_st.st_mode)
+    assert sock_st.st_uid == 0 and (sock_st.st_mode & 0o777) == 0o600, oct(sock_st.st_mode)
+    with Raw(path) as c:
+        assert "result" in c.call({"jsonrpc": "2.0", "id": 1, "method": "server.info"})
+    # Even in the shared socket's group, another uid cannot connect to it.
+    gid = os.stat(daemon.socket).st_gid
+    p = subprocess.run(["/usr/bin/python3", "-c", CONNECT_FAILS_AS, path, str(NOBODY), str(gid)], cwd="/",
+                       capture_output=True, text=True, timeout=30)
+    assert p.stdout.strip() == str(13), (p.stdout, p.stderr)  # EACCES
+
+
+def full_listener(path):
+    """A listening socket whose queue is full: the next non-blocking connect is EAGAIN."""
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(0)
+    queued = []
+    while True:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.setblocking(False)
+        try:
+            s.connect(path)
+        except BlockingIOError:
+            s.close()
+            return srv, queued
+        queued.append(s)
+
+
+CLIENTS = {
+    "cli": lambda path: [os.path.join(BUILD, "nsbox"), "--socket", path, "list"],
+    "sdk": lambda path: ["/usr/bin/python3", "-c", "import sys; sys.path.insert(0, sys.argv[1]); import nsbox; "
+                         "print(nsbox.Sandbox.list(socket=sys.argv[2]))", os.path.join(REPO, "sdk", "python"), path],
+    "sdk-aio": lambda path: ["/usr/bin/python3", "-c", "import asyncio, sys; sys.path.insert(0, sys.argv[1]); "
+                             "from nsbox.aio import AsyncSandbox; "
+                             "print(asyncio.run(AsyncSandbox.list(socket=sys.argv[2])))",
+                             os.path.join(REPO, "sdk", "python"), path],
+}
+
+
+def waiting_to_connect(proc):
+    """True once proc has tried: it exited, or one of its threads waits in connect."""
+    if proc.poll() is not None:
+        return True
+    try:
+        for task in os.listdir("/proc/%d/task" % proc.pid):
+            with open("/proc/%d/task/%s/wchan" % (proc.pid, task)) as f:
+                if f.read() == "unix_wait_for_peer":
+                    return True
+    except OSError:
+        return proc.poll() is not None
+    return False
+
+
+def test_clients_wait_out_a_full_listen_queue(tmp_path):
+    path = str(tmp_path / "nsbox.sock")
+    srv, queued = full_listener(path)
+    procs = {name: subprocess.Popen(argv(path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for name, argv in CLIENTS.items()}
+    done = threading.Event()
+    server = None
+    try:
+        # Each client has met the full queue before there is room.
+        deadline = time.monotonic() + 30
+        while not all(waiting_to_connect(p) for p in procs.values()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+        def serve():
+            for _ in queued:
+                srv.accept()[0].close()
+            srv.settimeout(0.2)
+            while not done.is_set():
+                try:
+                    conn, _ = srv.accept()
+                except socket.timeout:
+                    continue
+                with conn:
+                    conn.settimeout(30)
+                    req = json.loads(conn.makefile("rb").readline())
+                    conn.sendall(json.dumps({"jsonrpc": "2.0", "id": req["id"],
+                                             "result": {"sandboxes": [], "count": 0}}).encode() + b"\n")
+        server = threading.Thread(target=serve)
+        server.start()
+        results = {name: (p.wait(timeout=60), p.stderr.read()) for name, p in procs.items()}
+        assert all(rc == 0 for rc, _ in results.values()), results
+    finally:
+        done.set()
+        if server is not None:
+            server.join()
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        srv.close()
+        for s in queued:
+            s.close()
+
+
+def test_clients_give_up_on_a_listen_queue_that_stays_full_with_a_clear_error(tmp_path):
+    path = str(tmp_path / "nsbox.sock")
+    srv, queued = full_listener(path)
+    procs = {name: subprocess.Popen(argv(path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for name, argv in CLIENTS.items()}
+    try:
+        results = {}
+        for name, p in procs.items():
+            try:
+                _, err = p.communicate(timeout=60)  # a hang, not a slow answer, fails this
+            except subprocess.TimeoutExpired:
+                err = "still waiting to connect after 60 s"
+            results[name] = (p.returncode, err)
+        for name, (rc, err) in results.items():
+            assert rc not in (0, None) and "listen queue stayed full" in err, (name, rc, err)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        srv.close()
+        for s in queued:
+            s.close()
 
 
 def test_idle_connections_are_closed_and_busy_ones_are_not():

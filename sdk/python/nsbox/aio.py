@@ -11,7 +11,7 @@ import inspect
 import itertools
 import json
 
-from . import _core
+from . import _connect, _core
 from .errors import NotFoundError, NsboxConnectionError, NsboxError, ProtocolError, error_from_reply
 
 
@@ -25,12 +25,19 @@ class AsyncConnection:
         self._reader = self._writer = None
 
     async def open(self):
+        # asyncio's own connect is non-blocking: a full listen queue (EAGAIN)
+        # would pass for a connect in progress. The bounded blocking connect
+        # runs in a thread instead.
         try:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_unix_connection(self.path, limit=_core.MAX_LINE), self.connect_timeout)
-        except (OSError, asyncio.TimeoutError) as e:
-            raise NsboxConnectionError("cannot reach nsboxd at %s: %s (is nsboxd running? set NSBOX_SOCKET "
-                                       "or pass socket=)" % (self.path, getattr(e, "strerror", None) or e)) from e
+            sock = await asyncio.get_running_loop().run_in_executor(
+                None, _connect.connect, self.path, _connect.budget(self.connect_timeout))
+        except OSError as e:
+            raise _connect.connection_error(self.path, e) from e
+        try:
+            self._reader, self._writer = await asyncio.open_unix_connection(sock=sock, limit=_core.MAX_LINE)
+        except BaseException:
+            sock.close()
+            raise
         return self
 
     async def close(self):

@@ -2,11 +2,10 @@
 import functools
 import itertools
 import json
-import socket as _socket
 import threading
 import time
 
-from . import _core
+from . import _connect, _core
 from .errors import NotFoundError, NsboxConnectionError, NsboxError, ProtocolError, error_from_reply
 
 
@@ -23,15 +22,11 @@ class Connection:
         self._open()
 
     def _open(self):
-        s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
         try:
-            s.settimeout(self.connect_timeout)
-            s.connect(self.path)
-            s.settimeout(self.timeout)
+            s = _connect.connect(self.path, _connect.budget(self.connect_timeout))
         except OSError as e:
-            s.close()
-            raise NsboxConnectionError("cannot reach nsboxd at %s: %s (is nsboxd running? set NSBOX_SOCKET "
-                                       "or pass socket=)" % (self.path, e.strerror or e)) from e
+            raise _connect.connection_error(self.path, e) from e
+        s.settimeout(self.timeout)
         self._sock, self._file = s, s.makefile("rb")
 
     def close(self):
