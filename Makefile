@@ -50,7 +50,7 @@ BINS  := $(BUILD)/nsboxd $(BUILD)/nsbox $(BUILD)/nsbox-init
 EGRESS_SRC := $(wildcard egress/*.c)
 BINS  += $(BUILD)/nsbox-egress
 # nsbox-http: the HTTP front of nsboxd (http/, libmicrohttpd), a client of
-# nsboxd through cli/client.c; apart, so the CLI starts without libmicrohttpd.
+# nsboxd through common/client.c; apart, so the CLI starts without libmicrohttpd.
 HTTP_SRC := $(wildcard http/*.c)
 BINS  += $(BUILD)/nsbox-http
 # forkrun: the attach client of the sandbox's Python fork server, installed in
@@ -95,7 +95,7 @@ $(BUILD)/nsbox-egress: $(call obj,$(EGRESS_SRC)) $(call obj,policy/netpolicy.c $
 	$(CC) $(CFLAGS) $(SAN) -o $@ $^ $(shell pkg-config --libs jansson) -lcares -lpthread
 
 $(BUILD)/obj/http/%.o: CFLAGS += $(shell pkg-config --cflags libmicrohttpd gnutls)
-$(BUILD)/nsbox-http: $(call obj,$(HTTP_SRC) cli/client.c $(COMMON_SRC))
+$(BUILD)/nsbox-http: $(call obj,$(HTTP_SRC) $(COMMON_SRC))
 	$(CC) $(CFLAGS) $(SAN) -o $@ $^ $(shell pkg-config --libs jansson libmicrohttpd gnutls) -lpthread
 
 # The tokens file parser is http/ code, outside libnsbox.a.

@@ -1,4 +1,3 @@
-#include "cli.h"
 #include "client.h"
 
 #include <errno.h>

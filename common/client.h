@@ -1,4 +1,5 @@
-/* A blocking JSON-RPC client of nsboxd, used by the CLI and the MCP server. */
+/* The blocking JSON-RPC client of nsboxd that every front shares: the CLI,
+ * the MCP server and nsbox-http. */
 #pragma once
 
 #include <jansson.h>
