@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # nsbox — build, image, demo and tests.  `make demo` and `make test` install
 # what they need from Debian themselves, so a fresh Debian 12 host needs
 # nothing else.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* nsbox cp: copy files, directories and symlinks out of or into a sandbox,
  * as docker cp does, through nsboxd's own file API.
  *

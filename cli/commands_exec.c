@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* nsbox exec, sh and run: commands with live output and docker's exit codes. */
 #include <errno.h>
 #include <pthread.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* nsbox ps, logs and kill: the background execs of `nsbox exec -d`
  * (exec.list, exec.status, exec.output, exec.kill). */
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* nsbox python and nsbox pip: python.run and package.install. */
 #include <errno.h>
 #include <fcntl.h>

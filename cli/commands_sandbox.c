@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* nsbox create, ls, info, rm, status: the sandbox lifecycle. */
 #include <errno.h>
 #include <fcntl.h>

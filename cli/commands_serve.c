@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* nsbox serve --http ADDR ...: the HTTP front is its own program
  * (nsbox-http, linked with libmicrohttpd), so the CLI stays quick to start;
  * this execs it with the arguments given. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* nsbox shell: persistent shell sessions (shell.create, shell.run,
  * shell.check, shell.list, shell.terminate). */
 #include <stdio.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* nsbox snapshot, fork, commit and images: file snapshots of sandboxes,
  * sandboxes forked from them, and images committed from sandboxes. */
 #include <limits.h>

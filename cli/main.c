@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* nsbox: the command-line client of nsboxd. Shared helpers and dispatch;
  * the commands live in cli/commands_*.c. */
 #include <ctype.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* nsbox mcp: an MCP server on stdin/stdout that forwards tool calls to nsboxd.
  *
  * The main thread reads stdin (poll) and answers everything that needs no

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* nsbox mcp: the Model Context Protocol message handling, kept apart from
  * the I/O so that it can be tested without a daemon (cli/mcp_protocol.c). */
 #pragma once

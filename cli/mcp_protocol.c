@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* MCP message handling without I/O: version negotiation, the tool table,
  * argument checks, tool arguments → nsboxd params, nsboxd results → MCP
  * content. cli/mcp.c does the I/O; tests/unit/test_mcp.c includes this file. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A private nsboxd for `nsbox run` when no daemon listens: the nsboxd binary
  * beside this one, on a socket and state dir of its own in a fresh 0700
  * directory. It never outlives the CLI: it asks for SIGTERM when its parent

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Tar streams of nsbox cp (`nsbox cp ID:DIR -`, `tar c . | nsbox cp - ID:DIR`),
  * through libarchive: pax archives out, any tar libarchive reads in. */
 #include "tar_stream.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* nsbox cp's tree copy: a source walks a tree (a host directory, a sandbox
  * directory through fs.*, or a tar stream) and hands each entry to a sink
  * (a host directory, a sandbox directory, or a tar stream). Paths handed to

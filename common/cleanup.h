@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Scope-bound cleanup, as in systemd and crun. */
 #pragma once
 

@@ -1,3 +1,6 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The blocking JSON-RPC client of nsboxd: connect (the operator socket first, bounded waits on a
+ * full listen queue), call, read replies and notifications. */
 #include "client.h"
 
 #include <errno.h>

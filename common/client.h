@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The blocking JSON-RPC client of nsboxd that every front shares: the CLI,
  * the MCP server and nsbox-http. */
 #pragma once

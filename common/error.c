@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The error object: nsbox_error() fills it, the edge appends the errno text once. */
 #include "error.h"
 
 #include <errno.h>

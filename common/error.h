@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The one error idiom of nsbox: functions that can fail return 0 or a
  * negative errno and fill an error object with what was being done. */
 #pragma once

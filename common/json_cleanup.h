@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* _cleanup_json_: a json_t reference dropped at the end of its scope. */
 #pragma once
 
 #include <jansson.h>

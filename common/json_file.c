@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Whole-file replacement of JSON files: temporary file, rename, cleanup. */
 #include "json_file.h"
 

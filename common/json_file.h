@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* JSON files nsbox keeps on disk (sandbox records, snapshot and image
  * metadata), replaced whole. */
 #pragma once

@@ -1,3 +1,6 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* JSON-RPC 2.0 line framing: parse a request (keeping its id whatever jansson refuses), build
+ * replies. */
 #include "jsonrpc.h"
 
 #include <errno.h>

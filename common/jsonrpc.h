@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* JSON-RPC 2.0 framing shared by nsboxd, the CLI and the MCP server: one
  * compact JSON object per '\n'-terminated line. */
 #pragma once

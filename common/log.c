@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Log lines to stderr (journald priority prefixes), escaping, and per-key rate limits. */
 #include "log.h"
 
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* One line per event to stderr. Under journald (JOURNAL_STREAM names
  * stderr) a line is "<N>level: message", the sd-daemon priority prefix;
  * anywhere else "2026-01-02T03:04:05.678Z level: message", UTC with

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Checks of client-given relative paths under a sandbox's working directory. */
 #include "relpath.h"
 
 #include <string.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Checks of a path a client gives for a file under a sandbox's working
  * directory (nsbox-http's /execute files and /upload names). */
 #pragma once

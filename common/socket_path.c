@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The operator socket's path beside a given socket. */
 #include "socket_path.h"
 
 #include <stdio.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Where nsboxd's operator socket is, given its socket: one place for
  * nsboxd, which makes it, and for the clients, which try it first. */
 #pragma once

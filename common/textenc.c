@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Process output as JSON strings: UTF-8 repair and base64. */
 #include "textenc.h"
 
 #include <stdint.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Turning process output into JSON strings: UTF-8 repair and base64. */
 #pragma once
 

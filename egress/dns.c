@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* DNS for the sandboxes: every UDP query to port 53 arrives on the
  * sandbox's socket at gateway:53. A question the policy allows is asked
  * again by c-ares (from the host's netns) and the answer relayed with the

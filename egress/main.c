@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* nsbox-egress --control-fd N --netns-fd M --uid U --gid G [--dns-servers "IP[:PORT],..."]
  *
  * Started by nsboxd as root. A socket factory thread enters the egress

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The TCP side of nsbox-egress: a sandbox's connections (redirected by nft
  * to its listener at gateway:1) are judged by name (HTTP Host on 80, TLS
  * SNI on 443, the explicit proxy at gateway:3128) or by address, then

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* nsbox-egress's shared state: the proxy every network sandbox's traffic
  * goes through. One epoll loop in the main thread, which stays in the
  * host's network namespace; a "factory" thread in the egress namespace

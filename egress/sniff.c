@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Reading where a sandbox's connection wants to go from its first bytes: TLS SNI, HTTP Host. */
 #include "sniff.h"
 
 #include <ctype.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What nsbox-egress reads from a sandbox's first bytes to learn where it
  * wants to go: the SNI of a TLS ClientHello, the Host of an HTTP request
  * head, the question of a DNS query. Pure functions over untrusted bytes:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The runtime contract the kubernetes-sigs/agent-sandbox Python SDK speaks
  * to the server in a sandbox pod: POST /execute {command} -> {stdout,
  * stderr, exit_code}; POST /upload (multipart/form-data, field "file",

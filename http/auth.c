@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The tokens file: one owner per line, `UID TOKEN` or `UID sha256:HEX` (the
  * SHA-256 of the token, so the file need not hold the secret), `#`
  * comments and blank lines ignored. Presented tokens are hashed and compared

@@ -1,4 +1,5 @@
-/* What a peer without a token can hold of nsbox-http (issue 27).
+/* SPDX-License-Identifier: Apache-2.0 */
+/* What a peer without a token can hold of nsbox-http.
  *
  * MHD's --timeout is an inactivity timeout: a client that sends one header
  * byte now and then keeps its connection (and, one thread per connection,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* nsbox-http: an HTTP front of nsboxd (libmicrohttpd, one thread per
  * connection). Every request is served over its own connection to nsboxd's
  * unix socket, made the token's owner with auth.act_as, so nsboxd applies

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* nsbox-http: options, the listening address, TLS, and the daemon's life. */
 #include "http.h"
 

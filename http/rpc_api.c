@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* nsbox's own API over HTTP: POST /v1/rpc/METHOD with the params object as
  * the body, or POST /v1/rpc with a JSON-RPC request. A call with
  * "stream": true is answered as it runs: NDJSON (a line per nsboxd

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The seed's sandbox-server contract: POST /execute {code, timeout_seconds,
  * requirements, files} in a fresh sandbox made for the request and removed
  * after it (nothing is left for the next call), and GET /health. */

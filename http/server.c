@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Requests of nsbox-http: authentication, bodies (bounded while they
  * arrive), routing, replies, and the connection to nsboxd each request
  * makes as its owner. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The mount namespace every sandbox's is copied from.
  *
  * A sandbox used to copy the host's mount table and then pivot_root out of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The mount namespace sandboxes are cloned into (see basens.c). */
 #pragma once
 

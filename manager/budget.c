@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* nsboxd's one budget for bytes waiting on someone (unread replies, uncollected output). */
 #include "budget.h"
 
 #include "daemon.h"

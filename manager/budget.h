@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* nsboxd's own memory for data waiting on someone: replies a client has not
  * read yet, exec output nobody has collected. One budget for all of it
  * (config max_buffer_bytes), so that many slow clients together cannot

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Resource limits of sandboxes.
  *
  * cgroup v2: nsboxd works inside the cgroup it was started in (a delegated

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Resource limits of sandboxes: cgroup v2 (delegated subtree) with a v1 /
  * hybrid fallback. nsboxd works inside the cgroup it was started in. */
 #pragma once

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* nsboxd's configuration: defaults, the JSON file, NSBOX_* variables, flags; checked once at start. */
 #include "config.h"
 
 #include <errno.h>

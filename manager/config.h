@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* nsboxd's configuration: built-in defaults, then the JSON config file,
  * then NSBOX_* environment variables, then command-line flags. */
 #pragma once

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The one instance of nsboxd's shared state, and the clocks every part reads. */
 #include "daemon.h"
 
 #include <stdio.h>

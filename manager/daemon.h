@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* State shared by the parts of nsboxd. One instance, owned by main(). */
 #pragma once
 

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Network egress, nsboxd's side: the egress namespace, each sandbox's veth, nftables, the proxy. */
 #include "egress.h"
 
 #include <arpa/inet.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Network egress: nsboxd's side. A private network namespace (the egress
  * namespace) holds one veth end per sandbox with network; nftables there
  * hands every TCP connection and DNS query from a sandbox to nsbox-egress,

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Execs: one process run in a sandbox at a client's request, its output, timeout and end. */
 #include "exec.h"
 
 #include "egress.h"

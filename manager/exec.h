@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* One process run in a sandbox at a client's request: pipes the manager
  * reads, timeout, output caps, streaming, background bookkeeping. */
 #pragma once

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The file API of nsboxd (fs.*) and the file helpers of python.run.
  *
  * nsboxd is host root, so every path the sandbox can influence is resolved

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* File access into a sandbox from the manager: fs.* methods and helpers for
  * python.run. Resolution never leaves the sandbox's root. */
 #pragma once

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Pure normalization of fs.* paths (see fs_path.h). */
 #include "fs_path.h"
 

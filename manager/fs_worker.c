@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Forked workers of the file API (see fs_worker.h).
  *
  * The child writes one header line, {"r":0,"result":{...},"raw_key":k} or

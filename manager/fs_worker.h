@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* File work that may take long (a recursive remove, the listing of a huge
  * directory, a large read or write) runs in a forked child of nsboxd and
  * reports back through a pipe watched by the event loop, so the loop keeps

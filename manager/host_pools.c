@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Room in the host's per-user kernel pools (inotify, keys, ...) for the sandboxes' share. */
 #include "host_pools.h"
 
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Room in the host's per-user kernel pools for the sandboxes' share. */
 #pragma once
 

@@ -1,3 +1,6 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Images: the operator's read-only ones and those committed from sandboxes, listed, committed,
+ * removed. */
 #include "images.h"
 
 #include <dirent.h>

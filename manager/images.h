@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Images: the operator's under the image dir (NAME/rootfs +
  * NAME/manifest.json, read-only to the API), and images committed from
  * sandboxes under STATE/images (NAME/rootfs holds only what the sandbox

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The single-threaded epoll loop: sources, their callbacks, and removal while dispatching. */
 #include "loop.h"
 
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The single-threaded epoll loop every part of nsboxd hangs off. */
 #pragma once
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* nsboxd: the privileged manager. */
 #include "daemon.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The JSON-RPC methods of nsboxd: parameter checks, ownership, and the
  * calls into the sandbox and exec modules. */
 #include "methods.h"

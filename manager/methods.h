@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The JSON-RPC method table of nsboxd and the server-wide methods. */
 #pragma once
 
 #include "rpc.h"

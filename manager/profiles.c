@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Seccomp profiles by name, compiled once into sealed memfds the sandboxes share. */
 #include "profiles.h"
 
 #include <errno.h>

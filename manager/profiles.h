@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Seccomp profiles by name, compiled once and kept as sealed memfds that
  * every sandbox using the profile shares read-only. */
 #pragma once

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The code interpreter: python.run (stateless, stateful) and package.install. */
 #include "python.h"
 
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The code-interpreter calls: python.run (stateless, and stateful through
  * one long-lived interpreter per sandbox) and package.install. */
 #pragma once

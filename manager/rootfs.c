@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The host side of a sandbox's root: image lower layers, the size-capped disk, the overlay. */
 #include "rootfs.h"
 
 #include <dirent.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The host side of a sandbox's root: an idmapped mount of the shared
  * read-only image as overlay lower, a size-capped tmpfs holding the
  * per-sandbox upper layer. */

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Client connections: accept, peer credentials, line framing, dispatch, replies, back-pressure. */
 #include "rpc.h"
 
 #include <errno.h>

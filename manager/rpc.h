@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Client connections of nsboxd: accept, SO_PEERCRED, line framing,
  * dispatch, replies and notifications, back-pressure. */
 #pragma once

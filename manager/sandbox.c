@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The sandbox registry and lifecycle: uid ranges, create, handshake, remove, pause, idle reaping. */
 #include "sandbox.h"
 
 #include <dirent.h>

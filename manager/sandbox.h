@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The sandbox registry and lifecycle: create (clone, id maps, overlay,
  * handshake with the init), lookup by owner, remove, idle reaping. */
 #pragma once

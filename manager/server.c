@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* nsboxd's startup and main loop, also run by `nsbox run` when no daemon
  * is listening.  Everything happens in one epoll loop. */
 #include <errno.h>

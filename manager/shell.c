@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Persistent shell sessions: a named bash per session that keeps its state between commands. */
 #include "shell.h"
 
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Persistent shell sessions: a named bash per session in a sandbox that
  * keeps its cwd, exported variables and functions between commands
  * (shell.create, shell.run, shell.check, shell.terminate, shell.list).

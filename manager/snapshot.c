@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* File snapshots of sandboxes, forks from them, and the layer copy images.c commits. */
 #include "snapshot.h"
 
 #include <dirent.h>

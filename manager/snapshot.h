@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* File snapshots of sandboxes, forks from them, and the copy of a
  * sandbox's file changes that images.c commits as an image.
  *

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Sandbox records under the state dir, and recovery after a crash of nsboxd. */
 #include "state.h"
 
 #include <dirent.h>

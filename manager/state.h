@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What nsboxd keeps under its state dir so that a restart after a crash
  * (kill -9 at any moment) leaves nothing behind that nothing owns. */
 #pragma once

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* How sandboxes get host uids: a range each (idmapped image) or one shared range. */
 #include "uidmode.h"
 
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* How sandboxes get host uids: a range of their own each (idmapped image),
  * or, where the kernel cannot idmap the image, one range shared by all with
  * a copy of the image owned by that range. */

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* nsboxd without host root: the user namespace it runs in and the ids it may hand out. */
 #include "userns.h"
 
 #include <errno.h>

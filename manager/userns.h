@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* nsboxd without host root: as root of a user namespace that holds one
  * delegated range of ids (a pod with hostUsers: false, a rootless CI job,
  * `nsboxd --rootless` on a laptop).

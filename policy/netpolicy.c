@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Network policies: parse, validate and match names and addresses a sandbox may reach. */
 #include "netpolicy.h"
 
 #include <arpa/inet.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A sandbox's network policy: which names and IPv4 addresses its traffic may
  * reach. Parsed and validated once (nsboxd validates what clients and the
  * configuration give; nsbox-egress compiles what nsboxd sends) and then

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Checks every method's parameter parsing shares: unknown fields, encodings, booleans, timeouts. */
 #include "params.h"
 
 #include <string.h>

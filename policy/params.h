@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Small checks shared by every method's parameter parsing. */
 #pragma once
 

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* A sandbox's policy from the daemon's defaults, ceilings and a client's sandbox.create params. */
 #include "policy.h"
 
 #include "params.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What one sandbox may do: image, limits, network, profile, idle timeout.
  * Built from the daemon's defaults and a client's sandbox.create params. */
 #pragma once

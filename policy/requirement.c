@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Package requirements nsbox hands to pip: PEP 508 only, nothing pip could read as an option. */
 #include "requirement.h"
 
 #include <string.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Which package requirements nsbox hands to pip: PEP 508 names with extras
  * and version specifiers, nothing that pip could read as an option, a
  * path, a URL or a shell word. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Seccomp profile compiler: OCI/Docker JSON → libseccomp → classic BPF.
  *
  * The semantics follow what Docker's own default profile expects from runc, so

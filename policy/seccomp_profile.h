@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Seccomp profiles in the OCI/Docker JSON format, compiled to classic BPF.
  *
  * The daemon compiles each profile once (libseccomp, jansson) and caches the

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # Build an nsbox sandbox image: NAME/rootfs/ (a Debian root filesystem) and
 # NAME/manifest.json, under the image directory nsboxd reads.
 #

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* forkrun: the attach client of the sandbox's Python fork server
  * (image-files/usr/lib/nsbox/forkserver.py), installed in the image as
  * /usr/lib/nsbox/forkrun and run by nsboxd as a stateless python.run's exec:

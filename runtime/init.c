@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* nsbox-init: PID 1 of a sandbox.  It is exec'd from a sealed memfd (so
  * /proc/1/exe is no writable host file, CVE-2019-5736), is non-dumpable,
  * reaps every orphan, and starts the exec slots the manager asks for (see

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Mounts inside a new sandbox: its root, /proc, /dev, masked paths, read-only binds. */
 #include "mounts.h"
 #include "sandbox_limits.h"
 

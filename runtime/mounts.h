@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Mounts inside a new sandbox, done by the setup child (setup.c). */
 #pragma once
 
 #include "error.h"

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Links, addresses and routes of a network namespace through libnl-3. */
 #include "network.h"
 
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Links, addresses and routes of the calling thread's network namespace,
  * through libnl-3 (rtnetlink). Callers enter the namespace first. */
 #pragma once

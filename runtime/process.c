@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Starting one exec'd process in a sandbox: everything between fork() and execve(). */
 #include "process.h"
 
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Starting one exec'd process inside a sandbox: everything between fork()
  * and execve(), in two halves. The first half depends on nothing in the
  * request and runs while the child waits for one (see supervisor.c); the

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The control channel between nsboxd and nsbox-init: fixed-size messages over SOCK_SEQPACKET. */
 #include "proto.h"
 
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The control channel between nsboxd and a sandbox's nsbox-init: a
  * SOCK_SEQPACKET socketpair, one message per packet.  Fixed-size headers
  * followed by NUL-separated strings; file descriptors ride along with

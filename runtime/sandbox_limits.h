@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What one sandbox may hold of the kernel's per-user pools and of open
  * files: set inside the sandbox (mounts.c, setup.c) and reserved for on
  * the host (manager/host_pools.c). */

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Reading a compiled seccomp program: its verdict for one syscall, and the runtime's own needs. */
 #include "seccomp_check.h"
 
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Reading a compiled seccomp program: what it answers for one syscall. */
 #pragma once
 

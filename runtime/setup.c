@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The child side of sandbox creation, between clone() and the exec of nsbox-init. */
 #include "setup.h"
 
 #include <errno.h>

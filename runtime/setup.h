@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The child side of sandbox creation: runs in the process clone()d by the
  * manager into new user and pid namespaces, and ends by exec'ing nsbox-init. */
 #pragma once

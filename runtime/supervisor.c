@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* One exec slot.
  *
  * The supervisor starts the exec's child at once; the child gets everything

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The supervisor of one exec slot: a child of nsbox-init that owns one
  * exec's process tree. */
 #pragma once

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # `make demo`: start nsboxd on a private socket, run Python in a fresh
 # sandbox through the nsbox CLI, print what it printed, stop the daemon.
 set -euo pipefail

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # Build the nsbox container image (Containerfile) with buildah, from what
 # `make` built and the Python sandbox image; no registry is involved (FROM
 # scratch: the binaries' shared libraries are copied from this Debian host).

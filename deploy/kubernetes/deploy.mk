@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The nsbox container image (deploy/kubernetes/): `make container` builds it
 # with buildah from what `make all` and `make image` built, tagged
 # localhost/nsbox:KEY (a hash of its inputs) and localhost/nsbox:latest; a

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # PID 1 of the nsbox container: starts nsboxd, waits for its socket, then the
 # HTTP front on $NSBOX_HTTP_ADDR (0.0.0.0:8080) with the bearer tokens in
 # $NSBOX_TOKENS_FILE. SIGTERM goes to both; nsboxd removes its sandboxes and

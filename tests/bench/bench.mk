@@ -1,4 +1,5 @@
-# Side-by-side benchmark (issue 9): nsbox against bubblewrap and crun on the
+# SPDX-License-Identifier: Apache-2.0
+# Side-by-side benchmark: nsbox against bubblewrap and crun on the
 # same image, interleaved in one run; prints the table and writes it to
 # $(BUILD)/bench.md and $(BUILD)/bench.json.  Not a test: nothing here is timed
 # in `make test`.

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""nsbox side by side with bubblewrap and crun (issue 9), on the same image.
+# SPDX-License-Identifier: Apache-2.0
+"""nsbox side by side with bubblewrap and crun, on the same image.
 
 Everything runs in one process and interleaved: each round runs every
 variant whose turn it is, in a rotating order, so drift of the machine (CPU
@@ -33,7 +34,7 @@ from nsbox_client import Client  # noqa: E402
 UID_RANGE = 65536 + 128  # nsboxd puts ranges this far apart (NSBOX_UID_STRIDE)
 TRUE = ["/bin/true"]
 PYTHON = ["python3", "-c", "print(1)"]
-# Stateless python.run (issue 18): served by the sandbox's fork server, which
+# Stateless python.run: served by the sandbox's fork server, which
 # has these imported already; bwrap runs the same code in a fresh python3.
 PANDAS_CODE = "import pandas, matplotlib.pyplot; print(1)"
 PLOT_CODE = "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()\nprint(1)\n"
@@ -522,7 +523,7 @@ def scale_markdown(sc):
     return lines
 
 
-# --- network egress (issue 16) ------------------------------------------------------
+# --- network egress ------------------------------------------------------
 
 FIRST_REQUEST = r"""
 import socket, sys
@@ -610,7 +611,7 @@ def network_markdown(nt):
 
     def diff(a, b):
         return "%+.1f ms" % (nt[a][0] - nt[b][0]) if nt[a] and nt[b] else "–"
-    lines = ["", "| network egress (issue 16), %d rounds each, interleaved, median / p90 | without network | "
+    lines = ["", "| network egress, %d rounds each, interleaved, median / p90 | without network | "
              "with network (policy) | difference |" % nt["n"], "|---|---:|---:|---:|"]
     lines.append("| sandbox.create | %s | %s | %s |" % (pair(nt["create_none_ms"]), pair(nt["create_net_ms"]),
                                                        diff("create_net_ms", "create_none_ms")))

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What a wakeup costs on this host: a 100-byte ping-pong over a unix socket
 between two processes, both blocking, pinned to two different CPUs and
 then to the same one, with the medians of 3000 round trips. The README's

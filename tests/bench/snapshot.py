@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Snapshot and fork times (issue 19): a sandbox with about 50 MB of file
+# SPDX-License-Identifier: Apache-2.0
+"""Snapshot and fork times: a sandbox with about 50 MB of file
 changes (40 files of 1 MB and 2500 of 4 KB, as a pip install leaves) is
 snapshotted and forked (snapshot + create from it) a few times over; prints
 medians and writes BUILD/bench-snapshot.json.

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # build-criu.sh: build CRIU 4.1.1 (Debian trixie's source package, via apt)
 # in /tmp/criu-src with the three EXPERIMENT changes described in README.md,
 # each switched on by an environment variable so that without them the

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # dump.sh: checkpoint the sandbox whose init is $W/init.pid into $W/img
 # (the processes die, as after a real pause to disk).
 # CRIU=path to a criu >= 4.1 (Debian 12's 3.17 cannot start on this kernel).

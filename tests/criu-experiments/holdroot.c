@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* holdroot PID DIR: clone the root mount of PID's mount namespace (the
  * sandbox's overlay) and attach it at DIR in ours, so that the overlay and its
  * upper layer outlive the sandbox's processes (CRIU kills them after a dump;

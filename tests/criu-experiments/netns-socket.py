@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """netns-socket.py: does an unpatched CRIU 4.1.1 dump and restore a process
 whose socket to an outside peer was made INSIDE its own network namespace
 (the nsbox-side alternative to the CRIU_EXP_HOST_SOCKETS patch)?

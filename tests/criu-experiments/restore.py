@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """restore.py: restore the sandbox dumped by dump.sh, without nsboxd, with
 new channels in place of the ones that led to nsboxd (--inherit-fd), then ask
 the restored stateful interpreter for x over its new pipes.

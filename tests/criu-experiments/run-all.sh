@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # run-all.sh: setup.sh, dump.sh, restore.py in a row, with timings.
 # CODE: what the stateful interpreter runs before the dump (default x = 42).
 set -u

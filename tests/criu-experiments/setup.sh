@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # Start an nsboxd from this worktree's build on its own socket/state dir under
 # $W (default /tmp/cx), create a sandbox, set x = 42 in its stateful
 # interpreter, and print the sandbox id and its init's host pid.

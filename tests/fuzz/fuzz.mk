@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Bounded fuzzing of the request parser (make test-fuzz).
 #
 # libFuzzer ships with clang; on Debian 12 its runtime (libclang_rt.fuzzer)

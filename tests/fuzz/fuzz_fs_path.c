@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target: fs.* paths as a client sends them (any bytes, any
  * length) through fs_path_parse, the pure half of fs.c's path handling,
  * and the prefix walk mkdir -p uses. Checks the invariants fs.c relies on:

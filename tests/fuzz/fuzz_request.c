@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target: a client's bytes as nsboxd sees them. The input is split
  * into lines like the server does; each line goes through the request parser,
  * the error/result builders and the serializer (the reply must be one valid

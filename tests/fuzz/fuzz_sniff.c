@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target: a sandbox's first bytes (any bytes, any length)
  * through the three sniffers of nsbox-egress. Checks what the proxy relies
  * on: a name found is NUL-terminated, non-empty and bounded; an HTTP head's

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fixtures that start the real nsboxd on a private socket and state dir."""
 import json
 import os

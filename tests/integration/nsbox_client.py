@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A small JSON-RPC client of nsboxd for the tests: one JSON object per line
 over the daemon's real unix socket."""
 import errno

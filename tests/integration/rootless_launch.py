@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Run the test daemons without host root (NSBOX_TEST_LAUNCHER):
 
   nested    nsboxd as root of a user namespace with one 65536-id range

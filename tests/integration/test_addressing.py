@@ -1,4 +1,5 @@
-"""Issue 17, addressing as docker does it: a unique prefix of a sandbox id
+# SPDX-License-Identifier: Apache-2.0
+"""Addressing as docker does it: a unique prefix of a sandbox id
 names the sandbox (only among the caller's own sandboxes), session names
 work in the CLI wherever an id does, labels, `ls -q` and `ls --format`."""
 import json

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The nsbox CLI against the real daemon: every command, --json, --help,
 docker-like exit codes, binary-exact cp, python, and `nsbox run` with no
 daemon at all (a private in-process manager that leaves nothing behind)."""

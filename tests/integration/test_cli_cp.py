@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """nsbox cp through nsboxd's file API: exact bytes whoever owns the file,
 directory trees with modes and symlinks both ways, tar streams on - (docker
 cp), no partial file when a copy fails, paths outside the sandbox's root

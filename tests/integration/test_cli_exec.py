@@ -1,4 +1,5 @@
-"""nsbox exec/sh/run as agents use them (issue 17): byte-exact output and
+# SPDX-License-Identifier: Apache-2.0
+"""nsbox exec/sh/run as agents use them: byte-exact output and
 standard input, the output cap said on stderr, background execs (exec -d,
 ps, logs, kill), Ctrl-C passed on as SIGINT, docker's short flags, and the
 messages of commands that cannot start."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The nsbox CLI's network surface against a real nsboxd with an operator
 network policy: create/run --network, info's egress block, port (expose and
 --remove), update --network, clear 125 errors for bad names and refused client

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The suite's core without host root (make test-integration-userns): what
 running it there showed about nsboxd itself."""
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Creating a sandbox costs the same however many fds nsboxd holds (five per
 live sandbox, one per client): the setup child does not take a copy of
 nsboxd's fd table, which the kernel would copy at clone and walk again at the

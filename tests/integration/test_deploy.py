@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """deploy/kubernetes: the manifests validate against the published schemas
 (tests/deploy/schemas), and the container image runs under podman with the
 security context its SandboxTemplate gives the pod, so the pod's contract is

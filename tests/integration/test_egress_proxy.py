@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """nsbox-egress alone, without nsboxd: the test builds the topology of the
 design itself (an egress netns with the nft ruleset, two sandbox netns joined
 to it by veths, an "upstream" netns on 203.0.113.0/24 with an HTTP/TLS/raw

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """sandbox.exec and the sandbox lifecycle in detail: streaming, background
 execs, output limits and encodings, env/cwd/stdin/user, killing whole
 process trees, idle reaping, limits on the number of sandboxes."""

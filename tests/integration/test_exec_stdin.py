@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """exec.stdin: feeding a running exec's standard input (stdin_stream), with a
 bounded queue in nsboxd; background execs without a default timeout; the
 audit line of every exec."""

@@ -1,4 +1,5 @@
-"""Stateless python.run through the sandbox's Python fork server (issue 18):
+# SPDX-License-Identifier: Apache-2.0
+"""Stateless python.run through the sandbox's Python fork server:
 served calls find the image's heavy modules imported, keep no state between
 calls, and keep every promise of the plain path (ids, seccomp, timeout and
 kill of the whole tree, exit codes, files, images)."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """fs.*: the file API of nsboxd, against a real daemon and real sandboxes.
 
 nsboxd runs as host root, so every test of the path attacks plants a host

@@ -1,4 +1,5 @@
-"""fs.rename, fs.symlink and fs.chmod (issue 17): done by nsboxd's own safe
+# SPDX-License-Identifier: Apache-2.0
+"""fs.rename, fs.symlink and fs.chmod: done by nsboxd's own safe
 path walk, so `nsbox cp` runs no process in the sandbox. nsboxd is host
 root: every path attack checks that a host canary is never reached."""
 import os

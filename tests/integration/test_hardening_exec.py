@@ -1,4 +1,5 @@
-"""Hardening of execs and python.run (issue 15): nsboxd's memory stays bounded
+# SPDX-License-Identifier: Apache-2.0
+"""Hardening of execs and python.run: nsboxd's memory stays bounded
 whatever clients and sandbox code do with output, per-uid exec quota, execs
 whose supervisor dies, stateful calls that time out, and the idle reaper."""
 import json

@@ -1,5 +1,6 @@
+# SPDX-License-Identifier: Apache-2.0
 """Hardening of fs.*: no path a client sends and no tree the sandbox makes can
-crash nsboxd or stall its single event loop (issue 15)."""
+crash nsboxd or stall its single event loop."""
 import json
 import random
 import threading
@@ -88,7 +89,7 @@ def test_tree_5000_levels_deep_made_in_the_sandbox_is_listed_and_removed(daemon,
 
 
 # Another client's server.info must be answered within this while a huge
-# fs.* call runs; on the single loop it took seconds (issue 15: ~3 s for a
+# fs.* call runs; on the single loop it took seconds (~3 s for a
 # 300k-file tree). Generous for a busy 2-core machine, far under the stall.
 LATENCY_BOUND_S = 0.5
 

@@ -1,9 +1,10 @@
-"""nsboxd's client-facing robustness (issue 15): every valid request is
+# SPDX-License-Identifier: Apache-2.0
+"""nsboxd's client-facing robustness: every valid request is
 answered with its own id, logs cannot be forged, connections are bounded per
 uid and in time, output memory is bounded globally, large requests do not
 stall the loop, SIGTERM refuses new work, and one state dir has one daemon.
 A connect flood by one uid does not keep root out, and clients wait out a
-full listen queue for a bounded time (issue 27).
+full listen queue for a bounded time.
 
 Every test drives the real daemon over its real socket.
 """
@@ -193,7 +194,7 @@ def test_one_uid_cannot_take_every_connection():
         assert d.stop() == 0
 
 
-# --- connect floods: before accept (issue 27) ------------------------------------
+# --- connect floods: before accept ------------------------------------
 
 FLOOD = r"""
 import collections, json, os, signal, socket, sys, time

@@ -1,4 +1,5 @@
-"""Issue 15, the runtime's part: no sandbox code can take an exec's processes
+# SPDX-License-Identifier: Apache-2.0
+"""The runtime under attack: no sandbox code can take an exec's processes
 out of supervision (its supervisor out of the OOM killer's and the sandbox's
 reach, orphans of a dead supervisor killed), drain a host-wide kernel pool
 (ptys, aio, per-process limits), or read what identifies the host."""

@@ -1,4 +1,5 @@
-"""Issue 15, sandbox slice: what one client may take (per-uid sandbox quota,
+# SPDX-License-Identifier: Apache-2.0
+"""What one client may take (per-uid sandbox quota,
 operator ceilings on limits, the host's memory commit, env/label sizes), and
 hundreds of sandboxes on one daemon."""
 import os
@@ -125,7 +126,7 @@ def test_env_and_labels_are_bounded_in_bytes(daemon):
 
 
 def test_300_sandboxes_on_one_daemon_then_an_exec_in_the_last():
-    """About 200 live sandboxes was where every create failed (issue 15)."""
+    """About 200 live sandboxes was where every create failed."""
     n = 300
     d = Daemon(extra_args=["--warm-pool", "0", "--max-sandboxes", str(n + 10), "--uid-pool-base", "1700000000",
                            "--uid-pool-ranges", str(n + 20), "--log-level", "info"])

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """nsbox-http, the HTTP front of nsboxd: tokens as owners (auth.act_as), nsbox's
 own API with NDJSON/SSE streams, the seed's /execute and /health, the
 agent-sandbox runtime contract, TLS, and bad clients."""

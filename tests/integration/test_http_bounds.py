@@ -1,4 +1,5 @@
-"""What a peer without a token can hold of nsbox-http (issue 27): a deadline for a
+# SPDX-License-Identifier: Apache-2.0
+"""What a peer without a token can hold of nsbox-http: a deadline for a
 request's headers with a valid token (--header-timeout), connections per client address
 (--max-per-address), and a share of the connections kept from peers that have not yet
 sent a valid token (--auth-reserve). Every peer here is a loopback address."""

@@ -1,4 +1,5 @@
-"""Mends of the HTTP front's review (issue 20): what nsboxd offers the front so that it does
+# SPDX-License-Identifier: Apache-2.0
+"""Mends of the HTTP front's review: what nsboxd offers the front so that it does
 not work around it (bytes in python.run's files, a machine-readable errno, a lean load call)."""
 import base64
 import hashlib

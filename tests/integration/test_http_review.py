@@ -1,4 +1,5 @@
-"""Review of nsbox-http (issue 20): hostile or stalled HTTP clients must not hold the
+# SPDX-License-Identifier: Apache-2.0
+"""Review of nsbox-http: hostile or stalled HTTP clients must not hold the
 front's connections past its --timeout, nor reach another token's things."""
 import hashlib
 import json

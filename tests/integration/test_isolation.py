@@ -1,4 +1,5 @@
-"""Issue 3: a sandbox holds against code trying to get out.
+# SPDX-License-Identifier: Apache-2.0
+"""A sandbox holds against code trying to get out.
 
 Every test runs real attack code inside a sandbox through sandbox.exec (python3
 with ctypes for raw x86_64 syscalls), as the sandbox user and as sandbox root

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Resource limits: one sandbox's abuse never hurts the host, the daemon or
 another sandbox. Real cgroups (v1 on a hybrid host, v2 where delegated), real
 OOM kills, real fork bombs; after every test no cgroup directory is left."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """nsbox mcp as agent hosts use it: the official MCP SDK client
 (@modelcontextprotocol/sdk, Client + StdioClientTransport) spawns
 `nsbox --socket SOCK mcp` against this module's own nsboxd and runs one named

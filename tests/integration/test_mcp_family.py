@@ -1,4 +1,5 @@
-"""nsbox mcp's one tool family (issue 17), as agent hosts drive it: every
+# SPDX-License-Identifier: Apache-2.0
+"""nsbox mcp's one tool family, as agent hosts drive it: every
 sandbox tool takes session_id or sandbox_id (neither: the connection's own
 session), a stateful run_code, persistent shell sessions, binary-safe files,
 output capped with the cap stated, stdout in one place, saved images as image

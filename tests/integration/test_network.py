@@ -1,5 +1,6 @@
-"""Network egress under a domain policy, and ports reachable from the host
-(issue 16). Every test tries to get past the policy from inside a sandbox and
+# SPDX-License-Identifier: Apache-2.0
+"""Network egress under a domain policy, and ports reachable from the host.
+Every test tries to get past the policy from inside a sandbox and
 fails if it works; the "internet" is upstream.py's test-made namespace, and
 where a request landed (or that it never arrived) is read from its servers'
 log of hits.

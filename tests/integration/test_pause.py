@@ -1,4 +1,5 @@
-"""sandbox.pause / sandbox.resume (issue 19): a paused sandbox's processes are
+# SPDX-License-Identifier: Apache-2.0
+"""sandbox.pause / sandbox.resume: a paused sandbox's processes are
 frozen by the cgroup freezer (v1 freezer hierarchy or v2 cgroup.freeze), use
 no CPU and keep their memory; requests that need them running resume it; a
 paused sandbox is removed, or cleaned up after a crash of nsboxd, with nothing

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The JSON-RPC contract of nsboxd against bad and hostile clients.
 
 Every test talks to the real daemon over its real unix socket, checks the exact
@@ -399,7 +400,7 @@ NUL_CASES = [
 
 @pytest.mark.parametrize("name,params", NUL_CASES, ids=[c[0] for c in NUL_CASES])
 def test_nul_in_any_string_is_refused_at_parse_time_and_nothing_runs(daemon, sandbox, name, params):
-    # Valid JSON is answered with its own id (issue 15): a NUL anywhere in
+    # Valid JSON is answered with its own id: a NUL anywhere in
     # params is -32602 that says so; a C string is never cut short and run.
     with Raw(daemon.socket) as c:
         msg = assert_error(c.call(req("sandbox.exec", params(sandbox))), INVALID_PARAMS, id=1)

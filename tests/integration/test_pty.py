@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """sandbox.exec with tty: true: a pseudo-terminal of the sandbox's own devpts,
 the exec its session leader with it as controlling terminal; exec.resize;
 nsbox exec -it through a real terminal."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """python.run and package.install: the code-interpreter calls, against the
 real daemon and the real image."""
 import base64

@@ -1,6 +1,7 @@
+# SPDX-License-Identifier: Apache-2.0
 """Stateless python.run as `python3 FILE ARG...`: the script's directory on
 sys.path, script_name and args, streamed output, and `nsbox python` on top
-of them (issue 17: "nsbox python streams output, takes script arguments,
+of them ("nsbox python streams output, takes script arguments,
 does not overwrite the user's /workspace/script.py, and hides the runner's
 own frames in tracebacks")."""
 import base64

@@ -1,4 +1,5 @@
-"""nsboxd without host root (issue 20): as root of a user namespace with one
+# SPDX-License-Identifier: Apache-2.0
+"""nsboxd without host root: as root of a user namespace with one
 delegated range of ids. Two ways in, each test run against both:
 
   nested    the test (host root) makes a user namespace mapping 65536 ids

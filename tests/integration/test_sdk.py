@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Python SDK (sdk/python/nsbox) against the real daemon."""
 import asyncio
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Python SDK's shell sessions (sb.shell over shell.*) and the file
 calls over fs.rename / fs.symlink / fs.chmod, against the real daemon."""
 import asyncio

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Where the seccomp filter is loaded: by nsbox-init once, when the profile
 lets the runtime's own syscalls through (execs inherit it), or by each exec
 as its last step, when the profile is stricter than the runtime. Either way

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """nsboxd as a service: sd_notify, clean SIGTERM, crash recovery after kill -9
 at random moments, and a corrupted state dir."""
 import errno

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """shell.create/run/check/terminate/list: a named bash per session that keeps
 its cwd, variables and functions between commands, against the real daemon."""
 import time

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The walking skeleton: a real daemon, a real sandbox, real Python inside."""
 import os
 

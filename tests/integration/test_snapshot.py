@@ -1,5 +1,6 @@
+# SPDX-License-Identifier: Apache-2.0
 """File snapshots of sandboxes, forks from them, and images committed from
-sandboxes (issue 19), driven over nsboxd's real socket."""
+sandboxes, driven over nsboxd's real socket."""
 import json
 import os
 import shutil
@@ -484,7 +485,7 @@ def test_one_user_runs_at_most_four_copies_at_once():
         assert d.stop() == 0
 
 
-# Inodes (issue 27): empty files, symlinks and FIFOs cost no bytes, so
+# Inodes: empty files, symlinks and FIFOs cost no bytes, so
 # layer_disk_bytes alone let one snapshot of a default sandbox put 550,550
 # inodes on the host for 8 KiB.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Host uid isolation modes: per-sandbox ranges (idmapped image) by default,
 and the shared-range fallback for kernels without idmapped mounts."""
 import fcntl

@@ -1,4 +1,5 @@
-"""A test-made "upstream internet" for the network egress tests (issue 16).
+# SPDX-License-Identifier: Apache-2.0
+"""A test-made "upstream internet" for the network egress tests.
 
 A network namespace `nsbox-up-<random>` joined to the host's by one veth:
 203.0.113.1/24 on the host side, 203.0.113.2/24 on the upstream side, plus

@@ -1,5 +1,6 @@
+# SPDX-License-Identifier: Apache-2.0
 # The integration suite's core run again against nsboxd without host root
-# (issue 20): nested (root of a 65536-id user namespace the test makes, as a
+#: nested (root of a 65536-id user namespace the test makes, as a
 # pod with hostUsers: false) and rootless (`nsboxd --rootless` as a user with
 # an /etc/subuid range the test adds and removes). Tests whose claim needs
 # host root by design are marked @pytest.mark.hostroot("why") and left out

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Run a command as root of a new user namespace with one delegated range.
 
     userns_launch.py [--map INSIDE:OUTSIDE:COUNT]... [--idmap-image SRC:DST] -- CMD...

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The official MCP SDK client (@modelcontextprotocol/sdk, pinned with its
 # lock file in tests/mcp/), installed from npm into a cache dir, never into the
 # tree. tests/integration/test_mcp.py drives `nsbox mcp` with it and runs

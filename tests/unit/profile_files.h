@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Seccomp profiles for the unit tests: the repo's, Docker's (beside the
  * repo in CI) and inline JSON, compiled or the test fails; and the forked
  * child that makes calls under one. Include after cmocka.h. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* nsbox-http's tokens file: what it accepts, what it refuses (with the
  * reason), and lookups that find exactly one owner, never a prefix. */
 #include <setjmp.h>

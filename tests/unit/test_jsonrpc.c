@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* JSON-RPC framing and request validation, and the policy checks applied to
  * sandbox.create params. */
 #include <setjmp.h>

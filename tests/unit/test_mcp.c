@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The MCP message handling of nsbox mcp, without a daemon: framing,
  * malformed lines, version negotiation, the tool table, argument checks,
  * tool arguments → nsboxd params and nsboxd results → MCP content. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The network policy matcher: parse errors name the bad entry, names match
  * exactly or below a "*." entry, deny wins, unnamed traffic needs a CIDR,
  * and special addresses open only to an allow entry inside their range. */

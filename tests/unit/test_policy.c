@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sandbox.create's policy checks against what the operator allows: limits
  * within nsboxd's ceilings (max_memory_bytes, ...), env and labels within
  * their byte bounds. */
@@ -127,7 +128,7 @@ static void test_env_and_label_sizes_are_bounded(void **state)
 static void test_env_and_labels_share_one_byte_budget(void **state)
 {
         /* Four 60 KiB env values and one 60 KiB label: each is fine, 300 KiB
-         * together is not (the 20 MiB env of issue 15 fails the same way). */
+         * together is not (a 20 MiB env fails the same way). */
         json_t *env = json_object(), *labels = json_object();
         char *value = malloc(60 << 10 | 1);
         memset(value, 'v', 60 << 10);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* relpath_ok: the one check of client paths under /workspace that nsbox-http's
  * /execute files (flags 0) and /upload names (RELPATH_ABSOLUTE | RELPATH_LOOSE) share. */
 #include <setjmp.h>

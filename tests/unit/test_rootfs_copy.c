@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rootfs_copy_layer's bounds: bytes (layer_disk_bytes) and inodes (the
  * layer_inodes bounds), counted in the walk that copies, which stops at the
  * bound. Empty files, symlinks, FIFOs and whiteouts cost no bytes: only

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The request parser's answers to hostile input, and replies that must
  * always be sendable: what nsboxd relies on to answer every client. */
 #include <setjmp.h>
@@ -20,7 +21,7 @@ static void test_nul_is_invalid_params_that_says_so(void **state)
 {
         struct jsonrpc_request req;
         const char *why = NULL;
-        /* Valid JSON: refused by validation, with the request's id (issue 15). */
+        /* Valid JSON: refused by validation, with the request's id. */
         assert_int_equal(parse("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"sandbox.exec\","
                                "\"params\":{\"argv\":[\"a\\u0000b\"]}}",
                                &req, &why),

@@ -1,5 +1,6 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sandbox_resolve: docker-like id prefixes that only ever match the caller's
- * own sandboxes (issue 17). The registry is filled by hand; no sandbox runs. */
+ * own sandboxes. The registry is filled by hand; no sandbox runs. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Seccomp profile compiler: parsing, error messages, and what the compiled
  * programs make the kernel do. The kernel checks fork a child that loads the
  * program and reports each probe's result through a pipe. Every probe also

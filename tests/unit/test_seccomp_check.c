@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* runtime/seccomp_check.c: the BPF interpreter and the check that decides
  * whether nsbox-init can carry a sandbox's seccomp filter itself.
  *

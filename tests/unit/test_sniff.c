@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The sniffers over untrusted bytes: a real ClientHello (python's ssl,
  * server_hostname "files.pythonhosted.org") whole, split over records and
  * cut at every length; HTTP request heads with every refused shape; DNS

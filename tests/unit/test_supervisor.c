@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* An exec slot's supervisor (runtime/supervisor.c), driven over its two
  * sockets the way nsboxd drives it, on the host and without a sandbox: the
  * cases the integration tests cannot time, such as a child stopped before

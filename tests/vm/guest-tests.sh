@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The cgroup v2 limits suite, run by init.sh inside the test VM (busybox sh,
 # the nsbox CLI with --json). Prints "ok N - ..." / "FAIL N - ..." lines and
 # exits non-zero when anything failed. Kept small: under TCG every python

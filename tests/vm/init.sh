@@ -1,4 +1,5 @@
 #!/bin/busybox sh
+# SPDX-License-Identifier: Apache-2.0
 # PID 1 of the test guest. pivot_root (which every sandbox does) refuses to
 # leave the initramfs' rootfs, so stage 1 copies itself into a tmpfs and
 # switch_roots there; stage 2 sets up the machine and runs the tests.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The cgroup v2 suite, for real: boot Debian's kernel under qemu (TCG, no KVM)
 # with cgroup2 as the only hierarchy, run nsboxd and tests/vm/guest-tests.sh
 # inside, and fail when any guest test fails.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """nsbox: a Python SDK for nsboxd sandboxes (stdlib only).
 
     from nsbox import Sandbox

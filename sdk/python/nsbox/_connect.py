@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Connecting to nsboxd's unix socket, for the sync and the asyncio client.
 
 nsboxd also listens on an operator socket, OPERATOR_DIR/ beside its socket, that

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The SDK's operations, written once without I/O.
 
 Each operation is a generator that yields what it needs done (a JSON-RPC

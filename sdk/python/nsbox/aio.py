@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The asyncio twin: AsyncSandbox has Sandbox's methods as coroutines, over
 asyncio.open_unix_connection. Callbacks may be plain functions or coroutine
 functions.

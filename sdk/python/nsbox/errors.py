@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Errors of the nsbox SDK: one class per protocol error kind (data.kind)."""
 
 

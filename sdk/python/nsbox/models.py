@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Result objects of the SDK: plain attributes over the daemon's reply
 (the reply itself stays in `.raw`)."""
 import base64

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The synchronous client: one unix socket per Sandbox, one request at a time."""
 import functools
 import itertools

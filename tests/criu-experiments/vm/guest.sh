@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Inside the Debian 6.1 guest (see run.sh): a sandbox with x = 42, then a dump
 # of it with Debian 12's criu 3.17.1, then with the patched 4.1.1.
 export PATH=/bin:/nsbox/bin

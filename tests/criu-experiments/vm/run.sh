@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # run.sh: boot Debian 12's own kernel (6.1) under qemu with the test-vm
 # image disk (make test-vm builds it), this worktree's nsbox, Debian's criu
 # 3.17.1 and the patched criu 4.1.1 (build-criu.sh), and run guest.sh.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """nsbox stateful driver: one long-lived interpreter per sandbox.
 
 Requests arrive on stdin, answers leave on the original stdout, each framed

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """nsbox fork server: python3 /usr/lib/nsbox/forkserver.py [MODULE]...
 
 One per sandbox, started by nsboxd as a service exec (same user, seccomp and

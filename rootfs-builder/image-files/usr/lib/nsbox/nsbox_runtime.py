@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Helpers shared by nsbox's stateless runner, its fork server and the
 stateful driver, inside the sandbox: running a stateless script, matplotlib
 figure capture and /workspace change tracking."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """nsbox stateless runner: python3 /usr/lib/nsbox/run.py SCRIPT REPORT [NAME [ARG...]]
 
 Runs SCRIPT as __main__ (named NAME in sys.argv[0] and tracebacks, with
