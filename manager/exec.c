@@ -33,9 +33,9 @@
 #include "json_cleanup.h"
 #include "log.h"
 #include "params.h"
+#include "quota.h"
 #include "policy.h"
 #include "proto.h"
-#include "python.h"
 #include "sandbox.h"
 #include "textenc.h"
 
@@ -80,6 +80,7 @@ struct exec {
         const struct exec_hooks *hooks; /* an internal caller instead of a client */
         void *hooks_data;
         bool stream, background, base64, finished;
+        bool counted; /* in its owner's calls in flight (quota.c): a client's exec, not yet finished */
         struct output out[2];
         size_t max_output, total_output;
         bool truncated;
@@ -139,8 +140,16 @@ static void exec_unlink(struct exec *ex)
 
 static void exec_unpause(struct exec *ex);
 
+static void exec_uncount(struct exec *ex)
+{
+        if (ex->counted)
+                quota_calls_add(ex->sb->owner, -1);
+        ex->counted = false;
+}
+
 static void exec_free(struct exec *ex)
 {
+        exec_uncount(ex);
         exec_unpause(ex);
         budget_give(ex->charged);
         for (int i = 0; i < 2; i++) {
@@ -665,6 +674,7 @@ static void exec_finish(struct exec *ex)
                         stream_chunk(ex, i, ex->out[i].data, ex->out[i].len);
         }
         ex->finished = true;
+        exec_uncount(ex);
         exec_unpause(ex);
         if (ex->end_mono == 0)
                 ex->end_mono = now_monotonic_ms();
@@ -1600,6 +1610,11 @@ static struct exec *exec_launch(struct sandbox *sb, json_t *params, const struct
         sb->execs = ex;
         if (!ex->service)
                 sb->running_execs++;
+        /* A client's own exec counts against its owner's calls in flight
+         * (python.run and package.install count theirs in python.c). */
+        ex->counted = hooks == NULL;
+        if (ex->counted)
+                quota_calls_add(sb->owner, 1);
         sandbox_touch(sb);
         if (exec_start(sb, ex, &p, err) < 0) {
                 if ((*err)->errnum == ENOSPC)
@@ -1644,38 +1659,11 @@ int exec_run(struct sandbox *sb, json_t *params, const struct exec_hooks *hooks,
         return 0;
 }
 
-static bool exec_uid_at_quota(uid_t uid)
-{
-        unsigned most = nsboxd.config.max_execs_per_uid;
-        if (uid == 0)
-                return false;
-        /* A client's own execs (python.run and package.install count theirs in python.c). */
-        unsigned n = python_calls_of(uid);
-        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL && n < most; sb = sb->next) {
-                if (sb->owner != uid)
-                        continue;
-                for (struct exec *ex = sb->execs; ex != NULL; ex = ex->next)
-                        n += !ex->finished && ex->hooks == NULL && !ex->service;
-        }
-        return n >= most;
-}
-
-bool exec_refuse_over_quota(struct rpc_request *req)
-{
-        if (!exec_uid_at_quota(req->uid))
-                return false;
-        rpc_reply_fail(
-            req, "limit_reached",
-            "uid %u has %u execs and python.run calls running, the most allowed (max_execs_per_uid)",
-            (unsigned)req->uid, nsboxd.config.max_execs_per_uid);
-        return true;
-}
-
 void exec_handle_request(struct rpc_request *req, struct sandbox *sb)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
         const char *kind;
-        if (exec_refuse_over_quota(req))
+        if (quota_refuse_call(req))
                 return;
         struct exec *ex = exec_launch(sb, req->msg.params, NULL, NULL, &kind, &err);
         if (ex == NULL) {

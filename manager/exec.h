@@ -46,10 +46,6 @@ struct exec_hooks {
                           * the sandbox busy or keep it from being reaped when idle */
 };
 
-/* The uid runs max_execs_per_uid client calls (execs, background ones too,
- * python.run and package.install) already (root never does): answers the
- * request limit_reached and returns true. */
-bool exec_refuse_over_quota(struct rpc_request *req);
 /* sandbox.exec */
 void exec_handle_request(struct rpc_request *req, struct sandbox *sb);
 /* exec.status, exec.output, exec.kill (by exec_id) and exec.list (of a sandbox) */

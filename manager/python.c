@@ -22,6 +22,7 @@
 #include "json_cleanup.h"
 #include "log.h"
 #include "params.h"
+#include "quota.h"
 #include "requirement.h"
 #include "sandbox.h"
 #include "textenc.h"
@@ -70,48 +71,11 @@ struct python_run {
         struct python_run *next;    /* queued on the interpreter */
 };
 
-/* --- calls per uid (max_execs_per_uid) -------------------------------------- */
-
-/* One entry per uid with calls in progress: a handful, searched in a line. */
-static struct uid_calls {
-        uid_t uid;
-        unsigned n;
-} * calls_by_uid;
-static size_t n_call_uids;
-
-static void calls_add(uid_t uid, int delta)
-{
-        for (size_t i = 0; i < n_call_uids; i++) {
-                if (calls_by_uid[i].uid != uid)
-                        continue;
-                calls_by_uid[i].n += delta;
-                if (calls_by_uid[i].n == 0)
-                        calls_by_uid[i] = calls_by_uid[--n_call_uids];
-                return;
-        }
-        if (delta <= 0)
-                return;
-        struct uid_calls *grown = realloc(calls_by_uid, (n_call_uids + 1) * sizeof(*grown));
-        if (grown == NULL)
-                return; /* uncounted: the quota errs on the generous side */
-        calls_by_uid = grown;
-        calls_by_uid[n_call_uids++] = (struct uid_calls){ uid, (unsigned)delta };
-}
-
-unsigned python_calls_of(uid_t uid)
-{
-        for (size_t i = 0; i < n_call_uids; i++) {
-                if (calls_by_uid[i].uid == uid)
-                        return calls_by_uid[i].n;
-        }
-        return 0;
-}
-
 /* --- responses ------------------------------------------------------------ */
 
 static void run_free(struct python_run *run)
 {
-        calls_add(run->uid, -1);
+        quota_calls_add(run->uid, -1);
         free(run);
 }
 
@@ -873,7 +837,7 @@ static void install_done(struct exec *ex, json_t *result, void *data)
         struct install *inst = data;
         forkserver_invalidate(inst->sb);
         if (inst->run == NULL) {
-                calls_add(inst->req->uid, -1);
+                quota_calls_add(inst->req->uid, -1);
                 json_t *reply = json_deep_copy(result);
                 if (reply != NULL && json_is_string(json_object_get(reply, "stderr")) &&
                     strcmp(json_string_value(json_object_get(reply, "encoding")), "utf-8") == 0) {
@@ -964,7 +928,7 @@ void package_method_install(struct rpc_request *req, struct sandbox *sb)
                                 "index_url must be an http(s):// or file:// URL, or \"\" for no index");
                 return;
         }
-        if (exec_refuse_over_quota(req))
+        if (quota_refuse_call(req))
                 return;
         struct install *inst = calloc(1, sizeof(*inst));
         if (inst == NULL) {
@@ -975,9 +939,9 @@ void package_method_install(struct rpc_request *req, struct sandbox *sb)
         inst->sb = sb;
         inst->offline = opts[0] != NULL && opts[0][0] == '\0';
         inst->started_mono = now_monotonic_ms();
-        calls_add(req->uid, 1);
+        quota_calls_add(req->uid, 1);
         if (start_install(sb, packages, opts[0], opts[1], inst, &err) < 0) {
-                calls_add(req->uid, -1);
+                quota_calls_add(req->uid, -1);
                 free(inst);
                 rpc_reply_fail(req, "internal", "%s", err->message);
         }
@@ -1214,7 +1178,7 @@ void python_method_run(struct rpc_request *req)
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
                 return;
         }
-        if (exec_refuse_over_quota(req))
+        if (quota_refuse_call(req))
                 return;
         struct python_run *run = calloc(1, sizeof(*run));
         if (run == NULL) {
@@ -1223,7 +1187,7 @@ void python_method_run(struct rpc_request *req)
         }
         run->req = req;
         run->uid = req->uid;
-        calls_add(run->uid, 1);
+        quota_calls_add(run->uid, 1);
         rpc_request_on_disconnect(req, run_client_gone, run);
         run->stateful = json_is_true(json_object_get(p, "stateful"));
         run->stream = json_is_true(json_object_get(p, "stream"));

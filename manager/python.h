@@ -12,8 +12,6 @@ struct sandbox;
 struct python_interp;
 
 void python_method_run(struct rpc_request *req);
-/* python.run and package.install calls of `uid` in progress. */
-unsigned python_calls_of(uid_t uid);
 /* A call runs in the sandbox's stateful interpreter, or waits for it. */
 bool python_busy(const struct sandbox *sb);
 void package_method_install(struct rpc_request *req, struct sandbox *sb);
