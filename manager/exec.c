@@ -72,6 +72,30 @@ struct output {
         bool eof;
 };
 
+/* Our ends of an exec slot the init was asked to start. */
+struct exec_slot {
+        bool open;
+        int request; /* the exec request goes here */
+        int control; /* the supervisor's reports and our kill requests */
+        uint32_t number;
+};
+
+/* The stdout and stderr pipes of the next exec, made ahead like its slot:
+ * our read ends watched, the write ends to send to its child. */
+struct exec_outputs {
+        bool ready;
+        struct loop_source *read[2];
+        int write[2];
+};
+
+/* What exec keeps per sandbox (struct sandbox holds it opaque). */
+struct exec_sandbox {
+        struct exec *execs; /* background ones kept after their end too */
+        uint32_t next_exec_number;
+        struct exec_slot slot;       /* started ahead for the next exec */
+        struct exec_outputs outputs; /* its pipes, made ahead too */
+};
+
 struct exec {
         char id[37];
         uint32_t number;
@@ -130,7 +154,7 @@ static void outputs_close(struct exec_outputs *o);
 
 static void exec_unlink(struct exec *ex)
 {
-        for (struct exec **p = &ex->sb->execs; *p != NULL; p = &(*p)->next) {
+        for (struct exec **p = &ex->sb->exec->execs; *p != NULL; p = &(*p)->next) {
                 if (*p == ex) {
                         *p = ex->next;
                         return;
@@ -653,7 +677,7 @@ static json_t *exec_result(struct exec *ex)
 static void exec_forget_old(struct sandbox *sb)
 {
         unsigned kept = 0;
-        for (struct exec **p = &sb->execs; *p != NULL;) {
+        for (struct exec **p = &sb->exec->execs; *p != NULL;) {
                 struct exec *e = *p;
                 if (e->finished && ++kept > EXEC_KEEP_FINISHED) {
                         *p = e->next;
@@ -867,11 +891,11 @@ void exec_on_control(struct sandbox *sb, const void *data, size_t len)
         if (msg->hdr.type != CTL_FAILED)
                 return;
         /* The init could not start a slot. */
-        if (sb->slot.open && sb->slot.number == msg->hdr.exec_id) {
-                slot_close(&sb->slot);
+        if (sb->exec->slot.open && sb->exec->slot.number == msg->hdr.exec_id) {
+                slot_close(&sb->exec->slot);
                 return;
         }
-        for (struct exec *ex = sb->execs; ex != NULL; ex = ex->next) {
+        for (struct exec *ex = sb->exec->execs; ex != NULL; ex = ex->next) {
                 if (ex->number == msg->hdr.exec_id && !ex->finished) {
                         exec_on_message(ex, msg, len);
                         return;
@@ -890,14 +914,15 @@ static void exec_release_slot(struct exec *ex)
                 return;
         int control = loop_take(nsboxd.loop, ex->slot);
         ex->slot = NULL;
-        if (ex->slot_request >= 0 && !sb->slot.open && sb->state == SANDBOX_RUNNING && sb->ctl != NULL) {
-                uint32_t number = ++sb->next_exec_number;
+        if (ex->slot_request >= 0 && !sb->exec->slot.open && sb->state == SANDBOX_RUNNING &&
+            sb->ctl != NULL) {
+                uint32_t number = ++sb->exec->next_exec_number;
                 struct ctl_header msg = { CTL_SLOT, number };
                 if (ctl_send(control, &msg, sizeof(msg), NULL, 0, NULL, 0) >= 0) {
-                        sb->slot = (struct exec_slot){ .open = true,
-                                                       .request = ex->slot_request,
-                                                       .control = control,
-                                                       .number = number };
+                        sb->exec->slot = (struct exec_slot){ .open = true,
+                                                             .request = ex->slot_request,
+                                                             .control = control,
+                                                             .number = number };
                         ex->slot_request = -1;
                         return;
                 }
@@ -916,7 +941,8 @@ static void exec_prepare_next(struct sandbox *sb, struct exec *finished)
 {
         _cleanup_error_ nsbox_error_t *pipes_err = NULL, *slot_err = NULL;
         exec_make_spare_id();
-        if (sb->state == SANDBOX_RUNNING && !sb->outputs.ready && outputs_open(&sb->outputs, &pipes_err) < 0)
+        if (sb->state == SANDBOX_RUNNING && !sb->exec->outputs.ready &&
+            outputs_open(&sb->exec->outputs, &pipes_err) < 0)
                 log_debug("sandbox %s: no pipes ahead: %s", sb->id, pipes_err->message);
         /* Daemonized leftovers of a finished exec die with it: its
          * supervisor ends them before it serves the next exec, or exits. */
@@ -928,7 +954,7 @@ static void exec_prepare_next(struct sandbox *sb, struct exec *finished)
 
 int exec_prepare_slot(struct sandbox *sb, nsbox_error_t **err)
 {
-        if (sb->slot.open)
+        if (sb->exec->slot.open)
                 return 0;
         if (sb->ctl == NULL || sb->state != SANDBOX_RUNNING)
                 return nsbox_error(err, EPIPE, "sandbox %s is %s", sb->id, sandbox_state_name(sb->state));
@@ -941,7 +967,7 @@ int exec_prepare_slot(struct sandbox *sb, nsbox_error_t **err)
                 close(request[1]);
                 return nsbox_error(err, e, "socketpair");
         }
-        uint32_t number = ++sb->next_exec_number;
+        uint32_t number = ++sb->exec->next_exec_number;
         struct ctl_header msg = { CTL_SLOT, number };
         int theirs[2] = { request[1], control[1] };
         ssize_t n = ctl_send(sb->ctl->fd, &msg, sizeof(msg), NULL, 0, theirs, 2);
@@ -953,19 +979,29 @@ int exec_prepare_slot(struct sandbox *sb, nsbox_error_t **err)
                 return nsbox_error(err, (int)-n, "ask the sandbox init for an exec slot");
         }
         fcntl(control[0], F_SETFL, O_NONBLOCK);
-        sb->slot = (struct exec_slot){
+        sb->exec->slot = (struct exec_slot){
                 .open = true, .request = request[0], .control = control[0], .number = number
         };
         return 0;
 }
 
+struct exec_sandbox *exec_sandbox_new(void)
+{
+        return calloc(1, sizeof(struct exec_sandbox));
+}
+
+void exec_sandbox_free(struct exec_sandbox *state)
+{
+        free(state);
+}
+
 void exec_sandbox_gone(struct sandbox *sb)
 {
-        slot_close(&sb->slot);
-        if (sb->outputs.ready)
-                outputs_close(&sb->outputs);
-        while (sb->execs != NULL) {
-                struct exec *ex = sb->execs;
+        slot_close(&sb->exec->slot);
+        if (sb->exec->outputs.ready)
+                outputs_close(&sb->exec->outputs);
+        while (sb->exec->execs != NULL) {
+                struct exec *ex = sb->exec->execs;
                 if (!ex->finished) {
                         if (!ex->exited && ex->start_error == NULL) {
                                 ex->exited = true;
@@ -975,7 +1011,7 @@ void exec_sandbox_gone(struct sandbox *sb)
                         ex->background = true; /* keep it for us to free */
                         exec_finish(ex);
                 }
-                sb->execs = ex->next;
+                sb->exec->execs = ex->next;
                 exec_free(ex);
         }
         sb->running_execs = 0;
@@ -1435,8 +1471,8 @@ static int exec_open_pipes(struct exec *ex, const struct exec_params *p, int chi
                         return nsbox_error(err, -r, "exec timeout");
                 return 0;
         }
-        struct exec_outputs o = ex->sb->outputs;
-        ex->sb->outputs.ready = false;
+        struct exec_outputs o = ex->sb->exec->outputs;
+        ex->sb->exec->outputs.ready = false;
         if (!o.ready && (r = outputs_open(&o, err)) < 0)
                 return r;
         for (int i = 0; i < 2; i++) {
@@ -1526,8 +1562,8 @@ static int exec_start(struct sandbox *sb, struct exec *ex, const struct exec_par
                         close_child_fds(child_fds);
                         return r;
                 }
-                struct exec_slot slot = sb->slot;
-                sb->slot.open = false;
+                struct exec_slot slot = sb->exec->slot;
+                sb->exec->slot.open = false;
                 ex->number = hdr.hdr.exec_id = slot.number;
                 ex->slot_request = slot.request; /* kept: the slot may serve the next exec too */
                 ex->slot = loop_add(nsboxd.loop, slot.control, EPOLLIN, on_slot, ex);
@@ -1606,8 +1642,8 @@ static struct exec *exec_launch(struct sandbox *sb, json_t *params, const struct
         ex->keep_stdin = (hooks != NULL && hooks->keep_stdin) || p.stdin_stream;
         ex->audit = exec_audit_text(&p);
         ex->service = hooks != NULL && hooks->service;
-        ex->next = sb->execs;
-        sb->execs = ex;
+        ex->next = sb->exec->execs;
+        sb->exec->execs = ex;
         if (!ex->service)
                 sb->running_execs++;
         /* A client's own exec counts against its owner's calls in flight
@@ -1711,7 +1747,7 @@ static struct exec *require_exec(struct rpc_request *req, bool background_only)
         for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
                 if ((req->uid != 0 && sb->owner != req->uid) || sb->state == SANDBOX_EXITED)
                         continue;
-                for (struct exec *ex = sb->execs; ex != NULL; ex = ex->next) {
+                for (struct exec *ex = sb->exec->execs; ex != NULL; ex = ex->next) {
                         if (strcmp(ex->id, want) == 0 && exec_addressable(ex, background_only))
                                 return ex;
                         if (len >= SANDBOX_ID_PREFIX_MIN && sb->owner == req->uid &&
@@ -1737,7 +1773,7 @@ struct sandbox *exec_find_sandbox(const char *id, uid_t uid)
         for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
                 if ((uid != 0 && sb->owner != uid) || sb->state == SANDBOX_EXITED)
                         continue;
-                for (struct exec *ex = sb->execs; ex != NULL; ex = ex->next)
+                for (struct exec *ex = sb->exec->execs; ex != NULL; ex = ex->next)
                         if (strcmp(ex->id, id) == 0 && !ex->service)
                                 return sb;
         }
@@ -1814,7 +1850,7 @@ void exec_method_kill(struct rpc_request *req)
 void exec_method_list(struct rpc_request *req, struct sandbox *sb)
 {
         json_t *list = json_array();
-        for (struct exec *ex = sb->execs; ex != NULL; ex = ex->next) {
+        for (struct exec *ex = sb->exec->execs; ex != NULL; ex = ex->next) {
                 if (!ex->background)
                         continue;
                 json_array_append_new(list, json_pack("{s:s, s:b, s:o}", "exec_id", ex->id, "running",

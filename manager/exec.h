@@ -15,22 +15,6 @@ struct sandbox;
 
 struct exec;
 
-/* Our ends of an exec slot the init was asked to start. */
-struct exec_slot {
-        bool open;
-        int request; /* the exec request goes here */
-        int control; /* the supervisor's reports and our kill requests */
-        uint32_t number;
-};
-
-/* The stdout and stderr pipes of the next exec, made ahead like its slot:
- * our read ends watched, the write ends to send to its child. */
-struct exec_outputs {
-        bool ready;
-        struct loop_source *read[2];
-        int write[2];
-};
-
 /* An internal caller of an exec (python.run, package.install, the stateful
  * interpreter) instead of a client. */
 struct exec_hooks {
@@ -83,3 +67,7 @@ void exec_on_control(struct sandbox *sb, const void *msg, size_t len);
 int exec_prepare_slot(struct sandbox *sb, nsbox_error_t **err);
 /* The sandbox is going away: finish every exec (killed). */
 void exec_sandbox_gone(struct sandbox *sb);
+/* A sandbox's exec state (its execs, the slot and pipes made ahead for the
+ * next one), opaque to everyone else: made with the sandbox, freed with it. */
+struct exec_sandbox *exec_sandbox_new(void);
+void exec_sandbox_free(struct exec_sandbox *state);

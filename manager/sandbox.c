@@ -554,6 +554,7 @@ static void sandbox_free(struct sandbox *sb)
         if (sb->snapshot_id[0] != '\0')
                 snapshot_release(sb->snapshot_id);
         policy_clear(&sb->policy);
+        exec_sandbox_free(sb->exec);
         free(sb->dir);
         free(sb->failure);
         free(sb);
@@ -945,6 +946,10 @@ static int sandbox_new(uid_t owner, struct sandbox_policy *policy, bool pooled, 
                     (unsigned long long)nsboxd.config.memory_commit_bytes, (unsigned long long)want);
         }
         struct sandbox *sb = calloc(1, sizeof(*sb));
+        if (sb != NULL && (sb->exec = exec_sandbox_new()) == NULL) {
+                free(sb);
+                sb = NULL;
+        }
         if (sb == NULL) {
                 policy_clear(policy);
                 return nsbox_error(err, ENOMEM, "allocate sandbox");

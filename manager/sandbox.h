@@ -8,14 +8,12 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "exec.h"
 #include "loop.h"
 #include "policy.h"
 #include "rpc.h"
 
 enum sandbox_state { SANDBOX_CREATING, SANDBOX_RUNNING, SANDBOX_STOPPING, SANDBOX_EXITED };
 
-struct exec;
 struct sandbox_waiter;
 
 struct sandbox {
@@ -44,13 +42,10 @@ struct sandbox {
 
         struct sandbox_waiter *create_waiters; /* requests answered when the create ends */
         struct sandbox_waiter *remove_waiters;
-        struct exec *execs;
+        struct exec_sandbox *exec;    /* its execs (exec.c) */
         struct python_interp *python; /* the stateful interpreter, when started */
-        unsigned running_execs;
-        uint32_t next_exec_number;
-        struct exec_slot slot;       /* started ahead for the next exec */
-        struct exec_outputs outputs; /* its pipes, made ahead too */
-        char *failure;               /* why a create failed */
+        unsigned running_execs;       /* client execs not finished (exec.c counts) */
+        char *failure;                /* why a create failed */
 
         /* sandbox.pause: its cgroup frozen, every process of it stopped
          * (the init and the supervisors too: nothing may wait for them).
