@@ -20,7 +20,9 @@
 #include "json_cleanup.h"
 #include "log.h"
 #include "python.h"
-#include "sandbox.h"
+#include "idle.h"
+#include "sandbox_life.h"
+#include "sandbox_pause.h"
 #include "shell.h"
 #include "snapshot.h"
 #include "uidmode.h"
@@ -452,7 +454,7 @@ static void method_sandbox_pause(struct rpc_request *req)
         }
         /* Frozen work keeps its timeout running (a deadline passed while
          * paused kills it as soon as it is resumed): only on purpose. */
-        bool working = sb->running_execs > 0 || python_busy(sb) || shell_busy(sb);
+        bool working = sandbox_working(sb);
         if (!sb->paused && working && !force) {
                 rpc_reply_fail(req, "busy",
                                "sandbox %s has work running (%u exec(s), or a python.run or shell command); "

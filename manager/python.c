@@ -24,7 +24,7 @@
 #include "params.h"
 #include "quota.h"
 #include "requirement.h"
-#include "sandbox.h"
+#include "sandbox_life.h"
 #include "textenc.h"
 
 #define RUNNER      "/usr/lib/nsbox/run.py"

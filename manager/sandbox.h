@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The sandbox registry and lifecycle: create (clone, id maps, overlay,
- * handshake with the init), lookup by owner, remove, idle reaping. */
+/* The sandbox registry: struct sandbox, lookup by id, prefix or session for
+ * an owner, its JSON, waiters, reaped sessions. The lifecycle is in
+ * sandbox_life.h, pause in sandbox_pause.h, idle reaping in idle.h. */
 #pragma once
 
 #include <jansson.h>
@@ -63,18 +64,6 @@ struct sandbox {
 
 typedef void (*sandbox_ready_cb)(struct sandbox *sb, const char *error, void *data);
 
-/* Start creating a sandbox for `owner` with `policy` (taken over). `done`
- * runs once it is running or has failed (then error says why and the
- * sandbox is gone by the time done returns). */
-int sandbox_create(uid_t owner, struct sandbox_policy *policy, sandbox_ready_cb done, void *data,
-                   struct sandbox **out, nsbox_error_t **err);
-/* The same, with the files of snapshot `snapshot_id` (snapshot.h) as a
- * read-only layer over the image (NULL: none, as sandbox_create). */
-int sandbox_create_from(uid_t owner, struct sandbox_policy *policy, const char *snapshot_id,
-                        sandbox_ready_cb done, void *data, struct sandbox **out, nsbox_error_t **err);
-/* Run `done` when `sb` (being created) is ready or failed. */
-void sandbox_when_ready(struct sandbox *sb, sandbox_ready_cb done, void *data);
-
 /* The shortest id prefix that names a sandbox (as docker's short ids). */
 #define SANDBOX_ID_PREFIX_MIN 4
 
@@ -87,35 +76,21 @@ struct sandbox *sandbox_resolve(const char *id, uid_t uid, size_t *matched);
 struct sandbox *sandbox_lookup(const char *id, uid_t uid);
 struct sandbox *sandbox_find_session(const char *session_id, uid_t owner);
 
-/* Kill everything in the sandbox and release it; `done` runs when gone. */
-void sandbox_remove(struct sandbox *sb, sandbox_ready_cb done, void *data);
 void sandbox_touch(struct sandbox *sb);
-/* Freeze every process of the sandbox. `done` (may be NULL) runs once it is
- * frozen, or with why not, the kind in sb->pause_error_kind (the sandbox
- * then runs on); at once when already paused. Fails at once (-ENOTSUP)
- * where the host's cgroups cannot freeze. */
-int sandbox_pause(struct sandbox *sb, sandbox_ready_cb done, void *data, nsbox_error_t **err);
-/* Thaw it; true when it was paused or being paused. */
-bool sandbox_resume(struct sandbox *sb);
-void sandbox_reap_idle(void);
 /* The idle reaper removed the sandbox of this session of `owner` (and it
  * was not recreated since): true once, the entry is then forgotten. */
 bool sandbox_session_reaped(const char *session_id, uid_t owner);
+/* The idle reaper removes the sandbox of a session: remember it for
+ * sandbox_session_reaped. */
+void sandbox_session_remember(const struct sandbox *sb);
+
+/* Requests that wait for an event of a sandbox (created, removed, paused):
+ * each `done` runs once, in the order added, when the event's list is run. */
+void sandbox_waiter_add(struct sandbox_waiter **list, sandbox_ready_cb done, void *data);
+void sandbox_waiters_run(struct sandbox_waiter **list, struct sandbox *sb, const char *error);
 
 json_t *sandbox_to_json(const struct sandbox *sb, bool existing);
 const char *sandbox_state_name(enum sandbox_state state);
 
-int sandbox_registry_init(nsbox_error_t **err);
-/* nsboxd's RLIMIT_NOFILE raised to what max_sandboxes and max_connections
- * need; a warning when max_sandboxes x the default memory overcommit the
- * host. At start and after a reload of the configuration. */
-void sandbox_ensure_fd_limit(void);
-void sandbox_warn_overcommit(void);
-/* The sum of the memory limits of live sandboxes (pooled ones included),
- * which memory_commit_bytes bounds. */
-uint64_t sandbox_memory_committed(void);
 /* Execs running in every sandbox (server.info's load). */
 unsigned sandbox_running_execs(void);
-/* Keep config.warm_pool sandboxes with the default policy ready, so that a
- * create with that policy is a hand-over instead of a clone. */
-void sandbox_pool_fill(void);

@@ -30,7 +30,9 @@
 #include "methods.h"
 #include "profiles.h"
 #include "rpc.h"
-#include "sandbox.h"
+#include "idle.h"
+#include "python.h"
+#include "sandbox_life.h"
 #include "state.h"
 #include "uidmode.h"
 #include "userns.h"
@@ -280,7 +282,8 @@ static int start(nsbox_error_t **err)
                 return r;
         if (!userns_active())
                 host_pools_reserve(&nsboxd.config);
-        if ((r = sandbox_registry_init(err)) < 0)
+        sandbox_on_ready(python_sandbox_ready);
+        if ((r = sandbox_life_init(err)) < 0)
                 return r;
         if ((r = basens_init(nsboxd.config.state_dir, err)) < 0)
                 return r;

@@ -1,0 +1,920 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The sandbox lifecycle: create (clone, id maps, overlay, handshake with
+ * the init), the warm pool, remove, and the end of a sandbox. */
+#include "sandbox_life.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/close_range.h>
+#include <linux/sched.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/file.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/timerfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <uuid/uuid.h>
+
+#include "basens.h"
+#include "cgroup.h"
+#include "cleanup.h"
+#include "daemon.h"
+#include "egress.h"
+#include "exec.h"
+#include "log.h"
+#include "profiles.h"
+#include "proto.h"
+#include "images.h"
+#include "rootfs.h"
+#include "sandbox_pause.h"
+#include "sandbox_uids.h"
+#include "snapshot.h"
+#include "setup.h"
+#include "state.h"
+#include "uidmode.h"
+#include "userns.h"
+
+/* The memory limits of every live sandbox, pooled ones included: what the
+ * host has promised, bounded by memory_commit_bytes. */
+static uint64_t memory_committed;
+
+uint64_t sandbox_memory_committed(void)
+{
+        return memory_committed;
+}
+
+static bool commit_fits(uint64_t memory_bytes)
+{
+        uint64_t limit = nsboxd.config.memory_commit_bytes;
+        return memory_committed <= limit && memory_bytes <= limit - memory_committed;
+}
+
+/* Each sandbox holds a few fds in nsboxd (pidfd, control socket, uid range
+ * lock, the next exec's slot socket and pipes, its cgroup's OOM counter)
+ * and so does each client: with the usual soft limit of 1024 creates would
+ * start failing at about 150 sandboxes. */
+#define FDS_PER_SANDBOX 9
+#define FDS_BESIDES     256
+
+void sandbox_ensure_fd_limit(void)
+{
+        rlim_t need = (rlim_t)nsboxd.config.max_sandboxes * FDS_PER_SANDBOX + nsboxd.config.max_connections +
+                      nsboxd.config.warm_pool * FDS_PER_SANDBOX + FDS_BESIDES;
+        struct rlimit nofile;
+        if (getrlimit(RLIMIT_NOFILE, &nofile) < 0 || nofile.rlim_cur >= need)
+                return;
+        struct rlimit raised = { .rlim_cur = need,
+                                 .rlim_max = nofile.rlim_max > need ? nofile.rlim_max : need };
+        if (setrlimit(RLIMIT_NOFILE, &raised) < 0)
+                log_warn(
+                    "RLIMIT_NOFILE is %llu, below the %llu fds that max_sandboxes %u and max_connections %u "
+                    "may need, and cannot be raised: %s",
+                    (unsigned long long)nofile.rlim_cur, (unsigned long long)need,
+                    nsboxd.config.max_sandboxes, nsboxd.config.max_connections, strerror(errno));
+}
+
+void sandbox_warn_overcommit(void)
+{
+        uint64_t memory = nsboxd.config.defaults.limits.memory_bytes;
+        uint64_t limit = nsboxd.config.memory_commit_bytes;
+        uint64_t fit = memory > 0 ? limit / memory : 0;
+        if (memory > 0 && fit < (uint64_t)nsboxd.config.max_sandboxes + nsboxd.config.warm_pool)
+                log_warn(
+                    "max_sandboxes %u (+ warm_pool %u) x the default memory limit %llu bytes is more than "
+                    "memory_commit_bytes %llu: %llu sandboxes with the default limits fit, later creates "
+                    "get limit_reached",
+                    nsboxd.config.max_sandboxes, nsboxd.config.warm_pool, (unsigned long long)memory,
+                    (unsigned long long)limit, (unsigned long long)fit);
+}
+
+/* A sandbox's setup child shares nsboxd's fd table (CLONE_FILES) and its
+ * first act is to take a copy of only the fds below child_fds_end
+ * (close_range with CLOSE_RANGE_UNSHARE): copying the whole table, 5 fds
+ * per live sandbox, then closing them all at the execve of the init made
+ * every create slower the more sandboxes were live. The fds the child needs
+ * are lent to it in these low slots, reserved at startup (on /dev/null,
+ * the filler put back once the child has its own table). */
+enum {
+        CHILD_SLOT_SYNC,
+        CHILD_SLOT_INIT,
+        CHILD_SLOT_SECCOMP,
+        CHILD_SLOT_CGROUP, /* cgroup v1: its cgroup.procs files, CGROUP_MAX_HIERARCHIES of them */
+        CHILD_SLOTS = CHILD_SLOT_CGROUP + CGROUP_MAX_HIERARCHIES
+};
+static int child_slots[CHILD_SLOTS] = { [0 ... CHILD_SLOTS - 1] = -1 };
+static int child_slot_filler = -1;
+static unsigned child_fds_end;
+
+/* The child says it has unshared within microseconds; this bounds a child
+ * that never runs (the event loop waits for it). */
+#define CHILD_UNSHARE_TIMEOUT_MS 2000
+
+static int reserve_child_fd_slots(nsbox_error_t **err)
+{
+        for (size_t i = 0; i < CHILD_SLOTS; i++) {
+                child_slots[i] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+                if (child_slots[i] < 0)
+                        return nsbox_error(err, errno, "reserve an fd slot for sandbox setup");
+                if ((unsigned)child_slots[i] >= child_fds_end)
+                        child_fds_end = (unsigned)child_slots[i] + 1;
+        }
+        child_slot_filler = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (child_slot_filler < 0)
+                return nsbox_error(err, errno, "reserve an fd slot for sandbox setup");
+        return 0;
+}
+
+/* dup3 replaces a slot atomically: at no time is it free for another open. */
+static int lend_child_fd(unsigned slot, int fd)
+{
+        if (fd < 0) {
+                errno = EBADF;
+                return -1;
+        }
+        return dup3(fd, child_slots[slot], O_CLOEXEC) < 0 ? -1 : 0;
+}
+
+static void take_back_child_fds(void)
+{
+        for (size_t i = 0; i < CHILD_SLOTS; i++)
+                dup3(child_slot_filler, child_slots[i], O_CLOEXEC);
+}
+
+int sandbox_life_init(nsbox_error_t **err)
+{
+        char path[4096];
+        if (sandbox_uids_init() < 0)
+                return nsbox_error(err, ENOMEM, "uid pool");
+        if (mkdir(nsboxd.config.state_dir, 0711) < 0 && errno != EEXIST)
+                return nsbox_error(err, errno, "mkdir %s", nsboxd.config.state_dir);
+        snprintf(path, sizeof(path), "%s/sandboxes", nsboxd.config.state_dir);
+        if (mkdir(path, 0700) < 0 && errno != EEXIST)
+                return nsbox_error(err, errno, "mkdir %s", path);
+        sandbox_ensure_fd_limit();
+        sandbox_warn_overcommit();
+        int r = snapshots_init(err);
+        if (r < 0)
+                return r;
+        return reserve_child_fd_slots(err);
+}
+
+static int write_file(const char *path, const char *text)
+{
+        _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        size_t len = strlen(text);
+        if (write(fd, text, len) != (ssize_t)len)
+                return -errno;
+        return 0;
+}
+
+static int write_id_maps(pid_t pid, uid_t base, nsbox_error_t **err)
+{
+        char path[64], map[64];
+        int r;
+        snprintf(map, sizeof(map), "0 %u %u\n", base, NSBOX_UID_RANGE);
+        snprintf(path, sizeof(path), "/proc/%d/setgroups", pid);
+        if ((r = write_file(path, "deny")) < 0)
+                return nsbox_error(err, -r, "write %s", path);
+        snprintf(path, sizeof(path), "/proc/%d/uid_map", pid);
+        if ((r = write_file(path, userns_active() ? userns_sandbox_map(false) : map)) < 0)
+                return nsbox_error(err, -r, "write %s", path);
+        snprintf(path, sizeof(path), "/proc/%d/gid_map", pid);
+        if ((r = write_file(path, userns_active() ? userns_sandbox_map(true) : map)) < 0)
+                return nsbox_error(err, -r, "write %s", path);
+        return 0;
+}
+
+static sandbox_hook_fn ready_hook;
+
+void sandbox_on_ready(sandbox_hook_fn hook)
+{
+        ready_hook = hook;
+}
+
+/* A sandbox runs and is a client's: features that start work ahead (the
+ * Python fork server) hear of it through the hook set at start. */
+static void sandbox_ready_hook_run(struct sandbox *sb)
+{
+        if (ready_hook != NULL)
+                ready_hook(sb);
+}
+
+static void sandbox_free(struct sandbox *sb)
+{
+        for (struct sandbox **p = &nsboxd.sandboxes; *p != NULL; p = &(*p)->next) {
+                if (*p == sb) {
+                        *p = sb->next;
+                        if (sb->pooled)
+                                nsboxd.n_pooled--;
+                        else
+                                nsboxd.n_sandboxes--;
+                        memory_committed -= sb->committed;
+                        break;
+                }
+        }
+        sandbox_uids_put(sb);
+        if (sb->disk_fd >= 0)
+                close(sb->disk_fd);
+        if (sb->snapshot_id[0] != '\0')
+                snapshot_release(sb->snapshot_id);
+        policy_clear(&sb->policy);
+        exec_sandbox_free(sb->exec);
+        free(sb->dir);
+        free(sb->failure);
+        free(sb);
+}
+
+static void pool_fill_soon(void);
+
+/* The init is gone (or never started): release everything and answer. */
+static void sandbox_finalize(struct sandbox *sb)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        bool failed_create = sb->state == SANDBOX_CREATING;
+        bool unasked = sb->state == SANDBOX_RUNNING; /* no remove, no stop: it died */
+
+        sb->state = SANDBOX_EXITED;
+        if (sb->paused || sb->pause_timer != NULL) {
+                cgroup_sandbox_thaw(sb->cgroup);
+                sb->paused = false;
+                sandbox_pause_end(sb, "the sandbox is gone", "unavailable");
+        }
+        if (sb->ctl) {
+                loop_remove(nsboxd.loop, sb->ctl);
+                sb->ctl = NULL;
+        }
+        if (sb->pidfd) {
+                siginfo_t info = { 0 };
+                waitid(P_PIDFD, sb->pidfd->fd, &info, WEXITED | WNOHANG);
+                /* Nobody asked for its end (an OOM kill, a kill from the host,
+                 * a crash): the operator hears of it. */
+                if (unasked && (info.si_code == CLD_KILLED || info.si_code == CLD_DUMPED))
+                        log_warn("sandbox %s: its init was killed by signal %d (%s)", sb->id, info.si_status,
+                                 strsignal(info.si_status));
+                else if (unasked && info.si_code == CLD_EXITED)
+                        log_warn("sandbox %s: its init exited with status %d", sb->id, info.si_status);
+                loop_remove(nsboxd.loop, sb->pidfd);
+                sb->pidfd = NULL;
+        }
+        exec_sandbox_gone(sb);
+        egress_detach(sb, false);
+        if (sb->cgroup != NULL) {
+                cgroup_sandbox_destroy(sb->cgroup);
+                sb->cgroup = NULL;
+        }
+        if (sb->dir != NULL) {
+                rootfs_detach(sb->dir);
+                if (rootfs_remove_dir(sb->dir, &err) < 0)
+                        log_error("sandbox %s: %s", sb->id, err->message);
+        }
+        if (failed_create) {
+                /* Stopping the daemon mid-create is no failure worth a warning. */
+                log_write(nsboxd.stopping ? LOG_LEVEL_INFO : LOG_LEVEL_WARN, "sandbox %s: create failed: %s",
+                          sb->id, sb->failure ? sb->failure : "init exited");
+                sandbox_waiters_run(&sb->create_waiters, NULL,
+                                    sb->failure ? sb->failure : "sandbox init exited during setup");
+        } else {
+                log_limited(log_key_uid(sb->owner).text, LOG_LEVEL_INFO, "sandbox %s: removed", sb->id);
+        }
+        sandbox_waiters_run(&sb->remove_waiters, sb, NULL);
+        sandbox_free(sb);
+        pool_fill_soon();
+}
+
+static void sandbox_kill(struct sandbox *sb)
+{
+        if (sb->cgroup != NULL)
+                cgroup_sandbox_kill(sb->cgroup);
+        if (sb->pidfd != NULL)
+                syscall(SYS_pidfd_send_signal, sb->pidfd->fd, SIGKILL, NULL, 0);
+        /* Thawed after the kill: a frozen task keeps its SIGKILL pending on
+         * cgroup v1, and wakes to die without running a single instruction
+         * of its own. */
+        if (sb->paused || sb->pause_timer != NULL) {
+                cgroup_sandbox_thaw(sb->cgroup);
+                sb->paused = false;
+                sandbox_pause_end(sb, "the sandbox is being removed", "unavailable");
+        }
+}
+
+static void sandbox_set_failure(struct sandbox *sb, const char *message)
+{
+        if (sb->failure == NULL)
+                sb->failure = strdup(message);
+}
+
+static void on_pidfd(struct loop_source *source, uint32_t events)
+{
+        sandbox_finalize(source->data);
+}
+
+static void on_control(struct loop_source *source, uint32_t events)
+{
+        struct sandbox *sb = source->data;
+        union ctl_message msg;
+        unsigned nfds;
+
+        for (;;) {
+                ssize_t n = ctl_recv(source->fd, &msg, sizeof(msg), NULL, 0, &nfds);
+                if (n == -EAGAIN)
+                        return;
+                if (n <= 0) {
+                        /* The init closed its end: it is dying. The pidfd tells when it is gone. */
+                        loop_remove(nsboxd.loop, sb->ctl);
+                        sb->ctl = NULL;
+                        sandbox_kill(sb);
+                        return;
+                }
+                if ((size_t)n < sizeof(struct ctl_header))
+                        continue;
+                if (sb->state == SANDBOX_CREATING) {
+                        if (msg.hdr.type == CTL_READY) {
+                                _cleanup_error_ nsbox_error_t *net_err = NULL;
+                                if (egress_attach(sb, &sb->policy, &net_err) < 0) {
+                                        sandbox_set_failure(sb, net_err->message);
+                                        sandbox_kill(sb);
+                                        continue;
+                                }
+                                sb->state = SANDBOX_RUNNING;
+                                sandbox_touch(sb);
+                                log_limited(log_key_uid(sb->owner).text, LOG_LEVEL_INFO,
+                                            "sandbox %s: created for uid %u (%s uids %u-%u%s)", sb->id,
+                                            sb->owner, userns_active() ? "user namespace" : "host",
+                                            sb->host_uid_base, sb->host_uid_base + NSBOX_UID_RANGE - 1,
+                                            cgroup_degraded() ? "; limits-not-enforced" : "");
+                                sandbox_waiters_run(&sb->create_waiters, sb, NULL);
+                                _cleanup_error_ nsbox_error_t *err = NULL;
+                                if (exec_prepare_slot(sb, &err) < 0)
+                                        log_debug("sandbox %s: no slot ahead: %s", sb->id, err->message);
+                                sandbox_ready_hook_run(sb);
+                        } else if (msg.hdr.type == CTL_FAILED && (size_t)n >= sizeof(struct ctl_failed)) {
+                                msg.failed.message[sizeof(msg.failed.message) - 1] = '\0';
+                                sandbox_set_failure(sb, msg.failed.message);
+                                sandbox_kill(sb);
+                        }
+                        continue;
+                }
+                exec_on_control(sb, &msg, n);
+        }
+}
+
+/* In the child, before its namespaces: join the sandbox's cgroups through
+ * the cgroup.procs files lent to it ("0" is the writer itself). Done here,
+ * the wait of a cgroup v1 move is the child's, not the event loop's. */
+static int join_cgroups(void *ctx, nsbox_error_t **err)
+{
+        size_t n = *(size_t *)ctx;
+        return cgroup_procs_join(child_slots + CHILD_SLOT_CGROUP, n, err);
+}
+
+/* A kernel that refuses CLONE_FILES here: the child copies the table, as
+ * fork does. */
+static bool clone_files_refused;
+
+/* fork()-like: the child continues here, sharing nsboxd's fd table until
+ * child_own_fd_table. nsboxd's only other thread parses large requests
+ * (rpc.c) and touches nothing the child uses. */
+static pid_t clone_sandbox_process(int *pidfd, int cgroup_fd, nsbox_error_t **err)
+{
+        /* Born in the base mount namespace (basens.c): its own is a copy of
+         * that, not of the host's. */
+        if (basens_enter(err) < 0)
+                return -1;
+        struct clone_args args = {
+                .flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_PIDFD,
+                .pidfd = (uint64_t)(uintptr_t)pidfd,
+                .exit_signal = SIGCHLD,
+        };
+        if (!clone_files_refused)
+                args.flags |= CLONE_FILES;
+        if (cgroup_fd >= 0) {
+                /* Born inside its cgroup: not a single allocation escapes the limits. */
+                args.flags |= CLONE_INTO_CGROUP;
+                args.cgroup = (uint64_t)cgroup_fd;
+        }
+        bool refused_now = false;
+        pid_t pid = (pid_t)syscall(SYS_clone3, &args, sizeof(args));
+        if (pid < 0 && errno == EINVAL && (args.flags & CLONE_FILES)) {
+                args.flags &= ~(uint64_t)CLONE_FILES;
+                pid = (pid_t)syscall(SYS_clone3, &args, sizeof(args));
+                refused_now = pid > 0;
+        }
+        if (pid == 0)
+                return 0;
+        int saved = errno;
+        basens_leave();
+        if (pid < 0) {
+                nsbox_error(err, saved, "clone into new user and pid namespaces");
+                return -1;
+        }
+        if (refused_now) {
+                clone_files_refused = true;
+                log_warn("clone3 refuses CLONE_FILES: every create copies nsboxd's fd table");
+        }
+        return pid;
+}
+
+/* In the child, first thing: a table of its own holding only the fds below
+ * the slots' end (the lent ones, stdio and nsboxd's first few, all CLOEXEC
+ * as before). A kernel without CLOSE_RANGE_UNSHARE (before 5.9) copies the
+ * whole table. Then it tells the manager, which may change the table again. */
+static void child_own_fd_table(void)
+{
+        struct setup_unshared done = { .magic = SETUP_UNSHARED_MAGIC };
+        if (syscall(SYS_close_range, child_fds_end, ~0U, CLOSE_RANGE_UNSHARE) < 0 && unshare(CLONE_FILES) < 0)
+                done.errnum = errno;
+        if (send(child_slots[CHILD_SLOT_SYNC], &done, sizeof(done), MSG_NOSIGNAL) != sizeof(done) ||
+            done.errnum != 0)
+                _exit(1);
+}
+
+/* Blocks the loop for as long as a clone child takes to run its first
+ * syscall; the pidfd ends the wait for one that dies before. */
+static int wait_child_unshared(int parent_end, int pidfd, nsbox_error_t **err)
+{
+        struct pollfd fds[] = { { .fd = parent_end, .events = POLLIN }, { .fd = pidfd, .events = POLLIN } };
+        int n;
+        do
+                n = poll(fds, ARRAY_SIZE(fds), CHILD_UNSHARE_TIMEOUT_MS);
+        while (n < 0 && errno == EINTR);
+        if (n < 0)
+                return nsbox_error(err, errno, "wait for the sandbox process to start");
+        if (n == 0)
+                return nsbox_error(err, ETIMEDOUT, "the sandbox process did not start within %d ms",
+                                   CHILD_UNSHARE_TIMEOUT_MS);
+        struct setup_unshared done;
+        ssize_t got = recv(parent_end, &done, sizeof(done), MSG_DONTWAIT);
+        if (got != (ssize_t)sizeof(done) || done.magic != SETUP_UNSHARED_MAGIC)
+                return nsbox_error(err, ECHILD, "the sandbox process died as it started");
+        if (done.errnum != 0)
+                return nsbox_error(err, done.errnum, "give the sandbox process its own fd table");
+        return 0;
+}
+
+struct layers {
+        char *path[ROOTFS_MAX_LAYERS];
+        size_t n;
+};
+
+static void layers_free(struct layers *l)
+{
+        for (size_t i = 0; i < l->n; i++)
+                free(l->path[i]);
+}
+
+static int sandbox_spawn(struct sandbox *sb, nsbox_error_t **err)
+{
+        char path[4096];
+        int r;
+
+        if (!image_exists(sb->policy.image))
+                return nsbox_error(err, ENOENT, "image \"%s\" not found in %s (build it with make image)",
+                                   sb->policy.image, nsboxd.config.image_dir);
+        /* Top first: the snapshot it is forked from, then the image's layers. */
+        _cleanup_(layers_free) struct layers layers = { 0 };
+        if (sb->snapshot_id[0] != '\0') {
+                char layer[4096];
+                snapshot_layer_path(sb->snapshot_id, layer, sizeof(layer));
+                if ((layers.path[layers.n++] = strdup(layer)) == NULL)
+                        return nsbox_error(err, ENOMEM, "layers");
+        }
+        size_t n_image;
+        r = image_layers(sb->policy.image, layers.path + layers.n, ROOTFS_MAX_LAYERS - layers.n, &n_image,
+                         err);
+        layers.n += n_image;
+        if (r < 0)
+                return r;
+        int seccomp_fd = profiles_get(sb->policy.seccomp_profile, err);
+        if (seccomp_fd < 0)
+                return seccomp_fd;
+
+        if (asprintf(&sb->dir, "%s/sandboxes/%s", nsboxd.config.state_dir, sb->id) < 0) {
+                sb->dir = NULL;
+                return nsbox_error(err, ENOMEM, "sandbox dir");
+        }
+        if (mkdir(sb->dir, 0700) < 0)
+                return nsbox_error(err, errno, "mkdir %s", sb->dir);
+        if ((r = rootfs_prepare_upper(sb->dir, sb->policy.limits.disk_bytes, nsboxd.config.disk_inodes,
+                                      sb->host_uid_base, err)) < 0)
+                return r;
+        snprintf(path, sizeof(path), "%s/disk", sb->dir);
+        sb->disk_fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sb->disk_fd < 0)
+                return nsbox_error(err, errno, "open %s", path);
+
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+                return nsbox_error(err, errno, "socketpair");
+        _cleanup_close_ int parent_end = sv[0];
+        _cleanup_close_ int child_end = sv[1];
+
+        _cleanup_close_ int cgroup_fd = -1;
+        if ((r = cgroup_sandbox_create(sb->id, &sb->policy.limits, &sb->cgroup, &cgroup_fd, err)) < 0)
+                return r;
+        int procs[CGROUP_MAX_HIERARCHIES];
+        size_t n_procs = 0;
+        if ((r = cgroup_sandbox_procs_open(sb->cgroup, procs, &n_procs, err)) < 0)
+                return r;
+        bool lent = lend_child_fd(CHILD_SLOT_SYNC, child_end) == 0 &&
+                    lend_child_fd(CHILD_SLOT_INIT, nsboxd.init_memfd) == 0 &&
+                    (seccomp_fd < 0 || lend_child_fd(CHILD_SLOT_SECCOMP, seccomp_fd) == 0);
+        for (size_t i = 0; i < n_procs; i++) {
+                lent = lent && lend_child_fd(CHILD_SLOT_CGROUP + i, procs[i]) == 0;
+                close(procs[i]);
+        }
+        if (!lent) {
+                r = nsbox_error(err, errno, "lend the sandbox setup its fds");
+                take_back_child_fds();
+                return r;
+        }
+        int pidfd = -1;
+        pid_t pid = clone_sandbox_process(&pidfd, cgroup_fd, err);
+        if (pid < 0) {
+                take_back_child_fds();
+                return -(*err)->errnum;
+        }
+        if (pid == 0) {
+                child_own_fd_table();
+                close(parent_end);
+                struct sandbox_setup setup = {
+                        .sync_fd = child_slots[CHILD_SLOT_SYNC],
+                        .init_memfd = child_slots[CHILD_SLOT_INIT],
+                        .seccomp_fd = seccomp_fd >= 0 ? child_slots[CHILD_SLOT_SECCOMP] : -1,
+                        .hostname = "sandbox",
+                        .prepare = join_cgroups,
+                        .prepare_ctx = &n_procs,
+                };
+                sandbox_setup_child(&setup);
+        }
+        r = wait_child_unshared(parent_end, pidfd, err);
+        /* A failed child is killed before the slots change: it never returns
+         * to user space, so it cannot pick up what they hold next (another
+         * sandbox's fds). */
+        if (r < 0)
+                syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+        take_back_child_fds();
+        if (r < 0) {
+                waitpid(pid, NULL, 0);
+                close(pidfd);
+                return r;
+        }
+        sb->pid = pid;
+        sb->pidfd = loop_add(nsboxd.loop, pidfd, EPOLLIN, on_pidfd, sb);
+        if (sb->pidfd == NULL) {
+                syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+                waitpid(pid, NULL, 0);
+                close(pidfd);
+                return nsbox_error(err, errno, "watch the sandbox init");
+        }
+        /* From here on a failure kills the child; on_pidfd cleans up. The
+         * record lets a restart after a crash find and kill this init. */
+        if ((r = state_save(sb, err)) < 0)
+                return r;
+        if ((r = write_id_maps(pid, sb->host_uid_base, err)) < 0 || (r = sandbox_setup_protect(pid, err)) < 0)
+                return r;
+        /* The overlay goes to the child detached: its mount namespace never
+         * had the host's paths, and the host's never had the overlay. */
+        _cleanup_close_ int tree = rootfs_mount_overlay(sb->dir, (const char *const *)layers.path, layers.n,
+                                                        pid, !uidmode_shared(), err);
+        if (tree < 0)
+                return tree;
+
+        fcntl(parent_end, F_SETFL, O_NONBLOCK);
+        /* One exec request (argv + env, up to 1 MiB) is one packet. */
+        int sndbuf = 4 << 20;
+        if (setsockopt(parent_end, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf)) < 0)
+                setsockopt(parent_end, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)); /* see exec.c */
+        struct setup_go go = { .magic = SETUP_GO_MAGIC };
+        ssize_t n = ctl_send(parent_end, &go, sizeof(go), NULL, 0, &tree, 1);
+        if (n < 0)
+                return nsbox_error(err, (int)-n, "start the sandbox setup");
+        sb->ctl = loop_add(nsboxd.loop, parent_end, EPOLLIN, on_control, sb);
+        if (sb->ctl == NULL)
+                return nsbox_error(err, errno, "watch the sandbox control socket");
+        steal_fd(&parent_end);
+        return 0;
+}
+
+static int sandbox_new(uid_t owner, struct sandbox_policy *policy, bool pooled, const char *snapshot_id,
+                       sandbox_ready_cb done, void *data, struct sandbox **out, nsbox_error_t **err)
+{
+        if (!commit_fits(policy->limits.memory_bytes)) {
+                uint64_t want = policy->limits.memory_bytes;
+                policy_clear(policy);
+                return nsbox_error(
+                    err, EUSERS,
+                    "memory commit limit reached: live sandboxes hold %llu of the %llu bytes of "
+                    "memory limits the host may promise (memory_commit_bytes); this one asks %llu",
+                    (unsigned long long)memory_committed,
+                    (unsigned long long)nsboxd.config.memory_commit_bytes, (unsigned long long)want);
+        }
+        struct sandbox *sb = calloc(1, sizeof(*sb));
+        if (sb != NULL && (sb->exec = exec_sandbox_new()) == NULL) {
+                free(sb);
+                sb = NULL;
+        }
+        if (sb == NULL) {
+                policy_clear(policy);
+                return nsbox_error(err, ENOMEM, "allocate sandbox");
+        }
+        sb->policy = *policy;
+        memset(policy, 0, sizeof(*policy));
+        sb->owner = owner;
+        sb->pooled = pooled;
+        sb->state = SANDBOX_CREATING;
+        sb->uid_slot = UINT32_MAX;
+        sb->disk_fd = -1;
+        if (snapshot_id != NULL) {
+                snprintf(sb->snapshot_id, sizeof(sb->snapshot_id), "%s", snapshot_id);
+                snapshot_hold(sb->snapshot_id);
+        }
+        sb->created_at_ms = now_realtime_ms();
+        sandbox_touch(sb);
+        uuid_t uuid;
+        uuid_generate_random(uuid);
+        uuid_unparse_lower(uuid, sb->id);
+
+        sb->next = nsboxd.sandboxes;
+        nsboxd.sandboxes = sb;
+        sb->committed = sb->policy.limits.memory_bytes;
+        memory_committed += sb->committed;
+        if (pooled)
+                nsboxd.n_pooled++;
+        else
+                nsboxd.n_sandboxes++;
+
+        int r = sandbox_uids_take(sb);
+        if (r < 0) {
+                sandbox_free(sb);
+                if (r == -ENOSPC)
+                        return nsbox_error(err, EUSERS, "the uid pool is exhausted (%u ranges)",
+                                           nsboxd.config.uid_pool_ranges);
+                return nsbox_error(err, -r, "lock a uid range under " UID_LOCK_DIR);
+        }
+        r = sandbox_spawn(sb, err);
+        if (r < 0) {
+                /* The caller hears the error from our return, not from a waiter. */
+                sandbox_set_failure(sb, (*err)->message);
+                if (sb->pidfd != NULL) {
+                        /* A child exists: kill it, wait for it, then tear down. */
+                        sandbox_kill(sb);
+                        siginfo_t info;
+                        waitid(P_PIDFD, sb->pidfd->fd, &info, WEXITED);
+                }
+                sandbox_finalize(sb);
+                return r;
+        }
+        if (done != NULL)
+                sandbox_waiter_add(&sb->create_waiters, done, data);
+        if (out != NULL)
+                *out = sb;
+        return 0;
+}
+
+/* A pooled sandbox is interchangeable with a fresh one only for the policy
+ * it was made with: same image, profile and limits (the limits are already
+ * in its cgroup and its disk tmpfs). Network is added from outside once it
+ * runs (egress.c), so a pooled sandbox serves any network policy. */
+static bool pool_matches(const struct sandbox *sb, const struct sandbox_policy *p)
+{
+        const struct sandbox_limits *a = &sb->policy.limits, *b = &p->limits;
+        return strcmp(sb->policy.image, p->image) == 0 &&
+               strcmp(sb->policy.seccomp_profile, p->seccomp_profile) == 0 &&
+               a->memory_bytes == b->memory_bytes && a->pids == b->pids && a->cpus == b->cpus &&
+               a->disk_bytes == b->disk_bytes;
+}
+
+/* A pooled sandbox that runs, or else one still starting: it is ready
+ * sooner than a fresh one would be. */
+static struct sandbox *pool_find(const struct sandbox_policy *policy)
+{
+        struct sandbox *starting = NULL;
+        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
+                if (!sb->pooled || !pool_matches(sb, policy))
+                        continue;
+                if (sb->state == SANDBOX_RUNNING)
+                        return sb;
+                if (sb->state == SANDBOX_CREATING && sb->failure == NULL)
+                        starting = sb;
+        }
+        return starting;
+}
+
+static struct sandbox *pool_claim(uid_t owner, struct sandbox_policy *policy)
+{
+        struct sandbox *sb = pool_find(policy);
+        if (sb == NULL)
+                return NULL;
+        /* One still starting gets its network when it is ready. */
+        _cleanup_error_ nsbox_error_t *net_err = NULL;
+        if (sb->state == SANDBOX_RUNNING && egress_attach(sb, policy, &net_err) < 0) {
+                log_warn("sandbox %s: warm pool: %s", sb->id, net_err->message);
+                return NULL;
+        }
+        sb->pooled = false;
+        nsboxd.n_pooled--;
+        nsboxd.n_sandboxes++;
+        sb->owner = owner;
+        /* What is not in the kernel yet (env, labels, session, idle timeout) is the client's. */
+        policy_clear(&sb->policy);
+        sb->policy = *policy;
+        memset(policy, 0, sizeof(*policy));
+        sb->created_at_ms = now_realtime_ms();
+        sandbox_touch(sb);
+        if (sb->state == SANDBOX_RUNNING)
+                sandbox_ready_hook_run(sb); /* a pooled one still starting: when it is ready */
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (state_save(sb, &err) < 0)
+                log_warn("sandbox %s: %s", sb->id, err->message);
+        log_limited(log_key_uid(owner).text, LOG_LEVEL_INFO,
+                    "sandbox %s: handed from the warm pool to uid %u", sb->id, owner);
+        return sb;
+}
+
+/* Without this a pool that cannot be filled (no image, say) would retry
+ * as fast as its timer goes. */
+#define POOL_RETRY_MS 5000
+static long long pool_retry_at; /* monotonic ms */
+
+static void pool_ready(struct sandbox *sb, const char *error, void *data)
+{
+        if (error != NULL && !nsboxd.stopping) {
+                log_warn("warm pool: a sandbox failed to start: %s", error);
+                pool_retry_at = now_monotonic_ms() + POOL_RETRY_MS;
+        }
+}
+
+static struct loop_source *pool_timer;
+static long long pool_short_since; /* monotonic ms, 0 when the pool is full */
+
+/* A refill is a whole sandbox creation: a clone, mounts, and on cgroup v1
+ * moves into cgroups that wait for an RCU grace period while they hold the
+ * host's cgroup mutex (so every cgroup mkdir and rmdir, ours included, waits
+ * too). On a small machine it would share a CPU with the very requests the
+ * pool is there to speed up: refill once clients have been quiet for a
+ * moment, or after a second of steady traffic at the latest. */
+#define POOL_QUIET_MS    5
+#define POOL_MAX_WAIT_MS 1000
+
+static void pool_arm(long long delay_ms)
+{
+        struct itimerspec when = { .it_value = { .tv_sec = delay_ms / 1000,
+                                                 .tv_nsec = (delay_ms % 1000) * 1000000 + 1 } };
+        timerfd_settime(pool_timer->fd, 0, &when, NULL);
+}
+
+static void on_pool_timer(struct loop_source *source, uint32_t events)
+{
+        uint64_t n;
+        if (read(source->fd, &n, sizeof(n)) <= 0)
+                return;
+        long long now = now_monotonic_ms();
+        long long quiet_at = nsboxd.last_request_mono + POOL_QUIET_MS;
+        if (now < pool_retry_at) {
+                pool_arm(pool_retry_at - now);
+                return;
+        }
+        if (now < quiet_at && now - pool_short_since < POOL_MAX_WAIT_MS) {
+                pool_arm(quiet_at - now);
+                return;
+        }
+        sandbox_pool_fill();
+}
+
+static void pool_fill_soon(void)
+{
+        if (nsboxd.n_pooled >= nsboxd.config.warm_pool || nsboxd.stopping)
+                return;
+        if (pool_timer == NULL) {
+                int fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+                if (fd < 0 ||
+                    (pool_timer = loop_add(nsboxd.loop, fd, EPOLLIN, on_pool_timer, NULL)) == NULL) {
+                        if (fd >= 0)
+                                close(fd);
+                        sandbox_pool_fill();
+                        return;
+                }
+        }
+        if (pool_short_since == 0)
+                pool_short_since = now_monotonic_ms();
+        pool_arm(POOL_QUIET_MS);
+}
+
+void sandbox_pool_fill(void)
+{
+        static bool filling; /* a failed create finalizes, which calls us again */
+        if (filling || nsboxd.stopping)
+                return;
+        filling = true;
+        while (nsboxd.n_pooled < nsboxd.config.warm_pool) {
+                /* Clients' sandboxes come first; the pool fills again as
+                 * they are removed (sandbox_finalize calls back here). */
+                if (!commit_fits(nsboxd.config.defaults.limits.memory_bytes))
+                        break;
+                _cleanup_error_ nsbox_error_t *err = NULL;
+                struct sandbox_policy policy = nsboxd.config.defaults;
+                policy.env = policy.labels = NULL;
+                policy.session_id[0] = '\0';
+                if (sandbox_new(0, &policy, true, NULL, pool_ready, NULL, NULL, &err) < 0) {
+                        log_warn("warm pool: %s", err->message);
+                        pool_retry_at = now_monotonic_ms() + POOL_RETRY_MS;
+                        break;
+                }
+        }
+        filling = false;
+        if (nsboxd.n_pooled >= nsboxd.config.warm_pool)
+                pool_short_since = 0;
+}
+
+/* A client's sandbox comes before the warm pool: pooled sandboxes give their
+ * share of the memory commit back, and go, until `want` fits. The search
+ * starts over after each removal, which may free a sandbox at once. */
+static void pool_give_way(uint64_t want)
+{
+        while (!commit_fits(want)) {
+                struct sandbox *sb = nsboxd.sandboxes;
+                while (sb != NULL && !(sb->pooled && sb->committed > 0))
+                        sb = sb->next;
+                if (sb == NULL)
+                        return;
+                memory_committed -= sb->committed;
+                sb->committed = 0;
+                sandbox_remove(sb, NULL, NULL);
+        }
+}
+
+/* Sandboxes given to `owner`, those being created or removed included. */
+static unsigned count_owned(uid_t owner)
+{
+        unsigned n = 0;
+        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next)
+                n += !sb->pooled && sb->owner == owner;
+        return n;
+}
+
+int sandbox_create(uid_t owner, struct sandbox_policy *policy, sandbox_ready_cb done, void *data,
+                   struct sandbox **out, nsbox_error_t **err)
+{
+        return sandbox_create_from(owner, policy, NULL, done, data, out, err);
+}
+
+int sandbox_create_from(uid_t owner, struct sandbox_policy *policy, const char *snapshot_id,
+                        sandbox_ready_cb done, void *data, struct sandbox **out, nsbox_error_t **err)
+{
+        if (nsboxd.n_sandboxes >= nsboxd.config.max_sandboxes) {
+                policy_clear(policy);
+                return nsbox_error(err, EUSERS, "at most %u sandboxes may exist (max_sandboxes)",
+                                   nsboxd.config.max_sandboxes);
+        }
+        /* Root is the operator: its sandboxes count towards max_sandboxes only. */
+        if (owner != 0 && count_owned(owner) >= nsboxd.config.max_sandboxes_per_uid) {
+                policy_clear(policy);
+                return nsbox_error(err, EUSERS,
+                                   "uid %u has %u sandboxes, the most one user may have "
+                                   "(max_sandboxes_per_uid)",
+                                   (unsigned)owner, nsboxd.config.max_sandboxes_per_uid);
+        }
+        /* A pooled sandbox's overlay has no snapshot layer. */
+        struct sandbox *sb = snapshot_id == NULL ? pool_claim(owner, policy) : NULL;
+        if (sb != NULL) {
+                *out = sb;
+                if (sb->state == SANDBOX_RUNNING)
+                        done(sb, NULL, data);
+                else
+                        sandbox_waiter_add(&sb->create_waiters, done, data);
+                /* Refill after this batch of events: the client's answer first. */
+                pool_fill_soon();
+                return 0;
+        }
+        pool_give_way(policy->limits.memory_bytes);
+        return sandbox_new(owner, policy, false, snapshot_id, done, data, out, err);
+}
+
+void sandbox_when_ready(struct sandbox *sb, sandbox_ready_cb done, void *data)
+{
+        sandbox_waiter_add(&sb->create_waiters, done, data);
+}
+
+void sandbox_remove(struct sandbox *sb, sandbox_ready_cb done, void *data)
+{
+        if (done != NULL)
+                sandbox_waiter_add(&sb->remove_waiters, done, data);
+        if (sb->state == SANDBOX_CREATING)
+                sandbox_set_failure(sb, "sandbox removed while being created");
+        if (sb->state != SANDBOX_EXITED)
+                sb->state = sb->state == SANDBOX_CREATING ? SANDBOX_CREATING : SANDBOX_STOPPING;
+        sandbox_kill(sb);
+}

@@ -1,0 +1,127 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* sandbox.pause and sandbox.resume: a sandbox's cgroup frozen and thawed,
+ * and the wait until every process of it is stopped. */
+#include "sandbox_pause.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include "cgroup.h"
+#include "daemon.h"
+#include "log.h"
+
+/* Freezing takes microseconds unless a task sits in an uninterruptible
+ * sleep (a hung NFS read, say) where the freezer cannot reach it: then the
+ * pause gives up, thaws, and says so, rather than leave it half frozen. */
+/* Sleeping tasks freeze as soon as the scheduler gets to them, which is
+ * rarely before the first check but usually within a fraction of a
+ * millisecond: a first look after PAUSE_FIRST_POLL_US, then every ms. */
+#define PAUSE_FIRST_POLL_US 100
+#define PAUSE_POLL_MS       1
+#define PAUSE_TIMEOUT_MS    5000
+
+/* A pause ends (frozen, failed or overtaken): its waiters are answered. */
+void sandbox_pause_end(struct sandbox *sb, const char *error, const char *kind)
+{
+        if (sb->pause_timer != NULL) {
+                loop_remove(nsboxd.loop, sb->pause_timer);
+                sb->pause_timer = NULL;
+        }
+        sb->pause_error_kind = kind;
+        sandbox_waiters_run(&sb->pause_waiters, sb, error);
+}
+
+static void pause_frozen(struct sandbox *sb)
+{
+        sb->paused = true;
+        sb->paused_at_ms = now_realtime_ms();
+        sb->paused_mono = now_monotonic_ms();
+        log_limited(log_key_uid(sb->owner).text, LOG_LEVEL_INFO, "sandbox %s: paused", sb->id);
+        sandbox_pause_end(sb, NULL, NULL);
+}
+
+static void on_pause_timer(struct loop_source *source, uint32_t events)
+{
+        struct sandbox *sb = source->data;
+        uint64_t n;
+        if (read(source->fd, &n, sizeof(n)) < 0 && errno == EAGAIN)
+                return;
+        int frozen = cgroup_sandbox_frozen(sb->cgroup);
+        if (frozen == 1) {
+                pause_frozen(sb);
+                return;
+        }
+        if (frozen == 0 && now_monotonic_ms() < sb->pause_deadline_mono)
+                return;
+        cgroup_sandbox_thaw(sb->cgroup);
+        /* The idle reaper tries again after another idle timeout, not at once. */
+        sb->last_active_mono = now_monotonic_ms();
+        char why[256];
+        if (frozen < 0)
+                snprintf(why, sizeof(why), "cannot read the freezer state of sandbox %s: %s; it was resumed",
+                         sb->id, strerror(-frozen));
+        else
+                snprintf(why, sizeof(why),
+                         "sandbox %s did not freeze within %d ms (a process in an uninterruptible sleep?); "
+                         "it was resumed",
+                         sb->id, PAUSE_TIMEOUT_MS);
+        log_warn("%s", why);
+        sandbox_pause_end(sb, why, frozen < 0 ? "internal" : "timeout");
+}
+
+int sandbox_pause(struct sandbox *sb, sandbox_ready_cb done, void *data, nsbox_error_t **err)
+{
+        if (sb->state != SANDBOX_RUNNING)
+                return nsbox_refuse(err, ESRCH, "sandbox %s is %s", sb->id, sandbox_state_name(sb->state));
+        if (sb->paused) {
+                if (done != NULL)
+                        done(sb, NULL, data);
+                return 0;
+        }
+        if (sb->pause_timer == NULL) {
+                long long started = now_monotonic_ms();
+                int r = cgroup_sandbox_freeze(sb->cgroup, err);
+                if (r < 0)
+                        return r;
+                int frozen = cgroup_sandbox_frozen(sb->cgroup);
+                if (frozen == 1) {
+                        pause_frozen(sb);
+                        if (done != NULL)
+                                done(sb, NULL, data);
+                        return 0;
+                }
+                int fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+                struct itimerspec every = { .it_interval = { .tv_nsec = PAUSE_POLL_MS * 1000000L },
+                                            .it_value = { .tv_nsec = PAUSE_FIRST_POLL_US * 1000L } };
+                if (fd < 0 || timerfd_settime(fd, 0, &every, NULL) < 0 ||
+                    (sb->pause_timer = loop_add(nsboxd.loop, fd, EPOLLIN, on_pause_timer, sb)) == NULL) {
+                        r = nsbox_error(err, errno, "watch sandbox %s freezing", sb->id);
+                        if (fd >= 0)
+                                close(fd);
+                        cgroup_sandbox_thaw(sb->cgroup);
+                        return r;
+                }
+                sb->pause_deadline_mono = started + PAUSE_TIMEOUT_MS;
+        }
+        if (done != NULL)
+                sandbox_waiter_add(&sb->pause_waiters, done, data);
+        return 0;
+}
+
+bool sandbox_resume(struct sandbox *sb)
+{
+        if (!sb->paused && sb->pause_timer == NULL)
+                return false;
+        cgroup_sandbox_thaw(sb->cgroup);
+        if (sb->paused)
+                log_limited(log_key_uid(sb->owner).text, LOG_LEVEL_INFO, "sandbox %s: resumed after %lld ms",
+                            sb->id, now_monotonic_ms() - sb->paused_mono);
+        sb->paused = false;
+        sandbox_touch(sb);
+        sandbox_pause_end(sb, "the sandbox was resumed before it was frozen", "busy");
+        return true;
+}
