@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Sandbox paths as fs.* takes them from clients: normalized and bounded by
  * pure string work, before the kernel resolves anything. Kept apart from
- * fs.c so that it is fuzzed without a sandbox (tests/fuzz/fuzz_fs_path.c). */
+ * fs_ops.c so that it is fuzzed without a sandbox (tests/fuzz/fuzz_fs_path.c). */
 #pragma once
 
 #include <stdbool.h>

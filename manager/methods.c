@@ -15,7 +15,7 @@
 #include "daemon.h"
 #include "egress.h"
 #include "exec.h"
-#include "fs.h"
+#include "fs_api.h"
 #include "images.h"
 #include "json_cleanup.h"
 #include "log.h"

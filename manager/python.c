@@ -16,7 +16,7 @@
 #include "daemon.h"
 #include "egress.h"
 #include "exec.h"
-#include "fs.h"
+#include "fs_files.h"
 #include "fs_path.h"
 #include "images.h"
 #include "json_cleanup.h"

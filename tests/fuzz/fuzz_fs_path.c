@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target: fs.* paths as a client sends them (any bytes, any
- * length) through fs_path_parse, the pure half of fs.c's path handling,
- * and the prefix walk mkdir -p uses. Checks the invariants fs.c relies on:
+ * length) through fs_path_parse, the pure half of fs_ops.c's path handling,
+ * and the prefix walk mkdir -p uses. Checks the invariants fs_ops.c relies on:
  * a refusal has a message; an accepted path is bounded (bytes, components)
  * and normalized (no empty or "." component, no NUL), parent + name is rel,
  * and every prefix the walk opens is a prefix of rel ending at a "/". */

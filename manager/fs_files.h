@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* File access into a sandbox from the manager: fs.* methods and helpers for
- * python.run. Resolution never leaves the sandbox's root. */
+/* python.run's file helpers: its `files` written into the sandbox, and the
+ * one-file write, read and remove of its script and report. Resolution
+ * never leaves the sandbox's root (fs_ops.h). */
 #pragma once
 
 #include <jansson.h>
@@ -9,23 +10,8 @@
 #include <sys/types.h>
 
 #include "error.h"
-#include "rpc.h"
 
 struct sandbox;
-
-void fs_method_list(struct rpc_request *req, struct sandbox *sb);
-void fs_method_read(struct rpc_request *req, struct sandbox *sb);
-void fs_method_write(struct rpc_request *req, struct sandbox *sb);
-void fs_method_remove(struct rpc_request *req, struct sandbox *sb);
-void fs_method_mkdir(struct rpc_request *req, struct sandbox *sb);
-void fs_method_stat(struct rpc_request *req, struct sandbox *sb);
-void fs_method_rename(struct rpc_request *req, struct sandbox *sb);
-void fs_method_symlink(struct rpc_request *req, struct sandbox *sb);
-void fs_method_chmod(struct rpc_request *req, struct sandbox *sb);
-
-/* Content larger than this is read, decoded and written by a forked worker,
- * not on the event loop. */
-#define FS_INLINE_BYTES (1 << 20)
 
 /* python.run's `files`, {path: text | {content, encoding?: "base64"}},
  * written as fs_write_file writes: on the loop when small, else by a worker.

@@ -1,0 +1,18 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The file API of nsboxd: the fs.* JSON-RPC methods, on a running sandbox.
+ * Resolution never leaves the sandbox's root (fs_ops.h). */
+#pragma once
+
+#include "rpc.h"
+
+struct sandbox;
+
+void fs_method_list(struct rpc_request *req, struct sandbox *sb);
+void fs_method_read(struct rpc_request *req, struct sandbox *sb);
+void fs_method_write(struct rpc_request *req, struct sandbox *sb);
+void fs_method_remove(struct rpc_request *req, struct sandbox *sb);
+void fs_method_mkdir(struct rpc_request *req, struct sandbox *sb);
+void fs_method_stat(struct rpc_request *req, struct sandbox *sb);
+void fs_method_rename(struct rpc_request *req, struct sandbox *sb);
+void fs_method_symlink(struct rpc_request *req, struct sandbox *sb);
+void fs_method_chmod(struct rpc_request *req, struct sandbox *sb);
