@@ -186,13 +186,16 @@ test-systemd: all
 install: all install-sdk
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/libexec/nsbox $(DESTDIR)$(PREFIX)/share/nsbox/seccomp \
 		$(DESTDIR)$(PREFIX)/share/nsbox/rootfs-builder $(DESTDIR)$(PREFIX)/share/doc/nsbox \
-		$(DESTDIR)/etc/systemd/system
+		$(DESTDIR)/etc/systemd/system $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man8
 	install -m 0755 $(BUILD)/nsboxd $(BUILD)/nsbox $(BUILD)/nsbox-http $(DESTDIR)$(PREFIX)/bin/
 	install -m 0755 $(BUILD)/nsbox-init $(DESTDIR)$(PREFIX)/libexec/nsbox/
 	install -m 0755 $(BUILD)/nsbox-egress $(DESTDIR)$(PREFIX)/libexec/nsbox/
 	install -m 0644 seccomp-profiles/*.json $(DESTDIR)$(PREFIX)/share/nsbox/seccomp/
 	cp -r rootfs-builder/. $(DESTDIR)$(PREFIX)/share/nsbox/rootfs-builder/
 	install -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/nsbox/
+	cp -r docs $(DESTDIR)$(PREFIX)/share/doc/nsbox/
+	install -m 0644 docs/man/nsbox.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 0644 docs/man/nsboxd.8 $(DESTDIR)$(PREFIX)/share/man/man8/
 	sed -e 's#@PREFIX@#$(PREFIX)#g' manager/systemd/nsboxd.service.in > $(DESTDIR)/etc/systemd/system/nsboxd.service
 	sed -e 's#@PREFIX@#$(PREFIX)#g' manager/systemd/nsbox-http.service.in > $(DESTDIR)/etc/systemd/system/nsbox-http.service
 	install -m 0644 manager/systemd/nsbox.slice manager/systemd/nsboxd.socket $(DESTDIR)/etc/systemd/system/
@@ -208,6 +211,7 @@ uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/nsboxd $(DESTDIR)$(PREFIX)/bin/nsbox $(DESTDIR)$(PREFIX)/bin/nsbox-http \
 		$(DESTDIR)/etc/systemd/system/nsboxd.service $(DESTDIR)/etc/systemd/system/nsbox.slice \
 		$(DESTDIR)/etc/systemd/system/nsboxd.socket $(DESTDIR)/etc/systemd/system/nsbox-http.service
+	rm -f $(DESTDIR)$(PREFIX)/share/man/man1/nsbox.1 $(DESTDIR)$(PREFIX)/share/man/man8/nsboxd.8
 	rm -rf $(DESTDIR)$(PREFIX)/libexec/nsbox $(DESTDIR)$(PREFIX)/share/nsbox $(DESTDIR)$(PREFIX)/share/doc/nsbox
 	rm -rf $(DESTDIR)$(PYTHON_SITE)/nsbox
 	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi

@@ -209,8 +209,8 @@ static const struct command commands[] = {
         { "mcp", cmd_mcp, "nsbox mcp", "Serve MCP (Model Context Protocol) on standard input/output.\n" },
         { "serve", cmd_serve,
           "nsbox serve --http ADDR [--tokens FILE] [--tls-cert FILE --tls-key FILE] [--socket PATH]",
-          "Serve nsboxd's API over HTTP (runs nsbox-http; see nsbox-http --help and README,\n"
-          "\"HTTP API\"): nsbox's JSON-RPC methods at POST /v1/rpc/METHOD, the seed's POST\n"
+          "Serve nsboxd's API over HTTP (runs nsbox-http; see nsbox-http --help and\n"
+          "docs/http-and-kubernetes.md): nsbox's JSON-RPC methods at POST /v1/rpc/METHOD, POST\n"
           "/execute {code} and GET /health, and the agent-sandbox runtime endpoints.\n\n"
           "  --http ADDR           HOST:PORT to listen on (e.g. 127.0.0.1:8080)\n"
           "  --tokens FILE         bearer tokens, `UID TOKEN` or `UID sha256:HEX` a line; required\n"

@@ -26,7 +26,7 @@ static const char usage[] =
     "                  [--max-connections N] [--max-per-token N] [--max-per-address N] [--auth-reserve N]\n"
     "                  [--timeout SEC] [--header-timeout SEC] [--execute-sandbox JSON]\n"
     "\n"
-    "Serve nsboxd's API over HTTP (see README, \"HTTP API\").\n"
+    "Serve nsboxd's API over HTTP (see docs/http-and-kubernetes.md).\n"
     "  --http ADDR            HOST:PORT to listen on (127.0.0.1:8080, [::1]:8080, 0.0.0.0:8080);\n"
     "                         port 0 picks a free one (printed on standard error)\n"
     "  --tokens FILE          bearer tokens, one `UID TOKEN` or `UID sha256:HEX` a line; without it,\n"

@@ -235,7 +235,7 @@ static void usage(const struct nsbox_config *defaults)
                "NSBOX_* environment variable; flags win over the environment, which wins over the file.\n"
                "The file is --config, else $NSBOX_CONFIG, else /etc/nsbox/nsboxd.json (if it exists).\n"
                "--rootless (a user other than root): run as root of a new user namespace mapped from\n"
-               "/etc/subuid and /etc/subgid by newuidmap/newgidmap (README \"Without host root\").\n\n");
+               "/etc/subuid and /etc/subgid by newuidmap/newgidmap (docs/rootless.md).\n\n");
         for (size_t i = 0; i < ARRAY_SIZE(options); i++) {
                 char flag[64];
                 snprintf(flag, sizeof(flag), "--%s", options[i].key);
@@ -256,7 +256,7 @@ static void usage(const struct nsbox_config *defaults)
                        strcmp(options[i].key, "config") == 0 ? "none" : value);
         }
         printf("\nOnly in the config file: \"network_policies\", an object of named network policies,\n"
-               "e.g. {\"pypi\": {\"allow\": [\"pypi.org\", \"files.pythonhosted.org\"]}} (see README).\n"
+               "e.g. {\"pypi\": {\"allow\": [\"pypi.org\", \"files.pythonhosted.org\"]}} (see docs/networking.md).\n"
                "A default of 0 for a max_* bound or memory_commit_bytes means: derived from the host.\n");
 }
 

@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
 # build-criu.sh: build CRIU 4.1.1 (Debian trixie's source package, via apt)
-# in /tmp/criu-src with the three EXPERIMENT changes described in README.md,
+# in /tmp/criu-src with the three EXPERIMENT changes described in docs/design/criu.md,
 # each switched on by an environment variable so that without them the
 # binary behaves as released:
 #   CRIU_EXP_SKIP_USERNS_CHECK  skip check_user_ns() at dump

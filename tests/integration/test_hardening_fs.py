@@ -7,7 +7,18 @@ import threading
 import time
 
 import pytest
+from conftest import Daemon
 from nsbox_client import Raw, RpcError
+
+
+@pytest.fixture(scope="module")
+def daemon():
+    """Trees of 100k and 200k files: more than a sandbox's disk holds by
+    default (disk_inodes, 128 Ki)."""
+    d = Daemon(extra_args=["--disk-inodes", "262144"])
+    yield d
+    rc = d.stop()
+    assert rc == 0, "nsboxd did not stop cleanly (rc=%s):\n%s" % (rc, d.final_log[-6000:])
 
 
 def sh(daemon, sandbox, command, **kw):
