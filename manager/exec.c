@@ -1414,7 +1414,7 @@ int exec_run(struct sandbox *sb, json_t *params, const struct exec_hooks *hooks,
         return 0;
 }
 
-void exec_handle_request(struct rpc_request *req, struct sandbox *sb)
+void exec_method_run(struct rpc_request *req, struct sandbox *sb)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
         const char *kind;
@@ -1499,7 +1499,7 @@ struct sandbox *exec_find_sandbox(const char *id, uid_t uid)
         return NULL;
 }
 
-void exec_method_status(struct rpc_request *req)
+void exec_method_status(struct rpc_request *req, struct sandbox *sb)
 {
         struct exec *ex = require_exec(req, true);
         if (ex != NULL)
@@ -1518,7 +1518,7 @@ static int get_offset(json_t *since, const char *stream, size_t *out)
         return 0;
 }
 
-void exec_method_output(struct rpc_request *req)
+void exec_method_output(struct rpc_request *req, struct sandbox *sb)
 {
         struct exec *ex = require_exec(req, true);
         if (ex == NULL)
@@ -1543,7 +1543,7 @@ void exec_method_output(struct rpc_request *req)
         rpc_reply_result(req, result);
 }
 
-void exec_method_kill(struct rpc_request *req)
+void exec_method_kill(struct rpc_request *req, struct sandbox *sb)
 {
         struct exec *ex = require_exec(req, false);
         if (ex == NULL)
@@ -1594,7 +1594,7 @@ static void stdin_waiter_gone(struct rpc_request *req, void *data)
         rpc_reply_fail(req, "unavailable", "client gone");
 }
 
-void exec_method_stdin(struct rpc_request *req)
+void exec_method_stdin(struct rpc_request *req, struct sandbox *sb)
 {
         static const char *const known[] = { "exec_id", "data", "encoding", "eof", NULL };
         _cleanup_error_ nsbox_error_t *err = NULL;
@@ -1677,7 +1677,7 @@ void exec_method_stdin(struct rpc_request *req)
 
 /* exec.resize {exec_id, rows, cols}: the window size of a tty exec; the
  * kernel sends its foreground process group SIGWINCH. */
-void exec_method_resize(struct rpc_request *req)
+void exec_method_resize(struct rpc_request *req, struct sandbox *sb)
 {
         struct exec *ex = require_exec(req, false);
         if (ex == NULL)

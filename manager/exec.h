@@ -31,18 +31,18 @@ struct exec_hooks {
 };
 
 /* sandbox.exec */
-void exec_handle_request(struct rpc_request *req, struct sandbox *sb);
+void exec_method_run(struct rpc_request *req, struct sandbox *sb);
 /* exec.status, exec.output, exec.kill (by exec_id) and exec.list (of a sandbox) */
 /* The sandbox of the exec with this id that uid may see, or NULL. */
 struct sandbox *exec_find_sandbox(const char *id, uid_t uid);
-void exec_method_status(struct rpc_request *req);
-void exec_method_output(struct rpc_request *req);
-void exec_method_kill(struct rpc_request *req);
+void exec_method_status(struct rpc_request *req, struct sandbox *sb);
+void exec_method_output(struct rpc_request *req, struct sandbox *sb);
+void exec_method_kill(struct rpc_request *req, struct sandbox *sb);
 void exec_method_list(struct rpc_request *req, struct sandbox *sb);
 /* exec.stdin: bytes (or eof) for an exec started with stdin_stream or tty */
-void exec_method_stdin(struct rpc_request *req);
+void exec_method_stdin(struct rpc_request *req, struct sandbox *sb);
 /* exec.resize: the window size of a tty exec */
-void exec_method_resize(struct rpc_request *req);
+void exec_method_resize(struct rpc_request *req, struct sandbox *sb);
 
 /* The audit line names req's uid, and the front that acted for it (auth.act_as):
  * for an exec started on behalf of a request (python.run, package.install). */

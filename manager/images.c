@@ -388,7 +388,7 @@ void image_method_commit(struct rpc_request *req, struct sandbox *sb)
         sandbox_touch(sb);
 }
 
-void image_method_list(struct rpc_request *req)
+void image_method_list(struct rpc_request *req, struct sandbox *sb)
 {
         static const char *const known[] = { NULL };
         if (!rpc_check_fields(req, known))
@@ -435,7 +435,7 @@ static void image_removed(void *data, int r, uint64_t size, json_t *result, cons
         free(ir);
 }
 
-void image_method_remove(struct rpc_request *req)
+void image_method_remove(struct rpc_request *req, struct sandbox *sb)
 {
         static const char *const known[] = { "name", NULL };
         _cleanup_error_ nsbox_error_t *err = NULL;
@@ -467,11 +467,12 @@ void image_method_remove(struct rpc_request *req)
                                nsboxd.config.image_dir);
                 return;
         }
-        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
-                if (sb->state != SANDBOX_EXITED && strcmp(sb->policy.image, name) == 0) {
+        for (struct sandbox *user = nsboxd.sandboxes; user != NULL; user = user->next) {
+                if (user->state != SANDBOX_EXITED && strcmp(user->policy.image, name) == 0) {
                         rpc_reply_fail(req, "busy", "image %s is used by sandbox %s%s", name,
-                                       req->uid == 0 || sb->owner == req->uid ? sb->id : "(of another user)",
-                                       sb->pooled ? " (warm pool)" : "");
+                                       req->uid == 0 || user->owner == req->uid ? user->id
+                                                                                : "(of another user)",
+                                       user->pooled ? " (warm pool)" : "");
                         return;
                 }
         }
@@ -698,7 +699,7 @@ static bool import_tag_valid(const char *tag)
         return true;
 }
 
-void image_method_import(struct rpc_request *req)
+void image_method_import(struct rpc_request *req, struct sandbox *sb)
 {
         static const char *const known[] = { "path", "name", "tag", NULL };
         _cleanup_error_ nsbox_error_t *err = NULL;

@@ -33,11 +33,12 @@ int images_init(nsbox_error_t **err);
 /* image.commit {sandbox_id, name}: the sandbox's file changes as a new
  * image owned by the caller, layered on the sandbox's image. */
 void image_method_commit(struct rpc_request *req, struct sandbox *sb);
-void image_method_list(struct rpc_request *req);   /* image.list */
-void image_method_remove(struct rpc_request *req); /* image.remove {name}: committed images only */
+void image_method_list(struct rpc_request *req, struct sandbox *sb); /* image.list */
+void image_method_remove(struct rpc_request *req,
+                         struct sandbox *sb); /* image.remove {name}: committed images only */
 /* image.import {path, name, tag?: "latest"} (root only): an OCI image
  * layout or docker-archive tarball as a whole image everyone may use. */
-void image_method_import(struct rpc_request *req);
+void image_method_import(struct rpc_request *req, struct sandbox *sb);
 /* The modules the image's Python fork server imports (manifest
  * "python_preload", new reference), or NULL: the image has no fork server. */
 json_t *image_python_preload(const char *name);

@@ -77,22 +77,16 @@ static void add_load(json_t *obj)
 
 /* server.info without what costs more than a look at memory (the images
  * list reads a directory): for health checks and probes. */
-static void method_server_load(struct rpc_request *req)
+static void server_method_load(struct rpc_request *req, struct sandbox *sb)
 {
-        static const char *const known[] = { NULL };
-        if (!rpc_check_fields(req, known))
-                return;
         json_t *load = json_pack("{s:s, s:s}", "version", NSBOX_VERSION, "cgroup", cgroup_mode_name());
         if (load != NULL)
                 add_load(load);
         rpc_reply_result(req, load);
 }
 
-static void method_server_info(struct rpc_request *req)
+static void server_method_info(struct rpc_request *req, struct sandbox *sb)
 {
-        static const char *const known[] = { NULL };
-        if (!rpc_check_fields(req, known))
-                return;
         struct utsname u;
         uname(&u);
         json_t *features = json_pack("[s, s, s]", "seccomp", "session_id", "stream");
@@ -188,7 +182,7 @@ static void create_done_recreated(struct sandbox *sb, const char *error, void *d
         rpc_reply_result(req, result);
 }
 
-static void method_sandbox_create(struct rpc_request *req)
+static void sandbox_method_create(struct rpc_request *req, struct sandbox *sb)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
         struct sandbox_policy policy;
@@ -246,12 +240,12 @@ static void method_sandbox_create(struct rpc_request *req)
                         return;
                 }
         }
-        struct sandbox *sb;
+        struct sandbox *made;
         bool recreated = policy.session_id[0] != '\0' && sandbox_session_reaped(policy.session_id, req->uid);
         const char *snapshot_id =
             snapshot ? json_string_value(json_object_get(snapshot, "snapshot_id")) : NULL;
         int r = sandbox_create_from(req->uid, &policy, snapshot_id,
-                                    recreated ? create_done_recreated : create_done, req, &sb, &err);
+                                    recreated ? create_done_recreated : create_done, req, &made, &err);
         if (r == -EUSERS) {
                 rpc_reply_fail(req, "limit_reached", "%s", err->message);
                 return;
@@ -262,14 +256,13 @@ static void method_sandbox_create(struct rpc_request *req)
         }
 }
 
-static void method_sandbox_list(struct rpc_request *req)
+static void sandbox_method_list(struct rpc_request *req, struct sandbox *sb)
 {
-        static const char *const known[] = { "include_inactive", NULL };
         bool all;
-        if (!rpc_check_fields(req, known) || !rpc_get_bool(req, "include_inactive", &all))
+        if (!rpc_get_bool(req, "include_inactive", &all))
                 return;
         json_t *list = json_array();
-        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
+        for (sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
                 if ((req->uid != 0 && sb->owner != req->uid) || sb->pooled)
                         continue;
                 if (!all && sb->state != SANDBOX_RUNNING)
@@ -280,14 +273,8 @@ static void method_sandbox_list(struct rpc_request *req)
                          json_pack("{s:o, s:i}", "sandboxes", list, "count", (int)json_array_size(list)));
 }
 
-static void method_sandbox_info(struct rpc_request *req)
+static void sandbox_method_info(struct rpc_request *req, struct sandbox *sb)
 {
-        static const char *const known[] = { "sandbox_id", NULL };
-        if (!rpc_check_fields(req, known))
-                return;
-        struct sandbox *sb = require_sandbox(req);
-        if (sb == NULL)
-                return;
         json_t *info = sandbox_to_json(sb, false);
         json_object_set_new(info, "stats", cgroup_sandbox_stats(sb->cgroup));
         json_t *network = egress_info(sb);
@@ -311,15 +298,9 @@ static void reply_egress_error(struct rpc_request *req, int r, const nsbox_error
 }
 
 /* What may change in a live sandbox: its network policy. */
-static void method_sandbox_update(struct rpc_request *req)
+static void sandbox_method_update(struct rpc_request *req, struct sandbox *sb)
 {
-        static const char *const known[] = { "sandbox_id", "network", NULL };
         _cleanup_error_ nsbox_error_t *err = NULL;
-        if (!rpc_check_fields(req, known))
-                return;
-        struct sandbox *sb = require_sandbox(req);
-        if (sb == NULL)
-                return;
         json_t *network = json_object_get(req->msg.params, "network");
         if (network != NULL) {
                 char name[sizeof(sb->policy.network)];
@@ -349,32 +330,24 @@ static void method_sandbox_update(struct rpc_request *req)
         rpc_reply_result(req, info);
 }
 
-/* sandbox.expose and sandbox.unexpose: {sandbox_id, port}; NULL after
- * replying to a bad one. */
-static struct sandbox *require_sandbox_port(struct rpc_request *req, unsigned *port)
+/* sandbox.expose and sandbox.unexpose's port; false after replying to a bad one. */
+static bool request_port(struct rpc_request *req, unsigned *port)
 {
-        static const char *const known[] = { "sandbox_id", "port", NULL };
-        if (!rpc_check_fields(req, known))
-                return NULL;
-        struct sandbox *sb = require_sandbox(req);
-        if (sb == NULL)
-                return NULL;
         json_t *p = json_object_get(req->msg.params, "port");
         if (!json_is_integer(p) || json_integer_value(p) < 1 || json_integer_value(p) > 65535) {
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
                                 "port must be an integer from 1 to 65535");
-                return NULL;
+                return false;
         }
         *port = (unsigned)json_integer_value(p);
-        return sb;
+        return true;
 }
 
-static void method_sandbox_expose(struct rpc_request *req)
+static void sandbox_method_expose(struct rpc_request *req, struct sandbox *sb)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
         unsigned port;
-        struct sandbox *sb = require_sandbox_port(req, &port);
-        if (sb == NULL)
+        if (!request_port(req, &port))
                 return;
         json_t *result = NULL;
         int r = egress_expose(sb, port, &result, &err);
@@ -384,12 +357,11 @@ static void method_sandbox_expose(struct rpc_request *req)
                 rpc_reply_result(req, result);
 }
 
-static void method_sandbox_unexpose(struct rpc_request *req)
+static void sandbox_method_unexpose(struct rpc_request *req, struct sandbox *sb)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
         unsigned port;
-        struct sandbox *sb = require_sandbox_port(req, &port);
-        if (sb == NULL)
+        if (!request_port(req, &port))
                 return;
         int r = egress_unexpose(sb, port, &err);
         if (r < 0)
@@ -406,14 +378,10 @@ static void remove_done(struct sandbox *sb, const char *error, void *data)
         rpc_reply_result(req, json_pack("{s:O, s:b}", "sandbox_id", id, "removed", 1));
 }
 
-static void method_sandbox_remove(struct rpc_request *req)
+static void sandbox_method_remove(struct rpc_request *req, struct sandbox *sb)
 {
-        static const char *const known[] = { "sandbox_id", "force", NULL };
         bool force;
-        if (!rpc_check_fields(req, known) || !rpc_get_bool(req, "force", &force))
-                return;
-        struct sandbox *sb = require_sandbox(req);
-        if (sb == NULL)
+        if (!rpc_get_bool(req, "force", &force))
                 return;
         if (sb->running_execs > 0 && !force) {
                 rpc_reply_fail(req, "busy", "sandbox %s has %u running exec(s); use force to kill them",
@@ -438,15 +406,11 @@ static void pause_done(struct sandbox *sb, const char *error, void *data)
 }
 
 /* Pausing an already paused sandbox is no error: the answer is the same. */
-static void method_sandbox_pause(struct rpc_request *req)
+static void sandbox_method_pause(struct rpc_request *req, struct sandbox *sb)
 {
-        static const char *const known[] = { "sandbox_id", "force", NULL };
         _cleanup_error_ nsbox_error_t *err = NULL;
         bool force;
-        if (!rpc_check_fields(req, known) || !rpc_get_bool(req, "force", &force))
-                return;
-        struct sandbox *sb = require_sandbox(req);
-        if (sb == NULL)
+        if (!rpc_get_bool(req, "force", &force))
                 return;
         if (sb->state != SANDBOX_RUNNING) {
                 rpc_reply_fail(req, "unavailable", "sandbox %s is %s", sb->id, sandbox_state_name(sb->state));
@@ -473,14 +437,8 @@ static void method_sandbox_pause(struct rpc_request *req)
 }
 
 /* Resuming a sandbox that runs is no error either. */
-static void method_sandbox_resume(struct rpc_request *req)
+static void sandbox_method_resume(struct rpc_request *req, struct sandbox *sb)
 {
-        static const char *const known[] = { "sandbox_id", NULL };
-        if (!rpc_check_fields(req, known))
-                return;
-        struct sandbox *sb = require_sandbox(req);
-        if (sb == NULL)
-                return;
         if (sandbox_resume(sb))
                 log_limited(log_key_uid(req->uid).text, LOG_LEVEL_INFO, "sandbox %s: resumed by uid %u",
                             sb->id, req->uid);
@@ -512,9 +470,8 @@ static struct sandbox *request_sandbox(struct rpc_request *req)
  * /proc/PID/root from nsboxd, whose workers are not frozen), and so do the
  * methods that only read what nsboxd holds (info, exec.status/output).
  * False after replying. */
-static bool resume_for(struct rpc_request *req)
+static bool resume_for(struct rpc_request *req, struct sandbox *sb)
 {
-        struct sandbox *sb = request_sandbox(req);
         if (sb == NULL || (!sb->paused && sb->pause_timer == NULL))
                 return true;
         if (!nsboxd.config.auto_resume) {
@@ -528,122 +485,113 @@ static bool resume_for(struct rpc_request *req)
         return true;
 }
 
-#define RESUMING(handler)                                       \
-        static void resuming_##handler(struct rpc_request *req) \
-        {                                                       \
-                if (resume_for(req))                            \
-                        handler(req);                           \
-        }
+/* --- the method table ------------------------------------------------------ */
 
-static void method_sandbox_exec(struct rpc_request *req)
-{
-        struct sandbox *sb = require_sandbox(req);
-        if (sb == NULL)
-                return;
-        exec_handle_request(req, sb);
-}
-
-/* fs.*: every method names a sandbox the caller must own. */
-#define FS_METHOD(name)                                       \
-        static void method_fs_##name(struct rpc_request *req) \
-        {                                                     \
-                struct sandbox *sb = require_sandbox(req);    \
-                if (sb != NULL) {                             \
-                        sandbox_touch(sb);                    \
-                        fs_method_##name(req, sb);            \
-                }                                             \
-        }
-FS_METHOD(list)
-FS_METHOD(read)
-FS_METHOD(write)
-FS_METHOD(remove)
-FS_METHOD(mkdir)
-FS_METHOD(stat)
-FS_METHOD(rename)
-FS_METHOD(symlink)
-FS_METHOD(chmod)
-
-static void method_exec_list(struct rpc_request *req)
-{
-        struct sandbox *sb = require_sandbox(req);
-        if (sb != NULL)
-                exec_method_list(req, sb);
-}
-
-static void method_sandbox_snapshot(struct rpc_request *req)
-{
-        struct sandbox *sb = require_sandbox(req);
-        if (sb != NULL)
-                snapshot_method_create(req, sb);
-}
-
-static void method_image_commit(struct rpc_request *req)
-{
-        struct sandbox *sb = require_sandbox(req);
-        if (sb != NULL)
-                image_method_commit(req, sb);
-}
-
-static void method_package_install(struct rpc_request *req)
-{
-        struct sandbox *sb = require_sandbox(req);
-        if (sb != NULL) {
-                sandbox_touch(sb);
-                package_method_install(req, sb);
-        }
-}
-
-RESUMING(method_sandbox_exec)
-RESUMING(python_method_run)
-RESUMING(method_package_install)
-RESUMING(exec_method_kill)
-RESUMING(exec_method_stdin)
-RESUMING(exec_method_resize)
-RESUMING(shell_method_create)
-RESUMING(shell_method_run)
-RESUMING(shell_method_terminate)
-
-const struct rpc_method nsboxd_methods[] = {
-        { "server.info", method_server_info },
-        { "server.load", method_server_load },
-        { "sandbox.create", method_sandbox_create },
-        { "sandbox.list", method_sandbox_list },
-        { "sandbox.info", method_sandbox_info },
-        { "sandbox.remove", method_sandbox_remove },
-        { "sandbox.update", method_sandbox_update },
-        { "sandbox.expose", method_sandbox_expose },
-        { "sandbox.unexpose", method_sandbox_unexpose },
-        { "sandbox.pause", method_sandbox_pause },
-        { "sandbox.resume", method_sandbox_resume },
-        { "sandbox.exec", resuming_method_sandbox_exec },
-        { "sandbox.snapshot", method_sandbox_snapshot },
-        { "snapshot.list", snapshot_method_list },
-        { "snapshot.remove", snapshot_method_remove },
-        { "image.commit", method_image_commit },
-        { "image.list", image_method_list },
-        { "image.remove", image_method_remove },
-        { "image.import", image_method_import },
-        { "python.run", resuming_python_method_run },
-        { "package.install", resuming_method_package_install },
-        { "exec.status", exec_method_status },
-        { "exec.output", exec_method_output },
-        { "exec.kill", resuming_exec_method_kill },
-        { "exec.stdin", resuming_exec_method_stdin },
-        { "exec.resize", resuming_exec_method_resize },
-        { "exec.list", method_exec_list },
-        { "fs.list", method_fs_list },
-        { "fs.read", method_fs_read },
-        { "fs.write", method_fs_write },
-        { "fs.remove", method_fs_remove },
-        { "fs.mkdir", method_fs_mkdir },
-        { "fs.stat", method_fs_stat },
-        { "fs.rename", method_fs_rename },
-        { "fs.symlink", method_fs_symlink },
-        { "fs.chmod", method_fs_chmod },
-        { "shell.create", resuming_shell_method_create },
-        { "shell.run", resuming_shell_method_run },
-        { "shell.check", shell_method_check },
-        { "shell.terminate", resuming_shell_method_terminate },
-        { "shell.list", shell_method_list },
-        { NULL, NULL },
+/* What the dispatcher does for a method before its handler runs (redis's
+ * command flags): the handler gets the sandbox resolved once, or NULL. */
+enum method_flags {
+        /* params.sandbox_id names a sandbox of the caller (full id or unique
+         * prefix): resolved, or the request is answered invalid_params or
+         * not_found and the handler never runs. */
+        M_SANDBOX = 1 << 0,
+        /* The sandbox params name by sandbox_id, session_id or exec_id, if
+         * any: found for M_RESUME and handed over; a handler that needs one
+         * says so itself when it is NULL (python.run makes a session's). */
+        M_FIND = 1 << 1,
+        /* Needs the sandbox's processes to run: a paused one is resumed
+         * first (auto_resume), or the request fails unavailable. */
+        M_RESUME = 1 << 2,
+        /* Counts as activity for the idle reaper. */
+        M_TOUCH = 1 << 3,
 };
+
+typedef void (*method_handler)(struct rpc_request *req, struct sandbox *sb);
+
+struct method {
+        const char *name;
+        method_handler handler;
+        unsigned flags;
+        /* Its params, checked before anything else when given (NULL: the
+         * handler checks them). */
+        const char *const *params;
+};
+
+#define PARAMS(...) ((const char *const[]){ __VA_ARGS__, NULL })
+
+static void auth_method_act_as(struct rpc_request *req, struct sandbox *sb)
+{
+        rpc_act_as(req);
+}
+
+static const struct method methods[] = {
+        { "auth.act_as", auth_method_act_as, 0, NULL },
+        { "server.info", server_method_info, 0, PARAMS(NULL) },
+        { "server.load", server_method_load, 0, PARAMS(NULL) },
+        { "sandbox.create", sandbox_method_create, 0, NULL },
+        { "sandbox.list", sandbox_method_list, 0, PARAMS("include_inactive") },
+        { "sandbox.info", sandbox_method_info, M_SANDBOX, PARAMS("sandbox_id") },
+        { "sandbox.remove", sandbox_method_remove, M_SANDBOX, PARAMS("sandbox_id", "force") },
+        { "sandbox.update", sandbox_method_update, M_SANDBOX, PARAMS("sandbox_id", "network") },
+        { "sandbox.expose", sandbox_method_expose, M_SANDBOX, PARAMS("sandbox_id", "port") },
+        { "sandbox.unexpose", sandbox_method_unexpose, M_SANDBOX, PARAMS("sandbox_id", "port") },
+        { "sandbox.pause", sandbox_method_pause, M_SANDBOX, PARAMS("sandbox_id", "force") },
+        { "sandbox.resume", sandbox_method_resume, M_SANDBOX, PARAMS("sandbox_id") },
+        { "sandbox.exec", exec_method_run, M_SANDBOX | M_RESUME, NULL },
+        { "sandbox.snapshot", snapshot_method_create, M_SANDBOX, NULL },
+        { "snapshot.list", snapshot_method_list, 0, NULL },
+        { "snapshot.remove", snapshot_method_remove, 0, NULL },
+        { "image.commit", image_method_commit, M_SANDBOX, NULL },
+        { "image.list", image_method_list, 0, NULL },
+        { "image.remove", image_method_remove, 0, NULL },
+        { "image.import", image_method_import, 0, NULL },
+        { "python.run", python_method_run, M_FIND | M_RESUME, NULL },
+        { "package.install", package_method_install, M_SANDBOX | M_RESUME | M_TOUCH, NULL },
+        { "exec.status", exec_method_status, 0, NULL },
+        { "exec.output", exec_method_output, 0, NULL },
+        { "exec.kill", exec_method_kill, M_FIND | M_RESUME, NULL },
+        { "exec.stdin", exec_method_stdin, M_FIND | M_RESUME, NULL },
+        { "exec.resize", exec_method_resize, M_FIND | M_RESUME, NULL },
+        { "exec.list", exec_method_list, M_SANDBOX, NULL },
+        { "fs.list", fs_method_list, M_SANDBOX | M_TOUCH, NULL },
+        { "fs.read", fs_method_read, M_SANDBOX | M_TOUCH, NULL },
+        { "fs.write", fs_method_write, M_SANDBOX | M_TOUCH, NULL },
+        { "fs.remove", fs_method_remove, M_SANDBOX | M_TOUCH, NULL },
+        { "fs.mkdir", fs_method_mkdir, M_SANDBOX | M_TOUCH, NULL },
+        { "fs.stat", fs_method_stat, M_SANDBOX | M_TOUCH, NULL },
+        { "fs.rename", fs_method_rename, M_SANDBOX | M_TOUCH, NULL },
+        { "fs.symlink", fs_method_symlink, M_SANDBOX | M_TOUCH, NULL },
+        { "fs.chmod", fs_method_chmod, M_SANDBOX | M_TOUCH, NULL },
+        { "shell.create", shell_method_create, M_FIND | M_RESUME, NULL },
+        { "shell.run", shell_method_run, M_FIND | M_RESUME, NULL },
+        { "shell.check", shell_method_check, M_FIND, NULL },
+        { "shell.terminate", shell_method_terminate, M_FIND | M_RESUME, NULL },
+        { "shell.list", shell_method_list, M_FIND, NULL },
+};
+
+const void *methods_find(const char *name)
+{
+        for (size_t i = 0; i < ARRAY_SIZE(methods); i++) {
+                if (strcmp(methods[i].name, name) == 0)
+                        return &methods[i];
+        }
+        return NULL;
+}
+
+void methods_run(const void *found, struct rpc_request *req)
+{
+        const struct method *m = found;
+        if (m->params != NULL && !rpc_check_fields(req, m->params))
+                return;
+        struct sandbox *sb = NULL;
+        if (m->flags & M_SANDBOX) {
+                if ((sb = require_sandbox(req)) == NULL)
+                        return;
+        } else if (m->flags & M_FIND) {
+                sb = request_sandbox(req);
+        }
+        if ((m->flags & M_RESUME) && !resume_for(req, sb))
+                return;
+        if ((m->flags & M_TOUCH) && sb != NULL)
+                sandbox_touch(sb);
+        m->handler(req, sb);
+}

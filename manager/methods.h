@@ -1,7 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The JSON-RPC method table of nsboxd and the server-wide methods. */
+/* nsboxd's JSON-RPC methods: one table with declarative flags (needs a
+ * sandbox, resumes a paused one, counts as activity) and its dispatcher. */
 #pragma once
 
 #include "rpc.h"
 
-extern const struct rpc_method nsboxd_methods[];
+/* The method of a name, or NULL: unknown. */
+const void *methods_find(const char *name);
+/* Run a request of that method: its params checked where the table lists
+ * them, its sandbox resolved once, resumed or touched as its flags say,
+ * then its handler. */
+void methods_run(const void *method, struct rpc_request *req);

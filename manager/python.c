@@ -1169,7 +1169,7 @@ static void run_client_gone(struct rpc_request *req, void *data)
                 exec_signal(in->exec, SIGINT);
 }
 
-void python_method_run(struct rpc_request *req)
+void python_method_run(struct rpc_request *req, struct sandbox *sb)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
         json_t *p = req->msg.params;
@@ -1196,9 +1196,7 @@ void python_method_run(struct rpc_request *req)
 
         json_t *id = json_object_get(p, "sandbox_id");
         if (id != NULL) {
-                struct sandbox *sb =
-                    json_is_string(id) ? sandbox_lookup(json_string_value(id), req->uid) : NULL;
-                if (sb == NULL || sb->state != SANDBOX_RUNNING) {
+                if (!json_is_string(id) || sb == NULL || sb->state != SANDBOX_RUNNING) {
                         run_fail(run, "not_found", "no such sandbox");
                         return;
                 }
@@ -1215,8 +1213,7 @@ void python_method_run(struct rpc_request *req)
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
                 return;
         }
-        struct sandbox *sb = sandbox_find_session(policy.session_id, req->uid);
-        if (sb != NULL) {
+        if (sb != NULL) { /* the session's, found by the dispatcher */
                 policy_clear(&policy);
                 sandbox_touch(sb);
                 if (sb->state == SANDBOX_CREATING)

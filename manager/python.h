@@ -11,7 +11,7 @@
 struct sandbox;
 struct python_interp;
 
-void python_method_run(struct rpc_request *req);
+void python_method_run(struct rpc_request *req, struct sandbox *sb);
 /* A call runs in the sandbox's stateful interpreter, or waits for it. */
 bool python_busy(const struct sandbox *sb);
 void package_method_install(struct rpc_request *req, struct sandbox *sb);

@@ -676,7 +676,7 @@ bool rpc_request_connected(const struct rpc_request *req)
  * keep the uid they came with), so every rule keyed on the peer's uid (ownership, per-uid quotas, the
  * max_connections_per_uid count, audit lines) applies to that owner as to a
  * local client of that uid. */
-static void act_as_handler(struct rpc_request *req)
+void rpc_act_as(struct rpc_request *req)
 {
         struct rpc_conn *conn = req->conn;
         if (conn->acted) {
@@ -717,19 +717,6 @@ static void act_as_handler(struct rpc_request *req)
         rpc_reply_result(req, json_pack("{s:I}", "uid", (json_int_t)uid));
 }
 
-static const struct rpc_method act_as_method = { "auth.act_as", act_as_handler };
-
-static const struct rpc_method *find_method(const char *name)
-{
-        if (strcmp(name, act_as_method.name) == 0)
-                return &act_as_method;
-        for (const struct rpc_method *m = server.config.methods; m->name != NULL; m++) {
-                if (strcmp(m->name, name) == 0)
-                        return m;
-        }
-        return NULL;
-}
-
 /* Answer or run one parsed request; takes req. */
 static void conn_dispatch_parsed(struct rpc_conn *conn, struct rpc_request *req, int code, const char *why)
 {
@@ -737,7 +724,7 @@ static void conn_dispatch_parsed(struct rpc_conn *conn, struct rpc_request *req,
         /* A notification (no "id" member) is never answered, not even with
          * an error; a request too broken to tell gets an error with a null id. */
         bool notification = (code >= 0 || code == JSONRPC_INVALID_PARAMS) && !req->msg.has_id;
-        const struct rpc_method *method = code < 0 ? NULL : find_method(req->msg.method);
+        const void *method = code < 0 ? NULL : server.config.find_method(req->msg.method);
         if (code >= 0 && server.refusing) {
                 if (!notification)
                         conn_error(conn, req->msg.id, JSONRPC_APP_ERROR, "unavailable",
@@ -776,7 +763,7 @@ static void conn_dispatch_parsed(struct rpc_conn *conn, struct rpc_request *req,
         conn->refs++;
         conn->in_flight++;
         nsboxd.last_request_mono = now_monotonic_ms();
-        method->handler(owned);
+        server.config.run_method(method, owned);
 }
 
 /* --- large request lines: parsed by a helper thread ------------------------

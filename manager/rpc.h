@@ -37,16 +37,12 @@ struct rpc_request {
         bool parsed_off_loop; /* a large line: its tree is freed by the parse thread too */
 };
 
-typedef void (*rpc_handler)(struct rpc_request *req);
-
-struct rpc_method {
-        const char *name;
-        rpc_handler handler;
-};
-
 struct rpc_server_config {
         const char *socket_path;
-        const struct rpc_method *methods; /* terminated by a NULL name */
+        /* The method of a name (NULL: unknown, answered -32601), and how to
+         * run a request of it: the daemon's method table (methods.h). */
+        const void *(*find_method)(const char *name);
+        void (*run_method)(const void *method, struct rpc_request *req);
         int listen_fd; /* a listening socket passed by systemd (socket activation), or -1 */
 };
 
@@ -67,6 +63,9 @@ void rpc_reply_fail_errno(struct rpc_request *req, const char *kind, int errnum,
 /* Notification to the request's client, if it is still connected. params: borrowed. */
 void rpc_notify(struct rpc_request *req, const char *method, json_t *params);
 bool rpc_request_connected(const struct rpc_request *req);
+/* auth.act_as {uid}: the request's connection serves that uid from now on
+ * (for a trusted front: root or nsboxd's own uid, once per connection). */
+void rpc_act_as(struct rpc_request *req);
 /* Parameter checks that answer -32602 themselves and return false. */
 bool rpc_check_fields(struct rpc_request *req, const char *const *known);
 bool rpc_get_bool(struct rpc_request *req, const char *key, bool *out);

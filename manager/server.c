@@ -315,7 +315,8 @@ static int start(nsbox_error_t **err)
         struct rpc_server_config server = {
                 .socket_path = nsboxd.config.socket_path,
                 .listen_fd = listen_fd,
-                .methods = nsboxd_methods,
+                .find_method = methods_find,
+                .run_method = methods_run,
         };
         if ((r = rpc_server_start(nsboxd.loop, &server, err)) < 0)
                 return r;

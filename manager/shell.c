@@ -603,15 +603,15 @@ static char *setup_line(const struct shell_command *boot, size_t *out_len)
 
 /* --- parameters -------------------------------------------------------- */
 
-/* The sandbox of params.sandbox_id that the caller may use, running; NULL after replying. */
-static struct sandbox *require_running_sandbox(struct rpc_request *req)
+/* The sandbox of params.sandbox_id (the dispatcher found it, or NULL) that
+ * the caller may use, running; NULL after replying. */
+static struct sandbox *require_running_sandbox(struct rpc_request *req, struct sandbox *sb)
 {
         json_t *id = json_object_get(req->msg.params, "sandbox_id");
         if (!json_is_string(id)) {
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "sandbox_id must be a string");
                 return NULL;
         }
-        struct sandbox *sb = sandbox_lookup(json_string_value(id), req->uid);
         if (sb == NULL) {
                 rpc_reply_fail(req, "not_found", "no sandbox %.64s", json_string_value(id));
                 return NULL;
@@ -645,9 +645,9 @@ static bool valid_path(json_t *v)
 }
 
 /* The session named by params.session of a running sandbox; NULL after replying. */
-static struct shell_session *require_session(struct rpc_request *req)
+static struct shell_session *require_session(struct rpc_request *req, struct sandbox *sb)
 {
-        struct sandbox *sb = require_running_sandbox(req);
+        sb = require_running_sandbox(req, sb);
         if (sb == NULL)
                 return NULL;
         json_t *name = json_object_get(req->msg.params, "session");
@@ -670,7 +670,7 @@ static struct shell_session *require_session(struct rpc_request *req)
 
 /* --- methods ------------------------------------------------------------- */
 
-void shell_method_create(struct rpc_request *req)
+void shell_method_create(struct rpc_request *req, struct sandbox *sb)
 {
         static const char *const known[] = { "sandbox_id", "name", "cwd", "env", NULL };
         _cleanup_error_ nsbox_error_t *err = NULL;
@@ -697,7 +697,7 @@ void shell_method_create(struct rpc_request *req)
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
                 return;
         }
-        struct sandbox *sb = require_running_sandbox(req);
+        sb = require_running_sandbox(req, sb);
         if (sb == NULL)
                 return;
         char chosen[SHELL_MAX_NAME + 1];
@@ -778,7 +778,7 @@ static void run_client_gone(struct rpc_request *req, void *data)
         }
 }
 
-void shell_method_run(struct rpc_request *req)
+void shell_method_run(struct rpc_request *req, struct sandbox *sb)
 {
         static const char *const known[] = { "sandbox_id", "session",          "command",
                                              "cwd",        "timeout_seconds",  "blocking",
@@ -835,7 +835,7 @@ void shell_method_run(struct rpc_request *req)
                 }
                 max_output = (size_t)json_integer_value(max);
         }
-        struct shell_session *s = require_session(req);
+        struct shell_session *s = require_session(req, sb);
         if (s == NULL)
                 return;
         if (!s->ready || s->exec == NULL) {
@@ -881,7 +881,7 @@ void shell_method_run(struct rpc_request *req)
             req, json_pack("{s:s, s:s, s:b}", "session", s->name, "command_id", c->id, "running", true));
 }
 
-void shell_method_check(struct rpc_request *req)
+void shell_method_check(struct rpc_request *req, struct sandbox *sb)
 {
         static const char *const known[] = { "sandbox_id", "session", "since", NULL };
         if (!rpc_check_fields(req, known))
@@ -899,7 +899,7 @@ void shell_method_check(struct rpc_request *req)
                 }
                 since[i] = json_is_integer(v) ? (size_t)json_integer_value(v) : 0;
         }
-        struct shell_session *s = require_session(req);
+        struct shell_session *s = require_session(req, sb);
         if (s == NULL)
                 return;
         if (s->cmd == NULL || s->cmd->boot) {
@@ -910,12 +910,12 @@ void shell_method_check(struct rpc_request *req)
         rpc_reply_result(req, command_json(s, s->cmd, since));
 }
 
-void shell_method_terminate(struct rpc_request *req)
+void shell_method_terminate(struct rpc_request *req, struct sandbox *sb)
 {
         static const char *const known[] = { "sandbox_id", "session", NULL };
         if (!rpc_check_fields(req, known))
                 return;
-        struct shell_session *s = require_session(req);
+        struct shell_session *s = require_session(req, sb);
         if (s == NULL)
                 return;
         s->terminating = true;
@@ -926,12 +926,12 @@ void shell_method_terminate(struct rpc_request *req)
         rpc_reply_result(req, json_pack("{s:s, s:b}", "session", s->name, "terminated", true));
 }
 
-void shell_method_list(struct rpc_request *req)
+void shell_method_list(struct rpc_request *req, struct sandbox *sb)
 {
         static const char *const known[] = { "sandbox_id", NULL };
         if (!rpc_check_fields(req, known))
                 return;
-        struct sandbox *sb = require_running_sandbox(req);
+        sb = require_running_sandbox(req, sb);
         if (sb == NULL)
                 return;
         json_t *list = json_array();

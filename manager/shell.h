@@ -53,11 +53,11 @@
 
 struct sandbox;
 
-void shell_method_create(struct rpc_request *req);
-void shell_method_run(struct rpc_request *req);
-void shell_method_check(struct rpc_request *req);
-void shell_method_terminate(struct rpc_request *req);
-void shell_method_list(struct rpc_request *req);
+void shell_method_create(struct rpc_request *req, struct sandbox *sb);
+void shell_method_run(struct rpc_request *req, struct sandbox *sb);
+void shell_method_check(struct rpc_request *req, struct sandbox *sb);
+void shell_method_terminate(struct rpc_request *req, struct sandbox *sb);
+void shell_method_list(struct rpc_request *req, struct sandbox *sb);
 /* A session of the sandbox runs a command or is starting: the idle reaper
  * leaves the sandbox alone. */
 bool shell_busy(const struct sandbox *sb);

@@ -826,7 +826,7 @@ static void list_one(const char *id, json_t *meta, void *ctx)
         json_array_append_new(l->list, entry);
 }
 
-void snapshot_method_list(struct rpc_request *req)
+void snapshot_method_list(struct rpc_request *req, struct sandbox *sb)
 {
         static const char *const known[] = { NULL };
         if (!rpc_check_fields(req, known))
@@ -854,7 +854,7 @@ static void snapshot_removed(void *data, int r, uint64_t size, json_t *result, c
         free(rr);
 }
 
-void snapshot_method_remove(struct rpc_request *req)
+void snapshot_method_remove(struct rpc_request *req, struct sandbox *sb)
 {
         static const char *const known[] = { "snapshot_id", NULL };
         _cleanup_error_ nsbox_error_t *err = NULL;

@@ -53,5 +53,5 @@ int snapshot_remove_dir_async(const char *dir, snapshot_copy_done_fn done, void 
 int snapshots_init(nsbox_error_t **err);
 
 void snapshot_method_create(struct rpc_request *req, struct sandbox *sb); /* sandbox.snapshot */
-void snapshot_method_list(struct rpc_request *req);
-void snapshot_method_remove(struct rpc_request *req);
+void snapshot_method_list(struct rpc_request *req, struct sandbox *sb);
+void snapshot_method_remove(struct rpc_request *req, struct sandbox *sb);
