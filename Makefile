@@ -60,7 +60,7 @@ BINS  += $(BUILD)/forkrun
 UNITS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 
 .PHONY: all deps deps-test deps-node deps-bench image demo test test-unit test-integration test-vm test-format test-systemd \
-        format bench install uninstall asan clean fuzz
+        format bench install uninstall asan clean fuzz test-layers
 all: $(BINS)
 
 $(BUILD)/obj/%.o: %.c
@@ -163,6 +163,7 @@ test: deps-test
 	$(MAKE) all $(UNITS)
 	$(MAKE) image
 	$(MAKE) test-format
+	$(MAKE) test-layers
 	$(MAKE) test-systemd
 	$(MAKE) test-unit
 	$(MAKE) test-fuzz
@@ -221,6 +222,11 @@ test-format:
 		clang-format --style=file "$$f" | cmp -s - "$$f" || echo "$$f"; done); \
 	if [ -n "$$bad" ]; then echo "not clang-formatted (run make format):"; echo "$$bad"; exit 1; fi; \
 	echo "format: ok"
+
+# The layering of the C tree (docs/architecture.md) and the checker's own tests.
+test-layers:
+	$(PYTHON) tests/layers/check_layers.py
+	$(PYTHON) -m pytest -q -p no:cacheprovider tests/layers
 
 format:
 	clang-format --style=file -i $$(git ls-files '*.c' '*.h')

@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""The layering of nsbox's C tree (docs/architecture.md), checked: every
+#include "..." of a source file must point to its own component or one it may
+depend on, and inside manager/ to its own layer or a lower one; and no two
+units (a .c and its .h) may include each other, directly or around a
+circle. Exits 1 naming each offending include."""
+import os
+import re
+import subprocess
+import sys
+
+# Which components a component may include from (besides itself).
+COMPONENTS = {
+    "common": [],
+    "policy": ["common"],
+    "runtime": ["common", "policy"],
+    "manager": ["common", "policy", "runtime"],
+    "egress": ["common", "policy"],
+    "http": ["common"],
+    "cli": ["common", "policy"],
+    "rootfs-builder": [],
+}
+# The search order of the compiler's -I flags (Makefile), after the file's own directory.
+INCLUDE_DIRS = ["common", "policy", "runtime", "manager", "cli"]
+
+# manager/'s layers, bottom up: a unit includes its own layer or lower.
+MANAGER_LAYERS = [
+    ("core", ["loop", "daemon", "config", "budget", "fs_path", "fs_worker"]),
+    ("host and wire", ["cgroup", "userns", "uidmode", "basens", "rootfs", "host_pools", "profiles", "rpc",
+                       "rpc_listen", "quota"]),
+    ("registry", ["sandbox", "sandbox_uids", "state"]),
+    ("live sandboxes", ["exec_params", "exec", "egress", "fs_ops", "fs_files", "fs_api", "sandbox_pause",
+                        "snapshot", "images"]),
+    ("lifecycle", ["sandbox_life"]),
+    ("features", ["python", "shell"]),
+    ("api", ["methods", "idle"]),
+    ("top", ["server", "main"]),
+]
+LAYER_OF = {unit: i for i, (_, units) in enumerate(MANAGER_LAYERS) for unit in units}
+
+
+def tracked_sources(root):
+    out = subprocess.run(["git", "-C", root, "ls-files", "*.c", "*.h"], capture_output=True, text=True,
+                         check=True).stdout.split()
+    return [f for f in out if f.split("/")[0] in COMPONENTS and os.path.exists(os.path.join(root, f))]
+
+
+def resolve(root, src, header):
+    here = os.path.dirname(src)
+    for d in [here] + INCLUDE_DIRS:
+        candidate = os.path.normpath(os.path.join(d, header))
+        if os.path.exists(os.path.join(root, candidate)):
+            return candidate
+    return None  # a system or generated header
+
+
+def unit(path):
+    return path.rsplit(".", 1)[0]
+
+
+def check(root):
+    problems = []
+    edges = {}
+    for src in tracked_sources(root):
+        component = src.split("/")[0]
+        with open(os.path.join(root, src), errors="replace") as f:
+            text = f.read()
+        for lineno, header in ((text.count("\n", 0, m.start()) + 1, m.group(1))
+                               for m in re.finditer(r'^#include "([^"]+)"', text, re.M)):
+            target = resolve(root, src, header)
+            if target is None:
+                continue
+            to = target.split("/")[0]
+            where = "%s:%d: #include \"%s\"" % (src, lineno, header)
+            if to != component and to not in COMPONENTS[component]:
+                problems.append("%s: %s/ may not depend on %s/" % (where, component, to))
+            if component == "manager" and to == "manager":
+                a, b = os.path.basename(unit(src)), os.path.basename(unit(target))
+                for name in (a, b):
+                    if name not in LAYER_OF:
+                        problems.append("%s: manager/%s is in no layer (tests/layers/check_layers.py)"
+                                        % (where, name))
+                if a in LAYER_OF and b in LAYER_OF and LAYER_OF[b] > LAYER_OF[a]:
+                    problems.append("%s: points up from layer \"%s\" to \"%s\"" % (
+                        where, MANAGER_LAYERS[LAYER_OF[a]][0], MANAGER_LAYERS[LAYER_OF[b]][0]))
+            if unit(target) != unit(src):
+                edges.setdefault(unit(src), set()).add(unit(target))
+    problems += ["include circle: " + " -> ".join(c + [c[0]]) for c in circles(edges)]
+    return sorted(set(problems))
+
+
+def circles(edges):
+    """Strongly connected components of more than one unit (Tarjan)."""
+    index, low, stack, on, found, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    sys.setrecursionlimit(10000)
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def main():
+    root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
+    problems = check(root)
+    for p in problems:
+        print(p)
+    print("layers: %s" % ("ok" if not problems else "%d problem(s)" % len(problems)))
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
