@@ -37,6 +37,7 @@
 #include "json_cleanup.h"
 #include "tar_stream.h"
 #include "textenc.h"
+#include "io.h"
 
 #define CP_CHUNK         (4u << 20) /* per fs.write and fs.read, and per read of a host file */
 #define CP_LIST_MAX      100000     /* nsboxd's fs.list max_entries */
@@ -424,7 +425,7 @@ static int host_sink_file_begin(struct cp_sink *sink, const char *rel, mode_t mo
 static int host_sink_file_data(struct cp_sink *sink, const void *data, size_t len)
 {
         struct host_sink *h = (struct host_sink *)sink;
-        int r = cli_write_all(h->fd, data, len);
+        int r = io_write_all(h->fd, data, len);
         if (r < 0)
                 return cli_fail("write %s: %s", h->file, strerror(-r));
         sink->bytes += len;
@@ -543,7 +544,7 @@ static int sink_chunk(void *ctx, const char *data, size_t len)
 static int stdout_chunk(void *ctx, const char *data, size_t len)
 {
         unsigned long long *bytes = ctx;
-        int r = cli_write_all(STDOUT_FILENO, data, len);
+        int r = io_write_all(STDOUT_FILENO, data, len);
         if (r < 0)
                 return cli_fail("write: %s", strerror(-r));
         *bytes += len;

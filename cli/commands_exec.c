@@ -16,6 +16,7 @@
 #include "cli.h"
 #include "json_cleanup.h"
 #include "textenc.h"
+#include "io.h"
 
 /* Standard input goes to the command (exec.stdin) in pieces of at most
  * this size, each sent once the daemon has answered the one before: its
@@ -53,12 +54,12 @@ int cli_write_output(int fd, const json_t *text, bool base64)
         if (!json_is_string(text) || json_string_length(text) == 0)
                 return 0;
         if (!base64)
-                return cli_write_all(fd, json_string_value(text), json_string_length(text));
+                return io_write_all(fd, json_string_value(text), json_string_length(text));
         size_t len;
         _cleanup_free_ void *bytes = base64_decode(json_string_value(text), json_string_length(text), &len);
         if (bytes == NULL) /* not base64 after all: the daemon's own text */
-                return cli_write_all(fd, json_string_value(text), json_string_length(text));
-        return cli_write_all(fd, bytes, len);
+                return io_write_all(fd, json_string_value(text), json_string_length(text));
+        return io_write_all(fd, bytes, len);
 }
 
 void cli_print_truncated(const json_t *result, size_t cap)

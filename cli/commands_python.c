@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "json_cleanup.h"
 #include "textenc.h"
+#include "io.h"
 
 #define CODE_MAX_BYTES (32u << 20) /* well under the daemon's 64 MiB request line */
 
@@ -40,8 +41,8 @@ static void print_output(const char *method, json_t *params, void *data)
         json_t *text = json_object_get(params, "data");
         if (strcmp(method, "exec.output") != 0 || stream == NULL || !json_is_string(text))
                 return;
-        cli_write_all(strcmp(stream, "stderr") == 0 ? STDERR_FILENO : STDOUT_FILENO, json_string_value(text),
-                      json_string_length(text));
+        io_write_all(strcmp(stream, "stderr") == 0 ? STDERR_FILENO : STDOUT_FILENO, json_string_value(text),
+                     json_string_length(text));
 }
 
 int cmd_python(const struct cli *cli, int argc, char **argv)
@@ -121,8 +122,8 @@ int cmd_python(const struct cli *cli, int argc, char **argv)
         cli_print_network_refused(result);
         json_t *value = json_object_get(result, "result");
         if (json_is_string(value)) {
-                cli_write_all(STDOUT_FILENO, json_string_value(value), json_string_length(value));
-                cli_write_all(STDOUT_FILENO, "\n", 1);
+                io_write_all(STDOUT_FILENO, json_string_value(value), json_string_length(value));
+                io_write_all(STDOUT_FILENO, "\n", 1);
         }
         size_t i;
         json_t *output;

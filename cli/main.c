@@ -19,6 +19,7 @@
 #include "textenc.h"
 #include "version.h"
 #include "jsonrpc.h"
+#include "io.h"
 
 struct command {
         const char *name;
@@ -390,9 +391,9 @@ void cli_print_text_output(const json_t *result)
         json_t *out = json_object_get(result, "stdout");
         json_t *err = json_object_get(result, "stderr");
         if (json_is_string(out))
-                cli_write_all(STDOUT_FILENO, json_string_value(out), json_string_length(out));
+                io_write_all(STDOUT_FILENO, json_string_value(out), json_string_length(out));
         if (json_is_string(err))
-                cli_write_all(STDERR_FILENO, json_string_value(err), json_string_length(err));
+                io_write_all(STDERR_FILENO, json_string_value(err), json_string_length(err));
 }
 
 json_t *cli_read_path(const char *path, const char *option, const char *stdin_what, size_t max)
@@ -555,7 +556,7 @@ void cli_print_network_refused(const json_t *result)
                         if ((unsigned char)*p < 0x20 || *p == 0x7f)
                                 *p = '?';
                 }
-                cli_write_all(STDERR_FILENO, line, strlen(line));
+                io_write_all(STDERR_FILENO, line, strlen(line));
         }
 }
 

@@ -27,6 +27,7 @@
 #include "jsonrpc.h"
 #include "log.h"
 #include "mcp.h"
+#include "io.h"
 
 #define MAX_CALLS            64
 #define PROGRESS_INTERVAL_MS 1000
@@ -93,7 +94,7 @@ static void send_locked(json_t *msg)
                 log_error("mcp: out of memory serializing a message");
                 return;
         }
-        int r = cli_write_all(STDOUT_FILENO, line, len);
+        int r = io_write_all(STDOUT_FILENO, line, len);
         if (r < 0)
                 log_warn("mcp: write to stdout: %s", strerror(-r));
 }

@@ -18,6 +18,7 @@
 #include "json_cleanup.h"
 #include "jsonrpc.h"
 #include "socket_path.h"
+#include "io.h"
 
 #define CLIENT_MAX_LINE (1u << 30)
 
@@ -50,21 +51,6 @@ const char *client_socket_path(const char *flag)
 }
 
 /* Every byte, through short writes and EINTR; -errno on failure. */
-int cli_write_all(int fd, const void *data, size_t len)
-{
-        const char *p = data;
-        while (len > 0) {
-                ssize_t n = write(fd, p, len);
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n < 0)
-                        return -errno;
-                p += n;
-                len -= n;
-        }
-        return 0;
-}
-
 /* A full listen queue is waited out for this long in all, in tries of at
  * most CONNECT_TRY_MS each: the kernel's wait (SO_SNDTIMEO bounds a blocking
  * connect) wakes as soon as nsboxd accepts, and a fresh try after a short
@@ -222,7 +208,7 @@ int client_send(struct client *c, const char *method, json_t *params, long long 
         _cleanup_free_ char *line = jsonrpc_serialize(req, &len);
         if (line == NULL)
                 return nsbox_error(err, ENOMEM, "serialize request");
-        int r = cli_write_all(c->fd, line, len);
+        int r = io_write_all(c->fd, line, len);
         if (r < 0)
                 return nsbox_error(err, -r, "send %s to nsboxd", method);
         if (id_out)

@@ -14,9 +14,6 @@ typedef void (*client_notify_cb)(const char *method, json_t *params, void *data)
 /* The socket from --socket, else $NSBOX_SOCKET, else the default. */
 const char *client_socket_path(const char *flag);
 
-/* Write all of data to fd (a socket, a pipe, stdout): 0 or -errno. */
-int cli_write_all(int fd, const void *data, size_t len);
-
 int client_connect(const char *path, struct client **out, nsbox_error_t **err);
 void client_close(struct client *c);
 int client_fd(const struct client *c);

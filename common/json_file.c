@@ -9,20 +9,7 @@
 #include <unistd.h>
 
 #include "cleanup.h"
-
-static int write_all(int fd, const char *text, size_t len)
-{
-        while (len > 0) {
-                ssize_t n = write(fd, text, len);
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n <= 0)
-                        return n < 0 ? -errno : -EIO;
-                text += n;
-                len -= (size_t)n;
-        }
-        return 0;
-}
+#include "io.h"
 
 int json_file_replace(const char *path, const json_t *value, size_t flags, bool durable, nsbox_error_t **err)
 {
@@ -37,7 +24,7 @@ int json_file_replace(const char *path, const json_t *value, size_t flags, bool 
         _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (fd < 0)
                 return nsbox_error(err, errno, "create %s", tmp);
-        int r = write_all(fd, text, strlen(text));
+        int r = io_write_all(fd, text, strlen(text));
         const char *doing = "write";
         if (r == 0 && durable && fsync(fd) < 0) {
                 r = -errno;

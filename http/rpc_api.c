@@ -22,6 +22,7 @@
 #include "cleanup.h"
 #include "json_cleanup.h"
 #include "jsonrpc.h"
+#include "io.h"
 
 struct stream {
         struct client *c;
@@ -51,7 +52,7 @@ static void stream_write(struct stream *s, const char *event, json_t *value)
         if (n < 0)
                 return;
         s->wrote = true;
-        if (cli_write_all(s->pipe_wr, line, n) < 0) {
+        if (io_write_all(s->pipe_wr, line, n) < 0) {
                 /* the reader is gone: stop nsboxd's side too */
                 shutdown(client_fd(s->c), SHUT_RDWR);
         }

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cleanup.h"
+#include "io.h"
 #include "daemon.h"
 #include "json_cleanup.h"
 #include "log.h"
@@ -40,20 +41,6 @@ struct fs_worker {
         fs_worker_done_fn done;
         void *data;
 };
-
-static int fs_worker_write_all(int fd, const char *data, size_t len)
-{
-        while (len > 0) {
-                ssize_t n = write(fd, data, len);
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n <= 0)
-                        return -1;
-                data += n;
-                len -= (size_t)n;
-        }
-        return 0;
-}
 
 static int fs_worker_compare_fds(const void *a, const void *b)
 {
@@ -100,8 +87,8 @@ static __attribute__((noreturn)) void fs_worker_child(pid_t parent, int out, con
         char *text = header ? json_dumps(header, JSON_COMPACT) : NULL;
         if (text == NULL)
                 _exit(2);
-        if (fs_worker_write_all(out, text, strlen(text)) < 0 || fs_worker_write_all(out, "\n", 1) < 0 ||
-            (output.raw_key != NULL && fs_worker_write_all(out, output.raw, output.raw_len) < 0))
+        if (io_write_all(out, text, strlen(text)) < 0 || io_write_all(out, "\n", 1) < 0 ||
+            (output.raw_key != NULL && io_write_all(out, output.raw, output.raw_len) < 0))
                 _exit(3);
         size_t total = output.parts ? json_array_size(output.parts) : 0;
         for (size_t i = 0; i < total; i += FS_WORKER_PART_ITEMS) {
@@ -109,8 +96,8 @@ static __attribute__((noreturn)) void fs_worker_child(pid_t parent, int out, con
                 for (size_t j = i; j < total && j < i + FS_WORKER_PART_ITEMS; j++)
                         json_array_append(part, json_array_get(output.parts, j));
                 char *line = json_dumps(part, JSON_COMPACT);
-                if (line == NULL || fs_worker_write_all(out, line, strlen(line)) < 0 ||
-                    fs_worker_write_all(out, "\n", 1) < 0)
+                if (line == NULL || io_write_all(out, line, strlen(line)) < 0 ||
+                    io_write_all(out, "\n", 1) < 0)
                         _exit(3);
                 free(line);
                 json_decref(part);

@@ -8,6 +8,7 @@ full listen queue for a bounded time.
 
 Every test drives the real daemon over its real socket.
 """
+import contextlib
 import json
 import os
 import signal
@@ -385,11 +386,31 @@ def waiting_to_connect(proc):
     return False
 
 
-def test_clients_wait_out_a_full_listen_queue(tmp_path):
-    path = str(tmp_path / "nsbox.sock")
+@contextlib.contextmanager
+def clients_at_a_full_queue(path):
+    """Every client of CLIENTS started against a listener whose queue is
+    full; all ended and closed afterwards."""
     srv, queued = full_listener(path)
     procs = {name: subprocess.Popen(argv(path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for name, argv in CLIENTS.items()}
+    try:
+        yield srv, queued, procs
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        srv.close()
+        for s in queued:
+            s.close()
+
+
+def test_clients_wait_out_a_full_listen_queue(tmp_path):
+    with clients_at_a_full_queue(str(tmp_path / "nsbox.sock")) as (srv, queued, procs):
+        clients_get_in_once_there_is_room(srv, queued, procs)
+
+
+def clients_get_in_once_there_is_room(srv, queued, procs):
     done = threading.Event()
     server = None
     try:
@@ -420,21 +441,10 @@ def test_clients_wait_out_a_full_listen_queue(tmp_path):
         done.set()
         if server is not None:
             server.join()
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-        srv.close()
-        for s in queued:
-            s.close()
 
 
 def test_clients_give_up_on_a_listen_queue_that_stays_full_with_a_clear_error(tmp_path):
-    path = str(tmp_path / "nsbox.sock")
-    srv, queued = full_listener(path)
-    procs = {name: subprocess.Popen(argv(path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for name, argv in CLIENTS.items()}
-    try:
+    with clients_at_a_full_queue(str(tmp_path / "nsbox.sock")) as (srv, queued, procs):
         results = {}
         for name, p in procs.items():
             try:
@@ -444,14 +454,6 @@ def test_clients_give_up_on_a_listen_queue_that_stays_full_with_a_clear_error(tm
             results[name] = (p.returncode, err)
         for name, (rc, err) in results.items():
             assert rc not in (0, None) and "listen queue stayed full" in err, (name, rc, err)
-    finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-        srv.close()
-        for s in queued:
-            s.close()
 
 
 def test_idle_connections_are_closed_and_busy_ones_are_not():
