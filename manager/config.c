@@ -256,7 +256,8 @@ static void usage(const struct nsbox_config *defaults)
                        strcmp(options[i].key, "config") == 0 ? "none" : value);
         }
         printf("\nOnly in the config file: \"network_policies\", an object of named network policies,\n"
-               "e.g. {\"pypi\": {\"allow\": [\"pypi.org\", \"files.pythonhosted.org\"]}} (see docs/networking.md).\n"
+               "e.g. {\"pypi\": {\"allow\": [\"pypi.org\", \"files.pythonhosted.org\"]}} (see "
+               "docs/networking.md).\n"
                "A default of 0 for a max_* bound or memory_commit_bytes means: derived from the host.\n");
 }
 
