@@ -39,9 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/stat.h>
-#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -995,20 +993,23 @@ struct removal {
 #define REMOVAL_TRIES    400 /* about 2 s, then the stragglers are killed */
 
 static struct removal *removals;
-static struct loop_source *removal_timer;
+static struct loop_timer *removal_timer;
 
-static void arm_removal_timer(void)
+static void on_removal_timer(struct loop *loop, struct loop_timer *timer, void *data);
+
+/* Try again REMOVAL_RETRY_MS from now; false when there is no timer to. */
+static bool arm_removal_timer(void)
 {
-        struct itimerspec its = { .it_value = { .tv_nsec = REMOVAL_RETRY_MS * 1000000L } };
         if (removal_timer != NULL)
-                timerfd_settime(removal_timer->fd, 0, &its, NULL);
+                loop_timer_move_in(nsboxd.loop, removal_timer, REMOVAL_RETRY_MS);
+        else if (nsboxd.loop != NULL)
+                removal_timer = loop_timer_add_in(nsboxd.loop, REMOVAL_RETRY_MS, on_removal_timer, NULL);
+        return removal_timer != NULL;
 }
 
-static void on_removal_timer(struct loop_source *source, uint32_t events)
+static void on_removal_timer(struct loop *loop, struct loop_timer *timer, void *data)
 {
-        uint64_t n;
-        if (read(source->fd, &n, sizeof(n)) < 0)
-                return;
+        removal_timer = NULL; /* a one-shot timer, gone once this returns */
         for (struct removal **p = &removals; *p != NULL;) {
                 struct removal *rm = *p;
                 if (++rm->tries > REMOVAL_TRIES)
@@ -1030,14 +1031,10 @@ static void on_removal_timer(struct loop_source *source, uint32_t events)
 
 static void remove_later(const char *dir)
 {
-        if (removal_timer == NULL && nsboxd.loop != NULL) {
-                int fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-                if (fd >= 0 &&
-                    (removal_timer = loop_add(nsboxd.loop, fd, EPOLLIN, on_removal_timer, NULL)) == NULL)
-                        close(fd);
-        }
         struct removal *rm = calloc(1, sizeof(*rm));
-        if (removal_timer == NULL || rm == NULL || (rm->dir = strdup(dir)) == NULL) {
+        if (rm == NULL || (rm->dir = strdup(dir)) == NULL || !arm_removal_timer()) {
+                if (rm != NULL)
+                        free(rm->dir);
                 free(rm);
                 kill_tree(dir);
                 if (remove_tree(dir, 1000) < 0)
@@ -1046,7 +1043,6 @@ static void remove_later(const char *dir)
         }
         rm->next = removals;
         removals = rm;
-        arm_removal_timer();
 }
 
 unsigned cgroup_removals_pending(void)

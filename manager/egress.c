@@ -17,7 +17,6 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
-#include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -75,7 +74,8 @@ static struct {
         unsigned char *slots;
         unsigned next_slot; /* slots are taken round the pool, see attach_with */
         pid_t proxy_pid;
-        struct loop_source *proxy_pidfd, *proxy_ctl, *respawn;
+        struct loop_source *proxy_pidfd, *proxy_ctl;
+        struct loop_timer *respawn;
         long long proxy_started_mono;
 } egress = { .host_ns = -1, .ns = -1 };
 
@@ -406,13 +406,9 @@ static void on_proxy_ctl(struct loop_source *source, uint32_t events)
         }
 }
 
-static void on_respawn(struct loop_source *source, uint32_t events)
+static void on_respawn(struct loop *loop, struct loop_timer *timer, void *data)
 {
-        uint64_t n;
-        if (read(source->fd, &n, sizeof(n)) < 0)
-                return;
-        loop_remove(nsboxd.loop, egress.respawn);
-        egress.respawn = NULL;
+        egress.respawn = NULL; /* a one-shot timer, gone once this returns */
         _cleanup_error_ nsbox_error_t *err = NULL;
         if (proxy_spawn(&err) < 0)
                 log_error("egress: restart the proxy: %s", err->message);
@@ -420,15 +416,7 @@ static void on_respawn(struct loop_source *source, uint32_t events)
 
 static void schedule_respawn(long long delay_ms)
 {
-        int fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-        if (fd < 0)
-                return;
-        struct itimerspec its = { .it_value = { .tv_sec = delay_ms / 1000,
-                                                .tv_nsec = (delay_ms % 1000) * 1000000 + 1 } };
-        timerfd_settime(fd, 0, &its, NULL);
-        egress.respawn = loop_add(nsboxd.loop, fd, EPOLLIN, on_respawn, NULL);
-        if (egress.respawn == NULL)
-                close(fd);
+        egress.respawn = loop_timer_add_in(nsboxd.loop, delay_ms, on_respawn, NULL);
 }
 
 static void on_proxy_exit(struct loop_source *source, uint32_t events)

@@ -21,7 +21,6 @@
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/socket.h>
-#include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <uuid/uuid.h>
@@ -110,13 +109,12 @@ struct exec {
         struct rpc_request *stdin_waiter; /* an exec.stdin answered once the queue drains */
         bool tty;                         /* stdio is a pty of the sandbox; `pty` is its master */
         int pty;
-        uid_t uid;                            /* the client's, for the audit line */
-        char *audit;                          /* "uid=... argv=..." for the audit line */
-        bool service;                         /* not a client's work: not "busy", not activity */
-        unsigned leftover;                    /* processes its main process left running, ended with it */
-        struct rpc_request *notify;           /* an internal caller's request its output streams to */
-        long long deadline_mono;              /* the timeout, then the drain grace; 0: none */
-        struct exec *timed_prev, *timed_next; /* on the deadline list while unfinished */
+        uid_t uid;                   /* the client's, for the audit line */
+        char *audit;                 /* "uid=... argv=..." for the audit line */
+        bool service;                /* not a client's work: not "busy", not activity */
+        unsigned leftover;           /* processes its main process left running, ended with it */
+        struct rpc_request *notify;  /* an internal caller's request its output streams to */
+        struct loop_timer *deadline; /* the timeout, then the drain grace */
         unsigned timeout_s;
         pid_t pid;
         struct loop_source *slot; /* the control socket of the exec's supervisor */
@@ -193,64 +191,25 @@ static void exec_free(struct exec *ex)
         free(ex);
 }
 
-/* One timerfd serves every exec's deadline: it is armed for the earliest,
- * and an exec whose deadline is later costs no syscall. A deadline that
- * went away (its exec finished) leaves the timer armed; it then fires for
- * nothing once, and is armed again for what is left. */
-static struct exec *timed_execs;
-static struct loop_source *deadline_timer;
-static long long deadline_armed; /* monotonic ms the timer fires at; 0: disarmed */
-
-static void on_deadline(struct loop_source *source, uint32_t events);
+/* Each exec's deadline is a timer of the loop's (loop.h), cancelled when
+ * the exec finishes. */
+static void on_deadline(struct loop *loop, struct loop_timer *timer, void *data);
 
 static void deadline_forget(struct exec *ex)
 {
-        if (ex->timed_prev == NULL && timed_execs != ex)
-                return;
-        if (ex->timed_prev != NULL)
-                ex->timed_prev->timed_next = ex->timed_next;
-        else
-                timed_execs = ex->timed_next;
-        if (ex->timed_next != NULL)
-                ex->timed_next->timed_prev = ex->timed_prev;
-        ex->timed_prev = ex->timed_next = NULL;
-        ex->deadline_mono = 0;
-}
-
-static int deadline_arm(long long at)
-{
-        /* The clock reads in whole ms: a ms later, so that it finds `at` passed. */
-        long long when = at + 1;
-        struct itimerspec its = { .it_value = { .tv_sec = when / 1000, .tv_nsec = (when % 1000) * 1000000 } };
-        if (timerfd_settime(deadline_timer->fd, TFD_TIMER_ABSTIME, &its, NULL) < 0)
-                return -errno;
-        deadline_armed = at;
-        return 0;
+        loop_timer_cancel(nsboxd.loop, ex->deadline);
+        ex->deadline = NULL;
 }
 
 /* The exec's deadline, ms from now (the timeout, or the drain grace). */
 static int deadline_set(struct exec *ex, long long ms)
 {
-        if (deadline_timer == NULL) {
-                int fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-                if (fd < 0)
-                        return -errno;
-                deadline_timer = loop_add(nsboxd.loop, fd, EPOLLIN, on_deadline, NULL);
-                if (deadline_timer == NULL) {
-                        close(fd);
-                        return -ENOMEM;
-                }
+        if (ex->deadline != NULL) {
+                loop_timer_move_in(nsboxd.loop, ex->deadline, ms);
+                return 0;
         }
-        if (ex->timed_prev == NULL && timed_execs != ex) {
-                ex->timed_next = timed_execs;
-                if (timed_execs != NULL)
-                        timed_execs->timed_prev = ex;
-                timed_execs = ex;
-        }
-        ex->deadline_mono = now_monotonic_ms() + ms;
-        if (deadline_armed == 0 || ex->deadline_mono < deadline_armed)
-                return deadline_arm(ex->deadline_mono);
-        return 0;
+        ex->deadline = loop_timer_add_in(nsboxd.loop, ms, on_deadline, ex);
+        return ex->deadline != NULL ? 0 : -ENOMEM;
 }
 
 static void exec_send_kill(struct exec *ex, int sig)
@@ -597,32 +556,13 @@ static void exec_deadline(struct exec *ex)
         }
 }
 
-static void on_deadline(struct loop_source *source, uint32_t events)
+/* Finishing an exec runs callbacks that may end others: their deadlines,
+ * due in the same batch or not, are cancelled with them. */
+static void on_deadline(struct loop *loop, struct loop_timer *timer, void *data)
 {
-        uint64_t expirations;
-        if (read(source->fd, &expirations, sizeof(expirations)) < 0 && errno == EAGAIN)
-                return;
-        deadline_armed = 0;
-        /* One at a time, from the start: finishing an exec runs callbacks that
-         * may end others. */
-        for (;;) {
-                long long now = now_monotonic_ms(), next = 0;
-                struct exec *due = NULL;
-                for (struct exec *ex = timed_execs; ex != NULL; ex = ex->timed_next) {
-                        if (ex->deadline_mono <= now) {
-                                due = ex;
-                                break;
-                        }
-                        if (next == 0 || ex->deadline_mono < next)
-                                next = ex->deadline_mono;
-                }
-                if (due == NULL) {
-                        if (next != 0)
-                                deadline_arm(next);
-                        return;
-                }
-                exec_deadline(due);
-        }
+        struct exec *ex = data;
+        ex->deadline = NULL; /* a one-shot timer, gone once this returns */
+        exec_deadline(ex);
 }
 
 static json_t *exec_result(struct exec *ex)

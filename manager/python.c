@@ -7,8 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/timerfd.h>
 #include <unistd.h>
 #include <uuid/uuid.h>
 
@@ -213,7 +211,7 @@ struct python_forkserver {
         char token[33];  /* its socket's name: see forkserver_start */
         char out[16];    /* what it printed so far, for "ready\n" */
         size_t out_len;
-        struct loop_source *idle_timer;
+        struct loop_timer *idle_timer;
         struct python_forkserver *next;
 };
 
@@ -229,12 +227,15 @@ static struct python_forkserver *forkserver_of(const struct sandbox *sb)
         return NULL;
 }
 
+static void forkserver_on_idle(struct loop *loop, struct loop_timer *timer, void *data);
+
 static void forkserver_arm_idle(struct python_forkserver *fs)
 {
-        struct itimerspec its = { .it_value = { .tv_sec = nsboxd.config.python_fork_server_idle_seconds } };
-        if (its.it_value.tv_sec == 0)
-                its.it_value.tv_nsec = 1;
-        timerfd_settime(fs->idle_timer->fd, 0, &its, NULL);
+        long long ms = (long long)nsboxd.config.python_fork_server_idle_seconds * 1000;
+        if (fs->idle_timer != NULL)
+                loop_timer_move_in(nsboxd.loop, fs->idle_timer, ms);
+        else if ((fs->idle_timer = loop_timer_add_in(nsboxd.loop, ms, forkserver_on_idle, fs)) == NULL)
+                log_error("sandbox %s: python fork server: no idle timer: out of memory", fs->sb->id);
 }
 
 static void forkserver_stop(struct python_forkserver *fs, const char *why)
@@ -248,12 +249,10 @@ static void forkserver_stop(struct python_forkserver *fs, const char *why)
         exec_signal(fs->exec, SIGKILL); /* forkserver_done frees it */
 }
 
-static void forkserver_on_idle(struct loop_source *source, uint32_t events)
+static void forkserver_on_idle(struct loop *loop, struct loop_timer *timer, void *data)
 {
-        struct python_forkserver *fs = source->data;
-        uint64_t n;
-        if (read(source->fd, &n, sizeof(n)) < 0)
-                return;
+        struct python_forkserver *fs = data;
+        fs->idle_timer = NULL; /* a one-shot timer, gone once this returns */
         if (fs->calls > 0)
                 forkserver_arm_idle(fs); /* looked at again when the calls end */
         else
@@ -285,7 +284,7 @@ static void forkserver_done(struct exec *ex, json_t *result, void *opaque)
         if (!fs->stopping)
                 log_limited(fs->sb->id, LOG_LEVEL_INFO, "sandbox %s: python fork server ended (%s)",
                             fs->sb->id, json_string_value(json_object_get(result, "stderr")) ?: "");
-        loop_remove(nsboxd.loop, fs->idle_timer);
+        loop_timer_cancel(nsboxd.loop, fs->idle_timer);
         free(fs);
 }
 
@@ -320,22 +319,12 @@ static int forkserver_start(struct sandbox *sb, nsbox_error_t **err)
         uuid_generate_random(u);
         for (int i = 0; i < 16; i++)
                 snprintf(fs->token + 2 * i, 3, "%02x", u[i]);
-        int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-        fs->idle_timer = tfd >= 0 ? loop_add(nsboxd.loop, tfd, EPOLLIN, forkserver_on_idle, fs) : NULL;
-        if (fs->idle_timer == NULL) {
-                int e = errno;
-                if (tfd >= 0)
-                        close(tfd);
-                free(fs);
-                return nsbox_error(err, e, "python fork server timer");
-        }
         _cleanup_json_ json_t *argv = json_pack("[s, s]", "python3", FORKSERVER);
         json_array_extend(argv, preload);
         _cleanup_json_ json_t *params =
             json_pack("{s:O, s:i, s:I}", "argv", argv, "timeout_seconds", PARAMS_TIMEOUT_MAX_S,
                       "max_output_bytes", (json_int_t)(64 << 10));
         if (exec_run(sb, params, &forkserver_hooks, fs, &fs->exec, err) < 0) {
-                loop_remove(nsboxd.loop, fs->idle_timer);
                 free(fs);
                 return -1;
         }
@@ -497,8 +486,8 @@ struct python_interp {
         struct python_run *queue; /* head is the call in flight once sent */
         bool in_flight;
         uint64_t next_id;
-        struct loop_source *timer;
-        int timeout_stage; /* 0: none, 1: SIGINT sent, 2: the code stopped, 3: killed */
+        struct loop_timer *timer; /* the call's timeout, then its grace times */
+        int timeout_stage;        /* 0: none, 1: SIGINT sent, 2: the code stopped, 3: killed */
 };
 
 bool python_busy(const struct sandbox *sb)
@@ -509,16 +498,20 @@ bool python_busy(const struct sandbox *sb)
 static void interp_send_next(struct python_interp *in);
 static void python_stateful_submit(struct python_run *run);
 
+static void interp_on_timer(struct loop *loop, struct loop_timer *timer, void *data);
+
 static void interp_arm(struct python_interp *in, long long ms)
 {
-        struct itimerspec its = { .it_value = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000 + 1 } };
-        timerfd_settime(in->timer->fd, 0, &its, NULL);
+        if (in->timer != NULL)
+                loop_timer_move_in(nsboxd.loop, in->timer, ms);
+        else if ((in->timer = loop_timer_add_in(nsboxd.loop, ms, interp_on_timer, in)) == NULL)
+                log_error("sandbox %s: python interpreter: no timer: out of memory", in->sb->id);
 }
 
 static void interp_disarm(struct python_interp *in)
 {
-        struct itimerspec its = { 0 };
-        timerfd_settime(in->timer->fd, 0, &its, NULL);
+        loop_timer_cancel(nsboxd.loop, in->timer);
+        in->timer = NULL;
 }
 
 static void interp_free(struct python_interp *in, const char *why)
@@ -528,8 +521,7 @@ static void interp_free(struct python_interp *in, const char *why)
                 in->queue = run->next;
                 run_fail(run, "unavailable", why);
         }
-        if (in->timer)
-                loop_remove(nsboxd.loop, in->timer);
+        interp_disarm(in);
         if (in->sb->python == in)
                 in->sb->python = NULL;
         free(in->buf);
@@ -674,11 +666,11 @@ static const struct exec_hooks interp_hooks = {
         .service = true,
 };
 
-static void interp_on_timer(struct loop_source *source, uint32_t events)
+static void interp_on_timer(struct loop *loop, struct loop_timer *timer, void *data)
 {
-        struct python_interp *in = source->data;
-        uint64_t n;
-        if (read(source->fd, &n, sizeof(n)) < 0 || !in->in_flight || in->exec == NULL)
+        struct python_interp *in = data;
+        in->timer = NULL; /* a one-shot timer, gone once this returns */
+        if (!in->in_flight || in->exec == NULL)
                 return;
         if (in->timeout_stage == 0) {
                 in->timeout_stage = 1;
@@ -724,20 +716,10 @@ static struct python_interp *interp_start(struct sandbox *sb, nsbox_error_t **er
                 return NULL;
         }
         in->sb = sb;
-        int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-        in->timer = tfd >= 0 ? loop_add(nsboxd.loop, tfd, EPOLLIN, interp_on_timer, in) : NULL;
-        if (in->timer == NULL) {
-                if (tfd >= 0)
-                        close(tfd);
-                free(in);
-                nsbox_error(err, errno, "python interpreter timer");
-                return NULL;
-        }
         _cleanup_json_ json_t *params =
             json_pack("{s:[s, s, s], s:i, s:I}", "argv", "python3", "-u", DRIVER, "timeout_seconds",
                       PARAMS_TIMEOUT_MAX_S, "max_output_bytes", (json_int_t)(1 << 20));
         if (exec_run(sb, params, &interp_hooks, in, &in->exec, err) < 0) {
-                loop_remove(nsboxd.loop, in->timer);
                 free(in);
                 return NULL;
         }

@@ -52,10 +52,10 @@ struct sandbox {
          * (the init and the supervisors too: nothing may wait for them).
          * The state stays SANDBOX_RUNNING; paused is shown instead. */
         bool paused;
-        long long paused_at_ms;          /* wall clock */
-        long long paused_mono;           /* monotonic */
-        struct loop_source *pause_timer; /* while freezing: polls until frozen */
-        long long pause_deadline_mono;   /* gives up freezing (thaws) after this */
+        long long paused_at_ms;         /* wall clock */
+        long long paused_mono;          /* monotonic */
+        struct loop_timer *pause_timer; /* while freezing: polls until frozen */
+        long long pause_deadline_mono;  /* gives up freezing (thaws) after this */
         struct sandbox_waiter *pause_waiters;
         const char *pause_error_kind; /* for the waiters of a pause that failed */
 

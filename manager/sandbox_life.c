@@ -21,7 +21,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <uuid/uuid.h>
@@ -757,7 +756,7 @@ static void pool_ready(struct sandbox *sb, const char *error, void *data)
         }
 }
 
-static struct loop_source *pool_timer;
+static struct loop_timer *pool_timer;
 static long long pool_short_since; /* monotonic ms, 0 when the pool is full */
 
 /* A refill is a whole sandbox creation: a clone, mounts, and on cgroup v1
@@ -769,18 +768,21 @@ static long long pool_short_since; /* monotonic ms, 0 when the pool is full */
 #define POOL_QUIET_MS    5
 #define POOL_MAX_WAIT_MS 1000
 
-static void pool_arm(long long delay_ms)
+static void on_pool_timer(struct loop *loop, struct loop_timer *timer, void *data);
+
+/* False when there is no timer: out of memory. */
+static bool pool_arm(long long delay_ms)
 {
-        struct itimerspec when = { .it_value = { .tv_sec = delay_ms / 1000,
-                                                 .tv_nsec = (delay_ms % 1000) * 1000000 + 1 } };
-        timerfd_settime(pool_timer->fd, 0, &when, NULL);
+        if (pool_timer != NULL)
+                loop_timer_move_in(nsboxd.loop, pool_timer, delay_ms);
+        else
+                pool_timer = loop_timer_add_in(nsboxd.loop, delay_ms, on_pool_timer, NULL);
+        return pool_timer != NULL;
 }
 
-static void on_pool_timer(struct loop_source *source, uint32_t events)
+static void on_pool_timer(struct loop *loop, struct loop_timer *timer, void *data)
 {
-        uint64_t n;
-        if (read(source->fd, &n, sizeof(n)) <= 0)
-                return;
+        pool_timer = NULL; /* a one-shot timer, gone once this returns */
         long long now = now_monotonic_ms();
         long long quiet_at = nsboxd.last_request_mono + POOL_QUIET_MS;
         if (now < pool_retry_at) {
@@ -798,19 +800,12 @@ static void pool_fill_soon(void)
 {
         if (nsboxd.n_pooled >= nsboxd.config.warm_pool || nsboxd.stopping)
                 return;
-        if (pool_timer == NULL) {
-                int fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-                if (fd < 0 ||
-                    (pool_timer = loop_add(nsboxd.loop, fd, EPOLLIN, on_pool_timer, NULL)) == NULL) {
-                        if (fd >= 0)
-                                close(fd);
-                        sandbox_pool_fill();
-                        return;
-                }
+        if (!pool_arm(POOL_QUIET_MS)) {
+                sandbox_pool_fill();
+                return;
         }
         if (pool_short_since == 0)
                 pool_short_since = now_monotonic_ms();
-        pool_arm(POOL_QUIET_MS);
 }
 
 void sandbox_pool_fill(void)

@@ -6,9 +6,6 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/timerfd.h>
-#include <unistd.h>
 
 #include "cgroup.h"
 #include "daemon.h"
@@ -28,7 +25,7 @@
 void sandbox_pause_end(struct sandbox *sb, const char *error, const char *kind)
 {
         if (sb->pause_timer != NULL) {
-                loop_remove(nsboxd.loop, sb->pause_timer);
+                loop_timer_cancel(nsboxd.loop, sb->pause_timer);
                 sb->pause_timer = NULL;
         }
         sb->pause_error_kind = kind;
@@ -44,12 +41,10 @@ static void pause_frozen(struct sandbox *sb)
         sandbox_pause_end(sb, NULL, NULL);
 }
 
-static void on_pause_timer(struct loop_source *source, uint32_t events)
+/* Every PAUSE_POLL_MS until sandbox_pause_end cancels it. */
+static void on_pause_timer(struct loop *loop, struct loop_timer *timer, void *data)
 {
-        struct sandbox *sb = source->data;
-        uint64_t n;
-        if (read(source->fd, &n, sizeof(n)) < 0 && errno == EAGAIN)
-                return;
+        struct sandbox *sb = data;
         int frozen = cgroup_sandbox_frozen(sb->cgroup);
         if (frozen == 1) {
                 pause_frozen(sb);
@@ -94,14 +89,11 @@ int sandbox_pause(struct sandbox *sb, sandbox_ready_cb done, void *data, nsbox_e
                                 done(sb, NULL, data);
                         return 0;
                 }
-                int fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-                struct itimerspec every = { .it_interval = { .tv_nsec = PAUSE_POLL_MS * 1000000L },
-                                            .it_value = { .tv_nsec = PAUSE_FIRST_POLL_US * 1000L } };
-                if (fd < 0 || timerfd_settime(fd, 0, &every, NULL) < 0 ||
-                    (sb->pause_timer = loop_add(nsboxd.loop, fd, EPOLLIN, on_pause_timer, sb)) == NULL) {
-                        r = nsbox_error(err, errno, "watch sandbox %s freezing", sb->id);
-                        if (fd >= 0)
-                                close(fd);
+                /* In ns: the first look comes before a ms is out. */
+                sb->pause_timer = loop_timer_add_ns(nsboxd.loop, loop_now_ns() + PAUSE_FIRST_POLL_US * 1000LL,
+                                                    PAUSE_POLL_MS * LOOP_NS_PER_MS, on_pause_timer, sb);
+                if (sb->pause_timer == NULL) {
+                        r = nsbox_error(err, ENOMEM, "watch sandbox %s freezing", sb->id);
                         cgroup_sandbox_thaw(sb->cgroup);
                         return r;
                 }

@@ -16,7 +16,6 @@
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
-#include <sys/timerfd.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
@@ -164,22 +163,17 @@ static void on_signal(struct loop_source *source, uint32_t events)
         }
 }
 
-static void on_tick(struct loop_source *source, uint32_t events)
+static void on_tick(struct loop *loop, struct loop_timer *timer, void *data)
 {
-        uint64_t expirations;
-        if (read(source->fd, &expirations, sizeof(expirations)) > 0) {
-                sandbox_reap_idle();
-                rpc_server_tick();
-                notify_status();
-        }
+        sandbox_reap_idle();
+        rpc_server_tick();
+        notify_status();
 }
 
 /* The watchdog is fed from the loop itself: a stuck loop gets restarted. */
-static void on_watchdog(struct loop_source *source, uint32_t events)
+static void on_watchdog(struct loop *loop, struct loop_timer *timer, void *data)
 {
-        uint64_t expirations;
-        if (read(source->fd, &expirations, sizeof(expirations)) > 0)
-                sd_notify(0, "WATCHDOG=1");
+        sd_notify(0, "WATCHDOG=1");
 }
 
 static int setup_watchdog(nsbox_error_t **err)
@@ -188,15 +182,10 @@ static int setup_watchdog(nsbox_error_t **err)
         if (sd_watchdog_enabled(0, &usec) <= 0 || usec == 0)
                 return 0;
         uint64_t half = usec / 2;
-        int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-        struct itimerspec its = {
-                .it_interval = { (time_t)(half / 1000000), (long)(half % 1000000) * 1000 },
-                .it_value = { (time_t)(half / 1000000), (long)(half % 1000000) * 1000 + 1 },
-        };
-        if (tfd < 0 || timerfd_settime(tfd, 0, &its, NULL) < 0)
-                return nsbox_error(err, errno, "watchdog timer");
-        if (loop_add(nsboxd.loop, tfd, EPOLLIN, on_watchdog, NULL) == NULL)
-                return nsbox_error(err, errno, "watch watchdog timer");
+        /* In ns: systemd gives the period in us. */
+        long long every = (long long)half * 1000;
+        if (loop_timer_add_ns(nsboxd.loop, loop_now_ns() + every, every, on_watchdog, NULL) == NULL)
+                return nsbox_error(err, ENOMEM, "watchdog timer");
         log_info("systemd watchdog every %llu ms", (unsigned long long)(half / 1000));
         return 0;
 }
@@ -217,12 +206,9 @@ static int setup_signals_and_timers(nsbox_error_t **err)
         if (loop_add(nsboxd.loop, sfd, EPOLLIN, on_signal, NULL) == NULL)
                 return nsbox_error(err, errno, "watch signals");
 
-        int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-        struct itimerspec tick = { .it_interval = { 1, 0 }, .it_value = { 1, 0 } };
-        if (tfd < 0 || timerfd_settime(tfd, 0, &tick, NULL) < 0)
-                return nsbox_error(err, errno, "idle timer");
-        if (loop_add(nsboxd.loop, tfd, EPOLLIN, on_tick, NULL) == NULL)
-                return nsbox_error(err, errno, "watch idle timer");
+        long long second = 1000 * LOOP_NS_PER_MS;
+        if (loop_timer_add_ns(nsboxd.loop, loop_now_ns() + second, second, on_tick, NULL) == NULL)
+                return nsbox_error(err, ENOMEM, "idle timer");
         return 0;
 }
 

@@ -7,8 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/timerfd.h>
 #include <unistd.h>
 #include <uuid/uuid.h>
 
@@ -66,10 +64,10 @@ struct shell_command {
         char *cwd;         /* $PWD after it */
         const char *note;
         long long started_mono, end_mono;
-        long long deadline_mono; /* the timeout or the next interrupt stage; 0: none */
-        int stage;               /* 0: running, 1: SIGINT sent, 2: SIGTERM sent, 3: SIGKILL sent */
-        bool begun;              /* bash has read the line and runs it (its start record came) */
-        bool interrupt_waiting;  /* an interrupt waits for the start record */
+        struct loop_timer *deadline; /* the timeout or the next interrupt stage */
+        int stage;                   /* 0: running, 1: SIGINT sent, 2: SIGTERM sent, 3: SIGKILL sent */
+        bool begun;                  /* bash has read the line and runs it (its start record came) */
+        bool interrupt_waiting;      /* an interrupt waits for the start record */
 };
 
 struct shell_session {
@@ -85,7 +83,6 @@ struct shell_session {
 };
 
 static struct shell_session *sessions;
-static struct loop_source *shell_timer;
 
 /* --- commands ------------------------------------------------------------ */
 
@@ -93,6 +90,7 @@ static void command_free(struct shell_command *c)
 {
         if (c == NULL)
                 return;
+        loop_timer_cancel(nsboxd.loop, c->deadline);
         for (int i = 0; i < 2; i++) {
                 free(c->out[i].data);
                 free(c->out[i].trailer);
@@ -201,48 +199,40 @@ static json_t *command_json(const struct shell_session *s, const struct shell_co
 
 /* --- the interrupt timer ----------------------------------------------------- */
 
-/* One timerfd for every session, armed for the earliest deadline. */
-static void timer_rearm(void)
+static void on_command_deadline(struct loop *loop, struct loop_timer *timer, void *data);
+
+/* The session's command takes its next step at at_ms (monotonic); 0: none.
+ * Each command has its own timer on the loop (loop.h). */
+static void command_deadline(struct shell_session *s, struct shell_command *c, long long at_ms)
 {
-        long long next = 0;
-        for (struct shell_session *s = sessions; s != NULL; s = s->next) {
-                struct shell_command *c = s->cmd;
-                if (c != NULL && !c->finished && c->deadline_mono != 0 &&
-                    (next == 0 || c->deadline_mono < next))
-                        next = c->deadline_mono;
-        }
-        if (shell_timer == NULL)
-                return;
-        struct itimerspec its = { 0 };
-        if (next != 0) {
-                long long when = next + 1; /* read in whole ms: a ms later, so that it finds `next` passed */
-                its.it_value.tv_sec = when / 1000;
-                its.it_value.tv_nsec = (when % 1000) * 1000000;
-        }
-        timerfd_settime(shell_timer->fd, TFD_TIMER_ABSTIME, &its, NULL);
+        loop_timer_cancel(nsboxd.loop, c->deadline);
+        c->deadline = NULL;
+        if (at_ms != 0 && (c->deadline = loop_timer_add(nsboxd.loop, at_ms, on_command_deadline, s)) == NULL)
+                log_error("sandbox %s: shell %s: no timer for the command: out of memory", s->sb->id,
+                          s->name);
 }
 
 /* Next step against a command that should stop: SIGINT, SIGTERM, SIGKILL. */
 static void command_interrupt_step(struct shell_session *s, struct shell_command *c)
 {
-        c->deadline_mono = 0;
+        command_deadline(s, c, 0);
         if (s->exec == NULL)
                 return;
         if (c->stage == 0 && !c->begun && !c->interrupt_waiting) {
                 /* A SIGINT while bash still reads the line makes it drop the line, and the command
                  * never ends: wait for its start record (session_feed), within a grace time. */
                 c->interrupt_waiting = true;
-                c->deadline_mono = now_monotonic_ms() + SHELL_START_GRACE_MS;
+                command_deadline(s, c, now_monotonic_ms() + SHELL_START_GRACE_MS);
                 return;
         }
         if (c->stage == 0) {
                 c->stage = 1;
                 exec_signal(s->exec, SIGINT);
-                c->deadline_mono = now_monotonic_ms() + SHELL_INTERRUPT_GRACE_MS;
+                command_deadline(s, c, now_monotonic_ms() + SHELL_INTERRUPT_GRACE_MS);
         } else if (c->stage == 1) {
                 c->stage = 2;
                 exec_signal(s->exec, SIGTERM);
-                c->deadline_mono = now_monotonic_ms() + SHELL_INTERRUPT_GRACE_MS;
+                command_deadline(s, c, now_monotonic_ms() + SHELL_INTERRUPT_GRACE_MS);
         } else if (c->stage == 2) {
                 c->stage = 3;
                 log_limited(s->sb->id, LOG_LEVEL_INFO,
@@ -252,36 +242,16 @@ static void command_interrupt_step(struct shell_session *s, struct shell_command
         }
 }
 
-static void on_shell_timer(struct loop_source *source, uint32_t events)
+/* Only the session's command has a timer: one it replaced or finished was
+ * cancelled with it. */
+static void on_command_deadline(struct loop *loop, struct loop_timer *timer, void *data)
 {
-        uint64_t n;
-        if (read(source->fd, &n, sizeof(n)) < 0 && errno == EAGAIN)
-                return;
-        long long now = now_monotonic_ms();
-        for (struct shell_session *s = sessions; s != NULL; s = s->next) {
-                struct shell_command *c = s->cmd;
-                if (c == NULL || c->finished || c->deadline_mono == 0 || c->deadline_mono > now)
-                        continue;
-                if (c->stage == 0 && !c->interrupt_waiting)
-                        c->timed_out = true;
-                command_interrupt_step(s, c);
-        }
-        timer_rearm();
-}
-
-static int timer_init(nsbox_error_t **err)
-{
-        if (shell_timer != NULL)
-                return 0;
-        int fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-        if (fd < 0)
-                return nsbox_error(err, errno, "shell timer");
-        shell_timer = loop_add(nsboxd.loop, fd, EPOLLIN, on_shell_timer, NULL);
-        if (shell_timer == NULL) {
-                close(fd);
-                return nsbox_error(err, ENOMEM, "shell timer");
-        }
-        return 0;
+        struct shell_session *s = data;
+        struct shell_command *c = s->cmd;
+        c->deadline = NULL; /* a one-shot timer, gone once this returns */
+        if (c->stage == 0 && !c->interrupt_waiting)
+                c->timed_out = true;
+        command_interrupt_step(s, c);
 }
 
 /* --- sessions -------------------------------------------------------------- */
@@ -337,7 +307,7 @@ static void command_finish(struct shell_session *s, struct shell_command *c)
                 return;
         c->finished = true;
         c->end_mono = now_monotonic_ms();
-        c->deadline_mono = 0;
+        command_deadline(s, c, 0);
         const char *t = c->out[SHELL_STDOUT].trailer;
         if (c->exit_code == NULL && t != NULL) {
                 /* " <status> <pwd>" */
@@ -383,7 +353,6 @@ static void command_begun(struct shell_session *s, struct shell_command *c)
         c->begun = true;
         if (c->interrupt_waiting && c->stage == 0) {
                 command_interrupt_step(s, c);
-                timer_rearm();
         }
 }
 
@@ -489,7 +458,6 @@ static void shell_exec_done(struct exec *ex, json_t *result, void *opaque)
         }
         log_limited(sb->id, LOG_LEVEL_INFO, "sandbox %s: shell %s ended", sb->id, s->name);
         session_free(s);
-        timer_rearm();
 }
 
 static const struct exec_hooks shell_hooks = {
@@ -720,10 +688,6 @@ void shell_method_create(struct rpc_request *req, struct sandbox *sb)
                                sb->id, SHELL_MAX_SESSIONS);
                 return;
         }
-        if (timer_init(&err) < 0) {
-                rpc_reply_fail(req, "internal", "%s", err->message);
-                return;
-        }
         struct shell_session *s = calloc(1, sizeof(*s));
         struct shell_command *boot = command_new(true, 0, false);
         size_t line_len = 0;
@@ -740,7 +704,7 @@ void shell_method_create(struct rpc_request *req, struct sandbox *sb)
         s->cmd = boot;
         s->create_req = req;
         /* A shell that never comes up (a loaded host, an image whose bash hangs) is given up. */
-        boot->deadline_mono = now_monotonic_ms() + 60000;
+        command_deadline(s, boot, now_monotonic_ms() + 60000);
         boot->stage = 2;
         _cleanup_json_ json_t *params =
             json_pack("{s:[s, s, s, s, s], s:i, s:i}", "argv", "bash", "--noediting", "--norc", "--noprofile",
@@ -757,7 +721,6 @@ void shell_method_create(struct rpc_request *req, struct sandbox *sb)
         }
         s->next = sessions;
         sessions = s;
-        timer_rearm();
         if (exec_write_stdin(s->exec, line, line_len) < 0)
                 exec_signal(s->exec, SIGKILL); /* shell_exec_done answers */
         log_limited(sb->id, LOG_LEVEL_INFO, "sandbox %s: shell %s started by uid %u", sb->id, s->name,
@@ -774,7 +737,6 @@ static void run_client_gone(struct rpc_request *req, void *data)
         c->req = NULL;
         if (!c->finished && c->stage == 0 && !c->interrupt_waiting) {
                 command_interrupt_step(s, c);
-                timer_rearm();
         }
 }
 
@@ -868,8 +830,7 @@ void shell_method_run(struct rpc_request *req, struct sandbox *sb)
         command_free(s->cmd);
         s->cmd = c;
         if (timeout_s > 0) {
-                c->deadline_mono = c->started_mono + (long long)timeout_s * 1000;
-                timer_rearm();
+                command_deadline(s, c, c->started_mono + (long long)timeout_s * 1000);
         }
         sandbox_touch(s->sb);
         if (blocking) {
