@@ -3,6 +3,7 @@
 #include "exec.h"
 
 #include "egress.h"
+#include "exec_internal.h"
 #include "exec_params.h"
 
 #include <errno.h>
@@ -39,12 +40,6 @@
 #include "sandbox.h"
 #include "textenc.h"
 
-/* Streamed stdin (exec.stdin): at most this much waits in nsboxd for a
- * command that does not read; a call that fills it past this is answered
- * only once the command has taken enough, so a client that waits for its
- * answers never holds more than this plus one call in the daemon. */
-#define EXEC_STDIN_STREAM_BUFFER (1u << 20)
-#define EXEC_STDIN_MAX_CALL      (1u << 20) /* decoded bytes of one exec.stdin */
 /* After the main process exits, wait this long for its pipes to close
  * (descendants may still hold them) before answering. */
 #define EXEC_DRAIN_GRACE_MS 200
@@ -53,86 +48,6 @@
  * cannot keep an exec (and its sandbox, its quota) alive forever. */
 #define EXEC_HELD_OUTPUT_MS 60000
 #define EXEC_KEEP_FINISHED  64
-
-enum { OUT_STDOUT, OUT_STDERR };
-
-struct output {
-        struct loop_source *source;
-        char *data;
-        size_t len, cap;
-        size_t carry; /* stream mode: bytes of an incomplete UTF-8 sequence kept back */
-        bool eof;
-};
-
-/* Our ends of an exec slot the init was asked to start. */
-struct exec_slot {
-        bool open;
-        int request; /* the exec request goes here */
-        int control; /* the supervisor's reports and our kill requests */
-        uint32_t number;
-};
-
-/* The stdout and stderr pipes of the next exec, made ahead like its slot:
- * our read ends watched, the write ends to send to its child. */
-struct exec_outputs {
-        bool ready;
-        struct loop_source *read[2];
-        int write[2];
-};
-
-/* What exec keeps per sandbox (struct sandbox holds it opaque). */
-struct exec_sandbox {
-        struct exec *execs; /* background ones kept after their end too */
-        uint32_t next_exec_number;
-        struct exec_slot slot;       /* started ahead for the next exec */
-        struct exec_outputs outputs; /* its pipes, made ahead too */
-};
-
-struct exec {
-        char id[37];
-        uint32_t number;
-        struct sandbox *sb;
-        struct rpc_request *req;        /* the client waiting for the result, if any */
-        const struct exec_hooks *hooks; /* an internal caller instead of a client */
-        void *hooks_data;
-        bool stream, background, base64, finished;
-        bool counted; /* in its owner's calls in flight (quota.c): a client's exec, not yet finished */
-        struct output out[2];
-        size_t max_output, total_output;
-        bool truncated;
-        struct loop_source *stdin_src;
-        char *stdin_data;
-        size_t stdin_len, stdin_off;
-        bool keep_stdin;                  /* attached: stdin stays open for exec_write_stdin() */
-        bool stdin_stream;                /* a client feeds stdin with exec.stdin */
-        bool stdin_eof;                   /* exec.stdin said eof: close once the queue is written */
-        struct rpc_request *stdin_waiter; /* an exec.stdin answered once the queue drains */
-        bool tty;                         /* stdio is a pty of the sandbox; `pty` is its master */
-        int pty;
-        uid_t uid;                   /* the client's, for the audit line */
-        char *audit;                 /* "uid=... argv=..." for the audit line */
-        bool service;                /* not a client's work: not "busy", not activity */
-        unsigned leftover;           /* processes its main process left running, ended with it */
-        struct rpc_request *notify;  /* an internal caller's request its output streams to */
-        struct loop_timer *deadline; /* the timeout, then the drain grace */
-        unsigned timeout_s;
-        pid_t pid;
-        struct loop_source *slot; /* the control socket of the exec's supervisor */
-        int slot_request;         /* our end of its request socket, or -1 */
-        int held[2];              /* copies of the exec's stdout and stderr: see exec_release_output */
-        bool started, exited, timed_out, killed;
-        bool supervisor_died; /* its supervisor ended without reporting the exit */
-        bool paused;          /* its pipes are not read for now: see exec_pause */
-        size_t charged;       /* bytes of the budget (budget.h) its buffers hold */
-        uint64_t oom_kills_at_start;
-        int wait_status;
-        int start_errno;
-        char *start_error;
-        long long start_mono, end_mono;
-        struct exec *next;
-};
-
-static const char *const stream_names[] = { "stdout", "stderr" };
 
 static void exec_finish(struct exec *ex);
 static void exec_audit(const struct exec *ex);
@@ -212,7 +127,7 @@ static int deadline_set(struct exec *ex, long long ms)
         return ex->deadline != NULL ? 0 : -ENOMEM;
 }
 
-static void exec_send_kill(struct exec *ex, int sig)
+void exec_send_kill(struct exec *ex, int sig)
 {
         /* The supervisor is the subreaper of the exec's whole tree, setsid'd
          * and double-forked descendants too: SIGKILL ends all of it. */
@@ -223,7 +138,7 @@ static void exec_send_kill(struct exec *ex, int sig)
 }
 
 /* Emit text to a JSON string value: valid UTF-8 or base64. */
-static json_t *output_to_json(const char *data, size_t len, bool base64)
+json_t *exec_output_to_json(const char *data, size_t len, bool base64)
 {
         size_t n;
         _cleanup_free_ char *text = base64 ? base64_encode(data, len, &n) : utf8_make_valid(data, len, &n);
@@ -246,8 +161,8 @@ static void stream_chunk(struct exec *ex, int which, const char *data, size_t le
         if (to == NULL || len == 0)
                 return;
         _cleanup_json_ json_t *params =
-            json_pack("{s:s, s:s, s:o}", "exec_id", ex->id, "stream", stream_names[which], "data",
-                      output_to_json(data, len, ex->base64));
+            json_pack("{s:s, s:s, s:o}", "exec_id", ex->id, "stream", exec_stream_names[which], "data",
+                      exec_output_to_json(data, len, ex->base64));
         if (params != NULL)
                 rpc_notify(to, "exec.output", params);
 }
@@ -428,7 +343,7 @@ static void on_output(struct loop_source *source, uint32_t events)
                 exec_maybe_finish(ex);
 }
 
-static json_t *stdin_result(struct exec *ex)
+json_t *exec_stdin_result(struct exec *ex)
 {
         return json_pack("{s:s, s:I, s:b}", "exec_id", ex->id, "queued",
                          (json_int_t)(ex->stdin_len - ex->stdin_off), "open", ex->stdin_src != NULL);
@@ -445,10 +360,10 @@ static void stdin_answer_waiter(struct exec *ex, const char *error)
         if (error != NULL)
                 rpc_reply_fail(req, "unavailable", "exec %s: %s", ex->id, error);
         else
-                rpc_reply_result(req, stdin_result(ex));
+                rpc_reply_result(req, exec_stdin_result(ex));
 }
 
-static void stdin_close(struct exec *ex)
+void exec_stdin_close(struct exec *ex)
 {
         stdin_answer_waiter(ex, ex->stdin_len > ex->stdin_off
                                     ? "its standard input closed before all of it was written (the command "
@@ -469,7 +384,7 @@ static void on_stdin(struct loop_source *source, uint32_t events)
                 /* Its reader closed it (epoll reports that even with no
                  * events asked for: an attached stdin waiting for more would
                  * otherwise wake the loop for ever). */
-                stdin_close(ex);
+                exec_stdin_close(ex);
                 return;
         }
         while (ex->stdin_off < ex->stdin_len) {
@@ -477,7 +392,7 @@ static void on_stdin(struct loop_source *source, uint32_t events)
                 if (n < 0) {
                         if (errno == EAGAIN || errno == EINTR)
                                 return;
-                        stdin_close(ex); /* EPIPE: the process does not read its input */
+                        exec_stdin_close(ex); /* EPIPE: the process does not read its input */
                         return;
                 }
                 ex->stdin_off += n;
@@ -485,7 +400,7 @@ static void on_stdin(struct loop_source *source, uint32_t events)
                         stdin_answer_waiter(ex, NULL);
         }
         if (!ex->keep_stdin || ex->stdin_eof) {
-                stdin_close(ex);
+                exec_stdin_close(ex);
                 return;
         }
         /* Attached: everything queued is written; wait for more. */
@@ -565,7 +480,7 @@ static void on_deadline(struct loop *loop, struct loop_timer *timer, void *data)
         exec_deadline(ex);
 }
 
-static json_t *exec_result(struct exec *ex)
+json_t *exec_result(struct exec *ex)
 {
         json_t *exit_code = json_null(), *signal = json_null();
         if (ex->start_error != NULL) {
@@ -578,7 +493,7 @@ static json_t *exec_result(struct exec *ex)
         }
         long long end = ex->end_mono ? ex->end_mono : now_monotonic_ms();
         json_t *stdout_json =
-            ex->stream ? json_string("") : output_to_json(ex->out[0].data, ex->out[0].len, ex->base64);
+            ex->stream ? json_string("") : exec_output_to_json(ex->out[0].data, ex->out[0].len, ex->base64);
         json_t *stderr_json;
         if (ex->start_error != NULL) {
                 char message[1024];
@@ -586,7 +501,7 @@ static json_t *exec_result(struct exec *ex)
                 stderr_json = json_string(message);
         } else {
                 stderr_json = ex->stream ? json_string("")
-                                         : output_to_json(ex->out[1].data, ex->out[1].len, ex->base64);
+                                         : exec_output_to_json(ex->out[1].data, ex->out[1].len, ex->base64);
         }
         json_t *result = json_pack(
             "{s:s, s:o, s:o, s:o, s:o, s:b, s:b, s:b, s:I, s:s, s:b}", "exec_id", ex->id, "exit_code",
@@ -663,7 +578,7 @@ static void exec_finish(struct exec *ex)
                     ex->id, code, ex->timed_out ? " (timed out)" : "", ex->end_mono - ex->start_mono);
         if (!ex->service)
                 exec_audit(ex);
-        stdin_close(ex);
+        exec_stdin_close(ex);
         if (ex->pty >= 0) {
                 /* Its last fd: the pty goes back to the sandbox's pool now, not when the exec is forgotten.
                  */
@@ -1267,7 +1182,7 @@ static int exec_start(struct sandbox *sb, struct exec *ex, const struct exec_par
 }
 
 /* Nobody will read the result of a foreground exec whose client left: end it. */
-static void exec_client_gone(struct rpc_request *req, void *data)
+void exec_client_gone(struct rpc_request *req, void *data)
 {
         struct exec *ex = data;
         log_limited(ex->sb->id, LOG_LEVEL_INFO, "sandbox %s: exec %s: its client went away; killing it",
@@ -1278,8 +1193,8 @@ static void exec_client_gone(struct rpc_request *req, void *data)
 
 /* Parse, register and start an exec; on failure *err says why and `kind`
  * is the JSON-RPC error kind. */
-static struct exec *exec_launch(struct sandbox *sb, json_t *params, const struct exec_hooks *hooks,
-                                void *data, const char **kind, nsbox_error_t **err)
+struct exec *exec_launch(struct sandbox *sb, json_t *params, const struct exec_hooks *hooks, void *data,
+                         const char **kind, nsbox_error_t **err)
 {
         struct exec_params p;
         *kind = "invalid_params";
@@ -1352,300 +1267,4 @@ int exec_run(struct sandbox *sb, json_t *params, const struct exec_hooks *hooks,
         if (out != NULL)
                 *out = ex;
         return 0;
-}
-
-void exec_method_run(struct rpc_request *req, struct sandbox *sb)
-{
-        _cleanup_error_ nsbox_error_t *err = NULL;
-        const char *kind;
-        if (quota_refuse_call(req))
-                return;
-        struct exec *ex = exec_launch(sb, req->msg.params, NULL, NULL, &kind, &err);
-        if (ex == NULL) {
-                if (strcmp(kind, "invalid_params") == 0)
-                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, kind, "%s", err->message);
-                else
-                        rpc_reply_fail(req, kind, "%s", err->message);
-                return;
-        }
-        /* A background exec is answered once the init reports its pid. */
-        ex->req = req;
-        exec_attribute(ex, req);
-        /* One that may run for hours is on record from its start too. */
-        if (ex->background || ex->tty)
-                log_info("audit: exec %s started sandbox=%s uid=%u %s", ex->id, sb->id, (unsigned)ex->uid,
-                         ex->audit ? ex->audit : "?");
-        if (!ex->background)
-                rpc_request_on_disconnect(req, exec_client_gone, ex);
-}
-
-/* --- background execs ----------------------------------------------------- */
-
-static bool exec_addressable(const struct exec *ex, bool background_only)
-{
-        return (ex->background || !background_only) && !ex->service;
-}
-
-/* The exec with this id in a sandbox `uid` may see, or NULL after replying
- * not_found. Status and output are kept for background execs only; any
- * running exec can be killed (a CLI interrupted by Ctrl-C does that). As
- * for sandbox ids, a unique prefix of SANDBOX_ID_PREFIX_MIN characters or
- * more names an exec, among the caller's own sandboxes only (root's too):
- * a guessed prefix tells nobody that another user's exec exists. */
-static struct exec *require_exec(struct rpc_request *req, bool background_only)
-{
-        json_t *id = json_object_get(req->msg.params, "exec_id");
-        if (!json_is_string(id)) {
-                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "exec_id must be a string");
-                return NULL;
-        }
-        const char *want = json_string_value(id);
-        size_t len = strlen(want);
-        struct exec *found = NULL;
-        size_t matched = 0;
-        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
-                if ((req->uid != 0 && sb->owner != req->uid) || sb->state == SANDBOX_EXITED)
-                        continue;
-                for (struct exec *ex = sb->exec->execs; ex != NULL; ex = ex->next) {
-                        if (strcmp(ex->id, want) == 0 && exec_addressable(ex, background_only))
-                                return ex;
-                        if (len >= SANDBOX_ID_PREFIX_MIN && sb->owner == req->uid &&
-                            strncmp(ex->id, want, len) == 0 && exec_addressable(ex, background_only)) {
-                                found = ex;
-                                matched++;
-                        }
-                }
-        }
-        if (matched == 1)
-                return found;
-        if (matched > 1)
-                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
-                                "ambiguous exec id prefix %.64s: it matches %zu of your execs", want,
-                                matched);
-        else
-                rpc_reply_fail(req, "not_found", "no exec %.64s", want);
-        return NULL;
-}
-
-struct sandbox *exec_find_sandbox(const char *id, uid_t uid)
-{
-        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
-                if ((uid != 0 && sb->owner != uid) || sb->state == SANDBOX_EXITED)
-                        continue;
-                for (struct exec *ex = sb->exec->execs; ex != NULL; ex = ex->next)
-                        if (strcmp(ex->id, id) == 0 && !ex->service)
-                                return sb;
-        }
-        return NULL;
-}
-
-void exec_method_status(struct rpc_request *req, struct sandbox *sb)
-{
-        struct exec *ex = require_exec(req, true);
-        if (ex != NULL)
-                rpc_reply_result(req, exec_result(ex));
-}
-
-static int get_offset(json_t *since, const char *stream, size_t *out)
-{
-        json_t *v = json_is_object(since) ? json_object_get(since, stream) : since;
-        *out = 0;
-        if (v == NULL || json_is_null(v))
-                return 0;
-        if (!json_is_integer(v) || json_integer_value(v) < 0)
-                return -EINVAL;
-        *out = (size_t)json_integer_value(v);
-        return 0;
-}
-
-void exec_method_output(struct rpc_request *req, struct sandbox *sb)
-{
-        struct exec *ex = require_exec(req, true);
-        if (ex == NULL)
-                return;
-        json_t *since = json_object_get(req->msg.params, "since");
-        size_t offsets[2];
-        for (int i = 0; i < 2; i++) {
-                if (get_offset(since, stream_names[i], &offsets[i]) < 0) {
-                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
-                                        "since must be a byte offset or {stdout, stderr} offsets");
-                        return;
-                }
-                if (offsets[i] > ex->out[i].len)
-                        offsets[i] = ex->out[i].len;
-        }
-        json_t *result = json_pack(
-            "{s:s, s:o, s:o, s:{s:I, s:I}, s:b, s:b}", "exec_id", ex->id, "stdout",
-            output_to_json(ex->out[0].data + offsets[0], ex->out[0].len - offsets[0], ex->base64), "stderr",
-            output_to_json(ex->out[1].data + offsets[1], ex->out[1].len - offsets[1], ex->base64), "next",
-            "stdout", (json_int_t)ex->out[0].len, "stderr", (json_int_t)ex->out[1].len, "running",
-            !ex->finished, "truncated", ex->truncated);
-        rpc_reply_result(req, result);
-}
-
-void exec_method_kill(struct rpc_request *req, struct sandbox *sb)
-{
-        struct exec *ex = require_exec(req, false);
-        if (ex == NULL)
-                return;
-        int sig = SIGKILL;
-        json_t *s = json_object_get(req->msg.params, "signal");
-        if (s != NULL && !json_is_null(s)) {
-                if (!json_is_integer(s) || json_integer_value(s) < 1 ||
-                    json_integer_value(s) > CTL_MAX_SIGNAL) {
-                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
-                                        "signal must be 1 to %d", CTL_MAX_SIGNAL);
-                        return;
-                }
-                sig = (int)json_integer_value(s);
-        }
-        if (!ex->finished) {
-                ex->killed = ex->killed || sig == SIGKILL;
-                exec_send_kill(ex, sig);
-        }
-        rpc_reply_result(req, json_pack("{s:s, s:b}", "exec_id", ex->id, "running", !ex->finished));
-}
-
-void exec_method_list(struct rpc_request *req, struct sandbox *sb)
-{
-        json_t *list = json_array();
-        for (struct exec *ex = sb->exec->execs; ex != NULL; ex = ex->next) {
-                if (!ex->background)
-                        continue;
-                json_array_append_new(list, json_pack("{s:s, s:b, s:o}", "exec_id", ex->id, "running",
-                                                      !ex->finished, "exit_code",
-                                                      ex->exited && WIFEXITED(ex->wait_status)
-                                                          ? json_integer(WEXITSTATUS(ex->wait_status))
-                                                          : json_null()));
-        }
-        rpc_reply_result(req, json_pack("{s:o}", "execs", list));
-}
-
-/* exec.stdin {exec_id, data, encoding?, eof?}: bytes for the stdin of an
- * exec started with stdin_stream (or tty). The answer comes once at most
- * EXEC_STDIN_STREAM_BUFFER bytes wait in nsboxd: a client that waits for
- * it before sending more is paced by the command's reading. One call may
- * wait at a time per exec. */
-static void stdin_waiter_gone(struct rpc_request *req, void *data)
-{
-        struct exec *ex = data;
-        if (ex->stdin_waiter == req)
-                ex->stdin_waiter = NULL;
-        rpc_reply_fail(req, "unavailable", "client gone");
-}
-
-void exec_method_stdin(struct rpc_request *req, struct sandbox *sb)
-{
-        static const char *const known[] = { "exec_id", "data", "encoding", "eof", NULL };
-        _cleanup_error_ nsbox_error_t *err = NULL;
-        if (params_check_known(req->msg.params, known, "", &err) < 0) {
-                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
-                return;
-        }
-        struct exec *ex = require_exec(req, false);
-        if (ex == NULL)
-                return;
-        json_t *data = json_object_get(req->msg.params, "data");
-        json_t *eof = json_object_get(req->msg.params, "eof");
-        bool base64;
-        if (params_get_encoding(req->msg.params, &base64, &err) < 0) {
-                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
-                return;
-        }
-        if ((data != NULL && !json_is_null(data) && !json_is_string(data)) ||
-            (eof != NULL && !json_is_null(eof) && !json_is_boolean(eof))) {
-                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
-                                "data must be a string and eof a boolean");
-                return;
-        }
-        if (!ex->stdin_stream) {
-                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
-                                "exec %s was not started with stdin_stream: true (or tty: true)", ex->id);
-                return;
-        }
-        if (ex->finished || ex->stdin_src == NULL || ex->stdin_eof) {
-                rpc_reply_fail(req, "unavailable", "exec %s: its standard input is closed (%s)", ex->id,
-                               ex->finished    ? "the exec has ended"
-                               : ex->stdin_eof ? "eof was sent"
-                                               : "the command closed it");
-                return;
-        }
-        if (ex->stdin_waiter != NULL) {
-                rpc_reply_fail(
-                    req, "busy",
-                    "exec %s: an earlier exec.stdin still waits for the command to read; wait for its "
-                    "answer before sending more",
-                    ex->id);
-                return;
-        }
-        size_t len = data != NULL && json_is_string(data) ? json_string_length(data) : 0;
-        _cleanup_free_ char *bytes = NULL;
-        if (len > 0 && base64) {
-                bytes = base64_decode(json_string_value(data), len, &len);
-                if (bytes == NULL) {
-                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "data is not base64");
-                        return;
-                }
-        }
-        if (len > EXEC_STDIN_MAX_CALL) {
-                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
-                                "data exceeds %u bytes per exec.stdin call; send it in pieces",
-                                EXEC_STDIN_MAX_CALL);
-                return;
-        }
-        if (len > 0) {
-                int r = exec_write_stdin(ex, bytes != NULL ? bytes : json_string_value(data), len);
-                if (r < 0) {
-                        rpc_reply_fail(req, "unavailable",
-                                       "exec %s: its standard input is closed (the command closed it)",
-                                       ex->id);
-                        return;
-                }
-        }
-        if (json_is_true(eof)) {
-                ex->stdin_eof = true;
-                if (ex->stdin_len == ex->stdin_off)
-                        stdin_close(ex);
-        }
-        if (ex->stdin_src != NULL && ex->stdin_len - ex->stdin_off > EXEC_STDIN_STREAM_BUFFER) {
-                ex->stdin_waiter = req;
-                rpc_request_on_disconnect(req, stdin_waiter_gone, ex);
-                return;
-        }
-        rpc_reply_result(req, stdin_result(ex));
-}
-
-/* exec.resize {exec_id, rows, cols}: the window size of a tty exec; the
- * kernel sends its foreground process group SIGWINCH. */
-void exec_method_resize(struct rpc_request *req, struct sandbox *sb)
-{
-        struct exec *ex = require_exec(req, false);
-        if (ex == NULL)
-                return;
-        json_t *rows = json_object_get(req->msg.params, "rows");
-        json_t *cols = json_object_get(req->msg.params, "cols");
-        if (!json_is_integer(rows) || !json_is_integer(cols) || json_integer_value(rows) < 1 ||
-            json_integer_value(rows) > 65535 || json_integer_value(cols) < 1 ||
-            json_integer_value(cols) > 65535) {
-                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
-                                "rows and cols must be integers from 1 to 65535");
-                return;
-        }
-        if (!ex->tty) {
-                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
-                                "exec %s has no terminal (start it with tty: true)", ex->id);
-                return;
-        }
-        if (ex->finished || ex->pty < 0) {
-                rpc_reply_fail(req, "unavailable", "exec %s has ended", ex->id);
-                return;
-        }
-        struct winsize size = { .ws_row = (unsigned short)json_integer_value(rows),
-                                .ws_col = (unsigned short)json_integer_value(cols) };
-        if (ioctl(ex->pty, TIOCSWINSZ, &size) < 0) {
-                rpc_reply_fail(req, "internal", "exec %s: set the window size: %s", ex->id, strerror(errno));
-                return;
-        }
-        rpc_reply_result(
-            req, json_pack("{s:s, s:i, s:i}", "exec_id", ex->id, "rows", size.ws_row, "cols", size.ws_col));
 }

@@ -1,0 +1,315 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The exec methods: sandbox.exec, and exec.status, exec.output, exec.kill,
+ * exec.stdin, exec.resize and exec.list on an exec by its id. */
+#include "exec_internal.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <termios.h>
+
+#include "cleanup.h"
+#include "daemon.h"
+#include "log.h"
+#include "params.h"
+#include "quota.h"
+#include "textenc.h"
+
+void exec_method_run(struct rpc_request *req, struct sandbox *sb)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        const char *kind;
+        if (quota_refuse_call(req))
+                return;
+        struct exec *ex = exec_launch(sb, req->msg.params, NULL, NULL, &kind, &err);
+        if (ex == NULL) {
+                if (strcmp(kind, "invalid_params") == 0)
+                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, kind, "%s", err->message);
+                else
+                        rpc_reply_fail(req, kind, "%s", err->message);
+                return;
+        }
+        /* A background exec is answered once the init reports its pid. */
+        ex->req = req;
+        exec_attribute(ex, req);
+        /* One that may run for hours is on record from its start too. */
+        if (ex->background || ex->tty)
+                log_info("audit: exec %s started sandbox=%s uid=%u %s", ex->id, sb->id, (unsigned)ex->uid,
+                         ex->audit ? ex->audit : "?");
+        if (!ex->background)
+                rpc_request_on_disconnect(req, exec_client_gone, ex);
+}
+
+/* --- background execs ----------------------------------------------------- */
+
+static bool exec_addressable(const struct exec *ex, bool background_only)
+{
+        return (ex->background || !background_only) && !ex->service;
+}
+
+/* The exec with this id in a sandbox `uid` may see, or NULL after replying
+ * not_found. Status and output are kept for background execs only; any
+ * running exec can be killed (a CLI interrupted by Ctrl-C does that). As
+ * for sandbox ids, a unique prefix of SANDBOX_ID_PREFIX_MIN characters or
+ * more names an exec, among the caller's own sandboxes only (root's too):
+ * a guessed prefix tells nobody that another user's exec exists. */
+static struct exec *require_exec(struct rpc_request *req, bool background_only)
+{
+        json_t *id = json_object_get(req->msg.params, "exec_id");
+        if (!json_is_string(id)) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "exec_id must be a string");
+                return NULL;
+        }
+        const char *want = json_string_value(id);
+        size_t len = strlen(want);
+        struct exec *found = NULL;
+        size_t matched = 0;
+        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
+                if ((req->uid != 0 && sb->owner != req->uid) || sb->state == SANDBOX_EXITED)
+                        continue;
+                for (struct exec *ex = sb->exec->execs; ex != NULL; ex = ex->next) {
+                        if (strcmp(ex->id, want) == 0 && exec_addressable(ex, background_only))
+                                return ex;
+                        if (len >= SANDBOX_ID_PREFIX_MIN && sb->owner == req->uid &&
+                            strncmp(ex->id, want, len) == 0 && exec_addressable(ex, background_only)) {
+                                found = ex;
+                                matched++;
+                        }
+                }
+        }
+        if (matched == 1)
+                return found;
+        if (matched > 1)
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                "ambiguous exec id prefix %.64s: it matches %zu of your execs", want,
+                                matched);
+        else
+                rpc_reply_fail(req, "not_found", "no exec %.64s", want);
+        return NULL;
+}
+
+struct sandbox *exec_find_sandbox(const char *id, uid_t uid)
+{
+        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
+                if ((uid != 0 && sb->owner != uid) || sb->state == SANDBOX_EXITED)
+                        continue;
+                for (struct exec *ex = sb->exec->execs; ex != NULL; ex = ex->next)
+                        if (strcmp(ex->id, id) == 0 && !ex->service)
+                                return sb;
+        }
+        return NULL;
+}
+
+void exec_method_status(struct rpc_request *req, struct sandbox *sb)
+{
+        struct exec *ex = require_exec(req, true);
+        if (ex != NULL)
+                rpc_reply_result(req, exec_result(ex));
+}
+
+static int get_offset(json_t *since, const char *stream, size_t *out)
+{
+        json_t *v = json_is_object(since) ? json_object_get(since, stream) : since;
+        *out = 0;
+        if (v == NULL || json_is_null(v))
+                return 0;
+        if (!json_is_integer(v) || json_integer_value(v) < 0)
+                return -EINVAL;
+        *out = (size_t)json_integer_value(v);
+        return 0;
+}
+
+void exec_method_output(struct rpc_request *req, struct sandbox *sb)
+{
+        struct exec *ex = require_exec(req, true);
+        if (ex == NULL)
+                return;
+        json_t *since = json_object_get(req->msg.params, "since");
+        size_t offsets[2];
+        for (int i = 0; i < 2; i++) {
+                if (get_offset(since, exec_stream_names[i], &offsets[i]) < 0) {
+                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                        "since must be a byte offset or {stdout, stderr} offsets");
+                        return;
+                }
+                if (offsets[i] > ex->out[i].len)
+                        offsets[i] = ex->out[i].len;
+        }
+        json_t *result = json_pack(
+            "{s:s, s:o, s:o, s:{s:I, s:I}, s:b, s:b}", "exec_id", ex->id, "stdout",
+            exec_output_to_json(ex->out[0].data + offsets[0], ex->out[0].len - offsets[0], ex->base64),
+            "stderr",
+            exec_output_to_json(ex->out[1].data + offsets[1], ex->out[1].len - offsets[1], ex->base64),
+            "next", "stdout", (json_int_t)ex->out[0].len, "stderr", (json_int_t)ex->out[1].len, "running",
+            !ex->finished, "truncated", ex->truncated);
+        rpc_reply_result(req, result);
+}
+
+void exec_method_kill(struct rpc_request *req, struct sandbox *sb)
+{
+        struct exec *ex = require_exec(req, false);
+        if (ex == NULL)
+                return;
+        int sig = SIGKILL;
+        json_t *s = json_object_get(req->msg.params, "signal");
+        if (s != NULL && !json_is_null(s)) {
+                if (!json_is_integer(s) || json_integer_value(s) < 1 ||
+                    json_integer_value(s) > CTL_MAX_SIGNAL) {
+                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                        "signal must be 1 to %d", CTL_MAX_SIGNAL);
+                        return;
+                }
+                sig = (int)json_integer_value(s);
+        }
+        if (!ex->finished) {
+                ex->killed = ex->killed || sig == SIGKILL;
+                exec_send_kill(ex, sig);
+        }
+        rpc_reply_result(req, json_pack("{s:s, s:b}", "exec_id", ex->id, "running", !ex->finished));
+}
+
+void exec_method_list(struct rpc_request *req, struct sandbox *sb)
+{
+        json_t *list = json_array();
+        for (struct exec *ex = sb->exec->execs; ex != NULL; ex = ex->next) {
+                if (!ex->background)
+                        continue;
+                json_array_append_new(list, json_pack("{s:s, s:b, s:o}", "exec_id", ex->id, "running",
+                                                      !ex->finished, "exit_code",
+                                                      ex->exited && WIFEXITED(ex->wait_status)
+                                                          ? json_integer(WEXITSTATUS(ex->wait_status))
+                                                          : json_null()));
+        }
+        rpc_reply_result(req, json_pack("{s:o}", "execs", list));
+}
+
+/* exec.stdin {exec_id, data, encoding?, eof?}: bytes for the stdin of an
+ * exec started with stdin_stream (or tty). The answer comes once at most
+ * EXEC_STDIN_STREAM_BUFFER bytes wait in nsboxd: a client that waits for
+ * it before sending more is paced by the command's reading. One call may
+ * wait at a time per exec. */
+static void stdin_waiter_gone(struct rpc_request *req, void *data)
+{
+        struct exec *ex = data;
+        if (ex->stdin_waiter == req)
+                ex->stdin_waiter = NULL;
+        rpc_reply_fail(req, "unavailable", "client gone");
+}
+
+void exec_method_stdin(struct rpc_request *req, struct sandbox *sb)
+{
+        static const char *const known[] = { "exec_id", "data", "encoding", "eof", NULL };
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (params_check_known(req->msg.params, known, "", &err) < 0) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
+                return;
+        }
+        struct exec *ex = require_exec(req, false);
+        if (ex == NULL)
+                return;
+        json_t *data = json_object_get(req->msg.params, "data");
+        json_t *eof = json_object_get(req->msg.params, "eof");
+        bool base64;
+        if (params_get_encoding(req->msg.params, &base64, &err) < 0) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
+                return;
+        }
+        if ((data != NULL && !json_is_null(data) && !json_is_string(data)) ||
+            (eof != NULL && !json_is_null(eof) && !json_is_boolean(eof))) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                "data must be a string and eof a boolean");
+                return;
+        }
+        if (!ex->stdin_stream) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                "exec %s was not started with stdin_stream: true (or tty: true)", ex->id);
+                return;
+        }
+        if (ex->finished || ex->stdin_src == NULL || ex->stdin_eof) {
+                rpc_reply_fail(req, "unavailable", "exec %s: its standard input is closed (%s)", ex->id,
+                               ex->finished    ? "the exec has ended"
+                               : ex->stdin_eof ? "eof was sent"
+                                               : "the command closed it");
+                return;
+        }
+        if (ex->stdin_waiter != NULL) {
+                rpc_reply_fail(
+                    req, "busy",
+                    "exec %s: an earlier exec.stdin still waits for the command to read; wait for its "
+                    "answer before sending more",
+                    ex->id);
+                return;
+        }
+        size_t len = data != NULL && json_is_string(data) ? json_string_length(data) : 0;
+        _cleanup_free_ char *bytes = NULL;
+        if (len > 0 && base64) {
+                bytes = base64_decode(json_string_value(data), len, &len);
+                if (bytes == NULL) {
+                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "data is not base64");
+                        return;
+                }
+        }
+        if (len > EXEC_STDIN_MAX_CALL) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                "data exceeds %u bytes per exec.stdin call; send it in pieces",
+                                EXEC_STDIN_MAX_CALL);
+                return;
+        }
+        if (len > 0) {
+                int r = exec_write_stdin(ex, bytes != NULL ? bytes : json_string_value(data), len);
+                if (r < 0) {
+                        rpc_reply_fail(req, "unavailable",
+                                       "exec %s: its standard input is closed (the command closed it)",
+                                       ex->id);
+                        return;
+                }
+        }
+        if (json_is_true(eof)) {
+                ex->stdin_eof = true;
+                if (ex->stdin_len == ex->stdin_off)
+                        exec_stdin_close(ex);
+        }
+        if (ex->stdin_src != NULL && ex->stdin_len - ex->stdin_off > EXEC_STDIN_STREAM_BUFFER) {
+                ex->stdin_waiter = req;
+                rpc_request_on_disconnect(req, stdin_waiter_gone, ex);
+                return;
+        }
+        rpc_reply_result(req, exec_stdin_result(ex));
+}
+
+/* exec.resize {exec_id, rows, cols}: the window size of a tty exec; the
+ * kernel sends its foreground process group SIGWINCH. */
+void exec_method_resize(struct rpc_request *req, struct sandbox *sb)
+{
+        struct exec *ex = require_exec(req, false);
+        if (ex == NULL)
+                return;
+        json_t *rows = json_object_get(req->msg.params, "rows");
+        json_t *cols = json_object_get(req->msg.params, "cols");
+        if (!json_is_integer(rows) || !json_is_integer(cols) || json_integer_value(rows) < 1 ||
+            json_integer_value(rows) > 65535 || json_integer_value(cols) < 1 ||
+            json_integer_value(cols) > 65535) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                "rows and cols must be integers from 1 to 65535");
+                return;
+        }
+        if (!ex->tty) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                "exec %s has no terminal (start it with tty: true)", ex->id);
+                return;
+        }
+        if (ex->finished || ex->pty < 0) {
+                rpc_reply_fail(req, "unavailable", "exec %s has ended", ex->id);
+                return;
+        }
+        struct winsize size = { .ws_row = (unsigned short)json_integer_value(rows),
+                                .ws_col = (unsigned short)json_integer_value(cols) };
+        if (ioctl(ex->pty, TIOCSWINSZ, &size) < 0) {
+                rpc_reply_fail(req, "internal", "exec %s: set the window size: %s", ex->id, strerror(errno));
+                return;
+        }
+        rpc_reply_result(
+            req, json_pack("{s:s, s:i, s:i}", "exec_id", ex->id, "rows", size.ws_row, "cols", size.ws_col));
+}
