@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The exec methods: sandbox.exec, and exec.status, exec.output, exec.kill,
  * exec.stdin, exec.resize and exec.list on an exec by its id. */
+#include "exec.h"
 #include "exec_internal.h"
 
 #include <errno.h>

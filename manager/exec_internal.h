@@ -8,10 +8,11 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "exec.h"
 #include "loop.h"
 #include "rpc.h"
 #include "sandbox.h"
+
+struct exec_hooks;
 
 #include "proto.h"
 
