@@ -5,6 +5,8 @@
  * sandbox's query id; its A records are kept so a later connection to one
  * of those addresses under that name is known to be the name's. Anything
  * else is answered REFUSED at once; what is not a query is dropped. */
+#include "dns.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -13,12 +15,23 @@
 #include <sys/socket.h>
 
 #include "cleanup.h"
-#include "proxy_state.h"
 #include "log.h"
 
 #define DNS_RCODE_SERVFAIL 2
 #define DNS_RCODE_REFUSED  5
 #define DNS_CLASS_IN       1
+
+/* A UDP query the resolver was asked. */
+struct dns_query {
+        struct dns_query *next, *prev;
+        struct egress_sandbox *sandbox; /* NULL once the sandbox is gone */
+        struct sockaddr_in client;
+        uint16_t id;
+        size_t max_reply;
+        char name[NETPOLICY_NAME_MAX + 1];
+        size_t query_len;
+        uint8_t query[512]; /* header + question, for an error reply */
+};
 
 struct ares_watch {
         struct ares_watch *next;
@@ -278,6 +291,7 @@ static void handle_query(struct egress_sandbox *sb, const uint8_t *pkt, size_t l
 
 struct tcp_query {
         struct conn_lookup lookup; /* first: c->lookup points here */
+        dns_tcp_reply_fn reply;
         struct egress_sandbox *sandbox;
         char name[NETPOLICY_NAME_MAX + 1];
         uint16_t id;
@@ -295,23 +309,22 @@ static void tcp_answered(void *arg, int status, int timeouts, unsigned char *abu
                         dns_record_answer(c->sandbox, q->name, abuf, (size_t)alen);
                         abuf[0] = (uint8_t)(q->id >> 8);
                         abuf[1] = (uint8_t)q->id;
-                        proxy_dns_reply(c, abuf, (size_t)alen);
+                        q->reply(c, abuf, (size_t)alen);
                 } else {
                         uint8_t out[512];
-                        proxy_dns_reply(c, out,
-                                        error_reply(out, q->query, q->query_len, DNS_RCODE_SERVFAIL, false));
+                        q->reply(c, out, error_reply(out, q->query, q->query_len, DNS_RCODE_SERVFAIL, false));
                 }
         }
         free(q);
 }
 
-void dns_tcp_query(struct conn *c, const uint8_t *pkt, size_t len)
+void dns_tcp_query(struct conn *c, const uint8_t *pkt, size_t len, dns_tcp_reply_fn reply)
 {
         struct egress_sandbox *sb = c->sandbox;
         struct sniff_dns d;
         uint8_t out[512];
         if (sniff_dns_question(pkt, len, &d) != SNIFF_OK || d.question_end > EGRESS_DNS_TCP_QUERY_MAX) {
-                proxy_dns_reply(c, NULL, 0); /* not a query: the connection is dropped */
+                reply(c, NULL, 0); /* not a query: the connection is dropped */
                 return;
         }
         sb->dns_queries++;
@@ -323,7 +336,7 @@ void dns_tcp_query(struct conn *c, const uint8_t *pkt, size_t len)
                         egress_refused(sb, name, 0, 53, netpolicy_reason(v));
         }
         if (v != NETPOLICY_ALLOW) {
-                proxy_dns_reply(c, out, error_reply(out, pkt, d.question_end, DNS_RCODE_REFUSED, false));
+                reply(c, out, error_reply(out, pkt, d.question_end, DNS_RCODE_REFUSED, false));
                 return;
         }
         struct tcp_query *q = calloc(1, sizeof(*q));
@@ -332,10 +345,11 @@ void dns_tcp_query(struct conn *c, const uint8_t *pkt, size_t len)
         if (q == NULL ||
             ares_create_query(name, DNS_CLASS_IN, d.qtype, 0, 1, &qbuf, &qlen, 0) != ARES_SUCCESS) {
                 free(q);
-                proxy_dns_reply(c, out, error_reply(out, pkt, d.question_end, DNS_RCODE_SERVFAIL, false));
+                reply(c, out, error_reply(out, pkt, d.question_end, DNS_RCODE_SERVFAIL, false));
                 return;
         }
         q->lookup.conn = c;
+        q->reply = reply;
         q->sandbox = sb;
         q->id = d.id;
         snprintf(q->name, sizeof(q->name), "%s", name);

@@ -4,13 +4,16 @@
  * Started by nsboxd as root. A socket factory thread enters the egress
  * netns (fd M); then the whole process drops to U:G with no capabilities,
  * no_new_privs and not dumpable, and serves nsboxd's control socket (fd N,
- * SOCK_SEQPACKET, one JSON object per message, fds by SCM_RIGHTS). */
+ * SOCK_SEQPACKET, one JSON object per message, fds by SCM_RIGHTS).
+ *
+ * The top of nsbox-egress (core.h <- dns.h <- proxy.h <- here): the
+ * control messages that add and remove sandboxes and their exposed ports,
+ * the socket factory, the epoll loop and the dispatch of its events. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <grp.h>
-#include <ifaddrs.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -25,96 +28,18 @@
 #include <unistd.h>
 
 #include "cleanup.h"
-#include "proxy_state.h"
+#include "core.h"
+#include "dns.h"
 #include "json_cleanup.h"
 #include "log.h"
+#include "proxy.h"
 
 #define CONTROL_MSG_MAX 65536
 #define CONTROL_FDS_MAX 4
-#define OUT_QUEUE_MAX   4096
 #define TICK_MS         200
 #define HOST_REFRESH_MS 5000
 
-struct egress egress;
-
-struct out_msg {
-        struct out_msg *next;
-        size_t len;
-        char data[];
-};
-
-int64_t egress_now_ms(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Interest 0 takes the fd out of epoll: a registered fd reports HUP and ERR
- * whatever it asked for, which would spin a connection that is waiting for
- * a resolver. */
-void egress_watch(struct watch *w, uint32_t events)
-{
-        if (w->fd < 0 || w->events == events)
-                return;
-        struct epoll_event ev = { .events = events, .data.ptr = w };
-        int op = events == 0 ? EPOLL_CTL_DEL : w->events == 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
-        if (epoll_ctl(egress.epoll_fd, op, w->fd, &ev) < 0) {
-                log_error("epoll_ctl fd %d: %s", w->fd, strerror(errno));
-                return;
-        }
-        w->events = events;
-}
-
-void egress_unwatch(struct watch *w)
-{
-        egress_watch(w, 0);
-}
-
-/* --- events to nsboxd ----------------------------------------------------- */
-
-static void control_flush(void)
-{
-        while (egress.out_head != NULL) {
-                struct out_msg *m = egress.out_head;
-                ssize_t n = send(egress.control.fd, m->data, m->len, MSG_DONTWAIT | MSG_NOSIGNAL);
-                if (n < 0) {
-                        if (errno == EAGAIN || errno == EINTR)
-                                break;
-                        log_error("control socket: %s", strerror(errno));
-                        exit(1);
-                }
-                egress.out_head = m->next;
-                if (egress.out_head == NULL)
-                        egress.out_tail = &egress.out_head;
-                egress.n_out--;
-                free(m);
-        }
-        egress_watch(&egress.control, EPOLLIN | (egress.out_head ? EPOLLOUT : 0));
-}
-
-void egress_send_event(json_t *event)
-{
-        _cleanup_free_ char *text = json_dumps(event, JSON_COMPACT);
-        json_decref(event);
-        if (text == NULL)
-                return;
-        if (egress.n_out >= OUT_QUEUE_MAX) {
-                log_limited("egress control", LOG_LEVEL_WARN, "nsboxd reads no events: dropping one");
-                return;
-        }
-        size_t len = strlen(text);
-        struct out_msg *m = malloc(sizeof(*m) + len);
-        if (m == NULL)
-                return;
-        m->next = NULL;
-        m->len = len;
-        memcpy(m->data, text, len);
-        *egress.out_tail = m;
-        egress.out_tail = &m->next;
-        egress.n_out++;
-        control_flush();
-}
+/* --- nsboxd's control messages (add, remove, policy, expose, unexpose) ---- */
 
 static void send_error(const char *op, const char *sandbox, const char *message)
 {
@@ -122,111 +47,6 @@ static void send_error(const char *op, const char *sandbox, const char *message)
                   sandbox ? sandbox : "", message);
         egress_send_event(json_pack("{s:s, s:s?, s:s?, s:s}", "event", "error", "op", op, "sandbox", sandbox,
                                     "message", message));
-}
-
-void egress_refused(struct egress_sandbox *sb, const char *name, uint32_t addr, uint16_t port,
-                    const char *reason)
-{
-        sb->refused++;
-        if (sb->refused_tokens < 1)
-                return;
-        sb->refused_tokens -= 1;
-        char a[INET_ADDRSTRLEN] = "";
-        if (addr != 0) {
-                struct in_addr in = { .s_addr = htonl(addr) };
-                inet_ntop(AF_INET, &in, a, sizeof(a));
-        }
-        egress_send_event(json_pack("{s:s, s:s, s:s?, s:s?, s:i, s:s}", "event", "refused", "sandbox", sb->id,
-                                    "name", name, "address", addr ? a : NULL, "port", (json_int_t)port,
-                                    "reason", reason));
-}
-
-static void send_stats(void)
-{
-        for (struct egress_sandbox *sb = egress.sandboxes; sb != NULL; sb = sb->next) {
-                if (sb->refused_tokens < EGRESS_REFUSED_BURST)
-                        sb->refused_tokens += 1;
-                if ((sb->bytes_in | sb->bytes_out | sb->connections | sb->refused | sb->dns_queries) == 0)
-                        continue;
-                egress_send_event(json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I}", "event", "stats",
-                                            "sandbox", sb->id, "bytes_in", (json_int_t)sb->bytes_in,
-                                            "bytes_out", (json_int_t)sb->bytes_out, "connections",
-                                            (json_int_t)sb->connections, "refused", (json_int_t)sb->refused,
-                                            "dns_queries", (json_int_t)sb->dns_queries));
-                sb->bytes_in = sb->bytes_out = sb->connections = sb->refused = sb->dns_queries = 0;
-        }
-}
-
-/* The host's own addresses are special: a sandbox must not reach the
- * host's services on them. Interfaces come and go: refreshed. */
-void egress_refresh_host_addrs(void)
-{
-        struct ifaddrs *ifa = NULL;
-        if (getifaddrs(&ifa) < 0)
-                return;
-        size_t n = 0;
-        for (struct ifaddrs *i = ifa; i != NULL && n < EGRESS_HOST_ADDRS_MAX; i = i->ifa_next)
-                if (i->ifa_addr != NULL && i->ifa_addr->sa_family == AF_INET)
-                        egress.host_addrs[n++] = ntohl(((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr);
-        egress.n_host_addrs = n;
-        freeifaddrs(ifa);
-}
-
-/* --- listeners and the fd budget ----------------------------------------------- */
-
-unsigned egress_conn_limit(void)
-{
-        unsigned used = EGRESS_FD_RESERVE + egress.n_listener_fds;
-        unsigned limit = egress.fd_limit > used ? (egress.fd_limit - used) / 2 : 0;
-        return limit < EGRESS_CONN_MAX ? limit : EGRESS_CONN_MAX;
-}
-
-/* accept4 failed for a reason other than "nothing to accept": out of fds
- * (EMFILE, ENFILE), memory, or a listener nsboxd shut down. The listener
- * stays readable (level-triggered): left in epoll it would spin the loop
- * and flood the log, starving every other sandbox. Out of epoll for
- * EGRESS_ACCEPT_PAUSE_MS, re-armed by egress.resume. */
-void egress_accept_failed(struct watch *listener, const char *who, int error)
-{
-        log_limited("egress accept", LOG_LEVEL_WARN, "%s: accept: %s (not accepting for %d ms)", who,
-                    strerror(error), EGRESS_ACCEPT_PAUSE_MS);
-        egress_unwatch(listener);
-        listener->paused = true;
-        struct itimerspec its = { .it_value = { 0, EGRESS_ACCEPT_PAUSE_MS * 1000000L } };
-        struct itimerspec now;
-        /* One timer for all: armed unless it already runs. */
-        if (timerfd_gettime(egress.resume.fd, &now) == 0 && now.it_value.tv_sec == 0 &&
-            now.it_value.tv_nsec == 0)
-                timerfd_settime(egress.resume.fd, 0, &its, NULL);
-}
-
-static void resume_one(struct watch *w)
-{
-        if (w->paused && w->fd >= 0) {
-                w->paused = false;
-                egress_watch(w, EPOLLIN);
-        }
-}
-
-static void resume_listeners(void)
-{
-        uint64_t ticks;
-        (void)!read(egress.resume.fd, &ticks, sizeof(ticks));
-        for (struct egress_sandbox *sb = egress.sandboxes; sb != NULL; sb = sb->next) {
-                resume_one(&sb->tcp);
-                for (struct expose *e = sb->exposes; e != NULL; e = e->next)
-                        resume_one(&e->listener);
-        }
-}
-
-/* --- sandboxes ------------------------------------------------------------ */
-
-struct egress_sandbox *egress_sandbox_find(const char *id)
-{
-        for (struct egress_sandbox *sb = egress.sandboxes; sb != NULL; sb = sb->next)
-                if (strcmp(sb->id, id) == 0)
-                        return sb;
-        return NULL;
 }
 
 /* Freed after the epoll batch, which may still name its listener. */
@@ -601,7 +421,7 @@ static void dispatch(struct watch *w, uint32_t events)
         switch (w->kind) {
         case WATCH_CONTROL:
                 if (events & EPOLLOUT)
-                        control_flush();
+                        egress_control_flush();
                 if (events & (EPOLLIN | EPOLLHUP | EPOLLERR))
                         control_read();
                 break;
@@ -616,7 +436,7 @@ static void dispatch(struct watch *w, uint32_t events)
                 proxy_timeouts(now);
                 if (now - egress.last_second_ms >= 1000) {
                         egress.last_second_ms = now;
-                        send_stats();
+                        egress_send_stats();
                 }
                 if (now - egress.last_host_refresh_ms >= HOST_REFRESH_MS) {
                         egress.last_host_refresh_ms = now;
@@ -625,7 +445,7 @@ static void dispatch(struct watch *w, uint32_t events)
                 break;
         }
         case WATCH_RESUME:
-                resume_listeners();
+                egress_resume_listeners();
                 break;
         case WATCH_ARES:
                 dns_ares_event(w, events);

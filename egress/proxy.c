@@ -4,6 +4,8 @@
  * SNI on 443, the explicit proxy at gateway:3128) or by address, then
  * joined to an upstream connection made from the host's netns; and
  * sandbox.expose's connections from the host joined to the sandbox. */
+#include "proxy.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <linux/netfilter_ipv4.h>
@@ -17,13 +19,14 @@
 #include <unistd.h>
 
 #include "cleanup.h"
-#include "proxy_state.h"
+#include "dns.h"
 #include "log.h"
 
 static const char tls_access_denied[] = "\x15\x03\x03\x00\x02\x02\x31";
 
 static void conn_update(struct conn *c);
 static void conn_decide(struct conn *c);
+static void dns_reply(struct conn *c, const uint8_t *msg, size_t len);
 
 static const char *addr_text(uint32_t addr, char buf[INET_ADDRSTRLEN])
 {
@@ -673,10 +676,12 @@ static void dns_next_query(struct conn *c)
         }
         const uint8_t *pkt = h->buf + h->start + 2;
         h->start += 2 + len;
-        dns_tcp_query(c, pkt, len);
+        dns_tcp_query(c, pkt, len, dns_reply);
 }
 
-void proxy_dns_reply(struct conn *c, const uint8_t *msg, size_t len)
+/* dns_tcp_query's answer to the connection's query: written with its
+ * length prefix (CONN_DNS_REPLY), then the next query is read. */
+static void dns_reply(struct conn *c, const uint8_t *msg, size_t len)
 {
         if (c->closed)
                 return;

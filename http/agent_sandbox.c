@@ -10,7 +10,7 @@
  * default sandbox (POST /execute_command_stateful {code} too, in its
  * persistent interpreter): session "http-default" of its owner, made on first use
  * and kept. Relative paths are under /workspace (where the runtime had /app). */
-#include "http.h"
+#include "agent_sandbox.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -20,7 +20,9 @@
 
 #include "cleanup.h"
 #include "json_cleanup.h"
+#include "nsboxd.h"
 #include "relpath.h"
+#include "reply.h"
 #include "textenc.h"
 
 #define DEFAULT_SESSION "http-default"

@@ -4,13 +4,14 @@
  * comments and blank lines ignored. Presented tokens are hashed and compared
  * with every entry in constant time. SIGHUP reloads the file; a file that is
  * refused then leaves the tokens as they were. */
-#include "http.h"
+#include "auth.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <gnutls/crypto.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -32,12 +32,13 @@
  * number may be another file's. The accept policy and
  * MHD_CONNECTION_NOTIFY_STARTED run one after the other in MHD's listening
  * thread, so the counts the policy reads include every connection it let in. */
-#include "http.h"
+#include "bounds.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

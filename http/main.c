@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* nsbox-http: options, the listening address, TLS, and the daemon's life. */
-#include "http.h"
-
+/* nsbox-http: options, the listening address, TLS, and the daemon's life.
+ * The top of http/: it sets http_config (request.h), loads the tokens
+ * (auth.h), starts the bounds (bounds.h) and hands the router (server.h)
+ * to MHD. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -15,11 +16,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "auth.h"
+#include "bounds.h"
 #include "cleanup.h"
+#include "client.h"
 #include "json_cleanup.h"
-
-extern MHD_AccessHandlerCallback http_access_handler;
-extern MHD_RequestCompletedCallback http_request_completed;
+#include "request.h"
+#include "server.h"
 
 static const char usage[] =
     "usage: nsbox-http --http ADDR [--tokens FILE] [--tls-cert FILE --tls-key FILE] [--socket PATH]\n"

@@ -7,7 +7,7 @@
  * feeds a pipe; MHD's connection thread reads the pipe and watches the
  * HTTP client, so a client that leaves closes its nsboxd connection, and
  * nsboxd ends the exec as for any client gone. */
-#include "http.h"
+#include "rpc_api.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -23,6 +23,8 @@
 #include "json_cleanup.h"
 #include "jsonrpc.h"
 #include "io.h"
+#include "nsboxd.h"
+#include "reply.h"
 
 struct stream {
         struct client *c;

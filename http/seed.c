@@ -2,7 +2,7 @@
 /* The seed's sandbox-server contract: POST /execute {code, timeout_seconds,
  * requirements, files} in a fresh sandbox made for the request and removed
  * after it (nothing is left for the next call), and GET /health. */
-#include "http.h"
+#include "seed.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -11,7 +11,9 @@
 
 #include "cleanup.h"
 #include "json_cleanup.h"
+#include "nsboxd.h"
 #include "relpath.h"
+#include "reply.h"
 #include "textenc.h"
 
 /* Produced files come back in the reply, base64 (4/3 of this): beyond this

@@ -1,234 +1,32 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Requests of nsbox-http: authentication, bodies (bounded while they
- * arrive), routing, replies, and the connection to nsboxd each request
- * makes as its owner. */
-#include "http.h"
+/* Requests of nsbox-http (server.h): authentication, bodies (bounded while
+ * they arrive), the owner's requests in flight, and routing to the
+ * handlers (rpc_api.h, seed.h, agent_sandbox.h). Above the handlers, below
+ * main.c. */
+#include "server.h"
 
-#include <errno.h>
+#include <arpa/inet.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <arpa/inet.h>
+#include <unistd.h>
 
+#include "agent_sandbox.h"
+#include "auth.h"
+#include "bounds.h"
+#include "client.h"
 #include "cleanup.h"
 #include "json_cleanup.h"
-#include "jsonrpc.h"
-
-struct http_config http_config;
+#include "reply.h"
+#include "request.h"
+#include "rpc_api.h"
+#include "seed.h"
 
 /* A client that goes on sending past the limit after its 413 is dropped
  * once this much more has been thrown away. */
 #define HTTP_MAX_DISCARD (64u << 20)
-
-/* Every reply goes out here: its headers by status, then queued. */
-static enum MHD_Result queue_reply(struct http_request *r, unsigned status, struct MHD_Response *resp,
-                                   const char *content_type)
-{
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
-        if (status == MHD_HTTP_UNAUTHORIZED)
-                MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"nsbox\"");
-        if (status == MHD_HTTP_TOO_MANY_REQUESTS || status == MHD_HTTP_SERVICE_UNAVAILABLE)
-                MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
-        enum MHD_Result ret = MHD_queue_response(r->connection, status, resp);
-        MHD_destroy_response(resp);
-        if (ret == MHD_YES)
-                r->answered = true;
-        return ret;
-}
-
-enum MHD_Result http_reply_bytes(struct http_request *r, unsigned status, const char *content_type,
-                                 void *data, size_t len)
-{
-        struct MHD_Response *resp = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
-        if (resp == NULL) {
-                free(data);
-                return MHD_NO;
-        }
-        return queue_reply(r, status, resp, content_type);
-}
-
-enum MHD_Result http_reply_stream(struct http_request *r, const char *content_type,
-                                  MHD_ContentReaderCallback read, void *data,
-                                  MHD_ContentReaderFreeCallback done)
-{
-        struct MHD_Response *resp =
-            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 65536, read, data, done);
-        if (resp == NULL) {
-                done(data);
-                return MHD_NO;
-        }
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-        return queue_reply(r, MHD_HTTP_OK, resp, content_type);
-}
-
-enum MHD_Result http_reply_json(struct http_request *r, unsigned status, json_t *body)
-{
-        _cleanup_json_ json_t *owned = body;
-        size_t len = 0;
-        char *text = owned ? jsonrpc_serialize(owned, &len) : NULL;
-        if (text == NULL) {
-                static const char oom[] =
-                    "{\"error\":{\"kind\":\"internal\",\"message\":\"cannot encode the reply\"}}\n";
-                text = strdup(oom);
-                len = text ? strlen(text) : 0;
-                status = MHD_HTTP_INTERNAL_SERVER_ERROR;
-                if (text == NULL)
-                        return MHD_NO;
-        }
-        return http_reply_bytes(r, status, "application/json", text, len);
-}
-
-enum MHD_Result http_reply_error(struct http_request *r, unsigned status, const char *kind, const char *fmt,
-                                 ...)
-{
-        char message[1024];
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(message, sizeof(message), fmt, ap);
-        va_end(ap);
-        return http_reply_json(r, status,
-                               json_pack("{s:{s:s, s:s}}", "error", "kind", kind, "message", message));
-}
-
-unsigned http_status_of_rpc_error(json_t *error, const char **kind_out)
-{
-        const char *kind = json_string_value(json_object_get(json_object_get(error, "data"), "kind"));
-        json_int_t code = json_integer_value(json_object_get(error, "code"));
-        unsigned status = MHD_HTTP_INTERNAL_SERVER_ERROR;
-        if (kind == NULL) {
-                /* protocol errors carry no kind */
-                kind = code == JSONRPC_METHOD_NOT_FOUND ? "not_found"
-                       : code == JSONRPC_INTERNAL_ERROR ? "internal"
-                                                        : "invalid_params";
-        }
-        if (strcmp(kind, "invalid_params") == 0)
-                status = MHD_HTTP_BAD_REQUEST;
-        else if (strcmp(kind, "not_found") == 0)
-                status = MHD_HTTP_NOT_FOUND;
-        else if (strcmp(kind, "limit_reached") == 0 || strcmp(kind, "busy") == 0)
-                status = MHD_HTTP_TOO_MANY_REQUESTS;
-        else if (strcmp(kind, "unavailable") == 0)
-                status = MHD_HTTP_SERVICE_UNAVAILABLE;
-        else if (strcmp(kind, "permission_denied") == 0)
-                status = MHD_HTTP_FORBIDDEN;
-        if (kind_out)
-                *kind_out = kind;
-        return status;
-}
-
-enum MHD_Result http_reply_rpc_error(struct http_request *r, json_t *error, const nsbox_error_t *err)
-{
-        if (error == NULL)
-                return http_reply_error(r, MHD_HTTP_SERVICE_UNAVAILABLE, "unavailable", "nsboxd: %s",
-                                        err && err->message ? err->message : "unreachable");
-        const char *kind;
-        unsigned status = http_status_of_rpc_error(error, &kind);
-        json_t *message = json_object_get(error, "message");
-        return http_reply_json(r, status,
-                               json_pack("{s:{s:s, s:s}}", "error", "kind", kind, "message",
-                                         json_is_string(message) ? json_string_value(message) : "error"));
-}
-
-int http_nsboxd_connect(const struct http_request *r, struct client **out, json_t **error,
-                        nsbox_error_t **err)
-{
-        struct client *c = NULL;
-        *error = NULL;
-        int ret = client_connect(http_config.socket_path, &c, err);
-        if (ret < 0)
-                return ret;
-        if (http_config.act_as) {
-                /* Its refusal (limit_reached past the owner's connections) is
-                 * the request's answer, with that error's status. */
-                _cleanup_json_ json_t *params = json_pack("{s:I}", "uid", (json_int_t)r->uid);
-                _cleanup_json_ json_t *result = NULL;
-                ret = client_call(c, "auth.act_as", params, NULL, NULL, &result, error, err);
-                if (ret < 0) {
-                        client_close(c);
-                        return ret;
-                }
-        }
-        *out = c;
-        return 0;
-}
-
-int http_call(const struct http_request *r, const char *method, json_t *params, json_t **result,
-              json_t **error, nsbox_error_t **err)
-{
-        struct client *c = NULL;
-        int ret = http_nsboxd_connect(r, &c, error, err);
-        if (ret < 0)
-                return ret;
-        ret = client_call(c, method, params, NULL, NULL, result, error, err);
-        client_close(c);
-        return ret;
-}
-
-int http_buffer_append(char **data, size_t *len, size_t *cap, const void *more, size_t n)
-{
-        if (*len + n > *cap) {
-                size_t grown_cap = *cap ? *cap : 16384;
-                while (grown_cap < *len + n)
-                        grown_cap *= 2;
-                /* a body is at most this: no room beyond it */
-                if (grown_cap > HTTP_MAX_BODY && *len + n <= HTTP_MAX_BODY)
-                        grown_cap = HTTP_MAX_BODY;
-                char *grown = realloc(*data, grown_cap);
-                if (grown == NULL)
-                        return -ENOMEM;
-                *data = grown;
-                *cap = grown_cap;
-        }
-        memcpy(*data + *len, more, n);
-        *len += n;
-        return 0;
-}
-
-int http_sandbox_write(struct client *c, const char *sandbox_id, const char *path, const char *base64,
-                       json_t **error, nsbox_error_t **err)
-{
-        *error = NULL;
-        const char *slash = strrchr(path, '/');
-        if (slash != NULL && slash != path) {
-                _cleanup_free_ char *dir = strndup(path, (size_t)(slash - path));
-                _cleanup_json_ json_t *p =
-                    json_pack("{s:s, s:s, s:b}", "sandbox_id", sandbox_id, "path", dir, "parents", 1);
-                _cleanup_json_ json_t *res = NULL;
-                if (dir == NULL || p == NULL)
-                        return nsbox_error(err, ENOMEM, "write %s", path);
-                int r = client_call(c, "fs.mkdir", p, NULL, NULL, &res, error, err);
-                if (r < 0)
-                        return r;
-        }
-        _cleanup_json_ json_t *p = json_pack("{s:s, s:s, s:s, s:s}", "sandbox_id", sandbox_id, "path", path,
-                                             "content", base64, "encoding", "base64");
-        _cleanup_json_ json_t *res = NULL;
-        if (p == NULL)
-                return nsbox_error(err, ENOMEM, "write %s", path);
-        return client_call(c, "fs.write", p, NULL, NULL, &res, error, err);
-}
-
-json_t *http_body_object(struct http_request *r, enum MHD_Result *ret)
-{
-        json_error_t jerr;
-        json_t *body = r->body_len ? json_loadb(r->body, r->body_len, JSON_REJECT_DUPLICATES, &jerr) : NULL;
-        if (body == NULL) {
-                *ret = http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params", "the body is not JSON: %s",
-                                        r->body_len ? jerr.text : "empty");
-                return NULL;
-        }
-        if (!json_is_object(body)) {
-                json_decref(body);
-                *ret = http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params",
-                                        "the body must be a JSON object");
-                return NULL;
-        }
-        return body;
-}
-
 /* "Bearer TOKEN": the token's uid, or 0. */
 static uid_t authenticate(struct MHD_Connection *connection)
 {

@@ -2,9 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """The layering of nsbox's C tree (docs/architecture.md), checked: every
 #include "..." of a source file must point to its own component or one it may
-depend on, and inside manager/ to its own layer or a lower one; and no two
-units (a .c and its .h) may include each other, directly or around a
-circle. Exits 1 naming each offending include."""
+depend on, and inside a layered component (manager/, egress/, http/) to its
+own layer or a lower one; and no two units (a .c and its .h) may include
+each other, directly or around a circle. Exits 1 naming each offending include."""
 import os
 import re
 import subprocess
@@ -37,7 +37,28 @@ MANAGER_LAYERS = [
     ("api", ["methods", "idle"]),
     ("top", ["server", "main"]),
 ]
-LAYER_OF = {unit: i for i, (_, units) in enumerate(MANAGER_LAYERS) for unit in units}
+# egress/'s (nsbox-egress): the shared state below DNS, DNS below the proxy,
+# which answers DNS over TCP through a callback it gives dns.c.
+EGRESS_LAYERS = [
+    ("leaves", ["sniff"]),
+    ("core", ["core"]),
+    ("dns", ["dns"]),
+    ("proxy", ["proxy"]),
+    ("top", ["main"]),
+]
+# http/'s (nsbox-http): the handlers reply and call nsboxd through the units
+# below them; the router includes the handlers, never the reverse.
+HTTP_LAYERS = [
+    ("request", ["request"]),
+    ("replies and nsboxd", ["reply", "nsboxd", "auth", "bounds"]),
+    ("handlers", ["rpc_api", "seed", "agent_sandbox"]),
+    ("router", ["server"]),
+    ("top", ["main"]),
+]
+# The components in layers, each with its layers bottom up.
+LAYERS = {"manager": MANAGER_LAYERS, "egress": EGRESS_LAYERS, "http": HTTP_LAYERS}
+LAYER_OF = {component: {unit: i for i, (_, units) in enumerate(layers) for unit in units}
+            for component, layers in LAYERS.items()}
 
 
 def tracked_sources(root):
@@ -75,15 +96,16 @@ def check(root):
             where = "%s:%d: #include \"%s\"" % (src, lineno, header)
             if to != component and to not in COMPONENTS[component]:
                 problems.append("%s: %s/ may not depend on %s/" % (where, component, to))
-            if component == "manager" and to == "manager":
+            if component in LAYERS and to == component:
+                layers, layer_of = LAYERS[component], LAYER_OF[component]
                 a, b = os.path.basename(unit(src)), os.path.basename(unit(target))
                 for name in (a, b):
-                    if name not in LAYER_OF:
-                        problems.append("%s: manager/%s is in no layer (tests/layers/check_layers.py)"
-                                        % (where, name))
-                if a in LAYER_OF and b in LAYER_OF and LAYER_OF[b] > LAYER_OF[a]:
+                    if name not in layer_of:
+                        problems.append("%s: %s/%s is in no layer (tests/layers/check_layers.py)"
+                                        % (where, component, name))
+                if a in layer_of and b in layer_of and layer_of[b] > layer_of[a]:
                     problems.append("%s: points up from layer \"%s\" to \"%s\"" % (
-                        where, MANAGER_LAYERS[LAYER_OF[a]][0], MANAGER_LAYERS[LAYER_OF[b]][0]))
+                        where, layers[layer_of[a]][0], layers[layer_of[b]][0]))
             if unit(target) != unit(src):
                 edges.setdefault(unit(src), set()).add(unit(target))
     problems += ["include circle: " + " -> ".join(c + [c[0]]) for c in circles(edges)]

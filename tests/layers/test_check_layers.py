@@ -33,6 +33,28 @@ def test_an_include_up_a_layer_is_caught(tmp_path):
                for p in problems), problems
 
 
+def test_an_include_up_a_layer_of_egress_is_caught(tmp_path):
+    # dns.c answers DNS over TCP through the proxy's callback, not by calling proxy.c.
+    root = tree(tmp_path, {"egress/dns.c": '#include "dns.h"\n#include "proxy.h"\n', "egress/dns.h": '#include "core.h"\n',
+                           "egress/proxy.h": '#include "core.h"\n', "egress/core.h": ""})
+    problems = check_layers.check(root)
+    assert any('egress/dns.c:2: #include "proxy.h": points up from layer "dns" to "proxy"' in p
+               for p in problems), problems
+
+
+def test_a_handler_including_the_router_of_http_is_caught(tmp_path):
+    root = tree(tmp_path, {"http/seed.c": '#include "seed.h"\n#include "server.h"\n', "http/seed.h": "",
+                           "http/server.h": ""})
+    problems = check_layers.check(root)
+    assert any('http/seed.c:2: #include "server.h": points up from layer "handlers" to "router"' in p
+               for p in problems), problems
+
+
+def test_an_egress_unit_in_no_layer_is_caught(tmp_path):
+    root = tree(tmp_path, {"egress/newthing.c": '#include "core.h"\n', "egress/core.h": ""})
+    assert any("egress/newthing is in no layer" in p for p in check_layers.check(root))
+
+
 def test_an_include_across_components_is_caught(tmp_path):
     root = tree(tmp_path, {"common/log.c": '#include "sandbox.h"\n', "manager/sandbox.h": ""})
     assert any("common/ may not depend on manager/" in p for p in check_layers.check(root))

@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "http.h"
+#include "auth.h"
 
 /* cli/client.c's need, unused here */
 int cli_write_all(int fd, const void *data, size_t len)

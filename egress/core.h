@@ -1,9 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* nsbox-egress's shared state: the proxy every network sandbox's traffic
- * goes through. One epoll loop in the main thread, which stays in the
- * host's network namespace; a "factory" thread in the egress namespace
- * makes the sockets sandbox.expose connects from. Everything a sandbox
- * sends is hostile input: bounded buffers, no blocking call, no crash. */
+/* nsbox-egress's core, below dns.c, proxy.c and main.c: the shared state
+ * (sandboxes, connections, DNS records, the loop's watches) and what they
+ * all call: the clock, epoll interest, events and refusals to nsboxd, the
+ * per-second stats, the fd budget and the paused listeners, the sandbox
+ * lookup. The proxy every network sandbox's traffic goes through: one epoll
+ * loop in the main thread, which stays in the host's network namespace; a
+ * "factory" thread in the egress namespace makes the sockets
+ * sandbox.expose connects from. Everything a sandbox sends is hostile
+ * input: bounded buffers, no blocking call, no crash. */
 #pragma once
 
 #include <ares.h>
@@ -146,17 +150,6 @@ struct conn_lookup {
         struct conn *conn; /* NULL once the connection is gone */
 };
 
-struct dns_query {
-        struct dns_query *next, *prev;
-        struct egress_sandbox *sandbox; /* NULL once the sandbox is gone */
-        struct sockaddr_in client;
-        uint16_t id;
-        size_t max_reply;
-        char name[NETPOLICY_NAME_MAX + 1];
-        size_t query_len;
-        uint8_t query[512]; /* header + question, for an error reply */
-};
-
 struct egress {
         int epoll_fd;
         struct watch control, factory, timer, resume;
@@ -184,37 +177,31 @@ struct factory_wait {
 
 extern struct egress egress;
 
+/* CLOCK_MONOTONIC in milliseconds: deadlines and ticks. */
 int64_t egress_now_ms(void);
+/* Set a watch's epoll interest; 0 takes it out of epoll. */
 void egress_watch(struct watch *w, uint32_t events);
 void egress_unwatch(struct watch *w);
+
+/* --- events to nsboxd (the control socket) --- */
+/* Queue one event (stolen) and send what the socket takes now. */
 void egress_send_event(json_t *event);
+/* The control socket is writable again: send what is queued. */
+void egress_control_flush(void);
+/* A refused connection or query, counted; an event while the sandbox's
+ * burst of EGRESS_REFUSED_BURST (one more a second) lasts. */
 void egress_refused(struct egress_sandbox *sb, const char *name, uint32_t addr, uint16_t port,
                     const char *reason);
+/* Once a second: each sandbox's counters since the last stats event. */
+void egress_send_stats(void);
+
+/* --- the host, the fd budget, listeners --- */
 void egress_refresh_host_addrs(void);
+/* How many connections the fds left allow (at most EGRESS_CONN_MAX). */
 unsigned egress_conn_limit(void);
+/* accept4 failed: the listener is out of epoll until egress_resume_listeners. */
 void egress_accept_failed(struct watch *listener, const char *who, int error);
+/* The resume timer fired: listeners paused by egress_accept_failed back in epoll. */
+void egress_resume_listeners(void);
+
 struct egress_sandbox *egress_sandbox_find(const char *id);
-
-/* proxy.c */
-void proxy_accept(struct egress_sandbox *sb);
-void proxy_expose_accept(struct expose *e);
-void proxy_conn_event(struct conn *c, bool upstream, uint32_t events);
-void proxy_factory_reply(struct conn *c, int fd, int error);
-void proxy_conn_close(struct conn *c);
-void proxy_timeouts(int64_t now);
-void proxy_free_graveyard(void);
-
-/* dns.c */
-int dns_init(const char *servers, nsbox_error_t **err);
-void dns_receive(struct egress_sandbox *sb);
-void dns_sandbox_gone(struct egress_sandbox *sb);
-#define EGRESS_DNS_TCP_QUERY_MAX 512
-/* One query (without its length prefix) of a CONN_DNS connection: answered
- * through proxy_dns_reply, at once or when the resolver answers. */
-void dns_tcp_query(struct conn *c, const uint8_t *pkt, size_t len);
-void proxy_dns_reply(struct conn *c, const uint8_t *msg, size_t len);
-void dns_record_answer(struct egress_sandbox *sb, const char *name, const uint8_t *abuf, size_t alen);
-bool dns_address_recorded(struct egress_sandbox *sb, const char *name, uint32_t addr);
-void dns_ares_event(struct watch *w, uint32_t events);
-void dns_ares_timeouts(void);
-void dns_free_graveyard(void);

@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* nsbox-http's calls to nsboxd (nsboxd.h): each request's own connection,
+ * made its owner's with auth.act_as when there are tokens. */
+#include "nsboxd.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cleanup.h"
+#include "json_cleanup.h"
+
+int http_nsboxd_connect(const struct http_request *r, struct client **out, json_t **error,
+                        nsbox_error_t **err)
+{
+        struct client *c = NULL;
+        *error = NULL;
+        int ret = client_connect(http_config.socket_path, &c, err);
+        if (ret < 0)
+                return ret;
+        if (http_config.act_as) {
+                /* Its refusal (limit_reached past the owner's connections) is
+                 * the request's answer, with that error's status. */
+                _cleanup_json_ json_t *params = json_pack("{s:I}", "uid", (json_int_t)r->uid);
+                _cleanup_json_ json_t *result = NULL;
+                ret = client_call(c, "auth.act_as", params, NULL, NULL, &result, error, err);
+                if (ret < 0) {
+                        client_close(c);
+                        return ret;
+                }
+        }
+        *out = c;
+        return 0;
+}
+
+int http_call(const struct http_request *r, const char *method, json_t *params, json_t **result,
+              json_t **error, nsbox_error_t **err)
+{
+        struct client *c = NULL;
+        int ret = http_nsboxd_connect(r, &c, error, err);
+        if (ret < 0)
+                return ret;
+        ret = client_call(c, method, params, NULL, NULL, result, error, err);
+        client_close(c);
+        return ret;
+}
+
+int http_sandbox_write(struct client *c, const char *sandbox_id, const char *path, const char *base64,
+                       json_t **error, nsbox_error_t **err)
+{
+        *error = NULL;
+        const char *slash = strrchr(path, '/');
+        if (slash != NULL && slash != path) {
+                _cleanup_free_ char *dir = strndup(path, (size_t)(slash - path));
+                _cleanup_json_ json_t *p =
+                    json_pack("{s:s, s:s, s:b}", "sandbox_id", sandbox_id, "path", dir, "parents", 1);
+                _cleanup_json_ json_t *res = NULL;
+                if (dir == NULL || p == NULL)
+                        return nsbox_error(err, ENOMEM, "write %s", path);
+                int r = client_call(c, "fs.mkdir", p, NULL, NULL, &res, error, err);
+                if (r < 0)
+                        return r;
+        }
+        _cleanup_json_ json_t *p = json_pack("{s:s, s:s, s:s, s:s}", "sandbox_id", sandbox_id, "path", path,
+                                             "content", base64, "encoding", "base64");
+        _cleanup_json_ json_t *res = NULL;
+        if (p == NULL)
+                return nsbox_error(err, ENOMEM, "write %s", path);
+        return client_call(c, "fs.write", p, NULL, NULL, &res, error, err);
+}
