@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Mends of the HTTP front's review: what nsboxd offers the front so that it does
-not work around it (bytes in python.run's files, a machine-readable errno, a lean load call)."""
+"""What nsboxd offers the HTTP front so that it does not work around it, seen
+through the front: binary files in /execute, a non-empty directory's DELETE, a lean load call, /health,
+long file paths, symlinks, audit lines. (python.run's binary files are in
+python/test_python_files.py, fs errors' data.errno in fs/test_fs_errno.py.)"""
 import base64
 import hashlib
 import json
@@ -25,40 +27,6 @@ def front(daemon):
     assert f.stop() == 0
 
 
-# --- python.run files: bytes as well as text ---------------------------------
-
-def test_python_run_writes_a_binary_file_given_as_base64_byte_exact(daemon, sandbox):
-    code = ("import hashlib\nd = open('bin/data.bin', 'rb').read()\n"
-            "print(len(d), hashlib.sha256(d).hexdigest())\nprint(open('/workspace/t.txt').read())")
-    r = daemon.call("python.run", sandbox_id=sandbox, code=code, files={
-        "bin/data.bin": {"content": base64.b64encode(BINARY).decode(), "encoding": "base64"},
-        "/workspace/t.txt": {"content": "text é", "encoding": "utf-8"}})
-    assert r["status"] == "ok", r
-    assert r["stdout"] == "%d %s\ntext é\n" % (len(BINARY), hashlib.sha256(BINARY).hexdigest())
-
-
-def test_python_run_text_files_as_plain_strings_still_work(daemon, sandbox):
-    r = daemon.call("python.run", sandbox_id=sandbox, code="print(open('a.txt').read())",
-                    files={"a.txt": "plain text"})
-    assert r["status"] == "ok" and r["stdout"] == "plain text\n", r
-
-
-@pytest.mark.parametrize("value, said", [
-    ({"content": "***not base64***", "encoding": "base64"}, "not valid base64"),
-    ({"content": "eA=", "encoding": "base64"}, "not valid base64"),
-    ({"content": "eA==", "encoding": "hex"}, "must be a string or {content"),
-    ({"content": 5, "encoding": "base64"}, "must be a string or {content"),
-    ({"encoding": "base64"}, "must be a string or {content"),
-    ({"content": "eA==", "mode": 0o755}, "must be a string or {content"),
-    (7, "must be a string or {content"),
-])
-def test_python_run_bad_file_value_is_invalid_params_naming_the_file(daemon, sandbox, value, said):
-    with pytest.raises(RpcError) as e:
-        daemon.call("python.run", sandbox_id=sandbox, code="print(1)", files={"dir/bad.bin": value})
-    assert e.value.kind == "invalid_params", e.value.error
-    assert 'files["dir/bad.bin"]' in str(e.value) and said in str(e.value), str(e.value)
-
-
 def test_seed_execute_writes_binary_files_byte_exact(front):
     code = ("import hashlib\nd = open('in/data.bin', 'rb').read()\n"
             "print(len(d), hashlib.sha256(d).hexdigest())\nopen('out.bin', 'wb').write(d[::-1])")
@@ -67,19 +35,6 @@ def test_seed_execute_writes_binary_files_byte_exact(front):
     assert status == 200 and body["status"] == "success", body
     assert body["stdout"] == "%d %s\n" % (len(BINARY), hashlib.sha256(BINARY).hexdigest())
     assert base64.b64decode(body["files_produced"]["out.bin"]) == BINARY[::-1]
-
-
-# --- fs errors carry data.errno ------------------------------------------------
-
-def test_fs_remove_of_a_non_empty_directory_says_errno_enotempty_in_data(daemon, sandbox):
-    daemon.call("fs.write", sandbox_id=sandbox, path="full/a.txt", content="x")
-    with pytest.raises(RpcError) as e:
-        daemon.call("fs.remove", sandbox_id=sandbox, path="full")
-    assert e.value.kind == "invalid_params" and e.value.error["data"]["errno"] == "ENOTEMPTY", e.value.error
-    with pytest.raises(RpcError) as e:
-        daemon.call("fs.stat", sandbox_id=sandbox, path="full/missing")
-    assert e.value.kind == "not_found" and e.value.error["data"]["errno"] == "ENOENT", e.value.error
-    daemon.call("fs.remove", sandbox_id=sandbox, path="full", recursive=True)
 
 
 def test_http_delete_of_a_non_empty_directory_is_409_busy_and_recursive_removes_it(front):
