@@ -59,7 +59,7 @@ BINS  += $(BUILD)/nsbox-http
 BINS  += $(BUILD)/forkrun
 UNITS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 
-.PHONY: all deps deps-test deps-node deps-bench image demo check test test-unit test-integration test-vm test-format test-systemd \
+.PHONY: all deps deps-test deps-node deps-bench image demo check check-integration test test-unit test-integration test-vm test-format test-systemd \
         format bench install uninstall asan clean fuzz
 all: $(BINS)
 
@@ -192,6 +192,8 @@ check: deps-test
 	$(MAKE) image
 	$(MAKE) test-unit
 	$(MAKE) test-fuzz FUZZ_SECONDS=$(CHECK_FUZZ_SECONDS)
+	$(MAKE) check-integration
+check-integration: all
 	$(call integration,core and not slow)
 
 test: deps-test

@@ -308,7 +308,8 @@ def test_a_missing_or_non_string_sandbox_id_is_invalid_params(daemon, method, sa
 
 @pytest.mark.parametrize("method", ["sandbox.info", "sandbox.remove", "sandbox.exec"])
 @pytest.mark.parametrize("sandbox_id", ["", "../../etc/passwd", str(uuid.uuid4()),
-                                        str(uuid.uuid4()).upper(), "x" * 100000])
+                                        str(uuid.uuid4()).upper(), "x" * 100000],
+                         ids=["empty", "dotdot", "uuid", "UUID", "x100000"])  # the same in every xdist worker
 def test_an_id_that_names_no_sandbox_is_not_found(daemon, method, sandbox_id):
     params = {"sandbox_id": sandbox_id}
     if method == "sandbox.exec":
