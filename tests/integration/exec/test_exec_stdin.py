@@ -147,6 +147,7 @@ def test_a_huge_stdin_to_a_command_that_does_not_read_keeps_nsboxd_memory_bounde
     assert daemon.call("server.info")["version"]
 
 
+@pytest.mark.slow  # waits out the 30 s default
 def test_a_background_exec_without_a_timeout_outlives_the_default_30_s(daemon, sandbox):
     ex = daemon.call("sandbox.exec", sandbox_id=sandbox, command="sleep 35; echo survived",
                      background=True)["exec_id"]
