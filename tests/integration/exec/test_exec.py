@@ -152,7 +152,10 @@ def test_timeout_or_kill_ends_daemonized_descendants(daemon, sandbox, how):
         assert r["timed_out"] is True
     else:
         eid = exec_(daemon, sandbox, command=script, background=True)["exec_id"]
-        time.sleep(1)
+        deadline = time.monotonic() + 10
+        while count_sleepers(daemon, sandbox, "313[12]") < 2:  # both descendants run
+            assert time.monotonic() < deadline, "the daemonized descendants did not start"
+            time.sleep(0.05)
         daemon.call("exec.kill", exec_id=eid)
         deadline = time.monotonic() + 10
         while daemon.call("exec.status", exec_id=eid)["running"]:
@@ -167,7 +170,9 @@ def test_timeout_or_kill_ends_daemonized_descendants(daemon, sandbox, how):
 def test_exec_is_killed_when_its_client_goes_away(daemon, sandbox):
     c = daemon.client()
     c.request("sandbox.exec", {"sandbox_id": sandbox, "command": "exec sleep 4747"})
-    time.sleep(0.5)
+    deadline = time.monotonic() + 10
+    while count_sleepers(daemon, sandbox, "474[7]") == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert count_sleepers(daemon, sandbox, "474[7]") == 1
     c.close()
     deadline = time.monotonic() + 10
