@@ -207,6 +207,7 @@ def activity(svc, stop):
             time.sleep(0.01)
 
 
+@pytest.mark.slow  # about 15 s
 def test_kill_9_at_random_moments_leaves_nothing_unowned(root):
     svc = Service(root)
     rng = random.Random(1234)

@@ -58,6 +58,7 @@ def small_daemon():
 # --- 1. nsboxd's memory: back-pressure and the output budget ----------------------
 
 
+@pytest.mark.slow  # about 15 s
 def test_a_streaming_exec_waits_for_a_client_that_does_not_read(small_daemon):
     d = small_daemon
     sb = d.call("sandbox.create")["sandbox_id"]
@@ -395,6 +396,7 @@ def test_a_sandbox_cannot_flood_the_log_and_another_sandbox_is_still_logged():
         assert d.stop() == 0, d.final_log[-4000:]
 
 
+@pytest.mark.slow  # about a minute
 def test_a_client_that_never_reads_cannot_keep_an_ended_exec_alive(daemon):
     # Its streamed output is held back (the exec's pipes are not read), the
     # exec ends; a minute later it finishes anyway, the rest dropped, so the

@@ -204,6 +204,7 @@ def test_adversarial_fs_paths_get_an_answer_and_the_daemon_stays_up(daemon, sand
 
 
 
+@pytest.mark.slow  # about 40 s
 def test_file_workers_are_bounded(daemon, sandbox):
     # Each large fs.* call is a fork of nsboxd: a client pipelining many of
     # them gets "busy" beyond FS_WORKERS_MAX (32) instead of forking on.
