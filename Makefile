@@ -166,9 +166,10 @@ demo: deps
 #
 # $(call integration,MARKS): the tests MARKS selects (all if empty), those not marked serial
 # in PYTEST_JOBS workers (a file's tests stay on one worker, with their
-# module-scoped daemon: --dist loadfile), then the serial ones alone. Both
-# passes always run; either failing fails. PYTEST_ARGS adds options to both
-# (e.g. PYTEST_ARGS=--durations=30).
+# module-scoped daemon: --dist loadfile), then the serial ones, in two streams
+# of one test at a time (their xdist_group: host-network or host, see
+# tests/integration/conftest.py). Both passes always run; either failing
+# fails. PYTEST_ARGS adds options to both (e.g. PYTEST_ARGS=--durations=30).
 PYTEST_JOBS ?= 2
 PYTEST_ARGS ?=
 INTEGRATION_ENV = NSBOX_BUILD=$(abspath $(BUILD)) NSBOX_IMAGE_DIR=$(IMAGE_DIR)
@@ -177,8 +178,8 @@ define integration
 	echo "== integration: $(if $(1),($(1)) and )not serial, $(PYTEST_JOBS) workers"; \
 	$(INTEGRATION_ENV) $(PYTHON) -m pytest -q -p no:cacheprovider -n $(PYTEST_JOBS) --dist loadfile \
 		-m "$(if $(1),($(1)) and )not serial" $(PYTEST_ARGS) tests/integration || { r=$$?; [ $$r -eq 5 ] || rc=$$r; }; \
-	echo "== integration: $(if $(1),($(1)) and )serial, alone"; \
-	$(INTEGRATION_ENV) $(PYTHON) -m pytest -q -p no:cacheprovider \
+	echo "== integration: $(if $(1),($(1)) and )serial, two streams (host-network, host)"; \
+	$(INTEGRATION_ENV) $(PYTHON) -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup \
 		-m "$(if $(1),($(1)) and )serial" $(PYTEST_ARGS) tests/integration || { r=$$?; [ $$r -eq 5 ] || rc=$$r; }; \
 	exit $$rc
 endef

@@ -47,10 +47,14 @@ LAUNCHER = os.environ.get("NSBOX_TEST_LAUNCHER")
 #   nested   run under the nested launcher as well as the core (the Kubernetes
 #            case); the rootless run keeps to the core
 #   slow     left out of `make check` (still in `make test`)
-#   serial   counts or loads host-wide things (uid pools and their processes,
-#            mounts, cgroups, network namespaces and veths, the host's memory
-#            commit) or measures time or CPU: make test-integration runs these
-#            alone, after the tests it runs in parallel
+#   serial   counts or loads host-wide things (shared uid pools and their
+#            range locks, the host's links and network namespaces, the
+#            host's memory commit and file table) or measures latency, CPU or
+#            timeouts: make test-integration runs these after the others, never
+#            beside them, in two streams of one test at a time: those in
+#            xdist_group("host-network") (they make or count links and
+#            namespaces of the host: network/, cli_network, deploy) and the rest
+#            (group "host", given here)
 #   hostroot the claim needs host root (below)
 def pytest_configure(config):
     config.addinivalue_line("markers", "hostroot(reason): the test's claim needs nsboxd to run as host root; "
@@ -59,11 +63,14 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "nested: also run under the nested launcher (make test-integration-userns)")
     config.addinivalue_line("markers", "slow: left out of make check")
     config.addinivalue_line("markers", "serial: counts host-wide things or measures time: never run beside "
-                            "other tests (make test-integration runs it in a serial pass)")
+                            "the other tests (make test-integration runs it in a pass of its own)")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's loadgroup reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
+        if item.get_closest_marker("serial") and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group("host"))
         for mark in item.iter_markers("hostroot"):
             if len(mark.args) != 1 or not mark.args[0]:
                 raise pytest.UsageError("%s: @pytest.mark.hostroot needs its reason" % item.nodeid)

@@ -17,7 +17,7 @@ import pytest
 from conftest import BUILD, Daemon, ok, one_line_error
 
 # serial: network namespaces and veths
-pytestmark = [pytest.mark.serial]
+pytestmark = [pytest.mark.serial, pytest.mark.xdist_group("host-network")]
 
 NSBOX = os.path.join(BUILD, "nsbox")
 URL = re.compile(r"^http://127\.0\.0\.1:(\d+)/$")

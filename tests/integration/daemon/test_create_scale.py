@@ -5,12 +5,7 @@ nsboxd's fd table, which the kernel would copy at clone and walk again at the
 init's execve and at every fork of the init."""
 import os
 
-import pytest
-
 from conftest import Daemon, host_inits
-
-# serial: measures the cost of creates
-pytestmark = [pytest.mark.serial]
 
 # More than the 64 fds of a table the kernel has not had to grow.
 MANAGER_FDS = 200

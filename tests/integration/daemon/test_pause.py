@@ -15,9 +15,6 @@ import pytest
 from conftest import BUILD, Daemon, ok
 from nsbox_client import RpcError, as_uid
 
-# serial: measures a sandbox's CPU use; walks every cgroup of the host
-pytestmark = [pytest.mark.serial]
-
 # A uid pool of its own for the daemons started here, so that counting a
 # sandbox's processes never sees another daemon's.
 POOL_BASE = 1_600_000_000

@@ -17,9 +17,6 @@ import pytest
 from conftest import BUILD, IMAGE_DIR
 from nsbox_client import Client, RpcError
 
-# serial: counts the processes of the shared uid pool, mounts and cgroups host-wide; kill -9 at random moments
-pytestmark = [pytest.mark.serial]
-
 # A uid pool of its own, so that counting leftovers never sees the sandboxes
 # of other daemons running on this machine at the same time.
 POOL_BASE = 1_500_000_000

@@ -8,9 +8,7 @@ import pytest
 
 from conftest import REPO, Daemon
 
-# serial: the nested launcher's mounts
-pytestmark = [pytest.mark.serial,
-              pytest.mark.skipif(os.geteuid() != 0, reason="makes a user namespace: needs root")]
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="makes a user namespace: needs root")
 
 
 def test_a_seccomp_dir_nsboxd_may_not_enter_is_reported_as_such_not_as_missing(tmp_path):

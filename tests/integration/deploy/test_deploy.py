@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 # serial: podman containers that make uid ranges and sandboxes of their own
-pytestmark = [pytest.mark.serial, pytest.mark.slow]  # slow: builds and starts podman containers
+pytestmark = [pytest.mark.serial, pytest.mark.xdist_group("host-network"), pytest.mark.slow]  # slow: builds and starts podman containers
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 DEPLOY = os.path.join(REPO, "deploy", "kubernetes")

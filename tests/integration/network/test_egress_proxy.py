@@ -22,7 +22,7 @@ import time
 import pytest
 
 # serial: network namespaces and veths of its own, CPU ticks and timeouts measured
-pytestmark = [pytest.mark.serial]
+pytestmark = [pytest.mark.serial, pytest.mark.xdist_group("host-network")]
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 BUILD = os.environ.get("NSBOX_BUILD", os.path.join(REPO, "build"))

@@ -28,7 +28,7 @@ from nsbox_client import RpcError
 import upstream as U
 
 # serial: counts veths, addresses and network namespaces host-wide
-pytestmark = [pytest.mark.serial]
+pytestmark = [pytest.mark.serial, pytest.mark.xdist_group("host-network")]
 
 POLICIES = {
     "allowed": {"allow": ["allowed.test", "index.test"]},
