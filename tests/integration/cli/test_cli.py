@@ -349,6 +349,7 @@ def no_daemon_env(tmp_path):
     assert private_dirs() - before == set(), "the private directory was left behind"
 
 
+@pytest.mark.serial  # counts the private dirs in /run/nsbox-run, every private manager's
 def test_run_without_a_daemon_uses_a_private_manager(no_daemon_env):
     env, marker = no_daemon_env
     r = subprocess.run([NSBOX, "run", "--", "sh", "-c", "echo hello from run; id -un; exit 7"], env=env,
@@ -363,6 +364,7 @@ def test_run_without_a_daemon_uses_a_private_manager(no_daemon_env):
     assert "connect" in one_line_error(subprocess.run([NSBOX, "ls"], env=env, capture_output=True, timeout=30))
 
 
+@pytest.mark.serial  # counts the private dirs in /run/nsbox-run, every private manager's
 def test_run_without_a_daemon_cleans_up_on_sigint(no_daemon_env):
     env, marker = no_daemon_env
     proc = subprocess.Popen([NSBOX, "run", "--", *READY_THEN_SLEEP], env=env, stdout=subprocess.PIPE)
@@ -373,6 +375,7 @@ def test_run_without_a_daemon_cleans_up_on_sigint(no_daemon_env):
     assert processes_with_marker(marker) == []
 
 
+@pytest.mark.serial  # counts the private dirs in /run/nsbox-run, every private manager's
 def test_run_without_a_daemon_leaves_nothing_when_the_cli_is_killed(no_daemon_env):
     env, marker = no_daemon_env
     proc = subprocess.Popen([NSBOX, "run", "--", "sh", "-c", "echo ready; sleep 60"], env=env, stdout=subprocess.PIPE)
