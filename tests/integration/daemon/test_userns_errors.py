@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The suite's core without host root (make test-integration-userns): what
-running it there showed about nsboxd itself."""
+"""nsboxd without host root (the nested launcher) says clearly what it may
+not read."""
 import os
 import shutil
 

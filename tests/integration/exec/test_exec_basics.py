@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The walking skeleton: a real daemon, a real sandbox, real Python inside."""
+"""The basics end to end: a real daemon, a real sandbox, real Python inside."""
 import os
 
 import pytest

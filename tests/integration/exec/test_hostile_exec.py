@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Hardening of execs and python.run: nsboxd's memory stays bounded
+"""Execs and python.run against hostile clients and code: nsboxd's memory stays bounded
 whatever clients and sandbox code do with output, per-uid exec quota, execs
 whose supervisor dies, stateful calls that time out, and the idle reaper."""
 import json

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Hardening of fs.*: no path a client sends and no tree the sandbox makes can
+"""fs.* against hostile input: no path a client sends and no tree the sandbox makes can
 crash nsboxd or stall its single event loop."""
 import json
 import random

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Review of nsbox-http: hostile or stalled HTTP clients must not hold the
+"""nsbox-http against hostile or stalled HTTP clients: they must not hold the
 front's connections past its --timeout, nor reach another token's things."""
 import hashlib
 import json
