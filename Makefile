@@ -162,7 +162,7 @@ demo: deps
 # The integration tests live by area in tests/integration/<area>/; markers
 # (registered in tests/integration/conftest.py) pick the runs: core (make
 # check and the userns runs), nested, slow (not in make check), serial (never
-# beside other tests) and hostroot.
+# beside the other tests: a pass of their own) and hostroot.
 #
 # $(call integration,MARKS): the tests MARKS selects (all if empty), those not marked serial
 # in PYTEST_JOBS workers (a file's tests stay on one worker, with their
