@@ -29,7 +29,7 @@ DEPS_BUILD := build-essential pkg-config libseccomp-dev libcap-dev libnl-3-dev l
               umoci skopeo libmicrohttpd-dev uidmap
 DEPS_TEST  := libcmocka-dev python3-pytest clang-format strace systemd qemu-system-x86 \
               linux-image-amd64 busybox-static e2fsprogs dnsmasq-base openssl iproute2 nftables \
-              podman buildah python3-jsonschema python3-yaml
+              podman buildah python3-jsonschema python3-yaml python3-pytest-xdist
 DEPS_BENCH := bubblewrap crun hyperfine
 
 COMMON_SRC  := $(wildcard common/*.c)
@@ -59,7 +59,7 @@ BINS  += $(BUILD)/nsbox-http
 BINS  += $(BUILD)/forkrun
 UNITS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 
-.PHONY: all deps deps-test deps-node deps-bench image demo test test-unit test-integration test-vm test-format test-systemd \
+.PHONY: all deps deps-test deps-node deps-bench image demo check check-integration test test-unit test-integration test-vm test-format test-systemd \
         format bench install uninstall asan clean fuzz test-layers
 all: $(BINS)
 
@@ -159,6 +159,45 @@ demo: deps
 	tests/demo.sh $(BUILD)
 
 # --- tests -----------------------------------------------------------------
+# The integration tests live by area in tests/integration/<area>/; markers
+# (registered in tests/integration/conftest.py) pick the runs: core (make
+# check and the userns runs), nested, slow (not in make check), serial (never
+# beside the other tests: a pass of their own) and hostroot.
+#
+# $(call integration,MARKS): the tests MARKS selects (all if empty), those not marked serial
+# in PYTEST_JOBS workers (a file's tests stay on one worker, with their
+# module-scoped daemon: --dist loadfile), then the serial ones, in two streams
+# of one test at a time (their xdist_group: host-network or host, see
+# tests/integration/conftest.py). Both passes always run; either failing
+# fails. PYTEST_ARGS adds options to both (e.g. PYTEST_ARGS=--durations=30).
+PYTEST_JOBS ?= 2
+PYTEST_ARGS ?=
+INTEGRATION_ENV = NSBOX_BUILD=$(abspath $(BUILD)) NSBOX_IMAGE_DIR=$(IMAGE_DIR)
+define integration
+	@rc=0; \
+	echo "== integration: $(if $(1),($(1)) and )not serial, $(PYTEST_JOBS) workers"; \
+	$(INTEGRATION_ENV) $(PYTHON) -m pytest -q -p no:cacheprovider -n $(PYTEST_JOBS) --dist loadfile \
+		-m "$(if $(1),($(1)) and )not serial" $(PYTEST_ARGS) tests/integration || { r=$$?; [ $$r -eq 5 ] || rc=$$r; }; \
+	echo "== integration: $(if $(1),($(1)) and )serial, two streams (host-network, host)"; \
+	$(INTEGRATION_ENV) $(PYTHON) -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup \
+		-m "$(if $(1),($(1)) and )serial" $(PYTEST_ARGS) tests/integration || { r=$$?; [ $$r -eq 5 ] || rc=$$r; }; \
+	exit $$rc
+endef
+
+# The quick gate before a commit (at most 5 minutes on a 2-core box): unit
+# tests, each fuzz target for CHECK_FUZZ_SECONDS, the integration core but
+# its slow tests.
+CHECK_FUZZ_SECONDS ?= 5
+check: deps-test
+	$(MAKE) all $(UNITS)
+	$(MAKE) image
+	$(MAKE) test-layers
+	$(MAKE) test-unit
+	$(MAKE) test-fuzz FUZZ_SECONDS=$(CHECK_FUZZ_SECONDS)
+	$(MAKE) check-integration
+check-integration: all
+	$(call integration,core and not slow)
+
 test: deps-test
 	$(MAKE) all $(UNITS)
 	$(MAKE) image
@@ -235,8 +274,7 @@ test-unit: $(UNITS)
 	@set -e; for t in $(UNITS); do echo "== $$t"; $$t; done
 
 test-integration: all
-	NSBOX_BUILD=$(abspath $(BUILD)) NSBOX_IMAGE_DIR=$(IMAGE_DIR) \
-		$(PYTHON) -m pytest -q -p no:cacheprovider tests/integration
+	$(call integration,)
 
 asan:
 	$(MAKE) BUILD=build-asan SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" all \

@@ -40,7 +40,7 @@ static struct {
 } userns;
 
 /* What a daemon in a user namespace cannot do, and why: shown in
- * server.info, each checked by tests/integration/test_rootless.py. */
+ * server.info, each checked by tests/integration/daemon/test_rootless.py. */
 static const struct {
         const char *feature;
         const char *why;

@@ -14,5 +14,5 @@ container: deps-container all
 	$(MAKE) image
 	deploy/kubernetes/build-image.sh --build $(BUILD) --image-dir $(IMAGE_DIR) --cache $(CACHE_DIR)
 
-# make test runs the container under podman (tests/integration/test_deploy.py).
+# make test runs the container under podman (tests/integration/deploy/test_deploy.py).
 deps-test: deps-container

@@ -13,10 +13,19 @@ import time
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
+# The tests live in one directory per area (exec/, fs/, http/, ...); the
+# helpers they share (this file, nsbox_client.py, upstream.py, the launchers)
+# stay here. Every area directory is on sys.path too, so that a test module
+# may import another's helpers (test_http's Front, test_python's make_wheel)
+# whichever file pytest collects first; module basenames are unique.
+INTEGRATION = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, INTEGRATION)
+for _area in sorted(os.listdir(INTEGRATION)):
+    if os.path.isdir(os.path.join(INTEGRATION, _area)) and not _area.startswith(("_", ".")):
+        sys.path.append(os.path.join(INTEGRATION, _area))
 from nsbox_client import Client  # noqa: E402
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+REPO = os.path.abspath(os.path.join(INTEGRATION, "..", ".."))
 BUILD = os.environ.get("NSBOX_BUILD", os.path.join(REPO, "build"))
 IMAGE_DIR = os.environ.get("NSBOX_IMAGE_DIR", "/var/lib/nsbox/images")
 # The sanitizer build (make asan) runs the same tests; memory bounds allow for its shadow memory.
@@ -32,13 +41,36 @@ ASAN = os.path.basename(BUILD.rstrip("/")) == "build-asan"
 LAUNCHER = os.environ.get("NSBOX_TEST_LAUNCHER")
 
 
+# Markers say which runs a test belongs to (see the Makefile and userns.mk):
+#   core     the integration core: `make check`, and the nested and rootless
+#            runs of make test-integration-userns
+#   nested   run under the nested launcher as well as the core (the Kubernetes
+#            case); the rootless run keeps to the core
+#   slow     left out of `make check` (still in `make test`)
+#   serial   counts or loads host-wide things (shared uid pools and their
+#            range locks, the host's links and network namespaces, the
+#            host's memory commit and file table) or measures latency, CPU or
+#            timeouts: make test-integration runs these after the others, never
+#            beside them, in two streams of one test at a time: those in
+#            xdist_group("host-network") (they make or count links and
+#            namespaces of the host: network/, cli_network, deploy) and the rest
+#            (group "host", given here)
+#   hostroot the claim needs host root (below)
 def pytest_configure(config):
     config.addinivalue_line("markers", "hostroot(reason): the test's claim needs nsboxd to run as host root; "
                             "skipped under NSBOX_TEST_LAUNCHER")
+    config.addinivalue_line("markers", "core: the integration core (make check; the nested and rootless runs)")
+    config.addinivalue_line("markers", "nested: also run under the nested launcher (make test-integration-userns)")
+    config.addinivalue_line("markers", "slow: left out of make check")
+    config.addinivalue_line("markers", "serial: counts host-wide things or measures time: never run beside "
+                            "the other tests (make test-integration runs it in a pass of its own)")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's loadgroup reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
+        if item.get_closest_marker("serial") and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group("host"))
         for mark in item.iter_markers("hostroot"):
             if len(mark.args) != 1 or not mark.args[0]:
                 raise pytest.UsageError("%s: @pytest.mark.hostroot needs its reason" % item.nodeid)

@@ -1,6 +1,6 @@
 // Drives `nsbox mcp` with the official MCP SDK client (Client +
 // StdioClientTransport), as an agent host would, and prints one JSON report
-// of what it saw for tests/integration/test_mcp.py to assert on.
+// of what it saw for tests/integration/mcp/test_mcp.py to assert on.
 //
 //   node client.mjs SCENARIO
 // env: MCP_SDK_DIR (holds node_modules/@modelcontextprotocol/sdk),
@@ -209,7 +209,7 @@ const scenarios = {
     return r;
   },
 
-  // Against an nsboxd with the network policy "allowed" (tests/integration/test_mcp.py).
+  // Against an nsboxd with the network policy "allowed" (tests/integration/mcp/test_mcp.py).
   async network({ client }) {
     const r = {};
     r.create = summary(await call(client, "create_sandbox", { network: "allowed" }));
@@ -298,7 +298,7 @@ const scenarios = {
     return r;
   },
 
-  // The consistent family (tests/integration/test_mcp_family.py): the connection's default session.
+  // The consistent family (tests/integration/mcp/test_mcp_family.py): the connection's default session.
   async family({ client }) {
     const r = {};
     r.first = summary(await call(client, "run_code", { code: "x = 41\nimport math" }));
@@ -383,7 +383,7 @@ const scenarios = {
     return r;
   },
 
-  // Against an nsboxd whose sandboxes are reaped quickly (tests/integration/test_mcp_family.py).
+  // Against an nsboxd whose sandboxes are reaped quickly (tests/integration/mcp/test_mcp_family.py).
   async reaped({ client }) {
     const r = {};
     r.create = summary(await call(client, "create_sandbox", { session_id: session, timeout: 1 }));

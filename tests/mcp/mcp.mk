@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # The official MCP SDK client (@modelcontextprotocol/sdk, pinned with its
 # lock file in tests/mcp/), installed from npm into a cache dir, never into the
-# tree. tests/integration/test_mcp.py drives `nsbox mcp` with it and runs
+# tree. tests/integration/mcp/test_mcp.py drives `nsbox mcp` with it and runs
 # `make -s mcp-sdk` itself when the SDK is not there yet.
 #   make mcp-sdk       install it (once per package.json + package-lock.json)
 #   make mcp-sdk-dir   print the dir that holds its node_modules
@@ -27,7 +27,7 @@ mcp-sdk-dir:
 
 # The MCP Inspector (@modelcontextprotocol/inspector, pinned with its lock file
 # in tests/mcp/inspector/; 0.15.0, the last release that does not ask for
-# Node >= 22), whose `--cli` mode tests/integration/test_mcp_family.py runs
+# Node >= 22), whose `--cli` mode tests/integration/mcp/test_mcp_family.py runs
 # against `nsbox mcp`. Installed the same way as the SDK, in its own dir.
 #   make mcp-inspector       install it
 #   make mcp-inspector-dir   print the dir that holds its node_modules
