@@ -280,6 +280,7 @@ static const struct {
         { SYS_signalfd4, { ARG(-1), 0, 8, SFD_CLOEXEC | SFD_NONBLOCK } },
         { SYS_openat, { ARG(AT_FDCWD), 0, O_RDONLY | O_CLOEXEC } },
         { SYS_getpid, { 0 } },
+        { SYS_getpgid, { 2 } }, /* does the exec still lead its group (a signal for it) */
         /* the exec's child, up to its execve */
         { SYS_fcntl, { 3, F_DUPFD_CLOEXEC, 3 } },
         { SYS_fcntl, { 3, F_DUPFD_CLOEXEC, 10 } },

@@ -343,9 +343,15 @@ static bool on_control(struct supervisor *s, uint32_t *next)
                 if (msg.kill.signal == SIGKILL) {
                         kill_tree(s);
                 } else if (s->child > 0 && !s->exited) {
-                        /* The exec leads its own session and process group. */
+                        /* The exec leads its own session and process group:
+                         * the signal goes to the group once, as a terminal's
+                         * Ctrl-C does. The exec itself gets it apart only when
+                         * it has left its group: a second copy to the group's
+                         * leader ran a shell's trap twice whenever the first
+                         * was handled before the second arrived. */
                         kill(-s->child, msg.kill.signal);
-                        kill(s->child, msg.kill.signal);
+                        if (getpgid(s->child) != s->child)
+                                kill(s->child, msg.kill.signal);
                 }
         } else if ((size_t)n >= sizeof(struct ctl_header) && msg.hdr.type == CTL_SLOT &&
                    msg.hdr.exec_id != 0) {

@@ -609,7 +609,8 @@ static void test_an_allow_list_of_what_the_runtime_calls_is_carried_by_the_init(
             "{\"defaultAction\": \"SCMP_ACT_ERRNO\", \"syscalls\": [{\"names\": ["
             "\"poll\", \"recvmsg\", \"sendmsg\", \"read\", \"write\", \"close\", \"clone\", "
             "\"set_robust_list\", \"wait4\", \"exit_group\", \"prctl\", \"setresuid\", \"setresgid\", "
-            "\"pipe2\", \"fcntl\", \"signalfd4\", \"openat\", \"getpid\", \"kill\", \"dup2\", \"dup3\", "
+            "\"pipe2\", \"fcntl\", \"signalfd4\", \"openat\", \"getpid\", \"getpgid\", \"kill\", \"dup2\", "
+            "\"dup3\", "
             "\"close_range\", \"rt_sigprocmask\", \"setsid\", \"mmap\", \"mprotect\", \"munmap\", \"brk\", "
             "\"chdir\", \"getppid\", \"capset\", \"execve\"], \"action\": "
             "\"SCMP_ACT_ALLOW\"}]}";
