@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Requests of nsbox-http (server.h): authentication, bodies (bounded while
  * they arrive), the owner's requests in flight, and routing to the
- * handlers (rpc_api.h, seed.h, agent_sandbox.h). Above the handlers, below
+ * handlers (rpc_api.h, execute.h, agent_sandbox.h). Above the handlers, below
  * main.c. */
 #include "server.h"
 
@@ -22,7 +22,7 @@
 #include "reply.h"
 #include "request.h"
 #include "rpc_api.h"
-#include "seed.h"
+#include "execute.h"
 
 /* A client that goes on sending past the limit after its 413 is dropped
  * once this much more has been thrown away. */
@@ -109,9 +109,9 @@ static enum MHD_Result route(struct http_request *r)
                 _cleanup_json_ json_t *body = http_body_object(r, &ret);
                 if (body == NULL)
                         return ret;
-                /* The seed's contract sends code; agent-sandbox's sends command. */
+                /* The one-shot contract sends code; agent-sandbox's sends command. */
                 if (json_object_get(body, "code") != NULL)
-                        return http_seed_execute(r, body);
+                        return http_execute(r, body);
                 if (json_object_get(body, "command") != NULL)
                         return http_agent_execute(r, body);
                 return http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params",
@@ -123,7 +123,7 @@ static enum MHD_Result route(struct http_request *r)
         }
         if (get && (path_is(r->url, "/health", NULL) || path_is(r->url, "/v1/health", NULL) ||
                     path_is(r->url, "/", NULL)))
-                return http_seed_health(r);
+                return http_execute_health(r);
         if (is_upload(r))
                 return http_agent_upload_finish(r);
         if (get && path_is(r->url, "/download/", &rest))

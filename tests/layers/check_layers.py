@@ -51,7 +51,7 @@ EGRESS_LAYERS = [
 HTTP_LAYERS = [
     ("request", ["request"]),
     ("replies and nsboxd", ["reply", "nsboxd", "auth", "bounds"]),
-    ("handlers", ["rpc_api", "seed", "agent_sandbox"]),
+    ("handlers", ["rpc_api", "execute", "agent_sandbox"]),
     ("router", ["server"]),
     ("top", ["main"]),
 ]

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The seed's sandbox-server contract: POST /execute {code, timeout_seconds,
+/* The one-shot sandbox-server contract: POST /execute {code, timeout_seconds,
  * requirements, files} in a fresh sandbox made for the request and removed
  * after it (nothing is left for the next call), and GET /health. */
-#include "seed.h"
+#include "execute.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -42,7 +42,7 @@ static int call(struct client *c, const char *method, json_t *params, json_t **r
         return client_call(c, method, params, NULL, NULL, result, error, err);
 }
 
-/* Files in, the run, produced files out: the seed's SandboxResponse. */
+/* Files in, the run, produced files out: the contract's SandboxResponse. */
 static int run_in_sandbox(struct client *c, const char *id, json_t *code, json_t *timeout,
                           json_t *requirements, json_t *files, json_t **answer, json_t **error,
                           nsbox_error_t **err)
@@ -110,7 +110,7 @@ static int run_in_sandbox(struct client *c, const char *id, json_t *code, json_t
         return 0;
 }
 
-enum MHD_Result http_seed_execute(struct http_request *r, json_t *body)
+enum MHD_Result http_execute(struct http_request *r, json_t *body)
 {
         json_t *code = json_object_get(body, "code"), *timeout = json_object_get(body, "timeout_seconds"),
                *requirements = json_object_get(body, "requirements"), *files = json_object_get(body, "files");
@@ -177,7 +177,7 @@ enum MHD_Result http_seed_execute(struct http_request *r, json_t *body)
         return ret;
 }
 
-enum MHD_Result http_seed_health(struct http_request *r)
+enum MHD_Result http_execute_health(struct http_request *r)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
         _cleanup_json_ json_t *info = NULL, *error = NULL, *empty = json_object();
