@@ -442,6 +442,10 @@ int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_
         if (strcmp(config->idle_action, "remove") != 0 && strcmp(config->idle_action, "pause") != 0)
                 return nsbox_invalid(err, "idle_action must be \"remove\" or \"pause\", not \"%.64s\"",
                                      config->idle_action);
+        if (config->layer_inodes == 0 || config->layer_inodes_per_uid == 0 ||
+            config->layer_inodes_per_snapshot == 0)
+                return nsbox_invalid(err, "layer_inodes, layer_inodes_per_uid and layer_inodes_per_snapshot "
+                                          "must be at least 1");
         if (config->disk_inodes < 64)
                 return nsbox_invalid(err, "disk_inodes must be at least 64 (the sandbox's own directories)");
         if (config->uid_pool_base < NSBOX_UID_RANGE)

@@ -49,6 +49,8 @@
 #define EXEC_HELD_OUTPUT_MS 60000
 #define EXEC_KEEP_FINISHED  64
 
+const char *const exec_stream_names[2] = { "stdout", "stderr" };
+
 static void exec_finish(struct exec *ex);
 static void exec_audit(const struct exec *ex);
 static void deadline_forget(struct exec *ex);

@@ -24,7 +24,7 @@ struct exec_hooks;
 #define EXEC_STDIN_MAX_CALL      (1u << 20) /* decoded bytes of one exec.stdin */
 
 enum { OUT_STDOUT, OUT_STDERR };
-static const char *const exec_stream_names[] = { "stdout", "stderr" };
+extern const char *const exec_stream_names[2]; /* by OUT_STDOUT, OUT_STDERR */
 
 struct output {
         struct loop_source *source;

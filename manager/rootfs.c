@@ -275,8 +275,12 @@ static uid_t layer_map_id(const struct rootfs_copy *c, unsigned id)
         return 65534; /* not an id of the sandbox's range: nobody */
 }
 
-/* rootfs_copy_file, but -EAGAIN when src_dir/name is no longer a regular file. */
-static int copy_regular(int src_dir, int dst_dir, const char *name)
+/* rootfs_copy_file, but -EAGAIN when src_dir/name is no longer a regular
+ * file, and at most `most` bytes: what the copy was charged for. A sandbox
+ * may grow the file between the charge and the copy (a sparse ftruncate to
+ * a terabyte costs its own disk nothing); the bytes past the charge are
+ * never read, whatever the file says its size is now. */
+static int copy_regular(int src_dir, int dst_dir, const char *name, uint64_t most)
 {
         /* O_NONBLOCK: the sandbox may have swapped the file for a FIFO
          * since the listing, and opening that must not wait for a writer. */
@@ -293,21 +297,22 @@ static int copy_regular(int src_dir, int dst_dir, const char *name)
             openat(dst_dir, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (dst < 0)
                 return -errno;
-        for (;;) {
-                ssize_t n = sendfile(dst, src, NULL, 1 << 30);
+        while (most > 0) {
+                ssize_t n = sendfile(dst, src, NULL, most < (1u << 30) ? (size_t)most : (1u << 30));
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n < 0)
                         return -errno;
                 if (n == 0)
                         break;
+                most -= (uint64_t)n;
         }
         return copy_xattrs(src, dst);
 }
 
 int rootfs_copy_file(int src_dir, int dst_dir, const char *name)
 {
-        int r = copy_regular(src_dir, dst_dir, name);
+        int r = copy_regular(src_dir, dst_dir, name, UINT64_MAX);
         return r == -EAGAIN ? 0 : r; /* not a file (now): nothing to copy */
 }
 
@@ -406,7 +411,7 @@ static int copy_entry_once(int src_dir, int dst_dir, const char *name, struct ro
         if (S_ISREG(st.st_mode)) {
                 if ((r = charge(c, (uint64_t)st.st_size, 1)) < 0)
                         return r;
-                r = copy_regular(src_dir, dst_dir, name);
+                r = copy_regular(src_dir, dst_dir, name, (uint64_t)st.st_size);
                 if (r == -ENOENT)
                         return 0;
                 if (r < 0)

@@ -146,19 +146,26 @@ static int uid_block_take(uint32_t block)
          * sandboxes in the block (a clean release empties it). The kernel
          * ends their processes only after the lock is gone: until the last
          * one is, the block is not ours to give out. */
-        struct stat st;
+        struct stat st = { 0 };
         if (fstat(fd, &st) == 0 && st.st_size > 0) {
                 pid_t left = uid_block_process(block);
-                if (left != 0) {
+                if (left < 0)
+                        log_warn("uid block %u: cannot look for a previous holder's processes (%s); not "
+                                 "handed out",
+                                 block << UID_BLOCK_SHIFT, strerror(-left));
+                else if (left > 0)
                         log_info("uid block %u: process %d of a previous holder still runs; not handed out",
                                  block << UID_BLOCK_SHIFT, (int)left);
+                if (left != 0) {
                         close(fd);
                         return -EWOULDBLOCK;
                 }
         }
+        /* Our pid, for the next holder to know the block was not given back
+         * clean if we die; the file is empty unless that just happened. */
         char holder[32];
         int len = snprintf(holder, sizeof(holder), "%d\n", (int)getpid());
-        if (ftruncate(fd, 0) < 0 || pwrite(fd, holder, len, 0) != len) {
+        if ((st.st_size > 0 && ftruncate(fd, 0) < 0) || pwrite(fd, holder, len, 0) != len) {
                 int saved = errno;
                 close(fd);
                 return -saved;

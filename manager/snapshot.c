@@ -258,15 +258,16 @@ struct usage {
         uint64_t uid_inodes; /* of uid's */
 };
 
-/* A record's inodes. Records written before inodes were counted say only
- * their bytes: a 4 KiB block an inode, as the copy charges a file. */
+/* A record's inodes. Records written before inodes were counted say none:
+ * they count 0 (a guess from their bytes, one a 4 KiB block, made 8 GiB of
+ * large files fill layer_inodes on an upgraded host and refused every
+ * snapshot there; the layers they hold are what they were, and every new
+ * one is bounded). */
 static uint64_t record_inodes(const json_t *record)
 {
-        json_t *inodes = json_object_get(record, "inodes"), *size = json_object_get(record, "size_bytes");
-        if (json_is_integer(inodes) && json_integer_value(inodes) >= 0)
-                return (uint64_t)json_integer_value(inodes);
-        return json_is_integer(size) && json_integer_value(size) > 0
-                   ? (uint64_t)json_integer_value(size) / 4096
+        json_t *inodes = json_object_get(record, "inodes");
+        return json_is_integer(inodes) && json_integer_value(inodes) >= 0
+                   ? (uint64_t)json_integer_value(inodes)
                    : 0;
 }
 
@@ -487,13 +488,17 @@ int snapshot_copy_sandbox(struct sandbox *sb, int dst_fd, uid_t owner, bool dist
          * unless the sandbox writes more meanwhile (the copy stops at the
          * bound then). */
         struct statfs fs;
-        uint64_t estimate = 0, inodes = 0;
+        uint64_t estimate = 0, inodes = 0, most_bytes = UINT64_MAX, most_inodes = UINT64_MAX;
         if (fstatfs(sb->disk_fd, &fs) == 0) {
                 estimate = (uint64_t)(fs.f_blocks - fs.f_bfree) * (uint64_t)fs.f_bsize;
                 /* Less the disk's own: its root, upper, work and what overlay keeps in work. */
                 inodes = fs.f_files - fs.f_ffree > ROOTFS_DISK_OWN_INODES
                              ? fs.f_files - fs.f_ffree - ROOTFS_DISK_OWN_INODES
                              : 0;
+                /* The most the copy can reach while the sandbox writes on: a
+                 * full disk (and the layer below it). */
+                most_bytes = (uint64_t)fs.f_blocks * (uint64_t)fs.f_bsize;
+                most_inodes = fs.f_files;
         }
         _cleanup_close_ int parent = -1;
         if (sb->snapshot_id[0] != '\0') {
@@ -505,8 +510,13 @@ int snapshot_copy_sandbox(struct sandbox *sb, int dst_fd, uid_t owner, bool dist
                 _cleanup_json_ json_t *meta = NULL;
                 char why[256];
                 if (snapshot_load(sb->snapshot_id, &meta, why, sizeof(why)) == 0) {
-                        estimate += (uint64_t)json_integer_value(json_object_get(meta, "size_bytes"));
+                        uint64_t below = (uint64_t)json_integer_value(json_object_get(meta, "size_bytes"));
+                        estimate += below;
                         inodes += record_inodes(meta);
+                        most_bytes = most_bytes > UINT64_MAX - below ? UINT64_MAX : most_bytes + below;
+                        most_inodes = most_inodes > UINT64_MAX - record_inodes(meta)
+                                          ? UINT64_MAX
+                                          : most_inodes + record_inodes(meta);
                 }
         }
         if (stored >= limit || estimate > limit - stored)
@@ -551,10 +561,14 @@ int snapshot_copy_sandbox(struct sandbox *sb, int dst_fd, uid_t owner, bool dist
         if (job == NULL)
                 return nsbox_error(err, ENOMEM, "snapshot job");
         job->owner = owner;
-        job->reserved = estimate;
-        job->reserved_inodes = inodes;
-        job->max_bytes = limit - stored;
-        job->max_inodes = inodes_left;
+        /* Each copy holds back the most it may write, not its estimate:
+         * copies running side by side (up to SNAPSHOT_COPIES_PER_UID of a
+         * uid, more of others) each grown to the bound left would pass it
+         * together. */
+        job->max_bytes = most_bytes < limit - stored ? most_bytes : limit - stored;
+        job->max_inodes = most_inodes < inodes_left ? most_inodes : inodes_left;
+        job->reserved = job->max_bytes;
+        job->reserved_inodes = job->max_inodes;
         snprintf(job->inode_bound, sizeof(job->inode_bound), "more than the %llu inodes left (limit %s%s)",
                  (unsigned long long)inodes_left, bounds[b].key, held);
         job->upper_fd = fcntl(sb->disk_fd, F_DUPFD_CLOEXEC, 3);
