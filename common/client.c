@@ -50,7 +50,6 @@ const char *client_socket_path(const char *flag)
         return "/run/nsbox/nsbox.sock";
 }
 
-/* Every byte, through short writes and EINTR; -errno on failure. */
 /* A full listen queue is waited out for this long in all, in tries of at
  * most CONNECT_TRY_MS each: the kernel's wait (SO_SNDTIMEO bounds a blocking
  * connect) wakes as soon as nsboxd accepts, and a fresh try after a short
@@ -101,7 +100,8 @@ static int connect_bounded(const char *path, unsigned *tries)
                 left = deadline - monotonic_ms();
                 if (left <= 0)
                         return -EAGAIN;
-                struct timespec ts = { .tv_nsec = (pause_ms < left ? pause_ms : left) * 1000000 };
+                long long pause = pause_ms < left ? pause_ms : left;
+                struct timespec ts = { .tv_sec = pause / 1000, .tv_nsec = (pause % 1000) * 1000000 };
                 nanosleep(&ts, NULL);
                 pause_ms *= 2;
         }

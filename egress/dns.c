@@ -145,7 +145,7 @@ static void reply_error(int fd, const struct sockaddr_in *to, const uint8_t *que
                 sendto(fd, out, n, MSG_DONTWAIT | MSG_NOSIGNAL, (const struct sockaddr *)to, sizeof(*to));
 }
 
-void dns_record_answer(struct egress_sandbox *sb, const char *name, const uint8_t *abuf, size_t alen)
+static void dns_record_answer(struct egress_sandbox *sb, const char *name, const uint8_t *abuf, size_t alen)
 {
         struct ares_addrttl ttls[32];
         int n = ARRAY_SIZE(ttls);

@@ -29,7 +29,6 @@ typedef void (*dns_tcp_reply_fn)(struct conn *c, const uint8_t *msg, size_t len)
  * it meanwhile, c->state is CONN_RESOLVE). */
 void dns_tcp_query(struct conn *c, const uint8_t *pkt, size_t len, dns_tcp_reply_fn reply);
 
-void dns_record_answer(struct egress_sandbox *sb, const char *name, const uint8_t *abuf, size_t alen);
 /* Did an answer the sandbox got (and not yet expired) give name this address? */
 bool dns_address_recorded(struct egress_sandbox *sb, const char *name, uint32_t addr);
 

@@ -107,8 +107,10 @@ static void peer_address_of(const struct sockaddr *sa, struct peer_address *out)
                         out->family = AF_INET;
                         memcpy(out->bytes, &a->s6_addr[12], 4);
                 } else {
+                        /* A /64 is one client: its holder has all of its
+                         * 2^64 addresses to connect from. */
                         out->family = AF_INET6;
-                        memcpy(out->bytes, a->s6_addr, 16);
+                        memcpy(out->bytes, a->s6_addr, 8);
                 }
         }
 }
@@ -309,13 +311,14 @@ void http_bounds_notify(void *cls, struct MHD_Connection *connection, void **soc
         *socket_context = NULL;
 }
 
-void http_bounds_authenticated(struct MHD_Connection *connection)
+bool http_bounds_authenticated(struct MHD_Connection *connection)
 {
         struct bounded_connection *c = connection_of(connection);
         if (c == NULL)
-                return;
+                return true;
         pthread_mutex_lock(&bounds_lock);
-        if (!c->cut) {
+        bool cut = c->cut;
+        if (!cut) {
                 c->deadline_ms = 0;
                 c->request_authenticated = true;
                 if (!c->authenticated)
@@ -323,6 +326,7 @@ void http_bounds_authenticated(struct MHD_Connection *connection)
                 c->authenticated = true;
         }
         pthread_mutex_unlock(&bounds_lock);
+        return !cut;
 }
 
 void http_bounds_request_done(struct MHD_Connection *connection)

@@ -4,6 +4,7 @@
  * deadline. Below the router. */
 #pragma once
 
+#include <stdbool.h>
 #include <microhttpd.h>
 #include <stdarg.h>
 #include <sys/socket.h>
@@ -28,8 +29,10 @@ enum MHD_Result http_bounds_accept(void *cls, const struct sockaddr *addr, sockl
 void http_bounds_notify(void *cls, struct MHD_Connection *connection, void **socket_context,
                         enum MHD_ConnectionNotificationCode code);
 /* A request on the connection passed the token check (or, without tokens,
- * the from-this-host check): its deadline is off while the request runs. */
-void http_bounds_authenticated(struct MHD_Connection *connection);
+ * the from-this-host check): its deadline is off while the request runs.
+ * False when the connection was cut meanwhile (its deadline passed, or it
+ * was evicted): the request must not run, nobody would read its answer. */
+bool http_bounds_authenticated(struct MHD_Connection *connection);
 /* A request ended (MHD_OPTION_NOTIFY_COMPLETED): if it was authenticated,
  * the next one's headers have --header-timeout from now. */
 void http_bounds_request_done(struct MHD_Connection *connection);

@@ -254,7 +254,8 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *connecti
                 }
                 /* Without tokens, reaching the loopback port from a
                  * program of this host is the credential. */
-                http_bounds_authenticated(connection);
+                if (!http_bounds_authenticated(connection))
+                        return MHD_NO;
                 if (!owner_take(r))
                         return http_reply_error(
                             r, MHD_HTTP_TOO_MANY_REQUESTS, "limit_reached",

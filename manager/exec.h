@@ -33,8 +33,6 @@ struct exec_hooks {
 /* sandbox.exec */
 void exec_method_run(struct rpc_request *req, struct sandbox *sb);
 /* exec.status, exec.output, exec.kill (by exec_id) and exec.list (of a sandbox) */
-/* The sandbox of the exec with this id that uid may see, or NULL. */
-struct sandbox *exec_find_sandbox(const char *id, uid_t uid);
 void exec_method_status(struct rpc_request *req, struct sandbox *sb);
 void exec_method_output(struct rpc_request *req, struct sandbox *sb);
 void exec_method_kill(struct rpc_request *req, struct sandbox *sb);

@@ -16,6 +16,7 @@
 #include "log.h"
 #include "params.h"
 #include "quota.h"
+#include "sandbox_pause.h"
 #include "textenc.h"
 
 void exec_method_run(struct rpc_request *req, struct sandbox *sb)
@@ -91,18 +92,6 @@ static struct exec *require_exec(struct rpc_request *req, bool background_only)
         return NULL;
 }
 
-struct sandbox *exec_find_sandbox(const char *id, uid_t uid)
-{
-        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
-                if ((uid != 0 && sb->owner != uid) || sb->state == SANDBOX_EXITED)
-                        continue;
-                for (struct exec *ex = sb->exec->execs; ex != NULL; ex = ex->next)
-                        if (strcmp(ex->id, id) == 0 && !ex->service)
-                                return sb;
-        }
-        return NULL;
-}
-
 void exec_method_status(struct rpc_request *req, struct sandbox *sb)
 {
         struct exec *ex = require_exec(req, true);
@@ -151,7 +140,7 @@ void exec_method_output(struct rpc_request *req, struct sandbox *sb)
 void exec_method_kill(struct rpc_request *req, struct sandbox *sb)
 {
         struct exec *ex = require_exec(req, false);
-        if (ex == NULL)
+        if (ex == NULL || !sandbox_resume_for(req, ex->sb))
                 return;
         int sig = SIGKILL;
         json_t *s = json_object_get(req->msg.params, "signal");
@@ -208,7 +197,7 @@ void exec_method_stdin(struct rpc_request *req, struct sandbox *sb)
                 return;
         }
         struct exec *ex = require_exec(req, false);
-        if (ex == NULL)
+        if (ex == NULL || !sandbox_resume_for(req, ex->sb))
                 return;
         json_t *data = json_object_get(req->msg.params, "data");
         json_t *eof = json_object_get(req->msg.params, "eof");
@@ -285,7 +274,7 @@ void exec_method_stdin(struct rpc_request *req, struct sandbox *sb)
 void exec_method_resize(struct rpc_request *req, struct sandbox *sb)
 {
         struct exec *ex = require_exec(req, false);
-        if (ex == NULL)
+        if (ex == NULL || !sandbox_resume_for(req, ex->sb))
                 return;
         json_t *rows = json_object_get(req->msg.params, "rows");
         json_t *cols = json_object_get(req->msg.params, "cols");

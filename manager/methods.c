@@ -152,6 +152,11 @@ static bool created_for_nobody(struct sandbox *sb, const char *error, struct rpc
         log_limited(log_key_uid(sb->owner).text, LOG_LEVEL_INFO,
                     "sandbox %s: its client left before learning its id; removing it", sb->id);
         sandbox_remove(sb, NULL, NULL);
+        /* The request is answered all the same: nothing goes out on the
+         * closed connection, and answering is what releases the request
+         * and the connection's reference (without it both leaked, once per
+         * such create). */
+        rpc_reply_fail(req, "unavailable", "the client left before the sandbox was made");
         return true;
 }
 
@@ -174,8 +179,6 @@ static void create_done_recreated(struct sandbox *sb, const char *error, void *d
                 rpc_reply_fail(req, "internal", "sandbox create failed: %s", error);
                 return;
         }
-        if (created_for_nobody(sb, error, req))
-                return;
         json_t *result = sandbox_to_json(sb, false);
         json_object_set_new(result, "recreated", json_true());
         json_object_set_new(result, "reason", json_string("idle timeout"));
@@ -445,9 +448,9 @@ static void sandbox_method_resume(struct rpc_request *req, struct sandbox *sb)
         rpc_reply_result(req, sandbox_to_json(sb, false));
 }
 
-/* The sandbox a request acts on, by sandbox_id, session_id (python.run's
- * get-or-create) or exec_id; NULL when it names none the caller may use
- * (the method then says so itself). */
+/* The sandbox a request acts on, by sandbox_id or session_id (python.run's
+ * get-or-create); NULL when it names none the caller may use (the method
+ * then says so itself). */
 static struct sandbox *request_sandbox(struct rpc_request *req)
 {
         json_t *params = req->msg.params;
@@ -457,32 +460,7 @@ static struct sandbox *request_sandbox(struct rpc_request *req)
         const char *session = json_string_value(json_object_get(params, "session_id"));
         if (session != NULL)
                 return sandbox_find_session(session, req->uid);
-        const char *exec = json_string_value(json_object_get(params, "exec_id"));
-        if (exec != NULL)
-                return exec_find_sandbox(exec, req->uid);
         return NULL;
-}
-
-/* Before a request that needs the sandbox's processes to run (the init
- * starts execs, supervisors deliver signals and input, the interpreter
- * answers): a paused sandbox is resumed (auto_resume), or the request
- * fails. The file API works on a paused sandbox as it is (it goes through
- * /proc/PID/root from nsboxd, whose workers are not frozen), and so do the
- * methods that only read what nsboxd holds (info, exec.status/output).
- * False after replying. */
-static bool resume_for(struct rpc_request *req, struct sandbox *sb)
-{
-        if (sb == NULL || (!sb->paused && sb->pause_timer == NULL))
-                return true;
-        if (!nsboxd.config.auto_resume) {
-                rpc_reply_fail(req, "unavailable", "sandbox %s is paused; resume it first (sandbox.resume)",
-                               sb->id);
-                return false;
-        }
-        sandbox_resume(sb);
-        log_limited(log_key_uid(req->uid).text, LOG_LEVEL_INFO, "sandbox %s: resumed for %s by uid %u",
-                    sb->id, req->msg.method, req->uid);
-        return true;
 }
 
 /* --- the method table ------------------------------------------------------ */
@@ -494,9 +472,11 @@ enum method_flags {
          * prefix): resolved, or the request is answered invalid_params or
          * not_found and the handler never runs. */
         M_SANDBOX = 1 << 0,
-        /* The sandbox params name by sandbox_id, session_id or exec_id, if
-         * any: found for M_RESUME and handed over; a handler that needs one
-         * says so itself when it is NULL (python.run makes a session's). */
+        /* The sandbox params name by sandbox_id or session_id, if any: found
+         * for M_RESUME and handed over; a handler that needs one says so
+         * itself when it is NULL (python.run makes a session's). Methods on
+         * an exec find it, and resume its sandbox, themselves
+         * (exec_api.c): an exec id may be a prefix. */
         M_FIND = 1 << 1,
         /* Needs the sandbox's processes to run: a paused one is resumed
          * first (auto_resume), or the request fails unavailable. */
@@ -548,9 +528,9 @@ static const struct method methods[] = {
         { "package.install", package_method_install, M_SANDBOX | M_RESUME | M_TOUCH, NULL },
         { "exec.status", exec_method_status, 0, NULL },
         { "exec.output", exec_method_output, 0, NULL },
-        { "exec.kill", exec_method_kill, M_FIND | M_RESUME, NULL },
-        { "exec.stdin", exec_method_stdin, M_FIND | M_RESUME, NULL },
-        { "exec.resize", exec_method_resize, M_FIND | M_RESUME, NULL },
+        { "exec.kill", exec_method_kill, 0, NULL },
+        { "exec.stdin", exec_method_stdin, 0, NULL },
+        { "exec.resize", exec_method_resize, 0, NULL },
         { "exec.list", exec_method_list, M_SANDBOX, NULL },
         { "fs.list", fs_method_list, M_SANDBOX | M_TOUCH, NULL },
         { "fs.read", fs_method_read, M_SANDBOX | M_TOUCH, NULL },
@@ -589,7 +569,7 @@ void methods_run(const void *found, struct rpc_request *req)
         } else if (m->flags & M_FIND) {
                 sb = request_sandbox(req);
         }
-        if ((m->flags & M_RESUME) && !resume_for(req, sb))
+        if ((m->flags & M_RESUME) && !sandbox_resume_for(req, sb))
                 return;
         if ((m->flags & M_TOUCH) && sb != NULL)
                 sandbox_touch(sb);

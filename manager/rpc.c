@@ -1356,8 +1356,16 @@ int rpc_server_start(struct loop *loop, const struct rpc_server_config *config, 
         }
         _cleanup_close_ int operator_fd =
             rpc_listen_operator(config->socket_path, &server.operator_path, err);
-        if (operator_fd < 0 && operator_fd != -ENAMETOOLONG)
-                return operator_fd;
+        if (operator_fd < 0 && operator_fd != -ENAMETOOLONG) {
+                /* Under socket activation the shared socket is systemd's, and
+                 * a directory it accepts stops no start: root then shares
+                 * that socket's queue, as before there was an operator one. */
+                if (!activated)
+                        return operator_fd;
+                log_warn("no operator socket: %s; root's clients share the activated socket",
+                         (*err)->message);
+                nsbox_error_free(err);
+        }
         _cleanup_close_ int wakeup = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (wakeup < 0)
                 return nsbox_error(err, errno, "eventfd");

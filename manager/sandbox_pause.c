@@ -117,3 +117,18 @@ bool sandbox_resume(struct sandbox *sb)
         sandbox_pause_end(sb, "the sandbox was resumed before it was frozen", "busy");
         return true;
 }
+
+bool sandbox_resume_for(struct rpc_request *req, struct sandbox *sb)
+{
+        if (sb == NULL || (!sb->paused && sb->pause_timer == NULL))
+                return true;
+        if (!nsboxd.config.auto_resume) {
+                rpc_reply_fail(req, "unavailable", "sandbox %s is paused; resume it first (sandbox.resume)",
+                               sb->id);
+                return false;
+        }
+        sandbox_resume(sb);
+        log_limited(log_key_uid(req->uid).text, LOG_LEVEL_INFO, "sandbox %s: resumed for %s by uid %u",
+                    sb->id, req->msg.method, req->uid);
+        return true;
+}

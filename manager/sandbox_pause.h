@@ -16,3 +16,11 @@ bool sandbox_resume(struct sandbox *sb);
 /* A pause ends (frozen, failed, or overtaken by a resume or the sandbox's
  * end): its waiters are answered with `error` (NULL: frozen) and `kind`. */
 void sandbox_pause_end(struct sandbox *sb, const char *error, const char *kind);
+/* Before a request that needs the sandbox's processes to run (the init
+ * starts execs, supervisors deliver signals and input, the interpreter
+ * answers): a paused sandbox is resumed (auto_resume), or the request
+ * fails. The file API works on a paused sandbox as it is (it goes through
+ * /proc/PID/root from nsboxd, whose workers are not frozen), and so do the
+ * methods that only read what nsboxd holds (info, exec.status/output).
+ * False after replying. */
+bool sandbox_resume_for(struct rpc_request *req, struct sandbox *sb);

@@ -33,8 +33,9 @@
 static struct {
         uint32_t first; /* block of the pool's first uid */
         uint32_t n;
-        int *fd;         /* the flocked file, or -1 */
-        unsigned *users; /* ranges of ours in the block */
+        int *fd;                /* the flocked file, or -1 */
+        unsigned *users;        /* ranges of ours in the block */
+        long long *stale_until; /* monotonic ms: a previous holder's process was seen; not before */
 } uid_blocks;
 
 static int uid_blocks_init(void)
@@ -45,7 +46,8 @@ static int uid_blocks_init(void)
         uid_blocks.n = (uint32_t)(last >> UID_BLOCK_SHIFT) - uid_blocks.first + 1;
         uid_blocks.fd = malloc(uid_blocks.n * sizeof(*uid_blocks.fd));
         uid_blocks.users = calloc(uid_blocks.n, sizeof(*uid_blocks.users));
-        if (uid_blocks.fd == NULL || uid_blocks.users == NULL)
+        uid_blocks.stale_until = calloc(uid_blocks.n, sizeof(*uid_blocks.stale_until));
+        if (uid_blocks.fd == NULL || uid_blocks.users == NULL || uid_blocks.stale_until == NULL)
                 return -ENOMEM;
         for (uint32_t i = 0; i < uid_blocks.n; i++)
                 uid_blocks.fd[i] = -1;
@@ -123,6 +125,8 @@ static pid_t uid_block_process(uint32_t block)
         return 0;
 }
 
+#define UID_STALE_RECHECK_MS 200
+
 static int uid_block_take(uint32_t block)
 {
         uint32_t i = block - uid_blocks.first;
@@ -130,6 +134,11 @@ static int uid_block_take(uint32_t block)
                 uid_blocks.users[i]++;
                 return 0;
         }
+        /* A block whose previous holder's processes were seen a moment ago
+         * is passed over without a new scan of /proc: every create would
+         * otherwise scan it again (twice: ranges straddle two blocks). */
+        if (now_monotonic_ms() < uid_blocks.stale_until[i])
+                return -EWOULDBLOCK;
         char path[128];
         if (mkdir(UID_LOCK_DIR, 0700) < 0 && errno != EEXIST)
                 return -errno;
@@ -150,13 +159,17 @@ static int uid_block_take(uint32_t block)
         if (fstat(fd, &st) == 0 && st.st_size > 0) {
                 pid_t left = uid_block_process(block);
                 if (left < 0)
-                        log_warn("uid block %u: cannot look for a previous holder's processes (%s); not "
-                                 "handed out",
-                                 block << UID_BLOCK_SHIFT, strerror(-left));
+                        log_limited("uid blocks", LOG_LEVEL_WARN,
+                                    "uid block %u: cannot look for a previous holder's processes (%s); not "
+                                    "handed out",
+                                    block << UID_BLOCK_SHIFT, strerror(-left));
                 else if (left > 0)
-                        log_info("uid block %u: process %d of a previous holder still runs; not handed out",
-                                 block << UID_BLOCK_SHIFT, (int)left);
+                        log_limited(
+                            "uid blocks", LOG_LEVEL_INFO,
+                            "uid block %u: process %d of a previous holder still runs; not handed out",
+                            block << UID_BLOCK_SHIFT, (int)left);
                 if (left != 0) {
+                        uid_blocks.stale_until[i] = now_monotonic_ms() + UID_STALE_RECHECK_MS;
                         close(fd);
                         return -EWOULDBLOCK;
                 }
