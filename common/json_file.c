@@ -38,5 +38,13 @@ int json_file_replace(const char *path, const json_t *value, size_t flags, bool 
                 unlink(tmp);
                 return nsbox_error(err, -r, "%s %s", doing, tmp);
         }
+        /* The rename is durable once the directory that holds it is. */
+        if (durable) {
+                char dir[4096];
+                snprintf(dir, sizeof(dir), "%.*s", dir_len > 1 ? dir_len - 1 : dir_len, dir_len ? path : ".");
+                _cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (dfd < 0 || fsync(dfd) < 0)
+                        return nsbox_error(err, errno, "sync %s", dir);
+        }
         return 0;
 }

@@ -10,6 +10,6 @@
 
 /* Write value (json_dumps flags) to path through a temporary file beside it
  * and a rename, so a reader sees the old file or the new one, never a torn
- * one; durable: fsync before the rename. On any failure the temporary file
+ * one; durable: the file synced before the rename, its directory after. On any failure the temporary file
  * is removed: a full disk must not leave it behind. */
 int json_file_replace(const char *path, const json_t *value, size_t flags, bool durable, nsbox_error_t **err);

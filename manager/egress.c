@@ -75,7 +75,6 @@ static struct {
         unsigned next_slot; /* slots are taken round the pool, see attach_with */
         pid_t proxy_pid;
         struct loop_source *proxy_pidfd, *proxy_ctl;
-        struct loop_timer *respawn;
         long long proxy_started_mono;
 } egress = { .host_ns = -1, .ns = -1 };
 
@@ -408,7 +407,6 @@ static void on_proxy_ctl(struct loop_source *source, uint32_t events)
 
 static void on_respawn(struct loop *loop, struct loop_timer *timer, void *data)
 {
-        egress.respawn = NULL; /* a one-shot timer, gone once this returns */
         _cleanup_error_ nsbox_error_t *err = NULL;
         if (proxy_spawn(&err) < 0)
                 log_error("egress: restart the proxy: %s", err->message);
@@ -416,7 +414,8 @@ static void on_respawn(struct loop *loop, struct loop_timer *timer, void *data)
 
 static void schedule_respawn(long long delay_ms)
 {
-        egress.respawn = loop_timer_add_in(nsboxd.loop, delay_ms, on_respawn, NULL);
+        if (loop_timer_add_in(nsboxd.loop, delay_ms, on_respawn, NULL) == NULL)
+                log_error("egress: no timer to start nsbox-egress again");
 }
 
 static void on_proxy_exit(struct loop_source *source, uint32_t events)

@@ -72,10 +72,17 @@ static void exec_unlink(struct exec *ex)
 
 static void exec_unpause(struct exec *ex);
 
+void exec_count(struct exec *ex, uid_t uid)
+{
+        ex->quota_uid = uid;
+        ex->counted = true;
+        quota_calls_add(uid, 1);
+}
+
 static void exec_uncount(struct exec *ex)
 {
         if (ex->counted)
-                quota_calls_add(ex->sb->owner, -1);
+                quota_calls_add(ex->quota_uid, -1);
         ex->counted = false;
 }
 
@@ -1222,11 +1229,6 @@ struct exec *exec_launch(struct sandbox *sb, json_t *params, const struct exec_h
         sb->exec->execs = ex;
         if (!ex->service)
                 sb->running_execs++;
-        /* A client's own exec counts against its owner's calls in flight
-         * (python.run and package.install count theirs in python.c). */
-        ex->counted = hooks == NULL;
-        if (ex->counted)
-                quota_calls_add(sb->owner, 1);
         sandbox_touch(sb);
         if (exec_start(sb, ex, &p, err) < 0) {
                 if ((*err)->errnum == ENOSPC)

@@ -36,6 +36,9 @@ void exec_method_run(struct rpc_request *req, struct sandbox *sb)
         /* A background exec is answered once the init reports its pid. */
         ex->req = req;
         exec_attribute(ex, req);
+        /* Counted as it is checked (quota_refuse_call) and as python.run's
+         * calls are: by the uid of the request. */
+        exec_count(ex, req->uid);
         /* One that may run for hours is on record from its start too. */
         if (ex->background || ex->tty)
                 log_info("audit: exec %s started sandbox=%s uid=%u %s", ex->id, sb->id, (unsigned)ex->uid,

@@ -66,7 +66,8 @@ struct exec {
         const struct exec_hooks *hooks; /* an internal caller instead of a client */
         void *hooks_data;
         bool stream, background, base64, finished;
-        bool counted; /* in its owner's calls in flight (quota.c): a client's exec, not yet finished */
+        bool counted;    /* in quota_uid's calls in flight (quota.c): a client's exec, not yet finished */
+        uid_t quota_uid; /* the uid whose request started it, as python.run counts its calls */
         struct output out[2];
         size_t max_output, total_output;
         bool truncated;
@@ -111,6 +112,8 @@ void exec_client_gone(struct rpc_request *req, void *data);
 /* What sandbox.exec answers for ex (as it stands). */
 json_t *exec_result(struct exec *ex);
 void exec_send_kill(struct exec *ex, int sig);
+/* A client's exec counts in its caller's calls in flight until it ends. */
+void exec_count(struct exec *ex, uid_t uid);
 json_t *exec_output_to_json(const char *data, size_t len, bool base64);
 /* exec.stdin's answer: the bytes still queued for the command. */
 json_t *exec_stdin_result(struct exec *ex);

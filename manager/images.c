@@ -19,6 +19,7 @@
 #include "daemon.h"
 #include "fs_worker.h"
 #include "json_cleanup.h"
+#include "json_file.h"
 #include "log.h"
 #include "policy.h"
 #include "rootfs.h"
@@ -275,7 +276,8 @@ static void commit_done(void *data, int r, uint64_t size, json_t *result, const 
         snprintf(final, sizeof(final), "%s/images/%s", nsboxd.config.state_dir, c->name);
         struct stat st;
         const char *failed = NULL;
-        if (json_dump_file(manifest, path, JSON_INDENT(2)) < 0)
+        _cleanup_error_ nsbox_error_t *write_err = NULL;
+        if (json_file_replace(path, manifest, JSON_INDENT(2), true, &write_err) < 0)
                 failed = "write manifest.json";
         else if (image_exists(c->name) || lstat(final, &st) == 0)
                 failed = "an image of that name appeared meanwhile";
@@ -666,7 +668,8 @@ static void import_done(void *data, int r, json_t *result, const char *message)
         snprintf(final, sizeof(final), "%s/images/%s", nsboxd.config.state_dir, im->name);
         struct stat st;
         const char *failed = NULL;
-        if (manifest == NULL || json_dump_file(manifest, path, JSON_INDENT(2)) < 0)
+        _cleanup_error_ nsbox_error_t *write_err = NULL;
+        if (manifest == NULL || json_file_replace(path, manifest, JSON_INDENT(2), true, &write_err) < 0)
                 failed = "write manifest.json";
         else if (image_exists(im->name) || lstat(final, &st) == 0)
                 failed = "an image of that name appeared meanwhile";

@@ -286,8 +286,18 @@ static int copy_regular(int src_dir, int dst_dir, const char *name, uint64_t mos
          * since the listing, and opening that must not wait for a writer. */
         _cleanup_close_ int src =
             openat(src_dir, name, O_RDONLY | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
-        if (src < 0)
-                return errno == ELOOP ? -EAGAIN : -errno;
+        if (src < 0) {
+                int saved = errno;
+                struct stat then;
+                /* A symlink (ELOOP), a whiteout on the nodev tmpfs (EACCES),
+                 * a socket (ENXIO): the sandbox replaced the file since the
+                 * listing, and the caller copies what is there now. */
+                if (saved == ELOOP ||
+                    (saved != ENOENT && fstatat(src_dir, name, &then, AT_SYMLINK_NOFOLLOW) == 0 &&
+                     !S_ISREG(then.st_mode)))
+                        return -EAGAIN;
+                return -saved;
+        }
         struct stat now;
         if (fstat(src, &now) < 0)
                 return -errno;
@@ -331,7 +341,11 @@ static int copy_dir_entries(int src, int dst, struct rootfs_copy *c, int depth)
         int r = 0;
         struct dirent *de;
         while (r == 0 && (de = readdir(d)) != NULL) {
-                if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                        continue;
+                if (c->max_inodes > 0 && ++c->visited > 2 * c->max_inodes + ROOTFS_COPY_SLACK)
+                        r = -EBUSY; /* the sandbox adds entries as fast as they are read */
+                else
                         r = copy_entry(src, dst, de->d_name, c, depth + 1);
         }
         closedir(d);

@@ -47,6 +47,12 @@ struct rootfs_copy {
          * (a hard link to a file already copied makes none). Empty files
          * cost no bytes, so bytes alone do not bound a layer. */
         uint64_t inodes;
+        /* Entries looked at, those gone or skipped by the time they were
+         * reached too: a sandbox making and removing names as fast as the
+         * walk reads them (a tmpfs directory's listing goes on past entries
+         * added behind its cursor) would keep it going for ever. -EBUSY past
+         * 2 x max_inodes + ROOTFS_COPY_SLACK. */
+        uint64_t visited;
         /* Files with more than one link seen so far (the first copy held
          * by an O_PATH fd), so that their other names become links too. */
         struct rootfs_copy_link {
@@ -56,6 +62,7 @@ struct rootfs_copy {
         } * links;
         size_t n_links;
 };
+#define ROOTFS_COPY_SLACK 1024
 /* At most this many linked files are remembered; beyond, copies. */
 #define ROOTFS_COPY_MAX_LINKS 1024
 /* Each level holds three fds and a few KiB of stack in the worker; below

@@ -422,8 +422,9 @@ static int copy_run(void *data, struct fs_worker_output *out, nsbox_error_t **er
                 if (r == -EBUSY)
                         return nsbox_error(
                             err, EBUSY,
-                            "the sandbox kept replacing a file by one of another type while it "
-                            "was copied (%d tries); copy it when no exec is writing there",
+                            "the sandbox kept changing its files while they were copied (a file "
+                            "replaced by one of another type %d times, or names made as fast as they "
+                            "were read); copy it when no exec is writing there",
                             ROOTFS_COPY_RETRIES);
                 if (r == -ELOOP)
                         return nsbox_error(err, ELOOP, "the sandbox's directories nest deeper than %d levels",
