@@ -128,21 +128,52 @@ static const char *peer_address_text(const struct peer_address *a, char *buf, si
 }
 
 /* Under bounds_lock. */
+/* A cut-off is decided under bounds_lock, and its line written after that
+ * lock is let go: a stderr that does not drain (a stalled journal) must not
+ * hold every connection's thread. At most BOUNDS_PENDING wait; the rest
+ * count as unlogged, as lines within the second do. */
+#define BOUNDS_PENDING 8
+static struct {
+        struct bounds_log *log;
+        char address[INET6_ADDRSTRLEN];
+        char limit[64];
+        unsigned unlogged;
+} pending[BOUNDS_PENDING];
+static unsigned n_pending;
+
+/* Under bounds_lock. */
 static void bounds_note(struct bounds_log *l, const struct peer_address *address, const char *limit)
 {
         uint64_t now = now_ms();
-        if (l->last_ms != 0 && now - l->last_ms < 1000) {
+        if ((l->last_ms != 0 && now - l->last_ms < 1000) || n_pending == BOUNDS_PENDING) {
                 l->unlogged++;
                 return;
         }
-        char text[INET6_ADDRSTRLEN];
-        fprintf(stderr, "nsbox-http: a connection of %s %s (%s)",
-                peer_address_text(address, text, sizeof(text)), l->what, limit);
-        if (l->unlogged > 0)
-                fprintf(stderr, "; %u more since the last such line", l->unlogged);
-        fputc('\n', stderr);
+        peer_address_text(address, pending[n_pending].address, sizeof(pending[n_pending].address));
+        snprintf(pending[n_pending].limit, sizeof(pending[n_pending].limit), "%s", limit);
+        pending[n_pending].log = l;
+        pending[n_pending].unlogged = l->unlogged;
+        n_pending++;
         l->last_ms = now;
         l->unlogged = 0;
+}
+
+/* Not under bounds_lock: write what bounds_note kept. */
+static void bounds_flush(void)
+{
+        pthread_mutex_lock(&bounds_lock);
+        unsigned n = n_pending;
+        __typeof__(pending) lines;
+        memcpy(lines, pending, sizeof(lines));
+        n_pending = 0;
+        pthread_mutex_unlock(&bounds_lock);
+        for (unsigned i = 0; i < n; i++) {
+                fprintf(stderr, "nsbox-http: a connection of %s %s (%s)", lines[i].address,
+                        lines[i].log->what, lines[i].limit);
+                if (lines[i].unlogged > 0)
+                        fprintf(stderr, "; %u more since the last such line", lines[i].unlogged);
+                fputc('\n', stderr);
+        }
 }
 
 /* Under bounds_lock: the connection stays listed until MHD's CLOSED. */
@@ -175,6 +206,12 @@ static void *watchdog_main(void *arg)
                         } else if (c->deadline_ms < next) {
                                 next = c->deadline_ms;
                         }
+                }
+                if (n_pending > 0) {
+                        pthread_mutex_unlock(&bounds_lock);
+                        bounds_flush();
+                        pthread_mutex_lock(&bounds_lock);
+                        continue; /* the list may have changed meanwhile */
                 }
                 struct timespec until = { .tv_sec = next / 1000, .tv_nsec = (next % 1000) * 1000000 };
                 pthread_cond_timedwait(&bounds_wake, &bounds_lock, &until);
@@ -229,6 +266,7 @@ enum MHD_Result http_bounds_accept(void *cls, const struct sockaddr *addr, sockl
                 snprintf(limit, sizeof(limit), "%u", bounds.max_per_address);
                 bounds_note(&log_per_address, &address, limit);
                 pthread_mutex_unlock(&bounds_lock);
+                bounds_flush();
                 return MHD_NO;
         }
         if (unauthenticated >= bounds.max_unauthenticated) {
@@ -250,9 +288,13 @@ enum MHD_Result http_bounds_accept(void *cls, const struct sockaddr *addr, sockl
                 snprintf(limit, sizeof(limit), "%u", bounds.max_connections);
                 bounds_note(&log_full, &address, limit);
                 pthread_mutex_unlock(&bounds_lock);
+                bounds_flush();
                 return MHD_NO;
         }
+        bool noted = n_pending > 0; /* an eviction's line */
         pthread_mutex_unlock(&bounds_lock);
+        if (noted)
+                bounds_flush();
         return MHD_YES;
 }
 
