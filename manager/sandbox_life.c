@@ -265,6 +265,11 @@ static void sandbox_finalize(struct sandbox *sb)
                                  strsignal(info.si_status));
                 else if (unasked && info.si_code == CLD_EXITED)
                         log_warn("sandbox %s: its init exited with status %d", sb->id, info.si_status);
+                if (unasked)
+                        sandbox_removal_record(sb, "its init %s %d",
+                                               info.si_code == CLD_EXITED ? "exited with status"
+                                                                          : "was killed by signal",
+                                               info.si_status);
                 loop_remove(nsboxd.loop, sb->pidfd);
                 sb->pidfd = NULL;
         }
