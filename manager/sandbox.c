@@ -275,7 +275,7 @@ json_t *sandbox_removal_to_json(const struct sandbox_removal *r)
 {
         char at[40];
         format_timestamp(r->removed_at_ms, at, sizeof(at));
-        return json_pack("{s:s, s:s?, s:s, s:s, s:s, s:I, s:I}", "sandbox_id", r->sandbox_id, "state",
+        return json_pack("{s:s, s:s, s:s?, s:s, s:s, s:I, s:I}", "sandbox_id", r->sandbox_id, "state",
                          "removed", "session_id", r->session_id[0] ? r->session_id : NULL, "removed_at", at,
                          "reason", r->reason, "owner", (json_int_t)r->owner, "removed_seconds_ago",
                          (json_int_t)((now_monotonic_ms() - r->when_mono) / 1000));
