@@ -140,6 +140,8 @@ enum {
         CLI_OPT_CPUS,
         CLI_OPT_DISK,
         CLI_OPT_IDLE,
+        CLI_OPT_IDLE_ACTION,
+        CLI_OPT_PAUSED_TIMEOUT,
         CLI_OPT_IMAGE,
         CLI_OPT_PROFILE,
         CLI_OPT_ENV,
@@ -156,6 +158,8 @@ enum {
             { "cpus", required_argument, NULL, CLI_OPT_CPUS },                     \
             { "disk", required_argument, NULL, CLI_OPT_DISK },                     \
             { "idle-timeout", required_argument, NULL, CLI_OPT_IDLE },             \
+            { "idle-action", required_argument, NULL, CLI_OPT_IDLE_ACTION },       \
+            { "paused-timeout", required_argument, NULL, CLI_OPT_PAUSED_TIMEOUT }, \
             { "image", required_argument, NULL, CLI_OPT_IMAGE },                   \
             { "network", required_argument, NULL, CLI_OPT_NETWORK },               \
             { "network-policy", required_argument, NULL, CLI_OPT_NETWORK_POLICY }, \

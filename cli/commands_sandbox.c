@@ -118,6 +118,15 @@ int cli_create_option(json_t *params, int opt, const char *arg)
                         return cli_fail("bad --idle-timeout \"%s\"", arg);
                 json_object_set_new(params, "idle_timeout_seconds", json_integer((json_int_t)n));
                 return 0;
+        case CLI_OPT_IDLE_ACTION:
+                /* nsboxd checks the word and says what it takes. */
+                json_object_set_new(params, "idle_action", json_string(arg));
+                return 0;
+        case CLI_OPT_PAUSED_TIMEOUT:
+                if (parse_count(arg, &n) < 0)
+                        return cli_fail("bad --paused-timeout \"%s\"", arg);
+                json_object_set_new(params, "paused_timeout_seconds", json_integer((json_int_t)n));
+                return 0;
         case CLI_OPT_ENV:
                 return cli_add_env(params, arg) == 0 ? 0 : EXIT_NSBOX_FAILED;
         case CLI_OPT_LABEL: {

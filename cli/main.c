@@ -41,7 +41,9 @@ static const struct command commands[] = {
           "  --pids N            process limit\n"
           "  --cpus F            CPU limit in CPUs (e.g. 0.5)\n"
           "  --disk SIZE         size of the sandbox's writable layer\n"
-          "  --idle-timeout SEC  remove it after SEC seconds without use\n"
+          "  --idle-timeout SEC  pause it after SEC seconds without use (default 300)\n"
+          "  --idle-action pause|remove  what idling does (default the operator's: pause)\n"
+          "  --paused-timeout SEC  remove it after SEC seconds paused (default 86400)\n"
           "  --env K=V           environment of every command (repeatable)\n"
           "  --label K=V         a label, shown by ls and matched by ls --filter (repeatable)\n"
           "  --image NAME        image (default python, or one of nsbox images)\n"
@@ -56,8 +58,10 @@ static const struct command commands[] = {
           "                      \"203.0.113.0/24\"], \"deny\": [...]}; only when nsboxd allows it\n"
           "                      (allow_client_network_policies)\n" },
         { "ls", cmd_ls, "nsbox ls [-a] [-q] [-f FILTER]... [--format FORMAT]",
-          "List your sandboxes: id, state, creation time, session name and labels.\n\n"
-          "  -a, --all            include sandboxes that are no longer running\n"
+          "List your sandboxes (root: everyone's): id, state, owner, creation time, when\n"
+          "it is paused or removed if left idle (EXPIRES), session name and labels.\n\n"
+          "  -a, --all            include sandboxes that are no longer running, and those\n"
+          "                       removed lately: when and why\n"
           "  -q, --quiet          print the ids only\n"
           "  -f, --filter FILTER  only sandboxes that match (all filters given): label=KEY,\n"
           "                       label=KEY=VALUE, id=PREFIX, session=NAME, state=STATE\n"
@@ -115,7 +119,9 @@ static const struct command commands[] = {
           "                      terminal goes raw and keys (Ctrl-C too) go to it as typed;\n"
           "                      window size changes follow\n"
           "A sandbox idle (no command running) for its idle timeout, 300 s unless created\n"
-          "with --idle-timeout, is removed.\n" },
+          "with --idle-timeout, is paused (the next command resumes it, files, variables and\n"
+          "shells as they were) and removed after 24 h paused; nsbox ls shows when (EXPIRES).\n"
+          "A command naming a removed sandbox says when and why it went.\n" },
         { "sh", cmd_sh,
           "nsbox sh [-i] [-d] [-e K=V] [-w DIR] [-u root] [--timeout S] [--max-output BYTES] ID "
           "'shell command'",
