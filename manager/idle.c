@@ -39,7 +39,10 @@ static enum idle_step idle_next(struct sandbox *sb, long long *at, char *why, si
         if (sb->paused) {
                 if (p->paused_timeout_seconds == 0)
                         return IDLE_NEVER;
-                *at = sb->paused_mono + p->paused_timeout_seconds * 1000LL;
+                /* Reading its files (fs.*) while paused counts as use too. */
+                long long since =
+                    sb->paused_mono > sb->last_active_mono ? sb->paused_mono : sb->last_active_mono;
+                *at = since + p->paused_timeout_seconds * 1000LL;
                 snprintf(why, len, "paused for %s (paused_timeout_seconds)", paused);
                 return IDLE_REMOVE;
         }
