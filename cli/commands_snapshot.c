@@ -109,9 +109,13 @@ static bool just_args(const struct cli *cli, int argc, char **argv, int n, int *
         return true;
 }
 
-static json_t *take_snapshot(const struct cli *cli, const char *id, const char *name)
+/* A snapshot without a name taken for one fork is removed with the last
+ * sandbox made from it (remove_when_unused); a named one stays. */
+static json_t *take_snapshot(const struct cli *cli, const char *id, const char *name, bool for_fork)
 {
         json_t *params = json_pack("{s:s}", "sandbox_id", id);
+        if (for_fork && name == NULL)
+                json_object_set_new(params, "remove_when_unused", json_true());
         if (name != NULL)
                 json_object_set_new(params, "name", json_string(name));
         return call(cli, "sandbox.snapshot", params);
@@ -134,7 +138,7 @@ int cmd_snapshot(const struct cli *cli, int argc, char **argv)
         }
         if (argc - optind != 1)
                 return cli_usage_error(cli);
-        _cleanup_json_ json_t *result = take_snapshot(cli, argv[optind], name);
+        _cleanup_json_ json_t *result = take_snapshot(cli, argv[optind], name, false);
         return print_answer(cli, result, "snapshot_id");
 }
 
@@ -169,13 +173,18 @@ int cmd_fork(const struct cli *cli, int argc, char **argv)
         }
         if (argc - optind != 1)
                 return cli_usage_error(cli);
-        _cleanup_json_ json_t *snapshot = take_snapshot(cli, argv[optind], name);
+        _cleanup_json_ json_t *snapshot = take_snapshot(cli, argv[optind], name, true);
         if (snapshot == NULL)
                 return EXIT_NSBOX_FAILED;
-        json_object_set(params, "from_snapshot", json_object_get(snapshot, "snapshot_id"));
+        json_t *snapshot_id = json_object_get(snapshot, "snapshot_id");
+        json_object_set(params, "from_snapshot", snapshot_id);
         _cleanup_json_ json_t *sandbox = call(cli, "sandbox.create", json_incref(params));
-        if (sandbox == NULL)
+        if (sandbox == NULL) {
+                /* No fork holds it: an unnamed snapshot would be left behind. */
+                if (name == NULL)
+                        json_decref(call(cli, "snapshot.remove", json_pack("{s:O}", "snapshot_id", snapshot_id)));
                 return EXIT_NSBOX_FAILED;
+        }
         if (cli->json) {
                 _cleanup_json_ json_t *both =
                     json_pack("{s:O, s:O}", "snapshot", snapshot, "sandbox", sandbox);

@@ -53,6 +53,8 @@ static struct snapshot_copy {
         struct snapshot_copy *next;
 } * copies;
 
+static void discard_if_unused(const char *id, const char *why);
+
 void snapshot_hold(const char *id)
 {
         for (struct snapshot_use *u = uses; u != NULL; u = u->next) {
@@ -80,6 +82,7 @@ void snapshot_release(const char *id)
                         if (--u->sandboxes == 0) {
                                 *p = u->next;
                                 free(u);
+                                discard_if_unused(id, "its last sandbox was removed");
                         }
                         return;
                 }
@@ -616,7 +619,8 @@ static void remove_done(void *data, int r, json_t *result, const char *message)
         struct remove_job *job = data;
         if (r < 0)
                 log_error("remove %s: %s", job->dir, message);
-        job->done(job->data, r, 0, NULL, message);
+        if (job->done != NULL)
+                job->done(job->data, r, 0, NULL, message);
         json_decref(result);
         free(job->dir);
         free(job);
@@ -682,6 +686,7 @@ struct snapshot_request {
         char sandbox_id[37];
         char image[64];
         char *name;
+        bool remove_when_unused;
         uid_t owner;
         long long created_at_ms;
         char tmp[4096];
@@ -707,10 +712,11 @@ static void snapshot_created(void *data, int r, uint64_t size, json_t *result, c
         char created[40], path[4096], final[4096];
         format_timestamp(s->created_at_ms, created, sizeof(created));
         _cleanup_json_ json_t *meta =
-            json_pack("{s:s, s:s?, s:I, s:s, s:s, s:s, s:I, s:O?, s:s}", "snapshot_id", s->id, "name",
+            json_pack("{s:s, s:s?, s:I, s:s, s:s, s:s, s:I, s:O?, s:s, s:b}", "snapshot_id", s->id, "name",
                       s->name, "owner", (json_int_t)s->owner, "image", s->image, "sandbox_id", s->sandbox_id,
                       "created_at", created, "size_bytes", (json_int_t)size, "inodes",
-                      json_object_get(result, "inodes"), "uid_isolation", uidmode_name());
+                      json_object_get(result, "inodes"), "uid_isolation", uidmode_name(),
+                      "remove_when_unused", s->remove_when_unused);
         snprintf(path, sizeof(path), "%s/snapshot.json", s->tmp);
         snprintf(final, sizeof(final), "%s/snapshots/%s", nsboxd.config.state_dir, s->id);
         if (meta == NULL || json_file_replace(path, meta, JSON_COMPACT, true, &err) < 0 ||
@@ -754,11 +760,17 @@ static unsigned copies_of(uid_t uid)
 
 void snapshot_method_create(struct rpc_request *req, struct sandbox *sb)
 {
-        static const char *const known[] = { "sandbox_id", "name", NULL };
+        static const char *const known[] = { "sandbox_id", "name", "remove_when_unused", NULL };
         _cleanup_error_ nsbox_error_t *err = NULL;
         if (!rpc_check_fields(req, known))
                 return;
         json_t *name = json_object_get(req->msg.params, "name");
+        json_t *auto_remove = json_object_get(req->msg.params, "remove_when_unused");
+        if (auto_remove != NULL && !json_is_boolean(auto_remove)) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                "remove_when_unused must be true or false");
+                return;
+        }
         if (name != NULL && !json_is_null(name) &&
             (!json_is_string(name) || !snapshot_name_valid(json_string_value(name)))) {
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
@@ -787,6 +799,7 @@ void snapshot_method_create(struct rpc_request *req, struct sandbox *sb)
                 return;
         }
         s->req = req;
+        s->remove_when_unused = json_is_true(auto_remove);
         s->owner = req->uid;
         s->created_at_ms = now_realtime_ms();
         snprintf(s->sandbox_id, sizeof(s->sandbox_id), "%s", sb->id);
@@ -852,6 +865,59 @@ void snapshot_method_list(struct rpc_request *req, struct sandbox *sb)
                          json_pack("{s:o, s:i}", "snapshots", l.list, "count", (int)json_array_size(l.list)));
 }
 
+/* Take snapshot id out of every listing and lookup at once (a rename);
+ * its files go in a worker, then done(data) (done may be NULL). */
+static int snapshot_discard(const char *id, snapshot_copy_done_fn done, void *data, nsbox_error_t **err)
+{
+        char path[4096], doomed[4096];
+        snprintf(path, sizeof(path), "%s/snapshots/%s", nsboxd.config.state_dir, id);
+        snprintf(doomed, sizeof(doomed), "%s/snapshots/.tmp-rm-%s", nsboxd.config.state_dir, id);
+        if (rename(path, doomed) < 0)
+                return nsbox_error(err, errno, "rename %s", path);
+        _cleanup_error_ nsbox_error_t *async_err = NULL;
+        if (snapshot_remove_dir_async(doomed, done, data, &async_err) < 0) {
+                /* No worker free: remove it here, blocking for once. */
+                _cleanup_error_ nsbox_error_t *now_err = NULL;
+                int r = rootfs_remove_dir(doomed, &now_err);
+                if (done != NULL)
+                        done(data, r, 0, NULL, now_err ? now_err->message : NULL);
+        }
+        return 0;
+}
+
+/* A snapshot made for forks only (remove_when_unused, as `nsbox fork`
+ * takes one) goes with the last sandbox made from it. */
+static void discard_if_unused(const char *id, const char *why)
+{
+        char reason[256];
+        _cleanup_json_ json_t *meta = NULL;
+        if (snapshot_users(id) > 0 || snapshot_load(id, &meta, reason, sizeof(reason)) < 0 ||
+            !json_is_true(json_object_get(meta, "remove_when_unused")))
+                return;
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (snapshot_discard(id, NULL, NULL, &err) < 0) {
+                log_error("snapshot %s: not removed though unused: %s", id, err->message);
+                return;
+        }
+        log_limited(log_key_uid(meta_owner(meta)).text, LOG_LEVEL_INFO,
+                    "snapshot %s: removed, %s (it was taken for forks only)", id, why);
+}
+
+void snapshots_discard_unused(void)
+{
+        char dir[4096];
+        snapshots_dir(dir, sizeof(dir));
+        DIR *d = opendir(dir);
+        if (d == NULL)
+                return;
+        struct dirent *de;
+        while ((de = readdir(d)) != NULL) {
+                if (snapshot_id_valid(de->d_name))
+                        discard_if_unused(de->d_name, "no sandbox made from it is left");
+        }
+        closedir(d);
+}
+
 /* snapshot.remove */
 
 struct remove_request {
@@ -899,14 +965,6 @@ void snapshot_method_remove(struct rpc_request *req, struct sandbox *sb)
                                users);
                 return;
         }
-        /* Gone from every listing and lookup at once; the files go in a worker. */
-        char path[4096], doomed[4096];
-        snprintf(path, sizeof(path), "%s/snapshots/%s", nsboxd.config.state_dir, id);
-        snprintf(doomed, sizeof(doomed), "%s/snapshots/.tmp-rm-%s", nsboxd.config.state_dir, id);
-        if (rename(path, doomed) < 0) {
-                rpc_reply_fail(req, "internal", "rename %s: %s", path, strerror(errno));
-                return;
-        }
         struct remove_request *rr = calloc(1, sizeof(*rr));
         if (rr == NULL) {
                 rpc_reply_fail(req, "internal", "out of memory");
@@ -914,12 +972,11 @@ void snapshot_method_remove(struct rpc_request *req, struct sandbox *sb)
         }
         rr->req = req;
         snprintf(rr->id, sizeof(rr->id), "%s", id);
+        if (snapshot_discard(id, snapshot_removed, rr, &err) < 0) {
+                rpc_reply_fail(req, "internal", "%s", err->message);
+                free(rr);
+                return;
+        }
         log_limited(log_key_uid(req->uid).text, LOG_LEVEL_INFO, "snapshot %s: removed by uid %u", id,
                     req->uid);
-        if (snapshot_remove_dir_async(doomed, snapshot_removed, rr, &err) < 0) {
-                /* No worker free: remove it here, blocking for once. */
-                _cleanup_error_ nsbox_error_t *now_err = NULL;
-                int r = rootfs_remove_dir(doomed, &now_err);
-                snapshot_removed(rr, r, 0, NULL, now_err ? now_err->message : NULL);
-        }
 }

@@ -51,6 +51,9 @@ int snapshot_copy_sandbox(struct sandbox *sb, int dst_fd, uid_t owner, bool dist
 int snapshot_remove_dir_async(const char *dir, snapshot_copy_done_fn done, void *data, nsbox_error_t **err);
 
 int snapshots_init(nsbox_error_t **err);
+/* Remove the snapshots taken for forks only (remove_when_unused) that no
+ * sandbox uses: after recovery, whose sandboxes hold theirs. */
+void snapshots_discard_unused(void);
 
 void snapshot_method_create(struct rpc_request *req, struct sandbox *sb); /* sandbox.snapshot */
 void snapshot_method_list(struct rpc_request *req, struct sandbox *sb);

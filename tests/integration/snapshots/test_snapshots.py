@@ -624,3 +624,45 @@ def test_a_snapshot_of_symlinks_turning_into_files_meanwhile_succeeds():
             tracer.terminate()
             tracer.wait(30)
         assert d.stop() == 0
+
+
+def snapshot_ids(daemon):
+    return sorted(s["snapshot_id"] for s in daemon.call("snapshot.list")["snapshots"])
+
+
+def wait_for(predicate, what, timeout=20):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_a_cli_fork_leaves_no_unnamed_snapshot_behind(daemon):
+    from conftest import ok, one_line_error
+    before = snapshot_ids(daemon)
+    parent = ok(daemon.cli("create")).stdout.decode().strip()
+    ok(daemon.cli("sh", parent, "echo kept > f"))
+    fork = ok(daemon.cli("fork", parent)).stdout.decode().strip()
+    taken = [s for s in daemon.call("snapshot.list")["snapshots"] if s["snapshot_id"] not in before]
+    assert len(taken) == 1 and taken[0]["remove_when_unused"] is True and taken[0]["sandboxes"] == 1, taken
+    assert ok(daemon.cli("sh", fork, "cat f")).stdout == b"kept\n"
+    # A fork whose create fails leaves nothing either.
+    assert "memory" in one_line_error(daemon.cli("fork", "--memory", "1T", parent))
+    assert len(snapshot_ids(daemon)) == len(before) + 1
+    ok(daemon.cli("rm", "-f", fork))
+    wait_for(lambda: snapshot_ids(daemon) == before, "the fork's snapshot outlived it")
+    assert not [n for n in os.listdir(os.path.join(daemon.state, "snapshots")) if not n.startswith(".")
+                and n not in before]
+    # A named one is the user's: it stays after its fork goes.
+    fork = ok(daemon.cli("fork", "--name", "keep me", parent)).stdout.decode().strip()
+    ok(daemon.cli("rm", "-f", fork, parent))
+    kept = [s for s in daemon.call("snapshot.list")["snapshots"] if s["snapshot_id"] not in before]
+    assert [s["name"] for s in kept] == ["keep me"] and kept[0]["remove_when_unused"] is False
+    daemon.call("snapshot.remove", snapshot_id=kept[0]["snapshot_id"])
+
+
+def test_remove_when_unused_must_be_a_boolean(daemon):
+    sid = create(daemon)
+    e = error_of(daemon, "sandbox.snapshot", sandbox_id=sid, remove_when_unused="yes")
+    assert e.kind == "invalid_params" and "remove_when_unused" in str(e), e.error
+    remove(daemon, sid)
