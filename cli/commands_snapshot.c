@@ -182,7 +182,8 @@ int cmd_fork(const struct cli *cli, int argc, char **argv)
         if (sandbox == NULL) {
                 /* No fork holds it: an unnamed snapshot would be left behind. */
                 if (name == NULL)
-                        json_decref(call(cli, "snapshot.remove", json_pack("{s:O}", "snapshot_id", snapshot_id)));
+                        json_decref(
+                            call(cli, "snapshot.remove", json_pack("{s:O}", "snapshot_id", snapshot_id)));
                 return EXIT_NSBOX_FAILED;
         }
         if (cli->json) {

@@ -189,12 +189,28 @@ static const struct command commands[] = {
         { "snapshots", cmd_snapshots, "nsbox snapshots", "Same as nsbox snapshot ls.\n" },
         { "fork", cmd_fork, "nsbox fork [--name NAME] [create options] ID",
           "Snapshot a sandbox's files and create a sandbox from the snapshot (nsbox create\n"
-          "--from-snapshot); print the new sandbox's id. The two then change apart; the\n"
-          "snapshot stays (nsbox snapshot ls) and makes more forks.\n" },
+          "--from-snapshot); print the new sandbox's id. The two then change apart. The\n"
+          "snapshot goes with the last sandbox made from it; with --name it stays (nsbox\n"
+          "snapshot ls) and makes more forks.\n" },
         { "commit", cmd_commit, "nsbox commit ID NAME",
           "Make an image NAME of a sandbox's file changes (e.g. after nsbox pip), layered\n"
           "on the sandbox's image: nsbox create --image NAME starts sandboxes with them.\n"
           "The image is yours: other users neither see nor use it.\n" },
+        { "stats", cmd_stats, "nsbox stats [--no-stream] [ID]",
+          "What your sandboxes (or one) use, refreshed every second on a terminal (as docker\n"
+          "stats): CPU % of one CPU, memory and its limit, disk (the writable layer) and its\n"
+          "limit, processes. Not on a terminal, or with --no-stream: one table. With --json\n"
+          "the sandbox.stats results.\n\n"
+          "  --no-stream   print one table and exit\n" },
+        { "events", cmd_events, "nsbox events [ID]",
+          "Print nsboxd's events as they happen (events.subscribe), for your sandboxes or one:\n"
+          "sandbox.created, sandbox.removed (with its reason), sandbox.paused, sandbox.resumed,\n"
+          "exec.started, exec.ended (exit code, timeout). --json prints one object per line.\n"
+          "Runs until interrupted or nsboxd stops.\n" },
+        { "metrics", cmd_metrics, "nsbox metrics",
+          "Print nsboxd's metrics in the Prometheus text format (server.metrics): for root,\n"
+          "request counts and latencies, events and every sandbox's use; for other users,\n"
+          "their own sandboxes' use.\n" },
         { "images", cmd_images, "nsbox images",
           "List the images you may use: the operator's and your committed ones, with the\n"
           "size of their own layer and their parent.\n" },

@@ -32,6 +32,7 @@
 #include "daemon.h"
 #include "egress.h"
 #include "json_cleanup.h"
+#include "events.h"
 #include "log.h"
 #include "params.h"
 #include "quota.h"
@@ -585,8 +586,13 @@ static void exec_finish(struct exec *ex)
         int code = ex->exited && WIFEXITED(ex->wait_status) ? WEXITSTATUS(ex->wait_status) : -1;
         log_limited(ex->sb->id, LOG_LEVEL_INFO, "sandbox %s: exec %s ended: exit %d%s, %lld ms", ex->sb->id,
                     ex->id, code, ex->timed_out ? " (timed out)" : "", ex->end_mono - ex->start_mono);
-        if (!ex->service)
+        if (!ex->service) {
                 exec_audit(ex);
+                events_emit(ex->sb, "exec.ended", NULL,
+                            json_pack("{s:s, s:i, s:b, s:I}", "exec_id", ex->id, "exit_code", code,
+                                      "timed_out", ex->timed_out, "duration_ms",
+                                      (json_int_t)(ex->end_mono - ex->start_mono)));
+        }
         exec_stdin_close(ex);
         if (ex->pty >= 0) {
                 /* Its last fd: the pty goes back to the sandbox's pool now, not when the exec is forgotten.
@@ -1245,6 +1251,9 @@ struct exec *exec_launch(struct sandbox *sb, json_t *params, const struct exec_h
                             ex->id);
         else
                 log_debug("sandbox %s: exec %s started", sb->id, ex->id);
+        if (!ex->service)
+                events_emit(sb, "exec.started", NULL,
+                            json_pack("{s:s, s:b}", "exec_id", ex->id, "background", p.background));
         return ex;
 }
 

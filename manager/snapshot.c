@@ -711,12 +711,11 @@ static void snapshot_created(void *data, int r, uint64_t size, json_t *result, c
         }
         char created[40], path[4096], final[4096];
         format_timestamp(s->created_at_ms, created, sizeof(created));
-        _cleanup_json_ json_t *meta =
-            json_pack("{s:s, s:s?, s:I, s:s, s:s, s:s, s:I, s:O?, s:s, s:b}", "snapshot_id", s->id, "name",
-                      s->name, "owner", (json_int_t)s->owner, "image", s->image, "sandbox_id", s->sandbox_id,
-                      "created_at", created, "size_bytes", (json_int_t)size, "inodes",
-                      json_object_get(result, "inodes"), "uid_isolation", uidmode_name(),
-                      "remove_when_unused", s->remove_when_unused);
+        _cleanup_json_ json_t *meta = json_pack(
+            "{s:s, s:s?, s:I, s:s, s:s, s:s, s:I, s:O?, s:s, s:b}", "snapshot_id", s->id, "name", s->name,
+            "owner", (json_int_t)s->owner, "image", s->image, "sandbox_id", s->sandbox_id, "created_at",
+            created, "size_bytes", (json_int_t)size, "inodes", json_object_get(result, "inodes"),
+            "uid_isolation", uidmode_name(), "remove_when_unused", s->remove_when_unused);
         snprintf(path, sizeof(path), "%s/snapshot.json", s->tmp);
         snprintf(final, sizeof(final), "%s/snapshots/%s", nsboxd.config.state_dir, s->id);
         if (meta == NULL || json_file_replace(path, meta, JSON_COMPACT, true, &err) < 0 ||
