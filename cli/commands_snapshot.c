@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cleanup.h"
 #include "cli.h"
@@ -51,6 +52,46 @@ static json_t *call(const struct cli *cli, const char *method, json_t *params)
                 return NULL;
         json_t *result = cli_call(cli, c, method, params);
         client_close(c);
+        return result;
+}
+
+/* A long copy's progress, on a terminal's stderr: one line redrawn. */
+static void print_progress(const char *method, json_t *params, void *data)
+{
+        bool *shown = data;
+        if (strcmp(method, "progress") != 0)
+                return;
+        json_t *done = json_object_get(params, "done_bytes"), *total = json_object_get(params, "total_bytes");
+        if (json_is_integer(done) && json_is_integer(total)) {
+                double d = (double)json_integer_value(done) / (1 << 20);
+                double t = (double)json_integer_value(total) / (1 << 20);
+                fprintf(stderr, "\r\033[K%s: %.1f of %.1f MiB copied",
+                        json_string_value(json_object_get(params, "operation")) ?: "", d, t);
+        } else {
+                fprintf(stderr, "\r\033[K%s: step %lld of %lld: %s",
+                        json_string_value(json_object_get(params, "operation")) ?: "",
+                        (long long)json_integer_value(json_object_get(params, "done_steps")) + 1,
+                        (long long)json_integer_value(json_object_get(params, "total_steps")),
+                        json_string_value(json_object_get(params, "step")) ?: "");
+        }
+        *shown = true;
+}
+
+/* call(), with the copy's progress on stderr when it is a terminal. */
+static json_t *call_with_progress(const struct cli *cli, const char *method, json_t *params)
+{
+        _cleanup_json_ json_t *owned = params;
+        if (!isatty(STDERR_FILENO))
+                return call(cli, method, json_incref(params));
+        json_object_set_new(params, "progress", json_true());
+        struct client *c = cli_connect(cli);
+        if (c == NULL)
+                return NULL;
+        bool shown = false;
+        json_t *result = cli_call_notified(cli, c, method, params, print_progress, &shown);
+        client_close(c);
+        if (shown)
+                fputs("\r\033[K", stderr);
         return result;
 }
 
@@ -118,7 +159,7 @@ static json_t *take_snapshot(const struct cli *cli, const char *id, const char *
                 json_object_set_new(params, "remove_when_unused", json_true());
         if (name != NULL)
                 json_object_set_new(params, "name", json_string(name));
-        return call(cli, "sandbox.snapshot", params);
+        return call_with_progress(cli, "sandbox.snapshot", params);
 }
 
 int cmd_snapshot(const struct cli *cli, int argc, char **argv)
@@ -202,8 +243,8 @@ int cmd_commit(const struct cli *cli, int argc, char **argv)
         if (!just_args(cli, argc, argv, 2, &code))
                 return code;
         _cleanup_json_ json_t *result =
-            call(cli, "image.commit",
-                 json_pack("{s:s, s:s}", "sandbox_id", argv[optind], "name", argv[optind + 1]));
+            call_with_progress(cli, "image.commit",
+                               json_pack("{s:s, s:s}", "sandbox_id", argv[optind], "name", argv[optind + 1]));
         return print_answer(cli, result, "name");
 }
 
@@ -261,7 +302,7 @@ static int image_import(const struct cli *cli, int argc, char **argv)
         json_t *params = json_pack("{s:s, s:s}", "path", path, "name", argv[optind + 1]);
         if (tag != NULL)
                 json_object_set_new(params, "tag", json_string(tag));
-        _cleanup_json_ json_t *result = call(cli, "image.import", params);
+        _cleanup_json_ json_t *result = call_with_progress(cli, "image.import", params);
         return print_answer(cli, result, "name");
 }
 

@@ -45,6 +45,8 @@ static struct snapshot_copy {
         bool shift, dists;
         uid_t from_base;
         uint64_t max_bytes;
+        uint64_t estimate;               /* what the copy should come to, for its progress */
+        struct rpc_request *progress_to; /* told how far the copy is, or NULL */
         /* The tightest inode bound of this copy, said when it is hit. */
         uint64_t max_inodes;
         char inode_bound[256];
@@ -398,11 +400,30 @@ static json_t *layer_dists(int layer)
 
 /* In the worker: the snapshot layer the sandbox was forked from, then its
  * upper on top, merged into one layer. */
+/* In the copy's worker: its estimated size, for the progress it reports. */
+static uint64_t copy_estimate;
+
+static long long copy_said_at_ms;
+
+/* At most every 100 ms: a copy of many small files charges thousands a second. */
+static void copy_progress(const struct rootfs_copy *c)
+{
+        long long now = now_monotonic_ms();
+        if (now - copy_said_at_ms < 100)
+                return;
+        copy_said_at_ms = now;
+        fs_worker_progress(c->bytes, copy_estimate > c->bytes ? copy_estimate : c->bytes);
+}
+
 static int copy_run(void *data, struct fs_worker_output *out, nsbox_error_t **err)
 {
         struct snapshot_copy *job = data;
         _cleanup_(rootfs_copy_done) struct rootfs_copy c = { .max_bytes = job->max_bytes,
-                                                             .max_inodes = job->max_inodes };
+                                                             .max_inodes = job->max_inodes,
+                                                             .progress = copy_progress };
+        copy_estimate = job->estimate;
+        copy_said_at_ms = now_monotonic_ms();
+        fs_worker_progress(0, copy_estimate);
         int r;
         if (job->parent_fd >= 0 && (r = rootfs_copy_layer(job->parent_fd, job->dst_fd, &c)) < 0)
                 return r == -EDQUOT
@@ -436,6 +457,7 @@ static int copy_run(void *data, struct fs_worker_output *out, nsbox_error_t **er
         }
         /* The data reaches the disk before the record says the snapshot exists. */
         syncfs(job->dst_fd);
+        fs_worker_progress(c.bytes, c.bytes);
         out->result =
             json_pack("{s:I, s:I}", "size_bytes", (json_int_t)c.bytes, "inodes", (json_int_t)c.inodes);
         if (job->dists)
@@ -475,8 +497,20 @@ static void copy_done(void *data, int r, json_t *result, const char *message)
 
 static unsigned copies_of(uid_t uid);
 
-int snapshot_copy_sandbox(struct sandbox *sb, int dst_fd, uid_t owner, bool dists, snapshot_copy_done_fn done,
-                          void *data, nsbox_error_t **err)
+static void copy_told(void *data, uint64_t done, uint64_t total)
+{
+        struct snapshot_copy *job = data;
+        if (job->progress_to == NULL)
+                return;
+        _cleanup_json_ json_t *params =
+            json_pack("{s:s, s:I, s:I}", "operation", job->progress_to->msg.method, "done_bytes",
+                      (json_int_t)done, "total_bytes", (json_int_t)total);
+        rpc_notify(job->progress_to, "progress", params);
+}
+
+int snapshot_copy_sandbox(struct sandbox *sb, int dst_fd, uid_t owner, bool dists,
+                          struct rpc_request *progress_to, snapshot_copy_done_fn done, void *data,
+                          nsbox_error_t **err)
 {
         if (sb->disk_fd < 0)
                 return nsbox_error(err, EBADF, "sandbox %s has no writable layer to copy", sb->id);
@@ -572,6 +606,8 @@ int snapshot_copy_sandbox(struct sandbox *sb, int dst_fd, uid_t owner, bool dist
         job->max_bytes = most_bytes < limit - stored ? most_bytes : limit - stored;
         job->max_inodes = most_inodes < inodes_left ? most_inodes : inodes_left;
         job->reserved = job->max_bytes;
+        job->estimate = estimate;
+        job->progress_to = progress_to;
         job->reserved_inodes = job->max_inodes;
         snprintf(job->inode_bound, sizeof(job->inode_bound), "more than the %llu inodes left (limit %s%s)",
                  (unsigned long long)inodes_left, bounds[b].key, held);
@@ -591,11 +627,13 @@ int snapshot_copy_sandbox(struct sandbox *sb, int dst_fd, uid_t owner, bool dist
                 return nsbox_error(err, errno, "dup");
         }
         int keep[] = { job->upper_fd, job->parent_fd, job->dst_fd };
-        int r = fs_worker_start(keep, ARRAY_SIZE(keep), copy_run, copy_done, job, NULL, err);
+        struct fs_worker *worker = NULL;
+        int r = fs_worker_start(keep, ARRAY_SIZE(keep), copy_run, copy_done, job, &worker, err);
         if (r < 0) {
                 copy_forget(job);
                 return r;
         }
+        fs_worker_on_progress(worker, copy_told, job);
         return 0;
 }
 
@@ -759,11 +797,14 @@ static unsigned copies_of(uid_t uid)
 
 void snapshot_method_create(struct rpc_request *req, struct sandbox *sb)
 {
-        static const char *const known[] = { "sandbox_id", "name", "remove_when_unused", NULL };
+        static const char *const known[] = { "sandbox_id", "name", "remove_when_unused", "progress", NULL };
+        bool progress = false;
         _cleanup_error_ nsbox_error_t *err = NULL;
         if (!rpc_check_fields(req, known))
                 return;
         json_t *name = json_object_get(req->msg.params, "name");
+        if (!rpc_get_bool(req, "progress", &progress))
+                return;
         json_t *auto_remove = json_object_get(req->msg.params, "remove_when_unused");
         if (auto_remove != NULL && !json_is_boolean(auto_remove)) {
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
@@ -817,7 +858,8 @@ void snapshot_method_create(struct rpc_request *req, struct sandbox *sb)
         }
         _cleanup_close_ int dst = open(layer, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         int r = dst < 0 ? nsbox_error(&err, errno, "open %s", layer)
-                        : snapshot_copy_sandbox(sb, dst, req->uid, false, snapshot_created, s, &err);
+                        : snapshot_copy_sandbox(sb, dst, req->uid, false, progress ? req : NULL,
+                                                snapshot_created, s, &err);
         if (r < 0) {
                 rootfs_remove_dir(s->tmp, NULL);
                 rpc_reply_fail(req, snapshot_copy_error_kind(r), "%s", err->message);

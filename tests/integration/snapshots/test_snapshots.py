@@ -666,3 +666,39 @@ def test_remove_when_unused_must_be_a_boolean(daemon):
     e = error_of(daemon, "sandbox.snapshot", sandbox_id=sid, remove_when_unused="yes")
     assert e.kind == "invalid_params" and "remove_when_unused" in str(e), e.error
     remove(daemon, sid)
+
+
+def call_with_notifications(daemon, method, **params):
+    with daemon.client() as c:
+        msg = c.response(c.request(method, params))
+        assert "result" in msg, msg
+        return msg["result"], [n["params"] for n in c.notifications if n["method"] == "progress"]
+
+
+def test_long_copies_report_their_progress_when_asked(daemon, tmp_path):
+    sid = create(daemon)
+    sh(daemon, sid, "head -c 60000000 /dev/urandom > big && for i in $(seq 300); do echo $i > small-$i; done")
+    snap, told = call_with_notifications(daemon, "sandbox.snapshot", sandbox_id=sid, progress=True)
+    assert told, "no progress notification"
+    assert all(t["operation"] == "sandbox.snapshot" for t in told)
+    assert told[0]["done_bytes"] == 0 and told[0]["total_bytes"] >= 60000000, told[0]
+    done = [t["done_bytes"] for t in told]
+    assert done == sorted(done) and told[-1]["done_bytes"] == told[-1]["total_bytes"] == snap["size_bytes"], told
+    image, told = call_with_notifications(daemon, "image.commit", sandbox_id=sid, name="progress-image",
+                                          progress=True)
+    assert told and told[-1]["operation"] == "image.commit" and told[-1]["done_bytes"] == told[-1]["total_bytes"]
+    # Not asked: not told.
+    again, told = call_with_notifications(daemon, "sandbox.snapshot", sandbox_id=sid)
+    assert told == []
+    layout = busybox_layout(tmp_path)
+    _, told = call_with_notifications(daemon, "image.import", path=layout, name="progress-box", tag="v1",
+                                      progress=True)
+    assert [t["step"] for t in told] == ["unpack the layers (umoci)", "measure and record the image"], told
+    assert all(t["total_steps"] == 3 for t in told)
+    e = error_of(daemon, "sandbox.snapshot", sandbox_id=sid, progress="yes")
+    assert e.kind == "invalid_params" and "progress" in str(e)
+    remove(daemon, sid)
+    for s in (snap, again):
+        daemon.call("snapshot.remove", snapshot_id=s["snapshot_id"])
+    daemon.call("image.remove", name="progress-image")
+    daemon.call("image.remove", name="progress-box")
