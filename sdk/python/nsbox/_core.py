@@ -15,7 +15,7 @@ import secrets
 import signal as _signal
 import time
 
-from .errors import NotFoundError, SandboxTimeoutError
+from .errors import CommandNotFoundError, CommandTimeoutError, NotFoundError, SandboxTimeoutError
 from .models import CommandResult, EntryInfo, Execution, ShellResult
 
 DEFAULT_SOCKET = "/run/nsbox/nsbox.sock"
@@ -82,6 +82,38 @@ class Decoder:
         return b"" if self.binary else self.text.decode(b"", final=True)
 
 
+# How nsboxd's stderr begins when the command could not be started at all (no
+# such program: exit 127; not executable: 126). nsboxd sends that message as
+# text even when the exec asked for base64.
+_START_ERROR = "nsbox: cannot run the command: "
+
+
+def _start_error(r):
+    """nsboxd's message when the exec could not start its command, else None."""
+    text = r.get("stderr")
+    if r.get("exit_code") not in (126, 127) or not isinstance(text, str):
+        return None
+    if not text.startswith(_START_ERROR) and r.get("encoding") == "base64":
+        try:  # as it would come from an nsboxd that encodes it
+            text = base64.b64decode(text, validate=True).decode("utf-8")
+        except ValueError:
+            return None
+    return text if text.startswith(_START_ERROR) else None
+
+
+def exec_output(r, binary, wire_base64):
+    """(stdout, stderr) of an exec reply (sandbox.exec, exec.status, exec.output)."""
+    start_error = _start_error(r)
+    out = []
+    for name in ("stdout", "stderr"):
+        if name == "stderr" and start_error is not None:
+            out.append(start_error.encode("utf-8") if binary else start_error)
+            continue
+        d = Decoder(binary, wire_base64)
+        out.append(d.feed(r.get(name)) + d.finish())
+    return out
+
+
 def _join(parts, binary):
     return (b"" if binary else "").join(parts)
 
@@ -117,12 +149,15 @@ class SandboxCore:
     _files_cls = None
     _shell_cls = None
 
-    def __init__(self, conn, reply, keep=False):
+    def __init__(self, conn, reply, keep=None):
         self._conn = conn
         self.sandbox_id = reply["sandbox_id"]
         self.session_id = reply.get("session_id")
         self.existing = bool(reply.get("existing"))
-        self.keep = keep
+        # A session's sandbox is there to be found again by its name (the next
+        # turn of an agent, another process): the end of a `with` block keeps
+        # it whether or not that block made it, unless keep=False says so.
+        self.keep = bool(self.session_id) if keep is None else keep
         self.created = reply
         self.commands = self._commands_cls(self)
         self.files = self._files_cls(self)
@@ -154,7 +189,10 @@ class SandboxCore:
         r = yield Call("python.run", self._p(code=code, stateful=stateful, timeout_seconds=timeout,
                                              requirements=list(requirements) if requirements else None,
                                              files=sent or None))
-        return Execution.from_reply(r)
+        execution = Execution.from_reply(r)
+        if execution.status == "timeout":
+            raise CommandTimeoutError("code", timeout, execution)
+        return execution
 
     def pause(self, force=False):
         """Freeze every process of the sandbox (sandbox.pause); force: even with
@@ -252,13 +290,21 @@ class CommandsCore:
         if stream:
             params["stream"] = True
         r = yield Call("sandbox.exec", params, on_notify if stream else None)
+        start_error = _start_error(r)
         for name in ("stdout", "stderr"):
-            chunk = decoders[name].feed(r.get(name)) + decoders[name].finish()
+            if name == "stderr" and start_error is not None:
+                chunk = start_error.encode("utf-8") if binary else start_error
+            else:
+                chunk = decoders[name].feed(r.get(name)) + decoders[name].finish()
             if chunk:
                 parts[name].append(chunk)
                 if callbacks[name] is not None:
                     yield Invoke(callbacks[name], chunk)
         result = CommandResult.from_reply(r, _join(parts["stdout"], binary), _join(parts["stderr"], binary))
+        if start_error is not None:
+            raise CommandNotFoundError(result)
+        if result.timed_out:
+            raise CommandTimeoutError("command %r" % (cmd,), timeout, result)
         return result.check() if check else result
 
     def list(self):
@@ -293,11 +339,7 @@ class HandleCore:
         return self._sandbox._conn
 
     def _decoded(self, r):
-        out = []
-        for name in ("stdout", "stderr"):
-            d = Decoder(self.binary, self.wire_base64)
-            out.append(d.feed(r.get(name)) + d.finish())
-        return out
+        return exec_output(r, self.binary, self.wire_base64)
 
     def status(self):
         """exec.status: a CommandResult with .running, output so far."""
@@ -339,8 +381,11 @@ class HandleCore:
             yield Sleep(delay)
             delay = min(delay * 1.5, 0.5)
         st = yield Call("exec.status", {"exec_id": self.exec_id})
+        start_error = _start_error(st)
         for name in callbacks:
             tail = decoders[name].finish()
+            if name == "stderr" and start_error is not None:  # exec.output does not hold it
+                tail += start_error.encode("utf-8") if self.binary else start_error
             if tail:
                 parts[name].append(tail)
                 if callbacks[name] is not None:

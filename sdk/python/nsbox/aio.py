@@ -182,7 +182,7 @@ class AsyncSandbox(_core.SandboxCore):
 
     @classmethod
     def create(cls, session_id=None, image=None, memory=None, network=None, env=None, labels=None,
-               idle_timeout=None, socket=None, keep=False, pids=None, cpus=None, disk=None, seccomp_profile=None,
+               idle_timeout=None, socket=None, keep=None, pids=None, cpus=None, disk=None, seccomp_profile=None,
                from_snapshot=None):
         params = _core.create_params(session_id=session_id, image=image, memory=memory, pids=pids, cpus=cpus,
                                      disk=disk, network=network, env=env, labels=labels,

@@ -150,10 +150,12 @@ class Sandbox(_core.SandboxCore):
 
     @classmethod
     def create(cls, session_id=None, image=None, memory=None, network=None, env=None, labels=None,
-               idle_timeout=None, socket=None, keep=False, pids=None, cpus=None, disk=None, seccomp_profile=None,
+               idle_timeout=None, socket=None, keep=None, pids=None, cpus=None, disk=None, seccomp_profile=None,
                from_snapshot=None):
         """Create a sandbox (or, with session_id, get that session's live one).
-        memory and disk: bytes or "512M"-style strings."""
+        memory and disk: bytes or "512M"-style strings. The end of a `with`
+        block removes the sandbox, except a session's (kept: the session name
+        is there to find it again); keep=True or keep=False decides instead."""
         params = _core.create_params(session_id=session_id, image=image, memory=memory, pids=pids, cpus=cpus,
                                      disk=disk, network=network, env=env, labels=labels,
                                      idle_timeout=idle_timeout, seccomp_profile=seccomp_profile,
