@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The synchronous client: one unix socket per Sandbox, one request at a time."""
+"""The synchronous client: a Sandbox's calls each take a connection of its
+pool, so calls from several threads run at once."""
 import functools
 import itertools
 import json
+import select
 import threading
 import time
 
@@ -35,6 +37,15 @@ class Connection:
             self._file.close()
             self._sock.close()
             self._sock = self._file = None
+
+    def reusable(self):
+        """Open, and nothing waiting to be read: a connection nsboxd closed
+        while it was idle (client_idle_timeout_seconds) reads as EOF."""
+        if self._sock is None:
+            return False
+        poller = select.poll()
+        poller.register(self._sock, select.POLLIN)
+        return not poller.poll(0)
 
     def call(self, method, params=None, on_notify=None):
         """The result of one request; notifications before the reply go to on_notify."""
@@ -78,6 +89,53 @@ class Connection:
             if "error" in reply:
                 raise error_from_reply(reply["error"])
             return reply.get("result")
+
+
+class ConnectionPool:
+    """The connections of one Sandbox: a call takes an idle one or opens a new
+    one and gives it back when its reply is in, so calls from several threads
+    run at once, each on its own connection (stream notifications carry no
+    request id, so one connection serves one call at a time). At most
+    MAX_IDLE stay open between calls."""
+    MAX_IDLE = 4
+
+    def __init__(self, socket=None, timeout=None, connect_timeout=10):
+        self.path = _core.socket_path(socket)
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self._lock = threading.Lock()
+        self._idle = []
+
+    def _take(self):
+        while True:
+            with self._lock:
+                conn = self._idle.pop() if self._idle else None
+            if conn is None:
+                return Connection(self.path, self.timeout, self.connect_timeout)
+            if conn.reusable():
+                return conn
+            conn.close()
+
+    def _give(self, conn):
+        with self._lock:
+            if conn._sock is not None and len(self._idle) < self.MAX_IDLE:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def call(self, method, params=None, on_notify=None):
+        conn = self._take()
+        try:
+            return conn.call(method, params, on_notify)
+        finally:
+            self._give(conn)
+
+    def close(self):
+        """Close the idle connections; a later call opens one again."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
 
 
 def drive(conn, gen):
@@ -160,22 +218,21 @@ class Sandbox(_core.SandboxCore):
                                      disk=disk, network=network, env=env, labels=labels,
                                      idle_timeout=idle_timeout, seccomp_profile=seccomp_profile,
                                      from_snapshot=from_snapshot)
-        conn = Connection(socket)
+        return cls._open(socket, "sandbox.create", params, keep)
+
+    @classmethod
+    def _open(cls, socket, method, params, keep):
+        pool = ConnectionPool(socket)
         try:
-            return cls(conn, conn.call("sandbox.create", params), keep=keep)
+            return cls(pool, pool.call(method, params), keep=keep)
         except BaseException:
-            conn.close()
+            pool.close()
             raise
 
     @classmethod
     def connect(cls, sandbox_id, socket=None, keep=True):
         """An existing sandbox by id (kept at the end of a `with` unless keep=False)."""
-        conn = Connection(socket)
-        try:
-            return cls(conn, conn.call("sandbox.info", {"sandbox_id": sandbox_id}), keep=keep)
-        except BaseException:
-            conn.close()
-            raise
+        return cls._open(socket, "sandbox.info", {"sandbox_id": sandbox_id}, keep)
 
     @staticmethod
     def list(socket=None, include_inactive=False):
@@ -195,7 +252,7 @@ class Sandbox(_core.SandboxCore):
             conn.close()
 
     def close(self):
-        """Close the connection; the sandbox stays."""
+        """Close the connections; the sandbox stays."""
         self._conn.close()
 
     def __enter__(self):
