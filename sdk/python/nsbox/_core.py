@@ -458,6 +458,10 @@ class FilesCore:
         return (yield Call("fs.chmod", self._sandbox._p(path=path, mode=int(mode))))
 
 
+# nsboxd's timeout of a blocking shell.run that gives none.
+SHELL_TIMEOUT = 30
+
+
 def _shell_result(r, binary):
     out = []
     for name in ("stdout", "stderr"):
@@ -486,13 +490,17 @@ class ShellCore:
 
     def run(self, session, command, timeout=None, blocking=True, cwd=None, binary=False, max_output_bytes=None):
         """Run a command line in the session: blocking, its ShellResult
-        (timeout default 30 s: past it the command is interrupted, the
-        session stays); blocking=False, at once with running=True (poll
-        with check())."""
+        (timeout default 30 s: past it the command is interrupted and
+        CommandTimeoutError raised, the session stays); blocking=False, at
+        once with running=True (poll with check())."""
         r = yield Call("shell.run", self._sandbox._p(session=session, command=command, timeout_seconds=timeout,
                                                       blocking=blocking, cwd=cwd, encoding="base64",
                                                       max_output_bytes=max_output_bytes))
-        return _shell_result(r, binary)
+        result = _shell_result(r, binary)
+        if result.timed_out:
+            raise CommandTimeoutError("shell command %r" % (command,),
+                                      SHELL_TIMEOUT if timeout is None else timeout, result)
+        return result
 
     def check(self, session, since=None, binary=False):
         """The session's current or last command: running, exit_code, output

@@ -37,9 +37,11 @@ class SandboxTimeoutError(NsboxError):
 
 
 class CommandTimeoutError(SandboxTimeoutError, TimeoutError):
-    """A command (commands.run) or code (run_code) ran past its timeout and was
-    killed. `result` holds what it wrote until then: a CommandResult (with
-    timed_out=True) or an Execution (status "timeout")."""
+    """A command (commands.run, a blocking shell.run) or code (run_code) ran
+    past its timeout and was killed (a shell session's command interrupted,
+    the session kept). `result` holds what it wrote until then: a
+    CommandResult or ShellResult (timed_out=True) or an Execution (status
+    "timeout")."""
 
     def __init__(self, what, timeout, result):
         super().__init__("%s timed out after %s s and was killed%s" % (what, timeout, _said(result)),

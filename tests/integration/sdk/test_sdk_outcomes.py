@@ -122,6 +122,13 @@ def test_asyncio_timeouts_and_missing_commands_raise(daemon):
                 raise AssertionError("no CommandTimeoutError")
             except nsbox.CommandTimeoutError as e:
                 assert e.result.status == "timeout"
+            sh = await s.shell.create()
+            try:
+                await sh.run("echo shell-so-far; sleep 60", timeout=1)
+                raise AssertionError("no CommandTimeoutError")
+            except nsbox.CommandTimeoutError as e:
+                assert e.result.stdout == "shell-so-far\n"
+            assert (await sh.run("echo still")).stdout == "still\n"
             try:
                 await s.commands.run(["nosuchbin"])
                 raise AssertionError("no CommandNotFoundError")
