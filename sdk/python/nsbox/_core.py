@@ -101,13 +101,17 @@ def _start_error(r):
     return text if text.startswith(_START_ERROR) else None
 
 
+def _as_output(text, binary):
+    return text.encode("utf-8") if binary else text
+
+
 def exec_output(r, binary, wire_base64):
     """(stdout, stderr) of an exec reply (sandbox.exec, exec.status, exec.output)."""
     start_error = _start_error(r)
     out = []
     for name in ("stdout", "stderr"):
         if name == "stderr" and start_error is not None:
-            out.append(start_error.encode("utf-8") if binary else start_error)
+            out.append(_as_output(start_error, binary))
             continue
         d = Decoder(binary, wire_base64)
         out.append(d.feed(r.get(name)) + d.finish())
@@ -293,7 +297,7 @@ class CommandsCore:
         start_error = _start_error(r)
         for name in ("stdout", "stderr"):
             if name == "stderr" and start_error is not None:
-                chunk = start_error.encode("utf-8") if binary else start_error
+                chunk = _as_output(start_error, binary)
             else:
                 chunk = decoders[name].feed(r.get(name)) + decoders[name].finish()
             if chunk:
@@ -385,7 +389,7 @@ class HandleCore:
         for name in callbacks:
             tail = decoders[name].finish()
             if name == "stderr" and start_error is not None:  # exec.output does not hold it
-                tail += start_error.encode("utf-8") if self.binary else start_error
+                tail += _as_output(start_error, self.binary)
             if tail:
                 parts[name].append(tail)
                 if callbacks[name] is not None:
