@@ -52,7 +52,10 @@ class AsyncConnection:
 
     def reusable(self):
         """Open, and not closed by nsboxd while idle (client_idle_timeout_seconds)."""
-        return self._writer is not None and not self._writer.is_closing() and not self._reader.at_eof()
+        if self._writer is None or self._writer.is_closing() or self._reader.at_eof():
+            return False
+        sock = self._writer.get_extra_info("socket")
+        return sock is not None and not _connect.stale(sock)  # the EOF the loop has not read yet
 
     def _drop(self):
         if self._writer is not None:

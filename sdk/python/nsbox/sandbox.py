@@ -4,7 +4,6 @@ pool, so calls from several threads run at once."""
 import functools
 import itertools
 import json
-import select
 import threading
 import time
 
@@ -41,11 +40,7 @@ class Connection:
     def reusable(self):
         """Open, and nothing waiting to be read: a connection nsboxd closed
         while it was idle (client_idle_timeout_seconds) reads as EOF."""
-        if self._sock is None:
-            return False
-        poller = select.poll()
-        poller.register(self._sock, select.POLLIN)
-        return not poller.poll(0)
+        return self._sock is not None and not _connect.stale(self._sock)
 
     def call(self, method, params=None, on_notify=None):
         """The result of one request; notifications before the reply go to on_notify."""

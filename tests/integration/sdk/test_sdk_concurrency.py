@@ -6,8 +6,11 @@ import asyncio
 import os
 import sys
 import threading
+import time
 
-from conftest import REPO
+import pytest
+
+from conftest import REPO, Daemon
 
 sys.path.insert(0, os.path.join(REPO, "sdk", "python"))
 import nsbox  # noqa: E402
@@ -92,14 +95,34 @@ def test_asyncio_gathered_calls_on_one_sandbox_run_at_once(daemon):
     asyncio.run(main())
 
 
-def test_a_connection_nsboxd_closed_while_idle_is_not_reused(daemon):
-    with Sandbox.create(socket=daemon.socket) as sb:
+@pytest.fixture(scope="module")
+def quick_idle_daemon():
+    """An nsboxd that closes a client's connection idle for 1 s."""
+    d = Daemon(extra_args=["--client-idle-timeout-seconds", "1"])
+    yield d
+    assert d.stop() == 0
+
+
+def wait_for_idle_closes(daemon, n):
+    while daemon.read_log().count("; closing") < n:
+        time.sleep(0.05)
+
+
+def test_a_call_after_nsboxd_closed_the_idle_connection_works(quick_idle_daemon):
+    d = quick_idle_daemon
+    with Sandbox.create(socket=d.socket) as sb:
+        closed = d.read_log().count("; closing")
         assert sb.commands.run("echo one").stdout == "one\n"
-        idle = sb._conn._idle
-        assert idle, "no idle connection kept"
-        for conn in idle:  # as nsboxd's client_idle_timeout_seconds does
-            conn._sock.shutdown(2)
+        wait_for_idle_closes(d, closed + 1)
         assert sb.commands.run("echo two").stdout == "two\n"
+
+    async def main():
+        async with AsyncSandbox.create(socket=d.socket) as s:
+            closed = d.read_log().count("; closing")
+            assert (await s.commands.run("echo one")).stdout == "one\n"
+            wait_for_idle_closes(d, closed + 1)  # blocks the loop: it has not read the EOF
+            assert (await s.commands.run("echo two")).stdout == "two\n"
+    asyncio.run(main())
 
 
 def test_many_threads_share_one_sandbox_and_few_connections_stay_open(daemon):
