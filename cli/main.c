@@ -213,7 +213,14 @@ static const struct command commands[] = {
           "then everyone's to use.\n" },
         { "status", cmd_status, "nsbox status",
           "Show the daemon's version, kernel, cgroup mode and features.\n" },
-        { "mcp", cmd_mcp, "nsbox mcp", "Serve MCP (Model Context Protocol) on standard input/output.\n" },
+        { "mcp", cmd_mcp, "nsbox mcp [--session NAME]",
+          "Serve MCP (Model Context Protocol) on standard input/output (newline-delimited\n"
+          "JSON-RPC; logs on stderr). Tool calls that name no session_id or sandbox_id\n"
+          "share one sandbox, removed when the server ends (EOF on stdin, SIGTERM, SIGHUP\n"
+          "or SIGINT); sandboxes of named sessions are kept.\n\n"
+          "  --session NAME  that shared sandbox is session NAME's and is kept at the end\n"
+          "                  (until its idle timeout): a later nsbox mcp --session NAME\n"
+          "                  finds its files and variables again\n" },
         { "serve", cmd_serve,
           "nsbox serve --http ADDR [--tokens FILE] [--tls-cert FILE --tls-key FILE] [--socket PATH]",
           "Serve nsboxd's API over HTTP (runs nsbox-http; see nsbox-http --help and\n"

@@ -444,7 +444,18 @@ int exec_write_stdin(struct exec *ex, const void *buf, size_t len)
 
 void exec_signal(struct exec *ex, int sig)
 {
+        if (sig == SIGKILL)
+                ex->killed = true;
         exec_send_kill(ex, sig);
+}
+
+unsigned exec_running_unkilled(const struct sandbox *sb)
+{
+        unsigned n = 0;
+        for (const struct exec *ex = sb->exec->execs; ex != NULL; ex = ex->next)
+                if (!ex->service && !ex->finished && !ex->killed)
+                        n++;
+        return n;
 }
 
 void exec_stream_to(struct exec *ex, struct rpc_request *req)
