@@ -21,6 +21,7 @@
 #include "json_cleanup.h"
 #include "log.h"
 #include "params.h"
+#include "policy.h"
 #include "quota.h"
 #include "requirement.h"
 #include "sandbox_life.h"
@@ -466,6 +467,9 @@ static void run_stateless(struct python_run *run, const char *code)
                       (int)run->timeout_s, "stream", run->stream);
         if (run->max_output >= 0)
                 json_object_set_new(params, "max_output_bytes", json_integer(run->max_output));
+        json_t *env = json_object_get(p, "env");
+        if (json_is_object(env))
+                json_object_set(params, "env", env);
         json_t *argv = json_object_get(params, "argv");
         if (name != NULL || json_array_size(args) > 0)
                 json_array_append_new(argv, json_string(name != NULL ? name : script));
@@ -1035,10 +1039,10 @@ static void session_ready(struct sandbox *sb, const char *error, void *data)
         run_in_sandbox(run);
 }
 
-/* args, script_name and stream: how a stateless call runs its script. */
+/* args, script_name, stream and env: how a stateless call runs its script. */
 static int check_script_params(json_t *p, bool stateful, nsbox_error_t **err)
 {
-        static const char *const stateless_only[] = { "args", "script_name", "stream" };
+        static const char *const stateless_only[] = { "args", "script_name", "stream", "env" };
         for (size_t i = 0; i < ARRAY_SIZE(stateless_only); i++) {
                 json_t *v = json_object_get(p, stateless_only[i]);
                 if (stateful && v != NULL && !json_is_null(v))
@@ -1048,6 +1052,10 @@ static int check_script_params(json_t *p, bool stateful, nsbox_error_t **err)
         json_t *stream = json_object_get(p, "stream");
         if (stream != NULL && !json_is_null(stream) && !json_is_boolean(stream))
                 return nsbox_invalid(err, "stream must be a boolean");
+        json_t *env = json_object_get(p, "env");
+        int r;
+        if (env != NULL && !json_is_null(env) && (r = policy_check_env(env, "env", err)) < 0)
+                return r;
         json_t *args = json_object_get(p, "args");
         if (args != NULL && !json_is_null(args)) {
                 if (!json_is_array(args) || json_array_size(args) > MAX_SCRIPT_ARGS)
@@ -1105,7 +1113,8 @@ static int check_run_params(json_t *p, unsigned *timeout_s, json_int_t *max_outp
 {
         static const char *const known[] = {
                 "sandbox_id", "session_id", "code",        "timeout_seconds", "requirements",     "files",
-                "stateful",   "args",       "script_name", "stream",          "max_output_bytes", NULL
+                "stateful",   "args",       "script_name", "stream",          "max_output_bytes", "env",
+                NULL
         };
         int r = params_check_known(p, known, "", err);
         if (r < 0)

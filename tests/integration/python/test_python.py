@@ -151,6 +151,22 @@ def test_max_output_bytes_bounds_what_is_kept_and_says_what_was_dropped(daemon, 
         assert e.value.code == -32602 and "max_output_bytes" in str(e.value), bad
 
 
+def test_env_is_the_stateless_calls_own(daemon, sandbox):
+    code = "import os\nprint(os.environ.get('OUTPUT_DIR'), os.environ.get('HOME'))"
+    for _ in range(2):  # the first may run before the fork server is up, the second is served
+        r = run(daemon, sandbox_id=sandbox, code=code, env={"OUTPUT_DIR": "output"})
+        assert r["status"] == "ok" and r["stdout"] == "output /workspace\n", r
+    r = run(daemon, sandbox_id=sandbox, code=code)
+    assert r["stdout"] == "None /workspace\n", r  # not left for the next call
+    for bad, why in (({"A=B": "x"}, "env"), ({"A": 1}, "env"), ("A=B", "env")):
+        with pytest.raises(RpcError) as e:
+            run(daemon, sandbox_id=sandbox, code="pass", env=bad)
+        assert e.value.code == -32602 and why in str(e.value), bad
+    with pytest.raises(RpcError) as e:
+        run(daemon, sandbox_id=sandbox, code="pass", env={"A": "b"}, stateful=True)
+    assert "env is for stateless calls" in str(e.value)
+
+
 def test_png_written_by_code_is_in_files_produced(daemon, sandbox):
     r = run(daemon, sandbox_id=sandbox,
             code="from PIL import Image\nImage.new('RGB', (8, 8), 'red').save('red.png')")
