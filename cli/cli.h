@@ -128,7 +128,7 @@ int cli_write_output(int fd, const json_t *text, bool base64);
  * cap (EXEC_MAX_MAX_OUTPUT) unless --max-output says otherwise. */
 #define CLI_STREAM_MAX_OUTPUT (256u << 20)
 /* "nsbox: output truncated at 1 MiB (N more bytes dropped); raise it with
- * --max-output SIZE" on stderr when the result says truncated (cap: the
+ * --max-output BYTES" on stderr when the result says truncated (cap: the
  * max_output_bytes asked). */
 void cli_print_truncated(const json_t *result, size_t cap);
 /* As cli_fail; with --json also {"error": {message, kind}} on stdout (kind

@@ -76,7 +76,7 @@ void cli_print_truncated(const json_t *result, size_t cap)
                 snprintf(dropped, sizeof(dropped), " (%lld more bytes dropped)",
                          (long long)json_integer_value(more));
         fflush(stdout);
-        fprintf(stderr, "nsbox: output truncated at %s%s; raise it with --max-output SIZE\n", size, dropped);
+        fprintf(stderr, "nsbox: output truncated at %s%s; raise it with --max-output BYTES\n", size, dropped);
 }
 
 int cli_fail_json(const struct cli *cli, const json_t *error, const char *fmt, ...)

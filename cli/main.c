@@ -147,7 +147,8 @@ static const struct command commands[] = {
           "               30; the shell and its state remain; exit 124)\n"
           "  -d, --detach (run) do not wait: print the command id; see shell check\n" },
         { "python", cmd_python,
-          "nsbox python [--stateful] [--require PKG]... [--timeout S] [--max-output SIZE] ID FILE|- [ARG...] "
+          "nsbox python [--stateful] [--require PKG]... [--timeout S] [--max-output BYTES] ID FILE|- "
+          "[ARG...] "
           "| "
           "-c CODE [ARG...]",
           "Run Python code in a sandbox (python.run) from FILE, from standard input (-),\n"
@@ -158,13 +159,14 @@ static const struct command commands[] = {
           "as PNGs in the sandbox's /tmp/nsbox-figures (its newest 64 are kept).\n"
           "Exit with the program's exit code (124 on timeout; default timeout 30 s), also\n"
           "when its output was cut at --max-output: that is said on stderr.\n\n"
-          "  -c, --code CODE   the code itself\n"
-          "  --stateful        run in the sandbox's persistent interpreter (variables survive;\n"
-          "                    no ARGs, output printed at the end)\n"
-          "  --require PKG     pip-install PKG first (repeatable)\n"
-          "  --timeout S       time limit in seconds\n"
-          "  --max-output SIZE output kept, stdout and stderr together (e.g. 4M); default\n"
-          "                    256M, or 1M with --stateful or --json (at most 8M stateful)\n" },
+          "  -c, --code CODE     the code itself\n"
+          "  --stateful          run in the sandbox's persistent interpreter (variables\n"
+          "                      survive; no ARGs, output printed at the end)\n"
+          "  --require PKG       pip-install PKG first (repeatable)\n"
+          "  --timeout S         time limit in seconds\n"
+          "  --max-output BYTES  output kept, stdout and stderr together (e.g. 4M);\n"
+          "                      default 256M, or 1M with --stateful or --json (at most\n"
+          "                      8M with --stateful)\n" },
         { "pip", cmd_pip, "nsbox pip [--index-url URL] [--find-links DIR] ID PKG...",
           "Install Python packages into a sandbox (package.install); exit with pip's code.\n\n"
           "  --index-url URL   package index (\"\" for none: offline)\n"

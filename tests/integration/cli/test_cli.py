@@ -268,7 +268,7 @@ def test_python_says_how_much_output_it_cut_and_takes_max_output(daemon, python_
     r = daemon.cli("python", "--max-output", "1M", sid, "-c", code)
     assert (r.returncode, len(r.stdout)) == (0, 1 << 20)
     assert r.stderr == (b"nsbox: output truncated at 1 MiB (%d more bytes dropped); raise it with "
-                        b"--max-output SIZE\n" % (3000000 - (1 << 20)))
+                        b"--max-output BYTES\n" % (3000000 - (1 << 20)))
     r = daemon.cli("python", "--stateful", sid, "-c", code)  # kept, not streamed: 1 MiB by default
     assert r.returncode == 0 and r.stdout.startswith(b"x" * (1 << 20)) and len(r.stdout) < (1 << 20) + 2
     assert b"nsbox: output truncated at 1 MiB (" in r.stderr
