@@ -564,7 +564,7 @@ static void interp_answer(struct python_interp *in, json_t *frame)
         json_t *files = json_object_get(frame, "files_produced");
         json_t *images = json_object_get(frame, "images");
         json_t *result = json_object_get(frame, "result");
-        /* The driver's word, bounded: it is the sandbox's own code. */
+        /* The driver's count, type-checked: it runs as the sandbox's user. */
         json_t *dropped = json_object_get(frame, "output_dropped_bytes");
         if (json_is_integer(dropped) && json_integer_value(dropped) > 0)
                 run->output_dropped = json_integer_value(dropped);
