@@ -147,18 +147,26 @@ static const struct command commands[] = {
           "               30; the shell and its state remain; exit 124)\n"
           "  -d, --detach (run) do not wait: print the command id; see shell check\n" },
         { "python", cmd_python,
-          "nsbox python [--stateful] [--require PKG]... [--timeout S] ID FILE|- [ARG...] | -c CODE [ARG...]",
+          "nsbox python [--stateful] [--require PKG]... [--timeout S] [--max-output BYTES] ID FILE|- "
+          "[ARG...] "
+          "| "
+          "-c CODE [ARG...]",
           "Run Python code in a sandbox (python.run) from FILE, from standard input (-),\n"
           "or from -c CODE, as `python3 FILE ARG...` would: ARGs are sys.argv[1:], the\n"
           "code is named FILE in sys.argv[0] and tracebacks, runs in /workspace (which\n"
           "is first on sys.path) and is not written into /workspace. Its output is\n"
-          "printed as it comes; figures it leaves open are saved as PNGs in /workspace.\n"
-          "Exit with the program's exit code (124 on timeout; default timeout 30 s).\n\n"
-          "  -c, --code CODE  the code itself\n"
-          "  --stateful       run in the sandbox's persistent interpreter (variables survive;\n"
-          "                   no ARGs, output printed at the end)\n"
-          "  --require PKG    pip-install PKG first (repeatable)\n"
-          "  --timeout S      time limit in seconds\n" },
+          "printed as it comes; figures it leaves open and did not save itself are saved\n"
+          "as PNGs in the sandbox's /tmp/nsbox-figures (its newest 64 are kept).\n"
+          "Exit with the program's exit code (124 on timeout; default timeout 30 s), also\n"
+          "when its output was cut at --max-output: that is said on stderr.\n\n"
+          "  -c, --code CODE     the code itself\n"
+          "  --stateful          run in the sandbox's persistent interpreter (variables\n"
+          "                      survive; no ARGs, output printed at the end)\n"
+          "  --require PKG       pip-install PKG first (repeatable)\n"
+          "  --timeout S         time limit in seconds\n"
+          "  --max-output BYTES  output kept, stdout and stderr together (e.g. 4M);\n"
+          "                      default 256M, or 1M with --stateful or --json (at most\n"
+          "                      8M with --stateful)\n" },
         { "pip", cmd_pip, "nsbox pip [--index-url URL] [--find-links DIR] ID PKG...",
           "Install Python packages into a sandbox (package.install); exit with pip's code.\n\n"
           "  --index-url URL   package index (\"\" for none: offline)\n"
@@ -223,7 +231,14 @@ static const struct command commands[] = {
           "then everyone's to use.\n" },
         { "status", cmd_status, "nsbox status",
           "Show the daemon's version, kernel, cgroup mode and features.\n" },
-        { "mcp", cmd_mcp, "nsbox mcp", "Serve MCP (Model Context Protocol) on standard input/output.\n" },
+        { "mcp", cmd_mcp, "nsbox mcp [--session NAME]",
+          "Serve MCP (Model Context Protocol) on standard input/output (newline-delimited\n"
+          "JSON-RPC; logs on stderr). Tool calls that name no session_id or sandbox_id\n"
+          "share one sandbox, removed when the server ends (EOF on stdin, SIGTERM, SIGHUP\n"
+          "or SIGINT); sandboxes of named sessions are kept.\n\n"
+          "  --session NAME  that shared sandbox is session NAME's and is kept at the end\n"
+          "                  (until its idle timeout): a later nsbox mcp --session NAME\n"
+          "                  finds its files and variables again\n" },
         { "serve", cmd_serve,
           "nsbox serve --http ADDR [--tokens FILE] [--tls-cert FILE --tls-key FILE] [--socket PATH]",
           "Serve nsboxd's API over HTTP (runs nsbox-http; see nsbox-http --help and\n"

@@ -273,6 +273,7 @@ static void output_append(struct exec *ex, int which, const char *data, size_t l
         size_t room = ex->max_output > ex->total_output ? ex->max_output - ex->total_output : 0;
         if (len > room) {
                 ex->truncated = true;
+                ex->dropped_output += len - room;
                 len = room;
         }
         if (len == 0)
@@ -280,6 +281,7 @@ static void output_append(struct exec *ex, int which, const char *data, size_t l
         struct output *o = &ex->out[which];
         if (!output_reserve(ex, o, len)) {
                 ex->truncated = true;
+                ex->dropped_output += len;
                 return;
         }
         ex->total_output += len;
@@ -443,7 +445,18 @@ int exec_write_stdin(struct exec *ex, const void *buf, size_t len)
 
 void exec_signal(struct exec *ex, int sig)
 {
+        if (sig == SIGKILL)
+                ex->killed = true;
         exec_send_kill(ex, sig);
+}
+
+unsigned exec_running_unkilled(const struct sandbox *sb)
+{
+        unsigned n = 0;
+        for (const struct exec *ex = sb->exec->execs; ex != NULL; ex = ex->next)
+                if (!ex->service && !ex->finished && !ex->killed)
+                        n++;
+        return n;
 }
 
 void exec_stream_to(struct exec *ex, struct rpc_request *req)
@@ -524,6 +537,9 @@ json_t *exec_result(struct exec *ex)
         /* `nohup cmd &` and daemons end with the exec that started them: say so. */
         if (result != NULL && ex->leftover > 0)
                 json_object_set_new(result, "background_killed", json_integer(ex->leftover));
+        if (result != NULL && ex->dropped_output > 0)
+                json_object_set_new(result, "output_dropped_bytes",
+                                    json_integer((json_int_t)ex->dropped_output));
         if (result != NULL && ex->supervisor_died)
                 json_object_set_new(result, "error",
                                     json_string("the exec's supervisor died (killed from outside the "

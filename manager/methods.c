@@ -388,9 +388,10 @@ static void sandbox_method_remove(struct rpc_request *req, struct sandbox *sb)
         bool force;
         if (!rpc_get_bool(req, "force", &force))
                 return;
-        if (sb->running_execs > 0 && !force) {
+        unsigned running = exec_running_unkilled(sb);
+        if (running > 0 && !force) {
                 rpc_reply_fail(req, "busy", "sandbox %s has %u running exec(s); use force to kill them",
-                               sb->id, sb->running_execs);
+                               sb->id, running);
                 return;
         }
         log_limited(log_key_uid(req->uid).text, LOG_LEVEL_INFO, "sandbox %s: remove requested by uid %u%s",
