@@ -29,7 +29,7 @@ DEPS_BUILD := build-essential pkg-config libseccomp-dev libcap-dev libnl-3-dev l
               umoci skopeo libmicrohttpd-dev uidmap
 DEPS_TEST  := libcmocka-dev python3-pytest clang-format strace systemd qemu-system-x86 \
               linux-image-amd64 busybox-static e2fsprogs dnsmasq-base openssl iproute2 nftables \
-              podman buildah python3-jsonschema python3-yaml python3-pytest-xdist
+              podman buildah python3-jsonschema python3-yaml python3-pytest-xdist python3-prometheus-client
 DEPS_BENCH := bubblewrap crun hyperfine
 
 COMMON_SRC  := $(wildcard common/*.c)

@@ -110,6 +110,9 @@ int cmd_cp(const struct cli *cli, int argc, char **argv);
 int cmd_mcp(const struct cli *cli, int argc, char **argv);
 int cmd_serve(const struct cli *cli, int argc, char **argv);
 int cmd_update(const struct cli *cli, int argc, char **argv);
+int cmd_stats(const struct cli *cli, int argc, char **argv);
+int cmd_events(const struct cli *cli, int argc, char **argv);
+int cmd_metrics(const struct cli *cli, int argc, char **argv);
 int cmd_port(const struct cli *cli, int argc, char **argv);
 int cmd_shell(const struct cli *cli, int argc, char **argv);
 int cmd_ps(const struct cli *cli, int argc, char **argv);
@@ -124,8 +127,12 @@ int cmd_image(const struct cli *cli, int argc, char **argv);
 
 /* Write an exec's stdout or stderr string to fd, decoded when base64. */
 int cli_write_output(int fd, const json_t *text, bool base64);
-/* "nsbox: output truncated at 1 MiB; raise it with --max-output BYTES" on
- * stderr when the result says truncated (cap: the max_output_bytes asked). */
+/* Streamed output is passed on, not kept: the CLI asks the daemon's largest
+ * cap (EXEC_MAX_MAX_OUTPUT) unless --max-output says otherwise. */
+#define CLI_STREAM_MAX_OUTPUT (256u << 20)
+/* "nsbox: output truncated at 1 MiB (N more bytes dropped); raise it with
+ * --max-output BYTES" on stderr when the result says truncated (cap: the
+ * max_output_bytes asked). */
 void cli_print_truncated(const json_t *result, size_t cap);
 /* As cli_fail; with --json also {"error": {message, kind}} on stdout (kind
  * from the JSON-RPC error object, if any). Returns EXIT_NSBOX_FAILED. */

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cleanup.h"
 #include "cli.h"
@@ -51,6 +52,46 @@ static json_t *call(const struct cli *cli, const char *method, json_t *params)
                 return NULL;
         json_t *result = cli_call(cli, c, method, params);
         client_close(c);
+        return result;
+}
+
+/* A long copy's progress, on a terminal's stderr: one line redrawn. */
+static void print_progress(const char *method, json_t *params, void *data)
+{
+        bool *shown = data;
+        if (strcmp(method, "progress") != 0)
+                return;
+        json_t *done = json_object_get(params, "done_bytes"), *total = json_object_get(params, "total_bytes");
+        if (json_is_integer(done) && json_is_integer(total)) {
+                double d = (double)json_integer_value(done) / (1 << 20);
+                double t = (double)json_integer_value(total) / (1 << 20);
+                fprintf(stderr, "\r\033[K%s: %.1f of %.1f MiB copied",
+                        json_string_value(json_object_get(params, "operation")) ?: "", d, t);
+        } else {
+                fprintf(stderr, "\r\033[K%s: step %lld of %lld: %s",
+                        json_string_value(json_object_get(params, "operation")) ?: "",
+                        (long long)json_integer_value(json_object_get(params, "done_steps")) + 1,
+                        (long long)json_integer_value(json_object_get(params, "total_steps")),
+                        json_string_value(json_object_get(params, "step")) ?: "");
+        }
+        *shown = true;
+}
+
+/* call(), with the copy's progress on stderr when it is a terminal. */
+static json_t *call_with_progress(const struct cli *cli, const char *method, json_t *params)
+{
+        _cleanup_json_ json_t *owned = params;
+        if (!isatty(STDERR_FILENO))
+                return call(cli, method, json_incref(params));
+        json_object_set_new(params, "progress", json_true());
+        struct client *c = cli_connect(cli);
+        if (c == NULL)
+                return NULL;
+        bool shown = false;
+        json_t *result = cli_call_notified(cli, c, method, params, print_progress, &shown);
+        client_close(c);
+        if (shown)
+                fputs("\r\033[K", stderr);
         return result;
 }
 
@@ -109,12 +150,16 @@ static bool just_args(const struct cli *cli, int argc, char **argv, int n, int *
         return true;
 }
 
-static json_t *take_snapshot(const struct cli *cli, const char *id, const char *name)
+/* A snapshot without a name taken for one fork is removed with the last
+ * sandbox made from it (remove_when_unused); a named one stays. */
+static json_t *take_snapshot(const struct cli *cli, const char *id, const char *name, bool for_fork)
 {
         json_t *params = json_pack("{s:s}", "sandbox_id", id);
+        if (for_fork && name == NULL)
+                json_object_set_new(params, "remove_when_unused", json_true());
         if (name != NULL)
                 json_object_set_new(params, "name", json_string(name));
-        return call(cli, "sandbox.snapshot", params);
+        return call_with_progress(cli, "sandbox.snapshot", params);
 }
 
 int cmd_snapshot(const struct cli *cli, int argc, char **argv)
@@ -134,7 +179,7 @@ int cmd_snapshot(const struct cli *cli, int argc, char **argv)
         }
         if (argc - optind != 1)
                 return cli_usage_error(cli);
-        _cleanup_json_ json_t *result = take_snapshot(cli, argv[optind], name);
+        _cleanup_json_ json_t *result = take_snapshot(cli, argv[optind], name, false);
         return print_answer(cli, result, "snapshot_id");
 }
 
@@ -169,13 +214,19 @@ int cmd_fork(const struct cli *cli, int argc, char **argv)
         }
         if (argc - optind != 1)
                 return cli_usage_error(cli);
-        _cleanup_json_ json_t *snapshot = take_snapshot(cli, argv[optind], name);
+        _cleanup_json_ json_t *snapshot = take_snapshot(cli, argv[optind], name, true);
         if (snapshot == NULL)
                 return EXIT_NSBOX_FAILED;
-        json_object_set(params, "from_snapshot", json_object_get(snapshot, "snapshot_id"));
+        json_t *snapshot_id = json_object_get(snapshot, "snapshot_id");
+        json_object_set(params, "from_snapshot", snapshot_id);
         _cleanup_json_ json_t *sandbox = call(cli, "sandbox.create", json_incref(params));
-        if (sandbox == NULL)
+        if (sandbox == NULL) {
+                /* No fork holds it: an unnamed snapshot would be left behind. */
+                if (name == NULL)
+                        json_decref(
+                            call(cli, "snapshot.remove", json_pack("{s:O}", "snapshot_id", snapshot_id)));
                 return EXIT_NSBOX_FAILED;
+        }
         if (cli->json) {
                 _cleanup_json_ json_t *both =
                     json_pack("{s:O, s:O}", "snapshot", snapshot, "sandbox", sandbox);
@@ -192,8 +243,8 @@ int cmd_commit(const struct cli *cli, int argc, char **argv)
         if (!just_args(cli, argc, argv, 2, &code))
                 return code;
         _cleanup_json_ json_t *result =
-            call(cli, "image.commit",
-                 json_pack("{s:s, s:s}", "sandbox_id", argv[optind], "name", argv[optind + 1]));
+            call_with_progress(cli, "image.commit",
+                               json_pack("{s:s, s:s}", "sandbox_id", argv[optind], "name", argv[optind + 1]));
         return print_answer(cli, result, "name");
 }
 
@@ -251,7 +302,7 @@ static int image_import(const struct cli *cli, int argc, char **argv)
         json_t *params = json_pack("{s:s, s:s}", "path", path, "name", argv[optind + 1]);
         if (tag != NULL)
                 json_object_set_new(params, "tag", json_string(tag));
-        _cleanup_json_ json_t *result = call(cli, "image.import", params);
+        _cleanup_json_ json_t *result = call_with_progress(cli, "image.import", params);
         return print_answer(cli, result, "name");
 }
 

@@ -155,18 +155,26 @@ static const struct command commands[] = {
           "               30; the shell and its state remain; exit 124)\n"
           "  -d, --detach (run) do not wait: print the command id; see shell check\n" },
         { "python", cmd_python,
-          "nsbox python [--stateful] [--require PKG]... [--timeout S] ID FILE|- [ARG...] | -c CODE [ARG...]",
+          "nsbox python [--stateful] [--require PKG]... [--timeout S] [--max-output BYTES] ID FILE|- "
+          "[ARG...] "
+          "| "
+          "-c CODE [ARG...]",
           "Run Python code in a sandbox (python.run) from FILE, from standard input (-),\n"
           "or from -c CODE, as `python3 FILE ARG...` would: ARGs are sys.argv[1:], the\n"
           "code is named FILE in sys.argv[0] and tracebacks, runs in /workspace (which\n"
           "is first on sys.path) and is not written into /workspace. Its output is\n"
-          "printed as it comes; figures it leaves open are saved as PNGs in /workspace.\n"
-          "Exit with the program's exit code (124 on timeout; default timeout 30 s).\n\n"
-          "  -c, --code CODE  the code itself\n"
-          "  --stateful       run in the sandbox's persistent interpreter (variables survive;\n"
-          "                   no ARGs, output printed at the end)\n"
-          "  --require PKG    pip-install PKG first (repeatable)\n"
-          "  --timeout S      time limit in seconds\n" },
+          "printed as it comes; figures it leaves open and did not save itself are saved\n"
+          "as PNGs in the sandbox's /tmp/nsbox-figures (its newest 64 are kept).\n"
+          "Exit with the program's exit code (124 on timeout; default timeout 30 s), also\n"
+          "when its output was cut at --max-output: that is said on stderr.\n\n"
+          "  -c, --code CODE     the code itself\n"
+          "  --stateful          run in the sandbox's persistent interpreter (variables\n"
+          "                      survive; no ARGs, output printed at the end)\n"
+          "  --require PKG       pip-install PKG first (repeatable)\n"
+          "  --timeout S         time limit in seconds\n"
+          "  --max-output BYTES  output kept, stdout and stderr together (e.g. 4M);\n"
+          "                      default 256M, or 1M with --stateful or --json (at most\n"
+          "                      8M with --stateful)\n" },
         { "pip", cmd_pip, "nsbox pip [--index-url URL] [--find-links DIR] ID PKG...",
           "Install Python packages into a sandbox (package.install); exit with pip's code.\n\n"
           "  --index-url URL   package index (\"\" for none: offline)\n"
@@ -197,12 +205,28 @@ static const struct command commands[] = {
         { "snapshots", cmd_snapshots, "nsbox snapshots", "Same as nsbox snapshot ls.\n" },
         { "fork", cmd_fork, "nsbox fork [--name NAME] [create options] ID",
           "Snapshot a sandbox's files and create a sandbox from the snapshot (nsbox create\n"
-          "--from-snapshot); print the new sandbox's id. The two then change apart; the\n"
-          "snapshot stays (nsbox snapshot ls) and makes more forks.\n" },
+          "--from-snapshot); print the new sandbox's id. The two then change apart. The\n"
+          "snapshot goes with the last sandbox made from it; with --name it stays (nsbox\n"
+          "snapshot ls) and makes more forks.\n" },
         { "commit", cmd_commit, "nsbox commit ID NAME",
           "Make an image NAME of a sandbox's file changes (e.g. after nsbox pip), layered\n"
           "on the sandbox's image: nsbox create --image NAME starts sandboxes with them.\n"
           "The image is yours: other users neither see nor use it.\n" },
+        { "stats", cmd_stats, "nsbox stats [--no-stream] [ID]",
+          "What your sandboxes (or one) use, refreshed every second on a terminal (as docker\n"
+          "stats): CPU % of one CPU, memory and its limit, disk (the writable layer) and its\n"
+          "limit, processes. Not on a terminal, or with --no-stream: one table. With --json\n"
+          "the sandbox.stats results.\n\n"
+          "  --no-stream   print one table and exit\n" },
+        { "events", cmd_events, "nsbox events [ID]",
+          "Print nsboxd's events as they happen (events.subscribe), for your sandboxes or one:\n"
+          "sandbox.created, sandbox.removed (with its reason), sandbox.paused, sandbox.resumed,\n"
+          "exec.started, exec.ended (exit code, timeout). --json prints one object per line.\n"
+          "Runs until interrupted or nsboxd stops.\n" },
+        { "metrics", cmd_metrics, "nsbox metrics",
+          "Print nsboxd's metrics in the Prometheus text format (server.metrics): for root,\n"
+          "request counts and latencies, events and every sandbox's use; for other users,\n"
+          "their own sandboxes' use.\n" },
         { "images", cmd_images, "nsbox images",
           "List the images you may use: the operator's and your committed ones, with the\n"
           "size of their own layer and their parent.\n" },
@@ -215,7 +239,14 @@ static const struct command commands[] = {
           "then everyone's to use.\n" },
         { "status", cmd_status, "nsbox status",
           "Show the daemon's version, kernel, cgroup mode and features.\n" },
-        { "mcp", cmd_mcp, "nsbox mcp", "Serve MCP (Model Context Protocol) on standard input/output.\n" },
+        { "mcp", cmd_mcp, "nsbox mcp [--session NAME]",
+          "Serve MCP (Model Context Protocol) on standard input/output (newline-delimited\n"
+          "JSON-RPC; logs on stderr). Tool calls that name no session_id or sandbox_id\n"
+          "share one sandbox, removed when the server ends (EOF on stdin, SIGTERM, SIGHUP\n"
+          "or SIGINT); sandboxes of named sessions are kept.\n\n"
+          "  --session NAME  that shared sandbox is session NAME's and is kept at the end\n"
+          "                  (until its idle timeout): a later nsbox mcp --session NAME\n"
+          "                  finds its files and variables again\n" },
         { "serve", cmd_serve,
           "nsbox serve --http ADDR [--tokens FILE] [--tls-cert FILE --tls-key FILE] [--socket PATH]",
           "Serve nsboxd's API over HTTP (runs nsbox-http; see nsbox-http --help and\n"

@@ -14,6 +14,13 @@ long long now_realtime_ms(void)
         return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+long long now_monotonic_ns(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (long long)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 long long now_monotonic_ms(void)
 {
         struct timespec ts;

@@ -32,6 +32,7 @@
 #include "daemon.h"
 #include "egress.h"
 #include "json_cleanup.h"
+#include "events.h"
 #include "log.h"
 #include "params.h"
 #include "quota.h"
@@ -272,6 +273,7 @@ static void output_append(struct exec *ex, int which, const char *data, size_t l
         size_t room = ex->max_output > ex->total_output ? ex->max_output - ex->total_output : 0;
         if (len > room) {
                 ex->truncated = true;
+                ex->dropped_output += len - room;
                 len = room;
         }
         if (len == 0)
@@ -279,6 +281,7 @@ static void output_append(struct exec *ex, int which, const char *data, size_t l
         struct output *o = &ex->out[which];
         if (!output_reserve(ex, o, len)) {
                 ex->truncated = true;
+                ex->dropped_output += len;
                 return;
         }
         ex->total_output += len;
@@ -442,7 +445,18 @@ int exec_write_stdin(struct exec *ex, const void *buf, size_t len)
 
 void exec_signal(struct exec *ex, int sig)
 {
+        if (sig == SIGKILL)
+                ex->killed = true;
         exec_send_kill(ex, sig);
+}
+
+unsigned exec_running_unkilled(const struct sandbox *sb)
+{
+        unsigned n = 0;
+        for (const struct exec *ex = sb->exec->execs; ex != NULL; ex = ex->next)
+                if (!ex->service && !ex->finished && !ex->killed)
+                        n++;
+        return n;
 }
 
 void exec_stream_to(struct exec *ex, struct rpc_request *req)
@@ -523,6 +537,9 @@ json_t *exec_result(struct exec *ex)
         /* `nohup cmd &` and daemons end with the exec that started them: say so. */
         if (result != NULL && ex->leftover > 0)
                 json_object_set_new(result, "background_killed", json_integer(ex->leftover));
+        if (result != NULL && ex->dropped_output > 0)
+                json_object_set_new(result, "output_dropped_bytes",
+                                    json_integer((json_int_t)ex->dropped_output));
         if (result != NULL && ex->supervisor_died)
                 json_object_set_new(result, "error",
                                     json_string("the exec's supervisor died (killed from outside the "
@@ -585,8 +602,13 @@ static void exec_finish(struct exec *ex)
         int code = ex->exited && WIFEXITED(ex->wait_status) ? WEXITSTATUS(ex->wait_status) : -1;
         log_limited(ex->sb->id, LOG_LEVEL_INFO, "sandbox %s: exec %s ended: exit %d%s, %lld ms", ex->sb->id,
                     ex->id, code, ex->timed_out ? " (timed out)" : "", ex->end_mono - ex->start_mono);
-        if (!ex->service)
+        if (!ex->service) {
                 exec_audit(ex);
+                events_emit(ex->sb, "exec.ended", NULL,
+                            json_pack("{s:s, s:i, s:b, s:I}", "exec_id", ex->id, "exit_code", code,
+                                      "timed_out", ex->timed_out, "duration_ms",
+                                      (json_int_t)(ex->end_mono - ex->start_mono)));
+        }
         exec_stdin_close(ex);
         if (ex->pty >= 0) {
                 /* Its last fd: the pty goes back to the sandbox's pool now, not when the exec is forgotten.
@@ -1245,6 +1267,9 @@ struct exec *exec_launch(struct sandbox *sb, json_t *params, const struct exec_h
                             ex->id);
         else
                 log_debug("sandbox %s: exec %s started", sb->id, ex->id);
+        if (!ex->service)
+                events_emit(sb, "exec.started", NULL,
+                            json_pack("{s:s, s:b}", "exec_id", ex->id, "background", p.background));
         return ex;
 }
 

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Forked workers of the file API (see fs_worker.h).
  *
- * The child writes one header line, {"r":0,"result":{...},"raw_key":k} or
- * {"r":-errno,"message":"..."}, then the raw bytes of result[k], and exits.
+ * The child writes progress lines, {"progress":[done,total]}, if its work
+ * says how far it is, then one header line, {"r":0,"result":{...},"raw_key":k}
+ * or {"r":-errno,"message":"..."}, then the raw bytes of result[k], and exits.
  * nsboxd reads the pipe as data arrives, without blocking. */
 #include "fs_worker.h"
 
@@ -40,7 +41,29 @@ struct fs_worker {
         json_t *parts;   /* header.result[parts_key], filled line by line */
         fs_worker_done_fn done;
         void *data;
+        fs_worker_progress_fn progress;
+        void *progress_data;
 };
+
+/* In the child: its end of the pipe, for fs_worker_progress. */
+static int child_out = -1;
+
+void fs_worker_progress(uint64_t done, uint64_t total)
+{
+        if (child_out < 0)
+                return;
+        char line[80];
+        int len = snprintf(line, sizeof(line), "{\"progress\":[%llu,%llu]}\n", (unsigned long long)done,
+                           (unsigned long long)total);
+        if (io_write_all(child_out, line, (size_t)len) < 0)
+                _exit(3);
+}
+
+void fs_worker_on_progress(struct fs_worker *w, fs_worker_progress_fn fn, void *data)
+{
+        w->progress = fn;
+        w->progress_data = data;
+}
 
 static int fs_worker_compare_fds(const void *a, const void *b)
 {
@@ -73,7 +96,7 @@ static __attribute__((noreturn)) void fs_worker_child(pid_t parent, int out, con
         fds[n_keep] = out;
         fs_worker_close_others(fds, n_keep + 1);
         signal(SIGPIPE, SIG_IGN);
-
+        child_out = out;
         struct fs_worker_output output = { 0 };
         nsbox_error_t *err = NULL;
         int r = run(data, &output, &err);
@@ -183,6 +206,16 @@ static bool fs_worker_take_lines(struct fs_worker *w)
                 if (w->header == NULL) {
                         if (line == NULL)
                                 break;
+                        json_t *progress = json_object_get(line, "progress");
+                        if (progress != NULL) {
+                                if (w->progress != NULL && json_array_size(progress) == 2)
+                                        w->progress(
+                                            w->progress_data,
+                                            (uint64_t)json_integer_value(json_array_get(progress, 0)),
+                                            (uint64_t)json_integer_value(json_array_get(progress, 1)));
+                                json_decref(line);
+                                continue;
+                        }
                         w->header = line;
                         const char *key = json_string_value(json_object_get(w->header, "parts_key"));
                         json_t *result = json_object_get(w->header, "result");

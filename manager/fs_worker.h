@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "error.h"
 
@@ -45,5 +46,13 @@ struct fs_worker;
  * `done` runs. */
 int fs_worker_start(const int *keep, size_t n_keep, fs_worker_run_fn run, fs_worker_done_fn done, void *data,
                     struct fs_worker **out, nsbox_error_t **err);
+/* In the child: how far its work is (done of total, in the work's own
+ * unit: bytes, steps), sent at once (the caller keeps the rate sane);
+ * nsboxd hands it to the worker's progress callback, if any. */
+void fs_worker_progress(uint64_t done, uint64_t total);
+typedef void (*fs_worker_progress_fn)(void *data, uint64_t done, uint64_t total);
+/* In nsboxd: call fn(data, ...) for each progress line of w's child until
+ * `done` runs. */
+void fs_worker_on_progress(struct fs_worker *w, fs_worker_progress_fn fn, void *data);
 /* Kill the child now; `done` runs with -ECANCELED. */
 void fs_worker_cancel(struct fs_worker *w);

@@ -326,9 +326,10 @@ static bool new_image_name_ok(struct rpc_request *req, json_t *name, const char 
 
 void image_method_commit(struct rpc_request *req, struct sandbox *sb)
 {
-        static const char *const known[] = { "sandbox_id", "name", NULL };
+        static const char *const known[] = { "sandbox_id", "name", "progress", NULL };
         _cleanup_error_ nsbox_error_t *err = NULL;
-        if (!rpc_check_fields(req, known))
+        bool progress = false;
+        if (!rpc_check_fields(req, known) || !rpc_get_bool(req, "progress", &progress))
                 return;
         json_t *name = json_object_get(req->msg.params, "name");
         if (!new_image_name_ok(req, name, "committed"))
@@ -380,7 +381,8 @@ void image_method_commit(struct rpc_request *req, struct sandbox *sb)
         _cleanup_close_ int dst =
             mkdir(rootfs, 0755) < 0 ? -1 : open(rootfs, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         int r = dst < 0 ? nsbox_error(&err, errno, "mkdir %s", rootfs)
-                        : snapshot_copy_sandbox(sb, dst, req->uid, true, commit_done, c, &err);
+                        : snapshot_copy_sandbox(sb, dst, req->uid, true, progress ? req : NULL, commit_done,
+                                                c, &err);
         if (r < 0) {
                 rootfs_remove_dir(c->tmp, NULL);
                 rpc_reply_fail(req, snapshot_copy_error_kind(r), "%s", err->message);
@@ -516,9 +518,29 @@ struct import_request {
         char path[4000];
         char tag[129];
         bool archive;
+        bool progress; /* the client asked to be told each step */
         long long created_at_ms;
         char tmp[4096];
 };
+
+/* The steps of an import, as its progress notifications name them. */
+enum { IMPORT_CONVERT, IMPORT_UNPACK, IMPORT_MEASURE, IMPORT_STEPS };
+static const char *const import_steps[IMPORT_STEPS] = {
+        [IMPORT_CONVERT] = "convert the docker archive to an OCI layout (skopeo)",
+        [IMPORT_UNPACK] = "unpack the layers (umoci)",
+        [IMPORT_MEASURE] = "measure and record the image",
+};
+
+static void import_told(void *data, uint64_t done, uint64_t total)
+{
+        struct import_request *im = data;
+        if (!im->progress || done >= IMPORT_STEPS)
+                return;
+        _cleanup_json_ json_t *params =
+            json_pack("{s:s, s:I, s:I, s:s}", "operation", "image.import", "done_steps", (json_int_t)done,
+                      "total_steps", (json_int_t)total, "step", import_steps[done]);
+        rpc_notify(im->req, "progress", params);
+}
 
 /* Run a tool to its end, its output into log_path; its last lines become
  * the error. Runs in the worker, where blocking is allowed. */
@@ -597,6 +619,7 @@ static int import_run(void *data, struct fs_worker_output *out, nsbox_error_t **
         snprintf(layout, sizeof(layout), "%s", im->path);
         int r;
         if (im->archive) {
+                fs_worker_progress(IMPORT_CONVERT, IMPORT_STEPS);
                 char source[4100], dest[8400];
                 snprintf(layout, sizeof(layout), "%s/layout", im->tmp);
                 snprintf(source, sizeof(source), "docker-archive:%s", im->path);
@@ -606,6 +629,7 @@ static int import_run(void *data, struct fs_worker_output *out, nsbox_error_t **
                         return r;
         }
         snprintf(image_ref, sizeof(image_ref), "%s:%s", layout, im->tag);
+        fs_worker_progress(IMPORT_UNPACK, IMPORT_STEPS);
         char *const argv[] = { "umoci", "unpack", "--image", image_ref, bundle, NULL };
         if ((r = run_tool(argv, log_path, err)) < 0)
                 return r;
@@ -616,6 +640,7 @@ static int import_run(void *data, struct fs_worker_output *out, nsbox_error_t **
                 return nsbox_error(err, errno, "rename %s", rootfs);
         if ((r = import_add_sandbox_dirs(final, err)) < 0)
                 return r;
+        fs_worker_progress(IMPORT_MEASURE, IMPORT_STEPS);
         import_bytes = 0;
         nftw(final, add_size, 64, FTW_PHYS | FTW_MOUNT);
         out->result = json_pack("{s:I}", "size_bytes", (json_int_t)import_bytes);
@@ -704,9 +729,10 @@ static bool import_tag_valid(const char *tag)
 
 void image_method_import(struct rpc_request *req, struct sandbox *sb)
 {
-        static const char *const known[] = { "path", "name", "tag", NULL };
+        static const char *const known[] = { "path", "name", "tag", "progress", NULL };
         _cleanup_error_ nsbox_error_t *err = NULL;
-        if (!rpc_check_fields(req, known))
+        bool progress = false;
+        if (!rpc_check_fields(req, known) || !rpc_get_bool(req, "progress", &progress))
                 return;
         /* nsboxd reads the path as root: only the operator may name one. */
         if (req->uid != 0) {
@@ -748,6 +774,7 @@ void image_method_import(struct rpc_request *req, struct sandbox *sb)
                 return;
         }
         im->req = req;
+        im->progress = progress;
         im->archive = !layout;
         im->created_at_ms = now_realtime_ms();
         snprintf(im->name, sizeof(im->name), "%s", json_string_value(name));
@@ -763,11 +790,14 @@ void image_method_import(struct rpc_request *req, struct sandbox *sb)
         }
         /* No fd to keep (an empty keep[] is not a null one: fs_worker copies it). */
         const int keep[] = { -1 };
-        if (fs_worker_start(keep, ARRAY_SIZE(keep), import_run, import_done, im, NULL, &err) < 0) {
+        struct fs_worker *worker = NULL;
+        if (fs_worker_start(keep, ARRAY_SIZE(keep), import_run, import_done, im, &worker, &err) < 0) {
                 rootfs_remove_dir(im->tmp, NULL);
                 rpc_reply_fail(req, "busy", "%s", err->message);
                 free(im);
+                return;
         }
+        fs_worker_on_progress(worker, import_told, im);
 }
 
 json_t *image_python_preload(const char *name)

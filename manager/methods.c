@@ -14,11 +14,13 @@
 #include "cleanup.h"
 #include "daemon.h"
 #include "egress.h"
+#include "events.h"
 #include "exec.h"
 #include "fs_api.h"
 #include "images.h"
 #include "json_cleanup.h"
 #include "log.h"
+#include "observe.h"
 #include "python.h"
 #include "idle.h"
 #include "sandbox_life.h"
@@ -291,7 +293,7 @@ static void sandbox_method_list(struct rpc_request *req, struct sandbox *sb)
 static void sandbox_method_info(struct rpc_request *req, struct sandbox *sb)
 {
         json_t *info = sandbox_json(sb, false);
-        json_object_set_new(info, "stats", cgroup_sandbox_stats(sb->cgroup));
+        json_object_set_new(info, "stats", sandbox_stats(sb));
         json_t *network = egress_info(sb);
         if (network != NULL)
                 json_object_set_new(info, "egress", network);
@@ -398,9 +400,10 @@ static void sandbox_method_remove(struct rpc_request *req, struct sandbox *sb)
         bool force;
         if (!rpc_get_bool(req, "force", &force))
                 return;
-        if (sb->running_execs > 0 && !force) {
+        unsigned running = exec_running_unkilled(sb);
+        if (running > 0 && !force) {
                 rpc_reply_fail(req, "busy", "sandbox %s has %u running exec(s); use force to kill them",
-                               sb->id, sb->running_execs);
+                               sb->id, running);
                 return;
         }
         log_limited(log_key_uid(req->uid).text, LOG_LEVEL_INFO, "sandbox %s: remove requested by uid %u%s",
@@ -522,7 +525,10 @@ static const struct method methods[] = {
         { "server.load", server_method_load, 0, PARAMS(NULL) },
         { "sandbox.create", sandbox_method_create, 0, NULL },
         { "sandbox.list", sandbox_method_list, 0, PARAMS("include_inactive") },
+        { "server.metrics", server_method_metrics, 0, PARAMS(NULL) },
         { "sandbox.info", sandbox_method_info, M_SANDBOX, PARAMS("sandbox_id") },
+        { "sandbox.stats", sandbox_method_stats, M_FIND, PARAMS("sandbox_id") },
+        { "events.subscribe", events_method_subscribe, M_FIND, PARAMS("sandbox_id") },
         { "sandbox.remove", sandbox_method_remove, M_SANDBOX, PARAMS("sandbox_id", "force") },
         { "sandbox.update", sandbox_method_update, M_SANDBOX, PARAMS("sandbox_id", "network") },
         { "sandbox.expose", sandbox_method_expose, M_SANDBOX, PARAMS("sandbox_id", "port") },

@@ -364,6 +364,8 @@ static int charge(struct rootfs_copy *c, uint64_t bytes, unsigned inodes)
                 return -EDQUOT;
         c->bytes += bytes;
         c->inodes += inodes;
+        if (c->progress != NULL)
+                c->progress(c);
         return 0;
 }
 

@@ -53,6 +53,9 @@ struct rootfs_copy {
          * added behind its cursor) would keep it going for ever. -EBUSY past
          * 2 x max_inodes + ROOTFS_COPY_SLACK. */
         uint64_t visited;
+        /* Called after each entry is charged, if set (a file worker's
+         * fs_worker_progress, say). */
+        void (*progress)(const struct rootfs_copy *c);
         /* Files with more than one link seen so far (the first copy held
          * by an O_PATH fd), so that their other names become links too. */
         struct rootfs_copy_link {

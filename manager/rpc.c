@@ -26,6 +26,7 @@
 #include "cleanup.h"
 #include "daemon.h"
 #include "log.h"
+#include "metrics.h"
 #include "params.h"
 #include "socket_path.h"
 #include "userns.h"
@@ -556,9 +557,12 @@ static void resume_waiters(void)
         }
 }
 
-static void request_free(struct rpc_request *req)
+static void request_free(struct rpc_request *req, const char *outcome)
 {
         struct rpc_conn *conn = req->conn;
+        if (req->msg.method != NULL)
+                metrics_request_done(req->msg.method, outcome,
+                                     (double)(now_monotonic_ns() - req->dispatched_ns) / 1e9);
         unwatch(req);
         unwait_resume(req);
         request_clear_message(req);
@@ -615,7 +619,7 @@ void rpc_reply_result(struct rpc_request *req, json_t *result)
                 json_decref(reply);
         }
         json_decref(result);
-        request_free(req);
+        request_free(req, NULL);
 }
 
 void rpc_reply_error(struct rpc_request *req, int code, const char *kind, const char *fmt, ...)
@@ -626,7 +630,7 @@ void rpc_reply_error(struct rpc_request *req, int code, const char *kind, const 
                 reply_error_v(req->conn, req->msg.id, code, kind, 0, NULL, fmt, ap);
                 va_end(ap);
         }
-        request_free(req);
+        request_free(req, kind ? kind : "error");
 }
 
 void rpc_reply_fail_errno(struct rpc_request *req, const char *kind, int errnum, const char *fmt, ...)
@@ -637,7 +641,7 @@ void rpc_reply_fail_errno(struct rpc_request *req, const char *kind, int errnum,
                 reply_error_v(req->conn, req->msg.id, JSONRPC_APP_ERROR, kind, errnum, NULL, fmt, ap);
                 va_end(ap);
         }
-        request_free(req);
+        request_free(req, kind ? kind : "error");
 }
 
 void rpc_reply_fail_data(struct rpc_request *req, const char *kind, json_t *data, const char *fmt, ...)
@@ -649,7 +653,7 @@ void rpc_reply_fail_data(struct rpc_request *req, const char *kind, json_t *data
                 va_end(ap);
         }
         json_decref(data);
-        request_free(req);
+        request_free(req, kind ? kind : "error");
 }
 
 void rpc_notify(struct rpc_request *req, const char *method, json_t *params)
@@ -778,6 +782,7 @@ static void conn_dispatch_parsed(struct rpc_conn *conn, struct rpc_request *req,
         conn->refs++;
         conn->in_flight++;
         nsboxd.last_request_mono = now_monotonic_ms();
+        owned->dispatched_ns = now_monotonic_ns();
         server.config.run_method(method, owned);
 }
 

@@ -34,7 +34,8 @@ struct rpc_request {
         rpc_disconnect_cb on_resume;
         void *resume_data;
         struct rpc_request *prev_resume, *next_resume;
-        bool parsed_off_loop; /* a large line: its tree is freed by the parse thread too */
+        bool parsed_off_loop;    /* a large line: its tree is freed by the parse thread too */
+        long long dispatched_ns; /* CLOCK_MONOTONIC, for the request's latency in metrics */
 };
 
 struct rpc_server_config {

@@ -30,6 +30,7 @@
 #include "cleanup.h"
 #include "daemon.h"
 #include "egress.h"
+#include "events.h"
 #include "exec.h"
 #include "log.h"
 #include "profiles.h"
@@ -292,6 +293,8 @@ static void sandbox_finalize(struct sandbox *sb)
                                     sb->failure ? sb->failure : "sandbox init exited during setup");
         } else {
                 log_limited(log_key_uid(sb->owner).text, LOG_LEVEL_INFO, "sandbox %s: removed", sb->id);
+                if (!sb->pooled)
+                        events_emit(sb, "sandbox.removed", NULL, NULL);
         }
         sandbox_waiters_run(&sb->remove_waiters, sb, NULL);
         sandbox_free(sb);
@@ -359,6 +362,8 @@ static void on_control(struct loop_source *source, uint32_t events)
                                             sb->owner, userns_active() ? "user namespace" : "host",
                                             sb->host_uid_base, sb->host_uid_base + NSBOX_UID_RANGE - 1,
                                             cgroup_degraded() ? "; limits-not-enforced" : "");
+                                if (!sb->pooled)
+                                        events_emit(sb, "sandbox.created", NULL, NULL);
                                 sandbox_waiters_run(&sb->create_waiters, sb, NULL);
                                 _cleanup_error_ nsbox_error_t *err = NULL;
                                 if (exec_prepare_slot(sb, &err) < 0)
@@ -738,8 +743,11 @@ static struct sandbox *pool_claim(uid_t owner, struct sandbox_policy *policy)
         memset(policy, 0, sizeof(*policy));
         sb->created_at_ms = now_realtime_ms();
         sandbox_touch(sb);
-        if (sb->state == SANDBOX_RUNNING)
-                sandbox_ready_hook_run(sb); /* a pooled one still starting: when it is ready */
+        if (sb->state == SANDBOX_RUNNING) {
+                /* A pooled one still starting: both when it is ready. */
+                events_emit(sb, "sandbox.created", NULL, json_pack("{s:b}", "warm_pool", 1));
+                sandbox_ready_hook_run(sb);
+        }
         _cleanup_error_ nsbox_error_t *err = NULL;
         if (state_save(sb, &err) < 0)
                 log_warn("sandbox %s: %s", sb->id, err->message);

@@ -9,6 +9,7 @@
 
 #include "cgroup.h"
 #include "daemon.h"
+#include "events.h"
 #include "log.h"
 
 /* Freezing takes microseconds unless a task sits in an uninterruptible
@@ -38,6 +39,7 @@ static void pause_frozen(struct sandbox *sb)
         sb->paused_at_ms = now_realtime_ms();
         sb->paused_mono = now_monotonic_ms();
         log_limited(log_key_uid(sb->owner).text, LOG_LEVEL_INFO, "sandbox %s: paused", sb->id);
+        events_emit(sb, "sandbox.paused", NULL, NULL);
         sandbox_pause_end(sb, NULL, NULL);
 }
 
@@ -109,9 +111,13 @@ bool sandbox_resume(struct sandbox *sb)
         if (!sb->paused && sb->pause_timer == NULL)
                 return false;
         cgroup_sandbox_thaw(sb->cgroup);
-        if (sb->paused)
+        if (sb->paused) {
                 log_limited(log_key_uid(sb->owner).text, LOG_LEVEL_INFO, "sandbox %s: resumed after %lld ms",
                             sb->id, now_monotonic_ms() - sb->paused_mono);
+                events_emit(
+                    sb, "sandbox.resumed", NULL,
+                    json_pack("{s:I}", "paused_ms", (json_int_t)(now_monotonic_ms() - sb->paused_mono)));
+        }
         sb->paused = false;
         sandbox_touch(sb);
         sandbox_pause_end(sb, "the sandbox was resumed before it was frozen", "busy");

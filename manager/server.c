@@ -32,6 +32,7 @@
 #include "idle.h"
 #include "python.h"
 #include "sandbox_life.h"
+#include "snapshot.h"
 #include "state.h"
 #include "uidmode.h"
 #include "userns.h"
@@ -283,6 +284,7 @@ static int start(nsbox_error_t **err)
         }
         /* A previous run that crashed may have left sandboxes: none survive. */
         state_recover();
+        snapshots_discard_unused();
         if ((r = setup_signals_and_timers(err)) < 0 || (r = setup_watchdog(err)) < 0)
                 return r;
         if ((r = egress_init(err)) < 0)

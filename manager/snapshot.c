@@ -45,6 +45,8 @@ static struct snapshot_copy {
         bool shift, dists;
         uid_t from_base;
         uint64_t max_bytes;
+        uint64_t estimate;               /* what the copy should come to, for its progress */
+        struct rpc_request *progress_to; /* told how far the copy is, or NULL */
         /* The tightest inode bound of this copy, said when it is hit. */
         uint64_t max_inodes;
         char inode_bound[256];
@@ -52,6 +54,8 @@ static struct snapshot_copy {
         void *data;
         struct snapshot_copy *next;
 } * copies;
+
+static void discard_if_unused(const char *id, const char *why);
 
 void snapshot_hold(const char *id)
 {
@@ -80,6 +84,7 @@ void snapshot_release(const char *id)
                         if (--u->sandboxes == 0) {
                                 *p = u->next;
                                 free(u);
+                                discard_if_unused(id, "its last sandbox was removed");
                         }
                         return;
                 }
@@ -395,11 +400,30 @@ static json_t *layer_dists(int layer)
 
 /* In the worker: the snapshot layer the sandbox was forked from, then its
  * upper on top, merged into one layer. */
+/* In the copy's worker: its estimated size, for the progress it reports. */
+static uint64_t copy_estimate;
+
+static long long copy_said_at_ms;
+
+/* At most every 100 ms: a copy of many small files charges thousands a second. */
+static void copy_progress(const struct rootfs_copy *c)
+{
+        long long now = now_monotonic_ms();
+        if (now - copy_said_at_ms < 100)
+                return;
+        copy_said_at_ms = now;
+        fs_worker_progress(c->bytes, copy_estimate > c->bytes ? copy_estimate : c->bytes);
+}
+
 static int copy_run(void *data, struct fs_worker_output *out, nsbox_error_t **err)
 {
         struct snapshot_copy *job = data;
         _cleanup_(rootfs_copy_done) struct rootfs_copy c = { .max_bytes = job->max_bytes,
-                                                             .max_inodes = job->max_inodes };
+                                                             .max_inodes = job->max_inodes,
+                                                             .progress = copy_progress };
+        copy_estimate = job->estimate;
+        copy_said_at_ms = now_monotonic_ms();
+        fs_worker_progress(0, copy_estimate);
         int r;
         if (job->parent_fd >= 0 && (r = rootfs_copy_layer(job->parent_fd, job->dst_fd, &c)) < 0)
                 return r == -EDQUOT
@@ -433,6 +457,7 @@ static int copy_run(void *data, struct fs_worker_output *out, nsbox_error_t **er
         }
         /* The data reaches the disk before the record says the snapshot exists. */
         syncfs(job->dst_fd);
+        fs_worker_progress(c.bytes, c.bytes);
         out->result =
             json_pack("{s:I, s:I}", "size_bytes", (json_int_t)c.bytes, "inodes", (json_int_t)c.inodes);
         if (job->dists)
@@ -472,8 +497,20 @@ static void copy_done(void *data, int r, json_t *result, const char *message)
 
 static unsigned copies_of(uid_t uid);
 
-int snapshot_copy_sandbox(struct sandbox *sb, int dst_fd, uid_t owner, bool dists, snapshot_copy_done_fn done,
-                          void *data, nsbox_error_t **err)
+static void copy_told(void *data, uint64_t done, uint64_t total)
+{
+        struct snapshot_copy *job = data;
+        if (job->progress_to == NULL)
+                return;
+        _cleanup_json_ json_t *params =
+            json_pack("{s:s, s:I, s:I}", "operation", job->progress_to->msg.method, "done_bytes",
+                      (json_int_t)done, "total_bytes", (json_int_t)total);
+        rpc_notify(job->progress_to, "progress", params);
+}
+
+int snapshot_copy_sandbox(struct sandbox *sb, int dst_fd, uid_t owner, bool dists,
+                          struct rpc_request *progress_to, snapshot_copy_done_fn done, void *data,
+                          nsbox_error_t **err)
 {
         if (sb->disk_fd < 0)
                 return nsbox_error(err, EBADF, "sandbox %s has no writable layer to copy", sb->id);
@@ -569,6 +606,8 @@ int snapshot_copy_sandbox(struct sandbox *sb, int dst_fd, uid_t owner, bool dist
         job->max_bytes = most_bytes < limit - stored ? most_bytes : limit - stored;
         job->max_inodes = most_inodes < inodes_left ? most_inodes : inodes_left;
         job->reserved = job->max_bytes;
+        job->estimate = estimate;
+        job->progress_to = progress_to;
         job->reserved_inodes = job->max_inodes;
         snprintf(job->inode_bound, sizeof(job->inode_bound), "more than the %llu inodes left (limit %s%s)",
                  (unsigned long long)inodes_left, bounds[b].key, held);
@@ -588,11 +627,13 @@ int snapshot_copy_sandbox(struct sandbox *sb, int dst_fd, uid_t owner, bool dist
                 return nsbox_error(err, errno, "dup");
         }
         int keep[] = { job->upper_fd, job->parent_fd, job->dst_fd };
-        int r = fs_worker_start(keep, ARRAY_SIZE(keep), copy_run, copy_done, job, NULL, err);
+        struct fs_worker *worker = NULL;
+        int r = fs_worker_start(keep, ARRAY_SIZE(keep), copy_run, copy_done, job, &worker, err);
         if (r < 0) {
                 copy_forget(job);
                 return r;
         }
+        fs_worker_on_progress(worker, copy_told, job);
         return 0;
 }
 
@@ -616,7 +657,8 @@ static void remove_done(void *data, int r, json_t *result, const char *message)
         struct remove_job *job = data;
         if (r < 0)
                 log_error("remove %s: %s", job->dir, message);
-        job->done(job->data, r, 0, NULL, message);
+        if (job->done != NULL)
+                job->done(job->data, r, 0, NULL, message);
         json_decref(result);
         free(job->dir);
         free(job);
@@ -682,6 +724,7 @@ struct snapshot_request {
         char sandbox_id[37];
         char image[64];
         char *name;
+        bool remove_when_unused;
         uid_t owner;
         long long created_at_ms;
         char tmp[4096];
@@ -706,11 +749,11 @@ static void snapshot_created(void *data, int r, uint64_t size, json_t *result, c
         }
         char created[40], path[4096], final[4096];
         format_timestamp(s->created_at_ms, created, sizeof(created));
-        _cleanup_json_ json_t *meta =
-            json_pack("{s:s, s:s?, s:I, s:s, s:s, s:s, s:I, s:O?, s:s}", "snapshot_id", s->id, "name",
-                      s->name, "owner", (json_int_t)s->owner, "image", s->image, "sandbox_id", s->sandbox_id,
-                      "created_at", created, "size_bytes", (json_int_t)size, "inodes",
-                      json_object_get(result, "inodes"), "uid_isolation", uidmode_name());
+        _cleanup_json_ json_t *meta = json_pack(
+            "{s:s, s:s?, s:I, s:s, s:s, s:s, s:I, s:O?, s:s, s:b}", "snapshot_id", s->id, "name", s->name,
+            "owner", (json_int_t)s->owner, "image", s->image, "sandbox_id", s->sandbox_id, "created_at",
+            created, "size_bytes", (json_int_t)size, "inodes", json_object_get(result, "inodes"),
+            "uid_isolation", uidmode_name(), "remove_when_unused", s->remove_when_unused);
         snprintf(path, sizeof(path), "%s/snapshot.json", s->tmp);
         snprintf(final, sizeof(final), "%s/snapshots/%s", nsboxd.config.state_dir, s->id);
         if (meta == NULL || json_file_replace(path, meta, JSON_COMPACT, true, &err) < 0 ||
@@ -754,11 +797,20 @@ static unsigned copies_of(uid_t uid)
 
 void snapshot_method_create(struct rpc_request *req, struct sandbox *sb)
 {
-        static const char *const known[] = { "sandbox_id", "name", NULL };
+        static const char *const known[] = { "sandbox_id", "name", "remove_when_unused", "progress", NULL };
+        bool progress = false;
         _cleanup_error_ nsbox_error_t *err = NULL;
         if (!rpc_check_fields(req, known))
                 return;
         json_t *name = json_object_get(req->msg.params, "name");
+        if (!rpc_get_bool(req, "progress", &progress))
+                return;
+        json_t *auto_remove = json_object_get(req->msg.params, "remove_when_unused");
+        if (auto_remove != NULL && !json_is_boolean(auto_remove)) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                "remove_when_unused must be true or false");
+                return;
+        }
         if (name != NULL && !json_is_null(name) &&
             (!json_is_string(name) || !snapshot_name_valid(json_string_value(name)))) {
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
@@ -787,6 +839,7 @@ void snapshot_method_create(struct rpc_request *req, struct sandbox *sb)
                 return;
         }
         s->req = req;
+        s->remove_when_unused = json_is_true(auto_remove);
         s->owner = req->uid;
         s->created_at_ms = now_realtime_ms();
         snprintf(s->sandbox_id, sizeof(s->sandbox_id), "%s", sb->id);
@@ -805,7 +858,8 @@ void snapshot_method_create(struct rpc_request *req, struct sandbox *sb)
         }
         _cleanup_close_ int dst = open(layer, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         int r = dst < 0 ? nsbox_error(&err, errno, "open %s", layer)
-                        : snapshot_copy_sandbox(sb, dst, req->uid, false, snapshot_created, s, &err);
+                        : snapshot_copy_sandbox(sb, dst, req->uid, false, progress ? req : NULL,
+                                                snapshot_created, s, &err);
         if (r < 0) {
                 rootfs_remove_dir(s->tmp, NULL);
                 rpc_reply_fail(req, snapshot_copy_error_kind(r), "%s", err->message);
@@ -850,6 +904,59 @@ void snapshot_method_list(struct rpc_request *req, struct sandbox *sb)
         snapshots_foreach(list_one, &l);
         rpc_reply_result(req,
                          json_pack("{s:o, s:i}", "snapshots", l.list, "count", (int)json_array_size(l.list)));
+}
+
+/* Take snapshot id out of every listing and lookup at once (a rename);
+ * its files go in a worker, then done(data) (done may be NULL). */
+static int snapshot_discard(const char *id, snapshot_copy_done_fn done, void *data, nsbox_error_t **err)
+{
+        char path[4096], doomed[4096];
+        snprintf(path, sizeof(path), "%s/snapshots/%s", nsboxd.config.state_dir, id);
+        snprintf(doomed, sizeof(doomed), "%s/snapshots/.tmp-rm-%s", nsboxd.config.state_dir, id);
+        if (rename(path, doomed) < 0)
+                return nsbox_error(err, errno, "rename %s", path);
+        _cleanup_error_ nsbox_error_t *async_err = NULL;
+        if (snapshot_remove_dir_async(doomed, done, data, &async_err) < 0) {
+                /* No worker free: remove it here, blocking for once. */
+                _cleanup_error_ nsbox_error_t *now_err = NULL;
+                int r = rootfs_remove_dir(doomed, &now_err);
+                if (done != NULL)
+                        done(data, r, 0, NULL, now_err ? now_err->message : NULL);
+        }
+        return 0;
+}
+
+/* A snapshot made for forks only (remove_when_unused, as `nsbox fork`
+ * takes one) goes with the last sandbox made from it. */
+static void discard_if_unused(const char *id, const char *why)
+{
+        char reason[256];
+        _cleanup_json_ json_t *meta = NULL;
+        if (snapshot_users(id) > 0 || snapshot_load(id, &meta, reason, sizeof(reason)) < 0 ||
+            !json_is_true(json_object_get(meta, "remove_when_unused")))
+                return;
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (snapshot_discard(id, NULL, NULL, &err) < 0) {
+                log_error("snapshot %s: not removed though unused: %s", id, err->message);
+                return;
+        }
+        log_limited(log_key_uid(meta_owner(meta)).text, LOG_LEVEL_INFO,
+                    "snapshot %s: removed, %s (it was taken for forks only)", id, why);
+}
+
+void snapshots_discard_unused(void)
+{
+        char dir[4096];
+        snapshots_dir(dir, sizeof(dir));
+        DIR *d = opendir(dir);
+        if (d == NULL)
+                return;
+        struct dirent *de;
+        while ((de = readdir(d)) != NULL) {
+                if (snapshot_id_valid(de->d_name))
+                        discard_if_unused(de->d_name, "no sandbox made from it is left");
+        }
+        closedir(d);
 }
 
 /* snapshot.remove */
@@ -899,14 +1006,6 @@ void snapshot_method_remove(struct rpc_request *req, struct sandbox *sb)
                                users);
                 return;
         }
-        /* Gone from every listing and lookup at once; the files go in a worker. */
-        char path[4096], doomed[4096];
-        snprintf(path, sizeof(path), "%s/snapshots/%s", nsboxd.config.state_dir, id);
-        snprintf(doomed, sizeof(doomed), "%s/snapshots/.tmp-rm-%s", nsboxd.config.state_dir, id);
-        if (rename(path, doomed) < 0) {
-                rpc_reply_fail(req, "internal", "rename %s: %s", path, strerror(errno));
-                return;
-        }
         struct remove_request *rr = calloc(1, sizeof(*rr));
         if (rr == NULL) {
                 rpc_reply_fail(req, "internal", "out of memory");
@@ -914,12 +1013,11 @@ void snapshot_method_remove(struct rpc_request *req, struct sandbox *sb)
         }
         rr->req = req;
         snprintf(rr->id, sizeof(rr->id), "%s", id);
+        if (snapshot_discard(id, snapshot_removed, rr, &err) < 0) {
+                rpc_reply_fail(req, "internal", "%s", err->message);
+                free(rr);
+                return;
+        }
         log_limited(log_key_uid(req->uid).text, LOG_LEVEL_INFO, "snapshot %s: removed by uid %u", id,
                     req->uid);
-        if (snapshot_remove_dir_async(doomed, snapshot_removed, rr, &err) < 0) {
-                /* No worker free: remove it here, blocking for once. */
-                _cleanup_error_ nsbox_error_t *now_err = NULL;
-                int r = rootfs_remove_dir(doomed, &now_err);
-                snapshot_removed(rr, r, 0, NULL, now_err ? now_err->message : NULL);
-        }
 }

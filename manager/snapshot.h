@@ -44,13 +44,17 @@ const char *snapshot_copy_error_kind(int r);
  * removes ({added: {name: version}, removed: [name]}). */
 typedef void (*snapshot_copy_done_fn)(void *data, int r, uint64_t size_bytes, json_t *result,
                                       const char *message);
-int snapshot_copy_sandbox(struct sandbox *sb, int dst_fd, uid_t owner, bool dists, snapshot_copy_done_fn done,
-                          void *data, nsbox_error_t **err);
+int snapshot_copy_sandbox(struct sandbox *sb, int dst_fd, uid_t owner, bool dists,
+                          struct rpc_request *progress_to, snapshot_copy_done_fn done, void *data,
+                          nsbox_error_t **err);
 /* Remove dir (made by nsboxd, below the state dir) in a forked worker;
  * done(data, r, 0, NULL, message) when it is gone. */
 int snapshot_remove_dir_async(const char *dir, snapshot_copy_done_fn done, void *data, nsbox_error_t **err);
 
 int snapshots_init(nsbox_error_t **err);
+/* Remove the snapshots taken for forks only (remove_when_unused) that no
+ * sandbox uses: after recovery, whose sandboxes hold theirs. */
+void snapshots_discard_unused(void);
 
 void snapshot_method_create(struct rpc_request *req, struct sandbox *sb); /* sandbox.snapshot */
 void snapshot_method_list(struct rpc_request *req, struct sandbox *sb);

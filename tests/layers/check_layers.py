@@ -26,15 +26,15 @@ INCLUDE_DIRS = ["common", "policy", "runtime", "manager", "cli"]
 
 # manager/'s layers, bottom up: a unit includes its own layer or lower.
 MANAGER_LAYERS = [
-    ("core", ["loop", "daemon", "config", "budget", "fs_path", "fs_worker"]),
+    ("core", ["loop", "daemon", "config", "budget", "fs_path", "fs_worker", "metrics"]),
     ("host and wire", ["cgroup", "userns", "uidmode", "basens", "rootfs", "host_pools", "profiles", "rpc",
                        "rpc_listen", "quota"]),
-    ("registry", ["sandbox", "sandbox_uids", "state"]),
+    ("registry", ["sandbox", "sandbox_uids", "state", "events"]),
     ("live sandboxes", ["exec_params", "exec_internal", "exec", "exec_api", "egress", "fs_ops", "fs_files", "fs_api", "sandbox_pause",
                         "snapshot", "images"]),
     ("lifecycle", ["sandbox_life"]),
     ("features", ["python", "shell"]),
-    ("api", ["methods", "idle"]),
+    ("api", ["methods", "idle", "observe"]),
     ("top", ["server", "main"]),
 ]
 # egress/'s (nsbox-egress): the shared state below DNS, DNS below the proxy,

@@ -11,9 +11,10 @@
 
 The asyncio twin is nsbox.aio.AsyncSandbox. The socket is $NSBOX_SOCKET or
 /run/nsbox/nsbox.sock unless socket= is given."""
-from .errors import (BusyError, CommandExitError, InternalError, InvalidParamsError, LimitReachedError,
-                     MethodNotFoundError, NotFoundError, NsboxConnectionError, NsboxError, PermissionDeniedError,
-                     ProtocolError, SandboxGoneError, SandboxTimeoutError, UnavailableError)
+from .errors import (BusyError, CommandExitError, CommandNotFoundError, CommandTimeoutError, InternalError,
+                     InvalidParamsError, LimitReachedError, MethodNotFoundError, NotFoundError, NsboxConnectionError,
+                     NsboxError, PermissionDeniedError, ProtocolError, SandboxGoneError, SandboxTimeoutError,
+                     UnavailableError)
 from .models import CommandResult, EntryInfo, Execution, ExecutionError, Image, ShellResult
 from .sandbox import CommandHandle, Commands, Connection, Files, Sandbox, Shell, ShellSession
 
@@ -25,4 +26,5 @@ __all__ = [
     "NsboxError", "NotFoundError", "SandboxGoneError", "InvalidParamsError", "LimitReachedError", "BusyError",
     "SandboxTimeoutError", "UnavailableError", "PermissionDeniedError", "InternalError",
     "ProtocolError", "MethodNotFoundError", "NsboxConnectionError", "CommandExitError",
+    "CommandNotFoundError", "CommandTimeoutError",
 ]

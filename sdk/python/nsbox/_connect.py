@@ -10,6 +10,7 @@ connect bounded by SO_SNDTIMEO, which the kernel wakes as soon as nsboxd
 accepts; then a clear error."""
 import errno
 import os
+import select
 import socket
 import struct
 import time
@@ -89,3 +90,11 @@ def connect(path, budget=CONNECT_BUDGET):
         except OSError:
             pass  # stale (nsboxd died) or not ours: the shared socket
     return _connect_bounded(path, budget)
+
+
+def stale(sock):
+    """True when an idle connection has something to read: nsboxd closed it
+    (client_idle_timeout_seconds, shutdown), since it sends nothing unasked."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))

@@ -15,7 +15,7 @@ import secrets
 import signal as _signal
 import time
 
-from .errors import NotFoundError, SandboxTimeoutError
+from .errors import CommandNotFoundError, CommandTimeoutError, NotFoundError, SandboxTimeoutError
 from .models import CommandResult, EntryInfo, Execution, ShellResult
 
 DEFAULT_SOCKET = "/run/nsbox/nsbox.sock"
@@ -82,6 +82,42 @@ class Decoder:
         return b"" if self.binary else self.text.decode(b"", final=True)
 
 
+# How nsboxd's stderr begins when the command could not be started at all (no
+# such program: exit 127; not executable: 126). nsboxd sends that message as
+# text even when the exec asked for base64.
+_START_ERROR = "nsbox: cannot run the command: "
+
+
+def _start_error(r):
+    """nsboxd's message when the exec could not start its command, else None."""
+    text = r.get("stderr")
+    if r.get("exit_code") not in (126, 127) or not isinstance(text, str):
+        return None
+    if not text.startswith(_START_ERROR) and r.get("encoding") == "base64":
+        try:  # as it would come from an nsboxd that encodes it
+            text = base64.b64decode(text, validate=True).decode("utf-8")
+        except ValueError:
+            return None
+    return text if text.startswith(_START_ERROR) else None
+
+
+def _as_output(text, binary):
+    return text.encode("utf-8") if binary else text
+
+
+def exec_output(r, binary, wire_base64):
+    """(stdout, stderr) of an exec reply (sandbox.exec, exec.status, exec.output)."""
+    start_error = _start_error(r)
+    out = []
+    for name in ("stdout", "stderr"):
+        if name == "stderr" and start_error is not None:
+            out.append(_as_output(start_error, binary))
+            continue
+        d = Decoder(binary, wire_base64)
+        out.append(d.feed(r.get(name)) + d.finish())
+    return out
+
+
 def _join(parts, binary):
     return (b"" if binary else "").join(parts)
 
@@ -117,12 +153,15 @@ class SandboxCore:
     _files_cls = None
     _shell_cls = None
 
-    def __init__(self, conn, reply, keep=False):
+    def __init__(self, conn, reply, keep=None):
         self._conn = conn
         self.sandbox_id = reply["sandbox_id"]
         self.session_id = reply.get("session_id")
         self.existing = bool(reply.get("existing"))
-        self.keep = keep
+        # A session's sandbox is there to be found again by its name (the next
+        # turn of an agent, another process): the end of a `with` block keeps
+        # it whether or not that block made it, unless keep=False says so.
+        self.keep = bool(self.session_id) if keep is None else keep
         self.created = reply
         self.commands = self._commands_cls(self)
         self.files = self._files_cls(self)
@@ -154,7 +193,10 @@ class SandboxCore:
         r = yield Call("python.run", self._p(code=code, stateful=stateful, timeout_seconds=timeout,
                                              requirements=list(requirements) if requirements else None,
                                              files=sent or None))
-        return Execution.from_reply(r)
+        execution = Execution.from_reply(r)
+        if execution.status == "timeout":
+            raise CommandTimeoutError("code", timeout, execution)
+        return execution
 
     def pause(self, force=False):
         """Freeze every process of the sandbox (sandbox.pause); force: even with
@@ -252,13 +294,21 @@ class CommandsCore:
         if stream:
             params["stream"] = True
         r = yield Call("sandbox.exec", params, on_notify if stream else None)
+        start_error = _start_error(r)
         for name in ("stdout", "stderr"):
-            chunk = decoders[name].feed(r.get(name)) + decoders[name].finish()
+            if name == "stderr" and start_error is not None:
+                chunk = _as_output(start_error, binary)
+            else:
+                chunk = decoders[name].feed(r.get(name)) + decoders[name].finish()
             if chunk:
                 parts[name].append(chunk)
                 if callbacks[name] is not None:
                     yield Invoke(callbacks[name], chunk)
         result = CommandResult.from_reply(r, _join(parts["stdout"], binary), _join(parts["stderr"], binary))
+        if start_error is not None:
+            raise CommandNotFoundError(result)
+        if result.timed_out:
+            raise CommandTimeoutError("command %r" % (cmd,), timeout, result)
         return result.check() if check else result
 
     def list(self):
@@ -293,11 +343,7 @@ class HandleCore:
         return self._sandbox._conn
 
     def _decoded(self, r):
-        out = []
-        for name in ("stdout", "stderr"):
-            d = Decoder(self.binary, self.wire_base64)
-            out.append(d.feed(r.get(name)) + d.finish())
-        return out
+        return exec_output(r, self.binary, self.wire_base64)
 
     def status(self):
         """exec.status: a CommandResult with .running, output so far."""
@@ -339,8 +385,11 @@ class HandleCore:
             yield Sleep(delay)
             delay = min(delay * 1.5, 0.5)
         st = yield Call("exec.status", {"exec_id": self.exec_id})
+        start_error = _start_error(st)
         for name in callbacks:
             tail = decoders[name].finish()
+            if name == "stderr" and start_error is not None:  # exec.output does not hold it
+                tail += _as_output(start_error, self.binary)
             if tail:
                 parts[name].append(tail)
                 if callbacks[name] is not None:
@@ -413,6 +462,10 @@ class FilesCore:
         return (yield Call("fs.chmod", self._sandbox._p(path=path, mode=int(mode))))
 
 
+# nsboxd's timeout of a blocking shell.run that gives none.
+SHELL_TIMEOUT = 30
+
+
 def _shell_result(r, binary):
     out = []
     for name in ("stdout", "stderr"):
@@ -441,13 +494,17 @@ class ShellCore:
 
     def run(self, session, command, timeout=None, blocking=True, cwd=None, binary=False, max_output_bytes=None):
         """Run a command line in the session: blocking, its ShellResult
-        (timeout default 30 s: past it the command is interrupted, the
-        session stays); blocking=False, at once with running=True (poll
-        with check())."""
+        (timeout default 30 s: past it the command is interrupted and
+        CommandTimeoutError raised, the session stays); blocking=False, at
+        once with running=True (poll with check())."""
         r = yield Call("shell.run", self._sandbox._p(session=session, command=command, timeout_seconds=timeout,
                                                       blocking=blocking, cwd=cwd, encoding="base64",
                                                       max_output_bytes=max_output_bytes))
-        return _shell_result(r, binary)
+        result = _shell_result(r, binary)
+        if result.timed_out:
+            raise CommandTimeoutError("shell command %r" % (command,),
+                                      SHELL_TIMEOUT if timeout is None else timeout, result)
+        return result
 
     def check(self, session, since=None, binary=False):
         """The session's current or last command: running, exit_code, output

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The asyncio twin: AsyncSandbox has Sandbox's methods as coroutines, over
-asyncio.open_unix_connection. Callbacks may be plain functions or coroutine
-functions.
+asyncio.open_unix_connection (a pool of them: gathered calls run at once).
+Callbacks may be plain functions or coroutine functions.
 
     async with await AsyncSandbox.create() as sb:
         r = await sb.commands.run("echo hi", on_stdout=print)
@@ -49,6 +49,13 @@ class AsyncConnection:
                 await w.wait_closed()
             except OSError:
                 pass
+
+    def reusable(self):
+        """Open, and not closed by nsboxd while idle (client_idle_timeout_seconds)."""
+        if self._writer is None or self._writer.is_closing() or self._reader.at_eof():
+            return False
+        sock = self._writer.get_extra_info("socket")
+        return sock is not None and not _connect.stale(sock)  # the EOF the loop has not read yet
 
     def _drop(self):
         if self._writer is not None:
@@ -98,6 +105,42 @@ class AsyncConnection:
             if "error" in reply:
                 raise error_from_reply(reply["error"])
             return reply.get("result")
+
+
+class AsyncConnectionPool:
+    """The connections of one AsyncSandbox, as nsbox.sandbox.ConnectionPool:
+    each call on its own connection, so gathered calls run at once."""
+    MAX_IDLE = 4
+
+    def __init__(self, socket=None, timeout=None, connect_timeout=10):
+        self.path = _core.socket_path(socket)
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self._idle = []
+
+    async def _take(self):
+        while self._idle:
+            conn = self._idle.pop()
+            if conn.reusable():
+                return conn
+            await conn.close()
+        return await AsyncConnection(self.path, self.timeout, self.connect_timeout).open()
+
+    async def call(self, method, params=None, on_notify=None):
+        conn = await self._take()
+        try:
+            return await conn.call(method, params, on_notify)
+        finally:
+            if conn._writer is not None and len(self._idle) < self.MAX_IDLE:
+                self._idle.append(conn)
+            else:
+                conn._drop()
+
+    async def close(self):
+        """Close the idle connections; a later call opens one again."""
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            await conn.close()
 
 
 async def drive(conn, gen):
@@ -182,7 +225,7 @@ class AsyncSandbox(_core.SandboxCore):
 
     @classmethod
     def create(cls, session_id=None, image=None, memory=None, network=None, env=None, labels=None,
-               idle_timeout=None, socket=None, keep=False, pids=None, cpus=None, disk=None, seccomp_profile=None,
+               idle_timeout=None, socket=None, keep=None, pids=None, cpus=None, disk=None, seccomp_profile=None,
                from_snapshot=None):
         params = _core.create_params(session_id=session_id, image=image, memory=memory, pids=pids, cpus=cpus,
                                      disk=disk, network=network, env=env, labels=labels,
@@ -196,11 +239,11 @@ class AsyncSandbox(_core.SandboxCore):
 
     @classmethod
     async def _open(cls, socket, method, params, keep):
-        conn = await AsyncConnection(socket).open()
+        pool = AsyncConnectionPool(socket)
         try:
-            return cls(conn, await conn.call(method, params), keep=keep)
+            return cls(pool, await pool.call(method, params), keep=keep)
         except BaseException:
-            await conn.close()
+            await pool.close()
             raise
 
     @staticmethod

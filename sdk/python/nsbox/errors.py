@@ -41,6 +41,20 @@ class SandboxTimeoutError(NsboxError):
     """The daemon gave up waiting for something."""
 
 
+class CommandTimeoutError(SandboxTimeoutError, TimeoutError):
+    """A command (commands.run, a blocking shell.run) or code (run_code) ran
+    past its timeout and was killed (a shell session's command interrupted,
+    the session kept). `result` holds what it wrote until then: a
+    CommandResult or ShellResult (timed_out=True) or an Execution (status
+    "timeout")."""
+
+    def __init__(self, what, timeout, result):
+        super().__init__("%s timed out after %s s and was killed%s" % (what, timeout, _said(result)),
+                         kind="timeout")
+        self.timeout = timeout
+        self.result = result
+
+
 class UnavailableError(NsboxError):
     """The daemon cannot do it now (shutting down, feature absent on this host)."""
 
@@ -73,6 +87,21 @@ class CommandExitError(NsboxError):
             result.exit_code if result.exit_code is not None else "signal %s" % result.signal,
             _tail(result.stderr)), kind="exit")
         self.result = result
+
+
+class CommandNotFoundError(CommandExitError, FileNotFoundError):
+    """commands.run could not start the command: no such program (exit_code
+    127) or not executable (126), as `result.stderr` says. A str command runs
+    under /bin/sh, which reports a missing program as an exit of 127 instead."""
+
+    def __init__(self, result):
+        super().__init__(result)
+        self.exit_code = result.exit_code
+
+
+def _said(result):
+    text = _tail(getattr(result, "stderr", ""), 200)
+    return ": " + text if text else ""
 
 
 def _tail(text, n=500):

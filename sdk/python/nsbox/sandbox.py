@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The synchronous client: one unix socket per Sandbox, one request at a time."""
+"""The synchronous client: a Sandbox's calls each take a connection of its
+pool, so calls from several threads run at once."""
 import functools
 import itertools
 import json
@@ -35,6 +36,11 @@ class Connection:
             self._file.close()
             self._sock.close()
             self._sock = self._file = None
+
+    def reusable(self):
+        """Open, and nothing waiting to be read: a connection nsboxd closed
+        while it was idle (client_idle_timeout_seconds) reads as EOF."""
+        return self._sock is not None and not _connect.stale(self._sock)
 
     def call(self, method, params=None, on_notify=None):
         """The result of one request; notifications before the reply go to on_notify."""
@@ -78,6 +84,53 @@ class Connection:
             if "error" in reply:
                 raise error_from_reply(reply["error"])
             return reply.get("result")
+
+
+class ConnectionPool:
+    """The connections of one Sandbox: a call takes an idle one or opens a new
+    one and gives it back when its reply is in, so calls from several threads
+    run at once, each on its own connection (stream notifications carry no
+    request id, so one connection serves one call at a time). At most
+    MAX_IDLE stay open between calls."""
+    MAX_IDLE = 4
+
+    def __init__(self, socket=None, timeout=None, connect_timeout=10):
+        self.path = _core.socket_path(socket)
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self._lock = threading.Lock()
+        self._idle = []
+
+    def _take(self):
+        while True:
+            with self._lock:
+                conn = self._idle.pop() if self._idle else None
+            if conn is None:
+                return Connection(self.path, self.timeout, self.connect_timeout)
+            if conn.reusable():
+                return conn
+            conn.close()
+
+    def _give(self, conn):
+        with self._lock:
+            if conn._sock is not None and len(self._idle) < self.MAX_IDLE:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def call(self, method, params=None, on_notify=None):
+        conn = self._take()
+        try:
+            return conn.call(method, params, on_notify)
+        finally:
+            self._give(conn)
+
+    def close(self):
+        """Close the idle connections; a later call opens one again."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
 
 
 def drive(conn, gen):
@@ -150,30 +203,31 @@ class Sandbox(_core.SandboxCore):
 
     @classmethod
     def create(cls, session_id=None, image=None, memory=None, network=None, env=None, labels=None,
-               idle_timeout=None, socket=None, keep=False, pids=None, cpus=None, disk=None, seccomp_profile=None,
+               idle_timeout=None, socket=None, keep=None, pids=None, cpus=None, disk=None, seccomp_profile=None,
                from_snapshot=None):
         """Create a sandbox (or, with session_id, get that session's live one).
-        memory and disk: bytes or "512M"-style strings."""
+        memory and disk: bytes or "512M"-style strings. The end of a `with`
+        block removes the sandbox, except a session's (kept: the session name
+        is there to find it again); keep=True or keep=False decides instead."""
         params = _core.create_params(session_id=session_id, image=image, memory=memory, pids=pids, cpus=cpus,
                                      disk=disk, network=network, env=env, labels=labels,
                                      idle_timeout=idle_timeout, seccomp_profile=seccomp_profile,
                                      from_snapshot=from_snapshot)
-        conn = Connection(socket)
+        return cls._open(socket, "sandbox.create", params, keep)
+
+    @classmethod
+    def _open(cls, socket, method, params, keep):
+        pool = ConnectionPool(socket)
         try:
-            return cls(conn, conn.call("sandbox.create", params), keep=keep)
+            return cls(pool, pool.call(method, params), keep=keep)
         except BaseException:
-            conn.close()
+            pool.close()
             raise
 
     @classmethod
     def connect(cls, sandbox_id, socket=None, keep=True):
         """An existing sandbox by id (kept at the end of a `with` unless keep=False)."""
-        conn = Connection(socket)
-        try:
-            return cls(conn, conn.call("sandbox.info", {"sandbox_id": sandbox_id}), keep=keep)
-        except BaseException:
-            conn.close()
-            raise
+        return cls._open(socket, "sandbox.info", {"sandbox_id": sandbox_id}, keep)
 
     @staticmethod
     def list(socket=None, include_inactive=False):
@@ -193,7 +247,7 @@ class Sandbox(_core.SandboxCore):
             conn.close()
 
     def close(self):
-        """Close the connection; the sandbox stays."""
+        """Close the connections; the sandbox stays."""
         self._conn.close()
 
     def __enter__(self):

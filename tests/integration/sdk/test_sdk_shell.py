@@ -61,10 +61,11 @@ def test_binary_output_and_terminate(sb):
         sb.shell.run("bin", "echo gone")
 
 
-def test_a_blocking_timeout_interrupts_the_command_and_keeps_the_session(sb):
+def test_a_blocking_timeout_interrupts_the_command_raises_and_keeps_the_session(sb):
     sh = sb.shell.create(cwd="/tmp", env={"K": "v"})
-    r = sh.run("sleep 30", timeout=1)
-    assert r.timed_out
+    with pytest.raises(nsbox.CommandTimeoutError) as e:
+        sh.run("echo so-far; sleep 30", timeout=1)
+    assert e.value.result.timed_out and e.value.result.stdout == "so-far\n" and e.value.timeout == 1
     assert sh.run("pwd; echo $K").stdout == "/tmp\nv\n"
 
 

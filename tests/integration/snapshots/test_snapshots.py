@@ -624,3 +624,81 @@ def test_a_snapshot_of_symlinks_turning_into_files_meanwhile_succeeds():
             tracer.terminate()
             tracer.wait(30)
         assert d.stop() == 0
+
+
+def snapshot_ids(daemon):
+    return sorted(s["snapshot_id"] for s in daemon.call("snapshot.list")["snapshots"])
+
+
+def wait_for(predicate, what, timeout=20):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_a_cli_fork_leaves_no_unnamed_snapshot_behind(daemon):
+    from conftest import ok, one_line_error
+    before = snapshot_ids(daemon)
+    parent = ok(daemon.cli("create")).stdout.decode().strip()
+    ok(daemon.cli("sh", parent, "echo kept > f"))
+    fork = ok(daemon.cli("fork", parent)).stdout.decode().strip()
+    taken = [s for s in daemon.call("snapshot.list")["snapshots"] if s["snapshot_id"] not in before]
+    assert len(taken) == 1 and taken[0]["remove_when_unused"] is True and taken[0]["sandboxes"] == 1, taken
+    assert ok(daemon.cli("sh", fork, "cat f")).stdout == b"kept\n"
+    # A fork whose create fails leaves nothing either.
+    assert "memory" in one_line_error(daemon.cli("fork", "--memory", "1T", parent))
+    assert len(snapshot_ids(daemon)) == len(before) + 1
+    ok(daemon.cli("rm", "-f", fork))
+    wait_for(lambda: snapshot_ids(daemon) == before, "the fork's snapshot outlived it")
+    assert not [n for n in os.listdir(os.path.join(daemon.state, "snapshots")) if not n.startswith(".")
+                and n not in before]
+    # A named one is the user's: it stays after its fork goes.
+    fork = ok(daemon.cli("fork", "--name", "keep me", parent)).stdout.decode().strip()
+    ok(daemon.cli("rm", "-f", fork, parent))
+    kept = [s for s in daemon.call("snapshot.list")["snapshots"] if s["snapshot_id"] not in before]
+    assert [s["name"] for s in kept] == ["keep me"] and kept[0]["remove_when_unused"] is False
+    daemon.call("snapshot.remove", snapshot_id=kept[0]["snapshot_id"])
+
+
+def test_remove_when_unused_must_be_a_boolean(daemon):
+    sid = create(daemon)
+    e = error_of(daemon, "sandbox.snapshot", sandbox_id=sid, remove_when_unused="yes")
+    assert e.kind == "invalid_params" and "remove_when_unused" in str(e), e.error
+    remove(daemon, sid)
+
+
+def call_with_notifications(daemon, method, **params):
+    with daemon.client() as c:
+        msg = c.response(c.request(method, params))
+        assert "result" in msg, msg
+        return msg["result"], [n["params"] for n in c.notifications if n["method"] == "progress"]
+
+
+def test_long_copies_report_their_progress_when_asked(daemon, tmp_path):
+    sid = create(daemon)
+    sh(daemon, sid, "head -c 60000000 /dev/urandom > big && for i in $(seq 300); do echo $i > small-$i; done")
+    snap, told = call_with_notifications(daemon, "sandbox.snapshot", sandbox_id=sid, progress=True)
+    assert told, "no progress notification"
+    assert all(t["operation"] == "sandbox.snapshot" for t in told)
+    assert told[0]["done_bytes"] == 0 and told[0]["total_bytes"] >= 60000000, told[0]
+    done = [t["done_bytes"] for t in told]
+    assert done == sorted(done) and told[-1]["done_bytes"] == told[-1]["total_bytes"] == snap["size_bytes"], told
+    image, told = call_with_notifications(daemon, "image.commit", sandbox_id=sid, name="progress-image",
+                                          progress=True)
+    assert told and told[-1]["operation"] == "image.commit" and told[-1]["done_bytes"] == told[-1]["total_bytes"]
+    # Not asked: not told.
+    again, told = call_with_notifications(daemon, "sandbox.snapshot", sandbox_id=sid)
+    assert told == []
+    layout = busybox_layout(tmp_path)
+    _, told = call_with_notifications(daemon, "image.import", path=layout, name="progress-box", tag="v1",
+                                      progress=True)
+    assert [t["step"] for t in told] == ["unpack the layers (umoci)", "measure and record the image"], told
+    assert all(t["total_steps"] == 3 for t in told)
+    e = error_of(daemon, "sandbox.snapshot", sandbox_id=sid, progress="yes")
+    assert e.kind == "invalid_params" and "progress" in str(e)
+    remove(daemon, sid)
+    for s in (snap, again):
+        daemon.call("snapshot.remove", snapshot_id=s["snapshot_id"])
+    daemon.call("image.remove", name="progress-image")
+    daemon.call("image.remove", name="progress-box")
