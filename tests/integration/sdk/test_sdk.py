@@ -287,3 +287,10 @@ def test_a_removed_sandbox_raises_sandbox_gone_saying_why(daemon):
     assert isinstance(e.value, nsbox.NotFoundError) and e.value.kind == "gone"
     assert e.value.data["sandbox_id"] == sid and "sandbox.remove" in e.value.data["reason"]
     assert "was removed at" in str(e.value)
+
+
+def test_create_says_what_idling_does(daemon):
+    with Sandbox.create(socket=daemon.socket, idle_action="remove", paused_timeout=600) as s:
+        info = s.info()
+        assert info["idle_action"] == "remove" and info["paused_timeout_seconds"] == 600
+        assert info["expires"]["action"] == "remove"
