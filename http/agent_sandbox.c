@@ -9,7 +9,9 @@
  * the bytes, DELETE with ?recursive=true). Everything runs in the token's
  * default sandbox (POST /execute_command_stateful {code} too, in its
  * persistent interpreter): session "http-default" of its owner, made on first use
- * and kept. Relative paths are under /workspace (where the runtime had /app). */
+ * and kept. Every path is under the base directory /workspace (the
+ * reference runtime's /app), "/" included; GET /v1/metadata answers the
+ * SANDBOX_* environment. */
 #include "agent_sandbox.h"
 
 #include <errno.h>

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The one-shot sandbox-server contract: POST /execute {code, timeout_seconds,
- * requirements, files} in a fresh sandbox made for the request and removed
- * after it (nothing is left for the next call), and GET /health. */
+/* The one-shot sandbox-server contract (antwort's sandbox server): POST
+ * /execute {code, timeout_seconds, requirements, files} in a fresh sandbox
+ * made for the request and removed after it (nothing is left for the next
+ * call), the files the code wrote to $OUTPUT_DIR returned; and GET /health. */
 #include "execute.h"
 
 #include <errno.h>

@@ -94,27 +94,3 @@ int http_call(const struct http_request *r, const char *method, json_t *params, 
         client_close(c);
         return ret;
 }
-
-int http_sandbox_write(struct client *c, const char *sandbox_id, const char *path, const char *base64,
-                       json_t **error, nsbox_error_t **err)
-{
-        *error = NULL;
-        const char *slash = strrchr(path, '/');
-        if (slash != NULL && slash != path) {
-                _cleanup_free_ char *dir = strndup(path, (size_t)(slash - path));
-                _cleanup_json_ json_t *p =
-                    json_pack("{s:s, s:s, s:b}", "sandbox_id", sandbox_id, "path", dir, "parents", 1);
-                _cleanup_json_ json_t *res = NULL;
-                if (dir == NULL || p == NULL)
-                        return nsbox_error(err, ENOMEM, "write %s", path);
-                int r = client_call(c, "fs.mkdir", p, NULL, NULL, &res, error, err);
-                if (r < 0)
-                        return r;
-        }
-        _cleanup_json_ json_t *p = json_pack("{s:s, s:s, s:s, s:s}", "sandbox_id", sandbox_id, "path", path,
-                                             "content", base64, "encoding", "base64");
-        _cleanup_json_ json_t *res = NULL;
-        if (p == NULL)
-                return nsbox_error(err, ENOMEM, "write %s", path);
-        return client_call(c, "fs.write", p, NULL, NULL, &res, error, err);
-}
