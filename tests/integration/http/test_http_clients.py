@@ -232,6 +232,14 @@ def test_antwort_timeout_says_so_in_stderr_status_and_exit_code(open_front):
     assert body["stdout"] == "started\n"
 
 
+def test_antwort_default_timeout_is_its_servers_30_seconds(open_front):
+    """antwort's client sends timeout_seconds 0 when its provider sets none; its server then
+    allows 30 s, and says so as for any timeout."""
+    status, body = antwort_execute(open_front.port, {"code": "import time\ntime.sleep(600)"})
+    assert status == 200 and body["timed_out"] is True, body
+    assert body["stderr"] == "execution timed out after 30 seconds", body
+
+
 # --- agent-sandbox: timeouts, retries, output, paths, metadata, uploads ---------------------
 
 def test_agent_sandbox_x_sandbox_timeout_bounds_the_command_and_stderr_says_it(front):
@@ -323,6 +331,7 @@ def test_agent_sandbox_uploads_stream_past_10_mib_in_bounded_memory(front):
                                {"Content-Type": "application/octet-stream"}, timeout=300)
     assert status == 200, data
     grown = vm_hwm_kib(front.proc.pid) - before
+    print("nsbox-http's peak resident memory grew by %d KiB for a 40 MiB upload and a 12 MiB PUT" % grown)
     body = sdk.run("sha256sum big/upload.bin big/put.bin")
     sums = [line.split()[0] for line in body["stdout"].splitlines()]
     assert sums == [hashlib.sha256(content).hexdigest(), hashlib.sha256(content[:12 << 20]).hexdigest()], body
