@@ -185,7 +185,9 @@ static enum MHD_Result liveness(struct http_request *r)
         return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:s}", "status", "ok"));
 }
 
-/* The owner of a request, or 0 (answered: false). */
+/* Whether the request has an owner, then r->uid: its token's with tokens,
+ * else this process's (loopback: for a program of this host only; behind a
+ * network policy: for any client). */
 static bool request_owner(struct http_request *r)
 {
         if (http_config.act_as) {
