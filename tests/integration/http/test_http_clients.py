@@ -18,7 +18,7 @@ import urllib.parse
 
 import pytest
 
-from conftest import BUILD
+from conftest import ASAN, BUILD
 from test_http import TOKEN_A, Front
 
 
@@ -335,5 +335,6 @@ def test_agent_sandbox_uploads_stream_past_10_mib_in_bounded_memory(front):
     body = sdk.run("sha256sum big/upload.bin big/put.bin")
     sums = [line.split()[0] for line in body["stdout"].splitlines()]
     assert sums == [hashlib.sha256(content).hexdigest(), hashlib.sha256(content[:12 << 20]).hexdigest()], body
-    # a 4 MiB chunk, its base64 and its JSON at a time, never the whole file
-    assert grown < 32 << 10, "nsbox-http grew by %d KiB for a 40 MiB upload" % grown
+    # a 4 MiB chunk, its base64 and its JSON at a time, never the whole file (under ASan freed
+    # memory sits in its 256 MB quarantine before reuse)
+    assert grown < (400 if ASAN else 32) << 10, "nsbox-http grew by %d KiB for a 40 MiB upload" % grown
