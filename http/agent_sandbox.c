@@ -632,7 +632,8 @@ enum MHD_Result http_agent_files(struct http_request *r, const char *kind, const
                 const char *ekind;
                 unsigned status = error ? http_status_of_rpc_error(error, &ekind) : 0;
                 if (strcmp(kind, "exists") == 0 && status == MHD_HTTP_NOT_FOUND)
-                        return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:b}", "exists", 0));
+                        return http_reply_json(r, MHD_HTTP_OK,
+                                               json_pack("{s:s, s:b}", "path", asked, "exists", 0));
                 if (status == MHD_HTTP_NOT_FOUND && strcmp(kind, "download") == 0)
                         return reply_message(r, MHD_HTTP_NOT_FOUND, "File not found");
                 if (status == MHD_HTTP_NOT_FOUND && strcmp(kind, "v1.head") == 0)
@@ -641,7 +642,7 @@ enum MHD_Result http_agent_files(struct http_request *r, const char *kind, const
         }
         bool dir = strcmp(entry_type(result), "directory") == 0;
         if (strcmp(kind, "exists") == 0)
-                return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:b}", "exists", 1));
+                return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:s, s:b}", "path", asked, "exists", 1));
         _cleanup_json_ json_t *listing = NULL;
         const char *raw_type = json_string_value(json_object_get(result, "type"));
         if (raw_type != NULL && strcmp(raw_type, "symlink") == 0) {

@@ -509,10 +509,10 @@ def test_agent_sandbox_runtime_contract(front):
     assert isinstance(body[0]["mod_time"], float) and body[0]["mod_time"] > 1.6e9
     _, _, body = front.request("GET", "/list/sub")
     assert body[0]["type"] == "directory"
-    assert front.request("GET", "/exists/sub/dir/blob.bin")[2] == {"exists": True}
-    assert front.request("GET", "/exists/sub/nope")[2] == {"exists": False}
+    assert front.request("GET", "/exists/sub/dir/blob.bin")[2] == {"path": "sub/dir/blob.bin", "exists": True}
+    assert front.request("GET", "/exists/sub/nope")[2] == {"path": "sub/nope", "exists": False}
     # the token's files are its own
-    assert front.request("GET", "/exists/sub/dir/blob.bin", token=TOKEN_B)[2] == {"exists": False}
+    assert front.request("GET", "/exists/sub/dir/blob.bin", token=TOKEN_B)[2]["exists"] is False
 
     # bad uploads
     status, _, _ = front.request("POST", "/upload", b"plain body", headers={"Content-Type": "text/plain"})

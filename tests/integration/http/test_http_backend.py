@@ -105,7 +105,7 @@ def test_agent_sandbox_paths_that_are_symlinks_act_as_their_targets(front):
     assert status == 404 and body == {"message": "Path is not a directory"}, body
     assert front.request("GET", "/list/dangling")[0] == 404
     status, _, body = front.request("GET", "/exists/dangling")
-    assert status == 200 and body == {"exists": True}
+    assert status == 200 and body == {"path": "dangling", "exists": True}
 
 
 # --- audit lines of the execs a request starts name the acting front ---------------

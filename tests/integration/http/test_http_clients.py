@@ -279,7 +279,8 @@ def test_agent_sandbox_paths_are_under_the_base_directory_as_the_reference_runti
     assert status == 200 and "basetest-marker.txt" in [e["name"] for e in entries], entries
     assert "etc" not in [e["name"] for e in entries]
     status, _, data = sdk.send("GET", "exists/" + urllib.parse.quote("/basetest-marker.txt", safe=""))
-    assert json.loads(data)["exists"] is True
+    # the reference runtime's answer: the path as asked, and whether it exists
+    assert json.loads(data) == {"path": "/basetest-marker.txt", "exists": True}
     # an absolute path is the base's, not the sandbox root's
     status, _, data = sdk.send("GET", "download/" + urllib.parse.quote("/etc/hostname", safe=""))
     assert status == 404 and json.loads(data) == {"message": "File not found"}
