@@ -229,6 +229,7 @@ def fill(daemon, sb, path, user="sandbox"):
                "    print(errno.errorcode[e.errno])\n\"" % path, user=user)
 
 
+@pytest.mark.core  # nested and rootless daemons keep the disk in RAM too
 def test_a_full_disk_with_default_limits_is_enospc_never_an_oom_kill(daemon, make_sandbox):
     # The default limits: 512 MiB of memory, a 512 MiB disk.
     sb = make_sandbox()
@@ -270,6 +271,7 @@ def test_oom_kills_on_a_full_disk_take_the_exec_never_the_sandbox(daemon, make_s
     assert "sandbox %s: removed" % sb not in daemon.read_log()
 
 
+@pytest.mark.core
 def test_exec_processes_are_the_oom_killers_choice_before_the_init_and_supervisors(daemon, make_sandbox):
     sb = make_sandbox()
     # the supervisor raises its exec's score just after the execve: polled for
