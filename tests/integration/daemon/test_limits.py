@@ -271,6 +271,15 @@ def test_oom_kills_on_a_full_disk_take_the_exec_never_the_sandbox(daemon, make_s
     assert "sandbox %s: removed" % sb not in daemon.read_log()
 
 
+def test_the_cli_says_an_exec_was_killed_for_want_of_memory(daemon, make_sandbox):
+    sb = make_sandbox(memory_bytes=64 * MiB, disk_bytes=16 * MiB)
+    r = daemon.cli("exec", sb, "--", "python3", "-c", "x = []\nwhile True: x.append(bytearray(8 << 20))")
+    assert r.returncode == 137, r
+    err = r.stderr.decode()
+    assert "nsbox: killed: out of memory (memory limit 64 MiB;" in err, r
+    assert "at most 96 MiB" in err, r  # 64 MiB + the 16 MiB disk + a /dev/shm of 16 MiB
+
+
 @pytest.mark.core
 def test_exec_processes_are_the_oom_killers_choice_before_the_init_and_supervisors(daemon, make_sandbox):
     sb = make_sandbox()
