@@ -117,6 +117,12 @@ check "memory.oom.group is 0: an OOM kill takes one process" '[ "$(cat $S/memory
 r=$(nsbox --json exec "$SB" -- echo alive)
 alive='alive\n' # as JSON escapes it
 check "the sandbox still runs execs after the OOM" '[ "$(jget "$r" stdout)" = "$alive" ] && [ "$(jget "$r" oom_killed)" = false ]' "$r"
+# a full disk (16 MiB) is ENOSPC, never an OOM kill, and the sandbox lives on
+r=$(nsbox --json exec "$SB" -- sh -c 'head -c 32M /dev/zero > /workspace/big; echo rc=$?')
+check "a full disk is ENOSPC, not an OOM kill" \
+	'[ "$(jget "$r" oom_killed)" = false ] && [ "$(jget "$r" stdout)" = "rc=1\\n" ] && jget "$r" stderr | grep -q "No space left"' "$r"
+r=$(nsbox --json exec "$SB" -- sh -c 'rm /workspace/big && echo alive')
+check "the sandbox runs execs with its disk full" '[ "$(jget "$r" stdout)" = "$alive" ]' "$r"
 check "nsboxd lives" 'kill -0 $daemon && nsbox status >/dev/null'
 
 # 4. pids: a process flood stops at pids.max, leftovers die with the exec
@@ -299,10 +305,10 @@ if [ -S "$US" ]; then
 	nsbox rm -f "$SB" >/dev/null
 	check "removing the sandbox removes its cgroup" '[ ! -d "$S" ]' "$(ls $UP)"
 
-	r=$(nsbox --json create --memory 32M)
+	r=$(nsbox --json create --memory 32M --disk 16M)
 	SB=$(jget "$r" sandbox_id)
 	S=$UP/$SB
-	check "memory.max = 32 MiB in the delegated subtree" '[ "$(cat $S/memory.max)" = 33554432 ]' "$r"
+	check "memory.max = 32 + 16 + 16 MiB in the delegated subtree" '[ "$(cat $S/memory.max)" = 67108864 ]' "$r"
 	r=$(nsbox --json exec "$SB" -- bash -c 'x=xxxxxxxx; while :; do x=$x$x; done')
 	check "a bash memory hog is OOM-killed and reported" \
 		'[ "$(jget "$r" oom_killed)" = true ] && [ "$(jget "$r" signal)" = 9 ]' "$r"
