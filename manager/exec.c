@@ -489,6 +489,16 @@ static void on_deadline(struct loop *loop, struct loop_timer *timer, void *data)
         exec_deadline(ex);
 }
 
+/* Killed by SIGKILL, or a shell's 128 + 9 for a child it ran so. */
+static bool exec_ended_by_sigkill(const struct exec *ex)
+{
+        if (!ex->exited)
+                return false;
+        if (WIFSIGNALED(ex->wait_status))
+                return WTERMSIG(ex->wait_status) == SIGKILL;
+        return WIFEXITED(ex->wait_status) && WEXITSTATUS(ex->wait_status) == 128 + SIGKILL;
+}
+
 json_t *exec_result(struct exec *ex)
 {
         json_t *exit_code = json_null(), *signal = json_null();
@@ -528,7 +538,7 @@ json_t *exec_result(struct exec *ex)
                 json_object_set_new(result, "error",
                                     json_string("the exec's supervisor died (killed from outside the "
                                                 "sandbox or by the OOM killer): its processes were killed"));
-        else if (result != NULL && oom_killed)
+        else if (result != NULL && oom_killed && exec_ended_by_sigkill(ex))
                 json_object_set_new(
                     result, "error",
                     json_sprintf(
