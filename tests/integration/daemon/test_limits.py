@@ -363,6 +363,10 @@ def test_writing_past_disk_bytes_fails_with_enospc_inside(daemon, make_sandbox):
         run(daemon, sb, "rm -f " + path, user=user)
     r = run(daemon, sb, "df -k /workspace | tail -1")
     assert int(r["stdout"].split()[1]) <= 16 * 1024
+    # /dev/shm, RAM beside the disk, is no larger than the disk
+    r = run(daemon, sb, "df -k /dev/shm | tail -1")
+    assert int(r["stdout"].split()[1]) == 16 * 1024, r
+    assert daemon.call("sandbox.info", sandbox_id=sb)["budgets"]["shm_bytes"] == 16 * MiB
     # the sandbox's state dir on the host holds nothing of it
     total = 0
     for root, _dirs, files in os.walk(os.path.join(daemon.state, "sandboxes", sb)):
