@@ -347,7 +347,10 @@ static int run_exec(const struct cli *cli, struct client *c, const char *socket_
                         "--timeout S, up to 24 h)\n",
                         timeout > 0 ? timeout : 30);
         else if (json_is_true(json_object_get(result, "oom_killed")))
-                fprintf(stderr, "nsbox: the sandbox ran out of memory (OOM kill)\n");
+                fprintf(stderr, "nsbox: %s\n",
+                        json_is_string(json_object_get(result, "error"))
+                            ? json_string_value(json_object_get(result, "error"))
+                            : "the sandbox ran out of memory (OOM kill)");
         return cli_exec_exit_code(result);
 }
 

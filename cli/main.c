@@ -37,10 +37,10 @@ static const struct command commands[] = {
           "[--env K=V]... [--label K=V]... [--network NAME | --network-policy FILE]",
           "Create a sandbox and print its id.\n\n"
           "  --session ID        get-or-create: reuse the live sandbox of this session\n"
-          "  --memory SIZE       memory limit (e.g. 512M, 1G)\n"
+          "  --memory SIZE       memory of its processes (e.g. 512M, 1G)\n"
           "  --pids N            process limit\n"
           "  --cpus F            CPU limit in CPUs (e.g. 0.5)\n"
-          "  --disk SIZE         size of the sandbox's writable layer\n"
+          "  --disk SIZE         its disk (in RAM, beside --memory); full is ENOSPC\n"
           "  --idle-timeout SEC  pause it after SEC seconds without use (default 300)\n"
           "  --idle-action pause|remove  what idling does (default the operator's: pause)\n"
           "  --paused-timeout SEC  remove it after SEC seconds paused (default 86400)\n"

@@ -19,6 +19,7 @@
 struct http_config {
         const char *socket_path;  /* nsboxd's */
         bool act_as;              /* tokens: each request acts as its token's uid */
+        bool no_auth;             /* --insecure-no-auth-behind-network-policy: any client is this uid */
         unsigned timeout_seconds; /* a connection idle this long is closed */
         unsigned max_per_token;   /* requests of one owner served at once; more get 429 */
         /* sandbox.create params of the sandboxes POST /execute {code} makes

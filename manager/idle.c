@@ -53,7 +53,7 @@ static enum idle_step idle_next(struct sandbox *sb, long long *at, char *why, si
                 return IDLE_NEVER;
         *at = sb->last_active_mono + p->idle_timeout_seconds * 1000LL;
         if (strcmp(p->idle_action, "pause") != 0) {
-                snprintf(why, len, "idle for %s (idle_timeout_seconds, idle_action remove)", idle);
+                snprintf(why, len, "idle for %s (idle_timeout_seconds)", idle);
                 return IDLE_REMOVE;
         }
         if (cgroup_freezer_available()) {
@@ -101,8 +101,7 @@ void sandbox_reap_idle(void)
                         continue;
                 }
                 log_info("sandbox %s: %s, removing", sb->id, why);
-                sandbox_removal_record(sb, "%s", why);
-                sandbox_remove(sb, NULL, NULL);
+                sandbox_remove(sb, why, NULL, NULL);
         }
 }
 

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statfs.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -24,6 +25,7 @@
 #include "python.h"
 #include "idle.h"
 #include "sandbox_life.h"
+#include "sandbox_limits.h"
 #include "sandbox_pause.h"
 #include "shell.h"
 #include "snapshot.h"
@@ -176,9 +178,7 @@ static bool created_for_nobody(struct sandbox *sb, const char *error, struct rpc
 {
         if (error != NULL || rpc_request_connected(req) || sb->policy.session_id[0] != '\0')
                 return false;
-        log_limited(log_key_uid(sb->owner).text, LOG_LEVEL_INFO,
-                    "sandbox %s: its client left before learning its id; removing it", sb->id);
-        sandbox_remove(sb, NULL, NULL);
+        sandbox_remove(sb, "its client left before learning its id", NULL, NULL);
         /* The request is answered all the same: nothing goes out on the
          * closed connection, and answering is what releases the request
          * and the connection's reference (without it both leaked, once per
@@ -290,10 +290,33 @@ static void sandbox_method_list(struct rpc_request *req, struct sandbox *sb)
         rpc_reply_result(req, result);
 }
 
+/* A sandbox's memory and disk as its user reasons about them: memory for
+ * its processes, a disk for its files (a tmpfs: in RAM), /dev/shm, and
+ * what its memory cgroup holds of all three (cgroup_memory_max). */
+static json_t *sandbox_budgets(const struct sandbox *sb)
+{
+        const struct sandbox_limits *limits = &sb->policy.limits;
+        json_t *budgets =
+            json_pack("{s:I, s:I, s:s, s:I, s:I}", "memory_bytes", (json_int_t)limits->memory_bytes,
+                      "disk_bytes", (json_int_t)limits->disk_bytes, "disk_backing", "tmpfs", "shm_bytes",
+                      (json_int_t)sandbox_shm_bytes(limits->disk_bytes), "cgroup_memory_bytes",
+                      (json_int_t)cgroup_memory_max(limits));
+        struct statfs disk;
+        if (budgets != NULL && sb->disk_fd >= 0 && fstatfs(sb->disk_fd, &disk) == 0) {
+                json_object_set_new(
+                    budgets, "disk_used_bytes",
+                    json_integer((json_int_t)((disk.f_blocks - disk.f_bfree) * disk.f_bsize)));
+                json_object_set_new(budgets, "disk_used_inodes",
+                                    json_integer((json_int_t)(disk.f_files - disk.f_ffree)));
+        }
+        return budgets;
+}
+
 static void sandbox_method_info(struct rpc_request *req, struct sandbox *sb)
 {
         json_t *info = sandbox_json(sb, false);
         json_object_set_new(info, "stats", sandbox_stats(sb));
+        json_object_set_new(info, "budgets", sandbox_budgets(sb));
         json_t *network = egress_info(sb);
         if (network != NULL)
                 json_object_set_new(info, "egress", network);
@@ -406,10 +429,9 @@ static void sandbox_method_remove(struct rpc_request *req, struct sandbox *sb)
                                sb->id, running);
                 return;
         }
-        log_limited(log_key_uid(req->uid).text, LOG_LEVEL_INFO, "sandbox %s: remove requested by uid %u%s",
-                    sb->id, req->uid, force ? " (force)" : "");
-        sandbox_removal_record(sb, "removed by uid %u (sandbox.remove)", (unsigned)req->uid);
-        sandbox_remove(sb, remove_done, req);
+        char why[64];
+        snprintf(why, sizeof(why), "asked by uid %u%s", req->uid, force ? " (force)" : "");
+        sandbox_remove(sb, why, remove_done, req);
 }
 
 /* --- pause and resume ------------------------------------------------------ */

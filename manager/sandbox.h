@@ -47,6 +47,7 @@ struct sandbox {
         struct python_interp *python; /* the stateful interpreter, when started */
         unsigned running_execs;       /* client execs not finished (exec.c counts) */
         char *failure;                /* why a create failed */
+        char *end_reason;             /* why it is being removed (sandbox_remove's why) */
 
         /* sandbox.pause: its cgroup frozen, every process of it stopped
          * (the init and the supervisors too: nothing may wait for them).
@@ -92,8 +93,9 @@ struct sandbox_removal {
         char reason[160];
 };
 
-/* Remember that `sb` is being removed and why (a short phrase: "idle for
- * 5 min", "removed by uid 1000"). One call per removal, where it is decided. */
+/* Remember that `sb` was removed and why (its end_reason: "idle for 5 min
+ * (idle_timeout_seconds)", "asked by uid 1000"). Called once per client
+ * sandbox by the lifecycle as it ends. */
 void sandbox_removal_record(const struct sandbox *sb, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* The removed sandbox `ref` names for `uid` (its full id, a unique prefix

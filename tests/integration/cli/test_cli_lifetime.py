@@ -50,10 +50,10 @@ def test_ls_all_lists_the_removed_ones_and_a_call_to_one_says_why(daemon):
     sid = create(daemon, session_id="short-lived")
     daemon.call("sandbox.remove", sandbox_id=sid)
     _, line, out = ls_line(daemon, sid, "-a")
-    assert "REMOVED" in out and "short-lived" in line and "removed by uid 0" in line, out
+    assert "REMOVED" in out and "short-lived" in line and "asked by uid 0" in line, out
     p = daemon.cli("exec", sid, "true")
     err = p.stderr.decode()
-    assert p.returncode != 0 and "was removed at" in err and "removed by uid 0" in err, err
+    assert p.returncode != 0 and "was removed at" in err and "asked by uid 0" in err, err
     # By its session name too (no live sandbox has it).
     p = daemon.cli("exec", "short-lived", "true")
     assert p.returncode != 0 and "was removed at" in p.stderr.decode(), p.stderr

@@ -112,7 +112,7 @@ def test_a_removed_sandbox_is_answered_gone_with_when_and_why(short_idle):
     asked = d.call("sandbox.create")["sandbox_id"]
     d.call("sandbox.remove", sandbox_id=asked)
     e = error_of(lambda: d.call("sandbox.info", sandbox_id=asked[:8]))
-    assert e["data"]["kind"] == "gone" and "removed by uid 0" in e["message"], e
+    assert e["data"]["kind"] == "gone" and "asked by uid 0" in e["message"], e
     # A typo is still not found.
     assert error_of(lambda: d.call("sandbox.info", sandbox_id="nosuchbox"))["data"]["kind"] == "not_found"
     # ls -a lists them with the reason.
@@ -156,4 +156,4 @@ def test_a_session_whose_sandbox_was_removed_is_made_again_and_says_its_files_ar
     d.call("sandbox.remove", sandbox_id=r["sandbox_id"])
     c = d.call("sandbox.create", session_id="agent")
     assert c["recreated"] is True and c["previous"]["sandbox_id"] == r["sandbox_id"]
-    assert "removed by uid 0" in c["reason"]
+    assert "asked by uid 0" in c["reason"]

@@ -285,7 +285,7 @@ def test_a_removed_sandbox_raises_sandbox_gone_saying_why(daemon):
         Sandbox.connect(sid, socket=daemon.socket)
     # Still a NotFoundError for code that catches that.
     assert isinstance(e.value, nsbox.NotFoundError) and e.value.kind == "gone"
-    assert e.value.data["sandbox_id"] == sid and "sandbox.remove" in e.value.data["reason"]
+    assert e.value.data["sandbox_id"] == sid and "asked by uid" in e.value.data["reason"]
     assert "was removed at" in str(e.value)
 
 
