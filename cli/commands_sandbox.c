@@ -10,6 +10,7 @@
 #include "cleanup.h"
 #include "cli.h"
 #include "json_cleanup.h"
+#include "version.h"
 
 #define NETWORK_POLICY_MAX_BYTES (1u << 20) /* a policy is a few lists of names */
 
@@ -478,6 +479,38 @@ int cmd_status(const struct cli *cli, int argc, char **argv)
                 return cli_usage_error(cli);
         _cleanup_json_ json_t *params = json_object();
         return print_call(cli, "server.info", params);
+}
+
+/* This nsbox's version, then nsboxd's (as docker version: the client's is
+ * printed even when the daemon cannot be reached). */
+int cmd_version(const struct cli *cli, int argc, char **argv)
+{
+        int opt;
+        optind = 1;
+        while ((opt = cli_getopt(cli, argc, argv, "", NULL)) != -1)
+                return cli_opt_exit(opt);
+        if (optind != argc)
+                return cli_usage_error(cli);
+        if (!cli->json) {
+                printf("nsbox %s\n", NSBOX_VERSION);
+                fflush(stdout);
+        }
+        _cleanup_json_ json_t *info = NULL;
+        struct client *c = cli_connect(cli);
+        if (c != NULL) {
+                info = cli_call(cli, c, "server.info", json_object());
+                client_close(c);
+        }
+        const char *server = json_string_value(json_object_get(info, "version"));
+        if (cli->json) {
+                _cleanup_json_ json_t *both = json_pack("{s:{s:s}}", "client", "version", NSBOX_VERSION);
+                if (server != NULL)
+                        json_object_set_new(both, "server", json_pack("{s:s}", "version", server));
+                cli_print_json(both);
+        } else if (server != NULL) {
+                printf("nsboxd %s\n", server);
+        }
+        return server != NULL ? 0 : EXIT_NSBOX_FAILED;
 }
 
 int cmd_rm(const struct cli *cli, int argc, char **argv)

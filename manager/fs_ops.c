@@ -626,7 +626,9 @@ int fs_remove_at(const struct fs_ctx *ctx, const struct fs_path *p, bool recursi
         if (unlinkat(parent, p->name, AT_REMOVEDIR) < 0) {
                 if (errno == ENOTEMPTY || errno == EEXIST)
                         return nsbox_refuse(err, ENOTEMPTY,
-                                            "%s is a directory that is not empty (use recursive)", p->shown);
+                                            "%s is a directory that is not empty (recursive: true removes it "
+                                            "and all it holds)",
+                                            p->shown);
                 return nsbox_error(err, errno, "remove %s", p->shown);
         }
         return 0;

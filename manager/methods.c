@@ -387,8 +387,11 @@ static void sandbox_method_remove(struct rpc_request *req, struct sandbox *sb)
         if (!rpc_get_bool(req, "force", &force))
                 return;
         if (sb->running_execs > 0 && !force) {
-                rpc_reply_fail(req, "busy", "sandbox %s has %u running exec(s); use force to kill them",
-                               sb->id, sb->running_execs);
+                rpc_reply_fail(
+                    req, "busy",
+                    "sandbox %s has %u running command(s): nsbox rm --force %s kills them and removes "
+                    "it (force: true in sandbox.remove)",
+                    sb->id, sb->running_execs, sb->id);
                 return;
         }
         log_limited(log_key_uid(req->uid).text, LOG_LEVEL_INFO, "sandbox %s: remove requested by uid %u%s",
@@ -424,9 +427,10 @@ static void sandbox_method_pause(struct rpc_request *req, struct sandbox *sb)
         bool working = sandbox_working(sb);
         if (!sb->paused && working && !force) {
                 rpc_reply_fail(req, "busy",
-                               "sandbox %s has work running (%u exec(s), or a python.run or shell command); "
-                               "use force to freeze it too (its timeouts keep counting while paused)",
-                               sb->id, sb->running_execs);
+                               "sandbox %s has work running (%u command(s), or python or a shell command): "
+                               "nsbox pause --force %s freezes it too, its timeouts counting on while paused "
+                               "(force: true in sandbox.pause)",
+                               sb->id, sb->running_execs, sb->id);
                 return;
         }
         if (!sb->paused)
