@@ -226,7 +226,8 @@ static void sandbox_method_create(struct rpc_request *req, struct sandbox *sb)
                 return;
         }
         if (!image_usable(policy.image, req->uid)) {
-                rpc_reply_fail(req, "invalid_params", "no image \"%s\" in %s", policy.image,
+                rpc_reply_fail(req, "invalid_params",
+                               "no image \"%s\" in %s (nsbox images lists those you may use)", policy.image,
                                nsboxd.config.image_dir);
                 policy_clear(&policy);
                 return;

@@ -51,8 +51,9 @@ int params_get_timeout(json_t *obj, unsigned fallback, unsigned *out, nsbox_erro
                 return 0;
         double t = json_number_value(v);
         if (!json_is_number(v) || !(t >= 1 && t <= PARAMS_TIMEOUT_MAX_S))
-                return nsbox_invalid(err, "timeout_seconds must be a number from 1 to %d",
-                                     PARAMS_TIMEOUT_MAX_S);
+                return nsbox_invalid(
+                    err, "timeout_seconds (--timeout) must be a number of seconds from 1 to %d (%d h)",
+                    PARAMS_TIMEOUT_MAX_S, PARAMS_TIMEOUT_MAX_S / 3600);
         *out = (unsigned)t;
         if (*out < t)
                 (*out)++;

@@ -132,7 +132,8 @@ static int parse_limits(json_t *limits, struct sandbox_limits *out, nsbox_error_
         if ((r = params_get_size(limits, "memory_bytes", "limits.memory_bytes", "nsbox create --memory",
                                  POLICY_MIN_MEMORY_BYTES, POLICY_MAX_MEMORY_BYTES, &out->memory_bytes, err)) <
                 0 ||
-            (r = get_uint(limits, "pids", "limits.pids", 8, POLICY_MAX_PIDS, &out->pids, err)) < 0 ||
+            (r = get_uint(limits, "pids", "limits.pids (nsbox create --pids)", 8, POLICY_MAX_PIDS, &out->pids,
+                          err)) < 0 ||
             (r = params_get_size(limits, "disk_bytes", "limits.disk_bytes", "nsbox create --disk",
                                  POLICY_MIN_DISK_BYTES, POLICY_MAX_DISK_BYTES, &out->disk_bytes, err)) < 0)
                 return r;
@@ -235,7 +236,8 @@ static int parse_policy(const struct sandbox_policy *defaults, const struct poli
         if (ceilings != NULL && (r = policy_check_ceilings(&out->limits, ceilings, "limits", err)) < 0)
                 return r;
         uint64_t idle = out->idle_timeout_seconds;
-        if ((r = get_uint(params, "idle_timeout_seconds", "idle_timeout_seconds", 1, POLICY_MAX_IDLE_SECONDS,
+        if ((r = get_uint(params, "idle_timeout_seconds",
+                          "idle_timeout_seconds (nsbox create --idle-timeout)", 1, POLICY_MAX_IDLE_SECONDS,
                           &idle, err)) < 0)
                 return r;
         out->idle_timeout_seconds = (uint32_t)idle;

@@ -125,6 +125,15 @@ def test_limits_out_of_range_are_said_in_human_sizes_with_the_cli_option(daemon)
     assert "8 MiB" in line and "16 MiB" in line and "--memory" in line and "8388608" not in line, line
 
 
+def test_refusals_of_options_name_the_cli_option(daemon, sandbox):
+    for args, words in ((["create", "--pids", "100000"], "nsbox create --pids"),
+                        (["create", "--idle-timeout", "99999999"], "nsbox create --idle-timeout"),
+                        (["exec", "--timeout", "100000", sandbox, "--", "true"], "--timeout"),
+                        (["create", "--image", "nosuchimage"], "nsbox images")):
+        line = one_line_error(daemon.cli(*args))
+        assert words in line, (args, line)
+
+
 def test_remove_while_busy_names_the_cli_flag(daemon, sandbox):
     job = ok(daemon.cli("exec", "-d", sandbox, "--", "sleep", "60")).stdout.decode().strip()
     assert job

@@ -178,7 +178,7 @@ def test_a_timeout_under_one_second_is_refused_by_every_method(daemon, sandbox):
             with daemon.client() as c:
                 reply = c.response(c.request(method, dict(params, timeout_seconds=bad)))
             assert reply["error"]["code"] == INVALID_PARAMS, (method, bad, reply)
-            assert "timeout_seconds must be a number from 1 to 86400" in reply["error"]["message"], reply
+            assert "timeout_seconds (--timeout) must be a number of seconds from 1 to 86400" in reply["error"]["message"], reply
         with daemon.client() as c:
             reply = c.response(c.request(method, dict(params, timeout_seconds=1.5)))
         assert "error" not in reply, (method, reply)
