@@ -33,6 +33,7 @@
 #include "exec.h"
 #include "log.h"
 #include "profiles.h"
+#include "size.h"
 #include "proto.h"
 #include "images.h"
 #include "rootfs.h"
@@ -611,14 +612,16 @@ static int sandbox_new(uid_t owner, struct sandbox_policy *policy, bool pooled, 
                        sandbox_ready_cb done, void *data, struct sandbox **out, nsbox_error_t **err)
 {
         if (!commit_fits(policy->limits.memory_bytes)) {
-                uint64_t want = policy->limits.memory_bytes;
+                char held[SIZE_FORMAT_MAX], limit[SIZE_FORMAT_MAX], want[SIZE_FORMAT_MAX];
+                size_format(policy->limits.memory_bytes, want, sizeof(want));
                 policy_clear(policy);
-                return nsbox_error(
+                return nsbox_refuse(
                     err, EUSERS,
-                    "memory commit limit reached: live sandboxes hold %llu of the %llu bytes of "
-                    "memory limits the host may promise (memory_commit_bytes); this one asks %llu",
-                    (unsigned long long)memory_committed,
-                    (unsigned long long)nsboxd.config.memory_commit_bytes, (unsigned long long)want);
+                    "memory commit limit reached: live sandboxes hold %s of the %s of memory "
+                    "limits the host may promise (memory_commit_bytes); this one asks %s (remove "
+                    "a sandbox, or ask for less: nsbox create --memory)",
+                    size_format(memory_committed, held, sizeof(held)),
+                    size_format(nsboxd.config.memory_commit_bytes, limit, sizeof(limit)), want);
         }
         struct sandbox *sb = calloc(1, sizeof(*sb));
         if (sb != NULL && (sb->exec = exec_sandbox_new()) == NULL) {

@@ -107,6 +107,8 @@ def test_memory_commit_bounds_the_sum_of_live_memory_limits():
             with pytest.raises(RpcError) as e:
                 d.call("sandbox.create", limits=limits)
             assert e.value.kind == "limit_reached" and "memory_commit_bytes" in str(e.value)
+            # In sizes a person reads, and what to do about it.
+            assert "hold 256 MiB of the 256 MiB" in str(e.value) and str(e.value).endswith("nsbox create --memory)"), e.value
         d.call("sandbox.remove", sandbox_id=first, force=True)
         assert d.call("server.info")["memory_committed_bytes"] <= 192 * mib
         third = d.call("sandbox.create", limits=big)["sandbox_id"]
