@@ -102,20 +102,20 @@ int cli_create_option(json_t *params, int opt, const char *arg)
                 return 0;
         case CLI_OPT_PIDS:
                 if (parse_count(arg, &n) < 0)
-                        return cli_fail("bad --pids \"%s\"", arg);
+                        return cli_fail("bad --pids \"%s\" (a number of processes, e.g. 256)", arg);
                 set_limit(params, "pids", json_integer((json_int_t)n));
                 return 0;
         case CLI_OPT_CPUS: {
                 char *end;
                 double cpus = strtod(arg, &end);
                 if (*end != '\0' || end == arg)
-                        return cli_fail("bad --cpus \"%s\"", arg);
+                        return cli_fail("bad --cpus \"%s\" (a number of CPUs, e.g. 0.5 or 2)", arg);
                 set_limit(params, "cpus", json_real(cpus));
                 return 0;
         }
         case CLI_OPT_IDLE:
                 if (parse_count(arg, &n) < 0)
-                        return cli_fail("bad --idle-timeout \"%s\"", arg);
+                        return cli_fail("bad --idle-timeout \"%s\" (seconds, e.g. 3600)", arg);
                 json_object_set_new(params, "idle_timeout_seconds", json_integer((json_int_t)n));
                 return 0;
         case CLI_OPT_ENV:

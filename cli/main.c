@@ -322,7 +322,9 @@ struct client *cli_connect(const struct cli *cli)
                 if (err->errnum == EACCES || err->errnum == EPERM)
                         cli_fail_socket_permission(cli->socket_path);
                 else
-                        cli_fail("%s (is nsboxd running?)", err->message);
+                        cli_fail("%s (is nsboxd running? systemctl start nsboxd, or nsboxd --rootless as "
+                                 "yourself; nsbox run needs none: docs/operating.md)",
+                                 err->message);
                 return NULL;
         }
         return c;

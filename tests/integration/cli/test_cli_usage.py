@@ -66,7 +66,7 @@ def test_version_prints_the_cli_and_nsboxd(daemon):
 def test_version_without_a_daemon_prints_the_cli_and_says_why():
     r = subprocess.run([NSBOX, "--socket", "/nonexistent/nsbox.sock", "version"], capture_output=True, timeout=30)
     assert r.returncode == 125 and r.stdout.decode() == "nsbox %s\n" % VERSION, r
-    assert "/nonexistent/nsbox.sock" in r.stderr.decode()
+    assert "/nonexistent/nsbox.sock" in r.stderr.decode() and "systemctl start nsboxd" in r.stderr.decode(), r
 
 
 def test_global_options_work_after_the_command_name(daemon, sandbox):
@@ -131,6 +131,13 @@ def test_refusals_of_options_name_the_cli_option(daemon, sandbox):
                         (["exec", "--timeout", "100000", sandbox, "--", "true"], "--timeout"),
                         (["create", "--image", "nosuchimage"], "nsbox images")):
         line = one_line_error(daemon.cli(*args))
+        assert words in line, (args, line)
+
+
+def test_bad_create_options_say_what_they_take(daemon):
+    for args, words in ((["--pids", "many"], "a number of processes"), (["--cpus", "x"], "a number of CPUs"),
+                        (["--idle-timeout", "soon"], "seconds"), (["--memory", "lots"], "512M")):
+        line = one_line_error(daemon.cli("create", *args))
         assert words in line, (args, line)
 
 
