@@ -181,3 +181,17 @@ def test_socket_permission_error_says_which_group_to_join(daemon):
         assert "permission denied on " + daemon.socket in line and ("usermod -aG %s" % group) in line, line
     finally:
         os.chown(daemon.socket, st.st_uid, st.st_gid)
+
+
+def test_nsboxd_sizes_take_units_in_flags_and_config(daemon_readable_tmp):
+    from conftest import Daemon
+    config = daemon_readable_tmp / "nsboxd.json"
+    config.write_text(json.dumps({"disk_bytes": "48M"}))
+    d = Daemon(extra_args=["--warm-pool", "0", "--memory-bytes", "64M", "--config", str(config)])
+    try:
+        limits = d.call("sandbox.create")["limits"]
+        assert limits["memory_bytes"] == 64 << 20 and limits["disk_bytes"] == 48 << 20, limits
+    finally:
+        assert d.stop() == 0
+    with pytest.raises(RuntimeError, match=r"memory_bytes must be a size from 0 to 1 TiB"):
+        Daemon(extra_args=["--memory-bytes", "lots"])
