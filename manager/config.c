@@ -260,6 +260,7 @@ static void usage(const struct nsbox_config *defaults)
                "\"max_sandboxes\") and an "
                "NSBOX_* environment variable; flags win over the environment, which wins over the file.\n"
                "The file is --config, else $NSBOX_CONFIG, else /etc/nsbox/nsboxd.json (if it exists).\n"
+               "An option in -bytes is a size: bytes, or a number with a unit (512M, 8G, 1T).\n"
                "--rootless (a user other than root): run as root of a new user namespace mapped from\n"
                "/etc/subuid and /etc/subgid by newuidmap/newgidmap (docs/rootless.md).\n\n");
         for (size_t i = 0; i < ARRAY_SIZE(options); i++) {
