@@ -180,6 +180,14 @@ int cmd_create(const struct cli *cli, int argc, char **argv)
                 cli_print_json(result);
         else
                 puts(json_string_value(json_object_get(result, "sandbox_id")));
+        /* get-or-create: the session's sandbox as it is, whatever else was asked. */
+        if (json_is_true(json_object_get(result, "existing")) && json_object_size(params) > 1 && !cli->json) {
+                fflush(stdout);
+                fprintf(stderr,
+                        "nsbox: session %s already has this sandbox; it is given as it is (the other "
+                        "options apply to a new sandbox only: nsbox rm it first to change them)\n",
+                        json_string_value(json_object_get(params, "session_id")));
+        }
         return 0;
 }
 

@@ -141,6 +141,18 @@ def test_bad_create_options_say_what_they_take(daemon):
         assert words in line, (args, line)
 
 
+def test_create_of_an_existing_session_with_other_options_says_they_are_not_applied(daemon):
+    first = ok(daemon.cli("create", "--session", "usage-s"))
+    try:
+        again = ok(daemon.cli("create", "--session", "usage-s"))
+        assert again.stdout == first.stdout and again.stderr == b"", again
+        bigger = ok(daemon.cli("create", "--session", "usage-s", "--memory", "1G"))
+        assert bigger.stdout == first.stdout, bigger
+        assert b"already has this sandbox" in bigger.stderr and b"nsbox rm" in bigger.stderr, bigger
+    finally:
+        daemon.cli("rm", "-f", first.stdout.decode().strip())
+
+
 def test_remove_while_busy_names_the_cli_flag(daemon, sandbox):
     job = ok(daemon.cli("exec", "-d", sandbox, "--", "sleep", "60")).stdout.decode().strip()
     assert job
