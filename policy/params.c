@@ -67,7 +67,7 @@ int params_get_size(json_t *obj, const char *key, const char *field, const char 
         if (v == NULL || json_is_null(v))
                 return 0;
         char lo[SIZE_FORMAT_MAX], hi[SIZE_FORMAT_MAX], asked[SIZE_FORMAT_MAX];
-        const char *open = option != NULL ? " (" : "", *close = option != NULL ? ")" : "";
+        const char *before = option != NULL ? " (" : "", *after = option != NULL ? ")" : "";
         option = option != NULL ? option : "";
         uint64_t n = 0;
         if (json_is_integer(v) && json_integer_value(v) >= 0)
@@ -76,11 +76,11 @@ int params_get_size(json_t *obj, const char *key, const char *field, const char 
                 return nsbox_invalid(err,
                                      "%s%s%s%s must be a size: bytes as an integer, or a string with a unit "
                                      "such as \"512M\" or \"1GiB\" (K, M, G, T: powers of 1024)",
-                                     field, open, option, close);
+                                     field, before, option, after);
         if (n < min || n > max)
                 return nsbox_invalid(err, "%s %s is out of range: from %s to %s%s%s%s", field,
                                      size_format(n, asked, sizeof(asked)), size_format(min, lo, sizeof(lo)),
-                                     size_format(max, hi, sizeof(hi)), open, option, close);
+                                     size_format(max, hi, sizeof(hi)), before, option, after);
         *out = n;
         return 0;
 }

@@ -9,6 +9,10 @@
 
 #include <cmocka.h>
 
+#include <jansson.h>
+
+#include "error.h"
+#include "params.h"
 #include "size.h"
 
 static void test_units_are_powers_of_1024_in_every_spelling(void **state)
@@ -96,6 +100,36 @@ static void test_format_then_parse_gives_back_whole_units(void **state)
         }
 }
 
+/* params_get_size: what nsboxd's params take and how it says a bad one. */
+static void test_params_take_integers_and_strings_and_say_bounds_in_units(void **state)
+{
+        json_t *p = json_pack("{s:I, s:s, s:s, s:f, s:s, s:I}", "n", (json_int_t)4096, "s", "512M", "bad",
+                              "lots", "real", 1.5, "small", "8M", "neg", (json_int_t)-1);
+        uint64_t v = 7;
+        nsbox_error_t *err = NULL;
+        assert_int_equal(params_get_size(p, "n", "n", NULL, 0, 1ull << 40, &v, &err), 0);
+        assert_int_equal(v, 4096);
+        assert_int_equal(params_get_size(p, "s", "s", NULL, 0, 1ull << 40, &v, &err), 0);
+        assert_int_equal(v, 512ull << 20);
+        assert_int_equal(params_get_size(p, "absent", "absent", NULL, 0, 1, &v, &err), 0);
+        assert_int_equal(v, 512ull << 20);
+        static const char *const wrong[] = { "bad", "real", "neg" };
+        for (size_t i = 0; i < sizeof(wrong) / sizeof(wrong[0]); i++) {
+                assert_true(params_get_size(p, wrong[i], "limits.memory_bytes", "nsbox create --memory", 0,
+                                            1ull << 40, &v, &err) < 0);
+                assert_non_null(
+                    strstr(err->message, "limits.memory_bytes (nsbox create --memory) must be a size"));
+                nsbox_error_free(&err);
+        }
+        assert_true(params_get_size(p, "small", "limits.memory_bytes", "nsbox create --memory", 16ull << 20,
+                                    1ull << 40, &v, &err) < 0);
+        assert_string_equal(err->message, "limits.memory_bytes 8 MiB is out of range: from 16 MiB to 1 TiB "
+                                          "(nsbox create --memory)");
+        nsbox_error_free(&err);
+        assert_int_equal(v, 512ull << 20);
+        json_decref(p);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -103,6 +137,7 @@ int main(void)
                 cmocka_unit_test(test_anything_else_is_refused),
                 cmocka_unit_test(test_format_prints_whole_units_or_one_decimal),
                 cmocka_unit_test(test_format_then_parse_gives_back_whole_units),
+                cmocka_unit_test(test_params_take_integers_and_strings_and_say_bounds_in_units),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
