@@ -527,8 +527,8 @@ int snapshot_copy_sandbox(struct sandbox *sb, int dst_fd, uid_t owner, bool dist
                     err, ENOSPC,
                     "snapshots and committed images hold %s of the %s of layer_disk_bytes; this "
                     "copy needs about %s (nsbox snapshot rm and nsbox image rm free some)",
-                    size_format(stored, stored_text, sizeof(stored_text)), size_format(limit, most, sizeof(most)),
-                    size_format(estimate, needs, sizeof(needs)));
+                    size_format(stored, stored_text, sizeof(stored_text)),
+                    size_format(limit, most, sizeof(most)), size_format(estimate, needs, sizeof(needs)));
         /* The inode bounds (root's copies count in all, not as a uid's):
          * the tightest one left bounds the copy, and a refusal names it. */
         char uid_held[64], all_held[64];
