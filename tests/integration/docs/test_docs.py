@@ -19,6 +19,7 @@ The rest: README.md is at most 16 KiB, every relative link of README.md and docs
 file that exists, the help texts in docs/reference/cli.md are the CLI's own, and no page carries
 development wording ("MISSED", "issue N").
 """
+import json
 import os
 import re
 import shutil
@@ -172,6 +173,18 @@ def test_every_block_says_what_it_holds():
                            % (os.path.relpath(page, REPO), line))
             if reason is not None and tag not in ("sh", "console"):
                 bad.append("%s:%d: 'not run' said of a %s block" % (os.path.relpath(page, REPO), line, tag))
+    assert not bad, "\n".join(bad)
+
+
+def test_json_blocks_are_json():
+    bad = []
+    for page in doc_pages():
+        for tag, body, line, _reason, _expected in page_blocks(page):
+            if tag == "json":
+                try:
+                    json.loads(body)
+                except ValueError as e:
+                    bad.append("%s:%d: %s" % (os.path.relpath(page, REPO), line, e))
     assert not bad, "\n".join(bad)
 
 
