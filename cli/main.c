@@ -171,7 +171,8 @@ static const struct command commands[] = {
         { "cp", cmd_cp, "nsbox cp ID:PATH LOCAL | nsbox cp LOCAL ID:PATH",
           "Copy a file, directory or symlink out of or into a sandbox (as docker cp), byte\n"
           "for byte, with modes (not owners). A relative sandbox PATH is under /workspace;\n"
-          "into an existing directory a source keeps its name (SRC/. copies its contents).\n"
+          "into an existing directory a source keeps its name (SRC/. copies its contents);\n"
+          "no directory is made (a PATH ending in / must exist: mkdir -p it first).\n"
           "LOCAL - is a tar stream for a directory (out: `cp ID:DIR - > a.tar`; in:\n"
           "`tar c . | cp - ID:DIR`, into an existing DIR) and the raw bytes of a file.\n"
           "A failed copy leaves nothing behind. FIFOs and devices are skipped with a\n"
