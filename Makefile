@@ -227,6 +227,8 @@ install: all install-sdk
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/libexec/nsbox $(DESTDIR)$(PREFIX)/share/nsbox/seccomp \
 		$(DESTDIR)$(PREFIX)/share/nsbox/rootfs-builder $(DESTDIR)$(PREFIX)/share/doc/nsbox \
 		$(DESTDIR)/etc/systemd/system $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man8
+	# nsboxd.json and nsbox-http's tokens file live here (the docs write /etc/nsbox/http-tokens).
+	install -d -m 0755 $(DESTDIR)/etc/nsbox
 	install -m 0755 $(BUILD)/nsboxd $(BUILD)/nsbox $(BUILD)/nsbox-http $(DESTDIR)$(PREFIX)/bin/
 	install -m 0755 $(BUILD)/nsbox-init $(DESTDIR)$(PREFIX)/libexec/nsbox/
 	install -m 0755 $(BUILD)/nsbox-egress $(DESTDIR)$(PREFIX)/libexec/nsbox/
