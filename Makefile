@@ -77,7 +77,7 @@ $(BUILD)/nsboxd: $(call obj,manager/main.c) $(BUILD)/libnsbox.a
 # The CLI speaks JSON-RPC only (`nsbox run` without a daemon starts the
 # nsboxd binary): no manager libraries to load at every start.
 $(BUILD)/nsbox: $(call obj,$(CLI_SRC)) $(call obj,$(COMMON_SRC))
-	$(CC) $(CFLAGS) $(SAN) -o $@ $^ $(shell pkg-config --libs jansson uuid libarchive)
+	$(CC) $(CFLAGS) $(SAN) -o $@ $^ $(shell pkg-config --libs jansson uuid)
 
 # Static and sanitizer-free: it runs inside the sandbox's root, where the host's
 # dynamic loader and libraries are not.
