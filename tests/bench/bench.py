@@ -1204,7 +1204,7 @@ def build_report(variants, concurrent, memory, stateful_ok, crun, reproduce, sec
                  "python, the rest to bwrap true). bwrap: `--unshare-all --die-with-parent --ro-bind ROOTFS / "
                  "--proc /proc --dev /dev --tmpfs /tmp`; crun: `crun spec` defaults (pid, net, ipc, uts, mount "
                  "namespaces, read-only root = the image, + tmpfs /tmp); podman: the image's rootfs imported, "
-                 "`--runtime runc --network none` and explicit `--ulimit nofile, nproc` (see Podman); × podman: "
+                 "`--runtime runc` (crun refuses a hybrid cgroup host), `--network none` and explicit `--ulimit nofile, nproc` (its defaults need CAP_SYS_RESOURCE); × podman: "
                  "to podman's row for the same thing (run --rm, or exec into its running container)." % (
                      a.oneshot_rounds, a.warm_rounds, platform.node() or "this host", platform.release(),
                      os.cpu_count(), seconds))
