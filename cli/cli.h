@@ -71,7 +71,7 @@ static inline int cli_opt_exit(int opt)
 bool cli_flag_and_args(const struct cli *cli, int argc, char **argv, const char *name, char c, bool *flag,
                        int min_args, int max_args, int *exit_code);
 
-/* Parse "512M", "1G", "1048576" into bytes. */
+/* Parse "512M", "1G", "1048576" into bytes (size_parse, common/size.h). */
 int cli_parse_size(const char *text, unsigned long long *out);
 /* Parse a positive number of seconds. */
 int cli_parse_seconds(const char *text, double *out);
@@ -101,6 +101,7 @@ int cmd_rm(const struct cli *cli, int argc, char **argv);
 int cmd_pause(const struct cli *cli, int argc, char **argv);
 int cmd_resume(const struct cli *cli, int argc, char **argv);
 int cmd_status(const struct cli *cli, int argc, char **argv);
+int cmd_version(const struct cli *cli, int argc, char **argv);
 int cmd_exec(const struct cli *cli, int argc, char **argv);
 int cmd_sh(const struct cli *cli, int argc, char **argv);
 int cmd_run(const struct cli *cli, int argc, char **argv);

@@ -23,8 +23,10 @@ static enum MHD_Result queue_reply(struct http_request *r, unsigned status, stru
                 MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
         enum MHD_Result ret = MHD_queue_response(r->connection, status, resp);
         MHD_destroy_response(resp);
-        if (ret == MHD_YES)
+        if (ret == MHD_YES) {
                 r->answered = true;
+                r->status = status;
+        }
         return ret;
 }
 

@@ -39,9 +39,11 @@ struct http_request {
         char *body;
         size_t body_len, body_cap;
         struct http_upload *upload;
-        bool counted;   /* counted in its owner's requests in flight */
-        bool answered;  /* a response was queued before the body ended */
-        bool too_large; /* the body went over HTTP_MAX_BODY: the rest is thrown away */
+        bool counted;         /* counted in its owner's requests in flight */
+        unsigned status;      /* of the reply queued, 0 until then */
+        long long started_ns; /* CLOCK_MONOTONIC, when its headers were in */
+        bool answered;        /* a response was queued before the body ended */
+        bool too_large;       /* the body went over HTTP_MAX_BODY: the rest is thrown away */
 };
 
 /* Append n bytes to a growing buffer (doubling from 16 KiB, never past

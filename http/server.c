@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "agent_sandbox.h"
@@ -18,7 +19,9 @@
 #include "bounds.h"
 #include "client.h"
 #include "cleanup.h"
+#include "counters.h"
 #include "json_cleanup.h"
+#include "metrics.h"
 #include "reply.h"
 #include "request.h"
 #include "rpc_api.h"
@@ -143,6 +146,8 @@ static enum MHD_Result route(struct http_request *r)
                 return http_execute_health(r);
         if (is_upload(r))
                 return http_agent_upload_finish(r);
+        if (get && path_is(r->url, "/metrics", NULL))
+                return http_metrics(r);
         if (get && path_is(r->url, "/v1/metadata", NULL))
                 return http_agent_metadata(r);
         if (get && path_is(r->url, "/download/", &rest))
@@ -267,6 +272,9 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *connecti
                 r->connection = connection;
                 r->method = method;
                 r->url = url;
+                struct timespec now;
+                clock_gettime(CLOCK_MONOTONIC, &now);
+                r->started_ns = (long long)now.tv_sec * 1000000000 + now.tv_nsec;
                 bool owned = request_owner(r);
                 /* A probe's question, answered without a token (and without data:
                  * a valid token sees the load): is nsboxd answering through this
@@ -344,6 +352,11 @@ static void request_completed(void *cls, struct MHD_Connection *connection, void
         struct http_request *r = *con_cls;
         if (r == NULL)
                 return;
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        http_counters_request(r->method, r->url, r->status,
+                              (double)((long long)now.tv_sec * 1000000000 + now.tv_nsec - r->started_ns) /
+                                  1e9);
         owner_give(r);
         http_agent_upload_free(r->upload);
         free(r->body);

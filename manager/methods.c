@@ -239,7 +239,8 @@ static void sandbox_method_create(struct rpc_request *req, struct sandbox *sb)
                 return;
         }
         if (!image_usable(policy.image, req->uid)) {
-                rpc_reply_fail(req, "invalid_params", "no image \"%s\" in %s", policy.image,
+                rpc_reply_fail(req, "invalid_params",
+                               "no image \"%s\" in %s (nsbox images lists those you may use)", policy.image,
                                nsboxd.config.image_dir);
                 policy_clear(&policy);
                 return;
@@ -425,8 +426,11 @@ static void sandbox_method_remove(struct rpc_request *req, struct sandbox *sb)
                 return;
         unsigned running = exec_running_unkilled(sb);
         if (running > 0 && !force) {
-                rpc_reply_fail(req, "busy", "sandbox %s has %u running exec(s); use force to kill them",
-                               sb->id, running);
+                rpc_reply_fail(
+                    req, "busy",
+                    "sandbox %s has %u running command(s): nsbox rm --force %s kills them and removes "
+                    "it (force: true in sandbox.remove)",
+                    sb->id, running, sb->id);
                 return;
         }
         char why[64];
@@ -462,9 +466,10 @@ static void sandbox_method_pause(struct rpc_request *req, struct sandbox *sb)
         bool working = sandbox_working(sb);
         if (!sb->paused && working && !force) {
                 rpc_reply_fail(req, "busy",
-                               "sandbox %s has work running (%u exec(s), or a python.run or shell command); "
-                               "use force to freeze it too (its timeouts keep counting while paused)",
-                               sb->id, sb->running_execs);
+                               "sandbox %s has work running (%u command(s), or python or a shell command): "
+                               "nsbox pause --force %s freezes it too, its timeouts counting on while paused "
+                               "(force: true in sandbox.pause)",
+                               sb->id, sb->running_execs, sb->id);
                 return;
         }
         if (!sb->paused)

@@ -34,6 +34,7 @@
 #include "exec.h"
 #include "log.h"
 #include "profiles.h"
+#include "size.h"
 #include "proto.h"
 #include "images.h"
 #include "rootfs.h"
@@ -645,16 +646,19 @@ static int sandbox_spawn(struct sandbox *sb, nsbox_error_t **err)
 static int sandbox_new(uid_t owner, struct sandbox_policy *policy, bool pooled, const char *snapshot_id,
                        sandbox_ready_cb done, void *data, struct sandbox **out, nsbox_error_t **err)
 {
-        if (!commit_fits(cgroup_memory_max(&policy->limits))) {
-                uint64_t want = cgroup_memory_max(&policy->limits);
+        uint64_t asked = cgroup_memory_max(&policy->limits);
+        if (!commit_fits(asked)) {
+                char held[SIZE_FORMAT_MAX], limit[SIZE_FORMAT_MAX], want[SIZE_FORMAT_MAX];
+                size_format(asked, want, sizeof(want));
                 policy_clear(policy);
-                return nsbox_error(
+                return nsbox_refuse(
                     err, EUSERS,
-                    "memory commit limit reached: live sandboxes hold %llu of the %llu bytes of RAM "
-                    "the host may promise (memory_commit_bytes); this one asks %llu (memory_bytes + "
-                    "disk_bytes + /dev/shm: its disk is in RAM)",
-                    (unsigned long long)memory_committed,
-                    (unsigned long long)nsboxd.config.memory_commit_bytes, (unsigned long long)want);
+                    "memory commit limit reached: live sandboxes hold %s of the %s of RAM the host "
+                    "may promise (memory_commit_bytes); this one asks %s (its memory, and its disk and "
+                    "/dev/shm, which are in RAM: remove a sandbox, or ask for less: nsbox create "
+                    "--memory, --disk)",
+                    size_format(memory_committed, held, sizeof(held)),
+                    size_format(nsboxd.config.memory_commit_bytes, limit, sizeof(limit)), want);
         }
         struct sandbox *sb = calloc(1, sizeof(*sb));
         if (sb != NULL && (sb->exec = exec_sandbox_new()) == NULL) {

@@ -49,9 +49,9 @@ EGRESS_LAYERS = [
 # http/'s (nsbox-http): the handlers reply and call nsboxd through the units
 # below them; the router includes the handlers, never the reverse.
 HTTP_LAYERS = [
-    ("request", ["request"]),
+    ("request", ["request", "counters"]),
     ("replies and nsboxd", ["reply", "nsboxd", "auth", "bounds"]),
-    ("handlers", ["rpc_api", "execute", "agent_sandbox"]),
+    ("handlers", ["rpc_api", "execute", "agent_sandbox", "metrics"]),
     ("router", ["server"]),
     ("top", ["main"]),
 ]

@@ -445,8 +445,8 @@ def test_exec_sigint_kills_the_command(daemon, sandbox):
 
 def test_version_of_both_binaries_is_the_daemons(daemon):
     version = daemon.call("server.info")["version"]
-    r = ok(subprocess.run([NSBOX, "--version"], capture_output=True))
-    assert r.stdout.decode() == "nsbox %s\n" % version
+    r = ok(daemon.cli("--version"))  # the CLI's, then the daemon's (nsbox version)
+    assert r.stdout.decode() == "nsbox %s\nnsboxd %s\n" % (version, version)
     r = ok(subprocess.run([os.path.join(BUILD, "nsboxd"), "--version"], capture_output=True))
     assert r.stdout.decode() == "nsboxd %s\n" % version
 

@@ -111,7 +111,9 @@ def test_memory_commit_bounds_the_sum_of_live_memory_limits():
             with pytest.raises(RpcError) as e:
                 d.call("sandbox.create", limits=limits)
             assert e.value.kind == "limit_reached" and "memory_commit_bytes" in str(e.value)
-            assert "disk_bytes" in str(e.value)
+            # In sizes a person reads, with what the sandbox holds in RAM, and what to do about it.
+            assert "hold 320 MiB of the 320 MiB" in str(e.value) and str(e.value).endswith(
+                "nsbox create --memory, --disk)"), e.value
         d.call("sandbox.remove", sandbox_id=first, force=True)
         assert d.call("server.info")["memory_committed_bytes"] <= pooled + big_ram
         third = d.call("sandbox.create", limits=big)["sandbox_id"]
@@ -183,7 +185,7 @@ def test_a_timeout_under_one_second_is_refused_by_every_method(daemon, sandbox):
             with daemon.client() as c:
                 reply = c.response(c.request(method, dict(params, timeout_seconds=bad)))
             assert reply["error"]["code"] == INVALID_PARAMS, (method, bad, reply)
-            assert "timeout_seconds must be a number from 1 to 86400" in reply["error"]["message"], reply
+            assert "timeout_seconds (--timeout) must be a number of seconds from 1 to 86400" in reply["error"]["message"], reply
         with daemon.client() as c:
             reply = c.response(c.request(method, dict(params, timeout_seconds=1.5)))
         assert "error" not in reply, (method, reply)
