@@ -23,6 +23,7 @@
 #include <sys/sysmacros.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <linux/sockios.h>
 #include <unistd.h>
 #include <uuid/uuid.h>
 
@@ -801,10 +802,22 @@ void exec_on_control(struct sandbox *sb, const void *data, size_t len)
         }
 }
 
+/* The exec's request still waits in its slot's socket: the child that was
+ * to take it was killed first (a client that left at once, an exec.kill
+ * right after the start). Bytes we sent that the other end has not read
+ * yet count in our end's SIOCOUTQ. */
+static bool exec_request_untaken(const struct exec *ex)
+{
+        int queued = 0;
+        return ex->slot_request >= 0 && ioctl(ex->slot_request, SIOCOUTQ, &queued) == 0 && queued > 0;
+}
+
 /* The slot of a finished exec serves the sandbox's next exec (its
  * supervisor forks a new child on the same sockets, see supervisor.c),
  * unless a slot is waiting already or the sandbox is ending: then closing
- * its sockets makes it end the rest of the exec and exit. */
+ * its sockets makes it end the rest of the exec and exit. A slot whose
+ * request was never taken is closed too: its next child would read that
+ * request and run the killed command after all. */
 static void exec_release_slot(struct exec *ex)
 {
         struct sandbox *sb = ex->sb;
@@ -813,7 +826,7 @@ static void exec_release_slot(struct exec *ex)
         int control = loop_take(nsboxd.loop, ex->slot);
         ex->slot = NULL;
         if (ex->slot_request >= 0 && !sb->exec->slot.open && sb->state == SANDBOX_RUNNING &&
-            sb->ctl != NULL) {
+            sb->ctl != NULL && !exec_request_untaken(ex)) {
                 uint32_t number = ++sb->exec->next_exec_number;
                 struct ctl_header msg = { CTL_SLOT, number };
                 if (ctl_send(control, &msg, sizeof(msg), NULL, 0, NULL, 0) >= 0) {

@@ -1,0 +1,90 @@
+# SPDX-License-Identifier: Apache-2.0
+"""How an exec ends, and how that is said: a client that left, a timeout,
+a working directory that is not there, the order of a stream's messages."""
+import json
+import time
+
+from nsbox_client import Client
+
+
+def wait_for(predicate, seconds=20, step=0.05):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    return predicate()
+
+
+def sandbox_pids(daemon, sandbox, name):
+    """The pids in the sandbox whose command line is exactly `name`... (by ps)."""
+    r = daemon.call("sandbox.exec", sandbox_id=sandbox, command="ps -eo args= || true")
+    return [line for line in r["stdout"].splitlines() if name in line and "ps -eo" not in line]
+
+
+def test_a_call_whose_client_left_is_killed_not_run_to_its_end(daemon, sandbox):
+    """A non-streamed sandbox.exec sent, then the socket closed: nobody will
+    read its result, so it is killed at once; the marker it would write
+    after its sleep never appears."""
+    c = Client(daemon.socket)
+    c.request("sandbox.exec", {"sandbox_id": sandbox, "timeout_seconds": 60,
+                               "command": "echo up > /workspace/up; sleep 3; echo late > /workspace/late"})
+    assert wait_for(lambda: daemon.call("sandbox.exec", sandbox_id=sandbox,
+                                        command="test -e /workspace/up")["exit_code"] == 0)
+    c.close()
+    # Gone within the time its sleep would take (the sleep is 3 s).
+    assert wait_for(lambda: not sandbox_pids(daemon, sandbox, "sleep 3"), seconds=2.5), \
+        sandbox_pids(daemon, sandbox, "sleep 3")
+    time.sleep(4)  # past the point where it would have written the marker
+    r = daemon.call("sandbox.exec", sandbox_id=sandbox, command="test -e /workspace/late")
+    assert r["exit_code"] == 1
+
+
+def test_a_background_exec_outlives_the_client_that_started_it(daemon, sandbox):
+    c = Client(daemon.socket)
+    started = c.call("sandbox.exec", sandbox_id=sandbox, background=True,
+                     command="sleep 1; echo done > /workspace/bg")
+    c.close()
+    r = daemon.call("exec.status", exec_id=started["exec_id"])
+    assert wait_for(lambda: not daemon.call("exec.status", exec_id=started["exec_id"])["running"])
+    r = daemon.call("exec.status", exec_id=started["exec_id"])
+    assert r["exit_code"] == 0
+    assert daemon.call("sandbox.exec", sandbox_id=sandbox, argv=["cat", "/workspace/bg"])["stdout"] == "done\n"
+
+
+def test_a_call_sent_and_closed_at_once_never_runs_later(daemon):
+    """The request and the client's close arrive together, on a fresh
+    sandbox whose exec slot is still starting: the exec is killed before its
+    process took the request. That request must not be left in the slot for
+    the next exec's process to take and run."""
+    sandboxes = []
+    try:
+        for i in range(10):
+            sb = daemon.call("sandbox.create")["sandbox_id"]
+            sandboxes.append(sb)
+            c = Client(daemon.socket)
+            c.request("sandbox.exec", {"sandbox_id": sb, "timeout_seconds": 60,
+                                       "command": "sleep 1; echo ran > /workspace/late"})
+            c.close()
+        time.sleep(1.5)  # past the point where any of them would have written
+        for sb in sandboxes:
+            # The next exec runs its own command and gets its own result.
+            r = daemon.call("sandbox.exec", sandbox_id=sb, argv=["echo", "next"])
+            assert r["stdout"] == "next\n", r
+            r = daemon.call("sandbox.exec", sandbox_id=sb, command="cat /workspace/late")
+            assert r["exit_code"] == 1 and r["stdout"] == "", (sb, r)
+    finally:
+        for sb in sandboxes:
+            daemon.call("sandbox.remove", sandbox_id=sb, force=True)
+
+
+def test_shell_run_and_python_run_whose_client_left_do_not_run_on(daemon, sandbox):
+    for method, params in (("shell.run", {"command": "sleep 2; echo late > /workspace/late3"}),
+                           ("python.run", {"code": "import time; time.sleep(2); open('/workspace/late4','w')"})):
+        c = Client(daemon.socket)
+        c.request(method, dict(params, sandbox_id=sandbox, timeout_seconds=60))
+        c.close()
+    time.sleep(3)
+    r = daemon.call("sandbox.exec", sandbox_id=sandbox, command="ls /workspace")
+    assert "late3" not in r["stdout"] and "late4" not in r["stdout"], r
