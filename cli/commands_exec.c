@@ -336,7 +336,13 @@ static int run_exec(const struct cli *cli, struct client *c, const char *socket_
         fflush(stdout);
         cli_print_truncated(result, cap);
         double timeout = json_number_value(json_object_get(params, "timeout_seconds"));
-        if (json_is_true(json_object_get(result, "timed_out")) && state.tty)
+        /* nsboxd says the timeout itself on stderr (with its `status`): then
+         * only how to raise it is ours to add. */
+        bool said = json_is_string(json_object_get(result, "status"));
+        if (json_is_true(json_object_get(result, "timed_out")) && said)
+                fprintf(stderr, "nsbox: raise it with --timeout S (the default is %s; at most 24 h)\n",
+                        state.tty ? "24 h with -t" : "30 s");
+        else if (json_is_true(json_object_get(result, "timed_out")) && state.tty)
                 fprintf(stderr,
                         "nsbox: the command timed out after %g s (with -t the default is the daemon's "
                         "longest, 24 h)\n",

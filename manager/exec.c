@@ -263,6 +263,8 @@ static bool output_reserve(struct exec *ex, struct output *o, size_t need)
  * is read and dropped, with `truncated`, so that a background exec never
  * blocks on output nobody asked for. Streamed output is passed on, and its
  * pipes paused while the client lags. */
+static void stream_pending(struct exec *ex, int which);
+
 static void output_append(struct exec *ex, int which, const char *data, size_t len)
 {
         if (ex->hooks != NULL &&
@@ -290,18 +292,42 @@ static void output_append(struct exec *ex, int which, const char *data, size_t l
         o->len += len;
 
         if (ex->stream) {
-                /* Send what is complete now; keep a split UTF-8 character for later. */
-                size_t pending = o->carry + len;
-                const char *start = o->data + o->len - pending;
-                size_t ready = ex->base64 ? pending : utf8_complete_prefix(start, pending);
-                stream_chunk(ex, which, start, ready);
-                o->carry = pending - ready;
-                /* Streamed bytes need not be kept, only the carry. */
-                memmove(o->data, o->data + o->len - o->carry, o->carry);
-                o->len = o->carry;
-                if (exec_client_backlogged(ex))
-                        exec_pause(ex);
+                o->carry += len;
+                stream_pending(ex, which);
         }
+}
+
+/* A stream's client hears exec.started before any output: bytes read before
+ * the supervisor's CTL_STARTED (its report and the pipes come in one batch,
+ * in any order) wait, with the pipes unwatched, until exec_started. */
+static bool stream_holds_output(const struct exec *ex)
+{
+        return ex->stream && ex->req != NULL && !ex->started && !ex->background;
+}
+
+/* Send what is complete of a stream's pending bytes (o->carry of them, at
+ * the end of its buffer); keep a split UTF-8 character for later. */
+static void stream_pending(struct exec *ex, int which)
+{
+        struct output *o = &ex->out[which];
+        if (stream_holds_output(ex)) {
+                if (!ex->held_for_start) {
+                        ex->held_for_start = true;
+                        exec_watch_output(ex, 0);
+                }
+                return;
+        }
+        if (o->carry == 0)
+                return;
+        const char *start = o->data + o->len - o->carry;
+        size_t ready = ex->base64 ? o->carry : utf8_complete_prefix(start, o->carry);
+        stream_chunk(ex, which, start, ready);
+        o->carry -= ready;
+        /* Streamed bytes need not be kept, only the carry. */
+        memmove(o->data, o->data + o->len - o->carry, o->carry);
+        o->len = o->carry;
+        if (exec_client_backlogged(ex))
+                exec_pause(ex);
 }
 
 static void exec_maybe_finish(struct exec *ex)
@@ -514,6 +540,45 @@ static bool exec_ended_by_sigkill(const struct exec *ex)
         return WIFEXITED(ex->wait_status) && WEXITSTATUS(ex->wait_status) == 128 + SIGKILL;
 }
 
+/* The command's stderr (none when streamed), then a line of nsboxd's on how
+ * it ended: the timeout. */
+static json_t *exec_stderr_with_note(const struct exec *ex)
+{
+        char note[128];
+        int n = snprintf(note, sizeof(note), "nsbox: timed out after %u s (timeout_seconds), killed\n",
+                         ex->timeout_s);
+        if (ex->stream)
+                return json_string(note); /* nsboxd's own words, never encoded: as a start error's */
+        size_t kept = ex->out[1].len;
+        _cleanup_free_ char *text = malloc(kept + 1 + (size_t)n);
+        if (text == NULL)
+                return json_string(note);
+        size_t at = kept;
+        if (kept > 0) {
+                memcpy(text, ex->out[1].data, kept);
+                if (text[kept - 1] != '\n')
+                        text[at++] = '\n'; /* a line of its own, even after a partial one */
+        }
+        memcpy(text + at, note, (size_t)n);
+        return exec_output_to_json(text, at + (size_t)n, ex->base64);
+}
+
+/* How the exec ended, in one word: "running", "exited" (exit_code),
+ * "signaled" (signal: the command's own end), "timeout", "killed" (exec.kill,
+ * its client gone, its sandbox or supervisor gone) or "start_failed". */
+static const char *exec_status_word(const struct exec *ex)
+{
+        if (ex->start_error != NULL)
+                return "start_failed";
+        if (!ex->exited)
+                return "running";
+        if (ex->timed_out)
+                return "timeout";
+        if (WIFEXITED(ex->wait_status))
+                return "exited";
+        return ex->killed ? "killed" : "signaled";
+}
+
 json_t *exec_result(struct exec *ex)
 {
         json_t *exit_code = json_null(), *signal = json_null();
@@ -533,6 +598,10 @@ json_t *exec_result(struct exec *ex)
                 char message[1024];
                 snprintf(message, sizeof(message), "nsbox: cannot run the command: %s\n", ex->start_error);
                 stderr_json = json_string(message);
+        } else if (ex->timed_out) {
+                /* Said where a reader of the command's errors looks, after them
+                 * (a streamed exec's result holds only nsboxd's own words). */
+                stderr_json = exec_stderr_with_note(ex);
         } else {
                 stderr_json = ex->stream ? json_string("")
                                          : exec_output_to_json(ex->out[1].data, ex->out[1].len, ex->base64);
@@ -545,6 +614,8 @@ json_t *exec_result(struct exec *ex)
                       "truncated", ex->truncated, "timed_out", ex->timed_out, "oom_killed", oom_killed,
                       "duration_ms", (json_int_t)(end - ex->start_mono), "encoding",
                       ex->base64 ? "base64" : "utf-8", "running", !ex->finished);
+        if (result != NULL)
+                json_object_set_new(result, "status", json_string(exec_status_word(ex)));
         egress_note_refused(result, ex->sb, ex->start_mono, false);
         /* `nohup cmd &` and daemons end with the exec that started them: say so. */
         if (result != NULL && ex->leftover > 0)
@@ -692,6 +763,13 @@ static void exec_started(struct exec *ex, pid_t pid)
                 _cleanup_json_ json_t *params = json_pack("{s:s, s:i}", "exec_id", ex->id, "pid", ex->pid);
                 if (params != NULL)
                         rpc_notify(ex->req, "exec.started", params);
+        }
+        if (ex->held_for_start) {
+                ex->held_for_start = false;
+                for (int i = 0; i < 2; i++)
+                        stream_pending(ex, i);
+                if (!ex->paused)
+                        exec_watch_output(ex, EPOLLIN);
         }
 }
 

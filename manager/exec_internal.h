@@ -95,6 +95,7 @@ struct exec {
         bool started, exited, timed_out, killed;
         bool supervisor_died; /* its supervisor ended without reporting the exit */
         bool paused;          /* its pipes are not read for now: see exec_pause */
+        bool held_for_start;  /* streamed output read before exec.started waits for it: see stream_pending */
         size_t charged;       /* bytes of the budget (budget.h) its buffers hold */
         uint64_t oom_kills_at_start;
         int wait_status;

@@ -88,3 +88,46 @@ def test_shell_run_and_python_run_whose_client_left_do_not_run_on(daemon, sandbo
     time.sleep(3)
     r = daemon.call("sandbox.exec", sandbox_id=sandbox, command="ls /workspace")
     assert "late3" not in r["stdout"] and "late4" not in r["stdout"], r
+
+
+def test_exec_started_comes_before_any_output_of_a_stream(daemon, sandbox):
+    with Client(daemon.socket) as c:
+        for i in range(50):
+            c.notifications = []
+            r = c.call("sandbox.exec", sandbox_id=sandbox, stream=True, command="echo out%d; echo err >&2" % i)
+            methods = [n["method"] for n in c.notifications]
+            assert methods and methods[0] == "exec.started", (i, methods)
+            assert methods.count("exec.started") == 1, (i, methods)
+            assert "exec.output" in methods
+            assert r["exit_code"] == 0
+
+
+def test_a_timeout_is_said_on_stderr_and_in_status(daemon, sandbox):
+    r = daemon.call("sandbox.exec", sandbox_id=sandbox, timeout_seconds=1,
+                    command="echo partial >&2; printf unfinished >&2; sleep 30")
+    assert r["status"] == "timeout"
+    assert r["timed_out"] is True
+    assert r["stderr"] == "partial\nunfinished\nnsbox: timed out after 1 s (timeout_seconds), killed\n"
+    # Streamed: the command's stderr came as notifications, the result says the timeout.
+    with Client(daemon.socket) as c:
+        r = c.call("sandbox.exec", sandbox_id=sandbox, timeout_seconds=1, stream=True, argv=["sleep", "30"])
+    assert r["status"] == "timeout"
+    assert r["stderr"] == "nsbox: timed out after 1 s (timeout_seconds), killed\n"
+    # Other ends keep their own words.
+    assert daemon.call("sandbox.exec", sandbox_id=sandbox, argv=["true"])["status"] == "exited"
+    assert daemon.call("sandbox.exec", sandbox_id=sandbox, command="kill -TERM $$")["status"] == "signaled"
+    assert daemon.call("sandbox.exec", sandbox_id=sandbox, argv=["nosuchbin"])["status"] == "start_failed"
+
+
+def test_python_run_timeout_is_said_the_same_way(daemon, sandbox):
+    r = daemon.call("python.run", sandbox_id=sandbox, timeout_seconds=1, code="import time; time.sleep(30)")
+    assert r["status"] == "timeout"
+    assert "nsbox: timed out after 1 s (timeout_seconds), killed\n" in r["stderr"]
+
+
+def test_cli_says_the_timeout_once_and_exits_124(daemon, sandbox):
+    p = daemon.cli("exec", "--timeout", "1", sandbox, "--", "sleep", "30")
+    assert p.returncode == 124
+    err = p.stderr.decode()
+    assert err.count("timed out after 1 s") == 1, err
+    assert "--timeout" in err
