@@ -583,7 +583,10 @@ json_t *exec_result(struct exec *ex)
 {
         json_t *exit_code = json_null(), *signal = json_null();
         if (ex->start_error != NULL) {
-                exit_code = json_integer(ex->start_errno == ENOENT ? 127 : 126);
+                exit_code = json_integer(ex->start_exit_code == 126 || ex->start_exit_code == 127
+                                             ? ex->start_exit_code
+                                         : ex->start_errno == ENOENT ? 127
+                                                                     : 126);
         } else if (ex->exited) {
                 if (WIFEXITED(ex->wait_status))
                         exit_code = json_integer(WEXITSTATUS(ex->wait_status));
@@ -786,6 +789,7 @@ static void exec_on_message(struct exec *ex, const union ctl_message *msg, size_
                         memcpy(message, msg->failed.message, CTL_MAX_ERROR);
                         message[CTL_MAX_ERROR] = '\0';
                         ex->start_errno = msg->failed.errnum;
+                        ex->start_exit_code = msg->failed.exit_code;
                         /* The errno text once, here at the edge ("...: Permission denied"). */
                         if (asprintf(&ex->start_error, "%s: %s", message, strerror(ex->start_errno)) < 0)
                                 ex->start_error = strdup("failed");

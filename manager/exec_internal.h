@@ -100,6 +100,7 @@ struct exec {
         uint64_t oom_kills_at_start;
         int wait_status;
         int start_errno;
+        int start_exit_code; /* the start failure's own (126 or 127), else 0 */
         char *start_error;
         long long start_mono, end_mono;
         struct exec *next;

@@ -131,3 +131,17 @@ def test_cli_says_the_timeout_once_and_exits_124(daemon, sandbox):
     err = p.stderr.decode()
     assert err.count("timed out after 1 s") == 1, err
     assert "--timeout" in err
+
+
+def test_a_working_directory_that_is_not_there_is_named_and_exits_126(daemon, sandbox):
+    r = daemon.call("sandbox.exec", sandbox_id=sandbox, cwd="/nosuchdir", argv=["pwd"])
+    assert r["stderr"] == ("nsbox: cannot run the command: working directory /nosuchdir: "
+                           "No such file or directory\n")
+    assert r["exit_code"] == 126 and r["status"] == "start_failed"
+    r = daemon.call("sandbox.exec", sandbox_id=sandbox, cwd="/etc/passwd", argv=["pwd"])
+    assert r["exit_code"] == 126 and "working directory /etc/passwd: Not a directory" in r["stderr"]
+    # A command that is not there stays 127, as in a shell.
+    assert daemon.call("sandbox.exec", sandbox_id=sandbox, argv=["nosuchbin"])["exit_code"] == 127
+    p = daemon.cli("exec", "-w", "nosuchdir", sandbox, "--", "pwd")
+    assert p.returncode == 126
+    assert b"working directory /workspace/nosuchdir: No such file or directory" in p.stderr, p.stderr
