@@ -246,6 +246,22 @@ static void resize_exec(const char *socket_path, const char *exec_id)
         client_close(k);
 }
 
+/* The connection closed, or nsboxd answered that it stops, before the
+ * command's own end: say so, with a code no command's end gives here. */
+static int daemon_gone(const struct cli *cli)
+{
+        fflush(stdout);
+        if (cli->json) {
+                _cleanup_json_ json_t *out =
+                    json_pack("{s:{s:s, s:s}}", "error", "message",
+                              "nsboxd went away during the command (its exit status is unknown)", "kind",
+                              "daemon_gone");
+                cli_print_json(out);
+        }
+        fprintf(stderr, "nsbox: nsboxd went away during the command (its exit status is unknown)\n");
+        return EXIT_DAEMON_GONE;
+}
+
 /* Run an exec with streamed output (or, with --json, the whole result at the
  * end); returns the exit code. The first Ctrl-C is passed on to the command
  * as SIGINT (once its exec id is known, from its first output); a second one,
@@ -306,6 +322,8 @@ static int run_exec(const struct cli *cli, struct client *c, const char *socket_
                 return 128 + sig;
         }
         client_set_interrupt_fd(c, -1);
+        if (r < 0 && err->errnum == ECONNRESET)
+                return daemon_gone(cli);
         if (r < 0) {
                 if (cli_error_is_missing_method(error))
                         return cli_fail_json(cli, error, "this nsboxd does not offer sandbox.exec (%s)",
@@ -335,6 +353,11 @@ static int run_exec(const struct cli *cli, struct client *c, const char *socket_
         }
         fflush(stdout);
         cli_print_truncated(result, cap);
+        const char *ended_by = json_string_value(json_object_get(result, "ended_by"));
+        if (ended_by != NULL && strcmp(ended_by, "nsboxd_stopping") == 0)
+                return daemon_gone(cli);
+        if (json_is_string(json_object_get(result, "error")))
+                fprintf(stderr, "nsbox: %s\n", json_string_value(json_object_get(result, "error")));
         double timeout = json_number_value(json_object_get(params, "timeout_seconds"));
         /* nsboxd says the timeout itself on stderr (with its `status`): then
          * only how to raise it is ours to add. */

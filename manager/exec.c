@@ -626,6 +626,18 @@ json_t *exec_result(struct exec *ex)
         if (result != NULL && ex->dropped_output > 0)
                 json_object_set_new(result, "output_dropped_bytes",
                                     json_integer((json_int_t)ex->dropped_output));
+        /* Killed with its sandbox: its client must not take the SIGKILL for
+         * the command's own end. */
+        if (result != NULL && ex->sandbox_gone) {
+                json_object_set_new(result, "ended_by",
+                                    json_string(nsboxd.stopping ? "nsboxd_stopping" : "sandbox_removed"));
+                json_object_set_new(result, "error",
+                                    json_string(nsboxd.stopping
+                                                    ? "nsboxd stopped while the command ran: it was killed "
+                                                      "with its sandbox (its own exit status is unknown)"
+                                                    : "its sandbox was removed while the command ran: it "
+                                                      "was killed with it"));
+        }
         if (result != NULL && ex->supervisor_died)
                 json_object_set_new(result, "error",
                                     json_string("the exec's supervisor died (killed from outside the "
@@ -837,6 +849,7 @@ static void on_slot(struct loop_source *source, uint32_t events)
                                 /* Not the sandbox ending: something killed the supervisor
                                  * (from the host, or the OOM killer). Say so rather than
                                  * pass it off as the command's own end. */
+                                ex->sandbox_gone = ex->sb->state != SANDBOX_RUNNING;
                                 if (ex->sb->state == SANDBOX_RUNNING) {
                                         ex->supervisor_died = true;
                                         log_limited(ex->sb->id, LOG_LEVEL_WARN,
@@ -999,6 +1012,7 @@ void exec_sandbox_gone(struct sandbox *sb)
                         if (!ex->exited && ex->start_error == NULL) {
                                 ex->exited = true;
                                 ex->killed = true;
+                                ex->sandbox_gone = true;
                                 ex->wait_status = SIGKILL; /* as if signalled */
                         }
                         ex->background = true; /* keep it for us to free */

@@ -94,6 +94,7 @@ struct exec {
         int held[2];              /* copies of the exec's stdout and stderr: see exec_release_output */
         bool started, exited, timed_out, killed;
         bool supervisor_died; /* its supervisor ended without reporting the exit */
+        bool sandbox_gone;    /* killed by its sandbox's removal or nsboxd's stop */
         bool paused;          /* its pipes are not read for now: see exec_pause */
         bool held_for_start;  /* streamed output read before exec.started waits for it: see stream_pending */
         size_t charged;       /* bytes of the budget (budget.h) its buffers hold */

@@ -145,3 +145,16 @@ def test_a_working_directory_that_is_not_there_is_named_and_exits_126(daemon, sa
     p = daemon.cli("exec", "-w", "nosuchdir", sandbox, "--", "pwd")
     assert p.returncode == 126
     assert b"working directory /workspace/nosuchdir: No such file or directory" in p.stderr, p.stderr
+
+
+def test_an_exec_ended_by_its_sandbox_removal_says_so(daemon):
+    sb = daemon.call("sandbox.create")["sandbox_id"]
+    with Client(daemon.socket) as c:
+        rid = c.request("sandbox.exec", {"sandbox_id": sb, "stream": True, "argv": ["sleep", "60"]})
+        while not any(n["method"] == "exec.started" for n in c.notifications):
+            c.notifications.append(c.read_message())
+        daemon.call("sandbox.remove", sandbox_id=sb, force=True)
+        r = c.response(rid)["result"]
+    assert r["status"] == "killed" and r["signal"] == 9
+    assert r["ended_by"] == "sandbox_removed"
+    assert "its sandbox was removed" in r["error"]
