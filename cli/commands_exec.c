@@ -463,6 +463,17 @@ static int parse_exec_options(const struct cli *cli, int argc, char **argv, json
         if (o->tty) {
                 struct winsize size;
                 json_object_set_new(params, "tty", json_true());
+                /* The terminal is ours: its type too, as ssh and docker exec -t pass
+                 * it (programs such as less, vi and top need it), unless -e set one. */
+                json_t *env = json_object_get(params, "env");
+                if (env == NULL || json_object_get(env, "TERM") == NULL) {
+                        const char *term = getenv("TERM");
+                        _cleanup_free_ char *kv = NULL;
+                        if (asprintf(&kv, "TERM=%s",
+                                     term != NULL && term[0] != '\0' ? term : "xterm-256color") < 0 ||
+                            cli_add_env(params, kv) != 0)
+                                return EXIT_NSBOX_FAILED;
+                }
                 if (terminal_size(&size) && size.ws_row > 0 && size.ws_col > 0) {
                         json_object_set_new(params, "rows", json_integer(size.ws_row));
                         json_object_set_new(params, "cols", json_integer(size.ws_col));

@@ -111,7 +111,8 @@ static const struct command commands[] = {
           "                      and nsbox says so on stderr\n"
           "  -t, --tty           run on a terminal (pty) in the sandbox; with -i this\n"
           "                      terminal goes raw and keys (Ctrl-C too) go to it as typed;\n"
-          "                      window size changes follow\n"
+          "                      window size changes follow; TERM is yours (xterm-256color\n"
+          "                      if unset) unless -e sets it\n"
           "A sandbox idle (no command running) for its idle timeout, 300 s unless created\n"
           "with --idle-timeout, is removed.\n" },
         { "sh", cmd_sh,

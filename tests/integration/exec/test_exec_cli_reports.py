@@ -26,3 +26,24 @@ def test_nsboxd_gone_mid_command_is_said_and_exits_255(how):
         d.stop()
     assert p.returncode == 255, (p.returncode, err)
     assert err == b"nsbox: nsboxd went away during the command (its exit status is unknown)\n"
+
+
+def nsbox(daemon, *args, env=None):
+    full = {k: v for k, v in os.environ.items() if k != "TERM"}
+    full.update(env or {})
+    return subprocess.run([NSBOX, "--socket", daemon.socket, *args], capture_output=True, timeout=60,
+                          stdin=subprocess.DEVNULL, env=full)
+
+
+def test_exec_t_passes_the_callers_terminal_type(daemon, sandbox):
+    r = nsbox(daemon, "exec", "-t", sandbox, "--", "sh", "-c", "echo term=$TERM", env={"TERM": "screen-256color"})
+    assert r.returncode == 0, r
+    assert r.stdout.strip() == b"term=screen-256color", r.stdout
+    r = nsbox(daemon, "exec", "-t", sandbox, "--", "sh", "-c", "echo term=$TERM")
+    assert r.stdout.strip() == b"term=xterm-256color", r.stdout
+    r = nsbox(daemon, "exec", "-t", "-e", "TERM=dumb", sandbox, "--", "sh", "-c", "echo term=$TERM",
+              env={"TERM": "screen"})
+    assert r.stdout.strip() == b"term=dumb", r.stdout
+    # Without a terminal nothing claims one.
+    r = nsbox(daemon, "exec", sandbox, "--", "sh", "-c", "echo term=$TERM", env={"TERM": "screen"})
+    assert r.stdout == b"term=\n", r.stdout
