@@ -39,24 +39,34 @@ int cmd_ps(const struct cli *cli, int argc, char **argv)
                 return 0;
         }
         if (!quiet)
-                printf("%-36s  %s\n", "EXEC ID", "STATUS");
+                printf("%-36s  %-17s  %-24s  %s\n", "EXEC ID", "STATUS", "STARTED", "COMMAND");
         size_t i;
         json_t *ex;
         json_array_foreach(json_object_get(result, "execs"), i, ex)
         {
                 json_t *code = json_object_get(ex, "exit_code");
+                json_t *sig = json_object_get(ex, "signal");
+                const char *how = json_string_value(json_object_get(ex, "status"));
                 char status[64];
                 if (json_is_true(json_object_get(ex, "running")))
                         snprintf(status, sizeof(status), "running");
                 else if (json_is_integer(code))
                         snprintf(status, sizeof(status), "exited %lld", (long long)json_integer_value(code));
+                else if (how != NULL && strcmp(how, "timeout") == 0)
+                        snprintf(status, sizeof(status), "ended (timeout)");
+                else if (how != NULL && strcmp(how, "signaled") == 0 && json_is_integer(sig))
+                        snprintf(status, sizeof(status), "ended (signal %lld)",
+                                 (long long)json_integer_value(sig));
                 else
                         snprintf(status, sizeof(status), "ended (killed)");
                 const char *id = json_string_value(json_object_get(ex, "exec_id"));
+                const char *started = json_string_value(json_object_get(ex, "started_at"));
+                const char *command = json_string_value(json_object_get(ex, "command"));
                 if (quiet)
                         printf("%s\n", id);
                 else
-                        printf("%-36s  %s\n", id, status);
+                        printf("%-36s  %-17s  %-24s  %s\n", id, status, started ? started : "-",
+                               command ? command : "-");
         }
         return 0;
 }

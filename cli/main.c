@@ -121,8 +121,8 @@ static const struct command commands[] = {
           "Run a command line under /bin/sh -c in a sandbox; options and defaults as for\n"
           "nsbox exec (timeout 30 s, output cap 256 MiB streamed, 1 MiB with --json or -d).\n" },
         { "ps", cmd_ps, "nsbox ps [-q] ID",
-          "List the background execs of a sandbox (nsbox exec -d): running, or how they\n"
-          "ended (the last 64 ended ones are kept).\n\n"
+          "List the background execs of a sandbox (nsbox exec -d): their state (running,\n"
+          "or how they ended: the last 64 ended ones are kept), start (UTC) and command.\n\n"
           "  -q, --quiet  print the exec ids only\n" },
         { "logs", cmd_logs, "nsbox logs [-f] ID EXEC",
           "Print the output of a background exec so far (its first --max-output bytes,\n"

@@ -112,6 +112,7 @@ static void exec_free(struct exec *ex)
         free(ex->stdin_data);
         free(ex->start_error);
         free(ex->audit);
+        free(ex->command_text);
         if (ex->pty >= 0)
                 close(ex->pty);
         free(ex);
@@ -566,7 +567,7 @@ static json_t *exec_stderr_with_note(const struct exec *ex)
 /* How the exec ended, in one word: "running", "exited" (exit_code),
  * "signaled" (signal: the command's own end), "timeout", "killed" (exec.kill,
  * its client gone, its sandbox or supervisor gone) or "start_failed". */
-static const char *exec_status_word(const struct exec *ex)
+const char *exec_status_word(const struct exec *ex)
 {
         if (ex->start_error != NULL)
                 return "start_failed";
@@ -1077,6 +1078,7 @@ static struct exec *exec_new(struct sandbox *sb, const struct exec_params *p)
         ex->max_output = p->max_output;
         ex->timeout_s = p->timeout_s;
         ex->start_mono = now_monotonic_ms();
+        ex->start_realtime_ms = now_realtime_ms();
         ex->slot_request = -1;
         ex->held[0] = ex->held[1] = -1;
         ex->tty = p->tty;
@@ -1374,6 +1376,7 @@ struct exec *exec_launch(struct sandbox *sb, json_t *params, const struct exec_h
         ex->hooks_data = data;
         ex->keep_stdin = (hooks != NULL && hooks->keep_stdin) || p.stdin_stream;
         ex->audit = exec_audit_text(&p);
+        ex->command_text = exec_command_text(&p);
         ex->service = hooks != NULL && hooks->service;
         ex->next = sb->exec->execs;
         sb->exec->execs = ex;

@@ -169,11 +169,20 @@ void exec_method_list(struct rpc_request *req, struct sandbox *sb)
         for (struct exec *ex = sb->exec->execs; ex != NULL; ex = ex->next) {
                 if (!ex->background)
                         continue;
-                json_array_append_new(list, json_pack("{s:s, s:b, s:o}", "exec_id", ex->id, "running",
-                                                      !ex->finished, "exit_code",
+                char started[40];
+                format_timestamp(ex->start_realtime_ms, started, sizeof(started));
+                json_array_append_new(list, json_pack("{s:s, s:b, s:o, s:o, s:s, s:s, s:s, s:i}", "exec_id",
+                                                      ex->id, "running", !ex->finished, "exit_code",
                                                       ex->exited && WIFEXITED(ex->wait_status)
                                                           ? json_integer(WEXITSTATUS(ex->wait_status))
-                                                          : json_null()));
+                                                          : json_null(),
+                                                      "signal",
+                                                      ex->exited && WIFSIGNALED(ex->wait_status)
+                                                          ? json_integer(WTERMSIG(ex->wait_status))
+                                                          : json_null(),
+                                                      "status", exec_status_word(ex), "command",
+                                                      ex->command_text ? ex->command_text : "", "started_at",
+                                                      started, "pid", (int)ex->pid));
         }
         rpc_reply_result(req, json_pack("{s:o}", "execs", list));
 }

@@ -83,6 +83,8 @@ struct exec {
         int pty;
         uid_t uid;                   /* the client's, for the audit line */
         char *audit;                 /* "uid=... argv=..." for the audit line */
+        char *command_text;          /* the command as exec.list shows it */
+        long long start_realtime_ms; /* when it started, for exec.list */
         bool service;                /* not a client's work: not "busy", not activity */
         unsigned leftover;           /* processes its main process left running, ended with it */
         struct rpc_request *notify;  /* an internal caller's request its output streams to */
@@ -113,6 +115,8 @@ struct exec *exec_launch(struct sandbox *sb, json_t *params, const struct exec_h
                          const char **kind, nsbox_error_t **err);
 /* The client of a foreground exec left: the exec is killed. */
 void exec_client_gone(struct rpc_request *req, void *data);
+/* How ex ended (or that it runs), in one word: see exec_result. */
+const char *exec_status_word(const struct exec *ex);
 /* What sandbox.exec answers for ex (as it stands). */
 json_t *exec_result(struct exec *ex);
 void exec_send_kill(struct exec *ex, int sig);

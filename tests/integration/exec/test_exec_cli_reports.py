@@ -5,6 +5,7 @@ exec, the end of a long job's log."""
 import os
 import signal
 import subprocess
+import time
 
 import pytest
 from conftest import BUILD, Daemon
@@ -47,3 +48,26 @@ def test_exec_t_passes_the_callers_terminal_type(daemon, sandbox):
     # Without a terminal nothing claims one.
     r = nsbox(daemon, "exec", sandbox, "--", "sh", "-c", "echo term=$TERM", env={"TERM": "screen"})
     assert r.stdout == b"term=\n", r.stdout
+
+
+def test_ps_shows_each_background_exec_with_its_state_start_and_command(daemon, sandbox):
+    long_id = daemon.call("sandbox.exec", sandbox_id=sandbox, background=True,
+                          command="sleep 100  # the long one")["exec_id"]
+    done_id = daemon.call("sandbox.exec", sandbox_id=sandbox, background=True, argv=["sh", "-c", "exit 3"])["exec_id"]
+    while daemon.call("exec.status", exec_id=done_id)["running"]:
+        time.sleep(0.05)
+    listed = {e["exec_id"]: e for e in daemon.call("exec.list", sandbox_id=sandbox)["execs"]}
+    assert listed[long_id]["command"] == "sleep 100  # the long one"
+    assert listed[long_id]["status"] == "running" and listed[long_id]["pid"] > 0
+    assert listed[long_id]["started_at"].endswith("Z")
+    assert listed[done_id]["command"] == "sh -c exit 3" and listed[done_id]["status"] == "exited"
+    r = daemon.cli("ps", sandbox)
+    assert r.returncode == 0, r
+    lines = r.stdout.decode().splitlines()
+    assert lines[0].split() == ["EXEC", "ID", "STATUS", "STARTED", "COMMAND"], lines[0]
+    row = [line for line in lines if line.startswith(long_id)][0]
+    assert "running" in row and row.endswith("sleep 100  # the long one")
+    assert listed[long_id]["started_at"] in row
+    row = [line for line in lines if line.startswith(done_id)][0]
+    assert "exited 3" in row and row.endswith("sh -c exit 3")
+    daemon.call("exec.kill", exec_id=long_id)
