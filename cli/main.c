@@ -124,10 +124,12 @@ static const struct command commands[] = {
           "List the background execs of a sandbox (nsbox exec -d): their state (running,\n"
           "or how they ended: the last 64 ended ones are kept), start (UTC) and command.\n\n"
           "  -q, --quiet  print the exec ids only\n" },
-        { "logs", cmd_logs, "nsbox logs [-f] ID EXEC",
-          "Print the output of a background exec so far (its first --max-output bytes,\n"
-          "1 MiB by default), stdout to stdout and stderr to stderr.\n\n"
-          "  -f, --follow  keep printing new output until the exec ends\n" },
+        { "logs", cmd_logs, "nsbox logs [-f] [-n N] ID EXEC",
+          "Print the output of a background exec so far, stdout to stdout and stderr to\n"
+          "stderr. Of a long job it keeps the first --max-output bytes (1 MiB by default)\n"
+          "and the last half as many of each stream, and says how much was dropped between.\n\n"
+          "  -f, --follow    keep printing new output until the exec ends\n"
+          "  -n, --tail N    start with the last N lines of each stream\n" },
         { "kill", cmd_kill, "nsbox kill [-s SIG] ID EXEC",
           "Send a signal to an exec (its whole process group; KILL ends every process it\n"
           "started) and print its id.\n\n"

@@ -4,6 +4,7 @@
 
 #include "egress.h"
 #include "exec_internal.h"
+#include "exec_log.h"
 #include "exec_params.h"
 
 #include <errno.h>
@@ -97,6 +98,7 @@ static void exec_free(struct exec *ex)
                 if (ex->out[i].source)
                         loop_remove(nsboxd.loop, ex->out[i].source);
                 free(ex->out[i].data);
+                free(ex->out[i].tail);
         }
         if (ex->stdin_src)
                 loop_remove(nsboxd.loop, ex->stdin_src);
@@ -262,8 +264,9 @@ static bool output_reserve(struct exec *ex, struct output *o, size_t need)
 
 /* Collected output is kept up to max_output (the head); what comes after
  * is read and dropped, with `truncated`, so that a background exec never
- * blocks on output nobody asked for. Streamed output is passed on, and its
- * pipes paused while the client lags. */
+ * blocks on output nobody asked for: a background exec's goes on to the
+ * tail ring of its stream (exec_log.h), the oldest of it dropped instead.
+ * Streamed output is passed on, and its pipes paused while the client lags. */
 static void stream_pending(struct exec *ex, int which);
 
 static void output_append(struct exec *ex, int which, const char *data, size_t len)
@@ -274,20 +277,27 @@ static void output_append(struct exec *ex, int which, const char *data, size_t l
                                                                                     ex->hooks_data);
                 return;
         }
+        struct output *o = &ex->out[which];
+        bool logged = ex->background && !ex->stream;
         size_t room = ex->max_output > ex->total_output ? ex->max_output - ex->total_output : 0;
-        if (len > room) {
+        /* A background stream's head ends at its first byte that went past it. */
+        if (logged && o->written > o->len)
+                room = 0;
+        size_t rest = len > room ? len - room : 0;
+        len -= rest;
+        if (len > 0 && !output_reserve(ex, o, len)) {
+                rest += len;
+                len = 0;
+        }
+        if (logged) {
+                o->written += len;
+                exec_log_append_tail(ex, which, data + len, rest);
+        } else if (rest > 0) {
                 ex->truncated = true;
-                ex->dropped_output += len - room;
-                len = room;
+                ex->dropped_output += rest;
         }
         if (len == 0)
                 return;
-        struct output *o = &ex->out[which];
-        if (!output_reserve(ex, o, len)) {
-                ex->truncated = true;
-                ex->dropped_output += len;
-                return;
-        }
         ex->total_output += len;
         memcpy(o->data + o->len, data, len);
         o->len += len;
@@ -612,12 +622,16 @@ json_t *exec_result(struct exec *ex)
         }
         bool oom_killed =
             ex->sb->cgroup != NULL && cgroup_sandbox_oom_kills(ex->sb->cgroup) > ex->oom_kills_at_start;
+        /* A background exec's stdout and stderr here are its heads: cut if its
+         * tail holds more (exec.output reads that). */
+        bool cut =
+            ex->truncated || ex->out[0].written > ex->out[0].len || ex->out[1].written > ex->out[1].len;
         json_t *result =
             json_pack("{s:s, s:o, s:o, s:o, s:o, s:b, s:b, s:b, s:I, s:s, s:b}", "exec_id", ex->id,
                       "exit_code", exit_code, "signal", signal, "stdout", stdout_json, "stderr", stderr_json,
-                      "truncated", ex->truncated, "timed_out", ex->timed_out, "oom_killed", oom_killed,
-                      "duration_ms", (json_int_t)(end - ex->start_mono), "encoding",
-                      ex->base64 ? "base64" : "utf-8", "running", !ex->finished);
+                      "truncated", cut, "timed_out", ex->timed_out, "oom_killed", oom_killed, "duration_ms",
+                      (json_int_t)(end - ex->start_mono), "encoding", ex->base64 ? "base64" : "utf-8",
+                      "running", !ex->finished);
         if (result != NULL)
                 json_object_set_new(result, "status", json_string(exec_status_word(ex)));
         egress_note_refused(result, ex->sb, ex->start_mono, false);

@@ -28,9 +28,12 @@ extern const char *const exec_stream_names[2]; /* by OUT_STDOUT, OUT_STDERR */
 
 struct output {
         struct loop_source *source;
-        char *data;
+        char *data; /* collected output; a background exec's head (exec_log.h) */
         size_t len, cap;
-        size_t carry; /* stream mode: bytes of an incomplete UTF-8 sequence kept back */
+        char *tail; /* a background exec's: the ring of its last bytes (exec_log.c) */
+        size_t tail_cap, tail_len, tail_start;
+        size_t written; /* a background exec's: every byte the stream wrote, kept or not */
+        size_t carry;   /* stream mode: bytes of an incomplete UTF-8 sequence kept back */
         bool eof;
 };
 
