@@ -158,3 +158,23 @@ def test_an_exec_ended_by_its_sandbox_removal_says_so(daemon):
     assert r["status"] == "killed" and r["signal"] == 9
     assert r["ended_by"] == "sandbox_removed"
     assert "its sandbox was removed" in r["error"]
+
+
+def test_shell_run_timeout_is_said_the_same_way(daemon, sandbox):
+    daemon.call("shell.create", sandbox_id=sandbox, name="t")
+    r = daemon.call("shell.run", sandbox_id=sandbox, session="t", timeout_seconds=1,
+                    command="printf partial >&2; sleep 600")
+    assert r["status"] == "timeout" and r["timed_out"] is True
+    assert r["stderr"] == ("partial\nnsbox: timed out after 1 s (timeout_seconds), interrupted; "
+                           "the shell and its state remain\n")
+    r = daemon.call("shell.run", sandbox_id=sandbox, session="t", command="true")
+    assert (r["status"], r["stderr"]) == ("exited", "")
+    p = daemon.cli("shell", "run", "--timeout", "1", sandbox, "t", "--", "sleep 60")
+    assert p.returncode == 124
+    assert p.stderr.decode().count("timed out") == 1, p.stderr
+
+
+def test_cli_python_says_the_timeout_once(daemon, sandbox):
+    p = daemon.cli("python", "--timeout", "1", sandbox, "-c", "import time; time.sleep(30)")
+    assert p.returncode == 124
+    assert p.stderr.decode().count("timed out") == 1, p.stderr
