@@ -356,7 +356,9 @@ static int run_exec(const struct cli *cli, struct client *c, const char *socket_
         const char *ended_by = json_string_value(json_object_get(result, "ended_by"));
         if (ended_by != NULL && strcmp(ended_by, "nsboxd_stopping") == 0)
                 return daemon_gone(cli);
-        if (json_is_string(json_object_get(result, "error")))
+        /* How it ended when that was not the command's doing (an OOM kill's is said below). */
+        if (json_is_string(json_object_get(result, "error")) &&
+            !json_is_true(json_object_get(result, "oom_killed")))
                 fprintf(stderr, "nsbox: %s\n", json_string_value(json_object_get(result, "error")));
         double timeout = json_number_value(json_object_get(params, "timeout_seconds"));
         /* nsboxd says the timeout itself on stderr (with its `status`): then

@@ -652,8 +652,7 @@ json_t *exec_result(struct exec *ex)
                                                       "with its sandbox (its own exit status is unknown)"
                                                     : "its sandbox was removed while the command ran: it "
                                                       "was killed with it"));
-        }
-        if (result != NULL && ex->supervisor_died)
+        } else if (result != NULL && ex->supervisor_died)
                 json_object_set_new(result, "error",
                                     json_string("the exec's supervisor died (killed from outside the "
                                                 "sandbox or by the OOM killer): its processes were killed"));
