@@ -11,6 +11,8 @@
 /* Exit codes, as docker's: the command's own, 124 timeout, 128+N signal, 125 nsbox failed. */
 #define EXIT_NSBOX_FAILED 125
 #define EXIT_TIMEOUT      124
+/* nsboxd went away while the command ran: its exit status is unknown (as ssh's 255) */
+#define EXIT_DAEMON_GONE 255
 
 struct cli {
         const char *socket_path;

@@ -120,7 +120,8 @@ static const struct command commands[] = {
           "                      and nsbox says so on stderr\n"
           "  -t, --tty           run on a terminal (pty) in the sandbox; with -i this\n"
           "                      terminal goes raw and keys (Ctrl-C too) go to it as typed;\n"
-          "                      window size changes follow\n"
+          "                      window size changes follow; TERM is yours (xterm-256color\n"
+          "                      if unset) unless -e sets it\n"
           "A sandbox idle (no command running) for its idle timeout, 300 s unless created\n"
           "with --idle-timeout, is paused (the next command resumes it, files, variables and\n"
           "shells as they were) and removed after 24 h paused; nsbox ls shows when (EXPIRES).\n"
@@ -131,13 +132,15 @@ static const struct command commands[] = {
           "Run a command line under /bin/sh -c in a sandbox; options and defaults as for\n"
           "nsbox exec (timeout 30 s, output cap 256 MiB streamed, 1 MiB with --json or -d).\n" },
         { "ps", cmd_ps, "nsbox ps [-q] ID",
-          "List the background execs of a sandbox (nsbox exec -d): running, or how they\n"
-          "ended (the last 64 ended ones are kept).\n\n"
+          "List the background execs of a sandbox (nsbox exec -d): their state (running,\n"
+          "or how they ended: the last 64 ended ones are kept), start (UTC) and command.\n\n"
           "  -q, --quiet  print the exec ids only\n" },
-        { "logs", cmd_logs, "nsbox logs [-f] ID EXEC",
-          "Print the output of a background exec so far (its first --max-output bytes,\n"
-          "1 MiB by default), stdout to stdout and stderr to stderr.\n\n"
-          "  -f, --follow  keep printing new output until the exec ends\n" },
+        { "logs", cmd_logs, "nsbox logs [-f] [-n N] ID EXEC",
+          "Print the output of a background exec so far, stdout to stdout and stderr to\n"
+          "stderr. Of a long job it keeps the first --max-output bytes (1 MiB by default)\n"
+          "and the last half as many of each stream, and says how much was dropped between.\n\n"
+          "  -f, --follow    keep printing new output until the exec ends\n"
+          "  -n, --tail N    start with the last N lines of each stream\n" },
         { "kill", cmd_kill, "nsbox kill [-s SIG] ID EXEC",
           "Send a signal to an exec (its whole process group; KILL ends every process it\n"
           "started) and print its id.\n\n"
