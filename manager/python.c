@@ -567,9 +567,22 @@ static void interp_answer(struct python_interp *in, json_t *frame)
         json_t *dropped = json_object_get(frame, "output_dropped_bytes");
         if (json_is_integer(dropped) && json_integer_value(dropped) > 0)
                 run->output_dropped = json_integer_value(dropped);
-        reply_run(run, status, exit_code, json_string_value(json_object_get(frame, "stdout")),
-                  json_string_value(json_object_get(frame, "stderr")), json_is_object(files) ? files : NULL,
-                  json_is_array(images) ? images : NULL, json_is_string(result) ? json_incref(result) : NULL,
+        /* A timeout is said as exec says it (the code got a KeyboardInterrupt; its
+         * variables remain). */
+        _cleanup_free_ char *stderr_text = NULL;
+        const char *err_text = json_string_value(json_object_get(frame, "stderr"));
+        if (timed_out &&
+            asprintf(
+                &stderr_text,
+                "%s%snsbox: timed out after %u s (timeout_seconds), interrupted; the interpreter and its "
+                "variables remain\n",
+                err_text ? err_text : "",
+                err_text && *err_text && err_text[strlen(err_text) - 1] != '\n' ? "\n" : "",
+                run->timeout_s) >= 0)
+                err_text = stderr_text;
+        reply_run(run, status, exit_code, json_string_value(json_object_get(frame, "stdout")), err_text,
+                  json_is_object(files) ? files : NULL, json_is_array(images) ? images : NULL,
+                  json_is_string(result) ? json_incref(result) : NULL,
                   json_is_true(json_object_get(frame, "truncated")));
         interp_send_next(in);
 }

@@ -379,6 +379,8 @@ class HandleCore:
                     if callbacks[name] is not None:
                         yield Invoke(callbacks[name], chunk)
             since = dict(r.get("next") or since)
+            if r.get("more"):
+                continue  # the tail kept past the head: asked for at once
             if not r.get("running"):
                 break
             if deadline is not None and time.monotonic() >= deadline:
