@@ -123,7 +123,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libnsbox.a
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
 # Suites with their own setup keep their rules beside their tests.
-include tests/vm/vm.mk tests/fuzz/fuzz.mk tests/mcp/mcp.mk tests/bench/bench.mk deploy/kubernetes/deploy.mk tests/integration/userns.mk
+include tests/vm/vm.mk tests/fuzz/fuzz.mk tests/mcp/mcp.mk tests/browser/browser.mk tests/bench/bench.mk deploy/kubernetes/deploy.mk tests/integration/userns.mk
 
 # --- setup -----------------------------------------------------------------
 # Install only what is missing, non-interactively; `apt-get update` only when
@@ -150,9 +150,12 @@ deps-node:
 deps-bench: deps
 	$(call apt_install,$(DEPS_BENCH))
 
+# IMAGE=browser builds the browser image (Chromium; docs/browser.md), which
+# only make test and the browser tests need.
+IMAGE ?= python
 image: deps
 	$(MAKE) $(BUILD)/forkrun
-	rootfs-builder/build-image.sh --name python --out $(IMAGE_DIR) --cache $(CACHE_DIR) --forkrun $(BUILD)/forkrun
+	rootfs-builder/build-image.sh --name $(IMAGE) --out $(IMAGE_DIR) --cache $(CACHE_DIR) --forkrun $(BUILD)/forkrun
 
 demo: deps
 	$(MAKE) all
@@ -202,6 +205,7 @@ check-integration: all
 test: deps-test
 	$(MAKE) all $(UNITS)
 	$(MAKE) image
+	$(MAKE) image IMAGE=browser
 	$(MAKE) test-format
 	$(MAKE) test-layers
 	$(MAKE) test-systemd

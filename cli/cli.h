@@ -117,6 +117,8 @@ int cmd_stats(const struct cli *cli, int argc, char **argv);
 int cmd_events(const struct cli *cli, int argc, char **argv);
 int cmd_metrics(const struct cli *cli, int argc, char **argv);
 int cmd_port(const struct cli *cli, int argc, char **argv);
+int cmd_browser(const struct cli *cli, int argc, char **argv);
+int cmd_screenshot(const struct cli *cli, int argc, char **argv);
 int cmd_shell(const struct cli *cli, int argc, char **argv);
 int cmd_ps(const struct cli *cli, int argc, char **argv);
 int cmd_logs(const struct cli *cli, int argc, char **argv);

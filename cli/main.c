@@ -87,6 +87,17 @@ static const struct command commands[] = {
           "Make TCP port PORT of a sandbox (one with network) reachable from this host and\n"
           "print its URL (http://127.0.0.1:HOST_PORT/); again for the same port, the same URL.\n\n"
           "  --remove  stop exposing PORT\n" },
+        { "browser", cmd_browser, "nsbox browser ID",
+          "Print the CDP endpoint (ws://127.0.0.1:PORT/devtools/browser/...) of the headless\n"
+          "Chromium of a sandbox made from the browser image (one with network), starting it\n"
+          "if it is not running: Playwright's connectOverCDP and browser_use take it.\n" },
+        { "screenshot", cmd_screenshot,
+          "nsbox screenshot [--url URL] [--full-page] [--width W] [--height H] ID",
+          "Write a PNG of the page of a browser sandbox's Chromium to standard output\n"
+          "(nsbox screenshot ID > shot.png), starting the browser if it is not running.\n\n"
+          "  --url URL     load URL (http, https, about: or data:) first\n"
+          "  --full-page   the whole page, not only the viewport\n"
+          "  --width W, --height H  the viewport in pixels (16 to 4096; 1280x800 by default)\n" },
         { "rm", cmd_rm, "nsbox rm [-f] ID...",
           "Remove sandboxes, killing everything in them.\n\n"
           "  -f, --force  remove even while a command runs\n" },

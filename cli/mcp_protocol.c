@@ -105,7 +105,10 @@ const struct mcp_tool mcp_tools[] = {
                 "from snapshot_sandbox: the new sandbox starts with that sandbox's files (not its "
                 "processes), "
                 "in a writable layer of its own - a fork. Any number of sandboxes may start from one "
-                "snapshot; none sees another's changes.\"}," P_NETWORK(""),
+                "snapshot; none sees another's changes.\"},"
+                "\"image\":{\"type\":\"string\",\"minLength\":1,\"description\":\"The image to start "
+                "from (default the operator's default, python). \\\"browser\\\" adds headless Chromium for "
+                "browser_screenshot and browser_navigate (give it memory_mb 1024 or more).\"}," P_NETWORK(""),
                 ""),
             .method = "sandbox.create",
         },
@@ -452,6 +455,49 @@ const struct mcp_tool mcp_tools[] = {
             .method = "shell.terminate",
             .address = MCP_ADDRESS_SESSION,
             .destructive = true,
+        },
+        {
+            .name = "browser_screenshot",
+            .description =
+                "A PNG screenshot (an image block) of the page shown by the headless Chromium of a sandbox "
+                "made with create_sandbox image \"browser\" (sandbox_id or session_id), after loading url "
+                "if given. The browser starts on first use and keeps its page between calls. Limits: "
+                "width and height 16 to 4096 pixels (default 1280x800), a full page at most 16384 pixels "
+                "tall, timeout at most 300 s (default 30); the page reaches only what the sandbox's network "
+                "policy allows.",
+            .input_schema = SCHEMA(
+                P_ADDRESS ",\"url\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":8192,"
+                          "\"description\":\"An http://, https://, about: or data: URL to load first.\"},"
+                          "\"full_page\":{\"type\":\"boolean\",\"description\":\"The whole page, not only "
+                          "the viewport (default false).\"},"
+                          "\"width\":{\"type\":\"integer\",\"minimum\":16,\"maximum\":4096,"
+                          "\"description\":\"Viewport width in pixels.\"},"
+                          "\"height\":{\"type\":\"integer\",\"minimum\":16,\"maximum\":4096,"
+                          "\"description\":\"Viewport height in pixels.\"},"
+                          "\"timeout\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":300,"
+                          "\"description\":\"Seconds the page may take to load (default 30).\"}",
+                ""),
+            .method = "browser.screenshot",
+            .address = MCP_ADDRESS_EXISTING,
+            .read_only = true,
+            .result = MCP_RESULT_SCREENSHOT,
+        },
+        {
+            .name = "browser_navigate",
+            .description =
+                "Load url in the headless Chromium of a sandbox made with create_sandbox image \"browser\" "
+                "(sandbox_id or session_id) and wait for the page to finish loading (at most timeout "
+                "seconds, default 30, at most 300). Returns the final url and the page title, and "
+                "network_refused when the sandbox's network policy refused a host the page asked for. "
+                "browser_screenshot then shows it.",
+            .input_schema =
+                SCHEMA(P_ADDRESS ",\"url\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":8192,"
+                                 "\"description\":\"An http://, https://, about: or data: URL.\"},"
+                                 "\"timeout\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":300,"
+                                 "\"description\":\"Seconds the page may take to load (default 30).\"}",
+                       "\"url\""),
+            .method = "browser.navigate",
+            .address = MCP_ADDRESS_EXISTING,
         },
 };
 
@@ -1002,6 +1048,15 @@ json_t *mcp_call_result(const struct mcp_tool *tool, const json_t *daemon_result
         case MCP_RESULT_EXEC:
                 is_error = exec_failed(daemon_result);
                 break;
+        case MCP_RESULT_SCREENSHOT: {
+                /* The PNG goes out once, as an image block; the text says what it shows. */
+                json_t *png = json_object_get(shown, "png");
+                if (json_is_string(png))
+                        json_array_append_new(images, json_pack("{s:s, s:O, s:s}", "type", "image", "data",
+                                                                png, "mimeType", "image/png"));
+                json_object_del(shown, "png");
+                break;
+        }
         case MCP_RESULT_SHELL:
                 is_error = shell_failed(daemon_result);
                 break;

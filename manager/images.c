@@ -800,6 +800,17 @@ void image_method_import(struct rpc_request *req, struct sandbox *sb)
         fs_worker_on_progress(worker, import_told, im);
 }
 
+json_t *image_manifest_get(const char *name, const char *key)
+{
+        char dir[4096];
+        bool committed;
+        if (!image_dir(name, dir, sizeof(dir), &committed))
+                return NULL;
+        _cleanup_json_ json_t *manifest = image_manifest(dir);
+        json_t *value = json_object_get(manifest, key);
+        return value != NULL ? json_deep_copy(value) : NULL;
+}
+
 json_t *image_python_preload(const char *name)
 {
         char dir[4096];

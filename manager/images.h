@@ -39,6 +39,9 @@ void image_method_remove(struct rpc_request *req,
 /* image.import {path, name, tag?: "latest"} (root only): an OCI image
  * layout or docker-archive tarball as a whole image everyone may use. */
 void image_method_import(struct rpc_request *req, struct sandbox *sb);
+/* The image's manifest[key] (a committed image keeps its parent's keys; new
+ * reference), or NULL. */
+json_t *image_manifest_get(const char *name, const char *key);
 /* The modules the image's Python fork server imports (manifest
  * "python_preload", new reference), or NULL: the image has no fork server. */
 json_t *image_python_preload(const char *name);

@@ -11,6 +11,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include "browser.h"
 #include "cgroup.h"
 #include "cleanup.h"
 #include "daemon.h"
@@ -321,6 +322,9 @@ static void sandbox_method_info(struct rpc_request *req, struct sandbox *sb)
         json_t *network = egress_info(sb);
         if (network != NULL)
                 json_object_set_new(info, "egress", network);
+        json_t *browser = browser_info(sb);
+        if (browser != NULL)
+                json_object_set_new(info, "browser", browser);
         rpc_reply_result(req, info);
 }
 
@@ -592,6 +596,12 @@ static const struct method methods[] = {
         { "shell.check", shell_method_check, M_FIND, NULL },
         { "shell.terminate", shell_method_terminate, M_FIND | M_RESUME, NULL },
         { "shell.list", shell_method_list, M_FIND, NULL },
+        { "browser.start", browser_method_start, M_SANDBOX | M_RESUME | M_TOUCH,
+          PARAMS("sandbox_id", "timeout_seconds") },
+        { "browser.navigate", browser_method_navigate, M_SANDBOX | M_RESUME | M_TOUCH,
+          PARAMS("sandbox_id", "url", "timeout_seconds") },
+        { "browser.screenshot", browser_method_screenshot, M_SANDBOX | M_RESUME | M_TOUCH,
+          PARAMS("sandbox_id", "url", "full_page", "width", "height", "timeout_seconds") },
 };
 
 const void *methods_find(const char *name)

@@ -28,7 +28,7 @@ usage() {
         cat <<EOF
 usage: $0 --name NAME --out IMAGE_DIR --cache CACHE_DIR [--mirror URL] [--force]
 
-  --name NAME      image to build (known: python)
+  --name NAME      image to build (known: python, browser)
   --out DIR        image directory; the image lands in DIR/NAME
   --cache DIR      download cache (.debs for debootstrap and apt) and build log
   --mirror URL     Debian mirror (default $MIRROR)
@@ -94,8 +94,24 @@ python)
         # python.run (manifest "python_preload"; manager/python.c).
         PYTHON_PRELOAD=(numpy pandas matplotlib matplotlib.pyplot PIL.Image)
         ;;
+browser)
+        # The python image plus headless Chromium: Debian's chromium (its
+        # Depends only: no Recommends such as chromium-sandbox, which needs a
+        # setuid helper no_new_privs rules out anyway), a font so pages have
+        # text, and the stdlib-only CDP driver in image-files/ that
+        # browser.screenshot and browser.navigate run (docs/browser.md).
+        SUITE=bookworm
+        VARIANT=minbase
+        PACKAGES=(python3 python3-pip python3-numpy python3-pandas python3-matplotlib
+                python3-pil coreutils procps util-linux
+                python3-munkres libopenblas0-pthread
+                python3-pytest make git vim-tiny nano less curl ca-certificates
+                unzip zip chromium fonts-dejavu-core)
+        PYTHON_DISTS=(pip numpy pandas matplotlib Pillow)
+        PYTHON_PRELOAD=(numpy pandas matplotlib matplotlib.pyplot PIL.Image)
+        ;;
 *)
-        die "unknown image name '$NAME' (known: python)"
+        die "unknown image name '$NAME' (known: python, browser)"
         ;;
 esac
 
@@ -426,6 +442,11 @@ manifest = {
     "python_preload": [m for m in preload.split("\n") if m],
     "size_bytes": int(size),
 }
+# An image with Chromium says so; nsboxd reads this key for browser.* and
+# sandbox.info (manager/browser.c).
+chromium = [p["version"] for p in packages if p["name"] == "chromium"]
+if chromium:
+    manifest["browser"] = {"chromium_version": chromium[0], "executable": "/usr/bin/chromium"}
 with open(dest, "w") as f:
     json.dump(manifest, f, indent=2)
     f.write("\n")

@@ -220,7 +220,7 @@ static void test_tools_list_is_the_spec_table(void **state)
                 const char *required;
                 const char *optional;
         } table[] = {
-                { "create_sandbox", "", "session_id memory_mb timeout from_snapshot network" },
+                { "create_sandbox", "", "session_id memory_mb timeout from_snapshot image network" },
                 { "list_sandboxes", "", "include_inactive" },
                 { "remove_sandbox", "", "session_id sandbox_id force" },
                 { "pause_sandbox", "", "session_id sandbox_id force" },
@@ -245,6 +245,8 @@ static void test_tools_list_is_the_spec_table(void **state)
                 { "shell_session_check", "", "session_id sandbox_id session_name since" },
                 { "shell_session_list", "", "session_id sandbox_id" },
                 { "shell_session_close", "", "session_id sandbox_id session_name" },
+                { "browser_screenshot", "", "session_id sandbox_id url full_page width height timeout" },
+                { "browser_navigate", "url", "session_id sandbox_id timeout" },
         };
         struct mcp_state st = { 0 };
         _cleanup_json_ json_t *r = reply_to(&st, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\"}");

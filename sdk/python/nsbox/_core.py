@@ -154,6 +154,7 @@ class SandboxCore:
     _commands_cls = None  # set by each flavour
     _files_cls = None
     _shell_cls = None
+    _browser_cls = None
 
     def __init__(self, conn, reply, keep=None):
         self._conn = conn
@@ -168,6 +169,7 @@ class SandboxCore:
         self.commands = self._commands_cls(self)
         self.files = self._files_cls(self)
         self.shell = self._shell_cls(self)
+        self.browser = self._browser_cls(self)
 
     def __repr__(self):
         return "<%s %s>" % (type(self).__name__, self.sandbox_id)
@@ -552,3 +554,33 @@ class ShellSessionCore:
 
     def terminate(self):
         return (yield from ShellCore.terminate(self._sandbox.shell, self.name))
+
+
+class BrowserCore:
+    """sb.browser: the headless Chromium of a sandbox made from the browser
+    image (Sandbox.create(image="browser")); it starts on first use."""
+
+    def __init__(self, sandbox):
+        self._sandbox = sandbox
+
+    @property
+    def _conn(self):
+        return self._sandbox._conn
+
+    def cdp_url(self, timeout=None):
+        """ws://127.0.0.1:PORT/devtools/browser/... for Playwright's connect_over_cdp
+        (the sandbox needs network: the endpoint is an exposed port)."""
+        r = yield Call("browser.start", self._sandbox._p(timeout_seconds=timeout))
+        return r["cdp_url"]
+
+    def screenshot(self, url=None, full_page=False, width=None, height=None, timeout=None):
+        """A PNG (bytes) of the browser's page, after loading url if given."""
+        r = yield Call("browser.screenshot", self._sandbox._p(url=url, full_page=full_page or None, width=width,
+                                                               height=height, timeout_seconds=timeout))
+        return base64.b64decode(r["png"])
+
+    def navigate(self, url, timeout=None):
+        """Load url and wait for it: {url, title, network_refused?}."""
+        r = yield Call("browser.navigate", self._sandbox._p(url=url, timeout_seconds=timeout))
+        r.pop("sandbox_id", None)
+        return r
