@@ -5,7 +5,8 @@
 # in `make test`.
 #   make bench                          the full run (30 one-shot, 200 warm rounds, 200 creations,
 #                                       then 1000 live sandboxes on their own nsboxd: --scale N, 0 skips;
-#                                       then the network egress section: --network-rounds N, 0 skips)
+#                                       then the network egress section: --network-rounds N, 0 skips;
+#                                       then the browser image's: --browser-rounds N, 0 skips)
 #   make bench BENCH_ARGS='--warm-rounds 50 --concurrent 50'    a shorter one
 BENCH_ARGS ?=
 
@@ -13,6 +14,7 @@ BENCH_ARGS ?=
 bench: deps-bench
 	$(MAKE) --no-print-directory all
 	$(MAKE) --no-print-directory image
+	$(MAKE) --no-print-directory image IMAGE=browser
 	$(PYTHON) tests/bench/bench.py --build $(BUILD) --image-dir $(IMAGE_DIR) \
 		--reproduce "make bench$(if $(filter-out build,$(BUILD)), BUILD=$(BUILD))$(if $(BENCH_ARGS), BENCH_ARGS='$(BENCH_ARGS)')" \
 		$(BENCH_ARGS)

@@ -716,6 +716,106 @@ def network_markdown(nt):
     return lines
 
 
+BROWSER_PAGE = "data:text/html,<body style='background:rgb(255,0,0)'><h1>nsbox bench</h1></body>"
+
+
+def browser_run(a, build, out_dir, log):
+    """Headless Chromium (the browser image) on its own nsboxd: sandbox.create
+    to the first browser.screenshot (Chromium starts inside that call), a
+    navigate + screenshot round trip in a warm browser sandbox, and the memory
+    of idle browser sandboxes (their cgroups' memory.current after a first
+    screenshot); beside the same Chromium run by bubblewrap on the same image
+    for one screenshot (--screenshot: start, render, write the PNG, exit)."""
+    rootfs = os.path.join(a.image_dir, "browser", "rootfs")
+    res = {"n": a.browser_rounds, "failures": 0, "first_error": None}
+    if not os.path.isdir(rootfs):
+        res["first_error"] = "no browser image in %s (make image IMAGE=browser)" % a.image_dir
+        res["failures"] = 1
+        return res
+    n = a.browser_rounds
+    base = a.uid_pool_base + (a.uid_pool_ranges + a.scale + 128) * UID_RANGE
+    lat = {"first_shot": [], "bwrap_shot": [], "round_trip": []}
+    work = tempfile.mkdtemp(prefix="nsbox-bench-browser-")
+    bwrap = ["bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", rootfs, "/", "--proc", "/proc",
+             "--dev", "/dev", "--tmpfs", "/tmp", "--bind", work, "/tmp/out", "--setenv", "HOME", "/tmp",
+             "/usr/lib/chromium/chromium", "--headless=new", "--no-sandbox", "--disable-gpu",
+             "--disable-dev-shm-usage", "--no-first-run", "--user-data-dir=/tmp/profile",
+             "--window-size=320,200", "--screenshot=/tmp/out/shot.png", BROWSER_PAGE]
+    daemon = None
+    try:
+        daemon = Daemon(build, a.image_dir, base, 64, os.path.join(out_dir, "bench-browser-nsboxd.log"), 0)
+        client = Client(daemon.socket, timeout=300)
+        log("browser: %d rounds of create + first screenshot, and bwrap's Chromium --screenshot, interleaved" % n)
+        idle = []
+        for i in range(n):
+            for kind in (("nsbox", "bwrap") if i % 2 == 0 else ("bwrap", "nsbox")):
+                try:
+                    if kind == "bwrap":
+                        shot = os.path.join(work, "shot.png")
+                        if os.path.exists(shot):
+                            os.unlink(shot)
+                        t0 = time.perf_counter_ns()
+                        p = subprocess.run(bwrap, capture_output=True, timeout=120)
+                        t1 = time.perf_counter_ns()
+                        if not os.path.exists(shot):
+                            raise RuntimeError("bwrap chromium wrote no PNG: %s" % p.stderr.decode()[-200:])
+                        lat["bwrap_shot"].append(t1 - t0)
+                        continue
+                    t0 = time.perf_counter_ns()
+                    sid = client.call("sandbox.create", image="browser", limits={"memory_bytes": "1G"})["sandbox_id"]
+                    client.call("browser.screenshot", sandbox_id=sid, url=BROWSER_PAGE, width=320, height=200)
+                    t1 = time.perf_counter_ns()
+                    lat["first_shot"].append(t1 - t0)
+                    idle.append(sid)
+                except Exception as e:
+                    res["failures"] += 1
+                    res["first_error"] = res["first_error"] or "%s: %s" % (kind, e)
+        if idle:
+            for i in range(n):
+                t0 = time.perf_counter_ns()
+                client.call("browser.navigate", sandbox_id=idle[0], url=BROWSER_PAGE + "<!--%d-->" % i)
+                client.call("browser.screenshot", sandbox_id=idle[0], width=320, height=200)
+                lat["round_trip"].append(time.perf_counter_ns() - t0)
+            time.sleep(2)  # idle: what Chromium keeps once the page is drawn
+            dirs = sandbox_cgroups(idle)
+            mem = [read_int(os.path.join(d, "memory.current")) or read_int(os.path.join(d, "memory.usage_in_bytes"))
+                   for d in dirs.values()]
+            mem = [m for m in mem if m]
+            res["idle_sandboxes"] = len(mem)
+            res["idle_memory_mib"] = statistics.median(mem) / 2**20 if mem else None
+        for sid in idle:
+            client.call("sandbox.remove", sandbox_id=sid, force=True)
+        client.close()
+    except Exception as e:
+        res["first_error"] = res["first_error"] or "%s: %s" % (type(e).__name__, e)
+        res["failures"] += 1
+    finally:
+        res["daemon_rc"] = daemon.stop() if daemon is not None else None
+        shutil.rmtree(work, ignore_errors=True)
+    for k, v in lat.items():
+        res[k + "_ms"] = (ms(statistics.median(v)), ms(percentile(v, 0.9))) if v else None
+    return res
+
+
+def browser_markdown(br):
+    if br is None:
+        return []
+
+    def pair(p):
+        return "%.0f / %.0f ms" % p if p else "–"
+    lines = ["", "| browser image (headless Chromium), %d rounds, median / p90 | value |" % br["n"], "|---|---:|",
+             "| sandbox.create + first browser.screenshot (Chromium starts in it) | %s |" % pair(br["first_shot_ms"]),
+             "| bwrap one-shot: the same Chromium, --screenshot of the same page | %s |" % pair(br["bwrap_shot_ms"]),
+             "| warm browser sandbox: browser.navigate + browser.screenshot | %s |" % pair(br["round_trip_ms"])]
+    if br.get("idle_memory_mib") is not None:
+        lines.append("| memory of an idle browser sandbox after its first screenshot (cgroup, median of %d) "
+                     "| %.0f MiB |" % (br["idle_sandboxes"], br["idle_memory_mib"]))
+    if br["failures"]:
+        lines.append("| failures | %d: %s |" % (br["failures"], str(br["first_error"])[:160].replace("|", "/")
+                                                .replace("\n", " ")))
+    return lines
+
+
 # --- the run ---------------------------------------------------------------------
 
 
@@ -734,6 +834,8 @@ def main():
     ap.add_argument("--scale-exec-rounds", type=int, default=100)
     ap.add_argument("--network-rounds", type=int, default=30,
                     help="rounds of the network egress section (0: skip it)")
+    ap.add_argument("--browser-rounds", type=int, default=10,
+                    help="rounds of the browser section, on the browser image (0: skip it)")
     ap.add_argument("--out", default=None, help="dir for bench.md/bench.json (default: the build dir)")
     ap.add_argument("--reproduce", default=None, help="the command printed under the table")
     ap.add_argument("--no-podman", dest="podman", action="store_false", help="leave podman out")
@@ -1047,9 +1149,10 @@ def main():
         log("nsboxd exited with %s (log: %s)" % (rc, daemon.log_path))
     scale = scale_run(a, build, out_dir, log) if a.scale > 0 else None
     network = network_run(a, build, out_dir, log) if a.network_rounds > 0 else None
+    browser = browser_run(a, build, out_dir, log) if a.browser_rounds > 0 else None
 
     report = build_report(variants, concurrent, memory, stateful_ok, crun, reproduce,
-                          time.monotonic() - started, a, scale, network, forkserver, podman_memory)
+                          time.monotonic() - started, a, scale, network, forkserver, podman_memory, browser)
     print()
     print(report["markdown"])
     os.makedirs(out_dir, exist_ok=True)
@@ -1065,7 +1168,8 @@ def main():
         (["%d of %d scale creations" % (scale["n"] - scale["created"], scale["n"])]
          if scale and scale["created"] < scale["n"] else []) + \
         (["%d scale execs" % scale["exec_failures"]] if scale and scale["exec_failures"] else []) + \
-        (["%d network rounds" % network["failures"]] if network and network["failures"] else [])
+        (["%d network rounds" % network["failures"]] if network and network["failures"] else []) + \
+        (["%d browser rounds" % browser["failures"]] if browser and browser["failures"] else [])
     if broken:
         print("bench: FAILED: " + "; ".join(broken), file=sys.stderr)
         return 1
@@ -1116,7 +1220,7 @@ def forkserver_markdown(fs):
 
 
 def build_report(variants, concurrent, memory, stateful_ok, crun, reproduce, seconds, a, scale=None, network=None,
-                 forkserver=None, podman_memory=None):
+                 forkserver=None, podman_memory=None, browser=None):
     by_key = {v.key: v for v in variants}
 
     def median(v):
@@ -1197,6 +1301,7 @@ def build_report(variants, concurrent, memory, stateful_ok, crun, reproduce, sec
         c["remove_seconds"], c["remove_failures"]))
     lines.extend(scale_markdown(scale))
     lines.extend(network_markdown(network))
+    lines.extend(browser_markdown(browser))
     lines.extend(forkserver_markdown(forkserver))
     lines.append("")
     lines.append("Medians of interleaved rounds (%d one-shot, %d warm per variant) on %s, kernel %s, %d CPUs; "
@@ -1216,6 +1321,7 @@ def build_report(variants, concurrent, memory, stateful_ok, crun, reproduce, sec
     return {"markdown": md, "json": {"rows": rows, "concurrent": concurrent, "memory": memory,
                                      "podman_memory": podman_memory,
                                      "stateful_state_ok": stateful_ok, "scale": scale, "network": network,
+                                     "browser": browser,
                                      "forkserver": forkserver,
                                      "crun_note": crun.note,
                                      "crun_error": crun.error, "seconds": seconds, "kernel": platform.release(),
