@@ -250,6 +250,41 @@ def test_a_page_that_fails_to_load_is_reported(bd, sb):
     assert e.value.kind == "unavailable" and "ERR_CONNECTION_REFUSED" in str(e.value), e.value.error
 
 
+def test_a_page_that_eats_memory_is_reported_not_hung(bd):
+    """The browser's memory counts in the sandbox's limit: a page that allocates without end is
+    stopped by it, and the call says so instead of hanging."""
+    sid = bd.call("sandbox.create", image="browser", limits={"memory_bytes": "512M"})["sandbox_id"]
+    try:
+        hog = ("data:text/html,<script>let a=[];for(;;)a.push(new Float64Array(1<<20).fill(Math.random()))"
+               "</script>")
+        with pytest.raises(RpcError) as e:
+            bd.call("browser.navigate", sandbox_id=sid, url=hog, timeout_seconds=60)
+        assert e.value.kind == "unavailable", e.value.error
+        assert any(w in str(e.value) for w in ("crashed", "out of memory", "closed the connection", "ended")), \
+            e.value.error
+        # The sandbox is still there, and a new browser starts in it.
+        shot = bd.call("browser.screenshot", sandbox_id=sid, url=RED_PAGE, width=32, height=32)
+        assert png_size_and_pixel(base64.b64decode(shot["png"]), 5, 5)[2] == (255, 0, 0)
+    finally:
+        bd.call("sandbox.remove", sandbox_id=sid, force=True)
+
+
+def test_a_busy_page_does_not_keep_the_sandbox_alive(bd):
+    sid = bd.call("sandbox.create", image="browser", limits={"memory_bytes": "1G"}, idle_timeout_seconds=3,
+                  idle_action="remove")["sandbox_id"]
+    busy = "data:text/html,<script>setInterval(()=>{let x=0;for(let i=0;i<1e6;i++)x+=i},10)</script>"
+    bd.call("browser.navigate", sandbox_id=sid, url=busy)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            bd.call("sandbox.info", sandbox_id=sid)
+        except RpcError as e:
+            assert e.kind in ("gone", "not_found"), e.error
+            break
+        assert time.monotonic() < deadline, "the idle sandbox with a busy page was not removed"
+        time.sleep(0.2)
+
+
 # --- isolation ---------------------------------------------------------------------------
 
 

@@ -256,11 +256,32 @@ class CDP:
                 return message
 
 
+PROBE_TIMEOUT_S = 5
+
+
 def page(timeout):
+    """The first tab, or a new one when there is none or it does not answer
+    (its renderer crashed or was killed by the memory limit)."""
     deadline = time.monotonic() + START_TIMEOUT_S
     wait_devtools(deadline)
     targets = [t for t in devtools_get("/json/list") if t.get("type") == "page"]
-    target = targets[0] if targets else devtools_get("/json/new?about:blank", method="PUT")
+    if targets:
+        try:
+            cdp = CDP(targets[0]["webSocketDebuggerUrl"], PROBE_TIMEOUT_S)
+            cdp.call("Runtime.evaluate", {"expression": "1", "returnByValue": True})
+            cdp.sock.settimeout(timeout)
+            cdp.call("Page.enable")
+            cdp.call("Inspector.enable")
+            return cdp
+        except OSError:
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", DEVTOOLS_PORT, timeout=PROBE_TIMEOUT_S)
+                conn.request("GET", "/json/close/" + targets[0]["id"])
+                conn.getresponse().read()
+                conn.close()
+            except OSError:
+                pass
+    target = devtools_get("/json/new?about:blank", method="PUT")
     cdp = CDP(target["webSocketDebuggerUrl"], timeout)
     cdp.call("Page.enable")
     cdp.call("Inspector.enable")
