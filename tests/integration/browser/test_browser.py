@@ -201,16 +201,19 @@ def test_full_page_screenshot_is_as_tall_as_the_page(bd, sb):
     assert (shot["width"], shot["height"]) == (300, 3000)
 
 
-def test_a_denied_site_is_refused_by_the_policy(bd, sb):
+def test_a_denied_site_is_refused_by_the_policy(bd, sb, up):
     with pytest.raises(RpcError) as e:
         bd.call("browser.navigate", sandbox_id=sb, url="http://denied.test/")
     # The policy answers no lookup of a name it does not allow.
     assert e.value.kind == "unavailable" and "ERR_NAME_NOT_RESOLVED" in str(e.value)
-    # An address the policy does not allow: the proxy's refusal page, and the caller is told.
-    nav = bd.call("browser.navigate", sandbox_id=sb, url="http://%s/" % U.DENIED)
-    assert "%s:80" % U.DENIED in nav["network_refused"], nav
-    shot = bd.call("browser.screenshot", sandbox_id=sb, width=64, height=64)
-    assert shot["url"] == "http://%s/" % U.DENIED
+    # An address the policy does not allow: refused by the proxy, and counted; it never arrives.
+    refused = bd.call("sandbox.info", sandbox_id=sb)["egress"]["stats"]["refused"]
+    try:
+        bd.call("browser.navigate", sandbox_id=sb, url="http://%s/" % U.DENIED)
+    except RpcError as e:
+        assert e.kind == "unavailable", e.error
+    assert bd.call("sandbox.info", sandbox_id=sb)["egress"]["stats"]["refused"] > refused
+    assert not [h for h in up.hits() if h.get("local") == U.DENIED], up.hits()
 
 
 @pytest.mark.parametrize("params, message", [
