@@ -180,7 +180,11 @@ static void reply_started(struct browser_call *call, json_t *ready)
         if (r < 0) {
                 char message[1024];
                 snprintf(message, sizeof(message), "browser.start: %s", err->message);
-                call_fail(call, r == -EINVAL ? "invalid_params" : "internal", message);
+                call_fail(call,
+                          r == -EINVAL    ? "invalid_params"
+                          : r == -ENOTSUP ? "unavailable"
+                                          : "internal",
+                          message);
                 return;
         }
         int host_port = (int)json_integer_value(json_object_get(exposed, "host_port"));
