@@ -18,6 +18,8 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 import zlib
 
 import pytest
@@ -161,6 +163,30 @@ def test_playwright_over_cdp_clicks_reads_and_screenshots_inside_and_through_the
     assert "error" in denied or denied.get("status") == 403, denied
     assert '"host"' not in json.dumps(denied), denied
     assert "Chrome" in version["version"] or version["version"][0].isdigit(), version
+
+
+def test_devtools_host_check_still_refuses_a_dns_name(bd, sb):
+    """Chromium's DNS-rebinding guard works through the exposure: the IP literal the
+    endpoint is reached by passes, any other name is refused."""
+    http_url = bd.call("browser.start", sandbox_id=sb)["http_url"]
+    with urllib.request.urlopen(http_url + "/json/version", timeout=30) as r:
+        assert "webSocketDebuggerUrl" in json.loads(r.read())
+    req = urllib.request.Request(http_url + "/json/version", headers={"Host": "rebind.example:80"})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=30)
+    assert b"not an IP address or localhost" in e.value.read()
+
+
+def test_async_sdk_browser(bd, sb):
+    import asyncio
+    sys.path.insert(0, os.path.join(REPO, "sdk", "python"))
+    from nsbox.aio import AsyncSandbox
+
+    async def main():
+        async with await AsyncSandbox.connect(sb, socket=bd.socket, keep=True) as box:
+            png = await box.browser.screenshot(url=RED_PAGE, width=40, height=30)
+            return png_size_and_pixel(png, 3, 3)
+    assert asyncio.run(main()) == (40, 30, (255, 0, 0))
 
 
 def test_browser_start_without_network_says_what_to_do(bd):
