@@ -3,8 +3,8 @@
 // connected over CDP to the Chromium inside an nsbox sandbox, as an agent's
 // browser_use or Playwright would be. Run by tests/integration/browser/:
 //   PLAYWRIGHT_DIR=... node cdp.mjs CDP_URL STEPS_JSON
-// STEPS_JSON is a list of {goto, click?, text?, screenshot?}; prints one JSON
-// line, a result per step: {status?, error?, text?, screenshot_bytes?}.
+// STEPS_JSON is a list of {goto, click?, text?, screenshot?, crash?}; prints one
+// JSON line, a result per step: {status?, error?, text?, screenshot_bytes?, crashed?}.
 import { createRequire } from "node:module";
 import path from "node:path";
 
@@ -25,6 +25,14 @@ for (const step of steps) {
     if (step.click) await page.click(step.click, { timeout: 10000 });
     if (step.text) r.text = await page.textContent(step.text, { timeout: 10000 });
     if (step.screenshot) r.screenshot_bytes = (await page.screenshot()).length;
+    if (step.crash) {
+      // Page.crash never answers: its renderer is gone.
+      (await context.newCDPSession(page)).send("Page.crash").catch(() => {});
+      r.crashed = await new Promise((resolve) => {
+        page.once("crash", () => resolve(true));
+        setTimeout(() => resolve(false), 10000);
+      });
+    }
   } catch (e) {
     r.error = String(e.message).split("\n")[0];
   }

@@ -298,6 +298,15 @@ def test_a_page_that_eats_memory_is_reported_not_hung(bd):
         bd.call("sandbox.remove", sandbox_id=sid, force=True)
 
 
+def test_a_crashed_tab_does_not_hang_the_next_call(bd, sb, playwright_dir):
+    cdp = bd.call("browser.start", sandbox_id=sb)["cdp_url"]
+    # Playwright crashes its tab; the helper takes a tab that answers, or opens one.
+    r = playwright(playwright_dir, cdp, [{"goto": "data:text/html,<title>doomed</title>", "crash": True}])
+    assert r[0].get("crashed") is True, r
+    shot = bd.call("browser.screenshot", sandbox_id=sb, url=RED_PAGE, width=48, height=48)
+    assert png_size_and_pixel(base64.b64decode(shot["png"]), 24, 24) == (48, 48, (255, 0, 0))
+
+
 def test_a_busy_page_does_not_keep_the_sandbox_alive(bd):
     sid = bd.call("sandbox.create", image="browser", limits={"memory_bytes": "1G"}, idle_timeout_seconds=3,
                   idle_action="remove")["sandbox_id"]
