@@ -265,9 +265,12 @@ static void browser_call_start(struct rpc_request *req, struct sandbox *sb, enum
                 return;
         }
         *call = (struct browser_call){ .req = req, .sb = sb, .action = action, .timeout_s = timeout_s };
-        _cleanup_json_ json_t *params =
-            json_pack("{s:[s, s, s, s], s:i, s:I}", "argv", "python3", "-u", BROWSER_HELPER, "serve",
-                      "timeout_seconds", PARAMS_TIMEOUT_MAX_S, "max_output_bytes", (json_int_t)(64 << 10));
+        /* The helper's bound on Chromium's start (DevTools answering). */
+        char start_timeout[16];
+        snprintf(start_timeout, sizeof(start_timeout), "%u", timeout_s);
+        _cleanup_json_ json_t *params = json_pack(
+            "{s:[s, s, s, s, s], s:i, s:I}", "argv", "python3", "-u", BROWSER_HELPER, "serve", start_timeout,
+            "timeout_seconds", PARAMS_TIMEOUT_MAX_S, "max_output_bytes", (json_int_t)(64 << 10));
         struct exec *ex = NULL;
         if (exec_run(sb, params, &serve_hooks, call, &ex, &err) < 0) {
                 rpc_reply_fail(req, "internal", "browser.start: %s", err->message);

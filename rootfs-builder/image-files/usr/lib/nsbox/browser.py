@@ -2,7 +2,8 @@
 # The sandbox side of browser.start, browser.navigate and browser.screenshot
 # (manager/browser.c runs it; docs/browser.md). Standard library only.
 #
-#   browser.py serve        start headless Chromium (or find the one running),
+#   browser.py serve [START_TIMEOUT]
+#                           start headless Chromium (or find the one running),
 #                           print one JSON line {"ready": true, "port", "ws_path"}
 #                           and keep it running, its DevTools port forwarded
 #                           from the sandbox's own address so sandbox.expose
@@ -335,6 +336,9 @@ def screenshot(options):
 def main(argv):
     try:
         if argv[:1] == ["serve"]:
+            global START_TIMEOUT_S
+            if len(argv) > 1:
+                START_TIMEOUT_S = int(argv[1])
             return serve()
         if len(argv) >= 2 and argv[0] == "navigate":
             return navigate(argv[1], int(argv[2]) if len(argv) > 2 else 30)
