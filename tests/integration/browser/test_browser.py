@@ -425,7 +425,7 @@ def test_sdk_browser_cdp_url_screenshot_and_navigate(bd, sb):
         assert box.browser.navigate("data:text/html,<title>sdk</title>")["title"] == "sdk"
 
 
-def test_mcp_browser_screenshot_is_an_image_block_showing_the_page(bd, sb):
+def test_mcp_browser_screenshot_is_an_image_block_showing_the_page(bd):
     proc = subprocess.Popen([os.path.join(BUILD, "nsbox"), "--socket", bd.socket, "mcp"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -442,6 +442,10 @@ def test_mcp_browser_screenshot_is_an_image_block_showing_the_page(bd, sb):
         proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
         tools = {t["name"]: t for t in request(2, "tools/list", {})["result"]["tools"]}
         assert "browser_navigate" in tools and "4096" in tools["browser_screenshot"]["description"]
+        made = request(5, "tools/call", {"name": "create_sandbox", "arguments": {
+            "image": "browser", "memory_mb": 1024}})["result"]
+        assert made["isError"] is False, made
+        sb = json.loads(made["content"][0]["text"])["sandbox_id"]
         r = request(3, "tools/call", {"name": "browser_screenshot", "arguments": {
             "sandbox_id": sb, "url": RED_PAGE, "width": 120, "height": 90}})["result"]
         assert r["isError"] is False, r
@@ -452,6 +456,8 @@ def test_mcp_browser_screenshot_is_an_image_block_showing_the_page(bd, sb):
         r = request(4, "tools/call", {"name": "browser_navigate", "arguments": {
             "sandbox_id": sb, "url": "data:text/html,<title>mcp</title>"}})["result"]
         assert r["isError"] is False and '"mcp"' in r["content"][0]["text"], r
+        r = request(6, "tools/call", {"name": "remove_sandbox", "arguments": {"sandbox_id": sb, "force": True}})
+        assert r["result"]["isError"] is False, r
     finally:
         proc.stdin.close()
         proc.wait(timeout=30)
