@@ -53,7 +53,7 @@ json_t *browser_info(const struct sandbox *sb)
         json_object_set_new(browser, "why",
                             json_string("Chromium's own sandbox needs user namespaces, which the sandbox's "
                                         "seccomp filter refuses; Chromium runs with --no-sandbox inside the "
-                                        "nsbox sandbox, which is the boundary (docs/security.md)"));
+                                        "nsbox sandbox, which is the boundary (docs/browser.md)"));
         return browser;
 }
 
