@@ -411,6 +411,24 @@ print(json.dumps({
 }))' "$dists"
 }
 
+# An image with Chromium: it must render a page headless, as uid 1000, with
+# the flags browser.py gives it (--no-sandbox: see docs/browser.md).
+probe_chromium() {
+        local rootfs=$1 status=0 dom
+        [ -x "$rootfs/usr/lib/chromium/chromium" ] || return 0
+        mount -t proc proc "$rootfs/proc"
+        dom=$(timeout 120 chroot --userspec=1000:1000 --groups=1000 "$rootfs" \
+                /usr/bin/env -i PATH=/usr/bin:/bin HOME=/tmp/.chromium-probe \
+                /usr/lib/chromium/chromium --headless=new --no-sandbox --disable-gpu --disable-dev-shm-usage \
+                --user-data-dir=/tmp/.chromium-probe --dump-dom "data:text/html,<p>nsbox-probe</p>" \
+                2>/dev/null) || status=$?
+        umount -- "$rootfs/proc"
+        case "$dom" in
+        *nsbox-probe*) ;;
+        *) die "smoke check failed: headless Chromium did not render a page (exit $status)" ;;
+        esac
+}
+
 write_manifest() {
         local dest=$1 rootfs=$2 probe=$3 input_hash=$4 size=$5
         dpkg-query --admindir="$rootfs/var/lib/dpkg" -W \
@@ -561,6 +579,7 @@ fi
 
 echo "image $NAME: smoke check (import numpy, pandas, matplotlib, PIL and plot, as uid 1000)"
 PROBE=$(probe_image "$ROOTFS") || die "smoke check failed (Python error above): numpy, pandas, matplotlib and PIL must import and plot"
+probe_chromium "$ROOTFS"
 echo "image $NAME: smoke check ok"
 # The probe ran in the image; it must not ship what it left behind, except
 # matplotlib's font cache: sandboxes use MPLCONFIGDIR=/tmp/.matplotlib, and a
