@@ -239,6 +239,62 @@ def test_served_call_returns_files_produced_and_images(daemon, sandbox):
     assert all(base64.b64decode(i["data"]).startswith(PNG_MAGIC) for i in images)
 
 
+# (code, the template that serves it, what it prints): the light template
+# takes a call whose imports (its own and those of the /workspace modules it
+# imports) it has loaded already; every other goes to the heavy one.
+ROUTES = [
+    ("print(1)", "light", "1"),
+    ("import math, json; print(math.factorial(5), json.dumps([1]))", "light", "120 [1]"),
+    ("import plainmod; print(plainmod.VALUE)", "light", "[2]"),
+    ("import numpy; print(numpy.arange(3).sum())", "heavy", "3"),
+    ("import pkgheavy; print(len(pkgheavy.frame()))", "heavy", "2"),
+    ("from pkgheavy import inner; print(len(inner.frame()))", "heavy", "2"),
+    ("def later():\n    import matplotlib.pyplot\nprint(4)", "heavy", "4"),
+    ("import statistics; print(statistics.mean([1, 3]))", "heavy", "2"),
+    # Imports the scan cannot see run in the light template: they work.
+    ("import importlib; np = importlib.import_module('numpy'); print(np.arange(4).sum())", "light", "6"),
+    ("exec('import pandas'); print(len(pandas.DataFrame({'a': [1]})))", "light", "1"),
+    # A FIFO where a module would be: the light template does not wait on it.
+    ("print(9)\nif False:\n    import fifomod\n", "heavy", "9"),
+]
+
+
+def test_calls_go_to_the_light_template_unless_their_imports_need_the_heavy_one(daemon, sandbox):
+    """A call forked from the light template (no numpy, pandas, matplotlib
+    loaded) costs the sandbox a fraction of the CPU of one forked from the
+    heavy one. Calls that import the heavy modules, directly or through a
+    module of /workspace, still find them imported already; an import no
+    scan sees (importlib, exec) still works. Each call is a fresh process."""
+    heavy = wait_served(daemon, sandbox)
+    daemon.call("fs.mkdir", sandbox_id=sandbox, path="/workspace/pkgheavy")
+    for path, content in (("plainmod.py", "import json\nVALUE = json.dumps([2])\n"),
+                          ("pkgheavy/__init__.py", "from .inner import frame\n"),
+                          ("pkgheavy/inner.py", "import pandas\n\ndef frame():\n"
+                                                "    return pandas.DataFrame({'a': [1, 2]})\n")):
+        daemon.call("fs.write", sandbox_id=sandbox, path="/workspace/" + path, content=content)
+    r = daemon.call("sandbox.exec", sandbox_id=sandbox, argv=["mkfifo", "/workspace/fifomod.py"])
+    assert r["exit_code"] == 0, r
+    pids = []
+    for code, template, out in ROUTES:
+        for params in ({}, {"script_name": "tool.py"}):  # sys.path[0]: the script's dir, or the cwd
+            r = run(daemon, sandbox_id=sandbox, timeout_seconds=30, code=LIGHT_PROBE + code + "\nprint(os.getpid())",
+                    **params)
+            assert r["status"] == "ok", (code, r)
+            lines = r["stdout"].splitlines()
+            p = json.loads(lines[0])
+            assert (p["template"], lines[1]) == (template, out), (code, r)
+            # The heavy template's calls find its modules imported before their code runs.
+            assert p["preloaded"] == (template == "heavy") and (p["server"] == heavy) == (template == "heavy"), p
+            pids.append(int(lines[2]))
+    assert len(set(pids)) == len(pids), pids
+    # The figures of a call in the light template are captured as in the heavy one.
+    r = run(daemon, sandbox_id=sandbox, code=LIGHT_PROBE + (
+        "import importlib\nplt = importlib.import_module('matplotlib.pyplot')\nplt.plot([1, 2])\n"))
+    assert r["status"] == "ok" and json.loads(r["stdout"])["template"] == "light", r
+    images = [o["image"] for o in r["outputs"] if o["type"] == "image"]
+    assert len(images) == 1 and base64.b64decode(images[0]["data"]).startswith(PNG_MAGIC), r
+
+
 def test_package_install_replaces_the_fork_server(daemon, sandbox):
     server = wait_served(daemon, sandbox)
     filename, data = make_wheel("nsbox_fspkg", "1.0", "ANSWER = 7\n")
