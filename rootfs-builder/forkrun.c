@@ -13,10 +13,9 @@
  * `python3 run.py SCRIPT REPORT ...`, which is what it runs instead whenever the
  * server does not take the call (absent, not ready, refusing).
  *
- * The server is two templates: it asks the light one first
- * ("nsbox-forkserver-light-TOKEN"), which either takes the call or answers
- * "H": the heavy one ("nsbox-forkserver-TOKEN", with the image's heavy
- * modules imported) takes it then. Without a light one, the heavy one.
+ * The server is two templates: the heavy one ("nsbox-forkserver-TOKEN", with
+ * the image's heavy modules imported) either takes the call or answers "L":
+ * the light one ("nsbox-forkserver-light-TOKEN") takes it then.
  *
  * When this process is killed (the exec's timeout, exec.kill) its connection
  * closes and the server kills the call's whole tree.
@@ -152,7 +151,7 @@ static int send_request(int fd, size_t len)
 }
 
 /* End as the call ended: its exit code, or killed by its signal. */
-static void exit_like(int status)
+__attribute__((noreturn)) static void exit_like(int status)
 {
         if (WIFEXITED(status))
                 _exit(WEXITSTATUS(status));
@@ -167,18 +166,18 @@ static void exit_like(int status)
 }
 
 /* The call, if the server at PREFIX TOKEN takes it: then this process
- * ends as the call does. Returns when it did not take it (absent, refusing,
- * or "H": the heavy template's): nothing of the call ran. */
-static void call_server(const char *prefix, const char *token, size_t len)
+ * ends as the call does. Returns when it did not take it (absent or
+ * refusing: 0; 'L': the light template's): nothing of the call ran. */
+static int call_server(const char *prefix, const char *token, size_t len)
 {
         int fd = connect_server(prefix, token);
         if (fd < 0)
-                return;
+                return 0;
         if (send_request(fd, len) < 0) {
                 close(fd);
-                return;
+                return 0;
         }
-        int accepted = 0;
+        int accepted = 0, redirect = 0;
         for (;;) {
                 char reply[16];
                 ssize_t n = recv(fd, reply, sizeof(reply), 0);
@@ -188,6 +187,8 @@ static void call_server(const char *prefix, const char *token, size_t len)
                         accepted = 1;
                         continue;
                 }
+                if (n == 1 && reply[0] == 'L' && !accepted)
+                        redirect = 'L';
                 if (n == (ssize_t)sizeof(int)) {
                         int status;
                         memcpy(&status, reply, sizeof(status));
@@ -197,7 +198,7 @@ static void call_server(const char *prefix, const char *token, size_t len)
         }
         if (!accepted) {
                 close(fd);
-                return;
+                return redirect;
         }
         say("nsbox: the python fork server ended during the call\n");
         exit_like(SIGKILL);
@@ -212,9 +213,7 @@ int main(int argc, char **argv)
         int nargs = argc - 2;
         char **args = argv + 2;
         size_t len = build_request(nargs, args);
-        if (len != 0) {
+        if (len != 0 && call_server(SOCKET_PREFIX, argv[1], len) == 'L')
                 call_server(LIGHT_PREFIX, argv[1], len);
-                call_server(SOCKET_PREFIX, argv[1], len);
-        }
         run_plain(nargs, args);
 }

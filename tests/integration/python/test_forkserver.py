@@ -37,7 +37,10 @@ print(json.dumps({"preloaded": "pandas" in sys.modules and "matplotlib.pyplot" i
                   "server": _server,
                   "template": _server and ("light" if "forkserver.py" in _cmdline(_ppid(_server)) else "heavy")}))
 '''
-PROBE = LIGHT_PROBE + "if False:\n    import pandas, matplotlib.pyplot\n"
+# An import never run: the heavy template serves the code it ends (a
+# client of the server itself talks to that one).
+HEAVY = "if False:\n    import pandas, matplotlib.pyplot\n"
+PROBE = LIGHT_PROBE + HEAVY
 
 
 def run(daemon, **params):
@@ -615,7 +618,7 @@ def test_a_call_that_a_call_sent_itself_dies_with_its_sender(daemon, sandbox, te
     marker = "nsbox-fs-nested-marker"
     daemon.call("fs.write", sandbox_id=sandbox, path="/workspace/nested.py",
                 content="import os\nos.execvp('python3', ['python3', '-c', 'import time; time.sleep(1000)', %r])\n"
-                        % marker)
+                        % marker + HEAVY)
     code = "LIGHT = %r\n" % (template == "light") + SELF_CLIENT + r"""
 import time
 sock = connect()
@@ -649,7 +652,7 @@ send(sock, "/workspace/never.py", [null, null, null, cwd])
 print(repr(sock.recv(16)))
 """
     daemon.call("fs.write", sandbox_id=sandbox, path="/workspace/never.py",
-                content="open('/workspace/never-ran', 'w').close()\n")
+                content="open('/workspace/never-ran', 'w').close()\n" + HEAVY)
     r = run(daemon, sandbox_id=sandbox, timeout_seconds=30, code=code)
     assert r["status"] == "ok" and r["stdout"] == "b''\n", r  # refused: closed without "A"
     assert probe(daemon, sandbox)["server"] == server
@@ -671,7 +674,7 @@ for _ in range(3):
 import time
 time.sleep(1)
 """
-    daemon.call("fs.write", sandbox_id=sandbox, path="/workspace/never.py", content="pass\n")
+    daemon.call("fs.write", sandbox_id=sandbox, path="/workspace/never.py", content="pass\n" + HEAVY)
     r = run(daemon, sandbox_id=sandbox, timeout_seconds=30, code=code)
     assert r["status"] == "ok", r
     time.sleep(1)  # the used reaper forks its next call's process

@@ -57,10 +57,13 @@ def read_source(path):
 
 class Scan:
     """The imports of a script and of the modules of its directory (the
-    first entry of the call's sys.path) that it imports."""
+    first entry of the call's sys.path) that it imports, against LOADED:
+    the names of the modules the light template has loaded (it has loaded
+    nothing that this process, the heavy template, has not)."""
 
-    def __init__(self, path0):
+    def __init__(self, path0, loaded):
         self.path0 = path0
+        self.loaded = loaded
         self.files = set()
 
     def file(self, path, package):
@@ -87,12 +90,12 @@ class Scan:
                     self.relative(package, node.level, node.module, names)
 
     def absolute(self, module, names=()):
-        if module in sys.modules:
+        if module in self.loaded:
             self.loaded_names(module, names)
             return
         parts = module.split(".")
-        if parts[0] in sys.modules:
-            raise Heavy()  # a module of a loaded package, not loaded itself
+        if parts[0] in self.loaded or parts[0] in sys.modules:
+            raise Heavy()  # a module of a loaded package, or one the heavy template has
         self.local_path(self.path0, parts, names)
 
     def relative(self, package, level, module, names):
@@ -132,27 +135,31 @@ class Scan:
             return None
         raise Heavy()
 
-    @staticmethod
-    def loaded_names(module, names):
+    def loaded_names(self, module, names):
         """from MODULE import NAMES, MODULE loaded: a name that is not in it
         yet may be a module of the package still to import."""
-        mod = sys.modules[module]
-        space = vars(mod)
+        space = vars(sys.modules[module])
         for name in names:
-            if "%s.%s" % (module, name) in sys.modules or (name != "*" and name in space):
+            full = "%s.%s" % (module, name)
+            if full in self.loaded:
+                continue
+            if full in sys.modules:
+                raise Heavy()  # a module the heavy template has and the light one has not
+            if name != "*" and name in space:
                 continue
             if "__path__" in space or "__getattr__" in space:
                 raise Heavy()
 
 
-def needs_heavy(script, name, cwd):
+def needs_heavy(script, name, cwd, loaded):
     """Whether the call that runs SCRIPT (named NAME, run from the directory
-    CWD) goes to the heavy template. Its first sys.path entry is the
-    script's directory, or the cwd for a named script (run_stateless)."""
+    CWD) needs the heavy template; LOADED: the modules of the light one.
+    Its first sys.path entry is the script's directory, or the cwd for a
+    named script (run_stateless)."""
     try:
         path = os.path.normpath(os.path.join(cwd, script))
         path0 = os.path.dirname(path) if name in (None, script) else cwd
-        Scan(path0).file(path, None)
+        Scan(path0, loaded).file(path, None)
         return False
     except Exception:  # Heavy, or anything this scan did not expect
         return True

@@ -496,12 +496,12 @@ def stopped(pid):
 
 
 class Server:
-    def __init__(self, listener, route=None, light=None):
+    def __init__(self, listener, light=None):
         self.listener = listener
-        # The light template's: (script, name, cwd fd) -> whether the call
-        # is the heavy one's, which the client is then told ("H").
-        self.route = route
-        self.light = light  # the heavy template's: its light template's pid
+        # The heavy template's: its light template (pid, the names of the
+        # modules it has loaded), which serves the calls that forkroute
+        # gives it: their client is told so ("L").
+        self.light, self.light_modules = light or (None, None)
         self.reapers = {}  # C's pid -> socket to C: every live C
         self.by_fd = {}  # that socket's fd -> C's pid
         self.spares = []  # [(C's pid, socket to its U)]: a C whose U waits for the next call
@@ -731,10 +731,11 @@ class Server:
             msg, fds = recv_with_fds(conn, 4)
             if not fds or not msg.startswith(b"NSBOX2\0"):
                 return
-            if self.route is not None:
+            if self.light is not None:
                 _, args, _ = parse_request(msg)
-                if self.route(args[0], args[2] if len(args) > 2 else None, os.readlink("/proc/self/fd/%d" % fds[3])):
-                    conn.send(b"H")
+                if not forkroute.needs_heavy(args[0], args[2] if len(args) > 2 else None,
+                                             os.readlink("/proc/self/fd/%d" % fds[3]), self.light_modules):
+                    conn.send(b"L")
                     return
             conn.settimeout(None)
             for attempt in range(SPARES + 1):
@@ -897,13 +898,14 @@ def listen(name):
     return listener
 
 
-def start_light(token, route):
+def start_light(token):
     """Fork the light template, before the heavy imports: a server of its
     own, on the socket "nsbox-forkserver-light-TOKEN" (bound here, before
     this one says "ready", so nothing else of the sandbox can take the
-    name), that answers "H" to the calls route gives to the heavy one
-    (this process). It dies with this process (PR_SET_PDEATHSIG), and this
-    one ends when it dies (Server.reap). Its pid, or None."""
+    name), for the calls this one sends there (see Server.accept). It dies
+    with this process (PR_SET_PDEATHSIG), and this one ends when it dies
+    (Server.reap). (Its pid, the names of the modules it has loaded), or
+    None."""
     try:
         listener = listen(LIGHT_PREFIX + token)
     except OSError as e:
@@ -922,11 +924,11 @@ def start_light(token, route):
             prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
             if os.getppid() == parent:
                 prctl(PR_SET_CHILD_SUBREAPER, 1)
-                Server(listener, route=route).serve()
+                Server(listener).serve()
         finally:
             os._exit(0)
     listener.close()
-    return pid
+    return pid, frozenset(sys.modules)
 
 
 def main():
@@ -943,6 +945,7 @@ def main():
     import traceback  # noqa: F401
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import nsbox_runtime  # noqa: F401
+    global forkroute
     import forkroute
     del sys.path[0]
     preload(LIGHT_PRELOAD)
@@ -950,7 +953,7 @@ def main():
     # in a call would copy every page it touches.
     gc.collect()
     gc.freeze()
-    light = start_light(token, forkroute.needs_heavy)
+    light = start_light(token)
     preload(sys.argv[1:])
     warm_up_matplotlib()
     gc.collect()
