@@ -1105,7 +1105,8 @@ def forkserver_markdown(fs):
     if fs is None:
         return ["", "Fork server memory: no fork server found."]
     return ["", "| python fork server of stateless python.run: memory per sandbox (%d sandboxes, %.0f processes "
-            "each: the server, and the reapers and processes forked ahead for the next two calls) | value |" % (
+            "each: the server (its templates, where it has two), and the reapers and processes forked ahead for the "
+            "next two calls of each) | value |" % (
                 fs["sandboxes"], fs["processes"]), "|---|---:|",
             "| the server's RSS | %.1f MiB |" % fs["server_rss_mib"],
             "| … anonymous (the imported modules' objects): the sandbox's own, charged to its cgroup; the "

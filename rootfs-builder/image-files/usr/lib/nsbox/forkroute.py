@@ -21,8 +21,12 @@ import os
 import stat
 import sys
 
+# What one call's scan reads at most, in all: the server serves no other
+# call meanwhile, and a call that needs the heavy template waits for it
+# (a scan of 64 KiB of code takes milliseconds; larger code goes to the
+# heavy template unread).
 MAX_FILES = 32
-MAX_BYTES = 1 << 20
+MAX_BYTES = 64 << 10
 # A module found in these forms is not read here.
 OTHER_SUFFIXES = [s for s in importlib.machinery.all_suffixes() if s != ".py"]
 
@@ -31,25 +35,25 @@ class Heavy(Exception):
     """The call goes to the heavy template."""
 
 
-def read_source(path):
-    """A regular file's bytes; never waits on a FIFO or a device."""
+def read_source(path, limit):
+    """A regular file's bytes, at most limit; never waits on a FIFO or a device."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         raise Heavy() from None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_BYTES:
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
             raise Heavy()
         chunks = []
         size = 0
         while True:
-            chunk = os.read(fd, MAX_BYTES + 1 - size)
+            chunk = os.read(fd, limit + 1 - size)
             if not chunk:
                 return b"".join(chunks)
             chunks.append(chunk)
             size += len(chunk)
-            if size > MAX_BYTES:
+            if size > limit:
                 raise Heavy()
     finally:
         os.close(fd)
@@ -65,6 +69,7 @@ class Scan:
         self.path0 = path0
         self.loaded = loaded
         self.files = set()
+        self.left = MAX_BYTES
 
     def file(self, path, package):
         """Scan a source file; package: the directory its relative imports
@@ -74,8 +79,10 @@ class Scan:
         if len(self.files) >= MAX_FILES:
             raise Heavy()
         self.files.add(path)
+        source = read_source(path, self.left)
+        self.left -= len(source)
         try:
-            tree = ast.parse(read_source(path), path)
+            tree = ast.parse(source, path)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             raise Heavy() from None
         for node in ast.walk(tree):

@@ -7,10 +7,19 @@ limits as a stateless call). It imports MODULEs (the image's manifest
 stateless python.run calls: each is a fresh child of this process, so
 nothing is imported again and nothing a call does survives it.
 
+It is two templates. Before the MODULEs, it forks the light one: a server
+of its own that has loaded only what the server needs and LIGHT_PRELOAD,
+and whose forks cost the sandbox a fraction of the CPU of the heavy one's
+(this process, once it has imported the MODULEs). The heavy one takes every
+call first and sends the client to the light one ("L") when forkroute finds
+that every import of the call's code is of a module the light one has
+loaded: the heavy one would not run it faster. The two live and die
+together (PR_SET_PDEATHSIG; the heavy one exits when the light one ends).
+
 nsboxd writes a random token on stdin; the server listens on the abstract
-unix socket "nsbox-forkserver-TOKEN" (abstract names belong to the
-sandbox's network namespace) and says "ready" on stdout once its imports are
-done. A call is the attach client (/usr/lib/nsbox/forkrun, a normal exec):
+unix sockets "nsbox-forkserver-TOKEN" and "nsbox-forkserver-light-TOKEN"
+(abstract names belong to the sandbox's network namespace) and says "ready"
+on stdout once its imports are done. A call is the attach client (/usr/lib/nsbox/forkrun, a normal exec):
 it sends its stdin, stdout, stderr and cwd (SCM_RIGHTS) with its umask,
 run.py's arguments (SCRIPT REPORT [NAME [ARG...]]) and environment, and gets "A" (accepted) and then the
 wait status of the call.
