@@ -16,6 +16,7 @@
 #include "agent_sandbox.h"
 #include "auth.h"
 #include "bounds.h"
+#include "e2b.h"
 #include "client.h"
 #include "cleanup.h"
 #include "json_cleanup.h"
@@ -27,11 +28,14 @@
 /* A client that goes on sending past the limit after its 413 is dropped
  * once this much more has been thrown away. */
 #define HTTP_MAX_DISCARD (64u << 20)
-/* "Bearer TOKEN": the token's uid, or 0. */
-static uid_t authenticate(struct MHD_Connection *connection)
+/* "Bearer TOKEN": the token's uid, or 0. E2B's SDKs send their own
+ * headers (http_e2b_authenticate). */
+static uid_t authenticate(struct MHD_Connection *connection, bool e2b)
 {
         const char *auth =
             MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+        if (e2b)
+                return http_e2b_authenticate(connection);
         if (auth == NULL || strncasecmp(auth, "Bearer ", 7) != 0)
                 return 0;
         const char *token = auth + 7;
@@ -101,6 +105,8 @@ static enum MHD_Result route(struct http_request *r)
         const char *rest;
         bool get = strcmp(r->method, "GET") == 0, post = strcmp(r->method, "POST") == 0;
         enum MHD_Result ret;
+        if (r->e2b)
+                return http_e2b_route(r);
         if (post && path_is(r->url, "/v1/rpc/", &rest))
                 return http_rpc_handle(r, rest);
         if (post && path_is(r->url, "/v1/rpc", NULL))
@@ -237,8 +243,13 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *connecti
                  * is nsboxd answering through this front? */
                 if (strcmp(url, "/healthz") == 0 && strcmp(method, "GET") == 0)
                         return liveness(r);
+                r->e2b = http_e2b_wants(connection, url);
                 if (http_config.act_as) {
-                        r->uid = authenticate(connection);
+                        r->uid = authenticate(connection, r->e2b);
+                        if (r->uid == 0 && r->e2b)
+                                return http_e2b_refuse(r, MHD_HTTP_UNAUTHORIZED,
+                                                       "a valid X-API-KEY (or the sandbox's access token) is "
+                                                       "required");
                         if (r->uid == 0)
                                 return http_reply_error(
                                     r, MHD_HTTP_UNAUTHORIZED, "unauthorized",

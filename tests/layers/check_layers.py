@@ -51,7 +51,9 @@ EGRESS_LAYERS = [
 HTTP_LAYERS = [
     ("request", ["request"]),
     ("replies and nsboxd", ["reply", "nsboxd", "auth", "bounds"]),
-    ("handlers", ["rpc_api", "execute", "agent_sandbox"]),
+    ("e2b wire", ["e2b_wire"]),
+    ("handlers", ["rpc_api", "execute", "agent_sandbox", "e2b_api", "e2b_process", "e2b_files", "e2b_interp"]),
+    ("e2b router", ["e2b"]),
     ("router", ["server"]),
     ("top", ["main"]),
 ]
