@@ -17,6 +17,7 @@
 #include "events.h"
 #include "exec.h"
 #include "fs_api.h"
+#include "fs_watch.h"
 #include "images.h"
 #include "json_cleanup.h"
 #include "log.h"
@@ -561,6 +562,7 @@ static const struct method methods[] = {
         { "fs.rename", fs_method_rename, M_SANDBOX | M_TOUCH, NULL },
         { "fs.symlink", fs_method_symlink, M_SANDBOX | M_TOUCH, NULL },
         { "fs.chmod", fs_method_chmod, M_SANDBOX | M_TOUCH, NULL },
+        { "fs.watch", fs_method_watch, M_SANDBOX | M_TOUCH, NULL },
         { "shell.create", shell_method_create, M_FIND | M_RESUME, NULL },
         { "shell.run", shell_method_run, M_FIND | M_RESUME, NULL },
         { "shell.check", shell_method_check, M_FIND, NULL },
