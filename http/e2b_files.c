@@ -10,6 +10,7 @@
 #include <strings.h>
 
 #include "cleanup.h"
+#include "e2b_watch.h"
 #include "e2b_wire.h"
 #include "json_cleanup.h"
 #include "nsboxd.h"
@@ -248,6 +249,11 @@ enum MHD_Result http_e2b_filesystem(struct http_request *r, const char *sandbox_
         _cleanup_json_ json_t *msg = e2b_connect_message(r, stream, why, sizeof(why));
         if (msg == NULL)
                 return e2b_reply_connect_error(r, "invalid_argument", "%s", why);
+        if (stream)
+                return http_e2b_watch_dir(r, sandbox_id, msg);
+        if (strcmp(method, "CreateWatcher") == 0 || strcmp(method, "GetWatcherEvents") == 0 ||
+            strcmp(method, "RemoveWatcher") == 0)
+                return http_e2b_watcher(r, sandbox_id, method, msg);
         const char *path = json_string_value(json_object_get(msg, "path"));
         bool needs_path = strcmp(method, "Stat") == 0 || strcmp(method, "ListDir") == 0 ||
                           strcmp(method, "MakeDir") == 0 || strcmp(method, "Remove") == 0;

@@ -30,12 +30,12 @@
 #include "loop.h"
 #include "sandbox.h"
 
-#define WATCH_MASK                                                                                         \
-        (IN_CREATE | IN_DELETE | IN_MODIFY | IN_MOVED_FROM | IN_MOVED_TO | IN_ATTRIB | IN_DELETE_SELF |     \
+#define WATCH_MASK                                                                                      \
+        (IN_CREATE | IN_DELETE | IN_MODIFY | IN_MOVED_FROM | IN_MOVED_TO | IN_ATTRIB | IN_DELETE_SELF | \
          IN_MOVE_SELF | IN_EXCL_UNLINK | IN_ONLYDIR)
 /* Bytes of inotify events read per wakeup, at most this many times: a busy
  * directory does not hold the loop. */
-#define WATCH_READ_BUFFER 16384
+#define WATCH_READ_BUFFER      16384
 #define WATCH_READS_PER_WAKEUP 8
 
 struct watched_dir {
@@ -80,8 +80,8 @@ static void watch_unlink(struct fs_watch *w)
 
 static json_t *watch_summary(const struct fs_watch *w, const char *ended)
 {
-        return json_pack("{s:s, s:s, s:I, s:I}", "path", w->shown, "ended", ended, "sent", (json_int_t)w->sent,
-                         "dropped", (json_int_t)w->dropped);
+        return json_pack("{s:s, s:s, s:I, s:I}", "path", w->shown, "ended", ended, "sent",
+                         (json_int_t)w->sent, "dropped", (json_int_t)w->dropped);
 }
 
 /* The stream ends: the request is answered with what it sent and lost. */
@@ -119,9 +119,10 @@ static int watch_add_fd(struct fs_watch *w, int fd, const char *rel, nsbox_error
 {
         if (w->n_dirs >= FS_WATCH_MAX_DIRS) {
                 if (!w->dirs_full)
-                        watch_notify(w, json_pack("{s:s, s:s, s:i}", "type", "overflow", "reason",
-                                                  "too many directories: the ones past the bound are not watched",
-                                                  "max_directories", FS_WATCH_MAX_DIRS));
+                        watch_notify(
+                            w, json_pack("{s:s, s:s, s:i}", "type", "overflow", "reason",
+                                         "too many directories: the ones past the bound are not watched",
+                                         "max_directories", FS_WATCH_MAX_DIRS));
                 w->dirs_full = true;
                 return 0;
         }
@@ -255,8 +256,8 @@ static bool watch_event(struct fs_watch *w, const struct inotify_event *ev)
         if (asprintf(&path, "%s%s%s", w->shown, strcmp(w->shown, "/") == 0 ? "" : "/", rel) < 0)
                 return true;
         bool is_dir = (ev->mask & IN_ISDIR) != 0;
-        watch_notify(w, json_pack("{s:s, s:s, s:s, s:b}", "type", type, "name", rel, "path", path, "is_dir",
-                                  is_dir));
+        watch_notify(
+            w, json_pack("{s:s, s:s, s:s, s:b}", "type", type, "name", rel, "path", path, "is_dir", is_dir));
         if (w->recursive && is_dir && (ev->mask & (IN_CREATE | IN_MOVED_TO)))
                 watch_new_dir(w, rel);
         return true;
@@ -295,8 +296,8 @@ void fs_method_watch(struct rpc_request *req, struct sandbox *sb)
         for (struct fs_watch *o = watches; o != NULL; o = o->next)
                 mine += o->sb == sb;
         if (mine >= FS_WATCH_PER_SANDBOX) {
-                rpc_reply_fail(req, "limit_reached", "sandbox %s has %u watches already, the most one may have",
-                               sb->id, mine);
+                rpc_reply_fail(req, "limit_reached",
+                               "sandbox %s has %u watches already, the most one may have", sb->id, mine);
                 return;
         }
         struct fs_path path;
@@ -346,8 +347,9 @@ void fs_method_watch(struct rpc_request *req, struct sandbox *sb)
         watches = w;
         rpc_request_on_disconnect(req, watch_left, w);
         /* From here on no change is missed: the client may act. */
-        _cleanup_json_ json_t *hello = json_pack("{s:s, s:s, s:b, s:I}", "sandbox_id", sb->id, "path", w->shown,
-                                                 "recursive", recursive, "directories", (json_int_t)w->n_dirs);
+        _cleanup_json_ json_t *hello =
+            json_pack("{s:s, s:s, s:b, s:I}", "sandbox_id", sb->id, "path", w->shown, "recursive", recursive,
+                      "directories", (json_int_t)w->n_dirs);
         rpc_notify(req, "fs.watching", hello);
 }
 

@@ -128,6 +128,26 @@ const scenarios = {
     }
   },
 
+  async watch() {
+    const sbx = await Sandbox.create();
+    try {
+      await sbx.files.makeDir("/workspace/watched/sub");
+      const events = [];
+      const handle = await sbx.files.watchDir("/workspace/watched", (e) => events.push(`${e.type}:${e.name}`), { recursive: true });
+      await sbx.files.write("/workspace/watched/a.txt", "a");
+      await sbx.files.write("/workspace/watched/sub/b.txt", "b");
+      await sbx.commands.run("rm /workspace/watched/a.txt");
+      await until("the remove event", () => events.includes("remove:a.txt"));
+      await until("the event in sub", () => events.some((e) => e.endsWith(":sub/b.txt")));
+      await handle.stop();
+      report.events = events;
+      // the watch ended with its stream: the sandbox serves on
+      report.after = (await sbx.commands.run("echo still")).stdout;
+    } finally {
+      await sbx.kill();
+    }
+  },
+
   async isolation() {
     const mine = await Sandbox.create({ metadata: { owner: "a" } });
     try {

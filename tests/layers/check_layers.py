@@ -52,7 +52,7 @@ HTTP_LAYERS = [
     ("request", ["request"]),
     ("replies and nsboxd", ["reply", "nsboxd", "auth", "bounds"]),
     ("e2b wire", ["e2b_wire"]),
-    ("handlers", ["rpc_api", "execute", "agent_sandbox", "e2b_api", "e2b_process", "e2b_files", "e2b_interp"]),
+    ("handlers", ["rpc_api", "execute", "agent_sandbox", "e2b_api", "e2b_process", "e2b_watch", "e2b_files", "e2b_interp"]),
     ("e2b router", ["e2b"]),
     ("router", ["server"]),
     ("top", ["main"]),

@@ -82,6 +82,15 @@ def test_files(front, sdk_dir):
     assert r["readMissing"].endswith("NotFoundError")
 
 
+def test_watch_dir(front, sdk_dir):
+    r = scenario(front, sdk_dir, "watch")
+    assert "create:a.txt" in r["events"]
+    assert "write:a.txt" in r["events"]
+    assert "create:sub/b.txt" in r["events"]
+    assert r["events"].index("create:a.txt") < r["events"].index("remove:a.txt")
+    assert r["after"] == "still\n"
+
+
 def test_two_api_keys_do_not_see_each_others_sandboxes(front, sdk_dir):
     r = scenario(front, sdk_dir, "isolation")
     assert r["otherSees"] is False
