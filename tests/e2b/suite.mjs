@@ -148,6 +148,33 @@ const scenarios = {
     }
   },
 
+  async interpreter() {
+    const sbx = await ci.Sandbox.create();
+    try {
+      await sbx.runCode("x = 41");
+      const sum = await sbx.runCode("x + 1");
+      report.text = sum.text;
+      const printed = await sbx.runCode("print('hi')");
+      report.stdout = printed.logs.stdout;
+      const chart = await sbx.runCode("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()");
+      report.png = chart.results.some((r) => r.png && Buffer.from(r.png, "base64").subarray(1, 4).toString() === "PNG");
+      const failed = await sbx.runCode("1 / 0");
+      report.error = failed.error ? { name: failed.error.name, value: failed.error.value, traceback: failed.error.traceback.includes("ZeroDivisionError") } : null;
+      const ctx = await sbx.createCodeContext();
+      await sbx.runCode("y = 5", { context: ctx });
+      report.inContext = (await sbx.runCode("y * 2", { context: ctx })).text;
+      report.defaultHasY = (await sbx.runCode("'y' in globals()")).text;
+      report.contextHasX = (await sbx.runCode("'x' in globals()", { context: ctx })).text;
+      report.listed = (await sbx.listCodeContexts()).map((c) => c.id).includes(ctx.id);
+      await sbx.restartCodeContext(ctx);
+      report.afterRestart = (await sbx.runCode("'y' in globals()", { context: ctx })).text;
+      await sbx.removeCodeContext(ctx);
+      report.listedAfterRemove = (await sbx.listCodeContexts()).map((c) => c.id).includes(ctx.id);
+    } finally {
+      await sbx.kill();
+    }
+  },
+
   async isolation() {
     const mine = await Sandbox.create({ metadata: { owner: "a" } });
     try {

@@ -91,6 +91,19 @@ def test_watch_dir(front, sdk_dir):
     assert r["after"] == "still\n"
 
 
+def test_run_code_stateful_text_png_error_and_contexts(front, sdk_dir):
+    r = scenario(front, sdk_dir, "interpreter")
+    assert r["text"] == "42"
+    assert r["stdout"] == ["hi\n"]
+    assert r["png"] is True
+    assert r["error"] == {"name": "ZeroDivisionError", "value": "division by zero", "traceback": True}
+    assert r["inContext"] == "10"
+    assert r["defaultHasY"] == "False" and r["contextHasX"] == "False"
+    assert r["listed"] is True
+    assert r["afterRestart"] == "False"
+    assert r["listedAfterRemove"] is False
+
+
 def test_two_api_keys_do_not_see_each_others_sandboxes(front, sdk_dir):
     r = scenario(front, sdk_dir, "isolation")
     assert r["otherSees"] is False
