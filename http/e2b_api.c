@@ -330,6 +330,19 @@ static enum MHD_Result simple(struct http_request *r, const char *method, const 
         return no_content(r);
 }
 
+/* 409 when it is paused already, as E2B's API says. */
+static enum MHD_Result pause_sandbox(struct http_request *r, const char *id)
+{
+        _cleanup_json_ json_t *result = NULL, *error = NULL;
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (info(r, id, &result, &error, &err) < 0)
+                return e2b_reply_rest_rpc_error(r, error, err);
+        const char *state = json_string_value(json_object_get(result, "state"));
+        if (state != NULL && strcmp(state, "paused") == 0)
+                return e2b_reply_rest_error(r, 409, "sandbox %s is paused already", id);
+        return simple(r, "sandbox.pause", id, true);
+}
+
 static enum MHD_Result metrics(struct http_request *r, const char *id)
 {
         _cleanup_json_ json_t *params = json_pack("{s:s}", "sandbox_id", id), *result = NULL, *error = NULL;
@@ -404,7 +417,7 @@ enum MHD_Result http_e2b_api(struct http_request *r)
                 if (post && (strcmp(action, "connect") == 0 || strcmp(action, "resume") == 0))
                         return connect_sandbox(r, id);
                 if (post && strcmp(action, "pause") == 0)
-                        return simple(r, "sandbox.pause", id, true);
+                        return pause_sandbox(r, id);
                 if (get && strcmp(action, "metrics") == 0)
                         return metrics(r, id);
                 if (strcmp(m, "PUT") == 0 && strcmp(action, "network") == 0)

@@ -175,6 +175,41 @@ const scenarios = {
     }
   },
 
+  async pty() {
+    const sbx = await Sandbox.create();
+    try {
+      let seen = "";
+      const decoder = new TextDecoder();
+      const term = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => (seen += decoder.decode(d)) });
+      await sbx.pty.sendInput(term.pid, new TextEncoder().encode("echo pty-$((6*7))\n"));
+      await until("the pty's output", () => seen.includes("pty-42"));
+      await sbx.pty.resize(term.pid, { cols: 100, rows: 30 });
+      await sbx.pty.sendInput(term.pid, new TextEncoder().encode("stty size\n"));
+      await until("the new size", () => seen.includes("30 100"));
+      report.ptyKilled = await term.kill();
+      report.seen = { answer: seen.includes("pty-42"), size: seen.includes("30 100") };
+    } finally {
+      await sbx.kill();
+    }
+  },
+
+  async pause() {
+    const sbx = await Sandbox.create();
+    try {
+      await sbx.files.write("/workspace/kept.txt", "kept");
+      report.paused = await sbx.pause();
+      report.pausedAgain = await Sandbox.pause(sbx.sandboxId);
+      report.stateWhilePaused = (await sbx.getInfo()).state;
+      const again = await Sandbox.connect(sbx.sandboxId);
+      report.stateAfterConnect = (await again.getInfo()).state;
+      report.kept = await again.files.read("/workspace/kept.txt");
+      const metrics = await again.getMetrics();
+      report.metrics = metrics.length > 0 ? { memTotal: metrics[0].memTotal > 0, memUsed: metrics[0].memUsed > 0, cpuCount: metrics[0].cpuCount, date: metrics[0].timestamp instanceof Date } : null;
+    } finally {
+      await sbx.kill();
+    }
+  },
+
   async isolation() {
     const mine = await Sandbox.create({ metadata: { owner: "a" } });
     try {

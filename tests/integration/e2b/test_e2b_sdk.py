@@ -104,6 +104,22 @@ def test_run_code_stateful_text_png_error_and_contexts(front, sdk_dir):
     assert r["listedAfterRemove"] is False
 
 
+def test_pty_input_resize_kill(front, sdk_dir):
+    r = scenario(front, sdk_dir, "pty")
+    assert r["seen"] == {"answer": True, "size": True}
+    assert r["ptyKilled"] is True
+
+
+def test_pause_connect_and_metrics(front, sdk_dir):
+    r = scenario(front, sdk_dir, "pause")
+    assert r["paused"] is True
+    assert r["pausedAgain"] is False  # E2B's 409: paused already
+    assert r["stateWhilePaused"] == "paused"
+    assert r["stateAfterConnect"] == "running"
+    assert r["kept"] == "kept"
+    assert r["metrics"] == {"memTotal": True, "memUsed": True, "cpuCount": 1, "date": True}
+
+
 def test_two_api_keys_do_not_see_each_others_sandboxes(front, sdk_dir):
     r = scenario(front, sdk_dir, "isolation")
     assert r["otherSees"] is False
