@@ -53,71 +53,141 @@ static enum MHD_Result download(struct http_request *r, const char *sandbox_id, 
         return http_reply_bytes(r, MHD_HTTP_OK, "application/octet-stream", bytes, len);
 }
 
-/* The one file part of a multipart/form-data body: its bytes in place. */
-static int multipart_file(struct http_request *r, const char *type, const char **data, size_t *len)
+/* The next part of a multipart/form-data body from *at: its bytes and the
+ * filename its Content-Disposition gives (copied into name, "" without);
+ * 0 at the closing boundary, 1 for a part, -EINVAL for a broken body. */
+static int multipart_next(const char *boundary, const char **at, const char *end, const char **data,
+                          size_t *len, char *name, size_t name_size)
 {
-        const char *b = strcasestr(type, "boundary=");
-        if (b == NULL)
-                return -EINVAL;
-        b += 9;
-        char boundary[256];
-        size_t blen = strcspn(b, "; ");
-        if (*b == '"') {
-                b++;
-                blen = strcspn(b, "\"");
-        }
-        if (blen == 0 || blen + 4 >= sizeof(boundary))
-                return -EINVAL;
-        snprintf(boundary, sizeof(boundary), "\r\n--%.*s", (int)blen, b);
-        const char *body = r->body, *end = r->body + r->body_len;
+        size_t blen = strlen(boundary); /* "\r\n--B" */
+        const char *p = *at;
         /* the first boundary has no CRLF before it */
-        if (r->body_len < blen + 2 || memcmp(body, boundary + 2, blen + 2) != 0)
+        if ((size_t)(end - p) >= blen - 2 && memcmp(p, boundary + 2, blen - 2) == 0)
+                p += blen - 2;
+        else if ((size_t)(end - p) >= blen && memcmp(p, boundary, blen) == 0)
+                p += blen;
+        else
                 return -EINVAL;
-        const char *head = body + blen + 2;
-        const char *start = memmem(head, (size_t)(end - head), "\r\n\r\n", 4);
+        if (end - p >= 2 && p[0] == '-' && p[1] == '-')
+                return 0;
+        const char *start = memmem(p, (size_t)(end - p), "\r\n\r\n", 4);
         if (start == NULL)
                 return -EINVAL;
+        name[0] = '\0';
+        const char *fn = memmem(p, (size_t)(start - p), "filename=\"", 10);
+        if (fn != NULL) {
+                fn += 10;
+                const char *close = memchr(fn, '"', (size_t)(start - fn));
+                if (close != NULL && (size_t)(close - fn) < name_size) {
+                        memcpy(name, fn, (size_t)(close - fn));
+                        name[close - fn] = '\0';
+                }
+        }
         start += 4;
-        const char *stop = memmem(start, (size_t)(end - start), boundary, strlen(boundary));
+        const char *stop = memmem(start, (size_t)(end - start), boundary, blen);
         if (stop == NULL)
                 return -EINVAL;
         *data = start;
         *len = (size_t)(stop - start);
+        *at = stop;
+        return 1;
+}
+
+static enum MHD_Result upload_error(struct http_request *r, struct client *c, json_t *error,
+                                    const nsbox_error_t *err)
+{
+        if (c != NULL)
+                client_close(c);
+        return files_error(r, error, err);
+}
+
+/* Write one file; its WriteInfo appended to out. */
+static int upload_one(struct client *c, const char *sandbox_id, const char *path, const char *data,
+                      size_t len, json_t *out, json_t **error, nsbox_error_t **err)
+{
+        size_t b64_len = 0;
+        _cleanup_free_ char *b64 = base64_encode(data ? data : "", len, &b64_len);
+        if (b64 == NULL)
+                return nsbox_error(err, ENOMEM, "write %s", path);
+        int ret = http_sandbox_write(c, sandbox_id, path, b64, error, err);
+        if (ret < 0)
+                return ret;
+        const char *slash = strrchr(path, '/');
+        json_array_append_new(out, json_pack("{s:s, s:s, s:s}", "path", path, "name",
+                                             slash ? slash + 1 : path, "type", "file"));
         return 0;
 }
 
+/* POST /files: an octet-stream body is the file at ?path; a multipart one
+ * holds one file per part, each at ?path (one part) or its filename. */
 static enum MHD_Result upload(struct http_request *r, const char *sandbox_id, const char *path)
 {
         const char *type =
             MHD_lookup_connection_value(r->connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
-        const char *data = r->body;
-        size_t len = r->body_len;
-        if (type != NULL && strncasecmp(type, "multipart/form-data", 19) == 0 &&
-            multipart_file(r, type, &data, &len) < 0)
-                return e2b_reply_rest_error(r, 400, "the multipart body holds no file part");
-        size_t b64_len = 0;
-        _cleanup_free_ char *b64 = base64_encode(data ? data : "", len, &b64_len);
-        if (b64 == NULL)
-                return e2b_reply_rest_error(r, 500, "out of memory");
+        const char *encoding =
+            MHD_lookup_connection_value(r->connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_ENCODING);
+        if (encoding != NULL && strcasecmp(encoding, "identity") != 0)
+                return e2b_reply_rest_error(
+                    r, 415, "nsbox takes uploads without Content-Encoding (not %.32s)", encoding);
+        bool multipart = type != NULL && strncasecmp(type, "multipart/form-data", 19) == 0;
+        if (!multipart && path == NULL)
+                return e2b_reply_rest_error(r, 400, "path is required");
         struct client *c = NULL;
-        _cleanup_json_ json_t *error = NULL;
+        _cleanup_json_ json_t *error = NULL, *out = json_array();
         _cleanup_error_ nsbox_error_t *err = NULL;
         if (http_nsboxd_connect(r, &c, &error, &err) < 0)
                 return files_error(r, error, err);
-        int ret = http_sandbox_write(c, sandbox_id, path, b64, &error, &err);
+        if (!multipart) {
+                if (upload_one(c, sandbox_id, path, r->body, r->body_len, out, &error, &err) < 0)
+                        return upload_error(r, c, error, err);
+                client_close(c);
+                return http_reply_json(r, MHD_HTTP_OK, json_incref(out));
+        }
+        const char *b = strcasestr(type, "boundary=");
+        char boundary[128];
+        size_t blen = b ? strcspn(b + 9, "; \"") : 0;
+        if (b != NULL && b[9] == '"') {
+                b++;
+                blen = strcspn(b + 9, "\"");
+        }
+        if (blen == 0 || blen > 70) {
+                client_close(c);
+                return e2b_reply_rest_error(r, 400,
+                                            "a multipart body wants a boundary of 1 to 70 characters");
+        }
+        snprintf(boundary, sizeof(boundary), "\r\n--%.*s", (int)blen, b + 9);
+        const char *at = r->body ? r->body : "", *end = at + r->body_len;
+        char name[4097];
+        for (;;) {
+                const char *data;
+                size_t len;
+                int got = multipart_next(boundary, &at, end, &data, &len, name, sizeof(name));
+                if (got < 0) {
+                        client_close(c);
+                        return e2b_reply_rest_error(r, 400, "the multipart body is broken");
+                }
+                if (got == 0)
+                        break;
+                const char *to = path ? path : name;
+                if (*to == '\0') {
+                        client_close(c);
+                        return e2b_reply_rest_error(r, 400, "a part without a filename, and no path");
+                }
+                if (upload_one(c, sandbox_id, to, data, len, out, &error, &err) < 0)
+                        return upload_error(r, c, error, err);
+        }
         client_close(c);
-        if (ret < 0)
-                return files_error(r, error, err);
-        const char *slash = strrchr(path, '/');
-        return http_reply_json(
-            r, MHD_HTTP_OK,
-            json_pack("[{s:s, s:s, s:s}]", "path", path, "name", slash ? slash + 1 : path, "type", "file"));
+        if (json_array_size(out) == 0)
+                return e2b_reply_rest_error(r, 400, "the multipart body holds no file");
+        return http_reply_json(r, MHD_HTTP_OK, json_incref(out));
 }
 
 enum MHD_Result http_e2b_files(struct http_request *r, const char *sandbox_id)
 {
         const char *path = query(r, "path");
-        if (path == NULL || *path == '\0')
+        if (path != NULL && *path == '\0')
+                path = NULL;
+        if (strcmp(r->method, "GET") == 0 && path == NULL)
                 return e2b_reply_rest_error(r, 400, "path is required");
         if (strcmp(r->method, "GET") == 0)
                 return download(r, sandbox_id, path);

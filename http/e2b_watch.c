@@ -459,7 +459,10 @@ enum MHD_Result http_e2b_watcher(struct http_request *r, const char *sandbox_id,
 {
         if (strcmp(method, "CreateWatcher") == 0)
                 return create_watcher(r, sandbox_id, msg);
+        /* proto3 JSON parsers take the field's proto name too */
         const char *id = json_string_value(json_object_get(msg, "watcherId"));
+        if (id == NULL)
+                id = json_string_value(json_object_get(msg, "watcher_id"));
         pthread_mutex_lock(&watchers_lock);
         struct watcher **p = find(r, sandbox_id, id);
         if (p == NULL) {

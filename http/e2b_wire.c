@@ -30,10 +30,11 @@ static bool path_under(const char *url, const char *prefix)
 
 bool e2b_request(struct MHD_Connection *connection, const char *url)
 {
-        return e2b_sandbox_id(connection) != NULL || path_under(url, "/sandboxes") ||
-               path_under(url, "/v2/sandboxes") || path_under(url, "/snapshots") ||
-               path_under(url, "/templates") || path_under(url, "/v2/templates") ||
-               path_under(url, "/teams") || path_under(url, "/volumes");
+        return e2b_sandbox_id(connection) != NULL ||
+               MHD_lookup_connection_value(connection, MHD_HEADER_KIND, "X-API-KEY") != NULL ||
+               path_under(url, "/sandboxes") || path_under(url, "/v2/sandboxes") ||
+               path_under(url, "/snapshots") || path_under(url, "/templates") ||
+               path_under(url, "/v2/templates") || path_under(url, "/teams") || path_under(url, "/volumes");
 }
 
 const char *e2b_user(struct MHD_Connection *connection)

@@ -26,8 +26,8 @@
 
 /* The sandbox a request names (E2b-Sandbox-Id), or NULL. */
 const char *e2b_sandbox_id(struct MHD_Connection *connection);
-/* Whether the request is E2B's: it names a sandbox, or its path is one of
- * the control plane's. */
+/* Whether the request is E2B's: it names a sandbox, carries an X-API-KEY,
+ * or its path is one of the control plane's. */
 bool e2b_request(struct MHD_Connection *connection, const char *url);
 /* nsbox's user for the OS user envd's Authorization: Basic names:
  * "root" for root, "sandbox" for any other (or none). */
