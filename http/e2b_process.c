@@ -26,8 +26,10 @@
 #define PROCESS_TABLE_SIZE 4096
 /* Output a command keeps for its stream (nsboxd's max_output_bytes). */
 #define PROCESS_MAX_OUTPUT (16u << 20)
-/* Polls of a quiet command back off from 1 ms to this. */
-#define POLL_MAX_MS 50
+/* Polls of a quiet command back off from POLL_FIRST_US (a short command has
+ * ended by then) to POLL_MAX_US. */
+#define POLL_FIRST_US 200
+#define POLL_MAX_US   50000
 
 struct process {
         uid_t uid;
@@ -94,7 +96,7 @@ struct process_stream {
         bool tty;
         int http_fd;
         json_int_t since[2];
-        unsigned delay_ms, keepalive_ms;
+        unsigned delay_us, keepalive_ms;
         long long last_sent_ms;
         bool done;
         char *buf;
@@ -181,16 +183,17 @@ static void stream_poll(struct process_stream *s)
         stream_end(s, NULL);
 }
 
-/* False when the client has gone (its end of the connection hung up). */
-static bool peer_wait(struct process_stream *s, unsigned ms)
+/* Wait us microseconds; false when the client has gone meanwhile (its end
+ * of the connection hung up). */
+static bool peer_wait(struct process_stream *s, unsigned us)
 {
+        struct timespec ts = { (time_t)(us / 1000000), (long)(us % 1000000) * 1000 };
         if (s->http_fd < 0) {
-                struct timespec ts = { 0, (long)ms * 1000000 };
                 nanosleep(&ts, NULL);
                 return true;
         }
         struct pollfd p = { .fd = s->http_fd, .events = POLLRDHUP };
-        return poll(&p, 1, (int)ms) <= 0 || !(p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+        return ppoll(&p, 1, &ts, NULL) <= 0 || !(p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
 static ssize_t stream_read(void *data, uint64_t pos, char *out, size_t max)
@@ -208,12 +211,12 @@ static ssize_t stream_read(void *data, uint64_t pos, char *out, size_t max)
                         return MHD_CONTENT_READER_END_OF_STREAM;
                 stream_poll(s);
                 if (s->len > 0) {
-                        s->delay_ms = 1;
+                        s->delay_us = POLL_FIRST_US;
                         continue;
                 }
-                if (!peer_wait(s, s->delay_ms))
+                if (!peer_wait(s, s->delay_us))
                         return MHD_CONTENT_READER_END_WITH_ERROR;
-                s->delay_ms = s->delay_ms * 2 > POLL_MAX_MS ? POLL_MAX_MS : s->delay_ms * 2;
+                s->delay_us = s->delay_us * 2 > POLL_MAX_US ? POLL_MAX_US : s->delay_us * 2;
                 if (now_ms() - s->last_sent_ms >= s->keepalive_ms)
                         stream_event(s, json_pack("{s:{}}", "keepalive"));
         }
@@ -235,7 +238,7 @@ static struct process_stream *stream_new(struct http_request *r, const char *exe
                 return NULL;
         snprintf(s->exec_id, sizeof(s->exec_id), "%s", exec_id);
         s->tty = tty;
-        s->delay_ms = 1;
+        s->delay_us = POLL_FIRST_US;
         const union MHD_ConnectionInfo *info =
             MHD_get_connection_info(r->connection, MHD_CONNECTION_INFO_CONNECTION_FD);
         s->http_fd = info ? info->connect_fd : -1;
@@ -267,12 +270,14 @@ static enum MHD_Result reply_stream_rpc_error(struct http_request *r, json_t *er
                                                         : "error");
 }
 
-static enum MHD_Result start_stream(struct http_request *r, struct process_stream *s, uint32_t pid,
-                                    json_t *since)
+/* The stream, on the connection c to nsboxd (taken; NULL: a new one). */
+static enum MHD_Result start_stream(struct http_request *r, struct process_stream *s, struct client *c,
+                                    uint32_t pid, json_t *since)
 {
         _cleanup_json_ json_t *refused = NULL;
         _cleanup_error_ nsbox_error_t *err = NULL;
-        if (http_nsboxd_connect(r, &s->c, &refused, &err) < 0) {
+        s->c = c;
+        if (s->c == NULL && http_nsboxd_connect(r, &s->c, &refused, &err) < 0) {
                 stream_free(s);
                 return reply_stream_rpc_error(r, refused, err);
         }
@@ -341,12 +346,19 @@ static enum MHD_Result start(struct http_request *r, const char *sandbox_id, jso
         }
         _cleanup_json_ json_t *result = NULL, *error = NULL;
         _cleanup_error_ nsbox_error_t *err = NULL;
-        if (http_call(r, "sandbox.exec", params, &result, &error, &err) < 0)
+        struct client *c = NULL;
+        if (http_nsboxd_connect(r, &c, &error, &err) < 0)
                 return reply_stream_rpc_error(r, error, err);
+        if (client_call(c, "sandbox.exec", params, NULL, NULL, &result, &error, &err) < 0) {
+                client_close(c);
+                return reply_stream_rpc_error(r, error, err);
+        }
         const char *exec_id = json_string_value(json_object_get(result, "exec_id"));
         json_int_t pid = json_integer_value(json_object_get(result, "pid"));
-        if (exec_id == NULL)
+        if (exec_id == NULL) {
+                client_close(c);
                 return reply_stream_error(r, "internal", "nsboxd gave no exec id");
+        }
         struct process p = { .uid = r->uid, .pid = (uint32_t)pid, .tty = tty };
         snprintf(p.sandbox_id, sizeof(p.sandbox_id), "%s", sandbox_id);
         snprintf(p.exec_id, sizeof(p.exec_id), "%s", exec_id);
@@ -358,9 +370,11 @@ static enum MHD_Result start(struct http_request *r, const char *sandbox_id, jso
                 json_object_set(p.config, "cwd", cwd);
         table_add(&p);
         struct process_stream *s = stream_new(r, exec_id, tty);
-        if (s == NULL)
+        if (s == NULL) {
+                client_close(c);
                 return MHD_NO;
-        return start_stream(r, s, (uint32_t)pid, NULL);
+        }
+        return start_stream(r, s, c, (uint32_t)pid, NULL);
 }
 
 /* The exec a message's selector (`process`) names, or a reply queued. */
@@ -390,7 +404,7 @@ static enum MHD_Result connect_process(struct http_request *r, const char *sandb
         struct process_stream *s = stream_new(r, exec_id, tty);
         if (s == NULL)
                 return MHD_NO;
-        return start_stream(r, s, pid, json_object_get(result, "next"));
+        return start_stream(r, s, NULL, pid, json_object_get(result, "next"));
 }
 
 static enum MHD_Result unary_call(struct http_request *r, const char *method, json_t *params)
