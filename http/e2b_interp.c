@@ -186,10 +186,19 @@ static enum MHD_Result execute(struct http_request *r, const char *sandbox_id)
         int rc = 0;
         for (int i = 0; i < 2 && rc == 0; i++) {
                 const char *text = json_string_value(json_object_get(result, streams[i]));
-                /* a failed cell's traceback is its error, not its stderr */
-                if (text != NULL && *text != '\0' && !(failed && i == 1))
+                size_t n = text ? strlen(text) : 0;
+                /* a failed cell's traceback is its error, not its stderr: what it
+                 * wrote before the traceback stays */
+                if (failed && i == 1 && text != NULL) {
+                        const char *tb = NULL;
+                        for (const char *at = text; (at = strstr(at, "Traceback (most recent call last):"));
+                             at++)
+                                tb = at;
+                        n = tb ? (size_t)(tb - text) : 0;
+                }
+                if (n > 0)
                         rc = ndjson_line(&buf, &len, &cap,
-                                         json_pack("{s:s, s:s, s:I}", "type", streams[i], "text", text,
+                                         json_pack("{s:s, s:s%, s:I}", "type", streams[i], "text", text, n,
                                                    "timestamp", stamp));
         }
         size_t i;

@@ -158,8 +158,9 @@ const scenarios = {
       report.stdout = printed.logs.stdout;
       const chart = await sbx.runCode("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()");
       report.png = chart.results.some((r) => r.png && Buffer.from(r.png, "base64").subarray(1, 4).toString() === "PNG");
-      const failed = await sbx.runCode("1 / 0");
+      const failed = await sbx.runCode("import sys\nprint('before', file=sys.stderr)\n1 / 0");
       report.error = failed.error ? { name: failed.error.name, value: failed.error.value, traceback: failed.error.traceback.includes("ZeroDivisionError") } : null;
+      report.stderrBeforeError = failed.logs.stderr;
       const ctx = await sbx.createCodeContext();
       await sbx.runCode("y = 5", { context: ctx });
       report.inContext = (await sbx.runCode("y * 2", { context: ctx })).text;

@@ -97,6 +97,7 @@ def test_run_code_stateful_text_png_error_and_contexts(front, sdk_dir):
     assert r["stdout"] == ["hi\n"]
     assert r["png"] is True
     assert r["error"] == {"name": "ZeroDivisionError", "value": "division by zero", "traceback": True}
+    assert r["stderrBeforeError"] == ["before\n"]  # the traceback is the error's, not stderr's
     assert r["inContext"] == "10"
     assert r["defaultHasY"] == "False" and r["contextHasX"] == "False"
     assert r["listed"] is True
