@@ -26,10 +26,14 @@
 #define PROCESS_TABLE_SIZE 4096
 /* Output a command keeps for its stream (nsboxd's max_output_bytes). */
 #define PROCESS_MAX_OUTPUT (16u << 20)
-/* Polls of a quiet command back off from POLL_FIRST_US (a short command has
- * ended by then) to POLL_MAX_US. */
-#define POLL_FIRST_US 200
-#define POLL_MAX_US   50000
+/* Polls of a quiet command: every POLL_FIRST_US growing to POLL_SHORT_US
+ * (an end is seen within a ms: short commands are what is waited for most),
+ * then, once it has been quiet for POLL_SHORT_FOR_US, slowly up to
+ * POLL_MAX_US. A poll is one exec.output call of some 50 us to nsboxd. */
+#define POLL_FIRST_US     200
+#define POLL_SHORT_US     1000
+#define POLL_SHORT_FOR_US 100000
+#define POLL_MAX_US       50000
 
 struct process {
         uid_t uid;
@@ -96,7 +100,7 @@ struct process_stream {
         bool tty;
         int http_fd;
         json_int_t since[2];
-        unsigned delay_us, keepalive_ms;
+        unsigned delay_us, quiet_us, keepalive_ms;
         long long last_sent_ms;
         bool done;
         char *buf;
@@ -212,11 +216,14 @@ static ssize_t stream_read(void *data, uint64_t pos, char *out, size_t max)
                 stream_poll(s);
                 if (s->len > 0) {
                         s->delay_us = POLL_FIRST_US;
+                        s->quiet_us = 0;
                         continue;
                 }
                 if (!peer_wait(s, s->delay_us))
                         return MHD_CONTENT_READER_END_WITH_ERROR;
-                s->delay_us = s->delay_us * 2 > POLL_MAX_US ? POLL_MAX_US : s->delay_us * 2;
+                s->quiet_us += s->delay_us;
+                unsigned cap = s->quiet_us < POLL_SHORT_FOR_US ? POLL_SHORT_US : POLL_MAX_US;
+                s->delay_us = s->delay_us * 3 / 2 > cap ? cap : s->delay_us * 3 / 2;
                 if (now_ms() - s->last_sent_ms >= s->keepalive_ms)
                         stream_event(s, json_pack("{s:{}}", "keepalive"));
         }

@@ -67,6 +67,37 @@ def nsbox_sdk(socket_path, rounds):
     return out
 
 
+def raw_start(port, rounds):
+    """process.Process/Start of E2B's `bash -l -c true` as the SDK sends it, with
+    http.client on one kept-alive connection: the front's cost without the SDK's."""
+    import http.client
+    import struct
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+
+    def req(method, path, body, headers):
+        c.request(method, path, body=body, headers=headers)
+        r = c.getresponse()
+        return r.status, r.read()
+
+    status, body = req("POST", "/sandboxes", b"{}", {"X-API-KEY": KEY, "Content-Type": "application/json"})
+    assert status == 201, body
+    sb = json.loads(body)
+    h = {"E2b-Sandbox-Id": sb["sandboxID"], "E2b-Sandbox-Port": "49983", "X-Access-Token": sb["envdAccessToken"],
+         "Content-Type": "application/connect+json", "Connect-Protocol-Version": "1"}
+    msg = json.dumps({"process": {"cmd": E2B_TRUE[0], "args": E2B_TRUE[1:], "envs": {}}, "stdin": False}).encode()
+    envelope = struct.pack(">BI", 0, len(msg)) + msg
+    out = []
+    for i in range(rounds + 3):
+        t0 = time.perf_counter()
+        status, body = req("POST", "/process.Process/Start", envelope, h)
+        assert status == 200 and b'"exitCode":0' in body, body
+        if i >= 3:
+            out.append((time.perf_counter() - t0) * 1000)
+    req("DELETE", "/sandboxes/" + sb["sandboxID"], None, {"X-API-KEY": KEY})
+    c.close()
+    return out
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--build", default="build")
@@ -102,6 +133,7 @@ def main():
         # interleaved halves, so drift hits both sides alike
         e2b = {"create_to_first_command": [], "run_true": []}
         own = {"create_to_first_command": [], "run_true": [], "run_e2b_true": []}
+        raw = []
         for _ in range(2):
             r = subprocess.run(["node", os.path.join(REPO, "tests", "e2b", "bench.mjs"), str(a.rounds // 2)],
                                env=env, capture_output=True, text=True, check=True, timeout=1800)
@@ -109,6 +141,7 @@ def main():
                 e2b[k] += v
             for k, v in nsbox_sdk(daemon.socket, a.rounds // 2).items():
                 own[k] += v
+            raw += raw_start(port, a.rounds // 2)
         rows = []
         for key, what in [("create_to_first_command", "Sandbox.create() to the first commands.run('true')"),
                           ("run_true", "commands.run('true') round trip")]:
@@ -134,10 +167,15 @@ def main():
                 row["ratio"], row["front_ms"]))
         print("nsbox's SDK running E2B's command line (%s): %.2f ms median; the front and the E2B SDK add %+.2f ms"
               % (" ".join(E2B_TRUE), same, run["front_ms"]))
+        run["raw_http_median_ms"] = statistics.median(raw)
+        print("the same Start with http.client, no SDK: %.2f ms median (p90 %.2f): nsbox-http adds %+.2f ms, "
+              "the E2B SDK %+.2f ms" % (run["raw_http_median_ms"], p90(raw), run["raw_http_median_ms"] - same,
+                                        run["e2b_median_ms"] - run["raw_http_median_ms"]))
         for name, met in targets.items():
             print("target %s: %s" % (name, "met" if met else "MISSED"))
         with open(os.path.join(a.build, "bench-e2b.json"), "w") as f:
-            json.dump({"rows": rows, "targets": targets, "samples": {"e2b": e2b, "nsbox": own}}, f, indent=1)
+            json.dump({"rows": rows, "targets": targets, "samples": {"e2b": e2b, "nsbox": own, "raw_http": raw}}, f,
+                      indent=1)
     finally:
         if front is not None:
             front.terminate()
