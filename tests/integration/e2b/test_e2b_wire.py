@@ -287,3 +287,29 @@ def test_a_client_leaving_mid_stream_leaves_the_process_running(front, sbx):
     assert data == b"done\n"
     # and nsbox-http serves on
     assert call(front, "GET", "/health", headers=sbx.headers())[0] == 204
+
+
+def test_watch_streams_left_by_their_clients_are_released(front, sbx):
+    """More WatchDir streams than a sandbox may hold at once, each left by its
+    client after its start: every one is released, so a new watch still opens."""
+    body = envelope({"path": "/workspace", "recursive": False})
+    head = "".join("%s: %s\r\n" % kv for kv in sbx.headers(**{"Content-Type": "application/connect+json",
+                                                               "Content-Length": str(len(body))}).items())
+    for _ in range(24):
+        s = socket.create_connection(("127.0.0.1", front.port), timeout=30)
+        s.sendall(("POST /filesystem.Filesystem/WatchDir HTTP/1.1\r\nHost: 127.0.0.1\r\n%s\r\n" % head).encode() + body)
+        got = b""
+        while b"start" not in got:
+            chunk = s.recv(4096)
+            assert chunk, got
+            got += chunk
+        s.close()
+    deadline = time.monotonic() + 30
+    while True:
+        status, _, made = sbx.unary("filesystem.Filesystem/CreateWatcher", {"path": "/workspace"})
+        if status == 200:
+            break
+        assert made["code"] == "resource_exhausted", made
+        assert time.monotonic() < deadline, "watches of departed clients were never released"
+        time.sleep(0.05)
+    assert sbx.unary("filesystem.Filesystem/RemoveWatcher", {"watcherId": made["watcherId"]})[0] == 200
