@@ -19,6 +19,10 @@ def sdk_dir():
     """The SDKs, installed by `make e2b-sdk` into the cache dir (once)."""
     node = shutil.which("node") or "/usr/bin/node"
     assert os.path.exists(node), "node is missing (make deps-test installs nodejs and npm)"
+    version = subprocess.run([node, "--version"], capture_output=True, text=True).stdout.strip().lstrip("v")
+    major, minor = (int(x) for x in version.split(".")[:2])
+    # the engines of the pinned e2b and @e2b/code-interpreter
+    assert (major, minor) >= (20, 18) and major != 21, "the E2B SDKs want Node >= 20.18.1 (not 21), this is " + version
     subprocess.run(["make", "-s", "--no-print-directory", "-C", REPO, "e2b-sdk"], check=True, timeout=600)
     out = subprocess.run(["make", "-s", "--no-print-directory", "-C", REPO, "e2b-sdk-dir"], check=True,
                          capture_output=True, text=True).stdout.strip()
