@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* E2B's control plane (e2b_api.h) on nsboxd's sandbox methods. An E2B
  * sandbox is an nsbox sandbox: its template is the image (E2B's own
- * template names mean the default image), metadata its labels, envVars its
- * env, the timeout its idle timeout. */
+ * template names mean the default image) or one of the owner's snapshots,
+ * metadata its labels, envVars its env, the timeout its idle timeout. E2B's
+ * snapshots are nsbox's; a fork is a snapshot and sandboxes made from it. */
 #include "e2b_api.h"
 
 #include <errno.h>
@@ -98,6 +99,26 @@ static json_t *network_policy(json_t *network)
         return policy;
 }
 
+/* The id of the caller's snapshot whose id or name is `name`, or NULL:
+ * E2B makes a sandbox from a snapshot by giving it as the template. */
+static char *snapshot_named(struct http_request *r, const char *name)
+{
+        _cleanup_json_ json_t *params = json_object(), *result = NULL, *error = NULL;
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (http_call(r, "snapshot.list", params, &result, &error, &err) < 0)
+                return NULL;
+        size_t i;
+        json_t *snap;
+        json_array_foreach(json_object_get(result, "snapshots"), i, snap)
+        {
+                const char *id = json_string_value(json_object_get(snap, "snapshot_id"));
+                const char *label = json_string_value(json_object_get(snap, "name"));
+                if (id != NULL && (strcmp(id, name) == 0 || (label != NULL && strcmp(label, name) == 0)))
+                        return strdup(id);
+        }
+        return NULL;
+}
+
 static enum MHD_Result create(struct http_request *r)
 {
         enum MHD_Result ret;
@@ -113,8 +134,13 @@ static enum MHD_Result create(struct http_request *r)
              json_integer_value(timeout) > 7 * 24 * 3600))
                 return e2b_reply_rest_error(r, 400, "timeout must be 1 to 604800 seconds");
         _cleanup_json_ json_t *params = json_object();
-        if (!template_is_default(json_string_value(t)))
-                json_object_set(params, "image", t);
+        if (!template_is_default(json_string_value(t))) {
+                _cleanup_free_ char *snapshot = snapshot_named(r, json_string_value(t));
+                if (snapshot != NULL)
+                        json_object_set_new(params, "from_snapshot", json_string(snapshot));
+                else
+                        json_object_set(params, "image", t);
+        }
         json_object_set_new(params, "idle_timeout_seconds",
                             json_integer(json_is_integer(timeout) ? json_integer_value(timeout) : 300));
         if (json_is_object(metadata))
@@ -368,6 +394,127 @@ static enum MHD_Result metrics(struct http_request *r, const char *id)
         return http_reply_json(r, MHD_HTTP_OK, json_pack("[O]", sample));
 }
 
+/* E2B's SnapshotInfo of an nsbox snapshot object. */
+static json_t *snapshot_json(json_t *snap)
+{
+        const char *id = json_string_value(json_object_get(snap, "snapshot_id"));
+        const char *name = json_string_value(json_object_get(snap, "name"));
+        json_t *out = json_pack("{s:s, s:[]}", "snapshotID", id ? id : "", "names");
+        if (out != NULL && name != NULL && *name != '\0')
+                json_array_append_new(json_object_get(out, "names"), json_string(name));
+        return out;
+}
+
+static enum MHD_Result snapshot(struct http_request *r, const char *id)
+{
+        enum MHD_Result ret;
+        _cleanup_json_ json_t *body = r->body_len ? http_body_object(r, &ret) : json_object();
+        if (body == NULL)
+                return ret;
+        json_t *name = json_object_get(body, "name");
+        if (name != NULL && !json_is_null(name) && !json_is_string(name))
+                return e2b_reply_rest_error(r, 400, "name must be a string");
+        _cleanup_json_ json_t *params = json_pack("{s:s}", "sandbox_id", id), *result = NULL, *error = NULL;
+        if (json_is_string(name))
+                json_object_set(params, "name", name);
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (http_call(r, "sandbox.snapshot", params, &result, &error, &err) < 0)
+                return e2b_reply_rest_rpc_error(r, error, err);
+        return http_reply_json(r, MHD_HTTP_CREATED, snapshot_json(result));
+}
+
+static enum MHD_Result list_snapshots(struct http_request *r)
+{
+        const char *of = MHD_lookup_connection_value(r->connection, MHD_GET_ARGUMENT_KIND, "sandboxID");
+        const char *named = MHD_lookup_connection_value(r->connection, MHD_GET_ARGUMENT_KIND, "name");
+        _cleanup_json_ json_t *params = json_object(), *result = NULL, *error = NULL;
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (http_call(r, "snapshot.list", params, &result, &error, &err) < 0)
+                return e2b_reply_rest_rpc_error(r, error, err);
+        json_t *out = json_array();
+        size_t i;
+        json_t *snap;
+        json_array_foreach(json_object_get(result, "snapshots"), i, snap)
+        {
+                const char *sandbox = json_string_value(json_object_get(snap, "sandbox_id"));
+                const char *name = json_string_value(json_object_get(snap, "name"));
+                if ((of != NULL && (sandbox == NULL || strcmp(of, sandbox) != 0)) ||
+                    (named != NULL && (name == NULL || strcmp(named, name) != 0)))
+                        continue;
+                json_array_append_new(out, snapshot_json(snap));
+        }
+        return http_reply_json(r, MHD_HTTP_OK, out);
+}
+
+/* DELETE /templates/{id}: E2B deletes snapshots there; nsbox has no other templates to delete. */
+static enum MHD_Result delete_snapshot(struct http_request *r, const char *id)
+{
+        _cleanup_free_ char *snapshot = snapshot_named(r, id);
+        if (snapshot == NULL)
+                return e2b_reply_rest_error(r, 404, "no snapshot %.128s", id);
+        _cleanup_json_ json_t *params = json_pack("{s:s}", "snapshot_id", snapshot), *result = NULL,
+                              *error = NULL;
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (http_call(r, "snapshot.remove", params, &result, &error, &err) < 0)
+                return e2b_reply_rest_rpc_error(r, error, err);
+        return no_content(r);
+}
+
+/* count sandboxes from a snapshot of this one, which goes with the last of them. */
+static enum MHD_Result fork_sandbox(struct http_request *r, const char *id)
+{
+        enum MHD_Result ret;
+        _cleanup_json_ json_t *body = r->body_len ? http_body_object(r, &ret) : json_object();
+        if (body == NULL)
+                return ret;
+        json_t *count = json_object_get(body, "count"), *timeout = json_object_get(body, "timeout");
+        json_int_t n = count == NULL || json_is_null(count) ? 1
+                       : json_is_integer(count)             ? json_integer_value(count)
+                                                            : 0;
+        if (n < 1 || n > 100)
+                return e2b_reply_rest_error(r, 400, "count must be 1 to 100");
+        if (timeout != NULL && !json_is_null(timeout) &&
+            (!json_is_integer(timeout) || json_integer_value(timeout) < 1 ||
+             json_integer_value(timeout) > 7 * 24 * 3600))
+                return e2b_reply_rest_error(r, 400, "timeout must be 1 to 604800 seconds");
+        _cleanup_json_ json_t *source = NULL, *snap = NULL, *error = NULL;
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (info(r, id, &source, &error, &err) < 0)
+                return e2b_reply_rest_rpc_error(r, error, err);
+        _cleanup_json_ json_t *snap_params =
+            json_pack("{s:s, s:b}", "sandbox_id", id, "remove_when_unused", 1);
+        if (http_call(r, "sandbox.snapshot", snap_params, &snap, &error, &err) < 0)
+                return e2b_reply_rest_rpc_error(r, error, err);
+        json_t *out = json_array();
+        for (json_int_t k = 0; k < n; k++) {
+                _cleanup_json_ json_t *params =
+                    json_pack("{s:O, s:I}", "from_snapshot", json_object_get(snap, "snapshot_id"),
+                              "idle_timeout_seconds",
+                              json_is_integer(timeout)
+                                  ? json_integer_value(timeout)
+                                  : json_integer_value(json_object_get(source, "idle_timeout_seconds")));
+                json_t *labels = json_object_get(source, "labels"), *env = json_object_get(source, "env");
+                if (json_is_object(labels))
+                        json_object_set(params, "labels", labels);
+                if (json_is_object(env))
+                        json_object_set(params, "env", env);
+                _cleanup_json_ json_t *made = NULL, *failed = NULL;
+                _cleanup_error_ nsbox_error_t *e = NULL;
+                if (http_call(r, "sandbox.create", params, &made, &failed, &e) < 0) {
+                        unsigned status = failed ? http_status_of_rpc_error(failed, NULL) : 503;
+                        const char *m = failed ? json_string_value(json_object_get(failed, "message")) : NULL;
+                        json_array_append_new(out, json_pack("{s:{s:I, s:s}}", "error", "code",
+                                                             (json_int_t)status, "message",
+                                                             m   ? m
+                                                             : e ? e->message
+                                                                 : "error"));
+                        continue;
+                }
+                json_array_append_new(out, json_pack("{s:o}", "sandbox", sandbox_json(r, made, false)));
+        }
+        return http_reply_json(r, MHD_HTTP_OK, out);
+}
+
 static enum MHD_Result network(struct http_request *r, const char *id)
 {
         enum MHD_Result ret;
@@ -424,6 +571,15 @@ enum MHD_Result http_e2b_api(struct http_request *r)
                         return network(r, id);
                 if (post && strcmp(action, "refreshes") == 0)
                         return simple(r, "sandbox.update", id, false);
+                if (post && strcmp(action, "snapshots") == 0)
+                        return snapshot(r, id);
+                if (post && strcmp(action, "fork") == 0)
+                        return fork_sandbox(r, id);
         }
+        if (get && strcmp(url, "/snapshots") == 0)
+                return list_snapshots(r);
+        if (strcmp(m, "DELETE") == 0 && strncmp(url, "/templates/", 11) == 0 &&
+            strchr(url + 11, '/') == NULL && url[11] != '\0')
+                return delete_snapshot(r, url + 11);
         return e2b_reply_rest_error(r, 501, "%s %.200s is not implemented by nsbox", m, r->url);
 }

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* E2B's control plane (e2b_api.c): POST /sandboxes, GET/DELETE
  * /sandboxes/{id}, GET /v2/sandboxes with its filters and pages, timeout,
- * connect, pause, resume, metrics and network, on nsboxd's sandbox.*
- * methods; any other path of E2B's API answers 501. A handler of the
- * router. */
+ * connect, pause, resume, metrics, network, snapshots and fork, on
+ * nsboxd's sandbox.* and snapshot.* methods; any other path of E2B's API
+ * answers 501. A handler of the router. */
 #pragma once
 
 #include <microhttpd.h>

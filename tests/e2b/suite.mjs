@@ -211,6 +211,32 @@ const scenarios = {
     }
   },
 
+  async snapshots() {
+    const sbx = await Sandbox.create();
+    const made = [];
+    try {
+      await sbx.files.write("/workspace/state.txt", "before the snapshot");
+      const snap = await sbx.createSnapshot({ name: `snap-${process.pid}` });
+      report.names = snap.names;
+      const listed = await Sandbox.listSnapshots({ sandboxId: sbx.sandboxId }).nextItems();
+      report.listed = listed.some((s) => s.snapshotId === snap.snapshotId);
+      const fromSnap = await Sandbox.create(snap.snapshotId);
+      made.push(fromSnap);
+      report.fromSnapshot = await fromSnap.files.read("/workspace/state.txt");
+      const forks = await sbx.fork({ count: 2 });
+      made.push(...forks.filter((f) => !(f instanceof Error)));
+      report.forks = await Promise.all(forks.map(async (f) => (f instanceof Error ? `error: ${f.message}` : await f.files.read("/workspace/state.txt"))));
+      report.forkIds = new Set(forks.map((f) => f.sandboxId)).size;
+      for (const m of made) await m.kill();
+      made.length = 0;
+      report.deleted = await Sandbox.deleteSnapshot(snap.snapshotId);
+      report.deletedAgain = await Sandbox.deleteSnapshot(snap.snapshotId);
+    } finally {
+      for (const m of made) await m.kill().catch(() => {});
+      await sbx.kill();
+    }
+  },
+
   async isolation() {
     const mine = await Sandbox.create({ metadata: { owner: "a" } });
     try {

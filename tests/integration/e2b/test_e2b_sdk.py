@@ -125,6 +125,15 @@ def test_pause_connect_and_metrics(front, sdk_dir):
     assert r["metrics"] == {"memTotal": True, "memUsed": True, "cpuCount": 1, "date": True}
 
 
+def test_snapshots_create_from_snapshot_and_fork(front, sdk_dir):
+    r = scenario(front, sdk_dir, "snapshots")
+    assert r["names"] and r["names"][0].startswith("snap-")
+    assert r["listed"] is True
+    assert r["fromSnapshot"] == "before the snapshot"
+    assert r["forks"] == ["before the snapshot", "before the snapshot"] and r["forkIds"] == 2
+    assert r["deleted"] is True and r["deletedAgain"] is False
+
+
 def test_two_api_keys_do_not_see_each_others_sandboxes(front, sdk_dir):
     r = scenario(front, sdk_dir, "isolation")
     assert r["otherSees"] is False
