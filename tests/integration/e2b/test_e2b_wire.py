@@ -313,3 +313,19 @@ def test_watch_streams_left_by_their_clients_are_released(front, sbx):
         assert time.monotonic() < deadline, "watches of departed clients were never released"
         time.sleep(0.05)
     assert sbx.unary("filesystem.Filesystem/RemoveWatcher", {"watcherId": made["watcherId"]})[0] == 200
+
+
+def test_basic_auth_names_the_os_user(front, sbx):
+    """envd's Authorization: Basic USER: picks the user: root is the sandbox's root,
+    any other the sandbox user."""
+    def uid_as(user):
+        h = sbx.headers(**{"Content-Type": "application/connect+json",
+                           "Authorization": "Basic " + base64.b64encode(user + b":").decode()})
+        status, _, body = call(front, "POST", "/process.Process/Start",
+                               envelope({"process": {"cmd": "/bin/sh", "args": ["-c", "id -u"]}}), headers=h, raw=True)
+        assert status == 200
+        out = [e["event"]["data"]["stdout"] for f, e in envelopes(body) if f == 0 and "data" in e["event"]]
+        return base64.b64decode("".join(out)).decode().strip()
+    assert uid_as(b"root") == "0"
+    assert uid_as(b"user") == "1000"
+    assert uid_as(b"\xff" * 300) == "1000"
