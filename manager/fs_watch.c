@@ -115,14 +115,25 @@ static void watch_notify(struct fs_watch *w, json_t *event)
 
 /* Watch the directory `rel` (under the watched one) of the sandbox path
  * `path`, held open at fd. */
+/* Directories the sandbox's watches follow, this one's included. */
+static size_t sandbox_dirs(const struct fs_watch *w)
+{
+        size_t n = w->n_dirs;
+        for (const struct fs_watch *o = watches; o != NULL; o = o->next)
+                if (o != w && o->sb == w->sb)
+                        n += o->n_dirs;
+        return n;
+}
+
 static int watch_add_fd(struct fs_watch *w, int fd, const char *rel, nsbox_error_t **err)
 {
-        if (w->n_dirs >= FS_WATCH_MAX_DIRS) {
+        if (sandbox_dirs(w) >= FS_WATCH_MAX_DIRS) {
                 if (!w->dirs_full)
                         watch_notify(
-                            w, json_pack("{s:s, s:s, s:i}", "type", "overflow", "reason",
-                                         "too many directories: the ones past the bound are not watched",
-                                         "max_directories", FS_WATCH_MAX_DIRS));
+                            w, json_pack(
+                                   "{s:s, s:s, s:i}", "type", "overflow", "reason",
+                                   "too many directories: the ones past the sandbox's bound are not watched",
+                                   "max_directories", FS_WATCH_MAX_DIRS));
                 w->dirs_full = true;
                 return 0;
         }
@@ -138,8 +149,9 @@ static int watch_add_fd(struct fs_watch *w, int fd, const char *rel, nsbox_error
         snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
         int wd = inotify_add_watch(w->source->fd, proc, WATCH_MASK);
         if (wd < 0)
-                return nsbox_error(err, errno == ENOSPC ? EUSERS : errno, "watch %s%s%s", w->shown,
-                                   *rel ? "/" : "", rel);
+                return nsbox_error(err, errno == ENOSPC ? EUSERS : errno, "watch %s%s%s%s", w->shown,
+                                   *rel ? "/" : "", rel,
+                                   errno == ENOSPC ? " (the host's inotify watches are used up)" : "");
         for (size_t i = 0; i < w->n_dirs; i++)
                 if (w->dirs[i].wd == wd)
                         return 0; /* the same directory again (a hard link, a rename) */
@@ -333,12 +345,16 @@ void fs_method_watch(struct rpc_request *req, struct sandbox *sb)
                 r = watch_add_tree(w, &ctx, "", &err);
                 fs_ctx_close(&ctx);
         }
+        if (r == 0 && w->n_dirs == 0)
+                r = nsbox_error(&err, EUSERS,
+                                "the watches of sandbox %s follow %d directories already, the most "
+                                "one sandbox's may",
+                                sb->id, FS_WATCH_MAX_DIRS);
         if (r < 0) {
                 watch_unlink(w);
                 watch_free(w);
                 if (r == -EUSERS)
-                        rpc_reply_fail(req, "limit_reached", "%s (the host's inotify watches are used up)",
-                                       err->message);
+                        rpc_reply_fail(req, "limit_reached", "%s", err->message);
                 else
                         fs_reply_failure(req, r, err);
                 return;

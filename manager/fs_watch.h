@@ -8,10 +8,14 @@
 
 struct sandbox;
 
-/* Watch streams one sandbox may have at once. */
-#define FS_WATCH_PER_SANDBOX 16
-/* Directories one recursive watch follows; past it the stream says so. */
-#define FS_WATCH_MAX_DIRS 1024
+#include "sandbox_limits.h"
+
+/* Watch streams one sandbox may have at once (each an inotify instance of
+ * nsboxd's, host root's: host_pools.c keeps room for them). */
+#define FS_WATCH_PER_SANDBOX SANDBOX_WATCH_INSTANCES
+/* Directories the watches of one sandbox follow together; past it a
+ * stream says so. */
+#define FS_WATCH_MAX_DIRS SANDBOX_WATCH_DIRS
 
 void fs_method_watch(struct rpc_request *req, struct sandbox *sb);
 /* The sandbox is ending: end its watches. */

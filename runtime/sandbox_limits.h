@@ -11,5 +11,9 @@
  * keeps room for them there (manager/host_pools.c). */
 #define SANDBOX_INOTIFY_INSTANCES 16
 #define SANDBOX_INOTIFY_WATCHES   8192
+/* fs.watch's inotify instances and watches, made by nsboxd (host root) for
+ * one sandbox, at most (manager/fs_watch.c); kept room for too. */
+#define SANDBOX_WATCH_INSTANCES 16
+#define SANDBOX_WATCH_DIRS      1024
 /* Open files per process in a sandbox (RLIMIT_NOFILE). */
 #define SANDBOX_NOFILE 1024

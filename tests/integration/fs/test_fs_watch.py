@@ -118,6 +118,21 @@ def test_recursive_watch_bounds_its_directories(daemon, sandbox):
         # the overflow was said before fs.watching, as the first notification
         overflow = [n["params"] for n in c.notifications if n["method"] == "fs.event"]
         assert overflow and overflow[0]["type"] == "overflow" and overflow[0]["max_directories"] == 1024
+        # the bound is the sandbox's: no other watch of it gets a directory more
+        with Client(daemon.socket) as other:
+            with pytest.raises(RpcError) as e:
+                other.call("fs.watch", sandbox_id=sandbox, path="/workspace")
+            assert e.value.error["data"]["kind"] == "limit_reached"
+    # released with the stream that held them
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            c, _, _ = watch(daemon, sandbox, "/workspace")
+            c.close()
+            break
+        except AssertionError:
+            assert time.monotonic() < deadline, "the directories of a closed watch were never released"
+            time.sleep(0.05)
 
 
 def test_bad_watch_requests_are_refused(daemon, sandbox):
