@@ -30,7 +30,7 @@ DEPS_BUILD := build-essential pkg-config libseccomp-dev libcap-dev libnl-3-dev l
 DEPS_TEST  := libcmocka-dev python3-pytest clang-format strace systemd qemu-system-x86 \
               linux-image-amd64 busybox-static e2fsprogs dnsmasq-base openssl iproute2 nftables \
               podman buildah python3-jsonschema python3-yaml python3-pytest-xdist python3-prometheus-client
-DEPS_BENCH := bubblewrap crun hyperfine
+DEPS_BENCH := bubblewrap crun hyperfine podman runc
 
 COMMON_SRC  := $(wildcard common/*.c)
 POLICY_SRC  := $(wildcard policy/*.c)
@@ -75,9 +75,10 @@ $(BUILD)/nsboxd: $(call obj,manager/main.c) $(BUILD)/libnsbox.a
 	$(CC) $(CFLAGS) $(SAN) -o $@ $^ $(LIBS)
 
 # The CLI speaks JSON-RPC only (`nsbox run` without a daemon starts the
-# nsboxd binary): no manager libraries to load at every start.
+# nsboxd binary): no manager libraries to load at every start, and libarchive
+# (with libxml2 and ICU) is loaded by nsbox cp's tar streams only.
 $(BUILD)/nsbox: $(call obj,$(CLI_SRC)) $(call obj,$(COMMON_SRC))
-	$(CC) $(CFLAGS) $(SAN) -o $@ $^ $(shell pkg-config --libs jansson uuid libarchive)
+	$(CC) $(CFLAGS) $(SAN) -o $@ $^ $(shell pkg-config --libs jansson uuid)
 
 # Static and sanitizer-free: it runs inside the sandbox's root, where the host's
 # dynamic loader and libraries are not.
@@ -227,6 +228,8 @@ install: all install-sdk
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/libexec/nsbox $(DESTDIR)$(PREFIX)/share/nsbox/seccomp \
 		$(DESTDIR)$(PREFIX)/share/nsbox/rootfs-builder $(DESTDIR)$(PREFIX)/share/doc/nsbox \
 		$(DESTDIR)/etc/systemd/system $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man8
+	# nsboxd.json and nsbox-http's tokens file live here (the docs write /etc/nsbox/http-tokens).
+	install -d -m 0755 $(DESTDIR)/etc/nsbox
 	install -m 0755 $(BUILD)/nsboxd $(BUILD)/nsbox $(BUILD)/nsbox-http $(DESTDIR)$(PREFIX)/bin/
 	install -m 0755 $(BUILD)/nsbox-init $(DESTDIR)$(PREFIX)/libexec/nsbox/
 	install -m 0755 $(BUILD)/nsbox-egress $(DESTDIR)$(PREFIX)/libexec/nsbox/

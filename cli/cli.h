@@ -71,7 +71,7 @@ static inline int cli_opt_exit(int opt)
 bool cli_flag_and_args(const struct cli *cli, int argc, char **argv, const char *name, char c, bool *flag,
                        int min_args, int max_args, int *exit_code);
 
-/* Parse "512M", "1G", "1048576" into bytes. */
+/* Parse "512M", "1G", "1048576" into bytes (size_parse, common/size.h). */
 int cli_parse_size(const char *text, unsigned long long *out);
 /* Parse a positive number of seconds. */
 int cli_parse_seconds(const char *text, double *out);
@@ -101,6 +101,7 @@ int cmd_rm(const struct cli *cli, int argc, char **argv);
 int cmd_pause(const struct cli *cli, int argc, char **argv);
 int cmd_resume(const struct cli *cli, int argc, char **argv);
 int cmd_status(const struct cli *cli, int argc, char **argv);
+int cmd_version(const struct cli *cli, int argc, char **argv);
 int cmd_exec(const struct cli *cli, int argc, char **argv);
 int cmd_sh(const struct cli *cli, int argc, char **argv);
 int cmd_run(const struct cli *cli, int argc, char **argv);
@@ -127,8 +128,12 @@ int cmd_image(const struct cli *cli, int argc, char **argv);
 
 /* Write an exec's stdout or stderr string to fd, decoded when base64. */
 int cli_write_output(int fd, const json_t *text, bool base64);
-/* "nsbox: output truncated at 1 MiB; raise it with --max-output BYTES" on
- * stderr when the result says truncated (cap: the max_output_bytes asked). */
+/* Streamed output is passed on, not kept: the CLI asks the daemon's largest
+ * cap (EXEC_MAX_MAX_OUTPUT) unless --max-output says otherwise. */
+#define CLI_STREAM_MAX_OUTPUT (256u << 20)
+/* "nsbox: output truncated at 1 MiB (N more bytes dropped); raise it with
+ * --max-output BYTES" on stderr when the result says truncated (cap: the
+ * max_output_bytes asked). */
 void cli_print_truncated(const json_t *result, size_t cap);
 /* As cli_fail; with --json also {"error": {message, kind}} on stdout (kind
  * from the JSON-RPC error object, if any). Returns EXIT_NSBOX_FAILED. */

@@ -52,6 +52,16 @@ struct cp {
 
 /* ---- calls ---- */
 
+/* The sandbox itself is not there (not_found without the errno of a path):
+ * its own message ("no sandbox ID"), not a path in it, is what to say. */
+static bool sandbox_missing(const json_t *error, const nsbox_error_t *err)
+{
+        const json_t *data = json_object_get(error, "data");
+        const char *kind = json_string_value(json_object_get(data, "kind"));
+        return err != NULL && kind != NULL && strcmp(kind, "not_found") == 0 &&
+               json_object_get(data, "errno") == NULL;
+}
+
 /* A call whose failure is printed as "WHAT: message" (not found as "No such
  * file or directory", the words of cp(1)). The result, or NULL with
  * *exit_code set; *kind_out (if given) gets the error's kind. */
@@ -67,7 +77,10 @@ static json_t *cp_call(struct cp *cp, const char *method, json_t *params, const 
         const char *kind = json_string_value(json_object_get(json_object_get(error, "data"), "kind"));
         if (kind_out != NULL)
                 snprintf(kind_out, kind_size, "%s", kind ? kind : "");
-        if (kind != NULL && strcmp(kind, "not_found") == 0 && strstr(err->message, "no such file") != NULL)
+        if (sandbox_missing(error, err))
+                *exit_code = cli_fail("%s", err->message);
+        else if (kind != NULL && strcmp(kind, "not_found") == 0 &&
+                 strstr(err->message, "no such file") != NULL)
                 *exit_code = cli_fail("%s in the sandbox: No such file or directory", what);
         else if (err != NULL && strncmp(err->message, what, strlen(what)) == 0)
                 *exit_code = cli_fail("%s (in the sandbox)", err->message);
@@ -88,6 +101,10 @@ static json_t *sandbox_stat(struct cp *cp, const char *path, bool *missing, int 
         if (client_call(cp->c, "fs.stat", params, NULL, NULL, &result, &error, &err) == 0)
                 return result;
         const char *kind = json_string_value(json_object_get(json_object_get(error, "data"), "kind"));
+        if (sandbox_missing(error, err)) {
+                *exit_code = cli_fail("%s", err->message);
+                return NULL;
+        }
         if (kind != NULL && strcmp(kind, "not_found") == 0) {
                 *missing = true;
                 return NULL;
@@ -873,7 +890,10 @@ static int copy_in(struct cp *cp, const char *local, const char *dest_arg, unsig
                         strcmp(json_string_value(json_object_get(info, "type")) ?: "", "dir") == 0;
         } else if (dest[dlen - 1] == '/') {
                 sandbox_sink_done(&s);
-                return cli_fail("%s: No such directory in the sandbox", dest);
+                return cli_fail(
+                    "%s: No such directory in the sandbox (nsbox cp makes no directories, as docker "
+                    "cp: nsbox exec ID -- mkdir -p %s first)",
+                    dest, dest);
         } else {
                 target = strdup(dest);
         }

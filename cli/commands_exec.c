@@ -22,9 +22,6 @@
  * this size, each sent once the daemon has answered the one before: its
  * answer waits while the command does not read (back-pressure). */
 #define STDIN_CHUNK (64u << 10)
-/* Streamed output is passed on, not kept: the CLI asks the daemon's largest
- * cap (EXEC_MAX_MAX_OUTPUT) unless --max-output says otherwise. */
-#define STREAM_MAX_OUTPUT (256u << 20)
 /* The daemon's default cap of collected output (--json, -d). */
 #define DEFAULT_MAX_OUTPUT (1u << 20)
 /* A background exec without --timeout gets the daemon's longest one
@@ -73,8 +70,13 @@ void cli_print_truncated(const json_t *result, size_t cap)
                 snprintf(size, sizeof(size), "%zu KiB", cap >> 10);
         else
                 snprintf(size, sizeof(size), "%zu bytes", cap);
+        char dropped[64] = "";
+        json_t *more = json_object_get(result, "output_dropped_bytes");
+        if (json_is_integer(more) && json_integer_value(more) > 0)
+                snprintf(dropped, sizeof(dropped), " (%lld more bytes dropped)",
+                         (long long)json_integer_value(more));
         fflush(stdout);
-        fprintf(stderr, "nsbox: output truncated at %s; raise it with --max-output BYTES\n", size);
+        fprintf(stderr, "nsbox: output truncated at %s%s; raise it with --max-output BYTES\n", size, dropped);
 }
 
 int cli_fail_json(const struct cli *cli, const json_t *error, const char *fmt, ...)
@@ -264,7 +266,7 @@ static int run_exec(const struct cli *cli, struct client *c, const char *socket_
                 json_object_set_new(params, "stream", json_true());
                 json_object_set_new(params, "encoding", json_string("base64"));
                 if (json_object_get(params, "max_output_bytes") == NULL)
-                        json_object_set_new(params, "max_output_bytes", json_integer(STREAM_MAX_OUTPUT));
+                        json_object_set_new(params, "max_output_bytes", json_integer(CLI_STREAM_MAX_OUTPUT));
         }
         if (state.feed_stdin) /* exec.stdin needs the exec's id before its end */
                 json_object_set_new(params, "stream", json_true());
@@ -345,7 +347,10 @@ static int run_exec(const struct cli *cli, struct client *c, const char *socket_
                         "--timeout S, up to 24 h)\n",
                         timeout > 0 ? timeout : 30);
         else if (json_is_true(json_object_get(result, "oom_killed")))
-                fprintf(stderr, "nsbox: the sandbox ran out of memory (OOM kill)\n");
+                fprintf(stderr, "nsbox: %s\n",
+                        json_is_string(json_object_get(result, "error"))
+                            ? json_string_value(json_object_get(result, "error"))
+                            : "the sandbox ran out of memory (OOM kill)");
         return cli_exec_exit_code(result);
 }
 
@@ -380,7 +385,7 @@ static int exec_option(json_t *params, int opt, const char *arg)
                 json_object_set_new(params, "user", json_string(arg));
                 return 0;
         case OPT_MAX_OUTPUT:
-                if (cli_parse_size(arg, &bytes) < 0 || bytes > STREAM_MAX_OUTPUT)
+                if (cli_parse_size(arg, &bytes) < 0 || bytes > CLI_STREAM_MAX_OUTPUT)
                         return cli_fail("bad --max-output \"%s\" (bytes, e.g. 4M; at most 256M)", arg);
                 json_object_set_new(params, "max_output_bytes", json_integer((json_int_t)bytes));
                 return 0;

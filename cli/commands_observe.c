@@ -13,23 +13,16 @@
 #include "cli.h"
 #include "client.h"
 #include "json_cleanup.h"
+#include "size.h"
 
 enum { OPT_NO_STREAM = CLI_OPT_FIRST_FREE };
 
 static void human_bytes(json_t *bytes, char *out, size_t len)
 {
-        if (!json_is_integer(bytes)) {
+        if (json_is_integer(bytes) && json_integer_value(bytes) >= 0)
+                size_format((uint64_t)json_integer_value(bytes), out, len);
+        else
                 snprintf(out, len, "-");
-                return;
-        }
-        double v = (double)json_integer_value(bytes);
-        static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
-        size_t u = 0;
-        while (v >= 1024 && u < ARRAY_SIZE(units) - 1) {
-                v /= 1024;
-                u++;
-        }
-        snprintf(out, len, u == 0 ? "%.0f%s" : "%.1f%s", v, units[u]);
 }
 
 static long long now_us(void)
@@ -67,7 +60,7 @@ static double percent(json_t *part, json_t *whole)
 /* One table of `now`, with CPU % from the cpu time used since `before`. */
 static void print_stats(json_t *before, json_t *now, long long elapsed_us)
 {
-        printf("%-12s  %-16s  %6s  %-21s  %6s  %-21s  %5s\n", "SANDBOX", "SESSION", "CPU %",
+        printf("%-12s  %-16s  %6s  %-23s  %6s  %-23s  %5s\n", "SANDBOX", "SESSION", "CPU %",
                "MEM USAGE / LIMIT", "MEM %", "DISK USAGE / LIMIT", "PIDS");
         size_t i;
         json_t *e;
@@ -100,7 +93,7 @@ static void print_stats(json_t *before, json_t *now, long long elapsed_us)
                 snprintf(mem_both, sizeof(mem_both), "%s / %s", mem, mem_limit);
                 snprintf(disk_both, sizeof(disk_both), "%s / %s", disk, disk_limit);
                 const char *session = json_string_value(json_object_get(e, "session_id"));
-                printf("%-12.12s  %-16.16s  %6s  %-21s  %6s  %-21s  %5s%s\n", json_string_value(id),
+                printf("%-12.12s  %-16.16s  %6s  %-23s  %6s  %-23s  %5s%s\n", json_string_value(id),
                        session ? session : "-", cpu, mem_both, mem_pct, disk_both, pids,
                        json_is_true(json_object_get(e, "paused")) ? "  (paused)" : "");
         }

@@ -15,7 +15,16 @@
 
 #define CODE_MAX_BYTES (32u << 20) /* well under the daemon's 64 MiB request line */
 
-enum { OPT_STATEFUL = CLI_OPT_FIRST_FREE, OPT_REQUIRE, OPT_TIMEOUT, OPT_INDEX_URL, OPT_FIND_LINKS };
+enum {
+        OPT_STATEFUL = CLI_OPT_FIRST_FREE,
+        OPT_REQUIRE,
+        OPT_TIMEOUT,
+        OPT_MAX_OUTPUT,
+        OPT_INDEX_URL,
+        OPT_FIND_LINKS
+};
+/* python.run's default cap of the output it keeps (not streamed: --stateful, --json). */
+#define PYTHON_DEFAULT_MAX_OUTPUT (1u << 20)
 
 /* The program from a file or "-" (standard input), as a JSON string; NULL after printing why. */
 static json_t *read_code(const char *path)
@@ -51,11 +60,13 @@ int cmd_python(const struct cli *cli, int argc, char **argv)
                                                   { "stateful", no_argument, NULL, OPT_STATEFUL },
                                                   { "require", required_argument, NULL, OPT_REQUIRE },
                                                   { "timeout", required_argument, NULL, OPT_TIMEOUT },
+                                                  { "max-output", required_argument, NULL, OPT_MAX_OUTPUT },
                                                   { 0 } };
         _cleanup_json_ json_t *params = json_object();
         _cleanup_json_ json_t *requirements = json_array();
         const char *code = NULL;
         double seconds;
+        unsigned long long bytes;
         int opt;
         optind = 1;
         while ((opt = cli_getopt(cli, argc, argv, "c:", longopts)) != -1) {
@@ -73,6 +84,13 @@ int cmd_python(const struct cli *cli, int argc, char **argv)
                         if (cli_parse_seconds(optarg, &seconds) < 0)
                                 return cli_fail("bad --timeout \"%s\" (seconds)", optarg);
                         json_object_set_new(params, "timeout_seconds", json_real(seconds));
+                        break;
+                case OPT_MAX_OUTPUT:
+                        if (cli_parse_size(optarg, &bytes) < 0 || bytes > CLI_STREAM_MAX_OUTPUT)
+                                return cli_fail("bad --max-output \"%s\" (bytes, e.g. 4M; at most 256M, 8M "
+                                                "with --stateful)",
+                                                optarg);
+                        json_object_set_new(params, "max_output_bytes", json_integer((json_int_t)bytes));
                         break;
                 default:
                         return cli_opt_exit(opt);
@@ -105,7 +123,12 @@ int cmd_python(const struct cli *cli, int argc, char **argv)
                 json_object_set_new(params, "script_name", json_string(slash ? slash + 1 : name));
                 json_object_set_new(params, "args", cli_argv_to_json(argc - first_arg, argv + first_arg));
                 json_object_set_new(params, "stream", json_boolean(!cli->json));
+                /* Streamed output is not kept: as nsbox exec, the daemon's largest cap. */
+                if (!cli->json && json_object_get(params, "max_output_bytes") == NULL)
+                        json_object_set_new(params, "max_output_bytes", json_integer(CLI_STREAM_MAX_OUTPUT));
         }
+        json_t *max = json_object_get(params, "max_output_bytes");
+        size_t cap = json_is_integer(max) ? (size_t)json_integer_value(max) : PYTHON_DEFAULT_MAX_OUTPUT;
 
         struct client *c = cli_connect(cli);
         if (c == NULL)
@@ -118,6 +141,7 @@ int cmd_python(const struct cli *cli, int argc, char **argv)
                 cli_print_json(result);
                 return python_exit_code(result);
         }
+        fflush(stdout);
         cli_print_text_output(result); /* empty when it streamed, but for nsbox's own notes */
         cli_print_network_refused(result);
         json_t *value = json_object_get(result, "result");
@@ -136,6 +160,8 @@ int cmd_python(const struct cli *cli, int argc, char **argv)
                     json_string_value(json_object_get(json_object_get(output, "image"), "path"));
                 fprintf(stderr, "nsbox: image saved in the sandbox at %s\n", path ? path : "(no path given)");
         }
+        fflush(stdout);
+        cli_print_truncated(result, cap);
         const char *status = json_string_value(json_object_get(result, "status"));
         if (status != NULL && strcmp(status, "timeout") == 0)
                 fprintf(stderr, "nsbox: the code timed out\n");

@@ -10,6 +10,7 @@
 #include "cleanup.h"
 #include "cli.h"
 #include "json_cleanup.h"
+#include "version.h"
 
 #define NETWORK_POLICY_MAX_BYTES (1u << 20) /* a policy is a few lists of names */
 
@@ -101,20 +102,20 @@ int cli_create_option(json_t *params, int opt, const char *arg)
                 return 0;
         case CLI_OPT_PIDS:
                 if (parse_count(arg, &n) < 0)
-                        return cli_fail("bad --pids \"%s\"", arg);
+                        return cli_fail("bad --pids \"%s\" (a number of processes, e.g. 256)", arg);
                 set_limit(params, "pids", json_integer((json_int_t)n));
                 return 0;
         case CLI_OPT_CPUS: {
                 char *end;
                 double cpus = strtod(arg, &end);
                 if (*end != '\0' || end == arg)
-                        return cli_fail("bad --cpus \"%s\"", arg);
+                        return cli_fail("bad --cpus \"%s\" (a number of CPUs, e.g. 0.5 or 2)", arg);
                 set_limit(params, "cpus", json_real(cpus));
                 return 0;
         }
         case CLI_OPT_IDLE:
                 if (parse_count(arg, &n) < 0)
-                        return cli_fail("bad --idle-timeout \"%s\"", arg);
+                        return cli_fail("bad --idle-timeout \"%s\" (seconds, e.g. 3600)", arg);
                 json_object_set_new(params, "idle_timeout_seconds", json_integer((json_int_t)n));
                 return 0;
         case CLI_OPT_ENV:
@@ -179,6 +180,14 @@ int cmd_create(const struct cli *cli, int argc, char **argv)
                 cli_print_json(result);
         else
                 puts(json_string_value(json_object_get(result, "sandbox_id")));
+        /* get-or-create: the session's sandbox as it is, whatever else was asked. */
+        if (json_is_true(json_object_get(result, "existing")) && json_object_size(params) > 1 && !cli->json) {
+                fflush(stdout);
+                fprintf(stderr,
+                        "nsbox: session %s already has this sandbox; it is given as it is (the other "
+                        "options apply to a new sandbox only: nsbox rm it first to change them)\n",
+                        json_string_value(json_object_get(params, "session_id")));
+        }
         return 0;
 }
 
@@ -478,6 +487,38 @@ int cmd_status(const struct cli *cli, int argc, char **argv)
                 return cli_usage_error(cli);
         _cleanup_json_ json_t *params = json_object();
         return print_call(cli, "server.info", params);
+}
+
+/* This nsbox's version, then nsboxd's (as docker version: the client's is
+ * printed even when the daemon cannot be reached). */
+int cmd_version(const struct cli *cli, int argc, char **argv)
+{
+        int opt;
+        optind = 1;
+        while ((opt = cli_getopt(cli, argc, argv, "", NULL)) != -1)
+                return cli_opt_exit(opt);
+        if (optind != argc)
+                return cli_usage_error(cli);
+        if (!cli->json) {
+                printf("nsbox %s\n", NSBOX_VERSION);
+                fflush(stdout);
+        }
+        _cleanup_json_ json_t *info = NULL;
+        struct client *c = cli_connect(cli);
+        if (c != NULL) {
+                info = cli_call(cli, c, "server.info", json_object());
+                client_close(c);
+        }
+        const char *server = json_string_value(json_object_get(info, "version"));
+        if (cli->json) {
+                _cleanup_json_ json_t *both = json_pack("{s:{s:s}}", "client", "version", NSBOX_VERSION);
+                if (server != NULL)
+                        json_object_set_new(both, "server", json_pack("{s:s}", "version", server));
+                cli_print_json(both);
+        } else if (server != NULL) {
+                printf("nsboxd %s\n", server);
+        }
+        return server != NULL ? 0 : EXIT_NSBOX_FAILED;
 }
 
 int cmd_rm(const struct cli *cli, int argc, char **argv)

@@ -190,8 +190,17 @@ int cmd_shell(const struct cli *cli, int argc, char **argv)
         } else {
                 /* run ID NAME [--] WORD...: the words joined by spaces are the command line. */
                 int first = 2;
-                if (first < nargs && strcmp(args[first], "--") == 0)
+                if (first < nargs && strcmp(args[first], "--") == 0) {
                         first++;
+                } else if (first < nargs && args[first][0] == '-') {
+                        /* An option put after the operands (shell run ID NAME -d -- CMD)
+                         * ran "-d -- CMD" in bash. */
+                        client_close(c);
+                        return cli_fail("shell run: %s after ID NAME is no command line: nsbox's options go "
+                                        "before ID (nsbox shell run %s ID NAME -- CMD); a command line "
+                                        "starting with - goes after --",
+                                        args[first], args[first]);
+                }
                 if (first >= nargs) {
                         client_close(c);
                         return cli_usage_error(cli);

@@ -10,19 +10,25 @@
 #include "cleanup.h"
 #include "cli.h"
 #include "json_cleanup.h"
+#include "size.h"
 
 enum { OPT_NAME = CLI_OPT_FIRST_FREE };
 
+/* "20KiB": one word, so the table's columns split on white space. */
 static void format_size(json_t *bytes, char *out, size_t len)
 {
-        double v = json_is_integer(bytes) ? (double)json_integer_value(bytes) : 0;
-        static const char *const units[] = { "B", "KB", "MB", "GB", "TB" };
-        size_t u = 0;
-        while (v >= 1000 && u < ARRAY_SIZE(units) - 1) {
-                v /= 1000;
-                u++;
+        char text[SIZE_FORMAT_MAX];
+        uint64_t n =
+            json_is_integer(bytes) && json_integer_value(bytes) > 0 ? (uint64_t)json_integer_value(bytes) : 0;
+        if (n < 1024) {
+                snprintf(out, len, "%lluB", (unsigned long long)n);
+                return;
         }
-        snprintf(out, len, u == 0 ? "%.0f%s" : "%.1f%s", v, units[u]);
+        size_format(n, text, sizeof(text));
+        char *space = strchr(text, ' ');
+        if (space != NULL)
+                memmove(space, space + 1, strlen(space));
+        snprintf(out, len, "%s", text);
 }
 
 static const char *text_or(json_t *v, const char *fallback)

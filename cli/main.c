@@ -5,17 +5,20 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cleanup.h"
 #include "cli.h"
 #include "json_cleanup.h"
+#include "size.h"
 #include "textenc.h"
 #include "version.h"
 #include "jsonrpc.h"
@@ -35,10 +38,10 @@ static const struct command commands[] = {
           "[--env K=V]... [--label K=V]... [--network NAME | --network-policy FILE]",
           "Create a sandbox and print its id.\n\n"
           "  --session ID        get-or-create: reuse the live sandbox of this session\n"
-          "  --memory SIZE       memory limit (e.g. 512M, 1G)\n"
+          "  --memory SIZE       memory of its processes (e.g. 512M, 1G)\n"
           "  --pids N            process limit\n"
           "  --cpus F            CPU limit in CPUs (e.g. 0.5)\n"
-          "  --disk SIZE         size of the sandbox's writable layer\n"
+          "  --disk SIZE         its disk (in RAM, beside --memory); full is ENOSPC\n"
           "  --idle-timeout SEC  remove it after SEC seconds without use\n"
           "  --env K=V           environment of every command (repeatable)\n"
           "  --label K=V         a label, shown by ls and matched by ls --filter (repeatable)\n"
@@ -145,20 +148,30 @@ static const struct command commands[] = {
           "  shell rm ID NAME       end a session and everything it runs\n\n"
           "  --timeout S  interrupt the command (SIGINT, then SIGTERM) after S seconds (default\n"
           "               30; the shell and its state remain; exit 124)\n"
-          "  -d, --detach (run) do not wait: print the command id; see shell check\n" },
+          "  -d, --detach (run) do not wait: print the command id; see shell check\n"
+          "nsbox's options come before ID: in shell run, what follows NAME (after an\n"
+          "optional --) is the command line, and a command line starting with - needs the --.\n" },
         { "python", cmd_python,
-          "nsbox python [--stateful] [--require PKG]... [--timeout S] ID FILE|- [ARG...] | -c CODE [ARG...]",
+          "nsbox python [--stateful] [--require PKG]... [--timeout S] [--max-output BYTES] ID FILE|- "
+          "[ARG...] "
+          "| "
+          "-c CODE [ARG...]",
           "Run Python code in a sandbox (python.run) from FILE, from standard input (-),\n"
           "or from -c CODE, as `python3 FILE ARG...` would: ARGs are sys.argv[1:], the\n"
           "code is named FILE in sys.argv[0] and tracebacks, runs in /workspace (which\n"
           "is first on sys.path) and is not written into /workspace. Its output is\n"
-          "printed as it comes; figures it leaves open are saved as PNGs in /workspace.\n"
-          "Exit with the program's exit code (124 on timeout; default timeout 30 s).\n\n"
-          "  -c, --code CODE  the code itself\n"
-          "  --stateful       run in the sandbox's persistent interpreter (variables survive;\n"
-          "                   no ARGs, output printed at the end)\n"
-          "  --require PKG    pip-install PKG first (repeatable)\n"
-          "  --timeout S      time limit in seconds\n" },
+          "printed as it comes; figures it leaves open and did not save itself are saved\n"
+          "as PNGs in the sandbox's /tmp/nsbox-figures (its newest 64 are kept).\n"
+          "Exit with the program's exit code (124 on timeout; default timeout 30 s), also\n"
+          "when its output was cut at --max-output: that is said on stderr.\n\n"
+          "  -c, --code CODE     the code itself\n"
+          "  --stateful          run in the sandbox's persistent interpreter (variables\n"
+          "                      survive; no ARGs, output printed at the end)\n"
+          "  --require PKG       pip-install PKG first (repeatable)\n"
+          "  --timeout S         time limit in seconds\n"
+          "  --max-output BYTES  output kept, stdout and stderr together (e.g. 4M);\n"
+          "                      default 256M, or 1M with --stateful or --json (at most\n"
+          "                      8M with --stateful)\n" },
         { "pip", cmd_pip, "nsbox pip [--index-url URL] [--find-links DIR] ID PKG...",
           "Install Python packages into a sandbox (package.install); exit with pip's code.\n\n"
           "  --index-url URL   package index (\"\" for none: offline)\n"
@@ -166,7 +179,8 @@ static const struct command commands[] = {
         { "cp", cmd_cp, "nsbox cp ID:PATH LOCAL | nsbox cp LOCAL ID:PATH",
           "Copy a file, directory or symlink out of or into a sandbox (as docker cp), byte\n"
           "for byte, with modes (not owners). A relative sandbox PATH is under /workspace;\n"
-          "into an existing directory a source keeps its name (SRC/. copies its contents).\n"
+          "into an existing directory a source keeps its name (SRC/. copies its contents);\n"
+          "no directory is made (a PATH ending in / must exist: mkdir -p it first).\n"
           "LOCAL - is a tar stream for a directory (out: `cp ID:DIR - > a.tar`; in:\n"
           "`tar c . | cp - ID:DIR`, into an existing DIR) and the raw bytes of a file.\n"
           "A failed copy leaves nothing behind. FIFOs and devices are skipped with a\n"
@@ -223,7 +237,14 @@ static const struct command commands[] = {
           "then everyone's to use.\n" },
         { "status", cmd_status, "nsbox status",
           "Show the daemon's version, kernel, cgroup mode and features.\n" },
-        { "mcp", cmd_mcp, "nsbox mcp", "Serve MCP (Model Context Protocol) on standard input/output.\n" },
+        { "mcp", cmd_mcp, "nsbox mcp [--session NAME]",
+          "Serve MCP (Model Context Protocol) on standard input/output (newline-delimited\n"
+          "JSON-RPC; logs on stderr). Tool calls that name no session_id or sandbox_id\n"
+          "share one sandbox, removed when the server ends (EOF on stdin, SIGTERM, SIGHUP\n"
+          "or SIGINT); sandboxes of named sessions are kept.\n\n"
+          "  --session NAME  that shared sandbox is session NAME's and is kept at the end\n"
+          "                  (until its idle timeout): a later nsbox mcp --session NAME\n"
+          "                  finds its files and variables again\n" },
         { "serve", cmd_serve,
           "nsbox serve --http ADDR [--tokens FILE] [--tls-cert FILE --tls-key FILE] [--socket PATH]",
           "Serve nsboxd's API over HTTP (runs nsbox-http; see nsbox-http --help and\n"
@@ -233,6 +254,10 @@ static const struct command commands[] = {
           "  --tokens FILE         bearer tokens, `UID TOKEN` or `UID sha256:HEX` a line; required\n"
           "                        unless ADDR is a loopback address\n"
           "  --tls-cert/--tls-key  serve HTTPS with these PEM files\n" },
+        { "version", cmd_version, "nsbox version",
+          "Print the version of this nsbox and of the nsboxd it talks to (server.info);\n"
+          "nsbox --version does the same. Exit 125 when nsboxd cannot be reached (this\n"
+          "nsbox's version is printed all the same).\n" },
 };
 
 static const struct command *find_command(const char *name)
@@ -301,12 +326,37 @@ int cli_getopt(const struct cli *cli, int argc, char **argv, const char *shortop
         return opt;
 }
 
+/* Who may use nsboxd's socket is the operator's choice of its group
+ * (docs/operating.md): say which group, and how to join it. */
+static void cli_fail_socket_permission(const char *path)
+{
+        struct stat st;
+        struct group *g = stat(path, &st) == 0 ? getgrgid(st.st_gid) : NULL;
+        if (g != NULL && strcmp(g->gr_name, "root") != 0)
+                cli_fail(
+                    "permission denied on %s: it is for the %s group; add yourself to it (sudo usermod -aG "
+                    "%s $USER, then log in again) or run a nsboxd of your own (nsboxd --rootless, see "
+                    "docs/rootless.md)",
+                    path, g->gr_name, g->gr_name);
+        else
+                cli_fail(
+                    "permission denied on %s: it is root's alone, as no nsbox group existed when nsboxd "
+                    "started; an operator runs sudo groupadd nsbox, sudo usermod -aG nsbox $USER and "
+                    "restarts nsboxd, or run a nsboxd of your own (nsboxd --rootless, see docs/rootless.md)",
+                    path);
+}
+
 struct client *cli_connect(const struct cli *cli)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
         struct client *c = NULL;
         if (client_connect(cli->socket_path, &c, &err) < 0) {
-                cli_fail("%s (is nsboxd running?)", err->message);
+                if (err->errnum == EACCES || err->errnum == EPERM)
+                        cli_fail_socket_permission(cli->socket_path);
+                else
+                        cli_fail("%s (is nsboxd running? systemctl start nsboxd, or nsboxd --rootless as "
+                                 "yourself; nsbox run needs none: docs/operating.md)",
+                                 err->message);
                 return NULL;
         }
         return c;
@@ -461,46 +511,11 @@ json_t *cli_read_text(int fd, const char *what, size_t max, const char *hint)
 
 int cli_parse_size(const char *text, unsigned long long *out)
 {
-        char *end;
-        errno = 0;
-        double v = strtod(text, &end);
-        if (errno != 0 || end == text || v < 0)
-                return -EINVAL;
-        unsigned long long mult = 1;
-        switch (*end) {
-        case '\0':
-                break;
-        case 'k':
-        case 'K':
-                mult = 1ull << 10;
-                end++;
-                break;
-        case 'm':
-        case 'M':
-                mult = 1ull << 20;
-                end++;
-                break;
-        case 'g':
-        case 'G':
-                mult = 1ull << 30;
-                end++;
-                break;
-        case 't':
-        case 'T':
-                mult = 1ull << 40;
-                end++;
-                break;
-        default:
-                return -EINVAL;
-        }
-        if (*end == 'i' || *end == 'I')
-                end++;
-        if (*end == 'b' || *end == 'B')
-                end++;
-        if (*end != '\0')
-                return -EINVAL;
-        *out = (unsigned long long)(v * (double)mult);
-        return 0;
+        uint64_t bytes;
+        int r = size_parse(text, &bytes);
+        if (r == 0)
+                *out = bytes;
+        return r;
 }
 
 int cli_parse_seconds(const char *text, double *out)
@@ -603,8 +618,10 @@ static void usage(FILE *out)
                 if (strcmp(commands[k].name, "list") != 0)
                         fprintf(out, "  %s\n", commands[k].synopsis);
         }
-        fprintf(out, "\nnsbox COMMAND --help describes a command. --json (before or after the command)\n"
-                     "prints the raw result object instead of human output.\n"
+        fprintf(out, "\nnsbox COMMAND --help describes a command; nsbox version prints the versions.\n"
+                     "--json prints the raw result object instead of human output. --json and --socket\n"
+                     "go before or after the command name, anywhere before \"--\"; a command's own\n"
+                     "options go between its name and its first operand (the sandbox ID).\n"
                      "The socket is --socket, else $NSBOX_SOCKET, else (not root) your own\n"
                      "$XDG_RUNTIME_DIR/nsbox/nsbox.sock where it exists, else /run/nsbox/nsbox.sock.\n"
                      "Wherever a command takes a sandbox ID, a unique prefix of it (4 characters or\n"
@@ -688,6 +705,62 @@ static int cli_resolve_sandbox_param(struct client *c, json_t *params, nsbox_err
         return 0;
 }
 
+/* A global option (--json, --socket PATH, --socket=PATH) at argv[k]: how
+ * many words it takes (0: none there), or -1 after saying --socket has no
+ * value. */
+static int global_option(struct cli *cli, const char **socket_flag, int argc, char **argv, int k)
+{
+        if (strcmp(argv[k], "--json") == 0) {
+                cli->json = true;
+                return 1;
+        }
+        if (strncmp(argv[k], "--socket=", 9) == 0) {
+                *socket_flag = argv[k] + 9;
+                return 1;
+        }
+        if (strcmp(argv[k], "--socket") != 0)
+                return 0;
+        if (k + 1 >= argc || strcmp(argv[k + 1], "--") == 0) {
+                cli_fail("--socket needs a path (see nsbox --help)");
+                return -1;
+        }
+        *socket_flag = argv[k + 1];
+        return 2;
+}
+
+static bool is_help(const char *arg)
+{
+        return arg != NULL && (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0);
+}
+
+/* `nsbox CMD --help` and `nsbox CMD SUB --help`: the command's help, before
+ * anything reads "--help" as an operand (snapshot rm --help removed a
+ * snapshot named --help). */
+static bool asks_help(const struct command *cmd, int argc, char **argv)
+{
+        /* Their subcommands: `nsbox CMD SUB --help` is CMD's help too. */
+        static const char *const subcommands[][5] = {
+                { "shell", "run", "ls", "rm", "check" },
+                { "snapshot", "ls", "rm" },
+                { "image", "ls", "rm", "import" },
+        };
+        /* serve and mcp pass --help on to what they run (nsbox-http, the MCP server). */
+        if (strcmp(cmd->name, "serve") == 0 || strcmp(cmd->name, "mcp") == 0)
+                return false;
+        int k = 1;
+        for (size_t c = 0; k < argc && c < ARRAY_SIZE(subcommands); c++) {
+                if (strcmp(subcommands[c][0], cmd->name) != 0)
+                        continue;
+                for (size_t s = 1; s < ARRAY_SIZE(subcommands[c]) && subcommands[c][s] != NULL; s++) {
+                        if (strcmp(subcommands[c][s], argv[k]) == 0) {
+                                k++;
+                                break;
+                        }
+                }
+        }
+        return k < argc && is_help(argv[k]);
+}
+
 int main(int argc, char **argv)
 {
         struct cli cli = { 0 };
@@ -695,18 +768,18 @@ int main(int argc, char **argv)
         int i = 1;
         signal(SIGPIPE, SIG_IGN);
         for (; i < argc && argv[i][0] == '-'; i++) {
-                if (strcmp(argv[i], "--json") == 0) {
-                        cli.json = true;
-                } else if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc) {
-                        socket_flag = argv[++i];
-                } else if (strncmp(argv[i], "--socket=", 9) == 0) {
-                        socket_flag = argv[i] + 9;
-                } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+                int words = global_option(&cli, &socket_flag, argc, argv, i);
+                if (words < 0)
+                        return EXIT_NSBOX_FAILED;
+                if (words > 0) {
+                        i += words - 1;
+                } else if (is_help(argv[i])) {
                         usage(stdout);
                         return 0;
                 } else if (strcmp(argv[i], "--version") == 0) {
-                        printf("nsbox %s\n", NSBOX_VERSION);
-                        return 0;
+                        cli.socket_path = client_socket_path(socket_flag);
+                        cli.command = "version";
+                        return cmd_version(&cli, 1, (char *[]){ "version", NULL });
                 } else {
                         return cli_fail("unknown option \"%s\" (see nsbox --help)", argv[i]);
                 }
@@ -723,28 +796,34 @@ int main(int argc, char **argv)
                         printf("usage: %s\n\n%s", cmd->synopsis, cmd->help);
                 return 0;
         }
-        cli.socket_path = client_socket_path(socket_flag);
         const struct command *cmd = find_command(argv[i]);
         if (cmd == NULL)
                 return cli_fail("unknown command \"%s\" (see nsbox --help)", argv[i]);
         cli.command = cmd->name;
+        /* Commands see their own argv. The global options may come after the
+         * command name too, anywhere before "--" (what follows it is the
+         * sandbox command's). */
+        int sub_argc = argc - i;
+        char **sub_argv = argv + i;
+        for (int j = 1; j < sub_argc && strcmp(sub_argv[j], "--") != 0;) {
+                int words = global_option(&cli, &socket_flag, sub_argc, sub_argv, j);
+                if (words < 0)
+                        return EXIT_NSBOX_FAILED;
+                if (words == 0) {
+                        j++;
+                        continue;
+                }
+                memmove(&sub_argv[j], &sub_argv[j + words], (sub_argc - j - words + 1) * sizeof(char *));
+                sub_argc -= words;
+        }
+        if (asks_help(cmd, sub_argc, sub_argv)) {
+                printf("usage: %s\n\n%s", cmd->synopsis, cmd->help);
+                return 0;
+        }
+        cli.socket_path = client_socket_path(socket_flag);
         /* The MCP server lives long and names sandboxes by their ids; a
          * cached session name could outlive its sandbox there. */
         if (strcmp(cmd->name, "mcp") != 0)
                 client_set_resolver(cli_resolve_sandbox_param);
-        /* Commands see their own argv; a --json among the options after the
-         * command name counts too (not after "--": that is the command's). */
-        int sub_argc = argc - i;
-        char **sub_argv = argv + i;
-        for (int j = 1; j < sub_argc; j++) {
-                if (strcmp(sub_argv[j], "--") == 0)
-                        break;
-                if (strcmp(sub_argv[j], "--json") == 0) {
-                        cli.json = true;
-                        memmove(&sub_argv[j], &sub_argv[j + 1], (sub_argc - j) * sizeof(char *));
-                        sub_argc--;
-                        j--;
-                }
-        }
         return cmd->run(&cli, sub_argc, sub_argv);
 }

@@ -6,7 +6,8 @@
  * run. Each tools/call runs in its own thread on its own connection to
  * nsboxd, with blocking calls: cancelling a call shuts that connection down.
  * stdout carries only protocol messages, written whole under one lock; logs
- * go to stderr. */
+ * go to stderr. The sandbox of the default session (calls that name none)
+ * is removed when the server ends, unless --session named it to keep. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -31,7 +32,6 @@
 
 #define MAX_CALLS            64
 #define PROGRESS_INTERVAL_MS 1000
-#define KILL_TIMEOUT_SECONDS 10
 
 struct server;
 
@@ -42,7 +42,6 @@ struct call {
         json_t *arguments;
         json_t *progress_token;
         char protocol_version[16];
-        char tag[37]; /* marks shell_execute's processes, for cancellation */
         long long start_ms;
         pthread_t thread;
         struct call *next;
@@ -62,8 +61,12 @@ struct call {
 
 struct server {
         const char *socket_path;
-        char default_session[16]; /* the session of calls that name no sandbox: one per connection */
-        pthread_mutex_t lock;     /* the call list, the call fields marked so, and stdout */
+        /* The session of calls that name no sandbox: one per server, made up
+         * (and its sandbox removed at the end) unless --session named it. */
+        const char *default_session;
+        bool keep_default_session;
+        bool default_session_used; /* under lock: a call got or made its sandbox */
+        pthread_mutex_t lock;      /* the call list, the call fields marked so, and stdout */
         struct call *calls;
         size_t ncalls;
         int wake_fd; /* a call thread finished */
@@ -178,26 +181,6 @@ static int call_daemon(struct call *c, struct client *conn, const char *method, 
                        json_t **result, json_t **failure)
 {
         return call_daemon_kind(c, conn, method, params, result, failure, NULL, 0);
-}
-
-/* The daemon has no exec.kill yet: a cancelled shell_execute's processes are
- * found by the tag in their environment and killed by a second exec. */
-static void call_kill_processes(struct call *c, const char *sandbox_id)
-{
-        _cleanup_free_ char *command = mcp_kill_command(c->tag);
-        _cleanup_error_ nsbox_error_t *err = NULL;
-        struct client *conn = NULL;
-        if (command == NULL || client_connect(c->srv->socket_path, &conn, &err) < 0) {
-                log_warn("mcp: cannot kill the processes of a cancelled call: %s",
-                         err ? err->message : "out of memory");
-                return;
-        }
-        _cleanup_json_ json_t *params = json_pack("{s:s, s:s, s:i}", "sandbox_id", sandbox_id, "command",
-                                                  command, "timeout_seconds", KILL_TIMEOUT_SECONDS);
-        _cleanup_json_ json_t *result = NULL;
-        if (client_call(conn, "sandbox.exec", params, NULL, NULL, &result, NULL, &err) < 0)
-                log_warn("mcp: killing the processes of a cancelled call: %s", err->message);
-        client_close(conn);
 }
 
 static json_t *streamed_string(const struct call *c, int which)
@@ -339,6 +322,11 @@ static int call_resolve(struct call *c, struct client *conn, json_t **session, j
         }
         if (tool->address == MCP_ADDRESS_EXISTING)
                 return call_find_session(c, conn, sandbox_id, list, failure);
+        if (json_object_get(c->arguments, "session_id") == NULL) {
+                pthread_mutex_lock(&c->srv->lock);
+                c->srv->default_session_used = true;
+                pthread_mutex_unlock(&c->srv->lock);
+        }
         _cleanup_json_ json_t *params = mcp_session_params_default(c->arguments, c->srv->default_session);
         if (call_daemon(c, conn, "sandbox.create", params, session, failure) < 0)
                 return -EIO;
@@ -419,8 +407,7 @@ static json_t *call_steps(struct call *c, struct client *conn, json_t **session)
                 return failure;
         bool job = tool->result == MCP_RESULT_JOB_START || tool->result == MCP_RESULT_JOB_OUTPUT ||
                    tool->result == MCP_RESULT_JOB_KILL;
-        _cleanup_json_ json_t *params =
-            mcp_daemon_params(tool, c->arguments, sandbox_id, shell && !job ? c->tag : NULL);
+        _cleanup_json_ json_t *params = mcp_daemon_params(tool, c->arguments, sandbox_id);
         if (params == NULL)
                 return NULL;
         if (job)
@@ -470,13 +457,9 @@ static json_t *call_execute(struct call *c)
         client_close(conn);
         if (!cancelled)
                 return result;
+        /* Its connection was shut down: nsboxd kills the exec it ran and all
+         * its processes (the exec's supervisor is their subreaper). */
         log_info("mcp: %s cancelled", c->tool->name);
-        const char *sandbox_id = json_string_value(json_object_get(session, "sandbox_id"));
-        if (sandbox_id == NULL)
-                sandbox_id = json_string_value(json_object_get(c->arguments, "sandbox_id"));
-        if (strcmp(c->tool->method, "sandbox.exec") == 0 && c->tool->result == MCP_RESULT_EXEC &&
-            sandbox_id != NULL)
-                call_kill_processes(c, sandbox_id);
         json_decref(result);
         return NULL;
 }
@@ -532,9 +515,6 @@ static void server_start_call(struct server *srv, struct mcp_action *action)
         c->arguments = steal_pointer(&action->arguments);
         c->progress_token = steal_pointer(&action->progress_token);
         snprintf(c->protocol_version, sizeof(c->protocol_version), "%s", srv->state.protocol_version);
-        uuid_t uuid;
-        uuid_generate_random(uuid);
-        uuid_unparse_lower(uuid, c->tag);
         c->start_ms = c->last_progress_ms = now_ms();
         log_debug("mcp: tools/call %s", c->tool->name);
 
@@ -692,16 +672,58 @@ static int server_run(struct server *srv, int signal_fd)
         }
 }
 
+/* The default session's sandbox goes with the server that made it: nobody
+ * else knows its made-up name, and it would hold memory and disk until the
+ * idle timeout. */
+static void server_remove_default_session(struct server *srv)
+{
+        if (srv->keep_default_session || !srv->default_session_used)
+                return;
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        _cleanup_json_ json_t *list = NULL, *removed = NULL, *error = NULL, *params = json_object();
+        struct client *conn = NULL;
+        if (client_connect(srv->socket_path, &conn, &err) < 0 ||
+            client_call(conn, "sandbox.list", params, NULL, NULL, &list, &error, &err) < 0) {
+                log_warn("mcp: could not remove the sandbox of session %s: %s", srv->default_session,
+                         err != NULL ? err->message : "failed");
+                if (conn != NULL)
+                        client_close(conn);
+                return;
+        }
+        size_t i;
+        json_t *entry;
+        json_array_foreach(json_object_get(list, "sandboxes"), i, entry)
+        {
+                const char *session = json_string_value(json_object_get(entry, "session_id"));
+                if (session == NULL || strcmp(session, srv->default_session) != 0)
+                        continue;
+                _cleanup_json_ json_t *remove =
+                    json_pack("{s:O, s:b}", "sandbox_id", json_object_get(entry, "sandbox_id"), "force", 1);
+                if (client_call(conn, "sandbox.remove", remove, NULL, NULL, &removed, &error, &err) < 0)
+                        log_warn("mcp: could not remove the sandbox of session %s: %s", srv->default_session,
+                                 err->message);
+                else
+                        log_info("mcp: removed the sandbox of session %s", srv->default_session);
+                break;
+        }
+        client_close(conn);
+}
+
 int cmd_mcp(const struct cli *cli, int argc, char **argv)
 {
-        for (int i = 1; i < argc; i++) {
-                if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-                        puts("usage: nsbox [--socket PATH] mcp\n"
-                             "MCP server on stdin/stdout (newline-delimited JSON-RPC); logs on stderr.");
-                        return 0;
-                }
-                return cli_fail("mcp takes no arguments (see nsbox mcp --help)");
+        static const struct option longopts[] = { { "session", required_argument, NULL, 's' }, { 0 } };
+        const char *session = NULL;
+        int opt;
+        optind = 1;
+        while ((opt = cli_getopt(cli, argc, argv, "", longopts)) != -1) {
+                if (opt != 's')
+                        return cli_opt_exit(opt);
+                if (optarg[0] == '\0')
+                        return cli_fail("mcp: --session needs a non-empty NAME");
+                session = optarg;
         }
+        if (optind < argc)
+                return cli_usage_error(cli);
         /* Signals are read from a signalfd by the main thread only; call threads inherit the mask. */
         sigset_t mask;
         sigemptyset(&mask);
@@ -719,10 +741,12 @@ int cmd_mcp(const struct cli *cli, int argc, char **argv)
                 .reader = { .max = MCP_MAX_LINE },
         };
         uuid_t uuid;
-        char uuid_text[37];
+        char uuid_text[37], made_up[16];
         uuid_generate_random(uuid);
         uuid_unparse_lower(uuid, uuid_text);
-        snprintf(srv.default_session, sizeof(srv.default_session), "mcp-%.8s", uuid_text);
+        snprintf(made_up, sizeof(made_up), "mcp-%.8s", uuid_text);
+        srv.default_session = session != NULL ? session : made_up;
+        srv.keep_default_session = session != NULL;
         srv.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (srv.wake_fd < 0)
                 return cli_fail("mcp: eventfd: %s", strerror(errno));
@@ -736,6 +760,7 @@ int cmd_mcp(const struct cli *cli, int argc, char **argv)
                 pthread_join(c->thread, NULL);
                 call_free(c);
         }
+        server_remove_default_session(&srv);
         mcp_reader_free(&srv.reader);
         close(srv.wake_fd);
         return rc;

@@ -122,11 +122,8 @@ void mcp_add_note(json_t *result, const char *note);
 json_t *mcp_session_update_params(const json_t *arguments, const json_t *session);
 
 /* The params of the tool's daemon method. `sandbox_id` is the session's
- * sandbox for session tools (else NULL); `call_tag`, when not NULL, is put
- * into the environment of shell_execute's command so that a cancelled call
- * can find and kill its processes. */
-json_t *mcp_daemon_params(const struct mcp_tool *tool, const json_t *arguments, const char *sandbox_id,
-                          const char *call_tag);
+ * sandbox for session tools (else NULL). */
+json_t *mcp_daemon_params(const struct mcp_tool *tool, const json_t *arguments, const char *sandbox_id);
 
 /* The entry of job_id in exec.list's answer, or NULL (borrowed). */
 json_t *mcp_job_find(const json_t *exec_list, const char *job_id);
@@ -134,11 +131,6 @@ json_t *mcp_job_find(const json_t *exec_list, const char *job_id);
  * `since` asked for and the job's exec.list entry (new reference). */
 json_t *mcp_job_output_result(const char *job_id, const json_t *output, const json_t *since,
                               const json_t *entry);
-
-/* The environment variable that carries call_tag. */
-#define MCP_CALL_TAG_ENV "NSBOX_MCP_CALL"
-/* A sandbox.exec command that kills every process carrying call_tag. */
-char *mcp_kill_command(const char *call_tag);
 
 /* The CallToolResult for a daemon result (new reference). */
 json_t *mcp_call_result(const struct mcp_tool *tool, const json_t *daemon_result,

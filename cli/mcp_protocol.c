@@ -686,8 +686,7 @@ static json_t *integer_of(const json_t *value)
         return json_integer(json_integer_value(value));
 }
 
-json_t *mcp_daemon_params(const struct mcp_tool *tool, const json_t *arguments, const char *sandbox_id,
-                          const char *call_tag)
+json_t *mcp_daemon_params(const struct mcp_tool *tool, const json_t *arguments, const char *sandbox_id)
 {
         _cleanup_json_ json_t *params = json_object();
         if (params == NULL)
@@ -747,8 +746,6 @@ json_t *mcp_daemon_params(const struct mcp_tool *tool, const json_t *arguments, 
                         json_object_set_new(params, "cwd", json_string("/workspace"));
         } else if (strcmp(tool->method, "sandbox.exec") == 0) {
                 json_object_set_new(params, "cwd", json_string("/workspace"));
-                if (call_tag != NULL)
-                        json_object_set_new(params, "env", json_pack("{s:s}", MCP_CALL_TAG_ENV, call_tag));
         }
         return steal_pointer(&params);
 }
@@ -905,23 +902,6 @@ json_t *mcp_job_output_result(const char *job_id, const json_t *output, const js
         if (note != NULL)
                 json_object_set_new(shown, "note", json_string(note));
         return steal_pointer(&shown);
-}
-
-char *mcp_kill_command(const char *call_tag)
-{
-        /* Only [0-9a-f-] may be spliced into the shell text. */
-        if (call_tag == NULL || call_tag[0] == '\0' ||
-            strspn(call_tag, "0123456789abcdef-") != strlen(call_tag))
-                return NULL;
-        char *command = NULL;
-        if (asprintf(&command,
-                     "for p in /proc/[0-9]*; do "
-                     "tr '\\0' '\\n' <\"$p/environ\" 2>/dev/null | grep -qx '" MCP_CALL_TAG_ENV "=%s' && "
-                     "kill -KILL \"${p#/proc/}\" 2>/dev/null; "
-                     "done; true",
-                     call_tag) < 0)
-                return NULL;
-        return command;
 }
 
 /* --- nsboxd results → CallToolResult ------------------------------------------ */

@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Tar streams of nsbox cp (`nsbox cp ID:DIR -`, `tar c . | nsbox cp - ID:DIR`),
- * through libarchive: pax archives out, any tar libarchive reads in. */
+ * through libarchive: pax archives out, any tar libarchive reads in. libarchive (and the
+ * libxml2, ICU and compressors it pulls in) is loaded when a tar stream is used, not linked:
+ * loading it cost every other command of the CLI about 1.5 ms at start. */
 #include "tar_stream.h"
 
 #include <archive.h>
 #include <archive_entry.h>
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +18,64 @@
 #include "cli.h"
 
 #define TAR_READ_CHUNK (4u << 20)
+
+#define LIBARCHIVE_SONAME "libarchive.so.13"
+#define LIBARCHIVE_FUNCTIONS(X)               \
+        X(archive_entry_filetype)             \
+        X(archive_entry_free)                 \
+        X(archive_entry_hardlink)             \
+        X(archive_entry_new)                  \
+        X(archive_entry_pathname)             \
+        X(archive_entry_perm)                 \
+        X(archive_entry_set_filetype)         \
+        X(archive_entry_set_mtime)            \
+        X(archive_entry_set_pathname)         \
+        X(archive_entry_set_perm)             \
+        X(archive_entry_set_size)             \
+        X(archive_entry_set_symlink)          \
+        X(archive_entry_size)                 \
+        X(archive_entry_symlink)              \
+        X(archive_error_string)               \
+        X(archive_read_data)                  \
+        X(archive_read_free)                  \
+        X(archive_read_new)                   \
+        X(archive_read_next_header)           \
+        X(archive_read_open_fd)               \
+        X(archive_read_support_filter_all)    \
+        X(archive_read_support_format_gnutar) \
+        X(archive_read_support_format_tar)    \
+        X(archive_write_close)                \
+        X(archive_write_data)                 \
+        X(archive_write_finish_entry)         \
+        X(archive_write_free)                 \
+        X(archive_write_header)               \
+        X(archive_write_new)                  \
+        X(archive_write_open_fd)              \
+        X(archive_write_set_format_pax_restricted)
+static struct {
+#define LIBARCHIVE_POINTER(name) __typeof__(name) *name;
+        LIBARCHIVE_FUNCTIONS(LIBARCHIVE_POINTER)
+#undef LIBARCHIVE_POINTER
+} la;
+
+/* libarchive's functions in la, loaded once: 0, or EXIT_NSBOX_FAILED with the reason said. */
+static int libarchive_load(void)
+{
+        static bool loaded;
+        if (loaded)
+                return 0;
+        void *lib = dlopen(LIBARCHIVE_SONAME, RTLD_NOW | RTLD_LOCAL);
+        if (lib == NULL)
+                return cli_fail("tar streams need %s (Debian: libarchive13): %s", LIBARCHIVE_SONAME,
+                                dlerror());
+#define LIBARCHIVE_RESOLVE(name)                                       \
+        if ((la.name = (__typeof__(name) *)dlsym(lib, #name)) == NULL) \
+                return cli_fail("%s has no %s", LIBARCHIVE_SONAME, #name);
+        LIBARCHIVE_FUNCTIONS(LIBARCHIVE_RESOLVE)
+#undef LIBARCHIVE_RESOLVE
+        loaded = true;
+        return 0;
+}
 
 void cp_warn_skipped(const char *what, const char *why)
 {
@@ -43,22 +104,22 @@ static int tar_sink_header(struct tar_sink *t, const char *rel, mode_t type, mod
                            unsigned long long size, const char *target)
 {
         _cleanup_free_ char *name = tar_sink_name(t, rel);
-        struct archive_entry *entry = archive_entry_new();
+        struct archive_entry *entry = la.archive_entry_new();
         if (name == NULL || entry == NULL) {
-                archive_entry_free(entry);
+                la.archive_entry_free(entry);
                 return cli_fail("out of memory");
         }
-        archive_entry_set_pathname(entry, name);
-        archive_entry_set_filetype(entry, type);
-        archive_entry_set_perm(entry, mode & 07777);
-        archive_entry_set_size(entry, (la_int64_t)size);
-        archive_entry_set_mtime(entry, t->now, 0);
+        la.archive_entry_set_pathname(entry, name);
+        la.archive_entry_set_filetype(entry, type);
+        la.archive_entry_set_perm(entry, mode & 07777);
+        la.archive_entry_set_size(entry, (la_int64_t)size);
+        la.archive_entry_set_mtime(entry, t->now, 0);
         if (target != NULL)
-                archive_entry_set_symlink(entry, target);
-        int r = archive_write_header(t->archive, entry);
-        archive_entry_free(entry);
+                la.archive_entry_set_symlink(entry, target);
+        int r = la.archive_write_header(t->archive, entry);
+        la.archive_entry_free(entry);
         if (r < ARCHIVE_WARN)
-                return cli_fail("tar: %s: %s", name, archive_error_string(t->archive));
+                return cli_fail("tar: %s: %s", name, la.archive_error_string(t->archive));
         return 0;
 }
 
@@ -76,9 +137,9 @@ static int tar_sink_file_data(struct cp_sink *sink, const void *data, size_t len
 {
         struct tar_sink *t = (struct tar_sink *)sink;
         while (len > 0) {
-                la_ssize_t n = archive_write_data(t->archive, data, len);
+                la_ssize_t n = la.archive_write_data(t->archive, data, len);
                 if (n <= 0)
-                        return cli_fail("tar: %s", archive_error_string(t->archive));
+                        return cli_fail("tar: %s", la.archive_error_string(t->archive));
                 data = (const char *)data + n;
                 len -= (size_t)n;
                 sink->bytes += (unsigned long long)n;
@@ -90,8 +151,8 @@ static int tar_sink_file_end(struct cp_sink *sink)
 {
         struct tar_sink *t = (struct tar_sink *)sink;
         /* A file that shrank while read is padded to its header's size. */
-        if (archive_write_finish_entry(t->archive) < ARCHIVE_WARN)
-                return cli_fail("tar: %s", archive_error_string(t->archive));
+        if (la.archive_write_finish_entry(t->archive) < ARCHIVE_WARN)
+                return cli_fail("tar: %s", la.archive_error_string(t->archive));
         return 0;
 }
 
@@ -110,16 +171,18 @@ static const struct cp_sink_ops tar_sink_ops = {
 
 struct cp_sink *tar_sink_new(int fd, const char *root_name)
 {
+        if (libarchive_load() != 0)
+                return NULL;
         struct tar_sink *t = calloc(1, sizeof(*t));
         if (t == NULL)
                 return NULL;
         t->base.ops = &tar_sink_ops;
         t->now = time(NULL);
         t->root_name = strdup(root_name);
-        t->archive = archive_write_new();
+        t->archive = la.archive_write_new();
         if (t->root_name == NULL || t->archive == NULL ||
-            archive_write_set_format_pax_restricted(t->archive) != ARCHIVE_OK ||
-            archive_write_open_fd(t->archive, fd) != ARCHIVE_OK) {
+            la.archive_write_set_format_pax_restricted(t->archive) != ARCHIVE_OK ||
+            la.archive_write_open_fd(t->archive, fd) != ARCHIVE_OK) {
                 tar_sink_free(&t->base);
                 return NULL;
         }
@@ -129,8 +192,8 @@ struct cp_sink *tar_sink_new(int fd, const char *root_name)
 int tar_sink_finish(struct cp_sink *sink)
 {
         struct tar_sink *t = (struct tar_sink *)sink;
-        if (archive_write_close(t->archive) != ARCHIVE_OK)
-                return cli_fail("tar: %s", archive_error_string(t->archive));
+        if (la.archive_write_close(t->archive) != ARCHIVE_OK)
+                return cli_fail("tar: %s", la.archive_error_string(t->archive));
         return 0;
 }
 
@@ -140,7 +203,7 @@ void tar_sink_free(struct cp_sink *sink)
         if (t == NULL)
                 return;
         if (t->archive != NULL)
-                archive_write_free(t->archive);
+                la.archive_write_free(t->archive);
         free(t->root_name);
         free(t);
 }
@@ -176,46 +239,49 @@ static bool tar_clean_path(const char *in, char *out, size_t size)
 static void archive_read_freep(struct archive **a)
 {
         if (*a != NULL)
-                archive_read_free(*a);
+                la.archive_read_free(*a);
 }
 
 int tar_source_copy(int fd, struct cp_sink *sink)
 {
-        _cleanup_(archive_read_freep) struct archive *a = archive_read_new();
+        int loaded = libarchive_load();
+        if (loaded != 0)
+                return loaded;
+        _cleanup_(archive_read_freep) struct archive *a = la.archive_read_new();
         if (a == NULL)
                 return cli_fail("out of memory");
-        archive_read_support_format_tar(a);
-        archive_read_support_format_gnutar(a);
-        archive_read_support_filter_all(a);
-        if (archive_read_open_fd(a, fd, 64 << 10) != ARCHIVE_OK)
-                return cli_fail("reading the tar stream: %s", archive_error_string(a));
+        la.archive_read_support_format_tar(a);
+        la.archive_read_support_format_gnutar(a);
+        la.archive_read_support_filter_all(a);
+        if (la.archive_read_open_fd(a, fd, 64 << 10) != ARCHIVE_OK)
+                return cli_fail("reading the tar stream: %s", la.archive_error_string(a));
         _cleanup_free_ char *buf = malloc(TAR_READ_CHUNK);
         if (buf == NULL)
                 return cli_fail("out of memory");
         for (;;) {
                 struct archive_entry *entry;
-                int r = archive_read_next_header(a, &entry);
+                int r = la.archive_read_next_header(a, &entry);
                 if (r == ARCHIVE_EOF)
                         return 0;
                 if (r < ARCHIVE_WARN)
-                        return cli_fail("reading the tar stream: %s", archive_error_string(a));
-                const char *name = archive_entry_pathname(entry);
+                        return cli_fail("reading the tar stream: %s", la.archive_error_string(a));
+                const char *name = la.archive_entry_pathname(entry);
                 char rel[4096];
                 if (name == NULL || !tar_clean_path(name, rel, sizeof(rel)))
                         return cli_fail("tar entry %s: a path with \"..\" (or too long) is not extracted",
                                         name ? name : "(none)");
-                mode_t mode = archive_entry_perm(entry) & 07777;
-                if (archive_entry_hardlink(entry) != NULL) {
+                mode_t mode = la.archive_entry_perm(entry) & 07777;
+                if (la.archive_entry_hardlink(entry) != NULL) {
                         cp_warn_skipped(name,
                                         "a hard link (only files, directories and symlinks are copied)");
                         continue;
                 }
-                switch (archive_entry_filetype(entry)) {
+                switch (la.archive_entry_filetype(entry)) {
                 case AE_IFDIR:
                         r = sink->ops->dir(sink, rel, mode);
                         break;
                 case AE_IFLNK:
-                        r = rel[0] ? sink->ops->symlink(sink, rel, archive_entry_symlink(entry))
+                        r = rel[0] ? sink->ops->symlink(sink, rel, la.archive_entry_symlink(entry))
                                    : cli_fail("tar entry %s: the root cannot be a symlink", name);
                         break;
                 case AE_IFREG:
@@ -224,11 +290,12 @@ int tar_source_copy(int fd, struct cp_sink *sink)
                                 break;
                         }
                         r = sink->ops->file_begin(sink, rel, mode,
-                                                  (unsigned long long)archive_entry_size(entry));
+                                                  (unsigned long long)la.archive_entry_size(entry));
                         while (r == 0) {
-                                la_ssize_t n = archive_read_data(a, buf, TAR_READ_CHUNK);
+                                la_ssize_t n = la.archive_read_data(a, buf, TAR_READ_CHUNK);
                                 if (n < 0) {
-                                        r = cli_fail("reading the tar stream: %s", archive_error_string(a));
+                                        r = cli_fail("reading the tar stream: %s",
+                                                     la.archive_error_string(a));
                                         break;
                                 }
                                 if (n == 0)

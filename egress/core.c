@@ -101,8 +101,8 @@ void egress_send_event(json_t *event)
         egress_control_flush();
 }
 
-void egress_refused(struct egress_sandbox *sb, const char *name, uint32_t addr, uint16_t port,
-                    const char *reason)
+static void refused_event(struct egress_sandbox *sb, const char *name, uint32_t addr, uint16_t port,
+                          const char *reason, bool lookup)
 {
         sb->refused++;
         if (sb->refused_tokens < 1)
@@ -113,9 +113,23 @@ void egress_refused(struct egress_sandbox *sb, const char *name, uint32_t addr, 
                 struct in_addr in = { .s_addr = htonl(addr) };
                 inet_ntop(AF_INET, &in, a, sizeof(a));
         }
-        egress_send_event(json_pack("{s:s, s:s, s:s?, s:s?, s:i, s:s}", "event", "refused", "sandbox", sb->id,
-                                    "name", name, "address", addr ? a : NULL, "port", (json_int_t)port,
-                                    "reason", reason));
+        json_t *event =
+            json_pack("{s:s, s:s, s:s?, s:s?, s:i, s:s}", "event", "refused", "sandbox", sb->id, "name", name,
+                      "address", addr ? a : NULL, "port", (json_int_t)port, "reason", reason);
+        if (event != NULL && lookup)
+                json_object_set_new(event, "lookup", json_true());
+        egress_send_event(event);
+}
+
+void egress_refused(struct egress_sandbox *sb, const char *name, uint32_t addr, uint16_t port,
+                    const char *reason)
+{
+        refused_event(sb, name, addr, port, reason, false);
+}
+
+void egress_refused_lookup(struct egress_sandbox *sb, const char *name, const char *reason)
+{
+        refused_event(sb, name, 0, 53, reason, true);
 }
 
 void egress_send_stats(void)

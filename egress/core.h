@@ -192,6 +192,9 @@ void egress_control_flush(void);
  * burst of EGRESS_REFUSED_BURST (one more a second) lasts. */
 void egress_refused(struct egress_sandbox *sb, const char *name, uint32_t addr, uint16_t port,
                     const char *reason);
+/* A refused DNS question for name: the event says "lookup" (and port 53),
+ * for nsboxd shows it as a name lookup, not as a connection to port 53. */
+void egress_refused_lookup(struct egress_sandbox *sb, const char *name, const char *reason);
 /* Once a second: each sandbox's counters since the last stats event. */
 void egress_send_stats(void);
 

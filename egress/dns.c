@@ -251,7 +251,7 @@ static void handle_query(struct egress_sandbox *sb, const uint8_t *pkt, size_t l
         enum netpolicy_verdict v = netpolicy_check_name(sb->policy, name);
         if (v != NETPOLICY_ALLOW) {
                 reply_error(sb->dns.fd, from, pkt, d.question_end, DNS_RCODE_REFUSED, false);
-                egress_refused(sb, name, 0, 53, netpolicy_reason(v));
+                egress_refused_lookup(sb, name, netpolicy_reason(v));
                 return;
         }
         if (sb->n_queries >= EGRESS_DNS_PENDING_MAX ||
@@ -333,7 +333,7 @@ void dns_tcp_query(struct conn *c, const uint8_t *pkt, size_t len, dns_tcp_reply
         if (d.qclass == DNS_CLASS_IN && netpolicy_name_normalize(d.name, strlen(d.name), name) == 0) {
                 v = netpolicy_check_name(sb->policy, name);
                 if (v != NETPOLICY_ALLOW)
-                        egress_refused(sb, name, 0, 53, netpolicy_reason(v));
+                        egress_refused_lookup(sb, name, netpolicy_reason(v));
         }
         if (v != NETPOLICY_ALLOW) {
                 reply(c, out, error_reply(out, pkt, d.question_end, DNS_RCODE_REFUSED, false));

@@ -9,42 +9,60 @@
  * the bytes, DELETE with ?recursive=true). Everything runs in the token's
  * default sandbox (POST /execute_command_stateful {code} too, in its
  * persistent interpreter): session "http-default" of its owner, made on first use
- * and kept. Relative paths are under /workspace (where the runtime had /app). */
+ * and kept. Every path is under the base directory /workspace (the
+ * reference runtime's /app), "/" included; GET /v1/metadata answers the
+ * SANDBOX_* environment. */
 #include "agent_sandbox.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cleanup.h"
 #include "json_cleanup.h"
 #include "nsboxd.h"
-#include "relpath.h"
 #include "reply.h"
 #include "textenc.h"
 
 #define DEFAULT_SESSION "http-default"
 
+/* An upload goes to the sandbox as it arrives, UPLOAD_CHUNK at a time
+ * (fs.write, then fs.write append): any size, bounded memory, as the
+ * reference runtime takes any size. */
+#define UPLOAD_CHUNK (4u << 20)
+
 struct http_upload {
-        struct MHD_PostProcessor *pp;
-        char *filename;
-        char *data;
+        struct http_request *r;
+        struct MHD_PostProcessor *pp; /* POST /upload's multipart; NULL: a raw body (PUT /v1/files) */
+        char *filename;               /* as sent */
+        char path[4200];              /* its sandbox path */
+        struct client *c;             /* to nsboxd, from the first write on */
+        char id[64];                  /* the default sandbox */
+        char *data;                   /* what is not written yet */
         size_t len, cap;
+        uint64_t written;
+        bool started;     /* the file is made: later writes append */
         bool second_file; /* more than one file part: refused */
-        bool failed;
+        bool not_form;    /* not multipart/form-data */
+        bool denied;      /* a path out of the base directory */
+        bool failed;      /* a write failed: error/err say why */
+        json_t *error;
+        nsbox_error_t *err;
 };
 
 /* The default sandbox of the request's owner (made on first use). */
-static int default_sandbox(struct client *c, char *id, size_t id_len, json_t **error, nsbox_error_t **err)
+static int default_sandbox(struct http_request *r, struct client *c, char *id, size_t id_len, json_t **error,
+                           nsbox_error_t **err)
 {
         _cleanup_json_ json_t *params = json_pack("{s:s}", "session_id", DEFAULT_SESSION);
         _cleanup_json_ json_t *result = NULL;
-        *error = NULL;
-        int r = client_call(c, "sandbox.create", params, NULL, NULL, &result, error, err);
-        if (r < 0)
-                return r;
+        int ret = http_client_call(r, c, "sandbox.create", params, &result, error, err);
+        if (ret < 0)
+                return ret;
         snprintf(id, id_len, "%s", json_string_value(json_object_get(result, "sandbox_id")) ?: "");
         return 0;
 }
@@ -57,7 +75,7 @@ static int connect_default(struct http_request *r, struct client **out, char id[
         int ret = http_nsboxd_connect(r, &c, error, err);
         if (ret < 0)
                 return ret;
-        if ((ret = default_sandbox(c, id, 64, error, err)) < 0) {
+        if ((ret = default_sandbox(r, c, id, 64, error, err)) < 0) {
                 client_close(c);
                 return ret;
         }
@@ -75,9 +93,49 @@ static int call_in_default(struct http_request *r, const char *method, json_t *p
         if (ret < 0)
                 return ret;
         json_object_set_new(params, "sandbox_id", json_string(id));
-        ret = client_call(c, method, params, NULL, NULL, result, error, err);
+        ret = http_client_call(r, c, method, params, result, error, err);
         client_close(c);
         return ret;
+}
+
+/* The reference runtime lets a command run 300 s (SANDBOX_EXEC_TIMEOUT_SECONDS). */
+#define AGENT_EXEC_TIMEOUT_S 300
+/* The reference keeps all of a command's output; nsboxd keeps this much of
+ * each stream, and a cut is said in stderr. */
+#define AGENT_MAX_OUTPUT (64u << 20)
+
+/* X-Sandbox-Timeout: the seconds the SDK (and its router) wait for the
+ * answer, a positive number ("5", "2.5"); the command gets a second less
+ * (at least one), so that its answer arrives while they still wait; 0
+ * when absent or not a number. */
+static unsigned header_timeout(struct http_request *r)
+{
+        const char *v = MHD_lookup_connection_value(r->connection, MHD_HEADER_KIND, "X-Sandbox-Timeout");
+        if (v == NULL)
+                return 0;
+        char *end;
+        double t = strtod(v, &end);
+        if (end == v || *end != '\0' || !(t > 0) || t > 86400)
+                return 0;
+        unsigned s = (unsigned)t;
+        return s >= 2 ? s - 1 : 1;
+}
+
+/* stderr, then a line of its own saying what happened to the command. */
+static json_t *stderr_with(json_t *stderr_json, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static json_t *stderr_with(json_t *stderr_json, const char *fmt, ...)
+{
+        const char *text = json_string_value(stderr_json) ?: "";
+        size_t n = strlen(text);
+        char note[256];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(note, sizeof(note), fmt, ap);
+        va_end(ap);
+        _cleanup_free_ char *out = NULL;
+        if (asprintf(&out, "%s%s%s", text, n > 0 && text[n - 1] != '\n' ? "\n" : "", note) < 0)
+                return NULL;
+        return json_string(out);
 }
 
 enum MHD_Result http_agent_execute(struct http_request *r, json_t *body)
@@ -86,10 +144,18 @@ enum MHD_Result http_agent_execute(struct http_request *r, json_t *body)
         if (!json_is_string(command) || json_string_length(command) == 0)
                 return http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params",
                                         "command must be a non-empty string");
+        /* The body's timeout, else the one the client waits (X-Sandbox-Timeout:
+         * nobody reads an answer after it), else the reference's 300 s. */
         json_t *timeout = json_object_get(body, "timeout");
-        _cleanup_json_ json_t *params = json_pack("{s:O, s:s}", "command", command, "cwd", "/workspace");
-        if (json_is_integer(timeout) && json_integer_value(timeout) > 0)
-                json_object_set(params, "timeout_seconds", timeout);
+        unsigned seconds = header_timeout(r);
+        if (json_is_integer(timeout) && json_integer_value(timeout) > 0 &&
+            json_integer_value(timeout) <= 86400)
+                seconds = (unsigned)json_integer_value(timeout);
+        if (seconds == 0)
+                seconds = AGENT_EXEC_TIMEOUT_S;
+        _cleanup_json_ json_t *params =
+            json_pack("{s:O, s:s, s:I, s:I}", "command", command, "cwd", "/workspace", "timeout_seconds",
+                      (json_int_t)seconds, "max_output_bytes", (json_int_t)AGENT_MAX_OUTPUT);
         _cleanup_error_ nsbox_error_t *err = NULL;
         _cleanup_json_ json_t *result = NULL, *error = NULL;
         if (call_in_default(r, "sandbox.exec", params, &result, &error, &err) < 0)
@@ -99,9 +165,26 @@ enum MHD_Result http_agent_execute(struct http_request *r, json_t *body)
         json_int_t code = json_is_integer(exit_code)
                               ? json_integer_value(exit_code)
                               : 128 + json_integer_value(json_object_get(result, "signal"));
-        return http_reply_json(r, MHD_HTTP_OK,
-                               json_pack("{s:O, s:O, s:I}", "stdout", json_object_get(result, "stdout"),
-                                         "stderr", json_object_get(result, "stderr"), "exit_code", code));
+        json_t *stderr_json = json_incref(json_object_get(result, "stderr"));
+        bool timed_out = json_is_true(json_object_get(result, "timed_out"));
+        if (json_is_true(json_object_get(result, "truncated"))) {
+                json_t *more = stderr_with(stderr_json, "[nsbox: output cut at %u MiB a stream]\n",
+                                           AGENT_MAX_OUTPUT >> 20);
+                json_decref(stderr_json);
+                stderr_json = more;
+        }
+        if (timed_out) {
+                /* as the reference runtime: the command failed, exit code 1, and stderr says why */
+                json_t *more = stderr_with(stderr_json, "execution timed out after %u seconds\n", seconds);
+                json_decref(stderr_json);
+                stderr_json = more;
+                code = 1;
+        }
+        json_t *answer = json_pack("{s:O, s:o, s:I}", "stdout", json_object_get(result, "stdout"), "stderr",
+                                   stderr_json ?: json_string(""), "exit_code", code);
+        if (answer != NULL && timed_out)
+                json_object_set_new(answer, "timed_out", json_true());
+        return http_reply_json(r, MHD_HTTP_OK, answer);
 }
 
 /* POST /execute_command_stateful {code, language?: "python", timeout?: 10}:
@@ -142,7 +225,131 @@ enum MHD_Result http_agent_execute_stateful(struct http_request *r, json_t *body
                                          status && strcmp(status, "ok") == 0 ? 0 : 1));
 }
 
-/* --- POST /upload ---------------------------------------------------------- */
+/* GET /v1/metadata, as sandboxd answers it: {env: {NAME: value}}, the
+ * SANDBOX_* variables the orchestrator gave this process, without any
+ * whose name suggests a credential (the sandbox's code may ask too). */
+enum MHD_Result http_agent_metadata(struct http_request *r)
+{
+        static const char *const secret[] = { "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CRED", "KEY",
+                                              "AUTH",  "BEARER", "PRIVATE",  "CERT",   NULL };
+        json_t *env = json_object();
+        for (char **e = environ; e && *e; e++) {
+                const char *eq = strchr(*e, '=');
+                if (eq == NULL || strncmp(*e, "SANDBOX_", 8) != 0 || (size_t)(eq - *e) > 255)
+                        continue;
+                char name[256];
+                memcpy(name, *e, (size_t)(eq - *e));
+                name[eq - *e] = '\0';
+                bool hidden = false;
+                for (size_t i = 0; secret[i] && !hidden; i++)
+                        hidden = strcasestr(name, secret[i]) != NULL;
+                if (!hidden)
+                        json_object_set_new(env, name, json_string(eq + 1));
+        }
+        return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:o}", "env", env));
+}
+
+/* --- paths ----------------------------------------------------------------- */
+
+/* The runtime's base directory: every path of the contract is under it, as
+ * the reference runtime's (its /app, SANDBOX_BASE_DIR) and sandboxd's root
+ * are: "/" and "" are the base itself, "/a" is BASE/a. */
+#define AGENT_BASE "/workspace"
+
+/* The sandbox path of a contract path: BASE joined with it, ".", ".." and
+ * empty parts resolved by name, as the reference's realpath does; false
+ * when it leaves BASE or has a control character. */
+static bool base_path(const char *in, char *out, size_t size)
+{
+        size_t len = strlen(AGENT_BASE);
+        if (size <= len)
+                return false;
+        memcpy(out, AGENT_BASE, len + 1);
+        for (const char *p = in; *p;) {
+                const char *end = strchr(p, '/');
+                size_t n = end ? (size_t)(end - p) : strlen(p);
+                for (size_t i = 0; i < n; i++)
+                        if ((unsigned char)p[i] < 0x20 || p[i] == 0x7f)
+                                return false;
+                if (n == 2 && p[0] == '.' && p[1] == '.') {
+                        char *slash = strrchr(out, '/');
+                        len = slash ? (size_t)(slash - out) : 0;
+                        out[len] = '\0';
+                } else if (n > 0 && !(n == 1 && p[0] == '.')) {
+                        if (len + 1 + n + 1 > size)
+                                return false;
+                        out[len++] = '/';
+                        memcpy(out + len, p, n);
+                        len += n;
+                        out[len] = '\0';
+                }
+                p += n;
+                if (*p == '/')
+                        p++;
+        }
+        size_t base = strlen(AGENT_BASE);
+        return strncmp(out, AGENT_BASE, base) == 0 && (out[base] == '\0' || out[base] == '/');
+}
+
+/* --- POST /upload, PUT /v1/files ------------------------------------------- */
+
+static int upload_flush(struct http_upload *u)
+{
+        if (u->failed)
+                return -1;
+        if (u->c == NULL && connect_default(u->r, &u->c, u->id, &u->error, &u->err) < 0) {
+                u->failed = true;
+                return -1;
+        }
+        _cleanup_free_ char *text = base64_encode(u->data ? u->data : "", u->len, NULL);
+        _cleanup_json_ json_t *p =
+            json_pack("{s:s, s:s, s:s, s:s, s:b}", "sandbox_id", u->id, "path", u->path, "content",
+                      text ? text : "", "encoding", "base64", "append", u->started);
+        _cleanup_json_ json_t *res = NULL;
+        if (text == NULL || p == NULL) {
+                nsbox_error(&u->err, ENOMEM, "upload");
+                u->failed = true;
+                return -1;
+        }
+        if (http_client_call(u->r, u->c, "fs.write", p, &res, &u->error, &u->err) < 0) {
+                u->failed = true;
+                return -1;
+        }
+        u->started = true;
+        u->written += u->len;
+        u->len = 0;
+        return 0;
+}
+
+static void upload_bytes(struct http_upload *u, const char *data, size_t size)
+{
+        while (size > 0 && !u->failed && !u->denied) {
+                size_t room = UPLOAD_CHUNK - u->len, n = size < room ? size : room;
+                if (u->data == NULL && (u->data = malloc(UPLOAD_CHUNK)) == NULL) {
+                        nsbox_error(&u->err, ENOMEM, "upload");
+                        u->failed = true;
+                        return;
+                }
+                memcpy(u->data + u->len, data, n);
+                u->len += n;
+                data += n;
+                size -= n;
+                if (u->len == UPLOAD_CHUNK)
+                        upload_flush(u);
+        }
+}
+
+/* The destination, once: a path under the base directory, or denied. */
+static void upload_destination(struct http_upload *u, const char *name)
+{
+        u->filename = strdup(name);
+        if (u->filename == NULL) {
+                nsbox_error(&u->err, ENOMEM, "upload");
+                u->failed = true;
+        } else if (!base_path(name, u->path, sizeof(u->path)) || strcmp(u->path, AGENT_BASE) == 0) {
+                u->denied = true;
+        }
+}
 
 static enum MHD_Result upload_part(void *cls, enum MHD_ValueKind kind, const char *key, const char *filename,
                                    const char *content_type, const char *transfer_encoding, const char *data,
@@ -155,35 +362,48 @@ static enum MHD_Result upload_part(void *cls, enum MHD_ValueKind kind, const cha
                 u->second_file = true;
         if (u->second_file)
                 return MHD_YES;
-        if (u->filename == NULL) {
-                u->filename = strdup(filename ? filename : "");
-                if (u->filename == NULL) {
-                        u->failed = true;
-                        return MHD_NO;
-                }
-        }
-        if (http_buffer_append(&u->data, &u->len, &u->cap, data, size) < 0) {
-                u->failed = true;
-                return MHD_NO;
-        }
-        return MHD_YES;
+        if (u->filename == NULL)
+                upload_destination(u, filename ? filename : "");
+        upload_bytes(u, data, size);
+        return MHD_YES; /* a failure is answered once the body ends */
 }
 
-int http_agent_upload_feed(struct http_request *r, const char *data, size_t len)
+static struct http_upload *upload_of(struct http_request *r)
 {
         if (r->upload == NULL) {
                 r->upload = calloc(1, sizeof(*r->upload));
                 if (r->upload == NULL)
-                        return -ENOMEM;
-                /* MHD parses multipart/form-data; NULL: not a form */
-                r->upload->pp = MHD_create_post_processor(r->connection, 65536, upload_part, r->upload);
-                if (r->upload->pp == NULL)
-                        r->upload->failed = true;
+                        return NULL;
+                r->upload->r = r;
         }
-        if (r->upload->failed)
-                return 0; /* answered 400 at the end */
-        if (MHD_post_process(r->upload->pp, data, len) != MHD_YES)
-                r->upload->failed = true;
+        return r->upload;
+}
+
+int http_agent_upload_feed(struct http_request *r, const char *data, size_t len)
+{
+        struct http_upload *u = upload_of(r);
+        if (u == NULL)
+                return -ENOMEM;
+        if (u->pp == NULL && !u->not_form) {
+                /* MHD parses multipart/form-data; NULL: not a form */
+                u->pp = MHD_create_post_processor(r->connection, 65536, upload_part, u);
+                u->not_form = u->pp == NULL;
+        }
+        if (u->not_form || u->failed || u->denied)
+                return 0; /* answered at the end */
+        if (MHD_post_process(u->pp, data, len) != MHD_YES)
+                u->not_form = true;
+        return 0;
+}
+
+int http_agent_put_feed(struct http_request *r, const char *path, const char *data, size_t len)
+{
+        struct http_upload *u = upload_of(r);
+        if (u == NULL)
+                return -ENOMEM;
+        if (u->filename == NULL)
+                upload_destination(u, path);
+        upload_bytes(u, data, len);
         return 0;
 }
 
@@ -193,47 +413,52 @@ void http_agent_upload_free(struct http_upload *u)
                 return;
         if (u->pp != NULL)
                 MHD_destroy_post_processor(u->pp);
+        client_close(u->c);
+        json_decref(u->error);
+        nsbox_error_free(&u->err);
         free(u->filename);
         free(u->data);
         free(u);
 }
 
-/* Write bytes to a path of the default sandbox, its directories made first. */
-static int write_file(struct http_request *r, const char *path, const char *data, size_t len, json_t **error,
-                      nsbox_error_t **err)
+static enum MHD_Result access_denied(struct http_request *r, bool v1)
 {
-        _cleanup_free_ char *text = base64_encode(data, len, NULL);
-        if (text == NULL)
-                return nsbox_error(err, ENOMEM, "upload");
-        struct client *c = NULL;
-        char id[64];
-        int ret = connect_default(r, &c, id, error, err);
-        if (ret < 0)
-                return ret;
-        ret = http_sandbox_write(c, id, path, text, error, err);
-        client_close(c);
-        return ret;
+        if (v1)
+                return http_reply_json(r, MHD_HTTP_FORBIDDEN,
+                                       json_pack("{s:s, s:s}", "code", "PERMISSION_DENIED", "message",
+                                                 "path traversal outside sandbox root is forbidden"));
+        return http_reply_json(r, MHD_HTTP_FORBIDDEN, json_pack("{s:s}", "message", "Access denied"));
+}
+
+/* Write the rest of the file: true, or false with *ret the answer to what went wrong. */
+static bool upload_end(struct http_request *r, struct http_upload *u, bool v1, enum MHD_Result *ret)
+{
+        if (u->denied) {
+                *ret = access_denied(r, v1);
+                return false;
+        }
+        if (!u->failed && (u->len > 0 || !u->started))
+                upload_flush(u);
+        if (u->failed) {
+                *ret = http_reply_rpc_error(r, u->error, u->err);
+                return false;
+        }
+        return true;
 }
 
 enum MHD_Result http_agent_upload_finish(struct http_request *r)
 {
         struct http_upload *u = r->upload;
-        if (u == NULL || u->failed || u->filename == NULL)
+        if (u == NULL || u->not_form || u->filename == NULL)
                 return http_reply_error(
                     r, MHD_HTTP_BAD_REQUEST, "invalid_params",
                     "send multipart/form-data with one part named \"file\" whose filename is "
                     "the destination");
         if (u->second_file)
                 return http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params", "one file per upload");
-        /* no ".." part: the SDK sends a path under the runtime's base; absolute, "./a" or "a//b"
-         * are taken as the sandbox's path walk reads them */
-        if (!relpath_ok(u->filename, RELPATH_ABSOLUTE | RELPATH_LOOSE))
-                return http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params",
-                                        "the filename must be a path without \"..\" or control characters");
-        _cleanup_error_ nsbox_error_t *err = NULL;
-        _cleanup_json_ json_t *error = NULL;
-        if (write_file(r, u->filename, u->data ? u->data : "", u->len, &error, &err) < 0)
-                return http_reply_rpc_error(r, error, err);
+        enum MHD_Result ret;
+        if (!upload_end(r, u, false, &ret))
+                return ret;
         char message[4200];
         snprintf(message, sizeof(message), "File '%s' uploaded successfully.", u->filename);
         return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:s}", "message", message));
@@ -365,23 +590,28 @@ static enum MHD_Result download(struct http_request *r, const char *path)
         return http_reply_stream(r, "application/octet-stream", download_read, d, download_free);
 }
 
-enum MHD_Result http_agent_files(struct http_request *r, const char *kind, const char *path)
+enum MHD_Result http_agent_files(struct http_request *r, const char *kind, const char *asked)
 {
-        if (path[0] == '\0')
-                path = "/workspace";
-        for (const char *p = path; *p; p++)
-                if ((unsigned char)*p < 0x20)
-                        return http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params", "bad path");
         _cleanup_error_ nsbox_error_t *err = NULL;
         _cleanup_json_ json_t *result = NULL, *error = NULL;
         bool v1 = strncmp(kind, "v1.", 3) == 0;
+        enum MHD_Result ret;
 
         if (strcmp(kind, "v1.put") == 0) {
-                if (write_file(r, path, r->body ? r->body : "", r->body_len, &error, &err) < 0)
-                        return http_reply_rpc_error(r, error, err);
+                struct http_upload *u = r->upload;
+                if (u == NULL) /* an empty body */
+                        http_agent_put_feed(r, asked, "", 0);
+                if ((u = r->upload) == NULL)
+                        return MHD_NO;
+                if (!upload_end(r, u, true, &ret))
+                        return ret;
                 return http_reply_json(
-                    r, MHD_HTTP_OK, json_pack("{s:s, s:I}", "path", path, "size", (json_int_t)r->body_len));
+                    r, MHD_HTTP_OK, json_pack("{s:s, s:I}", "path", asked, "size", (json_int_t)u->written));
         }
+        char where[4200];
+        if (!base_path(asked, where, sizeof(where)))
+                return access_denied(r, v1);
+        const char *path = where;
         if (strcmp(kind, "v1.delete") == 0) {
                 const char *recursive =
                     MHD_lookup_connection_value(r->connection, MHD_GET_ARGUMENT_KIND, "recursive");
@@ -402,7 +632,8 @@ enum MHD_Result http_agent_files(struct http_request *r, const char *kind, const
                 const char *ekind;
                 unsigned status = error ? http_status_of_rpc_error(error, &ekind) : 0;
                 if (strcmp(kind, "exists") == 0 && status == MHD_HTTP_NOT_FOUND)
-                        return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:b}", "exists", 0));
+                        return http_reply_json(r, MHD_HTTP_OK,
+                                               json_pack("{s:s, s:b}", "path", asked, "exists", 0));
                 if (status == MHD_HTTP_NOT_FOUND && strcmp(kind, "download") == 0)
                         return reply_message(r, MHD_HTTP_NOT_FOUND, "File not found");
                 if (status == MHD_HTTP_NOT_FOUND && strcmp(kind, "v1.head") == 0)
@@ -411,7 +642,7 @@ enum MHD_Result http_agent_files(struct http_request *r, const char *kind, const
         }
         bool dir = strcmp(entry_type(result), "directory") == 0;
         if (strcmp(kind, "exists") == 0)
-                return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:b}", "exists", 1));
+                return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:s, s:b}", "path", asked, "exists", 1));
         _cleanup_json_ json_t *listing = NULL;
         const char *raw_type = json_string_value(json_object_get(result, "type"));
         if (raw_type != NULL && strcmp(raw_type, "symlink") == 0) {
@@ -433,8 +664,7 @@ enum MHD_Result http_agent_files(struct http_request *r, const char *kind, const
                                         strdup(""), 0);
         if (strcmp(kind, "list") == 0 || (v1 && dir)) {
                 if (!dir)
-                        return http_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params",
-                                                "%s is not a directory", path);
+                        return reply_message(r, MHD_HTTP_NOT_FOUND, "Path is not a directory");
                 json_decref(result);
                 result = steal_pointer(&listing);
                 _cleanup_json_ json_t *lp = json_pack("{s:s}", "path", path);

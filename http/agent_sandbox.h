@@ -17,6 +17,10 @@ enum MHD_Result http_agent_execute_stateful(struct http_request *r, json_t *body
 enum MHD_Result http_agent_upload_finish(struct http_request *r);
 /* kind: "download", "list", "exists", "v1.get", "v1.head", "v1.put" or "v1.delete". */
 enum MHD_Result http_agent_files(struct http_request *r, const char *kind, const char *path);
+/* GET /v1/metadata: the SANDBOX_* environment, without credentials. */
+enum MHD_Result http_agent_metadata(struct http_request *r);
 /* Feed multipart data of POST /upload (MHD's post processor parses it). */
 int http_agent_upload_feed(struct http_request *r, const char *data, size_t len);
+/* Feed the raw body of PUT /v1/files/PATH. */
+int http_agent_put_feed(struct http_request *r, const char *path, const char *data, size_t len);
 void http_agent_upload_free(struct http_upload *u);

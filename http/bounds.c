@@ -46,6 +46,8 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "counters.h"
+
 /* A client address: IPv4 (an IPv4-mapped IPv6 address counts as its IPv4
  * one), IPv6, or none (not an IP socket). */
 struct peer_address {
@@ -66,6 +68,7 @@ struct bounded_connection {
 /* A kind of cut-off, logged at most once a second with the count since its last line. */
 struct bounds_log {
         const char *what;
+        const char *counter; /* its name in nsbox_http_connections_cut_total */
         uint64_t last_ms;
         unsigned unlogged;
 };
@@ -78,13 +81,17 @@ static struct bounded_connection *connections;
 static unsigned unauthenticated; /* in connections, neither authenticated nor cut */
 static struct http_bounds bounds;
 
-static struct bounds_log log_deadline = { .what = "closed, no request with a valid token within "
+static struct bounds_log log_deadline = { .counter = "header_timeout",
+                                          .what = "closed, no request with a valid token within "
                                                   "--header-timeout" };
-static struct bounds_log log_per_address = { .what = "refused, the address holds --max-per-address "
+static struct bounds_log log_per_address = { .counter = "per_address",
+                                             .what = "refused, the address holds --max-per-address "
                                                      "connections" };
-static struct bounds_log log_evicted = { .what = "closed to admit a new one, unauthenticated connections "
+static struct bounds_log log_evicted = { .counter = "evicted",
+                                         .what = "closed to admit a new one, unauthenticated connections "
                                                  "are at --max-connections less --auth-reserve" };
-static struct bounds_log log_full = { .what = "refused, connections are at --max-connections" };
+static struct bounds_log log_full = { .counter = "full",
+                                      .what = "refused, connections are at --max-connections" };
 
 static uint64_t now_ms(void)
 {
@@ -145,6 +152,7 @@ static unsigned n_pending;
 static void bounds_note(struct bounds_log *l, const struct peer_address *address, const char *limit)
 {
         uint64_t now = now_ms();
+        http_counters_cut(l->counter);
         if ((l->last_ms != 0 && now - l->last_ms < 1000) || n_pending == BOUNDS_PENDING) {
                 l->unlogged++;
                 return;

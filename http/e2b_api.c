@@ -298,7 +298,10 @@ static enum MHD_Result list(struct http_request *r, bool v2)
         }
         enum MHD_Result ret = MHD_queue_response(r->connection, MHD_HTTP_OK, resp);
         MHD_destroy_response(resp);
-        r->answered = true;
+        if (ret == MHD_YES) {
+                r->answered = true;
+                r->status = MHD_HTTP_OK;
+        }
         return ret;
 }
 

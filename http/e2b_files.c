@@ -101,15 +101,20 @@ static enum MHD_Result upload_error(struct http_request *r, struct client *c, js
         return files_error(r, error, err);
 }
 
-/* Write one file; its WriteInfo appended to out. */
-static int upload_one(struct client *c, const char *sandbox_id, const char *path, const char *data,
-                      size_t len, json_t *out, json_t **error, nsbox_error_t **err)
+/* Write one file (its parents made); its WriteInfo appended to out. */
+static int upload_one(struct http_request *r, struct client *c, const char *sandbox_id, const char *path,
+                      const char *data, size_t len, json_t *out, json_t **error, nsbox_error_t **err)
 {
         size_t b64_len = 0;
         _cleanup_free_ char *b64 = base64_encode(data ? data : "", len, &b64_len);
         if (b64 == NULL)
                 return nsbox_error(err, ENOMEM, "write %s", path);
-        int ret = http_sandbox_write(c, sandbox_id, path, b64, error, err);
+        _cleanup_json_ json_t *params = json_pack("{s:s, s:s, s:s, s:s}", "sandbox_id", sandbox_id, "path",
+                                                  path, "content", b64, "encoding", "base64");
+        _cleanup_json_ json_t *result = NULL;
+        if (params == NULL)
+                return nsbox_error(err, ENOMEM, "write %s", path);
+        int ret = http_client_call(r, c, "fs.write", params, &result, error, err);
         if (ret < 0)
                 return ret;
         const char *slash = strrchr(path, '/');
@@ -138,7 +143,7 @@ static enum MHD_Result upload(struct http_request *r, const char *sandbox_id, co
         if (http_nsboxd_connect(r, &c, &error, &err) < 0)
                 return files_error(r, error, err);
         if (!multipart) {
-                if (upload_one(c, sandbox_id, path, r->body, r->body_len, out, &error, &err) < 0)
+                if (upload_one(r, c, sandbox_id, path, r->body, r->body_len, out, &error, &err) < 0)
                         return upload_error(r, c, error, err);
                 client_close(c);
                 return http_reply_json(r, MHD_HTTP_OK, json_incref(out));
@@ -173,7 +178,7 @@ static enum MHD_Result upload(struct http_request *r, const char *sandbox_id, co
                         client_close(c);
                         return e2b_reply_rest_error(r, 400, "a part without a filename, and no path");
                 }
-                if (upload_one(c, sandbox_id, to, data, len, out, &error, &err) < 0)
+                if (upload_one(r, c, sandbox_id, to, data, len, out, &error, &err) < 0)
                         return upload_error(r, c, error, err);
         }
         client_close(c);

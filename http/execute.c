@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The one-shot sandbox-server contract: POST /execute {code, timeout_seconds,
- * requirements, files} in a fresh sandbox made for the request and removed
- * after it (nothing is left for the next call), and GET /health. */
+/* The one-shot sandbox-server contract (antwort's sandbox server): POST
+ * /execute {code, timeout_seconds, requirements, files} in a fresh sandbox
+ * made for the request and removed after it (nothing is left for the next
+ * call), the files the code wrote to $OUTPUT_DIR returned; and GET /health. */
 #include "execute.h"
 
 #include <errno.h>
@@ -34,27 +35,77 @@ static void remove_sandbox(struct client *c, const char *id)
                 fprintf(stderr, "nsbox-http: remove sandbox %s: %s\n", id, err ? err->message : "?");
 }
 
-/* Steps that may fail with an nsboxd error: its status, as for any call. */
-static int call(struct client *c, const char *method, json_t *params, json_t **result, json_t **error,
-                nsbox_error_t **err)
+/* The contract's server gives code 30 s unless it asks for more. */
+#define SEED_TIMEOUT_S 30
+/* Where the code writes what it returns ($OUTPUT_DIR), as the contract's
+ * server has it: output/ in the code's working directory. */
+#define SEED_OUTPUT_DIR "/workspace/output"
+
+/* The files the code wrote to its output directory, {name: base64}: the
+ * regular files directly in it, as the contract's server returns them. */
+static int collect_output(const struct http_request *r, struct client *c, const char *id, const char *dir,
+                          json_t *produced, json_int_t *left_out, json_t **error, nsbox_error_t **err)
 {
-        *error = NULL;
-        return client_call(c, method, params, NULL, NULL, result, error, err);
+        _cleanup_json_ json_t *lp = json_pack("{s:s, s:s}", "sandbox_id", id, "path", dir);
+        _cleanup_json_ json_t *listing = NULL;
+        int ret = http_client_call(r, c, "fs.list", lp, &listing, error, err);
+        if (ret < 0) {
+                /* the code removed or replaced it: nothing produced */
+                const char *e = json_string_value(json_object_get(json_object_get(*error, "data"), "errno"));
+                if (*error != NULL && e != NULL && (strcmp(e, "ENOENT") == 0 || strcmp(e, "ENOTDIR") == 0)) {
+                        json_decref(*error);
+                        *error = NULL;
+                        nsbox_error_free(err);
+                        return 0;
+                }
+                return ret;
+        }
+        json_int_t total = 0;
+        size_t i;
+        json_t *e;
+        json_array_foreach(json_object_get(listing, "entries"), i, e)
+        {
+                const char *type = json_string_value(json_object_get(e, "type"));
+                const char *name = json_string_value(json_object_get(e, "name"));
+                if (type == NULL || strcmp(type, "file") != 0 || name == NULL)
+                        continue;
+                /* fs.list says each file's size: what would not fit is counted, not read */
+                json_int_t size = json_integer_value(json_object_get(e, "size"));
+                if (size > SEED_MAX_PRODUCED_BYTES - total) {
+                        (*left_out)++;
+                        continue;
+                }
+                total += size;
+                _cleanup_free_ char *path = NULL;
+                if (asprintf(&path, "%s/%s", dir, name) < 0)
+                        return nsbox_error(err, ENOMEM, "files_produced");
+                _cleanup_json_ json_t *p =
+                    json_pack("{s:s, s:s, s:s}", "sandbox_id", id, "path", path, "encoding", "base64");
+                _cleanup_json_ json_t *res = NULL;
+                if ((ret = http_client_call(r, c, "fs.read", p, &res, error, err)) < 0)
+                        return ret;
+                json_object_set(produced, name, json_object_get(res, "content"));
+        }
+        return 0;
 }
 
 /* Files in, the run, produced files out: the contract's SandboxResponse. */
-static int run_in_sandbox(struct client *c, const char *id, json_t *code, json_t *timeout,
-                          json_t *requirements, json_t *files, json_t **answer, json_t **error,
-                          nsbox_error_t **err)
+static int run_in_sandbox(const struct http_request *r, struct client *c, const char *id, json_t *code,
+                          unsigned timeout_s, const char *output_dir, json_t *requirements, json_t *files,
+                          json_t **answer, json_t **error, nsbox_error_t **err)
 {
         const char *key;
         json_t *v;
-        int r;
-        _cleanup_json_ json_t *params = json_pack("{s:s, s:O}", "sandbox_id", id, "code", code);
-        if (params == NULL)
+        int ret;
+        _cleanup_json_ json_t *params = json_pack("{s:s, s:O, s:I}", "sandbox_id", id, "code", code,
+                                                  "timeout_seconds", (json_int_t)timeout_s);
+        _cleanup_json_ json_t *mk = json_pack("{s:s, s:s, s:b}", "sandbox_id", id, "path", output_dir,
+                                              "parents", 1),
+                              *made = NULL;
+        if (params == NULL || mk == NULL)
                 return nsbox_error(err, ENOMEM, "python.run");
-        if (json_integer_value(timeout) > 0)
-                json_object_set(params, "timeout_seconds", timeout);
+        if ((ret = http_client_call(r, c, "fs.mkdir", mk, &made, error, err)) < 0)
+                return ret;
         if (json_array_size(requirements) > 0)
                 json_object_set(params, "requirements", requirements);
         /* The files go with the run, as bytes: python.run writes them first. */
@@ -69,44 +120,37 @@ static int run_in_sandbox(struct client *c, const char *id, json_t *code, json_t
                 }
         }
         _cleanup_json_ json_t *run = NULL;
-        if ((r = call(c, "python.run", params, &run, error, err)) < 0)
-                return r;
+        if ((ret = http_client_call(r, c, "python.run", params, &run, error, err)) < 0)
+                return ret;
         _cleanup_json_ json_t *produced = json_object();
-        json_int_t total = 0, left_out = 0;
-        json_object_foreach(json_object_get(run, "files_produced"), key, v)
-        {
-                /* nsboxd says each file's size: what would not fit is counted, not read */
-                json_int_t size = json_integer_value(v);
-                if (size > SEED_MAX_PRODUCED_BYTES - total) {
-                        left_out++;
-                        continue;
-                }
-                total += size;
-                _cleanup_json_ json_t *p =
-                    json_pack("{s:s, s:s, s:s}", "sandbox_id", id, "path", key, "encoding", "base64");
-                _cleanup_json_ json_t *res = NULL;
-                if ((r = call(c, "fs.read", p, &res, error, err)) < 0)
-                        return r;
-                /* relative to /workspace, as the request's files are */
-                const char *name = strncmp(key, "/workspace/", 11) == 0 ? key + 11 : key;
-                json_object_set(produced, name, json_object_get(res, "content"));
-        }
+        json_int_t left_out = 0;
+        if ((ret = collect_output(r, c, id, output_dir, produced, &left_out, error, err)) < 0)
+                return ret;
         const char *status = json_string_value(json_object_get(run, "status"));
+        bool timed_out = status && strcmp(status, "timeout") == 0;
         json_t *exit_code = json_object_get(run, "exit_code");
+        const char *stderr_text = json_string_value(json_object_get(run, "stderr")) ?: "";
+        size_t n = strlen(stderr_text);
+        _cleanup_free_ char *stderr_out = NULL;
+        /* as the contract's server says it, on a line of its own after what the code wrote */
+        if (asprintf(&stderr_out, "%s%sexecution timed out after %u seconds", stderr_text,
+                     n > 0 && stderr_text[n - 1] != '\n' ? "\n" : "", timeout_s) < 0)
+                return nsbox_error(err, ENOMEM, "answer");
         *answer = json_pack(
-            "{s:s, s:O, s:O, s:I, s:O, s:O}", "status",
-            status && strcmp(status, "ok") == 0 ? "success" : "error", "stdout",
-            json_object_get(run, "stdout"), "stderr", json_object_get(run, "stderr"), "exit_code",
-            json_is_integer(exit_code) ? json_integer_value(exit_code) : (json_int_t)-1, "execution_time_ms",
-            json_object_get(run, "execution_time_ms"), "files_produced", produced);
+            "{s:s, s:O, s:s, s:I, s:O}", "status", status && strcmp(status, "ok") == 0 ? "success" : "error",
+            "stdout", json_object_get(run, "stdout"), "stderr", timed_out ? stderr_out : stderr_text,
+            "exit_code",
+            json_is_integer(exit_code) && !timed_out ? json_integer_value(exit_code) : (json_int_t)-1,
+            "execution_time_ms", json_object_get(run, "execution_time_ms"));
         if (*answer == NULL)
                 return nsbox_error(err, ENOMEM, "answer");
-        if (status && strcmp(status, "timeout") == 0)
+        /* none: left out, as the contract's server leaves it out */
+        if (json_object_size(produced) > 0)
+                json_object_set(*answer, "files_produced", produced);
+        if (timed_out)
                 json_object_set_new(*answer, "timed_out", json_true());
-        if (left_out > 0 || json_integer_value(json_object_get(run, "files_left_out")) > 0)
-                json_object_set_new(
-                    *answer, "files_left_out",
-                    json_integer(left_out + json_integer_value(json_object_get(run, "files_left_out"))));
+        if (left_out > 0)
+                json_object_set_new(*answer, "files_left_out", json_integer(left_out));
         return 0;
 }
 
@@ -154,24 +198,43 @@ enum MHD_Result http_execute(struct http_request *r, json_t *body)
         _cleanup_error_ nsbox_error_t *err = NULL;
         _cleanup_json_ json_t *made = NULL, *error = NULL;
         struct client *c = NULL;
-        if (http_nsboxd_connect(r, &c, &error, &err) < 0)
-                return http_reply_rpc_error(r, error, err);
         _cleanup_json_ json_t *create =
             http_config.execute_sandbox ? json_deep_copy(http_config.execute_sandbox) : json_object();
-        if (call(c, "sandbox.create", create, &made, &error, &err) < 0) {
+        /* $OUTPUT_DIR, unless --execute-sandbox's env names its own */
+        json_t *env = json_object_get(create, "env");
+        if (env == NULL)
+                json_object_set_new(create, "env", env = json_object());
+        if (!json_is_string(json_object_get(env, "OUTPUT_DIR")))
+                json_object_set_new(env, "OUTPUT_DIR", json_string(SEED_OUTPUT_DIR));
+        const char *output_dir = json_string_value(json_object_get(env, "OUTPUT_DIR"));
+        if (http_nsboxd_connect(r, &c, &error, &err) < 0)
+                return http_reply_rpc_error(r, error, err);
+        /* not cut short by a client that leaves: the sandbox it makes is removed below */
+        if (client_call(c, "sandbox.create", create, NULL, NULL, &made, &error, &err) < 0) {
                 enum MHD_Result ret = http_reply_rpc_error(r, error, err);
                 client_close(c);
                 return ret;
         }
         const char *id = json_string_value(json_object_get(made, "sandbox_id"));
+        unsigned timeout_s =
+            json_integer_value(timeout) > 0 ? (unsigned)json_integer_value(timeout) : SEED_TIMEOUT_S;
         _cleanup_json_ json_t *answer = NULL;
         enum MHD_Result ret;
-        if (id != NULL &&
-            run_in_sandbox(c, id, code, timeout, requirements, files, &answer, &error, &err) == 0)
+        if (id != NULL && run_in_sandbox(r, c, id, code, timeout_s, output_dir, requirements, files, &answer,
+                                         &error, &err) == 0)
                 ret = http_reply_json(r, MHD_HTTP_OK, steal_pointer(&answer));
         else
                 ret = http_reply_rpc_error(r, error, err);
-        if (id != NULL)
+        if (err != NULL && err->errnum == ECONNABORTED) {
+                /* its client left: this connection's close ends the run, a new one removes the sandbox */
+                client_close(c);
+                c = NULL;
+                _cleanup_json_ json_t *refused = NULL;
+                _cleanup_error_ nsbox_error_t *again = NULL;
+                if (id != NULL && http_nsboxd_connect(r, &c, &refused, &again) < 0)
+                        c = NULL;
+        }
+        if (id != NULL && c != NULL)
                 remove_sandbox(c, id);
         client_close(c);
         return ret;

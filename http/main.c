@@ -25,15 +25,29 @@
 #include "server.h"
 
 static const char usage[] =
-    "usage: nsbox-http --http ADDR [--tokens FILE] [--tls-cert FILE --tls-key FILE] [--socket PATH]\n"
-    "                  [--max-connections N] [--max-per-token N] [--max-per-address N] [--auth-reserve N]\n"
-    "                  [--timeout SEC] [--header-timeout SEC] [--execute-sandbox JSON]\n"
+    "usage: nsbox-http --http ADDR [--http ADDR]... [--tokens FILE | "
+    "--insecure-no-auth-behind-network-policy]\n"
+    "                  [--tls-cert FILE --tls-key FILE] [--socket PATH] [--max-connections N]\n"
+    "                  [--max-per-token N] [--max-per-address N] [--auth-reserve N] [--timeout SEC]\n"
+    "                  [--header-timeout SEC] [--execute-sandbox JSON]\n"
+    "       nsbox-http --help\n"
     "\n"
-    "Serve nsboxd's API over HTTP (see docs/http-and-kubernetes.md).\n"
+    "Serve nsboxd's API over HTTP (see docs/http-and-kubernetes.md): nsbox's own API (/v1/rpc), the\n"
+    "one-shot POST /execute {code} contract, agent-sandbox's runtime contract; GET /health, /v1/health,\n"
+    "/healthz and / answer probes without a token (a token sees the load too).\n"
     "  --http ADDR            HOST:PORT to listen on (127.0.0.1:8080, [::1]:8080, 0.0.0.0:8080);\n"
-    "                         port 0 picks a free one (printed on standard error)\n"
-    "  --tokens FILE          bearer tokens, one `UID TOKEN` or `UID sha256:HEX` a line; without it,\n"
-    "                         only a loopback address is accepted and requests run as this uid\n"
+    "                         port 0 picks a free one (printed on standard error); up to 4 of them,\n"
+    "                         all serving the same (e.g. 8080 for POST /execute clients and 8888,\n"
+    "                         agent-sandbox's default server_port)\n"
+    "  --tokens FILE          bearer tokens, one `UID TOKEN` or `UID sha256:HEX` a line, each request\n"
+    "                         is its token's uid to nsboxd (the default mode); without it and without\n"
+    "                         the next option, only a loopback address is accepted, requests run as\n"
+    "                         this uid, and root is refused\n"
+    "  --insecure-no-auth-behind-network-policy\n"
+    "                         no tokens, any address: every client that reaches the port is this\n"
+    "                         uid to nsboxd (root too); for a pod whose network policy admits only\n"
+    "                         its callers (clients that send no Authorization, routers that strip\n"
+    "                         it). Only taken spelled in full\n"
     "  --tls-cert/--tls-key   serve HTTPS with this PEM certificate and key\n"
     "  --socket PATH          nsboxd's socket (default $NSBOX_SOCKET or /run/nsbox/nsbox.sock)\n"
     "  --max-connections N    at most N clients at once (default 256)\n"
@@ -49,7 +63,8 @@ static const char usage[] =
     "  --header-timeout SEC   close a connection whose request has not sent its headers, with a\n"
     "                         valid token, SEC after the accept or the previous request's end\n"
     "                         (default 10)\n"
-    "  --execute-sandbox JSON sandbox.create params of the sandboxes POST /execute {code} makes\n";
+    "  --execute-sandbox JSON sandbox.create params of the sandboxes POST /execute {code} makes\n"
+    "  --help                 this text\n";
 
 static char *read_file(const char *path, nsbox_error_t **err)
 {
@@ -129,11 +144,13 @@ static int fail(const char *what, nsbox_error_t *err)
 
 int main(int argc, char **argv)
 {
-        const char *listen_text = NULL, *tokens_path = NULL, *cert_path = NULL, *key_path = NULL,
-                   *socket_flag = NULL, *execute_sandbox = NULL;
+#define MAX_LISTEN 4
+        const char *listen_texts[MAX_LISTEN] = { 0 }, *tokens_path = NULL, *cert_path = NULL,
+                   *key_path = NULL, *socket_flag = NULL, *execute_sandbox = NULL;
         unsigned max_connections = 256, timeout = 120, max_per_token = 0, header_timeout = 10,
                  max_per_address = 0, auth_reserve = 0;
-        bool auth_reserve_given = false;
+        bool auth_reserve_given = false, no_auth = false;
+        size_t n_listen = 0;
         static const struct option longopts[] = {
                 { "http", required_argument, NULL, 'l' },
                 { "tokens", required_argument, NULL, 't' },
@@ -147,6 +164,7 @@ int main(int argc, char **argv)
                 { "timeout", required_argument, NULL, 'T' },
                 { "header-timeout", required_argument, NULL, 'H' },
                 { "execute-sandbox", required_argument, NULL, 'e' },
+                { "insecure-no-auth-behind-network-policy", no_argument, NULL, 'N' },
                 { "help", no_argument, NULL, 'h' },
                 { 0 },
         };
@@ -154,7 +172,24 @@ int main(int argc, char **argv)
         while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
                 switch (opt) {
                 case 'l':
-                        listen_text = optarg;
+                        if (n_listen == MAX_LISTEN) {
+                                fprintf(stderr, "nsbox-http: at most %d --http addresses\n", MAX_LISTEN);
+                                return 2;
+                        }
+                        listen_texts[n_listen++] = optarg;
+                        break;
+                case 'N':
+                        /* getopt takes any unique prefix: a mode without
+                         * authentication is taken only by its whole name. */
+                        if (strcmp(argv[optind - 1], "--insecure-no-auth-behind-network-policy") != 0) {
+                                fprintf(stderr,
+                                        "nsbox-http: %s: spell out "
+                                        "--insecure-no-auth-behind-network-policy in full to serve "
+                                        "without authentication\n",
+                                        argv[optind - 1]);
+                                return 2;
+                        }
+                        no_auth = true;
                         break;
                 case 't':
                         tokens_path = optarg;
@@ -214,7 +249,7 @@ int main(int argc, char **argv)
                         return 2;
                 }
         }
-        if (listen_text == NULL || optind != argc) {
+        if (n_listen == 0 || optind != argc) {
                 fputs(usage, stderr);
                 return 2;
         }
@@ -229,40 +264,53 @@ int main(int argc, char **argv)
                 fprintf(stderr, "nsbox-http: --tls-cert and --tls-key go together\n");
                 return 2;
         }
+        if (no_auth && tokens_path != NULL) {
+                fprintf(stderr, "nsbox-http: --tokens and --insecure-no-auth-behind-network-policy exclude "
+                                "each other\n");
+                return 2;
+        }
         _cleanup_error_ nsbox_error_t *err = NULL;
-        struct sockaddr_storage addr;
-        bool loopback = false;
-        if (parse_address(listen_text, &addr, &loopback, &err) < 0)
-                return fail(NULL, err);
-        if (tokens_path != NULL) {
+        struct sockaddr_storage addrs[MAX_LISTEN];
+        bool loopback = true;
+        const char *listen_text = NULL; /* the first one that is not loopback, for the refusal */
+        for (size_t i = 0; i < n_listen; i++) {
+                bool lo = false;
+                if (parse_address(listen_texts[i], &addrs[i], &lo, &err) < 0)
+                        return fail(NULL, err);
+                if (!lo && loopback)
+                        listen_text = listen_texts[i];
+                loopback = loopback && lo;
+        }
+        if (no_auth) {
+                http_config.no_auth = true;
+        } else if (tokens_path != NULL) {
                 if (http_tokens_load(tokens_path, &err) < 0)
                         return fail(NULL, err);
                 http_config.act_as = true;
         } else if (!loopback) {
                 fprintf(stderr,
                         "nsbox-http: refusing to listen on %s without --tokens: without tokens every client "
-                        "is this process's uid, which only a loopback address keeps to this host\n",
+                        "is this process's uid, which only a loopback address keeps to this host (behind a "
+                        "network policy that admits only the callers: "
+                        "--insecure-no-auth-behind-network-policy)\n",
                         listen_text);
                 return 2;
         } else if (geteuid() == 0) {
-                fprintf(
-                    stderr,
-                    "nsbox-http: refusing to run as root without --tokens: every local user who reaches "
-                    "the port would be root to nsboxd (run it as the user it serves, or give --tokens)\n");
+                fprintf(stderr,
+                        "nsbox-http: refusing to run as root without --tokens: every local user who reaches "
+                        "the port would be root to nsboxd (run it as the user it serves, or give --tokens, "
+                        "or ask for --insecure-no-auth-behind-network-policy by name)\n");
                 return 2;
-        } else {
-                fprintf(stderr, "nsbox-http: no --tokens: every client of %s is uid %u to nsboxd\n",
-                        listen_text, (unsigned)geteuid());
         }
         http_config.socket_path = client_socket_path(socket_flag);
         http_config.timeout_seconds = timeout;
         /* One token must not hold every connection: the rest of the tokens would wait. */
         http_config.max_per_token = max_per_token ? max_per_token : (max_connections + 3) / 4;
-        /* Without tokens every client is this host's, and this uid: one
-         * address, one owner, so a per-address limit would only lower
-         * --max-connections. With tokens, a peer needs several addresses to
-         * take more than a quarter of the connections (a proxy in front
-         * makes every client one address: raise it then). */
+        /* Without tokens every client is one owner, and this host's (one
+         * address) or, behind a network policy, mostly a router's: a
+         * per-address limit would only lower --max-connections. With tokens, a peer needs several addresses
+         * to take more than a quarter of the connections (a proxy in front makes every client one address:
+         * raise it then). */
         if (max_per_address == 0 && tokens_path == NULL)
                 max_per_address = max_connections;
         if (max_per_address == 0) {
@@ -304,8 +352,6 @@ int main(int argc, char **argv)
          * connection, a stream's pipe) may be numbered past FD_SETSIZE. */
         unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
                          MHD_USE_ERROR_LOG;
-        if (addr.ss_family == AF_INET6)
-                flags |= MHD_USE_IPv6;
         if (cert != NULL)
                 flags |= MHD_USE_TLS;
         struct MHD_OptionItem tls_options[] = {
@@ -315,29 +361,52 @@ int main(int argc, char **argv)
         };
         if (http_bounds_start(&bounds, &err) < 0)
                 return fail(NULL, err);
-        /* --max-connections is counted by http_bounds_accept; MHD's own
-         * limit leaves room for the connections it cut that MHD has yet
-         * to close. */
-        struct MHD_Daemon *d = MHD_start_daemon(
-            flags, 0, http_bounds_accept, NULL, http_access_handler, NULL, MHD_OPTION_EXTERNAL_LOGGER,
-            http_bounds_mhd_log, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-            MHD_OPTION_CONNECTION_LIMIT, max_connections + HTTP_BOUNDS_DYING(max_connections),
-            MHD_OPTION_CONNECTION_TIMEOUT, timeout, MHD_OPTION_NOTIFY_COMPLETED, http_request_completed, NULL,
-            MHD_OPTION_NOTIFY_CONNECTION, http_bounds_notify, NULL, MHD_OPTION_ARRAY, tls_options,
-            MHD_OPTION_END);
-        if (d == NULL) {
-                fprintf(stderr, "nsbox-http: cannot listen on %s%s\n", listen_text,
-                        cert ? " (or the TLS certificate/key was refused)" : "");
-                return 1;
+        struct MHD_Daemon *daemons[MAX_LISTEN] = { 0 };
+        for (size_t i = 0; i < n_listen; i++) {
+                /* --max-connections is counted by http_bounds_accept, over
+                 * every address; MHD's own limit leaves room for the
+                 * connections it cut that MHD has yet to close. */
+                daemons[i] = MHD_start_daemon(
+                    flags | (addrs[i].ss_family == AF_INET6 ? MHD_USE_IPv6 : 0), 0, http_bounds_accept, NULL,
+                    http_access_handler, NULL, MHD_OPTION_EXTERNAL_LOGGER, http_bounds_mhd_log, NULL,
+                    MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addrs[i], MHD_OPTION_CONNECTION_LIMIT,
+                    max_connections + HTTP_BOUNDS_DYING(max_connections), MHD_OPTION_CONNECTION_TIMEOUT,
+                    timeout, MHD_OPTION_NOTIFY_COMPLETED, http_request_completed, NULL,
+                    MHD_OPTION_NOTIFY_CONNECTION, http_bounds_notify, NULL, MHD_OPTION_ARRAY, tls_options,
+                    MHD_OPTION_END);
+                if (daemons[i] == NULL) {
+                        fprintf(stderr, "nsbox-http: cannot listen on %s%s\n", listen_texts[i],
+                                cert ? " (or the TLS certificate/key was refused)" : "");
+                        return 1;
+                }
+                const union MHD_DaemonInfo *port = MHD_get_daemon_info(daemons[i], MHD_DAEMON_INFO_BIND_PORT);
+                fprintf(stderr, "nsbox-http: listening on %s port %u (%s)\n", listen_texts[i],
+                        port ? port->port : 0, cert ? "https" : "http");
         }
-        const union MHD_DaemonInfo *port = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-        fprintf(stderr, "nsbox-http: listening on %s port %u (%s, %s), nsboxd at %s\n", listen_text,
-                port ? port->port : 0, cert ? "https" : "http",
-                http_config.act_as ? "bearer tokens" : "no tokens: loopback only", http_config.socket_path);
+        if (no_auth)
+                fprintf(stderr,
+                        "nsbox-http: WARNING: NO AUTHENTICATION (--insecure-no-auth-behind-network-policy): "
+                        "every client that reaches the port%s is uid %u to nsboxd, with all its sandboxes; "
+                        "only the network policy in front keeps anyone else out\n",
+                        n_listen > 1 ? "s" : "", (unsigned)geteuid());
+        else if (tokens_path != NULL)
+                fprintf(stderr,
+                        "nsbox-http: mode: bearer tokens from %s, each request its token's uid to nsboxd\n",
+                        tokens_path);
+        else
+                fprintf(stderr,
+                        "nsbox-http: mode: no tokens, loopback only: every client is uid %u to nsboxd\n",
+                        (unsigned)geteuid());
+        fprintf(stderr,
+                "nsbox-http: nsboxd at %s; probes without a token: GET /health, /v1/health, /healthz, /; "
+                "POST /execute {code} sandboxes: %s\n",
+                http_config.socket_path, execute_sandbox ? execute_sandbox : "nsboxd's defaults");
         fprintf(stderr,
                 "nsbox-http: a request's headers and token within %u s, at most %u connections an address, "
-                "%u of %u before a valid token\n",
-                header_timeout, max_per_address, max_connections - auth_reserve, max_connections);
+                "%u of %u before a valid token, %u requests a token at once, idle connections closed after "
+                "%u s\n",
+                header_timeout, max_per_address, max_connections - auth_reserve, max_connections,
+                http_config.max_per_token, timeout);
         int sig;
         for (;;) {
                 sigwait(&stop, &sig);
@@ -352,7 +421,8 @@ int main(int argc, char **argv)
                 else
                         fprintf(stderr, "nsbox-http: SIGHUP: tokens reloaded from %s\n", tokens_path);
         }
-        MHD_stop_daemon(d);
+        for (size_t i = 0; i < n_listen; i++)
+                MHD_stop_daemon(daemons[i]);
         http_bounds_stop();
         json_decref(http_config.execute_sandbox);
         return 0;

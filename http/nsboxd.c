@@ -4,8 +4,12 @@
 #include "nsboxd.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+
+#include <microhttpd.h>
 
 #include "cleanup.h"
 #include "json_cleanup.h"
@@ -33,6 +37,52 @@ int http_nsboxd_connect(const struct http_request *r, struct client **out, json_
         return 0;
 }
 
+/* Whether the HTTP client's socket, readable while its call waited, says
+ * the client left: EOF or an error, or a FIN after bytes still unread (a
+ * TLS close_notify). Bytes alone are a pipelined request: still there. */
+static bool http_client_left(int fd)
+{
+        char byte;
+        ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+                return true;
+        struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+        return poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+int http_client_call(const struct http_request *r, struct client *c, const char *method, json_t *params,
+                     json_t **result, json_t **error, nsbox_error_t **err)
+{
+        long long id;
+        *error = NULL;
+        int ret = client_send(c, method, params, &id, err);
+        if (ret < 0)
+                return ret;
+        /* An HTTP client that times out closes its socket (and may send the
+         * request again: agent-sandbox's SDK retries a POST five times on a
+         * read timeout). Its socket turns readable then, which stops the
+         * wait; the caller closes the nsboxd connection, and nsboxd ends
+         * the call (it kills an exec whose client left), so a retried
+         * command does not go on running beside its retry. */
+        const union MHD_ConnectionInfo *info =
+            r->connection ? MHD_get_connection_info(r->connection, MHD_CONNECTION_INFO_CONNECTION_FD) : NULL;
+        int fd = info ? info->connect_fd : -1;
+        client_set_interrupt_fd(c, fd);
+        for (;;) {
+                ret = client_wait(c, id, NULL, NULL, result, error, err);
+                if (ret != -EINTR)
+                        break;
+                nsbox_error_free(err);
+                if (http_client_left(fd)) {
+                        ret = nsbox_refuse(err, ECONNABORTED, "the HTTP client went away");
+                        break;
+                }
+                client_set_interrupt_fd(c, -1); /* a pipelined request: wait for the answer alone */
+        }
+        client_set_interrupt_fd(c, -1);
+        return ret;
+}
+
 int http_call(const struct http_request *r, const char *method, json_t *params, json_t **result,
               json_t **error, nsbox_error_t **err)
 {
@@ -40,31 +90,7 @@ int http_call(const struct http_request *r, const char *method, json_t *params, 
         int ret = http_nsboxd_connect(r, &c, error, err);
         if (ret < 0)
                 return ret;
-        ret = client_call(c, method, params, NULL, NULL, result, error, err);
+        ret = http_client_call(r, c, method, params, result, error, err);
         client_close(c);
         return ret;
-}
-
-int http_sandbox_write(struct client *c, const char *sandbox_id, const char *path, const char *base64,
-                       json_t **error, nsbox_error_t **err)
-{
-        *error = NULL;
-        const char *slash = strrchr(path, '/');
-        if (slash != NULL && slash != path) {
-                _cleanup_free_ char *dir = strndup(path, (size_t)(slash - path));
-                _cleanup_json_ json_t *p =
-                    json_pack("{s:s, s:s, s:b}", "sandbox_id", sandbox_id, "path", dir, "parents", 1);
-                _cleanup_json_ json_t *res = NULL;
-                if (dir == NULL || p == NULL)
-                        return nsbox_error(err, ENOMEM, "write %s", path);
-                int r = client_call(c, "fs.mkdir", p, NULL, NULL, &res, error, err);
-                if (r < 0)
-                        return r;
-        }
-        _cleanup_json_ json_t *p = json_pack("{s:s, s:s, s:s, s:s}", "sandbox_id", sandbox_id, "path", path,
-                                             "content", base64, "encoding", "base64");
-        _cleanup_json_ json_t *res = NULL;
-        if (p == NULL)
-                return nsbox_error(err, ENOMEM, "write %s", path);
-        return client_call(c, "fs.write", p, NULL, NULL, &res, error, err);
 }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* nsbox-http's way to nsboxd (nsboxd.c), through common/client.h: a
- * connection acting as the request's owner, one call on it, a file written
- * into a sandbox. Below the handlers. */
+ * connection acting as the request's owner, one call on it that ends when
+ * the HTTP client leaves. Below the handlers. */
 #pragma once
 
 #include <jansson.h>
@@ -14,10 +14,11 @@
  * (new ref) when nsboxd refuses it (auth.act_as: limit_reached). */
 int http_nsboxd_connect(const struct http_request *r, struct client **out, json_t **error,
                         nsbox_error_t **err);
-/* One call on a fresh connection; -EPROTO with *error (new ref) on a JSON-RPC error. */
+/* One call on c, which ends as soon as the HTTP client of r goes away:
+ * -ECONNABORTED then (close c: nsboxd ends what the call started); else
+ * as client_call, *error (new ref) holding a JSON-RPC error. */
+int http_client_call(const struct http_request *r, struct client *c, const char *method, json_t *params,
+                     json_t **result, json_t **error, nsbox_error_t **err);
+/* One call on a fresh connection (http_client_call); -EPROTO with *error (new ref) on a JSON-RPC error. */
 int http_call(const struct http_request *r, const char *method, json_t *params, json_t **result,
               json_t **error, nsbox_error_t **err);
-/* Write base64 content to a path of a sandbox over c, its parent
- * directories made first (fs.mkdir parents, fs.write). */
-int http_sandbox_write(struct client *c, const char *sandbox_id, const char *path, const char *base64,
-                       json_t **error, nsbox_error_t **err);

@@ -3,6 +3,7 @@
  * which adds the headers its status calls for. */
 #include "reply.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,8 +23,10 @@ static enum MHD_Result queue_reply(struct http_request *r, unsigned status, stru
                 MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
         enum MHD_Result ret = MHD_queue_response(r->connection, status, resp);
         MHD_destroy_response(resp);
-        if (ret == MHD_YES)
+        if (ret == MHD_YES) {
                 r->answered = true;
+                r->status = status;
+        }
         return ret;
 }
 
@@ -109,6 +112,9 @@ unsigned http_status_of_rpc_error(json_t *error, const char **kind_out)
 
 enum MHD_Result http_reply_rpc_error(struct http_request *r, json_t *error, const nsbox_error_t *err)
 {
+        /* nobody to answer: close the connection */
+        if (error == NULL && err != NULL && err->errnum == ECONNABORTED)
+                return MHD_NO;
         if (error == NULL)
                 return http_reply_error(r, MHD_HTTP_SERVICE_UNAVAILABLE, "unavailable", "nsboxd: %s",
                                         err && err->message ? err->message : "unreachable");

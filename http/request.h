@@ -19,6 +19,7 @@
 struct http_config {
         const char *socket_path;  /* nsboxd's */
         bool act_as;              /* tokens: each request acts as its token's uid */
+        bool no_auth;             /* --insecure-no-auth-behind-network-policy: any client is this uid */
         unsigned timeout_seconds; /* a connection idle this long is closed */
         unsigned max_per_token;   /* requests of one owner served at once; more get 429 */
         /* sandbox.create params of the sandboxes POST /execute {code} makes
@@ -38,10 +39,12 @@ struct http_request {
         char *body;
         size_t body_len, body_cap;
         struct http_upload *upload;
-        bool counted;   /* counted in its owner's requests in flight */
-        bool answered;  /* a response was queued before the body ended */
-        bool too_large; /* the body went over HTTP_MAX_BODY: the rest is thrown away */
-        bool e2b;       /* a request of E2B's SDKs (e2b.h) */
+        bool counted;         /* counted in its owner's requests in flight */
+        unsigned status;      /* of the reply queued, 0 until then */
+        long long started_ns; /* CLOCK_MONOTONIC, when its headers were in */
+        bool answered;        /* a response was queued before the body ended */
+        bool too_large;       /* the body went over HTTP_MAX_BODY: the rest is thrown away */
+        bool e2b;             /* a request of E2B's SDKs (e2b.h) */
 };
 
 /* Append n bytes to a growing buffer (doubling from 16 KiB, never past

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "agent_sandbox.h"
@@ -19,7 +20,9 @@
 #include "e2b.h"
 #include "client.h"
 #include "cleanup.h"
+#include "counters.h"
 #include "json_cleanup.h"
+#include "metrics.h"
 #include "reply.h"
 #include "request.h"
 #include "rpc_api.h"
@@ -99,6 +102,23 @@ static bool is_upload(const struct http_request *r)
         return strcmp(r->method, "POST") == 0 && strcmp(r->url, "/upload") == 0;
 }
 
+/* PUT /v1/files/PATH: its body goes to the file as it arrives. */
+static bool is_put(const struct http_request *r, const char **path)
+{
+        const char *rest;
+        if (path == NULL)
+                path = &rest;
+        return strcmp(r->method, "PUT") == 0 && path_is(r->url, "/v1/files/", path);
+}
+
+/* What probes ask: agent-sandbox's runtime (/, its sandboxd /v1/health),
+ * the one-shot contract's server (/health), a kubelet (/healthz). */
+static bool is_probe(const char *method, const char *url)
+{
+        return strcmp(method, "GET") == 0 && (strcmp(url, "/health") == 0 || strcmp(url, "/v1/health") == 0 ||
+                                              strcmp(url, "/healthz") == 0 || strcmp(url, "/") == 0);
+}
+
 /* Every request's whole body is here: answer it. */
 static enum MHD_Result route(struct http_request *r)
 {
@@ -132,6 +152,10 @@ static enum MHD_Result route(struct http_request *r)
                 return http_execute_health(r);
         if (is_upload(r))
                 return http_agent_upload_finish(r);
+        if (get && path_is(r->url, "/metrics", NULL))
+                return http_metrics(r);
+        if (get && path_is(r->url, "/v1/metadata", NULL))
+                return http_agent_metadata(r);
         if (get && path_is(r->url, "/download/", &rest))
                 return http_agent_files(r, "download", rest);
         if (get && path_is(r->url, "/list/", &rest))
@@ -170,6 +194,21 @@ static enum MHD_Result liveness(struct http_request *r)
                 return http_reply_json(r, MHD_HTTP_SERVICE_UNAVAILABLE,
                                        json_pack("{s:s}", "status", "unavailable"));
         return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:s}", "status", "ok"));
+}
+
+/* Whether the request has an owner, then r->uid: its token's with tokens,
+ * else this process's (loopback: for a program of this host only; behind a
+ * network policy: for any client). */
+static bool request_owner(struct http_request *r)
+{
+        if (http_config.act_as) {
+                r->uid = authenticate(r->connection, r->e2b);
+                return r->uid != 0;
+        }
+        if (!http_config.no_auth && !from_this_host(r->connection))
+                return false;
+        r->uid = getuid();
+        return true;
 }
 
 /* Requests in flight per owner, for --max-per-token: a short list (one entry
@@ -239,30 +278,30 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *connecti
                 r->connection = connection;
                 r->method = method;
                 r->url = url;
-                /* A probe's question, answered without a token (and without data):
-                 * is nsboxd answering through this front? */
-                if (strcmp(url, "/healthz") == 0 && strcmp(method, "GET") == 0)
-                        return liveness(r);
+                struct timespec now;
+                clock_gettime(CLOCK_MONOTONIC, &now);
+                r->started_ns = (long long)now.tv_sec * 1000000000 + now.tv_nsec;
                 r->e2b = http_e2b_wants(connection, url);
-                if (http_config.act_as) {
-                        r->uid = authenticate(connection, r->e2b);
-                        if (r->uid == 0 && r->e2b)
-                                return http_e2b_refuse(r, MHD_HTTP_UNAUTHORIZED,
-                                                       "a valid X-API-KEY (or the sandbox's access token) is "
-                                                       "required");
-                        if (r->uid == 0)
-                                return http_reply_error(
-                                    r, MHD_HTTP_UNAUTHORIZED, "unauthorized",
-                                    "a valid token is required: Authorization: Bearer TOKEN");
-                } else {
-                        if (!from_this_host(connection))
-                                return http_reply_error(
-                                    r, MHD_HTTP_FORBIDDEN, "permission_denied",
-                                    "without --tokens only programs of this host are served: a request "
-                                    "with an Origin header (a web page's) or a Host that is not a "
-                                    "loopback address is refused");
-                        r->uid = getuid();
-                }
+                bool owned = request_owner(r);
+                /* A probe's question, answered without a token (and without data:
+                 * a valid token sees the load): is nsboxd answering through this
+                 * front? Probes send no token (agent-sandbox's routers strip
+                 * Authorization, a kubelet has none). */
+                if (!r->e2b && is_probe(method, url) && (!owned || strcmp(url, "/healthz") == 0))
+                        return liveness(r);
+                if (!owned && r->e2b && http_config.act_as)
+                        return http_e2b_refuse(
+                            r, MHD_HTTP_UNAUTHORIZED,
+                            "a valid X-API-KEY (or the sandbox's access token) is required");
+                if (!owned && http_config.act_as)
+                        return http_reply_error(r, MHD_HTTP_UNAUTHORIZED, "unauthorized",
+                                                "a valid token is required: Authorization: Bearer TOKEN");
+                if (!owned)
+                        return http_reply_error(
+                            r, MHD_HTTP_FORBIDDEN, "permission_denied",
+                            "without --tokens only programs of this host are served: a request "
+                            "with an Origin header (a web page's) or a Host that is not a "
+                            "loopback address is refused");
                 /* Without tokens, reaching the loopback port from a
                  * program of this host is the credential. */
                 if (!http_bounds_authenticated(connection))
@@ -275,7 +314,9 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *connecti
                             http_config.max_per_token);
                 const char *length =
                     MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-                if (length != NULL && strtoull(length, NULL, 10) > HTTP_MAX_BODY)
+                /* an upload goes to its file as it arrives: any size */
+                if (length != NULL && strtoull(length, NULL, 10) > HTTP_MAX_BODY && !is_upload(r) &&
+                    !is_put(r, NULL))
                         return http_reply_error(r, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_params",
                                                 "request bodies are limited to %u bytes", HTTP_MAX_BODY);
                 return MHD_YES;
@@ -287,6 +328,13 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *connecti
                         r->body_len += n; /* counts what is thrown away */
                         return r->body_len > HTTP_MAX_DISCARD ? MHD_NO : MHD_YES;
                 }
+                const char *put_path = NULL;
+                if (is_upload(r) || is_put(r, &put_path)) {
+                        r->body_len += n;
+                        int fed = is_upload(r) ? http_agent_upload_feed(r, upload_data, n)
+                                               : http_agent_put_feed(r, put_path, upload_data, n);
+                        return fed < 0 ? MHD_NO : MHD_YES;
+                }
                 if (r->body_len + n > HTTP_MAX_BODY) {
                         free(r->body);
                         r->body = NULL;
@@ -294,12 +342,6 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *connecti
                         r->body_len = n;
                         r->too_large = true; /* answered 413 once the body ends: MHD takes no
                                               * reply while a body is arriving */
-                        return MHD_YES;
-                }
-                if (is_upload(r)) {
-                        r->body_len += n;
-                        if (http_agent_upload_feed(r, upload_data, n) < 0)
-                                return MHD_NO;
                         return MHD_YES;
                 }
                 /* within HTTP_MAX_BODY, checked above */
@@ -321,6 +363,11 @@ static void request_completed(void *cls, struct MHD_Connection *connection, void
         struct http_request *r = *con_cls;
         if (r == NULL)
                 return;
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        http_counters_request(r->method, r->url, r->status,
+                              (double)((long long)now.tv_sec * 1000000000 + now.tv_nsec - r->started_ns) /
+                                  1e9);
         owner_give(r);
         http_agent_upload_free(r->upload);
         free(r->body);

@@ -46,6 +46,7 @@
 #include "cleanup.h"
 #include "daemon.h"
 #include "log.h"
+#include "sandbox_limits.h"
 #include "userns.h"
 
 enum controller { CTRL_MEMORY, CTRL_PIDS, CTRL_CPU, CTRL_CPUACCT, CTRL_COUNT };
@@ -822,6 +823,13 @@ static int apply(const char *dir, const char *file, const char *value, nsbox_err
         return nsbox_error(err, -r, "cgroup: set %s/%s to %s", dir, file, value);
 }
 
+uint64_t cgroup_memory_max(const struct sandbox_limits *limits)
+{
+        if (limits->memory_bytes == 0)
+                return 0;
+        return limits->memory_bytes + limits->disk_bytes + sandbox_shm_bytes(limits->disk_bytes);
+}
+
 static int apply_limits(struct sandbox_cgroup *sc, const struct sandbox_limits *limits, nsbox_error_t **err)
 {
         char value[64];
@@ -831,8 +839,10 @@ static int apply_limits(struct sandbox_cgroup *sc, const struct sandbox_limits *
         int r;
         bool v2 = cg.mode == CGROUP_V2;
 
+        /* memory.oom.group stays 0 (the default), here and in the init
+         * leaf: an OOM kill takes one process, never the whole sandbox. */
         if (mem != NULL && limits->memory_bytes > 0) {
-                snprintf(value, sizeof(value), "%" PRIu64, limits->memory_bytes);
+                snprintf(value, sizeof(value), "%" PRIu64, cgroup_memory_max(limits));
                 if ((r = apply(mem, v2 ? "memory.max" : "memory.limit_in_bytes", value, err)) < 0)
                         return r;
                 /* No swap: the limit is the limit (memsw counts memory+swap). */

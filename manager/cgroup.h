@@ -26,6 +26,14 @@ const char *cgroup_mode_name(void);       /* "v2", "v1" or "none" */
 bool cgroup_degraded(void);               /* limits are not enforced */
 const char *cgroup_degraded_reason(void); /* why (NULL when they are) */
 
+/* What a sandbox's memory cgroup may hold: its processes' memory_bytes,
+ * plus the files it keeps in RAM, its disk (a tmpfs of disk_bytes) and its
+ * /dev/shm. Filling a tmpfs is then ENOSPC at the tmpfs's size, never an
+ * OOM kill, and a full disk leaves the processes all of memory_bytes. Its
+ * memory limit and the host's memory commit both count this; 0 when
+ * memory_bytes is 0 (no limit). */
+uint64_t cgroup_memory_max(const struct sandbox_limits *limits);
+
 /* Before clone: the sandbox's cgroup(s) with limits applied. *clone_fd is a
  * v2 directory fd for clone3(CLONE_INTO_CGROUP), or -1 (then the procs
  * files below). */

@@ -15,6 +15,7 @@
 
 #include "cleanup.h"
 #include "json_cleanup.h"
+#include "size.h"
 #include "version.h"
 
 enum option_kind { OPT_STRING, OPT_UINT };
@@ -125,23 +126,17 @@ static const struct option_def options[] = {
           UINT32_MAX, "remove a sandbox paused this long (0: never)" },
 };
 
-static int set_value(struct nsbox_config *config, const struct option_def *opt, const char *text,
-                     const char *source, nsbox_error_t **err)
+/* A size (a key in _bytes) takes a unit as the CLI's options and the
+ * JSON-RPC params do: "8G". */
+static bool is_size_key(const char *key)
 {
-        if (opt->kind == OPT_STRING) {
-                if (text[0] == '\0')
-                        return nsbox_invalid(err, "%s: %s must not be empty", source, opt->key);
-                char **slot = (char **)((char *)config + opt->offset);
-                free(*slot);
-                *slot = strdup(text);
-                return *slot ? 0 : nsbox_error(err, ENOMEM, "config");
-        }
-        char *end;
-        errno = 0;
-        unsigned long long v = strtoull(text, &end, 10);
-        if (errno != 0 || end == text || *end != '\0' || text[0] == '-' || v > opt->max)
-                return nsbox_invalid(err, "%s: %s must be an integer from 0 to %llu", source, opt->key,
-                                     opt->max);
+        size_t len = strlen(key);
+        return len > 6 && strcmp(key + len - 6, "_bytes") == 0;
+}
+
+static int set_uint(struct nsbox_config *config, const struct option_def *opt, unsigned long long v,
+                    nsbox_error_t **err)
+{
         void *field = (char *)config + opt->offset;
         switch (opt->size) {
         case sizeof(uint64_t):
@@ -154,6 +149,35 @@ static int set_value(struct nsbox_config *config, const struct option_def *opt, 
                 return nsbox_error(err, EINVAL, "config key %s: unsupported field size", opt->key);
         }
         return 0;
+}
+
+static int set_value(struct nsbox_config *config, const struct option_def *opt, const char *text,
+                     const char *source, nsbox_error_t **err)
+{
+        if (opt->kind == OPT_STRING) {
+                if (text[0] == '\0')
+                        return nsbox_invalid(err, "%s: %s must not be empty", source, opt->key);
+                char **slot = (char **)((char *)config + opt->offset);
+                free(*slot);
+                *slot = strdup(text);
+                return *slot ? 0 : nsbox_error(err, ENOMEM, "config");
+        }
+        if (is_size_key(opt->key)) {
+                uint64_t bytes;
+                char most[SIZE_FORMAT_MAX];
+                if (size_parse(text, &bytes) < 0 || bytes > opt->max)
+                        return nsbox_invalid(err,
+                                             "%s: %s must be a size from 0 to %s (bytes, or e.g. 512M, 8G)",
+                                             source, opt->key, size_format(opt->max, most, sizeof(most)));
+                return set_uint(config, opt, bytes, err);
+        }
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(text, &end, 10);
+        if (errno != 0 || end == text || *end != '\0' || text[0] == '-' || v > opt->max)
+                return nsbox_invalid(err, "%s: %s must be an integer from 0 to %llu", source, opt->key,
+                                     opt->max);
+        return set_uint(config, opt, v, err);
 }
 
 static int load_file(struct nsbox_config *config, const char *path, bool required, nsbox_error_t **err)
@@ -190,6 +214,8 @@ static int load_file(struct nsbox_config *config, const char *path, bool require
                 const char *text;
                 if (opt->kind == OPT_STRING && json_is_string(value)) {
                         text = json_string_value(value);
+                } else if (opt->kind == OPT_UINT && json_is_string(value) && is_size_key(key)) {
+                        text = json_string_value(value); /* a size with a unit */
                 } else if (opt->kind == OPT_UINT && json_is_integer(value)) {
                         snprintf(number, sizeof(number), "%lld", (long long)json_integer_value(value));
                         text = number;
@@ -234,6 +260,7 @@ static void usage(const struct nsbox_config *defaults)
                "\"max_sandboxes\") and an "
                "NSBOX_* environment variable; flags win over the environment, which wins over the file.\n"
                "The file is --config, else $NSBOX_CONFIG, else /etc/nsbox/nsboxd.json (if it exists).\n"
+               "An option in -bytes is a size: bytes, or a number with a unit (512M, 8G, 1T).\n"
                "--rootless (a user other than root): run as root of a new user namespace mapped from\n"
                "/etc/subuid and /etc/subgid by newuidmap/newgidmap (docs/rootless.md).\n\n");
         for (size_t i = 0; i < ARRAY_SIZE(options); i++) {

@@ -223,6 +223,10 @@ static int validate_policy(json_t *object, bool client, nsbox_error_t **err)
         int r = netpolicy_parse(object, &parsed, err);
         if (r < 0)
                 return r;
+        if (netpolicy_allows_loopback(parsed))
+                return nsbox_invalid(err,
+                                     "an allow entry in 127.0.0.0/8: the host's loopback is never reachable "
+                                     "from a sandbox (a sandbox's own 127.0.0.1, its lo, needs no policy)");
         uint32_t host[64];
         if (client && netpolicy_unblocks_special(parsed, host, host_addresses(host, ARRAY_SIZE(host))))
                 return nsbox_invalid(err, "a client's network policy may not allow private, loopback, "
@@ -342,11 +346,12 @@ static void record_refusal(struct sandbox *sb, json_t *event)
         json_int_t port = json_integer_value(json_object_get(event, "port"));
         struct egress_refusal *r = &sb->egress->refusals[sb->egress->n_refusals++ % EGRESS_REFUSALS];
         r->mono_ms = now_monotonic_ms();
-        snprintf(r->text, sizeof(r->text), "%.200s:%lld",
-                 name != NULL      ? name
-                 : address != NULL ? address
-                                   : "?",
-                 (long long)port);
+        const char *shown = name != NULL ? name : address != NULL ? address : "?";
+        /* A refused DNS question: the program never got to ask for a port. */
+        if (json_is_true(json_object_get(event, "lookup")))
+                snprintf(r->text, sizeof(r->text), "%.200s (name lookup)", shown);
+        else
+                snprintf(r->text, sizeof(r->text), "%.200s:%lld", shown, (long long)port);
         log_limited(sb->id, LOG_LEVEL_WARN, "sandbox %s: network policy refused %s%s%s (%s)", sb->id, r->text,
                     name != NULL && address != NULL ? " at " : "",
                     name != NULL && address != NULL ? address : "", reason != NULL ? reason : "not allowed");
@@ -860,7 +865,16 @@ static json_t *refused_since(const struct sandbox *sb, long long since_mono_ms)
                         continue;
                 if (list == NULL)
                         list = json_array();
-                json_array_append_new(list, json_string(r->text));
+                /* Once each: a resolver asks A and AAAA, and asks again. */
+                bool seen = false;
+                size_t k;
+                json_t *had;
+                json_array_foreach(list, k, had)
+                {
+                        seen = seen || strcmp(json_string_value(had), r->text) == 0;
+                }
+                if (!seen)
+                        json_array_append_new(list, json_string(r->text));
         }
         return list;
 }

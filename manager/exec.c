@@ -273,6 +273,7 @@ static void output_append(struct exec *ex, int which, const char *data, size_t l
         size_t room = ex->max_output > ex->total_output ? ex->max_output - ex->total_output : 0;
         if (len > room) {
                 ex->truncated = true;
+                ex->dropped_output += len - room;
                 len = room;
         }
         if (len == 0)
@@ -280,6 +281,7 @@ static void output_append(struct exec *ex, int which, const char *data, size_t l
         struct output *o = &ex->out[which];
         if (!output_reserve(ex, o, len)) {
                 ex->truncated = true;
+                ex->dropped_output += len;
                 return;
         }
         ex->total_output += len;
@@ -443,7 +445,18 @@ int exec_write_stdin(struct exec *ex, const void *buf, size_t len)
 
 void exec_signal(struct exec *ex, int sig)
 {
+        if (sig == SIGKILL)
+                ex->killed = true;
         exec_send_kill(ex, sig);
+}
+
+unsigned exec_running_unkilled(const struct sandbox *sb)
+{
+        unsigned n = 0;
+        for (const struct exec *ex = sb->exec->execs; ex != NULL; ex = ex->next)
+                if (!ex->service && !ex->finished && !ex->killed)
+                        n++;
+        return n;
 }
 
 void exec_stream_to(struct exec *ex, struct rpc_request *req)
@@ -490,6 +503,16 @@ static void on_deadline(struct loop *loop, struct loop_timer *timer, void *data)
         exec_deadline(ex);
 }
 
+/* Killed by SIGKILL, or a shell's 128 + 9 for a child it ran so. */
+static bool exec_ended_by_sigkill(const struct exec *ex)
+{
+        if (!ex->exited)
+                return false;
+        if (WIFSIGNALED(ex->wait_status))
+                return WTERMSIG(ex->wait_status) == SIGKILL;
+        return WIFEXITED(ex->wait_status) && WEXITSTATUS(ex->wait_status) == 128 + SIGKILL;
+}
+
 json_t *exec_result(struct exec *ex)
 {
         json_t *exit_code = json_null(), *signal = json_null();
@@ -513,21 +536,33 @@ json_t *exec_result(struct exec *ex)
                 stderr_json = ex->stream ? json_string("")
                                          : exec_output_to_json(ex->out[1].data, ex->out[1].len, ex->base64);
         }
-        json_t *result = json_pack(
-            "{s:s, s:o, s:o, s:o, s:o, s:b, s:b, s:b, s:I, s:s, s:b}", "exec_id", ex->id, "exit_code",
-            exit_code, "signal", signal, "stdout", stdout_json, "stderr", stderr_json, "truncated",
-            ex->truncated, "timed_out", ex->timed_out, "oom_killed",
-            ex->sb->cgroup != NULL && cgroup_sandbox_oom_kills(ex->sb->cgroup) > ex->oom_kills_at_start,
-            "duration_ms", (json_int_t)(end - ex->start_mono), "encoding", ex->base64 ? "base64" : "utf-8",
-            "running", !ex->finished);
+        bool oom_killed =
+            ex->sb->cgroup != NULL && cgroup_sandbox_oom_kills(ex->sb->cgroup) > ex->oom_kills_at_start;
+        json_t *result =
+            json_pack("{s:s, s:o, s:o, s:o, s:o, s:b, s:b, s:b, s:I, s:s, s:b}", "exec_id", ex->id,
+                      "exit_code", exit_code, "signal", signal, "stdout", stdout_json, "stderr", stderr_json,
+                      "truncated", ex->truncated, "timed_out", ex->timed_out, "oom_killed", oom_killed,
+                      "duration_ms", (json_int_t)(end - ex->start_mono), "encoding",
+                      ex->base64 ? "base64" : "utf-8", "running", !ex->finished);
         egress_note_refused(result, ex->sb, ex->start_mono, false);
         /* `nohup cmd &` and daemons end with the exec that started them: say so. */
         if (result != NULL && ex->leftover > 0)
                 json_object_set_new(result, "background_killed", json_integer(ex->leftover));
+        if (result != NULL && ex->dropped_output > 0)
+                json_object_set_new(result, "output_dropped_bytes",
+                                    json_integer((json_int_t)ex->dropped_output));
         if (result != NULL && ex->supervisor_died)
                 json_object_set_new(result, "error",
                                     json_string("the exec's supervisor died (killed from outside the "
                                                 "sandbox or by the OOM killer): its processes were killed"));
+        else if (result != NULL && oom_killed && exec_ended_by_sigkill(ex))
+                json_object_set_new(
+                    result, "error",
+                    json_sprintf(
+                        "killed: out of memory (memory limit %llu MiB; with the files it keeps in RAM, "
+                        "its disk and /dev/shm, the sandbox holds at most %llu MiB)",
+                        (unsigned long long)(ex->sb->policy.limits.memory_bytes >> 20),
+                        (unsigned long long)(cgroup_memory_max(&ex->sb->policy.limits) >> 20)));
         return result;
 }
 

@@ -52,6 +52,10 @@ int exec_run(struct sandbox *sb, json_t *params, const struct exec_hooks *hooks,
 /* Queue bytes for the exec's stdin (keep_stdin execs). */
 int exec_write_stdin(struct exec *ex, const void *buf, size_t len);
 void exec_signal(struct exec *ex, int sig);
+/* The sandbox's client execs still running that nobody has killed yet: one
+ * whose client left (a cancelled call) is on its way out, and keeps nothing
+ * busy (sandbox.remove). */
+unsigned exec_running_unkilled(const struct sandbox *sb);
 /* Send the output of an exec started with "stream": true (by exec_run) to
  * this request as exec.output notifications, paced by its client; until the
  * exec ends. */

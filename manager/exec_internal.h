@@ -71,6 +71,7 @@ struct exec {
         struct output out[2];
         size_t max_output, total_output;
         bool truncated;
+        unsigned long long dropped_output; /* bytes read past max_output (or the budget) and dropped */
         struct loop_source *stdin_src;
         char *stdin_data;
         size_t stdin_len, stdin_off;

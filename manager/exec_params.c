@@ -144,14 +144,11 @@ int exec_params_parse(json_t *p, struct exec_params *out, nsbox_error_t **err)
         }
         if ((r = params_get_encoding(p, &out->base64, err)) < 0)
                 return r;
-        json_t *max = json_object_get(p, "max_output_bytes");
-        if (max != NULL && !json_is_null(max)) {
-                if (!json_is_integer(max) || json_integer_value(max) < 0 ||
-                    json_integer_value(max) > EXEC_MAX_MAX_OUTPUT)
-                        return nsbox_invalid(err, "max_output_bytes must be an integer from 0 to %u",
-                                             EXEC_MAX_MAX_OUTPUT);
-                out->max_output = (size_t)json_integer_value(max);
-        }
+        uint64_t max_output = out->max_output;
+        if ((r = params_get_size(p, "max_output_bytes", "max_output_bytes", "--max-output", 0,
+                                 EXEC_MAX_MAX_OUTPUT, &max_output, err)) < 0)
+                return r;
+        out->max_output = (size_t)max_output;
         return 0;
 }
 

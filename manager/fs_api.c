@@ -349,16 +349,12 @@ void fs_method_read(struct rpc_request *req, struct sandbox *sb)
                 }
                 offset = (uint64_t)json_integer_value(o);
         }
-        size_t max_bytes = FS_READ_DEFAULT_BYTES;
-        json_t *v = json_object_get(req->msg.params, "max_bytes");
-        if (v != NULL && !json_is_null(v)) {
-                if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-                    json_integer_value(v) > (json_int_t)FS_READ_MAX_BYTES) {
-                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
-                                        "max_bytes must be an integer from 0 to %u", FS_READ_MAX_BYTES);
-                        return;
-                }
-                max_bytes = (size_t)json_integer_value(v);
+        uint64_t max_bytes = FS_READ_DEFAULT_BYTES;
+        _cleanup_error_ nsbox_error_t *size_err = NULL;
+        if (params_get_size(req->msg.params, "max_bytes", "max_bytes", NULL, 0, FS_READ_MAX_BYTES, &max_bytes,
+                            &size_err) < 0) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", size_err->message);
+                return;
         }
         struct fs_path path;
         struct fs_ctx ctx;

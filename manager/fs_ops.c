@@ -18,6 +18,7 @@
  * followed. Files are opened O_PATH first and reopened only once they are
  * known to be regular: a FIFO or device is never opened at all. */
 #include "fs_ops.h"
+#include "size.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -63,6 +64,27 @@ void fs_ctx_close(struct fs_ctx *ctx)
         if (ctx->root >= 0)
                 close(ctx->root);
         ctx->root = -1;
+}
+
+/* A full sandbox disk, said in human sizes with the option that sizes it. */
+static int fs_no_space(nsbox_error_t **err, const struct fs_ctx *ctx, const char *what, const char *shown)
+{
+        char disk[SIZE_FORMAT_MAX];
+        return nsbox_refuse(err, ENOSPC,
+                            "%s %s: no space left in the sandbox (its disk is %s: nsbox create --disk, "
+                            "limits.disk_bytes)",
+                            what, shown, size_format(ctx->disk_bytes, disk, sizeof(disk)));
+}
+
+static int fs_no_space_written(nsbox_error_t **err, const struct fs_ctx *ctx, const char *shown, size_t done,
+                               size_t len)
+{
+        char disk[SIZE_FORMAT_MAX], wrote[SIZE_FORMAT_MAX], total[SIZE_FORMAT_MAX];
+        return nsbox_refuse(err, ENOSPC,
+                            "write %s: no space left in the sandbox (its disk is %s: nsbox create --disk, "
+                            "limits.disk_bytes); %s of %s written",
+                            shown, size_format(ctx->disk_bytes, disk, sizeof(disk)),
+                            size_format(done, wrote, sizeof(wrote)), size_format(len, total, sizeof(total)));
 }
 
 static int fs_resolve_error(nsbox_error_t **err, int errnum, const char *path)
@@ -251,9 +273,7 @@ static int fs_open_dir_creating(const struct fs_ctx *ctx, const char *rel, int *
                 if (strcmp(name, "..") != 0) {
                         int r = fs_mkdir_entry(ctx, dir, name, shown, err);
                         if (r == -ENOSPC || r == -EDQUOT)
-                                return nsbox_refuse(
-                                    err, ENOSPC, "mkdir %s: no space left in the sandbox (disk_bytes=%llu)",
-                                    shown, ctx->disk_bytes);
+                                return fs_no_space(err, ctx, "mkdir", shown);
                         if (r < 0 && r != -EEXIST)
                                 return nsbox_error(err, -r, "mkdir %s", shown);
                 }
@@ -346,11 +366,7 @@ static int fs_write_all(const struct fs_ctx *ctx, int fd, const void *data, size
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n < 0 && (errno == ENOSPC || errno == EDQUOT))
-                        return nsbox_refuse(
-                            err, ENOSPC,
-                            "write %s: no space left in the sandbox (disk_bytes=%llu); %zu of %zu "
-                            "bytes written",
-                            shown, ctx->disk_bytes, done, len);
+                        return fs_no_space_written(err, ctx, shown, done, len);
                 if (n < 0)
                         return nsbox_error(err, errno, "write %s (%zu of %zu bytes written)", shown, done,
                                            len);
@@ -400,9 +416,7 @@ int fs_write_at(const struct fs_ctx *ctx, const struct fs_path *p, const void *d
                 if (fd == -EEXIST)
                         continue;
                 if (fd == -ENOSPC || fd == -EDQUOT)
-                        return nsbox_refuse(err, ENOSPC,
-                                            "create %s: no space left in the sandbox (disk_bytes=%llu)",
-                                            p->shown, ctx->disk_bytes);
+                        return fs_no_space(err, ctx, "create", p->shown);
                 if (fd < 0)
                         return nsbox_error(err, -fd, "create %s", p->shown);
                 created = true;
@@ -626,7 +640,9 @@ int fs_remove_at(const struct fs_ctx *ctx, const struct fs_path *p, bool recursi
         if (unlinkat(parent, p->name, AT_REMOVEDIR) < 0) {
                 if (errno == ENOTEMPTY || errno == EEXIST)
                         return nsbox_refuse(err, ENOTEMPTY,
-                                            "%s is a directory that is not empty (use recursive)", p->shown);
+                                            "%s is a directory that is not empty (recursive: true removes it "
+                                            "and all it holds)",
+                                            p->shown);
                 return nsbox_error(err, errno, "remove %s", p->shown);
         }
         return 0;
@@ -658,8 +674,7 @@ int fs_mkdir_at(const struct fs_ctx *ctx, const struct fs_path *p, bool parents,
                 return nsbox_refuse(err, EEXIST, "%s already exists", p->shown);
         }
         if (r == -ENOSPC || r == -EDQUOT)
-                return nsbox_refuse(err, ENOSPC, "mkdir %s: no space left in the sandbox (disk_bytes=%llu)",
-                                    p->shown, ctx->disk_bytes);
+                return fs_no_space(err, ctx, "mkdir", p->shown);
         if (r < 0)
                 return nsbox_error(err, -r, "mkdir %s", p->shown);
         *created = true;
@@ -823,8 +838,7 @@ int fs_rename_at(const struct fs_ctx *ctx, const struct fs_path *from, const str
                                     from->shown, to->shown);
         case ENOSPC:
         case EDQUOT:
-                return nsbox_refuse(err, ENOSPC, "rename %s: no space left in the sandbox (disk_bytes=%llu)",
-                                    from->shown, ctx->disk_bytes);
+                return fs_no_space(err, ctx, "rename", from->shown);
         default:
                 return nsbox_error(err, errno, "rename %s to %s", from->shown, to->shown);
         }
@@ -844,9 +858,7 @@ int fs_symlink_at(const struct fs_ctx *ctx, const char *target, const struct fs_
                 return r;
         for (int attempt = 0; symlinkat(target, parent, p->name) < 0; attempt++) {
                 if (errno == ENOSPC || errno == EDQUOT)
-                        return nsbox_refuse(err, ENOSPC,
-                                            "symlink %s: no space left in the sandbox (disk_bytes=%llu)",
-                                            p->shown, ctx->disk_bytes);
+                        return fs_no_space(err, ctx, "symlink", p->shown);
                 if (errno != EEXIST)
                         return nsbox_error(err, errno, "symlink %s", p->shown);
                 if (!overwrite)

@@ -51,11 +51,14 @@ void sandbox_reap_idle(void)
 {
         long long now = now_monotonic_ms();
         for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
+                char why[96];
                 if (sb->state != SANDBOX_RUNNING || sb->pooled || sb->pause_timer != NULL)
                         continue;
                 if (sb->paused) {
                         if (!paused_too_long(sb, now))
                                 continue;
+                        snprintf(why, sizeof(why), "paused for %us (paused_timeout_seconds)",
+                                 nsboxd.config.paused_timeout_seconds);
                 } else {
                         /* Work in progress is never idle: an exec, a package install, a
                          * python.run (stateless ones are execs; stateful ones run in the
@@ -68,9 +71,11 @@ void sandbox_reap_idle(void)
                                 continue;
                         log_info("sandbox %s: idle for %us, reaping", sb->id,
                                  sb->policy.idle_timeout_seconds);
+                        snprintf(why, sizeof(why), "idle for %us (idle_timeout_seconds)",
+                                 sb->policy.idle_timeout_seconds);
                 }
                 if (sb->policy.session_id[0] != '\0')
                         sandbox_session_remember(sb);
-                sandbox_remove(sb, NULL, NULL);
+                sandbox_remove(sb, why, NULL, NULL);
         }
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statfs.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -25,6 +26,7 @@
 #include "python.h"
 #include "idle.h"
 #include "sandbox_life.h"
+#include "sandbox_limits.h"
 #include "sandbox_pause.h"
 #include "shell.h"
 #include "snapshot.h"
@@ -153,9 +155,7 @@ static bool created_for_nobody(struct sandbox *sb, const char *error, struct rpc
 {
         if (error != NULL || rpc_request_connected(req) || sb->policy.session_id[0] != '\0')
                 return false;
-        log_limited(log_key_uid(sb->owner).text, LOG_LEVEL_INFO,
-                    "sandbox %s: its client left before learning its id; removing it", sb->id);
-        sandbox_remove(sb, NULL, NULL);
+        sandbox_remove(sb, "its client left before learning its id", NULL, NULL);
         /* The request is answered all the same: nothing goes out on the
          * closed connection, and answering is what releases the request
          * and the connection's reference (without it both leaked, once per
@@ -230,7 +230,8 @@ static void sandbox_method_create(struct rpc_request *req, struct sandbox *sb)
                 return;
         }
         if (!image_usable(policy.image, req->uid)) {
-                rpc_reply_fail(req, "invalid_params", "no image \"%s\" in %s", policy.image,
+                rpc_reply_fail(req, "invalid_params",
+                               "no image \"%s\" in %s (nsbox images lists those you may use)", policy.image,
                                nsboxd.config.image_dir);
                 policy_clear(&policy);
                 return;
@@ -280,10 +281,33 @@ static void sandbox_method_list(struct rpc_request *req, struct sandbox *sb)
                          json_pack("{s:o, s:i}", "sandboxes", list, "count", (int)json_array_size(list)));
 }
 
+/* A sandbox's memory and disk as its user reasons about them: memory for
+ * its processes, a disk for its files (a tmpfs: in RAM), /dev/shm, and
+ * what its memory cgroup holds of all three (cgroup_memory_max). */
+static json_t *sandbox_budgets(const struct sandbox *sb)
+{
+        const struct sandbox_limits *limits = &sb->policy.limits;
+        json_t *budgets =
+            json_pack("{s:I, s:I, s:s, s:I, s:I}", "memory_bytes", (json_int_t)limits->memory_bytes,
+                      "disk_bytes", (json_int_t)limits->disk_bytes, "disk_backing", "tmpfs", "shm_bytes",
+                      (json_int_t)sandbox_shm_bytes(limits->disk_bytes), "cgroup_memory_bytes",
+                      (json_int_t)cgroup_memory_max(limits));
+        struct statfs disk;
+        if (budgets != NULL && sb->disk_fd >= 0 && fstatfs(sb->disk_fd, &disk) == 0) {
+                json_object_set_new(
+                    budgets, "disk_used_bytes",
+                    json_integer((json_int_t)((disk.f_blocks - disk.f_bfree) * disk.f_bsize)));
+                json_object_set_new(budgets, "disk_used_inodes",
+                                    json_integer((json_int_t)(disk.f_files - disk.f_ffree)));
+        }
+        return budgets;
+}
+
 static void sandbox_method_info(struct rpc_request *req, struct sandbox *sb)
 {
         json_t *info = sandbox_to_json(sb, false);
         json_object_set_new(info, "stats", sandbox_stats(sb));
+        json_object_set_new(info, "budgets", sandbox_budgets(sb));
         json_t *network = egress_info(sb);
         if (network != NULL)
                 json_object_set_new(info, "egress", network);
@@ -403,14 +427,18 @@ static void sandbox_method_remove(struct rpc_request *req, struct sandbox *sb)
         bool force;
         if (!rpc_get_bool(req, "force", &force))
                 return;
-        if (sb->running_execs > 0 && !force) {
-                rpc_reply_fail(req, "busy", "sandbox %s has %u running exec(s); use force to kill them",
-                               sb->id, sb->running_execs);
+        unsigned running = exec_running_unkilled(sb);
+        if (running > 0 && !force) {
+                rpc_reply_fail(
+                    req, "busy",
+                    "sandbox %s has %u running command(s): nsbox rm --force %s kills them and removes "
+                    "it (force: true in sandbox.remove)",
+                    sb->id, running, sb->id);
                 return;
         }
-        log_limited(log_key_uid(req->uid).text, LOG_LEVEL_INFO, "sandbox %s: remove requested by uid %u%s",
-                    sb->id, req->uid, force ? " (force)" : "");
-        sandbox_remove(sb, remove_done, req);
+        char why[64];
+        snprintf(why, sizeof(why), "asked by uid %u%s", req->uid, force ? " (force)" : "");
+        sandbox_remove(sb, why, remove_done, req);
 }
 
 /* --- pause and resume ------------------------------------------------------ */
@@ -441,9 +469,10 @@ static void sandbox_method_pause(struct rpc_request *req, struct sandbox *sb)
         bool working = sandbox_working(sb);
         if (!sb->paused && working && !force) {
                 rpc_reply_fail(req, "busy",
-                               "sandbox %s has work running (%u exec(s), or a python.run or shell command); "
-                               "use force to freeze it too (its timeouts keep counting while paused)",
-                               sb->id, sb->running_execs);
+                               "sandbox %s has work running (%u command(s), or python or a shell command): "
+                               "nsbox pause --force %s freezes it too, its timeouts counting on while paused "
+                               "(force: true in sandbox.pause)",
+                               sb->id, sb->running_execs, sb->id);
                 return;
         }
         if (!sb->paused)

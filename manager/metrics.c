@@ -81,12 +81,27 @@ void metrics_request_done(const char *method, const char *outcome, double second
                 observe(s->hist, seconds);
 }
 
+/* A reason's kind, for a label: its words before the first number or
+ * parenthesis ("idle for 300s (...)" is "idle for"), so that the series
+ * stay as few as the reasons nsboxd's code can give. */
+static void reason_kind(const char *reason, char *out, size_t len)
+{
+        size_t n = strcspn(reason, "0123456789(:\"\\\n");
+        while (n > 0 && reason[n - 1] == ' ')
+                n--;
+        if (n >= len)
+                n = len - 1;
+        memcpy(out, reason, n);
+        out[n] = '\0';
+}
+
 void metrics_event(const char *type, const char *reason)
 {
-        char label[192];
-        if (reason != NULL)
-                snprintf(label, sizeof(label), "type=\"%.64s\",reason=\"%.64s\"", type, reason);
-        else
+        char label[192], kind[64];
+        if (reason != NULL) {
+                reason_kind(reason, kind, sizeof(kind));
+                snprintf(label, sizeof(label), "type=\"%.64s\",reason=\"%s\"", type, kind);
+        } else
                 snprintf(label, sizeof(label), "type=\"%.64s\"", type);
         struct series *s = series_of(EVENTS, label, false);
         if (s != NULL)

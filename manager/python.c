@@ -14,12 +14,14 @@
 #include "daemon.h"
 #include "egress.h"
 #include "exec.h"
+#include "exec_params.h"
 #include "fs_files.h"
 #include "fs_path.h"
 #include "images.h"
 #include "json_cleanup.h"
 #include "log.h"
 #include "params.h"
+#include "policy.h"
 #include "quota.h"
 #include "requirement.h"
 #include "sandbox_life.h"
@@ -50,6 +52,9 @@
  * and in the fork server's request (forkrun's 256 KiB, with the environment). */
 #define MAX_SCRIPT_ARGS       1000
 #define MAX_SCRIPT_ARGS_BYTES (64u << 10)
+/* A stateful call's output travels in one frame of the driver (MAX_FRAME,
+ * JSON-escaped): it keeps at most this much, stdout and stderr together. */
+#define STATEFUL_MAX_OUTPUT (8u << 20)
 
 struct python_run {
         struct rpc_request *req;
@@ -61,6 +66,8 @@ struct python_run {
         bool stateful;
         bool stream; /* stateless output as exec.output notifications */
         unsigned timeout_s;
+        json_int_t max_output;     /* max_output_bytes asked, or -1: the default */
+        json_int_t output_dropped; /* bytes of output past max_output, dropped */
         long long started_mono;
         char report[80];
         char script[80];            /* a named script's private copy (script_name), or "" */
@@ -172,6 +179,8 @@ static void reply_run(struct python_run *run, const char *status, json_t *exit_c
         egress_note_refused(reply, run->sb, run->started_mono, true);
         if (reply != NULL)
                 json_object_set_new(reply, "oom_killed", json_boolean(run->oom_killed));
+        if (reply != NULL && truncated && run->output_dropped > 0)
+                json_object_set_new(reply, "output_dropped_bytes", json_integer(run->output_dropped));
         if (reply != NULL && run->recreated) {
                 json_object_set_new(reply, "recreated", json_true());
                 json_object_set_new(reply, "reason", json_string("idle timeout"));
@@ -419,6 +428,7 @@ static void stateless_done(struct exec *ex, json_t *result, void *data)
         json_t *files = json_object_get(report, "files_produced");
         json_t *images = json_object_get(report, "images");
         run->oom_killed = json_is_true(json_object_get(result, "oom_killed"));
+        run->output_dropped = json_integer_value(json_object_get(result, "output_dropped_bytes"));
         reply_run(run, status, json_incref(code), json_string_value(json_object_get(result, "stdout")),
                   json_string_value(json_object_get(result, "stderr")), json_is_object(files) ? files : NULL,
                   json_is_array(images) ? images : NULL, NULL,
@@ -455,6 +465,11 @@ static void run_stateless(struct python_run *run, const char *code)
             json_pack("{s:[s, s, s, s], s:i, s:b}", "argv", fs != NULL ? FORKRUN : "python3",
                       fs != NULL ? fs->token : RUNNER, script, run->report, "timeout_seconds",
                       (int)run->timeout_s, "stream", run->stream);
+        if (run->max_output >= 0)
+                json_object_set_new(params, "max_output_bytes", json_integer(run->max_output));
+        json_t *env = json_object_get(p, "env");
+        if (json_is_object(env))
+                json_object_set(params, "env", env);
         json_t *argv = json_object_get(params, "argv");
         if (name != NULL || json_array_size(args) > 0)
                 json_array_append_new(argv, json_string(name != NULL ? name : script));
@@ -549,6 +564,10 @@ static void interp_answer(struct python_interp *in, json_t *frame)
         json_t *files = json_object_get(frame, "files_produced");
         json_t *images = json_object_get(frame, "images");
         json_t *result = json_object_get(frame, "result");
+        /* The driver's count, type-checked: it runs as the sandbox's user. */
+        json_t *dropped = json_object_get(frame, "output_dropped_bytes");
+        if (json_is_integer(dropped) && json_integer_value(dropped) > 0)
+                run->output_dropped = json_integer_value(dropped);
         reply_run(run, status, exit_code, json_string_value(json_object_get(frame, "stdout")),
                   json_string_value(json_object_get(frame, "stderr")), json_is_object(files) ? files : NULL,
                   json_is_array(images) ? images : NULL, json_is_string(result) ? json_incref(result) : NULL,
@@ -689,6 +708,8 @@ static void interp_send_next(struct python_interp *in)
         struct python_run *run = in->queue;
         json_t *code = json_object_get(run->req->msg.params, "code");
         _cleanup_json_ json_t *req = json_pack("{s:I, s:O}", "id", (json_int_t)++in->next_id, "code", code);
+        if (req != NULL && run->max_output >= 0)
+                json_object_set_new(req, "max_output_bytes", json_integer(run->max_output));
         _cleanup_free_ char *body = json_dumps(req, JSON_COMPACT);
         _cleanup_free_ char *frame = NULL;
         /* One write: the driver wakes once, with all of it. */
@@ -1018,10 +1039,10 @@ static void session_ready(struct sandbox *sb, const char *error, void *data)
         run_in_sandbox(run);
 }
 
-/* args, script_name and stream: how a stateless call runs its script. */
+/* args, script_name, stream and env: how a stateless call runs its script. */
 static int check_script_params(json_t *p, bool stateful, nsbox_error_t **err)
 {
-        static const char *const stateless_only[] = { "args", "script_name", "stream" };
+        static const char *const stateless_only[] = { "args", "script_name", "stream", "env" };
         for (size_t i = 0; i < ARRAY_SIZE(stateless_only); i++) {
                 json_t *v = json_object_get(p, stateless_only[i]);
                 if (stateful && v != NULL && !json_is_null(v))
@@ -1031,6 +1052,10 @@ static int check_script_params(json_t *p, bool stateful, nsbox_error_t **err)
         json_t *stream = json_object_get(p, "stream");
         if (stream != NULL && !json_is_null(stream) && !json_is_boolean(stream))
                 return nsbox_invalid(err, "stream must be a boolean");
+        json_t *env = json_object_get(p, "env");
+        int r;
+        if (env != NULL && !json_is_null(env) && (r = policy_check_env(env, "env", err)) < 0)
+                return r;
         json_t *args = json_object_get(p, "args");
         if (args != NULL && !json_is_null(args)) {
                 if (!json_is_array(args) || json_array_size(args) > MAX_SCRIPT_ARGS)
@@ -1084,11 +1109,13 @@ static int check_file_value(const char *key, json_t *v, bool check_base64, nsbox
         return 0;
 }
 
-static int check_run_params(json_t *p, unsigned *timeout_s, nsbox_error_t **err)
+static int check_run_params(json_t *p, unsigned *timeout_s, json_int_t *max_output, nsbox_error_t **err)
 {
-        static const char *const known[] = { "sandbox_id",   "session_id", "code",     "timeout_seconds",
-                                             "requirements", "files",      "stateful", "args",
-                                             "script_name",  "stream",     NULL };
+        static const char *const known[] = {
+                "sandbox_id", "session_id", "code",        "timeout_seconds", "requirements",     "files",
+                "stateful",   "args",       "script_name", "stream",          "max_output_bytes", "env",
+                NULL
+        };
         int r = params_check_known(p, known, "", err);
         if (r < 0)
                 return r;
@@ -1108,6 +1135,16 @@ static int check_run_params(json_t *p, unsigned *timeout_s, nsbox_error_t **err)
                 return nsbox_invalid(err, "stateful must be a boolean");
         if ((r = check_script_params(p, json_is_true(stateful), err)) < 0)
                 return r;
+        json_t *max = json_object_get(p, "max_output_bytes");
+        json_int_t most = json_is_true(stateful) ? STATEFUL_MAX_OUTPUT : EXEC_MAX_MAX_OUTPUT;
+        *max_output = -1;
+        if (max != NULL && !json_is_null(max)) {
+                if (!json_is_integer(max) || json_integer_value(max) < 0 || json_integer_value(max) > most)
+                        return nsbox_invalid(err, "max_output_bytes must be an integer from 0 to %lld%s",
+                                             (long long)most,
+                                             json_is_true(stateful) ? " for a stateful call" : "");
+                *max_output = json_integer_value(max);
+        }
         json_t *req = json_object_get(p, "requirements");
         if (req != NULL && !json_is_null(req)) {
                 r = check_requirements(req, "requirements", err);
@@ -1156,7 +1193,8 @@ void python_method_run(struct rpc_request *req, struct sandbox *sb)
         _cleanup_error_ nsbox_error_t *err = NULL;
         json_t *p = req->msg.params;
         unsigned timeout_s;
-        if (check_run_params(p, &timeout_s, &err) < 0) {
+        json_int_t max_output = -1;
+        if (check_run_params(p, &timeout_s, &max_output, &err) < 0) {
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
                 return;
         }
@@ -1174,6 +1212,7 @@ void python_method_run(struct rpc_request *req, struct sandbox *sb)
         run->stateful = json_is_true(json_object_get(p, "stateful"));
         run->stream = json_is_true(json_object_get(p, "stream"));
         run->timeout_s = timeout_s;
+        run->max_output = max_output;
         run->started_mono = now_monotonic_ms();
 
         json_t *id = json_object_get(p, "sandbox_id");

@@ -47,6 +47,7 @@ struct sandbox {
         struct python_interp *python; /* the stateful interpreter, when started */
         unsigned running_execs;       /* client execs not finished (exec.c counts) */
         char *failure;                /* why a create failed */
+        char *end_reason;             /* why it is being removed (sandbox_remove's why) */
 
         /* sandbox.pause: its cgroup frozen, every process of it stopped
          * (the init and the supervisors too: nothing may wait for them).

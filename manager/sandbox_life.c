@@ -35,6 +35,7 @@
 #include "fs_watch.h"
 #include "log.h"
 #include "profiles.h"
+#include "size.h"
 #include "proto.h"
 #include "images.h"
 #include "rootfs.h"
@@ -46,8 +47,9 @@
 #include "uidmode.h"
 #include "userns.h"
 
-/* The memory limits of every live sandbox, pooled ones included: what the
- * host has promised, bounded by memory_commit_bytes. */
+/* The memory cgroup limits of every live sandbox, pooled ones included
+ * (processes and the files held in RAM, cgroup_memory_max): what the host
+ * has promised, bounded by memory_commit_bytes. */
 static uint64_t memory_committed;
 
 uint64_t sandbox_memory_committed(void)
@@ -87,14 +89,14 @@ void sandbox_ensure_fd_limit(void)
 
 void sandbox_warn_overcommit(void)
 {
-        uint64_t memory = nsboxd.config.defaults.limits.memory_bytes;
+        uint64_t memory = cgroup_memory_max(&nsboxd.config.defaults.limits);
         uint64_t limit = nsboxd.config.memory_commit_bytes;
         uint64_t fit = memory > 0 ? limit / memory : 0;
         if (memory > 0 && fit < (uint64_t)nsboxd.config.max_sandboxes + nsboxd.config.warm_pool)
                 log_warn(
-                    "max_sandboxes %u (+ warm_pool %u) x the default memory limit %llu bytes is more than "
-                    "memory_commit_bytes %llu: %llu sandboxes with the default limits fit, later creates "
-                    "get limit_reached",
+                    "max_sandboxes %u (+ warm_pool %u) x the default sandbox's RAM %llu bytes (memory_bytes "
+                    "+ disk_bytes + /dev/shm) is more than memory_commit_bytes %llu: %llu sandboxes with the "
+                    "default limits fit, later creates get limit_reached",
                     nsboxd.config.max_sandboxes, nsboxd.config.warm_pool, (unsigned long long)memory,
                     (unsigned long long)limit, (unsigned long long)fit);
 }
@@ -235,10 +237,35 @@ static void sandbox_free(struct sandbox *sb)
         exec_sandbox_free(sb->exec);
         free(sb->dir);
         free(sb->failure);
+        free(sb->end_reason);
         free(sb);
 }
 
 static void pool_fill_soon(void);
+
+/* Why a sandbox nobody asked to remove ended: its init's end, as waitid
+ * tells it. A SIGKILL while the sandbox counts OOM kills names the OOM
+ * killer as the likely cause (the kernel does not say whom it killed). */
+static char *unasked_end_reason(struct sandbox *sb, const siginfo_t *info)
+{
+        char *why = NULL;
+        uint64_t ooms = sb->cgroup != NULL ? cgroup_sandbox_oom_kills(sb->cgroup) : 0;
+        if (info->si_code == CLD_KILLED || info->si_code == CLD_DUMPED) {
+                if (info->si_status == SIGKILL && ooms > 0)
+                        asprintf(&why,
+                                 "its init was killed by signal %d (%s), likely by the OOM killer (%llu OOM "
+                                 "kills in the sandbox)",
+                                 info->si_status, strsignal(info->si_status), (unsigned long long)ooms);
+                else
+                        asprintf(&why, "its init was killed by signal %d (%s) from outside the sandbox",
+                                 info->si_status, strsignal(info->si_status));
+        } else if (info->si_code == CLD_EXITED) {
+                asprintf(&why, "its init exited with status %d", info->si_status);
+        } else {
+                why = strdup("its init ended");
+        }
+        return why;
+}
 
 /* The init is gone (or never started): release everything and answer. */
 static void sandbox_finalize(struct sandbox *sb)
@@ -261,12 +288,9 @@ static void sandbox_finalize(struct sandbox *sb)
                 siginfo_t info = { 0 };
                 waitid(P_PIDFD, sb->pidfd->fd, &info, WEXITED | WNOHANG);
                 /* Nobody asked for its end (an OOM kill, a kill from the host,
-                 * a crash): the operator hears of it. */
-                if (unasked && (info.si_code == CLD_KILLED || info.si_code == CLD_DUMPED))
-                        log_warn("sandbox %s: its init was killed by signal %d (%s)", sb->id, info.si_status,
-                                 strsignal(info.si_status));
-                else if (unasked && info.si_code == CLD_EXITED)
-                        log_warn("sandbox %s: its init exited with status %d", sb->id, info.si_status);
+                 * a crash): the operator hears why. */
+                if (unasked && sb->end_reason == NULL)
+                        sb->end_reason = unasked_end_reason(sb, &info);
                 loop_remove(nsboxd.loop, sb->pidfd);
                 sb->pidfd = NULL;
         }
@@ -288,11 +312,15 @@ static void sandbox_finalize(struct sandbox *sb)
                           sb->id, sb->failure ? sb->failure : "init exited");
                 sandbox_waiters_run(&sb->create_waiters, NULL,
                                     sb->failure ? sb->failure : "sandbox init exited during setup");
+        } else if (unasked) {
+                log_warn("sandbox %s: removed: %s", sb->id,
+                         sb->end_reason ? sb->end_reason : "its init ended");
         } else {
-                log_limited(log_key_uid(sb->owner).text, LOG_LEVEL_INFO, "sandbox %s: removed", sb->id);
-                if (!sb->pooled)
-                        events_emit(sb, "sandbox.removed", NULL, NULL);
+                log_limited(log_key_uid(sb->owner).text, LOG_LEVEL_INFO, "sandbox %s: removed: %s", sb->id,
+                            sb->end_reason ? sb->end_reason : "no reason given");
         }
+        if (!failed_create && !sb->pooled)
+                events_emit(sb, "sandbox.removed", sb->end_reason ? sb->end_reason : "its init ended", NULL);
         sandbox_waiters_run(&sb->remove_waiters, sb, NULL);
         sandbox_free(sb);
         pool_fill_soon();
@@ -560,6 +588,7 @@ static int sandbox_spawn(struct sandbox *sb, nsbox_error_t **err)
                         .init_memfd = child_slots[CHILD_SLOT_INIT],
                         .seccomp_fd = seccomp_fd >= 0 ? child_slots[CHILD_SLOT_SECCOMP] : -1,
                         .hostname = "sandbox",
+                        .shm_bytes = sandbox_shm_bytes(sb->policy.limits.disk_bytes),
                         .prepare = join_cgroups,
                         .prepare_ctx = &n_procs,
                 };
@@ -617,15 +646,19 @@ static int sandbox_spawn(struct sandbox *sb, nsbox_error_t **err)
 static int sandbox_new(uid_t owner, struct sandbox_policy *policy, bool pooled, const char *snapshot_id,
                        sandbox_ready_cb done, void *data, struct sandbox **out, nsbox_error_t **err)
 {
-        if (!commit_fits(policy->limits.memory_bytes)) {
-                uint64_t want = policy->limits.memory_bytes;
+        uint64_t asked = cgroup_memory_max(&policy->limits);
+        if (!commit_fits(asked)) {
+                char held[SIZE_FORMAT_MAX], limit[SIZE_FORMAT_MAX], want[SIZE_FORMAT_MAX];
+                size_format(asked, want, sizeof(want));
                 policy_clear(policy);
-                return nsbox_error(
+                return nsbox_refuse(
                     err, EUSERS,
-                    "memory commit limit reached: live sandboxes hold %llu of the %llu bytes of "
-                    "memory limits the host may promise (memory_commit_bytes); this one asks %llu",
-                    (unsigned long long)memory_committed,
-                    (unsigned long long)nsboxd.config.memory_commit_bytes, (unsigned long long)want);
+                    "memory commit limit reached: live sandboxes hold %s of the %s of RAM the host "
+                    "may promise (memory_commit_bytes); this one asks %s (its memory, and its disk and "
+                    "/dev/shm, which are in RAM: remove a sandbox, or ask for less: nsbox create "
+                    "--memory, --disk)",
+                    size_format(memory_committed, held, sizeof(held)),
+                    size_format(nsboxd.config.memory_commit_bytes, limit, sizeof(limit)), want);
         }
         struct sandbox *sb = calloc(1, sizeof(*sb));
         if (sb != NULL && (sb->exec = exec_sandbox_new()) == NULL) {
@@ -655,7 +688,7 @@ static int sandbox_new(uid_t owner, struct sandbox_policy *policy, bool pooled, 
 
         sb->next = nsboxd.sandboxes;
         nsboxd.sandboxes = sb;
-        sb->committed = sb->policy.limits.memory_bytes;
+        sb->committed = cgroup_memory_max(&sb->policy.limits);
         memory_committed += sb->committed;
         if (pooled)
                 nsboxd.n_pooled++;
@@ -827,7 +860,7 @@ void sandbox_pool_fill(void)
         while (nsboxd.n_pooled < nsboxd.config.warm_pool) {
                 /* Clients' sandboxes come first; the pool fills again as
                  * they are removed (sandbox_finalize calls back here). */
-                if (!commit_fits(nsboxd.config.defaults.limits.memory_bytes))
+                if (!commit_fits(cgroup_memory_max(&nsboxd.config.defaults.limits)))
                         break;
                 _cleanup_error_ nsbox_error_t *err = NULL;
                 struct sandbox_policy policy = nsboxd.config.defaults;
@@ -857,7 +890,7 @@ static void pool_give_way(uint64_t want)
                         return;
                 memory_committed -= sb->committed;
                 sb->committed = 0;
-                sandbox_remove(sb, NULL, NULL);
+                sandbox_remove(sb, "a pooled sandbox gave its memory commit to a client's", NULL, NULL);
         }
 }
 
@@ -904,7 +937,7 @@ int sandbox_create_from(uid_t owner, struct sandbox_policy *policy, const char *
                 pool_fill_soon();
                 return 0;
         }
-        pool_give_way(policy->limits.memory_bytes);
+        pool_give_way(cgroup_memory_max(&policy->limits));
         return sandbox_new(owner, policy, false, snapshot_id, done, data, out, err);
 }
 
@@ -913,12 +946,18 @@ void sandbox_when_ready(struct sandbox *sb, sandbox_ready_cb done, void *data)
         sandbox_waiter_add(&sb->create_waiters, done, data);
 }
 
-void sandbox_remove(struct sandbox *sb, sandbox_ready_cb done, void *data)
+void sandbox_remove(struct sandbox *sb, const char *why, sandbox_ready_cb done, void *data)
 {
+        if (sb->end_reason == NULL && why != NULL)
+                sb->end_reason = strdup(why);
         if (done != NULL)
                 sandbox_waiter_add(&sb->remove_waiters, done, data);
-        if (sb->state == SANDBOX_CREATING)
-                sandbox_set_failure(sb, "sandbox removed while being created");
+        if (sb->state == SANDBOX_CREATING) {
+                char failure[256];
+                snprintf(failure, sizeof(failure), "sandbox removed while being created (%s)",
+                         why != NULL ? why : "no reason given");
+                sandbox_set_failure(sb, failure);
+        }
         if (sb->state != SANDBOX_EXITED)
                 sb->state = sb->state == SANDBOX_CREATING ? SANDBOX_CREATING : SANDBOX_STOPPING;
         sandbox_kill(sb);

@@ -17,8 +17,11 @@ int sandbox_create_from(uid_t owner, struct sandbox_policy *policy, const char *
 /* Run `done` when `sb` (being created) is ready or failed. */
 void sandbox_when_ready(struct sandbox *sb, sandbox_ready_cb done, void *data);
 
-/* Kill everything in the sandbox and release it; `done` runs when gone. */
-void sandbox_remove(struct sandbox *sb, sandbox_ready_cb done, void *data);
+/* Kill everything in the sandbox and release it; `done` runs when gone.
+ * `why` (asked by whom, idle, the daemon stopping, ...) is kept with the
+ * sandbox and logged once it is gone: every end of a sandbox says why.
+ * The first reason given is the one kept. */
+void sandbox_remove(struct sandbox *sb, const char *why, sandbox_ready_cb done, void *data);
 
 /* Keep config.warm_pool sandboxes with the default policy ready, so that a
  * create with that policy is a hand-over instead of a clone. */

@@ -227,7 +227,7 @@ static unsigned shutdown_sandboxes(void)
                  * signal came may have added a sandbox since. */
                 for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next)
                         if (sb->state == SANDBOX_RUNNING || sb->state == SANDBOX_CREATING)
-                                sandbox_remove(sb, NULL, NULL);
+                                sandbox_remove(sb, "nsboxd is stopping", NULL, NULL);
                 loop_run_once(nsboxd.loop, 100);
         }
         unsigned sandboxes = 0;

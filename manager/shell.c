@@ -785,17 +785,12 @@ void shell_method_run(struct rpc_request *req, struct sandbox *sb)
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", enc_err->message);
                 return;
         }
-        size_t max_output = SHELL_DEFAULT_MAX_OUTPUT;
-        json_t *max = json_object_get(p, "max_output_bytes");
-        if (max != NULL && !json_is_null(max)) {
-                if (!json_is_integer(max) || json_integer_value(max) < 0 ||
-                    json_integer_value(max) > SHELL_MAX_MAX_OUTPUT) {
-                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
-                                        "max_output_bytes must be an integer from 0 to %u",
-                                        SHELL_MAX_MAX_OUTPUT);
-                        return;
-                }
-                max_output = (size_t)json_integer_value(max);
+        uint64_t max_output = SHELL_DEFAULT_MAX_OUTPUT;
+        _cleanup_error_ nsbox_error_t *size_err = NULL;
+        if (params_get_size(p, "max_output_bytes", "max_output_bytes", NULL, 0, SHELL_MAX_MAX_OUTPUT,
+                            &max_output, &size_err) < 0) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", size_err->message);
+                return;
         }
         struct shell_session *s = require_session(req, sb);
         if (s == NULL)

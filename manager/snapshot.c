@@ -22,6 +22,7 @@
 #include "policy.h"
 #include "rootfs.h"
 #include "sandbox.h"
+#include "size.h"
 #include "uidmode.h"
 
 #define SNAPSHOT_NAME_MAX       128
@@ -436,11 +437,11 @@ static int copy_run(void *data, struct fs_worker_output *out, nsbox_error_t **er
         c.shift = job->shift;
         c.from_base = job->from_base;
         if ((r = rootfs_copy_layer(upper, job->dst_fd, &c)) < 0) {
+                char room[SIZE_FORMAT_MAX];
                 if (r == -ENOSPC)
-                        return nsbox_error(
-                            err, ENOSPC,
-                            "the copy would take more than the %llu bytes left of layer_disk_bytes",
-                            (unsigned long long)job->max_bytes);
+                        return nsbox_error(err, ENOSPC,
+                                           "the copy would take more than the %s left of layer_disk_bytes",
+                                           size_format(job->max_bytes, room, sizeof(room)));
                 if (r == -EDQUOT)
                         return nsbox_error(err, EDQUOT, "the copy would make %s", job->inode_bound);
                 if (r == -EBUSY)
@@ -557,12 +558,14 @@ int snapshot_copy_sandbox(struct sandbox *sb, int dst_fd, uid_t owner, bool dist
                                           : most_inodes + record_inodes(meta);
                 }
         }
+        char stored_text[SIZE_FORMAT_MAX], most[SIZE_FORMAT_MAX], needs[SIZE_FORMAT_MAX];
         if (stored >= limit || estimate > limit - stored)
                 return nsbox_error(
                     err, ENOSPC,
-                    "snapshots and committed images hold %llu of the %llu bytes of layer_disk_bytes; "
-                    "this copy needs about %llu",
-                    (unsigned long long)stored, (unsigned long long)limit, (unsigned long long)estimate);
+                    "snapshots and committed images hold %s of the %s of layer_disk_bytes; this "
+                    "copy needs about %s (nsbox snapshot rm and nsbox image rm free some)",
+                    size_format(stored, stored_text, sizeof(stored_text)),
+                    size_format(limit, most, sizeof(most)), size_format(estimate, needs, sizeof(needs)));
         /* The inode bounds (root's copies count in all, not as a uid's):
          * the tightest one left bounds the copy, and a refusal names it. */
         char uid_held[64], all_held[64];

@@ -21,7 +21,7 @@ static const struct {
         { 0x00000000, 8 },  /* 0.0.0.0/8 */
         { 0x0a000000, 8 },  /* 10.0.0.0/8 */
         { 0x64400000, 10 }, /* 100.64.0.0/10 */
-        { 0x7f000000, 8 },  /* 127.0.0.0/8 */
+        { 0x7f000000, 8 },  /* 127.0.0.0/8: never opened (LOOPBACK_RANGE) */
         { 0xa9fe0000, 16 }, /* 169.254.0.0/16 */
         { 0xac100000, 12 }, /* 172.16.0.0/12 */
         { 0xa83f8110, 32 }, /* 168.63.129.16: Azure's WireServer (metadata, DNS, health) */
@@ -37,6 +37,12 @@ static const struct {
         { 0xe0000000, 4 }, /* 224.0.0.0/4 */
         { 0xf0000000, 4 }, /* 240.0.0.0/4 */
 };
+
+/* The proxy connects from the host's network namespace: 127.0.0.0/8 there
+ * is the host's own loopback (nsboxd's socket aside, every local service
+ * that trusts localhost), which no policy opens. A sandbox's own loopback
+ * is its lo, and never goes through the proxy. */
+#define LOOPBACK_RANGE 0x7f000000u
 
 static uint32_t prefix_mask(unsigned prefix)
 {
@@ -265,6 +271,8 @@ static bool special_blocked(const struct netpolicy *p, uint32_t addr, const uint
                 uint32_t mask = prefix_mask(special_ranges[s].prefix);
                 if ((addr & mask) != special_ranges[s].addr)
                         continue;
+                if (special_ranges[s].addr == LOOPBACK_RANGE)
+                        return true;
                 bool opened = false;
                 for (size_t i = 0; i < p->allow.n_cidrs && !opened; i++) {
                         const struct netpolicy_cidr *c = &p->allow.cidrs[i];
@@ -319,6 +327,14 @@ enum netpolicy_verdict netpolicy_check_address(const struct netpolicy *p, uint32
         if (!list_has_address(&p->allow, addr))
                 return NETPOLICY_NOT_ALLOWED;
         return NETPOLICY_ALLOW;
+}
+
+bool netpolicy_allows_loopback(const struct netpolicy *p)
+{
+        for (size_t i = 0; i < p->allow.n_cidrs; i++)
+                if (cidr_inside(&p->allow.cidrs[i], LOOPBACK_RANGE, 8))
+                        return true;
+        return false;
 }
 
 bool netpolicy_unblocks_special(const struct netpolicy *p, const uint32_t *host_addrs, size_t n_host)

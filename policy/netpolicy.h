@@ -84,6 +84,11 @@ enum netpolicy_verdict netpolicy_check_named(const struct netpolicy *p, const ch
 enum netpolicy_verdict netpolicy_check_address(const struct netpolicy *p, uint32_t addr,
                                                const uint32_t *host_addrs, size_t n_host);
 
+/* Whether an allow entry lies inside 127.0.0.0/8: it would mean the host's
+ * loopback (the proxy's), which nothing opens; nsboxd refuses such a policy
+ * with a message that says so, rather than refuse its connections silently. */
+bool netpolicy_allows_loopback(const struct netpolicy *p);
+
 /* Whether an allow entry unblocks a special address (a range of the fixed
  * list, or one of host_addrs): nsboxd refuses that in a client's policy. */
 bool netpolicy_unblocks_special(const struct netpolicy *p, const uint32_t *host_addrs, size_t n_host);

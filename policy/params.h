@@ -4,6 +4,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "error.h"
 
@@ -25,3 +26,11 @@ int params_get_bool(json_t *obj, const char *key, bool *out, nsbox_error_t **err
  * null gives `fallback`. Below 1 is refused: 0.0001 s is no timeout a
  * command could meet, and the old rounding made it 1 s silently. */
 int params_get_timeout(json_t *obj, unsigned fallback, unsigned *out, nsbox_error_t **err);
+
+/* obj[key], a size: a non-negative integer of bytes or a string with a unit
+ * ("512M", "1GiB", "64 KB": size_parse in common/size.h), from min to max;
+ * absent or null leaves *out as it is. `field` names it in the messages
+ * ("limits.memory_bytes"), `option` is the CLI's name for it or NULL
+ * ("nsbox create --memory"); the bounds are said in human units. */
+int params_get_size(json_t *obj, const char *key, const char *field, const char *option, uint64_t min,
+                    uint64_t max, uint64_t *out, nsbox_error_t **err);

@@ -3,6 +3,7 @@
 #include "policy.h"
 
 #include "params.h"
+#include "size.h"
 
 #include <errno.h>
 #include <math.h>
@@ -128,11 +129,13 @@ static int parse_limits(json_t *limits, struct sandbox_limits *out, nsbox_error_
                 return nsbox_invalid(err, "limits must be an object");
         if ((r = params_check_known(limits, known, " in limits", err)) < 0)
                 return r;
-        if ((r = get_uint(limits, "memory_bytes", "limits.memory_bytes", POLICY_MIN_MEMORY_BYTES,
-                          POLICY_MAX_MEMORY_BYTES, &out->memory_bytes, err)) < 0 ||
-            (r = get_uint(limits, "pids", "limits.pids", 8, POLICY_MAX_PIDS, &out->pids, err)) < 0 ||
-            (r = get_uint(limits, "disk_bytes", "limits.disk_bytes", POLICY_MIN_DISK_BYTES,
-                          POLICY_MAX_DISK_BYTES, &out->disk_bytes, err)) < 0)
+        if ((r = params_get_size(limits, "memory_bytes", "limits.memory_bytes", "nsbox create --memory",
+                                 POLICY_MIN_MEMORY_BYTES, POLICY_MAX_MEMORY_BYTES, &out->memory_bytes, err)) <
+                0 ||
+            (r = get_uint(limits, "pids", "limits.pids (nsbox create --pids)", 8, POLICY_MAX_PIDS, &out->pids,
+                          err)) < 0 ||
+            (r = params_get_size(limits, "disk_bytes", "limits.disk_bytes", "nsbox create --disk",
+                                 POLICY_MIN_DISK_BYTES, POLICY_MAX_DISK_BYTES, &out->disk_bytes, err)) < 0)
                 return r;
         json_t *cpus = json_object_get(limits, "cpus");
         if (cpus != NULL && !json_is_null(cpus)) {
@@ -152,21 +155,29 @@ int policy_check_ceilings(const struct sandbox_limits *limits, const struct poli
         /* invalid_params, not limit_reached: no amount of waiting or removing
          * makes such a request acceptable on this daemon. A limit of 0 (only
          * a configured default can be 0) is no limit: above any ceiling. */
+        char asked[SIZE_FORMAT_MAX], ceiling[SIZE_FORMAT_MAX];
+        /* A client's limits are said with the CLI's option too; nsboxd's own
+         * defaults (checked at start) are no create's. */
+        bool client = strcmp(what, "limits") == 0;
         if (limits->memory_bytes == 0 || limits->memory_bytes > ceilings->memory_bytes)
-                return nsbox_invalid(
-                    err, "%s.memory_bytes %llu is above the operator's ceiling %llu (max_memory_bytes)", what,
-                    (unsigned long long)limits->memory_bytes, (unsigned long long)ceilings->memory_bytes);
+                return nsbox_invalid(err, "memory %s is over this host's limit of %s (%s.memory_bytes%s; %s)",
+                                     size_format(limits->memory_bytes, asked, sizeof(asked)),
+                                     size_format(ceilings->memory_bytes, ceiling, sizeof(ceiling)), what,
+                                     client ? ", nsbox create --memory" : "",
+                                     "the operator's max_memory_bytes");
         if (limits->disk_bytes == 0 || limits->disk_bytes > ceilings->disk_bytes)
-                return nsbox_invalid(
-                    err, "%s.disk_bytes %llu is above the operator's ceiling %llu (max_disk_bytes)", what,
-                    (unsigned long long)limits->disk_bytes, (unsigned long long)ceilings->disk_bytes);
+                return nsbox_invalid(err, "disk %s is over this host's limit of %s (%s.disk_bytes%s; %s)",
+                                     size_format(limits->disk_bytes, asked, sizeof(asked)),
+                                     size_format(ceilings->disk_bytes, ceiling, sizeof(ceiling)), what,
+                                     client ? ", nsbox create --disk" : "", "the operator's max_disk_bytes");
         if (limits->pids == 0 || limits->pids > ceilings->pids)
-                return nsbox_invalid(err, "%s.pids %llu is above the operator's ceiling %llu (max_pids)",
-                                     what, (unsigned long long)limits->pids,
-                                     (unsigned long long)ceilings->pids);
+                return nsbox_invalid(err, "%llu processes are over this host's limit of %llu (%s.pids%s; %s)",
+                                     (unsigned long long)limits->pids, (unsigned long long)ceilings->pids,
+                                     what, client ? ", nsbox create --pids" : "", "the operator's max_pids");
         if (limits->cpus <= 0 || limits->cpus > ceilings->cpus)
-                return nsbox_invalid(err, "%s.cpus %g is above the operator's ceiling %g (max_cpus)", what,
-                                     limits->cpus, ceilings->cpus);
+                return nsbox_invalid(err, "%g CPUs are over this host's limit of %g (%s.cpus%s; %s)",
+                                     limits->cpus, ceilings->cpus, what,
+                                     client ? ", nsbox create --cpus" : "", "the operator's max_cpus");
         return 0;
 }
 
@@ -225,7 +236,8 @@ static int parse_policy(const struct sandbox_policy *defaults, const struct poli
         if (ceilings != NULL && (r = policy_check_ceilings(&out->limits, ceilings, "limits", err)) < 0)
                 return r;
         uint64_t idle = out->idle_timeout_seconds;
-        if ((r = get_uint(params, "idle_timeout_seconds", "idle_timeout_seconds", 1, POLICY_MAX_IDLE_SECONDS,
+        if ((r = get_uint(params, "idle_timeout_seconds",
+                          "idle_timeout_seconds (nsbox create --idle-timeout)", 1, POLICY_MAX_IDLE_SECONDS,
                           &idle, err)) < 0)
                 return r;
         out->idle_timeout_seconds = (uint32_t)idle;

@@ -78,9 +78,16 @@ python)
         VARIANT=minbase
         # libopenblas0-pthread: without it numpy falls back to the reference
         # BLAS, many times slower on any real matrix work (+43 MB).
+        # The tools an agent reaches for first (docs/snapshots-and-images.md
+        # lists what each costs): pytest, make, git, editors (vi, nano), a
+        # pager, curl (with the CA certificates https needs), zip/unzip.
+        # git is most of it (+79 MB: it Depends on perl); file was left out
+        # (+8 MB, its magic database).
         PACKAGES=(python3 python3-pip python3-numpy python3-pandas python3-matplotlib
                 python3-pil coreutils procps util-linux
-                python3-munkres libopenblas0-pthread)
+                python3-munkres libopenblas0-pthread
+                python3-pytest make git vim-tiny nano less curl ca-certificates
+                unzip zip)
         # Distribution names (importlib.metadata) recorded in the manifest.
         PYTHON_DISTS=(pip numpy pandas matplotlib Pillow)
         # Modules the sandbox's fork server imports once for every stateless

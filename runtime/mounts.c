@@ -204,9 +204,9 @@ static int setup_sys(const char *root, nsbox_error_t **err)
         return 0;
 }
 
-static int setup_dev(const char *root, nsbox_error_t **err)
+static int setup_dev(const char *root, uint64_t shm_bytes, nsbox_error_t **err)
 {
-        char dev[4096], path[4096];
+        char dev[4096], path[4096], options[64];
         snprintf(dev, sizeof(dev), "%s/dev", root);
         mkdir(dev, 0755);
         if (mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=256k,nr_inodes=64") < 0)
@@ -232,7 +232,8 @@ static int setup_dev(const char *root, nsbox_error_t **err)
                 return nsbox_error(err, errno, "mount /dev/pts");
         snprintf(path, sizeof(path), "%s/shm", dev);
         mkdir(path, 01777);
-        if (mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=1777,size=64m") < 0)
+        snprintf(options, sizeof(options), "mode=1777,size=%llu", (unsigned long long)shm_bytes);
+        if (mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, options) < 0)
                 return nsbox_error(err, errno, "mount /dev/shm");
 
         static const char *const links[][2] = {
@@ -250,11 +251,11 @@ static int setup_dev(const char *root, nsbox_error_t **err)
         return 0;
 }
 
-int mounts_enter_root(const char *root, nsbox_error_t **err)
+int mounts_enter_root(const char *root, uint64_t shm_bytes, nsbox_error_t **err)
 {
         int r;
 
-        if ((r = setup_proc(root, err)) < 0 || (r = setup_dev(root, err)) < 0 ||
+        if ((r = setup_proc(root, err)) < 0 || (r = setup_dev(root, shm_bytes, err)) < 0 ||
             (r = setup_sys(root, err)) < 0)
                 return r;
         if ((r = mask_dirs(root, err)) < 0)

@@ -2,12 +2,15 @@
 /* Mounts inside a new sandbox, done by the setup child (setup.c). */
 #pragma once
 
+#include <stdint.h>
+
 #include "error.h"
 
 /* In the sandbox's fresh, private mount namespace (a copy of nsboxd's base
- * one, manager/basens.c): mount /proc (masked), /dev and /sys into `root`
- * (already the overlay), then chroot into it. */
-int mounts_enter_root(const char *root, nsbox_error_t **err);
+ * one, manager/basens.c): mount /proc (masked), /dev (its /dev/shm a tmpfs
+ * of shm_bytes) and /sys into `root` (already the overlay), then chroot
+ * into it. */
+int mounts_enter_root(const char *root, uint64_t shm_bytes, nsbox_error_t **err);
 
 /* The device nodes of a sandbox's /dev: bound from /dev/<name> of the base
  * namespace, which holds binds of the host's. */

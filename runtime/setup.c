@@ -131,7 +131,7 @@ static int enter_namespaces(const struct sandbox_setup *setup, int tree, nsbox_e
         int r = network_loopback_up(err);
         if (r < 0)
                 return r;
-        return mounts_enter_root(".", err);
+        return mounts_enter_root(".", setup->shm_bytes, err);
 }
 
 /* Through the legacy oom_adj file (-17, "disabled", is -1000): a write

@@ -33,6 +33,7 @@ struct sandbox_setup {
         int init_memfd; /* sealed memfd holding nsbox-init */
         int seccomp_fd; /* memfd with the compiled BPF program, or -1 */
         const char *hostname;
+        uint64_t shm_bytes; /* its /dev/shm's size (sandbox_shm_bytes) */
         /* Runs first in the child, e.g. to move itself into its cgroups: a
          * cgroup v1 move can wait a whole RCU grace period, which must not
          * stall the manager's loop. */

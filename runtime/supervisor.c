@@ -284,7 +284,32 @@ static void kill_tree(struct supervisor *s)
         }
 }
 
-/* Raise the oom_score_adj of `pid` to 0 if below; true if it was. */
+/* What the exec's processes get: OOM_SCORE_GAP above our own value, so
+ * that the OOM killer takes any process of an exec before a supervisor or
+ * the init (a sandbox whose init it killed would be gone). With nsboxd's
+ * CAP_SYS_RESOURCE we are at -1000 (sandbox_setup_protect) and execs at
+ * 0, ordinary processes; without it we stay at nsboxd's own value (0 as a
+ * rule: lowering takes that capability) and execs go to 1000. */
+#define OOM_SCORE_GAP 1000
+static int exec_oom_score;
+
+static void exec_oom_score_init(void)
+{
+        char value[16];
+        int own = 0;
+        int fd = open("/proc/self/oom_score_adj", O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) {
+                ssize_t n = read(fd, value, sizeof(value) - 1);
+                if (n > 0) {
+                        value[n] = '\0';
+                        own = atoi(value);
+                }
+                close(fd);
+        }
+        exec_oom_score = own + OOM_SCORE_GAP > 1000 ? 1000 : own + OOM_SCORE_GAP;
+}
+
+/* Raise the oom_score_adj of `pid` to exec_oom_score if below; true if it was. */
 static bool raise_oom_score(pid_t pid)
 {
         char path[64], value[16];
@@ -296,19 +321,25 @@ static bool raise_oom_score(pid_t pid)
         bool raised = false;
         if (n > 0) {
                 value[n] = '\0';
-                raised = atoi(value) < 0 && pwrite(fd, "0", 1, 0) == 1;
+                if (atoi(value) < exec_oom_score) {
+                        int len = snprintf(value, sizeof(value), "%d", exec_oom_score);
+                        raised = pwrite(fd, value, (size_t)len, 0) == len;
+                }
         }
         close(fd);
         return raised;
 }
 
 /* We and the init are out of the OOM killer's choice (oom_score_adj
- * -1000, see sandbox_setup_protect), and the exec's process starts with
- * our value: it must become an ordinary process again. Only now, with
+ * -1000, see sandbox_setup_protect, or below every exec as said above),
+ * and the exec's process starts with our value: it must be raised to
+ * exec_oom_score. Only now, with
  * memory of its own since its execve: the kernel applies a write to every
  * process that shares the memory of its target, so while it ran in ours
  * we would have gone with it. Raising takes no privilege; nothing in the
- * sandbox can lower it again (its floor, oom_score_adj_min, stayed 0).
+ * sandbox can lower it below its floor (oom_score_adj_min, which stayed 0):
+ * at 1000 an exec may go back to 0, beside us, and put only its own
+ * sandbox at risk.
  * What it forked meanwhile is walked too, top-down, and a pass that raised
  * any is followed by another, for a fork that raced it. */
 static void release_oom_protection(void)
@@ -462,6 +493,7 @@ void supervisor_main(uint32_t exec_id, int request, int control, const struct so
         struct supervisor s = { .exec_id = exec_id, .control = control, .child = -1 };
         struct child_memory memory = { 0 };
         supervisor_pid = getpid();
+        exec_oom_score_init();
         if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0) {
                 send_failed(&s, errno, "become the exec's subreaper");
                 _exit(1);

@@ -59,7 +59,11 @@ TOOLS=(/bin/bash /bin/dash /bin/cp /bin/mkdir /bin/mv /bin/rm /bin/sleep)
 libs_of() {
         ldd "$@" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// && $2 ~ /^\(/ { print $1 }' | sort -u
 }
-mapfile -t LIBS < <(libs_of "${BINS[@]/#/$BUILD/}" "$BUILD/nsbox-egress" "${TOOLS[@]}")
+# The CLI loads libarchive (nsbox cp's tar streams) at run time, not at start: ldd does not show it.
+LIBARCHIVE=/usr/lib/$(cc -dumpmachine)/libarchive.so.13
+[ -e "$LIBARCHIVE" ] || die "$LIBARCHIVE missing (make deps)"
+mapfile -t LIBS < <({ libs_of "${BINS[@]/#/$BUILD/}" "$BUILD/nsbox-egress" "${TOOLS[@]}" "$LIBARCHIVE"
+        echo "$LIBARCHIVE"; } | sort -u)
 
 KEY=$( {
         sha256sum "$SELF" "$HERE/Containerfile" "$HERE/entrypoint.sh" "$PYIMG/manifest.json" \

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# Side-by-side benchmark: nsbox against bubblewrap and crun on the
+# Side-by-side benchmark: nsbox against bubblewrap, crun and podman on the
 # same image, interleaved in one run; prints the table and writes it to
 # $(BUILD)/bench.md and $(BUILD)/bench.json.  Not a test: nothing here is timed
 # in `make test`.

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
-"""nsbox side by side with bubblewrap and crun, on the same image.
+"""nsbox side by side with bubblewrap, crun and podman, on the same image.
 
 Everything runs in one process and interleaved: each round runs every
 variant whose turn it is, in a rotating order, so drift of the machine (CPU
@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import signal
 import statistics
@@ -38,6 +39,8 @@ PYTHON = ["python3", "-c", "print(1)"]
 # has these imported already; bwrap runs the same code in a fresh python3.
 PANDAS_CODE = "import pandas, matplotlib.pyplot; print(1)"
 PLOT_CODE = "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()\nprint(1)\n"
+# Stateless calls made one right after another, per sample of that row.
+BACK_TO_BACK = 5
 BWRAP_PLOT_CODE = ("import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.savefig('/tmp/figure_1.png')\n"
                    "print(1)\n")
 
@@ -178,6 +181,94 @@ class Crun:
             self.proc.stdin.close()
             self.proc.wait()
             self.proc = None
+
+
+# --- podman ----------------------------------------------------------------------
+
+
+class Podman:
+    """podman on the same image (its rootfs imported as a podman image):
+    `run --rm` one-shots, `exec` into one running container, and the host
+    memory an idle container takes. runc, because crun refuses a hybrid
+    cgroup host; explicit ulimits no higher than the bench's own, because
+    podman's defaults (nofile 1048576) need CAP_SYS_RESOURCE to set."""
+
+    def __init__(self, rootfs, log):
+        self.error = None
+        self.image = self.container = None
+        self.name = "nsbox-bench-%d" % os.getpid()
+        missing = [t for t in ("podman", "runc") if shutil.which(t) is None]
+        if missing:
+            self.error = "%s not installed (make deps-test installs them)" % " and ".join(missing)
+            return
+        nofile = resource.getrlimit(resource.RLIMIT_NOFILE)
+        nproc = min(4096, resource.getrlimit(resource.RLIMIT_NPROC)[0])
+        self.flags = ["--runtime", "runc", "--network", "none", "--ulimit", "nofile=%d:%d" % nofile,
+                      "--ulimit", "nproc=%d:%d" % (nproc, nproc)]
+        log("podman: importing %s as an image" % rootfs)
+        tar = subprocess.Popen(["tar", "-C", rootfs, "-c", "."], stdout=subprocess.PIPE)
+        imported = subprocess.run(["podman", "import", "-q", "-", "localhost/%s:latest" % self.name],
+                                  stdin=tar.stdout, capture_output=True, text=True)
+        tar.stdout.close()
+        tar.wait()
+        if imported.returncode != 0 or tar.returncode != 0:
+            self.error = "podman import failed: " + imported.stderr.strip()[-200:]
+            return
+        self.image = "localhost/%s:latest" % self.name
+        self.container = self.start(self.name)
+        if self.container is None:
+            self.error = "podman run failed: " + self.last_error
+
+    def start(self, name):
+        """An idle container (sleep as its PID 1): its id, or None."""
+        p = subprocess.run(["podman", "run", "-d", "--name", name, *self.flags, self.image, "sleep", "infinity"],
+                           capture_output=True, text=True)
+        self.last_error = p.stderr.strip()[-200:]
+        return p.stdout.strip() if p.returncode == 0 else None
+
+    def run_argv(self, argv):
+        return ["podman", "run", "--rm", *self.flags, self.image, *argv]
+
+    def exec_argv(self, argv):
+        return ["podman", "exec", self.name, *argv]
+
+    def idle_memory(self, n):
+        """Host memory per idle container, counted as for a sandbox: the RSS
+        of its processes (conmon and what runs in the container) and the
+        kernel memory of its cgroup."""
+        names = ["%s-idle-%d" % (self.name, i) for i in range(n)]
+        ids = [cid for cid in (self.start(name) for name in names) if cid]
+        try:
+            time.sleep(2)
+            rss = kmem = 0
+            for cid in ids:
+                conmon = subprocess.run(["podman", "inspect", "--format", "{{.State.ConmonPid}}", cid],
+                                        capture_output=True, text=True).stdout.strip()
+                pids = [int(conmon)] if conmon.isdigit() else []
+                dirs = sandbox_cgroups(["libpod-" + cid])
+                for d in dirs.values():
+                    with open(os.path.join(d, "cgroup.procs")) as f:
+                        pids += [int(line) for line in f if line.strip()]
+                    kmem += cgroup_memory({cid: d})[2]
+                for pid in pids:
+                    try:
+                        rss += rollup(pid).get("Rss", 0)
+                    except OSError:
+                        pass
+            return {"containers": len(ids), "rss_mib": rss / max(1, len(ids)) / 2**20,
+                    "kmem_mib": kmem / max(1, len(ids)) / 2**20,
+                    "headline_mib": (rss + kmem) / max(1, len(ids)) / 2**20}
+        finally:
+            for cid in ids:
+                subprocess.run(["podman", "rm", "-f", "-t", "0", cid], capture_output=True)
+
+    def stop(self):
+        if self.container is not None:
+            subprocess.run(["podman", "rm", "-f", "-t", "0", self.name], capture_output=True)
+            self.container = None
+        if self.image is not None:
+            subprocess.run(["podman", "rmi", "-f", self.image], capture_output=True)
+            self.image = None
 
 
 # --- measurements ----------------------------------------------------------------
@@ -645,6 +736,8 @@ def main():
                     help="rounds of the network egress section (0: skip it)")
     ap.add_argument("--out", default=None, help="dir for bench.md/bench.json (default: the build dir)")
     ap.add_argument("--reproduce", default=None, help="the command printed under the table")
+    ap.add_argument("--no-podman", dest="podman", action="store_false", help="leave podman out")
+    ap.add_argument("--podman-idle", type=int, default=10, help="idle podman containers measured for memory")
     ap.add_argument("--crun-runner", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.crun_runner:
@@ -674,6 +767,8 @@ def main():
     daemon = Daemon(build, a.image_dir, a.uid_pool_base, a.uid_pool_ranges,
                     os.path.join(out_dir, "bench-nsboxd.log"), a.warm_pool, memory_commit_bytes=1 << 50)
     crun = None
+    podman = None
+    podman_memory = None
     forkserver = None
     try:
         log("nsboxd %s on %s (cgroup %s, uid isolation %s)" % (daemon.info.get("version"), daemon.socket,
@@ -681,6 +776,9 @@ def main():
                                                                daemon.info.get("uid_isolation")))
         crun = Crun(rootfs, work)
         log("crun: " + ("runs" if crun.error is None else crun.error) + (" — " + crun.note if crun.note else ""))
+        podman = Podman(rootfs, log) if a.podman else None
+        if podman is not None:
+            log("podman: " + ("runs" if podman.error is None else podman.error))
 
         client = Client(daemon.socket, timeout=300)
         warm = client.call("sandbox.create")["sandbox_id"]
@@ -737,6 +835,22 @@ def main():
                 return t1 - t0, ok, r.get("stderr", "")[-300:]
             return f
 
+        def c_stateless_back_to_back(n):
+            """n stateless calls one right after another: the time per call.
+            Each call finds what the one before it left to do (its fork
+            server's forks for the next call) still running or done."""
+            def f():
+                t0 = time.perf_counter_ns()
+                for _ in range(n):
+                    r = client.call("python.run", sandbox_id=warm, code="print(1)")
+                    if r.get("status") != "ok" or r.get("stdout", "").strip() != "1":
+                        return 0, False, r.get("stderr", "")[-300:]
+                return (time.perf_counter_ns() - t0) // n, True, ""
+            return f
+
+        def podman_fn(argv_of, argv, expect=b""):
+            return lambda: timed_subprocess(argv_of(argv), expect)
+
         # Pause and resume of a sandbox with its interpreter running (after its
         # first pause: on cgroup v1 that one also makes its freezer dir).
         paused = client.call("sandbox.create")["sandbox_id"]
@@ -776,6 +890,17 @@ def main():
             Variant("run_python", "nsbox run -- python3 -c 'print(1)'", O,
                     lambda: timed_subprocess([nsbox, "--socket", daemon.socket, "run", "--"] + PYTHON, b"1"),
                     "bwrap_python"),
+            Variant("podman_run_true", "podman run --rm /bin/true", O,
+                    podman and podman_fn(podman.run_argv, TRUE), "bwrap_true"),
+            Variant("podman_run_python", "podman run --rm python3 -c 'print(1)'", O,
+                    podman and podman_fn(podman.run_argv, PYTHON, b"1"), "bwrap_python"),
+            Variant("podman_exec_true", "podman exec (running container) /bin/true", O,
+                    podman and podman_fn(podman.exec_argv, TRUE), "bwrap_true"),
+            Variant("podman_exec_python", "podman exec (running container) python3 -c 'print(1)'", O,
+                    podman and podman_fn(podman.exec_argv, PYTHON, b"1"), "bwrap_python"),
+            Variant("cli_exec_true", "nsbox exec ID /bin/true (CLI, running sandbox)", O,
+                    lambda: timed_subprocess([nsbox, "--socket", daemon.socket, "exec", warm] + TRUE),
+                    "bwrap_true"),
             Variant("cer_true", "nsbox create + exec /bin/true + remove (client)", O,
                     c_create_exec_remove(TRUE, ""), "bwrap_true"),
             Variant("cer_python", "nsbox create + exec python3 -c 'print(1)' + remove", O,
@@ -791,6 +916,14 @@ def main():
                     "bwrap_plot"),
             Variant("stateless_python", "nsbox python.run stateless print(1) (fork server)", W,
                     c_stateless("print(1)"), "bwrap_python"),
+            Variant("stateless_b2b", "nsbox python.run stateless print(1), %d back to back (per call)" % BACK_TO_BACK,
+                    O, c_stateless_back_to_back(BACK_TO_BACK), "bwrap_python"),
+            Variant("podman_exec_pandas", "podman exec (running container) python3 -c '%s'" % PANDAS_CODE, O,
+                    podman and podman_fn(podman.exec_argv, ["env", "MPLCONFIGDIR=/tmp/.matplotlib", "python3", "-c",
+                                                            PANDAS_CODE], b"1"), "bwrap_pandas"),
+            Variant("podman_exec_plot", "podman exec (running container) python3: matplotlib plot saved as PNG", O,
+                    podman and podman_fn(podman.exec_argv, ["env", "MPLCONFIGDIR=/tmp/.matplotlib", "python3", "-c",
+                                                            BWRAP_PLOT_CODE], b"1"), "bwrap_plot"),
             Variant("stateless_pandas", "nsbox python.run stateless %s (fork server)" % PANDAS_CODE, W,
                     c_stateless(PANDAS_CODE), "bwrap_pandas"),
             Variant("stateless_plot", "nsbox python.run stateless matplotlib plot, PNG image returned (fork "
@@ -803,9 +936,16 @@ def main():
             for v in variants:
                 if v.key.startswith("crun_"):
                     v.skip_reason = "crun: " + crun.error
+        for v in variants:
+            if v.key.startswith("podman_") and (podman is None or podman.error is not None):
+                v.skip_reason = "podman: " + (podman.error if podman else "skipped (--no-podman)")
         log("interleaved rounds: %d warm, %d one-shot per variant, %d variants" %
             (W, O, sum(v.skip_reason is None for v in variants)))
         run_interleaved(variants, log)
+        if podman is not None and podman.error is None and a.podman_idle > 0:
+            podman_memory = podman.idle_memory(a.podman_idle)
+            log("podman: %d idle containers, %.2f MiB each" % (podman_memory["containers"],
+                                                                podman_memory["headline_mib"]))
         # The fork servers' memory: the warm sandbox's and two more, so that
         # what the servers share (the image's files in the page cache) shows.
         extra = [client.call("sandbox.create")["sandbox_id"] for _ in range(2)]
@@ -899,6 +1039,8 @@ def main():
     finally:
         if crun is not None:
             crun.stop()
+        if podman is not None:
+            podman.stop()
         rc = daemon.stop()
         shutil.rmtree(work, ignore_errors=True)
     if rc != 0:
@@ -907,7 +1049,7 @@ def main():
     network = network_run(a, build, out_dir, log) if a.network_rounds > 0 else None
 
     report = build_report(variants, concurrent, memory, stateful_ok, crun, reproduce,
-                          time.monotonic() - started, a, scale, network, forkserver)
+                          time.monotonic() - started, a, scale, network, forkserver, podman_memory)
     print()
     print(report["markdown"])
     os.makedirs(out_dir, exist_ok=True)
@@ -931,6 +1073,9 @@ def main():
 
 
 TARGETS = {  # key → (max ratio, or max ms when absolute)
+    "run_true": ("ratio", 0.6),
+    "cli_exec_true": ("ratio", 0.3),
+    "stateless_b2b": ("ratio", 0.3),
     "exec_true": ("ratio", 0.25),
     "cer_true": ("ratio", 1.0),
     "exec_python": ("ratio", 0.85),
@@ -939,6 +1084,18 @@ TARGETS = {  # key → (max ratio, or max ms when absolute)
     "stateless_pandas": ("ratio", 0.05),
     "stateless_plot": ("ratio", 0.1),
 }
+
+# Each nsbox row against what a podman user would do for the same thing; every
+# one of them is to take at most PODMAN_TARGET of podman's time.
+PODMAN_OF = {
+    "run_true": "podman_run_true", "cer_true": "podman_run_true",
+    "run_python": "podman_run_python", "cer_python": "podman_run_python",
+    "cli_exec_true": "podman_exec_true", "exec_true": "podman_exec_true",
+    "exec_python": "podman_exec_python", "stateful": "podman_exec_python",
+    "stateless_python": "podman_exec_python", "stateless_b2b": "podman_exec_python",
+    "stateless_pandas": "podman_exec_pandas", "stateless_plot": "podman_exec_plot",
+}
+PODMAN_TARGET = 0.5
 
 
 def forkserver_markdown(fs):
@@ -959,7 +1116,7 @@ def forkserver_markdown(fs):
 
 
 def build_report(variants, concurrent, memory, stateful_ok, crun, reproduce, seconds, a, scale=None, network=None,
-                 forkserver=None):
+                 forkserver=None, podman_memory=None):
     by_key = {v.key: v for v in variants}
 
     def median(v):
@@ -967,11 +1124,11 @@ def build_report(variants, concurrent, memory, stateful_ok, crun, reproduce, sec
 
     lines = []
     rows = []
-    lines.append("| variant | n | median ms | p90 ms | × bwrap one-shot | target |")
-    lines.append("|---|---:|---:|---:|---:|---|")
+    lines.append("| variant | n | median ms | p90 ms | × bwrap one-shot | × podman | target |")
+    lines.append("|---|---:|---:|---:|---:|---:|---|")
     for v in variants:
         if v.skip_reason is not None:
-            lines.append("| %s | – | – | – | – | %s |" % (v.label, v.skip_reason))
+            lines.append("| %s | – | – | – | – | – | %s |" % (v.label, v.skip_reason))
             rows.append({"key": v.key, "label": v.label, "skipped": v.skip_reason})
             continue
         m = median(v)
@@ -985,17 +1142,25 @@ def build_report(variants, concurrent, memory, stateful_ok, crun, reproduce, sec
                 target = "≤ %.2f× %s" % (limit, "met" if ratio <= limit else "MISSED")
             elif kind == "ms" and m is not None:
                 target = "< %g ms %s" % (limit, "met" if m < limit else "MISSED")
+        podman_v = by_key.get(PODMAN_OF.get(v.key))
+        podman_m = median(podman_v) if podman_v is not None and podman_v.skip_reason is None else None
+        podman_ratio = m / podman_m if m is not None and podman_m else None
+        if podman_ratio is not None:
+            target += "%s≤ %.2f× podman %s" % ("; " if target else "", PODMAN_TARGET,
+                                               "met" if podman_ratio <= PODMAN_TARGET else "MISSED")
         if v.key == "stateful" and not stateful_ok:
             target += " (state check FAILED)"
         if v.failures:
             target += " %d failed: %s" % (v.failures, (v.last_error or "")[:120].replace("|", "/"))
         digits = 3 if v.key == "stateful" else 2
-        lines.append("| %s | %d | %s | %s | %s | %s |" % (
+        lines.append("| %s | %d | %s | %s | %s | %s | %s |" % (
             v.label, len(v.samples), "%.*f" % (digits, m) if m is not None else "–",
             "%.*f" % (digits, p90) if p90 is not None else "–",
-            "%.2f×" % ratio if ratio is not None else "–", target))
+            "%.2f×" % ratio if ratio is not None else "–",
+            "%.2f×" % podman_ratio if podman_ratio is not None else "", target))
         rows.append({"key": v.key, "label": v.label, "n": len(v.samples), "failures": v.failures,
-                     "median_ms": m, "p90_ms": p90, "ratio": ratio, "base": v.base, "target": target.strip()})
+                     "median_ms": m, "p90_ms": p90, "ratio": ratio, "base": v.base,
+                     "podman_ratio": podman_ratio, "target": target.strip()})
 
     c, mem = concurrent, memory
     lines.append("")
@@ -1013,6 +1178,12 @@ def build_report(variants, concurrent, memory, stateful_ok, crun, reproduce, sec
     headline = mem["headline_mib"]
     lines.append("| host memory per idle sandbox: RSS of its processes + kernel memory of its cgroup | %s | "
                  "≤ 2 MiB %s |" % (f(headline), "met" if headline <= 2 else "MISSED"))
+    if podman_memory is not None:
+        pm = podman_memory["headline_mib"]
+        lines.append("| … podman: host memory per idle container (`sleep infinity`; RSS of conmon and the "
+                     "container's processes + kernel memory of its cgroup; %d containers) | %s | sandbox ≤ %.2f× "
+                     "podman %s |" % (podman_memory["containers"], f(pm), PODMAN_TARGET,
+                                      "met" if pm and headline <= PODMAN_TARGET * pm else "MISSED"))
     lines.append("| … RSS / PSS of its processes (%d processes in %d sandboxes) | %s / %s | |" % (
         mem["processes"], mem["sandboxes_measured"], f(mem["rss_mib"]), f(mem["pss_mib"])))
     lines.append("| … its cgroup: all charged / kernel (%d cgroups) | %s / %s | |" % (
@@ -1032,7 +1203,9 @@ def build_report(variants, concurrent, memory, stateful_ok, crun, reproduce, sec
                  "bench took %.0f s. Ratios: to bwrap's one-shot of the same command (python rows to bwrap "
                  "python, the rest to bwrap true). bwrap: `--unshare-all --die-with-parent --ro-bind ROOTFS / "
                  "--proc /proc --dev /dev --tmpfs /tmp`; crun: `crun spec` defaults (pid, net, ipc, uts, mount "
-                 "namespaces, read-only root = the image, + tmpfs /tmp)." % (
+                 "namespaces, read-only root = the image, + tmpfs /tmp); podman: the image's rootfs imported, "
+                 "`--runtime runc` (crun refuses a hybrid cgroup host), `--network none` and explicit `--ulimit nofile, nproc` (its defaults need CAP_SYS_RESOURCE); × podman: "
+                 "to podman's row for the same thing (run --rm, or exec into its running container)." % (
                      a.oneshot_rounds, a.warm_rounds, platform.node() or "this host", platform.release(),
                      os.cpu_count(), seconds))
     if crun.note:
@@ -1041,6 +1214,7 @@ def build_report(variants, concurrent, memory, stateful_ok, crun, reproduce, sec
     lines.append("Reproduce: `%s`" % reproduce)
     md = "\n".join(lines) + "\n"
     return {"markdown": md, "json": {"rows": rows, "concurrent": concurrent, "memory": memory,
+                                     "podman_memory": podman_memory,
                                      "stateful_state_ok": stateful_ok, "scale": scale, "network": network,
                                      "forkserver": forkserver,
                                      "crun_note": crun.note,

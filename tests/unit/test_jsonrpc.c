@@ -283,7 +283,7 @@ static void test_policy_rejects_bad_params(void **state)
 {
         static const char *const bad[] = {
                 "{\"limits\":{\"memory_bytes\":-1}}",
-                "{\"limits\":{\"memory_bytes\":\"1G\"}}",
+                "{\"limits\":{\"memory_bytes\":\"1Q\"}}", /* a size takes K, M, G or T */
                 "{\"limits\":{\"cpus\":0}}",
                 "{\"limits\":{\"pids\":1e9}}",
                 "{\"limits\":{\"swap\":1}}",

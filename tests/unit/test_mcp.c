@@ -368,7 +368,7 @@ static void test_a_valid_call_is_handed_to_a_worker_with_its_progress_token(void
 
 /* --- tool arguments → nsboxd params --------------------------------------------------- */
 
-static json_t *params_for(const char *tool, const char *arguments, const char *sandbox_id, const char *tag)
+static json_t *params_for(const char *tool, const char *arguments, const char *sandbox_id)
 {
         _cleanup_json_ json_t *args = load(arguments);
         const struct mcp_tool *t = mcp_tool_find(tool);
@@ -377,7 +377,7 @@ static json_t *params_for(const char *tool, const char *arguments, const char *s
         const char *why = mcp_check_arguments(t, args, buf, sizeof(buf));
         if (why != NULL)
                 fail_msg("%s %s: %s", tool, arguments, why);
-        return mcp_daemon_params(t, args, sandbox_id, tag);
+        return mcp_daemon_params(t, args, sandbox_id);
 }
 
 static void assert_json(const json_t *got, const char *want_text)
@@ -391,43 +391,42 @@ static void assert_json(const json_t *got, const char *want_text)
 
 static void test_arguments_map_to_the_daemon_params_of_the_spec(void **state)
 {
-        _cleanup_json_ json_t *create = params_for(
-            "create_sandbox", "{\"session_id\":\"a\",\"memory_mb\":256,\"timeout\":60}", NULL, NULL);
+        _cleanup_json_ json_t *create =
+            params_for("create_sandbox", "{\"session_id\":\"a\",\"memory_mb\":256,\"timeout\":60}", NULL);
         assert_string_equal(mcp_tool_find("create_sandbox")->method, "sandbox.create");
         assert_json(
             create,
             "{\"session_id\":\"a\",\"limits\":{\"memory_bytes\":268435456},\"idle_timeout_seconds\":60}");
 
-        _cleanup_json_ json_t *list = params_for("list_sandboxes", "{\"include_inactive\":true}", NULL, NULL);
+        _cleanup_json_ json_t *list = params_for("list_sandboxes", "{\"include_inactive\":true}", NULL);
         assert_json(list, "{\"include_inactive\":true}");
 
         _cleanup_json_ json_t *rm =
-            params_for("remove_sandbox", "{\"sandbox_id\":\"x\",\"force\":true}", NULL, NULL);
+            params_for("remove_sandbox", "{\"sandbox_id\":\"x\",\"force\":true}", NULL);
         assert_json(rm, "{\"sandbox_id\":\"x\",\"force\":true}");
 
-        _cleanup_json_ json_t *py = params_for(
-            "execute_python_code", "{\"sandbox_id\":\"x\",\"code\":\"1\",\"timeout\":5}", NULL, NULL);
+        _cleanup_json_ json_t *py =
+            params_for("execute_python_code", "{\"sandbox_id\":\"x\",\"code\":\"1\",\"timeout\":5}", NULL);
         assert_string_equal(mcp_tool_find("execute_python_code")->method, "python.run");
         assert_json(py, "{\"sandbox_id\":\"x\",\"code\":\"1\",\"timeout_seconds\":5}");
 
         _cleanup_json_ json_t *pip =
-            params_for("install_package", "{\"sandbox_id\":\"x\",\"package\":\"six\"}", NULL, NULL);
+            params_for("install_package", "{\"sandbox_id\":\"x\",\"package\":\"six\"}", NULL);
         assert_string_equal(mcp_tool_find("install_package")->method, "package.install");
         assert_json(pip, "{\"sandbox_id\":\"x\",\"packages\":[\"six\"]}");
 
         _cleanup_json_ json_t *session_py = params_for(
             "python_execute",
-            "{\"session_id\":\"s\",\"code\":\"1\",\"dependencies\":[\"six\"],\"timeout\":7.0}", "sb1", NULL);
+            "{\"session_id\":\"s\",\"code\":\"1\",\"dependencies\":[\"six\"],\"timeout\":7.0}", "sb1");
         assert_json(
             session_py,
             "{\"sandbox_id\":\"sb1\",\"code\":\"1\",\"requirements\":[\"six\"],\"timeout_seconds\":7}");
 
-        _cleanup_json_ json_t *sh = params_for(
-            "shell_execute", "{\"session_id\":\"s\",\"command\":\"ls\",\"timeout\":9}", "sb1", "abc-1");
+        _cleanup_json_ json_t *sh =
+            params_for("shell_execute", "{\"session_id\":\"s\",\"command\":\"ls\",\"timeout\":9}", "sb1");
         assert_string_equal(mcp_tool_find("shell_execute")->method, "sandbox.exec");
-        assert_json(sh,
-                    "{\"sandbox_id\":\"sb1\",\"command\":\"ls\",\"timeout_seconds\":9,\"cwd\":\"/workspace\","
-                    "\"env\":{\"NSBOX_MCP_CALL\":\"abc-1\"}}");
+        assert_json(
+            sh, "{\"sandbox_id\":\"sb1\",\"command\":\"ls\",\"timeout_seconds\":9,\"cwd\":\"/workspace\"}");
 
         static const char *const fs[][2] = { { "sandbox_fs_list", "fs.list" },
                                              { "sandbox_fs_read", "fs.read" },
@@ -435,7 +434,7 @@ static void test_arguments_map_to_the_daemon_params_of_the_spec(void **state)
         for (size_t i = 0; i < ARRAY_SIZE(fs); i++)
                 assert_string_equal(mcp_tool_find(fs[i][0])->method, fs[i][1]);
         _cleanup_json_ json_t *write = params_for(
-            "sandbox_fs_write", "{\"session_id\":\"s\",\"path\":\"a.txt\",\"content\":\"hi\"}", "sb1", NULL);
+            "sandbox_fs_write", "{\"session_id\":\"s\",\"path\":\"a.txt\",\"content\":\"hi\"}", "sb1");
         assert_json(write, "{\"sandbox_id\":\"sb1\",\"path\":\"a.txt\",\"content\":\"hi\"}");
 
         _cleanup_json_ json_t *args = load("{\"session_id\":\"s\",\"path\":\".\"}");
@@ -449,10 +448,10 @@ static void test_network_goes_to_the_session_create_not_to_the_tool_method(void 
         _cleanup_json_ json_t *session = mcp_session_params(args);
         assert_json(session, "{\"session_id\":\"s\",\"network\":\"pypi\"}");
         _cleanup_json_ json_t *shell = params_for(
-            "shell_execute", "{\"session_id\":\"s\",\"network\":\"pypi\",\"command\":\"ls\"}", "sb1", NULL);
+            "shell_execute", "{\"session_id\":\"s\",\"network\":\"pypi\",\"command\":\"ls\"}", "sb1");
         assert_null(json_object_get(shell, "network"));
         /* create_sandbox passes it as it is. */
-        _cleanup_json_ json_t *create = params_for("create_sandbox", "{\"network\":\"pypi\"}", NULL, NULL);
+        _cleanup_json_ json_t *create = params_for("create_sandbox", "{\"network\":\"pypi\"}", NULL);
         assert_json(create, "{\"network\":\"pypi\"}");
         /* An existing session sandbox with another network is updated; the same one, or no network asked,
          * not. */
@@ -466,18 +465,18 @@ static void test_network_goes_to_the_session_create_not_to_the_tool_method(void 
         /* expose_port forwards to sandbox.expose with sandbox_id and port. */
         assert_string_equal(mcp_tool_find("expose_port")->method, "sandbox.expose");
         _cleanup_json_ json_t *expose =
-            params_for("expose_port", "{\"sandbox_id\":\"sb1\",\"port\":8000}", NULL, NULL);
+            params_for("expose_port", "{\"sandbox_id\":\"sb1\",\"port\":8000}", NULL);
         assert_json(expose, "{\"sandbox_id\":\"sb1\",\"port\":8000}");
 }
 
 static void test_job_tools_map_to_background_execs(void **state)
 {
-        _cleanup_json_ json_t *start = params_for(
-            "shell_start", "{\"session_id\":\"s\",\"command\":\"srv\",\"cwd\":\"site\"}", "sb1", NULL);
+        _cleanup_json_ json_t *start =
+            params_for("shell_start", "{\"session_id\":\"s\",\"command\":\"srv\",\"cwd\":\"site\"}", "sb1");
         assert_json(start, "{\"sandbox_id\":\"sb1\",\"command\":\"srv\",\"cwd\":\"/workspace/site\","
                            "\"background\":true,\"timeout_seconds\":86400,\"encoding\":\"base64\"}");
-        _cleanup_json_ json_t *kill = params_for(
-            "shell_kill", "{\"session_id\":\"s\",\"job_id\":\"e1\",\"signal\":\"TERM\"}", "sb1", NULL);
+        _cleanup_json_ json_t *kill =
+            params_for("shell_kill", "{\"session_id\":\"s\",\"job_id\":\"e1\",\"signal\":\"TERM\"}", "sb1");
         assert_json(kill, "{\"sandbox_id\":\"sb1\",\"exec_id\":\"e1\",\"signal\":15}");
         char buf[256];
         _cleanup_json_ json_t *bad = load("{\"session_id\":\"s\",\"job_id\":\"e1\",\"signal\":\"STOP\"}");
@@ -495,16 +494,6 @@ static void test_job_tools_map_to_background_execs(void **state)
         _cleanup_json_ json_t *shown = mcp_job_output_result("e1", output, since_at, entry);
         assert_json(shown, "{\"job_id\":\"e1\",\"running\":false,\"stdout\":\"hello\",\"stderr\":\"\","
                            "\"exit_code\":2,\"next\":{\"stdout\":8,\"stderr\":0},\"more\":false}");
-}
-
-static void test_kill_command_only_takes_a_uuid_tag(void **state)
-{
-        _cleanup_free_ char *ok = mcp_kill_command("0f1e2d3c-aaaa-bbbb-cccc-123456789abc");
-        assert_non_null(ok);
-        assert_non_null(strstr(ok, "NSBOX_MCP_CALL=0f1e2d3c-aaaa-bbbb-cccc-123456789abc"));
-        assert_null(mcp_kill_command("x'; reboot; '"));
-        assert_null(mcp_kill_command(""));
-        assert_null(mcp_kill_command(NULL));
 }
 
 /* --- nsboxd results → CallToolResult ------------------------------------------------- */
@@ -544,24 +533,24 @@ static void test_python_images_become_image_blocks_without_structured_content(vo
 
 static void test_family_tools_map_to_their_daemon_methods(void **state)
 {
-        _cleanup_json_ json_t *run = params_for("run_code", "{\"code\":\"x = 1\"}", "sb1", NULL);
+        _cleanup_json_ json_t *run = params_for("run_code", "{\"code\":\"x = 1\"}", "sb1");
         assert_json(run, "{\"sandbox_id\":\"sb1\",\"code\":\"x = 1\",\"stateful\":true}");
         _cleanup_json_ json_t *fresh =
-            params_for("run_code", "{\"session_id\":\"s\",\"code\":\"1\",\"stateful\":false}", "sb1", NULL);
+            params_for("run_code", "{\"session_id\":\"s\",\"code\":\"1\",\"stateful\":false}", "sb1");
         assert_json(fresh, "{\"sandbox_id\":\"sb1\",\"code\":\"1\",\"stateful\":false}");
         /* A sandbox_id argument is the sandbox: resolved, it is passed on once. */
         _cleanup_json_ json_t *by_id = params_for(
-            "shell_session_run", "{\"sandbox_id\":\"sb1\",\"command\":\"pwd\",\"cwd\":\"src\"}", "sb1", NULL);
+            "shell_session_run", "{\"sandbox_id\":\"sb1\",\"command\":\"pwd\",\"cwd\":\"src\"}", "sb1");
         assert_json(
             by_id,
             "{\"sandbox_id\":\"sb1\",\"session\":\"main\",\"command\":\"pwd\",\"cwd\":\"/workspace/src\"}");
-        _cleanup_json_ json_t *check = params_for(
-            "shell_session_check", "{\"session_name\":\"w\",\"since\":{\"stdout\":3}}", "sb1", NULL);
+        _cleanup_json_ json_t *check =
+            params_for("shell_session_check", "{\"session_name\":\"w\",\"since\":{\"stdout\":3}}", "sb1");
         assert_json(check, "{\"sandbox_id\":\"sb1\",\"session\":\"w\",\"since\":{\"stdout\":3}}");
-        _cleanup_json_ json_t *list = params_for("shell_session_list", "{}", "sb1", NULL);
+        _cleanup_json_ json_t *list = params_for("shell_session_list", "{}", "sb1");
         assert_json(list, "{\"sandbox_id\":\"sb1\"}");
-        _cleanup_json_ json_t *read = params_for(
-            "sandbox_fs_read", "{\"path\":\"a.bin\",\"encoding\":\"base64\",\"offset\":4}", "sb1", NULL);
+        _cleanup_json_ json_t *read =
+            params_for("sandbox_fs_read", "{\"path\":\"a.bin\",\"encoding\":\"base64\",\"offset\":4}", "sb1");
         assert_json(read, "{\"sandbox_id\":\"sb1\",\"path\":\"a.bin\",\"encoding\":\"base64\",\"offset\":4}");
         /* With no session_id, the connection's default session. */
         _cleanup_json_ json_t *none = load("{\"code\":\"1\"}");
@@ -772,7 +761,6 @@ int main(void)
                 cmocka_unit_test(test_a_valid_call_is_handed_to_a_worker_with_its_progress_token),
                 cmocka_unit_test(test_arguments_map_to_the_daemon_params_of_the_spec),
                 cmocka_unit_test(test_network_goes_to_the_session_create_not_to_the_tool_method),
-                cmocka_unit_test(test_kill_command_only_takes_a_uuid_tag),
                 cmocka_unit_test(test_python_images_become_image_blocks_without_structured_content),
                 cmocka_unit_test(test_family_tools_map_to_their_daemon_methods),
                 cmocka_unit_test(test_a_sandbox_is_named_by_session_id_or_sandbox_id_not_both),

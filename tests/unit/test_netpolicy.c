@@ -256,6 +256,30 @@ static void test_special_ranges_need_an_entry_inside_them(void **state)
         netpolicy_free(p);
 }
 
+static void test_no_entry_opens_the_hosts_loopback(void **state)
+{
+        static const char *const policies[] = { "{\"allow\":[\"127.0.0.0/8\"]}",
+                                                "{\"allow\":[\"127.0.0.1\"]}",
+                                                "{\"allow\":[\"127.1.2.0/24\", \"*\"]}" };
+        for (size_t i = 0; i < ARRAY_SIZE(policies); i++) {
+                struct netpolicy *p = compile(policies[i]);
+                assert_true(netpolicy_allows_loopback(p));
+                bool by_name;
+                for (const char *a = "127.0.0.1"; a != NULL;
+                     a = strcmp(a, "127.0.0.1") == 0 ? "127.1.2.3" : NULL) {
+                        if (unnamed(p, a) != NETPOLICY_PRIVATE)
+                                fail_msg("%s opened %s", policies[i], a);
+                        if (netpolicy_check_named(p, "a.com", ip(a), NULL, 0, &by_name) != NETPOLICY_PRIVATE)
+                                fail_msg("%s opened %s by name", policies[i], a);
+                }
+                netpolicy_free(p);
+        }
+        /* Wider than 127.0.0.0/8 (as 0.0.0.0/0) is not "in" it: nothing to refuse there. */
+        struct netpolicy *p = compile("{\"allow\":[\"*\", \"0.0.0.0/0\", \"126.0.0.0/8\"]}");
+        assert_false(netpolicy_allows_loopback(p));
+        netpolicy_free(p);
+}
+
 static void test_host_own_addresses_are_special(void **state)
 {
         uint32_t host[] = { ip("203.0.113.1"), ip("198.51.100.9") };
@@ -292,6 +316,7 @@ int main(void)
                 cmocka_unit_test(test_deny_wins_over_allow),
                 cmocka_unit_test(test_unnamed_needs_a_cidr_and_star_is_not_one),
                 cmocka_unit_test(test_special_ranges_need_an_entry_inside_them),
+                cmocka_unit_test(test_no_entry_opens_the_hosts_loopback),
                 cmocka_unit_test(test_host_own_addresses_are_special),
                 cmocka_unit_test(test_reasons_are_the_event_words),
         };

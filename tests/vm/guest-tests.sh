@@ -78,7 +78,8 @@ SB=$(nsbox create --memory 64M --pids 32 --cpus 0.5 --disk 16M)
 echo "# sandbox create took $(($(uptime_ms) - t)) ms"
 S=$P/$SB
 check "sandbox created with its own cgroup" '[ -n "$SB" ] && [ -d "$S" ]' "$(tail -5 /tmp/nsboxd.log)"
-check "memory.max = 64 MiB" '[ "$(cat $S/memory.max)" = 67108864 ]' "$(cat $S/memory.max)"
+# memory.max holds the processes' 64 MiB, the 16 MiB disk tmpfs and /dev/shm (at most the disk)
+check "memory.max = 64 + 16 + 16 MiB" '[ "$(cat $S/memory.max)" = 100663296 ]' "$(cat $S/memory.max)"
 if [ -e "$S/memory.swap.max" ]; then
 	check "memory.swap.max = 0" '[ "$(cat $S/memory.swap.max)" = 0 ]'
 fi
@@ -111,10 +112,17 @@ check "sandbox root cannot raise the init's or a supervisor's score" protected "
 r=$(nsbox --json exec "$SB" -- python3 -c "$(printf 'x = []\nwhile True: x.append(bytearray(8 << 20))')")
 check "memory bomb is OOM-killed and reported" '[ "$(jget "$r" oom_killed)" = true ] && [ "$(jget "$r" signal)" = 9 ]' "$r"
 check "memory.events counts the oom kill" '[ "$(keyed $S/memory.events oom_kill)" -ge 1 ]' "$(cat $S/memory.events)"
-check "memory.peak stayed within memory.max" '[ "$(cat $S/memory.peak)" -le 67108864 ]'
+check "memory.peak stayed within memory.max" '[ "$(cat $S/memory.peak)" -le 100663296 ]'
+check "memory.oom.group is 0: an OOM kill takes one process" '[ "$(cat $S/memory.oom.group)" = 0 ]'
 r=$(nsbox --json exec "$SB" -- echo alive)
 alive='alive\n' # as JSON escapes it
 check "the sandbox still runs execs after the OOM" '[ "$(jget "$r" stdout)" = "$alive" ] && [ "$(jget "$r" oom_killed)" = false ]' "$r"
+# a full disk (16 MiB) is ENOSPC, never an OOM kill, and the sandbox lives on
+r=$(nsbox --json exec "$SB" -- sh -c 'head -c 32M /dev/zero > /workspace/big; echo rc=$?')
+check "a full disk is ENOSPC, not an OOM kill" \
+	'[ "$(jget "$r" oom_killed)" = false ] && [ "$(jget "$r" stdout)" = "rc=1\\n" ] && jget "$r" stderr | grep -q "No space left"' "$r"
+r=$(nsbox --json exec "$SB" -- sh -c 'rm /workspace/big && echo alive')
+check "the sandbox runs execs with its disk full" '[ "$(jget "$r" stdout)" = "$alive" ]' "$r"
 check "nsboxd lives" 'kill -0 $daemon && nsbox status >/dev/null'
 
 # 4. pids: a process flood stops at pids.max, leftovers die with the exec
@@ -297,10 +305,10 @@ if [ -S "$US" ]; then
 	nsbox rm -f "$SB" >/dev/null
 	check "removing the sandbox removes its cgroup" '[ ! -d "$S" ]' "$(ls $UP)"
 
-	r=$(nsbox --json create --memory 32M)
+	r=$(nsbox --json create --memory 32M --disk 16M)
 	SB=$(jget "$r" sandbox_id)
 	S=$UP/$SB
-	check "memory.max = 32 MiB in the delegated subtree" '[ "$(cat $S/memory.max)" = 33554432 ]' "$r"
+	check "memory.max = 32 + 16 + 16 MiB in the delegated subtree" '[ "$(cat $S/memory.max)" = 67108864 ]' "$r"
 	r=$(nsbox --json exec "$SB" -- bash -c 'x=xxxxxxxx; while :; do x=$x$x; done')
 	check "a bash memory hog is OOM-killed and reported" \
 		'[ "$(jget "$r" oom_killed)" = true ] && [ "$(jget "$r" signal)" = 9 ]' "$r"

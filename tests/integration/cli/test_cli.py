@@ -260,6 +260,24 @@ def test_python_json_and_stateful(daemon, python_run):
     assert ok(daemon.cli("python", "--stateful", sid, "-c", "print(x + 1)")).stdout.startswith(b"21\n")
 
 
+def test_python_says_how_much_output_it_cut_and_takes_max_output(daemon, python_run):
+    sid = python_run
+    code = "import sys\n_ = sys.stdout.write('x' * 3000000)"
+    r = daemon.cli("python", sid, "-c", code)  # streamed: all of it, as nsbox exec
+    assert (r.returncode, len(r.stdout), r.stderr) == (0, 3000000, b""), r.stderr
+    r = daemon.cli("python", "--max-output", "1M", sid, "-c", code)
+    assert (r.returncode, len(r.stdout)) == (0, 1 << 20)
+    assert r.stderr == (b"nsbox: output truncated at 1 MiB (%d more bytes dropped); raise it with "
+                        b"--max-output BYTES\n" % (3000000 - (1 << 20)))
+    r = daemon.cli("python", "--stateful", sid, "-c", code)  # kept, not streamed: 1 MiB by default
+    assert r.returncode == 0 and r.stdout.startswith(b"x" * (1 << 20)) and len(r.stdout) < (1 << 20) + 2
+    assert b"nsbox: output truncated at 1 MiB (" in r.stderr
+    r = daemon.cli("python", "--stateful", "--max-output", "2K", sid, "-c", code)
+    assert r.stdout.startswith(b"x" * 2048) and len(r.stdout) < 2050
+    assert b"nsbox: output truncated at 2 KiB (2997952 more bytes dropped)" in r.stderr
+    assert b"--max-output" in one_line_error(daemon.cli("python", "--max-output", "lots", sid, "-c", "pass")).encode()
+
+
 def test_python_reports_images_on_stderr(daemon, python_run):
     code = "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()\n"
     r = ok(daemon.cli("python", python_run, "-c", code, timeout=180))
@@ -427,8 +445,8 @@ def test_exec_sigint_kills_the_command(daemon, sandbox):
 
 def test_version_of_both_binaries_is_the_daemons(daemon):
     version = daemon.call("server.info")["version"]
-    r = ok(subprocess.run([NSBOX, "--version"], capture_output=True))
-    assert r.stdout.decode() == "nsbox %s\n" % version
+    r = ok(daemon.cli("--version"))  # the CLI's, then the daemon's (nsbox version)
+    assert r.stdout.decode() == "nsbox %s\nnsboxd %s\n" % (version, version)
     r = ok(subprocess.run([os.path.join(BUILD, "nsboxd"), "--version"], capture_output=True))
     assert r.stdout.decode() == "nsboxd %s\n" % version
 

@@ -9,11 +9,12 @@ import io
 import json
 import os
 import stat
+import subprocess
 import tarfile
 
 import pytest
 
-from conftest import ok, one_line_error
+from conftest import BUILD, ok, one_line_error
 from nsbox_client import RpcError
 
 pytestmark = [pytest.mark.nested]
@@ -129,6 +130,29 @@ def test_cp_tar_streams_both_ways(daemon, sandbox, tmp_path):
         assert tar.extractfile("dest/a/bin.dat").read() == bytes(range(256))
         assert members["dest/a/bin.dat"].mode == 0o640 and members["dest/top.txt"].mode == 0o755
         assert members["dest/a/link"].issym() and members["dest/a/link"].linkname == "bin.dat"
+
+
+def test_only_tar_streams_load_libarchive(daemon, sandbox):
+    """libarchive (with libxml2, ICU and the compressors it needs) is not
+    linked into the CLI, which every command would then load at start; a
+    tar stream loads it, and works (test_cp_tar_streams_both_ways)."""
+    dynamic = subprocess.run(["readelf", "-d", os.path.join(BUILD, "nsbox")], capture_output=True, text=True,
+                             check=True).stdout
+    needed = [line.split("[", 1)[1].rstrip("]") for line in dynamic.splitlines() if "(NEEDED)" in line]
+    assert not [lib for lib in needed if "archive" in lib], needed
+    def cli(*args):
+        return subprocess.run([os.path.join(BUILD, "nsbox"), "--socket", daemon.socket, *args], capture_output=True,
+                              env=dict(os.environ, LD_DEBUG="files"), timeout=120)
+
+    def loaded_libarchive(r):
+        return [line for line in r.stderr.decode(errors="replace").splitlines() if "file=libarchive" in line]
+
+    r = cli("ls")
+    assert r.returncode == 0 and not loaded_libarchive(r), r.stderr[-3000:]
+    r = cli("cp", sandbox + ":/workspace", "-")
+    assert r.returncode == 0 and loaded_libarchive(r), r.stderr[-3000:]
+    with tarfile.open(fileobj=io.BytesIO(r.stdout)) as tar:
+        assert tar.getnames()[0] == "workspace"
 
 
 def test_cp_that_fills_the_sandbox_disk_leaves_no_file_and_keeps_the_old_one(daemon, tmp_path):

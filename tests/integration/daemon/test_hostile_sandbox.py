@@ -88,27 +88,34 @@ def test_a_config_whose_defaults_exceed_its_ceilings_is_refused():
 
 
 def test_memory_commit_bounds_the_sum_of_live_memory_limits():
+    # A sandbox holds in RAM its processes' memory_bytes, its disk (a tmpfs of
+    # disk_bytes) and its /dev/shm (64 MiB, at most disk_bytes): the commit
+    # counts all three.
     mib = 1 << 20
-    d = Daemon(extra_args=["--warm-pool", "1", "--memory-bytes", str(64 * mib), "--memory-commit-bytes",
-                           str(256 * mib), "--max-sandboxes", "16"])
+    d = Daemon(extra_args=["--warm-pool", "1", "--memory-bytes", str(64 * mib), "--disk-bytes", str(16 * mib),
+                           "--memory-commit-bytes", str(320 * mib), "--max-sandboxes", "16"])
+    pooled, big_ram = (64 + 16 + 16) * mib, (128 + 16 + 16) * mib
     try:
-        assert "memory_commit_bytes" in d.read_log()  # 16 x 64 MiB do not fit: said at startup
+        assert "memory_commit_bytes" in d.read_log()  # 16 x 96 MiB do not fit: said at startup
         big = {"memory_bytes": 128 * mib}
         first = d.call("sandbox.create", limits=big)["sandbox_id"]
         info = d.call("server.info")
-        # The warm pool's sandbox counts: it holds its 64 MiB.
-        assert info["memory_commit_limit_bytes"] == 256 * mib
-        assert info["memory_committed_bytes"] == 192 * mib
+        # The warm pool's sandbox counts: it holds its 96 MiB.
+        assert info["memory_commit_limit_bytes"] == 320 * mib
+        assert info["memory_committed_bytes"] == pooled + big_ram
         # A client's sandbox comes first: the pooled one gives its share back.
         second = d.call("sandbox.create", limits=big)["sandbox_id"]
-        assert d.call("server.info")["memory_committed_bytes"] == 256 * mib
+        assert d.call("server.info")["memory_committed_bytes"] == 2 * big_ram == 320 * mib
         # Nothing is left to give way: refused, whatever the size.
         for limits in (big, {"memory_bytes": 16 * mib}):
             with pytest.raises(RpcError) as e:
                 d.call("sandbox.create", limits=limits)
             assert e.value.kind == "limit_reached" and "memory_commit_bytes" in str(e.value)
+            # In sizes a person reads, with what the sandbox holds in RAM, and what to do about it.
+            assert "hold 320 MiB of the 320 MiB" in str(e.value) and str(e.value).endswith(
+                "nsbox create --memory, --disk)"), e.value
         d.call("sandbox.remove", sandbox_id=first, force=True)
-        assert d.call("server.info")["memory_committed_bytes"] <= 192 * mib
+        assert d.call("server.info")["memory_committed_bytes"] <= pooled + big_ram
         third = d.call("sandbox.create", limits=big)["sandbox_id"]
         for sid in (second, third):
             d.call("sandbox.remove", sandbox_id=sid, force=True)
@@ -178,7 +185,7 @@ def test_a_timeout_under_one_second_is_refused_by_every_method(daemon, sandbox):
             with daemon.client() as c:
                 reply = c.response(c.request(method, dict(params, timeout_seconds=bad)))
             assert reply["error"]["code"] == INVALID_PARAMS, (method, bad, reply)
-            assert "timeout_seconds must be a number from 1 to 86400" in reply["error"]["message"], reply
+            assert "timeout_seconds (--timeout) must be a number of seconds from 1 to 86400" in reply["error"]["message"], reply
         with daemon.client() as c:
             reply = c.response(c.request(method, dict(params, timeout_seconds=1.5)))
         assert "error" not in reply, (method, reply)
@@ -219,7 +226,7 @@ def test_an_init_killed_from_outside_is_logged():
         assert len(inits) == 1, inits
         os.kill(inits[0], signal.SIGKILL)
         deadline = time.monotonic() + 30
-        while "sandbox %s: its init was killed by signal 9" % sb not in d.read_log():
+        while "sandbox %s: removed: its init was killed by signal 9 (Killed) from outside" % sb not in d.read_log():
             assert time.monotonic() < deadline, d.read_log()[-3000:]
             time.sleep(0.05)
     finally:

@@ -16,6 +16,7 @@ from conftest import BUILD, IMAGE_DIR, Daemon
 pytestmark = [pytest.mark.serial]
 
 MiB = 1 << 20
+SHM = 64 * MiB  # a sandbox's /dev/shm (runtime/sandbox_limits.h)
 V1_CONTROLLERS = ("memory", "pids", "cpu", "cpuacct")
 
 
@@ -179,16 +180,19 @@ def test_sandbox_cgroup_carries_the_requested_limits(daemon, mode, make_sandbox)
         with open(os.path.join(dirs[key], name)) as f:
             return f.read().strip()
 
+    # the memory cgroup holds the processes' memory_bytes and the files kept
+    # in RAM: the disk (a tmpfs of disk_bytes, 512 MiB by default) and /dev/shm
+    ram = 100 * MiB + 512 * MiB + SHM
     if mode == "v2":
-        assert read("unified", "memory.max") == str(100 * MiB)
+        assert read("unified", "memory.max") == str(ram)
         assert read("unified", "pids.max") == "77"
         assert read("unified", "cpu.max") == "50000 100000"
         if os.path.exists(os.path.join(dirs["unified"], "memory.swap.max")):
             assert read("unified", "memory.swap.max") == "0"
     else:
-        assert read("memory", "memory.limit_in_bytes") == str(100 * MiB)
+        assert read("memory", "memory.limit_in_bytes") == str(ram)
         if os.path.exists(os.path.join(dirs["memory"], "memory.memsw.limit_in_bytes")):
-            assert read("memory", "memory.memsw.limit_in_bytes") == str(100 * MiB)
+            assert read("memory", "memory.memsw.limit_in_bytes") == str(ram)
         assert read("pids", "pids.max") == "77"
         assert read("cpu", "cpu.cfs_quota_us") == "50000"
         assert read("cpu", "cpu.cfs_period_us") == "100000"
@@ -204,11 +208,91 @@ def test_memory_bomb_is_oom_killed_and_reported_while_the_daemon_lives(daemon, m
     assert r["signal"] == 9 and r["exit_code"] is None, r
     s = stats(daemon, sb)
     assert s["oom_kills"] >= 1
-    assert s["memory_peak_bytes"] is not None and s["memory_peak_bytes"] <= 64 * MiB
+    # the memory cgroup holds the processes' 64 MiB and the files in RAM
+    budgets = daemon.call("sandbox.info", sandbox_id=sb)["budgets"]
+    assert budgets["cgroup_memory_bytes"] == 64 * MiB + 512 * MiB + SHM
+    assert s["memory_peak_bytes"] is not None and s["memory_peak_bytes"] <= budgets["cgroup_memory_bytes"]
     # the daemon and the sandbox live on; the next exec is not blamed
     assert daemon.call("server.info")["version"]
     r = run(daemon, sb, "echo alive")
     assert r["stdout"] == "alive\n" and r["oom_killed"] is False
+
+
+def fill(daemon, sb, path, user="sandbox"):
+    """Write zeros to path until it fails: the exec's result and the errno."""
+    return run(daemon, sb, "python3 -c \"\n"
+               "import errno\n"
+               "try:\n"
+               "    with open('%s', 'wb') as f:\n"
+               "        while True: f.write(bytes(1 << 20)); f.flush()\n"
+               "except OSError as e:\n"
+               "    print(errno.errorcode[e.errno])\n\"" % path, user=user)
+
+
+@pytest.mark.core  # nested and rootless daemons keep the disk in RAM too
+def test_a_full_disk_with_default_limits_is_enospc_never_an_oom_kill(daemon, make_sandbox):
+    # The default limits: 512 MiB of memory, a 512 MiB disk.
+    sb = make_sandbox()
+    assert run(daemon, sb, "echo kept > /workspace/kept")["exit_code"] == 0
+    r = run(daemon, sb, "head -c 600M /dev/zero > /workspace/big")
+    assert r["exit_code"] == 1 and r["signal"] is None and r["oom_killed"] is False, r
+    assert "No space left on device" in r["stderr"], r
+    # /dev/shm, a tmpfs of its own, fills up the same way, disk full or not
+    r = fill(daemon, sb, "/dev/shm/big")
+    assert r["stdout"] == "ENOSPC\n" and r["oom_killed"] is False, r
+    # a full disk leaves the processes their whole memory_bytes
+    r = run(daemon, sb, "python3 -c 'x = bytearray(400 << 20); print(len(x) >> 20)'")
+    assert r["stdout"] == "400\n" and r["oom_killed"] is False, r
+    # the sandbox and its files are as they were
+    r = run(daemon, sb, "cat /workspace/kept; stat -c %s /workspace/big; df -k /workspace | tail -1")
+    assert r["exit_code"] == 0 and r["stdout"].startswith("kept\n"), r
+    assert int(r["stdout"].split()[1]) > 500 * MiB, r
+    info = daemon.call("sandbox.info", sandbox_id=sb)
+    assert info["state"] == "running" and info["stats"]["oom_kills"] == 0, info
+    budgets = info["budgets"]
+    assert budgets["memory_bytes"] == 512 * MiB and budgets["disk_bytes"] == 512 * MiB, budgets
+    assert budgets["disk_backing"] == "tmpfs" and budgets["shm_bytes"] == SHM, budgets
+    assert budgets["cgroup_memory_bytes"] == 1024 * MiB + SHM, budgets
+    assert budgets["disk_used_bytes"] > 500 * MiB, budgets
+    assert budgets["disk_used_bytes"] <= budgets["disk_bytes"], budgets
+
+
+def test_oom_kills_on_a_full_disk_take_the_exec_never_the_sandbox(daemon, make_sandbox):
+    sb = make_sandbox(memory_bytes=64 * MiB, disk_bytes=64 * MiB)
+    assert run(daemon, sb, "echo kept > /workspace/kept")["exit_code"] == 0
+    assert fill(daemon, sb, "/workspace/big")["stdout"] == "ENOSPC\n"
+    for _ in range(3):
+        r = run(daemon, sb, "exec python3 -c 'x = []\nwhile True: x.append(bytearray(8 << 20))'")
+        assert r["oom_killed"] is True and r["signal"] == 9, r
+        assert r["error"].startswith("killed: out of memory (memory limit 64 MiB;"), r
+        r = run(daemon, sb, "cat /workspace/kept")
+        assert r["stdout"] == "kept\n" and r["oom_killed"] is False and "error" not in r, r
+    # a shell that outlives its killed child ends as it chooses: no error of its own
+    r = run(daemon, sb, "python3 -c 'x = []\nwhile True: x.append(bytearray(8 << 20))'; echo after $?")
+    assert r["exit_code"] == 0 and r["stdout"] == "after 137\n" and r["oom_killed"] is True, r
+    assert "error" not in r, r
+    assert daemon.call("sandbox.info", sandbox_id=sb)["stats"]["oom_kills"] >= 4
+    assert "sandbox %s: removed" % sb not in daemon.read_log()
+
+
+def test_the_cli_says_an_exec_was_killed_for_want_of_memory(daemon, make_sandbox):
+    sb = make_sandbox(memory_bytes=64 * MiB, disk_bytes=16 * MiB)
+    r = daemon.cli("exec", sb, "--", "python3", "-c", "x = []\nwhile True: x.append(bytearray(8 << 20))")
+    assert r.returncode == 137, r
+    err = r.stderr.decode()
+    assert "nsbox: killed: out of memory (memory limit 64 MiB;" in err, r
+    assert "at most 96 MiB" in err, r  # 64 MiB + the 16 MiB disk + a /dev/shm of 16 MiB
+
+
+@pytest.mark.core
+def test_exec_processes_are_the_oom_killers_choice_before_the_init_and_supervisors(daemon, make_sandbox):
+    sb = make_sandbox()
+    # the supervisor raises its exec's score just after the execve: polled for
+    r = run(daemon, sb, "for i in $(seq 200); do "
+            "[ $(cat /proc/$$/oom_score_adj) -gt $(cat /proc/1/oom_score_adj) ] && break; sleep 0.01; done; "
+            "cat /proc/$$/oom_score_adj /proc/1/oom_score_adj /proc/$PPID/oom_score_adj")
+    own, init, supervisor = (int(v) for v in r["stdout"].split())
+    assert init == supervisor and own == min(init + 1000, 1000), r
 
 
 def test_modest_memory_use_is_not_oom_killed(daemon, make_sandbox):
@@ -279,6 +363,10 @@ def test_writing_past_disk_bytes_fails_with_enospc_inside(daemon, make_sandbox):
         run(daemon, sb, "rm -f " + path, user=user)
     r = run(daemon, sb, "df -k /workspace | tail -1")
     assert int(r["stdout"].split()[1]) <= 16 * 1024
+    # /dev/shm, RAM beside the disk, is no larger than the disk
+    r = run(daemon, sb, "df -k /dev/shm | tail -1")
+    assert int(r["stdout"].split()[1]) == 16 * 1024, r
+    assert daemon.call("sandbox.info", sandbox_id=sb)["budgets"]["shm_bytes"] == 16 * MiB
     # the sandbox's state dir on the host holds nothing of it
     total = 0
     for root, _dirs, files in os.walk(os.path.join(daemon.state, "sandboxes", sb)):

@@ -96,6 +96,9 @@ def test_metrics_are_prometheus_text_with_requests_latencies_and_each_sandbox(da
     counts = [v for labels, v in m["nsbox_request_duration_seconds_count"] if labels["method"] == "sandbox.exec"]
     assert counts and counts[0] >= 1
     assert any(labels.get("type") == "exec.ended" for labels, _ in m["nsbox_events_total"])
+    # Removals count by the kind of their reason, not its numbers.
+    reasons = {labels["reason"] for labels, _ in m["nsbox_events_total"] if labels["type"] == "sandbox.removed"}
+    assert reasons <= {"asked by uid"} and reasons, reasons
     mine = [(labels, v) for labels, v in m["nsbox_sandbox_disk_limit_bytes"] if labels["sandbox_id"] == sid]
     assert len(mine) == 1 and mine[0][0]["session_id"] == 'odd "name"\\x' and mine[0][1] > 0, mine
     assert [v for labels, v in m["nsbox_sandboxes"] if labels == {"state": "running"}][0] >= 1
@@ -149,6 +152,7 @@ def test_events_stream_the_lifecycle_to_its_owner_only(daemon):
         assert about == [("sandbox.created", None), ("exec.started", None), ("exec.ended", 3),
                          ("sandbox.removed", None)], events
         assert all(e["owner"] == 0 for e in events if e["sandbox_id"] == sid)
+        assert events[-1]["reason"] == "asked by uid 0 (force)", events[-1]
         # Root sees the other user's sandbox go; the other user never saw root's.
         as_uid(OTHER_UID, daemon.socket, [["sandbox.remove", {"sandbox_id": other, "force": True}]])
         read_events(mine, lambda e: e["type"] == "sandbox.removed" and e["sandbox_id"] == other)

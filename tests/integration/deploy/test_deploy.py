@@ -4,7 +4,7 @@
 security context its SandboxTemplate gives the pod, so the pod's contract is
 exercised for real: user namespace, only the listed capabilities, unmasked
 /proc, the runtime's default seccomp profile, read-only root, emptyDir
-volumes, the HTTP front on port 8080."""
+volumes, the HTTP front on ports 8888 and 8080 without tokens."""
 import copy
 import glob
 import json
@@ -191,7 +191,9 @@ def test_a_broken_manifest_fails_validation(kind, what, mutate):
 # defaults here.
 PODMAN = ["podman"]
 RUNTIME = ["--runtime", "runc"]
-CONTAINER_PORT = 8080
+# the agent-sandbox SDK's server_port (its router sends there) and the port
+# antwort's acquirer sends POST /execute {code} to
+SDK_PORT, EXECUTE_PORT = 8888, 8080
 # hostUsers: false as the kubelet does it: a user namespace of its own with
 # a host id range nothing else uses (nsboxd's own pools start at 1048576).
 USERNS_HOST_BASE = 2_000_000_000
@@ -264,7 +266,6 @@ def container_image():
 class Container:
     def __init__(self, image, template, tokens):
         self.name = f"nsbox-deploy-test-{uuid.uuid4().hex[:8]}"
-        self.port = free_port()
         self.dir = os.path.join("/tmp", self.name)
         os.makedirs(self.dir)
         tokens_path = os.path.join(self.dir, "tokens")
@@ -278,15 +279,21 @@ class Container:
         flags, userns = podman_flags_from(template)
         pod = template["spec"]["podTemplate"]["spec"]
         (ctr,) = pod["containers"]
-        tokens_mount = next(m["mountPath"] for m in ctr["volumeMounts"] if m["name"] == "tokens")
+        # each port the manifest declares, published on 127.0.0.1
+        self.ports = {p["containerPort"]: free_port() for p in ctr["ports"]}
+        self.port = self.ports[ctr["ports"][0]["containerPort"]]
+        publish = [x for c, h in self.ports.items() for x in ("-p", f"127.0.0.1:{h}:{c}")]
+        tokens_mount = next((m["mountPath"] for m in ctr["volumeMounts"] if m["name"] == "tokens"), None)
+        self.tokens = tokens_mount is not None
+        if self.tokens:
+            publish += ["-v", f"{self.dir}:{tokens_mount}:ro"]
         # podman's defaults (nofile 1048576) are above what we may set here;
         # conmon runs with nproc 32768.
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         nproc = 4096
         args = [*PODMAN, "run", "-d", "--name", self.name, *RUNTIME,
                 "--ulimit", f"nofile={soft}:{hard}", "--ulimit", f"nproc={nproc}:{nproc}",
-                "-p", f"127.0.0.1:{self.port}:{CONTAINER_PORT}",
-                "-v", f"{self.dir}:{tokens_mount}:ro", *flags, *EXTRA_FLAGS]
+                *publish, *flags, *EXTRA_FLAGS]
         if userns:
             args += [f"--uidmap=0:{USERNS_HOST_BASE}:{USERNS_IDS}", f"--gidmap=0:{USERNS_HOST_BASE}:{USERNS_IDS}"]
         args.append(image)
@@ -465,12 +472,16 @@ def test_the_daemonset_pod_copies_the_image_to_the_node_and_gives_each_sandbox_i
 # --- the HTTP front on the pod's port ------------------------------------------------
 
 
-def http(container, method, path, body=None, token=TOKEN):
+def http(container, method, path, body=None, token=None, port=SDK_PORT):
+    """A request to the pod's port (the template's pod has no tokens: what its network policy
+    admits is served, as the router's requests and antwort's come, without Authorization)."""
     if not container.has_http:
         pytest.skip("the image has no HTTP front (build/nsbox-http not built)")
-    req = urllib.request.Request(f"http://127.0.0.1:{container.port}{path}", method=method,
-                                 data=json.dumps(body).encode() if body is not None else None,
-                                 headers={"Authorization": f"Bearer {token}"} if token else {})
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(f"http://127.0.0.1:{container.ports[port]}{path}", method=method,
+                                 data=json.dumps(body).encode() if body is not None else None, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=180) as resp:
             return resp.status, json.loads(resp.read())
@@ -478,22 +489,26 @@ def http(container, method, path, body=None, token=TOKEN):
         return e.code, json.loads(e.read() or b"null")
 
 
-def test_health_answers_on_the_pods_port_with_a_token_only(container):
-    assert http(container, "GET", "/health", token=None)[0] == 401
-    status, body = http(container, "GET", "/health")
-    assert status == 200 and body["status"] == "ok" and body["capacity"] > 0, body
+def test_the_templates_probes_and_ports_are_the_clients_and_need_no_token(container):
+    (ctr,) = manifest("SandboxTemplate")["spec"]["podTemplate"]["spec"]["containers"]
+    assert {p["containerPort"] for p in ctr["ports"]} == {SDK_PORT, EXECUTE_PORT}
+    assert not any(m["name"] == "tokens" for m in ctr["volumeMounts"])
+    for probe in (ctr["readinessProbe"], ctr["livenessProbe"]):
+        status, body = http(container, "GET", probe["httpGet"]["path"], port=probe["httpGet"]["port"])
+        assert status == 200 and body["status"] == "ok", body
+    assert "NO AUTHENTICATION" in container.logs()
 
 
 def test_execute_runs_python_in_a_sandbox_inside_the_container(container):
     status, body = http(container, "POST", "/execute", {"code": "import numpy; print(int(numpy.arange(7).sum()))",
-                                                        "files": {"in.txt": "aGk="}})
+                                                        "files": {"in.txt": "aGk="}}, port=EXECUTE_PORT)
     assert status == 200 and body["status"] == "success" and body["stdout"] == "21\n", body
 
 
 def test_a_sandbox_behind_execute_sees_none_of_the_containers_processes(container):
     code = ("import os\n"
             "print(' '.join(open(f'/proc/{p}/comm').read().strip() for p in os.listdir('/proc') if p.isdigit()))")
-    status, body = http(container, "POST", "/execute", {"code": code})
+    status, body = http(container, "POST", "/execute", {"code": code}, port=EXECUTE_PORT)
     assert status == 200 and body["status"] == "success", body
     seen = body["stdout"].split()
     assert "python3" in seen

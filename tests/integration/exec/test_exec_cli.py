@@ -84,10 +84,10 @@ def test_streamed_output_is_not_cut_at_1_mib(daemon, sandbox):
 def test_truncated_output_is_said_on_stderr_with_the_way_to_raise_it(daemon, sandbox):
     r = ok(daemon.cli("exec", "--max-output", "1000", sandbox, "--", "head", "-c", "5000", "/dev/zero"))
     assert len(r.stdout) == 1000
-    assert b"nsbox: output truncated at 1000 bytes; raise it with --max-output BYTES" in r.stderr
+    assert b"nsbox: output truncated at 1000 bytes (4000 more bytes dropped); raise it with --max-output BYTES" in r.stderr
     r = ok(daemon.cli("--json", "exec", sandbox, "--", "head", "-c", "2000000", "/dev/zero"))
     assert json.loads(r.stdout)["truncated"] is True
-    assert b"nsbox: output truncated at 1 MiB; raise it with --max-output BYTES" in r.stderr
+    assert b"nsbox: output truncated at 1 MiB (951424 more bytes dropped); raise it with --max-output BYTES" in r.stderr
 
 
 # --- background execs ---------------------------------------------------------

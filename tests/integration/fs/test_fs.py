@@ -401,7 +401,7 @@ def test_full_disk_is_reported_as_a_limit(daemon):
         data = base64.b64encode(os.urandom(4 << 20)).decode()
         e = fs_error(daemon, "fs.write", sandbox_id=sb, path="huge", content=data, encoding="base64")
         assert e.kind == "limit_reached"
-        assert "no space left in the sandbox" in str(e) and "disk_bytes=2097152" in str(e)
+        assert "no space left in the sandbox (its disk is 2 MiB: nsbox create --disk" in str(e), str(e)
         # The half-written file is gone and its space is back.
         assert fs_error(daemon, "fs.stat", sandbox_id=sb, path="huge").kind == "not_found"
         assert daemon.call("fs.write", sandbox_id=sb, path="small", content="ok")["bytes_written"] == 2

@@ -132,15 +132,12 @@ def error_kind(body):
 
 def test_no_token_and_bad_token_are_401_with_www_authenticate(front):
     for token in (None, "not-a-token-at-all-xxxxxxxx", TOKEN_A + "x", ""):
-        status, resp, body = front.request("GET", "/health", token=token)
+        status, resp, body = front.request("GET", "/list/", token=token)
         assert status == 401, (token, status, body)
         assert resp.getheader("WWW-Authenticate", "").startswith("Bearer")
         assert error_kind(body) == "unauthorized"
     status, _, body = front.request("POST", "/v1/rpc/sandbox.list", {}, token=None)
     assert status == 401
-    # the one exception: a probe's liveness check, which tells nothing else
-    status, _, body = front.request("GET", "/healthz", token=None)
-    assert status == 200 and body == {"status": "ok"}
 
 
 def test_each_token_owns_its_sandboxes_like_a_peercred_uid(front, daemon):
@@ -361,7 +358,8 @@ def test_seed_execute_with_files_and_produced_files_and_a_figure(front):
     csv = b"a,b\n1,2\n3,4\n"
     code = ("import pandas as pd, matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
             "df = pd.read_csv('data/in.csv')\nprint(int(df.b.sum()))\n"
-            "df.to_csv('out.csv', index=False)\nplt.plot(df.a, df.b)\nplt.savefig('plot.png')\n")
+            "import os\ndf.to_csv(os.path.join(os.environ['OUTPUT_DIR'], 'out.csv'), index=False)\n"
+            "plt.plot(df.a, df.b)\nplt.savefig('output/plot.png')\n")
     status, _, body = front.request("POST", "/execute", {"code": code, "timeout_seconds": 120,
                                                          "files": {"data/in.csv": b64(csv)}})
     assert status == 200, body
@@ -511,16 +509,17 @@ def test_agent_sandbox_runtime_contract(front):
     assert isinstance(body[0]["mod_time"], float) and body[0]["mod_time"] > 1.6e9
     _, _, body = front.request("GET", "/list/sub")
     assert body[0]["type"] == "directory"
-    assert front.request("GET", "/exists/sub/dir/blob.bin")[2] == {"exists": True}
-    assert front.request("GET", "/exists/sub/nope")[2] == {"exists": False}
+    assert front.request("GET", "/exists/sub/dir/blob.bin")[2] == {"path": "sub/dir/blob.bin", "exists": True}
+    assert front.request("GET", "/exists/sub/nope")[2] == {"path": "sub/nope", "exists": False}
     # the token's files are its own
-    assert front.request("GET", "/exists/sub/dir/blob.bin", token=TOKEN_B)[2] == {"exists": False}
+    assert front.request("GET", "/exists/sub/dir/blob.bin", token=TOKEN_B)[2]["exists"] is False
 
     # bad uploads
     status, _, _ = front.request("POST", "/upload", b"plain body", headers={"Content-Type": "text/plain"})
     assert status == 400
+    # out of the base directory: denied, as the reference runtime denies it
     data, headers = multipart("../../etc/evil", b"x")
-    assert front.request("POST", "/upload", data, headers=headers)[0] == 400
+    assert front.request("POST", "/upload", data, headers=headers) [0:3:2] == (403, {"message": "Access denied"})
 
 
 def test_agent_sandbox_v1_files(front):
@@ -597,10 +596,10 @@ def test_sighup_reloads_the_tokens_file(daemon):
             out.write("%d %s\n" % (UID_B, "a-brand-new-token-0123456789"))
         f.proc.send_signal(signal.SIGHUP)
         deadline = time.monotonic() + 30
-        while f.request("GET", "/health", token="a-brand-new-token-0123456789")[0] != 200:
+        while f.request("GET", "/list/", token="a-brand-new-token-0123456789")[0] != 200:
             assert time.monotonic() < deadline, f.read_log()
             time.sleep(0.05)
-        assert f.request("GET", "/health", token=TOKEN_A)[0] == 401
+        assert f.request("GET", "/list/", token=TOKEN_A)[0] == 401
         # a file it refuses leaves the tokens as they were
         with open(path, "w") as out:
             out.write("0 %s\n" % TOKEN_A)
@@ -609,8 +608,8 @@ def test_sighup_reloads_the_tokens_file(daemon):
         while "the tokens stay as they were" not in f.read_log():
             assert time.monotonic() < deadline, f.read_log()
             time.sleep(0.05)
-        assert f.request("GET", "/health", token="a-brand-new-token-0123456789")[0] == 200
-        assert f.request("GET", "/health", token=TOKEN_A)[0] == 401
+        assert f.request("GET", "/list/", token="a-brand-new-token-0123456789")[0] == 200
+        assert f.request("GET", "/list/", token=TOKEN_A)[0] == 401
     finally:
         assert f.stop() == 0
 
@@ -618,8 +617,8 @@ def test_sighup_reloads_the_tokens_file(daemon):
 def test_nsbox_serve_runs_the_http_front(daemon):
     f = Front(daemon, via_cli=True)
     try:
-        assert f.request("GET", "/health")[0] == 200
-        assert f.request("GET", "/health", token=TOKEN_B + "x")[0] == 401
+        assert f.request("GET", "/list/")[0] == 200
+        assert f.request("GET", "/list/", token=TOKEN_B + "x")[0] == 401
     finally:
         assert f.stop() == 0
 
@@ -664,7 +663,7 @@ def test_garbage_huge_and_slow_requests_never_crash_nor_disturb_others(front):
                b"POST /execute HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n",
                b"GET /download/%00%2e%2e HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN_A.encode() +
                b"\r\n\r\n",
-               b"GET /health HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + b"\xff" * 3000 + b"\r\n\r\n"]
+               b"GET /list/ HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + b"\xff" * 3000 + b"\r\n\r\n"]
     errors = []
 
     def other_client():

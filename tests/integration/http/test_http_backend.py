@@ -29,7 +29,7 @@ def front(daemon):
 
 def test_seed_execute_writes_binary_files_byte_exact(front):
     code = ("import hashlib\nd = open('in/data.bin', 'rb').read()\n"
-            "print(len(d), hashlib.sha256(d).hexdigest())\nopen('out.bin', 'wb').write(d[::-1])")
+            "print(len(d), hashlib.sha256(d).hexdigest())\nopen('output/out.bin', 'wb').write(d[::-1])")
     status, _, body = front.request("POST", "/execute", {
         "code": code, "files": {"in/data.bin": base64.b64encode(BINARY).decode(), "empty.bin": ""}})
     assert status == 200 and body["status"] == "success", body
@@ -102,10 +102,10 @@ def test_agent_sandbox_paths_that_are_symlinks_act_as_their_targets(front):
     status, _, body = front.request("GET", "/v1/files/filelink", raw=True)
     assert status == 200 and body == b"inside\n"
     status, _, body = front.request("GET", "/list/filelink")
-    assert status == 400 and "not a directory" in json.dumps(body), body
-    assert front.request("GET", "/list/dangling")[0] == 400
+    assert status == 404 and body == {"message": "Path is not a directory"}, body
+    assert front.request("GET", "/list/dangling")[0] == 404
     status, _, body = front.request("GET", "/exists/dangling")
-    assert status == 200 and body == {"exists": True}
+    assert status == 200 and body == {"path": "dangling", "exists": True}
 
 
 # --- audit lines of the execs a request starts name the acting front ---------------

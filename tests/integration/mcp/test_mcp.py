@@ -9,6 +9,7 @@ import json
 import os
 import queue
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -297,8 +298,8 @@ def test_descriptions_say_no_network_only_with_its_exception(daemon, sdk_dir):
 
 
 class McpProcess:
-    def __init__(self, socket):
-        self.proc = subprocess.Popen([os.path.join(BUILD, "nsbox"), "--socket", socket, "mcp"],
+    def __init__(self, socket, *args):
+        self.proc = subprocess.Popen([os.path.join(BUILD, "nsbox"), "--socket", socket, "mcp", *args],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.lines = queue.Queue()
         self.raw = []
@@ -479,3 +480,67 @@ def test_unreachable_daemon_is_a_tool_error_not_a_crash(tmp_path):
     finally:
         if m.proc.poll() is None:
             m.proc.kill()
+
+
+def test_remove_right_after_a_cancelled_call_is_not_busy(daemon, mcp):
+    mcp.request("initialize", init_params("2025-11-25"))
+    session = "raw-cancel-remove"
+    for attempt in range(3):
+        r = mcp.request("tools/call", {"name": "shell_execute",
+                                       "arguments": {"session_id": session, "command": "true"}})
+        assert r["result"]["isError"] is False, r
+        sandbox_id = daemon.call("sandbox.create", session_id=session)["sandbox_id"]
+        call_id = 50 + attempt
+        call = (("shell_execute", {"command": "sleep 300"}) if attempt % 2 == 0 else
+                ("run_code", {"code": "import time\ntime.sleep(300)", "stateful": False}))
+        mcp.send({"jsonrpc": "2.0", "id": call_id, "method": "tools/call",
+                  "params": {"name": call[0], "arguments": dict(call[1], session_id=session)}})
+        deadline = time.monotonic() + 20
+        while not [s for s in daemon.call("sandbox.list")["sandboxes"]
+                   if s["sandbox_id"] == sandbox_id and s["running_execs"] > 0]:
+            assert time.monotonic() < deadline, "the call never started"
+            time.sleep(0.05)
+        mcp.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                  "params": {"requestId": call_id, "reason": "test"}})
+        # At once, without force: the cancelled call keeps nothing busy.
+        r = mcp.request("tools/call", {"name": "remove_sandbox", "arguments": {"sandbox_id": sandbox_id}})
+        assert r["result"]["isError"] is False, r["result"]["content"][0]["text"]
+        assert sandbox_id not in [s["sandbox_id"] for s in daemon.call("sandbox.list")["sandboxes"]]
+    assert mcp.close()[0] == 0
+
+
+def live_sandbox_ids(daemon):
+    return [s["sandbox_id"] for s in daemon.call("sandbox.list")["sandboxes"]]
+
+
+@pytest.mark.parametrize("end", ["eof", "SIGTERM", "SIGHUP"])
+def test_the_default_sessions_sandbox_goes_when_the_server_ends(daemon, mcp, end):
+    mcp.request("initialize", init_params("2025-11-25"))
+    r = mcp.request("tools/call", {"name": "run_code", "arguments": {"code": "x = 1"}})
+    assert r["result"]["isError"] is False, r
+    sandbox_id = json.loads(r["result"]["content"][0]["text"])["sandbox_id"]
+    named = mcp.request("tools/call", {"name": "shell_execute",
+                                       "arguments": {"session_id": "raw-kept", "command": "true"}})
+    assert named["result"]["isError"] is False, named
+    kept = daemon.call("sandbox.create", session_id="raw-kept")["sandbox_id"]
+    assert sandbox_id in live_sandbox_ids(daemon)
+    if end == "eof":
+        mcp.proc.stdin.close()
+    else:
+        mcp.proc.send_signal(getattr(signal, end))
+    assert mcp.proc.wait(timeout=30) == 0, mcp.proc.stderr.read()
+    ids = live_sandbox_ids(daemon)
+    assert sandbox_id not in ids
+    assert kept in ids  # a session the agent named is kept
+    daemon.call("sandbox.remove", sandbox_id=kept, force=True)
+
+
+def test_a_default_session_named_with_session_is_kept(daemon):
+    m = McpProcess(daemon.socket, "--session", "raw-named-default")
+    m.request("initialize", init_params("2025-11-25"))
+    r = m.request("tools/call", {"name": "run_code", "arguments": {"code": "y = 6 * 7", "stateful": True}})
+    sandbox_id = json.loads(r["result"]["content"][0]["text"])["sandbox_id"]
+    assert m.close()[0] == 0
+    assert sandbox_id in live_sandbox_ids(daemon)
+    assert daemon.call("sandbox.create", session_id="raw-named-default")["sandbox_id"] == sandbox_id
+    daemon.call("sandbox.remove", sandbox_id=sandbox_id, force=True)

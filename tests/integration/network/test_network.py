@@ -573,6 +573,48 @@ def test_dns_answers_allowed_names_only(netd, sbs, up):
     assert "denied.test" not in new and "net.test" not in new, new  # never asked upstream
 
 
+def test_a_refused_lookup_is_said_once_as_a_name_lookup_not_port_53(netd, sbs, up):
+    sid = sbs.create(ALLOWED_ONLY)
+    code = ("import socket\n"
+            "for _ in range(2):\n"
+            "    try:\n        socket.getaddrinfo('denied.test', 8080)\n"
+            "    except OSError:\n        print('gaierror')\n")
+    r = netd.cli("exec", sid, "--", "python3", "-c", code)
+    assert r.stdout == b"gaierror\ngaierror\n", r
+    assert r.stderr == b"nsbox: network policy refused denied.test (name lookup)\n", r.stderr
+    r = netd.call("sandbox.exec", sandbox_id=sid, argv=["python3", "-c", code])
+    assert r["network_refused"] == ["denied.test (name lookup)"], r
+    r = netd.call("python.run", sandbox_id=sid, code=code)
+    assert r["network_refused"] == ["denied.test (name lookup)"], r
+    assert r["stderr"].count("network policy refused") == 1, r["stderr"]
+
+
+def test_a_policy_that_allows_loopback_is_refused_with_why(up):
+    tmp = tempfile.mkdtemp(prefix="nsbox-nettest-")
+    # The operator's: nsboxd does not start with it.
+    with pytest.raises(RuntimeError) as e:
+        net_daemon(tmp, 1670000000, network_policies={"loop": {"allow": ["*", "127.0.0.0/8"]}})
+    assert "network_policies.loop: an allow entry in 127.0.0.0/8: the host's loopback is never reachable" in str(
+        e.value), str(e.value)[-3000:]
+    # A client's: refused at create, with the same words.
+    d = net_daemon(tmp, 1670000000, allow_client_network_policies=1)
+    try:
+        for allow in (["127.0.0.1"], ["127.0.0.0/8"], ["allowed.test", "127.1.0.0/16"]):
+            with pytest.raises(RpcError) as e:
+                d.call("sandbox.create", network={"allow": allow})
+            assert e.value.kind == "invalid_params" and "the host's loopback is never reachable" in str(e.value), (
+                allow, e.value.error)
+        # The sandbox's own loopback needs no policy at all.
+        sid = d.call("sandbox.create")["sandbox_id"]
+        r = d.call("sandbox.exec", sandbox_id=sid, argv=["python3", "-c", (
+            "import socket\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+            "socket.create_connection(s.getsockname(), timeout=5).close(); print('own lo')")])
+        assert r["stdout"] == "own lo\n", r
+        d.call("sandbox.remove", sandbox_id=sid, force=True)
+    finally:
+        assert d.stop() == 0, d.final_log[-4000:]
+
+
 def test_udp_and_icmp_out_are_blocked(netd, sbs, up):
     sid = sbs.create(INTERNET)
     gw = netd.call("sandbox.info", sandbox_id=sid)["egress"]["gateway"]

@@ -92,10 +92,79 @@ def test_matplotlib_figure_comes_back_as_png_image(daemon, sandbox):
         assert img["mime"] == "image/png"
         data = base64.b64decode(img["data"])
         assert data.startswith(PNG_MAGIC) and len(data) > 1000
-        assert img["path"] in r["files_produced"]
+        assert img["path"].startswith("/tmp/nsbox-figures/figure_"), img["path"]
+    assert r["files_produced"] == {}  # nsbox's own files are not the code's
     # the saved file is the same PNG
     got = daemon.call("sandbox.exec", sandbox_id=sandbox, argv=["sha256sum", images[0]["path"]])
     assert got["stdout"].split()[0] == hashlib.sha256(base64.b64decode(images[0]["data"])).hexdigest()
+
+
+def workspace_files(daemon, sandbox):
+    r = daemon.call("sandbox.exec", sandbox_id=sandbox, argv=["find", "/workspace", "-type", "f"])
+    return sorted(r["stdout"].split())
+
+
+@pytest.mark.parametrize("stateful", [False, True])
+def test_a_figure_the_code_saved_is_one_image_and_nothing_more_lands_in_workspace(daemon, sandbox, stateful):
+    code = ("import matplotlib.pyplot as plt\n"
+            "fig = plt.figure(); plt.plot([1, 2, 3]); fig.savefig('plot.png')\n"  # saved, left open
+            "plt.figure(); plt.plot([3, 2, 1]); plt.savefig('other.png')\n"  # saved through pyplot
+            "plt.figure(); plt.bar([1, 2], [3, 4])\n")  # left open, never saved
+    for _ in range(2):
+        named = {} if stateful else {"script_name": "plots.py"}  # not written to /workspace/script.py
+        r = run(daemon, sandbox_id=sandbox, code=code, stateful=stateful, **named)
+        assert r["status"] == "ok", r["stderr"]
+        images = [o["image"] for o in r["outputs"] if o["type"] == "image"]
+        # Only the figure the code did not save comes back, and not as a /workspace file.
+        assert len(images) == 1, [i["path"] for i in images]
+        assert images[0]["path"].startswith("/tmp/nsbox-figures/"), images[0]["path"]
+        assert base64.b64decode(images[0]["data"]).startswith(PNG_MAGIC)
+        assert set(r["files_produced"]) == {"/workspace/plot.png", "/workspace/other.png"}
+    assert workspace_files(daemon, sandbox) == ["/workspace/other.png", "/workspace/plot.png"]
+
+
+def test_auto_saved_figures_are_kept_to_the_newest_64(daemon, sandbox):
+    code = ("import matplotlib.pyplot as plt\n"
+            "for i in range(30):\n    plt.figure(figsize=(1, 1), dpi=20)\n")
+    for _ in range(3):
+        r = run(daemon, sandbox_id=sandbox, code=code, timeout_seconds=120)
+        assert r["status"] == "ok", r["stderr"]
+        assert r["images_left_out"] == 30 - 16  # a reply carries 16
+    r = daemon.call("sandbox.exec", sandbox_id=sandbox, argv=["ls", "/tmp/nsbox-figures"])
+    assert len(r["stdout"].split()) == 64, r["stdout"]
+    assert workspace_files(daemon, sandbox) == ["/workspace/script.py"]  # the code (python.run without script_name)
+
+
+def test_max_output_bytes_bounds_what_is_kept_and_says_what_was_dropped(daemon, sandbox):
+    code = "import sys\nsys.stdout.write('o' * 3000)\nsys.stdout.flush()\nsys.stderr.write('e' * 1000)"
+    for stateful in (False, True):
+        r = run(daemon, sandbox_id=sandbox, code=code, stateful=stateful, max_output_bytes=1000)
+        assert r["truncated"] is True, (stateful, r)
+        assert len(r["stdout"]) + len(r["stderr"]) == 1000, (stateful, r)
+        assert r["output_dropped_bytes"] == 3000, (stateful, r)
+        r = run(daemon, sandbox_id=sandbox, code=code, stateful=stateful, max_output_bytes=4000)
+        assert r["truncated"] is False and "output_dropped_bytes" not in r, (stateful, r)
+        assert (len(r["stdout"]), len(r["stderr"])) == (3000, 1000), (stateful, r)
+    for stateful, bad in ((False, -1), (False, "1M"), (False, (256 << 20) + 1), (True, (8 << 20) + 1)):
+        with pytest.raises(RpcError) as e:
+            run(daemon, sandbox_id=sandbox, code="pass", stateful=stateful, max_output_bytes=bad)
+        assert e.value.code == -32602 and "max_output_bytes" in str(e.value), bad
+
+
+def test_env_is_the_stateless_calls_own(daemon, sandbox):
+    code = "import os\nprint(os.environ.get('OUTPUT_DIR'), os.environ.get('HOME'))"
+    for _ in range(2):  # the first may run before the fork server is up, the second is served
+        r = run(daemon, sandbox_id=sandbox, code=code, env={"OUTPUT_DIR": "output"})
+        assert r["status"] == "ok" and r["stdout"] == "output /workspace\n", r
+    r = run(daemon, sandbox_id=sandbox, code=code)
+    assert r["stdout"] == "None /workspace\n", r  # not left for the next call
+    for bad, why in (({"A=B": "x"}, "env"), ({"A": 1}, "env"), ("A=B", "env")):
+        with pytest.raises(RpcError) as e:
+            run(daemon, sandbox_id=sandbox, code="pass", env=bad)
+        assert e.value.code == -32602 and why in str(e.value), bad
+    with pytest.raises(RpcError) as e:
+        run(daemon, sandbox_id=sandbox, code="pass", env={"A": "b"}, stateful=True)
+    assert "env is for stateless calls" in str(e.value)
 
 
 def test_png_written_by_code_is_in_files_produced(daemon, sandbox):

@@ -3,6 +3,7 @@
 sandboxes, driven over nsboxd's real socket."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -275,6 +276,7 @@ def test_snapshots_are_bounded_by_layer_disk_bytes():
         first = d.call("sandbox.snapshot", sandbox_id=sid)
         e = error_of(d, "sandbox.snapshot", sandbox_id=sid)
         assert e.kind == "limit_reached" and "layer_disk_bytes" in str(e)
+        assert re.search(r"hold [0-9.]+ (KiB|MiB) of the 3 MiB of layer_disk_bytes", str(e)), str(e)
         assert sorted(os.listdir(os.path.join(d.state, "snapshots"))) == [first["snapshot_id"]]
     finally:
         assert d.stop() == 0

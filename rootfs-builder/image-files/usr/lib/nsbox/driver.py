@@ -56,12 +56,13 @@ class Capture:
                 os.ftruncate(fd, 0)
                 os.lseek(fd, 0, os.SEEK_SET)
 
-    def collect(self, fd):
+    def collect(self, fd, most):
+        """(text, bytes kept, bytes dropped): the first `most` bytes the call wrote on fd."""
         size = os.lseek(fd, 0, os.SEEK_CUR)
         if size == 0:
-            return "", False
-        data = os.pread(fd, min(size, MAX_OUTPUT), 0)
-        return data.decode("utf-8", "replace"), size > MAX_OUTPUT
+            return "", 0, 0
+        data = os.pread(fd, min(size, most), 0) if most > 0 else b""
+        return data.decode("utf-8", "replace"), len(data), size - len(data)
 
 
 def processes():
@@ -167,7 +168,7 @@ def main():
         if request is None:
             return
         capture.reset()
-        figures.images = []
+        figures.reset()
         before = nsbox_runtime.snapshot()
         before_processes = set(processes())
         started = time.monotonic()
@@ -199,8 +200,10 @@ def main():
             sys.stderr.write("nsbox: saving figures failed: %s\n" % e)
         sys.stdout.flush()
         sys.stderr.flush()
-        out, out_cut = capture.collect(1)
-        err, err_cut = capture.collect(2)
+        # max_output_bytes (nsboxd checked it) bounds stdout and stderr together.
+        most = request.get("max_output_bytes", MAX_OUTPUT)
+        out, kept, out_cut = capture.collect(1, most)
+        err, _, err_cut = capture.collect(2, most - kept)
         write_frame(protocol_out, {
             "id": request.get("id"),
             "status": status,
@@ -208,7 +211,8 @@ def main():
             "interrupted": interrupted,
             "stdout": out,
             "stderr": err,
-            "truncated": out_cut or err_cut,
+            "truncated": bool(out_cut or err_cut),
+            "output_dropped_bytes": out_cut + err_cut,
             "result": result,
             "images": figures.images,
             "files_produced": nsbox_runtime.produced(before, nsbox_runtime.snapshot()),

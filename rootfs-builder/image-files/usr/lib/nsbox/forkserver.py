@@ -27,6 +27,9 @@ behind are then reparented to the server (a subreaper as well), which kills
 every child of its own that is not a live C. A call thus costs one fork of
 this large process and one teardown, done between calls (a C per call, as
 before, cost two of each: ~8.5 ms of the sandbox's CPU each pair here).
+A call that finds no spare ready (calls back to back) waits for a C that
+is forking its next U rather than making a new C, which would make that
+one too many once ready: the same one fork and one teardown per call.
 U says its exit code, before its own teardown (milliseconds), on an
 abstract socket C makes for that call, whose peer C checks to be U.
 
@@ -75,6 +78,9 @@ SOCKET_PREFIX = b"\0nsbox-forkserver-"
 # or ended a call is stuck (stopped by other sandbox code, or waiting for a
 # process that does not end): it is let go, and killed.
 REAPER_GRACE = 10.0
+# A call that finds no spare ready waits this long at most for a C that is
+# forking its next U (see wait_for_spare) before the server forks a new C.
+SPARE_WAIT = 0.25
 SO_PEERPIDFD = 77  # Linux 6.5; before it, pidfd_open of the peer's pid
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -613,13 +619,18 @@ class Server:
             os.close(pidfd)
 
     def take_spare(self):
-        """A C with its U ready, or None. Made now if none waits; a C that
-        other code of the sandbox stopped is passed over."""
-        while self.spares:
-            pid, to_u = self.spares.pop(0)
-            if not stopped(pid):
-                return pid, to_u, False
-            self.give_back((pid, to_u, False))
+        """A C with its U ready, or None. Made now if none waits and none
+        gets ready within SPARE_WAIT; a C that other code of the sandbox
+        stopped is passed over."""
+        deadline = time.monotonic() + SPARE_WAIT
+        while True:
+            while self.spares:
+                pid, to_u = self.spares.pop(0)
+                if not stopped(pid):
+                    return pid, to_u, False
+                self.give_back((pid, to_u, False))
+            if not self.wait_for_spare(deadline):
+                break
         pid = self.make_reaper()
         if pid is None:
             return None
@@ -637,6 +648,31 @@ class Server:
             return None
         self.pending.pop(pid, None)
         return pid, socket.socket(fileno=fds[0]), True
+
+    def wait_for_spare(self, deadline):
+        """Whether a C that was forking its next U (its call just over)
+        became a spare before deadline. Calls back to back find none
+        ready; such a C is ready sooner than a new one (a fork of this
+        process, then the new C's fork of its U), and once a new one is
+        made, the C that gets ready is one too many and goes, torn down:
+        each back-to-back call paid two forks and two teardowns more of
+        the sandbox's own CPU time, taken from the calls' code."""
+        while not self.spares:
+            coming = [pid for pid in self.pending if pid not in self.calls and not stopped(pid)]
+            left = deadline - time.monotonic()
+            if not coming or left <= 0:
+                return False
+            poller = select.poll()
+            for pid in coming:
+                poller.register(self.reapers[pid], select.POLLIN)
+            try:
+                ready = poller.poll(int(left * 1000) + 1)
+            except InterruptedError:
+                continue
+            for fd, _ in ready:
+                if fd in self.by_fd:
+                    self.from_reaper(self.by_fd[fd])
+        return True
 
     def accept(self):
         try:

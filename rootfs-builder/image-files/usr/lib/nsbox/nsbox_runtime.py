@@ -5,9 +5,15 @@ figure capture and /workspace change tracking."""
 import json
 import os
 import sys
+import weakref
 
 WORKSPACE = "/workspace"
 MAX_TRACKED_FILES = 20000
+# Figures the code left open (or showed) without saving them are saved
+# here, never in /workspace: the reply carries them (base64), and the
+# directory keeps only the newest FIGURES_KEPT, so it does not grow.
+FIGURE_DIR = "/tmp/nsbox-figures"
+FIGURES_KEPT = 64
 
 
 def snapshot(root=WORKSPACE):
@@ -53,21 +59,48 @@ def produced(before, after, skip=()):
 
 
 class FigureCapture:
-    """Saves every open matplotlib figure as a PNG in /workspace when the code
-    calls plt.show() and when it ends, without importing matplotlib unless
-    the code does."""
+    """Saves every open matplotlib figure the code did not save itself as a
+    PNG in FIGURE_DIR when the code calls plt.show() and when it ends,
+    without importing matplotlib unless the code does."""
 
     def __init__(self):
         self.images = []
         self._patched = False
+        # The figures the code saved (Figure.savefig, plt.savefig): one
+        # plot is one image, so these are never saved again.
+        self.saved = weakref.WeakSet()
 
-    def _next_path(self):
-        n = len(self.images) + 1
+    def reset(self):
+        """A new call (the stateful driver's next cell)."""
+        self.images = []
+        self.saved = weakref.WeakSet()
+
+    def _claim_path(self):
+        """A new figure_N.png in FIGURE_DIR, created empty (O_EXCL: stateless
+        calls side by side never share one)."""
+        os.makedirs(FIGURE_DIR, mode=0o700, exist_ok=True)
+        n = 1
         while True:
-            path = os.path.join(WORKSPACE, "figure_%d.png" % n)
-            if not os.path.exists(path) and path not in self.images:
+            path = os.path.join(FIGURE_DIR, "figure_%d.png" % n)
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
                 return path
-            n += 1
+            except FileExistsError:
+                n += 1
+
+    def _prune(self):
+        """Keep the newest FIGURES_KEPT files of FIGURE_DIR (this call's among them)."""
+        try:
+            entries = [e for e in os.scandir(FIGURE_DIR) if e.is_file(follow_symlinks=False)]
+            entries.sort(key=lambda e: e.stat(follow_symlinks=False).st_mtime_ns, reverse=True)
+        except OSError:
+            return
+        for entry in entries[FIGURES_KEPT:]:
+            if entry.path not in self.images:
+                try:
+                    os.unlink(entry.path)
+                except OSError:
+                    pass
 
     def save_open_figures(self):
         plt = sys.modules.get("matplotlib.pyplot")
@@ -78,16 +111,42 @@ class FigureCapture:
             return  # pyplot imported ahead (the fork server), no figure: nothing to close
         for num in nums:
             fig = plt.figure(num)
-            path = self._next_path()
+            if fig in self.saved:
+                continue
+            try:
+                path = self._claim_path()
+            except OSError as e:
+                print("nsbox: could not save figure %s: %s" % (num, e), file=sys.stderr)
+                continue
             try:
                 # zlib level 1 rather than 6: a 640x480 line plot saves in 29.9 ms instead of
                 # 34.7 (best of 10, the image's python under chroot) for a PNG 23% larger.
                 fig.savefig(path, format="png", pil_kwargs={"compress_level": 1})
             except Exception as e:  # a broken figure must not hide the run's result
                 print("nsbox: could not save figure %s: %s" % (num, e), file=sys.stderr)
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
                 continue
             self.images.append(path)
         plt.close("all")
+        if self.images:
+            self._prune()
+
+    def _track_savefig(self):
+        """Note each figure the code saves, by identity."""
+        figure = sys.modules.get("matplotlib.figure")
+        if figure is None:
+            return
+        original = figure.Figure.savefig
+        capture = self
+
+        def savefig(fig, *args, **kwargs):
+            capture.saved.add(fig)
+            return original(fig, *args, **kwargs)
+
+        figure.Figure.savefig = savefig
 
     def patch_show(self):
         """Make plt.show() save the figures (Agg cannot display them)."""
@@ -100,6 +159,7 @@ class FigureCapture:
             capture.save_open_figures()
 
         plt.show = show
+        self._track_savefig()
         self._patched = True
 
     def install_import_hook(self):
@@ -194,8 +254,8 @@ def capture_figures():
 
 def run_stateless(script, report, name=None, args=(), figures=None):
     """Run SCRIPT as __main__ (named NAME, default SCRIPT, with ARGS as its
-    arguments), save the matplotlib figures left open (or shown) as PNGs in
-    /workspace, write the JSON report of produced files and images to
+    arguments), save the matplotlib figures left open (or shown) and not
+    saved by the code as PNGs in FIGURE_DIR, write the JSON report of produced files and images to
     REPORT, and return the exit code. The same code serves run.py (a fresh
     interpreter) and a child of the fork server (an interpreter that has the
     image's heavy modules imported already, and figures captured ahead)."""
