@@ -96,6 +96,7 @@ static bool table_find(uid_t uid, const char *sandbox_id, json_t *selector, char
 /* A stream of one command's events, read by MHD in the connection's thread. */
 struct process_stream {
         struct client *c;
+        char sandbox_id[129];
         char exec_id[64];
         bool tty;
         int http_fd;
@@ -150,6 +151,29 @@ static json_t *end_event(json_t *status)
         return json_pack("{s:o}", "end", end);
 }
 
+/* {exit_code} of an exec that exited, from exec.list (exec.status would send
+ * its whole output again); NULL for one a signal ended (or a list that
+ * failed): exec.status tells those. */
+static json_t *exec_exit(struct process_stream *s)
+{
+        _cleanup_json_ json_t *params = json_pack("{s:s}", "sandbox_id", s->sandbox_id), *list = NULL,
+                              *error = NULL;
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (client_call(s->c, "exec.list", params, NULL, NULL, &list, &error, &err) < 0)
+                return NULL;
+        size_t i;
+        json_t *e;
+        json_array_foreach(json_object_get(list, "execs"), i, e)
+        {
+                const char *id = json_string_value(json_object_get(e, "exec_id"));
+                json_t *code = json_object_get(e, "exit_code");
+                if (id != NULL && strcmp(id, s->exec_id) == 0 && json_is_integer(code) &&
+                    !json_is_true(json_object_get(e, "running")))
+                        return json_pack("{s:O}", "exit_code", code);
+        }
+        return NULL;
+}
+
 /* One look at the command: its new output, and its end. */
 static void stream_poll(struct process_stream *s)
 {
@@ -175,10 +199,11 @@ static void stream_poll(struct process_stream *s)
         }
         if (json_is_true(json_object_get(result, "running")))
                 return;
-        _cleanup_json_ json_t *status = NULL;
         json_decref(error);
         error = NULL;
-        if (client_call(s->c, "exec.status", params, NULL, NULL, &status, &error, &err) < 0) {
+        _cleanup_json_ json_t *status = exec_exit(s);
+        if (status == NULL &&
+            client_call(s->c, "exec.status", params, NULL, NULL, &status, &error, &err) < 0) {
                 stream_end(s,
                            e2b_connect_error_json(e2b_connect_code(error), "the command's status is lost"));
                 return;
@@ -238,11 +263,13 @@ static void stream_free(void *data)
         free(s);
 }
 
-static struct process_stream *stream_new(struct http_request *r, const char *exec_id, bool tty)
+static struct process_stream *stream_new(struct http_request *r, const char *sandbox_id, const char *exec_id,
+                                         bool tty)
 {
         struct process_stream *s = calloc(1, sizeof(*s));
         if (s == NULL)
                 return NULL;
+        snprintf(s->sandbox_id, sizeof(s->sandbox_id), "%s", sandbox_id);
         snprintf(s->exec_id, sizeof(s->exec_id), "%s", exec_id);
         s->tty = tty;
         s->delay_us = POLL_FIRST_US;
@@ -376,7 +403,7 @@ static enum MHD_Result start(struct http_request *r, const char *sandbox_id, jso
         if (json_is_string(cwd))
                 json_object_set(p.config, "cwd", cwd);
         table_add(&p);
-        struct process_stream *s = stream_new(r, exec_id, tty);
+        struct process_stream *s = stream_new(r, sandbox_id, exec_id, tty);
         if (s == NULL) {
                 client_close(c);
                 return MHD_NO;
@@ -408,7 +435,7 @@ static enum MHD_Result connect_process(struct http_request *r, const char *sandb
         _cleanup_error_ nsbox_error_t *err = NULL;
         if (http_call(r, "exec.output", params, &result, &error, &err) < 0)
                 return reply_stream_rpc_error(r, error, err);
-        struct process_stream *s = stream_new(r, exec_id, tty);
+        struct process_stream *s = stream_new(r, sandbox_id, exec_id, tty);
         if (s == NULL)
                 return MHD_NO;
         return start_stream(r, s, NULL, pid, json_object_get(result, "next"));

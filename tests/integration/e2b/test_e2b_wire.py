@@ -329,3 +329,12 @@ def test_basic_auth_names_the_os_user(front, sbx):
     assert uid_as(b"root") == "0"
     assert uid_as(b"user") == "1000"
     assert uid_as(b"\xff" * 300) == "1000"
+
+
+def test_large_output_streams_whole_and_once(front, sbx):
+    events = sbx.stream("process.Process/Start", {
+        "process": {"cmd": "/bin/sh", "args": ["-c", "head -c 3000000 /dev/zero | tr -c x x; exit 7"]}})
+    out = b"".join(base64.b64decode(e["event"]["data"]["stdout"]) for f, e in events
+                   if f == 0 and "data" in e["event"])
+    assert out == b"x" * 3000000
+    assert [e["event"]["end"]["exitCode"] for f, e in events if f == 0 and "end" in e["event"]] == [7]
