@@ -11,6 +11,8 @@
 /* Exit codes, as docker's: the command's own, 124 timeout, 128+N signal, 125 nsbox failed. */
 #define EXIT_NSBOX_FAILED 125
 #define EXIT_TIMEOUT      124
+/* nsboxd went away while the command ran: its exit status is unknown (as ssh's 255) */
+#define EXIT_DAEMON_GONE 255
 
 struct cli {
         const char *socket_path;
@@ -148,6 +150,8 @@ enum {
         CLI_OPT_CPUS,
         CLI_OPT_DISK,
         CLI_OPT_IDLE,
+        CLI_OPT_IDLE_ACTION,
+        CLI_OPT_PAUSED_TIMEOUT,
         CLI_OPT_IMAGE,
         CLI_OPT_PROFILE,
         CLI_OPT_ENV,
@@ -164,6 +168,8 @@ enum {
             { "cpus", required_argument, NULL, CLI_OPT_CPUS },                     \
             { "disk", required_argument, NULL, CLI_OPT_DISK },                     \
             { "idle-timeout", required_argument, NULL, CLI_OPT_IDLE },             \
+            { "idle-action", required_argument, NULL, CLI_OPT_IDLE_ACTION },       \
+            { "paused-timeout", required_argument, NULL, CLI_OPT_PAUSED_TIMEOUT }, \
             { "image", required_argument, NULL, CLI_OPT_IMAGE },                   \
             { "network", required_argument, NULL, CLI_OPT_NETWORK },               \
             { "network-policy", required_argument, NULL, CLI_OPT_NETWORK_POLICY }, \

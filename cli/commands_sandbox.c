@@ -2,6 +2,7 @@
 /* nsbox create, ls, info, rm, status: the sandbox lifecycle. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,6 +118,15 @@ int cli_create_option(json_t *params, int opt, const char *arg)
                 if (parse_count(arg, &n) < 0)
                         return cli_fail("bad --idle-timeout \"%s\" (seconds, e.g. 3600)", arg);
                 json_object_set_new(params, "idle_timeout_seconds", json_integer((json_int_t)n));
+                return 0;
+        case CLI_OPT_IDLE_ACTION:
+                /* nsboxd checks the word and says what it takes. */
+                json_object_set_new(params, "idle_action", json_string(arg));
+                return 0;
+        case CLI_OPT_PAUSED_TIMEOUT:
+                if (parse_count(arg, &n) < 0)
+                        return cli_fail("bad --paused-timeout \"%s\"", arg);
+                json_object_set_new(params, "paused_timeout_seconds", json_integer((json_int_t)n));
                 return 0;
         case CLI_OPT_ENV:
                 return cli_add_env(params, arg) == 0 ? 0 : EXIT_NSBOX_FAILED;
@@ -359,6 +369,91 @@ static int ls_format_line(const char *format, json_t *sb)
         return r;
 }
 
+/* "45s", "4m", "23h", "3d": a span at a glance, rounded down. */
+static void ls_span(json_int_t seconds, char *buf, size_t len)
+{
+        if (seconds < 120)
+                snprintf(buf, len, "%llds", (long long)seconds);
+        else if (seconds < 2 * 3600)
+                snprintf(buf, len, "%lldm", (long long)seconds / 60);
+        else if (seconds < 2 * 86400)
+                snprintf(buf, len, "%lldh", (long long)seconds / 3600);
+        else
+                snprintf(buf, len, "%lldd", (long long)seconds / 86400);
+}
+
+/* EXPIRES: what the idle reaper does next ("paused in 4m", "paused,
+ * removed in 23h"), "-" while work runs or nothing is due. */
+static void ls_expires_text(json_t *sb, char *buf, size_t len)
+{
+        json_t *expires = json_object_get(sb, "expires");
+        const char *state = json_string_value(json_object_get(sb, "state"));
+        bool paused = state != NULL && strcmp(state, "paused") == 0;
+        const char *action = json_string_value(json_object_get(expires, "action"));
+        if (action == NULL) {
+                snprintf(buf, len, "%s", paused ? "paused, kept" : "-");
+                return;
+        }
+        char span[16];
+        ls_span(json_integer_value(json_object_get(expires, "in_seconds")), span, sizeof(span));
+        snprintf(buf, len, "%s%s in %s", paused ? "paused, " : "",
+                 strcmp(action, "pause") == 0 ? "paused" : "removed", span);
+}
+
+/* OWNER: the user's name, or the uid when it has none. */
+static void ls_owner_text(json_t *sb, char *buf, size_t len)
+{
+        json_t *owner = json_object_get(sb, "owner");
+        if (!json_is_integer(owner)) {
+                snprintf(buf, len, "-");
+                return;
+        }
+        const struct passwd *pw = getpwuid((uid_t)json_integer_value(owner));
+        if (pw != NULL)
+                snprintf(buf, len, "%s", pw->pw_name);
+        else
+                snprintf(buf, len, "%lld", (long long)json_integer_value(owner));
+}
+
+/* The entries of `list` that every filter matches. */
+static json_t *ls_filtered(json_t *list, json_t *filters)
+{
+        json_t *shown = json_array();
+        size_t i, k;
+        json_t *sb, *filter;
+        json_array_foreach(list, i, sb)
+        {
+                bool keep = true;
+                json_array_foreach(filters, k, filter)
+                {
+                        keep = keep && ls_filter_matches(json_string_value(filter), sb);
+                }
+                if (keep)
+                        json_array_append(shown, sb);
+        }
+        return shown;
+}
+
+/* ls -a: the sandboxes removed lately, when and why. */
+static void ls_print_removed(json_t *removed)
+{
+        if (json_array_size(removed) == 0)
+                return;
+        printf("\n%-36s  %-10s  %-8s  %-16s  %s\n", "REMOVED", "OWNER", "AGO", "SESSION", "WHY");
+        size_t i;
+        json_t *r;
+        json_array_foreach(removed, i, r)
+        {
+                char owner[64], ago[16];
+                ls_owner_text(r, owner, sizeof(owner));
+                ls_span(json_integer_value(json_object_get(r, "removed_seconds_ago")), ago, sizeof(ago));
+                json_t *session = json_object_get(r, "session_id");
+                printf("%-36s  %-10s  %-8s  %-16s  %s\n", json_string_value(json_object_get(r, "sandbox_id")),
+                       owner, ago, json_is_string(session) ? json_string_value(session) : "-",
+                       json_string_value(json_object_get(r, "reason")) ?: "-");
+        }
+}
+
 int cmd_ls(const struct cli *cli, int argc, char **argv)
 {
         enum { OPT_FORMAT = CLI_OPT_FIRST_FREE };
@@ -401,22 +496,15 @@ int cmd_ls(const struct cli *cli, int argc, char **argv)
         if (result == NULL)
                 return EXIT_NSBOX_FAILED;
         /* Filters apply to every output, --json included. */
-        json_t *all_sandboxes = json_object_get(result, "sandboxes");
-        _cleanup_json_ json_t *shown = json_array();
-        size_t i, k;
-        json_t *sb, *filter;
-        json_array_foreach(all_sandboxes, i, sb)
-        {
-                bool keep = true;
-                json_array_foreach(filters, k, filter)
-                {
-                        keep = keep && ls_filter_matches(json_string_value(filter), sb);
-                }
-                if (keep)
-                        json_array_append(shown, sb);
-        }
+        _cleanup_json_ json_t *shown = ls_filtered(json_object_get(result, "sandboxes"), filters);
+        _cleanup_json_ json_t *removed =
+            all ? ls_filtered(json_object_get(result, "removed"), filters) : json_array();
+        size_t i;
+        json_t *sb;
         if (cli->json) {
                 json_object_set(result, "sandboxes", shown);
+                if (all)
+                        json_object_set(result, "removed", removed);
                 if (json_object_get(result, "count") != NULL)
                         json_object_set_new(result, "count",
                                             json_integer((json_int_t)json_array_size(shown)));
@@ -427,8 +515,8 @@ int cmd_ls(const struct cli *cli, int argc, char **argv)
                 return cli_fail(
                     "--format: table is not supported; give the fields, e.g. \"{{.ID}}\\t{{.Status}}\"");
         if (!quiet && format == NULL)
-                printf("%-36s  %-9s  %-24s  %-16s  %s\n", "SANDBOX ID", "STATE", "CREATED", "SESSION",
-                       "LABELS");
+                printf("%-36s  %-9s  %-10s  %-24s  %-24s  %-16s  %s\n", "SANDBOX ID", "STATE", "OWNER",
+                       "CREATED", "EXPIRES", "SESSION", "LABELS");
         json_array_foreach(shown, i, sb)
         {
                 const char *id = json_string_value(json_object_get(sb, "sandbox_id"));
@@ -446,10 +534,16 @@ int cmd_ls(const struct cli *cli, int argc, char **argv)
                 const char *state = json_string_value(json_object_get(sb, "state"));
                 const char *created = json_string_value(json_object_get(sb, "created_at"));
                 _cleanup_free_ char *labels = ls_labels_text(json_object_get(sb, "labels"));
-                printf("%-36s  %-9s  %-24s  %-16s  %s\n", id, state ? state : "-", created ? created : "-",
+                char owner[64], expires[64];
+                ls_owner_text(sb, owner, sizeof(owner));
+                ls_expires_text(sb, expires, sizeof(expires));
+                printf("%-36s  %-9s  %-10s  %-24s  %-24s  %-16s  %s\n", id, state ? state : "-", owner,
+                       created ? created : "-", expires,
                        json_is_string(session) ? json_string_value(session) : "-",
                        labels && labels[0] ? labels : "-");
         }
+        if (!quiet && format == NULL)
+                ls_print_removed(removed);
         return 0;
 }
 

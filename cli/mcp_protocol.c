@@ -878,6 +878,8 @@ json_t *mcp_job_output_result(const char *job_id, const json_t *output, const js
                 json_int_t from = json_integer_value(json_object_get(since, streams[i]));
                 if (from > end || from < 0)
                         from = end;
+                /* Bytes dropped between a long job's head and tail: its piece starts past them. */
+                from += json_integer_value(json_object_get(json_object_get(output, "dropped"), streams[i]));
                 size_t shown_bytes;
                 json_object_set_new(
                     shown, streams[i],
@@ -888,6 +890,8 @@ json_t *mcp_job_output_result(const char *job_id, const json_t *output, const js
         json_object_set_new(shown, "exit_code",
                             !running && json_is_integer(code) ? json_incref(code) : json_null());
         json_object_set(shown, "next", next);
+        /* The daemon keeps more past `next` (the tail after a head): call again. */
+        more = more || json_is_true(json_object_get(output, "more"));
         json_object_set_new(shown, "more", json_boolean(more));
         const char *note = NULL;
         if (more)

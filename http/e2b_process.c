@@ -197,7 +197,8 @@ static void stream_poll(struct process_stream *s)
                 if (json_is_integer(next))
                         s->since[i] = json_integer_value(next);
         }
-        if (json_is_true(json_object_get(result, "running")))
+        /* more: nsboxd keeps more past next (a long output's tail): read on */
+        if (json_is_true(json_object_get(result, "running")) || json_is_true(json_object_get(result, "more")))
                 return;
         json_decref(error);
         error = NULL;

@@ -125,6 +125,7 @@ const char *e2b_connect_code(json_t *error)
         static const char *const map[][2] = {
                 { "invalid_params", "invalid_argument" },
                 { "not_found", "not_found" },
+                { "gone", "not_found" },
                 { "exists", "already_exists" },
                 { "permission_denied", "permission_denied" },
                 { "limit_reached", "resource_exhausted" },
@@ -201,6 +202,9 @@ enum MHD_Result e2b_reply_rest_error(struct http_request *r, unsigned status, co
 enum MHD_Result e2b_reply_rest_rpc_error(struct http_request *r, json_t *error, const nsbox_error_t *err)
 {
         unsigned status = error ? http_status_of_rpc_error(error, NULL) : MHD_HTTP_SERVICE_UNAVAILABLE;
+        /* a sandbox removed lately is nsbox's 410; E2B's SDKs know it as not found */
+        if (status == MHD_HTTP_GONE)
+                status = MHD_HTTP_NOT_FOUND;
         return e2b_reply_rest_error(r, status, "%s", rpc_message(error, err));
 }
 

@@ -99,6 +99,8 @@ unsigned http_status_of_rpc_error(json_t *error, const char **kind_out)
                 status = MHD_HTTP_BAD_REQUEST;
         else if (strcmp(kind, "not_found") == 0)
                 status = MHD_HTTP_NOT_FOUND;
+        else if (strcmp(kind, "gone") == 0)
+                status = MHD_HTTP_GONE;
         else if (strcmp(kind, "limit_reached") == 0 || strcmp(kind, "busy") == 0)
                 status = MHD_HTTP_TOO_MANY_REQUESTS;
         else if (strcmp(kind, "unavailable") == 0)

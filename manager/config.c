@@ -119,11 +119,13 @@ static const struct option_def options[] = {
         { "idle_timeout_seconds", "NSBOX_IDLE_TIMEOUT_SECONDS", OPT_UINT, CFG(defaults.idle_timeout_seconds),
           POLICY_MAX_IDLE_SECONDS, "default idle timeout" },
         { "idle_action", "NSBOX_IDLE_ACTION", OPT_STRING, CFG(idle_action), 0,
-          "what happens to a sandbox idle for its idle timeout: remove or pause" },
+          "what happens to a sandbox idle for its idle timeout: pause or remove" },
         { "auto_resume", "NSBOX_AUTO_RESUME", OPT_UINT, CFG(auto_resume), 1,
           "1: a request that runs something in a paused sandbox resumes it; 0: it fails" },
-        { "paused_timeout_seconds", "NSBOX_PAUSED_TIMEOUT_SECONDS", OPT_UINT, CFG(paused_timeout_seconds),
-          UINT32_MAX, "remove a sandbox paused this long (0: never)" },
+        { "paused_timeout_seconds", "NSBOX_PAUSED_TIMEOUT_SECONDS", OPT_UINT,
+          CFG(defaults.paused_timeout_seconds), UINT32_MAX,
+          "remove a sandbox paused (or, without a freezer, idle after its idle timeout) this long (0: "
+          "never)" },
 };
 
 /* A size (a key in _bytes) takes a unit as the CLI's options and the
@@ -381,7 +383,7 @@ int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_
         config->client_idle_timeout_seconds = 600;
         config->request_timeout_seconds = 60;
         config->max_pids = 4096;
-        config->idle_action = strdup("remove");
+        config->idle_action = strdup("pause");
         config->auto_resume = 1;
         policy_defaults(&config->defaults);
 
@@ -466,9 +468,11 @@ int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_
         if (strcmp(config->unmapped_clients, "refuse") != 0 &&
             strcmp(config->unmapped_clients, "one-owner") != 0)
                 return nsbox_invalid(err, "unmapped_clients must be \"refuse\" or \"one-owner\"");
-        if (strcmp(config->idle_action, "remove") != 0 && strcmp(config->idle_action, "pause") != 0)
-                return nsbox_invalid(err, "idle_action must be \"remove\" or \"pause\", not \"%.64s\"",
+        if (!policy_valid_idle_action(config->idle_action))
+                return nsbox_invalid(err, "idle_action must be \"pause\" or \"remove\", not \"%.64s\"",
                                      config->idle_action);
+        snprintf(config->defaults.idle_action, sizeof(config->defaults.idle_action), "%s",
+                 config->idle_action);
         if (config->layer_inodes == 0 || config->layer_inodes_per_uid == 0 ||
             config->layer_inodes_per_snapshot == 0)
                 return nsbox_invalid(err, "layer_inodes, layer_inodes_per_uid and layer_inodes_per_snapshot "

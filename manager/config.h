@@ -75,13 +75,13 @@ struct nsbox_config {
         char *python_fork_server;
         uint32_t python_fork_server_idle_seconds;
         uint64_t python_fork_server_min_memory_bytes;
-        /* Pausing (sandbox.pause): what the idle reaper does with an idle
-         * sandbox, "remove" or "pause"; whether a request that needs a paused
-         * sandbox running resumes it (else it fails); how long a sandbox may
-         * stay paused before it is removed (0: for ever). */
+        /* Pausing (sandbox.pause): the default of what the idle reaper does
+         * with an idle sandbox, "pause" or "remove" (copied into
+         * defaults.idle_action once checked; defaults.paused_timeout_seconds
+         * says how long one stays paused, 0: for ever); whether a request that
+         * needs a paused sandbox running resumes it (else it fails). */
         char *idle_action;
         unsigned auto_resume;
-        uint32_t paused_timeout_seconds;
         /* Snapshots and committed images (manifest snapshot.c, images.c):
          * disk for all of them together, and how many one non-root uid may keep. */
         uint64_t layer_disk_bytes;

@@ -35,8 +35,22 @@
 #include "userns.h"
 #include "version.h"
 
+/* `ref` names a sandbox of the caller's that was removed: the reply says
+ * when and why (kind "gone"), and true. Another user's removed sandbox is
+ * not found, as a missing one. */
+static bool reply_gone(struct rpc_request *req, const char *ref)
+{
+        const struct sandbox_removal *r = sandbox_removal_find(ref, req->uid);
+        if (r == NULL)
+                return false;
+        char message[512];
+        sandbox_removal_message(r, message, sizeof(message));
+        rpc_reply_fail_data(req, "gone", sandbox_removal_to_json(r), "%s", message);
+        return true;
+}
+
 /* The sandbox named by params.sandbox_id that the caller may use, or NULL
- * after replying not_found / invalid_params. */
+ * after replying not_found / gone / invalid_params. */
 static struct sandbox *require_sandbox(struct rpc_request *req)
 {
         json_t *id = json_object_get(req->msg.params, "sandbox_id");
@@ -56,10 +70,8 @@ static struct sandbox *require_sandbox(struct rpc_request *req)
                                text, matched);
                 return NULL;
         }
-        if (sb == NULL) {
+        if (sb == NULL && !reply_gone(req, text))
                 rpc_reply_fail(req, "not_found", "no sandbox %.64s", text);
-                return NULL;
-        }
         return sb;
 }
 
@@ -138,6 +150,14 @@ static void server_method_info(struct rpc_request *req, struct sandbox *sb)
         rpc_reply_result(req, info);
 }
 
+/* A sandbox's JSON with when the idle reaper will pause or remove it. */
+static json_t *sandbox_json(struct sandbox *sb, bool existing)
+{
+        json_t *j = sandbox_to_json(sb, existing);
+        sandbox_expiry_to_json(sb, j);
+        return j;
+}
+
 static void reply_created(struct sandbox *sb, const char *error, void *data, bool existing)
 {
         struct rpc_request *req = data;
@@ -145,7 +165,12 @@ static void reply_created(struct sandbox *sb, const char *error, void *data, boo
                 rpc_reply_fail(req, "internal", "sandbox create failed: %s", error);
                 return;
         }
-        rpc_reply_result(req, sandbox_to_json(sb, existing));
+        json_t *result = sandbox_json(sb, existing);
+        /* A session's new sandbox says whether (and why) its last one went. */
+        if (!existing && sb->policy.session_id[0] != '\0')
+                sandbox_removal_note_recreated(result,
+                                               sandbox_removal_of_session(sb->policy.session_id, sb->owner));
+        rpc_reply_result(req, result);
 }
 
 /* A new sandbox whose client left before its reply: nobody has its id (a
@@ -173,20 +198,6 @@ static void create_done(struct sandbox *sb, const char *error, void *data)
 static void create_done_existing(struct sandbox *sb, const char *error, void *data)
 {
         reply_created(sb, error, data, true);
-}
-
-/* A session's sandbox made again after the idle reaper removed its last one. */
-static void create_done_recreated(struct sandbox *sb, const char *error, void *data)
-{
-        struct rpc_request *req = data;
-        if (error != NULL) {
-                rpc_reply_fail(req, "internal", "sandbox create failed: %s", error);
-                return;
-        }
-        json_t *result = sandbox_to_json(sb, false);
-        json_object_set_new(result, "recreated", json_true());
-        json_object_set_new(result, "reason", json_string("idle timeout"));
-        rpc_reply_result(req, result);
 }
 
 static void sandbox_method_create(struct rpc_request *req, struct sandbox *sb)
@@ -249,11 +260,9 @@ static void sandbox_method_create(struct rpc_request *req, struct sandbox *sb)
                 }
         }
         struct sandbox *made;
-        bool recreated = policy.session_id[0] != '\0' && sandbox_session_reaped(policy.session_id, req->uid);
         const char *snapshot_id =
             snapshot ? json_string_value(json_object_get(snapshot, "snapshot_id")) : NULL;
-        int r = sandbox_create_from(req->uid, &policy, snapshot_id,
-                                    recreated ? create_done_recreated : create_done, req, &made, &err);
+        int r = sandbox_create_from(req->uid, &policy, snapshot_id, create_done, req, &made, &err);
         if (r == -EUSERS) {
                 rpc_reply_fail(req, "limit_reached", "%s", err->message);
                 return;
@@ -275,10 +284,13 @@ static void sandbox_method_list(struct rpc_request *req, struct sandbox *sb)
                         continue;
                 if (!all && sb->state != SANDBOX_RUNNING)
                         continue;
-                json_array_append_new(list, sandbox_to_json(sb, false));
+                json_array_append_new(list, sandbox_json(sb, false));
         }
-        rpc_reply_result(req,
-                         json_pack("{s:o, s:i}", "sandboxes", list, "count", (int)json_array_size(list)));
+        json_t *result = json_pack("{s:o, s:i}", "sandboxes", list, "count", (int)json_array_size(list));
+        /* include_inactive: the ones removed lately too, and why. */
+        if (all && result != NULL)
+                json_object_set_new(result, "removed", sandbox_removals_json(req->uid));
+        rpc_reply_result(req, result);
 }
 
 /* A sandbox's memory and disk as its user reasons about them: memory for
@@ -305,7 +317,7 @@ static json_t *sandbox_budgets(const struct sandbox *sb)
 
 static void sandbox_method_info(struct rpc_request *req, struct sandbox *sb)
 {
-        json_t *info = sandbox_to_json(sb, false);
+        json_t *info = sandbox_json(sb, false);
         json_object_set_new(info, "stats", sandbox_stats(sb));
         json_object_set_new(info, "budgets", sandbox_budgets(sb));
         json_t *network = egress_info(sb);
@@ -367,7 +379,7 @@ static void sandbox_method_update(struct rpc_request *req, struct sandbox *sb)
                         log_warn("sandbox %s: %s", sb->id, err->message);
         }
         sandbox_touch(sb);
-        json_t *info = sandbox_to_json(sb, false);
+        json_t *info = sandbox_json(sb, false);
         json_t *egress_object = egress_info(sb);
         if (egress_object != NULL)
                 json_object_set_new(info, "egress", egress_object);
@@ -450,7 +462,7 @@ static void pause_done(struct sandbox *sb, const char *error, void *data)
                 rpc_reply_fail(req, sb->pause_error_kind ? sb->pause_error_kind : "internal", "%s", error);
                 return;
         }
-        rpc_reply_result(req, sandbox_to_json(sb, false));
+        rpc_reply_result(req, sandbox_json(sb, false));
 }
 
 /* Pausing an already paused sandbox is no error: the answer is the same. */
@@ -491,7 +503,7 @@ static void sandbox_method_resume(struct rpc_request *req, struct sandbox *sb)
         if (sandbox_resume(sb))
                 log_limited(log_key_uid(req->uid).text, LOG_LEVEL_INFO, "sandbox %s: resumed by uid %u",
                             sb->id, req->uid);
-        rpc_reply_result(req, sandbox_to_json(sb, false));
+        rpc_reply_result(req, sandbox_json(sb, false));
 }
 
 /* The sandbox a request acts on, by sandbox_id or session_id (python.run's
@@ -619,6 +631,9 @@ void methods_run(const void *found, struct rpc_request *req)
                         return;
         } else if (m->flags & M_FIND) {
                 sb = request_sandbox(req);
+                const char *id = json_string_value(json_object_get(req->msg.params, "sandbox_id"));
+                if (sb == NULL && id != NULL && reply_gone(req, id))
+                        return;
         }
         if ((m->flags & M_RESUME) && !sandbox_resume_for(req, sb))
                 return;

@@ -319,8 +319,10 @@ static void sandbox_finalize(struct sandbox *sb)
                 log_limited(log_key_uid(sb->owner).text, LOG_LEVEL_INFO, "sandbox %s: removed: %s", sb->id,
                             sb->end_reason ? sb->end_reason : "no reason given");
         }
-        if (!failed_create && !sb->pooled)
+        if (!failed_create && !sb->pooled) {
                 events_emit(sb, "sandbox.removed", sb->end_reason ? sb->end_reason : "its init ended", NULL);
+                sandbox_removal_record(sb, "%s", sb->end_reason ? sb->end_reason : "its init ended");
+        }
         sandbox_waiters_run(&sb->remove_waiters, sb, NULL);
         sandbox_free(sb);
         pool_fill_soon();

@@ -23,6 +23,8 @@ void policy_defaults(struct sandbox_policy *policy)
                 .disk_bytes = 512ull << 20,
         };
         policy->idle_timeout_seconds = 300;
+        snprintf(policy->idle_action, sizeof(policy->idle_action), "pause");
+        policy->paused_timeout_seconds = 24 * 3600;
 }
 
 void policy_clear(struct sandbox_policy *policy)
@@ -34,6 +36,11 @@ void policy_clear(struct sandbox_policy *policy)
         json_decref(policy->network_custom);
         policy->network_custom = NULL;
         policy->env = policy->labels = NULL;
+}
+
+bool policy_valid_idle_action(const char *action)
+{
+        return action != NULL && (strcmp(action, "pause") == 0 || strcmp(action, "remove") == 0);
 }
 
 int policy_valid_name(const char *name)
@@ -202,9 +209,17 @@ int policy_network_from_json(json_t *network, char *name, size_t size, json_t **
 static int parse_policy(const struct sandbox_policy *defaults, const struct policy_ceilings *ceilings,
                         json_t *params, struct sandbox_policy *out, nsbox_error_t **err)
 {
-        static const char *const known[] = { "session_id", "image",           "limits",
-                                             "network",    "seccomp_profile", "idle_timeout_seconds",
-                                             "env",        "labels",          NULL };
+        static const char *const known[] = { "session_id",
+                                             "image",
+                                             "limits",
+                                             "network",
+                                             "seccomp_profile",
+                                             "idle_timeout_seconds",
+                                             "env",
+                                             "labels",
+                                             "idle_action",
+                                             "paused_timeout_seconds",
+                                             NULL };
         int r;
 
         *out = *defaults;
@@ -241,6 +256,17 @@ static int parse_policy(const struct sandbox_policy *defaults, const struct poli
                           &idle, err)) < 0)
                 return r;
         out->idle_timeout_seconds = (uint32_t)idle;
+        json_t *action = json_object_get(params, "idle_action");
+        if (action != NULL && !json_is_null(action)) {
+                if (!policy_valid_idle_action(json_string_value(action)))
+                        return nsbox_invalid(err, "idle_action must be \"pause\" or \"remove\"");
+                snprintf(out->idle_action, sizeof(out->idle_action), "%s", json_string_value(action));
+        }
+        uint64_t paused = out->paused_timeout_seconds;
+        if ((r = get_uint(params, "paused_timeout_seconds", "paused_timeout_seconds", 1,
+                          POLICY_MAX_PAUSED_SECONDS, &paused, err)) < 0)
+                return r;
+        out->paused_timeout_seconds = (uint32_t)paused;
 
         size_t map_bytes = 0;
         json_t *env = json_object_get(params, "env");

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* What one sandbox may do: image, limits, network, profile, idle timeout.
+/* What one sandbox may do: image, limits, network, profile, idle timeout
+ * and what idling does.
  * Built from the daemon's defaults and a client's sandbox.create params. */
 #pragma once
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "error.h"
@@ -23,6 +25,10 @@ struct sandbox_policy {
         char session_id[129];
         struct sandbox_limits limits;
         uint32_t idle_timeout_seconds;
+        /* Idle that long: "pause" (then removed after paused_timeout_seconds
+         * paused, 0: never) or "remove". */
+        char idle_action[8];
+        uint32_t paused_timeout_seconds;
         json_t *env;    /* object of strings, owned */
         json_t *labels; /* object of strings, owned */
 };
@@ -35,8 +41,10 @@ struct sandbox_policy {
 #define POLICY_MAX_PIDS         65536
 #define POLICY_MAX_CPUS         1024.0
 #define POLICY_MAX_IDLE_SECONDS (7u * 24 * 3600)
-#define POLICY_MAX_ENV_ENTRIES  1024
-#define POLICY_MAX_LABELS       64
+/* A client may keep its sandbox paused for at most this long. */
+#define POLICY_MAX_PAUSED_SECONDS (30u * 24 * 3600)
+#define POLICY_MAX_ENV_ENTRIES    1024
+#define POLICY_MAX_LABELS         64
 /* env and labels are kept in nsboxd's memory for the sandbox's life and
  * copied into every listing: bounded per key, per value and together. */
 #define POLICY_MAX_KEY_BYTES   1024
@@ -73,5 +81,7 @@ json_t *policy_limits_to_json(const struct sandbox_limits *limits);
 
 /* Names that become file names (images, profiles): [A-Za-z0-9._-], no leading dot. */
 int policy_valid_name(const char *name);
+/* "pause" or "remove". */
+bool policy_valid_idle_action(const char *action);
 /* An environment object: string keys without '=' or NUL, string values. */
 int policy_check_env(json_t *env, const char *field, nsbox_error_t **err);

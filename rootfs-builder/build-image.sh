@@ -205,11 +205,37 @@ manifest_input_hash() {
 
 # --- build steps ----------------------------------------------------------------
 
+# Run a long step with its output in $LOG, saying how far it is while it
+# runs: every 10 s a line with the step's newest log line (on a terminal,
+# one line redrawn every second). Returns the command's status.
+with_progress() {
+        local what=$1 status=0 tick=10 n=0 line
+        shift
+        "$@" >>"$LOG" 2>&1 &
+        local pid=$!
+        [ -t 1 ] && tick=1
+        while kill -0 "$pid" 2>/dev/null; do
+                sleep 1
+                n=$((n + 1))
+                [ $((n % tick)) -eq 0 ] || continue
+                line=$(tail -n 1 "$LOG" 2>/dev/null | tr -cd '[:print:]' | cut -c1-70)
+                if [ -t 1 ]; then
+                        printf '\r\033[Kimage %s: %s, %d s: %s' "$NAME" "$what" "$n" "$line"
+                else
+                        printf 'image %s: %s, %d s: %s\n' "$NAME" "$what" "$n" "$line"
+                fi
+        done
+        wait "$pid" || status=$?
+        [ -t 1 ] && printf '\r\033[K'
+        return "$status"
+}
+
 run_debootstrap() {
         local rootfs=$1
         echo "image $NAME: debootstrap $SUITE ($VARIANT, $ARCH) from $MIRROR (log: $LOG)"
-        if ! debootstrap --variant="$VARIANT" --arch="$ARCH" \
-                --cache-dir="$CACHE/debootstrap" "$SUITE" "$rootfs" "$MIRROR" >"$LOG" 2>&1; then
+        : >"$LOG"
+        if ! with_progress "debootstrap" debootstrap --variant="$VARIANT" --arch="$ARCH" \
+                --cache-dir="$CACHE/debootstrap" "$SUITE" "$rootfs" "$MIRROR"; then
                 # The target, and debootstrap's detailed log inside it, are
                 # about to be deleted; keep the log where the message points.
                 if [ -f "$rootfs/debootstrap/debootstrap.log" ]; then
@@ -242,10 +268,10 @@ install_packages() {
         # APT::Sandbox::User=root: apt would otherwise chown the partial/
         # dir of the host cache to the image's _apt uid, which means some
         # other user on the host.  Downloads are signature-checked either way.
-        chroot "$rootfs" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LC_ALL=C.UTF-8 \
-                DEBIAN_FRONTEND=noninteractive \
+        with_progress "apt-get install" chroot "$rootfs" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+                LC_ALL=C.UTF-8 DEBIAN_FRONTEND=noninteractive \
                 apt-get install -y --no-install-recommends -o APT::Sandbox::User=root \
-                "${PACKAGES[@]}" >>"$LOG" 2>&1 || status=$?
+                "${PACKAGES[@]}" || status=$?
 
         rm -f -- "$rootfs/usr/sbin/policy-rc.d"
         umount -- "$rootfs/var/cache/apt/archives"

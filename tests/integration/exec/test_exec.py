@@ -184,8 +184,8 @@ def test_exec_is_killed_when_its_client_goes_away(daemon, sandbox):
 def test_idle_sandbox_is_reaped_but_a_running_exec_keeps_it():
     d = Daemon()
     try:
-        idle = d.call("sandbox.create", idle_timeout_seconds=1)["sandbox_id"]
-        busy = d.call("sandbox.create", idle_timeout_seconds=1)["sandbox_id"]
+        idle = d.call("sandbox.create", idle_timeout_seconds=1, idle_action="remove")["sandbox_id"]
+        busy = d.call("sandbox.create", idle_timeout_seconds=1, idle_action="remove")["sandbox_id"]
         result = {}
         t = threading.Thread(target=lambda: result.update(
             r=d.call("sandbox.exec", sandbox_id=busy, argv=["sleep", "4"])))

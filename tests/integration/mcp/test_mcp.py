@@ -123,7 +123,7 @@ def test_create_run_traceback_list_remove(daemon, sdk_dir):
     assert sid not in [s["sandbox_id"] for s in r["listed_after"]["json"]["sandboxes"]]
     # A daemon refusal is a tool error the model can read, not a protocol error.
     assert r["remove_again"]["isError"] is True
-    assert r["remove_again"]["json"]["kind"] == "not_found"
+    assert r["remove_again"]["json"]["kind"] == "gone"  # removed lately: says when and why
     with pytest.raises(Exception):
         daemon.call("sandbox.info", sandbox_id=sid)
 
