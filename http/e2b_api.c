@@ -143,6 +143,10 @@ static enum MHD_Result create(struct http_request *r)
         }
         json_object_set_new(params, "idle_timeout_seconds",
                             json_integer(json_is_integer(timeout) ? json_integer_value(timeout) : 300));
+        /* E2B's sandbox ends at its timeout unless it asked to be paused */
+        json_object_set_new(
+            params, "idle_action",
+            json_string(json_is_true(json_object_get(body, "autoPause")) ? "pause" : "remove"));
         if (json_is_object(metadata))
                 json_object_set(params, "labels", metadata);
         if (json_is_object(envs))
@@ -497,6 +501,8 @@ static enum MHD_Result fork_sandbox(struct http_request *r, const char *id)
                                   ? json_integer_value(timeout)
                                   : json_integer_value(json_object_get(source, "idle_timeout_seconds")));
                 json_t *labels = json_object_get(source, "labels"), *env = json_object_get(source, "env");
+                if (json_is_string(json_object_get(source, "idle_action")))
+                        json_object_set(params, "idle_action", json_object_get(source, "idle_action"));
                 if (json_is_object(labels))
                         json_object_set(params, "labels", labels);
                 if (json_is_object(env))

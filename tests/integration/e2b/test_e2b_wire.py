@@ -338,3 +338,22 @@ def test_large_output_streams_whole_and_once(front, sbx):
                    if f == 0 and "data" in e["event"])
     assert out == b"x" * 3000000
     assert [e["event"]["end"]["exitCode"] for f, e in events if f == 0 and "end" in e["event"]] == [7]
+
+
+def test_timeout_removes_or_with_auto_pause_pauses(front):
+    """E2B's timeout ends an unused sandbox: removed (404), or paused with autoPause."""
+    made = {}
+    for auto_pause in (False, True):
+        status, _, body = call(front, "POST", "/sandboxes", {"templateID": "base", "timeout": 1, "autoPause": auto_pause},
+                               headers={"X-API-KEY": KEY_A})
+        assert status == 201, body
+        made[auto_pause] = body["sandboxID"]
+    deadline = time.monotonic() + 60
+    while True:
+        gone = call(front, "GET", "/sandboxes/" + made[False], headers={"X-API-KEY": KEY_A})[0] == 404
+        status, _, detail = call(front, "GET", "/sandboxes/" + made[True], headers={"X-API-KEY": KEY_A})
+        if gone and status == 200 and detail["state"] == "paused":
+            break
+        assert time.monotonic() < deadline, (gone, status, detail)
+        time.sleep(0.1)
+    call(front, "DELETE", "/sandboxes/" + made[True], headers={"X-API-KEY": KEY_A})

@@ -372,7 +372,7 @@ def test_a_script_without_shebang_found_on_path_gets_every_argument(daemon, sand
 def test_update_sets_the_idle_timeout(daemon):
     """sandbox.update {idle_timeout_seconds}: a sandbox made to live long is reaped
     once its idle timeout is cut short; bad values are refused."""
-    sid = daemon.call("sandbox.create", idle_timeout_seconds=3600)["sandbox_id"]
+    sid = daemon.call("sandbox.create", idle_timeout_seconds=3600, idle_action="remove")["sandbox_id"]
     try:
         for bad in (0, -1, 7 * 24 * 3600 + 1, "60", 1.5, None):
             with pytest.raises(RpcError) as e:
