@@ -73,6 +73,9 @@ struct nsbox_config {
          * seconds without a stateless call; not started in sandboxes whose
          * memory limit is below the last. */
         char *python_fork_server;
+        /* Comma-separated absolute directories: a client's mounts[].host_path
+         * must be below one of them (manager/host_mounts.c). */
+        char *host_mount_roots;
         uint32_t python_fork_server_idle_seconds;
         uint64_t python_fork_server_min_memory_bytes;
         /* Pausing (sandbox.pause): the default of what the idle reaper does

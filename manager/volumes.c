@@ -1,0 +1,404 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Named volumes: create, list, remove, and the loop-mounted ext4 a sandbox gets of one. */
+#include "volumes.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/loop.h>
+#include <linux/mount.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "daemon.h"
+#include "host_mounts.h"
+#include "json_cleanup.h"
+#include "json_file.h"
+#include "log.h"
+#include "policy.h"
+#include "rootfs.h"
+#include "size.h"
+
+#define VOLUME_RECORD "volume.json"
+#define VOLUME_IMAGE  "image"
+
+extern char **environ;
+
+static void volume_dir(uid_t owner, const char *name, char *out, size_t size)
+{
+        if (name != NULL)
+                snprintf(out, size, "%s/volumes/%u/%s", nsboxd.config.state_dir, (unsigned)owner, name);
+        else
+                snprintf(out, size, "%s/volumes/%u", nsboxd.config.state_dir, (unsigned)owner);
+}
+
+static json_t *volume_record(uid_t owner, const char *name)
+{
+        char path[4096];
+        volume_dir(owner, name, path, sizeof(path));
+        strncat(path, "/" VOLUME_RECORD, sizeof(path) - strlen(path) - 1);
+        json_t *record = json_load_file(path, JSON_REJECT_DUPLICATES, NULL);
+        if (!json_is_object(record)) {
+                json_decref(record);
+                return NULL;
+        }
+        return record;
+}
+
+bool volume_exists(uid_t owner, const char *name)
+{
+        if (!policy_valid_name(name))
+                return false;
+        _cleanup_json_ json_t *record = volume_record(owner, name);
+        return record != NULL;
+}
+
+/* Live sandboxes of owner's whose mounts name the volume. */
+static unsigned volume_users(uid_t owner, const char *name)
+{
+        unsigned n = 0;
+        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
+                if (sb->pooled || sb->owner != owner || sb->policy.mounts == NULL)
+                        continue;
+                size_t i;
+                json_t *m;
+                json_array_foreach(sb->policy.mounts, i, m)
+                {
+                        const char *v = json_string_value(json_object_get(m, "volume"));
+                        if (v != NULL && strcmp(v, name) == 0) {
+                                n++;
+                                break;
+                        }
+                }
+        }
+        return n;
+}
+
+/* The loop device already backed by the image (a sandbox uses it: the
+ * same block device, so the same ext4 superblock), opened, or -ENOENT. */
+static int loop_find(const struct stat *image, char *dev, size_t size)
+{
+        _cleanup_(closedirp) DIR *d = opendir("/sys/block");
+        if (d == NULL)
+                return -errno;
+        struct dirent *de;
+        while ((de = readdir(d)) != NULL) {
+                if (strncmp(de->d_name, "loop", 4) != 0)
+                        continue;
+                snprintf(dev, size, "/dev/%s", de->d_name);
+                int fd = open(dev, O_RDWR | O_CLOEXEC);
+                if (fd < 0)
+                        continue;
+                struct loop_info64 info;
+                if (ioctl(fd, LOOP_GET_STATUS64, &info) == 0 && info.lo_device == image->st_dev &&
+                    info.lo_inode == image->st_ino)
+                        return fd;
+                close(fd);
+        }
+        return -ENOENT;
+}
+
+/* A free loop device over the image, gone with its last user (autoclear). */
+static int loop_attach(int image, char *dev, size_t size, nsbox_error_t **err)
+{
+        _cleanup_close_ int control = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+        if (control < 0)
+                return nsbox_error(err, errno, "open /dev/loop-control (volumes need loop devices)");
+        for (int tries = 0; tries < 8; tries++) {
+                int n = ioctl(control, LOOP_CTL_GET_FREE);
+                if (n < 0)
+                        return nsbox_error(err, errno, "find a free loop device");
+                snprintf(dev, size, "/dev/loop%d", n);
+                int fd = open(dev, O_RDWR | O_CLOEXEC);
+                if (fd < 0)
+                        return nsbox_error(err, errno, "open %s", dev);
+                struct loop_config config = { .fd = (uint32_t)image };
+                config.info.lo_flags = LO_FLAGS_AUTOCLEAR;
+                if (ioctl(fd, LOOP_CONFIGURE, &config) == 0)
+                        return fd;
+                int saved = errno;
+                close(fd);
+                if (saved != EBUSY) /* taken by someone else meanwhile: another */
+                        return nsbox_error(err, saved, "attach a volume image to %s", dev);
+        }
+        return nsbox_error(err, EBUSY, "attach a volume image to a loop device");
+}
+
+static int mount_ext4(const char *dev, nsbox_error_t **err)
+{
+        _cleanup_close_ int fs = (int)syscall(SYS_fsopen, "ext4", FSOPEN_CLOEXEC);
+        if (fs < 0)
+                return nsbox_error(err, errno, "fsopen ext4");
+        if (syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "source", dev, 0) < 0 ||
+            syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+                return -errno; /* the caller says what failed */
+        int mnt = (int)syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+        if (mnt < 0)
+                return nsbox_error(err, errno, "fsmount a volume");
+        return mnt;
+}
+
+int volume_mount_tree(uid_t owner, const char *name, int userns, bool read_only, nsbox_error_t **err)
+{
+        char path[4096], dev[64];
+        if (!volume_exists(owner, name))
+                return nsbox_refuse(err, ENOENT, "no volume \"%s\" (nsbox volume ls lists yours)", name);
+        volume_dir(owner, name, path, sizeof(path));
+        strncat(path, "/" VOLUME_IMAGE, sizeof(path) - strlen(path) - 1);
+        _cleanup_close_ int image = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+        struct stat st;
+        if (image < 0 || fstat(image, &st) < 0)
+                return nsbox_error(err, errno, "open the image of volume %s", name);
+        /* The loop device found may lose its last user (autoclear) before
+         * the mount: then attach another. */
+        int mnt = -EIO;
+        for (int tries = 0; tries < 3 && mnt < 0; tries++) {
+                int loop = loop_find(&st, dev, sizeof(dev));
+                if (loop < 0 && (loop = loop_attach(image, dev, sizeof(dev), err)) < 0)
+                        return loop;
+                mnt = mount_ext4(dev, err);
+                close(loop); /* the mount holds the device now */
+                if (mnt < 0 && *err != NULL)
+                        return mnt;
+        }
+        if (mnt < 0)
+                return nsbox_error(err, -mnt, "mount volume %s", name);
+        _cleanup_close_ int tree = mnt;
+        char what[128];
+        snprintf(what, sizeof(what), "volume %s", name);
+        int r = host_mount_idmap(tree, userns, read_only, what, err);
+        if (r < 0)
+                return r;
+        return steal_fd(&tree);
+}
+
+/* mkfs.ext4 on the sparse image: its root the sandbox user's, nothing
+ * reserved for root, no discard pass over the (empty) file. */
+static int volume_mkfs(const char *dir, nsbox_error_t **err)
+{
+        char image[4096], log_path[4096];
+        snprintf(image, sizeof(image), "%s/" VOLUME_IMAGE, dir);
+        snprintf(log_path, sizeof(log_path), "%s/mkfs.log", dir);
+        char owner[64];
+        snprintf(owner, sizeof(owner), "nodiscard,root_owner=%d:%d", VOLUME_SANDBOX_USER,
+                 VOLUME_SANDBOX_USER);
+        char *const argv[] = { "mkfs.ext4", "-q", "-F", "-m", "0", "-i", "16384", "-E", owner, image, NULL };
+        posix_spawn_file_actions_t actions;
+        posix_spawn_file_actions_init(&actions);
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+        posix_spawn_file_actions_addopen(&actions, 1, log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        posix_spawn_file_actions_adddup2(&actions, 1, 2);
+        pid_t pid;
+        int r = posix_spawnp(&pid, "mkfs.ext4", &actions, NULL, argv, environ);
+        posix_spawn_file_actions_destroy(&actions);
+        if (r != 0)
+                return nsbox_error(err, r, "run mkfs.ext4 (is e2fsprogs installed?)");
+        int status;
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+                ;
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+                char line[256] = "";
+                FILE *f = fopen(log_path, "re");
+                if (f != NULL) {
+                        if (fgets(line, sizeof(line), f) != NULL)
+                                line[strcspn(line, "\n")] = '\0';
+                        fclose(f);
+                }
+                return nsbox_refuse(err, EIO, "mkfs.ext4 failed: %s", line[0] ? line : "no output");
+        }
+        unlink(log_path);
+        return 0;
+}
+
+static unsigned count_volumes(uid_t owner)
+{
+        char path[4096];
+        volume_dir(owner, NULL, path, sizeof(path));
+        _cleanup_(closedirp) DIR *d = opendir(path);
+        unsigned n = 0;
+        struct dirent *de;
+        while (d != NULL && (de = readdir(d)) != NULL)
+                n += de->d_name[0] != '.';
+        return n;
+}
+
+static int parse_size(json_t *size, uint64_t *out)
+{
+        if (json_is_integer(size) && json_integer_value(size) > 0) {
+                *out = (uint64_t)json_integer_value(size);
+                return 0;
+        }
+        if (json_is_string(size) && size_parse(json_string_value(size), out) == 0)
+                return 0;
+        return -EINVAL;
+}
+
+void volume_method_create(struct rpc_request *req, struct sandbox *sb)
+{
+        static const char *const known[] = { "name", "size", NULL };
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (!rpc_check_fields(req, known))
+                return;
+        json_t *name = json_object_get(req->msg.params, "name");
+        if (!json_is_string(name) || json_string_length(name) > POLICY_MAX_VOLUME_NAME ||
+            strlen(json_string_value(name)) != json_string_length(name) ||
+            !policy_valid_name(json_string_value(name))) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                "name must be 1 to %d bytes of [A-Za-z0-9._-], no leading dot",
+                                POLICY_MAX_VOLUME_NAME);
+                return;
+        }
+        uint64_t size;
+        if (parse_size(json_object_get(req->msg.params, "size"), &size) < 0 || size < VOLUME_MIN_BYTES ||
+            size > POLICY_MAX_DISK_BYTES) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                "size must be a byte count or a size such as \"1G\", from 16M to 1T");
+                return;
+        }
+        const char *n = json_string_value(name);
+        if (volume_exists(req->uid, n)) {
+                rpc_reply_fail(req, "exists", "you have a volume \"%s\" already", n);
+                return;
+        }
+        if (req->uid != 0 && count_volumes(req->uid) >= VOLUME_MAX_PER_UID) {
+                rpc_reply_fail(req, "limit_reached", "uid %u has %d volumes, the most one user may have",
+                               (unsigned)req->uid, VOLUME_MAX_PER_UID);
+                return;
+        }
+        char dir[4096], path[4096];
+        snprintf(path, sizeof(path), "%s/volumes", nsboxd.config.state_dir);
+        mkdir(path, 0700);
+        volume_dir(req->uid, NULL, path, sizeof(path));
+        mkdir(path, 0700);
+        volume_dir(req->uid, n, dir, sizeof(dir));
+        /* A directory without a record is a create that failed half-way. */
+        rootfs_remove_dir(dir, NULL);
+        if (mkdir(dir, 0700) < 0) {
+                rpc_reply_fail(req, "internal", "mkdir %s: %s", dir, strerror(errno));
+                return;
+        }
+        snprintf(path, sizeof(path), "%s/" VOLUME_IMAGE, dir);
+        int r = 0;
+        {
+                /* Sparse: the volume takes host disk as it is written. */
+                _cleanup_close_ int fd =
+                    open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+                if (fd < 0 || ftruncate(fd, (off_t)size) < 0)
+                        r = nsbox_error(&err, errno, "make the image %s", path);
+        }
+        _cleanup_json_ json_t *record =
+            json_pack("{s:s, s:I, s:I, s:I}", "name", n, "owner", (json_int_t)req->uid, "size_bytes",
+                      (json_int_t)size, "created_at_ms", (json_int_t)now_realtime_ms());
+        snprintf(path, sizeof(path), "%s/" VOLUME_RECORD, dir);
+        if (r == 0)
+                r = volume_mkfs(dir, &err);
+        if (r == 0)
+                r = json_file_replace(path, record, JSON_COMPACT, true, &err);
+        if (r < 0) {
+                rootfs_remove_dir(dir, NULL);
+                rpc_reply_fail(req, "internal", "volume %s: %s", n, err->message);
+                return;
+        }
+        log_limited(log_key_uid(req->uid).text, LOG_LEVEL_INFO, "volume %s: made (%llu bytes) by uid %u", n,
+                    (unsigned long long)size, req->uid);
+        rpc_reply_result(req, json_incref(record));
+}
+
+static json_t *volume_json(uid_t owner, const char *name)
+{
+        json_t *record = volume_record(owner, name);
+        if (record == NULL)
+                return NULL;
+        char path[4096];
+        struct stat st;
+        volume_dir(owner, name, path, sizeof(path));
+        strncat(path, "/" VOLUME_IMAGE, sizeof(path) - strlen(path) - 1);
+        if (stat(path, &st) == 0)
+                json_object_set_new(record, "allocated_bytes", json_integer((json_int_t)st.st_blocks * 512));
+        json_object_set_new(record, "in_use", json_integer(volume_users(owner, name)));
+        return record;
+}
+
+static void list_owner(uid_t owner, json_t *list)
+{
+        char path[4096];
+        volume_dir(owner, NULL, path, sizeof(path));
+        _cleanup_(closedirp) DIR *d = opendir(path);
+        struct dirent *de;
+        while (d != NULL && (de = readdir(d)) != NULL) {
+                json_t *v = de->d_name[0] != '.' ? volume_json(owner, de->d_name) : NULL;
+                if (v != NULL)
+                        json_array_append_new(list, v);
+        }
+}
+
+void volume_method_list(struct rpc_request *req, struct sandbox *sb)
+{
+        static const char *const known[] = { NULL };
+        if (!rpc_check_fields(req, known))
+                return;
+        json_t *list = json_array();
+        if (req->uid != 0) {
+                list_owner(req->uid, list);
+        } else {
+                /* Root, the operator, sees every user's. */
+                char path[4096];
+                snprintf(path, sizeof(path), "%s/volumes", nsboxd.config.state_dir);
+                _cleanup_(closedirp) DIR *d = opendir(path);
+                struct dirent *de;
+                while (d != NULL && (de = readdir(d)) != NULL) {
+                        char *end;
+                        unsigned long uid = strtoul(de->d_name, &end, 10);
+                        if (de->d_name[0] != '.' && *end == '\0')
+                                list_owner((uid_t)uid, list);
+                }
+        }
+        rpc_reply_result(req, json_pack("{s:o, s:i}", "volumes", list, "count", (int)json_array_size(list)));
+}
+
+void volume_method_remove(struct rpc_request *req, struct sandbox *sb)
+{
+        static const char *const known[] = { "name", NULL };
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (!rpc_check_fields(req, known))
+                return;
+        json_t *name = json_object_get(req->msg.params, "name");
+        if (!json_is_string(name)) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "name must be a string");
+                return;
+        }
+        const char *n = json_string_value(name);
+        /* Another user's volume is not found, as a missing one. */
+        if (strlen(n) != json_string_length(name) || !volume_exists(req->uid, n)) {
+                rpc_reply_fail(req, "not_found", "no volume \"%.64s\"", n);
+                return;
+        }
+        char dir[4096], path[4096], dev[64];
+        volume_dir(req->uid, n, dir, sizeof(dir));
+        snprintf(path, sizeof(path), "%s/" VOLUME_IMAGE, dir);
+        unsigned users = volume_users(req->uid, n);
+        struct stat st;
+        int loop = stat(path, &st) == 0 ? loop_find(&st, dev, sizeof(dev)) : -ENOENT;
+        if (loop >= 0)
+                close(loop);
+        if (users > 0 || loop >= 0) {
+                rpc_reply_fail(req, "busy", "volume %s is mounted in %u live sandbox(es); remove them first",
+                               n, users ? users : 1);
+                return;
+        }
+        if (rootfs_remove_dir(dir, &err) < 0) {
+                rpc_reply_fail(req, "internal", "%s", err->message);
+                return;
+        }
+        log_limited(log_key_uid(req->uid).text, LOG_LEVEL_INFO, "volume %s: removed by uid %u", n, req->uid);
+        rpc_reply_result(req, json_pack("{s:s, s:b}", "name", n, "removed", 1));
+}
