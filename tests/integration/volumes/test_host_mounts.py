@@ -5,13 +5,14 @@ credentials below the operator's host_mount_roots, never through a symlink,
 idmapped so that what the sandbox makes belongs to the client on the host,
 read-only unless asked."""
 import os
+import subprocess
 import shutil
 import tempfile
 import threading
 
 import pytest
 
-from conftest import Daemon
+from conftest import BUILD, Daemon
 from nsbox_client import as_uid
 
 pytestmark = pytest.mark.hostroot("a client of another uid, and host directories it owns")
@@ -177,3 +178,29 @@ def test_a_root_outside_host_mount_roots_is_refused(daemon):
     sid, error = create_as(daemon, USER, [{"host_path": "/var/tmp", "path": "/mnt/x"}])
     assert sid is None and error["data"]["kind"] == "permission_denied", error
     assert "host_mount_roots" in error["message"], error
+
+
+def test_nsbox_run_v_pwd_edits_a_project_as_its_owner(daemon, root):
+    """The opencode-style use: a project checked out on the host, `nsbox run
+    -v $PWD:/workspace/project:rw` from inside it; the agent's edits and new
+    files are the user's on the host."""
+    project = owned_dir(root, "checkout", USER)
+    with open(os.path.join(project, "app.py"), "w") as f:
+        f.write("x = 1\n")
+    os.chown(os.path.join(project, "app.py"), USER, USER)
+
+    def drop():
+        os.setgroups([])
+        os.setgid(USER)
+        os.setuid(USER)
+    script = ("cd /workspace/project && sed -i s/1/2/ app.py && mkdir -p tests && "
+              "echo 'def test(): pass' > tests/test_app.py && ls -n")
+    p = subprocess.run([os.path.join(BUILD, "nsbox"), "--socket", daemon.socket, "run", "-v",
+                        ".:/workspace/project:rw", "--", "sh", "-c", script],
+                       cwd=project, preexec_fn=drop, capture_output=True, timeout=120)
+    assert p.returncode == 0, p
+    assert b"1000 1000" in p.stdout, p.stdout  # in the sandbox: the sandbox user's
+    assert open(os.path.join(project, "app.py")).read() == "x = 2\n"
+    for path in ["app.py", "tests", "tests/test_app.py"]:
+        st = os.stat(os.path.join(project, path))
+        assert (st.st_uid, st.st_gid) == (USER, USER), (path, st.st_uid, st.st_gid)
