@@ -156,7 +156,7 @@ def test_volume_create_refuses_bad_input(daemon, params, says):
     ({"volume": "v", "host_path": "/tmp", "path": "/x"}, "one of volume or host_path"),
     ({"path": "/x"}, "one of volume or host_path"),
     ({"volume": "v", "path": "/x", "read_only": "yes"}, "read_only must be a boolean"),
-    ({"volume": "v", "path": "/x", "mode": 1}, "unknown field"),
+    ({"volume": "v", "path": "/x", "mode": 1}, "unknown field \"mode\" in mounts[0]"),
 ])
 def test_mount_paths_are_checked(daemon, mount, says):
     e = error_of(daemon.call, "sandbox.create", mounts=[mount])
