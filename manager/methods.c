@@ -239,6 +239,11 @@ static void sandbox_method_create(struct rpc_request *req, struct sandbox *sb)
                 policy_clear(&policy);
                 return;
         }
+        if (policy.mounts != NULL && userns_active()) {
+                rpc_reply_fail(req, "unavailable", "%s", VOLUMES_USERNS_REFUSAL);
+                policy_clear(&policy);
+                return;
+        }
         if (!image_usable(policy.image, req->uid)) {
                 rpc_reply_fail(req, "invalid_params",
                                "no image \"%s\" in %s (nsbox images lists those you may use)", policy.image,

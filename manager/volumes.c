@@ -27,6 +27,7 @@
 #include "policy.h"
 #include "rootfs.h"
 #include "size.h"
+#include "userns.h"
 
 #define VOLUME_RECORD "volume.json"
 #define VOLUME_IMAGE  "image"
@@ -262,6 +263,10 @@ void volume_method_create(struct rpc_request *req, struct sandbox *sb)
             size > POLICY_MAX_DISK_BYTES) {
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
                                 "size must be a byte count or a size such as \"1G\", from 16M to 1T");
+                return;
+        }
+        if (userns_active()) {
+                rpc_reply_fail(req, "unavailable", "%s", VOLUMES_USERNS_REFUSAL);
                 return;
         }
         const char *n = json_string_value(name);

@@ -17,6 +17,14 @@
 #define VOLUME_MIN_BYTES    (16ull << 20)
 #define VOLUME_MAX_PER_UID  64
 
+/* Why mounts are refused by an nsboxd in a user namespace (rootless or
+ * nested): no loop devices, no ext4 mounts, no idmapped clones of host
+ * directories there. */
+#define VOLUMES_USERNS_REFUSAL                                                                     \
+        "volumes and host directory mounts need nsboxd running as host root: in a user namespace " \
+        "(rootless or nested mode) it can make no loop devices, mount no ext4 and idmap no host "  \
+        "directory; copy files in and out instead (nsbox cp, fs.write, fs.read)"
+
 void volume_method_create(struct rpc_request *req, struct sandbox *sb);
 void volume_method_list(struct rpc_request *req, struct sandbox *sb);
 void volume_method_remove(struct rpc_request *req, struct sandbox *sb);
