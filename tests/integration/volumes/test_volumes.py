@@ -99,6 +99,8 @@ def test_two_sandboxes_share_a_volume_each_with_its_own_ids(daemon):
         e = error_of(daemon.call, "volume.remove", name="shared")
         assert e.kind == "busy", e.error
         assert daemon.call("volume.list")["volumes"][0]["in_use"] == 2
+        assert daemon.call("sandbox.info", sandbox_id=a)["mounts"] == [
+            {"volume": "shared", "path": "/data", "read_only": False}]
     finally:
         remove(daemon, a, b)
     daemon.call("volume.remove", name="shared")
@@ -185,3 +187,21 @@ def test_cli_volume_commands_and_create_v(daemon):
         remove(daemon, sid)
     r = daemon.cli("volume", "rm", "clivol")
     assert r.returncode == 0, r.stderr
+
+
+def test_the_file_api_says_it_does_not_reach_a_volume(daemon):
+    """fs.* stays on the sandbox's own root file system (it never crosses a
+    mount: /proc there would be nsboxd's); on a volume it says so and what to
+    use instead, and writes nothing."""
+    daemon.call("volume.create", name="files", size="16M")
+    sid = create(daemon, mounts=[{"volume": "files", "path": "/data"}])
+    try:
+        for method, params in [("fs.write", {"path": "/data/f.txt", "content": "x"}),
+                               ("fs.mkdir", {"path": "/data/dir"}),
+                               ("fs.list", {"path": "/data"})]:
+            e = error_of(daemon.call, method, sandbox_id=sid, **params)
+            assert "its volumes and host directories" in str(e) and "sandbox.exec" in str(e), e.error
+        assert sh(daemon, sid, "ls -A /data")["stdout"] == "lost+found\n"
+    finally:
+        remove(daemon, sid)
+    daemon.call("volume.remove", name="files")
