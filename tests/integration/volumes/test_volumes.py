@@ -205,3 +205,29 @@ def test_the_file_api_says_it_does_not_reach_a_volume(daemon):
     finally:
         remove(daemon, sid)
     daemon.call("volume.remove", name="files")
+
+
+def test_mcp_create_sandbox_mounts_a_volume(daemon):
+    from test_mcp import McpProcess, init_params
+    daemon.call("volume.create", name="mcpvol", size="16M")
+    m = McpProcess(daemon.socket)
+    try:
+        m.request("initialize", init_params("2025-11-25"))
+        r = m.request("tools/call", {"name": "create_sandbox", "arguments": {
+            "session_id": "mcp-volume", "mounts": [{"volume": "mcpvol", "path": "/workspace/v"}]}})
+        assert r["result"].get("isError") is not True, r
+        r = m.request("tools/call", {"name": "shell_execute", "arguments": {
+            "session_id": "mcp-volume", "command": "echo via mcp > /workspace/v/f && stat -c %U /workspace/v/f"}})
+        assert "sandbox" in r["result"]["content"][0]["text"], r
+        assert m.close()[0] == 0
+    finally:
+        if m.proc.poll() is None:
+            m.proc.kill()
+            m.proc.wait()
+        for s in daemon.call("sandbox.list")["sandboxes"]:
+            if s["session_id"] == "mcp-volume":
+                remove(daemon, s["sandbox_id"])
+    sid = create(daemon, mounts=[{"volume": "mcpvol", "path": "/v"}])
+    assert sh(daemon, sid, "cat /v/f")["stdout"] == "via mcp\n"
+    remove(daemon, sid)
+    daemon.call("volume.remove", name="mcpvol")
