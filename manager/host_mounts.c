@@ -198,8 +198,11 @@ int host_mount_userns(uid_t disk_uid, gid_t disk_gid, uid_t uid, gid_t gid, nsbo
         char path[64], uid_map[64], gid_map[64];
         snprintf(uid_map, sizeof(uid_map), "%u %u 1\n", (unsigned)disk_uid, (unsigned)uid);
         snprintf(gid_map, sizeof(gid_map), "%u %u 1\n", (unsigned)disk_gid, (unsigned)gid);
-        static const char *const files[] = { "uid_map", "gid_map" };
-        const char *const texts[] = { uid_map, gid_map };
+        /* setgroups "deny": writing gid_map then needs no CAP_SETGID over
+         * the parent namespace (nsboxd in a user namespace may lack it), and
+         * nothing ever runs in this namespace to want groups. */
+        static const char *const files[] = { "setgroups", "uid_map", "gid_map" };
+        const char *const texts[] = { "deny", uid_map, gid_map };
         int r = 0;
         for (size_t i = 0; i < ARRAY_SIZE(files) && r == 0; i++) {
                 snprintf(path, sizeof(path), "/proc/%d/%s", pid, files[i]);

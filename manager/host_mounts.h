@@ -20,9 +20,10 @@
 int host_mount_open(uid_t caller, const char *path, bool read_only, nsbox_error_t **err);
 
 /* A user namespace that maps one id, on-disk `disk_uid`/`disk_gid` to the
- * kernel ids `uid`/`gid`: an idmapped mount through it shows the caller's
- * files as the sandbox user's, and stores what that user makes as the
- * caller's. Returns its fd or a negative errno. */
+ * kernel ids `uid`/`gid`, for idmapped mounts: through it a host directory
+ * shows the caller's files as the sandbox user's, and stores what that user
+ * makes as the caller's (uidmode.c probes idmapped mounts with one too).
+ * Returns its fd or a negative errno. */
 int host_mount_userns(uid_t disk_uid, gid_t disk_gid, uid_t uid, gid_t gid, nsbox_error_t **err);
 
 /* The caller's primary gid (its passwd entry's; without one, its uid). */
