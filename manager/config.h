@@ -90,6 +90,9 @@ struct nsbox_config {
         uint64_t layer_disk_bytes;
         unsigned max_snapshots_per_uid;
         unsigned max_images_per_uid;
+        /* Volumes are sparse: their sizes are promises of host disk. What one
+         * non-root uid's add up to at most (0: the state dir's file system). */
+        uint64_t volume_bytes_per_uid;
         /* Their inodes: empty files, symlinks and FIFOs cost no bytes, yet
          * each is an inode of the state dir's file system. In all, of one
          * non-root uid, of one snapshot or image. */

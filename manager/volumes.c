@@ -14,6 +14,7 @@
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -220,16 +221,35 @@ static int volume_mkfs(const char *dir, nsbox_error_t **err)
         return 0;
 }
 
-static unsigned count_volumes(uid_t owner)
+/* owner's volumes: how many, and their sizes together. */
+static unsigned count_volumes(uid_t owner, uint64_t *bytes)
 {
         char path[4096];
         volume_dir(owner, NULL, path, sizeof(path));
         _cleanup_(closedirp) DIR *d = opendir(path);
         unsigned n = 0;
         struct dirent *de;
-        while (d != NULL && (de = readdir(d)) != NULL)
-                n += de->d_name[0] != '.';
+        *bytes = 0;
+        while (d != NULL && (de = readdir(d)) != NULL) {
+                if (de->d_name[0] == '.')
+                        continue;
+                n++;
+                _cleanup_json_ json_t *record = volume_record(owner, de->d_name);
+                json_int_t size = json_integer_value(json_object_get(record, "size_bytes"));
+                *bytes += size > 0 ? (uint64_t)size : 0;
+        }
         return n;
+}
+
+/* volume_bytes_per_uid, or the size of the state dir's file system. */
+static uint64_t volume_bytes_ceiling(void)
+{
+        if (nsboxd.config.volume_bytes_per_uid != 0)
+                return nsboxd.config.volume_bytes_per_uid;
+        struct statvfs st;
+        if (statvfs(nsboxd.config.state_dir, &st) < 0)
+                return UINT64_MAX;
+        return (uint64_t)st.f_blocks * st.f_frsize;
 }
 
 static int parse_size(json_t *size, uint64_t *out)
@@ -274,9 +294,21 @@ void volume_method_create(struct rpc_request *req, struct sandbox *sb)
                 rpc_reply_fail(req, "exists", "you have a volume \"%s\" already", n);
                 return;
         }
-        if (req->uid != 0 && count_volumes(req->uid) >= VOLUME_MAX_PER_UID) {
+        uint64_t held;
+        unsigned n_held = count_volumes(req->uid, &held);
+        if (req->uid != 0 && n_held >= VOLUME_MAX_PER_UID) {
                 rpc_reply_fail(req, "limit_reached", "uid %u has %d volumes, the most one user may have",
                                (unsigned)req->uid, VOLUME_MAX_PER_UID);
+                return;
+        }
+        uint64_t ceiling = volume_bytes_ceiling();
+        if (req->uid != 0 && (size > ceiling || held > ceiling - size)) {
+                char a[SIZE_FORMAT_MAX], b[SIZE_FORMAT_MAX], c[SIZE_FORMAT_MAX];
+                rpc_reply_fail(req, "limit_reached",
+                               "uid %u's volumes hold %s; %s more is over the %s one user's volumes may have "
+                               "together (volume_bytes_per_uid)",
+                               (unsigned)req->uid, size_format(held, a, sizeof(a)),
+                               size_format(size, b, sizeof(b)), size_format(ceiling, c, sizeof(c)));
                 return;
         }
         char dir[4096], path[4096];

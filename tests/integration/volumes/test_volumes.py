@@ -26,7 +26,8 @@ def state_dir():
 
 
 def start(state_dir):
-    d = Daemon(extra_args=["--state-dir", state_dir])
+    # Volumes are sparse: what a non-root uid's add up to is bounded (96 MiB here).
+    d = Daemon(extra_args=["--state-dir", state_dir], env={"NSBOX_VOLUME_BYTES_PER_UID": str(96 << 20)})
     os.chmod(d.socket, 0o666)  # in production: membership of group nsbox
     return d
 
@@ -136,6 +137,21 @@ def test_another_uids_volume_is_not_found(daemon):
         assert out[0]["result"]["owner"] == OTHER_UID and out[1]["result"]["removed"], out
     finally:
         daemon.call("volume.remove", name="mine")
+
+
+def test_a_uids_volumes_are_bounded_together(daemon):
+    out = as_uid(OTHER_UID, daemon.socket, [
+        ["volume.create", {"name": "a", "size": "64M"}],
+        ["volume.create", {"name": "b", "size": "64M"}],
+        ["volume.create", {"name": "c", "size": "32M"}],
+        ["volume.remove", {"name": "a"}],
+        ["volume.remove", {"name": "c"}],
+    ])
+    assert out[0]["result"]["size_bytes"] == 64 << 20, out[0]
+    assert out[1]["error"]["data"]["kind"] == "limit_reached", out[1]
+    assert "volume_bytes_per_uid" in out[1]["error"]["message"], out[1]
+    assert out[2]["result"]["size_bytes"] == 32 << 20, out[2]
+    assert all("result" in o for o in out[3:]), out
 
 
 @pytest.mark.parametrize("params, says", [
