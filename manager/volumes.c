@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <linux/loop.h>
 #include <linux/mount.h>
 #include <spawn.h>
@@ -15,6 +16,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/epoll.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -183,14 +185,91 @@ int volume_mount_tree(uid_t owner, const char *name, int userns, bool read_only,
         return steal_fd(&tree);
 }
 
-/* mkfs.ext4 on the sparse image: its root the sandbox user's, nothing
- * reserved for root, no discard pass over the (empty) file. */
-static int volume_mkfs(const char *dir, nsbox_error_t **err)
+/* A volume being made: mkfs.ext4 runs beside the loop, whose pidfd says
+ * when it is done; then the record is written and the client answered. */
+struct volume_making {
+        struct volume_making *next;
+        struct rpc_request *req;
+        uid_t owner;
+        char name[POLICY_MAX_VOLUME_NAME + 1];
+        uint64_t size;
+        pid_t pid;
+};
+static struct volume_making *making;
+
+static struct volume_making *making_find(uid_t owner, const char *name)
 {
-        char image[4096], log_path[4096];
+        for (struct volume_making *m = making; m != NULL; m = m->next)
+                if (m->owner == owner && strcmp(m->name, name) == 0)
+                        return m;
+        return NULL;
+}
+
+static void making_done(struct volume_making *m)
+{
+        for (struct volume_making **p = &making; *p != NULL; p = &(*p)->next) {
+                if (*p == m) {
+                        *p = m->next;
+                        break;
+                }
+        }
+        free(m);
+}
+
+/* The first line mkfs.ext4 wrote, for the message of its failure. */
+static void mkfs_said(const char *log_path, char *line, size_t size)
+{
+        line[0] = '\0';
+        FILE *f = fopen(log_path, "re");
+        if (f == NULL)
+                return;
+        if (fgets(line, (int)size, f) != NULL)
+                line[strcspn(line, "\n")] = '\0';
+        fclose(f);
+}
+
+static void on_mkfs_exit(struct loop_source *source, uint32_t events)
+{
+        struct volume_making *m = source->data;
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        siginfo_t info = { 0 };
+        waitid(P_PIDFD, source->fd, &info, WEXITED);
+        loop_remove(nsboxd.loop, source);
+        char dir[4096], path[4096], line[256];
+        volume_dir(m->owner, m->name, dir, sizeof(dir));
+        snprintf(path, sizeof(path), "%s/mkfs.log", dir);
+        int r = 0;
+        if (info.si_code != CLD_EXITED || info.si_status != 0) {
+                mkfs_said(path, line, sizeof(line));
+                r = nsbox_refuse(&err, EIO, "mkfs.ext4 failed: %s", line[0] ? line : "no output");
+        }
+        unlink(path);
+        _cleanup_json_ json_t *record =
+            json_pack("{s:s, s:I, s:I, s:I}", "name", m->name, "owner", (json_int_t)m->owner, "size_bytes",
+                      (json_int_t)m->size, "created_at_ms", (json_int_t)now_realtime_ms());
+        snprintf(path, sizeof(path), "%s/" VOLUME_RECORD, dir);
+        if (r == 0)
+                r = json_file_replace(path, record, JSON_COMPACT, true, &err);
+        if (r < 0) {
+                rootfs_remove_dir(dir, NULL);
+                rpc_reply_fail(m->req, "internal", "volume %s: %s", m->name, err->message);
+        } else {
+                log_limited(log_key_uid(m->owner).text, LOG_LEVEL_INFO,
+                            "volume %s: made (%llu bytes) by uid %u", m->name, (unsigned long long)m->size,
+                            m->owner);
+                rpc_reply_result(m->req, json_incref(record));
+        }
+        making_done(m);
+}
+
+/* Start mkfs.ext4 on the sparse image in dir: its root the sandbox user's,
+ * nothing reserved for root, no discard pass over the (empty) file.
+ * Returns its pidfd, or a negative errno. */
+static int mkfs_start(const char *dir, pid_t *pid, nsbox_error_t **err)
+{
+        char image[4096], log_path[4096], owner[64];
         snprintf(image, sizeof(image), "%s/" VOLUME_IMAGE, dir);
         snprintf(log_path, sizeof(log_path), "%s/mkfs.log", dir);
-        char owner[64];
         snprintf(owner, sizeof(owner), "nodiscard,root_owner=%d:%d", VOLUME_SANDBOX_USER,
                  VOLUME_SANDBOX_USER);
         char *const argv[] = { "mkfs.ext4", "-q", "-F", "-m", "0", "-i", "16384", "-E", owner, image, NULL };
@@ -199,26 +278,17 @@ static int volume_mkfs(const char *dir, nsbox_error_t **err)
         posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
         posix_spawn_file_actions_addopen(&actions, 1, log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         posix_spawn_file_actions_adddup2(&actions, 1, 2);
-        pid_t pid;
-        int r = posix_spawnp(&pid, "mkfs.ext4", &actions, NULL, argv, environ);
+        int r = posix_spawnp(pid, "mkfs.ext4", &actions, NULL, argv, environ);
         posix_spawn_file_actions_destroy(&actions);
         if (r != 0)
                 return nsbox_error(err, r, "run mkfs.ext4 (is e2fsprogs installed?)");
-        int status;
-        while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-                ;
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-                char line[256] = "";
-                FILE *f = fopen(log_path, "re");
-                if (f != NULL) {
-                        if (fgets(line, sizeof(line), f) != NULL)
-                                line[strcspn(line, "\n")] = '\0';
-                        fclose(f);
-                }
-                return nsbox_refuse(err, EIO, "mkfs.ext4 failed: %s", line[0] ? line : "no output");
+        int pidfd = (int)syscall(SYS_pidfd_open, *pid, 0);
+        if (pidfd < 0) {
+                r = nsbox_error(err, errno, "pidfd of mkfs.ext4");
+                kill(*pid, SIGKILL);
+                waitpid(*pid, NULL, 0);
         }
-        unlink(log_path);
-        return 0;
+        return pidfd < 0 ? r : pidfd;
 }
 
 /* owner's volumes: how many, and their sizes together. */
@@ -238,6 +308,9 @@ static unsigned count_volumes(uid_t owner, uint64_t *bytes)
                 json_int_t size = json_integer_value(json_object_get(record, "size_bytes"));
                 *bytes += size > 0 ? (uint64_t)size : 0;
         }
+        for (struct volume_making *m = making; m != NULL; m = m->next)
+                if (m->owner == owner)
+                        *bytes += m->size; /* its directory is counted above */
         return n;
 }
 
@@ -290,7 +363,7 @@ void volume_method_create(struct rpc_request *req, struct sandbox *sb)
                 return;
         }
         const char *n = json_string_value(name);
-        if (volume_exists(req->uid, n)) {
+        if (volume_exists(req->uid, n) || making_find(req->uid, n) != NULL) {
                 rpc_reply_fail(req, "exists", "you have a volume \"%s\" already", n);
                 return;
         }
@@ -324,7 +397,7 @@ void volume_method_create(struct rpc_request *req, struct sandbox *sb)
                 return;
         }
         snprintf(path, sizeof(path), "%s/" VOLUME_IMAGE, dir);
-        int r = 0;
+        int r = 0, pidfd = -1;
         {
                 /* Sparse: the volume takes host disk as it is written. */
                 _cleanup_close_ int fd =
@@ -332,22 +405,29 @@ void volume_method_create(struct rpc_request *req, struct sandbox *sb)
                 if (fd < 0 || ftruncate(fd, (off_t)size) < 0)
                         r = nsbox_error(&err, errno, "make the image %s", path);
         }
-        _cleanup_json_ json_t *record =
-            json_pack("{s:s, s:I, s:I, s:I}", "name", n, "owner", (json_int_t)req->uid, "size_bytes",
-                      (json_int_t)size, "created_at_ms", (json_int_t)now_realtime_ms());
-        snprintf(path, sizeof(path), "%s/" VOLUME_RECORD, dir);
-        if (r == 0)
-                r = volume_mkfs(dir, &err);
-        if (r == 0)
-                r = json_file_replace(path, record, JSON_COMPACT, true, &err);
+        struct volume_making *m = r == 0 ? calloc(1, sizeof(*m)) : NULL;
+        if (r == 0 && m == NULL)
+                r = nsbox_error(&err, ENOMEM, "volume");
+        if (r == 0 && (pidfd = mkfs_start(dir, &m->pid, &err)) < 0)
+                r = pidfd;
+        if (r == 0 && loop_add(nsboxd.loop, pidfd, EPOLLIN, on_mkfs_exit, m) == NULL) {
+                r = nsbox_error(&err, errno, "watch mkfs.ext4");
+                kill(m->pid, SIGKILL);
+                waitpid(m->pid, NULL, 0);
+                close(pidfd);
+        }
         if (r < 0) {
+                free(m);
                 rootfs_remove_dir(dir, NULL);
                 rpc_reply_fail(req, "internal", "volume %s: %s", n, err->message);
                 return;
         }
-        log_limited(log_key_uid(req->uid).text, LOG_LEVEL_INFO, "volume %s: made (%llu bytes) by uid %u", n,
-                    (unsigned long long)size, req->uid);
-        rpc_reply_result(req, json_incref(record));
+        m->req = req;
+        m->owner = req->uid;
+        m->size = size;
+        snprintf(m->name, sizeof(m->name), "%s", n);
+        m->next = making;
+        making = m;
 }
 
 static json_t *volume_json(uid_t owner, const char *name)

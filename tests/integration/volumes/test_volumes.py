@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 
 import pytest
 
@@ -137,6 +138,26 @@ def test_another_uids_volume_is_not_found(daemon):
         assert out[0]["result"]["owner"] == OTHER_UID and out[1]["result"]["removed"], out
     finally:
         daemon.call("volume.remove", name="mine")
+
+
+def test_creates_of_one_name_at_once_make_one_volume(daemon):
+    """mkfs.ext4 runs beside nsboxd's loop: creates of the same name while it
+    runs are told the volume exists, never given a half-made one."""
+    results = []
+
+    def make():
+        try:
+            results.append(daemon.call("volume.create", name="once", size="256M")["name"])
+        except RpcError as e:
+            results.append(e.kind)
+    threads = [threading.Thread(target=make) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == ["exists"] * 5 + ["once"], results
+    assert [v["name"] for v in daemon.call("volume.list")["volumes"]] == ["once"]
+    daemon.call("volume.remove", name="once")
 
 
 def test_a_uids_volumes_are_bounded_together(daemon):
