@@ -123,7 +123,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libnsbox.a
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
 # Suites with their own setup keep their rules beside their tests.
-include tests/vm/vm.mk tests/fuzz/fuzz.mk tests/mcp/mcp.mk tests/bench/bench.mk deploy/kubernetes/deploy.mk tests/integration/userns.mk
+include tests/vm/vm.mk tests/fuzz/fuzz.mk tests/mcp/mcp.mk tests/e2b/e2b.mk tests/bench/bench.mk deploy/kubernetes/deploy.mk tests/integration/userns.mk
 
 # --- setup -----------------------------------------------------------------
 # Install only what is missing, non-interactively; `apt-get update` only when

@@ -18,6 +18,7 @@
 #include "events.h"
 #include "exec.h"
 #include "fs_api.h"
+#include "fs_watch.h"
 #include "images.h"
 #include "json_cleanup.h"
 #include "log.h"
@@ -29,6 +30,7 @@
 #include "sandbox_pause.h"
 #include "shell.h"
 #include "snapshot.h"
+#include "state.h"
 #include "uidmode.h"
 #include "userns.h"
 #include "version.h"
@@ -349,11 +351,19 @@ static void reply_egress_error(struct rpc_request *req, int r, const nsbox_error
                                "%s", err->message);
 }
 
-/* What may change in a live sandbox: its network policy. */
+/* What may change in a live sandbox: its network policy and its idle timeout. */
 static void sandbox_method_update(struct rpc_request *req, struct sandbox *sb)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
         json_t *network = json_object_get(req->msg.params, "network");
+        json_t *idle = json_object_get(req->msg.params, "idle_timeout_seconds");
+        if (idle != NULL && (!json_is_integer(idle) || json_integer_value(idle) < 1 ||
+                             json_integer_value(idle) > POLICY_MAX_IDLE_SECONDS)) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                "idle_timeout_seconds must be an integer from 1 to %u",
+                                POLICY_MAX_IDLE_SECONDS);
+                return;
+        }
         if (network != NULL) {
                 char name[sizeof(sb->policy.network)];
                 _cleanup_json_ json_t *custom = NULL;
@@ -373,6 +383,11 @@ static void sandbox_method_update(struct rpc_request *req, struct sandbox *sb)
                 }
                 log_limited(log_key_uid(req->uid).text, LOG_LEVEL_INFO,
                             "sandbox %s: network set to %s by uid %u", sb->id, name, req->uid);
+        }
+        if (idle != NULL) {
+                sb->policy.idle_timeout_seconds = (uint32_t)json_integer_value(idle);
+                if (state_save(sb, &err) < 0)
+                        log_warn("sandbox %s: %s", sb->id, err->message);
         }
         sandbox_touch(sb);
         json_t *info = sandbox_json(sb, false);
@@ -568,7 +583,8 @@ static const struct method methods[] = {
         { "sandbox.stats", sandbox_method_stats, M_FIND, PARAMS("sandbox_id") },
         { "events.subscribe", events_method_subscribe, M_FIND, PARAMS("sandbox_id") },
         { "sandbox.remove", sandbox_method_remove, M_SANDBOX, PARAMS("sandbox_id", "force") },
-        { "sandbox.update", sandbox_method_update, M_SANDBOX, PARAMS("sandbox_id", "network") },
+        { "sandbox.update", sandbox_method_update, M_SANDBOX,
+          PARAMS("sandbox_id", "network", "idle_timeout_seconds") },
         { "sandbox.expose", sandbox_method_expose, M_SANDBOX, PARAMS("sandbox_id", "port") },
         { "sandbox.unexpose", sandbox_method_unexpose, M_SANDBOX, PARAMS("sandbox_id", "port") },
         { "sandbox.pause", sandbox_method_pause, M_SANDBOX, PARAMS("sandbox_id", "force") },
@@ -601,6 +617,7 @@ static const struct method methods[] = {
         { "fs.rename", fs_method_rename, M_SANDBOX | M_TOUCH, NULL },
         { "fs.symlink", fs_method_symlink, M_SANDBOX | M_TOUCH, NULL },
         { "fs.chmod", fs_method_chmod, M_SANDBOX | M_TOUCH, NULL },
+        { "fs.watch", fs_method_watch, M_SANDBOX | M_TOUCH, NULL },
         { "shell.create", shell_method_create, M_FIND | M_RESUME, NULL },
         { "shell.run", shell_method_run, M_FIND | M_RESUME, NULL },
         { "shell.check", shell_method_check, M_FIND, NULL },

@@ -32,6 +32,7 @@
 #include "egress.h"
 #include "events.h"
 #include "exec.h"
+#include "fs_watch.h"
 #include "log.h"
 #include "profiles.h"
 #include "size.h"
@@ -296,6 +297,7 @@ static void sandbox_finalize(struct sandbox *sb)
                 sb->pidfd = NULL;
         }
         exec_sandbox_gone(sb);
+        fs_watch_sandbox_gone(sb);
         egress_detach(sb, false);
         if (sb->cgroup != NULL) {
                 cgroup_sandbox_destroy(sb->cgroup);
