@@ -268,3 +268,21 @@ def test_mcp_create_sandbox_mounts_a_volume(daemon):
     assert sh(daemon, sid, "cat /v/f")["stdout"] == "via mcp\n"
     remove(daemon, sid)
     daemon.call("volume.remove", name="mcpvol")
+
+
+def test_a_snapshot_holds_the_sandbox_layer_never_its_volume(daemon):
+    daemon.call("volume.create", name="snapvol", size="16M")
+    sid = create(daemon, mounts=[{"volume": "snapvol", "path": "/workspace/v"}])
+    try:
+        sh(daemon, sid, "echo on the volume > /workspace/v/f && echo in the layer > /workspace/g")
+        snap = daemon.call("sandbox.snapshot", sandbox_id=sid)["snapshot_id"]
+        fork = create(daemon, from_snapshot=snap)
+        try:
+            out = sh(daemon, fork, "cat /workspace/g; ls -A /workspace/v")["stdout"]
+            assert out == "in the layer\n", out
+        finally:
+            remove(daemon, fork)
+        daemon.call("snapshot.remove", snapshot_id=snap)
+    finally:
+        remove(daemon, sid)
+    daemon.call("volume.remove", name="snapvol")
