@@ -78,6 +78,47 @@ int cli_network_option(json_t *params, int opt, const char *arg)
         return 0;
 }
 
+/* -v SRC:PATH[:ro|:rw], docker's form: SRC a volume name, or a host
+ * directory when it holds a slash or is "." (made absolute here, symlinks
+ * resolved: nsboxd refuses a path through one). Without a mode nsboxd's
+ * default: a volume writable, a host directory read-only. */
+static int add_mount(json_t *params, const char *arg)
+{
+        _cleanup_free_ char *spec = strdup(arg);
+        if (spec == NULL)
+                return cli_fail("out of memory");
+        char *path = strchr(spec, ':');
+        if (path == NULL || path == spec || path[1] != '/')
+                return cli_fail("bad -v \"%s\" (use VOLUME:/PATH or /HOST/DIR:/PATH, then :ro or :rw)", arg);
+        *path++ = '\0';
+        char *mode = strchr(path, ':');
+        if (mode != NULL) {
+                *mode++ = '\0';
+                if (strcmp(mode, "ro") != 0 && strcmp(mode, "rw") != 0)
+                        return cli_fail("bad -v \"%s\": the mode is ro or rw", arg);
+        }
+        json_t *m = json_pack("{s:s}", "path", path);
+        if (strchr(spec, '/') != NULL || strcmp(spec, ".") == 0 || strcmp(spec, "..") == 0) {
+                char host[PATH_MAX];
+                if (realpath(spec, host) == NULL) {
+                        json_decref(m);
+                        return cli_fail("-v %s: %s", spec, strerror(errno));
+                }
+                json_object_set_new(m, "host_path", json_string(host));
+        } else {
+                json_object_set_new(m, "volume", json_string(spec));
+        }
+        if (mode != NULL)
+                json_object_set_new(m, "read_only", json_boolean(strcmp(mode, "ro") == 0));
+        json_t *mounts = json_object_get(params, "mounts");
+        if (mounts == NULL) {
+                mounts = json_array();
+                json_object_set_new(params, "mounts", mounts);
+        }
+        json_array_append_new(mounts, m);
+        return 0;
+}
+
 int cli_create_option(json_t *params, int opt, const char *arg)
 {
         unsigned long long n;
@@ -150,6 +191,8 @@ int cli_create_option(json_t *params, int opt, const char *arg)
         case CLI_OPT_NETWORK:
         case CLI_OPT_NETWORK_POLICY:
                 return cli_network_option(params, opt, arg);
+        case CLI_OPT_MOUNT:
+                return add_mount(params, arg) == 0 ? 0 : EXIT_NSBOX_FAILED;
         default:
                 return 1;
         }
@@ -174,7 +217,7 @@ int cmd_create(const struct cli *cli, int argc, char **argv)
         _cleanup_json_ json_t *params = json_object();
         int opt;
         optind = 1;
-        while ((opt = cli_getopt(cli, argc, argv, "", longopts)) != -1) {
+        while ((opt = cli_getopt(cli, argc, argv, "v:", longopts)) != -1) {
                 if (opt < -1)
                         return cli_opt_exit(opt);
                 int r = cli_create_option(params, opt, optarg);

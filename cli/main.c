@@ -37,7 +37,8 @@ static const struct command commands[] = {
         { "create", cmd_create,
           "nsbox create [--session ID] [--memory 512M] [--pids N] [--cpus F] [--disk 1G] [--idle-timeout "
           "SEC] "
-          "[--env K=V]... [--label K=V]... [--network NAME | --network-policy FILE]",
+          "[--env K=V]... [--label K=V]... [-v SRC:PATH[:ro|:rw]]... [--network NAME | --network-policy "
+          "FILE]",
           "Create a sandbox and print its id.\n\n"
           "  --session ID        get-or-create: reuse the live sandbox of this session\n"
           "  --memory SIZE       memory of its processes (e.g. 512M, 1G)\n"
@@ -49,6 +50,11 @@ static const struct command commands[] = {
           "  --paused-timeout SEC  remove it after SEC seconds paused (default 86400)\n"
           "  --env K=V           environment of every command (repeatable)\n"
           "  --label K=V         a label, shown by ls and matched by ls --filter (repeatable)\n"
+          "  -v, --volume SRC:PATH[:ro|:rw]\n"
+          "                      mount at PATH a volume (SRC a name, nsbox volume; writable\n"
+          "                      unless :ro) or a directory of yours on the host (SRC a path:\n"
+          "                      /home/me/project, $PWD, .; read-only unless :rw; files made\n"
+          "                      in it are yours; only below nsboxd's host_mount_roots)\n"
           "  --image NAME        image (default python, or one of nsbox images)\n"
           "  --from-snapshot SNAP  start with the files of a snapshot (nsbox snapshot):\n"
           "                      its image, a writable layer of its own, fresh processes\n"
@@ -211,6 +217,13 @@ static const struct command commands[] = {
           "deletions included; not its processes) and print the snapshot id; list your\n"
           "snapshots; remove snapshots (refused while a sandbox made from one lives).\n\n"
           "  --name NAME   a label shown by nsbox snapshot ls\n" },
+        { "volume", cmd_volume,
+          "nsbox volume create [--size SIZE] NAME | nsbox volume ls | nsbox volume rm NAME...",
+          "Named volumes: file systems of their own size (default 1G; full is ENOSPC) that\n"
+          "outlive sandboxes and restarts of nsboxd, mounted with nsbox create -v NAME:/PATH\n"
+          "into one sandbox or many at once. ls lists yours (root: everyone's); rm is\n"
+          "refused while a sandbox uses the volume.\n\n"
+          "  --size SIZE   its size (e.g. 512M, 10G); host disk is taken as it is written\n" },
         { "snapshots", cmd_snapshots, "nsbox snapshots", "Same as nsbox snapshot ls.\n" },
         { "fork", cmd_fork, "nsbox fork [--name NAME] [create options] ID",
           "Snapshot a sandbox's files and create a sandbox from the snapshot (nsbox create\n"
@@ -800,6 +813,7 @@ static bool asks_help(const struct command *cmd, int argc, char **argv)
         static const char *const subcommands[][5] = {
                 { "shell", "run", "ls", "rm", "check" },
                 { "snapshot", "ls", "rm" },
+                { "volume", "create", "ls", "rm" },
                 { "image", "ls", "rm", "import" },
         };
         /* serve and mcp pass --help on to what they run (nsbox-http, the MCP server). */

@@ -105,7 +105,15 @@ const struct mcp_tool mcp_tools[] = {
                 "from snapshot_sandbox: the new sandbox starts with that sandbox's files (not its "
                 "processes), "
                 "in a writable layer of its own - a fork. Any number of sandboxes may start from one "
-                "snapshot; none sees another's changes.\"}," P_NETWORK(""),
+                "snapshot; none sees another's changes.\"},"
+                "\"mounts\":{\"type\":\"array\",\"maxItems\":8,\"description\":\"Mounted at create: "
+                "{\\\"volume\\\": NAME, \\\"path\\\": \\\"/data\\\"} (a named volume of the user's, kept "
+                "across sandboxes) or {\\\"host_path\\\": \\\"/home/me/project\\\", \\\"path\\\": "
+                "\\\"/workspace/project\\\", \\\"read_only\\\": false} (a directory of the user's on the "
+                "host, read-only unless read_only is "
+                "false).\",\"items\":{\"type\":\"object\",\"required\":[\"path\"],"
+                "\"properties\":{\"volume\":{\"type\":\"string\"},\"host_path\":{\"type\":\"string\"},"
+                "\"path\":{\"type\":\"string\"},\"read_only\":{\"type\":\"boolean\"}}}}," P_NETWORK(""),
                 ""),
             .method = "sandbox.create",
         },

@@ -73,6 +73,9 @@ struct nsbox_config {
          * seconds without a stateless call; not started in sandboxes whose
          * memory limit is below the last. */
         char *python_fork_server;
+        /* Comma-separated absolute directories: a client's mounts[].host_path
+         * must be below one of them (manager/host_mounts.c). */
+        char *host_mount_roots;
         uint32_t python_fork_server_idle_seconds;
         uint64_t python_fork_server_min_memory_bytes;
         /* Pausing (sandbox.pause): the default of what the idle reaper does
@@ -87,6 +90,9 @@ struct nsbox_config {
         uint64_t layer_disk_bytes;
         unsigned max_snapshots_per_uid;
         unsigned max_images_per_uid;
+        /* Volumes are sparse: their sizes are promises of host disk. What one
+         * non-root uid's add up to at most (0: the state dir's file system). */
+        uint64_t volume_bytes_per_uid;
         /* Their inodes: empty files, symlinks and FIFOs cost no bytes, yet
          * each is an inode of the state dir's file system. In all, of one
          * non-root uid, of one snapshot or image. */

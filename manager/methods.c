@@ -34,6 +34,7 @@
 #include "uidmode.h"
 #include "userns.h"
 #include "version.h"
+#include "volumes.h"
 
 /* `ref` names a sandbox of the caller's that was removed: the reply says
  * when and why (kind "gone"), and true. Another user's removed sandbox is
@@ -240,6 +241,11 @@ static void sandbox_method_create(struct rpc_request *req, struct sandbox *sb)
                 policy_clear(&policy);
                 return;
         }
+        if (policy.mounts != NULL && userns_active()) {
+                rpc_reply_fail(req, "unavailable", "%s", VOLUMES_USERNS_REFUSAL);
+                policy_clear(&policy);
+                return;
+        }
         if (!image_usable(policy.image, req->uid)) {
                 rpc_reply_fail(req, "invalid_params",
                                "no image \"%s\" in %s (nsbox images lists those you may use)", policy.image,
@@ -265,6 +271,11 @@ static void sandbox_method_create(struct rpc_request *req, struct sandbox *sb)
         int r = sandbox_create_from(req->uid, &policy, snapshot_id, create_done, req, &made, &err);
         if (r == -EUSERS) {
                 rpc_reply_fail(req, "limit_reached", "%s", err->message);
+                return;
+        }
+        /* Its mounts: a volume the caller lacks, a host directory it may not have. */
+        if (r == -ENOENT || r == -EPERM) {
+                rpc_reply_fail(req, r == -ENOENT ? "not_found" : "permission_denied", "%s", err->message);
                 return;
         }
         if (r < 0) {
@@ -582,6 +593,9 @@ static const struct method methods[] = {
         { "sandbox.snapshot", snapshot_method_create, M_SANDBOX, NULL },
         { "snapshot.list", snapshot_method_list, 0, NULL },
         { "snapshot.remove", snapshot_method_remove, 0, NULL },
+        { "volume.create", volume_method_create, 0, NULL },
+        { "volume.list", volume_method_list, 0, NULL },
+        { "volume.remove", volume_method_remove, 0, NULL },
         { "image.commit", image_method_commit, M_SANDBOX, NULL },
         { "image.list", image_method_list, 0, NULL },
         { "image.remove", image_method_remove, 0, NULL },

@@ -145,6 +145,8 @@ json_t *sandbox_to_json(const struct sandbox *sb, bool existing)
         }
         if (j != NULL && sb->snapshot_id[0] != '\0')
                 json_object_set_new(j, "from_snapshot", json_string(sb->snapshot_id));
+        if (j != NULL && sb->policy.mounts != NULL)
+                json_object_set_new(j, "mounts", json_deep_copy(sb->policy.mounts));
         /* The limits above are what was asked; whether the host holds the
          * sandbox to them is said here, never implied. */
         if (j != NULL)

@@ -28,10 +28,10 @@ INCLUDE_DIRS = ["common", "policy", "runtime", "manager", "cli"]
 MANAGER_LAYERS = [
     ("core", ["loop", "daemon", "config", "budget", "fs_path", "fs_worker", "metrics"]),
     ("host and wire", ["cgroup", "userns", "uidmode", "basens", "rootfs", "host_pools", "profiles", "rpc",
-                       "rpc_listen", "quota"]),
+                       "rpc_listen", "quota", "host_mounts"]),
     ("registry", ["sandbox", "sandbox_uids", "state", "events"]),
     ("live sandboxes", ["exec_params", "exec_internal", "exec_log", "exec", "exec_api", "egress", "fs_ops", "fs_files", "fs_api", "fs_watch", "sandbox_pause",
-                        "snapshot", "images"]),
+                        "snapshot", "images", "volumes"]),
     ("lifecycle", ["sandbox_life"]),
     ("features", ["python", "shell"]),
     ("api", ["methods", "idle", "observe"]),
