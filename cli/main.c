@@ -246,6 +246,18 @@ static const struct command commands[] = {
           "way), or import an image (root only): PATH is an OCI image layout directory\n"
           "(--tag, default latest) or a docker-archive tarball (docker save); the image is\n"
           "then everyone's to use.\n" },
+        { "desktop", cmd_desktop,
+          "nsbox desktop start [--size WxH] ID | screenshot ID [FILE] | click [--right|--middle] "
+          "[--double] ID X Y | move ID X Y | scroll ID up|down|left|right [AMOUNT] | type ID TEXT|- | key ID "
+          "KEYS...",
+          "Computer use on a sandbox made from the desktop image (docs/desktop.md):\n"
+          "  start       start its screen (default 1280x800), window manager, VNC and noVNC,\n"
+          "              and print the noVNC URL to watch it from this host (a sandbox with\n"
+          "              network; without, it says so); again: the running desktop\n"
+          "  screenshot  the screen as PNG, to FILE or to standard output\n"
+          "  click       click at X Y (pixels from the top left); move, scroll likewise\n"
+          "  type        type TEXT as it is (- reads it from standard input; at most 4096 bytes)\n"
+          "  key         press xdotool keys in turn, e.g. ctrl+l Return\n" },
         { "status", cmd_status, "nsbox status",
           "Show the daemon's version, kernel, cgroup mode and features.\n" },
         { "mcp", cmd_mcp, "nsbox mcp [--session NAME]",
@@ -797,10 +809,11 @@ static bool is_help(const char *arg)
 static bool asks_help(const struct command *cmd, int argc, char **argv)
 {
         /* Their subcommands: `nsbox CMD SUB --help` is CMD's help too. */
-        static const char *const subcommands[][5] = {
+        static const char *const subcommands[][8] = {
                 { "shell", "run", "ls", "rm", "check" },
                 { "snapshot", "ls", "rm" },
                 { "image", "ls", "rm", "import" },
+                { "desktop", "start", "screenshot", "click", "move", "scroll", "type", "key" },
         };
         /* serve and mcp pass --help on to what they run (nsbox-http, the MCP server). */
         if (strcmp(cmd->name, "serve") == 0 || strcmp(cmd->name, "mcp") == 0)
