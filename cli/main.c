@@ -246,18 +246,21 @@ static const struct command commands[] = {
           "way), or import an image (root only): PATH is an OCI image layout directory\n"
           "(--tag, default latest) or a docker-archive tarball (docker save); the image is\n"
           "then everyone's to use.\n" },
-        { "desktop", cmd_desktop,
-          "nsbox desktop start [--size WxH] ID | screenshot ID [FILE] | click [--right|--middle] "
-          "[--double] ID X Y | move ID X Y | scroll ID up|down|left|right [AMOUNT] | type ID TEXT|- | key ID "
-          "KEYS...",
-          "Computer use on a sandbox made from the desktop image (docs/desktop.md):\n"
-          "  start       start its screen (default 1280x800), window manager, VNC and noVNC,\n"
-          "              and print the noVNC URL to watch it from this host (a sandbox with\n"
-          "              network; without, it says so); again: the running desktop\n"
-          "  screenshot  the screen as PNG, to FILE or to standard output\n"
-          "  click       click at X Y (pixels from the top left); move, scroll likewise\n"
-          "  type        type TEXT as it is (- reads it from standard input; at most 4096 bytes)\n"
-          "  key         press xdotool keys in turn, e.g. ctrl+l Return\n" },
+        { "desktop", cmd_desktop, "nsbox desktop start|screenshot|click|move|scroll|type|key ID ...",
+          "Computer use on a sandbox made from the desktop image (docs/desktop.md):\n\n"
+          "  start [--size WxH] ID   start its screen (default 1280x800), window manager,\n"
+          "                          VNC and noVNC; print the noVNC URL to watch it from\n"
+          "                          this host (a sandbox with network; without, it says\n"
+          "                          why not); again: the running desktop\n"
+          "  screenshot ID [FILE]    the screen as PNG, to FILE or to standard output\n"
+          "  click [--right|--middle] [--double] ID X Y\n"
+          "                          click at X Y (pixels from the top left)\n"
+          "  move ID X Y             move the pointer to X Y\n"
+          "  scroll ID DIRECTION [N] turn the wheel N steps (default 3) up, down, left or\n"
+          "                          right\n"
+          "  type ID TEXT            type TEXT as it is, newlines as Enter (- reads it from\n"
+          "                          standard input; at most 4096 bytes)\n"
+          "  key ID KEYS...          press xdotool keys in turn, e.g. ctrl+l Return\n" },
         { "status", cmd_status, "nsbox status",
           "Show the daemon's version, kernel, cgroup mode and features.\n" },
         { "mcp", cmd_mcp, "nsbox mcp [--session NAME]",
