@@ -359,12 +359,17 @@ def test_x_server_death_is_reported_and_a_new_start_recovers(d, fresh):
 
 def test_the_desktop_counts_in_the_sandboxs_processes_and_ends_with_it(d, fresh):
     sid = fresh()
+    before = d.call("sandbox.stats", sandbox_id=sid)["sandboxes"][0]
     d.call("desktop.start", sandbox_id=sid)
     r = run(d, sid, ["ps", "-eo", "comm"])
     names = set(r["stdout"].split())
     assert {"Xvfb", "openbox", "x11vnc"} <= names, names
-    assert d.call("sandbox.stats", sandbox_id=sid)["sandboxes"][0]["pids"] >= 4
-    d.call("sandbox.remove", sandbox_id=sid, force=True)
+    after = d.call("sandbox.stats", sandbox_id=sid)["sandboxes"][0]
+    assert after["pids"] >= before["pids"] + 4, (before, after)
+    # the X server, VNC and websockify's Python: tens of MiB, in the sandbox's memory cgroup
+    assert after["memory_bytes"] >= before["memory_bytes"] + (16 << 20), (before, after)
+    # a running desktop keeps nothing busy: removed without force
+    d.call("sandbox.remove", sandbox_id=sid)
     with pytest.raises(RpcError):
         d.call("desktop.screenshot", sandbox_id=sid)
 
@@ -467,6 +472,12 @@ def test_cli_desktop(d, desk):
     r = subprocess.run(nsbox + ["desktop", "screenshot", sid], capture_output=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert png_size(r.stdout) == (800, 600)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "shot.png")
+        r = subprocess.run(nsbox + ["desktop", "screenshot", sid, path], capture_output=True, timeout=120)
+        assert r.returncode == 0 and r.stdout == b"", r
+        with open(path, "rb") as f:
+            assert png_size(f.read()) == (800, 600)
     r = subprocess.run(nsbox + ["desktop", "click", sid, "5", "6"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout == "", r
     r = subprocess.run(nsbox + ["desktop", "click", sid, "5", "6000"], capture_output=True, text=True,
