@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cleanup.h"
 #include "egress.h"
@@ -103,7 +104,7 @@ struct desktop {
         struct sandbox *sb;
         struct exec *launcher;
         unsigned width, height;
-        char start_id[24]; /* its launcher's $3 */
+        char start_id[48]; /* its launcher's $3 */
 };
 
 static unsigned long long desktop_starts;
@@ -129,8 +130,10 @@ static void launcher_done(struct exec *ex, json_t *result, void *data)
                         break;
                 }
         }
-        log_info("sandbox %s: desktop ended (exit %s)", d->sb->id,
-                 json_is_integer(json_object_get(result, "exit_code")) ? "code" : "by signal");
+        json_t *code = json_object_get(result, "exit_code");
+        log_info(
+            "sandbox %s: desktop ended (%s %lld)", d->sb->id, json_is_integer(code) ? "exit" : "signal",
+            (long long)json_integer_value(json_is_integer(code) ? code : json_object_get(result, "signal")));
         free(d);
 }
 
@@ -140,8 +143,7 @@ static const struct exec_hooks launcher_hooks = { .done = launcher_done, .servic
 struct desktop_call {
         struct rpc_request *req;
         struct sandbox *sb;
-        struct desktop *desktop;
-        const char *what; /* for messages: "xdotool", "scrot", "the desktop" */
+        const char *what; /* for messages: "xdotool", "scrot", "starting the desktop" */
         void (*reply)(struct desktop_call *call, json_t *result);
 };
 
@@ -192,8 +194,8 @@ static const struct exec_hooks call_hooks = { .done = call_done };
 
 /* Run `params` (sandbox.exec's, taken over) for `req`; the reply comes from
  * `reply` once it exits 0. */
-static void call_start(struct rpc_request *req, struct sandbox *sb, struct desktop *d, const char *what,
-                       json_t *params_, void (*reply)(struct desktop_call *, json_t *))
+static void call_start(struct rpc_request *req, struct sandbox *sb, const char *what, json_t *params_,
+                       void (*reply)(struct desktop_call *, json_t *))
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
         _cleanup_json_ json_t *params = params_;
@@ -208,7 +210,7 @@ static void call_start(struct rpc_request *req, struct sandbox *sb, struct deskt
                 rpc_reply_fail(req, "internal", "out of memory");
                 return;
         }
-        *call = (struct desktop_call){ .req = req, .sb = sb, .desktop = d, .what = what, .reply = reply };
+        *call = (struct desktop_call){ .req = req, .sb = sb, .what = what, .reply = reply };
         quota_calls_add(req->uid, 1);
         struct exec *ex;
         if (exec_run(sb, params, &call_hooks, call, &ex, &err) < 0) {
@@ -313,7 +315,10 @@ void desktop_method_start(struct rpc_request *req, struct sandbox *sb)
                 char w[16], h[16];
                 snprintf(w, sizeof(w), "%lld", width);
                 snprintf(h, sizeof(h), "%lld", height);
-                snprintf(d->start_id, sizeof(d->start_id), "%llu", ++desktop_starts);
+                /* The time too: a sandbox forked from a snapshot of a desktop
+                 * carries the id file of its origin, perhaps of an earlier nsboxd. */
+                snprintf(d->start_id, sizeof(d->start_id), "%lld.%llu", (long long)time(NULL),
+                         ++desktop_starts);
                 _cleanup_json_ json_t *params =
                     json_pack("{s:[s, s, s, s, s, s, s], s:i, s:I}", "argv", "bash", "-c", LAUNCH_SCRIPT,
                               "nsbox-desktop", w, h, d->start_id, "timeout_seconds", PARAMS_TIMEOUT_MAX_S,
@@ -329,7 +334,7 @@ void desktop_method_start(struct rpc_request *req, struct sandbox *sb)
                 desktops = d;
                 log_info("sandbox %s: desktop starting at %lldx%lld", sb->id, width, height);
         }
-        call_start(req, sb, d, "starting the desktop",
+        call_start(req, sb, "starting the desktop",
                    json_pack("{s:[s, s, s, s, s], s:i}", "argv", "bash", "-c", READY_SCRIPT,
                              "nsbox-desktop-ready", d->start_id, "timeout_seconds", DESKTOP_START_TIMEOUT_S),
                    start_reply);
@@ -400,8 +405,7 @@ void desktop_method_move(struct rpc_request *req, struct sandbox *sb)
         bool has;
         if (d == NULL || !get_point(req, d, false, &has, &x, &y))
                 return;
-        call_start(req, sb, d, "xdotool", xdotool_params(move_args(x, y), DESKTOP_ACTION_TIMEOUT_S),
-                   done_reply);
+        call_start(req, sb, "xdotool", xdotool_params(move_args(x, y), DESKTOP_ACTION_TIMEOUT_S), done_reply);
 }
 
 void desktop_method_click(struct rpc_request *req, struct sandbox *sb)
@@ -433,7 +437,7 @@ void desktop_method_click(struct rpc_request *req, struct sandbox *sb)
                 json_array_append_new(args, json_string("2"));
         }
         json_array_append_new(args, json_string(button));
-        call_start(req, sb, d, "xdotool", xdotool_params(args, DESKTOP_ACTION_TIMEOUT_S), done_reply);
+        call_start(req, sb, "xdotool", xdotool_params(args, DESKTOP_ACTION_TIMEOUT_S), done_reply);
 }
 
 void desktop_method_scroll(struct rpc_request *req, struct sandbox *sb)
@@ -462,7 +466,7 @@ void desktop_method_scroll(struct rpc_request *req, struct sandbox *sb)
         snprintf(repeat, sizeof(repeat), "%lld", amount);
         _cleanup_json_ json_t *tail = json_pack("[s, s, s, s]", "click", "--repeat", repeat, button);
         json_array_extend(args, tail);
-        call_start(req, sb, d, "xdotool", xdotool_params(args, DESKTOP_ACTION_TIMEOUT_S), done_reply);
+        call_start(req, sb, "xdotool", xdotool_params(args, DESKTOP_ACTION_TIMEOUT_S), done_reply);
 }
 
 /* desktop.type: the text goes to xdotool as one argv entry after "--", so
@@ -485,7 +489,7 @@ void desktop_method_type(struct rpc_request *req, struct sandbox *sb)
         json_t *args = json_pack("[s, s, s, s, O]", "type", "--delay", delay, "--", text);
         unsigned timeout =
             DESKTOP_ACTION_TIMEOUT_S + DESKTOP_MAX_TEXT_BYTES * DESKTOP_TYPE_DELAY_MS / 1000 * 2;
-        call_start(req, sb, d, "xdotool", xdotool_params(args, timeout), done_reply);
+        call_start(req, sb, "xdotool", xdotool_params(args, timeout), done_reply);
 }
 
 /* A key name as xdotool's key command takes it: keysyms joined by "+"
@@ -551,7 +555,7 @@ void desktop_method_key(struct rpc_request *req, struct sandbox *sb)
                                 "keys must name at least one key");
                 return;
         }
-        call_start(req, sb, d, "xdotool", xdotool_params(args, DESKTOP_ACTION_TIMEOUT_S), done_reply);
+        call_start(req, sb, "xdotool", xdotool_params(args, DESKTOP_ACTION_TIMEOUT_S), done_reply);
 }
 
 /* --- desktop.screenshot -------------------------------------------------------- */
@@ -582,5 +586,5 @@ void desktop_method_screenshot(struct rpc_request *req, struct sandbox *sb)
         json_t *params = json_pack("{s:[s, s, s], s:i, s:s, s:I}", "argv", "sh", "-c", SCREENSHOT_SCRIPT,
                                    "timeout_seconds", DESKTOP_ACTION_TIMEOUT_S, "encoding", "base64",
                                    "max_output_bytes", (json_int_t)DESKTOP_MAX_SCREENSHOT_BYTES);
-        call_start(req, sb, d, "scrot", params, screenshot_reply);
+        call_start(req, sb, "scrot", params, screenshot_reply);
 }
