@@ -118,7 +118,11 @@ const struct mcp_tool mcp_tools[] = {
                 "from snapshot_sandbox: the new sandbox starts with that sandbox's files (not its "
                 "processes), "
                 "in a writable layer of its own - a fork. Any number of sandboxes may start from one "
-                "snapshot; none sees another's changes.\"}," P_NETWORK(""),
+                "snapshot; none sees another's changes.\"},"
+                "\"image\":{\"type\":\"string\",\"minLength\":1,\"description\":\"The image: \\\"python\\\" "
+                "(default), \\\"desktop\\\" for a screen to drive with the desktop_* tools (when the "
+                "operator "
+                "built it), or an image committed from a sandbox.\"}," P_NETWORK(""),
                 ""),
             .method = "sandbox.create",
         },

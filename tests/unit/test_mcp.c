@@ -220,7 +220,7 @@ static void test_tools_list_is_the_spec_table(void **state)
                 const char *required;
                 const char *optional;
         } table[] = {
-                { "create_sandbox", "", "session_id memory_mb timeout from_snapshot network" },
+                { "create_sandbox", "", "session_id memory_mb timeout from_snapshot image network" },
                 { "list_sandboxes", "", "include_inactive" },
                 { "remove_sandbox", "", "session_id sandbox_id force" },
                 { "pause_sandbox", "", "session_id sandbox_id force" },

@@ -443,6 +443,16 @@ def test_mcp_screenshot_is_an_image_block_of_a_png_of_the_screen(d, desk):
         assert png_size(base64.b64decode(images[0]["data"])) == (800, 600)
         text = json.loads(r["content"][0]["text"])
         assert text["width"] == 800 and "data" not in text, text
+        # an agent makes its own desktop sandbox
+        r = m.request("tools/call", {"name": "create_sandbox", "arguments": {"image": "desktop",
+                                                                              "network": POLICY}})["result"]
+        own = json.loads(r["content"][0]["text"])["sandbox_id"]
+        r = m.request("tools/call", {"name": "desktop_start", "arguments": {"sandbox_id": own, "width": 640,
+                                                                             "height": 480}})["result"]
+        assert r["isError"] is False and "vnc.html" in r["content"][0]["text"], r
+        r = m.request("tools/call", {"name": "desktop_screenshot", "arguments": {"sandbox_id": own}})["result"]
+        assert png_size(base64.b64decode(r["content"][1]["data"])) == (640, 480)
+        m.request("tools/call", {"name": "remove_sandbox", "arguments": {"sandbox_id": own, "force": True}})
         r = m.request("tools/call", {"name": "desktop_click", "arguments": {"sandbox_id": sid, "x": 900,
                                                                              "y": 1}})["result"]
         assert r["isError"] is True and "x must be an integer from 0 to 799" in r["content"][0]["text"], r

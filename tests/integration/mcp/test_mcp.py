@@ -21,7 +21,7 @@ from conftest import BUILD, REPO, Daemon
 
 TOOLS = {
     # name: (required, optional); every sandbox tool takes session_id or sandbox_id (test_mcp_family.py)
-    "create_sandbox": ([], ["session_id", "memory_mb", "timeout", "from_snapshot", "network"]),
+    "create_sandbox": ([], ["session_id", "memory_mb", "timeout", "from_snapshot", "image", "network"]),
     "list_sandboxes": ([], ["include_inactive"]),
     "remove_sandbox": ([], ["session_id", "sandbox_id", "force"]),
     "pause_sandbox": ([], ["session_id", "sandbox_id", "force"]),
