@@ -259,6 +259,18 @@ def test_novnc_and_vnc_answer_on_the_host_through_the_exposure(desk):
     with socket.create_connection(("127.0.0.1", r["vnc_host_port"]), timeout=30) as s:
         s.settimeout(30)
         assert s.recv(12).startswith(b"RFB 003."), "no VNC server greeting"
+    # what noVNC's page does next: a WebSocket to websockify, which carries the VNC stream
+    with socket.create_connection(("127.0.0.1", r["novnc_host_port"]), timeout=30) as s:
+        s.settimeout(30)
+        s.sendall(b"GET /websockify HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+                  b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                  b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: binary\r\n\r\n")
+        data = b""
+        while b"RFB 003." not in data:
+            chunk = s.recv(4096)
+            assert chunk, "websockify closed before the VNC greeting: %r" % data
+            data += chunk
+        assert data.startswith(b"HTTP/1.1 101"), data[:200]
 
 
 def test_start_again_gives_the_running_desktop(d, desk):
