@@ -7,6 +7,8 @@ PREFIX    ?= /usr/local
 DESTDIR   ?=
 BUILD     ?= build
 IMAGE_DIR ?= /var/lib/nsbox/images
+# The image `make image` builds: python (the default image) or desktop (docs/desktop.md).
+IMAGE     ?= python
 CACHE_DIR ?= /var/cache/nsbox
 PYTHON    := /usr/bin/python3
 # Where make install puts the Python SDK: the site dir under PREFIX that $(PYTHON) searches.
@@ -152,7 +154,7 @@ deps-bench: deps
 
 image: deps
 	$(MAKE) $(BUILD)/forkrun
-	rootfs-builder/build-image.sh --name python --out $(IMAGE_DIR) --cache $(CACHE_DIR) --forkrun $(BUILD)/forkrun
+	rootfs-builder/build-image.sh --name $(IMAGE) --out $(IMAGE_DIR) --cache $(CACHE_DIR) --forkrun $(BUILD)/forkrun
 
 demo: deps
 	$(MAKE) all
@@ -202,6 +204,7 @@ check-integration: all
 test: deps-test
 	$(MAKE) all $(UNITS)
 	$(MAKE) image
+	$(MAKE) image IMAGE=desktop
 	$(MAKE) test-format
 	$(MAKE) test-layers
 	$(MAKE) test-systemd

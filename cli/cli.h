@@ -131,6 +131,7 @@ int cmd_volume(const struct cli *cli, int argc, char **argv);
 int cmd_commit(const struct cli *cli, int argc, char **argv);
 int cmd_images(const struct cli *cli, int argc, char **argv);
 int cmd_image(const struct cli *cli, int argc, char **argv);
+int cmd_desktop(const struct cli *cli, int argc, char **argv);
 
 /* Write an exec's stdout or stderr string to fd, decoded when base64. */
 int cli_write_output(int fd, const json_t *text, bool base64);

@@ -259,6 +259,21 @@ static const struct command commands[] = {
           "way), or import an image (root only): PATH is an OCI image layout directory\n"
           "(--tag, default latest) or a docker-archive tarball (docker save); the image is\n"
           "then everyone's to use.\n" },
+        { "desktop", cmd_desktop, "nsbox desktop start|screenshot|click|move|scroll|type|key ID ...",
+          "Computer use on a sandbox made from the desktop image (docs/desktop.md):\n\n"
+          "  start [--size WxH] ID   start its screen (default 1280x800), window manager,\n"
+          "                          VNC and noVNC; print the noVNC URL to watch it from\n"
+          "                          this host (a sandbox with network; without, it says\n"
+          "                          why not); again: the running desktop\n"
+          "  screenshot ID [FILE]    the screen as PNG, to FILE or to standard output\n"
+          "  click [--right|--middle] [--double] ID X Y\n"
+          "                          click at X Y (pixels from the top left)\n"
+          "  move ID X Y             move the pointer to X Y\n"
+          "  scroll ID DIRECTION [N] turn the wheel N steps (default 3) up, down, left or\n"
+          "                          right\n"
+          "  type ID TEXT            type TEXT as it is, newlines as Enter (- reads it from\n"
+          "                          standard input; at most 4096 bytes)\n"
+          "  key ID KEYS...          press xdotool keys in turn, e.g. ctrl+l Return\n" },
         { "status", cmd_status, "nsbox status",
           "Show the daemon's version, kernel, cgroup mode and features.\n" },
         { "mcp", cmd_mcp, "nsbox mcp [--session NAME]",
@@ -810,11 +825,12 @@ static bool is_help(const char *arg)
 static bool asks_help(const struct command *cmd, int argc, char **argv)
 {
         /* Their subcommands: `nsbox CMD SUB --help` is CMD's help too. */
-        static const char *const subcommands[][5] = {
+        static const char *const subcommands[][8] = {
                 { "shell", "run", "ls", "rm", "check" },
                 { "snapshot", "ls", "rm" },
                 { "volume", "create", "ls", "rm" },
                 { "image", "ls", "rm", "import" },
+                { "desktop", "start", "screenshot", "click", "move", "scroll", "type", "key" },
         };
         /* serve and mcp pass --help on to what they run (nsbox-http, the MCP server). */
         if (strcmp(cmd->name, "serve") == 0 || strcmp(cmd->name, "mcp") == 0)

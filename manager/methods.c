@@ -14,6 +14,7 @@
 #include "cgroup.h"
 #include "cleanup.h"
 #include "daemon.h"
+#include "desktop.h"
 #include "egress.h"
 #include "events.h"
 #include "exec.h"
@@ -601,6 +602,18 @@ static const struct method methods[] = {
         { "image.remove", image_method_remove, 0, NULL },
         { "image.import", image_method_import, 0, NULL },
         { "python.run", python_method_run, M_FIND | M_RESUME, NULL },
+        { "desktop.start", desktop_method_start, M_SANDBOX | M_RESUME | M_TOUCH,
+          PARAMS("sandbox_id", "width", "height") },
+        { "desktop.screenshot", desktop_method_screenshot, M_SANDBOX | M_RESUME | M_TOUCH,
+          PARAMS("sandbox_id") },
+        { "desktop.click", desktop_method_click, M_SANDBOX | M_RESUME | M_TOUCH,
+          PARAMS("sandbox_id", "x", "y", "button", "double") },
+        { "desktop.move", desktop_method_move, M_SANDBOX | M_RESUME | M_TOUCH,
+          PARAMS("sandbox_id", "x", "y") },
+        { "desktop.scroll", desktop_method_scroll, M_SANDBOX | M_RESUME | M_TOUCH,
+          PARAMS("sandbox_id", "x", "y", "direction", "amount") },
+        { "desktop.type", desktop_method_type, M_SANDBOX | M_RESUME | M_TOUCH, PARAMS("sandbox_id", "text") },
+        { "desktop.key", desktop_method_key, M_SANDBOX | M_RESUME | M_TOUCH, PARAMS("sandbox_id", "keys") },
         { "package.install", package_method_install, M_SANDBOX | M_RESUME | M_TOUCH, NULL },
         { "exec.status", exec_method_status, 0, NULL },
         { "exec.output", exec_method_output, 0, NULL },

@@ -200,6 +200,10 @@ class AsyncShell(_core.ShellCore):
     _session_cls = AsyncShellSession
 
 
+class AsyncDesktop(_core.DesktopCore):
+    pass
+
+
 class _Creating:
     """What AsyncSandbox.create() returns: await it, or use it directly in `async with`."""
 
@@ -222,6 +226,7 @@ class AsyncSandbox(_core.SandboxCore):
     _commands_cls = AsyncCommands
     _files_cls = AsyncFiles
     _shell_cls = AsyncShell
+    _desktop_cls = AsyncDesktop
 
     @classmethod
     def create(cls, session_id=None, image=None, memory=None, network=None, env=None, labels=None,
@@ -313,3 +318,4 @@ _asyncify(AsyncFiles, _core.FilesCore)
 _asyncify(AsyncCommandHandle, _core.HandleCore)
 _asyncify(AsyncShell, _core.ShellCore)
 _asyncify(AsyncShellSession, _core.ShellSessionCore)
+_asyncify(AsyncDesktop, _core.DesktopCore)

@@ -191,6 +191,10 @@ class Shell(_core.ShellCore):
     _session_cls = ShellSession
 
 
+class Desktop(_core.DesktopCore):
+    pass
+
+
 class Sandbox(_core.SandboxCore):
     """A sandbox of nsboxd.
 
@@ -200,6 +204,7 @@ class Sandbox(_core.SandboxCore):
     _commands_cls = Commands
     _files_cls = Files
     _shell_cls = Shell
+    _desktop_cls = Desktop
 
     @classmethod
     def create(cls, session_id=None, image=None, memory=None, network=None, env=None, labels=None,
@@ -307,3 +312,4 @@ _syncify(Files, _core.FilesCore)
 _syncify(CommandHandle, _core.HandleCore)
 _syncify(Shell, _core.ShellCore)
 _syncify(ShellSession, _core.ShellSessionCore)
+_syncify(Desktop, _core.DesktopCore)
