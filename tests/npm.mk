@@ -8,6 +8,7 @@
 # finished install is never stale; it is built aside and renamed, so a
 # half-done one is never used) and NAME-dir.
 define npm_client
+NPM_CLIENTS += $(1)
 $(1)_DIR := $(CACHE_DIR)/npm/$(1)-$$(shell cat $(2)/package.json $(2)/package-lock.json 2>/dev/null | sha256sum | cut -c1-16)
 .PHONY: $(1) $(1)-dir
 $(1): $$($(1)_DIR)/.installed
