@@ -11,6 +11,8 @@
 /* Exit codes, as docker's: the command's own, 124 timeout, 128+N signal, 125 nsbox failed. */
 #define EXIT_NSBOX_FAILED 125
 #define EXIT_TIMEOUT      124
+/* nsboxd went away while the command ran: its exit status is unknown (as ssh's 255) */
+#define EXIT_DAEMON_GONE 255
 
 struct cli {
         const char *socket_path;
@@ -73,6 +75,9 @@ bool cli_flag_and_args(const struct cli *cli, int argc, char **argv, const char 
 
 /* Parse "512M", "1G", "1048576" into bytes (size_parse, common/size.h). */
 int cli_parse_size(const char *text, unsigned long long *out);
+/* A byte count (a JSON integer) as "20KiB": one word, so the columns of a
+ * table split on white space. */
+void cli_format_size(json_t *bytes, char *out, size_t len);
 /* Parse a positive number of seconds. */
 int cli_parse_seconds(const char *text, double *out);
 /* "K=V" into obj.env. */
@@ -122,9 +127,11 @@ int cmd_kill(const struct cli *cli, int argc, char **argv);
 int cmd_snapshot(const struct cli *cli, int argc, char **argv);
 int cmd_snapshots(const struct cli *cli, int argc, char **argv);
 int cmd_fork(const struct cli *cli, int argc, char **argv);
+int cmd_volume(const struct cli *cli, int argc, char **argv);
 int cmd_commit(const struct cli *cli, int argc, char **argv);
 int cmd_images(const struct cli *cli, int argc, char **argv);
 int cmd_image(const struct cli *cli, int argc, char **argv);
+int cmd_desktop(const struct cli *cli, int argc, char **argv);
 
 /* Write an exec's stdout or stderr string to fd, decoded when base64. */
 int cli_write_output(int fd, const json_t *text, bool base64);
@@ -148,6 +155,8 @@ enum {
         CLI_OPT_CPUS,
         CLI_OPT_DISK,
         CLI_OPT_IDLE,
+        CLI_OPT_IDLE_ACTION,
+        CLI_OPT_PAUSED_TIMEOUT,
         CLI_OPT_IMAGE,
         CLI_OPT_PROFILE,
         CLI_OPT_ENV,
@@ -157,6 +166,8 @@ enum {
         CLI_OPT_FROM_SNAPSHOT,
         CLI_OPT_FIRST_FREE /* commands number their own options from here */
 };
+/* -v/--volume SRC:PATH[:ro|:rw]: also a short option where the command takes "v:". */
+#define CLI_OPT_MOUNT 'v'
 #define CLI_CREATE_OPTIONS                                                         \
         { "session", required_argument, NULL, CLI_OPT_SESSION },                   \
             { "memory", required_argument, NULL, CLI_OPT_MEMORY },                 \
@@ -164,11 +175,14 @@ enum {
             { "cpus", required_argument, NULL, CLI_OPT_CPUS },                     \
             { "disk", required_argument, NULL, CLI_OPT_DISK },                     \
             { "idle-timeout", required_argument, NULL, CLI_OPT_IDLE },             \
+            { "idle-action", required_argument, NULL, CLI_OPT_IDLE_ACTION },       \
+            { "paused-timeout", required_argument, NULL, CLI_OPT_PAUSED_TIMEOUT }, \
             { "image", required_argument, NULL, CLI_OPT_IMAGE },                   \
             { "network", required_argument, NULL, CLI_OPT_NETWORK },               \
             { "network-policy", required_argument, NULL, CLI_OPT_NETWORK_POLICY }, \
             { "label", required_argument, NULL, CLI_OPT_LABEL },                   \
             { "from-snapshot", required_argument, NULL, CLI_OPT_FROM_SNAPSHOT },   \
+            { "volume", required_argument, NULL, CLI_OPT_MOUNT },                  \
         {                                                                          \
                 "seccomp-profile", required_argument, NULL, CLI_OPT_PROFILE        \
         }

@@ -246,6 +246,22 @@ static void resize_exec(const char *socket_path, const char *exec_id)
         client_close(k);
 }
 
+/* The connection closed, or nsboxd answered that it stops, before the
+ * command's own end: say so, with a code no command's end gives here. */
+static int daemon_gone(const struct cli *cli)
+{
+        fflush(stdout);
+        if (cli->json) {
+                _cleanup_json_ json_t *out =
+                    json_pack("{s:{s:s, s:s}}", "error", "message",
+                              "nsboxd went away during the command (its exit status is unknown)", "kind",
+                              "daemon_gone");
+                cli_print_json(out);
+        }
+        fprintf(stderr, "nsbox: nsboxd went away during the command (its exit status is unknown)\n");
+        return EXIT_DAEMON_GONE;
+}
+
 /* Run an exec with streamed output (or, with --json, the whole result at the
  * end); returns the exit code. The first Ctrl-C is passed on to the command
  * as SIGINT (once its exec id is known, from its first output); a second one,
@@ -306,6 +322,8 @@ static int run_exec(const struct cli *cli, struct client *c, const char *socket_
                 return 128 + sig;
         }
         client_set_interrupt_fd(c, -1);
+        if (r < 0 && err->errnum == ECONNRESET)
+                return daemon_gone(cli);
         if (r < 0) {
                 if (cli_error_is_missing_method(error))
                         return cli_fail_json(cli, error, "this nsboxd does not offer sandbox.exec (%s)",
@@ -335,8 +353,21 @@ static int run_exec(const struct cli *cli, struct client *c, const char *socket_
         }
         fflush(stdout);
         cli_print_truncated(result, cap);
+        const char *ended_by = json_string_value(json_object_get(result, "ended_by"));
+        if (ended_by != NULL && strcmp(ended_by, "nsboxd_stopping") == 0)
+                return daemon_gone(cli);
+        /* How it ended when that was not the command's doing (an OOM kill's is said below). */
+        if (json_is_string(json_object_get(result, "error")) &&
+            !json_is_true(json_object_get(result, "oom_killed")))
+                fprintf(stderr, "nsbox: %s\n", json_string_value(json_object_get(result, "error")));
         double timeout = json_number_value(json_object_get(params, "timeout_seconds"));
-        if (json_is_true(json_object_get(result, "timed_out")) && state.tty)
+        /* nsboxd says the timeout itself on stderr (with its `status`): then
+         * only how to raise it is ours to add. */
+        bool said = json_is_string(json_object_get(result, "status"));
+        if (json_is_true(json_object_get(result, "timed_out")) && said)
+                fprintf(stderr, "nsbox: raise it with --timeout S (the default is %s; at most 24 h)\n",
+                        state.tty ? "24 h with -t" : "30 s");
+        else if (json_is_true(json_object_get(result, "timed_out")) && state.tty)
                 fprintf(stderr,
                         "nsbox: the command timed out after %g s (with -t the default is the daemon's "
                         "longest, 24 h)\n",
@@ -434,6 +465,17 @@ static int parse_exec_options(const struct cli *cli, int argc, char **argv, json
         if (o->tty) {
                 struct winsize size;
                 json_object_set_new(params, "tty", json_true());
+                /* The terminal is ours: its type too, as ssh and docker exec -t pass
+                 * it (programs such as less, vi and top need it), unless -e set one. */
+                json_t *env = json_object_get(params, "env");
+                if (env == NULL || json_object_get(env, "TERM") == NULL) {
+                        const char *term = getenv("TERM");
+                        _cleanup_free_ char *kv = NULL;
+                        if (asprintf(&kv, "TERM=%s",
+                                     term != NULL && term[0] != '\0' ? term : "xterm-256color") < 0 ||
+                            cli_add_env(params, kv) != 0)
+                                return EXIT_NSBOX_FAILED;
+                }
                 if (terminal_size(&size) && size.ws_row > 0 && size.ws_col > 0) {
                         json_object_set_new(params, "rows", json_integer(size.ws_row));
                         json_object_set_new(params, "cols", json_integer(size.ws_col));
@@ -638,7 +680,7 @@ int cmd_run(const struct cli *cli, int argc, char **argv)
         _cleanup_json_ json_t *exec = json_object();
         int opt;
         optind = 1;
-        while ((opt = cli_getopt(cli, argc, argv, "e:w:u:", longopts)) != -1) {
+        while ((opt = cli_getopt(cli, argc, argv, "e:w:u:v:", longopts)) != -1) {
                 if (opt < -1)
                         return cli_opt_exit(opt);
                 int r = exec_option(exec, opt, optarg);

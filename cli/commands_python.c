@@ -163,7 +163,10 @@ int cmd_python(const struct cli *cli, int argc, char **argv)
         fflush(stdout);
         cli_print_truncated(result, cap);
         const char *status = json_string_value(json_object_get(result, "status"));
-        if (status != NULL && strcmp(status, "timeout") == 0)
+        /* Unless nsboxd said it on stderr already, as it does for an exec's. */
+        const char *said = json_string_value(json_object_get(result, "stderr"));
+        if (status != NULL && strcmp(status, "timeout") == 0 &&
+            (said == NULL || strstr(said, "nsbox: timed out after ") == NULL))
                 fprintf(stderr, "nsbox: the code timed out\n");
         return python_exit_code(result);
 }

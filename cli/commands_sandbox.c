@@ -2,6 +2,7 @@
 /* nsbox create, ls, info, rm, status: the sandbox lifecycle. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +78,47 @@ int cli_network_option(json_t *params, int opt, const char *arg)
         return 0;
 }
 
+/* -v SRC:PATH[:ro|:rw], docker's form: SRC a volume name, or a host
+ * directory when it holds a slash or is "." (made absolute here, symlinks
+ * resolved: nsboxd refuses a path through one). Without a mode nsboxd's
+ * default: a volume writable, a host directory read-only. */
+static int add_mount(json_t *params, const char *arg)
+{
+        _cleanup_free_ char *spec = strdup(arg);
+        if (spec == NULL)
+                return cli_fail("out of memory");
+        char *path = strchr(spec, ':');
+        if (path == NULL || path == spec || path[1] != '/')
+                return cli_fail("bad -v \"%s\" (use VOLUME:/PATH or /HOST/DIR:/PATH, then :ro or :rw)", arg);
+        *path++ = '\0';
+        char *mode = strchr(path, ':');
+        if (mode != NULL) {
+                *mode++ = '\0';
+                if (strcmp(mode, "ro") != 0 && strcmp(mode, "rw") != 0)
+                        return cli_fail("bad -v \"%s\": the mode is ro or rw", arg);
+        }
+        json_t *m = json_pack("{s:s}", "path", path);
+        if (strchr(spec, '/') != NULL || strcmp(spec, ".") == 0 || strcmp(spec, "..") == 0) {
+                char host[PATH_MAX];
+                if (realpath(spec, host) == NULL) {
+                        json_decref(m);
+                        return cli_fail("-v %s: %s", spec, strerror(errno));
+                }
+                json_object_set_new(m, "host_path", json_string(host));
+        } else {
+                json_object_set_new(m, "volume", json_string(spec));
+        }
+        if (mode != NULL)
+                json_object_set_new(m, "read_only", json_boolean(strcmp(mode, "ro") == 0));
+        json_t *mounts = json_object_get(params, "mounts");
+        if (mounts == NULL) {
+                mounts = json_array();
+                json_object_set_new(params, "mounts", mounts);
+        }
+        json_array_append_new(mounts, m);
+        return 0;
+}
+
 int cli_create_option(json_t *params, int opt, const char *arg)
 {
         unsigned long long n;
@@ -118,6 +160,15 @@ int cli_create_option(json_t *params, int opt, const char *arg)
                         return cli_fail("bad --idle-timeout \"%s\" (seconds, e.g. 3600)", arg);
                 json_object_set_new(params, "idle_timeout_seconds", json_integer((json_int_t)n));
                 return 0;
+        case CLI_OPT_IDLE_ACTION:
+                /* nsboxd checks the word and says what it takes. */
+                json_object_set_new(params, "idle_action", json_string(arg));
+                return 0;
+        case CLI_OPT_PAUSED_TIMEOUT:
+                if (parse_count(arg, &n) < 0)
+                        return cli_fail("bad --paused-timeout \"%s\"", arg);
+                json_object_set_new(params, "paused_timeout_seconds", json_integer((json_int_t)n));
+                return 0;
         case CLI_OPT_ENV:
                 return cli_add_env(params, arg) == 0 ? 0 : EXIT_NSBOX_FAILED;
         case CLI_OPT_LABEL: {
@@ -140,6 +191,8 @@ int cli_create_option(json_t *params, int opt, const char *arg)
         case CLI_OPT_NETWORK:
         case CLI_OPT_NETWORK_POLICY:
                 return cli_network_option(params, opt, arg);
+        case CLI_OPT_MOUNT:
+                return add_mount(params, arg) == 0 ? 0 : EXIT_NSBOX_FAILED;
         default:
                 return 1;
         }
@@ -164,7 +217,7 @@ int cmd_create(const struct cli *cli, int argc, char **argv)
         _cleanup_json_ json_t *params = json_object();
         int opt;
         optind = 1;
-        while ((opt = cli_getopt(cli, argc, argv, "", longopts)) != -1) {
+        while ((opt = cli_getopt(cli, argc, argv, "v:", longopts)) != -1) {
                 if (opt < -1)
                         return cli_opt_exit(opt);
                 int r = cli_create_option(params, opt, optarg);
@@ -359,6 +412,91 @@ static int ls_format_line(const char *format, json_t *sb)
         return r;
 }
 
+/* "45s", "4m", "23h", "3d": a span at a glance, rounded down. */
+static void ls_span(json_int_t seconds, char *buf, size_t len)
+{
+        if (seconds < 120)
+                snprintf(buf, len, "%llds", (long long)seconds);
+        else if (seconds < 2 * 3600)
+                snprintf(buf, len, "%lldm", (long long)seconds / 60);
+        else if (seconds < 2 * 86400)
+                snprintf(buf, len, "%lldh", (long long)seconds / 3600);
+        else
+                snprintf(buf, len, "%lldd", (long long)seconds / 86400);
+}
+
+/* EXPIRES: what the idle reaper does next ("paused in 4m", "paused,
+ * removed in 23h"), "-" while work runs or nothing is due. */
+static void ls_expires_text(json_t *sb, char *buf, size_t len)
+{
+        json_t *expires = json_object_get(sb, "expires");
+        const char *state = json_string_value(json_object_get(sb, "state"));
+        bool paused = state != NULL && strcmp(state, "paused") == 0;
+        const char *action = json_string_value(json_object_get(expires, "action"));
+        if (action == NULL) {
+                snprintf(buf, len, "%s", paused ? "paused, kept" : "-");
+                return;
+        }
+        char span[16];
+        ls_span(json_integer_value(json_object_get(expires, "in_seconds")), span, sizeof(span));
+        snprintf(buf, len, "%s%s in %s", paused ? "paused, " : "",
+                 strcmp(action, "pause") == 0 ? "paused" : "removed", span);
+}
+
+/* OWNER: the user's name, or the uid when it has none. */
+static void ls_owner_text(json_t *sb, char *buf, size_t len)
+{
+        json_t *owner = json_object_get(sb, "owner");
+        if (!json_is_integer(owner)) {
+                snprintf(buf, len, "-");
+                return;
+        }
+        const struct passwd *pw = getpwuid((uid_t)json_integer_value(owner));
+        if (pw != NULL)
+                snprintf(buf, len, "%s", pw->pw_name);
+        else
+                snprintf(buf, len, "%lld", (long long)json_integer_value(owner));
+}
+
+/* The entries of `list` that every filter matches. */
+static json_t *ls_filtered(json_t *list, json_t *filters)
+{
+        json_t *shown = json_array();
+        size_t i, k;
+        json_t *sb, *filter;
+        json_array_foreach(list, i, sb)
+        {
+                bool keep = true;
+                json_array_foreach(filters, k, filter)
+                {
+                        keep = keep && ls_filter_matches(json_string_value(filter), sb);
+                }
+                if (keep)
+                        json_array_append(shown, sb);
+        }
+        return shown;
+}
+
+/* ls -a: the sandboxes removed lately, when and why. */
+static void ls_print_removed(json_t *removed)
+{
+        if (json_array_size(removed) == 0)
+                return;
+        printf("\n%-36s  %-10s  %-8s  %-16s  %s\n", "REMOVED", "OWNER", "AGO", "SESSION", "WHY");
+        size_t i;
+        json_t *r;
+        json_array_foreach(removed, i, r)
+        {
+                char owner[64], ago[16];
+                ls_owner_text(r, owner, sizeof(owner));
+                ls_span(json_integer_value(json_object_get(r, "removed_seconds_ago")), ago, sizeof(ago));
+                json_t *session = json_object_get(r, "session_id");
+                printf("%-36s  %-10s  %-8s  %-16s  %s\n", json_string_value(json_object_get(r, "sandbox_id")),
+                       owner, ago, json_is_string(session) ? json_string_value(session) : "-",
+                       json_string_value(json_object_get(r, "reason")) ?: "-");
+        }
+}
+
 int cmd_ls(const struct cli *cli, int argc, char **argv)
 {
         enum { OPT_FORMAT = CLI_OPT_FIRST_FREE };
@@ -401,22 +539,15 @@ int cmd_ls(const struct cli *cli, int argc, char **argv)
         if (result == NULL)
                 return EXIT_NSBOX_FAILED;
         /* Filters apply to every output, --json included. */
-        json_t *all_sandboxes = json_object_get(result, "sandboxes");
-        _cleanup_json_ json_t *shown = json_array();
-        size_t i, k;
-        json_t *sb, *filter;
-        json_array_foreach(all_sandboxes, i, sb)
-        {
-                bool keep = true;
-                json_array_foreach(filters, k, filter)
-                {
-                        keep = keep && ls_filter_matches(json_string_value(filter), sb);
-                }
-                if (keep)
-                        json_array_append(shown, sb);
-        }
+        _cleanup_json_ json_t *shown = ls_filtered(json_object_get(result, "sandboxes"), filters);
+        _cleanup_json_ json_t *removed =
+            all ? ls_filtered(json_object_get(result, "removed"), filters) : json_array();
+        size_t i;
+        json_t *sb;
         if (cli->json) {
                 json_object_set(result, "sandboxes", shown);
+                if (all)
+                        json_object_set(result, "removed", removed);
                 if (json_object_get(result, "count") != NULL)
                         json_object_set_new(result, "count",
                                             json_integer((json_int_t)json_array_size(shown)));
@@ -427,8 +558,8 @@ int cmd_ls(const struct cli *cli, int argc, char **argv)
                 return cli_fail(
                     "--format: table is not supported; give the fields, e.g. \"{{.ID}}\\t{{.Status}}\"");
         if (!quiet && format == NULL)
-                printf("%-36s  %-9s  %-24s  %-16s  %s\n", "SANDBOX ID", "STATE", "CREATED", "SESSION",
-                       "LABELS");
+                printf("%-36s  %-9s  %-10s  %-24s  %-24s  %-16s  %s\n", "SANDBOX ID", "STATE", "OWNER",
+                       "CREATED", "EXPIRES", "SESSION", "LABELS");
         json_array_foreach(shown, i, sb)
         {
                 const char *id = json_string_value(json_object_get(sb, "sandbox_id"));
@@ -446,10 +577,16 @@ int cmd_ls(const struct cli *cli, int argc, char **argv)
                 const char *state = json_string_value(json_object_get(sb, "state"));
                 const char *created = json_string_value(json_object_get(sb, "created_at"));
                 _cleanup_free_ char *labels = ls_labels_text(json_object_get(sb, "labels"));
-                printf("%-36s  %-9s  %-24s  %-16s  %s\n", id, state ? state : "-", created ? created : "-",
+                char owner[64], expires[64];
+                ls_owner_text(sb, owner, sizeof(owner));
+                ls_expires_text(sb, expires, sizeof(expires));
+                printf("%-36s  %-9s  %-10s  %-24s  %-24s  %-16s  %s\n", id, state ? state : "-", owner,
+                       created ? created : "-", expires,
                        json_is_string(session) ? json_string_value(session) : "-",
                        labels && labels[0] ? labels : "-");
         }
+        if (!quiet && format == NULL)
+                ls_print_removed(removed);
         return 0;
 }
 

@@ -14,7 +14,12 @@ enum { OPT_TIMEOUT = CLI_OPT_FIRST_FREE };
 
 static void print_notes(const json_t *result)
 {
-        if (json_is_true(json_object_get(result, "timed_out")))
+        /* nsboxd says the timeout itself on stderr (with its `status`): then
+         * only how to raise it is ours to add. */
+        if (json_is_true(json_object_get(result, "timed_out")) &&
+            json_is_string(json_object_get(result, "status")))
+                fprintf(stderr, "nsbox: raise it with --timeout S (30 s by default)\n");
+        else if (json_is_true(json_object_get(result, "timed_out")))
                 fprintf(stderr, "nsbox: the command timed out and was interrupted; the shell and its state "
                                 "remain (--timeout S to allow more; 30 s by default)\n");
         if (json_is_true(json_object_get(result, "truncated")))

@@ -6,8 +6,10 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <grp.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,16 +37,24 @@ static const struct command commands[] = {
         { "create", cmd_create,
           "nsbox create [--session ID] [--memory 512M] [--pids N] [--cpus F] [--disk 1G] [--idle-timeout "
           "SEC] "
-          "[--env K=V]... [--label K=V]... [--network NAME | --network-policy FILE]",
+          "[--env K=V]... [--label K=V]... [-v SRC:PATH[:ro|:rw]]... [--network NAME | --network-policy "
+          "FILE]",
           "Create a sandbox and print its id.\n\n"
           "  --session ID        get-or-create: reuse the live sandbox of this session\n"
           "  --memory SIZE       memory of its processes (e.g. 512M, 1G)\n"
           "  --pids N            process limit\n"
           "  --cpus F            CPU limit in CPUs (e.g. 0.5)\n"
           "  --disk SIZE         its disk (in RAM, beside --memory); full is ENOSPC\n"
-          "  --idle-timeout SEC  remove it after SEC seconds without use\n"
+          "  --idle-timeout SEC  pause it after SEC seconds without use (default 300)\n"
+          "  --idle-action pause|remove  what idling does (default the operator's: pause)\n"
+          "  --paused-timeout SEC  remove it after SEC seconds paused (default 86400)\n"
           "  --env K=V           environment of every command (repeatable)\n"
           "  --label K=V         a label, shown by ls and matched by ls --filter (repeatable)\n"
+          "  -v, --volume SRC:PATH[:ro|:rw]\n"
+          "                      mount at PATH a volume (SRC a name, nsbox volume; writable\n"
+          "                      unless :ro) or a directory of yours on the host (SRC a path:\n"
+          "                      /home/me/project, $PWD, .; read-only unless :rw; files made\n"
+          "                      in it are yours; only below nsboxd's host_mount_roots)\n"
           "  --image NAME        image (default python, or one of nsbox images)\n"
           "  --from-snapshot SNAP  start with the files of a snapshot (nsbox snapshot):\n"
           "                      its image, a writable layer of its own, fresh processes\n"
@@ -57,8 +67,10 @@ static const struct command commands[] = {
           "                      \"203.0.113.0/24\"], \"deny\": [...]}; only when nsboxd allows it\n"
           "                      (allow_client_network_policies)\n" },
         { "ls", cmd_ls, "nsbox ls [-a] [-q] [-f FILTER]... [--format FORMAT]",
-          "List your sandboxes: id, state, creation time, session name and labels.\n\n"
-          "  -a, --all            include sandboxes that are no longer running\n"
+          "List your sandboxes (root: everyone's): id, state, owner, creation time, when\n"
+          "it is paused or removed if left idle (EXPIRES), session name and labels.\n\n"
+          "  -a, --all            include sandboxes that are no longer running, and those\n"
+          "                       removed lately: when and why\n"
           "  -q, --quiet          print the ids only\n"
           "  -f, --filter FILTER  only sandboxes that match (all filters given): label=KEY,\n"
           "                       label=KEY=VALUE, id=PREFIX, session=NAME, state=STATE\n"
@@ -114,22 +126,27 @@ static const struct command commands[] = {
           "                      and nsbox says so on stderr\n"
           "  -t, --tty           run on a terminal (pty) in the sandbox; with -i this\n"
           "                      terminal goes raw and keys (Ctrl-C too) go to it as typed;\n"
-          "                      window size changes follow\n"
+          "                      window size changes follow; TERM is yours (xterm-256color\n"
+          "                      if unset) unless -e sets it\n"
           "A sandbox idle (no command running) for its idle timeout, 300 s unless created\n"
-          "with --idle-timeout, is removed.\n" },
+          "with --idle-timeout, is paused (the next command resumes it, files, variables and\n"
+          "shells as they were) and removed after 24 h paused; nsbox ls shows when (EXPIRES).\n"
+          "A command naming a removed sandbox says when and why it went.\n" },
         { "sh", cmd_sh,
           "nsbox sh [-i] [-d] [-e K=V] [-w DIR] [-u root] [--timeout S] [--max-output BYTES] ID "
           "'shell command'",
           "Run a command line under /bin/sh -c in a sandbox; options and defaults as for\n"
           "nsbox exec (timeout 30 s, output cap 256 MiB streamed, 1 MiB with --json or -d).\n" },
         { "ps", cmd_ps, "nsbox ps [-q] ID",
-          "List the background execs of a sandbox (nsbox exec -d): running, or how they\n"
-          "ended (the last 64 ended ones are kept).\n\n"
+          "List the background execs of a sandbox (nsbox exec -d): their state (running,\n"
+          "or how they ended: the last 64 ended ones are kept), start (UTC) and command.\n\n"
           "  -q, --quiet  print the exec ids only\n" },
-        { "logs", cmd_logs, "nsbox logs [-f] ID EXEC",
-          "Print the output of a background exec so far (its first --max-output bytes,\n"
-          "1 MiB by default), stdout to stdout and stderr to stderr.\n\n"
-          "  -f, --follow  keep printing new output until the exec ends\n" },
+        { "logs", cmd_logs, "nsbox logs [-f] [-n N] ID EXEC",
+          "Print the output of a background exec so far, stdout to stdout and stderr to\n"
+          "stderr. Of a long job it keeps the first --max-output bytes (1 MiB by default)\n"
+          "and the last half as many of each stream, and says how much was dropped between.\n\n"
+          "  -f, --follow    keep printing new output until the exec ends\n"
+          "  -n, --tail N    start with the last N lines of each stream\n" },
         { "kill", cmd_kill, "nsbox kill [-s SIG] ID EXEC",
           "Send a signal to an exec (its whole process group; KILL ends every process it\n"
           "started) and print its id.\n\n"
@@ -200,6 +217,13 @@ static const struct command commands[] = {
           "deletions included; not its processes) and print the snapshot id; list your\n"
           "snapshots; remove snapshots (refused while a sandbox made from one lives).\n\n"
           "  --name NAME   a label shown by nsbox snapshot ls\n" },
+        { "volume", cmd_volume,
+          "nsbox volume create [--size SIZE] NAME | nsbox volume ls | nsbox volume rm NAME...",
+          "Named volumes: file systems of their own size (default 1G; full is ENOSPC) that\n"
+          "outlive sandboxes and restarts of nsboxd, mounted with nsbox create -v NAME:/PATH\n"
+          "into one sandbox or many at once. ls lists yours (root: everyone's); rm is\n"
+          "refused while a sandbox uses the volume.\n\n"
+          "  --size SIZE   its size (e.g. 512M, 10G); host disk is taken as it is written\n" },
         { "snapshots", cmd_snapshots, "nsbox snapshots", "Same as nsbox snapshot ls.\n" },
         { "fork", cmd_fork, "nsbox fork [--name NAME] [create options] ID",
           "Snapshot a sandbox's files and create a sandbox from the snapshot (nsbox create\n"
@@ -235,6 +259,21 @@ static const struct command commands[] = {
           "way), or import an image (root only): PATH is an OCI image layout directory\n"
           "(--tag, default latest) or a docker-archive tarball (docker save); the image is\n"
           "then everyone's to use.\n" },
+        { "desktop", cmd_desktop, "nsbox desktop start|screenshot|click|move|scroll|type|key ID ...",
+          "Computer use on a sandbox made from the desktop image (docs/desktop.md):\n\n"
+          "  start [--size WxH] ID   start its screen (default 1280x800), window manager,\n"
+          "                          VNC and noVNC; print the noVNC URL to watch it from\n"
+          "                          this host (a sandbox with network; without, it says\n"
+          "                          why not); again: the running desktop\n"
+          "  screenshot ID [FILE]    the screen as PNG, to FILE or to standard output\n"
+          "  click [--right|--middle] [--double] ID X Y\n"
+          "                          click at X Y (pixels from the top left)\n"
+          "  move ID X Y             move the pointer to X Y\n"
+          "  scroll ID DIRECTION [N] turn the wheel N steps (default 3) up, down, left or\n"
+          "                          right\n"
+          "  type ID TEXT            type TEXT as it is, newlines as Enter (- reads it from\n"
+          "                          standard input; at most 4096 bytes)\n"
+          "  key ID KEYS...          press xdotool keys in turn, e.g. ctrl+l Return\n" },
         { "status", cmd_status, "nsbox status",
           "Show the daemon's version, kernel, cgroup mode and features.\n" },
         { "mcp", cmd_mcp, "nsbox mcp [--session NAME]",
@@ -625,7 +664,8 @@ static void usage(FILE *out)
                      "The socket is --socket, else $NSBOX_SOCKET, else (not root) your own\n"
                      "$XDG_RUNTIME_DIR/nsbox/nsbox.sock where it exists, else /run/nsbox/nsbox.sock.\n"
                      "Wherever a command takes a sandbox ID, a unique prefix of it (4 characters or\n"
-                     "more, among your own sandboxes) or a session name (--session) works too.\n"
+                     "more, among your own sandboxes) or a session name (--session) works too; root\n"
+                     "takes its own session of that name first, and UID:NAME picks another user's.\n"
                      "exec, sh, run, python and pip exit with the command's code; 124 on timeout,\n"
                      "128+N when killed by signal N, 125 when nsbox itself failed.\n"
                      "Sandboxes have no network unless created (or updated) with --network NAME, one\n"
@@ -656,9 +696,34 @@ static struct {
         char *id;
 } cli_resolved[CLI_RESOLVED_MAX];
 
+/* "UID:NAME" or "USER:NAME": session NAME of that owner (root picks among
+ * users' sessions so). *owner is set and the name returned, or NULL. */
+static const char *cli_owner_prefix(const char *ref, uid_t *owner)
+{
+        const char *colon = strchr(ref, ':');
+        if (colon == NULL || colon == ref || colon[1] == '\0' || (size_t)(colon - ref) >= 64)
+                return NULL;
+        char who[64];
+        snprintf(who, sizeof(who), "%.*s", (int)(colon - ref), ref);
+        char *end;
+        errno = 0;
+        unsigned long n = strtoul(who, &end, 10);
+        if (*end == '\0' && errno == 0 && n <= UINT32_MAX) {
+                *owner = (uid_t)n;
+                return colon + 1;
+        }
+        const struct passwd *pw = getpwnam(who);
+        if (pw == NULL)
+                return NULL;
+        *owner = pw->pw_uid;
+        return colon + 1;
+}
+
 /* A session name (the session_id of sandbox.create or python.run) is the id
- * of the caller's live sandbox of that session; anything else (an id, an id
- * prefix that nsboxd resolves, a mistake nsboxd names) goes as given. */
+ * of the caller's live (running or paused) sandbox of that session; root,
+ * who lists every user's, takes its own first, else the only one, else
+ * UID:NAME says whose. Anything else (an id, an id prefix that nsboxd
+ * resolves, a mistake nsboxd names) goes as given. */
 static int cli_resolve_sandbox_param(struct client *c, json_t *params, nsbox_error_t **err)
 {
         const char *ref = json_string_value(json_object_get(params, "sandbox_id"));
@@ -676,24 +741,45 @@ static int cli_resolve_sandbox_param(struct client *c, json_t *params, nsbox_err
         _cleanup_error_ nsbox_error_t *list_err = NULL;
         if (client_call(c, "sandbox.list", list_params, NULL, NULL, &list, NULL, &list_err) < 0)
                 return 0; /* the request itself will say what is wrong */
-        const char *found = NULL;
+        uid_t me = geteuid(), wanted = 0;
+        const char *name = cli_owner_prefix(ref, &wanted);
+        bool by_owner = name != NULL;
+        if (!by_owner)
+                name = ref;
+        const char *found = NULL, *own = NULL;
         size_t matches = 0, i;
         json_t *sb;
+        _cleanup_free_ char *choices = NULL;
+        size_t choices_size = 0;
+        FILE *f = open_memstream(&choices, &choices_size);
+        if (f == NULL)
+                return nsbox_error(err, ENOMEM, "resolve %s", ref);
         json_array_foreach(json_object_get(list, "sandboxes"), i, sb)
         {
                 const char *session = json_string_value(json_object_get(sb, "session_id"));
                 const char *state = json_string_value(json_object_get(sb, "state"));
-                if (session != NULL && strcmp(session, ref) == 0 && state != NULL &&
-                    strcmp(state, "running") == 0) {
-                        found = json_string_value(json_object_get(sb, "sandbox_id"));
-                        matches++;
-                }
+                json_t *owner = json_object_get(sb, "owner");
+                uid_t uid = json_is_integer(owner) ? (uid_t)json_integer_value(owner) : me;
+                if (session == NULL || strcmp(session, name) != 0 || state == NULL ||
+                    (strcmp(state, "running") != 0 && strcmp(state, "paused") != 0) ||
+                    (by_owner && uid != wanted))
+                        continue;
+                found = json_string_value(json_object_get(sb, "sandbox_id"));
+                if (uid == me)
+                        own = found;
+                fprintf(f, "%s%u:%s", matches ? ", " : "", (unsigned)uid, name);
+                matches++;
         }
-        /* root lists every user's sandboxes: a name two users chose is no
-         * answer. */
+        fclose(f);
+        if (own != NULL) {
+                found = own;
+                matches = 1;
+        }
         if (matches > 1)
-                return nsbox_refuse(err, EINVAL, "session name %s names %zu sandboxes; give the sandbox id",
-                                    ref, matches);
+                return nsbox_refuse(err, EINVAL,
+                                    "session name %s names %zu sandboxes of other users (%s); give one as "
+                                    "UID:NAME, or the sandbox id",
+                                    name, matches, choices ? choices : "");
         const char *id = matches == 1 && found != NULL ? found : ref;
         if (k < CLI_RESOLVED_MAX) {
                 cli_resolved[k].ref = strdup(ref);
@@ -739,10 +825,12 @@ static bool is_help(const char *arg)
 static bool asks_help(const struct command *cmd, int argc, char **argv)
 {
         /* Their subcommands: `nsbox CMD SUB --help` is CMD's help too. */
-        static const char *const subcommands[][5] = {
+        static const char *const subcommands[][8] = {
                 { "shell", "run", "ls", "rm", "check" },
                 { "snapshot", "ls", "rm" },
+                { "volume", "create", "ls", "rm" },
                 { "image", "ls", "rm", "import" },
+                { "desktop", "start", "screenshot", "click", "move", "scroll", "type", "key" },
         };
         /* serve and mcp pass --help on to what they run (nsbox-http, the MCP server). */
         if (strcmp(cmd->name, "serve") == 0 || strcmp(cmd->name, "mcp") == 0)

@@ -54,6 +54,7 @@ struct call {
 
         /* The call thread's own: the session's sandbox was reaped and made anew for this call. */
         bool recreated;
+        char recreated_reason[160]; /* why its last sandbox went, as nsboxd said */
         /* The call thread's own: output streamed by sandbox.exec. */
         char *streamed[2];
         size_t streamed_len[2];
@@ -219,10 +220,12 @@ static void call_note_recreated(const struct call *c, json_t *answer)
         if (!c->recreated || !json_is_object(answer))
                 return;
         json_object_set_new(answer, "recreated", json_true());
-        mcp_add_note(answer,
-                     "this session's sandbox was reaped after being idle for its idle timeout (default "
-                     "300 s) and has been recreated: files, installed packages and run_code variables "
-                     "from before are gone");
+        char note[320];
+        snprintf(note, sizeof(note),
+                 "this session's sandbox was reaped (%s) and has been recreated: files, installed packages "
+                 "and run_code variables from before are gone",
+                 c->recreated_reason[0] ? c->recreated_reason : "removed");
+        mcp_add_note(answer, note);
 }
 
 /* shell_start, shell_output and shell_kill: background execs of the session's sandbox. */
@@ -340,6 +343,8 @@ static int call_resolve(struct call *c, struct client *conn, json_t **session, j
         }
         *sandbox_id = json_string_value(json_object_get(*session, "sandbox_id"));
         c->recreated = json_is_true(json_object_get(*session, "recreated"));
+        snprintf(c->recreated_reason, sizeof(c->recreated_reason), "%s",
+                 json_string_value(json_object_get(*session, "reason")) ?: "");
         return 0;
 }
 

@@ -99,6 +99,8 @@ unsigned http_status_of_rpc_error(json_t *error, const char **kind_out)
                 status = MHD_HTTP_BAD_REQUEST;
         else if (strcmp(kind, "not_found") == 0)
                 status = MHD_HTTP_NOT_FOUND;
+        else if (strcmp(kind, "gone") == 0)
+                status = MHD_HTTP_GONE;
         else if (strcmp(kind, "limit_reached") == 0 || strcmp(kind, "busy") == 0)
                 status = MHD_HTTP_TOO_MANY_REQUESTS;
         else if (strcmp(kind, "unavailable") == 0)
@@ -142,4 +144,17 @@ json_t *http_body_object(struct http_request *r, enum MHD_Result *ret)
                 return NULL;
         }
         return body;
+}
+
+size_t http_stderr_without_nsbox_note(const char *text)
+{
+        static const char note[] = "nsbox: timed out after ";
+        size_t n = strlen(text);
+        if (n == 0)
+                return 0;
+        /* The start of the last line (a final newline ends it, not begins another). */
+        size_t start = n - 1;
+        while (start > 0 && text[start - 1] != '\n')
+                start--;
+        return strncmp(text + start, note, sizeof(note) - 1) == 0 ? start : n;
 }

@@ -89,6 +89,9 @@ static const struct option_def options[] = {
         { "egress_path", "NSBOX_EGRESS_PATH", OPT_STRING, CFG(egress_path), 0, "the nsbox-egress binary" },
         { "egress_uid", "NSBOX_EGRESS_UID", OPT_UINT, CFG(egress_uid), UINT32_MAX - 1,
           "uid and gid of the egress proxy (0: uid_pool_base - 1)" },
+        { "host_mount_roots", "NSBOX_HOST_MOUNT_ROOTS", OPT_STRING, CFG(host_mount_roots), 0,
+          "directories (comma-separated, absolute) under which a client may mount its own host "
+          "directories into a sandbox (sandbox.create mounts[].host_path); \"\": none" },
         { "python_fork_server", "NSBOX_PYTHON_FORK_SERVER", OPT_STRING, CFG(python_fork_server), 0,
           "stateless python.run through a per-sandbox fork server: lazy, eager or off" },
         { "python_fork_server_idle_seconds", "NSBOX_PYTHON_FORK_SERVER_IDLE_SECONDS", OPT_UINT,
@@ -101,6 +104,9 @@ static const struct option_def options[] = {
           "disk for snapshots and committed images, all users together" },
         { "max_snapshots_per_uid", "NSBOX_MAX_SNAPSHOTS_PER_UID", OPT_UINT, CFG(max_snapshots_per_uid),
           100000, "snapshots one non-root uid may keep" },
+        { "volume_bytes_per_uid", "NSBOX_VOLUME_BYTES_PER_UID", OPT_UINT, CFG(volume_bytes_per_uid),
+          1ull << 50,
+          "the sizes of one non-root uid's volumes together (0: the size of the state dir's file system)" },
         { "max_images_per_uid", "NSBOX_MAX_IMAGES_PER_UID", OPT_UINT, CFG(max_images_per_uid), 100000,
           "committed images one non-root uid may keep" },
         { "layer_inodes", "NSBOX_LAYER_INODES", OPT_UINT, CFG(layer_inodes), 1ull << 40,
@@ -119,11 +125,13 @@ static const struct option_def options[] = {
         { "idle_timeout_seconds", "NSBOX_IDLE_TIMEOUT_SECONDS", OPT_UINT, CFG(defaults.idle_timeout_seconds),
           POLICY_MAX_IDLE_SECONDS, "default idle timeout" },
         { "idle_action", "NSBOX_IDLE_ACTION", OPT_STRING, CFG(idle_action), 0,
-          "what happens to a sandbox idle for its idle timeout: remove or pause" },
+          "what happens to a sandbox idle for its idle timeout: pause or remove" },
         { "auto_resume", "NSBOX_AUTO_RESUME", OPT_UINT, CFG(auto_resume), 1,
           "1: a request that runs something in a paused sandbox resumes it; 0: it fails" },
-        { "paused_timeout_seconds", "NSBOX_PAUSED_TIMEOUT_SECONDS", OPT_UINT, CFG(paused_timeout_seconds),
-          UINT32_MAX, "remove a sandbox paused this long (0: never)" },
+        { "paused_timeout_seconds", "NSBOX_PAUSED_TIMEOUT_SECONDS", OPT_UINT,
+          CFG(defaults.paused_timeout_seconds), UINT32_MAX,
+          "remove a sandbox paused (or, without a freezer, idle after its idle timeout) this long (0: "
+          "never)" },
 };
 
 /* A size (a key in _bytes) takes a unit as the CLI's options and the
@@ -350,6 +358,9 @@ int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_
         config->uid_isolation = strdup("per-sandbox");
         config->unmapped_clients = strdup("refuse");
         config->python_fork_server = strdup("lazy");
+        /* Where users keep their own files; never /etc, /usr, /var/lib, /root
+         * or the state dir, whatever their modes say. */
+        config->host_mount_roots = strdup("/home,/srv,/tmp,/var/tmp");
         config->python_fork_server_idle_seconds = 60;
         /* The server holds about 100 MiB (numpy, pandas, matplotlib, PIL):
          * in a smaller sandbox that is more than the imports it saves. */
@@ -381,7 +392,7 @@ int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_
         config->client_idle_timeout_seconds = 600;
         config->request_timeout_seconds = 60;
         config->max_pids = 4096;
-        config->idle_action = strdup("remove");
+        config->idle_action = strdup("pause");
         config->auto_resume = 1;
         policy_defaults(&config->defaults);
 
@@ -466,9 +477,11 @@ int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_
         if (strcmp(config->unmapped_clients, "refuse") != 0 &&
             strcmp(config->unmapped_clients, "one-owner") != 0)
                 return nsbox_invalid(err, "unmapped_clients must be \"refuse\" or \"one-owner\"");
-        if (strcmp(config->idle_action, "remove") != 0 && strcmp(config->idle_action, "pause") != 0)
-                return nsbox_invalid(err, "idle_action must be \"remove\" or \"pause\", not \"%.64s\"",
+        if (!policy_valid_idle_action(config->idle_action))
+                return nsbox_invalid(err, "idle_action must be \"pause\" or \"remove\", not \"%.64s\"",
                                      config->idle_action);
+        snprintf(config->defaults.idle_action, sizeof(config->defaults.idle_action), "%s",
+                 config->idle_action);
         if (config->layer_inodes == 0 || config->layer_inodes_per_uid == 0 ||
             config->layer_inodes_per_snapshot == 0)
                 return nsbox_invalid(err, "layer_inodes, layer_inodes_per_uid and layer_inodes_per_snapshot "
@@ -493,6 +506,7 @@ void config_free(struct nsbox_config *config)
         free(config->uid_isolation);
         free(config->unmapped_clients);
         free(config->python_fork_server);
+        free(config->host_mount_roots);
         free(config->network_subnet);
         free(config->egress_dns_servers);
         free(config->egress_path);

@@ -73,20 +73,26 @@ struct nsbox_config {
          * seconds without a stateless call; not started in sandboxes whose
          * memory limit is below the last. */
         char *python_fork_server;
+        /* Comma-separated absolute directories: a client's mounts[].host_path
+         * must be below one of them (manager/host_mounts.c). */
+        char *host_mount_roots;
         uint32_t python_fork_server_idle_seconds;
         uint64_t python_fork_server_min_memory_bytes;
-        /* Pausing (sandbox.pause): what the idle reaper does with an idle
-         * sandbox, "remove" or "pause"; whether a request that needs a paused
-         * sandbox running resumes it (else it fails); how long a sandbox may
-         * stay paused before it is removed (0: for ever). */
+        /* Pausing (sandbox.pause): the default of what the idle reaper does
+         * with an idle sandbox, "pause" or "remove" (copied into
+         * defaults.idle_action once checked; defaults.paused_timeout_seconds
+         * says how long one stays paused, 0: for ever); whether a request that
+         * needs a paused sandbox running resumes it (else it fails). */
         char *idle_action;
         unsigned auto_resume;
-        uint32_t paused_timeout_seconds;
         /* Snapshots and committed images (manifest snapshot.c, images.c):
          * disk for all of them together, and how many one non-root uid may keep. */
         uint64_t layer_disk_bytes;
         unsigned max_snapshots_per_uid;
         unsigned max_images_per_uid;
+        /* Volumes are sparse: their sizes are promises of host disk. What one
+         * non-root uid's add up to at most (0: the state dir's file system). */
+        uint64_t volume_bytes_per_uid;
         /* Their inodes: empty files, symlinks and FIFOs cost no bytes, yet
          * each is an inode of the state dir's file system. In all, of one
          * non-root uid, of one snapshot or image. */

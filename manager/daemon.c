@@ -37,3 +37,17 @@ void format_timestamp(long long realtime_ms, char *buf, size_t len)
         strftime(base, sizeof(base), "%Y-%m-%dT%H:%M:%S", &tm);
         snprintf(buf, len, "%s.%03lldZ", base, realtime_ms % 1000);
 }
+
+void format_duration(long long seconds, char *buf, size_t len)
+{
+        if (seconds < 0)
+                seconds = 0;
+        if (seconds < 120)
+                snprintf(buf, len, "%lld s", seconds);
+        else if (seconds < 2 * 3600)
+                snprintf(buf, len, "%lld min", seconds / 60);
+        else if (seconds < 2 * 86400)
+                snprintf(buf, len, "%lld h", seconds / 3600);
+        else
+                snprintf(buf, len, "%lld d", seconds / 86400);
+}

@@ -34,3 +34,5 @@ long long now_monotonic_ms(void);
 long long now_monotonic_ns(void);
 /* RFC 3339 UTC with milliseconds, into buf (at least 32 bytes). */
 void format_timestamp(long long realtime_ms, char *buf, size_t len);
+/* A span for people: "45 s", "5 min", "3 h", "2 d" (whole units, down). */
+void format_duration(long long seconds, char *buf, size_t len);

@@ -4,6 +4,7 @@
 
 #include "egress.h"
 #include "exec_internal.h"
+#include "exec_log.h"
 #include "exec_params.h"
 
 #include <errno.h>
@@ -23,6 +24,7 @@
 #include <sys/sysmacros.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <linux/sockios.h>
 #include <unistd.h>
 #include <uuid/uuid.h>
 
@@ -96,6 +98,7 @@ static void exec_free(struct exec *ex)
                 if (ex->out[i].source)
                         loop_remove(nsboxd.loop, ex->out[i].source);
                 free(ex->out[i].data);
+                free(ex->out[i].tail);
         }
         if (ex->stdin_src)
                 loop_remove(nsboxd.loop, ex->stdin_src);
@@ -111,6 +114,7 @@ static void exec_free(struct exec *ex)
         free(ex->stdin_data);
         free(ex->start_error);
         free(ex->audit);
+        free(ex->command_text);
         if (ex->pty >= 0)
                 close(ex->pty);
         free(ex);
@@ -260,8 +264,11 @@ static bool output_reserve(struct exec *ex, struct output *o, size_t need)
 
 /* Collected output is kept up to max_output (the head); what comes after
  * is read and dropped, with `truncated`, so that a background exec never
- * blocks on output nobody asked for. Streamed output is passed on, and its
- * pipes paused while the client lags. */
+ * blocks on output nobody asked for: a background exec's goes on to the
+ * tail ring of its stream (exec_log.h), the oldest of it dropped instead.
+ * Streamed output is passed on, and its pipes paused while the client lags. */
+static void stream_pending(struct exec *ex, int which);
+
 static void output_append(struct exec *ex, int which, const char *data, size_t len)
 {
         if (ex->hooks != NULL &&
@@ -270,37 +277,68 @@ static void output_append(struct exec *ex, int which, const char *data, size_t l
                                                                                     ex->hooks_data);
                 return;
         }
+        struct output *o = &ex->out[which];
+        bool logged = ex->background && !ex->stream;
         size_t room = ex->max_output > ex->total_output ? ex->max_output - ex->total_output : 0;
-        if (len > room) {
+        /* A background stream's head ends at its first byte that went past it. */
+        if (logged && o->written > o->len)
+                room = 0;
+        size_t rest = len > room ? len - room : 0;
+        len -= rest;
+        if (len > 0 && !output_reserve(ex, o, len)) {
+                rest += len;
+                len = 0;
+        }
+        if (logged) {
+                o->written += len;
+                exec_log_append_tail(ex, which, data + len, rest);
+        } else if (rest > 0) {
                 ex->truncated = true;
-                ex->dropped_output += len - room;
-                len = room;
+                ex->dropped_output += rest;
         }
         if (len == 0)
                 return;
-        struct output *o = &ex->out[which];
-        if (!output_reserve(ex, o, len)) {
-                ex->truncated = true;
-                ex->dropped_output += len;
-                return;
-        }
         ex->total_output += len;
         memcpy(o->data + o->len, data, len);
         o->len += len;
 
         if (ex->stream) {
-                /* Send what is complete now; keep a split UTF-8 character for later. */
-                size_t pending = o->carry + len;
-                const char *start = o->data + o->len - pending;
-                size_t ready = ex->base64 ? pending : utf8_complete_prefix(start, pending);
-                stream_chunk(ex, which, start, ready);
-                o->carry = pending - ready;
-                /* Streamed bytes need not be kept, only the carry. */
-                memmove(o->data, o->data + o->len - o->carry, o->carry);
-                o->len = o->carry;
-                if (exec_client_backlogged(ex))
-                        exec_pause(ex);
+                o->carry += len;
+                stream_pending(ex, which);
         }
+}
+
+/* A stream's client hears exec.started before any output: bytes read before
+ * the supervisor's CTL_STARTED (its report and the pipes come in one batch,
+ * in any order) wait, with the pipes unwatched, until exec_started. */
+static bool stream_holds_output(const struct exec *ex)
+{
+        return ex->stream && ex->req != NULL && !ex->started && !ex->background;
+}
+
+/* Send what is complete of a stream's pending bytes (o->carry of them, at
+ * the end of its buffer); keep a split UTF-8 character for later. */
+static void stream_pending(struct exec *ex, int which)
+{
+        struct output *o = &ex->out[which];
+        if (stream_holds_output(ex)) {
+                if (!ex->held_for_start) {
+                        ex->held_for_start = true;
+                        exec_watch_output(ex, 0);
+                }
+                return;
+        }
+        if (o->carry == 0)
+                return;
+        const char *start = o->data + o->len - o->carry;
+        size_t ready = ex->base64 ? o->carry : utf8_complete_prefix(start, o->carry);
+        stream_chunk(ex, which, start, ready);
+        o->carry -= ready;
+        /* Streamed bytes need not be kept, only the carry. */
+        memmove(o->data, o->data + o->len - o->carry, o->carry);
+        o->len = o->carry;
+        if (exec_client_backlogged(ex))
+                exec_pause(ex);
 }
 
 static void exec_maybe_finish(struct exec *ex)
@@ -513,11 +551,53 @@ static bool exec_ended_by_sigkill(const struct exec *ex)
         return WIFEXITED(ex->wait_status) && WEXITSTATUS(ex->wait_status) == 128 + SIGKILL;
 }
 
+/* The command's stderr (none when streamed), then a line of nsboxd's on how
+ * it ended: the timeout. */
+static json_t *exec_stderr_with_note(const struct exec *ex)
+{
+        char note[128];
+        int n = snprintf(note, sizeof(note), "nsbox: timed out after %u s (timeout_seconds), killed\n",
+                         ex->timeout_s);
+        if (ex->stream)
+                return json_string(note); /* nsboxd's own words, never encoded: as a start error's */
+        size_t kept = ex->out[1].len;
+        _cleanup_free_ char *text = malloc(kept + 1 + (size_t)n);
+        if (text == NULL)
+                return json_string(note);
+        size_t at = kept;
+        if (kept > 0) {
+                memcpy(text, ex->out[1].data, kept);
+                if (text[kept - 1] != '\n')
+                        text[at++] = '\n'; /* a line of its own, even after a partial one */
+        }
+        memcpy(text + at, note, (size_t)n);
+        return exec_output_to_json(text, at + (size_t)n, ex->base64);
+}
+
+/* How the exec ended, in one word: "running", "exited" (exit_code),
+ * "signaled" (signal: the command's own end), "timeout", "killed" (exec.kill,
+ * its client gone, its sandbox or supervisor gone) or "start_failed". */
+const char *exec_status_word(const struct exec *ex)
+{
+        if (ex->start_error != NULL)
+                return "start_failed";
+        if (!ex->exited)
+                return "running";
+        if (ex->timed_out)
+                return "timeout";
+        if (WIFEXITED(ex->wait_status))
+                return "exited";
+        return ex->killed ? "killed" : "signaled";
+}
+
 json_t *exec_result(struct exec *ex)
 {
         json_t *exit_code = json_null(), *signal = json_null();
         if (ex->start_error != NULL) {
-                exit_code = json_integer(ex->start_errno == ENOENT ? 127 : 126);
+                exit_code = json_integer(ex->start_exit_code == 126 || ex->start_exit_code == 127
+                                             ? ex->start_exit_code
+                                         : ex->start_errno == ENOENT ? 127
+                                                                     : 126);
         } else if (ex->exited) {
                 if (WIFEXITED(ex->wait_status))
                         exit_code = json_integer(WEXITSTATUS(ex->wait_status));
@@ -532,18 +612,28 @@ json_t *exec_result(struct exec *ex)
                 char message[1024];
                 snprintf(message, sizeof(message), "nsbox: cannot run the command: %s\n", ex->start_error);
                 stderr_json = json_string(message);
+        } else if (ex->timed_out) {
+                /* Said where a reader of the command's errors looks, after them
+                 * (a streamed exec's result holds only nsboxd's own words). */
+                stderr_json = exec_stderr_with_note(ex);
         } else {
                 stderr_json = ex->stream ? json_string("")
                                          : exec_output_to_json(ex->out[1].data, ex->out[1].len, ex->base64);
         }
         bool oom_killed =
             ex->sb->cgroup != NULL && cgroup_sandbox_oom_kills(ex->sb->cgroup) > ex->oom_kills_at_start;
+        /* A background exec's stdout and stderr here are its heads: cut if its
+         * tail holds more (exec.output reads that). */
+        bool cut =
+            ex->truncated || ex->out[0].written > ex->out[0].len || ex->out[1].written > ex->out[1].len;
         json_t *result =
             json_pack("{s:s, s:o, s:o, s:o, s:o, s:b, s:b, s:b, s:I, s:s, s:b}", "exec_id", ex->id,
                       "exit_code", exit_code, "signal", signal, "stdout", stdout_json, "stderr", stderr_json,
-                      "truncated", ex->truncated, "timed_out", ex->timed_out, "oom_killed", oom_killed,
-                      "duration_ms", (json_int_t)(end - ex->start_mono), "encoding",
-                      ex->base64 ? "base64" : "utf-8", "running", !ex->finished);
+                      "truncated", cut, "timed_out", ex->timed_out, "oom_killed", oom_killed, "duration_ms",
+                      (json_int_t)(end - ex->start_mono), "encoding", ex->base64 ? "base64" : "utf-8",
+                      "running", !ex->finished);
+        if (result != NULL)
+                json_object_set_new(result, "status", json_string(exec_status_word(ex)));
         egress_note_refused(result, ex->sb, ex->start_mono, false);
         /* `nohup cmd &` and daemons end with the exec that started them: say so. */
         if (result != NULL && ex->leftover > 0)
@@ -551,7 +641,18 @@ json_t *exec_result(struct exec *ex)
         if (result != NULL && ex->dropped_output > 0)
                 json_object_set_new(result, "output_dropped_bytes",
                                     json_integer((json_int_t)ex->dropped_output));
-        if (result != NULL && ex->supervisor_died)
+        /* Killed with its sandbox: its client must not take the SIGKILL for
+         * the command's own end. */
+        if (result != NULL && ex->sandbox_gone) {
+                json_object_set_new(result, "ended_by",
+                                    json_string(nsboxd.stopping ? "nsboxd_stopping" : "sandbox_removed"));
+                json_object_set_new(result, "error",
+                                    json_string(nsboxd.stopping
+                                                    ? "nsboxd stopped while the command ran: it was killed "
+                                                      "with its sandbox (its own exit status is unknown)"
+                                                    : "its sandbox was removed while the command ran: it "
+                                                      "was killed with it"));
+        } else if (result != NULL && ex->supervisor_died)
                 json_object_set_new(result, "error",
                                     json_string("the exec's supervisor died (killed from outside the "
                                                 "sandbox or by the OOM killer): its processes were killed"));
@@ -692,6 +793,13 @@ static void exec_started(struct exec *ex, pid_t pid)
                 if (params != NULL)
                         rpc_notify(ex->req, "exec.started", params);
         }
+        if (ex->held_for_start) {
+                ex->held_for_start = false;
+                for (int i = 0; i < 2; i++)
+                        stream_pending(ex, i);
+                if (!ex->paused)
+                        exec_watch_output(ex, EPOLLIN);
+        }
 }
 
 static void exec_on_message(struct exec *ex, const union ctl_message *msg, size_t len)
@@ -707,6 +815,7 @@ static void exec_on_message(struct exec *ex, const union ctl_message *msg, size_
                         memcpy(message, msg->failed.message, CTL_MAX_ERROR);
                         message[CTL_MAX_ERROR] = '\0';
                         ex->start_errno = msg->failed.errnum;
+                        ex->start_exit_code = msg->failed.exit_code;
                         /* The errno text once, here at the edge ("...: Permission denied"). */
                         if (asprintf(&ex->start_error, "%s: %s", message, strerror(ex->start_errno)) < 0)
                                 ex->start_error = strdup("failed");
@@ -754,6 +863,7 @@ static void on_slot(struct loop_source *source, uint32_t events)
                                 /* Not the sandbox ending: something killed the supervisor
                                  * (from the host, or the OOM killer). Say so rather than
                                  * pass it off as the command's own end. */
+                                ex->sandbox_gone = ex->sb->state != SANDBOX_RUNNING;
                                 if (ex->sb->state == SANDBOX_RUNNING) {
                                         ex->supervisor_died = true;
                                         log_limited(ex->sb->id, LOG_LEVEL_WARN,
@@ -801,10 +911,22 @@ void exec_on_control(struct sandbox *sb, const void *data, size_t len)
         }
 }
 
+/* The exec's request still waits in its slot's socket: the child that was
+ * to take it was killed first (a client that left at once, an exec.kill
+ * right after the start). Bytes we sent that the other end has not read
+ * yet count in our end's SIOCOUTQ. */
+static bool exec_request_untaken(const struct exec *ex)
+{
+        int queued = 0;
+        return ex->slot_request >= 0 && ioctl(ex->slot_request, SIOCOUTQ, &queued) == 0 && queued > 0;
+}
+
 /* The slot of a finished exec serves the sandbox's next exec (its
  * supervisor forks a new child on the same sockets, see supervisor.c),
  * unless a slot is waiting already or the sandbox is ending: then closing
- * its sockets makes it end the rest of the exec and exit. */
+ * its sockets makes it end the rest of the exec and exit. A slot whose
+ * request was never taken is closed too: its next child would read that
+ * request and run the killed command after all. */
 static void exec_release_slot(struct exec *ex)
 {
         struct sandbox *sb = ex->sb;
@@ -813,7 +935,7 @@ static void exec_release_slot(struct exec *ex)
         int control = loop_take(nsboxd.loop, ex->slot);
         ex->slot = NULL;
         if (ex->slot_request >= 0 && !sb->exec->slot.open && sb->state == SANDBOX_RUNNING &&
-            sb->ctl != NULL) {
+            sb->ctl != NULL && !exec_request_untaken(ex)) {
                 uint32_t number = ++sb->exec->next_exec_number;
                 struct ctl_header msg = { CTL_SLOT, number };
                 if (ctl_send(control, &msg, sizeof(msg), NULL, 0, NULL, 0) >= 0) {
@@ -904,6 +1026,7 @@ void exec_sandbox_gone(struct sandbox *sb)
                         if (!ex->exited && ex->start_error == NULL) {
                                 ex->exited = true;
                                 ex->killed = true;
+                                ex->sandbox_gone = true;
                                 ex->wait_status = SIGKILL; /* as if signalled */
                         }
                         ex->background = true; /* keep it for us to free */
@@ -968,6 +1091,7 @@ static struct exec *exec_new(struct sandbox *sb, const struct exec_params *p)
         ex->max_output = p->max_output;
         ex->timeout_s = p->timeout_s;
         ex->start_mono = now_monotonic_ms();
+        ex->start_realtime_ms = now_realtime_ms();
         ex->slot_request = -1;
         ex->held[0] = ex->held[1] = -1;
         ex->tty = p->tty;
@@ -1265,6 +1389,7 @@ struct exec *exec_launch(struct sandbox *sb, json_t *params, const struct exec_h
         ex->hooks_data = data;
         ex->keep_stdin = (hooks != NULL && hooks->keep_stdin) || p.stdin_stream;
         ex->audit = exec_audit_text(&p);
+        ex->command_text = exec_command_text(&p);
         ex->service = hooks != NULL && hooks->service;
         ex->next = sb->exec->execs;
         sb->exec->execs = ex;

@@ -3,6 +3,7 @@
  * exec.stdin, exec.resize and exec.list on an exec by its id. */
 #include "exec.h"
 #include "exec_internal.h"
+#include "exec_log.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -120,6 +121,14 @@ void exec_method_output(struct rpc_request *req, struct sandbox *sb)
         if (ex == NULL)
                 return;
         json_t *since = json_object_get(req->msg.params, "since");
+        json_t *tail = json_object_get(req->msg.params, "tail");
+        if (tail != NULL && !json_is_null(tail) &&
+            (!json_is_integer(tail) || json_integer_value(tail) < 0 ||
+             (since != NULL && !json_is_null(since)))) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                "tail must be a number of lines (0 or more), without since");
+                return;
+        }
         size_t offsets[2];
         for (int i = 0; i < 2; i++) {
                 if (get_offset(since, exec_stream_names[i], &offsets[i]) < 0) {
@@ -127,16 +136,39 @@ void exec_method_output(struct rpc_request *req, struct sandbox *sb)
                                         "since must be a byte offset or {stdout, stderr} offsets");
                         return;
                 }
-                if (offsets[i] > ex->out[i].len)
-                        offsets[i] = ex->out[i].len;
         }
-        json_t *result = json_pack(
-            "{s:s, s:o, s:o, s:{s:I, s:I}, s:b, s:b}", "exec_id", ex->id, "stdout",
-            exec_output_to_json(ex->out[0].data + offsets[0], ex->out[0].len - offsets[0], ex->base64),
-            "stderr",
-            exec_output_to_json(ex->out[1].data + offsets[1], ex->out[1].len - offsets[1], ex->base64),
-            "next", "stdout", (json_int_t)ex->out[0].len, "stderr", (json_int_t)ex->out[1].len, "running",
-            !ex->finished, "truncated", ex->truncated);
+        json_t *result = json_pack("{s:s, s:{}, s:{}, s:b, s:b}", "exec_id", ex->id, "next", "dropped",
+                                   "running", !ex->finished, "truncated", ex->truncated);
+        if (result == NULL) {
+                rpc_reply_fail(req, "internal", "out of memory");
+                return;
+        }
+        bool more = false;
+        for (int i = 0; i < 2; i++) {
+                const char *name = exec_stream_names[i];
+                size_t from = offsets[i];
+                if (json_is_integer(tail))
+                        from = exec_log_tail_start(ex, i, (size_t)json_integer_value(tail));
+                struct exec_log_piece piece;
+                if (exec_log_read(ex, i, from, &piece) < 0) {
+                        json_decref(result);
+                        rpc_reply_fail(req, "internal", "out of memory");
+                        return;
+                }
+                /* Asked for the last lines, and they reach back to bytes that were dropped. */
+                if (json_is_integer(tail) && piece.dropped == 0 && from > ex->out[i].len &&
+                    from == exec_log_written(ex, i) - ex->out[i].tail_len)
+                        piece.dropped = from - ex->out[i].len;
+                json_object_set_new(result, name,
+                                    exec_output_to_json(piece.data ? piece.data : "", piece.len, ex->base64));
+                json_object_set_new(json_object_get(result, "next"), name,
+                                    json_integer((json_int_t)piece.next));
+                json_object_set_new(json_object_get(result, "dropped"), name,
+                                    json_integer((json_int_t)piece.dropped));
+                more = more || piece.more;
+                free(piece.data);
+        }
+        json_object_set_new(result, "more", json_boolean(more));
         rpc_reply_result(req, result);
 }
 
@@ -169,11 +201,20 @@ void exec_method_list(struct rpc_request *req, struct sandbox *sb)
         for (struct exec *ex = sb->exec->execs; ex != NULL; ex = ex->next) {
                 if (!ex->background)
                         continue;
-                json_array_append_new(list, json_pack("{s:s, s:b, s:o}", "exec_id", ex->id, "running",
-                                                      !ex->finished, "exit_code",
+                char started[40];
+                format_timestamp(ex->start_realtime_ms, started, sizeof(started));
+                json_array_append_new(list, json_pack("{s:s, s:b, s:o, s:o, s:s, s:s, s:s, s:i}", "exec_id",
+                                                      ex->id, "running", !ex->finished, "exit_code",
                                                       ex->exited && WIFEXITED(ex->wait_status)
                                                           ? json_integer(WEXITSTATUS(ex->wait_status))
-                                                          : json_null()));
+                                                          : json_null(),
+                                                      "signal",
+                                                      ex->exited && WIFSIGNALED(ex->wait_status)
+                                                          ? json_integer(WTERMSIG(ex->wait_status))
+                                                          : json_null(),
+                                                      "status", exec_status_word(ex), "command",
+                                                      ex->command_text ? ex->command_text : "", "started_at",
+                                                      started, "pid", (int)ex->pid));
         }
         rpc_reply_result(req, json_pack("{s:o}", "execs", list));
 }

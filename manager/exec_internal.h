@@ -28,9 +28,12 @@ extern const char *const exec_stream_names[2]; /* by OUT_STDOUT, OUT_STDERR */
 
 struct output {
         struct loop_source *source;
-        char *data;
+        char *data; /* collected output; a background exec's head (exec_log.h) */
         size_t len, cap;
-        size_t carry; /* stream mode: bytes of an incomplete UTF-8 sequence kept back */
+        char *tail; /* a background exec's: the ring of its last bytes (exec_log.c) */
+        size_t tail_cap, tail_len, tail_start;
+        size_t written; /* a background exec's: every byte the stream wrote, kept or not */
+        size_t carry;   /* stream mode: bytes of an incomplete UTF-8 sequence kept back */
         bool eof;
 };
 
@@ -83,6 +86,8 @@ struct exec {
         int pty;
         uid_t uid;                   /* the client's, for the audit line */
         char *audit;                 /* "uid=... argv=..." for the audit line */
+        char *command_text;          /* the command as exec.list shows it */
+        long long start_realtime_ms; /* when it started, for exec.list */
         bool service;                /* not a client's work: not "busy", not activity */
         unsigned leftover;           /* processes its main process left running, ended with it */
         struct rpc_request *notify;  /* an internal caller's request its output streams to */
@@ -94,11 +99,14 @@ struct exec {
         int held[2];              /* copies of the exec's stdout and stderr: see exec_release_output */
         bool started, exited, timed_out, killed;
         bool supervisor_died; /* its supervisor ended without reporting the exit */
+        bool sandbox_gone;    /* killed by its sandbox's removal or nsboxd's stop */
         bool paused;          /* its pipes are not read for now: see exec_pause */
+        bool held_for_start;  /* streamed output read before exec.started waits for it: see stream_pending */
         size_t charged;       /* bytes of the budget (budget.h) its buffers hold */
         uint64_t oom_kills_at_start;
         int wait_status;
         int start_errno;
+        int start_exit_code; /* the start failure's own (126 or 127), else 0 */
         char *start_error;
         long long start_mono, end_mono;
         struct exec *next;
@@ -110,6 +118,8 @@ struct exec *exec_launch(struct sandbox *sb, json_t *params, const struct exec_h
                          const char **kind, nsbox_error_t **err);
 /* The client of a foreground exec left: the exec is killed. */
 void exec_client_gone(struct rpc_request *req, void *data);
+/* How ex ended (or that it runs), in one word: see exec_result. */
+const char *exec_status_word(const struct exec *ex);
 /* What sandbox.exec answers for ex (as it stands). */
 json_t *exec_result(struct exec *ex);
 void exec_send_kill(struct exec *ex, int sig);

@@ -12,6 +12,7 @@
 #include "json_cleanup.h"
 #include "params.h"
 #include "policy.h"
+#include "textenc.h"
 
 static bool has_nul(json_t *s)
 {
@@ -259,6 +260,31 @@ int exec_payload_build(const struct sandbox *sb, const struct exec_params *p, ch
  * (ASCII only, control characters as \u escapes, so nothing in an argument
  * can forge a line or drive a terminal), cut at EXEC_AUDIT_ARGV_BYTES, then
  * its cwd and user. */
+char *exec_command_text(const struct exec_params *p)
+{
+        char *text = malloc(EXEC_COMMAND_TEXT_BYTES + 1);
+        if (text == NULL)
+                return NULL;
+        size_t len = 0;
+        size_t count = p->argv != NULL ? json_array_size(p->argv) : 1;
+        for (size_t i = 0; i < count && len < EXEC_COMMAND_TEXT_BYTES; i++) {
+                const char *word =
+                    p->argv != NULL ? json_string_value(json_array_get(p->argv, i)) : p->command;
+                if (i > 0)
+                        text[len++] = ' ';
+                for (; word != NULL && *word != '\0' && len < EXEC_COMMAND_TEXT_BYTES; word++)
+                        text[len++] = *word == '\n' || *word == '\t' || *word == '\r' ? ' ' : *word;
+        }
+        if (len >= EXEC_COMMAND_TEXT_BYTES) {
+                /* Cut between characters: the text goes out as a JSON string. */
+                len = utf8_complete_prefix(text, EXEC_COMMAND_TEXT_BYTES - 3);
+                memcpy(text + len, "...", 3);
+                len += 3;
+        }
+        text[len] = '\0';
+        return text;
+}
+
 char *exec_audit_text(const struct exec_params *p)
 {
         _cleanup_json_ json_t *argv =

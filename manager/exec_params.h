@@ -45,5 +45,9 @@ int exec_payload_build(const struct sandbox *sb, const struct exec_params *p, ch
                        unsigned *argc, unsigned *envc);
 /* Threads a compute library's pool should have in the sandbox. */
 unsigned exec_thread_pool_size(const struct sandbox *sb);
+/* The command as exec.list shows it: the shell command, or argv joined by
+ * spaces, one line, cut at EXEC_COMMAND_TEXT_BYTES (malloc'd, or NULL). */
+#define EXEC_COMMAND_TEXT_BYTES 256
+char *exec_command_text(const struct exec_params *p);
 /* What the audit line says of an exec's request (malloc'd, or NULL). */
 char *exec_audit_text(const struct exec_params *p);

@@ -14,10 +14,12 @@
 #include "cgroup.h"
 #include "cleanup.h"
 #include "daemon.h"
+#include "desktop.h"
 #include "egress.h"
 #include "events.h"
 #include "exec.h"
 #include "fs_api.h"
+#include "fs_watch.h"
 #include "images.h"
 #include "json_cleanup.h"
 #include "log.h"
@@ -29,12 +31,28 @@
 #include "sandbox_pause.h"
 #include "shell.h"
 #include "snapshot.h"
+#include "state.h"
 #include "uidmode.h"
 #include "userns.h"
 #include "version.h"
+#include "volumes.h"
+
+/* `ref` names a sandbox of the caller's that was removed: the reply says
+ * when and why (kind "gone"), and true. Another user's removed sandbox is
+ * not found, as a missing one. */
+static bool reply_gone(struct rpc_request *req, const char *ref)
+{
+        const struct sandbox_removal *r = sandbox_removal_find(ref, req->uid);
+        if (r == NULL)
+                return false;
+        char message[512];
+        sandbox_removal_message(r, message, sizeof(message));
+        rpc_reply_fail_data(req, "gone", sandbox_removal_to_json(r), "%s", message);
+        return true;
+}
 
 /* The sandbox named by params.sandbox_id that the caller may use, or NULL
- * after replying not_found / invalid_params. */
+ * after replying not_found / gone / invalid_params. */
 static struct sandbox *require_sandbox(struct rpc_request *req)
 {
         json_t *id = json_object_get(req->msg.params, "sandbox_id");
@@ -54,10 +72,8 @@ static struct sandbox *require_sandbox(struct rpc_request *req)
                                text, matched);
                 return NULL;
         }
-        if (sb == NULL) {
+        if (sb == NULL && !reply_gone(req, text))
                 rpc_reply_fail(req, "not_found", "no sandbox %.64s", text);
-                return NULL;
-        }
         return sb;
 }
 
@@ -136,6 +152,14 @@ static void server_method_info(struct rpc_request *req, struct sandbox *sb)
         rpc_reply_result(req, info);
 }
 
+/* A sandbox's JSON with when the idle reaper will pause or remove it. */
+static json_t *sandbox_json(struct sandbox *sb, bool existing)
+{
+        json_t *j = sandbox_to_json(sb, existing);
+        sandbox_expiry_to_json(sb, j);
+        return j;
+}
+
 static void reply_created(struct sandbox *sb, const char *error, void *data, bool existing)
 {
         struct rpc_request *req = data;
@@ -143,7 +167,12 @@ static void reply_created(struct sandbox *sb, const char *error, void *data, boo
                 rpc_reply_fail(req, "internal", "sandbox create failed: %s", error);
                 return;
         }
-        rpc_reply_result(req, sandbox_to_json(sb, existing));
+        json_t *result = sandbox_json(sb, existing);
+        /* A session's new sandbox says whether (and why) its last one went. */
+        if (!existing && sb->policy.session_id[0] != '\0')
+                sandbox_removal_note_recreated(result,
+                                               sandbox_removal_of_session(sb->policy.session_id, sb->owner));
+        rpc_reply_result(req, result);
 }
 
 /* A new sandbox whose client left before its reply: nobody has its id (a
@@ -171,20 +200,6 @@ static void create_done(struct sandbox *sb, const char *error, void *data)
 static void create_done_existing(struct sandbox *sb, const char *error, void *data)
 {
         reply_created(sb, error, data, true);
-}
-
-/* A session's sandbox made again after the idle reaper removed its last one. */
-static void create_done_recreated(struct sandbox *sb, const char *error, void *data)
-{
-        struct rpc_request *req = data;
-        if (error != NULL) {
-                rpc_reply_fail(req, "internal", "sandbox create failed: %s", error);
-                return;
-        }
-        json_t *result = sandbox_to_json(sb, false);
-        json_object_set_new(result, "recreated", json_true());
-        json_object_set_new(result, "reason", json_string("idle timeout"));
-        rpc_reply_result(req, result);
 }
 
 static void sandbox_method_create(struct rpc_request *req, struct sandbox *sb)
@@ -227,6 +242,11 @@ static void sandbox_method_create(struct rpc_request *req, struct sandbox *sb)
                 policy_clear(&policy);
                 return;
         }
+        if (policy.mounts != NULL && userns_active()) {
+                rpc_reply_fail(req, "unavailable", "%s", VOLUMES_USERNS_REFUSAL);
+                policy_clear(&policy);
+                return;
+        }
         if (!image_usable(policy.image, req->uid)) {
                 rpc_reply_fail(req, "invalid_params",
                                "no image \"%s\" in %s (nsbox images lists those you may use)", policy.image,
@@ -247,13 +267,16 @@ static void sandbox_method_create(struct rpc_request *req, struct sandbox *sb)
                 }
         }
         struct sandbox *made;
-        bool recreated = policy.session_id[0] != '\0' && sandbox_session_reaped(policy.session_id, req->uid);
         const char *snapshot_id =
             snapshot ? json_string_value(json_object_get(snapshot, "snapshot_id")) : NULL;
-        int r = sandbox_create_from(req->uid, &policy, snapshot_id,
-                                    recreated ? create_done_recreated : create_done, req, &made, &err);
+        int r = sandbox_create_from(req->uid, &policy, snapshot_id, create_done, req, &made, &err);
         if (r == -EUSERS) {
                 rpc_reply_fail(req, "limit_reached", "%s", err->message);
+                return;
+        }
+        /* Its mounts: a volume the caller lacks, a host directory it may not have. */
+        if (r == -ENOENT || r == -EPERM) {
+                rpc_reply_fail(req, r == -ENOENT ? "not_found" : "permission_denied", "%s", err->message);
                 return;
         }
         if (r < 0) {
@@ -273,10 +296,13 @@ static void sandbox_method_list(struct rpc_request *req, struct sandbox *sb)
                         continue;
                 if (!all && sb->state != SANDBOX_RUNNING)
                         continue;
-                json_array_append_new(list, sandbox_to_json(sb, false));
+                json_array_append_new(list, sandbox_json(sb, false));
         }
-        rpc_reply_result(req,
-                         json_pack("{s:o, s:i}", "sandboxes", list, "count", (int)json_array_size(list)));
+        json_t *result = json_pack("{s:o, s:i}", "sandboxes", list, "count", (int)json_array_size(list));
+        /* include_inactive: the ones removed lately too, and why. */
+        if (all && result != NULL)
+                json_object_set_new(result, "removed", sandbox_removals_json(req->uid));
+        rpc_reply_result(req, result);
 }
 
 /* A sandbox's memory and disk as its user reasons about them: memory for
@@ -303,7 +329,7 @@ static json_t *sandbox_budgets(const struct sandbox *sb)
 
 static void sandbox_method_info(struct rpc_request *req, struct sandbox *sb)
 {
-        json_t *info = sandbox_to_json(sb, false);
+        json_t *info = sandbox_json(sb, false);
         json_object_set_new(info, "stats", sandbox_stats(sb));
         json_object_set_new(info, "budgets", sandbox_budgets(sb));
         json_t *network = egress_info(sb);
@@ -326,11 +352,19 @@ static void reply_egress_error(struct rpc_request *req, int r, const nsbox_error
                                "%s", err->message);
 }
 
-/* What may change in a live sandbox: its network policy. */
+/* What may change in a live sandbox: its network policy and its idle timeout. */
 static void sandbox_method_update(struct rpc_request *req, struct sandbox *sb)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
         json_t *network = json_object_get(req->msg.params, "network");
+        json_t *idle = json_object_get(req->msg.params, "idle_timeout_seconds");
+        if (idle != NULL && (!json_is_integer(idle) || json_integer_value(idle) < 1 ||
+                             json_integer_value(idle) > POLICY_MAX_IDLE_SECONDS)) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                "idle_timeout_seconds must be an integer from 1 to %u",
+                                POLICY_MAX_IDLE_SECONDS);
+                return;
+        }
         if (network != NULL) {
                 char name[sizeof(sb->policy.network)];
                 _cleanup_json_ json_t *custom = NULL;
@@ -351,8 +385,13 @@ static void sandbox_method_update(struct rpc_request *req, struct sandbox *sb)
                 log_limited(log_key_uid(req->uid).text, LOG_LEVEL_INFO,
                             "sandbox %s: network set to %s by uid %u", sb->id, name, req->uid);
         }
+        if (idle != NULL) {
+                sb->policy.idle_timeout_seconds = (uint32_t)json_integer_value(idle);
+                if (state_save(sb, &err) < 0)
+                        log_warn("sandbox %s: %s", sb->id, err->message);
+        }
         sandbox_touch(sb);
-        json_t *info = sandbox_to_json(sb, false);
+        json_t *info = sandbox_json(sb, false);
         json_t *egress_object = egress_info(sb);
         if (egress_object != NULL)
                 json_object_set_new(info, "egress", egress_object);
@@ -435,7 +474,7 @@ static void pause_done(struct sandbox *sb, const char *error, void *data)
                 rpc_reply_fail(req, sb->pause_error_kind ? sb->pause_error_kind : "internal", "%s", error);
                 return;
         }
-        rpc_reply_result(req, sandbox_to_json(sb, false));
+        rpc_reply_result(req, sandbox_json(sb, false));
 }
 
 /* Pausing an already paused sandbox is no error: the answer is the same. */
@@ -476,7 +515,7 @@ static void sandbox_method_resume(struct rpc_request *req, struct sandbox *sb)
         if (sandbox_resume(sb))
                 log_limited(log_key_uid(req->uid).text, LOG_LEVEL_INFO, "sandbox %s: resumed by uid %u",
                             sb->id, req->uid);
-        rpc_reply_result(req, sandbox_to_json(sb, false));
+        rpc_reply_result(req, sandbox_json(sb, false));
 }
 
 /* The sandbox a request acts on, by sandbox_id or session_id (python.run's
@@ -545,7 +584,8 @@ static const struct method methods[] = {
         { "sandbox.stats", sandbox_method_stats, M_FIND, PARAMS("sandbox_id") },
         { "events.subscribe", events_method_subscribe, M_FIND, PARAMS("sandbox_id") },
         { "sandbox.remove", sandbox_method_remove, M_SANDBOX, PARAMS("sandbox_id", "force") },
-        { "sandbox.update", sandbox_method_update, M_SANDBOX, PARAMS("sandbox_id", "network") },
+        { "sandbox.update", sandbox_method_update, M_SANDBOX,
+          PARAMS("sandbox_id", "network", "idle_timeout_seconds") },
         { "sandbox.expose", sandbox_method_expose, M_SANDBOX, PARAMS("sandbox_id", "port") },
         { "sandbox.unexpose", sandbox_method_unexpose, M_SANDBOX, PARAMS("sandbox_id", "port") },
         { "sandbox.pause", sandbox_method_pause, M_SANDBOX, PARAMS("sandbox_id", "force") },
@@ -554,11 +594,26 @@ static const struct method methods[] = {
         { "sandbox.snapshot", snapshot_method_create, M_SANDBOX, NULL },
         { "snapshot.list", snapshot_method_list, 0, NULL },
         { "snapshot.remove", snapshot_method_remove, 0, NULL },
+        { "volume.create", volume_method_create, 0, NULL },
+        { "volume.list", volume_method_list, 0, NULL },
+        { "volume.remove", volume_method_remove, 0, NULL },
         { "image.commit", image_method_commit, M_SANDBOX, NULL },
         { "image.list", image_method_list, 0, NULL },
         { "image.remove", image_method_remove, 0, NULL },
         { "image.import", image_method_import, 0, NULL },
         { "python.run", python_method_run, M_FIND | M_RESUME, NULL },
+        { "desktop.start", desktop_method_start, M_SANDBOX | M_RESUME | M_TOUCH,
+          PARAMS("sandbox_id", "width", "height") },
+        { "desktop.screenshot", desktop_method_screenshot, M_SANDBOX | M_RESUME | M_TOUCH,
+          PARAMS("sandbox_id") },
+        { "desktop.click", desktop_method_click, M_SANDBOX | M_RESUME | M_TOUCH,
+          PARAMS("sandbox_id", "x", "y", "button", "double") },
+        { "desktop.move", desktop_method_move, M_SANDBOX | M_RESUME | M_TOUCH,
+          PARAMS("sandbox_id", "x", "y") },
+        { "desktop.scroll", desktop_method_scroll, M_SANDBOX | M_RESUME | M_TOUCH,
+          PARAMS("sandbox_id", "x", "y", "direction", "amount") },
+        { "desktop.type", desktop_method_type, M_SANDBOX | M_RESUME | M_TOUCH, PARAMS("sandbox_id", "text") },
+        { "desktop.key", desktop_method_key, M_SANDBOX | M_RESUME | M_TOUCH, PARAMS("sandbox_id", "keys") },
         { "package.install", package_method_install, M_SANDBOX | M_RESUME | M_TOUCH, NULL },
         { "exec.status", exec_method_status, 0, NULL },
         { "exec.output", exec_method_output, 0, NULL },
@@ -575,6 +630,7 @@ static const struct method methods[] = {
         { "fs.rename", fs_method_rename, M_SANDBOX | M_TOUCH, NULL },
         { "fs.symlink", fs_method_symlink, M_SANDBOX | M_TOUCH, NULL },
         { "fs.chmod", fs_method_chmod, M_SANDBOX | M_TOUCH, NULL },
+        { "fs.watch", fs_method_watch, M_SANDBOX | M_TOUCH, NULL },
         { "shell.create", shell_method_create, M_FIND | M_RESUME, NULL },
         { "shell.run", shell_method_run, M_FIND | M_RESUME, NULL },
         { "shell.check", shell_method_check, M_FIND, NULL },
@@ -602,6 +658,9 @@ void methods_run(const void *found, struct rpc_request *req)
                         return;
         } else if (m->flags & M_FIND) {
                 sb = request_sandbox(req);
+                const char *id = json_string_value(json_object_get(req->msg.params, "sandbox_id"));
+                if (sb == NULL && id != NULL && reply_gone(req, id))
+                        return;
         }
         if ((m->flags & M_RESUME) && !sandbox_resume_for(req, sb))
                 return;

@@ -58,9 +58,9 @@
 
 struct python_run {
         struct rpc_request *req;
-        uid_t uid;       /* its client's, counted in calls_by_uid until it is answered */
-        bool recreated;  /* its session's sandbox was made anew after the idle reaper removed it */
-        bool oom_killed; /* the kernel's OOM killer ended its code (stateless) */
+        uid_t uid;        /* its client's, counted in calls_by_uid until it is answered */
+        bool new_session; /* a sandbox was made for its session: the reply says if one went before */
+        bool oom_killed;  /* the kernel's OOM killer ended its code (stateless) */
         struct sandbox *sb;
         char sandbox_id[37]; /* sb's, to find whether it still exists after a wait */
         bool stateful;
@@ -181,10 +181,9 @@ static void reply_run(struct python_run *run, const char *status, json_t *exit_c
                 json_object_set_new(reply, "oom_killed", json_boolean(run->oom_killed));
         if (reply != NULL && truncated && run->output_dropped > 0)
                 json_object_set_new(reply, "output_dropped_bytes", json_integer(run->output_dropped));
-        if (reply != NULL && run->recreated) {
-                json_object_set_new(reply, "recreated", json_true());
-                json_object_set_new(reply, "reason", json_string("idle timeout"));
-        }
+        if (run->new_session)
+                sandbox_removal_note_recreated(
+                    reply, sandbox_removal_of_session(run->sb->policy.session_id, run->sb->owner));
         /* The end of a call is activity: the idle timeout counts from here. */
         sandbox_touch(run->sb);
         if (reply != NULL && (images_left_out > 0 || files_left_out > 0)) {
@@ -568,9 +567,22 @@ static void interp_answer(struct python_interp *in, json_t *frame)
         json_t *dropped = json_object_get(frame, "output_dropped_bytes");
         if (json_is_integer(dropped) && json_integer_value(dropped) > 0)
                 run->output_dropped = json_integer_value(dropped);
-        reply_run(run, status, exit_code, json_string_value(json_object_get(frame, "stdout")),
-                  json_string_value(json_object_get(frame, "stderr")), json_is_object(files) ? files : NULL,
-                  json_is_array(images) ? images : NULL, json_is_string(result) ? json_incref(result) : NULL,
+        /* A timeout is said as exec says it (the code got a KeyboardInterrupt; its
+         * variables remain). */
+        _cleanup_free_ char *stderr_text = NULL;
+        const char *err_text = json_string_value(json_object_get(frame, "stderr"));
+        if (timed_out &&
+            asprintf(
+                &stderr_text,
+                "%s%snsbox: timed out after %u s (timeout_seconds), interrupted; the interpreter and its "
+                "variables remain\n",
+                err_text ? err_text : "",
+                err_text && *err_text && err_text[strlen(err_text) - 1] != '\n' ? "\n" : "",
+                run->timeout_s) >= 0)
+                err_text = stderr_text;
+        reply_run(run, status, exit_code, json_string_value(json_object_get(frame, "stdout")), err_text,
+                  json_is_object(files) ? files : NULL, json_is_array(images) ? images : NULL,
+                  json_is_string(result) ? json_incref(result) : NULL,
                   json_is_true(json_object_get(frame, "truncated")));
         interp_send_next(in);
 }
@@ -1243,7 +1255,7 @@ void python_method_run(struct rpc_request *req, struct sandbox *sb)
                         session_ready(sb, NULL, run);
                 return;
         }
-        run->recreated = sandbox_session_reaped(policy.session_id, req->uid);
+        run->new_session = true;
         int r = sandbox_create(req->uid, &policy, session_ready, run, &sb, &err);
         if (r < 0)
                 run_fail(run, r == -EUSERS ? "limit_reached" : "internal", err->message);

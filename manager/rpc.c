@@ -577,7 +577,7 @@ static void request_free(struct rpc_request *req, const char *outcome)
 }
 
 static void reply_error_v(struct rpc_conn *conn, json_t *id, int code, const char *kind, int errnum,
-                          const char *fmt, va_list ap)
+                          json_t *extra, const char *fmt, va_list ap)
 {
         char message[1024];
         vsnprintf(message, sizeof(message), fmt, ap);
@@ -587,6 +587,8 @@ static void reply_error_v(struct rpc_conn *conn, json_t *id, int code, const cha
         const char *name = errnum > 0 ? strerrorname_np(errnum) : NULL;
         if (data != NULL && name != NULL)
                 json_object_set_new(data, "errno", json_string(name));
+        if (data != NULL && extra != NULL)
+                json_object_update_missing(data, extra);
         if (reply != NULL)
                 conn_queue(conn, reply);
         else
@@ -598,7 +600,7 @@ static void conn_error(struct rpc_conn *conn, json_t *id, int code, const char *
 {
         va_list ap;
         va_start(ap, fmt);
-        reply_error_v(conn, id, code, kind, 0, fmt, ap);
+        reply_error_v(conn, id, code, kind, 0, NULL, fmt, ap);
         va_end(ap);
 }
 
@@ -625,7 +627,7 @@ void rpc_reply_error(struct rpc_request *req, int code, const char *kind, const 
         if (req->msg.id != NULL && !req->conn->closed) {
                 va_list ap;
                 va_start(ap, fmt);
-                reply_error_v(req->conn, req->msg.id, code, kind, 0, fmt, ap);
+                reply_error_v(req->conn, req->msg.id, code, kind, 0, NULL, fmt, ap);
                 va_end(ap);
         }
         request_free(req, kind ? kind : "error");
@@ -636,9 +638,21 @@ void rpc_reply_fail_errno(struct rpc_request *req, const char *kind, int errnum,
         if (req->msg.id != NULL && !req->conn->closed) {
                 va_list ap;
                 va_start(ap, fmt);
-                reply_error_v(req->conn, req->msg.id, JSONRPC_APP_ERROR, kind, errnum, fmt, ap);
+                reply_error_v(req->conn, req->msg.id, JSONRPC_APP_ERROR, kind, errnum, NULL, fmt, ap);
                 va_end(ap);
         }
+        request_free(req, kind ? kind : "error");
+}
+
+void rpc_reply_fail_data(struct rpc_request *req, const char *kind, json_t *data, const char *fmt, ...)
+{
+        if (req->msg.id != NULL && !req->conn->closed) {
+                va_list ap;
+                va_start(ap, fmt);
+                reply_error_v(req->conn, req->msg.id, JSONRPC_APP_ERROR, kind, 0, data, fmt, ap);
+                va_end(ap);
+        }
+        json_decref(data);
         request_free(req, kind ? kind : "error");
 }
 

@@ -61,6 +61,10 @@ void rpc_reply_error(struct rpc_request *req, int code, const char *kind, const 
 void rpc_reply_fail_errno(struct rpc_request *req, const char *kind, int errnum, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* The same with more fields in data (taken over; kind and errno win). */
+void rpc_reply_fail_data(struct rpc_request *req, const char *kind, json_t *data, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 /* Notification to the request's client, if it is still connected. params: borrowed. */
 void rpc_notify(struct rpc_request *req, const char *method, json_t *params);
 bool rpc_request_connected(const struct rpc_request *req);

@@ -59,6 +59,7 @@ struct shell_command {
         bool base64;
         size_t max_output, total_output, charged;
         bool truncated, timed_out, finished, shell_exited;
+        unsigned timeout_s;
         struct shell_stream out[2];
         json_t *exit_code; /* set when finished (null: none) */
         char *cwd;         /* $PWD after it */
@@ -164,15 +165,35 @@ static void command_keep(struct shell_command *c, int which, const char *data, s
         c->total_output += len;
 }
 
-static json_t *output_json(const struct shell_command *c, int which, size_t from)
+static json_t *shell_text_json(const struct shell_command *c, const char *data, size_t len)
 {
-        const struct shell_stream *s = &c->out[which];
         size_t n;
-        _cleanup_free_ char *text = c->base64 ? base64_encode(s->data + from, s->len - from, &n)
-                                              : utf8_make_valid(s->data + from, s->len - from, &n);
+        _cleanup_free_ char *text = c->base64 ? base64_encode(data, len, &n) : utf8_make_valid(data, len, &n);
         if (text == NULL)
                 return json_string("");
         return json_stringn_nocheck(text, n);
+}
+
+static json_t *output_json(const struct shell_command *c, int which, size_t from)
+{
+        const struct shell_stream *s = &c->out[which];
+        size_t kept = s->len - from;
+        if (which != SHELL_STDERR || !c->finished || !c->timed_out)
+                return shell_text_json(c, s->data + from, kept);
+        /* A timeout is said as an exec's is, on a line after the command's stderr. */
+        char note[160];
+        int n =
+            snprintf(note, sizeof(note),
+                     "%snsbox: timed out after %u s (timeout_seconds), interrupted; the shell and its state "
+                     "remain\n",
+                     kept > 0 && s->data[s->len - 1] != '\n' ? "\n" : "", c->timeout_s);
+        _cleanup_free_ char *all = malloc(kept + (size_t)n);
+        if (all == NULL)
+                return shell_text_json(c, s->data + from, kept);
+        if (kept > 0)
+                memcpy(all, s->data + from, kept);
+        memcpy(all + kept, note, (size_t)n);
+        return shell_text_json(c, all, kept + (size_t)n);
 }
 
 /* What shell.run (blocking) and shell.check answer about a command. */
@@ -190,6 +211,12 @@ static json_t *command_json(const struct shell_session *s, const struct shell_co
             "stderr", (json_int_t)c->out[1].len, "cwd", c->cwd ? c->cwd : (s->cwd ? s->cwd : ""),
             "duration_ms", (json_int_t)(end - c->started_mono), "timed_out", c->timed_out, "truncated",
             c->truncated, "encoding", c->base64 ? "base64" : "utf-8");
+        if (result != NULL)
+                json_object_set_new(result, "status",
+                                    json_string(!c->finished                    ? "running"
+                                                : c->timed_out                  ? "timeout"
+                                                : json_is_integer(c->exit_code) ? "exited"
+                                                                                : "killed"));
         if (result != NULL && c->shell_exited)
                 json_object_set_new(result, "shell_exited", json_true());
         if (result != NULL && c->note != NULL)
@@ -824,6 +851,7 @@ void shell_method_run(struct rpc_request *req, struct sandbox *sb)
         }
         command_free(s->cmd);
         s->cmd = c;
+        c->timeout_s = timeout_s;
         if (timeout_s > 0) {
                 command_deadline(s, c, c->started_mono + (long long)timeout_s * 1000);
         }

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* What one sandbox may do: image, limits, network, profile, idle timeout.
+/* What one sandbox may do: image, limits, network, profile, idle timeout
+ * and what idling does.
  * Built from the daemon's defaults and a client's sandbox.create params. */
 #pragma once
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "error.h"
@@ -23,8 +25,15 @@ struct sandbox_policy {
         char session_id[129];
         struct sandbox_limits limits;
         uint32_t idle_timeout_seconds;
+        /* Idle that long: "pause" (then removed after paused_timeout_seconds
+         * paused, 0: never) or "remove". */
+        char idle_action[8];
+        uint32_t paused_timeout_seconds;
         json_t *env;    /* object of strings, owned */
         json_t *labels; /* object of strings, owned */
+        /* What is mounted into it at create, checked by policy_mounts_from_json:
+         * an array of {volume | host_path, path, read_only}, owned (NULL: none). */
+        json_t *mounts;
 };
 
 /* Bounds a client may ask for. */
@@ -35,8 +44,10 @@ struct sandbox_policy {
 #define POLICY_MAX_PIDS         65536
 #define POLICY_MAX_CPUS         1024.0
 #define POLICY_MAX_IDLE_SECONDS (7u * 24 * 3600)
-#define POLICY_MAX_ENV_ENTRIES  1024
-#define POLICY_MAX_LABELS       64
+/* A client may keep its sandbox paused for at most this long. */
+#define POLICY_MAX_PAUSED_SECONDS (30u * 24 * 3600)
+#define POLICY_MAX_ENV_ENTRIES    1024
+#define POLICY_MAX_LABELS         64
 /* env and labels are kept in nsboxd's memory for the sandbox's life and
  * copied into every listing: bounded per key, per value and together. */
 #define POLICY_MAX_KEY_BYTES   1024
@@ -52,6 +63,11 @@ struct policy_ceilings {
         uint64_t pids;
         double cpus;
 };
+
+/* Volumes and host directories one sandbox may mount. */
+#define POLICY_MAX_MOUNTS      8
+#define POLICY_MAX_MOUNT_PATH  1024
+#define POLICY_MAX_VOLUME_NAME 63
 
 void policy_defaults(struct sandbox_policy *policy);
 /* Parse sandbox.create params over a copy of `defaults`. Unknown fields are
@@ -73,5 +89,17 @@ json_t *policy_limits_to_json(const struct sandbox_limits *limits);
 
 /* Names that become file names (images, profiles): [A-Za-z0-9._-], no leading dot. */
 int policy_valid_name(const char *name);
+/* "pause" or "remove". */
+bool policy_valid_idle_action(const char *action);
 /* An environment object: string keys without '=' or NUL, string values. */
 int policy_check_env(json_t *env, const char *field, nsbox_error_t **err);
+
+/* sandbox.create's "mounts": an array of at most POLICY_MAX_MOUNTS objects,
+ * each with one of "volume" (a name) or "host_path" (an absolute path),
+ * "path" (absolute, normalized, not / and not under /proc, /sys or /dev)
+ * and "read_only" (default: false for a volume, true for a host path).
+ * *out is a normalized copy, read_only always present. */
+int policy_mounts_from_json(json_t *mounts, json_t **out, nsbox_error_t **err);
+/* An absolute path without "." or ".." components, empty components or a
+ * trailing slash, at most POLICY_MAX_MOUNT_PATH bytes. */
+bool policy_clean_absolute_path(const char *path);

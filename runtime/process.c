@@ -17,13 +17,18 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-void process_fail(int report_fd, int errnum, const char *what)
+void process_fail_with(int report_fd, int errnum, int exit_code, const char *what)
 {
-        struct process_failure failure = { .errnum = errnum };
+        struct process_failure failure = { .errnum = errnum, .exit_code = exit_code };
         snprintf(failure.message, sizeof(failure.message), "%s", what);
         ssize_t ignored = write(report_fd, &failure, sizeof(failure));
         (void)ignored;
         _exit(127);
+}
+
+void process_fail(int report_fd, int errnum, const char *what)
+{
+        process_fail_with(report_fd, errnum, 0, what);
 }
 
 int process_limit_privileges(void)
@@ -124,10 +129,11 @@ void process_exec_child(const struct process_spec *spec, int report_fd)
         /* Entered with the exec's own credentials, not the supervisor's: a
          * uid 1000 exec must not start inside root's 0700 /root. */
         if (chdir(spec->cwd) < 0) {
+                /* 126, as docker exec's runtime gives for a workdir it cannot
+                 * enter: 127 would say the command was not found. */
                 char what[128];
-                snprintf(what, sizeof(what), "enter the working directory %s as uid %u", spec->cwd,
-                         (unsigned)spec->uid);
-                process_fail(report_fd, errno, what);
+                snprintf(what, sizeof(what), "working directory %s", spec->cwd);
+                process_fail_with(report_fd, errno, 126, what);
         }
 
         /* Last step before execve: everything after this runs under the filter. */

@@ -25,6 +25,7 @@ struct process_spec {
  * EOF on the (CLOEXEC) report pipe without one means execve succeeded. */
 struct process_failure {
         int errnum;
+        int exit_code; /* what the exec's result says, 126 or 127; 0: by errnum */
         char message[256];
 };
 
@@ -46,6 +47,8 @@ __attribute__((noreturn)) void process_exec_child(const struct process_spec *spe
 
 /* Report a failure to the reader of report_fd and _exit(127). */
 __attribute__((noreturn)) void process_fail(int report_fd, int errnum, const char *what);
+/* The same, with the exit code the exec's result is to give (126 or 127). */
+__attribute__((noreturn)) void process_fail_with(int report_fd, int errnum, int exit_code, const char *what);
 
 /* Append the children of `pid`, as the kernel lists them in
  * /proc/PID/task/PID/children ("1 2 3 "), to out[*count..max). Returns 0,

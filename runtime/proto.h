@@ -73,6 +73,7 @@ struct ctl_kill {
 struct ctl_failed {
         struct ctl_header hdr;
         int32_t errnum;
+        int32_t exit_code; /* an exec's: 126 or 127 as its result gives, 0 to go by errnum */
         char message[CTL_MAX_ERROR];
 };
 

@@ -66,12 +66,19 @@ struct supervisor {
 
 static pid_t supervisor_pid; /* ours, in the sandbox */
 
-static void send_failed(struct supervisor *s, int errnum, const char *message)
+static void send_failed_with(struct supervisor *s, int errnum, int exit_code, const char *message)
 {
-        struct ctl_failed msg = { .hdr = { CTL_FAILED, s->exec_id }, .errnum = errnum };
+        struct ctl_failed msg = { .hdr = { CTL_FAILED, s->exec_id },
+                                  .errnum = errnum,
+                                  .exit_code = exit_code };
         snprintf(msg.message, sizeof(msg.message), "%s", message);
         ctl_send(s->control, &msg, sizeof(msg), NULL, 0, NULL, 0);
         s->failed = true;
+}
+
+static void send_failed(struct supervisor *s, int errnum, const char *message)
+{
+        send_failed_with(s, errnum, 0, message);
 }
 
 #define MAX_EXEC_STRINGS (1u << 16) /* argv entries, and env entries */
@@ -417,7 +424,8 @@ static void read_report(struct supervisor *s)
                 struct process_failure failure;
                 memcpy(&failure, s->report_data, sizeof(failure));
                 failure.message[sizeof(failure.message) - 1] = '\0';
-                send_failed(s, failure.errnum > 0 ? failure.errnum : EIO, failure.message);
+                send_failed_with(s, failure.errnum > 0 ? failure.errnum : EIO, failure.exit_code,
+                                 failure.message);
         } else {
                 s->started = true;
         }

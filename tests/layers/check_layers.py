@@ -28,12 +28,12 @@ INCLUDE_DIRS = ["common", "policy", "runtime", "manager", "cli"]
 MANAGER_LAYERS = [
     ("core", ["loop", "daemon", "config", "budget", "fs_path", "fs_worker", "metrics"]),
     ("host and wire", ["cgroup", "userns", "uidmode", "basens", "rootfs", "host_pools", "profiles", "rpc",
-                       "rpc_listen", "quota"]),
+                       "rpc_listen", "quota", "host_mounts"]),
     ("registry", ["sandbox", "sandbox_uids", "state", "events"]),
-    ("live sandboxes", ["exec_params", "exec_internal", "exec", "exec_api", "egress", "fs_ops", "fs_files", "fs_api", "sandbox_pause",
-                        "snapshot", "images"]),
+    ("live sandboxes", ["exec_params", "exec_internal", "exec_log", "exec", "exec_api", "egress", "fs_ops", "fs_files", "fs_api", "fs_watch", "sandbox_pause",
+                        "snapshot", "images", "volumes"]),
     ("lifecycle", ["sandbox_life"]),
-    ("features", ["python", "shell"]),
+    ("features", ["python", "shell", "desktop"]),
     ("api", ["methods", "idle", "observe"]),
     ("top", ["server", "main"]),
 ]
@@ -51,7 +51,9 @@ EGRESS_LAYERS = [
 HTTP_LAYERS = [
     ("request", ["request", "counters"]),
     ("replies and nsboxd", ["reply", "nsboxd", "auth", "bounds"]),
-    ("handlers", ["rpc_api", "execute", "agent_sandbox", "metrics"]),
+    ("e2b wire", ["e2b_wire"]),
+    ("handlers", ["rpc_api", "execute", "agent_sandbox", "e2b_api", "e2b_process", "e2b_watch", "e2b_files", "e2b_interp", "metrics"]),
+    ("e2b router", ["e2b"]),
     ("router", ["server"]),
     ("top", ["main"]),
 ]

@@ -79,6 +79,57 @@ static void test_short_and_pooled_and_exited_do_not_match(void **state)
         registry[2].state = SANDBOX_RUNNING;
 }
 
+/* The record of removals: what a call naming a removed sandbox is told. */
+static void removed(const char *id, uid_t owner, const char *session, const char *why)
+{
+        struct sandbox sb;
+        memset(&sb, 0, sizeof(sb));
+        snprintf(sb.id, sizeof(sb.id), "%s", id);
+        snprintf(sb.policy.session_id, sizeof(sb.policy.session_id), "%s", session);
+        sb.owner = owner;
+        sandbox_removal_record(&sb, "%s", why);
+}
+
+static void test_a_removal_is_found_by_its_owner_only(void **state)
+{
+        removed("dead0001-0000-4000-8000-000000000001", 2000, "agent", "idle for 5 min");
+        const struct sandbox_removal *r = sandbox_removal_find("dead0001-0000-4000-8000-000000000001", 2000);
+        assert_non_null(r);
+        assert_string_equal(r->reason, "idle for 5 min");
+        assert_ptr_equal(sandbox_removal_find("dead0001", 2000), r);
+        assert_ptr_equal(sandbox_removal_find("agent", 2000), r);
+        /* Another user learns nothing, by id, prefix or session; root, by full id. */
+        assert_null(sandbox_removal_find("dead0001-0000-4000-8000-000000000001", 2001));
+        assert_null(sandbox_removal_find("dead0001", 2001));
+        assert_null(sandbox_removal_find("agent", 2001));
+        assert_ptr_equal(sandbox_removal_find("dead0001-0000-4000-8000-000000000001", 0), r);
+        char message[512];
+        sandbox_removal_message(r, message, sizeof(message));
+        assert_non_null(strstr(message, "(session agent) was removed at "));
+        assert_non_null(strstr(message, "ago: idle for 5 min; its files are gone"));
+        /* Its session's next sandbox hears of it once. */
+        assert_ptr_equal(sandbox_removal_of_session("agent", 2000), r);
+        assert_null(sandbox_removal_of_session("agent", 2000));
+}
+
+static void test_one_owner_keeps_at_most_32_removals_and_cannot_push_out_anothers(void **state)
+{
+        removed("feed0000-0000-4000-8000-000000000000", 3001, "", "removed by uid 3001 (sandbox.remove)");
+        char id[37];
+        for (unsigned k = 0; k < 300; k++) {
+                snprintf(id, sizeof(id), "cafe%04x-0000-4000-8000-000000000000", k);
+                removed(id, 3000, "", "removed by uid 3000 (sandbox.remove)");
+        }
+        json_t *mine = sandbox_removals_json(3000);
+        assert_int_equal(json_array_size(mine), 32);
+        /* Newest first. */
+        assert_string_equal(json_string_value(json_object_get(json_array_get(mine, 0), "sandbox_id")),
+                            "cafe012b-0000-4000-8000-000000000000");
+        json_decref(mine);
+        assert_non_null(sandbox_removal_find("feed0000-0000-4000-8000-000000000000", 3001));
+        assert_null(sandbox_removal_find("cafe0000-0000-4000-8000-000000000000", 3000));
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -86,6 +137,9 @@ int main(void)
                 cmocka_unit_test_setup(test_an_ambiguous_prefix_counts_only_the_callers_sandboxes, setup),
                 cmocka_unit_test_setup(test_a_prefix_never_matches_another_owners_sandbox, setup),
                 cmocka_unit_test_setup(test_short_and_pooled_and_exited_do_not_match, setup),
+                cmocka_unit_test_setup(test_a_removal_is_found_by_its_owner_only, setup),
+                cmocka_unit_test_setup(test_one_owner_keeps_at_most_32_removals_and_cannot_push_out_anothers,
+                                       setup),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

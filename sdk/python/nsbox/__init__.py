@@ -13,16 +13,17 @@ The asyncio twin is nsbox.aio.AsyncSandbox. The socket is $NSBOX_SOCKET or
 /run/nsbox/nsbox.sock unless socket= is given."""
 from .errors import (BusyError, CommandExitError, CommandNotFoundError, CommandTimeoutError, InternalError,
                      InvalidParamsError, LimitReachedError, MethodNotFoundError, NotFoundError, NsboxConnectionError,
-                     NsboxError, PermissionDeniedError, ProtocolError, SandboxTimeoutError, UnavailableError)
+                     NsboxError, PermissionDeniedError, ProtocolError, SandboxGoneError, SandboxTimeoutError,
+                     UnavailableError)
 from .models import CommandResult, EntryInfo, Execution, ExecutionError, Image, ShellResult
-from .sandbox import CommandHandle, Commands, Connection, Files, Sandbox, Shell, ShellSession
+from .sandbox import CommandHandle, Commands, Connection, Desktop, Files, Sandbox, Shell, ShellSession
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Sandbox", "Commands", "Files", "CommandHandle", "Connection", "Shell", "ShellSession",
+    "Sandbox", "Commands", "Files", "CommandHandle", "Connection", "Shell", "ShellSession", "Desktop",
     "Execution", "ExecutionError", "Image", "CommandResult", "EntryInfo", "ShellResult",
-    "NsboxError", "NotFoundError", "InvalidParamsError", "LimitReachedError", "BusyError",
+    "NsboxError", "NotFoundError", "SandboxGoneError", "InvalidParamsError", "LimitReachedError", "BusyError",
     "SandboxTimeoutError", "UnavailableError", "PermissionDeniedError", "InternalError",
     "ProtocolError", "MethodNotFoundError", "NsboxConnectionError", "CommandExitError",
     "CommandNotFoundError", "CommandTimeoutError",

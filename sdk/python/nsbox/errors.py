@@ -20,6 +20,11 @@ class NotFoundError(NsboxError):
     """No such sandbox, exec or path (or not the caller's)."""
 
 
+class SandboxGoneError(NotFoundError):
+    """The sandbox was removed (idle, asked, died): `data` says when
+    (`removed_at`) and why (`reason`); its files are gone."""
+
+
 class InvalidParamsError(NsboxError, ValueError):
     """The request's parameters were refused."""
 
@@ -108,6 +113,7 @@ def _tail(text, n=500):
 
 KINDS = {
     "not_found": NotFoundError,
+    "gone": SandboxGoneError,
     "invalid_params": InvalidParamsError,
     "limit_reached": LimitReachedError,
     "busy": BusyError,

@@ -171,7 +171,7 @@ def test_cli_takes_a_session_name_wherever_it_takes_an_id(daemon, named, tmp_pat
     cli_ok(daemon, "rm", "-f", name)
     assert daemon.call("sandbox.list")["sandboxes"] == [s for s in daemon.call("sandbox.list")["sandboxes"]
                                                         if s["sandbox_id"] != sid]
-    assert "no sandbox" in cli_fails(daemon, "info", name)
+    assert "was removed at" in cli_fails(daemon, "info", name)  # not found, and why
 
 
 def test_cli_takes_an_id_prefix(daemon, sandbox):

@@ -24,7 +24,7 @@ def test_each_removal_is_logged_with_its_reason():
         wait_for_line(d, "sandbox %s: removed: asked by uid %d (force)" % (asked, os.getuid()))
 
         idle = d.call("sandbox.create", idle_timeout_seconds=1)["sandbox_id"]
-        wait_for_line(d, "sandbox %s: removed: idle for 1s (idle_timeout_seconds)" % idle)
+        wait_for_line(d, "sandbox %s: removed: idle for 1 s (idle_timeout_seconds)" % idle)
 
         killed = d.call("sandbox.create")["sandbox_id"]
         inits = host_inits(d)

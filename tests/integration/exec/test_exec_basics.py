@@ -74,7 +74,7 @@ def test_list_shows_and_remove_removes(daemon):
     assert sb not in ids
     with pytest.raises(RpcError) as e:
         daemon.call("sandbox.exec", sandbox_id=sb, argv=["true"])
-    assert e.value.kind == "not_found"
+    assert e.value.kind == "gone" and "was removed at" in str(e.value)
     assert not os.path.exists(os.path.join(daemon.state, "sandboxes", sb))
 
 
@@ -97,7 +97,7 @@ def test_cli_run_exec_ls_rm(daemon):
     assert daemon.cli("rm", sb).returncode == 0
     r = daemon.cli("exec", sb, "--", "true")
     assert r.returncode == 125
-    assert b"no sandbox" in r.stderr
+    assert b"was removed at" in r.stderr  # not a typo: it says when and why
 
 
 def test_warm_pool_hands_over_fresh_sandboxes(daemon):

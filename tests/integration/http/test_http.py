@@ -222,6 +222,13 @@ def test_rpc_errors_map_to_http_statuses(front):
     assert status == 404
     status, _, body = front.request("POST", "/v1/rpc/auth.act_as", {"uid": 1})
     assert status == 404  # not exposed: a token cannot become another owner
+    # A sandbox removed lately is Gone, saying when and why; to its owner only.
+    sid = front.rpc("sandbox.create")["sandbox_id"]
+    front.rpc("sandbox.remove", sandbox_id=sid)
+    status, _, body = front.request("POST", "/v1/rpc/sandbox.info", {"sandbox_id": sid})
+    assert status == 410 and error_kind(body) == "gone" and "was removed at" in body["error"]["message"], body
+    status, _, body = front.request("POST", "/v1/rpc/sandbox.info", {"sandbox_id": sid}, token=TOKEN_B)
+    assert status == 404 and error_kind(body) == "not_found", body
     status, _, body = front.request("POST", "/v1/rpc/sandbox.list", b"{not json")
     assert status == 400 and error_kind(body) == "invalid_params"
     status, _, body = front.request("POST", "/v1/rpc/sandbox.list", b"[1]")

@@ -21,7 +21,7 @@ from conftest import BUILD, REPO, Daemon
 
 TOOLS = {
     # name: (required, optional); every sandbox tool takes session_id or sandbox_id (test_mcp_family.py)
-    "create_sandbox": ([], ["session_id", "memory_mb", "timeout", "from_snapshot", "network"]),
+    "create_sandbox": ([], ["session_id", "memory_mb", "timeout", "from_snapshot", "mounts", "image", "network"]),
     "list_sandboxes": ([], ["include_inactive"]),
     "remove_sandbox": ([], ["session_id", "sandbox_id", "force"]),
     "pause_sandbox": ([], ["session_id", "sandbox_id", "force"]),
@@ -46,6 +46,13 @@ TOOLS = {
     "shell_session_check": ([], ["session_id", "sandbox_id", "session_name", "since"]),
     "shell_session_list": ([], ["session_id", "sandbox_id"]),
     "shell_session_close": ([], ["session_id", "sandbox_id", "session_name"]),
+    "desktop_start": ([], ["session_id", "sandbox_id", "width", "height"]),
+    "desktop_screenshot": ([], ["session_id", "sandbox_id"]),
+    "desktop_click": ([], ["session_id", "sandbox_id", "x", "y", "button", "double"]),
+    "desktop_type": (["text"], ["session_id", "sandbox_id"]),
+    "desktop_key": (["keys"], ["session_id", "sandbox_id"]),
+    "desktop_move": (["x", "y"], ["session_id", "sandbox_id"]),
+    "desktop_scroll": (["direction"], ["session_id", "sandbox_id", "amount", "x", "y"]),
 }
 
 
@@ -123,7 +130,7 @@ def test_create_run_traceback_list_remove(daemon, sdk_dir):
     assert sid not in [s["sandbox_id"] for s in r["listed_after"]["json"]["sandboxes"]]
     # A daemon refusal is a tool error the model can read, not a protocol error.
     assert r["remove_again"]["isError"] is True
-    assert r["remove_again"]["json"]["kind"] == "not_found"
+    assert r["remove_again"]["json"]["kind"] == "gone"  # removed lately: says when and why
     with pytest.raises(Exception):
         daemon.call("sandbox.info", sandbox_id=sid)
 

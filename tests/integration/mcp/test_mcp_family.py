@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from conftest import BUILD, REPO
+from conftest import BUILD, REPO, Daemon
 from test_mcp import McpProcess, init_params, scenario, sdk_dir  # noqa: F401  (the SDK fixture)
 
 CAP = 20000
@@ -123,12 +123,17 @@ def test_remove_sandbox_by_session_id(family):
     assert "sandbox_id" in family["remove_none"]["json"]["error"]
 
 
-def test_a_reaped_session_says_it_was_recreated(daemon, sdk_dir):  # noqa: F811
-    r = scenario(daemon, sdk_dir, "reaped", timeout=200)
+def test_a_reaped_session_says_it_was_recreated(sdk_dir):  # noqa: F811
+    # Idle sandboxes are paused by default: this daemon removes them instead.
+    d = Daemon(extra_args=["--idle-action", "remove"])
+    try:
+        r = scenario(d, sdk_dir, "reaped", timeout=200)
+    finally:
+        assert d.stop() == 0, d.final_log[-4000:]
     assert r["gone"] is True
     again = r["again"]["json"]
     assert again["recreated"] is True
-    assert "reaped" in again["note"] and "recreated" in again["note"]
+    assert "reaped (idle for" in again["note"] and "recreated" in again["note"]
     assert again["stdout"] == "False\n"
 
 

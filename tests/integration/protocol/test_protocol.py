@@ -251,6 +251,9 @@ def test_binary_garbage_gets_errors_and_the_daemon_carries_on(daemon):
         "without host root every network but none is unavailable (test_rootless), not invalid")),
     {"idle_timeout_seconds": "10"},
     {"idle_timeout_seconds": 0},
+    {"idle_action": "hibernate"},
+    {"idle_action": 1},
+    {"paused_timeout_seconds": 0},
     {"memroy": 1},
 ])
 def test_sandbox_create_refuses_wrong_types_and_unknown_fields(daemon, params):

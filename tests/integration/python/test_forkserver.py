@@ -379,7 +379,7 @@ def test_eager_fork_server_starts_with_the_sandbox(warm_pool):
 
 
 def test_fork_server_does_not_keep_an_idle_sandbox_alive(daemon):
-    sb = daemon.call("sandbox.create", idle_timeout_seconds=5)["sandbox_id"]
+    sb = daemon.call("sandbox.create", idle_timeout_seconds=5, idle_action="remove")["sandbox_id"]
     wait_served(daemon, sb)  # the server's own idle stop is 60 s away
     deadline = time.monotonic() + 60
     while sb in {s["sandbox_id"] for s in daemon.call("sandbox.list")["sandboxes"]}:

@@ -205,6 +205,9 @@ def test_stateful_timeout_interrupts_and_keeps_state(daemon, sandbox):
             timeout_seconds=1)
     assert r["status"] == "timeout"
     assert "KeyboardInterrupt" in r["stderr"]
+    # Said as every timeout is, after the code's own traceback.
+    assert r["stderr"].endswith("nsbox: timed out after 1 s (timeout_seconds), interrupted; the interpreter "
+                                "and its variables remain\n"), r["stderr"]
     assert run(daemon, sandbox_id=sandbox, code="kept", stateful=True)["result"] == "'yes'"
 
 

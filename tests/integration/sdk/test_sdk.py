@@ -274,3 +274,23 @@ def test_asyncio_pause_and_resume(daemon):
             assert (await s.pause())["state"] == "paused"
             assert (await s.resume())["state"] == "running"
     asyncio.run(main())
+
+
+def test_a_removed_sandbox_raises_sandbox_gone_saying_why(daemon):
+    s = Sandbox.create(socket=daemon.socket)
+    sid = s.sandbox_id
+    s.remove()
+    s.close()
+    with pytest.raises(nsbox.SandboxGoneError) as e:
+        Sandbox.connect(sid, socket=daemon.socket)
+    # Still a NotFoundError for code that catches that.
+    assert isinstance(e.value, nsbox.NotFoundError) and e.value.kind == "gone"
+    assert e.value.data["sandbox_id"] == sid and "asked by uid" in e.value.data["reason"]
+    assert "was removed at" in str(e.value)
+
+
+def test_create_says_what_idling_does(daemon):
+    with Sandbox.create(socket=daemon.socket, idle_action="remove", paused_timeout=600) as s:
+        info = s.info()
+        assert info["idle_action"] == "remove" and info["paused_timeout_seconds"] == 600
+        assert info["expires"]["action"] == "remove"

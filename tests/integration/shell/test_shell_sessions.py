@@ -147,8 +147,8 @@ def test_sessions_go_with_their_sandbox(daemon):
         daemon.call("sandbox.remove", sandbox_id=sb, force=True)
         reply = c.response(rid)
     assert reply["error"]["data"]["kind"] == "unavailable"
-    assert err(daemon.call, "shell.list", sandbox_id=sb).kind == "not_found"
-    assert err(daemon.call, "shell.check", sandbox_id=sb, session="s").kind == "not_found"
+    assert err(daemon.call, "shell.list", sandbox_id=sb).kind == "gone"  # removed, and says so
+    assert err(daemon.call, "shell.check", sandbox_id=sb, session="s").kind == "gone"
 
 
 def test_idle_reaper_spares_a_sandbox_while_a_session_command_runs():
