@@ -254,6 +254,8 @@ ROUTES = [
     ("print(1)", "light", "1"),
     ("import math, json; print(math.factorial(5), json.dumps([1]))", "light", "120 [1]"),
     ("import plainmod; print(plainmod.VALUE)", "light", "[2]"),
+    ("from os import path; from json import decoder; print(path.basename('/a/b'), decoder.__name__)", "light",
+     "b json.decoder"),
     ("import numpy; print(numpy.arange(3).sum())", "heavy", "3"),
     ("import pkgheavy; print(len(pkgheavy.frame()))", "heavy", "2"),
     ("from pkgheavy import inner; print(len(inner.frame()))", "heavy", "2"),

@@ -62,8 +62,9 @@ def read_source(path, limit):
 class Scan:
     """The imports of a script and of the modules of its directory (the
     first entry of the call's sys.path) that it imports, against LOADED:
-    the names of the modules the light template has loaded (it has loaded
-    nothing that this process, the heavy template, has not)."""
+    {name: the names in it} of each module the light template has loaded
+    (it has loaded nothing that this process, the heavy template, has not;
+    the heavy one's imports may have added names to those modules)."""
 
     def __init__(self, path0, loaded):
         self.path0 = path0
@@ -145,7 +146,7 @@ class Scan:
     def loaded_names(self, module, names):
         """from MODULE import NAMES, MODULE loaded: a name that is not in it
         yet may be a module of the package still to import."""
-        space = vars(sys.modules[module])
+        space = self.loaded[module]
         for name in names:
             full = "%s.%s" % (module, name)
             if full in self.loaded:

@@ -507,9 +507,9 @@ def stopped(pid):
 class Server:
     def __init__(self, listener, light=None):
         self.listener = listener
-        # The heavy template's: its light template (pid, the names of the
-        # modules it has loaded), which serves the calls that forkroute
-        # gives it: their client is told so ("L").
+        # The heavy template's: its light template (pid, its modules: see
+        # start_light), which serves the calls that forkroute gives it:
+        # their client is told so ("L").
         self.light, self.light_modules = light or (None, None)
         self.reapers = {}  # C's pid -> socket to C: every live C
         self.by_fd = {}  # that socket's fd -> C's pid
@@ -913,8 +913,8 @@ def start_light(token):
     this one says "ready", so nothing else of the sandbox can take the
     name), for the calls this one sends there (see Server.accept). It dies
     with this process (PR_SET_PDEATHSIG), and this one ends when it dies
-    (Server.reap). (Its pid, the names of the modules it has loaded), or
-    None."""
+    (Server.reap). (Its pid, {name: the names in it} of each module it has
+    loaded), or None."""
     try:
         listener = listen(LIGHT_PREFIX + token)
     except OSError as e:
@@ -937,7 +937,7 @@ def start_light(token):
         finally:
             os._exit(0)
     listener.close()
-    return pid, frozenset(sys.modules)
+    return pid, {name: frozenset(getattr(module, "__dict__", ())) for name, module in sys.modules.items()}
 
 
 def main():
