@@ -90,6 +90,8 @@ static void sandbox_remove(struct egress_sandbox *sb)
         sb->tcp.fd = sb->dns.fd = -1;
         netpolicy_free(sb->policy);
         sb->policy = NULL;
+        inject_free(sb->secrets);
+        sb->secrets = NULL;
         sb->next = graveyard_sandboxes;
         graveyard_sandboxes = sb;
 }
@@ -126,18 +128,27 @@ static const char *op_add(json_t *msg, const char *id, int *fds, size_t n_fds)
                 snprintf(why, sizeof(why), "%s", err->message);
                 return why;
         }
+        const char *bad_secrets;
+        struct inject_secrets *secrets = inject_parse(json_object_get(msg, "secrets"), &bad_secrets);
+        if (bad_secrets != NULL) {
+                netpolicy_free(policy);
+                return bad_secrets;
+        }
         struct sockaddr_in gw;
         socklen_t glen = sizeof(gw);
         if (getsockname(fds[0], (struct sockaddr *)&gw, &glen) < 0 || gw.sin_family != AF_INET ||
             set_nonblock(fds[0]) < 0 || set_nonblock(fds[1]) < 0) {
                 netpolicy_free(policy);
+                inject_free(secrets);
                 return "the listener is not an IPv4 socket";
         }
         struct egress_sandbox *sb = calloc(1, sizeof(*sb));
         if (sb == NULL) {
                 netpolicy_free(policy);
+                inject_free(secrets);
                 return "out of memory";
         }
+        sb->secrets = secrets;
         snprintf(sb->id, sizeof(sb->id), "%s", id);
         sb->address = addr;
         sb->gateway = ntohl(gw.sin_addr.s_addr);

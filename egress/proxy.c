@@ -65,6 +65,8 @@ static void close_watch(struct watch *w, bool reset)
 
 static void conn_free(struct conn *c)
 {
+        if (c->holds_secret && c->c2u.buf != NULL)
+                explicit_bzero(c->c2u.buf, c->c2u.cap);
         free(c->c2u.buf);
         free(c->u2c.buf);
         free(c);
@@ -408,37 +410,53 @@ static void conn_connect(struct conn *c)
         conn_connect_fd(c, fd, c->connect_addr, c->connect_port);
 }
 
+enum rewrite_result { REWRITE_OK, REWRITE_FAILED, REWRITE_FOREIGN_SECRET };
+
 /* The head forwarded upstream on port 80 and for the explicit proxy's
  * absolute-form requests: origin-form target, hop-by-hop headers dropped,
- * "Connection: close" so the connection carries one request. */
-static bool rewrite_http_head(struct conn *c)
+ * "Connection: close" so the connection carries one request; the
+ * sandbox's secrets for this host put in for their placeholders (and
+ * their headers), a placeholder of a secret for another host refused
+ * (*foreign names it). */
+static enum rewrite_result rewrite_http_head(struct conn *c, const struct inject_secret **foreign)
 {
         const struct sniff_http *h = &c->http;
+        const struct inject_secrets *secrets = c->sandbox != NULL ? c->sandbox->secrets : NULL;
+        const char *host = c->named ? c->name : NULL;
         size_t cap = EGRESS_BUF + 1024;
+        if (secrets != NULL)
+                cap += EGRESS_BUF; /* values longer than their placeholders */
         uint8_t *out = malloc(cap);
         if (out == NULL)
-                return false;
+                return REWRITE_FAILED;
         const char *in = (const char *)c->c2u.buf + c->c2u.start;
         size_t n = 0;
+        enum rewrite_result result = REWRITE_FAILED;
 #define PUT(p, l)                         \
         do {                              \
                 size_t _l = (l);          \
-                if (n + _l > cap) {       \
-                        free(out);        \
-                        return false;     \
-                }                         \
+                if (n + _l > cap)         \
+                        goto fail;        \
                 memcpy(out + n, (p), _l); \
                 n += _l;                  \
+        } while (0)
+#define PUT_INJECTED(p, l)                                                                                   \
+        do {                                                                                                 \
+                enum inject_result _r = inject_line(secrets, host, (p), (l), (char *)out, cap, &n, foreign); \
+                if (_r == INJECT_FOREIGN)                                                                    \
+                        result = REWRITE_FOREIGN_SECRET;                                                     \
+                if (_r != INJECT_OK)                                                                         \
+                        goto fail;                                                                           \
         } while (0)
         if (h->absolute) {
                 size_t mlen = strlen(h->method);
                 PUT(in, mlen + 1);
                 if (h->path_len == 0 || in[h->path_off] != '/')
                         PUT("/", 1);
-                PUT(in + h->path_off, h->path_len);
+                PUT_INJECTED(in + h->path_off, h->path_len);
                 PUT(in + h->line_end - 9, 9); /* " HTTP/1.x" */
         } else {
-                PUT(in, h->line_end);
+                PUT_INJECTED(in, h->line_end);
         }
         PUT("\r\n", 2);
         size_t pos = (size_t)((const char *)memchr(in, '\n', h->head_len) - in) + 1;
@@ -452,19 +470,22 @@ static bool rewrite_http_head(struct conn *c)
                 /* Absolute-form: upstream gets the Host of the URI the
                  * policy judged, never one of the client's. */
                 bool drop = sniff_http_hop_header(in + pos, llen) ||
-                            (h->absolute && sniff_http_header_named(in + pos, llen, "host"));
+                            (h->absolute && sniff_http_header_named(in + pos, llen, "host")) ||
+                            inject_header_replaced(secrets, host, in + pos, llen);
                 if (!drop) {
-                        PUT(in + pos, llen);
+                        PUT_INJECTED(in + pos, llen);
                         PUT("\r\n", 2);
                 }
                 pos = end + 1;
         }
         if (h->absolute) {
-                char host[NETPOLICY_NAME_MAX + 16];
-                int hl = h->port ? snprintf(host, sizeof(host), "Host: %s:%u\r\n", h->host, h->port)
-                                 : snprintf(host, sizeof(host), "Host: %s\r\n", h->host);
-                PUT(host, (size_t)hl);
+                char hostline[NETPOLICY_NAME_MAX + 16];
+                int hl = h->port ? snprintf(hostline, sizeof(hostline), "Host: %s:%u\r\n", h->host, h->port)
+                                 : snprintf(hostline, sizeof(hostline), "Host: %s\r\n", h->host);
+                PUT(hostline, (size_t)hl);
         }
+        if (inject_headers(secrets, host, (char *)out, cap, &n) != INJECT_OK)
+                goto fail;
         PUT("Connection: close\r\n\r\n", 21);
         /* The body bytes already read, up to its end. */
         size_t body = half_used(&c->c2u) - h->head_len;
@@ -472,18 +493,22 @@ static bool rewrite_http_head(struct conn *c)
         c->c2u_chunked = h->chunked;
         c->c2u_left = h->content_length;
         c->c2u_done = false;
-        if (!c2u_take(c, (const uint8_t *)in + h->head_len, &body)) {
-                free(out);
-                return false;
-        }
+        if (!c2u_take(c, (const uint8_t *)in + h->head_len, &body))
+                goto fail;
         PUT(in + h->head_len, body);
 #undef PUT
+#undef PUT_INJECTED
         free(c->c2u.buf);
         c->c2u.buf = out;
         c->c2u.cap = cap;
         c->c2u.start = 0;
         c->c2u.end = n;
-        return true;
+        c->holds_secret = secrets != NULL;
+        return REWRITE_OK;
+fail:
+        explicit_bzero(out, cap);
+        free(out);
+        return result;
 }
 
 static void conn_connected(struct conn *c)
@@ -776,9 +801,21 @@ static void conn_decide(struct conn *c)
                 if (c->http.connect) {
                         /* The tunnel starts after the CONNECT head. */
                         c->c2u.start += c->http.head_len;
-                } else if (!rewrite_http_head(c)) {
-                        conn_close_how(c, true);
-                        return;
+                } else {
+                        const struct inject_secret *foreign = NULL;
+                        enum rewrite_result rr = rewrite_http_head(c, &foreign);
+                        if (rr == REWRITE_FOREIGN_SECRET) {
+                                char why[160];
+                                snprintf(why, sizeof(why),
+                                         "carries the placeholder of secret %s, not for this host",
+                                         foreign->name);
+                                conn_refuse(c, why);
+                                return;
+                        }
+                        if (rr != REWRITE_OK) {
+                                conn_close_how(c, true);
+                                return;
+                        }
                 }
                 break;
         default:

@@ -57,6 +57,7 @@ struct sandbox_egress {
         char link[16];
         int listener, dns; /* in the egress namespace; the proxy holds copies */
         json_t *policy;    /* as the proxy has it */
+        json_t *secrets;   /* the sandbox's (policy/secrets.h), or NULL */
         struct egress_exposed exposed[EGRESS_MAX_EXPOSED];
         unsigned n_exposed;
         struct {
@@ -288,8 +289,8 @@ static json_t *add_message(const struct sandbox *sb)
 {
         char address[INET_ADDRSTRLEN];
         inet_ntop(AF_INET, &sb->egress->address, address, sizeof(address));
-        return json_pack("{s:s, s:s, s:s, s:O}", "op", "add", "sandbox", sb->id, "address", address, "policy",
-                         sb->egress->policy);
+        return json_pack("{s:s, s:s, s:s, s:O, s:O*}", "op", "add", "sandbox", sb->id, "address", address,
+                         "policy", sb->egress->policy, "secrets", sb->egress->secrets);
 }
 
 static void proxy_send_expose(const struct sandbox *sb, const struct egress_exposed *x)
@@ -329,6 +330,7 @@ static void proxy_send(json_t *message, const int *fds, unsigned nfds)
                 return;
         }
         ssize_t n = ctl_send(egress.proxy_ctl->fd, body, strlen(body), NULL, 0, fds, nfds);
+        explicit_bzero(body, strlen(body)); /* an add message carries the sandbox's secrets */
         if (n < 0) {
                 /* A proxy that does not keep up with its control socket is
                  * restarted: the new one is told everything again. */
@@ -633,6 +635,7 @@ static void egress_free(struct sandbox_egress *e)
         if (e->slot > 0 && e->slot < egress.n_slots)
                 egress.slots[e->slot] = 0;
         json_decref(e->policy);
+        json_decref(e->secrets);
         free(e);
 }
 
@@ -672,7 +675,7 @@ static void delete_link(const char *link)
                 log_warn("egress: %s", err->message);
 }
 
-static int attach_with(struct sandbox *sb, json_t *policy, nsbox_error_t **err)
+static int attach_with(struct sandbox *sb, json_t *policy, json_t *secrets, nsbox_error_t **err)
 {
         /* The next free slot after the last one taken, not the lowest: a
          * slot just released may still have its veth (deleted with the
@@ -695,6 +698,7 @@ static int attach_with(struct sandbox *sb, json_t *policy, nsbox_error_t **err)
         e->slot = slot;
         egress.slots[slot] = 1;
         e->policy = json_incref(policy);
+        e->secrets = json_incref(secrets);
         e->gateway.s_addr = htonl(egress.base + 4 * slot + 1);
         e->address.s_addr = htonl(egress.base + 4 * slot + 2);
         snprintf(e->link, sizeof(e->link), "nsb%u", slot);
@@ -730,7 +734,7 @@ int egress_attach(struct sandbox *sb, const struct sandbox_policy *wanted, nsbox
         _cleanup_json_ json_t *policy = policy_object(wanted, err);
         if (policy == NULL)
                 return -EINVAL;
-        return attach_with(sb, policy, err);
+        return attach_with(sb, policy, wanted->secrets, err);
 }
 
 void egress_detach(struct sandbox *sb, bool alive)
@@ -763,7 +767,7 @@ int egress_update(struct sandbox *sb, const char *network, json_t *custom, nsbox
                 if (policy == NULL)
                         return -EINVAL;
                 if (sb->egress == NULL) {
-                        int r = attach_with(sb, policy, err);
+                        int r = attach_with(sb, policy, sb->policy.secrets, err);
                         if (r < 0)
                                 return r;
                 } else {

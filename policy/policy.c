@@ -3,6 +3,7 @@
 #include "policy.h"
 
 #include "params.h"
+#include "secrets.h"
 #include "size.h"
 
 #include <errno.h>
@@ -34,7 +35,8 @@ void policy_clear(struct sandbox_policy *policy)
         if (policy->labels)
                 json_decref(policy->labels);
         json_decref(policy->network_custom);
-        policy->network_custom = NULL;
+        json_decref(policy->secrets);
+        policy->network_custom = policy->secrets = NULL;
         policy->env = policy->labels = NULL;
 }
 
@@ -219,11 +221,12 @@ static int parse_policy(const struct sandbox_policy *defaults, const struct poli
                                              "labels",
                                              "idle_action",
                                              "paused_timeout_seconds",
+                                             "secrets",
                                              NULL };
         int r;
 
         *out = *defaults;
-        out->env = out->labels = out->network_custom = NULL;
+        out->env = out->labels = out->network_custom = out->secrets = NULL;
         if ((r = params_check_known(params, known, "", err)) < 0)
                 return r;
 
@@ -284,6 +287,11 @@ static int parse_policy(const struct sandbox_policy *defaults, const struct poli
                 out->env = json_deep_copy(env);
         if (labels != NULL && !json_is_null(labels))
                 out->labels = json_deep_copy(labels);
+        json_t *secrets = json_object_get(params, "secrets");
+        if (secrets != NULL && !json_is_null(secrets) &&
+            ((r = policy_secrets_from_json(secrets, &out->secrets, err)) < 0 ||
+             (r = policy_secrets_env(out->secrets, &out->env, err)) < 0))
+                return r;
         return 0;
 }
 

@@ -31,6 +31,9 @@ struct sandbox_policy {
         uint32_t paused_timeout_seconds;
         json_t *env;    /* object of strings, owned */
         json_t *labels; /* object of strings, owned */
+        /* {NAME: {value, hosts, header?, placeholder}} (secrets.h), owned:
+         * nsbox-egress's, never shown or saved. */
+        json_t *secrets;
 };
 
 /* Bounds a client may ask for. */

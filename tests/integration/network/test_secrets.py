@@ -1,0 +1,157 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Secrets the sandbox never sees: sandbox.create's `secrets` gives the
+sandbox a placeholder in its env (NSBOX_SECRET_NAME), and nsbox-egress puts
+the value into requests to the secret's hosts only. The upstream is
+upstream.py's test-made namespace, whose servers log every request's
+headers; a value found anywhere else (the sandbox's env, /proc, files,
+another host, sandbox.info, nsboxd's and the proxy's log) fails the test."""
+import json
+import secrets as random_secrets
+
+import pytest
+
+import upstream as U
+from nsbox_client import RpcError
+from test_network import ALLOWED_ONLY, landed, net, net_exec, netd, sbs, up  # noqa: F401 (fixtures)
+
+pytestmark = [pytest.mark.serial, pytest.mark.xdist_group("host-network")]
+
+
+def value():
+    return "sv-" + random_secrets.token_hex(20)
+
+
+def make(sbs, **secrets):
+    return sbs.create(ALLOWED_ONLY, secrets=secrets)
+
+
+def request(path, host, *headers):
+    head = "GET %s HTTP/1.1\r\nHost: %s\r\n%sConnection: close\r\n\r\n" % (
+        path, host, "".join(h + "\r\n" for h in headers))
+    return head
+
+
+def test_a_secret_reaches_its_host_and_never_the_sandbox(netd, sbs, up):
+    api, token = value(), value()
+    sid = make(sbs, API_KEY={"value": api, "hosts": ["Allowed.test"], "header": "Authorization: Bearer {value}"},
+               TOKEN={"value": token, "hosts": ["allowed.test"]})
+    mark = up.mark()
+    v = net(netd, sid, r"""
+        import glob, subprocess
+        env = dict(os.environ)
+        api, token = env["NSBOX_SECRET_API_KEY"], env["NSBOX_SECRET_TOKEN"]
+        req = ("GET /s?t=%s HTTP/1.1\r\nHost: allowed.test\r\nX-Token: tok %s\r\n"
+               "Authorization: Basic mine\r\nConnection: close\r\n\r\n" % (token, token))
+        r = http('allowed.test', raw=req.encode())
+        seen = []
+        for p in glob.glob('/proc/[0-9]*/environ') + glob.glob('/proc/[0-9]*/cmdline'):
+            try:
+                seen.append(open(p, 'rb').read().decode(errors='replace'))
+            except OSError:
+                pass
+        out = subprocess.run(['env'], capture_output=True, text=True).stdout
+        verdict(api=api, token=token, r=r, procs="\n".join(seen), env=out)
+    """)
+    assert v["api"].startswith("nsbox-secret-") and v["token"].startswith("nsbox-secret-")
+    assert v["api"] != v["token"]
+    for where in (v["procs"], v["env"]):
+        assert api not in where and token not in where
+    assert "NSBOX_SECRET_API_KEY=" + v["api"] in v["env"]
+    assert v["r"].get("status") == 200, v["r"]
+    hits = landed(up, mark, local=U.ALLOWED)
+    assert len(hits) == 1, hits
+    headers = hits[0]["headers"]
+    # The secret's header replaces the sandbox's own; the placeholder is replaced where it was written.
+    assert headers["Authorization"] == "Bearer " + api
+    assert headers["X-Token"] == "tok " + token
+    assert hits[0]["path"] == "/s?t=" + token
+    # The sandbox's answer (the upstream echoing what it saw) carries the value: that is the point,
+    # the sandbox may use the secret against its host. What it holds itself never does.
+    info = netd.call("sandbox.info", sandbox_id=sid)
+    assert sorted(info["secrets"]) == ["API_KEY", "TOKEN"]
+    assert api not in json.dumps(info) and token not in json.dumps(info)
+    listing = json.dumps(netd.call("sandbox.list"))
+    assert api not in listing and token not in listing
+    log = netd.read_log()
+    assert api not in log and token not in log
+    # The sandbox's files (the value given in halves, so the exec's argv in the log never holds it whole).
+    for secret in (api, token):
+        half = len(secret) // 2
+        files = netd.call("sandbox.exec", sandbox_id=sid, user="root", timeout_seconds=60,
+                          argv=["sh", "-c", 'grep -rlsF -e "$1$2" / --exclude-dir=proc --exclude-dir=sys '
+                                '--exclude-dir=dev; true', "sh", secret[:half], secret[half:]])
+        assert files["stdout"] == "", files
+
+
+def test_a_placeholder_to_another_host_is_refused_and_logged(netd, sbs, up):
+    secret = value()
+    sid = make(sbs, TOKEN={"value": secret, "hosts": ["allowed.test"], "header": "X-Api-Key: {value}"})
+    mark = up.mark()
+    r = net_exec(netd, sid, r"""
+        token = os.environ["NSBOX_SECRET_TOKEN"]
+        verdict(other=http('index.test', raw=(
+                    "GET /leak HTTP/1.1\r\nHost: index.test\r\nX-Token: %s\r\nConnection: close\r\n\r\n"
+                    % token).encode()),
+                plain=http('index.test', path='/plain', host='index.test'))
+    """)
+    v = r["verdict"]
+    assert v["other"].get("status") == 403, v["other"]
+    assert "nsbox: network policy refused index.test" in v["other"]["body"]
+    assert "index.test:80" in r.get("network_refused", []), r
+    # Another host gets neither the placeholder's request nor the secret's header.
+    assert v["plain"].get("status") == 200, v["plain"]
+    hits = landed(up, mark)
+    assert [h["path"] for h in hits] == ["/plain"], hits
+    assert "X-Api-Key" not in hits[0]["headers"]
+    log = netd.read_log()
+    assert "placeholder of secret TOKEN" in log
+    assert secret not in log
+
+
+def test_a_redirect_to_another_host_does_not_take_the_secret_along(netd, sbs, up):
+    secret = value()
+    sid = make(sbs, TOKEN={"value": secret, "hosts": ["allowed.test"]})
+    mark = up.mark()
+    v = net(netd, sid, r"""
+        import urllib.request, urllib.error
+        token = os.environ["NSBOX_SECRET_TOKEN"]
+        req = urllib.request.Request("http://allowed.test/redirect?http://index.test/landed",
+                                     headers={"X-Token": token})
+        try:
+            urllib.request.urlopen(req, timeout=20)
+            verdict(status=200)
+        except urllib.error.HTTPError as e:
+            verdict(status=e.code, body=e.read().decode(errors='replace'))
+    """)
+    assert v["status"] == 403 and "refused index.test" in v["body"], v
+    hits = landed(up, mark)
+    assert [(h["local"], h["path"]) for h in hits] == [(U.ALLOWED, "/redirect?http://index.test/landed")], hits
+    assert hits[0]["headers"]["X-Token"] == secret
+
+
+@pytest.mark.parametrize("secrets,why", [
+    ("x", "secrets must be an object"),
+    ({"1BAD": {"value": "v", "hosts": ["a.test"]}}, "secret names"),
+    ({"A": "v"}, "secrets.A must be an object"),
+    ({"A": {"value": "", "hosts": ["a.test"]}}, "secrets.A.value"),
+    ({"A": {"value": "v\r\nX: y", "hosts": ["a.test"]}}, "secrets.A.value"),
+    ({"A": {"value": "v", "hosts": []}}, "secrets.A.hosts"),
+    ({"A": {"value": "v", "hosts": ["10.0.0.1"]}}, "secrets.A.hosts[0]"),
+    ({"A": {"value": "v", "hosts": ["a b"]}}, "secrets.A.hosts[0]"),
+    ({"A": {"value": "v", "hosts": ["a.test"], "header": "Authorization Bearer {value}"}}, "secrets.A.header"),
+    ({"A": {"value": "v", "hosts": ["a.test"], "header": "X: {value} {value}"}}, "secrets.A.header"),
+    ({"A": {"value": "v", "hosts": ["a.test"], "header": "X: v\r\nY: {value}"}}, "secrets.A.header"),
+    ({"A": {"value": "v", "hosts": ["a.test"], "other": 1}}, "unknown field"),
+])
+def test_bad_secrets_are_clean_errors(netd, secrets, why):
+    with pytest.raises(RpcError) as e:
+        netd.call("sandbox.create", network=ALLOWED_ONLY, secrets=secrets)
+    assert why in str(e.value), e.value
+    assert "v\r\n" not in str(e.value)
+
+
+def test_a_client_env_may_not_shadow_a_placeholder(netd):
+    with pytest.raises(RpcError) as e:
+        netd.call("sandbox.create", network=ALLOWED_ONLY, env={"NSBOX_SECRET_A": "x"},
+                  secrets={"A": {"value": "v", "hosts": ["a.test"]}})
+    assert "env.NSBOX_SECRET_A" in str(e.value)
