@@ -159,6 +159,9 @@ enum {
         CLI_OPT_NETWORK_POLICY,
         CLI_OPT_LABEL,
         CLI_OPT_FROM_SNAPSHOT,
+        CLI_OPT_SECRET,
+        CLI_OPT_SECRET_FILE,
+        CLI_OPT_SECRET_HEADER,
         CLI_OPT_FIRST_FREE /* commands number their own options from here */
 };
 #define CLI_CREATE_OPTIONS                                                         \
@@ -175,6 +178,9 @@ enum {
             { "network-policy", required_argument, NULL, CLI_OPT_NETWORK_POLICY }, \
             { "label", required_argument, NULL, CLI_OPT_LABEL },                   \
             { "from-snapshot", required_argument, NULL, CLI_OPT_FROM_SNAPSHOT },   \
+            { "secret", required_argument, NULL, CLI_OPT_SECRET },                 \
+            { "secret-file", required_argument, NULL, CLI_OPT_SECRET_FILE },       \
+            { "secret-header", required_argument, NULL, CLI_OPT_SECRET_HEADER },   \
         {                                                                          \
                 "seccomp-profile", required_argument, NULL, CLI_OPT_PROFILE        \
         }

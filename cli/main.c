@@ -37,7 +37,8 @@ static const struct command commands[] = {
         { "create", cmd_create,
           "nsbox create [--session ID] [--memory 512M] [--pids N] [--cpus F] [--disk 1G] [--idle-timeout "
           "SEC] "
-          "[--env K=V]... [--label K=V]... [--network NAME | --network-policy FILE]",
+          "[--env K=V]... [--label K=V]... [--network NAME | --network-policy FILE] [--secret-file "
+          "NAME=PATH@HOSTS]...",
           "Create a sandbox and print its id.\n\n"
           "  --session ID        get-or-create: reuse the live sandbox of this session\n"
           "  --memory SIZE       memory of its processes (e.g. 512M, 1G)\n"
@@ -59,7 +60,16 @@ static const struct command commands[] = {
           "                      network under a policy of your own, a JSON object read from\n"
           "                      FILE or - (standard input): {\"allow\": [\"pypi.org\", \"*.example.com\",\n"
           "                      \"203.0.113.0/24\"], \"deny\": [...]}; only when nsboxd allows it\n"
-          "                      (allow_client_network_policies)\n" },
+          "                      (allow_client_network_policies)\n"
+          "  --secret-file NAME=PATH@HOST[,HOST...]\n"
+          "                      a secret read from PATH (- standard input) the sandbox never\n"
+          "                      sees: its env has NSBOX_SECRET_NAME, a placeholder the egress\n"
+          "                      proxy replaces with the value in HTTP requests to HOSTs only\n"
+          "                      (repeatable; needs --network; see docs/secrets.md)\n"
+          "  --secret NAME=VALUE@HOST[,HOST...]\n"
+          "                      the same with the value on the command line (seen by ps)\n"
+          "  --secret-header 'NAME=Authorization: Bearer {value}'\n"
+          "                      also send the secret in this header to its hosts\n" },
         { "ls", cmd_ls, "nsbox ls [-a] [-q] [-f FILTER]... [--format FORMAT]",
           "List your sandboxes (root: everyone's): id, state, owner, creation time, when\n"
           "it is paused or removed if left idle (EXPIRES), session name and labels.\n\n"

@@ -155,3 +155,35 @@ def test_a_client_env_may_not_shadow_a_placeholder(netd):
         netd.call("sandbox.create", network=ALLOWED_ONLY, env={"NSBOX_SECRET_A": "x"},
                   secrets={"A": {"value": "v", "hosts": ["a.test"]}})
     assert "env.NSBOX_SECRET_A" in str(e.value)
+
+
+def test_cli_secret_file_and_stdin_never_on_argv(netd, sbs, up, tmp_path):
+    from_file, from_stdin = value(), value()
+    path = tmp_path / "token"
+    path.write_text(from_file + "\n")
+    r = netd.cli("create", "--network", ALLOWED_ONLY, "--secret-file", "FILE=%s@allowed.test" % path,
+                 "--secret-file", "STDIN=-@allowed.test,index.test",
+                 "--secret-header", "STDIN=Authorization: Bearer {value}", input=from_stdin.encode())
+    assert r.returncode == 0, r
+    sid = r.stdout.decode().strip()
+    sbs.ids.append(sid)
+    info = netd.call("sandbox.info", sandbox_id=sid)
+    assert sorted(info["secrets"]) == ["FILE", "STDIN"]
+    mark = up.mark()
+    v = net(netd, sid, r"""
+        verdict(r=http('allowed.test', raw=("GET / HTTP/1.1\r\nHost: allowed.test\r\nX-File: %s\r\n"
+                                            "Connection: close\r\n\r\n" % os.environ["NSBOX_SECRET_FILE"]).encode()))
+    """)
+    assert v["r"].get("status") == 200, v
+    (hit,) = landed(up, mark)
+    assert hit["headers"]["X-File"] == from_file
+    assert hit["headers"]["Authorization"] == "Bearer " + from_stdin
+    # --secret NAME=VALUE@HOSTS: the value may hold '@', the hosts follow the last one.
+    r = netd.cli("create", "--network", ALLOWED_ONLY, "--secret", "ARGV=a@b@allowed.test")
+    assert r.returncode == 0, r
+    sbs.ids.append(r.stdout.decode().strip())
+    for bad in ("NOHOSTS=value", "=v@h.test", "X=v@"):
+        r = netd.cli("create", "--secret", bad)
+        assert r.returncode == 125 and b"--secret NAME=VALUE@HOST" in r.stderr, r
+    r = netd.cli("create", "--network", ALLOWED_ONLY, "--secret-file", "X=%s@h.test" % (tmp_path / "none"))
+    assert r.returncode == 125 and b"--secret-file: open" in r.stderr, r
