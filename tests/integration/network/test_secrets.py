@@ -6,11 +6,14 @@ upstream.py's test-made namespace, whose servers log every request's
 headers; a value found anywhere else (the sandbox's env, /proc, files,
 another host, sandbox.info, nsboxd's and the proxy's log) fails the test."""
 import json
+import os
 import secrets as random_secrets
+import sys
 
 import pytest
 
 import upstream as U
+from conftest import REPO
 from nsbox_client import RpcError
 from test_network import ALLOWED_ONLY, landed, net, net_exec, netd, sbs, up  # noqa: F401 (fixtures)
 
@@ -187,3 +190,19 @@ def test_cli_secret_file_and_stdin_never_on_argv(netd, sbs, up, tmp_path):
         assert r.returncode == 125 and b"--secret NAME=VALUE@HOST" in r.stderr, r
     r = netd.cli("create", "--network", ALLOWED_ONLY, "--secret-file", "X=%s@h.test" % (tmp_path / "none"))
     assert r.returncode == 125 and b"--secret-file: open" in r.stderr, r
+
+
+def test_sdk_create_with_secrets(netd, up):
+    sys.path.insert(0, os.path.join(REPO, "sdk", "python"))
+    from nsbox import Sandbox
+    secret = value()
+    mark = up.mark()
+    with Sandbox.create(socket=netd.socket, network=ALLOWED_ONLY,
+                        secrets={"KEY": {"value": secret, "hosts": ["allowed.test"], "header": "X-Key: {value}"}}) as sb:
+        r = sb.commands.run(["python3", "-c", "import urllib.request;"
+                             "urllib.request.urlopen('http://allowed.test/sdk', timeout=20).read();"
+                             "import os; print(os.environ['NSBOX_SECRET_KEY'])"])
+        assert r.exit_code == 0, r
+        assert r.stdout.startswith("nsbox-secret-") and secret not in r.stdout
+    (hit,) = landed(up, mark)
+    assert hit["path"] == "/sdk" and hit["headers"]["X-Key"] == secret
