@@ -17,7 +17,7 @@ CFLAGS  ?= -O2 -g
 CFLAGS  += -std=gnu11 -Wall -Wextra -Werror -Wno-unused-parameter -Wshadow -Wformat=2 -Wno-format-truncation \
            -fno-strict-aliasing -D_GNU_SOURCE -DNSBOX_PREFIX='"$(PREFIX)"' \
            -Icommon -Ipolicy -Iruntime -Imanager -Icli
-PKGS    := libseccomp libcap libnl-3.0 libnl-route-3.0 jansson uuid libsystemd libnftables
+PKGS    := libseccomp libcap libnl-3.0 libnl-route-3.0 jansson uuid libsystemd libnftables libcrypto
 LIBS     = $(shell pkg-config --libs $(PKGS)) -lpthread
 CFLAGS  += $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 SAN     ?=
@@ -26,7 +26,7 @@ SAN     ?=
 # for the side-by-side benchmark.
 DEPS_BUILD := build-essential pkg-config libseccomp-dev libcap-dev libnl-3-dev libnl-route-3-dev \
               libjansson-dev uuid-dev libsystemd-dev libnftables-dev libc-ares-dev libarchive-dev debootstrap \
-              umoci skopeo libmicrohttpd-dev uidmap
+              umoci skopeo libmicrohttpd-dev uidmap libssl-dev
 DEPS_TEST  := libcmocka-dev python3-pytest clang-format strace systemd qemu-system-x86 \
               linux-image-amd64 busybox-static e2fsprogs dnsmasq-base openssl iproute2 nftables \
               podman buildah python3-jsonschema python3-yaml python3-pytest-xdist python3-prometheus-client
@@ -93,8 +93,8 @@ $(BUILD)/forkrun: rootfs-builder/forkrun.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -static -s -o $@ $<
 
-$(BUILD)/nsbox-egress: $(call obj,$(EGRESS_SRC)) $(call obj,policy/netpolicy.c $(COMMON_SRC))
-	$(CC) $(CFLAGS) $(SAN) -o $@ $^ $(shell pkg-config --libs jansson) -lcares -lpthread
+$(BUILD)/nsbox-egress: $(call obj,$(EGRESS_SRC)) $(call obj,policy/netpolicy.c policy/tlscert.c $(COMMON_SRC))
+	$(CC) $(CFLAGS) $(SAN) -o $@ $^ $(shell pkg-config --libs jansson libssl libcrypto) -lcares -lpthread
 
 $(BUILD)/obj/http/%.o: CFLAGS += $(shell pkg-config --cflags libmicrohttpd gnutls)
 $(BUILD)/nsbox-http: $(call obj,$(HTTP_SRC) $(COMMON_SRC))

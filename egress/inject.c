@@ -8,9 +8,15 @@
 #include <strings.h>
 #include <sys/mman.h>
 
-void inject_free(struct inject_secrets *s)
+struct inject_secrets *inject_ref(struct inject_secrets *s)
 {
-        if (s == NULL)
+        __atomic_add_fetch(&s->refs, 1, __ATOMIC_RELAXED);
+        return s;
+}
+
+void inject_unref(struct inject_secrets *s)
+{
+        if (s == NULL || __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) > 0)
                 return;
         for (size_t i = 0; i < s->n; i++) {
                 struct inject_secret *one = &s->items[i];
@@ -85,6 +91,7 @@ struct inject_secrets *inject_parse(json_t *secrets, const char **why)
                 *why = "out of memory";
                 return NULL;
         }
+        s->refs = 1;
         const char *name;
         json_t *secret;
         size_t total = 1;
@@ -94,7 +101,7 @@ struct inject_secrets *inject_parse(json_t *secrets, const char **why)
         s->values = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (s->values == MAP_FAILED) {
                 s->values = NULL;
-                inject_free(s);
+                inject_unref(s);
                 *why = "out of memory";
                 return NULL;
         }
@@ -107,11 +114,21 @@ struct inject_secrets *inject_parse(json_t *secrets, const char **why)
                     (*why = parse_one(&s->items[s->n++], name, secret, &at)) != NULL) {
                         if (*why == NULL)
                                 *why = "a secret is not an object";
-                        inject_free(s);
+                        inject_unref(s);
                         return NULL;
                 }
         }
         return s;
+}
+
+static bool for_host(const struct inject_secret *one, const char *host);
+
+bool inject_for_host(const struct inject_secrets *s, const char *host)
+{
+        for (size_t i = 0; s != NULL && i < s->n; i++)
+                if (for_host(&s->items[i], host))
+                        return true;
+        return false;
 }
 
 static bool for_host(const struct inject_secret *one, const char *host)
@@ -190,5 +207,64 @@ enum inject_result inject_headers(const struct inject_secrets *s, const char *ho
                     !put(out, cap, n, after, strlen(after)) || !put(out, cap, n, "\r\n", 2))
                         return INJECT_NOSPACE;
         }
+        return INJECT_OK;
+}
+
+enum inject_result inject_rewrite_head(const struct inject_secrets *s, const char *host, const char *in,
+                                       const struct sniff_http *h, char *out, size_t cap, size_t *n,
+                                       const struct inject_secret **foreign)
+{
+        enum inject_result r;
+#define PUT(p, l)                                \
+        do {                                     \
+                if (!put(out, cap, n, (p), (l))) \
+                        return INJECT_NOSPACE;   \
+        } while (0)
+#define PUT_INJECTED(p, l)                                                                   \
+        do {                                                                                 \
+                if ((r = inject_line(s, host, (p), (l), out, cap, n, foreign)) != INJECT_OK) \
+                        return r;                                                            \
+        } while (0)
+        if (h->absolute) {
+                size_t mlen = strlen(h->method);
+                PUT(in, mlen + 1);
+                if (h->path_len == 0 || in[h->path_off] != '/')
+                        PUT("/", 1);
+                PUT_INJECTED(in + h->path_off, h->path_len);
+                PUT(in + h->line_end - 9, 9); /* " HTTP/1.x" */
+        } else {
+                PUT_INJECTED(in, h->line_end);
+        }
+        PUT("\r\n", 2);
+        size_t pos = (size_t)((const char *)memchr(in, '\n', h->head_len) - in) + 1;
+        while (pos < h->head_len) {
+                const char *lf = memchr(in + pos, '\n', h->head_len - pos);
+                size_t end = (size_t)(lf - in), llen = end - pos;
+                if (llen > 0 && in[end - 1] == '\r')
+                        llen--;
+                if (llen == 0)
+                        break;
+                /* Absolute-form: upstream gets the Host of the URI the
+                 * policy judged, never one of the client's. */
+                bool drop = sniff_http_hop_header(in + pos, llen) ||
+                            (h->absolute && sniff_http_header_named(in + pos, llen, "host")) ||
+                            inject_header_replaced(s, host, in + pos, llen);
+                if (!drop) {
+                        PUT_INJECTED(in + pos, llen);
+                        PUT("\r\n", 2);
+                }
+                pos = end + 1;
+        }
+        if (h->absolute) {
+                char hostline[SNIFF_NAME_MAX + 16];
+                int hl = h->port ? snprintf(hostline, sizeof(hostline), "Host: %s:%u\r\n", h->host, h->port)
+                                 : snprintf(hostline, sizeof(hostline), "Host: %s\r\n", h->host);
+                PUT(hostline, (size_t)hl);
+        }
+        if ((r = inject_headers(s, host, out, cap, n)) != INJECT_OK)
+                return r;
+        PUT("Connection: close\r\n\r\n", 21);
+#undef PUT
+#undef PUT_INJECTED
         return INJECT_OK;
 }

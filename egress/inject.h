@@ -11,6 +11,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "sniff.h"
+
 struct inject_secret {
         char name[65];
         char placeholder[64];
@@ -23,6 +25,7 @@ struct inject_secret {
 };
 
 struct inject_secrets {
+        int refs; /* the sandbox's, and each intercepted connection's */
         struct inject_secret *items;
         size_t n;
         char *values; /* madvise(MADV_DONTDUMP) */
@@ -32,7 +35,11 @@ struct inject_secrets {
 /* nsboxd's "secrets" object of an add message ({NAME: {value, hosts,
  * header?, placeholder}}); NULL with *why when malformed. */
 struct inject_secrets *inject_parse(json_t *secrets, const char **why);
-void inject_free(struct inject_secrets *s);
+struct inject_secrets *inject_ref(struct inject_secrets *s);
+/* Freed (values wiped) with the last reference; any thread. */
+void inject_unref(struct inject_secrets *s);
+/* Whether one of the secrets is for host. */
+bool inject_for_host(const struct inject_secrets *s, const char *host);
 
 enum inject_result {
         INJECT_OK = 0,
@@ -53,3 +60,12 @@ bool inject_header_replaced(const struct inject_secrets *s, const char *host, co
 /* The header lines (with CRLF) of the secrets for host that have one. */
 enum inject_result inject_headers(const struct inject_secrets *s, const char *host, char *out, size_t cap,
                                   size_t *n);
+
+/* The head a request (h, parsed from in) is forwarded with, into out:
+ * origin-form target, hop-by-hop headers dropped (and Host, for an
+ * absolute-form request: the URI's is put instead), the secrets for host
+ * put in and their headers added, "Connection: close" so the connection
+ * carries this one request; then the empty line. */
+enum inject_result inject_rewrite_head(const struct inject_secrets *s, const char *host, const char *in,
+                                       const struct sniff_http *h, char *out, size_t cap, size_t *n,
+                                       const struct inject_secret **foreign);

@@ -192,6 +192,16 @@ int policy_secrets_env(json_t *secrets, json_t **env, nsbox_error_t **err)
                 snprintf(key, sizeof(key), "%s%s", POLICY_SECRET_ENV_PREFIX, name);
                 json_object_set(*env, key, json_object_get(secret, "placeholder"));
         }
+        /* OpenSSL (Python's ssl, curl, git), Python requests and pip (their
+         * own certifi bundle otherwise), Node.js (its built-in list, plus
+         * this file). */
+        static const char *const bundle_vars[] = { "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+                                                   "PIP_CERT",      "GIT_SSL_CAINFO",     NULL };
+        for (size_t i = 0; bundle_vars[i] != NULL; i++)
+                if (json_object_get(*env, bundle_vars[i]) == NULL)
+                        json_object_set_new(*env, bundle_vars[i], json_string(POLICY_SECRETS_CA_BUNDLE));
+        if (json_object_get(*env, "NODE_EXTRA_CA_CERTS") == NULL)
+                json_object_set_new(*env, "NODE_EXTRA_CA_CERTS", json_string(POLICY_SECRETS_CA_FILE));
         return 0;
 }
 

@@ -16,6 +16,10 @@
 #define POLICY_SECRET_HEADER_MAX  1024
 #define POLICY_SECRET_ENV_PREFIX  "NSBOX_SECRET_"
 #define POLICY_SECRET_PLACEHOLDER "nsbox-secret-" /* then 32 random hex digits */
+/* The sandbox's secrets CA, which TLS to the secrets' hosts is signed by:
+ * alone, and at the end of the image's bundle (manager/egress_ca.c). */
+#define POLICY_SECRETS_CA_FILE   "/etc/nsbox/secrets-ca.pem"
+#define POLICY_SECRETS_CA_BUNDLE "/etc/ssl/certs/ca-certificates.crt"
 
 /* `secrets` as a client gave it, {NAME: {value, hosts: [...], header?}},
  * into *out: {NAME: {value, hosts (normalized names), header?, placeholder}}
@@ -23,7 +27,10 @@
 int policy_secrets_from_json(json_t *secrets, json_t **out, nsbox_error_t **err);
 
 /* NSBOX_SECRET_<NAME>=placeholder for each secret into *env (made when
- * NULL); a client's own variable of that name is an error. */
+ * NULL); a client's own variable of that name is an error. And the
+ * variables that point the TLS stacks which do not read the system's
+ * bundle by default at it (SSL_CERT_FILE, REQUESTS_CA_BUNDLE, ...),
+ * unless the client set them. */
 int policy_secrets_env(json_t *secrets, json_t **env, nsbox_error_t **err);
 
 /* The secrets' names: all sandbox.info shows of them. */

@@ -9,15 +9,26 @@ import json
 import os
 import secrets as random_secrets
 import sys
+import textwrap
 
 import pytest
 
 import upstream as U
 from conftest import REPO
 from nsbox_client import RpcError
-from test_network import ALLOWED_ONLY, landed, net, net_exec, netd, sbs, up  # noqa: F401 (fixtures)
+from test_network import ALLOWED_ONLY, landed, net, net_daemon, net_exec, sbs, up  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.serial, pytest.mark.xdist_group("host-network")]
+
+
+@pytest.fixture(scope="module")
+def netd(up):
+    """nsboxd whose proxy trusts the upstream's test CA (egress_ca_file) to verify it."""
+    import tempfile
+    d = net_daemon(tempfile.mkdtemp(prefix="nsbox-secrets-"), 1690000000, egress_ca_file=up.ca_pem)
+    yield d
+    rc = d.stop()
+    assert rc == 0, "nsboxd did not stop cleanly (rc=%s):\n%s" % (rc, d.final_log[-6000:])
 
 
 def value():
@@ -206,3 +217,88 @@ def test_sdk_create_with_secrets(netd, up):
         assert r.stdout.startswith("nsbox-secret-") and secret not in r.stdout
     (hit,) = landed(up, mark)
     assert hit["path"] == "/sdk" and hit["headers"]["X-Key"] == secret
+
+
+
+HTTPS_CLIENTS = r"""
+import ssl, subprocess, urllib.request, urllib.error
+def https_default(url, headers):
+    # The default context: the system's bundle (where nsboxd put the sandbox's CA), SSL_CERT_FILE.
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=20) as r:
+            return {"status": r.status, "body": r.read().decode()}
+    except urllib.error.HTTPError as e:
+        return {"status": e.code, "body": e.read().decode(errors="replace")}
+    except (OSError, ssl.SSLError) as e:
+        return {"error": str(e)}
+"""
+
+
+def test_https_to_a_secrets_host_is_intercepted_with_the_sandboxs_ca(netd, sbs, up):
+    secret = value()
+    sid = make(sbs, TOKEN={"value": secret, "hosts": ["allowed.test"], "header": "Authorization: Bearer {value}"})
+    mark = up.mark()
+    v = net(netd, sid, HTTPS_CLIENTS + textwrap.dedent(r"""
+        token = os.environ["NSBOX_SECRET_TOKEN"]
+        verdict(a=https_default("https://allowed.test/tls?t=" + token, {"X-Token": token}),
+                other=https_default("https://index.test/leak", {"X-Token": token}),
+                env={k: os.environ.get(k) for k in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS")},
+                ca=open("/etc/nsbox/secrets-ca.pem").read(),
+                bundle_ends=open("/etc/ssl/certs/ca-certificates.crt").read()[-3000:])
+    """))
+    assert v["a"].get("status") == 200, v
+    hits = landed(up, mark)
+    a = [h for h in hits if h["local"] == U.ALLOWED]
+    assert len(a) == 1 and a[0]["proto"] == "https" and a[0]["sni"] == "allowed.test", hits
+    assert a[0]["headers"]["Authorization"] == "Bearer " + secret
+    assert a[0]["headers"]["X-Token"] == secret and a[0]["path"] == "/tls?t=" + secret
+    # index.test has no secret: its TLS is end to end (the upstream's own certificate, which the
+    # sandbox's default bundle does not trust), and the placeholder never becomes the value there.
+    assert "error" in v["other"] and "CERTIFICATE_VERIFY_FAILED" in v["other"]["error"], v["other"]
+    assert all(secret not in json.dumps(h) for h in hits if h["local"] != U.ALLOWED), hits
+    assert v["env"] == {"SSL_CERT_FILE": "/etc/ssl/certs/ca-certificates.crt",
+                        "REQUESTS_CA_BUNDLE": "/etc/ssl/certs/ca-certificates.crt",
+                        "NODE_EXTRA_CA_CERTS": "/etc/nsbox/secrets-ca.pem"}
+    assert "PRIVATE KEY" not in v["ca"] and v["ca"].strip() in v["bundle_ends"]
+    # The CA is the sandbox's own: another sandbox gets another one.
+    sid2 = make(sbs, TOKEN={"value": value(), "hosts": ["allowed.test"]})
+    ca2 = netd.call("sandbox.exec", sandbox_id=sid2, argv=["cat", "/etc/nsbox/secrets-ca.pem"])["stdout"]
+    assert ca2.startswith("-----BEGIN CERTIFICATE-----") and ca2 != v["ca"]
+    # No file of the sandbox holds a private key.
+    keys = netd.call("sandbox.exec", sandbox_id=sid, user="root", timeout_seconds=60,
+                     argv=["sh", "-c", "grep -rlsF 'PRIVATE KEY' / --exclude-dir=proc --exclude-dir=sys "
+                           "--exclude-dir=dev --exclude-dir=usr; true"])
+    assert keys["stdout"] == "", keys
+    assert secret not in netd.read_log()
+
+
+def test_https_placeholder_of_another_hosts_secret_is_refused_inside_tls(netd, sbs, up):
+    mine, theirs = value(), value()
+    sid = make(sbs, MINE={"value": mine, "hosts": ["allowed.test"]},
+               THEIRS={"value": theirs, "hosts": ["index.test"]})
+    mark = up.mark()
+    v = net(netd, sid, HTTPS_CLIENTS + textwrap.dedent(r"""
+        verdict(r=https_default("https://allowed.test/x", {"X-Token": os.environ["NSBOX_SECRET_THEIRS"]}))
+    """))
+    assert v["r"].get("status") == 403 and "refused allowed.test" in v["r"]["body"], v
+    assert landed(up, mark, local=U.ALLOWED) == []
+    log = netd.read_log()
+    assert "placeholder of secret THEIRS" in log and theirs not in log and mine not in log
+
+
+def test_https_upstream_certificate_is_verified(up):
+    """Without the test CA the proxy cannot verify the upstream: the sandbox gets a 502 saying so,
+    never a connection the proxy did not verify."""
+    import tempfile
+    d = net_daemon(tempfile.mkdtemp(prefix="nsbox-secrets-"), 1691000000)
+    try:
+        sid = d.call("sandbox.create", network=ALLOWED_ONLY,
+                     secrets={"T": {"value": value(), "hosts": ["allowed.test"]}})["sandbox_id"]
+        mark = up.mark()
+        v = net(d, sid, HTTPS_CLIENTS + textwrap.dedent(r"""
+            verdict(r=https_default("https://allowed.test/unverified", {}))
+        """))
+        assert v["r"].get("status") == 502 and "certificate" in v["r"]["body"], v
+        assert [h["path"] for h in landed(up, mark) if h.get("path")] == []
+    finally:
+        d.stop()
