@@ -215,7 +215,7 @@ class Sandbox(_core.SandboxCore):
         secrets: {NAME: {"value": ..., "hosts": [...], "header": "Authorization:
         Bearer {value}"}}: the sandbox sees only the placeholder in its env
         NSBOX_SECRET_NAME, which the egress proxy replaces with the value in
-        HTTP requests to hosts (docs/secrets.md)."""
+        HTTP and HTTPS requests to hosts (docs/secrets.md)."""
         params = _core.create_params(session_id=session_id, image=image, memory=memory, pids=pids, cpus=cpus,
                                      disk=disk, network=network, env=env, labels=labels,
                                      idle_timeout=idle_timeout, seccomp_profile=seccomp_profile,
