@@ -302,3 +302,29 @@ def test_https_upstream_certificate_is_verified(up):
         assert [h["path"] for h in landed(up, mark) if h.get("path")] == []
     finally:
         d.stop()
+
+
+def test_no_value_or_ca_key_in_the_state_dir_or_a_snapshot(netd, sbs, up):
+    """nsboxd's files (sandbox records, snapshots) never hold a value or a CA key; a sandbox
+    made from a snapshot of one with secrets has none."""
+    secret = value()
+    sid = make(sbs, TOKEN={"value": secret, "hosts": ["allowed.test"]})
+    netd.call("sandbox.exec", sandbox_id=sid, argv=["sh", "-c", "echo $NSBOX_SECRET_TOKEN > /workspace/p"])
+    snap = netd.call("sandbox.snapshot", sandbox_id=sid, remove_when_unused=True)
+    fork = sbs.create(ALLOWED_ONLY, from_snapshot=snap["snapshot_id"])
+    info = netd.call("sandbox.info", sandbox_id=fork)
+    assert "secrets" not in info
+    r = netd.call("sandbox.exec", sandbox_id=fork, argv=["sh", "-c", "cat /workspace/p; env"])
+    assert "NSBOX_SECRET_TOKEN=" not in r["stdout"] and secret not in r["stdout"]
+    found = []
+    for root, _dirs, files in os.walk(netd.state):
+        for name in files:
+            path = os.path.join(root, name)
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+            except OSError:
+                continue
+            if secret.encode() in data or b"PRIVATE KEY" in data:
+                found.append(path)
+    assert found == []
