@@ -113,6 +113,24 @@ static int socket_is(int fd, int type)
         return getsockopt(fd, SOL_SOCKET, SO_TYPE, &t, &len) == 0 && t == type;
 }
 
+/* A message's "secrets" and "tls" (the sandbox's CA): both NULL when it
+ * has none; NULL, or why not. */
+static const char *parse_secrets(json_t *msg, struct inject_secrets **secrets, struct intercept_ca **ca)
+{
+        const char *why = NULL;
+        *ca = NULL;
+        *secrets = inject_parse(json_object_get(msg, "secrets"), &why);
+        if (why != NULL)
+                return why;
+        json_t *tls = json_object_get(msg, "tls");
+        if (tls != NULL && (*ca = intercept_ca_parse(tls, &why)) == NULL) {
+                inject_unref(*secrets);
+                *secrets = NULL;
+                return why;
+        }
+        return NULL;
+}
+
 static const char *op_add(json_t *msg, const char *id, int *fds, size_t n_fds)
 {
         static char why[512];
@@ -130,17 +148,11 @@ static const char *op_add(json_t *msg, const char *id, int *fds, size_t n_fds)
                 snprintf(why, sizeof(why), "%s", err->message);
                 return why;
         }
-        const char *bad_secrets;
-        struct inject_secrets *secrets = inject_parse(json_object_get(msg, "secrets"), &bad_secrets);
+        struct inject_secrets *secrets;
+        struct intercept_ca *ca;
+        const char *bad_secrets = parse_secrets(msg, &secrets, &ca);
         if (bad_secrets != NULL) {
                 netpolicy_free(policy);
-                return bad_secrets;
-        }
-        struct intercept_ca *ca = NULL;
-        json_t *tls = json_object_get(msg, "tls");
-        if (tls != NULL && (ca = intercept_ca_parse(tls, &bad_secrets)) == NULL) {
-                netpolicy_free(policy);
-                inject_unref(secrets);
                 return bad_secrets;
         }
         struct sockaddr_in gw;
@@ -207,6 +219,19 @@ static const char *control_op(json_t *msg, int *fds, size_t n_fds, const char **
                 }
                 netpolicy_free(sb->policy);
                 sb->policy = policy;
+                return NULL;
+        }
+        if (strcmp(op, "secrets") == 0) {
+                /* Connections being intercepted keep the secrets they started with. */
+                struct inject_secrets *secrets;
+                struct intercept_ca *ca;
+                const char *bad = parse_secrets(msg, &secrets, &ca);
+                if (bad != NULL)
+                        return bad;
+                inject_unref(sb->secrets);
+                intercept_ca_unref(sb->ca);
+                sb->secrets = secrets;
+                sb->ca = ca;
                 return NULL;
         }
         json_t *port_json = json_object_get(msg, "port");

@@ -749,6 +749,26 @@ int egress_attach(struct sandbox *sb, const struct sandbox_policy *wanted, nsbox
         return attach_with(sb, policy, wanted->secrets, err);
 }
 
+int egress_update_secrets(struct sandbox *sb, json_t *secrets, nsbox_error_t **err)
+{
+        struct sandbox_egress *e = sb->egress;
+        if (e == NULL)
+                return 0; /* attach_with takes sb->policy.secrets */
+        if (secrets != NULL && e->ca.cert_pem == NULL) {
+                if (egress_ca_make(sb->id, &e->ca, err) < 0)
+                        return -EIO;
+                egress_install_ca(sb);
+        }
+        json_decref(e->secrets);
+        e->secrets = json_incref(secrets);
+        json_t *tls =
+            e->ca.cert_pem ? json_pack("{s:s, s:s}", "cert", e->ca.cert_pem, "key", e->ca.key_pem) : NULL;
+        _cleanup_json_ json_t *m = json_pack("{s:s, s:s, s:O*, s:o*}", "op", "secrets", "sandbox", sb->id,
+                                             "secrets", secrets, "tls", tls);
+        proxy_send(m, NULL, 0);
+        return 0;
+}
+
 void egress_install_ca(struct sandbox *sb)
 {
         if (sb->egress == NULL || sb->egress->ca.cert_pem == NULL)

@@ -205,6 +205,32 @@ int policy_secrets_env(json_t *secrets, json_t **env, nsbox_error_t **err)
         return 0;
 }
 
+int policy_secrets_replace(json_t *fresh, json_t *current, json_t **env, nsbox_error_t **err)
+{
+        json_t *next = *env != NULL ? json_deep_copy(*env) : json_object();
+        if (next == NULL)
+                return nsbox_error(err, ENOMEM, "env");
+        const char *name;
+        json_t *secret;
+        json_object_foreach(current, name, secret)
+        {
+                char key[sizeof(POLICY_SECRET_ENV_PREFIX) + POLICY_SECRET_NAME_MAX];
+                snprintf(key, sizeof(key), "%s%s", POLICY_SECRET_ENV_PREFIX, name);
+                json_object_del(next, key);
+                json_t *kept = json_object_get(fresh, name);
+                if (kept != NULL)
+                        json_object_set(kept, "placeholder", json_object_get(secret, "placeholder"));
+        }
+        int r = policy_secrets_env(fresh, &next, err);
+        if (r < 0) {
+                json_decref(next);
+                return r;
+        }
+        json_decref(*env);
+        *env = next;
+        return 0;
+}
+
 json_t *policy_secrets_names(json_t *secrets)
 {
         json_t *names = json_array();

@@ -33,5 +33,12 @@ int policy_secrets_from_json(json_t *secrets, json_t **out, nsbox_error_t **err)
  * unless the client set them. */
 int policy_secrets_env(json_t *secrets, json_t **env, nsbox_error_t **err);
 
+/* sandbox.update's secrets (made by policy_secrets_from_json) over a
+ * sandbox's current ones (NULL: none): a name it had keeps its
+ * placeholder, so the env of its running processes stays good; in *env,
+ * the placeholders of names it no longer has go and the new ones come.
+ * *env is left as it was on an error. */
+int policy_secrets_replace(json_t *fresh, json_t *current, json_t **env, nsbox_error_t **err);
+
 /* The secrets' names: all sandbox.info shows of them. */
 json_t *policy_secrets_names(json_t *secrets);

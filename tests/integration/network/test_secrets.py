@@ -328,3 +328,54 @@ def test_no_value_or_ca_key_in_the_state_dir_or_a_snapshot(netd, sbs, up):
             if secret.encode() in data or b"PRIVATE KEY" in data:
                 found.append(path)
     assert found == []
+
+
+def test_update_replaces_the_secrets_of_a_live_sandbox(netd, sbs, up):
+    first, second, other = value(), value(), value()
+    sid = make(sbs, A={"value": first, "hosts": ["allowed.test"]})
+    env = lambda: dict(l.split("=", 1) for l in netd.call(  # noqa: E731
+        "sandbox.exec", sandbox_id=sid, argv=["env"])["stdout"].splitlines() if "=" in l)
+    placeholder_a = env()["NSBOX_SECRET_A"]
+
+    def sent(name):
+        mark = up.mark()
+        v = net(netd, sid, "verdict(r=http('allowed.test', raw=%r.encode()))"
+                % request("/", "allowed.test", "X-T: " + name))
+        assert v["r"].get("status") == 200, v
+        return landed(up, mark)[0]["headers"]["X-T"]
+
+    assert sent(placeholder_a) == first
+    info = netd.call("sandbox.update", sandbox_id=sid,
+                     secrets={"A": {"value": second, "hosts": ["allowed.test"]},
+                              "B": {"value": other, "hosts": ["allowed.test"], "header": "X-B: {value}"}})
+    assert sorted(info["secrets"]) == ["A", "B"] and second not in json.dumps(info)
+    now = env()
+    # A kept its placeholder (running processes keep working), with the new value behind it.
+    assert now["NSBOX_SECRET_A"] == placeholder_a and now["NSBOX_SECRET_B"].startswith("nsbox-secret-")
+    assert sent(placeholder_a) == second
+    assert sent(now["NSBOX_SECRET_B"]) == other
+    # None left: the placeholders are plain strings again, the env no longer has them.
+    info = netd.call("sandbox.update", sandbox_id=sid, secrets=None)
+    assert "secrets" not in info
+    assert not [k for k in env() if k.startswith("NSBOX_SECRET_")]
+    assert sent(placeholder_a) == placeholder_a
+    with pytest.raises(RpcError) as e:
+        netd.call("sandbox.update", sandbox_id=sid, secrets={"A": {"value": "v"}})
+    assert "secrets.A.hosts" in str(e.value)
+    log = netd.read_log()
+    assert first not in log and second not in log and other not in log
+
+
+def test_update_gives_secrets_to_a_sandbox_without_network_then_with(netd, sbs, up):
+    secret = value()
+    sid = sbs.create()
+    netd.call("sandbox.update", sandbox_id=sid, secrets={"T": {"value": secret, "hosts": ["allowed.test"],
+                                                               "header": "X-T: {value}"}})
+    netd.call("sandbox.update", sandbox_id=sid, network=ALLOWED_ONLY)
+    mark = up.mark()
+    v = net(netd, sid, HTTPS_CLIENTS + textwrap.dedent(r"""
+        verdict(r=https_default("https://allowed.test/late", {}))
+    """))
+    assert v["r"].get("status") == 200, v
+    (hit,) = landed(up, mark)
+    assert hit["headers"]["X-T"] == secret
