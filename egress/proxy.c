@@ -760,8 +760,16 @@ static void conn_decide(struct conn *c)
                         return;
                 }
                 if (c->http.connect) {
-                        /* The tunnel starts after the CONNECT head. */
+                        /* The tunnel starts after the CONNECT head; to a
+                         * secret's host on 443 it is TLS, intercepted as
+                         * a transparent connection's is. */
                         c->c2u.start += c->http.head_len;
+                        c->intercept = c->named && c->connect_port == 443 && c->sandbox->ca != NULL &&
+                                       inject_for_host(c->sandbox->secrets, c->name);
+                        if (c->intercept && intercept_full()) {
+                                conn_refuse(c, "too many intercepted connections");
+                                return;
+                        }
                 } else {
                         const struct inject_secret *foreign = NULL;
                         enum rewrite_result rr = rewrite_http_head(c, &foreign);

@@ -286,6 +286,21 @@ def test_https_placeholder_of_another_hosts_secret_is_refused_inside_tls(netd, s
     assert "placeholder of secret THEIRS" in log and theirs not in log and mine not in log
 
 
+def test_https_through_the_explicit_proxy_is_intercepted_too(netd, sbs, up):
+    """A client with HTTPS_PROXY=http://gateway:3128 (CONNECT) gets the secret in as a transparent one does."""
+    secret = value()
+    sid = make(sbs, TOKEN={"value": secret, "hosts": ["allowed.test"], "header": "X-T: {value}"})
+    mark = up.mark()
+    v = net(netd, sid, HTTPS_CLIENTS + textwrap.dedent(r"""
+        proxy = "http://%s:3128" % gateway()
+        urllib.request.install_opener(urllib.request.build_opener(urllib.request.ProxyHandler({"https": proxy})))
+        verdict(r=https_default("https://allowed.test/via-connect", {}))
+    """))
+    assert v["r"].get("status") == 200, v
+    (hit,) = landed(up, mark)
+    assert hit["path"] == "/via-connect" and hit["headers"]["X-T"] == secret
+
+
 def test_https_upstream_certificate_is_verified(up):
     """Without the test CA the proxy cannot verify the upstream: the sandbox gets a 502 saying so,
     never a connection the proxy did not verify."""
