@@ -110,6 +110,11 @@ $(BUILD)/tests/test_sniff: tests/unit/test_sniff.c $(call obj,egress/sniff.c)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Iegress $(SAN) -o $@ $^ -lcmocka
 
+# The secrets' injection is egress/ code, outside libnsbox.a; policy/secrets.c is in it.
+$(BUILD)/tests/test_inject: tests/unit/test_inject.c $(call obj,egress/inject.c egress/sniff.c) $(BUILD)/libnsbox.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Iegress $(SAN) -o $@ $^ $(LIBS) -lcmocka
+
 # The supervisor as the init has it: the init's objects, no sanitizer.
 $(BUILD)/tests/test_supervisor: tests/unit/test_supervisor.c \
 		$(patsubst %.c,$(BUILD)/obj/init/%.o,runtime/supervisor.c runtime/process.c runtime/proto.c)

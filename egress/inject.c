@@ -79,12 +79,14 @@ static const char *parse_one(struct inject_secret *one, const char *name, json_t
 struct inject_secrets *inject_parse(json_t *secrets, const char **why)
 {
         *why = NULL;
-        if (secrets == NULL || json_is_null(secrets) || json_object_size(secrets) == 0)
+        if (secrets == NULL || json_is_null(secrets))
                 return NULL;
         if (!json_is_object(secrets)) {
                 *why = "\"secrets\" is not an object";
                 return NULL;
         }
+        if (json_object_size(secrets) == 0)
+                return NULL;
         struct inject_secrets *s = calloc(1, sizeof(*s));
         if (s == NULL || (s->items = calloc(json_object_size(secrets), sizeof(*s->items))) == NULL) {
                 free(s);
