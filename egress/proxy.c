@@ -474,7 +474,9 @@ static void conn_connected(struct conn *c)
                 static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
                 send_now(c->client.fd, ok, sizeof(ok) - 1);
         }
-        if (c->intercept && c->sandbox != NULL) {
+        /* sandbox.update may have taken the secrets away meanwhile: then
+         * the connection is relayed end to end as any other. */
+        if (c->intercept && c->sandbox != NULL && c->sandbox->ca != NULL && c->sandbox->secrets != NULL) {
                 /* The fds go to the interception thread: the loop forgets them. */
                 int client = c->client.fd, upstream = c->upstream.fd;
                 egress_unwatch(&c->client);

@@ -349,8 +349,10 @@ static bool update_secrets(struct rpc_request *req, struct sandbox *sb, json_t *
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
                 return false;
         }
-        if (fresh != NULL && json_object_size(fresh) == 0)
-                json_decref(fresh), fresh = NULL;
+        if (fresh != NULL && json_object_size(fresh) == 0) {
+                json_decref(fresh);
+                fresh = NULL;
+        }
         if (policy_secrets_replace(fresh, sb->policy.secrets, &sb->policy.env, &err) < 0) {
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
                 return false;
