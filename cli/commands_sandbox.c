@@ -735,18 +735,33 @@ int cmd_update(const struct cli *cli, int argc, char **argv)
         static const struct option longopts[] = {
                 { "network", required_argument, NULL, CLI_OPT_NETWORK },
                 { "network-policy", required_argument, NULL, CLI_OPT_NETWORK_POLICY },
+                { "secret", required_argument, NULL, CLI_OPT_SECRET },
+                { "secret-file", required_argument, NULL, CLI_OPT_SECRET_FILE },
+                { "secret-header", required_argument, NULL, CLI_OPT_SECRET_HEADER },
+                { "no-secrets", no_argument, NULL, CLI_OPT_FIRST_FREE },
                 { 0 },
         };
         _cleanup_json_ json_t *params = json_object();
+        bool no_secrets = false;
         int opt;
         optind = 1;
         while ((opt = cli_getopt(cli, argc, argv, "", longopts)) != -1) {
                 if (opt < -1)
                         return cli_opt_exit(opt);
-                int r = cli_network_option(params, opt, optarg);
+                if (opt == CLI_OPT_FIRST_FREE) {
+                        no_secrets = true;
+                        continue;
+                }
+                int r = opt == CLI_OPT_NETWORK || opt == CLI_OPT_NETWORK_POLICY
+                            ? cli_network_option(params, opt, optarg)
+                            : cli_create_option(params, opt, optarg);
                 if (r != 0)
-                        return r;
+                        return r == 1 ? cli_usage_error(cli) : r;
         }
+        if (no_secrets && json_object_get(params, "secrets") != NULL)
+                return cli_fail("give --no-secrets or secrets, not both");
+        if (no_secrets)
+                json_object_set_new(params, "secrets", json_null());
         /* Nothing to change is a mistake, not a no-op that looks like success. */
         if (argc - optind != 1 || json_object_size(params) == 0)
                 return cli_usage_error(cli);

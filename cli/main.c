@@ -87,12 +87,19 @@ static const struct command commands[] = {
         { "info", cmd_info, "nsbox info ID",
           "Show a sandbox's details, limits and resource usage; for a sandbox with network,\n"
           "its \"egress\" block: its address, exposed ports and traffic counts.\n" },
-        { "update", cmd_update, "nsbox update --network NAME|none | --network-policy FILE ID",
-          "Change a running sandbox's network and print its details. Takes effect for new\n"
-          "connections; none removes its network (and its exposed ports).\n\n"
+        { "update", cmd_update,
+          "nsbox update [--network NAME|none | --network-policy FILE] [--secret-file NAME=PATH@HOSTS]... "
+          "[--no-secrets] ID",
+          "Change a running sandbox's network or secrets and print its details. Takes effect\n"
+          "for new connections; none removes its network (and its exposed ports).\n\n"
           "  --network NAME         one of the operator's network policies, or none\n"
           "  --network-policy FILE  a policy object of your own (JSON, FILE or -), when\n"
-          "                         nsboxd allows it\n" },
+          "                         nsboxd allows it\n"
+          "  --secret-file NAME=PATH@HOST[,HOST...], --secret NAME=VALUE@HOST[,HOST...],\n"
+          "  --secret-header 'NAME=Authorization: Bearer {value}'\n"
+          "                         as nsbox create's: the secrets given replace the\n"
+          "                         sandbox's (a name it had keeps its placeholder)\n"
+          "  --no-secrets           remove all its secrets\n" },
         { "port", cmd_port, "nsbox port [--remove] ID PORT",
           "Make TCP port PORT of a sandbox (one with network) reachable from this host and\n"
           "print its URL (http://127.0.0.1:HOST_PORT/); again for the same port, the same URL.\n\n"

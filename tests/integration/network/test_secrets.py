@@ -394,3 +394,23 @@ def test_update_gives_secrets_to_a_sandbox_without_network_then_with(netd, sbs, 
     assert v["r"].get("status") == 200, v
     (hit,) = landed(up, mark)
     assert hit["headers"]["X-T"] == secret
+
+
+def test_cli_update_replaces_and_removes_secrets(netd, sbs, up, tmp_path):
+    secret = value()
+    sid = make(sbs, A={"value": value(), "hosts": ["allowed.test"]})
+    path = tmp_path / "b"
+    path.write_text(secret)
+    r = netd.cli("--json", "update", "--secret-file", "B=%s@allowed.test" % path,
+                 "--secret-header", "B=X-B: {value}", sid)
+    assert r.returncode == 0, r
+    assert json.loads(r.stdout)["secrets"] == ["B"]
+    mark = up.mark()
+    v = net(netd, sid, "verdict(r=http('allowed.test', host='allowed.test', path='/cli-update'))")
+    assert v["r"].get("status") == 200, v
+    (hit,) = landed(up, mark)
+    assert hit["headers"]["X-B"] == secret
+    r = netd.cli("--json", "update", "--no-secrets", sid)
+    assert r.returncode == 0 and "secrets" not in json.loads(r.stdout), r
+    r = netd.cli("update", "--no-secrets", "--secret", "C=v@allowed.test", sid)
+    assert r.returncode == 125 and b"--no-secrets or secrets" in r.stderr, r
