@@ -164,6 +164,9 @@ enum {
         CLI_OPT_NETWORK_POLICY,
         CLI_OPT_LABEL,
         CLI_OPT_FROM_SNAPSHOT,
+        CLI_OPT_SECRET,
+        CLI_OPT_SECRET_FILE,
+        CLI_OPT_SECRET_HEADER,
         CLI_OPT_FIRST_FREE /* commands number their own options from here */
 };
 /* -v/--volume SRC:PATH[:ro|:rw]: also a short option where the command takes "v:". */
@@ -183,6 +186,9 @@ enum {
             { "label", required_argument, NULL, CLI_OPT_LABEL },                   \
             { "from-snapshot", required_argument, NULL, CLI_OPT_FROM_SNAPSHOT },   \
             { "volume", required_argument, NULL, CLI_OPT_MOUNT },                  \
+            { "secret", required_argument, NULL, CLI_OPT_SECRET },                 \
+            { "secret-file", required_argument, NULL, CLI_OPT_SECRET_FILE },       \
+            { "secret-header", required_argument, NULL, CLI_OPT_SECRET_HEADER },   \
         {                                                                          \
                 "seccomp-profile", required_argument, NULL, CLI_OPT_PROFILE        \
         }

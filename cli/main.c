@@ -38,7 +38,7 @@ static const struct command commands[] = {
           "nsbox create [--session ID] [--memory 512M] [--pids N] [--cpus F] [--disk 1G] [--idle-timeout "
           "SEC] "
           "[--env K=V]... [--label K=V]... [-v SRC:PATH[:ro|:rw]]... [--network NAME | --network-policy "
-          "FILE]",
+          "FILE] [--secret-file NAME=PATH@HOSTS]...",
           "Create a sandbox and print its id.\n\n"
           "  --session ID        get-or-create: reuse the live sandbox of this session\n"
           "  --memory SIZE       memory of its processes (e.g. 512M, 1G)\n"
@@ -65,7 +65,16 @@ static const struct command commands[] = {
           "                      network under a policy of your own, a JSON object read from\n"
           "                      FILE or - (standard input): {\"allow\": [\"pypi.org\", \"*.example.com\",\n"
           "                      \"203.0.113.0/24\"], \"deny\": [...]}; only when nsboxd allows it\n"
-          "                      (allow_client_network_policies)\n" },
+          "                      (allow_client_network_policies)\n"
+          "  --secret-file NAME=PATH@HOST[,HOST...]\n"
+          "                      a secret read from PATH (- standard input) the sandbox never\n"
+          "                      sees: its env has NSBOX_SECRET_NAME, a placeholder the egress\n"
+          "                      proxy replaces with the value in HTTP requests to HOSTs only\n"
+          "                      (repeatable; needs --network; see docs/secrets.md)\n"
+          "  --secret NAME=VALUE@HOST[,HOST...]\n"
+          "                      the same with the value on the command line (seen by ps)\n"
+          "  --secret-header 'NAME=Authorization: Bearer {value}'\n"
+          "                      also send the secret in this header to its hosts\n" },
         { "ls", cmd_ls, "nsbox ls [-a] [-q] [-f FILTER]... [--format FORMAT]",
           "List your sandboxes (root: everyone's): id, state, owner, creation time, when\n"
           "it is paused or removed if left idle (EXPIRES), session name and labels.\n\n"
@@ -83,12 +92,19 @@ static const struct command commands[] = {
         { "info", cmd_info, "nsbox info ID",
           "Show a sandbox's details, limits and resource usage; for a sandbox with network,\n"
           "its \"egress\" block: its address, exposed ports and traffic counts.\n" },
-        { "update", cmd_update, "nsbox update --network NAME|none | --network-policy FILE ID",
-          "Change a running sandbox's network and print its details. Takes effect for new\n"
-          "connections; none removes its network (and its exposed ports).\n\n"
+        { "update", cmd_update,
+          "nsbox update [--network NAME|none | --network-policy FILE] [--secret-file NAME=PATH@HOSTS]... "
+          "[--no-secrets] ID",
+          "Change a running sandbox's network or secrets and print its details. Takes effect\n"
+          "for new connections; none removes its network (and its exposed ports).\n\n"
           "  --network NAME         one of the operator's network policies, or none\n"
           "  --network-policy FILE  a policy object of your own (JSON, FILE or -), when\n"
-          "                         nsboxd allows it\n" },
+          "                         nsboxd allows it\n"
+          "  --secret-file NAME=PATH@HOST[,HOST...], --secret NAME=VALUE@HOST[,HOST...],\n"
+          "  --secret-header 'NAME=Authorization: Bearer {value}'\n"
+          "                         as nsbox create's: the secrets given replace the\n"
+          "                         sandbox's (a name it had keeps its placeholder)\n"
+          "  --no-secrets           remove all its secrets\n" },
         { "port", cmd_port, "nsbox port [--remove] ID PORT",
           "Make TCP port PORT of a sandbox (one with network) reachable from this host and\n"
           "print its URL (http://127.0.0.1:HOST_PORT/); again for the same port, the same URL.\n\n"

@@ -86,6 +86,9 @@ static const struct option_def options[] = {
           "IPv4 CIDR the sandboxes' network addresses come from" },
         { "egress_dns_servers", "NSBOX_EGRESS_DNS_SERVERS", OPT_STRING, CFG(egress_dns_servers), 0,
           "resolvers of the egress proxy, IP[:PORT],... (default: /etc/resolv.conf)" },
+        { "egress_ca_file", "NSBOX_EGRESS_CA_FILE", OPT_STRING, CFG(egress_ca_file), 0,
+          "more CA certificates (PEM) the egress proxy trusts, beside the system's, to verify the servers "
+          "of secrets' hosts" },
         { "egress_path", "NSBOX_EGRESS_PATH", OPT_STRING, CFG(egress_path), 0, "the nsbox-egress binary" },
         { "egress_uid", "NSBOX_EGRESS_UID", OPT_UINT, CFG(egress_uid), UINT32_MAX - 1,
           "uid and gid of the egress proxy (0: uid_pool_base - 1)" },
@@ -354,6 +357,7 @@ int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_
         config->egress_path = sibling_path("nsbox-egress", NSBOX_PREFIX "/libexec/nsbox/nsbox-egress");
         config->network_subnet = strdup("10.250.0.0/16");
         config->egress_dns_servers = strdup("");
+        config->egress_ca_file = strdup("");
         config->log_level = strdup("info");
         config->uid_isolation = strdup("per-sandbox");
         config->unmapped_clients = strdup("refuse");
@@ -509,6 +513,7 @@ void config_free(struct nsbox_config *config)
         free(config->host_mount_roots);
         free(config->network_subnet);
         free(config->egress_dns_servers);
+        free(config->egress_ca_file);
         free(config->egress_path);
         free(config->idle_action);
         json_decref(config->network_policies);

@@ -64,6 +64,7 @@ struct nsbox_config {
         json_t *network_policies;
         unsigned allow_client_network_policies;
         char *network_subnet;     /* IPv4 CIDR the sandboxes' /30s come from */
+        char *egress_ca_file;     /* PEM the proxy trusts beside the system's; "" = none */
         char *egress_dns_servers; /* "IP[:PORT],..." for the proxy; "" = resolv.conf */
         char *egress_path;        /* the nsbox-egress binary */
         uid_t egress_uid;         /* the proxy's uid and gid; 0 = uid_pool_base - 1 */

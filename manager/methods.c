@@ -30,6 +30,7 @@
 #include "sandbox_limits.h"
 #include "sandbox_pause.h"
 #include "shell.h"
+#include "secrets.h"
 #include "snapshot.h"
 #include "state.h"
 #include "uidmode.h"
@@ -352,11 +353,40 @@ static void reply_egress_error(struct rpc_request *req, int r, const nsbox_error
                                "%s", err->message);
 }
 
-/* What may change in a live sandbox: its network policy and its idle timeout. */
+/* sandbox.update's secrets: they replace the sandbox's (null or {}: none
+ * left); false after replying. */
+static bool update_secrets(struct rpc_request *req, struct sandbox *sb, json_t *secrets)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        _cleanup_json_ json_t *fresh = NULL;
+        if (!json_is_null(secrets) && policy_secrets_from_json(secrets, &fresh, &err) < 0) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
+                return false;
+        }
+        if (fresh != NULL && json_object_size(fresh) == 0) {
+                json_decref(fresh);
+                fresh = NULL;
+        }
+        if (policy_secrets_replace(fresh, sb->policy.secrets, &sb->policy.env, &err) < 0) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
+                return false;
+        }
+        if (egress_update_secrets(sb, fresh, &err) < 0) {
+                rpc_reply_fail(req, "internal", "%s", err->message);
+                return false;
+        }
+        json_decref(sb->policy.secrets);
+        sb->policy.secrets = json_incref(fresh);
+        log_limited(log_key_uid(req->uid).text, LOG_LEVEL_INFO, "sandbox %s: %zu secrets set by uid %u",
+                    sb->id, fresh ? json_object_size(fresh) : 0, req->uid);
+        return true;
+}
+
+/* What may change in a live sandbox: its network policy, its idle timeout and its secrets. */
 static void sandbox_method_update(struct rpc_request *req, struct sandbox *sb)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
-        json_t *network = json_object_get(req->msg.params, "network");
+        /* Checked before anything changes. */
         json_t *idle = json_object_get(req->msg.params, "idle_timeout_seconds");
         if (idle != NULL && (!json_is_integer(idle) || json_integer_value(idle) < 1 ||
                              json_integer_value(idle) > POLICY_MAX_IDLE_SECONDS)) {
@@ -365,6 +395,14 @@ static void sandbox_method_update(struct rpc_request *req, struct sandbox *sb)
                                 POLICY_MAX_IDLE_SECONDS);
                 return;
         }
+        json_t *secrets = json_object_get(req->msg.params, "secrets");
+        if (secrets != NULL && sb->state != SANDBOX_RUNNING) {
+                rpc_reply_fail(req, "unavailable", "sandbox %s is %s", sb->id, sandbox_state_name(sb->state));
+                return;
+        }
+        if (secrets != NULL && !update_secrets(req, sb, secrets))
+                return;
+        json_t *network = json_object_get(req->msg.params, "network");
         if (network != NULL) {
                 char name[sizeof(sb->policy.network)];
                 _cleanup_json_ json_t *custom = NULL;
@@ -585,7 +623,7 @@ static const struct method methods[] = {
         { "events.subscribe", events_method_subscribe, M_FIND, PARAMS("sandbox_id") },
         { "sandbox.remove", sandbox_method_remove, M_SANDBOX, PARAMS("sandbox_id", "force") },
         { "sandbox.update", sandbox_method_update, M_SANDBOX,
-          PARAMS("sandbox_id", "network", "idle_timeout_seconds") },
+          PARAMS("sandbox_id", "network", "idle_timeout_seconds", "secrets") },
         { "sandbox.expose", sandbox_method_expose, M_SANDBOX, PARAMS("sandbox_id", "port") },
         { "sandbox.unexpose", sandbox_method_unexpose, M_SANDBOX, PARAMS("sandbox_id", "port") },
         { "sandbox.pause", sandbox_method_pause, M_SANDBOX, PARAMS("sandbox_id", "force") },

@@ -13,6 +13,7 @@
 #include "cgroup.h"
 #include "daemon.h"
 #include "log.h"
+#include "secrets.h"
 
 struct sandbox_waiter {
         sandbox_ready_cb done;
@@ -138,6 +139,9 @@ json_t *sandbox_to_json(const struct sandbox *sb, bool existing)
         if (j != NULL)
                 json_object_set_new(j, "labels",
                                     sb->policy.labels ? json_deep_copy(sb->policy.labels) : json_object());
+        /* Names only: the values are nsbox-egress's. */
+        if (j != NULL && sb->policy.secrets != NULL)
+                json_object_set_new(j, "secrets", policy_secrets_names(sb->policy.secrets));
         if (j != NULL && paused) {
                 char when[40];
                 format_timestamp(sb->paused_at_ms, when, sizeof(when));

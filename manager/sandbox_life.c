@@ -385,6 +385,7 @@ static void on_control(struct loop_source *source, uint32_t events)
                                         continue;
                                 }
                                 sb->state = SANDBOX_RUNNING;
+                                egress_install_ca(sb);
                                 sandbox_touch(sb);
                                 log_limited(log_key_uid(sb->owner).text, LOG_LEVEL_INFO,
                                             "sandbox %s: created for uid %u (%s uids %u-%u%s)", sb->id,

@@ -4,6 +4,7 @@
 
 #include "cleanup.h"
 #include "params.h"
+#include "secrets.h"
 #include "size.h"
 
 #include <errno.h>
@@ -35,9 +36,10 @@ void policy_clear(struct sandbox_policy *policy)
         if (policy->labels)
                 json_decref(policy->labels);
         json_decref(policy->network_custom);
-        policy->network_custom = NULL;
         json_decref(policy->mounts);
         policy->mounts = NULL;
+        json_decref(policy->secrets);
+        policy->network_custom = policy->secrets = NULL;
         policy->env = policy->labels = NULL;
 }
 
@@ -223,11 +225,12 @@ static int parse_policy(const struct sandbox_policy *defaults, const struct poli
                                              "idle_action",
                                              "paused_timeout_seconds",
                                              "mounts",
+                                             "secrets",
                                              NULL };
         int r;
 
         *out = *defaults;
-        out->env = out->labels = out->network_custom = out->mounts = NULL;
+        out->env = out->labels = out->network_custom = out->mounts = out->secrets = NULL;
         if ((r = params_check_known(params, known, "", err)) < 0)
                 return r;
 
@@ -292,6 +295,11 @@ static int parse_policy(const struct sandbox_policy *defaults, const struct poli
                 out->env = json_deep_copy(env);
         if (labels != NULL && !json_is_null(labels))
                 out->labels = json_deep_copy(labels);
+        json_t *secrets = json_object_get(params, "secrets");
+        if (secrets != NULL && !json_is_null(secrets) &&
+            ((r = policy_secrets_from_json(secrets, &out->secrets, err)) < 0 ||
+             (r = policy_secrets_env(out->secrets, &out->env, err)) < 0))
+                return r;
         return 0;
 }
 

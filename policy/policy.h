@@ -34,6 +34,9 @@ struct sandbox_policy {
         /* What is mounted into it at create, checked by policy_mounts_from_json:
          * an array of {volume | host_path, path, read_only}, owned (NULL: none). */
         json_t *mounts;
+        /* {NAME: {value, hosts, header?, placeholder}} (secrets.h), owned:
+         * nsbox-egress's, never shown or saved. */
+        json_t *secrets;
 };
 
 /* Bounds a client may ask for. */

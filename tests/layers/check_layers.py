@@ -30,7 +30,7 @@ MANAGER_LAYERS = [
     ("host and wire", ["cgroup", "userns", "uidmode", "basens", "rootfs", "host_pools", "profiles", "rpc",
                        "rpc_listen", "quota", "host_mounts"]),
     ("registry", ["sandbox", "sandbox_uids", "state", "events"]),
-    ("live sandboxes", ["exec_params", "exec_internal", "exec_log", "exec", "exec_api", "egress", "fs_ops", "fs_files", "fs_api", "fs_watch", "sandbox_pause",
+    ("live sandboxes", ["exec_params", "exec_internal", "exec_log", "exec", "exec_api", "egress", "egress_ca", "fs_ops", "fs_files", "fs_api", "fs_watch", "sandbox_pause",
                         "snapshot", "images", "volumes"]),
     ("lifecycle", ["sandbox_life"]),
     ("features", ["python", "shell", "desktop"]),
@@ -40,7 +40,8 @@ MANAGER_LAYERS = [
 # egress/'s (nsbox-egress): the shared state below DNS, DNS below the proxy,
 # which answers DNS over TCP through a callback it gives dns.c.
 EGRESS_LAYERS = [
-    ("leaves", ["sniff"]),
+    ("leaves", ["sniff", "inject"]),
+    ("interception", ["intercept"]),
     ("core", ["core"]),
     ("dns", ["dns"]),
     ("proxy", ["proxy"]),

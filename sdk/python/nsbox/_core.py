@@ -140,14 +140,15 @@ _STDIN_FROM_FILE = 'exec 0<"$0" || exit 125; rm -f -- "$0"; exec "$@"'
 
 def create_params(session_id=None, image=None, memory=None, pids=None, cpus=None, disk=None, network=None,
                   env=None, labels=None, idle_timeout=None, seccomp_profile=None, from_snapshot=None,
-                  idle_action=None, paused_timeout=None, mounts=None):
+                  idle_action=None, paused_timeout=None, mounts=None, secrets=None):
     limits = _drop_none({"memory_bytes": parse_size(memory), "pids": pids, "cpus": cpus,
                          "disk_bytes": parse_size(disk)})
     return _drop_none({"session_id": session_id, "image": image, "limits": limits or None, "network": network,
                        "env": env, "labels": labels, "idle_timeout_seconds": idle_timeout,
                        "seccomp_profile": seccomp_profile, "from_snapshot": from_snapshot,
                        "idle_action": idle_action, "paused_timeout_seconds": paused_timeout,
-                       "mounts": [dict(m) for m in mounts] if mounts else None})
+                       "mounts": [dict(m) for m in mounts] if mounts else None,
+                       "secrets": secrets})
 
 
 def volume_params(name, size):

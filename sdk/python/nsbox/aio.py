@@ -231,12 +231,12 @@ class AsyncSandbox(_core.SandboxCore):
     @classmethod
     def create(cls, session_id=None, image=None, memory=None, network=None, env=None, labels=None,
                idle_timeout=None, socket=None, keep=None, pids=None, cpus=None, disk=None, seccomp_profile=None,
-               from_snapshot=None, idle_action=None, paused_timeout=None, mounts=None):
+               from_snapshot=None, idle_action=None, paused_timeout=None, mounts=None, secrets=None):
         params = _core.create_params(session_id=session_id, image=image, memory=memory, pids=pids, cpus=cpus,
                                      disk=disk, network=network, env=env, labels=labels,
                                      idle_timeout=idle_timeout, seccomp_profile=seccomp_profile,
                                      from_snapshot=from_snapshot, idle_action=idle_action,
-                                     paused_timeout=paused_timeout, mounts=mounts)
+                                     paused_timeout=paused_timeout, mounts=mounts, secrets=secrets)
         return _Creating(cls._open(socket, "sandbox.create", params, keep))
 
     @classmethod

@@ -209,7 +209,7 @@ class Sandbox(_core.SandboxCore):
     @classmethod
     def create(cls, session_id=None, image=None, memory=None, network=None, env=None, labels=None,
                idle_timeout=None, socket=None, keep=None, pids=None, cpus=None, disk=None, seccomp_profile=None,
-               from_snapshot=None, idle_action=None, paused_timeout=None, mounts=None):
+               from_snapshot=None, idle_action=None, paused_timeout=None, mounts=None, secrets=None):
         """Create a sandbox (or, with session_id, get that session's live one).
         memory and disk: bytes or "512M"-style strings. Idle for idle_timeout
         seconds (300), it is paused (idle_action "pause") and removed after
@@ -218,12 +218,16 @@ class Sandbox(_core.SandboxCore):
         "/home/me/project", "path": "/workspace/project", "read_only": False}]
         (docs/volumes.md). The end of a `with`
         block removes the sandbox, except a session's (kept: the session name
-        is there to find it again); keep=True or keep=False decides instead."""
+        is there to find it again); keep=True or keep=False decides instead.
+        secrets: {NAME: {"value": ..., "hosts": [...], "header": "Authorization:
+        Bearer {value}"}}: the sandbox sees only the placeholder in its env
+        NSBOX_SECRET_NAME, which the egress proxy replaces with the value in
+        HTTP and HTTPS requests to hosts (docs/secrets.md)."""
         params = _core.create_params(session_id=session_id, image=image, memory=memory, pids=pids, cpus=cpus,
                                      disk=disk, network=network, env=env, labels=labels,
                                      idle_timeout=idle_timeout, seccomp_profile=seccomp_profile,
                                      from_snapshot=from_snapshot, idle_action=idle_action,
-                                     paused_timeout=paused_timeout, mounts=mounts)
+                                     paused_timeout=paused_timeout, mounts=mounts, secrets=secrets)
         return cls._open(socket, "sandbox.create", params, keep)
 
     @classmethod
