@@ -59,12 +59,13 @@ int state_save(const struct sandbox *sb, nsbox_error_t **err)
 {
         char path[4096];
         snprintf(path, sizeof(path), "%s/%s", sb->dir, RECORD_NAME);
-        _cleanup_json_ json_t *record = json_pack(
-            "{s:i, s:s, s:I, s:s?, s:I, s:I, s:I, s:I, s:s}", "version", 1, "sandbox_id", sb->id, "owner",
-            (json_int_t)sb->owner, "session_id", sb->policy.session_id[0] ? sb->policy.session_id : NULL,
-            "pid", (json_int_t)sb->pid, "pid_start_time", (json_int_t)process_start_time(sb->pid),
-            "host_uid_base", (json_int_t)sb->host_uid_base, "created_at_ms", (json_int_t)sb->created_at_ms,
-            "image", sb->policy.image);
+        _cleanup_json_ json_t *record =
+            json_pack("{s:i, s:s, s:I, s:s?, s:I, s:I, s:I, s:I, s:s, s:O?}", "version", 1, "sandbox_id",
+                      sb->id, "owner", (json_int_t)sb->owner, "session_id",
+                      sb->policy.session_id[0] ? sb->policy.session_id : NULL, "pid", (json_int_t)sb->pid,
+                      "pid_start_time", (json_int_t)process_start_time(sb->pid), "host_uid_base",
+                      (json_int_t)sb->host_uid_base, "created_at_ms", (json_int_t)sb->created_at_ms, "image",
+                      sb->policy.image, "mounts", sb->policy.mounts);
         if (record == NULL)
                 return nsbox_error(err, ENOMEM, "sandbox record");
         /* Not durable: a record only has to outlive a crash of nsboxd, which
