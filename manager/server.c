@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "basens.h"
+#include "restore.h"
 #include "cgroup.h"
 #include "cleanup.h"
 #include "daemon.h"
@@ -213,7 +214,22 @@ static int setup_signals_and_timers(nsbox_error_t **err)
         return 0;
 }
 
-/* Remove every sandbox and wait for their cgroups to go. Returns how many
+/* With live restore, a running client sandbox with a lease stays: its init
+ * waits for the next nsboxd. */
+static bool outlives_us(const struct sandbox *sb)
+{
+        return nsboxd.config.live_restore && sb->lease_fd >= 0 && !sb->pooled && sb->state == SANDBOX_RUNNING;
+}
+
+static unsigned sandboxes_to_stop(void)
+{
+        unsigned n = 0;
+        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next)
+                n += !outlives_us(sb);
+        return n;
+}
+
+/* Remove every sandbox (but those live restore keeps) and wait for their cgroups to go. Returns how many
  * things were left behind (sandboxes, cgroup dirs): then nsboxd exits
  * non-zero, so the operator (or systemd) knows to look. */
 static unsigned shutdown_sandboxes(void)
@@ -222,17 +238,21 @@ static unsigned shutdown_sandboxes(void)
         rpc_server_refuse_requests();
         rpc_server_stop();
         long long deadline = now_monotonic_ms() + SHUTDOWN_GRACE_MS;
-        while ((nsboxd.sandboxes != NULL || cgroup_removals_pending() > 0) && now_monotonic_ms() < deadline) {
+        while ((sandboxes_to_stop() > 0 || cgroup_removals_pending() > 0) && now_monotonic_ms() < deadline) {
                 /* Again on each round: a create already in flight when the
                  * signal came may have added a sandbox since. */
                 for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next)
-                        if (sb->state == SANDBOX_RUNNING || sb->state == SANDBOX_CREATING)
+                        if ((sb->state == SANDBOX_RUNNING || sb->state == SANDBOX_CREATING) &&
+                            !outlives_us(sb))
                                 sandbox_remove(sb, "nsboxd is stopping", NULL, NULL);
                 loop_run_once(nsboxd.loop, 100);
         }
-        unsigned sandboxes = 0;
+        unsigned sandboxes = sandboxes_to_stop(), kept = 0;
         for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next)
-                sandboxes++;
+                kept += outlives_us(sb);
+        if (kept > 0)
+                log_info("live restore: %u sandbox(es) left running for the next nsboxd (for %u s at most)",
+                         kept, nsboxd.config.live_restore_grace_seconds);
         unsigned cgroups = cgroup_removals_pending();
         if (sandboxes > 0 || cgroups > 0)
                 log_error(
@@ -263,6 +283,7 @@ static int start(nsbox_error_t **err)
                 return r;
         if ((r = state_lock(err)) < 0)
                 return r;
+        cgroup_keep_when(restore_keep);
         if ((r = cgroup_init(nsboxd.config.allow_degraded || userns_active(), err)) < 0)
                 return r;
         if ((r = uidmode_init(nsboxd.config.uid_isolation, err)) < 0)
@@ -282,7 +303,9 @@ static int start(nsbox_error_t **err)
                 if (uidmode_image_lower(nsboxd.config.defaults.image, lower, sizeof(lower), &copy_err) < 0)
                         log_warn("image %s: %s", nsboxd.config.defaults.image, copy_err->message);
         }
-        /* A previous run that crashed may have left sandboxes: none survive. */
+        /* A previous run may have left sandboxes: with live restore those it
+         * leased are adopted, the rest are removed. */
+        restore_adopt_all();
         state_recover();
         snapshots_discard_unused();
         if ((r = setup_signals_and_timers(err)) < 0 || (r = setup_watchdog(err)) < 0)

@@ -10,6 +10,13 @@
 
 #define NSBOX_INIT_CTL_FD     3 /* control socket inside the init */
 #define NSBOX_INIT_SECCOMP_FD 4 /* memfd holding the compiled BPF program */
+/* Live restore (CTL_LEASE): a copy of the manager's end of the control
+ * socket, which the init keeps so that the socket outlives nsboxd and the
+ * next nsboxd takes it back (pidfd_getfd), and the init's end of the lease,
+ * whose hangup tells the init that nsboxd is gone. Fixed numbers, above
+ * what the init's few other fds take. */
+#define NSBOX_INIT_KEEP_FD  10
+#define NSBOX_INIT_LEASE_FD 11
 
 #define CTL_MAX_MESSAGE (4u << 20) /* argv + env + cwd of one exec */
 #define CTL_MAX_ERROR   512
@@ -34,6 +41,10 @@ enum ctl_type {
         /* supervisor → manager; also manager → supervisor: "tell me" */
         CTL_STARTED, /* exec running: pid (only when asked: background execs) */
         CTL_EXITED,  /* exec's main process ended: wait status (implies started) */
+        /* manager → init: outlive me (live restore). + SCM_RIGHTS {lease end,
+         * copy of the manager's control end}. Sent at create and again by
+         * each nsboxd that adopts the sandbox. */
+        CTL_LEASE,
 };
 
 struct ctl_header {
@@ -65,6 +76,13 @@ struct ctl_exec {
  * it. No exec runs as this uid. */
 #define NSBOX_SUPERVISOR_UID 65533
 
+struct ctl_lease {
+        struct ctl_header hdr;
+        /* How long the init waits for a new nsboxd once the lease hangs up
+         * before it ends the sandbox (never left without a manager). */
+        uint32_t grace_seconds;
+};
+
 struct ctl_kill {
         struct ctl_header hdr;
         int32_t signal;
@@ -94,6 +112,7 @@ union ctl_message {
         struct ctl_header hdr;
         struct ctl_exec exec;
         struct ctl_kill kill;
+        struct ctl_lease lease;
         struct ctl_failed failed;
         struct ctl_started started;
         struct ctl_exited exited;

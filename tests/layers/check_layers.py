@@ -33,7 +33,7 @@ MANAGER_LAYERS = [
     ("live sandboxes", ["exec_params", "exec_internal", "exec_log", "exec", "exec_api", "egress", "fs_ops", "fs_files", "fs_api", "sandbox_pause",
                         "snapshot", "images"]),
     ("lifecycle", ["sandbox_life"]),
-    ("features", ["python", "shell"]),
+    ("features", ["python", "shell", "restore"]),
     ("api", ["methods", "idle", "observe"]),
     ("top", ["server", "main"]),
 ]

@@ -1,0 +1,246 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Live restore: with live_restore on, sandboxes outlive nsboxd (kill -9, SIGTERM)
+and the next nsboxd adopts them under the same ids; what it cannot trust (a
+forged or stale record, a reused pid, a dir outside the state dir) it does not
+adopt, and nothing is left or doubled."""
+import json
+import os
+import subprocess
+import tempfile
+import uuid
+
+import pytest
+from test_service import POOL_RANGES, Service, cgroups_named, mounts_under, wait_until
+
+# A pool of its own: the census below counts only this test's sandboxes.
+POOL_BASE = 1_700_000_000
+LIVE = ["--live-restore", "1", "--warm-pool", "0"]
+
+
+def pool_processes():
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/uid_map" % entry) as f:
+                fields = f.read().split()
+        except OSError:
+            continue
+        if len(fields) >= 3 and POOL_BASE <= int(fields[1]) < POOL_BASE + POOL_RANGES * 65664:
+            found.append(int(entry))
+    return found
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def inits():
+    """Live sandbox inits of this test's pool (PID 1 of their namespace): pid -> its host uid base."""
+    found = {}
+    for pid in pool_processes():
+        try:
+            with open("/proc/%d/status" % pid) as f:
+                nspid = [line for line in f if line.startswith("NSpid:")][0].split()
+            if nspid[-1] == "1" and alive(pid):
+                with open("/proc/%d/uid_map" % pid) as f:
+                    found[pid] = int(f.read().split()[1])
+        except (OSError, IndexError):
+            continue
+    return found
+
+
+def assert_nothing_left(svc, ids):
+    assert wait_until(lambda: [p for p in pool_processes() if alive(p)] == []), \
+        "sandbox processes left: %s" % pool_processes()
+    assert mounts_under(svc.state) == []
+    sandboxes = os.path.join(svc.state, "sandboxes")
+    assert not os.path.isdir(sandboxes) or os.listdir(sandboxes) == []
+    assert cgroups_named(ids) == []
+
+
+STARTED = []
+
+
+@pytest.fixture
+def root():
+    d = tempfile.mkdtemp(prefix="nsbox-restore-")
+    os.chmod(d, 0o755)
+    yield d
+    # A failed test leaves sandboxes that outlive their nsboxd by design: a
+    # daemon without live restore on the same state dir removes them.
+    for svc in STARTED:
+        if svc.proc is not None and svc.proc.poll() is None:
+            svc.kill9()
+    STARTED.clear()
+    if [p for p in pool_processes() if alive(p)] or os.path.isdir(os.path.join(d, "state", "sandboxes")):
+        sweeper = Service(d, extra_args=["--warm-pool", "0"], pool_base=POOL_BASE)
+        sweeper.start()
+        sweeper.terminate()
+    subprocess.run(["rm", "-rf", d])
+
+
+def service(root, *extra):
+    svc = Service(root, extra_args=LIVE + list(extra), pool_base=POOL_BASE)
+    STARTED.append(svc)
+    return svc
+
+
+def run(svc, sb, command):
+    r = svc.call("sandbox.exec", sandbox_id=sb, command=command)
+    assert r["exit_code"] == 0, r
+    return r["stdout"]
+
+
+def test_kill_9_leaves_sandboxes_running_and_the_next_nsboxd_adopts_them(root):
+    svc = service(root)
+    svc.start()
+    a = svc.call("sandbox.create", session_id="work")
+    b = svc.call("sandbox.create", labels={"team": "x"})["sandbox_id"]
+    run(svc, a["sandbox_id"], "echo kept > /workspace/note")
+    run(svc, b, "mkdir -p /tmp/d && echo b > /tmp/d/f")
+    before = inits()
+    assert len(before) == 2, before
+    info_before = svc.call("sandbox.info", sandbox_id=b)
+
+    svc.kill9()
+    assert all(alive(p) for p in before), "a sandbox died with nsboxd"
+    svc.start()
+    assert "adopted (live restore)" in svc.log()
+    listed = {s["sandbox_id"]: s for s in svc.call("sandbox.list")["sandboxes"]}
+    assert set(listed) == {a["sandbox_id"], b}
+    assert all(s["state"] == "running" for s in listed.values())
+    info_after = svc.call("sandbox.info", sandbox_id=b)
+    for key in ("created_at", "image", "limits", "labels", "owner", "network"):
+        assert info_after[key] == info_before[key], key
+    # the same processes, the same files; the session still names its sandbox
+    assert inits() == before
+    assert run(svc, a["sandbox_id"], "cat /workspace/note") == "kept\n"
+    assert run(svc, b, "cat /tmp/d/f") == "b\n"
+    again = svc.call("sandbox.create", session_id="work")
+    assert again["sandbox_id"] == a["sandbox_id"] and again["existing"] is True
+
+    # a new sandbox gets a uid range of its own, not one of the adopted ones
+    c = svc.call("sandbox.create")["sandbox_id"]
+    now = inits()
+    assert len(now) == 3 and len(set(now.values())) == 3, now
+
+    # adopted twice: an adopted sandbox outlives its second nsboxd too
+    svc.kill9()
+    svc.start()
+    assert {s["sandbox_id"] for s in svc.call("sandbox.list")["sandboxes"]} == {a["sandbox_id"], b, c}
+    assert inits() == now
+    assert run(svc, c, "echo fine") == "fine\n"
+
+    for sb in (a["sandbox_id"], b, c):
+        assert svc.call("sandbox.remove", sandbox_id=sb)["removed"] is True
+    assert svc.terminate() == 0
+    assert_nothing_left(svc, [a["sandbox_id"], b, c])
+
+
+def test_sigterm_with_live_restore_keeps_sandboxes_for_the_next_nsboxd(root):
+    svc = service(root)
+    svc.start()
+    sb = svc.call("sandbox.create")["sandbox_id"]
+    run(svc, sb, "echo 1 > /workspace/x")
+    before = inits()
+    assert svc.terminate() == 0
+    assert "left running for the next nsboxd" in svc.log()
+    assert inits() == before
+    svc.start()
+    assert run(svc, sb, "cat /workspace/x") == "1\n"
+    svc.call("sandbox.remove", sandbox_id=sb)
+    assert svc.terminate() == 0
+    assert_nothing_left(svc, [sb])
+
+
+def test_a_sandbox_no_nsboxd_adopts_ends_itself_after_the_grace(root):
+    svc = service(root, "--live-restore-grace-seconds", "1")
+    svc.start()
+    sb = svc.call("sandbox.create")["sandbox_id"]
+    before = inits()
+    assert len(before) == 1
+    svc.kill9()
+    assert wait_until(lambda: inits() == {}, timeout=30), "the orphaned sandbox did not end: %s" % inits()
+    svc.start()
+    assert svc.call("sandbox.list")["count"] == 0
+    assert "not adopted" in svc.log()
+    assert svc.terminate() == 0
+    assert_nothing_left(svc, [sb])
+
+
+def test_without_live_restore_a_restart_still_removes_what_was_left(root):
+    svc = Service(root, extra_args=["--warm-pool", "0"], pool_base=POOL_BASE)
+    STARTED.append(svc)
+    svc.start()
+    sb = svc.call("sandbox.create")["sandbox_id"]
+    svc.kill9()
+    svc.start()
+    assert svc.call("sandbox.list")["count"] == 0
+    assert "left by a previous run" in svc.log()
+    assert svc.terminate() == 0
+    assert_nothing_left(svc, [sb])
+
+
+def forged_record(sandbox_id, pid):
+    with open("/proc/%d/stat" % pid) as f:
+        start = int(f.read().rsplit(")", 1)[1].split()[19])
+    return {"version": 1, "sandbox_id": sandbox_id, "owner": 0, "session_id": None, "pid": pid,
+            "pid_start_time": start, "host_uid_base": POOL_BASE, "created_at_ms": 0, "image": "python",
+            "live_restore": True, "pooled": False, "snapshot_id": "",
+            "policy": {"image": "python", "seccomp_profile": "default", "network": "none",
+                       "limits": {"memory_bytes": 1 << 28, "pids": 64, "cpus": 1.0, "disk_bytes": 1 << 26},
+                       "idle_action": "remove"}}
+
+
+def write_record(dir_path, record):
+    os.makedirs(dir_path, exist_ok=True)
+    with open(os.path.join(dir_path, "sandbox.json"), "w") as f:
+        json.dump(record, f)
+
+
+def test_forged_stale_and_outside_records_are_not_adopted(root):
+    svc = service(root)
+    sandboxes = os.path.join(svc.state, "sandboxes")
+    # an unrelated process of the host, named with its true start time
+    bystander = subprocess.Popen(["sleep", "300"])
+    try:
+        reused = str(uuid.uuid4())
+        write_record(os.path.join(sandboxes, reused), forged_record(reused, bystander.pid))
+        # a record that names another dir than its own
+        other = str(uuid.uuid4())
+        write_record(os.path.join(sandboxes, other), forged_record("../../../etc", bystander.pid))
+        # a sandbox dir that is a symlink to a dir outside the state dir
+        outside = os.path.join(root, "outside")
+        linked = str(uuid.uuid4())
+        write_record(outside, forged_record(linked, bystander.pid))
+        os.symlink(outside, os.path.join(sandboxes, linked))
+        # a stale record: its init is long gone
+        stale = str(uuid.uuid4())
+        dead = subprocess.Popen(["true"])
+        record = forged_record(stale, dead.pid)
+        dead.wait()
+        write_record(os.path.join(sandboxes, stale), record)
+
+        svc.start()
+        assert svc.call("sandbox.list")["count"] == 0
+        log = svc.log()
+        assert "sandbox %s: not adopted: the process its record names is not in the sandbox's cgroup" % reused in log
+        assert "sandbox %s: not adopted: its init is gone" % stale in log
+        assert "sandbox %s: not adopted" % linked in log
+        # nothing of theirs was killed or removed: the bystander lives, the outside dir stays
+        assert bystander.poll() is None and alive(bystander.pid)
+        assert os.path.exists(os.path.join(outside, "sandbox.json"))
+        # the start goes on: sandboxes work
+        sb = svc.call("sandbox.create")["sandbox_id"]
+        assert run(svc, sb, "echo ok") == "ok\n"
+        svc.call("sandbox.remove", sandbox_id=sb)
+        assert svc.terminate() == 0
+    finally:
+        bystander.kill()
+        bystander.wait()
