@@ -144,7 +144,12 @@ def test_kill_9_leaves_sandboxes_running_and_the_next_nsboxd_adopts_them(root):
 
 
 def test_sigterm_with_live_restore_keeps_sandboxes_for_the_next_nsboxd(root):
-    svc = service(root)
+    # the config file's switch: "live_restore": true
+    config = os.path.join(root, "nsboxd.json")
+    with open(config, "w") as f:
+        json.dump({"live_restore": True}, f)
+    svc = Service(root, extra_args=["--config", config, "--warm-pool", "0"], pool_base=POOL_BASE)
+    STARTED.append(svc)
     svc.start()
     sb = svc.call("sandbox.create")["sandbox_id"]
     run(svc, sb, "echo 1 > /workspace/x")
