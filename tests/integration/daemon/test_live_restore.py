@@ -5,6 +5,7 @@ forged or stale record, a reused pid, a dir outside the state dir) it does not
 adopt, and nothing is left or doubled."""
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import uuid
@@ -249,3 +250,43 @@ def test_forged_stale_and_outside_records_are_not_adopted(root):
     finally:
         bystander.kill()
         bystander.wait()
+
+
+SOURCE = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+
+
+@pytest.fixture(scope="module")
+def other_build():
+    """nsboxd and nsbox-init of this source built apart with another version
+    string, as an older or newer release would be."""
+    out = tempfile.mkdtemp(prefix="nsbox-other-build-")
+    build = os.path.join(out, "build")
+    # CFLAGS from the environment: the Makefile adds its own to it
+    env = dict(os.environ, CFLAGS="-O0 -DNSBOX_VERSION='\"0.0.9-other\"'")
+    r = subprocess.run(["make", "-C", SOURCE, "-j2", "BUILD=" + build, os.path.join(build, "nsboxd"),
+                        os.path.join(build, "nsbox-init")], capture_output=True, text=True, timeout=900, env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    yield build
+    shutil.rmtree(out, ignore_errors=True)
+
+
+def test_an_upgrade_adopts_the_sandboxes_of_the_other_build(root, other_build):
+    seccomp = ["--seccomp-dir", os.path.join(SOURCE, "seccomp-profiles")]
+    old = Service(root, extra_args=LIVE + seccomp, build=other_build, pool_base=POOL_BASE)
+    STARTED.append(old)
+    old.start()
+    assert old.call("server.info")["version"] == "0.0.9-other"
+    sb = old.call("sandbox.create", session_id="upgrade")["sandbox_id"]
+    run(old, sb, "echo from-the-old-one > /workspace/f")
+    before = inits()
+    assert old.terminate() == 0  # the upgrade: stop the old one, start the new one
+
+    new = service(root)
+    new.start()
+    assert new.call("server.info")["version"] != "0.0.9-other"
+    assert inits() == before
+    assert run(new, sb, "cat /workspace/f") == "from-the-old-one\n"
+    assert new.call("sandbox.create", session_id="upgrade")["sandbox_id"] == sb
+    new.call("sandbox.remove", sandbox_id=sb)
+    assert new.terminate() == 0
+    assert_nothing_left(new, [sb])
