@@ -17,3 +17,4 @@ bench: deps-bench
 		--reproduce "make bench$(if $(filter-out build,$(BUILD)), BUILD=$(BUILD))$(if $(BENCH_ARGS), BENCH_ARGS='$(BENCH_ARGS)')" \
 		$(BENCH_ARGS)
 	$(PYTHON) tests/bench/snapshot.py --build $(BUILD) --image-dir $(IMAGE_DIR)
+	$(PYTHON) tests/bench/restart.py --build $(BUILD) --image-dir $(IMAGE_DIR)
