@@ -1037,6 +1037,7 @@ int sandbox_adopt(struct sandbox_adoption *a, nsbox_error_t **err)
         a->ctl_fd = -1;
         if ((r = sandbox_lease(sb, err)) < 0 || (r = state_save(sb, err)) < 0)
                 goto fail;
+        exec_sandbox_adopt(sb);
         _cleanup_error_ nsbox_error_t *slot_err = NULL;
         if (exec_prepare_slot(sb, &slot_err) < 0)
                 log_debug("sandbox %s: no slot ahead: %s", sb->id, slot_err->message);

@@ -20,7 +20,6 @@
 #include <unistd.h>
 
 #include "basens.h"
-#include "restore.h"
 #include "cgroup.h"
 #include "cleanup.h"
 #include "daemon.h"
@@ -29,7 +28,9 @@
 #include "log.h"
 #include "methods.h"
 #include "profiles.h"
+#include "restore.h"
 #include "rpc.h"
+#include "shell.h"
 #include "idle.h"
 #include "python.h"
 #include "sandbox_life.h"
@@ -215,10 +216,12 @@ static int setup_signals_and_timers(nsbox_error_t **err)
 }
 
 /* With live restore, a running client sandbox with a lease stays: its init
- * waits for the next nsboxd. */
+ * waits for the next nsboxd. One with a network goes as before: its egress
+ * is not adopted (yet), and neither would it be. */
 static bool outlives_us(const struct sandbox *sb)
 {
-        return nsboxd.config.live_restore && sb->lease_fd >= 0 && !sb->pooled && sb->state == SANDBOX_RUNNING;
+        return nsboxd.config.live_restore && sb->lease_fd >= 0 && !sb->pooled && sb->egress == NULL &&
+               sb->state == SANDBOX_RUNNING;
 }
 
 static unsigned sandboxes_to_stop(void)
@@ -305,6 +308,8 @@ static int start(nsbox_error_t **err)
         }
         /* A previous run may have left sandboxes: with live restore those it
          * leased are adopted, the rest are removed. */
+        python_live_restore_init();
+        shell_live_restore_init();
         restore_adopt_all();
         state_recover();
         snapshots_discard_unused();

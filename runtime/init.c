@@ -36,6 +36,69 @@ static bool leased;
 static int lease_grace_ms;
 static long long orphaned_at_ms = -1; /* monotonic; -1 while a manager holds the lease */
 
+/* Live restore of execs: the fds nsboxd asked us to keep per exec
+ * (CTL_KEEP), handed to the next nsboxd on CTL_KEPT_LIST. */
+struct kept_exec {
+        uint32_t exec_id;
+        unsigned nfds;
+        int fds[CTL_KEEP_MAX_FDS];
+};
+static struct kept_exec *kept;
+static size_t kept_count, kept_room;
+
+static void kept_drop(uint32_t exec_id)
+{
+        for (size_t i = 0; i < kept_count; i++) {
+                if (kept[i].exec_id == exec_id) {
+                        for (unsigned k = 0; k < kept[i].nfds; k++)
+                                close(kept[i].fds[k]);
+                        kept[i] = kept[--kept_count];
+                        return;
+                }
+        }
+}
+
+/* Takes the fds (set to -1) when kept. */
+static int kept_add(uint32_t exec_id, int *fds, unsigned nfds)
+{
+        kept_drop(exec_id);
+        if (kept_count == kept_room) {
+                size_t room = kept_room ? 2 * kept_room : 16;
+                struct kept_exec *grown = realloc(kept, room * sizeof(*grown));
+                if (grown == NULL)
+                        return -1;
+                kept = grown;
+                kept_room = room;
+        }
+        struct kept_exec *k = &kept[kept_count++];
+        k->exec_id = exec_id;
+        k->nfds = nfds;
+        for (unsigned i = 0; i < nfds; i++) {
+                k->fds[i] = fds[i];
+                fds[i] = -1;
+        }
+        return 0;
+}
+
+/* In a supervisor we fork: none of it, or a slot's control socket would
+ * never hang up for its own supervisor. */
+static void kept_close_all(void)
+{
+        for (size_t i = 0; i < kept_count; i++)
+                for (unsigned k = 0; k < kept[i].nfds; k++)
+                        close(kept[i].fds[k]);
+}
+
+static void kept_send_all(int ctl)
+{
+        for (size_t i = 0; i < kept_count; i++) {
+                struct ctl_header msg = { CTL_KEPT, kept[i].exec_id };
+                ctl_send(ctl, &msg, sizeof(msg), NULL, 0, kept[i].fds, kept[i].nfds);
+        }
+        struct ctl_header end = { CTL_KEPT_END, 0 };
+        ctl_send(ctl, &end, sizeof(end), NULL, 0, NULL, 0);
+}
+
 static long long monotonic_ms(void)
 {
         struct timespec ts;
@@ -151,6 +214,7 @@ static void handle_slot(int ctl, int sfd, const struct ctl_header *req, int *fds
                 /* No exec's process may hold the manager's end of our socket. */
                 close(NSBOX_INIT_KEEP_FD);
                 close(NSBOX_INIT_LEASE_FD);
+                kept_close_all();
                 supervisor_main(req->exec_id, fds[0], fds[1],
                                 seccomp_program.len > 0 ? &seccomp_program : NULL);
         }
@@ -203,10 +267,10 @@ static void handle_lease(int ctl, const struct ctl_lease *msg, int *fds, unsigne
 /* Returns 0 to go on, -1 when the manager is gone. */
 static int handle_control(int ctl, int sfd)
 {
-        int fds[2];
+        int fds[CTL_KEEP_MAX_FDS];
         unsigned nfds = 0;
         union ctl_message msg;
-        ssize_t n = ctl_recv(ctl, &msg, sizeof(msg), fds, 2, &nfds);
+        ssize_t n = ctl_recv(ctl, &msg, sizeof(msg), fds, CTL_KEEP_MAX_FDS, &nfds);
         if (n == 0)
                 return -1;
         if (n < 0)
@@ -215,6 +279,13 @@ static int handle_control(int ctl, int sfd)
                 handle_slot(ctl, sfd, &msg.hdr, fds, nfds);
         else if ((size_t)n == sizeof(msg.lease) && msg.hdr.type == CTL_LEASE)
                 handle_lease(ctl, &msg.lease, fds, nfds);
+        else if ((size_t)n == sizeof(msg.hdr) && msg.hdr.type == CTL_KEEP && leased && nfds >= 2)
+                kept_add(msg.hdr.exec_id, fds,
+                         nfds); /* out of memory: the exec ends with nsboxd, as before */
+        else if ((size_t)n == sizeof(msg.hdr) && msg.hdr.type == CTL_UNKEEP)
+                kept_drop(msg.hdr.exec_id);
+        else if ((size_t)n == sizeof(msg.hdr) && msg.hdr.type == CTL_KEPT_LIST)
+                kept_send_all(ctl);
         for (unsigned i = 0; i < nfds; i++)
                 if (fds[i] >= 0)
                         close(fds[i]);

@@ -45,7 +45,18 @@ enum ctl_type {
          * copy of the manager's control end}. Sent at create and again by
          * each nsboxd that adopts the sandbox. */
         CTL_LEASE,
+        /* Live restore of execs. manager → init: keep an exec's fds for the
+         * next nsboxd, + SCM_RIGHTS {the manager's end of its slot control
+         * socket, its record (a memfd: manager/exec_keep.c), its stdout and
+         * stderr read ends, and its stdin write end if open}; */
+        CTL_KEEP,
+        CTL_UNKEEP,    /* manager → init: the exec is over, drop what was kept */
+        CTL_KEPT_LIST, /* manager → init: send what you keep */
+        CTL_KEPT,      /* init → manager: one exec's kept fds, as CTL_KEEP sent them */
+        CTL_KEPT_END,  /* init → manager: that was all */
 };
+
+#define CTL_KEEP_MAX_FDS 5
 
 struct ctl_header {
         uint32_t type;

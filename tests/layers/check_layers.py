@@ -30,7 +30,7 @@ MANAGER_LAYERS = [
     ("host and wire", ["cgroup", "userns", "uidmode", "basens", "rootfs", "host_pools", "profiles", "rpc",
                        "rpc_listen", "quota"]),
     ("registry", ["sandbox", "sandbox_uids", "state", "events"]),
-    ("live sandboxes", ["exec_params", "exec_internal", "exec_log", "exec", "exec_api", "egress", "fs_ops", "fs_files", "fs_api", "sandbox_pause",
+    ("live sandboxes", ["exec_params", "exec_internal", "exec_keep", "exec_log", "exec", "exec_api", "egress", "fs_ops", "fs_files", "fs_api", "sandbox_pause",
                         "snapshot", "images"]),
     ("lifecycle", ["sandbox_life"]),
     ("features", ["python", "shell", "restore"]),

@@ -144,6 +144,111 @@ def test_kill_9_leaves_sandboxes_running_and_the_next_nsboxd_adopts_them(root):
     assert_nothing_left(svc, [a["sandbox_id"], b, c])
 
 
+def cmdline(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def helpers():
+    """The long-lived processes of a session: the python driver and the shell's bash."""
+    found = {}
+    for pid in pool_processes():
+        line = cmdline(pid)
+        if alive(pid) and ("driver" in line and line.startswith("python3")):
+            found.setdefault("python", []).append(pid)
+        elif alive(pid) and line.startswith("bash --noediting"):
+            found.setdefault("bash", []).append(pid)
+    return found
+
+
+def read_all_output(svc, sb, exec_id):
+    """Every kept byte of both streams, following exec.output's offsets; and the dropped counts."""
+    out, dropped, since = {"stdout": "", "stderr": ""}, {"stdout": 0, "stderr": 0}, {"stdout": 0, "stderr": 0}
+    while True:
+        r = svc.call("exec.output", sandbox_id=sb, exec_id=exec_id, since=since)
+        for name in out:
+            out[name] += r[name]
+            dropped[name] += r["dropped"][name]
+        since = r["next"]
+        if not r["more"]:
+            return out, dropped
+
+
+JOB = ("for i in $(seq 0 59); do echo line $i; sleep 0.05; done; echo done >&2; touch /tmp/job-done; "
+       "exit 3")
+
+
+def test_kill_9_during_a_session_keeps_variables_the_job_its_output_and_the_shell_cwd(root):
+    svc = service(root)
+    svc.start()
+    sb = svc.call("sandbox.create")["sandbox_id"]
+    assert svc.call("python.run", sandbox_id=sb, code="x = 41", stateful=True)["status"] == "ok"
+    svc.call("shell.create", sandbox_id=sb, name="dev")
+    r = svc.call("shell.run", sandbox_id=sb, session="dev", command="mkdir -p /tmp/proj && cd /tmp/proj && V=7")
+    assert r["exit_code"] == 0, r
+    job = svc.call("sandbox.exec", sandbox_id=sb, command=JOB, background=True)["exec_id"]
+    assert wait_until(lambda: "line 3\n" in svc.call("exec.output", sandbox_id=sb, exec_id=job)["stdout"])
+    (init,) = inits()
+    kept = helpers()
+    assert len(kept.get("python", [])) == 1 and len(kept.get("bash", [])) == 1, kept
+
+    svc.kill9()
+    # the job runs on and ends while no nsboxd is there: its output waits for the next one
+    done = "/proc/%d/root/tmp/job-done" % init
+    assert wait_until(lambda: os.path.exists(done), timeout=30), "the job did not go on without nsboxd"
+    svc.start()
+
+    status = svc.call("exec.status", sandbox_id=sb, exec_id=job)
+    assert status["status"] == "exited" and status["exit_code"] == 3, status
+    out, dropped = read_all_output(svc, sb, job)
+    assert out["stdout"] == "".join("line %d\n" % i for i in range(60))
+    assert out["stderr"] == "done\n" and dropped == {"stdout": 0, "stderr": 0}
+    assert any(e["exec_id"] == job for e in svc.call("exec.list", sandbox_id=sb)["execs"])
+
+    r = svc.call("python.run", sandbox_id=sb, code="x += 1\nprint(x)", stateful=True)
+    assert r["stdout"] == "42\n", r
+    r = svc.call("shell.run", sandbox_id=sb, session="dev", command="pwd; echo $V")
+    assert r["stdout"] == "/tmp/proj\n7\n", r
+    # the same processes, none doubled
+    assert list(inits()) == [init]
+    assert helpers() == kept
+
+    svc.call("sandbox.remove", sandbox_id=sb)
+    assert svc.terminate() == 0
+    assert_nothing_left(svc, [sb])
+
+
+def test_a_flooding_job_keeps_its_head_and_tail_across_a_restart(root):
+    svc = service(root)
+    svc.start()
+    sb = svc.call("sandbox.create")["sandbox_id"]
+    # 20000 numbered lines (about 110 KB) against 8 KiB of kept output: a head, a tail, a gap
+    job = svc.call("sandbox.exec", sandbox_id=sb, background=True, max_output_bytes=8192,
+                   command="i=0; while [ $i -lt 20000 ]; do echo $i; i=$((i+1)); "
+                           "[ $i = 10000 ] && sleep 1; done")["exec_id"]
+    assert wait_until(lambda: svc.call("exec.output", sandbox_id=sb, exec_id=job)["truncated"], timeout=30)
+    svc.kill9()
+    svc.start()
+    assert wait_until(lambda: svc.call("exec.status", sandbox_id=sb, exec_id=job)["status"] == "exited",
+                      timeout=60)
+    out, dropped = read_all_output(svc, sb, job)
+    lines = out["stdout"].splitlines()
+    assert lines[:3] == ["0", "1", "2"]
+    assert lines[-1] == "19999"
+    assert dropped["stdout"] > 0
+    # what is kept is whole: the head counts up from 0, the tail counts up to the end
+    head = [int(x) for x in out["stdout"][:out["stdout"].index("\n", 100)].splitlines()]
+    assert head == list(range(len(head)))
+    tail = [int(x) for x in out["stdout"][-4000:].splitlines()[1:]]
+    assert tail == list(range(tail[0], 20000))
+    svc.call("sandbox.remove", sandbox_id=sb)
+    assert svc.terminate() == 0
+    assert_nothing_left(svc, [sb])
+
+
 def test_sigterm_with_live_restore_keeps_sandboxes_for_the_next_nsboxd(root):
     # the config file's switch: "live_restore": true
     config = os.path.join(root, "nsboxd.json")
