@@ -18,6 +18,7 @@
 #include "cgroup.h"
 #include "cleanup.h"
 #include "daemon.h"
+#include "egress.h"
 #include "json_cleanup.h"
 #include "log.h"
 #include "proto.h"
@@ -135,11 +136,6 @@ static int adopt_one(const char *name, nsbox_error_t **err)
                                  err);
         if (r < 0)
                 return r;
-        if (strcmp(a.policy.network, "none") != 0) {
-                policy_clear(&a.policy);
-                return nsbox_error(err, ENOTSUP, "its network (%s) cannot be re-attached yet",
-                                   a.policy.network);
-        }
 
         /* The manager's end of its control socket, which the init kept for us. */
         _cleanup_close_ int ctl =
@@ -235,4 +231,24 @@ void restore_adopt_all(void)
         if (adopted > 0 || abandoned > 0)
                 log_info("live restore: %u sandbox(es) adopted, %u not, in %lld ms", adopted, abandoned,
                          now_monotonic_ms() - began);
+}
+
+void restore_networks(void)
+{
+        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
+                if (sb->egress != NULL || strcmp(sb->policy.network, "none") == 0 ||
+                    sb->state != SANDBOX_RUNNING)
+                        continue;
+                _cleanup_error_ nsbox_error_t *err = NULL;
+                if (egress_reattach(sb, &err) == 0) {
+                        log_info("sandbox %s: network %s given back (live restore)", sb->id,
+                                 sb->policy.network);
+                        continue;
+                }
+                char why[512];
+                snprintf(why, sizeof(why), "its network could not be given back after nsboxd's restart: %s",
+                         err->message);
+                log_warn("sandbox %s: %s", sb->id, why);
+                sandbox_remove(sb, why, NULL, NULL);
+        }
 }

@@ -15,3 +15,7 @@ bool restore_keep(const char *sandbox_id);
  * kill the init and cgroups of one that was leased but cannot (each with a
  * log line saying why), leaving its dir to state_recover. */
 void restore_adopt_all(void);
+
+/* After egress_init: the adopted sandboxes that had a network get it back
+ * (egress_reattach); one that cannot is removed, with a log line why. */
+void restore_networks(void);

@@ -216,12 +216,10 @@ static int setup_signals_and_timers(nsbox_error_t **err)
 }
 
 /* With live restore, a running client sandbox with a lease stays: its init
- * waits for the next nsboxd. One with a network goes as before: its egress
- * is not adopted (yet), and neither would it be. */
+ * waits for the next nsboxd. */
 static bool outlives_us(const struct sandbox *sb)
 {
-        return nsboxd.config.live_restore && sb->lease_fd >= 0 && !sb->pooled && sb->egress == NULL &&
-               sb->state == SANDBOX_RUNNING;
+        return nsboxd.config.live_restore && sb->lease_fd >= 0 && !sb->pooled && sb->state == SANDBOX_RUNNING;
 }
 
 static unsigned sandboxes_to_stop(void)
@@ -317,6 +315,7 @@ static int start(nsbox_error_t **err)
                 return r;
         if ((r = egress_init(err)) < 0)
                 return r;
+        restore_networks();
         if ((r = profiles_get(nsboxd.config.defaults.seccomp_profile, err)) < 0)
                 return r;
         if ((r = make_socket_dir(nsboxd.config.socket_path, err)) < 0)

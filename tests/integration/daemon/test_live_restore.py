@@ -249,6 +249,48 @@ def test_a_flooding_job_keeps_its_head_and_tail_across_a_restart(root):
     assert_nothing_left(svc, [sb])
 
 
+SERVER = ("import socket\ns=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
+          "s.bind(('0.0.0.0',8000));s.listen(16);print('listening',flush=True)\n"
+          "while True:\n c,a=s.accept();c.sendall(b'HTTP/1.0 200 OK\\r\\nContent-Length: 6\\r\\n\\r\\nhello\\n');c.close()\n")
+
+
+def fetch(url):
+    import urllib.request
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.read()
+    except OSError:
+        return None
+
+
+def test_a_network_sandbox_gets_its_address_and_exposed_port_back(root):
+    config = os.path.join(root, "nsboxd.json")
+    with open(config, "w") as f:
+        json.dump({"network_policies": {"closed": {"allow": ["allowed.test"]}}}, f)
+    svc = service(root, "--config", config)
+    svc.start()
+    sb = svc.call("sandbox.create", network="closed")["sandbox_id"]
+    server = svc.call("sandbox.exec", sandbox_id=sb, argv=["python3", "-c", SERVER], background=True)["exec_id"]
+    assert wait_until(lambda: "listening" in svc.call("exec.output", sandbox_id=sb, exec_id=server)["stdout"],
+                      timeout=60)
+    exposed = svc.call("sandbox.expose", sandbox_id=sb, port=8000)
+    assert fetch(exposed["url"]) == b"hello\n"
+    before = svc.call("sandbox.info", sandbox_id=sb)["egress"]
+
+    svc.kill9()
+    svc.start()
+    assert "network closed given back (live restore)" in svc.log()
+    after = svc.call("sandbox.info", sandbox_id=sb)["egress"]
+    assert after["address"] == before["address"] and after["exposed"] == before["exposed"], (before, after)
+    # the same server, kept across the restart, answers on the same host port
+    assert wait_until(lambda: fetch(exposed["url"]) == b"hello\n", timeout=30)
+    assert svc.call("exec.status", sandbox_id=sb, exec_id=server)["status"] == "running"
+    svc.call("sandbox.remove", sandbox_id=sb, force=True)
+    assert svc.terminate() == 0
+    assert_nothing_left(svc, [sb])
+    assert fetch(exposed["url"]) is None
+
+
 def test_sigterm_with_live_restore_keeps_sandboxes_for_the_next_nsboxd(root):
     # the config file's switch: "live_restore": true
     config = os.path.join(root, "nsboxd.json")
