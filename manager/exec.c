@@ -1505,8 +1505,9 @@ static int exec_adopt_kept(struct sandbox *sb, uint32_t number, int *fds, unsign
         return 0;
 }
 
-/* The init answers at once: it only sends what it holds. */
-#define EXEC_ADOPT_WAIT_MS 2000
+/* The init answers at once, it only sends what it holds: this bounds one
+ * starved by a loaded host (its execs then end with the sandbox). */
+#define EXEC_ADOPT_WAIT_MS 10000
 
 void exec_sandbox_adopt(struct sandbox *sb)
 {

@@ -132,6 +132,10 @@ static int adopt_one(const char *name, nsbox_error_t **err)
         a.host_uid_base = (uid_t)base;
         a.created_at_ms = (long long)created;
         a.snapshot_id = json_string_value(snapshot);
+        json_t *active = json_object_get(record, "last_active_ms"),
+               *paused = json_object_get(record, "paused_at_ms");
+        a.last_active_ms = json_is_integer(active) ? json_integer_value(active) : 0;
+        a.paused_at_ms = json_is_integer(paused) ? json_integer_value(paused) : 0;
         int r = policy_from_json(&nsboxd.config.defaults, NULL, json_object_get(record, "policy"), &a.policy,
                                  err);
         if (r < 0)

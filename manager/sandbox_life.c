@@ -979,6 +979,16 @@ int sandbox_create_from(uid_t owner, struct sandbox_policy *policy, const char *
         return sandbox_new(owner, policy, false, snapshot_id, done, data, out, err);
 }
 
+static void pause_again(struct sandbox *sb, const char *error, void *data)
+{
+        long long *since = data;
+        if (error == NULL && sb != NULL) {
+                sb->paused_at_ms = *since;
+                sb->paused_mono = now_monotonic_ms() - (now_realtime_ms() - *since);
+        }
+        free(since);
+}
+
 int sandbox_adopt(struct sandbox_adoption *a, nsbox_error_t **err)
 {
         int r;
@@ -1042,6 +1052,24 @@ int sandbox_adopt(struct sandbox_adoption *a, nsbox_error_t **err)
         if (exec_prepare_slot(sb, &slot_err) < 0)
                 log_debug("sandbox %s: no slot ahead: %s", sb->id, slot_err->message);
         sandbox_ready_hook_run(sb);
+        long long now_real = now_realtime_ms(), now_mono = now_monotonic_ms();
+        if (a->last_active_ms > 0 && a->last_active_ms <= now_real) {
+                sb->last_used_ms = a->last_active_ms;
+                sb->last_active_mono = now_mono - (now_real - a->last_active_ms);
+        }
+        /* Thawed to be taken over (its init answers): paused again, its
+         * paused_timeout_seconds counted from its first pause. */
+        if (a->paused_at_ms > 0 && a->paused_at_ms <= now_real) {
+                _cleanup_error_ nsbox_error_t *pause_err = NULL;
+                long long *since = malloc(sizeof(*since));
+                if (since != NULL)
+                        *since = a->paused_at_ms;
+                if (since == NULL || sandbox_pause(sb, pause_again, since, &pause_err) < 0) {
+                        free(since);
+                        log_warn("sandbox %s: not paused again after the restart: %s", sb->id,
+                                 pause_err ? pause_err->message : "out of memory");
+                }
+        }
         return 0;
 fail:
         /* Killed, and its dir left for state_recover: nothing of it is ours. */

@@ -27,6 +27,8 @@ struct sandbox_adoption {
         int pidfd;                     /* taken over (set to -1) once watched */
         int ctl_fd;                    /* the manager's end of its control socket, likewise */
         struct sandbox_cgroup *cgroup; /* taken over */
+        long long last_active_ms;      /* wall clock; 0: unknown (its idle timer starts now) */
+        long long paused_at_ms;        /* wall clock; 0: it was not paused */
 };
 /* Make the sandbox live in the registry again under its id, with a new
  * lease for its init and a slot for its next exec. On failure its init and

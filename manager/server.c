@@ -251,6 +251,11 @@ static unsigned shutdown_sandboxes(void)
         unsigned sandboxes = sandboxes_to_stop(), kept = 0;
         for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next)
                 kept += outlives_us(sb);
+        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
+                _cleanup_error_ nsbox_error_t *save_err = NULL;
+                if (outlives_us(sb) && state_save(sb, &save_err) < 0) /* its idle timer's start */
+                        log_warn("sandbox %s: %s", sb->id, save_err->message);
+        }
         if (kept > 0)
                 log_info("live restore: %u sandbox(es) left running for the next nsboxd (for %u s at most)",
                          kept, nsboxd.config.live_restore_grace_seconds);

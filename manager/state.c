@@ -122,6 +122,16 @@ int state_save(const struct sandbox *sb, nsbox_error_t **err)
                       "snapshot_id", sb->snapshot_id, "policy", policy_params(&sb->policy));
         if (record == NULL)
                 return nsbox_error(err, ENOMEM, "sandbox record");
+        /* Live restore: a pause carries on (paused_timeout_seconds from its
+         * start); the idle timer too, from a record written as nsboxd
+         * stopped (after a crash the record's last activity is older than
+         * the sandbox's: its idle timer starts over instead). */
+        if (sb->paused)
+                json_object_set_new(record, "paused_at_ms", json_integer(sb->paused_at_ms));
+        if (nsboxd.stopping)
+                json_object_set_new(
+                    record, "last_active_ms",
+                    json_integer(now_realtime_ms() - (now_monotonic_ms() - sb->last_active_mono)));
         /* Not durable: a record only has to outlive a crash of nsboxd, which
          * the page cache does; after a crash of the machine no init is left
          * to find, and a torn record is quarantined at start. Creates do not
