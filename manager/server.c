@@ -285,6 +285,15 @@ static int start(nsbox_error_t **err)
         /* Before anything that cleans up after a previous run (cgroup_init
          * removes stale cgroups, state_recover stale sandboxes): that must
          * never be a live daemon's. */
+        /* A next nsboxd of user namespace mode is root of a new user
+         * namespace, no ancestor of its predecessor's sandboxes': it could
+         * not take their control sockets back (pidfd_getfd). */
+        if (nsboxd.config.live_restore && userns_active()) {
+                log_warn(
+                    "live_restore is off: nsboxd runs in a user namespace, and the next one could not adopt "
+                    "its sandboxes");
+                nsboxd.config.live_restore = 0;
+        }
         if (userns_active() && (r = userns_enter_mount_namespace(err)) < 0)
                 return r;
         if ((r = state_lock(err)) < 0)
