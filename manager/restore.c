@@ -13,6 +13,8 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/vfs.h>
+#include <linux/magic.h>
 #include <unistd.h>
 
 #include "cgroup.h"
@@ -120,7 +122,7 @@ static int adopt_one(const char *name, nsbox_error_t **err)
         if (state_process_start_time(pid) != start || !state_process_in_sandbox(pid, name))
                 return nsbox_error(err, ESRCH, "its init %d ended as it was being adopted", pid);
 
-        struct sandbox_adoption a = { .id = name, .pid = pid, .pidfd = -1, .ctl_fd = -1 };
+        struct sandbox_adoption a = { .id = name, .pid = pid, .pidfd = -1, .ctl_fd = -1, .disk_fd = -1 };
         unsigned long long owner, base, created;
         json_t *snapshot = json_object_get(record, "snapshot_id");
         if (!get_uint(record, "owner", UINT32_MAX - 1, &owner) ||
@@ -161,9 +163,17 @@ static int adopt_one(const char *name, nsbox_error_t **err)
                 policy_clear(&a.policy);
                 return r;
         }
+        /* Its writable layer, which the init kept too: snapshots and commits of it. */
+        _cleanup_close_ int disk = (int)syscall(SYS_pidfd_getfd, pidfd, NSBOX_INIT_DISK_FD, 0);
+        struct statfs fs;
+        if (disk >= 0 && (fstatfs(disk, &fs) < 0 || fs.f_type != TMPFS_MAGIC))
+                close(steal_fd(&disk));
         a.pidfd = pidfd;
         a.ctl_fd = ctl;
+        a.disk_fd = disk;
         r = sandbox_adopt(&a, err);
+        if (a.disk_fd < 0)
+                steal_fd(&disk);
         if (a.pidfd < 0)
                 steal_fd(&pidfd);
         if (a.ctl_fd < 0)

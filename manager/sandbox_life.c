@@ -366,8 +366,8 @@ static int sandbox_lease(struct sandbox *sb, nsbox_error_t **err)
         _cleanup_close_ int init_end = sv[1];
         struct ctl_lease msg = { .hdr = { CTL_LEASE, 0 },
                                  .grace_seconds = nsboxd.config.live_restore_grace_seconds };
-        int fds[2] = { init_end, sb->ctl->fd };
-        ssize_t n = ctl_send(sb->ctl->fd, &msg, sizeof(msg), NULL, 0, fds, 2);
+        int fds[3] = { init_end, sb->ctl->fd, sb->disk_fd };
+        ssize_t n = ctl_send(sb->ctl->fd, &msg, sizeof(msg), NULL, 0, fds, sb->disk_fd >= 0 ? 3 : 2);
         if (n < 0) {
                 close(sv[0]);
                 return nsbox_error(err, (int)-n, "send the init its lease");
@@ -1007,7 +1007,8 @@ int sandbox_adopt(struct sandbox_adoption *a, nsbox_error_t **err)
         sb->owner = a->owner;
         sb->state = SANDBOX_RUNNING;
         sb->uid_slot = UINT32_MAX;
-        sb->disk_fd = -1; /* its disk is mounted in its own namespace only: no snapshot of it */
+        sb->disk_fd = a->disk_fd; /* kept by its init: its disk is mounted in its own namespace only */
+        a->disk_fd = -1;
         sb->lease_fd = -1;
         sb->pid = a->pid;
         sb->created_at_ms = a->created_at_ms;

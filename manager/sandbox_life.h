@@ -22,10 +22,11 @@ struct sandbox_adoption {
         struct sandbox_policy policy; /* taken over */
         uid_t host_uid_base;
         long long created_at_ms;
-        const char *snapshot_id;       /* "" when none */
-        pid_t pid;                     /* the init's, checked */
-        int pidfd;                     /* taken over (set to -1) once watched */
-        int ctl_fd;                    /* the manager's end of its control socket, likewise */
+        const char *snapshot_id; /* "" when none */
+        pid_t pid;               /* the init's, checked */
+        int pidfd;               /* taken over (set to -1) once watched */
+        int ctl_fd;              /* the manager's end of its control socket, likewise */
+        int disk_fd;             /* its writable layer, or -1 (then no snapshot of it); taken over likewise */
         struct sandbox_cgroup *cgroup; /* taken over */
         long long last_active_ms;      /* wall clock; 0: unknown (its idle timer starts now) */
         long long paused_at_ms;        /* wall clock; 0: it was not paused */

@@ -214,6 +214,7 @@ static void handle_slot(int ctl, int sfd, const struct ctl_header *req, int *fds
                 /* No exec's process may hold the manager's end of our socket. */
                 close(NSBOX_INIT_KEEP_FD);
                 close(NSBOX_INIT_LEASE_FD);
+                close(NSBOX_INIT_DISK_FD);
                 kept_close_all();
                 supervisor_main(req->exec_id, fds[0], fds[1],
                                 seccomp_program.len > 0 ? &seccomp_program : NULL);
@@ -254,9 +255,10 @@ static int place_fd(int *fd, int target)
  * lease: we are no orphan, and outlive it for grace_seconds. */
 static void handle_lease(int ctl, const struct ctl_lease *msg, int *fds, unsigned nfds)
 {
-        if (nfds != 2 || place_fd(&fds[1], NSBOX_INIT_KEEP_FD) < 0 ||
-            place_fd(&fds[0], NSBOX_INIT_LEASE_FD) < 0) {
-                send_failed(ctl, 0, nfds != 2 ? EINVAL : errno, "init: take the lease");
+        if ((nfds != 2 && nfds != 3) || place_fd(&fds[1], NSBOX_INIT_KEEP_FD) < 0 ||
+            place_fd(&fds[0], NSBOX_INIT_LEASE_FD) < 0 ||
+            (nfds == 3 && place_fd(&fds[2], NSBOX_INIT_DISK_FD) < 0)) {
+                send_failed(ctl, 0, nfds < 2 ? EINVAL : errno, "init: take the lease");
                 return;
         }
         leased = true;

@@ -17,6 +17,9 @@
  * what the init's few other fds take. */
 #define NSBOX_INIT_KEEP_FD  10
 #define NSBOX_INIT_LEASE_FD 11
+/* And its writable layer (the disk tmpfs, which only the sandbox's mount
+ * namespace has mounted), for the next nsboxd's snapshots and commits. */
+#define NSBOX_INIT_DISK_FD 12
 
 #define CTL_MAX_MESSAGE (4u << 20) /* argv + env + cwd of one exec */
 #define CTL_MAX_ERROR   512
@@ -42,8 +45,8 @@ enum ctl_type {
         CTL_STARTED, /* exec running: pid (only when asked: background execs) */
         CTL_EXITED,  /* exec's main process ended: wait status (implies started) */
         /* manager → init: outlive me (live restore). + SCM_RIGHTS {lease end,
-         * copy of the manager's control end}. Sent at create and again by
-         * each nsboxd that adopts the sandbox. */
+         * copy of the manager's control end[, its disk]}. Sent at create and
+         * again by each nsboxd that adopts the sandbox. */
         CTL_LEASE,
         /* Live restore of execs. manager → init: keep an exec's fds for the
          * next nsboxd, + SCM_RIGHTS {the manager's end of its slot control

@@ -127,6 +127,11 @@ def test_kill_9_leaves_sandboxes_running_and_the_next_nsboxd_adopts_them(root):
     assert run(svc, b, "cat /tmp/d/f") == "b\n"
     again = svc.call("sandbox.create", session_id="work")
     assert again["sandbox_id"] == a["sandbox_id"] and again["existing"] is True
+    # its writable layer, kept by its init, is there to snapshot and fork
+    snap = svc.call("sandbox.snapshot", sandbox_id=a["sandbox_id"])["snapshot_id"]
+    fork = svc.call("sandbox.create", from_snapshot=snap)["sandbox_id"]
+    assert run(svc, fork, "cat /workspace/note") == "kept\n"
+    svc.call("sandbox.remove", sandbox_id=fork)
 
     # a new sandbox gets a uid range of its own, not one of the adopted ones
     c = svc.call("sandbox.create")["sandbox_id"]
@@ -143,7 +148,7 @@ def test_kill_9_leaves_sandboxes_running_and_the_next_nsboxd_adopts_them(root):
     for sb in (a["sandbox_id"], b, c):
         assert svc.call("sandbox.remove", sandbox_id=sb)["removed"] is True
     assert svc.terminate() == 0
-    assert_nothing_left(svc, [a["sandbox_id"], b, c])
+    assert_nothing_left(svc, [a["sandbox_id"], b, c, fork])
 
 
 def cmdline(pid):
