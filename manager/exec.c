@@ -1477,6 +1477,7 @@ static int exec_adopt_kept(struct sandbox *sb, uint32_t number, int *fds, unsign
                 fds[2 + i] = -1;
         }
         ex->keep_fd = steal_fd(&fds[1]);
+        ex->kept_by_init = true;
         if (ex->timeout_s > 0) {
                 long long left = (long long)ex->timeout_s * 1000 - elapsed;
                 if (deadline_set(ex, left > 0 ? left : 1) < 0) {

@@ -157,15 +157,19 @@ void exec_keep_start(struct exec *ex)
         ssize_t n = ctl_send(ex->sb->ctl->fd, &msg, sizeof(msg), NULL, 0, fds, ex->stdin_src != NULL ? 5 : 4);
         if (n < 0)
                 keep_lost(ex, "hand its fds to the init");
+        else
+                ex->kept_by_init = true;
 }
 
 void exec_keep_end(struct exec *ex)
 {
-        if (ex->keep_fd < 0)
-                return;
-        close(ex->keep_fd);
+        if (ex->keep_fd >= 0)
+                close(ex->keep_fd);
         ex->keep_fd = -1;
-        if (ex->sb->ctl != NULL) {
+        /* Even when its record was lost since: the init must let go of its
+         * slot's control socket, or its supervisor would wait on for good. */
+        if (ex->kept_by_init && ex->sb->ctl != NULL) {
+                ex->kept_by_init = false;
                 struct ctl_header msg = { CTL_UNKEEP, ex->number };
                 ctl_send(ex->sb->ctl->fd, &msg, sizeof(msg), NULL, 0, NULL, 0);
         }
