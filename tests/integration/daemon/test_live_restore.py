@@ -229,6 +229,49 @@ def test_kill_9_during_a_session_keeps_variables_the_job_its_output_and_the_shel
     assert_nothing_left(svc, [sb])
 
 
+# Every fd of every process the sandbox's root can see: none is nsboxd's end of a
+# control socket or an exec's record (they are the init's, which nothing may open).
+PEEK = r"""
+import os, json
+seen, closed = [], []
+for pid in os.listdir("/proc"):
+    if not pid.isdigit():
+        continue
+    try:
+        fds = os.listdir("/proc/%s/fd" % pid)
+    except OSError:
+        closed.append(int(pid))
+        continue
+    for fd in fds:
+        try:
+            seen.append(os.readlink("/proc/%s/fd/%s" % (pid, fd)))
+        except OSError:
+            pass
+print(json.dumps({"seen": seen, "closed": closed}))
+"""
+
+
+def test_the_sandbox_cannot_reach_what_its_init_keeps(root):
+    svc = service(root)
+    svc.start()
+    sb = svc.call("sandbox.create")["sandbox_id"]
+    svc.call("sandbox.exec", sandbox_id=sb, command="sleep 300", background=True)
+    assert svc.call("python.run", sandbox_id=sb, code="y = 1", stateful=True)["status"] == "ok"
+    r = svc.call("sandbox.exec", sandbox_id=sb, argv=["python3", "-c", PEEK], user="root")
+    assert r["exit_code"] == 0, r
+    found = json.loads(r["stdout"])
+    assert 1 in found["closed"], found  # the init's fds: not even root of the sandbox lists them
+    assert not [link for link in found["seen"] if "nsbox-exec" in link], found
+    svc.kill9()
+    svc.start()
+    r = svc.call("sandbox.exec", sandbox_id=sb, argv=["python3", "-c", PEEK], user="root")
+    found = json.loads(r["stdout"])
+    assert 1 in found["closed"] and not [link for link in found["seen"] if "nsbox-exec" in link], found
+    svc.call("sandbox.remove", sandbox_id=sb, force=True)
+    assert svc.terminate() == 0
+    assert_nothing_left(svc, [sb])
+
+
 def test_a_flooding_job_keeps_its_head_and_tail_across_a_restart(root):
     svc = service(root)
     svc.start()
