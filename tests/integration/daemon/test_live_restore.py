@@ -409,6 +409,7 @@ def test_sigterm_with_live_restore_keeps_sandboxes_for_the_next_nsboxd(root):
     svc = Service(root, extra_args=["--config", config, "--warm-pool", "0"], pool_base=POOL_BASE)
     STARTED.append(svc)
     svc.start()
+    assert "live-restore" in svc.call("server.info")["features"]
     sb = svc.call("sandbox.create")["sandbox_id"]
     run(svc, sb, "echo 1 > /workspace/x")
     before = inits()
@@ -441,6 +442,7 @@ def test_without_live_restore_a_restart_still_removes_what_was_left(root):
     svc = Service(root, extra_args=["--warm-pool", "0"], pool_base=POOL_BASE)
     STARTED.append(svc)
     svc.start()
+    assert "live-restore" not in svc.call("server.info")["features"]
     sb = svc.call("sandbox.create")["sandbox_id"]
     svc.kill9()
     svc.start()
