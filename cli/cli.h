@@ -75,6 +75,9 @@ bool cli_flag_and_args(const struct cli *cli, int argc, char **argv, const char 
 
 /* Parse "512M", "1G", "1048576" into bytes (size_parse, common/size.h). */
 int cli_parse_size(const char *text, unsigned long long *out);
+/* A byte count (a JSON integer) as "20KiB": one word, so the columns of a
+ * table split on white space. */
+void cli_format_size(json_t *bytes, char *out, size_t len);
 /* Parse a positive number of seconds. */
 int cli_parse_seconds(const char *text, double *out);
 /* "K=V" into obj.env. */
@@ -124,9 +127,11 @@ int cmd_kill(const struct cli *cli, int argc, char **argv);
 int cmd_snapshot(const struct cli *cli, int argc, char **argv);
 int cmd_snapshots(const struct cli *cli, int argc, char **argv);
 int cmd_fork(const struct cli *cli, int argc, char **argv);
+int cmd_volume(const struct cli *cli, int argc, char **argv);
 int cmd_commit(const struct cli *cli, int argc, char **argv);
 int cmd_images(const struct cli *cli, int argc, char **argv);
 int cmd_image(const struct cli *cli, int argc, char **argv);
+int cmd_desktop(const struct cli *cli, int argc, char **argv);
 
 /* Write an exec's stdout or stderr string to fd, decoded when base64. */
 int cli_write_output(int fd, const json_t *text, bool base64);
@@ -159,8 +164,13 @@ enum {
         CLI_OPT_NETWORK_POLICY,
         CLI_OPT_LABEL,
         CLI_OPT_FROM_SNAPSHOT,
+        CLI_OPT_SECRET,
+        CLI_OPT_SECRET_FILE,
+        CLI_OPT_SECRET_HEADER,
         CLI_OPT_FIRST_FREE /* commands number their own options from here */
 };
+/* -v/--volume SRC:PATH[:ro|:rw]: also a short option where the command takes "v:". */
+#define CLI_OPT_MOUNT 'v'
 #define CLI_CREATE_OPTIONS                                                         \
         { "session", required_argument, NULL, CLI_OPT_SESSION },                   \
             { "memory", required_argument, NULL, CLI_OPT_MEMORY },                 \
@@ -175,6 +185,10 @@ enum {
             { "network-policy", required_argument, NULL, CLI_OPT_NETWORK_POLICY }, \
             { "label", required_argument, NULL, CLI_OPT_LABEL },                   \
             { "from-snapshot", required_argument, NULL, CLI_OPT_FROM_SNAPSHOT },   \
+            { "volume", required_argument, NULL, CLI_OPT_MOUNT },                  \
+            { "secret", required_argument, NULL, CLI_OPT_SECRET },                 \
+            { "secret-file", required_argument, NULL, CLI_OPT_SECRET_FILE },       \
+            { "secret-header", required_argument, NULL, CLI_OPT_SECRET_HEADER },   \
         {                                                                          \
                 "seccomp-profile", required_argument, NULL, CLI_OPT_PROFILE        \
         }

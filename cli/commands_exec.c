@@ -680,7 +680,7 @@ int cmd_run(const struct cli *cli, int argc, char **argv)
         _cleanup_json_ json_t *exec = json_object();
         int opt;
         optind = 1;
-        while ((opt = cli_getopt(cli, argc, argv, "e:w:u:", longopts)) != -1) {
+        while ((opt = cli_getopt(cli, argc, argv, "e:w:u:v:", longopts)) != -1) {
                 if (opt < -1)
                         return cli_opt_exit(opt);
                 int r = exec_option(exec, opt, optarg);

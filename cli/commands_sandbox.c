@@ -78,6 +78,109 @@ int cli_network_option(json_t *params, int opt, const char *arg)
         return 0;
 }
 
+/* -v SRC:PATH[:ro|:rw], docker's form: SRC a volume name, or a host
+ * directory when it holds a slash or is "." (made absolute here, symlinks
+ * resolved: nsboxd refuses a path through one). Without a mode nsboxd's
+ * default: a volume writable, a host directory read-only. */
+static int add_mount(json_t *params, const char *arg)
+{
+        _cleanup_free_ char *spec = strdup(arg);
+        if (spec == NULL)
+                return cli_fail("out of memory");
+        char *path = strchr(spec, ':');
+        if (path == NULL || path == spec || path[1] != '/')
+                return cli_fail("bad -v \"%s\" (use VOLUME:/PATH or /HOST/DIR:/PATH, then :ro or :rw)", arg);
+        *path++ = '\0';
+        char *mode = strchr(path, ':');
+        if (mode != NULL) {
+                *mode++ = '\0';
+                if (strcmp(mode, "ro") != 0 && strcmp(mode, "rw") != 0)
+                        return cli_fail("bad -v \"%s\": the mode is ro or rw", arg);
+        }
+        json_t *m = json_pack("{s:s}", "path", path);
+        if (strchr(spec, '/') != NULL || strcmp(spec, ".") == 0 || strcmp(spec, "..") == 0) {
+                char host[PATH_MAX];
+                if (realpath(spec, host) == NULL) {
+                        json_decref(m);
+                        return cli_fail("-v %s: %s", spec, strerror(errno));
+                }
+                json_object_set_new(m, "host_path", json_string(host));
+        } else {
+                json_object_set_new(m, "volume", json_string(spec));
+        }
+        if (mode != NULL)
+                json_object_set_new(m, "read_only", json_boolean(strcmp(mode, "ro") == 0));
+        json_t *mounts = json_object_get(params, "mounts");
+        if (mounts == NULL) {
+                mounts = json_array();
+                json_object_set_new(params, "mounts", mounts);
+        }
+        json_array_append_new(mounts, m);
+        return 0;
+}
+
+#define SECRET_FILE_MAX 4096
+
+/* params.secrets.NAME, made when missing. */
+static json_t *secret_entry(json_t *params, const char *name)
+{
+        json_t *secrets = json_object_get(params, "secrets");
+        if (secrets == NULL) {
+                secrets = json_object();
+                json_object_set_new(params, "secrets", secrets);
+        }
+        json_t *one = json_object_get(secrets, name);
+        if (one == NULL) {
+                one = json_object();
+                json_object_set_new(secrets, name, one);
+        }
+        return one;
+}
+
+/* --secret NAME=VALUE@HOST,... and --secret-file NAME=PATH@HOST,... (PATH
+ * -: standard input; one trailing newline dropped). The hosts follow the
+ * last '@': a value may hold one, a host name never does. */
+static int secret_option(json_t *params, int opt, const char *arg)
+{
+        const char *option = opt == CLI_OPT_SECRET ? "--secret" : "--secret-file";
+        const char *eq = strchr(arg, '=');
+        const char *at = strrchr(arg, '@');
+        if (eq == NULL || eq == arg || at == NULL || at < eq || at[1] == '\0')
+                return cli_fail("bad %s (use %s NAME=%s@HOST[,HOST...])", option, option,
+                                opt == CLI_OPT_SECRET ? "VALUE" : "PATH");
+        _cleanup_free_ char *name = strndup(arg, (size_t)(eq - arg));
+        _cleanup_free_ char *middle = strndup(eq + 1, (size_t)(at - eq - 1));
+        _cleanup_free_ char *hosts_text = strdup(at + 1);
+        if (name == NULL || middle == NULL || hosts_text == NULL)
+                return cli_fail("out of memory");
+        _cleanup_json_ json_t *value = NULL;
+        if (opt == CLI_OPT_SECRET) {
+                value = json_string(middle);
+        } else {
+                _cleanup_json_ json_t *text =
+                    cli_read_path(middle, "--secret-file: ", "the secret on standard input", SECRET_FILE_MAX);
+                if (text == NULL)
+                        return EXIT_NSBOX_FAILED;
+                size_t len = json_string_length(text);
+                const char *v = json_string_value(text);
+                if (len > 0 && v[len - 1] == '\n')
+                        len--;
+                if (len > 0 && v[len - 1] == '\r')
+                        len--;
+                value = json_stringn(v, len);
+        }
+        if (value == NULL)
+                return cli_fail("%s %s: the value is not UTF-8 text", option, name);
+        json_t *hosts = json_array();
+        char *save = NULL;
+        for (char *h = strtok_r(hosts_text, ",", &save); h != NULL; h = strtok_r(NULL, ",", &save))
+                json_array_append_new(hosts, json_string(h));
+        json_t *one = secret_entry(params, name);
+        json_object_set(one, "value", value);
+        json_object_set_new(one, "hosts", hosts);
+        return 0;
+}
+
 int cli_create_option(json_t *params, int opt, const char *arg)
 {
         unsigned long long n;
@@ -150,6 +253,24 @@ int cli_create_option(json_t *params, int opt, const char *arg)
         case CLI_OPT_NETWORK:
         case CLI_OPT_NETWORK_POLICY:
                 return cli_network_option(params, opt, arg);
+        case CLI_OPT_MOUNT:
+                return add_mount(params, arg) == 0 ? 0 : EXIT_NSBOX_FAILED;
+        case CLI_OPT_SECRET:
+        case CLI_OPT_SECRET_FILE:
+                return secret_option(params, opt, arg);
+        case CLI_OPT_SECRET_HEADER: {
+                /* NAME=HEADER: nsboxd checks the header line. */
+                const char *eq = strchr(arg, '=');
+                if (eq == NULL || eq == arg)
+                        return cli_fail(
+                            "bad --secret-header (use --secret-header 'NAME=Authorization: Bearer "
+                            "{value}')");
+                _cleanup_free_ char *name = strndup(arg, (size_t)(eq - arg));
+                if (name == NULL)
+                        return cli_fail("out of memory");
+                json_object_set_new(secret_entry(params, name), "header", json_string(eq + 1));
+                return 0;
+        }
         default:
                 return 1;
         }
@@ -174,7 +295,7 @@ int cmd_create(const struct cli *cli, int argc, char **argv)
         _cleanup_json_ json_t *params = json_object();
         int opt;
         optind = 1;
-        while ((opt = cli_getopt(cli, argc, argv, "", longopts)) != -1) {
+        while ((opt = cli_getopt(cli, argc, argv, "v:", longopts)) != -1) {
                 if (opt < -1)
                         return cli_opt_exit(opt);
                 int r = cli_create_option(params, opt, optarg);
@@ -657,18 +778,33 @@ int cmd_update(const struct cli *cli, int argc, char **argv)
         static const struct option longopts[] = {
                 { "network", required_argument, NULL, CLI_OPT_NETWORK },
                 { "network-policy", required_argument, NULL, CLI_OPT_NETWORK_POLICY },
+                { "secret", required_argument, NULL, CLI_OPT_SECRET },
+                { "secret-file", required_argument, NULL, CLI_OPT_SECRET_FILE },
+                { "secret-header", required_argument, NULL, CLI_OPT_SECRET_HEADER },
+                { "no-secrets", no_argument, NULL, CLI_OPT_FIRST_FREE },
                 { 0 },
         };
         _cleanup_json_ json_t *params = json_object();
+        bool no_secrets = false;
         int opt;
         optind = 1;
         while ((opt = cli_getopt(cli, argc, argv, "", longopts)) != -1) {
                 if (opt < -1)
                         return cli_opt_exit(opt);
-                int r = cli_network_option(params, opt, optarg);
+                if (opt == CLI_OPT_FIRST_FREE) {
+                        no_secrets = true;
+                        continue;
+                }
+                int r = opt == CLI_OPT_NETWORK || opt == CLI_OPT_NETWORK_POLICY
+                            ? cli_network_option(params, opt, optarg)
+                            : cli_create_option(params, opt, optarg);
                 if (r != 0)
-                        return r;
+                        return r == 1 ? cli_usage_error(cli) : r;
         }
+        if (no_secrets && json_object_get(params, "secrets") != NULL)
+                return cli_fail("give --no-secrets or secrets, not both");
+        if (no_secrets)
+                json_object_set_new(params, "secrets", json_null());
         /* Nothing to change is a mistake, not a no-op that looks like success. */
         if (argc - optind != 1 || json_object_size(params) == 0)
                 return cli_usage_error(cli);

@@ -14,8 +14,7 @@
 
 enum { OPT_NAME = CLI_OPT_FIRST_FREE };
 
-/* "20KiB": one word, so the table's columns split on white space. */
-static void format_size(json_t *bytes, char *out, size_t len)
+void cli_format_size(json_t *bytes, char *out, size_t len)
 {
         char text[SIZE_FORMAT_MAX];
         uint64_t n =
@@ -121,7 +120,7 @@ static int snapshot_list(const struct cli *cli)
                         printf("%-36s  (damaged)\n", text_or(json_object_get(s, "snapshot_id"), "?"));
                         continue;
                 }
-                format_size(json_object_get(s, "size_bytes"), size, sizeof(size));
+                cli_format_size(json_object_get(s, "size_bytes"), size, sizeof(size));
                 printf("%-36s  %-16.64s  %-10s  %8s  %9lld  %s\n",
                        text_or(json_object_get(s, "snapshot_id"), "?"),
                        text_or(json_object_get(s, "name"), "-"), text_or(json_object_get(s, "image"), "?"),
@@ -269,7 +268,7 @@ static int image_list(const struct cli *cli)
         json_array_foreach(json_object_get(result, "images"), i, image)
         {
                 char size[32];
-                format_size(json_object_get(image, "size_bytes"), size, sizeof(size));
+                cli_format_size(json_object_get(image, "size_bytes"), size, sizeof(size));
                 printf("%-24s  %8s  %-16s  %-8s  %s\n", text_or(json_object_get(image, "name"), "?"), size,
                        text_or(json_object_get(image, "parent"), "-"),
                        text_or(json_object_get(image, "python_version"), "-"),

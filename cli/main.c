@@ -37,7 +37,8 @@ static const struct command commands[] = {
         { "create", cmd_create,
           "nsbox create [--session ID] [--memory 512M] [--pids N] [--cpus F] [--disk 1G] [--idle-timeout "
           "SEC] "
-          "[--env K=V]... [--label K=V]... [--network NAME | --network-policy FILE]",
+          "[--env K=V]... [--label K=V]... [-v SRC:PATH[:ro|:rw]]... [--network NAME | --network-policy "
+          "FILE] [--secret-file NAME=PATH@HOSTS]...",
           "Create a sandbox and print its id.\n\n"
           "  --session ID        get-or-create: reuse the live sandbox of this session\n"
           "  --memory SIZE       memory of its processes (e.g. 512M, 1G)\n"
@@ -49,6 +50,11 @@ static const struct command commands[] = {
           "  --paused-timeout SEC  remove it after SEC seconds paused (default 86400)\n"
           "  --env K=V           environment of every command (repeatable)\n"
           "  --label K=V         a label, shown by ls and matched by ls --filter (repeatable)\n"
+          "  -v, --volume SRC:PATH[:ro|:rw]\n"
+          "                      mount at PATH a volume (SRC a name, nsbox volume; writable\n"
+          "                      unless :ro) or a directory of yours on the host (SRC a path:\n"
+          "                      /home/me/project, $PWD, .; read-only unless :rw; files made\n"
+          "                      in it are yours; only below nsboxd's host_mount_roots)\n"
           "  --image NAME        image (default python, or one of nsbox images)\n"
           "  --from-snapshot SNAP  start with the files of a snapshot (nsbox snapshot):\n"
           "                      its image, a writable layer of its own, fresh processes\n"
@@ -59,7 +65,16 @@ static const struct command commands[] = {
           "                      network under a policy of your own, a JSON object read from\n"
           "                      FILE or - (standard input): {\"allow\": [\"pypi.org\", \"*.example.com\",\n"
           "                      \"203.0.113.0/24\"], \"deny\": [...]}; only when nsboxd allows it\n"
-          "                      (allow_client_network_policies)\n" },
+          "                      (allow_client_network_policies)\n"
+          "  --secret-file NAME=PATH@HOST[,HOST...]\n"
+          "                      a secret read from PATH (- standard input) the sandbox never\n"
+          "                      sees: its env has NSBOX_SECRET_NAME, a placeholder the egress\n"
+          "                      proxy replaces with the value in HTTP requests to HOSTs only\n"
+          "                      (repeatable; needs --network; see docs/secrets.md)\n"
+          "  --secret NAME=VALUE@HOST[,HOST...]\n"
+          "                      the same with the value on the command line (seen by ps)\n"
+          "  --secret-header 'NAME=Authorization: Bearer {value}'\n"
+          "                      also send the secret in this header to its hosts\n" },
         { "ls", cmd_ls, "nsbox ls [-a] [-q] [-f FILTER]... [--format FORMAT]",
           "List your sandboxes (root: everyone's): id, state, owner, creation time, when\n"
           "it is paused or removed if left idle (EXPIRES), session name and labels.\n\n"
@@ -77,12 +92,19 @@ static const struct command commands[] = {
         { "info", cmd_info, "nsbox info ID",
           "Show a sandbox's details, limits and resource usage; for a sandbox with network,\n"
           "its \"egress\" block: its address, exposed ports and traffic counts.\n" },
-        { "update", cmd_update, "nsbox update --network NAME|none | --network-policy FILE ID",
-          "Change a running sandbox's network and print its details. Takes effect for new\n"
-          "connections; none removes its network (and its exposed ports).\n\n"
+        { "update", cmd_update,
+          "nsbox update [--network NAME|none | --network-policy FILE] [--secret-file NAME=PATH@HOSTS]... "
+          "[--no-secrets] ID",
+          "Change a running sandbox's network or secrets and print its details. Takes effect\n"
+          "for new connections; none removes its network (and its exposed ports).\n\n"
           "  --network NAME         one of the operator's network policies, or none\n"
           "  --network-policy FILE  a policy object of your own (JSON, FILE or -), when\n"
-          "                         nsboxd allows it\n" },
+          "                         nsboxd allows it\n"
+          "  --secret-file NAME=PATH@HOST[,HOST...], --secret NAME=VALUE@HOST[,HOST...],\n"
+          "  --secret-header 'NAME=Authorization: Bearer {value}'\n"
+          "                         as nsbox create's: the secrets given replace the\n"
+          "                         sandbox's (a name it had keeps its placeholder)\n"
+          "  --no-secrets           remove all its secrets\n" },
         { "port", cmd_port, "nsbox port [--remove] ID PORT",
           "Make TCP port PORT of a sandbox (one with network) reachable from this host and\n"
           "print its URL (http://127.0.0.1:HOST_PORT/); again for the same port, the same URL.\n\n"
@@ -211,6 +233,13 @@ static const struct command commands[] = {
           "deletions included; not its processes) and print the snapshot id; list your\n"
           "snapshots; remove snapshots (refused while a sandbox made from one lives).\n\n"
           "  --name NAME   a label shown by nsbox snapshot ls\n" },
+        { "volume", cmd_volume,
+          "nsbox volume create [--size SIZE] NAME | nsbox volume ls | nsbox volume rm NAME...",
+          "Named volumes: file systems of their own size (default 1G; full is ENOSPC) that\n"
+          "outlive sandboxes and restarts of nsboxd, mounted with nsbox create -v NAME:/PATH\n"
+          "into one sandbox or many at once. ls lists yours (root: everyone's); rm is\n"
+          "refused while a sandbox uses the volume.\n\n"
+          "  --size SIZE   its size (e.g. 512M, 10G); host disk is taken as it is written\n" },
         { "snapshots", cmd_snapshots, "nsbox snapshots", "Same as nsbox snapshot ls.\n" },
         { "fork", cmd_fork, "nsbox fork [--name NAME] [create options] ID",
           "Snapshot a sandbox's files and create a sandbox from the snapshot (nsbox create\n"
@@ -246,6 +275,21 @@ static const struct command commands[] = {
           "way), or import an image (root only): PATH is an OCI image layout directory\n"
           "(--tag, default latest) or a docker-archive tarball (docker save); the image is\n"
           "then everyone's to use.\n" },
+        { "desktop", cmd_desktop, "nsbox desktop start|screenshot|click|move|scroll|type|key ID ...",
+          "Computer use on a sandbox made from the desktop image (docs/desktop.md):\n\n"
+          "  start [--size WxH] ID   start its screen (default 1280x800), window manager,\n"
+          "                          VNC and noVNC; print the noVNC URL to watch it from\n"
+          "                          this host (a sandbox with network; without, it says\n"
+          "                          why not); again: the running desktop\n"
+          "  screenshot ID [FILE]    the screen as PNG, to FILE or to standard output\n"
+          "  click [--right|--middle] [--double] ID X Y\n"
+          "                          click at X Y (pixels from the top left)\n"
+          "  move ID X Y             move the pointer to X Y\n"
+          "  scroll ID DIRECTION [N] turn the wheel N steps (default 3) up, down, left or\n"
+          "                          right\n"
+          "  type ID TEXT            type TEXT as it is, newlines as Enter (- reads it from\n"
+          "                          standard input; at most 4096 bytes)\n"
+          "  key ID KEYS...          press xdotool keys in turn, e.g. ctrl+l Return\n" },
         { "status", cmd_status, "nsbox status",
           "Show the daemon's version, kernel, cgroup mode and features.\n" },
         { "mcp", cmd_mcp, "nsbox mcp [--session NAME]",
@@ -797,10 +841,12 @@ static bool is_help(const char *arg)
 static bool asks_help(const struct command *cmd, int argc, char **argv)
 {
         /* Their subcommands: `nsbox CMD SUB --help` is CMD's help too. */
-        static const char *const subcommands[][5] = {
+        static const char *const subcommands[][8] = {
                 { "shell", "run", "ls", "rm", "check" },
                 { "snapshot", "ls", "rm" },
+                { "volume", "create", "ls", "rm" },
                 { "image", "ls", "rm", "import" },
+                { "desktop", "start", "screenshot", "click", "move", "scroll", "type", "key" },
         };
         /* serve and mcp pass --help on to what they run (nsbox-http, the MCP server). */
         if (strcmp(cmd->name, "serve") == 0 || strcmp(cmd->name, "mcp") == 0)

@@ -23,6 +23,7 @@ enum mcp_result_kind {
         MCP_RESULT_JOB_OUTPUT, /* exec.list + exec.output: capped output, running, exit_code */
         MCP_RESULT_JOB_KILL,   /* exec.list + exec.kill, then exec.list until it ended */
         MCP_RESULT_SHELL,      /* shell.run / shell.check: failed when the command ended badly */
+        MCP_RESULT_SCREENSHOT, /* desktop.screenshot: its PNG ("data") as an image block */
 };
 
 /* How a tool names the sandbox it acts on. */

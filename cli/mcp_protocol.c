@@ -77,6 +77,19 @@ const char *mcp_negotiate_version(const char *requested)
         "\"session_name\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":64,\"description\":\"The " \
         "persistent shell's name in the sandbox: letters, digits, '_', '-', '.' (default "              \
         "\\\"" MCP_DEFAULT_SHELL "\\\").\"}"
+#define P_DESKTOP_SIZE                                                                                     \
+        "\"width\":{\"type\":\"integer\",\"minimum\":320,\"maximum\":3840,\"description\":\"Screen width " \
+        "in "                                                                                              \
+        "pixels (default 1280).\"},\"height\":{\"type\":\"integer\",\"minimum\":200,\"maximum\":2160,"     \
+        "\"description\":\"Screen height in pixels (default 800).\"}"
+#define P_DESKTOP_POINT(more)                                                                               \
+        "\"x\":{\"type\":\"integer\",\"minimum\":0,\"description\":\"Pixels from the left edge of the "     \
+        "screen" more                                                                                       \
+        ".\"},\"y\":{\"type\":\"integer\",\"minimum\":0,\"description\":\"Pixels from the top edge of the " \
+        "screen" more ".\"}"
+#define P_DESKTOP_BUTTON                                                                                    \
+        "\"button\":{\"type\":\"string\",\"enum\":[\"left\",\"middle\",\"right\"],\"description\":\"Mouse " \
+        "button (default left).\"},\"double\":{\"type\":\"boolean\",\"description\":\"A double click.\"}"
 /* Said by every tool whose answer carries a command's output. */
 #define OUTPUT_CAP_SENTENCE                                                                           \
         " stdout and stderr are each cut to " MCP_OUTPUT_CAP_TEXT " characters (head and tail kept, " \
@@ -105,7 +118,19 @@ const struct mcp_tool mcp_tools[] = {
                 "from snapshot_sandbox: the new sandbox starts with that sandbox's files (not its "
                 "processes), "
                 "in a writable layer of its own - a fork. Any number of sandboxes may start from one "
-                "snapshot; none sees another's changes.\"}," P_NETWORK(""),
+                "snapshot; none sees another's changes.\"},"
+                "\"mounts\":{\"type\":\"array\",\"maxItems\":8,\"description\":\"Mounted at create: "
+                "{\\\"volume\\\": NAME, \\\"path\\\": \\\"/data\\\"} (a named volume of the user's, kept "
+                "across sandboxes) or {\\\"host_path\\\": \\\"/home/me/project\\\", \\\"path\\\": "
+                "\\\"/workspace/project\\\", \\\"read_only\\\": false} (a directory of the user's on the "
+                "host, read-only unless read_only is "
+                "false).\",\"items\":{\"type\":\"object\",\"required\":[\"path\"],"
+                "\"properties\":{\"volume\":{\"type\":\"string\"},\"host_path\":{\"type\":\"string\"},"
+                "\"path\":{\"type\":\"string\"},\"read_only\":{\"type\":\"boolean\"}}}},"
+                "\"image\":{\"type\":\"string\",\"minLength\":1,\"description\":\"The image: \\\"python\\\" "
+                "(default), \\\"desktop\\\" for a screen to drive with the desktop_* tools (when the "
+                "operator "
+                "built it), or an image committed from a sandbox.\"}," P_NETWORK(""),
                 ""),
             .method = "sandbox.create",
         },
@@ -452,6 +477,86 @@ const struct mcp_tool mcp_tools[] = {
             .method = "shell.terminate",
             .address = MCP_ADDRESS_SESSION,
             .destructive = true,
+        },
+        {
+            .name = "desktop_start",
+            .description =
+                "Start the desktop of a sandbox created with the desktop image (sandbox_id, or the live "
+                "sandbox of session_id): a 1280x800 screen (width, height: 320x200 to 3840x2160) with a "
+                "window "
+                "manager, chromium and xterm to open, and noVNC for a human to watch. Asking again gives the "
+                "running desktop. Returns width, height and, when the sandbox has network, novnc_url "
+                "(http://127.0.0.1:PORT/vnc.html, for the user) and vnc_host_port.",
+            .input_schema = SCHEMA(P_ADDRESS "," P_DESKTOP_SIZE, ""),
+            .method = "desktop.start",
+            .address = MCP_ADDRESS_EXISTING,
+        },
+        {
+            .name = "desktop_screenshot",
+            .description = "A screenshot of a sandbox's desktop (started with desktop_start) as a PNG image "
+                           "block of the screen's size (default 1280x800; x and y of the other desktop tools "
+                           "are its pixels, 0,0 top left).",
+            .input_schema = SCHEMA(P_ADDRESS, ""),
+            .method = "desktop.screenshot",
+            .address = MCP_ADDRESS_EXISTING,
+            .read_only = true,
+            .result = MCP_RESULT_SCREENSHOT,
+        },
+        {
+            .name = "desktop_click",
+            .description = "Click the mouse on a sandbox's desktop: at x,y (pixels of desktop_screenshot; "
+                           "left out: where the pointer is), with button left (default), middle or right, "
+                           "double for a double click.",
+            .input_schema = SCHEMA(
+                P_ADDRESS "," P_DESKTOP_POINT(" (left out: where the pointer is)") "," P_DESKTOP_BUTTON, ""),
+            .method = "desktop.click",
+            .address = MCP_ADDRESS_EXISTING,
+        },
+        {
+            .name = "desktop_type",
+            .description = "Type text on a sandbox's desktop, into the window that has the focus (click it "
+                           "first): every character as it is, newlines as Enter; at most 4096 bytes, about "
+                           "8 ms a character.",
+            .input_schema =
+                SCHEMA(P_ADDRESS ",\"text\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":4096,"
+                                 "\"description\":\"The text, typed as it is; newlines press Enter.\"}",
+                       "\"text\""),
+            .method = "desktop.type",
+            .address = MCP_ADDRESS_EXISTING,
+        },
+        {
+            .name = "desktop_key",
+            .description = "Press keys on a sandbox's desktop: xdotool key names separated by spaces, each "
+                           "a keysym or a chord joined by +, e.g. \"ctrl+l\", \"Return\", \"alt+F4\", "
+                           "\"ctrl+shift+Tab\" (at most 16 keys).",
+            .input_schema = SCHEMA(
+                P_ADDRESS ",\"keys\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":256,"
+                          "\"description\":\"xdotool key names separated by spaces, e.g. \\\"ctrl+l\\\" or "
+                          "\\\"Return\\\".\"}",
+                "\"keys\""),
+            .method = "desktop.key",
+            .address = MCP_ADDRESS_EXISTING,
+        },
+        {
+            .name = "desktop_move",
+            .description = "Move the mouse pointer of a sandbox's desktop to x,y (hover).",
+            .input_schema = SCHEMA(P_ADDRESS "," P_DESKTOP_POINT(""), "\"x\",\"y\""),
+            .method = "desktop.move",
+            .address = MCP_ADDRESS_EXISTING,
+        },
+        {
+            .name = "desktop_scroll",
+            .description = "Scroll the mouse wheel on a sandbox's desktop: direction up, down, left or "
+                           "right, amount wheel steps (default 3, at most 50), at x,y (left out: where the "
+                           "pointer is).",
+            .input_schema = SCHEMA(
+                P_ADDRESS ",\"direction\":{\"type\":\"string\",\"enum\":[\"up\",\"down\",\"left\","
+                          "\"right\"],\"description\":\"Which way the wheel turns.\"},\"amount\":{\"type\":"
+                          "\"integer\",\"minimum\":1,\"maximum\":50,\"description\":\"Wheel steps (default "
+                          "3).\"}," P_DESKTOP_POINT(" (left out: where the pointer is)"),
+                "\"direction\""),
+            .method = "desktop.scroll",
+            .address = MCP_ADDRESS_EXISTING,
         },
 };
 
@@ -994,6 +1099,15 @@ json_t *mcp_call_result(const struct mcp_tool *tool, const json_t *daemon_result
                 return NULL;
         bool is_error = false;
         switch (tool->result) {
+        case MCP_RESULT_SCREENSHOT: {
+                json_t *data = json_object_get(shown, "data");
+                if (json_is_string(data)) {
+                        json_array_append_new(images, json_pack("{s:s, s:O, s:s}", "type", "image", "data",
+                                                                data, "mimeType", "image/png"));
+                        json_object_del(shown, "data");
+                }
+                break;
+        }
         case MCP_RESULT_PLAIN:
         case MCP_RESULT_JOB_START:
         case MCP_RESULT_JOB_OUTPUT:

@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "inject.h"
+#include "intercept.h"
 #include "netpolicy.h"
 #include "sniff.h"
 
@@ -80,6 +82,8 @@ struct egress_sandbox {
         char id[128];
         uint32_t address, gateway; /* host byte order */
         struct netpolicy *policy;
+        struct inject_secrets *secrets; /* NULL: none */
+        struct intercept_ca *ca;        /* with secrets: TLS to their hosts is intercepted */
         struct watch tcp, dns;
         struct expose *exposes;
         struct conn *conns;      /* this sandbox's, through conn->sandbox_next */
@@ -141,6 +145,8 @@ struct conn {
         uint16_t connect_port;
         struct sniff_http http;
         bool needs_owner;     /* transparent: dst must be an address of name */
+        bool holds_secret;    /* c2u.buf had a secret's value: wiped when freed */
+        bool intercept;       /* TLS to a secret's host: handed to intercept.c once connected */
         bool reply_connected; /* explicit CONNECT: answer 200 when connected */
         struct conn_lookup *lookup;
         bool closed;

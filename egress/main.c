@@ -90,6 +90,10 @@ static void sandbox_remove(struct egress_sandbox *sb)
         sb->tcp.fd = sb->dns.fd = -1;
         netpolicy_free(sb->policy);
         sb->policy = NULL;
+        inject_unref(sb->secrets);
+        sb->secrets = NULL;
+        intercept_ca_unref(sb->ca);
+        sb->ca = NULL;
         sb->next = graveyard_sandboxes;
         graveyard_sandboxes = sb;
 }
@@ -109,6 +113,24 @@ static int socket_is(int fd, int type)
         return getsockopt(fd, SOL_SOCKET, SO_TYPE, &t, &len) == 0 && t == type;
 }
 
+/* A message's "secrets" and "tls" (the sandbox's CA): both NULL when it
+ * has none; NULL, or why not. */
+static const char *parse_secrets(json_t *msg, struct inject_secrets **secrets, struct intercept_ca **ca)
+{
+        const char *why = NULL;
+        *ca = NULL;
+        *secrets = inject_parse(json_object_get(msg, "secrets"), &why);
+        if (why != NULL)
+                return why;
+        json_t *tls = json_object_get(msg, "tls");
+        if (tls != NULL && (*ca = intercept_ca_parse(tls, &why)) == NULL) {
+                inject_unref(*secrets);
+                *secrets = NULL;
+                return why;
+        }
+        return NULL;
+}
+
 static const char *op_add(json_t *msg, const char *id, int *fds, size_t n_fds)
 {
         static char why[512];
@@ -126,18 +148,31 @@ static const char *op_add(json_t *msg, const char *id, int *fds, size_t n_fds)
                 snprintf(why, sizeof(why), "%s", err->message);
                 return why;
         }
+        struct inject_secrets *secrets;
+        struct intercept_ca *ca;
+        const char *bad_secrets = parse_secrets(msg, &secrets, &ca);
+        if (bad_secrets != NULL) {
+                netpolicy_free(policy);
+                return bad_secrets;
+        }
         struct sockaddr_in gw;
         socklen_t glen = sizeof(gw);
         if (getsockname(fds[0], (struct sockaddr *)&gw, &glen) < 0 || gw.sin_family != AF_INET ||
             set_nonblock(fds[0]) < 0 || set_nonblock(fds[1]) < 0) {
                 netpolicy_free(policy);
+                inject_unref(secrets);
+                intercept_ca_unref(ca);
                 return "the listener is not an IPv4 socket";
         }
         struct egress_sandbox *sb = calloc(1, sizeof(*sb));
         if (sb == NULL) {
                 netpolicy_free(policy);
+                inject_unref(secrets);
+                intercept_ca_unref(ca);
                 return "out of memory";
         }
+        sb->secrets = secrets;
+        sb->ca = ca;
         snprintf(sb->id, sizeof(sb->id), "%s", id);
         sb->address = addr;
         sb->gateway = ntohl(gw.sin_addr.s_addr);
@@ -184,6 +219,19 @@ static const char *control_op(json_t *msg, int *fds, size_t n_fds, const char **
                 }
                 netpolicy_free(sb->policy);
                 sb->policy = policy;
+                return NULL;
+        }
+        if (strcmp(op, "secrets") == 0) {
+                /* Connections being intercepted keep the secrets they started with. */
+                struct inject_secrets *secrets;
+                struct intercept_ca *ca;
+                const char *bad = parse_secrets(msg, &secrets, &ca);
+                if (bad != NULL)
+                        return bad;
+                inject_unref(sb->secrets);
+                intercept_ca_unref(sb->ca);
+                sb->secrets = secrets;
+                sb->ca = ca;
                 return NULL;
         }
         json_t *port_json = json_object_get(msg, "port");
@@ -410,7 +458,7 @@ static int parse_id(const char *text, unsigned *out)
 static void usage(void)
 {
         fprintf(stderr, "usage: nsbox-egress --control-fd N --netns-fd M --uid U --gid G "
-                        "[--dns-servers \"IP[:PORT],...\"]\n");
+                        "[--dns-servers \"IP[:PORT],...\"] [--ca-file PEM]\n");
         exit(2);
 }
 
@@ -469,12 +517,16 @@ static void dispatch(struct watch *w, uint32_t events)
 int main(int argc, char **argv)
 {
         static const struct option options[] = {
-                { "control-fd", required_argument, NULL, 'c' },  { "netns-fd", required_argument, NULL, 'n' },
-                { "uid", required_argument, NULL, 'u' },         { "gid", required_argument, NULL, 'g' },
-                { "dns-servers", required_argument, NULL, 'd' }, { NULL, 0, NULL, 0 },
+                { "control-fd", required_argument, NULL, 'c' },
+                { "netns-fd", required_argument, NULL, 'n' },
+                { "uid", required_argument, NULL, 'u' },
+                { "gid", required_argument, NULL, 'g' },
+                { "dns-servers", required_argument, NULL, 'd' },
+                { "ca-file", required_argument, NULL, 'a' },
+                { NULL, 0, NULL, 0 },
         };
         unsigned control_fd = ~0u, netns_fd = ~0u, uid = ~0u, gid = ~0u;
-        const char *dns_servers = NULL;
+        const char *dns_servers = NULL, *ca_file = NULL;
         int opt;
         while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
                 int r = 0;
@@ -493,6 +545,9 @@ int main(int argc, char **argv)
                         break;
                 case 'd':
                         dns_servers = optarg;
+                        break;
+                case 'a':
+                        ca_file = optarg;
                         break;
                 default:
                         usage();
@@ -533,8 +588,9 @@ int main(int argc, char **argv)
                 return 2;
         }
         fcntl(egress.control.fd, F_SETFD, FD_CLOEXEC);
-        if (start_factory((int)netns_fd, &err) < 0 || drop_privileges(uid, gid, &err) < 0 ||
-            dns_init(dns_servers, &err) < 0) {
+        /* The CA file is read as nsboxd's uid could, before the privileges go. */
+        if (intercept_init(ca_file, &err) < 0 || start_factory((int)netns_fd, &err) < 0 ||
+            drop_privileges(uid, gid, &err) < 0 || dns_init(dns_servers, &err) < 0) {
                 log_error("nsbox-egress: %s", err->message);
                 return 1;
         }

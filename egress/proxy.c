@@ -65,6 +65,8 @@ static void close_watch(struct watch *w, bool reset)
 
 static void conn_free(struct conn *c)
 {
+        if (c->holds_secret && c->c2u.buf != NULL)
+                explicit_bzero(c->c2u.buf, c->c2u.cap);
         free(c->c2u.buf);
         free(c->u2c.buf);
         free(c);
@@ -408,82 +410,46 @@ static void conn_connect(struct conn *c)
         conn_connect_fd(c, fd, c->connect_addr, c->connect_port);
 }
 
+enum rewrite_result { REWRITE_OK, REWRITE_FAILED, REWRITE_FOREIGN_SECRET };
+
 /* The head forwarded upstream on port 80 and for the explicit proxy's
- * absolute-form requests: origin-form target, hop-by-hop headers dropped,
- * "Connection: close" so the connection carries one request. */
-static bool rewrite_http_head(struct conn *c)
+ * absolute-form requests (inject_rewrite_head: one request, the sandbox's
+ * secrets for this host put in, *foreign naming a secret whose
+ * placeholder was sent here though it is not for this host), then the
+ * body bytes already read, up to the request's end. */
+static enum rewrite_result rewrite_http_head(struct conn *c, const struct inject_secret **foreign)
 {
         const struct sniff_http *h = &c->http;
+        const struct inject_secrets *secrets = c->sandbox != NULL ? c->sandbox->secrets : NULL;
         size_t cap = EGRESS_BUF + 1024;
-        uint8_t *out = malloc(cap);
+        if (secrets != NULL)
+                cap += EGRESS_BUF; /* values longer than their placeholders */
+        char *out = malloc(cap);
         if (out == NULL)
-                return false;
+                return REWRITE_FAILED;
         const char *in = (const char *)c->c2u.buf + c->c2u.start;
         size_t n = 0;
-#define PUT(p, l)                         \
-        do {                              \
-                size_t _l = (l);          \
-                if (n + _l > cap) {       \
-                        free(out);        \
-                        return false;     \
-                }                         \
-                memcpy(out + n, (p), _l); \
-                n += _l;                  \
-        } while (0)
-        if (h->absolute) {
-                size_t mlen = strlen(h->method);
-                PUT(in, mlen + 1);
-                if (h->path_len == 0 || in[h->path_off] != '/')
-                        PUT("/", 1);
-                PUT(in + h->path_off, h->path_len);
-                PUT(in + h->line_end - 9, 9); /* " HTTP/1.x" */
-        } else {
-                PUT(in, h->line_end);
-        }
-        PUT("\r\n", 2);
-        size_t pos = (size_t)((const char *)memchr(in, '\n', h->head_len) - in) + 1;
-        while (pos < h->head_len) {
-                const char *lf = memchr(in + pos, '\n', h->head_len - pos);
-                size_t end = (size_t)(lf - in), llen = end - pos;
-                if (llen > 0 && in[end - 1] == '\r')
-                        llen--;
-                if (llen == 0)
-                        break;
-                /* Absolute-form: upstream gets the Host of the URI the
-                 * policy judged, never one of the client's. */
-                bool drop = sniff_http_hop_header(in + pos, llen) ||
-                            (h->absolute && sniff_http_header_named(in + pos, llen, "host"));
-                if (!drop) {
-                        PUT(in + pos, llen);
-                        PUT("\r\n", 2);
-                }
-                pos = end + 1;
-        }
-        if (h->absolute) {
-                char host[NETPOLICY_NAME_MAX + 16];
-                int hl = h->port ? snprintf(host, sizeof(host), "Host: %s:%u\r\n", h->host, h->port)
-                                 : snprintf(host, sizeof(host), "Host: %s\r\n", h->host);
-                PUT(host, (size_t)hl);
-        }
-        PUT("Connection: close\r\n\r\n", 21);
-        /* The body bytes already read, up to its end. */
+        enum inject_result r =
+            inject_rewrite_head(secrets, c->named ? c->name : NULL, in, h, out, cap, &n, foreign);
         size_t body = half_used(&c->c2u) - h->head_len;
         c->c2u_limited = true;
         c->c2u_chunked = h->chunked;
         c->c2u_left = h->content_length;
         c->c2u_done = false;
-        if (!c2u_take(c, (const uint8_t *)in + h->head_len, &body)) {
+        if (r != INJECT_OK || !c2u_take(c, (const uint8_t *)in + h->head_len, &body) || n + body > cap) {
+                explicit_bzero(out, cap);
                 free(out);
-                return false;
+                return r == INJECT_FOREIGN ? REWRITE_FOREIGN_SECRET : REWRITE_FAILED;
         }
-        PUT(in + h->head_len, body);
-#undef PUT
+        memcpy(out + n, in + h->head_len, body);
+        n += body;
         free(c->c2u.buf);
-        c->c2u.buf = out;
+        c->c2u.buf = (uint8_t *)out;
         c->c2u.cap = cap;
         c->c2u.start = 0;
         c->c2u.end = n;
-        return true;
+        c->holds_secret = secrets != NULL;
+        return REWRITE_OK;
 }
 
 static void conn_connected(struct conn *c)
@@ -507,6 +473,21 @@ static void conn_connected(struct conn *c)
         if (c->reply_connected) {
                 static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
                 send_now(c->client.fd, ok, sizeof(ok) - 1);
+        }
+        /* sandbox.update may have taken the secrets away meanwhile: then
+         * the connection is relayed end to end as any other. */
+        if (c->intercept && c->sandbox != NULL && c->sandbox->ca != NULL && c->sandbox->secrets != NULL) {
+                /* The fds go to the interception thread: the loop forgets them. */
+                int client = c->client.fd, upstream = c->upstream.fd;
+                egress_unwatch(&c->client);
+                egress_unwatch(&c->upstream);
+                c->client.fd = c->upstream.fd = -1;
+                if (intercept_start(client, upstream, c->c2u.buf + c->c2u.start, half_used(&c->c2u), c->name,
+                                    c->sandbox->id, c->sandbox->ca, c->sandbox->secrets) < 0)
+                        log_warn("sandbox %s: intercept %s: out of memory or threads", c->sandbox->id,
+                                 c->name);
+                proxy_conn_close(c);
+                return;
         }
         c->state = CONN_RELAY;
         relay(c, false, 0);
@@ -741,6 +722,13 @@ static void conn_decide(struct conn *c)
                         conn_refuse(c, "not a host name");
                         return;
                 }
+                /* Only the secrets' hosts: every other TLS stays end to end. */
+                c->intercept =
+                    c->named && c->sandbox->ca != NULL && inject_for_host(c->sandbox->secrets, c->name);
+                if (c->intercept && intercept_full()) {
+                        conn_refuse(c, "too many intercepted connections");
+                        return;
+                }
                 break;
         case CONN_HTTP:
         case CONN_EXPLICIT:
@@ -774,11 +762,31 @@ static void conn_decide(struct conn *c)
                         return;
                 }
                 if (c->http.connect) {
-                        /* The tunnel starts after the CONNECT head. */
+                        /* The tunnel starts after the CONNECT head; to a
+                         * secret's host on 443 it is TLS, intercepted as
+                         * a transparent connection's is. */
                         c->c2u.start += c->http.head_len;
-                } else if (!rewrite_http_head(c)) {
-                        conn_close_how(c, true);
-                        return;
+                        c->intercept = c->named && c->connect_port == 443 && c->sandbox->ca != NULL &&
+                                       inject_for_host(c->sandbox->secrets, c->name);
+                        if (c->intercept && intercept_full()) {
+                                conn_refuse(c, "too many intercepted connections");
+                                return;
+                        }
+                } else {
+                        const struct inject_secret *foreign = NULL;
+                        enum rewrite_result rr = rewrite_http_head(c, &foreign);
+                        if (rr == REWRITE_FOREIGN_SECRET) {
+                                char why[160];
+                                snprintf(why, sizeof(why),
+                                         "carries the placeholder of secret %s, not for this host",
+                                         foreign->name);
+                                conn_refuse(c, why);
+                                return;
+                        }
+                        if (rr != REWRITE_OK) {
+                                conn_close_how(c, true);
+                                return;
+                        }
                 }
                 break;
         default:

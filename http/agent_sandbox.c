@@ -167,6 +167,12 @@ enum MHD_Result http_agent_execute(struct http_request *r, json_t *body)
                               : 128 + json_integer_value(json_object_get(result, "signal"));
         json_t *stderr_json = json_incref(json_object_get(result, "stderr"));
         bool timed_out = json_is_true(json_object_get(result, "timed_out"));
+        if (timed_out) { /* the reference's words replace nsboxd's, below */
+                const char *text = json_string_value(stderr_json) ?: "";
+                json_t *own = json_stringn(text, http_stderr_without_nsbox_note(text));
+                json_decref(stderr_json);
+                stderr_json = own;
+        }
         if (json_is_true(json_object_get(result, "truncated"))) {
                 json_t *more = stderr_with(stderr_json, "[nsbox: output cut at %u MiB a stream]\n",
                                            AGENT_MAX_OUTPUT >> 20);
@@ -174,7 +180,8 @@ enum MHD_Result http_agent_execute(struct http_request *r, json_t *body)
                 stderr_json = more;
         }
         if (timed_out) {
-                /* as the reference runtime: the command failed, exit code 1, and stderr says why */
+                /* as the reference runtime: the command failed, exit code 1, and stderr says why
+                 * (in its words, instead of nsboxd's) */
                 json_t *more = stderr_with(stderr_json, "execution timed out after %u seconds\n", seconds);
                 json_decref(stderr_json);
                 stderr_json = more;

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -184,6 +185,69 @@ uid_t http_tokens_lookup(const char *token, size_t len)
                 for (size_t j = 0; j < DIGEST_LEN; j++)
                         diff |= digest[j] ^ tokens[i].digest[j];
                 /* branch-free select: no entry ends the scan early */
+                uid_t mask = (uid_t)0 - (uid_t)(diff == 0);
+                found |= tokens[i].uid & mask;
+        }
+        pthread_rwlock_unlock(&tokens_lock);
+        return found;
+}
+
+/* This process's secret: a sandbox token needs the key (not its digest,
+ * which a tokens file may show) and this process, so a restart revokes
+ * them (the SDKs get new ones from connect). */
+static unsigned char process_secret[DIGEST_LEN];
+static pthread_once_t process_secret_once = PTHREAD_ONCE_INIT;
+static bool process_secret_ok;
+
+static void process_secret_make(void)
+{
+        process_secret_ok = getrandom(process_secret, sizeof(process_secret), 0) == sizeof(process_secret);
+}
+
+/* HMAC-SHA256(secret + key digest, sandbox id) in hex: the sandbox's token
+ * as one key's, which ends when that key leaves the file. */
+static int sandbox_token_of(const unsigned char key[DIGEST_LEN], const char *sandbox_id,
+                            char out[HTTP_SANDBOX_TOKEN_LEN + 1])
+{
+        pthread_once(&process_secret_once, process_secret_make);
+        if (!process_secret_ok)
+                return -EIO;
+        unsigned char both[2 * DIGEST_LEN], mac[DIGEST_LEN];
+        memcpy(both, process_secret, DIGEST_LEN);
+        memcpy(both + DIGEST_LEN, key, DIGEST_LEN);
+        if (gnutls_hmac_fast(GNUTLS_MAC_SHA256, both, sizeof(both), sandbox_id, strlen(sandbox_id), mac) != 0)
+                return -EIO;
+        static const char hex[] = "0123456789abcdef";
+        for (size_t i = 0; i < DIGEST_LEN; i++) {
+                out[2 * i] = hex[mac[i] >> 4];
+                out[2 * i + 1] = hex[mac[i] & 15];
+        }
+        out[HTTP_SANDBOX_TOKEN_LEN] = '\0';
+        return 0;
+}
+
+int http_tokens_sandbox_token(const char *token, size_t len, const char *sandbox_id,
+                              char out[HTTP_SANDBOX_TOKEN_LEN + 1])
+{
+        unsigned char digest[DIGEST_LEN];
+        if (len == 0 || sha256(token, len, digest) < 0)
+                return -EIO;
+        return sandbox_token_of(digest, sandbox_id, out);
+}
+
+uid_t http_tokens_lookup_sandbox(const char *presented, const char *sandbox_id)
+{
+        if (strlen(presented) != HTTP_SANDBOX_TOKEN_LEN)
+                return 0;
+        uid_t found = 0;
+        pthread_rwlock_rdlock(&tokens_lock);
+        for (size_t i = 0; i < n_tokens; i++) {
+                char expected[HTTP_SANDBOX_TOKEN_LEN + 1];
+                if (sandbox_token_of(tokens[i].digest, sandbox_id, expected) < 0)
+                        continue;
+                unsigned char diff = 0;
+                for (size_t j = 0; j < HTTP_SANDBOX_TOKEN_LEN; j++)
+                        diff |= (unsigned char)(expected[j] ^ presented[j]);
                 uid_t mask = (uid_t)0 - (uid_t)(diff == 0);
                 found |= tokens[i].uid & mask;
         }

@@ -13,3 +13,12 @@ void http_tokens_clear(void);
 /* The uid of a presented token, or 0 when it is no token of the file. Every
  * entry is compared, in constant time, whatever matches. */
 uid_t http_tokens_lookup(const char *token, size_t len);
+
+/* A token per sandbox, handed to E2B's SDKs as its envd access token: the
+ * HMAC of the sandbox id keyed by the digest of the API key (a token of
+ * the file) that made it. 64 hex digits. */
+#define HTTP_SANDBOX_TOKEN_LEN 64
+int http_tokens_sandbox_token(const char *token, size_t len, const char *sandbox_id,
+                              char out[HTTP_SANDBOX_TOKEN_LEN + 1]);
+/* The uid whose key made `presented` for sandbox_id, or 0. */
+uid_t http_tokens_lookup_sandbox(const char *presented, const char *sandbox_id);

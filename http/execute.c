@@ -130,10 +130,11 @@ static int run_in_sandbox(const struct http_request *r, struct client *c, const 
         bool timed_out = status && strcmp(status, "timeout") == 0;
         json_t *exit_code = json_object_get(run, "exit_code");
         const char *stderr_text = json_string_value(json_object_get(run, "stderr")) ?: "";
-        size_t n = strlen(stderr_text);
+        size_t n = http_stderr_without_nsbox_note(stderr_text);
         _cleanup_free_ char *stderr_out = NULL;
-        /* as the contract's server says it, on a line of its own after what the code wrote */
-        if (asprintf(&stderr_out, "%s%sexecution timed out after %u seconds", stderr_text,
+        /* as the contract's server says it, on a line of its own after what the code wrote
+         * (instead of nsboxd's own words) */
+        if (asprintf(&stderr_out, "%.*s%sexecution timed out after %u seconds", (int)n, stderr_text,
                      n > 0 && stderr_text[n - 1] != '\n' ? "\n" : "", timeout_s) < 0)
                 return nsbox_error(err, ENOMEM, "answer");
         *answer = json_pack(

@@ -145,3 +145,16 @@ json_t *http_body_object(struct http_request *r, enum MHD_Result *ret)
         }
         return body;
 }
+
+size_t http_stderr_without_nsbox_note(const char *text)
+{
+        static const char note[] = "nsbox: timed out after ";
+        size_t n = strlen(text);
+        if (n == 0)
+                return 0;
+        /* The start of the last line (a final newline ends it, not begins another). */
+        size_t start = n - 1;
+        while (start > 0 && text[start - 1] != '\n')
+                start--;
+        return strncmp(text + start, note, sizeof(note) - 1) == 0 ? start : n;
+}

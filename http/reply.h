@@ -29,3 +29,8 @@ enum MHD_Result http_reply_rpc_error(struct http_request *r, json_t *error, cons
 unsigned http_status_of_rpc_error(json_t *error, const char **kind);
 /* The request body as JSON (an object), or a 400 queued and NULL returned. */
 json_t *http_body_object(struct http_request *r, enum MHD_Result *ret);
+
+/* The length of an exec's stderr without nsboxd's own last line on how it
+ * ended ("nsbox: timed out after ..."): a contract's front says it in the
+ * words of its reference server instead. */
+size_t http_stderr_without_nsbox_note(const char *text);

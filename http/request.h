@@ -44,6 +44,7 @@ struct http_request {
         long long started_ns; /* CLOCK_MONOTONIC, when its headers were in */
         bool answered;        /* a response was queued before the body ended */
         bool too_large;       /* the body went over HTTP_MAX_BODY: the rest is thrown away */
+        bool e2b;             /* a request of E2B's SDKs (e2b.h) */
 };
 
 /* Append n bytes to a growing buffer (doubling from 16 KiB, never past

@@ -17,6 +17,7 @@
 #include "agent_sandbox.h"
 #include "auth.h"
 #include "bounds.h"
+#include "e2b.h"
 #include "client.h"
 #include "cleanup.h"
 #include "counters.h"
@@ -30,11 +31,14 @@
 /* A client that goes on sending past the limit after its 413 is dropped
  * once this much more has been thrown away. */
 #define HTTP_MAX_DISCARD (64u << 20)
-/* "Bearer TOKEN": the token's uid, or 0. */
-static uid_t authenticate(struct MHD_Connection *connection)
+/* "Bearer TOKEN": the token's uid, or 0. E2B's SDKs send their own
+ * headers (http_e2b_authenticate). */
+static uid_t authenticate(struct MHD_Connection *connection, bool e2b)
 {
         const char *auth =
             MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+        if (e2b)
+                return http_e2b_authenticate(connection);
         if (auth == NULL || strncasecmp(auth, "Bearer ", 7) != 0)
                 return 0;
         const char *token = auth + 7;
@@ -121,6 +125,8 @@ static enum MHD_Result route(struct http_request *r)
         const char *rest;
         bool get = strcmp(r->method, "GET") == 0, post = strcmp(r->method, "POST") == 0;
         enum MHD_Result ret;
+        if (r->e2b)
+                return http_e2b_route(r);
         if (post && path_is(r->url, "/v1/rpc/", &rest))
                 return http_rpc_handle(r, rest);
         if (post && path_is(r->url, "/v1/rpc", NULL))
@@ -196,7 +202,7 @@ static enum MHD_Result liveness(struct http_request *r)
 static bool request_owner(struct http_request *r)
 {
         if (http_config.act_as) {
-                r->uid = authenticate(r->connection);
+                r->uid = authenticate(r->connection, r->e2b);
                 return r->uid != 0;
         }
         if (!http_config.no_auth && !from_this_host(r->connection))
@@ -275,13 +281,18 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *connecti
                 struct timespec now;
                 clock_gettime(CLOCK_MONOTONIC, &now);
                 r->started_ns = (long long)now.tv_sec * 1000000000 + now.tv_nsec;
+                r->e2b = http_e2b_wants(connection, url);
                 bool owned = request_owner(r);
                 /* A probe's question, answered without a token (and without data:
                  * a valid token sees the load): is nsboxd answering through this
                  * front? Probes send no token (agent-sandbox's routers strip
                  * Authorization, a kubelet has none). */
-                if (is_probe(method, url) && (!owned || strcmp(url, "/healthz") == 0))
+                if (!r->e2b && is_probe(method, url) && (!owned || strcmp(url, "/healthz") == 0))
                         return liveness(r);
+                if (!owned && r->e2b && http_config.act_as)
+                        return http_e2b_refuse(
+                            r, MHD_HTTP_UNAUTHORIZED,
+                            "a valid X-API-KEY (or the sandbox's access token) is required");
                 if (!owned && http_config.act_as)
                         return http_reply_error(r, MHD_HTTP_UNAUTHORIZED, "unauthorized",
                                                 "a valid token is required: Authorization: Bearer TOKEN");

@@ -91,9 +91,15 @@ static const struct option_def options[] = {
           "IPv4 CIDR the sandboxes' network addresses come from" },
         { "egress_dns_servers", "NSBOX_EGRESS_DNS_SERVERS", OPT_STRING, CFG(egress_dns_servers), 0,
           "resolvers of the egress proxy, IP[:PORT],... (default: /etc/resolv.conf)" },
+        { "egress_ca_file", "NSBOX_EGRESS_CA_FILE", OPT_STRING, CFG(egress_ca_file), 0,
+          "more CA certificates (PEM) the egress proxy trusts, beside the system's, to verify the servers "
+          "of secrets' hosts" },
         { "egress_path", "NSBOX_EGRESS_PATH", OPT_STRING, CFG(egress_path), 0, "the nsbox-egress binary" },
         { "egress_uid", "NSBOX_EGRESS_UID", OPT_UINT, CFG(egress_uid), UINT32_MAX - 1,
           "uid and gid of the egress proxy (0: uid_pool_base - 1)" },
+        { "host_mount_roots", "NSBOX_HOST_MOUNT_ROOTS", OPT_STRING, CFG(host_mount_roots), 0,
+          "directories (comma-separated, absolute) under which a client may mount its own host "
+          "directories into a sandbox (sandbox.create mounts[].host_path); \"\": none" },
         { "python_fork_server", "NSBOX_PYTHON_FORK_SERVER", OPT_STRING, CFG(python_fork_server), 0,
           "stateless python.run through a per-sandbox fork server: lazy, eager or off" },
         { "python_fork_server_idle_seconds", "NSBOX_PYTHON_FORK_SERVER_IDLE_SECONDS", OPT_UINT,
@@ -106,6 +112,9 @@ static const struct option_def options[] = {
           "disk for snapshots and committed images, all users together" },
         { "max_snapshots_per_uid", "NSBOX_MAX_SNAPSHOTS_PER_UID", OPT_UINT, CFG(max_snapshots_per_uid),
           100000, "snapshots one non-root uid may keep" },
+        { "volume_bytes_per_uid", "NSBOX_VOLUME_BYTES_PER_UID", OPT_UINT, CFG(volume_bytes_per_uid),
+          1ull << 50,
+          "the sizes of one non-root uid's volumes together (0: the size of the state dir's file system)" },
         { "max_images_per_uid", "NSBOX_MAX_IMAGES_PER_UID", OPT_UINT, CFG(max_images_per_uid), 100000,
           "committed images one non-root uid may keep" },
         { "layer_inodes", "NSBOX_LAYER_INODES", OPT_UINT, CFG(layer_inodes), 1ull << 40,
@@ -355,10 +364,14 @@ int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_
         config->egress_path = sibling_path("nsbox-egress", NSBOX_PREFIX "/libexec/nsbox/nsbox-egress");
         config->network_subnet = strdup("10.250.0.0/16");
         config->egress_dns_servers = strdup("");
+        config->egress_ca_file = strdup("");
         config->log_level = strdup("info");
         config->uid_isolation = strdup("per-sandbox");
         config->unmapped_clients = strdup("refuse");
         config->python_fork_server = strdup("lazy");
+        /* Where users keep their own files; never /etc, /usr, /var/lib, /root
+         * or the state dir, whatever their modes say. */
+        config->host_mount_roots = strdup("/home,/srv,/tmp,/var/tmp");
         config->python_fork_server_idle_seconds = 60;
         /* The server holds about 100 MiB (numpy, pandas, matplotlib, PIL):
          * in a smaller sandbox that is more than the imports it saves. */
@@ -505,8 +518,10 @@ void config_free(struct nsbox_config *config)
         free(config->uid_isolation);
         free(config->unmapped_clients);
         free(config->python_fork_server);
+        free(config->host_mount_roots);
         free(config->network_subnet);
         free(config->egress_dns_servers);
+        free(config->egress_ca_file);
         free(config->egress_path);
         free(config->idle_action);
         json_decref(config->network_policies);

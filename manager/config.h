@@ -68,6 +68,7 @@ struct nsbox_config {
         json_t *network_policies;
         unsigned allow_client_network_policies;
         char *network_subnet;     /* IPv4 CIDR the sandboxes' /30s come from */
+        char *egress_ca_file;     /* PEM the proxy trusts beside the system's; "" = none */
         char *egress_dns_servers; /* "IP[:PORT],..." for the proxy; "" = resolv.conf */
         char *egress_path;        /* the nsbox-egress binary */
         uid_t egress_uid;         /* the proxy's uid and gid; 0 = uid_pool_base - 1 */
@@ -77,6 +78,9 @@ struct nsbox_config {
          * seconds without a stateless call; not started in sandboxes whose
          * memory limit is below the last. */
         char *python_fork_server;
+        /* Comma-separated absolute directories: a client's mounts[].host_path
+         * must be below one of them (manager/host_mounts.c). */
+        char *host_mount_roots;
         uint32_t python_fork_server_idle_seconds;
         uint64_t python_fork_server_min_memory_bytes;
         /* Pausing (sandbox.pause): the default of what the idle reaper does
@@ -91,6 +95,9 @@ struct nsbox_config {
         uint64_t layer_disk_bytes;
         unsigned max_snapshots_per_uid;
         unsigned max_images_per_uid;
+        /* Volumes are sparse: their sizes are promises of host disk. What one
+         * non-root uid's add up to at most (0: the state dir's file system). */
+        uint64_t volume_bytes_per_uid;
         /* Their inodes: empty files, symlinks and FIFOs cost no bytes, yet
          * each is an inode of the state dir's file system. In all, of one
          * non-root uid, of one snapshot or image. */

@@ -22,6 +22,7 @@
 
 #include "cleanup.h"
 #include "daemon.h"
+#include "egress_ca.h"
 #include "json_cleanup.h"
 #include "json_file.h"
 #include "log.h"
@@ -57,8 +58,10 @@ struct sandbox_egress {
         unsigned slot;
         struct in_addr address, gateway;
         char link[16];
-        int listener, dns; /* in the egress namespace; the proxy holds copies */
-        json_t *policy;    /* as the proxy has it */
+        int listener, dns;   /* in the egress namespace; the proxy holds copies */
+        json_t *policy;      /* as the proxy has it */
+        json_t *secrets;     /* the sandbox's (policy/secrets.h), or NULL */
+        struct egress_ca ca; /* with secrets: TLS to their hosts is intercepted */
         struct egress_exposed exposed[EGRESS_MAX_EXPOSED];
         unsigned n_exposed;
         struct {
@@ -290,8 +293,10 @@ static json_t *add_message(const struct sandbox *sb)
 {
         char address[INET_ADDRSTRLEN];
         inet_ntop(AF_INET, &sb->egress->address, address, sizeof(address));
-        return json_pack("{s:s, s:s, s:s, s:O}", "op", "add", "sandbox", sb->id, "address", address, "policy",
-                         sb->egress->policy);
+        const struct egress_ca *ca = &sb->egress->ca;
+        json_t *tls = ca->cert_pem ? json_pack("{s:s, s:s}", "cert", ca->cert_pem, "key", ca->key_pem) : NULL;
+        return json_pack("{s:s, s:s, s:s, s:O, s:O*, s:o*}", "op", "add", "sandbox", sb->id, "address",
+                         address, "policy", sb->egress->policy, "secrets", sb->egress->secrets, "tls", tls);
 }
 
 static void proxy_send_expose(const struct sandbox *sb, const struct egress_exposed *x)
@@ -331,6 +336,7 @@ static void proxy_send(json_t *message, const int *fds, unsigned nfds)
                 return;
         }
         ssize_t n = ctl_send(egress.proxy_ctl->fd, body, strlen(body), NULL, 0, fds, nfds);
+        explicit_bzero(body, strlen(body)); /* an add message carries the sandbox's secrets */
         if (n < 0) {
                 /* A proxy that does not keep up with its control socket is
                  * restarted: the new one is told everything again. */
@@ -449,18 +455,19 @@ static int proxy_spawn(nsbox_error_t **err)
         snprintf(uid, sizeof(uid), "%u", (unsigned)nsboxd.config.egress_uid);
         snprintf(ns_fd, sizeof(ns_fd), "%d", 4);
         snprintf(ctl_fd, sizeof(ctl_fd), "%d", 3);
-        char *argv[] = { "nsbox-egress",
-                         "--control-fd",
-                         ctl_fd,
-                         "--netns-fd",
-                         ns_fd,
-                         "--uid",
-                         uid,
-                         "--gid",
-                         uid,
-                         nsboxd.config.egress_dns_servers[0] ? "--dns-servers" : NULL,
-                         nsboxd.config.egress_dns_servers,
-                         NULL };
+        char *argv[] = {
+                "nsbox-egress", "--control-fd", ctl_fd, "--netns-fd", ns_fd, "--uid", uid, "--gid", uid,
+                NULL,           NULL,           NULL,   NULL,         NULL
+        };
+        char **more = &argv[9];
+        if (nsboxd.config.egress_dns_servers[0]) {
+                *more++ = "--dns-servers";
+                *more++ = nsboxd.config.egress_dns_servers;
+        }
+        if (nsboxd.config.egress_ca_file[0]) {
+                *more++ = "--ca-file";
+                *more++ = nsboxd.config.egress_ca_file;
+        }
         int sv[2];
         if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
                 return nsbox_error(err, errno, "socketpair for the egress proxy");
@@ -635,6 +642,8 @@ static void egress_free(struct sandbox_egress *e)
         if (e->slot > 0 && e->slot < egress.n_slots)
                 egress.slots[e->slot] = 0;
         json_decref(e->policy);
+        json_decref(e->secrets);
+        egress_ca_clear(&e->ca);
         free(e);
 }
 
@@ -702,7 +711,8 @@ static void egress_save(struct sandbox *sb)
 }
 
 /* slot 0: any (0 is never a sandbox's: it holds the subnet's base). */
-static int attach_with(struct sandbox *sb, json_t *policy, unsigned wanted_slot, nsbox_error_t **err)
+static int attach_with(struct sandbox *sb, json_t *policy, json_t *secrets, unsigned wanted_slot,
+                       nsbox_error_t **err)
 {
         /* The next free slot after the last one taken, not the lowest: a
          * slot just released may still have its veth (deleted with the
@@ -727,6 +737,11 @@ static int attach_with(struct sandbox *sb, json_t *policy, unsigned wanted_slot,
         e->slot = slot;
         egress.slots[slot] = 1;
         e->policy = json_incref(policy);
+        e->secrets = json_incref(secrets);
+        if (secrets != NULL && egress_ca_make(sb->id, &e->ca, err) < 0) {
+                egress_free(e);
+                return -EIO;
+        }
         e->gateway.s_addr = htonl(egress.base + 4 * slot + 1);
         e->address.s_addr = htonl(egress.base + 4 * slot + 2);
         snprintf(e->link, sizeof(e->link), "nsb%u", slot);
@@ -749,6 +764,8 @@ static int attach_with(struct sandbox *sb, json_t *policy, unsigned wanted_slot,
                 return r;
         }
         sb->egress = e;
+        if (sb->state == SANDBOX_RUNNING)
+                egress_install_ca(sb);
         _cleanup_json_ json_t *m = add_message(sb);
         int fds[2] = { e->listener, e->dns };
         proxy_send(m, fds, 2);
@@ -763,7 +780,36 @@ int egress_attach(struct sandbox *sb, const struct sandbox_policy *wanted, nsbox
         _cleanup_json_ json_t *policy = policy_object(wanted, err);
         if (policy == NULL)
                 return -EINVAL;
-        return attach_with(sb, policy, 0, err);
+        return attach_with(sb, policy, wanted->secrets, 0, err);
+}
+
+int egress_update_secrets(struct sandbox *sb, json_t *secrets, nsbox_error_t **err)
+{
+        struct sandbox_egress *e = sb->egress;
+        if (e == NULL)
+                return 0; /* attach_with takes sb->policy.secrets */
+        if (secrets != NULL && e->ca.cert_pem == NULL) {
+                if (egress_ca_make(sb->id, &e->ca, err) < 0)
+                        return -EIO;
+                egress_install_ca(sb);
+        }
+        json_decref(e->secrets);
+        e->secrets = json_incref(secrets);
+        json_t *tls =
+            e->ca.cert_pem ? json_pack("{s:s, s:s}", "cert", e->ca.cert_pem, "key", e->ca.key_pem) : NULL;
+        _cleanup_json_ json_t *m = json_pack("{s:s, s:s, s:O*, s:o*}", "op", "secrets", "sandbox", sb->id,
+                                             "secrets", secrets, "tls", tls);
+        proxy_send(m, NULL, 0);
+        return 0;
+}
+
+void egress_install_ca(struct sandbox *sb)
+{
+        if (sb->egress == NULL || sb->egress->ca.cert_pem == NULL)
+                return;
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (egress_ca_install(sb, &sb->egress->ca, &err) < 0)
+                log_warn("sandbox %s: install the secrets CA: %s", sb->id, err->message);
 }
 
 void egress_detach(struct sandbox *sb, bool alive)
@@ -798,7 +844,7 @@ int egress_update(struct sandbox *sb, const char *network, json_t *custom, nsbox
                 if (policy == NULL)
                         return -EINVAL;
                 if (sb->egress == NULL) {
-                        int r = attach_with(sb, policy, 0, err);
+                        int r = attach_with(sb, policy, sb->policy.secrets, 0, err);
                         if (r < 0)
                                 return r;
                 } else {
@@ -913,7 +959,7 @@ int egress_reattach(struct sandbox *sb, nsbox_error_t **err)
         _cleanup_error_ nsbox_error_t *gone = NULL;
         network_link_delete("eth0", &gone); /* none: the kernel was first */
         leave_netns();
-        int r = attach_with(sb, policy, wanted, err);
+        int r = attach_with(sb, policy, sb->policy.secrets, wanted, err);
         if (r < 0)
                 return r;
         size_t i;

@@ -25,6 +25,14 @@ void egress_shutdown(void);
 struct nsbox_config;
 void egress_reload(struct nsbox_config *fresh);
 
+/* sandbox.update's secrets (NULL: none) to the proxy, with a CA made and
+ * installed if the sandbox had none. */
+int egress_update_secrets(struct sandbox *sb, json_t *secrets, nsbox_error_t **err);
+
+/* A running sandbox with secrets: its CA into its trust store (a failure
+ * is logged: TLS to the secrets' hosts then fails verification). */
+void egress_install_ca(struct sandbox *sb);
+
 /* A sandbox.create or sandbox.update "network" the operator allows
  * (invalid_params otherwise). */
 int egress_check(const struct sandbox_policy *policy, nsbox_error_t **err);

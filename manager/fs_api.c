@@ -109,7 +109,7 @@ static const char *fs_error_kind(int errnum)
         }
 }
 
-static void fs_reply_failure(struct rpc_request *req, int r, nsbox_error_t *err)
+void fs_reply_failure(struct rpc_request *req, int r, nsbox_error_t *err)
 {
         rpc_reply_fail_errno(req, fs_error_kind(-r), -r, "%s",
                              err && err->message ? err->message : strerror(-r));

@@ -7,6 +7,9 @@
 
 struct sandbox;
 
+/* Answer a failed fs.* call (r: -errno) with the kind its errno maps to. */
+void fs_reply_failure(struct rpc_request *req, int r, nsbox_error_t *err);
+
 void fs_method_list(struct rpc_request *req, struct sandbox *sb);
 void fs_method_read(struct rpc_request *req, struct sandbox *sb);
 void fs_method_write(struct rpc_request *req, struct sandbox *sb);

@@ -96,8 +96,9 @@ static int fs_resolve_error(nsbox_error_t **err, int errnum, const char *path)
                 return nsbox_refuse(err, errnum, "%s: a path component is not a directory", path);
         case EXDEV:
                 return nsbox_refuse(err, errnum,
-                                    "%s: outside the sandbox's root file system (/proc, /dev and /sys are "
-                                    "not reachable through fs.*)",
+                                    "%s: outside the sandbox's root file system (/proc, /dev and /sys, and "
+                                    "its volumes and host directories, are not reachable through fs.*: use "
+                                    "sandbox.exec there)",
                                     path);
         case ELOOP:
                 return nsbox_refuse(err, errnum, "%s: too many levels of symlinks, or a /proc magic link",

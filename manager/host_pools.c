@@ -47,8 +47,8 @@ void host_pools_reserve(const struct nsbox_config *config)
 {
         unsigned long long sandboxes = config->max_sandboxes;
         reserve("/proc/sys/fs/inotify/max_user_instances",
-                ROOT_OWN_INSTANCES + sandboxes * SANDBOX_INOTIFY_INSTANCES);
+                ROOT_OWN_INSTANCES + sandboxes * (SANDBOX_INOTIFY_INSTANCES + SANDBOX_WATCH_INSTANCES));
         reserve("/proc/sys/fs/inotify/max_user_watches",
-                ROOT_OWN_WATCHES + sandboxes * SANDBOX_INOTIFY_WATCHES);
+                ROOT_OWN_WATCHES + sandboxes * (SANDBOX_INOTIFY_WATCHES + SANDBOX_WATCH_DIRS));
         reserve("/proc/sys/fs/file-max", HOST_OWN_FILES + sandboxes * config->max_pids * SANDBOX_NOFILE);
 }

@@ -14,10 +14,12 @@
 #include "cgroup.h"
 #include "cleanup.h"
 #include "daemon.h"
+#include "desktop.h"
 #include "egress.h"
 #include "events.h"
 #include "exec.h"
 #include "fs_api.h"
+#include "fs_watch.h"
 #include "images.h"
 #include "json_cleanup.h"
 #include "log.h"
@@ -28,10 +30,13 @@
 #include "sandbox_limits.h"
 #include "sandbox_pause.h"
 #include "shell.h"
+#include "secrets.h"
 #include "snapshot.h"
+#include "state.h"
 #include "uidmode.h"
 #include "userns.h"
 #include "version.h"
+#include "volumes.h"
 
 /* `ref` names a sandbox of the caller's that was removed: the reply says
  * when and why (kind "gone"), and true. Another user's removed sandbox is
@@ -241,6 +246,11 @@ static void sandbox_method_create(struct rpc_request *req, struct sandbox *sb)
                 policy_clear(&policy);
                 return;
         }
+        if (policy.mounts != NULL && userns_active()) {
+                rpc_reply_fail(req, "unavailable", "%s", VOLUMES_USERNS_REFUSAL);
+                policy_clear(&policy);
+                return;
+        }
         if (!image_usable(policy.image, req->uid)) {
                 rpc_reply_fail(req, "invalid_params",
                                "no image \"%s\" in %s (nsbox images lists those you may use)", policy.image,
@@ -266,6 +276,11 @@ static void sandbox_method_create(struct rpc_request *req, struct sandbox *sb)
         int r = sandbox_create_from(req->uid, &policy, snapshot_id, create_done, req, &made, &err);
         if (r == -EUSERS) {
                 rpc_reply_fail(req, "limit_reached", "%s", err->message);
+                return;
+        }
+        /* Its mounts: a volume the caller lacks, a host directory it may not have. */
+        if (r == -ENOENT || r == -EPERM) {
+                rpc_reply_fail(req, r == -ENOENT ? "not_found" : "permission_denied", "%s", err->message);
                 return;
         }
         if (r < 0) {
@@ -341,10 +356,55 @@ static void reply_egress_error(struct rpc_request *req, int r, const nsbox_error
                                "%s", err->message);
 }
 
-/* What may change in a live sandbox: its network policy. */
+/* sandbox.update's secrets: they replace the sandbox's (null or {}: none
+ * left); false after replying. */
+static bool update_secrets(struct rpc_request *req, struct sandbox *sb, json_t *secrets)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        _cleanup_json_ json_t *fresh = NULL;
+        if (!json_is_null(secrets) && policy_secrets_from_json(secrets, &fresh, &err) < 0) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
+                return false;
+        }
+        if (fresh != NULL && json_object_size(fresh) == 0) {
+                json_decref(fresh);
+                fresh = NULL;
+        }
+        if (policy_secrets_replace(fresh, sb->policy.secrets, &sb->policy.env, &err) < 0) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
+                return false;
+        }
+        if (egress_update_secrets(sb, fresh, &err) < 0) {
+                rpc_reply_fail(req, "internal", "%s", err->message);
+                return false;
+        }
+        json_decref(sb->policy.secrets);
+        sb->policy.secrets = json_incref(fresh);
+        log_limited(log_key_uid(req->uid).text, LOG_LEVEL_INFO, "sandbox %s: %zu secrets set by uid %u",
+                    sb->id, fresh ? json_object_size(fresh) : 0, req->uid);
+        return true;
+}
+
+/* What may change in a live sandbox: its network policy, its idle timeout and its secrets. */
 static void sandbox_method_update(struct rpc_request *req, struct sandbox *sb)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
+        /* Checked before anything changes. */
+        json_t *idle = json_object_get(req->msg.params, "idle_timeout_seconds");
+        if (idle != NULL && (!json_is_integer(idle) || json_integer_value(idle) < 1 ||
+                             json_integer_value(idle) > POLICY_MAX_IDLE_SECONDS)) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                "idle_timeout_seconds must be an integer from 1 to %u",
+                                POLICY_MAX_IDLE_SECONDS);
+                return;
+        }
+        json_t *secrets = json_object_get(req->msg.params, "secrets");
+        if (secrets != NULL && sb->state != SANDBOX_RUNNING) {
+                rpc_reply_fail(req, "unavailable", "sandbox %s is %s", sb->id, sandbox_state_name(sb->state));
+                return;
+        }
+        if (secrets != NULL && !update_secrets(req, sb, secrets))
+                return;
         json_t *network = json_object_get(req->msg.params, "network");
         if (network != NULL) {
                 char name[sizeof(sb->policy.network)];
@@ -365,6 +425,11 @@ static void sandbox_method_update(struct rpc_request *req, struct sandbox *sb)
                 }
                 log_limited(log_key_uid(req->uid).text, LOG_LEVEL_INFO,
                             "sandbox %s: network set to %s by uid %u", sb->id, name, req->uid);
+        }
+        if (idle != NULL) {
+                sb->policy.idle_timeout_seconds = (uint32_t)json_integer_value(idle);
+                if (state_save(sb, &err) < 0)
+                        log_warn("sandbox %s: %s", sb->id, err->message);
         }
         sandbox_touch(sb);
         json_t *info = sandbox_json(sb, false);
@@ -560,7 +625,8 @@ static const struct method methods[] = {
         { "sandbox.stats", sandbox_method_stats, M_FIND, PARAMS("sandbox_id") },
         { "events.subscribe", events_method_subscribe, M_FIND, PARAMS("sandbox_id") },
         { "sandbox.remove", sandbox_method_remove, M_SANDBOX, PARAMS("sandbox_id", "force") },
-        { "sandbox.update", sandbox_method_update, M_SANDBOX, PARAMS("sandbox_id", "network") },
+        { "sandbox.update", sandbox_method_update, M_SANDBOX,
+          PARAMS("sandbox_id", "network", "idle_timeout_seconds", "secrets") },
         { "sandbox.expose", sandbox_method_expose, M_SANDBOX, PARAMS("sandbox_id", "port") },
         { "sandbox.unexpose", sandbox_method_unexpose, M_SANDBOX, PARAMS("sandbox_id", "port") },
         { "sandbox.pause", sandbox_method_pause, M_SANDBOX, PARAMS("sandbox_id", "force") },
@@ -569,11 +635,26 @@ static const struct method methods[] = {
         { "sandbox.snapshot", snapshot_method_create, M_SANDBOX, NULL },
         { "snapshot.list", snapshot_method_list, 0, NULL },
         { "snapshot.remove", snapshot_method_remove, 0, NULL },
+        { "volume.create", volume_method_create, 0, NULL },
+        { "volume.list", volume_method_list, 0, NULL },
+        { "volume.remove", volume_method_remove, 0, NULL },
         { "image.commit", image_method_commit, M_SANDBOX, NULL },
         { "image.list", image_method_list, 0, NULL },
         { "image.remove", image_method_remove, 0, NULL },
         { "image.import", image_method_import, 0, NULL },
         { "python.run", python_method_run, M_FIND | M_RESUME, NULL },
+        { "desktop.start", desktop_method_start, M_SANDBOX | M_RESUME | M_TOUCH,
+          PARAMS("sandbox_id", "width", "height") },
+        { "desktop.screenshot", desktop_method_screenshot, M_SANDBOX | M_RESUME | M_TOUCH,
+          PARAMS("sandbox_id") },
+        { "desktop.click", desktop_method_click, M_SANDBOX | M_RESUME | M_TOUCH,
+          PARAMS("sandbox_id", "x", "y", "button", "double") },
+        { "desktop.move", desktop_method_move, M_SANDBOX | M_RESUME | M_TOUCH,
+          PARAMS("sandbox_id", "x", "y") },
+        { "desktop.scroll", desktop_method_scroll, M_SANDBOX | M_RESUME | M_TOUCH,
+          PARAMS("sandbox_id", "x", "y", "direction", "amount") },
+        { "desktop.type", desktop_method_type, M_SANDBOX | M_RESUME | M_TOUCH, PARAMS("sandbox_id", "text") },
+        { "desktop.key", desktop_method_key, M_SANDBOX | M_RESUME | M_TOUCH, PARAMS("sandbox_id", "keys") },
         { "package.install", package_method_install, M_SANDBOX | M_RESUME | M_TOUCH, NULL },
         { "exec.status", exec_method_status, 0, NULL },
         { "exec.output", exec_method_output, 0, NULL },
@@ -590,6 +671,7 @@ static const struct method methods[] = {
         { "fs.rename", fs_method_rename, M_SANDBOX | M_TOUCH, NULL },
         { "fs.symlink", fs_method_symlink, M_SANDBOX | M_TOUCH, NULL },
         { "fs.chmod", fs_method_chmod, M_SANDBOX | M_TOUCH, NULL },
+        { "fs.watch", fs_method_watch, M_SANDBOX | M_TOUCH, NULL },
         { "shell.create", shell_method_create, M_FIND | M_RESUME, NULL },
         { "shell.run", shell_method_run, M_FIND | M_RESUME, NULL },
         { "shell.check", shell_method_check, M_FIND, NULL },

@@ -138,8 +138,12 @@ static int adopt_one(const char *name, nsbox_error_t **err)
                *paused = json_object_get(record, "paused_at_ms");
         a.last_active_ms = json_is_integer(active) ? json_integer_value(active) : 0;
         a.paused_at_ms = json_is_integer(paused) ? json_integer_value(paused) : 0;
-        int r = policy_from_json(&nsboxd.config.defaults, NULL, json_object_get(record, "policy"), &a.policy,
-                                 err);
+        json_t *params = json_object_get(record, "policy");
+        /* Their values are nsbox-egress's only, never written down: the
+         * proxy of the next nsboxd could not put them into requests. */
+        if (json_is_true(json_object_get(params, "has_secrets")))
+                return nsbox_error(err, ENOTSUP, "its secrets are not kept across a restart of nsboxd");
+        int r = policy_from_json(&nsboxd.config.defaults, NULL, params, &a.policy, err);
         if (r < 0)
                 return r;
 

@@ -13,6 +13,7 @@
 #include "cgroup.h"
 #include "daemon.h"
 #include "log.h"
+#include "secrets.h"
 
 struct sandbox_waiter {
         sandbox_ready_cb done;
@@ -138,6 +139,9 @@ json_t *sandbox_to_json(const struct sandbox *sb, bool existing)
         if (j != NULL)
                 json_object_set_new(j, "labels",
                                     sb->policy.labels ? json_deep_copy(sb->policy.labels) : json_object());
+        /* Names only: the values are nsbox-egress's. */
+        if (j != NULL && sb->policy.secrets != NULL)
+                json_object_set_new(j, "secrets", policy_secrets_names(sb->policy.secrets));
         if (j != NULL && paused) {
                 char when[40];
                 format_timestamp(sb->paused_at_ms, when, sizeof(when));
@@ -145,6 +149,8 @@ json_t *sandbox_to_json(const struct sandbox *sb, bool existing)
         }
         if (j != NULL && sb->snapshot_id[0] != '\0')
                 json_object_set_new(j, "from_snapshot", json_string(sb->snapshot_id));
+        if (j != NULL && sb->policy.mounts != NULL)
+                json_object_set_new(j, "mounts", json_deep_copy(sb->policy.mounts));
         /* The limits above are what was asked; whether the host holds the
          * sandbox to them is said here, never implied. */
         if (j != NULL)
@@ -163,6 +169,7 @@ json_t *sandbox_to_json(const struct sandbox *sb, bool existing)
 #define REMOVAL_KEPT_MS    (7LL * 24 * 3600 * 1000)
 
 static struct sandbox_removal removals[REMOVALS_MAX];
+static unsigned long long removals_recorded;
 
 static bool removal_live(const struct sandbox_removal *r, long long now)
 {
@@ -179,19 +186,20 @@ void sandbox_removal_record(const struct sandbox *sb, const char *fmt, ...)
         for (size_t i = 0; i < REMOVALS_MAX; i++) {
                 struct sandbox_removal *r = &removals[i];
                 if (!removal_live(r, now))
-                        r->when_mono = 0;
+                        *r = (struct sandbox_removal){ 0 };
                 if (r->when_mono != 0 && r->owner == sb->owner) {
                         own++;
-                        if (own_oldest == NULL || r->when_mono < own_oldest->when_mono)
+                        if (own_oldest == NULL || r->seq < own_oldest->seq)
                                 own_oldest = r;
                 }
-                if (victim == NULL || r->when_mono < victim->when_mono)
+                if (victim == NULL || r->seq < victim->seq)
                         victim = r;
         }
         if (own >= REMOVALS_PER_OWNER)
                 victim = own_oldest;
         *victim = (struct sandbox_removal){ .owner = sb->owner,
                                             .when_mono = now,
+                                            .seq = ++removals_recorded,
                                             .removed_at_ms = now_realtime_ms() };
         snprintf(victim->sandbox_id, sizeof(victim->sandbox_id), "%s", sb->id);
         snprintf(victim->session_id, sizeof(victim->session_id), "%s", sb->policy.session_id);
@@ -205,7 +213,7 @@ void sandbox_removal_record(const struct sandbox *sb, const char *fmt, ...)
 static const struct sandbox_removal *removal_newer(const struct sandbox_removal *a,
                                                    const struct sandbox_removal *b)
 {
-        return a == NULL || (b != NULL && b->when_mono > a->when_mono) ? b : a;
+        return a == NULL || (b != NULL && b->seq > a->seq) ? b : a;
 }
 
 const struct sandbox_removal *sandbox_removal_find(const char *ref, uid_t uid)
@@ -243,7 +251,7 @@ const struct sandbox_removal *sandbox_removal_of_session(const char *session_id,
         for (size_t i = 0; i < REMOVALS_MAX; i++) {
                 struct sandbox_removal *r = &removals[i];
                 if (removal_live(r, now) && r->owner == owner && strcmp(r->session_id, session_id) == 0 &&
-                    (last == NULL || r->when_mono > last->when_mono))
+                    (last == NULL || r->seq > last->seq))
                         last = r;
         }
         if (last == NULL || last->recreated)
@@ -294,7 +302,7 @@ json_t *sandbox_removals_json(uid_t uid)
         for (size_t k = 0; k < n; k++) {
                 size_t newest = k;
                 for (size_t j = k + 1; j < n; j++)
-                        if (seen[j]->when_mono > seen[newest]->when_mono)
+                        if (seen[j]->seq > seen[newest]->seq)
                                 newest = j;
                 const struct sandbox_removal *t = seen[k];
                 seen[k] = seen[newest];

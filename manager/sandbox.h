@@ -89,6 +89,7 @@ void sandbox_touch(struct sandbox *sb);
 struct sandbox_removal {
         uid_t owner;
         long long when_mono;     /* 0: a free entry */
+        unsigned long long seq;  /* order of recording: newer is larger (ties of when_mono too) */
         long long removed_at_ms; /* wall clock */
         bool recreated;          /* its session has had a new sandbox since */
         char sandbox_id[37];

@@ -32,10 +32,12 @@
 #include "egress.h"
 #include "events.h"
 #include "exec.h"
+#include "fs_watch.h"
 #include "log.h"
 #include "profiles.h"
 #include "size.h"
 #include "proto.h"
+#include "host_mounts.h"
 #include "images.h"
 #include "rootfs.h"
 #include "sandbox_pause.h"
@@ -45,6 +47,7 @@
 #include "state.h"
 #include "uidmode.h"
 #include "userns.h"
+#include "volumes.h"
 
 /* The memory cgroup limits of every live sandbox, pooled ones included
  * (processes and the files held in RAM, cgroup_memory_max): what the host
@@ -296,6 +299,7 @@ static void sandbox_finalize(struct sandbox *sb)
                 sb->pidfd = NULL;
         }
         exec_sandbox_gone(sb);
+        fs_watch_sandbox_gone(sb);
         egress_detach(sb, false);
         if (sb->cgroup != NULL) {
                 cgroup_sandbox_destroy(sb->cgroup);
@@ -417,6 +421,7 @@ static void on_control(struct loop_source *source, uint32_t events)
                                         continue;
                                 }
                                 sb->state = SANDBOX_RUNNING;
+                                egress_install_ca(sb);
                                 sandbox_touch(sb);
                                 sandbox_lease_and_save(sb);
                                 log_limited(log_key_uid(sb->owner).text, LOG_LEVEL_INFO,
@@ -546,6 +551,72 @@ static void layers_free(struct layers *l)
                 free(l->path[i]);
 }
 
+struct mount_trees {
+        int fd[POLICY_MAX_MOUNTS];
+        size_t n;
+};
+
+static void mount_trees_close(struct mount_trees *t)
+{
+        for (size_t i = 0; i < t->n; i++)
+                close(t->fd[i]);
+}
+
+/* The sandbox's mounts as detached mounts, idmapped for it: a volume
+ * through the sandbox's own user namespace, a host directory (opened as
+ * its owner, host_mounts.c) through one that makes the owner's files the
+ * sandbox user's. */
+static int sandbox_mount_trees(struct sandbox *sb, pid_t pid, struct mount_trees *out, nsbox_error_t **err)
+{
+        if (sb->policy.mounts == NULL)
+                return 0;
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/ns/user", pid);
+        _cleanup_close_ int userns = open(path, O_RDONLY | O_CLOEXEC);
+        if (userns < 0)
+                return nsbox_error(err, errno, "open %s", path);
+        _cleanup_close_ int host_userns = -1;
+        size_t i;
+        json_t *m;
+        json_array_foreach(sb->policy.mounts, i, m)
+        {
+                const char *volume = json_string_value(json_object_get(m, "volume"));
+                const char *host = json_string_value(json_object_get(m, "host_path"));
+                bool ro = json_is_true(json_object_get(m, "read_only"));
+                int tree;
+                if (volume != NULL) {
+                        tree = volume_mount_tree(sb->owner, volume, userns, ro, err);
+                } else {
+                        _cleanup_close_ int dir = host_mount_open(sb->owner, host, ro, err);
+                        if (dir < 0)
+                                return dir;
+                        uid_t user = sb->host_uid_base + VOLUME_SANDBOX_USER;
+                        if (host_userns < 0 &&
+                            (host_userns = host_mount_userns(sb->owner, host_mount_caller_gid(sb->owner),
+                                                             user, user, err)) < 0)
+                                return host_userns;
+                        tree = host_mount_clone_idmapped(dir, host_userns, ro, err);
+                }
+                if (tree < 0)
+                        return tree;
+                out->fd[out->n++] = tree;
+        }
+        return 0;
+}
+
+static int send_mounts(int sock, struct sandbox *sb, const struct mount_trees *trees, nsbox_error_t **err)
+{
+        for (size_t i = 0; i < trees->n; i++) {
+                struct setup_mount m = { .magic = SETUP_MOUNT_MAGIC };
+                snprintf(m.path, sizeof(m.path), "%s",
+                         json_string_value(json_object_get(json_array_get(sb->policy.mounts, i), "path")));
+                ssize_t n = ctl_send(sock, &m, sizeof(m), NULL, 0, &trees->fd[i], 1);
+                if (n < 0)
+                        return nsbox_error(err, (int)-n, "send the sandbox setup its mounts");
+        }
+        return 0;
+}
+
 static int sandbox_spawn(struct sandbox *sb, nsbox_error_t **err)
 {
         char path[4096];
@@ -663,16 +734,21 @@ static int sandbox_spawn(struct sandbox *sb, nsbox_error_t **err)
                                                         pid, !uidmode_shared(), err);
         if (tree < 0)
                 return tree;
+        _cleanup_(mount_trees_close) struct mount_trees trees = { .n = 0 };
+        if ((r = sandbox_mount_trees(sb, pid, &trees, err)) < 0)
+                return r;
 
         fcntl(parent_end, F_SETFL, O_NONBLOCK);
         /* One exec request (argv + env, up to 1 MiB) is one packet. */
         int sndbuf = 4 << 20;
         if (setsockopt(parent_end, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf)) < 0)
                 setsockopt(parent_end, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)); /* see exec.c */
-        struct setup_go go = { .magic = SETUP_GO_MAGIC };
+        struct setup_go go = { .magic = SETUP_GO_MAGIC, .n_mounts = (uint32_t)trees.n };
         ssize_t n = ctl_send(parent_end, &go, sizeof(go), NULL, 0, &tree, 1);
         if (n < 0)
                 return nsbox_error(err, (int)-n, "start the sandbox setup");
+        if ((r = send_mounts(parent_end, sb, &trees, err)) < 0)
+                return r;
         sb->ctl = loop_add(nsboxd.loop, parent_end, EPOLLIN, on_control, sb);
         if (sb->ctl == NULL)
                 return nsbox_error(err, errno, "watch the sandbox control socket");
@@ -963,8 +1039,8 @@ int sandbox_create_from(uid_t owner, struct sandbox_policy *policy, const char *
                                    "(max_sandboxes_per_uid)",
                                    (unsigned)owner, nsboxd.config.max_sandboxes_per_uid);
         }
-        /* A pooled sandbox's overlay has no snapshot layer. */
-        struct sandbox *sb = snapshot_id == NULL ? pool_claim(owner, policy) : NULL;
+        /* A pooled sandbox's overlay has no snapshot layer, nor mounts. */
+        struct sandbox *sb = snapshot_id == NULL && policy->mounts == NULL ? pool_claim(owner, policy) : NULL;
         if (sb != NULL) {
                 *out = sb;
                 if (sb->state == SANDBOX_RUNNING)

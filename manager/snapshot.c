@@ -931,11 +931,9 @@ static int snapshot_discard(const char *id, snapshot_copy_done_fn done, void *da
 
 /* A snapshot made for forks only (remove_when_unused, as `nsbox fork`
  * takes one) goes with the last sandbox made from it. */
-static void discard_if_unused(const char *id, const char *why)
+static void discard_unused_one(const char *id, json_t *meta, void *why)
 {
-        char reason[256];
-        _cleanup_json_ json_t *meta = NULL;
-        if (snapshot_users(id) > 0 || snapshot_load(id, &meta, reason, sizeof(reason)) < 0 ||
+        if (meta == NULL || snapshot_users(id) > 0 ||
             !json_is_true(json_object_get(meta, "remove_when_unused")))
                 return;
         _cleanup_error_ nsbox_error_t *err = NULL;
@@ -944,22 +942,20 @@ static void discard_if_unused(const char *id, const char *why)
                 return;
         }
         log_limited(log_key_uid(meta_owner(meta)).text, LOG_LEVEL_INFO,
-                    "snapshot %s: removed, %s (it was taken for forks only)", id, why);
+                    "snapshot %s: removed, %s (it was taken for forks only)", id, (const char *)why);
+}
+
+static void discard_if_unused(const char *id, const char *why)
+{
+        char reason[256];
+        _cleanup_json_ json_t *meta = NULL;
+        if (snapshot_load(id, &meta, reason, sizeof(reason)) == 0)
+                discard_unused_one(id, meta, (void *)why);
 }
 
 void snapshots_discard_unused(void)
 {
-        char dir[4096];
-        snapshots_dir(dir, sizeof(dir));
-        DIR *d = opendir(dir);
-        if (d == NULL)
-                return;
-        struct dirent *de;
-        while ((de = readdir(d)) != NULL) {
-                if (snapshot_id_valid(de->d_name))
-                        discard_if_unused(de->d_name, "no sandbox made from it is left");
-        }
-        closedir(d);
+        snapshots_foreach(discard_unused_one, "no sandbox made from it is left");
 }
 
 /* snapshot.remove */

@@ -83,6 +83,12 @@ static json_t *policy_params(const struct sandbox_policy *p)
                 json_object_set(params, "env", p->env);
         if (p->labels != NULL)
                 json_object_set(params, "labels", p->labels);
+        /* Already mounted in the sandbox: kept so that a volume in use stays so. */
+        if (p->mounts != NULL)
+                json_object_set(params, "mounts", p->mounts);
+        /* Never its secrets' values: a sandbox with secrets is not adopted. */
+        if (p->secrets != NULL)
+                json_object_set_new(params, "has_secrets", json_true());
         return params;
 }
 
@@ -112,14 +118,14 @@ int state_save(const struct sandbox *sb, nsbox_error_t **err)
         /* Everything the next nsboxd needs to adopt the sandbox (live
          * restore) is here, and nothing it would have to trust: paths
          * (its dir, its cgroups) follow from the id, never from the record. */
-        _cleanup_json_ json_t *record =
-            json_pack("{s:i, s:s, s:I, s:s?, s:I, s:I, s:I, s:I, s:s, s:b, s:b, s:s, s:o?}", "version", 1,
-                      "sandbox_id", sb->id, "owner", (json_int_t)sb->owner, "session_id",
-                      sb->policy.session_id[0] ? sb->policy.session_id : NULL, "pid", (json_int_t)sb->pid,
-                      "pid_start_time", (json_int_t)state_process_start_time(sb->pid), "host_uid_base",
-                      (json_int_t)sb->host_uid_base, "created_at_ms", (json_int_t)sb->created_at_ms, "image",
-                      sb->policy.image, "live_restore", sb->lease_fd >= 0, "pooled", sb->pooled,
-                      "snapshot_id", sb->snapshot_id, "policy", policy_params(&sb->policy));
+        _cleanup_json_ json_t *record = json_pack(
+            "{s:i, s:s, s:I, s:s?, s:I, s:I, s:I, s:I, s:s, s:O?, s:b, s:b, s:s, s:o?}", "version", 1,
+            "sandbox_id", sb->id, "owner", (json_int_t)sb->owner, "session_id",
+            sb->policy.session_id[0] ? sb->policy.session_id : NULL, "pid", (json_int_t)sb->pid,
+            "pid_start_time", (json_int_t)state_process_start_time(sb->pid), "host_uid_base",
+            (json_int_t)sb->host_uid_base, "created_at_ms", (json_int_t)sb->created_at_ms, "image",
+            sb->policy.image, "mounts", sb->policy.mounts, "live_restore", sb->lease_fd >= 0, "pooled",
+            sb->pooled, "snapshot_id", sb->snapshot_id, "policy", policy_params(&sb->policy));
         if (record == NULL)
                 return nsbox_error(err, ENOMEM, "sandbox record");
         /* Live restore: a pause carries on (paused_timeout_seconds from its

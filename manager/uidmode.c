@@ -6,9 +6,6 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <linux/mount.h>
-#include <linux/sched.h>
-#include <sched.h>
-#include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +18,7 @@
 #include "cleanup.h"
 #include "config.h"
 #include "daemon.h"
+#include "host_mounts.h"
 #include "log.h"
 #include "rootfs.h"
 #include "userns.h"
@@ -45,62 +43,30 @@ uid_t uidmode_shared_base(void)
         return userns_active() ? 0 : nsboxd.config.uid_pool_base;
 }
 
-/* Can this kernel idmap a mount of the image dir? Try it: a throwaway
- * child in a user namespace provides the mapping. */
+/* Can this kernel idmap a mount of the image dir? Try it through a user
+ * namespace of one mapping. */
 static int probe_idmapped_mounts(const char *dir, char *why, size_t why_len)
 {
-        int sync_pipe[2];
-        if (pipe2(sync_pipe, O_CLOEXEC) < 0) {
-                snprintf(why, why_len, "pipe: %s", strerror(errno));
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        uid_t base = nsboxd.config.uid_pool_base;
+        _cleanup_close_ int userns = host_mount_userns(0, 0, base, base, &err);
+        if (userns < 0) {
+                snprintf(why, why_len, "%s", err->message);
                 return -1;
         }
-        struct clone_args args = { .flags = CLONE_NEWUSER, .exit_signal = SIGCHLD };
-        pid_t pid = (pid_t)syscall(SYS_clone3, &args, sizeof(args));
-        if (pid == 0) {
-                char c;
-                close(sync_pipe[1]);
-                ssize_t ignored = read(sync_pipe[0], &c, 1); /* until the parent is done */
-                (void)ignored;
-                _exit(0);
-        }
-        close(sync_pipe[0]);
-        int ok = -1;
-        if (pid < 0) {
-                snprintf(why, why_len, "user namespaces: %s", strerror(errno));
-                close(sync_pipe[1]);
-                return -1;
-        }
-        char path[64], map[64];
-        snprintf(map, sizeof(map), "0 %u 1\n", nsboxd.config.uid_pool_base);
-        bool mapped = true;
-        static const char *const files[] = { "setgroups", "uid_map", "gid_map" };
-        for (size_t i = 0; i < ARRAY_SIZE(files); i++) {
-                snprintf(path, sizeof(path), "/proc/%d/%s", pid, files[i]);
-                _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
-                const char *text = i == 0 ? "deny" : map;
-                if (fd < 0 || write(fd, text, strlen(text)) < 0)
-                        mapped = false;
-        }
-        snprintf(path, sizeof(path), "/proc/%d/ns/user", pid);
-        _cleanup_close_ int userns = open(path, O_RDONLY | O_CLOEXEC);
         _cleanup_close_ int tree =
             (int)syscall(SYS_open_tree, AT_FDCWD, dir, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
-        if (!mapped || userns < 0) {
-                snprintf(why, why_len, "write a uid map: %s", strerror(errno));
-        } else if (tree < 0) {
+        if (tree < 0) {
                 snprintf(why, why_len, "open_tree (kernel < 5.2?): %s", strerror(errno));
-        } else {
-                struct mount_attr attr = { .attr_set = MOUNT_ATTR_IDMAP, .userns_fd = (uint64_t)userns };
-                if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)
-                        snprintf(why, why_len,
-                                 "idmapped mounts of %s (kernel < 5.12 or filesystem without them): %s", dir,
-                                 strerror(errno));
-                else
-                        ok = 0;
+                return -1;
         }
-        close(sync_pipe[1]);
-        waitpid(pid, NULL, 0);
-        return ok;
+        struct mount_attr attr = { .attr_set = MOUNT_ATTR_IDMAP, .userns_fd = (uint64_t)userns };
+        if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0) {
+                snprintf(why, why_len, "idmapped mounts of %s (kernel < 5.12 or filesystem without them): %s",
+                         dir, strerror(errno));
+                return -1;
+        }
+        return 0;
 }
 
 int uidmode_init(const char *wanted, nsbox_error_t **err)

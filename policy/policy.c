@@ -2,7 +2,9 @@
 /* A sandbox's policy from the daemon's defaults, ceilings and a client's sandbox.create params. */
 #include "policy.h"
 
+#include "cleanup.h"
 #include "params.h"
+#include "secrets.h"
 #include "size.h"
 
 #include <errno.h>
@@ -34,7 +36,10 @@ void policy_clear(struct sandbox_policy *policy)
         if (policy->labels)
                 json_decref(policy->labels);
         json_decref(policy->network_custom);
-        policy->network_custom = NULL;
+        json_decref(policy->mounts);
+        policy->mounts = NULL;
+        json_decref(policy->secrets);
+        policy->network_custom = policy->secrets = NULL;
         policy->env = policy->labels = NULL;
 }
 
@@ -219,11 +224,13 @@ static int parse_policy(const struct sandbox_policy *defaults, const struct poli
                                              "labels",
                                              "idle_action",
                                              "paused_timeout_seconds",
+                                             "mounts",
+                                             "secrets",
                                              NULL };
         int r;
 
         *out = *defaults;
-        out->env = out->labels = out->network_custom = NULL;
+        out->env = out->labels = out->network_custom = out->mounts = out->secrets = NULL;
         if ((r = params_check_known(params, known, "", err)) < 0)
                 return r;
 
@@ -279,11 +286,20 @@ static int parse_policy(const struct sandbox_policy *defaults, const struct poli
                 if ((r = check_string_map(labels, "labels", POLICY_MAX_LABELS, 0, &map_bytes, err)) < 0)
                         return r;
         }
+        json_t *mounts = json_object_get(params, "mounts");
+        if (mounts != NULL && !json_is_null(mounts) &&
+            (r = policy_mounts_from_json(mounts, &out->mounts, err)) < 0)
+                return r;
         /* Copied only once both are known to fit. */
         if (env != NULL && !json_is_null(env))
                 out->env = json_deep_copy(env);
         if (labels != NULL && !json_is_null(labels))
                 out->labels = json_deep_copy(labels);
+        json_t *secrets = json_object_get(params, "secrets");
+        if (secrets != NULL && !json_is_null(secrets) &&
+            ((r = policy_secrets_from_json(secrets, &out->secrets, err)) < 0 ||
+             (r = policy_secrets_env(out->secrets, &out->env, err)) < 0))
+                return r;
         return 0;
 }
 
@@ -301,4 +317,114 @@ json_t *policy_limits_to_json(const struct sandbox_limits *limits)
         return json_pack("{s:I, s:I, s:f, s:I}", "memory_bytes", (json_int_t)limits->memory_bytes, "pids",
                          (json_int_t)limits->pids, "cpus", limits->cpus, "disk_bytes",
                          (json_int_t)limits->disk_bytes);
+}
+
+bool policy_clean_absolute_path(const char *path)
+{
+        size_t len = strlen(path);
+        if (len < 2 || len > POLICY_MAX_MOUNT_PATH || path[0] != '/' || path[len - 1] == '/')
+                return false;
+        for (const char *p = path; *p != '\0';) {
+                const char *c = p + 1, *end = strchr(c, '/');
+                size_t n = end != NULL ? (size_t)(end - c) : strlen(c);
+                if (n == 0 || (n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.'))
+                        return false;
+                p = c + n;
+        }
+        return true;
+}
+
+/* The kernel's own file systems of the sandbox, which a mount would hide or
+ * let a volume stand in for. */
+static bool mount_path_reserved(const char *path)
+{
+        static const char *const reserved[] = { "/proc", "/sys", "/dev" };
+        for (size_t i = 0; i < ARRAY_SIZE(reserved); i++) {
+                size_t n = strlen(reserved[i]);
+                if (strncmp(path, reserved[i], n) == 0 && (path[n] == '\0' || path[n] == '/'))
+                        return true;
+        }
+        return false;
+}
+
+static int mount_from_json(json_t *m, size_t i, json_t **out, nsbox_error_t **err)
+{
+        static const char *const known[] = { "volume", "host_path", "path", "read_only", NULL };
+        char field[32];
+        snprintf(field, sizeof(field), " in mounts[%zu]", i);
+        if (!json_is_object(m))
+                return nsbox_invalid(err, "mounts[%zu] must be an object", i);
+        int r = params_check_known(m, known, field, err);
+        if (r < 0)
+                return r;
+        json_t *volume = json_object_get(m, "volume"), *host = json_object_get(m, "host_path");
+        json_t *path = json_object_get(m, "path"), *ro = json_object_get(m, "read_only");
+        if ((volume == NULL) == (host == NULL))
+                return nsbox_invalid(err, "mounts[%zu] needs one of volume or host_path", i);
+        if (volume != NULL && (!json_is_string(volume) || !policy_valid_name(json_string_value(volume)) ||
+                               json_string_length(volume) > POLICY_MAX_VOLUME_NAME))
+                return nsbox_invalid(err,
+                                     "mounts[%zu].volume must be a volume name ([A-Za-z0-9._-], 1 to %d "
+                                     "bytes, no leading dot)",
+                                     i, POLICY_MAX_VOLUME_NAME);
+        if (host != NULL &&
+            (!json_is_string(host) || strlen(json_string_value(host)) != json_string_length(host) ||
+             !policy_clean_absolute_path(json_string_value(host))))
+                return nsbox_invalid(err,
+                                     "mounts[%zu].host_path must be an absolute path without \".\" or "
+                                     "\"..\" components (at most %d bytes)",
+                                     i, POLICY_MAX_MOUNT_PATH);
+        if (!json_is_string(path) || strlen(json_string_value(path)) != json_string_length(path) ||
+            !policy_clean_absolute_path(json_string_value(path)))
+                return nsbox_invalid(err,
+                                     "mounts[%zu].path must be an absolute path in the sandbox, not /, "
+                                     "without \".\" or \"..\" components (at most %d bytes)",
+                                     i, POLICY_MAX_MOUNT_PATH);
+        if (mount_path_reserved(json_string_value(path)))
+                return nsbox_invalid(err, "mounts[%zu].path %s is under /proc, /sys or /dev", i,
+                                     json_string_value(path));
+        if (ro != NULL && !json_is_null(ro) && !json_is_boolean(ro))
+                return nsbox_invalid(err, "mounts[%zu].read_only must be a boolean", i);
+        /* A host directory is read-only unless asked: the sandbox's code
+         * writes into the user's own files only when the user said so. */
+        bool read_only = ro != NULL && json_is_boolean(ro) ? json_is_true(ro) : host != NULL;
+        *out = json_pack("{s:O, s:O, s:b}", volume != NULL ? "volume" : "host_path",
+                         volume != NULL ? volume : host, "path", path, "read_only", read_only);
+        return *out == NULL ? nsbox_error(err, ENOMEM, "mounts") : 0;
+}
+
+int policy_mounts_from_json(json_t *mounts, json_t **out, nsbox_error_t **err)
+{
+        *out = NULL;
+        if (!json_is_array(mounts) || json_array_size(mounts) > POLICY_MAX_MOUNTS)
+                return nsbox_invalid(err, "mounts must be an array of at most %d mounts", POLICY_MAX_MOUNTS);
+        json_t *list = json_array();
+        if (list == NULL)
+                return nsbox_error(err, ENOMEM, "mounts");
+        size_t i;
+        json_t *m;
+        json_array_foreach(mounts, i, m)
+        {
+                json_t *one;
+                int r = mount_from_json(m, i, &one, err);
+                if (r < 0) {
+                        json_decref(list);
+                        return r;
+                }
+                for (size_t j = 0; j < i; j++) {
+                        if (strcmp(json_string_value(json_object_get(json_array_get(list, j), "path")),
+                                   json_string_value(json_object_get(one, "path"))) == 0) {
+                                json_decref(one);
+                                json_decref(list);
+                                return nsbox_invalid(err, "mounts[%zu].path is mounts[%zu]'s too", i, j);
+                        }
+                }
+                json_array_append_new(list, one);
+        }
+        if (json_array_size(list) == 0) {
+                json_decref(list);
+                return 0;
+        }
+        *out = list;
+        return 0;
 }

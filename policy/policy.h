@@ -31,6 +31,12 @@ struct sandbox_policy {
         uint32_t paused_timeout_seconds;
         json_t *env;    /* object of strings, owned */
         json_t *labels; /* object of strings, owned */
+        /* What is mounted into it at create, checked by policy_mounts_from_json:
+         * an array of {volume | host_path, path, read_only}, owned (NULL: none). */
+        json_t *mounts;
+        /* {NAME: {value, hosts, header?, placeholder}} (secrets.h), owned:
+         * nsbox-egress's, never shown or saved. */
+        json_t *secrets;
 };
 
 /* Bounds a client may ask for. */
@@ -61,6 +67,11 @@ struct policy_ceilings {
         double cpus;
 };
 
+/* Volumes and host directories one sandbox may mount. */
+#define POLICY_MAX_MOUNTS      8
+#define POLICY_MAX_MOUNT_PATH  1024
+#define POLICY_MAX_VOLUME_NAME 63
+
 void policy_defaults(struct sandbox_policy *policy);
 /* Parse sandbox.create params over a copy of `defaults`. Unknown fields are
  * errors (a typo must not silently yield an unlimited sandbox); so are
@@ -85,3 +96,13 @@ int policy_valid_name(const char *name);
 bool policy_valid_idle_action(const char *action);
 /* An environment object: string keys without '=' or NUL, string values. */
 int policy_check_env(json_t *env, const char *field, nsbox_error_t **err);
+
+/* sandbox.create's "mounts": an array of at most POLICY_MAX_MOUNTS objects,
+ * each with one of "volume" (a name) or "host_path" (an absolute path),
+ * "path" (absolute, normalized, not / and not under /proc, /sys or /dev)
+ * and "read_only" (default: false for a volume, true for a host path).
+ * *out is a normalized copy, read_only always present. */
+int policy_mounts_from_json(json_t *mounts, json_t **out, nsbox_error_t **err);
+/* An absolute path without "." or ".." components, empty components or a
+ * trailing slash, at most POLICY_MAX_MOUNT_PATH bytes. */
+bool policy_clean_absolute_path(const char *path);

@@ -23,12 +23,13 @@ CACHE=""
 MIRROR=http://deb.debian.org/debian
 FORCE=0
 FORKRUN=""
+DESKTOP_TOOLS=()
 
 usage() {
         cat <<EOF
 usage: $0 --name NAME --out IMAGE_DIR --cache CACHE_DIR [--mirror URL] [--force]
 
-  --name NAME      image to build (known: python)
+  --name NAME      image to build (known: python, desktop)
   --out DIR        image directory; the image lands in DIR/NAME
   --cache DIR      download cache (.debs for debootstrap and apt) and build log
   --mirror URL     Debian mirror (default $MIRROR)
@@ -73,7 +74,7 @@ FORKRUN_DEST=usr/lib/nsbox/forkrun
 # python3-all-dev -- 1.2 GiB instead of a few hundred MB.  apt accepts the
 # second alternative when it is asked for, hence python3-munkres below.
 case "$NAME" in
-python)
+python | desktop)
         SUITE=bookworm
         VARIANT=minbase
         # libopenblas0-pthread: without it numpy falls back to the reference
@@ -93,9 +94,22 @@ python)
         # Modules the sandbox's fork server imports once for every stateless
         # python.run (manifest "python_preload"; manager/python.c).
         PYTHON_PRELOAD=(numpy pandas matplotlib matplotlib.pyplot PIL.Image)
+        if [ "$NAME" = desktop ]; then
+                # The python image plus a screen for computer use
+                # (manager/desktop.c runs them; docs/desktop.md): a virtual X
+                # server, a window manager, VNC and noVNC (websockify serves
+                # it) for a human to watch, xdotool for input, scrot for PNG
+                # screenshots, chromium and xterm to work in, x11-utils
+                # (xdpyinfo: is the display up).
+                PACKAGES+=(xvfb openbox x11vnc novnc websockify xdotool scrot
+                        chromium fonts-dejavu-core fonts-liberation xterm x11-utils)
+                # What a desktop sandbox must be able to run (smoke check).
+                DESKTOP_TOOLS=(Xvfb openbox x11vnc websockify xdotool scrot
+                        chromium xterm xdpyinfo)
+        fi
         ;;
 *)
-        die "unknown image name '$NAME' (known: python)"
+        die "unknown image name '$NAME' (known: python, desktop)"
         ;;
 esac
 
@@ -540,6 +554,12 @@ fi
 
 echo "image $NAME: smoke check (import numpy, pandas, matplotlib, PIL and plot, as uid 1000)"
 PROBE=$(probe_image "$ROOTFS") || die "smoke check failed (Python error above): numpy, pandas, matplotlib and PIL must import and plot"
+for tool in "${DESKTOP_TOOLS[@]}"; do
+        chroot "$ROOTFS" /usr/bin/env -i PATH=/usr/bin:/bin sh -c 'command -v "$1"' sh "$tool" >/dev/null ||
+                die "smoke check failed: $tool is not in the $NAME image"
+done
+[ "$NAME" != desktop ] || [ -f "$ROOTFS/usr/share/novnc/vnc.html" ] ||
+        die "smoke check failed: no noVNC client (/usr/share/novnc/vnc.html) in the $NAME image"
 echo "image $NAME: smoke check ok"
 # The probe ran in the image; it must not ship what it left behind, except
 # matplotlib's font cache: sandboxes use MPLCONFIGDIR=/tmp/.matplotlib, and a

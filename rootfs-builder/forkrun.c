@@ -13,6 +13,10 @@
  * `python3 run.py SCRIPT REPORT ...`, which is what it runs instead whenever the
  * server does not take the call (absent, not ready, refusing).
  *
+ * The server is two templates: the heavy one ("nsbox-forkserver-TOKEN", with
+ * the image's heavy modules imported) either takes the call or answers "L":
+ * the light one ("nsbox-forkserver-light-TOKEN") takes it then.
+ *
  * When this process is killed (the exec's timeout, exec.kill) its connection
  * closes and the server kills the call's whole tree.
  *
@@ -32,6 +36,7 @@
 #define RUNNER        "/usr/lib/nsbox/run.py"
 #define PYTHON        "/usr/bin/python3"
 #define SOCKET_PREFIX "nsbox-forkserver-"
+#define LIGHT_PREFIX  "nsbox-forkserver-light-"
 #define MAX_REQUEST   (256u << 10)
 
 extern char **environ;
@@ -87,18 +92,17 @@ static size_t build_request(int nargs, char **args)
         return at;
 }
 
-static int connect_server(const char *token)
+static int connect_server(const char *prefix, const char *token)
 {
         struct sockaddr_un addr = { .sun_family = AF_UNIX };
-        size_t len = strlen(token);
-        if (len == 0 || len + sizeof(SOCKET_PREFIX) > sizeof(addr.sun_path))
+        size_t plen = strlen(prefix), len = strlen(token);
+        if (len == 0 || 1 + plen + len > sizeof(addr.sun_path))
                 return -1;
         /* Abstract (leading NUL): the name belongs to the sandbox's own
          * network namespace, and no file of the sandbox can stand in for it. */
-        memcpy(addr.sun_path + 1, SOCKET_PREFIX, sizeof(SOCKET_PREFIX) - 1);
-        memcpy(addr.sun_path + sizeof(SOCKET_PREFIX), token, len);
-        socklen_t addr_len =
-            (socklen_t)(offsetof(struct sockaddr_un, sun_path) + sizeof(SOCKET_PREFIX) + len);
+        memcpy(addr.sun_path + 1, prefix, plen);
+        memcpy(addr.sun_path + 1 + plen, token, len);
+        socklen_t addr_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + plen + len);
         int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
         if (fd < 0)
                 return -1;
@@ -147,7 +151,7 @@ static int send_request(int fd, size_t len)
 }
 
 /* End as the call ended: its exit code, or killed by its signal. */
-static void exit_like(int status)
+__attribute__((noreturn)) static void exit_like(int status)
 {
         if (WIFEXITED(status))
                 _exit(WEXITSTATUS(status));
@@ -161,19 +165,19 @@ static void exit_like(int status)
         _exit(128 + sig);
 }
 
-int main(int argc, char **argv)
+/* The call, if the server at PREFIX TOKEN takes it: then this process
+ * ends as the call does. Returns when it did not take it (absent or
+ * refusing: 0; 'L': the light template's): nothing of the call ran. */
+static int call_server(const char *prefix, const char *token, size_t len)
 {
-        if (argc < 4) {
-                say("usage: forkrun TOKEN SCRIPT REPORT [NAME [ARG...]]\n");
-                return 2;
+        int fd = connect_server(prefix, token);
+        if (fd < 0)
+                return 0;
+        if (send_request(fd, len) < 0) {
+                close(fd);
+                return 0;
         }
-        int nargs = argc - 2;
-        char **args = argv + 2;
-        size_t len = build_request(nargs, args);
-        int fd = len != 0 ? connect_server(argv[1]) : -1;
-        if (fd < 0 || send_request(fd, len) < 0)
-                run_plain(nargs, args);
-        int accepted = 0;
+        int accepted = 0, redirect = 0;
         for (;;) {
                 char reply[16];
                 ssize_t n = recv(fd, reply, sizeof(reply), 0);
@@ -183,6 +187,8 @@ int main(int argc, char **argv)
                         accepted = 1;
                         continue;
                 }
+                if (n == 1 && reply[0] == 'L' && !accepted)
+                        redirect = 'L';
                 if (n == (ssize_t)sizeof(int)) {
                         int status;
                         memcpy(&status, reply, sizeof(status));
@@ -190,9 +196,24 @@ int main(int argc, char **argv)
                 }
                 break;
         }
-        /* The server closed without taking the call: nothing of it ran. */
-        if (!accepted)
-                run_plain(nargs, args);
+        if (!accepted) {
+                close(fd);
+                return redirect;
+        }
         say("nsbox: the python fork server ended during the call\n");
         exit_like(SIGKILL);
+}
+
+int main(int argc, char **argv)
+{
+        if (argc < 4) {
+                say("usage: forkrun TOKEN SCRIPT REPORT [NAME [ARG...]]\n");
+                return 2;
+        }
+        int nargs = argc - 2;
+        char **args = argv + 2;
+        size_t len = build_request(nargs, args);
+        if (len != 0 && call_server(SOCKET_PREFIX, argv[1], len) == 'L')
+                call_server(LIGHT_PREFIX, argv[1], len);
+        run_plain(nargs, args);
 }

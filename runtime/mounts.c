@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mount.h>
@@ -274,5 +275,40 @@ int mounts_enter_root(const char *root, uint64_t shm_bytes, nsbox_error_t **err)
                 return nsbox_error(err, errno, "chroot into %s", root);
         if (chdir("/") < 0)
                 return nsbox_error(err, errno, "chdir /");
+        return 0;
+}
+
+int mounts_attach(int tree, const char *path, nsbox_error_t **err)
+{
+        struct open_how how = {
+                .flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+                .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_BENEATH,
+        };
+        _cleanup_close_ int dir = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (dir < 0)
+                return nsbox_error(err, errno, "open /");
+        char name[4096];
+        for (const char *p = path + 1; *p != '\0';) {
+                size_t n = strcspn(p, "/");
+                if (n == 0 || n >= sizeof(name))
+                        return nsbox_error(err, EINVAL, "mount path %s", path);
+                memcpy(name, p, n);
+                name[n] = '\0';
+                p += n + (p[n] == '/');
+                int next = (int)syscall(SYS_openat2, dir, name, &how, sizeof(how));
+                if (next < 0 && errno == ENOENT) {
+                        if (mkdirat(dir, name, 0755) < 0 && errno != EEXIST)
+                                return nsbox_error(err, errno, "make the mount point %s", path);
+                        next = (int)syscall(SYS_openat2, dir, name, &how, sizeof(how));
+                }
+                if (next < 0)
+                        return nsbox_error(
+                            err, errno,
+                            errno == ELOOP ? "mount point %s: a symlink on the way" : "mount point %s", path);
+                close(dir);
+                dir = next;
+        }
+        if (syscall(SYS_move_mount, tree, "", dir, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+                return nsbox_error(err, errno, "attach the mount at %s", path);
         return 0;
 }

@@ -12,6 +12,12 @@
  * into it. */
 int mounts_enter_root(const char *root, uint64_t shm_bytes, nsbox_error_t **err);
 
+/* Attach the detached mount `tree` at `path` (absolute, in the root we are
+ * chrooted into), making the directories missing on the way (mode 0755).
+ * No component may be a symlink: the sandbox's files (a snapshot's layer)
+ * must not point a mount elsewhere. */
+int mounts_attach(int tree, const char *path, nsbox_error_t **err);
+
 /* The device nodes of a sandbox's /dev: bound from /dev/<name> of the base
  * namespace, which holds binds of the host's. */
 extern const char *const mounts_device_nodes[];

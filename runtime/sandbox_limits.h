@@ -13,6 +13,10 @@
  * keeps room for them there (manager/host_pools.c). */
 #define SANDBOX_INOTIFY_INSTANCES 16
 #define SANDBOX_INOTIFY_WATCHES   8192
+/* fs.watch's inotify instances and watches, made by nsboxd (host root) for
+ * one sandbox, at most (manager/fs_watch.c); kept room for too. */
+#define SANDBOX_WATCH_INSTANCES 16
+#define SANDBOX_WATCH_DIRS      1024
 /* A sandbox's /dev/shm is a tmpfs of its own (mounts.c): its pages are RAM
  * the sandbox's memory cgroup holds beside its processes and its disk
  * (manager/cgroup.c, cgroup_memory_max). 64 MiB as Docker's, and never

@@ -36,8 +36,16 @@ static __attribute__((noreturn)) void setup_fail(int sync_fd, nsbox_error_t *err
         _exit(1);
 }
 
-/* Returns the root's mount (detached) or a negative errno. */
-static int wait_for_go(int sync_fd, nsbox_error_t **err)
+/* The sandbox's mounts, as they came after the go. */
+struct setup_mounts {
+        int fd[POLICY_MAX_MOUNTS];
+        char path[POLICY_MAX_MOUNTS][SETUP_MOUNT_PATH_MAX];
+        unsigned n;
+};
+
+/* Returns the root's mount (detached) or a negative errno; the mounts
+ * that follow it into *mounts. */
+static int wait_for_go(int sync_fd, struct setup_mounts *mounts, nsbox_error_t **err)
 {
         struct setup_go go;
         unsigned nfds;
@@ -45,10 +53,24 @@ static int wait_for_go(int sync_fd, nsbox_error_t **err)
         ssize_t n = ctl_recv(sync_fd, &go, sizeof(go), &tree, 1, &nfds);
         if (n < 0)
                 return nsbox_error(err, (int)-n, "wait for the manager");
-        if (n != sizeof(go) || go.magic != SETUP_GO_MAGIC || nfds != 1) {
+        if (n != sizeof(go) || go.magic != SETUP_GO_MAGIC || nfds != 1 || go.n_mounts > POLICY_MAX_MOUNTS) {
                 if (nfds == 1)
                         close(tree);
                 return nsbox_error(err, EPROTO, "manager went away during setup");
+        }
+        for (mounts->n = 0; mounts->n < go.n_mounts; mounts->n++) {
+                struct setup_mount m;
+                int fd = -1;
+                n = ctl_recv(sync_fd, &m, sizeof(m), &fd, 1, &nfds);
+                if (n != sizeof(m) || m.magic != SETUP_MOUNT_MAGIC || nfds != 1 ||
+                    m.path[sizeof(m.path) - 1] != '\0') {
+                        if (n > 0 && nfds == 1)
+                                close(fd);
+                        close(tree);
+                        return nsbox_error(err, EPROTO, "manager went away during setup (mounts)");
+                }
+                mounts->fd[mounts->n] = fd;
+                memcpy(mounts->path[mounts->n], m.path, sizeof(m.path));
         }
         return tree;
 }
@@ -97,7 +119,8 @@ static int place_fd(int fd, int target)
         return dup3(fd, target, 0) < 0 ? -1 : 0;
 }
 
-static int enter_namespaces(const struct sandbox_setup *setup, int tree, nsbox_error_t **err)
+static int enter_namespaces(const struct sandbox_setup *setup, int tree, const struct setup_mounts *mounts,
+                            nsbox_error_t **err)
 {
         /* The cgroup namespace comes now, so its root is the sandbox's cgroup
          * where the manager has already placed us. */
@@ -131,7 +154,16 @@ static int enter_namespaces(const struct sandbox_setup *setup, int tree, nsbox_e
         int r = network_loopback_up(err);
         if (r < 0)
                 return r;
-        return mounts_enter_root(".", setup->shm_bytes, err);
+        if ((r = mounts_enter_root(".", setup->shm_bytes, err)) < 0)
+                return r;
+        /* Inside the root (chrooted): a path in the sandbox resolves to
+         * nothing of the host's, whatever the image or a snapshot holds. */
+        for (unsigned i = 0; i < mounts->n; i++) {
+                if ((r = mounts_attach(mounts->fd[i], mounts->path[i], err)) < 0)
+                        return r;
+                close(mounts->fd[i]);
+        }
+        return 0;
 }
 
 /* Through the legacy oom_adj file (-17, "disabled", is -1000): a write
@@ -172,8 +204,10 @@ void sandbox_setup_child(const struct sandbox_setup *setup)
         prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
         prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
         int tree = -1;
+        static struct setup_mounts mounts;
         if ((setup->prepare != NULL && setup->prepare(setup->prepare_ctx, &err) < 0) ||
-            (tree = wait_for_go(sync_fd, &err)) < 0 || enter_namespaces(setup, tree, &err) < 0)
+            (tree = wait_for_go(sync_fd, &mounts, &err)) < 0 ||
+            enter_namespaces(setup, tree, &mounts, &err) < 0)
                 setup_fail(sync_fd, err);
 
         /* fds 3 and 4 are the init's contract; move the memfd out of the way first. */

@@ -7,7 +7,10 @@
 #include <sys/types.h>
 
 #include "error.h"
+#include "policy.h"
 #include "sandbox_limits.h"
+
+#define SETUP_MOUNT_PATH_MAX (POLICY_MAX_MOUNT_PATH + 1)
 
 /* Sent by the manager over the sync socket once the id maps are written and
  * the overlay root is made, with one fd: that overlay, a detached mount.
@@ -15,9 +18,18 @@
  * it at SETUP_ROOT_AT and makes it its root. */
 struct setup_go {
         uint32_t magic;
+        uint32_t n_mounts; /* setup_mount packets that follow */
 };
-#define SETUP_GO_MAGIC 0x6e73676fu
-#define SETUP_ROOT_AT  "/root"
+/* One mount of the sandbox's (a volume, a host directory), after the go:
+ * with one fd, the mount detached and idmapped, attached at `path` in the
+ * sandbox's root once it is made. */
+struct setup_mount {
+        uint32_t magic;
+        char path[SETUP_MOUNT_PATH_MAX];
+};
+#define SETUP_MOUNT_MAGIC 0x6e736d74u
+#define SETUP_GO_MAGIC    0x6e73676fu
+#define SETUP_ROOT_AT     "/root"
 
 /* The child's first message over the sync socket: it has its own fd table
  * now (errnum 0), or could not get one and exits. Until then it shares the

@@ -5,7 +5,9 @@
 # in `make test`.
 #   make bench                          the full run (30 one-shot, 200 warm rounds, 200 creations,
 #                                       then 1000 live sandboxes on their own nsboxd: --scale N, 0 skips;
-#                                       then the network egress section: --network-rounds N, 0 skips)
+#                                       then the network egress section: --network-rounds N, 0 skips;
+#                                       then snapshots, then E2B's JS SDK through nsbox-http, then
+#                                       creates with volumes and host directories)
 #   make bench BENCH_ARGS='--warm-rounds 50 --concurrent 50'    a shorter one
 BENCH_ARGS ?=
 
@@ -17,4 +19,6 @@ bench: deps-bench
 		--reproduce "make bench$(if $(filter-out build,$(BUILD)), BUILD=$(BUILD))$(if $(BENCH_ARGS), BENCH_ARGS='$(BENCH_ARGS)')" \
 		$(BENCH_ARGS)
 	$(PYTHON) tests/bench/snapshot.py --build $(BUILD) --image-dir $(IMAGE_DIR)
+	$(PYTHON) tests/bench/e2b.py --build $(BUILD) --image-dir $(IMAGE_DIR)
+	$(PYTHON) tests/bench/mounts.py --build $(BUILD) --image-dir $(IMAGE_DIR)
 	$(PYTHON) tests/bench/restart.py --build $(BUILD) --image-dir $(IMAGE_DIR)

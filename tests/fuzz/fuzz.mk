@@ -9,8 +9,8 @@ FUZZ_SECONDS ?= 30
 FUZZ_CC      ?= clang
 FUZZ_DIR     := $(BUILD)/fuzz
 FUZZ_TARGET  := $(FUZZ_DIR)/fuzz_request
-FUZZ_SOURCES := tests/fuzz/fuzz_request.c common/jsonrpc.c common/error.c common/textenc.c policy/policy.c \
-                policy/params.c
+FUZZ_SOURCES := tests/fuzz/fuzz_request.c common/jsonrpc.c common/error.c common/textenc.c common/size.c \
+                policy/policy.c policy/params.c
 
 # fs.* paths: fs_path_parse and the prefix walk of mkdir -p (manager/fs_path.c).
 FUZZ_FS_TARGET  := $(FUZZ_DIR)/fuzz_fs_path
@@ -24,7 +24,7 @@ FUZZ_SNIFF_SOURCES := tests/fuzz/fuzz_sniff.c egress/sniff.c
 deps-fuzz:
 	$(call apt_install,clang libclang-rt-14-dev libjansson-dev)
 
-$(FUZZ_TARGET): $(FUZZ_SOURCES) common/jsonrpc.h common/textenc.h common/error.h policy/policy.h
+$(FUZZ_TARGET): $(FUZZ_SOURCES) common/jsonrpc.h common/textenc.h common/error.h common/size.h policy/policy.h
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -g -O1 -std=gnu11 -D_GNU_SOURCE -Icommon -Ipolicy -fno-omit-frame-pointer \
 		-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \

@@ -17,7 +17,8 @@ Servers, all bound to 0.0.0.0 in the namespace (so every address above
 answers): HTTP on 80 and 8080, HTTPS on 443 (a CA made here with the openssl
 CLI; its certificate is `ca_pem`), a PEP 503 index under /simple/ serving a
 wheel built here (nsbox_nettest 1.0), a UDP echo on 9999. Each HTTP(S)
-answer is JSON saying which Host, SNI, local address and port it saw; each
+answer is JSON saying which Host, SNI, local address, port and headers it saw
+(/redirect?URL answers a 302 to URL); each
 request and datagram is also appended to hits.jsonl, which `hits()` reads,
 so a test can prove where a request landed, or that it never arrived.
 ICMP echo requests received are counted by the namespace's /proc/net/snmp.
@@ -410,9 +411,15 @@ def serve(d):
             seen = {"proto": "https" if self.server.tls else "http", "host": self.headers.get("Host"),
                     "sni": getattr(self.connection, "nsbox_sni", None), "local": local[0], "port": local[1],
                     "peer": self.client_address[0], "path": self.path, "method": self.command,
-                    "request_on_connection": self.requests}
+                    "request_on_connection": self.requests, "headers": dict(self.headers.items())}
             record(**seen)
             path = self.path.split("?")[0]
+            if path == "/redirect":  # /redirect?URL: a 302 to URL
+                self.send_response(302)
+                self.send_header("Location", self.path.split("?", 1)[1])
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             if path.startswith("/simple") or path.startswith("/packages/"):
                 return self.file(path)
             if path.startswith("/big/"):

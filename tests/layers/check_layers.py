@@ -28,19 +28,20 @@ INCLUDE_DIRS = ["common", "policy", "runtime", "manager", "cli"]
 MANAGER_LAYERS = [
     ("core", ["loop", "daemon", "config", "budget", "fs_path", "fs_worker", "metrics"]),
     ("host and wire", ["cgroup", "userns", "uidmode", "basens", "rootfs", "host_pools", "profiles", "rpc",
-                       "rpc_listen", "quota"]),
+                       "rpc_listen", "quota", "host_mounts"]),
     ("registry", ["sandbox", "sandbox_uids", "state", "events"]),
-    ("live sandboxes", ["exec_params", "exec_internal", "exec_keep", "exec_log", "exec", "exec_api", "egress", "fs_ops", "fs_files", "fs_api", "sandbox_pause",
-                        "snapshot", "images"]),
+    ("live sandboxes", ["exec_params", "exec_internal", "exec_keep", "exec_log", "exec", "exec_api", "egress", "egress_ca", "fs_ops", "fs_files", "fs_api", "fs_watch", "sandbox_pause",
+                        "snapshot", "images", "volumes"]),
     ("lifecycle", ["sandbox_life"]),
-    ("features", ["python", "shell", "restore"]),
+    ("features", ["python", "shell", "desktop", "restore"]),
     ("api", ["methods", "idle", "observe"]),
     ("top", ["server", "main"]),
 ]
 # egress/'s (nsbox-egress): the shared state below DNS, DNS below the proxy,
 # which answers DNS over TCP through a callback it gives dns.c.
 EGRESS_LAYERS = [
-    ("leaves", ["sniff"]),
+    ("leaves", ["sniff", "inject"]),
+    ("interception", ["intercept"]),
     ("core", ["core"]),
     ("dns", ["dns"]),
     ("proxy", ["proxy"]),
@@ -51,7 +52,9 @@ EGRESS_LAYERS = [
 HTTP_LAYERS = [
     ("request", ["request", "counters"]),
     ("replies and nsboxd", ["reply", "nsboxd", "auth", "bounds"]),
-    ("handlers", ["rpc_api", "execute", "agent_sandbox", "metrics"]),
+    ("e2b wire", ["e2b_wire"]),
+    ("handlers", ["rpc_api", "execute", "agent_sandbox", "e2b_api", "e2b_process", "e2b_watch", "e2b_files", "e2b_interp", "metrics"]),
+    ("e2b router", ["e2b"]),
     ("router", ["server"]),
     ("top", ["main"]),
 ]

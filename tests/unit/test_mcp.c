@@ -220,7 +220,7 @@ static void test_tools_list_is_the_spec_table(void **state)
                 const char *required;
                 const char *optional;
         } table[] = {
-                { "create_sandbox", "", "session_id memory_mb timeout from_snapshot network" },
+                { "create_sandbox", "", "session_id memory_mb timeout from_snapshot mounts image network" },
                 { "list_sandboxes", "", "include_inactive" },
                 { "remove_sandbox", "", "session_id sandbox_id force" },
                 { "pause_sandbox", "", "session_id sandbox_id force" },
@@ -245,6 +245,13 @@ static void test_tools_list_is_the_spec_table(void **state)
                 { "shell_session_check", "", "session_id sandbox_id session_name since" },
                 { "shell_session_list", "", "session_id sandbox_id" },
                 { "shell_session_close", "", "session_id sandbox_id session_name" },
+                { "desktop_start", "", "session_id sandbox_id width height" },
+                { "desktop_screenshot", "", "session_id sandbox_id" },
+                { "desktop_click", "", "session_id sandbox_id x y button double" },
+                { "desktop_type", "text", "session_id sandbox_id" },
+                { "desktop_key", "keys", "session_id sandbox_id" },
+                { "desktop_move", "x y", "session_id sandbox_id" },
+                { "desktop_scroll", "direction", "session_id sandbox_id amount x y" },
         };
         struct mcp_state st = { 0 };
         _cleanup_json_ json_t *r = reply_to(&st, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\"}");
@@ -531,6 +538,24 @@ static void test_python_images_become_image_blocks_without_structured_content(vo
             json_object_get(json_array_get(json_object_get(answer, "outputs"), 1), "image"), "data"));
 }
 
+static void test_desktop_screenshots_are_one_image_block_and_their_size(void **state)
+{
+        _cleanup_json_ json_t *answer = load("{\"sandbox_id\":\"sb1\",\"mime_type\":\"image/png\",\"data\":"
+                                             "\"iVBORw0KGgo=\",\"width\":800,\"height\":600}");
+        _cleanup_json_ json_t *r = mcp_call_result(mcp_tool_find("desktop_screenshot"), answer, "2025-11-25");
+        assert_true(json_is_false(json_object_get(r, "isError")));
+        assert_null(json_object_get(r, "structuredContent"));
+        json_t *content = json_object_get(r, "content");
+        assert_int_equal(json_array_size(content), 2);
+        json_t *image = json_array_get(content, 1);
+        assert_string_equal(json_string_value(json_object_get(image, "type")), "image");
+        assert_string_equal(json_string_value(json_object_get(image, "mimeType")), "image/png");
+        assert_string_equal(json_string_value(json_object_get(image, "data")), "iVBORw0KGgo=");
+        _cleanup_json_ json_t *shown = load(text_of(r));
+        assert_int_equal(json_integer_value(json_object_get(shown, "width")), 800);
+        assert_null(json_object_get(shown, "data"));
+}
+
 static void test_family_tools_map_to_their_daemon_methods(void **state)
 {
         _cleanup_json_ json_t *run = params_for("run_code", "{\"code\":\"x = 1\"}", "sb1");
@@ -762,6 +787,7 @@ int main(void)
                 cmocka_unit_test(test_arguments_map_to_the_daemon_params_of_the_spec),
                 cmocka_unit_test(test_network_goes_to_the_session_create_not_to_the_tool_method),
                 cmocka_unit_test(test_python_images_become_image_blocks_without_structured_content),
+                cmocka_unit_test(test_desktop_screenshots_are_one_image_block_and_their_size),
                 cmocka_unit_test(test_family_tools_map_to_their_daemon_methods),
                 cmocka_unit_test(test_a_sandbox_is_named_by_session_id_or_sandbox_id_not_both),
                 cmocka_unit_test(test_long_output_is_capped_head_and_tail_with_the_cap_stated),

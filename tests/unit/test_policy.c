@@ -155,6 +155,73 @@ static void test_env_and_labels_share_one_byte_budget(void **state)
         json_decref(labels);
 }
 
+static void test_mount_paths_must_be_clean_and_absolute(void **state)
+{
+        static const char *const good[] = { "/data", "/workspace/project", "/a/b.c/..d", "/x/.hidden" };
+        static const char *const bad[] = { "",       "/",       "data", "/data/", "//data", "/a//b",
+                                           "/a/./b", "/a/../b", "/..",  "/.",     "/a/.." };
+        for (size_t i = 0; i < ARRAY_SIZE(good); i++)
+                assert_true(policy_clean_absolute_path(good[i]));
+        for (size_t i = 0; i < ARRAY_SIZE(bad); i++)
+                assert_false(policy_clean_absolute_path(bad[i]));
+        char *long_path = malloc(POLICY_MAX_MOUNT_PATH + 2);
+        long_path[0] = '/';
+        memset(long_path + 1, 'a', POLICY_MAX_MOUNT_PATH);
+        long_path[POLICY_MAX_MOUNT_PATH + 1] = '\0';
+        assert_false(policy_clean_absolute_path(long_path));
+        long_path[POLICY_MAX_MOUNT_PATH] = '\0';
+        assert_true(policy_clean_absolute_path(long_path));
+        free(long_path);
+}
+
+static void test_mounts_are_normalized_and_checked(void **state)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        json_t *out = NULL;
+        json_t *in = json_loads("[{\"volume\":\"v\",\"path\":\"/data\"},"
+                                "{\"host_path\":\"/home/u/p\",\"path\":\"/w/p\"},"
+                                "{\"host_path\":\"/home/u/q\",\"path\":\"/w/q\",\"read_only\":false}]",
+                                0, NULL);
+        assert_int_equal(policy_mounts_from_json(in, &out, &err), 0);
+        /* A volume is writable, a host directory read-only, unless asked. */
+        assert_false(json_is_true(json_object_get(json_array_get(out, 0), "read_only")));
+        assert_true(json_is_true(json_object_get(json_array_get(out, 1), "read_only")));
+        assert_false(json_is_true(json_object_get(json_array_get(out, 2), "read_only")));
+        json_decref(in);
+        json_decref(out);
+        static const char *const bad[][2] = {
+                { "{}", "must be an array" },
+                { "[1]", "mounts[0] must be an object" },
+                { "[{\"volume\":\"v\",\"path\":\"/sys/x\"}]", "under /proc, /sys or /dev" },
+                { "[{\"volume\":\"../v\",\"path\":\"/x\"}]", "must be a volume name" },
+                { "[{\"volume\":\"v\",\"path\":\"/x\"},{\"volume\":\"w\",\"path\":\"/x\"}]",
+                  "mounts[1].path is mounts[0]'s too" },
+                { "[{\"volume\":\"v\",\"host_path\":\"/h\",\"path\":\"/x\"}]", "one of volume or host_path" },
+                { "[{\"host_path\":\"/h/../etc\",\"path\":\"/x\"}]", "host_path must be" },
+                { "[{\"host_path\":\"/h\\u0000x\",\"path\":\"/x\"}]", "host_path must be" },
+                { "[{\"volume\":\"v\",\"path\":\"/x\",\"rw\":true}]", "unknown field \"rw\" in mounts[0]" },
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+                nsbox_error_free(&err);
+                in = json_loads(bad[i][0], JSON_ALLOW_NUL, NULL);
+                assert_non_null(in);
+                assert_true(policy_mounts_from_json(in, &out, &err) < 0);
+                assert_null(out);
+                if (strstr(err->message, bad[i][1]) == NULL)
+                        fail_msg("%s: %s", bad[i][0], err->message);
+                json_decref(in);
+        }
+        char many[1024] = "[";
+        for (int i = 0; i <= POLICY_MAX_MOUNTS; i++)
+                snprintf(many + strlen(many), sizeof(many) - strlen(many),
+                         "%s{\"volume\":\"v\",\"path\":\"/d%d\"}", i ? "," : "", i);
+        strcat(many, "]");
+        nsbox_error_free(&err);
+        in = json_loads(many, 0, NULL);
+        assert_true(policy_mounts_from_json(in, &out, &err) < 0);
+        json_decref(in);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -163,6 +230,8 @@ int main(void)
                 cmocka_unit_test(test_defaults_are_checked_against_the_ceilings),
                 cmocka_unit_test(test_env_and_label_sizes_are_bounded),
                 cmocka_unit_test(test_env_and_labels_share_one_byte_budget),
+                cmocka_unit_test(test_mount_paths_must_be_clean_and_absolute),
+                cmocka_unit_test(test_mounts_are_normalized_and_checked),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -140,13 +140,19 @@ _STDIN_FROM_FILE = 'exec 0<"$0" || exit 125; rm -f -- "$0"; exec "$@"'
 
 def create_params(session_id=None, image=None, memory=None, pids=None, cpus=None, disk=None, network=None,
                   env=None, labels=None, idle_timeout=None, seccomp_profile=None, from_snapshot=None,
-                  idle_action=None, paused_timeout=None):
+                  idle_action=None, paused_timeout=None, mounts=None, secrets=None):
     limits = _drop_none({"memory_bytes": parse_size(memory), "pids": pids, "cpus": cpus,
                          "disk_bytes": parse_size(disk)})
     return _drop_none({"session_id": session_id, "image": image, "limits": limits or None, "network": network,
                        "env": env, "labels": labels, "idle_timeout_seconds": idle_timeout,
                        "seccomp_profile": seccomp_profile, "from_snapshot": from_snapshot,
-                       "idle_action": idle_action, "paused_timeout_seconds": paused_timeout})
+                       "idle_action": idle_action, "paused_timeout_seconds": paused_timeout,
+                       "mounts": [dict(m) for m in mounts] if mounts else None,
+                       "secrets": secrets})
+
+
+def volume_params(name, size):
+    return {"name": name, "size": parse_size(size)}
 
 
 class SandboxCore:
@@ -154,6 +160,7 @@ class SandboxCore:
     _commands_cls = None  # set by each flavour
     _files_cls = None
     _shell_cls = None
+    _desktop_cls = None
 
     def __init__(self, conn, reply, keep=None):
         self._conn = conn
@@ -168,6 +175,7 @@ class SandboxCore:
         self.commands = self._commands_cls(self)
         self.files = self._files_cls(self)
         self.shell = self._shell_cls(self)
+        self.desktop = self._desktop_cls(self)
 
     def __repr__(self):
         return "<%s %s>" % (type(self).__name__, self.sandbox_id)
@@ -476,6 +484,48 @@ def _shell_result(r, binary):
         d = Decoder(binary, r.get("encoding") == "base64")
         out.append(d.feed(r.get(name)) + d.finish())
     return ShellResult.from_reply(r, *out)
+
+
+class DesktopCore:
+    """sb.desktop: computer use on a sandbox made from the desktop image
+    (desktop.*): its screen, screenshots as PNG bytes, mouse and keyboard.
+    x and y are pixels of the screen, 0, 0 top left."""
+
+    def __init__(self, sandbox):
+        self._sandbox = sandbox
+
+    @property
+    def _conn(self):
+        return self._sandbox._conn
+
+    def start(self, width=None, height=None):
+        """Start the desktop (or find it running): a dict with width, height,
+        novnc_url (to watch it from the host; None without network) and the ports."""
+        return (yield Call("desktop.start", self._sandbox._p(width=width, height=height)))
+
+    def screenshot(self):
+        """The screen as PNG bytes."""
+        r = yield Call("desktop.screenshot", self._sandbox._p())
+        return base64.b64decode(r["data"])
+
+    def click(self, x=None, y=None, button="left", double=False):
+        yield Call("desktop.click", self._sandbox._p(x=x, y=y, button=button, double=double))
+
+    def move(self, x, y):
+        yield Call("desktop.move", self._sandbox._p(x=x, y=y))
+
+    def scroll(self, direction="down", amount=3, x=None, y=None):
+        yield Call("desktop.scroll", self._sandbox._p(direction=direction, amount=amount, x=x, y=y))
+
+    def type(self, text):
+        """Type text as it is (newlines as Enter), into the focused window."""
+        yield Call("desktop.type", self._sandbox._p(text=text))
+
+    def key(self, keys):
+        """Press xdotool keys in turn: "ctrl+l", "Return", or a list of them."""
+        if not isinstance(keys, str):
+            keys = " ".join(keys)
+        yield Call("desktop.key", self._sandbox._p(keys=keys))
 
 
 class ShellCore:

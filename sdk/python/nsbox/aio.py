@@ -200,6 +200,10 @@ class AsyncShell(_core.ShellCore):
     _session_cls = AsyncShellSession
 
 
+class AsyncDesktop(_core.DesktopCore):
+    pass
+
+
 class _Creating:
     """What AsyncSandbox.create() returns: await it, or use it directly in `async with`."""
 
@@ -222,16 +226,17 @@ class AsyncSandbox(_core.SandboxCore):
     _commands_cls = AsyncCommands
     _files_cls = AsyncFiles
     _shell_cls = AsyncShell
+    _desktop_cls = AsyncDesktop
 
     @classmethod
     def create(cls, session_id=None, image=None, memory=None, network=None, env=None, labels=None,
                idle_timeout=None, socket=None, keep=None, pids=None, cpus=None, disk=None, seccomp_profile=None,
-               from_snapshot=None, idle_action=None, paused_timeout=None):
+               from_snapshot=None, idle_action=None, paused_timeout=None, mounts=None, secrets=None):
         params = _core.create_params(session_id=session_id, image=image, memory=memory, pids=pids, cpus=cpus,
                                      disk=disk, network=network, env=env, labels=labels,
                                      idle_timeout=idle_timeout, seccomp_profile=seccomp_profile,
                                      from_snapshot=from_snapshot, idle_action=idle_action,
-                                     paused_timeout=paused_timeout)
+                                     paused_timeout=paused_timeout, mounts=mounts, secrets=secrets)
         return _Creating(cls._open(socket, "sandbox.create", params, keep))
 
     @classmethod
@@ -252,6 +257,30 @@ class AsyncSandbox(_core.SandboxCore):
         conn = await AsyncConnection(socket).open()
         try:
             return (await conn.call("sandbox.list", {"include_inactive": include_inactive}))["sandboxes"]
+        finally:
+            await conn.close()
+
+    @staticmethod
+    async def create_volume(name, size, socket=None):
+        conn = await AsyncConnection(socket).open()
+        try:
+            return await conn.call("volume.create", _core.volume_params(name, size))
+        finally:
+            await conn.close()
+
+    @staticmethod
+    async def list_volumes(socket=None):
+        conn = await AsyncConnection(socket).open()
+        try:
+            return (await conn.call("volume.list"))["volumes"]
+        finally:
+            await conn.close()
+
+    @staticmethod
+    async def remove_volume(name, socket=None):
+        conn = await AsyncConnection(socket).open()
+        try:
+            return await conn.call("volume.remove", {"name": name})
         finally:
             await conn.close()
 
@@ -289,3 +318,4 @@ _asyncify(AsyncFiles, _core.FilesCore)
 _asyncify(AsyncCommandHandle, _core.HandleCore)
 _asyncify(AsyncShell, _core.ShellCore)
 _asyncify(AsyncShellSession, _core.ShellSessionCore)
+_asyncify(AsyncDesktop, _core.DesktopCore)

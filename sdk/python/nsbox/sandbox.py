@@ -191,6 +191,10 @@ class Shell(_core.ShellCore):
     _session_cls = ShellSession
 
 
+class Desktop(_core.DesktopCore):
+    pass
+
+
 class Sandbox(_core.SandboxCore):
     """A sandbox of nsboxd.
 
@@ -200,23 +204,30 @@ class Sandbox(_core.SandboxCore):
     _commands_cls = Commands
     _files_cls = Files
     _shell_cls = Shell
+    _desktop_cls = Desktop
 
     @classmethod
     def create(cls, session_id=None, image=None, memory=None, network=None, env=None, labels=None,
                idle_timeout=None, socket=None, keep=None, pids=None, cpus=None, disk=None, seccomp_profile=None,
-               from_snapshot=None, idle_action=None, paused_timeout=None):
+               from_snapshot=None, idle_action=None, paused_timeout=None, mounts=None, secrets=None):
         """Create a sandbox (or, with session_id, get that session's live one).
         memory and disk: bytes or "512M"-style strings. Idle for idle_timeout
         seconds (300), it is paused (idle_action "pause") and removed after
         paused_timeout seconds paused (86400); idle_action="remove" removes
-        it at once. The end of a `with`
+        it at once. mounts: [{"volume": NAME, "path": "/data"}, {"host_path":
+        "/home/me/project", "path": "/workspace/project", "read_only": False}]
+        (docs/volumes.md). The end of a `with`
         block removes the sandbox, except a session's (kept: the session name
-        is there to find it again); keep=True or keep=False decides instead."""
+        is there to find it again); keep=True or keep=False decides instead.
+        secrets: {NAME: {"value": ..., "hosts": [...], "header": "Authorization:
+        Bearer {value}"}}: the sandbox sees only the placeholder in its env
+        NSBOX_SECRET_NAME, which the egress proxy replaces with the value in
+        HTTP and HTTPS requests to hosts (docs/secrets.md)."""
         params = _core.create_params(session_id=session_id, image=image, memory=memory, pids=pids, cpus=cpus,
                                      disk=disk, network=network, env=env, labels=labels,
                                      idle_timeout=idle_timeout, seccomp_profile=seccomp_profile,
                                      from_snapshot=from_snapshot, idle_action=idle_action,
-                                     paused_timeout=paused_timeout)
+                                     paused_timeout=paused_timeout, mounts=mounts, secrets=secrets)
         return cls._open(socket, "sandbox.create", params, keep)
 
     @classmethod
@@ -239,6 +250,34 @@ class Sandbox(_core.SandboxCore):
         conn = Connection(socket)
         try:
             return conn.call("sandbox.list", {"include_inactive": include_inactive})["sandboxes"]
+        finally:
+            conn.close()
+
+    @staticmethod
+    def create_volume(name, size, socket=None):
+        """A named volume of `size` (bytes or "10G"), kept across sandboxes and
+        restarts of nsboxd; mount it with create(mounts=[{"volume": name, "path": ...}])."""
+        conn = Connection(socket)
+        try:
+            return conn.call("volume.create", _core.volume_params(name, size))
+        finally:
+            conn.close()
+
+    @staticmethod
+    def list_volumes(socket=None):
+        """The caller's volumes (volume.list entries)."""
+        conn = Connection(socket)
+        try:
+            return conn.call("volume.list")["volumes"]
+        finally:
+            conn.close()
+
+    @staticmethod
+    def remove_volume(name, socket=None):
+        """Remove a volume (BusyError while a sandbox mounts it)."""
+        conn = Connection(socket)
+        try:
+            return conn.call("volume.remove", {"name": name})
         finally:
             conn.close()
 
@@ -277,3 +316,4 @@ _syncify(Files, _core.FilesCore)
 _syncify(CommandHandle, _core.HandleCore)
 _syncify(Shell, _core.ShellCore)
 _syncify(ShellSession, _core.ShellSessionCore)
+_syncify(Desktop, _core.DesktopCore)

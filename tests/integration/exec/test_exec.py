@@ -367,3 +367,25 @@ def test_a_script_without_shebang_found_on_path_gets_every_argument(daemon, sand
     assert r["stdout"] == "60000 first last\n", r
     assert r["exit_code"] == 0, r
 
+
+
+def test_update_sets_the_idle_timeout(daemon):
+    """sandbox.update {idle_timeout_seconds}: a sandbox made to live long is reaped
+    once its idle timeout is cut short; bad values are refused."""
+    sid = daemon.call("sandbox.create", idle_timeout_seconds=3600, idle_action="remove")["sandbox_id"]
+    try:
+        for bad in (0, -1, 7 * 24 * 3600 + 1, "60", 1.5, None):
+            with pytest.raises(RpcError) as e:
+                daemon.call("sandbox.update", sandbox_id=sid, idle_timeout_seconds=bad)
+            assert e.value.error["data"]["kind"] == "invalid_params", bad
+        info = daemon.call("sandbox.update", sandbox_id=sid, idle_timeout_seconds=1)
+        assert info["idle_timeout_seconds"] == 1
+        deadline = time.monotonic() + 30
+        while sid in {s["sandbox_id"] for s in daemon.call("sandbox.list")["sandboxes"]}:
+            assert time.monotonic() < deadline, "its new idle timeout should have reaped it"
+            time.sleep(0.1)
+    finally:
+        try:
+            daemon.call("sandbox.remove", sandbox_id=sid, force=True)
+        except RpcError:
+            pass

@@ -21,7 +21,7 @@ from conftest import BUILD, REPO, Daemon
 
 TOOLS = {
     # name: (required, optional); every sandbox tool takes session_id or sandbox_id (test_mcp_family.py)
-    "create_sandbox": ([], ["session_id", "memory_mb", "timeout", "from_snapshot", "network"]),
+    "create_sandbox": ([], ["session_id", "memory_mb", "timeout", "from_snapshot", "mounts", "image", "network"]),
     "list_sandboxes": ([], ["include_inactive"]),
     "remove_sandbox": ([], ["session_id", "sandbox_id", "force"]),
     "pause_sandbox": ([], ["session_id", "sandbox_id", "force"]),
@@ -46,6 +46,13 @@ TOOLS = {
     "shell_session_check": ([], ["session_id", "sandbox_id", "session_name", "since"]),
     "shell_session_list": ([], ["session_id", "sandbox_id"]),
     "shell_session_close": ([], ["session_id", "sandbox_id", "session_name"]),
+    "desktop_start": ([], ["session_id", "sandbox_id", "width", "height"]),
+    "desktop_screenshot": ([], ["session_id", "sandbox_id"]),
+    "desktop_click": ([], ["session_id", "sandbox_id", "x", "y", "button", "double"]),
+    "desktop_type": (["text"], ["session_id", "sandbox_id"]),
+    "desktop_key": (["keys"], ["session_id", "sandbox_id"]),
+    "desktop_move": (["x", "y"], ["session_id", "sandbox_id"]),
+    "desktop_scroll": (["direction"], ["session_id", "sandbox_id", "amount", "x", "y"]),
 }
 
 

@@ -16,8 +16,11 @@ sys.path.insert(0, os.path.dirname(__file__))
 from conftest import Daemon  # noqa: E402
 from test_python import PNG_MAGIC, make_wheel  # noqa: E402
 
-# Printed by a call: whether the fork server served it, and its server's pid.
-PROBE = r'''
+# Printed by a call: whether the fork server served it, its server's pid,
+# and which of the server's templates that is (the light one is a child of
+# the heavy one). PROBE names pandas and matplotlib in an import (never
+# run): the heavy template serves it, with them imported already.
+LIGHT_PROBE = r'''
 import json, os, sys
 def _cmdline(pid):
     try:
@@ -29,17 +32,23 @@ def _ppid(pid):
     with open("/proc/%d/stat" % pid, "rb") as f:
         return int(f.read().rsplit(b")", 1)[1].split()[1])
 _grand = _ppid(os.getppid())
+_server = _grand if "forkserver.py" in _cmdline(_grand) else None
 print(json.dumps({"preloaded": "pandas" in sys.modules and "matplotlib.pyplot" in sys.modules,
-                  "server": _grand if "forkserver.py" in _cmdline(_grand) else None}))
+                  "server": _server,
+                  "template": _server and ("light" if "forkserver.py" in _cmdline(_ppid(_server)) else "heavy")}))
 '''
+# An import never run: the heavy template serves the code it ends (a
+# client of the server itself talks to that one).
+HEAVY = "if False:\n    import pandas, matplotlib.pyplot\n"
+PROBE = LIGHT_PROBE + HEAVY
 
 
 def run(daemon, **params):
     return daemon.call("python.run", **params)
 
 
-def probe(daemon, sandbox_id):
-    r = run(daemon, sandbox_id=sandbox_id, code=PROBE)
+def probe(daemon, sandbox_id, code=PROBE):
+    r = run(daemon, sandbox_id=sandbox_id, code=code)
     assert r["status"] == "ok", r
     return json.loads(r["stdout"].strip().splitlines()[-1])
 
@@ -51,7 +60,7 @@ def wait_served(daemon, sandbox_id, deadline_s=90):
     while True:
         p = probe(daemon, sandbox_id)
         if p["server"] is not None:
-            assert p["preloaded"], p
+            assert p["preloaded"] and p["template"] == "heavy", p
             return p["server"]
         assert time.monotonic() < deadline, "no stateless call was served by a fork server"
         time.sleep(0.3)
@@ -189,11 +198,14 @@ def test_client_leaving_a_served_call_kills_its_tree(daemon, sandbox):
     wait_gone(daemon, sandbox, marker)
 
 
-@pytest.mark.parametrize("victim", ["reaper", "server"])
+# The call (served by the light template) kills its reaper, the server (the
+# heavy template), or the light template: the two templates end together.
+@pytest.mark.parametrize("victim", ["reaper", "server", "light"])
 def test_call_that_kills_its_reaper_or_the_server_leaves_nothing_behind(daemon, sandbox, victim):
     server = wait_served(daemon, sandbox)
     marker = "nsbox-fs-kill-%s-marker" % victim
-    target = "os.getppid()" if victim == "reaper" else str(server)
+    target = {"reaper": "os.getppid()", "server": str(server),
+              "light": "int(open('/proc/%d/stat' % os.getppid()).read().rsplit(')', 1)[1].split()[1])"}[victim]
     r = run(daemon, sandbox_id=sandbox, timeout_seconds=60,
             code=DAEMONIZE % marker + "import signal\nos.kill(%s, signal.SIGKILL)\ntime.sleep(1000)\n" % target)
     assert r["status"] == "error" and r["exit_code"] is None, r
@@ -201,8 +213,10 @@ def test_call_that_kills_its_reaper_or_the_server_leaves_nothing_behind(daemon, 
     wait_gone(daemon, sandbox, marker)
     r = run(daemon, sandbox_id=sandbox, code="print(3)")
     assert r["status"] == "ok" and r["stdout"] == "3\n", r
-    # A new server takes over where the old one was killed.
-    assert wait_served(daemon, sandbox) != (server if victim == "server" else None)
+    # A new server takes over where the old one was killed (nsboxd starts
+    # one once the old one's exec has ended: with the light template, the
+    # heavy one ends too).
+    assert wait_served(daemon, sandbox) != (server if victim != "reaper" else None)
 
 
 def test_exit_codes_signals_and_tracebacks_of_served_calls(daemon, sandbox):
@@ -233,6 +247,64 @@ def test_served_call_returns_files_produced_and_images(daemon, sandbox):
     assert all(base64.b64decode(i["data"]).startswith(PNG_MAGIC) for i in images)
 
 
+# (code, the template that serves it, what it prints): the light template
+# takes a call whose imports (its own and those of the /workspace modules it
+# imports) it has loaded already; every other goes to the heavy one.
+ROUTES = [
+    ("print(1)", "light", "1"),
+    ("import math, json; print(math.factorial(5), json.dumps([1]))", "light", "120 [1]"),
+    ("import plainmod; print(plainmod.VALUE)", "light", "[2]"),
+    ("from os import path; from json import decoder; print(path.basename('/a/b'), decoder.__name__)", "light",
+     "b json.decoder"),
+    ("import numpy; print(numpy.arange(3).sum())", "heavy", "3"),
+    ("import pkgheavy; print(len(pkgheavy.frame()))", "heavy", "2"),
+    ("from pkgheavy import inner; print(len(inner.frame()))", "heavy", "2"),
+    ("def later():\n    import matplotlib.pyplot\nprint(4)", "heavy", "4"),
+    ("import statistics; print(statistics.mean([1, 3]))", "heavy", "2"),
+    # Imports the scan cannot see run in the light template: they work.
+    ("import importlib; np = importlib.import_module('numpy'); print(np.arange(4).sum())", "light", "6"),
+    ("exec('import pandas'); print(len(pandas.DataFrame({'a': [1]})))", "light", "1"),
+    # A FIFO where a module would be: the light template does not wait on it.
+    ("print(9)\nif False:\n    import fifomod\n", "heavy", "9"),
+]
+
+
+def test_calls_go_to_the_light_template_unless_their_imports_need_the_heavy_one(daemon, sandbox):
+    """A call forked from the light template (no numpy, pandas, matplotlib
+    loaded) costs the sandbox a fraction of the CPU of one forked from the
+    heavy one. Calls that import the heavy modules, directly or through a
+    module of /workspace, still find them imported already; an import no
+    scan sees (importlib, exec) still works. Each call is a fresh process."""
+    heavy = wait_served(daemon, sandbox)
+    daemon.call("fs.mkdir", sandbox_id=sandbox, path="/workspace/pkgheavy")
+    for path, content in (("plainmod.py", "import json\nVALUE = json.dumps([2])\n"),
+                          ("pkgheavy/__init__.py", "from .inner import frame\n"),
+                          ("pkgheavy/inner.py", "import pandas\n\ndef frame():\n"
+                                                "    return pandas.DataFrame({'a': [1, 2]})\n")):
+        daemon.call("fs.write", sandbox_id=sandbox, path="/workspace/" + path, content=content)
+    r = daemon.call("sandbox.exec", sandbox_id=sandbox, argv=["mkfifo", "/workspace/fifomod.py"])
+    assert r["exit_code"] == 0, r
+    pids = []
+    for code, template, out in ROUTES:
+        for params in ({}, {"script_name": "tool.py"}):  # sys.path[0]: the script's dir, or the cwd
+            r = run(daemon, sandbox_id=sandbox, timeout_seconds=30, code=LIGHT_PROBE + code + "\nprint(os.getpid())",
+                    **params)
+            assert r["status"] == "ok", (code, r)
+            lines = r["stdout"].splitlines()
+            p = json.loads(lines[0])
+            assert (p["template"], lines[1]) == (template, out), (code, r)
+            # The heavy template's calls find its modules imported before their code runs.
+            assert p["preloaded"] == (template == "heavy") and (p["server"] == heavy) == (template == "heavy"), p
+            pids.append(int(lines[2]))
+    assert len(set(pids)) == len(pids), pids
+    # The figures of a call in the light template are captured as in the heavy one.
+    r = run(daemon, sandbox_id=sandbox, code=LIGHT_PROBE + (
+        "import importlib\nplt = importlib.import_module('matplotlib.pyplot')\nplt.plot([1, 2])\n"))
+    assert r["status"] == "ok" and json.loads(r["stdout"])["template"] == "light", r
+    images = [o["image"] for o in r["outputs"] if o["type"] == "image"]
+    assert len(images) == 1 and base64.b64decode(images[0]["data"]).startswith(PNG_MAGIC), r
+
+
 def test_package_install_replaces_the_fork_server(daemon, sandbox):
     server = wait_served(daemon, sandbox)
     filename, data = make_wheel("nsbox_fspkg", "1.0", "ANSWER = 7\n")
@@ -253,8 +325,9 @@ def test_fork_server_off_takes_the_plain_path():
     try:
         sb = d.call("sandbox.create")["sandbox_id"]
         for _ in range(3):
-            p = probe(d, sb)
-            assert p == {"preloaded": False, "server": None}
+            for code in (PROBE, LIGHT_PROBE):
+                p = probe(d, sb, code)
+                assert p == {"preloaded": False, "server": None, "template": None}
         assert forkservers(d, sb) == []
     finally:
         assert d.stop() == 0
@@ -341,8 +414,8 @@ for pid in os.listdir("/proc"):
 print(json.dumps(out))
 '''])
     seen = json.loads(r["stdout"])
-    # The server, and the reapers and processes waiting for the next two calls.
-    assert len(seen) == 5 and set(seen.values()) == {"EACCES"}, seen
+    # Each template, and its reapers and processes waiting for the next two calls.
+    assert len(seen) == 10 and set(seen.values()) == {"EACCES"}, seen
 
 
 def test_stopped_server_costs_one_call_its_timeout_then_is_replaced(daemon, sandbox):
@@ -350,8 +423,9 @@ def test_stopped_server_costs_one_call_its_timeout_then_is_replaced(daemon, sand
     # The call's own code stops the server (same uid); the call itself ends normally.
     r = run(daemon, sandbox_id=sandbox, code="import os, signal; os.kill(%d, signal.SIGSTOP); print(4)" % server)
     assert r["status"] == "ok" and r["stdout"] == "4\n", r
-    # The next call is accepted by nobody: it times out, never hangs past that.
-    r = run(daemon, sandbox_id=sandbox, timeout_seconds=3, code="print(5)")
+    # The next call of the heavy template is accepted by nobody: it times
+    # out, never hangs past that.
+    r = run(daemon, sandbox_id=sandbox, timeout_seconds=3, code="print(5)\nif False:\n    import pandas\n")
     assert r["status"] == "timeout", r
     # That timeout replaced the server.
     r = run(daemon, sandbox_id=sandbox, code="print(6)")
@@ -424,12 +498,13 @@ def test_changes_made_to_the_servers_processes_do_not_reach_later_calls(daemon, 
     want = json.loads(plain["stdout"])
     for who, what in (("sandbox", kind), ("root", "oom")):
         r = daemon.call("sandbox.exec", sandbox_id=sandbox, user=who, argv=["python3", "-c", TAMPER, what])
-        assert r["exit_code"] == 0 and int(r["stdout"]) == 5, (who, r["stdout"], r["stderr"])
+        assert r["exit_code"] == 0 and int(r["stdout"]) == 10, (who, r["stdout"], r["stderr"])
     for _ in range(3):
-        r = run(daemon, sandbox_id=sandbox, code=PROBE + ATTRIBUTES)
-        assert r["status"] == "ok", r
-        lines = r["stdout"].splitlines()
-        assert json.loads(lines[1]) == want
+        for code in (LIGHT_PROBE, PROBE):  # each template
+            r = run(daemon, sandbox_id=sandbox, code=code + ATTRIBUTES)
+            assert r["status"] == "ok", r
+            lines = r["stdout"].splitlines()
+            assert json.loads(lines[1]) == want
     if kind == "soft":
         assert json.loads(lines[0])["server"] == server  # undone in each call: the same server
     else:
@@ -439,7 +514,8 @@ def test_changes_made_to_the_servers_processes_do_not_reach_later_calls(daemon, 
 
 
 # Run as other code of the sandbox: SIGSTOPs the processes waiting for the
-# next calls (children of the server's children), not the server.
+# next calls (the leaves of the server's tree: its templates' reapers'
+# children), not the server.
 STOP_SPARES = r"""
 import os, signal
 def ppid(pid):
@@ -448,7 +524,8 @@ def ppid(pid):
 mine = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()
         and b"forkserver.py" in open("/proc/%s/cmdline" % p, "rb").read()]
 server = [p for p in mine if ppid(p) not in mine]
-calls = [p for p in mine if ppid(p) in mine and ppid(ppid(p)) in server]
+parents = {ppid(p) for p in mine}
+calls = [p for p in mine if p not in parents and p not in server]
 for p in calls:
     os.kill(p, signal.SIGSTOP)
 print(len(server), len(calls))
@@ -462,10 +539,13 @@ def test_stopped_spares_are_passed_over_and_the_call_is_served(daemon, sandbox):
     server = wait_served(daemon, sandbox)
     time.sleep(1)  # the next calls' processes are forked once the last call is over
     r = daemon.call("sandbox.exec", sandbox_id=sandbox, argv=["python3", "-c", STOP_SPARES])
-    assert r["stdout"].split() == ["1", "2"], r
+    assert r["stdout"].split() == ["1", "4"], r
     r = run(daemon, sandbox_id=sandbox, timeout_seconds=30, code=PROBE + "print(7)")
     assert r["status"] == "ok" and r["stdout"].splitlines()[1] == "7", r
     assert json.loads(r["stdout"].splitlines()[0])["server"] == server, r
+    r = run(daemon, sandbox_id=sandbox, timeout_seconds=30, code=LIGHT_PROBE + "print(7)")
+    assert r["status"] == "ok" and r["stdout"].splitlines()[1] == "7", r
+    assert json.loads(r["stdout"].splitlines()[0])["template"] == "light", r
 
 
 def test_a_calls_code_cannot_write_or_trace_its_reaper_which_serves_later_calls(daemon, sandbox):
@@ -511,14 +591,16 @@ def test_back_to_back_calls_are_all_served(daemon, sandbox):
 
 
 # Code of a call that is a client of the fork server itself: it connects
-# to the server's socket (its name is in /proc/net/unix) and sends a call
-# of its own. connect_and_send(script, fds) returns the connected socket.
+# to the server's socket (its name is in /proc/net/unix: the heavy
+# template's, or the light one's if the code sets LIGHT first) and sends a
+# call of its own. connect_and_send(script, fds) returns the connected socket.
 SELF_CLIENT = r"""
 import array, os, socket
 def server_name():
+    light = globals().get("LIGHT", False)
     for line in open("/proc/net/unix"):
         path = line.split()[-1]
-        if path.startswith("@nsbox-forkserver-") and "-call-" not in path:
+        if path.startswith("@nsbox-forkserver-") and "-call-" not in path and ("-light-" in path) == light:
             return b"\0" + path[1:].encode()
 def request(script):
     return b"NSBOX2\0" + b"22\0" + b"2\0" + script.encode() + b"\0/tmp/nested-report.json\0PATH=/usr/bin:/bin\0"
@@ -533,7 +615,8 @@ cwd = os.open("/workspace", os.O_RDONLY)
 """
 
 
-def test_a_call_that_a_call_sent_itself_dies_with_its_sender(daemon, sandbox):
+@pytest.mark.parametrize("template", ["heavy", "light"])
+def test_a_call_that_a_call_sent_itself_dies_with_its_sender(daemon, sandbox, template):
     """A call's code may be a client of the server too. Before, passing its
     own connection to the server as the new call's stdin made that call
     live on after the sender, with no timeout: the server waited for the
@@ -542,8 +625,8 @@ def test_a_call_that_a_call_sent_itself_dies_with_its_sender(daemon, sandbox):
     marker = "nsbox-fs-nested-marker"
     daemon.call("fs.write", sandbox_id=sandbox, path="/workspace/nested.py",
                 content="import os\nos.execvp('python3', ['python3', '-c', 'import time; time.sleep(1000)', %r])\n"
-                        % marker)
-    code = SELF_CLIENT + r"""
+                        % marker + HEAVY)
+    code = "LIGHT = %r\n" % (template == "light") + SELF_CLIENT + r"""
 import time
 sock = connect()
 send(sock, "/workspace/nested.py", [sock.fileno(), null, null, cwd])
@@ -576,7 +659,7 @@ send(sock, "/workspace/never.py", [null, null, null, cwd])
 print(repr(sock.recv(16)))
 """
     daemon.call("fs.write", sandbox_id=sandbox, path="/workspace/never.py",
-                content="open('/workspace/never-ran', 'w').close()\n")
+                content="open('/workspace/never-ran', 'w').close()\n" + HEAVY)
     r = run(daemon, sandbox_id=sandbox, timeout_seconds=30, code=code)
     assert r["status"] == "ok" and r["stdout"] == "b''\n", r  # refused: closed without "A"
     assert probe(daemon, sandbox)["server"] == server
@@ -598,13 +681,13 @@ for _ in range(3):
 import time
 time.sleep(1)
 """
-    daemon.call("fs.write", sandbox_id=sandbox, path="/workspace/never.py", content="pass\n")
+    daemon.call("fs.write", sandbox_id=sandbox, path="/workspace/never.py", content="pass\n" + HEAVY)
     r = run(daemon, sandbox_id=sandbox, timeout_seconds=30, code=code)
     assert r["status"] == "ok", r
     time.sleep(1)  # the used reaper forks its next call's process
-    # The server, two reapers and their two waiting processes: none more, none less.
+    # Each template, two reapers and their two waiting processes: none more, none less.
     deadline = time.monotonic() + 10
-    while len(forkservers(daemon, sandbox)) != 5:
+    while len(forkservers(daemon, sandbox)) != 10:
         assert time.monotonic() < deadline, forkservers(daemon, sandbox)
         time.sleep(0.2)
     for i in range(4):

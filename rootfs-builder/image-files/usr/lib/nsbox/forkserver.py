@@ -7,10 +7,19 @@ limits as a stateless call). It imports MODULEs (the image's manifest
 stateless python.run calls: each is a fresh child of this process, so
 nothing is imported again and nothing a call does survives it.
 
+It is two templates. Before the MODULEs, it forks the light one: a server
+of its own that has loaded only what the server needs and LIGHT_PRELOAD,
+and whose forks cost the sandbox a fraction of the CPU of the heavy one's
+(this process, once it has imported the MODULEs). The heavy one takes every
+call first and sends the client to the light one ("L") when forkroute finds
+that every import of the call's code is of a module the light one has
+loaded: the heavy one would not run it faster. The two live and die
+together (PR_SET_PDEATHSIG; the heavy one exits when the light one ends).
+
 nsboxd writes a random token on stdin; the server listens on the abstract
-unix socket "nsbox-forkserver-TOKEN" (abstract names belong to the
-sandbox's network namespace) and says "ready" on stdout once its imports are
-done. A call is the attach client (/usr/lib/nsbox/forkrun, a normal exec):
+unix sockets "nsbox-forkserver-TOKEN" and "nsbox-forkserver-light-TOKEN"
+(abstract names belong to the sandbox's network namespace) and says "ready"
+on stdout once its imports are done. A call is the attach client (/usr/lib/nsbox/forkrun, a normal exec):
 it sends its stdin, stdout, stderr and cwd (SCM_RIGHTS) with its umask,
 run.py's arguments (SCRIPT REPORT [NAME [ARG...]]) and environment, and gets "A" (accepted) and then the
 wait status of the call.
@@ -66,6 +75,7 @@ import struct
 import sys
 import time
 
+PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 MAX_REQUEST = 1 << 20
@@ -74,6 +84,11 @@ MAX_REQUEST = 1 << 20
 # of 2.5 from the request to the call's code, for back-to-back print(1)s.
 SPARES = 2
 SOCKET_PREFIX = b"\0nsbox-forkserver-"
+LIGHT_PREFIX = b"\0nsbox-forkserver-light-"
+# Small modules of the standard library that calls often import: the light
+# template has them loaded, so the calls that import only these (and what
+# the server loaded for itself) run there (see forkroute).
+LIGHT_PRELOAD = ("math", "random", "datetime", "collections", "itertools", "functools", "re", "string")
 # A C that has not said "R" (its next U is ready) this long after it began
 # or ended a call is stuck (stopped by other sandbox code, or waiting for a
 # process that does not end): it is let go, and killed.
@@ -490,8 +505,12 @@ def stopped(pid):
 
 
 class Server:
-    def __init__(self, listener):
+    def __init__(self, listener, light=None):
         self.listener = listener
+        # The heavy template's: its light template (pid, its modules: see
+        # start_light), which serves the calls that forkroute gives it:
+        # their client is told so ("L").
+        self.light, self.light_modules = light or (None, None)
         self.reapers = {}  # C's pid -> socket to C: every live C
         self.by_fd = {}  # that socket's fd -> C's pid
         self.spares = []  # [(C's pid, socket to its U)]: a C whose U waits for the next call
@@ -721,6 +740,12 @@ class Server:
             msg, fds = recv_with_fds(conn, 4)
             if not fds or not msg.startswith(b"NSBOX2\0"):
                 return
+            if self.light is not None:
+                _, args, _ = parse_request(msg)
+                if not forkroute.needs_heavy(args[0], args[2] if len(args) > 2 else None,
+                                             os.readlink("/proc/self/fd/%d" % fds[3]), self.light_modules):
+                    conn.send(b"L")
+                    return
             conn.settimeout(None)
             for attempt in range(SPARES + 1):
                 spare = self.take_spare()
@@ -801,6 +826,10 @@ class Server:
                 break
             if pid == 0:
                 break
+            if pid == self.light:
+                # Killed by sandbox code, or changed beyond undoing (see
+                # accept): the pair ends, and nsboxd starts a new one.
+                sys.exit(0)
             self.from_reaper(pid)  # what it said before it died: a "D" ends its call
             self.let_go(pid)
             if pid in self.calls:
@@ -812,7 +841,7 @@ class Server:
                 self.call_over(pid)
         # Children that are not a live C: what a dead C left (or a call
         # that killed its C). They and their trees die.
-        kill_children(spare=set(self.reapers))
+        kill_children(spare=set(self.reapers) | {self.light})
 
     def serve(self):
         while True:
@@ -862,6 +891,55 @@ def warm_up_matplotlib():
         print("nsbox fork server: matplotlib warm-up: %s" % e, file=sys.stderr)
 
 
+def preload(names):
+    for name in names:
+        try:
+            __import__(name)
+        except Exception as e:  # a module the image lacks is not worth failing over
+            print("nsbox fork server: import %s: %s" % (name, e), file=sys.stderr)
+
+
+def listen(name):
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+    listener.bind(name)
+    listener.listen(64)
+    listener.setblocking(False)
+    return listener
+
+
+def start_light(token):
+    """Fork the light template, before the heavy imports: a server of its
+    own, on the socket "nsbox-forkserver-light-TOKEN" (bound here, before
+    this one says "ready", so nothing else of the sandbox can take the
+    name), for the calls this one sends there (see Server.accept). It dies
+    with this process (PR_SET_PDEATHSIG), and this one ends when it dies
+    (Server.reap). (Its pid, {name: the names in it} of each module it has
+    loaded), or None."""
+    try:
+        listener = listen(LIGHT_PREFIX + token)
+    except OSError as e:
+        print("nsbox fork server: light template: %s" % e, file=sys.stderr)
+        return None
+    parent = os.getpid()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        pid = os.fork()
+    except OSError:
+        listener.close()
+        return None
+    if pid == 0:
+        try:
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            if os.getppid() == parent:
+                prctl(PR_SET_CHILD_SUBREAPER, 1)
+                Server(listener).serve()
+        finally:
+            os._exit(0)
+    listener.close()
+    return pid, {name: frozenset(getattr(module, "__dict__", ())) for name, module in sys.modules.items()}
+
+
 def main():
     prctl(PR_SET_DUMPABLE, 0)
     prctl(PR_SET_CHILD_SUBREAPER, 1)
@@ -872,26 +950,24 @@ def main():
     os.dup2(devnull, 0)
     os.close(devnull)
     os.environ.setdefault("MPLBACKEND", "Agg")
-    for name in sys.argv[1:]:
-        try:
-            __import__(name)
-        except Exception as e:  # a module the image lacks is not worth failing over
-            print("nsbox fork server: import %s: %s" % (name, e), file=sys.stderr)
-    warm_up_matplotlib()
     import runpy  # noqa: F401
     import traceback  # noqa: F401
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import nsbox_runtime  # noqa: F401
+    global forkroute
+    import forkroute
     del sys.path[0]
+    preload(LIGHT_PRELOAD)
     # The imported objects stay where they are: the collector walking them
     # in a call would copy every page it touches.
     gc.collect()
     gc.freeze()
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
-    listener.bind(SOCKET_PREFIX + token)
-    listener.listen(64)
-    listener.setblocking(False)
-    server = Server(listener)
+    light = start_light(token)
+    preload(sys.argv[1:])
+    warm_up_matplotlib()
+    gc.collect()
+    gc.freeze()
+    server = Server(listen(SOCKET_PREFIX + token), light=light)
     os.write(1, b"ready\n")
     server.serve()
 

@@ -1,0 +1,357 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* TLS to a secret's host ended and begun again in a thread per connection. */
+#include "intercept.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "netpolicy.h"
+#include "sniff.h"
+#include "tlscert.h"
+
+struct intercept_ca {
+        int refs;
+        X509 *cert;
+        EVP_PKEY *key;      /* the CA's */
+        EVP_PKEY *leaf_key; /* of the certificates it signs for this sandbox's hosts */
+};
+
+struct job {
+        int client_fd, upstream_fd;
+        uint8_t *prefix;
+        size_t prefix_len;
+        char host[NETPOLICY_NAME_MAX + 1];
+        char sandbox[128];
+        struct intercept_ca *ca;
+        struct inject_secrets *secrets;
+        SSL *client, *upstream;
+        BIO *client_in; /* what the sandbox sent, fed from client_fd as the TLS code asks */
+};
+
+static SSL_CTX *server_ctx, *client_ctx;
+static int running;
+
+static const char *ssl_error_text(void)
+{
+        static __thread char text[256];
+        unsigned long e = ERR_get_error();
+        if (e == 0)
+                return "connection closed";
+        ERR_error_string_n(e, text, sizeof(text));
+        ERR_clear_error();
+        return text;
+}
+
+int intercept_init(const char *ca_file, nsbox_error_t **err)
+{
+        server_ctx = SSL_CTX_new(TLS_server_method());
+        client_ctx = SSL_CTX_new(TLS_client_method());
+        if (server_ctx == NULL || client_ctx == NULL)
+                return nsbox_error(err, ENOMEM, "TLS contexts: %s", ssl_error_text());
+        SSL_CTX_set_min_proto_version(server_ctx, TLS1_2_VERSION);
+        SSL_CTX_set_min_proto_version(client_ctx, TLS1_2_VERSION);
+        if (SSL_CTX_set_default_verify_paths(client_ctx) != 1)
+                return nsbox_error(err, EIO, "the system's CA certificates: %s", ssl_error_text());
+        if (ca_file != NULL && SSL_CTX_load_verify_locations(client_ctx, ca_file, NULL) != 1)
+                return nsbox_error(err, EIO, "--ca-file %s: %s", ca_file, ssl_error_text());
+        SSL_CTX_set_verify(client_ctx, SSL_VERIFY_PEER, NULL);
+        return 0;
+}
+
+struct intercept_ca *intercept_ca_parse(json_t *tls, const char **why)
+{
+        const char *cert = json_string_value(json_object_get(tls, "cert"));
+        const char *key = json_string_value(json_object_get(tls, "key"));
+        if (cert == NULL || key == NULL) {
+                *why = "\"tls\" is not {cert, key}";
+                return NULL;
+        }
+        struct intercept_ca *ca = calloc(1, sizeof(*ca));
+        BIO *cb = BIO_new_mem_buf(cert, -1), *kb = BIO_new_mem_buf(key, -1);
+        if (ca != NULL && cb != NULL && kb != NULL) {
+                ca->refs = 1;
+                ca->cert = PEM_read_bio_X509(cb, NULL, NULL, NULL);
+                ca->key = PEM_read_bio_PrivateKey(kb, NULL, NULL, NULL);
+                ca->leaf_key = tlscert_key(NULL);
+        }
+        BIO_free(cb);
+        BIO_free(kb);
+        if (ca == NULL || ca->cert == NULL || ca->key == NULL || ca->leaf_key == NULL) {
+                *why = "\"tls\" holds no usable CA certificate and key";
+                ERR_clear_error();
+                if (ca != NULL)
+                        intercept_ca_unref(ca);
+                return NULL;
+        }
+        return ca;
+}
+
+void intercept_ca_unref(struct intercept_ca *ca)
+{
+        if (ca == NULL || __atomic_sub_fetch(&ca->refs, 1, __ATOMIC_ACQ_REL) > 0)
+                return;
+        X509_free(ca->cert);
+        EVP_PKEY_free(ca->key);
+        EVP_PKEY_free(ca->leaf_key);
+        free(ca);
+}
+
+bool intercept_full(void)
+{
+        return __atomic_load_n(&running, __ATOMIC_RELAXED) >= INTERCEPT_MAX;
+}
+
+/* --- the client side: TLS over a memory BIO fed from the socket ----------- */
+
+static bool client_feed(struct job *j)
+{
+        uint8_t buf[16384];
+        ssize_t n = read(j->client_fd, buf, sizeof(buf));
+        return n > 0 && BIO_write(j->client_in, buf, (int)n) == (int)n;
+}
+
+/* SSL_accept or SSL_read on the client side: >0, or 0 at its end, -1 on error. */
+static int client_step(struct job *j, void *buf, int len)
+{
+        for (;;) {
+                int r = buf ? SSL_read(j->client, buf, len) : SSL_accept(j->client);
+                if (r > 0)
+                        return r;
+                int e = SSL_get_error(j->client, r);
+                if (e == SSL_ERROR_WANT_READ && client_feed(j))
+                        continue;
+                return e == SSL_ERROR_ZERO_RETURN ? 0 : -1;
+        }
+}
+
+static bool client_write(struct job *j, const void *data, size_t len)
+{
+        return len == 0 || SSL_write(j->client, data, (int)len) == (int)len;
+}
+
+static void client_answer(struct job *j, const char *status, const char *body)
+{
+        char msg[1024];
+        int n = snprintf(
+            msg, sizeof(msg),
+            "HTTP/1.1 %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
+            status, strlen(body), body);
+        client_write(j, msg, (size_t)n);
+}
+
+static bool upstream_write(struct job *j, const void *data, size_t len)
+{
+        return len == 0 || SSL_write(j->upstream, data, (int)len) == (int)len;
+}
+
+/* --- one request ---------------------------------------------------------- */
+
+static bool upstream_connect(struct job *j)
+{
+        j->upstream = SSL_new(client_ctx);
+        if (j->upstream == NULL || SSL_set_fd(j->upstream, j->upstream_fd) != 1 ||
+            SSL_set_tlsext_host_name(j->upstream, j->host) != 1 || SSL_set1_host(j->upstream, j->host) != 1)
+                return false;
+        if (SSL_connect(j->upstream) == 1)
+                return true;
+        long verify = SSL_get_verify_result(j->upstream);
+        char body[600];
+        snprintf(body, sizeof(body), "nsbox: could not make a verified TLS connection to %s: %s\n", j->host,
+                 verify != X509_V_OK ? X509_verify_cert_error_string(verify) : ssl_error_text());
+        log_warn("sandbox %s: %s:443: %s", j->sandbox, j->host, body + strlen("nsbox: "));
+        client_answer(j, "502 Bad Gateway", body);
+        return false;
+}
+
+/* The request's body after its head (Content-Length or chunked): rest is
+ * what came with the head. */
+static bool forward_body(struct job *j, const struct sniff_http *h, uint8_t *rest, size_t n, uint8_t *buf,
+                         size_t cap)
+{
+        struct sniff_chunked chunks = { 0 };
+        uint64_t left = h->content_length;
+        for (;;) {
+                size_t keep;
+                if (h->chunked) {
+                        keep = sniff_chunked_feed(&chunks, rest, n);
+                        if (chunks.state == SNIFF_CHUNK_ERROR)
+                                return false;
+                } else {
+                        keep = n > left ? (size_t)left : n;
+                        left -= keep;
+                }
+                if (!upstream_write(j, rest, keep))
+                        return false;
+                bool done = h->chunked ? chunks.state == SNIFF_CHUNK_DONE : left == 0;
+                if (done)
+                        return true;
+                int r = client_step(j, buf, (int)cap);
+                if (r <= 0)
+                        return false;
+                rest = buf;
+                n = (size_t)r;
+        }
+}
+
+static void intercept_request(struct job *j)
+{
+        size_t cap = SNIFF_HEAD_MAX, len = 0;
+        uint8_t *in = malloc(cap), *io = malloc(EGRESS_INTERCEPT_IO);
+        size_t out_cap = 2 * SNIFF_HEAD_MAX;
+        char *out = malloc(out_cap);
+        struct sniff_http h;
+        enum sniff_result sr = SNIFF_NEED_MORE;
+        if (in == NULL || io == NULL || out == NULL)
+                goto done;
+        while (sr == SNIFF_NEED_MORE && len < cap) {
+                int r = client_step(j, in + len, (int)(cap - len));
+                if (r <= 0)
+                        goto done;
+                len += (size_t)r;
+                sr = sniff_http_head((const char *)in, len, &h);
+        }
+        if (sr != SNIFF_OK || h.connect) {
+                client_answer(j, "400 Bad Request", "nsbox: bad request\n");
+                goto done;
+        }
+        char host[NETPOLICY_NAME_MAX + 1];
+        if (netpolicy_name_normalize(h.host, strlen(h.host), host) < 0 || strcmp(host, j->host) != 0) {
+                /* Domain fronting: the secrets are for the name the TLS was for. */
+                client_answer(j, "421 Misdirected Request",
+                              "nsbox: the request's Host is not its TLS server name\n");
+                goto done;
+        }
+        size_t n = 0;
+        const struct inject_secret *foreign = NULL;
+        enum inject_result ir =
+            inject_rewrite_head(j->secrets, j->host, (const char *)in, &h, out, out_cap, &n, &foreign);
+        if (ir == INJECT_FOREIGN) {
+                log_warn(
+                    "sandbox %s: network policy refused %s:443 (carries the placeholder of secret %s, not "
+                    "for this host)",
+                    j->sandbox, j->host, foreign->name);
+                char body[NETPOLICY_NAME_MAX + 64];
+                snprintf(body, sizeof(body), "nsbox: network policy refused %s\n", j->host);
+                client_answer(j, "403 Forbidden", body);
+                goto done;
+        }
+        if (ir != INJECT_OK) {
+                client_answer(j, "400 Bad Request", "nsbox: request head too large\n");
+                goto done;
+        }
+        if (!upstream_connect(j))
+                goto done;
+        if (!upstream_write(j, out, n) ||
+            !forward_body(j, &h, in + h.head_len, len - h.head_len, io, EGRESS_INTERCEPT_IO))
+                goto done;
+        for (;;) {
+                int r = SSL_read(j->upstream, io, EGRESS_INTERCEPT_IO);
+                if (r <= 0 || !client_write(j, io, (size_t)r))
+                        break;
+        }
+done:
+        if (out != NULL)
+                explicit_bzero(out, out_cap);
+        free(out);
+        free(in);
+        free(io);
+}
+
+static void *intercept_main(void *arg)
+{
+        struct job *j = arg;
+        struct timeval tv = { .tv_sec = INTERCEPT_TIMEOUT_SECS };
+        int fds[2] = { j->client_fd, j->upstream_fd };
+        for (int i = 0; i < 2; i++) {
+                int flags = fcntl(fds[i], F_GETFL);
+                fcntl(fds[i], F_SETFL, flags & ~O_NONBLOCK);
+                setsockopt(fds[i], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+                setsockopt(fds[i], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+        }
+        X509 *leaf = tlscert_make(j->ca->leaf_key, j->host, j->ca->cert, j->ca->key, NULL);
+        j->client = SSL_new(server_ctx);
+        j->client_in = BIO_new(BIO_s_mem());
+        BIO *client_out = BIO_new_socket(j->client_fd, BIO_NOCLOSE);
+        if (leaf != NULL && j->client != NULL && j->client_in != NULL && client_out != NULL &&
+            SSL_use_certificate(j->client, leaf) == 1 &&
+            SSL_use_PrivateKey(j->client, j->ca->leaf_key) == 1) {
+                BIO_set_mem_eof_return(j->client_in, -1);
+                BIO_write(j->client_in, j->prefix, (int)j->prefix_len);
+                SSL_set_bio(j->client, j->client_in, client_out);
+                client_out = NULL;
+                if (client_step(j, NULL, 0) > 0)
+                        intercept_request(j);
+                SSL_shutdown(j->client);
+        } else {
+                BIO_free(j->client_in);
+        }
+        ERR_clear_error();
+        BIO_free(client_out);
+        X509_free(leaf);
+        SSL_free(j->client);
+        if (j->upstream != NULL) {
+                SSL_shutdown(j->upstream);
+                SSL_free(j->upstream);
+        }
+        close(j->client_fd);
+        close(j->upstream_fd);
+        OPENSSL_thread_stop();
+        intercept_ca_unref(j->ca);
+        inject_unref(j->secrets);
+        free(j->prefix);
+        free(j);
+        __atomic_sub_fetch(&running, 1, __ATOMIC_RELAXED);
+        return NULL;
+}
+
+int intercept_start(int client_fd, int upstream_fd, const uint8_t *prefix, size_t len, const char *host,
+                    const char *sandbox_id, struct intercept_ca *ca, struct inject_secrets *secrets)
+{
+        struct job *j = calloc(1, sizeof(*j));
+        if (j == NULL || (j->prefix = malloc(len ? len : 1)) == NULL) {
+                free(j);
+                close(client_fd);
+                close(upstream_fd);
+                return -ENOMEM;
+        }
+        j->client_fd = client_fd;
+        j->upstream_fd = upstream_fd;
+        memcpy(j->prefix, prefix, len);
+        j->prefix_len = len;
+        snprintf(j->host, sizeof(j->host), "%s", host);
+        snprintf(j->sandbox, sizeof(j->sandbox), "%s", sandbox_id);
+        __atomic_add_fetch(&ca->refs, 1, __ATOMIC_RELAXED);
+        j->ca = ca;
+        j->secrets = inject_ref(secrets);
+        __atomic_add_fetch(&running, 1, __ATOMIC_RELAXED);
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_attr_setstacksize(&attr, 256 << 10);
+        pthread_t t;
+        int r = pthread_create(&t, &attr, intercept_main, j);
+        pthread_attr_destroy(&attr);
+        if (r != 0) {
+                __atomic_sub_fetch(&running, 1, __ATOMIC_RELAXED);
+                intercept_ca_unref(j->ca);
+                inject_unref(j->secrets);
+                close(client_fd);
+                close(upstream_fd);
+                free(j->prefix);
+                free(j);
+                return -r;
+        }
+        return 0;
+}

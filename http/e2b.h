@@ -1,0 +1,21 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* E2B's API on nsbox-http (e2b.c): the router's one entry for a request of
+ * E2B's SDKs, which it passes on by the sandbox and port its headers name
+ * (envd's, the code interpreter's) or to the control plane. Above the
+ * E2B handlers, below the router. */
+#pragma once
+
+#include <microhttpd.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "request.h"
+
+/* Whether a request is E2B's (it names a sandbox, or a control-plane path). */
+bool http_e2b_wants(struct MHD_Connection *connection, const char *url);
+/* The owner of an E2B request's credentials (X-API-KEY, or for a sandbox's
+ * envd and interpreter its access token), or 0. */
+uid_t http_e2b_authenticate(struct MHD_Connection *connection);
+enum MHD_Result http_e2b_route(struct http_request *r);
+/* A refusal as E2B's SDKs read it. */
+enum MHD_Result http_e2b_refuse(struct http_request *r, unsigned status, const char *message);

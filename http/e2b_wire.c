@@ -1,0 +1,257 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* E2B's wire (e2b_wire.h): the Connect protocol's JSON codec and errors,
+ * the headers that name a sandbox and a user, EntryInfo. */
+#include "e2b_wire.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "cleanup.h"
+#include "json_cleanup.h"
+#include "jsonrpc.h"
+#include "reply.h"
+#include "textenc.h"
+
+const char *e2b_sandbox_id(struct MHD_Connection *connection)
+{
+        return MHD_lookup_connection_value(connection, MHD_HEADER_KIND, "E2b-Sandbox-Id");
+}
+
+static bool path_under(const char *url, const char *prefix)
+{
+        size_t n = strlen(prefix);
+        return strncmp(url, prefix, n) == 0 && (url[n] == '\0' || url[n] == '/');
+}
+
+bool e2b_request(struct MHD_Connection *connection, const char *url)
+{
+        return e2b_sandbox_id(connection) != NULL ||
+               MHD_lookup_connection_value(connection, MHD_HEADER_KIND, "X-API-KEY") != NULL ||
+               path_under(url, "/sandboxes") || path_under(url, "/v2/sandboxes") ||
+               path_under(url, "/snapshots") || path_under(url, "/templates") ||
+               path_under(url, "/v2/templates") || path_under(url, "/teams") || path_under(url, "/volumes");
+}
+
+const char *e2b_user(struct MHD_Connection *connection)
+{
+        const char *auth =
+            MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+        if (auth == NULL || strncasecmp(auth, "Basic ", 6) != 0)
+                return "sandbox";
+        const char *b64 = auth + 6;
+        size_t n = strlen(b64);
+        if (n > 256)
+                return "sandbox";
+        size_t plain_len = 0;
+        _cleanup_free_ char *plain = base64_decode(b64, n, &plain_len);
+        if (plain == NULL)
+                return "sandbox";
+        return plain_len >= 5 && memcmp(plain, "root:", 5) == 0 ? "root" : "sandbox";
+}
+
+json_t *e2b_connect_message(const struct http_request *r, bool stream, char *why, size_t why_len)
+{
+        const unsigned char *p = (const unsigned char *)r->body;
+        size_t len = r->body_len;
+        if (stream) {
+                if (len < 5) {
+                        snprintf(why, why_len, "a stream's request is one envelope: 5 bytes and a message");
+                        return NULL;
+                }
+                uint32_t n = (uint32_t)p[1] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 8 | p[4];
+                if (p[0] & E2B_FLAG_COMPRESSED) {
+                        snprintf(why, why_len, "compressed messages are not accepted");
+                        return NULL;
+                }
+                if (p[0] != 0 || n > E2B_MAX_MESSAGE || (size_t)n != len - 5) {
+                        snprintf(why, why_len, "the envelope says %u bytes of flags %u; %zu came", n, p[0],
+                                 len - 5);
+                        return NULL;
+                }
+                p += 5;
+                len = n;
+        }
+        if (len == 0)
+                return json_object();
+        json_error_t jerr;
+        json_t *msg = json_loadb((const char *)p, len, JSON_REJECT_DUPLICATES, &jerr);
+        if (msg == NULL) {
+                snprintf(why, why_len, "the message is not JSON: %s", jerr.text);
+                return NULL;
+        }
+        if (!json_is_object(msg)) {
+                json_decref(msg);
+                snprintf(why, why_len, "the message must be a JSON object");
+                return NULL;
+        }
+        return msg;
+}
+
+int e2b_envelope_append(char **buf, size_t *len, size_t *cap, unsigned flags, json_t *message)
+{
+        _cleanup_free_ char *text = message ? json_dumps(message, JSON_COMPACT) : strdup("{}");
+        if (text == NULL)
+                return -ENOMEM;
+        size_t n = strlen(text);
+        unsigned char head[5] = { (unsigned char)flags, (unsigned char)(n >> 24), (unsigned char)(n >> 16),
+                                  (unsigned char)(n >> 8), (unsigned char)n };
+        if (*len + 5 + n > *cap) {
+                size_t want = *cap ? *cap : 4096;
+                while (want < *len + 5 + n)
+                        want *= 2;
+                char *more = realloc(*buf, want);
+                if (more == NULL)
+                        return -ENOMEM;
+                *buf = more;
+                *cap = want;
+        }
+        memcpy(*buf + *len, head, 5);
+        memcpy(*buf + *len + 5, text, n);
+        *len += 5 + n;
+        return 0;
+}
+
+const char *e2b_connect_code(json_t *error)
+{
+        if (error == NULL)
+                return "unavailable";
+        const char *kind;
+        http_status_of_rpc_error(error, &kind);
+        static const char *const map[][2] = {
+                { "invalid_params", "invalid_argument" },
+                { "not_found", "not_found" },
+                { "gone", "not_found" },
+                { "exists", "already_exists" },
+                { "permission_denied", "permission_denied" },
+                { "limit_reached", "resource_exhausted" },
+                { "busy", "resource_exhausted" },
+                { "unavailable", "unavailable" },
+                { "internal", "internal" },
+        };
+        for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+                if (strcmp(kind, map[i][0]) == 0)
+                        return map[i][1];
+        return "unknown";
+}
+
+unsigned e2b_connect_status(const char *code)
+{
+        static const struct {
+                const char *code;
+                unsigned status;
+        } map[] = {
+                { "invalid_argument", 400 },   { "failed_precondition", 400 },
+                { "out_of_range", 400 },       { "unauthenticated", 401 },
+                { "permission_denied", 403 },  { "not_found", 404 },
+                { "already_exists", 409 },     { "aborted", 409 },
+                { "resource_exhausted", 429 }, { "canceled", 499 },
+                { "unimplemented", 501 },      { "unavailable", 503 },
+                { "deadline_exceeded", 504 },
+        };
+        for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+                if (strcmp(code, map[i].code) == 0)
+                        return map[i].status;
+        return 500;
+}
+
+json_t *e2b_connect_error_json(const char *code, const char *message)
+{
+        return json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", message ? message : code);
+}
+
+static const char *rpc_message(json_t *error, const nsbox_error_t *err)
+{
+        if (error == NULL)
+                return err && err->message ? err->message : "nsboxd is unreachable";
+        const char *m = json_string_value(json_object_get(error, "message"));
+        return m ? m : "error";
+}
+
+enum MHD_Result e2b_reply_connect_error(struct http_request *r, const char *code, const char *fmt, ...)
+{
+        char message[1024];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(message, sizeof(message), fmt, ap);
+        va_end(ap);
+        return http_reply_json(r, e2b_connect_status(code),
+                               json_pack("{s:s, s:s}", "code", code, "message", message));
+}
+
+enum MHD_Result e2b_reply_connect_rpc_error(struct http_request *r, json_t *error, const nsbox_error_t *err)
+{
+        return e2b_reply_connect_error(r, e2b_connect_code(error), "%s", rpc_message(error, err));
+}
+
+enum MHD_Result e2b_reply_rest_error(struct http_request *r, unsigned status, const char *fmt, ...)
+{
+        char message[1024];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(message, sizeof(message), fmt, ap);
+        va_end(ap);
+        return http_reply_json(r, status,
+                               json_pack("{s:I, s:s}", "code", (json_int_t)status, "message", message));
+}
+
+enum MHD_Result e2b_reply_rest_rpc_error(struct http_request *r, json_t *error, const nsbox_error_t *err)
+{
+        unsigned status = error ? http_status_of_rpc_error(error, NULL) : MHD_HTTP_SERVICE_UNAVAILABLE;
+        /* a sandbox removed lately is nsbox's 410; E2B's SDKs know it as not found */
+        if (status == MHD_HTTP_GONE)
+                status = MHD_HTTP_NOT_FOUND;
+        return e2b_reply_rest_error(r, status, "%s", rpc_message(error, err));
+}
+
+static void permissions_text(unsigned mode, bool dir, bool link, char out[11])
+{
+        static const char bits[] = "rwxrwxrwx";
+        out[0] = link ? 'L' : dir ? 'd' : '-';
+        for (int i = 0; i < 9; i++)
+                out[1 + i] = (mode & (0400u >> i)) ? bits[i] : '-';
+        out[10] = '\0';
+}
+
+json_t *e2b_entry_info(json_t *stat, const char *dir)
+{
+        const char *name = json_string_value(json_object_get(stat, "name"));
+        const char *type = json_string_value(json_object_get(stat, "type"));
+        const char *path = json_string_value(json_object_get(stat, "path"));
+        _cleanup_free_ char *joined = NULL;
+        if (path == NULL && dir != NULL && name != NULL) {
+                if (asprintf(&joined, "%s%s%s", dir, dir[0] && dir[strlen(dir) - 1] == '/' ? "" : "/", name) <
+                    0)
+                        return NULL;
+                path = joined;
+        }
+        if (name == NULL && path != NULL) {
+                const char *slash = strrchr(path, '/');
+                name = slash && slash[1] ? slash + 1 : path;
+        }
+        bool is_dir = type && strcmp(type, "dir") == 0, is_link = type && strcmp(type, "symlink") == 0;
+        unsigned mode = (unsigned)json_integer_value(json_object_get(stat, "mode")) & 07777;
+        char perms[11];
+        permissions_text(mode, is_dir, is_link, perms);
+        char size[32];
+        snprintf(size, sizeof(size), "%lld", (long long)json_integer_value(json_object_get(stat, "size")));
+        json_int_t uid = json_integer_value(json_object_get(stat, "uid"));
+        const char *owner = json_object_get(stat, "uid") == NULL ? "user" : uid == 0 ? "root" : "user";
+        json_t *mtime = json_object_get(stat, "mtime");
+        json_t *entry =
+            json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:s, s:s}", "name", name ? name : "", "type",
+                      is_dir    ? "FILE_TYPE_DIRECTORY"
+                      : is_link ? "FILE_TYPE_SYMLINK"
+                                : "FILE_TYPE_FILE",
+                      "path", path ? path : "", "size", size, "mode", (json_int_t)mode, "permissions", perms,
+                      "owner", owner, "group", owner);
+        if (entry != NULL && json_is_string(mtime))
+                json_object_set(entry, "modifiedTime", mtime);
+        if (entry != NULL && json_is_string(json_object_get(stat, "target")))
+                json_object_set(entry, "symlinkTarget", json_object_get(stat, "target"));
+        return entry;
+}

@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* E2B's wire as nsbox-http speaks it (e2b_wire.c): the Connect protocol's
+ * JSON codec (a unary call's body, a server stream's 5-byte envelopes and
+ * its end-of-stream frame), Connect and REST errors from nsboxd's, the
+ * sandbox and OS user a request names in its headers, and proto3-JSON
+ * values (EntryInfo). Below the E2B handlers (e2b_api, e2b_process,
+ * e2b_files, e2b_interp). */
+#pragma once
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "error.h"
+#include "request.h"
+
+/* envd's port and the code interpreter's, as E2b-Sandbox-Port names them. */
+#define E2B_ENVD_PORT        49983
+#define E2B_INTERPRETER_PORT 49999
+/* Envelope flags of the Connect protocol. */
+#define E2B_FLAG_COMPRESSED 0x01
+#define E2B_FLAG_END        0x02
+/* A message of a server stream's request is at most this long. */
+#define E2B_MAX_MESSAGE (4u << 20)
+
+/* The sandbox a request names (E2b-Sandbox-Id), or NULL. */
+const char *e2b_sandbox_id(struct MHD_Connection *connection);
+/* Whether the request is E2B's: it names a sandbox, carries an X-API-KEY,
+ * or its path is one of the control plane's. */
+bool e2b_request(struct MHD_Connection *connection, const char *url);
+/* nsbox's user for the OS user envd's Authorization: Basic names:
+ * "root" for root, "sandbox" for any other (or none). */
+const char *e2b_user(struct MHD_Connection *connection);
+
+/* A Connect request's message: the JSON body of a unary call, or the one
+ * envelope of a server stream's request (Content-Type
+ * application/connect+json). NULL with `why` filled when it is not one. */
+json_t *e2b_connect_message(const struct http_request *r, bool stream, char *why, size_t why_len);
+/* Append one envelope (flags, then the JSON, or `{}` for NULL) to a buffer. */
+int e2b_envelope_append(char **buf, size_t *len, size_t *cap, unsigned flags, json_t *message);
+
+/* The Connect code of an nsboxd JSON-RPC error (NULL: nsboxd unreachable). */
+const char *e2b_connect_code(json_t *error);
+/* An error's Connect end-of-stream payload {"error":{code,message}}. */
+json_t *e2b_connect_error_json(const char *code, const char *message);
+/* A unary call's error: the status of its code and {code, message}. */
+enum MHD_Result e2b_reply_connect_error(struct http_request *r, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+enum MHD_Result e2b_reply_connect_rpc_error(struct http_request *r, json_t *error, const nsbox_error_t *err);
+/* A REST error as E2B's API gives it: {code: status, message}. */
+enum MHD_Result e2b_reply_rest_error(struct http_request *r, unsigned status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+enum MHD_Result e2b_reply_rest_rpc_error(struct http_request *r, json_t *error, const nsbox_error_t *err);
+/* The HTTP status of a Connect code. */
+unsigned e2b_connect_status(const char *code);
+
+/* EntryInfo of an fs.stat result or an fs.list entry under `dir`. */
+json_t *e2b_entry_info(json_t *stat, const char *dir);

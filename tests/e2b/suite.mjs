@@ -1,0 +1,270 @@
+// SPDX-License-Identifier: Apache-2.0
+// Drives nsbox-http's E2B API with the unmodified E2B SDKs (e2b and
+// @e2b/code-interpreter from npm, pinned in package.json), as a program
+// written for E2B would, and prints one JSON report of what it saw for
+// tests/integration/e2b/test_e2b_sdk.py to assert on.
+//
+//   node suite.mjs SCENARIO
+// env: E2B_SDK_DIR (holds node_modules), E2B_API_URL, E2B_SANDBOX_URL,
+//      E2B_API_KEY (the three a user changes), E2B_OTHER_KEY (another owner's).
+import { createRequire } from "node:module";
+import { join } from "node:path";
+
+// The SDKs live in a cache dir outside the tree, where ESM bare imports do not look.
+const require = createRequire(join(process.env.E2B_SDK_DIR, "package.json"));
+const e2b = require("e2b");
+const ci = require("@e2b/code-interpreter");
+const { Sandbox, CommandExitError, NotFoundError } = e2b;
+
+const report = {};
+const errorName = (e) => (e && e.constructor ? e.constructor.name : String(e));
+const until = async (what, fn, ms = 20000) => {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+};
+
+const scenarios = {
+  async lifecycle() {
+    const sbx = await Sandbox.create({ envs: { GREETING: "hi" }, metadata: { suite: "e2b", run: String(process.pid) }, timeoutMs: 120000 });
+    report.sandboxId = sbx.sandboxId;
+    report.isRunning = await sbx.isRunning();
+    const info = await sbx.getInfo();
+    report.info = { state: info.state, metadata: info.metadata, sandboxId: info.sandboxId };
+    const other = await Sandbox.create({ metadata: { suite: "other" } });
+    const listed = await Sandbox.list({ query: { metadata: { run: String(process.pid) } } }).nextItems();
+    report.listed = listed.map((s) => s.sandboxId);
+    const env = await sbx.commands.run("echo $GREETING");
+    report.env = env.stdout;
+    await sbx.setTimeout(300000);
+    report.timeoutSet = true;
+    const again = await Sandbox.connect(sbx.sandboxId);
+    report.connected = (await again.commands.run("echo again")).stdout;
+    await other.kill();
+    await sbx.kill();
+    report.isRunningAfterKill = await sbx.isRunning();
+    try {
+      await Sandbox.getInfo(sbx.sandboxId);
+      report.infoAfterKill = "found";
+    } catch (e) {
+      report.infoAfterKill = errorName(e);
+    }
+  },
+
+  async commands() {
+    const sbx = await Sandbox.create();
+    try {
+      const fg = await sbx.commands.run("echo out; echo err >&2; exit 0");
+      report.fg = { stdout: fg.stdout, stderr: fg.stderr, exitCode: fg.exitCode };
+      const seen = { out: "", err: "" };
+      await sbx.commands.run("echo a; echo b >&2", { onStdout: (d) => (seen.out += d), onStderr: (d) => (seen.err += d) });
+      report.callbacks = seen;
+      try {
+        await sbx.commands.run("echo failing >&2; exit 3");
+        report.exit = "no error";
+      } catch (e) {
+        report.exit = { name: errorName(e), isCommandExitError: e instanceof CommandExitError, exitCode: e.exitCode, stderr: e.stderr };
+      }
+      const bg = await sbx.commands.run("sleep 0.2; echo done-bg", { background: true });
+      const waited = await bg.wait();
+      report.bg = { stdout: waited.stdout, exitCode: waited.exitCode, pid: typeof bg.pid };
+      const cat = await sbx.commands.run("cat", { background: true, stdin: true });
+      await sbx.commands.sendStdin(cat.pid, "from stdin\n");
+      await sbx.commands.closeStdin(cat.pid);
+      report.stdin = (await cat.wait()).stdout;
+      const sleeper = await sbx.commands.run("sleep 600", { background: true });
+      const listed = await sbx.commands.list();
+      report.listedSleeper = listed.some((p) => p.pid === sleeper.pid);
+      report.killed = await sleeper.kill();
+      try {
+        await sleeper.wait();
+        report.killedWait = "no error";
+      } catch (e) {
+        report.killedWait = { name: errorName(e), exitCode: e.exitCode };
+      }
+      const long = await sbx.commands.run("for i in 1 2 3; do echo $i; sleep 0.05; done", { background: true });
+      const reconnected = await sbx.commands.connect(long.pid);
+      report.connectWait = (await reconnected.wait()).exitCode;
+    } finally {
+      await sbx.kill();
+    }
+  },
+
+  async files() {
+    const sbx = await Sandbox.create();
+    try {
+      await sbx.files.write("/workspace/dir/hello.txt", "hello e2b\n");
+      report.text = await sbx.files.read("/workspace/dir/hello.txt");
+      const bytes = new Uint8Array([0, 1, 2, 250, 255]);
+      await sbx.files.write("/workspace/bin.dat", bytes.buffer);
+      report.bytes = Array.from(await sbx.files.read("/workspace/bin.dat", { format: "bytes" }));
+      report.exists = await sbx.files.exists("/workspace/dir/hello.txt");
+      report.missing = await sbx.files.exists("/workspace/nope");
+      report.madeDir = await sbx.files.makeDir("/workspace/made/sub");
+      report.madeAgain = await sbx.files.makeDir("/workspace/made/sub");
+      const info = await sbx.files.getInfo("/workspace/dir/hello.txt");
+      report.info = { name: info.name, type: info.type, size: info.size, path: info.path };
+      const entries = await sbx.files.list("/workspace");
+      report.list = entries.map((e) => `${e.name}:${e.type}`).sort();
+      const deep = await sbx.files.list("/workspace", { depth: 3 });
+      report.deep = deep.map((e) => e.path).sort();
+      const moved = await sbx.files.rename("/workspace/dir/hello.txt", "/workspace/dir/moved.txt");
+      report.moved = moved.path;
+      report.movedText = await sbx.files.read("/workspace/dir/moved.txt");
+      await sbx.files.remove("/workspace/dir");
+      report.removed = !(await sbx.files.exists("/workspace/dir"));
+      try {
+        await sbx.files.read("/workspace/nope");
+        report.readMissing = "no error";
+      } catch (e) {
+        report.readMissing = errorName(e);
+      }
+    } finally {
+      await sbx.kill();
+    }
+  },
+
+  async watch() {
+    const sbx = await Sandbox.create();
+    try {
+      await sbx.files.makeDir("/workspace/watched/sub");
+      const events = [];
+      const handle = await sbx.files.watchDir("/workspace/watched", (e) => events.push(`${e.type}:${e.name}`), { recursive: true });
+      await sbx.files.write("/workspace/watched/a.txt", "a");
+      await sbx.files.write("/workspace/watched/sub/b.txt", "b");
+      await sbx.commands.run("rm /workspace/watched/a.txt");
+      await until("the remove event", () => events.includes("remove:a.txt"));
+      await until("the event in sub", () => events.some((e) => e.endsWith(":sub/b.txt")));
+      await handle.stop();
+      report.events = events;
+      // the watch ended with its stream: the sandbox serves on
+      report.after = (await sbx.commands.run("echo still")).stdout;
+    } finally {
+      await sbx.kill();
+    }
+  },
+
+  async interpreter() {
+    const sbx = await ci.Sandbox.create();
+    try {
+      await sbx.runCode("x = 41");
+      const sum = await sbx.runCode("x + 1");
+      report.text = sum.text;
+      const printed = await sbx.runCode("print('hi')");
+      report.stdout = printed.logs.stdout;
+      const chart = await sbx.runCode("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()");
+      report.png = chart.results.some((r) => r.png && Buffer.from(r.png, "base64").subarray(1, 4).toString() === "PNG");
+      const failed = await sbx.runCode("import sys\nprint('before', file=sys.stderr)\n1 / 0");
+      report.error = failed.error ? { name: failed.error.name, value: failed.error.value, traceback: failed.error.traceback.includes("ZeroDivisionError") } : null;
+      report.stderrBeforeError = failed.logs.stderr;
+      const ctx = await sbx.createCodeContext();
+      await sbx.runCode("y = 5", { context: ctx });
+      report.inContext = (await sbx.runCode("y * 2", { context: ctx })).text;
+      report.defaultHasY = (await sbx.runCode("'y' in globals()")).text;
+      report.contextHasX = (await sbx.runCode("'x' in globals()", { context: ctx })).text;
+      report.listed = (await sbx.listCodeContexts()).map((c) => c.id).includes(ctx.id);
+      await sbx.restartCodeContext(ctx);
+      report.afterRestart = (await sbx.runCode("'y' in globals()", { context: ctx })).text;
+      await sbx.removeCodeContext(ctx);
+      report.listedAfterRemove = (await sbx.listCodeContexts()).map((c) => c.id).includes(ctx.id);
+    } finally {
+      await sbx.kill();
+    }
+  },
+
+  async pty() {
+    const sbx = await Sandbox.create();
+    try {
+      let seen = "";
+      const decoder = new TextDecoder();
+      const term = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => (seen += decoder.decode(d)) });
+      await sbx.pty.sendInput(term.pid, new TextEncoder().encode("echo pty-$((6*7))\n"));
+      await until("the pty's output", () => seen.includes("pty-42"));
+      await sbx.pty.resize(term.pid, { cols: 100, rows: 30 });
+      await sbx.pty.sendInput(term.pid, new TextEncoder().encode("stty size\n"));
+      await until("the new size", () => seen.includes("30 100"));
+      report.ptyKilled = await term.kill();
+      report.seen = { answer: seen.includes("pty-42"), size: seen.includes("30 100") };
+    } finally {
+      await sbx.kill();
+    }
+  },
+
+  async pause() {
+    const sbx = await Sandbox.create();
+    try {
+      await sbx.files.write("/workspace/kept.txt", "kept");
+      report.paused = await sbx.pause();
+      report.pausedAgain = await Sandbox.pause(sbx.sandboxId);
+      report.stateWhilePaused = (await sbx.getInfo()).state;
+      const again = await Sandbox.connect(sbx.sandboxId);
+      report.stateAfterConnect = (await again.getInfo()).state;
+      report.kept = await again.files.read("/workspace/kept.txt");
+      const metrics = await again.getMetrics();
+      report.metrics = metrics.length > 0 ? { memTotal: metrics[0].memTotal > 0, memUsed: metrics[0].memUsed > 0, cpuCount: metrics[0].cpuCount, date: metrics[0].timestamp instanceof Date } : null;
+    } finally {
+      await sbx.kill();
+    }
+  },
+
+  async snapshots() {
+    const sbx = await Sandbox.create();
+    const made = [];
+    try {
+      await sbx.files.write("/workspace/state.txt", "before the snapshot");
+      const snap = await sbx.createSnapshot({ name: `snap-${process.pid}` });
+      report.names = snap.names;
+      const listed = await Sandbox.listSnapshots({ sandboxId: sbx.sandboxId }).nextItems();
+      report.listed = listed.some((s) => s.snapshotId === snap.snapshotId);
+      const fromSnap = await Sandbox.create(snap.snapshotId);
+      made.push(fromSnap);
+      report.fromSnapshot = await fromSnap.files.read("/workspace/state.txt");
+      const forks = await sbx.fork({ count: 2 });
+      made.push(...forks.filter((f) => !(f instanceof Error)));
+      report.forks = await Promise.all(forks.map(async (f) => (f instanceof Error ? `error: ${f.message}` : await f.files.read("/workspace/state.txt"))));
+      report.forkIds = new Set(forks.map((f) => f.sandboxId)).size;
+      for (const m of made) await m.kill();
+      made.length = 0;
+      report.deleted = await Sandbox.deleteSnapshot(snap.snapshotId);
+      report.deletedAgain = await Sandbox.deleteSnapshot(snap.snapshotId);
+    } finally {
+      for (const m of made) await m.kill().catch(() => {});
+      await sbx.kill();
+    }
+  },
+
+  async isolation() {
+    const mine = await Sandbox.create({ metadata: { owner: "a" } });
+    try {
+      const other = { apiKey: process.env.E2B_OTHER_KEY };
+      const theirs = await Sandbox.list({ ...other }).nextItems();
+      report.otherSees = theirs.map((s) => s.sandboxId).includes(mine.sandboxId);
+      try {
+        await Sandbox.connect(mine.sandboxId, other);
+        report.otherConnect = "connected";
+      } catch (e) {
+        report.otherConnect = errorName(e);
+      }
+      try {
+        await Sandbox.kill(mine.sandboxId, other);
+        report.otherKill = "no error";
+      } catch (e) {
+        report.otherKill = errorName(e);
+      }
+      report.stillRunning = await mine.isRunning();
+    } finally {
+      await mine.kill();
+    }
+  },
+};
+
+try {
+  await scenarios[process.argv[2]]();
+} catch (e) {
+  report.exception = `${errorName(e)}: ${e && e.stack ? e.stack : e}`;
+}
+console.log(JSON.stringify(report));

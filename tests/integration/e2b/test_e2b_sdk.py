@@ -1,0 +1,142 @@
+# SPDX-License-Identifier: Apache-2.0
+"""E2B's own SDKs, unmodified, against nsbox-http: the JavaScript SDKs from npm
+(e2b and @e2b/code-interpreter, pinned in tests/e2b/package.json) run
+tests/e2b/suite.mjs with only E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY
+pointing at nsbox."""
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import REPO
+from e2b_front import KEY_A, KEY_B, front  # noqa: F401 (fixture)
+
+
+@pytest.fixture(scope="module")
+def sdk_dir():
+    """The SDKs, installed by `make e2b-sdk` into the cache dir (once)."""
+    node = shutil.which("node") or "/usr/bin/node"
+    assert os.path.exists(node), "node is missing (make deps-test installs nodejs and npm)"
+    version = subprocess.run([node, "--version"], capture_output=True, text=True).stdout.strip().lstrip("v")
+    major, minor = (int(x) for x in version.split(".")[:2])
+    # the engines of the pinned e2b and @e2b/code-interpreter
+    assert (major, minor) >= (20, 18) and major != 21, "the E2B SDKs want Node >= 20.18.1 (not 21), this is " + version
+    subprocess.run(["make", "-s", "--no-print-directory", "-C", REPO, "e2b-sdk"], check=True, timeout=600)
+    out = subprocess.run(["make", "-s", "--no-print-directory", "-C", REPO, "e2b-sdk-dir"], check=True,
+                         capture_output=True, text=True).stdout.strip()
+    assert os.path.isdir(os.path.join(out, "node_modules", "e2b")), out
+    return out
+
+
+def scenario(front, sdk_dir, name, timeout=240):
+    url = "http://127.0.0.1:%d" % front.port
+    env = dict(os.environ, E2B_SDK_DIR=sdk_dir, E2B_API_URL=url, E2B_SANDBOX_URL=url, E2B_API_KEY=KEY_A,
+               E2B_OTHER_KEY=KEY_B)
+    env.pop("E2B_DOMAIN", None)
+    p = subprocess.run(["node", os.path.join(REPO, "tests", "e2b", "suite.mjs"), name], env=env,
+                       capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, "suite.mjs %s failed (%d):\n%s\n%s" % (name, p.returncode, p.stdout, p.stderr)
+    report = json.loads(p.stdout.strip().splitlines()[-1])
+    assert "exception" not in report, report["exception"] + "\nnsbox-http log:\n" + front.read_log()[-4000:]
+    return report
+
+
+def test_create_list_connect_timeout_kill(front, sdk_dir):
+    r = scenario(front, sdk_dir, "lifecycle")
+    assert r["isRunning"] is True
+    assert r["info"]["state"] == "running"
+    assert r["info"]["metadata"]["suite"] == "e2b"
+    assert r["listed"] == [r["sandboxId"]]  # the metadata filter leaves the other sandbox out
+    assert r["env"] == "hi\n"
+    assert r["timeoutSet"] is True
+    assert r["connected"] == "again\n"
+    assert r["isRunningAfterKill"] is False
+    assert r["infoAfterKill"].endswith("NotFoundError")
+
+
+def test_commands_foreground_background_stdin_kill(front, sdk_dir):
+    r = scenario(front, sdk_dir, "commands")
+    assert r["fg"] == {"stdout": "out\n", "stderr": "err\n", "exitCode": 0}
+    assert r["callbacks"] == {"out": "a\n", "err": "b\n"}
+    assert r["exit"]["isCommandExitError"] is True
+    assert r["exit"]["exitCode"] == 3
+    assert r["exit"]["stderr"] == "failing\n"
+    assert r["bg"] == {"stdout": "done-bg\n", "exitCode": 0, "pid": "number"}
+    assert r["stdin"] == "from stdin\n"
+    assert r["listedSleeper"] is True
+    assert r["killed"] is True
+    assert r["killedWait"]["name"] == "CommandExitError"
+    assert r["connectWait"] == 0
+
+
+def test_files(front, sdk_dir):
+    r = scenario(front, sdk_dir, "files")
+    assert r["text"] == "hello e2b\n"
+    assert r["bytes"] == [0, 1, 2, 250, 255]
+    assert r["exists"] is True and r["missing"] is False
+    assert r["madeDir"] is True and r["madeAgain"] is False
+    assert r["info"] == {"name": "hello.txt", "type": "file", "size": 10, "path": "/workspace/dir/hello.txt"}
+    assert "dir:dir" in r["list"] and "bin.dat:file" in r["list"]
+    assert "/workspace/made/sub" in r["deep"] and "/workspace/dir/hello.txt" in r["deep"]
+    assert r["moved"] == "/workspace/dir/moved.txt"
+    assert r["movedText"] == "hello e2b\n"
+    assert r["removed"] is True
+    assert r["readMissing"].endswith("NotFoundError")
+
+
+def test_watch_dir(front, sdk_dir):
+    r = scenario(front, sdk_dir, "watch")
+    assert "create:a.txt" in r["events"]
+    assert "write:a.txt" in r["events"]
+    assert "create:sub/b.txt" in r["events"]
+    assert r["events"].index("create:a.txt") < r["events"].index("remove:a.txt")
+    assert r["after"] == "still\n"
+
+
+def test_run_code_stateful_text_png_error_and_contexts(front, sdk_dir):
+    r = scenario(front, sdk_dir, "interpreter")
+    assert r["text"] == "42"
+    assert r["stdout"] == ["hi\n"]
+    assert r["png"] is True
+    assert r["error"] == {"name": "ZeroDivisionError", "value": "division by zero", "traceback": True}
+    assert r["stderrBeforeError"] == ["before\n"]  # the traceback is the error's, not stderr's
+    assert r["inContext"] == "10"
+    assert r["defaultHasY"] == "False" and r["contextHasX"] == "False"
+    assert r["listed"] is True
+    assert r["afterRestart"] == "False"
+    assert r["listedAfterRemove"] is False
+
+
+def test_pty_input_resize_kill(front, sdk_dir):
+    r = scenario(front, sdk_dir, "pty")
+    assert r["seen"] == {"answer": True, "size": True}
+    assert r["ptyKilled"] is True
+
+
+def test_pause_connect_and_metrics(front, sdk_dir):
+    r = scenario(front, sdk_dir, "pause")
+    assert r["paused"] is True
+    assert r["pausedAgain"] is False  # E2B's 409: paused already
+    assert r["stateWhilePaused"] == "paused"
+    assert r["stateAfterConnect"] == "running"
+    assert r["kept"] == "kept"
+    assert r["metrics"] == {"memTotal": True, "memUsed": True, "cpuCount": 1, "date": True}
+
+
+def test_snapshots_create_from_snapshot_and_fork(front, sdk_dir):
+    r = scenario(front, sdk_dir, "snapshots")
+    assert r["names"] and r["names"][0].startswith("snap-")
+    assert r["listed"] is True
+    assert r["fromSnapshot"] == "before the snapshot"
+    assert r["forks"] == ["before the snapshot", "before the snapshot"] and r["forkIds"] == 2
+    assert r["deleted"] is True and r["deletedAgain"] is False
+
+
+def test_two_api_keys_do_not_see_each_others_sandboxes(front, sdk_dir):
+    r = scenario(front, sdk_dir, "isolation")
+    assert r["otherSees"] is False
+    assert r["otherConnect"].endswith("NotFoundError")
+    assert r["otherKill"] in ("NotFoundError", "no error")  # E2B's kill of a missing sandbox returns false
+    assert r["stillRunning"] is True

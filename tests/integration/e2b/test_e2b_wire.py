@@ -1,0 +1,359 @@
+# SPDX-License-Identifier: Apache-2.0
+"""E2B's wire as the Python SDK (e2b, e2b-code-interpreter) speaks it, replayed
+byte for byte with http.client (the Python SDK cannot be installed here): its
+control-plane REST, envd's Connect calls (JSON codec, enveloped streams), its
+multipart upload, the polling watcher of the synchronous SDK and the code
+interpreter. Then hostile clients: bad envelopes, huge lengths, unknown
+methods, wrong keys and tokens, a client that leaves mid-stream."""
+import base64
+import http.client
+import json
+import socket
+import struct
+import time
+
+import pytest
+
+from e2b_front import KEY_A, KEY_B, front  # noqa: F401 (fixture)
+
+USER = "Basic " + base64.b64encode(b"user:").decode()  # what the SDK sends for its default user
+
+
+def call(front, method, path, body=None, headers=None, raw=False):
+    h = dict(headers or {})
+    if isinstance(body, (dict, list)):
+        body = json.dumps(body).encode()
+        h.setdefault("Content-Type", "application/json")
+    c = http.client.HTTPConnection("127.0.0.1", front.port, timeout=120)
+    try:
+        c.request(method, path, body=body, headers=h)
+        resp = c.getresponse()
+        data = resp.read()
+    finally:
+        c.close()
+    if not raw and data and resp.getheader("Content-Type", "").startswith("application/json"):
+        data = json.loads(data)
+    return resp.status, resp, data
+
+
+def envelope(message, flags=0):
+    data = json.dumps(message).encode()
+    return struct.pack(">BI", flags, len(data)) + data
+
+
+def envelopes(data):
+    out = []
+    while data:
+        flags, n = struct.unpack(">BI", data[:5])
+        out.append((flags, json.loads(data[5:5 + n])))
+        data = data[5 + n:]
+    return out
+
+
+class Sbx:
+    """A sandbox made as the Python SDK makes one, and its envd headers."""
+
+    def __init__(self, front, key=KEY_A):
+        status, _, body = call(front, "POST", "/sandboxes", {
+            "templateID": "base", "timeout": 300, "autoPause": False, "secure": True,
+            "allow_internet_access": True, "metadata": {"sdk": "python"}, "envVars": {"FROM": "py"}},
+            headers={"X-API-KEY": key, "User-Agent": "e2b-python-sdk/2.46.0"})
+        assert status == 201, body
+        assert tuple(int(x) for x in body["envdVersion"].split(".")) >= (0, 1, 0)
+        self.front, self.key, self.id = front, key, body["sandboxID"]
+        self.token = body["envdAccessToken"]
+
+    def headers(self, port=49983, **more):
+        h = {"E2b-Sandbox-Id": self.id, "E2b-Sandbox-Port": str(port), "X-Access-Token": self.token,
+             "Authorization": USER}
+        h.update(more)
+        return h
+
+    def unary(self, service_method, message):
+        return call(self.front, "POST", "/" + service_method, message,
+                    headers=self.headers(**{"Connect-Protocol-Version": "1"}))
+
+    def stream(self, service_method, message):
+        status, resp, data = call(self.front, "POST", "/" + service_method, envelope(message),
+                                  headers=self.headers(**{"Content-Type": "application/connect+json",
+                                                          "Connect-Protocol-Version": "1",
+                                                          "Keepalive-Ping-Interval": "50"}), raw=True)
+        assert status == 200, data
+        assert resp.getheader("Content-Type") == "application/connect+json"
+        return envelopes(data)
+
+    def kill(self):
+        call(self.front, "DELETE", "/sandboxes/" + self.id, headers={"X-API-KEY": self.key})
+
+
+@pytest.fixture
+def sbx(front):
+    s = Sbx(front)
+    yield s
+    s.kill()
+
+
+def test_python_sdk_control_plane(front, sbx):
+    status, _, detail = call(front, "GET", "/sandboxes/" + sbx.id, headers={"X-API-KEY": KEY_A})
+    assert status == 200
+    for field in ("templateID", "sandboxID", "clientID", "startedAt", "endAt", "cpuCount", "memoryMB",
+                  "diskSizeMB", "envdVersion", "state"):
+        assert field in detail, field
+    assert detail["metadata"] == {"sdk": "python"} and detail["state"] == "running"
+    status, _, listed = call(front, "GET", "/v2/sandboxes?metadata=sdk%3Dpython&state=running&limit=10",
+                             headers={"X-API-KEY": KEY_A})
+    assert status == 200 and [s["sandboxID"] for s in listed] == [sbx.id]
+    assert call(front, "POST", "/sandboxes/%s/timeout" % sbx.id, {"timeout": 600},
+                headers={"X-API-KEY": KEY_A})[0] == 204
+    status, _, connected = call(front, "POST", "/sandboxes/%s/connect" % sbx.id, {"timeout": 600},
+                                headers={"X-API-KEY": KEY_A})
+    assert status == 200 and connected["envdAccessToken"] == sbx.token
+    status, _, metrics = call(front, "GET", "/sandboxes/%s/metrics" % sbx.id, headers={"X-API-KEY": KEY_A})
+    assert status == 200 and metrics[0]["memTotal"] > 0
+    # what nsbox does not serve is a clean 501 the SDK raises
+    status, _, body = call(front, "POST", "/v3/templates", {}, headers={"X-API-KEY": KEY_A})
+    assert status in (404, 501)
+    status, _, body = call(front, "GET", "/templates", headers={"X-API-KEY": KEY_A})
+    assert status == 501 and "not implemented" in body["message"]
+
+
+def test_python_sdk_process_start_and_end(front, sbx):
+    events = sbx.stream("process.Process/Start", {
+        "process": {"cmd": "/bin/bash", "args": ["-l", "-c", "echo $FROM; echo e >&2; exit 4"], "envs": {}},
+        "stdin": False})
+    assert events[0] == (0, {"event": {"start": {"pid": events[0][1]["event"]["start"]["pid"]}}})
+    data = [e["event"]["data"] for f, e in events if f == 0 and "data" in e["event"]]
+    assert base64.b64decode("".join(d["stdout"] for d in data if "stdout" in d)) == b"py\n"
+    assert base64.b64decode("".join(d["stderr"] for d in data if "stderr" in d)) == b"e\n"
+    end = [e["event"]["end"] for f, e in events if f == 0 and "end" in e["event"]]
+    assert end == [{"exitCode": 4, "exited": True, "status": "exit status 4"}]
+    assert events[-1] == (2, {})
+
+
+def test_python_sdk_files_multipart_and_filesystem(front, sbx):
+    boundary = "e2bpython"
+    body = ("--%s\r\nContent-Disposition: form-data; name=\"file\"; filename=\"/workspace/a.txt\"\r\n"
+            "Content-Type: application/octet-stream\r\n\r\nfirst\r\n"
+            "--%s\r\nContent-Disposition: form-data; name=\"file\"; filename=\"/workspace/sub/b.bin\"\r\n"
+            "Content-Type: application/octet-stream\r\n\r\n\x00\x01\r\n--%s--\r\n") % (boundary, boundary, boundary)
+    status, _, written = call(front, "POST", "/files?username=user", body.encode("latin-1"),
+                              headers=sbx.headers(**{"Content-Type": "multipart/form-data; boundary=" + boundary}))
+    assert status == 200, written
+    assert [w["path"] for w in written] == ["/workspace/a.txt", "/workspace/sub/b.bin"]
+    status, _, data = call(front, "GET", "/files?path=%2Fworkspace%2Fsub%2Fb.bin&username=user",
+                           headers=sbx.headers(), raw=True)
+    assert status == 200 and data == b"\x00\x01"
+    status, _, listed = sbx.unary("filesystem.Filesystem/ListDir", {"path": "/workspace", "depth": 2})
+    assert status == 200
+    by_path = {e["path"]: e for e in listed["entries"]}
+    assert by_path["/workspace/a.txt"]["type"] == "FILE_TYPE_FILE" and by_path["/workspace/a.txt"]["size"] == "5"
+    assert by_path["/workspace/sub"]["type"] == "FILE_TYPE_DIRECTORY"
+    assert "/workspace/sub/b.bin" in by_path
+    status, _, err = sbx.unary("filesystem.Filesystem/Stat", {"path": "/workspace/missing"})
+    assert status == 404 and err["code"] == "not_found"
+    status, _, err = sbx.unary("filesystem.Filesystem/MakeDir", {"path": "/workspace/sub"})
+    assert status == 409 and err["code"] == "already_exists"
+
+
+def test_sync_python_sdk_polling_watcher(front, sbx):
+    status, _, made = sbx.unary("filesystem.Filesystem/CreateWatcher", {"path": "/workspace", "recursive": False})
+    assert status == 200, made
+    wid = made["watcherId"]
+    call(front, "POST", "/files?path=/workspace/w.txt", b"x",
+         headers=sbx.headers(**{"Content-Type": "application/octet-stream"}))
+    seen = []
+    deadline = time.monotonic() + 20
+    while not any(e["name"] == "w.txt" and e["type"] == "EVENT_TYPE_CREATE" for e in seen):
+        assert time.monotonic() < deadline, seen
+        status, _, got = sbx.unary("filesystem.Filesystem/GetWatcherEvents", {"watcherId": wid})
+        assert status == 200
+        seen += got["events"]
+    assert sbx.unary("filesystem.Filesystem/RemoveWatcher", {"watcherId": wid})[0] == 200
+    status, _, err = sbx.unary("filesystem.Filesystem/GetWatcherEvents", {"watcherId": wid})
+    assert status == 404 and err["code"] == "not_found"
+
+
+def test_python_code_interpreter_execute(front, sbx):
+    h = sbx.headers(port=49999)
+    del h["Authorization"]
+    h["E2B-Traffic-Access-Token"] = sbx.token
+    status, _, body = call(front, "POST", "/execute", {"code": "a = 20\na + 22", "context_id": None,
+                                                       "language": None, "env_vars": None}, headers=h, raw=True)
+    assert status == 200
+    lines = [json.loads(l) for l in body.decode().splitlines()]
+    assert {"type": "result", "text": "42", "is_main_result": True} in lines
+    assert lines[-1] == {"type": "end_of_execution"}
+    status, _, body = call(front, "POST", "/execute", {"code": "1", "context_id": "x", "language": "python"},
+                           headers=h)
+    assert status == 400
+    status, _, body = call(front, "POST", "/execute", {"code": "1", "context_id": "nope"}, headers=h)
+    assert status == 404
+
+
+# --- hostile clients ---------------------------------------------------------------------
+
+
+def raw_stream(front, sbx, data, content_type="application/connect+json", path="/process.Process/Start"):
+    status, resp, body = call(front, "POST", path, data, headers=sbx.headers(**{"Content-Type": content_type}),
+                              raw=True)
+    return status, body
+
+
+def test_bad_envelopes_and_lengths_are_refused(front, sbx):
+    huge = struct.pack(">BI", 0, 0xFFFFFFFF) + b"{}"
+    for data in [b"", b"\x00\x00", huge, struct.pack(">BI", 0, 3) + b"{}", struct.pack(">BI", 1, 2) + b"{}",
+                 struct.pack(">BI", 0, 5) + b"nope!", struct.pack(">BI", 0, 2) + b"[]",
+                 envelope({"process": {"cmd": ""}}), envelope({"process": {"cmd": "x", "args": [1]}}),
+                 envelope({"process": {"cmd": "x", "envs": {"A": 1}}}), envelope({"process": "x"})]:
+        status, body = raw_stream(front, sbx, data)
+        assert status == 200, body
+        (flags, end), = envelopes(body)
+        assert flags == 2 and end["error"]["code"] == "invalid_argument", (data, end)
+    # a Content-Length past the bound is 413, never read
+    c = http.client.HTTPConnection("127.0.0.1", front.port, timeout=30)
+    c.putrequest("POST", "/process.Process/Start")
+    for k, v in sbx.headers(**{"Content-Type": "application/connect+json", "Content-Length": str(1 << 40)}).items():
+        c.putheader(k, v)
+    c.endheaders()
+    assert c.getresponse().status == 413
+    c.close()
+
+
+def test_unknown_methods_and_paths(front, sbx):
+    status, _, err = sbx.unary("process.Process/Nope", {})
+    assert status == 501 and err["code"] == "unimplemented"
+    status, _, err = sbx.unary("filesystem.Filesystem/Nope", {})
+    assert status == 501 and err["code"] == "unimplemented"
+    status, _, err = sbx.unary("process.Process/StreamInput", {})
+    assert status == 501
+    status, _, err = sbx.unary("other.Service/Call", {})
+    assert status == 501
+    status, _, err = sbx.unary("process.Process/SendSignal", {"process": {"pid": 999999}, "signal": "SIGNAL_SIGKILL"})
+    assert status == 404
+    status, _, err = call(front, "GET", "/", headers=sbx.headers(port=8080))
+    assert status == 502
+    status, _, err = call(front, "GET", "/health", headers=dict(sbx.headers(), **{"E2b-Sandbox-Id": "../x"}))
+    assert status in (400, 401)
+    status, _, err = sbx.unary("process.Process/List", "not an object")
+    assert status == 400 and err["code"] == "invalid_argument"
+
+
+def test_keys_and_tokens(front, sbx):
+    assert call(front, "GET", "/v2/sandboxes")[0] == 401
+    assert call(front, "GET", "/v2/sandboxes", headers={"X-API-KEY": "e2b_" + "0" * 40})[0] == 401
+    status, _, body = call(front, "GET", "/sandboxes/" + sbx.id, headers={"X-API-KEY": KEY_B})
+    assert status == 404
+    assert call(front, "DELETE", "/sandboxes/" + sbx.id, headers={"X-API-KEY": KEY_B})[0] == 404
+    # envd wants this sandbox's token: none, a wrong one, another sandbox's, or the API key are refused
+    h = sbx.headers()
+    for token in [None, "0" * 64, KEY_A]:
+        bad = dict(h)
+        if token is None:
+            del bad["X-Access-Token"]
+        else:
+            bad["X-Access-Token"] = token
+        assert call(front, "GET", "/health", headers=bad)[0] == 401
+    other = Sbx(front)
+    try:
+        assert call(front, "GET", "/health", headers=dict(other.headers(), **{"X-Access-Token": sbx.token}))[0] == 401
+        assert call(front, "GET", "/health", headers=other.headers())[0] == 204
+    finally:
+        other.kill()
+    # B's token for its own sandbox does not open A's
+    theirs = Sbx(front, key=KEY_B)
+    try:
+        assert call(front, "GET", "/health", headers=dict(theirs.headers(), **{"E2b-Sandbox-Id": sbx.id}))[0] == 401
+    finally:
+        theirs.kill()
+
+
+def test_a_client_leaving_mid_stream_leaves_the_process_running(front, sbx):
+    s = socket.create_connection(("127.0.0.1", front.port), timeout=30)
+    body = envelope({"process": {"cmd": "/bin/bash", "args": ["-c", "sleep 1; echo done > /workspace/survived"]}})
+    head = "".join("%s: %s\r\n" % kv for kv in sbx.headers(**{"Content-Type": "application/connect+json",
+                                                               "Content-Length": str(len(body))}).items())
+    s.sendall(("POST /process.Process/Start HTTP/1.1\r\nHost: 127.0.0.1\r\n%s\r\n" % head).encode() + body)
+    got = b""
+    while b"start" not in got:
+        got += s.recv(4096)
+    s.close()  # gone before the command ends
+    deadline = time.monotonic() + 30
+    while True:
+        status, _, data = call(front, "GET", "/files?path=/workspace/survived", headers=sbx.headers(), raw=True)
+        if status == 200:
+            break
+        assert time.monotonic() < deadline, "the command died with its stream"
+        time.sleep(0.05)
+    assert data == b"done\n"
+    # and nsbox-http serves on
+    assert call(front, "GET", "/health", headers=sbx.headers())[0] == 204
+
+
+def test_watch_streams_left_by_their_clients_are_released(front, sbx):
+    """More WatchDir streams than a sandbox may hold at once, each left by its
+    client after its start: every one is released, so a new watch still opens."""
+    body = envelope({"path": "/workspace", "recursive": False})
+    head = "".join("%s: %s\r\n" % kv for kv in sbx.headers(**{"Content-Type": "application/connect+json",
+                                                               "Content-Length": str(len(body))}).items())
+    for _ in range(24):
+        s = socket.create_connection(("127.0.0.1", front.port), timeout=30)
+        s.sendall(("POST /filesystem.Filesystem/WatchDir HTTP/1.1\r\nHost: 127.0.0.1\r\n%s\r\n" % head).encode() + body)
+        got = b""
+        while b"start" not in got:
+            chunk = s.recv(4096)
+            assert chunk, got
+            got += chunk
+        s.close()
+    deadline = time.monotonic() + 30
+    while True:
+        status, _, made = sbx.unary("filesystem.Filesystem/CreateWatcher", {"path": "/workspace"})
+        if status == 200:
+            break
+        assert made["code"] == "resource_exhausted", made
+        assert time.monotonic() < deadline, "watches of departed clients were never released"
+        time.sleep(0.05)
+    assert sbx.unary("filesystem.Filesystem/RemoveWatcher", {"watcherId": made["watcherId"]})[0] == 200
+
+
+def test_basic_auth_names_the_os_user(front, sbx):
+    """envd's Authorization: Basic USER: picks the user: root is the sandbox's root,
+    any other the sandbox user."""
+    def uid_as(user):
+        h = sbx.headers(**{"Content-Type": "application/connect+json",
+                           "Authorization": "Basic " + base64.b64encode(user + b":").decode()})
+        status, _, body = call(front, "POST", "/process.Process/Start",
+                               envelope({"process": {"cmd": "/bin/sh", "args": ["-c", "id -u"]}}), headers=h, raw=True)
+        assert status == 200
+        out = [e["event"]["data"]["stdout"] for f, e in envelopes(body) if f == 0 and "data" in e["event"]]
+        return base64.b64decode("".join(out)).decode().strip()
+    assert uid_as(b"root") == "0"
+    assert uid_as(b"user") == "1000"
+    assert uid_as(b"\xff" * 300) == "1000"
+
+
+def test_large_output_streams_whole_and_once(front, sbx):
+    events = sbx.stream("process.Process/Start", {
+        "process": {"cmd": "/bin/sh", "args": ["-c", "head -c 3000000 /dev/zero | tr -c x x; exit 7"]}})
+    out = b"".join(base64.b64decode(e["event"]["data"]["stdout"]) for f, e in events
+                   if f == 0 and "data" in e["event"])
+    assert out == b"x" * 3000000
+    assert [e["event"]["end"]["exitCode"] for f, e in events if f == 0 and "end" in e["event"]] == [7]
+
+
+def test_timeout_removes_or_with_auto_pause_pauses(front):
+    """E2B's timeout ends an unused sandbox: removed (404), or paused with autoPause."""
+    made = {}
+    for auto_pause in (False, True):
+        status, _, body = call(front, "POST", "/sandboxes", {"templateID": "base", "timeout": 1, "autoPause": auto_pause},
+                               headers={"X-API-KEY": KEY_A})
+        assert status == 201, body
+        made[auto_pause] = body["sandboxID"]
+    deadline = time.monotonic() + 60
+    while True:
+        gone = call(front, "GET", "/sandboxes/" + made[False], headers={"X-API-KEY": KEY_A})[0] == 404
+        status, _, detail = call(front, "GET", "/sandboxes/" + made[True], headers={"X-API-KEY": KEY_A})
+        if gone and status == 200 and detail["state"] == "paused":
+            break
+        assert time.monotonic() < deadline, (gone, status, detail)
+        time.sleep(0.1)
+    call(front, "DELETE", "/sandboxes/" + made[True], headers={"X-API-KEY": KEY_A})

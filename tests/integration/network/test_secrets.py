@@ -1,0 +1,416 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Secrets the sandbox never sees: sandbox.create's `secrets` gives the
+sandbox a placeholder in its env (NSBOX_SECRET_NAME), and nsbox-egress puts
+the value into requests to the secret's hosts only. The upstream is
+upstream.py's test-made namespace, whose servers log every request's
+headers; a value found anywhere else (the sandbox's env, /proc, files,
+another host, sandbox.info, nsboxd's and the proxy's log) fails the test."""
+import json
+import os
+import secrets as random_secrets
+import sys
+import textwrap
+
+import pytest
+
+import upstream as U
+from conftest import REPO
+from nsbox_client import RpcError
+from test_network import ALLOWED_ONLY, landed, net, net_daemon, net_exec, sbs, up  # noqa: F401 (fixtures)
+
+pytestmark = [pytest.mark.serial, pytest.mark.xdist_group("host-network")]
+
+
+@pytest.fixture(scope="module")
+def netd(up):
+    """nsboxd whose proxy trusts the upstream's test CA (egress_ca_file) to verify it."""
+    import tempfile
+    d = net_daemon(tempfile.mkdtemp(prefix="nsbox-secrets-"), 1690000000, egress_ca_file=up.ca_pem)
+    yield d
+    rc = d.stop()
+    assert rc == 0, "nsboxd did not stop cleanly (rc=%s):\n%s" % (rc, d.final_log[-6000:])
+
+
+def value():
+    return "sv-" + random_secrets.token_hex(20)
+
+
+def make(sbs, **secrets):
+    return sbs.create(ALLOWED_ONLY, secrets=secrets)
+
+
+def request(path, host, *headers):
+    head = "GET %s HTTP/1.1\r\nHost: %s\r\n%sConnection: close\r\n\r\n" % (
+        path, host, "".join(h + "\r\n" for h in headers))
+    return head
+
+
+def test_a_secret_reaches_its_host_and_never_the_sandbox(netd, sbs, up):
+    api, token = value(), value()
+    sid = make(sbs, API_KEY={"value": api, "hosts": ["Allowed.test"], "header": "Authorization: Bearer {value}"},
+               TOKEN={"value": token, "hosts": ["allowed.test"]})
+    mark = up.mark()
+    v = net(netd, sid, r"""
+        import glob, subprocess
+        env = dict(os.environ)
+        api, token = env["NSBOX_SECRET_API_KEY"], env["NSBOX_SECRET_TOKEN"]
+        req = ("GET /s?t=%s HTTP/1.1\r\nHost: allowed.test\r\nX-Token: tok %s\r\n"
+               "Authorization: Basic mine\r\nConnection: close\r\n\r\n" % (token, token))
+        r = http('allowed.test', raw=req.encode())
+        seen = []
+        for p in glob.glob('/proc/[0-9]*/environ') + glob.glob('/proc/[0-9]*/cmdline'):
+            try:
+                seen.append(open(p, 'rb').read().decode(errors='replace'))
+            except OSError:
+                pass
+        out = subprocess.run(['env'], capture_output=True, text=True).stdout
+        verdict(api=api, token=token, r=r, procs="\n".join(seen), env=out)
+    """)
+    assert v["api"].startswith("nsbox-secret-") and v["token"].startswith("nsbox-secret-")
+    assert v["api"] != v["token"]
+    for where in (v["procs"], v["env"]):
+        assert api not in where and token not in where
+    assert "NSBOX_SECRET_API_KEY=" + v["api"] in v["env"]
+    assert v["r"].get("status") == 200, v["r"]
+    hits = landed(up, mark, local=U.ALLOWED)
+    assert len(hits) == 1, hits
+    headers = hits[0]["headers"]
+    # The secret's header replaces the sandbox's own; the placeholder is replaced where it was written.
+    assert headers["Authorization"] == "Bearer " + api
+    assert headers["X-Token"] == "tok " + token
+    assert hits[0]["path"] == "/s?t=" + token
+    # The sandbox's answer (the upstream echoing what it saw) carries the value: that is the point,
+    # the sandbox may use the secret against its host. What it holds itself never does.
+    info = netd.call("sandbox.info", sandbox_id=sid)
+    assert sorted(info["secrets"]) == ["API_KEY", "TOKEN"]
+    assert api not in json.dumps(info) and token not in json.dumps(info)
+    listing = json.dumps(netd.call("sandbox.list"))
+    assert api not in listing and token not in listing
+    log = netd.read_log()
+    assert api not in log and token not in log
+    # The sandbox's files (the value given in halves, so the exec's argv in the log never holds it whole).
+    for secret in (api, token):
+        half = len(secret) // 2
+        files = netd.call("sandbox.exec", sandbox_id=sid, user="root", timeout_seconds=60,
+                          argv=["sh", "-c", 'grep -rlsF -e "$1$2" / --exclude-dir=proc --exclude-dir=sys '
+                                '--exclude-dir=dev; true', "sh", secret[:half], secret[half:]])
+        assert files["stdout"] == "", files
+
+
+def test_a_placeholder_to_another_host_is_refused_and_logged(netd, sbs, up):
+    secret = value()
+    sid = make(sbs, TOKEN={"value": secret, "hosts": ["allowed.test"], "header": "X-Api-Key: {value}"})
+    mark = up.mark()
+    r = net_exec(netd, sid, r"""
+        token = os.environ["NSBOX_SECRET_TOKEN"]
+        verdict(other=http('index.test', raw=(
+                    "GET /leak HTTP/1.1\r\nHost: index.test\r\nX-Token: %s\r\nConnection: close\r\n\r\n"
+                    % token).encode()),
+                plain=http('index.test', path='/plain', host='index.test'))
+    """)
+    v = r["verdict"]
+    assert v["other"].get("status") == 403, v["other"]
+    assert "nsbox: network policy refused index.test" in v["other"]["body"]
+    assert "index.test:80" in r.get("network_refused", []), r
+    # Another host gets neither the placeholder's request nor the secret's header.
+    assert v["plain"].get("status") == 200, v["plain"]
+    hits = landed(up, mark)
+    assert [h["path"] for h in hits] == ["/plain"], hits
+    assert "X-Api-Key" not in hits[0]["headers"]
+    log = netd.read_log()
+    assert "placeholder of secret TOKEN" in log
+    assert secret not in log
+
+
+def test_a_redirect_to_another_host_does_not_take_the_secret_along(netd, sbs, up):
+    secret = value()
+    sid = make(sbs, TOKEN={"value": secret, "hosts": ["allowed.test"]})
+    mark = up.mark()
+    v = net(netd, sid, r"""
+        import urllib.request, urllib.error
+        token = os.environ["NSBOX_SECRET_TOKEN"]
+        req = urllib.request.Request("http://allowed.test/redirect?http://index.test/landed",
+                                     headers={"X-Token": token})
+        try:
+            urllib.request.urlopen(req, timeout=20)
+            verdict(status=200)
+        except urllib.error.HTTPError as e:
+            verdict(status=e.code, body=e.read().decode(errors='replace'))
+    """)
+    assert v["status"] == 403 and "refused index.test" in v["body"], v
+    hits = landed(up, mark)
+    assert [(h["local"], h["path"]) for h in hits] == [(U.ALLOWED, "/redirect?http://index.test/landed")], hits
+    assert hits[0]["headers"]["X-Token"] == secret
+
+
+@pytest.mark.parametrize("secrets,why", [
+    ("x", "secrets must be an object"),
+    ({"1BAD": {"value": "v", "hosts": ["a.test"]}}, "secret names"),
+    ({"A": "v"}, "secrets.A must be an object"),
+    ({"A": {"value": "", "hosts": ["a.test"]}}, "secrets.A.value"),
+    ({"A": {"value": "v\r\nX: y", "hosts": ["a.test"]}}, "secrets.A.value"),
+    ({"A": {"value": "v", "hosts": []}}, "secrets.A.hosts"),
+    ({"A": {"value": "v", "hosts": ["10.0.0.1"]}}, "secrets.A.hosts[0]"),
+    ({"A": {"value": "v", "hosts": ["a b"]}}, "secrets.A.hosts[0]"),
+    ({"A": {"value": "v", "hosts": ["a.test"], "header": "Authorization Bearer {value}"}}, "secrets.A.header"),
+    ({"A": {"value": "v", "hosts": ["a.test"], "header": "X: {value} {value}"}}, "secrets.A.header"),
+    ({"A": {"value": "v", "hosts": ["a.test"], "header": "X: v\r\nY: {value}"}}, "secrets.A.header"),
+    ({"A": {"value": "v", "hosts": ["a.test"], "other": 1}}, "unknown field"),
+])
+def test_bad_secrets_are_clean_errors(netd, secrets, why):
+    with pytest.raises(RpcError) as e:
+        netd.call("sandbox.create", network=ALLOWED_ONLY, secrets=secrets)
+    assert why in str(e.value), e.value
+    assert "v\r\n" not in str(e.value)
+
+
+def test_a_client_env_may_not_shadow_a_placeholder(netd):
+    with pytest.raises(RpcError) as e:
+        netd.call("sandbox.create", network=ALLOWED_ONLY, env={"NSBOX_SECRET_A": "x"},
+                  secrets={"A": {"value": "v", "hosts": ["a.test"]}})
+    assert "env.NSBOX_SECRET_A" in str(e.value)
+
+
+def test_cli_secret_file_and_stdin_never_on_argv(netd, sbs, up, tmp_path):
+    from_file, from_stdin = value(), value()
+    path = tmp_path / "token"
+    path.write_text(from_file + "\n")
+    r = netd.cli("create", "--network", ALLOWED_ONLY, "--secret-file", "FILE=%s@allowed.test" % path,
+                 "--secret-file", "STDIN=-@allowed.test,index.test",
+                 "--secret-header", "STDIN=Authorization: Bearer {value}", input=from_stdin.encode())
+    assert r.returncode == 0, r
+    sid = r.stdout.decode().strip()
+    sbs.ids.append(sid)
+    info = netd.call("sandbox.info", sandbox_id=sid)
+    assert sorted(info["secrets"]) == ["FILE", "STDIN"]
+    mark = up.mark()
+    v = net(netd, sid, r"""
+        verdict(r=http('allowed.test', raw=("GET / HTTP/1.1\r\nHost: allowed.test\r\nX-File: %s\r\n"
+                                            "Connection: close\r\n\r\n" % os.environ["NSBOX_SECRET_FILE"]).encode()))
+    """)
+    assert v["r"].get("status") == 200, v
+    (hit,) = landed(up, mark)
+    assert hit["headers"]["X-File"] == from_file
+    assert hit["headers"]["Authorization"] == "Bearer " + from_stdin
+    # --secret NAME=VALUE@HOSTS: the value may hold '@', the hosts follow the last one.
+    r = netd.cli("create", "--network", ALLOWED_ONLY, "--secret", "ARGV=a@b@allowed.test")
+    assert r.returncode == 0, r
+    sbs.ids.append(r.stdout.decode().strip())
+    for bad in ("NOHOSTS=value", "=v@h.test", "X=v@"):
+        r = netd.cli("create", "--secret", bad)
+        assert r.returncode == 125 and b"--secret NAME=VALUE@HOST" in r.stderr, r
+    r = netd.cli("create", "--network", ALLOWED_ONLY, "--secret-file", "X=%s@h.test" % (tmp_path / "none"))
+    assert r.returncode == 125 and b"--secret-file: open" in r.stderr, r
+
+
+def test_sdk_create_with_secrets(netd, up):
+    sys.path.insert(0, os.path.join(REPO, "sdk", "python"))
+    from nsbox import Sandbox
+    secret = value()
+    mark = up.mark()
+    with Sandbox.create(socket=netd.socket, network=ALLOWED_ONLY,
+                        secrets={"KEY": {"value": secret, "hosts": ["allowed.test"], "header": "X-Key: {value}"}}) as sb:
+        r = sb.commands.run(["python3", "-c", "import urllib.request;"
+                             "urllib.request.urlopen('http://allowed.test/sdk', timeout=20).read();"
+                             "import os; print(os.environ['NSBOX_SECRET_KEY'])"])
+        assert r.exit_code == 0, r
+        assert r.stdout.startswith("nsbox-secret-") and secret not in r.stdout
+    (hit,) = landed(up, mark)
+    assert hit["path"] == "/sdk" and hit["headers"]["X-Key"] == secret
+
+
+
+HTTPS_CLIENTS = r"""
+import ssl, subprocess, urllib.request, urllib.error
+def https_default(url, headers):
+    # The default context: the system's bundle (where nsboxd put the sandbox's CA), SSL_CERT_FILE.
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=20) as r:
+            return {"status": r.status, "body": r.read().decode()}
+    except urllib.error.HTTPError as e:
+        return {"status": e.code, "body": e.read().decode(errors="replace")}
+    except (OSError, ssl.SSLError) as e:
+        return {"error": str(e)}
+"""
+
+
+def test_https_to_a_secrets_host_is_intercepted_with_the_sandboxs_ca(netd, sbs, up):
+    secret = value()
+    sid = make(sbs, TOKEN={"value": secret, "hosts": ["allowed.test"], "header": "Authorization: Bearer {value}"})
+    mark = up.mark()
+    v = net(netd, sid, HTTPS_CLIENTS + textwrap.dedent(r"""
+        token = os.environ["NSBOX_SECRET_TOKEN"]
+        verdict(a=https_default("https://allowed.test/tls?t=" + token, {"X-Token": token}),
+                other=https_default("https://index.test/leak", {"X-Token": token}),
+                env={k: os.environ.get(k) for k in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS")},
+                ca=open("/etc/nsbox/secrets-ca.pem").read(),
+                bundle_ends=open("/etc/ssl/certs/ca-certificates.crt").read()[-3000:])
+    """))
+    assert v["a"].get("status") == 200, v
+    hits = landed(up, mark)
+    a = [h for h in hits if h["local"] == U.ALLOWED]
+    assert len(a) == 1 and a[0]["proto"] == "https" and a[0]["sni"] == "allowed.test", hits
+    assert a[0]["headers"]["Authorization"] == "Bearer " + secret
+    assert a[0]["headers"]["X-Token"] == secret and a[0]["path"] == "/tls?t=" + secret
+    # index.test has no secret: its TLS is end to end (the upstream's own certificate, which the
+    # sandbox's default bundle does not trust), and the placeholder never becomes the value there.
+    assert "error" in v["other"] and "CERTIFICATE_VERIFY_FAILED" in v["other"]["error"], v["other"]
+    assert all(secret not in json.dumps(h) for h in hits if h["local"] != U.ALLOWED), hits
+    assert v["env"] == {"SSL_CERT_FILE": "/etc/ssl/certs/ca-certificates.crt",
+                        "REQUESTS_CA_BUNDLE": "/etc/ssl/certs/ca-certificates.crt",
+                        "NODE_EXTRA_CA_CERTS": "/etc/nsbox/secrets-ca.pem"}
+    assert "PRIVATE KEY" not in v["ca"] and v["ca"].strip() in v["bundle_ends"]
+    # The CA is the sandbox's own: another sandbox gets another one.
+    sid2 = make(sbs, TOKEN={"value": value(), "hosts": ["allowed.test"]})
+    ca2 = netd.call("sandbox.exec", sandbox_id=sid2, argv=["cat", "/etc/nsbox/secrets-ca.pem"])["stdout"]
+    assert ca2.startswith("-----BEGIN CERTIFICATE-----") and ca2 != v["ca"]
+    # No file of the sandbox holds a private key.
+    keys = netd.call("sandbox.exec", sandbox_id=sid, user="root", timeout_seconds=60,
+                     argv=["sh", "-c", "grep -rlsF 'PRIVATE KEY' / --exclude-dir=proc --exclude-dir=sys "
+                           "--exclude-dir=dev --exclude-dir=usr; true"])
+    assert keys["stdout"] == "", keys
+    assert secret not in netd.read_log()
+
+
+def test_https_placeholder_of_another_hosts_secret_is_refused_inside_tls(netd, sbs, up):
+    mine, theirs = value(), value()
+    sid = make(sbs, MINE={"value": mine, "hosts": ["allowed.test"]},
+               THEIRS={"value": theirs, "hosts": ["index.test"]})
+    mark = up.mark()
+    v = net(netd, sid, HTTPS_CLIENTS + textwrap.dedent(r"""
+        verdict(r=https_default("https://allowed.test/x", {"X-Token": os.environ["NSBOX_SECRET_THEIRS"]}))
+    """))
+    assert v["r"].get("status") == 403 and "refused allowed.test" in v["r"]["body"], v
+    assert landed(up, mark, local=U.ALLOWED) == []
+    log = netd.read_log()
+    assert "placeholder of secret THEIRS" in log and theirs not in log and mine not in log
+
+
+def test_https_through_the_explicit_proxy_is_intercepted_too(netd, sbs, up):
+    """A client with HTTPS_PROXY=http://gateway:3128 (CONNECT) gets the secret in as a transparent one does."""
+    secret = value()
+    sid = make(sbs, TOKEN={"value": secret, "hosts": ["allowed.test"], "header": "X-T: {value}"})
+    mark = up.mark()
+    v = net(netd, sid, HTTPS_CLIENTS + textwrap.dedent(r"""
+        proxy = "http://%s:3128" % gateway()
+        urllib.request.install_opener(urllib.request.build_opener(urllib.request.ProxyHandler({"https": proxy})))
+        verdict(r=https_default("https://allowed.test/via-connect", {}))
+    """))
+    assert v["r"].get("status") == 200, v
+    (hit,) = landed(up, mark)
+    assert hit["path"] == "/via-connect" and hit["headers"]["X-T"] == secret
+
+
+def test_https_upstream_certificate_is_verified(up):
+    """Without the test CA the proxy cannot verify the upstream: the sandbox gets a 502 saying so,
+    never a connection the proxy did not verify."""
+    import tempfile
+    d = net_daemon(tempfile.mkdtemp(prefix="nsbox-secrets-"), 1691000000)
+    try:
+        sid = d.call("sandbox.create", network=ALLOWED_ONLY,
+                     secrets={"T": {"value": value(), "hosts": ["allowed.test"]}})["sandbox_id"]
+        mark = up.mark()
+        v = net(d, sid, HTTPS_CLIENTS + textwrap.dedent(r"""
+            verdict(r=https_default("https://allowed.test/unverified", {}))
+        """))
+        assert v["r"].get("status") == 502 and "certificate" in v["r"]["body"], v
+        assert [h["path"] for h in landed(up, mark) if h.get("path")] == []
+    finally:
+        d.stop()
+
+
+def test_no_value_or_ca_key_in_the_state_dir_or_a_snapshot(netd, sbs, up):
+    """nsboxd's files (sandbox records, snapshots) never hold a value or a CA key; a sandbox
+    made from a snapshot of one with secrets has none."""
+    secret = value()
+    sid = make(sbs, TOKEN={"value": secret, "hosts": ["allowed.test"]})
+    netd.call("sandbox.exec", sandbox_id=sid, argv=["sh", "-c", "echo $NSBOX_SECRET_TOKEN > /workspace/p"])
+    snap = netd.call("sandbox.snapshot", sandbox_id=sid, remove_when_unused=True)
+    fork = sbs.create(ALLOWED_ONLY, from_snapshot=snap["snapshot_id"])
+    info = netd.call("sandbox.info", sandbox_id=fork)
+    assert "secrets" not in info
+    r = netd.call("sandbox.exec", sandbox_id=fork, argv=["sh", "-c", "cat /workspace/p; env"])
+    assert "NSBOX_SECRET_TOKEN=" not in r["stdout"] and secret not in r["stdout"]
+    found = []
+    for root, _dirs, files in os.walk(netd.state):
+        for name in files:
+            path = os.path.join(root, name)
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+            except OSError:
+                continue
+            if secret.encode() in data or b"PRIVATE KEY" in data:
+                found.append(path)
+    assert found == []
+
+
+def test_update_replaces_the_secrets_of_a_live_sandbox(netd, sbs, up):
+    first, second, other = value(), value(), value()
+    sid = make(sbs, A={"value": first, "hosts": ["allowed.test"]})
+    env = lambda: dict(l.split("=", 1) for l in netd.call(  # noqa: E731
+        "sandbox.exec", sandbox_id=sid, argv=["env"])["stdout"].splitlines() if "=" in l)
+    placeholder_a = env()["NSBOX_SECRET_A"]
+
+    def sent(name):
+        mark = up.mark()
+        v = net(netd, sid, "verdict(r=http('allowed.test', raw=%r.encode()))"
+                % request("/", "allowed.test", "X-T: " + name))
+        assert v["r"].get("status") == 200, v
+        return landed(up, mark)[0]["headers"]["X-T"]
+
+    assert sent(placeholder_a) == first
+    info = netd.call("sandbox.update", sandbox_id=sid,
+                     secrets={"A": {"value": second, "hosts": ["allowed.test"]},
+                              "B": {"value": other, "hosts": ["allowed.test"], "header": "X-B: {value}"}})
+    assert sorted(info["secrets"]) == ["A", "B"] and second not in json.dumps(info)
+    now = env()
+    # A kept its placeholder (running processes keep working), with the new value behind it.
+    assert now["NSBOX_SECRET_A"] == placeholder_a and now["NSBOX_SECRET_B"].startswith("nsbox-secret-")
+    assert sent(placeholder_a) == second
+    assert sent(now["NSBOX_SECRET_B"]) == other
+    # None left: the placeholders are plain strings again, the env no longer has them.
+    info = netd.call("sandbox.update", sandbox_id=sid, secrets=None)
+    assert "secrets" not in info
+    assert not [k for k in env() if k.startswith("NSBOX_SECRET_")]
+    assert sent(placeholder_a) == placeholder_a
+    with pytest.raises(RpcError) as e:
+        netd.call("sandbox.update", sandbox_id=sid, secrets={"A": {"value": "v"}})
+    assert "secrets.A.hosts" in str(e.value)
+    log = netd.read_log()
+    assert first not in log and second not in log and other not in log
+
+
+def test_update_gives_secrets_to_a_sandbox_without_network_then_with(netd, sbs, up):
+    secret = value()
+    sid = sbs.create()
+    netd.call("sandbox.update", sandbox_id=sid, secrets={"T": {"value": secret, "hosts": ["allowed.test"],
+                                                               "header": "X-T: {value}"}})
+    netd.call("sandbox.update", sandbox_id=sid, network=ALLOWED_ONLY)
+    mark = up.mark()
+    v = net(netd, sid, HTTPS_CLIENTS + textwrap.dedent(r"""
+        verdict(r=https_default("https://allowed.test/late", {}))
+    """))
+    assert v["r"].get("status") == 200, v
+    (hit,) = landed(up, mark)
+    assert hit["headers"]["X-T"] == secret
+
+
+def test_cli_update_replaces_and_removes_secrets(netd, sbs, up, tmp_path):
+    secret = value()
+    sid = make(sbs, A={"value": value(), "hosts": ["allowed.test"]})
+    path = tmp_path / "b"
+    path.write_text(secret)
+    r = netd.cli("--json", "update", "--secret-file", "B=%s@allowed.test" % path,
+                 "--secret-header", "B=X-B: {value}", sid)
+    assert r.returncode == 0, r
+    assert json.loads(r.stdout)["secrets"] == ["B"]
+    mark = up.mark()
+    v = net(netd, sid, "verdict(r=http('allowed.test', host='allowed.test', path='/cli-update'))")
+    assert v["r"].get("status") == 200, v
+    (hit,) = landed(up, mark)
+    assert hit["headers"]["X-B"] == secret
+    r = netd.cli("--json", "update", "--no-secrets", sid)
+    assert r.returncode == 0 and "secrets" not in json.loads(r.stdout), r
+    r = netd.cli("update", "--no-secrets", "--secret", "C=v@allowed.test", sid)
+    assert r.returncode == 125 and b"--no-secrets or secrets" in r.stderr, r
