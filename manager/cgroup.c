@@ -381,8 +381,17 @@ static void thaw_tree(const char *dir)
         closedir(d);
 }
 
+static cgroup_keep_fn keep_stale;
+
+void cgroup_keep_when(cgroup_keep_fn keep)
+{
+        keep_stale = keep;
+}
+
 /* Kill and remove what a previous nsboxd with the same state dir left behind
- * (it may have crashed with sandboxes running). */
+ * (it may have crashed with sandboxes running), but for the sandboxes live
+ * restore adopts: those are only thawed (a pause does not outlive its
+ * nsboxd). */
 static void clean_stale(const char *parent)
 {
         DIR *d = opendir(parent);
@@ -394,6 +403,10 @@ static void clean_stale(const char *parent)
                         continue;
                 char path[4096];
                 snprintf(path, sizeof(path), "%s/%s", parent, de->d_name);
+                if (keep_stale != NULL && keep_stale(de->d_name)) {
+                        thaw_tree(path);
+                        continue;
+                }
                 log_warn("cgroup: removing stale %s", path);
                 /* A sandbox paused when its daemon died is frozen: on v1 its
                  * tasks would keep their SIGKILL pending for good. */
@@ -944,6 +957,41 @@ fail:
                         remove_tree(sc->dir[i], 0);
         sandbox_cgroup_free(sc);
         return r;
+}
+
+int cgroup_sandbox_adopt(const char *id, struct sandbox_cgroup **out, nsbox_error_t **err)
+{
+        *out = NULL;
+        if (cg.n_hier == 0)
+                return 0;
+        struct sandbox_cgroup *sc = calloc(1, sizeof(*sc));
+        if (sc == NULL)
+                return nsbox_error(err, ENOMEM, "sandbox cgroup");
+        sc->oom_fd = -1;
+        for (unsigned i = 0; i < cg.n_hier; i++) {
+                struct stat st;
+                if (asprintf(&sc->dir[i], "%s/%s", cg.hier[i].parent, id) < 0) {
+                        sc->dir[i] = NULL;
+                        sandbox_cgroup_free(sc);
+                        return nsbox_error(err, ENOMEM, "cgroup path");
+                }
+                if (lstat(sc->dir[i], &st) < 0 || !S_ISDIR(st.st_mode)) {
+                        int saved = errno ? errno : ENOTDIR;
+                        nsbox_error(err, saved, "find cgroup %s", sc->dir[i]);
+                        sandbox_cgroup_free(sc);
+                        return -saved;
+                }
+        }
+        /* v1 with a freezer of its own: the dir of a pause before the restart. */
+        char freezer[4096];
+        struct stat st;
+        if (cg.freezer_parent != NULL && cg.freezer_hier < 0) {
+                snprintf(freezer, sizeof(freezer), "%s/%s", cg.freezer_parent, id);
+                if (lstat(freezer, &st) == 0 && S_ISDIR(st.st_mode))
+                        sc->freezer_dir = strdup(freezer);
+        }
+        *out = sc;
+        return 0;
 }
 
 int cgroup_sandbox_procs_open(struct sandbox_cgroup *sc, int fds[CGROUP_MAX_HIERARCHIES], size_t *n,

@@ -21,6 +21,11 @@ struct sandbox_cgroup;
  * usable controllers runs sandboxes unlimited (and says so); without it,
  * init fails naming what is missing. */
 int cgroup_init(bool allow_degraded, nsbox_error_t **err);
+/* Set before cgroup_init: the stale sandbox cgroups (a previous run's)
+ * that `keep` names are left as they are (thawed) for live restore to
+ * adopt; the others are killed and removed. */
+typedef bool (*cgroup_keep_fn)(const char *sandbox_id);
+void cgroup_keep_when(cgroup_keep_fn keep);
 enum cgroup_mode cgroup_mode(void);
 const char *cgroup_mode_name(void);       /* "v2", "v1" or "none" */
 bool cgroup_degraded(void);               /* limits are not enforced */
@@ -39,6 +44,9 @@ uint64_t cgroup_memory_max(const struct sandbox_limits *limits);
  * files below). */
 int cgroup_sandbox_create(const char *id, const struct sandbox_limits *limits, struct sandbox_cgroup **out,
                           int *clone_fd, nsbox_error_t **err);
+/* The cgroups a previous run made for sandbox `id` (live restore): an
+ * error when one of them is missing. *out NULL when there are none. */
+int cgroup_sandbox_adopt(const char *id, struct sandbox_cgroup **out, nsbox_error_t **err);
 /* Where CLONE_INTO_CGROUP cannot be used (v1), the sandbox's process moves
  * itself in, and it runs where host paths do not resolve: nsboxd opens the
  * cgroup.procs files (*n of them, 0 on v2) and the child writes itself into

@@ -56,6 +56,11 @@ static const struct option_def options[] = {
           "number of 65536-id ranges in the pool (each 65664 ids from the next)" },
         { "warm_pool", "NSBOX_WARM_POOL", OPT_UINT, CFG(warm_pool), 256,
           "sandboxes kept ready with the default policy (0: none)" },
+        { "live_restore", "NSBOX_LIVE_RESTORE", OPT_UINT, CFG(live_restore), 1,
+          "1: sandboxes outlive nsboxd (stop, upgrade, crash); the next nsboxd adopts them" },
+        { "live_restore_grace_seconds", "NSBOX_LIVE_RESTORE_GRACE_SECONDS", OPT_UINT,
+          CFG(live_restore_grace_seconds), 30 * 24 * 3600,
+          "with live_restore: how long a sandbox waits for a new nsboxd before it ends itself" },
         { "allow_degraded", "NSBOX_ALLOW_DEGRADED", OPT_UINT, CFG(allow_degraded), 1,
           "1: run sandboxes unlimited where cgroups cannot limit them" },
         { "max_sandboxes_per_uid", "NSBOX_MAX_SANDBOXES_PER_UID", OPT_UINT, CFG(max_sandboxes_per_uid),
@@ -227,6 +232,8 @@ static int load_file(struct nsbox_config *config, const char *path, bool require
                         text = json_string_value(value);
                 } else if (opt->kind == OPT_UINT && json_is_string(value) && is_size_key(key)) {
                         text = json_string_value(value); /* a size with a unit */
+                } else if (opt->kind == OPT_UINT && opt->max == 1 && json_is_boolean(value)) {
+                        text = json_is_true(value) ? "1" : "0"; /* a switch: "live_restore": true */
                 } else if (opt->kind == OPT_UINT && json_is_integer(value)) {
                         snprintf(number, sizeof(number), "%lld", (long long)json_integer_value(value));
                         text = number;
@@ -373,6 +380,7 @@ int config_load(struct nsbox_config *config, int argc, char **argv, nsbox_error_
         config->max_sandboxes = 64;
         config->max_connections = 1024;
         config->warm_pool = 2;
+        config->live_restore_grace_seconds = 600;
         config->uid_pool_base = 1u << 20; /* 1048576, above /etc/subuid's usual 100000 ranges */
         config->uid_pool_ranges = 1024;
         config->max_sandboxes_per_uid = 32;

@@ -33,6 +33,10 @@ struct nsbox_config {
         unsigned uid_pool_ranges;
         unsigned allow_degraded; /* run sandboxes even where limits cannot be enforced */
         unsigned warm_pool;      /* sandboxes kept pre-created with the default policy */
+        /* Sandboxes outlive nsboxd (a stop, an upgrade, a crash) for this
+         * long, and the next nsboxd adopts them (docs/design/live-restore.md). */
+        unsigned live_restore;
+        uint32_t live_restore_grace_seconds;
         /* Fairness between clients: what one non-root uid may hold (root,
          * the operator, is not counted). */
         unsigned max_sandboxes_per_uid;

@@ -24,12 +24,14 @@
 #include "daemon.h"
 #include "egress_ca.h"
 #include "json_cleanup.h"
+#include "json_file.h"
 #include "log.h"
 #include "userns.h"
 #include "netpolicy.h"
 #include "network.h"
 #include "proto.h"
 #include "sandbox.h"
+#include "state.h"
 
 /* Every TCP connection from a sandbox is redirected to this port of its
  * gateway, where the proxy listens; DNS to port 53 of any address, to 53. */
@@ -681,13 +683,44 @@ static void delete_link(const char *link)
                 log_warn("egress: %s", err->message);
 }
 
-static int attach_with(struct sandbox *sb, json_t *policy, json_t *secrets, nsbox_error_t **err)
+/* Live restore: what the next nsboxd needs to give an adopted sandbox its
+ * network back (its slot, so its address, and its exposed ports), beside
+ * its record. The policy is in the record (state.c). */
+#define NETWORK_RECORD "network.json"
+
+static void egress_save(struct sandbox *sb)
+{
+        if (!nsboxd.config.live_restore || sb->dir == NULL)
+                return;
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/%s", sb->dir, NETWORK_RECORD);
+        struct sandbox_egress *e = sb->egress;
+        if (e == NULL) {
+                unlink(path);
+                return;
+        }
+        _cleanup_json_ json_t *exposed = json_array();
+        for (unsigned i = 0; exposed != NULL && i < e->n_exposed; i++)
+                json_array_append_new(exposed, json_pack("{s:i, s:i}", "port", (int)e->exposed[i].port,
+                                                         "host_port", (int)e->exposed[i].host_port));
+        _cleanup_json_ json_t *record = json_pack("{s:i, s:O}", "slot", (int)e->slot, "exposed", exposed);
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (record == NULL || json_file_replace(path, record, JSON_COMPACT, false, &err) < 0)
+                log_warn("sandbox %s: its network will not outlive nsboxd: %s", sb->id,
+                         err ? err->message : "out of memory");
+}
+
+/* slot 0: any (0 is never a sandbox's: it holds the subnet's base). */
+static int attach_with(struct sandbox *sb, json_t *policy, json_t *secrets, unsigned wanted_slot,
+                       nsbox_error_t **err)
 {
         /* The next free slot after the last one taken, not the lowest: a
          * slot just released may still have its veth (deleted with the
          * sandbox's namespace, by the kernel, a moment later) and its
          * gateway:1 listener (until the proxy handles the remove). */
         unsigned slot = 0;
+        if (wanted_slot > 0 && wanted_slot < egress.n_slots && !egress.slots[wanted_slot])
+                slot = wanted_slot;
         for (unsigned i = 0; i < egress.n_slots && slot == 0; i++) {
                 unsigned candidate = (egress.next_slot + i) % egress.n_slots;
                 if (candidate != 0 && !egress.slots[candidate])
@@ -736,6 +769,7 @@ static int attach_with(struct sandbox *sb, json_t *policy, json_t *secrets, nsbo
         _cleanup_json_ json_t *m = add_message(sb);
         int fds[2] = { e->listener, e->dns };
         proxy_send(m, fds, 2);
+        egress_save(sb);
         return 0;
 }
 
@@ -746,7 +780,7 @@ int egress_attach(struct sandbox *sb, const struct sandbox_policy *wanted, nsbox
         _cleanup_json_ json_t *policy = policy_object(wanted, err);
         if (policy == NULL)
                 return -EINVAL;
-        return attach_with(sb, policy, wanted->secrets, err);
+        return attach_with(sb, policy, wanted->secrets, 0, err);
 }
 
 int egress_update_secrets(struct sandbox *sb, json_t *secrets, nsbox_error_t **err)
@@ -792,6 +826,8 @@ void egress_detach(struct sandbox *sb, bool alive)
         if (alive)
                 delete_link(e->link);
         egress_free(e);
+        if (alive)
+                egress_save(sb);
 }
 
 int egress_update(struct sandbox *sb, const char *network, json_t *custom, nsbox_error_t **err)
@@ -808,7 +844,7 @@ int egress_update(struct sandbox *sb, const char *network, json_t *custom, nsbox
                 if (policy == NULL)
                         return -EINVAL;
                 if (sb->egress == NULL) {
-                        int r = attach_with(sb, policy, sb->policy.secrets, err);
+                        int r = attach_with(sb, policy, sb->policy.secrets, 0, err);
                         if (r < 0)
                                 return r;
                 } else {
@@ -822,10 +858,24 @@ int egress_update(struct sandbox *sb, const char *network, json_t *custom, nsbox
         json_decref(sb->policy.network_custom);
         sb->policy.network_custom = custom != NULL ? json_incref(custom) : NULL;
         snprintf(sb->policy.network, sizeof(sb->policy.network), "%s", network);
+        /* The record holds the policy a next nsboxd gives it back with. */
+        _cleanup_error_ nsbox_error_t *save_err = NULL;
+        if (nsboxd.config.live_restore && state_save(sb, &save_err) < 0)
+                log_warn("sandbox %s: %s", sb->id, save_err->message);
         return 0;
 }
 
+static int expose_at(struct sandbox *sb, unsigned port, unsigned host_port, json_t **result,
+                     nsbox_error_t **err);
+
 int egress_expose(struct sandbox *sb, unsigned port, json_t **result, nsbox_error_t **err)
+{
+        return expose_at(sb, port, 0, result, err);
+}
+
+/* host_port 0: any free one. */
+static int expose_at(struct sandbox *sb, unsigned port, unsigned host_port, json_t **result,
+                     nsbox_error_t **err)
 {
         struct sandbox_egress *e = sb->egress;
         if (e == NULL && userns_active())
@@ -846,7 +896,8 @@ int egress_expose(struct sandbox *sb, unsigned port, json_t **result, nsbox_erro
                 if (e->n_exposed == EGRESS_MAX_EXPOSED)
                         return nsbox_error(err, EUSERS, "sandbox %s has %d ports exposed already", sb->id,
                                            EGRESS_MAX_EXPOSED);
-                int fd = bound_socket(SOCK_STREAM, (struct in_addr){ htonl(INADDR_LOOPBACK) }, 0, err);
+                int fd =
+                    bound_socket(SOCK_STREAM, (struct in_addr){ htonl(INADDR_LOOPBACK) }, host_port, err);
                 if (fd < 0)
                         return fd;
                 struct sockaddr_in sa;
@@ -855,6 +906,7 @@ int egress_expose(struct sandbox *sb, unsigned port, json_t **result, nsbox_erro
                 x = &e->exposed[e->n_exposed++];
                 *x = (struct egress_exposed){ .port = port, .host_port = ntohs(sa.sin_port), .fd = fd };
                 proxy_send_expose(sb, x);
+                egress_save(sb);
         }
         char url[64];
         snprintf(url, sizeof(url), "http://127.0.0.1:%u/", x->host_port);
@@ -874,9 +926,70 @@ int egress_unexpose(struct sandbox *sb, unsigned port, nsbox_error_t **err)
                 proxy_send(m, NULL, 0);
                 close_listener(e->exposed[i].fd);
                 e->exposed[i] = e->exposed[--e->n_exposed];
+                egress_save(sb);
                 return 0;
         }
         return nsbox_invalid(err, "port %u of sandbox %s is not exposed", port, sb->id);
+}
+
+int egress_reattach(struct sandbox *sb, nsbox_error_t **err)
+{
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/%s", sb->dir, NETWORK_RECORD);
+        _cleanup_json_ json_t *record = json_load_file(path, JSON_REJECT_DUPLICATES, NULL);
+        json_t *slot = json_object_get(record, "slot"), *exposed = json_object_get(record, "exposed");
+        if (!json_is_integer(slot) || json_integer_value(slot) <= 0 || !json_is_array(exposed) ||
+            json_array_size(exposed) > EGRESS_MAX_EXPOSED)
+                return nsbox_error(err, ENOENT, "no record of its network in %s", path);
+        if (!egress.enabled)
+                return nsbox_error(err, ENOTSUP, "this nsboxd gives sandboxes no network");
+        _cleanup_json_ json_t *policy = policy_object(&sb->policy, err);
+        if (policy == NULL)
+                return -EINVAL;
+        unsigned wanted = json_integer_value(slot) < egress.n_slots ? (unsigned)json_integer_value(slot) : 0;
+        /* Its old veth goes with the old egress namespace, but the kernel
+         * tears a namespace down a moment later, off the caller's time. */
+        char ns_path[64];
+        snprintf(ns_path, sizeof(ns_path), "/proc/%d/ns/net", (int)sb->pid);
+        _cleanup_close_ int sandbox_ns = open(ns_path, O_RDONLY | O_CLOEXEC);
+        if (sandbox_ns < 0)
+                return nsbox_error(err, errno, "open %s", ns_path);
+        if (enter_netns(sandbox_ns, err) < 0)
+                return -EIO;
+        _cleanup_error_ nsbox_error_t *gone = NULL;
+        network_link_delete("eth0", &gone); /* none: the kernel was first */
+        leave_netns();
+        int r = attach_with(sb, policy, sb->policy.secrets, wanted, err);
+        if (r < 0)
+                return r;
+        size_t i;
+        json_t *x;
+        json_array_foreach(exposed, i, x)
+        {
+                json_t *port = json_object_get(x, "port"), *host_port = json_object_get(x, "host_port");
+                if (!json_is_integer(port) || !json_is_integer(host_port) || json_integer_value(port) < 1 ||
+                    json_integer_value(port) > 65535 || json_integer_value(host_port) < 1 ||
+                    json_integer_value(host_port) > 65535)
+                        continue;
+                _cleanup_json_ json_t *result = NULL;
+                _cleanup_error_ nsbox_error_t *x_err = NULL;
+                /* Its old host port if it is still free, else another: said in the log. */
+                if (expose_at(sb, (unsigned)json_integer_value(port), (unsigned)json_integer_value(host_port),
+                              &result, &x_err) < 0 &&
+                    expose_at(sb, (unsigned)json_integer_value(port), 0, &result, &x_err) < 0)
+                        log_warn("sandbox %s: port %lld not exposed again: %s", sb->id,
+                                 json_integer_value(port), x_err->message);
+                else if (json_integer_value(json_object_get(result, "host_port")) !=
+                         json_integer_value(host_port))
+                        log_warn("sandbox %s: port %lld exposed again on host port %lld (%lld is taken)",
+                                 sb->id, json_integer_value(port),
+                                 json_integer_value(json_object_get(result, "host_port")),
+                                 json_integer_value(host_port));
+        }
+        if (wanted != sb->egress->slot)
+                log_warn("sandbox %s: its network address changed in the restart (slot %u is taken)", sb->id,
+                         wanted);
+        return 0;
 }
 
 json_t *egress_info(const struct sandbox *sb)

@@ -39,6 +39,11 @@ int egress_check(const struct sandbox_policy *policy, nsbox_error_t **err);
 /* The sandbox (running) gets the network of `wanted` (its own policy, or
  * the one it is about to take from the warm pool); "none" is a no-op. */
 int egress_attach(struct sandbox *sb, const struct sandbox_policy *wanted, nsbox_error_t **err);
+/* Live restore: an adopted sandbox gets its network back as its record
+ * beside sandbox.json says (its address and exposed ports, where still
+ * free), with the policy it has. Connections open at the restart are gone
+ * (the proxy that held them went with the old nsboxd). */
+int egress_reattach(struct sandbox *sb, nsbox_error_t **err);
 /* Its veth, sockets and proxy state go; safe on a sandbox without network.
  * A sandbox no longer `alive` has lost its veth with its namespace. */
 void egress_detach(struct sandbox *sb, bool alive);

@@ -4,11 +4,13 @@
 
 #include "egress.h"
 #include "exec_internal.h"
+#include "exec_keep.h"
 #include "exec_log.h"
 #include "exec_params.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,6 +82,15 @@ void exec_count(struct exec *ex, uid_t uid)
         ex->quota_uid = uid;
         ex->counted = true;
         quota_calls_add(uid, 1);
+        exec_keep_meta(ex);
+}
+
+static void exec_set_hooks(struct exec *ex, const struct exec_hooks *hooks, void *data)
+{
+        ex->hooks = hooks;
+        ex->hooks_data = data;
+        ex->keep_kind = hooks != NULL ? hooks->keep_kind : NULL;
+        ex->keep_state = hooks != NULL ? hooks->keep_state : NULL;
 }
 
 static void exec_uncount(struct exec *ex)
@@ -117,6 +128,8 @@ static void exec_free(struct exec *ex)
         free(ex->command_text);
         if (ex->pty >= 0)
                 close(ex->pty);
+        if (ex->keep_fd >= 0)
+                close(ex->keep_fd);
         free(ex);
 }
 
@@ -300,6 +313,7 @@ static void output_append(struct exec *ex, int which, const char *data, size_t l
                 return;
         ex->total_output += len;
         memcpy(o->data + o->len, data, len);
+        exec_keep_head(ex, which, o->len, data, len);
         o->len += len;
 
         if (ex->stream) {
@@ -370,6 +384,7 @@ static bool output_read(struct exec *ex, int which, bool keep)
                 ssize_t n = read(source->fd, buf, sizeof(buf));
                 if (n > 0) {
                         output_append(ex, which, buf, n);
+                        exec_keep_counters(ex);
                         continue;
                 }
                 if (n < 0 && (errno == EAGAIN || errno == EINTR))
@@ -736,6 +751,7 @@ static void exec_finish(struct exec *ex)
                 close(ex->pty);
                 ex->pty = -1;
         }
+        exec_keep_end(ex); /* before its slot is closed or handed on */
         /* Only now, after the answer: on a small machine the forks of a new
          * slot would otherwise share a CPU with the exec being waited for. */
         exec_prepare_next(ex->sb, ex);
@@ -782,6 +798,7 @@ static void exec_started(struct exec *ex, pid_t pid)
                 return;
         ex->started = true;
         ex->pid = pid;
+        exec_keep_meta(ex);
         if (ex->background && ex->req != NULL) {
                 struct rpc_request *req = ex->req;
                 ex->req = NULL;
@@ -1097,6 +1114,7 @@ static struct exec *exec_new(struct sandbox *sb, const struct exec_params *p)
         ex->tty = p->tty;
         ex->stdin_stream = p->stdin_stream;
         ex->pty = -1;
+        ex->keep_fd = -1;
         ex->uid = sb->owner;
         return ex;
 }
@@ -1355,6 +1373,201 @@ static int exec_start(struct sandbox *sb, struct exec *ex, const struct exec_par
         return 0;
 }
 
+/* Live restore: an exec a previous nsboxd started, whose fds its init kept
+ * (slot control, record, stdout, stderr). Takes the fds it uses (set to -1). */
+#define ADOPT_KINDS 4
+static struct {
+        const char *kind;
+        exec_adopt_fn adopt;
+} adopt_kinds[ADOPT_KINDS];
+
+void exec_on_adopt(const char *kind, exec_adopt_fn adopt)
+{
+        for (size_t i = 0; i < ADOPT_KINDS; i++) {
+                if (adopt_kinds[i].kind == NULL || strcmp(adopt_kinds[i].kind, kind) == 0) {
+                        adopt_kinds[i].kind = kind;
+                        adopt_kinds[i].adopt = adopt;
+                        return;
+                }
+        }
+}
+
+void exec_adopted_hooks(struct exec *ex, const struct exec_hooks *hooks, void *data)
+{
+        exec_set_hooks(ex, hooks, data);
+}
+
+void exec_keep_update(struct exec *ex)
+{
+        if (ex != NULL)
+                exec_keep_meta(ex);
+}
+
+/* A helper (the stateful interpreter, a shell session): its feature takes it over. */
+static int exec_adopt_helper(struct exec *ex, json_t *meta, int stdin_fd, nsbox_error_t **err)
+{
+        const char *kind = json_string_value(json_object_get(meta, "kind"));
+        exec_adopt_fn adopt = NULL;
+        for (size_t i = 0; kind != NULL && i < ADOPT_KINDS && adopt_kinds[i].kind != NULL; i++)
+                if (strcmp(adopt_kinds[i].kind, kind) == 0)
+                        adopt = adopt_kinds[i].adopt;
+        if (adopt == NULL || stdin_fd < 0)
+                return nsbox_error(err, ENOTSUP, "no one takes over a kept exec of kind %s",
+                                   kind ? kind : "?");
+        ex->keep_stdin = true;
+        if ((ex->stdin_src = loop_add(nsboxd.loop, stdin_fd, 0, on_stdin, ex)) == NULL)
+                return nsbox_error(err, errno, "watch the exec's stdin");
+        if (adopt(ex->sb, ex, json_object_get(meta, "state")) < 0)
+                return nsbox_error(err, ECANCELED, "its %s did not take it over", kind);
+        return 0;
+}
+
+static int exec_adopt_kept(struct sandbox *sb, uint32_t number, int *fds, unsigned nfds, nsbox_error_t **err)
+{
+        if (nfds != 4 && nfds != 5)
+                return nsbox_error(err, EPROTO, "%u fds kept, not 4 or 5", nfds);
+        struct exec *ex = calloc(1, sizeof(*ex));
+        if (ex == NULL)
+                return nsbox_error(err, ENOMEM, "exec");
+        ex->sb = sb;
+        ex->number = number;
+        ex->adopted = true;
+        ex->slot_request = -1;
+        ex->held[0] = ex->held[1] = -1;
+        ex->pty = ex->keep_fd = -1;
+        _cleanup_json_ json_t *meta = exec_keep_load(ex, fds[1], err);
+        if (meta == NULL) {
+                exec_free(ex);
+                return -EPROTO;
+        }
+        const char *id = json_string_value(json_object_get(meta, "exec_id"));
+        json_t *audit = json_object_get(meta, "audit"), *command = json_object_get(meta, "command");
+        if (id == NULL || strlen(id) != sizeof(ex->id) - 1 ||
+            json_integer_value(json_object_get(meta, "number")) != (json_int_t)number) {
+                exec_free(ex);
+                return nsbox_error(err, EPROTO, "its record names another exec");
+        }
+        snprintf(ex->id, sizeof(ex->id), "%s", id);
+        ex->base64 = json_is_true(json_object_get(meta, "base64"));
+        ex->timeout_s = (unsigned)json_integer_value(json_object_get(meta, "timeout_s"));
+        ex->start_realtime_ms = json_integer_value(json_object_get(meta, "start_realtime_ms"));
+        ex->uid = (uid_t)json_integer_value(json_object_get(meta, "uid"));
+        ex->audit = json_is_string(audit) ? strdup(json_string_value(audit)) : NULL;
+        ex->command_text = json_is_string(command) ? strdup(json_string_value(command)) : NULL;
+        ex->started = json_is_true(json_object_get(meta, "started"));
+        ex->pid = (pid_t)json_integer_value(json_object_get(meta, "pid"));
+        ex->background = json_is_true(json_object_get(meta, "background"));
+        ex->service = json_is_true(json_object_get(meta, "service"));
+        long long elapsed = now_realtime_ms() - ex->start_realtime_ms;
+        if (elapsed < 0)
+                elapsed = 0;
+        ex->start_mono = now_monotonic_ms() - elapsed;
+        fcntl(fds[0], F_SETFL, O_NONBLOCK);
+        if ((ex->slot = loop_add(nsboxd.loop, fds[0], EPOLLIN, on_slot, ex)) == NULL) {
+                exec_free(ex);
+                return nsbox_error(err, errno, "watch the exec's supervisor");
+        }
+        fds[0] = -1;
+        for (int i = 0; i < 2; i++) {
+                fcntl(fds[2 + i], F_SETFL, O_NONBLOCK);
+                if ((ex->out[i].source = loop_add(nsboxd.loop, fds[2 + i], EPOLLIN, on_output, ex)) == NULL) {
+                        exec_free(ex);
+                        return nsbox_error(err, errno, "watch the exec's output");
+                }
+                fds[2 + i] = -1;
+        }
+        ex->keep_fd = steal_fd(&fds[1]);
+        ex->kept_by_init = true;
+        if (ex->timeout_s > 0) {
+                long long left = (long long)ex->timeout_s * 1000 - elapsed;
+                if (deadline_set(ex, left > 0 ? left : 1) < 0) {
+                        exec_free(ex);
+                        return nsbox_error(err, ENOMEM, "exec timeout");
+                }
+        }
+        /* Last: once its feature holds it, it is only ever freed as it ends. */
+        if (json_object_get(meta, "kind") != NULL) {
+                int r = exec_adopt_helper(ex, meta, nfds == 5 ? fds[4] : -1, err);
+                if (ex->stdin_src != NULL)
+                        fds[4] = -1;
+                if (r < 0) {
+                        exec_free(ex);
+                        return r;
+                }
+        }
+        ex->next = sb->exec->execs;
+        sb->exec->execs = ex;
+        if (!ex->service)
+                sb->running_execs++;
+        if (json_is_true(json_object_get(meta, "counted")))
+                exec_count(ex, (uid_t)json_integer_value(json_object_get(meta, "quota_uid")));
+        log_info("sandbox %s: exec %s adopted (live restore), running for %lld s", sb->id, ex->id,
+                 elapsed / 1000);
+        return 0;
+}
+
+/* The init answers at once, it only sends what it holds: this bounds one
+ * starved by a loaded host (its execs then end with the sandbox). */
+#define EXEC_ADOPT_WAIT_MS 10000
+
+void exec_sandbox_adopt(struct sandbox *sb)
+{
+        struct ctl_header ask = { CTL_KEPT_LIST, 0 };
+        if (ctl_send(sb->ctl->fd, &ask, sizeof(ask), NULL, 0, NULL, 0) < 0) {
+                log_warn("sandbox %s: cannot ask its init for the execs it kept: %s", sb->id,
+                         strerror(errno));
+                return;
+        }
+        long long give_up = now_monotonic_ms() + EXEC_ADOPT_WAIT_MS;
+        uint32_t highest = 0;
+        for (;;) {
+                union ctl_message msg;
+                int fds[CTL_KEEP_MAX_FDS];
+                unsigned nfds = 0;
+                ssize_t n = ctl_recv(sb->ctl->fd, &msg, sizeof(msg), fds, CTL_KEEP_MAX_FDS, &nfds);
+                if (n == -EAGAIN) {
+                        long long left = give_up - now_monotonic_ms();
+                        struct pollfd p = { .fd = sb->ctl->fd, .events = POLLIN };
+                        if (left <= 0 || poll(&p, 1, (int)left) <= 0) {
+                                log_warn("sandbox %s: its init did not list the execs it kept", sb->id);
+                                return;
+                        }
+                        continue;
+                }
+                if (n < (ssize_t)sizeof(msg.hdr) || msg.hdr.type == CTL_KEPT_END) {
+                        for (unsigned k = 0; k < nfds; k++)
+                                close(fds[k]);
+                        break;
+                }
+                if (msg.hdr.type == CTL_KEPT) {
+                        _cleanup_error_ nsbox_error_t *err = NULL;
+                        if (msg.hdr.exec_id > highest)
+                                highest = msg.hdr.exec_id;
+                        if (exec_adopt_kept(sb, msg.hdr.exec_id, fds, nfds, &err) < 0) {
+                                /* Dropped by the init, closed here: its supervisor ends it. */
+                                log_warn("sandbox %s: exec number %u not adopted: %s; it is ended", sb->id,
+                                         msg.hdr.exec_id, err->message);
+                                struct ctl_header drop = { CTL_UNKEEP, msg.hdr.exec_id };
+                                ctl_send(sb->ctl->fd, &drop, sizeof(drop), NULL, 0, NULL, 0);
+                        }
+                }
+                for (unsigned k = 0; k < nfds; k++)
+                        if (fds[k] >= 0)
+                                close(fds[k]);
+        }
+        /* Numbers of this run's slots never meet those of the execs kept. */
+        if (highest > sb->exec->next_exec_number)
+                sb->exec->next_exec_number = highest;
+}
+
+/* Where the caller's params are taken in: audit text, command text, the
+ * count. Live restore keeps it from there (exec_keep.h). */
+static void exec_keep_if_wanted(struct exec *ex)
+{
+        if (exec_keep_wanted(ex))
+                exec_keep_start(ex);
+}
+
 /* Nobody will read the result of a foreground exec whose client left: end it. */
 void exec_client_gone(struct rpc_request *req, void *data)
 {
@@ -1385,8 +1598,7 @@ struct exec *exec_launch(struct sandbox *sb, json_t *params, const struct exec_h
                 nsbox_error(err, ENOMEM, "exec");
                 return NULL;
         }
-        ex->hooks = hooks;
-        ex->hooks_data = data;
+        exec_set_hooks(ex, hooks, data);
         ex->keep_stdin = (hooks != NULL && hooks->keep_stdin) || p.stdin_stream;
         ex->audit = exec_audit_text(&p);
         ex->command_text = exec_command_text(&p);
@@ -1405,6 +1617,7 @@ struct exec *exec_launch(struct sandbox *sb, json_t *params, const struct exec_h
                 exec_free(ex);
                 return NULL;
         }
+        exec_keep_if_wanted(ex);
         /* One line per exec at info level, when it ends (exec_finish). */
         if (p.background)
                 log_limited(sb->id, LOG_LEVEL_INFO, "sandbox %s: exec %s started in the background", sb->id,
@@ -1420,14 +1633,17 @@ struct exec *exec_launch(struct sandbox *sb, json_t *params, const struct exec_h
 void exec_attribute(struct exec *ex, const struct rpc_request *req)
 {
         ex->uid = req->uid;
-        if (!req->acted)
+        if (!req->acted) {
+                exec_keep_meta(ex);
                 return;
+        }
         char *via = NULL;
         if (asprintf(&via, "via act_as by uid %u %s", (unsigned)req->acted_by, ex->audit ? ex->audit : "?") >=
             0) {
                 free(ex->audit);
                 ex->audit = via;
         }
+        exec_keep_meta(ex);
 }
 
 int exec_run(struct sandbox *sb, json_t *params, const struct exec_hooks *hooks, void *data,

@@ -28,7 +28,22 @@ struct exec_hooks {
         bool keep_stdin; /* the stdin pipe stays open for exec_write_stdin() */
         bool service;    /* a helper of the sandbox (the stateful interpreter): it does not make
                           * the sandbox busy or keep it from being reaped when idle */
+        /* Live restore: a helper that outlives nsboxd names its kind here;
+         * `keep_state` says what the next nsboxd needs to take it over (NULL:
+         * nothing), which the adopt function registered for the kind
+         * (exec_on_adopt) gets back. */
+        const char *keep_kind;
+        json_t *(*keep_state)(struct exec *ex, void *data_);
 };
+
+/* Take over exec `ex` of kind `kind` with its `state` (as keep_state said
+ * it): set its hooks (exec_adopted_hooks) and return 0, or refuse (<0: the
+ * exec is ended). */
+typedef int (*exec_adopt_fn)(struct sandbox *sb, struct exec *ex, json_t *state);
+void exec_on_adopt(const char *kind, exec_adopt_fn adopt);
+void exec_adopted_hooks(struct exec *ex, const struct exec_hooks *hooks, void *data);
+/* What keep_state says changed: saved for the next nsboxd. */
+void exec_keep_update(struct exec *ex);
 
 /* sandbox.exec */
 void exec_method_run(struct rpc_request *req, struct sandbox *sb);
@@ -67,6 +82,9 @@ void exec_on_control(struct sandbox *sb, const void *msg, size_t len);
  * unless one is started already. Called when a sandbox is ready and as each
  * exec takes the slot. */
 int exec_prepare_slot(struct sandbox *sb, nsbox_error_t **err);
+/* Live restore, as a sandbox is adopted: take over the execs its init
+ * kept for us (exec_keep.h), before any slot of this run is asked for. */
+void exec_sandbox_adopt(struct sandbox *sb);
 /* The sandbox is going away: finish every exec (killed). */
 void exec_sandbox_gone(struct sandbox *sb);
 /* A sandbox's exec state (its execs, the slot and pipes made ahead for the

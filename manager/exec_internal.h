@@ -98,6 +98,11 @@ struct exec {
         int slot_request;         /* our end of its request socket, or -1 */
         int held[2];              /* copies of the exec's stdout and stderr: see exec_release_output */
         bool started, exited, timed_out, killed;
+        int keep_fd;           /* live restore: its record, kept by the init too (exec_keep.h), or -1 */
+        bool kept_by_init;     /* the init holds its fds (CTL_KEEP): to drop as it ends (CTL_UNKEEP) */
+        const char *keep_kind; /* its hooks' (exec.h), for exec_keep.c */
+        json_t *(*keep_state)(struct exec *ex, void *data);
+        bool adopted;         /* taken over from a previous nsboxd */
         bool supervisor_died; /* its supervisor ended without reporting the exit */
         bool sandbox_gone;    /* killed by its sandbox's removal or nsboxd's stop */
         bool paused;          /* its pipes are not read for now: see exec_pause */

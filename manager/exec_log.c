@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "budget.h"
+#include "exec_keep.h"
 
 /* The stream's bytes as offsets: the head is [0, len), the ring holds
  * [written - tail_len, written), and what lies between was dropped. */
@@ -66,6 +67,7 @@ void exec_log_append_tail(struct exec *ex, int which, const char *data, size_t l
                 memcpy(o->tail, data + len - o->tail_cap, o->tail_cap);
                 o->tail_start = 0;
                 o->tail_len = o->tail_cap;
+                exec_keep_tail(ex, which, 0, o->tail, o->tail_cap);
                 return;
         }
         size_t overflow = o->tail_len + len > o->tail_cap ? o->tail_len + len - o->tail_cap : 0;
@@ -80,6 +82,8 @@ void exec_log_append_tail(struct exec *ex, int which, const char *data, size_t l
         memcpy(o->tail + at, data, first);
         memcpy(o->tail, data + first, len - first);
         o->tail_len += len;
+        exec_keep_tail(ex, which, at, data, first);
+        exec_keep_tail(ex, which, 0, data + first, len - first);
 }
 
 size_t exec_log_written(const struct exec *ex, int which)

@@ -547,6 +547,7 @@ static void interp_answer(struct python_interp *in, json_t *frame)
         struct python_run *run = in->queue;
         in->queue = run->next;
         in->in_flight = false;
+        exec_keep_update(in->exec);
         interp_disarm(in);
         bool timed_out = in->timeout_stage > 0;
         in->timeout_stage = 0;
@@ -690,12 +691,52 @@ static void interp_done(struct exec *ex, json_t *result, void *opaque)
         }
 }
 
+/* What the next nsboxd must know: whether a call is in flight. */
+static json_t *interp_keep_state(struct exec *ex, void *data)
+{
+        struct python_interp *in = data;
+        return json_pack("{s:b}", "busy", in->in_flight);
+}
+
 static const struct exec_hooks interp_hooks = {
         .on_stdout = interp_on_stdout,
         .done = interp_done,
         .keep_stdin = true,
         .service = true,
+        .keep_kind = "python", /* live restore: its variables outlive nsboxd */
+        .keep_state = interp_keep_state,
 };
+
+/* Live restore: the interpreter a previous nsboxd started, variables and
+ * all, when it was between calls. */
+static int interp_adopt(struct sandbox *sb, struct exec *ex, json_t *state)
+{
+        /* A call it ran then would answer no one, or the next call in its
+         * place; its timeout went with the old nsboxd. */
+        if (json_is_true(json_object_get(state, "busy"))) {
+                log_warn("sandbox %s: python interpreter not adopted: it was running a call; variables are "
+                         "lost",
+                         sb->id);
+                return -1;
+        }
+        if (sb->python != NULL)
+                return -1;
+        struct python_interp *in = calloc(1, sizeof(*in));
+        if (in == NULL)
+                return -1;
+        in->sb = sb;
+        in->exec = ex;
+        in->ready = true;
+        exec_adopted_hooks(ex, &interp_hooks, in);
+        sb->python = in;
+        log_limited(sb->id, LOG_LEVEL_INFO, "sandbox %s: python interpreter adopted (live restore)", sb->id);
+        return 0;
+}
+
+void python_live_restore_init(void)
+{
+        exec_on_adopt(interp_hooks.keep_kind, interp_adopt);
+}
 
 static void interp_on_timer(struct loop *loop, struct loop_timer *timer, void *data)
 {
@@ -734,6 +775,7 @@ static void interp_send_next(struct python_interp *in)
         }
         run->started_mono = now_monotonic_ms();
         in->in_flight = true;
+        exec_keep_update(in->exec);
         if (exec_write_stdin(in->exec, frame, (size_t)len) < 0) {
                 exec_signal(in->exec, SIGKILL); /* interp_done answers */
                 return;

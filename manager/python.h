@@ -18,3 +18,6 @@ void package_method_install(struct rpc_request *req, struct sandbox *sb);
 /* The sandbox has just become ready: start what starts with it (the Python
  * fork server when python_fork_server is "eager"). */
 void python_sandbox_ready(struct sandbox *sb);
+/* Live restore: the stateful interpreters a previous nsboxd left are taken
+ * over (exec_on_adopt). Called at start, before sandboxes are adopted. */
+void python_live_restore_init(void);

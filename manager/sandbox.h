@@ -29,6 +29,9 @@ struct sandbox {
         pid_t pid; /* host pid of the init */
         struct loop_source *pidfd;
         struct loop_source *ctl;
+        /* Live restore: our end of the init's lease (its hangup tells the
+         * init we are gone, see runtime/proto.h CTL_LEASE), or -1. */
+        int lease_fd;
         struct sandbox_cgroup *cgroup;
         struct sandbox_egress *egress; /* its network, when it has one (egress.c) */
         bool pooled;                   /* pre-created with the default policy, not yet given to anyone */

@@ -231,6 +231,8 @@ static void sandbox_free(struct sandbox *sb)
                 }
         }
         sandbox_uids_put(sb);
+        if (sb->lease_fd >= 0)
+                close(sb->lease_fd);
         if (sb->disk_fd >= 0)
                 close(sb->disk_fd);
         if (sb->snapshot_id[0] != '\0')
@@ -357,6 +359,40 @@ static void on_pidfd(struct loop_source *source, uint32_t events)
         sandbox_finalize(source->data);
 }
 
+/* Live restore: a new lease for the init (see runtime/proto.h CTL_LEASE),
+ * and with it a copy of our end of the control socket to keep. From now
+ * on our end never hangs up, and the init outlives us by the grace. */
+static int sandbox_lease(struct sandbox *sb, nsbox_error_t **err)
+{
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+                return nsbox_error(err, errno, "socketpair for the lease");
+        _cleanup_close_ int init_end = sv[1];
+        struct ctl_lease msg = { .hdr = { CTL_LEASE, 0 },
+                                 .grace_seconds = nsboxd.config.live_restore_grace_seconds };
+        int fds[3] = { init_end, sb->ctl->fd, sb->disk_fd };
+        ssize_t n = ctl_send(sb->ctl->fd, &msg, sizeof(msg), NULL, 0, fds, sb->disk_fd >= 0 ? 3 : 2);
+        if (n < 0) {
+                close(sv[0]);
+                return nsbox_error(err, (int)-n, "send the init its lease");
+        }
+        if (sb->lease_fd >= 0)
+                close(sb->lease_fd);
+        sb->lease_fd = sv[0];
+        return 0;
+}
+
+/* A sandbox that runs: with live restore it gets its lease, and its record
+ * says so (which is what lets the next nsboxd adopt it). */
+static void sandbox_lease_and_save(struct sandbox *sb)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (!nsboxd.config.live_restore)
+                return;
+        if (sandbox_lease(sb, &err) < 0 || state_save(sb, &err) < 0)
+                log_warn("sandbox %s: it will not outlive nsboxd: %s", sb->id, err->message);
+}
+
 static void on_control(struct loop_source *source, uint32_t events)
 {
         struct sandbox *sb = source->data;
@@ -387,6 +423,7 @@ static void on_control(struct loop_source *source, uint32_t events)
                                 sb->state = SANDBOX_RUNNING;
                                 egress_install_ca(sb);
                                 sandbox_touch(sb);
+                                sandbox_lease_and_save(sb);
                                 log_limited(log_key_uid(sb->owner).text, LOG_LEVEL_INFO,
                                             "sandbox %s: created for uid %u (%s uids %u-%u%s)", sb->id,
                                             sb->owner, userns_active() ? "user namespace" : "host",
@@ -752,6 +789,7 @@ static int sandbox_new(uid_t owner, struct sandbox_policy *policy, bool pooled, 
         sb->state = SANDBOX_CREATING;
         sb->uid_slot = UINT32_MAX;
         sb->disk_fd = -1;
+        sb->lease_fd = -1;
         if (snapshot_id != NULL) {
                 snprintf(sb->snapshot_id, sizeof(sb->snapshot_id), "%s", snapshot_id);
                 snapshot_hold(sb->snapshot_id);
@@ -1015,6 +1053,119 @@ int sandbox_create_from(uid_t owner, struct sandbox_policy *policy, const char *
         }
         pool_give_way(cgroup_memory_max(&policy->limits));
         return sandbox_new(owner, policy, false, snapshot_id, done, data, out, err);
+}
+
+static void pause_again(struct sandbox *sb, const char *error, void *data)
+{
+        long long *since = data;
+        if (error == NULL && sb != NULL) {
+                sb->paused_at_ms = *since;
+                sb->paused_mono = now_monotonic_ms() - (now_realtime_ms() - *since);
+        }
+        free(since);
+}
+
+int sandbox_adopt(struct sandbox_adoption *a, nsbox_error_t **err)
+{
+        int r;
+        struct sandbox *sb = calloc(1, sizeof(*sb));
+        if (sb != NULL && (sb->exec = exec_sandbox_new()) == NULL) {
+                free(sb);
+                sb = NULL;
+        }
+        if (sb == NULL) {
+                r = nsbox_error(err, ENOMEM, "allocate sandbox");
+                goto fail_early;
+        }
+        snprintf(sb->id, sizeof(sb->id), "%s", a->id);
+        sb->policy = a->policy;
+        memset(&a->policy, 0, sizeof(a->policy));
+        sb->owner = a->owner;
+        sb->state = SANDBOX_RUNNING;
+        sb->uid_slot = UINT32_MAX;
+        sb->disk_fd = a->disk_fd; /* kept by its init: its disk is mounted in its own namespace only */
+        a->disk_fd = -1;
+        sb->lease_fd = -1;
+        sb->pid = a->pid;
+        sb->created_at_ms = a->created_at_ms;
+        sb->cgroup = a->cgroup;
+        a->cgroup = NULL;
+        sandbox_touch(sb);
+        sb->next = nsboxd.sandboxes;
+        nsboxd.sandboxes = sb;
+        nsboxd.n_sandboxes++;
+        sb->committed = cgroup_memory_max(&sb->policy.limits);
+        memory_committed += sb->committed; /* already promised: over the limit or not */
+        if (a->snapshot_id[0] != '\0') {
+                snprintf(sb->snapshot_id, sizeof(sb->snapshot_id), "%s", a->snapshot_id);
+                snapshot_hold(sb->snapshot_id);
+        }
+        if ((r = sandbox_uids_adopt(sb, a->host_uid_base)) < 0) {
+                r = nsbox_error(err, -r, "take its uid range %u back", a->host_uid_base);
+                goto fail;
+        }
+        if (asprintf(&sb->dir, "%s/sandboxes/%s", nsboxd.config.state_dir, sb->id) < 0) {
+                sb->dir = NULL;
+                r = nsbox_error(err, ENOMEM, "sandbox dir");
+                goto fail;
+        }
+        fcntl(a->ctl_fd, F_SETFL, O_NONBLOCK);
+        sb->pidfd = loop_add(nsboxd.loop, a->pidfd, EPOLLIN, on_pidfd, sb);
+        if (sb->pidfd == NULL) {
+                r = nsbox_error(err, errno, "watch the sandbox init");
+                goto fail;
+        }
+        a->pidfd = -1;
+        sb->ctl = loop_add(nsboxd.loop, a->ctl_fd, EPOLLIN, on_control, sb);
+        if (sb->ctl == NULL) {
+                r = nsbox_error(err, errno, "watch the sandbox control socket");
+                goto fail;
+        }
+        a->ctl_fd = -1;
+        if ((r = sandbox_lease(sb, err)) < 0 || (r = state_save(sb, err)) < 0)
+                goto fail;
+        exec_sandbox_adopt(sb);
+        _cleanup_error_ nsbox_error_t *slot_err = NULL;
+        if (exec_prepare_slot(sb, &slot_err) < 0)
+                log_debug("sandbox %s: no slot ahead: %s", sb->id, slot_err->message);
+        sandbox_ready_hook_run(sb);
+        long long now_real = now_realtime_ms(), now_mono = now_monotonic_ms();
+        if (a->last_active_ms > 0 && a->last_active_ms <= now_real) {
+                sb->last_used_ms = a->last_active_ms;
+                sb->last_active_mono = now_mono - (now_real - a->last_active_ms);
+        }
+        /* Thawed to be taken over (its init answers): paused again, its
+         * paused_timeout_seconds counted from its first pause. */
+        if (a->paused_at_ms > 0 && a->paused_at_ms <= now_real) {
+                _cleanup_error_ nsbox_error_t *pause_err = NULL;
+                long long *since = malloc(sizeof(*since));
+                if (since != NULL)
+                        *since = a->paused_at_ms;
+                if (since == NULL || sandbox_pause(sb, pause_again, since, &pause_err) < 0) {
+                        free(since);
+                        log_warn("sandbox %s: not paused again after the restart: %s", sb->id,
+                                 pause_err ? pause_err->message : "out of memory");
+                }
+        }
+        return 0;
+fail:
+        /* Killed, and its dir left for state_recover: nothing of it is ours. */
+        if (sb->cgroup != NULL) {
+                cgroup_sandbox_kill(sb->cgroup);
+                cgroup_sandbox_destroy(sb->cgroup);
+                sb->cgroup = NULL;
+        }
+        if (sb->pidfd != NULL) {
+                syscall(SYS_pidfd_send_signal, sb->pidfd->fd, SIGKILL, NULL, 0);
+                loop_remove(nsboxd.loop, sb->pidfd);
+        }
+        if (sb->ctl != NULL)
+                loop_remove(nsboxd.loop, sb->ctl);
+        sandbox_free(sb);
+        return r;
+fail_early:
+        policy_clear(&a->policy);
+        return r;
 }
 
 void sandbox_when_ready(struct sandbox *sb, sandbox_ready_cb done, void *data)

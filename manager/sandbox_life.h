@@ -14,6 +14,28 @@ int sandbox_create(uid_t owner, struct sandbox_policy *policy, sandbox_ready_cb 
  * read-only layer over the image (NULL: none, as sandbox_create). */
 int sandbox_create_from(uid_t owner, struct sandbox_policy *policy, const char *snapshot_id,
                         sandbox_ready_cb done, void *data, struct sandbox **out, nsbox_error_t **err);
+/* Live restore: what a record and the running init of a sandbox that a
+ * previous nsboxd made give the registry. */
+struct sandbox_adoption {
+        const char *id;
+        uid_t owner;
+        struct sandbox_policy policy; /* taken over */
+        uid_t host_uid_base;
+        long long created_at_ms;
+        const char *snapshot_id; /* "" when none */
+        pid_t pid;               /* the init's, checked */
+        int pidfd;               /* taken over (set to -1) once watched */
+        int ctl_fd;              /* the manager's end of its control socket, likewise */
+        int disk_fd;             /* its writable layer, or -1 (then no snapshot of it); taken over likewise */
+        struct sandbox_cgroup *cgroup; /* taken over */
+        long long last_active_ms;      /* wall clock; 0: unknown (its idle timer starts now) */
+        long long paused_at_ms;        /* wall clock; 0: it was not paused */
+};
+/* Make the sandbox live in the registry again under its id, with a new
+ * lease for its init and a slot for its next exec. On failure its init and
+ * cgroup are killed; its dir is left for state_recover. */
+int sandbox_adopt(struct sandbox_adoption *a, nsbox_error_t **err);
+
 /* Run `done` when `sb` (being created) is ready or failed. */
 void sandbox_when_ready(struct sandbox *sb, sandbox_ready_cb done, void *data);
 

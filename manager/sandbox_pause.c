@@ -8,9 +8,11 @@
 #include <string.h>
 
 #include "cgroup.h"
+#include "cleanup.h"
 #include "daemon.h"
 #include "events.h"
 #include "log.h"
+#include "state.h"
 
 /* Freezing takes microseconds unless a task sits in an uninterruptible
  * sleep (a hung NFS read, say) where the freezer cannot reach it: then the
@@ -33,6 +35,15 @@ void sandbox_pause_end(struct sandbox *sb, const char *error, const char *kind)
         sandbox_waiters_run(&sb->pause_waiters, sb, error);
 }
 
+/* Live restore: the record says whether it is paused, and since when, so
+ * that the next nsboxd pauses it again with its paused_timeout running on. */
+static void pause_save(struct sandbox *sb)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (nsboxd.config.live_restore && sb->lease_fd >= 0 && state_save(sb, &err) < 0)
+                log_warn("sandbox %s: %s", sb->id, err->message);
+}
+
 static void pause_frozen(struct sandbox *sb)
 {
         sb->paused = true;
@@ -40,6 +51,7 @@ static void pause_frozen(struct sandbox *sb)
         sb->paused_mono = now_monotonic_ms();
         log_limited(log_key_uid(sb->owner).text, LOG_LEVEL_INFO, "sandbox %s: paused", sb->id);
         events_emit(sb, "sandbox.paused", NULL, NULL);
+        pause_save(sb);
         sandbox_pause_end(sb, NULL, NULL);
 }
 
@@ -118,8 +130,11 @@ bool sandbox_resume(struct sandbox *sb)
                     sb, "sandbox.resumed", NULL,
                     json_pack("{s:I}", "paused_ms", (json_int_t)(now_monotonic_ms() - sb->paused_mono)));
         }
+        bool was_paused = sb->paused;
         sb->paused = false;
         sandbox_touch(sb);
+        if (was_paused)
+                pause_save(sb);
         sandbox_pause_end(sb, "the sandbox was resumed before it was frozen", "busy");
         return true;
 }

@@ -127,7 +127,9 @@ static pid_t uid_block_process(uint32_t block)
 
 #define UID_STALE_RECHECK_MS 200
 
-static int uid_block_take(uint32_t block)
+/* adopting: the block holds a sandbox of a previous run that live restore
+ * takes over, whose processes the stale check would find. */
+static int uid_block_take(uint32_t block, bool adopting)
 {
         uint32_t i = block - uid_blocks.first;
         if (uid_blocks.users[i] > 0) {
@@ -156,7 +158,7 @@ static int uid_block_take(uint32_t block)
          * ends their processes only after the lock is gone: until the last
          * one is, the block is not ours to give out. */
         struct stat st = { 0 };
-        if (fstat(fd, &st) == 0 && st.st_size > 0) {
+        if (fstat(fd, &st) == 0 && st.st_size > 0 && !adopting) {
                 pid_t left = uid_block_process(block);
                 if (left < 0)
                         log_limited("uid blocks", LOG_LEVEL_WARN,
@@ -190,11 +192,11 @@ static int uid_block_take(uint32_t block)
 
 /* Take the blocks of the range at base: 0, -EWOULDBLOCK when another
  * manager has one of them, or another negative errno. */
-static int uid_range_take(uid_t base)
+static int uid_range_take(uid_t base, bool adopting)
 {
         uint32_t first = base >> UID_BLOCK_SHIFT, last = (base + NSBOX_UID_RANGE - 1) >> UID_BLOCK_SHIFT;
         for (uint32_t block = first; block <= last; block++) {
-                int r = uid_block_take(block);
+                int r = uid_block_take(block, adopting);
                 if (r < 0) {
                         while (block-- > first)
                                 uid_block_put(block);
@@ -230,7 +232,7 @@ int sandbox_uids_take(struct sandbox *sb)
                 if (nsboxd.uid_slots[i])
                         continue;
                 uid_t base = nsboxd.config.uid_pool_base + i * NSBOX_UID_STRIDE;
-                int r = uid_range_take(base);
+                int r = uid_range_take(base, false);
                 if (r == -EWOULDBLOCK)
                         continue; /* another manager has a block of it */
                 if (r < 0)
@@ -249,4 +251,29 @@ void sandbox_uids_put(struct sandbox *sb)
                 nsboxd.uid_slots[sb->uid_slot] = 0;
                 uid_range_put(sb->host_uid_base);
         }
+}
+
+int sandbox_uids_adopt(struct sandbox *sb, uid_t base)
+{
+        if (uidmode_shared()) {
+                if (base != uidmode_shared_base())
+                        return -ERANGE;
+                sb->host_uid_base = base;
+                return 0;
+        }
+        if (base < nsboxd.config.uid_pool_base ||
+            (base - nsboxd.config.uid_pool_base) % NSBOX_UID_STRIDE != 0)
+                return -ERANGE;
+        unsigned slot = (base - nsboxd.config.uid_pool_base) / NSBOX_UID_STRIDE;
+        if (slot >= nsboxd.config.uid_pool_ranges)
+                return -ERANGE;
+        if (nsboxd.uid_slots[slot])
+                return -EEXIST; /* two records name one range: neither is trusted */
+        int r = uid_range_take(base, true);
+        if (r < 0)
+                return r;
+        nsboxd.uid_slots[slot] = 1;
+        sb->uid_slot = slot;
+        sb->host_uid_base = base;
+        return 0;
 }

@@ -13,3 +13,8 @@ int sandbox_uids_init(void);
  * negative errno. In the shared uid mode, the one shared range. */
 int sandbox_uids_take(struct sandbox *sb);
 void sandbox_uids_put(struct sandbox *sb);
+/* Live restore: the range at `base` that a previous run gave a sandbox now
+ * adopted (its blocks' lock files say a holder died with sandboxes in
+ * them: this one). -ERANGE when base is no range of the pool, -EEXIST
+ * when it is already given out. */
+int sandbox_uids_adopt(struct sandbox *sb, uid_t base);

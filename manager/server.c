@@ -28,7 +28,9 @@
 #include "log.h"
 #include "methods.h"
 #include "profiles.h"
+#include "restore.h"
 #include "rpc.h"
+#include "shell.h"
 #include "idle.h"
 #include "python.h"
 #include "sandbox_life.h"
@@ -213,7 +215,22 @@ static int setup_signals_and_timers(nsbox_error_t **err)
         return 0;
 }
 
-/* Remove every sandbox and wait for their cgroups to go. Returns how many
+/* With live restore, a running client sandbox with a lease stays: its init
+ * waits for the next nsboxd. */
+static bool outlives_us(const struct sandbox *sb)
+{
+        return nsboxd.config.live_restore && sb->lease_fd >= 0 && !sb->pooled && sb->state == SANDBOX_RUNNING;
+}
+
+static unsigned sandboxes_to_stop(void)
+{
+        unsigned n = 0;
+        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next)
+                n += !outlives_us(sb);
+        return n;
+}
+
+/* Remove every sandbox (but those live restore keeps) and wait for their cgroups to go. Returns how many
  * things were left behind (sandboxes, cgroup dirs): then nsboxd exits
  * non-zero, so the operator (or systemd) knows to look. */
 static unsigned shutdown_sandboxes(void)
@@ -222,17 +239,26 @@ static unsigned shutdown_sandboxes(void)
         rpc_server_refuse_requests();
         rpc_server_stop();
         long long deadline = now_monotonic_ms() + SHUTDOWN_GRACE_MS;
-        while ((nsboxd.sandboxes != NULL || cgroup_removals_pending() > 0) && now_monotonic_ms() < deadline) {
+        while ((sandboxes_to_stop() > 0 || cgroup_removals_pending() > 0) && now_monotonic_ms() < deadline) {
                 /* Again on each round: a create already in flight when the
                  * signal came may have added a sandbox since. */
                 for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next)
-                        if (sb->state == SANDBOX_RUNNING || sb->state == SANDBOX_CREATING)
+                        if ((sb->state == SANDBOX_RUNNING || sb->state == SANDBOX_CREATING) &&
+                            !outlives_us(sb))
                                 sandbox_remove(sb, "nsboxd is stopping", NULL, NULL);
                 loop_run_once(nsboxd.loop, 100);
         }
-        unsigned sandboxes = 0;
+        unsigned sandboxes = sandboxes_to_stop(), kept = 0;
         for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next)
-                sandboxes++;
+                kept += outlives_us(sb);
+        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
+                _cleanup_error_ nsbox_error_t *save_err = NULL;
+                if (outlives_us(sb) && state_save(sb, &save_err) < 0) /* its idle timer's start */
+                        log_warn("sandbox %s: %s", sb->id, save_err->message);
+        }
+        if (kept > 0)
+                log_info("live restore: %u sandbox(es) left running for the next nsboxd (for %u s at most)",
+                         kept, nsboxd.config.live_restore_grace_seconds);
         unsigned cgroups = cgroup_removals_pending();
         if (sandboxes > 0 || cgroups > 0)
                 log_error(
@@ -259,10 +285,20 @@ static int start(nsbox_error_t **err)
         /* Before anything that cleans up after a previous run (cgroup_init
          * removes stale cgroups, state_recover stale sandboxes): that must
          * never be a live daemon's. */
+        /* A next nsboxd of user namespace mode is root of a new user
+         * namespace, no ancestor of its predecessor's sandboxes': it could
+         * not take their control sockets back (pidfd_getfd). */
+        if (nsboxd.config.live_restore && userns_active()) {
+                log_warn(
+                    "live_restore is off: nsboxd runs in a user namespace, and the next one could not adopt "
+                    "its sandboxes");
+                nsboxd.config.live_restore = 0;
+        }
         if (userns_active() && (r = userns_enter_mount_namespace(err)) < 0)
                 return r;
         if ((r = state_lock(err)) < 0)
                 return r;
+        cgroup_keep_when(restore_keep);
         if ((r = cgroup_init(nsboxd.config.allow_degraded || userns_active(), err)) < 0)
                 return r;
         if ((r = uidmode_init(nsboxd.config.uid_isolation, err)) < 0)
@@ -282,13 +318,18 @@ static int start(nsbox_error_t **err)
                 if (uidmode_image_lower(nsboxd.config.defaults.image, lower, sizeof(lower), &copy_err) < 0)
                         log_warn("image %s: %s", nsboxd.config.defaults.image, copy_err->message);
         }
-        /* A previous run that crashed may have left sandboxes: none survive. */
+        /* A previous run may have left sandboxes: with live restore those it
+         * leased are adopted, the rest are removed. */
+        python_live_restore_init();
+        shell_live_restore_init();
+        restore_adopt_all();
         state_recover();
         snapshots_discard_unused();
         if ((r = setup_signals_and_timers(err)) < 0 || (r = setup_watchdog(err)) < 0)
                 return r;
         if ((r = egress_init(err)) < 0)
                 return r;
+        restore_networks();
         if ((r = profiles_get(nsboxd.config.defaults.seccomp_profile, err)) < 0)
                 return r;
         if ((r = make_socket_dir(nsboxd.config.socket_path, err)) < 0)

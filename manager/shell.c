@@ -351,6 +351,7 @@ static void command_finish(struct shell_session *s, struct shell_command *c)
         if (c->boot) {
                 s->ready = true;
                 s->cmd = NULL;
+                exec_keep_update(s->exec);
                 if (s->create_req != NULL) {
                         struct rpc_request *req = s->create_req;
                         s->create_req = NULL;
@@ -361,6 +362,7 @@ static void command_finish(struct shell_session *s, struct shell_command *c)
                 return;
         }
         sandbox_touch(s->sb);
+        exec_keep_update(s->exec);
         log_debug("sandbox %s: shell %s: command %s ended", s->sb->id, s->name, c->id);
         if (c->req != NULL) {
                 struct rpc_request *req = c->req;
@@ -487,13 +489,59 @@ static void shell_exec_done(struct exec *ex, json_t *result, void *opaque)
         session_free(s);
 }
 
+/* What the next nsboxd must know to take the session over (live restore). */
+static json_t *shell_keep_state(struct exec *ex, void *data)
+{
+        struct shell_session *s = data;
+        return json_pack("{s:s, s:s?, s:b}", "name", s->name, "cwd", s->cwd, "busy",
+                         !s->ready || (s->cmd != NULL && !s->cmd->finished));
+}
+
 static const struct exec_hooks shell_hooks = {
         .on_stdout = shell_on_stdout,
         .on_stderr = shell_on_stderr,
         .done = shell_exec_done,
         .keep_stdin = true,
         .service = true,
+        .keep_kind = "shell", /* live restore: the session (its cwd, variables, jobs) outlives nsboxd */
+        .keep_state = shell_keep_state,
 };
+
+static bool name_valid(const char *name, size_t len);
+
+/* Live restore: a session a previous nsboxd started, between commands (a
+ * command it ran then would have its end record read by no one). */
+static int shell_adopt(struct sandbox *sb, struct exec *ex, json_t *state)
+{
+        json_t *name = json_object_get(state, "name"), *cwd = json_object_get(state, "cwd");
+        if (!json_is_string(name) || !name_valid(json_string_value(name), json_string_length(name)) ||
+            session_find(sb, json_string_value(name)) != NULL)
+                return -1;
+        if (json_is_true(json_object_get(state, "busy"))) {
+                log_warn("sandbox %s: shell %s not adopted: it was running a command", sb->id,
+                         json_string_value(name));
+                return -1;
+        }
+        struct shell_session *s = calloc(1, sizeof(*s));
+        if (s == NULL)
+                return -1;
+        snprintf(s->name, sizeof(s->name), "%s", json_string_value(name));
+        s->sb = sb;
+        s->exec = ex;
+        s->ready = true;
+        s->created_ms = now_monotonic_ms();
+        s->cwd = json_is_string(cwd) ? strdup(json_string_value(cwd)) : NULL;
+        s->next = sessions;
+        sessions = s;
+        exec_adopted_hooks(ex, &shell_hooks, s);
+        log_limited(sb->id, LOG_LEVEL_INFO, "sandbox %s: shell %s adopted (live restore)", sb->id, s->name);
+        return 0;
+}
+
+void shell_live_restore_init(void)
+{
+        exec_on_adopt(shell_hooks.keep_kind, shell_adopt);
+}
 
 /* Append `text` as a bash $'...' word: bytes outside a plain set as \xHH. */
 static int append_quoted(char **buf, size_t *len, size_t *cap, const char *text, size_t n)
@@ -851,6 +899,7 @@ void shell_method_run(struct rpc_request *req, struct sandbox *sb)
         }
         command_free(s->cmd);
         s->cmd = c;
+        exec_keep_update(s->exec);
         c->timeout_s = timeout_s;
         if (timeout_s > 0) {
                 command_deadline(s, c, c->started_mono + (long long)timeout_s * 1000);

@@ -61,3 +61,6 @@ void shell_method_list(struct rpc_request *req, struct sandbox *sb);
 /* A session of the sandbox runs a command or is starting: the idle reaper
  * leaves the sandbox alone. */
 bool shell_busy(const struct sandbox *sb);
+/* Live restore: the sessions a previous nsboxd left are taken over
+ * (exec_on_adopt). Called at start, before sandboxes are adopted. */
+void shell_live_restore_init(void);

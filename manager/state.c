@@ -19,6 +19,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include "cgroup.h"
 #include "cleanup.h"
 #include "json_file.h"
 #include "daemon.h"
@@ -31,9 +32,14 @@
 #define RECORD_NAME  "sandbox.json"
 #define KILL_WAIT_MS 5000
 
+static void sandboxes_dir(char *path, size_t size)
+{
+        snprintf(path, size, "%s/sandboxes", nsboxd.config.state_dir);
+}
+
 /* Field 22 of /proc/PID/stat: when the process started, in clock ticks.
  * With the pid it names one process, never a later one that reused it. */
-static unsigned long long process_start_time(pid_t pid)
+unsigned long long state_process_start_time(pid_t pid)
 {
         char path[64], buf[1024];
         snprintf(path, sizeof(path), "/proc/%d/stat", pid);
@@ -55,19 +61,83 @@ static unsigned long long process_start_time(pid_t pid)
         return start;
 }
 
+/* The policy as sandbox.create's params, which policy_from_json reads back
+ * at adoption: one parser for what a client and a record say. */
+static json_t *policy_params(const struct sandbox_policy *p)
+{
+        json_t *params = json_pack("{s:s, s:s, s:s, s:o, s:s}", "image", p->image, "seccomp_profile",
+                                   p->seccomp_profile, "network", p->network, "limits",
+                                   policy_limits_to_json(&p->limits), "idle_action", p->idle_action);
+        if (params == NULL)
+                return NULL;
+        if (p->session_id[0] != '\0')
+                json_object_set_new(params, "session_id", json_string(p->session_id));
+        if (p->idle_timeout_seconds > 0)
+                json_object_set_new(params, "idle_timeout_seconds", json_integer(p->idle_timeout_seconds));
+        if (p->paused_timeout_seconds > 0)
+                json_object_set_new(params, "paused_timeout_seconds",
+                                    json_integer(p->paused_timeout_seconds));
+        if (p->network_custom != NULL)
+                json_object_set(params, "network", p->network_custom);
+        if (p->env != NULL)
+                json_object_set(params, "env", p->env);
+        if (p->labels != NULL)
+                json_object_set(params, "labels", p->labels);
+        /* Already mounted in the sandbox: kept so that a volume in use stays so. */
+        if (p->mounts != NULL)
+                json_object_set(params, "mounts", p->mounts);
+        /* Never its secrets' values: a sandbox with secrets is not adopted. */
+        if (p->secrets != NULL)
+                json_object_set_new(params, "has_secrets", json_true());
+        return params;
+}
+
+bool state_process_in_sandbox(pid_t pid, const char *id)
+{
+        if (cgroup_mode() == CGROUP_NONE)
+                return true; /* nothing but its start time to go by */
+        char path[64], buf[8192];
+        snprintf(path, sizeof(path), "/proc/%d/cgroup", pid);
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+        if (n <= 0)
+                return false;
+        buf[n] = '\0';
+        size_t len = strlen(id);
+        for (char *p = strstr(buf, id); p != NULL; p = strstr(p + 1, id)) {
+                if (p > buf && p[-1] == '/' && (p[len] == '\n' || p[len] == '/' || p[len] == '\0'))
+                        return true;
+        }
+        return false;
+}
+
 int state_save(const struct sandbox *sb, nsbox_error_t **err)
 {
         char path[4096];
         snprintf(path, sizeof(path), "%s/%s", sb->dir, RECORD_NAME);
-        _cleanup_json_ json_t *record =
-            json_pack("{s:i, s:s, s:I, s:s?, s:I, s:I, s:I, s:I, s:s, s:O?}", "version", 1, "sandbox_id",
-                      sb->id, "owner", (json_int_t)sb->owner, "session_id",
-                      sb->policy.session_id[0] ? sb->policy.session_id : NULL, "pid", (json_int_t)sb->pid,
-                      "pid_start_time", (json_int_t)process_start_time(sb->pid), "host_uid_base",
-                      (json_int_t)sb->host_uid_base, "created_at_ms", (json_int_t)sb->created_at_ms, "image",
-                      sb->policy.image, "mounts", sb->policy.mounts);
+        /* Everything the next nsboxd needs to adopt the sandbox (live
+         * restore) is here, and nothing it would have to trust: paths
+         * (its dir, its cgroups) follow from the id, never from the record. */
+        _cleanup_json_ json_t *record = json_pack(
+            "{s:i, s:s, s:I, s:s?, s:I, s:I, s:I, s:I, s:s, s:O?, s:b, s:b, s:s, s:o?}", "version", 1,
+            "sandbox_id", sb->id, "owner", (json_int_t)sb->owner, "session_id",
+            sb->policy.session_id[0] ? sb->policy.session_id : NULL, "pid", (json_int_t)sb->pid,
+            "pid_start_time", (json_int_t)state_process_start_time(sb->pid), "host_uid_base",
+            (json_int_t)sb->host_uid_base, "created_at_ms", (json_int_t)sb->created_at_ms, "image",
+            sb->policy.image, "mounts", sb->policy.mounts, "live_restore", sb->lease_fd >= 0, "pooled",
+            sb->pooled, "snapshot_id", sb->snapshot_id, "policy", policy_params(&sb->policy));
         if (record == NULL)
                 return nsbox_error(err, ENOMEM, "sandbox record");
+        /* Live restore: a pause carries on (paused_timeout_seconds from its
+         * start); the idle timer too, from a record written as nsboxd
+         * stopped (after a crash the record's last activity is older than
+         * the sandbox's: its idle timer starts over instead). */
+        if (sb->paused)
+                json_object_set_new(record, "paused_at_ms", json_integer(sb->paused_at_ms));
+        if (nsboxd.stopping)
+                json_object_set_new(
+                    record, "last_active_ms",
+                    json_integer(now_realtime_ms() - (now_monotonic_ms() - sb->last_active_mono)));
         /* Not durable: a record only has to outlive a crash of nsboxd, which
          * the page cache does; after a crash of the machine no init is left
          * to find, and a torn record is quarantined at start. Creates do not
@@ -119,11 +189,17 @@ int state_lock(nsbox_error_t **err)
 /* Kill the init a previous run left (if it is still that process) and wait for it. */
 static void kill_leftover_init(pid_t pid, unsigned long long start_time, const char *id)
 {
-        if (pid <= 1 || start_time == 0 || process_start_time(pid) != start_time)
+        if (pid <= 1 || start_time == 0 || state_process_start_time(pid) != start_time)
                 return;
         _cleanup_close_ int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-        if (pidfd < 0 || process_start_time(pid) != start_time)
+        if (pidfd < 0 || state_process_start_time(pid) != start_time)
                 return; /* gone, or the pid was reused in between */
+        if (!state_process_in_sandbox(pid, id)) {
+                log_warn(
+                    "sandbox %s: the record names process %d, which is in none of its cgroups: not killed",
+                    id, pid);
+                return;
+        }
         log_warn("sandbox %s: killing init %d left by a previous run", id, pid);
         syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
         struct pollfd p = { .fd = pidfd, .events = POLLIN };
@@ -167,9 +243,27 @@ static void quarantine(const char *sandboxes, const char *name)
                           strerror(-r));
 }
 
-static void sandboxes_dir(char *path, size_t size)
+json_t *state_record_read(const char *name, const char **why)
 {
-        snprintf(path, size, "%s/sandboxes", nsboxd.config.state_dir);
+        char sandboxes[4096], dir[4096], path[4096];
+        sandboxes_dir(sandboxes, sizeof(sandboxes));
+        snprintf(dir, sizeof(dir), "%s/%s", sandboxes, name);
+        snprintf(path, sizeof(path), "%s/%s", dir, RECORD_NAME);
+        struct stat st;
+        /* A symlink (to a dir elsewhere, to a file of someone else's) is
+         * no record of ours: nothing under it is read. */
+        if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode) || lstat(path, &st) < 0 || !S_ISREG(st.st_mode)) {
+                *why = "its dir or record is missing, or not a plain dir and file";
+                return NULL;
+        }
+        json_t *record = json_load_file(path, JSON_REJECT_DUPLICATES, NULL);
+        json_t *id = json_object_get(record, "sandbox_id");
+        if (!json_is_object(record) || !json_is_string(id) || strcmp(json_string_value(id), name) != 0) {
+                *why = "its record does not name the sandbox of its dir";
+                json_decref(record);
+                return NULL;
+        }
+        return record;
 }
 
 static void recover_one(const char *sandboxes, const char *name)
@@ -213,6 +307,8 @@ void state_recover(void)
         while ((de = readdir(d)) != NULL) {
                 if (de->d_name[0] == '.')
                         continue;
+                if (sandbox_lookup(de->d_name, 0) != NULL)
+                        continue; /* adopted (live restore) */
                 recover_one(sandboxes, de->d_name);
         }
         closedir(d);

@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "process.h"
@@ -26,6 +28,83 @@
 #include "supervisor.h"
 
 static struct sock_fprog seccomp_program;
+
+/* Live restore: set once nsboxd sent a lease (CTL_LEASE). Then the control
+ * socket never hangs up (we hold the manager's end too): the lease does
+ * when nsboxd goes, and we wait grace_ms for the next one to adopt us. */
+static bool leased;
+static int lease_grace_ms;
+static long long orphaned_at_ms = -1; /* monotonic; -1 while a manager holds the lease */
+
+/* Live restore of execs: the fds nsboxd asked us to keep per exec
+ * (CTL_KEEP), handed to the next nsboxd on CTL_KEPT_LIST. */
+struct kept_exec {
+        uint32_t exec_id;
+        unsigned nfds;
+        int fds[CTL_KEEP_MAX_FDS];
+};
+static struct kept_exec *kept;
+static size_t kept_count, kept_room;
+
+static void kept_drop(uint32_t exec_id)
+{
+        for (size_t i = 0; i < kept_count; i++) {
+                if (kept[i].exec_id == exec_id) {
+                        for (unsigned k = 0; k < kept[i].nfds; k++)
+                                close(kept[i].fds[k]);
+                        kept[i] = kept[--kept_count];
+                        return;
+                }
+        }
+}
+
+/* Takes the fds (set to -1) when kept. */
+static int kept_add(uint32_t exec_id, int *fds, unsigned nfds)
+{
+        kept_drop(exec_id);
+        if (kept_count == kept_room) {
+                size_t room = kept_room ? 2 * kept_room : 16;
+                struct kept_exec *grown = realloc(kept, room * sizeof(*grown));
+                if (grown == NULL)
+                        return -1;
+                kept = grown;
+                kept_room = room;
+        }
+        struct kept_exec *k = &kept[kept_count++];
+        k->exec_id = exec_id;
+        k->nfds = nfds;
+        for (unsigned i = 0; i < nfds; i++) {
+                k->fds[i] = fds[i];
+                fds[i] = -1;
+        }
+        return 0;
+}
+
+/* In a supervisor we fork: none of it, or a slot's control socket would
+ * never hang up for its own supervisor. */
+static void kept_close_all(void)
+{
+        for (size_t i = 0; i < kept_count; i++)
+                for (unsigned k = 0; k < kept[i].nfds; k++)
+                        close(kept[i].fds[k]);
+}
+
+static void kept_send_all(int ctl)
+{
+        for (size_t i = 0; i < kept_count; i++) {
+                struct ctl_header msg = { CTL_KEPT, kept[i].exec_id };
+                ctl_send(ctl, &msg, sizeof(msg), NULL, 0, kept[i].fds, kept[i].nfds);
+        }
+        struct ctl_header end = { CTL_KEPT_END, 0 };
+        ctl_send(ctl, &end, sizeof(end), NULL, 0, NULL, 0);
+}
+
+static long long monotonic_ms(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 /* Our children that are exec supervisors. Any other child of ours is an
  * orphan: a process of an exec whose supervisor died (the OOM killer, or
@@ -132,6 +211,11 @@ static void handle_slot(int ctl, int sfd, const struct ctl_header *req, int *fds
         if (pid == 0) {
                 close(ctl);
                 close(sfd);
+                /* No exec's process may hold the manager's end of our socket. */
+                close(NSBOX_INIT_KEEP_FD);
+                close(NSBOX_INIT_LEASE_FD);
+                close(NSBOX_INIT_DISK_FD);
+                kept_close_all();
                 supervisor_main(req->exec_id, fds[0], fds[1],
                                 seccomp_program.len > 0 ? &seccomp_program : NULL);
         }
@@ -156,22 +240,67 @@ static void reap_children(void)
                 kill_orphans();
 }
 
+/* Put a received fd at its fixed number; the received one is closed by
+ * the caller (unless it already is that number). */
+static int place_fd(int *fd, int target)
+{
+        if (*fd == target) {
+                *fd = -1;
+                return 0;
+        }
+        return dup3(*fd, target, O_CLOEXEC) < 0 ? -1 : 0;
+}
+
+/* A manager (the one that made us, or one that adopts us) holds a new
+ * lease: we are no orphan, and outlive it for grace_seconds. */
+static void handle_lease(int ctl, const struct ctl_lease *msg, int *fds, unsigned nfds)
+{
+        if ((nfds != 2 && nfds != 3) || place_fd(&fds[1], NSBOX_INIT_KEEP_FD) < 0 ||
+            place_fd(&fds[0], NSBOX_INIT_LEASE_FD) < 0 ||
+            (nfds == 3 && place_fd(&fds[2], NSBOX_INIT_DISK_FD) < 0)) {
+                send_failed(ctl, 0, nfds < 2 ? EINVAL : errno, "init: take the lease");
+                return;
+        }
+        leased = true;
+        lease_grace_ms = msg->grace_seconds > INT32_MAX / 1000 ? INT32_MAX : (int)msg->grace_seconds * 1000;
+        orphaned_at_ms = -1;
+}
+
 /* Returns 0 to go on, -1 when the manager is gone. */
 static int handle_control(int ctl, int sfd)
 {
-        int fds[2];
+        int fds[CTL_KEEP_MAX_FDS];
         unsigned nfds = 0;
-        struct ctl_header hdr;
-        ssize_t n = ctl_recv(ctl, &hdr, sizeof(hdr), fds, 2, &nfds);
+        union ctl_message msg;
+        ssize_t n = ctl_recv(ctl, &msg, sizeof(msg), fds, CTL_KEEP_MAX_FDS, &nfds);
         if (n == 0)
                 return -1;
         if (n < 0)
                 return (n == -EAGAIN || n == -EINTR || n == -EMSGSIZE) ? 0 : -1;
-        if ((size_t)n == sizeof(hdr) && hdr.type == CTL_SLOT)
-                handle_slot(ctl, sfd, &hdr, fds, nfds);
+        if ((size_t)n == sizeof(msg.hdr) && msg.hdr.type == CTL_SLOT)
+                handle_slot(ctl, sfd, &msg.hdr, fds, nfds);
+        else if ((size_t)n == sizeof(msg.lease) && msg.hdr.type == CTL_LEASE)
+                handle_lease(ctl, &msg.lease, fds, nfds);
+        else if ((size_t)n == sizeof(msg.hdr) && msg.hdr.type == CTL_KEEP && leased && nfds >= 2)
+                kept_add(msg.hdr.exec_id, fds,
+                         nfds); /* out of memory: the exec ends with nsboxd, as before */
+        else if ((size_t)n == sizeof(msg.hdr) && msg.hdr.type == CTL_UNKEEP)
+                kept_drop(msg.hdr.exec_id);
+        else if ((size_t)n == sizeof(msg.hdr) && msg.hdr.type == CTL_KEPT_LIST)
+                kept_send_all(ctl);
         for (unsigned i = 0; i < nfds; i++)
-                close(fds[i]);
+                if (fds[i] >= 0)
+                        close(fds[i]);
         return 0;
+}
+
+/* How long poll may sleep: until the grace of an orphan runs out. */
+static int poll_timeout(void)
+{
+        if (orphaned_at_ms < 0)
+                return -1;
+        long long left = orphaned_at_ms + lease_grace_ms - monotonic_ms();
+        return left > 0 ? (int)(left < INT32_MAX ? left : INT32_MAX) : 0;
 }
 
 int main(void)
@@ -219,12 +348,24 @@ int main(void)
         if (ctl_send(ctl, &ready, sizeof(ready), NULL, 0, NULL, 0) < 0)
                 return 1;
 
-        struct pollfd pfds[2] = { { .fd = ctl, .events = POLLIN }, { .fd = sfd, .events = POLLIN } };
+        struct pollfd pfds[3] = { { .fd = ctl, .events = POLLIN },
+                                  { .fd = sfd, .events = POLLIN },
+                                  { .fd = -1, .events = 0 } /* the lease: POLLHUP only */ };
         for (;;) {
-                if (poll(pfds, 2, -1) < 0) {
+                pfds[2].fd = leased && orphaned_at_ms < 0 ? NSBOX_INIT_LEASE_FD : -1;
+                int woke = poll(pfds, 3, poll_timeout());
+                if (woke < 0) {
                         if (errno == EINTR)
                                 continue;
                         return 1;
+                }
+                if (woke == 0 && orphaned_at_ms >= 0 && poll_timeout() == 0)
+                        break; /* no nsboxd adopted us within the grace period */
+                if (pfds[2].fd >= 0 && (pfds[2].revents & (POLLHUP | POLLERR))) {
+                        /* nsboxd is gone (stopped with live restore, upgraded,
+                         * crashed): wait for the next one to send a lease. */
+                        close(NSBOX_INIT_LEASE_FD);
+                        orphaned_at_ms = monotonic_ms();
                 }
                 if (pfds[1].revents & POLLIN) {
                         struct signalfd_siginfo si;
@@ -237,7 +378,8 @@ int main(void)
                                 break;
                 }
         }
-        /* The manager is gone: end the sandbox rather than run unsupervised.
+        /* The manager is gone (and none adopted us in time): end the sandbox
+         * rather than run unsupervised.
          * PID 1 exiting makes the kernel kill every process in the namespace. */
         return 0;
 }

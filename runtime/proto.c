@@ -8,7 +8,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#define CTL_MAX_FDS 4
+#define CTL_MAX_FDS CTL_KEEP_MAX_FDS /* the most one message carries */
 
 ssize_t ctl_send(int sock, const void *msg, size_t len, const void *payload, size_t payload_len,
                  const int *fds, unsigned nfds)

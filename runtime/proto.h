@@ -10,6 +10,16 @@
 
 #define NSBOX_INIT_CTL_FD     3 /* control socket inside the init */
 #define NSBOX_INIT_SECCOMP_FD 4 /* memfd holding the compiled BPF program */
+/* Live restore (CTL_LEASE): a copy of the manager's end of the control
+ * socket, which the init keeps so that the socket outlives nsboxd and the
+ * next nsboxd takes it back (pidfd_getfd), and the init's end of the lease,
+ * whose hangup tells the init that nsboxd is gone. Fixed numbers, above
+ * what the init's few other fds take. */
+#define NSBOX_INIT_KEEP_FD  10
+#define NSBOX_INIT_LEASE_FD 11
+/* And its writable layer (the disk tmpfs, which only the sandbox's mount
+ * namespace has mounted), for the next nsboxd's snapshots and commits. */
+#define NSBOX_INIT_DISK_FD 12
 
 #define CTL_MAX_MESSAGE (4u << 20) /* argv + env + cwd of one exec */
 #define CTL_MAX_ERROR   512
@@ -34,7 +44,22 @@ enum ctl_type {
         /* supervisor → manager; also manager → supervisor: "tell me" */
         CTL_STARTED, /* exec running: pid (only when asked: background execs) */
         CTL_EXITED,  /* exec's main process ended: wait status (implies started) */
+        /* manager → init: outlive me (live restore). + SCM_RIGHTS {lease end,
+         * copy of the manager's control end[, its disk]}. Sent at create and
+         * again by each nsboxd that adopts the sandbox. */
+        CTL_LEASE,
+        /* Live restore of execs. manager → init: keep an exec's fds for the
+         * next nsboxd, + SCM_RIGHTS {the manager's end of its slot control
+         * socket, its record (a memfd: manager/exec_keep.c), its stdout and
+         * stderr read ends, and its stdin write end if open}; */
+        CTL_KEEP,
+        CTL_UNKEEP,    /* manager → init: the exec is over, drop what was kept */
+        CTL_KEPT_LIST, /* manager → init: send what you keep */
+        CTL_KEPT,      /* init → manager: one exec's kept fds, as CTL_KEEP sent them */
+        CTL_KEPT_END,  /* init → manager: that was all */
 };
+
+#define CTL_KEEP_MAX_FDS 5
 
 struct ctl_header {
         uint32_t type;
@@ -65,6 +90,13 @@ struct ctl_exec {
  * it. No exec runs as this uid. */
 #define NSBOX_SUPERVISOR_UID 65533
 
+struct ctl_lease {
+        struct ctl_header hdr;
+        /* How long the init waits for a new nsboxd once the lease hangs up
+         * before it ends the sandbox (never left without a manager). */
+        uint32_t grace_seconds;
+};
+
 struct ctl_kill {
         struct ctl_header hdr;
         int32_t signal;
@@ -94,6 +126,7 @@ union ctl_message {
         struct ctl_header hdr;
         struct ctl_exec exec;
         struct ctl_kill kill;
+        struct ctl_lease lease;
         struct ctl_failed failed;
         struct ctl_started started;
         struct ctl_exited exited;

@@ -23,3 +23,4 @@ bench: deps-bench
 	$(PYTHON) tests/bench/snapshot.py --build $(BUILD) --image-dir $(IMAGE_DIR)
 	$(PYTHON) tests/bench/e2b.py --build $(BUILD) --image-dir $(IMAGE_DIR)
 	$(PYTHON) tests/bench/mounts.py --build $(BUILD) --image-dir $(IMAGE_DIR)
+	$(PYTHON) tests/bench/restart.py --build $(BUILD) --image-dir $(IMAGE_DIR)

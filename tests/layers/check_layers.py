@@ -30,10 +30,10 @@ MANAGER_LAYERS = [
     ("host and wire", ["cgroup", "userns", "uidmode", "basens", "rootfs", "host_pools", "profiles", "rpc",
                        "rpc_listen", "quota", "host_mounts"]),
     ("registry", ["sandbox", "sandbox_uids", "state", "events"]),
-    ("live sandboxes", ["exec_params", "exec_internal", "exec_log", "exec", "exec_api", "egress", "egress_ca", "fs_ops", "fs_files", "fs_api", "fs_watch", "sandbox_pause",
+    ("live sandboxes", ["exec_params", "exec_internal", "exec_keep", "exec_log", "exec", "exec_api", "egress", "egress_ca", "fs_ops", "fs_files", "fs_api", "fs_watch", "sandbox_pause",
                         "snapshot", "images", "volumes"]),
     ("lifecycle", ["sandbox_life"]),
-    ("features", ["python", "shell", "desktop", "browser"]),
+    ("features", ["python", "shell", "desktop", "browser", "restore"]),
     ("api", ["methods", "idle", "observe"]),
     ("top", ["server", "main"]),
 ]

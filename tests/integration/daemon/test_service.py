@@ -24,8 +24,11 @@ POOL_RANGES = 64
 
 
 class Service:
-    def __init__(self, root, env=None):
+    def __init__(self, root, env=None, extra_args=(), build=None, pool_base=None):
         self.root = root
+        self.extra_args = list(extra_args)
+        self.build = build or BUILD
+        self.pool_base = pool_base or POOL_BASE
         self.socket = os.path.join(root, "nsbox.sock")
         self.state = os.path.join(root, "state")
         self.log_path = os.path.join(root, "nsboxd.log")
@@ -37,9 +40,9 @@ class Service:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("NSBOX_", "NOTIFY_SOCKET", "WATCHDOG"))}
         env.update(self.env)
         self.proc = subprocess.Popen(
-            [os.path.join(BUILD, "nsboxd"), "--socket", self.socket, "--state-dir", self.state, "--image-dir",
-             IMAGE_DIR, "--log-level", "debug", "--uid-pool-base", str(POOL_BASE), "--uid-pool-ranges",
-             str(POOL_RANGES), "--allow-degraded", "1"],
+            [os.path.join(self.build, "nsboxd"), "--socket", self.socket, "--state-dir", self.state, "--image-dir",
+             IMAGE_DIR, "--log-level", "debug", "--uid-pool-base", str(self.pool_base), "--uid-pool-ranges",
+             str(POOL_RANGES), "--allow-degraded", "1", *self.extra_args],
             stdout=log, stderr=subprocess.STDOUT, env=env)
         log.close()
         if wait:

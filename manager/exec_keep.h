@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Live restore of execs (docs/design/live-restore.md): a background exec of
+ * a leased sandbox has its fds kept by the sandbox's init (CTL_KEEP) and its
+ * record in a memfd kept with them: what the client asked, and a copy of its
+ * kept output (head and tail rings), so that the next nsboxd takes it over
+ * with its output. Used by exec.c and exec_log.c only. */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+
+struct exec;
+struct sandbox;
+
+/* Whether ex is one to keep: live restore is on, the sandbox is leased, and
+ * ex is a background exec whose stdio is pipes nsboxd reads (no tty, no
+ * stdin left to write). */
+bool exec_keep_wanted(const struct exec *ex);
+/* Make its record and hand the init its fds; on failure ex simply ends
+ * with nsboxd, as without live restore (logged). */
+void exec_keep_start(struct exec *ex);
+/* Its record again: what changed after the start (pid, started). */
+void exec_keep_meta(struct exec *ex);
+/* Mirror what exec.c and exec_log.c put in ex's buffers: `len` bytes at
+ * `at` of a stream's head, or at index `at` of its tail ring; then the
+ * counters (lengths, offsets, dropped bytes). */
+void exec_keep_head(struct exec *ex, int which, size_t at, const char *data, size_t len);
+void exec_keep_tail(struct exec *ex, int which, size_t at, const char *data, size_t len);
+void exec_keep_counters(struct exec *ex);
+/* The exec is over: the init drops what it kept. */
+void exec_keep_end(struct exec *ex);
+
+/* At adoption: read a kept record into ex (output buffers, counters: its
+ * fds are the caller's) and return what the client asked (NULL with err). */
+json_t *exec_keep_load(struct exec *ex, int memfd, nsbox_error_t **err);
