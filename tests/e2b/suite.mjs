@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Drives nsbox-http's E2B API with the unmodified E2B SDKs (e2b and
-// @e2b/code-interpreter from npm, pinned in package.json), as a program
+// Drives nsbox-http's E2B API with the unmodified E2B SDKs (e2b,
+// @e2b/code-interpreter and @e2b/desktop from npm, pinned in package.json), as a program
 // written for E2B would, and prints one JSON report of what it saw for
 // tests/integration/e2b/test_e2b_sdk.py to assert on.
 //
@@ -9,11 +9,13 @@
 //      E2B_API_KEY (the three a user changes), E2B_OTHER_KEY (another owner's).
 import { createRequire } from "node:module";
 import { join } from "node:path";
+import { inflateSync } from "node:zlib";
 
 // The SDKs live in a cache dir outside the tree, where ESM bare imports do not look.
 const require = createRequire(join(process.env.E2B_SDK_DIR, "package.json"));
 const e2b = require("e2b");
 const ci = require("@e2b/code-interpreter");
+const desktop = require("@e2b/desktop");
 const { Sandbox, CommandExitError, NotFoundError } = e2b;
 
 const report = {};
@@ -27,6 +29,34 @@ const until = async (what, fn, ms = 20000) => {
     await new Promise((r) => setTimeout(r, 20));
   }
 };
+
+// The [r, g, b] at x, y of an 8-bit RGB or RGBA PNG (what scrot writes), not interlaced.
+const pixelAt = (png, x, y) => {
+  let pos = 8, width = 0, bpp = 3;
+  const idat = [];
+  while (pos < png.length) {
+    const len = png.readUInt32BE(pos), kind = png.toString("latin1", pos + 4, pos + 8);
+    const body = png.subarray(pos + 8, pos + 8 + len);
+    if (kind === "IHDR") { width = body.readUInt32BE(0); bpp = body[9] === 6 ? 4 : 3; }
+    if (kind === "IDAT") idat.push(body);
+    pos += 12 + len;
+  }
+  const raw = inflateSync(Buffer.concat(idat)), stride = width * bpp;
+  let prev = Buffer.alloc(stride), line;
+  for (let row = 0; row <= y; row++) {
+    const f = raw[row * (stride + 1)];
+    line = Buffer.from(raw.subarray(row * (stride + 1) + 1, (row + 1) * (stride + 1)));
+    for (let i = 0; i < stride; i++) {
+      const a = i >= bpp ? line[i - bpp] : 0, b = prev[i], c = i >= bpp ? prev[i - bpp] : 0;
+      const p = a + b - c, pa = Math.abs(p - a), pb = Math.abs(p - b), pc = Math.abs(p - c);
+      const add = [0, a, b, (a + b) >> 1, pa <= pb && pa <= pc ? a : pb <= pc ? b : c][f];
+      line[i] = (line[i] + add) & 0xff;
+    }
+    prev = line;
+  }
+  return [...line.subarray(x * bpp, x * bpp + 3)];
+};
+const near = (got, want) => got.every((v, i) => Math.abs(v - want[i]) <= 40);
 
 const scenarios = {
   async lifecycle() {
@@ -259,6 +289,58 @@ const scenarios = {
     } finally {
       await mine.kill();
     }
+  },
+
+  // @e2b/desktop on the desktop image: its own Xvfb and "XFCE" (openbox), a Tk
+  // window the scenario opens, screenshots (base64 PNGs for the test to read
+  // pixels of), the mouse and the keyboard.
+  async desktop() {
+    const sbx = await desktop.Sandbox.create({ resolution: [800, 600], timeoutMs: 120000 });
+    try {
+      report.sandboxId = sbx.sandboxId;
+      report.display = (await sbx.commands.run("echo $DISPLAY")).stdout;
+      // A window: an entry that sets the window's colour (Enter), a pad that turns red when clicked.
+      await sbx.files.write("/tmp/app.py", [
+        "import tkinter as tk",
+        "r = tk.Tk(); r.title('e2bdesk'); r.geometry('300x200+100+100'); r.configure(bg='#0000ff')",
+        "e = tk.Entry(r); e.place(x=10, y=10, width=200)",
+        "e.bind('<Return>', lambda ev: r.configure(bg=e.get()))",
+        "pad = tk.Frame(r, bg='#ffffff'); pad.place(x=10, y=100, width=280, height=90)",
+        "pad.bind('<Button-1>', lambda ev: pad.configure(bg='#ff0000'))",
+        // where the window's inside is on the screen, once it is there (the window manager decides)
+        "def mapped(ev):",
+        "    if ev.widget is r: open('/tmp/app.pos', 'w').write('%d %d' % (r.winfo_rootx(), r.winfo_rooty()))",
+        "r.bind('<Map>', mapped); r.bind('<Configure>', mapped)",
+        "r.mainloop()",
+      ].join("\n"));
+      await (await sbx.commands.run("python3 /tmp/app.py", { background: true, timeoutMs: 0 })).disconnect();
+      const [wx, wy] = await until("the window", async () => {
+        const pos = (await sbx.files.exists("/tmp/app.pos")) && (await sbx.files.read("/tmp/app.pos"));
+        return pos && pos.split(" ").map(Number);
+      }, 60000);
+      report.window = { x: wx, y: wy };
+      // Polls screenshots until the pixel at x, y has the colour (Tk draws when it is idle);
+      // the last screenshot, base64, for the test to read again.
+      const shotUntil = async (what, x, y, colour) => {
+        let png;
+        await until(what, async () => near(pixelAt((png = Buffer.from(await sbx.screenshot())), x, y), colour));
+        return png.toString("base64");
+      };
+      report.before = await shotUntil("the blue window", wx + 250, wy + 60, [0, 0, 255]);
+      await sbx.moveMouse(wx + 5, wy + 150);
+      report.cursor = await sbx.getCursorPosition();
+      await sbx.leftClick(wx + 150, wy + 150);
+      report.clicked = await shotUntil("the red pad", wx + 250, wy + 170, [255, 0, 0]);
+      await sbx.leftClick(wx + 100, wy + 20);
+      await sbx.write("#00ff00");
+      await sbx.press("enter");
+      report.typed = await shotUntil("the green window", wx + 250, wy + 60, [0, 255, 0]);
+      report.windowIds = await sbx.getApplicationWindows("Tk");
+      report.streamHost = sbx.getHost(6080);
+    } finally {
+      await sbx.kill();
+    }
+    report.isRunningAfterKill = await sbx.isRunning();
   },
 };
 
