@@ -422,6 +422,10 @@ print(json.dumps({
 probe_chromium() {
         local rootfs=$1 status=0 dom
         [ -x "$rootfs/usr/lib/chromium/chromium" ] || return 0
+        # Chromium aborts without device nodes (null, urandom, ...), and a
+        # rootfs updated from a linked copy has an empty /dev (emptied below,
+        # after the checks): the host's, for the probe only.
+        mount --bind /dev "$rootfs/dev"
         mount -t proc proc "$rootfs/proc"
         dom=$(timeout 120 chroot --userspec=1000:1000 --groups=1000 "$rootfs" \
                 /usr/bin/env -i PATH=/usr/bin:/bin HOME=/tmp/.chromium-probe \
@@ -429,6 +433,7 @@ probe_chromium() {
                 --user-data-dir=/tmp/.chromium-probe --dump-dom "data:text/html,<p>nsbox-probe</p>" \
                 2>/dev/null) || status=$?
         umount -- "$rootfs/proc"
+        umount -- "$rootfs/dev"
         case "$dom" in
         *nsbox-probe*) ;;
         *) die "smoke check failed: headless Chromium did not render a page (exit $status)" ;;

@@ -336,7 +336,11 @@ const scenarios = {
       await sbx.press("enter");
       report.typed = await shotUntil("the green window", wx + 250, wy + 60, [0, 255, 0]);
       report.windowIds = await sbx.getApplicationWindows("Tk");
-      report.streamHost = sbx.getHost(6080);
+      // The stream runs in the sandbox; its URL is E2B's (docs/e2b.md: nsbox-http does not serve it).
+      await sbx.stream.start();
+      report.streamUrl = sbx.stream.getUrl();
+      report.novncPage = (await sbx.commands.run("curl -s http://127.0.0.1:6080/vnc.html")).stdout.includes("noVNC");
+      await sbx.stream.stop();
     } finally {
       await sbx.kill();
     }

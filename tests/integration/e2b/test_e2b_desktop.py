@@ -2,7 +2,8 @@
 """E2B's desktop SDK (@e2b/desktop, pinned in tests/e2b/package.json),
 unmodified, against nsbox-http on the desktop image: Sandbox.create starts its
 own Xvfb and `startxfce4` through commands, a Tk window is opened, and its
-screenshots, mouse and keyboard change what is drawn. Needs the desktop image
+screenshots, mouse and keyboard change what is drawn; the SDK's stream
+(x11vnc, noVNC) starts in the sandbox. Needs the desktop image
 (make image IMAGE=desktop)."""
 import base64
 import os
@@ -39,6 +40,8 @@ def test_desktop_sdk_screenshot_mouse_keyboard_kill(front, sdk_dir):
     # outside the window: the root window, which nothing draws on (the SDK's Xvfb -retro: black and white)
     assert shots["typed"][590][790] in ((0, 0, 0), (255, 255, 255))
     assert len(r["windowIds"]) >= 1
-    # E2B's stream URL host: port-id.domain, which nsbox-http does not serve (docs/e2b.md)
-    assert r["streamHost"].startswith("6080-" + r["sandboxId"] + ".")
+    # the stream's noVNC answers inside the sandbox; its URL names E2B's domain, not nsbox-http (docs/e2b.md)
+    assert r["novncPage"] is True
+    assert r["streamUrl"].startswith("https://6080-" + r["sandboxId"] + "."), r["streamUrl"]
+    assert "/vnc.html?autoconnect=true" in r["streamUrl"], r["streamUrl"]
     assert r["isRunningAfterKill"] is False
