@@ -144,7 +144,9 @@ def test_a_session_whose_sandbox_was_removed_is_made_again_and_says_its_files_ar
     needs_freezer(d)
     r = d.call("python.run", session_id="agent", code="open('/workspace/notes', 'w').write('x')")
     first = r["sandbox_id"]
-    assert wait_until(lambda: state_of(d, first) is None), d.read_log()[-3000:]
+    # Reaped: out of the list and its removal recorded (a sandbox still stopping is the first only).
+    assert wait_until(lambda: state_of(d, first) is None and first in [
+        x["sandbox_id"] for x in d.call("sandbox.list", include_inactive=True)["removed"]]), d.read_log()[-3000:]
     r = d.call("python.run", session_id="agent", code="import os; print(os.path.exists('/workspace/notes'))")
     assert r["stdout"] == "False\n" and r["sandbox_id"] != first
     assert r["recreated"] is True and "paused for 2 s" in r["reason"], r

@@ -253,9 +253,15 @@ def session_sandbox(d, session):
     return None
 
 
-def wait_reaped(d, session):
+def wait_reaped(d, session, before=0):
+    """Until the session's sandbox is gone and its removal recorded (a sandbox
+    still stopping is out of the list but not yet in the record)."""
     deadline = time.monotonic() + 60
-    while session_sandbox(d, session) is not None:
+    while True:
+        listed = d.call("sandbox.list", include_inactive=True)
+        gone = [r for r in listed["removed"] if r.get("session_id") == session]
+        if session_sandbox(d, session) is None and len(gone) > before:
+            return len(gone)
         assert time.monotonic() < deadline, "the idle sandbox was not reaped"
         time.sleep(0.2)
 
@@ -277,14 +283,14 @@ def test_a_long_stateful_call_keeps_its_sandbox_from_the_idle_reaper(idle_daemon
 def test_a_session_recreated_after_the_idle_reaper_says_so(idle_daemon):
     d = idle_daemon
     first = d.call("python.run", session_id="s1", code="print(1)")["sandbox_id"]
-    wait_reaped(d, "s1")
+    reaped = wait_reaped(d, "s1")
     r = d.call("python.run", session_id="s1", code="print(2)")
     assert r["status"] == "ok" and r["sandbox_id"] != first
     assert r["recreated"] is True and r["reason"].startswith("idle for 2 s")
     # Once: the next call finds the session's sandbox as usual.
     r2 = d.call("python.run", session_id="s1", code="print(3)")
     assert "recreated" not in r2 and r2["sandbox_id"] == r["sandbox_id"]
-    wait_reaped(d, "s1")
+    wait_reaped(d, "s1", before=reaped)
     c = d.call("sandbox.create", session_id="s1")
     assert c["recreated"] is True and c["reason"].startswith("idle for 2 s")
     # Another session of the same owner, never reaped, is simply created.
