@@ -24,6 +24,8 @@ struct cli {
 struct client *cli_connect(const struct cli *cli);
 /* Call a method; on failure print "nsbox: ..." and return NULL. */
 json_t *cli_call(const struct cli *cli, struct client *c, const char *method, json_t *params);
+/* cli_call on a connection of its own, closed after (params: borrowed). */
+json_t *cli_call_once(const struct cli *cli, const char *method, json_t *params);
 /* `method` once per argument, {key: argv[i]} plus the fields of `extra`
  * (may be NULL); each printed as done (the argument, or the result with
  * --json), as docker rm does. EXIT_NSBOX_FAILED if any failed. */

@@ -13,16 +13,6 @@
 #include "json_cleanup.h"
 #include "textenc.h"
 
-static json_t *call_browser(const struct cli *cli, const char *method, json_t *params)
-{
-        struct client *c = cli_connect(cli);
-        if (c == NULL)
-                return NULL;
-        json_t *result = cli_call(cli, c, method, params);
-        client_close(c);
-        return result;
-}
-
 int cmd_browser(const struct cli *cli, int argc, char **argv)
 {
         bool unused;
@@ -30,7 +20,7 @@ int cmd_browser(const struct cli *cli, int argc, char **argv)
         if (!cli_flag_and_args(cli, argc, argv, NULL, 0, &unused, 1, 1, &code))
                 return code;
         _cleanup_json_ json_t *params = json_pack("{s:s}", "sandbox_id", argv[optind]);
-        _cleanup_json_ json_t *result = call_browser(cli, "browser.start", params);
+        _cleanup_json_ json_t *result = cli_call_once(cli, "browser.start", params);
         if (result == NULL)
                 return EXIT_NSBOX_FAILED;
         if (cli->json) {
@@ -74,7 +64,7 @@ int cmd_screenshot(const struct cli *cli, int argc, char **argv)
                 return cli_fail("the PNG goes to standard output, which is a terminal: redirect it "
                                 "(nsbox screenshot ID > shot.png)");
         json_object_set_new(params, "sandbox_id", json_string(argv[optind]));
-        _cleanup_json_ json_t *result = call_browser(cli, "browser.screenshot", params);
+        _cleanup_json_ json_t *result = cli_call_once(cli, "browser.screenshot", params);
         if (result == NULL)
                 return EXIT_NSBOX_FAILED;
         if (cli->json) {

@@ -23,12 +23,7 @@ static json_t *desktop_call(const struct cli *cli, const char *method, json_t *p
                 cli_fail("out of memory");
                 return NULL;
         }
-        struct client *c = cli_connect(cli);
-        if (c == NULL)
-                return NULL;
-        json_t *result = cli_call(cli, c, method, params);
-        client_close(c);
-        return result;
+        return cli_call_once(cli, method, params);
 }
 
 /* A whole non-negative number, or -1. */

@@ -225,12 +225,8 @@ int cmd_metrics(const struct cli *cli, int argc, char **argv)
                 return cli_opt_exit(opt);
         if (argc != optind)
                 return cli_usage_error(cli);
-        struct client *c = cli_connect(cli);
-        if (c == NULL)
-                return EXIT_NSBOX_FAILED;
         _cleanup_json_ json_t *params = json_object();
-        _cleanup_json_ json_t *result = cli_call(cli, c, "server.metrics", params);
-        client_close(c);
+        _cleanup_json_ json_t *result = cli_call_once(cli, "server.metrics", params);
         if (result == NULL)
                 return EXIT_NSBOX_FAILED;
         fputs(json_string_value(json_object_get(result, "text")) ?: "", stdout);

@@ -276,17 +276,6 @@ int cli_create_option(json_t *params, int opt, const char *arg)
         }
 }
 
-/* Call one method on a fresh connection; NULL after printing why. */
-static json_t *call_once(const struct cli *cli, const char *method, json_t *params)
-{
-        struct client *c = cli_connect(cli);
-        if (c == NULL)
-                return NULL;
-        json_t *result = cli_call(cli, c, method, params);
-        client_close(c);
-        return result;
-}
-
 int cmd_create(const struct cli *cli, int argc, char **argv)
 {
         static const struct option longopts[] = { CLI_CREATE_OPTIONS,
@@ -304,7 +293,7 @@ int cmd_create(const struct cli *cli, int argc, char **argv)
         }
         if (optind != argc)
                 return cli_usage_error(cli);
-        _cleanup_json_ json_t *result = call_once(cli, "sandbox.create", params);
+        _cleanup_json_ json_t *result = cli_call_once(cli, "sandbox.create", params);
         if (result == NULL)
                 return EXIT_NSBOX_FAILED;
         if (cli->json)
@@ -613,7 +602,7 @@ int cmd_ls(const struct cli *cli, int argc, char **argv)
         if (optind != argc)
                 return cli_usage_error(cli);
         _cleanup_json_ json_t *params = json_pack("{s:b}", "include_inactive", all);
-        _cleanup_json_ json_t *result = call_once(cli, "sandbox.list", params);
+        _cleanup_json_ json_t *result = cli_call_once(cli, "sandbox.list", params);
         if (result == NULL)
                 return EXIT_NSBOX_FAILED;
         /* Filters apply to every output, --json included. */
@@ -671,7 +660,7 @@ int cmd_ls(const struct cli *cli, int argc, char **argv)
 /* One call, the result printed as JSON: compact with --json, indented otherwise. */
 static int print_call(const struct cli *cli, const char *method, json_t *params)
 {
-        _cleanup_json_ json_t *result = call_once(cli, method, params);
+        _cleanup_json_ json_t *result = cli_call_once(cli, method, params);
         if (result == NULL)
                 return EXIT_NSBOX_FAILED;
         _cleanup_free_ char *text = json_dumps(result, cli->json ? JSON_COMPACT : JSON_INDENT(2));
@@ -832,7 +821,7 @@ int cmd_port(const struct cli *cli, int argc, char **argv)
                 return EXIT_NSBOX_FAILED;
         _cleanup_json_ json_t *params = json_pack("{s:s, s:I}", "sandbox_id", argv[optind], "port", port);
         _cleanup_json_ json_t *result =
-            call_once(cli, unexpose ? "sandbox.unexpose" : "sandbox.expose", params);
+            cli_call_once(cli, unexpose ? "sandbox.unexpose" : "sandbox.expose", params);
         if (result == NULL)
                 return EXIT_NSBOX_FAILED;
         if (cli->json) {

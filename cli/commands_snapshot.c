@@ -52,12 +52,7 @@ static int print_answer(const struct cli *cli, const json_t *result, const char 
 static json_t *call(const struct cli *cli, const char *method, json_t *params)
 {
         _cleanup_json_ json_t *owned = params;
-        struct client *c = cli_connect(cli);
-        if (c == NULL)
-                return NULL;
-        json_t *result = cli_call(cli, c, method, params);
-        client_close(c);
-        return result;
+        return cli_call_once(cli, method, params);
 }
 
 /* A long copy's progress, on a terminal's stderr: one line redrawn. */

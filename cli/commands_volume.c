@@ -11,17 +11,6 @@
 
 enum { OPT_SIZE = CLI_OPT_FIRST_FREE };
 
-/* One call on a connection of its own. */
-static json_t *call(const struct cli *cli, const char *method, json_t *params)
-{
-        struct client *c = cli_connect(cli);
-        if (c == NULL)
-                return NULL;
-        json_t *result = cli_call(cli, c, method, params);
-        client_close(c);
-        return result;
-}
-
 static int volume_create(const struct cli *cli, int argc, char **argv)
 {
         static const struct option longopts[] = { { "size", required_argument, NULL, OPT_SIZE }, { 0 } };
@@ -47,7 +36,7 @@ static int volume_create(const struct cli *cli, int argc, char **argv)
         if (cli_parse_size(size, &bytes) < 0)
                 return cli_fail("bad size \"%s\" (use e.g. 512M or 10G)", size);
         _cleanup_json_ json_t *params = json_pack("{s:s, s:I}", "name", name, "size", (json_int_t)bytes);
-        _cleanup_json_ json_t *result = call(cli, "volume.create", params);
+        _cleanup_json_ json_t *result = cli_call_once(cli, "volume.create", params);
         if (result == NULL)
                 return EXIT_NSBOX_FAILED;
         if (cli->json)
@@ -60,7 +49,7 @@ static int volume_create(const struct cli *cli, int argc, char **argv)
 static int volume_list(const struct cli *cli)
 {
         _cleanup_json_ json_t *params = json_object();
-        _cleanup_json_ json_t *result = call(cli, "volume.list", params);
+        _cleanup_json_ json_t *result = cli_call_once(cli, "volume.list", params);
         if (result == NULL)
                 return EXIT_NSBOX_FAILED;
         if (cli->json) {

@@ -449,6 +449,16 @@ json_t *cli_call_notified(const struct cli *cli, struct client *c, const char *m
         return result;
 }
 
+json_t *cli_call_once(const struct cli *cli, const char *method, json_t *params)
+{
+        struct client *c = cli_connect(cli);
+        if (c == NULL)
+                return NULL;
+        json_t *result = cli_call(cli, c, method, params);
+        client_close(c);
+        return result;
+}
+
 int cli_call_each(const struct cli *cli, const char *method, const char *key, const json_t *extra, int argc,
                   char **argv)
 {
