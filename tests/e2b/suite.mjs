@@ -301,8 +301,12 @@ const scenarios = {
       report.display = (await sbx.commands.run("echo $DISPLAY")).stdout;
       // A window: an entry that sets the window's colour (Enter), a pad that turns red when clicked.
       await sbx.files.write("/tmp/app.py", [
-        "import tkinter as tk",
-        "r = tk.Tk(); r.title('e2bdesk'); r.geometry('300x200+100+100'); r.configure(bg='#0000ff')",
+        "import time, tkinter as tk",
+        // the display may still be starting under load: try it for 30 s, as a user's app would wait
+        "for i in range(300):",
+        "    try: r = tk.Tk(); break",
+        "    except tk.TclError: time.sleep(0.1)",
+        "r.title('e2bdesk'); r.geometry('300x200+100+100'); r.configure(bg='#0000ff')",
         "e = tk.Entry(r); e.place(x=10, y=10, width=200)",
         "e.bind('<Return>', lambda ev: r.configure(bg=e.get()))",
         "pad = tk.Frame(r, bg='#ffffff'); pad.place(x=10, y=100, width=280, height=90)",
@@ -313,11 +317,20 @@ const scenarios = {
         "r.bind('<Map>', mapped); r.bind('<Configure>', mapped)",
         "r.mainloop()",
       ].join("\n"));
-      await (await sbx.commands.run("python3 /tmp/app.py", { background: true, timeoutMs: 0 })).disconnect();
-      const [wx, wy] = await until("the window", async () => {
-        const pos = (await sbx.files.exists("/tmp/app.pos")) && (await sbx.files.read("/tmp/app.pos"));
-        return pos && pos.split(" ").map(Number);
-      }, 60000);
+      await (await sbx.commands.run("python3 /tmp/app.py > /tmp/app.log 2>&1",
+                                    { background: true, timeoutMs: 0 })).disconnect();
+      let wx, wy;
+      try {
+        [wx, wy] = await until("the window", async () => {
+          const pos = (await sbx.files.exists("/tmp/app.pos")) && (await sbx.files.read("/tmp/app.pos"));
+          return pos && pos.split(" ").map(Number);
+        }, 60000);
+      } catch (e) {
+        // What the app said and what runs, for whoever reads the failure.
+        const seen = await sbx.commands.run("cat /tmp/app.log; ps -eo pid,stat,etime,args", { timeoutMs: 20000 })
+          .then((r) => r.stdout, (f) => String(f));
+        throw new Error(`${e.message}; in the sandbox:\n${seen}`);
+      }
       report.window = { x: wx, y: wy };
       // Polls screenshots until the pixel at x, y has the colour (Tk draws when it is idle);
       // the last screenshot, base64, for the test to read again.
