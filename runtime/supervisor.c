@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* One exec slot.
  *
- * The supervisor starts the exec's child at once; the child gets everything
- * that does not depend on the request done (process_prepare) and waits on
- * the request socket, so that a request costs the child only its own setup
- * and execve.
+ * The supervisor starts the exec's child when the request arrives (the
+ * request socket turns readable); the child gets done what does not depend
+ * on the request (process_prepare), receives it, and does its own setup and
+ * execve. A child made ahead would save a request only that clone (tens of
+ * microseconds, as it shares our memory) and would cost every idle sandbox
+ * a process: its kernel stack and task, and, counted as every process's
+ * RSS is, our pages a second time.
  *
  * The child shares the supervisor's memory up to its execve (clone with
  * CLONE_VM, as posix_spawn does): no page tables to copy, no copy-on-write
@@ -458,8 +461,9 @@ static void wait_child_leaves(struct supervisor *s, int report)
         }
 }
 
-/* Start the child for exec s->exec_id; it waits on `request`. Returns 0,
- * or -1 after telling the manager why not. */
+/* Start the child for exec s->exec_id, once `request` is readable (or
+ * hung up: the child then finds no request and ends). Returns 0, or -1
+ * after telling the manager why not. */
 static int start_child(struct supervisor *s, int request, const struct sock_fprog *seccomp,
                        struct child_memory *memory)
 {
@@ -498,7 +502,7 @@ static int start_child(struct supervisor *s, int request, const struct sock_fpro
 
 void supervisor_main(uint32_t exec_id, int request, int control, const struct sock_fprog *seccomp)
 {
-        struct supervisor s = { .exec_id = exec_id, .control = control, .child = -1 };
+        struct supervisor s = { .exec_id = exec_id, .control = control, .child = -1, .report = -1 };
         struct child_memory memory = { 0 };
         supervisor_pid = getpid();
         exec_oom_score_init();
@@ -522,21 +526,28 @@ void supervisor_main(uint32_t exec_id, int request, int control, const struct so
                 send_failed(&s, errno, "signalfd");
                 _exit(1);
         }
-        if (start_child(&s, request, seccomp, &memory) < 0)
-                _exit(1);
+        bool waiting = true; /* for the request of exec s.exec_id: no child yet */
         for (;;) {
                 /* The report pipe only while the manager waits for a start;
                  * otherwise an exec wakes us once, when it ends. */
                 bool watch = s.watch_start && !s.started_told && s.report >= 0;
-                struct pollfd pfds[3] = {
+                struct pollfd pfds[4] = {
                         { .fd = sfd, .events = POLLIN },
                         { .fd = control, .events = POLLIN },
                         { .fd = watch ? s.report : -1, .events = POLLIN },
+                        { .fd = waiting ? request : -1, .events = POLLIN },
                 };
-                if (poll(pfds, 3, -1) < 0) {
+                if (poll(pfds, 4, -1) < 0) {
                         if (errno == EINTR)
                                 continue;
                         break;
+                }
+                /* The request first: a kill or a start watch that came with
+                 * it is for the child it starts. */
+                if (pfds[3].revents != 0) {
+                        waiting = false;
+                        if (start_child(&s, request, seccomp, &memory) < 0)
+                                break;
                 }
                 if (pfds[0].revents & POLLIN) {
                         /* The exec's own process first: its exit is what the
@@ -558,12 +569,13 @@ void supervisor_main(uint32_t exec_id, int request, int control, const struct so
                         kill_tree(&s);
                         if (s.report >= 0)
                                 close(s.report);
-                        s = (struct supervisor){ .exec_id = next, .control = control, .child = -1 };
-                        if (start_child(&s, request, seccomp, &memory) < 0)
-                                break;
+                        s = (struct supervisor){
+                                .exec_id = next, .control = control, .child = -1, .report = -1
+                        };
+                        waiting = true;
                         continue;
                 }
-                if (s.watch_start && !s.exited && !s.started_told) {
+                if (s.watch_start && s.child > 0 && !s.exited && !s.started_told) {
                         read_report(&s);
                         if (s.started) {
                                 struct ctl_started msg = { .hdr = { CTL_STARTED, s.exec_id },

@@ -311,26 +311,48 @@ def kib(field):
 def test_an_exec_gets_a_fresh_slot_when_the_waiting_one_is_gone(daemon, sandbox):
     # The OOM killer (or a failed fork under the pids limit) may end the
     # supervisor of the slot waiting for the next exec. That exec must not
-    # fail for it, nor be taken by the child the supervisor leaves behind:
+    # fail for it, nor be taken by a child the supervisor leaves behind:
     # nobody would report its end.
     uid = supervisor_uid(daemon, sandbox)
-    deadline = time.monotonic() + 10
-    while True:
-        procs = processes_of_uid(uid)
-        waiting = [pid for pid, st in procs.items() if int(st["PPid"]) in procs]
-        if waiting:
-            break
-        assert time.monotonic() < deadline, "no slot waiting for the next exec: %s" % procs
-        time.sleep(0.05)
-    supervisor = int(procs[waiting[0]]["PPid"])
+    procs = waiting_slot(uid)
+    supervisor = [pid for pid, st in procs.items() if int(st["PPid"]) not in procs][0]
     os.kill(supervisor, signal.SIGKILL)
-    slot = {supervisor, waiting[0]}
     deadline = time.monotonic() + 10
-    while any(st["State"][0] != "Z" for pid, st in processes_of_uid(uid).items() if pid in slot):
-        assert time.monotonic() < deadline, "the slot's child outlived its supervisor"
+    while any(st["State"][0] != "Z" for pid, st in processes_of_uid(uid).items() if pid in procs):
+        assert time.monotonic() < deadline, "the slot outlived its supervisor"
         time.sleep(0.02)
     r = exec_(daemon, sandbox, argv=["echo", "still runs"])
     assert r["stdout"] == "still runs\n" and r["exit_code"] == 0, r
+
+
+def waiting_slot(uid):
+    """The processes of the slot waiting for the next exec ({pid: status}),
+    once they all sleep: the last exec's have gone, the slot is ready."""
+    deadline = time.monotonic() + 10
+    while True:
+        procs = processes_of_uid(uid)
+        if procs and all(st["State"][0] == "S" for st in procs.values()):
+            return procs
+        assert time.monotonic() < deadline, "no slot waiting for the next exec: %s" % procs
+        time.sleep(0.02)
+
+
+@pytest.mark.hostroot("finds the sandbox's supervisor by the sandbox's own host uid range; without host root sandboxes share one")
+def test_a_waiting_slot_is_one_process_its_exec_starts_with_the_request(daemon, sandbox):
+    # What an idle sandbox keeps for its next exec is the supervisor alone:
+    # a child made ahead would be one more process in every idle sandbox
+    # (its kernel stack and task; its RSS is the supervisor's pages again).
+    uid = supervisor_uid(daemon, sandbox)
+    procs = waiting_slot(uid)
+    assert len(procs) == 1, "the slot waiting for the next exec is %d processes: %s" % (
+        len(procs), {pid: (st["PPid"], st["State"]) for pid, st in procs.items()})
+    pid = next(iter(procs))
+    r = exec_(daemon, sandbox, argv=["sh", "-c", "echo $PPID"])
+    assert r["exit_code"] == 0, r
+    # Its exec's process is the child it started, in the sandbox's pid namespace.
+    with open("/proc/%d/status" % pid) as f:
+        nspid = [line.split()[-1] for line in f if line.startswith("NSpid:")][0]
+    assert r["stdout"].strip() == nspid, (r, nspid)
 
 
 @pytest.mark.hostroot("finds the sandbox's supervisor by the sandbox's own host uid range; without host root sandboxes share one")
