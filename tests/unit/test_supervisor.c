@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ptrace.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -88,16 +89,14 @@ static pid_t first_child_of(pid_t pid)
         return child;
 }
 
-/* The supervisor's one child, once it has one. */
-static pid_t slot_child(const struct slot *s)
+static char process_state(pid_t pid);
+
+/* The supervisor, back in its poll: no child of its own until a request. */
+static void slot_waits_childless(const struct slot *s)
 {
-        for (long long end = now_ms() + WAIT_MS; now_ms() < end; usleep(2000)) {
-                pid_t child = first_child_of(s->supervisor);
-                if (child > 0)
-                        return child;
-        }
-        fail_msg("the supervisor started no child");
-        return -1;
+        for (long long end = now_ms() + WAIT_MS; process_state(s->supervisor) != 'S'; usleep(1000))
+                assert_true(now_ms() < end);
+        assert_int_equal(first_child_of(s->supervisor), 0);
 }
 
 /* After each test: a supervisor that is still there, and its child (a test
@@ -135,13 +134,6 @@ static char process_state(pid_t pid)
         return paren != NULL && paren[1] == ' ' ? paren[2] : 0;
 }
 
-static void stop_child(pid_t child)
-{
-        assert_int_equal(kill(child, SIGSTOP), 0);
-        for (long long end = now_ms() + WAIT_MS; process_state(child) != 'T'; usleep(1000))
-                assert_true(now_ms() < end);
-}
-
 /* An exec of argv with env, stdio on /dev/null. */
 static void send_exec(const struct slot *s, const char *const *argv, const char *const *env)
 {
@@ -177,6 +169,40 @@ static void send_control(const struct slot *s, uint32_t type, int signal)
         struct ctl_kill msg = { .hdr = { type, EXEC_ID }, .signal = signal };
         size_t len = type == CTL_KILL ? sizeof(msg) : sizeof(msg.hdr);
         assert_true(ctl_send(s->control, &msg, len, NULL, 0, NULL, 0) > 0);
+}
+
+/* Send the request and catch the child the supervisor starts for it before
+ * its first instruction, and leave it stopped (SIGSTOP): the supervisor is
+ * traced across its clone (PTRACE_O_TRACEFORK), which stops the new child
+ * too, and both are let go, the child into its stop. What a process of the
+ * exec's uid may do to the child between its setresuid and its execve, at
+ * the earliest. */
+static pid_t send_exec_and_stop_child(const struct slot *s, const char *const *argv, const char *const *env)
+{
+        assert_int_equal(
+            ptrace(PTRACE_SEIZE, s->supervisor, NULL, (void *)(PTRACE_O_TRACEFORK | PTRACE_O_TRACECLONE)), 0);
+        send_exec(s, argv, env);
+        int status;
+        for (;;) {
+                assert_int_equal(waitpid(s->supervisor, &status, __WALL), s->supervisor);
+                assert_true(WIFSTOPPED(status));
+                /* A clone with SIGCHLD as its exit signal is reported as a fork. */
+                if (status >> 8 == (SIGTRAP | (PTRACE_EVENT_FORK << 8)) ||
+                    status >> 8 == (SIGTRAP | (PTRACE_EVENT_CLONE << 8)))
+                        break;
+                int sig = WSTOPSIG(status) == SIGTRAP ? 0 : WSTOPSIG(status);
+                assert_int_equal(ptrace(PTRACE_CONT, s->supervisor, NULL, (void *)(long)sig), 0);
+        }
+        unsigned long child = 0;
+        assert_int_equal(ptrace(PTRACE_GETEVENTMSG, s->supervisor, NULL, &child), 0);
+        assert_int_equal(waitpid((pid_t)child, &status, __WALL), (pid_t)child);
+        /* Pending before it runs again: it stops before its first instruction. */
+        assert_int_equal(kill((pid_t)child, SIGSTOP), 0);
+        assert_int_equal(ptrace(PTRACE_DETACH, (pid_t)child, NULL, NULL), 0);
+        assert_int_equal(ptrace(PTRACE_DETACH, s->supervisor, NULL, NULL), 0);
+        for (long long end = now_ms() + WAIT_MS; process_state((pid_t)child) != 'T'; usleep(1000))
+                assert_true(now_ms() < end);
+        return (pid_t)child;
 }
 
 /* The wait status in the supervisor's CTL_EXITED, skipping CTL_STARTED. */
@@ -219,13 +245,12 @@ static void test_an_exec_runs_and_its_slot_serves_the_next(void **state)
         struct slot s = slot_start();
         static const char *const argv[] = { "/bin/true", NULL }, *const env[] = { NULL };
         static const char *const false_argv[] = { "/bin/false", NULL };
-        pid_t first = slot_child(&s);
+        slot_waits_childless(&s);
         send_exec(&s, argv, env);
         int status = wait_exited(&s);
         assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
         send_control(&s, CTL_SLOT, 0); /* the same exec id serves as the next one here */
-        pid_t second = slot_child(&s);
-        assert_int_not_equal(first, second);
+        slot_waits_childless(&s);
         send_exec(&s, false_argv, env);
         status = wait_exited(&s);
         assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 1);
@@ -239,9 +264,7 @@ static void test_a_kill_ends_a_child_stopped_before_its_execve(void **state)
 {
         struct slot s = slot_start();
         static const char *const argv[] = { "/bin/true", NULL }, *const env[] = { NULL };
-        pid_t child = slot_child(&s);
-        stop_child(child);
-        send_exec(&s, argv, env);
+        send_exec_and_stop_child(&s, argv, env);
         send_control(&s, CTL_STARTED, 0);
         send_control(&s, CTL_KILL, SIGKILL);
         int status = wait_exited(&s);
@@ -252,7 +275,8 @@ static void test_a_kill_ends_a_child_stopped_before_its_execve(void **state)
 static void test_the_managers_hangup_ends_a_stopped_child_and_its_supervisor(void **state)
 {
         struct slot s = slot_start();
-        stop_child(slot_child(&s));
+        static const char *const argv[] = { "/bin/true", NULL }, *const env[] = { NULL };
+        send_exec_and_stop_child(&s, argv, env);
         slot_close_and_reap();
 }
 
@@ -297,7 +321,6 @@ static void test_the_request_is_wiped_from_the_supervisor_after_the_execve(void 
         for (size_t i = 0; i < sizeof(random); i++)
                 snprintf(secret + strlen(secret), sizeof(secret) - strlen(secret), "%02x", random[i]);
         const char *const argv[] = { "/bin/true", NULL }, *const env[] = { secret, NULL };
-        slot_child(&s);
         send_exec(&s, argv, env);
         int status = wait_exited(&s);
         assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
