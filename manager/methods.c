@@ -297,7 +297,7 @@ static void sandbox_method_list(struct rpc_request *req, struct sandbox *sb)
                 return;
         json_t *list = json_array();
         for (sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
-                if ((req->uid != 0 && sb->owner != req->uid) || sb->pooled)
+                if ((req->uid != 0 && sb->owner != req->uid) || sb->pooled || sb->released)
                         continue;
                 if (!all && sb->state != SANDBOX_RUNNING)
                         continue;

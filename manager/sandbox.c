@@ -77,7 +77,7 @@ void sandbox_touch(struct sandbox *sb)
 
 static bool sandbox_visible(const struct sandbox *sb)
 {
-        return sb->state != SANDBOX_EXITED && !sb->pooled;
+        return sb->state != SANDBOX_EXITED && !sb->pooled && !sb->released;
 }
 
 struct sandbox *sandbox_resolve(const char *id, uid_t uid, size_t *matched)

@@ -35,7 +35,10 @@ struct sandbox {
         struct sandbox_cgroup *cgroup;
         struct sandbox_egress *egress; /* its network, when it has one (egress.c) */
         bool pooled;                   /* pre-created with the default policy, not yet given to anyone */
-        uint64_t committed;            /* its share of the memory commit (memory_commit_bytes) */
+        /* Removed as its clients see it (sandbox_release): out of lookups,
+         * lists and counts; its processes may still be ending. */
+        bool released;
+        uint64_t committed; /* its share of the memory commit (memory_commit_bytes) */
         unsigned uid_slot;
         uid_t host_uid_base;
         char *dir;

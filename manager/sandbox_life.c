@@ -224,7 +224,7 @@ static void sandbox_free(struct sandbox *sb)
                         *p = sb->next;
                         if (sb->pooled)
                                 nsboxd.n_pooled--;
-                        else
+                        else if (!sb->released)
                                 nsboxd.n_sandboxes--;
                         memory_committed -= sb->committed;
                         break;
@@ -246,6 +246,26 @@ static void sandbox_free(struct sandbox *sb)
 }
 
 static void pool_fill_soon(void);
+
+/* From now on the sandbox is removed as its clients see it: out of
+ * lookups and lists, no longer counted against max_sandboxes, its owner's
+ * share or the memory commit, its removal recorded and announced. A
+ * remove answers here: what follows (the kernel ending every process and
+ * namespace of the sandbox, then sandbox_finalize releasing its cgroups,
+ * mounts and uid range) was most of a remove's time, and nothing a next
+ * create, list or count needs. It still logs what fails. */
+static void sandbox_release(struct sandbox *sb)
+{
+        if (sb->released || sb->pooled)
+                return;
+        sb->released = true;
+        nsboxd.n_sandboxes--;
+        memory_committed -= sb->committed;
+        sb->committed = 0;
+        const char *why = sb->end_reason ? sb->end_reason : "its init ended";
+        events_emit(sb, "sandbox.removed", why, NULL);
+        sandbox_removal_record(sb, "%s", why);
+}
 
 /* Why a sandbox nobody asked to remove ended: its init's end, as waitid
  * tells it. A SIGKILL while the sandbox counts OOM kills names the OOM
@@ -323,10 +343,8 @@ static void sandbox_finalize(struct sandbox *sb)
                 log_limited(log_key_uid(sb->owner).text, LOG_LEVEL_INFO, "sandbox %s: removed: %s", sb->id,
                             sb->end_reason ? sb->end_reason : "no reason given");
         }
-        if (!failed_create && !sb->pooled) {
-                events_emit(sb, "sandbox.removed", sb->end_reason ? sb->end_reason : "its init ended", NULL);
-                sandbox_removal_record(sb, "%s", sb->end_reason ? sb->end_reason : "its init ended");
-        }
+        if (!failed_create)
+                sandbox_release(sb);
         sandbox_waiters_run(&sb->remove_waiters, sb, NULL);
         sandbox_free(sb);
         pool_fill_soon();
@@ -1008,12 +1026,12 @@ static void pool_give_way(uint64_t want)
         }
 }
 
-/* Sandboxes given to `owner`, those being created or removed included. */
+/* Sandboxes given to `owner`, those being created included. */
 static unsigned count_owned(uid_t owner)
 {
         unsigned n = 0;
         for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next)
-                n += !sb->pooled && sb->owner == owner;
+                n += !sb->pooled && !sb->released && sb->owner == owner;
         return n;
 }
 
@@ -1173,10 +1191,28 @@ void sandbox_when_ready(struct sandbox *sb, sandbox_ready_cb done, void *data)
         sandbox_waiter_add(&sb->create_waiters, done, data);
 }
 
+/* Whether nothing of the sandbox that outlives sandbox_release could make a
+ * next call fail: a volume's loop device or a host directory still
+ * mounted (volume.remove would find it busy), the snapshot it was made
+ * from (snapshot.remove), its network (egress: its address, its exposed
+ * ports). A sandbox with any of them is released once it has ended. */
+static bool sandbox_ends_unseen(const struct sandbox *sb)
+{
+        return sb->policy.mounts == NULL && sb->snapshot_id[0] == '\0' && sb->egress == NULL;
+}
+
 void sandbox_remove(struct sandbox *sb, const char *why, sandbox_ready_cb done, void *data)
 {
         if (sb->end_reason == NULL && why != NULL)
                 sb->end_reason = strdup(why);
+        if (sb->state == SANDBOX_RUNNING && !sb->pooled && sandbox_ends_unseen(sb)) {
+                sb->state = SANDBOX_STOPPING;
+                sandbox_release(sb);
+                sandbox_kill(sb);
+                if (done != NULL)
+                        done(sb, NULL, data);
+                return;
+        }
         if (done != NULL)
                 sandbox_waiter_add(&sb->remove_waiters, done, data);
         if (sb->state == SANDBOX_CREATING) {
