@@ -155,6 +155,17 @@ def test_only_tar_streams_load_libarchive(daemon, sandbox):
         assert tar.getnames()[0] == "workspace"
 
 
+def test_the_cli_starts_with_libc_alone_to_load():
+    """Each library the dynamic loader finds, maps and relocates is page
+    faults at every start of every command: jansson and libuuid are linked
+    into the CLI, libc stays shared (libarchive's dlopen needs it)."""
+    dynamic = subprocess.run(["readelf", "-d", os.path.join(BUILD, "nsbox")], capture_output=True, text=True,
+                             check=True).stdout
+    needed = [line.split("[", 1)[1].rstrip("]") for line in dynamic.splitlines() if "(NEEDED)" in line]
+    # the sanitizer build (make asan) adds its runtimes
+    assert [lib for lib in needed if not lib.startswith(("libasan", "libubsan"))] == ["libc.so.6"], needed
+
+
 def test_cp_that_fills_the_sandbox_disk_leaves_no_file_and_keeps_the_old_one(daemon, tmp_path):
     sid = daemon.call("sandbox.create", limits={"disk_bytes": 8 << 20})["sandbox_id"]
     try:
