@@ -1,13 +1,17 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* One exec slot.
  *
- * The supervisor starts the exec's child when the request arrives (the
- * request socket turns readable); the child gets done what does not depend
- * on the request (process_prepare), receives it, and does its own setup and
- * execve. A child made ahead would save a request only that clone (tens of
- * microseconds, as it shares our memory) and would cost every idle sandbox
- * a process: its kernel stack and task, and, counted as every process's
- * RSS is, our pages a second time.
+ * The exec's child gets done what does not depend on the request
+ * (process_prepare), receives it, and does its own setup and execve. Once
+ * the slot has served an exec, the next child is started ahead, so that a
+ * request costs it only its own setup and execve: starting it with the
+ * request put a clone, and often the wakeup of another CPU for the new
+ * task, on the way of every exec. A child made ahead that gets no request
+ * for SLOT_IDLE_MS ends (it "retires"); the slot then waits as a new one
+ * does, with no child, until the request socket turns readable, and starts
+ * one for it. So an idle sandbox is its init and one supervisor: a child
+ * kept waiting would be one more process, its kernel stack and task and,
+ * counted as every process's RSS is, our pages a second time.
  *
  * The child shares the supervisor's memory up to its execve (clone with
  * CLONE_VM, as posix_spawn does): no page tables to copy, no copy-on-write
@@ -154,10 +158,18 @@ static int child_memory_get(struct child_memory *m)
         return 0;
 }
 
+/* How long a child made ahead waits for its request before it retires. */
+#define SLOT_IDLE_MS 5000
+
+/* Set by a child that retired unused, before its exit; read by us once we
+ * have reaped it (it shares our memory). */
+static volatile bool child_retired;
+
 struct slot_child_args {
         int request, report;
         const struct sock_fprog *seccomp;
         struct child_memory *memory;
+        bool ahead; /* started before its request: it may retire */
 };
 
 /* The exec's process, in the supervisor's memory until its execve:
@@ -180,6 +192,13 @@ static int slot_child(void *opaque)
         if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || getppid() != supervisor_pid)
                 _exit(0);
 
+        /* Nothing is taken when no request came in time: one that comes
+         * after stays in the socket for the next child. */
+        struct pollfd wait_request = { .fd = request, .events = POLLIN };
+        if (a->ahead && poll(&wait_request, 1, SLOT_IDLE_MS) == 0) {
+                child_retired = true;
+                _exit(0);
+        }
         int fds[3];
         unsigned nfds = 0;
         ssize_t n = ctl_recv(request, child_request(a->memory), CTL_MAX_MESSAGE, fds, 3, &nfds);
@@ -236,6 +255,15 @@ static void on_reaped(struct supervisor *s, pid_t pid, int status)
 {
         if (pid != s->child || s->exited)
                 return;
+        if (child_retired) {
+                /* No exec: nothing to tell; the next request starts a child. */
+                child_retired = false;
+                s->child = -1;
+                if (s->report >= 0)
+                        close(s->report);
+                s->report = -1;
+                return;
+        }
         s->exited = true;
         read_report(s); /* complete now: the child's end closed with it */
         if (s->failed)
@@ -461,11 +489,11 @@ static void wait_child_leaves(struct supervisor *s, int report)
         }
 }
 
-/* Start the child for exec s->exec_id, once `request` is readable (or
- * hung up: the child then finds no request and ends). Returns 0, or -1
- * after telling the manager why not. */
+/* Start the child for exec s->exec_id: ahead of its request, or once
+ * `request` is readable (or hung up: the child then finds no request and
+ * ends). Returns 0, or -1 after telling the manager why not. */
 static int start_child(struct supervisor *s, int request, const struct sock_fprog *seccomp,
-                       struct child_memory *memory)
+                       struct child_memory *memory, bool ahead)
 {
         int report[2];
         s->report = -1;
@@ -478,7 +506,7 @@ static int start_child(struct supervisor *s, int request, const struct sock_fpro
                 return -1;
         }
         struct slot_child_args args = {
-                .request = request, .report = report[1], .seccomp = seccomp, .memory = memory
+                .request = request, .report = report[1], .seccomp = seccomp, .memory = memory, .ahead = ahead
         };
         s->child = clone(slot_child, memory->top, CLONE_VM | SIGCHLD, &args);
         if (s->child < 0) {
@@ -526,8 +554,10 @@ void supervisor_main(uint32_t exec_id, int request, int control, const struct so
                 send_failed(&s, errno, "signalfd");
                 _exit(1);
         }
-        bool waiting = true; /* for the request of exec s.exec_id: no child yet */
         for (;;) {
+                /* No child for exec s.exec_id (a new slot, or its child
+                 * retired): the request starts one. */
+                bool waiting = s.child < 0;
                 /* The report pipe only while the manager waits for a start;
                  * otherwise an exec wakes us once, when it ends. */
                 bool watch = s.watch_start && !s.started_told && s.report >= 0;
@@ -544,11 +574,8 @@ void supervisor_main(uint32_t exec_id, int request, int control, const struct so
                 }
                 /* The request first: a kill or a start watch that came with
                  * it is for the child it starts. */
-                if (pfds[3].revents != 0) {
-                        waiting = false;
-                        if (start_child(&s, request, seccomp, &memory) < 0)
-                                break;
-                }
+                if (pfds[3].revents != 0 && start_child(&s, request, seccomp, &memory, false) < 0)
+                        break;
                 if (pfds[0].revents & POLLIN) {
                         /* The exec's own process first: its exit is what the
                          * manager waits for; the signalfd and orphans after. */
@@ -572,7 +599,8 @@ void supervisor_main(uint32_t exec_id, int request, int control, const struct so
                         s = (struct supervisor){
                                 .exec_id = next, .control = control, .child = -1, .report = -1
                         };
-                        waiting = true;
+                        if (start_child(&s, request, seccomp, &memory, true) < 0)
+                                break;
                         continue;
                 }
                 if (s.watch_start && s.child > 0 && !s.exited && !s.started_told) {

@@ -91,6 +91,18 @@ static pid_t first_child_of(pid_t pid)
 
 static char process_state(pid_t pid);
 
+/* The supervisor's one child, once it has one. */
+static pid_t slot_child(const struct slot *s)
+{
+        for (long long end = now_ms() + WAIT_MS; now_ms() < end; usleep(2000)) {
+                pid_t child = first_child_of(s->supervisor);
+                if (child > 0)
+                        return child;
+        }
+        fail_msg("the supervisor started no child");
+        return -1;
+}
+
 /* The supervisor, back in its poll: no child of its own until a request. */
 static void slot_waits_childless(const struct slot *s)
 {
@@ -250,7 +262,30 @@ static void test_an_exec_runs_and_its_slot_serves_the_next(void **state)
         int status = wait_exited(&s);
         assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
         send_control(&s, CTL_SLOT, 0); /* the same exec id serves as the next one here */
+        slot_child(&s);                /* made ahead, once the slot has served */
+        send_exec(&s, false_argv, env);
+        status = wait_exited(&s);
+        assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+        slot_close_and_reap();
+}
+
+/* A child made ahead that gets no request retires unused, unheard of by
+ * the manager; the next request starts one. */
+static void test_a_child_made_ahead_retires_and_the_next_request_starts_one(void **state)
+{
+        struct slot s = slot_start();
+        static const char *const argv[] = { "/bin/true", NULL }, *const env[] = { NULL };
+        static const char *const false_argv[] = { "/bin/false", NULL };
+        send_exec(&s, argv, env);
+        int status = wait_exited(&s);
+        assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        send_control(&s, CTL_SLOT, 0);
+        pid_t ahead = slot_child(&s);
+        for (long long end = now_ms() + 3 * WAIT_MS; first_child_of(s.supervisor) == ahead; usleep(10000))
+                assert_true(now_ms() < end);
         slot_waits_childless(&s);
+        struct pollfd p = { .fd = s.control, .events = POLLIN };
+        assert_int_equal(poll(&p, 1, 0), 0); /* nothing said of it */
         send_exec(&s, false_argv, env);
         status = wait_exited(&s);
         assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 1);
@@ -336,6 +371,8 @@ int main(void)
         }
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_teardown(test_an_exec_runs_and_its_slot_serves_the_next, teardown),
+                cmocka_unit_test_teardown(test_a_child_made_ahead_retires_and_the_next_request_starts_one,
+                                          teardown),
                 cmocka_unit_test_teardown(test_a_kill_ends_a_child_stopped_before_its_execve, teardown),
                 cmocka_unit_test_teardown(test_the_managers_hangup_ends_a_stopped_child_and_its_supervisor,
                                           teardown),

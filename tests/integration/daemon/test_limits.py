@@ -144,9 +144,10 @@ def stats(daemon, sb):
     return daemon.call("sandbox.info", sandbox_id=sb)["stats"]
 
 
-# An idle sandbox runs its init and the slot for its next exec: a supervisor,
-# which starts the exec's child when the request comes (runtime/supervisor.c).
-IDLE_PIDS = 2
+# Right after an exec a sandbox runs its init and the slot for its next exec:
+# a supervisor and the child it made ahead, which waits for the request (and
+# retires after seconds without one, runtime/supervisor.c).
+IDLE_PIDS = 3
 
 
 def wait_for_pids(daemon, sb, want, timeout=5):
