@@ -50,6 +50,13 @@ static bool image_dir(const char *name, char *out, size_t len, bool *committed)
         return false;
 }
 
+bool image_committed(const char *name)
+{
+        char dir[4096];
+        bool committed = false;
+        return image_dir(name, dir, sizeof(dir), &committed) && committed;
+}
+
 static json_t *image_manifest(const char *dir)
 {
         char path[4096];

@@ -18,6 +18,9 @@ struct sandbox;
 #define IMAGE_MAX_DEPTH 8
 
 bool image_exists(const char *name);
+/* Whether the image was committed through the API (image.remove may remove
+ * it), not one of the operator's image dir. */
+bool image_committed(const char *name);
 /* An image `uid` may start sandboxes from: the operator's images, and
  * committed images of its own (root: all). */
 bool image_usable(const char *name, uid_t uid);

@@ -1194,11 +1194,13 @@ void sandbox_when_ready(struct sandbox *sb, sandbox_ready_cb done, void *data)
 /* Whether nothing of the sandbox that outlives sandbox_release could make a
  * next call fail: a volume's loop device or a host directory still
  * mounted (volume.remove would find it busy), the snapshot it was made
- * from (snapshot.remove), its network (egress: its address, its exposed
- * ports). A sandbox with any of them is released once it has ended. */
+ * from (snapshot.remove), a committed image under its root (image.remove),
+ * its network (egress: its address, its exposed ports). A sandbox with any
+ * of them is released once it has ended. */
 static bool sandbox_ends_unseen(const struct sandbox *sb)
 {
-        return sb->policy.mounts == NULL && sb->snapshot_id[0] == '\0' && sb->egress == NULL;
+        return sb->policy.mounts == NULL && sb->snapshot_id[0] == '\0' && sb->egress == NULL &&
+               !image_committed(sb->policy.image);
 }
 
 void sandbox_remove(struct sandbox *sb, const char *why, sandbox_ready_cb done, void *data)
