@@ -60,6 +60,7 @@ struct sandbox {
         long long paused_mono;          /* monotonic */
         struct loop_timer *pause_timer; /* while freezing: polls until frozen */
         long long pause_deadline_mono;  /* gives up freezing (thaws) after this */
+        long long pause_retry_mono;     /* asks the freezer again at this time */
         struct sandbox_waiter *pause_waiters;
         const char *pause_error_kind; /* for the waiters of a pause that failed */
 
