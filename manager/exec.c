@@ -740,9 +740,11 @@ static void exec_finish(struct exec *ex)
         if (!ex->service) {
                 exec_audit(ex);
                 events_emit(ex->sb, "exec.ended", NULL,
-                            json_pack("{s:s, s:i, s:b, s:I}", "exec_id", ex->id, "exit_code", code,
-                                      "timed_out", ex->timed_out, "duration_ms",
-                                      (json_int_t)(ex->end_mono - ex->start_mono)));
+                            !events_wanted()
+                                ? NULL
+                                : json_pack("{s:s, s:i, s:b, s:I}", "exec_id", ex->id, "exit_code", code,
+                                            "timed_out", ex->timed_out, "duration_ms",
+                                            (json_int_t)(ex->end_mono - ex->start_mono)));
         }
         exec_stdin_close(ex);
         if (ex->pty >= 0) {
@@ -1626,7 +1628,9 @@ struct exec *exec_launch(struct sandbox *sb, json_t *params, const struct exec_h
                 log_debug("sandbox %s: exec %s started", sb->id, ex->id);
         if (!ex->service)
                 events_emit(sb, "exec.started", NULL,
-                            json_pack("{s:s, s:b}", "exec_id", ex->id, "background", p.background));
+                            !events_wanted()
+                                ? NULL
+                                : json_pack("{s:s, s:b}", "exec_id", ex->id, "background", p.background));
         return ex;
 }
 
