@@ -204,3 +204,56 @@ def test_nsbox_run_v_pwd_edits_a_project_as_its_owner(daemon, root):
     for path in ["app.py", "tests", "tests/test_app.py"]:
         st = os.stat(os.path.join(project, path))
         assert (st.st_uid, st.st_gid) == (USER, USER), (path, st.st_uid, st.st_gid)
+
+
+def test_a_fuse_mount_below_a_root_is_refused_without_stalling_nsboxd(daemon, root):
+    """A user's FUSE server below an allowed root that reads a lookup and never
+    answers would hold the opening child in the kernel: the path is refused at
+    the mount boundary before any lookup reaches it, and other clients are
+    served meanwhile."""
+    import ctypes
+    import select
+    import struct
+    from nsbox_client import Client
+    mnt = owned_dir(root, "fuse-user", USER)
+    fd = os.open("/dev/fuse", os.O_RDWR)
+    libc = ctypes.CDLL(None, use_errno=True)
+    opts = "fd=%d,rootmode=40000,user_id=%d,group_id=%d,allow_other" % (fd, USER, USER)
+    assert libc.mount(b"nsbox-test-fuse", mnt.encode(), b"fuse", 0, opts.encode()) == 0, ctypes.get_errno()
+    unanswered, stop = [], threading.Event()
+
+    def serve():  # answers INIT only: every other request is read and left waiting
+        while not stop.is_set():
+            if not select.select([fd], [], [], 0.1)[0]:
+                continue
+            try:
+                buf = os.read(fd, 1 << 20)
+            except OSError:
+                return
+            _, opcode, unique, _ = struct.unpack_from("<IIQQ", buf)
+            if opcode == 26:
+                minor = struct.unpack_from("<II", buf, 40)[1]
+                out = struct.pack("<IIIIHHIIHHI", 7, min(minor, 31), 0, 0, 16, 12, 65536, 1, 0, 0, 0) + b"\0" * 28
+                os.write(fd, struct.pack("<IiQ", 16 + len(out), 0, unique) + out)
+            else:
+                unanswered.append(opcode)
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    result = {}
+    creator = threading.Thread(target=lambda: result.update(
+        out=create_as(daemon, USER, [{"host_path": mnt + "/sub", "path": "/mnt/x"}])), daemon=True)
+    try:
+        creator.start()
+        with Client(daemon.socket, timeout=20) as c:  # a stalled loop never answers this
+            assert "version" in c.call("server.info")
+        creator.join(20)
+        assert not creator.is_alive()
+        sid, error = result["out"]
+        assert sid is None and "leaves the allowed root or its file system" in error["message"], error
+        assert 1 not in unanswered, "the lookup reached the FUSE server"  # FUSE_LOOKUP
+    finally:
+        stop.set()
+        server.join(5)
+        os.close(fd)
+        libc.umount2(mnt.encode(), 2)
