@@ -9,14 +9,21 @@
  *   RESOLVE_IN_ROOT        absolute symlinks and ".." stay inside the
  *                          sandbox's root, even when the sandbox renames or
  *                          swaps directories during the call;
- *   RESOLVE_NO_XDEV        only the overlay root file system: the sandbox's
- *                          /proc and /sys are host-global kernel knobs when
- *                          written by host root, /dev holds host devices;
- *   RESOLVE_NO_MAGICLINKS  no /proc/<pid>/root or /proc/<pid>/fd jumps.
+ *   RESOLVE_NO_MAGICLINKS  no /proc/<pid>/root or /proc/<pid>/fd jumps;
+ * and what it opened must be on a mount of the sandbox's own files: its
+ * overlay root or one of its volumes and host directories, by mount id as
+ * nsboxd attached them (fs_resolve). The sandbox's /proc and /sys are
+ * host-global kernel knobs when written by host root, /dev holds host
+ * devices, and a mount the sandbox made over a volume is not the volume.
  * The last component of write/remove/mkdir is handled on the parent's fd
- * with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, so a final symlink is never
- * followed. Files are opened O_PATH first and reopened only once they are
- * known to be regular: a FIFO or device is never opened at all. */
+ * with RESOLVE_BENEATH | RESOLVE_NO_XDEV | RESOLVE_NO_SYMLINKS, so a final
+ * symlink is never followed and a mount point is never replaced. Files are
+ * opened O_PATH first and reopened only once they are known to be regular:
+ * a FIFO or device is never opened at all.
+ *
+ * Volumes and host directories are idmapped mounts, where host root is no
+ * one: what is created on them is created with the sandbox user's fsuid
+ * (fs_create_as_user), as the sandbox user would. */
 #include "fs_ops.h"
 #include "size.h"
 
@@ -31,6 +38,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/fsuid.h>
 #include <sys/pidfd.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -42,6 +50,8 @@
 #include "fs_worker.h"
 #include "log.h"
 #include "sandbox.h"
+
+_Static_assert(FS_MAX_MOUNTS == POLICY_MAX_MOUNTS, "fs_ctx holds every mount of a sandbox");
 
 /* A directory is read for fs.list to at most FS_LIST_SCAN_MAX names. */
 #define FS_LIST_SCAN_MAX (4u << 20)
@@ -56,7 +66,7 @@
  * keep that up forever, so the retries are bounded. */
 #define FS_RESOLVE_RETRIES 64
 
-#define FS_RESOLVE       (RESOLVE_IN_ROOT | RESOLVE_NO_XDEV | RESOLVE_NO_MAGICLINKS)
+#define FS_RESOLVE       (RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)
 #define FS_RESOLVE_ENTRY (RESOLVE_BENEATH | RESOLVE_NO_XDEV | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
 
 void fs_ctx_close(struct fs_ctx *ctx)
@@ -96,10 +106,12 @@ static int fs_resolve_error(nsbox_error_t **err, int errnum, const char *path)
                 return nsbox_refuse(err, errnum, "%s: a path component is not a directory", path);
         case EXDEV:
                 return nsbox_refuse(err, errnum,
-                                    "%s: outside the sandbox's root file system (/proc, /dev and /sys, and "
-                                    "its volumes and host directories, are not reachable through fs.*: use "
-                                    "sandbox.exec there)",
+                                    "%s: outside the sandbox's root file system, volumes and host "
+                                    "directories (/proc, /dev and /sys, and mounts made in the sandbox, are "
+                                    "not reachable through fs.*: use sandbox.exec there), or a mount point",
                                     path);
+        case EROFS:
+                return nsbox_refuse(err, errnum, "%s: on a read-only mount", path);
         case ELOOP:
                 return nsbox_refuse(err, errnum, "%s: too many levels of symlinks, or a /proc magic link",
                                     path);
@@ -148,6 +160,75 @@ static int fs_openat2(int dirfd, const char *path, int flags, mode_t mode, uint6
         }
 }
 
+static int fs_mount_id(int fd, uint64_t *id)
+{
+        struct statx stx;
+        if (statx(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, STATX_MNT_ID, &stx) < 0)
+                return -errno;
+        if (!(stx.stx_mask & STATX_MNT_ID))
+                return -ENOTSUP;
+        *id = stx.stx_mnt_id;
+        return 0;
+}
+
+/* Whether rel is, by its text, at or under where one of the sandbox's
+ * volumes or host directories is attached. */
+static bool fs_under_mount_path(const struct fs_ctx *ctx, const char *rel)
+{
+        for (unsigned i = 0; i < ctx->n_mount_paths; i++) {
+                const char *m = ctx->mount_paths[i] + 1;
+                size_t n = strlen(m);
+                if (strncmp(rel, m, n) == 0 && (rel[n] == '\0' || rel[n] == '/'))
+                        return true;
+        }
+        return false;
+}
+
+/* `rel` resolved under the sandbox's root (FS_RESOLVE), or -EXDEV when it
+ * ends on a mount other than the root's and the sandbox's volumes and host
+ * directories. The walk may pass through another mount (/proc/..); only
+ * where it ends is used. A walk that fails on the way (/proc/self is not
+ * nsboxd's own there) says -EXDEV too when it left the root file system
+ * elsewhere than at a volume or host directory: /proc, /dev and /sys stay
+ * beyond fs.* whatever the path. */
+static int fs_resolve(const struct fs_ctx *ctx, const char *rel, int flags)
+{
+        _cleanup_close_ int fd = fs_openat2(ctx->root, rel, flags, 0, FS_RESOLVE);
+        if (fd == -EXDEV)
+                return fd;
+        if (fd < 0) {
+                int in_root = fs_openat2(ctx->root, rel, O_PATH, 0, FS_RESOLVE | RESOLVE_NO_XDEV);
+                if (in_root >= 0)
+                        close(in_root);
+                return in_root == -EXDEV && !fs_under_mount_path(ctx, rel) ? -EXDEV : fd;
+        }
+        uint64_t id;
+        int r = fs_mount_id(fd, &id);
+        if (r < 0)
+                return r;
+        for (unsigned i = 0; i < ctx->n_mounts; i++)
+                if (ctx->mounts[i] == id)
+                        return steal_fd(&fd);
+        return -EXDEV;
+}
+
+/* Create on a held directory as the sandbox user when host root cannot: an
+ * idmapped mount (a volume, a host directory) maps no id to host root, and
+ * the kernel refuses it a new inode or entry (EOVERFLOW). The fsuid is this
+ * thread's only and is given back at once. `call` is an expression that
+ * returns a negative errno on failure. */
+#define fs_create_as_user(ctx, result, call)                         \
+        do {                                                         \
+                (result) = (call);                                   \
+                if ((result) == -EOVERFLOW) {                        \
+                        uid_t old_uid = (uid_t)setfsuid((ctx)->uid); \
+                        gid_t old_gid = (gid_t)setfsgid((ctx)->gid); \
+                        (result) = (call);                           \
+                        setfsgid(old_gid);                           \
+                        setfsuid(old_uid);                           \
+                }                                                    \
+        } while (0)
+
 /* Pin the sandbox's root for one call. The init is nsboxd's child and is
  * only reaped by this loop, so its pid cannot be reused under us; the pidfd
  * check after the open still proves the root belongs to that init. */
@@ -164,6 +245,23 @@ int fs_ctx_open(struct sandbox *sb, struct fs_ctx *ctx, nsbox_error_t **err)
                 return nsbox_error(err, errno, "open the root of sandbox %s", sb->id);
         if (pidfd_send_signal(sb->pidfd->fd, 0, NULL, 0) < 0)
                 return nsbox_refuse(err, ESRCH, "sandbox %s: its init is gone", sb->id);
+        ctx->n_mounts = 0;
+        uint64_t root_mount;
+        int r = fs_mount_id(fd, &root_mount);
+        if (r < 0)
+                return nsbox_error(err, -r, "the mount of the root of sandbox %s", sb->id);
+        ctx->mounts[ctx->n_mounts++] = root_mount;
+        for (unsigned i = 0; i < sb->n_mount_ids && ctx->n_mounts < ARRAY_SIZE(ctx->mounts); i++)
+                ctx->mounts[ctx->n_mounts++] = sb->mount_ids[i];
+        ctx->n_mount_paths = 0;
+        size_t i;
+        json_t *m;
+        json_array_foreach(sb->policy.mounts, i, m)
+        {
+                const char *at = json_string_value(json_object_get(m, "path"));
+                if (at != NULL && at[0] == '/' && ctx->n_mount_paths < FS_MAX_MOUNTS)
+                        ctx->mount_paths[ctx->n_mount_paths++] = at;
+        }
         ctx->root = steal_fd(&fd);
         ctx->uid_base = sb->host_uid_base;
         ctx->uid = sb->host_uid_base + FS_SANDBOX_USER;
@@ -201,6 +299,8 @@ static int fs_claim(const struct fs_ctx *ctx, int fd, mode_t mode, const char *s
         struct stat st;
         if (fstat(fd, &st) < 0)
                 return nsbox_error(err, errno, "stat %s", shown);
+        if (st.st_uid == ctx->uid && st.st_gid == ctx->gid) /* made as the user (fs_create_as_user) */
+                return fchmod(fd, mode) < 0 ? nsbox_error(err, errno, "chmod %s", shown) : 0;
         if (st.st_uid != 0)
                 return 0;
         if (fchown(fd, ctx->uid, ctx->gid) < 0)
@@ -215,8 +315,10 @@ static int fs_claim(const struct fs_ctx *ctx, int fd, mode_t mode, const char *s
 static int fs_mkdir_entry(const struct fs_ctx *ctx, int parent, const char *name, const char *shown,
                           nsbox_error_t **err)
 {
-        if (mkdirat(parent, name, 0700) < 0)
-                return -errno;
+        int r;
+        fs_create_as_user(ctx, r, mkdirat(parent, name, 0700) < 0 ? -errno : 0);
+        if (r < 0)
+                return r;
         _cleanup_close_ int fd =
             fs_openat2(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0, FS_RESOLVE_ENTRY);
         if (fd < 0) /* swapped already: the sandbox's own business */
@@ -257,7 +359,7 @@ static int fs_open_dir_creating(const struct fs_ctx *ctx, const char *rel, int *
                         memcpy(prefix, rel, len);
                         prefix[len] = '\0';
                 }
-                dir = fs_openat2(ctx->root, prefix, O_PATH | O_DIRECTORY, 0, FS_RESOLVE);
+                dir = fs_resolve(ctx, prefix, O_PATH | O_DIRECTORY);
                 if (dir >= 0)
                         break;
                 fs_shown(shown, sizeof(shown), have == total ? rel : prefix);
@@ -279,7 +381,7 @@ static int fs_open_dir_creating(const struct fs_ctx *ctx, const char *rel, int *
                                 return nsbox_error(err, -r, "mkdir %s", shown);
                 }
                 close(dir);
-                dir = fs_openat2(ctx->root, prefix, O_PATH | O_DIRECTORY, 0, FS_RESOLVE);
+                dir = fs_resolve(ctx, prefix, O_PATH | O_DIRECTORY);
                 if (dir < 0)
                         return fs_resolve_error(err, -dir, shown);
         }
@@ -292,7 +394,7 @@ static int fs_open_parent(const struct fs_ctx *ctx, const struct fs_path *p, boo
 {
         if (create)
                 return fs_open_dir_creating(ctx, p->parent, out, err);
-        int fd = fs_openat2(ctx->root, p->parent, O_PATH | O_DIRECTORY, 0, FS_RESOLVE);
+        int fd = fs_resolve(ctx, p->parent, O_PATH | O_DIRECTORY);
         if (fd < 0)
                 return fs_resolve_error(err, -fd, p->shown);
         *out = fd;
@@ -305,7 +407,7 @@ static int fs_open_parent(const struct fs_ctx *ctx, const struct fs_path *p, boo
 int fs_read_at(const struct fs_ctx *ctx, const struct fs_path *p, uint64_t offset, size_t max_bytes,
                struct fs_read_result *out, nsbox_error_t **err)
 {
-        _cleanup_close_ int path_fd = fs_openat2(ctx->root, p->rel, O_PATH, 0, FS_RESOLVE);
+        _cleanup_close_ int path_fd = fs_resolve(ctx, p->rel, O_PATH);
         if (path_fd < 0)
                 return fs_resolve_error(err, -path_fd, p->shown);
         struct stat st;
@@ -412,8 +514,10 @@ int fs_write_at(const struct fs_ctx *ctx, const struct fs_path *p, const void *d
                 }
                 if (path_fd != -ENOENT)
                         return fs_resolve_error(err, -path_fd, p->shown);
-                fd = fs_openat2(parent, p->name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NOCTTY, 0600,
-                                FS_RESOLVE_ENTRY);
+                fs_create_as_user(ctx, fd,
+                                  fs_openat2(parent, p->name,
+                                             O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NOCTTY, 0600,
+                                             FS_RESOLVE_ENTRY));
                 if (fd == -EEXIST)
                         continue;
                 if (fd == -ENOSPC || fd == -EDQUOT)
@@ -692,7 +796,7 @@ static int fs_name_compare(const void *a, const void *b)
 int fs_list_names(const struct fs_ctx *ctx, const struct fs_path *p, int *dir, char ***names_out,
                   size_t *n_out, bool *scan_cut_out, nsbox_error_t **err)
 {
-        _cleanup_close_ int fd = fs_openat2(ctx->root, p->rel, O_RDONLY | O_DIRECTORY, 0, FS_RESOLVE);
+        _cleanup_close_ int fd = fs_resolve(ctx, p->rel, O_RDONLY | O_DIRECTORY);
         if (fd < 0)
                 return fs_resolve_error(err, -fd, p->shown);
         _cleanup_free_ char *buf = malloc(FS_DIRENT_BUFFER);
@@ -750,7 +854,7 @@ int fs_stat_at(const struct fs_ctx *ctx, const struct fs_path *p, int *out, stru
                nsbox_error_t **err)
 {
         /* O_PATH | O_NOFOLLOW: a final symlink is described, not followed. */
-        _cleanup_close_ int fd = fs_openat2(ctx->root, p->rel, O_PATH | O_NOFOLLOW, 0, FS_RESOLVE);
+        _cleanup_close_ int fd = fs_resolve(ctx, p->rel, O_PATH | O_NOFOLLOW);
         if (fd < 0)
                 return fs_resolve_error(err, -fd, p->shown);
         if (fstat(fd, st) < 0)
@@ -761,7 +865,7 @@ int fs_stat_at(const struct fs_ctx *ctx, const struct fs_path *p, int *out, stru
 
 bool fs_read_is_large(const struct fs_ctx *ctx, const struct fs_path *p, uint64_t offset)
 {
-        _cleanup_close_ int fd = fs_openat2(ctx->root, p->rel, O_PATH, 0, FS_RESOLVE);
+        _cleanup_close_ int fd = fs_resolve(ctx, p->rel, O_PATH);
         struct stat st;
         return fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
                (uint64_t)st.st_size > offset + FS_INLINE_BYTES;
@@ -815,8 +919,15 @@ int fs_rename_at(const struct fs_ctx *ctx, const struct fs_path *from, const str
         r = fs_open_parent(ctx, to, false, &to_parent, err);
         if (r < 0)
                 return r;
-        if (renameat2(from_parent, from->name, to_parent, to->name, overwrite ? 0 : RENAME_NOREPLACE) == 0)
+        /* A new name is an entry made: on an idmapped mount, as the user. */
+        fs_create_as_user(
+            ctx, r,
+            renameat2(from_parent, from->name, to_parent, to->name, overwrite ? 0 : RENAME_NOREPLACE) < 0
+                ? -errno
+                : 0);
+        if (r == 0)
                 return 0;
+        errno = -r;
         switch (errno) {
         case EEXIST:
                 return nsbox_refuse(err, EEXIST, "%s already exists (set overwrite to replace it)",
@@ -857,7 +968,12 @@ int fs_symlink_at(const struct fs_ctx *ctx, const char *target, const struct fs_
         int r = fs_open_parent(ctx, p, false, &parent, err);
         if (r < 0)
                 return r;
-        for (int attempt = 0; symlinkat(target, parent, p->name) < 0; attempt++) {
+        for (int attempt = 0;; attempt++) {
+                int made;
+                fs_create_as_user(ctx, made, symlinkat(target, parent, p->name) < 0 ? -errno : 0);
+                if (made == 0)
+                        break;
+                errno = -made;
                 if (errno == ENOSPC || errno == EDQUOT)
                         return fs_no_space(err, ctx, "symlink", p->shown);
                 if (errno != EEXIST)
@@ -891,7 +1007,7 @@ int fs_symlink_at(const struct fs_ctx *ctx, const char *target, const struct fs_
 int fs_chmod_at(const struct fs_ctx *ctx, const struct fs_path *p, mode_t mode, nsbox_error_t **err)
 {
         /* A final symlink is followed, inside the root, as chmod(1) does. */
-        _cleanup_close_ int fd = fs_openat2(ctx->root, p->rel, O_PATH, 0, FS_RESOLVE);
+        _cleanup_close_ int fd = fs_resolve(ctx, p->rel, O_PATH);
         if (fd < 0)
                 return fs_resolve_error(err, -fd, p->shown);
         struct stat st;

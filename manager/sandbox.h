@@ -43,6 +43,11 @@ struct sandbox {
          * mounts is detached: sandbox.snapshot and image.commit copy it. */
         int disk_fd;
         char snapshot_id[37]; /* the snapshot it was created from, or "" */
+        /* The mounts of its volumes and host directories (statx's mount
+         * ids, kept as they were attached): fs.* crosses into these and
+         * into no other mount of the sandbox (fs_ops.c). */
+        uint64_t mount_ids[POLICY_MAX_MOUNTS];
+        unsigned n_mount_ids;
 
         struct sandbox_waiter *create_waiters; /* requests answered when the create ends */
         struct sandbox_waiter *remove_waiters;

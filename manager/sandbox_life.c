@@ -600,6 +600,10 @@ static int sandbox_mount_trees(struct sandbox *sb, pid_t pid, struct mount_trees
                 if (tree < 0)
                         return tree;
                 out->fd[out->n++] = tree;
+                /* move_mount attaches this very mount: its id stays. */
+                struct statx stx;
+                if (statx(tree, "", AT_EMPTY_PATH, STATX_MNT_ID, &stx) == 0 && (stx.stx_mask & STATX_MNT_ID))
+                        sb->mount_ids[sb->n_mount_ids++] = stx.stx_mnt_id;
         }
         return 0;
 }
@@ -1090,6 +1094,8 @@ int sandbox_adopt(struct sandbox_adoption *a, nsbox_error_t **err)
         sb->created_at_ms = a->created_at_ms;
         sb->cgroup = a->cgroup;
         a->cgroup = NULL;
+        for (unsigned i = 0; i < a->n_mount_ids && i < POLICY_MAX_MOUNTS; i++)
+                sb->mount_ids[sb->n_mount_ids++] = a->mount_ids[i];
         sandbox_touch(sb);
         sb->next = nsboxd.sandboxes;
         nsboxd.sandboxes = sb;

@@ -134,6 +134,12 @@ int state_save(const struct sandbox *sb, nsbox_error_t **err)
          * the sandbox's: its idle timer starts over instead). */
         if (sb->paused)
                 json_object_set_new(record, "paused_at_ms", json_integer(sb->paused_at_ms));
+        if (sb->n_mount_ids > 0) {
+                json_t *ids = json_array();
+                for (unsigned i = 0; i < sb->n_mount_ids; i++)
+                        json_array_append_new(ids, json_integer((json_int_t)sb->mount_ids[i]));
+                json_object_set_new(record, "mount_ids", ids);
+        }
         if (nsboxd.stopping)
                 json_object_set_new(
                     record, "last_active_ms",

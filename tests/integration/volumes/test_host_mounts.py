@@ -257,3 +257,39 @@ def test_a_fuse_mount_below_a_root_is_refused_without_stalling_nsboxd(daemon, ro
         server.join(5)
         os.close(fd)
         libc.umount2(mnt.encode(), 2)
+
+
+def test_the_file_api_and_cp_reach_a_mounted_project_as_its_owner(daemon, root):
+    """fs.* and nsbox cp see the host directory at its mount point, as the
+    sandbox does: what they write there is the caller's on the host; a
+    read-only mount stays read-only to them."""
+    project = owned_dir(root, "fs-project", USER)
+    with open(os.path.join(project, "main.py"), "w") as f:
+        f.write("print('hello')\n")
+    os.chown(os.path.join(project, "main.py"), USER, USER)
+    ro = owned_dir(root, "fs-ro-project", USER)
+    sid, error = create_as(daemon, USER, [{"host_path": project, "path": "/workspace/project",
+                                           "read_only": False},
+                                          {"host_path": ro, "path": "/workspace/ro"}])
+    assert error is None, error
+
+    def call(method, **params):
+        return as_uid(USER, daemon.socket, [[method, dict(sandbox_id=sid, **params)]])[0]
+    try:
+        out = call("fs.read", path="/workspace/project/main.py")
+        assert out.get("result", {}).get("content") == "print('hello')\n", out
+        out = call("fs.write", path="/workspace/project/pkg/new.py", content="x = 1\n")
+        assert "result" in out, out
+        r = subprocess.run([os.path.join(BUILD, "nsbox"), "--socket", daemon.socket, "cp",
+                            sid + ":/workspace/project/main.py", "-"],
+                           capture_output=True, preexec_fn=lambda: os.setresuid(USER, USER, USER))
+        assert r.returncode == 0 and r.stdout == b"print('hello')\n", r
+        out = call("fs.write", path="/workspace/ro/f.txt", content="x")
+        assert out.get("error", {}).get("data", {}).get("kind") == "permission_denied", out
+    finally:
+        remove(daemon, sid)
+    for path in ["pkg", "pkg/new.py"]:
+        st = os.stat(os.path.join(project, path))
+        assert (st.st_uid, st.st_gid) == (USER, USER), (path, st.st_uid, st.st_gid)
+    assert open(os.path.join(project, "pkg/new.py")).read() == "x = 1\n"
+    assert os.listdir(ro) == []
