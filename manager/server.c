@@ -402,6 +402,15 @@ int nsboxd_main(int argc, char **argv)
                 fprintf(stderr, "nsboxd --rootless: %s\n", err->message);
                 return 2;
         }
+        /* nsboxd holds what no dump may show: secrets' values on their way
+         * to nsbox-egress, the per-sandbox CAs' keys, clients' payloads. Not
+         * dumpable: no core file is written, and /proc/<nsboxd>/mem and the
+         * other ptrace-guarded files of /proc are root's only (an nsboxd run
+         * by a user, --rootless, no longer shares them with that user). */
+        if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0) {
+                fprintf(stderr, "nsboxd: PR_SET_DUMPABLE: %s\n", strerror(errno));
+                return 2;
+        }
         int r = config_load(&nsboxd.config, argc, argv, &err);
         if (r == 1)
                 return 0;
