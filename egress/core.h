@@ -95,6 +95,7 @@ struct egress_sandbox {
         unsigned next_record;
         /* Deltas since the last stats event. */
         uint64_t bytes_in, bytes_out, connections, refused, dns_queries;
+        uint64_t secrets_injected; /* requests that had its secrets put in */
         double refused_tokens;
         bool removed;
 };
@@ -136,6 +137,8 @@ struct conn {
         bool c2u_extra_noted; /* bytes after it were seen (and maybe refused) */
         uint64_t c2u_left;    /* Content-Length: body bytes still forwarded */
         struct sniff_chunked c2u_chunks;
+        struct inject_scan c2u_scan;             /* its body, for other hosts' placeholders */
+        const struct inject_secret *c2u_foreign; /* the secret whose placeholder it carried */
         int64_t deadline_ms;
         bool named;
         char name[NETPOLICY_NAME_MAX + 1];

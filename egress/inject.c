@@ -213,8 +213,8 @@ enum inject_result inject_headers(const struct inject_secrets *s, const char *ho
 }
 
 enum inject_result inject_rewrite_head(const struct inject_secrets *s, const char *host, const char *in,
-                                       const struct sniff_http *h, char *out, size_t cap, size_t *n,
-                                       const struct inject_secret **foreign)
+                                       const struct sniff_http *h, bool keep_alive, char *out, size_t cap,
+                                       size_t *n, const struct inject_secret **foreign)
 {
         enum inject_result r;
 #define PUT(p, l)                                \
@@ -265,8 +265,49 @@ enum inject_result inject_rewrite_head(const struct inject_secrets *s, const cha
         }
         if ((r = inject_headers(s, host, out, cap, n)) != INJECT_OK)
                 return r;
-        PUT("Connection: close\r\n\r\n", 21);
+        if (keep_alive)
+                PUT("\r\n", 2);
+        else
+                PUT("Connection: close\r\n\r\n", 21);
 #undef PUT
 #undef PUT_INJECTED
         return INJECT_OK;
+}
+
+const struct inject_secret *inject_scan_body(const struct inject_secrets *s, const char *host,
+                                             struct inject_scan *scan, const void *data, size_t len)
+{
+        size_t longest = 0;
+        for (size_t i = 0; s != NULL && i < s->n; i++)
+                if (!for_host(&s->items[i], host) && strlen(s->items[i].placeholder) > longest)
+                        longest = strlen(s->items[i].placeholder);
+        if (longest == 0 || len == 0)
+                return NULL;
+        /* Where the last piece and this one meet: the carry (at most
+         * longest - 1 bytes) and as much of data again. */
+        char joint[2 * sizeof(scan->carry)];
+        size_t head = len < longest - 1 ? len : longest - 1;
+        memcpy(joint, scan->carry, scan->carry_len);
+        memcpy(joint + scan->carry_len, data, head);
+        size_t joint_len = scan->carry_len + head;
+        for (size_t i = 0; i < s->n; i++) {
+                const struct inject_secret *one = &s->items[i];
+                size_t plen = strlen(one->placeholder);
+                if (for_host(one, host))
+                        continue;
+                if (memmem(joint, joint_len, one->placeholder, plen) != NULL ||
+                    memmem(data, len, one->placeholder, plen) != NULL)
+                        return one;
+        }
+        size_t keep = longest - 1;
+        if (len >= keep) {
+                memcpy(scan->carry, (const char *)data + len - keep, keep);
+                scan->carry_len = keep;
+        } else {
+                /* data is all in joint (head == len), after the carry. */
+                keep = joint_len < keep ? joint_len : keep;
+                memmove(scan->carry, joint + joint_len - keep, keep);
+                scan->carry_len = keep;
+        }
+        return NULL;
 }

@@ -30,6 +30,10 @@ struct inject_secrets {
         size_t n;
         char *values; /* madvise(MADV_DONTDUMP) */
         size_t values_size;
+        /* Since the last stats, counted by interception threads too (atomic):
+         * requests that had secrets put in, and requests refused for
+         * carrying another host's placeholder. */
+        unsigned long injected, refused;
 };
 
 /* nsboxd's "secrets" object of an add message ({NAME: {value, hosts,
@@ -64,8 +68,21 @@ enum inject_result inject_headers(const struct inject_secrets *s, const char *ho
 /* The head a request (h, parsed from in) is forwarded with, into out:
  * origin-form target, hop-by-hop headers dropped (and Host, for an
  * absolute-form request: the URI's is put instead), the secrets for host
- * put in and their headers added, "Connection: close" so the connection
- * carries this one request; then the empty line. */
+ * put in and their headers added, "Connection: close" unless keep_alive
+ * (then the connection carries the next request too); then the empty line. */
 enum inject_result inject_rewrite_head(const struct inject_secrets *s, const char *host, const char *in,
-                                       const struct sniff_http *h, char *out, size_t cap, size_t *n,
-                                       const struct inject_secret **foreign);
+                                       const struct sniff_http *h, bool keep_alive, char *out, size_t cap,
+                                       size_t *n, const struct inject_secret **foreign);
+
+/* A request body searched for the placeholders of secrets not for its host
+ * as it passes, piece by piece: each piece with the end of the one before
+ * (a placeholder split between two reads is found), in constant memory
+ * and time linear in the body. Zeroed to start. */
+struct inject_scan {
+        size_t carry_len;
+        char carry[64]; /* the last bytes seen, shorter than the longest placeholder */
+};
+/* The secret whose placeholder the body (so far, with data) carries though
+ * it is not for host (NULL: no name), or NULL. */
+const struct inject_secret *inject_scan_body(const struct inject_secrets *s, const char *host,
+                                             struct inject_scan *scan, const void *data, size_t len);

@@ -175,92 +175,181 @@ static bool upstream_connect(struct job *j)
         return false;
 }
 
-/* The request's body after its head (Content-Length or chunked): rest is
- * what came with the head. */
-static bool forward_body(struct job *j, const struct sniff_http *h, uint8_t *rest, size_t n, uint8_t *buf,
-                         size_t cap)
+/* How a message's body ends: Content-Length bytes, the last chunk, or
+ * (a response with neither) the close of the connection. */
+struct body_frame {
+        bool chunked;
+        bool has_length;
+        uint64_t length;
+};
+
+/* One body from one side to the other: the n bytes at *rest that came
+ * with the head, then what is read. A request's body (from the client) is
+ * searched for other hosts' placeholders before each piece goes on (*foreign
+ * says which), its head (head_len bytes) sent upstream only once the piece
+ * that came with it passed: a request refused there never reaches the host.
+ * True when the body ended by its framing; bytes after it (a pipelined
+ * request) are left at *rest, *n. */
+static bool pass_body(struct job *j, bool from_client, const char *head, size_t head_len, struct body_frame f,
+                      uint8_t **rest, size_t *n, uint8_t *buf, size_t cap,
+                      const struct inject_secret **foreign)
 {
         struct sniff_chunked chunks = { 0 };
-        uint64_t left = h->content_length;
+        struct inject_scan scan = { 0 };
+        uint64_t left = f.length;
         for (;;) {
                 size_t keep;
-                if (h->chunked) {
-                        keep = sniff_chunked_feed(&chunks, rest, n);
+                if (f.chunked) {
+                        keep = sniff_chunked_feed(&chunks, *rest, *n);
                         if (chunks.state == SNIFF_CHUNK_ERROR)
                                 return false;
-                } else {
-                        keep = n > left ? (size_t)left : n;
+                } else if (f.has_length) {
+                        keep = *n > left ? (size_t)left : *n;
                         left -= keep;
+                } else {
+                        keep = *n;
                 }
-                if (!upstream_write(j, rest, keep))
+                if (from_client &&
+                    (*foreign = inject_scan_body(j->secrets, j->host, &scan, *rest, keep)) != NULL)
                         return false;
-                bool done = h->chunked ? chunks.state == SNIFF_CHUNK_DONE : left == 0;
+                bool done = f.chunked ? chunks.state == SNIFF_CHUNK_DONE : f.has_length && left == 0;
+                /* The head waits for the body's first bytes (a client may
+                 * write them apart): those are searched before it goes. */
+                if (head != NULL && (keep > 0 || done)) {
+                        if (!upstream_write(j, head, head_len))
+                                return false;
+                        head = NULL;
+                }
+                if (!(from_client ? upstream_write(j, *rest, keep) : client_write(j, *rest, keep)))
+                        return false;
+                *rest += keep;
+                *n -= keep;
                 if (done)
                         return true;
-                int r = client_step(j, buf, (int)cap);
+                int r = from_client ? client_step(j, buf, (int)cap) : SSL_read(j->upstream, buf, (int)cap);
                 if (r <= 0)
                         return false;
-                rest = buf;
-                n = (size_t)r;
+                *rest = buf;
+                *n = (size_t)r;
         }
 }
 
-static void intercept_request(struct job *j)
+/* The upstream's answer to one request, relayed as it is framed (1xx
+ * interim answers first). True when the connection carries another
+ * request after it. */
+static bool relay_response(struct job *j, bool head_request, uint8_t *buf, size_t cap)
+{
+        size_t len = 0;
+        for (;;) {
+                struct sniff_http_response rh;
+                enum sniff_result sr =
+                    len > 0 ? sniff_http_response_head((const char *)buf, len, &rh) : SNIFF_NEED_MORE;
+                while (sr == SNIFF_NEED_MORE && len < cap) {
+                        int r = SSL_read(j->upstream, buf + len, (int)(cap - len));
+                        if (r <= 0)
+                                return false;
+                        len += (size_t)r;
+                        sr = sniff_http_response_head((const char *)buf, len, &rh);
+                }
+                uint8_t *rest = buf;
+                size_t n = len;
+                if (sr != SNIFF_OK || rh.status == 101) {
+                        /* Not one we can frame: what comes, until the close. */
+                        const struct inject_secret *none = NULL;
+                        pass_body(j, false, NULL, 0, (struct body_frame){ 0 }, &rest, &n, buf, cap, &none);
+                        return false;
+                }
+                if (!client_write(j, buf, rh.head_len))
+                        return false;
+                rest = buf + rh.head_len;
+                n = len - rh.head_len;
+                if (rh.status >= 100 && rh.status < 200) {
+                        memmove(buf, rest, n);
+                        len = n;
+                        continue;
+                }
+                if (head_request || rh.status == 204 || rh.status == 304)
+                        return !rh.close;
+                struct body_frame f = { .chunked = rh.chunked,
+                                        .has_length = rh.has_length,
+                                        .length = rh.content_length };
+                const struct inject_secret *none = NULL;
+                bool framed = pass_body(j, false, NULL, 0, f, &rest, &n, buf, cap, &none);
+                return framed && (rh.chunked || rh.has_length) && !rh.close;
+        }
+}
+
+/* The requests of one connection, each with the secrets put in: HTTP/1.1
+ * keep-alive carries several, each one judged and rewritten as the first. */
+static void intercept_requests(struct job *j)
 {
         size_t cap = SNIFF_HEAD_MAX, len = 0;
         uint8_t *in = malloc(cap), *io = malloc(EGRESS_INTERCEPT_IO);
         size_t out_cap = 2 * SNIFF_HEAD_MAX;
         char *out = malloc(out_cap);
-        struct sniff_http h;
-        enum sniff_result sr = SNIFF_NEED_MORE;
+        const struct inject_secret *foreign = NULL;
         if (in == NULL || io == NULL || out == NULL)
                 goto done;
-        while (sr == SNIFF_NEED_MORE && len < cap) {
-                int r = client_step(j, in + len, (int)(cap - len));
-                if (r <= 0)
-                        goto done;
-                len += (size_t)r;
-                sr = sniff_http_head((const char *)in, len, &h);
-        }
-        if (sr != SNIFF_OK || h.connect) {
-                client_answer(j, "400 Bad Request", "nsbox: bad request\n");
-                goto done;
-        }
-        char host[NETPOLICY_NAME_MAX + 1];
-        if (netpolicy_name_normalize(h.host, strlen(h.host), host) < 0 || strcmp(host, j->host) != 0) {
-                /* Domain fronting: the secrets are for the name the TLS was for. */
-                client_answer(j, "421 Misdirected Request",
-                              "nsbox: the request's Host is not its TLS server name\n");
-                goto done;
-        }
-        size_t n = 0;
-        const struct inject_secret *foreign = NULL;
-        enum inject_result ir =
-            inject_rewrite_head(j->secrets, j->host, (const char *)in, &h, out, out_cap, &n, &foreign);
-        if (ir == INJECT_FOREIGN) {
-                log_warn(
-                    "sandbox %s: network policy refused %s:443 (carries the placeholder of secret %s, not "
-                    "for this host)",
-                    j->sandbox, j->host, foreign->name);
-                char body[NETPOLICY_NAME_MAX + 64];
-                snprintf(body, sizeof(body), "nsbox: network policy refused %s\n", j->host);
-                client_answer(j, "403 Forbidden", body);
-                goto done;
-        }
-        if (ir != INJECT_OK) {
-                client_answer(j, "400 Bad Request", "nsbox: request head too large\n");
-                goto done;
-        }
-        if (!upstream_connect(j))
-                goto done;
-        if (!upstream_write(j, out, n) ||
-            !forward_body(j, &h, in + h.head_len, len - h.head_len, io, EGRESS_INTERCEPT_IO))
-                goto done;
         for (;;) {
-                int r = SSL_read(j->upstream, io, EGRESS_INTERCEPT_IO);
-                if (r <= 0 || !client_write(j, io, (size_t)r))
-                        break;
+                struct sniff_http h;
+                enum sniff_result sr = len > 0 ? sniff_http_head((const char *)in, len, &h) : SNIFF_NEED_MORE;
+                while (sr == SNIFF_NEED_MORE && len < cap) {
+                        int r = client_step(j, in + len, (int)(cap - len));
+                        if (r <= 0)
+                                goto done; /* the client is done: between requests, its end */
+                        len += (size_t)r;
+                        sr = sniff_http_head((const char *)in, len, &h);
+                }
+                if (sr != SNIFF_OK || h.connect) {
+                        client_answer(j, "400 Bad Request", "nsbox: bad request\n");
+                        goto done;
+                }
+                char host[NETPOLICY_NAME_MAX + 1];
+                if (netpolicy_name_normalize(h.host, strlen(h.host), host) < 0 ||
+                    strcmp(host, j->host) != 0) {
+                        /* Domain fronting: the secrets are for the name the TLS was for. */
+                        client_answer(j, "421 Misdirected Request",
+                                      "nsbox: the request's Host is not its TLS server name\n");
+                        goto done;
+                }
+                size_t n = 0;
+                enum inject_result ir = inject_rewrite_head(j->secrets, j->host, (const char *)in, &h,
+                                                            !h.close, out, out_cap, &n, &foreign);
+                if (ir == INJECT_FOREIGN)
+                        goto refuse;
+                if (ir != INJECT_OK) {
+                        client_answer(j, "400 Bad Request", "nsbox: request head too large\n");
+                        goto done;
+                }
+                if (j->upstream == NULL && !upstream_connect(j))
+                        goto done;
+                uint8_t *rest = in + h.head_len;
+                size_t left = len - h.head_len;
+                struct body_frame f = { .chunked = h.chunked,
+                                        .has_length = true,
+                                        .length = h.content_length };
+                bool passed = pass_body(j, true, out, n, f, &rest, &left, io, EGRESS_INTERCEPT_IO, &foreign);
+                explicit_bzero(out, n);
+                if (!passed) {
+                        if (foreign != NULL)
+                                goto refuse;
+                        goto done;
+                }
+                __atomic_add_fetch(&j->secrets->injected, 1, __ATOMIC_RELAXED);
+                /* What came after the body: the next request's start. */
+                memmove(in, rest, left);
+                len = left;
+                if (!relay_response(j, strcmp(h.method, "HEAD") == 0, io, EGRESS_INTERCEPT_IO) || h.close)
+                        goto done;
         }
+refuse:
+        __atomic_add_fetch(&j->secrets->refused, 1, __ATOMIC_RELAXED);
+        log_warn("sandbox %s: network policy refused %s:443 (carries the placeholder of secret %s, not for "
+                 "this host)",
+                 j->sandbox, j->host, foreign->name);
+        char body[NETPOLICY_NAME_MAX + 64];
+        snprintf(body, sizeof(body), "nsbox: network policy refused %s\n", j->host);
+        client_answer(j, "403 Forbidden", body);
 done:
         if (out != NULL)
                 explicit_bzero(out, out_cap);
@@ -292,7 +381,7 @@ static void *intercept_main(void *arg)
                 SSL_set_bio(j->client, j->client_in, client_out);
                 client_out = NULL;
                 if (client_step(j, NULL, 0) > 0)
-                        intercept_request(j);
+                        intercept_requests(j);
                 SSL_shutdown(j->client);
         } else {
                 BIO_free(j->client_in);

@@ -221,6 +221,16 @@ static void conn_refuse(struct conn *c, const char *reason)
         conn_answer_and_close(c, 403);
 }
 
+/* Refused once relaying: the request's head (and some of its body) went
+ * upstream, so nothing is answered; the log and event say why. */
+static void conn_refused_midway(struct conn *c, const char *reason)
+{
+        if (c->sandbox != NULL)
+                egress_refused(c->sandbox, c->named ? c->name : NULL,
+                               c->connect_addr ? c->connect_addr : c->dst_addr,
+                               c->connect_port ? c->connect_port : c->dst_port, reason);
+}
+
 /* --- epoll interest ------------------------------------------------------- */
 
 static void conn_update(struct conn *c)
@@ -298,6 +308,20 @@ static bool c2u_take(struct conn *c, const uint8_t *p, size_t *n)
         if (keep < *n)
                 c2u_note_extra(c, p + keep, *n - keep);
         *n = keep;
+        /* A placeholder anywhere in the body, not only in the head, is
+         * refused on a host not of its secret. */
+        if (c->sandbox != NULL && c->sandbox->secrets != NULL &&
+            (c->c2u_foreign = inject_scan_body(c->sandbox->secrets, c->named ? c->name : NULL, &c->c2u_scan,
+                                               p, keep)) != NULL) {
+                if (c->state != CONN_SNIFF) { /* the head went already: the request is cut short */
+                        char why[160];
+                        snprintf(why, sizeof(why),
+                                 "its body carries the placeholder of secret %s, not for this host",
+                                 c->c2u_foreign->name);
+                        conn_refused_midway(c, why);
+                }
+                return false;
+        }
         return true;
 }
 
@@ -430,7 +454,7 @@ static enum rewrite_result rewrite_http_head(struct conn *c, const struct inject
         const char *in = (const char *)c->c2u.buf + c->c2u.start;
         size_t n = 0;
         enum inject_result r =
-            inject_rewrite_head(secrets, c->named ? c->name : NULL, in, h, out, cap, &n, foreign);
+            inject_rewrite_head(secrets, c->named ? c->name : NULL, in, h, false, out, cap, &n, foreign);
         size_t body = half_used(&c->c2u) - h->head_len;
         c->c2u_limited = true;
         c->c2u_chunked = h->chunked;
@@ -439,7 +463,10 @@ static enum rewrite_result rewrite_http_head(struct conn *c, const struct inject
         if (r != INJECT_OK || !c2u_take(c, (const uint8_t *)in + h->head_len, &body) || n + body > cap) {
                 explicit_bzero(out, cap);
                 free(out);
-                return r == INJECT_FOREIGN ? REWRITE_FOREIGN_SECRET : REWRITE_FAILED;
+                if (r == INJECT_OK && c->c2u_foreign != NULL)
+                        *foreign = c->c2u_foreign;
+                return r == INJECT_FOREIGN || c->c2u_foreign != NULL ? REWRITE_FOREIGN_SECRET
+                                                                     : REWRITE_FAILED;
         }
         memcpy(out + n, in + h->head_len, body);
         n += body;
@@ -449,6 +476,8 @@ static enum rewrite_result rewrite_http_head(struct conn *c, const struct inject
         c->c2u.start = 0;
         c->c2u.end = n;
         c->holds_secret = secrets != NULL;
+        if (c->sandbox != NULL && c->named && inject_for_host(secrets, c->name))
+                c->sandbox->secrets_injected++;
         return REWRITE_OK;
 }
 

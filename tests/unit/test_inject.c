@@ -109,6 +109,34 @@ static void test_a_full_buffer_is_nospace(void **state)
         inject_unref(s);
 }
 
+/* The body is searched piece by piece: a placeholder split at any point
+ * between two pieces, or between many one-byte pieces, is found; one for
+ * the body's own host is not foreign. */
+static void test_a_body_placeholder_is_found_across_pieces(void **state)
+{
+        struct inject_secrets *s = two_secrets();
+        const char body[] = "x=1&k=" PH_A "&y=2";
+        for (size_t cut = 0; cut <= sizeof(body) - 1; cut++) {
+                struct inject_scan scan = { 0 };
+                const struct inject_secret *hit = inject_scan_body(s, "b.test", &scan, body, cut);
+                if (hit == NULL)
+                        hit = inject_scan_body(s, "b.test", &scan, body + cut, sizeof(body) - 1 - cut);
+                assert_non_null(hit);
+                assert_string_equal(hit->name, "A");
+        }
+        struct inject_scan scan = { 0 };
+        const struct inject_secret *hit = NULL;
+        for (size_t i = 0; i < sizeof(body) - 1 && hit == NULL; i++)
+                hit = inject_scan_body(s, NULL, &scan, body + i, 1);
+        assert_non_null(hit);
+        memset(&scan, 0, sizeof(scan));
+        assert_null(inject_scan_body(s, "a.test", &scan, body, sizeof(body) - 1));
+        /* A prefix of a placeholder at the end is no placeholder yet. */
+        memset(&scan, 0, sizeof(scan));
+        assert_null(inject_scan_body(s, "c.test", &scan, "abc nsbox-secret-aaaa", 21));
+        inject_unref(s);
+}
+
 static void test_malformed_messages_are_refused(void **state)
 {
         const char *bad[] = { "[]", "{\"A\": 1}", "{\"A\": {\"value\": \"v\", \"hosts\": [\"a\"]}}",
@@ -171,6 +199,7 @@ int main(void)
                 cmocka_unit_test(test_a_placeholder_for_another_host_is_foreign),
                 cmocka_unit_test(test_the_secrets_header_replaces_the_sandboxs),
                 cmocka_unit_test(test_a_full_buffer_is_nospace),
+                cmocka_unit_test(test_a_body_placeholder_is_found_across_pieces),
                 cmocka_unit_test(test_malformed_messages_are_refused),
                 cmocka_unit_test(test_client_secrets_are_checked_and_get_fresh_placeholders),
         };

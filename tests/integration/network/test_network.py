@@ -243,7 +243,7 @@ def net_exec(d, sid, code, user="sandbox", timeout=90):
     from conftest import PRELUDE
     r = d.call("sandbox.exec", sandbox_id=sid, argv=["python3", "-c", PRELUDE + NETLIB + textwrap.dedent(code)],
                user=user, timeout_seconds=timeout)
-    assert r["exit_code"] == 0, r
+    assert r["exit_code"] == 0, (r["stdout"][-2000:], r["stderr"][-3000:])
     r["verdict"] = json.loads(r["stdout"].strip().splitlines()[-1])
     return r
 

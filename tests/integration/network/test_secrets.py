@@ -16,7 +16,7 @@ import pytest
 import upstream as U
 from conftest import REPO
 from nsbox_client import RpcError
-from test_network import ALLOWED_ONLY, landed, net, net_daemon, net_exec, sbs, up  # noqa: F401 (fixtures)
+from test_network import ALLOWED_ONLY, info_stats, landed, net, net_daemon, net_exec, sbs, up  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.serial, pytest.mark.xdist_group("host-network")]
 
@@ -284,6 +284,72 @@ def test_https_placeholder_of_another_hosts_secret_is_refused_inside_tls(netd, s
     assert landed(up, mark, local=U.ALLOWED) == []
     log = netd.read_log()
     assert "placeholder of secret THEIRS" in log and theirs not in log and mine not in log
+
+
+def test_a_placeholder_in_a_request_body_to_another_host_is_refused(netd, sbs, up):
+    """Not only the head: a placeholder in the body of a request to a host
+    not of its secret is refused before the request reaches the host, over
+    plain HTTP and inside an intercepted TLS connection, and logged."""
+    mine, theirs = value(), value()
+    sid = make(sbs, MINE={"value": mine, "hosts": ["allowed.test"]},
+               THEIRS={"value": theirs, "hosts": ["index.test"]})
+    mark = up.mark()
+    r = net_exec(netd, sid, HTTPS_CLIENTS + textwrap.dedent(r"""
+        from http.client import HTTPSConnection
+        mine = os.environ["NSBOX_SECRET_MINE"]
+        body = ("x" * 3000 + "token=" + mine).encode()
+        plain = http('index.test', raw=(
+            "POST /plain-body HTTP/1.1\r\nHost: index.test\r\nContent-Length: %d\r\n"
+            "Connection: close\r\n\r\n" % len(body)).encode() + body)
+        tls = HTTPSConnection("allowed.test", timeout=20)
+        tls.request("POST", "/tls-body", body=("k=" + os.environ["NSBOX_SECRET_THEIRS"]).encode())
+        resp = tls.getresponse()
+        verdict(plain=plain, tls={"status": resp.status, "body": resp.read().decode(errors="replace")})
+    """))
+    v = r["verdict"]
+    assert v["plain"].get("status") == 403 and "refused index.test" in v["plain"]["body"], v["plain"]
+    assert v["tls"]["status"] == 403 and "refused allowed.test" in v["tls"]["body"], v["tls"]
+    assert "index.test:80" in r.get("network_refused", []), r
+    # Neither request reached its host, head or body.
+    assert landed(up, mark) == [], landed(up, mark)
+    log = netd.read_log()
+    assert "placeholder of secret MINE" in log and "placeholder of secret THEIRS" in log
+    assert mine not in log and theirs not in log
+
+
+def test_a_keep_alive_connection_gets_the_secret_in_each_request(netd, sbs, up):
+    """HTTP/1.1 keep-alive over an intercepted TLS connection: every request
+    on it is rewritten (the value put in), not only the first; the secrets'
+    use counts in the sandbox's egress stats."""
+    secret = value()
+    sid = make(sbs, TOKEN={"value": secret, "hosts": ["allowed.test"], "header": "Authorization: Bearer {value}"})
+    mark = up.mark()
+    v = net(netd, sid, r"""
+        from http.client import HTTPSConnection
+        token = os.environ["NSBOX_SECRET_TOKEN"]
+        conn = HTTPSConnection("allowed.test", timeout=20)
+        out, socks = [], []
+        for i in range(3):
+            try:
+                conn.request("GET", "/keep-%d?t=%s" % (i, token), headers={"X-Token": token})
+                r = conn.getresponse()
+                out.append({"status": r.status, "body": r.read().decode(errors="replace")})
+                socks.append(id(conn.sock))
+            except Exception as e:
+                out.append({"error": "%s: %s" % (type(e).__name__, e)})
+                break
+        verdict(out=out, one_connection=len(set(socks)) == 1 and conn.sock is not None)
+    """)
+    assert [o.get("status") for o in v["out"]] == [200, 200, 200], v
+    assert v["one_connection"], v
+    hits = landed(up, mark, local=U.ALLOWED)
+    assert [h["path"] for h in hits] == ["/keep-%d?t=%s" % (i, secret) for i in range(3)], hits
+    for h in hits:
+        assert h["headers"]["Authorization"] == "Bearer " + secret and h["headers"]["X-Token"] == secret, h
+    # The proxy kept one connection upstream too.
+    assert [h["request_on_connection"] for h in hits] == [1, 2, 3], hits
+    _, stats = info_stats(netd, sid, lambda s: s.get("secrets_injected", 0) >= 3)
+    assert stats.get("secrets_injected") == 3, stats
 
 
 def test_https_through_the_explicit_proxy_is_intercepted_too(netd, sbs, up):
