@@ -267,6 +267,52 @@ const scenarios = {
     }
   },
 
+  async volumes() {
+    const { Volume } = e2b;
+    const other = { apiKey: process.env.E2B_OTHER_KEY };
+    const vol = await Volume.create(`e2b-vol-${process.pid}`);
+    report.created = { volumeId: vol.volumeId, name: vol.name };
+    report.listed = (await Volume.list()).some((v) => v.volumeId === vol.volumeId);
+    report.info = (await Volume.getInfo(vol.volumeId)).name;
+    try {
+      await Volume.getInfo(vol.volumeId, other);
+      report.otherInfo = "found";
+    } catch (e) {
+      report.otherInfo = errorName(e);
+    }
+    report.otherListed = (await Volume.list(other)).some((v) => v.volumeId === vol.volumeId);
+    const a = await Sandbox.create({ volumeMounts: { "/data": vol } });
+    try {
+      await a.commands.run("echo kept > /data/note");
+      report.mounts = (await Sandbox.getInfo(a.sandboxId)).volumeMounts;
+      report.readByFiles = await a.files.read("/data/note");
+      await a.files.write("/data/by-files.txt", "written by files.write\n");
+      report.owner = (await a.commands.run("stat -c %U /data/by-files.txt")).stdout;
+    } finally {
+      await a.kill();
+    }
+    const b = await Sandbox.create({ volumeMounts: { "/workspace/v": vol.name } });
+    try {
+      report.second = (await b.commands.run("cat /workspace/v/note /workspace/v/by-files.txt")).stdout;
+      try {
+        await Volume.destroy(vol.volumeId);
+        report.destroyWhileMounted = "destroyed";
+      } catch (e) {
+        report.destroyWhileMounted = errorName(e);
+      }
+    } finally {
+      await b.kill();
+    }
+    report.destroyed = await Volume.destroy(vol.volumeId);
+    report.destroyedAgain = await Volume.destroy(vol.volumeId);
+    try {
+      await Volume.getInfo(vol.volumeId);
+      report.infoAfterDestroy = "found";
+    } catch (e) {
+      report.infoAfterDestroy = errorName(e);
+    }
+  },
+
   async isolation() {
     const mine = await Sandbox.create({ metadata: { owner: "a" } });
     try {

@@ -140,3 +140,20 @@ def test_two_api_keys_do_not_see_each_others_sandboxes(front, sdk_dir):
     assert r["otherConnect"].endswith("NotFoundError")
     assert r["otherKill"] in ("NotFoundError", "no error")  # E2B's kill of a missing sandbox returns false
     assert r["stillRunning"] is True
+
+
+def test_volumes_created_mounted_shared_and_destroyed(front, sdk_dir):
+    """E2B's Volume class and Sandbox.create's volumeMounts on nsbox volumes
+    of the key's uid: a file written by one sandbox (and by files.write,
+    which sees the volume at its mount point) is read by the next."""
+    r = scenario(front, sdk_dir, "volumes")
+    assert r["created"]["volumeId"] == r["created"]["name"] and r["created"]["name"].startswith("e2b-vol-")
+    assert r["listed"] is True and r["info"] == r["created"]["name"]
+    assert r["otherInfo"] == "VolumeNotFoundError" and r["otherListed"] is False
+    assert r["mounts"] == [{"name": r["created"]["name"], "path": "/data"}]
+    assert r["readByFiles"] == "kept\n"
+    assert r["owner"] == "sandbox\n", r["owner"]
+    assert r["second"] == "kept\nwritten by files.write\n"
+    assert r["destroyWhileMounted"] == "VolumeError"
+    assert r["destroyed"] is True and r["destroyedAgain"] is False
+    assert r["infoAfterDestroy"] == "VolumeNotFoundError"
