@@ -298,6 +298,30 @@ def test_the_file_api_honours_a_read_only_volume_and_no_other_mount(daemon):
     daemon.call("volume.remove", name="rofiles")
 
 
+def test_the_file_api_still_sees_a_volume_after_a_live_restore():
+    """The mounts fs.* may reach are kept in the sandbox's record: the nsboxd
+    that adopts a sandbox after a kill -9 reaches its volume too."""
+    state = tempfile.mkdtemp(prefix="nsbox-test-volumes-restore-")
+    live = ["--state-dir", state, "--live-restore", "1", "--warm-pool", "0"]
+    d = Daemon(extra_args=live)
+    try:
+        d.call("volume.create", name="kept", size="16M")
+        sid = create(d, mounts=[{"volume": "kept", "path": "/data"}])
+        sh(d, sid, "echo before the restart > /data/f")
+        d.proc.kill()
+        d.proc.wait()
+        d.stop()
+        d = Daemon(extra_args=live)
+        assert d.call("fs.read", sandbox_id=sid, path="/data/f")["content"] == "before the restart\n"
+        d.call("fs.write", sandbox_id=sid, path="/data/g", content="after")
+        assert sh(d, sid, "cat /data/g")["stdout"] == "after"
+        remove(d, sid)
+        d.call("volume.remove", name="kept")
+    finally:
+        d.stop()
+        shutil.rmtree(state, ignore_errors=True)
+
+
 def test_mcp_create_sandbox_mounts_a_volume(daemon):
     from test_mcp import McpProcess, init_params
     daemon.call("volume.create", name="mcpvol", size="16M")
