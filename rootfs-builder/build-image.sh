@@ -100,12 +100,16 @@ python | desktop | browser)
                 # server, a window manager, VNC and noVNC (websockify serves
                 # it) for a human to watch, xdotool for input, scrot for PNG
                 # screenshots, chromium and xterm to work in, x11-utils
-                # (xdpyinfo: is the display up).
+                # (xdpyinfo: is the display up); for E2B's desktop SDK
+                # (docs/e2b.md), x11-xserver-utils (xrandr: getScreenSize) and
+                # libgtk-3-bin (gtk-launch: launch(app); chromium already
+                # brings GTK itself).
                 PACKAGES+=(xvfb openbox x11vnc novnc websockify xdotool scrot
-                        chromium fonts-dejavu-core fonts-liberation xterm x11-utils)
+                        chromium fonts-dejavu-core fonts-liberation xterm x11-utils
+                        x11-xserver-utils libgtk-3-bin)
                 # What a desktop sandbox must be able to run (smoke check).
                 DESKTOP_TOOLS=(Xvfb openbox x11vnc websockify xdotool scrot
-                        chromium xterm xdpyinfo)
+                        chromium xterm xdpyinfo xrandr gtk-launch)
         fi
         if [ "$NAME" = browser ]; then
                 # The python image plus headless Chromium: Debian's chromium
