@@ -246,6 +246,22 @@ def test_execute_streams_output_while_the_cell_runs(front, sbx):
     assert "Traceback" in error[0]["traceback"] and "__nsbox" not in error[0]["traceback"]
 
 
+def test_a_client_leaving_mid_cell_interrupts_it_and_the_variables_stay(front, sbx):
+    s = socket.create_connection(("127.0.0.1", front.port), timeout=60)
+    body = json.dumps({"code": "import time\nkept = 7\nprint('looping')\nwhile True:\n    time.sleep(0.05)"})
+    head = "".join("%s: %s\r\n" % kv for kv in dict(interpreter_headers(sbx), **{
+        "Content-Type": "application/json", "Content-Length": str(len(body))}).items())
+    s.sendall(("POST /execute HTTP/1.1\r\nHost: 127.0.0.1\r\n%s\r\n%s" % (head, body)).encode())
+    got = b""
+    while b"looping" not in got:
+        more = s.recv(4096)
+        assert more, got
+        got += more
+    s.close()  # gone while the cell loops
+    # the next cell runs (the loop was interrupted), with the variables made before
+    assert main_result(execute(front, sbx, "kept")) == ["7"]
+
+
 def test_env_vars_apply_to_their_cell_only(front, sbx):
     code = ("import os, subprocess\n(os.environ.get('CELL_VAR'), "
             "subprocess.run(['sh', '-c', 'echo $CELL_VAR'], capture_output=True, text=True).stdout)")
