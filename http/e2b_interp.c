@@ -143,8 +143,11 @@ static void cell_notify(const char *method, json_t *params, void *data)
         }
         const char *stream = json_string_value(json_object_get(params, "stream"));
         json_t *text = json_object_get(params, "data");
-        if (strcmp(method, "exec.output") == 0 && stream != NULL && json_is_string(text) &&
-            (strcmp(stream, "stdout") == 0 || strcmp(stream, "stderr") == 0))
+        if (strcmp(method, "python.image") == 0 && json_is_string(text))
+                ndjson_line(&s->buf, &s->len, &s->cap,
+                            json_pack("{s:s, s:O, s:b}", "type", "result", "png", text, "is_main_result", 0));
+        else if (strcmp(method, "exec.output") == 0 && stream != NULL && json_is_string(text) &&
+                 (strcmp(stream, "stdout") == 0 || strcmp(stream, "stderr") == 0))
                 ndjson_line(
                     &s->buf, &s->len, &s->cap,
                     json_pack("{s:s, s:O, s:I}", "type", stream, "text", text, "timestamp", now_us()));

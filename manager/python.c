@@ -72,7 +72,8 @@ struct python_run {
         enum { RUN_CODE, RUN_RESET, RUN_REMOVE } kind; /* stateful: a call, or python.reset */
         char call_id[37];    /* a streamed stateful call's exec_id in its notifications */
         json_int_t streamed; /* bytes of it sent so far (stateful) */
-        json_t *error;       /* the exception's {name, value, traceback} (stateful), owned */
+        size_t images_sent, image_bytes, images_left_out; /* its figures streamed (stateful) */
+        json_t *error; /* the exception's {name, value, traceback} (stateful), owned */
         unsigned timeout_s;
         json_int_t max_output;     /* max_output_bytes asked, or -1: the default */
         json_int_t output_dropped; /* bytes of output past max_output, dropped */
@@ -177,6 +178,7 @@ static void reply_run(struct python_run *run, const char *status, json_t *exit_c
                      (unsigned long long)(run->sb->policy.limits.memory_bytes >> 20)) >= 0)
                 err_text = with_oom;
         json_t *outputs = build_outputs(run->sb, out, images, &images_left_out);
+        images_left_out += run->images_left_out;
         json_t *files_json = bounded_files(files, &files_left_out);
         json_t *reply = json_pack("{s:s, s:s, s:s, s:o, s:I, s:o, s:o, s:o, s:b, s:s, s:I, s:I}", "status",
                                   status, "stdout", out ? out : "", "stderr", err_text ? err_text : "",
@@ -576,6 +578,32 @@ static void interp_stream(struct python_run *run, json_t *frame)
                 rpc_notify(run->req, "exec.output", params);
 }
 
+/* A figure a streamed call showed (its path in the sandbox), as a
+ * python.image notification while the call runs, within the bounds of a
+ * reply's images: the ones past them are counted as left out. */
+static void interp_stream_image(struct python_run *run, json_t *frame)
+{
+        const char *path = json_string_value(json_object_get(frame, "image"));
+        if (!run->stream || run->kind != RUN_CODE || path == NULL)
+                return;
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        _cleanup_free_ char *data = NULL, *b64 = NULL;
+        size_t len = 0, room = MAX_IMAGES_TOTAL - run->image_bytes;
+        if (run->images_sent >= MAX_IMAGES || run->image_bytes >= MAX_IMAGES_TOTAL ||
+            fs_read_file(run->sb, path, room < MAX_IMAGE_BYTES ? room : MAX_IMAGE_BYTES, &data, &len, &err) <
+                0 ||
+            (b64 = base64_encode(data, len, NULL)) == NULL) {
+                run->images_left_out++;
+                return;
+        }
+        run->images_sent++;
+        run->image_bytes += len;
+        _cleanup_json_ json_t *params = json_pack("{s:s, s:s, s:s, s:s}", "exec_id", run->call_id, "mime",
+                                                  "image/png", "data", b64, "path", path);
+        if (params != NULL)
+                rpc_notify(run->req, "python.image", params);
+}
+
 /* The driver's {name, value, traceback} of the call's exception, type-checked. */
 static json_t *driver_error(json_t *frame)
 {
@@ -718,11 +746,15 @@ static void interp_on_stdout(struct exec *ex, const char *data, size_t len, void
                                 in->timeout_stage = 2;
                                 interp_arm(in, CLEANUP_GRACE_MS);
                         }
-                } else if (json_is_string(json_object_get(frame, "output"))) {
+                } else if (json_is_string(json_object_get(frame, "output")) ||
+                           json_is_string(json_object_get(frame, "image"))) {
                         json_t *id = json_object_get(frame, "id");
-                        if (in->in_flight && in->queue != NULL && json_is_integer(id) &&
-                            (uint64_t)json_integer_value(id) == in->next_id)
+                        bool current = in->in_flight && in->queue != NULL && json_is_integer(id) &&
+                                       (uint64_t)json_integer_value(id) == in->next_id;
+                        if (current && json_object_get(frame, "output") != NULL)
                                 interp_stream(in->queue, frame);
+                        else if (current)
+                                interp_stream_image(in->queue, frame);
                 } else if (in->in_flight && in->queue != NULL) {
                         interp_answer(in, frame);
                 }

@@ -230,6 +230,17 @@ const scenarios = {
       });
       report.heard = heard;
       report.stdout = run.logs.stdout;
+      // onResult hears a figure shown mid-cell while the cell still runs
+      const figure = "import os, time\nimport matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()\n" +
+        "for _ in range(600):\n    if os.path.exists('/workspace/go-figure'):\n        break\n    time.sleep(0.05)\n" +
+        "print('saw-go' if os.path.exists('/workspace/go-figure') else 'no-go')";
+      const shown = await sbx.runCode(figure, {
+        onResult: async (r) => {
+          if (r.png) await sbx.files.write("/workspace/go-figure", "x");
+        },
+      });
+      report.figureStdout = shown.logs.stdout;
+      report.figurePngs = shown.results.filter((r) => r.png).length;
     } finally {
       await sbx.kill();
     }

@@ -116,6 +116,7 @@ def test_run_code_callbacks_hear_lines_while_the_cell_runs(front, sdk_dir):
     assert ["out", "saw-go\n"] in r["heard"]  # the callback's file reached the cell before it gave up
     assert ["err", "err-first\n"] in r["heard"]
     assert r["stdout"] == ["first\n", "saw-go\n"]
+    assert r["figureStdout"] == ["saw-go\n"] and r["figurePngs"] == 1
 
 
 def test_pty_input_resize_kill(front, sdk_dir):

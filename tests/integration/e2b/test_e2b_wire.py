@@ -246,6 +246,30 @@ def test_execute_streams_output_while_the_cell_runs(front, sbx):
     assert "Traceback" in error[0]["traceback"] and "__nsbox" not in error[0]["traceback"]
 
 
+def test_a_figure_shown_mid_cell_is_a_result_before_the_cell_ends(front, sbx):
+    code = ("import os, time\nimport matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()\n"
+            "for _ in range(600):\n    if os.path.exists('/workspace/go-figure'):\n        break\n    time.sleep(0.05)\n"
+            "print('saw-go' if os.path.exists('/workspace/go-figure') else 'no-go')")
+    c = http.client.HTTPConnection("127.0.0.1", front.port, timeout=120)
+    try:
+        c.request("POST", "/execute", body=json.dumps({"code": code}).encode(),
+                  headers=dict(interpreter_headers(sbx), **{"Content-Type": "application/json"}))
+        resp = c.getresponse()
+        seen = []
+        while not seen or seen[-1]["type"] != "result":
+            line = resp.readline()
+            assert line, seen
+            seen.append(json.loads(line))
+        assert base64.b64decode(seen[-1]["png"]).startswith(b"\x89PNG") and seen[-1]["is_main_result"] is False
+        call(front, "POST", "/files?path=/workspace/go-figure", b"x",
+             headers=sbx.headers(**{"Content-Type": "application/octet-stream"}))
+        seen += [json.loads(l) for l in resp.read().decode().splitlines()]
+    finally:
+        c.close()
+    assert [l["text"] for l in seen if l["type"] == "stdout"] == ["saw-go\n"]
+    assert len([l for l in seen if l["type"] == "result"]) == 1  # not again at the end
+
+
 def test_a_client_leaving_mid_cell_interrupts_it_and_the_variables_stay(front, sbx):
     s = socket.create_connection(("127.0.0.1", front.port), timeout=60)
     body = json.dumps({"code": "import time\nkept = 7\nprint('looping')\nwhile True:\n    time.sleep(0.05)"})

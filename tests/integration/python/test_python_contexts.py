@@ -2,6 +2,8 @@
 """The stateful interpreter's streamed calls, contexts, per-call env and
 python.reset, against the real daemon and the real image (what nsbox-http's
 E2B code interpreter is built on)."""
+import base64
+
 import pytest
 from nsbox_client import RpcError
 
@@ -38,6 +40,30 @@ def test_a_stateful_call_streams_its_output_while_it_runs(daemon, sandbox):
     assert {n["exec_id"] for n in notes} == {notes[0]["exec_id"]}
     assert "".join(n["data"] for n in notes if n["stream"] == "stdout") == "first\nsaw-go\n"
     assert "".join(n["data"] for n in notes if n["stream"] == "stderr") == "err-first\n"
+
+
+def test_a_figure_shown_mid_call_comes_before_the_call_ends(daemon, sandbox):
+    code = ("import os, time\nimport matplotlib.pyplot as plt\nprint('drawing')\nplt.plot([1, 2, 3])\nplt.show()\n"
+            "for _ in range(600):\n    if os.path.exists('/workspace/go-figure'):\n        break\n    time.sleep(0.05)\n"
+            "print('saw-go' if os.path.exists('/workspace/go-figure') else 'no-go')")
+    with daemon.client() as c:
+        rid = c.request("python.run", {"sandbox_id": sandbox, "code": code, "stateful": True, "stream": True,
+                                       "timeout_seconds": 120})
+        seen = []
+        while not seen or seen[-1]["method"] != "python.image":
+            msg = c.read_message()
+            assert "id" not in msg, msg
+            seen.append(msg)
+        daemon.call("fs.write", sandbox_id=sandbox, path="go-figure", content="x")
+        r = c.response(rid)["result"]
+        seen += c.notifications
+    image = seen[-1 - len(c.notifications)]["params"]
+    assert base64.b64decode(image["data"]).startswith(b"\x89PNG") and image["mime"] == "image/png"
+    printed = "".join(m["params"]["data"] for m in seen if m["method"] == "exec.output")
+    assert printed == "drawing\nsaw-go\n"
+    # what was printed before the figure came before it
+    assert [m["method"] for m in seen].index("exec.output") < [m["method"] for m in seen].index("python.image")
+    assert r["status"] == "ok" and not [o for o in r["outputs"] if o["type"] == "image"]
 
 
 def test_a_streamed_exception_is_the_error_not_stderr(daemon, sandbox):

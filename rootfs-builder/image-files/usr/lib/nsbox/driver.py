@@ -60,7 +60,9 @@ def write_frame(fd, obj):
 class Streamer(threading.Thread):
     """While a streamed call runs, what it writes on fds 1 and 2 (the
     capture files) goes out as {"id", "output": "stdout"|"stderr", "data"}
-    frames, at most `most` bytes of both together; the rest is counted."""
+    frames, at most `most` bytes of both together; the rest is counted.
+    A figure the call shows goes out as {"id", "image": path} once the
+    output written before it has."""
 
     def __init__(self, send, call_id, most):
         super().__init__(daemon=True)
@@ -69,8 +71,19 @@ class Streamer(threading.Thread):
         self.dropped = 0
         self.decoders = [codecs.getincrementaldecoder("utf-8")("replace") for _ in range(2)]
         self.done = threading.Event()
+        self.lock = threading.Lock()  # pump runs in this thread and, for a figure, in the call's
+
+    def image(self, path):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.pump()
+        self.send({"id": self.call_id, "image": path})
 
     def pump(self, final=False):
+        with self.lock:
+            self._pump(final)
+
+    def _pump(self, final):
         for i, name in enumerate(("stdout", "stderr")):
             size = os.fstat(i + 1).st_size
             data = b""
@@ -302,6 +315,7 @@ def main():
         # A streamed call's traceback is its error's, not a line of its stderr.
         traceback_out = io.StringIO() if streamer else sys.stderr
         if streamer:
+            figures.on_image = streamer.image
             streamer.start()
         entered, undo_env = [], {}
         sigint.clear()
@@ -345,6 +359,7 @@ def main():
             figures.save_open_figures()
         except BaseException as e:
             sys.stderr.write("nsbox: saving figures failed: %s\n" % e)
+        figures.on_image = None
         sys.stdout.flush()
         sys.stderr.flush()
         if streamer:
@@ -365,7 +380,7 @@ def main():
             "output_dropped_bytes": out_cut + err_cut,
             "result": result,
             "error": error,
-            "images": figures.images,
+            "images": [] if streamer else figures.images,  # streamed ones went as they came
             "files_produced": nsbox_runtime.produced(before, nsbox_runtime.snapshot()),
             "execution_time_ms": int((time.monotonic() - started) * 1000),
         })
