@@ -291,9 +291,11 @@ def test_env_vars_apply_to_their_cell_only(front, sbx):
             "subprocess.run(['sh', '-c', 'echo $CELL_VAR'], capture_output=True, text=True).stdout)")
     assert main_result(execute(front, sbx, code, env_vars={"CELL_VAR": "set"})) == ["('set', 'set\\n')"]
     assert main_result(execute(front, sbx, code)) == ["(None, '\\n')"]
-    status, _, _ = call(front, "POST", "/execute", {"code": "1", "env_vars": {"A": 1}},
-                        headers=interpreter_headers(sbx))
-    assert status == 400
+    for bad in ({"A": 1}, "A=1", {"A=B": "x"}, {"": "x"}):
+        status, _, body = call(front, "POST", "/execute", {"code": "1", "env_vars": bad},
+                               headers=interpreter_headers(sbx))
+        assert status == 400, (bad, body)
+    assert main_result(execute(front, sbx, "1 + 1")) == ["2"]  # and the interpreter serves on
 
 
 def test_contexts_have_their_own_variables_and_cwd_and_are_capped(front, sbx):
