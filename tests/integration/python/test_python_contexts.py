@@ -80,6 +80,18 @@ def test_a_streamed_exception_is_the_error_not_stderr(daemon, sandbox):
     assert r["error"]["name"] == "ValueError" and "ValueError" in r["stderr"]
 
 
+def test_a_streamed_call_that_times_out_keeps_the_interpreter(daemon, sandbox):
+    stateful(daemon, sandbox, "kept = 3")
+    with daemon.client() as c:
+        r = c.call("python.run", sandbox_id=sandbox, stateful=True, stream=True, timeout_seconds=1,
+                   code="print('looping')\nwhile True:\n    pass")
+        streamed = "".join(n["params"]["data"] for n in c.notifications if n["method"] == "exec.output")
+    assert streamed == "looping\n"
+    assert r["status"] == "timeout" and r["error"]["name"] == "KeyboardInterrupt"
+    assert r["stderr"].endswith("interrupted; the interpreter and its variables remain\n")
+    assert stateful(daemon, sandbox, "kept")["result"] == "3"
+
+
 def test_streamed_output_past_max_output_bytes_is_dropped_and_counted(daemon, sandbox):
     with daemon.client() as c:
         r = c.call("python.run", sandbox_id=sandbox, stateful=True, stream=True, max_output_bytes=1000,

@@ -14,6 +14,7 @@ its modules and its environment: a context costs its namespace, not an
 interpreter."""
 import ast
 import codecs
+import collections
 import io
 import json
 import os
@@ -61,8 +62,10 @@ class Streamer(threading.Thread):
     """While a streamed call runs, what it writes on fds 1 and 2 (the
     capture files) goes out as {"id", "output": "stdout"|"stderr", "data"}
     frames, at most `most` bytes of both together; the rest is counted.
-    A figure the call shows goes out as {"id", "image": path} once the
-    output written before it has."""
+    A figure the call shows goes out as {"id", "image": path} right after
+    the output written before it. Only this thread sends while the call
+    runs: a SIGINT (the call's timeout) lands in the call's thread, never
+    in the middle of a frame."""
 
     def __init__(self, send, call_id, most):
         super().__init__(daemon=True)
@@ -70,22 +73,20 @@ class Streamer(threading.Thread):
         self.sent = [0, 0]
         self.dropped = 0
         self.decoders = [codecs.getincrementaldecoder("utf-8")("replace") for _ in range(2)]
+        self.shown = collections.deque()  # (path, output sizes when it was shown)
         self.done = threading.Event()
-        self.lock = threading.Lock()  # pump runs in this thread and, for a figure, in the call's
+        self.wake = threading.Event()
 
     def image(self, path):
+        """figures.on_image, in the call's thread."""
         sys.stdout.flush()
         sys.stderr.flush()
-        self.pump()
-        self.send({"id": self.call_id, "image": path})
+        self.shown.append((path, [os.fstat(1).st_size, os.fstat(2).st_size]))
+        self.wake.set()
 
-    def pump(self, final=False):
-        with self.lock:
-            self._pump(final)
-
-    def _pump(self, final):
+    def output(self, upto=None, final=False):
         for i, name in enumerate(("stdout", "stderr")):
-            size = os.fstat(i + 1).st_size
+            size = os.fstat(i + 1).st_size if upto is None else upto[i]
             data = b""
             if size > self.sent[i]:
                 n = min(size - self.sent[i], self.budget)
@@ -97,12 +98,23 @@ class Streamer(threading.Thread):
             if text:
                 self.send({"id": self.call_id, "output": name, "data": text})
 
+    def pump(self, final=False):
+        while self.shown:
+            path, upto = self.shown.popleft()
+            self.output(upto)
+            self.send({"id": self.call_id, "image": path})
+        self.output(final=final)
+
     def run(self):
-        while not self.done.wait(STREAM_POLL_SECONDS):
+        while not self.done.is_set():
+            self.wake.wait(STREAM_POLL_SECONDS)
+            self.wake.clear()
             self.pump()
 
     def finish(self):
+        """After the call, in its thread: the rest goes out."""
         self.done.set()
+        self.wake.set()
         self.join()
         self.pump(final=True)
 
