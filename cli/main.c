@@ -210,7 +210,7 @@ static const struct command commands[] = {
           "when its output was cut at --max-output: that is said on stderr.\n\n"
           "  -c, --code CODE     the code itself\n"
           "  --stateful          run in the sandbox's persistent interpreter (variables\n"
-          "                      survive; no ARGs, output printed at the end)\n"
+          "                      survive; no ARGs; a trailing expression is printed)\n"
           "  --require PKG       pip-install PKG first (repeatable)\n"
           "  --timeout S         time limit in seconds\n"
           "  --max-output BYTES  output kept, stdout and stderr together (e.g. 4M);\n"

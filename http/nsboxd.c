@@ -40,7 +40,7 @@ int http_nsboxd_connect(const struct http_request *r, struct client **out, json_
 /* Whether the HTTP client's socket, readable while its call waited, says
  * the client left: EOF or an error, or a FIN after bytes still unread (a
  * TLS close_notify). Bytes alone are a pipelined request: still there. */
-static bool http_client_left(int fd)
+bool http_client_left(int fd)
 {
         char byte;
         ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);

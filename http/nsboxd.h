@@ -5,6 +5,7 @@
 #pragma once
 
 #include <jansson.h>
+#include <stdbool.h>
 
 #include "client.h"
 #include "error.h"
@@ -14,6 +15,9 @@
  * (new ref) when nsboxd refuses it (auth.act_as: limit_reached). */
 int http_nsboxd_connect(const struct http_request *r, struct client **out, json_t **error,
                         nsbox_error_t **err);
+/* Whether the HTTP client's socket fd, found readable, says the client left
+ * (EOF, an error, a FIN after unread bytes); bytes alone are a pipelined request. */
+bool http_client_left(int fd);
 /* One call on c, which ends as soon as the HTTP client of r goes away:
  * -ECONNABORTED then (close c: nsboxd ends what the call started); else
  * as client_call, *error (new ref) holding a JSON-RPC error. */

@@ -647,6 +647,8 @@ static const struct method methods[] = {
         { "image.remove", image_method_remove, 0, NULL },
         { "image.import", image_method_import, 0, NULL },
         { "python.run", python_method_run, M_FIND | M_RESUME, NULL },
+        { "python.reset", python_method_reset, M_SANDBOX | M_RESUME,
+          PARAMS("sandbox_id", "context", "remove") },
         { "desktop.start", desktop_method_start, M_SANDBOX | M_RESUME | M_TOUCH,
           PARAMS("sandbox_id", "width", "height") },
         { "desktop.screenshot", desktop_method_screenshot, M_SANDBOX | M_RESUME | M_TOUCH,
