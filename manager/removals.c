@@ -79,22 +79,37 @@ static struct sandbox_removal *removal_slot(uid_t owner, long long now)
         return victim;
 }
 
+static struct sandbox_removal *removal_add(const char *id, uid_t owner, const char *session_id,
+                                           const char *fmt, va_list ap)
+{
+        long long now = now_monotonic_ms();
+        struct sandbox_removal *r = removal_slot(owner, now);
+        r->when_mono = now;
+        r->removed_at_ms = now_realtime_ms();
+        snprintf(r->sandbox_id, sizeof(r->sandbox_id), "%s", id);
+        snprintf(r->session_id, sizeof(r->session_id), "%s", session_id);
+        vsnprintf(r->reason, sizeof(r->reason), fmt, ap);
+        save_soon();
+        return r;
+}
+
 struct sandbox_removal *sandbox_removal_record(const struct sandbox *sb, const char *fmt, ...)
 {
         if (sb->pooled)
                 return NULL;
-        long long now = now_monotonic_ms();
-        struct sandbox_removal *r = removal_slot(sb->owner, now);
-        r->when_mono = now;
-        r->removed_at_ms = now_realtime_ms();
-        snprintf(r->sandbox_id, sizeof(r->sandbox_id), "%s", sb->id);
-        snprintf(r->session_id, sizeof(r->session_id), "%s", sb->policy.session_id);
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(r->reason, sizeof(r->reason), fmt, ap);
+        struct sandbox_removal *r = removal_add(sb->id, sb->owner, sb->policy.session_id, fmt, ap);
         va_end(ap);
-        save_soon();
         return r;
+}
+
+void sandbox_removal_record_left(const char *id, uid_t owner, const char *session_id, const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        removal_add(id, owner, session_id, fmt, ap);
+        va_end(ap);
 }
 
 void sandbox_removal_add_exec(struct sandbox_removal *r, const char *exec_id)

@@ -42,6 +42,10 @@ struct sandbox_removal {
  * removal starts; NULL for a pooled one. */
 struct sandbox_removal *sandbox_removal_record(const struct sandbox *sb, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* The same for a sandbox a previous run of nsboxd left, which recovery
+ * removes (state_recover): known by its record alone. */
+void sandbox_removal_record_left(const char *id, uid_t owner, const char *session_id, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* One of its execs' ids, newest first; past REMOVAL_EXECS_MAX, ignored. */
 void sandbox_removal_add_exec(struct sandbox_removal *r, const char *exec_id);
 /* The removed sandbox `ref` names for `uid` (its full id, a unique prefix

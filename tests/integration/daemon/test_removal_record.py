@@ -100,6 +100,20 @@ def test_removed_sandboxes_and_their_execs_are_gone_after_a_restart_not_unknown(
     assert svc.terminate() == 0
 
 
+def test_a_sandbox_that_a_crashed_nsboxd_left_is_gone_after_the_next_start_says_why(root):
+    d, make = root
+    svc = make()
+    svc.start()
+    left = svc.call("sandbox.create", session_id="crash")["sandbox_id"]
+    svc.kill9()
+    svc.start()
+    e = error_of(lambda: svc.call("sandbox.info", sandbox_id=left))
+    assert e["data"]["kind"] == "gone" and "nsboxd stopped without removing it" in e["message"], e
+    again = svc.call("sandbox.create", session_id="crash")
+    assert again["recreated"] is True and again["previous"]["sandbox_id"] == left, again
+    assert svc.terminate() == 0
+
+
 def test_the_record_outlives_a_live_restore_beside_the_sandboxes_it_adopts(root):
     d, make = root
     svc = make("--live-restore", "1")
