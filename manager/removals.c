@@ -46,12 +46,20 @@ static void save_due(struct loop *loop, struct loop_timer *timer, void *data)
         sandbox_removals_save();
 }
 
-/* Saved on the loop's next turn: the removals of one turn (nsboxd's stop
- * removes all at once) are one write. Without a loop (unit tests): never. */
+/* Saved REMOVALS_SAVE_DELAY_MS after the first change not saved yet: the
+ * changes meanwhile ride along, so a burst of removals (nsboxd's stop, a
+ * client removing in a loop) is a write or a few, not one each. A write
+ * is a new file on the state dir's file system, which costs a remove
+ * about 1 ms and up to 10 ms (ext4 without a journal scans the inodes
+ * freed lately for a free one); the price is that a crash of nsboxd in
+ * that window forgets the last removals. Without a loop (unit tests):
+ * never. */
+#define REMOVALS_SAVE_DELAY_MS 200
+
 static void save_soon(void)
 {
         if (save_timer == NULL && nsboxd.loop != NULL && nsboxd.config.state_dir != NULL)
-                save_timer = loop_timer_add_in(nsboxd.loop, 0, save_due, NULL);
+                save_timer = loop_timer_add_in(nsboxd.loop, REMOVALS_SAVE_DELAY_MS, save_due, NULL);
 }
 
 /* A free entry for a removal of `owner`, the oldest one overwritten. */

@@ -92,8 +92,9 @@ def test_removed_sandboxes_and_their_execs_are_gone_after_a_restart_not_unknown(
     assert again["recreated"] is True and again["previous"]["sandbox_id"] == kept, again
     assert "recreated" not in svc.call("sandbox.create", session_id="keeper")
 
-    # A removal just before a kill -9 is kept as well (saved as it happens).
+    # A removal is saved within a moment of it, and a kill -9 after that keeps it as well.
     svc.call("sandbox.remove", sandbox_id=again["sandbox_id"])
+    assert wait_until(lambda: again["sandbox_id"] in open(os.path.join(d, "state", RECORD)).read())
     svc.kill9()
     svc.start()
     assert kind_of(lambda: svc.call("sandbox.info", sandbox_id=again["sandbox_id"])) == "gone"
