@@ -306,6 +306,18 @@ static bool base_path(const char *in, char *out, size_t size)
 
 /* --- POST /upload, PUT /v1/files ------------------------------------------- */
 
+/* A call of the upload. Those on its temporary file run to their end (a
+ * piece is at most UPLOAD_CHUNK): one cut short by the HTTP client's leaving
+ * would go on in nsboxd and could make the file again after its removal,
+ * which goes on the same connection, after them. A whole file in one
+ * fs.write ends with its client, and nsboxd leaves nothing of it. */
+static int upload_call(struct http_upload *u, const char *method, json_t *params, json_t **result)
+{
+        if (u->staged[0] != '\0')
+                return client_call(u->c, method, params, NULL, NULL, result, &u->error, &u->err);
+        return http_client_call(u->r, u->c, method, params, result, &u->error, &u->err);
+}
+
 /* Write what is buffered: the whole file when it is the first and the last
  * piece, else a piece of the temporary file (renamed into place after the
  * last). */
@@ -334,7 +346,7 @@ static int upload_flush(struct http_upload *u, bool last)
                 u->failed = true;
                 return -1;
         }
-        if (http_client_call(u->r, u->c, "fs.write", p, &res, &u->error, &u->err) < 0) {
+        if (upload_call(u, "fs.write", p, &res) < 0) {
                 u->failed = true;
                 return -1;
         }
@@ -346,7 +358,7 @@ static int upload_flush(struct http_upload *u, bool last)
         _cleanup_json_ json_t *move = json_pack("{s:s, s:s, s:s, s:b}", "sandbox_id", u->id, "from",
                                                 u->staged, "to", u->path, "overwrite", true);
         _cleanup_json_ json_t *moved = NULL;
-        if (move == NULL || http_client_call(u->r, u->c, "fs.rename", move, &moved, &u->error, &u->err) < 0) {
+        if (move == NULL || upload_call(u, "fs.rename", move, &moved) < 0) {
                 u->failed = true;
                 return -1;
         }
@@ -354,20 +366,17 @@ static int upload_flush(struct http_upload *u, bool last)
         return 0;
 }
 
-/* An upload that did not end in place: its temporary file goes, on a
- * connection of its own (the HTTP client may be gone, and a call cut short
- * by that leaves the upload's connection unusable). */
+/* An upload that did not end in place: its temporary file goes, on the
+ * upload's connection, after every call on it (upload_call). */
 static void upload_discard(struct http_upload *u)
 {
-        if (u->staged[0] == '\0')
+        if (u->staged[0] == '\0' || u->c == NULL)
                 return;
-        struct client *c = NULL;
         _cleanup_json_ json_t *error = NULL, *result = NULL;
         _cleanup_error_ nsbox_error_t *err = NULL;
         _cleanup_json_ json_t *p = json_pack("{s:s, s:s}", "sandbox_id", u->id, "path", u->staged);
-        if (p != NULL && http_nsboxd_connect(u->r, &c, &error, &err) == 0)
-                client_call(c, "fs.remove", p, NULL, NULL, &result, &error, &err);
-        client_close(c);
+        if (p != NULL)
+                client_call(u->c, "fs.remove", p, NULL, NULL, &result, &error, &err);
         u->staged[0] = '\0';
 }
 
@@ -463,8 +472,8 @@ void http_agent_upload_free(struct http_upload *u)
                 return;
         if (u->pp != NULL)
                 MHD_destroy_post_processor(u->pp);
-        client_close(u->c);
         upload_discard(u);
+        client_close(u->c);
         json_decref(u->error);
         nsbox_error_free(&u->err);
         free(u->filename);
