@@ -51,7 +51,23 @@ struct cp {
         const struct cli *cli;
         struct client *c;
         const char *sandbox_id;
+        /* A copy into a sandbox: SIGINT, SIGTERM and SIGHUP are read here
+         * between calls, so that an interrupted copy removes what it wrote
+         * before it exits; -1 otherwise. */
+        int signal_fd;
 };
+
+/* 0, or 128 + the signal that interrupts the copy (said once). Checked
+ * between calls, never in one: a call cut short would go on in nsboxd
+ * after the removal of what it writes. */
+static int cp_interrupted(struct cp *cp)
+{
+        int sig = cli_caught_signal(cp->signal_fd);
+        if (sig == 0)
+                return 0;
+        cli_fail("interrupted by %s: nothing half-copied is left behind", strsignal(sig));
+        return 128 + sig;
+}
 
 /* ---- calls ---- */
 
@@ -219,6 +235,9 @@ static void sandbox_sink_abandon(struct sandbox_sink *s)
  * (nsboxd replaces a file whole), else a piece of it. */
 static int sandbox_sink_flush(struct sandbox_sink *s, bool last)
 {
+        int stop = cp_interrupted(s->cp);
+        if (stop != 0)
+                return stop;
         if (!s->file_started && !last && s->in_place) {
                 char staged[4096];
                 int r = staging_path(s->file, staged, sizeof(staged));
@@ -261,6 +280,9 @@ static int sandbox_sink_flush(struct sandbox_sink *s, bool last)
 static int sandbox_sink_dir(struct cp_sink *sink, const char *rel, mode_t mode)
 {
         struct sandbox_sink *s = (struct sandbox_sink *)sink;
+        int stop = cp_interrupted(s->cp);
+        if (stop != 0)
+                return stop;
         _cleanup_free_ char *path = sandbox_sink_path(s, rel);
         if (path == NULL)
                 return EXIT_NSBOX_FAILED;
@@ -1016,13 +1038,19 @@ int cmd_cp(const struct cli *cli, int argc, char **argv)
         if ((src_id ? src_path : dst_path)[0] == '\0')
                 return cli_fail("name the sandbox path to copy: ID:PATH");
 
-        struct cp cp = { .cli = cli, .sandbox_id = src_id ? src_id : dst_id };
+        struct cp cp = { .cli = cli, .sandbox_id = src_id ? src_id : dst_id, .signal_fd = -1 };
         cp.c = cli_connect(cli);
         if (cp.c == NULL)
                 return EXIT_NSBOX_FAILED;
+        if (dst_id != NULL && (cp.signal_fd = cli_catch_signals()) < 0) {
+                client_close(cp.c);
+                return cli_fail("signalfd: %s", strerror(errno));
+        }
         unsigned long long bytes = 0;
         int r = src_id ? copy_out(&cp, src_path, dst, &bytes) : copy_in(&cp, src, dst_path, &bytes);
         client_close(cp.c);
+        if (cp.signal_fd >= 0)
+                close(cp.signal_fd);
         if (r == 0 && cli->json && strcmp(dst, "-") != 0) {
                 _cleanup_json_ json_t *summary = json_pack(
                     "{s:s, s:s, s:s, s:s, s:I}", "sandbox_id", cp.sandbox_id, "direction",
