@@ -40,6 +40,7 @@
 #include "log.h"
 #include "params.h"
 #include "quota.h"
+#include "removals.h"
 #include "policy.h"
 #include "proto.h"
 #include "sandbox.h"
@@ -1032,6 +1033,24 @@ struct exec_sandbox *exec_sandbox_new(void)
 void exec_sandbox_free(struct exec_sandbox *state)
 {
         free(state);
+}
+
+void exec_sandbox_record_ids(struct sandbox *sb, struct sandbox_removal *removal)
+{
+        /* Newest first: by number, a selection over at most
+         * REMOVAL_EXECS_MAX rounds. */
+        uint32_t below = UINT32_MAX;
+        for (unsigned kept = 0; kept < REMOVAL_EXECS_MAX; kept++) {
+                const struct exec *newest = NULL;
+                for (const struct exec *ex = sb->exec->execs; ex != NULL; ex = ex->next)
+                        if (!ex->service && ex->number < below &&
+                            (newest == NULL || ex->number > newest->number))
+                                newest = ex;
+                if (newest == NULL)
+                        return;
+                sandbox_removal_add_exec(removal, newest->id);
+                below = newest->number;
+        }
 }
 
 void exec_sandbox_gone(struct sandbox *sb)

@@ -17,6 +17,7 @@
 #include "log.h"
 #include "params.h"
 #include "quota.h"
+#include "removals.h"
 #include "sandbox_pause.h"
 #include "textenc.h"
 
@@ -71,6 +72,7 @@ static struct exec *require_exec(struct rpc_request *req, bool background_only)
         const char *want = json_string_value(id);
         size_t len = strlen(want);
         struct exec *found = NULL;
+        const struct sandbox_removal *removal;
         size_t matched = 0;
         for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
                 if ((req->uid != 0 && sb->owner != req->uid) || sb->state == SANDBOX_EXITED)
@@ -91,6 +93,8 @@ static struct exec *require_exec(struct rpc_request *req, bool background_only)
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
                                 "ambiguous exec id prefix %.64s: it matches %zu of your execs", want,
                                 matched);
+        else if ((removal = sandbox_removal_of_exec(want, req->uid)) != NULL)
+                sandbox_removal_reply_gone(req, removal, want);
         else
                 rpc_reply_fail(req, "not_found", "no exec %.64s", want);
         return NULL;

@@ -26,6 +26,7 @@
 #include "log.h"
 #include "observe.h"
 #include "python.h"
+#include "removals.h"
 #include "idle.h"
 #include "sandbox_life.h"
 #include "sandbox_limits.h"
@@ -47,9 +48,7 @@ static bool reply_gone(struct rpc_request *req, const char *ref)
         const struct sandbox_removal *r = sandbox_removal_find(ref, req->uid);
         if (r == NULL)
                 return false;
-        char message[512];
-        sandbox_removal_message(r, message, sizeof(message));
-        rpc_reply_fail_data(req, "gone", sandbox_removal_to_json(r), "%s", message);
+        sandbox_removal_reply_gone(req, r, NULL);
         return true;
 }
 

@@ -24,6 +24,7 @@
 #include "policy.h"
 #include "quota.h"
 #include "requirement.h"
+#include "removals.h"
 #include "sandbox_life.h"
 #include "textenc.h"
 

@@ -315,6 +315,18 @@ def test_a_removed_sandbox_raises_sandbox_gone_saying_why(daemon):
     assert "was removed at" in str(e.value)
 
 
+def test_a_background_command_of_a_removed_sandbox_raises_sandbox_gone(daemon):
+    s = Sandbox.create(socket=daemon.socket)
+    h = s.commands.run("sleep 100", background=True)
+    daemon.call("sandbox.remove", sandbox_id=s.sandbox_id, force=True)
+    for call in (h.status, h.output, h.kill):
+        with pytest.raises(nsbox.SandboxGoneError) as e:
+            call()
+        assert e.value.data["exec_id"] == h.exec_id and "asked by uid" in e.value.data["reason"]
+        assert "ended with its sandbox" in str(e.value)
+    s.close()
+
+
 def test_create_says_what_idling_does(daemon):
     with Sandbox.create(socket=daemon.socket, idle_action="remove", paused_timeout=600) as s:
         info = s.info()
