@@ -40,7 +40,7 @@ MANAGER_LAYERS = [
 # egress/'s (nsbox-egress): the shared state below DNS, DNS below the proxy,
 # which answers DNS over TCP through a callback it gives dns.c.
 EGRESS_LAYERS = [
-    ("leaves", ["sniff", "inject"]),
+    ("leaves", ["sniff", "inject", "peer"]),
     ("interception", ["intercept"]),
     ("core", ["core"]),
     ("dns", ["dns"]),
