@@ -50,8 +50,8 @@ bool http_client_left(int fd)
         return poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }
 
-int http_client_call(const struct http_request *r, struct client *c, const char *method, json_t *params,
-                     json_t **result, json_t **error, nsbox_error_t **err)
+int http_client_call_fd(int fd, struct client *c, const char *method, json_t *params, json_t **result,
+                        json_t **error, nsbox_error_t **err)
 {
         long long id;
         *error = NULL;
@@ -64,9 +64,6 @@ int http_client_call(const struct http_request *r, struct client *c, const char 
          * wait; the caller closes the nsboxd connection, and nsboxd ends
          * the call (it kills an exec whose client left), so a retried
          * command does not go on running beside its retry. */
-        const union MHD_ConnectionInfo *info =
-            r->connection ? MHD_get_connection_info(r->connection, MHD_CONNECTION_INFO_CONNECTION_FD) : NULL;
-        int fd = info ? info->connect_fd : -1;
         client_set_interrupt_fd(c, fd);
         for (;;) {
                 ret = client_wait(c, id, NULL, NULL, result, error, err);
@@ -81,6 +78,14 @@ int http_client_call(const struct http_request *r, struct client *c, const char 
         }
         client_set_interrupt_fd(c, -1);
         return ret;
+}
+
+int http_client_call(const struct http_request *r, struct client *c, const char *method, json_t *params,
+                     json_t **result, json_t **error, nsbox_error_t **err)
+{
+        const union MHD_ConnectionInfo *info =
+            r->connection ? MHD_get_connection_info(r->connection, MHD_CONNECTION_INFO_CONNECTION_FD) : NULL;
+        return http_client_call_fd(info ? info->connect_fd : -1, c, method, params, result, error, err);
 }
 
 int http_call(const struct http_request *r, const char *method, json_t *params, json_t **result,

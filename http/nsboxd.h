@@ -23,6 +23,9 @@ bool http_client_left(int fd);
  * as client_call, *error (new ref) holding a JSON-RPC error. */
 int http_client_call(const struct http_request *r, struct client *c, const char *method, json_t *params,
                      json_t **result, json_t **error, nsbox_error_t **err);
+/* The same for the HTTP client on socket fd (-1: none to watch). */
+int http_client_call_fd(int fd, struct client *c, const char *method, json_t *params, json_t **result,
+                        json_t **error, nsbox_error_t **err);
 /* One call on a fresh connection (http_client_call); -EPROTO with *error (new ref) on a JSON-RPC error. */
 int http_call(const struct http_request *r, const char *method, json_t *params, json_t **result,
               json_t **error, nsbox_error_t **err);

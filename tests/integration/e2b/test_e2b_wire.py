@@ -433,6 +433,29 @@ def test_a_client_leaving_mid_stream_leaves_the_process_running(front, sbx):
     assert call(front, "GET", "/health", headers=sbx.headers())[0] == 204
 
 
+def exec_output_calls(daemon):
+    text = daemon.call("server.metrics")["text"]
+    return sum(int(float(line.rsplit(" ", 1)[1])) for line in text.splitlines()
+               if line.startswith('nsbox_requests_total{method="exec.output"'))
+
+
+def test_a_quiet_command_stream_waits_in_nsboxd_instead_of_polling_it(daemon, front, sbx):
+    """A command's stream asks nsboxd for its output with exec.output's wait_ms,
+    answered when output comes or the command ends: a command quiet for a second
+    costs a few calls, not a poll every millisecond (the front's share of every
+    commands.run was the wait for the next poll)."""
+    before = exec_output_calls(daemon)
+    events = sbx.stream("process.Process/Start", {
+        "process": {"cmd": "/bin/sh", "args": ["-c", "sleep 1; echo late; sleep 1; exit 3"]}})
+    calls = exec_output_calls(daemon) - before
+    out = b"".join(base64.b64decode(e["event"]["data"]["stdout"]) for f, e in events
+                   if f == 0 and "data" in e["event"])
+    assert out == b"late\n"
+    assert [e["event"]["end"] for f, e in events if f == 0 and "end" in e["event"]] == [
+        {"exitCode": 3, "exited": True, "status": "exit status 3"}]
+    assert calls <= 6, calls
+
+
 def test_watch_streams_left_by_their_clients_are_released(front, sbx):
     """More WatchDir streams than a sandbox may hold at once, each left by its
     client after its start: every one is released, so a new watch still opens."""
