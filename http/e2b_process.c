@@ -86,6 +86,8 @@ static bool table_find(uid_t uid, const char *sandbox_id, json_t *selector, char
 /* A stream of one command's events, read by MHD in the connection's thread. */
 struct process_stream {
         struct client *c;
+        uid_t uid;
+        bool ended; /* its end was read: nothing of it runs on c, which may serve another */
         char exec_id[64];
         bool tty;
         int http_fd;
@@ -178,6 +180,7 @@ static bool stream_poll(struct process_stream *s, unsigned wait_ms)
         }
         stream_event(s, end_event(result));
         stream_end(s, NULL);
+        s->ended = true;
         return true;
 }
 
@@ -207,8 +210,7 @@ static ssize_t stream_read(void *data, uint64_t pos, char *out, size_t max)
 static void stream_free(void *data)
 {
         struct process_stream *s = data;
-        if (s->c != NULL)
-                client_close(s->c);
+        http_nsboxd_release(s->uid, s->c, s->ended);
         free(s->buf);
         free(s);
 }
@@ -219,6 +221,7 @@ static struct process_stream *stream_new(struct http_request *r, const char *exe
         if (s == NULL)
                 return NULL;
         snprintf(s->exec_id, sizeof(s->exec_id), "%s", exec_id);
+        s->uid = r->uid;
         s->tty = tty;
         const union MHD_ConnectionInfo *info =
             MHD_get_connection_info(r->connection, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -258,7 +261,7 @@ static enum MHD_Result start_stream(struct http_request *r, struct process_strea
         _cleanup_json_ json_t *refused = NULL;
         _cleanup_error_ nsbox_error_t *err = NULL;
         s->c = c;
-        if (s->c == NULL && http_nsboxd_connect(r, &s->c, &refused, &err) < 0) {
+        if (s->c == NULL && http_nsboxd_take(r, &s->c, &refused, &err) < 0) {
                 stream_free(s);
                 return reply_stream_rpc_error(r, refused, err);
         }
@@ -328,16 +331,16 @@ static enum MHD_Result start(struct http_request *r, const char *sandbox_id, jso
         _cleanup_json_ json_t *result = NULL, *error = NULL;
         _cleanup_error_ nsbox_error_t *err = NULL;
         struct client *c = NULL;
-        if (http_nsboxd_connect(r, &c, &error, &err) < 0)
+        if (http_nsboxd_take(r, &c, &error, &err) < 0)
                 return reply_stream_rpc_error(r, error, err);
         if (client_call(c, "sandbox.exec", params, NULL, NULL, &result, &error, &err) < 0) {
-                client_close(c);
+                http_nsboxd_release(r->uid, c, error != NULL);
                 return reply_stream_rpc_error(r, error, err);
         }
         const char *exec_id = json_string_value(json_object_get(result, "exec_id"));
         json_int_t pid = json_integer_value(json_object_get(result, "pid"));
         if (exec_id == NULL) {
-                client_close(c);
+                http_nsboxd_release(r->uid, c, false);
                 return reply_stream_error(r, "internal", "nsboxd gave no exec id");
         }
         struct process p = { .uid = r->uid, .pid = (uint32_t)pid, .tty = tty };
@@ -352,7 +355,7 @@ static enum MHD_Result start(struct http_request *r, const char *sandbox_id, jso
         table_add(&p);
         struct process_stream *s = stream_new(r, exec_id, tty);
         if (s == NULL) {
-                client_close(c);
+                http_nsboxd_release(r->uid, c, false);
                 return MHD_NO;
         }
         return start_stream(r, s, c, (uint32_t)pid, NULL);

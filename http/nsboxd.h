@@ -15,6 +15,11 @@
  * (new ref) when nsboxd refuses it (auth.act_as: limit_reached). */
 int http_nsboxd_connect(const struct http_request *r, struct client **out, json_t **error,
                         nsbox_error_t **err);
+/* The same, or an idle one of the owner's kept by http_nsboxd_release. */
+int http_nsboxd_take(const struct http_request *r, struct client **out, json_t **error, nsbox_error_t **err);
+/* Done with c (NULL: nothing) of uid's: kept for uid's next request when
+ * reusable (its last call was answered, nothing of it runs on), else closed. */
+void http_nsboxd_release(uid_t uid, struct client *c, bool reusable);
 /* Whether the HTTP client's socket fd, found readable, says the client left
  * (EOF, an error, a FIN after unread bytes); bytes alone are a pipelined request. */
 bool http_client_left(int fd);
