@@ -221,12 +221,15 @@ static bool output_new(const struct exec *ex, const size_t since[2])
 
 void exec_output_wake(struct exec *ex, bool gone)
 {
-        struct exec_output_wait *w = ex->output_waiters;
-        while (w != NULL) {
-                struct exec_output_wait *next = w->next;
-                if (gone || output_new(ex, w->since))
-                        output_wait_answer(w);
-                w = next;
+        /* From the head each time: an answer may close its connection, and
+         * that drops the connection's other waits, on this exec too. */
+        for (;;) {
+                struct exec_output_wait *w = ex->output_waiters;
+                while (w != NULL && !gone && !output_new(ex, w->since))
+                        w = w->next;
+                if (w == NULL)
+                        return;
+                output_wait_answer(w);
         }
 }
 
