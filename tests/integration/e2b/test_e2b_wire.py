@@ -433,6 +433,54 @@ def test_a_client_leaving_mid_stream_leaves_the_process_running(front, sbx):
     assert call(front, "GET", "/health", headers=sbx.headers())[0] == 204
 
 
+def requests_of(daemon, method):
+    text = daemon.call("server.metrics")["text"]
+    return sum(int(float(line.rsplit(" ", 1)[1])) for line in text.splitlines()
+               if line.startswith('nsbox_requests_total{method="%s"' % method))
+
+
+def test_a_quiet_command_stream_waits_in_nsboxd_instead_of_polling_it(daemon, front, sbx):
+    """A command's stream asks nsboxd for its output with exec.output's wait_ms,
+    answered when output comes or the command ends: a command quiet for a second
+    costs a few calls, not a poll every millisecond (the front's share of every
+    commands.run was the wait for the next poll)."""
+    before = requests_of(daemon, "exec.output")
+    events = sbx.stream("process.Process/Start", {
+        "process": {"cmd": "/bin/sh", "args": ["-c", "sleep 1; echo late; sleep 1; exit 3"]}})
+    calls = requests_of(daemon, "exec.output") - before
+    out = b"".join(base64.b64decode(e["event"]["data"]["stdout"]) for f, e in events
+                   if f == 0 and "data" in e["event"])
+    assert out == b"late\n"
+    assert [e["event"]["end"] for f, e in events if f == 0 and "end" in e["event"]] == [
+        {"exitCode": 3, "exited": True, "status": "exit status 3"}]
+    assert calls <= 6, calls
+
+
+def test_commands_reuse_their_owners_nsboxd_connection(daemon, front, sbx):
+    """One command after another reuse an idle nsboxd connection of their owner's
+    (connect and auth.act_as were a tenth of the front's time per command); one
+    whose client left mid-stream is not reused, and nsbox-http serves on."""
+    before = requests_of(daemon, "auth.act_as")
+    for i in range(10):
+        events = sbx.stream("process.Process/Start", {"process": {"cmd": "/bin/sh", "args": ["-c", "exit %d" % i]}})
+        assert [e["event"]["end"]["exitCode"] for f, e in events if f == 0 and "end" in e["event"]] == [i]
+    assert requests_of(daemon, "auth.act_as") - before <= 5
+    s = socket.create_connection(("127.0.0.1", front.port), timeout=30)
+    body = envelope({"process": {"cmd": "/bin/sh", "args": ["-c", "sleep 600"]}})
+    head = "".join("%s: %s\r\n" % kv for kv in sbx.headers(**{"Content-Type": "application/connect+json",
+                                                               "Content-Length": str(len(body))}).items())
+    s.sendall(("POST /process.Process/Start HTTP/1.1\r\nHost: 127.0.0.1\r\n%s\r\n" % head).encode() + body)
+    got = b""
+    while b"start" not in got:
+        got += s.recv(4096)
+    s.close()
+    for i in range(3):
+        events = sbx.stream("process.Process/Start", {"process": {"cmd": "/bin/sh", "args": ["-c", "echo %d" % i]}})
+        out = b"".join(base64.b64decode(e["event"]["data"]["stdout"]) for f, e in events
+                       if f == 0 and "data" in e["event"])
+        assert out == b"%d\n" % i
+
+
 def test_watch_streams_left_by_their_clients_are_released(front, sbx):
     """More WatchDir streams than a sandbox may hold at once, each left by its
     client after its start: every one is released, so a new watch still opens."""
