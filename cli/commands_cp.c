@@ -44,7 +44,6 @@
 
 #define CP_CHUNK         (4u << 20) /* per fs.write and fs.read, and per read of a host file */
 #define CP_LIST_MAX      100000     /* nsboxd's fs.list max_entries */
-#define CP_TEMP_PREFIX   ".nsbox-cp-"
 #define CP_DEFAULT_DMODE 0755
 
 struct cp {
@@ -175,7 +174,7 @@ static bool path_ends_with_dot(const char *path)
 
 static int temp_name(char *out, size_t size)
 {
-        int r = staging_name(CP_TEMP_PREFIX, out, size);
+        int r = staging_name(STAGING_CP_PREFIX, out, size);
         return r < 0 ? cli_fail("a temporary name: %s", strerror(-r)) : 0;
 }
 

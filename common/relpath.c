@@ -44,6 +44,18 @@ int staging_name(const char *prefix, char *out, size_t size)
         return 0;
 }
 
+bool staging_name_is(const char *name)
+{
+        static const char *const prefixes[] = { STAGING_PREFIX, STAGING_WRITE_PREFIX, STAGING_CP_PREFIX };
+        for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++) {
+                size_t n = strlen(prefixes[i]);
+                if (strncmp(name, prefixes[i], n) == 0 && strlen(name + n) == 16 &&
+                    strspn(name + n, "0123456789abcdef") == 16)
+                        return true;
+        }
+        return false;
+}
+
 int staging_path(const char *path, char *out, size_t size)
 {
         const char *slash = strrchr(path, '/');

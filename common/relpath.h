@@ -25,6 +25,12 @@ bool relpath_ok(const char *path, unsigned flags);
  * renamed into place once whole (removed on failure): a copy cut short never
  * leaves a part of the new file under the target's name. */
 #define STAGING_PREFIX ".nsbox-upload-"
+/* fs.write's whole-file writes, and nsbox cp's trees, go the same way. */
+#define STAGING_WRITE_PREFIX ".nsbox-write-"
+#define STAGING_CP_PREFIX    ".nsbox-cp-"
+/* Whether a file name (no '/') is one of those temporary names: PREFIX
+ * and 16 hex digits, as staging_name makes them. */
+bool staging_name_is(const char *name);
 /* PREFIX followed by 16 random hex digits, into out: 0, or -errno. */
 int staging_name(const char *prefix, char *out, size_t size);
 /* The temporary path beside `path` (a sandbox path of a file): its

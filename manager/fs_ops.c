@@ -63,8 +63,6 @@ _Static_assert(FS_MAX_MOUNTS == POLICY_MAX_MOUNTS, "fs_ctx holds every mount of 
 #define FS_SANDBOX_USER      1000
 #define FS_DEFAULT_FILE_MODE 0644
 #define FS_DEFAULT_DIR_MODE  0755
-/* fs.write's temporary files (fs_write_at). */
-#define FS_WRITE_PREFIX ".nsbox-write-"
 /* openat2 answers EAGAIN when a rename raced a ".." walk; the sandbox can
  * keep that up forever, so the retries are bounded. */
 #define FS_RESOLVE_RETRIES 64
@@ -603,7 +601,7 @@ int fs_write_at(const struct fs_ctx *ctx, const struct fs_path *p, const void *d
                 if (attempt >= FS_RESOLVE_RETRIES)
                         return nsbox_refuse(err, EAGAIN, "%s: the sandbox kept taking the temporary name",
                                             p->shown);
-                if ((r = staging_name(FS_WRITE_PREFIX, tmp, sizeof(tmp))) < 0)
+                if ((r = staging_name(STAGING_WRITE_PREFIX, tmp, sizeof(tmp))) < 0)
                         return nsbox_error(err, -r, "a temporary name for %s", p->shown);
                 fs_create_as_user(ctx, fd,
                                   fs_openat2(parent, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NOCTTY,
