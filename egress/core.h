@@ -137,8 +137,8 @@ struct conn {
         bool c2u_extra_noted; /* bytes after it were seen (and maybe refused) */
         uint64_t c2u_left;    /* Content-Length: body bytes still forwarded */
         struct sniff_chunked c2u_chunks;
-        struct inject_scan c2u_scan;             /* its body, for other hosts' placeholders */
-        const struct inject_secret *c2u_foreign; /* the secret whose placeholder it carried */
+        struct inject_scan c2u_scan;             /* its body, for placeholders */
+        const struct inject_secret *c2u_refused; /* the secret whose placeholder it carried */
         int64_t deadline_ms;
         bool named;
         char name[NETPOLICY_NAME_MAX + 1];

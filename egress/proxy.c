@@ -309,16 +309,14 @@ static bool c2u_take(struct conn *c, const uint8_t *p, size_t *n)
                 c2u_note_extra(c, p + keep, *n - keep);
         *n = keep;
         /* A placeholder anywhere in the body, not only in the head, is
-         * refused on a host not of its secret. */
+         * refused: a body is no place for a value, whatever its host. */
         if (c->sandbox != NULL && c->sandbox->secrets != NULL &&
-            (c->c2u_foreign = inject_scan_body(c->sandbox->secrets, c->named ? c->name : NULL, &c->c2u_scan,
-                                               p, keep)) != NULL) {
+            (c->c2u_refused = inject_scan_body(c->sandbox->secrets, &c->c2u_scan, p, keep)) != NULL) {
                 if (c->state != CONN_SNIFF) { /* the head went already: the request is cut short */
-                        char why[160];
-                        snprintf(why, sizeof(why),
-                                 "its body carries the placeholder of secret %s, not for this host",
-                                 c->c2u_foreign->name);
-                        conn_refused_midway(c, why);
+                        char why[192], said[224];
+                        inject_refusal(c->c2u_refused, c->named ? c->name : NULL, why, sizeof(why));
+                        snprintf(said, sizeof(said), "its body %s", why);
+                        conn_refused_midway(c, said);
                 }
                 return false;
         }
@@ -434,14 +432,14 @@ static void conn_connect(struct conn *c)
         conn_connect_fd(c, fd, c->connect_addr, c->connect_port);
 }
 
-enum rewrite_result { REWRITE_OK, REWRITE_FAILED, REWRITE_FOREIGN_SECRET };
+enum rewrite_result { REWRITE_OK, REWRITE_FAILED, REWRITE_REFUSED_SECRET };
 
 /* The head forwarded upstream on port 80 and for the explicit proxy's
  * absolute-form requests (inject_rewrite_head: one request, the sandbox's
- * secrets for this host put in, *foreign naming a secret whose
- * placeholder was sent here though it is not for this host), then the
+ * secrets for this host put in, *refused naming a secret whose
+ * placeholder was where its value may not go), then the
  * body bytes already read, up to the request's end. */
-static enum rewrite_result rewrite_http_head(struct conn *c, const struct inject_secret **foreign)
+static enum rewrite_result rewrite_http_head(struct conn *c, const struct inject_secret **refused)
 {
         const struct sniff_http *h = &c->http;
         const struct inject_secrets *secrets = c->sandbox != NULL ? c->sandbox->secrets : NULL;
@@ -454,7 +452,7 @@ static enum rewrite_result rewrite_http_head(struct conn *c, const struct inject
         const char *in = (const char *)c->c2u.buf + c->c2u.start;
         size_t n = 0;
         enum inject_result r =
-            inject_rewrite_head(secrets, c->named ? c->name : NULL, in, h, false, out, cap, &n, foreign);
+            inject_rewrite_head(secrets, c->named ? c->name : NULL, in, h, false, out, cap, &n, refused);
         size_t body = half_used(&c->c2u) - h->head_len;
         c->c2u_limited = true;
         c->c2u_chunked = h->chunked;
@@ -463,9 +461,9 @@ static enum rewrite_result rewrite_http_head(struct conn *c, const struct inject
         if (r != INJECT_OK || !c2u_take(c, (const uint8_t *)in + h->head_len, &body) || n + body > cap) {
                 explicit_bzero(out, cap);
                 free(out);
-                if (r == INJECT_OK && c->c2u_foreign != NULL)
-                        *foreign = c->c2u_foreign;
-                return r == INJECT_FOREIGN || c->c2u_foreign != NULL ? REWRITE_FOREIGN_SECRET
+                if (r == INJECT_OK && c->c2u_refused != NULL)
+                        *refused = c->c2u_refused;
+                return r == INJECT_REFUSED || c->c2u_refused != NULL ? REWRITE_REFUSED_SECRET
                                                                      : REWRITE_FAILED;
         }
         memcpy(out + n, in + h->head_len, body);
@@ -511,8 +509,12 @@ static void conn_connected(struct conn *c)
                 egress_unwatch(&c->client);
                 egress_unwatch(&c->upstream);
                 c->client.fd = c->upstream.fd = -1;
-                if (intercept_start(client, upstream, c->c2u.buf + c->c2u.start, half_used(&c->c2u), c->name,
-                                    c->sandbox->id, c->sandbox->ca, c->sandbox->secrets) < 0)
+                int r = intercept_start(client, upstream, c->c2u.buf + c->c2u.start, half_used(&c->c2u),
+                                        c->name, c->sandbox->id, c->sandbox->ca, c->sandbox->secrets);
+                if (r == -EBUSY) /* others were handed over since conn_decide's check */
+                        egress_refused(c->sandbox, c->name, c->connect_addr, c->connect_port,
+                                       intercept_full(c->sandbox->ca) ?: "too many intercepted connections");
+                else if (r < 0)
                         log_warn("sandbox %s: intercept %s: out of memory or threads", c->sandbox->id,
                                  c->name);
                 proxy_conn_close(c);
@@ -734,6 +736,7 @@ static void dns_reply_written(struct conn *c)
 static void conn_decide(struct conn *c)
 {
         char raw[SNIFF_NAME_MAX + 1];
+        const char *full;
         bool unnamed = true;
         const uint8_t *data = c->c2u.buf + c->c2u.start;
         size_t len = half_used(&c->c2u);
@@ -754,8 +757,8 @@ static void conn_decide(struct conn *c)
                 /* Only the secrets' hosts: every other TLS stays end to end. */
                 c->intercept =
                     c->named && c->sandbox->ca != NULL && inject_for_host(c->sandbox->secrets, c->name);
-                if (c->intercept && intercept_full()) {
-                        conn_refuse(c, "too many intercepted connections");
+                if (c->intercept && (full = intercept_full(c->sandbox->ca)) != NULL) {
+                        conn_refuse(c, full);
                         return;
                 }
                 break;
@@ -797,18 +800,16 @@ static void conn_decide(struct conn *c)
                         c->c2u.start += c->http.head_len;
                         c->intercept = c->named && c->connect_port == 443 && c->sandbox->ca != NULL &&
                                        inject_for_host(c->sandbox->secrets, c->name);
-                        if (c->intercept && intercept_full()) {
-                                conn_refuse(c, "too many intercepted connections");
+                        if (c->intercept && (full = intercept_full(c->sandbox->ca)) != NULL) {
+                                conn_refuse(c, full);
                                 return;
                         }
                 } else {
-                        const struct inject_secret *foreign = NULL;
-                        enum rewrite_result rr = rewrite_http_head(c, &foreign);
-                        if (rr == REWRITE_FOREIGN_SECRET) {
-                                char why[160];
-                                snprintf(why, sizeof(why),
-                                         "carries the placeholder of secret %s, not for this host",
-                                         foreign->name);
+                        const struct inject_secret *refused = NULL;
+                        enum rewrite_result rr = rewrite_http_head(c, &refused);
+                        if (rr == REWRITE_REFUSED_SECRET) {
+                                char why[192];
+                                inject_refusal(refused, c->named ? c->name : NULL, why, sizeof(why));
                                 conn_refuse(c, why);
                                 return;
                         }
