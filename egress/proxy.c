@@ -511,9 +511,10 @@ static void conn_connected(struct conn *c)
                 c->client.fd = c->upstream.fd = -1;
                 int r = intercept_start(client, upstream, c->c2u.buf + c->c2u.start, half_used(&c->c2u),
                                         c->name, c->sandbox->id, c->sandbox->ca, c->sandbox->secrets);
+                const char *full = r == -EBUSY ? intercept_full(c->sandbox->ca) : NULL;
                 if (r == -EBUSY) /* others were handed over since conn_decide's check */
                         egress_refused(c->sandbox, c->name, c->connect_addr, c->connect_port,
-                                       intercept_full(c->sandbox->ca) ?: "too many intercepted connections");
+                                       full != NULL ? full : "too many intercepted connections");
                 else if (r < 0)
                         log_warn("sandbox %s: intercept %s: out of memory or threads", c->sandbox->id,
                                  c->name);

@@ -60,6 +60,7 @@ def test_a_secret_reaches_its_host_and_never_the_sandbox(netd, sbs, up):
         req = ("GET /s HTTP/1.1\r\nHost: allowed.test\r\nAuthorization: token %s\r\n"
                "X-Api-Key: mine\r\nConnection: close\r\n\r\n" % token)
         r = http('allowed.test', raw=req.encode())
+        in_path = http('allowed.test', raw=req.replace("GET /s ", "GET /s?t=%s " % token).encode())
         seen = []
         for p in glob.glob('/proc/[0-9]*/environ') + glob.glob('/proc/[0-9]*/cmdline'):
             try:
@@ -67,7 +68,7 @@ def test_a_secret_reaches_its_host_and_never_the_sandbox(netd, sbs, up):
             except OSError:
                 pass
         out = subprocess.run(['env'], capture_output=True, text=True).stdout
-        verdict(api=api, token=token, r=r, procs="\n".join(seen), env=out)
+        verdict(api=api, token=token, r=r, in_path=in_path, procs="\n".join(seen), env=out)
     """)
     assert v["api"].startswith("nsbox-secret-") and v["token"].startswith("nsbox-secret-")
     assert v["api"] != v["token"]
@@ -75,6 +76,8 @@ def test_a_secret_reaches_its_host_and_never_the_sandbox(netd, sbs, up):
         assert api not in where and token not in where
     assert "NSBOX_SECRET_API_KEY=" + v["api"] in v["env"]
     assert v["r"].get("status") == 200, v["r"]
+    # The placeholder in the path (where a host could echo it back) is refused, not made the value.
+    assert v["in_path"].get("status") == 403 and token not in v["in_path"]["raw"], v["in_path"]
     hits = landed(up, mark, local=U.ALLOWED)
     assert len(hits) == 1, hits
     headers = hits[0]["headers"]
