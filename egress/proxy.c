@@ -50,6 +50,11 @@ static size_t half_used(const struct half *h)
         return h->end - h->start;
 }
 
+static size_t half_sendable(const struct half *h)
+{
+        return half_used(h) - h->held;
+}
+
 static void close_watch(struct watch *w, bool reset)
 {
         if (w->fd < 0)
@@ -67,6 +72,9 @@ static void conn_free(struct conn *c)
 {
         if (c->holds_secret && c->c2u.buf != NULL)
                 explicit_bzero(c->c2u.buf, c->c2u.cap);
+        if (c->u2c_mask != NULL && c->u2c.buf != NULL)
+                explicit_bzero(c->u2c.buf, c->u2c.cap);
+        inject_unref(c->u2c_mask);
         free(c->c2u.buf);
         free(c->u2c.buf);
         free(c);
@@ -257,7 +265,7 @@ static void conn_update(struct conn *c)
         case CONN_RELAY:
                 if (!c->c2u.eof && half_used(&c->c2u) < c->c2u.cap)
                         ce |= EPOLLIN;
-                if (half_used(&c->u2c) > 0)
+                if (half_sendable(&c->u2c) > 0)
                         ce |= EPOLLOUT;
                 if (!c->u2c.eof && half_used(&c->u2c) < c->u2c.cap)
                         ue |= EPOLLIN;
@@ -340,6 +348,7 @@ static bool half_read(struct conn *c, int fd, struct half *h, bool client_side)
                 return errno == EAGAIN || errno == EINTR;
         if (n == 0) {
                 h->eof = true;
+                h->held = 0; /* the end: a value cut short is no value */
                 return true;
         }
         size_t got = (size_t)n;
@@ -348,6 +357,13 @@ static bool half_read(struct conn *c, int fd, struct half *h, bool client_side)
         if (client_side && !c2u_take(c, h->buf + h->end, &got))
                 return false;
         h->end += got;
+        if (!client_side && c->u2c_mask != NULL) {
+                /* A value that comes back to the sandbox (an echo of the
+                 * request) is masked, as long as it was, wherever it is:
+                 * the bytes held from the last read and these together. */
+                size_t from = h->end - got - h->held;
+                h->held = inject_mask_body(c->u2c_mask, (char *)h->buf + from, h->end - from);
+        }
         if (c->sandbox != NULL && c->mode != CONN_EXPOSE) {
                 if (client_side)
                         c->sandbox->bytes_out += got;
@@ -359,9 +375,9 @@ static bool half_read(struct conn *c, int fd, struct half *h, bool client_side)
 
 static bool half_write(int fd, struct half *h)
 {
-        if (half_used(h) == 0)
+        if (half_sendable(h) == 0)
                 return true;
-        ssize_t n = send(fd, h->buf + h->start, half_used(h), MSG_DONTWAIT | MSG_NOSIGNAL);
+        ssize_t n = send(fd, h->buf + h->start, half_sendable(h), MSG_DONTWAIT | MSG_NOSIGNAL);
         if (n < 0)
                 return errno == EAGAIN || errno == EINTR;
         h->start += (size_t)n;
@@ -442,7 +458,7 @@ enum rewrite_result { REWRITE_OK, REWRITE_FAILED, REWRITE_REFUSED_SECRET };
 static enum rewrite_result rewrite_http_head(struct conn *c, const struct inject_secret **refused)
 {
         const struct sniff_http *h = &c->http;
-        const struct inject_secrets *secrets = c->sandbox != NULL ? c->sandbox->secrets : NULL;
+        struct inject_secrets *secrets = c->sandbox != NULL ? c->sandbox->secrets : NULL;
         size_t cap = EGRESS_BUF + 1024;
         if (secrets != NULL)
                 cap += EGRESS_BUF; /* values longer than their placeholders */
@@ -474,8 +490,11 @@ static enum rewrite_result rewrite_http_head(struct conn *c, const struct inject
         c->c2u.start = 0;
         c->c2u.end = n;
         c->holds_secret = secrets != NULL;
-        if (c->sandbox != NULL && c->named && inject_for_host(secrets, c->name))
+        if (c->sandbox != NULL && c->named && inject_for_host(secrets, c->name)) {
                 c->sandbox->secrets_injected++;
+                if (secrets->longest_value > 0)
+                        c->u2c_mask = inject_ref(secrets);
+        }
         return REWRITE_OK;
 }
 

@@ -85,8 +85,10 @@ def test_a_secret_reaches_its_host_and_never_the_sandbox(netd, sbs, up):
     assert headers["X-Api-Key"] == api
     assert headers["Authorization"] == "token " + token
     assert hits[0]["path"] == "/s"
-    # Over plain HTTP the answer is relayed as it comes (this upstream echoes what it saw, the values
-    # too: over HTTPS they are masked, below). What the sandbox holds itself never has them.
+    # This upstream echoes what it saw, the values too: they come back masked (each byte a '*').
+    assert api not in v["r"]["raw"] and token not in v["r"]["raw"], v["r"]
+    assert v["r"]["json"]["headers"]["Authorization"] == "token " + "*" * len(token), v["r"]
+    assert v["r"]["json"]["headers"]["X-Api-Key"] == "*" * len(api), v["r"]
     info = netd.call("sandbox.info", sandbox_id=sid)
     assert sorted(info["secrets"]) == ["API_KEY", "TOKEN"]
     assert api not in json.dumps(info) and token not in json.dumps(info)
@@ -558,22 +560,29 @@ def test_a_placeholder_outside_its_place_is_refused_even_to_its_own_host(netd, s
     assert token not in log and key not in log
 
 
-def test_an_echoing_host_never_gives_a_value_back_over_https(netd, sbs, up):
+def test_an_echoing_host_never_gives_a_value_back(netd, sbs, up):
     """Defence in depth: what the secret's host answers is relayed with each
-    value masked, in the head (the placeholder again) and in the body (as
-    many '*', its length kept). The upstream's /reflect echoes every header
-    it got, the values too, in its answer's head and body."""
+    value masked: over HTTPS in the head as the placeholder again and in the
+    body as many '*' (its length kept); over plain HTTP as '*' throughout.
+    The upstream's /reflect echoes every header it got, the values too, in
+    its answer's head and body."""
     token, key = value(), value()
     sid = make(sbs, TOKEN={"value": token, "hosts": ["allowed.test"]},
                KEY={"value": key, "hosts": ["allowed.test"], "header": "X-Api-Key: {value}"})
     mark = up.mark()
     v = net(netd, sid, RAW_TLS + textwrap.dedent(r"""
         token = os.environ["NSBOX_SECRET_TOKEN"]
-        r = over_tls(head("/reflect/ok", ["Authorization: token " + token, "Origin: https://example.test"]))
-        verdict(r=r, token=token, key=os.environ["NSBOX_SECRET_KEY"])
+        raw = head("/reflect/ok", ["Authorization: token " + token, "Origin: https://example.test"])
+        verdict(r=over_tls(raw), plain=http("allowed.test", raw=raw), token=token, key=os.environ["NSBOX_SECRET_KEY"])
     """))
-    (hit,) = landed(up, mark, local=U.ALLOWED)
-    assert hit["headers"]["Authorization"] == "token " + token and hit["headers"]["X-Api-Key"] == key, hit
+    hits = landed(up, mark, local=U.ALLOWED)
+    assert sorted(h["proto"] for h in hits) == ["http", "https"], hits
+    for hit in hits:
+        assert hit["headers"]["Authorization"] == "token " + token and hit["headers"]["X-Api-Key"] == key, hit
+    plain = v["plain"]
+    assert plain.get("status") == 301 and token not in plain["raw"] and key not in plain["raw"], plain
+    assert "X-Seen-Authorization: token %s\r\n" % ("*" * len(token)) in plain["raw"], plain["raw"]
+    assert plain["json"]["headers"]["X-Api-Key"] == "*" * len(key), plain["json"]
     got = v["r"]
     assert got.get("status") == 301, got
     assert token not in got["raw"] and key not in got["raw"], got["raw"]
@@ -608,21 +617,21 @@ def test_one_sandbox_holding_its_intercepted_connections_leaves_the_others_their
                         pass
                     return outgoing.read()
                 hello = client_hello("allowed.test")
-                socks = []
+                socks, refused = [], 0
                 for i in range(300):
-                    s = socket.create_connection(("allowed.test", 443), timeout=20)
-                    s.sendall(hello)
-                    socks.append(s)
-                held = refused = 0
-                for s in socks:
                     try:
+                        s = socket.create_connection(("allowed.test", 443), timeout=20)
+                        s.sendall(hello)
                         first = s.recv(1)
                     except OSError:
-                        first = b""
-                    if first == b"\x16":  # a ServerHello: an interception thread has it
-                        held += 1
-                    else:
+                        s, first = None, b""
+                    if first == b"\x16":  # a ServerHello: an interception thread has it, stalled
+                        socks.append(s)
+                    else:  # refused: closed at once, as a client would
                         refused += 1
+                        if s is not None:
+                            s.close()
+                held = len(socks)
                 with open("/tmp/held.json", "w") as f:
                     json.dump({"held": held, "refused": refused}, f)
                 deadline = time.monotonic() + 120
