@@ -453,15 +453,15 @@ static void job_free(struct job *j)
         free(j);
 }
 
-/* A certificate that cannot be made (out of memory, a name OpenSSL will
- * not sign) closes the connection: said in the log, at most once a second
- * for all the threads. */
+/* A certificate for the host that cannot be made, or a TLS session for it
+ * (out of memory, a name OpenSSL will not sign), closes the connection:
+ * said in the log, at most once a second for all the threads. */
 static void leaf_failed(struct job *j)
 {
         static time_t last;
         time_t now = time(NULL);
         if (__atomic_exchange_n(&last, now, __ATOMIC_RELAXED) != now)
-                log_warn("sandbox %s: %s:443: no certificate for it from the sandbox's CA (%s): connection "
+                log_warn("sandbox %s: %s:443: could not make its certificate or TLS session (%s): connection "
                          "closed",
                          j->sandbox, j->host, ssl_error_text());
 }
@@ -514,8 +514,9 @@ static void *intercept_main(void *arg)
 int intercept_start(int client_fd, int upstream_fd, const uint8_t *prefix, size_t len, const char *host,
                     const char *sandbox_id, struct intercept_ca *ca, struct inject_secrets *secrets)
 {
-        /* Counted before the check, so that two loops of checks cannot
-         * both pass the last place. */
+        /* Counted here, where the connection becomes a thread: the check
+         * in conn_decide came before the connect, and other connections of
+         * the sandbox may have been handed over since. */
         int all = __atomic_add_fetch(&running, 1, __ATOMIC_RELAXED);
         int mine = __atomic_add_fetch(&ca->running, 1, __ATOMIC_RELAXED);
         struct job *j = NULL;
