@@ -97,7 +97,7 @@ $(BUILD)/forkrun: rootfs-builder/forkrun.c
 	$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -static -s -o $@ $<
 
 $(BUILD)/nsbox-egress: $(call obj,$(EGRESS_SRC)) $(call obj,policy/netpolicy.c policy/tlscert.c $(COMMON_SRC))
-	$(CC) $(CFLAGS) $(SAN) -o $@ $^ $(shell pkg-config --libs jansson libssl libcrypto) -lcares -lpthread
+	$(CC) $(CFLAGS) $(SAN) -o $@ $^ $(shell pkg-config --libs jansson libssl libcrypto libnl-3.0) -lcares -lpthread
 
 $(BUILD)/obj/http/%.o: CFLAGS += $(shell pkg-config --cflags libmicrohttpd gnutls)
 $(BUILD)/nsbox-http: $(call obj,$(HTTP_SRC) $(COMMON_SRC))

@@ -210,7 +210,7 @@ static const struct command commands[] = {
           "when its output was cut at --max-output: that is said on stderr.\n\n"
           "  -c, --code CODE     the code itself\n"
           "  --stateful          run in the sandbox's persistent interpreter (variables\n"
-          "                      survive; no ARGs, output printed at the end)\n"
+          "                      survive; no ARGs; a trailing expression is printed)\n"
           "  --require PKG       pip-install PKG first (repeatable)\n"
           "  --timeout S         time limit in seconds\n"
           "  --max-output BYTES  output kept, stdout and stderr together (e.g. 4M);\n"
@@ -227,7 +227,8 @@ static const struct command commands[] = {
           "no directory is made (a PATH ending in / must exist: mkdir -p it first).\n"
           "LOCAL - is a tar stream for a directory (out: `cp ID:DIR - > a.tar`; in:\n"
           "`tar c . | cp - ID:DIR`, into an existing DIR) and the raw bytes of a file.\n"
-          "A failed copy leaves nothing behind. FIFOs and devices are skipped with a\n"
+          "A failed copy (or one into a sandbox stopped by Ctrl-C) leaves nothing behind,\n"
+          "and a file it would replace stays whole. FIFOs and devices are skipped with a\n"
           "warning.\n" },
         { "run", cmd_run,
           "nsbox run [create options] [-e K=V] [-w DIR] [-u root] [--timeout S] [--max-output BYTES] -- "

@@ -74,6 +74,7 @@ struct expose {
         struct expose *next;
         struct egress_sandbox *sandbox;
         uint16_t port;
+        uid_t owner; /* the sandbox's: with root, the only uid let in */
         struct watch listener;
 };
 

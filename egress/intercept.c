@@ -455,7 +455,8 @@ static void job_free(struct job *j)
 
 /* A certificate for the host that cannot be made, or a TLS session for it
  * (out of memory, a name OpenSSL will not sign), closes the connection:
- * said in the log, at most once a second for all the threads. */
+ * said in the log, at most once a second for all the threads (log_limited
+ * is the loop's: its slots have no lock). */
 static void leaf_failed(struct job *j)
 {
         static time_t last;

@@ -21,6 +21,7 @@
 #include "cleanup.h"
 #include "dns.h"
 #include "log.h"
+#include "peer.h"
 
 static const char tls_access_denied[] = "\x15\x03\x03\x00\x02\x02\x31";
 
@@ -968,6 +969,26 @@ void proxy_accept(struct egress_sandbox *sb)
 
 /* --- expose --------------------------------------------------------------- */
 
+/* An exposed port is its sandbox owner's (and root's): another uid of the
+ * host, which cannot see the sandbox, cannot use what it serves either. */
+static bool peer_let_in(const struct expose *e, int fd)
+{
+        uid_t uid;
+        int r = peer_uid(fd, &uid);
+        if (r == 0 && (uid == e->owner || uid == 0))
+                return true;
+        if (r < 0)
+                log_limited("egress expose peer", LOG_LEVEL_WARN,
+                            "sandbox %s: expose %u: a connection whose peer is unknown (%s): refused",
+                            e->sandbox->id, e->port, strerror(-r));
+        else
+                log_limited(
+                    "egress expose peer", LOG_LEVEL_WARN,
+                    "sandbox %s: expose %u: a connection from uid %u, not the sandbox's owner: refused",
+                    e->sandbox->id, e->port, (unsigned)uid);
+        return false;
+}
+
 void proxy_expose_accept(struct expose *e)
 {
         for (int i = 0; i < 64; i++) {
@@ -979,6 +1000,10 @@ void proxy_expose_accept(struct expose *e)
                                 egress_accept_failed(&e->listener, who, errno);
                         }
                         return;
+                }
+                if (!peer_let_in(e, fd)) {
+                        close(fd);
+                        continue;
                 }
                 if (over_limit(e->sandbox, true)) {
                         log_limited("egress expose limit", LOG_LEVEL_WARN,

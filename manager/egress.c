@@ -301,8 +301,8 @@ static json_t *add_message(const struct sandbox *sb)
 
 static void proxy_send_expose(const struct sandbox *sb, const struct egress_exposed *x)
 {
-        _cleanup_json_ json_t *m =
-            json_pack("{s:s, s:s, s:i}", "op", "expose", "sandbox", sb->id, "port", (int)x->port);
+        _cleanup_json_ json_t *m = json_pack("{s:s, s:s, s:i, s:I}", "op", "expose", "sandbox", sb->id,
+                                             "port", (int)x->port, "owner", (json_int_t)sb->owner);
         proxy_send(m, &x->fd, 1);
 }
 

@@ -49,6 +49,7 @@
 #include "fs_path.h"
 #include "fs_worker.h"
 #include "log.h"
+#include "relpath.h"
 #include "sandbox.h"
 
 _Static_assert(FS_MAX_MOUNTS == POLICY_MAX_MOUNTS, "fs_ctx holds every mount of a sandbox");
@@ -62,6 +63,8 @@ _Static_assert(FS_MAX_MOUNTS == POLICY_MAX_MOUNTS, "fs_ctx holds every mount of 
 #define FS_SANDBOX_USER      1000
 #define FS_DEFAULT_FILE_MODE 0644
 #define FS_DEFAULT_DIR_MODE  0755
+/* fs.write's temporary files (fs_write_at). */
+#define FS_WRITE_PREFIX ".nsbox-write-"
 /* openat2 answers EAGAIN when a rename raced a ".." walk; the sandbox can
  * keep that up forever, so the retries are bounded. */
 #define FS_RESOLVE_RETRIES 64
@@ -478,16 +481,21 @@ static int fs_write_all(const struct fs_ctx *ctx, int fd, const void *data, size
         return 0;
 }
 
-int fs_write_at(const struct fs_ctx *ctx, const struct fs_path *p, const void *data, size_t len,
-                const struct fs_write_options *opts, nsbox_error_t **err)
+/* Unlink `name` in parent if it is still the file fd is open on: the
+ * sandbox may have put something else there meanwhile. */
+static void fs_unlink_if_same(int parent, const char *name, int fd)
 {
-        if (p->name == NULL || p->dir_only)
-                return nsbox_refuse(err, EISDIR, "%s names a directory, not a file", p->shown);
-        _cleanup_close_ int parent = -1;
-        int r = fs_open_parent(ctx, p, opts->parents, &parent, err);
-        if (r < 0)
-                return r;
+        struct stat now, entry;
+        if (fstat(fd, &now) == 0 && fstatat(parent, name, &entry, AT_SYMLINK_NOFOLLOW) == 0 &&
+            now.st_dev == entry.st_dev && now.st_ino == entry.st_ino)
+                unlinkat(parent, name, 0);
+}
 
+/* Append to the existing regular file at `name`; a failed append is cut
+ * back to the old end, so the old content stays whole. */
+static int fs_append_at(const struct fs_ctx *ctx, int parent, const struct fs_path *p, const void *data,
+                        size_t len, const struct fs_write_options *opts, nsbox_error_t **err)
+{
         _cleanup_close_ int fd = -1;
         bool created = false;
         struct stat st;
@@ -507,7 +515,7 @@ int fs_write_at(const struct fs_ctx *ctx, const struct fs_path *p, const void *d
                                     p->shown);
                         if (!S_ISREG(st.st_mode))
                                 return fs_refuse_type(err, st.st_mode, p->shown);
-                        fd = fs_reopen(path_fd, O_WRONLY | (opts->append ? O_APPEND : 0), p->shown, err);
+                        fd = fs_reopen(path_fd, O_WRONLY | O_APPEND, p->shown, err);
                         if (fd < 0)
                                 return fd;
                         break;
@@ -516,8 +524,8 @@ int fs_write_at(const struct fs_ctx *ctx, const struct fs_path *p, const void *d
                         return fs_resolve_error(err, -path_fd, p->shown);
                 fs_create_as_user(ctx, fd,
                                   fs_openat2(parent, p->name,
-                                             O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NOCTTY, 0600,
-                                             FS_RESOLVE_ENTRY));
+                                             O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_NOFOLLOW | O_NOCTTY,
+                                             0600, FS_RESOLVE_ENTRY));
                 if (fd == -EEXIST)
                         continue;
                 if (fd == -ENOSPC || fd == -EDQUOT)
@@ -526,31 +534,119 @@ int fs_write_at(const struct fs_ctx *ctx, const struct fs_path *p, const void *d
                         return nsbox_error(err, -fd, "create %s", p->shown);
                 created = true;
         }
-
         mode_t mode = opts->mode_set ? (opts->mode & 0777) : FS_DEFAULT_FILE_MODE;
+        int r;
         if (created) {
                 r = fs_claim(ctx, fd, mode, p->shown, err);
-                if (r < 0)
+                if (r < 0) {
+                        fs_unlink_if_same(parent, p->name, fd);
                         return r;
+                }
         } else {
                 if (!opts->mode_set)
                         mode = st.st_mode & 01777; /* setuid/setgid never survive a write */
                 if ((st.st_mode & 07777) != mode && fchmod(fd, mode) < 0)
                         return nsbox_error(err, errno, "chmod %s", p->shown);
-                if (!opts->append && ftruncate(fd, 0) < 0)
-                        return nsbox_error(err, errno, "truncate %s", p->shown);
         }
-        off_t start = opts->append ? lseek(fd, 0, SEEK_END) : 0;
+        off_t start = lseek(fd, 0, SEEK_END);
         r = fs_write_all(ctx, fd, data, len, p->shown, err);
         if (r < 0) {
-                /* No half-written file, and the space it took goes back to the sandbox. */
+                /* No half-written append, and the space it took goes back to the sandbox. */
                 if (ftruncate(fd, start < 0 ? 0 : start) < 0)
                         log_warn("truncate %s after a failed write: %s", p->shown, strerror(errno));
-                struct stat now, entry;
-                if (created && fstat(fd, &now) == 0 &&
-                    fstatat(parent, p->name, &entry, AT_SYMLINK_NOFOLLOW) == 0 &&
-                    now.st_dev == entry.st_dev && now.st_ino == entry.st_ino)
-                        unlinkat(parent, p->name, 0);
+                if (created)
+                        fs_unlink_if_same(parent, p->name, fd);
+        }
+        return r;
+}
+
+/* A write that replaces the file goes to a temporary file beside it, put in
+ * place by a rename once every byte is written: a write cut short (a full
+ * disk, nsboxd killed) leaves the old file whole, never a part of the new
+ * one under its name. The temporary file goes on any failure; its name
+ * starts with ".nsbox-write-", so one that a crash of nsboxd left behind is
+ * known for what it is. */
+int fs_write_at(const struct fs_ctx *ctx, const struct fs_path *p, const void *data, size_t len,
+                const struct fs_write_options *opts, nsbox_error_t **err)
+{
+        if (p->name == NULL || p->dir_only)
+                return nsbox_refuse(err, EISDIR, "%s names a directory, not a file", p->shown);
+        _cleanup_close_ int parent = -1;
+        int r = fs_open_parent(ctx, p, opts->parents, &parent, err);
+        if (r < 0)
+                return r;
+        if (opts->append)
+                return fs_append_at(ctx, parent, p, data, len, opts, err);
+
+        /* What is there now: kept whole until the rename, and its mode and
+         * owner are the new file's. */
+        struct stat st;
+        bool existed = false;
+        _cleanup_close_ int path_fd = fs_openat2(parent, p->name, O_PATH | O_NOFOLLOW, 0, FS_RESOLVE_ENTRY);
+        if (path_fd >= 0) {
+                if (fstat(path_fd, &st) < 0)
+                        return nsbox_error(err, errno, "stat %s", p->shown);
+                if (S_ISLNK(st.st_mode))
+                        return nsbox_refuse(err, ELOOP,
+                                            "%s is a symlink: fs.write does not follow a final symlink",
+                                            p->shown);
+                if (!S_ISREG(st.st_mode))
+                        return fs_refuse_type(err, st.st_mode, p->shown);
+                existed = true;
+        } else if (path_fd != -ENOENT) {
+                return fs_resolve_error(err, -path_fd, p->shown);
+        }
+
+        char tmp[NAME_MAX + 1];
+        _cleanup_close_ int fd = -1;
+        for (int attempt = 0; fd < 0; attempt++) {
+                if (attempt >= FS_RESOLVE_RETRIES)
+                        return nsbox_refuse(err, EAGAIN, "%s: the sandbox kept taking the temporary name",
+                                            p->shown);
+                if ((r = staging_name(FS_WRITE_PREFIX, tmp, sizeof(tmp))) < 0)
+                        return nsbox_error(err, -r, "a temporary name for %s", p->shown);
+                fs_create_as_user(ctx, fd,
+                                  fs_openat2(parent, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NOCTTY,
+                                             0600, FS_RESOLVE_ENTRY));
+                if (fd == -EEXIST)
+                        continue;
+                if (fd == -ENOSPC || fd == -EDQUOT)
+                        return fs_no_space(err, ctx, "create", p->shown);
+                if (fd < 0)
+                        return nsbox_error(err, -fd, "create %s", p->shown);
+        }
+        mode_t mode = opts->mode_set ? (opts->mode & 0777) : FS_DEFAULT_FILE_MODE;
+        if (existed) {
+                if (!opts->mode_set)
+                        mode = st.st_mode & 01777; /* setuid/setgid never survive a write */
+                struct stat made;
+                if (fstat(fd, &made) < 0)
+                        r = nsbox_error(err, errno, "stat %s", p->shown);
+                else if ((made.st_uid != st.st_uid || made.st_gid != st.st_gid) &&
+                         fchown(fd, st.st_uid, st.st_gid) < 0)
+                        r = nsbox_error(err, errno, "chown %s as the file it replaces", p->shown);
+                else if (fchmod(fd, mode) < 0)
+                        r = nsbox_error(err, errno, "chmod %s", p->shown);
+        } else {
+                r = fs_claim(ctx, fd, mode, p->shown, err);
+        }
+        if (r == 0)
+                r = fs_write_all(ctx, fd, data, len, p->shown, err);
+        int moved = 0;
+        if (r == 0)
+                fs_create_as_user(ctx, moved, renameat(parent, tmp, parent, p->name) < 0 ? -errno : 0);
+        if (moved < 0) {
+                r = moved == -ENOSPC || moved == -EDQUOT ? fs_no_space(err, ctx, "rename", p->shown)
+                    : moved == -EISDIR || moved == -ENOTDIR
+                        ? nsbox_refuse(err, -moved, "%s became a directory during the write", p->shown)
+                        : nsbox_error(err, -moved, "rename the written file to %s", p->shown);
+        }
+        if (r < 0) {
+                /* The space it took goes back to the sandbox at once. */
+                if (ftruncate(fd, 0) < 0)
+                        log_warn("truncate the temporary file of %s after a failed write: %s", p->shown,
+                                 strerror(errno));
+                fs_unlink_if_same(parent, tmp, fd);
         }
         return r;
 }

@@ -35,6 +35,7 @@
 #include "fs_watch.h"
 #include "log.h"
 #include "profiles.h"
+#include "removals.h"
 #include "size.h"
 #include "proto.h"
 #include "host_mounts.h"
@@ -271,6 +272,19 @@ static char *unasked_end_reason(struct sandbox *sb, const siginfo_t *info)
         return why;
 }
 
+/* Into the record of removals, once: as its removal starts (a session's
+ * next call, made while it is still stopping, hears that it went), or as it
+ * ends when nobody asked. Before its execs end, with their ids. */
+static void record_removal(struct sandbox *sb)
+{
+        if (sb->removal_recorded || sb->pooled)
+                return;
+        sb->removal_recorded = true;
+        struct sandbox_removal *r =
+            sandbox_removal_record(sb, "%s", sb->end_reason ? sb->end_reason : "its init ended");
+        exec_sandbox_record_ids(sb, r);
+}
+
 /* The init is gone (or never started): release everything and answer. */
 static void sandbox_finalize(struct sandbox *sb)
 {
@@ -298,6 +312,8 @@ static void sandbox_finalize(struct sandbox *sb)
                 loop_remove(nsboxd.loop, sb->pidfd);
                 sb->pidfd = NULL;
         }
+        if (!failed_create)
+                record_removal(sb);
         exec_sandbox_gone(sb);
         fs_watch_sandbox_gone(sb);
         egress_detach(sb, false);
@@ -325,7 +341,6 @@ static void sandbox_finalize(struct sandbox *sb)
         }
         if (!failed_create && !sb->pooled) {
                 events_emit(sb, "sandbox.removed", sb->end_reason ? sb->end_reason : "its init ended", NULL);
-                sandbox_removal_record(sb, "%s", sb->end_reason ? sb->end_reason : "its init ended");
         }
         sandbox_waiters_run(&sb->remove_waiters, sb, NULL);
         sandbox_free(sb);
@@ -1191,6 +1206,8 @@ void sandbox_remove(struct sandbox *sb, const char *why, sandbox_ready_cb done, 
                          why != NULL ? why : "no reason given");
                 sandbox_set_failure(sb, failure);
         }
+        if (sb->state == SANDBOX_RUNNING)
+                record_removal(sb);
         if (sb->state != SANDBOX_EXITED)
                 sb->state = sb->state == SANDBOX_CREATING ? SANDBOX_CREATING : SANDBOX_STOPPING;
         sandbox_kill(sb);

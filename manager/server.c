@@ -33,6 +33,7 @@
 #include "shell.h"
 #include "idle.h"
 #include "python.h"
+#include "removals.h"
 #include "sandbox_life.h"
 #include "snapshot.h"
 #include "state.h"
@@ -298,6 +299,7 @@ static int start(nsbox_error_t **err)
                 return r;
         if ((r = state_lock(err)) < 0)
                 return r;
+        sandbox_removals_load();
         cgroup_keep_when(restore_keep);
         if ((r = cgroup_init(nsboxd.config.allow_degraded || userns_active(), err)) < 0)
                 return r;
@@ -472,6 +474,7 @@ int nsboxd_main(int argc, char **argv)
                 }
         }
         unsigned left_behind = shutdown_sandboxes();
+        sandbox_removals_save();
         state_runtime_fs_release();
         egress_shutdown();
         profiles_clear();

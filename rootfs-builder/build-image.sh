@@ -368,6 +368,18 @@ prepare_for_sandboxes() {
         sed -i -E 's/^#?[[:space:]]*backend[[:space:]]*:.*/backend: Agg/' "$rootfs/etc/matplotlibrc"
         grep -qx 'backend: Agg' "$rootfs/etc/matplotlibrc" || echo 'backend: Agg' >>"$rootfs/etc/matplotlibrc"
 
+        # A login shell (E2B's SDKs run every command as `bash -l -c CMD`)
+        # forked `id -u` in /etc/profile and root's `mesg n` in ~/.profile:
+        # two forks and execs, half of such a command's time. Bash knows its
+        # EUID (other shells still ask id), and mesg acts on a terminal on
+        # stdin only: the same PATH and settings, without the forks.
+        sed -i 's/"$(id -u)"/"${EUID:-$(id -u)}"/' "$rootfs/etc/profile"
+        [ "$(grep -c '"${EUID:-$(id -u)}"' "$rootfs/etc/profile")" -eq 2 ] ||
+                die "/etc/profile does not test \"\$(id -u)\" twice (base-files changed?)"
+        sed -i 's/^mesg n 2> \/dev\/null || true$/[ -t 0 ] \&\& mesg n 2> \/dev\/null || true/' "$rootfs/root/.profile"
+        grep -qx '\[ -t 0 \] && mesg n 2> /dev/null || true' "$rootfs/root/.profile" ||
+                die "/root/.profile has no 'mesg n 2> /dev/null || true' line (base-files changed?)"
+
         # Each sandbox is its own disposable system, so PEP 668's guard
         # against breaking the distro's Python only gets in the agent's way.
         rm -f -- "$rootfs"/usr/lib/python3*/EXTERNALLY-MANAGED

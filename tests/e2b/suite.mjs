@@ -201,6 +201,46 @@ const scenarios = {
       report.afterRestart = (await sbx.runCode("'y' in globals()", { context: ctx })).text;
       await sbx.removeCodeContext(ctx);
       report.listedAfterRemove = (await sbx.listCodeContexts()).map((c) => c.id).includes(ctx.id);
+      // A context of its own cwd; env vars for one cell.
+      const tmpCtx = await sbx.createCodeContext({ cwd: "/tmp" });
+      report.contextCwd = (await sbx.runCode("import os\nos.getcwd()", { context: tmpCtx })).text;
+      report.defaultCwd = (await sbx.runCode("import os\nos.getcwd()")).text;
+      report.envs = (await sbx.runCode("import os\nos.environ.get('CELL_VAR')", { envs: { CELL_VAR: "v" } })).text;
+      report.envsAfter = (await sbx.runCode("os.environ.get('CELL_VAR', 'unset')")).text;
+    } finally {
+      await sbx.kill();
+    }
+  },
+
+  // onStdout/onStderr hear a cell's lines while it runs: the cell waits for a
+  // file that the callback writes once it has heard the first line.
+  async interpreterLive() {
+    const sbx = await ci.Sandbox.create();
+    try {
+      const heard = [];
+      const code = "import os, sys, time\nprint('first')\nprint('err-first', file=sys.stderr)\n" +
+        "for _ in range(600):\n    if os.path.exists('/workspace/go'):\n        break\n    time.sleep(0.05)\n" +
+        "print('saw-go' if os.path.exists('/workspace/go') else 'no-go')";
+      const run = await sbx.runCode(code, {
+        onStdout: async (m) => {
+          heard.push(["out", m.line]);
+          if (m.line === "first\n") await sbx.files.write("/workspace/go", "x");
+        },
+        onStderr: (m) => heard.push(["err", m.line]),
+      });
+      report.heard = heard;
+      report.stdout = run.logs.stdout;
+      // onResult hears a figure shown mid-cell while the cell still runs
+      const figure = "import os, time\nimport matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()\n" +
+        "for _ in range(600):\n    if os.path.exists('/workspace/go-figure'):\n        break\n    time.sleep(0.05)\n" +
+        "print('saw-go' if os.path.exists('/workspace/go-figure') else 'no-go')";
+      const shown = await sbx.runCode(figure, {
+        onResult: async (r) => {
+          if (r.png) await sbx.files.write("/workspace/go-figure", "x");
+        },
+      });
+      report.figureStdout = shown.logs.stdout;
+      report.figurePngs = shown.results.filter((r) => r.png).length;
     } finally {
       await sbx.kill();
     }

@@ -107,6 +107,16 @@ def test_run_code_stateful_text_png_error_and_contexts(front, sdk_dir):
     assert r["listed"] is True
     assert r["afterRestart"] == "False"
     assert r["listedAfterRemove"] is False
+    assert r["contextCwd"] == "'/tmp'" and r["defaultCwd"] == "'/workspace'"
+    assert r["envs"] == "'v'" and r["envsAfter"] == "'unset'"
+
+
+def test_run_code_callbacks_hear_lines_while_the_cell_runs(front, sdk_dir):
+    r = scenario(front, sdk_dir, "interpreterLive")
+    assert ["out", "saw-go\n"] in r["heard"]  # the callback's file reached the cell before it gave up
+    assert ["err", "err-first\n"] in r["heard"]
+    assert r["stdout"] == ["first\n", "saw-go\n"]
+    assert r["figureStdout"] == ["saw-go\n"] and r["figurePngs"] == 1
 
 
 def test_pty_input_resize_kill(front, sdk_dir):

@@ -190,6 +190,150 @@ def test_python_code_interpreter_execute(front, sbx):
     assert status == 404
 
 
+def interpreter_headers(sbx):
+    h = sbx.headers(port=49999)
+    del h["Authorization"]
+    h["E2B-Traffic-Access-Token"] = sbx.token
+    return h
+
+
+def execute(front, sbx, code, **more):
+    status, _, body = call(front, "POST", "/execute", dict({"code": code}, **more), headers=interpreter_headers(sbx),
+                           raw=True)
+    assert status == 200, body
+    return [json.loads(l) for l in body.decode().splitlines()]
+
+
+def main_result(lines):
+    return [l["text"] for l in lines if l["type"] == "result" and l.get("is_main_result")]
+
+
+def test_execute_streams_output_while_the_cell_runs(front, sbx):
+    """A cell's print reaches the client while the cell still runs: here the
+    cell waits for a file that the test writes only once it has read that
+    line, so a front that answers at the cell's end sees the wait time out."""
+    code = ("import os, sys, time\nprint('first')\nprint('err-first', file=sys.stderr)\n"
+            "for _ in range(600):\n    if os.path.exists('/workspace/go'):\n        break\n    time.sleep(0.05)\n"
+            "print('saw-go' if os.path.exists('/workspace/go') else 'no-go')\n'done'")
+    body = json.dumps({"code": code, "context_id": None, "language": None, "env_vars": None}).encode()
+    c = http.client.HTTPConnection("127.0.0.1", front.port, timeout=120)
+    try:
+        c.request("POST", "/execute", body=body, headers=dict(interpreter_headers(sbx),
+                                                               **{"Content-Type": "application/json"}))
+        resp = c.getresponse()
+        assert resp.status == 200
+        seen = []
+        while not {"first\n", "err-first\n"} <= {l.get("text") for l in seen}:
+            line = resp.readline()
+            assert line, seen
+            seen.append(json.loads(line))
+        assert {"type": "end_of_execution"} not in seen
+        status, _, _ = call(front, "POST", "/files?path=/workspace/go", b"x",
+                            headers=sbx.headers(**{"Content-Type": "application/octet-stream"}))
+        assert status == 200
+        seen += [json.loads(l) for l in resp.read().decode().splitlines()]
+    finally:
+        c.close()
+    assert [l["text"] for l in seen if l["type"] == "stdout"] == ["first\n", "saw-go\n"]
+    assert [l["text"] for l in seen if l["type"] == "stderr"] == ["err-first\n"]
+    assert main_result(seen) == ["'done'"]
+    assert seen[-1] == {"type": "end_of_execution"}
+    # an error's traceback is the error's, not a line of stderr
+    lines = execute(front, sbx, "import sys\nprint('before', file=sys.stderr)\n1 / 0")
+    assert [l["text"] for l in lines if l["type"] == "stderr"] == ["before\n"]
+    error = [l for l in lines if l["type"] == "error"]
+    assert [(e["name"], e["value"]) for e in error] == [("ZeroDivisionError", "division by zero")]
+    assert "Traceback" in error[0]["traceback"] and "__nsbox" not in error[0]["traceback"]
+
+
+def test_a_figure_shown_mid_cell_is_a_result_before_the_cell_ends(front, sbx):
+    code = ("import os, time\nimport matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()\n"
+            "for _ in range(600):\n    if os.path.exists('/workspace/go-figure'):\n        break\n    time.sleep(0.05)\n"
+            "print('saw-go' if os.path.exists('/workspace/go-figure') else 'no-go')")
+    c = http.client.HTTPConnection("127.0.0.1", front.port, timeout=120)
+    try:
+        c.request("POST", "/execute", body=json.dumps({"code": code}).encode(),
+                  headers=dict(interpreter_headers(sbx), **{"Content-Type": "application/json"}))
+        resp = c.getresponse()
+        seen = []
+        while not seen or seen[-1]["type"] != "result":
+            line = resp.readline()
+            assert line, seen
+            seen.append(json.loads(line))
+        assert base64.b64decode(seen[-1]["png"]).startswith(b"\x89PNG") and seen[-1]["is_main_result"] is False
+        call(front, "POST", "/files?path=/workspace/go-figure", b"x",
+             headers=sbx.headers(**{"Content-Type": "application/octet-stream"}))
+        seen += [json.loads(l) for l in resp.read().decode().splitlines()]
+    finally:
+        c.close()
+    assert [l["text"] for l in seen if l["type"] == "stdout"] == ["saw-go\n"]
+    assert len([l for l in seen if l["type"] == "result"]) == 1  # not again at the end
+
+
+def test_a_client_leaving_mid_cell_interrupts_it_and_the_variables_stay(front, sbx):
+    s = socket.create_connection(("127.0.0.1", front.port), timeout=60)
+    body = json.dumps({"code": "import time\nkept = 7\nprint('looping')\nwhile True:\n    time.sleep(0.05)"})
+    head = "".join("%s: %s\r\n" % kv for kv in dict(interpreter_headers(sbx), **{
+        "Content-Type": "application/json", "Content-Length": str(len(body))}).items())
+    s.sendall(("POST /execute HTTP/1.1\r\nHost: 127.0.0.1\r\n%s\r\n%s" % (head, body)).encode())
+    got = b""
+    while b"looping" not in got:
+        more = s.recv(4096)
+        assert more, got
+        got += more
+    s.close()  # gone while the cell loops
+    # the next cell runs (the loop was interrupted), with the variables made before
+    assert main_result(execute(front, sbx, "kept")) == ["7"]
+
+
+def test_env_vars_apply_to_their_cell_only(front, sbx):
+    code = ("import os, subprocess\n(os.environ.get('CELL_VAR'), "
+            "subprocess.run(['sh', '-c', 'echo $CELL_VAR'], capture_output=True, text=True).stdout)")
+    assert main_result(execute(front, sbx, code, env_vars={"CELL_VAR": "set"})) == ["('set', 'set\\n')"]
+    assert main_result(execute(front, sbx, code)) == ["(None, '\\n')"]
+    for bad in ({"A": 1}, "A=1", {"A=B": "x"}, {"": "x"}):
+        status, _, body = call(front, "POST", "/execute", {"code": "1", "env_vars": bad},
+                               headers=interpreter_headers(sbx))
+        assert status == 400, (bad, body)
+    assert main_result(execute(front, sbx, "1 + 1")) == ["2"]  # and the interpreter serves on
+
+
+def test_contexts_have_their_own_variables_and_cwd_and_are_capped(front, sbx):
+    h = interpreter_headers(sbx)
+    status, _, ctx = call(front, "POST", "/contexts", {"cwd": "/tmp", "language": "python"}, headers=h)
+    assert status == 200 and ctx["cwd"] == "/tmp"
+    execute(front, sbx, "import os\nv = 1\nos.chdir('/tmp')", context_id=ctx["id"])
+    assert main_result(execute(front, sbx, "import os\n('v' in globals(), os.getcwd())")) == \
+        ["(False, '/workspace')"]
+    assert main_result(execute(front, sbx, "v, os.getcwd()", context_id=ctx["id"])) == ["(1, '/tmp')"]
+    execute(front, sbx, "os.chdir('/')", context_id=ctx["id"])
+    assert main_result(execute(front, sbx, "os.getcwd()", context_id=ctx["id"])) == ["'/'"]
+    assert main_result(execute(front, sbx, "os.getcwd()")) == ["'/workspace'"]
+    # restart: its variables go, its cwd is the one it was made with
+    assert call(front, "POST", "/contexts/%s/restart" % ctx["id"], headers=h)[0] == 204
+    assert main_result(execute(front, sbx, "import os\n('v' in globals(), os.getcwd())", context_id=ctx["id"])) == \
+        ["(False, '/tmp')"]
+    # a cwd that does not exist makes no context
+    status, _, body = call(front, "POST", "/contexts", {"cwd": "/nonexistent"}, headers=h)
+    assert status == 400 and "/nonexistent" in json.dumps(body)
+    # at most 32 contexts per sandbox, then a clear 429
+    made = [ctx["id"]]
+    while True:
+        status, _, body = call(front, "POST", "/contexts", {}, headers=h)
+        if status != 200:
+            break
+        made.append(body["id"])
+        assert len(made) <= 32
+    assert status == 429 and "32 code contexts" in json.dumps(body)
+    assert len(made) == 32
+    listed = [c["id"] for c in call(front, "GET", "/contexts", headers=h)[2]]
+    assert set(made) <= set(listed) and "default" in listed
+    assert call(front, "DELETE", "/contexts/%s" % made[0], headers=h)[0] == 204
+    assert made[0] not in [c["id"] for c in call(front, "GET", "/contexts", headers=h)[2]]
+    assert call(front, "POST", "/execute", {"code": "1", "context_id": made[0]}, headers=h)[0] == 404
+    assert call(front, "POST", "/contexts", {}, headers=h)[0] == 200  # room again
+
+
 # --- hostile clients ---------------------------------------------------------------------
 
 
@@ -287,6 +431,54 @@ def test_a_client_leaving_mid_stream_leaves_the_process_running(front, sbx):
     assert data == b"done\n"
     # and nsbox-http serves on
     assert call(front, "GET", "/health", headers=sbx.headers())[0] == 204
+
+
+def requests_of(daemon, method):
+    text = daemon.call("server.metrics")["text"]
+    return sum(int(float(line.rsplit(" ", 1)[1])) for line in text.splitlines()
+               if line.startswith('nsbox_requests_total{method="%s"' % method))
+
+
+def test_a_quiet_command_stream_waits_in_nsboxd_instead_of_polling_it(daemon, front, sbx):
+    """A command's stream asks nsboxd for its output with exec.output's wait_ms,
+    answered when output comes or the command ends: a command quiet for a second
+    costs a few calls, not a poll every millisecond (the front's share of every
+    commands.run was the wait for the next poll)."""
+    before = requests_of(daemon, "exec.output")
+    events = sbx.stream("process.Process/Start", {
+        "process": {"cmd": "/bin/sh", "args": ["-c", "sleep 1; echo late; sleep 1; exit 3"]}})
+    calls = requests_of(daemon, "exec.output") - before
+    out = b"".join(base64.b64decode(e["event"]["data"]["stdout"]) for f, e in events
+                   if f == 0 and "data" in e["event"])
+    assert out == b"late\n"
+    assert [e["event"]["end"] for f, e in events if f == 0 and "end" in e["event"]] == [
+        {"exitCode": 3, "exited": True, "status": "exit status 3"}]
+    assert calls <= 6, calls
+
+
+def test_commands_reuse_their_owners_nsboxd_connection(daemon, front, sbx):
+    """One command after another reuse an idle nsboxd connection of their owner's
+    (connect and auth.act_as were a tenth of the front's time per command); one
+    whose client left mid-stream is not reused, and nsbox-http serves on."""
+    before = requests_of(daemon, "auth.act_as")
+    for i in range(10):
+        events = sbx.stream("process.Process/Start", {"process": {"cmd": "/bin/sh", "args": ["-c", "exit %d" % i]}})
+        assert [e["event"]["end"]["exitCode"] for f, e in events if f == 0 and "end" in e["event"]] == [i]
+    assert requests_of(daemon, "auth.act_as") - before <= 5
+    s = socket.create_connection(("127.0.0.1", front.port), timeout=30)
+    body = envelope({"process": {"cmd": "/bin/sh", "args": ["-c", "sleep 600"]}})
+    head = "".join("%s: %s\r\n" % kv for kv in sbx.headers(**{"Content-Type": "application/connect+json",
+                                                               "Content-Length": str(len(body))}).items())
+    s.sendall(("POST /process.Process/Start HTTP/1.1\r\nHost: 127.0.0.1\r\n%s\r\n" % head).encode() + body)
+    got = b""
+    while b"start" not in got:
+        got += s.recv(4096)
+    s.close()
+    for i in range(3):
+        events = sbx.stream("process.Process/Start", {"process": {"cmd": "/bin/sh", "args": ["-c", "echo %d" % i]}})
+        out = b"".join(base64.b64decode(e["event"]["data"]["stdout"]) for f, e in events
+                       if f == 0 and "data" in e["event"])
+        assert out == b"%d\n" % i
 
 
 def test_watch_streams_left_by_their_clients_are_released(front, sbx):

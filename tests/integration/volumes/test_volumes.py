@@ -244,6 +244,11 @@ def test_the_file_api_sees_a_volume_as_the_sandbox_does(daemon):
         call("fs.symlink", target="out.txt", path="/data/sub/deep/link")
         call("fs.rename", **{"from": "/data/in.txt", "to": "/data/moved.txt"})
         call("fs.chmod", path="/data/moved.txt", mode=0o600)
+        # A write over a file there goes through a temporary file and a rename on the volume too,
+        # keeping the file's owner and mode.
+        call("fs.write", path="/data/moved.txt", content="replaced\n")
+        assert call("fs.read", path="/data/moved.txt")["content"] == "replaced\n"
+        call("fs.write", path="/data/moved.txt", content="from the sandbox\n")
         assert call("fs.stat", path="/data/sub/deep/out.txt")["size"] == len("from fs.write")
         out = sh(daemon, sid, "cat /data/sub/deep/link; stat -c '%U %a %n' /data/sub/deep/out.txt "
                  "/data/sub/deep /data/made /data/moved.txt; ls /data")["stdout"]
