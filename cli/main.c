@@ -69,12 +69,12 @@ static const struct command commands[] = {
           "  --secret-file NAME=PATH@HOST[,HOST...]\n"
           "                      a secret read from PATH (- standard input) the sandbox never\n"
           "                      sees: its env has NSBOX_SECRET_NAME, a placeholder the egress\n"
-          "                      proxy replaces with the value in HTTP requests to HOSTs only\n"
-          "                      (repeatable; needs --network; see docs/secrets.md)\n"
+          "                      proxy replaces with the value in an Authorization header to\n"
+          "                      HOSTs only (repeatable; needs --network; see docs/secrets.md)\n"
           "  --secret NAME=VALUE@HOST[,HOST...]\n"
           "                      the same with the value on the command line (seen by ps)\n"
           "  --secret-header 'NAME=Authorization: Bearer {value}'\n"
-          "                      also send the secret in this header to its hosts\n" },
+          "                      send the secret in this header to its hosts instead\n" },
         { "ls", cmd_ls, "nsbox ls [-a] [-q] [-f FILTER]... [--format FORMAT]",
           "List your sandboxes (root: everyone's): id, state, owner, creation time, when\n"
           "it is paused or removed if left idle (EXPIRES), session name and labels.\n\n"

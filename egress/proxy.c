@@ -51,6 +51,11 @@ static size_t half_used(const struct half *h)
         return h->end - h->start;
 }
 
+static size_t half_sendable(const struct half *h)
+{
+        return half_used(h) - h->held;
+}
+
 static void close_watch(struct watch *w, bool reset)
 {
         if (w->fd < 0)
@@ -68,6 +73,9 @@ static void conn_free(struct conn *c)
 {
         if (c->holds_secret && c->c2u.buf != NULL)
                 explicit_bzero(c->c2u.buf, c->c2u.cap);
+        if (c->u2c_mask != NULL && c->u2c.buf != NULL)
+                explicit_bzero(c->u2c.buf, c->u2c.cap);
+        inject_unref(c->u2c_mask);
         free(c->c2u.buf);
         free(c->u2c.buf);
         free(c);
@@ -258,7 +266,7 @@ static void conn_update(struct conn *c)
         case CONN_RELAY:
                 if (!c->c2u.eof && half_used(&c->c2u) < c->c2u.cap)
                         ce |= EPOLLIN;
-                if (half_used(&c->u2c) > 0)
+                if (half_sendable(&c->u2c) > 0)
                         ce |= EPOLLOUT;
                 if (!c->u2c.eof && half_used(&c->u2c) < c->u2c.cap)
                         ue |= EPOLLIN;
@@ -310,16 +318,14 @@ static bool c2u_take(struct conn *c, const uint8_t *p, size_t *n)
                 c2u_note_extra(c, p + keep, *n - keep);
         *n = keep;
         /* A placeholder anywhere in the body, not only in the head, is
-         * refused on a host not of its secret. */
+         * refused: a body is no place for a value, whatever its host. */
         if (c->sandbox != NULL && c->sandbox->secrets != NULL &&
-            (c->c2u_foreign = inject_scan_body(c->sandbox->secrets, c->named ? c->name : NULL, &c->c2u_scan,
-                                               p, keep)) != NULL) {
+            (c->c2u_refused = inject_scan_body(c->sandbox->secrets, &c->c2u_scan, p, keep)) != NULL) {
                 if (c->state != CONN_SNIFF) { /* the head went already: the request is cut short */
-                        char why[160];
-                        snprintf(why, sizeof(why),
-                                 "its body carries the placeholder of secret %s, not for this host",
-                                 c->c2u_foreign->name);
-                        conn_refused_midway(c, why);
+                        char why[192], said[224];
+                        inject_refusal(c->c2u_refused, c->named ? c->name : NULL, why, sizeof(why));
+                        snprintf(said, sizeof(said), "its body %s", why);
+                        conn_refused_midway(c, said);
                 }
                 return false;
         }
@@ -343,6 +349,7 @@ static bool half_read(struct conn *c, int fd, struct half *h, bool client_side)
                 return errno == EAGAIN || errno == EINTR;
         if (n == 0) {
                 h->eof = true;
+                h->held = 0; /* the end: a value cut short is no value */
                 return true;
         }
         size_t got = (size_t)n;
@@ -351,6 +358,13 @@ static bool half_read(struct conn *c, int fd, struct half *h, bool client_side)
         if (client_side && !c2u_take(c, h->buf + h->end, &got))
                 return false;
         h->end += got;
+        if (!client_side && c->u2c_mask != NULL) {
+                /* A value that comes back to the sandbox (an echo of the
+                 * request) is masked, as long as it was, wherever it is:
+                 * the bytes held from the last read and these together. */
+                size_t from = h->end - got - h->held;
+                h->held = inject_mask_body(c->u2c_mask, (char *)h->buf + from, h->end - from);
+        }
         if (c->sandbox != NULL && c->mode != CONN_EXPOSE) {
                 if (client_side)
                         c->sandbox->bytes_out += got;
@@ -362,9 +376,9 @@ static bool half_read(struct conn *c, int fd, struct half *h, bool client_side)
 
 static bool half_write(int fd, struct half *h)
 {
-        if (half_used(h) == 0)
+        if (half_sendable(h) == 0)
                 return true;
-        ssize_t n = send(fd, h->buf + h->start, half_used(h), MSG_DONTWAIT | MSG_NOSIGNAL);
+        ssize_t n = send(fd, h->buf + h->start, half_sendable(h), MSG_DONTWAIT | MSG_NOSIGNAL);
         if (n < 0)
                 return errno == EAGAIN || errno == EINTR;
         h->start += (size_t)n;
@@ -435,17 +449,17 @@ static void conn_connect(struct conn *c)
         conn_connect_fd(c, fd, c->connect_addr, c->connect_port);
 }
 
-enum rewrite_result { REWRITE_OK, REWRITE_FAILED, REWRITE_FOREIGN_SECRET };
+enum rewrite_result { REWRITE_OK, REWRITE_FAILED, REWRITE_REFUSED_SECRET };
 
 /* The head forwarded upstream on port 80 and for the explicit proxy's
  * absolute-form requests (inject_rewrite_head: one request, the sandbox's
- * secrets for this host put in, *foreign naming a secret whose
- * placeholder was sent here though it is not for this host), then the
+ * secrets for this host put in, *refused naming a secret whose
+ * placeholder was where its value may not go), then the
  * body bytes already read, up to the request's end. */
-static enum rewrite_result rewrite_http_head(struct conn *c, const struct inject_secret **foreign)
+static enum rewrite_result rewrite_http_head(struct conn *c, const struct inject_secret **refused)
 {
         const struct sniff_http *h = &c->http;
-        const struct inject_secrets *secrets = c->sandbox != NULL ? c->sandbox->secrets : NULL;
+        struct inject_secrets *secrets = c->sandbox != NULL ? c->sandbox->secrets : NULL;
         size_t cap = EGRESS_BUF + 1024;
         if (secrets != NULL)
                 cap += EGRESS_BUF; /* values longer than their placeholders */
@@ -455,7 +469,7 @@ static enum rewrite_result rewrite_http_head(struct conn *c, const struct inject
         const char *in = (const char *)c->c2u.buf + c->c2u.start;
         size_t n = 0;
         enum inject_result r =
-            inject_rewrite_head(secrets, c->named ? c->name : NULL, in, h, false, out, cap, &n, foreign);
+            inject_rewrite_head(secrets, c->named ? c->name : NULL, in, h, false, out, cap, &n, refused);
         size_t body = half_used(&c->c2u) - h->head_len;
         c->c2u_limited = true;
         c->c2u_chunked = h->chunked;
@@ -464,9 +478,9 @@ static enum rewrite_result rewrite_http_head(struct conn *c, const struct inject
         if (r != INJECT_OK || !c2u_take(c, (const uint8_t *)in + h->head_len, &body) || n + body > cap) {
                 explicit_bzero(out, cap);
                 free(out);
-                if (r == INJECT_OK && c->c2u_foreign != NULL)
-                        *foreign = c->c2u_foreign;
-                return r == INJECT_FOREIGN || c->c2u_foreign != NULL ? REWRITE_FOREIGN_SECRET
+                if (r == INJECT_OK && c->c2u_refused != NULL)
+                        *refused = c->c2u_refused;
+                return r == INJECT_REFUSED || c->c2u_refused != NULL ? REWRITE_REFUSED_SECRET
                                                                      : REWRITE_FAILED;
         }
         memcpy(out + n, in + h->head_len, body);
@@ -477,8 +491,11 @@ static enum rewrite_result rewrite_http_head(struct conn *c, const struct inject
         c->c2u.start = 0;
         c->c2u.end = n;
         c->holds_secret = secrets != NULL;
-        if (c->sandbox != NULL && c->named && inject_for_host(secrets, c->name))
+        if (c->sandbox != NULL && c->named && inject_for_host(secrets, c->name)) {
                 c->sandbox->secrets_injected++;
+                if (secrets->longest_value > 0)
+                        c->u2c_mask = inject_ref(secrets);
+        }
         return REWRITE_OK;
 }
 
@@ -512,8 +529,13 @@ static void conn_connected(struct conn *c)
                 egress_unwatch(&c->client);
                 egress_unwatch(&c->upstream);
                 c->client.fd = c->upstream.fd = -1;
-                if (intercept_start(client, upstream, c->c2u.buf + c->c2u.start, half_used(&c->c2u), c->name,
-                                    c->sandbox->id, c->sandbox->ca, c->sandbox->secrets) < 0)
+                int r = intercept_start(client, upstream, c->c2u.buf + c->c2u.start, half_used(&c->c2u),
+                                        c->name, c->sandbox->id, c->sandbox->ca, c->sandbox->secrets);
+                const char *full = r == -EBUSY ? intercept_full(c->sandbox->ca) : NULL;
+                if (r == -EBUSY) /* others were handed over since conn_decide's check */
+                        egress_refused(c->sandbox, c->name, c->connect_addr, c->connect_port,
+                                       full != NULL ? full : "too many intercepted connections");
+                else if (r < 0)
                         log_warn("sandbox %s: intercept %s: out of memory or threads", c->sandbox->id,
                                  c->name);
                 proxy_conn_close(c);
@@ -735,6 +757,7 @@ static void dns_reply_written(struct conn *c)
 static void conn_decide(struct conn *c)
 {
         char raw[SNIFF_NAME_MAX + 1];
+        const char *full;
         bool unnamed = true;
         const uint8_t *data = c->c2u.buf + c->c2u.start;
         size_t len = half_used(&c->c2u);
@@ -755,8 +778,8 @@ static void conn_decide(struct conn *c)
                 /* Only the secrets' hosts: every other TLS stays end to end. */
                 c->intercept =
                     c->named && c->sandbox->ca != NULL && inject_for_host(c->sandbox->secrets, c->name);
-                if (c->intercept && intercept_full()) {
-                        conn_refuse(c, "too many intercepted connections");
+                if (c->intercept && (full = intercept_full(c->sandbox->ca)) != NULL) {
+                        conn_refuse(c, full);
                         return;
                 }
                 break;
@@ -798,18 +821,16 @@ static void conn_decide(struct conn *c)
                         c->c2u.start += c->http.head_len;
                         c->intercept = c->named && c->connect_port == 443 && c->sandbox->ca != NULL &&
                                        inject_for_host(c->sandbox->secrets, c->name);
-                        if (c->intercept && intercept_full()) {
-                                conn_refuse(c, "too many intercepted connections");
+                        if (c->intercept && (full = intercept_full(c->sandbox->ca)) != NULL) {
+                                conn_refuse(c, full);
                                 return;
                         }
                 } else {
-                        const struct inject_secret *foreign = NULL;
-                        enum rewrite_result rr = rewrite_http_head(c, &foreign);
-                        if (rr == REWRITE_FOREIGN_SECRET) {
-                                char why[160];
-                                snprintf(why, sizeof(why),
-                                         "carries the placeholder of secret %s, not for this host",
-                                         foreign->name);
+                        const struct inject_secret *refused = NULL;
+                        enum rewrite_result rr = rewrite_http_head(c, &refused);
+                        if (rr == REWRITE_REFUSED_SECRET) {
+                                char why[192];
+                                inject_refusal(refused, c->named ? c->name : NULL, why, sizeof(why));
                                 conn_refuse(c, why);
                                 return;
                         }
