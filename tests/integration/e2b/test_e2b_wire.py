@@ -598,8 +598,8 @@ def test_tags_are_short_names_and_what_a_command_leaves_behind_is_bounded(front,
         s.close()
     before = rss_kib(front.proc.pid)
     for i in range(40):
-        raw_stream(front, sbx, envelope({"process": {"cmd": "true"}, "tag": "%d" % i + "x" * (4 << 20)}))
-        raw_stream(front, sbx, envelope({"process": {"cmd": "true", "envs": {"BIG": "y" * (4 << 20)}}}))
+        raw_stream(front, sbx, envelope({"process": {"cmd": "true"}, "tag": "%d" % i + "x" * 4000000}))
+        raw_stream(front, sbx, envelope({"process": {"cmd": "true", "envs": {"BIG": "y" * 4000000}}}))
     after = rss_kib(front.proc.pid)
     print("nsbox-http VmRSS: %d KiB before, %d KiB after 80 Starts of 4 MB each" % (before, after))
     assert after - before < 64 * 1024, (before, after)
