@@ -108,6 +108,11 @@ $(BUILD)/tests/test_http_tokens: tests/unit/test_http_tokens.c $(call obj,http/a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Ihttp $(shell pkg-config --cflags libmicrohttpd gnutls) $(SAN) -o $@ $^ -lgnutls -ljansson -lcmocka -lpthread
 
+# The per-owner tables are http/ code, outside libnsbox.a.
+$(BUILD)/tests/test_http_owned: tests/unit/test_http_owned.c $(call obj,http/owned.c)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Ihttp $(SAN) -o $@ $^ -lcmocka
+
 # The sniffers are egress/ code, outside libnsbox.a.
 $(BUILD)/tests/test_sniff: tests/unit/test_sniff.c $(call obj,egress/sniff.c)
 	@mkdir -p $(dir $@)

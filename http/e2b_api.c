@@ -18,6 +18,7 @@
 #include "cleanup.h"
 #include "e2b_wire.h"
 #include "json_cleanup.h"
+#include "log.h"
 #include "nsboxd.h"
 #include "reply.h"
 
@@ -536,6 +537,7 @@ static enum MHD_Result fork_sandbox(struct http_request *r, const char *id)
         if (http_call(r, "sandbox.snapshot", snap_params, &snap, &error, &err) < 0)
                 return e2b_reply_rest_rpc_error(r, error, err);
         json_t *out = json_array();
+        json_int_t created = 0;
         for (json_int_t k = 0; k < n; k++) {
                 _cleanup_json_ json_t *params =
                     json_pack("{s:O, s:I}", "from_snapshot", json_object_get(snap, "snapshot_id"),
@@ -563,6 +565,19 @@ static enum MHD_Result fork_sandbox(struct http_request *r, const char *id)
                         continue;
                 }
                 json_array_append_new(out, json_pack("{s:o}", "sandbox", sandbox_json(r, made, false)));
+                created++;
+        }
+        /* remove_when_unused removes it with its last sandbox: with none, now */
+        if (created == 0) {
+                _cleanup_json_ json_t *rm = json_pack("{s:O}", "snapshot_id",
+                                                      json_object_get(snap, "snapshot_id")),
+                                      *removed = NULL, *refused = NULL;
+                _cleanup_error_ nsbox_error_t *e = NULL;
+                if (http_call(r, "snapshot.remove", rm, &removed, &refused, &e) < 0)
+                        log_write(LOG_LEVEL_WARN, "fork of %s: the unused snapshot stays: %s", id,
+                                  refused ? json_string_value(json_object_get(refused, "message"))
+                                  : e     ? e->message
+                                          : "error");
         }
         return http_reply_json(r, MHD_HTTP_OK, out);
 }

@@ -20,34 +20,48 @@
 #include "e2b_wire.h"
 #include "json_cleanup.h"
 #include "nsboxd.h"
+#include "owned.h"
 #include "reply.h"
 
 #define DEFAULT_CONTEXT "default"
 #define DEFAULT_CWD     "/workspace"
-/* Contexts remembered (past it the oldest is forgotten; nsboxd keeps it
- * until it is removed or the sandbox goes, and caps them per sandbox). */
-#define CONTEXT_TABLE_SIZE 1024
+/* Contexts remembered per owner (past it the owner's oldest is forgotten;
+ * nsboxd keeps it until it is removed or the sandbox goes, and caps them per
+ * sandbox: 32 in each of an owner's 32 sandboxes). */
+#define CONTEXTS_PER_OWNER 1024
 /* A cell's time limit (E2B's SDKs wait 300 s by default). */
 #define CELL_TIMEOUT_SECONDS 300
 
 struct context {
-        uid_t uid;
-        char sandbox_id[129];
+        struct owned head;
+        char sandbox_id[E2B_MAX_SANDBOX_ID + 1];
         char id[40];
         char *cwd;
         unsigned long long executions;
 };
 
-static pthread_mutex_t contexts_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct context contexts[CONTEXT_TABLE_SIZE];
-static size_t contexts_next;
+static void context_clear(void *entry)
+{
+        free(((struct context *)entry)->cwd);
+}
 
+static pthread_mutex_t contexts_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct owned_table contexts = OWNED_TABLE(struct context, CONTEXTS_PER_OWNER, context_clear);
+
+static struct context *context_at(size_t i)
+{
+        return owned_at(&contexts, i);
+}
+
+/* Under the lock. */
 static struct context *context_find(uid_t uid, const char *sandbox_id, const char *id)
 {
-        for (size_t i = 0; i < CONTEXT_TABLE_SIZE; i++)
-                if (contexts[i].id[0] && contexts[i].uid == uid &&
-                    strcmp(contexts[i].sandbox_id, sandbox_id) == 0 && strcmp(contexts[i].id, id) == 0)
-                        return &contexts[i];
+        for (size_t i = 0; i < contexts.size; i++) {
+                struct context *c = context_at(i);
+                if (c->head.used && c->head.uid == uid && strcmp(c->sandbox_id, sandbox_id) == 0 &&
+                    strcmp(c->id, id) == 0)
+                        return c;
+        }
         return NULL;
 }
 
@@ -394,14 +408,15 @@ static enum MHD_Result create_context(struct http_request *r, const char *sandbo
                                             cwd ? cwd : DEFAULT_CWD,
                                             json_string_value(json_object_get(failure, "value")) ?: "failed");
         pthread_mutex_lock(&contexts_lock);
-        struct context *c = &contexts[contexts_next];
-        contexts_next = (contexts_next + 1) % CONTEXT_TABLE_SIZE;
-        free(c->cwd);
-        *c = (struct context){ .uid = r->uid };
-        snprintf(c->sandbox_id, sizeof(c->sandbox_id), "%s", sandbox_id);
-        snprintf(c->id, sizeof(c->id), "%s", id);
-        c->cwd = cwd ? strndup(cwd, 4096) : NULL;
+        struct context *c = owned_add(&contexts, r->uid);
+        if (c != NULL) {
+                snprintf(c->sandbox_id, sizeof(c->sandbox_id), "%s", sandbox_id);
+                snprintf(c->id, sizeof(c->id), "%s", id);
+                c->cwd = cwd ? strndup(cwd, 4096) : NULL;
+        }
         pthread_mutex_unlock(&contexts_lock);
+        if (c == NULL)
+                return e2b_reply_rest_error(r, 500, "out of memory");
         return http_reply_json(r, MHD_HTTP_OK, context_json(id, cwd));
 }
 
@@ -410,10 +425,11 @@ static enum MHD_Result list_contexts(struct http_request *r, const char *sandbox
         json_t *list = json_array();
         json_array_append_new(list, context_json(DEFAULT_CONTEXT, NULL));
         pthread_mutex_lock(&contexts_lock);
-        for (size_t i = 0; i < CONTEXT_TABLE_SIZE; i++)
-                if (contexts[i].id[0] && contexts[i].uid == r->uid &&
-                    strcmp(contexts[i].sandbox_id, sandbox_id) == 0)
-                        json_array_append_new(list, context_json(contexts[i].id, contexts[i].cwd));
+        for (size_t i = 0; i < contexts.size; i++) {
+                struct context *c = context_at(i);
+                if (c->head.used && c->head.uid == r->uid && strcmp(c->sandbox_id, sandbox_id) == 0)
+                        json_array_append_new(list, context_json(c->id, c->cwd));
+        }
         pthread_mutex_unlock(&contexts_lock);
         return http_reply_json(r, MHD_HTTP_OK, list);
 }
@@ -430,10 +446,8 @@ static enum MHD_Result reset_context(struct http_request *r, const char *sandbox
         if (!main_context) {
                 pthread_mutex_lock(&contexts_lock);
                 struct context *c = context_find(r->uid, sandbox_id, id);
-                if (c != NULL && remove) {
-                        free(c->cwd);
-                        *c = (struct context){ 0 };
-                }
+                if (c != NULL && remove)
+                        owned_remove(&contexts, c);
                 pthread_mutex_unlock(&contexts_lock);
                 if (c == NULL)
                         return e2b_reply_rest_error(r, 404, "no context %.64s", id);

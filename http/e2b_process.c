@@ -18,41 +18,77 @@
 #include "e2b_wire.h"
 #include "json_cleanup.h"
 #include "nsboxd.h"
+#include "owned.h"
 #include "reply.h"
 
-/* Commands remembered for Connect, List and the rest; past it the oldest
- * is forgotten (its exec runs on; only E2B's handle to it is lost). */
-#define PROCESS_TABLE_SIZE 4096
+/* Commands remembered for Connect, List and the rest, per owner; past it
+ * the owner's oldest (ended first) is forgotten (its exec runs on; only
+ * E2B's handle to it is lost). */
+#define PROCESS_PER_OWNER 1024
 /* Output a command keeps for its stream (nsboxd's max_output_bytes). */
 #define PROCESS_MAX_OUTPUT (16u << 20)
+/* A tag is a short name (E2B's SDKs tag a pty or a command by a name). */
+#define PROCESS_MAX_TAG 256
+/* What List shows of a command's config: past it, its cmd's head alone. */
+#define PROCESS_MAX_CONFIG 4096
+#define PROCESS_MAX_CMD    256
 struct process {
-        uid_t uid;
-        char sandbox_id[64];
+        struct owned head;
+        char sandbox_id[E2B_MAX_SANDBOX_ID + 1];
         char exec_id[64];
         uint32_t pid;
         bool tty;
         char *tag;
-        json_t *config;
+        json_t *config; /* NULL once it ended: List shows running commands only */
 };
 
-static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct process table[PROCESS_TABLE_SIZE];
-static size_t table_next;
-
-static void process_clear(struct process *p)
+static void process_clear(void *entry)
 {
+        struct process *p = entry;
         free(p->tag);
         json_decref(p->config);
-        *p = (struct process){ 0 };
 }
 
-static void table_add(const struct process *p)
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct owned_table table = OWNED_TABLE(struct process, PROCESS_PER_OWNER, process_clear);
+
+/* Takes p's tag and config. */
+static void table_add(struct process *p)
 {
         pthread_mutex_lock(&table_lock);
-        struct process *slot = &table[table_next];
-        table_next = (table_next + 1) % PROCESS_TABLE_SIZE;
-        process_clear(slot);
-        *slot = *p;
+        struct process *slot = owned_add(&table, p->head.uid);
+        if (slot != NULL) {
+                struct owned head = slot->head;
+                *slot = *p;
+                slot->head = head;
+        } else {
+                process_clear(p);
+        }
+        pthread_mutex_unlock(&table_lock);
+}
+
+static struct process *table_at(size_t i)
+{
+        return owned_at(&table, i);
+}
+
+/* The command is over: it keeps its ids and tag (Connect answers its end),
+ * and frees the rest. Under the lock. */
+static void process_ended(struct process *p)
+{
+        p->head.ended = true;
+        json_decref(p->config);
+        p->config = NULL;
+}
+
+static void table_ended(uid_t uid, const char *exec_id)
+{
+        pthread_mutex_lock(&table_lock);
+        for (size_t i = 0; i < table.size; i++) {
+                struct process *p = table_at(i);
+                if (p->head.used && p->head.uid == uid && strcmp(p->exec_id, exec_id) == 0)
+                        process_ended(p);
+        }
         pthread_mutex_unlock(&table_lock);
 }
 
@@ -65,22 +101,24 @@ static bool table_find(uid_t uid, const char *sandbox_id, json_t *selector, char
         const char *want_tag = json_string_value(json_object_get(selector, "tag"));
         if (!json_is_integer(want_pid) && want_tag == NULL)
                 return false;
-        bool found = false;
+        struct process *found = NULL;
         pthread_mutex_lock(&table_lock);
-        for (size_t k = 1; k <= PROCESS_TABLE_SIZE && !found; k++) {
-                struct process *p = &table[(table_next + PROCESS_TABLE_SIZE - k) % PROCESS_TABLE_SIZE];
-                if (p->exec_id[0] == '\0' || p->uid != uid || strcmp(p->sandbox_id, sandbox_id) != 0)
+        for (size_t i = 0; i < table.size; i++) {
+                struct process *p = table_at(i);
+                if (!p->head.used || p->head.uid != uid || strcmp(p->sandbox_id, sandbox_id) != 0 ||
+                    (found != NULL && found->head.seq > p->head.seq))
                         continue;
                 if (json_is_integer(want_pid) ? (json_int_t)p->pid == json_integer_value(want_pid)
-                                              : p->tag != NULL && strcmp(p->tag, want_tag) == 0) {
-                        memcpy(exec_id, p->exec_id, 64);
-                        *pid = p->pid;
-                        *tty = p->tty;
-                        found = true;
-                }
+                                              : p->tag != NULL && strcmp(p->tag, want_tag) == 0)
+                        found = p;
+        }
+        if (found != NULL) {
+                memcpy(exec_id, found->exec_id, 64);
+                *pid = found->pid;
+                *tty = found->tty;
         }
         pthread_mutex_unlock(&table_lock);
-        return found;
+        return found != NULL;
 }
 
 /* A stream of one command's events, read by MHD in the connection's thread. */
@@ -181,6 +219,7 @@ static bool stream_poll(struct process_stream *s, unsigned wait_ms)
         stream_event(s, end_event(result));
         stream_end(s, NULL);
         s->ended = true;
+        table_ended(s->uid, s->exec_id);
         return true;
 }
 
@@ -285,6 +324,30 @@ static bool string_map(json_t *v)
         return true;
 }
 
+/* What List shows of a command: its config, or past PROCESS_MAX_CONFIG
+ * its cmd's head alone (cut on a character's first byte). */
+static json_t *kept_config(const char *cmd, json_t *args, json_t *envs, json_t *cwd)
+{
+        json_t *config =
+            json_pack("{s:s, s:o}", "cmd", cmd, "args", json_is_array(args) ? json_copy(args) : json_array());
+        if (config == NULL)
+                return NULL;
+        if (json_is_object(envs))
+                json_object_set(config, "envs", envs);
+        if (json_is_string(cwd))
+                json_object_set(config, "cwd", cwd);
+        if (json_dumpb(config, NULL, 0, JSON_COMPACT) <= PROCESS_MAX_CONFIG)
+                return config;
+        json_decref(config);
+        size_t n = strlen(cmd);
+        if (n > PROCESS_MAX_CMD) {
+                n = PROCESS_MAX_CMD;
+                while (n > 0 && ((unsigned char)cmd[n] & 0xC0) == 0x80)
+                        n--;
+        }
+        return json_pack("{s:s%, s:[]}", "cmd", cmd, n, "args");
+}
+
 static enum MHD_Result start(struct http_request *r, const char *sandbox_id, json_t *msg)
 {
         json_t *process = json_object_get(msg, "process"), *pty = json_object_get(msg, "pty");
@@ -293,6 +356,8 @@ static enum MHD_Result start(struct http_request *r, const char *sandbox_id, jso
         json_t *cwd = json_object_get(process, "cwd"), *tag = json_object_get(msg, "tag");
         if (cmd == NULL || *cmd == '\0')
                 return reply_stream_error(r, "invalid_argument", "process.cmd must be a non-empty string");
+        if (json_is_string(tag) && json_string_length(tag) > PROCESS_MAX_TAG)
+                return reply_stream_error(r, "invalid_argument", "tag is longer than 256 bytes");
         if ((args != NULL && !json_is_array(args) && !json_is_null(args)) || !string_map(envs) ||
             (cwd != NULL && !json_is_string(cwd) && !json_is_null(cwd)) ||
             (tag != NULL && !json_is_string(tag) && !json_is_null(tag)) ||
@@ -343,15 +408,11 @@ static enum MHD_Result start(struct http_request *r, const char *sandbox_id, jso
                 http_nsboxd_release(r->uid, c, false);
                 return reply_stream_error(r, "internal", "nsboxd gave no exec id");
         }
-        struct process p = { .uid = r->uid, .pid = (uint32_t)pid, .tty = tty };
+        struct process p = { .head.uid = r->uid, .pid = (uint32_t)pid, .tty = tty };
         snprintf(p.sandbox_id, sizeof(p.sandbox_id), "%s", sandbox_id);
         snprintf(p.exec_id, sizeof(p.exec_id), "%s", exec_id);
         p.tag = json_is_string(tag) ? strdup(json_string_value(tag)) : NULL;
-        p.config = json_pack("{s:s, s:O}", "cmd", cmd, "args", json_is_array(args) ? args : json_array());
-        if (json_is_object(envs))
-                json_object_set(p.config, "envs", envs);
-        if (json_is_string(cwd))
-                json_object_set(p.config, "cwd", cwd);
+        p.config = kept_config(cmd, args, envs, cwd);
         table_add(&p);
         struct process_stream *s = stream_new(r, exec_id, tty);
         if (s == NULL) {
@@ -418,11 +479,15 @@ static enum MHD_Result list(struct http_request *r, const char *sandbox_id)
         }
         json_t *processes = json_array();
         pthread_mutex_lock(&table_lock);
-        for (size_t k = 0; k < PROCESS_TABLE_SIZE; k++) {
-                struct process *p = &table[k];
-                if (p->exec_id[0] == '\0' || p->uid != r->uid || strcmp(p->sandbox_id, sandbox_id) != 0 ||
-                    json_object_get(running, p->exec_id) == NULL)
+        for (size_t k = 0; k < table.size; k++) {
+                struct process *p = table_at(k);
+                if (!p->head.used || p->head.uid != r->uid || strcmp(p->sandbox_id, sandbox_id) != 0 ||
+                    p->config == NULL)
                         continue;
+                if (json_object_get(running, p->exec_id) == NULL) {
+                        process_ended(p);
+                        continue;
+                }
                 json_t *info = json_pack("{s:O, s:I}", "config", p->config, "pid", (json_int_t)p->pid);
                 if (info != NULL && p->tag != NULL)
                         json_object_set_new(info, "tag", json_string(p->tag));

@@ -50,7 +50,7 @@ EGRESS_LAYERS = [
 # http/'s (nsbox-http): the handlers reply and call nsboxd through the units
 # below them; the router includes the handlers, never the reverse.
 HTTP_LAYERS = [
-    ("request", ["request", "counters"]),
+    ("request", ["request", "counters", "owned"]),
     ("replies and nsboxd", ["reply", "nsboxd", "auth", "bounds"]),
     ("e2b wire", ["e2b_wire"]),
     ("handlers", ["rpc_api", "execute", "agent_sandbox", "e2b_api", "e2b_process", "e2b_watch", "e2b_files", "e2b_interp", "metrics"]),

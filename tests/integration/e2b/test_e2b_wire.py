@@ -549,3 +549,201 @@ def test_timeout_removes_or_with_auto_pause_pauses(front):
         assert time.monotonic() < deadline, (gone, status, detail)
         time.sleep(0.1)
     call(front, "DELETE", "/sandboxes/" + made[True], headers={"X-API-KEY": KEY_A})
+
+
+# --- bounds: what one client may make nsbox-http hold ---------------------------------------
+
+
+def start_left_running(front, sbx, process, tag=None):
+    """Start a command, read its start event, and leave its stream open: the
+    socket is returned (the command runs on whether or not it is closed)."""
+    message = {"process": process}
+    if tag is not None:
+        message["tag"] = tag
+    body = envelope(message)
+    head = "".join("%s: %s\r\n" % kv for kv in sbx.headers(**{"Content-Type": "application/connect+json",
+                                                               "Content-Length": str(len(body))}).items())
+    s = socket.create_connection(("127.0.0.1", front.port), timeout=30)
+    s.sendall(("POST /process.Process/Start HTTP/1.1\r\nHost: 127.0.0.1\r\n%s\r\n" % head).encode() + body)
+    got = b""
+    while b"start" not in got:
+        chunk = s.recv(4096)
+        assert chunk, got
+        got += chunk
+    return s
+
+
+def rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+def test_tags_are_short_names_and_what_a_command_leaves_behind_is_bounded(front, sbx):
+    """A tag past 256 bytes is refused with a clear error (each Start's tag and
+    config stayed in nsbox-http, up to a 4 MiB message each); a 256-byte tag
+    names its command; a long config is kept as its cmd alone; nsbox-http's
+    memory stays bounded through 40 Starts that each carry 4 MB."""
+    status, body = raw_stream(front, sbx, envelope({"process": {"cmd": "true"}, "tag": "t" * 257}))
+    (flags, end), *rest = envelopes(body)
+    assert flags == 2 and end["error"]["code"] == "invalid_argument" and "256" in end["error"]["message"], end
+    tag = "n" * 256
+    s = start_left_running(front, sbx, {"cmd": "/bin/sleep", "args": ["600"] + ["0" * 1000] * 1000}, tag=tag)
+    try:
+        status, _, listed = sbx.unary("process.Process/List", {})
+        assert status == 200
+        mine = [p for p in listed["processes"] if p.get("tag") == tag]
+        assert len(mine) == 1 and mine[0]["config"] == {"cmd": "/bin/sleep", "args": []}, mine
+        assert sbx.unary("process.Process/SendSignal", {"process": {"tag": tag}, "signal": "SIGNAL_SIGKILL"})[0] == 200
+    finally:
+        s.close()
+    before = rss_kib(front.proc.pid)
+    for i in range(40):
+        raw_stream(front, sbx, envelope({"process": {"cmd": "true"}, "tag": "%d" % i + "x" * 4000000}))
+        raw_stream(front, sbx, envelope({"process": {"cmd": "true", "envs": {"BIG": "y" * 4000000}}}))
+    after = rss_kib(front.proc.pid)
+    print("nsbox-http VmRSS: %d KiB before, %d KiB after 80 Starts of 4 MB each" % (before, after))
+    assert after - before < 64 * 1024, (before, after)
+
+
+def churn(n, work, workers=4):
+    """work(i) for i in range(n), on a few threads at once."""
+    import concurrent.futures
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        for result in pool.map(work, range(n)):
+            assert result, result
+
+
+def test_another_keys_contexts_never_evict_yours(front, sbx):
+    """B makes and removes more code contexts in its own sandbox than nsbox-http
+    held for everyone together: A's context still runs (the table was global,
+    and B's churn pushed A's context out: 404)."""
+    h = interpreter_headers(sbx)
+    status, _, ctx = call(front, "POST", "/contexts", {}, headers=h)
+    assert status == 200
+    execute(front, sbx, "kept = 'still here'", context_id=ctx["id"])
+    theirs = Sbx(front, key=KEY_B)
+    try:
+        th = interpreter_headers(theirs)
+
+        def make_and_remove(i):
+            status, _, made = call(front, "POST", "/contexts", {}, headers=th)
+            assert status == 200, made
+            return call(front, "DELETE", "/contexts/%s" % made["id"], headers=th)[0] == 204
+        churn(1100, make_and_remove)
+    finally:
+        theirs.kill()
+    assert main_result(execute(front, sbx, "kept", context_id=ctx["id"])) == ["'still here'"]
+
+
+def test_another_keys_commands_never_evict_yours(front, sbx):
+    """B starts more commands in its own sandbox than nsbox-http remembered for
+    everyone together: A's command, by pid and by tag, still answers
+    SendInput, Connect, List and SendSignal."""
+    s = start_left_running(front, sbx, {"cmd": "/bin/cat"}, tag="kept")
+    s.close()
+    status, _, listed = sbx.unary("process.Process/List", {})
+    pid = next(p["pid"] for p in listed["processes"] if p.get("tag") == "kept")
+    theirs = Sbx(front, key=KEY_B)
+    try:
+        def start_true(i):
+            status, body = raw_stream(front, theirs, envelope({"process": {"cmd": "true"}}))
+            return status == 200 and envelopes(body)[-1] == (2, {})
+        churn(4200, start_true)
+    finally:
+        theirs.kill()
+    status, _, err = sbx.unary("process.Process/SendInput", {"process": {"pid": pid},
+                                                             "input": {"stdin": base64.b64encode(b"hi\n").decode()}})
+    assert status == 200, err
+    status, _, listed = sbx.unary("process.Process/List", {})
+    assert [p["pid"] for p in listed["processes"] if p.get("tag") == "kept"] == [pid]
+    assert sbx.unary("process.Process/CloseStdin", {"process": {"tag": "kept"}})[0] == 200
+    events = sbx.stream("process.Process/Connect", {"process": {"tag": "kept"}})
+    assert [e["event"]["end"]["exitCode"] for f, e in events if f == 0 and "end" in e["event"]] == [0], events
+
+
+def test_a_watch_stream_lives_on_through_bytes_its_client_sends(front, sbx):
+    """Bytes a client sends on its WatchDir connection (a pipelined request) are
+    no leaving: the stream still brings the next event (the front watched the
+    socket for any byte and ended the stream as "client left")."""
+    body = envelope({"path": "/workspace", "recursive": False})
+    head = "".join("%s: %s\r\n" % kv for kv in sbx.headers(**{"Content-Type": "application/connect+json",
+                                                               "Content-Length": str(len(body))}).items())
+    s = socket.create_connection(("127.0.0.1", front.port), timeout=30)
+    try:
+        s.sendall(("POST /filesystem.Filesystem/WatchDir HTTP/1.1\r\nHost: 127.0.0.1\r\n%s\r\n" % head).encode()
+                  + body)
+        got = b""
+        while b"start" not in got:
+            chunk = s.recv(4096)
+            assert chunk, got
+            got += chunk
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert call(front, "POST", "/files?path=/workspace/after-bytes.txt", b"x",
+                    headers=sbx.headers(**{"Content-Type": "application/octet-stream"}))[0] == 200
+        while b"after-bytes.txt" not in got:
+            chunk = s.recv(4096)
+            assert chunk, got
+            got += chunk
+    finally:
+        s.close()
+
+
+def test_concurrent_create_watchers_never_pass_the_owners_bound(front):
+    """Many CreateWatcher calls of one owner at once (more than its 64, over
+    sandboxes that hold 16 each): no more than 64 are made (the count was taken
+    under the lock and the watcher listed after it)."""
+    import concurrent.futures
+    boxes = [Sbx(front, key=KEY_B) for _ in range(6)]
+    made = []
+    try:
+        def create(i):
+            return boxes[i % len(boxes)], boxes[i % len(boxes)].unary(
+                "filesystem.Filesystem/CreateWatcher", {"path": "/workspace"})
+        with concurrent.futures.ThreadPoolExecutor(96) as pool:
+            answers = list(pool.map(create, range(96)))
+        for box, (status, _, body) in answers:
+            if status == 200:
+                made.append((box, body["watcherId"]))
+            else:
+                assert body["code"] in ("resource_exhausted", "unavailable"), body
+        assert len(made) <= 64, len(made)
+    finally:
+        for box, wid in made:
+            box.unary("filesystem.Filesystem/RemoveWatcher", {"watcherId": wid})
+        for box in boxes:
+            box.kill()
+
+
+def test_a_fork_that_makes_no_sandbox_leaves_no_snapshot(front):
+    """A fork whose creates all fail (here: its owner is at its sandbox limit)
+    removes the snapshot it made for them (it stayed, counted against the
+    owner's snapshots, until nsboxd restarted)."""
+    boxes = []
+    try:
+        while True:
+            status, _, body = call(front, "POST", "/sandboxes", {"templateID": "base", "timeout": 300},
+                                   headers={"X-API-KEY": KEY_B})
+            if status != 201:
+                break
+            boxes.append(body["sandboxID"])
+            assert len(boxes) <= 64
+        assert status == 429, body
+        status, _, forks = call(front, "POST", "/sandboxes/%s/fork" % boxes[0], {"count": 2},
+                                headers={"X-API-KEY": KEY_B})
+        assert status == 200 and len(forks) == 2 and all("error" in f for f in forks), forks
+        status, _, snaps = call(front, "GET", "/snapshots?sandboxID=" + boxes[0], headers={"X-API-KEY": KEY_B})
+        assert status == 200 and snaps == [], snaps
+    finally:
+        for b in boxes:
+            call(front, "DELETE", "/sandboxes/" + b, headers={"X-API-KEY": KEY_B})
+
+
+def test_characters_outside_the_bmp_reach_a_context_whole(front, sbx):
+    """An emoji in a cell of a context of its own, printed and as the result:
+    UTF-8 both ways, never surrogate halves."""
+    status, _, ctx = call(front, "POST", "/contexts", {}, headers=interpreter_headers(sbx))
+    assert status == 200
+    lines = execute(front, sbx, "s = '\U0001F600 ok'\nprint(s)\ns", context_id=ctx["id"])
+    assert [l for l in lines if l["type"] == "error"] == [], lines
+    assert "".join(l["text"] for l in lines if l["type"] == "stdout") == "\U0001F600 ok\n"
+    assert main_result(lines) == ["'\U0001F600 ok'"]
