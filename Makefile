@@ -100,7 +100,7 @@ $(BUILD)/forkrun: rootfs-builder/forkrun.c
 	$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -static -s -o $@ $<
 
 $(BUILD)/nsbox-egress: $(call obj,$(EGRESS_SRC)) $(call obj,policy/netpolicy.c policy/tlscert.c $(COMMON_SRC))
-	$(CC) $(CFLAGS) $(SAN) -o $@ $^ $(shell pkg-config --libs jansson libssl libcrypto) -lcares -lpthread
+	$(CC) $(CFLAGS) $(SAN) -o $@ $^ $(shell pkg-config --libs jansson libssl libcrypto libnl-3.0) -lcares -lpthread
 
 $(BUILD)/obj/http/%.o: CFLAGS += $(shell pkg-config --cflags libmicrohttpd gnutls)
 $(BUILD)/nsbox-http: $(call obj,$(HTTP_SRC) $(COMMON_SRC))
@@ -110,6 +110,11 @@ $(BUILD)/nsbox-http: $(call obj,$(HTTP_SRC) $(COMMON_SRC))
 $(BUILD)/tests/test_http_tokens: tests/unit/test_http_tokens.c $(call obj,http/auth.c common/error.c)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Ihttp $(shell pkg-config --cflags libmicrohttpd gnutls) $(SAN) -o $@ $^ -lgnutls -ljansson -lcmocka -lpthread
+
+# The per-owner tables are http/ code, outside libnsbox.a.
+$(BUILD)/tests/test_http_owned: tests/unit/test_http_owned.c $(call obj,http/owned.c)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Ihttp $(SAN) -o $@ $^ -lcmocka
 
 # The sniffers are egress/ code, outside libnsbox.a.
 $(BUILD)/tests/test_sniff: tests/unit/test_sniff.c $(call obj,egress/sniff.c)

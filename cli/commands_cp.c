@@ -8,12 +8,14 @@
  * from an offset.
  *
  * No half copy is left behind: a new file or tree is written under a
- * temporary name (.nsbox-cp-XXXXXXXX) beside its target, renamed into place
+ * temporary name (.nsbox-cp-<16 hex digits>) beside its target, renamed into place
  * at the end and removed on failure; on the host with rename(2), in the
  * sandbox with fs.rename. Symlinks and directory modes are made on the
  * temporary tree by fs.symlink and fs.chmod before the rename, so cp runs
- * no process in the sandbox. FIFOs, sockets and devices are skipped with
- * a warning.
+ * no process in the sandbox. Into an existing directory (a merge), each
+ * file of more than one piece is written under .nsbox-upload-* beside it
+ * and renamed over it once whole: the file it replaces stays whole until
+ * then. FIFOs, sockets and devices are skipped with a warning.
  *
  * `-` as the source or destination is a tar stream for a directory (docker
  * cp's semantics: `nsbox cp ID:DIR - > out.tar`, `tar c . | nsbox cp - ID:DIR`,
@@ -35,20 +37,36 @@
 #include "cleanup.h"
 #include "cli.h"
 #include "json_cleanup.h"
+#include "relpath.h"
 #include "tar_stream.h"
 #include "textenc.h"
 #include "io.h"
 
 #define CP_CHUNK         (4u << 20) /* per fs.write and fs.read, and per read of a host file */
 #define CP_LIST_MAX      100000     /* nsboxd's fs.list max_entries */
-#define CP_TEMP_PREFIX   ".nsbox-cp-"
 #define CP_DEFAULT_DMODE 0755
 
 struct cp {
         const struct cli *cli;
         struct client *c;
         const char *sandbox_id;
+        /* A copy into a sandbox: SIGINT, SIGTERM and SIGHUP are read here
+         * between calls, so that an interrupted copy removes what it wrote
+         * before it exits; -1 otherwise. */
+        int signal_fd;
 };
+
+/* 0, or 128 + the signal that interrupts the copy (said once). Checked
+ * between calls, never in one: a call cut short would go on in nsboxd
+ * after the removal of what it writes. */
+static int cp_interrupted(struct cp *cp)
+{
+        int sig = cli_caught_signal(cp->signal_fd);
+        if (sig == 0)
+                return 0;
+        cli_fail("interrupted by %s: nothing half-copied is left behind", strsignal(sig));
+        return 128 + sig;
+}
 
 /* ---- calls ---- */
 
@@ -156,11 +174,8 @@ static bool path_ends_with_dot(const char *path)
 
 static int temp_name(char *out, size_t size)
 {
-        unsigned char r[4];
-        if (getrandom(r, sizeof(r), 0) != sizeof(r))
-                return cli_fail("getrandom: %s", strerror(errno));
-        snprintf(out, size, CP_TEMP_PREFIX "%02x%02x%02x%02x", r[0], r[1], r[2], r[3]);
-        return 0;
+        int r = staging_name(STAGING_CP_PREFIX, out, size);
+        return r < 0 ? cli_fail("a temporary name: %s", strerror(-r)) : 0;
 }
 
 /* ---- sink: a sandbox tree, through fs.* ---- */
@@ -174,6 +189,11 @@ struct sandbox_sink {
         char *shown_file;
         mode_t file_mode;
         bool file_started; /* a first chunk went: the rest appends */
+        /* Files go straight into an existing directory (a merge), not into
+         * a temporary tree: one written in pieces goes to `staged` beside
+         * it, renamed over it once whole. */
+        bool in_place;
+        char *staged;
         char *buf;
         size_t buf_len;
         json_t *links; /* "target", "path" pairs: ln -s, at the end */
@@ -197,31 +217,71 @@ static void sandbox_remove(struct cp *cp, const char *path, bool recursive)
         client_call(cp->c, "fs.remove", params, NULL, NULL, &result, NULL, &err);
 }
 
-static int sandbox_sink_flush(struct sandbox_sink *s)
+/* The file written in pieces is given up: its temporary file goes (the
+ * file it was to replace is untouched); in a temporary tree, the part
+ * written goes. */
+static void sandbox_sink_abandon(struct sandbox_sink *s)
 {
+        if (s->staged != NULL)
+                sandbox_remove(s->cp, s->staged, false);
+        else if (s->file_started)
+                sandbox_remove(s->cp, s->file, false);
+        free(s->staged);
+        s->staged = NULL;
+}
+
+/* Write the buffer: the whole file when it is the first and the last piece
+ * (nsboxd replaces a file whole), else a piece of it. */
+static int sandbox_sink_flush(struct sandbox_sink *s, bool last)
+{
+        int stop = cp_interrupted(s->cp);
+        if (stop != 0)
+                return stop;
+        if (!s->file_started && !last && s->in_place) {
+                char staged[4096];
+                int r = staging_path(s->file, staged, sizeof(staged));
+                if (r < 0)
+                        return cli_fail("%s: a temporary name beside it: %s", s->shown_file, strerror(-r));
+                if ((s->staged = strdup(staged)) == NULL)
+                        return cli_fail("out of memory");
+        }
         size_t b64_len;
         _cleanup_free_ char *b64 = base64_encode(s->buf, s->buf_len, &b64_len);
         if (b64 == NULL)
                 return cli_fail("out of memory");
-        _cleanup_json_ json_t *params =
-            json_pack("{s:s, s:s%, s:s, s:b, s:i}", "path", s->file, "content", b64, b64_len, "encoding",
-                      "base64", "append", s->file_started, "mode", (int)(s->file_mode & 0777));
+        _cleanup_json_ json_t *params = json_pack(
+            "{s:s, s:s%, s:s, s:b, s:i}", "path", s->staged ? s->staged : s->file, "content", b64, b64_len,
+            "encoding", "base64", "append", s->file_started, "mode", (int)(s->file_mode & 0777));
         int code = 0;
         _cleanup_json_ json_t *result = cp_call(s->cp, "fs.write", params, s->shown_file, &code, NULL, 0);
         if (result == NULL) {
                 /* No half file: nsboxd undid this chunk, the ones before are ours to remove. */
-                sandbox_remove(s->cp, s->file, false);
+                sandbox_sink_abandon(s);
                 return code;
         }
         s->base.bytes += s->buf_len;
         s->buf_len = 0;
         s->file_started = true;
+        if (!last || s->staged == NULL)
+                return 0;
+        _cleanup_json_ json_t *move =
+            json_pack("{s:s, s:s, s:b}", "from", s->staged, "to", s->file, "overwrite", true);
+        _cleanup_json_ json_t *moved = cp_call(s->cp, "fs.rename", move, s->shown_file, &code, NULL, 0);
+        if (moved == NULL) {
+                sandbox_sink_abandon(s);
+                return code;
+        }
+        free(s->staged);
+        s->staged = NULL;
         return 0;
 }
 
 static int sandbox_sink_dir(struct cp_sink *sink, const char *rel, mode_t mode)
 {
         struct sandbox_sink *s = (struct sandbox_sink *)sink;
+        int stop = cp_interrupted(s->cp);
+        if (stop != 0)
+                return stop;
         _cleanup_free_ char *path = sandbox_sink_path(s, rel);
         if (path == NULL)
                 return EXIT_NSBOX_FAILED;
@@ -263,7 +323,7 @@ static int sandbox_sink_file_data(struct cp_sink *sink, const void *data, size_t
                 data = (const char *)data + n;
                 len -= n;
                 if (s->buf_len == CP_CHUNK) {
-                        int r = sandbox_sink_flush(s);
+                        int r = sandbox_sink_flush(s, false);
                         if (r != 0)
                                 return r;
                 }
@@ -274,8 +334,8 @@ static int sandbox_sink_file_data(struct cp_sink *sink, const void *data, size_t
 static int sandbox_sink_file_end(struct cp_sink *sink)
 {
         struct sandbox_sink *s = (struct sandbox_sink *)sink;
-        if (s->buf_len > 0 || !s->file_started)
-                return sandbox_sink_flush(s);
+        if (s->buf_len > 0 || !s->file_started || s->staged != NULL)
+                return sandbox_sink_flush(s, true);
         return 0;
 }
 
@@ -316,6 +376,7 @@ static void sandbox_sink_done(struct sandbox_sink *s)
         free(s->shown_root);
         free(s->file);
         free(s->shown_file);
+        free(s->staged);
         free(s->buf);
         json_decref(s->links);
         json_decref(s->modes);
@@ -923,6 +984,7 @@ static int copy_in(struct cp *cp, const char *local, const char *dest_arg, unsig
         }
         free(s.root);
         s.root = strdup(merge ? target : staged);
+        s.in_place = merge;
         s.shown_root = strdup(target);
         if (s.root == NULL || s.shown_root == NULL)
                 r = cli_fail("out of memory");
@@ -940,6 +1002,8 @@ static int copy_in(struct cp *cp, const char *local, const char *dest_arg, unsig
         }
         if (r != 0 && !merge)
                 sandbox_remove(cp, staged, true);
+        if (r != 0 && s.staged != NULL) /* a file cut short: the source failed */
+                sandbox_sink_abandon(&s);
         *bytes = s.base.bytes;
         sandbox_sink_done(&s);
         return r;
@@ -973,13 +1037,19 @@ int cmd_cp(const struct cli *cli, int argc, char **argv)
         if ((src_id ? src_path : dst_path)[0] == '\0')
                 return cli_fail("name the sandbox path to copy: ID:PATH");
 
-        struct cp cp = { .cli = cli, .sandbox_id = src_id ? src_id : dst_id };
+        struct cp cp = { .cli = cli, .sandbox_id = src_id ? src_id : dst_id, .signal_fd = -1 };
         cp.c = cli_connect(cli);
         if (cp.c == NULL)
                 return EXIT_NSBOX_FAILED;
+        if (dst_id != NULL && (cp.signal_fd = cli_catch_signals()) < 0) {
+                client_close(cp.c);
+                return cli_fail("signalfd: %s", strerror(errno));
+        }
         unsigned long long bytes = 0;
         int r = src_id ? copy_out(&cp, src_path, dst, &bytes) : copy_in(&cp, src, dst_path, &bytes);
         client_close(cp.c);
+        if (cp.signal_fd >= 0)
+                close(cp.signal_fd);
         if (r == 0 && cli->json && strcmp(dst, "-") != 0) {
                 _cleanup_json_ json_t *summary = json_pack(
                     "{s:s, s:s, s:s, s:s, s:I}", "sandbox_id", cp.sandbox_id, "direction",

@@ -23,7 +23,7 @@ enum {
         OPT_INDEX_URL,
         OPT_FIND_LINKS
 };
-/* python.run's default cap of the output it keeps (not streamed: --stateful, --json). */
+/* python.run's default cap of the output it keeps (--stateful, --json). */
 #define PYTHON_DEFAULT_MAX_OUTPUT (1u << 20)
 
 /* The program from a file or "-" (standard input), as a JSON string; NULL after printing why. */
@@ -122,11 +122,12 @@ int cmd_python(const struct cli *cli, int argc, char **argv)
                 const char *slash = strrchr(name, '/');
                 json_object_set_new(params, "script_name", json_string(slash ? slash + 1 : name));
                 json_object_set_new(params, "args", cli_argv_to_json(argc - first_arg, argv + first_arg));
-                json_object_set_new(params, "stream", json_boolean(!cli->json));
-                /* Streamed output is not kept: as nsbox exec, the daemon's largest cap. */
+                /* Streamed output is not kept: as nsbox exec, the daemon's largest cap
+                 * (a stateful call streams what it would keep: 1 MiB unless told). */
                 if (!cli->json && json_object_get(params, "max_output_bytes") == NULL)
                         json_object_set_new(params, "max_output_bytes", json_integer(CLI_STREAM_MAX_OUTPUT));
         }
+        json_object_set_new(params, "stream", json_boolean(!cli->json));
         json_t *max = json_object_get(params, "max_output_bytes");
         size_t cap = json_is_integer(max) ? (size_t)json_integer_value(max) : PYTHON_DEFAULT_MAX_OUTPUT;
 

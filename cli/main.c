@@ -69,12 +69,12 @@ static const struct command commands[] = {
           "  --secret-file NAME=PATH@HOST[,HOST...]\n"
           "                      a secret read from PATH (- standard input) the sandbox never\n"
           "                      sees: its env has NSBOX_SECRET_NAME, a placeholder the egress\n"
-          "                      proxy replaces with the value in HTTP requests to HOSTs only\n"
-          "                      (repeatable; needs --network; see docs/secrets.md)\n"
+          "                      proxy replaces with the value in an Authorization header to\n"
+          "                      HOSTs only (repeatable; needs --network; see docs/secrets.md)\n"
           "  --secret NAME=VALUE@HOST[,HOST...]\n"
           "                      the same with the value on the command line (seen by ps)\n"
           "  --secret-header 'NAME=Authorization: Bearer {value}'\n"
-          "                      also send the secret in this header to its hosts\n" },
+          "                      send the secret in this header to its hosts instead\n" },
         { "ls", cmd_ls, "nsbox ls [-a] [-q] [-f FILTER]... [--format FORMAT]",
           "List your sandboxes (root: everyone's): id, state, owner, creation time, when\n"
           "it is paused or removed if left idle (EXPIRES), session name and labels.\n\n"
@@ -210,7 +210,7 @@ static const struct command commands[] = {
           "when its output was cut at --max-output: that is said on stderr.\n\n"
           "  -c, --code CODE     the code itself\n"
           "  --stateful          run in the sandbox's persistent interpreter (variables\n"
-          "                      survive; no ARGs, output printed at the end)\n"
+          "                      survive; no ARGs; a trailing expression is printed)\n"
           "  --require PKG       pip-install PKG first (repeatable)\n"
           "  --timeout S         time limit in seconds\n"
           "  --max-output BYTES  output kept, stdout and stderr together (e.g. 4M);\n"
@@ -227,7 +227,8 @@ static const struct command commands[] = {
           "no directory is made (a PATH ending in / must exist: mkdir -p it first).\n"
           "LOCAL - is a tar stream for a directory (out: `cp ID:DIR - > a.tar`; in:\n"
           "`tar c . | cp - ID:DIR`, into an existing DIR) and the raw bytes of a file.\n"
-          "A failed copy leaves nothing behind. FIFOs and devices are skipped with a\n"
+          "A failed copy (or one into a sandbox stopped by Ctrl-C) leaves nothing behind,\n"
+          "and a file it would replace stays whole. FIFOs and devices are skipped with a\n"
           "warning.\n" },
         { "run", cmd_run,
           "nsbox run [create options] [-e K=V] [-w DIR] [-u root] [--timeout S] [--max-output BYTES] -- "

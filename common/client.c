@@ -274,6 +274,15 @@ int client_wait(struct client *c, long long id, client_notify_cb notify, void *d
                 json_t **error_out, nsbox_error_t **err)
 {
         int r;
+        while ((r = client_wait_one(c, id, notify, data, result, error_out, err)) > 0)
+                ;
+        return r;
+}
+
+int client_wait_one(struct client *c, long long id, client_notify_cb notify, void *data, json_t **result,
+                    json_t **error_out, nsbox_error_t **err)
+{
+        int r;
         for (;;) {
                 _cleanup_json_ json_t *msg = NULL;
                 if ((r = read_message(c, &msg, err)) < 0)
@@ -281,9 +290,10 @@ int client_wait(struct client *c, long long id, client_notify_cb notify, void *d
                 json_t *mid = json_object_get(msg, "id");
                 if (mid == NULL) {
                         json_t *m = json_object_get(msg, "method");
-                        if (notify != NULL && json_is_string(m))
-                                notify(json_string_value(m), json_object_get(msg, "params"), data);
-                        continue;
+                        if (notify == NULL || !json_is_string(m))
+                                continue;
+                        notify(json_string_value(m), json_object_get(msg, "params"), data);
+                        return 1;
                 }
                 if (!json_is_integer(mid) || json_integer_value(mid) != id)
                         continue; /* a reply to a request sent with client_send */

@@ -31,6 +31,10 @@ int client_call(struct client *c, const char *method, json_t *params, client_not
  * does; after -EINTR the same request can be waited for again. */
 int client_wait(struct client *c, long long id, client_notify_cb notify, void *data, json_t **result,
                 json_t **error_out, nsbox_error_t **err);
+/* One step of client_wait: 1 after a notification (given to notify), 0
+ * with the answer, or the error; for a caller that acts between them. */
+int client_wait_one(struct client *c, long long id, client_notify_cb notify, void *data, json_t **result,
+                    json_t **error_out, nsbox_error_t **err);
 /* Called by client_send before a request with a string params.sandbox_id
  * goes out; it may replace that id (the CLI turns a session name into the
  * id, cli_resolve_sandbox_param). NULL (the default): ids go as given. */

@@ -137,14 +137,22 @@ void egress_send_stats(void)
         for (struct egress_sandbox *sb = egress.sandboxes; sb != NULL; sb = sb->next) {
                 if (sb->refused_tokens < EGRESS_REFUSED_BURST)
                         sb->refused_tokens += 1;
-                if ((sb->bytes_in | sb->bytes_out | sb->connections | sb->refused | sb->dns_queries) == 0)
+                if (sb->secrets != NULL) { /* what its interception threads counted */
+                        sb->secrets_injected +=
+                            __atomic_exchange_n(&sb->secrets->injected, 0, __ATOMIC_RELAXED);
+                        sb->refused += __atomic_exchange_n(&sb->secrets->refused, 0, __ATOMIC_RELAXED);
+                }
+                if ((sb->bytes_in | sb->bytes_out | sb->connections | sb->refused | sb->dns_queries |
+                     sb->secrets_injected) == 0)
                         continue;
-                egress_send_event(json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I}", "event", "stats",
+                egress_send_event(json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "event", "stats",
                                             "sandbox", sb->id, "bytes_in", (json_int_t)sb->bytes_in,
                                             "bytes_out", (json_int_t)sb->bytes_out, "connections",
                                             (json_int_t)sb->connections, "refused", (json_int_t)sb->refused,
-                                            "dns_queries", (json_int_t)sb->dns_queries));
+                                            "dns_queries", (json_int_t)sb->dns_queries, "secrets_injected",
+                                            (json_int_t)sb->secrets_injected));
                 sb->bytes_in = sb->bytes_out = sb->connections = sb->refused = sb->dns_queries = 0;
+                sb->secrets_injected = 0;
         }
 }
 

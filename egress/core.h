@@ -74,6 +74,7 @@ struct expose {
         struct expose *next;
         struct egress_sandbox *sandbox;
         uint16_t port;
+        uid_t owner; /* the sandbox's: with root, the only uid let in */
         struct watch listener;
 };
 
@@ -95,6 +96,7 @@ struct egress_sandbox {
         unsigned next_record;
         /* Deltas since the last stats event. */
         uint64_t bytes_in, bytes_out, connections, refused, dns_queries;
+        uint64_t secrets_injected; /* requests that had its secrets put in */
         double refused_tokens;
         bool removed;
 };
@@ -116,8 +118,9 @@ enum conn_mode { CONN_HTTP, CONN_TLS, CONN_OTHER, CONN_EXPLICIT, CONN_EXPOSE, CO
 struct half {
         uint8_t *buf;
         size_t start, end, cap;
-        bool eof;  /* the source said EOF */
-        bool shut; /* shutdown(SHUT_WR) done on the destination */
+        size_t held; /* at the end, not sent yet: could begin a secret's value (u2c_mask) */
+        bool eof;    /* the source said EOF */
+        bool shut;   /* shutdown(SHUT_WR) done on the destination */
 };
 
 struct conn {
@@ -136,6 +139,9 @@ struct conn {
         bool c2u_extra_noted; /* bytes after it were seen (and maybe refused) */
         uint64_t c2u_left;    /* Content-Length: body bytes still forwarded */
         struct sniff_chunked c2u_chunks;
+        struct inject_scan c2u_scan;             /* its body, for placeholders */
+        const struct inject_secret *c2u_refused; /* the secret whose placeholder it carried */
+        struct inject_secrets *u2c_mask;         /* its answer's: the values put into it, masked */
         int64_t deadline_ms;
         bool named;
         char name[NETPOLICY_NAME_MAX + 1];

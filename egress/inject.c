@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Secrets put into the request heads of their hosts, refused elsewhere. */
+/* Secrets put into the one place of a request they are for, refused
+ * anywhere else, and masked in what comes back. */
 #include "inject.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +36,8 @@ void inject_unref(struct inject_secrets *s)
         free(s);
 }
 
-static const char *parse_one(struct inject_secret *one, const char *name, json_t *secret, char **values_at)
+static const char *parse_one(struct inject_secret *one, const char *name, json_t *secret, char **values_at,
+                             size_t *longest)
 {
         json_t *value = json_object_get(secret, "value");
         json_t *placeholder = json_object_get(secret, "placeholder");
@@ -63,6 +66,8 @@ static const char *parse_one(struct inject_secret *one, const char *name, json_t
                 if ((one->hosts[one->n_hosts++] = strdup(json_string_value(host))) == NULL)
                         return "out of memory";
         }
+        if (one->value_len >= INJECT_MASK_MIN && one->value_len > *longest)
+                *longest = one->value_len;
         if (header != NULL) {
                 const char *text = json_string_value(header);
                 const char *colon = strchr(text, ':');
@@ -113,7 +118,7 @@ struct inject_secrets *inject_parse(json_t *secrets, const char **why)
         json_object_foreach(secrets, name, secret)
         {
                 if (!json_is_object(secret) ||
-                    (*why = parse_one(&s->items[s->n++], name, secret, &at)) != NULL) {
+                    (*why = parse_one(&s->items[s->n++], name, secret, &at, &s->longest_value)) != NULL) {
                         if (*why == NULL)
                                 *why = "a secret is not an object";
                         inject_unref(s);
@@ -152,8 +157,31 @@ static bool put(char *out, size_t cap, size_t *n, const char *p, size_t len)
         return true;
 }
 
+void inject_refusal(const struct inject_secret *one, const char *host, char *why, size_t cap)
+{
+        if (!for_host(one, host))
+                snprintf(why, cap, "carries the placeholder of secret %s, not for this host", one->name);
+        else
+                snprintf(why, cap, "carries the placeholder of secret %s outside its header (%s)", one->name,
+                         one->header_name != NULL ? one->header_name : "Authorization");
+}
+
+/* The one place a placeholder the sandbox wrote becomes the value: its
+ * Authorization header, for a secret of this host with no header of its
+ * own (a secret with one gets its value there, never from the sandbox's
+ * text). Anywhere else a host could echo the value back: a 301's Location
+ * keeps the query, Access-Control-Allow-Origin repeats Origin, a 404 page
+ * quotes the path. */
+static bool value_slot(const struct inject_secret *one, const char *host, const char *line, size_t len,
+                       bool header)
+{
+        return header && one->header_template == NULL && for_host(one, host) &&
+               sniff_http_header_named(line, len, "authorization");
+}
+
 enum inject_result inject_line(const struct inject_secrets *s, const char *host, const char *line, size_t len,
-                               char *out, size_t cap, size_t *n, const struct inject_secret **foreign)
+                               bool header, char *out, size_t cap, size_t *n,
+                               const struct inject_secret **refused)
 {
         size_t pos = 0;
         while (pos < len) {
@@ -170,9 +198,9 @@ enum inject_result inject_line(const struct inject_secrets *s, const char *host,
                 }
                 if (hit == NULL)
                         return put(out, cap, n, line + pos, len - pos) ? INJECT_OK : INJECT_NOSPACE;
-                if (!for_host(hit, host)) {
-                        *foreign = hit;
-                        return INJECT_FOREIGN;
+                if (!value_slot(hit, host, line, len, header)) {
+                        *refused = hit;
+                        return INJECT_REFUSED;
                 }
                 if (!put(out, cap, n, line + pos, hit_at - pos) ||
                     !put(out, cap, n, hit->value, hit->value_len))
@@ -213,8 +241,8 @@ enum inject_result inject_headers(const struct inject_secrets *s, const char *ho
 }
 
 enum inject_result inject_rewrite_head(const struct inject_secrets *s, const char *host, const char *in,
-                                       const struct sniff_http *h, char *out, size_t cap, size_t *n,
-                                       const struct inject_secret **foreign)
+                                       const struct sniff_http *h, bool keep_alive, char *out, size_t cap,
+                                       size_t *n, const struct inject_secret **refused)
 {
         enum inject_result r;
 #define PUT(p, l)                                \
@@ -222,20 +250,20 @@ enum inject_result inject_rewrite_head(const struct inject_secrets *s, const cha
                 if (!put(out, cap, n, (p), (l))) \
                         return INJECT_NOSPACE;   \
         } while (0)
-#define PUT_INJECTED(p, l)                                                                   \
-        do {                                                                                 \
-                if ((r = inject_line(s, host, (p), (l), out, cap, n, foreign)) != INJECT_OK) \
-                        return r;                                                            \
+#define PUT_INJECTED(p, l, header)                                                                     \
+        do {                                                                                           \
+                if ((r = inject_line(s, host, (p), (l), (header), out, cap, n, refused)) != INJECT_OK) \
+                        return r;                                                                      \
         } while (0)
         if (h->absolute) {
                 size_t mlen = strlen(h->method);
                 PUT(in, mlen + 1);
                 if (h->path_len == 0 || in[h->path_off] != '/')
                         PUT("/", 1);
-                PUT_INJECTED(in + h->path_off, h->path_len);
+                PUT_INJECTED(in + h->path_off, h->path_len, false);
                 PUT(in + h->line_end - 9, 9); /* " HTTP/1.x" */
         } else {
-                PUT_INJECTED(in, h->line_end);
+                PUT_INJECTED(in, h->line_end, false);
         }
         PUT("\r\n", 2);
         size_t pos = (size_t)((const char *)memchr(in, '\n', h->head_len) - in) + 1;
@@ -252,7 +280,7 @@ enum inject_result inject_rewrite_head(const struct inject_secrets *s, const cha
                             (h->absolute && sniff_http_header_named(in + pos, llen, "host")) ||
                             inject_header_replaced(s, host, in + pos, llen);
                 if (!drop) {
-                        PUT_INJECTED(in + pos, llen);
+                        PUT_INJECTED(in + pos, llen, true);
                         PUT("\r\n", 2);
                 }
                 pos = end + 1;
@@ -265,8 +293,114 @@ enum inject_result inject_rewrite_head(const struct inject_secrets *s, const cha
         }
         if ((r = inject_headers(s, host, out, cap, n)) != INJECT_OK)
                 return r;
-        PUT("Connection: close\r\n\r\n", 21);
+        if (keep_alive)
+                PUT("\r\n", 2);
+        else
+                PUT("Connection: close\r\n\r\n", 21);
 #undef PUT
 #undef PUT_INJECTED
         return INJECT_OK;
+}
+
+const struct inject_secret *inject_scan_body(const struct inject_secrets *s, struct inject_scan *scan,
+                                             const void *data, size_t len)
+{
+        size_t longest = 0;
+        for (size_t i = 0; s != NULL && i < s->n; i++)
+                if (strlen(s->items[i].placeholder) > longest)
+                        longest = strlen(s->items[i].placeholder);
+        if (longest == 0 || len == 0)
+                return NULL;
+        /* Where the last piece and this one meet: the carry (at most
+         * longest - 1 bytes) and as much of data again. */
+        char joint[2 * sizeof(scan->carry)];
+        size_t head = len < longest - 1 ? len : longest - 1;
+        memcpy(joint, scan->carry, scan->carry_len);
+        memcpy(joint + scan->carry_len, data, head);
+        size_t joint_len = scan->carry_len + head;
+        for (size_t i = 0; i < s->n; i++) {
+                const struct inject_secret *one = &s->items[i];
+                size_t plen = strlen(one->placeholder);
+                if (memmem(joint, joint_len, one->placeholder, plen) != NULL ||
+                    memmem(data, len, one->placeholder, plen) != NULL)
+                        return one;
+        }
+        size_t keep = longest - 1;
+        if (len >= keep) {
+                memcpy(scan->carry, (const char *)data + len - keep, keep);
+                scan->carry_len = keep;
+        } else {
+                /* data is all in joint (head == len), after the carry. */
+                keep = joint_len < keep ? joint_len : keep;
+                memmove(scan->carry, joint + joint_len - keep, keep);
+                scan->carry_len = keep;
+        }
+        return NULL;
+}
+
+static bool masked(const struct inject_secret *one)
+{
+        return one->value_len >= INJECT_MASK_MIN;
+}
+
+enum inject_result inject_mask_head(const struct inject_secrets *s, const char *in, size_t len, char *out,
+                                    size_t cap, size_t *n)
+{
+        size_t pos = 0;
+        while (pos < len) {
+                const struct inject_secret *hit = NULL;
+                size_t hit_at = len;
+                for (size_t i = 0; s != NULL && i < s->n; i++) {
+                        const struct inject_secret *one = &s->items[i];
+                        const char *found =
+                            masked(one) ? memmem(in + pos, len - pos, one->value, one->value_len) : NULL;
+                        if (found != NULL && (size_t)(found - in) < hit_at) {
+                                hit_at = (size_t)(found - in);
+                                hit = one;
+                        }
+                }
+                if (hit == NULL)
+                        return put(out, cap, n, in + pos, len - pos) ? INJECT_OK : INJECT_NOSPACE;
+                if (!put(out, cap, n, in + pos, hit_at - pos) ||
+                    !put(out, cap, n, hit->placeholder, strlen(hit->placeholder)))
+                        return INJECT_NOSPACE;
+                pos = hit_at + hit->value_len;
+        }
+        return INJECT_OK;
+}
+
+size_t inject_mask_body(const struct inject_secrets *s, char *buf, size_t len)
+{
+        size_t hold = 0;
+        for (size_t i = 0; s != NULL && i < s->n; i++) {
+                const struct inject_secret *one = &s->items[i];
+                if (!masked(one))
+                        continue;
+                char *at = buf;
+                while ((at = memmem(at, len - (size_t)(at - buf), one->value, one->value_len)) != NULL) {
+                        memset(at, '*', one->value_len);
+                        at += one->value_len;
+                }
+        }
+        /* The longest end of buf that a value begins with: the rest of that
+         * value may be in the next piece. */
+        for (size_t i = 0; s != NULL && i < s->n; i++) {
+                const struct inject_secret *one = &s->items[i];
+                if (!masked(one))
+                        continue;
+                size_t from = len > one->value_len - 1 ? len - (one->value_len - 1) : 0;
+                if (len - from <= hold)
+                        continue;
+                for (char *at = buf + from;
+                     (at = memchr(at, one->value[0], len - (size_t)(at - buf))) != NULL; at++) {
+                        size_t tail = len - (size_t)(at - buf);
+                        if (tail <= hold)
+                                break;
+                        if (memcmp(at, one->value, tail) == 0) {
+                                hold = tail;
+                                break;
+                        }
+                }
+        }
+        return hold;
 }

@@ -8,12 +8,14 @@
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -26,6 +28,12 @@ struct intercept_ca {
         X509 *cert;
         EVP_PKEY *key;      /* the CA's */
         EVP_PKEY *leaf_key; /* of the certificates it signs for this sandbox's hosts */
+        /* This sandbox's connections intercepted now (atomic): a sandbox
+         * that holds its INTERCEPT_PER_SANDBOX leaves the rest of
+         * INTERCEPT_MAX to the others. A sandbox.update that gives a new CA
+         * starts a new count: only nsboxd's client can do that, never the
+         * sandbox. */
+        int running;
 };
 
 struct job {
@@ -38,6 +46,16 @@ struct job {
         struct inject_secrets *secrets;
         SSL *client, *upstream;
         BIO *client_in; /* what the sandbox sent, fed from client_fd as the TLS code asks */
+        /* While the TLS handshake and a request head are read: when they
+         * must be in by (CLOCK_MONOTONIC ms; 0: no deadline). Each read has
+         * its timeout, but one byte a little under it would keep the
+         * thread forever. */
+        int64_t head_deadline_ms;
+        /* A response on its way to the sandbox, its secrets' values
+         * masked: a piece, after the end of the last that could begin a
+         * value (held, not sent yet). */
+        char *mask;
+        size_t mask_held;
 };
 
 static SSL_CTX *server_ctx, *client_ctx;
@@ -108,15 +126,32 @@ void intercept_ca_unref(struct intercept_ca *ca)
         free(ca);
 }
 
-bool intercept_full(void)
+const char *intercept_full(const struct intercept_ca *ca)
 {
-        return __atomic_load_n(&running, __ATOMIC_RELAXED) >= INTERCEPT_MAX;
+        if (__atomic_load_n(&running, __ATOMIC_RELAXED) >= INTERCEPT_MAX)
+                return "too many intercepted connections";
+        if (__atomic_load_n(&ca->running, __ATOMIC_RELAXED) >= INTERCEPT_PER_SANDBOX)
+                return "too many intercepted connections of this sandbox";
+        return NULL;
+}
+
+static int64_t now_ms(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* --- the client side: TLS over a memory BIO fed from the socket ----------- */
 
 static bool client_feed(struct job *j)
 {
+        if (j->head_deadline_ms != 0) {
+                int64_t left = j->head_deadline_ms - now_ms();
+                struct pollfd p = { .fd = j->client_fd, .events = POLLIN };
+                if (left <= 0 || poll(&p, 1, (int)left) <= 0)
+                        return false;
+        }
         uint8_t buf[16384];
         ssize_t n = read(j->client_fd, buf, sizeof(buf));
         return n > 0 && BIO_write(j->client_in, buf, (int)n) == (int)n;
@@ -151,6 +186,39 @@ static void client_answer(struct job *j, const char *status, const char *body)
         client_write(j, msg, (size_t)n);
 }
 
+/* Response bytes to the sandbox, each value of its secrets masked
+ * (inject_mask_body); the end of a piece that could begin a value waits
+ * for the next piece, or for end. */
+static bool client_write_masked(struct job *j, const void *data, size_t len, bool end)
+{
+        if (j->secrets->longest_value == 0)
+                return client_write(j, data, len);
+        if (j->mask == NULL && (j->mask = malloc(j->secrets->longest_value + EGRESS_INTERCEPT_IO)) == NULL)
+                return false;
+        if (len > 0)
+                memcpy(j->mask + j->mask_held, data, len);
+        size_t total = j->mask_held + len;
+        size_t hold = inject_mask_body(j->secrets, j->mask, total);
+        if (end)
+                hold = 0;
+        bool ok = client_write(j, j->mask, total - hold);
+        memmove(j->mask, j->mask + total - hold, hold);
+        j->mask_held = hold;
+        return ok;
+}
+
+/* A response head to the sandbox, each value of its secrets replaced by
+ * its placeholder (in out, of out_cap bytes; where that does not fit,
+ * each of its bytes masked in place). */
+static bool client_write_head(struct job *j, uint8_t *head, size_t len, char *out, size_t out_cap)
+{
+        size_t n = 0;
+        if (inject_mask_head(j->secrets, (const char *)head, len, out, out_cap, &n) == INJECT_OK)
+                return client_write(j, out, n);
+        inject_mask_body(j->secrets, (char *)head, len);
+        return client_write(j, head, len);
+}
+
 static bool upstream_write(struct job *j, const void *data, size_t len)
 {
         return len == 0 || SSL_write(j->upstream, data, (int)len) == (int)len;
@@ -175,92 +243,193 @@ static bool upstream_connect(struct job *j)
         return false;
 }
 
-/* The request's body after its head (Content-Length or chunked): rest is
- * what came with the head. */
-static bool forward_body(struct job *j, const struct sniff_http *h, uint8_t *rest, size_t n, uint8_t *buf,
-                         size_t cap)
+/* How a message's body ends: Content-Length bytes, the last chunk, or
+ * (a response with neither) the close of the connection. */
+struct body_frame {
+        bool chunked;
+        bool has_length;
+        uint64_t length;
+};
+
+/* One body from one side to the other: the n bytes at *rest that came
+ * with the head, then what is read. A request's body (from the client) is
+ * searched for placeholders before each piece goes on (*refused says
+ * which), its head (head_len bytes) sent upstream only once the piece that
+ * came with it passed: a request refused there never reaches the host. A
+ * response's body goes to the client with the values masked. True when the
+ * body ended by its framing; bytes after it (a pipelined request) are left
+ * at *rest, *n. */
+static bool pass_body(struct job *j, bool from_client, const char *head, size_t head_len, struct body_frame f,
+                      uint8_t **rest, size_t *n, uint8_t *buf, size_t cap,
+                      const struct inject_secret **refused)
 {
         struct sniff_chunked chunks = { 0 };
-        uint64_t left = h->content_length;
+        struct inject_scan scan = { 0 };
+        uint64_t left = f.length;
         for (;;) {
                 size_t keep;
-                if (h->chunked) {
-                        keep = sniff_chunked_feed(&chunks, rest, n);
+                if (f.chunked) {
+                        keep = sniff_chunked_feed(&chunks, *rest, *n);
                         if (chunks.state == SNIFF_CHUNK_ERROR)
                                 return false;
-                } else {
-                        keep = n > left ? (size_t)left : n;
+                } else if (f.has_length) {
+                        keep = *n > left ? (size_t)left : *n;
                         left -= keep;
+                } else {
+                        keep = *n;
                 }
-                if (!upstream_write(j, rest, keep))
+                if (from_client && (*refused = inject_scan_body(j->secrets, &scan, *rest, keep)) != NULL)
                         return false;
-                bool done = h->chunked ? chunks.state == SNIFF_CHUNK_DONE : left == 0;
+                bool done = f.chunked ? chunks.state == SNIFF_CHUNK_DONE : f.has_length && left == 0;
+                /* The head waits for the body's first bytes (a client may
+                 * write them apart): those are searched before it goes. */
+                if (head != NULL && (keep > 0 || done)) {
+                        if (!upstream_write(j, head, head_len))
+                                return false;
+                        head = NULL;
+                }
+                if (!(from_client ? upstream_write(j, *rest, keep)
+                                  : client_write_masked(j, *rest, keep, done)))
+                        return false;
+                *rest += keep;
+                *n -= keep;
                 if (done)
                         return true;
-                int r = client_step(j, buf, (int)cap);
-                if (r <= 0)
+                int r = from_client ? client_step(j, buf, (int)cap) : SSL_read(j->upstream, buf, (int)cap);
+                if (r <= 0) {
+                        if (!from_client) /* the end of a body that ends with the connection */
+                                client_write_masked(j, NULL, 0, true);
                         return false;
-                rest = buf;
-                n = (size_t)r;
+                }
+                *rest = buf;
+                *n = (size_t)r;
         }
 }
 
-static void intercept_request(struct job *j)
+/* The upstream's answer to one request, relayed as it is framed (1xx
+ * interim answers first). True when the connection carries another
+ * request after it. */
+static bool relay_response(struct job *j, bool head_request, uint8_t *buf, size_t cap, char *out,
+                           size_t out_cap)
+{
+        size_t len = 0;
+        for (;;) {
+                struct sniff_http_response rh;
+                enum sniff_result sr =
+                    len > 0 ? sniff_http_response_head((const char *)buf, len, &rh) : SNIFF_NEED_MORE;
+                while (sr == SNIFF_NEED_MORE && len < cap) {
+                        int r = SSL_read(j->upstream, buf + len, (int)(cap - len));
+                        if (r <= 0)
+                                return false;
+                        len += (size_t)r;
+                        sr = sniff_http_response_head((const char *)buf, len, &rh);
+                }
+                uint8_t *rest = buf;
+                size_t n = len;
+                if (sr != SNIFF_OK || rh.status == 101) {
+                        /* Not one we can frame: what comes, until the close. */
+                        const struct inject_secret *none = NULL;
+                        pass_body(j, false, NULL, 0, (struct body_frame){ 0 }, &rest, &n, buf, cap, &none);
+                        return false;
+                }
+                bool sent = client_write_head(j, buf, rh.head_len, out, out_cap);
+                explicit_bzero(out, out_cap);
+                if (!sent)
+                        return false;
+                rest = buf + rh.head_len;
+                n = len - rh.head_len;
+                if (rh.status >= 100 && rh.status < 200) {
+                        memmove(buf, rest, n);
+                        len = n;
+                        continue;
+                }
+                if (head_request || rh.status == 204 || rh.status == 304)
+                        return !rh.close;
+                struct body_frame f = { .chunked = rh.chunked,
+                                        .has_length = rh.has_length,
+                                        .length = rh.content_length };
+                const struct inject_secret *none = NULL;
+                bool framed = pass_body(j, false, NULL, 0, f, &rest, &n, buf, cap, &none);
+                return framed && (rh.chunked || rh.has_length) && !rh.close;
+        }
+}
+
+/* The requests of one connection, each with the secrets put in: HTTP/1.1
+ * keep-alive carries several, each one judged and rewritten as the first. */
+static void intercept_requests(struct job *j)
 {
         size_t cap = SNIFF_HEAD_MAX, len = 0;
         uint8_t *in = malloc(cap), *io = malloc(EGRESS_INTERCEPT_IO);
         size_t out_cap = 2 * SNIFF_HEAD_MAX;
         char *out = malloc(out_cap);
-        struct sniff_http h;
-        enum sniff_result sr = SNIFF_NEED_MORE;
+        const struct inject_secret *refused = NULL;
         if (in == NULL || io == NULL || out == NULL)
                 goto done;
-        while (sr == SNIFF_NEED_MORE && len < cap) {
-                int r = client_step(j, in + len, (int)(cap - len));
-                if (r <= 0)
-                        goto done;
-                len += (size_t)r;
-                sr = sniff_http_head((const char *)in, len, &h);
-        }
-        if (sr != SNIFF_OK || h.connect) {
-                client_answer(j, "400 Bad Request", "nsbox: bad request\n");
-                goto done;
-        }
-        char host[NETPOLICY_NAME_MAX + 1];
-        if (netpolicy_name_normalize(h.host, strlen(h.host), host) < 0 || strcmp(host, j->host) != 0) {
-                /* Domain fronting: the secrets are for the name the TLS was for. */
-                client_answer(j, "421 Misdirected Request",
-                              "nsbox: the request's Host is not its TLS server name\n");
-                goto done;
-        }
-        size_t n = 0;
-        const struct inject_secret *foreign = NULL;
-        enum inject_result ir =
-            inject_rewrite_head(j->secrets, j->host, (const char *)in, &h, out, out_cap, &n, &foreign);
-        if (ir == INJECT_FOREIGN) {
-                log_warn(
-                    "sandbox %s: network policy refused %s:443 (carries the placeholder of secret %s, not "
-                    "for this host)",
-                    j->sandbox, j->host, foreign->name);
-                char body[NETPOLICY_NAME_MAX + 64];
-                snprintf(body, sizeof(body), "nsbox: network policy refused %s\n", j->host);
-                client_answer(j, "403 Forbidden", body);
-                goto done;
-        }
-        if (ir != INJECT_OK) {
-                client_answer(j, "400 Bad Request", "nsbox: request head too large\n");
-                goto done;
-        }
-        if (!upstream_connect(j))
-                goto done;
-        if (!upstream_write(j, out, n) ||
-            !forward_body(j, &h, in + h.head_len, len - h.head_len, io, EGRESS_INTERCEPT_IO))
-                goto done;
         for (;;) {
-                int r = SSL_read(j->upstream, io, EGRESS_INTERCEPT_IO);
-                if (r <= 0 || !client_write(j, io, (size_t)r))
-                        break;
+                struct sniff_http h;
+                if (j->head_deadline_ms == 0) /* the first one's runs from the handshake */
+                        j->head_deadline_ms = now_ms() + INTERCEPT_HEAD_SECS * 1000;
+                enum sniff_result sr = len > 0 ? sniff_http_head((const char *)in, len, &h) : SNIFF_NEED_MORE;
+                while (sr == SNIFF_NEED_MORE && len < cap) {
+                        int r = client_step(j, in + len, (int)(cap - len));
+                        if (r <= 0)
+                                goto done; /* the client is done: between requests, its end */
+                        len += (size_t)r;
+                        sr = sniff_http_head((const char *)in, len, &h);
+                }
+                j->head_deadline_ms = 0;
+                if (sr != SNIFF_OK || h.connect) {
+                        client_answer(j, "400 Bad Request", "nsbox: bad request\n");
+                        goto done;
+                }
+                char host[NETPOLICY_NAME_MAX + 1];
+                if (netpolicy_name_normalize(h.host, strlen(h.host), host) < 0 ||
+                    strcmp(host, j->host) != 0) {
+                        /* Domain fronting: the secrets are for the name the TLS was for. */
+                        client_answer(j, "421 Misdirected Request",
+                                      "nsbox: the request's Host is not its TLS server name\n");
+                        goto done;
+                }
+                size_t n = 0;
+                enum inject_result ir = inject_rewrite_head(j->secrets, j->host, (const char *)in, &h,
+                                                            !h.close, out, out_cap, &n, &refused);
+                if (ir == INJECT_REFUSED)
+                        goto refuse;
+                if (ir != INJECT_OK) {
+                        client_answer(j, "400 Bad Request", "nsbox: request head too large\n");
+                        goto done;
+                }
+                if (j->upstream == NULL && !upstream_connect(j))
+                        goto done;
+                uint8_t *rest = in + h.head_len;
+                size_t left = len - h.head_len;
+                struct body_frame f = { .chunked = h.chunked,
+                                        .has_length = true,
+                                        .length = h.content_length };
+                bool passed = pass_body(j, true, out, n, f, &rest, &left, io, EGRESS_INTERCEPT_IO, &refused);
+                explicit_bzero(out, n);
+                if (!passed) {
+                        if (refused != NULL)
+                                goto refuse;
+                        goto done;
+                }
+                __atomic_add_fetch(&j->secrets->injected, 1, __ATOMIC_RELAXED);
+                /* What came after the body: the next request's start. */
+                memmove(in, rest, left);
+                len = left;
+                if (!relay_response(j, strcmp(h.method, "HEAD") == 0, io, EGRESS_INTERCEPT_IO, out,
+                                    out_cap) ||
+                    h.close)
+                        goto done;
         }
+refuse:
+        __atomic_add_fetch(&j->secrets->refused, 1, __ATOMIC_RELAXED);
+        char why[192];
+        inject_refusal(refused, j->host, why, sizeof(why));
+        log_warn("sandbox %s: network policy refused %s:443 (%s)", j->sandbox, j->host, why);
+        char body[NETPOLICY_NAME_MAX + 64];
+        snprintf(body, sizeof(body), "nsbox: network policy refused %s\n", j->host);
+        client_answer(j, "403 Forbidden", body);
 done:
         if (out != NULL)
                 explicit_bzero(out, out_cap);
@@ -269,9 +438,39 @@ done:
         free(io);
 }
 
+/* The job's references and memory, and its place in the counts. */
+static void job_free(struct job *j)
+{
+        if (j->mask != NULL) {
+                explicit_bzero(j->mask, j->secrets->longest_value + EGRESS_INTERCEPT_IO);
+                free(j->mask);
+        }
+        __atomic_sub_fetch(&j->ca->running, 1, __ATOMIC_RELAXED);
+        __atomic_sub_fetch(&running, 1, __ATOMIC_RELAXED);
+        intercept_ca_unref(j->ca);
+        inject_unref(j->secrets);
+        free(j->prefix);
+        free(j);
+}
+
+/* A certificate for the host that cannot be made, or a TLS session for it
+ * (out of memory, a name OpenSSL will not sign), closes the connection:
+ * said in the log, at most once a second for all the threads (log_limited
+ * is the loop's: its slots have no lock). */
+static void leaf_failed(struct job *j)
+{
+        static time_t last;
+        time_t now = time(NULL);
+        if (__atomic_exchange_n(&last, now, __ATOMIC_RELAXED) != now)
+                log_warn("sandbox %s: %s:443: could not make its certificate or TLS session (%s): connection "
+                         "closed",
+                         j->sandbox, j->host, ssl_error_text());
+}
+
 static void *intercept_main(void *arg)
 {
         struct job *j = arg;
+        j->head_deadline_ms = now_ms() + INTERCEPT_HEAD_SECS * 1000;
         struct timeval tv = { .tv_sec = INTERCEPT_TIMEOUT_SECS };
         int fds[2] = { j->client_fd, j->upstream_fd };
         for (int i = 0; i < 2; i++) {
@@ -292,9 +491,10 @@ static void *intercept_main(void *arg)
                 SSL_set_bio(j->client, j->client_in, client_out);
                 client_out = NULL;
                 if (client_step(j, NULL, 0) > 0)
-                        intercept_request(j);
+                        intercept_requests(j);
                 SSL_shutdown(j->client);
         } else {
+                leaf_failed(j);
                 BIO_free(j->client_in);
         }
         ERR_clear_error();
@@ -308,34 +508,41 @@ static void *intercept_main(void *arg)
         close(j->client_fd);
         close(j->upstream_fd);
         OPENSSL_thread_stop();
-        intercept_ca_unref(j->ca);
-        inject_unref(j->secrets);
-        free(j->prefix);
-        free(j);
-        __atomic_sub_fetch(&running, 1, __ATOMIC_RELAXED);
+        job_free(j);
         return NULL;
 }
 
 int intercept_start(int client_fd, int upstream_fd, const uint8_t *prefix, size_t len, const char *host,
                     const char *sandbox_id, struct intercept_ca *ca, struct inject_secrets *secrets)
 {
-        struct job *j = calloc(1, sizeof(*j));
-        if (j == NULL || (j->prefix = malloc(len ? len : 1)) == NULL) {
-                free(j);
+        /* Counted here, where the connection becomes a thread: the check
+         * in conn_decide came before the connect, and other connections of
+         * the sandbox may have been handed over since. */
+        int all = __atomic_add_fetch(&running, 1, __ATOMIC_RELAXED);
+        int mine = __atomic_add_fetch(&ca->running, 1, __ATOMIC_RELAXED);
+        struct job *j = NULL;
+        if (all > INTERCEPT_MAX || mine > INTERCEPT_PER_SANDBOX || (j = calloc(1, sizeof(*j))) == NULL) {
+                __atomic_sub_fetch(&running, 1, __ATOMIC_RELAXED);
+                __atomic_sub_fetch(&ca->running, 1, __ATOMIC_RELAXED);
                 close(client_fd);
                 close(upstream_fd);
-                return -ENOMEM;
+                return j == NULL && all <= INTERCEPT_MAX && mine <= INTERCEPT_PER_SANDBOX ? -ENOMEM : -EBUSY;
         }
-        j->client_fd = client_fd;
-        j->upstream_fd = upstream_fd;
-        memcpy(j->prefix, prefix, len);
-        j->prefix_len = len;
-        snprintf(j->host, sizeof(j->host), "%s", host);
-        snprintf(j->sandbox, sizeof(j->sandbox), "%s", sandbox_id);
         __atomic_add_fetch(&ca->refs, 1, __ATOMIC_RELAXED);
         j->ca = ca;
         j->secrets = inject_ref(secrets);
-        __atomic_add_fetch(&running, 1, __ATOMIC_RELAXED);
+        j->client_fd = client_fd;
+        j->upstream_fd = upstream_fd;
+        snprintf(j->host, sizeof(j->host), "%s", host);
+        snprintf(j->sandbox, sizeof(j->sandbox), "%s", sandbox_id);
+        if ((j->prefix = malloc(len ? len : 1)) == NULL) {
+                close(client_fd);
+                close(upstream_fd);
+                job_free(j);
+                return -ENOMEM;
+        }
+        memcpy(j->prefix, prefix, len);
+        j->prefix_len = len;
         pthread_attr_t attr;
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -344,13 +551,9 @@ int intercept_start(int client_fd, int upstream_fd, const uint8_t *prefix, size_
         int r = pthread_create(&t, &attr, intercept_main, j);
         pthread_attr_destroy(&attr);
         if (r != 0) {
-                __atomic_sub_fetch(&running, 1, __ATOMIC_RELAXED);
-                intercept_ca_unref(j->ca);
-                inject_unref(j->secrets);
                 close(client_fd);
                 close(upstream_fd);
-                free(j->prefix);
-                free(j);
+                job_free(j);
                 return -r;
         }
         return 0;

@@ -17,7 +17,9 @@
 #include "inject.h"
 
 #define INTERCEPT_MAX          256 /* intercepted connections at once, all sandboxes */
+#define INTERCEPT_PER_SANDBOX  32  /* of them, one sandbox's: the others keep theirs */
 #define INTERCEPT_TIMEOUT_SECS 30  /* each read and write */
+#define INTERCEPT_HEAD_SECS    30  /* the TLS handshake and a request's head, all of it */
 #define EGRESS_INTERCEPT_IO    16384
 
 /* Once, before the privileges are dropped: the TLS contexts, the system's
@@ -30,11 +32,13 @@ struct intercept_ca *intercept_ca_parse(json_t *tls, const char **why);
 /* Freed with the last reference (the sandbox's, its connections'). */
 void intercept_ca_unref(struct intercept_ca *ca);
 
-/* Whether INTERCEPT_MAX connections are intercepted now. */
-bool intercept_full(void);
+/* NULL when one more connection of the sandbox whose CA is ca may be
+ * intercepted now; else why not (INTERCEPT_MAX, INTERCEPT_PER_SANDBOX). */
+const char *intercept_full(const struct intercept_ca *ca);
 
 /* Intercept the connection between client_fd (the sandbox; prefix: what it
  * sent so far, its ClientHello) and upstream_fd (connected to host): both
- * fds are the thread's from here, even when this fails (-errno). */
+ * fds are the thread's from here, even when this fails (-errno; -EBUSY:
+ * intercept_full, checked again here where the count is taken). */
 int intercept_start(int client_fd, int upstream_fd, const uint8_t *prefix, size_t len, const char *host,
                     const char *sandbox_id, struct intercept_ca *ca, struct inject_secrets *secrets);

@@ -32,6 +32,7 @@
 #include "dns.h"
 #include "json_cleanup.h"
 #include "log.h"
+#include "peer.h"
 #include "proxy.h"
 
 #define CONTROL_MSG_MAX 65536
@@ -254,6 +255,10 @@ static const char *control_op(json_t *msg, int *fds, size_t n_fds, const char **
                 return "unknown op";
         if (*pp != NULL)
                 return "the port is already exposed";
+        json_t *owner = json_object_get(msg, "owner");
+        if (!json_is_integer(owner) || json_integer_value(owner) < 0 ||
+            json_integer_value(owner) > UINT32_MAX - 1)
+                return "\"owner\" is not a uid";
         if (!socket_is(fds[0], SOCK_STREAM) || set_nonblock(fds[0]) < 0)
                 return "expose needs a listening TCP socket";
         struct expose *e = calloc(1, sizeof(*e));
@@ -261,6 +266,7 @@ static const char *control_op(json_t *msg, int *fds, size_t n_fds, const char **
                 return "out of memory";
         e->sandbox = sb;
         e->port = (uint16_t)port;
+        e->owner = (uid_t)json_integer_value(owner);
         e->listener = (struct watch){ .kind = WATCH_EXPOSE_LISTENER, .fd = steal_fd(&fds[0]), .obj = e };
         e->next = sb->exposes;
         sb->exposes = e;
@@ -589,6 +595,10 @@ int main(int argc, char **argv)
         }
         fcntl(egress.control.fd, F_SETFD, FD_CLOEXEC);
         /* The CA file is read as nsboxd's uid could, before the privileges go. */
+        if (peer_init() < 0) {
+                log_error("nsbox-egress: no sock_diag netlink socket: exposed ports cannot tell their peers");
+                return 1;
+        }
         if (intercept_init(ca_file, &err) < 0 || start_factory((int)netns_fd, &err) < 0 ||
             drop_privileges(uid, gid, &err) < 0 || dns_init(dns_servers, &err) < 0) {
                 log_error("nsbox-egress: %s", err->message);

@@ -21,6 +21,7 @@
 #include "cleanup.h"
 #include "dns.h"
 #include "log.h"
+#include "peer.h"
 
 static const char tls_access_denied[] = "\x15\x03\x03\x00\x02\x02\x31";
 
@@ -50,6 +51,11 @@ static size_t half_used(const struct half *h)
         return h->end - h->start;
 }
 
+static size_t half_sendable(const struct half *h)
+{
+        return half_used(h) - h->held;
+}
+
 static void close_watch(struct watch *w, bool reset)
 {
         if (w->fd < 0)
@@ -67,6 +73,9 @@ static void conn_free(struct conn *c)
 {
         if (c->holds_secret && c->c2u.buf != NULL)
                 explicit_bzero(c->c2u.buf, c->c2u.cap);
+        if (c->u2c_mask != NULL && c->u2c.buf != NULL)
+                explicit_bzero(c->u2c.buf, c->u2c.cap);
+        inject_unref(c->u2c_mask);
         free(c->c2u.buf);
         free(c->u2c.buf);
         free(c);
@@ -221,6 +230,16 @@ static void conn_refuse(struct conn *c, const char *reason)
         conn_answer_and_close(c, 403);
 }
 
+/* Refused once relaying: the request's head (and some of its body) went
+ * upstream, so nothing is answered; the log and event say why. */
+static void conn_refused_midway(struct conn *c, const char *reason)
+{
+        if (c->sandbox != NULL)
+                egress_refused(c->sandbox, c->named ? c->name : NULL,
+                               c->connect_addr ? c->connect_addr : c->dst_addr,
+                               c->connect_port ? c->connect_port : c->dst_port, reason);
+}
+
 /* --- epoll interest ------------------------------------------------------- */
 
 static void conn_update(struct conn *c)
@@ -247,7 +266,7 @@ static void conn_update(struct conn *c)
         case CONN_RELAY:
                 if (!c->c2u.eof && half_used(&c->c2u) < c->c2u.cap)
                         ce |= EPOLLIN;
-                if (half_used(&c->u2c) > 0)
+                if (half_sendable(&c->u2c) > 0)
                         ce |= EPOLLOUT;
                 if (!c->u2c.eof && half_used(&c->u2c) < c->u2c.cap)
                         ue |= EPOLLIN;
@@ -298,6 +317,18 @@ static bool c2u_take(struct conn *c, const uint8_t *p, size_t *n)
         if (keep < *n)
                 c2u_note_extra(c, p + keep, *n - keep);
         *n = keep;
+        /* A placeholder anywhere in the body, not only in the head, is
+         * refused: a body is no place for a value, whatever its host. */
+        if (c->sandbox != NULL && c->sandbox->secrets != NULL &&
+            (c->c2u_refused = inject_scan_body(c->sandbox->secrets, &c->c2u_scan, p, keep)) != NULL) {
+                if (c->state != CONN_SNIFF) { /* the head went already: the request is cut short */
+                        char why[192], said[224];
+                        inject_refusal(c->c2u_refused, c->named ? c->name : NULL, why, sizeof(why));
+                        snprintf(said, sizeof(said), "its body %s", why);
+                        conn_refused_midway(c, said);
+                }
+                return false;
+        }
         return true;
 }
 
@@ -318,6 +349,7 @@ static bool half_read(struct conn *c, int fd, struct half *h, bool client_side)
                 return errno == EAGAIN || errno == EINTR;
         if (n == 0) {
                 h->eof = true;
+                h->held = 0; /* the end: a value cut short is no value */
                 return true;
         }
         size_t got = (size_t)n;
@@ -326,6 +358,13 @@ static bool half_read(struct conn *c, int fd, struct half *h, bool client_side)
         if (client_side && !c2u_take(c, h->buf + h->end, &got))
                 return false;
         h->end += got;
+        if (!client_side && c->u2c_mask != NULL) {
+                /* A value that comes back to the sandbox (an echo of the
+                 * request) is masked, as long as it was, wherever it is:
+                 * the bytes held from the last read and these together. */
+                size_t from = h->end - got - h->held;
+                h->held = inject_mask_body(c->u2c_mask, (char *)h->buf + from, h->end - from);
+        }
         if (c->sandbox != NULL && c->mode != CONN_EXPOSE) {
                 if (client_side)
                         c->sandbox->bytes_out += got;
@@ -337,9 +376,9 @@ static bool half_read(struct conn *c, int fd, struct half *h, bool client_side)
 
 static bool half_write(int fd, struct half *h)
 {
-        if (half_used(h) == 0)
+        if (half_sendable(h) == 0)
                 return true;
-        ssize_t n = send(fd, h->buf + h->start, half_used(h), MSG_DONTWAIT | MSG_NOSIGNAL);
+        ssize_t n = send(fd, h->buf + h->start, half_sendable(h), MSG_DONTWAIT | MSG_NOSIGNAL);
         if (n < 0)
                 return errno == EAGAIN || errno == EINTR;
         h->start += (size_t)n;
@@ -410,17 +449,17 @@ static void conn_connect(struct conn *c)
         conn_connect_fd(c, fd, c->connect_addr, c->connect_port);
 }
 
-enum rewrite_result { REWRITE_OK, REWRITE_FAILED, REWRITE_FOREIGN_SECRET };
+enum rewrite_result { REWRITE_OK, REWRITE_FAILED, REWRITE_REFUSED_SECRET };
 
 /* The head forwarded upstream on port 80 and for the explicit proxy's
  * absolute-form requests (inject_rewrite_head: one request, the sandbox's
- * secrets for this host put in, *foreign naming a secret whose
- * placeholder was sent here though it is not for this host), then the
+ * secrets for this host put in, *refused naming a secret whose
+ * placeholder was where its value may not go), then the
  * body bytes already read, up to the request's end. */
-static enum rewrite_result rewrite_http_head(struct conn *c, const struct inject_secret **foreign)
+static enum rewrite_result rewrite_http_head(struct conn *c, const struct inject_secret **refused)
 {
         const struct sniff_http *h = &c->http;
-        const struct inject_secrets *secrets = c->sandbox != NULL ? c->sandbox->secrets : NULL;
+        struct inject_secrets *secrets = c->sandbox != NULL ? c->sandbox->secrets : NULL;
         size_t cap = EGRESS_BUF + 1024;
         if (secrets != NULL)
                 cap += EGRESS_BUF; /* values longer than their placeholders */
@@ -430,7 +469,7 @@ static enum rewrite_result rewrite_http_head(struct conn *c, const struct inject
         const char *in = (const char *)c->c2u.buf + c->c2u.start;
         size_t n = 0;
         enum inject_result r =
-            inject_rewrite_head(secrets, c->named ? c->name : NULL, in, h, out, cap, &n, foreign);
+            inject_rewrite_head(secrets, c->named ? c->name : NULL, in, h, false, out, cap, &n, refused);
         size_t body = half_used(&c->c2u) - h->head_len;
         c->c2u_limited = true;
         c->c2u_chunked = h->chunked;
@@ -439,7 +478,10 @@ static enum rewrite_result rewrite_http_head(struct conn *c, const struct inject
         if (r != INJECT_OK || !c2u_take(c, (const uint8_t *)in + h->head_len, &body) || n + body > cap) {
                 explicit_bzero(out, cap);
                 free(out);
-                return r == INJECT_FOREIGN ? REWRITE_FOREIGN_SECRET : REWRITE_FAILED;
+                if (r == INJECT_OK && c->c2u_refused != NULL)
+                        *refused = c->c2u_refused;
+                return r == INJECT_REFUSED || c->c2u_refused != NULL ? REWRITE_REFUSED_SECRET
+                                                                     : REWRITE_FAILED;
         }
         memcpy(out + n, in + h->head_len, body);
         n += body;
@@ -449,6 +491,11 @@ static enum rewrite_result rewrite_http_head(struct conn *c, const struct inject
         c->c2u.start = 0;
         c->c2u.end = n;
         c->holds_secret = secrets != NULL;
+        if (c->sandbox != NULL && c->named && inject_for_host(secrets, c->name)) {
+                c->sandbox->secrets_injected++;
+                if (secrets->longest_value > 0)
+                        c->u2c_mask = inject_ref(secrets);
+        }
         return REWRITE_OK;
 }
 
@@ -482,8 +529,13 @@ static void conn_connected(struct conn *c)
                 egress_unwatch(&c->client);
                 egress_unwatch(&c->upstream);
                 c->client.fd = c->upstream.fd = -1;
-                if (intercept_start(client, upstream, c->c2u.buf + c->c2u.start, half_used(&c->c2u), c->name,
-                                    c->sandbox->id, c->sandbox->ca, c->sandbox->secrets) < 0)
+                int r = intercept_start(client, upstream, c->c2u.buf + c->c2u.start, half_used(&c->c2u),
+                                        c->name, c->sandbox->id, c->sandbox->ca, c->sandbox->secrets);
+                const char *full = r == -EBUSY ? intercept_full(c->sandbox->ca) : NULL;
+                if (r == -EBUSY) /* others were handed over since conn_decide's check */
+                        egress_refused(c->sandbox, c->name, c->connect_addr, c->connect_port,
+                                       full != NULL ? full : "too many intercepted connections");
+                else if (r < 0)
                         log_warn("sandbox %s: intercept %s: out of memory or threads", c->sandbox->id,
                                  c->name);
                 proxy_conn_close(c);
@@ -705,6 +757,7 @@ static void dns_reply_written(struct conn *c)
 static void conn_decide(struct conn *c)
 {
         char raw[SNIFF_NAME_MAX + 1];
+        const char *full;
         bool unnamed = true;
         const uint8_t *data = c->c2u.buf + c->c2u.start;
         size_t len = half_used(&c->c2u);
@@ -725,8 +778,8 @@ static void conn_decide(struct conn *c)
                 /* Only the secrets' hosts: every other TLS stays end to end. */
                 c->intercept =
                     c->named && c->sandbox->ca != NULL && inject_for_host(c->sandbox->secrets, c->name);
-                if (c->intercept && intercept_full()) {
-                        conn_refuse(c, "too many intercepted connections");
+                if (c->intercept && (full = intercept_full(c->sandbox->ca)) != NULL) {
+                        conn_refuse(c, full);
                         return;
                 }
                 break;
@@ -768,18 +821,16 @@ static void conn_decide(struct conn *c)
                         c->c2u.start += c->http.head_len;
                         c->intercept = c->named && c->connect_port == 443 && c->sandbox->ca != NULL &&
                                        inject_for_host(c->sandbox->secrets, c->name);
-                        if (c->intercept && intercept_full()) {
-                                conn_refuse(c, "too many intercepted connections");
+                        if (c->intercept && (full = intercept_full(c->sandbox->ca)) != NULL) {
+                                conn_refuse(c, full);
                                 return;
                         }
                 } else {
-                        const struct inject_secret *foreign = NULL;
-                        enum rewrite_result rr = rewrite_http_head(c, &foreign);
-                        if (rr == REWRITE_FOREIGN_SECRET) {
-                                char why[160];
-                                snprintf(why, sizeof(why),
-                                         "carries the placeholder of secret %s, not for this host",
-                                         foreign->name);
+                        const struct inject_secret *refused = NULL;
+                        enum rewrite_result rr = rewrite_http_head(c, &refused);
+                        if (rr == REWRITE_REFUSED_SECRET) {
+                                char why[192];
+                                inject_refusal(refused, c->named ? c->name : NULL, why, sizeof(why));
                                 conn_refuse(c, why);
                                 return;
                         }
@@ -918,6 +969,26 @@ void proxy_accept(struct egress_sandbox *sb)
 
 /* --- expose --------------------------------------------------------------- */
 
+/* An exposed port is its sandbox owner's (and root's): another uid of the
+ * host, which cannot see the sandbox, cannot use what it serves either. */
+static bool peer_let_in(const struct expose *e, int fd)
+{
+        uid_t uid;
+        int r = peer_uid(fd, &uid);
+        if (r == 0 && (uid == e->owner || uid == 0))
+                return true;
+        if (r < 0)
+                log_limited("egress expose peer", LOG_LEVEL_WARN,
+                            "sandbox %s: expose %u: a connection whose peer is unknown (%s): refused",
+                            e->sandbox->id, e->port, strerror(-r));
+        else
+                log_limited(
+                    "egress expose peer", LOG_LEVEL_WARN,
+                    "sandbox %s: expose %u: a connection from uid %u, not the sandbox's owner: refused",
+                    e->sandbox->id, e->port, (unsigned)uid);
+        return false;
+}
+
 void proxy_expose_accept(struct expose *e)
 {
         for (int i = 0; i < 64; i++) {
@@ -929,6 +1000,10 @@ void proxy_expose_accept(struct expose *e)
                                 egress_accept_failed(&e->listener, who, errno);
                         }
                         return;
+                }
+                if (!peer_let_in(e, fd)) {
+                        close(fd);
+                        continue;
                 }
                 if (over_limit(e->sandbox, true)) {
                         log_limited("egress expose limit", LOG_LEVEL_WARN,

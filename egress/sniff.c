@@ -208,6 +208,25 @@ bool sniff_http_hop_header(const char *line, size_t len)
         return false;
 }
 
+/* Whether a comma-separated header value holds token (case-insensitive). */
+static bool has_token(const char *v, size_t vlen, const char *token)
+{
+        size_t tlen = strlen(token), i = 0;
+        while (i < vlen) {
+                while (i < vlen && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
+                        i++;
+                size_t start = i;
+                while (i < vlen && v[i] != ',')
+                        i++;
+                size_t end = i;
+                while (end > start && (v[end - 1] == ' ' || v[end - 1] == '\t'))
+                        end--;
+                if (end - start == tlen && strncasecmp(v + start, token, tlen) == 0)
+                        return true;
+        }
+        return false;
+}
+
 static enum sniff_result parse_request_line(const char *l, size_t len, struct sniff_http *out)
 {
         const char *sp1 = memchr(l, ' ', len);
@@ -224,6 +243,7 @@ static enum sniff_result parse_request_line(const char *l, size_t len, struct sn
         size_t vlen = len - (size_t)(sp2 + 1 - l);
         if (vlen != 8 || (memcmp(sp2 + 1, "HTTP/1.1", 8) != 0 && memcmp(sp2 + 1, "HTTP/1.0", 8) != 0))
                 return SNIFF_INVALID;
+        out->close = memcmp(sp2 + 1, "HTTP/1.0", 8) == 0;
         for (size_t i = 0; i < tlen; i++)
                 if ((unsigned char)target[i] <= ' ' || target[i] == 0x7f)
                         return SNIFF_INVALID;
@@ -322,6 +342,8 @@ enum sniff_result sniff_http_head(const char *buf, size_t len, struct sniff_http
                                 if (out->chunked || vlen != 7 || strncasecmp(v, "chunked", 7) != 0)
                                         return SNIFF_INVALID;
                                 out->chunked = true;
+                        } else if (header_is(l, nlen, "connection") && has_token(v, vlen, "close")) {
+                                out->close = true;
                         }
                 }
                 n++;
@@ -329,6 +351,72 @@ enum sniff_result sniff_http_head(const char *buf, size_t len, struct sniff_http
         }
         if (seen_length && out->chunked)
                 return SNIFF_INVALID;
+        return SNIFF_OK;
+}
+
+enum sniff_result sniff_http_response_head(const char *buf, size_t len, struct sniff_http_response *out)
+{
+        memset(out, 0, sizeof(*out));
+        size_t scan = len < SNIFF_HEAD_MAX ? len : SNIFF_HEAD_MAX;
+        if (memchr(buf, '\0', scan) != NULL)
+                return SNIFF_INVALID;
+        size_t line = 0, n = 0;
+        for (;;) {
+                const char *lf = memchr(buf + line, '\n', scan - line);
+                if (lf == NULL)
+                        return len >= SNIFF_HEAD_MAX ? SNIFF_INVALID : SNIFF_NEED_MORE;
+                size_t next = (size_t)(lf - buf) + 1, end = next - 1;
+                if (end > line && buf[end - 1] == '\r')
+                        end--;
+                const char *l = buf + line;
+                size_t llen = end - line;
+                if (n == 0) {
+                        /* HTTP/1.x SP 3DIGIT [SP reason] */
+                        if (llen < 12 || memcmp(l, "HTTP/1.", 7) != 0 || (l[7] != '0' && l[7] != '1') ||
+                            l[8] != ' ' || !isdigit((unsigned char)l[9]) || !isdigit((unsigned char)l[10]) ||
+                            !isdigit((unsigned char)l[11]) || (llen > 12 && l[12] != ' '))
+                                return SNIFF_INVALID;
+                        out->status = (unsigned)((l[9] - '0') * 100 + (l[10] - '0') * 10 + (l[11] - '0'));
+                        out->close = l[7] == '0';
+                } else if (llen == 0) {
+                        out->head_len = next;
+                        break;
+                } else {
+                        const char *colon = memchr(l, ':', llen);
+                        if (colon == NULL || colon == l || l[0] == ' ' || l[0] == '\t')
+                                return SNIFF_INVALID;
+                        size_t nlen = (size_t)(colon - l);
+                        const char *v = colon + 1, *vend = l + llen;
+                        while (v < vend && (*v == ' ' || *v == '\t'))
+                                v++;
+                        while (vend > v && (vend[-1] == ' ' || vend[-1] == '\t' || vend[-1] == '\r'))
+                                vend--;
+                        size_t vlen = (size_t)(vend - v);
+                        if (header_is(l, nlen, "content-length")) {
+                                if (out->has_length || vlen == 0 || vlen > 15)
+                                        return SNIFF_INVALID;
+                                out->has_length = true;
+                                for (size_t i = 0; i < vlen; i++) {
+                                        if (!isdigit((unsigned char)v[i]))
+                                                return SNIFF_INVALID;
+                                        out->content_length =
+                                            out->content_length * 10 + (uint64_t)(v[i] - '0');
+                                }
+                        } else if (header_is(l, nlen, "transfer-encoding")) {
+                                /* Another coding: framed by the close (RFC 9112 6.3). */
+                                if (vlen == 7 && strncasecmp(v, "chunked", 7) == 0 && !out->chunked)
+                                        out->chunked = true;
+                                else
+                                        out->close = true;
+                        } else if (header_is(l, nlen, "connection") && has_token(v, vlen, "close")) {
+                                out->close = true;
+                        }
+                }
+                n++;
+                line = next;
+        }
+        if (out->chunked)
+                out->has_length = false; /* RFC 9112 6.3: chunked wins */
         return SNIFF_OK;
 }
 

@@ -37,6 +37,7 @@ struct sniff_http {
         bool has_host_header;
         uint64_t content_length; /* 0 when absent */
         bool chunked;            /* Transfer-Encoding: chunked (no other coding is accepted) */
+        bool close;              /* HTTP/1.0, or Connection: close: the last request of its connection */
 };
 
 /* An HTTP/1.x request head. Refuses (SNIFF_INVALID) a NUL byte, obs-fold
@@ -46,6 +47,21 @@ struct sniff_http {
  * exactly "chunked" (or two of them), a bad port, and (when no empty
  * line is within SNIFF_HEAD_MAX bytes) an oversize head. */
 enum sniff_result sniff_http_head(const char *buf, size_t len, struct sniff_http *out);
+
+/* An HTTP/1.x response head, as far as relaying one response and no more
+ * needs: where the head ends and how the body is framed. A body is
+ * Content-Length bytes, chunked, or (neither) everything up to the close;
+ * none for 1xx, 204, 304 and a HEAD's response (the caller knows the
+ * method). Refuses what sniff_http_head refuses of headers. */
+struct sniff_http_response {
+        size_t head_len;
+        unsigned status;
+        bool has_length;
+        uint64_t content_length;
+        bool chunked;
+        bool close; /* HTTP/1.0, or Connection: close */
+};
+enum sniff_result sniff_http_response_head(const char *buf, size_t len, struct sniff_http_response *out);
 
 /* Whether a header line names one of the hop-by-hop headers the proxy
  * drops when it forwards a head (Connection, Proxy-Connection, Keep-Alive,

@@ -25,6 +25,7 @@
 #include "cleanup.h"
 #include "json_cleanup.h"
 #include "nsboxd.h"
+#include "relpath.h"
 #include "reply.h"
 #include "textenc.h"
 
@@ -32,7 +33,11 @@
 
 /* An upload goes to the sandbox as it arrives, UPLOAD_CHUNK at a time
  * (fs.write, then fs.write append): any size, bounded memory, as the
- * reference runtime takes any size. */
+ * reference runtime takes any size. One of more than a piece is written
+ * under a temporary name beside its destination (staging_path) and renamed
+ * over it once whole, or removed when the upload fails or its client goes:
+ * the file it replaces stays whole. One piece is one fs.write, which nsboxd
+ * makes whole or not at all. */
 #define UPLOAD_CHUNK (4u << 20)
 
 struct http_upload {
@@ -40,6 +45,7 @@ struct http_upload {
         struct MHD_PostProcessor *pp; /* POST /upload's multipart; NULL: a raw body (PUT /v1/files) */
         char *filename;               /* as sent */
         char path[4200];              /* its sandbox path */
+        char staged[4200];            /* its temporary file, while written in pieces; or "" */
         struct client *c;             /* to nsboxd, from the first write on */
         char id[64];                  /* the default sandbox */
         char *data;                   /* what is not written yet */
@@ -300,7 +306,22 @@ static bool base_path(const char *in, char *out, size_t size)
 
 /* --- POST /upload, PUT /v1/files ------------------------------------------- */
 
-static int upload_flush(struct http_upload *u)
+/* A call of the upload. Those on its temporary file run to their end (a
+ * piece is at most UPLOAD_CHUNK): one cut short by the HTTP client's leaving
+ * would go on in nsboxd and could make the file again after its removal,
+ * which goes on the same connection, after them. A whole file in one
+ * fs.write ends with its client, and nsboxd leaves nothing of it. */
+static int upload_call(struct http_upload *u, const char *method, json_t *params, json_t **result)
+{
+        if (u->staged[0] != '\0')
+                return client_call(u->c, method, params, NULL, NULL, result, &u->error, &u->err);
+        return http_client_call(u->r, u->c, method, params, result, &u->error, &u->err);
+}
+
+/* Write what is buffered: the whole file when it is the first and the last
+ * piece, else a piece of the temporary file (renamed into place after the
+ * last). */
+static int upload_flush(struct http_upload *u, bool last)
 {
         if (u->failed)
                 return -1;
@@ -308,24 +329,55 @@ static int upload_flush(struct http_upload *u)
                 u->failed = true;
                 return -1;
         }
+        int r;
+        if (!u->started && !last && (r = staging_path(u->path, u->staged, sizeof(u->staged))) < 0) {
+                u->staged[0] = '\0';
+                nsbox_error(&u->err, -r, "a temporary name beside %s", u->path);
+                u->failed = true;
+                return -1;
+        }
         _cleanup_free_ char *text = base64_encode(u->data ? u->data : "", u->len, NULL);
-        _cleanup_json_ json_t *p =
-            json_pack("{s:s, s:s, s:s, s:s, s:b}", "sandbox_id", u->id, "path", u->path, "content",
-                      text ? text : "", "encoding", "base64", "append", u->started);
+        _cleanup_json_ json_t *p = json_pack("{s:s, s:s, s:s, s:s, s:b}", "sandbox_id", u->id, "path",
+                                             u->staged[0] ? u->staged : u->path, "content", text ? text : "",
+                                             "encoding", "base64", "append", u->started);
         _cleanup_json_ json_t *res = NULL;
         if (text == NULL || p == NULL) {
                 nsbox_error(&u->err, ENOMEM, "upload");
                 u->failed = true;
                 return -1;
         }
-        if (http_client_call(u->r, u->c, "fs.write", p, &res, &u->error, &u->err) < 0) {
+        if (upload_call(u, "fs.write", p, &res) < 0) {
                 u->failed = true;
                 return -1;
         }
         u->started = true;
         u->written += u->len;
         u->len = 0;
+        if (!last || u->staged[0] == '\0')
+                return 0;
+        _cleanup_json_ json_t *move = json_pack("{s:s, s:s, s:s, s:b}", "sandbox_id", u->id, "from",
+                                                u->staged, "to", u->path, "overwrite", true);
+        _cleanup_json_ json_t *moved = NULL;
+        if (move == NULL || upload_call(u, "fs.rename", move, &moved) < 0) {
+                u->failed = true;
+                return -1;
+        }
+        u->staged[0] = '\0';
         return 0;
+}
+
+/* An upload that did not end in place: its temporary file goes, on the
+ * upload's connection, after every call on it (upload_call). */
+static void upload_discard(struct http_upload *u)
+{
+        if (u->staged[0] == '\0' || u->c == NULL)
+                return;
+        _cleanup_json_ json_t *error = NULL, *result = NULL;
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        _cleanup_json_ json_t *p = json_pack("{s:s, s:s}", "sandbox_id", u->id, "path", u->staged);
+        if (p != NULL)
+                client_call(u->c, "fs.remove", p, NULL, NULL, &result, &error, &err);
+        u->staged[0] = '\0';
 }
 
 static void upload_bytes(struct http_upload *u, const char *data, size_t size)
@@ -342,7 +394,7 @@ static void upload_bytes(struct http_upload *u, const char *data, size_t size)
                 data += n;
                 size -= n;
                 if (u->len == UPLOAD_CHUNK)
-                        upload_flush(u);
+                        upload_flush(u, false);
         }
 }
 
@@ -420,6 +472,7 @@ void http_agent_upload_free(struct http_upload *u)
                 return;
         if (u->pp != NULL)
                 MHD_destroy_post_processor(u->pp);
+        upload_discard(u);
         client_close(u->c);
         json_decref(u->error);
         nsbox_error_free(&u->err);
@@ -444,8 +497,8 @@ static bool upload_end(struct http_request *r, struct http_upload *u, bool v1, e
                 *ret = access_denied(r, v1);
                 return false;
         }
-        if (!u->failed && (u->len > 0 || !u->started))
-                upload_flush(u);
+        if (!u->failed && (u->len > 0 || !u->started || u->staged[0] != '\0'))
+                upload_flush(u, true);
         if (u->failed) {
                 *ret = http_reply_rpc_error(r, u->error, u->err);
                 return false;

@@ -50,7 +50,7 @@ enum MHD_Result http_e2b_refuse(struct http_request *r, unsigned status, const c
 static bool id_ok(const char *id)
 {
         size_t n = strlen(id);
-        if (n == 0 || n > 128)
+        if (n == 0 || n > E2B_MAX_SANDBOX_ID)
                 return false;
         for (size_t i = 0; i < n; i++)
                 if (!((id[i] >= 'a' && id[i] <= 'z') || (id[i] >= 'A' && id[i] <= 'Z') ||

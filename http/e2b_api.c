@@ -3,7 +3,8 @@
  * sandbox is an nsbox sandbox: its template is the image (E2B's own
  * template names mean the default image) or one of the owner's snapshots,
  * metadata its labels, envVars its env, the timeout its idle timeout. E2B's
- * snapshots are nsbox's; a fork is a snapshot and sandboxes made from it. */
+ * snapshots are nsbox's; a fork is a snapshot and sandboxes made from it.
+ * E2B's volumes are nsbox's volumes of the key's uid, their name their id. */
 #include "e2b_api.h"
 
 #include <errno.h>
@@ -17,11 +18,16 @@
 #include "cleanup.h"
 #include "e2b_wire.h"
 #include "json_cleanup.h"
+#include "log.h"
 #include "nsboxd.h"
 #include "reply.h"
 
 #define LIST_LIMIT_DEFAULT 100
 #define LIST_LIMIT_MAX     1000
+/* E2B's volumes have no size; nsbox's do (a sparse ext4 image: what is
+ * written is what the host's disk holds). */
+#define E2B_VOLUME_SIZE "1G"
+#define E2B_MAX_MOUNTS  8
 
 /* The key the request was made with (X-API-KEY or a Bearer token), for the
  * sandbox's access token; NULL without one. */
@@ -77,6 +83,17 @@ static json_t *sandbox_json(struct http_request *r, json_t *sb, bool detail)
         json_object_set_new(out, "diskSizeMB", json_integer(disk >> 20));
         json_object_set_new(out, "state",
                             json_string(state && strcmp(state, "paused") == 0 ? "paused" : "running"));
+        json_t *mounts = json_array();
+        size_t i;
+        json_t *m;
+        json_array_foreach(json_object_get(sb, "mounts"), i, m)
+        {
+                json_t *volume = json_object_get(m, "volume");
+                if (json_is_string(volume))
+                        json_array_append_new(mounts, json_pack("{s:O, s:O}", "name", volume, "path",
+                                                                json_object_get(m, "path")));
+        }
+        json_object_set_new(out, "volumeMounts", mounts);
         return out;
 }
 
@@ -119,6 +136,30 @@ static char *snapshot_named(struct http_request *r, const char *name)
         return NULL;
 }
 
+/* E2B's volumeMounts [{name, path}] as sandbox.create's mounts, into params;
+ * NULL, or why they are refused. */
+static const char *volume_mounts(json_t *in, json_t *params)
+{
+        if (in == NULL || json_is_null(in))
+                return NULL;
+        if (!json_is_array(in) || json_array_size(in) > E2B_MAX_MOUNTS)
+                return "volumeMounts must be an array of at most 8 {name, path}";
+        json_t *mounts = json_array();
+        size_t i;
+        json_t *m;
+        json_array_foreach(in, i, m)
+        {
+                json_t *name = json_object_get(m, "name"), *path = json_object_get(m, "path");
+                if (!json_is_string(name) || !json_is_string(path)) {
+                        json_decref(mounts);
+                        return "each of volumeMounts must be {name, path}, both strings";
+                }
+                json_array_append_new(mounts, json_pack("{s:O, s:O}", "volume", name, "path", path));
+        }
+        json_object_set_new(params, "mounts", mounts);
+        return NULL;
+}
+
 static enum MHD_Result create(struct http_request *r)
 {
         enum MHD_Result ret;
@@ -154,6 +195,9 @@ static enum MHD_Result create(struct http_request *r)
         json_t *network = network_policy(json_object_get(body, "network"));
         if (network != NULL)
                 json_object_set_new(params, "network", network);
+        const char *bad_mounts = volume_mounts(json_object_get(body, "volumeMounts"), params);
+        if (bad_mounts != NULL)
+                return e2b_reply_rest_error(r, 400, "%s", bad_mounts);
         _cleanup_error_ nsbox_error_t *err = NULL;
         _cleanup_json_ json_t *result = NULL, *error = NULL;
         if (http_call(r, "sandbox.create", params, &result, &error, &err) < 0)
@@ -493,6 +537,7 @@ static enum MHD_Result fork_sandbox(struct http_request *r, const char *id)
         if (http_call(r, "sandbox.snapshot", snap_params, &snap, &error, &err) < 0)
                 return e2b_reply_rest_rpc_error(r, error, err);
         json_t *out = json_array();
+        json_int_t created = 0;
         for (json_int_t k = 0; k < n; k++) {
                 _cleanup_json_ json_t *params =
                     json_pack("{s:O, s:I}", "from_snapshot", json_object_get(snap, "snapshot_id"),
@@ -520,6 +565,19 @@ static enum MHD_Result fork_sandbox(struct http_request *r, const char *id)
                         continue;
                 }
                 json_array_append_new(out, json_pack("{s:o}", "sandbox", sandbox_json(r, made, false)));
+                created++;
+        }
+        /* remove_when_unused removes it with its last sandbox: with none, now */
+        if (created == 0) {
+                _cleanup_json_ json_t *rm = json_pack("{s:O}", "snapshot_id",
+                                                      json_object_get(snap, "snapshot_id")),
+                                      *removed = NULL, *refused = NULL;
+                _cleanup_error_ nsbox_error_t *e = NULL;
+                if (http_call(r, "snapshot.remove", rm, &removed, &refused, &e) < 0)
+                        log_write(LOG_LEVEL_WARN, "fork of %s: the unused snapshot stays: %s", id,
+                                  refused ? json_string_value(json_object_get(refused, "message"))
+                                  : e     ? e->message
+                                          : "error");
         }
         return http_reply_json(r, MHD_HTTP_OK, out);
 }
@@ -537,6 +595,100 @@ static enum MHD_Result network(struct http_request *r, const char *id)
         _cleanup_error_ nsbox_error_t *err = NULL;
         if (http_call(r, "sandbox.update", params, &result, &error, &err) < 0)
                 return e2b_reply_rest_rpc_error(r, error, err);
+        return no_content(r);
+}
+
+/* ---- volumes ---- */
+
+/* E2B's VolumeAndToken: the token and domain are for E2B's volume content
+ * API (files of a volume without a sandbox), which nsbox does not serve. */
+static json_t *volume_json(const char *name)
+{
+        return json_pack("{s:s, s:s, s:s}", "volumeID", name, "name", name, "token", "");
+}
+
+static enum MHD_Result create_volume(struct http_request *r)
+{
+        enum MHD_Result ret;
+        _cleanup_json_ json_t *body = http_body_object(r, &ret);
+        if (body == NULL)
+                return ret;
+        json_t *name = json_object_get(body, "name");
+        if (!json_is_string(name))
+                return e2b_reply_rest_error(r, 400, "name must be a string");
+        _cleanup_json_ json_t *params = json_pack("{s:O, s:s}", "name", name, "size", E2B_VOLUME_SIZE),
+                              *result = NULL, *error = NULL;
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (http_call(r, "volume.create", params, &result, &error, &err) < 0) {
+                const char *kind = json_string_value(json_object_get(json_object_get(error, "data"), "kind"));
+                if (kind != NULL && strcmp(kind, "exists") == 0)
+                        return e2b_reply_rest_error(r, 409, "volume %.128s already exists",
+                                                    json_string_value(name));
+                return e2b_reply_rest_rpc_error(r, error, err);
+        }
+        return http_reply_json(r, MHD_HTTP_CREATED, volume_json(json_string_value(name)));
+}
+
+/* The caller's volume.list, or NULL with the reply made in *ret. */
+static json_t *volumes_of(struct http_request *r, enum MHD_Result *ret)
+{
+        _cleanup_json_ json_t *params = json_object(), *error = NULL;
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        json_t *result = NULL;
+        if (http_call(r, "volume.list", params, &result, &error, &err) < 0) {
+                *ret = e2b_reply_rest_rpc_error(r, error, err);
+                return NULL;
+        }
+        return result;
+}
+
+static enum MHD_Result list_volumes(struct http_request *r)
+{
+        enum MHD_Result ret;
+        _cleanup_json_ json_t *result = volumes_of(r, &ret);
+        if (result == NULL)
+                return ret;
+        json_t *out = json_array();
+        size_t i;
+        json_t *v;
+        json_array_foreach(json_object_get(result, "volumes"), i, v)
+        {
+                const char *name = json_string_value(json_object_get(v, "name"));
+                if (name != NULL)
+                        json_array_append_new(out, json_pack("{s:s, s:s}", "volumeID", name, "name", name));
+        }
+        return http_reply_json(r, MHD_HTTP_OK, out);
+}
+
+static enum MHD_Result volume_info(struct http_request *r, const char *id)
+{
+        enum MHD_Result ret;
+        _cleanup_json_ json_t *result = volumes_of(r, &ret);
+        if (result == NULL)
+                return ret;
+        size_t i;
+        json_t *v;
+        json_array_foreach(json_object_get(result, "volumes"), i, v)
+        {
+                const char *name = json_string_value(json_object_get(v, "name"));
+                if (name != NULL && strcmp(name, id) == 0)
+                        return http_reply_json(r, MHD_HTTP_OK, volume_json(name));
+        }
+        return e2b_reply_rest_error(r, 404, "no volume %.128s", id);
+}
+
+static enum MHD_Result delete_volume(struct http_request *r, const char *id)
+{
+        _cleanup_json_ json_t *params = json_pack("{s:s}", "name", id), *result = NULL, *error = NULL;
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (http_call(r, "volume.remove", params, &result, &error, &err) < 0) {
+                const char *kind = json_string_value(json_object_get(json_object_get(error, "data"), "kind"));
+                const char *message = json_string_value(json_object_get(error, "message"));
+                if (kind != NULL && strcmp(kind, "busy") == 0) /* mounted: a conflict, not a rate */
+                        return e2b_reply_rest_error(r, 409, "%s",
+                                                    message ? message : "the volume is mounted");
+                return e2b_reply_rest_rpc_error(r, error, err);
+        }
         return no_content(r);
 }
 
@@ -587,6 +739,19 @@ enum MHD_Result http_e2b_api(struct http_request *r)
         }
         if (get && strcmp(url, "/snapshots") == 0)
                 return list_snapshots(r);
+        if (strcmp(url, "/volumes") == 0) {
+                if (post)
+                        return create_volume(r);
+                if (get)
+                        return list_volumes(r);
+        }
+        if (strncmp(url, "/volumes/", 9) == 0 && url[9] != '\0' && strchr(url + 9, '/') == NULL &&
+            strlen(url + 9) <= 128) {
+                if (get)
+                        return volume_info(r, url + 9);
+                if (strcmp(m, "DELETE") == 0)
+                        return delete_volume(r, url + 9);
+        }
         if (strcmp(m, "DELETE") == 0 && strncmp(url, "/templates/", 11) == 0 &&
             strchr(url + 11, '/') == NULL && url[11] != '\0')
                 return delete_snapshot(r, url + 11);

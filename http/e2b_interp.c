@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* E2B's code interpreter (e2b_interp.h) on python.run. The default context
- * is the sandbox's stateful interpreter itself; each further context is a
- * namespace of its own in that interpreter (a dict of globals that a small
- * helper runs the cell in, its trailing expression the result), so no
- * interpreter more is started. Only Python is spoken. */
+/* E2B's code interpreter (e2b_interp.h) on python.run's stateful
+ * interpreter. The default context is its main namespace; each further
+ * context is one of its named contexts (globals and cwd of their own, in
+ * the one interpreter: python.run context). A cell streams: its output
+ * reaches the client as the cell writes it (python.run stream). Only
+ * Python is spoken. */
 #include "e2b_interp.h"
 
 #include <errno.h>
@@ -19,71 +20,64 @@
 #include "e2b_wire.h"
 #include "json_cleanup.h"
 #include "nsboxd.h"
+#include "owned.h"
 #include "reply.h"
 
 #define DEFAULT_CONTEXT "default"
-/* Contexts remembered (past it the oldest is forgotten; its namespace
- * stays in the interpreter until the sandbox goes). */
-#define CONTEXT_TABLE_SIZE 1024
+#define DEFAULT_CWD     "/workspace"
+/* Contexts remembered per owner (past it the owner's oldest is forgotten;
+ * nsboxd keeps it until it is removed or the sandbox goes, and caps them per
+ * sandbox: 32 in each of an owner's 32 sandboxes). */
+#define CONTEXTS_PER_OWNER 1024
 /* A cell's time limit (E2B's SDKs wait 300 s by default). */
 #define CELL_TIMEOUT_SECONDS 300
 
-/* Runs a cell in a context's namespace; the trailing expression's value is
- * the call's, so the stateful interpreter shows it as the result. */
-static const char context_helper[] =
-    "if '__nsbox_contexts' not in globals():\n"
-    "    __nsbox_contexts = {}\n"
-    "    def __nsbox_context_run(context, code):\n"
-    "        import ast\n"
-    "        ns = __nsbox_contexts.setdefault(context, {'__name__': '__main__'})\n"
-    "        tree = ast.parse(code, '<cell>', 'exec')\n"
-    "        last = None\n"
-    "        if tree.body and isinstance(tree.body[-1], ast.Expr):\n"
-    "            last = ast.Expression(tree.body.pop().value)\n"
-    "        exec(compile(tree, '<cell>', 'exec'), ns)\n"
-    "        if last is not None:\n"
-    "            return eval(compile(last, '<cell>', 'eval'), ns)\n";
-
 struct context {
-        uid_t uid;
-        char sandbox_id[129];
+        struct owned head;
+        char sandbox_id[E2B_MAX_SANDBOX_ID + 1];
         char id[40];
         char *cwd;
         unsigned long long executions;
 };
 
-static pthread_mutex_t contexts_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct context contexts[CONTEXT_TABLE_SIZE];
-static size_t contexts_next;
+static void context_clear(void *entry)
+{
+        free(((struct context *)entry)->cwd);
+}
 
+static pthread_mutex_t contexts_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct owned_table contexts = OWNED_TABLE(struct context, CONTEXTS_PER_OWNER, context_clear);
+
+static struct context *context_at(size_t i)
+{
+        return owned_at(&contexts, i);
+}
+
+/* Under the lock. */
 static struct context *context_find(uid_t uid, const char *sandbox_id, const char *id)
 {
-        for (size_t i = 0; i < CONTEXT_TABLE_SIZE; i++)
-                if (contexts[i].id[0] && contexts[i].uid == uid &&
-                    strcmp(contexts[i].sandbox_id, sandbox_id) == 0 && strcmp(contexts[i].id, id) == 0)
-                        return &contexts[i];
+        for (size_t i = 0; i < contexts.size; i++) {
+                struct context *c = context_at(i);
+                if (c->head.used && c->head.uid == uid && strcmp(c->sandbox_id, sandbox_id) == 0 &&
+                    strcmp(c->id, id) == 0)
+                        return c;
+        }
         return NULL;
 }
 
 static json_t *context_json(const char *id, const char *cwd)
 {
-        return json_pack("{s:s, s:s, s:s}", "id", id, "language", "python", "cwd", cwd ? cwd : "/workspace");
+        return json_pack("{s:s, s:s, s:s}", "id", id, "language", "python", "cwd", cwd ? cwd : DEFAULT_CWD);
 }
 
-/* A Python string literal of text (JSON's escapes are Python's too). */
-static char *python_literal(const char *text)
+/* python.run's params for a cell of context (NULL: the default one). */
+static json_t *cell_params(const char *sandbox_id, const char *code, const char *context)
 {
-        _cleanup_json_ json_t *s = json_string(text);
-        return s ? json_dumps(s, JSON_ENCODE_ANY | JSON_ENSURE_ASCII) : NULL;
-}
-
-static int run_python(struct http_request *r, const char *sandbox_id, const char *code, json_t **result,
-                      json_t **error, nsbox_error_t **err)
-{
-        _cleanup_json_ json_t *params =
-            json_pack("{s:s, s:s, s:b, s:i}", "sandbox_id", sandbox_id, "code", code, "stateful", 1,
-                      "timeout_seconds", CELL_TIMEOUT_SECONDS);
-        return http_call(r, "python.run", params, result, error, err);
+        json_t *params = json_pack("{s:s, s:s, s:b, s:i}", "sandbox_id", sandbox_id, "code", code, "stateful",
+                                   1, "timeout_seconds", CELL_TIMEOUT_SECONDS);
+        if (params != NULL && context != NULL)
+                json_object_set_new(params, "context", json_string(context));
+        return params;
 }
 
 static int ndjson_line(char **buf, size_t *len, size_t *cap, json_t *line)
@@ -135,51 +129,52 @@ static json_t *error_line(json_t *result)
                          colon ? colon + 2 : "", "traceback", stderr_text ? stderr_text : "");
 }
 
-static enum MHD_Result execute(struct http_request *r, const char *sandbox_id)
+/* A cell's stream: its NDJSON lines, made from python.run's notifications
+ * and answer, read by MHD in the connection's thread. */
+struct cell_stream {
+        struct client *c;
+        long long call;
+        int http_fd; /* the HTTP client's socket, watched for its leaving; -1 once it sent more */
+        bool started, done;
+        unsigned long long executions;
+        char *buf;
+        size_t len, off, cap;
+};
+
+static json_int_t now_us(void)
 {
-        enum MHD_Result ret;
-        _cleanup_json_ json_t *body = http_body_object(r, &ret);
-        if (body == NULL)
-                return ret;
-        const char *code = json_string_value(json_object_get(body, "code"));
-        json_t *context_id = json_object_get(body, "context_id"),
-               *language = json_object_get(body, "language");
-        if (code == NULL)
-                return e2b_reply_rest_error(r, 400, "code must be a string");
-        if (context_id != NULL && !json_is_null(context_id) && language != NULL && !json_is_null(language))
-                return e2b_reply_rest_error(r, 400, "give a context_id or a language, not both");
-        const char *lang = json_string_value(language);
-        if (lang != NULL && strcmp(lang, "python") != 0)
-                return e2b_reply_rest_error(r, 400, "nsbox runs python only, not %.64s", lang);
-        const char *ctx = json_string_value(context_id);
-        unsigned long long executions = 0;
-        _cleanup_free_ char *wrapped = NULL;
-        if (ctx != NULL && strcmp(ctx, DEFAULT_CONTEXT) != 0) {
-                pthread_mutex_lock(&contexts_lock);
-                struct context *c = context_find(r->uid, sandbox_id, ctx);
-                if (c != NULL)
-                        executions = ++c->executions;
-                pthread_mutex_unlock(&contexts_lock);
-                if (c == NULL)
-                        return e2b_reply_rest_error(r, 404, "no context %.64s", ctx);
-                _cleanup_free_ char *id_literal = python_literal(ctx), *code_literal = python_literal(code);
-                if (id_literal == NULL || code_literal == NULL ||
-                    asprintf(&wrapped, "%s__nsbox_context_run(%s, %s)", context_helper, id_literal,
-                             code_literal) < 0)
-                        return e2b_reply_rest_error(r, 500, "out of memory");
-                code = wrapped;
-        }
-        if (*code == '\0')
-                code = "None";
-        _cleanup_json_ json_t *result = NULL, *error = NULL;
-        _cleanup_error_ nsbox_error_t *err = NULL;
-        if (run_python(r, sandbox_id, code, &result, &error, &err) < 0)
-                return e2b_reply_rest_rpc_error(r, error, err);
-        char *buf = NULL;
-        size_t len = 0, cap = 0;
         struct timespec now;
         clock_gettime(CLOCK_REALTIME, &now);
-        json_int_t stamp = (json_int_t)now.tv_sec * 1000000 + now.tv_nsec / 1000;
+        return (json_int_t)now.tv_sec * 1000000 + now.tv_nsec / 1000;
+}
+
+static void cell_notify(const char *method, json_t *params, void *data)
+{
+        struct cell_stream *s = data;
+        if (strcmp(method, "exec.started") == 0) {
+                s->started = true;
+                return;
+        }
+        const char *stream = json_string_value(json_object_get(params, "stream"));
+        json_t *text = json_object_get(params, "data");
+        if (strcmp(method, "python.image") == 0 && json_is_string(text))
+                ndjson_line(&s->buf, &s->len, &s->cap,
+                            json_pack("{s:s, s:O, s:b}", "type", "result", "png", text, "is_main_result", 0));
+        else if (strcmp(method, "exec.output") == 0 && stream != NULL && json_is_string(text) &&
+                 (strcmp(stream, "stdout") == 0 || strcmp(stream, "stderr") == 0))
+                ndjson_line(
+                    &s->buf, &s->len, &s->cap,
+                    json_pack("{s:s, s:O, s:I}", "type", stream, "text", text, "timestamp", now_us()));
+}
+
+/* The cell's answer: what it wrote and did not stream (nsboxd's own lines),
+ * its figures, its main result, its error, its count and the end. */
+static int cell_finish(struct cell_stream *s, json_t *result)
+{
+        s->done = true;
+        char **buf = &s->buf;
+        size_t *len = &s->len, *cap = &s->cap;
+        json_int_t stamp = now_us();
         static const char *const streams[2] = { "stdout", "stderr" };
         const char *status = json_string_value(json_object_get(result, "status"));
         bool failed = status == NULL || strcmp(status, "ok") != 0;
@@ -197,7 +192,7 @@ static enum MHD_Result execute(struct http_request *r, const char *sandbox_id)
                         n = tb ? (size_t)(tb - text) : 0;
                 }
                 if (n > 0)
-                        rc = ndjson_line(&buf, &len, &cap,
+                        rc = ndjson_line(buf, len, cap,
                                          json_pack("{s:s, s:s%, s:I}", "type", streams[i], "text", text, n,
                                                    "timestamp", stamp));
         }
@@ -209,7 +204,7 @@ static enum MHD_Result execute(struct http_request *r, const char *sandbox_id)
                 const char *mime = json_string_value(json_object_get(image, "mime"));
                 json_t *data = json_object_get(image, "data");
                 if (rc == 0 && mime != NULL && json_is_string(data))
-                        rc = ndjson_line(&buf, &len, &cap,
+                        rc = ndjson_line(buf, len, cap,
                                          json_pack("{s:s, s:O, s:b}", "type", "result",
                                                    strcmp(mime, "image/jpeg") == 0 ? "jpeg" : "png", data,
                                                    "is_main_result", 0));
@@ -217,21 +212,164 @@ static enum MHD_Result execute(struct http_request *r, const char *sandbox_id)
         json_t *value = json_object_get(result, "result");
         if (rc == 0 && json_is_string(value) && !failed && strcmp(json_string_value(value), "None") != 0)
                 rc = ndjson_line(
-                    &buf, &len, &cap,
+                    buf, len, cap,
                     json_pack("{s:s, s:O, s:b}", "type", "result", "text", value, "is_main_result", 1));
         if (rc == 0 && failed)
-                rc = ndjson_line(&buf, &len, &cap, error_line(result));
-        if (rc == 0 && executions > 0)
-                rc = ndjson_line(&buf, &len, &cap,
+                rc = ndjson_line(buf, len, cap, error_line(result));
+        if (rc == 0 && s->executions > 0)
+                rc = ndjson_line(buf, len, cap,
                                  json_pack("{s:s, s:I}", "type", "number_of_executions", "execution_count",
-                                           (json_int_t)executions));
+                                           (json_int_t)s->executions));
         if (rc == 0)
-                rc = ndjson_line(&buf, &len, &cap, json_pack("{s:s}", "type", "end_of_execution"));
-        if (rc < 0) {
-                free(buf);
-                return e2b_reply_rest_error(r, 500, "out of memory");
+                rc = ndjson_line(buf, len, cap, json_pack("{s:s}", "type", "end_of_execution"));
+        return rc;
+}
+
+/* Wait for the next thing the call says: 1 after a notification, 0 when
+ * it ended (its answer, or an error ending the stream, queued), <0 when
+ * the HTTP client left or nsboxd is gone (*error, *err: why). */
+static int cell_step(struct cell_stream *s, json_t **error, nsbox_error_t **err)
+{
+        _cleanup_json_ json_t *result = NULL;
+        client_set_interrupt_fd(s->c, s->http_fd);
+        int r = client_wait_one(s->c, s->call, cell_notify, s, &result, error, err);
+        client_set_interrupt_fd(s->c, -1);
+        if (r == -EINTR) {
+                nsbox_error_free(err);
+                if (http_client_left(s->http_fd))
+                        return nsbox_refuse(err, ECONNABORTED, "the HTTP client went away");
+                s->http_fd = -1; /* a pipelined request: wait for the answer alone */
+                return 1;
         }
-        return http_reply_bytes(r, MHD_HTTP_OK, "application/x-ndjson", buf, len);
+        if (r < 0)
+                return r;
+        if (r == 0 && cell_finish(s, result) < 0)
+                return nsbox_error(err, ENOMEM, "the cell's answer");
+        return r;
+}
+
+static ssize_t cell_read(void *data, uint64_t pos, char *out, size_t max)
+{
+        struct cell_stream *s = data;
+        for (;;) {
+                if (s->off < s->len) {
+                        size_t n = s->len - s->off < max ? s->len - s->off : max;
+                        memcpy(out, s->buf + s->off, n);
+                        s->off += n;
+                        return (ssize_t)n;
+                }
+                s->len = s->off = 0;
+                if (s->done)
+                        return MHD_CONTENT_READER_END_OF_STREAM;
+                _cleanup_json_ json_t *error = NULL;
+                _cleanup_error_ nsbox_error_t *err = NULL;
+                int r = cell_step(s, &error, &err);
+                if (r < 0 && (error != NULL || r != -ECONNABORTED)) {
+                        /* the stream has begun: the failure ends it as the cell's error */
+                        const char *m = json_string_value(json_object_get(error, "message"));
+                        ndjson_line(&s->buf, &s->len, &s->cap,
+                                    json_pack("{s:s, s:s, s:s, s:s}", "type", "error", "name", "NsboxError",
+                                              "value",
+                                              m     ? m
+                                              : err ? err->message
+                                                    : "error",
+                                              "traceback", ""));
+                        ndjson_line(&s->buf, &s->len, &s->cap,
+                                    json_pack("{s:s}", "type", "end_of_execution"));
+                        s->done = true;
+                } else if (r < 0) {
+                        return MHD_CONTENT_READER_END_WITH_ERROR;
+                }
+        }
+}
+
+static void cell_free(void *data)
+{
+        struct cell_stream *s = data;
+        if (s->c != NULL)
+                client_close(s->c); /* a cell still running is interrupted: nsboxd saw its client go */
+        free(s->buf);
+        free(s);
+}
+
+/* env_vars: {NAME: "value"} or null. */
+static bool env_vars_ok(json_t *env)
+{
+        const char *k;
+        json_t *v;
+        if (env == NULL || json_is_null(env))
+                return true;
+        if (!json_is_object(env))
+                return false;
+        json_object_foreach(env, k, v)
+        {
+                if (!json_is_string(v))
+                        return false;
+        }
+        return true;
+}
+
+static enum MHD_Result execute(struct http_request *r, const char *sandbox_id)
+{
+        enum MHD_Result ret;
+        _cleanup_json_ json_t *body = http_body_object(r, &ret);
+        if (body == NULL)
+                return ret;
+        const char *code = json_string_value(json_object_get(body, "code"));
+        json_t *context_id = json_object_get(body, "context_id"),
+               *language = json_object_get(body, "language"), *env = json_object_get(body, "env_vars");
+        if (code == NULL)
+                return e2b_reply_rest_error(r, 400, "code must be a string");
+        if (context_id != NULL && !json_is_null(context_id) && language != NULL && !json_is_null(language))
+                return e2b_reply_rest_error(r, 400, "give a context_id or a language, not both");
+        const char *lang = json_string_value(language);
+        if (lang != NULL && strcmp(lang, "python") != 0)
+                return e2b_reply_rest_error(r, 400, "nsbox runs python only, not %.64s", lang);
+        if (!env_vars_ok(env))
+                return e2b_reply_rest_error(r, 400, "env_vars must be an object of strings");
+        const char *ctx = json_string_value(context_id);
+        unsigned long long executions = 0;
+        if (ctx != NULL && strcmp(ctx, DEFAULT_CONTEXT) != 0) {
+                pthread_mutex_lock(&contexts_lock);
+                struct context *c = context_find(r->uid, sandbox_id, ctx);
+                if (c != NULL)
+                        executions = ++c->executions;
+                pthread_mutex_unlock(&contexts_lock);
+                if (c == NULL)
+                        return e2b_reply_rest_error(r, 404, "no context %.64s", ctx);
+        } else {
+                ctx = NULL;
+        }
+        if (*code == '\0')
+                code = "None";
+        _cleanup_json_ json_t *params = cell_params(sandbox_id, code, ctx);
+        if (params == NULL)
+                return e2b_reply_rest_error(r, 500, "out of memory");
+        json_object_set_new(params, "stream", json_true());
+        if (json_object_size(env) > 0)
+                json_object_set(params, "env", env);
+        struct cell_stream *s = calloc(1, sizeof(*s));
+        if (s == NULL)
+                return e2b_reply_rest_error(r, 500, "out of memory");
+        s->executions = executions;
+        const union MHD_ConnectionInfo *info =
+            MHD_get_connection_info(r->connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+        s->http_fd = info ? info->connect_fd : -1;
+        _cleanup_json_ json_t *error = NULL;
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        int rc = http_nsboxd_connect(r, &s->c, &error, &err);
+        if (rc == 0)
+                rc = client_send(s->c, "python.run", params, &s->call, &err);
+        /* The status waits for the cell to start (or fail before): a refusal
+         * (no such sandbox, bad env) is then the HTTP error it should be. */
+        while (rc >= 0 && !s->started && !s->done)
+                rc = cell_step(s, &error, &err);
+        if (rc < 0) {
+                cell_free(s);
+                return rc == -ECONNABORTED && error == NULL ? MHD_NO
+                                                            : e2b_reply_rest_rpc_error(r, error, err);
+        }
+        return http_reply_stream(r, "application/x-ndjson", cell_read, s, cell_free);
 }
 
 static enum MHD_Result create_context(struct http_request *r, const char *sandbox_id)
@@ -254,15 +392,31 @@ static enum MHD_Result create_context(struct http_request *r, const char *sandbo
         char id[40];
         for (size_t i = 0; i < sizeof(random); i++)
                 snprintf(id + 2 * i, 3, "%02x", random[i]);
+        /* nsboxd makes the context with its first cell, which enters its cwd
+         * (a cwd that does not exist makes none) and counts it against the
+         * sandbox's contexts (limit_reached past them: 429). */
+        _cleanup_json_ json_t *params = cell_params(sandbox_id, "None", id), *result = NULL, *error = NULL;
+        if (params == NULL)
+                return e2b_reply_rest_error(r, 500, "out of memory");
+        json_object_set_new(params, "cwd", json_string(cwd ? cwd : DEFAULT_CWD));
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (http_call(r, "python.run", params, &result, &error, &err) < 0)
+                return e2b_reply_rest_rpc_error(r, error, err);
+        json_t *failure = json_object_get(result, "error");
+        if (failure != NULL)
+                return e2b_reply_rest_error(r, 400, "the context's cwd %.256s: %.256s",
+                                            cwd ? cwd : DEFAULT_CWD,
+                                            json_string_value(json_object_get(failure, "value")) ?: "failed");
         pthread_mutex_lock(&contexts_lock);
-        struct context *c = &contexts[contexts_next];
-        contexts_next = (contexts_next + 1) % CONTEXT_TABLE_SIZE;
-        free(c->cwd);
-        *c = (struct context){ .uid = r->uid };
-        snprintf(c->sandbox_id, sizeof(c->sandbox_id), "%s", sandbox_id);
-        snprintf(c->id, sizeof(c->id), "%s", id);
-        c->cwd = cwd ? strndup(cwd, 4096) : NULL;
+        struct context *c = owned_add(&contexts, r->uid);
+        if (c != NULL) {
+                snprintf(c->sandbox_id, sizeof(c->sandbox_id), "%s", sandbox_id);
+                snprintf(c->id, sizeof(c->id), "%s", id);
+                c->cwd = cwd ? strndup(cwd, 4096) : NULL;
+        }
         pthread_mutex_unlock(&contexts_lock);
+        if (c == NULL)
+                return e2b_reply_rest_error(r, 500, "out of memory");
         return http_reply_json(r, MHD_HTTP_OK, context_json(id, cwd));
 }
 
@@ -271,46 +425,41 @@ static enum MHD_Result list_contexts(struct http_request *r, const char *sandbox
         json_t *list = json_array();
         json_array_append_new(list, context_json(DEFAULT_CONTEXT, NULL));
         pthread_mutex_lock(&contexts_lock);
-        for (size_t i = 0; i < CONTEXT_TABLE_SIZE; i++)
-                if (contexts[i].id[0] && contexts[i].uid == r->uid &&
-                    strcmp(contexts[i].sandbox_id, sandbox_id) == 0)
-                        json_array_append_new(list, context_json(contexts[i].id, contexts[i].cwd));
+        for (size_t i = 0; i < contexts.size; i++) {
+                struct context *c = context_at(i);
+                if (c->head.used && c->head.uid == r->uid && strcmp(c->sandbox_id, sandbox_id) == 0)
+                        json_array_append_new(list, context_json(c->id, c->cwd));
+        }
         pthread_mutex_unlock(&contexts_lock);
         return http_reply_json(r, MHD_HTTP_OK, list);
 }
 
-/* Forget a context's variables: a further one's namespace goes (remove)
- * or starts again (restart); the default one's names are deleted. */
+/* Forget a context's variables (restart; its cwd is again the one it was
+ * made with) or the context itself (remove); the default one can only be
+ * restarted. */
 static enum MHD_Result reset_context(struct http_request *r, const char *sandbox_id, const char *id,
                                      bool remove)
 {
-        _cleanup_free_ char *code = NULL;
-        if (strcmp(id, DEFAULT_CONTEXT) == 0) {
-                if (remove)
-                        return e2b_reply_rest_error(r, 400, "the default context cannot be removed");
-                code = strdup("for __nsbox_name in [n for n in globals() if not n.startswith('__')]:\n"
-                              "    del globals()[__nsbox_name]\n");
-        } else {
+        bool main_context = strcmp(id, DEFAULT_CONTEXT) == 0;
+        if (main_context && remove)
+                return e2b_reply_rest_error(r, 400, "the default context cannot be removed");
+        if (!main_context) {
                 pthread_mutex_lock(&contexts_lock);
                 struct context *c = context_find(r->uid, sandbox_id, id);
-                if (c != NULL && remove) {
-                        free(c->cwd);
-                        *c = (struct context){ 0 };
-                }
+                if (c != NULL && remove)
+                        owned_remove(&contexts, c);
                 pthread_mutex_unlock(&contexts_lock);
                 if (c == NULL)
                         return e2b_reply_rest_error(r, 404, "no context %.64s", id);
-                _cleanup_free_ char *literal = python_literal(id);
-                if (literal == NULL ||
-                    asprintf(&code, "%sglobals()['__nsbox_contexts'].pop(%s, None)\nNone\n", context_helper,
-                             literal) < 0)
-                        code = NULL;
         }
-        if (code == NULL)
-                return e2b_reply_rest_error(r, 500, "out of memory");
-        _cleanup_json_ json_t *result = NULL, *error = NULL;
+        _cleanup_json_ json_t *params = json_pack("{s:s, s:b}", "sandbox_id", sandbox_id, "remove", remove),
+                              *result = NULL, *error = NULL;
+        if (params != NULL && !main_context)
+                json_object_set_new(params, "context", json_string(id));
         _cleanup_error_ nsbox_error_t *err = NULL;
-        if (run_python(r, sandbox_id, code, &result, &error, &err) < 0)
+        if (params == NULL)
+                return e2b_reply_rest_error(r, 500, "out of memory");
+        if (http_call(r, "python.reset", params, &result, &error, &err) < 0)
                 return e2b_reply_rest_rpc_error(r, error, err);
         return http_reply_bytes(r, MHD_HTTP_NO_CONTENT, "application/json", NULL, 0);
 }

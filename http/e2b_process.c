@@ -7,7 +7,6 @@
 #include "e2b_process.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,50 +18,77 @@
 #include "e2b_wire.h"
 #include "json_cleanup.h"
 #include "nsboxd.h"
+#include "owned.h"
 #include "reply.h"
 
-/* Commands remembered for Connect, List and the rest; past it the oldest
- * is forgotten (its exec runs on; only E2B's handle to it is lost). */
-#define PROCESS_TABLE_SIZE 4096
+/* Commands remembered for Connect, List and the rest, per owner; past it
+ * the owner's oldest (ended first) is forgotten (its exec runs on; only
+ * E2B's handle to it is lost). */
+#define PROCESS_PER_OWNER 1024
 /* Output a command keeps for its stream (nsboxd's max_output_bytes). */
 #define PROCESS_MAX_OUTPUT (16u << 20)
-/* Polls of a quiet command: every POLL_FIRST_US growing to POLL_SHORT_US
- * (an end is seen within a ms: short commands are what is waited for most),
- * then, once it has been quiet for POLL_SHORT_FOR_US, slowly up to
- * POLL_MAX_US. A poll is one exec.output call of some 50 us to nsboxd. */
-#define POLL_FIRST_US     200
-#define POLL_SHORT_US     1000
-#define POLL_SHORT_FOR_US 100000
-#define POLL_MAX_US       50000
-
+/* A tag is a short name (E2B's SDKs tag a pty or a command by a name). */
+#define PROCESS_MAX_TAG 256
+/* What List shows of a command's config: past it, its cmd's head alone. */
+#define PROCESS_MAX_CONFIG 4096
+#define PROCESS_MAX_CMD    256
 struct process {
-        uid_t uid;
-        char sandbox_id[64];
+        struct owned head;
+        char sandbox_id[E2B_MAX_SANDBOX_ID + 1];
         char exec_id[64];
         uint32_t pid;
         bool tty;
         char *tag;
-        json_t *config;
+        json_t *config; /* NULL once it ended: List shows running commands only */
 };
 
-static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct process table[PROCESS_TABLE_SIZE];
-static size_t table_next;
-
-static void process_clear(struct process *p)
+static void process_clear(void *entry)
 {
+        struct process *p = entry;
         free(p->tag);
         json_decref(p->config);
-        *p = (struct process){ 0 };
 }
 
-static void table_add(const struct process *p)
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct owned_table table = OWNED_TABLE(struct process, PROCESS_PER_OWNER, process_clear);
+
+/* Takes p's tag and config. */
+static void table_add(struct process *p)
 {
         pthread_mutex_lock(&table_lock);
-        struct process *slot = &table[table_next];
-        table_next = (table_next + 1) % PROCESS_TABLE_SIZE;
-        process_clear(slot);
-        *slot = *p;
+        struct process *slot = owned_add(&table, p->head.uid);
+        if (slot != NULL) {
+                struct owned head = slot->head;
+                *slot = *p;
+                slot->head = head;
+        } else {
+                process_clear(p);
+        }
+        pthread_mutex_unlock(&table_lock);
+}
+
+static struct process *table_at(size_t i)
+{
+        return owned_at(&table, i);
+}
+
+/* The command is over: it keeps its ids and tag (Connect answers its end),
+ * and frees the rest. Under the lock. */
+static void process_ended(struct process *p)
+{
+        p->head.ended = true;
+        json_decref(p->config);
+        p->config = NULL;
+}
+
+static void table_ended(uid_t uid, const char *exec_id)
+{
+        pthread_mutex_lock(&table_lock);
+        for (size_t i = 0; i < table.size; i++) {
+                struct process *p = table_at(i);
+                if (p->head.used && p->head.uid == uid && strcmp(p->exec_id, exec_id) == 0)
+                        process_ended(p);
+        }
         pthread_mutex_unlock(&table_lock);
 }
 
@@ -75,33 +101,36 @@ static bool table_find(uid_t uid, const char *sandbox_id, json_t *selector, char
         const char *want_tag = json_string_value(json_object_get(selector, "tag"));
         if (!json_is_integer(want_pid) && want_tag == NULL)
                 return false;
-        bool found = false;
+        struct process *found = NULL;
         pthread_mutex_lock(&table_lock);
-        for (size_t k = 1; k <= PROCESS_TABLE_SIZE && !found; k++) {
-                struct process *p = &table[(table_next + PROCESS_TABLE_SIZE - k) % PROCESS_TABLE_SIZE];
-                if (p->exec_id[0] == '\0' || p->uid != uid || strcmp(p->sandbox_id, sandbox_id) != 0)
+        for (size_t i = 0; i < table.size; i++) {
+                struct process *p = table_at(i);
+                if (!p->head.used || p->head.uid != uid || strcmp(p->sandbox_id, sandbox_id) != 0 ||
+                    (found != NULL && found->head.seq > p->head.seq))
                         continue;
                 if (json_is_integer(want_pid) ? (json_int_t)p->pid == json_integer_value(want_pid)
-                                              : p->tag != NULL && strcmp(p->tag, want_tag) == 0) {
-                        memcpy(exec_id, p->exec_id, 64);
-                        *pid = p->pid;
-                        *tty = p->tty;
-                        found = true;
-                }
+                                              : p->tag != NULL && strcmp(p->tag, want_tag) == 0)
+                        found = p;
+        }
+        if (found != NULL) {
+                memcpy(exec_id, found->exec_id, 64);
+                *pid = found->pid;
+                *tty = found->tty;
         }
         pthread_mutex_unlock(&table_lock);
-        return found;
+        return found != NULL;
 }
 
 /* A stream of one command's events, read by MHD in the connection's thread. */
 struct process_stream {
         struct client *c;
-        char sandbox_id[129];
+        uid_t uid;
+        bool ended; /* its end was read: nothing of it runs on c, which may serve another */
         char exec_id[64];
         bool tty;
         int http_fd;
         json_int_t since[2];
-        unsigned delay_us, quiet_us, keepalive_ms;
+        unsigned keepalive_ms;
         long long last_sent_ms;
         bool done;
         char *buf;
@@ -151,42 +180,24 @@ static json_t *end_event(json_t *status)
         return json_pack("{s:o}", "end", end);
 }
 
-/* {exit_code} of an exec that exited, from exec.list (exec.status would send
- * its whole output again); NULL for one a signal ended (or a list that
- * failed): exec.status tells those. */
-static json_t *exec_exit(struct process_stream *s)
+/* One look at the command: its new output, and its end. nsboxd answers
+ * as soon as there is either (exec.output's wait_ms), or once wait_ms has
+ * passed; false when the HTTP client left meanwhile. */
+static bool stream_poll(struct process_stream *s, unsigned wait_ms)
 {
-        _cleanup_json_ json_t *params = json_pack("{s:s}", "sandbox_id", s->sandbox_id), *list = NULL,
-                              *error = NULL;
-        _cleanup_error_ nsbox_error_t *err = NULL;
-        if (client_call(s->c, "exec.list", params, NULL, NULL, &list, &error, &err) < 0)
-                return NULL;
-        size_t i;
-        json_t *e;
-        json_array_foreach(json_object_get(list, "execs"), i, e)
-        {
-                const char *id = json_string_value(json_object_get(e, "exec_id"));
-                json_t *code = json_object_get(e, "exit_code");
-                if (id != NULL && strcmp(id, s->exec_id) == 0 && json_is_integer(code) &&
-                    !json_is_true(json_object_get(e, "running")))
-                        return json_pack("{s:O}", "exit_code", code);
-        }
-        return NULL;
-}
-
-/* One look at the command: its new output, and its end. */
-static void stream_poll(struct process_stream *s)
-{
-        _cleanup_json_ json_t *params = json_pack("{s:s, s:{s:I, s:I}}", "exec_id", s->exec_id, "since",
-                                                  "stdout", s->since[0], "stderr", s->since[1]);
+        _cleanup_json_ json_t *params =
+            json_pack("{s:s, s:{s:I, s:I}, s:I}", "exec_id", s->exec_id, "since", "stdout", s->since[0],
+                      "stderr", s->since[1], "wait_ms", (json_int_t)wait_ms);
         _cleanup_json_ json_t *result = NULL, *error = NULL;
         _cleanup_error_ nsbox_error_t *err = NULL;
-        if (client_call(s->c, "exec.output", params, NULL, NULL, &result, &error, &err) < 0) {
+        if (http_client_call_fd(s->http_fd, s->c, "exec.output", params, &result, &error, &err) < 0) {
+                if (error == NULL && err->errnum == ECONNABORTED)
+                        return false;
                 stream_end(s,
                            e2b_connect_error_json(e2b_connect_code(error),
                                                   error ? json_string_value(json_object_get(error, "message"))
                                                         : err->message));
-                return;
+                return true;
         }
         static const char *const names[2] = { "stdout", "stderr" };
         for (int i = 0; i < 2; i++) {
@@ -199,31 +210,17 @@ static void stream_poll(struct process_stream *s)
         }
         /* more: nsboxd keeps more past next (a long output's tail): read on */
         if (json_is_true(json_object_get(result, "running")) || json_is_true(json_object_get(result, "more")))
-                return;
-        json_decref(error);
-        error = NULL;
-        _cleanup_json_ json_t *status = exec_exit(s);
-        if (status == NULL &&
-            client_call(s->c, "exec.status", params, NULL, NULL, &status, &error, &err) < 0) {
-                stream_end(s,
-                           e2b_connect_error_json(e2b_connect_code(error), "the command's status is lost"));
-                return;
-        }
-        stream_event(s, end_event(status));
-        stream_end(s, NULL);
-}
-
-/* Wait us microseconds; false when the client has gone meanwhile (its end
- * of the connection hung up). */
-static bool peer_wait(struct process_stream *s, unsigned us)
-{
-        struct timespec ts = { (time_t)(us / 1000000), (long)(us % 1000000) * 1000 };
-        if (s->http_fd < 0) {
-                nanosleep(&ts, NULL);
+                return true;
+        /* The answer of an ended exec says how it ended. */
+        if (json_object_get(result, "status") == NULL) {
+                stream_end(s, e2b_connect_error_json("internal", "the command's status is lost"));
                 return true;
         }
-        struct pollfd p = { .fd = s->http_fd, .events = POLLRDHUP };
-        return ppoll(&p, 1, &ts, NULL) <= 0 || !(p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+        stream_event(s, end_event(result));
+        stream_end(s, NULL);
+        s->ended = true;
+        table_ended(s->uid, s->exec_id);
+        return true;
 }
 
 static ssize_t stream_read(void *data, uint64_t pos, char *out, size_t max)
@@ -239,41 +236,32 @@ static ssize_t stream_read(void *data, uint64_t pos, char *out, size_t max)
                 s->len = s->off = 0;
                 if (s->done)
                         return MHD_CONTENT_READER_END_OF_STREAM;
-                stream_poll(s);
-                if (s->len > 0) {
-                        s->delay_us = POLL_FIRST_US;
-                        s->quiet_us = 0;
+                long long quiet_ms = now_ms() - s->last_sent_ms;
+                if (quiet_ms >= s->keepalive_ms) {
+                        stream_event(s, json_pack("{s:{}}", "keepalive"));
                         continue;
                 }
-                if (!peer_wait(s, s->delay_us))
+                if (!stream_poll(s, (unsigned)(s->keepalive_ms - quiet_ms)))
                         return MHD_CONTENT_READER_END_WITH_ERROR;
-                s->quiet_us += s->delay_us;
-                unsigned cap = s->quiet_us < POLL_SHORT_FOR_US ? POLL_SHORT_US : POLL_MAX_US;
-                s->delay_us = s->delay_us * 3 / 2 > cap ? cap : s->delay_us * 3 / 2;
-                if (now_ms() - s->last_sent_ms >= s->keepalive_ms)
-                        stream_event(s, json_pack("{s:{}}", "keepalive"));
         }
 }
 
 static void stream_free(void *data)
 {
         struct process_stream *s = data;
-        if (s->c != NULL)
-                client_close(s->c);
+        http_nsboxd_release(s->uid, s->c, s->ended);
         free(s->buf);
         free(s);
 }
 
-static struct process_stream *stream_new(struct http_request *r, const char *sandbox_id, const char *exec_id,
-                                         bool tty)
+static struct process_stream *stream_new(struct http_request *r, const char *exec_id, bool tty)
 {
         struct process_stream *s = calloc(1, sizeof(*s));
         if (s == NULL)
                 return NULL;
-        snprintf(s->sandbox_id, sizeof(s->sandbox_id), "%s", sandbox_id);
         snprintf(s->exec_id, sizeof(s->exec_id), "%s", exec_id);
+        s->uid = r->uid;
         s->tty = tty;
-        s->delay_us = POLL_FIRST_US;
         const union MHD_ConnectionInfo *info =
             MHD_get_connection_info(r->connection, MHD_CONNECTION_INFO_CONNECTION_FD);
         s->http_fd = info ? info->connect_fd : -1;
@@ -312,7 +300,7 @@ static enum MHD_Result start_stream(struct http_request *r, struct process_strea
         _cleanup_json_ json_t *refused = NULL;
         _cleanup_error_ nsbox_error_t *err = NULL;
         s->c = c;
-        if (s->c == NULL && http_nsboxd_connect(r, &s->c, &refused, &err) < 0) {
+        if (s->c == NULL && http_nsboxd_take(r, &s->c, &refused, &err) < 0) {
                 stream_free(s);
                 return reply_stream_rpc_error(r, refused, err);
         }
@@ -336,6 +324,30 @@ static bool string_map(json_t *v)
         return true;
 }
 
+/* What List shows of a command: its config, or past PROCESS_MAX_CONFIG
+ * its cmd's head alone (cut on a character's first byte). */
+static json_t *kept_config(const char *cmd, json_t *args, json_t *envs, json_t *cwd)
+{
+        json_t *config =
+            json_pack("{s:s, s:o}", "cmd", cmd, "args", json_is_array(args) ? json_copy(args) : json_array());
+        if (config == NULL)
+                return NULL;
+        if (json_is_object(envs))
+                json_object_set(config, "envs", envs);
+        if (json_is_string(cwd))
+                json_object_set(config, "cwd", cwd);
+        if (json_dumpb(config, NULL, 0, JSON_COMPACT) <= PROCESS_MAX_CONFIG)
+                return config;
+        json_decref(config);
+        size_t n = strlen(cmd);
+        if (n > PROCESS_MAX_CMD) {
+                n = PROCESS_MAX_CMD;
+                while (n > 0 && ((unsigned char)cmd[n] & 0xC0) == 0x80)
+                        n--;
+        }
+        return json_pack("{s:s%, s:[]}", "cmd", cmd, n, "args");
+}
+
 static enum MHD_Result start(struct http_request *r, const char *sandbox_id, json_t *msg)
 {
         json_t *process = json_object_get(msg, "process"), *pty = json_object_get(msg, "pty");
@@ -344,6 +356,8 @@ static enum MHD_Result start(struct http_request *r, const char *sandbox_id, jso
         json_t *cwd = json_object_get(process, "cwd"), *tag = json_object_get(msg, "tag");
         if (cmd == NULL || *cmd == '\0')
                 return reply_stream_error(r, "invalid_argument", "process.cmd must be a non-empty string");
+        if (json_is_string(tag) && json_string_length(tag) > PROCESS_MAX_TAG)
+                return reply_stream_error(r, "invalid_argument", "tag is longer than 256 bytes");
         if ((args != NULL && !json_is_array(args) && !json_is_null(args)) || !string_map(envs) ||
             (cwd != NULL && !json_is_string(cwd) && !json_is_null(cwd)) ||
             (tag != NULL && !json_is_string(tag) && !json_is_null(tag)) ||
@@ -382,31 +396,27 @@ static enum MHD_Result start(struct http_request *r, const char *sandbox_id, jso
         _cleanup_json_ json_t *result = NULL, *error = NULL;
         _cleanup_error_ nsbox_error_t *err = NULL;
         struct client *c = NULL;
-        if (http_nsboxd_connect(r, &c, &error, &err) < 0)
+        if (http_nsboxd_take(r, &c, &error, &err) < 0)
                 return reply_stream_rpc_error(r, error, err);
         if (client_call(c, "sandbox.exec", params, NULL, NULL, &result, &error, &err) < 0) {
-                client_close(c);
+                http_nsboxd_release(r->uid, c, error != NULL);
                 return reply_stream_rpc_error(r, error, err);
         }
         const char *exec_id = json_string_value(json_object_get(result, "exec_id"));
         json_int_t pid = json_integer_value(json_object_get(result, "pid"));
         if (exec_id == NULL) {
-                client_close(c);
+                http_nsboxd_release(r->uid, c, false);
                 return reply_stream_error(r, "internal", "nsboxd gave no exec id");
         }
-        struct process p = { .uid = r->uid, .pid = (uint32_t)pid, .tty = tty };
+        struct process p = { .head.uid = r->uid, .pid = (uint32_t)pid, .tty = tty };
         snprintf(p.sandbox_id, sizeof(p.sandbox_id), "%s", sandbox_id);
         snprintf(p.exec_id, sizeof(p.exec_id), "%s", exec_id);
         p.tag = json_is_string(tag) ? strdup(json_string_value(tag)) : NULL;
-        p.config = json_pack("{s:s, s:O}", "cmd", cmd, "args", json_is_array(args) ? args : json_array());
-        if (json_is_object(envs))
-                json_object_set(p.config, "envs", envs);
-        if (json_is_string(cwd))
-                json_object_set(p.config, "cwd", cwd);
+        p.config = kept_config(cmd, args, envs, cwd);
         table_add(&p);
-        struct process_stream *s = stream_new(r, sandbox_id, exec_id, tty);
+        struct process_stream *s = stream_new(r, exec_id, tty);
         if (s == NULL) {
-                client_close(c);
+                http_nsboxd_release(r->uid, c, false);
                 return MHD_NO;
         }
         return start_stream(r, s, c, (uint32_t)pid, NULL);
@@ -436,7 +446,7 @@ static enum MHD_Result connect_process(struct http_request *r, const char *sandb
         _cleanup_error_ nsbox_error_t *err = NULL;
         if (http_call(r, "exec.output", params, &result, &error, &err) < 0)
                 return reply_stream_rpc_error(r, error, err);
-        struct process_stream *s = stream_new(r, sandbox_id, exec_id, tty);
+        struct process_stream *s = stream_new(r, exec_id, tty);
         if (s == NULL)
                 return MHD_NO;
         return start_stream(r, s, NULL, pid, json_object_get(result, "next"));
@@ -469,11 +479,15 @@ static enum MHD_Result list(struct http_request *r, const char *sandbox_id)
         }
         json_t *processes = json_array();
         pthread_mutex_lock(&table_lock);
-        for (size_t k = 0; k < PROCESS_TABLE_SIZE; k++) {
-                struct process *p = &table[k];
-                if (p->exec_id[0] == '\0' || p->uid != r->uid || strcmp(p->sandbox_id, sandbox_id) != 0 ||
-                    json_object_get(running, p->exec_id) == NULL)
+        for (size_t k = 0; k < table.size; k++) {
+                struct process *p = table_at(k);
+                if (!p->head.used || p->head.uid != r->uid || strcmp(p->sandbox_id, sandbox_id) != 0 ||
+                    p->config == NULL)
                         continue;
+                if (json_object_get(running, p->exec_id) == NULL) {
+                        process_ended(p);
+                        continue;
+                }
                 json_t *info = json_pack("{s:O, s:I}", "config", p->config, "pid", (json_int_t)p->pid);
                 if (info != NULL && p->tag != NULL)
                         json_object_set_new(info, "tag", json_string(p->tag));

@@ -68,9 +68,11 @@ static void watch_call_close(struct watch_call *w)
 }
 
 /* Connect, start fs.watch and wait for fs.watching. -EPROTO with *error on
- * nsboxd's refusal. `extra` fds (readable = stop waiting) join the epoll set. */
+ * nsboxd's refusal. `extra` fds (readable = stop waiting) join the epoll
+ * set; `hangup_fd`, a socket, joins it for its peer's hang-up alone (bytes
+ * its peer sends, a pipelined request, are no leaving). */
 static int watch_call_start(struct watch_call *w, const struct http_request *r, const char *sandbox_id,
-                            const char *path, bool recursive, const int *extra, size_t n_extra,
+                            const char *path, bool recursive, const int *extra, size_t n_extra, int hangup_fd,
                             client_notify_cb notify, void *data, json_t **error, nsbox_error_t **err)
 {
         *w = (struct watch_call){ .epoll_fd = -1, .event_fd = -1 };
@@ -82,10 +84,13 @@ static int watch_call_start(struct watch_call *w, const struct http_request *r, 
         if (epoll_ctl(w->epoll_fd, EPOLL_CTL_ADD, w->event_fd, &ev) < 0)
                 return nsbox_error(err, errno, "watch");
         for (size_t i = 0; i < n_extra; i++) {
-                struct epoll_event x = { .events = EPOLLIN | EPOLLRDHUP, .data.fd = extra[i] };
+                struct epoll_event x = { .events = EPOLLIN, .data.fd = extra[i] };
                 if (extra[i] >= 0 && epoll_ctl(w->epoll_fd, EPOLL_CTL_ADD, extra[i], &x) < 0)
                         return nsbox_error(err, errno, "watch");
         }
+        struct epoll_event hangup = { .events = EPOLLRDHUP, .data.fd = hangup_fd };
+        if (hangup_fd >= 0 && epoll_ctl(w->epoll_fd, EPOLL_CTL_ADD, hangup_fd, &hangup) < 0)
+                return nsbox_error(err, errno, "watch");
         int ret = http_nsboxd_connect(r, &w->c, error, err);
         if (ret < 0)
                 return ret;
@@ -240,12 +245,11 @@ enum MHD_Result http_e2b_watch_dir(struct http_request *r, const char *sandbox_i
                 stream_free(s);
                 return reply_stream_error(r, "internal", "out of resources");
         }
-        int extra[2] = { s->http_fd, s->timer_fd };
         _cleanup_json_ json_t *error = NULL;
         _cleanup_error_ nsbox_error_t *err = NULL;
         int ret =
             watch_call_start(&s->call, r, sandbox_id, path, json_is_true(json_object_get(msg, "recursive")),
-                             extra, 2, stream_notify, s, &error, &err);
+                             &s->timer_fd, 1, s->http_fd, stream_notify, s, &error, &err);
         if (ret < 0) {
                 const char *m = error ? json_string_value(json_object_get(error, "message")) : NULL;
                 enum MHD_Result reply = reply_stream_error(r, e2b_connect_code(error),
@@ -282,7 +286,7 @@ enum MHD_Result http_e2b_watch_dir(struct http_request *r, const char *sandbox_i
 struct watcher {
         char id[40];
         uid_t uid;
-        char sandbox_id[129];
+        char sandbox_id[E2B_MAX_SANDBOX_ID + 1];
         struct watch_call call;
         pthread_t thread;
         int stop_fd;    /* written to end the thread */
@@ -291,6 +295,7 @@ struct watcher {
         bool ended;
         char *end_message; /* why it ended, for the next poll */
         time_t last_poll;
+        bool starting; /* counted against its owner, not yet watching: no call finds it */
         struct watcher *next;
 };
 
@@ -368,7 +373,7 @@ static struct watcher *watchers_expired(time_t now)
         struct watcher *gone = NULL;
         for (struct watcher **p = &watchers; *p != NULL;) {
                 struct watcher *w = *p;
-                if (now - w->last_poll > E2B_WATCHER_IDLE_SECONDS) {
+                if (!w->starting && now - w->last_poll > E2B_WATCHER_IDLE_SECONDS) {
                         *p = w->next;
                         w->next = gone;
                         gone = w;
@@ -393,25 +398,34 @@ static enum MHD_Result create_watcher(struct http_request *r, const char *sandbo
         const char *path = json_string_value(json_object_get(msg, "path"));
         if (path == NULL || *path == '\0')
                 return e2b_reply_connect_error(r, "invalid_argument", "path must be a non-empty string");
-        time_t now = time(NULL);
-        pthread_mutex_lock(&watchers_lock);
-        struct watcher *expired = watchers_expired(now);
-        unsigned mine = 0;
-        for (struct watcher *o = watchers; o != NULL; o = o->next)
-                mine += o->uid == r->uid;
-        pthread_mutex_unlock(&watchers_lock);
-        free_list(expired);
-        if (mine >= E2B_WATCHERS_PER_OWNER)
-                return e2b_reply_connect_error(r, "resource_exhausted",
-                                               "%u watchers are open already, the most one owner may have",
-                                               mine);
         struct watcher *w = calloc(1, sizeof(*w));
         if (w == NULL)
                 return MHD_NO;
         w->uid = r->uid;
-        w->last_poll = now;
-        w->events = json_array();
+        w->last_poll = time(NULL);
+        w->starting = true;
+        w->stop_fd = -1;
+        w->call.epoll_fd = w->call.event_fd = -1;
         snprintf(w->sandbox_id, sizeof(w->sandbox_id), "%s", sandbox_id);
+        /* counted and listed under one lock: concurrent creates cannot pass the bound */
+        pthread_mutex_lock(&watchers_lock);
+        struct watcher *expired = watchers_expired(w->last_poll);
+        unsigned mine = 0;
+        for (struct watcher *o = watchers; o != NULL; o = o->next)
+                mine += o->uid == r->uid;
+        if (mine < E2B_WATCHERS_PER_OWNER) {
+                w->next = watchers;
+                watchers = w;
+        }
+        pthread_mutex_unlock(&watchers_lock);
+        free_list(expired);
+        if (mine >= E2B_WATCHERS_PER_OWNER) {
+                free(w);
+                return e2b_reply_connect_error(r, "resource_exhausted",
+                                               "%u watchers are open already, the most one owner may have",
+                                               mine);
+        }
+        w->events = json_array();
         uint64_t random[2];
         int urandom = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
         bool random_ok = urandom >= 0 && read(urandom, random, sizeof(random)) == sizeof(random);
@@ -425,10 +439,23 @@ static enum MHD_Result create_watcher(struct http_request *r, const char *sandbo
         int ret = !random_ok || w->stop_fd < 0
                       ? nsbox_error(&err, EIO, "out of resources")
                       : watch_call_start(&w->call, r, sandbox_id, path,
-                                         json_is_true(json_object_get(msg, "recursive")), &w->stop_fd, 1,
+                                         json_is_true(json_object_get(msg, "recursive")), &w->stop_fd, 1, -1,
                                          watcher_notify, w, &error, &err);
         if (ret == 0 && pthread_create(&w->thread, NULL, watcher_main, w) != 0)
                 ret = nsbox_error(&err, EAGAIN, "cannot start a thread");
+        char id[sizeof(w->id)];
+        memcpy(id, w->id, sizeof(id)); /* w is its poller's once listed */
+        pthread_mutex_lock(&watchers_lock);
+        if (ret < 0) {
+                for (struct watcher **p = &watchers; *p != NULL; p = &(*p)->next)
+                        if (*p == w) {
+                                *p = w->next;
+                                break;
+                        }
+        } else {
+                w->starting = false;
+        }
+        pthread_mutex_unlock(&watchers_lock);
         if (ret < 0) {
                 watch_call_close(&w->call);
                 if (w->stop_fd >= 0)
@@ -437,19 +464,15 @@ static enum MHD_Result create_watcher(struct http_request *r, const char *sandbo
                 free(w);
                 return e2b_reply_connect_rpc_error(r, error, err);
         }
-        pthread_mutex_lock(&watchers_lock);
-        w->next = watchers;
-        watchers = w;
-        pthread_mutex_unlock(&watchers_lock);
-        return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:s}", "watcherId", w->id));
+        return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:s}", "watcherId", id));
 }
 
 /* The owner's watcher of this sandbox with this id, under the lock. */
 static struct watcher **find(struct http_request *r, const char *sandbox_id, const char *id)
 {
         for (struct watcher **p = &watchers; *p != NULL; p = &(*p)->next)
-                if ((*p)->uid == r->uid && strcmp((*p)->sandbox_id, sandbox_id) == 0 && id != NULL &&
-                    strcmp((*p)->id, id) == 0)
+                if (!(*p)->starting && (*p)->uid == r->uid && strcmp((*p)->sandbox_id, sandbox_id) == 0 &&
+                    id != NULL && strcmp((*p)->id, id) == 0)
                         return p;
         return NULL;
 }
@@ -463,6 +486,10 @@ enum MHD_Result http_e2b_watcher(struct http_request *r, const char *sandbox_id,
         const char *id = json_string_value(json_object_get(msg, "watcherId"));
         if (id == NULL)
                 id = json_string_value(json_object_get(msg, "watcher_id"));
+        pthread_mutex_lock(&watchers_lock);
+        struct watcher *expired = watchers_expired(time(NULL));
+        pthread_mutex_unlock(&watchers_lock);
+        free_list(expired);
         pthread_mutex_lock(&watchers_lock);
         struct watcher **p = find(r, sandbox_id, id);
         if (p == NULL) {

@@ -23,6 +23,8 @@
 #define E2B_FLAG_END        0x02
 /* A message of a server stream's request is at most this long. */
 #define E2B_MAX_MESSAGE (4u << 20)
+/* The longest sandbox id E2b-Sandbox-Id may carry (the router refuses longer). */
+#define E2B_MAX_SANDBOX_ID 128
 
 /* The sandbox a request names (E2b-Sandbox-Id), or NULL. */
 const char *e2b_sandbox_id(struct MHD_Connection *connection);

@@ -65,7 +65,7 @@ struct sandbox_egress {
         struct egress_exposed exposed[EGRESS_MAX_EXPOSED];
         unsigned n_exposed;
         struct {
-                json_int_t bytes_in, bytes_out, connections, refused, dns_queries;
+                json_int_t bytes_in, bytes_out, connections, refused, dns_queries, secrets_injected;
         } stats;
         struct egress_refusal refusals[EGRESS_REFUSALS];
         unsigned n_refusals; /* ever, the ring holds the last EGRESS_REFUSALS */
@@ -301,8 +301,8 @@ static json_t *add_message(const struct sandbox *sb)
 
 static void proxy_send_expose(const struct sandbox *sb, const struct egress_exposed *x)
 {
-        _cleanup_json_ json_t *m =
-            json_pack("{s:s, s:s, s:i}", "op", "expose", "sandbox", sb->id, "port", (int)x->port);
+        _cleanup_json_ json_t *m = json_pack("{s:s, s:s, s:i, s:I}", "op", "expose", "sandbox", sb->id,
+                                             "port", (int)x->port, "owner", (json_int_t)sb->owner);
         proxy_send(m, &x->fd, 1);
 }
 
@@ -393,6 +393,7 @@ static void proxy_event(json_t *event)
                 add_stat(&sb->egress->stats.connections, event, "connections");
                 add_stat(&sb->egress->stats.refused, event, "refused");
                 add_stat(&sb->egress->stats.dns_queries, event, "dns_queries");
+                add_stat(&sb->egress->stats.secrets_injected, event, "secrets_injected");
         }
 }
 
@@ -1004,10 +1005,10 @@ json_t *egress_info(const struct sandbox *sb)
         for (unsigned i = 0; i < e->n_exposed; i++)
                 json_array_append_new(exposed, json_pack("{s:i, s:i}", "port", (int)e->exposed[i].port,
                                                          "host_port", (int)e->exposed[i].host_port));
-        return json_pack("{s:s, s:s, s:o, s:{s:I, s:I, s:I, s:I, s:I}}", "address", address, "gateway",
+        return json_pack("{s:s, s:s, s:o, s:{s:I, s:I, s:I, s:I, s:I, s:I}}", "address", address, "gateway",
                          gateway, "exposed", exposed, "stats", "bytes_in", e->stats.bytes_in, "bytes_out",
                          e->stats.bytes_out, "connections", e->stats.connections, "refused", e->stats.refused,
-                         "dns_queries", e->stats.dns_queries);
+                         "dns_queries", e->stats.dns_queries, "secrets_injected", e->stats.secrets_injected);
 }
 
 static json_t *refused_since(const struct sandbox *sb, long long since_mono_ms)

@@ -41,6 +41,11 @@ static void subscriber_left(struct rpc_request *req, void *data)
         free(s);
 }
 
+bool events_wanted(void)
+{
+        return subscribers != NULL;
+}
+
 void events_emit(const struct sandbox *sb, const char *type, const char *reason, json_t *fields)
 {
         _cleanup_json_ json_t *owned = fields;

@@ -14,5 +14,8 @@
  * removal's) or NULL; fields: more members, stolen, may be NULL. */
 void events_emit(const struct sandbox *sb, const char *type, const char *reason, json_t *fields);
 
+/* Whether anyone subscribes: the fields of an event are built only then. */
+bool events_wanted(void);
+
 /* events.subscribe {sandbox_id?}: answered only when the client leaves. */
 void events_method_subscribe(struct rpc_request *req, struct sandbox *sb);

@@ -40,6 +40,7 @@
 #include "log.h"
 #include "params.h"
 #include "quota.h"
+#include "removals.h"
 #include "policy.h"
 #include "proto.h"
 #include "sandbox.h"
@@ -102,6 +103,7 @@ static void exec_uncount(struct exec *ex)
 
 static void exec_free(struct exec *ex)
 {
+        exec_output_wake(ex, true);
         exec_uncount(ex);
         exec_unpause(ex);
         budget_give(ex->charged);
@@ -309,12 +311,17 @@ static void output_append(struct exec *ex, int which, const char *data, size_t l
                 ex->truncated = true;
                 ex->dropped_output += rest;
         }
-        if (len == 0)
+        if (len == 0) {
+                if (logged)
+                        exec_output_wake(ex, false);
                 return;
+        }
         ex->total_output += len;
         memcpy(o->data + o->len, data, len);
         exec_keep_head(ex, which, o->len, data, len);
         o->len += len;
+        if (logged)
+                exec_output_wake(ex, false);
 
         if (ex->stream) {
                 o->carry += len;
@@ -605,9 +612,11 @@ const char *exec_status_word(const struct exec *ex)
         return ex->killed ? "killed" : "signaled";
 }
 
-json_t *exec_result(struct exec *ex)
+void exec_result_end(struct exec *ex, json_t *result)
 {
         json_t *exit_code = json_null(), *signal = json_null();
+        if (result == NULL)
+                return;
         if (ex->start_error != NULL) {
                 exit_code = json_integer(ex->start_exit_code == 126 || ex->start_exit_code == 127
                                              ? ex->start_exit_code
@@ -620,6 +629,41 @@ json_t *exec_result(struct exec *ex)
                         signal = json_integer(WTERMSIG(ex->wait_status));
         }
         long long end = ex->end_mono ? ex->end_mono : now_monotonic_ms();
+        bool oom_killed =
+            ex->sb->cgroup != NULL && cgroup_sandbox_oom_kills(ex->sb->cgroup) > ex->oom_kills_at_start;
+        json_object_set_new(result, "exit_code", exit_code);
+        json_object_set_new(result, "signal", signal);
+        json_object_set_new(result, "timed_out", json_boolean(ex->timed_out));
+        json_object_set_new(result, "oom_killed", json_boolean(oom_killed));
+        json_object_set_new(result, "duration_ms", json_integer((json_int_t)(end - ex->start_mono)));
+        json_object_set_new(result, "status", json_string(exec_status_word(ex)));
+        /* Killed with its sandbox: its client must not take the SIGKILL for
+         * the command's own end. */
+        if (ex->sandbox_gone) {
+                json_object_set_new(result, "ended_by",
+                                    json_string(nsboxd.stopping ? "nsboxd_stopping" : "sandbox_removed"));
+                json_object_set_new(result, "error",
+                                    json_string(nsboxd.stopping
+                                                    ? "nsboxd stopped while the command ran: it was killed "
+                                                      "with its sandbox (its own exit status is unknown)"
+                                                    : "its sandbox was removed while the command ran: it "
+                                                      "was killed with it"));
+        } else if (ex->supervisor_died)
+                json_object_set_new(result, "error",
+                                    json_string("the exec's supervisor died (killed from outside the "
+                                                "sandbox or by the OOM killer): its processes were killed"));
+        else if (oom_killed && exec_ended_by_sigkill(ex))
+                json_object_set_new(
+                    result, "error",
+                    json_sprintf(
+                        "killed: out of memory (memory limit %llu MiB; with the files it keeps in RAM, "
+                        "its disk and /dev/shm, the sandbox holds at most %llu MiB)",
+                        (unsigned long long)(ex->sb->policy.limits.memory_bytes >> 20),
+                        (unsigned long long)(cgroup_memory_max(&ex->sb->policy.limits) >> 20)));
+}
+
+json_t *exec_result(struct exec *ex)
+{
         json_t *stdout_json =
             ex->stream ? json_string("") : exec_output_to_json(ex->out[0].data, ex->out[0].len, ex->base64);
         json_t *stderr_json;
@@ -635,20 +679,14 @@ json_t *exec_result(struct exec *ex)
                 stderr_json = ex->stream ? json_string("")
                                          : exec_output_to_json(ex->out[1].data, ex->out[1].len, ex->base64);
         }
-        bool oom_killed =
-            ex->sb->cgroup != NULL && cgroup_sandbox_oom_kills(ex->sb->cgroup) > ex->oom_kills_at_start;
         /* A background exec's stdout and stderr here are its heads: cut if its
          * tail holds more (exec.output reads that). */
         bool cut =
             ex->truncated || ex->out[0].written > ex->out[0].len || ex->out[1].written > ex->out[1].len;
-        json_t *result =
-            json_pack("{s:s, s:o, s:o, s:o, s:o, s:b, s:b, s:b, s:I, s:s, s:b}", "exec_id", ex->id,
-                      "exit_code", exit_code, "signal", signal, "stdout", stdout_json, "stderr", stderr_json,
-                      "truncated", cut, "timed_out", ex->timed_out, "oom_killed", oom_killed, "duration_ms",
-                      (json_int_t)(end - ex->start_mono), "encoding", ex->base64 ? "base64" : "utf-8",
-                      "running", !ex->finished);
-        if (result != NULL)
-                json_object_set_new(result, "status", json_string(exec_status_word(ex)));
+        json_t *result = json_pack("{s:s, s:o, s:o, s:b, s:s, s:b}", "exec_id", ex->id, "stdout", stdout_json,
+                                   "stderr", stderr_json, "truncated", cut, "encoding",
+                                   ex->base64 ? "base64" : "utf-8", "running", !ex->finished);
+        exec_result_end(ex, result);
         egress_note_refused(result, ex->sb, ex->start_mono, false);
         /* `nohup cmd &` and daemons end with the exec that started them: say so. */
         if (result != NULL && ex->leftover > 0)
@@ -656,29 +694,6 @@ json_t *exec_result(struct exec *ex)
         if (result != NULL && ex->dropped_output > 0)
                 json_object_set_new(result, "output_dropped_bytes",
                                     json_integer((json_int_t)ex->dropped_output));
-        /* Killed with its sandbox: its client must not take the SIGKILL for
-         * the command's own end. */
-        if (result != NULL && ex->sandbox_gone) {
-                json_object_set_new(result, "ended_by",
-                                    json_string(nsboxd.stopping ? "nsboxd_stopping" : "sandbox_removed"));
-                json_object_set_new(result, "error",
-                                    json_string(nsboxd.stopping
-                                                    ? "nsboxd stopped while the command ran: it was killed "
-                                                      "with its sandbox (its own exit status is unknown)"
-                                                    : "its sandbox was removed while the command ran: it "
-                                                      "was killed with it"));
-        } else if (result != NULL && ex->supervisor_died)
-                json_object_set_new(result, "error",
-                                    json_string("the exec's supervisor died (killed from outside the "
-                                                "sandbox or by the OOM killer): its processes were killed"));
-        else if (result != NULL && oom_killed && exec_ended_by_sigkill(ex))
-                json_object_set_new(
-                    result, "error",
-                    json_sprintf(
-                        "killed: out of memory (memory limit %llu MiB; with the files it keeps in RAM, "
-                        "its disk and /dev/shm, the sandbox holds at most %llu MiB)",
-                        (unsigned long long)(ex->sb->policy.limits.memory_bytes >> 20),
-                        (unsigned long long)(cgroup_memory_max(&ex->sb->policy.limits) >> 20)));
         return result;
 }
 
@@ -727,6 +742,7 @@ static void exec_finish(struct exec *ex)
                         ex->hooks->done(ex, result, ex->hooks_data);
                 json_decref(result);
         }
+        exec_output_wake(ex, false);
         deadline_forget(ex);
         for (int i = 0; i < 2; i++) {
                 if (ex->out[i].source) {
@@ -740,9 +756,11 @@ static void exec_finish(struct exec *ex)
         if (!ex->service) {
                 exec_audit(ex);
                 events_emit(ex->sb, "exec.ended", NULL,
-                            json_pack("{s:s, s:i, s:b, s:I}", "exec_id", ex->id, "exit_code", code,
-                                      "timed_out", ex->timed_out, "duration_ms",
-                                      (json_int_t)(ex->end_mono - ex->start_mono)));
+                            !events_wanted()
+                                ? NULL
+                                : json_pack("{s:s, s:i, s:b, s:I}", "exec_id", ex->id, "exit_code", code,
+                                            "timed_out", ex->timed_out, "duration_ms",
+                                            (json_int_t)(ex->end_mono - ex->start_mono)));
         }
         exec_stdin_close(ex);
         if (ex->pty >= 0) {
@@ -1030,6 +1048,24 @@ struct exec_sandbox *exec_sandbox_new(void)
 void exec_sandbox_free(struct exec_sandbox *state)
 {
         free(state);
+}
+
+void exec_sandbox_record_ids(struct sandbox *sb, struct sandbox_removal *removal)
+{
+        /* Newest first: by number, a selection over at most
+         * REMOVAL_EXECS_MAX rounds. */
+        uint32_t below = UINT32_MAX;
+        for (unsigned kept = 0; kept < REMOVAL_EXECS_MAX; kept++) {
+                const struct exec *newest = NULL;
+                for (const struct exec *ex = sb->exec->execs; ex != NULL; ex = ex->next)
+                        if (!ex->service && ex->number < below &&
+                            (newest == NULL || ex->number > newest->number))
+                                newest = ex;
+                if (newest == NULL)
+                        return;
+                sandbox_removal_add_exec(removal, newest->id);
+                below = newest->number;
+        }
 }
 
 void exec_sandbox_gone(struct sandbox *sb)
@@ -1626,7 +1662,9 @@ struct exec *exec_launch(struct sandbox *sb, json_t *params, const struct exec_h
                 log_debug("sandbox %s: exec %s started", sb->id, ex->id);
         if (!ex->service)
                 events_emit(sb, "exec.started", NULL,
-                            json_pack("{s:s, s:b}", "exec_id", ex->id, "background", p.background));
+                            !events_wanted()
+                                ? NULL
+                                : json_pack("{s:s, s:b}", "exec_id", ex->id, "background", p.background));
         return ex;
 }
 

@@ -12,6 +12,7 @@
 #include "rpc.h"
 
 struct sandbox;
+struct sandbox_removal;
 
 struct exec;
 
@@ -87,6 +88,9 @@ int exec_prepare_slot(struct sandbox *sb, nsbox_error_t **err);
 void exec_sandbox_adopt(struct sandbox *sb);
 /* The sandbox is going away: finish every exec (killed). */
 void exec_sandbox_gone(struct sandbox *sb);
+/* Its client execs' ids into the record of its removal, newest first (as
+ * many as the record keeps): a call naming one is told it went with it. */
+void exec_sandbox_record_ids(struct sandbox *sb, struct sandbox_removal *removal);
 /* A sandbox's exec state (its execs, the slot and pipes made ahead for the
  * next one), opaque to everyone else: made with the sandbox, freed with it. */
 struct exec_sandbox *exec_sandbox_new(void);

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <termios.h>
@@ -17,6 +18,7 @@
 #include "log.h"
 #include "params.h"
 #include "quota.h"
+#include "removals.h"
 #include "sandbox_pause.h"
 #include "textenc.h"
 
@@ -71,6 +73,7 @@ static struct exec *require_exec(struct rpc_request *req, bool background_only)
         const char *want = json_string_value(id);
         size_t len = strlen(want);
         struct exec *found = NULL;
+        const struct sandbox_removal *removal;
         size_t matched = 0;
         for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
                 if ((req->uid != 0 && sb->owner != req->uid) || sb->state == SANDBOX_EXITED)
@@ -91,6 +94,8 @@ static struct exec *require_exec(struct rpc_request *req, bool background_only)
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
                                 "ambiguous exec id prefix %.64s: it matches %zu of your execs", want,
                                 matched);
+        else if ((removal = sandbox_removal_of_exec(want, req->uid)) != NULL)
+                sandbox_removal_reply_gone(req, removal, want);
         else
                 rpc_reply_fail(req, "not_found", "no exec %.64s", want);
         return NULL;
@@ -115,48 +120,27 @@ static int get_offset(json_t *since, const char *stream, size_t *out)
         return 0;
 }
 
-void exec_method_output(struct rpc_request *req, struct sandbox *sb)
+/* exec.output's answer for ex from these offsets (or the last `tail`
+ * lines, when tail >= 0); NULL when out of memory. */
+static json_t *output_result(struct exec *ex, const size_t offsets[2], json_int_t tail)
 {
-        struct exec *ex = require_exec(req, true);
-        if (ex == NULL)
-                return;
-        json_t *since = json_object_get(req->msg.params, "since");
-        json_t *tail = json_object_get(req->msg.params, "tail");
-        if (tail != NULL && !json_is_null(tail) &&
-            (!json_is_integer(tail) || json_integer_value(tail) < 0 ||
-             (since != NULL && !json_is_null(since)))) {
-                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
-                                "tail must be a number of lines (0 or more), without since");
-                return;
-        }
-        size_t offsets[2];
-        for (int i = 0; i < 2; i++) {
-                if (get_offset(since, exec_stream_names[i], &offsets[i]) < 0) {
-                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
-                                        "since must be a byte offset or {stdout, stderr} offsets");
-                        return;
-                }
-        }
         json_t *result = json_pack("{s:s, s:{}, s:{}, s:b, s:b}", "exec_id", ex->id, "next", "dropped",
                                    "running", !ex->finished, "truncated", ex->truncated);
-        if (result == NULL) {
-                rpc_reply_fail(req, "internal", "out of memory");
-                return;
-        }
+        if (result == NULL)
+                return NULL;
         bool more = false;
         for (int i = 0; i < 2; i++) {
                 const char *name = exec_stream_names[i];
                 size_t from = offsets[i];
-                if (json_is_integer(tail))
-                        from = exec_log_tail_start(ex, i, (size_t)json_integer_value(tail));
+                if (tail >= 0)
+                        from = exec_log_tail_start(ex, i, (size_t)tail);
                 struct exec_log_piece piece;
                 if (exec_log_read(ex, i, from, &piece) < 0) {
                         json_decref(result);
-                        rpc_reply_fail(req, "internal", "out of memory");
-                        return;
+                        return NULL;
                 }
                 /* Asked for the last lines, and they reach back to bytes that were dropped. */
-                if (json_is_integer(tail) && piece.dropped == 0 && from > ex->out[i].len &&
+                if (tail >= 0 && piece.dropped == 0 && from > ex->out[i].len &&
                     from == exec_log_written(ex, i) - ex->out[i].tail_len)
                         piece.dropped = from - ex->out[i].len;
                 json_object_set_new(result, name,
@@ -169,7 +153,137 @@ void exec_method_output(struct rpc_request *req, struct sandbox *sb)
                 free(piece.data);
         }
         json_object_set_new(result, "more", json_boolean(more));
-        rpc_reply_result(req, result);
+        /* How it ended, so a reader of its output needs no exec.status (which
+         * would send the whole output again). */
+        if (ex->finished)
+                exec_result_end(ex, result);
+        return result;
+}
+
+static void reply_output(struct rpc_request *req, struct exec *ex, const size_t offsets[2], json_int_t tail)
+{
+        json_t *result = output_result(ex, offsets, tail);
+        if (result == NULL)
+                rpc_reply_fail(req, "internal", "out of memory");
+        else
+                rpc_reply_result(req, result);
+}
+
+/* An exec.output call with wait_ms, parked until the exec writes past its
+ * offsets or ends, its client leaves, or wait_ms passes. */
+struct exec_output_wait {
+        struct rpc_request *req;
+        struct exec *ex;
+        struct loop_timer *timer;
+        size_t since[2];
+        struct exec_output_wait *next;
+};
+
+/* Take w off its exec's list and free it; its request is the caller's to answer. */
+static void output_wait_drop(struct exec_output_wait *w)
+{
+        for (struct exec_output_wait **p = &w->ex->output_waiters; *p != NULL; p = &(*p)->next) {
+                if (*p == w) {
+                        *p = w->next;
+                        break;
+                }
+        }
+        loop_timer_cancel(nsboxd.loop, w->timer);
+        free(w);
+}
+
+static void output_wait_answer(struct exec_output_wait *w)
+{
+        struct rpc_request *req = w->req;
+        struct exec *ex = w->ex;
+        size_t since[2] = { w->since[0], w->since[1] };
+        output_wait_drop(w);
+        reply_output(req, ex, since, -1);
+}
+
+static void output_wait_expired(struct loop *loop, struct loop_timer *timer, void *data)
+{
+        struct exec_output_wait *w = data;
+        w->timer = NULL; /* a one-shot timer, gone once this returns */
+        output_wait_answer(w);
+}
+
+static void output_wait_gone(struct rpc_request *req, void *data)
+{
+        output_wait_drop(data);
+        rpc_reply_fail(req, "unavailable", "client gone");
+}
+
+static bool output_new(const struct exec *ex, const size_t since[2])
+{
+        return ex->finished || exec_log_written(ex, 0) > since[0] || exec_log_written(ex, 1) > since[1];
+}
+
+void exec_output_wake(struct exec *ex, bool gone)
+{
+        /* From the head each time: an answer may close its connection, and
+         * that drops the connection's other waits, on this exec too. */
+        for (;;) {
+                struct exec_output_wait *w = ex->output_waiters;
+                while (w != NULL && !gone && !output_new(ex, w->since))
+                        w = w->next;
+                if (w == NULL)
+                        return;
+                output_wait_answer(w);
+        }
+}
+
+void exec_method_output(struct rpc_request *req, struct sandbox *sb)
+{
+        struct exec *ex = require_exec(req, true);
+        if (ex == NULL)
+                return;
+        json_t *since = json_object_get(req->msg.params, "since");
+        json_t *tail = json_object_get(req->msg.params, "tail");
+        json_t *wait = json_object_get(req->msg.params, "wait_ms");
+        if (tail != NULL && !json_is_null(tail) &&
+            (!json_is_integer(tail) || json_integer_value(tail) < 0 ||
+             (since != NULL && !json_is_null(since)))) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                "tail must be a number of lines (0 or more), without since");
+                return;
+        }
+        if (wait != NULL && !json_is_null(wait) &&
+            (!json_is_integer(wait) || json_integer_value(wait) < 0 ||
+             json_integer_value(wait) > EXEC_OUTPUT_WAIT_MAX_MS || (tail != NULL && !json_is_null(tail)))) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                "wait_ms must be a number of ms from 0 to %d, without tail",
+                                EXEC_OUTPUT_WAIT_MAX_MS);
+                return;
+        }
+        size_t offsets[2];
+        for (int i = 0; i < 2; i++) {
+                if (get_offset(since, exec_stream_names[i], &offsets[i]) < 0) {
+                        rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                        "since must be a byte offset or {stdout, stderr} offsets");
+                        return;
+                }
+        }
+        json_int_t wait_ms = json_is_integer(wait) ? json_integer_value(wait) : 0;
+        if (wait_ms > 0 && !output_new(ex, offsets)) {
+                struct exec_output_wait *w = calloc(1, sizeof(*w));
+                if (w != NULL)
+                        w->timer = loop_timer_add_in(nsboxd.loop, wait_ms, output_wait_expired, w);
+                if (w == NULL || w->timer == NULL) {
+                        free(w);
+                        rpc_reply_fail(req, "internal", "out of memory");
+                        return;
+                }
+                *w = (struct exec_output_wait){ .req = req,
+                                                .ex = ex,
+                                                .timer = w->timer,
+                                                .since = { offsets[0], offsets[1] },
+                                                .next = ex->output_waiters };
+                ex->output_waiters = w;
+                rpc_request_on_disconnect(req, output_wait_gone, w);
+                return;
+        }
+        reply_output(req, ex, offsets, json_is_integer(tail) ? json_integer_value(tail) : -1);
 }
 
 void exec_method_kill(struct rpc_request *req, struct sandbox *sb)

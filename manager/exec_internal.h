@@ -22,6 +22,7 @@ struct exec_hooks;
  * answers never holds more than this plus one call in the daemon. */
 #define EXEC_STDIN_STREAM_BUFFER (1u << 20)
 #define EXEC_STDIN_MAX_CALL      (1u << 20) /* decoded bytes of one exec.stdin */
+#define EXEC_OUTPUT_WAIT_MAX_MS  60000      /* the longest exec.output may wait for output */
 
 enum { OUT_STDOUT, OUT_STDERR };
 extern const char *const exec_stream_names[2]; /* by OUT_STDOUT, OUT_STDERR */
@@ -114,6 +115,7 @@ struct exec {
         int start_exit_code; /* the start failure's own (126 or 127), else 0 */
         char *start_error;
         long long start_mono, end_mono;
+        struct exec_output_wait *output_waiters; /* exec.output calls waiting for output or the end */
         struct exec *next;
 };
 
@@ -127,6 +129,12 @@ void exec_client_gone(struct rpc_request *req, void *data);
 const char *exec_status_word(const struct exec *ex);
 /* What sandbox.exec answers for ex (as it stands). */
 json_t *exec_result(struct exec *ex);
+/* How ex ended, into result: exit_code, signal, timed_out, oom_killed,
+ * duration_ms, status, and error and ended_by when they apply. */
+void exec_result_end(struct exec *ex, json_t *result);
+/* Answer the exec.output calls waiting on ex that have something new (all
+ * of them once it has ended, or with gone: it is being freed). */
+void exec_output_wake(struct exec *ex, bool gone);
 void exec_send_kill(struct exec *ex, int sig);
 /* A client's exec counts in its caller's calls in flight until it ends. */
 void exec_count(struct exec *ex, uid_t uid);

@@ -9,14 +9,21 @@
  *   RESOLVE_IN_ROOT        absolute symlinks and ".." stay inside the
  *                          sandbox's root, even when the sandbox renames or
  *                          swaps directories during the call;
- *   RESOLVE_NO_XDEV        only the overlay root file system: the sandbox's
- *                          /proc and /sys are host-global kernel knobs when
- *                          written by host root, /dev holds host devices;
- *   RESOLVE_NO_MAGICLINKS  no /proc/<pid>/root or /proc/<pid>/fd jumps.
+ *   RESOLVE_NO_MAGICLINKS  no /proc/<pid>/root or /proc/<pid>/fd jumps;
+ * and what it opened must be on a mount of the sandbox's own files: its
+ * overlay root or one of its volumes and host directories, by mount id as
+ * nsboxd attached them (fs_resolve). The sandbox's /proc and /sys are
+ * host-global kernel knobs when written by host root, /dev holds host
+ * devices, and a mount the sandbox made over a volume is not the volume.
  * The last component of write/remove/mkdir is handled on the parent's fd
- * with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, so a final symlink is never
- * followed. Files are opened O_PATH first and reopened only once they are
- * known to be regular: a FIFO or device is never opened at all. */
+ * with RESOLVE_BENEATH | RESOLVE_NO_XDEV | RESOLVE_NO_SYMLINKS, so a final
+ * symlink is never followed and a mount point is never replaced. Files are
+ * opened O_PATH first and reopened only once they are known to be regular:
+ * a FIFO or device is never opened at all.
+ *
+ * Volumes and host directories are idmapped mounts, where host root is no
+ * one: what is created on them is created with the sandbox user's fsuid
+ * (fs_create_as_user), as the sandbox user would. */
 #include "fs_ops.h"
 #include "size.h"
 
@@ -31,6 +38,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/fsuid.h>
 #include <sys/pidfd.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -41,7 +49,10 @@
 #include "fs_path.h"
 #include "fs_worker.h"
 #include "log.h"
+#include "relpath.h"
 #include "sandbox.h"
+
+_Static_assert(FS_MAX_MOUNTS == POLICY_MAX_MOUNTS, "fs_ctx holds every mount of a sandbox");
 
 /* A directory is read for fs.list to at most FS_LIST_SCAN_MAX names. */
 #define FS_LIST_SCAN_MAX (4u << 20)
@@ -56,7 +67,7 @@
  * keep that up forever, so the retries are bounded. */
 #define FS_RESOLVE_RETRIES 64
 
-#define FS_RESOLVE       (RESOLVE_IN_ROOT | RESOLVE_NO_XDEV | RESOLVE_NO_MAGICLINKS)
+#define FS_RESOLVE       (RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)
 #define FS_RESOLVE_ENTRY (RESOLVE_BENEATH | RESOLVE_NO_XDEV | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
 
 void fs_ctx_close(struct fs_ctx *ctx)
@@ -96,10 +107,12 @@ static int fs_resolve_error(nsbox_error_t **err, int errnum, const char *path)
                 return nsbox_refuse(err, errnum, "%s: a path component is not a directory", path);
         case EXDEV:
                 return nsbox_refuse(err, errnum,
-                                    "%s: outside the sandbox's root file system (/proc, /dev and /sys, and "
-                                    "its volumes and host directories, are not reachable through fs.*: use "
-                                    "sandbox.exec there)",
+                                    "%s: outside the sandbox's root file system, volumes and host "
+                                    "directories (/proc, /dev and /sys, and mounts made in the sandbox, are "
+                                    "not reachable through fs.*: use sandbox.exec there), or a mount point",
                                     path);
+        case EROFS:
+                return nsbox_refuse(err, errnum, "%s: on a read-only mount", path);
         case ELOOP:
                 return nsbox_refuse(err, errnum, "%s: too many levels of symlinks, or a /proc magic link",
                                     path);
@@ -148,6 +161,75 @@ static int fs_openat2(int dirfd, const char *path, int flags, mode_t mode, uint6
         }
 }
 
+static int fs_mount_id(int fd, uint64_t *id)
+{
+        struct statx stx;
+        if (statx(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, STATX_MNT_ID, &stx) < 0)
+                return -errno;
+        if (!(stx.stx_mask & STATX_MNT_ID))
+                return -ENOTSUP;
+        *id = stx.stx_mnt_id;
+        return 0;
+}
+
+/* Whether rel is, by its text, at or under where one of the sandbox's
+ * volumes or host directories is attached. */
+static bool fs_under_mount_path(const struct fs_ctx *ctx, const char *rel)
+{
+        for (unsigned i = 0; i < ctx->n_mount_paths; i++) {
+                const char *m = ctx->mount_paths[i] + 1;
+                size_t n = strlen(m);
+                if (strncmp(rel, m, n) == 0 && (rel[n] == '\0' || rel[n] == '/'))
+                        return true;
+        }
+        return false;
+}
+
+/* `rel` resolved under the sandbox's root (FS_RESOLVE), or -EXDEV when it
+ * ends on a mount other than the root's and the sandbox's volumes and host
+ * directories. The walk may pass through another mount (/proc/..); only
+ * where it ends is used. A walk that fails on the way (/proc/self is not
+ * nsboxd's own there) says -EXDEV too when it left the root file system
+ * elsewhere than at a volume or host directory: /proc, /dev and /sys stay
+ * beyond fs.* whatever the path. */
+static int fs_resolve(const struct fs_ctx *ctx, const char *rel, int flags)
+{
+        _cleanup_close_ int fd = fs_openat2(ctx->root, rel, flags, 0, FS_RESOLVE);
+        if (fd == -EXDEV)
+                return fd;
+        if (fd < 0) {
+                int in_root = fs_openat2(ctx->root, rel, O_PATH, 0, FS_RESOLVE | RESOLVE_NO_XDEV);
+                if (in_root >= 0)
+                        close(in_root);
+                return in_root == -EXDEV && !fs_under_mount_path(ctx, rel) ? -EXDEV : fd;
+        }
+        uint64_t id;
+        int r = fs_mount_id(fd, &id);
+        if (r < 0)
+                return r;
+        for (unsigned i = 0; i < ctx->n_mounts; i++)
+                if (ctx->mounts[i] == id)
+                        return steal_fd(&fd);
+        return -EXDEV;
+}
+
+/* Create on a held directory as the sandbox user when host root cannot: an
+ * idmapped mount (a volume, a host directory) maps no id to host root, and
+ * the kernel refuses it a new inode or entry (EOVERFLOW). The fsuid is this
+ * thread's only and is given back at once. `call` is an expression that
+ * returns a negative errno on failure. */
+#define fs_create_as_user(ctx, result, call)                         \
+        do {                                                         \
+                (result) = (call);                                   \
+                if ((result) == -EOVERFLOW) {                        \
+                        uid_t old_uid = (uid_t)setfsuid((ctx)->uid); \
+                        gid_t old_gid = (gid_t)setfsgid((ctx)->gid); \
+                        (result) = (call);                           \
+                        setfsgid(old_gid);                           \
+                        setfsuid(old_uid);                           \
+                }                                                    \
+        } while (0)
+
 /* Pin the sandbox's root for one call. The init is nsboxd's child and is
  * only reaped by this loop, so its pid cannot be reused under us; the pidfd
  * check after the open still proves the root belongs to that init. */
@@ -164,6 +246,23 @@ int fs_ctx_open(struct sandbox *sb, struct fs_ctx *ctx, nsbox_error_t **err)
                 return nsbox_error(err, errno, "open the root of sandbox %s", sb->id);
         if (pidfd_send_signal(sb->pidfd->fd, 0, NULL, 0) < 0)
                 return nsbox_refuse(err, ESRCH, "sandbox %s: its init is gone", sb->id);
+        ctx->n_mounts = 0;
+        uint64_t root_mount;
+        int r = fs_mount_id(fd, &root_mount);
+        if (r < 0)
+                return nsbox_error(err, -r, "the mount of the root of sandbox %s", sb->id);
+        ctx->mounts[ctx->n_mounts++] = root_mount;
+        for (unsigned i = 0; i < sb->n_mount_ids && ctx->n_mounts < ARRAY_SIZE(ctx->mounts); i++)
+                ctx->mounts[ctx->n_mounts++] = sb->mount_ids[i];
+        ctx->n_mount_paths = 0;
+        size_t i;
+        json_t *m;
+        json_array_foreach(sb->policy.mounts, i, m)
+        {
+                const char *at = json_string_value(json_object_get(m, "path"));
+                if (at != NULL && at[0] == '/' && ctx->n_mount_paths < FS_MAX_MOUNTS)
+                        ctx->mount_paths[ctx->n_mount_paths++] = at;
+        }
         ctx->root = steal_fd(&fd);
         ctx->uid_base = sb->host_uid_base;
         ctx->uid = sb->host_uid_base + FS_SANDBOX_USER;
@@ -201,6 +300,8 @@ static int fs_claim(const struct fs_ctx *ctx, int fd, mode_t mode, const char *s
         struct stat st;
         if (fstat(fd, &st) < 0)
                 return nsbox_error(err, errno, "stat %s", shown);
+        if (st.st_uid == ctx->uid && st.st_gid == ctx->gid) /* made as the user (fs_create_as_user) */
+                return fchmod(fd, mode) < 0 ? nsbox_error(err, errno, "chmod %s", shown) : 0;
         if (st.st_uid != 0)
                 return 0;
         if (fchown(fd, ctx->uid, ctx->gid) < 0)
@@ -215,8 +316,10 @@ static int fs_claim(const struct fs_ctx *ctx, int fd, mode_t mode, const char *s
 static int fs_mkdir_entry(const struct fs_ctx *ctx, int parent, const char *name, const char *shown,
                           nsbox_error_t **err)
 {
-        if (mkdirat(parent, name, 0700) < 0)
-                return -errno;
+        int r;
+        fs_create_as_user(ctx, r, mkdirat(parent, name, 0700) < 0 ? -errno : 0);
+        if (r < 0)
+                return r;
         _cleanup_close_ int fd =
             fs_openat2(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0, FS_RESOLVE_ENTRY);
         if (fd < 0) /* swapped already: the sandbox's own business */
@@ -257,7 +360,7 @@ static int fs_open_dir_creating(const struct fs_ctx *ctx, const char *rel, int *
                         memcpy(prefix, rel, len);
                         prefix[len] = '\0';
                 }
-                dir = fs_openat2(ctx->root, prefix, O_PATH | O_DIRECTORY, 0, FS_RESOLVE);
+                dir = fs_resolve(ctx, prefix, O_PATH | O_DIRECTORY);
                 if (dir >= 0)
                         break;
                 fs_shown(shown, sizeof(shown), have == total ? rel : prefix);
@@ -279,7 +382,7 @@ static int fs_open_dir_creating(const struct fs_ctx *ctx, const char *rel, int *
                                 return nsbox_error(err, -r, "mkdir %s", shown);
                 }
                 close(dir);
-                dir = fs_openat2(ctx->root, prefix, O_PATH | O_DIRECTORY, 0, FS_RESOLVE);
+                dir = fs_resolve(ctx, prefix, O_PATH | O_DIRECTORY);
                 if (dir < 0)
                         return fs_resolve_error(err, -dir, shown);
         }
@@ -292,7 +395,7 @@ static int fs_open_parent(const struct fs_ctx *ctx, const struct fs_path *p, boo
 {
         if (create)
                 return fs_open_dir_creating(ctx, p->parent, out, err);
-        int fd = fs_openat2(ctx->root, p->parent, O_PATH | O_DIRECTORY, 0, FS_RESOLVE);
+        int fd = fs_resolve(ctx, p->parent, O_PATH | O_DIRECTORY);
         if (fd < 0)
                 return fs_resolve_error(err, -fd, p->shown);
         *out = fd;
@@ -305,7 +408,7 @@ static int fs_open_parent(const struct fs_ctx *ctx, const struct fs_path *p, boo
 int fs_read_at(const struct fs_ctx *ctx, const struct fs_path *p, uint64_t offset, size_t max_bytes,
                struct fs_read_result *out, nsbox_error_t **err)
 {
-        _cleanup_close_ int path_fd = fs_openat2(ctx->root, p->rel, O_PATH, 0, FS_RESOLVE);
+        _cleanup_close_ int path_fd = fs_resolve(ctx, p->rel, O_PATH);
         if (path_fd < 0)
                 return fs_resolve_error(err, -path_fd, p->shown);
         struct stat st;
@@ -376,16 +479,21 @@ static int fs_write_all(const struct fs_ctx *ctx, int fd, const void *data, size
         return 0;
 }
 
-int fs_write_at(const struct fs_ctx *ctx, const struct fs_path *p, const void *data, size_t len,
-                const struct fs_write_options *opts, nsbox_error_t **err)
+/* Unlink `name` in parent if it is still the file fd is open on: the
+ * sandbox may have put something else there meanwhile. */
+static void fs_unlink_if_same(int parent, const char *name, int fd)
 {
-        if (p->name == NULL || p->dir_only)
-                return nsbox_refuse(err, EISDIR, "%s names a directory, not a file", p->shown);
-        _cleanup_close_ int parent = -1;
-        int r = fs_open_parent(ctx, p, opts->parents, &parent, err);
-        if (r < 0)
-                return r;
+        struct stat now, entry;
+        if (fstat(fd, &now) == 0 && fstatat(parent, name, &entry, AT_SYMLINK_NOFOLLOW) == 0 &&
+            now.st_dev == entry.st_dev && now.st_ino == entry.st_ino)
+                unlinkat(parent, name, 0);
+}
 
+/* Append to the existing regular file at `name`; a failed append is cut
+ * back to the old end, so the old content stays whole. */
+static int fs_append_at(const struct fs_ctx *ctx, int parent, const struct fs_path *p, const void *data,
+                        size_t len, const struct fs_write_options *opts, nsbox_error_t **err)
+{
         _cleanup_close_ int fd = -1;
         bool created = false;
         struct stat st;
@@ -405,15 +513,17 @@ int fs_write_at(const struct fs_ctx *ctx, const struct fs_path *p, const void *d
                                     p->shown);
                         if (!S_ISREG(st.st_mode))
                                 return fs_refuse_type(err, st.st_mode, p->shown);
-                        fd = fs_reopen(path_fd, O_WRONLY | (opts->append ? O_APPEND : 0), p->shown, err);
+                        fd = fs_reopen(path_fd, O_WRONLY | O_APPEND, p->shown, err);
                         if (fd < 0)
                                 return fd;
                         break;
                 }
                 if (path_fd != -ENOENT)
                         return fs_resolve_error(err, -path_fd, p->shown);
-                fd = fs_openat2(parent, p->name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NOCTTY, 0600,
-                                FS_RESOLVE_ENTRY);
+                fs_create_as_user(ctx, fd,
+                                  fs_openat2(parent, p->name,
+                                             O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_NOFOLLOW | O_NOCTTY,
+                                             0600, FS_RESOLVE_ENTRY));
                 if (fd == -EEXIST)
                         continue;
                 if (fd == -ENOSPC || fd == -EDQUOT)
@@ -422,31 +532,119 @@ int fs_write_at(const struct fs_ctx *ctx, const struct fs_path *p, const void *d
                         return nsbox_error(err, -fd, "create %s", p->shown);
                 created = true;
         }
-
         mode_t mode = opts->mode_set ? (opts->mode & 0777) : FS_DEFAULT_FILE_MODE;
+        int r;
         if (created) {
                 r = fs_claim(ctx, fd, mode, p->shown, err);
-                if (r < 0)
+                if (r < 0) {
+                        fs_unlink_if_same(parent, p->name, fd);
                         return r;
+                }
         } else {
                 if (!opts->mode_set)
                         mode = st.st_mode & 01777; /* setuid/setgid never survive a write */
                 if ((st.st_mode & 07777) != mode && fchmod(fd, mode) < 0)
                         return nsbox_error(err, errno, "chmod %s", p->shown);
-                if (!opts->append && ftruncate(fd, 0) < 0)
-                        return nsbox_error(err, errno, "truncate %s", p->shown);
         }
-        off_t start = opts->append ? lseek(fd, 0, SEEK_END) : 0;
+        off_t start = lseek(fd, 0, SEEK_END);
         r = fs_write_all(ctx, fd, data, len, p->shown, err);
         if (r < 0) {
-                /* No half-written file, and the space it took goes back to the sandbox. */
+                /* No half-written append, and the space it took goes back to the sandbox. */
                 if (ftruncate(fd, start < 0 ? 0 : start) < 0)
                         log_warn("truncate %s after a failed write: %s", p->shown, strerror(errno));
-                struct stat now, entry;
-                if (created && fstat(fd, &now) == 0 &&
-                    fstatat(parent, p->name, &entry, AT_SYMLINK_NOFOLLOW) == 0 &&
-                    now.st_dev == entry.st_dev && now.st_ino == entry.st_ino)
-                        unlinkat(parent, p->name, 0);
+                if (created)
+                        fs_unlink_if_same(parent, p->name, fd);
+        }
+        return r;
+}
+
+/* A write that replaces the file goes to a temporary file beside it, put in
+ * place by a rename once every byte is written: a write cut short (a full
+ * disk, nsboxd killed) leaves the old file whole, never a part of the new
+ * one under its name. The temporary file goes on any failure; its name
+ * starts with ".nsbox-write-", so one that a crash of nsboxd left behind is
+ * known for what it is. */
+int fs_write_at(const struct fs_ctx *ctx, const struct fs_path *p, const void *data, size_t len,
+                const struct fs_write_options *opts, nsbox_error_t **err)
+{
+        if (p->name == NULL || p->dir_only)
+                return nsbox_refuse(err, EISDIR, "%s names a directory, not a file", p->shown);
+        _cleanup_close_ int parent = -1;
+        int r = fs_open_parent(ctx, p, opts->parents, &parent, err);
+        if (r < 0)
+                return r;
+        if (opts->append)
+                return fs_append_at(ctx, parent, p, data, len, opts, err);
+
+        /* What is there now: kept whole until the rename, and its mode and
+         * owner are the new file's. */
+        struct stat st;
+        bool existed = false;
+        _cleanup_close_ int path_fd = fs_openat2(parent, p->name, O_PATH | O_NOFOLLOW, 0, FS_RESOLVE_ENTRY);
+        if (path_fd >= 0) {
+                if (fstat(path_fd, &st) < 0)
+                        return nsbox_error(err, errno, "stat %s", p->shown);
+                if (S_ISLNK(st.st_mode))
+                        return nsbox_refuse(err, ELOOP,
+                                            "%s is a symlink: fs.write does not follow a final symlink",
+                                            p->shown);
+                if (!S_ISREG(st.st_mode))
+                        return fs_refuse_type(err, st.st_mode, p->shown);
+                existed = true;
+        } else if (path_fd != -ENOENT) {
+                return fs_resolve_error(err, -path_fd, p->shown);
+        }
+
+        char tmp[NAME_MAX + 1];
+        _cleanup_close_ int fd = -1;
+        for (int attempt = 0; fd < 0; attempt++) {
+                if (attempt >= FS_RESOLVE_RETRIES)
+                        return nsbox_refuse(err, EAGAIN, "%s: the sandbox kept taking the temporary name",
+                                            p->shown);
+                if ((r = staging_name(STAGING_WRITE_PREFIX, tmp, sizeof(tmp))) < 0)
+                        return nsbox_error(err, -r, "a temporary name for %s", p->shown);
+                fs_create_as_user(ctx, fd,
+                                  fs_openat2(parent, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NOCTTY,
+                                             0600, FS_RESOLVE_ENTRY));
+                if (fd == -EEXIST)
+                        continue;
+                if (fd == -ENOSPC || fd == -EDQUOT)
+                        return fs_no_space(err, ctx, "create", p->shown);
+                if (fd < 0)
+                        return nsbox_error(err, -fd, "create %s", p->shown);
+        }
+        mode_t mode = opts->mode_set ? (opts->mode & 0777) : FS_DEFAULT_FILE_MODE;
+        if (existed) {
+                if (!opts->mode_set)
+                        mode = st.st_mode & 01777; /* setuid/setgid never survive a write */
+                struct stat made;
+                if (fstat(fd, &made) < 0)
+                        r = nsbox_error(err, errno, "stat %s", p->shown);
+                else if ((made.st_uid != st.st_uid || made.st_gid != st.st_gid) &&
+                         fchown(fd, st.st_uid, st.st_gid) < 0)
+                        r = nsbox_error(err, errno, "chown %s as the file it replaces", p->shown);
+                else if (fchmod(fd, mode) < 0)
+                        r = nsbox_error(err, errno, "chmod %s", p->shown);
+        } else {
+                r = fs_claim(ctx, fd, mode, p->shown, err);
+        }
+        if (r == 0)
+                r = fs_write_all(ctx, fd, data, len, p->shown, err);
+        int moved = 0;
+        if (r == 0)
+                fs_create_as_user(ctx, moved, renameat(parent, tmp, parent, p->name) < 0 ? -errno : 0);
+        if (moved < 0) {
+                r = moved == -ENOSPC || moved == -EDQUOT ? fs_no_space(err, ctx, "rename", p->shown)
+                    : moved == -EISDIR || moved == -ENOTDIR
+                        ? nsbox_refuse(err, -moved, "%s became a directory during the write", p->shown)
+                        : nsbox_error(err, -moved, "rename the written file to %s", p->shown);
+        }
+        if (r < 0) {
+                /* The space it took goes back to the sandbox at once. */
+                if (ftruncate(fd, 0) < 0)
+                        log_warn("truncate the temporary file of %s after a failed write: %s", p->shown,
+                                 strerror(errno));
+                fs_unlink_if_same(parent, tmp, fd);
         }
         return r;
 }
@@ -692,7 +890,7 @@ static int fs_name_compare(const void *a, const void *b)
 int fs_list_names(const struct fs_ctx *ctx, const struct fs_path *p, int *dir, char ***names_out,
                   size_t *n_out, bool *scan_cut_out, nsbox_error_t **err)
 {
-        _cleanup_close_ int fd = fs_openat2(ctx->root, p->rel, O_RDONLY | O_DIRECTORY, 0, FS_RESOLVE);
+        _cleanup_close_ int fd = fs_resolve(ctx, p->rel, O_RDONLY | O_DIRECTORY);
         if (fd < 0)
                 return fs_resolve_error(err, -fd, p->shown);
         _cleanup_free_ char *buf = malloc(FS_DIRENT_BUFFER);
@@ -750,7 +948,7 @@ int fs_stat_at(const struct fs_ctx *ctx, const struct fs_path *p, int *out, stru
                nsbox_error_t **err)
 {
         /* O_PATH | O_NOFOLLOW: a final symlink is described, not followed. */
-        _cleanup_close_ int fd = fs_openat2(ctx->root, p->rel, O_PATH | O_NOFOLLOW, 0, FS_RESOLVE);
+        _cleanup_close_ int fd = fs_resolve(ctx, p->rel, O_PATH | O_NOFOLLOW);
         if (fd < 0)
                 return fs_resolve_error(err, -fd, p->shown);
         if (fstat(fd, st) < 0)
@@ -761,7 +959,7 @@ int fs_stat_at(const struct fs_ctx *ctx, const struct fs_path *p, int *out, stru
 
 bool fs_read_is_large(const struct fs_ctx *ctx, const struct fs_path *p, uint64_t offset)
 {
-        _cleanup_close_ int fd = fs_openat2(ctx->root, p->rel, O_PATH, 0, FS_RESOLVE);
+        _cleanup_close_ int fd = fs_resolve(ctx, p->rel, O_PATH);
         struct stat st;
         return fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
                (uint64_t)st.st_size > offset + FS_INLINE_BYTES;
@@ -815,8 +1013,15 @@ int fs_rename_at(const struct fs_ctx *ctx, const struct fs_path *from, const str
         r = fs_open_parent(ctx, to, false, &to_parent, err);
         if (r < 0)
                 return r;
-        if (renameat2(from_parent, from->name, to_parent, to->name, overwrite ? 0 : RENAME_NOREPLACE) == 0)
+        /* A new name is an entry made: on an idmapped mount, as the user. */
+        fs_create_as_user(
+            ctx, r,
+            renameat2(from_parent, from->name, to_parent, to->name, overwrite ? 0 : RENAME_NOREPLACE) < 0
+                ? -errno
+                : 0);
+        if (r == 0)
                 return 0;
+        errno = -r;
         switch (errno) {
         case EEXIST:
                 return nsbox_refuse(err, EEXIST, "%s already exists (set overwrite to replace it)",
@@ -857,7 +1062,12 @@ int fs_symlink_at(const struct fs_ctx *ctx, const char *target, const struct fs_
         int r = fs_open_parent(ctx, p, false, &parent, err);
         if (r < 0)
                 return r;
-        for (int attempt = 0; symlinkat(target, parent, p->name) < 0; attempt++) {
+        for (int attempt = 0;; attempt++) {
+                int made;
+                fs_create_as_user(ctx, made, symlinkat(target, parent, p->name) < 0 ? -errno : 0);
+                if (made == 0)
+                        break;
+                errno = -made;
                 if (errno == ENOSPC || errno == EDQUOT)
                         return fs_no_space(err, ctx, "symlink", p->shown);
                 if (errno != EEXIST)
@@ -891,7 +1101,7 @@ int fs_symlink_at(const struct fs_ctx *ctx, const char *target, const struct fs_
 int fs_chmod_at(const struct fs_ctx *ctx, const struct fs_path *p, mode_t mode, nsbox_error_t **err)
 {
         /* A final symlink is followed, inside the root, as chmod(1) does. */
-        _cleanup_close_ int fd = fs_openat2(ctx->root, p->rel, O_PATH, 0, FS_RESOLVE);
+        _cleanup_close_ int fd = fs_resolve(ctx, p->rel, O_PATH);
         if (fd < 0)
                 return fs_resolve_error(err, -fd, p->shown);
         struct stat st;

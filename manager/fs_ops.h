@@ -25,9 +25,18 @@ struct sandbox;
  * like the same finding on the loop. */
 #define FS_JOB_INVALID_CONTENT EBADMSG
 
+/* As POLICY_MAX_MOUNTS (checked in fs_ops.c). */
+#define FS_MAX_MOUNTS 8
+
 /* One call's view of a sandbox: its pinned root and the sandbox user. */
 struct fs_ctx {
         int root;
+        /* The mounts fs.* may end on: the root's, then the sandbox's volumes
+         * and host directories (fs_ops.c). */
+        uint64_t mounts[1 + FS_MAX_MOUNTS];
+        unsigned n_mounts;
+        const char *mount_paths[FS_MAX_MOUNTS]; /* where those are attached ("/data"), in its policy */
+        unsigned n_mount_paths;
         uid_t uid;
         gid_t gid;
         uid_t uid_base;

@@ -27,6 +27,7 @@
 #include "fs_path.h"
 #include "json_cleanup.h"
 #include "log.h"
+#include "relpath.h"
 #include "loop.h"
 #include "sandbox.h"
 
@@ -52,6 +53,7 @@ struct fs_watch {
         struct watched_dir *dirs;
         size_t n_dirs, cap_dirs;
         unsigned long long sent, dropped;
+        uint32_t staging_cookie; /* of a temporary file's move, its target's event is its write */
         struct fs_watch *next;
 };
 
@@ -261,6 +263,18 @@ static bool watch_event(struct fs_watch *w, const struct inotify_event *ev)
         const char *type = event_type(ev->mask);
         if (type == NULL || ev->len == 0 || ev->name[0] == '\0')
                 return true; /* a directory's own deletion or move: its parent tells */
+        /* nsboxd's (and nsbox cp's) temporary files are not the user's: a
+         * file written through the API is a new file under its own name,
+         * created and written (a tree copied in, created), when the
+         * temporary one takes its place. */
+        if (staging_name_is(ev->name)) {
+                if (ev->mask & IN_MOVED_FROM)
+                        w->staging_cookie = ev->cookie;
+                return true;
+        }
+        bool staged = (ev->mask & IN_MOVED_TO) && ev->cookie != 0 && ev->cookie == w->staging_cookie;
+        if (staged)
+                w->staging_cookie = 0;
         _cleanup_free_ char *rel = NULL;
         if (asprintf(&rel, "%s%s%s", d->rel, d->rel[0] ? "/" : "", ev->name) < 0)
                 return true;
@@ -270,6 +284,9 @@ static bool watch_event(struct fs_watch *w, const struct inotify_event *ev)
         bool is_dir = (ev->mask & IN_ISDIR) != 0;
         watch_notify(
             w, json_pack("{s:s, s:s, s:s, s:b}", "type", type, "name", rel, "path", path, "is_dir", is_dir));
+        if (staged && !is_dir)
+                watch_notify(w, json_pack("{s:s, s:s, s:s, s:b}", "type", "write", "name", rel, "path", path,
+                                          "is_dir", false));
         if (w->recursive && is_dir && (ev->mask & (IN_CREATE | IN_MOVED_TO)))
                 watch_new_dir(w, rel);
         return true;

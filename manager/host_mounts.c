@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
+#include <sys/epoll.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -26,6 +28,8 @@
 #include "cleanup.h"
 #include "config.h"
 #include "daemon.h"
+#include "log.h"
+#include "loop.h"
 #include "proto.h"
 
 #define HOST_MOUNT_MAX_GROUPS 256
@@ -92,13 +96,16 @@ static __attribute__((noreturn)) void open_as_caller(int sock, int root, const c
                 child_report(sock, errno, -1, "take the caller's ids");
         struct open_how how = {
                 .flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
-                .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+                /* No other file system on the way: a FUSE (or NFS) mount
+                 * below the root could hold the open for as long as its
+                 * server likes. */
+                .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV,
         };
         int fd = (int)syscall(SYS_openat2, root, rel, &how, sizeof(how));
         if (fd < 0)
                 child_report(sock, errno, -1,
                              errno == ELOOP    ? "a symlink on the way (not followed)"
-                             : errno == EXDEV  ? "it leaves the allowed root"
+                             : errno == EXDEV  ? "it leaves the allowed root or its file system"
                              : errno == EACCES ? "the caller may not reach it"
                                                : "open it as the caller");
         struct stat st;
@@ -111,6 +118,29 @@ static __attribute__((noreturn)) void open_as_caller(int sock, int root, const c
                 child_report(sock, errno, -1,
                              read_only ? "the caller may not read it" : "the caller may not write it");
         child_report(sock, 0, fd, "");
+}
+
+/* The opening child, once killed: reaped now, or by the loop when it ends
+ * (one stuck in an uninterruptible wait is never waited for). */
+static void on_open_child_exit(struct loop_source *source, uint32_t events)
+{
+        siginfo_t info = { 0 };
+        waitid(P_PIDFD, source->fd, &info, WEXITED | WNOHANG);
+        loop_remove(nsboxd.loop, source);
+}
+
+static void open_child_end(int pidfd)
+{
+        siginfo_t info = { 0 };
+        syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+        if (waitid(P_PIDFD, pidfd, &info, WEXITED | WNOHANG) == 0 && info.si_pid != 0) {
+                close(pidfd);
+                return;
+        }
+        if (nsboxd.loop == NULL || loop_add(nsboxd.loop, pidfd, EPOLLIN, on_open_child_exit, NULL) == NULL) {
+                log_warn("host mounts: a child opening a host_path does not end; left to the system");
+                close(pidfd);
+        }
 }
 
 int host_mount_open(uid_t caller, const char *path, bool read_only, nsbox_error_t **err)
@@ -140,7 +170,11 @@ int host_mount_open(uid_t caller, const char *path, bool read_only, nsbox_error_
                 return nsbox_error(err, errno, "socketpair");
         _cleanup_close_ int parent_end = sv[0];
         _cleanup_close_ int child_end = sv[1];
-        pid_t pid = fork();
+        int pidfd = -1;
+        struct clone_args args = { .flags = CLONE_PIDFD,
+                                   .pidfd = (uint64_t)(uintptr_t)&pidfd,
+                                   .exit_signal = SIGCHLD };
+        pid_t pid = (pid_t)syscall(SYS_clone3, &args, sizeof(args));
         if (pid < 0)
                 return nsbox_error(err, errno, "fork to open %s as uid %u", path, (unsigned)caller);
         if (pid == 0)
@@ -158,8 +192,7 @@ int host_mount_open(uid_t caller, const char *path, bool read_only, nsbox_error_
         int fd = -1;
         unsigned nfds = 0;
         ssize_t got = n > 0 ? ctl_recv(parent_end, &res, sizeof(res), &fd, 1, &nfds) : -ETIMEDOUT;
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
+        open_child_end(pidfd);
         if (got != (ssize_t)sizeof(res)) {
                 if (nfds == 1)
                         close(fd);

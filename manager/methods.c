@@ -26,6 +26,7 @@
 #include "log.h"
 #include "observe.h"
 #include "python.h"
+#include "removals.h"
 #include "idle.h"
 #include "sandbox_life.h"
 #include "sandbox_limits.h"
@@ -47,9 +48,7 @@ static bool reply_gone(struct rpc_request *req, const char *ref)
         const struct sandbox_removal *r = sandbox_removal_find(ref, req->uid);
         if (r == NULL)
                 return false;
-        char message[512];
-        sandbox_removal_message(r, message, sizeof(message));
-        rpc_reply_fail_data(req, "gone", sandbox_removal_to_json(r), "%s", message);
+        sandbox_removal_reply_gone(req, r, NULL);
         return true;
 }
 
@@ -647,6 +646,8 @@ static const struct method methods[] = {
         { "image.remove", image_method_remove, 0, NULL },
         { "image.import", image_method_import, 0, NULL },
         { "python.run", python_method_run, M_FIND | M_RESUME, NULL },
+        { "python.reset", python_method_reset, M_SANDBOX | M_RESUME,
+          PARAMS("sandbox_id", "context", "remove") },
         { "desktop.start", desktop_method_start, M_SANDBOX | M_RESUME | M_TOUCH,
           PARAMS("sandbox_id", "width", "height") },
         { "desktop.screenshot", desktop_method_screenshot, M_SANDBOX | M_RESUME | M_TOUCH,

@@ -24,6 +24,7 @@
 #include "policy.h"
 #include "quota.h"
 #include "requirement.h"
+#include "removals.h"
 #include "sandbox_life.h"
 #include "textenc.h"
 
@@ -55,6 +56,10 @@
 /* A stateful call's output travels in one frame of the driver (MAX_FRAME,
  * JSON-escaped): it keeps at most this much, stdout and stderr together. */
 #define STATEFUL_MAX_OUTPUT (8u << 20)
+/* What a stateful call keeps of its output when it does not say (the driver's own default). */
+#define STATEFUL_DEFAULT_OUTPUT (1u << 20)
+/* A context's name (python.run context, python.reset). */
+#define CONTEXT_NAME_MAX 64
 
 struct python_run {
         struct rpc_request *req;
@@ -64,7 +69,12 @@ struct python_run {
         struct sandbox *sb;
         char sandbox_id[37]; /* sb's, to find whether it still exists after a wait */
         bool stateful;
-        bool stream; /* stateless output as exec.output notifications */
+        bool stream;                                   /* output as exec.output notifications */
+        enum { RUN_CODE, RUN_RESET, RUN_REMOVE } kind; /* stateful: a call, or python.reset */
+        char call_id[37];    /* a streamed stateful call's exec_id in its notifications */
+        json_int_t streamed; /* bytes of it sent so far (stateful) */
+        size_t images_sent, image_bytes, images_left_out; /* its figures streamed (stateful) */
+        json_t *error; /* the exception's {name, value, traceback} (stateful), owned */
         unsigned timeout_s;
         json_int_t max_output;     /* max_output_bytes asked, or -1: the default */
         json_int_t output_dropped; /* bytes of output past max_output, dropped */
@@ -81,6 +91,7 @@ struct python_run {
 static void run_free(struct python_run *run)
 {
         quota_calls_add(run->uid, -1);
+        json_decref(run->error);
         free(run);
 }
 
@@ -168,6 +179,7 @@ static void reply_run(struct python_run *run, const char *status, json_t *exit_c
                      (unsigned long long)(run->sb->policy.limits.memory_bytes >> 20)) >= 0)
                 err_text = with_oom;
         json_t *outputs = build_outputs(run->sb, out, images, &images_left_out);
+        images_left_out += run->images_left_out;
         json_t *files_json = bounded_files(files, &files_left_out);
         json_t *reply = json_pack("{s:s, s:s, s:s, s:o, s:I, s:o, s:o, s:o, s:b, s:s, s:I, s:I}", "status",
                                   status, "stdout", out ? out : "", "stderr", err_text ? err_text : "",
@@ -181,6 +193,8 @@ static void reply_run(struct python_run *run, const char *status, json_t *exit_c
                 json_object_set_new(reply, "oom_killed", json_boolean(run->oom_killed));
         if (reply != NULL && truncated && run->output_dropped > 0)
                 json_object_set_new(reply, "output_dropped_bytes", json_integer(run->output_dropped));
+        if (reply != NULL && run->error != NULL)
+                json_object_set(reply, "error", run->error);
         if (run->new_session)
                 sandbox_removal_note_recreated(
                     reply, sandbox_removal_of_session(run->sb->policy.session_id, run->sb->owner));
@@ -542,6 +556,88 @@ static void interp_free(struct python_interp *in, const char *why)
         free(in);
 }
 
+/* A streamed call's output frame, as exec.output notifications, up to
+ * the output it keeps (the driver bounds it too; this bounds what nsboxd
+ * holds for a client that does not read, whatever the sandbox sends). */
+static void interp_stream(struct python_run *run, json_t *frame)
+{
+        const char *stream = json_string_value(json_object_get(frame, "output"));
+        json_t *data = json_object_get(frame, "data");
+        if (!run->stream || run->kind != RUN_CODE || !json_is_string(data) ||
+            (strcmp(stream, "stdout") != 0 && strcmp(stream, "stderr") != 0))
+                return;
+        json_int_t most = run->max_output >= 0 ? run->max_output : STATEFUL_DEFAULT_OUTPUT;
+        json_int_t len = (json_int_t)json_string_length(data);
+        if (run->streamed + len > most) {
+                run->output_dropped += len;
+                return;
+        }
+        run->streamed += len;
+        _cleanup_json_ json_t *params =
+            json_pack("{s:s, s:s, s:O}", "exec_id", run->call_id, "stream", stream, "data", data);
+        if (params != NULL)
+                rpc_notify(run->req, "exec.output", params);
+}
+
+/* A figure a streamed call showed (its path in the sandbox), as a
+ * python.image notification while the call runs, within the bounds of a
+ * reply's images: the ones past them are counted as left out. */
+static void interp_stream_image(struct python_run *run, json_t *frame)
+{
+        const char *path = json_string_value(json_object_get(frame, "image"));
+        if (!run->stream || run->kind != RUN_CODE || path == NULL)
+                return;
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        _cleanup_free_ char *data = NULL, *b64 = NULL;
+        size_t len = 0, room = MAX_IMAGES_TOTAL - run->image_bytes;
+        if (run->images_sent >= MAX_IMAGES || run->image_bytes >= MAX_IMAGES_TOTAL ||
+            fs_read_file(run->sb, path, room < MAX_IMAGE_BYTES ? room : MAX_IMAGE_BYTES, &data, &len, &err) <
+                0 ||
+            (b64 = base64_encode(data, len, NULL)) == NULL) {
+                run->images_left_out++;
+                return;
+        }
+        run->images_sent++;
+        run->image_bytes += len;
+        _cleanup_json_ json_t *params = json_pack("{s:s, s:s, s:s, s:s}", "exec_id", run->call_id, "mime",
+                                                  "image/png", "data", b64, "path", path);
+        if (params != NULL)
+                rpc_notify(run->req, "python.image", params);
+}
+
+/* The driver's {name, value, traceback} of the call's exception, type-checked. */
+static json_t *driver_error(json_t *frame)
+{
+        json_t *e = json_object_get(frame, "error");
+        json_t *name = json_object_get(e, "name"), *value = json_object_get(e, "value"),
+               *traceback = json_object_get(e, "traceback");
+        if (!json_is_string(name) || !json_is_string(value) || !json_is_string(traceback))
+                return NULL;
+        return json_pack("{s:O, s:O, s:O}", "name", name, "value", value, "traceback", traceback);
+}
+
+/* python.reset's answer, or a call the driver refused (too many contexts). */
+static bool interp_answer_other(struct python_run *run, json_t *frame)
+{
+        if (run->kind != RUN_CODE) {
+                json_t *context = json_object_get(run->req->msg.params, "context");
+                bool found = json_is_true(json_object_get(frame, "found"));
+                rpc_reply_result(run->req,
+                                 json_pack("{s:s, s:O, s:b, s:b}", "sandbox_id", run->sb->id, "context",
+                                           json_is_string(context) ? context : json_null(), "found", found,
+                                           "removed", found && run->kind == RUN_REMOVE));
+                run_free(run);
+                return true;
+        }
+        const char *refused = json_string_value(json_object_get(frame, "refused"));
+        if (refused == NULL)
+                return false;
+        char message[256];
+        snprintf(message, sizeof(message), "%s", refused);
+        run_fail(run, "limit_reached", message);
+        return true;
+}
+
 static void interp_answer(struct python_interp *in, json_t *frame)
 {
         struct python_run *run = in->queue;
@@ -551,6 +647,10 @@ static void interp_answer(struct python_interp *in, json_t *frame)
         interp_disarm(in);
         bool timed_out = in->timeout_stage > 0;
         in->timeout_stage = 0;
+        if (interp_answer_other(run, frame)) {
+                interp_send_next(in);
+                return;
+        }
         const char *status = timed_out ? "timeout" : json_string_value(json_object_get(frame, "status"));
         if (status == NULL)
                 status = "error";
@@ -566,8 +666,10 @@ static void interp_answer(struct python_interp *in, json_t *frame)
         json_t *result = json_object_get(frame, "result");
         /* The driver's count, type-checked: it runs as the sandbox's user. */
         json_t *dropped = json_object_get(frame, "output_dropped_bytes");
-        if (json_is_integer(dropped) && json_integer_value(dropped) > 0)
-                run->output_dropped = json_integer_value(dropped);
+        if (json_is_integer(dropped) && json_integer_value(dropped) > 0 &&
+            json_integer_value(dropped) < (1LL << 40)) /* a count, not a forged overflow */
+                run->output_dropped += json_integer_value(dropped);
+        run->error = driver_error(frame);
         /* A timeout is said as exec says it (the code got a KeyboardInterrupt; its
          * variables remain). */
         _cleanup_free_ char *stderr_text = NULL;
@@ -584,7 +686,7 @@ static void interp_answer(struct python_interp *in, json_t *frame)
         reply_run(run, status, exit_code, json_string_value(json_object_get(frame, "stdout")), err_text,
                   json_is_object(files) ? files : NULL, json_is_array(images) ? images : NULL,
                   json_is_string(result) ? json_incref(result) : NULL,
-                  json_is_true(json_object_get(frame, "truncated")));
+                  json_is_true(json_object_get(frame, "truncated")) || run->output_dropped > 0);
         interp_send_next(in);
 }
 
@@ -645,6 +747,15 @@ static void interp_on_stdout(struct exec *ex, const char *data, size_t len, void
                                 in->timeout_stage = 2;
                                 interp_arm(in, CLEANUP_GRACE_MS);
                         }
+                } else if (json_is_string(json_object_get(frame, "output")) ||
+                           json_is_string(json_object_get(frame, "image"))) {
+                        json_t *id = json_object_get(frame, "id");
+                        bool current = in->in_flight && in->queue != NULL && json_is_integer(id) &&
+                                       (uint64_t)json_integer_value(id) == in->next_id;
+                        if (current && json_object_get(frame, "output") != NULL)
+                                interp_stream(in->queue, frame);
+                        else if (current)
+                                interp_stream_image(in->queue, frame);
                 } else if (in->in_flight && in->queue != NULL) {
                         interp_answer(in, frame);
                 }
@@ -661,7 +772,9 @@ static void interp_done(struct exec *ex, json_t *result, void *opaque)
         if (in->in_flight && queued != NULL) {
                 struct python_run *run = queued;
                 queued = run->next;
-                if (in->timeout_stage > 0)
+                if (run->kind != RUN_CODE)
+                        run_fail(run, "unavailable", "the python interpreter exited during the call");
+                else if (in->timeout_stage > 0)
                         reply_run(run, "timeout", NULL, "",
                                   "nsbox: the code did not stop on SIGINT and its interpreter was restarted; "
                                   "variables are lost\n",
@@ -759,10 +872,24 @@ static void interp_send_next(struct python_interp *in)
         if (!in->ready || in->in_flight || in->queue == NULL)
                 return;
         struct python_run *run = in->queue;
-        json_t *code = json_object_get(run->req->msg.params, "code");
-        _cleanup_json_ json_t *req = json_pack("{s:I, s:O}", "id", (json_int_t)++in->next_id, "code", code);
-        if (req != NULL && run->max_output >= 0)
-                json_object_set_new(req, "max_output_bytes", json_integer(run->max_output));
+        json_t *p = run->req->msg.params;
+        _cleanup_json_ json_t *req = json_pack("{s:I}", "id", (json_int_t)++in->next_id);
+        if (req != NULL && run->kind != RUN_CODE) {
+                json_t *context = json_object_get(p, "context");
+                json_object_set_new(req, "reset",
+                                    json_is_string(context) ? json_incref(context) : json_string(""));
+                json_object_set_new(req, "remove", json_boolean(run->kind == RUN_REMOVE));
+        } else if (req != NULL) {
+                /* checked by check_run_params */
+                static const char *const passed[] = { "code", "context", "cwd", "env", "stream" };
+                for (size_t i = 0; i < ARRAY_SIZE(passed); i++) {
+                        json_t *v = json_object_get(p, passed[i]);
+                        if (v != NULL && !json_is_null(v))
+                                json_object_set(req, passed[i], v);
+                }
+                if (run->max_output >= 0)
+                        json_object_set_new(req, "max_output_bytes", json_integer(run->max_output));
+        }
         _cleanup_free_ char *body = json_dumps(req, JSON_COMPACT);
         _cleanup_free_ char *frame = NULL;
         /* One write: the driver wakes once, with all of it. */
@@ -779,6 +906,14 @@ static void interp_send_next(struct python_interp *in)
         if (exec_write_stdin(in->exec, frame, (size_t)len) < 0) {
                 exec_signal(in->exec, SIGKILL); /* interp_done answers */
                 return;
+        }
+        if (run->stream && run->kind == RUN_CODE) {
+                uuid_t u;
+                uuid_generate_random(u);
+                uuid_unparse_lower(u, run->call_id);
+                _cleanup_json_ json_t *started = json_pack("{s:s}", "exec_id", run->call_id);
+                if (started != NULL)
+                        rpc_notify(run->req, "exec.started", started);
         }
         interp_arm(in, (long long)run->timeout_s * 1000);
 }
@@ -1093,21 +1228,54 @@ static void session_ready(struct sandbox *sb, const char *error, void *data)
         run_in_sandbox(run);
 }
 
-/* args, script_name, stream and env: how a stateless call runs its script. */
+/* A context's name: absent or null (the main one), else 1 to
+ * CONTEXT_NAME_MAX letters, digits, '_', '-' and '.'. */
+static int check_context_name(json_t *v, nsbox_error_t **err)
+{
+        if (v == NULL || json_is_null(v))
+                return 0;
+        const char *name = json_string_value(v);
+        size_t n = name ? strlen(name) : 0;
+        bool ok = name != NULL && n >= 1 && n <= CONTEXT_NAME_MAX && n == json_string_length(v);
+        for (size_t i = 0; ok && i < n; i++)
+                ok = (name[i] >= 'a' && name[i] <= 'z') || (name[i] >= 'A' && name[i] <= 'Z') ||
+                     (name[i] >= '0' && name[i] <= '9') || strchr("_-.", name[i]) != NULL;
+        if (!ok)
+                return nsbox_invalid(err, "context must be 1 to %d letters, digits, '_', '-' or '.'",
+                                     CONTEXT_NAME_MAX);
+        return 0;
+}
+
+/* args and script_name: how a stateless call runs its script; context and
+ * cwd: where a stateful one runs; stream and env: either. */
 static int check_script_params(json_t *p, bool stateful, nsbox_error_t **err)
 {
-        static const char *const stateless_only[] = { "args", "script_name", "stream", "env" };
+        static const char *const stateless_only[] = { "args", "script_name" };
+        static const char *const stateful_only[] = { "context", "cwd" };
         for (size_t i = 0; i < ARRAY_SIZE(stateless_only); i++) {
                 json_t *v = json_object_get(p, stateless_only[i]);
                 if (stateful && v != NULL && !json_is_null(v))
                         return nsbox_invalid(err, "%s is for stateless calls (stateful: false)",
                                              stateless_only[i]);
+                v = json_object_get(p, stateful_only[i]);
+                if (!stateful && v != NULL && !json_is_null(v))
+                        return nsbox_invalid(err, "%s is for stateful calls (stateful: true)",
+                                             stateful_only[i]);
         }
+        int r = check_context_name(json_object_get(p, "context"), err);
+        if (r < 0)
+                return r;
+        json_t *cwd = json_object_get(p, "cwd");
+        if (cwd != NULL && !json_is_null(cwd) &&
+            (!json_is_string(cwd) || json_string_value(cwd)[0] != '/' ||
+             json_string_length(cwd) > FS_PATH_MAX ||
+             strlen(json_string_value(cwd)) != json_string_length(cwd)))
+                return nsbox_invalid(err, "cwd must be an absolute path of at most %d bytes, without NUL",
+                                     FS_PATH_MAX);
         json_t *stream = json_object_get(p, "stream");
         if (stream != NULL && !json_is_null(stream) && !json_is_boolean(stream))
                 return nsbox_invalid(err, "stream must be a boolean");
         json_t *env = json_object_get(p, "env");
-        int r;
         if (env != NULL && !json_is_null(env) && (r = policy_check_env(env, "env", err)) < 0)
                 return r;
         json_t *args = json_object_get(p, "args");
@@ -1168,7 +1336,7 @@ static int check_run_params(json_t *p, unsigned *timeout_s, json_int_t *max_outp
         static const char *const known[] = {
                 "sandbox_id", "session_id", "code",        "timeout_seconds", "requirements",     "files",
                 "stateful",   "args",       "script_name", "stream",          "max_output_bytes", "env",
-                NULL
+                "context",    "cwd",        NULL
         };
         int r = params_check_known(p, known, "", err);
         if (r < 0)
@@ -1301,4 +1469,46 @@ void python_method_run(struct rpc_request *req, struct sandbox *sb)
         int r = sandbox_create(req->uid, &policy, session_ready, run, &sb, &err);
         if (r < 0)
                 run_fail(run, r == -EUSERS ? "limit_reached" : "internal", err->message);
+}
+
+void python_method_reset(struct rpc_request *req, struct sandbox *sb)
+{
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        json_t *p = req->msg.params, *remove = json_object_get(p, "remove");
+        if (check_context_name(json_object_get(p, "context"), &err) < 0 ||
+            (remove != NULL && !json_is_null(remove) && !json_is_boolean(remove))) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s",
+                                err ? err->message : "remove must be a boolean");
+                return;
+        }
+        bool main_context = !json_is_string(json_object_get(p, "context"));
+        if (main_context && json_is_true(remove)) {
+                rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params",
+                                "the main context cannot be removed, only reset (give a context)");
+                return;
+        }
+        if (sb->python == NULL) { /* no interpreter: nothing to forget */
+                rpc_reply_result(req, json_pack("{s:s, s:O, s:b, s:b}", "sandbox_id", sb->id, "context",
+                                                main_context ? json_null() : json_object_get(p, "context"),
+                                                "found", main_context, "removed", 0));
+                return;
+        }
+        if (quota_refuse_call(req))
+                return;
+        struct python_run *run = calloc(1, sizeof(*run));
+        if (run == NULL) {
+                rpc_reply_fail(req, "internal", "out of memory");
+                return;
+        }
+        run->req = req;
+        run->uid = req->uid;
+        quota_calls_add(run->uid, 1);
+        run->sb = sb;
+        snprintf(run->sandbox_id, sizeof(run->sandbox_id), "%s", sb->id);
+        run->stateful = true;
+        run->kind = json_is_true(remove) ? RUN_REMOVE : RUN_RESET;
+        run->timeout_s = PARAMS_TIMEOUT_DEFAULT_S;
+        run->max_output = -1;
+        run->started_mono = now_monotonic_ms();
+        python_stateful_submit(run);
 }

@@ -12,6 +12,8 @@ struct sandbox;
 struct python_interp;
 
 void python_method_run(struct rpc_request *req, struct sandbox *sb);
+/* python.reset: forget a context's variables in the stateful interpreter, or remove the context. */
+void python_method_reset(struct rpc_request *req, struct sandbox *sb);
 /* A call runs in the sandbox's stateful interpreter, or waits for it. */
 bool python_busy(const struct sandbox *sb);
 void package_method_install(struct rpc_request *req, struct sandbox *sb);

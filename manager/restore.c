@@ -138,6 +138,16 @@ static int adopt_one(const char *name, nsbox_error_t **err)
                *paused = json_object_get(record, "paused_at_ms");
         a.last_active_ms = json_is_integer(active) ? json_integer_value(active) : 0;
         a.paused_at_ms = json_is_integer(paused) ? json_integer_value(paused) : 0;
+        /* The mounts fs.* may cross into: ids of mounts its init still holds. */
+        uint64_t mount_ids[POLICY_MAX_MOUNTS];
+        json_t *ids = json_object_get(record, "mount_ids"), *id;
+        size_t k;
+        json_array_foreach(ids, k, id)
+        {
+                if (json_is_integer(id) && json_integer_value(id) > 0 && a.n_mount_ids < POLICY_MAX_MOUNTS)
+                        mount_ids[a.n_mount_ids++] = (uint64_t)json_integer_value(id);
+        }
+        a.mount_ids = mount_ids;
         json_t *params = json_object_get(record, "policy");
         /* Their values are nsbox-egress's only, never written down: the
          * proxy of the next nsboxd could not put them into requests. */

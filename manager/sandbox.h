@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The sandbox registry: struct sandbox, lookup by id, prefix or session for
- * an owner, its JSON, waiters, removals remembered. The lifecycle is in
- * sandbox_life.h, pause in sandbox_pause.h, idle reaping in idle.h. */
+ * an owner, its JSON, waiters; removals remembered are in removals.h. The
+ * lifecycle is in sandbox_life.h, pause in sandbox_pause.h, idle reaping in idle.h. */
 #pragma once
 
 #include <jansson.h>
@@ -38,7 +38,8 @@ struct sandbox {
         /* Removed as its clients see it (sandbox_release): out of lookups,
          * lists and counts; its processes may still be ending. */
         bool released;
-        uint64_t committed; /* its share of the memory commit (memory_commit_bytes) */
+        bool removal_recorded; /* in the record of removals (removals.h) */
+        uint64_t committed;    /* its share of the memory commit (memory_commit_bytes) */
         unsigned uid_slot;
         uid_t host_uid_base;
         char *dir;
@@ -46,6 +47,11 @@ struct sandbox {
          * mounts is detached: sandbox.snapshot and image.commit copy it. */
         int disk_fd;
         char snapshot_id[37]; /* the snapshot it was created from, or "" */
+        /* The mounts of its volumes and host directories (statx's mount
+         * ids, kept as they were attached): fs.* crosses into these and
+         * into no other mount of the sandbox (fs_ops.c). */
+        uint64_t mount_ids[POLICY_MAX_MOUNTS];
+        unsigned n_mount_ids;
 
         struct sandbox_waiter *create_waiters; /* requests answered when the create ends */
         struct sandbox_waiter *remove_waiters;
@@ -63,6 +69,7 @@ struct sandbox {
         long long paused_mono;          /* monotonic */
         struct loop_timer *pause_timer; /* while freezing: polls until frozen */
         long long pause_deadline_mono;  /* gives up freezing (thaws) after this */
+        long long pause_retry_mono;     /* asks the freezer again at this time */
         struct sandbox_waiter *pause_waiters;
         const char *pause_error_kind; /* for the waiters of a pause that failed */
 
@@ -84,43 +91,6 @@ struct sandbox *sandbox_lookup(const char *id, uid_t uid);
 struct sandbox *sandbox_find_session(const char *session_id, uid_t owner);
 
 void sandbox_touch(struct sandbox *sb);
-
-/* A sandbox that was removed, as the registry remembers it for a while: a
- * call that names it is told when and why it went (kind "gone"), `ls -a`
- * lists it, and its session's next sandbox says it is a new one. Only its
- * owner (and root) ever learn of it. */
-struct sandbox_removal {
-        uid_t owner;
-        long long when_mono;     /* 0: a free entry */
-        unsigned long long seq;  /* order of recording: newer is larger (ties of when_mono too) */
-        long long removed_at_ms; /* wall clock */
-        bool recreated;          /* its session has had a new sandbox since */
-        char sandbox_id[37];
-        char session_id[sizeof(((struct sandbox_policy *)0)->session_id)];
-        char reason[160];
-};
-
-/* Remember that `sb` was removed and why (its end_reason: "idle for 5 min
- * (idle_timeout_seconds)", "asked by uid 1000"). Called once per client
- * sandbox by the lifecycle as it ends. */
-void sandbox_removal_record(const struct sandbox *sb, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-/* The removed sandbox `ref` names for `uid` (its full id, a unique prefix
- * of the id of one of uid's own, or one of uid's session names), when no
- * live sandbox has it; NULL otherwise. Root finds any full id. */
-const struct sandbox_removal *sandbox_removal_find(const char *ref, uid_t uid);
-/* The last removal of `owner`'s session not followed by a new sandbox of
- * it, marked as followed now (a session's next sandbox says it is new);
- * NULL when there is none. */
-const struct sandbox_removal *sandbox_removal_of_session(const char *session_id, uid_t owner);
-/* "sandbox X (session S) was removed at ..., N ago: REASON; ..." */
-void sandbox_removal_message(const struct sandbox_removal *r, char *buf, size_t len);
-/* Its JSON (sandbox.list's "removed", the gone error's data). */
-json_t *sandbox_removal_to_json(const struct sandbox_removal *r);
-/* The removals `uid` may see (root: all), newest first. */
-json_t *sandbox_removals_json(uid_t uid);
-/* A reply of a session's new sandbox says the last one went and why. */
-void sandbox_removal_note_recreated(json_t *reply, const struct sandbox_removal *r);
 
 /* Requests that wait for an event of a sandbox (created, removed, paused):
  * each `done` runs once, in the order added, when the event's list is run. */

@@ -35,6 +35,7 @@
 #include "fs_watch.h"
 #include "log.h"
 #include "profiles.h"
+#include "removals.h"
 #include "size.h"
 #include "proto.h"
 #include "host_mounts.h"
@@ -247,26 +248,6 @@ static void sandbox_free(struct sandbox *sb)
 
 static void pool_fill_soon(void);
 
-/* From now on the sandbox is removed as its clients see it: out of
- * lookups and lists, no longer counted against max_sandboxes, its owner's
- * share or the memory commit, its removal recorded and announced. A
- * remove answers here: what follows (the kernel ending every process and
- * namespace of the sandbox, then sandbox_finalize releasing its cgroups,
- * mounts and uid range) was most of a remove's time, and nothing a next
- * create, list or count needs. It still logs what fails. */
-static void sandbox_release(struct sandbox *sb)
-{
-        if (sb->released || sb->pooled)
-                return;
-        sb->released = true;
-        nsboxd.n_sandboxes--;
-        memory_committed -= sb->committed;
-        sb->committed = 0;
-        const char *why = sb->end_reason ? sb->end_reason : "its init ended";
-        events_emit(sb, "sandbox.removed", why, NULL);
-        sandbox_removal_record(sb, "%s", why);
-}
-
 /* Why a sandbox nobody asked to remove ended: its init's end, as waitid
  * tells it. A SIGKILL while the sandbox counts OOM kills names the OOM
  * killer as the likely cause (the kernel does not say whom it killed). */
@@ -289,6 +270,38 @@ static char *unasked_end_reason(struct sandbox *sb, const siginfo_t *info)
                 why = strdup("its init ended");
         }
         return why;
+}
+
+/* Into the record of removals, once: as its removal starts (a session's
+ * next call, made while it is still stopping, hears that it went), or as it
+ * ends when nobody asked. Before its execs end, with their ids. */
+static void record_removal(struct sandbox *sb)
+{
+        if (sb->removal_recorded || sb->pooled)
+                return;
+        sb->removal_recorded = true;
+        struct sandbox_removal *r =
+            sandbox_removal_record(sb, "%s", sb->end_reason ? sb->end_reason : "its init ended");
+        exec_sandbox_record_ids(sb, r);
+}
+
+/* From now on the sandbox is removed as its clients see it: out of
+ * lookups and lists, no longer counted against max_sandboxes, its owner's
+ * share or the memory commit, its removal recorded and announced. A
+ * remove answers here: what follows (the kernel ending every process and
+ * namespace of the sandbox, then sandbox_finalize releasing its cgroups,
+ * mounts and uid range) was most of a remove's time, and nothing a next
+ * create, list or count needs. It still logs what fails. */
+static void sandbox_release(struct sandbox *sb)
+{
+        if (sb->released || sb->pooled)
+                return;
+        sb->released = true;
+        nsboxd.n_sandboxes--;
+        memory_committed -= sb->committed;
+        sb->committed = 0;
+        record_removal(sb);
+        events_emit(sb, "sandbox.removed", sb->end_reason ? sb->end_reason : "its init ended", NULL);
 }
 
 /* The init is gone (or never started): release everything and answer. */
@@ -318,6 +331,8 @@ static void sandbox_finalize(struct sandbox *sb)
                 loop_remove(nsboxd.loop, sb->pidfd);
                 sb->pidfd = NULL;
         }
+        if (!failed_create)
+                record_removal(sb);
         exec_sandbox_gone(sb);
         fs_watch_sandbox_gone(sb);
         egress_detach(sb, false);
@@ -618,6 +633,10 @@ static int sandbox_mount_trees(struct sandbox *sb, pid_t pid, struct mount_trees
                 if (tree < 0)
                         return tree;
                 out->fd[out->n++] = tree;
+                /* move_mount attaches this very mount: its id stays. */
+                struct statx stx;
+                if (statx(tree, "", AT_EMPTY_PATH, STATX_MNT_ID, &stx) == 0 && (stx.stx_mask & STATX_MNT_ID))
+                        sb->mount_ids[sb->n_mount_ids++] = stx.stx_mnt_id;
         }
         return 0;
 }
@@ -1108,6 +1127,8 @@ int sandbox_adopt(struct sandbox_adoption *a, nsbox_error_t **err)
         sb->created_at_ms = a->created_at_ms;
         sb->cgroup = a->cgroup;
         a->cgroup = NULL;
+        for (unsigned i = 0; i < a->n_mount_ids && i < POLICY_MAX_MOUNTS; i++)
+                sb->mount_ids[sb->n_mount_ids++] = a->mount_ids[i];
         sandbox_touch(sb);
         sb->next = nsboxd.sandboxes;
         nsboxd.sandboxes = sb;
@@ -1223,6 +1244,8 @@ void sandbox_remove(struct sandbox *sb, const char *why, sandbox_ready_cb done, 
                          why != NULL ? why : "no reason given");
                 sandbox_set_failure(sb, failure);
         }
+        if (sb->state == SANDBOX_RUNNING)
+                record_removal(sb);
         if (sb->state != SANDBOX_EXITED)
                 sb->state = sb->state == SANDBOX_CREATING ? SANDBOX_CREATING : SANDBOX_STOPPING;
         sandbox_kill(sb);

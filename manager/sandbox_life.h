@@ -30,6 +30,8 @@ struct sandbox_adoption {
         struct sandbox_cgroup *cgroup; /* taken over */
         long long last_active_ms;      /* wall clock; 0: unknown (its idle timer starts now) */
         long long paused_at_ms;        /* wall clock; 0: it was not paused */
+        const uint64_t *mount_ids;     /* of its volumes and host directories (sandbox.h) */
+        unsigned n_mount_ids;
 };
 /* Make the sandbox live in the registry again under its id, with a new
  * lease for its init and a slot for its next exec. On failure its init and

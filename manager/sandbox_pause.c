@@ -23,6 +23,10 @@
 #define PAUSE_FIRST_POLL_US 100
 #define PAUSE_POLL_MS       1
 #define PAUSE_TIMEOUT_MS    5000
+/* A v1 freezer left FREEZING (a task it could not stop at that moment)
+ * stays so until asked again, as the kernel's freezer documentation says:
+ * nsboxd asks again this often until it is frozen or the time is out. */
+#define PAUSE_RETRY_MS 200
 
 /* A pause ends (frozen, failed or overtaken): its waiters are answered. */
 void sandbox_pause_end(struct sandbox *sb, const char *error, const char *kind)
@@ -64,8 +68,16 @@ static void on_pause_timer(struct loop *loop, struct loop_timer *timer, void *da
                 pause_frozen(sb);
                 return;
         }
-        if (frozen == 0 && now_monotonic_ms() < sb->pause_deadline_mono)
+        long long now = now_monotonic_ms();
+        if (frozen == 0 && now < sb->pause_deadline_mono) {
+                if (now >= sb->pause_retry_mono) {
+                        _cleanup_error_ nsbox_error_t *err = NULL;
+                        sb->pause_retry_mono = now + PAUSE_RETRY_MS;
+                        if (cgroup_sandbox_freeze(sb->cgroup, &err) < 0)
+                                log_warn("sandbox %s: freeze again: %s", sb->id, err->message);
+                }
                 return;
+        }
         cgroup_sandbox_thaw(sb->cgroup);
         /* The idle reaper tries again after another idle timeout, not at once. */
         sb->last_active_mono = now_monotonic_ms();
@@ -112,6 +124,7 @@ int sandbox_pause(struct sandbox *sb, sandbox_ready_cb done, void *data, nsbox_e
                         return r;
                 }
                 sb->pause_deadline_mono = started + PAUSE_TIMEOUT_MS;
+                sb->pause_retry_mono = started + PAUSE_RETRY_MS;
         }
         if (done != NULL)
                 sandbox_waiter_add(&sb->pause_waiters, done, data);

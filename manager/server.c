@@ -33,6 +33,7 @@
 #include "shell.h"
 #include "idle.h"
 #include "python.h"
+#include "removals.h"
 #include "sandbox_life.h"
 #include "snapshot.h"
 #include "state.h"
@@ -298,6 +299,7 @@ static int start(nsbox_error_t **err)
                 return r;
         if ((r = state_lock(err)) < 0)
                 return r;
+        sandbox_removals_load();
         cgroup_keep_when(restore_keep);
         if ((r = cgroup_init(nsboxd.config.allow_degraded || userns_active(), err)) < 0)
                 return r;
@@ -402,6 +404,15 @@ int nsboxd_main(int argc, char **argv)
                 fprintf(stderr, "nsboxd --rootless: %s\n", err->message);
                 return 2;
         }
+        /* nsboxd holds what no dump may show: secrets' values on their way
+         * to nsbox-egress, the per-sandbox CAs' keys, clients' payloads. Not
+         * dumpable: no core file is written, and /proc/<nsboxd>/mem and the
+         * other ptrace-guarded files of /proc are root's only (an nsboxd run
+         * by a user, --rootless, no longer shares them with that user). */
+        if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0) {
+                fprintf(stderr, "nsboxd: PR_SET_DUMPABLE: %s\n", strerror(errno));
+                return 2;
+        }
         int r = config_load(&nsboxd.config, argc, argv, &err);
         if (r == 1)
                 return 0;
@@ -463,6 +474,7 @@ int nsboxd_main(int argc, char **argv)
                 }
         }
         unsigned left_behind = shutdown_sandboxes();
+        sandbox_removals_save();
         state_runtime_fs_release();
         egress_shutdown();
         profiles_clear();

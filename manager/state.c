@@ -25,6 +25,7 @@
 #include "daemon.h"
 #include "json_cleanup.h"
 #include "log.h"
+#include "removals.h"
 #include "rootfs.h"
 #include "sandbox.h"
 #include "userns.h"
@@ -134,6 +135,12 @@ int state_save(const struct sandbox *sb, nsbox_error_t **err)
          * the sandbox's: its idle timer starts over instead). */
         if (sb->paused)
                 json_object_set_new(record, "paused_at_ms", json_integer(sb->paused_at_ms));
+        if (sb->n_mount_ids > 0) {
+                json_t *ids = json_array();
+                for (unsigned i = 0; i < sb->n_mount_ids; i++)
+                        json_array_append_new(ids, json_integer((json_int_t)sb->mount_ids[i]));
+                json_object_set_new(record, "mount_ids", ids);
+        }
         if (nsboxd.stopping)
                 json_object_set_new(
                     record, "last_active_ms",
@@ -266,6 +273,22 @@ json_t *state_record_read(const char *name, const char **why)
         return record;
 }
 
+/* A client's sandbox that recovery removes goes into the record of
+ * removals: a call naming it hears that it went with the run that made it,
+ * not that it never was. */
+static void record_left(json_t *record, const char *name)
+{
+        json_t *owner = json_object_get(record, "owner"), *session = json_object_get(record, "session_id");
+        if (json_is_true(json_object_get(record, "pooled")) || !json_is_integer(owner) ||
+            json_integer_value(owner) < 0 || json_integer_value(owner) >= (json_int_t)(uid_t)-1 ||
+            strcmp(json_string_value(json_object_get(record, "sandbox_id")), name) != 0)
+                return;
+        sandbox_removal_record_left(name, (uid_t)json_integer_value(owner),
+                                    json_is_string(session) ? json_string_value(session) : "",
+                                    "nsboxd stopped without removing it (a crash or a kill, without live "
+                                    "restore), and its next start removed it");
+}
+
 static void recover_one(const char *sandboxes, const char *name)
 {
         char dir[4096], record_path[4096];
@@ -284,6 +307,7 @@ static void recover_one(const char *sandboxes, const char *name)
                 kill_leftover_init(
                     (pid_t)json_integer_value(json_object_get(record, "pid")),
                     (unsigned long long)json_integer_value(json_object_get(record, "pid_start_time")), name);
+                record_left(record, name);
         }
         /* No record: the previous run died between mkdir and clone; its child,
          * if any, dies with it (PR_SET_PDEATHSIG) or when the sync socket closes. */

@@ -60,9 +60,13 @@ X509 *tlscert_make(EVP_PKEY *key, const char *cn, X509 *issuer, EVP_PKEY *issuer
              X509_gmtime_adj(X509_getm_notAfter(cert), issuer ? 7L * 24 * 3600 : 366L * 24 * 3600) != NULL &&
              X509_set_pubkey(cert, key) == 1;
         X509_NAME *name = ok ? X509_get_subject_name(cert) : NULL;
+        /* A common name holds at most 64 characters (X.520); a longer
+         * host name is in the server certificate's SAN alone, which is
+         * what clients check. */
+        const char *common = strlen(cn) <= 64 ? cn : "nsbox egress";
         ok = ok &&
-             X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8, (const unsigned char *)cn, -1, -1, 0) ==
-                 1 &&
+             X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8, (const unsigned char *)common, -1, -1,
+                                        0) == 1 &&
              X509_set_issuer_name(cert, issuer ? X509_get_subject_name(issuer) : name) == 1 &&
              add_ext(cert, issuer, NID_subject_key_identifier, "hash");
         if (ok && issuer == NULL) {

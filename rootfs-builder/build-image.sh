@@ -100,12 +100,16 @@ python | desktop | browser)
                 # server, a window manager, VNC and noVNC (websockify serves
                 # it) for a human to watch, xdotool for input, scrot for PNG
                 # screenshots, chromium and xterm to work in, x11-utils
-                # (xdpyinfo: is the display up).
+                # (xdpyinfo: is the display up); for E2B's desktop SDK
+                # (docs/e2b.md), x11-xserver-utils (xrandr: getScreenSize) and
+                # libgtk-3-bin (gtk-launch: launch(app); chromium already
+                # brings GTK itself).
                 PACKAGES+=(xvfb openbox x11vnc novnc websockify xdotool scrot
-                        chromium fonts-dejavu-core fonts-liberation xterm x11-utils)
+                        chromium fonts-dejavu-core fonts-liberation xterm x11-utils
+                        x11-xserver-utils libgtk-3-bin)
                 # What a desktop sandbox must be able to run (smoke check).
                 DESKTOP_TOOLS=(Xvfb openbox x11vnc websockify xdotool scrot
-                        chromium xterm xdpyinfo)
+                        chromium xterm xdpyinfo xrandr gtk-launch)
         fi
         if [ "$NAME" = browser ]; then
                 # The python image plus headless Chromium: Debian's chromium
@@ -363,6 +367,18 @@ prepare_for_sandboxes() {
         [ -f "$rootfs/etc/matplotlibrc" ] || die "image has no /etc/matplotlibrc (python3-matplotlib-data changed?)"
         sed -i -E 's/^#?[[:space:]]*backend[[:space:]]*:.*/backend: Agg/' "$rootfs/etc/matplotlibrc"
         grep -qx 'backend: Agg' "$rootfs/etc/matplotlibrc" || echo 'backend: Agg' >>"$rootfs/etc/matplotlibrc"
+
+        # A login shell (E2B's SDKs run every command as `bash -l -c CMD`)
+        # forked `id -u` in /etc/profile and root's `mesg n` in ~/.profile:
+        # two forks and execs, half of such a command's time. Bash knows its
+        # EUID (other shells still ask id), and mesg acts on a terminal on
+        # stdin only: the same PATH and settings, without the forks.
+        sed -i 's/"$(id -u)"/"${EUID:-$(id -u)}"/' "$rootfs/etc/profile"
+        [ "$(grep -c '"${EUID:-$(id -u)}"' "$rootfs/etc/profile")" -eq 2 ] ||
+                die "/etc/profile does not test \"\$(id -u)\" twice (base-files changed?)"
+        sed -i 's/^mesg n 2> \/dev\/null || true$/[ -t 0 ] \&\& mesg n 2> \/dev\/null || true/' "$rootfs/root/.profile"
+        grep -qx '\[ -t 0 \] && mesg n 2> /dev/null || true' "$rootfs/root/.profile" ||
+                die "/root/.profile has no 'mesg n 2> /dev/null || true' line (base-files changed?)"
 
         # Each sandbox is its own disposable system, so PEP 668's guard
         # against breaking the distro's Python only gets in the agent's way.

@@ -201,6 +201,46 @@ const scenarios = {
       report.afterRestart = (await sbx.runCode("'y' in globals()", { context: ctx })).text;
       await sbx.removeCodeContext(ctx);
       report.listedAfterRemove = (await sbx.listCodeContexts()).map((c) => c.id).includes(ctx.id);
+      // A context of its own cwd; env vars for one cell.
+      const tmpCtx = await sbx.createCodeContext({ cwd: "/tmp" });
+      report.contextCwd = (await sbx.runCode("import os\nos.getcwd()", { context: tmpCtx })).text;
+      report.defaultCwd = (await sbx.runCode("import os\nos.getcwd()")).text;
+      report.envs = (await sbx.runCode("import os\nos.environ.get('CELL_VAR')", { envs: { CELL_VAR: "v" } })).text;
+      report.envsAfter = (await sbx.runCode("os.environ.get('CELL_VAR', 'unset')")).text;
+    } finally {
+      await sbx.kill();
+    }
+  },
+
+  // onStdout/onStderr hear a cell's lines while it runs: the cell waits for a
+  // file that the callback writes once it has heard the first line.
+  async interpreterLive() {
+    const sbx = await ci.Sandbox.create();
+    try {
+      const heard = [];
+      const code = "import os, sys, time\nprint('first')\nprint('err-first', file=sys.stderr)\n" +
+        "for _ in range(600):\n    if os.path.exists('/workspace/go'):\n        break\n    time.sleep(0.05)\n" +
+        "print('saw-go' if os.path.exists('/workspace/go') else 'no-go')";
+      const run = await sbx.runCode(code, {
+        onStdout: async (m) => {
+          heard.push(["out", m.line]);
+          if (m.line === "first\n") await sbx.files.write("/workspace/go", "x");
+        },
+        onStderr: (m) => heard.push(["err", m.line]),
+      });
+      report.heard = heard;
+      report.stdout = run.logs.stdout;
+      // onResult hears a figure shown mid-cell while the cell still runs
+      const figure = "import os, time\nimport matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()\n" +
+        "for _ in range(600):\n    if os.path.exists('/workspace/go-figure'):\n        break\n    time.sleep(0.05)\n" +
+        "print('saw-go' if os.path.exists('/workspace/go-figure') else 'no-go')";
+      const shown = await sbx.runCode(figure, {
+        onResult: async (r) => {
+          if (r.png) await sbx.files.write("/workspace/go-figure", "x");
+        },
+      });
+      report.figureStdout = shown.logs.stdout;
+      report.figurePngs = shown.results.filter((r) => r.png).length;
     } finally {
       await sbx.kill();
     }
@@ -267,6 +307,52 @@ const scenarios = {
     }
   },
 
+  async volumes() {
+    const { Volume } = e2b;
+    const other = { apiKey: process.env.E2B_OTHER_KEY };
+    const vol = await Volume.create(`e2b-vol-${process.pid}`);
+    report.created = { volumeId: vol.volumeId, name: vol.name };
+    report.listed = (await Volume.list()).some((v) => v.volumeId === vol.volumeId);
+    report.info = (await Volume.getInfo(vol.volumeId)).name;
+    try {
+      await Volume.getInfo(vol.volumeId, other);
+      report.otherInfo = "found";
+    } catch (e) {
+      report.otherInfo = errorName(e);
+    }
+    report.otherListed = (await Volume.list(other)).some((v) => v.volumeId === vol.volumeId);
+    const a = await Sandbox.create({ volumeMounts: { "/data": vol } });
+    try {
+      await a.commands.run("echo kept > /data/note");
+      report.mounts = (await Sandbox.getInfo(a.sandboxId)).volumeMounts;
+      report.readByFiles = await a.files.read("/data/note");
+      await a.files.write("/data/by-files.txt", "written by files.write\n");
+      report.owner = (await a.commands.run("stat -c %U /data/by-files.txt")).stdout;
+    } finally {
+      await a.kill();
+    }
+    const b = await Sandbox.create({ volumeMounts: { "/workspace/v": vol.name } });
+    try {
+      report.second = (await b.commands.run("cat /workspace/v/note /workspace/v/by-files.txt")).stdout;
+      try {
+        await Volume.destroy(vol.volumeId);
+        report.destroyWhileMounted = "destroyed";
+      } catch (e) {
+        report.destroyWhileMounted = errorName(e);
+      }
+    } finally {
+      await b.kill();
+    }
+    report.destroyed = await Volume.destroy(vol.volumeId);
+    report.destroyedAgain = await Volume.destroy(vol.volumeId);
+    try {
+      await Volume.getInfo(vol.volumeId);
+      report.infoAfterDestroy = "found";
+    } catch (e) {
+      report.infoAfterDestroy = errorName(e);
+    }
+  },
+
   async isolation() {
     const mine = await Sandbox.create({ metadata: { owner: "a" } });
     try {
@@ -293,12 +379,36 @@ const scenarios = {
 
   // @e2b/desktop on the desktop image: its own Xvfb and "XFCE" (openbox), a Tk
   // window the scenario opens, screenshots (base64 PNGs for the test to read
-  // pixels of), the mouse and the keyboard.
+  // pixels of), the mouse and the keyboard, the screen's size and an application
+  // launched by its .desktop entry.
   async desktop() {
     const sbx = await desktop.Sandbox.create({ resolution: [800, 600], timeoutMs: 120000 });
+    // A command that exited non-zero (xdotool search finding nothing) is "not yet".
+    const notYet = (e) => {
+      if (e instanceof CommandExitError) return null;
+      throw e;
+    };
+    // Waits as `until` does; a wait that times out says what the sandbox runs, which windows
+    // the X server has and whether a window manager manages them, and what `logs` hold.
+    const waitFor = async (what, fn, ms, logs = "") => {
+      try {
+        return await until(what, fn, ms);
+      } catch (e) {
+        const seen = await sbx.commands.run(`for f in ${logs}; do echo "== $f"; cat $f; done; ` +
+          "ps -eo pid,stat,etime,args; xprop -root _NET_SUPPORTING_WM_CHECK; xwininfo -root -tree",
+          { timeoutMs: 20000 }).then((r) => r.stdout, (f) => `${f}\n${f.stdout || ""}`);
+        throw new Error(`${e.message}; in the sandbox:\n${seen}`);
+      }
+    };
     try {
       report.sandboxId = sbx.sandboxId;
       report.display = (await sbx.commands.run("echo $DISPLAY")).stdout;
+      // Sandbox.create waits for processes named xfwm4 (openbox), not for openbox to manage
+      // the screen: a window mapped before it does is drawn where it asked to be, then moved
+      // into openbox's frame. openbox sets the root's _NET_SUPPORTING_WM_CHECK once it manages.
+      await waitFor("the window manager", async () =>
+        (await sbx.commands.run("xprop -root _NET_SUPPORTING_WM_CHECK").catch(notYet))?.stdout.includes("window id"),
+        60000);
       // A window: an entry that sets the window's colour (Enter), a pad that turns red when clicked.
       await sbx.files.write("/tmp/app.py", [
         "import time, tkinter as tk",
@@ -311,26 +421,30 @@ const scenarios = {
         "e.bind('<Return>', lambda ev: r.configure(bg=e.get()))",
         "pad = tk.Frame(r, bg='#ffffff'); pad.place(x=10, y=100, width=280, height=90)",
         "pad.bind('<Button-1>', lambda ev: pad.configure(bg='#ff0000'))",
-        // where the window's inside is on the screen, once it is there (the window manager decides)
-        "def mapped(ev):",
-        "    if ev.widget is r: open('/tmp/app.pos', 'w').write('%d %d' % (r.winfo_rootx(), r.winfo_rooty()))",
-        "r.bind('<Map>', mapped); r.bind('<Configure>', mapped)",
+        // where the window's inside is on the screen once it is shown, and again whenever the
+        // window manager moves it (its frame's title bar moves the inside down)
+        "def placed(ev):",
+        "    if ev.widget is r and r.winfo_viewable():",
+        "        open('/tmp/app.pos', 'w').write('%d %d' % (r.winfo_rootx(), r.winfo_rooty()))",
+        "r.bind('<Map>', placed); r.bind('<Configure>', placed)",
         "r.mainloop()",
       ].join("\n"));
       await (await sbx.commands.run("python3 /tmp/app.py > /tmp/app.log 2>&1",
                                     { background: true, timeoutMs: 0 })).disconnect();
+      // The window is there when the screen shows its blue where the app last said it is:
+      // the position is read again on every try (one read: an absent file is "not yet").
       let wx, wy;
-      try {
-        [wx, wy] = await until("the window", async () => {
-          const pos = (await sbx.files.exists("/tmp/app.pos")) && (await sbx.files.read("/tmp/app.pos"));
-          return pos && pos.split(" ").map(Number);
-        }, 60000);
-      } catch (e) {
-        // What the app said and what runs, for whoever reads the failure.
-        const seen = await sbx.commands.run("cat /tmp/app.log; ps -eo pid,stat,etime,args", { timeoutMs: 20000 })
-          .then((r) => r.stdout, (f) => String(f));
-        throw new Error(`${e.message}; in the sandbox:\n${seen}`);
-      }
+      report.before = await waitFor("the window", async () => {
+        const pos = await sbx.files.read("/tmp/app.pos").catch((e) => {
+          if (e instanceof NotFoundError) return "";
+          throw e;
+        });
+        if (!/^\d+ \d+$/.test(pos)) return null;
+        [wx, wy] = pos.split(" ").map(Number);
+        if (wx + 300 > 800 || wy + 200 > 600) return null;
+        const png = Buffer.from(await sbx.screenshot());
+        return near(pixelAt(png, wx + 250, wy + 60), [0, 0, 255]) && png.toString("base64");
+      }, 60000, "/tmp/app.log /tmp/app.pos");
       report.window = { x: wx, y: wy };
       // Polls screenshots until the pixel at x, y has the colour (Tk draws when it is idle);
       // the last screenshot, base64, for the test to read again.
@@ -339,7 +453,6 @@ const scenarios = {
         await until(what, async () => near(pixelAt((png = Buffer.from(await sbx.screenshot())), x, y), colour));
         return png.toString("base64");
       };
-      report.before = await shotUntil("the blue window", wx + 250, wy + 60, [0, 0, 255]);
       await sbx.moveMouse(wx + 5, wy + 150);
       report.cursor = await sbx.getCursorPosition();
       await sbx.leftClick(wx + 150, wy + 150);
@@ -349,11 +462,28 @@ const scenarios = {
       await sbx.press("enter");
       report.typed = await shotUntil("the green window", wx + 250, wy + 60, [0, 255, 0]);
       report.windowIds = await sbx.getApplicationWindows("Tk");
+      // xrandr's answer, and xterm started by its .desktop entry (gtk-launch), found by its class.
+      report.screenSize = await sbx.getScreenSize();
+      await sbx.launch("xterm");
+      const launched = await waitFor("the launched xterm's window",
+        () => sbx.getApplicationWindows("xterm").catch(notYet), 60000);
+      report.launchedWindows = launched;
+      report.launchedTitle = await sbx.getWindowTitle(launched[0]);
+      const geometry = Object.fromEntries((await sbx.commands.run(`xdotool getwindowgeometry --shell ${launched[0]}`))
+        .stdout.trim().split("\n").map((line) => line.split("=")).map(([k, v]) => [k, Number(v)]));
+      report.launchedGeometry = geometry;
+      // xterm's background is white: its middle, away from the prompt's text (the window is
+      // larger than the space openbox finds for it, and goes past the screen's bottom)
+      report.launched = await shotUntil("the xterm drawn", geometry.X + (geometry.WIDTH >> 1),
+                                        geometry.Y + (geometry.HEIGHT >> 1), [255, 255, 255]);
       // The stream runs in the sandbox; its URL is E2B's (docs/e2b.md: nsbox-http does not serve it).
       await sbx.stream.start();
       report.streamUrl = sbx.stream.getUrl();
       report.novncPage = (await sbx.commands.run("curl -s http://127.0.0.1:6080/vnc.html")).stdout.includes("noVNC");
       await sbx.stream.stop();
+      // The launched application runs on (nsbox ends what a command leaves behind: the image's
+      // gtk-launch waits for what it started).
+      report.launchedAtEnd = await sbx.getApplicationWindows("xterm").catch(notYet);
     } finally {
       await sbx.kill();
     }

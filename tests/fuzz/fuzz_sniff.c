@@ -39,6 +39,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                         abort();
         }
 
+        /* An upstream's response head (relayed by intercepted connections). */
+        struct sniff_http_response resp;
+        r = sniff_http_response_head((const char *)data, size, &resp);
+        if (r == SNIFF_NEED_MORE && size >= SNIFF_HEAD_MAX)
+                abort();
+        if (r == SNIFF_OK && (resp.head_len == 0 || resp.head_len > size || resp.head_len > SNIFF_HEAD_MAX ||
+                              resp.status > 999 || (resp.chunked && resp.has_length)))
+                abort();
+
         /* The chunked body: fed whole and in two pieces, the message ends
          * at the same byte; what it takes lies inside the bytes given. */
         struct sniff_chunked whole = { 0 }, split = { 0 };

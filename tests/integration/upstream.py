@@ -18,7 +18,9 @@ answers): HTTP on 80 and 8080, HTTPS on 443 (a CA made here with the openssl
 CLI; its certificate is `ca_pem`), a PEP 503 index under /simple/ serving a
 wheel built here (nsbox_nettest 1.0), a UDP echo on 9999. Each HTTP(S)
 answer is JSON saying which Host, SNI, local address, port and headers it saw
-(/redirect?URL answers a 302 to URL); each
+(/redirect?URL answers a 302 to URL; /reflect... answers a 301 whose head
+echoes the request as servers do: Location the path and query,
+Access-Control-Allow-Origin the Origin, X-Seen-NAME each header); each
 request and datagram is also appended to hits.jsonl, which `hits()` reads,
 so a test can prove where a request landed, or that it never arrived.
 ICMP echo requests received are counted by the namespace's /proc/net/snmp.
@@ -419,6 +421,20 @@ def serve(d):
                 self.send_header("Location", self.path.split("?", 1)[1])
                 self.send_header("Content-Length", "0")
                 self.end_headers()
+                return
+            if path.startswith("/reflect"):
+                body = (json.dumps(seen) + "\n").encode()
+                self.send_response(301)
+                self.send_header("Location", self.path)
+                if self.headers.get("Origin"):
+                    self.send_header("Access-Control-Allow-Origin", self.headers["Origin"])
+                for k, v in self.headers.items():
+                    self.send_header("X-Seen-" + k, v)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
                 return
             if path.startswith("/simple") or path.startswith("/packages/"):
                 return self.file(path)

@@ -29,7 +29,7 @@ MANAGER_LAYERS = [
     ("core", ["loop", "daemon", "config", "budget", "fs_path", "fs_worker", "metrics"]),
     ("host and wire", ["cgroup", "userns", "uidmode", "basens", "rootfs", "host_pools", "profiles", "rpc",
                        "rpc_listen", "quota", "host_mounts"]),
-    ("registry", ["sandbox", "sandbox_uids", "state", "events"]),
+    ("registry", ["sandbox", "sandbox_uids", "state", "events", "removals"]),
     ("live sandboxes", ["exec_params", "exec_internal", "exec_keep", "exec_log", "exec", "exec_api", "egress", "egress_ca", "fs_ops", "fs_files", "fs_api", "fs_watch", "sandbox_pause",
                         "snapshot", "images", "volumes"]),
     ("lifecycle", ["sandbox_life"]),
@@ -40,7 +40,7 @@ MANAGER_LAYERS = [
 # egress/'s (nsbox-egress): the shared state below DNS, DNS below the proxy,
 # which answers DNS over TCP through a callback it gives dns.c.
 EGRESS_LAYERS = [
-    ("leaves", ["sniff", "inject"]),
+    ("leaves", ["sniff", "inject", "peer"]),
     ("interception", ["intercept"]),
     ("core", ["core"]),
     ("dns", ["dns"]),
@@ -50,7 +50,7 @@ EGRESS_LAYERS = [
 # http/'s (nsbox-http): the handlers reply and call nsboxd through the units
 # below them; the router includes the handlers, never the reverse.
 HTTP_LAYERS = [
-    ("request", ["request", "counters"]),
+    ("request", ["request", "counters", "owned"]),
     ("replies and nsboxd", ["reply", "nsboxd", "auth", "bounds"]),
     ("e2b wire", ["e2b_wire"]),
     ("handlers", ["rpc_api", "execute", "agent_sandbox", "e2b_api", "e2b_process", "e2b_watch", "e2b_files", "e2b_interp", "metrics"]),

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "daemon.h"
+#include "removals.h"
 #include "sandbox.h"
 
 static struct sandbox registry[4];

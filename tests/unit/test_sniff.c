@@ -385,6 +385,49 @@ static void test_dns_question(void **state)
         assert_int_equal(sniff_dns_question(q, n, &d), SNIFF_INVALID);
 }
 
+/* A response is relayed as its head frames it: a length, chunks, or
+ * the close; HTTP/1.0 and Connection: close end the connection. */
+static void test_http_response_framing(void **state)
+{
+        struct sniff_http_response r;
+        const char *a = "HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\nbody";
+        assert_int_equal(sniff_http_response_head(a, strlen(a), &r), SNIFF_OK);
+        assert_int_equal(r.status, 200);
+        assert_true(r.has_length && r.content_length == 12 && !r.chunked && !r.close);
+        assert_int_equal(r.head_len, strlen(a) - 4);
+        const char *b =
+            "HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\nConnection: keep-alive, Close\r\n\r\n";
+        assert_int_equal(sniff_http_response_head(b, strlen(b), &r), SNIFF_OK);
+        assert_true(r.chunked && !r.has_length && r.close);
+        const char *c = "HTTP/1.0 204\r\n\r\n";
+        assert_int_equal(sniff_http_response_head(c, strlen(c), &r), SNIFF_OK);
+        assert_true(r.status == 204 && r.close);
+        const char *d = "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n";
+        assert_int_equal(sniff_http_response_head(d, strlen(d), &r), SNIFF_OK);
+        assert_true(r.close && !r.chunked);
+        const char *e = "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n";
+        assert_int_equal(sniff_http_response_head(e, strlen(e), &r), SNIFF_NEED_MORE);
+        const char *bad[] = { "HTTP/2 200\r\n\r\n", "HTTP/1.1 2x0 OK\r\n\r\n",
+                              "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+                              "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n" };
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+                assert_int_equal(sniff_http_response_head(bad[i], strlen(bad[i]), &r), SNIFF_INVALID);
+}
+
+static void test_http_request_close(void **state)
+{
+        struct sniff_http h;
+        const char *a = "GET / HTTP/1.1\r\nHost: a.test\r\n\r\n";
+        assert_int_equal(sniff_http_head(a, strlen(a), &h), SNIFF_OK);
+        assert_false(h.close);
+        const char *b = "GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n";
+        assert_int_equal(sniff_http_head(b, strlen(b), &h), SNIFF_OK);
+        assert_true(h.close);
+        const char *c = "GET / HTTP/1.0\r\nHost: a.test\r\n\r\n";
+        assert_int_equal(sniff_http_head(c, strlen(c), &h), SNIFF_OK);
+        assert_true(h.close);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -399,6 +442,8 @@ int main(void)
                 cmocka_unit_test(test_http_transfer_encoding_is_chunked_or_refused),
                 cmocka_unit_test(test_chunked_body_ends_where_its_framing_says),
                 cmocka_unit_test(test_hop_by_hop_headers),
+                cmocka_unit_test(test_http_response_framing),
+                cmocka_unit_test(test_http_request_close),
                 cmocka_unit_test(test_dns_question),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -197,14 +197,45 @@ class SandboxCore:
         """Remove the sandbox at once, whatever runs in it."""
         return (yield Call("sandbox.remove", self._p(force=True)))
 
-    def run_code(self, code, stateful=True, timeout=30, requirements=None, files=None):
+    def run_code(self, code, stateful=True, timeout=30, requirements=None, files=None, env=None, context=None,
+                 on_stdout=None, on_stderr=None):
         """Run Python code (python.run). stateful=True keeps variables between
-        calls; files ({path: str|bytes}) are written into /workspace first."""
+        calls; files ({path: str|bytes}) are written into /workspace first;
+        env ({NAME: value}) is the code's for this call; context (stateful)
+        names a context of the interpreter, with globals and a cwd of its own;
+        on_stdout/on_stderr get the output as the code writes it."""
         sent = {path: content if isinstance(content, str) else {"content": _b64(content), "encoding": "base64"}
                 for path, content in (files or {}).items()}
+        callbacks = {"stdout": on_stdout, "stderr": on_stderr}
+        decoders = {name: Decoder(False, wire_base64=False) for name in callbacks}
+        parts = {name: [] for name in callbacks}
+        shown = []
+        stream = on_stdout is not None or on_stderr is not None
+
+        def on_notify(msg):
+            p = msg.get("params")
+            if not isinstance(p, dict):
+                return None
+            if msg.get("method") == "python.image":  # a figure shown while a stateful call runs
+                shown.append({"type": "image", "image": p})
+                return None
+            if msg.get("method") != "exec.output" or p.get("stream") not in decoders:
+                return None
+            chunk = decoders[p["stream"]].feed(p.get("data"))
+            if chunk:
+                parts[p["stream"]].append(chunk)
+                if callbacks[p["stream"]] is not None:
+                    return callbacks[p["stream"]](chunk)
+            return None
+
         r = yield Call("python.run", self._p(code=code, stateful=stateful, timeout_seconds=timeout,
                                              requirements=list(requirements) if requirements else None,
-                                             files=sent or None))
+                                             files=sent or None, env=env, context=context,
+                                             stream=True if stream else None), on_notify if stream else None)
+        if stream:  # the reply holds only what was not streamed (a stateful call's traceback, nsboxd's notes)
+            r = dict(r, stdout="".join(parts["stdout"]) + decoders["stdout"].finish() + (r.get("stdout") or ""),
+                     stderr="".join(parts["stderr"]) + decoders["stderr"].finish() + (r.get("stderr") or ""),
+                     outputs=shown + (r.get("outputs") or []))
         execution = Execution.from_reply(r)
         if execution.status == "timeout":
             raise CommandTimeoutError("code", timeout, execution)

@@ -21,8 +21,9 @@ class NotFoundError(NsboxError):
 
 
 class SandboxGoneError(NotFoundError):
-    """The sandbox was removed (idle, asked, died): `data` says when
-    (`removed_at`) and why (`reason`); its files are gone."""
+    """The sandbox was removed (idle, asked, died), or the command named
+    ended with its removal: `data` says when (`removed_at`) and why
+    (`reason`); its files are gone."""
 
 
 class InvalidParamsError(NsboxError, ValueError):

@@ -59,6 +59,9 @@ class Execution:
         error = None
         if status == "timeout":
             error = ExecutionError("TimeoutError", "the code ran past its timeout", stderr)
+        elif isinstance(r.get("error"), dict):  # a stateful call's exception, as the interpreter saw it
+            e = r["error"]
+            error = ExecutionError(e.get("name") or "Error", e.get("value") or "", e.get("traceback") or stderr)
         elif status != "ok":
             error = _parse_traceback(stderr, r)
         return cls(status=status, stdout=r.get("stdout") or "", stderr=stderr, exit_code=r.get("exit_code"),

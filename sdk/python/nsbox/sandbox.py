@@ -226,8 +226,9 @@ class Sandbox(_core.SandboxCore):
         is there to find it again); keep=True or keep=False decides instead.
         secrets: {NAME: {"value": ..., "hosts": [...], "header": "Authorization:
         Bearer {value}"}}: the sandbox sees only the placeholder in its env
-        NSBOX_SECRET_NAME, which the egress proxy replaces with the value in
-        HTTP and HTTPS requests to hosts (docs/secrets.md)."""
+        NSBOX_SECRET_NAME; the egress proxy sends the value to hosts in that
+        header (without one, in the Authorization header the sandbox wrote
+        the placeholder in) over HTTP and HTTPS (docs/secrets.md)."""
         params = _core.create_params(session_id=session_id, image=image, memory=memory, pids=pids, cpus=cpus,
                                      disk=disk, network=network, env=env, labels=labels,
                                      idle_timeout=idle_timeout, seccomp_profile=seccomp_profile,

@@ -260,6 +260,25 @@ def test_python_json_and_stateful(daemon, python_run):
     assert ok(daemon.cli("python", "--stateful", sid, "-c", "print(x + 1)")).stdout.startswith(b"21\n")
 
 
+def test_python_stateful_prints_a_cells_lines_as_it_writes_them(daemon, python_run):
+    """The cell waits for a file that the test writes once it has read the
+    cell's first line from the CLI: a CLI that printed at the cell's end
+    would leave the cell waiting until it gives up."""
+    code = ("import os, time\nprint('first')\nfor _ in range(600):\n    if os.path.exists('/workspace/go-cli'):\n"
+            "        break\n    time.sleep(0.05)\nprint('saw-go' if os.path.exists('/workspace/go-cli') else 'no-go')")
+    p = subprocess.Popen([os.path.join(BUILD, "nsbox"), "--socket", daemon.socket, "python", "--stateful", python_run,
+                          "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert p.stdout.readline() == b"first\n"
+        daemon.call("fs.write", sandbox_id=python_run, path="go-cli", content="x")
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert (p.returncode, out) == (0, b"saw-go\n"), err
+
+
 def test_python_says_how_much_output_it_cut_and_takes_max_output(daemon, python_run):
     sid = python_run
     code = "import sys\n_ = sys.stdout.write('x' * 3000000)"

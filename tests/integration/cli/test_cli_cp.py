@@ -8,9 +8,11 @@ import hashlib
 import io
 import json
 import os
+import signal
 import stat
 import subprocess
 import tarfile
+import time
 
 import pytest
 
@@ -241,3 +243,52 @@ def test_cp_out_of_a_file_larger_than_one_read(daemon, tmp_path):
         assert r.returncode == 0 and sha256(r.stdout) == want
     finally:
         daemon.call("sandbox.remove", sandbox_id=sid, force=True)
+
+
+def test_cp_into_an_existing_directory_cut_short_keeps_the_file_it_would_replace_whole(daemon, tmp_path):
+    """Into an existing directory a file goes in place (a merge): one of several pieces is written
+    beside it and renamed over it once whole (before: written over it piece by piece, and removed
+    when a piece failed, so a full disk lost the old file)."""
+    sid = daemon.call("sandbox.create", limits={"disk_bytes": "8M"})["sandbox_id"]
+    try:
+        sh(daemon, sid, "mkdir -p /workspace/dst/src && printf old > /workspace/dst/src/data.bin")
+        (tmp_path / "src").mkdir()
+        (tmp_path / "src" / "data.bin").write_bytes(os.urandom(12 << 20))  # three pieces
+        r = daemon.cli("cp", str(tmp_path / "src"), sid + ":/workspace/dst", timeout=300)
+        assert r.returncode != 0 and b"space" in r.stderr, r
+        assert sh(daemon, sid, "cat /workspace/dst/src/data.bin") == "old"
+        assert workspace_names(daemon, sid, "/workspace/dst/src") == ["data.bin"]
+        # One that fits replaces it whole, and nothing temporary is left.
+        fits = os.urandom(6 << 20)
+        (tmp_path / "src" / "data.bin").write_bytes(fits)
+        ok(daemon.cli("cp", str(tmp_path / "src"), sid + ":/workspace/dst", timeout=300))
+        assert sh(daemon, sid, "sha256sum < /workspace/dst/src/data.bin").split()[0] == sha256(fits)
+        assert workspace_names(daemon, sid, "/workspace/dst/src") == ["data.bin"]
+    finally:
+        daemon.call("sandbox.remove", sandbox_id=sid, force=True)
+
+
+def test_an_interrupted_cp_into_a_sandbox_removes_what_it_wrote(daemon, sandbox):
+    """Ctrl-C (or SIGTERM) of nsbox cp into a sandbox: it stops between two pieces, removes its
+    temporary file and exits 128+N; the file it would replace is whole (before: killed where it
+    stood, leaving its temporary file, which took the sandbox's disk, behind)."""
+    sh(daemon, sandbox, "printf old > /workspace/keep.bin")
+    p = subprocess.Popen([os.path.join(BUILD, "nsbox"), "--socket", daemon.socket, "cp", "-",
+                          sandbox + ":/workspace/keep.bin"], stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        p.stdin.write(os.urandom(6 << 20))  # a first piece goes to the sandbox
+        p.stdin.flush()
+        deadline = time.monotonic() + 60
+        while not [n for n in workspace_names(daemon, sandbox) if n.startswith(".nsbox")]:
+            assert time.monotonic() < deadline, "no temporary file appeared"
+            time.sleep(0.05)
+        p.send_signal(signal.SIGINT)
+        p.stdin.close()  # as a pipe's writer interrupted with it would
+        assert p.wait(timeout=60) == 128 + signal.SIGINT, p.stderr.read()
+        assert b"interrupted" in p.stderr.read()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert sh(daemon, sandbox, "cat /workspace/keep.bin") == "old"
+    assert workspace_names(daemon, sandbox) == ["keep.bin"]

@@ -251,6 +251,16 @@ def test_move_and_scroll_drive_the_pointer(d, desk):
     assert "X=10\nY=20\n" in r["stdout"], r
 
 
+def test_a_move_or_click_where_the_pointer_already_is_answers(d, desk):
+    sid, _ = desk
+    d.call("desktop.move", sandbox_id=sid, x=321, y=210)
+    # xdotool's mousemove --sync waited 15 s for a motion that never comes
+    # when the pointer is already there; a healthy call takes milliseconds.
+    with d.client(timeout=10) as c:
+        assert c.call("desktop.move", sandbox_id=sid, x=321, y=210)["done"]
+        assert c.call("desktop.click", sandbox_id=sid, x=321, y=210)["done"]
+
+
 def test_novnc_and_vnc_answer_on_the_host_through_the_exposure(desk):
     _, r = desk
     with urllib.request.urlopen(r["novnc_url"], timeout=30) as resp:

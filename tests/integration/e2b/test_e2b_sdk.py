@@ -107,6 +107,16 @@ def test_run_code_stateful_text_png_error_and_contexts(front, sdk_dir):
     assert r["listed"] is True
     assert r["afterRestart"] == "False"
     assert r["listedAfterRemove"] is False
+    assert r["contextCwd"] == "'/tmp'" and r["defaultCwd"] == "'/workspace'"
+    assert r["envs"] == "'v'" and r["envsAfter"] == "'unset'"
+
+
+def test_run_code_callbacks_hear_lines_while_the_cell_runs(front, sdk_dir):
+    r = scenario(front, sdk_dir, "interpreterLive")
+    assert ["out", "saw-go\n"] in r["heard"]  # the callback's file reached the cell before it gave up
+    assert ["err", "err-first\n"] in r["heard"]
+    assert r["stdout"] == ["first\n", "saw-go\n"]
+    assert r["figureStdout"] == ["saw-go\n"] and r["figurePngs"] == 1
 
 
 def test_pty_input_resize_kill(front, sdk_dir):
@@ -140,3 +150,20 @@ def test_two_api_keys_do_not_see_each_others_sandboxes(front, sdk_dir):
     assert r["otherConnect"].endswith("NotFoundError")
     assert r["otherKill"] in ("NotFoundError", "no error")  # E2B's kill of a missing sandbox returns false
     assert r["stillRunning"] is True
+
+
+def test_volumes_created_mounted_shared_and_destroyed(front, sdk_dir):
+    """E2B's Volume class and Sandbox.create's volumeMounts on nsbox volumes
+    of the key's uid: a file written by one sandbox (and by files.write,
+    which sees the volume at its mount point) is read by the next."""
+    r = scenario(front, sdk_dir, "volumes")
+    assert r["created"]["volumeId"] == r["created"]["name"] and r["created"]["name"].startswith("e2b-vol-")
+    assert r["listed"] is True and r["info"] == r["created"]["name"]
+    assert r["otherInfo"] == "VolumeNotFoundError" and r["otherListed"] is False
+    assert r["mounts"] == [{"name": r["created"]["name"], "path": "/data"}]
+    assert r["readByFiles"] == "kept\n"
+    assert r["owner"] == "sandbox\n", r["owner"]
+    assert r["second"] == "kept\nwritten by files.write\n"
+    assert r["destroyWhileMounted"] == "VolumeError"
+    assert r["destroyed"] is True and r["destroyedAgain"] is False
+    assert r["infoAfterDestroy"] == "VolumeNotFoundError"

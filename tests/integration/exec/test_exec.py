@@ -109,6 +109,61 @@ def test_background_exec_status_output_kill_list(daemon, sandbox):
     assert st["exit_code"] is None and st["signal"] == 9
 
 
+def test_exec_output_with_wait_ms_answers_on_new_output_and_on_the_end(daemon, sandbox):
+    """exec.output {wait_ms} waits for output past since, or for the end, instead
+    of answering nothing at once: a reader needs no poll. The answer of an ended
+    exec says how it ended (no exec.status, which sends the whole output again)."""
+    eid = exec_(daemon, sandbox, command='read a; echo "got $a"; read b; echo "$b" >&2; exit 7',
+                background=True, stdin_stream=True, timeout_seconds=120)["exec_id"]
+    with daemon.client() as waiter:
+        rid = waiter.request("exec.output", {"exec_id": eid, "since": {"stdout": 0, "stderr": 0},
+                                             "wait_ms": 60000})
+        twin = waiter.request("exec.output", {"exec_id": eid, "wait_ms": 60000})
+        daemon.call("exec.stdin", exec_id=eid, data="one\n")
+        answers = {m["id"]: m["result"] for m in (waiter.read_message(), waiter.read_message())}
+        out = answers[rid]
+        assert answers[twin]["stdout"] == "got one\n", answers
+        assert out["stdout"] == "got one\n" and out["running"] is True, out
+        assert "exit_code" not in out and "status" not in out, out
+        rid = waiter.request("exec.output", {"exec_id": eid, "since": out["next"], "wait_ms": 60000})
+        daemon.call("exec.stdin", exec_id=eid, data="two\n", eof=True)
+        out = waiter.response(rid)["result"]
+        while out["running"]:  # the stderr line may come a moment before the exit
+            out = waiter.call("exec.output", exec_id=eid, since=out["next"], wait_ms=60000)
+    assert out["exit_code"] == 7 and out["status"] == "exited" and out["signal"] is None, out
+    assert out["timed_out"] is False, out
+    # an ended exec is answered at once, with its end
+    done = daemon.call("exec.output", exec_id=eid, since=out["next"], wait_ms=60000)
+    assert done["running"] is False and done["exit_code"] == 7 and done["stdout"] == "", done
+
+
+def test_exec_output_wait_ends_at_wait_ms_with_a_leaving_client_and_on_bad_input(daemon, sandbox):
+    eid = exec_(daemon, sandbox, command="sleep 300", background=True, timeout_seconds=600)["exec_id"]
+    quiet = daemon.call("exec.output", exec_id=eid, wait_ms=20)
+    assert quiet["running"] is True and quiet["stdout"] == "" and "exit_code" not in quiet, quiet
+    # a waiting client that leaves (with one wait or two): nsboxd forgets its calls and serves on
+    for n in range(20):
+        c = daemon.client()
+        for _ in range(1 + n % 2):
+            c.request("exec.output", {"exec_id": eid, "wait_ms": 60000})
+        c.close()
+    for bad in (-1, "10", 1.5, 60001, 10 ** 12, True):
+        with pytest.raises(RpcError) as e:
+            daemon.call("exec.output", exec_id=eid, wait_ms=bad)
+        assert e.value.kind == "invalid_params" and "wait_ms" in str(e.value), bad
+    with pytest.raises(RpcError) as e:
+        daemon.call("exec.output", exec_id=eid, wait_ms=10, tail=3)
+    assert e.value.kind == "invalid_params"
+    # killed while a call waits: the call is answered with the end
+    with daemon.client() as waiter:
+        rid = waiter.request("exec.output", {"exec_id": eid, "wait_ms": 60000})
+        daemon.call("exec.kill", exec_id=eid)
+        out = waiter.response(rid)["result"]
+        while out["running"]:
+            out = waiter.call("exec.output", exec_id=eid, since=out["next"], wait_ms=60000)
+    assert out["signal"] == 9 and out["status"] == "killed", out
+
+
 def test_each_exec_times_out_on_its_own_deadline(daemon, sandbox):
     """All execs share one timer (armed for the earliest deadline): a later
     exec with a sooner deadline, and one started after a short-lived exec

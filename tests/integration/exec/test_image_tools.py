@@ -48,3 +48,25 @@ def test_curl_and_ca_certificates(daemon, sandbox):
 def test_zip_and_unzip_round_trip(daemon, sandbox):
     out = sh(daemon, sandbox, "echo data > d.txt && zip -q d.zip d.txt && rm d.txt && unzip -q d.zip && cat d.txt")
     assert out == "data\n"
+
+
+
+def test_a_login_shell_sets_debians_path_without_running_a_tool(daemon, sandbox):
+    """E2B's SDKs run every command as `bash -l -c CMD`: /etc/profile asked `id -u`
+    and root's ~/.profile ran `mesg n`, two forks and execs that were half of
+    such a command's time. A login shell sets the same PATH without them: the
+    sandbox's pids go up by one per fork, so the first child of the command
+    line is the login shell's pid plus one."""
+    want = {"sandbox": "/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games",
+            "root": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+    for user, path in want.items():
+        r = daemon.call("sandbox.exec", sandbox_id=sandbox, user=user, timeout_seconds=60,
+                        argv=["/bin/bash", "-l", "-c", 'echo $PATH; echo $$; /bin/sh -c "echo \\$\\$"; true'])
+        assert r["exit_code"] == 0, r
+        printed, shell, child = r["stdout"].split("\n")[:3]
+        assert printed == path, (user, r)
+        assert int(child) - int(shell) == 1, (user, "the login shell forked %d times before its command"
+                                              % (int(child) - int(shell) - 1))
+    # a shell that does not know EUID still asks id, and gets the same PATH
+    r = daemon.call("sandbox.exec", sandbox_id=sandbox, argv=["/bin/sh", "-l", "-c", "echo $PATH"], user="root")
+    assert r["stdout"] == want["root"] + "\n", r

@@ -448,3 +448,25 @@ def test_path_with_nul_is_refused(daemon, sandbox):
 def test_unknown_sandbox_is_not_found(daemon):
     e = fs_error(daemon, "fs.read", sandbox_id=str(uuid.uuid4()), path="x")
     assert e.kind == "not_found"
+
+
+def test_a_write_cut_short_by_a_full_disk_leaves_the_file_it_would_replace_whole(daemon):
+    sid = daemon.call("sandbox.create", limits={"disk_bytes": "8M"})["sandbox_id"]
+    try:
+        daemon.call("fs.write", sandbox_id=sid, path="keep", content="old content", mode=0o640)
+        big = base64.b64encode(os.urandom(12 << 20)).decode()
+        e = fs_error(daemon, "fs.write", sandbox_id=sid, path="keep", content=big, encoding="base64")
+        assert "space" in str(e) or "disk" in str(e), e
+        assert daemon.call("fs.read", sandbox_id=sid, path="keep")["content"] == "old content"
+        names = [x["name"] for x in daemon.call("fs.list", sandbox_id=sid, path="/workspace")["entries"]]
+        assert names == ["keep"], names
+        # The space of the write that failed is back: a write that fits goes in, whole, keeping the mode.
+        fits = os.urandom(5 << 20)
+        daemon.call("fs.write", sandbox_id=sid, path="keep", content=base64.b64encode(fits).decode(),
+                    encoding="base64")
+        assert sh(daemon, sid, "sha256sum < keep; stat -c %a keep") == \
+            "%s  -\n640\n" % hashlib.sha256(fits).hexdigest()
+        names = [x["name"] for x in daemon.call("fs.list", sandbox_id=sid, path="/workspace")["entries"]]
+        assert names == ["keep"], names
+    finally:
+        daemon.call("sandbox.remove", sandbox_id=sid, force=True)

@@ -62,6 +62,23 @@ def test_watch_streams_create_write_rename_remove(daemon, sandbox):
         assert all(e["path"] == "/workspace/w/" + e["name"] and e["sandbox_id"] == sandbox for e in seen)
 
 
+def test_a_file_written_through_the_api_is_a_write_of_its_own_name(daemon, sandbox):
+    """fs.write puts a whole file in place through a temporary name (a write cut
+    short keeps the old file): watchers see the file created and written under
+    its own name, never the temporary one."""
+    run(daemon, sandbox, "mkdir -p /workspace/api; echo old > /workspace/api/old.txt")
+    c, rid, hello = watch(daemon, sandbox, "/workspace/api")
+    with c:
+        daemon.call("fs.write", sandbox_id=sandbox, path="/workspace/api/old.txt", content="replaced")
+        daemon.call("fs.write", sandbox_id=sandbox, path="/workspace/api/new.txt", content="new")
+        run(daemon, sandbox, "touch /workspace/api/end")
+        seen = events_until(c, lambda s: any(e["name"] == "end" for e in s))
+        kinds = [(e["type"], e["name"]) for e in seen]
+        for name in ("old.txt", "new.txt"):
+            assert kinds.index(("create", name)) < kinds.index(("write", name)), kinds
+        assert not any(name.startswith(".nsbox-") for _, name in kinds), kinds
+
+
 def test_recursive_watch_follows_new_directories(daemon, sandbox):
     run(daemon, sandbox, "mkdir -p /workspace/r/old")
     c, rid, hello = watch(daemon, sandbox, "/workspace/r", recursive=True)

@@ -157,3 +157,56 @@ def test_without_tokens_a_web_page_cannot_drive_the_loopback_front(daemon):
         assert f.request("POST", "/v1/rpc/sandbox.list", {}, token=None)[2]["count"] == listed["count"]
     finally:
         assert f.stop() == 0
+
+
+def test_an_upload_cut_short_leaves_the_file_it_would_replace_whole():
+    """PUT /v1/files and POST /upload go to the sandbox in 4 MiB pieces: a file of more than one is
+    written beside its destination and renamed over it once whole, so an upload whose client goes
+    mid-way, or that the sandbox's disk cannot hold, leaves the old file as it was and nothing else
+    (before: the pieces written so far were the file)."""
+    d = Daemon(extra_args=["--disk-bytes", "16M"])
+    f = None
+    try:
+        os.chmod(d.socket, 0o666)
+        f = Front(d)
+        assert f.request("PUT", "/v1/files/keep.txt", body=b"old")[0] == 200
+        sb = f.rpc("sandbox.create", session_id="http-default")["sandbox_id"]
+
+        def names():
+            return sorted(e["name"] for e in f.rpc("fs.list", sandbox_id=sb, path="/workspace")["entries"])
+
+        def content():
+            return f.request("GET", "/v1/files/keep.txt", raw=True)[2]
+
+        # The client goes after 6 of its 10 MiB: a first piece went to the sandbox.
+        s = socket.create_connection(("127.0.0.1", f.port))
+        s.sendall(b"PUT /v1/files/keep.txt HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN_A.encode() +
+                  b"\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n" % (10 << 20))
+        s.sendall(os.urandom(6 << 20))
+        deadline = time.monotonic() + 60
+        while names() == ["keep.txt"] and content() == b"old" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        s.close()
+        deadline = time.monotonic() + 60
+        while names() != ["keep.txt"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert content() == b"old" and names() == ["keep.txt"], names()
+
+        # More than the disk holds: refused, the old file whole, nothing left beside it.
+        boundary = "cutshort"
+        body = (("--%s\r\nContent-Disposition: form-data; name=\"file\"; filename=\"keep.txt\"\r\n"
+                 "Content-Type: application/octet-stream\r\n\r\n" % boundary).encode() + os.urandom(20 << 20) +
+                ("\r\n--%s--\r\n" % boundary).encode())
+        status, _, out = f.request("POST", "/upload", body,
+                                   headers={"Content-Type": "multipart/form-data; boundary=" + boundary})
+        assert status >= 400, (status, out)
+        assert content() == b"old" and names() == ["keep.txt"], names()
+
+        # One that fits, in pieces, replaces it whole.
+        fits = os.urandom(9 << 20)
+        assert f.request("PUT", "/v1/files/keep.txt", body=fits)[0] == 200
+        assert content() == fits and names() == ["keep.txt"], names()
+    finally:
+        if f is not None:
+            assert f.stop() == 0
+        assert d.stop() == 0

@@ -710,7 +710,7 @@ def test_expose_joins_host_connections_to_the_sandbox(net, added):
                                "--directory", net["work"]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         listener, port = host_listener(16)
-        proxy.send({"op": "expose", "sandbox": "sb1", "port": 8000}, fds=(listener,))
+        proxy.send({"op": "expose", "sandbox": "sb1", "port": 8000, "owner": 0}, fds=(listener,))
         listener.close()
         deadline = time.monotonic() + 20
         while True:
@@ -873,7 +873,7 @@ def test_expose_connections_are_capped_per_sandbox(net, added):
     conns = []
     try:
         listener, port = host_listener(128)
-        proxy.send({"op": "expose", "sandbox": "sb1", "port": 8001}, fds=(listener,))
+        proxy.send({"op": "expose", "sandbox": "sb1", "port": 8001, "owner": 0}, fds=(listener,))
         listener.close()
         time.sleep(1)
         closed = 0

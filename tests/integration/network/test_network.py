@@ -24,7 +24,7 @@ import urllib.request
 import pytest
 
 from conftest import BUILD, Daemon, attack, host_inits
-from nsbox_client import RpcError
+from nsbox_client import RpcError, as_uid
 import upstream as U
 
 # serial: counts veths, addresses and network namespaces host-wide
@@ -243,7 +243,7 @@ def net_exec(d, sid, code, user="sandbox", timeout=90):
     from conftest import PRELUDE
     r = d.call("sandbox.exec", sandbox_id=sid, argv=["python3", "-c", PRELUDE + NETLIB + textwrap.dedent(code)],
                user=user, timeout_seconds=timeout)
-    assert r["exit_code"] == 0, r
+    assert r["exit_code"] == 0, (r["stdout"][-2000:], r["stderr"][-3000:])
     r["verdict"] = json.loads(r["stdout"].strip().splitlines()[-1])
     return r
 
@@ -792,6 +792,51 @@ def test_expose_reaches_a_server_in_the_sandbox_until_removal(netd, sbs):
     netd.call("sandbox.remove", sandbox_id=sid, force=True)
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
+
+
+def fetch_as(uid, port):
+    """What a process of uid reads from 127.0.0.1:port after a GET: the bytes, or "" when closed."""
+    code = ("import socket,sys\ns=socket.create_connection(('127.0.0.1',%d),timeout=30)\n"
+            "s.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n');b=b''\n"
+            "while True:\n try: c=s.recv(4096)\n except ConnectionResetError: break\n"
+            " if not c: break\n b+=c\nsys.stdout.write(b.decode())" % port)
+
+    def drop():
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+    p = subprocess.run(["/usr/bin/python3", "-c", code], preexec_fn=drop, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+def test_an_exposed_port_serves_its_owner_and_root_only(netd, sbs):
+    """The port is on the host's loopback, where every uid can connect: nsbox-egress
+    asks the kernel (sock_diag) whose socket the peer is, and lets in the
+    sandbox's owner and root; another uid, which cannot see the sandbox, is cut off."""
+    sid = sbs.create(ALLOWED_ONLY)
+    start_server(netd, sid, 8002, log="/tmp/hits-owner.log")
+    port = netd.call("sandbox.expose", sandbox_id=sid, port=8002)["host_port"]
+    assert fetch_as(0, port).endswith("from sandbox!\n")
+    assert fetch_as(64300, port) == ""
+    assert fetch_as(0, port).endswith("from sandbox!\n")  # and again, after a refusal
+    hits = netd.call("sandbox.exec", sandbox_id=sid, command="cat /tmp/hits-owner.log")["stdout"]
+    assert len(hits.splitlines()) == 2, hits  # the other uid's connection never reached the sandbox
+    log = netd.read_log()
+    assert "expose 8002: a connection from uid 64300, not the sandbox's owner: refused" in log, \
+        [line for line in log.splitlines() if "egress" in line][-20:]
+    # a sandbox of another user: that user is let in, as root is; uid 64300 is not
+    os.chmod(netd.socket, 0o666)  # in production: membership of group nsbox
+    out = as_uid(64301, netd.socket, [["sandbox.create", {"network": ALLOWED_ONLY}]])[0]
+    assert "result" in out, out
+    theirs = out["result"]["sandbox_id"]
+    sbs.ids.append(theirs)
+    start_server(netd, theirs, 8003, log="/tmp/hits-owner.log")
+    port = netd.call("sandbox.expose", sandbox_id=theirs, port=8003)["host_port"]
+    assert fetch_as(64301, port).endswith("from sandbox!\n")
+    assert fetch_as(0, port).endswith("from sandbox!\n")
+    assert fetch_as(64300, port) == ""
 
 
 def test_unexpose_closes_the_port(netd, sbs):

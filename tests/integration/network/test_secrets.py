@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Secrets the sandbox never sees: sandbox.create's `secrets` gives the
 sandbox a placeholder in its env (NSBOX_SECRET_NAME), and nsbox-egress puts
-the value into requests to the secret's hosts only. The upstream is
+the value into requests to the secret's hosts only, in one place of them
+(the secret's header, or the Authorization header the sandbox wrote the
+placeholder in), and masks it in what comes back over HTTPS. The upstream is
 upstream.py's test-made namespace, whose servers log every request's
 headers; a value found anywhere else (the sandbox's env, /proc, files,
 another host, sandbox.info, nsboxd's and the proxy's log) fails the test."""
@@ -10,13 +12,14 @@ import os
 import secrets as random_secrets
 import sys
 import textwrap
+import time
 
 import pytest
 
 import upstream as U
 from conftest import REPO
 from nsbox_client import RpcError
-from test_network import ALLOWED_ONLY, landed, net, net_daemon, net_exec, sbs, up  # noqa: F401 (fixtures)
+from test_network import ALLOWED_ONLY, info_stats, landed, net, net_daemon, net_exec, sbs, up  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.serial, pytest.mark.xdist_group("host-network")]
 
@@ -47,16 +50,17 @@ def request(path, host, *headers):
 
 def test_a_secret_reaches_its_host_and_never_the_sandbox(netd, sbs, up):
     api, token = value(), value()
-    sid = make(sbs, API_KEY={"value": api, "hosts": ["Allowed.test"], "header": "Authorization: Bearer {value}"},
+    sid = make(sbs, API_KEY={"value": api, "hosts": ["Allowed.test"], "header": "X-Api-Key: {value}"},
                TOKEN={"value": token, "hosts": ["allowed.test"]})
     mark = up.mark()
     v = net(netd, sid, r"""
         import glob, subprocess
         env = dict(os.environ)
         api, token = env["NSBOX_SECRET_API_KEY"], env["NSBOX_SECRET_TOKEN"]
-        req = ("GET /s?t=%s HTTP/1.1\r\nHost: allowed.test\r\nX-Token: tok %s\r\n"
-               "Authorization: Basic mine\r\nConnection: close\r\n\r\n" % (token, token))
+        req = ("GET /s HTTP/1.1\r\nHost: allowed.test\r\nAuthorization: token %s\r\n"
+               "X-Api-Key: mine\r\nConnection: close\r\n\r\n" % token)
         r = http('allowed.test', raw=req.encode())
+        in_path = http('allowed.test', raw=req.replace("GET /s ", "GET /s?t=%s " % token).encode())
         seen = []
         for p in glob.glob('/proc/[0-9]*/environ') + glob.glob('/proc/[0-9]*/cmdline'):
             try:
@@ -64,7 +68,7 @@ def test_a_secret_reaches_its_host_and_never_the_sandbox(netd, sbs, up):
             except OSError:
                 pass
         out = subprocess.run(['env'], capture_output=True, text=True).stdout
-        verdict(api=api, token=token, r=r, procs="\n".join(seen), env=out)
+        verdict(api=api, token=token, r=r, in_path=in_path, procs="\n".join(seen), env=out)
     """)
     assert v["api"].startswith("nsbox-secret-") and v["token"].startswith("nsbox-secret-")
     assert v["api"] != v["token"]
@@ -72,15 +76,19 @@ def test_a_secret_reaches_its_host_and_never_the_sandbox(netd, sbs, up):
         assert api not in where and token not in where
     assert "NSBOX_SECRET_API_KEY=" + v["api"] in v["env"]
     assert v["r"].get("status") == 200, v["r"]
+    # The placeholder in the path (where a host could echo it back) is refused, not made the value.
+    assert v["in_path"].get("status") == 403 and token not in v["in_path"]["raw"], v["in_path"]
     hits = landed(up, mark, local=U.ALLOWED)
     assert len(hits) == 1, hits
     headers = hits[0]["headers"]
-    # The secret's header replaces the sandbox's own; the placeholder is replaced where it was written.
-    assert headers["Authorization"] == "Bearer " + api
-    assert headers["X-Token"] == "tok " + token
-    assert hits[0]["path"] == "/s?t=" + token
-    # The sandbox's answer (the upstream echoing what it saw) carries the value: that is the point,
-    # the sandbox may use the secret against its host. What it holds itself never does.
+    # The secret's header replaces the sandbox's own; the placeholder in Authorization becomes the value.
+    assert headers["X-Api-Key"] == api
+    assert headers["Authorization"] == "token " + token
+    assert hits[0]["path"] == "/s"
+    # This upstream echoes what it saw, the values too: they come back masked (each byte a '*').
+    assert api not in v["r"]["raw"] and token not in v["r"]["raw"], v["r"]
+    assert v["r"]["json"]["headers"]["Authorization"] == "token " + "*" * len(token), v["r"]
+    assert v["r"]["json"]["headers"]["X-Api-Key"] == "*" * len(api), v["r"]
     info = netd.call("sandbox.info", sandbox_id=sid)
     assert sorted(info["secrets"]) == ["API_KEY", "TOKEN"]
     assert api not in json.dumps(info) and token not in json.dumps(info)
@@ -130,7 +138,7 @@ def test_a_redirect_to_another_host_does_not_take_the_secret_along(netd, sbs, up
         import urllib.request, urllib.error
         token = os.environ["NSBOX_SECRET_TOKEN"]
         req = urllib.request.Request("http://allowed.test/redirect?http://index.test/landed",
-                                     headers={"X-Token": token})
+                                     headers={"Authorization": "token " + token})
         try:
             urllib.request.urlopen(req, timeout=20)
             verdict(status=200)
@@ -140,7 +148,7 @@ def test_a_redirect_to_another_host_does_not_take_the_secret_along(netd, sbs, up
     assert v["status"] == 403 and "refused index.test" in v["body"], v
     hits = landed(up, mark)
     assert [(h["local"], h["path"]) for h in hits] == [(U.ALLOWED, "/redirect?http://index.test/landed")], hits
-    assert hits[0]["headers"]["X-Token"] == secret
+    assert hits[0]["headers"]["Authorization"] == "token " + secret
 
 
 @pytest.mark.parametrize("secrets,why", [
@@ -177,7 +185,7 @@ def test_cli_secret_file_and_stdin_never_on_argv(netd, sbs, up, tmp_path):
     path.write_text(from_file + "\n")
     r = netd.cli("create", "--network", ALLOWED_ONLY, "--secret-file", "FILE=%s@allowed.test" % path,
                  "--secret-file", "STDIN=-@allowed.test,index.test",
-                 "--secret-header", "STDIN=Authorization: Bearer {value}", input=from_stdin.encode())
+                 "--secret-header", "STDIN=X-Stdin: Bearer {value}", input=from_stdin.encode())
     assert r.returncode == 0, r
     sid = r.stdout.decode().strip()
     sbs.ids.append(sid)
@@ -185,13 +193,13 @@ def test_cli_secret_file_and_stdin_never_on_argv(netd, sbs, up, tmp_path):
     assert sorted(info["secrets"]) == ["FILE", "STDIN"]
     mark = up.mark()
     v = net(netd, sid, r"""
-        verdict(r=http('allowed.test', raw=("GET / HTTP/1.1\r\nHost: allowed.test\r\nX-File: %s\r\n"
+        verdict(r=http('allowed.test', raw=("GET / HTTP/1.1\r\nHost: allowed.test\r\nAuthorization: %s\r\n"
                                             "Connection: close\r\n\r\n" % os.environ["NSBOX_SECRET_FILE"]).encode()))
     """)
     assert v["r"].get("status") == 200, v
     (hit,) = landed(up, mark)
-    assert hit["headers"]["X-File"] == from_file
-    assert hit["headers"]["Authorization"] == "Bearer " + from_stdin
+    assert hit["headers"]["Authorization"] == from_file
+    assert hit["headers"]["X-Stdin"] == "Bearer " + from_stdin
     # --secret NAME=VALUE@HOSTS: the value may hold '@', the hosts follow the last one.
     r = netd.cli("create", "--network", ALLOWED_ONLY, "--secret", "ARGV=a@b@allowed.test")
     assert r.returncode == 0, r
@@ -240,7 +248,7 @@ def test_https_to_a_secrets_host_is_intercepted_with_the_sandboxs_ca(netd, sbs, 
     mark = up.mark()
     v = net(netd, sid, HTTPS_CLIENTS + textwrap.dedent(r"""
         token = os.environ["NSBOX_SECRET_TOKEN"]
-        verdict(a=https_default("https://allowed.test/tls?t=" + token, {"X-Token": token}),
+        verdict(a=https_default("https://allowed.test/tls", {"Authorization": "Bearer " + token}),
                 other=https_default("https://index.test/leak", {"X-Token": token}),
                 env={k: os.environ.get(k) for k in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS")},
                 ca=open("/etc/nsbox/secrets-ca.pem").read(),
@@ -250,8 +258,9 @@ def test_https_to_a_secrets_host_is_intercepted_with_the_sandboxs_ca(netd, sbs, 
     hits = landed(up, mark)
     a = [h for h in hits if h["local"] == U.ALLOWED]
     assert len(a) == 1 and a[0]["proto"] == "https" and a[0]["sni"] == "allowed.test", hits
-    assert a[0]["headers"]["Authorization"] == "Bearer " + secret
-    assert a[0]["headers"]["X-Token"] == secret and a[0]["path"] == "/tls?t=" + secret
+    assert a[0]["headers"]["Authorization"] == "Bearer " + secret and a[0]["path"] == "/tls"
+    # The upstream echoes the request, the value too: the sandbox gets it masked, as long as it was.
+    assert secret not in v["a"]["body"] and '"Bearer %s"' % ("*" * len(secret)) in v["a"]["body"], v["a"]
     # index.test has no secret: its TLS is end to end (the upstream's own certificate, which the
     # sandbox's default bundle does not trust), and the placeholder never becomes the value there.
     assert "error" in v["other"] and "CERTIFICATE_VERIFY_FAILED" in v["other"]["error"], v["other"]
@@ -284,6 +293,73 @@ def test_https_placeholder_of_another_hosts_secret_is_refused_inside_tls(netd, s
     assert landed(up, mark, local=U.ALLOWED) == []
     log = netd.read_log()
     assert "placeholder of secret THEIRS" in log and theirs not in log and mine not in log
+
+
+def test_a_placeholder_in_a_request_body_to_another_host_is_refused(netd, sbs, up):
+    """Not only the head: a placeholder in the body of a request to a host
+    not of its secret is refused before the request reaches the host, over
+    plain HTTP and inside an intercepted TLS connection, and logged."""
+    mine, theirs = value(), value()
+    sid = make(sbs, MINE={"value": mine, "hosts": ["allowed.test"]},
+               THEIRS={"value": theirs, "hosts": ["index.test"]})
+    mark = up.mark()
+    r = net_exec(netd, sid, HTTPS_CLIENTS + textwrap.dedent(r"""
+        from http.client import HTTPSConnection
+        mine = os.environ["NSBOX_SECRET_MINE"]
+        body = ("x" * 3000 + "token=" + mine).encode()
+        plain = http('index.test', raw=(
+            "POST /plain-body HTTP/1.1\r\nHost: index.test\r\nContent-Length: %d\r\n"
+            "Connection: close\r\n\r\n" % len(body)).encode() + body)
+        tls = HTTPSConnection("allowed.test", timeout=20)
+        tls.request("POST", "/tls-body", body=("k=" + os.environ["NSBOX_SECRET_THEIRS"]).encode())
+        resp = tls.getresponse()
+        verdict(plain=plain, tls={"status": resp.status, "body": resp.read().decode(errors="replace")})
+    """))
+    v = r["verdict"]
+    assert v["plain"].get("status") == 403 and "refused index.test" in v["plain"]["body"], v["plain"]
+    assert v["tls"]["status"] == 403 and "refused allowed.test" in v["tls"]["body"], v["tls"]
+    assert "index.test:80" in r.get("network_refused", []), r
+    # Neither request reached its host, head or body.
+    assert landed(up, mark) == [], landed(up, mark)
+    log = netd.read_log()
+    assert "placeholder of secret MINE" in log and "placeholder of secret THEIRS" in log
+    assert mine not in log and theirs not in log
+
+
+def test_a_keep_alive_connection_gets_the_secret_in_each_request(netd, sbs, up):
+    """HTTP/1.1 keep-alive over an intercepted TLS connection: every request
+    on it is rewritten (the value put in), not only the first; the secrets'
+    use counts in the sandbox's egress stats."""
+    secret = value()
+    sid = make(sbs, TOKEN={"value": secret, "hosts": ["allowed.test"], "header": "Authorization: Bearer {value}"})
+    mark = up.mark()
+    v = net(netd, sid, r"""
+        from http.client import HTTPSConnection
+        token = os.environ["NSBOX_SECRET_TOKEN"]
+        conn = HTTPSConnection("allowed.test", timeout=20)
+        out, socks = [], []
+        for i in range(3):
+            try:
+                conn.request("GET", "/keep-%d" % i, headers={"Authorization": "Bearer " + token})
+                r = conn.getresponse()
+                out.append({"status": r.status, "body": r.read().decode(errors="replace")})
+                socks.append(id(conn.sock))
+            except Exception as e:
+                out.append({"error": "%s: %s" % (type(e).__name__, e)})
+                break
+        verdict(out=out, one_connection=len(set(socks)) == 1 and conn.sock is not None)
+    """)
+    assert [o.get("status") for o in v["out"]] == [200, 200, 200], v
+    assert v["one_connection"], v
+    hits = landed(up, mark, local=U.ALLOWED)
+    assert [h["path"] for h in hits] == ["/keep-%d" % i for i in range(3)], hits
+    for h in hits:
+        assert h["headers"]["Authorization"] == "Bearer " + secret, h
+    assert all(secret not in o["body"] for o in v["out"]), v
+    # The proxy kept one connection upstream too.
+    assert [h["request_on_connection"] for h in hits] == [1, 2, 3], hits
+    _, stats = info_stats(netd, sid, lambda s: s.get("secrets_injected", 0) >= 3)
+    assert stats.get("secrets_injected") == 3, stats
 
 
 def test_https_through_the_explicit_proxy_is_intercepted_too(netd, sbs, up):
@@ -352,12 +428,12 @@ def test_update_replaces_the_secrets_of_a_live_sandbox(netd, sbs, up):
         "sandbox.exec", sandbox_id=sid, argv=["env"])["stdout"].splitlines() if "=" in l)
     placeholder_a = env()["NSBOX_SECRET_A"]
 
-    def sent(name):
+    def sent(name, header="Authorization"):
         mark = up.mark()
         v = net(netd, sid, "verdict(r=http('allowed.test', raw=%r.encode()))"
-                % request("/", "allowed.test", "X-T: " + name))
+                % request("/", "allowed.test", "Authorization: " + name))
         assert v["r"].get("status") == 200, v
-        return landed(up, mark)[0]["headers"]["X-T"]
+        return landed(up, mark)[0]["headers"][header]
 
     assert sent(placeholder_a) == first
     info = netd.call("sandbox.update", sandbox_id=sid,
@@ -368,7 +444,7 @@ def test_update_replaces_the_secrets_of_a_live_sandbox(netd, sbs, up):
     # A kept its placeholder (running processes keep working), with the new value behind it.
     assert now["NSBOX_SECRET_A"] == placeholder_a and now["NSBOX_SECRET_B"].startswith("nsbox-secret-")
     assert sent(placeholder_a) == second
-    assert sent(now["NSBOX_SECRET_B"]) == other
+    assert sent("x", header="X-B") == other
     # None left: the placeholders are plain strings again, the env no longer has them.
     info = netd.call("sandbox.update", sandbox_id=sid, secrets=None)
     assert "secrets" not in info
@@ -414,3 +490,206 @@ def test_cli_update_replaces_and_removes_secrets(netd, sbs, up, tmp_path):
     assert r.returncode == 0 and "secrets" not in json.loads(r.stdout), r
     r = netd.cli("update", "--no-secrets", "--secret", "C=v@allowed.test", sid)
     assert r.returncode == 125 and b"--no-secrets or secrets" in r.stderr, r
+
+
+# Raw requests over the sandbox's TLS to a secret's host (its CA is in the default bundle).
+RAW_TLS = r"""
+import ssl
+def head(path, headers, method="GET", body=b""):
+    lines = "".join(h + "\r\n" for h in headers)
+    if body:
+        lines += "Content-Length: %d\r\n" % len(body)
+    return ("%s %s HTTP/1.1\r\nHost: allowed.test\r\n%sConnection: close\r\n\r\n"
+            % (method, path, lines)).encode() + body
+def over_tls(raw):
+    ctx = ssl.create_default_context()
+    try:
+        s = ctx.wrap_socket(socket.create_connection(("allowed.test", 443), timeout=20),
+                            server_hostname="allowed.test")
+    except (OSError, ssl.SSLError) as e:
+        return {"error": "%s: %s" % (type(e).__name__, e)}
+    with s:
+        s.sendall(raw)
+        return _parse(*_read_all(s))
+"""
+
+
+def test_a_placeholder_outside_its_place_is_refused_even_to_its_own_host(netd, sbs, up):
+    """Hosts echo URLs and headers back (a 301's Location keeps the query,
+    Access-Control-Allow-Origin repeats Origin, a 404 page quotes the path):
+    a placeholder anywhere but its one place (the secret's header, or
+    Authorization for a secret without one) is refused, to the secret's own
+    host too, over plain HTTP and HTTPS, and logged; the request never
+    reaches the host, so nothing can echo the value back."""
+    token, key = value(), value()
+    sid = make(sbs, TOKEN={"value": token, "hosts": ["allowed.test"]},
+               KEY={"value": key, "hosts": ["allowed.test"], "header": "X-Api-Key: {value}"})
+    mark = up.mark()
+    r = net_exec(netd, sid, RAW_TLS + textwrap.dedent(r"""
+        token, key = os.environ["NSBOX_SECRET_TOKEN"], os.environ["NSBOX_SECRET_KEY"]
+        tries = {
+            "path": head("/reflect/v1/" + token, []),
+            "query": head("/reflect?key=" + token, []),
+            "origin": head("/reflect", ["Origin: " + token]),
+            "other_header": head("/reflect", ["X-Token: tok " + token]),
+            "absolute_form": None,
+            "header_secret_in_authorization": head("/reflect", ["Authorization: Bearer " + key]),
+            "header_secret_in_origin": head("/reflect", ["Origin: " + key]),
+            "body": head("/reflect", [], "POST", ("k=" + token).encode()),
+        }
+        out = {}
+        for name, raw in tries.items():
+            if raw is None:  # the explicit proxy's absolute-form request
+                absolute = ("GET http://allowed.test/reflect/%s HTTP/1.1\r\nHost: allowed.test\r\n"
+                            "Connection: close\r\n\r\n" % token).encode()
+                out[name] = {"http": http(gateway(), port=3128, raw=absolute)}
+                continue
+            out[name] = {"http": http("allowed.test", raw=raw), "https": over_tls(raw)}
+        verdict(out=out)
+    """), timeout=120)
+    out = r["verdict"]["out"]
+    for name, by in out.items():
+        for proto, got in by.items():
+            assert got.get("status") == 403 and "refused allowed.test" in got["body"], (name, proto, got)
+            assert token not in got["raw"] and key not in got["raw"], (name, proto)
+    assert landed(up, mark) == [], landed(up, mark)
+    assert "allowed.test:80" in r.get("network_refused", []), r
+    log = netd.read_log()
+    assert "placeholder of secret TOKEN outside its header (Authorization)" in log
+    assert "placeholder of secret KEY outside its header (X-Api-Key)" in log
+    assert token not in log and key not in log
+
+
+def test_an_echoing_host_never_gives_a_value_back(netd, sbs, up):
+    """Defence in depth: what the secret's host answers is relayed with each
+    value masked: over HTTPS in the head as the placeholder again and in the
+    body as many '*' (its length kept); over plain HTTP as '*' throughout.
+    The upstream's /reflect echoes every header it got, the values too, in
+    its answer's head and body."""
+    token, key = value(), value()
+    sid = make(sbs, TOKEN={"value": token, "hosts": ["allowed.test"]},
+               KEY={"value": key, "hosts": ["allowed.test"], "header": "X-Api-Key: {value}"})
+    mark = up.mark()
+    v = net(netd, sid, RAW_TLS + textwrap.dedent(r"""
+        token = os.environ["NSBOX_SECRET_TOKEN"]
+        raw = head("/reflect/ok", ["Authorization: token " + token, "Origin: https://example.test"])
+        verdict(r=over_tls(raw), plain=http("allowed.test", raw=raw), token=token, key=os.environ["NSBOX_SECRET_KEY"])
+    """))
+    hits = landed(up, mark, local=U.ALLOWED)
+    assert sorted(h["proto"] for h in hits) == ["http", "https"], hits
+    for hit in hits:
+        assert hit["headers"]["Authorization"] == "token " + token and hit["headers"]["X-Api-Key"] == key, hit
+    plain = v["plain"]
+    assert plain.get("status") == 301 and token not in plain["raw"] and key not in plain["raw"], plain
+    assert "X-Seen-Authorization: token %s\r\n" % ("*" * len(token)) in plain["raw"], plain["raw"]
+    assert plain["json"]["headers"]["X-Api-Key"] == "*" * len(key), plain["json"]
+    got = v["r"]
+    assert got.get("status") == 301, got
+    assert token not in got["raw"] and key not in got["raw"], got["raw"]
+    assert token not in got["body"] and key not in got["body"], got["body"]
+    assert "X-Seen-Authorization: token " + v["token"] in got["raw"], got["raw"]
+    assert "X-Seen-X-Api-Key: " + v["key"] in got["raw"], got["raw"]
+    assert got["json"]["headers"]["Authorization"] == "token " + "*" * len(token), got["json"]
+    assert got["json"]["headers"]["X-Api-Key"] == "*" * len(key), got["json"]
+
+
+def test_one_sandbox_holding_its_intercepted_connections_leaves_the_others_theirs(netd, sbs, up):
+    """A sandbox that opens many TLS connections to its secret's host and
+    stalls them gets its share of the interception threads
+    (INTERCEPT_PER_SANDBOX, 32), the rest refused and logged: another
+    sandbox's secret requests still go through meanwhile."""
+    import threading
+    greedy = make(sbs, T={"value": value(), "hosts": ["allowed.test"]})
+    other_secret = value()
+    other = make(sbs, T={"value": other_secret, "hosts": ["allowed.test"], "header": "X-T: {value}"})
+    result = {}
+
+    def hold():
+        try:
+            result["r"] = net_exec(netd, greedy, r"""
+                import ssl, time
+                def client_hello(name):
+                    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+                    tls = ssl.create_default_context().wrap_bio(incoming, outgoing, server_hostname=name)
+                    try:
+                        tls.do_handshake()
+                    except ssl.SSLWantReadError:
+                        pass
+                    return outgoing.read()
+                hello = client_hello("allowed.test")
+                socks, refused = [], 0
+                for i in range(300):
+                    try:
+                        s = socket.create_connection(("allowed.test", 443), timeout=20)
+                        s.sendall(hello)
+                        first = s.recv(1)
+                    except OSError:
+                        s, first = None, b""
+                    if first == b"\x16":  # a ServerHello: an interception thread has it, stalled
+                        socks.append(s)
+                    else:  # refused: closed at once, as a client would
+                        refused += 1
+                        if s is not None:
+                            s.close()
+                held = len(socks)
+                with open("/tmp/held.json", "w") as f:
+                    json.dump({"held": held, "refused": refused}, f)
+                deadline = time.monotonic() + 120
+                while not os.path.exists("/tmp/release") and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                verdict(held=held, refused=refused)
+            """, timeout=180)
+        except Exception as e:  # noqa: BLE001 (reported by the main thread)
+            result["error"] = e
+
+    t = threading.Thread(target=hold)
+    t.start()
+    try:
+        deadline = time.monotonic() + 120
+        held = None
+        while held is None and time.monotonic() < deadline and t.is_alive():
+            r = netd.call("sandbox.exec", sandbox_id=greedy, argv=["cat", "/tmp/held.json"])
+            held = json.loads(r["stdout"]) if r["exit_code"] == 0 and r["stdout"] else None
+            if held is None:
+                time.sleep(0.2)
+        assert held is not None, result
+        mark = up.mark()
+        v = net(netd, other, HTTPS_CLIENTS + textwrap.dedent(r"""
+            verdict(r=https_default("https://allowed.test/other-sandbox", {}))
+        """))
+    finally:
+        netd.call("sandbox.exec", sandbox_id=greedy, argv=["touch", "/tmp/release"])
+        t.join(timeout=200)
+    assert v["r"].get("status") == 200, (v, held)
+    (hit,) = landed(up, mark, local=U.ALLOWED)
+    assert hit["path"] == "/other-sandbox" and hit["headers"]["X-T"] == other_secret
+    assert held == {"held": 32, "refused": 268}, held
+    assert "too many intercepted connections of this sandbox" in netd.read_log()
+
+
+def test_a_request_head_dripped_into_an_intercepted_connection_is_cut_off(netd, sbs):
+    """Each read has its timeout, but one byte a little under it would keep
+    an interception thread forever: the TLS handshake and the request head
+    have one deadline (30 s) for all of them."""
+    sid = make(sbs, T={"value": value(), "hosts": ["allowed.test"]})
+    v = net(netd, sid, r"""
+        import ssl, time
+        s = ssl.create_default_context().wrap_socket(socket.create_connection(("allowed.test", 443), timeout=20),
+                                                     server_hostname="allowed.test")
+        head = b"GET /drip HTTP/1.1\r\nHost: allowed.test\r\nX-Pad: " + b"x" * 40 + b"\r\n\r\n"
+        sent, closed, start = 0, False, time.monotonic()
+        s.settimeout(5)
+        while sent < len(head) - 1 and time.monotonic() - start < 100:
+            try:
+                s.send(head[sent:sent + 1])
+                sent += 1
+                closed = s.recv(1) == b""
+            except socket.timeout:
+                continue  # nothing from the proxy in 5 s: the next byte
+            except OSError:
+                closed = True
+            if closed:
+                break
+        verdict(closed=closed, sent=sent, of=len(head))
+    """, timeout=150)
+    assert v["closed"] and v["sent"] < v["of"] - 1, v

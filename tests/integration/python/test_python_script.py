@@ -74,7 +74,8 @@ def test_stream_sends_output_as_it_comes_then_the_result(daemon, sandbox):
 
 @pytest.mark.parametrize("params, message", [
     ({"args": ["a"], "stateful": True}, "args is for stateless calls"),
-    ({"stream": True, "stateful": True}, "stream is for stateless calls"),
+    ({"context": "a"}, "context is for stateful calls"),
+    ({"cwd": "/tmp"}, "cwd is for stateful calls"),
     ({"script_name": "a/b.py"}, "script_name must be a file name"),
     ({"script_name": ".."}, "script_name must be a file name"),
     ({"script_name": "a\nb"}, "script_name must be a file name"),

@@ -70,6 +70,32 @@ def test_run_code_returns_a_matplotlib_figure_as_png_bytes(sb):
     assert r.images[0].mime == "image/png" and r.images[0].data.startswith(b"\x89PNG\r\n\x1a\n")
 
 
+def test_run_code_callbacks_get_a_cells_output_while_it_runs(daemon, sb):
+    """The cell waits for a file that only the stdout callback creates; its
+    figure, error, env and context come back as without callbacks."""
+    other = Sandbox.connect(sb.sandbox_id, socket=daemon.socket)
+    seen = []
+
+    def on_stdout(chunk):
+        seen.append(chunk)
+        if "ready" in chunk:
+            other.files.write("/workspace/go", "1")
+
+    code = ("import os, sys, time\nimport matplotlib.pyplot as plt\nprint('ready')\nplt.plot([1, 2])\nplt.show()\n"
+            "for _ in range(400):\n    if os.path.exists('/workspace/go'):\n        break\n    time.sleep(0.05)\n"
+            "print('saw-go' if os.path.exists('/workspace/go') else 'no-go', os.environ.get('CELL'))\n"
+            "print('e', file=sys.stderr)\nraise KeyError('k')")
+    r = sb.run_code(code, on_stdout=on_stdout, on_stderr=seen.append, env={"CELL": "v"}, context="live",
+                    timeout=60)
+    other.close()
+    assert r.stdout == "ready\nsaw-go v\n" and r.stderr.startswith("e\n"), r
+    assert "".join(seen) == "ready\nsaw-go v\ne\n"
+    assert (r.error.name, r.error.value) == ("KeyError", "'k'")
+    assert len(r.images) == 1 and r.images[0].data.startswith(b"\x89PNG")
+    assert sb.run_code("'plt' in globals()").result == "False"  # that was the context's
+    assert sb.run_code("'plt' in globals()", context="live").result == "True"
+
+
 def test_run_code_writes_text_and_binary_files_first(sb):
     r = sb.run_code("print(open('a.txt').read(), list(open('b.bin', 'rb').read()) == list(range(256)))",
                     stateful=False, files={"a.txt": "hello", "b.bin": ALL_BYTES})
@@ -287,6 +313,18 @@ def test_a_removed_sandbox_raises_sandbox_gone_saying_why(daemon):
     assert isinstance(e.value, nsbox.NotFoundError) and e.value.kind == "gone"
     assert e.value.data["sandbox_id"] == sid and "asked by uid" in e.value.data["reason"]
     assert "was removed at" in str(e.value)
+
+
+def test_a_background_command_of_a_removed_sandbox_raises_sandbox_gone(daemon):
+    s = Sandbox.create(socket=daemon.socket)
+    h = s.commands.run("sleep 100", background=True)
+    daemon.call("sandbox.remove", sandbox_id=s.sandbox_id, force=True)
+    for call in (h.status, h.output, h.kill):
+        with pytest.raises(nsbox.SandboxGoneError) as e:
+            call()
+        assert e.value.data["exec_id"] == h.exec_id and "asked by uid" in e.value.data["reason"]
+        assert "ended with its sandbox" in str(e.value)
+    s.close()
 
 
 def test_create_says_what_idling_does(daemon):

@@ -204,3 +204,92 @@ def test_nsbox_run_v_pwd_edits_a_project_as_its_owner(daemon, root):
     for path in ["app.py", "tests", "tests/test_app.py"]:
         st = os.stat(os.path.join(project, path))
         assert (st.st_uid, st.st_gid) == (USER, USER), (path, st.st_uid, st.st_gid)
+
+
+def test_a_fuse_mount_below_a_root_is_refused_without_stalling_nsboxd(daemon, root):
+    """A user's FUSE server below an allowed root that reads a lookup and never
+    answers would hold the opening child in the kernel: the path is refused at
+    the mount boundary before any lookup reaches it, and other clients are
+    served meanwhile."""
+    import ctypes
+    import select
+    import struct
+    from nsbox_client import Client
+    mnt = owned_dir(root, "fuse-user", USER)
+    fd = os.open("/dev/fuse", os.O_RDWR)
+    libc = ctypes.CDLL(None, use_errno=True)
+    opts = "fd=%d,rootmode=40000,user_id=%d,group_id=%d,allow_other" % (fd, USER, USER)
+    assert libc.mount(b"nsbox-test-fuse", mnt.encode(), b"fuse", 0, opts.encode()) == 0, ctypes.get_errno()
+    unanswered, stop = [], threading.Event()
+
+    def serve():  # answers INIT only: every other request is read and left waiting
+        while not stop.is_set():
+            if not select.select([fd], [], [], 0.1)[0]:
+                continue
+            try:
+                buf = os.read(fd, 1 << 20)
+            except OSError:
+                return
+            _, opcode, unique, _ = struct.unpack_from("<IIQQ", buf)
+            if opcode == 26:
+                minor = struct.unpack_from("<II", buf, 40)[1]
+                out = struct.pack("<IIIIHHIIHHI", 7, min(minor, 31), 0, 0, 16, 12, 65536, 1, 0, 0, 0) + b"\0" * 28
+                os.write(fd, struct.pack("<IiQ", 16 + len(out), 0, unique) + out)
+            else:
+                unanswered.append(opcode)
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    result = {}
+    creator = threading.Thread(target=lambda: result.update(
+        out=create_as(daemon, USER, [{"host_path": mnt + "/sub", "path": "/mnt/x"}])), daemon=True)
+    try:
+        creator.start()
+        with Client(daemon.socket, timeout=20) as c:  # a stalled loop never answers this
+            assert "version" in c.call("server.info")
+        creator.join(20)
+        assert not creator.is_alive()
+        sid, error = result["out"]
+        assert sid is None and "leaves the allowed root or its file system" in error["message"], error
+        assert 1 not in unanswered, "the lookup reached the FUSE server"  # FUSE_LOOKUP
+    finally:
+        stop.set()
+        server.join(5)
+        os.close(fd)
+        libc.umount2(mnt.encode(), 2)
+
+
+def test_the_file_api_and_cp_reach_a_mounted_project_as_its_owner(daemon, root):
+    """fs.* and nsbox cp see the host directory at its mount point, as the
+    sandbox does: what they write there is the caller's on the host; a
+    read-only mount stays read-only to them."""
+    project = owned_dir(root, "fs-project", USER)
+    with open(os.path.join(project, "main.py"), "w") as f:
+        f.write("print('hello')\n")
+    os.chown(os.path.join(project, "main.py"), USER, USER)
+    ro = owned_dir(root, "fs-ro-project", USER)
+    sid, error = create_as(daemon, USER, [{"host_path": project, "path": "/workspace/project",
+                                           "read_only": False},
+                                          {"host_path": ro, "path": "/workspace/ro"}])
+    assert error is None, error
+
+    def call(method, **params):
+        return as_uid(USER, daemon.socket, [[method, dict(sandbox_id=sid, **params)]])[0]
+    try:
+        out = call("fs.read", path="/workspace/project/main.py")
+        assert out.get("result", {}).get("content") == "print('hello')\n", out
+        out = call("fs.write", path="/workspace/project/pkg/new.py", content="x = 1\n")
+        assert "result" in out, out
+        r = subprocess.run([os.path.join(BUILD, "nsbox"), "--socket", daemon.socket, "cp",
+                            sid + ":/workspace/project/main.py", "-"],
+                           capture_output=True, preexec_fn=lambda: os.setresuid(USER, USER, USER))
+        assert r.returncode == 0 and r.stdout == b"print('hello')\n", r
+        out = call("fs.write", path="/workspace/ro/f.txt", content="x")
+        assert out.get("error", {}).get("data", {}).get("kind") == "permission_denied", out
+    finally:
+        remove(daemon, sid)
+    for path in ["pkg", "pkg/new.py"]:
+        st = os.stat(os.path.join(project, path))
+        assert (st.st_uid, st.st_gid) == (USER, USER), (path, st.st_uid, st.st_gid)
+    assert open(os.path.join(project, "pkg/new.py")).read() == "x = 1\n"
+    assert os.listdir(ro) == []

@@ -226,22 +226,105 @@ def test_cli_volume_commands_and_create_v(daemon):
     assert r.returncode == 0, r.stderr
 
 
-def test_the_file_api_says_it_does_not_reach_a_volume(daemon):
-    """fs.* stays on the sandbox's own root file system (it never crosses a
-    mount: /proc there would be nsboxd's); on a volume it says so and what to
-    use instead, and writes nothing."""
+def test_the_file_api_sees_a_volume_as_the_sandbox_does(daemon):
+    """fs.* (and nsbox cp, built on it) reaches a sandbox's volume at its
+    mount point: what the sandbox wrote there is read, what fs.* writes is
+    the sandbox user's and seen by the sandbox; not the empty directory of
+    the writable layer under the mount."""
     daemon.call("volume.create", name="files", size="16M")
     sid = create(daemon, mounts=[{"volume": "files", "path": "/data"}])
     try:
-        for method, params in [("fs.write", {"path": "/data/f.txt", "content": "x"}),
-                               ("fs.mkdir", {"path": "/data/dir"}),
-                               ("fs.list", {"path": "/data"})]:
-            e = error_of(daemon.call, method, sandbox_id=sid, **params)
-            assert "its volumes and host directories" in str(e) and "sandbox.exec" in str(e), e.error
-        assert sh(daemon, sid, "ls -A /data")["stdout"] == "lost+found\n"
+        sh(daemon, sid, "echo from the sandbox > /data/in.txt && mkdir /data/sub")
+        call = lambda method, **kw: daemon.call(method, sandbox_id=sid, **kw)  # noqa: E731
+        assert call("fs.read", path="/data/in.txt")["content"] == "from the sandbox\n"
+        names = sorted(e["name"] for e in call("fs.list", path="/data")["entries"])
+        assert names == ["in.txt", "lost+found", "sub"], names
+        call("fs.write", path="/data/sub/deep/out.txt", content="from fs.write")
+        call("fs.mkdir", path="/data/made")
+        call("fs.symlink", target="out.txt", path="/data/sub/deep/link")
+        call("fs.rename", **{"from": "/data/in.txt", "to": "/data/moved.txt"})
+        call("fs.chmod", path="/data/moved.txt", mode=0o600)
+        # A write over a file there goes through a temporary file and a rename on the volume too,
+        # keeping the file's owner and mode.
+        call("fs.write", path="/data/moved.txt", content="replaced\n")
+        assert call("fs.read", path="/data/moved.txt")["content"] == "replaced\n"
+        call("fs.write", path="/data/moved.txt", content="from the sandbox\n")
+        assert call("fs.stat", path="/data/sub/deep/out.txt")["size"] == len("from fs.write")
+        out = sh(daemon, sid, "cat /data/sub/deep/link; stat -c '%U %a %n' /data/sub/deep/out.txt "
+                 "/data/sub/deep /data/made /data/moved.txt; ls /data")["stdout"]
+        assert out == ("from fs.writesandbox 644 /data/sub/deep/out.txt\nsandbox 755 /data/sub/deep\n"
+                       "sandbox 755 /data/made\nsandbox 600 /data/moved.txt\n"
+                       "lost+found\nmade\nmoved.txt\nsub\n"), out
+        call("fs.remove", path="/data/sub", recursive=True)
+        assert sh(daemon, sid, "ls /data")["stdout"] == "lost+found\nmade\nmoved.txt\n"
+        # Under the mount, the writable layer got nothing.
+        e = error_of(call, "fs.remove", path="/data", recursive=True)
+        assert "mount point" in str(e), e.error
+
+        # nsbox cp, both ways.
+        with tempfile.TemporaryDirectory() as tmp:
+            src = os.path.join(tmp, "up.txt")
+            with open(src, "w") as f:
+                f.write("copied up\n")
+            r = daemon.cli("cp", src, sid + ":/data/up.txt")
+            assert r.returncode == 0, r.stderr
+            assert sh(daemon, sid, "cat /data/up.txt; stat -c %U /data/up.txt")["stdout"] == \
+                "copied up\nsandbox\n"
+            r = daemon.cli("cp", sid + ":/data/moved.txt", os.path.join(tmp, "down.txt"))
+            assert r.returncode == 0, r.stderr
+            assert open(os.path.join(tmp, "down.txt")).read() == "from the sandbox\n"
     finally:
         remove(daemon, sid)
     daemon.call("volume.remove", name="files")
+
+
+def test_the_file_api_honours_a_read_only_volume_and_no_other_mount(daemon):
+    daemon.call("volume.create", name="rofiles", size="16M")
+    writer = create(daemon, mounts=[{"volume": "rofiles", "path": "/data"}])
+    sh(daemon, writer, "echo kept > /data/f.txt")
+    remove(daemon, writer)
+    sid = create(daemon, mounts=[{"volume": "rofiles", "path": "/data", "read_only": True}])
+    try:
+        call = lambda method, **kw: daemon.call(method, sandbox_id=sid, **kw)  # noqa: E731
+        assert call("fs.read", path="/data/f.txt")["content"] == "kept\n"
+        for method, params in [("fs.write", {"path": "/data/g.txt", "content": "x"}),
+                               ("fs.write", {"path": "/data/f.txt", "content": "x"}),
+                               ("fs.mkdir", {"path": "/data/dir"}),
+                               ("fs.remove", {"path": "/data/f.txt"}),
+                               ("fs.chmod", {"path": "/data/f.txt", "mode": 0o600})]:
+            e = error_of(call, method, **params)
+            assert e.kind == "permission_denied" and "read-only" in str(e).lower(), (method, e.error)
+        assert sh(daemon, sid, "ls /data; cat /data/f.txt")["stdout"] == "f.txt\nlost+found\nkept\n"
+        # The sandbox's /proc stays out of reach, through a path that passes the volume too.
+        e = error_of(call, "fs.read", path="/data/../proc/1/status")
+        assert e.kind == "invalid_params" and "/proc" in str(e), e.error
+    finally:
+        remove(daemon, sid)
+    daemon.call("volume.remove", name="rofiles")
+
+
+def test_the_file_api_still_sees_a_volume_after_a_live_restore():
+    """The mounts fs.* may reach are kept in the sandbox's record: the nsboxd
+    that adopts a sandbox after a kill -9 reaches its volume too."""
+    state = tempfile.mkdtemp(prefix="nsbox-test-volumes-restore-")
+    live = ["--state-dir", state, "--live-restore", "1", "--warm-pool", "0"]
+    d = Daemon(extra_args=live)
+    try:
+        d.call("volume.create", name="kept", size="16M")
+        sid = create(d, mounts=[{"volume": "kept", "path": "/data"}])
+        sh(d, sid, "echo before the restart > /data/f")
+        d.proc.kill()
+        d.proc.wait()
+        d.stop()
+        d = Daemon(extra_args=live)
+        assert d.call("fs.read", sandbox_id=sid, path="/data/f")["content"] == "before the restart\n"
+        d.call("fs.write", sandbox_id=sid, path="/data/g", content="after")
+        assert sh(d, sid, "cat /data/g")["stdout"] == "after"
+        remove(d, sid)
+        d.call("volume.remove", name="kept")
+    finally:
+        d.stop()
+        shutil.rmtree(state, ignore_errors=True)
 
 
 def test_mcp_create_sandbox_mounts_a_volume(daemon):

@@ -65,6 +65,7 @@ class FigureCapture:
 
     def __init__(self):
         self.images = []
+        self.on_image = None  # called with each path saved (a streamed stateful call)
         self._patched = False
         # The figures the code saved (Figure.savefig, plt.savefig): one
         # plot is one image, so these are never saved again.
@@ -130,6 +131,8 @@ class FigureCapture:
                     pass
                 continue
             self.images.append(path)
+            if self.on_image is not None:
+                self.on_image(path)
         plt.close("all")
         if self.images:
             self._prune()
