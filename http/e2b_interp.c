@@ -135,10 +135,9 @@ struct cell_stream {
         struct client *c;
         long long call;
         int http_fd; /* the HTTP client's socket, watched for its leaving; -1 once it sent more */
-        bool started, done;
+        bool started;
         unsigned long long executions;
-        char *buf;
-        size_t len, off, cap;
+        struct e2b_body body;
 };
 
 static json_int_t now_us(void)
@@ -158,12 +157,12 @@ static void cell_notify(const char *method, json_t *params, void *data)
         const char *stream = json_string_value(json_object_get(params, "stream"));
         json_t *text = json_object_get(params, "data");
         if (strcmp(method, "python.image") == 0 && json_is_string(text))
-                ndjson_line(&s->buf, &s->len, &s->cap,
+                ndjson_line(&s->body.buf, &s->body.len, &s->body.cap,
                             json_pack("{s:s, s:O, s:b}", "type", "result", "png", text, "is_main_result", 0));
         else if (strcmp(method, "exec.output") == 0 && stream != NULL && json_is_string(text) &&
                  (strcmp(stream, "stdout") == 0 || strcmp(stream, "stderr") == 0))
                 ndjson_line(
-                    &s->buf, &s->len, &s->cap,
+                    &s->body.buf, &s->body.len, &s->body.cap,
                     json_pack("{s:s, s:O, s:I}", "type", stream, "text", text, "timestamp", now_us()));
 }
 
@@ -171,9 +170,9 @@ static void cell_notify(const char *method, json_t *params, void *data)
  * its figures, its main result, its error, its count and the end. */
 static int cell_finish(struct cell_stream *s, json_t *result)
 {
-        s->done = true;
-        char **buf = &s->buf;
-        size_t *len = &s->len, *cap = &s->cap;
+        s->body.done = true;
+        char **buf = &s->body.buf;
+        size_t *len = &s->body.len, *cap = &s->body.cap;
         json_int_t stamp = now_us();
         static const char *const streams[2] = { "stdout", "stderr" };
         const char *status = json_string_value(json_object_get(result, "status"));
@@ -248,39 +247,32 @@ static int cell_step(struct cell_stream *s, json_t **error, nsbox_error_t **err)
         return r;
 }
 
+static bool cell_more(void *data)
+{
+        struct cell_stream *s = data;
+        _cleanup_json_ json_t *error = NULL;
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        int r = cell_step(s, &error, &err);
+        if (r < 0 && (error != NULL || r != -ECONNABORTED)) {
+                /* the stream has begun: the failure ends it as the cell's error */
+                const char *m = json_string_value(json_object_get(error, "message"));
+                ndjson_line(&s->body.buf, &s->body.len, &s->body.cap,
+                            json_pack("{s:s, s:s, s:s, s:s}", "type", "error", "name", "NsboxError", "value",
+                                      m     ? m
+                                      : err ? err->message
+                                            : "error",
+                                      "traceback", ""));
+                ndjson_line(&s->body.buf, &s->body.len, &s->body.cap,
+                            json_pack("{s:s}", "type", "end_of_execution"));
+                s->body.done = true;
+        }
+        return r >= 0 || s->body.done;
+}
+
 static ssize_t cell_read(void *data, uint64_t pos, char *out, size_t max)
 {
         struct cell_stream *s = data;
-        for (;;) {
-                if (s->off < s->len) {
-                        size_t n = s->len - s->off < max ? s->len - s->off : max;
-                        memcpy(out, s->buf + s->off, n);
-                        s->off += n;
-                        return (ssize_t)n;
-                }
-                s->len = s->off = 0;
-                if (s->done)
-                        return MHD_CONTENT_READER_END_OF_STREAM;
-                _cleanup_json_ json_t *error = NULL;
-                _cleanup_error_ nsbox_error_t *err = NULL;
-                int r = cell_step(s, &error, &err);
-                if (r < 0 && (error != NULL || r != -ECONNABORTED)) {
-                        /* the stream has begun: the failure ends it as the cell's error */
-                        const char *m = json_string_value(json_object_get(error, "message"));
-                        ndjson_line(&s->buf, &s->len, &s->cap,
-                                    json_pack("{s:s, s:s, s:s, s:s}", "type", "error", "name", "NsboxError",
-                                              "value",
-                                              m     ? m
-                                              : err ? err->message
-                                                    : "error",
-                                              "traceback", ""));
-                        ndjson_line(&s->buf, &s->len, &s->cap,
-                                    json_pack("{s:s}", "type", "end_of_execution"));
-                        s->done = true;
-                } else if (r < 0) {
-                        return MHD_CONTENT_READER_END_WITH_ERROR;
-                }
-        }
+        return e2b_body_read(&s->body, out, max, cell_more, s);
 }
 
 static void cell_free(void *data)
@@ -288,7 +280,7 @@ static void cell_free(void *data)
         struct cell_stream *s = data;
         if (s->c != NULL)
                 client_close(s->c); /* a cell still running is interrupted: nsboxd saw its client go */
-        free(s->buf);
+        free(s->body.buf);
         free(s);
 }
 
@@ -362,7 +354,7 @@ static enum MHD_Result execute(struct http_request *r, const char *sandbox_id)
                 rc = client_send(s->c, "python.run", params, &s->call, &err);
         /* The status waits for the cell to start (or fail before): a refusal
          * (no such sandbox, bad env) is then the HTTP error it should be. */
-        while (rc >= 0 && !s->started && !s->done)
+        while (rc >= 0 && !s->started && !s->body.done)
                 rc = cell_step(s, &error, &err);
         if (rc < 0) {
                 cell_free(s);

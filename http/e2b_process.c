@@ -132,9 +132,7 @@ struct process_stream {
         json_int_t since[2];
         unsigned keepalive_ms;
         long long last_sent_ms;
-        bool done;
-        char *buf;
-        size_t len, off, cap;
+        struct e2b_body body;
 };
 
 static long long now_ms(void)
@@ -148,14 +146,14 @@ static int stream_event(struct process_stream *s, json_t *event)
 {
         _cleanup_json_ json_t *message = json_pack("{s:o}", "event", event);
         s->last_sent_ms = now_ms();
-        return message ? e2b_envelope_append(&s->buf, &s->len, &s->cap, 0, message) : -ENOMEM;
+        return message ? e2b_envelope_append(&s->body.buf, &s->body.len, &s->body.cap, 0, message) : -ENOMEM;
 }
 
 static void stream_end(struct process_stream *s, json_t *error)
 {
         _cleanup_json_ json_t *owned = error;
-        e2b_envelope_append(&s->buf, &s->len, &s->cap, E2B_FLAG_END, error);
-        s->done = true;
+        e2b_envelope_append(&s->body.buf, &s->body.len, &s->body.cap, E2B_FLAG_END, error);
+        s->body.done = true;
 }
 
 static json_t *end_event(json_t *status)
@@ -223,34 +221,30 @@ static bool stream_poll(struct process_stream *s, unsigned wait_ms)
         return true;
 }
 
+/* A keepalive when the stream has been quiet for its interval, else what
+ * comes before the next one. */
+static bool stream_more(void *data)
+{
+        struct process_stream *s = data;
+        long long quiet_ms = now_ms() - s->last_sent_ms;
+        if (quiet_ms >= s->keepalive_ms) {
+                stream_event(s, json_pack("{s:{}}", "keepalive"));
+                return true;
+        }
+        return stream_poll(s, (unsigned)(s->keepalive_ms - quiet_ms));
+}
+
 static ssize_t stream_read(void *data, uint64_t pos, char *out, size_t max)
 {
         struct process_stream *s = data;
-        for (;;) {
-                if (s->off < s->len) {
-                        size_t n = s->len - s->off < max ? s->len - s->off : max;
-                        memcpy(out, s->buf + s->off, n);
-                        s->off += n;
-                        return (ssize_t)n;
-                }
-                s->len = s->off = 0;
-                if (s->done)
-                        return MHD_CONTENT_READER_END_OF_STREAM;
-                long long quiet_ms = now_ms() - s->last_sent_ms;
-                if (quiet_ms >= s->keepalive_ms) {
-                        stream_event(s, json_pack("{s:{}}", "keepalive"));
-                        continue;
-                }
-                if (!stream_poll(s, (unsigned)(s->keepalive_ms - quiet_ms)))
-                        return MHD_CONTENT_READER_END_WITH_ERROR;
-        }
+        return e2b_body_read(&s->body, out, max, stream_more, s);
 }
 
 static void stream_free(void *data)
 {
         struct process_stream *s = data;
         http_nsboxd_release(s->uid, s->c, s->ended);
-        free(s->buf);
+        free(s->body.buf);
         free(s);
 }
 

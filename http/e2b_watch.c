@@ -125,9 +125,7 @@ static int watch_call_start(struct watch_call *w, const struct http_request *r, 
 struct watch_stream {
         struct watch_call call;
         int http_fd, timer_fd;
-        bool done;
-        char *buf;
-        size_t len, off, cap;
+        struct e2b_body body;
 };
 
 static void stream_notify(const char *method, json_t *params, void *data)
@@ -139,7 +137,7 @@ static void stream_notify(const char *method, json_t *params, void *data)
                 json_t *event = filesystem_event(params);
                 if (event != NULL) {
                         _cleanup_json_ json_t *message = json_pack("{s:o}", "filesystem", event);
-                        e2b_envelope_append(&s->buf, &s->len, &s->cap, 0, message);
+                        e2b_envelope_append(&s->body.buf, &s->body.len, &s->body.cap, 0, message);
                 }
         }
         uint64_t one = 1;
@@ -151,54 +149,52 @@ static void stream_notify(const char *method, json_t *params, void *data)
 static void stream_end(struct watch_stream *s, json_t *error)
 {
         _cleanup_json_ json_t *owned = error;
-        e2b_envelope_append(&s->buf, &s->len, &s->cap, E2B_FLAG_END, error);
-        s->done = true;
+        e2b_envelope_append(&s->body.buf, &s->body.len, &s->body.cap, E2B_FLAG_END, error);
+        s->body.done = true;
+}
+
+/* The next events, the end, or a keepalive when the timer fired; false
+ * when the client left. */
+static bool stream_more(void *data)
+{
+        struct watch_stream *s = data;
+        _cleanup_json_ json_t *result = NULL, *error = NULL;
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        int r = client_wait(s->call.c, s->call.id, stream_notify, s, &result, &error, &err);
+        if (r == 0) {
+                stream_end(s, NULL); /* the directory or the sandbox is gone */
+                return true;
+        }
+        if (r != -EINTR) {
+                const char *m = error ? json_string_value(json_object_get(error, "message")) : NULL;
+                stream_end(s, e2b_connect_error_json(e2b_connect_code(error), m     ? m
+                                                                              : err ? err->message
+                                                                                    : "error"));
+                return true;
+        }
+        uint64_t n;
+        if (read(s->call.event_fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
+                return false;
+        struct epoll_event got[3];
+        int k = epoll_wait(s->call.epoll_fd, got, 3, 0);
+        for (int i = 0; i < k; i++) {
+                if (got[i].data.fd == s->http_fd)
+                        return false; /* the client left */
+                if (got[i].data.fd == s->timer_fd) {
+                        uint64_t ticks;
+                        if (read(s->timer_fd, &ticks, sizeof(ticks)) > 0 && s->body.len == 0) {
+                                _cleanup_json_ json_t *ka = json_pack("{s:{}}", "keepalive");
+                                e2b_envelope_append(&s->body.buf, &s->body.len, &s->body.cap, 0, ka);
+                        }
+                }
+        }
+        return true;
 }
 
 static ssize_t stream_read(void *data, uint64_t pos, char *out, size_t max)
 {
         struct watch_stream *s = data;
-        for (;;) {
-                if (s->off < s->len) {
-                        size_t n = s->len - s->off < max ? s->len - s->off : max;
-                        memcpy(out, s->buf + s->off, n);
-                        s->off += n;
-                        return (ssize_t)n;
-                }
-                s->len = s->off = 0;
-                if (s->done)
-                        return MHD_CONTENT_READER_END_OF_STREAM;
-                _cleanup_json_ json_t *result = NULL, *error = NULL;
-                _cleanup_error_ nsbox_error_t *err = NULL;
-                int r = client_wait(s->call.c, s->call.id, stream_notify, s, &result, &error, &err);
-                if (r == 0) {
-                        stream_end(s, NULL); /* the directory or the sandbox is gone */
-                        continue;
-                }
-                if (r != -EINTR) {
-                        const char *m = error ? json_string_value(json_object_get(error, "message")) : NULL;
-                        stream_end(s, e2b_connect_error_json(e2b_connect_code(error), m     ? m
-                                                                                      : err ? err->message
-                                                                                            : "error"));
-                        continue;
-                }
-                uint64_t n;
-                if (read(s->call.event_fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
-                        return MHD_CONTENT_READER_END_WITH_ERROR;
-                struct epoll_event got[3];
-                int k = epoll_wait(s->call.epoll_fd, got, 3, 0);
-                for (int i = 0; i < k; i++) {
-                        if (got[i].data.fd == s->http_fd)
-                                return MHD_CONTENT_READER_END_WITH_ERROR; /* the client left */
-                        if (got[i].data.fd == s->timer_fd) {
-                                uint64_t ticks;
-                                if (read(s->timer_fd, &ticks, sizeof(ticks)) > 0 && s->len == 0) {
-                                        _cleanup_json_ json_t *ka = json_pack("{s:{}}", "keepalive");
-                                        e2b_envelope_append(&s->buf, &s->len, &s->cap, 0, ka);
-                                }
-                        }
-                }
-        }
+        return e2b_body_read(&s->body, out, max, stream_more, s);
 }
 
 static void stream_free(void *data)
@@ -207,7 +203,7 @@ static void stream_free(void *data)
         watch_call_close(&s->call);
         if (s->timer_fd >= 0)
                 close(s->timer_fd);
-        free(s->buf);
+        free(s->body.buf);
         free(s);
 }
 
@@ -260,24 +256,24 @@ enum MHD_Result http_e2b_watch_dir(struct http_request *r, const char *sandbox_i
                 return reply;
         }
         /* start first, then any event that came with fs.watching */
-        char *events = s->buf;
-        size_t events_len = s->len;
-        s->buf = NULL;
-        s->len = s->cap = 0;
+        char *events = s->body.buf;
+        size_t events_len = s->body.len;
+        s->body.buf = NULL;
+        s->body.len = s->body.cap = 0;
         _cleanup_json_ json_t *start = json_pack("{s:{}}", "start");
-        int appended = e2b_envelope_append(&s->buf, &s->len, &s->cap, 0, start);
-        char *both = appended == 0 ? realloc(s->buf, s->len + events_len) : NULL;
+        int appended = e2b_envelope_append(&s->body.buf, &s->body.len, &s->body.cap, 0, start);
+        char *both = appended == 0 ? realloc(s->body.buf, s->body.len + events_len) : NULL;
         if (both == NULL) {
                 free(events);
                 stream_free(s);
                 return reply_stream_error(r, "internal", "out of memory");
         }
         if (events_len > 0)
-                memcpy(both + s->len, events, events_len);
+                memcpy(both + s->body.len, events, events_len);
         free(events);
-        s->buf = both;
-        s->len += events_len;
-        s->cap = s->len;
+        s->body.buf = both;
+        s->body.len += events_len;
+        s->body.cap = s->body.len;
         return http_reply_stream(r, "application/connect+json", stream_read, s, stream_free);
 }
 

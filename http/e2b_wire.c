@@ -92,6 +92,23 @@ json_t *e2b_connect_message(const struct http_request *r, bool stream, char *why
         return msg;
 }
 
+ssize_t e2b_body_read(struct e2b_body *b, char *out, size_t max, bool (*more)(void *data), void *data)
+{
+        for (;;) {
+                if (b->off < b->len) {
+                        size_t n = b->len - b->off < max ? b->len - b->off : max;
+                        memcpy(out, b->buf + b->off, n);
+                        b->off += n;
+                        return (ssize_t)n;
+                }
+                b->len = b->off = 0;
+                if (b->done)
+                        return MHD_CONTENT_READER_END_OF_STREAM;
+                if (!more(data))
+                        return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+}
+
 int e2b_envelope_append(char **buf, size_t *len, size_t *cap, unsigned flags, json_t *message)
 {
         _cleanup_free_ char *text = message ? json_dumps(message, JSON_COMPACT) : strdup("{}");

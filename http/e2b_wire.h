@@ -42,6 +42,19 @@ json_t *e2b_connect_message(const struct http_request *r, bool stream, char *why
 /* Append one envelope (flags, then the JSON, or `{}` for NULL) to a buffer. */
 int e2b_envelope_append(char **buf, size_t *len, size_t *cap, unsigned flags, json_t *message);
 
+/* A response body made while it is sent: bytes appended to buf (envelopes,
+ * NDJSON lines), read out by libmicrohttpd, until done. */
+struct e2b_body {
+        char *buf;
+        size_t len, off, cap;
+        bool done;
+};
+
+/* libmicrohttpd's content reader over b: what b holds, and when it is
+ * empty, more(data), which appends, sets b->done, or returns false to cut
+ * the response short (its client is gone, or nothing more can come). */
+ssize_t e2b_body_read(struct e2b_body *b, char *out, size_t max, bool (*more)(void *data), void *data);
+
 /* The Connect code of an nsboxd JSON-RPC error (NULL: nsboxd unreachable). */
 const char *e2b_connect_code(json_t *error);
 /* An error's Connect end-of-stream payload {"error":{code,message}}. */

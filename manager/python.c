@@ -1410,6 +1410,23 @@ static void run_client_gone(struct rpc_request *req, void *data)
                 exec_signal(in->exec, SIGINT);
 }
 
+/* A call of req counted against its uid's quota, or NULL when refused
+ * (answered). */
+static struct python_run *run_new(struct rpc_request *req)
+{
+        if (quota_refuse_call(req))
+                return NULL;
+        struct python_run *run = calloc(1, sizeof(*run));
+        if (run == NULL) {
+                rpc_reply_fail(req, "internal", "out of memory");
+                return NULL;
+        }
+        run->req = req;
+        run->uid = req->uid;
+        quota_calls_add(run->uid, 1);
+        return run;
+}
+
 void python_method_run(struct rpc_request *req, struct sandbox *sb)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
@@ -1420,16 +1437,9 @@ void python_method_run(struct rpc_request *req, struct sandbox *sb)
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
                 return;
         }
-        if (quota_refuse_call(req))
+        struct python_run *run = run_new(req);
+        if (run == NULL)
                 return;
-        struct python_run *run = calloc(1, sizeof(*run));
-        if (run == NULL) {
-                rpc_reply_fail(req, "internal", "out of memory");
-                return;
-        }
-        run->req = req;
-        run->uid = req->uid;
-        quota_calls_add(run->uid, 1);
         rpc_request_on_disconnect(req, run_client_gone, run);
         run->stateful = json_is_true(json_object_get(p, "stateful"));
         run->stream = json_is_true(json_object_get(p, "stream"));
@@ -1493,16 +1503,9 @@ void python_method_reset(struct rpc_request *req, struct sandbox *sb)
                                                 "found", main_context, "removed", 0));
                 return;
         }
-        if (quota_refuse_call(req))
+        struct python_run *run = run_new(req);
+        if (run == NULL)
                 return;
-        struct python_run *run = calloc(1, sizeof(*run));
-        if (run == NULL) {
-                rpc_reply_fail(req, "internal", "out of memory");
-                return;
-        }
-        run->req = req;
-        run->uid = req->uid;
-        quota_calls_add(run->uid, 1);
         run->sb = sb;
         snprintf(run->sandbox_id, sizeof(run->sandbox_id), "%s", sb->id);
         run->stateful = true;
