@@ -76,7 +76,8 @@ static struct exec *require_exec(struct rpc_request *req, bool background_only)
         const struct sandbox_removal *removal;
         size_t matched = 0;
         for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next) {
-                if ((req->uid != 0 && sb->owner != req->uid) || sb->state == SANDBOX_EXITED)
+                /* A sandbox released to its teardown is gone for clients: its execs too. */
+                if ((req->uid != 0 && sb->owner != req->uid) || sb->state == SANDBOX_EXITED || sb->released)
                         continue;
                 for (struct exec *ex = sb->exec->execs; ex != NULL; ex = ex->next) {
                         if (strcmp(ex->id, want) == 0 && exec_addressable(ex, background_only))

@@ -231,9 +231,16 @@ def test_remove_leaves_no_process_mount_or_state(ud):
     # Three levels: host, nsboxd's delegated namespace, the sandbox's.
     assert len({init_ns, daemon_ns, sandbox_ns}) == 3
     ud.call("sandbox.remove", sandbox_id=sb, force=True)
-    with open(f"/proc/{daemon_pid}/mountinfo") as f:
-        assert sb not in f.read()
-    assert os.listdir(os.path.join(ud.state, "sandboxes")) == []
+    # Its mounts and dir go once the kernel has ended its processes, after the answer.
+    deadline = time.monotonic() + 10
+    while True:
+        with open(f"/proc/{daemon_pid}/mountinfo") as f:
+            mounted = sb in f.read()
+        left = os.listdir(os.path.join(ud.state, "sandboxes"))
+        if not mounted and left == []:
+            break
+        assert time.monotonic() < deadline, ("still mounted" if mounted else "its dir stayed", left)
+        time.sleep(0.02)
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
