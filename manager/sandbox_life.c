@@ -937,6 +937,7 @@ static struct sandbox *pool_claim(uid_t owner, struct sandbox_policy *policy)
         _cleanup_error_ nsbox_error_t *err = NULL;
         if (state_save(sb, &err) < 0)
                 log_warn("sandbox %s: %s", sb->id, err->message);
+        egress_keep_secrets(sb); /* leased as it was pooled: its secrets are the client's */
         log_limited(log_key_uid(owner).text, LOG_LEVEL_INFO,
                     "sandbox %s: handed from the warm pool to uid %u", sb->id, owner);
         return sb;

@@ -843,6 +843,30 @@ def test_live_restore_keeps_a_sandboxs_secrets_and_its_ca(live, up):
     assert live.terminate() == 0
 
 
+def test_secrets_given_to_a_sandbox_from_the_warm_pool_are_kept_too(live, up):
+    from test_service import wait_until
+    live.extra_args += ["--warm-pool", "1"]
+    live.start()
+    assert wait_until(lambda: "created for uid" in live.log(), timeout=60)
+    secret = value()
+    sid = live.call("sandbox.create", network=ALLOWED_ONLY,
+                    secrets={"TOKEN": {"value": secret, "hosts": ["allowed.test"]}})["sandbox_id"]
+    assert "sandbox %s: handed from the warm pool" % sid in live.log()
+    live.kill9()
+    live.start()
+    assert "sandbox %s: adopted (live restore)" % sid in live.log(), live.log()[-3000:]
+    mark = up.mark()
+    v = net(live, sid, r"""
+        verdict(r=http('allowed.test', raw=("GET /pooled HTTP/1.1\r\nHost: allowed.test\r\nAuthorization: %s\r\n"
+                                            "Connection: close\r\n\r\n" % os.environ["NSBOX_SECRET_TOKEN"]).encode()))
+    """)
+    assert v["r"].get("status") == 200, v
+    (hit,) = landed(up, mark, local=U.ALLOWED)
+    assert hit["headers"]["Authorization"] == secret
+    live.call("sandbox.remove", sandbox_id=sid, force=True)
+    assert live.terminate() == 0
+
+
 def test_removed_secrets_are_not_kept_and_the_sandbox_is_adopted_without_them(live, up):
     live.start()
     secret = value()
