@@ -867,6 +867,59 @@ def test_secrets_given_to_a_sandbox_from_the_warm_pool_are_kept_too(live, up):
     assert live.terminate() == 0
 
 
+def test_a_sandbox_whose_kept_secrets_are_bad_is_not_adopted(live):
+    """What its init holds is rewritten from the host (as host root could): the next nsboxd
+    checks it as a client's input, and removes the sandbox with the log line why."""
+    from test_service import wait_until
+    live.start()
+
+    def with_token(field, text):
+        def change(kept):
+            doc = json.loads(kept)
+            doc["secrets"]["TOKEN"][field] = text
+            return json.dumps(doc).encode()
+        return change
+
+    def with_ca_cert(kept):
+        doc = json.loads(kept)
+        doc["ca"]["cert"] = "not a certificate"
+        return json.dumps(doc).encode()
+
+    cases = {
+        "its kept secrets are not what nsboxd writes": lambda kept: b"{not json",
+        "its kept secrets CA is not one nsboxd makes": with_ca_cert,
+        "its kept secrets are over 1048576 bytes": lambda kept: b" " * ((1 << 20) + 1),
+        "secrets.TOKEN.value must be": with_token("value", "v\r\nX: y"),
+        "secrets.TOKEN.placeholder is not one nsboxd makes": with_token("placeholder", "nsbox-secret-" + "g" * 32),
+        "its kept secrets are not the ones its record names": with_token("placeholder", "nsbox-secret-" + "0" * 32),
+        "its secrets were not kept": lambda kept: b"",
+    }
+    made = {}
+    for why, change in cases.items():
+        sid = live.call("sandbox.create", network=ALLOWED_ONLY,
+                        secrets={"TOKEN": {"value": value(), "hosts": ["allowed.test"]}})["sandbox_id"]
+        made[sid] = why
+    live.kill9()
+    pids = []
+    for sid, why in made.items():
+        with open(os.path.join(live.state, "sandboxes", sid, "sandbox.json")) as f:
+            pid = json.load(f)["pid"]
+        pids.append(pid)
+        path = "/proc/%d/fd/13" % pid
+        with open(path, "rb") as f:
+            kept = f.read()
+        fd = os.open(path, os.O_RDWR | os.O_TRUNC)
+        os.write(fd, cases[why](kept))
+        os.close(fd)
+    live.start()
+    log = live.log()
+    for sid, why in made.items():
+        assert "sandbox %s: not adopted: %s" % (sid, why) in log, (why, log[-4000:])
+    assert live.call("sandbox.list")["sandboxes"] == []
+    assert wait_until(lambda: not [p for p in pids if os.path.exists("/proc/%d" % p)], timeout=30)
+    assert live.terminate() == 0
+
+
 def test_removed_secrets_are_not_kept_and_the_sandbox_is_adopted_without_them(live, up):
     live.start()
     secret = value()
