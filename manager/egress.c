@@ -31,6 +31,7 @@
 #include "network.h"
 #include "proto.h"
 #include "sandbox.h"
+#include "secrets_keep.h"
 #include "state.h"
 
 /* Every TCP connection from a sandbox is redirected to this port of its
@@ -711,9 +712,11 @@ static void egress_save(struct sandbox *sb)
                          err ? err->message : "out of memory");
 }
 
-/* slot 0: any (0 is never a sandbox's: it holds the subnet's base). */
+/* slot 0: any (0 is never a sandbox's: it holds the subnet's base).
+ * kept_ca: the CA an adopted sandbox trusts already, or NULL (one is made
+ * when it has secrets). */
 static int attach_with(struct sandbox *sb, json_t *policy, json_t *secrets, unsigned wanted_slot,
-                       nsbox_error_t **err)
+                       const struct egress_ca *kept_ca, nsbox_error_t **err)
 {
         /* The next free slot after the last one taken, not the lowest: a
          * slot just released may still have its veth (deleted with the
@@ -739,7 +742,14 @@ static int attach_with(struct sandbox *sb, json_t *policy, json_t *secrets, unsi
         egress.slots[slot] = 1;
         e->policy = json_incref(policy);
         e->secrets = json_incref(secrets);
-        if (secrets != NULL && egress_ca_make(sb->id, &e->ca, err) < 0) {
+        if (secrets != NULL && kept_ca != NULL && kept_ca->cert_pem != NULL) {
+                e->ca.cert_pem = strdup(kept_ca->cert_pem);
+                e->ca.key_pem = strdup(kept_ca->key_pem);
+                if (e->ca.cert_pem == NULL || e->ca.key_pem == NULL) {
+                        egress_free(e);
+                        return nsbox_error(err, ENOMEM, "secrets CA");
+                }
+        } else if (secrets != NULL && egress_ca_make(sb->id, &e->ca, err) < 0) {
                 egress_free(e);
                 return -EIO;
         }
@@ -771,6 +781,8 @@ static int attach_with(struct sandbox *sb, json_t *policy, json_t *secrets, unsi
         int fds[2] = { e->listener, e->dns };
         proxy_send(m, fds, 2);
         egress_save(sb);
+        if (secrets != NULL)
+                egress_keep_secrets(sb); /* its CA is new */
         return 0;
 }
 
@@ -781,7 +793,7 @@ int egress_attach(struct sandbox *sb, const struct sandbox_policy *wanted, nsbox
         _cleanup_json_ json_t *policy = policy_object(wanted, err);
         if (policy == NULL)
                 return -EINVAL;
-        return attach_with(sb, policy, wanted->secrets, 0, err);
+        return attach_with(sb, policy, wanted->secrets, 0, NULL, err);
 }
 
 int egress_update_secrets(struct sandbox *sb, json_t *secrets, nsbox_error_t **err)
@@ -802,6 +814,37 @@ int egress_update_secrets(struct sandbox *sb, json_t *secrets, nsbox_error_t **e
                                              "secrets", secrets, "tls", tls);
         proxy_send(m, NULL, 0);
         return 0;
+}
+
+void egress_keep_secrets(struct sandbox *sb)
+{
+        if (!nsboxd.config.live_restore || sb->lease_fd < 0 || sb->ctl == NULL ||
+            (sb->policy.secrets == NULL && sb->secrets_fd < 0))
+                return;
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        const struct egress_ca *ca = sb->egress != NULL ? &sb->egress->ca : NULL;
+        if (sb->secrets_fd >= 0) {
+                /* Rewritten in place: the init holds the same memfd. */
+                if (secrets_keep_write(sb->secrets_fd, sb->policy.secrets, ca, &err) < 0) {
+                        log_warn("sandbox %s: its secrets will not outlive nsboxd: %s", sb->id, err->message);
+                        _cleanup_error_ nsbox_error_t *ignored = NULL;
+                        secrets_keep_write(sb->secrets_fd, NULL, NULL, &ignored); /* never stale ones */
+                }
+                return;
+        }
+        int fd = secrets_keep_create(&err);
+        if (fd >= 0 && secrets_keep_write(fd, sb->policy.secrets, ca, &err) == 0) {
+                struct ctl_header msg = { CTL_SECRETS, 0 };
+                ssize_t n = ctl_send(sb->ctl->fd, &msg, sizeof(msg), NULL, 0, &fd, 1);
+                if (n >= 0) {
+                        sb->secrets_fd = fd;
+                        return;
+                }
+                nsbox_error(&err, (int)-n, "send the init its secrets to keep");
+        }
+        if (fd >= 0)
+                close(fd);
+        log_warn("sandbox %s: its secrets will not outlive nsboxd: %s", sb->id, err->message);
 }
 
 void egress_install_ca(struct sandbox *sb)
@@ -845,7 +888,7 @@ int egress_update(struct sandbox *sb, const char *network, json_t *custom, nsbox
                 if (policy == NULL)
                         return -EINVAL;
                 if (sb->egress == NULL) {
-                        int r = attach_with(sb, policy, sb->policy.secrets, 0, err);
+                        int r = attach_with(sb, policy, sb->policy.secrets, 0, NULL, err);
                         if (r < 0)
                                 return r;
                 } else {
@@ -960,7 +1003,14 @@ int egress_reattach(struct sandbox *sb, nsbox_error_t **err)
         _cleanup_error_ nsbox_error_t *gone = NULL;
         network_link_delete("eth0", &gone); /* none: the kernel was first */
         leave_netns();
-        int r = attach_with(sb, policy, sb->policy.secrets, wanted, err);
+        /* The CA it trusts already, as kept with its secrets (restore.c checked them). */
+        struct egress_ca kept_ca = { 0 };
+        _cleanup_json_ json_t *kept_secrets = NULL;
+        if (sb->policy.secrets != NULL && sb->secrets_fd >= 0 &&
+            secrets_keep_read(sb->secrets_fd, &kept_secrets, &kept_ca, err) < 0)
+                return -EIO;
+        int r = attach_with(sb, policy, sb->policy.secrets, wanted, &kept_ca, err);
+        egress_ca_clear(&kept_ca);
         if (r < 0)
                 return r;
         size_t i;

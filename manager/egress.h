@@ -29,6 +29,13 @@ void egress_reload(struct nsbox_config *fresh);
  * installed if the sandbox had none. */
 int egress_update_secrets(struct sandbox *sb, json_t *secrets, nsbox_error_t **err);
 
+/* Live restore: the sandbox's secrets (sb->policy.secrets) and its CA
+ * into the memfd its leased init holds (sb->secrets_fd, given to the init
+ * the first time), for the next nsboxd; emptied when it has none. A
+ * no-op without a lease. A failure is logged: the sandbox is then not
+ * adopted by the next nsboxd. */
+void egress_keep_secrets(struct sandbox *sb);
+
 /* A running sandbox with secrets: its CA into its trust store (a failure
  * is logged: TLS to the secrets' hosts then fails verification). */
 void egress_install_ca(struct sandbox *sb);
@@ -41,7 +48,8 @@ int egress_check(const struct sandbox_policy *policy, nsbox_error_t **err);
 int egress_attach(struct sandbox *sb, const struct sandbox_policy *wanted, nsbox_error_t **err);
 /* Live restore: an adopted sandbox gets its network back as its record
  * beside sandbox.json says (its address and exposed ports, where still
- * free), with the policy it has. Connections open at the restart are gone
+ * free), with the policy it has, and its secrets CA as kept
+ * (secrets_keep.h). Connections open at the restart are gone
  * (the proxy that held them went with the old nsboxd). */
 int egress_reattach(struct sandbox *sb, nsbox_error_t **err);
 /* Its veth, sockets and proxy state go; safe on a sandbox without network.

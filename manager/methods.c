@@ -383,6 +383,11 @@ static bool update_secrets(struct rpc_request *req, struct sandbox *sb, json_t *
         }
         json_decref(sb->policy.secrets);
         sb->policy.secrets = json_incref(fresh);
+        /* For the next nsboxd: the values where its init keeps them, the
+         * names' placeholders (in its env) in its record. */
+        egress_keep_secrets(sb);
+        if (nsboxd.config.live_restore && state_save(sb, &err) < 0)
+                log_warn("sandbox %s: %s", sb->id, err->message);
         log_limited(log_key_uid(req->uid).text, LOG_LEVEL_INFO, "sandbox %s: %zu secrets set by uid %u",
                     sb->id, fresh ? json_object_size(fresh) : 0, req->uid);
         return true;

@@ -25,6 +25,8 @@
 #include "log.h"
 #include "proto.h"
 #include "sandbox_life.h"
+#include "secrets.h"
+#include "secrets_keep.h"
 #include "state.h"
 
 #ifndef SYS_pidfd_getfd
@@ -105,6 +107,36 @@ static void drain_stale_messages(int ctl)
         }
 }
 
+/* The secrets its init keeps (egress_keep_secrets), checked as a create's;
+ * the memfd into *fd, for the adopted sandbox to rewrite in place. */
+static int take_secrets(int pidfd, int *fd, json_t **secrets, nsbox_error_t **err)
+{
+        *fd = (int)syscall(SYS_pidfd_getfd, pidfd, NSBOX_INIT_SECRETS_FD, 0);
+        if (*fd < 0)
+                return nsbox_error(err, errno, "take its kept secrets from its init");
+        struct egress_ca ca = { 0 }; /* its network's to take (egress_reattach) */
+        int r = secrets_keep_read(*fd, secrets, &ca, err);
+        egress_ca_clear(&ca);
+        if (r == 0 && json_object_size(*secrets) == 0)
+                r = nsbox_error(err, ENOENT, "its secrets were not kept");
+        return r;
+}
+
+/* Each secret's placeholder is the one its processes have in their env. */
+static bool placeholders_in_env(json_t *secrets, json_t *env)
+{
+        const char *name;
+        json_t *secret;
+        json_object_foreach(secrets, name, secret)
+        {
+                char key[sizeof(POLICY_SECRET_ENV_PREFIX) + POLICY_SECRET_NAME_MAX];
+                snprintf(key, sizeof(key), "%s%s", POLICY_SECRET_ENV_PREFIX, name);
+                if (!json_equal(json_object_get(env, key), json_object_get(secret, "placeholder")))
+                        return false;
+        }
+        return true;
+}
+
 /* Adopt sandbox `name`, or say why not (then it is for state_recover). */
 static int adopt_one(const char *name, nsbox_error_t **err)
 {
@@ -122,7 +154,9 @@ static int adopt_one(const char *name, nsbox_error_t **err)
         if (state_process_start_time(pid) != start || !state_process_in_sandbox(pid, name))
                 return nsbox_error(err, ESRCH, "its init %d ended as it was being adopted", pid);
 
-        struct sandbox_adoption a = { .id = name, .pid = pid, .pidfd = -1, .ctl_fd = -1, .disk_fd = -1 };
+        struct sandbox_adoption a = {
+                .id = name, .pid = pid, .pidfd = -1, .ctl_fd = -1, .disk_fd = -1, .secrets_fd = -1
+        };
         unsigned long long owner, base, created;
         json_t *snapshot = json_object_get(record, "snapshot_id");
         if (!get_uint(record, "owner", UINT32_MAX - 1, &owner) ||
@@ -148,14 +182,22 @@ static int adopt_one(const char *name, nsbox_error_t **err)
                         mount_ids[a.n_mount_ids++] = (uint64_t)json_integer_value(id);
         }
         a.mount_ids = mount_ids;
-        json_t *params = json_object_get(record, "policy");
-        /* Their values are nsbox-egress's only, never written down: the
-         * proxy of the next nsboxd could not put them into requests. */
-        if (json_is_true(json_object_get(params, "has_secrets")))
-                return nsbox_error(err, ENOTSUP, "its secrets are not kept across a restart of nsboxd");
-        int r = policy_from_json(&nsboxd.config.defaults, NULL, params, &a.policy, err);
+        /* Its secrets' values are never written down: its init keeps them. */
+        _cleanup_json_ json_t *params = json_deep_copy(json_object_get(record, "policy"));
+        bool has_secrets = json_is_true(json_object_get(params, "has_secrets"));
+        json_object_del(params, "has_secrets");
+        _cleanup_close_ int kept_secrets = -1;
+        _cleanup_json_ json_t *secrets = NULL;
+        int r = has_secrets ? take_secrets(pidfd, &kept_secrets, &secrets, err) : 0;
         if (r < 0)
                 return r;
+        if ((r = policy_from_json(&nsboxd.config.defaults, NULL, params, &a.policy, err)) < 0)
+                return r;
+        if (secrets != NULL && !placeholders_in_env(secrets, a.policy.env)) {
+                policy_clear(&a.policy);
+                return nsbox_error(err, EINVAL, "its kept secrets are not the ones its record names");
+        }
+        a.policy.secrets = json_incref(secrets);
 
         /* The manager's end of its control socket, which the init kept for us. */
         _cleanup_close_ int ctl =
@@ -185,7 +227,10 @@ static int adopt_one(const char *name, nsbox_error_t **err)
         a.pidfd = pidfd;
         a.ctl_fd = ctl;
         a.disk_fd = disk;
+        a.secrets_fd = kept_secrets;
         r = sandbox_adopt(&a, err);
+        if (a.secrets_fd < 0)
+                steal_fd(&kept_secrets);
         if (a.disk_fd < 0)
                 steal_fd(&disk);
         if (a.pidfd < 0)

@@ -46,6 +46,9 @@ struct sandbox {
         /* Its writable layer's tmpfs, kept open once the host side of the
          * mounts is detached: sandbox.snapshot and image.commit copy it. */
         int disk_fd;
+        /* Live restore: the memfd of its secrets its init keeps too
+         * (egress_keep_secrets), or -1. */
+        int secrets_fd;
         char snapshot_id[37]; /* the snapshot it was created from, or "" */
         /* The mounts of its volumes and host directories (statx's mount
          * ids, kept as they were attached): fs.* crosses into these and

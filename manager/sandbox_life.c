@@ -236,6 +236,8 @@ static void sandbox_free(struct sandbox *sb)
                 close(sb->lease_fd);
         if (sb->disk_fd >= 0)
                 close(sb->disk_fd);
+        if (sb->secrets_fd >= 0)
+                close(sb->secrets_fd);
         if (sb->snapshot_id[0] != '\0')
                 snapshot_release(sb->snapshot_id);
         policy_clear(&sb->policy);
@@ -424,6 +426,8 @@ static void sandbox_lease_and_save(struct sandbox *sb)
                 return;
         if (sandbox_lease(sb, &err) < 0 || state_save(sb, &err) < 0)
                 log_warn("sandbox %s: it will not outlive nsboxd: %s", sb->id, err->message);
+        else
+                egress_keep_secrets(sb);
 }
 
 static void on_control(struct loop_source *source, uint32_t events)
@@ -826,6 +830,7 @@ static int sandbox_new(uid_t owner, struct sandbox_policy *policy, bool pooled, 
         sb->state = SANDBOX_CREATING;
         sb->uid_slot = UINT32_MAX;
         sb->disk_fd = -1;
+        sb->secrets_fd = -1;
         sb->lease_fd = -1;
         if (snapshot_id != NULL) {
                 snprintf(sb->snapshot_id, sizeof(sb->snapshot_id), "%s", snapshot_id);
@@ -932,6 +937,7 @@ static struct sandbox *pool_claim(uid_t owner, struct sandbox_policy *policy)
         _cleanup_error_ nsbox_error_t *err = NULL;
         if (state_save(sb, &err) < 0)
                 log_warn("sandbox %s: %s", sb->id, err->message);
+        egress_keep_secrets(sb); /* leased as it was pooled: its secrets are the client's */
         log_limited(log_key_uid(owner).text, LOG_LEVEL_INFO,
                     "sandbox %s: handed from the warm pool to uid %u", sb->id, owner);
         return sb;
@@ -1122,6 +1128,8 @@ int sandbox_adopt(struct sandbox_adoption *a, nsbox_error_t **err)
         sb->uid_slot = UINT32_MAX;
         sb->disk_fd = a->disk_fd; /* kept by its init: its disk is mounted in its own namespace only */
         a->disk_fd = -1;
+        sb->secrets_fd = a->secrets_fd;
+        a->secrets_fd = -1;
         sb->lease_fd = -1;
         sb->pid = a->pid;
         sb->created_at_ms = a->created_at_ms;

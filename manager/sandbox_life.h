@@ -27,6 +27,7 @@ struct sandbox_adoption {
         int pidfd;               /* taken over (set to -1) once watched */
         int ctl_fd;              /* the manager's end of its control socket, likewise */
         int disk_fd;             /* its writable layer, or -1 (then no snapshot of it); taken over likewise */
+        int secrets_fd;          /* its kept secrets (policy.secrets as read from it), or -1; likewise */
         struct sandbox_cgroup *cgroup; /* taken over */
         long long last_active_ms;      /* wall clock; 0: unknown (its idle timer starts now) */
         long long paused_at_ms;        /* wall clock; 0: it was not paused */

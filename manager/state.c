@@ -87,7 +87,7 @@ static json_t *policy_params(const struct sandbox_policy *p)
         /* Already mounted in the sandbox: kept so that a volume in use stays so. */
         if (p->mounts != NULL)
                 json_object_set(params, "mounts", p->mounts);
-        /* Never its secrets' values: a sandbox with secrets is not adopted. */
+        /* Never its secrets' values: its init keeps them (secrets_keep.h). */
         if (p->secrets != NULL)
                 json_object_set_new(params, "has_secrets", json_true());
         return params;

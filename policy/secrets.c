@@ -170,6 +170,50 @@ int policy_secrets_from_json(json_t *secrets, json_t **out, nsbox_error_t **err)
         return 0;
 }
 
+static bool valid_placeholder(json_t *placeholder)
+{
+        const char *text = json_string_value(placeholder);
+        size_t prefix = strlen(POLICY_SECRET_PLACEHOLDER);
+        if (text == NULL || json_string_length(placeholder) != prefix + 32 ||
+            strncmp(text, POLICY_SECRET_PLACEHOLDER, prefix) != 0)
+                return false;
+        for (const char *p = text + prefix; *p != '\0'; p++)
+                if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+                        return false;
+        return true;
+}
+
+int policy_secrets_from_kept(json_t *kept, json_t **out, nsbox_error_t **err)
+{
+        *out = NULL;
+        if (!json_is_object(kept))
+                return nsbox_invalid(err, "secrets must be an object");
+        /* What a client gives, checked as its: the placeholders aside. */
+        json_t *given = json_deep_copy(kept), *placeholders = json_object();
+        const char *name;
+        json_t *secret;
+        int r = given != NULL && placeholders != NULL ? 0 : nsbox_error(err, ENOMEM, "secrets");
+        json_object_foreach(given, name, secret)
+        {
+                json_t *placeholder = json_object_get(secret, "placeholder");
+                if (r == 0 && !valid_placeholder(placeholder))
+                        r = nsbox_invalid(err, "secrets.%s.placeholder is not one nsboxd makes", name);
+                if (r == 0) {
+                        json_object_set(placeholders, name, placeholder);
+                        json_object_del(secret, "placeholder");
+                }
+        }
+        json_t *made = NULL;
+        if (r == 0 && (r = policy_secrets_from_json(given, &made, err)) == 0) {
+                json_object_foreach(made, name, secret)
+                    json_object_set(secret, "placeholder", json_object_get(placeholders, name));
+                *out = made;
+        }
+        json_decref(given);
+        json_decref(placeholders);
+        return r;
+}
+
 int policy_secrets_env(json_t *secrets, json_t **env, nsbox_error_t **err)
 {
         if (secrets == NULL)

@@ -26,6 +26,11 @@
  * with a fresh random placeholder each. */
 int policy_secrets_from_json(json_t *secrets, json_t **out, nsbox_error_t **err);
 
+/* Secrets as policy_secrets_from_json made them (placeholders included),
+ * read back from what nsboxd kept for the next nsboxd (live restore):
+ * checked as strictly as a client's, each placeholder as one it makes. */
+int policy_secrets_from_kept(json_t *kept, json_t **out, nsbox_error_t **err);
+
 /* NSBOX_SECRET_<NAME>=placeholder for each secret into *env (made when
  * NULL); a client's own variable of that name is an error. And the
  * variables that point the TLS stacks which do not read the system's

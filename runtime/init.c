@@ -35,6 +35,9 @@ static struct sock_fprog seccomp_program;
 static bool leased;
 static int lease_grace_ms;
 static long long orphaned_at_ms = -1; /* monotonic; -1 while a manager holds the lease */
+/* Whether NSBOX_INIT_SECRETS_FD is ours (CTL_SECRETS): until then that
+ * number may be any fd a receive gave, a slot's socket included. */
+static bool holds_secrets;
 
 /* Live restore of execs: the fds nsboxd asked us to keep per exec
  * (CTL_KEEP), handed to the next nsboxd on CTL_KEPT_LIST. */
@@ -215,6 +218,8 @@ static void handle_slot(int ctl, int sfd, const struct ctl_header *req, int *fds
                 close(NSBOX_INIT_KEEP_FD);
                 close(NSBOX_INIT_LEASE_FD);
                 close(NSBOX_INIT_DISK_FD);
+                if (holds_secrets)
+                        close(NSBOX_INIT_SECRETS_FD);
                 kept_close_all();
                 supervisor_main(req->exec_id, fds[0], fds[1],
                                 seccomp_program.len > 0 ? &seccomp_program : NULL);
@@ -266,6 +271,29 @@ static void handle_lease(int ctl, const struct ctl_lease *msg, int *fds, unsigne
         orphaned_at_ms = -1;
 }
 
+/* The sandbox's secrets, at their fixed fd. A kept exec's fd that a
+ * receive put at that number first is moved off it. */
+static void handle_secrets(int ctl, int *fds, unsigned nfds)
+{
+        for (size_t i = 0; i < kept_count; i++) {
+                for (unsigned k = 0; k < kept[i].nfds; k++) {
+                        if (kept[i].fds[k] != NSBOX_INIT_SECRETS_FD)
+                                continue;
+                        int moved = fcntl(NSBOX_INIT_SECRETS_FD, F_DUPFD_CLOEXEC, NSBOX_INIT_SECRETS_FD + 1);
+                        if (moved < 0) {
+                                send_failed(ctl, 0, errno, "init: keep the secrets");
+                                return;
+                        }
+                        kept[i].fds[k] = moved;
+                }
+        }
+        if (nfds != 1 || place_fd(&fds[0], NSBOX_INIT_SECRETS_FD) < 0) {
+                send_failed(ctl, 0, nfds != 1 ? EINVAL : errno, "init: keep the secrets");
+                return;
+        }
+        holds_secrets = true;
+}
+
 /* Returns 0 to go on, -1 when the manager is gone. */
 static int handle_control(int ctl, int sfd)
 {
@@ -288,6 +316,8 @@ static int handle_control(int ctl, int sfd)
                 kept_drop(msg.hdr.exec_id);
         else if ((size_t)n == sizeof(msg.hdr) && msg.hdr.type == CTL_KEPT_LIST)
                 kept_send_all(ctl);
+        else if ((size_t)n == sizeof(msg.hdr) && msg.hdr.type == CTL_SECRETS && leased)
+                handle_secrets(ctl, fds, nfds);
         for (unsigned i = 0; i < nfds; i++)
                 if (fds[i] >= 0)
                         close(fds[i]);

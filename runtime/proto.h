@@ -20,6 +20,9 @@
 /* And its writable layer (the disk tmpfs, which only the sandbox's mount
  * namespace has mounted), for the next nsboxd's snapshots and commits. */
 #define NSBOX_INIT_DISK_FD 12
+/* And the sandbox's secrets (CTL_SECRETS): a memfd nsboxd rewrites in place
+ * as they change, for the next nsboxd's proxy (manager/secrets_keep.c). */
+#define NSBOX_INIT_SECRETS_FD 13
 
 #define CTL_MAX_MESSAGE (4u << 20) /* argv + env + cwd of one exec */
 #define CTL_MAX_ERROR   512
@@ -57,6 +60,10 @@ enum ctl_type {
         CTL_KEPT_LIST, /* manager → init: send what you keep */
         CTL_KEPT,      /* init → manager: one exec's kept fds, as CTL_KEEP sent them */
         CTL_KEPT_END,  /* init → manager: that was all */
+        /* manager → init: keep this memfd at NSBOX_INIT_SECRETS_FD (in place
+         * of one kept before), + SCM_RIGHTS {the memfd}. Sent to a leased
+         * init when its sandbox first has secrets; nsboxd rewrites it after. */
+        CTL_SECRETS,
 };
 
 #define CTL_KEEP_MAX_FDS 5

@@ -13,6 +13,7 @@
 
 #include "cleanup.h"
 #include "policy.h"
+#include "secrets.h"
 
 static const struct policy_ceilings ceilings = {
         .memory_bytes = 1ull << 30,
@@ -222,6 +223,52 @@ static void test_mounts_are_normalized_and_checked(void **state)
         json_decref(in);
 }
 
+/* Live restore reads back what nsboxd kept: as strict as a client's
+ * secrets, each placeholder one nsboxd makes, and kept as it was. */
+static void test_kept_secrets_are_checked_as_a_create_and_keep_their_placeholders(void **state)
+{
+        static const char good[] = "nsbox-secret-0123456789abcdef0123456789abcdef";
+        char text[512];
+        snprintf(text, sizeof(text),
+                 "{\"T\": {\"value\": \"v\", \"hosts\": [\"A.test\"], \"header\": \"X-K: {value}\", "
+                 "\"placeholder\": \"%s\"}}",
+                 good);
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        json_t *in = json_loads(text, 0, NULL), *out = NULL;
+        assert_int_equal(policy_secrets_from_kept(in, &out, &err), 0);
+        assert_string_equal(json_string_value(json_object_get(json_object_get(out, "T"), "placeholder")),
+                            good);
+        assert_string_equal(
+            json_string_value(json_array_get(json_object_get(json_object_get(out, "T"), "hosts"), 0)),
+            "a.test");
+        json_decref(in);
+        json_decref(out);
+        static const char *const bad[][2] = {
+                { "[]", "secrets must be an object" },
+                { "{\"T\": {\"value\": \"v\", \"hosts\": [\"a.test\"]}}", "placeholder" },
+                { "{\"T\": {\"value\": \"v\", \"hosts\": [\"a.test\"], \"placeholder\": "
+                  "\"nsbox-secret-xyz\"}}",
+                  "placeholder" },
+                { "{\"T\": {\"value\": \"v\", \"hosts\": [\"a.test\"], \"placeholder\": 1}}", "placeholder" },
+                { "{\"T\": {\"value\": \"v\\r\\nX: y\", \"hosts\": [\"a.test\"], \"placeholder\": "
+                  "\"nsbox-secret-0123456789abcdef0123456789abcdef\"}}",
+                  "secrets.T.value" },
+                { "{\"T\": {\"value\": \"v\", \"hosts\": [\"a.test\"], \"other\": 1, \"placeholder\": "
+                  "\"nsbox-secret-0123456789abcdef0123456789abcdef\"}}",
+                  "unknown field" },
+        };
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                nsbox_error_free(&err);
+                in = json_loads(bad[i][0], 0, NULL);
+                assert_non_null(in);
+                assert_true(policy_secrets_from_kept(in, &out, &err) < 0);
+                assert_null(out);
+                if (strstr(err->message, bad[i][1]) == NULL)
+                        fail_msg("%s: %s", bad[i][0], err->message);
+                json_decref(in);
+        }
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -232,6 +279,7 @@ int main(void)
                 cmocka_unit_test(test_env_and_labels_share_one_byte_budget),
                 cmocka_unit_test(test_mount_paths_must_be_clean_and_absolute),
                 cmocka_unit_test(test_mounts_are_normalized_and_checked),
+                cmocka_unit_test(test_kept_secrets_are_checked_as_a_create_and_keep_their_placeholders),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

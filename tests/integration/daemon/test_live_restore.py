@@ -401,7 +401,7 @@ def test_a_pause_and_the_idle_timer_carry_on_across_restarts(root):
     assert_nothing_left(svc, [paused, idle])
 
 
-def test_a_volume_stays_mounted_and_in_use_while_secrets_are_not_carried_over(root):
+def test_a_volume_stays_mounted_and_secrets_are_carried_over_only_as_kept(root):
     config = os.path.join(root, "nsboxd.json")
     with open(config, "w") as f:
         json.dump({"network_policies": {"closed": {"allow": ["allowed.test"]}}}, f)
@@ -412,21 +412,31 @@ def test_a_volume_stays_mounted_and_in_use_while_secrets_are_not_carried_over(ro
     run(svc, with_volume, "echo on-the-volume > /data/f")
     with_secret = svc.call("sandbox.create", network="closed",
                            secrets={"TOKEN": {"value": "s3cr3t", "hosts": ["allowed.test"]}})["sandbox_id"]
+    # A record that says it has secrets, of a sandbox whose init keeps none.
+    forged = svc.call("sandbox.create")["sandbox_id"]
     for sb in (with_volume, with_secret):  # no record holds a secret's value
         assert "s3cr3t" not in open(os.path.join(svc.state, "sandboxes", sb, "sandbox.json")).read()
     svc.kill9()
+    path = os.path.join(svc.state, "sandboxes", forged, "sandbox.json")
+    with open(path) as f:
+        record = json.load(f)
+    record["policy"]["has_secrets"] = True
+    write_record(os.path.dirname(path), record)
     svc.start()
     assert run(svc, with_volume, "cat /data/f") == "on-the-volume\n"
     assert svc.call("sandbox.info", sandbox_id=with_volume)["mounts"][0]["volume"] == "data"
     with pytest.raises(RpcError):  # still in use by the adopted sandbox
         svc.call("volume.remove", name="data")
-    # the secret's value went with the old proxy: that sandbox is removed, and says why
-    assert "sandbox %s: not adopted: its secrets are not kept across a restart" % with_secret in svc.log()
-    assert [s["sandbox_id"] for s in svc.call("sandbox.list")["sandboxes"]] == [with_volume]
+    # its init kept the secrets: adopted with them
+    assert svc.call("sandbox.info", sandbox_id=with_secret)["secrets"] == ["TOKEN"]
+    # none kept where its record says there are: not adopted, and the log says why
+    assert "sandbox %s: not adopted: take its kept secrets from its init" % forged in svc.log()
+    assert sorted(s["sandbox_id"] for s in svc.call("sandbox.list")["sandboxes"]) == sorted([with_volume, with_secret])
     svc.call("sandbox.remove", sandbox_id=with_volume)
+    svc.call("sandbox.remove", sandbox_id=with_secret)
     svc.call("volume.remove", name="data")
     assert svc.terminate() == 0
-    assert_nothing_left(svc, [with_volume, with_secret])
+    assert_nothing_left(svc, [with_volume, with_secret, forged])
 
 
 def test_sigterm_with_live_restore_keeps_sandboxes_for_the_next_nsboxd(root):

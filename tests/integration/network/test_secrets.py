@@ -19,7 +19,7 @@ import pytest
 import upstream as U
 from conftest import REPO
 from nsbox_client import RpcError
-from test_network import ALLOWED_ONLY, info_stats, landed, net, net_daemon, net_exec, sbs, up  # noqa: F401 (fixtures)
+from test_network import ALLOWED_ONLY, POLICIES, info_stats, landed, net, net_daemon, net_exec, sbs, up  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.serial, pytest.mark.xdist_group("host-network")]
 
@@ -693,3 +693,250 @@ def test_a_request_head_dripped_into_an_intercepted_connection_is_cut_off(netd, 
         verdict(closed=closed, sent=sent, of=len(head))
     """, timeout=150)
     assert v["closed"] and v["sent"] < v["of"] - 1, v
+
+
+# --- live restore: the secrets outlive nsboxd, kept by the sandbox's init -------------------
+
+RESTORE_POOL_BASE = 1_720_000_000
+
+
+def files_holding(top, *needles):
+    found = []
+    for root, _dirs, files in os.walk(top):
+        for name in files:
+            path = os.path.join(root, name)
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+            except OSError:
+                continue
+            if any(n.encode() in data for n in needles):
+                found.append(path)
+    return found
+
+
+def kept_by_init(svc, sid):
+    """The host's view of what the sandbox's init keeps at its secrets fd (runtime/proto.h)."""
+    with open(os.path.join(svc.state, "sandboxes", sid, "sandbox.json")) as f:
+        pid = json.load(f)["pid"]
+    path = "/proc/%d/fd/13" % pid
+    with open(path, "rb") as f:
+        return os.readlink(path), f.read()
+
+
+@pytest.fixture
+def live(up, tmp_path):
+    """nsboxd with live restore on (kill -9 and start again on the same state dir)."""
+    import subprocess
+    import tempfile
+    from test_service import Service
+    root = tempfile.mkdtemp(prefix="nsbox-secrets-restore-")
+    os.chmod(root, 0o755)
+    config = os.path.join(root, "nsboxd.json")
+    with open(config, "w") as f:
+        json.dump({"network_policies": POLICIES, "egress_dns_servers": U.DNS, "egress_ca_file": up.ca_pem}, f)
+    svc = Service(root, extra_args=["--config", config, "--live-restore", "1", "--warm-pool", "0"],
+                  pool_base=RESTORE_POOL_BASE)
+    yield svc
+    if svc.proc is not None and svc.proc.poll() is None:
+        svc.kill9()
+    # What outlived it by design: a start without live restore removes it.
+    sweeper = Service(root, extra_args=["--config", config, "--warm-pool", "0"], pool_base=RESTORE_POOL_BASE)
+    sweeper.start()
+    sweeper.terminate()
+    subprocess.run(["rm", "-rf", root])
+
+
+# As root of the sandbox: its init's fds (where the secrets' memfd is kept)
+# can be neither listed, opened, nor taken with pidfd_getfd; no process the
+# sandbox sees holds that memfd.
+INIT_FDS = r"""
+import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+def attempt(f):
+    try:
+        f()
+        return "ok"
+    except OSError as e:
+        return e.errno
+opened = {n: attempt(lambda n=n: open("/proc/1/fd/%d" % n, "rb").read(1)) for n in range(0, 32)}
+listed = attempt(lambda: os.listdir("/proc/1/fd"))
+pidfd = os.pidfd_open(1)
+taken = {}
+for n in range(0, 32):
+    fd = libc.syscall(438, pidfd, n, 0)  # pidfd_getfd
+    taken[n] = "ok" if fd >= 0 else ctypes.get_errno()
+seen = []
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        try:
+            seen += [os.readlink("/proc/%s/fd/%s" % (pid, fd)) for fd in os.listdir("/proc/%s/fd" % pid)]
+        except OSError:
+            pass
+verdict(opened=opened, listed=listed, taken=taken, seen=seen, uid=os.getuid())
+"""
+
+
+def test_live_restore_keeps_a_sandboxs_secrets_and_its_ca(live, up):
+    first, second, third = value(), value(), value()
+    header = "Authorization: Bearer {value}"
+    live.start()
+    sid = live.call("sandbox.create", network=ALLOWED_ONLY,
+                    secrets={"TOKEN": {"value": first, "hosts": ["allowed.test"], "header": header}})["sandbox_id"]
+    ca = live.call("sandbox.exec", sandbox_id=sid, argv=["cat", "/etc/nsbox/secrets-ca.pem"])["stdout"]
+    assert ca.startswith("-----BEGIN CERTIFICATE-----")
+    # Replaced before the restart: the new value is the one kept.
+    live.call("sandbox.update", sandbox_id=sid,
+              secrets={"TOKEN": {"value": second, "hosts": ["allowed.test"], "header": header}})
+    live.call("sandbox.exec", sandbox_id=sid, argv=["sh", "-c", "echo $NSBOX_SECRET_TOKEN > /workspace/p"])
+    snap = live.call("sandbox.snapshot", sandbox_id=sid)["snapshot_id"]
+    assert os.listdir(os.path.join(live.state, "snapshots", snap))
+    assert files_holding(live.state, first, second, "PRIVATE KEY") == []
+
+    def check(expected):
+        mark = up.mark()
+        v = net(live, sid, HTTPS_CLIENTS + textwrap.dedent(r"""
+            token = os.environ["NSBOX_SECRET_TOKEN"]
+            verdict(a=https_default("https://allowed.test/after-restart", {}),
+                    other=http('index.test', raw=(
+                        "GET /leak HTTP/1.1\r\nHost: index.test\r\nX-Token: %s\r\nConnection: close\r\n\r\n"
+                        % token).encode()),
+                    ca=open("/etc/nsbox/secrets-ca.pem").read())
+        """))
+        # HTTPS through the same CA, which the sandbox still trusts; the value kept is the one sent.
+        assert v["a"].get("status") == 200, v
+        assert v["ca"] == ca
+        hits = landed(up, mark)
+        a = [h for h in hits if h["local"] == U.ALLOWED]
+        assert len(a) == 1 and a[0]["proto"] == "https", hits
+        assert a[0]["headers"]["Authorization"] == "Bearer " + expected
+        # The placeholder to another host is still refused.
+        assert v["other"].get("status") == 403, v["other"]
+        assert [h for h in hits if h["path"] == "/leak"] == [], hits
+
+    live.kill9()
+    live.start()
+    assert "sandbox %s: adopted (live restore)" % sid in live.log(), live.log()[-3000:]
+    assert [s["sandbox_id"] for s in live.call("sandbox.list")["sandboxes"]] == [sid]
+    assert live.call("sandbox.info", sandbox_id=sid)["secrets"] == ["TOKEN"]
+    check(second)
+    # Replaced by the nsboxd that adopted it: kept in place, and carried over the next restart too.
+    live.call("sandbox.update", sandbox_id=sid,
+              secrets={"TOKEN": {"value": third, "hosts": ["allowed.test"], "header": header}})
+    live.kill9()
+    live.start()
+    assert live.log().count("sandbox %s: adopted (live restore)" % sid) == 2
+    check(third)
+    link, kept = kept_by_init(live, sid)
+    assert link.startswith("/memfd:nsbox-keep") and third.encode() in kept and second.encode() not in kept
+    v = net(live, sid, INIT_FDS, user="root")
+    assert v["uid"] == 0
+    assert v["listed"] != "ok" and all(r != "ok" for r in v["opened"].values()), v
+    assert all(r != "ok" for r in v["taken"].values()), v
+    assert not [link for link in v["seen"] if "memfd:" in link], v["seen"]
+    log = live.log()
+    assert files_holding(live.state, first, second, third, "PRIVATE KEY") == []
+    for secret in (first, second, third):
+        assert secret not in log
+    live.call("sandbox.remove", sandbox_id=sid, force=True)
+    live.call("snapshot.remove", snapshot_id=snap)
+    assert live.terminate() == 0
+
+
+def test_secrets_given_to_a_sandbox_from_the_warm_pool_are_kept_too(live, up):
+    from test_service import wait_until
+    live.extra_args += ["--warm-pool", "1"]
+    live.start()
+    assert wait_until(lambda: "created for uid" in live.log(), timeout=60)
+    secret = value()
+    sid = live.call("sandbox.create", network=ALLOWED_ONLY,
+                    secrets={"TOKEN": {"value": secret, "hosts": ["allowed.test"]}})["sandbox_id"]
+    assert "sandbox %s: handed from the warm pool" % sid in live.log()
+    live.kill9()
+    live.start()
+    assert "sandbox %s: adopted (live restore)" % sid in live.log(), live.log()[-3000:]
+    mark = up.mark()
+    v = net(live, sid, r"""
+        verdict(r=http('allowed.test', raw=("GET /pooled HTTP/1.1\r\nHost: allowed.test\r\nAuthorization: %s\r\n"
+                                            "Connection: close\r\n\r\n" % os.environ["NSBOX_SECRET_TOKEN"]).encode()))
+    """)
+    assert v["r"].get("status") == 200, v
+    (hit,) = landed(up, mark, local=U.ALLOWED)
+    assert hit["headers"]["Authorization"] == secret
+    live.call("sandbox.remove", sandbox_id=sid, force=True)
+    assert live.terminate() == 0
+
+
+def test_a_sandbox_whose_kept_secrets_are_bad_is_not_adopted(live):
+    """What its init holds is rewritten from the host (as host root could): the next nsboxd
+    checks it as a client's input, and removes the sandbox with the log line why."""
+    from test_service import wait_until
+    live.start()
+
+    def with_token(field, text):
+        def change(kept):
+            doc = json.loads(kept)
+            doc["secrets"]["TOKEN"][field] = text
+            return json.dumps(doc).encode()
+        return change
+
+    def with_ca_cert(kept):
+        doc = json.loads(kept)
+        doc["ca"]["cert"] = "not a certificate"
+        return json.dumps(doc).encode()
+
+    cases = {
+        "its kept secrets are not what nsboxd writes": lambda kept: b"{not json",
+        "its kept secrets CA is not one nsboxd makes": with_ca_cert,
+        "its kept secrets are over 1048576 bytes": lambda kept: b" " * ((1 << 20) + 1),
+        "secrets.TOKEN.value must be": with_token("value", "v\r\nX: y"),
+        "secrets.TOKEN.placeholder is not one nsboxd makes": with_token("placeholder", "nsbox-secret-" + "g" * 32),
+        "its kept secrets are not the ones its record names": with_token("placeholder", "nsbox-secret-" + "0" * 32),
+        "its secrets were not kept": lambda kept: b"",
+    }
+    made = {}
+    for why, change in cases.items():
+        sid = live.call("sandbox.create", network=ALLOWED_ONLY,
+                        secrets={"TOKEN": {"value": value(), "hosts": ["allowed.test"]}})["sandbox_id"]
+        made[sid] = why
+    live.kill9()
+    pids = []
+    for sid, why in made.items():
+        with open(os.path.join(live.state, "sandboxes", sid, "sandbox.json")) as f:
+            pid = json.load(f)["pid"]
+        pids.append(pid)
+        path = "/proc/%d/fd/13" % pid
+        with open(path, "rb") as f:
+            kept = f.read()
+        fd = os.open(path, os.O_RDWR | os.O_TRUNC)
+        os.write(fd, cases[why](kept))
+        os.close(fd)
+    live.start()
+    log = live.log()
+    for sid, why in made.items():
+        assert "sandbox %s: not adopted: %s" % (sid, why) in log, (why, log[-4000:])
+    assert live.call("sandbox.list")["sandboxes"] == []
+    assert wait_until(lambda: not [p for p in pids if os.path.exists("/proc/%d" % p)], timeout=30)
+    assert live.terminate() == 0
+
+
+def test_removed_secrets_are_not_kept_and_the_sandbox_is_adopted_without_them(live, up):
+    live.start()
+    secret = value()
+    sid = live.call("sandbox.create", network=ALLOWED_ONLY,
+                    secrets={"TOKEN": {"value": secret, "hosts": ["allowed.test"]}})["sandbox_id"]
+    assert secret.encode() in kept_by_init(live, sid)[1]
+    live.call("sandbox.update", sandbox_id=sid, secrets=None)
+    assert kept_by_init(live, sid)[1] == b""
+    live.kill9()
+    live.start()
+    assert "sandbox %s: adopted (live restore)" % sid in live.log(), live.log()[-3000:]
+    assert "secrets" not in live.call("sandbox.info", sandbox_id=sid)
+    mark = up.mark()
+    v = net(live, sid, r"""
+        verdict(r=http('allowed.test', raw=b"GET /none HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n"))
+    """)
+    assert v["r"].get("status") == 200, v
+    assert [h for h in landed(up, mark) if secret in json.dumps(h)] == []
+    live.call("sandbox.remove", sandbox_id=sid, force=True)
+    assert live.terminate() == 0
