@@ -55,18 +55,26 @@ static const char LAUNCH_SCRIPT[] =
     "echo \"$3\" >/tmp/.nsbox-desktop.id\n"
     "export DISPLAY=" DESKTOP_DISPLAY "\n"
     "rm -f /tmp/.X0-lock /tmp/.X11-unix/X0\n"
-    "Xvfb " DESKTOP_DISPLAY " -screen 0 \"$1x$2x24\" -nolisten tcp &\n"
+    /* -noreset: without it the server resets when its last client (the
+     * xdpyinfo below) leaves, and a client connecting meanwhile fails */
+    "Xvfb " DESKTOP_DISPLAY " -screen 0 \"$1x$2x24\" -nolisten tcp -noreset &\n"
     "i=0\n"
     "until xdpyinfo >/dev/null 2>&1; do\n"
     "  i=$((i + 1)); [ $i -lt 300 ] && kill -0 $! 2>/dev/null || { echo 'nsbox-desktop: Xvfb did not start'; "
     "exit 1; }\n"
     "  sleep 0.1\n"
     "done\n"
+    "xvfb=$!\n"
     "openbox &\n"
+    "openbox=$!\n"
     "x11vnc -display " DESKTOP_DISPLAY " -forever -shared -nopw -quiet -noipv6 -rfbport 5900 &\n"
+    "x11vnc=$!\n"
     "websockify --web /usr/share/novnc 6080 127.0.0.1:5900 &\n"
-    "wait -n\n"
-    "echo 'nsbox-desktop: a desktop process exited; the desktop stops'\n"
+    "websockify=$!\n"
+    "wait -n -p gone\n"
+    "status=$?\n"
+    "for name in xvfb openbox x11vnc websockify; do [ \"${!name}\" = \"$gone\" ] && break; done\n"
+    "echo \"nsbox-desktop: $name (pid $gone) exited with status $status; the desktop stops\"\n"
     "exit 1\n";
 
 /* Waits for the display and both ports; says why not on stderr. $1: the id

@@ -37,7 +37,7 @@ CLICK = (300, 200)
 # manager/desktop.c's launcher and readiness check, for bash under bwrap; then the command loop.
 BWRAP_DESKTOP = r"""
 export DISPLAY=:0
-Xvfb :0 -screen 0 "%dx%dx24" -nolisten tcp >/tmp/xvfb.log 2>&1 &
+Xvfb :0 -screen 0 "%dx%dx24" -nolisten tcp -noreset >/tmp/xvfb.log 2>&1 &
 until xdpyinfo >/dev/null 2>&1; do kill -0 $! 2>/dev/null || { cat /tmp/xvfb.log >&2; exit 1; }; sleep 0.1; done
 openbox >/dev/null 2>&1 &
 x11vnc -display :0 -forever -shared -nopw -quiet -noipv6 -rfbport 5900 >/dev/null 2>&1 &

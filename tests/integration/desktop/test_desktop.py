@@ -6,6 +6,7 @@ read pixel by pixel, clicks and typing go through xdotool into real windows
 the sandbox's exposure. Needs the desktop image (make image IMAGE=desktop)."""
 import base64
 import json
+import re
 import os
 import socket
 import struct
@@ -375,6 +376,10 @@ def test_x_server_death_is_reported_and_a_new_start_recovers(d, fresh):
             # first scrot's own failure, then (the desktop has ended) the advice to start it again
             return "desktop.start starts one" in str(e)
     poll(refused, "screenshots to say the desktop is gone once Xvfb died")
+    # its log names the process that ended it (Xvfb, or one that lost its display first)
+    log = run(d, sid, ["cat", "/tmp/.nsbox-desktop.log"])["stdout"]
+    assert re.search(r"nsbox-desktop: (xvfb|openbox|x11vnc|websockify) \(pid \d+\) exited with status \d+; "
+                     r"the desktop stops", log), log
     r = d.call("desktop.start", sandbox_id=sid)
     assert png_size(screenshot(d, sid)) == (r["width"], r["height"])
 
@@ -471,7 +476,7 @@ def test_mcp_screenshot_is_an_image_block_of_a_png_of_the_screen(d, desk):
         own = json.loads(r["content"][0]["text"])["sandbox_id"]
         r = m.request("tools/call", {"name": "desktop_start", "arguments": {"sandbox_id": own, "width": 640,
                                                                              "height": 480}})["result"]
-        assert r["isError"] is False and "vnc.html" in r["content"][0]["text"], r
+        assert r["isError"] is False and "vnc.html" in r["content"][0]["text"], r["content"][0]["text"]
         r = m.request("tools/call", {"name": "desktop_screenshot", "arguments": {"sandbox_id": own}})["result"]
         assert png_size(base64.b64decode(r["content"][1]["data"])) == (640, 480)
         m.request("tools/call", {"name": "remove_sandbox", "arguments": {"sandbox_id": own, "force": True}})
