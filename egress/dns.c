@@ -250,8 +250,10 @@ static void handle_query(struct egress_sandbox *sb, const uint8_t *pkt, size_t l
         }
         enum netpolicy_verdict v = netpolicy_check_name(sb->policy, name);
         if (v != NETPOLICY_ALLOW) {
-                reply_error(sb->dns.fd, from, pkt, d.question_end, DNS_RCODE_REFUSED, false);
+                /* Told to nsboxd before the answer, so that the refusal is
+                 * there when the code that asked ends (egress_note_refused). */
                 egress_refused_lookup(sb, name, netpolicy_reason(v));
+                reply_error(sb->dns.fd, from, pkt, d.question_end, DNS_RCODE_REFUSED, false);
                 return;
         }
         if (sb->n_queries >= EGRESS_DNS_PENDING_MAX ||

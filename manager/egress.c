@@ -1090,6 +1090,11 @@ static json_t *refused_since(const struct sandbox *sb, long long since_mono_ms)
 
 void egress_note_refused(json_t *reply, const struct sandbox *sb, long long since_mono_ms, bool in_stderr)
 {
+        /* The proxy tells a refusal before its answer to the sandbox, but
+         * the end of the code that met it may be read first: what the proxy
+         * has sent is read now. */
+        if (egress.proxy_ctl != NULL)
+                on_proxy_ctl(egress.proxy_ctl, EPOLLIN);
         json_t *list = refused_since(sb, since_mono_ms);
         if (list == NULL || reply == NULL) {
                 json_decref(list);
