@@ -395,7 +395,7 @@ const scenarios = {
         return await until(what, fn, ms);
       } catch (e) {
         const seen = await sbx.commands.run(`for f in ${logs}; do echo "== $f"; cat $f; done; ` +
-          "ps -eo pid,stat,etime,args; xprop -root _NET_SUPPORTING_WM_CHECK; xwininfo -root -tree",
+          "ps -eo pid,stat,etime,wchan:24,args; xprop -root _NET_SUPPORTING_WM_CHECK; xwininfo -root -tree",
           { timeoutMs: 20000 }).then((r) => r.stdout, (f) => `${f}\n${f.stdout || ""}`);
         throw new Error(`${e.message}; in the sandbox:\n${seen}`);
       }
@@ -411,7 +411,9 @@ const scenarios = {
         60000);
       // A window: an entry that sets the window's colour (Enter), a pad that turns red when clicked.
       await sbx.files.write("/tmp/app.py", [
-        "import time, tkinter as tk",
+        "import faulthandler, time, tkinter as tk",
+        // a window that never shows: where the app is, in its log, before the wait gives up
+        "faulthandler.dump_traceback_later(45)",
         // the display may still be starting under load: try it for 30 s, as a user's app would wait
         "for i in range(300):",
         "    try: r = tk.Tk(); break",
@@ -425,6 +427,7 @@ const scenarios = {
         // window manager moves it (its frame's title bar moves the inside down)
         "def placed(ev):",
         "    if ev.widget is r and r.winfo_viewable():",
+        "        faulthandler.cancel_dump_traceback_later()",
         "        open('/tmp/app.pos', 'w').write('%d %d' % (r.winfo_rootx(), r.winfo_rooty()))",
         "r.bind('<Map>', placed); r.bind('<Configure>', placed)",
         "r.mainloop()",

@@ -317,6 +317,8 @@ def test_the_file_api_still_sees_a_volume_after_a_live_restore():
         d.proc.wait()
         d.stop()
         d = Daemon(extra_args=live)
+        adopted = [line for line in d.read_log().splitlines() if sid in line or "live restore" in line]
+        assert any(s["sandbox_id"] == sid for s in d.call("sandbox.list")["sandboxes"]), adopted
         assert d.call("fs.read", sandbox_id=sid, path="/data/f")["content"] == "before the restart\n"
         d.call("fs.write", sandbox_id=sid, path="/data/g", content="after")
         assert sh(d, sid, "cat /data/g")["stdout"] == "after"
