@@ -107,11 +107,31 @@ static void drain_stale_messages(int ctl)
         }
 }
 
+/* An init may not have read the lease (or the secrets) nsboxd sent it just
+ * before it died: the message waits in its socket, and the fd comes when
+ * the init runs. So a kept fd that is not there yet is asked for again, for
+ * at most KEPT_WAIT_MS over the whole restore. */
+#define KEPT_WAIT_MS 2000
+
+static int take_kept_fd(int pidfd, int target)
+{
+        static long long deadline;
+        if (deadline == 0)
+                deadline = now_monotonic_ms() + KEPT_WAIT_MS;
+        for (;;) {
+                int fd = (int)syscall(SYS_pidfd_getfd, pidfd, target, 0); /* CLOEXEC always */
+                if (fd >= 0 || errno != EBADF || now_monotonic_ms() >= deadline)
+                        return fd;
+                struct pollfd none = { .fd = -1 };
+                poll(&none, 0, 10);
+        }
+}
+
 /* The secrets its init keeps (egress_keep_secrets), checked as a create's;
  * the memfd into *fd, for the adopted sandbox to rewrite in place. */
 static int take_secrets(int pidfd, int *fd, json_t **secrets, nsbox_error_t **err)
 {
-        *fd = (int)syscall(SYS_pidfd_getfd, pidfd, NSBOX_INIT_SECRETS_FD, 0);
+        *fd = take_kept_fd(pidfd, NSBOX_INIT_SECRETS_FD);
         if (*fd < 0)
                 return nsbox_error(err, errno, "take its kept secrets from its init");
         struct egress_ca ca = { 0 }; /* its network's to take (egress_reattach) */
@@ -200,8 +220,7 @@ static int adopt_one(const char *name, nsbox_error_t **err)
         a.policy.secrets = json_incref(secrets);
 
         /* The manager's end of its control socket, which the init kept for us. */
-        _cleanup_close_ int ctl =
-            (int)syscall(SYS_pidfd_getfd, pidfd, NSBOX_INIT_KEEP_FD, 0); /* CLOEXEC always */
+        _cleanup_close_ int ctl = take_kept_fd(pidfd, NSBOX_INIT_KEEP_FD);
         int type = 0, domain = 0;
         socklen_t len = sizeof(type);
         if (ctl < 0) {

@@ -777,6 +777,34 @@ verdict(opened=opened, listed=listed, taken=taken, seen=seen, uid=os.getuid())
 """
 
 
+def test_secrets_the_init_reads_only_after_a_restart_are_still_adopted(live, up):
+    """The secrets of a sandbox.update wait in its init's control socket until
+    the init runs: an init stopped at that moment (a loaded host) takes them
+    only after nsboxd was killed and started again, and is adopted with them."""
+    import signal
+    import threading
+    first = value()
+    live.start()
+    sid = live.call("sandbox.create", network=ALLOWED_ONLY)["sandbox_id"]
+    with open(os.path.join(live.state, "sandboxes", sid, "sandbox.json")) as f:
+        pid = json.load(f)["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        live.call("sandbox.update", sandbox_id=sid,
+                  secrets={"TOKEN": {"value": first, "hosts": ["allowed.test"]}})
+        assert not os.path.exists("/proc/%d/fd/13" % pid)  # not taken yet: the init is stopped
+        live.kill9()
+        waker = threading.Timer(0.5, os.kill, (pid, signal.SIGCONT))
+        waker.start()
+        live.start()
+        waker.join()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert "sandbox %s: adopted (live restore)" % sid in live.log(), live.log()[-3000:]
+    assert live.call("sandbox.info", sandbox_id=sid)["secrets"] == ["TOKEN"]
+    assert first.encode() in kept_by_init(live, sid)[1]
+
+
 def test_live_restore_keeps_a_sandboxs_secrets_and_its_ca(live, up):
     first, second, third = value(), value(), value()
     header = "Authorization: Bearer {value}"
