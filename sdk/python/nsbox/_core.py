@@ -27,6 +27,17 @@ def socket_path(socket=None):
     return socket or os.environ.get("NSBOX_SOCKET") or DEFAULT_SOCKET
 
 
+
+def _take_output(params, decoders, parts, callbacks):
+    """An exec.output notification's text: decoded into its stream's parts,
+    and handed to that stream's callback (whose answer is returned)."""
+    chunk = decoders[params["stream"]].feed(params.get("data"))
+    if chunk:
+        parts[params["stream"]].append(chunk)
+        if callbacks[params["stream"]] is not None:
+            return callbacks[params["stream"]](chunk)
+    return None
+
 class Call:
     """A JSON-RPC request; on_notify sees each notification that comes before its reply."""
     __slots__ = ("method", "params", "on_notify")
@@ -221,12 +232,7 @@ class SandboxCore:
                 return None
             if msg.get("method") != "exec.output" or p.get("stream") not in decoders:
                 return None
-            chunk = decoders[p["stream"]].feed(p.get("data"))
-            if chunk:
-                parts[p["stream"]].append(chunk)
-                if callbacks[p["stream"]] is not None:
-                    return callbacks[p["stream"]](chunk)
-            return None
+            return _take_output(p, decoders, parts, callbacks)
 
         r = yield Call("python.run", self._p(code=code, stateful=stateful, timeout_seconds=timeout,
                                              requirements=list(requirements) if requirements else None,
@@ -327,12 +333,7 @@ class CommandsCore:
             p = msg.get("params") if msg.get("method") == "exec.output" else None
             if not isinstance(p, dict) or p.get("stream") not in decoders:
                 return None
-            chunk = decoders[p["stream"]].feed(p.get("data"))
-            if chunk:
-                parts[p["stream"]].append(chunk)
-                if callbacks[p["stream"]] is not None:
-                    return callbacks[p["stream"]](chunk)
-            return None
+            return _take_output(p, decoders, parts, callbacks)
 
         if stream:
             params["stream"] = True

@@ -13,20 +13,13 @@ import threading
 import time
 
 import pytest
-from nsbox_client import RpcError, as_uid
+from nsbox_client import as_uid
+from test_idle_lifetime import error_of
 from test_service import Service, wait_until
 
 # A uid pool of its own: other tests' daemons may run beside this one.
 POOL_BASE = 1_800_000_000
 RECORD = "removed-sandboxes.json"
-
-
-def error_of(fn):
-    try:
-        fn()
-    except RpcError as e:
-        return e.error
-    raise AssertionError("no error")
 
 
 def kind_of(fn):
