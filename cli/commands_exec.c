@@ -208,18 +208,17 @@ static void print_stream(const char *method, json_t *params, void *data)
                          state->base64);
 }
 
-/* exec.kill on a connection of its own: the exec's connection is busy
- * waiting for its answer. Best effort. */
-static void kill_exec(const char *socket_path, const char *exec_id, int sig)
+/* exec.kill sent on the exec's own connection, its answer left unread
+ * (client_wait skips replies to other ids): nsboxd takes requests while a
+ * streamed exec runs, and no new connect stands between a Ctrl-C and the
+ * command (one that failed under load lost the Ctrl-C without a word). */
+static void kill_exec(struct client *c, const char *exec_id, int sig)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
-        struct client *k = NULL;
-        if (client_connect(socket_path, &k, &err) < 0)
-                return;
         _cleanup_json_ json_t *params = json_pack("{s:s, s:i}", "exec_id", exec_id, "signal", sig);
-        _cleanup_json_ json_t *ignored = NULL;
-        client_call(k, "exec.kill", params, NULL, NULL, &ignored, NULL, &err);
-        client_close(k);
+        long long id;
+        if (client_send(c, "exec.kill", params, &id, &err) < 0)
+                fprintf(stderr, "nsbox: could not pass signal %d on to the command: %s\n", sig, err->message);
 }
 
 /* The size of our terminal (stdin's, else stdout's); false without one. */
@@ -228,22 +227,18 @@ static bool terminal_size(struct winsize *size)
         return ioctl(STDIN_FILENO, TIOCGWINSZ, size) == 0 || ioctl(STDOUT_FILENO, TIOCGWINSZ, size) == 0;
 }
 
-/* SIGWINCH: our terminal's new size to the exec's (exec.resize), on a
- * connection of its own. Best effort. */
-static void resize_exec(const char *socket_path, const char *exec_id)
+/* SIGWINCH: our terminal's new size to the exec's (exec.resize), sent on
+ * the exec's own connection as kill_exec does. Best effort. */
+static void resize_exec(struct client *c, const char *exec_id)
 {
         struct winsize size;
         if (!terminal_size(&size) || size.ws_row == 0 || size.ws_col == 0)
                 return;
         _cleanup_error_ nsbox_error_t *err = NULL;
-        struct client *k = NULL;
-        if (client_connect(socket_path, &k, &err) < 0)
-                return;
         _cleanup_json_ json_t *params =
             json_pack("{s:s, s:i, s:i}", "exec_id", exec_id, "rows", size.ws_row, "cols", size.ws_col);
-        _cleanup_json_ json_t *ignored = NULL;
-        client_call(k, "exec.resize", params, NULL, NULL, &ignored, NULL, &err);
-        client_close(k);
+        long long id;
+        client_send(c, "exec.resize", params, &id, &err);
 }
 
 /* The connection closed, or nsboxd answered that it stops, before the
@@ -304,20 +299,20 @@ static int run_exec(const struct cli *cli, struct client *c, const char *socket_
                         continue;
                 if (sig == SIGWINCH) {
                         if (state.tty && state.exec_id[0] != '\0')
-                                resize_exec(socket_path, state.exec_id);
+                                resize_exec(c, state.exec_id);
                         continue;
                 }
                 if (sig == SIGINT && !interrupted && state.exec_id[0] != '\0') {
                         /* As a terminal would: the command decides what Ctrl-C means. */
                         interrupted = true;
-                        kill_exec(socket_path, state.exec_id, SIGINT);
+                        kill_exec(c, state.exec_id, SIGINT);
                         continue;
                 }
                 *signo = sig;
                 /* The command should not outlive the CLI the user stopped (closing
                  * the connection ends it too, a moment later). */
                 if (state.exec_id[0] != '\0')
-                        kill_exec(socket_path, state.exec_id, SIGKILL);
+                        kill_exec(c, state.exec_id, SIGKILL);
                 client_set_interrupt_fd(c, -1);
                 return 128 + sig;
         }

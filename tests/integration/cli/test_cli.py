@@ -341,6 +341,36 @@ def test_run_sigint_removes_its_sandbox_and_exits_130(daemon):
     assert json.loads(ok(daemon.cli("ls", "--json")).stdout)["count"] == before
 
 
+def socket_paths(daemon):
+    """The daemon's socket and its operator twin (operator/NAME beside it)."""
+    head, name = os.path.split(daemon.socket)
+    return [daemon.socket, os.path.join(head, "operator", name)]
+
+
+def test_ctrl_c_reaches_the_command_when_no_new_connection_can_be_made(daemon, sandbox):
+    """The Ctrl-C goes on the exec's own connection: with the socket out of
+    reach after the exec started (a connect that fails under load does the
+    same), the command still gets it and the CLI exits 130 at once."""
+    proc = subprocess.Popen([NSBOX, "--socket", daemon.socket, "exec", "--timeout", "40", sandbox, "--",
+                             *READY_THEN_SLEEP], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    moved = []
+    try:
+        assert proc.stdout.readline() == b"ready\n"
+        for path in socket_paths(daemon):
+            if os.path.exists(path):
+                os.rename(path, path + ".aside")
+                moved.append(path)
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=20)
+    finally:
+        for path in moved:
+            os.rename(path + ".aside", path)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == 130, proc.stderr.read().decode(errors="replace")
+
+
 def processes_with_marker(marker):
     """Live processes whose environment holds the marker: the CLI's private
     daemon inherits it."""
