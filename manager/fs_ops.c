@@ -149,7 +149,7 @@ static int fs_openat2(int dirfd, const char *path, int flags, mode_t mode, uint6
 {
         struct open_how how = {
                 .flags = (uint64_t)(flags | O_CLOEXEC),
-                .mode = (flags & O_CREAT) ? mode : 0,
+                .mode = (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE ? mode : 0,
                 .resolve = resolve,
         };
         for (int attempt = 0;; attempt++) {
@@ -558,12 +558,38 @@ static int fs_append_at(const struct fs_ctx *ctx, int parent, const struct fs_pa
         return r;
 }
 
+/* Give the whole O_TMPFILE file `fd` a temporary name in `parent` (into
+ * tmp), for the rename that puts it in place: it is named for the moment
+ * between the two calls only. */
+static int fs_name_unnamed(const struct fs_ctx *ctx, int parent, int fd, char *tmp, size_t size,
+                           const char *shown, nsbox_error_t **err)
+{
+        char self[64];
+        snprintf(self, sizeof(self), "/proc/thread-self/fd/%d", fd);
+        for (int attempt = 0; attempt < FS_RESOLVE_RETRIES; attempt++) {
+                int r = staging_name(STAGING_WRITE_PREFIX, tmp, size);
+                if (r < 0)
+                        return nsbox_error(err, -r, "a temporary name for %s", shown);
+                fs_create_as_user(ctx, r,
+                                  linkat(AT_FDCWD, self, parent, tmp, AT_SYMLINK_FOLLOW) < 0 ? -errno : 0);
+                if (r == 0)
+                        return 0;
+                tmp[0] = '\0';
+                if (r == -ENOSPC || r == -EDQUOT)
+                        return fs_no_space(err, ctx, "name", shown);
+                if (r != -EEXIST)
+                        return nsbox_error(err, -r, "name the written file of %s", shown);
+        }
+        return nsbox_refuse(err, EAGAIN, "%s: the sandbox kept taking the temporary name", shown);
+}
+
 /* A write that replaces the file goes to a temporary file beside it, put in
  * place by a rename once every byte is written: a write cut short (a full
  * disk, nsboxd killed) leaves the old file whole, never a part of the new
- * one under its name. The temporary file goes on any failure; its name
- * starts with ".nsbox-write-", so one that a crash of nsboxd left behind is
- * known for what it is. */
+ * one under its name. The temporary file goes on any failure. It has no
+ * name while it is written where the file system can (O_TMPFILE); its name,
+ * when it has one, starts with ".nsbox-write-", so one that a crash of
+ * nsboxd left behind is known for what it is. */
 int fs_write_at(const struct fs_ctx *ctx, const struct fs_path *p, const void *data, size_t len,
                 const struct fs_write_options *opts, nsbox_error_t **err)
 {
@@ -595,8 +621,17 @@ int fs_write_at(const struct fs_ctx *ctx, const struct fs_path *p, const void *d
                 return fs_resolve_error(err, -path_fd, p->shown);
         }
 
-        char tmp[NAME_MAX + 1];
+        char tmp[NAME_MAX + 1] = "";
         _cleanup_close_ int fd = -1;
+        /* Unnamed until every byte is written (O_TMPFILE), so that a kill of
+         * nsboxd mid-write leaves nothing behind; where the file system has no
+         * O_TMPFILE (overlayfs before Linux 6.6), a named temporary file. */
+        fs_create_as_user(ctx, fd, fs_openat2(parent, ".", O_WRONLY | O_TMPFILE, 0600, FS_RESOLVE_ENTRY));
+        if (fd == -ENOSPC || fd == -EDQUOT)
+                return fs_no_space(err, ctx, "create", p->shown);
+        bool unnamed = fd >= 0;
+        if (!unnamed)
+                fd = -1;
         for (int attempt = 0; fd < 0; attempt++) {
                 if (attempt >= FS_RESOLVE_RETRIES)
                         return nsbox_refuse(err, EAGAIN, "%s: the sandbox kept taking the temporary name",
@@ -630,6 +665,8 @@ int fs_write_at(const struct fs_ctx *ctx, const struct fs_path *p, const void *d
         }
         if (r == 0)
                 r = fs_write_all(ctx, fd, data, len, p->shown, err);
+        if (r == 0 && unnamed)
+                r = fs_name_unnamed(ctx, parent, fd, tmp, sizeof(tmp), p->shown, err);
         int moved = 0;
         if (r == 0)
                 fs_create_as_user(ctx, moved, renameat(parent, tmp, parent, p->name) < 0 ? -errno : 0);
@@ -644,7 +681,8 @@ int fs_write_at(const struct fs_ctx *ctx, const struct fs_path *p, const void *d
                 if (ftruncate(fd, 0) < 0)
                         log_warn("truncate the temporary file of %s after a failed write: %s", p->shown,
                                  strerror(errno));
-                fs_unlink_if_same(parent, tmp, fd);
+                if (tmp[0] != '\0')
+                        fs_unlink_if_same(parent, tmp, fd);
         }
         return r;
 }

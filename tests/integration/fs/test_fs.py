@@ -470,3 +470,57 @@ def test_a_write_cut_short_by_a_full_disk_leaves_the_file_it_would_replace_whole
         assert names == ["keep"], names
     finally:
         daemon.call("sandbox.remove", sandbox_id=sid, force=True)
+
+
+INOTIFY_WATCHER = r"""
+import ctypes, os, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init1(0)
+IN_MODIFY, IN_CREATE, IN_MOVED_TO = 0x2, 0x100, 0x80
+assert libc.inotify_add_watch(fd, b"/workspace", IN_MODIFY | IN_CREATE | IN_MOVED_TO) >= 0
+open("/workspace/.watching", "w").close()
+with open("/tmp/events", "w") as log:
+    while True:
+        buf = os.read(fd, 65536)
+        off = 0
+        while off < len(buf):
+            wd, mask, cookie, n = struct.unpack_from("iIII", buf, off)
+            name = buf[off + 16:off + 16 + n].rstrip(b"\0").decode()
+            off += 16 + n
+            kind = {IN_MODIFY: "modify", IN_CREATE: "create", IN_MOVED_TO: "moved_to"}.get(mask & 0x182, hex(mask))
+            log.write("%s %s\n" % (kind, name))
+            log.flush()
+            if name == "stop":
+                sys.exit(0)
+"""
+
+
+def test_a_file_being_written_has_no_name_until_it_is_whole(daemon, sandbox):
+    """fs.write writes an unnamed file (O_TMPFILE) and names it only to
+    rename it into place: a kill of nsboxd mid-write can leave no temporary
+    file behind. Seen from inside, no named file takes the data."""
+    daemon.call("fs.write", sandbox_id=sandbox, path="/tmp/watch.py", content=INOTIFY_WATCHER)
+    daemon.call("sandbox.exec", sandbox_id=sandbox, command="python3 /tmp/watch.py", background=True)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            daemon.call("fs.stat", sandbox_id=sandbox, path="/workspace/.watching")
+            break
+        except RpcError:
+            assert time.monotonic() < deadline, "the watcher did not start"
+            time.sleep(0.05)
+    data = os.urandom(2 << 20)
+    for _ in range(2):  # a new file, then one replaced
+        daemon.call("fs.write", sandbox_id=sandbox, path="/workspace/data",
+                    content=base64.b64encode(data).decode(), encoding="base64")
+    daemon.call("fs.write", sandbox_id=sandbox, path="/workspace/stop", content="")
+    deadline = time.monotonic() + 30
+    while "moved_to stop" not in sh(daemon, sandbox, "cat /tmp/events"):
+        assert time.monotonic() < deadline, "the watcher saw no stop"
+        time.sleep(0.05)
+    events = sh(daemon, sandbox, "cat /tmp/events").splitlines()
+    # The kernel names an unnamed file "#INODE" in its events.
+    named = [e for e in events if e.startswith("modify .nsbox-write-")]
+    assert named == [], events
+    assert events.count("moved_to data") == 2, events
+    assert sh(daemon, sandbox, "sha256sum < /workspace/data") == "%s  -\n" % hashlib.sha256(data).hexdigest()
