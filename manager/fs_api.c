@@ -21,6 +21,7 @@
 #include "fs_worker.h"
 #include "params.h"
 #include "textenc.h"
+#include "volumes.h"
 
 #define FS_READ_DEFAULT_BYTES (10u << 20)
 #define FS_READ_MAX_BYTES     (64u << 20)
@@ -69,9 +70,12 @@ static json_int_t fs_sandbox_id(const struct fs_ctx *ctx, unsigned host_id)
 static json_t *fs_stat_json(const struct fs_ctx *ctx, const char *name, size_t name_len,
                             const struct stat *st)
 {
-        return json_pack("{s:o, s:s, s:I, s:I, s:o}", "name", fs_json_string(name, name_len), "type",
-                         fs_type_name(st->st_mode), "size", (json_int_t)st->st_size, "mode",
-                         (json_int_t)(st->st_mode & 07777), "mtime", fs_json_time(&st->st_mtim));
+        return json_pack("{s:o, s:s, s:I, s:I, s:o, s:o, s:o, s:I, s:I}", "name",
+                         fs_json_string(name, name_len), "type", fs_type_name(st->st_mode), "size",
+                         (json_int_t)st->st_size, "mode", (json_int_t)(st->st_mode & 07777), "mtime",
+                         fs_json_time(&st->st_mtim), "atime", fs_json_time(&st->st_atim), "ctime",
+                         fs_json_time(&st->st_ctim), "uid", fs_sandbox_id(ctx, st->st_uid), "gid",
+                         fs_sandbox_id(ctx, st->st_gid));
 }
 
 /* ---- request plumbing ---- */
@@ -125,9 +129,52 @@ static bool fs_get_base64(struct rpc_request *req, bool *base64)
         return false;
 }
 
+/* The fields a method knows: a sandbox's fs.* name it by sandbox_id, a
+ * volume's volume.fs.* (sb NULL) by volume and, for root, owner. */
+static bool fs_check_fields(struct rpc_request *req, struct sandbox *sb, const char *const *known)
+{
+        const char *fields[16];
+        size_t n = 0;
+        for (; *known != NULL && n + 3 < ARRAY_SIZE(fields); known++)
+                if (sb != NULL || strcmp(*known, "sandbox_id") != 0)
+                        fields[n++] = *known;
+        if (sb == NULL) {
+                fields[n++] = "volume";
+                fields[n++] = "owner";
+        }
+        fields[n] = NULL;
+        return rpc_check_fields(req, fields);
+}
+
+/* Pin the root the call works in: the sandbox's, or (sb NULL) the volume
+ * params.volume names among the caller's; root may name another owner's
+ * with params.owner. Another user's volume is not found, as a missing one. */
+static int fs_open_target(struct rpc_request *req, struct sandbox *sb, struct fs_ctx *ctx,
+                          nsbox_error_t **err)
+{
+        if (sb != NULL)
+                return fs_ctx_open(sb, ctx, err);
+        ctx->root = -1;
+        json_t *volume = json_object_get(req->msg.params, "volume");
+        if (!json_is_string(volume) || strlen(json_string_value(volume)) != json_string_length(volume))
+                return nsbox_refuse(err, EINVAL, "volume must be the name of one of your volumes");
+        uid_t owner = req->uid;
+        json_t *o = json_object_get(req->msg.params, "owner");
+        if (o != NULL && !json_is_null(o)) {
+                if (!json_is_integer(o) || json_integer_value(o) < 0 ||
+                    json_integer_value(o) > UINT32_MAX - 1)
+                        return nsbox_refuse(err, EINVAL, "owner must be a uid");
+                if (req->uid != 0 && (uid_t)json_integer_value(o) != req->uid)
+                        return nsbox_refuse(err, ENOENT, "no volume \"%.64s\"", json_string_value(volume));
+                owner = (uid_t)json_integer_value(o);
+        }
+        return volume_fs_open(owner, json_string_value(volume), ctx, err);
+}
+
 /* Parse params[key] (default: `fallback`, or required when NULL). Replies
- * and returns false on failure. */
-static bool fs_get_path(struct rpc_request *req, const char *key, const char *fallback, struct fs_path *path)
+ * and returns false on failure. A volume's relative path is from its root. */
+static bool fs_get_path(struct rpc_request *req, struct sandbox *sb, const char *key, const char *fallback,
+                        struct fs_path *path)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
         json_t *v = json_object_get(req->msg.params, key);
@@ -144,6 +191,13 @@ static bool fs_get_path(struct rpc_request *req, const char *key, const char *fa
         } else if (text == NULL) {
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s is required", key);
                 return false;
+        }
+        char rooted[FS_PATH_MAX + 2];
+        if (sb == NULL && len > 0 && text[0] != '/' && len < sizeof(rooted) - 1) {
+                rooted[0] = '/';
+                memcpy(rooted + 1, text, len);
+                text = rooted;
+                len++;
         }
         int r = fs_path_parse(text, len, path, &err);
         if (r < 0) {
@@ -162,9 +216,9 @@ static bool fs_begin(struct rpc_request *req, struct sandbox *sb, const char *fa
                      struct fs_ctx *ctx)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
-        if (!fs_get_path(req, "path", fallback, path))
+        if (!fs_get_path(req, sb, "path", fallback, path))
                 return false;
-        int r = fs_ctx_open(sb, ctx, &err);
+        int r = fs_open_target(req, sb, ctx, &err);
         if (r < 0) {
                 fs_reply_failure(req, r, err);
                 return false;
@@ -280,7 +334,7 @@ static int fs_list_run(void *data, struct fs_worker_output *out, nsbox_error_t *
 void fs_method_list(struct rpc_request *req, struct sandbox *sb)
 {
         static const char *const known[] = { "sandbox_id", "path", "max_entries", NULL };
-        if (!rpc_check_fields(req, known))
+        if (!fs_check_fields(req, sb, known))
                 return;
         size_t max_entries = FS_LIST_DEFAULT_ENTRIES;
         json_t *v = json_object_get(req->msg.params, "max_entries");
@@ -337,7 +391,7 @@ void fs_method_read(struct rpc_request *req, struct sandbox *sb)
         static const char *const known[] = { "sandbox_id", "path", "encoding", "max_bytes", "offset", NULL };
         _cleanup_error_ nsbox_error_t *err = NULL;
         bool base64;
-        if (!rpc_check_fields(req, known) || !fs_get_base64(req, &base64))
+        if (!fs_check_fields(req, sb, known) || !fs_get_base64(req, &base64))
                 return;
         uint64_t offset = 0;
         json_t *o = json_object_get(req->msg.params, "offset");
@@ -418,7 +472,7 @@ void fs_method_write(struct rpc_request *req, struct sandbox *sb)
         _cleanup_error_ nsbox_error_t *err = NULL;
         struct fs_write_options opts = { .parents = true };
         bool base64;
-        if (!rpc_check_fields(req, known) || !fs_get_base64(req, &base64) ||
+        if (!fs_check_fields(req, sb, known) || !fs_get_base64(req, &base64) ||
             !rpc_get_bool(req, "append", &opts.append))
                 return;
         json_t *content = json_object_get(req->msg.params, "content");
@@ -498,7 +552,7 @@ void fs_method_remove(struct rpc_request *req, struct sandbox *sb)
         static const char *const known[] = { "sandbox_id", "path", "recursive", NULL };
         _cleanup_error_ nsbox_error_t *err = NULL;
         bool recursive;
-        if (!rpc_check_fields(req, known) || !rpc_get_bool(req, "recursive", &recursive))
+        if (!fs_check_fields(req, sb, known) || !rpc_get_bool(req, "recursive", &recursive))
                 return;
         struct fs_path path;
         struct fs_ctx ctx;
@@ -524,7 +578,7 @@ void fs_method_mkdir(struct rpc_request *req, struct sandbox *sb)
         static const char *const known[] = { "sandbox_id", "path", "parents", NULL };
         _cleanup_error_ nsbox_error_t *err = NULL;
         bool parents;
-        if (!rpc_check_fields(req, known) || !rpc_get_bool(req, "parents", &parents))
+        if (!fs_check_fields(req, sb, known) || !rpc_get_bool(req, "parents", &parents))
                 return;
         struct fs_path path;
         struct fs_ctx ctx;
@@ -546,7 +600,7 @@ void fs_method_stat(struct rpc_request *req, struct sandbox *sb)
         _cleanup_error_ nsbox_error_t *err = NULL;
         struct fs_path path;
         struct fs_ctx ctx;
-        if (!rpc_check_fields(req, known) || !fs_begin(req, sb, NULL, &path, &ctx))
+        if (!fs_check_fields(req, sb, known) || !fs_begin(req, sb, NULL, &path, &ctx))
                 return;
         _cleanup_close_ int fd = -1;
         struct stat st;
@@ -559,8 +613,6 @@ void fs_method_stat(struct rpc_request *req, struct sandbox *sb)
         const char *name = path.name ? path.name : (strcmp(path.rel, ".") == 0 ? "/" : path.rel);
         json_t *result = fs_stat_json(&ctx, name, strlen(name), &st);
         json_object_set_new(result, "path", json_string(path.shown));
-        json_object_set_new(result, "uid", json_integer(fs_sandbox_id(&ctx, st.st_uid)));
-        json_object_set_new(result, "gid", json_integer(fs_sandbox_id(&ctx, st.st_gid)));
         if (S_ISLNK(st.st_mode)) {
                 char target[FS_PATH_MAX + 1];
                 ssize_t n = readlinkat(fd, "", target, sizeof(target) - 1);
@@ -580,10 +632,10 @@ void fs_method_rename(struct rpc_request *req, struct sandbox *sb)
         bool overwrite;
         struct fs_path from, to;
         struct fs_ctx ctx;
-        if (!rpc_check_fields(req, known) || !rpc_get_bool(req, "overwrite", &overwrite) ||
-            !fs_get_path(req, "from", NULL, &from) || !fs_get_path(req, "to", NULL, &to))
+        if (!fs_check_fields(req, sb, known) || !rpc_get_bool(req, "overwrite", &overwrite) ||
+            !fs_get_path(req, sb, "from", NULL, &from) || !fs_get_path(req, sb, "to", NULL, &to))
                 return;
-        int r = fs_ctx_open(sb, &ctx, &err);
+        int r = fs_open_target(req, sb, &ctx, &err);
         if (r == 0)
                 r = fs_rename_at(&ctx, &from, &to, overwrite, &err);
         fs_ctx_close(&ctx);
@@ -599,7 +651,7 @@ void fs_method_symlink(struct rpc_request *req, struct sandbox *sb)
         static const char *const known[] = { "sandbox_id", "target", "path", "overwrite", NULL };
         _cleanup_error_ nsbox_error_t *err = NULL;
         bool overwrite;
-        if (!rpc_check_fields(req, known) || !rpc_get_bool(req, "overwrite", &overwrite))
+        if (!fs_check_fields(req, sb, known) || !rpc_get_bool(req, "overwrite", &overwrite))
                 return;
         json_t *target = json_object_get(req->msg.params, "target");
         if (!json_is_string(target)) {
@@ -633,7 +685,7 @@ void fs_method_chmod(struct rpc_request *req, struct sandbox *sb)
 {
         static const char *const known[] = { "sandbox_id", "path", "mode", NULL };
         _cleanup_error_ nsbox_error_t *err = NULL;
-        if (!rpc_check_fields(req, known))
+        if (!fs_check_fields(req, sb, known))
                 return;
         json_t *mode = json_object_get(req->msg.params, "mode");
         if (!json_is_integer(mode) || json_integer_value(mode) < 0 ||

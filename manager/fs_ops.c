@@ -67,8 +67,13 @@ _Static_assert(FS_MAX_MOUNTS == POLICY_MAX_MOUNTS, "fs_ctx holds every mount of 
  * keep that up forever, so the retries are bounded. */
 #define FS_RESOLVE_RETRIES 64
 
-#define FS_RESOLVE       (RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)
-#define FS_RESOLVE_ENTRY (RESOLVE_BENEATH | RESOLVE_NO_XDEV | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
+#define FS_RESOLVE (RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)
+/* A volume has no root of its own to resolve absolute symlinks in, and a
+ * symlink a sandbox left in it (to /etc, to ../../..) means nothing to
+ * nsboxd: none is followed, ".." never climbs above the volume's root, and
+ * no walk crosses onto another mount. */
+#define FS_RESOLVE_VOLUME (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV)
+#define FS_RESOLVE_ENTRY  (RESOLVE_BENEATH | RESOLVE_NO_XDEV | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
 
 void fs_ctx_close(struct fs_ctx *ctx)
 {
@@ -81,6 +86,9 @@ void fs_ctx_close(struct fs_ctx *ctx)
 static int fs_no_space(nsbox_error_t **err, const struct fs_ctx *ctx, const char *what, const char *shown)
 {
         char disk[SIZE_FORMAT_MAX];
+        if (ctx->volume != NULL)
+                return nsbox_refuse(err, ENOSPC, "%s %s: no space left on volume %s (its size is %s)", what,
+                                    shown, ctx->volume, size_format(ctx->disk_bytes, disk, sizeof(disk)));
         return nsbox_refuse(err, ENOSPC,
                             "%s %s: no space left in the sandbox (its disk is %s: nsbox create --disk, "
                             "limits.disk_bytes)",
@@ -91,6 +99,11 @@ static int fs_no_space_written(nsbox_error_t **err, const struct fs_ctx *ctx, co
                                size_t len)
 {
         char disk[SIZE_FORMAT_MAX], wrote[SIZE_FORMAT_MAX], total[SIZE_FORMAT_MAX];
+        if (ctx->volume != NULL)
+                return nsbox_refuse(
+                    err, ENOSPC, "write %s: no space left on volume %s (its size is %s); %s of %s written",
+                    shown, ctx->volume, size_format(ctx->disk_bytes, disk, sizeof(disk)),
+                    size_format(done, wrote, sizeof(wrote)), size_format(len, total, sizeof(total)));
         return nsbox_refuse(err, ENOSPC,
                             "write %s: no space left in the sandbox (its disk is %s: nsbox create --disk, "
                             "limits.disk_bytes); %s of %s written",
@@ -98,8 +111,16 @@ static int fs_no_space_written(nsbox_error_t **err, const struct fs_ctx *ctx, co
                             size_format(done, wrote, sizeof(wrote)), size_format(len, total, sizeof(total)));
 }
 
-static int fs_resolve_error(nsbox_error_t **err, int errnum, const char *path)
+static int fs_resolve_error(const struct fs_ctx *ctx, nsbox_error_t **err, int errnum, const char *path)
 {
+        if (ctx->volume != NULL && errnum == EXDEV)
+                return nsbox_refuse(err, errnum, "%s: outside volume %s (above its root), or a mount point",
+                                    path, ctx->volume);
+        if (ctx->volume != NULL && errnum == ELOOP)
+                return nsbox_refuse(err, errnum,
+                                    "%s: a symlink on the way (a volume's files are reached without "
+                                    "following symlinks)",
+                                    path);
         switch (errnum) {
         case ENOENT:
                 return nsbox_refuse(err, errnum, "%s: no such file or directory", path);
@@ -194,11 +215,11 @@ static bool fs_under_mount_path(const struct fs_ctx *ctx, const char *rel)
  * beyond fs.* whatever the path. */
 static int fs_resolve(const struct fs_ctx *ctx, const char *rel, int flags)
 {
-        _cleanup_close_ int fd = fs_openat2(ctx->root, rel, flags, 0, FS_RESOLVE);
+        _cleanup_close_ int fd = fs_openat2(ctx->root, rel, flags, 0, ctx->resolve);
         if (fd == -EXDEV)
                 return fd;
         if (fd < 0) {
-                int in_root = fs_openat2(ctx->root, rel, O_PATH, 0, FS_RESOLVE | RESOLVE_NO_XDEV);
+                int in_root = fs_openat2(ctx->root, rel, O_PATH, 0, ctx->resolve | RESOLVE_NO_XDEV);
                 if (in_root >= 0)
                         close(in_root);
                 return in_root == -EXDEV && !fs_under_mount_path(ctx, rel) ? -EXDEV : fd;
@@ -237,6 +258,8 @@ int fs_ctx_open(struct sandbox *sb, struct fs_ctx *ctx, nsbox_error_t **err)
 {
         ctx->root = -1;
         ctx->watch_fd = -1;
+        ctx->resolve = FS_RESOLVE;
+        ctx->volume = NULL;
         if (sb->state != SANDBOX_RUNNING || sb->pidfd == NULL)
                 return nsbox_refuse(err, ESRCH, "sandbox %s is %s", sb->id, sandbox_state_name(sb->state));
         char path[64];
@@ -271,10 +294,27 @@ int fs_ctx_open(struct sandbox *sb, struct fs_ctx *ctx, nsbox_error_t **err)
         return 0;
 }
 
+int fs_ctx_open_volume(int root, const char *name, unsigned long long size_bytes, struct fs_ctx *ctx,
+                       nsbox_error_t **err)
+{
+        _cleanup_close_ int fd = root;
+        *ctx = (struct fs_ctx){ .root = -1, .watch_fd = -1, .resolve = FS_RESOLVE_VOLUME, .volume = name };
+        int r = fs_mount_id(fd, &ctx->mounts[0]);
+        if (r < 0)
+                return nsbox_error(err, -r, "the mount of volume %s", name);
+        ctx->n_mounts = 1;
+        ctx->uid = FS_SANDBOX_USER;
+        ctx->gid = FS_SANDBOX_USER;
+        ctx->uid_base = 0;
+        ctx->disk_bytes = size_bytes;
+        ctx->root = steal_fd(&fd);
+        return 0;
+}
+
 int fs_ctx_fork(struct fs_ctx *ctx, struct sandbox *sb, fs_worker_run_fn run, fs_worker_done_fn done,
                 void *data, struct fs_worker **worker, nsbox_error_t **err)
 {
-        ctx->watch_fd = sb->pidfd ? sb->pidfd->fd : -1;
+        ctx->watch_fd = sb != NULL && sb->pidfd ? sb->pidfd->fd : -1;
         int keep[] = { ctx->root, ctx->watch_fd };
         int r = fs_worker_start(keep, ARRAY_SIZE(keep), run, done, data, worker, err);
         fs_ctx_close(ctx);
@@ -365,7 +405,7 @@ static int fs_open_dir_creating(const struct fs_ctx *ctx, const char *rel, int *
                         break;
                 fs_shown(shown, sizeof(shown), have == total ? rel : prefix);
                 if (dir != -ENOENT || have == 0)
-                        return fs_resolve_error(err, -dir, shown);
+                        return fs_resolve_error(ctx, err, -dir, shown);
         }
         for (unsigned level = have + 1; level <= total; level++) {
                 size_t start = level == 1 ? 0 : fs_path_prefix_len(rel, level - 1) + 1;
@@ -384,7 +424,7 @@ static int fs_open_dir_creating(const struct fs_ctx *ctx, const char *rel, int *
                 close(dir);
                 dir = fs_resolve(ctx, prefix, O_PATH | O_DIRECTORY);
                 if (dir < 0)
-                        return fs_resolve_error(err, -dir, shown);
+                        return fs_resolve_error(ctx, err, -dir, shown);
         }
         *out = steal_fd(&dir);
         return 0;
@@ -397,7 +437,7 @@ static int fs_open_parent(const struct fs_ctx *ctx, const struct fs_path *p, boo
                 return fs_open_dir_creating(ctx, p->parent, out, err);
         int fd = fs_resolve(ctx, p->parent, O_PATH | O_DIRECTORY);
         if (fd < 0)
-                return fs_resolve_error(err, -fd, p->shown);
+                return fs_resolve_error(ctx, err, -fd, p->shown);
         *out = fd;
         return 0;
 }
@@ -410,7 +450,7 @@ int fs_read_at(const struct fs_ctx *ctx, const struct fs_path *p, uint64_t offse
 {
         _cleanup_close_ int path_fd = fs_resolve(ctx, p->rel, O_PATH);
         if (path_fd < 0)
-                return fs_resolve_error(err, -path_fd, p->shown);
+                return fs_resolve_error(ctx, err, -path_fd, p->shown);
         struct stat st;
         if (fstat(path_fd, &st) < 0)
                 return nsbox_error(err, errno, "stat %s", p->shown);
@@ -519,7 +559,7 @@ static int fs_append_at(const struct fs_ctx *ctx, int parent, const struct fs_pa
                         break;
                 }
                 if (path_fd != -ENOENT)
-                        return fs_resolve_error(err, -path_fd, p->shown);
+                        return fs_resolve_error(ctx, err, -path_fd, p->shown);
                 fs_create_as_user(ctx, fd,
                                   fs_openat2(parent, p->name,
                                              O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_NOFOLLOW | O_NOCTTY,
@@ -618,7 +658,7 @@ int fs_write_at(const struct fs_ctx *ctx, const struct fs_path *p, const void *d
                         return fs_refuse_type(err, st.st_mode, p->shown);
                 existed = true;
         } else if (path_fd != -ENOENT) {
-                return fs_resolve_error(err, -path_fd, p->shown);
+                return fs_resolve_error(ctx, err, -path_fd, p->shown);
         }
 
         char tmp[NAME_MAX + 1] = "";
@@ -861,7 +901,7 @@ int fs_remove_at(const struct fs_ctx *ctx, const struct fs_path *p, bool recursi
         if (entry == -EXDEV)
                 return nsbox_refuse(err, EXDEV, "refusing to remove %s: it is a mount point", p->shown);
         if (entry < 0)
-                return fs_resolve_error(err, -entry, p->shown);
+                return fs_resolve_error(ctx, err, -entry, p->shown);
         struct stat st;
         if (fstat(entry, &st) < 0)
                 return nsbox_error(err, errno, "stat %s", p->shown);
@@ -930,7 +970,7 @@ int fs_list_names(const struct fs_ctx *ctx, const struct fs_path *p, int *dir, c
 {
         _cleanup_close_ int fd = fs_resolve(ctx, p->rel, O_RDONLY | O_DIRECTORY);
         if (fd < 0)
-                return fs_resolve_error(err, -fd, p->shown);
+                return fs_resolve_error(ctx, err, -fd, p->shown);
         _cleanup_free_ char *buf = malloc(FS_DIRENT_BUFFER);
         char **names = NULL;
         size_t n = 0, cap = 0;
@@ -988,7 +1028,7 @@ int fs_stat_at(const struct fs_ctx *ctx, const struct fs_path *p, int *out, stru
         /* O_PATH | O_NOFOLLOW: a final symlink is described, not followed. */
         _cleanup_close_ int fd = fs_resolve(ctx, p->rel, O_PATH | O_NOFOLLOW);
         if (fd < 0)
-                return fs_resolve_error(err, -fd, p->shown);
+                return fs_resolve_error(ctx, err, -fd, p->shown);
         if (fstat(fd, st) < 0)
                 return nsbox_error(err, errno, "stat %s", p->shown);
         *out = steal_fd(&fd);
@@ -1008,14 +1048,14 @@ bool fs_read_is_large(const struct fs_ctx *ctx, const struct fs_path *p, uint64_
 /* The entry `p` names, held without following it, in its parent `parent`
  * (opened by fs_open_parent). A mount point (the sandbox's /proc, a bind
  * mount) is refused: renaming or re-moding one is never the client's to do. */
-static int fs_open_entry(int parent, const struct fs_path *p, const char *what, int *out, struct stat *st,
-                         nsbox_error_t **err)
+static int fs_open_entry(const struct fs_ctx *ctx, int parent, const struct fs_path *p, const char *what,
+                         int *out, struct stat *st, nsbox_error_t **err)
 {
         int fd = fs_openat2(parent, p->name, O_PATH | O_NOFOLLOW, 0, FS_RESOLVE_ENTRY);
         if (fd == -EXDEV)
                 return nsbox_refuse(err, EXDEV, "refusing to %s %s: it is a mount point", what, p->shown);
         if (fd < 0)
-                return fs_resolve_error(err, -fd, p->shown);
+                return fs_resolve_error(ctx, err, -fd, p->shown);
         if (fstat(fd, st) < 0) {
                 int e = errno;
                 close(fd);
@@ -1045,7 +1085,7 @@ int fs_rename_at(const struct fs_ctx *ctx, const struct fs_path *from, const str
         if (r < 0)
                 return r;
         struct stat st;
-        r = fs_open_entry(from_parent, from, "rename", &entry, &st, err);
+        r = fs_open_entry(ctx, from_parent, from, "rename", &entry, &st, err);
         if (r < 0)
                 return r;
         r = fs_open_parent(ctx, to, false, &to_parent, err);
@@ -1119,7 +1159,7 @@ int fs_symlink_at(const struct fs_ctx *ctx, const char *target, const struct fs_
                 /* As ln -sf: a file or link is replaced, a directory is not. */
                 _cleanup_close_ int old = -1;
                 struct stat st;
-                r = fs_open_entry(parent, p, "replace", &old, &st, err);
+                r = fs_open_entry(ctx, parent, p, "replace", &old, &st, err);
                 if (r < 0)
                         return r;
                 if (S_ISDIR(st.st_mode))
@@ -1141,7 +1181,7 @@ int fs_chmod_at(const struct fs_ctx *ctx, const struct fs_path *p, mode_t mode, 
         /* A final symlink is followed, inside the root, as chmod(1) does. */
         _cleanup_close_ int fd = fs_resolve(ctx, p->rel, O_PATH);
         if (fd < 0)
-                return fs_resolve_error(err, -fd, p->shown);
+                return fs_resolve_error(ctx, err, -fd, p->shown);
         struct stat st;
         if (fstat(fd, &st) < 0)
                 return nsbox_error(err, errno, "stat %s", p->shown);

@@ -28,9 +28,15 @@ struct sandbox;
 /* As POLICY_MAX_MOUNTS (checked in fs_ops.c). */
 #define FS_MAX_MOUNTS 8
 
-/* One call's view of a sandbox: its pinned root and the sandbox user. */
+/* One call's view of a sandbox, or of a volume without a sandbox: its
+ * pinned root and the sandbox user. */
 struct fs_ctx {
         int root;
+        /* openat2's resolve flags under root: a sandbox's root is walked
+         * IN_ROOT (its absolute symlinks are its own); a volume's BENEATH,
+         * following no symlink at all (fs_ctx_open_volume). */
+        uint64_t resolve;
+        const char *volume; /* the volume's name, for messages; NULL for a sandbox */
         /* The mounts fs.* may end on: the root's, then the sandbox's volumes
          * and host directories (fs_ops.c). */
         uint64_t mounts[1 + FS_MAX_MOUNTS];
@@ -46,9 +52,16 @@ struct fs_ctx {
 
 /* Pin the sandbox's root for one call (refused unless it is running). */
 int fs_ctx_open(struct sandbox *sb, struct fs_ctx *ctx, nsbox_error_t **err);
+/* Pin a volume's root (the mount fd `root`, taken) for one call: paths
+ * resolve beneath it following no symlink, what is made is the sandbox
+ * user's as the volume stores it (uid 1000 on disk, what each sandbox's
+ * idmapped mount shows as its user), and a full volume says its size. */
+int fs_ctx_open_volume(int root, const char *name, unsigned long long size_bytes, struct fs_ctx *ctx,
+                       nsbox_error_t **err);
 void fs_ctx_close(struct fs_ctx *ctx);
-/* Fork a worker that runs `run` on `data` with the sandbox's root `ctx`
- * (open; closed here, the worker keeps its copy), watching the sandbox. */
+/* Fork a worker that runs `run` on `data` with the root `ctx` (open;
+ * closed here, the worker keeps its copy), watching the sandbox if any
+ * (sb NULL: a volume's). */
 int fs_ctx_fork(struct fs_ctx *ctx, struct sandbox *sb, fs_worker_run_fn run, fs_worker_done_fn done,
                 void *data, struct fs_worker **worker, nsbox_error_t **err);
 

@@ -23,6 +23,7 @@
 
 #include "cleanup.h"
 #include "daemon.h"
+#include "fs_ops.h"
 #include "host_mounts.h"
 #include "json_cleanup.h"
 #include "json_file.h"
@@ -151,7 +152,9 @@ static int mount_ext4(const char *dev, nsbox_error_t **err)
         return mnt;
 }
 
-int volume_mount_tree(uid_t owner, const char *name, int userns, bool read_only, nsbox_error_t **err)
+/* The volume's ext4, mounted detached (not idmapped: on-disk ids as
+ * they are), or a negative errno (-ENOENT: no such volume of the owner's). */
+static int volume_mount_raw(uid_t owner, const char *name, nsbox_error_t **err)
 {
         char path[4096], dev[64];
         if (!volume_exists(owner, name))
@@ -176,6 +179,14 @@ int volume_mount_tree(uid_t owner, const char *name, int userns, bool read_only,
         }
         if (mnt < 0)
                 return nsbox_error(err, -mnt, "mount volume %s", name);
+        return mnt;
+}
+
+int volume_mount_tree(uid_t owner, const char *name, int userns, bool read_only, nsbox_error_t **err)
+{
+        int mnt = volume_mount_raw(owner, name, err);
+        if (mnt < 0)
+                return mnt;
         _cleanup_close_ int tree = mnt;
         char what[128];
         snprintf(what, sizeof(what), "volume %s", name);
@@ -183,6 +194,23 @@ int volume_mount_tree(uid_t owner, const char *name, int userns, bool read_only,
         if (r < 0)
                 return r;
         return steal_fd(&tree);
+}
+
+int volume_fs_open(uid_t owner, const char *name, struct fs_ctx *ctx, nsbox_error_t **err)
+{
+        ctx->root = -1;
+        if (userns_active())
+                return nsbox_refuse(err, ENOTSUP, "%s", VOLUMES_USERNS_REFUSAL);
+        if (!policy_valid_name(name))
+                return nsbox_refuse(err, ENOENT, "no volume \"%.64s\"", name);
+        _cleanup_json_ json_t *record = volume_record(owner, name);
+        if (record == NULL)
+                return nsbox_refuse(err, ENOENT, "no volume \"%s\" (nsbox volume ls lists yours)", name);
+        json_int_t size = json_integer_value(json_object_get(record, "size_bytes"));
+        int mnt = volume_mount_raw(owner, name, err);
+        if (mnt < 0)
+                return mnt;
+        return fs_ctx_open_volume(mnt, name, size > 0 ? (unsigned long long)size : 0, ctx, err);
 }
 
 /* A volume being made: mkfs.ext4 runs beside the loop, whose pidfd says

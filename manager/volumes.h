@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include "error.h"
+#include "fs_ops.h"
 #include "rpc.h"
 #include "sandbox.h"
 
@@ -39,3 +40,8 @@ bool volume_exists(uid_t owner, const char *name);
  * loop device, one superblock). Returns the mount fd or a negative errno
  * (-ENOENT: no such volume of the owner's). */
 int volume_mount_tree(uid_t owner, const char *name, int userns, bool read_only, nsbox_error_t **err);
+
+/* Pin `owner`'s volume `name` for one file call without a sandbox
+ * (volume.fs.*): its ext4 mounted detached, as the volume stores its ids.
+ * -ENOENT when the owner has no such volume. */
+int volume_fs_open(uid_t owner, const char *name, struct fs_ctx *ctx, nsbox_error_t **err);
