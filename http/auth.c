@@ -254,3 +254,27 @@ uid_t http_tokens_lookup_sandbox(const char *presented, const char *sandbox_id)
         pthread_rwlock_unlock(&tokens_lock);
         return found;
 }
+
+/* "volume/NAME" in buf, or false when the name is too long to be one. */
+static bool volume_subject(const char *volume, char *buf, size_t size)
+{
+        int n = snprintf(buf, size, "volume/%s", volume);
+        return n > 0 && (size_t)n < size;
+}
+
+int http_tokens_volume_token(const char *token, size_t len, const char *volume,
+                             char out[HTTP_SANDBOX_TOKEN_LEN + 1])
+{
+        char subject[256];
+        if (!volume_subject(volume, subject, sizeof(subject)))
+                return -EINVAL;
+        return http_tokens_sandbox_token(token, len, subject, out);
+}
+
+uid_t http_tokens_lookup_volume(const char *presented, const char *volume)
+{
+        char subject[256];
+        return volume_subject(volume, subject, sizeof(subject))
+                   ? http_tokens_lookup_sandbox(presented, subject)
+                   : 0;
+}

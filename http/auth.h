@@ -22,3 +22,10 @@ int http_tokens_sandbox_token(const char *token, size_t len, const char *sandbox
                               char out[HTTP_SANDBOX_TOKEN_LEN + 1]);
 /* The uid whose key made `presented` for sandbox_id, or 0. */
 uid_t http_tokens_lookup_sandbox(const char *presented, const char *sandbox_id);
+
+/* A token per volume, handed to E2B's SDKs as the volume's token for its
+ * content API: as a sandbox's, of "volume/NAME" (no sandbox id has a '/'). */
+int http_tokens_volume_token(const char *token, size_t len, const char *volume,
+                             char out[HTTP_SANDBOX_TOKEN_LEN + 1]);
+/* The uid whose key made `presented` for volume, or 0. */
+uid_t http_tokens_lookup_volume(const char *presented, const char *volume);

@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "auth.h"
 #include "cleanup.h"
@@ -13,6 +14,7 @@
 #include "e2b_files.h"
 #include "e2b_interp.h"
 #include "e2b_process.h"
+#include "e2b_volumes.h"
 #include "e2b_wire.h"
 #include "json_cleanup.h"
 #include "nsboxd.h"
@@ -28,8 +30,18 @@ static const char *header(struct MHD_Connection *connection, const char *name)
         return MHD_lookup_connection_value(connection, MHD_HEADER_KIND, name);
 }
 
-uid_t http_e2b_authenticate(struct MHD_Connection *connection)
+uid_t http_e2b_authenticate(struct MHD_Connection *connection, const char *url)
 {
+        char volume[E2B_MAX_VOLUME_ID + 1];
+        if (e2b_volume_content_id(url, volume) == 0) {
+                /* The volume's token (VolumeAndToken's), or its owner's key. */
+                const char *auth = header(connection, MHD_HTTP_HEADER_AUTHORIZATION);
+                if (auth != NULL && strncasecmp(auth, "Bearer ", 7) == 0) {
+                        uid_t uid = http_tokens_lookup_volume(auth + 7, volume);
+                        if (uid != 0)
+                                return uid;
+                }
+        }
         const char *sandbox_id = e2b_sandbox_id(connection);
         if (sandbox_id != NULL) {
                 const char *token = header(connection, "X-Access-Token");
@@ -93,6 +105,9 @@ static enum MHD_Result envd(struct http_request *r, const char *sandbox_id)
 enum MHD_Result http_e2b_route(struct http_request *r)
 {
         const char *sandbox_id = e2b_sandbox_id(r->connection);
+        char volume[E2B_MAX_VOLUME_ID + 1];
+        if (sandbox_id == NULL && e2b_volume_content_id(r->url, volume) == 0)
+                return http_e2b_volume_content(r, volume);
         if (sandbox_id == NULL)
                 return http_e2b_api(r);
         if (!id_ok(sandbox_id))

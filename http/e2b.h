@@ -13,9 +13,10 @@
 
 /* Whether a request is E2B's (it names a sandbox, or a control-plane path). */
 bool http_e2b_wants(struct MHD_Connection *connection, const char *url);
-/* The owner of an E2B request's credentials (X-API-KEY, or for a sandbox's
- * envd and interpreter its access token), or 0. */
-uid_t http_e2b_authenticate(struct MHD_Connection *connection);
+/* The owner of an E2B request's credentials (X-API-KEY, for a sandbox's
+ * envd and interpreter its access token, for a volume's content (`url`)
+ * the volume's token), or 0. */
+uid_t http_e2b_authenticate(struct MHD_Connection *connection, const char *url);
 enum MHD_Result http_e2b_route(struct http_request *r);
 /* A refusal as E2B's SDKs read it. */
 enum MHD_Result http_e2b_refuse(struct http_request *r, unsigned status, const char *message);

@@ -600,11 +600,17 @@ static enum MHD_Result network(struct http_request *r, const char *id)
 
 /* ---- volumes ---- */
 
-/* E2B's VolumeAndToken: the token and domain are for E2B's volume content
- * API (files of a volume without a sandbox), which nsbox does not serve. */
-static json_t *volume_json(const char *name)
+/* E2B's VolumeAndToken. The token is for E2B's volume content API
+ * (e2b_volumes.c): derived from the key presented, as a sandbox's access
+ * token is; none without tokens (a loopback front needs none). */
+static json_t *volume_json(struct http_request *r, const char *name)
 {
-        return json_pack("{s:s, s:s, s:s}", "volumeID", name, "name", name, "token", "");
+        char token[HTTP_SANDBOX_TOKEN_LEN + 1] = "";
+        size_t key_len = 0;
+        const char *key = presented_key(r->connection, &key_len);
+        if (!http_config.act_as || key == NULL || http_tokens_volume_token(key, key_len, name, token) < 0)
+                token[0] = '\0';
+        return json_pack("{s:s, s:s, s:s}", "volumeID", name, "name", name, "token", token);
 }
 
 static enum MHD_Result create_volume(struct http_request *r)
@@ -626,7 +632,7 @@ static enum MHD_Result create_volume(struct http_request *r)
                                                     json_string_value(name));
                 return e2b_reply_rest_rpc_error(r, error, err);
         }
-        return http_reply_json(r, MHD_HTTP_CREATED, volume_json(json_string_value(name)));
+        return http_reply_json(r, MHD_HTTP_CREATED, volume_json(r, json_string_value(name)));
 }
 
 /* The caller's volume.list, or NULL with the reply made in *ret. */
@@ -672,7 +678,7 @@ static enum MHD_Result volume_info(struct http_request *r, const char *id)
         {
                 const char *name = json_string_value(json_object_get(v, "name"));
                 if (name != NULL && strcmp(name, id) == 0)
-                        return http_reply_json(r, MHD_HTTP_OK, volume_json(name));
+                        return http_reply_json(r, MHD_HTTP_OK, volume_json(r, name));
         }
         return e2b_reply_rest_error(r, 404, "no volume %.128s", id);
 }

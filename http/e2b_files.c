@@ -228,36 +228,6 @@ static enum MHD_Result reply_stat(struct http_request *r, const char *sandbox_id
         return entry ? http_reply_json(r, MHD_HTTP_OK, entry) : ret;
 }
 
-/* Entries of dir and, while depth lasts, of its directories. */
-static int list_into(struct http_request *r, struct client *c, const char *sandbox_id, const char *dir,
-                     unsigned depth, json_t *out, json_t **error, nsbox_error_t **err)
-{
-        _cleanup_json_ json_t *params = json_pack("{s:s, s:s}", "sandbox_id", sandbox_id, "path", dir);
-        _cleanup_json_ json_t *result = NULL;
-        int ret = client_call(c, "fs.list", params, NULL, NULL, &result, error, err);
-        if (ret < 0)
-                return ret;
-        const char *base = json_string_value(json_object_get(result, "path"));
-        size_t i;
-        json_t *e;
-        json_array_foreach(json_object_get(result, "entries"), i, e)
-        {
-                if (json_array_size(out) >= LIST_MAX_ENTRIES)
-                        return 0;
-                json_t *info = e2b_entry_info(e, base ? base : dir);
-                if (info == NULL)
-                        return nsbox_error(err, ENOMEM, "list %s", dir);
-                json_array_append_new(out, info);
-                const char *type = json_string_value(json_object_get(e, "type"));
-                if (depth > 1 && type != NULL && strcmp(type, "dir") == 0) {
-                        const char *sub = json_string_value(json_object_get(info, "path"));
-                        if ((ret = list_into(r, c, sandbox_id, sub, depth - 1, out, error, err)) < 0)
-                                return ret;
-                }
-        }
-        return 0;
-}
-
 static enum MHD_Result list_dir(struct http_request *r, const char *sandbox_id, const char *path, json_t *msg)
 {
         json_t *d = json_object_get(msg, "depth");
@@ -270,8 +240,9 @@ static enum MHD_Result list_dir(struct http_request *r, const char *sandbox_id, 
         _cleanup_error_ nsbox_error_t *err = NULL;
         if (http_nsboxd_connect(r, &c, &error, &err) < 0)
                 return e2b_reply_connect_rpc_error(r, error, err);
-        _cleanup_json_ json_t *entries = json_array();
-        int ret = list_into(r, c, sandbox_id, path, depth == 0 ? 1 : (unsigned)depth, entries, &error, &err);
+        _cleanup_json_ json_t *entries = json_array(), *target = json_pack("{s:s}", "sandbox_id", sandbox_id);
+        int ret = e2b_list_tree(c, "fs.list", target, path, depth == 0 ? 1 : (unsigned)depth,
+                                LIST_MAX_ENTRIES, e2b_entry_info, entries, &error, &err);
         client_close(c);
         if (ret < 0)
                 return e2b_reply_connect_rpc_error(r, error, err);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "client.h"
 #include "cleanup.h"
 #include "json_cleanup.h"
 #include "jsonrpc.h"
@@ -34,7 +35,22 @@ bool e2b_request(struct MHD_Connection *connection, const char *url)
                MHD_lookup_connection_value(connection, MHD_HEADER_KIND, "X-API-KEY") != NULL ||
                path_under(url, "/sandboxes") || path_under(url, "/v2/sandboxes") ||
                path_under(url, "/snapshots") || path_under(url, "/templates") ||
-               path_under(url, "/v2/templates") || path_under(url, "/teams") || path_under(url, "/volumes");
+               path_under(url, "/v2/templates") || path_under(url, "/teams") || path_under(url, "/volumes") ||
+               path_under(url, "/volumecontent");
+}
+
+int e2b_volume_content_id(const char *url, char id[E2B_MAX_VOLUME_ID + 1])
+{
+        static const char prefix[] = "/volumecontent/";
+        if (strncmp(url, prefix, sizeof(prefix) - 1) != 0)
+                return -EINVAL;
+        const char *start = url + sizeof(prefix) - 1, *end = strchr(start, '/');
+        size_t n = end ? (size_t)(end - start) : strlen(start);
+        if (n == 0 || n > E2B_MAX_VOLUME_ID)
+                return -EINVAL;
+        memcpy(id, start, n);
+        id[n] = '\0';
+        return 0;
 }
 
 const char *e2b_user(struct MHD_Connection *connection)
@@ -234,18 +250,25 @@ static void permissions_text(unsigned mode, bool dir, bool link, char out[11])
         out[10] = '\0';
 }
 
+char *e2b_entry_path(json_t *stat, const char *dir)
+{
+        const char *name = json_string_value(json_object_get(stat, "name"));
+        const char *path = json_string_value(json_object_get(stat, "path"));
+        if (path != NULL)
+                return strdup(path);
+        char *joined = NULL;
+        if (dir == NULL || name == NULL ||
+            asprintf(&joined, "%s%s%s", dir, dir[0] && dir[strlen(dir) - 1] == '/' ? "" : "/", name) < 0)
+                return NULL;
+        return joined;
+}
+
 json_t *e2b_entry_info(json_t *stat, const char *dir)
 {
         const char *name = json_string_value(json_object_get(stat, "name"));
         const char *type = json_string_value(json_object_get(stat, "type"));
-        const char *path = json_string_value(json_object_get(stat, "path"));
-        _cleanup_free_ char *joined = NULL;
-        if (path == NULL && dir != NULL && name != NULL) {
-                if (asprintf(&joined, "%s%s%s", dir, dir[0] && dir[strlen(dir) - 1] == '/' ? "" : "/", name) <
-                    0)
-                        return NULL;
-                path = joined;
-        }
+        _cleanup_free_ char *joined = e2b_entry_path(stat, dir);
+        const char *path = joined;
         if (name == NULL && path != NULL) {
                 const char *slash = strrchr(path, '/');
                 name = slash && slash[1] ? slash + 1 : path;
@@ -271,4 +294,35 @@ json_t *e2b_entry_info(json_t *stat, const char *dir)
         if (entry != NULL && json_is_string(json_object_get(stat, "target")))
                 json_object_set(entry, "symlinkTarget", json_object_get(stat, "target"));
         return entry;
+}
+
+int e2b_list_tree(struct client *c, const char *method, json_t *target, const char *dir, unsigned depth,
+                  size_t max, e2b_entry_fn entry, json_t *out, json_t **error, nsbox_error_t **err)
+{
+        _cleanup_json_ json_t *params = json_deep_copy(target), *result = NULL;
+        if (params == NULL || json_object_set_new(params, "path", json_string(dir)) < 0)
+                return nsbox_error(err, ENOMEM, "list %s", dir);
+        int ret = client_call(c, method, params, NULL, NULL, &result, error, err);
+        if (ret < 0)
+                return ret;
+        const char *base = json_string_value(json_object_get(result, "path"));
+        size_t i;
+        json_t *e;
+        json_array_foreach(json_object_get(result, "entries"), i, e)
+        {
+                if (json_array_size(out) >= max)
+                        return 0;
+                json_t *info = entry(e, base ? base : dir);
+                if (info == NULL)
+                        return nsbox_error(err, ENOMEM, "list %s", dir);
+                json_array_append_new(out, info);
+                const char *type = json_string_value(json_object_get(e, "type"));
+                if (depth > 1 && type != NULL && strcmp(type, "dir") == 0) {
+                        const char *sub = json_string_value(json_object_get(info, "path"));
+                        ret = e2b_list_tree(c, method, target, sub, depth - 1, max, entry, out, error, err);
+                        if (ret < 0)
+                                return ret;
+                }
+        }
+        return 0;
 }

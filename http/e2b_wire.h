@@ -26,6 +26,13 @@
 /* The longest sandbox id E2b-Sandbox-Id may carry (the router refuses longer). */
 #define E2B_MAX_SANDBOX_ID 128
 
+/* The longest volume id (an nsbox volume's name) a content URL may carry. */
+#define E2B_MAX_VOLUME_ID 63
+
+/* The volume a path of E2B's volume content API names
+ * (/volumecontent/{volumeID}/...), copied into id: 0, or -EINVAL when the
+ * path is no such path. */
+int e2b_volume_content_id(const char *url, char id[E2B_MAX_VOLUME_ID + 1]);
 /* The sandbox a request names (E2b-Sandbox-Id), or NULL. */
 const char *e2b_sandbox_id(struct MHD_Connection *connection);
 /* Whether the request is E2B's: it names a sandbox, carries an X-API-KEY,
@@ -70,5 +77,19 @@ enum MHD_Result e2b_reply_rest_rpc_error(struct http_request *r, json_t *error, 
 /* The HTTP status of a Connect code. */
 unsigned e2b_connect_status(const char *code);
 
+/* The path of an fs.stat result, or of an fs.list entry under `dir`
+ * (malloc'd), or NULL. */
+char *e2b_entry_path(json_t *stat, const char *dir);
 /* EntryInfo of an fs.stat result or an fs.list entry under `dir`. */
 json_t *e2b_entry_info(json_t *stat, const char *dir);
+
+struct client;
+/* What an E2B listing gives of an fs.list entry in `dir`: an object with
+ * the entry's "path". */
+typedef json_t *(*e2b_entry_fn)(json_t *stat, const char *dir);
+/* The entries of `dir` and, while depth lasts, of its directories, listed
+ * over one nsboxd connection by `method` (fs.list, volume.fs.list) with
+ * the fields of `target` (sandbox_id, or volume) and each made by `entry`;
+ * at most `max` of them appended to out. */
+int e2b_list_tree(struct client *c, const char *method, json_t *target, const char *dir, unsigned depth,
+                  size_t max, e2b_entry_fn entry, json_t *out, json_t **error, nsbox_error_t **err);

@@ -33,12 +33,12 @@
 #define HTTP_MAX_DISCARD (64u << 20)
 /* "Bearer TOKEN": the token's uid, or 0. E2B's SDKs send their own
  * headers (http_e2b_authenticate). */
-static uid_t authenticate(struct MHD_Connection *connection, bool e2b)
+static uid_t authenticate(struct MHD_Connection *connection, const char *url, bool e2b)
 {
         const char *auth =
             MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
         if (e2b)
-                return http_e2b_authenticate(connection);
+                return http_e2b_authenticate(connection, url);
         if (auth == NULL || strncasecmp(auth, "Bearer ", 7) != 0)
                 return 0;
         const char *token = auth + 7;
@@ -202,7 +202,7 @@ static enum MHD_Result liveness(struct http_request *r)
 static bool request_owner(struct http_request *r)
 {
         if (http_config.act_as) {
-                r->uid = authenticate(r->connection, r->e2b);
+                r->uid = authenticate(r->connection, r->url, r->e2b);
                 return r->uid != 0;
         }
         if (!http_config.no_auth && !from_this_host(r->connection))

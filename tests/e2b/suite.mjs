@@ -6,7 +6,8 @@
 //
 //   node suite.mjs SCENARIO
 // env: E2B_SDK_DIR (holds node_modules), E2B_API_URL, E2B_SANDBOX_URL,
-//      E2B_API_KEY (the three a user changes), E2B_OTHER_KEY (another owner's).
+//      E2B_VOLUME_API_URL, E2B_API_KEY (the four a user changes), E2B_OTHER_KEY
+//      (another owner's).
 import { createRequire } from "node:module";
 import { join } from "node:path";
 import { inflateSync } from "node:zlib";
@@ -350,6 +351,64 @@ const scenarios = {
       report.infoAfterDestroy = "found";
     } catch (e) {
       report.infoAfterDestroy = errorName(e);
+    }
+  },
+
+  // A volume's files without a sandbox: Volume's content methods on E2B_VOLUME_API_URL.
+  async volumeContent() {
+    const { Volume } = e2b;
+    const other = { apiKey: process.env.E2B_OTHER_KEY };
+    const stat = (e) => ({ name: e.name, type: e.type, path: e.path, size: e.size, mode: e.mode, uid: e.uid, gid: e.gid,
+                           datesValid: [e.atime, e.mtime, e.ctime].every((d) => d instanceof Date && !isNaN(d)) });
+    const caught = async (fn) => {
+      try {
+        await fn();
+        return "no error";
+      } catch (e) {
+        return errorName(e);
+      }
+    };
+    const name = `e2b-vc-${process.pid}`;
+    const vol = await Volume.create(name);
+    let theirs = null;
+    try {
+      report.hasToken = typeof vol.token === "string" && vol.token.length > 0;
+      report.written = stat(await vol.writeFile("/notes/from-sdk.txt", "written by Volume.writeFile\n"));
+      report.madeDir = stat(await vol.makeDir("/made/deep", { force: true }));
+      report.madeAgain = await caught(() => vol.makeDir("/made/deep"));
+      await vol.writeFile("/bin.dat", new Uint8Array([0, 1, 2, 250, 255]).buffer);
+      report.bytes = Array.from(await vol.readFile("/bin.dat", { format: "bytes" }));
+      const sbx = await Sandbox.create({ volumeMounts: { "/data": vol } });
+      try {
+        report.inSandbox = (await sbx.commands.run("cat /data/notes/from-sdk.txt; stat -c '%U %a' /data/notes/from-sdk.txt /data/made/deep")).stdout;
+        await sbx.commands.run("echo written in the sandbox > /data/notes/from-sandbox.txt");
+        report.readWhileMounted = await vol.readFile("/notes/from-sandbox.txt");
+      } finally {
+        await sbx.kill();
+      }
+      report.readAfter = await vol.readFile("notes/from-sandbox.txt");
+      report.listed = (await vol.list("/notes")).map(stat);
+      report.listedDeep = (await vol.list("/", { depth: 2 })).map((e) => e.path).sort();
+      report.info = stat(await vol.getInfo("/notes"));
+      report.exists = await vol.exists("/notes/from-sdk.txt");
+      report.missing = await vol.exists("/notes/nope.txt");
+      report.updatedMode = (await vol.updateMetadata("/notes/from-sdk.txt", { mode: 0o600 })).mode;
+      report.chown = await caught(() => vol.updateMetadata("/notes/from-sdk.txt", { uid: 0 }));
+      report.readMissing = await caught(() => vol.readFile("/notes/nope.txt"));
+      report.readAbove = await caught(() => vol.readFile("/../../../etc/hostname"));
+      report.forgedToken = await caught(() => new Volume(vol.volumeId, vol.name, "0".repeat(64)).readFile("/bin.dat"));
+      // Another key's volume of the same name is its own: its token never reaches this one's files.
+      theirs = await Volume.create(name, other);
+      report.theirsSees = await theirs.exists("/notes/from-sdk.txt");
+      report.theirsTokenDiffers = theirs.token !== vol.token;
+      await vol.remove("/notes");
+      report.existsAfterRemove = await vol.exists("/notes");
+      report.removeMissing = await caught(() => vol.remove("/notes"));
+      const connected = await Volume.connect(vol.volumeId);
+      report.connectedRead = Array.from(await connected.readFile("/bin.dat", { format: "bytes" }));
+    } finally {
+      if (theirs) await Volume.destroy(theirs.volumeId, other);
+      await Volume.destroy(vol.volumeId);
     }
   },
 

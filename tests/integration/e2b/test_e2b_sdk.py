@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """E2B's own SDKs, unmodified, against nsbox-http: the JavaScript SDKs from npm
 (e2b and @e2b/code-interpreter, pinned in tests/e2b/package.json) run
-tests/e2b/suite.mjs with only E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY
-pointing at nsbox."""
+tests/e2b/suite.mjs with only E2B_API_URL, E2B_SANDBOX_URL, E2B_VOLUME_API_URL
+and E2B_API_KEY pointing at nsbox."""
 import json
 import os
 import shutil
@@ -32,8 +32,8 @@ def sdk_dir():
 
 def scenario(front, sdk_dir, name, timeout=240):
     url = "http://127.0.0.1:%d" % front.port
-    env = dict(os.environ, E2B_SDK_DIR=sdk_dir, E2B_API_URL=url, E2B_SANDBOX_URL=url, E2B_API_KEY=KEY_A,
-               E2B_OTHER_KEY=KEY_B)
+    env = dict(os.environ, E2B_SDK_DIR=sdk_dir, E2B_API_URL=url, E2B_SANDBOX_URL=url, E2B_VOLUME_API_URL=url,
+               E2B_API_KEY=KEY_A, E2B_OTHER_KEY=KEY_B)
     env.pop("E2B_DOMAIN", None)
     p = subprocess.run(["node", os.path.join(REPO, "tests", "e2b", "suite.mjs"), name], env=env,
                        capture_output=True, text=True, timeout=timeout)
@@ -167,3 +167,35 @@ def test_volumes_created_mounted_shared_and_destroyed(front, sdk_dir):
     assert r["destroyWhileMounted"] == "VolumeError"
     assert r["destroyed"] is True and r["destroyedAgain"] is False
     assert r["infoAfterDestroy"] == "VolumeNotFoundError"
+
+
+def test_volume_content_written_and_read_without_a_sandbox(front, sdk_dir):
+    """E2B's volume content API (Volume.writeFile, readFile, list, makeDir,
+    getInfo, exists, updateMetadata, remove) with the volume's token: what
+    writeFile puts in a volume a sandbox mounting it reads as its user's,
+    what the sandbox writes readFile sees; paths stay in the volume, and
+    another key's token reaches only its own."""
+    r = scenario(front, sdk_dir, "volumeContent")
+    assert r["hasToken"] is True
+    dates = {"datesValid": True, "uid": 1000, "gid": 1000}
+    assert r["written"] == dict(dates, name="from-sdk.txt", type="file", path="/notes/from-sdk.txt",
+                                size=len("written by Volume.writeFile\n"), mode=0o644), r["written"]
+    assert r["madeDir"]["type"] == "directory" and r["madeDir"]["path"] == "/made/deep", r["madeDir"]
+    assert r["madeAgain"] == "VolumeError"
+    assert r["bytes"] == [0, 1, 2, 250, 255]
+    assert r["inSandbox"] == "written by Volume.writeFile\nsandbox 644\nsandbox 755\n", r["inSandbox"]
+    assert r["readWhileMounted"] == r["readAfter"] == "written in the sandbox\n"
+    assert [(e["name"], e["type"], e["path"], e["uid"]) for e in r["listed"]] == [
+        ("from-sandbox.txt", "file", "/notes/from-sandbox.txt", 1000),
+        ("from-sdk.txt", "file", "/notes/from-sdk.txt", 1000)], r["listed"]
+    assert r["listedDeep"] == ["/bin.dat", "/lost+found", "/made", "/made/deep", "/notes",
+                               "/notes/from-sandbox.txt", "/notes/from-sdk.txt"], r["listedDeep"]
+    assert r["info"]["type"] == "directory" and r["info"]["datesValid"], r["info"]
+    assert r["exists"] is True and r["missing"] is False
+    assert r["updatedMode"] == 0o600 and r["chown"] == "VolumeError"
+    assert r["readMissing"] == "VolumePathNotFoundError"
+    assert r["readAbove"] == "VolumeError"
+    assert r["forgedToken"] == "AuthenticationError"
+    assert r["theirsSees"] is False and r["theirsTokenDiffers"] is True
+    assert r["existsAfterRemove"] is False and r["removeMissing"] == "VolumePathNotFoundError"
+    assert r["connectedRead"] == [0, 1, 2, 250, 255]

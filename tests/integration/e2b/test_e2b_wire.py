@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from e2b_front import KEY_A, KEY_B, front  # noqa: F401 (fixture)
+from e2b_front import KEY_A, KEY_B, UID_A, front  # noqa: F401 (fixture)
+from nsbox_client import as_uid
 
 USER = "Basic " + base64.b64encode(b"user:").decode()  # what the SDK sends for its default user
 
@@ -748,3 +749,78 @@ def test_characters_outside_the_bmp_reach_a_context_whole(front, sbx):
     assert [l for l in lines if l["type"] == "error"] == [], lines
     assert "".join(l["text"] for l in lines if l["type"] == "stdout") == "\U0001F600 ok\n"
     assert main_result(lines) == ["'\U0001F600 ok'"]
+
+
+def test_volume_content_refuses_hostile_requests(daemon, front):
+    """/volumecontent/{id}/...: without the volume's token, with another
+    volume's, with bad parameters, a body past the bound or a write past the
+    volume's size, each answered as E2B's volume API answers (a JSON
+    {code, message}), never with another owner's files."""
+    key = {"X-API-KEY": KEY_A}
+    names = ["wire-vc-a", "wire-vc-b"]
+    tokens = []
+    for name in names:
+        status, _, body = call(front, "POST", "/volumes", {"name": name}, headers=key)
+        assert status == 201 and len(body["token"]) == 64, body
+        tokens.append(body["token"])
+    bearer = {"Authorization": "Bearer " + tokens[0]}
+    try:
+        url = "/volumecontent/wire-vc-a"
+        status, _, body = call(front, "PUT", url + "/file?path=/f.txt", b"content", headers=bearer)
+        assert status == 201 and body["size"] == 7 and body["type"] == "file", body
+        for headers in [{}, {"Authorization": "Bearer " + tokens[1]}, {"Authorization": "Bearer " + "0" * 64},
+                        {"Authorization": "Bearer " + tokens[0] + "x"}]:
+            status, _, body = call(front, "GET", url + "/file?path=/f.txt", headers=headers)
+            assert status == 401, (headers, status, body)
+        # The other key's own volume of the same name is empty: its key reaches only it.
+        status, _, body = call(front, "POST", "/volumes", {"name": "wire-vc-a"}, headers={"X-API-KEY": KEY_B})
+        assert status == 201, body
+        try:
+            status, _, body = call(front, "GET", url + "/file?path=/f.txt",
+                                   headers={"Authorization": "Bearer " + body["token"]})
+            assert status == 404 and body["code"] == "not_found", body
+        finally:
+            call(front, "DELETE", "/volumes/wire-vc-a", headers={"X-API-KEY": KEY_B})
+        # The owner's key serves too.
+        status, _, data = call(front, "GET", url + "/file?path=f.txt", headers=key, raw=True)
+        assert status == 200 and data == b"content"
+        for method, path, body, want in [
+                ("GET", url + "/file", None, 400),
+                ("GET", url + "/file?path=", None, 400),
+                ("GET", url + "/dir?path=/&depth=x", None, 400),
+                ("GET", url + "/dir?path=/&depth=33", None, 400),
+                ("GET", url + "/nothing?path=/", None, 404),
+                ("POST", url + "/file?path=/f.txt", b"", 405),
+                ("PATCH", url + "/path?path=/f.txt", b"not json", 400),
+                ("PATCH", url + "/path?path=/f.txt", b'{"mode": "rwx"}', 400),
+                ("PATCH", url + "/path?path=/f.txt", b'{"mode": 4095}', 400),
+                ("PUT", url + "/file?path=/g.txt&uid=0", b"x", 400),
+                ("PUT", url + "/file?path=/g.txt&mode=-1", b"x", 400),
+                ("GET", url + "/file?path=/../../etc/hostname", None, 400),
+                ("DELETE", url + "/path?path=/", None, 400),
+                ("POST", url + "/dir?path=/f.txt", None, 409),
+                ("GET", url + "/path?path=/missing", None, 404)]:
+            status, _, answer = call(front, method, path, body, headers=bearer)
+            assert status == want, (method, path, status, answer)
+            assert isinstance(answer, dict) and isinstance(answer.get("code"), str) and answer["message"], answer
+        # Past nsbox-http's body bound: 413 before nsboxd sees it.
+        with socket.create_connection(("127.0.0.1", front.port), timeout=60) as s:
+            s.sendall(("PUT %s/file?path=/big HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                       "Content-Length: %d\r\n\r\n" % (url, tokens[0], 11 << 20)).encode())
+            assert s.recv(4096).startswith(b"HTTP/1.1 413")
+        # A volume too small for the file (16 MiB, made over nsboxd: E2B's are 1 GiB): out of
+        # storage, not a rate limit, and nothing left behind.
+        out = as_uid(UID_A, daemon.socket, [["volume.create", {"name": "wire-vc-small", "size": "16M"}]])
+        assert out[0]["result"]["name"] == "wire-vc-small", out
+        names.append("wire-vc-small")
+        small = "/volumecontent/wire-vc-small/file?path=/fill"
+        status, _, answer = call(front, "PUT", small + "1", b"y" * (9 << 20), headers=key)
+        assert status == 201, answer
+        status, _, answer = call(front, "PUT", small + "2", b"y" * (9 << 20), headers=key)
+        assert status == 507 and answer["code"] == "limit_reached", (status, answer)
+        assert "no space left on volume wire-vc-small (its size is 16 MiB)" in answer["message"], answer
+        status, _, listing = call(front, "GET", "/volumecontent/wire-vc-small/dir?path=/", headers=key)
+        assert sorted(e["path"] for e in listing) == ["/fill1", "/lost+found"], listing
+    finally:
+        for name in names:
+            call(front, "DELETE", "/volumes/" + name, headers=key)
