@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* nsbox volume: create, list and remove named volumes (mounted with nsbox create -v NAME:/PATH). */
+/* nsbox volume: create, list and remove named volumes (mounted with nsbox create -v NAME:/PATH),
+ * and list the files of one without a sandbox. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,12 +72,49 @@ static int volume_list(const struct cli *cli)
         return 0;
 }
 
+/* NAME[:PATH]: the directory PATH of the volume (its root by default), by volume.fs.list. */
+static int volume_files(const struct cli *cli, const char *spec)
+{
+        const char *colon = strchr(spec, ':');
+        _cleanup_free_ char *name = colon ? strndup(spec, (size_t)(colon - spec)) : strdup(spec);
+        if (name == NULL)
+                return cli_fail("out of memory");
+        _cleanup_json_ json_t *params =
+            json_pack("{s:s, s:s}", "volume", name, "path", colon && colon[1] ? colon + 1 : "/");
+        _cleanup_json_ json_t *result = cli_call_once(cli, "volume.fs.list", params);
+        if (result == NULL)
+                return EXIT_NSBOX_FAILED;
+        if (cli->json) {
+                cli_print_json(result);
+                return 0;
+        }
+        size_t i;
+        json_t *e;
+        json_array_foreach(json_object_get(result, "entries"), i, e)
+        {
+                char size[32];
+                const char *type = json_string_value(json_object_get(e, "type"));
+                cli_format_size(json_object_get(e, "size"), size, sizeof(size));
+                printf("%-7s  %8s  %04llo  %s%s\n", type ? type : "?", size,
+                       (unsigned long long)json_integer_value(json_object_get(e, "mode")),
+                       json_string_value(json_object_get(e, "name")),
+                       type && strcmp(type, "dir") == 0 ? "/" : "");
+        }
+        if (json_is_true(json_object_get(result, "truncated")))
+                fprintf(stderr, "nsbox: %lld entries, the first %lld shown\n",
+                        (long long)json_integer_value(json_object_get(result, "total_entries")),
+                        (long long)json_array_size(json_object_get(result, "entries")));
+        return 0;
+}
+
 int cmd_volume(const struct cli *cli, int argc, char **argv)
 {
         if (argc >= 2 && strcmp(argv[1], "create") == 0)
                 return volume_create(cli, argc - 1, argv + 1);
         if (argc == 2 && strcmp(argv[1], "ls") == 0)
                 return volume_list(cli);
+        if (argc == 3 && strcmp(argv[1], "ls") == 0)
+                return volume_files(cli, argv[2]);
         if (argc >= 3 && strcmp(argv[1], "rm") == 0)
                 return cli_call_each(cli, "volume.remove", "name", NULL, argc - 2, argv + 2);
         return cli_usage_error(cli);

@@ -246,11 +246,12 @@ static const struct command commands[] = {
           "snapshots; remove snapshots (refused while a sandbox made from one lives).\n\n"
           "  --name NAME   a label shown by nsbox snapshot ls\n" },
         { "volume", cmd_volume,
-          "nsbox volume create [--size SIZE] NAME | nsbox volume ls | nsbox volume rm NAME...",
+          "nsbox volume create [--size SIZE] NAME | nsbox volume ls [NAME[:PATH]] | nsbox volume rm NAME...",
           "Named volumes: file systems of their own size (default 1G; full is ENOSPC) that\n"
           "outlive sandboxes and restarts of nsboxd, mounted with nsbox create -v NAME:/PATH\n"
-          "into one sandbox or many at once. ls lists yours (root: everyone's); rm is\n"
-          "refused while a sandbox uses the volume.\n\n"
+          "into one sandbox or many at once. ls lists yours (root: everyone's), or with\n"
+          "NAME[:PATH] the files of a directory of one (its root by default) without a\n"
+          "sandbox; rm is refused while a sandbox uses the volume.\n\n"
           "  --size SIZE   its size (e.g. 512M, 10G); host disk is taken as it is written\n" },
         { "snapshots", cmd_snapshots, "nsbox snapshots", "Same as nsbox snapshot ls.\n" },
         { "fork", cmd_fork, "nsbox fork [--name NAME] [create options] ID",

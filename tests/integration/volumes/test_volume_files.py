@@ -172,3 +172,18 @@ def test_a_large_file_is_written_and_read_whole(daemon, volume):
 def test_volume_fs_refuses_bad_input(daemon, params, says):
     e = error_of(daemon.call, "volume.fs.read", **params)
     assert says in str(e), e.error
+
+
+def test_cli_volume_ls_lists_a_volumes_files(daemon, volume):
+    daemon.call("volume.fs.write", volume=volume, path="/sub/a.txt", content="abc")
+    daemon.call("volume.fs.mkdir", volume=volume, path="/sub/dir")
+    r = daemon.cli("volume", "ls", volume + ":/sub")
+    assert r.returncode == 0, r.stderr
+    lines = [line.split() for line in r.stdout.decode().splitlines()]
+    assert [(x[0], x[-2], x[-1]) for x in lines] == [("file", "0644", "a.txt"), ("dir", "0755", "dir/")], lines
+    r = daemon.cli("volume", "ls", volume)
+    assert r.returncode == 0 and "sub/" in r.stdout.decode(), r
+    r = daemon.cli("volume", "ls", volume + ":/missing")
+    assert r.returncode != 0 and b"no such file or directory" in r.stderr, r
+    r = daemon.cli("volume", "ls", "no-such-volume")
+    assert r.returncode != 0 and b"no volume" in r.stderr, r
