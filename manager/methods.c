@@ -654,6 +654,7 @@ static const struct method methods[] = {
         { "volume.fs.mkdir", fs_method_mkdir, 0, NULL },
         { "volume.fs.stat", fs_method_stat, 0, NULL },
         { "volume.fs.rename", fs_method_rename, 0, NULL },
+        { "volume.fs.symlink", fs_method_symlink, 0, NULL },
         { "volume.fs.chmod", fs_method_chmod, 0, NULL },
         { "image.commit", image_method_commit, M_SANDBOX, NULL },
         { "image.list", image_method_list, 0, NULL },

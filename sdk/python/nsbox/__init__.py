@@ -16,12 +16,12 @@ from .errors import (BusyError, CommandExitError, CommandNotFoundError, CommandT
                      NsboxError, PermissionDeniedError, ProtocolError, SandboxGoneError, SandboxTimeoutError,
                      UnavailableError)
 from .models import CommandResult, EntryInfo, Execution, ExecutionError, Image, ShellResult
-from .sandbox import CommandHandle, Commands, Connection, Desktop, Files, Sandbox, Shell, ShellSession
+from .sandbox import CommandHandle, Commands, Connection, Desktop, Files, Sandbox, Shell, ShellSession, Volume
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Sandbox", "Commands", "Files", "CommandHandle", "Connection", "Shell", "ShellSession", "Desktop",
+    "Sandbox", "Volume", "Commands", "Files", "CommandHandle", "Connection", "Shell", "ShellSession", "Desktop",
     "Execution", "ExecutionError", "Image", "CommandResult", "EntryInfo", "ShellResult",
     "NsboxError", "NotFoundError", "SandboxGoneError", "InvalidParamsError", "LimitReachedError", "BusyError",
     "SandboxTimeoutError", "UnavailableError", "PermissionDeniedError", "InternalError",

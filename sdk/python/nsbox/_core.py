@@ -193,8 +193,14 @@ class SandboxCore:
     def __repr__(self):
         return "<%s %s>" % (type(self).__name__, self.sandbox_id)
 
+    _fs_prefix = "fs."
+    _fs_home = "/workspace"
+
     def _p(self, **params):
         return dict(sandbox_id=self.sandbox_id, **_drop_none(params))
+
+    def _alive_call(self):
+        return Call("sandbox.info", self._p())
 
     def info(self):
         """sandbox.info: state, limits and stats."""
@@ -444,8 +450,14 @@ class HandleCore:
 
 
 class FilesCore:
+    """The files of a sandbox (fs.*) or of a volume without one (volume.fs.*):
+    the owner's _p() names it, _fs_prefix its methods."""
+
     def __init__(self, sandbox):
         self._sandbox = sandbox
+
+    def _call(self, op, **params):
+        return Call(self._sandbox._fs_prefix + op, self._sandbox._p(**params))
 
     @property
     def _conn(self):
@@ -453,7 +465,7 @@ class FilesCore:
 
     def read(self, path, binary=False, max_bytes=None):
         """A file's content: str (UTF-8, invalid bytes replaced) or bytes."""
-        r = yield Call("fs.read", self._sandbox._p(path=path, encoding="base64", max_bytes=max_bytes))
+        r = yield self._call("read", path=path, encoding="base64", max_bytes=max_bytes)
         if r.get("truncated") and max_bytes is None:
             from .errors import LimitReachedError
             raise LimitReachedError("%s is larger than fs.read returns by default (%s bytes read of %s); "
@@ -464,48 +476,75 @@ class FilesCore:
 
     def write(self, path, data, mode=None, append=False):
         """Write str (as UTF-8) or bytes; parents are created. The fs.write result."""
-        return (yield Call("fs.write", self._sandbox._p(path=path, content=_b64(data), encoding="base64",
-                                                         mode=mode, append=append or None)))
+        return (yield self._call("write", path=path, content=_b64(data), encoding="base64", mode=mode,
+                                 append=append or None))
 
-    def list(self, path="/workspace"):
-        r = yield Call("fs.list", self._sandbox._p(path=path))
+    def list(self, path=None):
+        """A directory's entries (a sandbox's /workspace, a volume's root by default)."""
+        path = path or self._sandbox._fs_home
+        r = yield self._call("list", path=path)
         base = r.get("path") or path
         return [EntryInfo(name=e.get("name"), path=posixpath.join(base, e.get("name", "")), type=e.get("type"),
                           size=e.get("size"), mode=e.get("mode"), mtime=e.get("mtime"), raw=e)
                 for e in r.get("entries", [])]
 
     def stat(self, path):
-        return (yield Call("fs.stat", self._sandbox._p(path=path)))
+        return (yield self._call("stat", path=path))
 
     def exists(self, path):
         try:
-            yield Call("fs.stat", self._sandbox._p(path=path))
+            yield self._call("stat", path=path)
             return True
         except NotFoundError:
-            # not_found also means "no such sandbox": that one is raised.
-            yield Call("sandbox.info", self._sandbox._p())
+            # not_found also means "no such sandbox" (or volume): that one is raised.
+            yield self._sandbox._alive_call()
             return False
 
     def remove(self, path, recursive=False):
-        return (yield Call("fs.remove", self._sandbox._p(path=path, recursive=recursive)))
+        return (yield self._call("remove", path=path, recursive=recursive))
 
     def mkdir(self, path, parents=True):
-        return (yield Call("fs.mkdir", self._sandbox._p(path=path, parents=parents)))
+        return (yield self._call("mkdir", path=path, parents=parents))
 
     def rename(self, src, dst, overwrite=False):
         """Move src to dst in one rename(2) (fs.rename); dst's parent must
         exist. An existing dst is replaced only with overwrite=True."""
-        return (yield Call("fs.rename", self._sandbox._p(to=dst, overwrite=overwrite, **{"from": src})))
+        return (yield self._call("rename", to=dst, overwrite=overwrite, **{"from": src}))
 
     def symlink(self, target, path, overwrite=False):
         """Make path a symlink to target (stored as given; the sandbox
         resolves it in its own root). overwrite=True replaces a file or link
         at path, never a directory."""
-        return (yield Call("fs.symlink", self._sandbox._p(target=target, path=path, overwrite=overwrite)))
+        return (yield self._call("symlink", target=target, path=path, overwrite=overwrite))
 
     def chmod(self, path, mode):
         """Set a file's or directory's permission bits (0o1777 at most)."""
-        return (yield Call("fs.chmod", self._sandbox._p(path=path, mode=int(mode))))
+        return (yield self._call("chmod", path=path, mode=int(mode)))
+
+
+
+class VolumeCore:
+    """What Volume and AsyncVolume share: a volume's files without a sandbox
+    (volume.fs.*), paths from the volume's root; root may name another
+    user's volume with owner."""
+    _files_cls = None  # set by each flavour
+    _fs_prefix = "volume.fs."
+    _fs_home = "/"
+
+    def __init__(self, conn, name, owner=None):
+        self._conn = conn
+        self.name = name
+        self.owner = owner
+        self.files = self._files_cls(self)
+
+    def __repr__(self):
+        return "<%s %s>" % (type(self).__name__, self.name)
+
+    def _p(self, **params):
+        return dict(volume=self.name, **_drop_none(dict(params, owner=self.owner)))
+
+    def _alive_call(self):
+        return Call("volume.fs.stat", self._p(path="/"))
 
 
 # nsboxd's timeout of a blocking shell.run that gives none.

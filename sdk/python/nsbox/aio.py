@@ -317,6 +317,24 @@ class AsyncSandbox(_core.SandboxCore):
             await self.close()
 
 
+class AsyncVolume(_core.VolumeCore):
+    """nsbox.Volume's asyncio twin: `async with AsyncVolume("data") as v:
+    await v.files.read("/a.txt")`."""
+    _files_cls = AsyncFiles
+
+    def __init__(self, name, socket=None, owner=None):
+        super().__init__(AsyncConnectionPool(socket), name, owner)
+
+    async def close(self):
+        await self._conn.close()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.close()
+
+
 _asyncify(AsyncSandbox, _core.SandboxCore)
 _asyncify(AsyncCommands, _core.CommandsCore)
 _asyncify(AsyncFiles, _core.FilesCore)

@@ -316,6 +316,30 @@ class Sandbox(_core.SandboxCore):
             self.close()
 
 
+class Volume(_core.VolumeCore):
+    """A volume's files without a sandbox (volume.fs.*), paths from its root:
+
+        with Volume("data") as v:
+            v.files.write("/notes/a.txt", "hello")
+            print(v.files.list("/notes"))
+
+    Files are stored as the sandbox user's, seen so by every sandbox that
+    mounts the volume; symlinks in it are never followed (docs/volumes.md)."""
+    _files_cls = Files
+
+    def __init__(self, name, socket=None, owner=None):
+        super().__init__(ConnectionPool(socket), name, owner)
+
+    def close(self):
+        self._conn.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 _syncify(Sandbox, _core.SandboxCore)
 _syncify(Commands, _core.CommandsCore)
 _syncify(Files, _core.FilesCore)
