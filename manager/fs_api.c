@@ -94,6 +94,7 @@ static const char *fs_error_kind(int errnum)
         case EFBIG:
                 return "limit_reached";
         case ESRCH:
+        case ENOTSUP: /* volume.fs.* of an nsboxd in a user namespace */
                 return "unavailable";
         case EAGAIN:
                 return "busy";

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """An nsboxd in a user namespace (rootless or nested) has no loop devices,
 no ext4 mounts and no idmapped clones of host directories: volume.create and
-sandbox.create with mounts are refused as unavailable, saying why, never an
+sandbox.create with mounts (and volume.fs.*) are refused as unavailable, saying why, never an
 internal error half-way through a create."""
 import os
 
@@ -34,6 +34,8 @@ def daemon(request, rootless_user):  # torn down before the user is removed
     ("volume.create", {"name": "v", "size": "16M"}),
     ("sandbox.create", {"mounts": [{"volume": "v", "path": "/data"}]}),
     ("sandbox.create", {"mounts": [{"host_path": "/tmp", "path": "/data"}]}),
+    ("volume.fs.list", {"volume": "v"}),
+    ("volume.fs.write", {"volume": "v", "path": "/f", "content": "x"}),
 ])
 def test_mounts_are_unavailable_in_a_user_namespace(daemon, method, params):
     with pytest.raises(RpcError) as e:
