@@ -187,3 +187,36 @@ def test_cli_volume_ls_lists_a_volumes_files(daemon, volume):
     assert r.returncode != 0 and b"no such file or directory" in r.stderr, r
     r = daemon.cli("volume", "ls", "no-such-volume")
     assert r.returncode != 0 and b"no volume" in r.stderr, r
+
+
+def test_a_directory_swapped_for_a_symlink_during_the_calls_never_leads_out(daemon, volume):
+    """A sandbox swaps a directory of the volume with a symlink to /etc (and
+    to the top of the tree) as fast as it can while volume.fs.* writes,
+    makes and reads through it: each call lands in the volume or is
+    refused; nothing reaches the host's /etc."""
+    canary = "nsbox-volfs-race-%d" % os.getpid()
+    sid = daemon.call("sandbox.create", mounts=[{"volume": volume, "path": "/data"}])["sandbox_id"]
+    try:
+        sh(daemon, sid, "mkdir -p /data/d /data/real")
+        daemon.call("sandbox.exec", sandbox_id=sid, user="sandbox", background=True, timeout_seconds=600,
+                    command="cd /data && while :; do mv d real2 2>/dev/null; ln -sfn /etc d; rm -f d; "
+                            "ln -sfn ../../../../.. d; rm -f d; mv real2 d 2>/dev/null; done")
+        vcall = lambda method, **kw: daemon.call("volume.fs." + method, volume=volume, **kw)  # noqa: E731
+        outcomes = set()
+        for i in range(300):
+            for method, kw in [("write", {"path": "/d/%s" % canary, "content": "x"}),
+                               ("mkdir", {"path": "/d/%s.dir/sub" % canary, "parents": True}),
+                               ("read", {"path": "/d/passwd"}),
+                               ("chmod", {"path": "/d", "mode": 0o777})]:
+                try:
+                    vcall(method, **kw)
+                    outcomes.add("done")
+                except RpcError as e:
+                    assert e.kind in ("invalid_params", "not_found"), (method, e.error)
+                    outcomes.add(e.kind)
+        assert "done" in outcomes, outcomes
+    finally:
+        daemon.call("sandbox.remove", sandbox_id=sid, force=True)
+    assert not os.path.exists("/etc/" + canary) and not os.path.exists("/etc/%s.dir" % canary)
+    assert not os.path.exists("/" + canary) and not os.path.exists("/%s.dir" % canary)
+    assert os.stat("/etc").st_mode & 0o777 == 0o755
