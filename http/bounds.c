@@ -63,6 +63,7 @@ struct bounded_connection {
         bool authenticated;         /* a request on it passed the token check */
         bool request_authenticated; /* the request in progress did */
         bool cut;                   /* shut down here; MHD closes it */
+        bool upgraded;              /* a WebSocket now: held, no deadline, until it closes */
 };
 
 /* A kind of cut-off, logged at most once a second with the count since its last line. */
@@ -379,6 +380,16 @@ bool http_bounds_authenticated(struct MHD_Connection *connection)
         return !cut;
 }
 
+void http_bounds_upgraded(struct MHD_Connection *connection)
+{
+        struct bounded_connection *c = connection_of(connection);
+        if (c == NULL)
+                return;
+        pthread_mutex_lock(&bounds_lock);
+        c->upgraded = true;
+        pthread_mutex_unlock(&bounds_lock);
+}
+
 void http_bounds_request_done(struct MHD_Connection *connection)
 {
         struct bounded_connection *c = connection_of(connection);
@@ -387,7 +398,7 @@ void http_bounds_request_done(struct MHD_Connection *connection)
         pthread_mutex_lock(&bounds_lock);
         /* A request without a valid token leaves the deadline running: a
          * peer cannot keep a connection by sending requests that get 401. */
-        if (!c->cut && c->request_authenticated)
+        if (!c->cut && c->request_authenticated && !c->upgraded)
                 c->deadline_ms = now_ms() + (uint64_t)bounds.header_timeout_seconds * 1000;
         c->request_authenticated = false;
         pthread_mutex_unlock(&bounds_lock);
@@ -430,4 +441,53 @@ void http_bounds_mhd_log(void *cls, const char *fmt, va_list ap)
                 fprintf(stderr, "nsbox-http: %s (and %u more like it since the last)\n", line, unlogged);
         else
                 fprintf(stderr, "nsbox-http: %s\n", line);
+}
+
+/* Requests in flight per owner, for --max-per-token: a short list (one entry
+ * per owner with a request now), shared by every connection's thread. */
+struct owner_load {
+        uid_t uid;
+        unsigned requests;
+};
+static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct owner_load *loads;
+static size_t n_loads, loads_cap;
+
+bool http_bounds_owner_take(uid_t uid, unsigned max)
+{
+        pthread_mutex_lock(&load_lock);
+        struct owner_load *l = NULL;
+        for (size_t i = 0; i < n_loads && l == NULL; i++)
+                if (loads[i].uid == uid)
+                        l = &loads[i];
+        if (l == NULL && n_loads == loads_cap) {
+                size_t cap = loads_cap ? 2 * loads_cap : 16;
+                struct owner_load *more = reallocarray(loads, cap, sizeof(*loads));
+                if (more != NULL) {
+                        loads = more;
+                        loads_cap = cap;
+                }
+        }
+        if (l == NULL && n_loads < loads_cap) {
+                l = &loads[n_loads++];
+                *l = (struct owner_load){ .uid = uid };
+        }
+        bool ok = l != NULL && l->requests < max;
+        if (ok)
+                l->requests++;
+        pthread_mutex_unlock(&load_lock);
+        return ok;
+}
+
+void http_bounds_owner_give(uid_t uid)
+{
+        pthread_mutex_lock(&load_lock);
+        for (size_t i = 0; i < n_loads; i++) {
+                if (loads[i].uid != uid)
+                        continue;
+                if (--loads[i].requests == 0)
+                        loads[i] = loads[--n_loads];
+                break;
+        }
+        pthread_mutex_unlock(&load_lock);
 }

@@ -8,6 +8,7 @@
 #include <microhttpd.h>
 #include <stdarg.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #include "error.h"
 
@@ -33,8 +34,16 @@ void http_bounds_notify(void *cls, struct MHD_Connection *connection, void **soc
  * False when the connection was cut meanwhile (its deadline passed, or it
  * was evicted): the request must not run, nobody would read its answer. */
 bool http_bounds_authenticated(struct MHD_Connection *connection);
+/* The request's answer upgrades the connection (a WebSocket): MHD ends the
+ * request when it is sent, and the connection has no deadline after it. */
+void http_bounds_upgraded(struct MHD_Connection *connection);
 /* A request ended (MHD_OPTION_NOTIFY_COMPLETED): if it was authenticated,
  * the next one's headers have --header-timeout from now. */
 void http_bounds_request_done(struct MHD_Connection *connection);
 /* MHD_OPTION_EXTERNAL_LOGGER: MHD's messages, each at most once a second. */
 void http_bounds_mhd_log(void *cls, const char *fmt, va_list ap);
+/* Count one more request (or held connection) of an owner in; false, and
+ * nothing counted, when it has `max` already (--max-per-token) or out of
+ * memory. http_bounds_owner_give counts it out. */
+bool http_bounds_owner_take(uid_t uid, unsigned max);
+void http_bounds_owner_give(uid_t uid);

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* E2B's API (e2b.h): which part serves a request of E2B's SDKs. With
  * E2B_SANDBOX_URL set they send every sandbox's traffic to one address and
- * name the sandbox and port in E2b-Sandbox-Id and E2b-Sandbox-Port. */
+ * name the sandbox and port in E2b-Sandbox-Id and E2b-Sandbox-Port; a Host
+ * PORT-ID.DOMAIN (getHost's) names them too. */
 #include "e2b.h"
 
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include "e2b_api.h"
 #include "e2b_files.h"
 #include "e2b_interp.h"
+#include "e2b_ports.h"
 #include "e2b_process.h"
 #include "e2b_volumes.h"
 #include "e2b_wire.h"
@@ -20,9 +22,12 @@
 #include "nsboxd.h"
 #include "reply.h"
 
-bool http_e2b_wants(struct MHD_Connection *connection, const char *url)
+int http_e2b_wants(struct http_request *r)
 {
-        return e2b_request(connection, url);
+        int named = e2b_ports_from_host(r);
+        if (named < 0)
+                return named;
+        return named > 0 || e2b_request(r->connection, r->url);
 }
 
 static const char *header(struct MHD_Connection *connection, const char *name)
@@ -113,11 +118,13 @@ enum MHD_Result http_e2b_route(struct http_request *r)
         if (!id_ok(sandbox_id))
                 return http_e2b_refuse(r, 400, "E2b-Sandbox-Id is not a sandbox id");
         const char *port = header(r->connection, "E2b-Sandbox-Port");
-        unsigned long p = port ? strtoul(port, NULL, 10) : E2B_ENVD_PORT;
+        char *end = NULL;
+        unsigned long p = port ? strtoul(port, &end, 10) : E2B_ENVD_PORT;
+        if (port != NULL && (port[0] < '0' || port[0] > '9' || *end != '\0' || p < 1 || p > 65535))
+                return http_e2b_refuse(r, 400, "E2b-Sandbox-Port is not a port (1 to 65535)");
         if (p == E2B_ENVD_PORT)
                 return envd(r, sandbox_id);
         if (p == E2B_INTERPRETER_PORT)
                 return http_e2b_interpreter(r, sandbox_id);
-        return http_e2b_refuse(r, 502,
-                               "nsbox serves a sandbox's envd (49983) and code interpreter (49999) only");
+        return http_e2b_port(r, sandbox_id, (unsigned)p);
 }

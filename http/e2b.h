@@ -11,11 +11,13 @@
 
 #include "request.h"
 
-/* Whether a request is E2B's (it names a sandbox, or a control-plane path). */
-bool http_e2b_wants(struct MHD_Connection *connection, const char *url);
+/* Whether a request is E2B's (its headers or its Host name a sandbox, or a
+ * control-plane path): 1 or 0; -1 for a Host under --e2b-domain that is
+ * not PORT-ID.DOMAIN (-ENOMEM out of memory). */
+int http_e2b_wants(struct http_request *r);
 /* The owner of an E2B request's credentials (X-API-KEY, for a sandbox's
- * envd and interpreter its access token, for a volume's content (`url`)
- * the volume's token), or 0. */
+ * envd and interpreter (and its other ports) its access token, for a
+ * volume's content (`url`) the volume's token), or 0. */
 uid_t http_e2b_authenticate(struct MHD_Connection *connection, const char *url);
 enum MHD_Result http_e2b_route(struct http_request *r);
 /* A refusal as E2B's SDKs read it. */

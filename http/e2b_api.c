@@ -69,6 +69,9 @@ static json_t *sandbox_json(struct http_request *r, json_t *sb, bool detail)
                 json_object_set_new(out, "envdAccessToken", json_string(token));
                 json_object_set_new(out, "trafficAccessToken", json_string(token));
         }
+        /* the SDK builds getHost(port) as PORT-ID.DOMAIN from it */
+        if (http_config.e2b_domain != NULL)
+                json_object_set_new(out, "domain", json_string(http_config.e2b_domain));
         if (!detail)
                 return out;
         json_t *limits = json_object_get(sb, "limits");

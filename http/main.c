@@ -29,7 +29,7 @@ static const char usage[] =
     "--insecure-no-auth-behind-network-policy]\n"
     "                  [--tls-cert FILE --tls-key FILE] [--socket PATH] [--max-connections N]\n"
     "                  [--max-per-token N] [--max-per-address N] [--auth-reserve N] [--timeout SEC]\n"
-    "                  [--header-timeout SEC] [--execute-sandbox JSON]\n"
+    "                  [--header-timeout SEC] [--execute-sandbox JSON] [--e2b-domain NAME[:PORT]]\n"
     "       nsbox-http --help\n"
     "\n"
     "Serve nsboxd's API over HTTP (see docs/http-and-kubernetes.md): nsbox's own API (/v1/rpc), the\n"
@@ -64,6 +64,10 @@ static const char usage[] =
     "                         valid token, SEC after the accept or the previous request's end\n"
     "                         (default 10)\n"
     "  --execute-sandbox JSON sandbox.create params of the sandboxes POST /execute {code} makes\n"
+    "  --e2b-domain NAME[:PORT]\n"
+    "                         E2B's sandbox domain: a Host PORT-SANDBOXID.NAME reaches that port of\n"
+    "                         the sandbox (E2B's getHost, @e2b/desktop's stream URL), and E2B's\n"
+    "                         create/connect/info answer it as `domain` (docs/e2b.md)\n"
     "  --help                 this text\n";
 
 static char *read_file(const char *path, nsbox_error_t **err)
@@ -146,7 +150,7 @@ int main(int argc, char **argv)
 {
 #define MAX_LISTEN 4
         const char *listen_texts[MAX_LISTEN] = { 0 }, *tokens_path = NULL, *cert_path = NULL,
-                   *key_path = NULL, *socket_flag = NULL, *execute_sandbox = NULL;
+                   *key_path = NULL, *socket_flag = NULL, *execute_sandbox = NULL, *e2b_domain = NULL;
         unsigned max_connections = 256, timeout = 120, max_per_token = 0, header_timeout = 10,
                  max_per_address = 0, auth_reserve = 0;
         bool auth_reserve_given = false, no_auth = false;
@@ -164,6 +168,7 @@ int main(int argc, char **argv)
                 { "timeout", required_argument, NULL, 'T' },
                 { "header-timeout", required_argument, NULL, 'H' },
                 { "execute-sandbox", required_argument, NULL, 'e' },
+                { "e2b-domain", required_argument, NULL, 'D' },
                 { "insecure-no-auth-behind-network-policy", no_argument, NULL, 'N' },
                 { "help", no_argument, NULL, 'h' },
                 { 0 },
@@ -205,6 +210,9 @@ int main(int argc, char **argv)
                         break;
                 case 'e':
                         execute_sandbox = optarg;
+                        break;
+                case 'D':
+                        e2b_domain = optarg;
                         break;
                 case 'm':
                 case 'p':
@@ -302,6 +310,24 @@ int main(int argc, char **argv)
                         "or ask for --insecure-no-auth-behind-network-policy by name)\n");
                 return 2;
         }
+        if (e2b_domain != NULL) {
+                /* a name of letters, digits, '-' and '.' (not at its ends), then a port or nothing */
+                size_t n = strcspn(e2b_domain, ":");
+                bool ok = n > 0 && e2b_domain[0] != '.' && e2b_domain[n - 1] != '.' &&
+                          strspn(e2b_domain,
+                                 "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") == n;
+                char *end = NULL;
+                unsigned long port = e2b_domain[n] == ':' ? strtoul(e2b_domain + n + 1, &end, 10) : 1;
+                if (!ok || (e2b_domain[n] == ':' && (e2b_domain[n + 1] < '0' || e2b_domain[n + 1] > '9' ||
+                                                     *end != '\0' || port < 1 || port > 65535))) {
+                        fprintf(stderr,
+                                "nsbox-http: --e2b-domain wants NAME or NAME:PORT (e.g. "
+                                "nsbox.localhost:8443), not %s\n",
+                                e2b_domain);
+                        return 2;
+                }
+                http_config.e2b_domain = e2b_domain;
+        }
         http_config.socket_path = client_socket_path(socket_flag);
         http_config.timeout_seconds = timeout;
         /* One token must not hold every connection: the rest of the tokens would wait. */
@@ -351,7 +377,7 @@ int main(int argc, char **argv)
         /* poll(), not select(): a connection's fds (its socket, its nsboxd
          * connection, a stream's pipe) may be numbered past FD_SETSIZE. */
         unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-                         MHD_USE_ERROR_LOG;
+                         MHD_USE_ERROR_LOG | MHD_ALLOW_UPGRADE;
         if (cert != NULL)
                 flags |= MHD_USE_TLS;
         struct MHD_OptionItem tls_options[] = {

@@ -16,7 +16,8 @@
 static enum MHD_Result queue_reply(struct http_request *r, unsigned status, struct MHD_Response *resp,
                                    const char *content_type)
 {
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+        if (content_type != NULL)
+                MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
         if (status == MHD_HTTP_UNAUTHORIZED)
                 MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"nsbox\"");
         if (status == MHD_HTTP_TOO_MANY_REQUESTS || status == MHD_HTTP_SERVICE_UNAVAILABLE)
@@ -28,6 +29,11 @@ static enum MHD_Result queue_reply(struct http_request *r, unsigned status, stru
                 r->status = status;
         }
         return ret;
+}
+
+enum MHD_Result http_reply_response(struct http_request *r, unsigned status, struct MHD_Response *resp)
+{
+        return queue_reply(r, status, resp, NULL);
 }
 
 enum MHD_Result http_reply_bytes(struct http_request *r, unsigned status, const char *content_type,

@@ -18,6 +18,9 @@ enum MHD_Result http_reply_error(struct http_request *r, unsigned status, const 
                                  ...) __attribute__((format(printf, 4, 5)));
 enum MHD_Result http_reply_bytes(struct http_request *r, unsigned status, const char *content_type,
                                  void *data, size_t len); /* data: malloc'd, stolen */
+/* A response made by the caller, its headers its own (no Content-Type
+ * added); resp is destroyed. */
+enum MHD_Result http_reply_response(struct http_request *r, unsigned status, struct MHD_Response *resp);
 /* A 200 whose body `read` produces as it comes (chunked, no-cache); `done`
  * frees data, also when the response cannot be made. */
 enum MHD_Result http_reply_stream(struct http_request *r, const char *content_type,

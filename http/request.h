@@ -25,6 +25,8 @@ struct http_config {
         /* sandbox.create params of the sandboxes POST /execute {code} makes
          * (--execute-sandbox JSON), e.g. an image, limits, env or network */
         json_t *execute_sandbox;
+        /* --e2b-domain NAME[:PORT]: a Host PORT-ID.NAME names a sandbox's port (e2b_ports.h) */
+        const char *e2b_domain;
 };
 extern struct http_config http_config;
 
@@ -45,6 +47,8 @@ struct http_request {
         bool answered;        /* a response was queued before the body ended */
         bool too_large;       /* the body went over HTTP_MAX_BODY: the rest is thrown away */
         bool e2b;             /* a request of E2B's SDKs (e2b.h) */
+        char *host_sandbox;   /* the sandbox its Host names (e2b_ports.h), or NULL */
+        char host_port[8];    /* and the port */
 };
 
 /* Append n bytes to a growing buffer (doubling from 16 KiB, never past

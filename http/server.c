@@ -6,7 +6,6 @@
 #include "server.h"
 
 #include <arpa/inet.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +49,9 @@ static uid_t authenticate(struct MHD_Connection *connection, const char *url, bo
         return http_tokens_lookup(token, len);
 }
 
-/* Host: 127.x.y.z, localhost or [::1], with or without a port. */
+/* Host: 127.x.y.z, localhost, a name under .localhost (RFC 6761: browsers
+ * resolve them to loopback themselves, never through DNS, so no rebinding
+ * gives one) or [::1], with or without a port. */
 static bool loopback_host(const char *host)
 {
         char name[256];
@@ -69,20 +70,36 @@ static bool loopback_host(const char *host)
         if (colon != NULL)
                 *colon = '\0';
         struct in_addr a;
-        if (strcasecmp(name, "localhost") == 0)
+        size_t len = strlen(name);
+        if (strcasecmp(name, "localhost") == 0 ||
+            (len > 10 && strcasecmp(name + len - 10, ".localhost") == 0))
                 return true;
         return inet_pton(AF_INET, name, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
+/* Whether an Origin is the request's own Host (a page's request to where
+ * it came from): http:// or https:// and the Host's text. */
+static bool same_origin(const char *origin, const char *host)
+{
+        const char *rest = strncmp(origin, "https://", 8) == 0  ? origin + 8
+                           : strncmp(origin, "http://", 7) == 0 ? origin + 7
+                                                                : NULL;
+        return rest != NULL && host != NULL && strcasecmp(rest, host) == 0;
 }
 
 /* Without tokens, reaching the loopback port is the only credential, and a
  * browser reaches it for any web page: a cross-site "simple" POST (no
  * preflight) carries an Origin, a DNS-rebound name a Host of that name.
- * Programs (curl, SDKs) send neither. */
-static bool from_this_host(struct MHD_Connection *connection)
+ * Programs (curl, SDKs) send neither. A sandbox's port named by its Host
+ * (PORT-ID.DOMAIN) serves a browser's page and its own requests (noVNC's
+ * WebSocket carries the page's Origin): an Origin of that same name. */
+static bool from_this_host(struct http_request *r)
 {
-        const char *host = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
-        const char *origin = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, "Origin");
-        return origin == NULL && (host == NULL || loopback_host(host));
+        const char *host = MHD_lookup_connection_value(r->connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+        const char *origin = MHD_lookup_connection_value(r->connection, MHD_HEADER_KIND, "Origin");
+        if (origin != NULL && !(r->host_sandbox != NULL && same_origin(origin, host)))
+                return false;
+        return host == NULL || loopback_host(host);
 }
 
 static bool path_is(const char *url, const char *prefix, const char **rest)
@@ -205,63 +222,24 @@ static bool request_owner(struct http_request *r)
                 r->uid = authenticate(r->connection, r->url, r->e2b);
                 return r->uid != 0;
         }
-        if (!http_config.no_auth && !from_this_host(r->connection))
+        if (!http_config.no_auth && !from_this_host(r))
                 return false;
         r->uid = getuid();
         return true;
 }
 
-/* Requests in flight per owner, for --max-per-token: a short list (one entry
- * per owner with a request now), shared by every connection's thread. */
-struct owner_load {
-        uid_t uid;
-        unsigned requests;
-};
-static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct owner_load *loads;
-static size_t n_loads, loads_cap;
-
-/* Count a request of r->uid in; false when its owner is at --max-per-token (or out of memory). */
+/* Count a request of r->uid in; false when its owner is at --max-per-token. */
 static bool owner_take(struct http_request *r)
 {
-        pthread_mutex_lock(&load_lock);
-        struct owner_load *l = NULL;
-        for (size_t i = 0; i < n_loads && l == NULL; i++)
-                if (loads[i].uid == r->uid)
-                        l = &loads[i];
-        if (l == NULL && n_loads == loads_cap) {
-                size_t cap = loads_cap ? 2 * loads_cap : 16;
-                struct owner_load *more = reallocarray(loads, cap, sizeof(*loads));
-                if (more != NULL) {
-                        loads = more;
-                        loads_cap = cap;
-                }
-        }
-        if (l == NULL && n_loads < loads_cap) {
-                l = &loads[n_loads++];
-                *l = (struct owner_load){ .uid = r->uid };
-        }
-        bool ok = l != NULL && l->requests < http_config.max_per_token;
-        if (ok)
-                l->requests++;
-        pthread_mutex_unlock(&load_lock);
-        r->counted = ok;
-        return ok;
+        r->counted = http_bounds_owner_take(r->uid, http_config.max_per_token);
+        return r->counted;
 }
 
 static void owner_give(struct http_request *r)
 {
         if (!r->counted)
                 return;
-        pthread_mutex_lock(&load_lock);
-        for (size_t i = 0; i < n_loads; i++) {
-                if (loads[i].uid != r->uid)
-                        continue;
-                if (--loads[i].requests == 0)
-                        loads[i] = loads[--n_loads];
-                break;
-        }
-        pthread_mutex_unlock(&load_lock);
+        http_bounds_owner_give(r->uid);
         r->counted = false;
 }
 
@@ -281,7 +259,12 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *connecti
                 struct timespec now;
                 clock_gettime(CLOCK_MONOTONIC, &now);
                 r->started_ns = (long long)now.tv_sec * 1000000000 + now.tv_nsec;
-                r->e2b = http_e2b_wants(connection, url);
+                int e2b = http_e2b_wants(r);
+                if (e2b < 0)
+                        return http_e2b_refuse(r, MHD_HTTP_BAD_REQUEST,
+                                               "the Host names no sandbox's port: PORT-SANDBOXID.DOMAIN "
+                                               "under --e2b-domain, as E2B's getHost(port) gives it");
+                r->e2b = e2b > 0;
                 bool owned = request_owner(r);
                 /* A probe's question, answered without a token (and without data:
                  * a valid token sees the load): is nsboxd answering through this
@@ -370,6 +353,7 @@ static void request_completed(void *cls, struct MHD_Connection *connection, void
                                   1e9);
         owner_give(r);
         http_agent_upload_free(r->upload);
+        free(r->host_sandbox);
         free(r->body);
         free(r);
         *con_cls = NULL;

@@ -7,7 +7,12 @@
 //   node suite.mjs SCENARIO
 // env: E2B_SDK_DIR (holds node_modules), E2B_API_URL, E2B_SANDBOX_URL,
 //      E2B_VOLUME_API_URL, E2B_API_KEY (the four a user changes), E2B_OTHER_KEY
-//      (another owner's).
+//      (another owner's); the ports scenarios: NODE_EXTRA_CA_CERTS (the test's
+//      CA of nsbox-http's wildcard certificate), E2B_TEST_CONNECT (the HOST:PORT
+//      nsbox-http is at, whatever name a URL has: *.localhost resolves to
+//      loopback in browsers).
+import { request as httpsRequest } from "node:https";
+import { isIP } from "node:net";
 import { createRequire } from "node:module";
 import { join } from "node:path";
 import { inflateSync } from "node:zlib";
@@ -58,6 +63,37 @@ const pixelAt = (png, x, y) => {
   return [...line.subarray(x * bpp, x * bpp + 3)];
 };
 const near = (got, want) => got.every((v, i) => Math.abs(v - want[i]) <= 40);
+
+// An https URL's request as a browser would send it (its name in SNI and Host), sent to
+// E2B_TEST_CONNECT. upgrade: a WebSocket's opening handshake; the answer is then the first
+// bytes the server sends over it. Resolves {status, body} or, upgraded, {status: 101, data}.
+const fetchAt = (url, headers = {}, upgrade = false) => new Promise((resolve, reject) => {
+  const u = new URL(url);
+  const [host, port] = process.env.E2B_TEST_CONNECT.split(":");
+  const h = { Host: u.host, ...headers };
+  if (upgrade) Object.assign(h, { Connection: "Upgrade", Upgrade: "websocket", "Sec-WebSocket-Version": "13",
+                                  "Sec-WebSocket-Key": Buffer.from("nsbox-test-key16").toString("base64") });
+  const req = httpsRequest({ host, port: Number(port), servername: isIP(u.hostname) ? "" : u.hostname,
+                             path: u.pathname + u.search,
+                             headers: h, timeout: 20000, agent: false });
+  req.on("timeout", () => req.destroy(new Error(`no answer from ${url}`)));
+  req.on("error", (e) => reject(new Error(`${upgrade ? "WebSocket " : ""}${url}: ${e.message}`)));
+  req.on("upgrade", (res, socket, head) => {
+    let data = head;
+    const done = () => { socket.destroy(); resolve({ status: res.statusCode, data: data.toString("latin1") }); };
+    const greeted = () => /RFB 003\.00\d/.test(data.toString("latin1"));
+    if (greeted()) return done();
+    socket.on("data", (more) => { data = Buffer.concat([data, more]); if (greeted()) done(); });
+    socket.on("end", done);
+    socket.setTimeout(20000, done);
+  });
+  req.on("response", (res) => {
+    const parts = [];
+    res.on("data", (c) => parts.push(c));
+    res.on("end", () => resolve({ status: res.statusCode, body: Buffer.concat(parts).toString() }));
+  });
+  req.end();
+});
 
 const scenarios = {
   async lifecycle() {
@@ -538,7 +574,7 @@ const scenarios = {
       // larger than the space openbox finds for it, and goes past the screen's bottom)
       report.launched = await shotUntil("the xterm drawn", geometry.X + (geometry.WIDTH >> 1),
                                         geometry.Y + (geometry.HEIGHT >> 1), [255, 255, 255]);
-      // The stream runs in the sandbox; its URL is E2B's (docs/e2b.md: nsbox-http does not serve it).
+      // The stream runs in the sandbox; its URL names E2B's domain (this front has none).
       await sbx.stream.start();
       report.streamUrl = sbx.stream.getUrl();
       report.novncPage = (await sbx.commands.run("curl -s http://127.0.0.1:6080/vnc.html")).stdout.includes("noVNC");
@@ -550,6 +586,71 @@ const scenarios = {
       await sbx.kill();
     }
     report.isRunningAfterKill = await sbx.isRunning();
+  },
+
+  // sandbox.getHost(port): a server started in the sandbox, reached at https://PORT-ID.DOMAIN
+  // (DOMAIN: what nsbox-http answered as the sandbox's domain) with the sandbox's traffic token.
+  async getHost() {
+    const sbx = await Sandbox.create({ network: { denyOut: ["0.0.0.0/0"] }, timeoutMs: 120000 });
+    try {
+      report.sandboxId = sbx.sandboxId;
+      await sbx.files.write("/tmp/www/hello.txt", "hello through getHost\n");
+      await sbx.commands.run("cd /tmp/www && exec python3 -m http.server 8000", { background: true, timeoutMs: 0 });
+      report.host = sbx.getHost(8000);
+      const token = { "E2B-Traffic-Access-Token": sbx.trafficAccessToken };
+      report.hello = await until("the server in the sandbox", async () => {
+        const r = await fetchAt(`https://${report.host}/hello.txt`, token);
+        return r.status === 200 && r.body;
+      }, 30000);
+      // E2B's headers name the sandbox's port too, at E2B_SANDBOX_URL (what the SDKs send to it)
+      report.byHeaders = (await fetchAt(`${process.env.E2B_SANDBOX_URL}/hello.txt`, {
+        "E2b-Sandbox-Id": sbx.sandboxId, "E2b-Sandbox-Port": "8000", "X-Access-Token": sbx.envdAccessToken })).body;
+      report.listing = (await fetchAt(`https://${report.host}/?a=b%20c`, token)).status;
+      report.missing = (await fetchAt(`https://${report.host}/none.txt`, token)).status;
+      report.withoutToken = (await fetchAt(`https://${report.host}/hello.txt`)).status;
+      report.closedPort = await fetchAt(`https://${sbx.getHost(8001)}/`, token);
+      const other = await Sandbox.create({ apiKey: process.env.E2B_OTHER_KEY, network: { denyOut: ["0.0.0.0/0"] } });
+      try {
+        report.otherKeyToken = (await fetchAt(`https://${report.host}/hello.txt`,
+                                              { "E2B-Traffic-Access-Token": other.trafficAccessToken })).status;
+      } finally {
+        await other.kill();
+      }
+    } finally {
+      await sbx.kill();
+    }
+    report.afterKill = (await fetchAt(`https://${report.host}/hello.txt`,
+                                      { "E2B-Traffic-Access-Token": sbx.trafficAccessToken })).status;
+  },
+
+  // @e2b/desktop's stream: stream.getUrl()'s page fetched as a browser opens it, and the
+  // WebSocket noVNC opens (/websockify) through nsbox-http to x11vnc, which greets with RFB.
+  async desktopStream() {
+    const sbx = await desktop.Sandbox.create({ resolution: [800, 600], timeoutMs: 120000,
+                                               network: { denyOut: ["0.0.0.0/0"] } });
+    try {
+      report.sandboxId = sbx.sandboxId;
+      await sbx.stream.start();
+      report.streamUrl = sbx.stream.getUrl();
+      const token = { "E2B-Traffic-Access-Token": sbx.trafficAccessToken };
+      const page = await until("noVNC's page", async () => {
+        const r = await fetchAt(report.streamUrl, token);
+        return r.status === 200 && r.body;
+      }, 30000);
+      report.page = page.includes("noVNC");
+      const ws = new URL("/websockify", report.streamUrl).href;
+      const origin = { Origin: new URL(report.streamUrl).origin };
+      // x11vnc may still be starting: websockify then ends the WebSocket at once (a reset)
+      report.websocket = await until("x11vnc's greeting", async () => {
+        const r = await fetchAt(ws, { ...token, ...origin }, true).catch((e) => ({ error: e.message }));
+        report.websocketLast = r;
+        return r.status === 101 && /RFB 003\.00\d/.test(r.data) && r;
+      }, 30000);
+      report.greeting = report.websocket.data.match(/RFB 003\.00\d/)[0];
+      await sbx.stream.stop();
+    } finally {
+      await sbx.kill();
+    }
   },
 };
 

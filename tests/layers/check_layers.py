@@ -53,7 +53,7 @@ HTTP_LAYERS = [
     ("request", ["request", "counters", "owned"]),
     ("replies and nsboxd", ["reply", "nsboxd", "auth", "bounds"]),
     ("e2b wire", ["e2b_wire"]),
-    ("handlers", ["rpc_api", "execute", "agent_sandbox", "e2b_api", "e2b_process", "e2b_watch", "e2b_files", "e2b_volumes", "e2b_interp", "metrics"]),
+    ("handlers", ["rpc_api", "execute", "agent_sandbox", "e2b_api", "e2b_process", "e2b_watch", "e2b_files", "e2b_volumes", "e2b_interp", "e2b_ports", "metrics"]),
     ("e2b router", ["e2b"]),
     ("router", ["server"]),
     ("top", ["main"]),

@@ -1,0 +1,529 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Any port of a sandbox through nsbox-http (e2b_ports.h), as E2B's getHost
+ * gives it: the Host PORT-ID.DOMAIN, and the proxy to that port through
+ * nsboxd's port exposure, WebSocket upgrades included. */
+#include "e2b_ports.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "bounds.h"
+#include "cleanup.h"
+#include "e2b_wire.h"
+#include "io.h"
+#include "json_cleanup.h"
+#include "nsboxd.h"
+#include "reply.h"
+
+/* A server's status line and headers are at most this long. */
+#define PORT_MAX_HEAD (64u << 10)
+
+/* A name's part before ':' (its port), as a length. */
+static size_t name_length(const char *text)
+{
+        const char *colon = strchr(text, ':');
+        return colon ? (size_t)(colon - text) : strlen(text);
+}
+
+int e2b_ports_from_host(struct http_request *r)
+{
+        const char *domain = http_config.e2b_domain;
+        const char *host = MHD_lookup_connection_value(r->connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+        if (domain == NULL || host == NULL)
+                return 0;
+        size_t name_len = name_length(host), domain_len = name_length(domain);
+        /* PORT-ID.DOMAIN: the label before ".DOMAIN" */
+        if (name_len <= domain_len + 1 || host[name_len - domain_len - 1] != '.' ||
+            strncasecmp(host + name_len - domain_len, domain, domain_len) != 0)
+                return 0;
+        size_t label_len = name_len - domain_len - 1;
+        const char *dash = memchr(host, '-', label_len);
+        size_t port_len = dash ? (size_t)(dash - host) : 0, id_len = dash ? label_len - port_len - 1 : 0;
+        unsigned long port = 0;
+        for (size_t i = 0; i < port_len && port <= 65535; i++)
+                port = host[i] >= '0' && host[i] <= '9' ? port * 10 + (host[i] - '0') : 65536;
+        if (dash == NULL || port_len == 0 || port_len > 5 || port < 1 || port > 65535 || id_len == 0 ||
+            id_len > E2B_MAX_SANDBOX_ID || memchr(dash + 1, '.', id_len) != NULL)
+                return -1;
+        /* the headers E2B's SDKs send name the sandbox when both are there */
+        if (e2b_sandbox_id(r->connection) != NULL)
+                return 0;
+        r->host_sandbox = strndup(dash + 1, id_len);
+        if (r->host_sandbox == NULL)
+                return -ENOMEM;
+        snprintf(r->host_port, sizeof(r->host_port), "%lu", port);
+        if (MHD_set_connection_value(r->connection, MHD_HEADER_KIND, "E2b-Sandbox-Id", r->host_sandbox) !=
+                MHD_YES ||
+            MHD_set_connection_value(r->connection, MHD_HEADER_KIND, "E2b-Sandbox-Port", r->host_port) !=
+                MHD_YES)
+                return -ENOMEM;
+        return 1;
+}
+
+/* Headers a proxy does not pass on: hop-by-hop ones (RFC 9110 7.6.1), and
+ * nsbox-http's own credentials and routing, which the sandbox must not see. */
+static bool hop_header(const char *name)
+{
+        static const char *const names[] = {
+                "Connection",
+                "Keep-Alive",
+                "Proxy-Connection",
+                "Proxy-Authorization",
+                "TE",
+                "Trailer",
+                "Transfer-Encoding",
+                "Upgrade",
+                "Content-Length",
+                "Expect",
+                "X-API-KEY",
+                "X-Access-Token",
+                "E2B-Traffic-Access-Token",
+                "E2b-Sandbox-Id",
+                "E2b-Sandbox-Port",
+        };
+        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+                if (strcasecmp(name, names[i]) == 0)
+                        return true;
+        return false;
+}
+
+struct head {
+        char *buf;
+        size_t len, cap;
+        bool failed;
+};
+
+static void head_add(struct head *h, const char *a, size_t n)
+{
+        if (!h->failed && http_buffer_append(&h->buf, &h->len, &h->cap, a, n) < 0)
+                h->failed = true;
+}
+
+static void head_text(struct head *h, const char *s)
+{
+        head_add(h, s, strlen(s));
+}
+
+/* A header value or a path may carry no CR or LF into the upstream request. */
+static bool one_line(const char *s)
+{
+        return strpbrk(s, "\r\n") == NULL;
+}
+
+static enum MHD_Result add_request_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                          const char *value)
+{
+        struct head *h = cls;
+        (void)kind;
+        if (hop_header(key) || value == NULL || !one_line(key) || !one_line(value))
+                return MHD_YES;
+        head_text(h, key);
+        head_text(h, ": ");
+        head_text(h, value);
+        head_text(h, "\r\n");
+        return MHD_YES;
+}
+
+/* Percent-encoded: MHD hands the path and the query's values decoded. */
+static void head_encoded(struct head *h, const char *s, const char *keep)
+{
+        for (; *s; s++) {
+                unsigned char c = (unsigned char)*s;
+                if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    strchr("-._~", c) != NULL || (c != 0 && strchr(keep, c) != NULL)) {
+                        head_add(h, s, 1);
+                } else {
+                        char esc[4];
+                        snprintf(esc, sizeof(esc), "%%%02X", c);
+                        head_add(h, esc, 3);
+                }
+        }
+}
+
+struct query {
+        struct head *h;
+        bool first;
+};
+
+static enum MHD_Result add_argument(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+        struct query *q = cls;
+        (void)kind;
+        head_text(q->h, q->first ? "?" : "&");
+        q->first = false;
+        head_encoded(q->h, key, "!$'()*+,;:@/?");
+        if (value != NULL) {
+                head_text(q->h, "=");
+                head_encoded(q->h, value, "!$'()*,;:@/?");
+        }
+        return MHD_YES;
+}
+
+/* Whether the client asks to upgrade the connection (a WebSocket). */
+static bool wants_upgrade(struct MHD_Connection *connection)
+{
+        const char *upgrade = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, "Upgrade");
+        const char *conn = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, "Connection");
+        return upgrade != NULL && conn != NULL && one_line(upgrade) && strcasestr(conn, "upgrade") != NULL;
+}
+
+/* The request as the server in the sandbox gets it: HTTP/1.0 and a
+ * close-delimited answer (never chunked), or HTTP/1.1 for an upgrade. */
+static char *upstream_request(struct http_request *r, bool upgrade, size_t *len)
+{
+        struct head h = { 0 };
+        head_text(&h, r->method);
+        head_text(&h, " ");
+        head_encoded(&h, r->url, "/!$&'()*+,;=:@");
+        struct query q = { .h = &h, .first = true };
+        MHD_get_connection_values(r->connection, MHD_GET_ARGUMENT_KIND, add_argument, &q);
+        head_text(&h, upgrade ? " HTTP/1.1\r\n" : " HTTP/1.0\r\n");
+        MHD_get_connection_values(r->connection, MHD_HEADER_KIND, add_request_header, &h);
+        if (upgrade) {
+                head_text(&h, "Connection: Upgrade\r\nUpgrade: ");
+                head_text(&h, MHD_lookup_connection_value(r->connection, MHD_HEADER_KIND, "Upgrade"));
+                head_text(&h, "\r\n");
+        } else {
+                head_text(&h, "Connection: close\r\n");
+        }
+        if (r->body_len > 0 || strcmp(r->method, "POST") == 0 || strcmp(r->method, "PUT") == 0 ||
+            strcmp(r->method, "PATCH") == 0) {
+                char length[48];
+                snprintf(length, sizeof(length), "Content-Length: %zu\r\n", r->body_len);
+                head_text(&h, length);
+        }
+        head_text(&h, "\r\n");
+        head_add(&h, r->body ? r->body : "", r->body_len);
+        if (h.failed) {
+                free(h.buf);
+                return NULL;
+        }
+        *len = h.len;
+        return h.buf;
+}
+
+/* A connection to the sandbox's port: what came after the answer's head. */
+struct upstream {
+        int fd;
+        char *buf; /* the head's bytes, then the body's first ones from `body` */
+        size_t body, len;
+        unsigned timeout_ms;
+        uid_t uid;          /* a relay's owner, counted in while it runs */
+        char *client_extra; /* what the client sent after its upgrade request */
+        size_t client_extra_len;
+};
+
+static void upstream_free(struct upstream *u)
+{
+        if (u == NULL)
+                return;
+        if (u->fd >= 0)
+                close(u->fd);
+        free(u->buf);
+        free(u->client_extra);
+        free(u);
+}
+
+static void upstream_freep(struct upstream **u)
+{
+        upstream_free(*u);
+}
+
+/* Read the answer's head: 1 when whole, 0 at EOF before any byte,
+ * -ETIMEDOUT, -EPROTO (too long, or cut short), -errno. */
+static int read_head(struct upstream *u)
+{
+        size_t cap = 0;
+        for (;;) {
+                if (u->len >= 4) {
+                        char *end = memmem(u->buf, u->len, "\r\n\r\n", 4);
+                        if (end != NULL) {
+                                u->body = (size_t)(end - u->buf) + 4;
+                                return 1;
+                        }
+                }
+                if (u->len >= PORT_MAX_HEAD)
+                        return -EPROTO;
+                struct pollfd p = { .fd = u->fd, .events = POLLIN };
+                int n = poll(&p, 1, (int)u->timeout_ms);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return -errno;
+                if (n == 0)
+                        return -ETIMEDOUT;
+                if (u->len == cap) {
+                        cap = cap ? 2 * cap : 16384;
+                        char *more = realloc(u->buf, cap + 1);
+                        if (more == NULL)
+                                return -ENOMEM;
+                        u->buf = more;
+                }
+                ssize_t got = read(u->fd, u->buf + u->len, cap - u->len);
+                if (got < 0 && errno == EINTR)
+                        continue;
+                if (got < 0)
+                        return u->len == 0 && errno == ECONNRESET ? 0 : -errno;
+                if (got == 0)
+                        return u->len == 0 ? 0 : -EPROTO;
+                u->len += got;
+                u->buf[u->len] = '\0';
+        }
+}
+
+static ssize_t read_body(void *cls, uint64_t pos, char *out, size_t max)
+{
+        struct upstream *u = cls;
+        (void)pos;
+        if (u->body < u->len) {
+                size_t n = u->len - u->body < max ? u->len - u->body : max;
+                memcpy(out, u->buf + u->body, n);
+                u->body += n;
+                return (ssize_t)n;
+        }
+        for (;;) {
+                struct pollfd p = { .fd = u->fd, .events = POLLIN };
+                int n = poll(&p, 1, (int)u->timeout_ms);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        return MHD_CONTENT_READER_END_WITH_ERROR;
+                ssize_t got = read(u->fd, out, max);
+                if (got < 0 && errno == EINTR)
+                        continue;
+                if (got < 0)
+                        return MHD_CONTENT_READER_END_WITH_ERROR;
+                return got == 0 ? MHD_CONTENT_READER_END_OF_STREAM : got;
+        }
+}
+
+static void free_upstream(void *cls)
+{
+        upstream_free(cls);
+}
+
+/* Write all of data to a socket that may be non-blocking; false when it is gone. */
+static bool relay_write(int fd, const char *data, size_t len)
+{
+        while (len > 0) {
+                ssize_t n = send(fd, data, len, MSG_NOSIGNAL);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                        struct pollfd p = { .fd = fd, .events = POLLOUT };
+                        if (poll(&p, 1, -1) < 0 && errno != EINTR)
+                                return false;
+                        continue;
+                }
+                if (n <= 0)
+                        return false;
+                data += n;
+                len -= (size_t)n;
+        }
+        return true;
+}
+
+struct relay {
+        struct upstream *u;
+        MHD_socket client;
+        struct MHD_UpgradeResponseHandle *urh;
+};
+
+/* Both ways until either side ends: the upgraded connection (a WebSocket)
+ * is bytes now, which nsbox-http passes on without reading. */
+static void *relay_main(void *arg)
+{
+        struct relay *rl = arg;
+        struct upstream *u = rl->u;
+        bool ok = relay_write(rl->client, u->buf + u->body, u->len - u->body) &&
+                  relay_write(u->fd, u->client_extra, u->client_extra_len);
+        char buf[65536];
+        while (ok) {
+                struct pollfd p[2] = { { .fd = rl->client, .events = POLLIN },
+                                       { .fd = u->fd, .events = POLLIN } };
+                if (poll(p, 2, -1) < 0) {
+                        ok = errno == EINTR;
+                        continue;
+                }
+                for (int i = 0; i < 2 && ok; i++) {
+                        if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                                continue;
+                        ssize_t n = recv(p[i].fd, buf, sizeof(buf), MSG_DONTWAIT);
+                        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+                                continue;
+                        ok = n > 0 && relay_write(i == 0 ? u->fd : rl->client, buf, (size_t)n);
+                }
+        }
+        MHD_upgrade_action(rl->urh, MHD_UPGRADE_ACTION_CLOSE);
+        http_bounds_owner_give(u->uid);
+        upstream_free(u);
+        free(rl);
+        return NULL;
+}
+
+static void upgraded(void *cls, struct MHD_Connection *connection, void *req_cls, const char *extra_in,
+                     size_t extra_in_size, MHD_socket sock, struct MHD_UpgradeResponseHandle *urh)
+{
+        struct upstream *u = cls;
+        (void)connection;
+        (void)req_cls;
+        struct relay *rl = calloc(1, sizeof(*rl));
+        pthread_t thread;
+        pthread_attr_t attr;
+        if (rl != NULL && extra_in_size > 0) {
+                u->client_extra = malloc(extra_in_size);
+                if (u->client_extra != NULL) {
+                        memcpy(u->client_extra, extra_in, extra_in_size);
+                        u->client_extra_len = extra_in_size;
+                }
+        }
+        if (rl != NULL && (extra_in_size == 0 || u->client_extra != NULL)) {
+                *rl = (struct relay){ .u = u, .client = sock, .urh = urh };
+                /* MHD's thread of the connection passes TLS on for the upgraded
+                 * socket: the relay runs beside it, never in it. */
+                pthread_attr_init(&attr);
+                pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+                int started = pthread_create(&thread, &attr, relay_main, rl);
+                pthread_attr_destroy(&attr);
+                if (started == 0)
+                        return;
+        }
+        free(rl);
+        MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+        http_bounds_owner_give(u->uid);
+        upstream_free(u);
+}
+
+/* The server's status and headers onto resp (none of its hop-by-hop ones);
+ * *status, and *length: its Content-Length or -1. */
+static bool copy_answer_head(struct upstream *u, struct MHD_Response *resp, unsigned *status,
+                             long long *length)
+{
+        char *line = u->buf, *end = strstr(line, "\r\n");
+        unsigned code = 0;
+        if (end == NULL || strncmp(line, "HTTP/1.", 7) != 0 || sscanf(line + 8, " %3u", &code) != 1 ||
+            code < 100 || code > 599)
+                return false;
+        *status = code;
+        *length = -1;
+        for (line = end + 2; resp != NULL && line < u->buf + u->body - 2; line = end + 2) {
+                end = strstr(line, "\r\n");
+                *end = '\0';
+                char *colon = strchr(line, ':');
+                if (colon == NULL)
+                        return false;
+                *colon = '\0';
+                char *value = colon + 1;
+                while (*value == ' ' || *value == '\t')
+                        value++;
+                if (strcasecmp(line, "Content-Length") == 0)
+                        *length = strtoll(value, NULL, 10);
+                bool upgrade_header = code == 101 && (strcasecmp(line, "Upgrade") == 0);
+                if ((hop_header(line) && !upgrade_header) || strcasecmp(line, "Content-Length") == 0)
+                        continue;
+                if (MHD_add_response_header(resp, line, value) != MHD_YES)
+                        return false;
+        }
+        return true;
+}
+
+static enum MHD_Result bad_gateway(struct http_request *r, const char *sandbox_id, unsigned port,
+                                   const char *why)
+{
+        return e2b_reply_rest_error(r, 502, "port %u of sandbox %s: %s", port, sandbox_id, why);
+}
+
+enum MHD_Result http_e2b_port(struct http_request *r, const char *sandbox_id, unsigned port)
+{
+        _cleanup_json_ json_t *params = json_pack("{s:s, s:i}", "sandbox_id", sandbox_id, "port", (int)port);
+        _cleanup_json_ json_t *result = NULL, *error = NULL;
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (http_call(r, "sandbox.expose", params, &result, &error, &err) < 0) {
+                const char *kind = NULL;
+                unsigned status = http_status_of_rpc_error(error, &kind);
+                const char *message = json_string_value(json_object_get(error, "message"));
+                /* E2B's SDKs read a sandbox that is no more as not found */
+                if (status == MHD_HTTP_NOT_FOUND || (kind != NULL && strcmp(kind, "gone") == 0))
+                        return e2b_reply_rest_error(r, 404, "sandbox %s not found%s%s", sandbox_id,
+                                                    message && status != MHD_HTTP_NOT_FOUND ? ": " : "",
+                                                    message && status != MHD_HTTP_NOT_FOUND ? message : "");
+                return bad_gateway(r, sandbox_id, port,
+                                   message               ? message
+                                   : err && err->message ? err->message
+                                                         : "nsboxd is not answering");
+        }
+        json_int_t host_port = json_integer_value(json_object_get(result, "host_port"));
+        _cleanup_(upstream_freep) struct upstream *u = calloc(1, sizeof(*u));
+        if (u == NULL || host_port < 1 || host_port > 65535)
+                return bad_gateway(r, sandbox_id, port, "no exposure");
+        u->uid = r->uid;
+        u->timeout_ms = http_config.timeout_seconds * 1000;
+        u->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in to = { .sin_family = AF_INET,
+                                  .sin_port = htons((uint16_t)host_port),
+                                  .sin_addr = { htonl(INADDR_LOOPBACK) } };
+        if (u->fd < 0 || connect(u->fd, (struct sockaddr *)&to, sizeof(to)) < 0)
+                return bad_gateway(r, sandbox_id, port, strerror(errno));
+        bool upgrade = wants_upgrade(r->connection);
+        size_t len = 0;
+        _cleanup_free_ char *request = upstream_request(r, upgrade, &len);
+        if (request == NULL)
+                return bad_gateway(r, sandbox_id, port, "out of memory");
+        /* a closed port: the exposure's proxy ends the connection, maybe before the whole request is in */
+        int wrote = io_write_all(u->fd, request, len);
+        int got = read_head(u);
+        if (got == 0 || (got < 0 && wrote < 0))
+                return bad_gateway(
+                    r, sandbox_id, port,
+                    "nothing answers there (no server listens on it, or it closed the connection)");
+        if (got == -ETIMEDOUT)
+                return e2b_reply_rest_error(r, 504, "port %u of sandbox %s sent no answer within %u s", port,
+                                            sandbox_id, http_config.timeout_seconds);
+        if (got < 0)
+                return bad_gateway(r, sandbox_id, port, "its answer is not HTTP");
+        unsigned status = 0;
+        long long length = -1;
+        if (!copy_answer_head(u, NULL, &status, &length))
+                return bad_gateway(r, sandbox_id, port, "its answer is not HTTP");
+        struct MHD_Response *resp;
+        if (upgrade && status == MHD_HTTP_SWITCHING_PROTOCOLS) {
+                /* an upgraded connection holds a request of its owner's until it ends */
+                if (!http_bounds_owner_take(r->uid, http_config.max_per_token))
+                        return e2b_reply_rest_error(r, 429,
+                                                    "this key has %u requests and connections open already, "
+                                                    "the most one may have (--max-per-token)",
+                                                    http_config.max_per_token);
+                resp = MHD_create_response_for_upgrade(upgraded, u);
+                if (resp == NULL)
+                        http_bounds_owner_give(r->uid);
+        } else {
+                if (status == MHD_HTTP_SWITCHING_PROTOCOLS || status < 200)
+                        return bad_gateway(r, sandbox_id, port,
+                                           "it answered 1xx to a request that did not ask for it");
+                bool empty = strcmp(r->method, "HEAD") == 0 || status == 204 || status == 304;
+                resp = MHD_create_response_from_callback(empty         ? 0
+                                                         : length >= 0 ? (uint64_t)length
+                                                                       : MHD_SIZE_UNKNOWN,
+                                                         65536, read_body, u, free_upstream);
+        }
+        if (resp == NULL)
+                return bad_gateway(r, sandbox_id, port, "out of memory");
+        struct upstream *owned = u;
+        u = NULL; /* the response's now (its free callback, or the upgrade's handler) */
+        if (!copy_answer_head(owned, resp, &status, &length)) {
+                MHD_destroy_response(resp);
+                return MHD_NO;
+        }
+        if (status == MHD_HTTP_SWITCHING_PROTOCOLS)
+                http_bounds_upgraded(r->connection);
+        return http_reply_response(r, status, resp);
+}

@@ -1,0 +1,21 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Any port of a sandbox through nsbox-http (e2b_ports.c), as E2B's
+ * sandbox.getHost(port) and @e2b/desktop's stream URL reach it: a Host
+ * PORT-SANDBOXID.DOMAIN (--e2b-domain) or E2B's E2b-Sandbox-Id and
+ * E2b-Sandbox-Port headers, proxied to that port through nsboxd's port
+ * exposure (sandbox.expose), streamed both ways and WebSocket upgrades
+ * relayed. A handler: below the E2B router. */
+#pragma once
+
+#include <microhttpd.h>
+
+#include "request.h"
+
+/* Whether r's Host is PORT-ID.DOMAIN of --e2b-domain: 1, and the request
+ * names that sandbox and port as E2B's headers do (set on the connection
+ * for the rest of nsbox-http); 0 when it is not (another name, or E2B's
+ * headers name the sandbox already); -1 for a name under the domain that
+ * is not of that form (-ENOMEM out of memory). */
+int e2b_ports_from_host(struct http_request *r);
+/* Proxy r to the sandbox's port (exposed for it when it is not yet). */
+enum MHD_Result http_e2b_port(struct http_request *r, const char *sandbox_id, unsigned port);

@@ -1,0 +1,200 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Any port of a sandbox through nsbox-http, as E2B's SDKs name it: the
+unmodified SDKs build https://PORT-SANDBOXID.DOMAIN from the `domain` that
+nsbox-http (--e2b-domain, TLS with a test-made wildcard certificate) answers
+at create; sandbox.getHost(8000) reaches a python http.server started with
+commands.run, and @e2b/desktop's stream.getUrl() reaches noVNC's page and its
+WebSocket to x11vnc. Refused: another key's sandbox, an unknown sandbox, a
+Host that names no port, a port where nothing listens."""
+import http.client
+import json
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import tempfile
+
+import pytest
+
+from conftest import IMAGE_DIR, REPO, Daemon
+from e2b_front import KEY_A, KEY_B, UID_A, UID_B
+from test_e2b_sdk import sdk_dir  # noqa: F401 (fixture)
+from test_http import Front
+
+# serial: the sandboxes have network (a veth each, counted by network/'s tests)
+pytestmark = [pytest.mark.serial, pytest.mark.xdist_group("host-network")]
+
+DOMAIN = "nsbox.localhost"
+
+
+@pytest.fixture(scope="module")
+def netd():
+    tmp = tempfile.mkdtemp(prefix="nsbox-e2b-ports-")
+    os.chmod(tmp, 0o755)
+    path = os.path.join(tmp, "nsboxd.json")
+    with open(path, "w") as f:
+        json.dump({"network_policies": {"inbound-only": {"allow": []}}, "allow_client_network_policies": 1, "warm_pool": 0}, f)
+    d = Daemon(extra_args=["--config", path, "--uid-pool-base", "1690000000", "--uid-pool-ranges", "16"])
+    yield d
+    rc = d.stop()
+    shutil.rmtree(tmp, ignore_errors=True)
+    assert rc == 0, "nsboxd did not stop cleanly (rc=%s):\n%s" % (rc, d.final_log[-6000:])
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def tls_front(netd):
+    """nsbox-http over TLS with a *.nsbox.localhost certificate and --e2b-domain."""
+    os.chmod(netd.socket, 0o666)
+    tmp = tempfile.mkdtemp(prefix="nsbox-e2b-tls-")
+    cert, key, tokens = (os.path.join(tmp, n) for n in ("cert.pem", "key.pem", "tokens"))
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-days", "1", "-subj", "/CN=" + DOMAIN, "-addext",
+                    "subjectAltName=DNS:*.%s,DNS:%s,IP:127.0.0.1" % (DOMAIN, DOMAIN),
+                    "-keyout", key, "-out", cert], check=True, capture_output=True)
+    with open(tokens, "w") as f:
+        f.write("%d %s\n%d %s\n" % (UID_A, KEY_A, UID_B, KEY_B))
+    os.chmod(tokens, 0o600)
+    port = free_port()
+    f = Front(netd, "--tokens", tokens, "--tls-cert", cert, "--tls-key", key, "--http", "127.0.0.1:%d" % port,
+              "--e2b-domain", "%s:%d" % (DOMAIN, port), tokens=False, scheme="https")
+    f.port, f.cert, f.domain = port, cert, "%s:%d" % (DOMAIN, port)
+    f.context = ssl.create_default_context(cafile=cert)
+    yield f
+    rc = f.stop()
+    shutil.rmtree(tmp, ignore_errors=True)
+    assert rc == 0, f.read_log()[-4000:]
+
+
+def scenario(front, sdk_dir, name, timeout=240):
+    url = "https://127.0.0.1:%d" % front.port
+    env = dict(os.environ, E2B_SDK_DIR=sdk_dir, E2B_API_URL=url, E2B_SANDBOX_URL=url, E2B_API_KEY=KEY_A,
+               E2B_OTHER_KEY=KEY_B, NODE_EXTRA_CA_CERTS=front.cert, E2B_TEST_CONNECT="127.0.0.1:%d" % front.port)
+    env.pop("E2B_DOMAIN", None)
+    p = subprocess.run(["node", os.path.join(REPO, "tests", "e2b", "suite.mjs"), name], env=env,
+                       capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, "suite.mjs %s failed (%d):\n%s\n%s" % (name, p.returncode, p.stdout, p.stderr)
+    report = json.loads(p.stdout.strip().splitlines()[-1])
+    assert "exception" not in report, report["exception"] + "\nnsbox-http log:\n" + front.read_log()[-4000:]
+    return report
+
+
+def host_request(front, host, path="/", headers=None, method="GET", sni=None):
+    """(status, body) of a request with this Host (and SNI: the Host's name unless given), sent to nsbox-http."""
+    head = "%s %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n" % (method, path, host)
+    head += "".join("%s: %s\r\n" % kv for kv in (headers or {}).items()) + "\r\n"
+    raw = socket.create_connection(("127.0.0.1", front.port), timeout=60)
+    with front.context.wrap_socket(raw, server_hostname=sni or host.split(":")[0]) as s:
+        s.sendall(head.encode())
+        r = http.client.HTTPResponse(s)
+        r.begin()
+        return r.status, r.read()
+
+
+def create(front, key, network=True):
+    body = {"templateID": "base"}
+    if network:
+        body["network"] = {"denyOut": ["0.0.0.0/0"]}
+    c = front.connection()
+    try:
+        c.request("POST", "/sandboxes", body=json.dumps(body),
+                  headers={"X-API-KEY": key, "Content-Type": "application/json"})
+        r = c.getresponse()
+        data = json.loads(r.read())
+    finally:
+        c.close()
+    assert r.status == 201, data
+    return data
+
+
+def kill(front, key, sandbox_id):
+    c = front.connection()
+    try:
+        c.request("DELETE", "/sandboxes/" + sandbox_id, headers={"X-API-KEY": key})
+        c.getresponse().read()
+    finally:
+        c.close()
+
+
+def test_get_host_reaches_a_server_started_in_the_sandbox(tls_front, sdk_dir):
+    r = scenario(tls_front, sdk_dir, "getHost")
+    assert r["host"] == "8000-%s.%s" % (r["sandboxId"], tls_front.domain)  # the SDK's, from our `domain`
+    assert r["hello"] == "hello through getHost\n"
+    assert r["byHeaders"] == "hello through getHost\n"
+    assert r["listing"] == 200 and r["missing"] == 404  # the server's own answers, passed on
+    assert r["withoutToken"] == 401
+    assert r["closedPort"]["status"] == 502 and "nothing answers" in r["closedPort"]["body"], r["closedPort"]
+    assert r["otherKeyToken"] == 401  # another sandbox's token opens that sandbox only
+    assert r["afterKill"] == 404
+
+
+def test_desktop_stream_url_serves_novnc_and_its_websocket_reaches_x11vnc(tls_front, sdk_dir):
+    # the image's x11vnc and websockify keep `x11vnc -bg`'s server running (docs/e2b.md)
+    assert os.path.exists(os.path.join(IMAGE_DIR, "desktop", "rootfs", "usr", "local", "bin", "websockify")), (
+        "no desktop image, or one from before its websockify, in %s: make image IMAGE=desktop" % IMAGE_DIR)
+    r = scenario(tls_front, sdk_dir, "desktopStream")
+    assert r["streamUrl"].startswith("https://6080-%s.%s/vnc.html?" % (r["sandboxId"], tls_front.domain)), r
+    assert r["page"] is True
+    assert r["websocket"]["status"] == 101
+    assert r["greeting"] in ("RFB 003.008", "RFB 003.007", "RFB 003.003")
+
+
+def test_another_keys_sandbox_an_unknown_sandbox_and_a_malformed_host_are_refused(tls_front):
+    a = create(tls_front, KEY_A)
+    b = create(tls_front, KEY_B)
+    try:
+        assert a["domain"] == tls_front.domain
+        host_b = "8000-%s.%s" % (b["sandboxID"], tls_front.domain)
+        # A's token on B's sandbox's port: the token opens A's sandbox only
+        status, body = host_request(tls_front, host_b, headers={"E2B-Traffic-Access-Token": a["trafficAccessToken"]})
+        assert status == 401, body
+        # A's key through E2B's headers: B's sandbox is not A's
+        status, body = host_request(tls_front, "127.0.0.1:%d" % tls_front.port, headers={
+            "E2b-Sandbox-Id": b["sandboxID"], "E2b-Sandbox-Port": "8000",
+            "X-Access-Token": a["trafficAccessToken"]})
+        assert status == 401, body
+        # an unknown sandbox with a token made for that id by A's key: not found
+        unknown = "0123abcd"
+        status, body = host_request(tls_front, "8000-%s.%s" % (unknown, tls_front.domain),
+                                    headers={"X-API-KEY": KEY_A})
+        assert status == 401, body  # no token for it: refused before anything is looked up
+        for host in ("%s" % tls_front.domain.replace(DOMAIN, "x." + DOMAIN),   # no port
+                     "abc-%s.%s" % (a["sandboxID"], tls_front.domain),          # not a port
+                     "0-%s.%s" % (a["sandboxID"], tls_front.domain),            # port 0
+                     "99999-%s.%s" % (a["sandboxID"], tls_front.domain),        # past 65535
+                     "8000-.%s" % tls_front.domain,                             # no id
+                     "8000-a.b.%s" % tls_front.domain):                         # a dotted id
+            status, body = host_request(tls_front, host, sni="x." + DOMAIN)
+            assert status == 400 and b"PORT-SANDBOXID" in body, (host, status, body)
+        # a bad E2b-Sandbox-Port
+        status, body = host_request(tls_front, "127.0.0.1:%d" % tls_front.port, headers={
+            "E2b-Sandbox-Id": a["sandboxID"], "E2b-Sandbox-Port": "80x",
+            "X-Access-Token": a["trafficAccessToken"]})
+        assert status == 400 and b"not a port" in body, body
+        # a closed port: a clear 502, never a hang
+        status, body = host_request(tls_front, "8123-%s.%s" % (a["sandboxID"], tls_front.domain),
+                                    headers={"E2B-Traffic-Access-Token": a["trafficAccessToken"]})
+        assert status == 502 and b"nothing answers" in body, body
+    finally:
+        kill(tls_front, KEY_A, a["sandboxID"])
+        kill(tls_front, KEY_B, b["sandboxID"])
+    # a removed sandbox: its token still matches its id, the sandbox is not found
+    status, body = host_request(tls_front, "8000-%s.%s" % (a["sandboxID"], tls_front.domain),
+                                headers={"E2B-Traffic-Access-Token": a["trafficAccessToken"]})
+    assert status == 404 and b"not found" in body, body
+
+
+def test_a_sandbox_without_network_says_so(tls_front):
+    a = create(tls_front, KEY_A, network=False)
+    try:
+        status, body = host_request(tls_front, "8000-%s.%s" % (a["sandboxID"], tls_front.domain),
+                                    headers={"E2B-Traffic-Access-Token": a["trafficAccessToken"]})
+        assert status == 502 and b"has no network" in body, body
+    finally:
+        kill(tls_front, KEY_A, a["sandboxID"])
