@@ -332,6 +332,14 @@ static bool relay_write(int fd, const char *data, size_t len)
         return true;
 }
 
+/* A relay's end, or a relay that will not start: its connection to the
+ * sandbox and its owner's count go. */
+static void relay_release(struct upstream *u)
+{
+        http_bounds_owner_give(u->uid);
+        upstream_free(u);
+}
+
 struct relay {
         struct upstream *u;
         MHD_socket client;
@@ -364,12 +372,14 @@ static void *relay_main(void *arg)
                 }
         }
         MHD_upgrade_action(rl->urh, MHD_UPGRADE_ACTION_CLOSE);
-        http_bounds_owner_give(u->uid);
-        upstream_free(u);
+        relay_release(u);
         free(rl);
         return NULL;
 }
 
+/* MHD ends the request (http_e2b_port_request_done, COMPLETED_OK) once the
+ * 101 is sent and then hands the connection over here; when the 101 cannot
+ * be sent it ends the request otherwise and never calls this. */
 static void upgraded(void *cls, struct MHD_Connection *connection, void *req_cls, const char *extra_in,
                      size_t extra_in_size, MHD_socket sock, struct MHD_UpgradeResponseHandle *urh)
 {
@@ -399,8 +409,7 @@ static void upgraded(void *cls, struct MHD_Connection *connection, void *req_cls
         }
         free(rl);
         MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
-        http_bounds_owner_give(u->uid);
-        upstream_free(u);
+        relay_release(u);
 }
 
 /* The server's status and headers onto resp (none of its hop-by-hop ones);
@@ -523,7 +532,20 @@ enum MHD_Result http_e2b_port(struct http_request *r, const char *sandbox_id, un
                 MHD_destroy_response(resp);
                 return MHD_NO;
         }
-        if (status == MHD_HTTP_SWITCHING_PROTOCOLS)
-                http_bounds_upgraded(r->connection);
-        return http_reply_response(r, status, resp);
+        if (status != MHD_HTTP_SWITCHING_PROTOCOLS)
+                return http_reply_response(r, status, resp);
+        http_bounds_upgraded(r->connection);
+        enum MHD_Result queued = http_reply_response(r, status, resp);
+        if (queued == MHD_YES)
+                r->upgrade = owned;
+        else
+                relay_release(owned);
+        return queued;
+}
+
+void http_e2b_port_request_done(struct http_request *r, enum MHD_RequestTerminationCode toe)
+{
+        if (r->upgrade != NULL && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
+                relay_release(r->upgrade);
+        r->upgrade = NULL;
 }

@@ -19,3 +19,6 @@
 int e2b_ports_from_host(struct http_request *r);
 /* Proxy r to the sandbox's port (exposed for it when it is not yet). */
 enum MHD_Result http_e2b_port(struct http_request *r, const char *sandbox_id, unsigned port);
+/* The request ended: a WebSocket whose 101 was not sent (its client left)
+ * never gets its relay, which is freed here. */
+void http_e2b_port_request_done(struct http_request *r, enum MHD_RequestTerminationCode toe);

@@ -49,6 +49,7 @@ struct http_request {
         bool e2b;             /* a request of E2B's SDKs (e2b.h) */
         char *host_sandbox;   /* the sandbox its Host names (e2b_ports.h), or NULL */
         char host_port[8];    /* and the port */
+        void *upgrade;        /* its WebSocket's relay until MHD starts it (e2b_ports.h) */
 };
 
 /* Append n bytes to a growing buffer (doubling from 16 KiB, never past

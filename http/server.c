@@ -17,6 +17,7 @@
 #include "auth.h"
 #include "bounds.h"
 #include "e2b.h"
+#include "e2b_ports.h"
 #include "client.h"
 #include "cleanup.h"
 #include "counters.h"
@@ -352,6 +353,7 @@ static void request_completed(void *cls, struct MHD_Connection *connection, void
                               (double)((long long)now.tv_sec * 1000000000 + now.tv_nsec - r->started_ns) /
                                   1e9);
         owner_give(r);
+        http_e2b_port_request_done(r, toe);
         http_agent_upload_free(r->upload);
         free(r->host_sandbox);
         free(r->body);

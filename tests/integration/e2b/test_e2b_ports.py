@@ -14,6 +14,7 @@ import socket
 import ssl
 import subprocess
 import tempfile
+import time
 
 import pytest
 
@@ -49,18 +50,27 @@ def free_port():
 
 
 @pytest.fixture(scope="module")
-def tls_front(netd):
+def tokens(netd):
+    """The tokens file of the two E2B keys (owners UID_A and UID_B)."""
+    os.chmod(netd.socket, 0o666)  # for auth.act_as's uids
+    tmp = tempfile.mkdtemp(prefix="nsbox-e2b-keys-")
+    path = os.path.join(tmp, "tokens")
+    with open(path, "w") as f:
+        f.write("%d %s\n%d %s\n" % (UID_A, KEY_A, UID_B, KEY_B))
+    os.chmod(path, 0o600)
+    yield path
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def tls_front(netd, tokens):
     """nsbox-http over TLS with a *.nsbox.localhost certificate and --e2b-domain."""
-    os.chmod(netd.socket, 0o666)
     tmp = tempfile.mkdtemp(prefix="nsbox-e2b-tls-")
-    cert, key, tokens = (os.path.join(tmp, n) for n in ("cert.pem", "key.pem", "tokens"))
+    cert, key = (os.path.join(tmp, n) for n in ("cert.pem", "key.pem"))
     subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
                     "-nodes", "-days", "1", "-subj", "/CN=" + DOMAIN, "-addext",
                     "subjectAltName=DNS:*.%s,DNS:%s,IP:127.0.0.1" % (DOMAIN, DOMAIN),
                     "-keyout", key, "-out", cert], check=True, capture_output=True)
-    with open(tokens, "w") as f:
-        f.write("%d %s\n%d %s\n" % (UID_A, KEY_A, UID_B, KEY_B))
-    os.chmod(tokens, 0o600)
     port = free_port()
     f = Front(netd, "--tokens", tokens, "--tls-cert", cert, "--tls-key", key, "--http", "127.0.0.1:%d" % port,
               "--e2b-domain", "%s:%d" % (DOMAIN, port), tokens=False, scheme="https")
@@ -198,3 +208,172 @@ def test_a_sandbox_without_network_says_so(tls_front):
         assert status == 502 and b"has no network" in body, body
     finally:
         kill(tls_front, KEY_A, a["sandboxID"])
+
+
+# A server for the sandbox: GET /ws answers 101 and then echoes what comes; other paths are files.
+ECHO_SERVER = r"""
+import http.server
+class H(http.server.SimpleHTTPRequestHandler):
+    def do_GET(self):
+        if self.path != "/ws":
+            return super().do_GET()
+        self.send_response(101)
+        self.send_header("Upgrade", "echo")
+        self.send_header("Connection", "Upgrade")
+        self.end_headers()
+        self.wfile.flush()
+        while True:
+            data = self.connection.recv(65536)
+            if not data:
+                return
+            self.connection.sendall(data)
+http.server.ThreadingHTTPServer(("0.0.0.0", 8000), H).serve_forever()
+"""
+
+
+def start_echo_server(netd, sandbox_id, as_uid=None):
+    netd.call("sandbox.exec", sandbox_id=sandbox_id, background=True,
+              command="mkdir -p /tmp/www && echo from-sandbox > /tmp/www/hi.txt && cat > /tmp/echo.py <<'EOF'\n%s\nEOF\n"
+                      "cd /tmp/www && exec python3 /tmp/echo.py" % ECHO_SERVER)
+
+
+def open_upgrade(port, host, headers, tls_context=None):
+    """A connection that asked to upgrade: (socket, status line, what came after the head)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    if tls_context is not None:
+        s = tls_context.wrap_socket(s, server_hostname=host.split(":")[0])
+    head = "GET /ws HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: echo\r\n" % host
+    s.sendall((head + "".join("%s: %s\r\n" % kv for kv in headers.items()) + "\r\n").encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        more = s.recv(65536)
+        if not more:
+            break
+        data += more
+    head, _, rest = data.partition(b"\r\n\r\n")
+    return s, head.split(b"\r\n")[0].decode(), rest
+
+
+def echo(s, payload):
+    s.sendall(payload)
+    got = b""
+    while len(got) < len(payload):
+        more = s.recv(65536)
+        if not more:
+            break
+        got += more
+    return got
+
+
+def until(what, fn, seconds=30):
+    deadline = time.monotonic() + seconds
+    while True:
+        v = fn()
+        if v:
+            return v
+        assert time.monotonic() < deadline, "timed out waiting for " + what
+        time.sleep(0.05)
+
+
+def test_upgraded_connections_are_relayed_outlive_the_header_timeout_and_count_against_their_key(netd, tokens):
+    """A WebSocket holds one of its key's --max-per-token while it is open and is not cut by
+    --header-timeout (1 s here), which cuts a connection that sends no request."""
+    f = Front(netd, "--tokens", tokens, "--max-per-token", "3", "--header-timeout", "1", tokens=False)
+    try:
+        c = f.connection()
+        c.request("POST", "/sandboxes", body=json.dumps({"network": {"denyOut": ["0.0.0.0/0"]}}),
+                  headers={"X-API-KEY": KEY_A, "Content-Type": "application/json"})
+        a = json.loads(c.getresponse().read())
+        c.close()
+        start_echo_server(netd, a["sandboxID"])
+        names = {"E2b-Sandbox-Id": a["sandboxID"], "E2b-Sandbox-Port": "8000", "X-Access-Token": a["envdAccessToken"]}
+        host = "127.0.0.1:%d" % f.port
+
+        def opened():
+            s, status, rest = open_upgrade(f.port, host, names)
+            if " 101 " in status + " ":
+                return s, rest
+            s.close()
+            return None
+        first, rest = until("the echo server", opened)
+        assert rest == b""
+        assert echo(first, b"one") == b"one"
+        second, _ = opened()
+        # the third: its request and the two relays make the key's 3 (--max-per-token)
+        third, status, _ = open_upgrade(f.port, host, names)
+        third.close()
+        assert " 429 " in status + " ", status
+        # past --header-timeout: an idle connection without a request is cut, the relays are not
+        idle = socket.create_connection(("127.0.0.1", f.port), timeout=30)
+        assert idle.recv(1) == b""  # cut by the watchdog after 1 s
+        idle.close()
+        assert echo(first, b"x" * 200000) == b"x" * 200000
+        assert echo(second, b"two") == b"two"
+        first.close()
+        # its relay ends, and with it its count: a new one is let in
+        third = until("the first relay's end", opened)[0]
+        assert echo(third, b"three") == b"three"
+        third.close()
+        second.close()
+        c = f.connection()
+        c.request("DELETE", "/sandboxes/" + a["sandboxID"], headers={"X-API-KEY": KEY_A})
+        c.getresponse().read()
+        c.close()
+    finally:
+        assert f.stop() == 0, f.read_log()[-4000:]
+
+
+def test_without_tokens_a_pages_own_origin_reaches_its_sandbox_port_and_no_other(netd, tokens):
+    """On loopback without --tokens a program of this host is served; a browser's request
+    carries an Origin, which is served only for a sandbox's port whose Host it is (noVNC's
+    page opening its WebSocket), never for nsbox-http's API or another Host."""
+    port = free_port()
+    domain = "%s:%d" % (DOMAIN, port)
+    f = Front(netd, "--http", "127.0.0.1:%d" % port, "--e2b-domain", domain, tokens=False, uid=UID_A)
+    f.port = port
+    try:
+        c = f.connection()
+        c.request("POST", "/sandboxes", body=json.dumps({"network": {"denyOut": ["0.0.0.0/0"]}}),
+                  headers={"X-API-KEY": "e2b_00", "Content-Type": "application/json"})
+        a = json.loads(c.getresponse().read())
+        c.close()
+        assert a["domain"] == domain
+        start_echo_server(netd, a["sandboxID"])
+        host = "8000-%s.%s" % (a["sandboxID"], domain)
+
+        def get(headers):
+            c = f.connection()
+            try:
+                c.putrequest("GET", "/hi.txt", skip_host=True)
+                for k, v in headers.items():
+                    c.putheader(k, v)
+                c.endheaders()
+                r = c.getresponse()
+                return r.status, r.read()
+            finally:
+                c.close()
+        assert until("the server", lambda: get({"Host": host}) == (200, b"from-sandbox\n"))
+        assert get({"Host": host, "Origin": "http://" + host}) == (200, b"from-sandbox\n")
+        status, body = get({"Host": host, "Origin": "http://evil.example"})
+        assert status == 403 and b"Origin" in body, body
+        other = "8000-%s.%s" % (a["sandboxID"], domain.replace(DOMAIN, "x." + DOMAIN))
+        status, body = get({"Host": host, "Origin": "http://" + other})
+        assert status == 403, body
+        # nsbox-http's own API from a page on the sandbox's origin: refused as before
+        c = f.connection()
+        c.request("POST", "/v1/rpc", body=json.dumps({"method": "sandbox.list", "params": {}}),
+                  headers={"Origin": "http://" + host, "Content-Type": "application/json"})
+        r = c.getresponse()
+        r.read()
+        c.close()
+        assert r.status == 403
+        s, status, _ = open_upgrade(port, host, {"Origin": "http://" + host})
+        assert " 101 " in status + " ", status
+        assert echo(s, b"ws") == b"ws"
+        s.close()
+        c = f.connection()
+        c.request("DELETE", "/sandboxes/" + a["sandboxID"], headers={"X-API-KEY": "e2b_00"})
+        c.getresponse().read()
+        c.close()
+    finally:
+        assert f.stop() == 0, f.read_log()[-4000:]
