@@ -412,34 +412,44 @@ static void upgraded(void *cls, struct MHD_Connection *connection, void *req_cls
         relay_release(u);
 }
 
-/* The server's status and headers onto resp (none of its hop-by-hop ones);
- * *status, and *length: its Content-Length or -1. */
-static bool copy_answer_head(struct upstream *u, struct MHD_Response *resp, unsigned *status,
+/* The server's status and headers onto resp (none of its hop-by-hop ones;
+ * resp NULL: only checked); *status, and *length: its Content-Length or
+ * -1. False when the head is not HTTP's (a NUL, a line without a colon, a
+ * header MHD refuses): the server in the sandbox is not trusted. */
+static bool copy_answer_head(const struct upstream *u, struct MHD_Response *resp, unsigned *status,
                              long long *length)
 {
-        char *line = u->buf, *end = strstr(line, "\r\n");
+        const char *line = u->buf, *head_end = u->buf + u->body - 2; /* its last line's CRLF */
+        const char *end = memmem(line, (size_t)(head_end - line), "\r\n", 2);
         unsigned code = 0;
-        if (end == NULL || strncmp(line, "HTTP/1.", 7) != 0 || sscanf(line + 8, " %3u", &code) != 1 ||
-            code < 100 || code > 599)
+        if (end == NULL || memchr(u->buf, '\0', u->body) != NULL || strncmp(line, "HTTP/1.", 7) != 0 ||
+            sscanf(line + 8, " %3u", &code) != 1 || code < 100 || code > 599)
                 return false;
         *status = code;
         *length = -1;
-        for (line = end + 2; resp != NULL && line < u->buf + u->body - 2; line = end + 2) {
-                end = strstr(line, "\r\n");
-                *end = '\0';
-                char *colon = strchr(line, ':');
-                if (colon == NULL)
+        for (line = end + 2; line < head_end; line = end + 2) {
+                end = memmem(line, (size_t)(head_end - line), "\r\n", 2);
+                if (end == NULL)
+                        end = head_end; /* the last line */
+                const char *colon = memchr(line, ':', (size_t)(end - line));
+                if (colon == NULL || colon == line)
                         return false;
-                *colon = '\0';
-                char *value = colon + 1;
+                _cleanup_free_ char *name = strndup(line, (size_t)(colon - line));
+                const char *value = colon + 1;
                 while (*value == ' ' || *value == '\t')
                         value++;
-                if (strcasecmp(line, "Content-Length") == 0)
-                        *length = strtoll(value, NULL, 10);
-                bool upgrade_header = code == 101 && (strcasecmp(line, "Upgrade") == 0);
-                if ((hop_header(line) && !upgrade_header) || strcasecmp(line, "Content-Length") == 0)
+                _cleanup_free_ char *text = strndup(value, (size_t)(end - value));
+                if (name == NULL || text == NULL)
+                        return false;
+                if (strcasecmp(name, "Content-Length") == 0) {
+                        *length = strtoll(text, NULL, 10);
                         continue;
-                if (MHD_add_response_header(resp, line, value) != MHD_YES)
+                }
+                bool upgrade_header =
+                    code == MHD_HTTP_SWITCHING_PROTOCOLS && strcasecmp(name, "Upgrade") == 0;
+                if ((hop_header(name) && !upgrade_header) || resp == NULL)
+                        continue;
+                if (MHD_add_response_header(resp, name, text) != MHD_YES)
                         return false;
         }
         return true;
@@ -529,8 +539,11 @@ enum MHD_Result http_e2b_port(struct http_request *r, const char *sandbox_id, un
         struct upstream *owned = u;
         u = NULL; /* the response's now (its free callback, or the upgrade's handler) */
         if (!copy_answer_head(owned, resp, &status, &length)) {
-                MHD_destroy_response(resp);
-                return MHD_NO;
+                bool upgrading = status == MHD_HTTP_SWITCHING_PROTOCOLS;
+                MHD_destroy_response(resp); /* frees owned, unless it is an upgrade's */
+                if (upgrading)
+                        relay_release(owned);
+                return bad_gateway(r, sandbox_id, port, "its answer has a header nsbox-http cannot pass on");
         }
         if (status != MHD_HTTP_SWITCHING_PROTOCOLS)
                 return http_reply_response(r, status, resp);

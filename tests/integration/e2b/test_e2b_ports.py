@@ -279,6 +279,7 @@ def test_upgraded_connections_are_relayed_outlive_the_header_timeout_and_count_a
     """A WebSocket holds one of its key's --max-per-token while it is open and is not cut by
     --header-timeout (1 s here), which cuts a connection that sends no request."""
     f = Front(netd, "--tokens", tokens, "--max-per-token", "3", "--header-timeout", "1", tokens=False)
+    a = None
     try:
         c = f.connection()
         c.request("POST", "/sandboxes", body=json.dumps({"network": {"denyOut": ["0.0.0.0/0"]}}),
@@ -314,13 +315,15 @@ def test_upgraded_connections_are_relayed_outlive_the_header_timeout_and_count_a
         third = until("the first relay's end", opened)[0]
         assert echo(third, b"three") == b"three"
         third.close()
-        second.close()
-        c = f.connection()
-        c.request("DELETE", "/sandboxes/" + a["sandboxID"], headers={"X-API-KEY": KEY_A})
-        c.getresponse().read()
-        c.close()
-    finally:
+        # nsbox-http stops with a WebSocket open: it ends the relay (SIGTERM, not the kill after 30 s)
         assert f.stop() == 0, f.read_log()[-4000:]
+        assert second.recv(1) == b""
+        second.close()
+    finally:
+        if f.proc.poll() is None:
+            f.stop()
+        if a is not None:
+            netd.call("sandbox.remove", sandbox_id=a["sandboxID"], force=True)
 
 
 def test_without_tokens_a_pages_own_origin_reaches_its_sandbox_port_and_no_other(netd, tokens):
@@ -377,3 +380,52 @@ def test_without_tokens_a_pages_own_origin_reaches_its_sandbox_port_and_no_other
         c.close()
     finally:
         assert f.stop() == 0, f.read_log()[-4000:]
+
+
+# A server that answers what no HTTP server should: by the path it is asked for.
+HOSTILE_SERVER = r"""
+import socket, threading
+ANSWERS = {
+    b"/nul": b"HTTP/1.0 200 OK\r\nX-A: a\0b\r\n\r\nbody",
+    b"/nocolon": b"HTTP/1.0 200 OK\r\nno colon here\r\n\r\nbody",
+    b"/notstatus": b"SSH-2.0-OpenSSH\r\n\r\n",
+    b"/huge": b"HTTP/1.0 200 OK\r\nX-Big: " + b"x" * (100 << 10) + b"\r\n\r\n",
+    b"/cut": b"HTTP/1.0 200 OK\r\nX-A: b",
+    b"/switch": b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n",
+    b"/fine": b"HTTP/1.0 200 OK\r\nX-Fine: yes\r\n\r\nfine",
+}
+def serve(c):
+    data = b""
+    while b"\r\n\r\n" not in data:
+        more = c.recv(65536)
+        if not more:
+            break
+        data += more
+    path = data.split(b" ")[1] if b" " in data else b""
+    c.sendall(ANSWERS.get(path, b"HTTP/1.0 404 Not Found\r\n\r\n"))
+    c.close()
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 8002))
+s.listen(16)
+while True:
+    threading.Thread(target=serve, args=(s.accept()[0],)).start()
+"""
+
+
+def test_a_server_in_the_sandbox_that_answers_no_http_is_a_502(netd, tls_front):
+    a = create(tls_front, KEY_A)
+    try:
+        netd.call("sandbox.exec", sandbox_id=a["sandboxID"], background=True,
+                  command="cat > /tmp/hostile.py <<'EOF'\n%s\nEOF\nexec python3 /tmp/hostile.py" % HOSTILE_SERVER)
+        host = "8002-%s.%s" % (a["sandboxID"], tls_front.domain)
+        token = {"E2B-Traffic-Access-Token": a["trafficAccessToken"]}
+        assert until("the server", lambda: host_request(tls_front, host, "/fine", token) == (200, b"fine"))
+        for path in ("/nul", "/nocolon", "/notstatus", "/huge", "/cut", "/switch"):
+            status, body = host_request(tls_front, host, path, token)
+            assert status == 502, (path, status, body)
+            assert b"port 8002 of sandbox " + a["sandboxID"].encode() in body, (path, body)
+        # nsbox-http serves on
+        assert host_request(tls_front, host, "/fine", token) == (200, b"fine")
+    finally:
+        kill(tls_front, KEY_A, a["sandboxID"])
