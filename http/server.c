@@ -91,13 +91,19 @@ static bool same_origin(const char *origin, const char *host)
 /* Without tokens, reaching the loopback port is the only credential, and a
  * browser reaches it for any web page: a cross-site "simple" POST (no
  * preflight) carries an Origin, a DNS-rebound name a Host of that name.
- * Programs (curl, SDKs) send neither. A sandbox's port named by its Host
+ * Programs (curl, SDKs) send neither; a browser's request from another
+ * site without an Origin (a GET of an <img>) says Sec-Fetch-Site. A sandbox's port named by its Host
  * (PORT-ID.DOMAIN) serves a browser's page and its own requests (noVNC's
  * WebSocket carries the page's Origin): an Origin of that same name. */
 static bool from_this_host(struct http_request *r)
 {
         const char *host = MHD_lookup_connection_value(r->connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
         const char *origin = MHD_lookup_connection_value(r->connection, MHD_HEADER_KIND, "Origin");
+        /* a browser says where a request comes from even when it sends no
+         * Origin (an <img> of another page): "none" is the user's own */
+        const char *site = MHD_lookup_connection_value(r->connection, MHD_HEADER_KIND, "Sec-Fetch-Site");
+        if (site != NULL && strcmp(site, "same-origin") != 0 && strcmp(site, "none") != 0)
+                return false;
         if (origin != NULL && !(r->host_sandbox != NULL && same_origin(origin, host)))
                 return false;
         return host == NULL || loopback_host(host);
@@ -284,8 +290,9 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *connecti
                         return http_reply_error(
                             r, MHD_HTTP_FORBIDDEN, "permission_denied",
                             "without --tokens only programs of this host are served: a request "
-                            "with an Origin header (a web page's) or a Host that is not a "
-                            "loopback address is refused");
+                            "with an Origin header (a web page's; but a sandbox's port's own page), "
+                            "a Sec-Fetch-Site other than same-origin or none, or a Host that is not "
+                            "a loopback address is refused");
                 /* Without tokens, reaching the loopback port from a
                  * program of this host is the credential. */
                 if (!http_bounds_authenticated(connection))

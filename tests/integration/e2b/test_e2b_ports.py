@@ -357,8 +357,14 @@ def test_without_tokens_a_pages_own_origin_reaches_its_sandbox_port_and_no_other
                 c.close()
         assert until("the server", lambda: get({"Host": host}) == (200, b"from-sandbox\n"))
         assert get({"Host": host, "Origin": "http://" + host}) == (200, b"from-sandbox\n")
+        assert get({"Host": host, "Sec-Fetch-Site": "same-origin"}) == (200, b"from-sandbox\n")
+        assert get({"Host": host, "Sec-Fetch-Site": "none"}) == (200, b"from-sandbox\n")  # typed by the user
         status, body = get({"Host": host, "Origin": "http://evil.example"})
         assert status == 403 and b"Origin" in body, body
+        # another site's <img> sends no Origin; another sandbox's page is the same site
+        for site in ("cross-site", "same-site"):
+            status, body = get({"Host": host, "Sec-Fetch-Site": site})
+            assert status == 403, (site, body)
         other = "8000-%s.%s" % (a["sandboxID"], domain.replace(DOMAIN, "x." + DOMAIN))
         status, body = get({"Host": host, "Origin": "http://" + other})
         assert status == 403, body
