@@ -597,6 +597,7 @@ const scenarios = {
       await sbx.files.write("/tmp/www/hello.txt", "hello through getHost\n");
       await sbx.commands.run("cd /tmp/www && exec python3 -m http.server 8000", { background: true, timeoutMs: 0 });
       report.host = sbx.getHost(8000);
+      report.hostAfterConnect = (await Sandbox.connect(sbx.sandboxId)).getHost(8000);  // connect's domain too
       const token = { "E2B-Traffic-Access-Token": sbx.trafficAccessToken };
       report.hello = await until("the server in the sandbox", async () => {
         const r = await fetchAt(`https://${report.host}/hello.txt`, token);

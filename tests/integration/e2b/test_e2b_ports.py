@@ -135,6 +135,7 @@ def kill(front, key, sandbox_id):
 def test_get_host_reaches_a_server_started_in_the_sandbox(tls_front, sdk_dir):
     r = scenario(tls_front, sdk_dir, "getHost")
     assert r["host"] == "8000-%s.%s" % (r["sandboxId"], tls_front.domain)  # the SDK's, from our `domain`
+    assert r["hostAfterConnect"] == r["host"]
     assert r["hello"] == "hello through getHost\n"
     assert r["byHeaders"] == "hello through getHost\n"
     assert r["listing"] == 200 and r["missing"] == 404  # the server's own answers, passed on
@@ -368,6 +369,8 @@ def test_without_tokens_a_pages_own_origin_reaches_its_sandbox_port_and_no_other
         other = "8000-%s.%s" % (a["sandboxID"], domain.replace(DOMAIN, "x." + DOMAIN))
         status, body = get({"Host": host, "Origin": "http://" + other})
         assert status == 403, body
+        status, body = get({"Host": "8000-0123abcd.%s" % domain})
+        assert status == 404 and b"sandbox 0123abcd not found" in body, body  # an unknown sandbox
         # nsbox-http's own API from a page on the sandbox's origin: refused as before
         c = f.connection()
         c.request("POST", "/v1/rpc", body=json.dumps({"method": "sandbox.list", "params": {}}),
