@@ -455,6 +455,17 @@ static bool copy_answer_head(const struct upstream *u, struct MHD_Response *resp
         return true;
 }
 
+static bool sandbox_paused(struct http_request *r, const char *sandbox_id)
+{
+        _cleanup_json_ json_t *params = json_pack("{s:s}", "sandbox_id", sandbox_id), *result = NULL,
+                              *error = NULL;
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (http_call(r, "sandbox.info", params, &result, &error, &err) < 0)
+                return false;
+        const char *state = json_string_value(json_object_get(result, "state"));
+        return state != NULL && strcmp(state, "paused") == 0;
+}
+
 static enum MHD_Result bad_gateway(struct http_request *r, const char *sandbox_id, unsigned port,
                                    const char *why)
 {
@@ -499,7 +510,18 @@ enum MHD_Result http_e2b_port(struct http_request *r, const char *sandbox_id, un
                 return bad_gateway(r, sandbox_id, port, "out of memory");
         /* a closed port: the exposure's proxy ends the connection, maybe before the whole request is in */
         int wrote = io_write_all(u->fd, request, len);
+        /* a paused sandbox's server would hold the request until --timeout:
+         * one that has not answered within a second is asked about */
+        unsigned timeout_ms = u->timeout_ms;
+        u->timeout_ms = timeout_ms < 1000 ? timeout_ms : 1000;
         int got = read_head(u);
+        if (got == -ETIMEDOUT && sandbox_paused(r, sandbox_id))
+                return bad_gateway(r, sandbox_id, port, "the sandbox is paused (Sandbox.connect resumes it)");
+        if (got == -ETIMEDOUT && timeout_ms > u->timeout_ms) {
+                u->timeout_ms = timeout_ms - u->timeout_ms;
+                got = read_head(u);
+        }
+        u->timeout_ms = timeout_ms;
         if (got == 0 || (got < 0 && wrote < 0))
                 return bad_gateway(
                     r, sandbox_id, port,

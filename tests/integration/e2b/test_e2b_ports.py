@@ -422,7 +422,7 @@ while True:
 """
 
 
-def test_a_server_in_the_sandbox_that_answers_no_http_is_a_502(netd, tls_front):
+def test_a_server_in_the_sandbox_that_answers_no_http_or_is_paused_is_a_502(netd, tls_front):
     a = create(tls_front, KEY_A)
     try:
         netd.call("sandbox.exec", sandbox_id=a["sandboxID"], background=True,
@@ -436,5 +436,9 @@ def test_a_server_in_the_sandbox_that_answers_no_http_is_a_502(netd, tls_front):
             assert b"port 8002 of sandbox " + a["sandboxID"].encode() in body, (path, body)
         # nsbox-http serves on
         assert host_request(tls_front, host, "/fine", token) == (200, b"fine")
+        # a paused sandbox: said at once, not held until --timeout
+        netd.call("sandbox.pause", sandbox_id=a["sandboxID"], force=True)
+        status, body = host_request(tls_front, host, "/fine", token)
+        assert status == 502 and b"paused" in body, body
     finally:
         kill(tls_front, KEY_A, a["sandboxID"])
