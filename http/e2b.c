@@ -37,6 +37,15 @@ static const char *header(struct MHD_Connection *connection, const char *name)
 
 uid_t http_e2b_authenticate(struct MHD_Connection *connection, const char *url)
 {
+        /* A request to a sandbox (any port, any path: a volume's token must
+         * not open its owner's sandboxes) takes that sandbox's token alone. */
+        const char *sandbox_id = e2b_sandbox_id(connection);
+        if (sandbox_id != NULL) {
+                const char *token = header(connection, "X-Access-Token");
+                if (token == NULL)
+                        token = header(connection, "E2B-Traffic-Access-Token");
+                return token ? http_tokens_lookup_sandbox(token, sandbox_id) : 0;
+        }
         char volume[E2B_MAX_VOLUME_ID + 1];
         if (e2b_volume_content_id(url, volume) == 0) {
                 /* The volume's token (VolumeAndToken's), or its owner's key. */
@@ -46,13 +55,6 @@ uid_t http_e2b_authenticate(struct MHD_Connection *connection, const char *url)
                         if (uid != 0)
                                 return uid;
                 }
-        }
-        const char *sandbox_id = e2b_sandbox_id(connection);
-        if (sandbox_id != NULL) {
-                const char *token = header(connection, "X-Access-Token");
-                if (token == NULL)
-                        token = header(connection, "E2B-Traffic-Access-Token");
-                return token ? http_tokens_lookup_sandbox(token, sandbox_id) : 0;
         }
         const char *key = header(connection, "X-API-KEY");
         return key ? http_tokens_lookup(key, strlen(key)) : 0;

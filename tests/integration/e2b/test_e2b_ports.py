@@ -170,6 +170,18 @@ def test_another_keys_sandbox_an_unknown_sandbox_and_a_malformed_host_are_refuse
             "E2b-Sandbox-Id": b["sandboxID"], "E2b-Sandbox-Port": "8000",
             "X-Access-Token": a["trafficAccessToken"]})
         assert status == 401, body
+        # a volume's token (VolumeAndToken's, for E2B's volume content API) opens no sandbox of its owner
+        c = tls_front.connection()
+        c.request("POST", "/volumes", body=json.dumps({"name": "portsvol"}),
+                  headers={"X-API-KEY": KEY_A, "Content-Type": "application/json"})
+        r = c.getresponse()
+        volume = json.loads(r.read())
+        c.close()
+        assert r.status in (200, 201) and volume.get("token"), volume
+        status, body = host_request(tls_front, "8000-%s.%s" % (a["sandboxID"], tls_front.domain),
+                                    "/volumecontent/%s/file?path=/x" % volume["volumeID"],
+                                    headers={"Authorization": "Bearer " + volume["token"]})
+        assert status == 401, body
         # an unknown sandbox with a token made for that id by A's key: not found
         unknown = "0123abcd"
         status, body = host_request(tls_front, "8000-%s.%s" % (unknown, tls_front.domain),
@@ -195,6 +207,10 @@ def test_another_keys_sandbox_an_unknown_sandbox_and_a_malformed_host_are_refuse
     finally:
         kill(tls_front, KEY_A, a["sandboxID"])
         kill(tls_front, KEY_B, b["sandboxID"])
+        c = tls_front.connection()
+        c.request("DELETE", "/volumes/portsvol", headers={"X-API-KEY": KEY_A})
+        c.getresponse().read()
+        c.close()
     # a removed sandbox: its token still matches its id, the sandbox is not found
     status, body = host_request(tls_front, "8000-%s.%s" % (a["sandboxID"], tls_front.domain),
                                 headers={"E2B-Traffic-Access-Token": a["trafficAccessToken"]})
