@@ -146,6 +146,7 @@ struct conn {
         uint64_t c2u_left;    /* Content-Length: body bytes still forwarded */
         struct sniff_chunked c2u_chunks;
         struct inject_scan c2u_scan;             /* its body, for placeholders */
+        struct inject_scan c2u_data_scan;        /* a chunked body's data, joined */
         const struct inject_secret *c2u_refused; /* the secret whose placeholder it carried */
         struct inject_secrets *u2c_mask;         /* its answer's: the values put into it, masked */
         int64_t deadline_ms;

@@ -264,13 +264,16 @@ static bool pass_body(struct job *j, bool from_client, const char *head, size_t 
                       const struct inject_secret **refused)
 {
         struct sniff_chunked chunks = { 0 };
-        struct inject_scan scan = { 0 };
+        struct inject_scan scan = { 0 }, data = { 0 };
         uint64_t left = f.length;
         for (;;) {
                 size_t keep;
                 if (f.chunked) {
-                        keep = sniff_chunked_feed(&chunks, *rest, *n);
-                        if (chunks.state == SNIFF_CHUNK_ERROR)
+                        *refused = NULL;
+                        keep = from_client
+                                   ? inject_scan_chunked(j->secrets, &chunks, &data, *rest, *n, refused)
+                                   : sniff_chunked_feed(&chunks, *rest, *n);
+                        if (*refused != NULL || chunks.state == SNIFF_CHUNK_ERROR)
                                 return false;
                 } else if (f.has_length) {
                         keep = *n > left ? (size_t)left : *n;

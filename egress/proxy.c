@@ -296,6 +296,18 @@ static void c2u_note_extra(struct conn *c, const uint8_t *p, size_t n)
                                "second request on one connection");
 }
 
+/* A placeholder found in the body (c->c2u_refused): when the head went
+ * already, the request is cut short (conn_decide refuses it otherwise). */
+static void c2u_refused_midway(struct conn *c)
+{
+        if (c->state == CONN_SNIFF)
+                return;
+        char why[192], said[224];
+        inject_refusal(c->c2u_refused, c->named ? c->name : NULL, why, sizeof(why));
+        snprintf(said, sizeof(said), "its body %s", why);
+        conn_refused_midway(c, said);
+}
+
 /* Of n bytes from the client, how many belong to the one request a limited
  * connection forwards (its body by Content-Length or by chunk framing).
  * false: the chunk framing is malformed. */
@@ -304,8 +316,15 @@ static bool c2u_take(struct conn *c, const uint8_t *p, size_t *n)
         if (!c->c2u_limited)
                 return true;
         size_t keep = 0;
+        struct inject_secrets *secrets = c->sandbox != NULL ? c->sandbox->secrets : NULL;
         if (!c->c2u_done && c->c2u_chunked) {
-                keep = sniff_chunked_feed(&c->c2u_chunks, p, *n);
+                const struct inject_secret *split = NULL;
+                keep = inject_scan_chunked(secrets, &c->c2u_chunks, &c->c2u_data_scan, p, *n, &split);
+                if (split != NULL) {
+                        c->c2u_refused = split;
+                        c2u_refused_midway(c);
+                        return false;
+                }
                 if (c->c2u_chunks.state == SNIFF_CHUNK_ERROR)
                         return false;
                 c->c2u_done = c->c2u_chunks.state == SNIFF_CHUNK_DONE;
@@ -319,14 +338,8 @@ static bool c2u_take(struct conn *c, const uint8_t *p, size_t *n)
         *n = keep;
         /* A placeholder anywhere in the body, not only in the head, is
          * refused: a body is no place for a value, whatever its host. */
-        if (c->sandbox != NULL && c->sandbox->secrets != NULL &&
-            (c->c2u_refused = inject_scan_body(c->sandbox->secrets, &c->c2u_scan, p, keep)) != NULL) {
-                if (c->state != CONN_SNIFF) { /* the head went already: the request is cut short */
-                        char why[192], said[224];
-                        inject_refusal(c->c2u_refused, c->named ? c->name : NULL, why, sizeof(why));
-                        snprintf(said, sizeof(said), "its body %s", why);
-                        conn_refused_midway(c, said);
-                }
+        if (secrets != NULL && (c->c2u_refused = inject_scan_body(secrets, &c->c2u_scan, p, keep)) != NULL) {
+                c2u_refused_midway(c);
                 return false;
         }
         return true;

@@ -326,6 +326,33 @@ def test_a_placeholder_in_a_request_body_to_another_host_is_refused(netd, sbs, u
     assert mine not in log and theirs not in log
 
 
+def test_a_placeholder_split_by_a_chunked_bodys_framing_is_refused(netd, sbs, up):
+    """A chunked body whose placeholder is cut in two by the chunk framing
+    (a chunk-size line between its halves) is refused all the same, over
+    plain HTTP and inside intercepted TLS: the chunks' data is searched as
+    the one stream the host decodes."""
+    token = value()
+    sid = make(sbs, TOKEN={"value": token, "hosts": ["allowed.test"]})
+    mark = up.mark()
+    r = net_exec(netd, sid, RAW_TLS + textwrap.dedent(r"""
+        token = os.environ["NSBOX_SECRET_TOKEN"]
+        half = len(token) // 2
+        first, second = "k=" + token[:half], token[half:] + "&end=1"
+        raw = ("POST /chunked HTTP/1.1\r\nHost: allowed.test\r\nTransfer-Encoding: chunked\r\n"
+               "Connection: close\r\n\r\n%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n"
+               % (len(first), first, len(second), second)).encode()
+        verdict(http=http("allowed.test", raw=raw), https=over_tls(raw))
+    """), timeout=120)
+    v = r["verdict"]
+    for proto in ("http", "https"):
+        assert v[proto].get("status") == 403 and "refused allowed.test" in v[proto]["body"], (proto, v)
+    assert [h for h in landed(up, mark) if h["path"] == "/chunked"] == [], landed(up, mark)
+    assert "allowed.test:80" in r.get("network_refused", []), r
+    log = netd.read_log()
+    assert log.count("placeholder of secret TOKEN outside its header (Authorization)") >= 2, log[-3000:]
+    assert token not in log
+
+
 def test_a_keep_alive_connection_gets_the_secret_in_each_request(netd, sbs, up):
     """HTTP/1.1 keep-alive over an intercepted TLS connection: every request
     on it is rewritten (the value put in), not only the first; the secrets'
