@@ -126,13 +126,24 @@ void intercept_ca_unref(struct intercept_ca *ca)
         free(ca);
 }
 
+/* all: the connections intercepted now, mine: the sandbox's, each with
+ * the one asked for. */
+static const char *full_with(int all, int mine)
+{
+        if (all > INTERCEPT_MAX)
+                return "too many intercepted connections";
+        if (mine > INTERCEPT_PER_SANDBOX)
+                return "too many intercepted connections of this sandbox";
+        if (all > INTERCEPT_MAX - INTERCEPT_RESERVE && mine > INTERCEPT_RESERVE_EACH)
+                return "too many intercepted connections of this sandbox (the rest are kept for other "
+                       "sandboxes)";
+        return NULL;
+}
+
 const char *intercept_full(const struct intercept_ca *ca)
 {
-        if (__atomic_load_n(&running, __ATOMIC_RELAXED) >= INTERCEPT_MAX)
-                return "too many intercepted connections";
-        if (__atomic_load_n(&ca->running, __ATOMIC_RELAXED) >= INTERCEPT_PER_SANDBOX)
-                return "too many intercepted connections of this sandbox";
-        return NULL;
+        return full_with(__atomic_load_n(&running, __ATOMIC_RELAXED) + 1,
+                         __atomic_load_n(&ca->running, __ATOMIC_RELAXED) + 1);
 }
 
 static int64_t now_ms(void)
@@ -524,12 +535,13 @@ int intercept_start(int client_fd, int upstream_fd, const uint8_t *prefix, size_
         int all = __atomic_add_fetch(&running, 1, __ATOMIC_RELAXED);
         int mine = __atomic_add_fetch(&ca->running, 1, __ATOMIC_RELAXED);
         struct job *j = NULL;
-        if (all > INTERCEPT_MAX || mine > INTERCEPT_PER_SANDBOX || (j = calloc(1, sizeof(*j))) == NULL) {
+        bool full = full_with(all, mine) != NULL;
+        if (full || (j = calloc(1, sizeof(*j))) == NULL) {
                 __atomic_sub_fetch(&running, 1, __ATOMIC_RELAXED);
                 __atomic_sub_fetch(&ca->running, 1, __ATOMIC_RELAXED);
                 close(client_fd);
                 close(upstream_fd);
-                return j == NULL && all <= INTERCEPT_MAX && mine <= INTERCEPT_PER_SANDBOX ? -ENOMEM : -EBUSY;
+                return full ? -EBUSY : -ENOMEM;
         }
         __atomic_add_fetch(&ca->refs, 1, __ATOMIC_RELAXED);
         j->ca = ca;

@@ -16,10 +16,16 @@
 #include "error.h"
 #include "inject.h"
 
-#define INTERCEPT_MAX          256 /* intercepted connections at once, all sandboxes */
-#define INTERCEPT_PER_SANDBOX  32  /* of them, one sandbox's: the others keep theirs */
-#define INTERCEPT_TIMEOUT_SECS 30  /* each read and write */
-#define INTERCEPT_HEAD_SECS    30  /* the TLS handshake and a request's head, all of it */
+#define INTERCEPT_MAX         256 /* intercepted connections at once, all sandboxes */
+#define INTERCEPT_PER_SANDBOX 32  /* of them, one sandbox's: the others keep theirs */
+/* The last INTERCEPT_RESERVE of INTERCEPT_MAX go only to a sandbox that
+ * holds fewer than INTERCEPT_RESERVE_EACH: busy sandboxes (however many)
+ * fill at most INTERCEPT_MAX - INTERCEPT_RESERVE, and a sandbox that
+ * comes later still gets its first connections. */
+#define INTERCEPT_RESERVE      64
+#define INTERCEPT_RESERVE_EACH 4
+#define INTERCEPT_TIMEOUT_SECS 30 /* each read and write */
+#define INTERCEPT_HEAD_SECS    30 /* the TLS handshake and a request's head, all of it */
 #define EGRESS_INTERCEPT_IO    16384
 
 /* Once, before the privileges are dropped: the TLS contexts, the system's
@@ -33,7 +39,8 @@ struct intercept_ca *intercept_ca_parse(json_t *tls, const char **why);
 void intercept_ca_unref(struct intercept_ca *ca);
 
 /* NULL when one more connection of the sandbox whose CA is ca may be
- * intercepted now; else why not (INTERCEPT_MAX, INTERCEPT_PER_SANDBOX). */
+ * intercepted now; else why not (INTERCEPT_MAX, INTERCEPT_PER_SANDBOX,
+ * INTERCEPT_RESERVE). */
 const char *intercept_full(const struct intercept_ca *ca);
 
 /* Intercept the connection between client_fd (the sandbox; prefix: what it

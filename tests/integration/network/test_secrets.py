@@ -19,7 +19,7 @@ import pytest
 import upstream as U
 from conftest import REPO
 from nsbox_client import RpcError
-from test_network import ALLOWED_ONLY, POLICIES, info_stats, landed, net, net_daemon, net_exec, sbs, up  # noqa: F401 (fixtures)
+from test_network import ALLOWED_ONLY, NETLIB, POLICIES, info_stats, landed, net, net_daemon, net_exec, sbs, up  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.serial, pytest.mark.xdist_group("host-network")]
 
@@ -620,6 +620,44 @@ def test_an_echoing_host_never_gives_a_value_back(netd, sbs, up):
     assert got["json"]["headers"]["X-Api-Key"] == "*" * len(key), got["json"]
 
 
+# In the sandbox: TLS connections to allowed.test (a secret's host) opened and stalled after
+# their ClientHello, TRIES of them; how many an interception thread holds (its ServerHello came)
+# and how many were refused go to /tmp/held.json; held until /tmp/release exists.
+HOLD_INTERCEPTED = r"""
+import ssl, time
+def client_hello(name):
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ssl.create_default_context().wrap_bio(incoming, outgoing, server_hostname=name)
+    try:
+        tls.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return outgoing.read()
+hello = client_hello("allowed.test")
+socks, refused = [], 0
+for i in range(TRIES):
+    try:
+        s = socket.create_connection(("allowed.test", 443), timeout=20)
+        s.sendall(hello)
+        first = s.recv(1)
+    except OSError:
+        s, first = None, b""
+    if first == b"\x16":  # a ServerHello: an interception thread has it, stalled
+        socks.append(s)
+    else:  # refused: closed at once, as a client would
+        refused += 1
+        if s is not None:
+            s.close()
+held = len(socks)
+with open("/tmp/held.json", "w") as f:
+    json.dump({"held": held, "refused": refused}, f)
+deadline = time.monotonic() + 120
+while not os.path.exists("/tmp/release") and time.monotonic() < deadline:
+    time.sleep(0.1)
+verdict(held=held, refused=refused)
+"""
+
+
 def test_one_sandbox_holding_its_intercepted_connections_leaves_the_others_theirs(netd, sbs, up):
     """A sandbox that opens many TLS connections to its secret's host and
     stalls them gets its share of the interception threads
@@ -633,39 +671,7 @@ def test_one_sandbox_holding_its_intercepted_connections_leaves_the_others_their
 
     def hold():
         try:
-            result["r"] = net_exec(netd, greedy, r"""
-                import ssl, time
-                def client_hello(name):
-                    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-                    tls = ssl.create_default_context().wrap_bio(incoming, outgoing, server_hostname=name)
-                    try:
-                        tls.do_handshake()
-                    except ssl.SSLWantReadError:
-                        pass
-                    return outgoing.read()
-                hello = client_hello("allowed.test")
-                socks, refused = [], 0
-                for i in range(300):
-                    try:
-                        s = socket.create_connection(("allowed.test", 443), timeout=20)
-                        s.sendall(hello)
-                        first = s.recv(1)
-                    except OSError:
-                        s, first = None, b""
-                    if first == b"\x16":  # a ServerHello: an interception thread has it, stalled
-                        socks.append(s)
-                    else:  # refused: closed at once, as a client would
-                        refused += 1
-                        if s is not None:
-                            s.close()
-                held = len(socks)
-                with open("/tmp/held.json", "w") as f:
-                    json.dump({"held": held, "refused": refused}, f)
-                deadline = time.monotonic() + 120
-                while not os.path.exists("/tmp/release") and time.monotonic() < deadline:
-                    time.sleep(0.1)
-                verdict(held=held, refused=refused)
-            """, timeout=180)
+            result["r"] = net_exec(netd, greedy, "TRIES = 300\n" + HOLD_INTERCEPTED, timeout=180)
         except Exception as e:  # noqa: BLE001 (reported by the main thread)
             result["error"] = e
 
@@ -692,6 +698,42 @@ def test_one_sandbox_holding_its_intercepted_connections_leaves_the_others_their
     assert hit["path"] == "/other-sandbox" and hit["headers"]["X-T"] == other_secret
     assert held == {"held": 32, "refused": 268}, held
     assert "too many intercepted connections of this sandbox" in netd.read_log()
+
+
+def test_busy_sandboxes_cannot_fill_the_interception_threads_another_needs(netd, sbs, up):
+    """Eight sandboxes each open up to 40 TLS connections to their secret's host
+    and stall them: the first six get their 32 each, then the last 64 of the
+    256 threads are kept for sandboxes holding fewer than 4, so the seventh and
+    eighth get 4, and a ninth sandbox's secret request still goes through."""
+    greedy = [make(sbs, T={"value": value(), "hosts": ["allowed.test"]}) for _ in range(8)]
+    other_secret = value()
+    other = make(sbs, T={"value": other_secret, "hosts": ["allowed.test"], "header": "X-T: {value}"})
+    from conftest import PRELUDE
+    from test_service import wait_until
+    held = []
+    try:
+        for sid in greedy:  # one after the other: which one gets what is then known
+            netd.call("sandbox.exec", sandbox_id=sid, background=True,
+                      argv=["python3", "-c", PRELUDE + NETLIB + "TRIES = 40\n" + HOLD_INTERCEPTED])
+
+            def counts(sid=sid):
+                r = netd.call("sandbox.exec", sandbox_id=sid, argv=["cat", "/tmp/held.json"])
+                return json.loads(r["stdout"]) if r["exit_code"] == 0 and r["stdout"] else None
+            assert wait_until(lambda: counts() is not None, timeout=120)
+            held.append(counts()["held"])
+        mark = up.mark()
+        v = net(netd, other, HTTPS_CLIENTS + textwrap.dedent(r"""
+            verdict(r=https_default("https://allowed.test/ninth-sandbox", {}))
+        """))
+    finally:
+        for sid in greedy:
+            netd.call("sandbox.exec", sandbox_id=sid, argv=["touch", "/tmp/release"])
+    assert v["r"].get("status") == 200, (v, held)
+    (hit,) = landed(up, mark, local=U.ALLOWED)
+    assert hit["path"] == "/ninth-sandbox" and hit["headers"]["X-T"] == other_secret
+    assert held == [32] * 6 + [4, 4], held
+    assert "too many intercepted connections of this sandbox (the rest are kept for other sandboxes)" in \
+        netd.read_log()
 
 
 def test_a_request_head_dripped_into_an_intercepted_connection_is_cut_off(netd, sbs):
