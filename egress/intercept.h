@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* TLS interception for the hosts of a sandbox's secrets, and for nothing
- * else: the sandbox's TLS ends here, with a certificate for the host signed
- * by the sandbox's own CA (which nsboxd made and installed in the sandbox),
+ * else (and, the same way without TLS, their plain HTTP on port 80): the sandbox's TLS ends here, with a
+ * certificate for the host signed by the sandbox's own CA (which nsboxd made and installed in the sandbox),
  * and a new TLS connection to the host, whose certificate is verified (the
  * system's CAs and --ca-file), carries the request with the secrets put in
  * (inject.h). Each intercepted connection runs in a thread of its own with
@@ -44,8 +44,12 @@ void intercept_ca_unref(struct intercept_ca *ca);
 const char *intercept_full(const struct intercept_ca *ca);
 
 /* Intercept the connection between client_fd (the sandbox; prefix: what it
- * sent so far, its ClientHello) and upstream_fd (connected to host): both
- * fds are the thread's from here, even when this fails (-errno; -EBUSY:
- * intercept_full, checked again here where the count is taken). */
-int intercept_start(int client_fd, int upstream_fd, const uint8_t *prefix, size_t len, const char *host,
-                    const char *sandbox_id, struct intercept_ca *ca, struct inject_secrets *secrets);
+ * sent so far, its ClientHello) and upstream_fd (connected to host, on
+ * port): both fds are the thread's from here, even when this fails
+ * (-errno; -EBUSY: intercept_full, checked again here where the count is
+ * taken). tls false: plain HTTP to a secret's host (port 80), its requests
+ * (the first in prefix) judged and given the secrets the same way, with
+ * keep-alive, over no TLS. */
+int intercept_start(int client_fd, int upstream_fd, const uint8_t *prefix, size_t len, bool tls,
+                    unsigned port, const char *host, const char *sandbox_id, struct intercept_ca *ca,
+                    struct inject_secrets *secrets);
