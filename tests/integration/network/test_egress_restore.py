@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Live restore of the egress proxy: with live_restore on, nsbox-egress and its
-namespace outlive nsboxd (kill -9), and the next nsboxd adopts them, so that a
+namespace outlive nsboxd (kill -9, SIGTERM), and the next nsboxd adopts them, so that a
 download open through the proxy at the stop completes intact; DNS, new
 connections, exposed ports, secrets and stats carry on; a proxy that cannot
 be adopted (another protocol) is ended and a fresh one started; one no nsboxd
@@ -131,7 +131,9 @@ def status(svc, sid, exec_id):
     return svc.call("exec.status", sandbox_id=sid, exec_id=exec_id)["status"]
 
 
-def test_a_download_open_through_the_proxy_completes_across_a_kill_9(live, up):
+@pytest.mark.parametrize("stop", ["kill9", "terminate"])
+def test_a_download_open_through_the_proxy_completes_across_a_restart(live, up, stop):
+    """Across a kill -9 of nsboxd, and a SIGTERM with live restore."""
     svc = live()
     svc.start()
     token = "tv-" + os.urandom(16).hex()
@@ -147,7 +149,11 @@ def test_a_download_open_through_the_proxy_completes_across_a_kill_9(live, up):
     ns, ns_path = egress_netns(pid)
     assert ns is not None and len(veths(ns_path)) == 1
 
-    svc.kill9()
+    if stop == "kill9":
+        svc.kill9()
+    else:
+        assert svc.terminate() == 0
+        assert "egress: proxy %d left running for the next nsboxd" % pid in svc.log()
     svc.start()
     # stats carry on from where they were
     after = svc.call("sandbox.info", sandbox_id=sid)["egress"]["stats"]
