@@ -19,6 +19,7 @@
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -557,19 +558,31 @@ static int proxy_adopt_answers(int ctl, json_t **adopted, nsbox_error_t **err)
         }
 }
 
-static void proxy_end(int pidfd, pid_t pid, const char *why)
+static void proxy_end(int pidfd, pid_t pid, const char *why, bool fresh)
 {
-        log_warn("egress: the proxy %d a previous nsboxd left is ended (%s); a new one is started", (int)pid,
-                 why);
+        log_warn("egress: the proxy %d a previous nsboxd left is ended (%s)%s", (int)pid, why,
+                 fresh ? "; a new one is started" : "");
         syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
         struct pollfd p = { .fd = pidfd, .events = POLLIN };
         poll(&p, 1, EGRESS_ADOPT_MS);
 }
 
+/* Whether process pid runs nsbox-egress (its argv[0], as proxy_spawn
+ * gives it): a record never gets another process killed. */
+static bool is_proxy(pid_t pid)
+{
+        char path[64], argv0[32] = "";
+        snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd >= 0 ? read(fd, argv0, sizeof(argv0) - 1) : -1;
+        return n > 0 && strcmp(argv0, "nsbox-egress") == 0;
+}
+
 /* The proxy a previous nsboxd left (its record in the state dir), taken
- * over: 1 when adopted, 0 when there is none to adopt (one that cannot be
- * is ended, with a log line why). Its connections carry on. */
-static int proxy_adopt(void)
+ * over when wanted: 1 when adopted, 0 when there is none to adopt (one
+ * that cannot be, or is not wanted, is ended, with a log line why). Its
+ * connections carry on. */
+static int proxy_adopt(bool wanted)
 {
         char path[4096];
         proxy_record_path(path, sizeof(path));
@@ -587,14 +600,19 @@ static int proxy_adopt(void)
                 return 0; /* gone (its grace ran out, or it crashed): nothing of it is left */
         _cleanup_close_ int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
         /* Checked again with the pidfd held: the pid cannot be reused now. */
-        if (pidfd < 0 || state_process_start_time(pid) != (unsigned long long)json_integer_value(start))
+        if (pidfd < 0 || state_process_start_time(pid) != (unsigned long long)json_integer_value(start) ||
+            !is_proxy(pid))
                 return 0;
+        if (!wanted) {
+                proxy_end(pidfd, pid, "this nsboxd gives sandboxes no network", false);
+                return 0;
+        }
         if (!nsboxd.config.live_restore) {
-                proxy_end(pidfd, pid, "live_restore is off");
+                proxy_end(pidfd, pid, "live_restore is off", true);
                 return 0;
         }
         if (json_integer_value(json_object_get(record, "protocol")) != EGRESS_PROTOCOL) {
-                proxy_end(pidfd, pid, "it speaks another protocol: another build");
+                proxy_end(pidfd, pid, "it speaks another protocol: another build", true);
                 return 0;
         }
         _cleanup_error_ nsbox_error_t *err = NULL;
@@ -625,17 +643,19 @@ static int proxy_adopt(void)
                 r = proxy_adopt_answers(ctl, &adopted, &err);
         if (r >= 0 && json_integer_value(json_object_get(adopted, "protocol")) != EGRESS_PROTOCOL)
                 r = nsbox_error(&err, EPROTO, "it speaks another protocol");
-        json_t *ns_number = json_object_get(adopted, "netns_fd");
-        if (r >= 0 &&
-            (r = ns = take_fd(pidfd, json_is_integer(ns_number) ? json_integer_value(ns_number) : -1,
-                              "the egress namespace", &err)) >= 0 &&
-            ioctl(ns, NS_GET_NSTYPE) != CLONE_NEWNET)
-                r = nsbox_error(&err, EPROTO, "it holds no network namespace where it says");
+        /* Where the spawn put it (not where the proxy says: it is less
+         * trusted than we are), and never the host's own namespace. */
+        struct stat ns_st, host_st;
+        if (r >= 0 && (r = ns = take_fd(pidfd, EGRESS_NETNS_FD, "the egress namespace", &err)) >= 0 &&
+            (ioctl(ns, NS_GET_NSTYPE) != CLONE_NEWNET || fstat(ns, &ns_st) < 0 ||
+             fstat(egress.host_ns, &host_st) < 0 ||
+             (ns_st.st_ino == host_st.st_ino && ns_st.st_dev == host_st.st_dev)))
+                r = nsbox_error(&err, EPROTO, "it holds no egress network namespace where it should");
         if (r < 0) {
                 if (lease[0] >= 0)
                         close(lease[0]);
                 json_decref(steal_pointer(&egress.adoptable));
-                proxy_end(pidfd, pid, err->message);
+                proxy_end(pidfd, pid, err->message, true);
                 return 0;
         }
         egress.ns = steal_fd(&ns);
@@ -834,8 +854,10 @@ int egress_init(nsbox_error_t **err)
         int r;
         egress.enabled = json_object_size(nsboxd.config.network_policies) > 0 ||
                          nsboxd.config.allow_client_network_policies;
-        if (!egress.enabled)
+        if (!egress.enabled) {
+                proxy_adopt(false); /* a previous nsboxd's, with live restore */
                 return 0;
+        }
         if (userns_active()) {
                 egress.enabled = false;
                 log_warn("egress: network policies are configured but need host root; this nsboxd runs in a "
@@ -853,7 +875,7 @@ int egress_init(nsbox_error_t **err)
         egress.host_ns = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
         if (egress.host_ns < 0)
                 return nsbox_error(err, errno, "open the host's network namespace");
-        if (proxy_adopt() == 1) {
+        if (proxy_adopt(true) == 1) {
                 log_info("egress: %zu network policies, sandbox addresses from %s, proxy %d",
                          json_object_size(nsboxd.config.network_policies), nsboxd.config.network_subnet,
                          (int)egress.proxy_pid);

@@ -112,13 +112,20 @@ def proxies_of(nsboxd_pid):
 
 
 def egress_netns(pid):
-    """The proxy's egress namespace (its factory thread's): its inode and a path to enter it."""
+    """The proxy's egress namespace (its factory thread's, once it entered it): its inode and a path
+    to enter it."""
     host = os.stat("/proc/self/ns/net").st_ino
-    for tid in os.listdir("/proc/%d/task" % pid):
-        path = "/proc/%d/task/%s/ns/net" % (pid, tid)
-        if os.stat(path).st_ino != host:
-            return os.stat(path).st_ino, path
-    return None, None
+    found = []
+
+    def entered():
+        for tid in os.listdir("/proc/%d/task" % pid):
+            path = "/proc/%d/task/%s/ns/net" % (pid, tid)
+            if os.stat(path).st_ino != host:
+                found[:] = [os.stat(path).st_ino, path]
+                return True
+        return False
+    assert wait_until(entered, timeout=20), "proxy %d is in no egress namespace" % pid
+    return found
 
 
 def veths(ns_path):
@@ -225,3 +232,22 @@ def test_a_proxy_no_nsboxd_takes_over_ends_itself_after_the_grace(live, up):
         svc.log()[-3000:]
     assert wait_until(lambda: not alive(pid), timeout=20)
     assert "nsboxd is gone: waiting 2 s for the next one (live restore)" in svc.log()
+
+
+def test_a_next_nsboxd_without_live_restore_ends_the_proxy_left(live, up):
+    svc = live()
+    svc.start()
+    sid = svc.call("sandbox.create", network=ALLOWED_ONLY)["sandbox_id"]
+    [pid] = proxies_of(svc.proc.pid)
+    svc.kill9()
+    plain = Service(os.path.dirname(svc.state), extra_args=svc.extra_args[:2] + ["--warm-pool", "0"],
+                    pool_base=POOL_BASE)
+    plain.start()
+    assert "the proxy %d a previous nsboxd left is ended (live_restore is off); a new one is started" % pid \
+        in plain.log(), plain.log()[-3000:]
+    assert not alive(pid)
+    assert plain.call("sandbox.list")["count"] == 0, sid
+    [fresh] = proxies_of(plain.proc.pid)
+    assert veths(egress_netns(fresh)[1]) == []
+    assert plain.terminate() == 0
+    assert wait_until(lambda: not alive(fresh), timeout=20)
