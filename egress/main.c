@@ -238,7 +238,7 @@ static const char *op_lease(int *fds, size_t n_fds)
 
 /* A next nsboxd takes the proxy over: the stats so far are sent, then one
  * "adopt" event per sandbox (the numbers of the fds it holds, for
- * pidfd_getfd, and its stats so far), then "adopted". */
+ * pidfd_getfd, and its stats so far), then "adopted" with the protocol. */
 static const char *op_adopt(void)
 {
         if (egress.grace_ms == 0)
@@ -260,8 +260,7 @@ static const char *op_adopt(void)
                     "refused", (json_int_t)sb->sent.refused, "dns_queries", (json_int_t)sb->sent.dns_queries,
                     "secrets_injected", (json_int_t)sb->sent.secrets_injected));
         }
-        egress_send_event(json_pack("{s:s, s:i, s:i, s:i}", "event", "adopted", "protocol", EGRESS_PROTOCOL,
-                                    "netns_fd", egress.netns_fd, "keep_fd", egress.keep_fd));
+        egress_send_event(json_pack("{s:s, s:i}", "event", "adopted", "protocol", EGRESS_PROTOCOL));
         return NULL;
 }
 

@@ -9,12 +9,12 @@
 #include <linux/close_range.h>
 #include <linux/nsfs.h>
 #include <nftables/libnftables.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
@@ -621,8 +621,8 @@ static int proxy_adopt(bool wanted)
         _cleanup_json_ json_t *adopted = NULL;
         json_decref(egress.adoptable);
         egress.adoptable = json_object();
-        /* Its copy of our end of the control socket is at EGRESS_KEEP_FD
-         * (the spawn put it there): the "adopted" event says it again. */
+        /* Its copy of our end of the control socket is at EGRESS_KEEP_FD,
+         * where the spawn put it. */
         int r = (ctl = take_fd(pidfd, EGRESS_KEEP_FD, "its control socket", &err));
         if (r >= 0 && !socket_of(ctl, SOCK_SEQPACKET))
                 r = nsbox_error(&err, EPROTO, "it holds no control socket where it should");
