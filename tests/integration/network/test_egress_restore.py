@@ -251,3 +251,24 @@ def test_a_next_nsboxd_without_live_restore_ends_the_proxy_left(live, up):
     assert veths(egress_netns(fresh)[1]) == []
     assert plain.terminate() == 0
     assert wait_until(lambda: not alive(fresh), timeout=20)
+
+
+def test_a_next_nsboxd_that_gives_no_network_ends_the_proxy_left(live, up):
+    svc = live()
+    svc.start()
+    svc.call("sandbox.create", network=ALLOWED_ONLY)
+    [pid] = proxies_of(svc.proc.pid)
+    svc.kill9()
+    root = os.path.dirname(svc.state)
+    bare = os.path.join(root, "bare.json")
+    with open(bare, "w") as f:
+        json.dump({}, f)
+    no_network = Service(root, extra_args=["--config", bare, "--live-restore", "1", "--warm-pool", "0"],
+                         pool_base=POOL_BASE)
+    no_network.start()
+    try:
+        assert "the proxy %d a previous nsboxd left is ended (this nsboxd gives sandboxes no network)" % pid \
+            in no_network.log(), no_network.log()[-3000:]
+        assert not alive(pid) and proxies_of(no_network.proc.pid) == []
+    finally:
+        no_network.kill9()
