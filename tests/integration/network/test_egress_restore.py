@@ -243,14 +243,18 @@ def test_a_next_nsboxd_without_live_restore_ends_the_proxy_left(live, up):
     plain = Service(os.path.dirname(svc.state), extra_args=svc.extra_args[:2] + ["--warm-pool", "0"],
                     pool_base=POOL_BASE)
     plain.start()
-    assert "the proxy %d a previous nsboxd left is ended (live_restore is off); a new one is started" % pid \
-        in plain.log(), plain.log()[-3000:]
-    assert not alive(pid)
-    assert plain.call("sandbox.list")["count"] == 0, sid
-    [fresh] = proxies_of(plain.proc.pid)
-    assert veths(egress_netns(fresh)[1]) == []
-    assert plain.terminate() == 0
-    assert wait_until(lambda: not alive(fresh), timeout=20)
+    try:
+        assert "the proxy %d a previous nsboxd left is ended (live_restore is off); a new one is started" % pid \
+            in plain.log(), plain.log()[-3000:]
+        assert not alive(pid)
+        assert plain.call("sandbox.list")["count"] == 0, sid
+        [fresh] = proxies_of(plain.proc.pid)
+        assert veths(egress_netns(fresh)[1]) == []
+        assert plain.terminate() == 0
+        assert wait_until(lambda: not alive(fresh), timeout=20)
+    finally:
+        if plain.proc.poll() is None:
+            plain.kill9()
 
 
 def test_a_next_nsboxd_that_gives_no_network_ends_the_proxy_left(live, up):
