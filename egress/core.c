@@ -151,6 +151,12 @@ void egress_send_stats(void)
                                             (json_int_t)sb->connections, "refused", (json_int_t)sb->refused,
                                             "dns_queries", (json_int_t)sb->dns_queries, "secrets_injected",
                                             (json_int_t)sb->secrets_injected));
+                sb->sent.bytes_in += sb->bytes_in;
+                sb->sent.bytes_out += sb->bytes_out;
+                sb->sent.connections += sb->connections;
+                sb->sent.refused += sb->refused;
+                sb->sent.dns_queries += sb->dns_queries;
+                sb->sent.secrets_injected += sb->secrets_injected;
                 sb->bytes_in = sb->bytes_out = sb->connections = sb->refused = sb->dns_queries = 0;
                 sb->secrets_injected = 0;
         }

@@ -40,6 +40,7 @@
 
 enum watch_kind {
         WATCH_CONTROL,
+        WATCH_LEASE,
         WATCH_FACTORY,
         WATCH_TIMER,
         WATCH_RESUME,
@@ -97,6 +98,11 @@ struct egress_sandbox {
         /* Deltas since the last stats event. */
         uint64_t bytes_in, bytes_out, connections, refused, dns_queries;
         uint64_t secrets_injected; /* requests that had its secrets put in */
+        /* What the stats events said so far, summed: a next nsboxd that
+         * adopts this proxy carries the sandbox's stats on from there. */
+        struct {
+                uint64_t bytes_in, bytes_out, connections, refused, dns_queries, secrets_injected;
+        } sent;
         double refused_tokens;
         bool removed;
 };
@@ -140,6 +146,7 @@ struct conn {
         uint64_t c2u_left;    /* Content-Length: body bytes still forwarded */
         struct sniff_chunked c2u_chunks;
         struct inject_scan c2u_scan;             /* its body, for placeholders */
+        struct inject_scan c2u_data_scan;        /* a chunked body's data, joined */
         const struct inject_secret *c2u_refused; /* the secret whose placeholder it carried */
         struct inject_secrets *u2c_mask;         /* its answer's: the values put into it, masked */
         int64_t deadline_ms;
@@ -165,6 +172,12 @@ struct conn_lookup {
 struct egress {
         int epoll_fd;
         struct watch control, factory, timer, resume;
+        /* Live restore (--lease-fd): its hangup says nsboxd is gone; the
+         * proxy then waits grace_ms for a next nsboxd's lease (orphan_since_ms
+         * the moment it went, 0 with a manager) and ends itself after. */
+        struct watch lease;
+        int64_t grace_ms, orphan_since_ms;
+        int netns_fd, keep_fd; /* kept for the next nsboxd to take (pidfd_getfd) */
         /* Connections are budgeted from the fds the process got: two each,
          * after the listeners (two per sandbox, one per expose) and
          * EGRESS_FD_RESERVE. */

@@ -338,6 +338,25 @@ const struct inject_secret *inject_scan_body(const struct inject_secrets *s, str
         return NULL;
 }
 
+size_t inject_scan_chunked(const struct inject_secrets *s, struct sniff_chunked *chunks,
+                           struct inject_scan *data, const uint8_t *buf, size_t len,
+                           const struct inject_secret **found)
+{
+        size_t i = 0;
+        while (i < len && chunks->state != SNIFF_CHUNK_DONE && chunks->state != SNIFF_CHUNK_ERROR) {
+                if (chunks->state != SNIFF_CHUNK_DATA) {
+                        i += sniff_chunked_feed(chunks, buf + i, 1); /* the framing, byte by byte */
+                        continue;
+                }
+                size_t n = len - i < chunks->size ? len - i : (size_t)chunks->size;
+                const struct inject_secret *hit = inject_scan_body(s, data, buf + i, n);
+                if (hit != NULL && *found == NULL)
+                        *found = hit;
+                i += sniff_chunked_feed(chunks, buf + i, n);
+        }
+        return i;
+}
+
 static bool masked(const struct inject_secret *one)
 {
         return one->value_len >= INJECT_MASK_MIN;

@@ -100,6 +100,18 @@ struct inject_scan {
 const struct inject_secret *inject_scan_body(const struct inject_secrets *s, struct inject_scan *scan,
                                              const void *data, size_t len);
 
+/* A piece of a chunked request body: fed to its framing (chunks), and its
+ * chunks' data searched for placeholders as one stream (data, zeroed to
+ * start): a placeholder the framing splits (its bytes in two chunks, a
+ * chunk-size line between them) is found. How many bytes of the piece
+ * belong to the body (chunks->state says DONE, or ERROR); *found: the
+ * secret whose placeholder the data carries, else left as it was. The
+ * caller still searches the bytes as sent (inject_scan_body): extensions
+ * and trailers are no place for one either. */
+size_t inject_scan_chunked(const struct inject_secrets *s, struct sniff_chunked *chunks,
+                           struct inject_scan *data, const uint8_t *buf, size_t len,
+                           const struct inject_secret **found);
+
 /* Values shorter than this are not masked in responses: a few bytes are
  * found in any text by chance, and masking them would garble it. */
 #define INJECT_MASK_MIN 8

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "io.h"
 #include "log.h"
 #include "netpolicy.h"
 #include "sniff.h"
@@ -38,8 +39,13 @@ struct intercept_ca {
 
 struct job {
         int client_fd, upstream_fd;
+        /* false: plain HTTP (port 80), the same requests without TLS on
+         * either side. */
+        bool tls;
+        unsigned port;
+        bool connected; /* to the host (its TLS made) */
         uint8_t *prefix;
-        size_t prefix_len;
+        size_t prefix_len, prefix_used; /* plain HTTP: read from the prefix first */
         char host[NETPOLICY_NAME_MAX + 1];
         char sandbox[128];
         struct intercept_ca *ca;
@@ -126,13 +132,24 @@ void intercept_ca_unref(struct intercept_ca *ca)
         free(ca);
 }
 
+/* all: the connections intercepted now, mine: the sandbox's, each with
+ * the one asked for. */
+static const char *full_with(int all, int mine)
+{
+        if (all > INTERCEPT_MAX)
+                return "too many intercepted connections";
+        if (mine > INTERCEPT_PER_SANDBOX)
+                return "too many intercepted connections of this sandbox";
+        if (all > INTERCEPT_MAX - INTERCEPT_RESERVE && mine > INTERCEPT_RESERVE_EACH)
+                return "too many intercepted connections of this sandbox (the rest are kept for other "
+                       "sandboxes)";
+        return NULL;
+}
+
 const char *intercept_full(const struct intercept_ca *ca)
 {
-        if (__atomic_load_n(&running, __ATOMIC_RELAXED) >= INTERCEPT_MAX)
-                return "too many intercepted connections";
-        if (__atomic_load_n(&ca->running, __ATOMIC_RELAXED) >= INTERCEPT_PER_SANDBOX)
-                return "too many intercepted connections of this sandbox";
-        return NULL;
+        return full_with(__atomic_load_n(&running, __ATOMIC_RELAXED) + 1,
+                         __atomic_load_n(&ca->running, __ATOMIC_RELAXED) + 1);
 }
 
 static int64_t now_ms(void)
@@ -144,14 +161,20 @@ static int64_t now_ms(void)
 
 /* --- the client side: TLS over a memory BIO fed from the socket ----------- */
 
+/* False when the head's deadline passes before the client sends more. */
+static bool client_wait(struct job *j)
+{
+        if (j->head_deadline_ms == 0)
+                return true;
+        int64_t left = j->head_deadline_ms - now_ms();
+        struct pollfd p = { .fd = j->client_fd, .events = POLLIN };
+        return left > 0 && poll(&p, 1, (int)left) > 0;
+}
+
 static bool client_feed(struct job *j)
 {
-        if (j->head_deadline_ms != 0) {
-                int64_t left = j->head_deadline_ms - now_ms();
-                struct pollfd p = { .fd = j->client_fd, .events = POLLIN };
-                if (left <= 0 || poll(&p, 1, (int)left) <= 0)
-                        return false;
-        }
+        if (!client_wait(j))
+                return false;
         uint8_t buf[16384];
         ssize_t n = read(j->client_fd, buf, sizeof(buf));
         return n > 0 && BIO_write(j->client_in, buf, (int)n) == (int)n;
@@ -160,6 +183,22 @@ static bool client_feed(struct job *j)
 /* SSL_accept or SSL_read on the client side: >0, or 0 at its end, -1 on error. */
 static int client_step(struct job *j, void *buf, int len)
 {
+        if (!j->tls) {
+                if (j->prefix_used < j->prefix_len) {
+                        size_t n = j->prefix_len - j->prefix_used < (size_t)len
+                                       ? j->prefix_len - j->prefix_used
+                                       : (size_t)len;
+                        memcpy(buf, j->prefix + j->prefix_used, n);
+                        j->prefix_used += n;
+                        return (int)n;
+                }
+                if (!client_wait(j))
+                        return -1;
+                ssize_t n;
+                while ((n = read(j->client_fd, buf, (size_t)len)) < 0 && errno == EINTR)
+                        ;
+                return n < 0 ? -1 : (int)n;
+        }
         for (;;) {
                 int r = buf ? SSL_read(j->client, buf, len) : SSL_accept(j->client);
                 if (r > 0)
@@ -173,6 +212,8 @@ static int client_step(struct job *j, void *buf, int len)
 
 static bool client_write(struct job *j, const void *data, size_t len)
 {
+        if (!j->tls)
+                return io_write_all(j->client_fd, data, len) == 0;
         return len == 0 || SSL_write(j->client, data, (int)len) == (int)len;
 }
 
@@ -221,13 +262,29 @@ static bool client_write_head(struct job *j, uint8_t *head, size_t len, char *ou
 
 static bool upstream_write(struct job *j, const void *data, size_t len)
 {
+        if (!j->tls)
+                return io_write_all(j->upstream_fd, data, len) == 0;
         return len == 0 || SSL_write(j->upstream, data, (int)len) == (int)len;
+}
+
+/* >0 bytes read from the host, or <=0 at its end or on an error. */
+static int upstream_read(struct job *j, void *buf, size_t cap)
+{
+        if (j->tls)
+                return SSL_read(j->upstream, buf, (int)cap);
+        ssize_t n;
+        while ((n = read(j->upstream_fd, buf, cap)) < 0 && errno == EINTR)
+                ;
+        return (int)n;
 }
 
 /* --- one request ---------------------------------------------------------- */
 
 static bool upstream_connect(struct job *j)
 {
+        j->connected = true;
+        if (!j->tls)
+                return true; /* connected by the proxy's loop */
         j->upstream = SSL_new(client_ctx);
         if (j->upstream == NULL || SSL_set_fd(j->upstream, j->upstream_fd) != 1 ||
             SSL_set_tlsext_host_name(j->upstream, j->host) != 1 || SSL_set1_host(j->upstream, j->host) != 1)
@@ -238,7 +295,7 @@ static bool upstream_connect(struct job *j)
         char body[600];
         snprintf(body, sizeof(body), "nsbox: could not make a verified TLS connection to %s: %s\n", j->host,
                  verify != X509_V_OK ? X509_verify_cert_error_string(verify) : ssl_error_text());
-        log_warn("sandbox %s: %s:443: %s", j->sandbox, j->host, body + strlen("nsbox: "));
+        log_warn("sandbox %s: %s:%u: %s", j->sandbox, j->host, j->port, body + strlen("nsbox: "));
         client_answer(j, "502 Bad Gateway", body);
         return false;
 }
@@ -264,13 +321,16 @@ static bool pass_body(struct job *j, bool from_client, const char *head, size_t 
                       const struct inject_secret **refused)
 {
         struct sniff_chunked chunks = { 0 };
-        struct inject_scan scan = { 0 };
+        struct inject_scan scan = { 0 }, data = { 0 };
         uint64_t left = f.length;
         for (;;) {
                 size_t keep;
                 if (f.chunked) {
-                        keep = sniff_chunked_feed(&chunks, *rest, *n);
-                        if (chunks.state == SNIFF_CHUNK_ERROR)
+                        *refused = NULL;
+                        keep = from_client
+                                   ? inject_scan_chunked(j->secrets, &chunks, &data, *rest, *n, refused)
+                                   : sniff_chunked_feed(&chunks, *rest, *n);
+                        if (*refused != NULL || chunks.state == SNIFF_CHUNK_ERROR)
                                 return false;
                 } else if (f.has_length) {
                         keep = *n > left ? (size_t)left : *n;
@@ -295,7 +355,7 @@ static bool pass_body(struct job *j, bool from_client, const char *head, size_t 
                 *n -= keep;
                 if (done)
                         return true;
-                int r = from_client ? client_step(j, buf, (int)cap) : SSL_read(j->upstream, buf, (int)cap);
+                int r = from_client ? client_step(j, buf, (int)cap) : upstream_read(j, buf, cap);
                 if (r <= 0) {
                         if (!from_client) /* the end of a body that ends with the connection */
                                 client_write_masked(j, NULL, 0, true);
@@ -318,7 +378,7 @@ static bool relay_response(struct job *j, bool head_request, uint8_t *buf, size_
                 enum sniff_result sr =
                     len > 0 ? sniff_http_response_head((const char *)buf, len, &rh) : SNIFF_NEED_MORE;
                 while (sr == SNIFF_NEED_MORE && len < cap) {
-                        int r = SSL_read(j->upstream, buf + len, (int)(cap - len));
+                        int r = upstream_read(j, buf + len, cap - len);
                         if (r <= 0)
                                 return false;
                         len += (size_t)r;
@@ -385,9 +445,11 @@ static void intercept_requests(struct job *j)
                 char host[NETPOLICY_NAME_MAX + 1];
                 if (netpolicy_name_normalize(h.host, strlen(h.host), host) < 0 ||
                     strcmp(host, j->host) != 0) {
-                        /* Domain fronting: the secrets are for the name the TLS was for. */
+                        /* Domain fronting: the secrets are for the name the TLS was
+                         * for (plain HTTP: the one the first request named). */
                         client_answer(j, "421 Misdirected Request",
-                                      "nsbox: the request's Host is not its TLS server name\n");
+                                      j->tls ? "nsbox: the request's Host is not its TLS server name\n"
+                                             : "nsbox: the request's Host is not the connection's\n");
                         goto done;
                 }
                 size_t n = 0;
@@ -399,7 +461,7 @@ static void intercept_requests(struct job *j)
                         client_answer(j, "400 Bad Request", "nsbox: request head too large\n");
                         goto done;
                 }
-                if (j->upstream == NULL && !upstream_connect(j))
+                if (!j->connected && !upstream_connect(j))
                         goto done;
                 uint8_t *rest = in + h.head_len;
                 size_t left = len - h.head_len;
@@ -426,7 +488,7 @@ refuse:
         __atomic_add_fetch(&j->secrets->refused, 1, __ATOMIC_RELAXED);
         char why[192];
         inject_refusal(refused, j->host, why, sizeof(why));
-        log_warn("sandbox %s: network policy refused %s:443 (%s)", j->sandbox, j->host, why);
+        log_warn("sandbox %s: network policy refused %s:%u (%s)", j->sandbox, j->host, j->port, why);
         char body[NETPOLICY_NAME_MAX + 64];
         snprintf(body, sizeof(body), "nsbox: network policy refused %s\n", j->host);
         client_answer(j, "403 Forbidden", body);
@@ -479,10 +541,16 @@ static void *intercept_main(void *arg)
                 setsockopt(fds[i], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
                 setsockopt(fds[i], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
         }
-        X509 *leaf = tlscert_make(j->ca->leaf_key, j->host, j->ca->cert, j->ca->key, NULL);
+        X509 *leaf = NULL;
+        BIO *client_out = NULL;
+        if (!j->tls) {
+                intercept_requests(j);
+                goto done;
+        }
+        leaf = tlscert_make(j->ca->leaf_key, j->host, j->ca->cert, j->ca->key, NULL);
         j->client = SSL_new(server_ctx);
         j->client_in = BIO_new(BIO_s_mem());
-        BIO *client_out = BIO_new_socket(j->client_fd, BIO_NOCLOSE);
+        client_out = BIO_new_socket(j->client_fd, BIO_NOCLOSE);
         if (leaf != NULL && j->client != NULL && j->client_in != NULL && client_out != NULL &&
             SSL_use_certificate(j->client, leaf) == 1 &&
             SSL_use_PrivateKey(j->client, j->ca->leaf_key) == 1) {
@@ -497,6 +565,7 @@ static void *intercept_main(void *arg)
                 leaf_failed(j);
                 BIO_free(j->client_in);
         }
+done:
         ERR_clear_error();
         BIO_free(client_out);
         X509_free(leaf);
@@ -512,8 +581,9 @@ static void *intercept_main(void *arg)
         return NULL;
 }
 
-int intercept_start(int client_fd, int upstream_fd, const uint8_t *prefix, size_t len, const char *host,
-                    const char *sandbox_id, struct intercept_ca *ca, struct inject_secrets *secrets)
+int intercept_start(int client_fd, int upstream_fd, const uint8_t *prefix, size_t len, bool tls,
+                    unsigned port, const char *host, const char *sandbox_id, struct intercept_ca *ca,
+                    struct inject_secrets *secrets)
 {
         /* Counted here, where the connection becomes a thread: the check
          * in conn_decide came before the connect, and other connections of
@@ -521,18 +591,21 @@ int intercept_start(int client_fd, int upstream_fd, const uint8_t *prefix, size_
         int all = __atomic_add_fetch(&running, 1, __ATOMIC_RELAXED);
         int mine = __atomic_add_fetch(&ca->running, 1, __ATOMIC_RELAXED);
         struct job *j = NULL;
-        if (all > INTERCEPT_MAX || mine > INTERCEPT_PER_SANDBOX || (j = calloc(1, sizeof(*j))) == NULL) {
+        bool full = full_with(all, mine) != NULL;
+        if (full || (j = calloc(1, sizeof(*j))) == NULL) {
                 __atomic_sub_fetch(&running, 1, __ATOMIC_RELAXED);
                 __atomic_sub_fetch(&ca->running, 1, __ATOMIC_RELAXED);
                 close(client_fd);
                 close(upstream_fd);
-                return j == NULL && all <= INTERCEPT_MAX && mine <= INTERCEPT_PER_SANDBOX ? -ENOMEM : -EBUSY;
+                return full ? -EBUSY : -ENOMEM;
         }
         __atomic_add_fetch(&ca->refs, 1, __ATOMIC_RELAXED);
         j->ca = ca;
         j->secrets = inject_ref(secrets);
         j->client_fd = client_fd;
         j->upstream_fd = upstream_fd;
+        j->tls = tls;
+        j->port = port;
         snprintf(j->host, sizeof(j->host), "%s", host);
         snprintf(j->sandbox, sizeof(j->sandbox), "%s", sandbox_id);
         if ((j->prefix = malloc(len ? len : 1)) == NULL) {

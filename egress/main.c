@@ -1,5 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* nsbox-egress --control-fd N --netns-fd M --uid U --gid G [--dns-servers "IP[:PORT],..."]
+ *              [--lease-fd L --keep-fd K --grace SECONDS]
+ *
+ * With --lease-fd (nsboxd's live restore) the proxy outlives nsboxd: the
+ * hangup of L says nsboxd is gone, and the proxy serves on, keeping K (a
+ * copy of nsboxd's end of the control socket) and M for a next nsboxd to
+ * take back with pidfd_getfd; with no new lease in SECONDS it ends itself.
  *
  * Started by nsboxd as root. A socket factory thread enters the egress
  * netns (fd M); then the whole process drops to U:G with no capabilities,
@@ -30,6 +36,7 @@
 #include "cleanup.h"
 #include "core.h"
 #include "dns.h"
+#include "egress_proto.h"
 #include "json_cleanup.h"
 #include "log.h"
 #include "peer.h"
@@ -40,7 +47,8 @@
 #define TICK_MS         200
 #define HOST_REFRESH_MS 5000
 
-/* --- nsboxd's control messages (add, remove, policy, expose, unexpose) ---- */
+/* --- nsboxd's control messages (add, remove, policy, secrets, expose,
+ * unexpose; lease and adopt, of live restore) ------------------------------ */
 
 static void send_error(const char *op, const char *sandbox, const char *message)
 {
@@ -189,6 +197,73 @@ static const char *op_add(json_t *msg, const char *id, int *fds, size_t n_fds)
         return NULL;
 }
 
+static void lease_watch(int fd)
+{
+        egress.lease = (struct watch){ .kind = WATCH_LEASE, .fd = fd };
+        egress_watch(&egress.lease, EPOLLIN);
+        egress.orphan_since_ms = 0;
+}
+
+/* nsboxd's end of the lease hung up: nsboxd is gone. Connections carry on;
+ * a next nsboxd has the grace to take the proxy over (op "lease"). */
+static void lease_read(void)
+{
+        char byte;
+        ssize_t n = recv(egress.lease.fd, &byte, 1, MSG_DONTWAIT);
+        if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR)))
+                return;
+        egress_unwatch(&egress.lease);
+        close(egress.lease.fd);
+        egress.lease.fd = -1;
+        egress.orphan_since_ms = egress_now_ms();
+        log_info("nsboxd is gone: waiting %lld s for the next one (live restore)",
+                 (long long)(egress.grace_ms / 1000));
+}
+
+/* A next nsboxd's lease (one fd: its peer is that nsboxd's). */
+static const char *op_lease(int *fds, size_t n_fds)
+{
+        if (egress.grace_ms == 0)
+                return "this proxy was started without --lease-fd";
+        if (n_fds != 1 || !socket_is(fds[0], SOCK_SEQPACKET))
+                return "lease needs one fd: a SOCK_SEQPACKET socket";
+        if (egress.lease.fd >= 0) {
+                egress_unwatch(&egress.lease);
+                close(egress.lease.fd);
+        }
+        lease_watch(steal_fd(&fds[0]));
+        log_info("adopted by a new nsboxd (live restore)");
+        return NULL;
+}
+
+/* A next nsboxd takes the proxy over: the stats so far are sent, then one
+ * "adopt" event per sandbox (the numbers of the fds it holds, for
+ * pidfd_getfd, and its stats so far), then "adopted" with the protocol. */
+static const char *op_adopt(void)
+{
+        if (egress.grace_ms == 0)
+                return "this proxy was started without --lease-fd";
+        egress_send_stats();
+        for (struct egress_sandbox *sb = egress.sandboxes; sb != NULL; sb = sb->next) {
+                json_t *exposed = json_array();
+                for (struct expose *e = sb->exposes; e != NULL; e = e->next)
+                        json_array_append_new(
+                            exposed, json_pack("{s:i, s:i}", "port", (int)e->port, "fd", e->listener.fd));
+                struct in_addr gw = { .s_addr = htonl(sb->gateway) };
+                char gateway[INET_ADDRSTRLEN];
+                inet_ntop(AF_INET, &gw, gateway, sizeof(gateway));
+                egress_send_event(json_pack(
+                    "{s:s, s:s, s:s, s:i, s:i, s:o, s:{s:I, s:I, s:I, s:I, s:I, s:I}}", "event", "adopt",
+                    "sandbox", sb->id, "gateway", gateway, "tcp", sb->tcp.fd, "dns", sb->dns.fd, "exposed",
+                    exposed, "stats", "bytes_in", (json_int_t)sb->sent.bytes_in, "bytes_out",
+                    (json_int_t)sb->sent.bytes_out, "connections", (json_int_t)sb->sent.connections,
+                    "refused", (json_int_t)sb->sent.refused, "dns_queries", (json_int_t)sb->sent.dns_queries,
+                    "secrets_injected", (json_int_t)sb->sent.secrets_injected));
+        }
+        egress_send_event(json_pack("{s:s, s:i}", "event", "adopted", "protocol", EGRESS_PROTOCOL));
+        return NULL;
+}
+
 static const char *control_op(json_t *msg, int *fds, size_t n_fds, const char **op_out, const char **id_out)
 {
         static char why[512];
@@ -198,6 +273,10 @@ static const char *control_op(json_t *msg, int *fds, size_t n_fds, const char **
         *id_out = id;
         if (op == NULL)
                 return "no \"op\"";
+        if (strcmp(op, "lease") == 0)
+                return op_lease(fds, n_fds);
+        if (strcmp(op, "adopt") == 0)
+                return n_fds == 0 ? op_adopt() : "wrong number of fds";
         if (id == NULL || id[0] == '\0' || strlen(id) >= sizeof(((struct egress_sandbox *)0)->id))
                 return "\"sandbox\" is not a sandbox id";
         if (strcmp(op, "add") == 0)
@@ -295,7 +374,7 @@ static void control_read(void)
                         log_error("control socket: %s", strerror(errno));
                         exit(1);
                 }
-                if (n == 0) /* nsboxd is gone: so are its sandboxes */
+                if (n == 0) /* nsboxd is gone (and kept no copy of its end): so are its sandboxes */
                         exit(0);
                 int fds[CONTROL_FDS_MAX];
                 size_t n_fds = 0;
@@ -464,7 +543,8 @@ static int parse_id(const char *text, unsigned *out)
 static void usage(void)
 {
         fprintf(stderr, "usage: nsbox-egress --control-fd N --netns-fd M --uid U --gid G "
-                        "[--dns-servers \"IP[:PORT],...\"] [--ca-file PEM]\n");
+                        "[--dns-servers \"IP[:PORT],...\"] [--ca-file PEM] "
+                        "[--lease-fd L --keep-fd K --grace SECONDS]\n");
         exit(2);
 }
 
@@ -479,6 +559,9 @@ static void dispatch(struct watch *w, uint32_t events)
                 if (events & (EPOLLIN | EPOLLHUP | EPOLLERR))
                         control_read();
                 break;
+        case WATCH_LEASE:
+                lease_read();
+                break;
         case WATCH_FACTORY:
                 factory_read();
                 break;
@@ -491,6 +574,11 @@ static void dispatch(struct watch *w, uint32_t events)
                 if (now - egress.last_second_ms >= 1000) {
                         egress.last_second_ms = now;
                         egress_send_stats();
+                }
+                if (egress.orphan_since_ms != 0 && now - egress.orphan_since_ms >= egress.grace_ms) {
+                        log_info("no nsboxd took the proxy over in %lld s: ending",
+                                 (long long)(egress.grace_ms / 1000));
+                        exit(0);
                 }
                 if (now - egress.last_host_refresh_ms >= HOST_REFRESH_MS) {
                         egress.last_host_refresh_ms = now;
@@ -523,15 +611,14 @@ static void dispatch(struct watch *w, uint32_t events)
 int main(int argc, char **argv)
 {
         static const struct option options[] = {
-                { "control-fd", required_argument, NULL, 'c' },
-                { "netns-fd", required_argument, NULL, 'n' },
-                { "uid", required_argument, NULL, 'u' },
-                { "gid", required_argument, NULL, 'g' },
-                { "dns-servers", required_argument, NULL, 'd' },
-                { "ca-file", required_argument, NULL, 'a' },
-                { NULL, 0, NULL, 0 },
+                { "control-fd", required_argument, NULL, 'c' },  { "netns-fd", required_argument, NULL, 'n' },
+                { "uid", required_argument, NULL, 'u' },         { "gid", required_argument, NULL, 'g' },
+                { "dns-servers", required_argument, NULL, 'd' }, { "ca-file", required_argument, NULL, 'a' },
+                { "lease-fd", required_argument, NULL, 'l' },    { "keep-fd", required_argument, NULL, 'k' },
+                { "grace", required_argument, NULL, 'G' },       { NULL, 0, NULL, 0 },
         };
-        unsigned control_fd = ~0u, netns_fd = ~0u, uid = ~0u, gid = ~0u;
+        unsigned control_fd = ~0u, netns_fd = ~0u, uid = ~0u, gid = ~0u, lease_fd = ~0u, keep_fd = ~0u,
+                 grace = 0;
         const char *dns_servers = NULL, *ca_file = NULL;
         int opt;
         while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
@@ -555,13 +642,23 @@ int main(int argc, char **argv)
                 case 'a':
                         ca_file = optarg;
                         break;
+                case 'l':
+                        r = parse_id(optarg, &lease_fd);
+                        break;
+                case 'k':
+                        r = parse_id(optarg, &keep_fd);
+                        break;
+                case 'G':
+                        r = parse_id(optarg, &grace);
+                        break;
                 default:
                         usage();
                 }
                 if (r < 0)
                         usage();
         }
-        if (optind != argc || control_fd == ~0u || netns_fd == ~0u || uid == ~0u || gid == ~0u)
+        if (optind != argc || control_fd == ~0u || netns_fd == ~0u || uid == ~0u || gid == ~0u ||
+            (lease_fd == ~0u) != (keep_fd == ~0u) || (lease_fd != ~0u && grace == 0))
                 usage();
         if (uid == 0 || gid == 0) {
                 log_error("nsbox-egress: --uid and --gid must not be 0 (root)");
@@ -594,6 +691,21 @@ int main(int argc, char **argv)
                 return 2;
         }
         fcntl(egress.control.fd, F_SETFD, FD_CLOEXEC);
+        egress.lease.fd = egress.netns_fd = egress.keep_fd = -1;
+        if (lease_fd != ~0u) {
+                /* Live restore: the lease says when nsboxd is gone; the copy
+                 * of nsboxd's end of the control socket (keep_fd) keeps the
+                 * socket open for the next one, and so does netns_fd the
+                 * egress namespace. */
+                if (!socket_is((int)lease_fd, SOCK_SEQPACKET) || !socket_is((int)keep_fd, SOCK_SEQPACKET) ||
+                    set_nonblock((int)lease_fd) < 0) {
+                        log_error("nsbox-egress: --lease-fd and --keep-fd must be SOCK_SEQPACKET sockets");
+                        return 2;
+                }
+                egress.grace_ms = (int64_t)grace * 1000;
+                egress.netns_fd = (int)netns_fd;
+                egress.keep_fd = (int)keep_fd;
+        }
         /* The CA file is read as nsboxd's uid could, before the privileges go. */
         if (peer_init() < 0) {
                 log_error("nsbox-egress: no sock_diag netlink socket: exposed ports cannot tell their peers");
@@ -604,7 +716,8 @@ int main(int argc, char **argv)
                 log_error("nsbox-egress: %s", err->message);
                 return 1;
         }
-        close((int)netns_fd);
+        if (egress.netns_fd < 0)
+                close((int)netns_fd);
         int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
         struct itimerspec its = { .it_interval = { 0, TICK_MS * 1000000L },
                                   .it_value = { 0, TICK_MS * 1000000L } };
@@ -623,6 +736,8 @@ int main(int argc, char **argv)
         egress_watch(&egress.resume, EPOLLIN);
         egress_watch(&egress.factory, EPOLLIN);
         egress_watch(&egress.control, EPOLLIN);
+        if (lease_fd != ~0u)
+                lease_watch((int)lease_fd);
         egress_refresh_host_addrs();
         egress.last_second_ms = egress.last_host_refresh_ms = egress_now_ms();
         egress_send_event(json_pack("{s:s}", "event", "ready"));

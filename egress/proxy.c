@@ -296,6 +296,18 @@ static void c2u_note_extra(struct conn *c, const uint8_t *p, size_t n)
                                "second request on one connection");
 }
 
+/* A placeholder found in the body (c->c2u_refused): when the head went
+ * already, the request is cut short (conn_decide refuses it otherwise). */
+static void c2u_refused_midway(struct conn *c)
+{
+        if (c->state == CONN_SNIFF)
+                return;
+        char why[192], said[224];
+        inject_refusal(c->c2u_refused, c->named ? c->name : NULL, why, sizeof(why));
+        snprintf(said, sizeof(said), "its body %s", why);
+        conn_refused_midway(c, said);
+}
+
 /* Of n bytes from the client, how many belong to the one request a limited
  * connection forwards (its body by Content-Length or by chunk framing).
  * false: the chunk framing is malformed. */
@@ -304,8 +316,15 @@ static bool c2u_take(struct conn *c, const uint8_t *p, size_t *n)
         if (!c->c2u_limited)
                 return true;
         size_t keep = 0;
+        struct inject_secrets *secrets = c->sandbox != NULL ? c->sandbox->secrets : NULL;
         if (!c->c2u_done && c->c2u_chunked) {
-                keep = sniff_chunked_feed(&c->c2u_chunks, p, *n);
+                const struct inject_secret *split = NULL;
+                keep = inject_scan_chunked(secrets, &c->c2u_chunks, &c->c2u_data_scan, p, *n, &split);
+                if (split != NULL) {
+                        c->c2u_refused = split;
+                        c2u_refused_midway(c);
+                        return false;
+                }
                 if (c->c2u_chunks.state == SNIFF_CHUNK_ERROR)
                         return false;
                 c->c2u_done = c->c2u_chunks.state == SNIFF_CHUNK_DONE;
@@ -319,14 +338,8 @@ static bool c2u_take(struct conn *c, const uint8_t *p, size_t *n)
         *n = keep;
         /* A placeholder anywhere in the body, not only in the head, is
          * refused: a body is no place for a value, whatever its host. */
-        if (c->sandbox != NULL && c->sandbox->secrets != NULL &&
-            (c->c2u_refused = inject_scan_body(c->sandbox->secrets, &c->c2u_scan, p, keep)) != NULL) {
-                if (c->state != CONN_SNIFF) { /* the head went already: the request is cut short */
-                        char why[192], said[224];
-                        inject_refusal(c->c2u_refused, c->named ? c->name : NULL, why, sizeof(why));
-                        snprintf(said, sizeof(said), "its body %s", why);
-                        conn_refused_midway(c, said);
-                }
+        if (secrets != NULL && (c->c2u_refused = inject_scan_body(secrets, &c->c2u_scan, p, keep)) != NULL) {
+                c2u_refused_midway(c);
                 return false;
         }
         return true;
@@ -455,8 +468,9 @@ enum rewrite_result { REWRITE_OK, REWRITE_FAILED, REWRITE_REFUSED_SECRET };
  * absolute-form requests (inject_rewrite_head: one request, the sandbox's
  * secrets for this host put in, *refused naming a secret whose
  * placeholder was where its value may not go), then the
- * body bytes already read, up to the request's end. */
-static enum rewrite_result rewrite_http_head(struct conn *c, const struct inject_secret **refused)
+ * body bytes already read, up to the request's end. Without apply the
+ * request is judged only (the buffer stays as the sandbox sent it). */
+static enum rewrite_result rewrite_http_head(struct conn *c, bool apply, const struct inject_secret **refused)
 {
         const struct sniff_http *h = &c->http;
         struct inject_secrets *secrets = c->sandbox != NULL ? c->sandbox->secrets : NULL;
@@ -482,6 +496,12 @@ static enum rewrite_result rewrite_http_head(struct conn *c, const struct inject
                         *refused = c->c2u_refused;
                 return r == INJECT_REFUSED || c->c2u_refused != NULL ? REWRITE_REFUSED_SECRET
                                                                      : REWRITE_FAILED;
+        }
+        if (!apply) { /* judged only: an interception thread sends it */
+                explicit_bzero(out, cap);
+                free(out);
+                c->c2u_limited = false;
+                return REWRITE_OK;
         }
         memcpy(out + n, in + h->head_len, body);
         n += body;
@@ -530,7 +550,8 @@ static void conn_connected(struct conn *c)
                 egress_unwatch(&c->upstream);
                 c->client.fd = c->upstream.fd = -1;
                 int r = intercept_start(client, upstream, c->c2u.buf + c->c2u.start, half_used(&c->c2u),
-                                        c->name, c->sandbox->id, c->sandbox->ca, c->sandbox->secrets);
+                                        c->mode != CONN_HTTP, c->connect_port, c->name, c->sandbox->id,
+                                        c->sandbox->ca, c->sandbox->secrets);
                 const char *full = r == -EBUSY ? intercept_full(c->sandbox->ca) : NULL;
                 if (r == -EBUSY) /* others were handed over since conn_decide's check */
                         egress_refused(c->sandbox, c->name, c->connect_addr, c->connect_port,
@@ -826,8 +847,14 @@ static void conn_decide(struct conn *c)
                                 return;
                         }
                 } else {
+                        /* Plain HTTP to a secret's host (port 80): its
+                         * requests, each judged and given the secrets,
+                         * keep-alive, in an interception thread; the
+                         * first is judged here, refused before any connect. */
+                        c->intercept = c->mode == CONN_HTTP && c->named && c->sandbox->ca != NULL &&
+                                       inject_for_host(c->sandbox->secrets, c->name);
                         const struct inject_secret *refused = NULL;
-                        enum rewrite_result rr = rewrite_http_head(c, &refused);
+                        enum rewrite_result rr = rewrite_http_head(c, !c->intercept, &refused);
                         if (rr == REWRITE_REFUSED_SECRET) {
                                 char why[192];
                                 inject_refusal(refused, c->named ? c->name : NULL, why, sizeof(why));
@@ -836,6 +863,10 @@ static void conn_decide(struct conn *c)
                         }
                         if (rr != REWRITE_OK) {
                                 conn_close_how(c, true);
+                                return;
+                        }
+                        if (c->intercept && (full = intercept_full(c->sandbox->ca)) != NULL) {
+                                conn_refuse(c, full);
                                 return;
                         }
                 }

@@ -7,15 +7,19 @@
 #include <fcntl.h>
 #include <ifaddrs.h>
 #include <linux/close_range.h>
+#include <linux/nsfs.h>
 #include <nftables/libnftables.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,6 +27,7 @@
 #include "cleanup.h"
 #include "daemon.h"
 #include "egress_ca.h"
+#include "egress_proto.h"
 #include "json_cleanup.h"
 #include "json_file.h"
 #include "log.h"
@@ -43,6 +48,19 @@
 #define EGRESS_MAX_MESSAGE (64u << 10)
 /* A proxy that dies again within this long is restarted after it. */
 #define EGRESS_RESPAWN_MS 1000
+/* Live restore: the fds the proxy keeps for a next nsboxd (nsboxd's end of
+ * the control socket, the egress namespace) and its lease, as spawned; the
+ * record that names it; how long a next nsboxd waits for its answers. */
+#define EGRESS_CONTROL_FD 3
+#define EGRESS_NETNS_FD   4
+#define EGRESS_KEEP_FD    5
+#define EGRESS_LEASE_FD   6
+#define EGRESS_RECORD     "egress.json"
+#define EGRESS_ADOPT_MS   5000
+
+#ifndef SYS_pidfd_getfd
+#define SYS_pidfd_getfd 438
+#endif
 
 struct egress_exposed {
         unsigned port;
@@ -82,7 +100,13 @@ static struct {
         pid_t proxy_pid;
         struct loop_source *proxy_pidfd, *proxy_ctl;
         long long proxy_started_mono;
-} egress = { .host_ns = -1, .ns = -1 };
+        int lease_fd; /* live restore: our end of the proxy's lease */
+        /* A proxy adopted at start: its sandboxes ("adopt" events by id)
+         * until restore_networks gives them back, and a pidfd of it to take
+         * their fds with. */
+        json_t *adoptable;
+        int adopt_pidfd;
+} egress = { .host_ns = -1, .ns = -1, .lease_fd = -1, .adopt_pidfd = -1 };
 
 /* The egress namespace's rules: what a sandbox sends reaches the proxy or
  * nothing. Junk is dropped before conntrack sees it (raw), then a source
@@ -451,16 +475,240 @@ static void on_proxy_exit(struct loop_source *source, uint32_t events)
         schedule_respawn(since < EGRESS_RESPAWN_MS ? EGRESS_RESPAWN_MS : 0);
 }
 
+/* --- live restore: the proxy outlives nsboxd ------------------------------ */
+
+static void proxy_record_path(char *path, size_t size)
+{
+        snprintf(path, size, "%s/%s", nsboxd.config.state_dir, EGRESS_RECORD);
+}
+
+/* What a next nsboxd needs to find the proxy, and to know it is the same
+ * process: its pid and start time, the protocol it speaks. */
+static void proxy_record_save(void)
+{
+        char path[4096];
+        proxy_record_path(path, sizeof(path));
+        if (!nsboxd.config.live_restore) {
+                unlink(path);
+                return;
+        }
+        _cleanup_json_ json_t *record =
+            json_pack("{s:i, s:I, s:i}", "pid", (int)egress.proxy_pid, "start_time",
+                      (json_int_t)state_process_start_time(egress.proxy_pid), "protocol", EGRESS_PROTOCOL);
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (record == NULL || json_file_replace(path, record, JSON_COMPACT, false, &err) < 0)
+                log_warn("egress: the proxy will not outlive nsboxd: %s",
+                         err ? err->message : "out of memory");
+}
+
+static int take_fd(int pidfd, json_int_t number, const char *what, nsbox_error_t **err)
+{
+        if (number < 0 || number > INT32_MAX)
+                return nsbox_error(err, EPROTO, "it names no fd for %s", what);
+        int fd = (int)syscall(SYS_pidfd_getfd, pidfd, (int)number, 0);
+        if (fd < 0)
+                return nsbox_error(err, errno, "take %s from it", what);
+        return fd;
+}
+
+static bool socket_of(int fd, int type)
+{
+        int t = 0, domain = 0;
+        socklen_t len = sizeof(t);
+        if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &t, &len) < 0 || t != type)
+                return false;
+        len = sizeof(domain);
+        return getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 &&
+               domain == (type == SOCK_SEQPACKET ? AF_UNIX : AF_INET);
+}
+
+/* The proxy's answers to "adopt", read as they come (what it sent before,
+ * about the previous run, is dropped): its sandboxes into egress.adoptable;
+ * the "adopted" event's numbers of the fds it keeps into *adopted. */
+static int proxy_adopt_answers(int ctl, json_t **adopted, nsbox_error_t **err)
+{
+        static char buf[EGRESS_MAX_MESSAGE + 1];
+        long long deadline = now_monotonic_ms() + EGRESS_ADOPT_MS;
+        for (;;) {
+                struct pollfd p = { .fd = ctl, .events = POLLIN };
+                long long left = deadline - now_monotonic_ms();
+                if (left <= 0 || poll(&p, 1, (int)left) <= 0)
+                        return nsbox_error(err, ETIMEDOUT, "it did not answer within %d ms", EGRESS_ADOPT_MS);
+                ssize_t n = recv(ctl, buf, EGRESS_MAX_MESSAGE, MSG_DONTWAIT);
+                if (n < 0 && (errno == EINTR || errno == EAGAIN))
+                        continue;
+                if (n <= 0)
+                        return nsbox_error(err, n < 0 ? errno : EPIPE, "its control socket");
+                _cleanup_json_ json_t *event = json_loadb(buf, (size_t)n, 0, NULL);
+                const char *kind = json_string_value(json_object_get(event, "event"));
+                const char *op = json_string_value(json_object_get(event, "op"));
+                const char *id = json_string_value(json_object_get(event, "sandbox"));
+                if (kind == NULL)
+                        continue;
+                if (strcmp(kind, "error") == 0 && op != NULL &&
+                    (strcmp(op, "adopt") == 0 || strcmp(op, "lease") == 0))
+                        return nsbox_error(err, EPROTO, "it refused %s: %s", op,
+                                           json_string_value(json_object_get(event, "message")));
+                if (strcmp(kind, "adopt") == 0 && id != NULL)
+                        json_object_set(egress.adoptable, id, event);
+                if (strcmp(kind, "adopted") == 0) {
+                        *adopted = json_incref(event);
+                        return 0;
+                }
+        }
+}
+
+static void proxy_end(int pidfd, pid_t pid, const char *why, bool fresh)
+{
+        log_warn("egress: the proxy %d a previous nsboxd left is ended (%s)%s", (int)pid, why,
+                 fresh ? "; a new one is started" : "");
+        syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+        struct pollfd p = { .fd = pidfd, .events = POLLIN };
+        poll(&p, 1, EGRESS_ADOPT_MS);
+}
+
+/* Whether process pid runs nsbox-egress (its argv[0], as proxy_spawn
+ * gives it): a record never gets another process killed. */
+static bool is_proxy(pid_t pid)
+{
+        char path[64], argv0[32] = "";
+        snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd >= 0 ? read(fd, argv0, sizeof(argv0) - 1) : -1;
+        return n > 0 && strcmp(argv0, "nsbox-egress") == 0;
+}
+
+/* The proxy a previous nsboxd left (its record in the state dir), taken
+ * over when wanted: 1 when adopted, 0 when there is none to adopt (one
+ * that cannot be, or is not wanted, is ended, with a log line why). Its
+ * connections carry on. */
+static int proxy_adopt(bool wanted)
+{
+        char path[4096];
+        proxy_record_path(path, sizeof(path));
+        _cleanup_json_ json_t *record = json_load_file(path, JSON_REJECT_DUPLICATES, NULL);
+        unlink(path);
+        json_t *pid_json = json_object_get(record, "pid"), *start = json_object_get(record, "start_time");
+        if (!json_is_integer(pid_json) || json_integer_value(pid_json) <= 1 ||
+            json_integer_value(pid_json) > INT32_MAX || !json_is_integer(start)) {
+                if (record != NULL)
+                        log_warn("egress: %s names no proxy; a new one is started", path);
+                return 0;
+        }
+        pid_t pid = (pid_t)json_integer_value(pid_json);
+        if (state_process_start_time(pid) != (unsigned long long)json_integer_value(start))
+                return 0; /* gone (its grace ran out, or it crashed): nothing of it is left */
+        _cleanup_close_ int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+        /* Checked again with the pidfd held: the pid cannot be reused now. */
+        if (pidfd < 0 || state_process_start_time(pid) != (unsigned long long)json_integer_value(start) ||
+            !is_proxy(pid))
+                return 0;
+        if (!wanted) {
+                proxy_end(pidfd, pid, "this nsboxd gives sandboxes no network", false);
+                return 0;
+        }
+        if (!nsboxd.config.live_restore) {
+                proxy_end(pidfd, pid, "live_restore is off", true);
+                return 0;
+        }
+        if (json_integer_value(json_object_get(record, "protocol")) != EGRESS_PROTOCOL) {
+                proxy_end(pidfd, pid, "it speaks another protocol: another build", true);
+                return 0;
+        }
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        _cleanup_close_ int ctl = -1, ns = -1, lease_peer = -1;
+        int lease[2] = { -1, -1 };
+        _cleanup_json_ json_t *adopted = NULL;
+        json_decref(egress.adoptable);
+        egress.adoptable = json_object();
+        /* Its copy of our end of the control socket is at EGRESS_KEEP_FD,
+         * where the spawn put it. */
+        int r = (ctl = take_fd(pidfd, EGRESS_KEEP_FD, "its control socket", &err));
+        if (r >= 0 && !socket_of(ctl, SOCK_SEQPACKET))
+                r = nsbox_error(&err, EPROTO, "it holds no control socket where it should");
+        if (r >= 0 && socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, lease) < 0)
+                r = nsbox_error(&err, errno, "socketpair for its lease");
+        if (r >= 0) {
+                lease_peer = lease[1];
+                _cleanup_json_ json_t *m_lease = json_pack("{s:s}", "op", "lease");
+                _cleanup_json_ json_t *m_adopt = json_pack("{s:s}", "op", "adopt");
+                _cleanup_free_ char *t_lease = json_dumps(m_lease, JSON_COMPACT);
+                _cleanup_free_ char *t_adopt = json_dumps(m_adopt, JSON_COMPACT);
+                ssize_t n = ctl_send(ctl, t_lease, strlen(t_lease), NULL, 0, &lease_peer, 1);
+                if (n >= 0)
+                        n = ctl_send(ctl, t_adopt, strlen(t_adopt), NULL, 0, NULL, 0);
+                r = n < 0 ? nsbox_error(&err, (int)-n, "send it our lease") : 0;
+        }
+        if (r >= 0)
+                r = proxy_adopt_answers(ctl, &adopted, &err);
+        if (r >= 0 && json_integer_value(json_object_get(adopted, "protocol")) != EGRESS_PROTOCOL)
+                r = nsbox_error(&err, EPROTO, "it speaks another protocol");
+        /* Where the spawn put it (not where the proxy says: it is less
+         * trusted than we are), and never the host's own namespace. */
+        struct stat ns_st, host_st;
+        if (r >= 0 && (r = ns = take_fd(pidfd, EGRESS_NETNS_FD, "the egress namespace", &err)) >= 0 &&
+            (ioctl(ns, NS_GET_NSTYPE) != CLONE_NEWNET || fstat(ns, &ns_st) < 0 ||
+             fstat(egress.host_ns, &host_st) < 0 ||
+             (ns_st.st_ino == host_st.st_ino && ns_st.st_dev == host_st.st_dev)))
+                r = nsbox_error(&err, EPROTO, "it holds no egress network namespace where it should");
+        if (r < 0) {
+                if (lease[0] >= 0)
+                        close(lease[0]);
+                json_decref(steal_pointer(&egress.adoptable));
+                proxy_end(pidfd, pid, err->message, true);
+                return 0;
+        }
+        egress.ns = steal_fd(&ns);
+        egress.lease_fd = lease[0];
+        egress.proxy_pid = pid;
+        egress.proxy_started_mono = now_monotonic_ms();
+        int sndbuf = 4 << 20;
+        setsockopt(ctl, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf));
+        fcntl(ctl, F_SETFL, O_NONBLOCK);
+        egress.adopt_pidfd = fcntl(pidfd, F_DUPFD_CLOEXEC, 3);
+        egress.proxy_pidfd = loop_add(nsboxd.loop, steal_fd(&pidfd), EPOLLIN, on_proxy_exit, NULL);
+        egress.proxy_ctl = loop_add(nsboxd.loop, steal_fd(&ctl), EPOLLIN, on_proxy_ctl, NULL);
+        /* Their slots are theirs until restore_networks gives them back. */
+        const char *id;
+        json_t *event;
+        json_object_foreach(egress.adoptable, id, event)
+        {
+                struct in_addr gw;
+                const char *text = json_string_value(json_object_get(event, "gateway"));
+                if (text != NULL && inet_pton(AF_INET, text, &gw) == 1 && ntohl(gw.s_addr) > egress.base &&
+                    (ntohl(gw.s_addr) - egress.base) / 4 < egress.n_slots)
+                        egress.slots[(ntohl(gw.s_addr) - egress.base) / 4] = 1;
+        }
+        proxy_record_save();
+        log_info("egress: proxy %d of the previous nsboxd adopted with %zu sandbox(es) (live restore)",
+                 (int)pid, json_object_size(egress.adoptable));
+        return 1;
+}
+
 static int proxy_spawn(nsbox_error_t **err)
 {
         char uid[16], ns_fd[16], ctl_fd[16];
         snprintf(uid, sizeof(uid), "%u", (unsigned)nsboxd.config.egress_uid);
-        snprintf(ns_fd, sizeof(ns_fd), "%d", 4);
-        snprintf(ctl_fd, sizeof(ctl_fd), "%d", 3);
-        char *argv[] = {
-                "nsbox-egress", "--control-fd", ctl_fd, "--netns-fd", ns_fd, "--uid", uid, "--gid", uid,
-                NULL,           NULL,           NULL,   NULL,         NULL
-        };
+        char *argv[] = { "nsbox-egress",
+                         "--control-fd",
+                         ctl_fd,
+                         "--netns-fd",
+                         ns_fd,
+                         "--uid",
+                         uid,
+                         "--gid",
+                         uid,
+                         NULL,
+                         NULL,
+                         NULL,
+                         NULL,
+                         NULL,
+                         NULL,
+                         NULL,
+                         NULL,
+                         NULL,
+                         NULL,
+                         NULL };
         char **more = &argv[9];
         if (nsboxd.config.egress_dns_servers[0]) {
                 *more++ = "--dns-servers";
@@ -470,32 +718,74 @@ static int proxy_spawn(nsbox_error_t **err)
                 *more++ = "--ca-file";
                 *more++ = nsboxd.config.egress_ca_file;
         }
-        int sv[2];
+        /* Live restore: the proxy outlives us (no PDEATHSIG), told by its
+         * lease when we are gone, and keeps for the next nsboxd a copy of
+         * our end of the control socket and the egress namespace. */
+        bool keep = nsboxd.config.live_restore;
+        char lease_fd[16], keep_fd[16], grace[16];
+        snprintf(ns_fd, sizeof(ns_fd), "%d", EGRESS_NETNS_FD);
+        snprintf(ctl_fd, sizeof(ctl_fd), "%d", EGRESS_CONTROL_FD);
+        snprintf(lease_fd, sizeof(lease_fd), "%d", EGRESS_LEASE_FD);
+        snprintf(keep_fd, sizeof(keep_fd), "%d", EGRESS_KEEP_FD);
+        snprintf(grace, sizeof(grace), "%u",
+                 nsboxd.config.live_restore_grace_seconds > 0 ? nsboxd.config.live_restore_grace_seconds : 1);
+        if (keep) {
+                *more++ = "--lease-fd";
+                *more++ = lease_fd;
+                *more++ = "--keep-fd";
+                *more++ = keep_fd;
+                *more++ = "--grace";
+                *more++ = grace;
+        }
+        int sv[2], lease[2] = { -1, -1 };
         if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
                 return nsbox_error(err, errno, "socketpair for the egress proxy");
+        if (keep && socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, lease) < 0) {
+                int e = errno;
+                close(sv[0]);
+                close(sv[1]);
+                return nsbox_error(err, e, "socketpair for the egress proxy's lease");
+        }
         pid_t parent = getpid();
         pid_t pid = fork();
         if (pid < 0) {
                 int e = errno;
                 close(sv[0]);
                 close(sv[1]);
+                if (keep) {
+                        close(lease[0]);
+                        close(lease[1]);
+                }
                 return nsbox_error(err, e, "fork the egress proxy");
         }
         if (pid == 0) {
                 /* Only async-signal-safe calls from here to the exec. */
-                prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+                if (!keep)
+                        prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
                 if (getppid() != parent)
                         _exit(1);
                 sigset_t none;
                 sigemptyset(&none);
                 sigprocmask(SIG_SETMASK, &none, NULL);
-                if (dup2(sv[1], 3) < 0 || dup2(egress.ns, 4) < 0)
+                /* Above the targets first: a source may sit on one. */
+                int from[4] = { sv[1], egress.ns, sv[0], lease[1] };
+                for (int i = 0; i < (keep ? 4 : 2); i++)
+                        if ((from[i] = fcntl(from[i], F_DUPFD_CLOEXEC, 16)) < 0)
+                                _exit(1);
+                if (dup2(from[0], EGRESS_CONTROL_FD) < 0 || dup2(from[1], EGRESS_NETNS_FD) < 0 ||
+                    (keep && (dup2(from[2], EGRESS_KEEP_FD) < 0 || dup2(from[3], EGRESS_LEASE_FD) < 0)))
                         _exit(1);
-                syscall(SYS_close_range, 5, ~0U, 0);
+                syscall(SYS_close_range, keep ? EGRESS_LEASE_FD + 1 : EGRESS_NETNS_FD + 1, ~0U, 0);
                 execv(nsboxd.config.egress_path, argv);
                 _exit(127);
         }
         close(sv[1]);
+        if (keep) {
+                close(lease[1]);
+                if (egress.lease_fd >= 0)
+                        close(egress.lease_fd);
+                egress.lease_fd = lease[0];
+        }
         int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
         if (pidfd < 0) {
                 int e = errno;
@@ -515,6 +805,7 @@ static int proxy_spawn(nsbox_error_t **err)
                 kill(pid, SIGKILL);
                 return nsbox_error(err, errno, "watch the egress proxy");
         }
+        proxy_record_save();
         proxy_sync();
         return 0;
 }
@@ -563,8 +854,10 @@ int egress_init(nsbox_error_t **err)
         int r;
         egress.enabled = json_object_size(nsboxd.config.network_policies) > 0 ||
                          nsboxd.config.allow_client_network_policies;
-        if (!egress.enabled)
+        if (!egress.enabled) {
+                proxy_adopt(false); /* a previous nsboxd's, with live restore */
                 return 0;
+        }
         if (userns_active()) {
                 egress.enabled = false;
                 log_warn("egress: network policies are configured but need host root; this nsboxd runs in a "
@@ -582,6 +875,12 @@ int egress_init(nsbox_error_t **err)
         egress.host_ns = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
         if (egress.host_ns < 0)
                 return nsbox_error(err, errno, "open the host's network namespace");
+        if (proxy_adopt(true) == 1) {
+                log_info("egress: %zu network policies, sandbox addresses from %s, proxy %d",
+                         json_object_size(nsboxd.config.network_policies), nsboxd.config.network_subnet,
+                         (int)egress.proxy_pid);
+                return 0;
+        }
         if (unshare(CLONE_NEWNET) < 0)
                 return nsbox_error(err, errno, "make the egress network namespace");
         egress.ns = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
@@ -600,6 +899,17 @@ int egress_init(nsbox_error_t **err)
 
 void egress_shutdown(void)
 {
+        /* Live restore: a sandbox left running keeps its connections, and
+         * the proxy that holds them waits for the next nsboxd. */
+        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next)
+                if (nsboxd.config.live_restore && sb->lease_fd >= 0 && sb->egress != NULL &&
+                    sb->state == SANDBOX_RUNNING && egress.proxy_pidfd != NULL) {
+                        log_info("egress: proxy %d left running for the next nsboxd", (int)egress.proxy_pid);
+                        return;
+                }
+        char path[4096];
+        proxy_record_path(path, sizeof(path));
+        unlink(path);
         proxy_kill();
         if (egress.proxy_pidfd != NULL) {
                 siginfo_t info;
@@ -976,21 +1286,135 @@ int egress_unexpose(struct sandbox *sb, unsigned port, nsbox_error_t **err)
         return nsbox_invalid(err, "port %u of sandbox %s is not exposed", port, sb->id);
 }
 
-int egress_reattach(struct sandbox *sb, nsbox_error_t **err)
+/* An adopted sandbox's network as the adopted proxy still serves it: the
+ * veth and the proxy's sockets are there, its open connections carry on.
+ * The fds the proxy holds are taken with pidfd_getfd and checked; its
+ * policy and secrets sent again (the config may have changed). 1 when so;
+ * 0 when the proxy does not have it (it is attached anew). */
+static int reattach_adopted(struct sandbox *sb, json_t *policy, unsigned slot, nsbox_error_t **err)
 {
-        char path[4096];
-        snprintf(path, sizeof(path), "%s/%s", sb->dir, NETWORK_RECORD);
-        _cleanup_json_ json_t *record = json_load_file(path, JSON_REJECT_DUPLICATES, NULL);
-        json_t *slot = json_object_get(record, "slot"), *exposed = json_object_get(record, "exposed");
-        if (!json_is_integer(slot) || json_integer_value(slot) <= 0 || !json_is_array(exposed) ||
-            json_array_size(exposed) > EGRESS_MAX_EXPOSED)
-                return nsbox_error(err, ENOENT, "no record of its network in %s", path);
-        if (!egress.enabled)
-                return nsbox_error(err, ENOTSUP, "this nsboxd gives sandboxes no network");
-        _cleanup_json_ json_t *policy = policy_object(&sb->policy, err);
-        if (policy == NULL)
-                return -EINVAL;
-        unsigned wanted = json_integer_value(slot) < egress.n_slots ? (unsigned)json_integer_value(slot) : 0;
+        json_t *event = json_object_get(egress.adoptable, sb->id);
+        if (event == NULL || egress.adopt_pidfd < 0)
+                return 0;
+        struct sandbox_egress *e = calloc(1, sizeof(*e));
+        if (e == NULL)
+                return nsbox_error(err, ENOMEM, "sandbox network");
+        e->listener = e->dns = -1;
+        e->gateway.s_addr = htonl(egress.base + 4 * slot + 1);
+        e->address.s_addr = htonl(egress.base + 4 * slot + 2);
+        snprintf(e->link, sizeof(e->link), "nsb%u", slot);
+        int r = 0;
+        char gateway[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &e->gateway, gateway, sizeof(gateway));
+        struct sockaddr_in bound;
+        socklen_t len = sizeof(bound);
+        const char *said = json_string_value(json_object_get(event, "gateway"));
+        if (said == NULL || strcmp(said, gateway) != 0)
+                r = nsbox_error(err, EPROTO, "the proxy serves it on %s, its record says %s",
+                                said ? said : "?", gateway);
+        if (r == 0 &&
+            (r = e->listener = take_fd(egress.adopt_pidfd, json_integer_value(json_object_get(event, "tcp")),
+                                       "its listener", err)) >= 0 &&
+            (!socket_of(e->listener, SOCK_STREAM) ||
+             getsockname(e->listener, (struct sockaddr *)&bound, &len) < 0 ||
+             bound.sin_addr.s_addr != e->gateway.s_addr))
+                r = nsbox_error(err, EPROTO, "the proxy's listener for it is not on %s", gateway);
+        if (r >= 0 &&
+            (r = e->dns = take_fd(egress.adopt_pidfd, json_integer_value(json_object_get(event, "dns")),
+                                  "its DNS socket", err)) >= 0 &&
+            !socket_of(e->dns, SOCK_DGRAM))
+                r = nsbox_error(err, EPROTO, "the proxy's DNS socket for it is not one");
+        size_t i;
+        json_t *x;
+        json_array_foreach(json_object_get(event, "exposed"), i, x)
+        {
+                json_int_t port = json_integer_value(json_object_get(x, "port"));
+                if (r < 0 || e->n_exposed == EGRESS_MAX_EXPOSED || port < 1 || port > 65535)
+                        break;
+                int fd = take_fd(egress.adopt_pidfd, json_integer_value(json_object_get(x, "fd")),
+                                 "an exposed port", err);
+                len = sizeof(bound);
+                if (fd < 0 || !socket_of(fd, SOCK_STREAM) ||
+                    getsockname(fd, (struct sockaddr *)&bound, &len) < 0 ||
+                    bound.sin_addr.s_addr != htonl(INADDR_LOOPBACK)) {
+                        r = fd < 0
+                                ? fd
+                                : nsbox_error(err, EPROTO, "its exposed port %lld is not on 127.0.0.1", port);
+                        if (fd >= 0)
+                                close(fd);
+                        break;
+                }
+                e->exposed[e->n_exposed++] = (struct egress_exposed){ .port = (unsigned)port,
+                                                                      .host_port = ntohs(bound.sin_port),
+                                                                      .fd = fd };
+        }
+        if (r < 0) {
+                /* Not served as it should be: the proxy drops it, and its
+                 * veth goes with the sandbox's eth0 (egress_reattach). */
+                egress_free(e);
+                json_object_del(egress.adoptable, sb->id);
+                _cleanup_json_ json_t *m = json_pack("{s:s, s:s}", "op", "remove", "sandbox", sb->id);
+                proxy_send(m, NULL, 0);
+                log_warn("sandbox %s: its network is attached anew: %s", sb->id, (*err)->message);
+                nsbox_error_free(err);
+                return 0;
+        }
+        json_t *stats = json_object_get(event, "stats");
+        e->stats.bytes_in = json_integer_value(json_object_get(stats, "bytes_in"));
+        e->stats.bytes_out = json_integer_value(json_object_get(stats, "bytes_out"));
+        e->stats.connections = json_integer_value(json_object_get(stats, "connections"));
+        e->stats.refused = json_integer_value(json_object_get(stats, "refused"));
+        e->stats.dns_queries = json_integer_value(json_object_get(stats, "dns_queries"));
+        e->stats.secrets_injected = json_integer_value(json_object_get(stats, "secrets_injected"));
+        json_object_del(egress.adoptable, sb->id);
+        e->slot = slot;
+        egress.slots[slot] = 1;
+        e->policy = json_incref(policy);
+        sb->egress = e;
+        _cleanup_json_ json_t *m =
+            json_pack("{s:s, s:s, s:O}", "op", "policy", "sandbox", sb->id, "policy", policy);
+        proxy_send(m, NULL, 0);
+        return 1;
+}
+
+void egress_reattach_done(void)
+{
+        if (egress.adoptable == NULL)
+                return;
+        /* What the proxy served for sandboxes not adopted: dropped, and the
+         * veth of one still alive deleted (a dead one's went with it). */
+        const char *id;
+        json_t *event;
+        json_object_foreach(egress.adoptable, id, event)
+        {
+                _cleanup_json_ json_t *m = json_pack("{s:s, s:s}", "op", "remove", "sandbox", id);
+                proxy_send(m, NULL, 0);
+                struct in_addr gw;
+                const char *text = json_string_value(json_object_get(event, "gateway"));
+                if (text == NULL || inet_pton(AF_INET, text, &gw) != 1 || ntohl(gw.s_addr) <= egress.base)
+                        continue;
+                unsigned slot = (ntohl(gw.s_addr) - egress.base) / 4;
+                if (slot >= egress.n_slots)
+                        continue;
+                egress.slots[slot] = 0;
+                char link[16];
+                snprintf(link, sizeof(link), "nsb%u", slot);
+                _cleanup_error_ nsbox_error_t *gone = NULL;
+                if (enter_netns(egress.ns, &gone) == 0) {
+                        network_link_delete(link, &gone);
+                        leave_netns();
+                }
+                log_info("egress: sandbox %s is not adopted: the proxy no longer serves it", id);
+        }
+        json_decref(steal_pointer(&egress.adoptable));
+        if (egress.adopt_pidfd >= 0)
+                close(steal_fd(&egress.adopt_pidfd));
+}
+
+/* Its network made again (the proxy that served it is gone): a new veth
+ * in the slot it had if still free, the CA it trusts already. */
+static int attach_anew(struct sandbox *sb, json_t *policy, unsigned wanted, nsbox_error_t **err)
+{
         /* Its old veth goes with the old egress namespace, but the kernel
          * tears a namespace down a moment later, off the caller's time. */
         char ns_path[64];
@@ -1011,8 +1435,56 @@ int egress_reattach(struct sandbox *sb, nsbox_error_t **err)
                 return -EIO;
         int r = attach_with(sb, policy, sb->policy.secrets, wanted, &kept_ca, err);
         egress_ca_clear(&kept_ca);
-        if (r < 0)
-                return r;
+        return r;
+}
+
+int egress_reattach(struct sandbox *sb, nsbox_error_t **err)
+{
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/%s", sb->dir, NETWORK_RECORD);
+        _cleanup_json_ json_t *record = json_load_file(path, JSON_REJECT_DUPLICATES, NULL);
+        json_t *slot = json_object_get(record, "slot"), *exposed = json_object_get(record, "exposed");
+        if (!json_is_integer(slot) || json_integer_value(slot) <= 0 || !json_is_array(exposed) ||
+            json_array_size(exposed) > EGRESS_MAX_EXPOSED)
+                return nsbox_error(err, ENOENT, "no record of its network in %s", path);
+        if (!egress.enabled)
+                return nsbox_error(err, ENOTSUP, "this nsboxd gives sandboxes no network");
+        _cleanup_json_ json_t *policy = policy_object(&sb->policy, err);
+        if (policy == NULL)
+                return -EINVAL;
+        unsigned wanted = json_integer_value(slot) < egress.n_slots ? (unsigned)json_integer_value(slot) : 0;
+        int adopted = wanted > 0 ? reattach_adopted(sb, policy, wanted, err) : 0;
+        if (adopted < 0)
+                return adopted;
+        if (adopted == 1) {
+                /* Its secrets and CA as kept (restore.c checked them), sent
+                 * again; the ports the proxy did not serve exposed anew. */
+                struct egress_ca kept_ca = { 0 };
+                _cleanup_json_ json_t *kept_secrets = NULL;
+                if (sb->policy.secrets != NULL && sb->secrets_fd >= 0 &&
+                    secrets_keep_read(sb->secrets_fd, &kept_secrets, &kept_ca, err) < 0) {
+                        egress_detach(sb, true);
+                        return -EIO;
+                }
+                sb->egress->ca = kept_ca;
+                sb->egress->secrets = json_incref(sb->policy.secrets);
+                if (sb->egress->secrets != NULL && sb->egress->ca.cert_pem == NULL) {
+                        egress_detach(sb, true);
+                        return nsbox_error(err, ENOENT, "its secrets CA was not kept");
+                }
+                json_t *tls = sb->egress->ca.cert_pem
+                                  ? json_pack("{s:s, s:s}", "cert", sb->egress->ca.cert_pem, "key",
+                                              sb->egress->ca.key_pem)
+                                  : NULL;
+                _cleanup_json_ json_t *m = json_pack("{s:s, s:s, s:O*, s:o*}", "op", "secrets", "sandbox",
+                                                     sb->id, "secrets", sb->policy.secrets, "tls", tls);
+                proxy_send(m, NULL, 0);
+        }
+        if (adopted == 0) {
+                int r = attach_anew(sb, policy, wanted, err);
+                if (r < 0)
+                        return r;
+        }
         size_t i;
         json_t *x;
         json_array_foreach(exposed, i, x)
@@ -1040,6 +1512,7 @@ int egress_reattach(struct sandbox *sb, nsbox_error_t **err)
         if (wanted != sb->egress->slot)
                 log_warn("sandbox %s: its network address changed in the restart (slot %u is taken)", sb->id,
                          wanted);
+        egress_save(sb);
         return 0;
 }
 

@@ -49,9 +49,13 @@ int egress_attach(struct sandbox *sb, const struct sandbox_policy *wanted, nsbox
 /* Live restore: an adopted sandbox gets its network back as its record
  * beside sandbox.json says (its address and exposed ports, where still
  * free), with the policy it has, and its secrets CA as kept
- * (secrets_keep.h). Connections open at the restart are gone
- * (the proxy that held them went with the old nsboxd). */
+ * (secrets_keep.h). Where the proxy of the old nsboxd was adopted too
+ * (egress_init) and still serves it, its veth and connections carry on;
+ * else it gets a new veth, and connections open at the restart are gone. */
 int egress_reattach(struct sandbox *sb, nsbox_error_t **err);
+/* After the last egress_reattach: what an adopted proxy still served for
+ * sandboxes that were not adopted is dropped. */
+void egress_reattach_done(void);
 /* Its veth, sockets and proxy state go; safe on a sandbox without network.
  * A sandbox no longer `alive` has lost its veth with its namespace. */
 void egress_detach(struct sandbox *sb, bool alive);

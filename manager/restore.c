@@ -343,4 +343,5 @@ void restore_networks(void)
                 log_warn("sandbox %s: %s", sb->id, why);
                 sandbox_remove(sb, why, NULL, NULL);
         }
+        egress_reattach_done();
 }

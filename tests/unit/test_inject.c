@@ -200,6 +200,44 @@ static void test_a_body_placeholder_is_found_across_pieces(void **state)
         inject_unref(s);
 }
 
+/* A chunked body's framing between the halves of a placeholder (a chunk
+ * boundary at every point of it) does not hide it; the same chunks with no
+ * placeholder pass whole, fed in one piece or byte by byte. */
+static void test_a_placeholder_split_by_the_chunk_framing_is_found(void **state)
+{
+        struct inject_secrets *s = two_secrets();
+        const char ph[] = PH_A;
+        for (size_t cut = 1; cut < sizeof(ph) - 1; cut++) {
+                char body[256];
+                int len = snprintf(body, sizeof(body), "%zx;ext=1\r\nk=%.*s\r\n%zx\r\n%s\r\n0\r\n\r\n",
+                                   cut + 2, (int)cut, ph, sizeof(ph) - 1 - cut, ph + cut);
+                for (size_t step = 1; step <= (size_t)len; step += (size_t)len - 1) {
+                        struct sniff_chunked chunks = { 0 };
+                        struct inject_scan data = { 0 };
+                        const struct inject_secret *hit = NULL;
+                        size_t taken = 0;
+                        for (size_t i = 0; i < (size_t)len; i += step)
+                                taken += inject_scan_chunked(s, &chunks, &data, (const uint8_t *)body + i,
+                                                             (size_t)len - i < step ? (size_t)len - i : step,
+                                                             &hit);
+                        assert_non_null(hit);
+                        assert_string_equal(hit->name, "A");
+                        assert_int_equal(taken, len);
+                        assert_int_equal(chunks.state, SNIFF_CHUNK_DONE);
+                }
+        }
+        const char clean[] = "3\r\nabc\r\n2\r\nde\r\n0\r\n\r\nNEXT";
+        struct sniff_chunked chunks = { 0 };
+        struct inject_scan data = { 0 };
+        const struct inject_secret *hit = NULL;
+        assert_int_equal(
+            inject_scan_chunked(s, &chunks, &data, (const uint8_t *)clean, sizeof(clean) - 1, &hit),
+            sizeof(clean) - 1 - 4);
+        assert_null(hit);
+        assert_int_equal(chunks.state, SNIFF_CHUNK_DONE);
+        inject_unref(s);
+}
+
 #define VALUE_C "ghp_0123456789abcdef"
 
 static struct inject_secrets *masked_secrets(void)
@@ -335,6 +373,7 @@ int main(void)
                 cmocka_unit_test(test_the_secrets_header_replaces_the_sandboxs),
                 cmocka_unit_test(test_a_full_buffer_is_nospace),
                 cmocka_unit_test(test_a_body_placeholder_is_found_across_pieces),
+                cmocka_unit_test(test_a_placeholder_split_by_the_chunk_framing_is_found),
                 cmocka_unit_test(test_a_value_in_a_response_head_becomes_its_placeholder),
                 cmocka_unit_test(test_a_value_in_a_response_body_is_masked_across_pieces),
                 cmocka_unit_test(test_malformed_messages_are_refused),

@@ -19,7 +19,7 @@ import pytest
 import upstream as U
 from conftest import REPO
 from nsbox_client import RpcError
-from test_network import ALLOWED_ONLY, POLICIES, info_stats, landed, net, net_daemon, net_exec, sbs, up  # noqa: F401 (fixtures)
+from test_network import ALLOWED_ONLY, NETLIB, POLICIES, info_stats, landed, net, net_daemon, net_exec, sbs, up  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.serial, pytest.mark.xdist_group("host-network")]
 
@@ -326,17 +326,45 @@ def test_a_placeholder_in_a_request_body_to_another_host_is_refused(netd, sbs, u
     assert mine not in log and theirs not in log
 
 
-def test_a_keep_alive_connection_gets_the_secret_in_each_request(netd, sbs, up):
-    """HTTP/1.1 keep-alive over an intercepted TLS connection: every request
-    on it is rewritten (the value put in), not only the first; the secrets'
-    use counts in the sandbox's egress stats."""
+def test_a_placeholder_split_by_a_chunked_bodys_framing_is_refused(netd, sbs, up):
+    """A chunked body whose placeholder is cut in two by the chunk framing
+    (a chunk-size line between its halves) is refused all the same, over
+    plain HTTP and inside intercepted TLS: the chunks' data is searched as
+    the one stream the host decodes."""
+    token = value()
+    sid = make(sbs, TOKEN={"value": token, "hosts": ["allowed.test"]})
+    mark = up.mark()
+    r = net_exec(netd, sid, RAW_TLS + textwrap.dedent(r"""
+        token = os.environ["NSBOX_SECRET_TOKEN"]
+        half = len(token) // 2
+        first, second = "k=" + token[:half], token[half:] + "&end=1"
+        raw = ("POST /chunked HTTP/1.1\r\nHost: allowed.test\r\nTransfer-Encoding: chunked\r\n"
+               "Connection: close\r\n\r\n%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n"
+               % (len(first), first, len(second), second)).encode()
+        verdict(http=http("allowed.test", raw=raw), https=over_tls(raw))
+    """), timeout=120)
+    v = r["verdict"]
+    for proto in ("http", "https"):
+        assert v[proto].get("status") == 403 and "refused allowed.test" in v[proto]["body"], (proto, v)
+    assert [h for h in landed(up, mark) if h["path"] == "/chunked"] == [], landed(up, mark)
+    assert "allowed.test:80" in r.get("network_refused", []), r
+    log = netd.read_log()
+    assert log.count("placeholder of secret TOKEN outside its header (Authorization)") >= 2, log[-3000:]
+    assert token not in log
+
+
+@pytest.mark.parametrize("scheme", ["https", "http"])
+def test_a_keep_alive_connection_gets_the_secret_in_each_request(netd, sbs, up, scheme):
+    """HTTP/1.1 keep-alive over an intercepted TLS connection, and over plain
+    HTTP on port 80: every request on it is rewritten (the value put in), not
+    only the first; the secrets' use counts in the sandbox's egress stats."""
     secret = value()
     sid = make(sbs, TOKEN={"value": secret, "hosts": ["allowed.test"], "header": "Authorization: Bearer {value}"})
     mark = up.mark()
     v = net(netd, sid, r"""
-        from http.client import HTTPSConnection
+        from http.client import HTTPConnection, HTTPSConnection
         token = os.environ["NSBOX_SECRET_TOKEN"]
-        conn = HTTPSConnection("allowed.test", timeout=20)
+        conn = (HTTPSConnection if "SCHEME" == "https" else HTTPConnection)("allowed.test", timeout=20)
         out, socks = [], []
         for i in range(3):
             try:
@@ -348,7 +376,7 @@ def test_a_keep_alive_connection_gets_the_secret_in_each_request(netd, sbs, up):
                 out.append({"error": "%s: %s" % (type(e).__name__, e)})
                 break
         verdict(out=out, one_connection=len(set(socks)) == 1 and conn.sock is not None)
-    """)
+    """.replace("SCHEME", scheme))
     assert [o.get("status") for o in v["out"]] == [200, 200, 200], v
     assert v["one_connection"], v
     hits = landed(up, mark, local=U.ALLOWED)
@@ -360,6 +388,36 @@ def test_a_keep_alive_connection_gets_the_secret_in_each_request(netd, sbs, up):
     assert [h["request_on_connection"] for h in hits] == [1, 2, 3], hits
     _, stats = info_stats(netd, sid, lambda s: s.get("secrets_injected", 0) >= 3)
     assert stats.get("secrets_injected") == 3, stats
+
+
+def test_plain_http_keep_alive_judges_each_request(netd, sbs, up):
+    """On a kept-alive plain HTTP connection to a secret's host, a later
+    request is judged as the first: its placeholder outside its place is
+    refused (403, never reaching the host), and another Host is 421."""
+    secret = value()
+    sid = make(sbs, TOKEN={"value": secret, "hosts": ["allowed.test"]})
+    mark = up.mark()
+    v = net(netd, sid, r"""
+        from http.client import HTTPConnection
+        token = os.environ["NSBOX_SECRET_TOKEN"]
+        def two(second_path, second_headers):
+            conn = HTTPConnection("allowed.test", timeout=20)
+            out = []
+            for path, headers in (("/first", {"Authorization": "token " + token}), (second_path, second_headers)):
+                conn.request("GET", path, headers=headers)
+                r = conn.getresponse()
+                out.append([r.status, r.read().decode(errors="replace")])
+            return out
+        verdict(in_path=two("/second?t=" + token, {}), other_host=two("/third", {"Host": "index.test"}))
+    """)
+    assert [o[0] for o in v["in_path"]] == [200, 403] and "refused allowed.test" in v["in_path"][1][1], v
+    assert [o[0] for o in v["other_host"]] == [200, 421], v
+    hits = landed(up, mark)
+    assert [h["path"] for h in hits] == ["/first", "/first"], hits
+    assert all(h["headers"]["Authorization"] == "token " + secret for h in hits), hits
+    log = netd.read_log()
+    assert "network policy refused allowed.test:80 (carries the placeholder of secret TOKEN outside its header" in log
+    assert secret not in log
 
 
 def test_https_through_the_explicit_proxy_is_intercepted_too(netd, sbs, up):
@@ -562,10 +620,10 @@ def test_a_placeholder_outside_its_place_is_refused_even_to_its_own_host(netd, s
 
 def test_an_echoing_host_never_gives_a_value_back(netd, sbs, up):
     """Defence in depth: what the secret's host answers is relayed with each
-    value masked: over HTTPS in the head as the placeholder again and in the
-    body as many '*' (its length kept); over plain HTTP as '*' throughout.
-    The upstream's /reflect echoes every header it got, the values too, in
-    its answer's head and body."""
+    value masked, over HTTPS and plain HTTP alike: in the head as the
+    placeholder again and in the body as many '*' (its length kept). The
+    upstream's /reflect echoes every header it got, the values too, in its
+    answer's head and body."""
     token, key = value(), value()
     sid = make(sbs, TOKEN={"value": token, "hosts": ["allowed.test"]},
                KEY={"value": key, "hosts": ["allowed.test"], "header": "X-Api-Key: {value}"})
@@ -579,18 +637,52 @@ def test_an_echoing_host_never_gives_a_value_back(netd, sbs, up):
     assert sorted(h["proto"] for h in hits) == ["http", "https"], hits
     for hit in hits:
         assert hit["headers"]["Authorization"] == "token " + token and hit["headers"]["X-Api-Key"] == key, hit
-    plain = v["plain"]
-    assert plain.get("status") == 301 and token not in plain["raw"] and key not in plain["raw"], plain
-    assert "X-Seen-Authorization: token %s\r\n" % ("*" * len(token)) in plain["raw"], plain["raw"]
-    assert plain["json"]["headers"]["X-Api-Key"] == "*" * len(key), plain["json"]
-    got = v["r"]
-    assert got.get("status") == 301, got
-    assert token not in got["raw"] and key not in got["raw"], got["raw"]
-    assert token not in got["body"] and key not in got["body"], got["body"]
-    assert "X-Seen-Authorization: token " + v["token"] in got["raw"], got["raw"]
-    assert "X-Seen-X-Api-Key: " + v["key"] in got["raw"], got["raw"]
-    assert got["json"]["headers"]["Authorization"] == "token " + "*" * len(token), got["json"]
-    assert got["json"]["headers"]["X-Api-Key"] == "*" * len(key), got["json"]
+    for got in (v["r"], v["plain"]):
+        assert got.get("status") == 301, got
+        assert token not in got["raw"] and key not in got["raw"], got["raw"]
+        assert token not in got["body"] and key not in got["body"], got["body"]
+        assert "X-Seen-Authorization: token " + v["token"] in got["raw"], got["raw"]
+        assert "X-Seen-X-Api-Key: " + v["key"] in got["raw"], got["raw"]
+        assert got["json"]["headers"]["Authorization"] == "token " + "*" * len(token), got["json"]
+        assert got["json"]["headers"]["X-Api-Key"] == "*" * len(key), got["json"]
+
+
+# In the sandbox: TLS connections to allowed.test (a secret's host) opened and stalled after
+# their ClientHello, TRIES of them; how many an interception thread holds (its ServerHello came)
+# and how many were refused go to /tmp/held.json; held until /tmp/release exists.
+HOLD_INTERCEPTED = r"""
+import ssl, time
+def client_hello(name):
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ssl.create_default_context().wrap_bio(incoming, outgoing, server_hostname=name)
+    try:
+        tls.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return outgoing.read()
+hello = client_hello("allowed.test")
+socks, refused = [], 0
+for i in range(TRIES):
+    try:
+        s = socket.create_connection(("allowed.test", 443), timeout=20)
+        s.sendall(hello)
+        first = s.recv(1)
+    except OSError:
+        s, first = None, b""
+    if first == b"\x16":  # a ServerHello: an interception thread has it, stalled
+        socks.append(s)
+    else:  # refused: closed at once, as a client would
+        refused += 1
+        if s is not None:
+            s.close()
+held = len(socks)
+with open("/tmp/held.json", "w") as f:
+    json.dump({"held": held, "refused": refused}, f)
+deadline = time.monotonic() + 120
+while not os.path.exists("/tmp/release") and time.monotonic() < deadline:
+    time.sleep(0.1)
+verdict(held=held, refused=refused)
+"""
 
 
 def test_one_sandbox_holding_its_intercepted_connections_leaves_the_others_theirs(netd, sbs, up):
@@ -606,39 +698,7 @@ def test_one_sandbox_holding_its_intercepted_connections_leaves_the_others_their
 
     def hold():
         try:
-            result["r"] = net_exec(netd, greedy, r"""
-                import ssl, time
-                def client_hello(name):
-                    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-                    tls = ssl.create_default_context().wrap_bio(incoming, outgoing, server_hostname=name)
-                    try:
-                        tls.do_handshake()
-                    except ssl.SSLWantReadError:
-                        pass
-                    return outgoing.read()
-                hello = client_hello("allowed.test")
-                socks, refused = [], 0
-                for i in range(300):
-                    try:
-                        s = socket.create_connection(("allowed.test", 443), timeout=20)
-                        s.sendall(hello)
-                        first = s.recv(1)
-                    except OSError:
-                        s, first = None, b""
-                    if first == b"\x16":  # a ServerHello: an interception thread has it, stalled
-                        socks.append(s)
-                    else:  # refused: closed at once, as a client would
-                        refused += 1
-                        if s is not None:
-                            s.close()
-                held = len(socks)
-                with open("/tmp/held.json", "w") as f:
-                    json.dump({"held": held, "refused": refused}, f)
-                deadline = time.monotonic() + 120
-                while not os.path.exists("/tmp/release") and time.monotonic() < deadline:
-                    time.sleep(0.1)
-                verdict(held=held, refused=refused)
-            """, timeout=180)
+            result["r"] = net_exec(netd, greedy, "TRIES = 300\n" + HOLD_INTERCEPTED, timeout=180)
         except Exception as e:  # noqa: BLE001 (reported by the main thread)
             result["error"] = e
 
@@ -665,6 +725,42 @@ def test_one_sandbox_holding_its_intercepted_connections_leaves_the_others_their
     assert hit["path"] == "/other-sandbox" and hit["headers"]["X-T"] == other_secret
     assert held == {"held": 32, "refused": 268}, held
     assert "too many intercepted connections of this sandbox" in netd.read_log()
+
+
+def test_busy_sandboxes_cannot_fill_the_interception_threads_another_needs(netd, sbs, up):
+    """Eight sandboxes each open up to 40 TLS connections to their secret's host
+    and stall them: the first six get their 32 each, then the last 64 of the
+    256 threads are kept for sandboxes holding fewer than 4, so the seventh and
+    eighth get 4, and a ninth sandbox's secret request still goes through."""
+    greedy = [make(sbs, T={"value": value(), "hosts": ["allowed.test"]}) for _ in range(8)]
+    other_secret = value()
+    other = make(sbs, T={"value": other_secret, "hosts": ["allowed.test"], "header": "X-T: {value}"})
+    from conftest import PRELUDE
+    from test_service import wait_until
+    held = []
+    try:
+        for sid in greedy:  # one after the other: which one gets what is then known
+            netd.call("sandbox.exec", sandbox_id=sid, background=True,
+                      argv=["python3", "-c", PRELUDE + NETLIB + "TRIES = 40\n" + HOLD_INTERCEPTED])
+
+            def counts(sid=sid):
+                r = netd.call("sandbox.exec", sandbox_id=sid, argv=["cat", "/tmp/held.json"])
+                return json.loads(r["stdout"]) if r["exit_code"] == 0 and r["stdout"] else None
+            assert wait_until(lambda: counts() is not None, timeout=120)
+            held.append(counts()["held"])
+        mark = up.mark()
+        v = net(netd, other, HTTPS_CLIENTS + textwrap.dedent(r"""
+            verdict(r=https_default("https://allowed.test/ninth-sandbox", {}))
+        """))
+    finally:
+        for sid in greedy:
+            netd.call("sandbox.exec", sandbox_id=sid, argv=["touch", "/tmp/release"])
+    assert v["r"].get("status") == 200, (v, held)
+    (hit,) = landed(up, mark, local=U.ALLOWED)
+    assert hit["path"] == "/ninth-sandbox" and hit["headers"]["X-T"] == other_secret
+    assert held == [32] * 6 + [4, 4], held
+    assert "too many intercepted connections of this sandbox (the rest are kept for other sandboxes)" in \
+        netd.read_log()
 
 
 def test_a_request_head_dripped_into_an_intercepted_connection_is_cut_off(netd, sbs):
@@ -720,6 +816,9 @@ def kept_by_init(svc, sid):
     with open(os.path.join(svc.state, "sandboxes", sid, "sandbox.json")) as f:
         pid = json.load(f)["pid"]
     path = "/proc/%d/fd/13" % pid
+    # the init takes the memfd when it next runs: nsboxd answered before that
+    from test_service import wait_until
+    wait_until(lambda: os.path.exists(path), timeout=10)
     with open(path, "rb") as f:
         return os.readlink(path), f.read()
 
