@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* nsbox exec, sh and run: commands with live output and docker's exit codes. */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/ioctl.h>
@@ -40,23 +41,30 @@ struct stream_state {
         char exec_id[64]; /* learnt from the first exec.output, for exec.kill */
         bool base64;
         const char *socket_path;
-        bool feed_stdin;      /* -i: our standard input goes to the exec (exec.stdin) */
-        bool stdin_fed;       /* the thread that does it is started */
-        bool tty;             /* -t: a terminal exec, whose window size we pass on */
-        json_t *collected[2]; /* --json with -i (streamed): stdout and stderr for the result */
+        bool feed_stdin;        /* -i: our standard input goes to the exec (exec.stdin) */
+        bool stdin_fed;         /* the thread that does it is started */
+        bool tty;               /* -t: a terminal exec, whose window size we pass on */
+        json_t *collected[2];   /* --json with -i (streamed): stdout and stderr for the result */
+        bool kept;              /* nsboxd keeps the exec should it stop (live restore): we may take it back */
+        json_int_t received[2]; /* bytes of stdout and stderr we have: where a taking back starts */
 };
 
-int cli_write_output(int fd, const json_t *text, bool base64)
+/* Write an exec's output; the number of its bytes (decoded), or -1. */
+static json_int_t write_output(int fd, const json_t *text, bool base64)
 {
         if (!json_is_string(text) || json_string_length(text) == 0)
                 return 0;
-        if (!base64)
-                return io_write_all(fd, json_string_value(text), json_string_length(text));
-        size_t len;
-        _cleanup_free_ void *bytes = base64_decode(json_string_value(text), json_string_length(text), &len);
-        if (bytes == NULL) /* not base64 after all: the daemon's own text */
-                return io_write_all(fd, json_string_value(text), json_string_length(text));
-        return io_write_all(fd, bytes, len);
+        size_t len = json_string_length(text);
+        _cleanup_free_ void *bytes = base64 ? base64_decode(json_string_value(text), len, &len) : NULL;
+        if (bytes == NULL) /* not base64 (after all: the daemon's own text) */
+                len = json_string_length(text);
+        return io_write_all(fd, bytes != NULL ? bytes : json_string_value(text), len) < 0 ? -1
+                                                                                          : (json_int_t)len;
+}
+
+int cli_write_output(int fd, const json_t *text, bool base64)
+{
+        return write_output(fd, text, base64) < 0 ? -1 : 0;
 }
 
 void cli_print_truncated(const json_t *result, size_t cap)
@@ -196,6 +204,8 @@ static void print_stream(const char *method, json_t *params, void *data)
                 snprintf(state->exec_id, sizeof(state->exec_id), "%s", id);
         if (state->feed_stdin && !state->stdin_fed && state->exec_id[0] != '\0')
                 start_stdin_feed(state);
+        if (strcmp(method, "exec.started") == 0)
+                state->kept = json_is_true(json_object_get(params, "kept"));
         if (strcmp(method, "exec.output") != 0)
                 return;
         json_t *stream = json_object_get(params, "stream");
@@ -204,8 +214,98 @@ static void print_stream(const char *method, json_t *params, void *data)
         bool is_stderr = strcmp(json_string_value(stream), "stderr") == 0;
         if (!is_stderr)
                 fflush(stdout);
-        cli_write_output(is_stderr ? STDERR_FILENO : STDOUT_FILENO, json_object_get(params, "data"),
-                         state->base64);
+        json_int_t n = write_output(is_stderr ? STDERR_FILENO : STDOUT_FILENO,
+                                    json_object_get(params, "data"), state->base64);
+        if (n > 0)
+                state->received[is_stderr] += n;
+}
+
+/* How long we wait for the next nsboxd when the exec's one went away. */
+#define REATTACH_WAIT_MS  30000
+#define REATTACH_PAUSE_MS 200
+
+/* A pause between tries, cut short by a signal: its number, else 0. */
+static int reattach_pause(int signal_fd)
+{
+        struct pollfd p = { .fd = signal_fd, .events = POLLIN };
+        if (signal_fd < 0 || poll(&p, 1, REATTACH_PAUSE_MS) <= 0)
+                return 0;
+        int sig = cli_caught_signal(signal_fd);
+        return sig == SIGWINCH ? 0 : sig;
+}
+
+/* nsboxd went away during an exec it keeps (live restore): wait for the next
+ * one and follow the exec's output (exec.output) from the bytes we have to
+ * its end, so that every byte is shown once; *result is the last answer,
+ * which says how the command ended. 0, 128+N for a signal that stopped us,
+ * -1 when no nsboxd took the exec back (then err says why). */
+static int reattach(const struct cli *cli, struct stream_state *state, int signal_fd, json_t **result,
+                    json_t **error, nsbox_error_t **err)
+{
+        fflush(stdout);
+        fprintf(stderr,
+                "nsbox: nsboxd went away during the command, which runs on (live restore); waiting up to "
+                "%d s for nsboxd to come back\n",
+                REATTACH_WAIT_MS / 1000);
+        /* Counted in pauses: a connect to a socket no one listens on fails at once. */
+        unsigned pauses_left = REATTACH_WAIT_MS / REATTACH_PAUSE_MS;
+        struct client *c = NULL;
+        int r = -1;
+        for (;;) {
+                nsbox_error_free(err);
+                json_decref(*error);
+                *error = NULL;
+                if (c == NULL && client_connect(state->socket_path, &c, err) == 0)
+                        pauses_left =
+                            REATTACH_WAIT_MS / REATTACH_PAUSE_MS; /* a later stop gets its own wait */
+                _cleanup_json_ json_t *out = NULL;
+                if (c != NULL) {
+                        _cleanup_json_ json_t *params = json_pack(
+                            "{s:s, s:{s:I, s:I}, s:i}", "exec_id", state->exec_id, "since", "stdout",
+                            state->received[0], "stderr", state->received[1], "wait_ms", 10000);
+                        if (client_call(c, "exec.output", params, NULL, NULL, &out, error, err) < 0) {
+                                client_close(c);
+                                c = NULL;
+                                if (*error != NULL) /* answered: not_found, the exec was not adopted */
+                                        break;
+                        }
+                }
+                if (out == NULL) {
+                        int sig = reattach_pause(signal_fd);
+                        if (sig != 0) {
+                                r = 128 + sig;
+                                break;
+                        }
+                        if (pauses_left-- == 0)
+                                break;
+                        continue;
+                }
+                for (int i = 0; i < 2; i++) {
+                        const char *name = i ? "stderr" : "stdout";
+                        json_int_t lost =
+                            json_integer_value(json_object_get(json_object_get(out, "dropped"), name));
+                        if (lost > 0)
+                                fprintf(stderr, "nsbox: %lld bytes of %s were lost across the restart\n",
+                                        (long long)lost, name);
+                        if (i == 0)
+                                fflush(stdout);
+                        write_output(i ? STDERR_FILENO : STDOUT_FILENO, json_object_get(out, name), true);
+                        state->received[i] =
+                            json_integer_value(json_object_get(json_object_get(out, "next"), name));
+                }
+                if (!json_is_true(json_object_get(out, "more")) &&
+                    !json_is_true(json_object_get(out, "running"))) {
+                        /* How it ended; its output is written above. */
+                        json_object_del(out, "stdout");
+                        json_object_del(out, "stderr");
+                        *result = json_incref(out);
+                        r = 0;
+                        break;
+                }
+        }
+        if (c != NULL)
+                client_close(c);
+        return r;
 }
 
 /* exec.kill sent on the exec's own connection, its answer left unread
@@ -317,6 +417,15 @@ static int run_exec(const struct cli *cli, struct client *c, const char *socket_
                 return 128 + sig;
         }
         client_set_interrupt_fd(c, -1);
+        if (r < 0 && err->errnum == ECONNRESET && state.kept && state.exec_id[0] != '\0' && !cli->json) {
+                r = reattach(cli, &state, signal_fd, &result, &error, &err);
+                if (r > 0) { /* stopped by a signal while nsboxd was away: the command runs on */
+                        *signo = r - 128;
+                        return r;
+                }
+                if (r < 0 && error == NULL)
+                        return daemon_gone(cli);
+        }
         if (r < 0 && err->errnum == ECONNRESET)
                 return daemon_gone(cli);
         if (r < 0) {

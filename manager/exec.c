@@ -284,6 +284,12 @@ static bool output_reserve(struct exec *ex, struct output *o, size_t need)
  * Streamed output is passed on, and its pipes paused while the client lags. */
 static void stream_pending(struct exec *ex, int which);
 
+/* A background exec's output is a log: a head and a tail ring (exec_log.h). */
+static bool output_logged(const struct exec *ex)
+{
+        return ex->background && !ex->stream;
+}
+
 static void output_append(struct exec *ex, int which, const char *data, size_t len)
 {
         if (ex->hooks != NULL &&
@@ -293,7 +299,7 @@ static void output_append(struct exec *ex, int which, const char *data, size_t l
                 return;
         }
         struct output *o = &ex->out[which];
-        bool logged = ex->background && !ex->stream;
+        bool logged = output_logged(ex);
         size_t room = ex->max_output > ex->total_output ? ex->max_output - ex->total_output : 0;
         /* A background stream's head ends at its first byte that went past it. */
         if (logged && o->written > o->len)
@@ -307,9 +313,15 @@ static void output_append(struct exec *ex, int which, const char *data, size_t l
         if (logged) {
                 o->written += len;
                 exec_log_append_tail(ex, which, data + len, rest);
-        } else if (rest > 0) {
-                ex->truncated = true;
-                ex->dropped_output += rest;
+        } else {
+                /* Counted for live restore (exec_keep.h): a stream's client
+                 * takes it back from the offset it has, the dropped rest of a
+                 * foreground one's is a gap after its head. */
+                o->written += len + (ex->stream ? 0 : rest);
+                if (rest > 0) {
+                        ex->truncated = true;
+                        ex->dropped_output += rest;
+                }
         }
         if (len == 0) {
                 if (logged)
@@ -318,7 +330,10 @@ static void output_append(struct exec *ex, int which, const char *data, size_t l
         }
         ex->total_output += len;
         memcpy(o->data + o->len, data, len);
-        exec_keep_head(ex, which, o->len, data, len);
+        if (ex->stream)
+                exec_keep_streamed(ex, which, o->written - len, data, len);
+        else
+                exec_keep_head(ex, which, o->len, data, len);
         o->len += len;
         if (logged)
                 exec_output_wake(ex, false);
@@ -681,8 +696,8 @@ json_t *exec_result(struct exec *ex)
         }
         /* A background exec's stdout and stderr here are its heads: cut if its
          * tail holds more (exec.output reads that). */
-        bool cut =
-            ex->truncated || ex->out[0].written > ex->out[0].len || ex->out[1].written > ex->out[1].len;
+        bool cut = ex->truncated || (output_logged(ex) && (ex->out[0].written > ex->out[0].len ||
+                                                           ex->out[1].written > ex->out[1].len));
         json_t *result = json_pack("{s:s, s:o, s:o, s:b, s:s, s:b}", "exec_id", ex->id, "stdout", stdout_json,
                                    "stderr", stderr_json, "truncated", cut, "encoding",
                                    ex->base64 ? "base64" : "utf-8", "running", !ex->finished);
@@ -821,10 +836,13 @@ static void exec_started(struct exec *ex, pid_t pid)
                 struct rpc_request *req = ex->req;
                 ex->req = NULL;
                 rpc_reply_result(req, json_pack("{s:s, s:i}", "exec_id", ex->id, "pid", ex->pid));
-        } else if (ex->stream && ex->req != NULL) {
+        } else if ((ex->stream || ex->notify_started) && ex->req != NULL) {
                 /* The client learns the exec's id before any output: it can
-                 * exec.kill a command that prints nothing (a Ctrl-C). */
-                _cleanup_json_ json_t *params = json_pack("{s:s, s:i}", "exec_id", ex->id, "pid", ex->pid);
+                 * exec.kill a command that prints nothing (a Ctrl-C), and,
+                 * when `kept`, take it back with exec.output should nsboxd
+                 * stop (live restore). */
+                _cleanup_json_ json_t *params =
+                    json_pack("{s:s, s:i, s:b}", "exec_id", ex->id, "pid", ex->pid, "kept", ex->keep_fd >= 0);
                 if (params != NULL)
                         rpc_notify(ex->req, "exec.started", params);
         }
@@ -1140,6 +1158,7 @@ static struct exec *exec_new(struct sandbox *sb, const struct exec_params *p)
         ex->sb = sb;
         ex->stream = p->stream;
         ex->background = p->background;
+        ex->notify_started = p->notify_started && !p->background;
         ex->base64 = p->base64;
         ex->max_output = p->max_output;
         ex->timeout_s = p->timeout_s;
@@ -1396,7 +1415,7 @@ static int exec_start(struct sandbox *sb, struct exec *ex, const struct exec_par
         close_child_fds(child_fds);
         if (n < 0)
                 return nsbox_error(err, (int)-n, "send the exec request to its slot");
-        if (ex->background || ex->stream) {
+        if (ex->background || ex->stream || ex->notify_started) {
                 /* A background exec's answer is the pid, as soon as it
                  * runs; a streamed one's client hears exec.started then. */
                 struct ctl_header want = { CTL_STARTED, ex->number };
@@ -1492,8 +1511,13 @@ static int exec_adopt_kept(struct sandbox *sb, uint32_t number, int *fds, unsign
         ex->command_text = json_is_string(command) ? strdup(json_string_value(command)) : NULL;
         ex->started = json_is_true(json_object_get(meta, "started"));
         ex->pid = (pid_t)json_integer_value(json_object_get(meta, "pid"));
-        ex->background = json_is_true(json_object_get(meta, "background"));
         ex->service = json_is_true(json_object_get(meta, "service"));
+        /* A client's foreground or streamed exec, whose client went with the
+         * previous nsboxd, is taken back by exec_id as a background one is
+         * (exec.output from the offsets it has); its stdin, if open, closes
+         * (the caller closes that fd): nothing could feed it now. */
+        ex->background =
+            json_is_true(json_object_get(meta, "background")) || json_object_get(meta, "kind") == NULL;
         long long elapsed = now_realtime_ms() - ex->start_realtime_ms;
         if (elapsed < 0)
                 elapsed = 0;

@@ -70,8 +70,9 @@ struct exec {
         const struct exec_hooks *hooks; /* an internal caller instead of a client */
         void *hooks_data;
         bool stream, background, base64, finished;
-        bool counted;    /* in quota_uid's calls in flight (quota.c): a client's exec, not yet finished */
-        uid_t quota_uid; /* the uid whose request started it, as python.run counts its calls */
+        bool notify_started; /* a foreground one's client hears exec.started (its id) too */
+        bool counted;        /* in quota_uid's calls in flight (quota.c): a client's exec, not yet finished */
+        uid_t quota_uid;     /* the uid whose request started it, as python.run counts its calls */
         struct output out[2];
         size_t max_output, total_output;
         bool truncated;

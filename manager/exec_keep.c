@@ -52,15 +52,26 @@ static uint64_t tail_at(const struct exec *ex, int which)
         return DATA_AT + 2 * (uint64_t)ex->max_output + (uint64_t)which * (ex->max_output / 2);
 }
 
+/* A streamed exec's ring: what its client may not have had yet when
+ * nsboxd stopped (rpc.c queues up to 4 MiB for a client before it pauses
+ * the exec, the sockets hold more), within its room of the memfd. */
+#define STREAM_RING_MAX (8u << 20)
+
+static uint64_t stream_ring_cap(const struct exec *ex)
+{
+        return ex->max_output / 2 < STREAM_RING_MAX ? ex->max_output / 2 : STREAM_RING_MAX;
+}
+
 bool exec_keep_wanted(const struct exec *ex)
 {
-        if (!nsboxd.config.live_restore || ex->sb->lease_fd < 0 || ex->sb->ctl == NULL || ex->stream ||
-            ex->tty || ex->slot == NULL || ex->out[0].source == NULL || ex->out[1].source == NULL)
+        if (!nsboxd.config.live_restore || ex->sb->lease_fd < 0 || ex->sb->ctl == NULL || ex->tty ||
+            ex->slot == NULL || ex->out[0].source == NULL || ex->out[1].source == NULL)
                 return false;
-        /* A client's background job, whose stdin is done with; or a helper
-         * that says how to take it over, with its stdin. */
+        /* A client's exec (its stdin, if any, is closed at adoption: what
+         * nsboxd had not written into it is lost); or a helper that says
+         * how to take it over, with its stdin. */
         if (ex->keep_kind == NULL)
-                return ex->hooks == NULL && ex->background && ex->stdin_src == NULL;
+                return ex->hooks == NULL;
         return ex->stdin_src != NULL && ex->stdin_len == ex->stdin_off;
 }
 
@@ -77,13 +88,13 @@ void exec_keep_meta(struct exec *ex)
         if (ex->keep_fd < 0)
                 return;
         _cleanup_json_ json_t *meta =
-            json_pack("{s:s, s:I, s:b, s:I, s:I, s:I, s:I, s:s?, s:s?, s:b, s:I, s:b, s:b, s:b, s:I}",
+            json_pack("{s:s, s:I, s:b, s:I, s:I, s:I, s:I, s:s?, s:s?, s:b, s:I, s:b, s:b, s:b, s:I, s:b}",
                       "exec_id", ex->id, "number", (json_int_t)ex->number, "base64", ex->base64, "max_output",
                       (json_int_t)ex->max_output, "timeout_s", (json_int_t)ex->timeout_s, "start_realtime_ms",
                       (json_int_t)ex->start_realtime_ms, "uid", (json_int_t)ex->uid, "audit", ex->audit,
                       "command", ex->command_text, "started", ex->started, "pid", (json_int_t)ex->pid,
                       "background", ex->background, "service", ex->service, "counted", ex->counted,
-                      "quota_uid", (json_int_t)ex->quota_uid);
+                      "quota_uid", (json_int_t)ex->quota_uid, "streamed", ex->stream);
         if (meta != NULL && ex->keep_kind != NULL) {
                 json_t *state = ex->keep_state != NULL ? ex->keep_state(ex, ex->hooks_data) : NULL;
                 json_object_set_new(meta, "kind", json_string(ex->keep_kind));
@@ -114,6 +125,12 @@ void exec_keep_counters(struct exec *ex)
                 const struct output *o = &ex->out[i];
                 h.stream[i] =
                     (struct keep_stream){ o->len, o->written, o->tail_len, o->tail_start, o->tail_cap };
+                if (ex->stream) {
+                        /* Its ring in the memfd only: byte x at x % cap (exec_keep_streamed). */
+                        uint64_t cap = stream_ring_cap(ex), kept = o->written < cap ? o->written : cap;
+                        h.stream[i] = (struct keep_stream){ 0, o->written, kept,
+                                                            cap > 0 ? (o->written - kept) % cap : 0, cap };
+                }
         }
         size_t from = offsetof(struct keep_header, max_output), len = sizeof(h) - from;
         if (pwrite(ex->keep_fd, (char *)&h + from, len, from) != (ssize_t)len)
@@ -134,11 +151,32 @@ void exec_keep_tail(struct exec *ex, int which, size_t at, const char *data, siz
                 keep_lost(ex, "copy its output");
 }
 
+void exec_keep_streamed(struct exec *ex, int which, size_t at, const char *data, size_t len)
+{
+        size_t cap = stream_ring_cap(ex);
+        if (ex->keep_fd < 0 || cap == 0)
+                return;
+        if (len > cap) { /* only its end fits */
+                data += len - cap;
+                at += len - cap;
+                len = cap;
+        }
+        size_t pos = at % cap, first = len < cap - pos ? len : cap - pos;
+        exec_keep_tail(ex, which, pos, data, first);
+        exec_keep_tail(ex, which, 0, data + first, len - first);
+}
+
 void exec_keep_start(struct exec *ex)
 {
         ex->keep_fd = memfd_create("nsbox-exec", MFD_CLOEXEC);
         if (ex->keep_fd < 0) {
                 keep_lost(ex, "memfd_create");
+                return;
+        }
+        /* Its full size (sparse: free until written), so that a ring read
+         * back whole is there even where nothing was written. */
+        if (ftruncate(ex->keep_fd, (off_t)tail_at(ex, 2)) < 0) {
+                keep_lost(ex, "size its record");
                 return;
         }
         exec_keep_meta(ex);

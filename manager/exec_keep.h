@@ -17,8 +17,8 @@ struct exec;
 struct sandbox;
 
 /* Whether ex is one to keep: live restore is on, the sandbox is leased, and
- * ex is a background exec whose stdio is pipes nsboxd reads (no tty, no
- * stdin left to write). */
+ * ex is a client's exec (background, foreground or streamed) whose stdio is
+ * pipes nsboxd reads (no tty), or a helper that says how to take it over. */
 bool exec_keep_wanted(const struct exec *ex);
 /* Make its record and hand the init its fds; on failure ex simply ends
  * with nsboxd, as without live restore (logged). */
@@ -30,6 +30,10 @@ void exec_keep_meta(struct exec *ex);
  * counters (lengths, offsets, dropped bytes). */
 void exec_keep_head(struct exec *ex, int which, size_t at, const char *data, size_t len);
 void exec_keep_tail(struct exec *ex, int which, size_t at, const char *data, size_t len);
+/* A streamed exec keeps no head: the bytes sent to its client, from stream
+ * offset `at`, go to its tail ring in the memfd only, so that the client
+ * takes it back after a restart from the offset it has. */
+void exec_keep_streamed(struct exec *ex, int which, size_t at, const char *data, size_t len);
 void exec_keep_counters(struct exec *ex);
 /* The exec is over: the init drops what it kept. */
 void exec_keep_end(struct exec *ex);

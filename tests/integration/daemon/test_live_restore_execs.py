@@ -1,0 +1,131 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Live restore of the execs a client waits on: a foreground `nsbox exec` and
+an SDK call whose nsboxd is killed (kill -9) mid-command, with live restore,
+take the command back from the next nsboxd, show all its output once and end
+with its own exit code; nothing is left or doubled."""
+import os
+import subprocess
+import sys
+import threading
+
+from conftest import BUILD
+from test_live_restore import POOL_BASE, alive, assert_nothing_left, inits, pool_processes, root, service  # noqa: F401
+from test_service import wait_until
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, os.path.join(REPO, "sdk", "python"))
+import nsbox  # noqa: E402
+
+NSBOX = os.path.join(BUILD, "nsbox")
+
+# Lines on both streams, then a wait for /tmp/go (made by the test once the
+# next nsboxd runs), more lines, and an exit code of its own.
+COMMAND = ("for i in $(seq 1 20); do echo out $i; echo err $i >&2; done; touch /tmp/half; "
+           "while [ ! -e /tmp/go ]; do sleep 0.05; done; "
+           "for i in $(seq 21 40); do echo out $i; echo err $i >&2; done; exit 7")
+OUT = "".join("out %d\n" % i for i in range(1, 41))
+ERR = "".join("err %d\n" % i for i in range(1, 41))
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read().decode()
+
+
+def in_sandbox(init, path):
+    return os.path.exists("/proc/%d/root%s" % (init, path))
+
+
+def restart_mid_command(svc, sb, init):
+    """kill -9 nsboxd once the command waits for /tmp/go, start the next one, let it go on."""
+    assert wait_until(lambda: in_sandbox(init, "/tmp/half"), timeout=120)
+    svc.kill9()
+    svc.start()
+    svc.call("sandbox.exec", sandbox_id=sb, command="touch /tmp/go")
+
+
+def test_a_foreground_nsbox_exec_takes_its_command_back_after_a_restart(root):
+    svc = service(root)
+    svc.start()
+    sb = svc.call("sandbox.create")["sandbox_id"]
+    (init,) = inits()
+    out_path, err_path = os.path.join(root, "out"), os.path.join(root, "err")
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        p = subprocess.Popen([NSBOX, "--socket", svc.socket, "exec", sb, "--", "sh", "-c", COMMAND],
+                             stdout=out, stderr=err)
+    try:
+        restart_mid_command(svc, sb, init)
+        assert p.wait(timeout=120) == 7, (read(out_path), read(err_path))
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert read(out_path) == OUT
+    said = [line for line in read(err_path).splitlines(True) if line.startswith("nsbox: ")]
+    assert said == ["nsbox: nsboxd went away during the command, which runs on (live restore); waiting up "
+                    "to 30 s for nsboxd to come back\n"], read(err_path)
+    assert "".join(line for line in read(err_path).splitlines(True) if not line.startswith("nsbox: ")) == ERR
+    # the same init, and no exec left behind: the command's processes ended with it
+    assert list(inits()) == [init]
+    assert not [e for e in svc.call("exec.list", sandbox_id=sb)["execs"] if e["running"]]
+    svc.call("sandbox.remove", sandbox_id=sb)
+    assert svc.terminate() == 0
+    assert_nothing_left(svc, [sb])
+
+
+def test_a_new_exec_runs_in_a_sandbox_adopted_with_a_kept_job(root):
+    # The new lease reaches the init at fd numbers its kept job's fds pushed
+    # up: placed at their fixed numbers, none of them may be lost.
+    svc = service(root)
+    svc.start()
+    sb = svc.call("sandbox.create")["sandbox_id"]
+    job = svc.call("sandbox.exec", sandbox_id=sb, command="sleep 300", background=True)["exec_id"]
+    svc.kill9()
+    svc.start()
+    for _ in range(3):
+        r = svc.call("sandbox.exec", sandbox_id=sb, command="echo hi")
+        assert (r["exit_code"], r["stdout"]) == (0, "hi\n"), r
+    assert svc.call("exec.status", sandbox_id=sb, exec_id=job)["running"]
+    svc.call("sandbox.remove", sandbox_id=sb, force=True)
+    assert svc.terminate() == 0
+    assert_nothing_left(svc, [sb])
+
+
+def sdk_run_across_a_restart(root, **kwargs):
+    """An SDK commands.run of COMMAND whose nsboxd is killed mid-command: its
+    result (or what it raised), what reached stderr, and the sandbox's id."""
+    svc = service(root)
+    svc.start()
+    sb = nsbox.Sandbox.connect(svc.call("sandbox.create")["sandbox_id"], socket=svc.socket)
+    (init,) = inits()
+    outcome = {}
+
+    def run():
+        try:
+            outcome["result"] = sb.commands.run(COMMAND, timeout=120, **kwargs)
+        except Exception as e:  # reported below
+            outcome["error"] = e
+
+    t = threading.Thread(target=run)
+    t.start()
+    restart_mid_command(svc, sb.sandbox_id, init)
+    t.join(120)
+    assert not t.is_alive()
+    assert "error" not in outcome, outcome
+    assert list(inits()) == [init]
+    svc.call("sandbox.remove", sandbox_id=sb.sandbox_id)
+    assert svc.terminate() == 0
+    assert_nothing_left(svc, [sb.sandbox_id])
+    return outcome["result"]
+
+
+def test_an_sdk_command_running_at_a_restart_returns_its_full_result(root, capfd):
+    r = sdk_run_across_a_restart(root)
+    assert (r.exit_code, r.stdout, r.stderr) == (7, OUT, ERR)
+    assert "nsboxd went away during the command, which runs on (live restore)" in capfd.readouterr().err
+
+
+def test_an_sdk_command_streamed_at_a_restart_streams_each_byte_once(root):
+    seen = {"stdout": [], "stderr": []}
+    r = sdk_run_across_a_restart(root, on_stdout=seen["stdout"].append, on_stderr=seen["stderr"].append)
+    assert (r.exit_code, r.stdout, r.stderr) == (7, OUT, ERR)
+    assert ("".join(seen["stdout"]), "".join(seen["stderr"])) == (OUT, ERR)
