@@ -9,7 +9,7 @@ import sys
 import threading
 
 from conftest import BUILD
-from test_live_restore import POOL_BASE, alive, assert_nothing_left, inits, pool_processes, root, service  # noqa: F401
+from test_live_restore import assert_nothing_left, helpers, inits, root, service  # noqa: F401
 from test_service import wait_until
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -129,3 +129,68 @@ def test_an_sdk_command_streamed_at_a_restart_streams_each_byte_once(root):
     r = sdk_run_across_a_restart(root, on_stdout=seen["stdout"].append, on_stderr=seen["stderr"].append)
     assert (r.exit_code, r.stdout, r.stderr) == (7, OUT, ERR)
     assert ("".join(seen["stdout"]), "".join(seen["stderr"])) == (OUT, ERR)
+
+
+def call_in_thread(svc, method, **params):
+    """A call whose nsboxd is killed before it answers: what it raised."""
+    outcome = {}
+
+    def call():
+        try:
+            outcome["result"] = svc.call(method, **params)
+        except Exception as e:  # the connection went with nsboxd
+            outcome["error"] = e
+
+    t = threading.Thread(target=call)
+    t.start()
+    return t, outcome
+
+
+CELL = ("import os, time\nx = 41\nopen('/tmp/cell-in', 'w').close()\n"
+        "while not os.path.exists('/tmp/cell-go'):\n    time.sleep(0.05)\nx += 1\n")
+SHELL_COMMAND = ("cd /tmp/proj && touch /tmp/sh-in && while [ ! -e /tmp/sh-go ]; do sleep 0.05; done; "
+                 "echo after; (exit 5)")
+
+
+def test_a_python_call_and_a_shell_command_running_at_a_restart_carry_on(root):
+    svc = service(root)
+    svc.start()
+    sb = svc.call("sandbox.create")["sandbox_id"]
+    assert svc.call("python.run", sandbox_id=sb, code="y = 1", stateful=True)["status"] == "ok"
+    svc.call("shell.create", sandbox_id=sb, name="dev")
+    assert svc.call("shell.run", sandbox_id=sb, session="dev", command="mkdir -p /tmp/proj; V=7")["exit_code"] == 0
+    (init,) = inits()
+    cell, cell_outcome = call_in_thread(svc, "python.run", sandbox_id=sb, code=CELL, stateful=True)
+    command, command_outcome = call_in_thread(svc, "shell.run", sandbox_id=sb, session="dev",
+                                              command=SHELL_COMMAND)
+    assert wait_until(lambda: in_sandbox(init, "/tmp/cell-in") and in_sandbox(init, "/tmp/sh-in"), timeout=120)
+    kept = helpers()
+    assert len(kept.get("python", [])) == 1 and len(kept.get("bash", [])) == 1, kept
+
+    svc.kill9()
+    cell.join(60)
+    command.join(60)
+    assert "error" in cell_outcome and "error" in command_outcome  # their clients went with nsboxd
+    svc.start()
+    log = svc.log()
+    assert "python interpreter adopted (live restore), running a call" in log, log
+    assert "shell dev adopted (live restore), running command" in log, log
+    # busy: the interpreter's next call waits for the one in flight, whose answer is dropped
+    listed = svc.call("shell.list", sandbox_id=sb)["sessions"]
+    assert listed[0]["running"] is True, listed
+    svc.call("sandbox.exec", sandbox_id=sb, command="touch /tmp/cell-go /tmp/sh-go")
+    r = svc.call("python.run", sandbox_id=sb, code="print(x, y)", stateful=True)
+    assert r["stdout"] == "42 1\n", r
+    # the command's end is kept for shell.check: its code, and what it wrote after the restart
+    assert wait_until(lambda: not svc.call("shell.check", sandbox_id=sb, session="dev")["running"], timeout=60)
+    r = svc.call("shell.check", sandbox_id=sb, session="dev")
+    assert (r["exit_code"], r["stdout"], r["truncated"]) == (5, "after\n", True), r
+    assert "before the restart is not kept" in r["note"], r
+    r = svc.call("shell.run", sandbox_id=sb, session="dev", command="pwd; echo $V")
+    assert r["stdout"] == "/tmp/proj\n7\n", r
+    # the same processes, none doubled
+    assert list(inits()) == [init]
+    assert helpers() == kept
+    svc.call("sandbox.remove", sandbox_id=sb)
+    assert svc.terminate() == 0
+    assert_nothing_left(svc, [sb])
