@@ -720,6 +720,7 @@ static void exec_forget_old(struct sandbox *sb)
                 struct exec *e = *p;
                 if (e->finished && ++kept > EXEC_KEEP_FINISHED) {
                         *p = e->next;
+                        exec_keep_end(e);
                         exec_free(e);
                         continue;
                 }
@@ -784,7 +785,12 @@ static void exec_finish(struct exec *ex)
                 close(ex->pty);
                 ex->pty = -1;
         }
-        exec_keep_end(ex); /* before its slot is closed or handed on */
+        /* Before its slot is closed or handed on; a client's background
+         * exec stays in exec.list after a restart too. */
+        if (ex->background && ex->keep_kind == NULL)
+                exec_keep_ended(ex);
+        else
+                exec_keep_end(ex);
         /* Only now, after the answer: on a small machine the forks of a new
          * slot would otherwise share a CPU with the exec being waited for. */
         exec_prepare_next(ex->sb, ex);
@@ -1477,10 +1483,32 @@ static int exec_adopt_helper(struct exec *ex, json_t *meta, int stdin_fd, nsbox_
         return 0;
 }
 
+/* A background exec that ended before the restart: its record alone, with how it ended. */
+static int exec_adopt_ended(struct exec *ex, json_t *end, nsbox_error_t **err)
+{
+        json_t *start_error = json_object_get(end, "start_error");
+        if (!json_is_object(end) || !json_is_integer(json_object_get(end, "duration_ms")))
+                return nsbox_error(err, EPROTO, "its record says no end");
+        ex->finished = true;
+        ex->background = true;
+        ex->exited = json_is_true(json_object_get(end, "exited"));
+        ex->wait_status = (int)json_integer_value(json_object_get(end, "wait_status"));
+        ex->timed_out = json_is_true(json_object_get(end, "timed_out"));
+        ex->killed = json_is_true(json_object_get(end, "killed"));
+        ex->supervisor_died = json_is_true(json_object_get(end, "supervisor_died"));
+        ex->leftover = (unsigned)json_integer_value(json_object_get(end, "leftover"));
+        ex->start_errno = (int)json_integer_value(json_object_get(end, "start_errno"));
+        ex->start_exit_code = (int)json_integer_value(json_object_get(end, "start_exit_code"));
+        if (json_is_string(start_error) && (ex->start_error = strdup(json_string_value(start_error))) == NULL)
+                return nsbox_error(err, ENOMEM, "exec");
+        ex->end_mono = ex->start_mono + json_integer_value(json_object_get(end, "duration_ms"));
+        return 0;
+}
+
 static int exec_adopt_kept(struct sandbox *sb, uint32_t number, int *fds, unsigned nfds, nsbox_error_t **err)
 {
-        if (nfds != 4 && nfds != 5)
-                return nsbox_error(err, EPROTO, "%u fds kept, not 4 or 5", nfds);
+        if (nfds != 1 && nfds != 4 && nfds != 5)
+                return nsbox_error(err, EPROTO, "%u fds kept, not 1, 4 or 5", nfds);
         struct exec *ex = calloc(1, sizeof(*ex));
         if (ex == NULL)
                 return nsbox_error(err, ENOMEM, "exec");
@@ -1490,7 +1518,7 @@ static int exec_adopt_kept(struct sandbox *sb, uint32_t number, int *fds, unsign
         ex->slot_request = -1;
         ex->held[0] = ex->held[1] = -1;
         ex->pty = ex->keep_fd = -1;
-        _cleanup_json_ json_t *meta = exec_keep_load(ex, fds[1], err);
+        _cleanup_json_ json_t *meta = exec_keep_load(ex, fds[nfds == 1 ? 0 : 1], err);
         if (meta == NULL) {
                 exec_free(ex);
                 return -EPROTO;
@@ -1522,6 +1550,21 @@ static int exec_adopt_kept(struct sandbox *sb, uint32_t number, int *fds, unsign
         if (elapsed < 0)
                 elapsed = 0;
         ex->start_mono = now_monotonic_ms() - elapsed;
+        if (nfds == 1) {
+                if (json_object_get(meta, "kind") != NULL ||
+                    exec_adopt_ended(ex, json_object_get(meta, "end"), err) < 0) {
+                        if (json_object_get(meta, "kind") != NULL)
+                                nsbox_error(err, EPROTO, "a helper's record without its fds");
+                        exec_free(ex);
+                        return -EPROTO;
+                }
+                ex->keep_fd = steal_fd(&fds[0]);
+                ex->kept_by_init = true;
+                ex->next = sb->exec->execs;
+                sb->exec->execs = ex;
+                log_debug("sandbox %s: ended exec %s adopted (live restore)", sb->id, ex->id);
+                return 0;
+        }
         fcntl(fds[0], F_SETFL, O_NONBLOCK);
         if ((ex->slot = loop_add(nsboxd.loop, fds[0], EPOLLIN, on_slot, ex)) == NULL) {
                 exec_free(ex);

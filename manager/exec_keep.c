@@ -95,6 +95,15 @@ void exec_keep_meta(struct exec *ex)
                       "command", ex->command_text, "started", ex->started, "pid", (json_int_t)ex->pid,
                       "background", ex->background, "service", ex->service, "counted", ex->counted,
                       "quota_uid", (json_int_t)ex->quota_uid, "streamed", ex->stream);
+        if (meta != NULL && ex->finished)
+                json_object_set_new(meta, "end",
+                                    json_pack("{s:b, s:i, s:b, s:b, s:b, s:i, s:I, s:s?, s:i, s:i}", "exited",
+                                              ex->exited, "wait_status", ex->wait_status, "timed_out",
+                                              ex->timed_out, "killed", ex->killed, "supervisor_died",
+                                              ex->supervisor_died, "leftover", (int)ex->leftover,
+                                              "duration_ms", (json_int_t)(ex->end_mono - ex->start_mono),
+                                              "start_error", ex->start_error, "start_errno", ex->start_errno,
+                                              "start_exit_code", ex->start_exit_code));
         if (meta != NULL && ex->keep_kind != NULL) {
                 json_t *state = ex->keep_state != NULL ? ex->keep_state(ex, ex->hooks_data) : NULL;
                 json_object_set_new(meta, "kind", json_string(ex->keep_kind));
@@ -197,6 +206,24 @@ void exec_keep_start(struct exec *ex)
                 keep_lost(ex, "hand its fds to the init");
         else
                 ex->kept_by_init = true;
+}
+
+void exec_keep_ended(struct exec *ex)
+{
+        exec_keep_meta(ex); /* with its end */
+        exec_keep_counters(ex);
+        if (ex->keep_fd < 0 || !ex->kept_by_init || ex->sb->ctl == NULL) {
+                exec_keep_end(ex);
+                return;
+        }
+        /* Its pipes and slot let go of (an older init, which keeps no
+         * record alone, drops them too), its record kept alone. */
+        struct ctl_header unkeep = { CTL_UNKEEP, ex->number }, keep = { CTL_KEEP, ex->number };
+        ctl_send(ex->sb->ctl->fd, &unkeep, sizeof(unkeep), NULL, 0, NULL, 0);
+        if (ctl_send(ex->sb->ctl->fd, &keep, sizeof(keep), NULL, 0, &ex->keep_fd, 1) < 0) {
+                ex->kept_by_init = false;
+                keep_lost(ex, "hand its record to the init");
+        }
 }
 
 void exec_keep_end(struct exec *ex)

@@ -37,6 +37,11 @@ void exec_keep_streamed(struct exec *ex, int which, size_t at, const char *data,
 void exec_keep_counters(struct exec *ex);
 /* The exec is over: the init drops what it kept. */
 void exec_keep_end(struct exec *ex);
+/* A client's background exec is over: the init drops its pipes and slot
+ * but keeps its record (with how it ended), so that the next nsboxd still
+ * answers exec.status and exec.output for it; exec_keep_end when it is
+ * forgotten. */
+void exec_keep_ended(struct exec *ex);
 
 /* At adoption: read a kept record into ex (output buffers, counters: its
  * fds are the caller's) and return what the client asked (NULL with err). */

@@ -324,7 +324,7 @@ static int handle_control(int ctl, int sfd)
                 handle_slot(ctl, sfd, &msg.hdr, fds, nfds);
         else if ((size_t)n == sizeof(msg.lease) && msg.hdr.type == CTL_LEASE)
                 handle_lease(ctl, &msg.lease, fds, nfds);
-        else if ((size_t)n == sizeof(msg.hdr) && msg.hdr.type == CTL_KEEP && leased && nfds >= 2)
+        else if ((size_t)n == sizeof(msg.hdr) && msg.hdr.type == CTL_KEEP && leased && nfds >= 1)
                 kept_add(msg.hdr.exec_id, fds,
                          nfds); /* out of memory: the exec ends with nsboxd, as before */
         else if ((size_t)n == sizeof(msg.hdr) && msg.hdr.type == CTL_UNKEEP)

@@ -194,3 +194,38 @@ def test_a_python_call_and_a_shell_command_running_at_a_restart_carry_on(root):
     svc.call("sandbox.remove", sandbox_id=sb)
     assert svc.terminate() == 0
     assert_nothing_left(svc, [sb])
+
+
+def test_a_background_exec_that_ended_before_a_restart_keeps_its_status_and_output(root):
+    svc = service(root)
+    svc.start()
+    sb = svc.call("sandbox.create")["sandbox_id"]
+    ended = svc.call("sandbox.exec", sandbox_id=sb, background=True,
+                     command="echo hello; echo oops >&2; exit 3")["exec_id"]
+    missing = svc.call("sandbox.exec", sandbox_id=sb, background=True, argv=["no-such-command"])["exec_id"]
+    running = svc.call("sandbox.exec", sandbox_id=sb, background=True, command="sleep 300")["exec_id"]
+    for job in (ended, missing):
+        assert wait_until(lambda: not svc.call("exec.status", exec_id=job)["running"], timeout=60)
+    before = {e["exec_id"]: e for e in svc.call("exec.list", sandbox_id=sb)["execs"]}
+    status_before = svc.call("exec.status", exec_id=missing)
+
+    svc.kill9()
+    svc.start()
+    # and once more, by SIGTERM with live restore: the record is kept again
+    assert svc.terminate() == 0
+    svc.start()
+    after = {e["exec_id"]: e for e in svc.call("exec.list", sandbox_id=sb)["execs"]}
+    assert set(after) == {ended, missing, running}
+    for job in (ended, missing):
+        assert after[job] == before[job], (after[job], before[job])
+    assert after[ended]["status"] == "exited" and after[ended]["exit_code"] == 3
+    assert after[running]["running"] is True
+    r = svc.call("exec.output", exec_id=ended)
+    assert (r["stdout"], r["stderr"], r["running"], r["exit_code"]) == ("hello\n", "oops\n", False, 3), r
+    status = svc.call("exec.status", exec_id=missing)
+    for key in ("status", "exit_code", "stderr", "running"):
+        assert status[key] == status_before[key], key
+    assert status["status"] == "start_failed" and status["exit_code"] == 127, status
+    svc.call("sandbox.remove", sandbox_id=sb, force=True)
+    assert svc.terminate() == 0
+    assert_nothing_left(svc, [sb])
