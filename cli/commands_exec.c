@@ -7,6 +7,7 @@
 #include <sys/ioctl.h>
 #include <sys/signalfd.h>
 #include <termios.h>
+#include <time.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,14 +107,44 @@ int cli_fail_json(const struct cli *cli, const json_t *error, const char *fmt, .
 struct stdin_feed {
         char socket_path[4096];
         char exec_id[64];
+        bool kept; /* the exec outlives nsboxd (live restore): a lost connection is made again */
 };
+
+/* How long we wait for the next nsboxd when the exec's one went away, in
+ * pauses between tries (a connect to a socket no one listens on fails at once). */
+#define REATTACH_WAIT_MS  30000
+#define REATTACH_PAUSE_MS 200
+
+/* exec.stdin, again on a new connection while nsboxd is away, if `kept`:
+ * the bytes of a call whose answer was lost are sent again (the old nsboxd
+ * may have written them, or not). */
+static int stdin_call(struct client **c, const char *socket_path, bool kept, json_t *params)
+{
+        for (unsigned pauses = 0;; pauses++) {
+                _cleanup_error_ nsbox_error_t *err = NULL;
+                _cleanup_json_ json_t *result = NULL;
+                _cleanup_json_ json_t *error = NULL;
+                if (*c != NULL &&
+                    client_call(*c, "exec.stdin", params, NULL, NULL, &result, &error, &err) == 0)
+                        return 0;
+                if (error != NULL || !kept || pauses == REATTACH_WAIT_MS / REATTACH_PAUSE_MS)
+                        return -1; /* answered (the exec ended or closed its input), or no nsboxd came */
+                if (*c != NULL)
+                        client_close(*c);
+                *c = NULL;
+                struct timespec pause = { 0, REATTACH_PAUSE_MS * 1000000L };
+                nanosleep(&pause, NULL);
+                nsbox_error_free(&err);
+                client_connect(socket_path, c, &err);
+        }
+}
 
 /* Our standard input, as it comes, to the exec's, on a connection of its
  * own (the exec's one waits for its answer): one exec.stdin at a time, so
  * the command's reading paces us and the daemon holds a bounded amount.
  * Ends at EOF (sent as eof) or when the exec no longer takes input; the
  * process may exit while it waits in read(). */
-static int feed_stdin(const char *socket_path, const char *exec_id)
+static int feed_stdin(const char *socket_path, const char *exec_id, bool kept)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
         struct client *c = NULL;
@@ -130,18 +161,18 @@ static int feed_stdin(const char *socket_path, const char *exec_id)
                 _cleanup_json_ json_t *params =
                     json_pack("{s:s, s:s%, s:s, s:b}", "exec_id", exec_id, "data", b64 ? b64 : "", b64_len,
                               "encoding", "base64", "eof", eof);
-                _cleanup_json_ json_t *result = NULL;
-                if (client_call(c, "exec.stdin", params, NULL, NULL, &result, NULL, &err) < 0)
+                if (stdin_call(&c, socket_path, kept, params) < 0)
                         break; /* the exec ended or closed its input: the rest has nowhere to go */
         }
-        client_close(c);
+        if (c != NULL)
+                client_close(c);
         return 0;
 }
 
 static void *stdin_feed_thread(void *data)
 {
         struct stdin_feed *feed = data;
-        feed_stdin(feed->socket_path, feed->exec_id);
+        feed_stdin(feed->socket_path, feed->exec_id, feed->kept);
         free(feed);
         return NULL;
 }
@@ -153,6 +184,7 @@ static void start_stdin_feed(struct stream_state *state)
                 return;
         snprintf(feed->socket_path, sizeof(feed->socket_path), "%s", state->socket_path);
         snprintf(feed->exec_id, sizeof(feed->exec_id), "%s", state->exec_id);
+        feed->kept = state->kept;
         pthread_t thread;
         if (pthread_create(&thread, NULL, stdin_feed_thread, feed) != 0) {
                 free(feed);
@@ -202,10 +234,10 @@ static void print_stream(const char *method, json_t *params, void *data)
         const char *id = json_string_value(json_object_get(params, "exec_id"));
         if (id != NULL && state->exec_id[0] == '\0')
                 snprintf(state->exec_id, sizeof(state->exec_id), "%s", id);
-        if (state->feed_stdin && !state->stdin_fed && state->exec_id[0] != '\0')
-                start_stdin_feed(state);
         if (strcmp(method, "exec.started") == 0)
                 state->kept = json_is_true(json_object_get(params, "kept"));
+        if (state->feed_stdin && !state->stdin_fed && state->exec_id[0] != '\0')
+                start_stdin_feed(state);
         if (strcmp(method, "exec.output") != 0)
                 return;
         json_t *stream = json_object_get(params, "stream");
@@ -219,10 +251,6 @@ static void print_stream(const char *method, json_t *params, void *data)
         if (n > 0)
                 state->received[is_stderr] += n;
 }
-
-/* How long we wait for the next nsboxd when the exec's one went away. */
-#define REATTACH_WAIT_MS  30000
-#define REATTACH_PAUSE_MS 200
 
 /* A pause between tries, cut short by a signal: its number, else 0. */
 static int reattach_pause(int signal_fd)
@@ -243,10 +271,11 @@ static int reattach(const struct cli *cli, struct stream_state *state, int signa
                     json_t **error, nsbox_error_t **err)
 {
         fflush(stdout);
+        /* A terminal in raw mode (-it) needs its carriage returns. */
         fprintf(stderr,
-                "nsbox: nsboxd went away during the command, which runs on (live restore); waiting up to "
-                "%d s for nsboxd to come back\n",
-                REATTACH_WAIT_MS / 1000);
+                "%snsbox: nsboxd went away during the command, which runs on (live restore); waiting up to "
+                "%d s for nsboxd to come back%s\n",
+                state->tty ? "\r\n" : "", REATTACH_WAIT_MS / 1000, state->tty ? "\r" : "");
         /* Counted in pauses: a connect to a socket no one listens on fails at once. */
         unsigned pauses_left = REATTACH_WAIT_MS / REATTACH_PAUSE_MS;
         struct client *c = NULL;
@@ -652,7 +681,7 @@ static int exec_in_sandbox(const struct cli *cli, json_t *params, const struct e
                         const char *id = json_string_value(json_object_get(result, "exec_id"));
                         /* -d -i: our input to its end, then the exec runs on alone. */
                         if (o->with_stdin && id != NULL)
-                                feed_stdin(cli->socket_path, id);
+                                feed_stdin(cli->socket_path, id, false);
                         if (cli->json)
                                 cli_print_json(result);
                         else

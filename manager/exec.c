@@ -1505,6 +1505,28 @@ static int exec_adopt_ended(struct exec *ex, json_t *end, nsbox_error_t **err)
         return 0;
 }
 
+/* A tty exec: its pty master (fds[2] read, fds[3] written), whose input
+ * stays open for its client's exec.stdin, and exec.resize. */
+static int exec_adopt_tty(struct exec *ex, int *fds, unsigned nfds, nsbox_error_t **err)
+{
+        struct stat st;
+        if (nfds != 4 || fstat(fds[2], &st) < 0 || !S_ISCHR(st.st_mode) || st.st_rdev != makedev(5, 2))
+                return nsbox_error(err, EPROTO, "its pty is not one");
+        ex->tty = ex->keep_stdin = ex->stdin_stream = true;
+        ex->out[OUT_STDERR].eof = true;
+        if ((ex->pty = fcntl(fds[2], F_DUPFD_CLOEXEC, 3)) < 0)
+                return nsbox_error(err, errno, "its pty");
+        fcntl(fds[2], F_SETFL, O_NONBLOCK);
+        fcntl(fds[3], F_SETFL, O_NONBLOCK);
+        if ((ex->out[OUT_STDOUT].source = loop_add(nsboxd.loop, fds[2], EPOLLIN, on_output, ex)) == NULL)
+                return nsbox_error(err, errno, "watch the exec's pty");
+        fds[2] = -1;
+        if ((ex->stdin_src = loop_add(nsboxd.loop, fds[3], 0, on_stdin, ex)) == NULL)
+                return nsbox_error(err, errno, "watch the exec's pty");
+        fds[3] = -1;
+        return 0;
+}
+
 static int exec_adopt_kept(struct sandbox *sb, uint32_t number, int *fds, unsigned nfds, nsbox_error_t **err)
 {
         if (nfds != 1 && nfds != 4 && nfds != 5)
@@ -1571,7 +1593,14 @@ static int exec_adopt_kept(struct sandbox *sb, uint32_t number, int *fds, unsign
                 return nsbox_error(err, errno, "watch the exec's supervisor");
         }
         fds[0] = -1;
-        for (int i = 0; i < 2; i++) {
+        if (json_is_true(json_object_get(meta, "tty"))) {
+                int r = exec_adopt_tty(ex, fds, nfds, err);
+                if (r < 0) {
+                        exec_free(ex);
+                        return r;
+                }
+        }
+        for (int i = 0; i < 2 && !ex->tty; i++) {
                 fcntl(fds[2 + i], F_SETFL, O_NONBLOCK);
                 if ((ex->out[i].source = loop_add(nsboxd.loop, fds[2 + i], EPOLLIN, on_output, ex)) == NULL) {
                         exec_free(ex);

@@ -64,12 +64,12 @@ static uint64_t stream_ring_cap(const struct exec *ex)
 
 bool exec_keep_wanted(const struct exec *ex)
 {
-        if (!nsboxd.config.live_restore || ex->sb->lease_fd < 0 || ex->sb->ctl == NULL || ex->tty ||
-            ex->slot == NULL || ex->out[0].source == NULL || ex->out[1].source == NULL)
+        if (!nsboxd.config.live_restore || ex->sb->lease_fd < 0 || ex->sb->ctl == NULL || ex->slot == NULL ||
+            ex->out[0].source == NULL || (ex->tty ? ex->stdin_src == NULL : ex->out[1].source == NULL))
                 return false;
         /* A client's exec (its stdin, if any, is closed at adoption: what
-         * nsboxd had not written into it is lost); or a helper that says
-         * how to take it over, with its stdin. */
+         * nsboxd had not written into it is lost; a tty's stays open); or a
+         * helper that says how to take it over, with its stdin. */
         if (ex->keep_kind == NULL)
                 return ex->hooks == NULL;
         return ex->stdin_src != NULL && ex->stdin_len == ex->stdin_off;
@@ -95,6 +95,8 @@ void exec_keep_meta(struct exec *ex)
                       "command", ex->command_text, "started", ex->started, "pid", (json_int_t)ex->pid,
                       "background", ex->background, "service", ex->service, "counted", ex->counted,
                       "quota_uid", (json_int_t)ex->quota_uid, "streamed", ex->stream);
+        if (meta != NULL && ex->tty)
+                json_object_set_new(meta, "tty", json_true());
         if (meta != NULL && ex->finished)
                 json_object_set_new(meta, "end",
                                     json_pack("{s:b, s:i, s:b, s:b, s:b, s:i, s:I, s:s?, s:i, s:i}", "exited",
@@ -199,9 +201,12 @@ void exec_keep_start(struct exec *ex)
         if (ex->keep_fd < 0)
                 return;
         struct ctl_header msg = { CTL_KEEP, ex->number };
-        int fds[CTL_KEEP_MAX_FDS] = { ex->slot->fd, ex->keep_fd, ex->out[0].source->fd, ex->out[1].source->fd,
-                                      ex->stdin_src != NULL ? ex->stdin_src->fd : -1 };
-        ssize_t n = ctl_send(ex->sb->ctl->fd, &msg, sizeof(msg), NULL, 0, fds, ex->stdin_src != NULL ? 5 : 4);
+        /* A tty's one stream: its pty master, the fd we read and the one we write. */
+        int fds[CTL_KEEP_MAX_FDS] = { ex->slot->fd, ex->keep_fd, ex->out[0].source->fd,
+                                      ex->tty ? ex->stdin_src->fd : ex->out[1].source->fd,
+                                      !ex->tty && ex->stdin_src != NULL ? ex->stdin_src->fd : -1 };
+        ssize_t n = ctl_send(ex->sb->ctl->fd, &msg, sizeof(msg), NULL, 0, fds,
+                             !ex->tty && ex->stdin_src != NULL ? 5 : 4);
         if (n < 0)
                 keep_lost(ex, "hand its fds to the init");
         else

@@ -4,6 +4,8 @@ an SDK call whose nsboxd is killed (kill -9) mid-command, with live restore,
 take the command back from the next nsboxd, show all its output once and end
 with its own exit code; nothing is left or doubled."""
 import os
+import pty
+import select
 import subprocess
 import sys
 import threading
@@ -227,5 +229,50 @@ def test_a_background_exec_that_ended_before_a_restart_keeps_its_status_and_outp
         assert status[key] == status_before[key], key
     assert status["status"] == "start_failed" and status["exit_code"] == 127, status
     svc.call("sandbox.remove", sandbox_id=sb, force=True)
+    assert svc.terminate() == 0
+    assert_nothing_left(svc, [sb])
+
+
+TTY_COMMAND = ("echo fi''rst; touch /tmp/half; while [ ! -e /tmp/go ]; do sleep 0.05; done; "
+               "read line; echo \"got $line\"; exit 4")
+
+
+def test_a_tty_exec_takes_its_terminal_back_after_a_restart(root):
+    svc = service(root)
+    svc.start()
+    sb = svc.call("sandbox.create")["sandbox_id"]
+    (init,) = inits()
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(NSBOX, ["nsbox", "--socket", svc.socket, "exec", "-it", sb, "--", "sh", "-c", TTY_COMMAND])
+    out = [b""]
+
+    def drain():
+        while select.select([fd], [], [], 0)[0]:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                return False
+            if not chunk:
+                return False
+            out[0] += chunk
+        return True
+
+    try:
+        assert wait_until(lambda: drain() and in_sandbox(init, "/tmp/half"), timeout=120)
+        svc.kill9()
+        svc.start()
+        svc.call("sandbox.exec", sandbox_id=sb, command="touch /tmp/go")
+        # typed while the CLI takes the terminal back: it reaches the command once
+        os.write(fd, b"hello\r")
+        wait_until(lambda: not drain(), timeout=120)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        os.close(fd)
+    text = out[0].decode(errors="replace")
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 4, (status, text)
+    assert text.count("first") == 1 and text.count("got hello") == 1, text
+    assert "waiting up to 30 s for nsboxd to come back" in text, text
+    svc.call("sandbox.remove", sandbox_id=sb)
     assert svc.terminate() == 0
     assert_nothing_left(svc, [sb])
