@@ -1565,7 +1565,8 @@ static int exec_adopt_kept(struct sandbox *sb, uint32_t number, int *fds, unsign
         /* A client's foreground or streamed exec, whose client went with the
          * previous nsboxd, is taken back by exec_id as a background one is
          * (exec.output from the offsets it has); its stdin, if open, closes
-         * (the caller closes that fd): nothing could feed it now. */
+         * (the caller closes that fd): nothing could feed it now. A tty's
+         * stays open (exec_adopt_tty). */
         ex->background =
             json_is_true(json_object_get(meta, "background")) || json_object_get(meta, "kind") == NULL;
         long long elapsed = now_realtime_ms() - ex->start_realtime_ms;
@@ -1573,12 +1574,12 @@ static int exec_adopt_kept(struct sandbox *sb, uint32_t number, int *fds, unsign
                 elapsed = 0;
         ex->start_mono = now_monotonic_ms() - elapsed;
         if (nfds == 1) {
-                if (json_object_get(meta, "kind") != NULL ||
-                    exec_adopt_ended(ex, json_object_get(meta, "end"), err) < 0) {
-                        if (json_object_get(meta, "kind") != NULL)
-                                nsbox_error(err, EPROTO, "a helper's record without its fds");
+                int r = json_object_get(meta, "kind") != NULL
+                            ? nsbox_error(err, EPROTO, "a helper's record without its fds")
+                            : exec_adopt_ended(ex, json_object_get(meta, "end"), err);
+                if (r < 0) {
                         exec_free(ex);
-                        return -EPROTO;
+                        return r;
                 }
                 ex->keep_fd = steal_fd(&fds[0]);
                 ex->kept_by_init = true;

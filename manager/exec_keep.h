@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Live restore of execs (docs/design/live-restore.md): a background exec of
- * a leased sandbox has its fds kept by the sandbox's init (CTL_KEEP) and its
- * record in a memfd kept with them: what the client asked, and a copy of its
- * kept output (head and tail rings), so that the next nsboxd takes it over
- * with its output. Used by exec.c and exec_log.c only. */
+/* Live restore of execs (docs/design/live-restore.md): a client's exec (or
+ * a helper) in a leased sandbox has its fds kept by the sandbox's init
+ * (CTL_KEEP) and its record in a memfd kept with them: what the client
+ * asked, a copy of its kept output (head and tail rings; a streamed exec's
+ * ring of what it sent) and, once it has ended, how, so that the next
+ * nsboxd takes it over with its output. Used by exec.c and exec_log.c only. */
 #pragma once
 
 #include <jansson.h>
