@@ -323,7 +323,10 @@ static void output_append(struct exec *ex, int which, const char *data, size_t l
                         ex->dropped_output += rest;
                 }
         }
+        /* On record before anyone is told: a client that saw these bytes
+         * asks the next nsboxd for what follows them (exec_keep.h). */
         if (len == 0) {
+                exec_keep_counters(ex);
                 if (logged)
                         exec_output_wake(ex, false);
                 return;
@@ -335,6 +338,7 @@ static void output_append(struct exec *ex, int which, const char *data, size_t l
         else
                 exec_keep_head(ex, which, o->len, data, len);
         o->len += len;
+        exec_keep_counters(ex);
         if (logged)
                 exec_output_wake(ex, false);
 
@@ -406,7 +410,6 @@ static bool output_read(struct exec *ex, int which, bool keep)
                 ssize_t n = read(source->fd, buf, sizeof(buf));
                 if (n > 0) {
                         output_append(ex, which, buf, n);
-                        exec_keep_counters(ex);
                         continue;
                 }
                 if (n < 0 && (errno == EAGAIN || errno == EINTR))

@@ -74,6 +74,38 @@ def test_a_foreground_nsbox_exec_takes_its_command_back_after_a_restart(root):
     assert_nothing_left(svc, [sb])
 
 
+def test_a_flood_streamed_to_nsbox_exec_comes_once_across_a_restart(root):
+    # nsboxd stops (SIGTERM, live restore) while about 6.9 MB flow to the CLI:
+    # what it had sent, what was on its way and what comes after all reach
+    # stdout once, in order. (A kill -9 in the instant between its read of a
+    # chunk and its record of it would lose that chunk: see live-restore.md.)
+    svc = service(root)
+    svc.start()
+    sb = svc.call("sandbox.create")["sandbox_id"]
+    (init,) = inits()
+    out_path, err_path = os.path.join(root, "out"), os.path.join(root, "err")
+    command = ("seq 1 1000000; touch /tmp/half; while [ ! -e /tmp/go ]; do sleep 0.05; done; "
+               "seq 1000001 1000100; exit 9")
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        p = subprocess.Popen([NSBOX, "--socket", svc.socket, "exec", sb, "--", "sh", "-c", command],
+                             stdout=out, stderr=err)
+    try:
+        assert wait_until(lambda: os.path.getsize(out_path) > 1_000_000, timeout=120)
+        assert svc.terminate() == 0
+        svc.start()
+        assert wait_until(lambda: in_sandbox(init, "/tmp/half"), timeout=120)
+        svc.call("sandbox.exec", sandbox_id=sb, command="touch /tmp/go")
+        assert p.wait(timeout=120) == 9, read(err_path)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    with open(out_path, "rb") as f:
+        assert f.read() == b"".join(b"%d\n" % i for i in range(1, 1000101))
+    assert "lost" not in read(err_path), read(err_path)
+    svc.call("sandbox.remove", sandbox_id=sb)
+    assert svc.terminate() == 0
+    assert_nothing_left(svc, [sb])
+
 def test_a_new_exec_runs_in_a_sandbox_adopted_with_a_kept_job(root):
     # The new lease reaches the init at fd numbers its kept job's fds pushed
     # up: placed at their fixed numbers, none of them may be lost.
