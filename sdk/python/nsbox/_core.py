@@ -188,6 +188,7 @@ class SandboxCore:
         # it whether or not that block made it, unless keep=False says so.
         self.keep = bool(self.session_id) if keep is None else keep
         self.created = reply
+        self._execs_kept = None  # server.info says nsboxd keeps foreground execs (live restore): asked once
         self.commands = self._commands_cls(self)
         self.files = self._files_cls(self)
         self.shell = self._shell_cls(self)
@@ -384,7 +385,11 @@ class CommandsCore:
 
         if stream:
             params["stream"] = True
-        params["notify_started"] = True  # its id, to take it back should nsboxd stop (live restore)
+        if sb._execs_kept is None:
+            info = yield Call("server.info")
+            sb._execs_kept = "exec-kept" in (info.get("features") or [])
+        if sb._execs_kept:
+            params["notify_started"] = True  # its id, to take it back should nsboxd stop
         try:
             r = yield Call("sandbox.exec", params, on_notify)
         except NsboxConnectionError:
