@@ -407,9 +407,10 @@ static bool output_read(struct exec *ex, int which, bool keep)
         struct loop_source *source = ex->out[which].source;
         char buf[65536];
         for (int round = 0; round < 16 && !ex->paused; round++) {
-                ssize_t n = read(source->fd, buf, sizeof(buf));
+                ssize_t n = exec_keep_read(ex, which, source->fd, buf, sizeof(buf));
                 if (n > 0) {
                         output_append(ex, which, buf, n);
+                        ex->keep_in_ring = false;
                         continue;
                 }
                 if (n < 0 && (errno == EAGAIN || errno == EINTR))

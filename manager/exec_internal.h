@@ -102,6 +102,7 @@ struct exec {
         bool started, exited, timed_out, killed;
         int keep_fd;           /* live restore: its record, kept by the init too (exec_keep.h), or -1 */
         bool kept_by_init;     /* the init holds its fds (CTL_KEEP): to drop as it ends (CTL_UNKEEP) */
+        bool keep_in_ring;     /* the bytes being appended are in its kept ring already (exec_keep_read) */
         const char *keep_kind; /* its hooks' (exec.h), for exec_keep.c */
         json_t *(*keep_state)(struct exec *ex, void *data);
         bool adopted;         /* taken over from a previous nsboxd */

@@ -9,7 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -34,13 +36,24 @@ struct keep_stream {
         uint64_t head_len, written, tail_len, tail_start, tail_cap;
 };
 
+/* A streamed exec's bytes on their way from the pipe into its ring
+ * (exec_keep_read): `len` bytes at stream offset `at`, whose first bytes in
+ * the ring were `canary` before the move. Cleared by the counters after it. */
+struct keep_move {
+        uint64_t canary, at, len;
+        uint32_t which, set;
+};
+
 struct keep_header {
         uint64_t magic;
         uint32_t version, meta_len;
         uint64_t max_output, total_output, dropped_output;
         uint32_t truncated, pad;
         struct keep_stream stream[2];
+        struct keep_move move; /* zero in the records of nsboxd before it */
 };
+
+#define CANARY_LEN 8
 
 static uint64_t head_at(const struct exec *ex, int which)
 {
@@ -165,7 +178,9 @@ void exec_keep_tail(struct exec *ex, int which, size_t at, const char *data, siz
 void exec_keep_streamed(struct exec *ex, int which, size_t at, const char *data, size_t len)
 {
         size_t cap = stream_ring_cap(ex);
-        if (ex->keep_fd < 0 || cap == 0)
+        bool there = ex->keep_in_ring; /* moved into the ring by exec_keep_read */
+        ex->keep_in_ring = false;
+        if (ex->keep_fd < 0 || cap == 0 || there)
                 return;
         if (len > cap) { /* only its end fits */
                 data += len - cap;
@@ -175,6 +190,43 @@ void exec_keep_streamed(struct exec *ex, int which, size_t at, const char *data,
         size_t pos = at % cap, first = len < cap - pos ? len : cap - pos;
         exec_keep_tail(ex, which, pos, data, first);
         exec_keep_tail(ex, which, 0, data + first, len - first);
+}
+
+ssize_t exec_keep_read(struct exec *ex, int which, int fd, char *buf, size_t len)
+{
+        static uint64_t canary_base, canaries;
+        uint64_t cap = stream_ring_cap(ex), at = ex->out[which].written, pos = cap > 0 ? at % cap : 0;
+        int avail = 0;
+        if (ex->keep_fd < 0 || !ex->stream || ex->tty || cap == 0 || ioctl(fd, FIONREAD, &avail) < 0 ||
+            avail < CANARY_LEN || cap - pos < CANARY_LEN)
+                return read(fd, buf, len);
+        size_t n = len < (size_t)avail ? len : (size_t)avail;
+        if (n > cap - pos)
+                n = cap - pos;
+        if (canary_base == 0 && getrandom(&canary_base, sizeof(canary_base), 0) != sizeof(canary_base))
+                canary_base = (uint64_t)now_monotonic_ms() * 0x9e3779b97f4a7c15ull;
+        struct keep_move move = { .canary = canary_base ^ (++canaries * 0x9e3779b97f4a7c15ull),
+                                  .at = at,
+                                  .len = n,
+                                  .which = (uint32_t)which,
+                                  .set = 1 };
+        off_t ring = (off_t)(tail_at(ex, which) + pos);
+        if (pwrite(ex->keep_fd, &move.canary, CANARY_LEN, ring) != CANARY_LEN ||
+            pwrite(ex->keep_fd, &move, sizeof(move), offsetof(struct keep_header, move)) != sizeof(move)) {
+                keep_lost(ex, "record a move of its output");
+                return read(fd, buf, len);
+        }
+        loff_t off = ring;
+        ssize_t got = splice(fd, NULL, ex->keep_fd, &off, n, SPLICE_F_NONBLOCK);
+        if (got <= 0)
+                return got;
+        /* Ours to pass on: the ring has it already (exec_keep_streamed skips it). */
+        if (pread(ex->keep_fd, buf, (size_t)got, ring) != got) {
+                keep_lost(ex, "read its output back");
+                return -1;
+        }
+        ex->keep_in_ring = true;
+        return got;
 }
 
 void exec_keep_start(struct exec *ex)
@@ -285,6 +337,23 @@ json_t *exec_keep_load(struct exec *ex, int memfd, nsbox_error_t **err)
                 return NULL;
         }
         ex->max_output = h.max_output;
+        /* A move from a streamed exec's pipe into its ring that the record
+         * does not count yet: done if its canary is no longer there. */
+        struct keep_move *move = &h.move;
+        if (move->set && move->which < 2 && move->len >= CANARY_LEN &&
+            move->len <= h.stream[move->which].tail_cap && h.stream[move->which].head_len == 0 &&
+            move->at == h.stream[move->which].written) {
+                struct keep_stream *s = &h.stream[move->which];
+                uint64_t canary = 0;
+                if (pread(memfd, &canary, CANARY_LEN,
+                          (off_t)(tail_at(ex, (int)move->which) + move->at % s->tail_cap)) == CANARY_LEN &&
+                    canary != move->canary) {
+                        s->written += move->len;
+                        s->tail_len = s->written < s->tail_cap ? s->written : s->tail_cap;
+                        s->tail_start = (s->written - s->tail_len) % s->tail_cap;
+                        h.total_output += move->len;
+                }
+        }
         for (int i = 0; i < 2; i++) {
                 const struct keep_stream *s = &h.stream[i];
                 struct output *o = &ex->out[i];

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "error.h"
 
@@ -35,6 +36,11 @@ void exec_keep_tail(struct exec *ex, int which, size_t at, const char *data, siz
  * offset `at`, go to its tail ring in the memfd only, so that the client
  * takes it back after a restart from the offset it has. */
 void exec_keep_streamed(struct exec *ex, int which, size_t at, const char *data, size_t len);
+/* read(2) of a stream's pipe; for a kept streamed exec, the bytes go from
+ * the pipe into its ring in the memfd in one step (splice) before nsboxd has
+ * them, with a record of the move the next nsboxd checks: a kill -9 at any
+ * moment leaves them in the pipe or in the ring, counted. */
+ssize_t exec_keep_read(struct exec *ex, int which, int fd, char *buf, size_t len);
 void exec_keep_counters(struct exec *ex);
 /* The exec is over: the init drops what it kept. */
 void exec_keep_end(struct exec *ex);
