@@ -48,6 +48,7 @@ struct stream_state {
         json_t *collected[2];   /* --json with -i (streamed): stdout and stderr for the result */
         bool kept;              /* nsboxd keeps the exec should it stop (live restore): we may take it back */
         json_int_t received[2]; /* bytes of stdout and stderr we have: where a taking back starts */
+        bool interrupted;       /* the first Ctrl-C went to the command */
 };
 
 /* Write an exec's output; the number of its bytes (decoded), or -1. */
@@ -252,91 +253,6 @@ static void print_stream(const char *method, json_t *params, void *data)
                 state->received[is_stderr] += n;
 }
 
-/* A pause between tries, cut short by a signal: its number, else 0. */
-static int reattach_pause(int signal_fd)
-{
-        struct pollfd p = { .fd = signal_fd, .events = POLLIN };
-        if (signal_fd < 0 || poll(&p, 1, REATTACH_PAUSE_MS) <= 0)
-                return 0;
-        int sig = cli_caught_signal(signal_fd);
-        return sig == SIGWINCH ? 0 : sig;
-}
-
-/* nsboxd went away during an exec it keeps (live restore): wait for the next
- * one and follow the exec's output (exec.output) from the bytes we have to
- * its end, so that every byte is shown once; *result is the last answer,
- * which says how the command ended. 0, 128+N for a signal that stopped us,
- * -1 when no nsboxd took the exec back (then err says why). */
-static int reattach(const struct cli *cli, struct stream_state *state, int signal_fd, json_t **result,
-                    json_t **error, nsbox_error_t **err)
-{
-        fflush(stdout);
-        /* A terminal in raw mode (-it) needs its carriage returns. */
-        fprintf(stderr,
-                "%snsbox: nsboxd went away during the command, which runs on (live restore); waiting up to "
-                "%d s for nsboxd to come back%s\n",
-                state->tty ? "\r\n" : "", REATTACH_WAIT_MS / 1000, state->tty ? "\r" : "");
-        /* Counted in pauses: a connect to a socket no one listens on fails at once. */
-        unsigned pauses_left = REATTACH_WAIT_MS / REATTACH_PAUSE_MS;
-        struct client *c = NULL;
-        int r = -1;
-        for (;;) {
-                nsbox_error_free(err);
-                json_decref(*error);
-                *error = NULL;
-                if (c == NULL && client_connect(state->socket_path, &c, err) == 0)
-                        pauses_left =
-                            REATTACH_WAIT_MS / REATTACH_PAUSE_MS; /* a later stop gets its own wait */
-                _cleanup_json_ json_t *out = NULL;
-                if (c != NULL) {
-                        _cleanup_json_ json_t *params = json_pack(
-                            "{s:s, s:{s:I, s:I}, s:i}", "exec_id", state->exec_id, "since", "stdout",
-                            state->received[0], "stderr", state->received[1], "wait_ms", 10000);
-                        if (client_call(c, "exec.output", params, NULL, NULL, &out, error, err) < 0) {
-                                client_close(c);
-                                c = NULL;
-                                if (*error != NULL) /* answered: not_found, the exec was not adopted */
-                                        break;
-                        }
-                }
-                if (out == NULL) {
-                        int sig = reattach_pause(signal_fd);
-                        if (sig != 0) {
-                                r = 128 + sig;
-                                break;
-                        }
-                        if (pauses_left-- == 0)
-                                break;
-                        continue;
-                }
-                for (int i = 0; i < 2; i++) {
-                        const char *name = i ? "stderr" : "stdout";
-                        json_int_t lost =
-                            json_integer_value(json_object_get(json_object_get(out, "dropped"), name));
-                        if (lost > 0)
-                                fprintf(stderr, "nsbox: %lld bytes of %s were lost across the restart\n",
-                                        (long long)lost, name);
-                        if (i == 0)
-                                fflush(stdout);
-                        write_output(i ? STDERR_FILENO : STDOUT_FILENO, json_object_get(out, name), true);
-                        state->received[i] =
-                            json_integer_value(json_object_get(json_object_get(out, "next"), name));
-                }
-                if (!json_is_true(json_object_get(out, "more")) &&
-                    !json_is_true(json_object_get(out, "running"))) {
-                        /* How it ended; its output is written above. */
-                        json_object_del(out, "stdout");
-                        json_object_del(out, "stderr");
-                        *result = json_incref(out);
-                        r = 0;
-                        break;
-                }
-        }
-        if (c != NULL)
-                client_close(c);
-        return r;
-}
-
 /* exec.kill sent on the exec's own connection, its answer left unread
  * (client_wait skips replies to other ids): nsboxd takes requests while a
  * streamed exec runs, and no new connect stands between a Ctrl-C and the
@@ -368,6 +284,122 @@ static void resize_exec(struct client *c, const char *exec_id)
             json_pack("{s:s, s:i, s:i}", "exec_id", exec_id, "rows", size.ws_row, "cols", size.ws_col);
         long long id;
         client_send(c, "exec.resize", params, &id, &err);
+}
+
+/* A signal caught while we wait for the exec, on connection c (NULL while
+ * nsboxd is away): a resize and the first Ctrl-C are passed on (as a
+ * terminal would: the command decides what Ctrl-C means), and 0 returned;
+ * a second Ctrl-C, SIGTERM or SIGHUP stop us: the command is killed (the
+ * closing connection would end it too, a moment later) and 128+N returned. */
+static int exec_signal_caught(struct client *c, struct stream_state *state, int sig)
+{
+        bool known = c != NULL && state->exec_id[0] != '\0';
+        if (sig == 0 || (sig == SIGWINCH && !known))
+                return 0;
+        if (sig == SIGWINCH) {
+                if (state->tty)
+                        resize_exec(c, state->exec_id);
+                return 0;
+        }
+        if (sig == SIGINT && !state->interrupted && known) {
+                state->interrupted = true;
+                kill_exec(c, state->exec_id, SIGINT);
+                return 0;
+        }
+        if (known)
+                kill_exec(c, state->exec_id, SIGKILL);
+        else if (state->exec_id[0] != '\0')
+                fprintf(stderr, "%snsbox: nsboxd is away: the command runs on as exec %s%s\n",
+                        state->tty ? "\r\n" : "", state->exec_id, state->tty ? "\r" : "");
+        return 128 + sig;
+}
+
+/* nsboxd went away during an exec it keeps (live restore): wait for the next
+ * one and follow the exec's output (exec.output) from the bytes we have to
+ * its end, so that every byte is shown once; *result is the last answer,
+ * which says how the command ended. 0, 128+N for a signal that stopped us
+ * (exec_signal_caught), -1 when no nsboxd took the exec back (then err, and
+ * error if nsboxd answered, say why). */
+static int reattach(struct stream_state *state, int signal_fd, json_t **result, json_t **error,
+                    nsbox_error_t **err)
+{
+        fflush(stdout);
+        /* A terminal in raw mode (-it) needs its carriage returns. */
+        fprintf(stderr,
+                "%snsbox: nsboxd went away during the command, which runs on (live restore); waiting up to "
+                "%d s for nsboxd to come back%s\n",
+                state->tty ? "\r\n" : "", REATTACH_WAIT_MS / 1000, state->tty ? "\r" : "");
+        /* Counted in pauses: a connect to a socket no one listens on fails at once. */
+        unsigned pauses_left = REATTACH_WAIT_MS / REATTACH_PAUSE_MS;
+        struct client *c = NULL;
+        int r = -1;
+        for (;;) {
+                nsbox_error_free(err);
+                json_decref(*error);
+                *error = NULL;
+                if (c == NULL && client_connect(state->socket_path, &c, err) == 0) {
+                        pauses_left =
+                            REATTACH_WAIT_MS / REATTACH_PAUSE_MS; /* a later stop gets its own wait */
+                        client_set_interrupt_fd(c, signal_fd);
+                }
+                _cleanup_json_ json_t *out = NULL;
+                long long id;
+                _cleanup_json_ json_t *params =
+                    json_pack("{s:s, s:{s:I, s:I}, s:i}", "exec_id", state->exec_id, "since", "stdout",
+                              state->received[0], "stderr", state->received[1], "wait_ms", 10000);
+                int sent = c != NULL ? client_send(c, "exec.output", params, &id, err) : -1;
+                while (sent == 0 && (sent = client_wait(c, id, NULL, NULL, &out, error, err)) == -EINTR) {
+                        nsbox_error_free(err);
+                        if ((r = exec_signal_caught(c, state, cli_caught_signal(signal_fd))) > 0)
+                                goto done;
+                }
+                if (sent < 0 && c != NULL) {
+                        client_close(c);
+                        c = NULL;
+                        if (*error != NULL) /* answered: not_found, the exec was not adopted */
+                                break;
+                }
+                if (out == NULL) {
+                        struct pollfd p = { .fd = signal_fd, .events = POLLIN };
+                        if (signal_fd >= 0 && poll(&p, 1, REATTACH_PAUSE_MS) > 0 &&
+                            (r = exec_signal_caught(NULL, state, cli_caught_signal(signal_fd))) > 0)
+                                break;
+                        r = -1;
+                        if (signal_fd < 0) {
+                                struct timespec pause = { 0, REATTACH_PAUSE_MS * 1000000L };
+                                nanosleep(&pause, NULL);
+                        }
+                        if (pauses_left-- == 0)
+                                break;
+                        continue;
+                }
+                for (int i = 0; i < 2; i++) {
+                        const char *name = i ? "stderr" : "stdout";
+                        json_int_t lost =
+                            json_integer_value(json_object_get(json_object_get(out, "dropped"), name));
+                        if (lost > 0)
+                                fprintf(stderr, "nsbox: %lld bytes of %s were lost across the restart\n",
+                                        (long long)lost, name);
+                        if (i == 0)
+                                fflush(stdout);
+                        write_output(i ? STDERR_FILENO : STDOUT_FILENO, json_object_get(out, name), true);
+                        state->received[i] =
+                            json_integer_value(json_object_get(json_object_get(out, "next"), name));
+                }
+                if (!json_is_true(json_object_get(out, "more")) &&
+                    !json_is_true(json_object_get(out, "running"))) {
+                        /* How it ended; its output is written above. */
+                        json_object_del(out, "stdout");
+                        json_object_del(out, "stderr");
+                        *result = json_incref(out);
+                        r = 0;
+                        break;
+                }
+        }
+done:
+        if (c != NULL)
+                client_close(c);
+        return r;
 }
 
 /* The connection closed, or nsboxd answered that it stops, before the
@@ -415,7 +447,6 @@ static int run_exec(const struct cli *cli, struct client *c, const char *socket_
         long long id;
         if (client_send(c, "sandbox.exec", params, &id, &err) < 0)
                 return cli_fail_json(cli, NULL, "%s", err->message);
-        bool interrupted = false;
         int r;
         client_set_interrupt_fd(c, signal_fd);
         for (;;) {
@@ -423,32 +454,17 @@ static int run_exec(const struct cli *cli, struct client *c, const char *socket_
                 if (r != -EINTR)
                         break;
                 nsbox_error_free(&err);
-                int sig = cli_caught_signal(signal_fd);
-                if (sig == 0)
-                        continue;
-                if (sig == SIGWINCH) {
-                        if (state.tty && state.exec_id[0] != '\0')
-                                resize_exec(c, state.exec_id);
-                        continue;
+                int stop = exec_signal_caught(c, &state, cli_caught_signal(signal_fd));
+                if (stop > 0) {
+                        *signo = stop - 128;
+                        client_set_interrupt_fd(c, -1);
+                        return stop;
                 }
-                if (sig == SIGINT && !interrupted && state.exec_id[0] != '\0') {
-                        /* As a terminal would: the command decides what Ctrl-C means. */
-                        interrupted = true;
-                        kill_exec(c, state.exec_id, SIGINT);
-                        continue;
-                }
-                *signo = sig;
-                /* The command should not outlive the CLI the user stopped (closing
-                 * the connection ends it too, a moment later). */
-                if (state.exec_id[0] != '\0')
-                        kill_exec(c, state.exec_id, SIGKILL);
-                client_set_interrupt_fd(c, -1);
-                return 128 + sig;
         }
         client_set_interrupt_fd(c, -1);
         if (r < 0 && err->errnum == ECONNRESET && state.kept && state.exec_id[0] != '\0' && !cli->json) {
-                r = reattach(cli, &state, signal_fd, &result, &error, &err);
-                if (r > 0) { /* stopped by a signal while nsboxd was away: the command runs on */
+                r = reattach(&state, signal_fd, &result, &error, &err);
+                if (r > 0) { /* stopped by a signal */
                         *signo = r - 128;
                         return r;
                 }
