@@ -218,6 +218,8 @@ ssize_t exec_keep_read(struct exec *ex, int which, int fd, char *buf, size_t len
         }
         loff_t off = ring;
         ssize_t got = splice(fd, NULL, ex->keep_fd, &off, n, SPLICE_F_NONBLOCK);
+        if (got < 0 && errno != EAGAIN && errno != EINTR)
+                return read(fd, buf, len); /* no splice here: nothing moved, the note is void */
         if (got <= 0)
                 return got;
         /* Ours to pass on: the ring has it already (exec_keep_streamed skips it). */
