@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* nsbox exec, sh and run: commands with live output and docker's exit codes. */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/signalfd.h>
 #include <termios.h>
+#include <time.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,23 +42,31 @@ struct stream_state {
         char exec_id[64]; /* learnt from the first exec.output, for exec.kill */
         bool base64;
         const char *socket_path;
-        bool feed_stdin;      /* -i: our standard input goes to the exec (exec.stdin) */
-        bool stdin_fed;       /* the thread that does it is started */
-        bool tty;             /* -t: a terminal exec, whose window size we pass on */
-        json_t *collected[2]; /* --json with -i (streamed): stdout and stderr for the result */
+        bool feed_stdin;        /* -i: our standard input goes to the exec (exec.stdin) */
+        bool stdin_fed;         /* the thread that does it is started */
+        bool tty;               /* -t: a terminal exec, whose window size we pass on */
+        json_t *collected[2];   /* --json with -i (streamed): stdout and stderr for the result */
+        bool kept;              /* nsboxd keeps the exec should it stop (live restore): we may take it back */
+        json_int_t received[2]; /* bytes of stdout and stderr we have: where a taking back starts */
+        bool interrupted;       /* the first Ctrl-C went to the command */
 };
 
-int cli_write_output(int fd, const json_t *text, bool base64)
+/* Write an exec's output; the number of its bytes (decoded), or -1. */
+static json_int_t write_output(int fd, const json_t *text, bool base64)
 {
         if (!json_is_string(text) || json_string_length(text) == 0)
                 return 0;
-        if (!base64)
-                return io_write_all(fd, json_string_value(text), json_string_length(text));
-        size_t len;
-        _cleanup_free_ void *bytes = base64_decode(json_string_value(text), json_string_length(text), &len);
-        if (bytes == NULL) /* not base64 after all: the daemon's own text */
-                return io_write_all(fd, json_string_value(text), json_string_length(text));
-        return io_write_all(fd, bytes, len);
+        size_t len = json_string_length(text);
+        _cleanup_free_ void *bytes = base64 ? base64_decode(json_string_value(text), len, &len) : NULL;
+        if (bytes == NULL) /* not base64 (after all: the daemon's own text) */
+                len = json_string_length(text);
+        return io_write_all(fd, bytes != NULL ? bytes : json_string_value(text), len) < 0 ? -1
+                                                                                          : (json_int_t)len;
+}
+
+int cli_write_output(int fd, const json_t *text, bool base64)
+{
+        return write_output(fd, text, base64) < 0 ? -1 : 0;
 }
 
 void cli_print_truncated(const json_t *result, size_t cap)
@@ -98,14 +108,44 @@ int cli_fail_json(const struct cli *cli, const json_t *error, const char *fmt, .
 struct stdin_feed {
         char socket_path[4096];
         char exec_id[64];
+        bool kept; /* the exec outlives nsboxd (live restore): a lost connection is made again */
 };
+
+/* How long we wait for the next nsboxd when the exec's one went away, in
+ * pauses between tries (a connect to a socket no one listens on fails at once). */
+#define REATTACH_WAIT_MS  30000
+#define REATTACH_PAUSE_MS 200
+
+/* exec.stdin, again on a new connection while nsboxd is away, if `kept`:
+ * the bytes of a call whose answer was lost are sent again (the old nsboxd
+ * may have written them, or not). */
+static int stdin_call(struct client **c, const char *socket_path, bool kept, json_t *params)
+{
+        for (unsigned pauses = 0;; pauses++) {
+                _cleanup_error_ nsbox_error_t *err = NULL;
+                _cleanup_json_ json_t *result = NULL;
+                _cleanup_json_ json_t *error = NULL;
+                if (*c != NULL &&
+                    client_call(*c, "exec.stdin", params, NULL, NULL, &result, &error, &err) == 0)
+                        return 0;
+                if (error != NULL || !kept || pauses == REATTACH_WAIT_MS / REATTACH_PAUSE_MS)
+                        return -1; /* answered (the exec ended or closed its input), or no nsboxd came */
+                if (*c != NULL)
+                        client_close(*c);
+                *c = NULL;
+                struct timespec pause = { 0, REATTACH_PAUSE_MS * 1000000L };
+                nanosleep(&pause, NULL);
+                nsbox_error_free(&err);
+                client_connect(socket_path, c, &err);
+        }
+}
 
 /* Our standard input, as it comes, to the exec's, on a connection of its
  * own (the exec's one waits for its answer): one exec.stdin at a time, so
  * the command's reading paces us and the daemon holds a bounded amount.
  * Ends at EOF (sent as eof) or when the exec no longer takes input; the
  * process may exit while it waits in read(). */
-static int feed_stdin(const char *socket_path, const char *exec_id)
+static int feed_stdin(const char *socket_path, const char *exec_id, bool kept)
 {
         _cleanup_error_ nsbox_error_t *err = NULL;
         struct client *c = NULL;
@@ -122,18 +162,18 @@ static int feed_stdin(const char *socket_path, const char *exec_id)
                 _cleanup_json_ json_t *params =
                     json_pack("{s:s, s:s%, s:s, s:b}", "exec_id", exec_id, "data", b64 ? b64 : "", b64_len,
                               "encoding", "base64", "eof", eof);
-                _cleanup_json_ json_t *result = NULL;
-                if (client_call(c, "exec.stdin", params, NULL, NULL, &result, NULL, &err) < 0)
+                if (stdin_call(&c, socket_path, kept, params) < 0)
                         break; /* the exec ended or closed its input: the rest has nowhere to go */
         }
-        client_close(c);
+        if (c != NULL)
+                client_close(c);
         return 0;
 }
 
 static void *stdin_feed_thread(void *data)
 {
         struct stdin_feed *feed = data;
-        feed_stdin(feed->socket_path, feed->exec_id);
+        feed_stdin(feed->socket_path, feed->exec_id, feed->kept);
         free(feed);
         return NULL;
 }
@@ -145,6 +185,7 @@ static void start_stdin_feed(struct stream_state *state)
                 return;
         snprintf(feed->socket_path, sizeof(feed->socket_path), "%s", state->socket_path);
         snprintf(feed->exec_id, sizeof(feed->exec_id), "%s", state->exec_id);
+        feed->kept = state->kept;
         pthread_t thread;
         if (pthread_create(&thread, NULL, stdin_feed_thread, feed) != 0) {
                 free(feed);
@@ -194,6 +235,8 @@ static void print_stream(const char *method, json_t *params, void *data)
         const char *id = json_string_value(json_object_get(params, "exec_id"));
         if (id != NULL && state->exec_id[0] == '\0')
                 snprintf(state->exec_id, sizeof(state->exec_id), "%s", id);
+        if (strcmp(method, "exec.started") == 0)
+                state->kept = json_is_true(json_object_get(params, "kept"));
         if (state->feed_stdin && !state->stdin_fed && state->exec_id[0] != '\0')
                 start_stdin_feed(state);
         if (strcmp(method, "exec.output") != 0)
@@ -204,8 +247,10 @@ static void print_stream(const char *method, json_t *params, void *data)
         bool is_stderr = strcmp(json_string_value(stream), "stderr") == 0;
         if (!is_stderr)
                 fflush(stdout);
-        cli_write_output(is_stderr ? STDERR_FILENO : STDOUT_FILENO, json_object_get(params, "data"),
-                         state->base64);
+        json_int_t n = write_output(is_stderr ? STDERR_FILENO : STDOUT_FILENO,
+                                    json_object_get(params, "data"), state->base64);
+        if (n > 0)
+                state->received[is_stderr] += n;
 }
 
 /* exec.kill sent on the exec's own connection, its answer left unread
@@ -239,6 +284,122 @@ static void resize_exec(struct client *c, const char *exec_id)
             json_pack("{s:s, s:i, s:i}", "exec_id", exec_id, "rows", size.ws_row, "cols", size.ws_col);
         long long id;
         client_send(c, "exec.resize", params, &id, &err);
+}
+
+/* A signal caught while we wait for the exec, on connection c (NULL while
+ * nsboxd is away): a resize and the first Ctrl-C are passed on (as a
+ * terminal would: the command decides what Ctrl-C means), and 0 returned;
+ * a second Ctrl-C, SIGTERM or SIGHUP stop us: the command is killed (the
+ * closing connection would end it too, a moment later) and 128+N returned. */
+static int exec_signal_caught(struct client *c, struct stream_state *state, int sig)
+{
+        bool known = c != NULL && state->exec_id[0] != '\0';
+        if (sig == 0 || (sig == SIGWINCH && !known))
+                return 0;
+        if (sig == SIGWINCH) {
+                if (state->tty)
+                        resize_exec(c, state->exec_id);
+                return 0;
+        }
+        if (sig == SIGINT && !state->interrupted && known) {
+                state->interrupted = true;
+                kill_exec(c, state->exec_id, SIGINT);
+                return 0;
+        }
+        if (known)
+                kill_exec(c, state->exec_id, SIGKILL);
+        else if (state->exec_id[0] != '\0')
+                fprintf(stderr, "%snsbox: nsboxd is away: the command runs on as exec %s%s\n",
+                        state->tty ? "\r\n" : "", state->exec_id, state->tty ? "\r" : "");
+        return 128 + sig;
+}
+
+/* nsboxd went away during an exec it keeps (live restore): wait for the next
+ * one and follow the exec's output (exec.output) from the bytes we have to
+ * its end, so that every byte is shown once; *result is the last answer,
+ * which says how the command ended. 0, 128+N for a signal that stopped us
+ * (exec_signal_caught), -1 when no nsboxd took the exec back (then err, and
+ * error if nsboxd answered, say why). */
+static int reattach(struct stream_state *state, int signal_fd, json_t **result, json_t **error,
+                    nsbox_error_t **err)
+{
+        fflush(stdout);
+        /* A terminal in raw mode (-it) needs its carriage returns. */
+        fprintf(stderr,
+                "%snsbox: nsboxd went away during the command, which runs on (live restore); waiting up to "
+                "%d s for nsboxd to come back%s\n",
+                state->tty ? "\r\n" : "", REATTACH_WAIT_MS / 1000, state->tty ? "\r" : "");
+        /* Counted in pauses: a connect to a socket no one listens on fails at once. */
+        unsigned pauses_left = REATTACH_WAIT_MS / REATTACH_PAUSE_MS;
+        struct client *c = NULL;
+        int r = -1;
+        for (;;) {
+                nsbox_error_free(err);
+                json_decref(*error);
+                *error = NULL;
+                if (c == NULL && client_connect(state->socket_path, &c, err) == 0) {
+                        pauses_left =
+                            REATTACH_WAIT_MS / REATTACH_PAUSE_MS; /* a later stop gets its own wait */
+                        client_set_interrupt_fd(c, signal_fd);
+                }
+                _cleanup_json_ json_t *out = NULL;
+                long long id;
+                _cleanup_json_ json_t *params =
+                    json_pack("{s:s, s:{s:I, s:I}, s:i}", "exec_id", state->exec_id, "since", "stdout",
+                              state->received[0], "stderr", state->received[1], "wait_ms", 10000);
+                int sent = c != NULL ? client_send(c, "exec.output", params, &id, err) : -1;
+                while (sent == 0 && (sent = client_wait(c, id, NULL, NULL, &out, error, err)) == -EINTR) {
+                        nsbox_error_free(err);
+                        if ((r = exec_signal_caught(c, state, cli_caught_signal(signal_fd))) > 0)
+                                goto done;
+                }
+                if (sent < 0 && c != NULL) {
+                        client_close(c);
+                        c = NULL;
+                        if (*error != NULL) /* answered: not_found, the exec was not adopted */
+                                break;
+                }
+                if (out == NULL) {
+                        struct pollfd p = { .fd = signal_fd, .events = POLLIN };
+                        if (signal_fd >= 0 && poll(&p, 1, REATTACH_PAUSE_MS) > 0 &&
+                            (r = exec_signal_caught(NULL, state, cli_caught_signal(signal_fd))) > 0)
+                                break;
+                        r = -1;
+                        if (signal_fd < 0) {
+                                struct timespec pause = { 0, REATTACH_PAUSE_MS * 1000000L };
+                                nanosleep(&pause, NULL);
+                        }
+                        if (pauses_left-- == 0)
+                                break;
+                        continue;
+                }
+                for (int i = 0; i < 2; i++) {
+                        const char *name = i ? "stderr" : "stdout";
+                        json_int_t lost =
+                            json_integer_value(json_object_get(json_object_get(out, "dropped"), name));
+                        if (lost > 0)
+                                fprintf(stderr, "nsbox: %lld bytes of %s were lost across the restart\n",
+                                        (long long)lost, name);
+                        if (i == 0)
+                                fflush(stdout);
+                        write_output(i ? STDERR_FILENO : STDOUT_FILENO, json_object_get(out, name), true);
+                        state->received[i] =
+                            json_integer_value(json_object_get(json_object_get(out, "next"), name));
+                }
+                if (!json_is_true(json_object_get(out, "more")) &&
+                    !json_is_true(json_object_get(out, "running"))) {
+                        /* How it ended; its output is written above. */
+                        json_object_del(out, "stdout");
+                        json_object_del(out, "stderr");
+                        *result = json_incref(out);
+                        r = 0;
+                        break;
+                }
+        }
+done:
+        if (c != NULL)
+                client_close(c);
+        return r;
 }
 
 /* The connection closed, or nsboxd answered that it stops, before the
@@ -286,7 +447,6 @@ static int run_exec(const struct cli *cli, struct client *c, const char *socket_
         long long id;
         if (client_send(c, "sandbox.exec", params, &id, &err) < 0)
                 return cli_fail_json(cli, NULL, "%s", err->message);
-        bool interrupted = false;
         int r;
         client_set_interrupt_fd(c, signal_fd);
         for (;;) {
@@ -294,29 +454,23 @@ static int run_exec(const struct cli *cli, struct client *c, const char *socket_
                 if (r != -EINTR)
                         break;
                 nsbox_error_free(&err);
-                int sig = cli_caught_signal(signal_fd);
-                if (sig == 0)
-                        continue;
-                if (sig == SIGWINCH) {
-                        if (state.tty && state.exec_id[0] != '\0')
-                                resize_exec(c, state.exec_id);
-                        continue;
+                int stop = exec_signal_caught(c, &state, cli_caught_signal(signal_fd));
+                if (stop > 0) {
+                        *signo = stop - 128;
+                        client_set_interrupt_fd(c, -1);
+                        return stop;
                 }
-                if (sig == SIGINT && !interrupted && state.exec_id[0] != '\0') {
-                        /* As a terminal would: the command decides what Ctrl-C means. */
-                        interrupted = true;
-                        kill_exec(c, state.exec_id, SIGINT);
-                        continue;
-                }
-                *signo = sig;
-                /* The command should not outlive the CLI the user stopped (closing
-                 * the connection ends it too, a moment later). */
-                if (state.exec_id[0] != '\0')
-                        kill_exec(c, state.exec_id, SIGKILL);
-                client_set_interrupt_fd(c, -1);
-                return 128 + sig;
         }
         client_set_interrupt_fd(c, -1);
+        if (r < 0 && err->errnum == ECONNRESET && state.kept && state.exec_id[0] != '\0' && !cli->json) {
+                r = reattach(&state, signal_fd, &result, &error, &err);
+                if (r > 0) { /* stopped by a signal */
+                        *signo = r - 128;
+                        return r;
+                }
+                if (r < 0 && error == NULL)
+                        return daemon_gone(cli);
+        }
         if (r < 0 && err->errnum == ECONNRESET)
                 return daemon_gone(cli);
         if (r < 0) {
@@ -543,7 +697,7 @@ static int exec_in_sandbox(const struct cli *cli, json_t *params, const struct e
                         const char *id = json_string_value(json_object_get(result, "exec_id"));
                         /* -d -i: our input to its end, then the exec runs on alone. */
                         if (o->with_stdin && id != NULL)
-                                feed_stdin(cli->socket_path, id);
+                                feed_stdin(cli->socket_path, id, false);
                         if (cli->json)
                                 cli_print_json(result);
                         else

@@ -284,6 +284,12 @@ static bool output_reserve(struct exec *ex, struct output *o, size_t need)
  * Streamed output is passed on, and its pipes paused while the client lags. */
 static void stream_pending(struct exec *ex, int which);
 
+/* A background exec's output is a log: a head and a tail ring (exec_log.h). */
+static bool output_logged(const struct exec *ex)
+{
+        return ex->background && !ex->stream;
+}
+
 static void output_append(struct exec *ex, int which, const char *data, size_t len)
 {
         if (ex->hooks != NULL &&
@@ -293,7 +299,7 @@ static void output_append(struct exec *ex, int which, const char *data, size_t l
                 return;
         }
         struct output *o = &ex->out[which];
-        bool logged = ex->background && !ex->stream;
+        bool logged = output_logged(ex);
         size_t room = ex->max_output > ex->total_output ? ex->max_output - ex->total_output : 0;
         /* A background stream's head ends at its first byte that went past it. */
         if (logged && o->written > o->len)
@@ -307,19 +313,32 @@ static void output_append(struct exec *ex, int which, const char *data, size_t l
         if (logged) {
                 o->written += len;
                 exec_log_append_tail(ex, which, data + len, rest);
-        } else if (rest > 0) {
-                ex->truncated = true;
-                ex->dropped_output += rest;
+        } else {
+                /* Counted for live restore (exec_keep.h): a stream's client
+                 * takes it back from the offset it has, the dropped rest of a
+                 * foreground one's is a gap after its head. */
+                o->written += len + (ex->stream ? 0 : rest);
+                if (rest > 0) {
+                        ex->truncated = true;
+                        ex->dropped_output += rest;
+                }
         }
+        /* On record before anyone is told: a client that saw these bytes
+         * asks the next nsboxd for what follows them (exec_keep.h). */
         if (len == 0) {
+                exec_keep_counters(ex);
                 if (logged)
                         exec_output_wake(ex, false);
                 return;
         }
         ex->total_output += len;
         memcpy(o->data + o->len, data, len);
-        exec_keep_head(ex, which, o->len, data, len);
+        if (ex->stream)
+                exec_keep_streamed(ex, which, o->written - len, data, len);
+        else
+                exec_keep_head(ex, which, o->len, data, len);
         o->len += len;
+        exec_keep_counters(ex);
         if (logged)
                 exec_output_wake(ex, false);
 
@@ -388,10 +407,10 @@ static bool output_read(struct exec *ex, int which, bool keep)
         struct loop_source *source = ex->out[which].source;
         char buf[65536];
         for (int round = 0; round < 16 && !ex->paused; round++) {
-                ssize_t n = read(source->fd, buf, sizeof(buf));
+                ssize_t n = exec_keep_read(ex, which, source->fd, buf, sizeof(buf));
                 if (n > 0) {
                         output_append(ex, which, buf, n);
-                        exec_keep_counters(ex);
+                        ex->keep_in_ring = false;
                         continue;
                 }
                 if (n < 0 && (errno == EAGAIN || errno == EINTR))
@@ -681,8 +700,8 @@ json_t *exec_result(struct exec *ex)
         }
         /* A background exec's stdout and stderr here are its heads: cut if its
          * tail holds more (exec.output reads that). */
-        bool cut =
-            ex->truncated || ex->out[0].written > ex->out[0].len || ex->out[1].written > ex->out[1].len;
+        bool cut = ex->truncated || (output_logged(ex) && (ex->out[0].written > ex->out[0].len ||
+                                                           ex->out[1].written > ex->out[1].len));
         json_t *result = json_pack("{s:s, s:o, s:o, s:b, s:s, s:b}", "exec_id", ex->id, "stdout", stdout_json,
                                    "stderr", stderr_json, "truncated", cut, "encoding",
                                    ex->base64 ? "base64" : "utf-8", "running", !ex->finished);
@@ -705,6 +724,7 @@ static void exec_forget_old(struct sandbox *sb)
                 struct exec *e = *p;
                 if (e->finished && ++kept > EXEC_KEEP_FINISHED) {
                         *p = e->next;
+                        exec_keep_end(e);
                         exec_free(e);
                         continue;
                 }
@@ -769,7 +789,12 @@ static void exec_finish(struct exec *ex)
                 close(ex->pty);
                 ex->pty = -1;
         }
-        exec_keep_end(ex); /* before its slot is closed or handed on */
+        /* Before its slot is closed or handed on; a client's background
+         * exec stays in exec.list after a restart too. */
+        if (ex->background && ex->keep_kind == NULL)
+                exec_keep_ended(ex);
+        else
+                exec_keep_end(ex);
         /* Only now, after the answer: on a small machine the forks of a new
          * slot would otherwise share a CPU with the exec being waited for. */
         exec_prepare_next(ex->sb, ex);
@@ -821,10 +846,13 @@ static void exec_started(struct exec *ex, pid_t pid)
                 struct rpc_request *req = ex->req;
                 ex->req = NULL;
                 rpc_reply_result(req, json_pack("{s:s, s:i}", "exec_id", ex->id, "pid", ex->pid));
-        } else if (ex->stream && ex->req != NULL) {
+        } else if ((ex->stream || ex->notify_started) && ex->req != NULL) {
                 /* The client learns the exec's id before any output: it can
-                 * exec.kill a command that prints nothing (a Ctrl-C). */
-                _cleanup_json_ json_t *params = json_pack("{s:s, s:i}", "exec_id", ex->id, "pid", ex->pid);
+                 * exec.kill a command that prints nothing (a Ctrl-C), and,
+                 * when `kept`, take it back with exec.output should nsboxd
+                 * stop (live restore). */
+                _cleanup_json_ json_t *params =
+                    json_pack("{s:s, s:i, s:b}", "exec_id", ex->id, "pid", ex->pid, "kept", ex->keep_fd >= 0);
                 if (params != NULL)
                         rpc_notify(ex->req, "exec.started", params);
         }
@@ -1140,6 +1168,7 @@ static struct exec *exec_new(struct sandbox *sb, const struct exec_params *p)
         ex->sb = sb;
         ex->stream = p->stream;
         ex->background = p->background;
+        ex->notify_started = p->notify_started && !p->background;
         ex->base64 = p->base64;
         ex->max_output = p->max_output;
         ex->timeout_s = p->timeout_s;
@@ -1396,7 +1425,7 @@ static int exec_start(struct sandbox *sb, struct exec *ex, const struct exec_par
         close_child_fds(child_fds);
         if (n < 0)
                 return nsbox_error(err, (int)-n, "send the exec request to its slot");
-        if (ex->background || ex->stream) {
+        if (ex->background || ex->stream || ex->notify_started) {
                 /* A background exec's answer is the pid, as soon as it
                  * runs; a streamed one's client hears exec.started then. */
                 struct ctl_header want = { CTL_STARTED, ex->number };
@@ -1458,10 +1487,54 @@ static int exec_adopt_helper(struct exec *ex, json_t *meta, int stdin_fd, nsbox_
         return 0;
 }
 
+/* A background exec that ended before the restart: its record alone, with how it ended. */
+static int exec_adopt_ended(struct exec *ex, json_t *end, nsbox_error_t **err)
+{
+        json_t *start_error = json_object_get(end, "start_error");
+        if (!json_is_object(end) || !json_is_integer(json_object_get(end, "duration_ms")))
+                return nsbox_error(err, EPROTO, "its record says no end");
+        ex->finished = true;
+        ex->background = true;
+        ex->exited = json_is_true(json_object_get(end, "exited"));
+        ex->wait_status = (int)json_integer_value(json_object_get(end, "wait_status"));
+        ex->timed_out = json_is_true(json_object_get(end, "timed_out"));
+        ex->killed = json_is_true(json_object_get(end, "killed"));
+        ex->supervisor_died = json_is_true(json_object_get(end, "supervisor_died"));
+        ex->leftover = (unsigned)json_integer_value(json_object_get(end, "leftover"));
+        ex->start_errno = (int)json_integer_value(json_object_get(end, "start_errno"));
+        ex->start_exit_code = (int)json_integer_value(json_object_get(end, "start_exit_code"));
+        if (json_is_string(start_error) && (ex->start_error = strdup(json_string_value(start_error))) == NULL)
+                return nsbox_error(err, ENOMEM, "exec");
+        ex->end_mono = ex->start_mono + json_integer_value(json_object_get(end, "duration_ms"));
+        return 0;
+}
+
+/* A tty exec: its pty master (fds[2] read, fds[3] written), whose input
+ * stays open for its client's exec.stdin, and exec.resize. */
+static int exec_adopt_tty(struct exec *ex, int *fds, unsigned nfds, nsbox_error_t **err)
+{
+        struct stat st;
+        if (nfds != 4 || fstat(fds[2], &st) < 0 || !S_ISCHR(st.st_mode) || st.st_rdev != makedev(5, 2))
+                return nsbox_error(err, EPROTO, "its pty is not one");
+        ex->tty = ex->keep_stdin = ex->stdin_stream = true;
+        ex->out[OUT_STDERR].eof = true;
+        if ((ex->pty = fcntl(fds[2], F_DUPFD_CLOEXEC, 3)) < 0)
+                return nsbox_error(err, errno, "its pty");
+        fcntl(fds[2], F_SETFL, O_NONBLOCK);
+        fcntl(fds[3], F_SETFL, O_NONBLOCK);
+        if ((ex->out[OUT_STDOUT].source = loop_add(nsboxd.loop, fds[2], EPOLLIN, on_output, ex)) == NULL)
+                return nsbox_error(err, errno, "watch the exec's pty");
+        fds[2] = -1;
+        if ((ex->stdin_src = loop_add(nsboxd.loop, fds[3], 0, on_stdin, ex)) == NULL)
+                return nsbox_error(err, errno, "watch the exec's pty");
+        fds[3] = -1;
+        return 0;
+}
+
 static int exec_adopt_kept(struct sandbox *sb, uint32_t number, int *fds, unsigned nfds, nsbox_error_t **err)
 {
-        if (nfds != 4 && nfds != 5)
-                return nsbox_error(err, EPROTO, "%u fds kept, not 4 or 5", nfds);
+        if (nfds != 1 && nfds != 4 && nfds != 5)
+                return nsbox_error(err, EPROTO, "%u fds kept, not 1, 4 or 5", nfds);
         struct exec *ex = calloc(1, sizeof(*ex));
         if (ex == NULL)
                 return nsbox_error(err, ENOMEM, "exec");
@@ -1471,7 +1544,7 @@ static int exec_adopt_kept(struct sandbox *sb, uint32_t number, int *fds, unsign
         ex->slot_request = -1;
         ex->held[0] = ex->held[1] = -1;
         ex->pty = ex->keep_fd = -1;
-        _cleanup_json_ json_t *meta = exec_keep_load(ex, fds[1], err);
+        _cleanup_json_ json_t *meta = exec_keep_load(ex, fds[nfds == 1 ? 0 : 1], err);
         if (meta == NULL) {
                 exec_free(ex);
                 return -EPROTO;
@@ -1492,19 +1565,47 @@ static int exec_adopt_kept(struct sandbox *sb, uint32_t number, int *fds, unsign
         ex->command_text = json_is_string(command) ? strdup(json_string_value(command)) : NULL;
         ex->started = json_is_true(json_object_get(meta, "started"));
         ex->pid = (pid_t)json_integer_value(json_object_get(meta, "pid"));
-        ex->background = json_is_true(json_object_get(meta, "background"));
         ex->service = json_is_true(json_object_get(meta, "service"));
+        /* A client's foreground or streamed exec, whose client went with the
+         * previous nsboxd, is taken back by exec_id as a background one is
+         * (exec.output from the offsets it has); its stdin, if open, closes
+         * (the caller closes that fd): nothing could feed it now. A tty's
+         * stays open (exec_adopt_tty). */
+        ex->background =
+            json_is_true(json_object_get(meta, "background")) || json_object_get(meta, "kind") == NULL;
         long long elapsed = now_realtime_ms() - ex->start_realtime_ms;
         if (elapsed < 0)
                 elapsed = 0;
         ex->start_mono = now_monotonic_ms() - elapsed;
+        if (nfds == 1) {
+                int r = json_object_get(meta, "kind") != NULL
+                            ? nsbox_error(err, EPROTO, "a helper's record without its fds")
+                            : exec_adopt_ended(ex, json_object_get(meta, "end"), err);
+                if (r < 0) {
+                        exec_free(ex);
+                        return r;
+                }
+                ex->keep_fd = steal_fd(&fds[0]);
+                ex->kept_by_init = true;
+                ex->next = sb->exec->execs;
+                sb->exec->execs = ex;
+                log_debug("sandbox %s: ended exec %s adopted (live restore)", sb->id, ex->id);
+                return 0;
+        }
         fcntl(fds[0], F_SETFL, O_NONBLOCK);
         if ((ex->slot = loop_add(nsboxd.loop, fds[0], EPOLLIN, on_slot, ex)) == NULL) {
                 exec_free(ex);
                 return nsbox_error(err, errno, "watch the exec's supervisor");
         }
         fds[0] = -1;
-        for (int i = 0; i < 2; i++) {
+        if (json_is_true(json_object_get(meta, "tty"))) {
+                int r = exec_adopt_tty(ex, fds, nfds, err);
+                if (r < 0) {
+                        exec_free(ex);
+                        return r;
+                }
+        }
+        for (int i = 0; i < 2 && !ex->tty; i++) {
                 fcntl(fds[2 + i], F_SETFL, O_NONBLOCK);
                 if ((ex->out[i].source = loop_add(nsboxd.loop, fds[2 + i], EPOLLIN, on_output, ex)) == NULL) {
                         exec_free(ex);

@@ -70,8 +70,9 @@ struct exec {
         const struct exec_hooks *hooks; /* an internal caller instead of a client */
         void *hooks_data;
         bool stream, background, base64, finished;
-        bool counted;    /* in quota_uid's calls in flight (quota.c): a client's exec, not yet finished */
-        uid_t quota_uid; /* the uid whose request started it, as python.run counts its calls */
+        bool notify_started; /* a foreground one's client hears exec.started (its id) too */
+        bool counted;        /* in quota_uid's calls in flight (quota.c): a client's exec, not yet finished */
+        uid_t quota_uid;     /* the uid whose request started it, as python.run counts its calls */
         struct output out[2];
         size_t max_output, total_output;
         bool truncated;
@@ -101,6 +102,7 @@ struct exec {
         bool started, exited, timed_out, killed;
         int keep_fd;           /* live restore: its record, kept by the init too (exec_keep.h), or -1 */
         bool kept_by_init;     /* the init holds its fds (CTL_KEEP): to drop as it ends (CTL_UNKEEP) */
+        bool keep_in_ring;     /* the bytes being appended are in its kept ring already (exec_keep_read) */
         const char *keep_kind; /* its hooks' (exec.h), for exec_keep.c */
         json_t *(*keep_state)(struct exec *ex, void *data);
         bool adopted;         /* taken over from a previous nsboxd */

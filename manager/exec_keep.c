@@ -9,7 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -34,13 +36,24 @@ struct keep_stream {
         uint64_t head_len, written, tail_len, tail_start, tail_cap;
 };
 
+/* A streamed exec's bytes on their way from the pipe into its ring
+ * (exec_keep_read): `len` bytes at stream offset `at`, whose first bytes in
+ * the ring were `canary` before the move. Cleared by the counters after it. */
+struct keep_move {
+        uint64_t canary, at, len;
+        uint32_t which, set;
+};
+
 struct keep_header {
         uint64_t magic;
         uint32_t version, meta_len;
         uint64_t max_output, total_output, dropped_output;
         uint32_t truncated, pad;
         struct keep_stream stream[2];
+        struct keep_move move; /* zero in the records of nsboxd before it */
 };
+
+#define CANARY_LEN 8
 
 static uint64_t head_at(const struct exec *ex, int which)
 {
@@ -52,15 +65,26 @@ static uint64_t tail_at(const struct exec *ex, int which)
         return DATA_AT + 2 * (uint64_t)ex->max_output + (uint64_t)which * (ex->max_output / 2);
 }
 
+/* A streamed exec's ring: what its client may not have had yet when
+ * nsboxd stopped (rpc.c queues up to 4 MiB for a client before it pauses
+ * the exec, the sockets hold more), within its room of the memfd. */
+#define STREAM_RING_MAX (8u << 20)
+
+static uint64_t stream_ring_cap(const struct exec *ex)
+{
+        return ex->max_output / 2 < STREAM_RING_MAX ? ex->max_output / 2 : STREAM_RING_MAX;
+}
+
 bool exec_keep_wanted(const struct exec *ex)
 {
-        if (!nsboxd.config.live_restore || ex->sb->lease_fd < 0 || ex->sb->ctl == NULL || ex->stream ||
-            ex->tty || ex->slot == NULL || ex->out[0].source == NULL || ex->out[1].source == NULL)
+        if (!nsboxd.config.live_restore || ex->sb->lease_fd < 0 || ex->sb->ctl == NULL || ex->slot == NULL ||
+            ex->out[0].source == NULL || (ex->tty ? ex->stdin_src == NULL : ex->out[1].source == NULL))
                 return false;
-        /* A client's background job, whose stdin is done with; or a helper
-         * that says how to take it over, with its stdin. */
+        /* A client's exec (its stdin, if any, is closed at adoption: what
+         * nsboxd had not written into it is lost; a tty's stays open); or a
+         * helper that says how to take it over, with its stdin. */
         if (ex->keep_kind == NULL)
-                return ex->hooks == NULL && ex->background && ex->stdin_src == NULL;
+                return ex->hooks == NULL;
         return ex->stdin_src != NULL && ex->stdin_len == ex->stdin_off;
 }
 
@@ -77,13 +101,24 @@ void exec_keep_meta(struct exec *ex)
         if (ex->keep_fd < 0)
                 return;
         _cleanup_json_ json_t *meta =
-            json_pack("{s:s, s:I, s:b, s:I, s:I, s:I, s:I, s:s?, s:s?, s:b, s:I, s:b, s:b, s:b, s:I}",
+            json_pack("{s:s, s:I, s:b, s:I, s:I, s:I, s:I, s:s?, s:s?, s:b, s:I, s:b, s:b, s:b, s:I, s:b}",
                       "exec_id", ex->id, "number", (json_int_t)ex->number, "base64", ex->base64, "max_output",
                       (json_int_t)ex->max_output, "timeout_s", (json_int_t)ex->timeout_s, "start_realtime_ms",
                       (json_int_t)ex->start_realtime_ms, "uid", (json_int_t)ex->uid, "audit", ex->audit,
                       "command", ex->command_text, "started", ex->started, "pid", (json_int_t)ex->pid,
                       "background", ex->background, "service", ex->service, "counted", ex->counted,
-                      "quota_uid", (json_int_t)ex->quota_uid);
+                      "quota_uid", (json_int_t)ex->quota_uid, "streamed", ex->stream);
+        if (meta != NULL && ex->tty)
+                json_object_set_new(meta, "tty", json_true());
+        if (meta != NULL && ex->finished)
+                json_object_set_new(meta, "end",
+                                    json_pack("{s:b, s:i, s:b, s:b, s:b, s:i, s:I, s:s?, s:i, s:i}", "exited",
+                                              ex->exited, "wait_status", ex->wait_status, "timed_out",
+                                              ex->timed_out, "killed", ex->killed, "supervisor_died",
+                                              ex->supervisor_died, "leftover", (int)ex->leftover,
+                                              "duration_ms", (json_int_t)(ex->end_mono - ex->start_mono),
+                                              "start_error", ex->start_error, "start_errno", ex->start_errno,
+                                              "start_exit_code", ex->start_exit_code));
         if (meta != NULL && ex->keep_kind != NULL) {
                 json_t *state = ex->keep_state != NULL ? ex->keep_state(ex, ex->hooks_data) : NULL;
                 json_object_set_new(meta, "kind", json_string(ex->keep_kind));
@@ -114,6 +149,12 @@ void exec_keep_counters(struct exec *ex)
                 const struct output *o = &ex->out[i];
                 h.stream[i] =
                     (struct keep_stream){ o->len, o->written, o->tail_len, o->tail_start, o->tail_cap };
+                if (ex->stream) {
+                        /* Its ring in the memfd only: byte x at x % cap (exec_keep_streamed). */
+                        uint64_t cap = stream_ring_cap(ex), kept = o->written < cap ? o->written : cap;
+                        h.stream[i] = (struct keep_stream){ 0, o->written, kept,
+                                                            cap > 0 ? (o->written - kept) % cap : 0, cap };
+                }
         }
         size_t from = offsetof(struct keep_header, max_output), len = sizeof(h) - from;
         if (pwrite(ex->keep_fd, (char *)&h + from, len, from) != (ssize_t)len)
@@ -134,11 +175,73 @@ void exec_keep_tail(struct exec *ex, int which, size_t at, const char *data, siz
                 keep_lost(ex, "copy its output");
 }
 
+void exec_keep_streamed(struct exec *ex, int which, size_t at, const char *data, size_t len)
+{
+        size_t cap = stream_ring_cap(ex);
+        bool there = ex->keep_in_ring; /* moved into the ring by exec_keep_read */
+        ex->keep_in_ring = false;
+        if (ex->keep_fd < 0 || cap == 0 || there)
+                return;
+        if (len > cap) { /* only its end fits */
+                data += len - cap;
+                at += len - cap;
+                len = cap;
+        }
+        size_t pos = at % cap, first = len < cap - pos ? len : cap - pos;
+        exec_keep_tail(ex, which, pos, data, first);
+        exec_keep_tail(ex, which, 0, data + first, len - first);
+}
+
+ssize_t exec_keep_read(struct exec *ex, int which, int fd, char *buf, size_t len)
+{
+        static uint64_t canary_base, canaries;
+        uint64_t cap = stream_ring_cap(ex), at = ex->out[which].written, pos = cap > 0 ? at % cap : 0;
+        int avail = 0;
+        if (ex->keep_fd < 0 || !ex->stream || ex->tty || cap == 0 || ioctl(fd, FIONREAD, &avail) < 0 ||
+            avail < CANARY_LEN || cap - pos < CANARY_LEN)
+                return read(fd, buf, len);
+        size_t n = len < (size_t)avail ? len : (size_t)avail;
+        if (n > cap - pos)
+                n = cap - pos;
+        if (canary_base == 0 && getrandom(&canary_base, sizeof(canary_base), 0) != sizeof(canary_base))
+                canary_base = (uint64_t)now_monotonic_ms() * 0x9e3779b97f4a7c15ull;
+        struct keep_move move = { .canary = canary_base ^ (++canaries * 0x9e3779b97f4a7c15ull),
+                                  .at = at,
+                                  .len = n,
+                                  .which = (uint32_t)which,
+                                  .set = 1 };
+        off_t ring = (off_t)(tail_at(ex, which) + pos);
+        if (pwrite(ex->keep_fd, &move.canary, CANARY_LEN, ring) != CANARY_LEN ||
+            pwrite(ex->keep_fd, &move, sizeof(move), offsetof(struct keep_header, move)) != sizeof(move)) {
+                keep_lost(ex, "record a move of its output");
+                return read(fd, buf, len);
+        }
+        loff_t off = ring;
+        ssize_t got = splice(fd, NULL, ex->keep_fd, &off, n, SPLICE_F_NONBLOCK);
+        if (got < 0 && errno != EAGAIN && errno != EINTR)
+                return read(fd, buf, len); /* no splice here: nothing moved, the note is void */
+        if (got <= 0)
+                return got;
+        /* Ours to pass on: the ring has it already (exec_keep_streamed skips it). */
+        if (pread(ex->keep_fd, buf, (size_t)got, ring) != got) {
+                keep_lost(ex, "read its output back");
+                return -1;
+        }
+        ex->keep_in_ring = true;
+        return got;
+}
+
 void exec_keep_start(struct exec *ex)
 {
         ex->keep_fd = memfd_create("nsbox-exec", MFD_CLOEXEC);
         if (ex->keep_fd < 0) {
                 keep_lost(ex, "memfd_create");
+                return;
+        }
+        /* Its full size (sparse: free until written), so that a ring read
+         * back whole is there even where nothing was written. */
+        if (ftruncate(ex->keep_fd, (off_t)tail_at(ex, 2)) < 0) {
+                keep_lost(ex, "size its record");
                 return;
         }
         exec_keep_meta(ex);
@@ -152,13 +255,34 @@ void exec_keep_start(struct exec *ex)
         if (ex->keep_fd < 0)
                 return;
         struct ctl_header msg = { CTL_KEEP, ex->number };
-        int fds[CTL_KEEP_MAX_FDS] = { ex->slot->fd, ex->keep_fd, ex->out[0].source->fd, ex->out[1].source->fd,
-                                      ex->stdin_src != NULL ? ex->stdin_src->fd : -1 };
-        ssize_t n = ctl_send(ex->sb->ctl->fd, &msg, sizeof(msg), NULL, 0, fds, ex->stdin_src != NULL ? 5 : 4);
+        /* A tty's one stream: its pty master, the fd we read and the one we write. */
+        int fds[CTL_KEEP_MAX_FDS] = { ex->slot->fd, ex->keep_fd, ex->out[0].source->fd,
+                                      ex->tty ? ex->stdin_src->fd : ex->out[1].source->fd,
+                                      !ex->tty && ex->stdin_src != NULL ? ex->stdin_src->fd : -1 };
+        ssize_t n = ctl_send(ex->sb->ctl->fd, &msg, sizeof(msg), NULL, 0, fds,
+                             !ex->tty && ex->stdin_src != NULL ? 5 : 4);
         if (n < 0)
                 keep_lost(ex, "hand its fds to the init");
         else
                 ex->kept_by_init = true;
+}
+
+void exec_keep_ended(struct exec *ex)
+{
+        exec_keep_meta(ex); /* with its end */
+        exec_keep_counters(ex);
+        if (ex->keep_fd < 0 || !ex->kept_by_init || ex->sb->ctl == NULL) {
+                exec_keep_end(ex);
+                return;
+        }
+        /* Its pipes and slot let go of (an older init, which keeps no
+         * record alone, drops them too), its record kept alone. */
+        struct ctl_header unkeep = { CTL_UNKEEP, ex->number }, keep = { CTL_KEEP, ex->number };
+        ctl_send(ex->sb->ctl->fd, &unkeep, sizeof(unkeep), NULL, 0, NULL, 0);
+        if (ctl_send(ex->sb->ctl->fd, &keep, sizeof(keep), NULL, 0, &ex->keep_fd, 1) < 0) {
+                ex->kept_by_init = false;
+                keep_lost(ex, "hand its record to the init");
+        }
 }
 
 void exec_keep_end(struct exec *ex)
@@ -215,6 +339,23 @@ json_t *exec_keep_load(struct exec *ex, int memfd, nsbox_error_t **err)
                 return NULL;
         }
         ex->max_output = h.max_output;
+        /* A move from a streamed exec's pipe into its ring that the record
+         * does not count yet: done if its canary is no longer there. */
+        struct keep_move *move = &h.move;
+        if (move->set && move->which < 2 && move->len >= CANARY_LEN &&
+            move->len <= h.stream[move->which].tail_cap && h.stream[move->which].head_len == 0 &&
+            move->at == h.stream[move->which].written) {
+                struct keep_stream *s = &h.stream[move->which];
+                uint64_t canary = 0;
+                if (pread(memfd, &canary, CANARY_LEN,
+                          (off_t)(tail_at(ex, (int)move->which) + move->at % s->tail_cap)) == CANARY_LEN &&
+                    canary != move->canary) {
+                        s->written += move->len;
+                        s->tail_len = s->written < s->tail_cap ? s->written : s->tail_cap;
+                        s->tail_start = (s->written - s->tail_len) % s->tail_cap;
+                        h.total_output += move->len;
+                }
+        }
         for (int i = 0; i < 2; i++) {
                 const struct keep_stream *s = &h.stream[i];
                 struct output *o = &ex->out[i];

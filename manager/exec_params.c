@@ -21,10 +21,23 @@ static bool has_nul(json_t *s)
 
 int exec_params_parse(json_t *p, struct exec_params *out, nsbox_error_t **err)
 {
-        static const char *const known[] = { "sandbox_id", "argv",       "command",  "cwd",
-                                             "env",        "stdin",      "user",     "timeout_seconds",
-                                             "stream",     "background", "encoding", "max_output_bytes",
-                                             "tty",        "rows",       "cols",     "stdin_stream",
+        static const char *const known[] = { "sandbox_id",
+                                             "argv",
+                                             "command",
+                                             "cwd",
+                                             "env",
+                                             "stdin",
+                                             "user",
+                                             "timeout_seconds",
+                                             "stream",
+                                             "background",
+                                             "encoding",
+                                             "max_output_bytes",
+                                             "tty",
+                                             "rows",
+                                             "cols",
+                                             "stdin_stream",
+                                             "notify_started",
                                              NULL };
         int r = params_check_known(p, known, "", err);
         if (r < 0)
@@ -107,8 +120,10 @@ int exec_params_parse(json_t *p, struct exec_params *out, nsbox_error_t **err)
         }
         if ((r = params_get_timeout(p, 0, &out->timeout_s, err)) < 0) /* 0: not asked */
                 return r;
-        static const char *const flags[] = { "stream", "background", "tty", "stdin_stream" };
-        bool *flag_out[] = { &out->stream, &out->background, &out->tty, &out->stdin_stream };
+        static const char *const flags[] = { "stream", "background", "tty", "stdin_stream",
+                                             "notify_started" };
+        bool *flag_out[] = { &out->stream, &out->background, &out->tty, &out->stdin_stream,
+                             &out->notify_started };
         for (size_t i = 0; i < ARRAY_SIZE(flags); i++) {
                 json_t *f = json_object_get(p, flags[i]);
                 if (f != NULL && !json_is_null(f)) {

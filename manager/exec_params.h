@@ -32,6 +32,7 @@ struct exec_params {
         unsigned timeout_s;
         bool stream, background, base64;
         bool tty, stdin_stream;
+        bool notify_started; /* a foreground exec's client hears exec.started too (its id, to take it back) */
         unsigned short rows, cols;
         size_t max_output;
 };

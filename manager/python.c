@@ -516,6 +516,11 @@ struct python_interp {
         uint64_t next_id;
         struct loop_timer *timer; /* the call's timeout, then its grace times */
         int timeout_stage;        /* 0: none, 1: SIGINT sent, 2: the code stopped, 3: killed */
+        long long call_ends_ms;   /* when the call in flight times out (realtime), for live restore */
+        /* Live restore: the call in flight is a previous nsboxd's, whose
+         * answer reaches no one (dropped); until it comes, a frame that
+         * nsboxd had read in part before it stopped is skipped. */
+        bool orphan_call;
 };
 
 bool python_busy(const struct sandbox *sb)
@@ -690,6 +695,45 @@ static void interp_answer(struct python_interp *in, json_t *frame)
         interp_send_next(in);
 }
 
+/* Adopted during a call: the bytes the previous nsboxd left in the pipe may
+ * begin inside a frame. Skip to what looks like the next one's start (a
+ * frame's JSON object ends with '}', the next begins "LENGTH\n{"), keeping
+ * the last bytes, where that start may be on its way. */
+static void interp_resync(struct python_interp *in)
+{
+        size_t from = in->len > 24 ? in->len - 24 : 0;
+        for (size_t i = 1; i < in->len; i++) {
+                if (in->buf[i - 1] != '}' || in->buf[i] < '0' || in->buf[i] > '9')
+                        continue;
+                size_t j = i;
+                while (j < in->len && in->buf[j] >= '0' && in->buf[j] <= '9')
+                        j++;
+                if (j + 1 < in->len && in->buf[j] == '\n' && in->buf[j + 1] == '{') {
+                        from = i;
+                        break;
+                }
+        }
+        if (from == 0)
+                from = 1; /* at least one byte, or this would not end */
+        memmove(in->buf, in->buf + from, in->len - from);
+        in->len -= from;
+}
+
+/* The previous nsboxd's call answered: dropped; the next call may go. */
+static void interp_orphan_answered(struct python_interp *in)
+{
+        in->orphan_call = false;
+        in->in_flight = false;
+        in->timeout_stage = 0;
+        interp_disarm(in);
+        exec_keep_update(in->exec);
+        log_limited(in->sb->id, LOG_LEVEL_INFO,
+                    "sandbox %s: python interpreter: the call it ran at the restart has ended (its answer is "
+                    "dropped)",
+                    in->sb->id);
+        interp_send_next(in);
+}
+
 static void interp_on_stdout(struct exec *ex, const char *data, size_t len, void *opaque)
 {
         struct python_interp *in = opaque;
@@ -716,10 +760,19 @@ static void interp_on_stdout(struct exec *ex, const char *data, size_t len, void
         in->len += len;
         for (;;) {
                 char *nl = memchr(in->buf, '\n', in->len < 24 ? in->len : 24);
+                if (nl == NULL && in->orphan_call && in->len >= 24) {
+                        interp_resync(in);
+                        continue;
+                }
                 if (nl == NULL)
                         return;
                 char *end;
                 unsigned long long body = strtoull(in->buf, &end, 10);
+                if (in->orphan_call && (end != nl || body > MAX_FRAME ||
+                                        (in->len > (size_t)(nl - in->buf) + 1 && nl[1] != '{'))) {
+                        interp_resync(in);
+                        continue;
+                }
                 if (end != nl || body > MAX_FRAME) {
                         log_limited(in->sb->id, LOG_LEVEL_ERROR,
                                     "sandbox %s: the python interpreter broke its framing; killing it",
@@ -733,6 +786,10 @@ static void interp_on_stdout(struct exec *ex, const char *data, size_t len, void
                 json_t *frame = json_loadb(in->buf + header, body, 0, NULL);
                 memmove(in->buf, in->buf + header + body, in->len - header - body);
                 in->len -= header + body;
+                if (!json_is_object(frame) && in->orphan_call) {
+                        json_decref(frame);
+                        continue; /* the rest of a frame read in part, taken for one */
+                }
                 if (!json_is_object(frame)) {
                         json_decref(frame);
                         exec_signal(ex, SIGKILL);
@@ -750,12 +807,14 @@ static void interp_on_stdout(struct exec *ex, const char *data, size_t len, void
                 } else if (json_is_string(json_object_get(frame, "output")) ||
                            json_is_string(json_object_get(frame, "image"))) {
                         json_t *id = json_object_get(frame, "id");
-                        bool current = in->in_flight && in->queue != NULL && json_is_integer(id) &&
-                                       (uint64_t)json_integer_value(id) == in->next_id;
+                        bool current = in->in_flight && !in->orphan_call && in->queue != NULL &&
+                                       json_is_integer(id) && (uint64_t)json_integer_value(id) == in->next_id;
                         if (current && json_object_get(frame, "output") != NULL)
                                 interp_stream(in->queue, frame);
                         else if (current)
                                 interp_stream_image(in->queue, frame);
+                } else if (in->in_flight && in->orphan_call) {
+                        interp_orphan_answered(in);
                 } else if (in->in_flight && in->queue != NULL) {
                         interp_answer(in, frame);
                 }
@@ -769,7 +828,7 @@ static void interp_done(struct exec *ex, json_t *result, void *opaque)
         struct sandbox *sb = in->sb;
         struct python_run *queued = in->queue;
         in->queue = NULL;
-        if (in->in_flight && queued != NULL) {
+        if (in->in_flight && !in->orphan_call && queued != NULL) {
                 struct python_run *run = queued;
                 queued = run->next;
                 if (run->kind != RUN_CODE)
@@ -804,11 +863,13 @@ static void interp_done(struct exec *ex, json_t *result, void *opaque)
         }
 }
 
-/* What the next nsboxd must know: whether a call is in flight. */
+/* What the next nsboxd must know: whether a call is in flight, until when,
+ * and the id of the last call sent. */
 static json_t *interp_keep_state(struct exec *ex, void *data)
 {
         struct python_interp *in = data;
-        return json_pack("{s:b}", "busy", in->in_flight);
+        return json_pack("{s:b, s:I, s:I}", "busy", in->in_flight, "ends_at_ms", (json_int_t)in->call_ends_ms,
+                         "last_id", (json_int_t)in->next_id);
 }
 
 static const struct exec_hooks interp_hooks = {
@@ -821,28 +882,33 @@ static const struct exec_hooks interp_hooks = {
 };
 
 /* Live restore: the interpreter a previous nsboxd started, variables and
- * all, when it was between calls. */
+ * all. One running a call is busy until that call's answer comes, which
+ * reaches no one (its client went with the old nsboxd) and is dropped; the
+ * call keeps its timeout. */
 static int interp_adopt(struct sandbox *sb, struct exec *ex, json_t *state)
 {
-        /* A call it ran then would answer no one, or the next call in its
-         * place; its timeout went with the old nsboxd. */
-        if (json_is_true(json_object_get(state, "busy"))) {
-                log_warn("sandbox %s: python interpreter not adopted: it was running a call; variables are "
-                         "lost",
-                         sb->id);
-                return -1;
-        }
         if (sb->python != NULL)
                 return -1;
+        json_t *last_id = json_object_get(state, "last_id"), *ends = json_object_get(state, "ends_at_ms");
         struct python_interp *in = calloc(1, sizeof(*in));
         if (in == NULL)
                 return -1;
         in->sb = sb;
         in->exec = ex;
         in->ready = true;
+        in->next_id = json_is_integer(last_id) && json_integer_value(last_id) > 0
+                          ? (uint64_t)json_integer_value(last_id)
+                          : 0;
+        if (json_is_true(json_object_get(state, "busy"))) {
+                in->in_flight = in->orphan_call = true;
+                in->call_ends_ms = json_is_integer(ends) ? json_integer_value(ends) : 0;
+                long long left = in->call_ends_ms - now_realtime_ms();
+                interp_arm(in, left > 0 ? left : 1);
+        }
         exec_adopted_hooks(ex, &interp_hooks, in);
         sb->python = in;
-        log_limited(sb->id, LOG_LEVEL_INFO, "sandbox %s: python interpreter adopted (live restore)", sb->id);
+        log_limited(sb->id, LOG_LEVEL_INFO, "sandbox %s: python interpreter adopted (live restore)%s", sb->id,
+                    in->orphan_call ? ", running a call" : "");
         return 0;
 }
 
@@ -902,6 +968,7 @@ static void interp_send_next(struct python_interp *in)
         }
         run->started_mono = now_monotonic_ms();
         in->in_flight = true;
+        in->call_ends_ms = now_realtime_ms() + (long long)run->timeout_s * 1000;
         exec_keep_update(in->exec);
         if (exec_write_stdin(in->exec, frame, (size_t)len) < 0) {
                 exec_signal(in->exec, SIGKILL); /* interp_done answers */

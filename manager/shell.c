@@ -65,6 +65,7 @@ struct shell_command {
         char *cwd;         /* $PWD after it */
         const char *note;
         long long started_mono, end_mono;
+        long long ends_realtime_ms;  /* when its timeout ends it (0: none), for live restore */
         struct loop_timer *deadline; /* the timeout or the next interrupt stage */
         int stage;                   /* 0: running, 1: SIGINT sent, 2: SIGTERM sent, 3: SIGKILL sent */
         bool begun;                  /* bash has read the line and runs it (its start record came) */
@@ -489,12 +490,52 @@ static void shell_exec_done(struct exec *ex, json_t *result, void *opaque)
         session_free(s);
 }
 
-/* What the next nsboxd must know to take the session over (live restore). */
+/* What the next nsboxd must know to take the session over (live restore):
+ * and the command it runs, if any, to know its end record. */
 static json_t *shell_keep_state(struct exec *ex, void *data)
 {
         struct shell_session *s = data;
-        return json_pack("{s:s, s:s?, s:b}", "name", s->name, "cwd", s->cwd, "busy",
-                         !s->ready || (s->cmd != NULL && !s->cmd->finished));
+        json_t *state = json_pack("{s:s, s:s?, s:b}", "name", s->name, "cwd", s->cwd, "busy",
+                                  !s->ready || (s->cmd != NULL && !s->cmd->finished));
+        const struct shell_command *c = s->cmd;
+        if (state != NULL && s->ready && c != NULL && !c->finished && !c->boot)
+                json_object_set_new(state, "command",
+                                    json_pack("{s:s, s:s, s:I, s:b, s:I, s:i}", "command_id", c->id, "nonce",
+                                              c->marker + sizeof(SHELL_MARKER_PREFIX) - 1, "max_output",
+                                              (json_int_t)c->max_output, "base64", c->base64, "ends_at_ms",
+                                              (json_int_t)c->ends_realtime_ms, "timeout_s",
+                                              (int)c->timeout_s));
+        return state;
+}
+
+/* The command a session ran at the restart, from its kept state: its end
+ * record is known by its nonce; its output before the restart is lost. */
+static struct shell_command *command_adopted(struct shell_session *s, json_t *kept)
+{
+        json_t *id = json_object_get(kept, "command_id"), *nonce = json_object_get(kept, "nonce"),
+               *max = json_object_get(kept, "max_output"), *ends = json_object_get(kept, "ends_at_ms");
+        if (!json_is_string(id) || json_string_length(id) != 36 || !json_is_string(nonce) ||
+            json_string_length(nonce) != SHELL_NONCE_LEN ||
+            strspn(json_string_value(nonce), "0123456789abcdef") != SHELL_NONCE_LEN ||
+            !json_is_integer(max) || json_integer_value(max) < 0 ||
+            json_integer_value(max) > SHELL_MAX_MAX_OUTPUT || !json_is_integer(ends))
+                return NULL;
+        struct shell_command *c = command_new(false, (size_t)json_integer_value(max),
+                                              json_is_true(json_object_get(kept, "base64")));
+        if (c == NULL)
+                return NULL;
+        snprintf(c->id, sizeof(c->id), "%s", json_string_value(id));
+        snprintf(c->marker, sizeof(c->marker), "%s%s", SHELL_MARKER_PREFIX, json_string_value(nonce));
+        c->begun = true; /* its start record went to the previous nsboxd, or comes now: skipped as output */
+        c->truncated = true;
+        c->note = "nsboxd restarted while the command ran: its output before the restart is not kept";
+        c->timeout_s = (unsigned)json_integer_value(json_object_get(kept, "timeout_s"));
+        c->ends_realtime_ms = json_integer_value(ends);
+        if (c->ends_realtime_ms > 0) {
+                long long left = c->ends_realtime_ms - now_realtime_ms();
+                command_deadline(s, c, now_monotonic_ms() + (left > 0 ? left : 1));
+        }
+        return c;
 }
 
 static const struct exec_hooks shell_hooks = {
@@ -509,22 +550,32 @@ static const struct exec_hooks shell_hooks = {
 
 static bool name_valid(const char *name, size_t len);
 
-/* Live restore: a session a previous nsboxd started, between commands (a
- * command it ran then would have its end record read by no one). */
+/* Live restore: a session a previous nsboxd started, with the command it
+ * ran then, if any: that one runs on, and its end (exit code, cwd) is kept
+ * for shell.check as a non-blocking run's (its client went with the old
+ * nsboxd). One still setting up is not adopted. */
 static int shell_adopt(struct sandbox *sb, struct exec *ex, json_t *state)
 {
         json_t *name = json_object_get(state, "name"), *cwd = json_object_get(state, "cwd");
+        json_t *kept = json_object_get(state, "command");
         if (!json_is_string(name) || !name_valid(json_string_value(name), json_string_length(name)) ||
             session_find(sb, json_string_value(name)) != NULL)
                 return -1;
-        if (json_is_true(json_object_get(state, "busy"))) {
-                log_warn("sandbox %s: shell %s not adopted: it was running a command", sb->id,
+        if (json_is_true(json_object_get(state, "busy")) && kept == NULL) {
+                log_warn("sandbox %s: shell %s not adopted: it was starting", sb->id,
                          json_string_value(name));
                 return -1;
         }
         struct shell_session *s = calloc(1, sizeof(*s));
         if (s == NULL)
                 return -1;
+        s->sb = sb;
+        if (kept != NULL && (s->cmd = command_adopted(s, kept)) == NULL) {
+                free(s);
+                log_warn("sandbox %s: shell %s not adopted: the command it ran is not one nsboxd keeps",
+                         sb->id, json_string_value(name));
+                return -1;
+        }
         snprintf(s->name, sizeof(s->name), "%s", json_string_value(name));
         s->sb = sb;
         s->exec = ex;
@@ -534,7 +585,8 @@ static int shell_adopt(struct sandbox *sb, struct exec *ex, json_t *state)
         s->next = sessions;
         sessions = s;
         exec_adopted_hooks(ex, &shell_hooks, s);
-        log_limited(sb->id, LOG_LEVEL_INFO, "sandbox %s: shell %s adopted (live restore)", sb->id, s->name);
+        log_limited(sb->id, LOG_LEVEL_INFO, "sandbox %s: shell %s adopted (live restore)%s%s", sb->id,
+                    s->name, s->cmd != NULL ? ", running command " : "", s->cmd != NULL ? s->cmd->id : "");
         return 0;
 }
 
@@ -899,11 +951,12 @@ void shell_method_run(struct rpc_request *req, struct sandbox *sb)
         }
         command_free(s->cmd);
         s->cmd = c;
-        exec_keep_update(s->exec);
         c->timeout_s = timeout_s;
         if (timeout_s > 0) {
                 command_deadline(s, c, c->started_mono + (long long)timeout_s * 1000);
+                c->ends_realtime_ms = now_realtime_ms() + (long long)timeout_s * 1000;
         }
+        exec_keep_update(s->exec);
         sandbox_touch(s->sb);
         if (blocking) {
                 c->req = req;

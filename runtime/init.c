@@ -260,6 +260,21 @@ static int place_fd(int *fd, int target)
  * lease: we are no orphan, and outlive it for grace_seconds. */
 static void handle_lease(int ctl, const struct ctl_lease *msg, int *fds, unsigned nfds)
 {
+        /* A received fd takes the lowest free number, which may be the fixed
+         * one of another (the lease's, freed as it hung up): placing that
+         * other would replace it, and closing it after would close what was
+         * placed there. So all of them go above the fixed numbers first. */
+        for (unsigned i = 0; i < nfds; i++) {
+                if (fds[i] > NSBOX_INIT_SECRETS_FD)
+                        continue;
+                int moved = fcntl(fds[i], F_DUPFD_CLOEXEC, NSBOX_INIT_SECRETS_FD + 1);
+                if (moved < 0) {
+                        send_failed(ctl, 0, errno, "init: take the lease");
+                        return;
+                }
+                close(fds[i]);
+                fds[i] = moved;
+        }
         if ((nfds != 2 && nfds != 3) || place_fd(&fds[1], NSBOX_INIT_KEEP_FD) < 0 ||
             place_fd(&fds[0], NSBOX_INIT_LEASE_FD) < 0 ||
             (nfds == 3 && place_fd(&fds[2], NSBOX_INIT_DISK_FD) < 0)) {
@@ -309,7 +324,7 @@ static int handle_control(int ctl, int sfd)
                 handle_slot(ctl, sfd, &msg.hdr, fds, nfds);
         else if ((size_t)n == sizeof(msg.lease) && msg.hdr.type == CTL_LEASE)
                 handle_lease(ctl, &msg.lease, fds, nfds);
-        else if ((size_t)n == sizeof(msg.hdr) && msg.hdr.type == CTL_KEEP && leased && nfds >= 2)
+        else if ((size_t)n == sizeof(msg.hdr) && msg.hdr.type == CTL_KEEP && leased && nfds >= 1)
                 kept_add(msg.hdr.exec_id, fds,
                          nfds); /* out of memory: the exec ends with nsboxd, as before */
         else if ((size_t)n == sizeof(msg.hdr) && msg.hdr.type == CTL_UNKEEP)

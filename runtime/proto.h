@@ -54,7 +54,8 @@ enum ctl_type {
         /* Live restore of execs. manager → init: keep an exec's fds for the
          * next nsboxd, + SCM_RIGHTS {the manager's end of its slot control
          * socket, its record (a memfd: manager/exec_keep.c), its stdout and
-         * stderr read ends, and its stdin write end if open}; */
+         * stderr read ends, and its stdin write end if open}, or {its record}
+         * alone: a background exec that has ended, kept for exec.list; */
         CTL_KEEP,
         CTL_UNKEEP,    /* manager → init: the exec is over, drop what was kept */
         CTL_KEPT_LIST, /* manager → init: send what you keep */

@@ -13,9 +13,11 @@ import posixpath
 import re
 import secrets
 import signal as _signal
+import sys
 import time
 
-from .errors import CommandNotFoundError, CommandTimeoutError, NotFoundError, SandboxTimeoutError
+from .errors import (CommandNotFoundError, CommandTimeoutError, NotFoundError, NsboxConnectionError,
+                     SandboxTimeoutError)
 from .models import CommandResult, EntryInfo, Execution, ShellResult
 
 DEFAULT_SOCKET = "/run/nsbox/nsbox.sock"
@@ -82,11 +84,13 @@ class Decoder:
     def __init__(self, binary, wire_base64=True):
         self.binary, self.wire_base64 = binary, wire_base64
         self.text = None if binary else codecs.getincrementaldecoder("utf-8")("replace")
+        self.received = 0  # bytes of the stream so far: where exec.output takes it up
 
     def feed(self, data):
         if not data:
             return b"" if self.binary else ""
         raw = base64.b64decode(data) if self.wire_base64 else data.encode("utf-8", "surrogatepass")
+        self.received += len(raw)
         return raw if self.binary else self.text.decode(raw)
 
     def finish(self):
@@ -184,6 +188,7 @@ class SandboxCore:
         # it whether or not that block made it, unless keep=False says so.
         self.keep = bool(self.session_id) if keep is None else keep
         self.created = reply
+        self._execs_kept = None  # server.info says nsboxd keeps foreground execs (live restore): asked once
         self.commands = self._commands_cls(self)
         self.files = self._files_cls(self)
         self.shell = self._shell_cls(self)
@@ -283,6 +288,39 @@ class SandboxCore:
         return (yield Call("sandbox.unexpose", self._p(port=int(port))))
 
 
+# How long a foreground command whose nsboxd went away waits for the next one.
+TAKE_BACK_WAIT = 30
+
+
+def _take_back(exec_id, decoders, parts, callbacks):
+    """nsboxd went away during a foreground command it keeps (live restore):
+    wait for the next nsboxd and follow the command's output (exec.output)
+    from the bytes already had to its end, each byte once. Returns the last
+    answer, which says how it ended."""
+    sys.stderr.write("nsbox: nsboxd went away during the command, which runs on (live restore); "
+                     "waiting up to %d s for nsboxd to come back\n" % TAKE_BACK_WAIT)
+    give_up = time.monotonic() + TAKE_BACK_WAIT
+    while True:
+        since = {name: d.received for name, d in decoders.items()}
+        try:
+            r = yield Call("exec.output", {"exec_id": exec_id, "since": since, "wait_ms": 10000})
+        except NsboxConnectionError:
+            if time.monotonic() >= give_up:
+                raise
+            yield Sleep(0.2)
+            continue
+        give_up = time.monotonic() + TAKE_BACK_WAIT  # a later stop gets its own wait
+        for name in decoders:
+            chunk = decoders[name].feed(r.get(name))
+            decoders[name].received = (r.get("next") or {}).get(name, decoders[name].received)
+            if chunk:
+                parts[name].append(chunk)
+                if callbacks[name] is not None:
+                    yield Invoke(callbacks[name], chunk)
+        if not r.get("more") and not r.get("running"):
+            return dict(r, stdout=None, stderr=None)
+
+
 class CommandsCore:
     _handle_cls = None
 
@@ -335,7 +373,11 @@ class CommandsCore:
         parts = {name: [] for name in callbacks}
         stream = on_stdout is not None or on_stderr is not None
 
+        started = {}
+
         def on_notify(msg):
+            if msg.get("method") == "exec.started" and isinstance(msg.get("params"), dict):
+                started.update(msg["params"])
             p = msg.get("params") if msg.get("method") == "exec.output" else None
             if not isinstance(p, dict) or p.get("stream") not in decoders:
                 return None
@@ -343,7 +385,17 @@ class CommandsCore:
 
         if stream:
             params["stream"] = True
-        r = yield Call("sandbox.exec", params, on_notify if stream else None)
+        if sb._execs_kept is None:
+            info = yield Call("server.info")
+            sb._execs_kept = "exec-kept" in (info.get("features") or [])
+        if sb._execs_kept:
+            params["notify_started"] = True  # its id, to take it back should nsboxd stop
+        try:
+            r = yield Call("sandbox.exec", params, on_notify)
+        except NsboxConnectionError:
+            if not started.get("kept") or not isinstance(started.get("exec_id"), str):
+                raise
+            r = yield from _take_back(started["exec_id"], decoders, parts, callbacks)
         start_error = _start_error(r)
         for name in ("stdout", "stderr"):
             if name == "stderr" and start_error is not None:
