@@ -259,10 +259,12 @@ int tar_source_copy(int fd, struct cp_sink *sink)
                         return tar_helper_wait(helper);
                 }
         }
-        /* This side failed: the helper goes (its next write finds no reader). */
+        /* This side failed: the helper goes, even one that waits for more of
+         * its stream (it inherits the signals the copy blocks, as they are
+         * the CLI's to handle). */
         close(records);
         records = -1;
-        kill(helper, SIGTERM);
+        kill(helper, SIGKILL);
         while (waitpid(helper, NULL, 0) < 0 && errno == EINTR)
                 ;
         return r;

@@ -13,6 +13,7 @@ import signal
 import stat
 import subprocess
 import tarfile
+import threading
 import time
 
 import pytest
@@ -196,6 +197,41 @@ def test_cp_that_fills_the_sandbox_disk_leaves_no_file_and_keeps_the_old_one(dae
         one_line_error(daemon.cli("cp", str(big), sid + ":keep.txt", timeout=300))
         assert daemon.call("fs.read", sandbox_id=sid, path="keep.txt")["content"] == "old content\n"
         assert workspace_names(daemon, sid) == ["keep.txt"]
+    finally:
+        daemon.call("sandbox.remove", sandbox_id=sid, force=True)
+
+
+def test_a_tar_stream_into_a_full_disk_fails_at_once_while_its_writer_still_writes(daemon, tmp_path):
+    """The copy fails when the sandbox's disk is full, though the tar stream's
+    writer has not closed it: nsbox-tar, waiting for more of it, goes too."""
+    sid = daemon.call("sandbox.create", limits={"disk_bytes": 8 << 20})["sandbox_id"]
+    try:
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            info = tarfile.TarInfo("big.bin")
+            info.size = 20 << 20
+            tar.addfile(info, io.BytesIO(os.urandom(info.size)))
+        p = subprocess.Popen([os.path.join(BUILD, "nsbox"), "--socket", daemon.socket, "cp", "-", sid + ":/workspace"],
+                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+        def write_most_and_keep_open():
+            try:
+                p.stdin.write(buf.getvalue()[:16 << 20])
+                p.stdin.flush()
+            except BrokenPipeError:
+                pass
+
+        writer = threading.Thread(target=write_most_and_keep_open, daemon=True)
+        writer.start()
+        try:
+            p.wait(timeout=120)
+        finally:
+            p.kill()
+            p.wait()
+            p.stdin.close()
+        err = p.stderr.read()
+        assert p.returncode == 125 and "no space left" in err.decode(), (p.returncode, err)
+        assert workspace_names(daemon, sid) == []
     finally:
         daemon.call("sandbox.remove", sandbox_id=sid, force=True)
 
