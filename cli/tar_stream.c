@@ -62,6 +62,7 @@ static pid_t tar_helper_start(char *const argv[], int in_fd, int out_fd, int clo
         sigaddset(&defaults, SIGPIPE);
         posix_spawnattr_setsigdefault(&attr, &defaults);
         posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
+        fflush(stdout); /* what nsbox printed comes before what the helper writes */
         pid_t pid;
         int r = posix_spawn(&pid, path, &actions, &attr, argv, environ);
         posix_spawn_file_actions_destroy(&actions);
