@@ -801,7 +801,7 @@ static int copy_out_to_stdout(struct cp *cp, const char *path, json_t *info, uns
                 return cli_fail("out of memory");
         struct cp_sink *tar = tar_sink_new(STDOUT_FILENO, strcmp(root, "/") == 0 ? "." : root);
         if (tar == NULL)
-                return cli_fail("cannot start a tar stream on standard output");
+                return EXIT_NSBOX_FAILED;
         int r = sandbox_source_entry(cp, path, "", info, tar);
         if (r == 0)
                 r = tar_sink_finish(tar);

@@ -2,7 +2,6 @@
 /* nsbox create, ls, info, rm, status: the sandbox lifecycle. */
 #include <errno.h>
 #include <fcntl.h>
-#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +10,7 @@
 #include "cleanup.h"
 #include "cli.h"
 #include "json_cleanup.h"
+#include "users.h"
 #include "version.h"
 
 #define NETWORK_POLICY_MAX_BYTES (1u << 20) /* a policy is a few lists of names */
@@ -518,10 +518,7 @@ static void ls_owner_text(json_t *sb, char *buf, size_t len)
                 snprintf(buf, len, "-");
                 return;
         }
-        const struct passwd *pw = getpwuid((uid_t)json_integer_value(owner));
-        if (pw != NULL)
-                snprintf(buf, len, "%s", pw->pw_name);
-        else
+        if (cli_user_name((uid_t)json_integer_value(owner), buf, len) < 0)
                 snprintf(buf, len, "%lld", (long long)json_integer_value(owner));
 }
 

@@ -5,8 +5,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <grp.h>
-#include <pwd.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -22,6 +20,7 @@
 #include "json_cleanup.h"
 #include "size.h"
 #include "textenc.h"
+#include "users.h"
 #include "version.h"
 #include "jsonrpc.h"
 #include "io.h"
@@ -394,18 +393,32 @@ int cli_getopt(const struct cli *cli, int argc, char **argv, const char *shortop
         return opt;
 }
 
+int cli_sibling_binary(const char *name, char *path, size_t len)
+{
+        ssize_t n = readlink("/proc/self/exe", path, len);
+        if (n <= 0 || (size_t)n >= len)
+                return -1;
+        path[n] = '\0';
+        char *slash = strrchr(path, '/');
+        if (slash == NULL || (size_t)(slash + 1 - path) + strlen(name) >= len)
+                return -1;
+        strcpy(slash + 1, name);
+        return 0;
+}
+
 /* Who may use nsboxd's socket is the operator's choice of its group
  * (docs/operating.md): say which group, and how to join it. */
 static void cli_fail_socket_permission(const char *path)
 {
         struct stat st;
-        struct group *g = stat(path, &st) == 0 ? getgrgid(st.st_gid) : NULL;
-        if (g != NULL && strcmp(g->gr_name, "root") != 0)
+        char group[256];
+        if (stat(path, &st) == 0 && cli_group_name(st.st_gid, group, sizeof(group)) == 0 &&
+            strcmp(group, "root") != 0)
                 cli_fail(
                     "permission denied on %s: it is for the %s group; add yourself to it (sudo usermod -aG "
                     "%s $USER, then log in again) or run a nsboxd of your own (nsboxd --rootless, see "
                     "docs/rootless.md)",
-                    path, g->gr_name, g->gr_name);
+                    path, group, group);
         else
                 cli_fail(
                     "permission denied on %s: it is root's alone, as no nsbox group existed when nsboxd "
@@ -751,10 +764,8 @@ static const char *cli_owner_prefix(const char *ref, uid_t *owner)
                 *owner = (uid_t)n;
                 return colon + 1;
         }
-        const struct passwd *pw = getpwnam(who);
-        if (pw == NULL)
+        if (cli_user_uid(who, owner) < 0)
                 return NULL;
-        *owner = pw->pw_uid;
         return colon + 1;
 }
 

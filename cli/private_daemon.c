@@ -73,20 +73,6 @@ static void __attribute__((noreturn)) run_janitor(const char *dir, pid_t daemon)
         _exit(0);
 }
 
-/* The nsboxd that `nsbox` sits beside (the build tree, or PREFIX/bin). */
-static int sibling_nsboxd(char *path, size_t len)
-{
-        ssize_t n = readlink("/proc/self/exe", path, len - sizeof("/nsboxd"));
-        if (n <= 0)
-                return -1;
-        path[n] = '\0';
-        char *slash = strrchr(path, '/');
-        if (slash == NULL)
-                return -1;
-        strcpy(slash, "/nsboxd");
-        return 0;
-}
-
 static void __attribute__((noreturn))
 run_child(const char *dir, const char *socket_path, pid_t parent, int stderr_fd)
 {
@@ -104,7 +90,7 @@ run_child(const char *dir, const char *socket_path, pid_t parent, int stderr_fd)
         if (stderr_fd >= 0)
                 dup2(stderr_fd, STDERR_FILENO);
         char *state = NULL, nsboxd[4096];
-        if (asprintf(&state, "%s/state", dir) < 0 || sibling_nsboxd(nsboxd, sizeof(nsboxd)) < 0)
+        if (asprintf(&state, "%s/state", dir) < 0 || cli_sibling_binary("nsboxd", nsboxd, sizeof(nsboxd)) < 0)
                 _exit(1);
         pid_t self = getpid();
         pid_t janitor = fork();

@@ -1,81 +1,28 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Tar streams of nsbox cp (`nsbox cp ID:DIR -`, `tar c . | nsbox cp - ID:DIR`),
- * through libarchive: pax archives out, any tar libarchive reads in. libarchive (and the
- * libxml2, ICU and compressors it pulls in) is loaded when a tar stream is used, not linked:
- * loading it cost every other command of the CLI about 1.5 ms at start. */
+ * through the nsbox-tar helper: pax archives out, any tar libarchive reads in.
+ * nsbox is a static binary (fewer page faults at every start of every command)
+ * and a static binary cannot load libarchive safely, so libarchive lives in
+ * the helper, which turns tar into the records of tar_records.h and back. */
 #include "tar_stream.h"
 
-#include <archive.h>
-#include <archive_entry.h>
-#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "cleanup.h"
 #include "cli.h"
+#include "tar_records.h"
 
-#define TAR_READ_CHUNK (4u << 20)
+#define TAR_HELPER "nsbox-tar"
 
-#define LIBARCHIVE_SONAME "libarchive.so.13"
-#define LIBARCHIVE_FUNCTIONS(X)               \
-        X(archive_entry_filetype)             \
-        X(archive_entry_free)                 \
-        X(archive_entry_hardlink)             \
-        X(archive_entry_new)                  \
-        X(archive_entry_pathname)             \
-        X(archive_entry_perm)                 \
-        X(archive_entry_set_filetype)         \
-        X(archive_entry_set_mtime)            \
-        X(archive_entry_set_pathname)         \
-        X(archive_entry_set_perm)             \
-        X(archive_entry_set_size)             \
-        X(archive_entry_set_symlink)          \
-        X(archive_entry_size)                 \
-        X(archive_entry_symlink)              \
-        X(archive_error_string)               \
-        X(archive_read_data)                  \
-        X(archive_read_free)                  \
-        X(archive_read_new)                   \
-        X(archive_read_next_header)           \
-        X(archive_read_open_fd)               \
-        X(archive_read_support_filter_all)    \
-        X(archive_read_support_format_gnutar) \
-        X(archive_read_support_format_tar)    \
-        X(archive_write_close)                \
-        X(archive_write_data)                 \
-        X(archive_write_finish_entry)         \
-        X(archive_write_free)                 \
-        X(archive_write_header)               \
-        X(archive_write_new)                  \
-        X(archive_write_open_fd)              \
-        X(archive_write_set_format_pax_restricted)
-static struct {
-#define LIBARCHIVE_POINTER(name) __typeof__(name) *name;
-        LIBARCHIVE_FUNCTIONS(LIBARCHIVE_POINTER)
-#undef LIBARCHIVE_POINTER
-} la;
-
-/* libarchive's functions in la, loaded once: 0, or EXIT_NSBOX_FAILED with the reason said. */
-static int libarchive_load(void)
-{
-        static bool loaded;
-        if (loaded)
-                return 0;
-        void *lib = dlopen(LIBARCHIVE_SONAME, RTLD_NOW | RTLD_LOCAL);
-        if (lib == NULL)
-                return cli_fail("tar streams need %s (Debian: libarchive13): %s", LIBARCHIVE_SONAME,
-                                dlerror());
-#define LIBARCHIVE_RESOLVE(name)                                       \
-        if ((la.name = (__typeof__(name) *)dlsym(lib, #name)) == NULL) \
-                return cli_fail("%s has no %s", LIBARCHIVE_SONAME, #name);
-        LIBARCHIVE_FUNCTIONS(LIBARCHIVE_RESOLVE)
-#undef LIBARCHIVE_RESOLVE
-        loaded = true;
-        return 0;
-}
+extern char **environ;
 
 void cp_warn_skipped(const char *what, const char *why)
 {
@@ -83,82 +30,124 @@ void cp_warn_skipped(const char *what, const char *why)
         fprintf(stderr, "nsbox: skipped %s: %s\n", what, why);
 }
 
+/* The helper, beside nsbox (the build tree) or in PREFIX/libexec/nsbox. */
+static int tar_helper_path(char *path, size_t len)
+{
+        if (cli_sibling_binary(TAR_HELPER, path, len) == 0 && access(path, X_OK) == 0)
+                return 0;
+        snprintf(path, len, "%s/libexec/nsbox/%s", NSBOX_PREFIX, TAR_HELPER);
+        if (access(path, X_OK) == 0)
+                return 0;
+        return cli_fail("tar streams need the %s helper, installed beside nsbox or in %s/libexec/nsbox "
+                        "(make install puts it there): not found",
+                        TAR_HELPER, NSBOX_PREFIX);
+}
+
+/* The helper running with argv, stdin and stdout as given: its pid, or -1 with the reason said. */
+static pid_t tar_helper_start(char *const argv[], int in_fd, int out_fd, int close_fd)
+{
+        char path[4096];
+        if (tar_helper_path(path, sizeof(path)) != 0)
+                return -1;
+        posix_spawn_file_actions_t actions;
+        posix_spawn_file_actions_init(&actions);
+        posix_spawn_file_actions_adddup2(&actions, in_fd, STDIN_FILENO);
+        posix_spawn_file_actions_adddup2(&actions, out_fd, STDOUT_FILENO);
+        posix_spawn_file_actions_addclose(&actions, close_fd);
+        /* nsbox ignores SIGPIPE; the helper takes it as any tar would. */
+        posix_spawnattr_t attr;
+        posix_spawnattr_init(&attr);
+        sigset_t defaults;
+        sigemptyset(&defaults);
+        sigaddset(&defaults, SIGPIPE);
+        posix_spawnattr_setsigdefault(&attr, &defaults);
+        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
+        fflush(stdout); /* what nsbox printed comes before what the helper writes */
+        pid_t pid;
+        int r = posix_spawn(&pid, path, &actions, &attr, argv, environ);
+        posix_spawn_file_actions_destroy(&actions);
+        posix_spawnattr_destroy(&attr);
+        if (r != 0) {
+                cli_fail("cannot run %s: %s", path, strerror(r));
+                return -1;
+        }
+        return pid;
+}
+
+/* The helper's end: 0, or an exit code (the helper has said why, or this says it). */
+static int tar_helper_wait(pid_t pid)
+{
+        int status;
+        while (waitpid(pid, &status, 0) < 0) {
+                if (errno != EINTR)
+                        return cli_fail("waiting for %s: %s", TAR_HELPER, strerror(errno));
+        }
+        if (WIFEXITED(status))
+                return WEXITSTATUS(status) == 0 ? 0 : WEXITSTATUS(status);
+        if (WTERMSIG(status) == SIGPIPE)
+                return cli_fail("the tar stream's reader went away before its end");
+        return cli_fail("%s was killed by signal %d", TAR_HELPER, WTERMSIG(status));
+}
+
 /* ---- out: a tar stream ---- */
 
 struct tar_sink {
         struct cp_sink base;
-        struct archive *archive;
-        char *root_name;
-        time_t now;
+        int records; /* to the helper */
+        pid_t helper;
 };
 
-static char *tar_sink_name(struct tar_sink *t, const char *rel)
+/* A record to the helper; one it no longer reads (it failed) ends the copy with its reason. */
+static int tar_sink_send(struct tar_sink *t, enum tar_record_kind kind, mode_t mode, uint64_t size,
+                         const char *path, const char *target, const void *data)
 {
-        char *name = NULL;
-        if (asprintf(&name, "%s%s%s", t->root_name, rel[0] ? "/" : "", rel) < 0)
-                return NULL;
-        return name;
-}
-
-static int tar_sink_header(struct tar_sink *t, const char *rel, mode_t type, mode_t mode,
-                           unsigned long long size, const char *target)
-{
-        _cleanup_free_ char *name = tar_sink_name(t, rel);
-        struct archive_entry *entry = la.archive_entry_new();
-        if (name == NULL || entry == NULL) {
-                la.archive_entry_free(entry);
-                return cli_fail("out of memory");
-        }
-        la.archive_entry_set_pathname(entry, name);
-        la.archive_entry_set_filetype(entry, type);
-        la.archive_entry_set_perm(entry, mode & 07777);
-        la.archive_entry_set_size(entry, (la_int64_t)size);
-        la.archive_entry_set_mtime(entry, t->now, 0);
-        if (target != NULL)
-                la.archive_entry_set_symlink(entry, target);
-        int r = la.archive_write_header(t->archive, entry);
-        la.archive_entry_free(entry);
-        if (r < ARCHIVE_WARN)
-                return cli_fail("tar: %s: %s", name, la.archive_error_string(t->archive));
-        return 0;
+        int r = tar_record_write(t->records, kind, mode, size, path, target, data);
+        if (r == 0)
+                return 0;
+        if (r == -ENAMETOOLONG)
+                return cli_fail("tar: %s: name or target too long", path ? path : "");
+        if (r != -EPIPE)
+                return cli_fail("tar: writing to %s: %s", TAR_HELPER, strerror(-r));
+        close(t->records);
+        t->records = -1;
+        int code = tar_helper_wait(t->helper);
+        t->helper = -1;
+        return code != 0 ? code : cli_fail("%s stopped reading", TAR_HELPER);
 }
 
 static int tar_sink_dir(struct cp_sink *sink, const char *rel, mode_t mode)
 {
-        return tar_sink_header((struct tar_sink *)sink, rel, AE_IFDIR, mode, 0, NULL);
+        return tar_sink_send((struct tar_sink *)sink, TAR_RECORD_DIR, mode & 07777, 0, rel, NULL, NULL);
 }
 
 static int tar_sink_file_begin(struct cp_sink *sink, const char *rel, mode_t mode, unsigned long long size)
 {
-        return tar_sink_header((struct tar_sink *)sink, rel, AE_IFREG, mode, size, NULL);
+        return tar_sink_send((struct tar_sink *)sink, TAR_RECORD_FILE, mode & 07777, size, rel, NULL, NULL);
 }
 
 static int tar_sink_file_data(struct cp_sink *sink, const void *data, size_t len)
 {
         struct tar_sink *t = (struct tar_sink *)sink;
         while (len > 0) {
-                la_ssize_t n = la.archive_write_data(t->archive, data, len);
-                if (n <= 0)
-                        return cli_fail("tar: %s", la.archive_error_string(t->archive));
+                size_t n = len < TAR_RECORD_DATA_MAX ? len : TAR_RECORD_DATA_MAX;
+                int r = tar_sink_send(t, TAR_RECORD_DATA, 0, n, NULL, NULL, data);
+                if (r != 0)
+                        return r;
                 data = (const char *)data + n;
-                len -= (size_t)n;
-                sink->bytes += (unsigned long long)n;
+                len -= n;
+                sink->bytes += n;
         }
         return 0;
 }
 
 static int tar_sink_file_end(struct cp_sink *sink)
 {
-        struct tar_sink *t = (struct tar_sink *)sink;
-        /* A file that shrank while read is padded to its header's size. */
-        if (la.archive_write_finish_entry(t->archive) < ARCHIVE_WARN)
-                return cli_fail("tar: %s", la.archive_error_string(t->archive));
-        return 0;
+        return tar_sink_send((struct tar_sink *)sink, TAR_RECORD_FILE_END, 0, 0, NULL, NULL, NULL);
 }
 
 static int tar_sink_symlink(struct cp_sink *sink, const char *rel, const char *target)
 {
-        return tar_sink_header((struct tar_sink *)sink, rel, AE_IFLNK, 0777, 0, target);
+        return tar_sink_send((struct tar_sink *)sink, TAR_RECORD_SYMLINK, 0777, 0, rel, target, NULL);
 }
 
 static const struct cp_sink_ops tar_sink_ops = {
@@ -171,19 +160,21 @@ static const struct cp_sink_ops tar_sink_ops = {
 
 struct cp_sink *tar_sink_new(int fd, const char *root_name)
 {
-        if (libarchive_load() != 0)
-                return NULL;
         struct tar_sink *t = calloc(1, sizeof(*t));
-        if (t == NULL)
+        int pipe_fds[2];
+        if (t == NULL || pipe2(pipe_fds, O_CLOEXEC) < 0) {
+                cli_fail("cannot start a tar stream: %s", t ? strerror(errno) : "out of memory");
+                free(t);
                 return NULL;
+        }
+        char *argv[] = { TAR_HELPER, "create", (char *)root_name, NULL };
         t->base.ops = &tar_sink_ops;
-        t->now = time(NULL);
-        t->root_name = strdup(root_name);
-        t->archive = la.archive_write_new();
-        if (t->root_name == NULL || t->archive == NULL ||
-            la.archive_write_set_format_pax_restricted(t->archive) != ARCHIVE_OK ||
-            la.archive_write_open_fd(t->archive, fd) != ARCHIVE_OK) {
-                tar_sink_free(&t->base);
+        t->records = pipe_fds[1];
+        t->helper = tar_helper_start(argv, pipe_fds[0], fd, pipe_fds[1]);
+        close(pipe_fds[0]);
+        if (t->helper < 0) {
+                close(t->records);
+                free(t);
                 return NULL;
         }
         return &t->base;
@@ -192,9 +183,14 @@ struct cp_sink *tar_sink_new(int fd, const char *root_name)
 int tar_sink_finish(struct cp_sink *sink)
 {
         struct tar_sink *t = (struct tar_sink *)sink;
-        if (la.archive_write_close(t->archive) != ARCHIVE_OK)
-                return cli_fail("tar: %s", la.archive_error_string(t->archive));
-        return 0;
+        int r = tar_sink_send(t, TAR_RECORD_END, 0, 0, NULL, NULL, NULL);
+        if (r != 0)
+                return r;
+        close(t->records);
+        t->records = -1;
+        r = tar_helper_wait(t->helper);
+        t->helper = -1;
+        return r;
 }
 
 void tar_sink_free(struct cp_sink *sink)
@@ -202,115 +198,75 @@ void tar_sink_free(struct cp_sink *sink)
         struct tar_sink *t = (struct tar_sink *)sink;
         if (t == NULL)
                 return;
-        if (t->archive != NULL)
-                la.archive_write_free(t->archive);
-        free(t->root_name);
+        /* A copy that failed: the helper reads the end of its records without
+         * their END, and ends without a word (nsbox has said why). */
+        if (t->records >= 0)
+                close(t->records);
+        if (t->helper > 0)
+                tar_helper_wait(t->helper);
         free(t);
 }
 
 /* ---- in: a tar stream ---- */
 
-/* The entry's path relative to the root: "./a//b/" → "a/b", "/a" → "a";
- * false for a ".." component. */
-static bool tar_clean_path(const char *in, char *out, size_t size)
-{
-        size_t n = 0;
-        for (const char *p = in; *p;) {
-                while (*p == '/')
-                        p++;
-                const char *end = strchrnul(p, '/');
-                size_t len = (size_t)(end - p);
-                if (len == 2 && p[0] == '.' && p[1] == '.')
-                        return false;
-                if (len > 0 && !(len == 1 && p[0] == '.')) {
-                        if (n + len + 2 > size)
-                                return false;
-                        if (n > 0)
-                                out[n++] = '/';
-                        memcpy(out + n, p, len);
-                        n += len;
-                }
-                p = end;
-        }
-        out[n] = '\0';
-        return true;
-}
-
-static void archive_read_freep(struct archive **a)
-{
-        if (*a != NULL)
-                la.archive_read_free(*a);
-}
-
 int tar_source_copy(int fd, struct cp_sink *sink)
 {
-        int loaded = libarchive_load();
-        if (loaded != 0)
-                return loaded;
-        _cleanup_(archive_read_freep) struct archive *a = la.archive_read_new();
-        if (a == NULL)
-                return cli_fail("out of memory");
-        la.archive_read_support_format_tar(a);
-        la.archive_read_support_format_gnutar(a);
-        la.archive_read_support_filter_all(a);
-        if (la.archive_read_open_fd(a, fd, 64 << 10) != ARCHIVE_OK)
-                return cli_fail("reading the tar stream: %s", la.archive_error_string(a));
-        _cleanup_free_ char *buf = malloc(TAR_READ_CHUNK);
-        if (buf == NULL)
-                return cli_fail("out of memory");
-        for (;;) {
-                struct archive_entry *entry;
-                int r = la.archive_read_next_header(a, &entry);
-                if (r == ARCHIVE_EOF)
-                        return 0;
-                if (r < ARCHIVE_WARN)
-                        return cli_fail("reading the tar stream: %s", la.archive_error_string(a));
-                const char *name = la.archive_entry_pathname(entry);
-                char rel[4096];
-                if (name == NULL || !tar_clean_path(name, rel, sizeof(rel)))
-                        return cli_fail("tar entry %s: a path with \"..\" (or too long) is not extracted",
-                                        name ? name : "(none)");
-                mode_t mode = la.archive_entry_perm(entry) & 07777;
-                if (la.archive_entry_hardlink(entry) != NULL) {
-                        cp_warn_skipped(name,
-                                        "a hard link (only files, directories and symlinks are copied)");
-                        continue;
+        int pipe_fds[2];
+        if (pipe2(pipe_fds, O_CLOEXEC) < 0)
+                return cli_fail("pipe: %s", strerror(errno));
+        char *argv[] = { TAR_HELPER, "extract", NULL };
+        pid_t helper = tar_helper_start(argv, fd, pipe_fds[1], pipe_fds[0]);
+        close(pipe_fds[1]);
+        _cleanup_close_ int records = pipe_fds[0];
+        if (helper < 0)
+                return EXIT_NSBOX_FAILED;
+        _cleanup_free_ char *data = malloc(TAR_RECORD_DATA_MAX);
+        static char path[TAR_RECORD_PATH_MAX + 1], target[TAR_RECORD_PATH_MAX + 1];
+        int r = data ? 0 : cli_fail("out of memory");
+        bool in_file = false;
+        while (r == 0) {
+                struct tar_record rec;
+                int got = tar_record_read(records, &rec, path, target, data);
+                if (got == 1) {
+                        /* The helper ended before the archive's end: it has said why. */
+                        int code = tar_helper_wait(helper);
+                        return code != 0 ? code
+                                         : cli_fail("%s ended before the tar stream's end", TAR_HELPER);
                 }
-                switch (la.archive_entry_filetype(entry)) {
-                case AE_IFDIR:
-                        r = sink->ops->dir(sink, rel, mode);
+                if (got < 0 || (rec.kind == TAR_RECORD_DATA || rec.kind == TAR_RECORD_FILE_END) != in_file) {
+                        r = cli_fail("reading %s's entries: %s", TAR_HELPER,
+                                     got < 0 ? strerror(-got) : "out of order");
                         break;
-                case AE_IFLNK:
-                        r = rel[0] ? sink->ops->symlink(sink, rel, la.archive_entry_symlink(entry))
-                                   : cli_fail("tar entry %s: the root cannot be a symlink", name);
-                        break;
-                case AE_IFREG:
-                        if (rel[0] == '\0') {
-                                r = cli_fail("tar entry %s: a file with no name", name);
-                                break;
-                        }
-                        r = sink->ops->file_begin(sink, rel, mode,
-                                                  (unsigned long long)la.archive_entry_size(entry));
-                        while (r == 0) {
-                                la_ssize_t n = la.archive_read_data(a, buf, TAR_READ_CHUNK);
-                                if (n < 0) {
-                                        r = cli_fail("reading the tar stream: %s",
-                                                     la.archive_error_string(a));
-                                        break;
-                                }
-                                if (n == 0)
-                                        break;
-                                r = sink->ops->file_data(sink, buf, (size_t)n);
-                        }
-                        if (r == 0)
-                                r = sink->ops->file_end(sink);
-                        break;
-                default:
-                        cp_warn_skipped(
-                            name, "not a file, directory or symlink (FIFOs and devices are not copied)");
-                        r = 0;
                 }
-                if (r != 0)
-                        return r;
+                switch (rec.kind) {
+                case TAR_RECORD_DIR:
+                        r = sink->ops->dir(sink, path, rec.mode & 07777);
+                        break;
+                case TAR_RECORD_SYMLINK:
+                        r = sink->ops->symlink(sink, path, target);
+                        break;
+                case TAR_RECORD_FILE:
+                        r = sink->ops->file_begin(sink, path, rec.mode & 07777, rec.size);
+                        in_file = true;
+                        break;
+                case TAR_RECORD_DATA:
+                        r = sink->ops->file_data(sink, data, (size_t)rec.size);
+                        break;
+                case TAR_RECORD_FILE_END:
+                        r = sink->ops->file_end(sink);
+                        in_file = false;
+                        break;
+                case TAR_RECORD_END:
+                        return tar_helper_wait(helper);
+                }
         }
+        /* This side failed: the helper goes, even one that waits for more of
+         * its stream (it inherits the signals the copy blocks, as they are
+         * the CLI's to handle). */
+        close(records);
+        records = -1;
+        kill(helper, SIGKILL);
+        while (waitpid(helper, NULL, 0) < 0 && errno == EINTR)
+                ;
+        return r;
 }

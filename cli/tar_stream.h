@@ -33,7 +33,7 @@ struct cp_sink {
 void cp_warn_skipped(const char *what, const char *why);
 
 /* A tar (pax) stream on fd of everything the sink is given, the root entry
- * named root_name. */
+ * named root_name; NULL, having said why, if it cannot start. */
 struct cp_sink *tar_sink_new(int fd, const char *root_name);
 /* Write the end of the archive. 0, or an exit code. */
 int tar_sink_finish(struct cp_sink *sink);

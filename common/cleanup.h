@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -31,6 +32,12 @@ static inline void closedirp(DIR **d)
                 closedir(*d);
 }
 
+static inline void fclosep(FILE **f)
+{
+        if (*f != NULL)
+                fclose(*f);
+}
+
 static inline void nsbox_errorp(nsbox_error_t **err)
 {
         nsbox_error_free(err);
@@ -40,6 +47,7 @@ static inline void nsbox_errorp(nsbox_error_t **err)
 #define _cleanup_close_    _cleanup_(closep)
 #define _cleanup_error_    _cleanup_(nsbox_errorp)
 #define _cleanup_closedir_ _cleanup_(closedirp)
+#define _cleanup_fclose_   _cleanup_(fclosep)
 
 /* Hand ownership of a pointer or fd out of a cleanup-scoped variable. */
 #define steal_pointer(pp)                       \

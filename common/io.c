@@ -19,3 +19,20 @@ int io_write_all(int fd, const void *data, size_t len)
         }
         return 0;
 }
+
+ssize_t io_read_full(int fd, void *data, size_t len)
+{
+        char *p = data;
+        size_t got = 0;
+        while (got < len) {
+                ssize_t n = read(fd, p + got, len - got);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return -errno;
+                if (n == 0)
+                        break;
+                got += (size_t)n;
+        }
+        return (ssize_t)got;
+}

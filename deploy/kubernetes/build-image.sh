@@ -42,7 +42,7 @@ done
 
 PYIMG=$IMAGE_DIR/python
 [ -f "$PYIMG/manifest.json" ] && [ -d "$PYIMG/rootfs" ] || die "no Python image in $PYIMG (make image)"
-for b in nsboxd nsbox nsbox-init nsbox-egress; do
+for b in nsboxd nsbox nsbox-tar nsbox-init nsbox-egress; do
         [ -x "$BUILD/$b" ] || die "$BUILD/$b missing (make all)"
 done
 command -v buildah >/dev/null || die "buildah not installed (make deps-test)"
@@ -51,7 +51,7 @@ command -v buildah >/dev/null || die "buildah not installed (make deps-test)"
 # (the HTTP front) is included once it is built.
 BINS=(nsboxd nsbox)
 [ -x "$BUILD/nsbox-http" ] && BINS+=(nsbox-http)
-LIBEXEC=(nsbox-init nsbox-egress)
+LIBEXEC=(nsbox-init nsbox-egress nsbox-tar)
 # Host tools the entrypoint and nsboxd run (nsboxd's shared uid mode runs cp -a).
 TOOLS=(/bin/bash /bin/dash /bin/cp /bin/mkdir /bin/mv /bin/rm /bin/sleep)
 
@@ -59,11 +59,8 @@ TOOLS=(/bin/bash /bin/dash /bin/cp /bin/mkdir /bin/mv /bin/rm /bin/sleep)
 libs_of() {
         ldd "$@" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// && $2 ~ /^\(/ { print $1 }' | sort -u
 }
-# The CLI loads libarchive (nsbox cp's tar streams) at run time, not at start: ldd does not show it.
-LIBARCHIVE=/usr/lib/$(cc -dumpmachine)/libarchive.so.13
-[ -e "$LIBARCHIVE" ] || die "$LIBARCHIVE missing (make deps)"
-mapfile -t LIBS < <({ libs_of "${BINS[@]/#/$BUILD/}" "$BUILD/nsbox-egress" "${TOOLS[@]}" "$LIBARCHIVE"
-        echo "$LIBARCHIVE"; } | sort -u)
+# The CLI is static; nsbox-tar (its tar streams) brings libarchive and what it loads.
+mapfile -t LIBS < <(libs_of "${BINS[@]/#/$BUILD/}" "${LIBEXEC[@]/#/$BUILD/}" "${TOOLS[@]}" | sort -u)
 
 KEY=$( {
         sha256sum "$SELF" "$HERE/Containerfile" "$HERE/entrypoint.sh" "$PYIMG/manifest.json" \

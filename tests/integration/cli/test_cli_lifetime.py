@@ -80,6 +80,12 @@ def test_roots_exec_by_session_name_takes_its_own_or_says_how_to_pick(daemon, op
         p = daemon.cli("exec", "1001:shared", "--", "sh", "-c", "echo picked > /workspace/which")
         assert p.returncode == 0, p.stderr
         assert daemon.call("fs.read", sandbox_id=theirs[1001], path="which")["content"] == "picked\n"
+        # NAME:NAME, the user's name from /etc/passwd (the static CLI reads it without NSS).
+        name = next((line.split(":")[0] for line in open("/etc/passwd") if line.split(":")[2:3] == ["1000"]), None)
+        if name is not None:
+            p = daemon.cli("exec", name + ":shared", "--", "sh", "-c", "echo by-name > /workspace/which")
+            assert p.returncode == 0, p.stderr
+            assert daemon.call("fs.read", sandbox_id=theirs[1000], path="which")["content"] == "by-name\n"
         # With a sandbox of its own of that name, root's comes first.
         mine = create(daemon, session_id="shared")
         p = daemon.cli("exec", "shared", "--", "sh", "-c", "echo root > /workspace/which")
