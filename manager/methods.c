@@ -92,6 +92,7 @@ static void add_load(json_t *obj)
         json_object_set_new(obj, "memory_commit_limit_bytes",
                             json_integer((json_int_t)nsboxd.config.memory_commit_bytes));
         json_object_set_new(obj, "running_execs", json_integer(sandbox_running_execs()));
+        json_object_set_new(obj, "sandboxes_ending", json_integer(sandbox_ending()));
         json_object_set_new(obj, "loadavg", json_pack("[f, f, f]", avg[0], avg[1], avg[2]));
         json_object_set_new(obj, "cpus", json_integer(nsboxd.config.host_cpus));
 }

@@ -44,6 +44,14 @@ unsigned sandbox_running_execs(void)
         return n;
 }
 
+unsigned sandbox_ending(void)
+{
+        unsigned n = cgroup_removals_pending();
+        for (struct sandbox *sb = nsboxd.sandboxes; sb != NULL; sb = sb->next)
+                n += sb->released;
+        return n;
+}
+
 void sandbox_waiter_add(struct sandbox_waiter **list, sandbox_ready_cb done, void *data)
 {
         struct sandbox_waiter *w = calloc(1, sizeof(*w));

@@ -105,3 +105,6 @@ const char *sandbox_state_name(enum sandbox_state state);
 
 /* Execs running in every sandbox (server.info's load). */
 unsigned sandbox_running_execs(void);
+/* Sandboxes removed as clients see them whose teardown (processes,
+ * namespaces, cgroups) still runs after the remove's answer. */
+unsigned sandbox_ending(void);
