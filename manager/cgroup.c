@@ -84,6 +84,7 @@ static struct {
         bool have_memsw, have_swap_max, have_kill;
         bool have_freeze;       /* v2: cgroup.freeze (5.2+) */
         bool in_subgroup;       /* v2: started in a DelegateSubgroup= of <own> */
+        bool in_unit_cgroup;    /* v2: <own> is the cgroup systemd delegated, and nsboxd started in it */
         char *freezer_parent;   /* v1: <own freezer cgroup>/nsbox-<hash>, or NULL */
         int freezer_hier;       /* v1: a hierarchy of ours the freezer is co-mounted with, or -1 */
         char why_degraded[512]; /* why limits are not enforced, when they are not */
@@ -641,6 +642,7 @@ static int v2_init(char *own_dir, unsigned available, nsbox_error_t **err)
         int r = add_hierarchy(dir, enabled, err);
         if (r < 0)
                 return r;
+        cg.in_unit_cgroup = !cg.in_subgroup && marked_delegated(dir);
         const char *parent = cg.hier[0].parent;
         clean_stale(parent);
         for (int c = 0; c < CTRL_COUNT; c++) {
@@ -752,6 +754,11 @@ static bool userns_cgroup_delegated(const char *dir, unsigned available, char *w
                 }
         }
         return true;
+}
+
+bool cgroup_in_unit_cgroup(void)
+{
+        return cg.in_unit_cgroup;
 }
 
 int cgroup_init(bool allow_degraded, nsbox_error_t **err)

@@ -146,3 +146,21 @@ check "and leaves no process in the unit's cgroup" '[ -z "$(tree_pids "$UNIT_CG"
 check "and no sandbox cgroup" '[ -z "$(sandbox_cg "$SB")" ]' "$(find $CG/nsbox.slice -type d)"
 check "and no sandbox record" '[ -z "$(ls /var/lib/nsbox/sandboxes 2>/dev/null)" ]' \
 	"$(ls -la /var/lib/nsbox/sandboxes)"
+
+# 3. the drop-in without its subgroup (a systemd before 254 ignores
+# DelegateSubgroup=): nsboxd turns live restore off rather than strand its
+# sandboxes where systemd could not start the next nsboxd
+ln -s $DROPIN $DROPIN_DIR/
+printf '[Service]\nDelegateSubgroup=\n' >$DROPIN_DIR/zz-no-subgroup.conf
+systemctl daemon-reload
+systemctl start nsboxd
+check "nsboxd starts in its unit's own cgroup" 'up 0' "$(journal)"
+check "and turns live restore off, saying why" \
+	'! nsbox --json status | grep -q live-restore &&
+	 journalctl -u nsboxd -o cat | grep -q "live_restore is off: nsboxd runs in its systemd unit"' "$(journal)"
+setup_sandbox
+old=$(main_pid)
+systemctl restart nsboxd
+check "a restart brings nsboxd back there" 'up "$old"' "$(journal)"
+check "and ends the sandbox (removed at the stop)" 'eventually "all_gone \"\$PIDS\""' "$PIDS"
+systemctl stop nsboxd
