@@ -96,9 +96,16 @@ if [ "$MODE" = systemd ]; then
 		echo "test-vm: building the system disk $SYSDISK (debootstrap $SUITE)"
 		rm -f "$CACHE"/system-*.ext4 "$CACHE"/system-*.tmp
 		mkdir -p "$CACHE/debs-$SUITE"
-		debootstrap --variant=minbase --include="$PACKAGES" --cache-dir="$CACHE/debs-$SUITE" \
-			"$SUITE" "$WORK/sysroot" "$MIRROR" >"$WORK/debootstrap.log" 2>&1 ||
-			{ tail -20 "$WORK/debootstrap.log" >&2; exit 1; }
+		# A second try: the mirror sometimes fails a fetch (the .debs
+		# fetched stay in the cache dir).
+		for try in 1 2; do
+			rm -rf "$WORK/sysroot"
+			debootstrap --variant=minbase --include="$PACKAGES" --cache-dir="$CACHE/debs-$SUITE" \
+				"$SUITE" "$WORK/sysroot" "$MIRROR" >"$WORK/debootstrap.log" 2>&1 && break
+			tail -20 "$WORK/debootstrap.log" >&2
+			[ $try = 2 ] && exit 1
+			sleep 10
+		done
 		kib=$(du -sk "$WORK/sysroot" | cut -f1)
 		mkfs.ext4 -q -F -L nsbox-system -d "$WORK/sysroot" "$SYSDISK.tmp" "$((kib * 5 / 4 + 256 * 1024))k"
 		rm -rf "$WORK/sysroot"
