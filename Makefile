@@ -273,6 +273,8 @@ install: all install-sdk
 	sed -e 's#@PREFIX@#$(PREFIX)#g' manager/systemd/nsboxd.service.in > $(DESTDIR)/etc/systemd/system/nsboxd.service
 	sed -e 's#@PREFIX@#$(PREFIX)#g' manager/systemd/nsbox-http.service.in > $(DESTDIR)/etc/systemd/system/nsbox-http.service
 	install -m 0644 manager/systemd/nsbox.slice manager/systemd/nsboxd.socket $(DESTDIR)/etc/systemd/system/
+	install -d $(DESTDIR)$(PREFIX)/share/nsbox/systemd
+	sed -e 's#@PREFIX@#$(PREFIX)#g' manager/systemd/nsboxd-live-restore.conf > $(DESTDIR)$(PREFIX)/share/nsbox/systemd/nsboxd-live-restore.conf
 	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
 
 # The Python SDK (stdlib only), importable by $(PYTHON) as `nsbox`.

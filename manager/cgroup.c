@@ -28,7 +28,14 @@
  * grace period while it holds the cgroup mutex, which no exec should pay.
  *
  * <hash> is derived from the state dir, so that two daemons started from the
- * same cgroup (tests run several at once) never touch each other's trees. */
+ * same cgroup (tests run several at once) never touch each other's trees.
+ *
+ * Under systemd's DelegateSubgroup= (the live-restore drop-in) nsboxd starts
+ * in a subgroup of the cgroup delegated to its unit: <own> is then that
+ * delegated cgroup, and the subgroup is nsboxd's leaf. systemd puts the next
+ * nsboxd into the same subgroup, which never has controllers handed down, so
+ * it can while the sandboxes' cgroups live on beside it (a process cannot
+ * join a cgroup whose controllers are handed to its children). */
 #include "cgroup.h"
 
 #include <dirent.h>
@@ -40,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -75,6 +83,8 @@ static struct {
         int by_controller[CTRL_COUNT]; /* index into hier, or -1 */
         bool have_memsw, have_swap_max, have_kill;
         bool have_freeze;       /* v2: cgroup.freeze (5.2+) */
+        bool in_subgroup;       /* v2: started in a DelegateSubgroup= of <own> */
+        bool in_unit_cgroup;    /* v2: <own> is the cgroup systemd delegated, and nsboxd started in it */
         char *freezer_parent;   /* v1: <own freezer cgroup>/nsbox-<hash>, or NULL */
         int freezer_hier;       /* v1: a hierarchy of ours the freezer is co-mounted with, or -1 */
         char why_degraded[512]; /* why limits are not enforced, when they are not */
@@ -510,6 +520,35 @@ static unsigned v1_available(void)
         return mask;
 }
 
+/* systemd marks the cgroup it delegates to a unit (never the unit's
+ * DelegateSubgroup=) with trusted.delegate, and newer releases with
+ * user.delegate too. */
+static bool marked_delegated(const char *dir)
+{
+        static const char *const names[] = { "trusted.delegate", "user.delegate" };
+        for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+                char value[8];
+                ssize_t n = getxattr(dir, names[i], value, sizeof(value));
+                if (n == 1 && value[0] == '1')
+                        return true;
+        }
+        return false;
+}
+
+/* dir's parent when dir is a subgroup of a delegated cgroup, else NULL. */
+static char *delegated_parent(const char *dir)
+{
+        const char *slash = strrchr(dir, '/');
+        if (slash == NULL || slash == dir || marked_delegated(dir))
+                return NULL;
+        char *parent = strndup(dir, (size_t)(slash - dir));
+        if (parent != NULL && !marked_delegated(parent)) {
+                free(parent);
+                parent = NULL;
+        }
+        return parent;
+}
+
 static unsigned v2_available(char **own_dir_out)
 {
         _cleanup_free_ char *root = NULL;
@@ -520,6 +559,12 @@ static unsigned v2_available(char **own_dir_out)
         char *dir = join_own_dir(mnt, root, own);
         if (dir == NULL)
                 return 0;
+        char *parent = delegated_parent(dir);
+        cg.in_subgroup = parent != NULL;
+        if (parent != NULL) {
+                free(dir);
+                dir = parent;
+        }
         char buf[1024];
         unsigned mask = 0;
         if (read_at(dir, "cgroup.controllers", buf, sizeof(buf)) >= 0) {
@@ -568,7 +613,11 @@ static int v2_init(char *own_dir, unsigned available, nsbox_error_t **err)
          * a cgroup that holds no process, so nsboxd leaves its own cgroup for a
          * leaf (the root cgroup is exempt). */
         _cleanup_free_ char *own = own_cgroup_path(NULL);
-        if (own != NULL && strcmp(own, "/") != 0) {
+        if (cg.in_subgroup)
+                log_info("cgroup v2: nsboxd runs in a subgroup (%s) of its delegated cgroup %s: the "
+                         "sandboxes' cgroups go beside it",
+                         own, dir);
+        else if (own != NULL && strcmp(own, "/") != 0) {
                 char leaf[4096];
                 snprintf(leaf, sizeof(leaf), "%s/nsboxd-%s", dir, cg.name + strlen("nsbox-"));
                 if (mkdir(leaf, 0755) < 0 && errno != EEXIST)
@@ -593,6 +642,7 @@ static int v2_init(char *own_dir, unsigned available, nsbox_error_t **err)
         int r = add_hierarchy(dir, enabled, err);
         if (r < 0)
                 return r;
+        cg.in_unit_cgroup = !cg.in_subgroup && marked_delegated(dir);
         const char *parent = cg.hier[0].parent;
         clean_stale(parent);
         for (int c = 0; c < CTRL_COUNT; c++) {
@@ -704,6 +754,11 @@ static bool userns_cgroup_delegated(const char *dir, unsigned available, char *w
                 }
         }
         return true;
+}
+
+bool cgroup_in_unit_cgroup(void)
+{
+        return cg.in_unit_cgroup;
 }
 
 int cgroup_init(bool allow_degraded, nsbox_error_t **err)

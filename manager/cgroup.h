@@ -30,6 +30,10 @@ enum cgroup_mode cgroup_mode(void);
 const char *cgroup_mode_name(void);       /* "v2", "v1" or "none" */
 bool cgroup_degraded(void);               /* limits are not enforced */
 const char *cgroup_degraded_reason(void); /* why (NULL when they are) */
+/* nsboxd started in the cgroup systemd delegated to its unit (no
+ * DelegateSubgroup=): while sandboxes' cgroups live under it, the kernel
+ * refuses systemd's start of the next nsboxd there. */
+bool cgroup_in_unit_cgroup(void);
 
 /* What a sandbox's memory cgroup may hold: its processes' memory_bytes,
  * plus the files it keeps in RAM, its disk (a tmpfs of disk_bytes) and its
