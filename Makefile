@@ -89,7 +89,7 @@ comma    := ,
 $(BUILD)/nsbox: $(call obj,$(CLI_SRC)) $(call obj,$(COMMON_SRC))
 	$(CC) $(CFLAGS) $(SAN) -o $@ $^ $(CLI_LINK)
 
-$(BUILD)/nsbox-tar: $(call obj,cli/tar/nsbox_tar.c cli/tar_records.c common/io.c)
+$(BUILD)/nsbox-tar: $(call obj,cli/tar/nsbox_tar.c cli/failure.c cli/tar_records.c common/io.c)
 	$(CC) $(CFLAGS) $(SAN) -o $@ $^ $(shell pkg-config --libs libarchive)
 
 # Static and sanitizer-free: it runs inside the sandbox's root, where the host's

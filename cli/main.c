@@ -17,6 +17,7 @@
 
 #include "cleanup.h"
 #include "cli.h"
+#include "failure.h"
 #include "json_cleanup.h"
 #include "size.h"
 #include "textenc.h"
@@ -338,18 +339,11 @@ static const struct command *find_command(const char *name)
 
 int cli_fail(const char *fmt, ...)
 {
-        char line[4096];
+        fflush(stdout);
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(line, sizeof(line), fmt, ap);
+        failure_vprint(fmt, ap);
         va_end(ap);
-        /* One line, whatever the message holds. */
-        for (char *p = line; *p; p++) {
-                if (*p == '\n' || *p == '\r')
-                        *p = ' ';
-        }
-        fflush(stdout);
-        fprintf(stderr, "nsbox: %s\n", line);
         return EXIT_NSBOX_FAILED;
 }
 

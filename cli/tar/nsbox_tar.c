@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cleanup.h"
+#include "failure.h"
 #include "tar_records.h"
 
 #define EXIT_TAR_FAILED 125
@@ -25,16 +26,10 @@
 static int tar_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int tar_fail(const char *fmt, ...)
 {
-        char line[4096];
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(line, sizeof(line), fmt, ap);
+        failure_vprint(fmt, ap);
         va_end(ap);
-        for (char *p = line; *p; p++) {
-                if (*p == '\n' || *p == '\r')
-                        *p = ' ';
-        }
-        fprintf(stderr, "nsbox: %s\n", line);
         return EXIT_TAR_FAILED;
 }
 

@@ -94,6 +94,20 @@ def service(root, *extra):
     return svc
 
 
+def live_sandbox(root):
+    """A started nsboxd with live restore on, and a sandbox of it: (the service, the sandbox's id)."""
+    svc = service(root)
+    svc.start()
+    return svc, svc.call("sandbox.create")["sandbox_id"]
+
+
+def remove_and_stop(svc, sb, force=False):
+    """Removes the sandbox, stops nsboxd cleanly and checks that nothing is left of either."""
+    svc.call("sandbox.remove", sandbox_id=sb, force=force)
+    assert svc.terminate() == 0
+    assert_nothing_left(svc, [sb])
+
+
 def run(svc, sb, command):
     r = svc.call("sandbox.exec", sandbox_id=sb, command=command)
     assert r["exit_code"] == 0, r
@@ -189,9 +203,7 @@ JOB = ("for i in $(seq 0 59); do echo line $i; sleep 0.05; done; echo done >&2; 
 
 
 def test_kill_9_during_a_session_keeps_variables_the_job_its_output_and_the_shell_cwd(root):
-    svc = service(root)
-    svc.start()
-    sb = svc.call("sandbox.create")["sandbox_id"]
+    svc, sb = live_sandbox(root)
     assert svc.call("python.run", sandbox_id=sb, code="x = 41", stateful=True)["status"] == "ok"
     svc.call("shell.create", sandbox_id=sb, name="dev")
     r = svc.call("shell.run", sandbox_id=sb, session="dev", command="mkdir -p /tmp/proj && cd /tmp/proj && V=7")
@@ -224,9 +236,7 @@ def test_kill_9_during_a_session_keeps_variables_the_job_its_output_and_the_shel
     assert list(inits()) == [init]
     assert helpers() == kept
 
-    svc.call("sandbox.remove", sandbox_id=sb)
-    assert svc.terminate() == 0
-    assert_nothing_left(svc, [sb])
+    remove_and_stop(svc, sb)
 
 
 # Every fd of every process the sandbox's root can see: none is nsboxd's end of a
@@ -252,9 +262,7 @@ print(json.dumps({"seen": seen, "closed": closed}))
 
 
 def test_the_sandbox_cannot_reach_what_its_init_keeps(root):
-    svc = service(root)
-    svc.start()
-    sb = svc.call("sandbox.create")["sandbox_id"]
+    svc, sb = live_sandbox(root)
     svc.call("sandbox.exec", sandbox_id=sb, command="sleep 300", background=True)
     assert svc.call("python.run", sandbox_id=sb, code="y = 1", stateful=True)["status"] == "ok"
     r = svc.call("sandbox.exec", sandbox_id=sb, argv=["python3", "-c", PEEK], user="root")
@@ -267,15 +275,11 @@ def test_the_sandbox_cannot_reach_what_its_init_keeps(root):
     r = svc.call("sandbox.exec", sandbox_id=sb, argv=["python3", "-c", PEEK], user="root")
     found = json.loads(r["stdout"])
     assert 1 in found["closed"] and not [link for link in found["seen"] if "nsbox-exec" in link], found
-    svc.call("sandbox.remove", sandbox_id=sb, force=True)
-    assert svc.terminate() == 0
-    assert_nothing_left(svc, [sb])
+    remove_and_stop(svc, sb, force=True)
 
 
 def test_a_flooding_job_keeps_its_head_and_tail_across_a_restart(root):
-    svc = service(root)
-    svc.start()
-    sb = svc.call("sandbox.create")["sandbox_id"]
+    svc, sb = live_sandbox(root)
     # 20000 numbered lines (about 110 KB) against 8 KiB of kept output: a head, a tail, a gap
     job = svc.call("sandbox.exec", sandbox_id=sb, background=True, max_output_bytes=8192,
                    command="i=0; while [ $i -lt 20000 ]; do echo $i; i=$((i+1)); "
@@ -295,9 +299,7 @@ def test_a_flooding_job_keeps_its_head_and_tail_across_a_restart(root):
     assert head == list(range(len(head)))
     tail = [int(x) for x in out["stdout"][-4000:].splitlines()[1:]]
     assert tail == list(range(tail[0], 20000))
-    svc.call("sandbox.remove", sandbox_id=sb)
-    assert svc.terminate() == 0
-    assert_nothing_left(svc, [sb])
+    remove_and_stop(svc, sb)
 
 
 SERVER = ("import socket\ns=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
@@ -336,9 +338,7 @@ def test_a_network_sandbox_gets_its_address_and_exposed_port_back(root):
     # the same server, kept across the restart, answers on the same host port
     assert wait_until(lambda: fetch(exposed["url"]) == b"hello\n", timeout=30)
     assert svc.call("exec.status", sandbox_id=sb, exec_id=server)["status"] == "running"
-    svc.call("sandbox.remove", sandbox_id=sb, force=True)
-    assert svc.terminate() == 0
-    assert_nothing_left(svc, [sb])
+    remove_and_stop(svc, sb, force=True)
     assert fetch(exposed["url"]) is None
 
 
@@ -456,9 +456,7 @@ def test_sigterm_with_live_restore_keeps_sandboxes_for_the_next_nsboxd(root):
     assert inits() == before
     svc.start()
     assert run(svc, sb, "cat /workspace/x") == "1\n"
-    svc.call("sandbox.remove", sandbox_id=sb)
-    assert svc.terminate() == 0
-    assert_nothing_left(svc, [sb])
+    remove_and_stop(svc, sb)
 
 
 def test_a_sandbox_no_nsboxd_adopts_ends_itself_after_the_grace(root):

@@ -3,6 +3,7 @@
 an SDK call whose nsboxd is killed (kill -9) mid-command, with live restore,
 take the command back from the next nsboxd, show all its output once and end
 with its own exit code; nothing is left or doubled."""
+import contextlib
 import json
 import os
 import pty
@@ -12,7 +13,7 @@ import sys
 import threading
 
 from conftest import BUILD
-from test_live_restore import assert_nothing_left, helpers, inits, root, service  # noqa: F401
+from test_live_restore import helpers, inits, live_sandbox, remove_and_stop, root  # noqa: F401
 from test_service import wait_until
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -51,6 +52,21 @@ def in_sandbox(init, path):
     return os.path.exists("/proc/%d/root%s" % (init, path))
 
 
+@contextlib.contextmanager
+def nsbox_exec(svc, root, sb, command):
+    """nsbox exec of sh -c command, its stdout and stderr to files: (the process, their paths).
+    Killed at the end if it still runs."""
+    out_path, err_path = os.path.join(root, "out"), os.path.join(root, "err")
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        p = subprocess.Popen([NSBOX, "--socket", svc.socket, "exec", sb, "--", "sh", "-c", command],
+                             stdout=out, stderr=err)
+    try:
+        yield p, out_path, err_path
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
 def restart_mid_command(svc, sb, init):
     """kill -9 nsboxd once the command waits for /tmp/go, start the next one, let it go on."""
     assert wait_until(lambda: in_sandbox(init, "/tmp/half"), timeout=120)
@@ -60,20 +76,11 @@ def restart_mid_command(svc, sb, init):
 
 
 def test_a_foreground_nsbox_exec_takes_its_command_back_after_a_restart(root):
-    svc = service(root)
-    svc.start()
-    sb = svc.call("sandbox.create")["sandbox_id"]
+    svc, sb = live_sandbox(root)
     init = init_of(svc, sb)
-    out_path, err_path = os.path.join(root, "out"), os.path.join(root, "err")
-    with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        p = subprocess.Popen([NSBOX, "--socket", svc.socket, "exec", sb, "--", "sh", "-c", COMMAND],
-                             stdout=out, stderr=err)
-    try:
+    with nsbox_exec(svc, root, sb, COMMAND) as (p, out_path, err_path):
         restart_mid_command(svc, sb, init)
         assert p.wait(timeout=120) == 7, (read(out_path), read(err_path))
-    finally:
-        if p.poll() is None:
-            p.kill()
     assert read(out_path) == OUT
     said = [line for line in read(err_path).splitlines(True) if line.startswith("nsbox: ")]
     assert said == ["nsbox: nsboxd went away during the command, which runs on (live restore); waiting up "
@@ -82,48 +89,34 @@ def test_a_foreground_nsbox_exec_takes_its_command_back_after_a_restart(root):
     # the same init, and no exec left behind: the command's processes ended with it
     assert the_same_init(init)
     assert not [e for e in svc.call("exec.list", sandbox_id=sb)["execs"] if e["running"]]
-    svc.call("sandbox.remove", sandbox_id=sb)
-    assert svc.terminate() == 0
-    assert_nothing_left(svc, [sb])
+    remove_and_stop(svc, sb)
 
 
 def test_a_flood_streamed_to_nsbox_exec_comes_once_across_a_restart(root):
     # nsboxd is killed (kill -9, at whatever point of its loop) while about
     # 6.9 MB flow to the CLI: what it had sent, what was on its way, what it
     # was moving from the pipe and what comes after all reach stdout once, in order.
-    svc = service(root)
-    svc.start()
-    sb = svc.call("sandbox.create")["sandbox_id"]
+    svc, sb = live_sandbox(root)
     init = init_of(svc, sb)
-    out_path, err_path = os.path.join(root, "out"), os.path.join(root, "err")
     command = ("seq 1 1000000; touch /tmp/half; while [ ! -e /tmp/go ]; do sleep 0.05; done; "
                "seq 1000001 1000100; exit 9")
-    with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        p = subprocess.Popen([NSBOX, "--socket", svc.socket, "exec", sb, "--", "sh", "-c", command],
-                             stdout=out, stderr=err)
-    try:
+    with nsbox_exec(svc, root, sb, command) as (p, out_path, err_path):
         assert wait_until(lambda: os.path.getsize(out_path) > 1_000_000, timeout=120)
         svc.kill9()
         svc.start()
         assert wait_until(lambda: in_sandbox(init, "/tmp/half"), timeout=120)
         svc.call("sandbox.exec", sandbox_id=sb, command="touch /tmp/go")
         assert p.wait(timeout=120) == 9, read(err_path)
-    finally:
-        if p.poll() is None:
-            p.kill()
     with open(out_path, "rb") as f:
         assert f.read() == b"".join(b"%d\n" % i for i in range(1, 1000101))
     assert "lost" not in read(err_path), read(err_path)
-    svc.call("sandbox.remove", sandbox_id=sb)
-    assert svc.terminate() == 0
-    assert_nothing_left(svc, [sb])
+    remove_and_stop(svc, sb)
+
 
 def test_a_new_exec_runs_in_a_sandbox_adopted_with_a_kept_job(root):
     # The new lease reaches the init at fd numbers its kept job's fds pushed
     # up: placed at their fixed numbers, none of them may be lost.
-    svc = service(root)
-    svc.start()
-    sb = svc.call("sandbox.create")["sandbox_id"]
+    svc, sb = live_sandbox(root)
     job = svc.call("sandbox.exec", sandbox_id=sb, command="sleep 300", background=True)["exec_id"]
     svc.kill9()
     svc.start()
@@ -131,17 +124,14 @@ def test_a_new_exec_runs_in_a_sandbox_adopted_with_a_kept_job(root):
         r = svc.call("sandbox.exec", sandbox_id=sb, command="echo hi")
         assert (r["exit_code"], r["stdout"]) == (0, "hi\n"), r
     assert svc.call("exec.status", sandbox_id=sb, exec_id=job)["running"]
-    svc.call("sandbox.remove", sandbox_id=sb, force=True)
-    assert svc.terminate() == 0
-    assert_nothing_left(svc, [sb])
+    remove_and_stop(svc, sb, force=True)
 
 
 def sdk_run_across_a_restart(root, **kwargs):
     """An SDK commands.run of COMMAND whose nsboxd is killed mid-command: its
     result (or what it raised), what reached stderr, and the sandbox's id."""
-    svc = service(root)
-    svc.start()
-    sb = nsbox.Sandbox.connect(svc.call("sandbox.create")["sandbox_id"], socket=svc.socket)
+    svc, sid = live_sandbox(root)
+    sb = nsbox.Sandbox.connect(sid, socket=svc.socket)
     init = init_of(svc, sb.sandbox_id)
     outcome = {}
 
@@ -158,9 +148,7 @@ def sdk_run_across_a_restart(root, **kwargs):
     assert not t.is_alive()
     assert "error" not in outcome, outcome
     assert the_same_init(init)
-    svc.call("sandbox.remove", sandbox_id=sb.sandbox_id)
-    assert svc.terminate() == 0
-    assert_nothing_left(svc, [sb.sandbox_id])
+    remove_and_stop(svc, sb.sandbox_id)
     return outcome["result"]
 
 
@@ -199,9 +187,7 @@ SHELL_COMMAND = ("cd /tmp/proj && touch /tmp/sh-in && while [ ! -e /tmp/sh-go ];
 
 
 def test_a_python_call_and_a_shell_command_running_at_a_restart_carry_on(root):
-    svc = service(root)
-    svc.start()
-    sb = svc.call("sandbox.create")["sandbox_id"]
+    svc, sb = live_sandbox(root)
     assert svc.call("python.run", sandbox_id=sb, code="y = 1", stateful=True)["status"] == "ok"
     svc.call("shell.create", sandbox_id=sb, name="dev")
     assert svc.call("shell.run", sandbox_id=sb, session="dev", command="mkdir -p /tmp/proj; V=7")["exit_code"] == 0
@@ -238,15 +224,11 @@ def test_a_python_call_and_a_shell_command_running_at_a_restart_carry_on(root):
     # the same processes, none doubled
     assert the_same_init(init)
     assert helpers() == kept
-    svc.call("sandbox.remove", sandbox_id=sb)
-    assert svc.terminate() == 0
-    assert_nothing_left(svc, [sb])
+    remove_and_stop(svc, sb)
 
 
 def test_a_background_exec_that_ended_before_a_restart_keeps_its_status_and_output(root):
-    svc = service(root)
-    svc.start()
-    sb = svc.call("sandbox.create")["sandbox_id"]
+    svc, sb = live_sandbox(root)
     ended = svc.call("sandbox.exec", sandbox_id=sb, background=True,
                      command="echo hello; echo oops >&2; exit 3")["exec_id"]
     missing = svc.call("sandbox.exec", sandbox_id=sb, background=True, argv=["no-such-command"])["exec_id"]
@@ -273,9 +255,7 @@ def test_a_background_exec_that_ended_before_a_restart_keeps_its_status_and_outp
     for key in ("status", "exit_code", "stderr", "running"):
         assert status[key] == status_before[key], key
     assert status["status"] == "start_failed" and status["exit_code"] == 127, status
-    svc.call("sandbox.remove", sandbox_id=sb, force=True)
-    assert svc.terminate() == 0
-    assert_nothing_left(svc, [sb])
+    remove_and_stop(svc, sb, force=True)
 
 
 TTY_COMMAND = ("echo fi''rst; touch /tmp/half; while [ ! -e /tmp/go ]; do sleep 0.05; done; "
@@ -283,9 +263,7 @@ TTY_COMMAND = ("echo fi''rst; touch /tmp/half; while [ ! -e /tmp/go ]; do sleep 
 
 
 def test_a_tty_exec_takes_its_terminal_back_after_a_restart(root):
-    svc = service(root)
-    svc.start()
-    sb = svc.call("sandbox.create")["sandbox_id"]
+    svc, sb = live_sandbox(root)
     init = init_of(svc, sb)
     pid, fd = pty.fork()
     if pid == 0:
@@ -318,6 +296,4 @@ def test_a_tty_exec_takes_its_terminal_back_after_a_restart(root):
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 4, (status, text)
     assert text.count("first") == 1 and text.count("got hello") == 1, text
     assert "waiting up to 30 s for nsboxd to come back" in text, text
-    svc.call("sandbox.remove", sandbox_id=sb)
-    assert svc.terminate() == 0
-    assert_nothing_left(svc, [sb])
+    remove_and_stop(svc, sb)

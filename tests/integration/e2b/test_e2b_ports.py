@@ -18,9 +18,9 @@ import time
 
 import pytest
 
-from conftest import IMAGE_DIR, REPO, Daemon
+from conftest import IMAGE_DIR, Daemon
 from e2b_front import KEY_A, KEY_B, UID_A, UID_B
-from test_e2b_sdk import sdk_dir  # noqa: F401 (fixture)
+from test_e2b_sdk import run_suite, sdk_dir  # noqa: F401 (fixture)
 from test_http import Front
 
 # serial: the sandboxes have network (a veth each, counted by network/'s tests)
@@ -84,15 +84,8 @@ def tls_front(netd, tokens):
 
 def scenario(front, sdk_dir, name, timeout=240):
     url = "https://127.0.0.1:%d" % front.port
-    env = dict(os.environ, E2B_SDK_DIR=sdk_dir, E2B_API_URL=url, E2B_SANDBOX_URL=url, E2B_API_KEY=KEY_A,
-               E2B_OTHER_KEY=KEY_B, NODE_EXTRA_CA_CERTS=front.cert, E2B_TEST_CONNECT="127.0.0.1:%d" % front.port)
-    env.pop("E2B_DOMAIN", None)
-    p = subprocess.run(["node", os.path.join(REPO, "tests", "e2b", "suite.mjs"), name], env=env,
-                       capture_output=True, text=True, timeout=timeout)
-    assert p.returncode == 0, "suite.mjs %s failed (%d):\n%s\n%s" % (name, p.returncode, p.stdout, p.stderr)
-    report = json.loads(p.stdout.strip().splitlines()[-1])
-    assert "exception" not in report, report["exception"] + "\nnsbox-http log:\n" + front.read_log()[-4000:]
-    return report
+    return run_suite(front, sdk_dir, name, timeout, E2B_API_URL=url, E2B_SANDBOX_URL=url,
+                     NODE_EXTRA_CA_CERTS=front.cert, E2B_TEST_CONNECT="127.0.0.1:%d" % front.port)
 
 
 def host_request(front, host, path="/", headers=None, method="GET", sni=None):

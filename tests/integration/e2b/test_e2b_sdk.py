@@ -32,8 +32,12 @@ def sdk_dir():
 
 def scenario(front, sdk_dir, name, timeout=240):
     url = "http://127.0.0.1:%d" % front.port
-    env = dict(os.environ, E2B_SDK_DIR=sdk_dir, E2B_API_URL=url, E2B_SANDBOX_URL=url, E2B_VOLUME_API_URL=url,
-               E2B_API_KEY=KEY_A, E2B_OTHER_KEY=KEY_B)
+    return run_suite(front, sdk_dir, name, timeout, E2B_API_URL=url, E2B_SANDBOX_URL=url, E2B_VOLUME_API_URL=url)
+
+
+def run_suite(front, sdk_dir, name, timeout, **urls):
+    """The report of suite.mjs's scenario name, run with key A (key B the other) and these URLs."""
+    env = dict(os.environ, E2B_SDK_DIR=sdk_dir, E2B_API_KEY=KEY_A, E2B_OTHER_KEY=KEY_B, **urls)
     env.pop("E2B_DOMAIN", None)
     p = subprocess.run(["node", os.path.join(REPO, "tests", "e2b", "suite.mjs"), name], env=env,
                        capture_output=True, text=True, timeout=timeout)

@@ -32,6 +32,21 @@ def fs_error(daemon, method, **params):
     return e.value
 
 
+def fs_exists(daemon, sandbox, path):
+    try:
+        daemon.call("fs.stat", sandbox_id=sandbox, path=path)
+        return True
+    except RpcError:
+        return False
+
+
+def wait_for(predicate, what, timeout=30):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
 @pytest.fixture
 def canary():
     """A host directory with a file only the host has: resolution that left
@@ -347,14 +362,7 @@ print(n)
     thread = threading.Thread(target=run_swapper)
     thread.start()
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                daemon.call("fs.stat", sandbox_id=sandbox, path="started")
-                break
-            except RpcError:
-                assert time.monotonic() < deadline, "the swapper did not start"
-                time.sleep(0.05)
+        wait_for(lambda: fs_exists(daemon, sandbox, "started"), "the swapper did not start")
         counts = {"read_ok": 0, "write_ok": 0, "errors": 0}
         last_written = None
         with daemon.client() as c:
@@ -501,23 +509,13 @@ def test_a_file_being_written_has_no_name_until_it_is_whole(daemon, sandbox):
     file behind. Seen from inside, no named file takes the data."""
     daemon.call("fs.write", sandbox_id=sandbox, path="/tmp/watch.py", content=INOTIFY_WATCHER)
     daemon.call("sandbox.exec", sandbox_id=sandbox, command="python3 /tmp/watch.py", background=True)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            daemon.call("fs.stat", sandbox_id=sandbox, path="/workspace/.watching")
-            break
-        except RpcError:
-            assert time.monotonic() < deadline, "the watcher did not start"
-            time.sleep(0.05)
+    wait_for(lambda: fs_exists(daemon, sandbox, "/workspace/.watching"), "the watcher did not start")
     data = os.urandom(2 << 20)
     for _ in range(2):  # a new file, then one replaced
         daemon.call("fs.write", sandbox_id=sandbox, path="/workspace/data",
                     content=base64.b64encode(data).decode(), encoding="base64")
     daemon.call("fs.write", sandbox_id=sandbox, path="/workspace/stop", content="")
-    deadline = time.monotonic() + 30
-    while "moved_to stop" not in sh(daemon, sandbox, "cat /tmp/events"):
-        assert time.monotonic() < deadline, "the watcher saw no stop"
-        time.sleep(0.05)
+    wait_for(lambda: "moved_to stop" in sh(daemon, sandbox, "cat /tmp/events"), "the watcher saw no stop")
     events = sh(daemon, sandbox, "cat /tmp/events").splitlines()
     # The kernel names an unnamed file "#INODE" in its events.
     named = [e for e in events if e.startswith("modify .nsbox-write-")]

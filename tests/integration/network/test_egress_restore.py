@@ -5,6 +5,7 @@ download open through the proxy at the stop completes intact; DNS, new
 connections, exposed ports, secrets and stats carry on; a proxy that cannot
 be adopted (another protocol) is ended and a fresh one started; one no nsboxd
 takes over ends itself after the grace; nothing is left or doubled."""
+import contextlib
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 
 import upstream as U
 from test_network import ALLOWED_ONLY, POLICIES, info_stats, net, up  # noqa: F401 (fixtures)
+from test_live_restore import alive
 from test_service import Service, wait_until
 
 pytestmark = [pytest.mark.serial, pytest.mark.xdist_group("host-network")]
@@ -55,9 +57,12 @@ print(json.dumps(result))
 """ % BODY
 
 
-@pytest.fixture
-def live(up):
-    root = tempfile.mkdtemp(prefix="nsbox-egress-restore-")
+@contextlib.contextmanager
+def live_restore_services(up, pool_base, prefix):
+    """Starts of nsboxd with live restore on, all on one state dir: service(*extra) makes one.
+    At the end, what is left running is killed and a start without live restore removes
+    what outlived it."""
+    root = tempfile.mkdtemp(prefix=prefix)
     os.chmod(root, 0o755)
     config = os.path.join(root, "nsboxd.json")
     with open(config, "w") as f:
@@ -66,7 +71,7 @@ def live(up):
 
     def service(*extra):
         svc = Service(root, extra_args=["--config", config, "--live-restore", "1", "--warm-pool", "0"] +
-                      list(extra), pool_base=POOL_BASE)
+                      list(extra), pool_base=pool_base)
         started.append(svc)
         return svc
     yield service
@@ -74,23 +79,21 @@ def live(up):
         if svc.proc is not None and svc.proc.poll() is None:
             svc.kill9()
     # What outlived it by design: a start without live restore removes it (proxy included).
-    sweeper = Service(root, extra_args=["--config", config, "--warm-pool", "0"], pool_base=POOL_BASE)
+    sweeper = Service(root, extra_args=["--config", config, "--warm-pool", "0"], pool_base=pool_base)
     sweeper.start()
     sweeper.terminate()
     subprocess.run(["rm", "-rf", root])
 
 
+@pytest.fixture
+def live(up):
+    with live_restore_services(up, POOL_BASE, "nsbox-egress-restore-") as service:
+        yield service
+
+
 def proxy_pid(svc):
     with open(os.path.join(svc.state, "egress.json")) as f:
         return json.load(f)["pid"]
-
-
-def alive(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
 
 
 def proxies_of(nsboxd_pid):
@@ -132,6 +135,16 @@ def veths(ns_path):
     out = subprocess.run(["nsenter", "--net=" + ns_path, "ip", "-o", "link", "show"], capture_output=True,
                          text=True, check=True).stdout
     return sorted(line.split(":")[1].strip().split("@")[0] for line in out.splitlines() if ": nsb" in line)
+
+
+def proxy_left_by_a_kill9(svc):
+    """Starts svc with a sandbox on the network and kills it (kill -9): the sandbox's id and the
+    proxy it left running."""
+    svc.start()
+    sid = svc.call("sandbox.create", network=ALLOWED_ONLY)["sandbox_id"]
+    [pid] = proxies_of(svc.proc.pid)
+    svc.kill9()
+    return sid, pid
 
 
 def status(svc, sid, exec_id):
@@ -197,10 +210,7 @@ def test_a_download_open_through_the_proxy_completes_across_a_restart(live, up, 
 
 def test_a_proxy_of_another_protocol_is_ended_and_a_fresh_one_started(live, up):
     svc = live()
-    svc.start()
-    sid = svc.call("sandbox.create", network=ALLOWED_ONLY)["sandbox_id"]
-    [pid] = proxies_of(svc.proc.pid)
-    svc.kill9()
+    sid, pid = proxy_left_by_a_kill9(svc)
     path = os.path.join(svc.state, "egress.json")
     assert os.path.exists(path), "no record of the proxy %d for the next nsboxd" % pid
     with open(path) as f:
@@ -224,10 +234,7 @@ def test_a_proxy_of_another_protocol_is_ended_and_a_fresh_one_started(live, up):
 
 def test_a_proxy_no_nsboxd_takes_over_ends_itself_after_the_grace(live, up):
     svc = live("--live-restore-grace-seconds", "2")
-    svc.start()
-    svc.call("sandbox.create", network=ALLOWED_ONLY)
-    [pid] = proxies_of(svc.proc.pid)
-    svc.kill9()
+    _sid, pid = proxy_left_by_a_kill9(svc)
     assert wait_until(lambda: "no nsboxd took the proxy over in 2 s: ending" in svc.log(), timeout=30), \
         svc.log()[-3000:]
     assert wait_until(lambda: not alive(pid), timeout=20)
@@ -236,10 +243,7 @@ def test_a_proxy_no_nsboxd_takes_over_ends_itself_after_the_grace(live, up):
 
 def test_a_next_nsboxd_without_live_restore_ends_the_proxy_left(live, up):
     svc = live()
-    svc.start()
-    sid = svc.call("sandbox.create", network=ALLOWED_ONLY)["sandbox_id"]
-    [pid] = proxies_of(svc.proc.pid)
-    svc.kill9()
+    sid, pid = proxy_left_by_a_kill9(svc)
     plain = Service(os.path.dirname(svc.state), extra_args=svc.extra_args[:2] + ["--warm-pool", "0"],
                     pool_base=POOL_BASE)
     plain.start()
@@ -259,10 +263,7 @@ def test_a_next_nsboxd_without_live_restore_ends_the_proxy_left(live, up):
 
 def test_a_next_nsboxd_that_gives_no_network_ends_the_proxy_left(live, up):
     svc = live()
-    svc.start()
-    svc.call("sandbox.create", network=ALLOWED_ONLY)
-    [pid] = proxies_of(svc.proc.pid)
-    svc.kill9()
+    _sid, pid = proxy_left_by_a_kill9(svc)
     root = os.path.dirname(svc.state)
     bare = os.path.join(root, "bare.json")
     with open(bare, "w") as f:

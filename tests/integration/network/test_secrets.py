@@ -19,7 +19,8 @@ import pytest
 import upstream as U
 from conftest import REPO
 from nsbox_client import RpcError
-from test_network import ALLOWED_ONLY, NETLIB, POLICIES, info_stats, landed, net, net_daemon, net_exec, sbs, up  # noqa: F401 (fixtures)
+from test_egress_restore import live_restore_services
+from test_network import ALLOWED_ONLY, NETLIB, info_stats, landed, net, net_daemon, net_exec, sbs, up  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.serial, pytest.mark.xdist_group("host-network")]
 
@@ -824,26 +825,10 @@ def kept_by_init(svc, sid):
 
 
 @pytest.fixture
-def live(up, tmp_path):
+def live(up):
     """nsboxd with live restore on (kill -9 and start again on the same state dir)."""
-    import subprocess
-    import tempfile
-    from test_service import Service
-    root = tempfile.mkdtemp(prefix="nsbox-secrets-restore-")
-    os.chmod(root, 0o755)
-    config = os.path.join(root, "nsboxd.json")
-    with open(config, "w") as f:
-        json.dump({"network_policies": POLICIES, "egress_dns_servers": U.DNS, "egress_ca_file": up.ca_pem}, f)
-    svc = Service(root, extra_args=["--config", config, "--live-restore", "1", "--warm-pool", "0"],
-                  pool_base=RESTORE_POOL_BASE)
-    yield svc
-    if svc.proc is not None and svc.proc.poll() is None:
-        svc.kill9()
-    # What outlived it by design: a start without live restore removes it.
-    sweeper = Service(root, extra_args=["--config", config, "--warm-pool", "0"], pool_base=RESTORE_POOL_BASE)
-    sweeper.start()
-    sweeper.terminate()
-    subprocess.run(["rm", "-rf", root])
+    with live_restore_services(up, RESTORE_POOL_BASE, "nsbox-secrets-restore-") as service:
+        yield service()
 
 
 # As root of the sandbox: its init's fds (where the secrets' memfd is kept)
