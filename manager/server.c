@@ -32,6 +32,7 @@
 #include "rpc.h"
 #include "shell.h"
 #include "idle.h"
+#include "keeper.h"
 #include "python.h"
 #include "removals.h"
 #include "sandbox_life.h"
@@ -260,6 +261,8 @@ static unsigned shutdown_sandboxes(void)
         if (kept > 0)
                 log_info("live restore: %u sandbox(es) left running for the next nsboxd (for %u s at most)",
                          kept, nsboxd.config.live_restore_grace_seconds);
+        else
+                keeper_release(nsboxd.config.state_dir);
         unsigned cgroups = cgroup_removals_pending();
         if (sandboxes > 0 || cgroups > 0)
                 log_error(
@@ -289,16 +292,24 @@ static int start(nsbox_error_t **err)
         /* A next nsboxd of user namespace mode is root of a new user
          * namespace, no ancestor of its predecessor's sandboxes': it could
          * not take their control sockets back (pidfd_getfd). */
-        if (nsboxd.config.live_restore && userns_active()) {
+        /* Except for `nsboxd --rootless`, whose keeper holds the namespaces
+         * for the next one (keeper.h). */
+        bool rootless = getenv("NSBOX_ROOTLESS_USER") != NULL;
+        if (nsboxd.config.live_restore && userns_active() && !rootless) {
                 log_warn(
                     "live_restore is off: nsboxd runs in a user namespace, and the next one could not adopt "
                     "its sandboxes");
                 nsboxd.config.live_restore = 0;
         }
-        if (userns_active() && (r = userns_enter_mount_namespace(err)) < 0)
+        bool joined = keeper_held();
+        if (joined)
+                log_info("live restore: nsboxd joined the user and mount namespaces its keeper holds");
+        if (userns_active() && !joined && (r = userns_enter_mount_namespace(err)) < 0)
                 return r;
         if ((r = state_lock(err)) < 0)
                 return r;
+        if (rootless && nsboxd.config.live_restore && !joined)
+                keeper_make(nsboxd.config.state_dir, nsboxd.config.live_restore_grace_seconds);
         sandbox_removals_load();
         cgroup_keep_when(restore_keep);
         if ((r = cgroup_init(nsboxd.config.allow_degraded || userns_active(), err)) < 0)
@@ -402,11 +413,26 @@ int nsboxd_main(int argc, char **argv)
          * each doubling. Fixed here: large buffers are always their own
          * mapping, grown with mremap and handed back to the host when freed. */
         mallopt(M_MMAP_THRESHOLD, 1 << 20);
+        int r;
 
         /* Before anything else: a user's nsboxd --rootless becomes root of a
          * user namespace of its own, then starts again there. */
+        if ((r = keeper_main(argc, argv)) >= 0)
+                return r;
         if (take_rootless_flag(&argc, argv) && geteuid() != 0) {
-                userns_reexec_rootless(argv, &err);
+                /* With live restore, the namespaces a keeper holds are
+                 * joined (the state dir's, as the re-executed nsboxd will
+                 * read it from the same argv and environment). */
+                bool live = false;
+                const char *state_dir = NULL;
+                if ((r = config_load(&nsboxd.config, argc, argv, &err)) == 1)
+                        return 0;
+                if (r == 0) {
+                        live = nsboxd.config.live_restore;
+                        state_dir = nsboxd.config.state_dir;
+                }
+                nsbox_error_free(&err); /* the re-executed nsboxd says it */
+                userns_reexec_rootless(argv, live ? keeper_join : NULL, state_dir, &err);
                 fprintf(stderr, "nsboxd --rootless: %s\n", err->message);
                 return 2;
         }
@@ -419,7 +445,7 @@ int nsboxd_main(int argc, char **argv)
                 fprintf(stderr, "nsboxd: PR_SET_DUMPABLE: %s\n", strerror(errno));
                 return 2;
         }
-        int r = config_load(&nsboxd.config, argc, argv, &err);
+        r = config_load(&nsboxd.config, argc, argv, &err);
         if (r == 1)
                 return 0;
         if (r < 0) {

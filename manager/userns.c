@@ -248,13 +248,11 @@ static int run_map_tool(const char *tool, pid_t pid, unsigned own, unsigned long
         return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
 }
 
-int userns_reexec_rootless(char **argv, nsbox_error_t **err)
+/* Map the user namespace just unshared, through the set-user-ID tools. */
+static int map_new_namespace(const struct passwd *pw, nsbox_error_t **err)
 {
         uid_t uid = getuid();
         gid_t gid = getgid();
-        struct passwd *pw = getpwuid(uid);
-        if (pw == NULL)
-                return nsbox_error(err, errno ? errno : ENOENT, "who is uid %u", (unsigned)uid);
         unsigned long uid_start, uid_count, gid_start, gid_count;
         int r;
         if ((r = find_subordinate("/etc/subuid", pw->pw_name, uid, USERNS_SANDBOX_IDS - 1, &uid_start,
@@ -285,9 +283,6 @@ int userns_reexec_rootless(char **argv, nsbox_error_t **err)
                 _exit(0);
         }
         close(sync[0]);
-        int pdeath = 0;
-        prctl(PR_GET_PDEATHSIG, &pdeath);
-        pid_t parent = getppid();
         int unshared = unshare(CLONE_NEWUSER) < 0 ? -errno : 0;
         if (unshared == 0 && write(sync[1], "g", 1) != 1)
                 unshared = -errno;
@@ -303,6 +298,20 @@ int userns_reexec_rootless(char **argv, nsbox_error_t **err)
                                     "installed?)",
                                     WIFEXITED(status) && WEXITSTATUS(status) == 3 ? "newgidmap" : "newuidmap",
                                     (unsigned)uid, uid_start, uid_count);
+        return 0;
+}
+
+int userns_reexec_rootless(char **argv, bool (*join)(const char *arg), const char *arg, nsbox_error_t **err)
+{
+        struct passwd *pw = getpwuid(getuid());
+        if (pw == NULL)
+                return nsbox_error(err, errno ? errno : ENOENT, "who is uid %u", (unsigned)getuid());
+        int pdeath = 0;
+        prctl(PR_GET_PDEATHSIG, &pdeath);
+        pid_t parent = getppid();
+        int r;
+        if (!(join != NULL && join(arg)) && (r = map_new_namespace(pw, err)) < 0)
+                return r;
         if (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0)
                 return nsbox_error(err, errno, "become root of the new user namespace");
         /* A credentials change clears the parent-death signal that `nsbox

@@ -42,5 +42,6 @@ int userns_enter_mount_namespace(nsbox_error_t **err);
 
 /* `nsboxd --rootless` started by a user other than root: re-exec argv as
  * root of a new user namespace mapped by newuidmap/newgidmap from
- * /etc/subuid and /etc/subgid. Returns only on failure. */
-int userns_reexec_rootless(char **argv, nsbox_error_t **err);
+ * /etc/subuid and /etc/subgid, or of the one join(arg) joined when it
+ * returns true (a keeper's, live restore). Returns only on failure. */
+int userns_reexec_rootless(char **argv, bool (*join)(const char *arg), const char *arg, nsbox_error_t **err);

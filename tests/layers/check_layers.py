@@ -33,7 +33,7 @@ MANAGER_LAYERS = [
     ("live sandboxes", ["exec_params", "exec_internal", "exec_keep", "exec_log", "exec", "exec_api", "egress", "egress_ca", "secrets_keep", "fs_ops", "fs_files", "fs_api", "fs_watch", "sandbox_pause",
                         "snapshot", "images", "volumes"]),
     ("lifecycle", ["sandbox_life"]),
-    ("features", ["python", "shell", "desktop", "browser", "restore"]),
+    ("features", ["python", "shell", "desktop", "browser", "restore", "keeper"]),
     ("api", ["methods", "idle", "observe"]),
     ("top", ["server", "main"]),
 ]
