@@ -166,7 +166,7 @@ bool keeper_held(void)
         return held;
 }
 
-void keeper_make(const char *state_dir, unsigned grace_seconds)
+static void keeper_make(const char *state_dir, unsigned grace_seconds)
 {
         char grace[32];
         snprintf(grace, sizeof(grace), "%u", grace_seconds);
@@ -213,6 +213,23 @@ void keeper_make(const char *state_dir, unsigned grace_seconds)
                 usleep(10 * 1000);
         }
         log_warn("live restore: the keeper did not start: the next nsboxd cannot adopt these sandboxes");
+}
+
+void keeper_ensure(const char *state_dir, unsigned grace_seconds)
+{
+        /* A keeper of these very namespaces: the one joined (which, with
+         * the lock now held, stays), or none: it may have ended between
+         * the join and the lock, or the join was refused. */
+        const char *why;
+        int user = -1;
+        _cleanup_close_ int pidfd = keeper_open(state_dir, &user, NULL, NULL, &why);
+        _cleanup_close_ int user_fd = user;
+        _cleanup_close_ int own = open("/proc/self/ns/user", O_RDONLY | O_CLOEXEC);
+        if (pidfd >= 0 && own >= 0 && ns_inode(user_fd) == ns_inode(own)) {
+                held = true;
+                return;
+        }
+        keeper_make(state_dir, grace_seconds);
 }
 
 void keeper_release(const char *state_dir)

@@ -21,11 +21,12 @@ bool keeper_join(const char *state_dir);
  * (joined, or made by this start and then kept by keeper_make). */
 bool keeper_held(void);
 
-/* In fresh namespaces, with live restore: leave a keeper for the next
- * nsboxd. It ends when no nsboxd has held state_dir's lock for
+/* With live restore, state_dir's lock held: make sure a keeper holds the
+ * namespaces nsboxd runs in for the next one (the one joined, or a new
+ * one). A keeper ends when no nsboxd has held state_dir's lock for
  * grace_seconds (by then every kept sandbox has ended itself), or when the
  * record names another keeper. */
-void keeper_make(const char *state_dir, unsigned grace_seconds);
+void keeper_ensure(const char *state_dir, unsigned grace_seconds);
 
 /* A stop that leaves no sandbox running: the keeper is not needed. */
 void keeper_release(const char *state_dir);

@@ -308,8 +308,8 @@ static int start(nsbox_error_t **err)
                 return r;
         if ((r = state_lock(err)) < 0)
                 return r;
-        if (rootless && nsboxd.config.live_restore && !joined)
-                keeper_make(nsboxd.config.state_dir, nsboxd.config.live_restore_grace_seconds);
+        if (rootless && nsboxd.config.live_restore)
+                keeper_ensure(nsboxd.config.state_dir, nsboxd.config.live_restore_grace_seconds);
         sandbox_removals_load();
         cgroup_keep_when(restore_keep);
         if ((r = cgroup_init(nsboxd.config.allow_degraded || userns_active(), err)) < 0)
@@ -420,19 +420,18 @@ int nsboxd_main(int argc, char **argv)
         if ((r = keeper_main(argc, argv)) >= 0)
                 return r;
         if (take_rootless_flag(&argc, argv) && geteuid() != 0) {
-                /* With live restore, the namespaces a keeper holds are
-                 * joined (the state dir's, as the re-executed nsboxd will
-                 * read it from the same argv and environment). */
-                bool live = false;
+                /* The namespaces a keeper holds for the state dir are
+                 * joined (the state dir as the re-executed nsboxd will read
+                 * it from the same argv and environment): with live
+                 * restore to adopt the sandboxes kept there, without it to
+                 * clean them up and end the keeper. */
                 const char *state_dir = NULL;
                 if ((r = config_load(&nsboxd.config, argc, argv, &err)) == 1)
                         return 0;
-                if (r == 0) {
-                        live = nsboxd.config.live_restore;
+                if (r == 0)
                         state_dir = nsboxd.config.state_dir;
-                }
                 nsbox_error_free(&err); /* the re-executed nsboxd says it */
-                userns_reexec_rootless(argv, live ? keeper_join : NULL, state_dir, &err);
+                userns_reexec_rootless(argv, state_dir != NULL ? keeper_join : NULL, state_dir, &err);
                 fprintf(stderr, "nsboxd --rootless: %s\n", err->message);
                 return 2;
         }

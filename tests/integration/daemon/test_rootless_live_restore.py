@@ -75,6 +75,9 @@ class Rootless:
         self.argv, self.env, self.kw, self.cleanup = rootless_launch.wrap("rootless", root, args, env)
         self.proc = None
 
+    def set_live(self, live):
+        self.argv[self.argv.index("--live-restore") + 1] = "1" if live else "0"
+
     def start(self):
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, **self.kw)
@@ -172,10 +175,7 @@ def test_kill_9_and_a_kept_sigterm_of_rootless_nsboxd_adopt_the_sandboxes_throug
     assert svc.call("python.run", sandbox_id=sb, code="x = 41", stateful=True)["status"] == "ok"
     job = svc.call("sandbox.exec", sandbox_id=sb, command=JOB, background=True)["exec_id"]
     assert wait_until(lambda: "line 3\n" in svc.call("exec.output", sandbox_id=sb, exec_id=job)["stdout"])
-    first = svc.proc.pid
-    ns = user_ns(first)
-    (keeper,) = keepers()
-    assert svc.record()["pid"] == keeper and user_ns(keeper) == ns
+    ns = user_ns(svc.proc.pid)
 
     svc.kill9()
     svc.start()
@@ -190,6 +190,9 @@ def test_kill_9_and_a_kept_sigterm_of_rootless_nsboxd_adopt_the_sandboxes_throug
     assert out.endswith("line 39\n") and "line 0\n" in out
     r = svc.call("python.run", sandbox_id=sb, code="x += 1\nprint(x)", stateful=True)
     assert r["stdout"] == "42\n", r
+    # one keeper, named by its record, in the namespaces both nsboxds ran in
+    (keeper,) = keepers()
+    assert svc.record()["pid"] == keeper and user_ns(keeper) == ns
 
     # a clean stop with live restore keeps it too; one keeper all along
     assert svc.terminate() == 0
@@ -255,3 +258,31 @@ def test_without_live_restore_no_keeper_is_left(root):
     assert svc.terminate() == 0
     assert keepers() == {}
     del sb
+
+
+def test_the_keeper_ends_after_the_grace_when_no_nsboxd_comes_back(root):
+    svc = daemon(root, grace=4)
+    svc.start()
+    svc.call("sandbox.create")
+    (keeper,) = keepers()
+    svc.kill9()
+    # the sandbox ends itself after the grace, and so does the keeper: nothing of the user is left
+    assert wait_until(lambda: not alive(keeper) and user_processes() == [], timeout=120), user_processes()
+    assert not os.path.exists(os.path.join(svc.state, RECORD))
+
+
+def test_a_later_nsboxd_without_live_restore_joins_the_keeper_to_clean_up_and_ends_it(root):
+    svc = daemon(root)
+    svc.start()
+    sb = svc.call("sandbox.create")["sandbox_id"]
+    ns = user_ns(svc.proc.pid)
+    (keeper,) = keepers()
+    svc.kill9()
+    svc.set_live(False)
+    svc.start()
+    assert user_ns(svc.proc.pid) == ns
+    assert svc.call("sandbox.list")["sandboxes"] == []
+    assert "sandbox %s" % sb in svc.log()
+    assert svc.terminate() == 0
+    assert wait_until(lambda: not alive(keeper) and user_processes() == []), user_processes()
+    assert not os.path.exists(os.path.join(svc.state, RECORD))
