@@ -181,6 +181,8 @@ static void keeper_make(const char *state_dir, unsigned grace_seconds)
                 if (fork() != 0)
                         _exit(0);
                 setsid();
+                if (chdir("/") < 0) /* holding no dir of nsboxd's busy */
+                        _exit(127);
                 sigset_t none;
                 sigemptyset(&none);
                 sigprocmask(SIG_SETMASK, &none, NULL);
