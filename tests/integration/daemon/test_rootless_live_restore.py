@@ -205,7 +205,7 @@ def test_kill_9_and_a_kept_sigterm_of_rootless_nsboxd_adopt_the_sandboxes_throug
     # nothing kept: the keeper ends with the last nsboxd, its record with it
     svc.call("sandbox.remove", sandbox_id=sb)
     assert svc.terminate() == 0
-    assert wait_until(lambda: not alive(keeper))
+    assert wait_until(lambda: not alive(keeper) and user_processes() == []), user_processes()
     assert keepers() == {}
     assert not os.path.exists(os.path.join(svc.state, RECORD))
 
