@@ -308,8 +308,6 @@ static int start(nsbox_error_t **err)
                 return r;
         if ((r = state_lock(err)) < 0)
                 return r;
-        if (rootless && nsboxd.config.live_restore)
-                keeper_ensure(nsboxd.config.state_dir, nsboxd.config.live_restore_grace_seconds);
         sandbox_removals_load();
         cgroup_keep_when(restore_keep);
         if ((r = cgroup_init(nsboxd.config.allow_degraded || userns_active(), err)) < 0)
@@ -320,6 +318,8 @@ static int start(nsbox_error_t **err)
                          "DelegateSubgroup=, systemd 254 or later: nsboxd-live-restore.conf)");
                 nsboxd.config.live_restore = 0;
         }
+        if (rootless && nsboxd.config.live_restore)
+                keeper_ensure(nsboxd.config.state_dir, nsboxd.config.live_restore_grace_seconds);
         if ((r = uidmode_init(nsboxd.config.uid_isolation, err)) < 0)
                 return r;
         if (!userns_active())
