@@ -500,6 +500,9 @@ static bool upload_end(struct http_request *r, struct http_upload *u, bool v1, e
         if (!u->failed && (u->len > 0 || !u->started || u->staged[0] != '\0'))
                 upload_flush(u, true);
         if (u->failed) {
+                /* Gone before the answer, so that a client reading the
+                 * directory after a refusal finds nothing of it. */
+                upload_discard(u);
                 *ret = http_reply_rpc_error(r, u->error, u->err);
                 return false;
         }
