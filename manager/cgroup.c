@@ -584,10 +584,14 @@ static int enter_scope(const char *scope, const char *slice, nsbox_error_t **err
                         sleep_ms(10);
         }
         snprintf(buf, sizeof(buf), "%d", (int)holder);
-        if (!moved || (mkdir(leaf, 0755) < 0 && errno != EEXIST) || write_at(leaf, "cgroup.procs", buf) < 0) {
-                int e = moved ? errno : ETIMEDOUT;
+        r = moved ? 0 : -ETIMEDOUT;
+        if (r == 0 && mkdir(leaf, 0755) < 0 && errno != EEXIST)
+                r = -errno;
+        if (r == 0)
+                r = write_at(leaf, "cgroup.procs", buf);
+        if (r < 0) {
                 kill(holder, SIGKILL);
-                return nsbox_error(err, e, "cgroup v2: move the holder of %s into %s", unit, leaf);
+                return nsbox_error(err, -r, "cgroup v2: move the holder of %s into %s", unit, leaf);
         }
         log_info("cgroup v2: the sandboxes' cgroups go in the scope %s systemd made", scope);
         return 0;
