@@ -35,7 +35,17 @@
  * delegated cgroup, and the subgroup is nsboxd's leaf. systemd puts the next
  * nsboxd into the same subgroup, which never has controllers handed down, so
  * it can while the sandboxes' cgroups live on beside it (a process cannot
- * join a cgroup whose controllers are handed to its children). */
+ * join a cgroup whose controllers are handed to its children).
+ *
+ * Under systemd with live restore (and no DelegateSubgroup=), <own> is a
+ * transient scope beside nsboxd's unit, <slice>/nsbox-<hash>.scope, which
+ * systemd makes on nsboxd's request and delegates to it (cgroup_scope.c):
+ *     <scope>/holder                  the process that keeps the scope
+ *     <scope>/nsbox-<hash>/<id>/...   the sandboxes, as above
+ * nsboxd itself stays in its unit's cgroup, which never has controllers
+ * handed down, so systemd can start the next nsboxd there while sandboxes
+ * live. The next nsboxd finds the scope by its name and adopts what is in it;
+ * one with live restore off removes it and what it holds. */
 #include "cgroup.h"
 
 #include <dirent.h>
@@ -51,6 +61,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cgroup_scope.h"
 #include "cleanup.h"
 #include "daemon.h"
 #include "log.h"
@@ -85,6 +96,8 @@ static struct {
         bool have_freeze;       /* v2: cgroup.freeze (5.2+) */
         bool in_subgroup;       /* v2: started in a DelegateSubgroup= of <own> */
         bool in_unit_cgroup;    /* v2: <own> is the cgroup systemd delegated, and nsboxd started in it */
+        bool want_scope;        /* v2 under systemd: lay the sandboxes out in a scope of their own */
+        char *scope;            /* v2: <own> when it is that scope, else NULL */
         char *freezer_parent;   /* v1: <own freezer cgroup>/nsbox-<hash>, or NULL */
         int freezer_hier;       /* v1: a hierarchy of ours the freezer is co-mounted with, or -1 */
         char why_degraded[512]; /* why limits are not enforced, when they are not */
@@ -535,6 +548,111 @@ static bool marked_delegated(const char *dir)
         return false;
 }
 
+/* --- the sandboxes' systemd scope ------------------------------------------ */
+
+/* The scope, <unit dir's parent>/nsbox-<hash>.scope, started with the
+ * holder `pid` moved into it (or a previous nsboxd's, kept by its holder):
+ * the holder goes into <scope>/holder, the scope's processes' leaf. */
+static int enter_scope(const char *scope, const char *slice, nsbox_error_t **err)
+{
+        const char *unit = strrchr(scope, '/') + 1;
+        char leaf[4096];
+        snprintf(leaf, sizeof(leaf), "%s/holder", scope);
+        if (exists_at(scope, "cgroup.procs")) {
+                log_info("cgroup v2: the sandboxes' cgroups are in the scope %s of a previous nsboxd", scope);
+                return 0;
+        }
+        pid_t holder;
+        int r = cgroup_scope_holder(&holder, err);
+        if (r < 0)
+                return r;
+        if ((r = cgroup_scope_start(unit, slice, holder, err)) < 0) {
+                kill(holder, SIGKILL);
+                return r == -EEXIST
+                           ? nsbox_error(err, EEXIST, "systemd's unit %s exists without its cgroup %s", unit,
+                                         scope)
+                           : r;
+        }
+        /* systemd moves the holder as its start job runs, which the call's
+         * answer does not wait for. */
+        char proc[64], buf[4096];
+        snprintf(proc, sizeof(proc), "/proc/%d", (int)holder);
+        bool moved = false;
+        for (int i = 0; i < 500 && !moved; i++) {
+                moved = read_at(proc, "cgroup", buf, sizeof(buf)) > 0 && strstr(buf, unit) != NULL;
+                if (!moved)
+                        sleep_ms(10);
+        }
+        snprintf(buf, sizeof(buf), "%d", (int)holder);
+        r = moved ? 0 : -ETIMEDOUT;
+        if (r == 0 && mkdir(leaf, 0755) < 0 && errno != EEXIST)
+                r = -errno;
+        if (r == 0)
+                r = write_at(leaf, "cgroup.procs", buf);
+        if (r < 0) {
+                kill(holder, SIGKILL);
+                return nsbox_error(err, -r, "cgroup v2: move the holder of %s into %s", unit, leaf);
+        }
+        log_info("cgroup v2: the sandboxes' cgroups go in the scope %s systemd made", scope);
+        return 0;
+}
+
+/* A scope a previous nsboxd with live restore left, when this one will not
+ * adopt: its sandboxes are removed, its holder ended, and systemd stops it. */
+static void drop_scope(const char *scope)
+{
+        if (!exists_at(scope, "cgroup.procs"))
+                return;
+        log_warn("cgroup: removing the sandboxes' scope %s of a previous nsboxd (live restore is off)",
+                 scope);
+        char parent[4096];
+        snprintf(parent, sizeof(parent), "%s/%s", scope, cg.name);
+        cgroup_keep_fn keep = keep_stale;
+        keep_stale = NULL;
+        clean_stale(parent);
+        keep_stale = keep;
+        rmdir(parent);
+        kill_listed(scope);
+}
+
+/* Under systemd: the scope dir when the sandboxes go in it, else NULL (and
+ * a scope left by a previous nsboxd removed). unit_dir is nsboxd's unit's. */
+static char *sandboxes_scope(const char *unit_dir)
+{
+        const char *slash = strrchr(unit_dir, '/');
+        if (slash == NULL)
+                return NULL;
+        const char *slice = slash;
+        while (slice > unit_dir && slice[-1] != '/')
+                slice--;
+        size_t slice_len = (size_t)(slash - slice);
+        if (slice_len <= 6 || strncmp(slash - 6, ".slice", 6) != 0)
+                return NULL;
+        char *scope = NULL;
+        if (asprintf(&scope, "%.*s/%s.scope", (int)(slash - unit_dir), unit_dir, cg.name) < 0)
+                return NULL;
+        if (!cg.want_scope) {
+                drop_scope(scope);
+                free(scope);
+                return NULL;
+        }
+        char slice_name[256];
+        snprintf(slice_name, sizeof(slice_name), "%.*s", (int)slice_len, slice);
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (enter_scope(scope, slice_name, &err) < 0) {
+                log_warn("cgroup v2: no scope of the sandboxes' own: %s", err->message);
+                free(scope);
+                return NULL;
+        }
+        cg.scope = scope;
+        return strdup(scope);
+}
+
+void cgroup_sandboxes_in_scope(bool on)
+{
+        cg.want_scope = on;
+}
+
 /* dir's parent when dir is a subgroup of a delegated cgroup, else NULL. */
 static char *delegated_parent(const char *dir)
 {
@@ -564,6 +682,13 @@ static unsigned v2_available(char **own_dir_out)
         if (parent != NULL) {
                 free(dir);
                 dir = parent;
+        } else if (!userns_active() && geteuid() == 0 && marked_delegated(dir) &&
+                   cgroup_scope_under_systemd()) {
+                char *scope = sandboxes_scope(dir);
+                if (scope != NULL) {
+                        free(dir);
+                        dir = scope;
+                }
         }
         char buf[1024];
         unsigned mask = 0;
@@ -598,6 +723,12 @@ static void cgroup_atexit(void)
         for (unsigned i = 0; i < cg.n_hier; i++)
                 if (cg.hier[i].parent != NULL && rmdir(cg.hier[i].parent) < 0 && errno != ENOENT)
                         log_warn("cgroup: cannot remove %s: %s", cg.hier[i].parent, strerror(errno));
+        /* No sandbox left in the scope: its holder ends, and systemd stops it. */
+        if (cg.scope != NULL && cg.n_hier > 0 && !exists_at(cg.hier[0].parent, "cgroup.procs")) {
+                char leaf[4096];
+                snprintf(leaf, sizeof(leaf), "%s/holder", cg.scope);
+                kill_listed(leaf);
+        }
         if (cg.freezer_parent != NULL && cg.freezer_hier < 0 && rmdir(cg.freezer_parent) < 0 &&
             errno != ENOENT)
                 log_warn("cgroup: cannot remove %s: %s", cg.freezer_parent, strerror(errno));
@@ -613,7 +744,9 @@ static int v2_init(char *own_dir, unsigned available, nsbox_error_t **err)
          * a cgroup that holds no process, so nsboxd leaves its own cgroup for a
          * leaf (the root cgroup is exempt). */
         _cleanup_free_ char *own = own_cgroup_path(NULL);
-        if (cg.in_subgroup)
+        if (cg.scope != NULL)
+                ; /* nsboxd stays in its unit's cgroup, beside the scope */
+        else if (cg.in_subgroup)
                 log_info("cgroup v2: nsboxd runs in a subgroup (%s) of its delegated cgroup %s: the "
                          "sandboxes' cgroups go beside it",
                          own, dir);
@@ -642,7 +775,7 @@ static int v2_init(char *own_dir, unsigned available, nsbox_error_t **err)
         int r = add_hierarchy(dir, enabled, err);
         if (r < 0)
                 return r;
-        cg.in_unit_cgroup = !cg.in_subgroup && marked_delegated(dir);
+        cg.in_unit_cgroup = !cg.in_subgroup && cg.scope == NULL && marked_delegated(dir);
         const char *parent = cg.hier[0].parent;
         clean_stale(parent);
         for (int c = 0; c < CTRL_COUNT; c++) {

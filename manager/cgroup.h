@@ -26,12 +26,18 @@ int cgroup_init(bool allow_degraded, nsbox_error_t **err);
  * adopt; the others are killed and removed. */
 typedef bool (*cgroup_keep_fn)(const char *sandbox_id);
 void cgroup_keep_when(cgroup_keep_fn keep);
+/* Set before cgroup_init: under systemd (cgroup v2, root), the sandboxes'
+ * cgroups go in a transient scope of their own beside nsboxd's unit, which
+ * a stop of the unit leaves alone; off, a scope a previous nsboxd left is
+ * removed with its sandboxes. Without a scope (systemd refused it) nsboxd
+ * works in its unit's cgroup (cgroup_in_unit_cgroup). */
+void cgroup_sandboxes_in_scope(bool on);
 enum cgroup_mode cgroup_mode(void);
 const char *cgroup_mode_name(void);       /* "v2", "v1" or "none" */
 bool cgroup_degraded(void);               /* limits are not enforced */
 const char *cgroup_degraded_reason(void); /* why (NULL when they are) */
-/* nsboxd started in the cgroup systemd delegated to its unit (no
- * DelegateSubgroup=): while sandboxes' cgroups live under it, the kernel
+/* nsboxd started in the cgroup systemd delegated to its unit and works
+ * there (no DelegateSubgroup=, no scope): while sandboxes' cgroups live under it, the kernel
  * refuses systemd's start of the next nsboxd there. */
 bool cgroup_in_unit_cgroup(void);
 

@@ -310,12 +310,13 @@ static int start(nsbox_error_t **err)
                 return r;
         sandbox_removals_load();
         cgroup_keep_when(restore_keep);
+        cgroup_sandboxes_in_scope(nsboxd.config.live_restore);
         if ((r = cgroup_init(nsboxd.config.allow_degraded || userns_active(), err)) < 0)
                 return r;
         if (nsboxd.config.live_restore && cgroup_in_unit_cgroup()) {
                 log_warn("live_restore is off: nsboxd runs in its systemd unit's own cgroup, where systemd "
-                         "could not start the next nsboxd while sandboxes live (the unit needs "
-                         "DelegateSubgroup=, systemd 254 or later: nsboxd-live-restore.conf)");
+                         "could not start the next nsboxd while sandboxes live (systemd made no scope for "
+                         "the sandboxes, and the unit has no DelegateSubgroup=)");
                 nsboxd.config.live_restore = 0;
         }
         if (rootless && nsboxd.config.live_restore)

@@ -27,7 +27,7 @@ INCLUDE_DIRS = ["common", "policy", "runtime", "manager", "cli"]
 # manager/'s layers, bottom up: a unit includes its own layer or lower.
 MANAGER_LAYERS = [
     ("core", ["loop", "daemon", "config", "budget", "fs_path", "fs_worker", "metrics"]),
-    ("host and wire", ["cgroup", "userns", "uidmode", "basens", "rootfs", "host_pools", "profiles", "rpc",
+    ("host and wire", ["cgroup_scope", "cgroup", "userns", "uidmode", "basens", "rootfs", "host_pools", "profiles", "rpc",
                        "rpc_listen", "quota", "host_mounts"]),
     ("registry", ["sandbox", "sandbox_uids", "state", "events", "removals"]),
     ("live sandboxes", ["exec_params", "exec_internal", "exec_keep", "exec_log", "exec", "exec_api", "egress", "egress_ca", "secrets_keep", "fs_ops", "fs_files", "fs_api", "fs_watch", "sandbox_pause",

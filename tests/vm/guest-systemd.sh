@@ -4,7 +4,8 @@
 # (tests/vm/run-vm.sh systemd): nsboxd under its shipped unit, with the
 # live-restore drop-in a restart and a crash (Restart=) leave a sandbox, its
 # background job and its interpreter's variables running, adopted by the next
-# nsboxd; without it a stop removes every sandbox and leaves nothing running.
+# nsboxd, their cgroups in a transient scope beside the unit; without it a
+# stop removes every sandbox and leaves nothing running, and no scope.
 # Prints "ok N" / "FAIL N" lines and the VM-RESULT line, then powers off.
 export NSBOX_SOCKET=/run/nsbox/nsbox.sock
 export PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -43,6 +44,8 @@ up() {
 # The pids of a cgroup tree, sorted, on one line.
 tree_pids() { cat $(find "$1" -name cgroup.procs 2>/dev/null) 2>/dev/null | sort -n | tr '\n' ' '; }
 sandbox_cg() { find $CG/nsbox.slice -type d -name "$1" 2>/dev/null | head -1; }
+# The sandboxes' scopes systemd knows of.
+scopes() { systemctl list-units --all --plain --no-legend 'nsbox-*.scope' | awk '{ print $1 }'; }
 # No process of the sandbox whose pids were $1 is left.
 all_gone() {
 	for p in $1; do [ -d /proc/$p ] && return 1; done
@@ -112,6 +115,10 @@ systemctl start nsboxd
 check "nsboxd starts under its unit with the live-restore drop-in" 'up 0' "$(journal)"
 check "live restore is on" 'nsbox --json status | grep -q live-restore' "$(nsbox --json status)"
 setup_sandbox
+SCOPE=$(scopes)
+check "the sandbox's cgroup is in a scope systemd made, outside the unit" \
+	'[ -n "$SCOPE" ] && case "$(sandbox_cg "$SB")" in $CG/nsbox.slice/$SCOPE/*) true ;; *) false ;; esac' \
+	"scope: $SCOPE" "$(sandbox_cg "$SB")" "$(journal)"
 echo "# ready at $(uptime_ms) ms"
 
 old=$(main_pid) was=$(tree_pids "$UNIT_CG")
@@ -138,6 +145,7 @@ check "nsboxd is back without the drop-in" 'up "$old"' "$(journal)"
 check "live restore is off" '! nsbox --json status | grep -q live-restore'
 check "the kept sandbox's processes ended with the switch" 'eventually "all_gone \"\$PIDS\""' "$PIDS"
 check "and the new nsboxd does not list it" '! nsbox ls -q | grep -qx "$SB"' "$(nsbox ls)"
+check "and its scope is gone" 'eventually "[ -z \"\$(scopes)\" ]"' "$(scopes)"
 setup_sandbox
 systemctl stop nsboxd
 check "a stop stops the unit" '[ "$(systemctl is-active nsboxd)" = inactive ]' "$(systemctl status nsboxd --no-pager)"
@@ -146,12 +154,13 @@ check "and leaves no process in the unit's cgroup" '[ -z "$(tree_pids "$UNIT_CG"
 check "and no sandbox cgroup" '[ -z "$(sandbox_cg "$SB")" ]' "$(find $CG/nsbox.slice -type d)"
 check "and no sandbox record" '[ -z "$(ls /var/lib/nsbox/sandboxes 2>/dev/null)" ]' \
 	"$(ls -la /var/lib/nsbox/sandboxes)"
+check "and no scope" '[ -z "$(scopes)" ]' "$(scopes)"
 
-# 3. the drop-in without its subgroup (a systemd before 254 ignores
-# DelegateSubgroup=): nsboxd turns live restore off rather than strand its
-# sandboxes where systemd could not start the next nsboxd
+# 3. the drop-in, but nsboxd cannot reach systemd over D-Bus for the scope:
+# it turns live restore off rather than strand its sandboxes in its unit's
+# cgroup, where systemd could not start the next nsboxd
 ln -s $DROPIN $DROPIN_DIR/
-printf '[Service]\nDelegateSubgroup=\n' >$DROPIN_DIR/zz-no-subgroup.conf
+printf '[Service]\nInaccessiblePaths=/run/systemd/private -/run/dbus\n' >$DROPIN_DIR/zz-no-dbus.conf
 systemctl daemon-reload
 systemctl start nsboxd
 check "nsboxd starts in its unit's own cgroup" 'up 0' "$(journal)"

@@ -86,9 +86,9 @@ DRIVES="-drive file=$DISK,format=raw,if=virtio,readonly=on"
 APPEND="console=ttyS0 panic=-1 quiet loglevel=3 cgroup_no_v1=all systemd.unified_cgroup_hierarchy=1"
 WHAT="cgroup v2 only"
 if [ "$MODE" = systemd ]; then
-	# systemd 254 or later: the live-restore drop-in needs DelegateSubgroup=.
-	SUITE=trixie
-	PACKAGES=systemd-sysv,libcares2,libcap2,libjansson4,libmnl0,libnftables1,libnftnl11,libnl-3-200,libnl-route-3-200,libseccomp2,libssl3t64,libsystemd0,libuuid1,libxtables12
+	# Debian 12 (systemd 252), the platform nsbox targets.
+	SUITE=bookworm
+	PACKAGES=systemd-sysv,libc-ares2,libcap2,libjansson4,libmnl0,libnftables1,libnftnl11,libnl-3-200,libnl-route-3-200,libseccomp2,libssl3,libsystemd0,libuuid1,libxtables12
 	MIRROR=${NSBOX_VM_MIRROR:-http://deb.debian.org/debian}
 	key=$(printf '%s\n' "$SUITE" "$PACKAGES" | sha256sum | cut -c1-16)
 	SYSDISK=$CACHE/system-$SUITE-$key.ext4
