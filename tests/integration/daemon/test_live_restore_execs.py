@@ -12,6 +12,8 @@ import subprocess
 import sys
 import threading
 
+import pytest
+import test_live_restore
 from conftest import BUILD
 from test_live_restore import helpers, inits, live_sandbox, remove_and_stop, root  # noqa: F401
 from test_service import wait_until
@@ -21,6 +23,15 @@ sys.path.insert(0, os.path.join(REPO, "sdk", "python"))
 import nsbox  # noqa: E402
 
 NSBOX = os.path.join(BUILD, "nsbox")
+
+
+@pytest.fixture(autouse=True)
+def own_pool(monkeypatch):
+    """A uid pool of this file's own: test_live_restore.py, whose helpers
+    these tests use, may run beside it on another worker, and its census of
+    sandbox inits would count these tests' sandboxes (and theirs the same
+    host ids)."""
+    monkeypatch.setattr(test_live_restore, "POOL_BASE", 1_750_000_000)
 
 # Lines on both streams, then a wait for /tmp/go (made by the test once the
 # next nsboxd runs), more lines, and an exit code of its own.
