@@ -10,13 +10,14 @@ import os
 import signal
 import subprocess
 import tempfile
-import time
 
 import pytest
 
 from conftest import BUILD, IMAGE_DIR
 from nsbox_client import Client
 import rootless_launch
+from test_live_restore import alive
+from test_service import wait_until as service_wait_until
 
 pytestmark = [pytest.mark.serial,
               pytest.mark.skipif(os.geteuid() != 0, reason="adds a user and an /etc/subuid range: needs root")]
@@ -26,20 +27,8 @@ RECORD = "rootless-keeper.json"
 
 
 def wait_until(predicate, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
-
-
-def alive(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
+    """test_service's wait, with the longer default a rootless start needs."""
+    return service_wait_until(predicate, timeout=timeout)
 
 
 def keepers():
