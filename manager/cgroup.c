@@ -412,10 +412,10 @@ void cgroup_keep_when(cgroup_keep_fn keep)
 }
 
 /* Kill and remove what a previous nsboxd with the same state dir left behind
- * (it may have crashed with sandboxes running), but for the sandboxes live
- * restore adopts: those are only thawed (a pause does not outlive its
- * nsboxd). */
-static void clean_stale(const char *parent)
+ * (it may have crashed with sandboxes running), but for the sandboxes keep
+ * names (those live restore adopts; NULL keeps none): those are only thawed
+ * (a pause does not outlive its nsboxd). */
+static void clean_stale(const char *parent, cgroup_keep_fn keep)
 {
         DIR *d = opendir(parent);
         if (d == NULL)
@@ -426,7 +426,7 @@ static void clean_stale(const char *parent)
                         continue;
                 char path[4096];
                 snprintf(path, sizeof(path), "%s/%s", parent, de->d_name);
-                if (keep_stale != NULL && keep_stale(de->d_name)) {
+                if (keep != NULL && keep(de->d_name)) {
                         thaw_tree(path);
                         continue;
                 }
@@ -607,10 +607,7 @@ static void drop_scope(const char *scope)
                  scope);
         char parent[4096];
         snprintf(parent, sizeof(parent), "%s/%s", scope, cg.name);
-        cgroup_keep_fn keep = keep_stale;
-        keep_stale = NULL;
-        clean_stale(parent);
-        keep_stale = keep;
+        clean_stale(parent, NULL);
         rmdir(parent);
         kill_listed(scope);
 }
@@ -777,7 +774,7 @@ static int v2_init(char *own_dir, unsigned available, nsbox_error_t **err)
                 return r;
         cg.in_unit_cgroup = !cg.in_subgroup && cg.scope == NULL && marked_delegated(dir);
         const char *parent = cg.hier[0].parent;
-        clean_stale(parent);
+        clean_stale(parent, keep_stale);
         for (int c = 0; c < CTRL_COUNT; c++) {
                 if (!(enabled & (1u << c)) || c == CTRL_CPUACCT)
                         continue;
@@ -818,7 +815,7 @@ static void v1_freezer_init(void)
                 cg.freezer_parent = NULL;
                 return;
         }
-        clean_stale(cg.freezer_parent);
+        clean_stale(cg.freezer_parent, keep_stale);
 }
 
 static int v1_init(unsigned available, nsbox_error_t **err)
@@ -849,7 +846,7 @@ static int v1_init(unsigned available, nsbox_error_t **err)
                         nsbox_error_free(err);
                         continue;
                 }
-                clean_stale(cg.hier[cg.n_hier - 1].parent);
+                clean_stale(cg.hier[cg.n_hier - 1].parent, keep_stale);
         }
         int m = cg.by_controller[CTRL_MEMORY];
         cg.have_memsw = m >= 0 && exists_at(cg.hier[m].parent, "memory.memsw.limit_in_bytes");
