@@ -156,9 +156,9 @@ bool keeper_join(const char *state_dir)
 
 bool keeper_held(void)
 {
-        static bool read;
-        if (!read) {
-                read = true;
+        static bool looked;
+        if (!looked) {
+                looked = true;
                 const char *v = getenv(KEEPER_HELD_ENV);
                 held = v != NULL && strcmp(v, "1") == 0;
                 unsetenv(KEEPER_HELD_ENV);
