@@ -92,11 +92,11 @@ int cli_catch_signals(void);
 /* The signal waiting on the signalfd (0 if none): the exit code is 128+N. */
 int cli_caught_signal(int signal_fd);
 
-/* A private nsboxd for `nsbox run` when none is listening. */
 /* The path of the program NAME beside the running nsbox (the build tree, or
  * PREFIX/bin) into path: 0, or -1. */
 int cli_sibling_binary(const char *name, char *path, size_t len);
 
+/* A private nsboxd for `nsbox run` when none is listening. */
 struct private_daemon {
         int pid;
         char *dir;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The failure line nsbox and nsbox-tar print on stderr (failure.h). */
+/* The failure and warning lines nsbox and nsbox-tar print on stderr (failure.h). */
 #include <stdio.h>
 
 #include "failure.h"
@@ -14,4 +14,10 @@ void failure_vprint(const char *fmt, va_list ap)
                         *p = ' ';
         }
         fprintf(stderr, "nsbox: %s\n", line);
+}
+
+void cp_warn_skipped(const char *what, const char *why)
+{
+        fflush(stdout);
+        fprintf(stderr, "nsbox: skipped %s: %s\n", what, why);
 }

@@ -6,3 +6,7 @@
 #include <stdarg.h>
 
 void failure_vprint(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
+
+/* "nsbox: skipped WHAT: WHY" on stderr: what a copy leaves out (FIFOs,
+ * devices, sockets, hard links in a tar) does not fail it. */
+void cp_warn_skipped(const char *what, const char *why);

@@ -24,12 +24,6 @@
 
 extern char **environ;
 
-void cp_warn_skipped(const char *what, const char *why)
-{
-        fflush(stdout);
-        fprintf(stderr, "nsbox: skipped %s: %s\n", what, why);
-}
-
 /* The helper, beside nsbox (the build tree) or in PREFIX/libexec/nsbox. */
 static int tar_helper_path(char *path, size_t len)
 {
@@ -83,7 +77,7 @@ static int tar_helper_wait(pid_t pid)
                         return cli_fail("waiting for %s: %s", TAR_HELPER, strerror(errno));
         }
         if (WIFEXITED(status))
-                return WEXITSTATUS(status) == 0 ? 0 : WEXITSTATUS(status);
+                return WEXITSTATUS(status);
         if (WTERMSIG(status) == SIGPIPE)
                 return cli_fail("the tar stream's reader went away before its end");
         return cli_fail("%s was killed by signal %d", TAR_HELPER, WTERMSIG(status));

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "failure.h"
+
 struct cp_sink;
 
 struct cp_sink_ops {
@@ -27,10 +29,6 @@ struct cp_sink {
         const struct cp_sink_ops *ops;
         unsigned long long bytes; /* of file data, for the summary */
 };
-
-/* "nsbox: skipped WHAT: WHY" on stderr: what a copy leaves out (FIFOs,
- * devices, sockets, hard links in a tar) does not fail it. */
-void cp_warn_skipped(const char *what, const char *why);
 
 /* A tar (pax) stream on fd of everything the sink is given, the root entry
  * named root_name; NULL, having said why, if it cannot start. */

@@ -33,11 +33,6 @@ static int tar_fail(const char *fmt, ...)
         return EXIT_TAR_FAILED;
 }
 
-static void warn_skipped(const char *what, const char *why)
-{
-        fprintf(stderr, "nsbox: skipped %s: %s\n", what, why);
-}
-
 static void archive_write_freep(struct archive **a)
 {
         if (*a != NULL)
@@ -216,7 +211,8 @@ static int tar_extract(void)
                                         name ? name : "(none)");
                 mode_t mode = archive_entry_perm(entry) & 07777;
                 if (archive_entry_hardlink(entry) != NULL) {
-                        warn_skipped(name, "a hard link (only files, directories and symlinks are copied)");
+                        cp_warn_skipped(name,
+                                        "a hard link (only files, directories and symlinks are copied)");
                         continue;
                 }
                 const char *target = archive_entry_symlink(entry);
@@ -236,8 +232,8 @@ static int tar_extract(void)
                         r = extract_file(a, entry, rel, buf);
                         break;
                 default:
-                        warn_skipped(name,
-                                     "not a file, directory or symlink (FIFOs and devices are not copied)");
+                        cp_warn_skipped(
+                            name, "not a file, directory or symlink (FIFOs and devices are not copied)");
                         r = 0;
                 }
                 if (r != 0)
