@@ -39,7 +39,7 @@ static int read_part(int fd, void *buf, size_t len)
         return (size_t)n == len ? 0 : -EPROTO;
 }
 
-int tar_record_read(int fd, struct tar_record *rec, char *path, char *target, void *data)
+int tar_record_read(int fd, struct tar_record *rec, char *path, char *target, void *data, bool *in_file)
 {
         ssize_t n = io_read_full(fd, rec, sizeof(*rec));
         if (n == 0)
@@ -48,7 +48,8 @@ int tar_record_read(int fd, struct tar_record *rec, char *path, char *target, vo
                 return (int)n;
         if ((size_t)n != sizeof(*rec) || rec->kind < TAR_RECORD_DIR || rec->kind > TAR_RECORD_END ||
             rec->path_len > TAR_RECORD_PATH_MAX || rec->target_len > TAR_RECORD_PATH_MAX ||
-            (rec->kind == TAR_RECORD_DATA && rec->size > TAR_RECORD_DATA_MAX))
+            (rec->kind == TAR_RECORD_DATA && rec->size > TAR_RECORD_DATA_MAX) ||
+            (rec->kind == TAR_RECORD_DATA || rec->kind == TAR_RECORD_FILE_END) != *in_file)
                 return -EPROTO;
         int r = read_part(fd, path, rec->path_len);
         if (r == 0)
@@ -59,5 +60,7 @@ int tar_record_read(int fd, struct tar_record *rec, char *path, char *target, vo
                 return r;
         path[rec->path_len] = '\0';
         target[rec->target_len] = '\0';
+        if (rec->kind == TAR_RECORD_FILE || rec->kind == TAR_RECORD_FILE_END)
+                *in_file = rec->kind == TAR_RECORD_FILE;
         return 0;
 }

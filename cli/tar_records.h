@@ -5,6 +5,7 @@
  * loads) live in the helper and the CLI can be a static binary. */
 #pragma once
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -37,5 +38,7 @@ int tar_record_write(int fd, enum tar_record_kind kind, mode_t mode, uint64_t si
 /* One record from fd into rec, its path and target NUL-terminated into path
  * and target (TAR_RECORD_PATH_MAX + 1 bytes each), a DATA record's bytes into
  * data (TAR_RECORD_DATA_MAX bytes): 0, 1 at the end of the stream before a
- * record, -EPROTO for a malformed or cut record, or -errno. */
-int tar_record_read(int fd, struct tar_record *rec, char *path, char *target, void *data);
+ * record, -EPROTO for a malformed or cut record or one out of order, or
+ * -errno. *in_file (false before the first record) says whether a file is
+ * open: DATA and FILE_END come within one, every other record outside. */
+int tar_record_read(int fd, struct tar_record *rec, char *path, char *target, void *data, bool *in_file);

@@ -220,16 +220,15 @@ int tar_source_copy(int fd, struct cp_sink *sink)
         bool in_file = false;
         while (r == 0) {
                 struct tar_record rec;
-                int got = tar_record_read(records, &rec, path, target, data);
+                int got = tar_record_read(records, &rec, path, target, data, &in_file);
                 if (got == 1) {
                         /* The helper ended before the archive's end: it has said why. */
                         int code = tar_helper_wait(helper);
                         return code != 0 ? code
                                          : cli_fail("%s ended before the tar stream's end", TAR_HELPER);
                 }
-                if (got < 0 || (rec.kind == TAR_RECORD_DATA || rec.kind == TAR_RECORD_FILE_END) != in_file) {
-                        r = cli_fail("reading %s's entries: %s", TAR_HELPER,
-                                     got < 0 ? strerror(-got) : "out of order");
+                if (got < 0) {
+                        r = cli_fail("reading %s's entries: %s", TAR_HELPER, strerror(-got));
                         break;
                 }
                 switch (rec.kind) {
@@ -241,14 +240,12 @@ int tar_source_copy(int fd, struct cp_sink *sink)
                         break;
                 case TAR_RECORD_FILE:
                         r = sink->ops->file_begin(sink, path, rec.mode & 07777, rec.size);
-                        in_file = true;
                         break;
                 case TAR_RECORD_DATA:
                         r = sink->ops->file_data(sink, data, (size_t)rec.size);
                         break;
                 case TAR_RECORD_FILE_END:
                         r = sink->ops->file_end(sink);
-                        in_file = false;
                         break;
                 case TAR_RECORD_END:
                         return tar_helper_wait(helper);

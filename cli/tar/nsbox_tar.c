@@ -84,14 +84,12 @@ static int tar_create(const char *root)
         bool in_file = false;
         for (;;) {
                 struct tar_record rec;
-                int r = tar_record_read(STDIN_FILENO, &rec, path, target, data);
+                int r = tar_record_read(STDIN_FILENO, &rec, path, target, data, &in_file);
                 if (r == 1)
                         /* nsbox ended the stream before its end: it has said why. */
                         return EXIT_TAR_FAILED;
                 if (r < 0)
                         return tar_fail("tar: reading nsbox's entries: %s", strerror(-r));
-                if ((rec.kind == TAR_RECORD_DATA || rec.kind == TAR_RECORD_FILE_END) != in_file)
-                        return tar_fail("tar: entries out of order from nsbox");
                 switch (rec.kind) {
                 case TAR_RECORD_DIR:
                         r = create_header(a, root, path, AE_IFDIR, rec.mode, 0, NULL, now);
@@ -101,7 +99,6 @@ static int tar_create(const char *root)
                         break;
                 case TAR_RECORD_FILE:
                         r = create_header(a, root, path, AE_IFREG, rec.mode, rec.size, NULL, now);
-                        in_file = true;
                         break;
                 case TAR_RECORD_DATA:
                         for (size_t off = 0; r == 0 && off < rec.size;) {
@@ -116,7 +113,6 @@ static int tar_create(const char *root)
                         /* A file that shrank while read is padded to its header's size. */
                         if (archive_write_finish_entry(a) < ARCHIVE_WARN)
                                 r = tar_fail("tar: %s", archive_error_string(a));
-                        in_file = false;
                         break;
                 case TAR_RECORD_END:
                         if (archive_write_close(a) != ARCHIVE_OK)
