@@ -360,15 +360,12 @@ static int reattach(struct stream_state *state, int signal_fd, json_t **result, 
                                 break;
                 }
                 if (out == NULL) {
+                        /* The pause, cut short by a signal (poll skips a signal_fd of -1). */
                         struct pollfd p = { .fd = signal_fd, .events = POLLIN };
-                        if (signal_fd >= 0 && poll(&p, 1, REATTACH_PAUSE_MS) > 0 &&
+                        if (poll(&p, 1, REATTACH_PAUSE_MS) > 0 &&
                             (r = exec_signal_caught(NULL, state, cli_caught_signal(signal_fd))) > 0)
                                 break;
                         r = -1;
-                        if (signal_fd < 0) {
-                                struct timespec pause = { 0, REATTACH_PAUSE_MS * 1000000L };
-                                nanosleep(&pause, NULL);
-                        }
                         if (pauses_left-- == 0)
                                 break;
                         continue;
