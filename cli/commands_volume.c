@@ -81,6 +81,8 @@ static int volume_files(const struct cli *cli, const char *spec)
                 return cli_fail("out of memory");
         _cleanup_json_ json_t *params =
             json_pack("{s:s, s:s}", "volume", name, "path", colon && colon[1] ? colon + 1 : "/");
+        if (params == NULL) /* json_pack takes UTF-8 text only */
+                return cli_fail("the volume's name and path must be UTF-8 text");
         _cleanup_json_ json_t *result = cli_call_once(cli, "volume.fs.list", params);
         if (result == NULL)
                 return EXIT_NSBOX_FAILED;

@@ -65,6 +65,14 @@ def test_bad_usage_is_125_with_one_line(daemon):
 
 # --- lifecycle ----------------------------------------------------------------
 
+@pytest.mark.parametrize("spec", [b"v\xff", b"v:/d\xff"])
+def test_volume_ls_of_a_name_or_path_that_is_not_utf8_says_so(daemon, spec):
+    """Not a volume name refused as missing: the argument could not be sent."""
+    r = daemon.cli("volume", "ls", spec)
+    line = one_line_error(r)
+    assert r.returncode == 125 and "UTF-8" in line, line
+
+
 def test_create_ls_info_rm_in_human_and_json_form(daemon):
     r = ok(daemon.cli("create", "--memory", "256M", "--pids", "64", "--env", "GREETING=hi", "--session", "cli-s1"))
     sid = r.stdout.decode().strip()
