@@ -19,65 +19,28 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <systemd/sd-bus.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
 #include "cleanup.h"
+#include "detach.h"
 
 bool cgroup_scope_under_systemd(void)
 {
         return (getenv("INVOCATION_ID") != NULL || getenv("NOTIFY_SOCKET") != NULL) && sd_booted() > 0;
 }
 
-static _Noreturn void holder_main(void)
-{
-        sigset_t all;
-        sigfillset(&all);
-        for (int s = 1; s < NSIG; s++)
-                signal(s, SIG_DFL);
-        sigprocmask(SIG_UNBLOCK, &all, NULL);
-        setsid();
-        int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-        for (int fd = 0; fd < 3 && null >= 0; fd++)
-                dup2(null, fd);
-        syscall(SYS_close_range, 3U, ~0U, 0U);
-        prctl(PR_SET_NAME, "nsbox-scope");
-        for (;;)
-                pause();
-}
-
 int cgroup_scope_holder(pid_t *out, nsbox_error_t **err)
 {
-        int p[2];
-        if (pipe2(p, O_CLOEXEC) < 0)
-                return nsbox_error(err, errno, "scope holder: pipe");
-        _cleanup_close_ int rd = p[0];
-        pid_t mid = fork();
-        if (mid < 0) {
-                close(p[1]);
-                return nsbox_error(err, errno, "scope holder: fork");
+        pid_t h = fork_detached();
+        if (h < 0)
+                return nsbox_error(err, (int)-h, "scope holder: fork");
+        if (h == 0) {
+                prctl(PR_SET_NAME, "nsbox-scope");
+                for (;;)
+                        pause();
         }
-        if (mid == 0) {
-                /* A child of a child that exits at once: the holder is
-                 * PID 1's, never a child nsboxd would reap. */
-                pid_t h = fork();
-                if (h == 0)
-                        holder_main();
-                ssize_t n = write(p[1], &h, sizeof(h));
-                _exit(n == sizeof(h) && h > 0 ? 0 : 1);
-        }
-        close(p[1]);
-        pid_t h = -1;
-        ssize_t n;
-        while ((n = read(rd, &h, sizeof(h))) < 0 && errno == EINTR)
-                ;
-        while (waitpid(mid, NULL, 0) < 0 && errno == EINTR)
-                ;
-        if (n != sizeof(h) || h <= 0)
-                return nsbox_error(err, EIO, "scope holder: fork");
         *out = h;
         return 0;
 }

@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <linux/close_range.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -22,6 +21,7 @@
 #include <unistd.h>
 
 #include "cleanup.h"
+#include "detach.h"
 #include "json_cleanup.h"
 #include "json_file.h"
 #include "log.h"
@@ -170,37 +170,18 @@ static void keeper_make(const char *state_dir, unsigned grace_seconds)
 {
         char grace[32];
         snprintf(grace, sizeof(grace), "%u", grace_seconds);
-        pid_t child = fork();
+        /* Not nsboxd's child: nsboxd's death (kill -9) must not be its. */
+        pid_t child = fork_detached();
         if (child < 0) {
-                log_warn("live restore: fork the keeper: %s", strerror(errno));
+                log_warn("live restore: fork the keeper: %s", strerror(-child));
                 return;
         }
         if (child == 0) {
-                /* Twice: the keeper is no child of nsboxd, whose death (kill
-                 * -9) must not be its. */
-                if (fork() != 0)
-                        _exit(0);
-                setsid();
-                if (chdir("/") < 0) /* holding no dir of nsboxd's busy */
-                        _exit(127);
-                sigset_t none;
-                sigemptyset(&none);
-                sigprocmask(SIG_SETMASK, &none, NULL);
-                int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-                if (null >= 0) {
-                        dup2(null, 0);
-                        dup2(null, 1);
-                        dup2(null, 2);
-                }
-                syscall(SYS_close_range, 3, ~0u, 0);
                 char *argv[] = { KEEPER_NAME, KEEPER_ARG, (char *)state_dir, grace, NULL };
                 char *envp[] = { NULL };
                 execve("/proc/self/exe", argv, envp);
                 _exit(127);
         }
-        int status;
-        while (waitpid(child, &status, 0) < 0 && errno == EINTR)
-                ;
         /* The keeper writes its record itself; wait for it, briefly. */
         const char *why;
         for (int i = 0; i < 500; i++) {
