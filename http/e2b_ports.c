@@ -214,8 +214,8 @@ static char *upstream_request(struct http_request *r, bool upgrade, size_t *len)
 /* A connection to the sandbox's port: what came after the answer's head. */
 struct upstream {
         int fd;
-        char *buf; /* the head's bytes, then the body's first ones from `body` */
-        size_t body, len;
+        char *buf;             /* the head's bytes, then the body's first ones from `body` */
+        size_t body, len, cap; /* cap: buf's size, less its NUL */
         unsigned timeout_ms;
         uid_t uid;          /* a relay's owner, counted in while it runs */
         char *client_extra; /* what the client sent after its upgrade request */
@@ -238,11 +238,11 @@ static void upstream_freep(struct upstream **u)
         upstream_free(*u);
 }
 
-/* Read the answer's head: 1 when whole, 0 at EOF before any byte,
- * -ETIMEDOUT, -EPROTO (too long, or cut short), -errno. */
+/* Read the answer's head, on from what an earlier call read (after its
+ * -ETIMEDOUT): 1 when whole, 0 at EOF before any byte, -ETIMEDOUT, -EPROTO
+ * (too long, or cut short), -errno. */
 static int read_head(struct upstream *u)
 {
-        size_t cap = 0;
         for (;;) {
                 if (u->len >= 4) {
                         char *end = memmem(u->buf, u->len, "\r\n\r\n", 4);
@@ -261,14 +261,15 @@ static int read_head(struct upstream *u)
                         return -errno;
                 if (n == 0)
                         return -ETIMEDOUT;
-                if (u->len == cap) {
-                        cap = cap ? 2 * cap : 16384;
+                if (u->len == u->cap) {
+                        size_t cap = u->cap ? 2 * u->cap : 16384;
                         char *more = realloc(u->buf, cap + 1);
                         if (more == NULL)
                                 return -ENOMEM;
                         u->buf = more;
+                        u->cap = cap;
                 }
-                ssize_t got = read(u->fd, u->buf + u->len, cap - u->len);
+                ssize_t got = read(u->fd, u->buf + u->len, u->cap - u->len);
                 if (got < 0 && errno == EINTR)
                         continue;
                 if (got < 0)

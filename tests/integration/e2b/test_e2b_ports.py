@@ -402,7 +402,7 @@ def test_without_tokens_a_pages_own_origin_reaches_its_sandbox_port_and_no_other
 
 # A server that answers what no HTTP server should: by the path it is asked for.
 HOSTILE_SERVER = r"""
-import socket, threading
+import socket, threading, time
 ANSWERS = {
     b"/nul": b"HTTP/1.0 200 OK\r\nX-A: a\0b\r\n\r\nbody",
     b"/nocolon": b"HTTP/1.0 200 OK\r\nno colon here\r\n\r\nbody",
@@ -420,6 +420,13 @@ def serve(c):
             break
         data += more
     path = data.split(b" ")[1] if b" " in data else b""
+    if path == b"/slow":
+        # a head in two parts, the second after nsbox-http's first second of waiting
+        c.sendall(b"HTTP/1.0 200 OK\r\n")
+        time.sleep(1.5)
+        c.sendall(b"X-Slow: yes\r\n\r\nslow")
+        c.close()
+        return
     c.sendall(ANSWERS.get(path, b"HTTP/1.0 404 Not Found\r\n\r\n"))
     c.close()
 s = socket.socket()
@@ -445,6 +452,9 @@ def test_a_server_in_the_sandbox_that_answers_no_http_or_is_paused_is_a_502(netd
             assert b"port 8002 of sandbox " + a["sandboxID"].encode() in body, (path, body)
         # nsbox-http serves on
         assert host_request(tls_front, host, "/fine", token) == (200, b"fine")
+        # a server slow to finish its head (past the second after which nsbox-http asks whether
+        # the sandbox is paused) is read on from where its head stopped
+        assert host_request(tls_front, host, "/slow", token) == (200, b"slow")
         # a paused sandbox: said at once, not held until --timeout
         netd.call("sandbox.pause", sandbox_id=a["sandboxID"], force=True)
         status, body = host_request(tls_front, host, "/fine", token)
