@@ -34,6 +34,14 @@ static size_t name_length(const char *text)
         return colon ? (size_t)(colon - text) : strlen(text);
 }
 
+bool e2b_ports_domain_valid(const char *domain)
+{
+        size_t n = name_length(domain);
+        return n > 0 && domain[0] != '.' && domain[n - 1] != '.' &&
+               strspn(domain, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") == n &&
+               (domain[n] == '\0' || e2b_port_number(domain + n + 1, strlen(domain + n + 1)) != 0);
+}
+
 int e2b_ports_from_host(struct http_request *r)
 {
         const char *domain = http_config.e2b_domain;
@@ -48,11 +56,8 @@ int e2b_ports_from_host(struct http_request *r)
         size_t label_len = name_len - domain_len - 1;
         const char *dash = memchr(host, '-', label_len);
         size_t port_len = dash ? (size_t)(dash - host) : 0, id_len = dash ? label_len - port_len - 1 : 0;
-        unsigned long port = 0;
-        for (size_t i = 0; i < port_len && port <= 65535; i++)
-                port = host[i] >= '0' && host[i] <= '9' ? port * 10 + (host[i] - '0') : 65536;
-        if (dash == NULL || port_len == 0 || port_len > 5 || port < 1 || port > 65535 || id_len == 0 ||
-            id_len > E2B_MAX_SANDBOX_ID || memchr(dash + 1, '.', id_len) != NULL)
+        unsigned port = e2b_port_number(host, port_len);
+        if (port == 0 || id_len == 0 || id_len > E2B_MAX_SANDBOX_ID || memchr(dash + 1, '.', id_len) != NULL)
                 return -1;
         /* the headers E2B's SDKs send name the sandbox when both are there */
         if (e2b_sandbox_id(r->connection) != NULL)
@@ -60,7 +65,7 @@ int e2b_ports_from_host(struct http_request *r)
         r->host_sandbox = strndup(dash + 1, id_len);
         if (r->host_sandbox == NULL)
                 return -ENOMEM;
-        snprintf(r->host_port, sizeof(r->host_port), "%lu", port);
+        snprintf(r->host_port, sizeof(r->host_port), "%u", port);
         if (MHD_set_connection_value(r->connection, MHD_HEADER_KIND, "E2b-Sandbox-Id", r->host_sandbox) !=
                 MHD_YES ||
             MHD_set_connection_value(r->connection, MHD_HEADER_KIND, "E2b-Sandbox-Port", r->host_port) !=

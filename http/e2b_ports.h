@@ -11,6 +11,9 @@
 
 #include "request.h"
 
+/* Whether --e2b-domain's text is NAME or NAME:PORT: a name of letters,
+ * digits, '-' and '.' (not at its ends), a port 1 to 65535. */
+bool e2b_ports_domain_valid(const char *domain);
 /* Whether r's Host is PORT-ID.DOMAIN of --e2b-domain: 1, and the request
  * names that sandbox and port as E2B's headers do (set on the connection
  * for the rest of nsbox-http); 0 when it is not (another name, or E2B's

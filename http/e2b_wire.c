@@ -18,6 +18,14 @@
 #include "reply.h"
 #include "textenc.h"
 
+unsigned e2b_port_number(const char *text, size_t len)
+{
+        unsigned long port = 0;
+        for (size_t i = 0; i < len && port <= 65535; i++)
+                port = text[i] >= '0' && text[i] <= '9' ? port * 10 + (unsigned)(text[i] - '0') : 65536;
+        return len > 0 && port <= 65535 ? (unsigned)port : 0;
+}
+
 const char *e2b_sandbox_id(struct MHD_Connection *connection)
 {
         return MHD_lookup_connection_value(connection, MHD_HEADER_KIND, "E2b-Sandbox-Id");

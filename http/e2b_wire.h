@@ -33,6 +33,9 @@
  * (/volumecontent/{volumeID}/...), copied into id: 0, or -EINVAL when the
  * path is no such path. */
 int e2b_volume_content_id(const char *url, char id[E2B_MAX_VOLUME_ID + 1]);
+/* The port len characters of text name (decimal digits, 1 to 65535), or 0
+ * when they name none: E2b-Sandbox-Port, a Host's PORT-, --e2b-domain's. */
+unsigned e2b_port_number(const char *text, size_t len);
 /* The sandbox a request names (E2b-Sandbox-Id), or NULL. */
 const char *e2b_sandbox_id(struct MHD_Connection *connection);
 /* Whether the request is E2B's: it names a sandbox, carries an X-API-KEY,
