@@ -86,13 +86,17 @@ char *e2b_entry_path(json_t *stat, const char *dir);
 /* EntryInfo of an fs.stat result or an fs.list entry under `dir`. */
 json_t *e2b_entry_info(json_t *stat, const char *dir);
 
-struct client;
+/* A listing walks at most this deep and gives at most this many entries. */
+#define E2B_LIST_MAX_DEPTH   32
+#define E2B_LIST_MAX_ENTRIES 100000
+
 /* What an E2B listing gives of an fs.list entry in `dir`: an object with
  * the entry's "path". */
 typedef json_t *(*e2b_entry_fn)(json_t *stat, const char *dir);
-/* The entries of `dir` and, while depth lasts, of its directories, listed
- * over one nsboxd connection by `method` (fs.list, volume.fs.list) with
- * the fields of `target` (sandbox_id, or volume) and each made by `entry`;
- * at most `max` of them appended to out. */
-int e2b_list_tree(struct client *c, const char *method, json_t *target, const char *dir, unsigned depth,
-                  size_t max, e2b_entry_fn entry, json_t *out, json_t **error, nsbox_error_t **err);
+/* The entries of `dir` and, while depth lasts (0 as 1), of its
+ * directories, listed over one nsboxd connection of r's by `method`
+ * (fs.list, volume.fs.list) with the fields of `target` (sandbox_id, or
+ * volume) and each made by `entry`; at most E2B_LIST_MAX_ENTRIES of them
+ * appended to out. */
+int e2b_list_tree(struct http_request *r, const char *method, json_t *target, const char *dir, unsigned depth,
+                  e2b_entry_fn entry, json_t *out, json_t **error, nsbox_error_t **err);
