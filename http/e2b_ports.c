@@ -58,9 +58,21 @@ int e2b_ports_from_host(struct http_request *r)
         size_t port_len = dash ? (size_t)(dash - host) : 0, id_len = dash ? label_len - port_len - 1 : 0;
         unsigned port = e2b_port_number(host, port_len);
         if (port == 0 || id_len == 0 || id_len > E2B_MAX_SANDBOX_ID || memchr(dash + 1, '.', id_len) != NULL)
-                return -1;
-        /* the headers E2B's SDKs send name the sandbox when both are there */
-        if (e2b_sandbox_id(r->connection) != NULL)
+                return -EINVAL;
+        /* E2B's headers may say again what the Host says (its SDKs send
+         * them), never more: a page that a sandbox's server gave a browser
+         * makes same-origin requests (a GET without an Origin) with any
+         * headers, which must not reach another sandbox or port. A lone
+         * E2b-Sandbox-Id is envd's port. */
+        const char *id_header = e2b_sandbox_id(r->connection);
+        const char *port_header =
+            MHD_lookup_connection_value(r->connection, MHD_HEADER_KIND, "E2b-Sandbox-Port");
+        if ((id_header != NULL &&
+             (strlen(id_header) != id_len || strncmp(id_header, dash + 1, id_len) != 0)) ||
+            (port_header != NULL && e2b_port_number(port_header, strlen(port_header)) != port) ||
+            (id_header != NULL && port_header == NULL && port != E2B_ENVD_PORT))
+                return -EEXIST;
+        if (id_header != NULL)
                 return 0;
         r->host_sandbox = strndup(dash + 1, id_len);
         if (r->host_sandbox == NULL)

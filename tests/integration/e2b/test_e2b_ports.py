@@ -354,10 +354,10 @@ def test_without_tokens_a_pages_own_origin_reaches_its_sandbox_port_and_no_other
         start_echo_server(netd, a["sandboxID"])
         host = "8000-%s.%s" % (a["sandboxID"], domain)
 
-        def get(headers):
+        def get(headers, path="/hi.txt"):
             c = f.connection()
             try:
-                c.putrequest("GET", "/hi.txt", skip_host=True)
+                c.putrequest("GET", path, skip_host=True)
                 for k, v in headers.items():
                     c.putheader(k, v)
                 c.endheaders()
@@ -380,6 +380,28 @@ def test_without_tokens_a_pages_own_origin_reaches_its_sandbox_port_and_no_other
         assert status == 403, body
         status, body = get({"Host": "8000-0123abcd.%s" % domain})
         assert status == 404 and b"sandbox 0123abcd not found" in body, body  # an unknown sandbox
+        # the page's own requests (a same-origin GET carries no Origin) may not name, in E2B's
+        # headers, another sandbox or another port than its Host: here another sandbox's envd
+        c = f.connection()
+        c.request("POST", "/sandboxes", body=json.dumps({}),
+                  headers={"X-API-KEY": "e2b_00", "Content-Type": "application/json"})
+        b = json.loads(c.getresponse().read())
+        c.close()
+        netd.call("sandbox.exec", sandbox_id=b["sandboxID"], command="echo secret of b > /tmp/b.txt")
+        same_origin = {"Host": host, "Sec-Fetch-Site": "same-origin"}
+        for names in ({"E2b-Sandbox-Id": b["sandboxID"], "E2b-Sandbox-Port": "49983"},
+                      {"E2b-Sandbox-Id": a["sandboxID"], "E2b-Sandbox-Port": "49983"},
+                      {"E2b-Sandbox-Id": a["sandboxID"]},  # envd's port
+                      {"E2b-Sandbox-Port": "49983"}):
+            status, body = get(dict(same_origin, **names), "/files?path=/tmp/b.txt")
+            assert status == 400 and b"the Host names" in body, (names, status, body)
+        # repeating what the Host names is no harm (E2B's SDKs send them)
+        names = {"E2b-Sandbox-Id": a["sandboxID"], "E2b-Sandbox-Port": "8000"}
+        assert get(dict(same_origin, **names)) == (200, b"from-sandbox\n")
+        c = f.connection()
+        c.request("DELETE", "/sandboxes/" + b["sandboxID"], headers={"X-API-KEY": "e2b_00"})
+        c.getresponse().read()
+        c.close()
         # nsbox-http's own API from a page on the sandbox's origin: refused as before
         c = f.connection()
         c.request("POST", "/v1/rpc", body=json.dumps({"method": "sandbox.list", "params": {}}),
