@@ -17,9 +17,6 @@
 #include "reply.h"
 #include "textenc.h"
 
-/* GET /files reads at most this (nsboxd's fs.read bound). */
-#define FILES_MAX_READ (64u << 20)
-
 static const char *query(struct http_request *r, const char *key)
 {
         return MHD_lookup_connection_value(r->connection, MHD_GET_ARGUMENT_KIND, key);
@@ -35,13 +32,13 @@ static enum MHD_Result download(struct http_request *r, const char *sandbox_id, 
 {
         _cleanup_json_ json_t *params =
             json_pack("{s:s, s:s, s:s, s:I}", "sandbox_id", sandbox_id, "path", path, "encoding", "base64",
-                      "max_bytes", (json_int_t)FILES_MAX_READ);
+                      "max_bytes", (json_int_t)E2B_MAX_READ);
         _cleanup_json_ json_t *result = NULL, *error = NULL;
         _cleanup_error_ nsbox_error_t *err = NULL;
         if (http_call(r, "fs.read", params, &result, &error, &err) < 0)
                 return files_error(r, error, err);
         if (json_is_true(json_object_get(result, "truncated")))
-                return e2b_reply_rest_error(r, 413, "%s is larger than %u bytes", path, FILES_MAX_READ);
+                return e2b_reply_rest_error(r, 413, "%s is larger than %u bytes", path, E2B_MAX_READ);
         const char *content = json_string_value(json_object_get(result, "content"));
         size_t len = 0;
         void *bytes = content ? base64_decode(content, strlen(content), &len) : NULL;

@@ -18,8 +18,6 @@
 #include "reply.h"
 #include "textenc.h"
 
-/* GET .../file reads at most this (nsboxd's fs.read bound). */
-#define VOLUME_MAX_READ (64u << 20)
 /* nsboxd keeps a volume's files the sandbox user's, as every sandbox sees them. */
 #define VOLUME_FILE_OWNER 1000
 
@@ -232,14 +230,14 @@ static enum MHD_Result remove_path(struct http_request *r, const char *volume, c
 static enum MHD_Result download(struct http_request *r, const char *volume, const char *path)
 {
         _cleanup_json_ json_t *params = json_pack("{s:s, s:I}", "encoding", "base64", "max_bytes",
-                                                  (json_int_t)VOLUME_MAX_READ),
+                                                  (json_int_t)E2B_MAX_READ),
                               *result = NULL, *error = NULL;
         _cleanup_error_ nsbox_error_t *err = NULL;
         if (call(r, "volume.fs.read", volume, path, params, &result, &error, &err) < 0)
                 return rpc_failure(r, error, err);
         if (json_is_true(json_object_get(result, "truncated")))
                 return volume_error(r, MHD_HTTP_CONTENT_TOO_LARGE, "limit_reached",
-                                    "%s is larger than %u bytes", path, VOLUME_MAX_READ);
+                                    "%s is larger than %u bytes", path, E2B_MAX_READ);
         json_t *content = json_object_get(result, "content");
         size_t len = 0;
         void *bytes = json_is_string(content)

@@ -86,6 +86,9 @@ char *e2b_entry_path(json_t *stat, const char *dir);
 /* EntryInfo of an fs.stat result or an fs.list entry under `dir`. */
 json_t *e2b_entry_info(json_t *stat, const char *dir);
 
+/* A file's download (a sandbox's GET /files, a volume's GET .../file)
+ * reads at most this (nsboxd's fs.read bound). */
+#define E2B_MAX_READ (64u << 20)
 /* A listing walks at most this deep and gives at most this many entries. */
 #define E2B_LIST_MAX_DEPTH   32
 #define E2B_LIST_MAX_ENTRIES 100000
