@@ -120,13 +120,12 @@ enum MHD_Result http_e2b_route(struct http_request *r)
         if (!id_ok(sandbox_id))
                 return http_e2b_refuse(r, 400, "E2b-Sandbox-Id is not a sandbox id");
         const char *port = header(r->connection, "E2b-Sandbox-Port");
-        char *end = NULL;
-        unsigned long p = port ? strtoul(port, &end, 10) : E2B_ENVD_PORT;
-        if (port != NULL && (port[0] < '0' || port[0] > '9' || *end != '\0' || p < 1 || p > 65535))
+        unsigned p = port ? e2b_port_number(port, strlen(port)) : E2B_ENVD_PORT;
+        if (p == 0)
                 return http_e2b_refuse(r, 400, "E2b-Sandbox-Port is not a port (1 to 65535)");
         if (p == E2B_ENVD_PORT)
                 return envd(r, sandbox_id);
         if (p == E2B_INTERPRETER_PORT)
                 return http_e2b_interpreter(r, sandbox_id);
-        return http_e2b_port(r, sandbox_id, (unsigned)p);
+        return http_e2b_port(r, sandbox_id, p);
 }

@@ -12,8 +12,9 @@
 #include "request.h"
 
 /* Whether a request is E2B's (its headers or its Host name a sandbox, or a
- * control-plane path): 1 or 0; -1 for a Host under --e2b-domain that is
- * not PORT-ID.DOMAIN (-ENOMEM out of memory). */
+ * control-plane path): 1 or 0; e2b_ports_from_host's -errno for a Host
+ * under --e2b-domain that is not PORT-ID.DOMAIN or whose sandbox or port
+ * E2B's headers contradict. */
 int http_e2b_wants(struct http_request *r);
 /* The owner of an E2B request's credentials (X-API-KEY, for a sandbox's
  * envd and interpreter (and its other ports) its access token, for a

@@ -17,12 +17,6 @@
 #include "reply.h"
 #include "textenc.h"
 
-/* GET /files reads at most this (nsboxd's fs.read bound). */
-#define FILES_MAX_READ (64u << 20)
-/* ListDir walks at most this deep and returns at most this many entries. */
-#define LIST_MAX_DEPTH   32
-#define LIST_MAX_ENTRIES 100000
-
 static const char *query(struct http_request *r, const char *key)
 {
         return MHD_lookup_connection_value(r->connection, MHD_GET_ARGUMENT_KIND, key);
@@ -38,13 +32,13 @@ static enum MHD_Result download(struct http_request *r, const char *sandbox_id, 
 {
         _cleanup_json_ json_t *params =
             json_pack("{s:s, s:s, s:s, s:I}", "sandbox_id", sandbox_id, "path", path, "encoding", "base64",
-                      "max_bytes", (json_int_t)FILES_MAX_READ);
+                      "max_bytes", (json_int_t)E2B_MAX_READ);
         _cleanup_json_ json_t *result = NULL, *error = NULL;
         _cleanup_error_ nsbox_error_t *err = NULL;
         if (http_call(r, "fs.read", params, &result, &error, &err) < 0)
                 return files_error(r, error, err);
         if (json_is_true(json_object_get(result, "truncated")))
-                return e2b_reply_rest_error(r, 413, "%s is larger than %u bytes", path, FILES_MAX_READ);
+                return e2b_reply_rest_error(r, 413, "%s is larger than %u bytes", path, E2B_MAX_READ);
         const char *content = json_string_value(json_object_get(result, "content"));
         size_t len = 0;
         void *bytes = content ? base64_decode(content, strlen(content), &len) : NULL;
@@ -232,19 +226,14 @@ static enum MHD_Result list_dir(struct http_request *r, const char *sandbox_id, 
 {
         json_t *d = json_object_get(msg, "depth");
         json_int_t depth = json_is_integer(d) ? json_integer_value(d) : 1;
-        if (depth < 0 || depth > LIST_MAX_DEPTH)
+        if (depth < 0 || depth > E2B_LIST_MAX_DEPTH)
                 return e2b_reply_connect_error(r, "invalid_argument", "depth must be 0 to %d",
-                                               LIST_MAX_DEPTH);
-        struct client *c = NULL;
+                                               E2B_LIST_MAX_DEPTH);
         _cleanup_json_ json_t *error = NULL;
         _cleanup_error_ nsbox_error_t *err = NULL;
-        if (http_nsboxd_connect(r, &c, &error, &err) < 0)
-                return e2b_reply_connect_rpc_error(r, error, err);
         _cleanup_json_ json_t *entries = json_array(), *target = json_pack("{s:s}", "sandbox_id", sandbox_id);
-        int ret = e2b_list_tree(c, "fs.list", target, path, depth == 0 ? 1 : (unsigned)depth,
-                                LIST_MAX_ENTRIES, e2b_entry_info, entries, &error, &err);
-        client_close(c);
-        if (ret < 0)
+        if (e2b_list_tree(r, "fs.list", target, path, (unsigned)depth, e2b_entry_info, entries, &error,
+                          &err) < 0)
                 return e2b_reply_connect_rpc_error(r, error, err);
         return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:O}", "entries", entries));
 }

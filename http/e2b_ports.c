@@ -34,6 +34,14 @@ static size_t name_length(const char *text)
         return colon ? (size_t)(colon - text) : strlen(text);
 }
 
+bool e2b_ports_domain_valid(const char *domain)
+{
+        size_t n = name_length(domain);
+        return n > 0 && domain[0] != '.' && domain[n - 1] != '.' &&
+               strspn(domain, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") == n &&
+               (domain[n] == '\0' || e2b_port_number(domain + n + 1, strlen(domain + n + 1)) != 0);
+}
+
 int e2b_ports_from_host(struct http_request *r)
 {
         const char *domain = http_config.e2b_domain;
@@ -48,19 +56,28 @@ int e2b_ports_from_host(struct http_request *r)
         size_t label_len = name_len - domain_len - 1;
         const char *dash = memchr(host, '-', label_len);
         size_t port_len = dash ? (size_t)(dash - host) : 0, id_len = dash ? label_len - port_len - 1 : 0;
-        unsigned long port = 0;
-        for (size_t i = 0; i < port_len && port <= 65535; i++)
-                port = host[i] >= '0' && host[i] <= '9' ? port * 10 + (host[i] - '0') : 65536;
-        if (dash == NULL || port_len == 0 || port_len > 5 || port < 1 || port > 65535 || id_len == 0 ||
-            id_len > E2B_MAX_SANDBOX_ID || memchr(dash + 1, '.', id_len) != NULL)
-                return -1;
-        /* the headers E2B's SDKs send name the sandbox when both are there */
-        if (e2b_sandbox_id(r->connection) != NULL)
+        unsigned port = e2b_port_number(host, port_len);
+        if (port == 0 || id_len == 0 || id_len > E2B_MAX_SANDBOX_ID || memchr(dash + 1, '.', id_len) != NULL)
+                return -EINVAL;
+        /* E2B's headers may say again what the Host says (its SDKs send
+         * them), never more: a page that a sandbox's server gave a browser
+         * makes same-origin requests (a GET without an Origin) with any
+         * headers, which must not reach another sandbox or port. A lone
+         * E2b-Sandbox-Id is envd's port. */
+        const char *id_header = e2b_sandbox_id(r->connection);
+        const char *port_header =
+            MHD_lookup_connection_value(r->connection, MHD_HEADER_KIND, "E2b-Sandbox-Port");
+        if ((id_header != NULL &&
+             (strlen(id_header) != id_len || strncmp(id_header, dash + 1, id_len) != 0)) ||
+            (port_header != NULL && e2b_port_number(port_header, strlen(port_header)) != port) ||
+            (id_header != NULL && port_header == NULL && port != E2B_ENVD_PORT))
+                return -EEXIST;
+        if (id_header != NULL)
                 return 0;
         r->host_sandbox = strndup(dash + 1, id_len);
         if (r->host_sandbox == NULL)
                 return -ENOMEM;
-        snprintf(r->host_port, sizeof(r->host_port), "%lu", port);
+        snprintf(r->host_port, sizeof(r->host_port), "%u", port);
         if (MHD_set_connection_value(r->connection, MHD_HEADER_KIND, "E2b-Sandbox-Id", r->host_sandbox) !=
                 MHD_YES ||
             MHD_set_connection_value(r->connection, MHD_HEADER_KIND, "E2b-Sandbox-Port", r->host_port) !=
@@ -214,8 +231,8 @@ static char *upstream_request(struct http_request *r, bool upgrade, size_t *len)
 /* A connection to the sandbox's port: what came after the answer's head. */
 struct upstream {
         int fd;
-        char *buf; /* the head's bytes, then the body's first ones from `body` */
-        size_t body, len;
+        char *buf;             /* the head's bytes, then the body's first ones from `body` */
+        size_t body, len, cap; /* cap: buf's size, less its NUL */
         unsigned timeout_ms;
         uid_t uid;          /* a relay's owner, counted in while it runs */
         char *client_extra; /* what the client sent after its upgrade request */
@@ -238,11 +255,11 @@ static void upstream_freep(struct upstream **u)
         upstream_free(*u);
 }
 
-/* Read the answer's head: 1 when whole, 0 at EOF before any byte,
- * -ETIMEDOUT, -EPROTO (too long, or cut short), -errno. */
+/* Read the answer's head, on from what an earlier call read (after its
+ * -ETIMEDOUT): 1 when whole, 0 at EOF before any byte, -ETIMEDOUT, -EPROTO
+ * (too long, or cut short), -errno. */
 static int read_head(struct upstream *u)
 {
-        size_t cap = 0;
         for (;;) {
                 if (u->len >= 4) {
                         char *end = memmem(u->buf, u->len, "\r\n\r\n", 4);
@@ -261,14 +278,15 @@ static int read_head(struct upstream *u)
                         return -errno;
                 if (n == 0)
                         return -ETIMEDOUT;
-                if (u->len == cap) {
-                        cap = cap ? 2 * cap : 16384;
+                if (u->len == u->cap) {
+                        size_t cap = u->cap ? 2 * u->cap : 16384;
                         char *more = realloc(u->buf, cap + 1);
                         if (more == NULL)
                                 return -ENOMEM;
                         u->buf = more;
+                        u->cap = cap;
                 }
-                ssize_t got = read(u->fd, u->buf + u->len, cap - u->len);
+                ssize_t got = read(u->fd, u->buf + u->len, u->cap - u->len);
                 if (got < 0 && errno == EINTR)
                         continue;
                 if (got < 0)

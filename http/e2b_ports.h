@@ -11,11 +11,15 @@
 
 #include "request.h"
 
+/* Whether --e2b-domain's text is NAME or NAME:PORT: a name of letters,
+ * digits, '-' and '.' (not at its ends), a port 1 to 65535. */
+bool e2b_ports_domain_valid(const char *domain);
 /* Whether r's Host is PORT-ID.DOMAIN of --e2b-domain: 1, and the request
  * names that sandbox and port as E2B's headers do (set on the connection
  * for the rest of nsbox-http); 0 when it is not (another name, or E2B's
- * headers name the sandbox already); -1 for a name under the domain that
- * is not of that form (-ENOMEM out of memory). */
+ * headers name the sandbox already); -EINVAL for a name under the domain
+ * that is not of that form, -EEXIST when E2B's headers name another
+ * sandbox or port than it, -ENOMEM. */
 int e2b_ports_from_host(struct http_request *r);
 /* Proxy r to the sandbox's port (exposed for it when it is not yet). */
 enum MHD_Result http_e2b_port(struct http_request *r, const char *sandbox_id, unsigned port);

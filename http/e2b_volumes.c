@@ -12,18 +12,12 @@
 #include <string.h>
 
 #include "cleanup.h"
-#include "client.h"
 #include "e2b_wire.h"
 #include "json_cleanup.h"
 #include "nsboxd.h"
 #include "reply.h"
 #include "textenc.h"
 
-/* GET .../file reads at most this (nsboxd's fs.read bound). */
-#define VOLUME_MAX_READ (64u << 20)
-/* GET .../dir walks at most this deep and returns at most this many entries. */
-#define VOLUME_LIST_MAX_DEPTH   32
-#define VOLUME_LIST_MAX_ENTRIES 100000
 /* nsboxd keeps a volume's files the sandbox user's, as every sandbox sees them. */
 #define VOLUME_FILE_OWNER 1000
 
@@ -180,19 +174,14 @@ static enum MHD_Result list_dir(struct http_request *r, const char *volume, cons
         const char *d = query(r, "depth");
         unsigned long depth = 1;
         bool set;
-        if (!number_of(d, NULL, VOLUME_LIST_MAX_DEPTH, &depth, &set))
+        if (!number_of(d, NULL, E2B_LIST_MAX_DEPTH, &depth, &set))
                 return volume_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params", "depth must be 0 to %d",
-                                    VOLUME_LIST_MAX_DEPTH);
-        struct client *c = NULL;
+                                    E2B_LIST_MAX_DEPTH);
         _cleanup_json_ json_t *error = NULL;
         _cleanup_error_ nsbox_error_t *err = NULL;
-        if (http_nsboxd_connect(r, &c, &error, &err) < 0)
-                return rpc_failure(r, error, err);
         _cleanup_json_ json_t *entries = json_array(), *target = json_pack("{s:s}", "volume", volume);
-        int ret = e2b_list_tree(c, "volume.fs.list", target, path, depth == 0 ? 1 : (unsigned)depth,
-                                VOLUME_LIST_MAX_ENTRIES, entry_stat, entries, &error, &err);
-        client_close(c);
-        if (ret < 0)
+        if (e2b_list_tree(r, "volume.fs.list", target, path, (unsigned)depth, entry_stat, entries, &error,
+                          &err) < 0)
                 return rpc_failure(r, error, err);
         return http_reply_json(r, MHD_HTTP_OK, json_incref(entries));
 }
@@ -241,14 +230,14 @@ static enum MHD_Result remove_path(struct http_request *r, const char *volume, c
 static enum MHD_Result download(struct http_request *r, const char *volume, const char *path)
 {
         _cleanup_json_ json_t *params = json_pack("{s:s, s:I}", "encoding", "base64", "max_bytes",
-                                                  (json_int_t)VOLUME_MAX_READ),
+                                                  (json_int_t)E2B_MAX_READ),
                               *result = NULL, *error = NULL;
         _cleanup_error_ nsbox_error_t *err = NULL;
         if (call(r, "volume.fs.read", volume, path, params, &result, &error, &err) < 0)
                 return rpc_failure(r, error, err);
         if (json_is_true(json_object_get(result, "truncated")))
                 return volume_error(r, MHD_HTTP_CONTENT_TOO_LARGE, "limit_reached",
-                                    "%s is larger than %u bytes", path, VOLUME_MAX_READ);
+                                    "%s is larger than %u bytes", path, E2B_MAX_READ);
         json_t *content = json_object_get(result, "content");
         size_t len = 0;
         void *bytes = json_is_string(content)

@@ -15,8 +15,17 @@
 #include "cleanup.h"
 #include "json_cleanup.h"
 #include "jsonrpc.h"
+#include "nsboxd.h"
 #include "reply.h"
 #include "textenc.h"
+
+unsigned e2b_port_number(const char *text, size_t len)
+{
+        unsigned long port = 0;
+        for (size_t i = 0; i < len && port <= 65535; i++)
+                port = text[i] >= '0' && text[i] <= '9' ? port * 10 + (unsigned)(text[i] - '0') : 65536;
+        return len > 0 && port <= 65535 ? (unsigned)port : 0;
+}
 
 const char *e2b_sandbox_id(struct MHD_Connection *connection)
 {
@@ -296,8 +305,8 @@ json_t *e2b_entry_info(json_t *stat, const char *dir)
         return entry;
 }
 
-int e2b_list_tree(struct client *c, const char *method, json_t *target, const char *dir, unsigned depth,
-                  size_t max, e2b_entry_fn entry, json_t *out, json_t **error, nsbox_error_t **err)
+static int list_into(struct client *c, const char *method, json_t *target, const char *dir, unsigned depth,
+                     e2b_entry_fn entry, json_t *out, json_t **error, nsbox_error_t **err)
 {
         _cleanup_json_ json_t *params = json_deep_copy(target), *result = NULL;
         if (params == NULL || json_object_set_new(params, "path", json_string(dir)) < 0)
@@ -310,7 +319,7 @@ int e2b_list_tree(struct client *c, const char *method, json_t *target, const ch
         json_t *e;
         json_array_foreach(json_object_get(result, "entries"), i, e)
         {
-                if (json_array_size(out) >= max)
+                if (json_array_size(out) >= E2B_LIST_MAX_ENTRIES)
                         return 0;
                 json_t *info = entry(e, base ? base : dir);
                 if (info == NULL)
@@ -319,10 +328,22 @@ int e2b_list_tree(struct client *c, const char *method, json_t *target, const ch
                 const char *type = json_string_value(json_object_get(e, "type"));
                 if (depth > 1 && type != NULL && strcmp(type, "dir") == 0) {
                         const char *sub = json_string_value(json_object_get(info, "path"));
-                        ret = e2b_list_tree(c, method, target, sub, depth - 1, max, entry, out, error, err);
+                        ret = list_into(c, method, target, sub, depth - 1, entry, out, error, err);
                         if (ret < 0)
                                 return ret;
                 }
         }
         return 0;
+}
+
+int e2b_list_tree(struct http_request *r, const char *method, json_t *target, const char *dir, unsigned depth,
+                  e2b_entry_fn entry, json_t *out, json_t **error, nsbox_error_t **err)
+{
+        struct client *c = NULL;
+        int ret = http_nsboxd_connect(r, &c, error, err);
+        if (ret < 0)
+                return ret;
+        ret = list_into(c, method, target, dir, depth == 0 ? 1 : depth, entry, out, error, err);
+        client_close(c);
+        return ret;
 }

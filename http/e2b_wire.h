@@ -33,6 +33,9 @@
  * (/volumecontent/{volumeID}/...), copied into id: 0, or -EINVAL when the
  * path is no such path. */
 int e2b_volume_content_id(const char *url, char id[E2B_MAX_VOLUME_ID + 1]);
+/* The port len characters of text name (decimal digits, 1 to 65535), or 0
+ * when they name none: E2b-Sandbox-Port, a Host's PORT-, --e2b-domain's. */
+unsigned e2b_port_number(const char *text, size_t len);
 /* The sandbox a request names (E2b-Sandbox-Id), or NULL. */
 const char *e2b_sandbox_id(struct MHD_Connection *connection);
 /* Whether the request is E2B's: it names a sandbox, carries an X-API-KEY,
@@ -83,13 +86,20 @@ char *e2b_entry_path(json_t *stat, const char *dir);
 /* EntryInfo of an fs.stat result or an fs.list entry under `dir`. */
 json_t *e2b_entry_info(json_t *stat, const char *dir);
 
-struct client;
+/* A file's download (a sandbox's GET /files, a volume's GET .../file)
+ * reads at most this (nsboxd's fs.read bound). */
+#define E2B_MAX_READ (64u << 20)
+/* A listing walks at most this deep and gives at most this many entries. */
+#define E2B_LIST_MAX_DEPTH   32
+#define E2B_LIST_MAX_ENTRIES 100000
+
 /* What an E2B listing gives of an fs.list entry in `dir`: an object with
  * the entry's "path". */
 typedef json_t *(*e2b_entry_fn)(json_t *stat, const char *dir);
-/* The entries of `dir` and, while depth lasts, of its directories, listed
- * over one nsboxd connection by `method` (fs.list, volume.fs.list) with
- * the fields of `target` (sandbox_id, or volume) and each made by `entry`;
- * at most `max` of them appended to out. */
-int e2b_list_tree(struct client *c, const char *method, json_t *target, const char *dir, unsigned depth,
-                  size_t max, e2b_entry_fn entry, json_t *out, json_t **error, nsbox_error_t **err);
+/* The entries of `dir` and, while depth lasts (0 as 1), of its
+ * directories, listed over one nsboxd connection of r's by `method`
+ * (fs.list, volume.fs.list) with the fields of `target` (sandbox_id, or
+ * volume) and each made by `entry`; at most E2B_LIST_MAX_ENTRIES of them
+ * appended to out. */
+int e2b_list_tree(struct http_request *r, const char *method, json_t *target, const char *dir, unsigned depth,
+                  e2b_entry_fn entry, json_t *out, json_t **error, nsbox_error_t **err);

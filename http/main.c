@@ -20,6 +20,7 @@
 #include "bounds.h"
 #include "cleanup.h"
 #include "client.h"
+#include "e2b_ports.h"
 #include "json_cleanup.h"
 #include "request.h"
 #include "server.h"
@@ -311,15 +312,7 @@ int main(int argc, char **argv)
                 return 2;
         }
         if (e2b_domain != NULL) {
-                /* a name of letters, digits, '-' and '.' (not at its ends), then a port or nothing */
-                size_t n = strcspn(e2b_domain, ":");
-                bool ok = n > 0 && e2b_domain[0] != '.' && e2b_domain[n - 1] != '.' &&
-                          strspn(e2b_domain,
-                                 "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") == n;
-                char *end = NULL;
-                unsigned long port = e2b_domain[n] == ':' ? strtoul(e2b_domain + n + 1, &end, 10) : 1;
-                if (!ok || (e2b_domain[n] == ':' && (e2b_domain[n + 1] < '0' || e2b_domain[n + 1] > '9' ||
-                                                     *end != '\0' || port < 1 || port > 65535))) {
+                if (!e2b_ports_domain_valid(e2b_domain)) {
                         fprintf(stderr,
                                 "nsbox-http: --e2b-domain wants NAME or NAME:PORT (e.g. "
                                 "nsbox.localhost:8443), not %s\n",

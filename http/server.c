@@ -6,6 +6,7 @@
 #include "server.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -267,6 +268,10 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *connecti
                 clock_gettime(CLOCK_MONOTONIC, &now);
                 r->started_ns = (long long)now.tv_sec * 1000000000 + now.tv_nsec;
                 int e2b = http_e2b_wants(r);
+                if (e2b == -EEXIST)
+                        return http_e2b_refuse(r, MHD_HTTP_BAD_REQUEST,
+                                               "the Host names a sandbox's port: E2b-Sandbox-Id and "
+                                               "E2b-Sandbox-Port may name that sandbox and port only");
                 if (e2b < 0)
                         return http_e2b_refuse(r, MHD_HTTP_BAD_REQUEST,
                                                "the Host names no sandbox's port: PORT-SANDBOXID.DOMAIN "

@@ -354,10 +354,10 @@ def test_without_tokens_a_pages_own_origin_reaches_its_sandbox_port_and_no_other
         start_echo_server(netd, a["sandboxID"])
         host = "8000-%s.%s" % (a["sandboxID"], domain)
 
-        def get(headers):
+        def get(headers, path="/hi.txt"):
             c = f.connection()
             try:
-                c.putrequest("GET", "/hi.txt", skip_host=True)
+                c.putrequest("GET", path, skip_host=True)
                 for k, v in headers.items():
                     c.putheader(k, v)
                 c.endheaders()
@@ -380,6 +380,28 @@ def test_without_tokens_a_pages_own_origin_reaches_its_sandbox_port_and_no_other
         assert status == 403, body
         status, body = get({"Host": "8000-0123abcd.%s" % domain})
         assert status == 404 and b"sandbox 0123abcd not found" in body, body  # an unknown sandbox
+        # the page's own requests (a same-origin GET carries no Origin) may not name, in E2B's
+        # headers, another sandbox or another port than its Host: here another sandbox's envd
+        c = f.connection()
+        c.request("POST", "/sandboxes", body=json.dumps({}),
+                  headers={"X-API-KEY": "e2b_00", "Content-Type": "application/json"})
+        b = json.loads(c.getresponse().read())
+        c.close()
+        netd.call("sandbox.exec", sandbox_id=b["sandboxID"], command="echo secret of b > /tmp/b.txt")
+        same_origin = {"Host": host, "Sec-Fetch-Site": "same-origin"}
+        for names in ({"E2b-Sandbox-Id": b["sandboxID"], "E2b-Sandbox-Port": "49983"},
+                      {"E2b-Sandbox-Id": a["sandboxID"], "E2b-Sandbox-Port": "49983"},
+                      {"E2b-Sandbox-Id": a["sandboxID"]},  # envd's port
+                      {"E2b-Sandbox-Port": "49983"}):
+            status, body = get(dict(same_origin, **names), "/files?path=/tmp/b.txt")
+            assert status == 400 and b"the Host names" in body, (names, status, body)
+        # repeating what the Host names is no harm (E2B's SDKs send them)
+        names = {"E2b-Sandbox-Id": a["sandboxID"], "E2b-Sandbox-Port": "8000"}
+        assert get(dict(same_origin, **names)) == (200, b"from-sandbox\n")
+        c = f.connection()
+        c.request("DELETE", "/sandboxes/" + b["sandboxID"], headers={"X-API-KEY": "e2b_00"})
+        c.getresponse().read()
+        c.close()
         # nsbox-http's own API from a page on the sandbox's origin: refused as before
         c = f.connection()
         c.request("POST", "/v1/rpc", body=json.dumps({"method": "sandbox.list", "params": {}}),
@@ -402,7 +424,7 @@ def test_without_tokens_a_pages_own_origin_reaches_its_sandbox_port_and_no_other
 
 # A server that answers what no HTTP server should: by the path it is asked for.
 HOSTILE_SERVER = r"""
-import socket, threading
+import socket, threading, time
 ANSWERS = {
     b"/nul": b"HTTP/1.0 200 OK\r\nX-A: a\0b\r\n\r\nbody",
     b"/nocolon": b"HTTP/1.0 200 OK\r\nno colon here\r\n\r\nbody",
@@ -420,6 +442,13 @@ def serve(c):
             break
         data += more
     path = data.split(b" ")[1] if b" " in data else b""
+    if path == b"/slow":
+        # a head in two parts, the second after nsbox-http's first second of waiting
+        c.sendall(b"HTTP/1.0 200 OK\r\n")
+        time.sleep(1.5)
+        c.sendall(b"X-Slow: yes\r\n\r\nslow")
+        c.close()
+        return
     c.sendall(ANSWERS.get(path, b"HTTP/1.0 404 Not Found\r\n\r\n"))
     c.close()
 s = socket.socket()
@@ -445,6 +474,9 @@ def test_a_server_in_the_sandbox_that_answers_no_http_or_is_paused_is_a_502(netd
             assert b"port 8002 of sandbox " + a["sandboxID"].encode() in body, (path, body)
         # nsbox-http serves on
         assert host_request(tls_front, host, "/fine", token) == (200, b"fine")
+        # a server slow to finish its head (past the second after which nsbox-http asks whether
+        # the sandbox is paused) is read on from where its head stopped
+        assert host_request(tls_front, host, "/slow", token) == (200, b"slow")
         # a paused sandbox: said at once, not held until --timeout
         netd.call("sandbox.pause", sandbox_id=a["sandboxID"], force=True)
         status, body = host_request(tls_front, host, "/fine", token)
