@@ -252,13 +252,10 @@ static const char *op_adopt(void)
                 struct in_addr gw = { .s_addr = htonl(sb->gateway) };
                 char gateway[INET_ADDRSTRLEN];
                 inet_ntop(AF_INET, &gw, gateway, sizeof(gateway));
-                egress_send_event(json_pack(
-                    "{s:s, s:s, s:s, s:i, s:i, s:o, s:{s:I, s:I, s:I, s:I, s:I, s:I}}", "event", "adopt",
-                    "sandbox", sb->id, "gateway", gateway, "tcp", sb->tcp.fd, "dns", sb->dns.fd, "exposed",
-                    exposed, "stats", "bytes_in", (json_int_t)sb->sent.bytes_in, "bytes_out",
-                    (json_int_t)sb->sent.bytes_out, "connections", (json_int_t)sb->sent.connections,
-                    "refused", (json_int_t)sb->sent.refused, "dns_queries", (json_int_t)sb->sent.dns_queries,
-                    "secrets_injected", (json_int_t)sb->sent.secrets_injected));
+                egress_send_event(json_pack("{s:s, s:s, s:s, s:i, s:i, s:o, s:o}", "event", "adopt",
+                                            "sandbox", sb->id, "gateway", gateway, "tcp", sb->tcp.fd, "dns",
+                                            sb->dns.fd, "exposed", exposed, "stats",
+                                            egress_counts_json(&sb->sent)));
         }
         egress_send_event(json_pack("{s:s, s:i}", "event", "adopted", "protocol", EGRESS_PROTOCOL));
         return NULL;
