@@ -179,7 +179,6 @@ struct egress {
          * the moment it went, 0 with a manager) and ends itself after. */
         struct watch lease;
         int64_t grace_ms, orphan_since_ms;
-        int netns_fd, keep_fd; /* kept for the next nsboxd to take (pidfd_getfd) */
         /* Connections are budgeted from the fds the process got: two each,
          * after the listeners (two per sandbox, one per expose) and
          * EGRESS_FD_RESERVE. */
