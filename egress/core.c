@@ -104,7 +104,7 @@ void egress_send_event(json_t *event)
 static void refused_event(struct egress_sandbox *sb, const char *name, uint32_t addr, uint16_t port,
                           const char *reason, bool lookup)
 {
-        sb->refused++;
+        sb->delta.refused++;
         if (sb->refused_tokens < 1)
                 return;
         sb->refused_tokens -= 1;
@@ -137,29 +137,36 @@ void egress_send_stats(void)
         for (struct egress_sandbox *sb = egress.sandboxes; sb != NULL; sb = sb->next) {
                 if (sb->refused_tokens < EGRESS_REFUSED_BURST)
                         sb->refused_tokens += 1;
+                struct egress_counts *d = &sb->delta;
                 if (sb->secrets != NULL) { /* what its interception threads counted */
-                        sb->secrets_injected +=
+                        d->secrets_injected +=
                             __atomic_exchange_n(&sb->secrets->injected, 0, __ATOMIC_RELAXED);
-                        sb->refused += __atomic_exchange_n(&sb->secrets->refused, 0, __ATOMIC_RELAXED);
+                        d->refused += __atomic_exchange_n(&sb->secrets->refused, 0, __ATOMIC_RELAXED);
                 }
-                if ((sb->bytes_in | sb->bytes_out | sb->connections | sb->refused | sb->dns_queries |
-                     sb->secrets_injected) == 0)
+                if ((d->bytes_in | d->bytes_out | d->connections | d->refused | d->dns_queries |
+                     d->secrets_injected) == 0)
                         continue;
-                egress_send_event(json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "event", "stats",
-                                            "sandbox", sb->id, "bytes_in", (json_int_t)sb->bytes_in,
-                                            "bytes_out", (json_int_t)sb->bytes_out, "connections",
-                                            (json_int_t)sb->connections, "refused", (json_int_t)sb->refused,
-                                            "dns_queries", (json_int_t)sb->dns_queries, "secrets_injected",
-                                            (json_int_t)sb->secrets_injected));
-                sb->sent.bytes_in += sb->bytes_in;
-                sb->sent.bytes_out += sb->bytes_out;
-                sb->sent.connections += sb->connections;
-                sb->sent.refused += sb->refused;
-                sb->sent.dns_queries += sb->dns_queries;
-                sb->sent.secrets_injected += sb->secrets_injected;
-                sb->bytes_in = sb->bytes_out = sb->connections = sb->refused = sb->dns_queries = 0;
-                sb->secrets_injected = 0;
+                json_t *event = egress_counts_json(d); /* NULL-safe to the end */
+                json_object_set_new(event, "event", json_string("stats"));
+                json_object_set_new(event, "sandbox", json_string(sb->id));
+                egress_send_event(event);
+                sb->sent.bytes_in += d->bytes_in;
+                sb->sent.bytes_out += d->bytes_out;
+                sb->sent.connections += d->connections;
+                sb->sent.refused += d->refused;
+                sb->sent.dns_queries += d->dns_queries;
+                sb->sent.secrets_injected += d->secrets_injected;
+                *d = (struct egress_counts){ 0 };
         }
+}
+
+json_t *egress_counts_json(const struct egress_counts *counts)
+{
+        return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "bytes_in", (json_int_t)counts->bytes_in,
+                         "bytes_out", (json_int_t)counts->bytes_out, "connections",
+                         (json_int_t)counts->connections, "refused", (json_int_t)counts->refused,
+                         "dns_queries", (json_int_t)counts->dns_queries, "secrets_injected",
+                         (json_int_t)counts->secrets_injected);
 }
 
 /* The host's own addresses are special: a sandbox must not reach the

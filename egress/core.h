@@ -79,6 +79,12 @@ struct expose {
         struct watch listener;
 };
 
+/* What a sandbox did through the proxy, counted. */
+struct egress_counts {
+        uint64_t bytes_in, bytes_out, connections, refused, dns_queries;
+        uint64_t secrets_injected; /* requests that had its secrets put in */
+};
+
 struct egress_sandbox {
         struct egress_sandbox *next;
         char id[128];
@@ -95,14 +101,10 @@ struct egress_sandbox {
         unsigned n_queries;
         struct dns_record records[EGRESS_DNS_RECORDS];
         unsigned next_record;
-        /* Deltas since the last stats event. */
-        uint64_t bytes_in, bytes_out, connections, refused, dns_queries;
-        uint64_t secrets_injected; /* requests that had its secrets put in */
+        struct egress_counts delta; /* since the last stats event */
         /* What the stats events said so far, summed: a next nsboxd that
          * adopts this proxy carries the sandbox's stats on from there. */
-        struct {
-                uint64_t bytes_in, bytes_out, connections, refused, dns_queries, secrets_injected;
-        } sent;
+        struct egress_counts sent;
         double refused_tokens;
         bool removed;
 };
@@ -177,7 +179,6 @@ struct egress {
          * the moment it went, 0 with a manager) and ends itself after. */
         struct watch lease;
         int64_t grace_ms, orphan_since_ms;
-        int netns_fd, keep_fd; /* kept for the next nsboxd to take (pidfd_getfd) */
         /* Connections are budgeted from the fds the process got: two each,
          * after the listeners (two per sandbox, one per expose) and
          * EGRESS_FD_RESERVE. */
@@ -222,6 +223,9 @@ void egress_refused(struct egress_sandbox *sb, const char *name, uint32_t addr, 
 void egress_refused_lookup(struct egress_sandbox *sb, const char *name, const char *reason);
 /* Once a second: each sandbox's counters since the last stats event. */
 void egress_send_stats(void);
+/* counts as nsboxd reads them: a "stats" event's fields, an "adopt"
+ * event's "stats". */
+json_t *egress_counts_json(const struct egress_counts *counts);
 
 /* --- the host, the fd budget, listeners --- */
 void egress_refresh_host_addrs(void);

@@ -242,7 +242,7 @@ static void handle_query(struct egress_sandbox *sb, const uint8_t *pkt, size_t l
         struct sniff_dns d;
         if (sniff_dns_question(pkt, len, &d) != SNIFF_OK)
                 return;
-        sb->dns_queries++;
+        sb->delta.dns_queries++;
         char name[NETPOLICY_NAME_MAX + 1];
         if (d.qclass != DNS_CLASS_IN || netpolicy_name_normalize(d.name, strlen(d.name), name) < 0) {
                 reply_error(sb->dns.fd, from, pkt, d.question_end, DNS_RCODE_REFUSED, false);
@@ -329,7 +329,7 @@ void dns_tcp_query(struct conn *c, const uint8_t *pkt, size_t len, dns_tcp_reply
                 reply(c, NULL, 0); /* not a query: the connection is dropped */
                 return;
         }
-        sb->dns_queries++;
+        sb->delta.dns_queries++;
         char name[NETPOLICY_NAME_MAX + 1];
         enum netpolicy_verdict v = NETPOLICY_NOT_ALLOWED;
         if (d.qclass == DNS_CLASS_IN && netpolicy_name_normalize(d.name, strlen(d.name), name) == 0) {

@@ -161,6 +161,15 @@ static int64_t now_ms(void)
 
 /* --- the client side: TLS over a memory BIO fed from the socket ----------- */
 
+/* Plain HTTP's reads, either side (SO_RCVTIMEO bounds each). */
+static ssize_t read_some(int fd, void *buf, size_t cap)
+{
+        ssize_t n;
+        while ((n = read(fd, buf, cap)) < 0 && errno == EINTR)
+                ;
+        return n;
+}
+
 /* False when the head's deadline passes before the client sends more. */
 static bool client_wait(struct job *j)
 {
@@ -194,9 +203,7 @@ static int client_step(struct job *j, void *buf, int len)
                 }
                 if (!client_wait(j))
                         return -1;
-                ssize_t n;
-                while ((n = read(j->client_fd, buf, (size_t)len)) < 0 && errno == EINTR)
-                        ;
+                ssize_t n = read_some(j->client_fd, buf, (size_t)len);
                 return n < 0 ? -1 : (int)n;
         }
         for (;;) {
@@ -272,10 +279,7 @@ static int upstream_read(struct job *j, void *buf, size_t cap)
 {
         if (j->tls)
                 return SSL_read(j->upstream, buf, (int)cap);
-        ssize_t n;
-        while ((n = read(j->upstream_fd, buf, cap)) < 0 && errno == EINTR)
-                ;
-        return (int)n;
+        return (int)read_some(j->upstream_fd, buf, cap);
 }
 
 /* --- one request ---------------------------------------------------------- */

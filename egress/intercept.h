@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* TLS interception for the hosts of a sandbox's secrets, and for nothing
- * else (and, the same way without TLS, their plain HTTP on port 80): the sandbox's TLS ends here, with a
- * certificate for the host signed by the sandbox's own CA (which nsboxd made and installed in the sandbox),
+ * else (and, the same way without TLS, their plain HTTP on port 80): the
+ * sandbox's TLS ends here, with a certificate for the host signed by the
+ * sandbox's own CA (which nsboxd made and installed in the sandbox),
  * and a new TLS connection to the host, whose certificate is verified (the
  * system's CAs and --ca-file), carries the request with the secrets put in
  * (inject.h). Each intercepted connection runs in a thread of its own with

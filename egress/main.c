@@ -252,13 +252,10 @@ static const char *op_adopt(void)
                 struct in_addr gw = { .s_addr = htonl(sb->gateway) };
                 char gateway[INET_ADDRSTRLEN];
                 inet_ntop(AF_INET, &gw, gateway, sizeof(gateway));
-                egress_send_event(json_pack(
-                    "{s:s, s:s, s:s, s:i, s:i, s:o, s:{s:I, s:I, s:I, s:I, s:I, s:I}}", "event", "adopt",
-                    "sandbox", sb->id, "gateway", gateway, "tcp", sb->tcp.fd, "dns", sb->dns.fd, "exposed",
-                    exposed, "stats", "bytes_in", (json_int_t)sb->sent.bytes_in, "bytes_out",
-                    (json_int_t)sb->sent.bytes_out, "connections", (json_int_t)sb->sent.connections,
-                    "refused", (json_int_t)sb->sent.refused, "dns_queries", (json_int_t)sb->sent.dns_queries,
-                    "secrets_injected", (json_int_t)sb->sent.secrets_injected));
+                egress_send_event(json_pack("{s:s, s:s, s:s, s:i, s:i, s:o, s:o}", "event", "adopt",
+                                            "sandbox", sb->id, "gateway", gateway, "tcp", sb->tcp.fd, "dns",
+                                            sb->dns.fd, "exposed", exposed, "stats",
+                                            egress_counts_json(&sb->sent)));
         }
         egress_send_event(json_pack("{s:s, s:i}", "event", "adopted", "protocol", EGRESS_PROTOCOL));
         return NULL;
@@ -691,20 +688,18 @@ int main(int argc, char **argv)
                 return 2;
         }
         fcntl(egress.control.fd, F_SETFD, FD_CLOEXEC);
-        egress.lease.fd = egress.netns_fd = egress.keep_fd = -1;
+        egress.lease.fd = -1;
         if (lease_fd != ~0u) {
                 /* Live restore: the lease says when nsboxd is gone; the copy
                  * of nsboxd's end of the control socket (keep_fd) keeps the
                  * socket open for the next one, and so does netns_fd the
-                 * egress namespace. */
+                 * egress namespace: both stay open, never used here. */
                 if (!socket_is((int)lease_fd, SOCK_SEQPACKET) || !socket_is((int)keep_fd, SOCK_SEQPACKET) ||
                     set_nonblock((int)lease_fd) < 0) {
                         log_error("nsbox-egress: --lease-fd and --keep-fd must be SOCK_SEQPACKET sockets");
                         return 2;
                 }
                 egress.grace_ms = (int64_t)grace * 1000;
-                egress.netns_fd = (int)netns_fd;
-                egress.keep_fd = (int)keep_fd;
         }
         /* The CA file is read as nsboxd's uid could, before the privileges go. */
         if (peer_init() < 0) {
@@ -716,7 +711,7 @@ int main(int argc, char **argv)
                 log_error("nsbox-egress: %s", err->message);
                 return 1;
         }
-        if (egress.netns_fd < 0)
+        if (lease_fd == ~0u)
                 close((int)netns_fd);
         int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
         struct itimerspec its = { .it_interval = { 0, TICK_MS * 1000000L },

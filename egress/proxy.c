@@ -380,9 +380,9 @@ static bool half_read(struct conn *c, int fd, struct half *h, bool client_side)
         }
         if (c->sandbox != NULL && c->mode != CONN_EXPOSE) {
                 if (client_side)
-                        c->sandbox->bytes_out += got;
+                        c->sandbox->delta.bytes_out += got;
                 else
-                        c->sandbox->bytes_in += got;
+                        c->sandbox->delta.bytes_in += got;
         }
         return true;
 }
@@ -512,7 +512,7 @@ static enum rewrite_result rewrite_http_head(struct conn *c, bool apply, const s
         c->c2u.end = n;
         c->holds_secret = secrets != NULL;
         if (c->sandbox != NULL && c->named && inject_for_host(secrets, c->name)) {
-                c->sandbox->secrets_injected++;
+                c->sandbox->delta.secrets_injected++;
                 if (secrets->longest_value > 0)
                         c->u2c_mask = inject_ref(secrets);
         }
@@ -536,7 +536,7 @@ static void conn_connected(struct conn *c)
                 return;
         }
         if (c->sandbox != NULL && c->mode != CONN_EXPOSE)
-                c->sandbox->connections++;
+                c->sandbox->delta.connections++;
         if (c->reply_connected) {
                 static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
                 send_now(c->client.fd, ok, sizeof(ok) - 1);

@@ -62,6 +62,10 @@
 #define SYS_pidfd_getfd 438
 #endif
 
+struct egress_stats {
+        json_int_t bytes_in, bytes_out, connections, refused, dns_queries, secrets_injected;
+};
+
 struct egress_exposed {
         unsigned port;
         unsigned host_port;
@@ -83,9 +87,7 @@ struct sandbox_egress {
         struct egress_ca ca; /* with secrets: TLS to their hosts is intercepted */
         struct egress_exposed exposed[EGRESS_MAX_EXPOSED];
         unsigned n_exposed;
-        struct {
-                json_int_t bytes_in, bytes_out, connections, refused, dns_queries, secrets_injected;
-        } stats;
+        struct egress_stats stats;
         struct egress_refusal refusals[EGRESS_REFUSALS];
         unsigned n_refusals; /* ever, the ring holds the last EGRESS_REFUSALS */
 };
@@ -390,11 +392,23 @@ static void record_refusal(struct sandbox *sb, json_t *event)
                     name != NULL && address != NULL ? address : "", reason != NULL ? reason : "not allowed");
 }
 
-static void add_stat(json_int_t *total, json_t *event, const char *key)
+static void add_stat(json_int_t *total, json_t *from, const char *key)
 {
-        json_int_t v = json_integer_value(json_object_get(event, key));
+        json_int_t v = json_integer_value(json_object_get(from, key));
         if (v > 0)
                 *total += v;
+}
+
+/* The proxy's counts (a "stats" event's deltas, or an adopted sandbox's
+ * totals so far) added up; what is not a count of it is taken as 0. */
+static void stats_add(struct egress_stats *total, json_t *from)
+{
+        add_stat(&total->bytes_in, from, "bytes_in");
+        add_stat(&total->bytes_out, from, "bytes_out");
+        add_stat(&total->connections, from, "connections");
+        add_stat(&total->refused, from, "refused");
+        add_stat(&total->dns_queries, from, "dns_queries");
+        add_stat(&total->secrets_injected, from, "secrets_injected");
 }
 
 static void proxy_event(json_t *event)
@@ -413,12 +427,7 @@ static void proxy_event(json_t *event)
         if (strcmp(kind, "refused") == 0) {
                 record_refusal(sb, event);
         } else if (strcmp(kind, "stats") == 0) {
-                add_stat(&sb->egress->stats.bytes_in, event, "bytes_in");
-                add_stat(&sb->egress->stats.bytes_out, event, "bytes_out");
-                add_stat(&sb->egress->stats.connections, event, "connections");
-                add_stat(&sb->egress->stats.refused, event, "refused");
-                add_stat(&sb->egress->stats.dns_queries, event, "dns_queries");
-                add_stat(&sb->egress->stats.secrets_injected, event, "secrets_injected");
+                stats_add(&sb->egress->stats, event);
         }
 }
 
@@ -578,6 +587,18 @@ static bool is_proxy(pid_t pid)
         return n > 0 && strcmp(argv0, "nsbox-egress") == 0;
 }
 
+/* The slot of an adopted proxy's sandbox, by the gateway its "adopt"
+ * event names; false when that is in none of ours. */
+static bool adopted_slot(json_t *event, unsigned *slot)
+{
+        struct in_addr gw;
+        const char *text = json_string_value(json_object_get(event, "gateway"));
+        if (text == NULL || inet_pton(AF_INET, text, &gw) != 1 || ntohl(gw.s_addr) <= egress.base)
+                return false;
+        *slot = (ntohl(gw.s_addr) - egress.base) / 4;
+        return *slot < egress.n_slots;
+}
+
 /* The proxy a previous nsboxd left (its record in the state dir), taken
  * over when wanted: 1 when adopted, 0 when there is none to adopt (one
  * that cannot be, or is not wanted, is ended, with a log line why). Its
@@ -673,11 +694,9 @@ static int proxy_adopt(bool wanted)
         json_t *event;
         json_object_foreach(egress.adoptable, id, event)
         {
-                struct in_addr gw;
-                const char *text = json_string_value(json_object_get(event, "gateway"));
-                if (text != NULL && inet_pton(AF_INET, text, &gw) == 1 && ntohl(gw.s_addr) > egress.base &&
-                    (ntohl(gw.s_addr) - egress.base) / 4 < egress.n_slots)
-                        egress.slots[(ntohl(gw.s_addr) - egress.base) / 4] = 1;
+                unsigned slot;
+                if (adopted_slot(event, &slot))
+                        egress.slots[slot] = 1;
         }
         proxy_record_save();
         log_info("egress: proxy %d of the previous nsboxd adopted with %zu sandbox(es) (live restore)",
@@ -689,26 +708,11 @@ static int proxy_spawn(nsbox_error_t **err)
 {
         char uid[16], ns_fd[16], ctl_fd[16];
         snprintf(uid, sizeof(uid), "%u", (unsigned)nsboxd.config.egress_uid);
-        char *argv[] = { "nsbox-egress",
-                         "--control-fd",
-                         ctl_fd,
-                         "--netns-fd",
-                         ns_fd,
-                         "--uid",
-                         uid,
-                         "--gid",
-                         uid,
-                         NULL,
-                         NULL,
-                         NULL,
-                         NULL,
-                         NULL,
-                         NULL,
-                         NULL,
-                         NULL,
-                         NULL,
-                         NULL,
-                         NULL };
+        /* The fixed arguments, then room for the optional ones below (at
+         * most ten) and the NULL that ends them. */
+        char *argv[20] = {
+                "nsbox-egress", "--control-fd", ctl_fd, "--netns-fd", ns_fd, "--uid", uid, "--gid", uid
+        };
         char **more = &argv[9];
         if (nsboxd.config.egress_dns_servers[0]) {
                 *more++ = "--dns-servers";
@@ -1359,13 +1363,7 @@ static int reattach_adopted(struct sandbox *sb, json_t *policy, unsigned slot, n
                 nsbox_error_free(err);
                 return 0;
         }
-        json_t *stats = json_object_get(event, "stats");
-        e->stats.bytes_in = json_integer_value(json_object_get(stats, "bytes_in"));
-        e->stats.bytes_out = json_integer_value(json_object_get(stats, "bytes_out"));
-        e->stats.connections = json_integer_value(json_object_get(stats, "connections"));
-        e->stats.refused = json_integer_value(json_object_get(stats, "refused"));
-        e->stats.dns_queries = json_integer_value(json_object_get(stats, "dns_queries"));
-        e->stats.secrets_injected = json_integer_value(json_object_get(stats, "secrets_injected"));
+        stats_add(&e->stats, json_object_get(event, "stats"));
         json_object_del(egress.adoptable, sb->id);
         e->slot = slot;
         egress.slots[slot] = 1;
@@ -1389,12 +1387,8 @@ void egress_reattach_done(void)
         {
                 _cleanup_json_ json_t *m = json_pack("{s:s, s:s}", "op", "remove", "sandbox", id);
                 proxy_send(m, NULL, 0);
-                struct in_addr gw;
-                const char *text = json_string_value(json_object_get(event, "gateway"));
-                if (text == NULL || inet_pton(AF_INET, text, &gw) != 1 || ntohl(gw.s_addr) <= egress.base)
-                        continue;
-                unsigned slot = (ntohl(gw.s_addr) - egress.base) / 4;
-                if (slot >= egress.n_slots)
+                unsigned slot;
+                if (!adopted_slot(event, &slot))
                         continue;
                 egress.slots[slot] = 0;
                 char link[16];

@@ -14,7 +14,7 @@ import tempfile
 import pytest
 
 import upstream as U
-from test_network import ALLOWED_ONLY, POLICIES, info_stats, net, up  # noqa: F401 (fixtures)
+from test_network import ALLOWED_ONLY, POLICIES, info_stats, net, proxy_pids, up  # noqa: F401 (fixtures)
 from test_live_restore import alive
 from test_service import Service, wait_until
 
@@ -96,24 +96,6 @@ def proxy_pid(svc):
         return json.load(f)["pid"]
 
 
-def proxies_of(nsboxd_pid):
-    """The nsbox-egress processes nsboxd nsboxd_pid started (its children)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % entry) as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            with open("/proc/%s/cmdline" % entry, "rb") as f:
-                argv0 = f.read().split(b"\0")[0]
-        except OSError:
-            continue
-        if int(fields[1]) == nsboxd_pid and argv0.endswith(b"nsbox-egress"):
-            found.append(int(entry))
-    return found
-
-
 def egress_netns(pid):
     """The proxy's egress namespace (its factory thread's, once it entered it): its inode and a path
     to enter it."""
@@ -142,7 +124,7 @@ def proxy_left_by_a_kill9(svc):
     proxy it left running."""
     svc.start()
     sid = svc.call("sandbox.create", network=ALLOWED_ONLY)["sandbox_id"]
-    [pid] = proxies_of(svc.proc.pid)
+    [pid] = proxy_pids(svc)
     svc.kill9()
     return sid, pid
 
@@ -165,7 +147,7 @@ def test_a_download_open_through_the_proxy_completes_across_a_restart(live, up, 
                                        argv=["test", "-e", "/tmp/started"])["exit_code"] == 0, timeout=60), \
         svc.call("exec.output", sandbox_id=sid, exec_id=job)
     _info, before = info_stats(svc, sid, lambda s: s.get("connections", 0) >= 1)
-    [pid] = proxies_of(svc.proc.pid)
+    [pid] = proxy_pids(svc)
     ns, ns_path = egress_netns(pid)
     assert ns is not None and len(veths(ns_path)) == 1
 
@@ -191,7 +173,7 @@ def test_a_download_open_through_the_proxy_completes_across_a_restart(live, up, 
     assert "proxy %d of the previous nsboxd adopted with 1 sandbox(es)" % pid in svc.log(), svc.log()[-3000:]
     # the same proxy and namespace: no second proxy, no second namespace, one veth
     assert proxy_pid(svc) == pid and alive(pid)
-    assert proxies_of(svc.proc.pid) == []
+    assert proxy_pids(svc) == []
     assert egress_netns(pid)[0] == ns and len(veths(ns_path)) == 1
     assert after["connections"] >= before["connections"] and after["bytes_in"] >= before["bytes_in"], \
         (before, after)
@@ -222,7 +204,7 @@ def test_a_proxy_of_another_protocol_is_ended_and_a_fresh_one_started(live, up):
     assert "the proxy %d a previous nsboxd left is ended (it speaks another protocol: another build)" % pid \
         in svc.log(), svc.log()[-3000:]
     assert wait_until(lambda: not alive(pid), timeout=20)
-    fresh = proxies_of(svc.proc.pid)
+    fresh = proxy_pids(svc)
     assert len(fresh) == 1 and proxy_pid(svc) == fresh[0]
     assert "sandbox %s: network allowed given back (live restore)" % sid in svc.log()
     v = net(svc, sid, "verdict(r=http('allowed.test', path='/fresh').get('status'))")
@@ -252,7 +234,7 @@ def test_a_next_nsboxd_without_live_restore_ends_the_proxy_left(live, up):
             in plain.log(), plain.log()[-3000:]
         assert not alive(pid)
         assert plain.call("sandbox.list")["count"] == 0, sid
-        [fresh] = proxies_of(plain.proc.pid)
+        [fresh] = proxy_pids(plain)
         assert veths(egress_netns(fresh)[1]) == []
         assert plain.terminate() == 0
         assert wait_until(lambda: not alive(fresh), timeout=20)
@@ -274,6 +256,6 @@ def test_a_next_nsboxd_that_gives_no_network_ends_the_proxy_left(live, up):
     try:
         assert "the proxy %d a previous nsboxd left is ended (this nsboxd gives sandboxes no network)" % pid \
             in no_network.log(), no_network.log()[-3000:]
-        assert not alive(pid) and proxies_of(no_network.proc.pid) == []
+        assert not alive(pid) and proxy_pids(no_network) == []
     finally:
         no_network.kill9()
