@@ -19,8 +19,9 @@ struct exec;
 struct sandbox;
 
 /* Whether ex is one to keep: live restore is on, the sandbox is leased, and
- * ex is a client's exec (background, foreground or streamed) whose stdio is
- * pipes nsboxd reads (no tty), or a helper that says how to take it over. */
+ * ex is a client's exec (background, foreground or streamed; its stdio
+ * pipes nsboxd reads, or a tty's pty master), or a helper that says how to
+ * take it over. */
 bool exec_keep_wanted(const struct exec *ex);
 /* Make its record and hand the init its fds; on failure ex simply ends
  * with nsboxd, as without live restore (logged). */

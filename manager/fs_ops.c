@@ -598,27 +598,35 @@ static int fs_append_at(const struct fs_ctx *ctx, int parent, const struct fs_pa
         return r;
 }
 
-/* Give the whole O_TMPFILE file `fd` a temporary name in `parent` (into
- * tmp), for the rename that puts it in place: it is named for the moment
- * between the two calls only. */
-static int fs_name_unnamed(const struct fs_ctx *ctx, int parent, int fd, char *tmp, size_t size,
-                           const char *shown, nsbox_error_t **err)
+/* A temporary name in `parent` (into tmp) for the rename that puts the
+ * written file in place: the whole O_TMPFILE file `unnamed` linked there
+ * (0 returned), or, with unnamed -1, a new file made there (its fd
+ * returned). tmp is empty when nothing has the name. */
+static int fs_temp_name(const struct fs_ctx *ctx, int parent, int unnamed, char *tmp, size_t size,
+                        const char *shown, nsbox_error_t **err)
 {
         char self[64];
-        snprintf(self, sizeof(self), "/proc/thread-self/fd/%d", fd);
+        snprintf(self, sizeof(self), "/proc/thread-self/fd/%d", unnamed);
         for (int attempt = 0; attempt < FS_RESOLVE_RETRIES; attempt++) {
                 int r = staging_name(STAGING_WRITE_PREFIX, tmp, size);
                 if (r < 0)
                         return nsbox_error(err, -r, "a temporary name for %s", shown);
-                fs_create_as_user(ctx, r,
-                                  linkat(AT_FDCWD, self, parent, tmp, AT_SYMLINK_FOLLOW) < 0 ? -errno : 0);
-                if (r == 0)
-                        return 0;
+                if (unnamed >= 0)
+                        fs_create_as_user(
+                            ctx, r, linkat(AT_FDCWD, self, parent, tmp, AT_SYMLINK_FOLLOW) < 0 ? -errno : 0);
+                else
+                        fs_create_as_user(ctx, r,
+                                          fs_openat2(parent, tmp,
+                                                     O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NOCTTY,
+                                                     0600, FS_RESOLVE_ENTRY));
+                if (r >= 0)
+                        return r;
                 tmp[0] = '\0';
                 if (r == -ENOSPC || r == -EDQUOT)
-                        return fs_no_space(err, ctx, "name", shown);
+                        return fs_no_space(err, ctx, unnamed >= 0 ? "name" : "create", shown);
                 if (r != -EEXIST)
-                        return nsbox_error(err, -r, "name the written file of %s", shown);
+                        return unnamed >= 0 ? nsbox_error(err, -r, "name the written file of %s", shown)
+                                            : nsbox_error(err, -r, "create %s", shown);
         }
         return nsbox_refuse(err, EAGAIN, "%s: the sandbox kept taking the temporary name", shown);
 }
@@ -670,24 +678,8 @@ int fs_write_at(const struct fs_ctx *ctx, const struct fs_path *p, const void *d
         if (fd == -ENOSPC || fd == -EDQUOT)
                 return fs_no_space(err, ctx, "create", p->shown);
         bool unnamed = fd >= 0;
-        if (!unnamed)
-                fd = -1;
-        for (int attempt = 0; fd < 0; attempt++) {
-                if (attempt >= FS_RESOLVE_RETRIES)
-                        return nsbox_refuse(err, EAGAIN, "%s: the sandbox kept taking the temporary name",
-                                            p->shown);
-                if ((r = staging_name(STAGING_WRITE_PREFIX, tmp, sizeof(tmp))) < 0)
-                        return nsbox_error(err, -r, "a temporary name for %s", p->shown);
-                fs_create_as_user(ctx, fd,
-                                  fs_openat2(parent, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NOCTTY,
-                                             0600, FS_RESOLVE_ENTRY));
-                if (fd == -EEXIST)
-                        continue;
-                if (fd == -ENOSPC || fd == -EDQUOT)
-                        return fs_no_space(err, ctx, "create", p->shown);
-                if (fd < 0)
-                        return nsbox_error(err, -fd, "create %s", p->shown);
-        }
+        if (!unnamed && (fd = fs_temp_name(ctx, parent, -1, tmp, sizeof(tmp), p->shown, err)) < 0)
+                return fd;
         mode_t mode = opts->mode_set ? (opts->mode & 0777) : FS_DEFAULT_FILE_MODE;
         if (existed) {
                 if (!opts->mode_set)
@@ -706,7 +698,7 @@ int fs_write_at(const struct fs_ctx *ctx, const struct fs_path *p, const void *d
         if (r == 0)
                 r = fs_write_all(ctx, fd, data, len, p->shown, err);
         if (r == 0 && unnamed)
-                r = fs_name_unnamed(ctx, parent, fd, tmp, sizeof(tmp), p->shown, err);
+                r = fs_temp_name(ctx, parent, fd, tmp, sizeof(tmp), p->shown, err);
         int moved = 0;
         if (r == 0)
                 fs_create_as_user(ctx, moved, renameat(parent, tmp, parent, p->name) < 0 ? -errno : 0);

@@ -133,13 +133,13 @@ static void server_method_info(struct rpc_request *req, struct sandbox *sb)
         if ((json_array_size(policies) > 0 || nsboxd.config.allow_client_network_policies) &&
             !userns_active())
                 json_array_append_new(features, json_string("network"));
-        /* Sandboxes outlive a restart of nsboxd (docs/design/live-restore.md). */
-        if (nsboxd.config.live_restore)
-                json_array_append_new(features, json_string("live-restore"));
-        /* And so do a client's foreground execs, which it takes back by id
+        /* Sandboxes outlive a restart of nsboxd (docs/design/live-restore.md),
+         * and so do a client's foreground execs, which it takes back by id
          * (sandbox.exec's notify_started, exec.output). */
-        if (nsboxd.config.live_restore)
+        if (nsboxd.config.live_restore) {
+                json_array_append_new(features, json_string("live-restore"));
                 json_array_append_new(features, json_string("exec-kept"));
+        }
         json_t *info =
             json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:b}", "version", NSBOX_VERSION, "kernel",
                       u.release, "cgroup", cgroup_mode_name(), "uid_isolation", uidmode_name(), "images",

@@ -577,7 +577,6 @@ static int shell_adopt(struct sandbox *sb, struct exec *ex, json_t *state)
                 return -1;
         }
         snprintf(s->name, sizeof(s->name), "%s", json_string_value(name));
-        s->sb = sb;
         s->exec = ex;
         s->ready = true;
         s->created_ms = now_monotonic_ms();

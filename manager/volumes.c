@@ -152,13 +152,12 @@ static int mount_ext4(const char *dev, nsbox_error_t **err)
         return mnt;
 }
 
-/* The volume's ext4, mounted detached (not idmapped: on-disk ids as
- * they are), or a negative errno (-ENOENT: no such volume of the owner's). */
+/* The ext4 of the owner's volume, whose record the caller has read,
+ * mounted detached (not idmapped: on-disk ids as they are), or a negative
+ * errno. */
 static int volume_mount_raw(uid_t owner, const char *name, nsbox_error_t **err)
 {
         char path[4096], dev[64];
-        if (!volume_exists(owner, name))
-                return nsbox_refuse(err, ENOENT, "no volume \"%s\" (nsbox volume ls lists yours)", name);
         volume_dir(owner, name, path, sizeof(path));
         strncat(path, "/" VOLUME_IMAGE, sizeof(path) - strlen(path) - 1);
         _cleanup_close_ int image = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
@@ -184,6 +183,8 @@ static int volume_mount_raw(uid_t owner, const char *name, nsbox_error_t **err)
 
 int volume_mount_tree(uid_t owner, const char *name, int userns, bool read_only, nsbox_error_t **err)
 {
+        if (!volume_exists(owner, name))
+                return nsbox_refuse(err, ENOENT, "no volume \"%s\" (nsbox volume ls lists yours)", name);
         int mnt = volume_mount_raw(owner, name, err);
         if (mnt < 0)
                 return mnt;

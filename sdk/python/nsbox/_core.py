@@ -29,7 +29,6 @@ def socket_path(socket=None):
     return socket or os.environ.get("NSBOX_SOCKET") or DEFAULT_SOCKET
 
 
-
 def _take_output(params, decoders, parts, callbacks):
     """An exec.output notification's text: decoded into its stream's parts,
     and handed to that stream's callback (whose answer is returned)."""
@@ -39,6 +38,7 @@ def _take_output(params, decoders, parts, callbacks):
         if callbacks[params["stream"]] is not None:
             return callbacks[params["stream"]](chunk)
     return None
+
 
 class Call:
     """A JSON-RPC request; on_notify sees each notification that comes before its reply."""
@@ -572,7 +572,6 @@ class FilesCore:
     def chmod(self, path, mode):
         """Set a file's or directory's permission bits (0o1777 at most)."""
         return (yield self._call("chmod", path=path, mode=int(mode)))
-
 
 
 class VolumeCore:
