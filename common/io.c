@@ -3,7 +3,13 @@
 #include "io.h"
 
 #include <errno.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#ifndef SYS_pidfd_getfd
+#define SYS_pidfd_getfd 438
+#endif
 
 int io_write_all(int fd, const void *data, size_t len)
 {
@@ -35,4 +41,19 @@ ssize_t io_read_full(int fd, void *data, size_t len)
                 got += (size_t)n;
         }
         return (ssize_t)got;
+}
+
+int io_pidfd_take(int pidfd, int target)
+{
+        return (int)syscall(SYS_pidfd_getfd, pidfd, target, 0);
+}
+
+bool io_socket_is(int fd, int domain, int type)
+{
+        int t = 0, d = 0;
+        socklen_t len = sizeof(t);
+        if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &t, &len) < 0 || t != type)
+                return false;
+        len = sizeof(d);
+        return getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &d, &len) == 0 && d == domain;
 }

@@ -2,6 +2,7 @@
 /* Small fd helpers every program shares. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -12,3 +13,10 @@ int io_write_all(int fd, const void *data, size_t len);
 /* Read exactly len bytes from fd, through EINTR and short reads: len, the
  * bytes read before the end of the stream (fewer than len), or -errno. */
 ssize_t io_read_full(int fd, void *data, size_t len);
+
+/* A copy of fd number `target` of the process behind pidfd
+ * (pidfd_getfd(2), close-on-exec): the fd, or -1 with errno set. */
+int io_pidfd_take(int pidfd, int target);
+
+/* Whether fd is a socket of this domain and type. */
+bool io_socket_is(int fd, int domain, int type);

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "cleanup.h"
+#include "io.h"
 #include "daemon.h"
 #include "egress_ca.h"
 #include "egress_proto.h"
@@ -57,10 +58,6 @@
 #define EGRESS_LEASE_FD   6
 #define EGRESS_RECORD     "egress.json"
 #define EGRESS_ADOPT_MS   5000
-
-#ifndef SYS_pidfd_getfd
-#define SYS_pidfd_getfd 438
-#endif
 
 struct egress_stats {
         json_int_t bytes_in, bytes_out, connections, refused, dns_queries, secrets_injected;
@@ -514,7 +511,7 @@ static int take_fd(int pidfd, json_int_t number, const char *what, nsbox_error_t
 {
         if (number < 0 || number > INT32_MAX)
                 return nsbox_error(err, EPROTO, "it names no fd for %s", what);
-        int fd = (int)syscall(SYS_pidfd_getfd, pidfd, (int)number, 0);
+        int fd = io_pidfd_take(pidfd, (int)number);
         if (fd < 0)
                 return nsbox_error(err, errno, "take %s from it", what);
         return fd;
@@ -522,13 +519,7 @@ static int take_fd(int pidfd, json_int_t number, const char *what, nsbox_error_t
 
 static bool socket_of(int fd, int type)
 {
-        int t = 0, domain = 0;
-        socklen_t len = sizeof(t);
-        if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &t, &len) < 0 || t != type)
-                return false;
-        len = sizeof(domain);
-        return getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 &&
-               domain == (type == SOCK_SEQPACKET ? AF_UNIX : AF_INET);
+        return io_socket_is(fd, type == SOCK_SEQPACKET ? AF_UNIX : AF_INET, type);
 }
 
 /* The proxy's answers to "adopt", read as they come (what it sent before,
@@ -558,8 +549,12 @@ static int proxy_adopt_answers(int ctl, json_t **adopted, nsbox_error_t **err)
                     (strcmp(op, "adopt") == 0 || strcmp(op, "lease") == 0))
                         return nsbox_error(err, EPROTO, "it refused %s: %s", op,
                                            json_string_value(json_object_get(event, "message")));
-                if (strcmp(kind, "adopt") == 0 && id != NULL)
+                /* At most one a slot: a proxy that says more is not believed. */
+                if (strcmp(kind, "adopt") == 0 && id != NULL) {
+                        if (json_object_size(egress.adoptable) >= egress.n_slots)
+                                return nsbox_error(err, EPROTO, "it named more sandboxes than it has slots");
                         json_object_set(egress.adoptable, id, event);
+                }
                 if (strcmp(kind, "adopted") == 0) {
                         *adopted = json_incref(event);
                         return 0;

@@ -19,6 +19,7 @@
 
 #include "cgroup.h"
 #include "cleanup.h"
+#include "io.h"
 #include "daemon.h"
 #include "egress.h"
 #include "json_cleanup.h"
@@ -28,10 +29,6 @@
 #include "secrets.h"
 #include "secrets_keep.h"
 #include "state.h"
-
-#ifndef SYS_pidfd_getfd
-#define SYS_pidfd_getfd 438
-#endif
 
 #define KILL_WAIT_MS 5000
 
@@ -119,7 +116,7 @@ static int take_kept_fd(int pidfd, int target)
         if (deadline == 0)
                 deadline = now_monotonic_ms() + KEPT_WAIT_MS;
         for (;;) {
-                int fd = (int)syscall(SYS_pidfd_getfd, pidfd, target, 0); /* CLOEXEC always */
+                int fd = io_pidfd_take(pidfd, target);
                 if (fd >= 0 || errno != EBADF || now_monotonic_ms() >= deadline)
                         return fd;
                 struct pollfd none = { .fd = -1 };
@@ -221,15 +218,11 @@ static int adopt_one(const char *name, nsbox_error_t **err)
 
         /* The manager's end of its control socket, which the init kept for us. */
         _cleanup_close_ int ctl = take_kept_fd(pidfd, NSBOX_INIT_KEEP_FD);
-        int type = 0, domain = 0;
-        socklen_t len = sizeof(type);
         if (ctl < 0) {
                 policy_clear(&a.policy);
                 return nsbox_error(err, errno, "take its control socket from its init");
         }
-        if (getsockopt(ctl, SOL_SOCKET, SO_TYPE, &type, &len) < 0 || type != SOCK_SEQPACKET ||
-            (len = sizeof(domain), getsockopt(ctl, SOL_SOCKET, SO_DOMAIN, &domain, &len)) < 0 ||
-            domain != AF_UNIX) {
+        if (!io_socket_is(ctl, AF_UNIX, SOCK_SEQPACKET)) {
                 policy_clear(&a.policy);
                 return nsbox_error(err, EPROTO, "its init holds no control socket where it should");
         }
@@ -239,7 +232,7 @@ static int adopt_one(const char *name, nsbox_error_t **err)
                 return r;
         }
         /* Its writable layer, which the init kept too: snapshots and commits of it. */
-        _cleanup_close_ int disk = (int)syscall(SYS_pidfd_getfd, pidfd, NSBOX_INIT_DISK_FD, 0);
+        _cleanup_close_ int disk = io_pidfd_take(pidfd, NSBOX_INIT_DISK_FD);
         struct statfs fs;
         if (disk >= 0 && (fstatfs(disk, &fs) < 0 || fs.f_type != TMPFS_MAGIC))
                 close(steal_fd(&disk));
