@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cleanup.h"
+#include "sandbox_user.h"
 #include "e2b_wire.h"
 #include "json_cleanup.h"
 #include "nsboxd.h"
@@ -19,7 +20,6 @@
 #include "textenc.h"
 
 /* nsboxd keeps a volume's files the sandbox user's, as every sandbox sees them. */
-#define VOLUME_FILE_OWNER 1000
 
 static const char *query(struct http_request *r, const char *key)
 {
@@ -140,11 +140,11 @@ static bool metadata_of(struct http_request *r, json_t *body, unsigned long max_
                                             ids[i]);
                         return false;
                 }
-                if (set && id != VOLUME_FILE_OWNER) {
+                if (set && id != NSBOX_SANDBOX_USER) {
                         *ret = volume_error(r, MHD_HTTP_BAD_REQUEST, "invalid_params",
                                             "nsbox keeps a volume's files the sandbox user's (%s %d, as "
                                             "every sandbox that mounts it sees them)",
-                                            ids[i], VOLUME_FILE_OWNER);
+                                            ids[i], NSBOX_SANDBOX_USER);
                         return false;
                 }
         }

@@ -33,6 +33,7 @@
 #include "budget.h"
 #include "cgroup.h"
 #include "cleanup.h"
+#include "sandbox_user.h"
 #include "daemon.h"
 #include "egress.h"
 #include "json_cleanup.h"
@@ -1263,7 +1264,7 @@ static int exec_open_pty(struct exec *ex, const struct exec_params *p, int child
                 return nsbox_error(err, errno, "open the root of sandbox %s", ex->sb->id);
         struct open_how how = { .flags = O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC,
                                 .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
-        uid_t owner = ex->sb->host_uid_base + (p->root ? 0 : 1000);
+        uid_t owner = ex->sb->host_uid_base + (p->root ? 0 : NSBOX_SANDBOX_USER);
         uid_t our_gid = (uid_t)setfsgid(owner), our_uid = (uid_t)setfsuid(owner);
         int master = (int)syscall(SYS_openat2, root, "dev/pts/ptmx", &how, sizeof(how));
         int e = errno;
@@ -1376,8 +1377,8 @@ static int exec_start(struct sandbox *sb, struct exec *ex, const struct exec_par
         ex->oom_kills_at_start = cgroup_sandbox_oom_kills(sb->cgroup);
         struct ctl_exec hdr = {
                 .hdr = { CTL_EXEC, 0 },
-                .uid = p->root ? 0 : 1000,
-                .gid = p->root ? 0 : 1000,
+                .uid = p->root ? 0 : NSBOX_SANDBOX_USER,
+                .gid = p->root ? 0 : NSBOX_SANDBOX_USER,
                 .argc = argc,
                 .envc = envc,
                 .flags = CTL_EXEC_SEARCH_PATH | (ex->tty ? CTL_EXEC_TTY : 0),

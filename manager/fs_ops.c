@@ -46,6 +46,7 @@
 #include <unistd.h>
 
 #include "cleanup.h"
+#include "sandbox_user.h"
 #include "fs_path.h"
 #include "fs_worker.h"
 #include "log.h"
@@ -60,7 +61,7 @@ _Static_assert(FS_MAX_MOUNTS == POLICY_MAX_MOUNTS, "fs_ctx holds every mount of 
  * worker whose fd limit is raised to match. */
 #define FS_TREE_MAX_DEPTH    16384
 #define FS_DIRENT_BUFFER     (64u << 10)
-#define FS_SANDBOX_USER      1000
+#define FS_SANDBOX_USER      NSBOX_SANDBOX_USER
 #define FS_DEFAULT_FILE_MODE 0644
 #define FS_DEFAULT_DIR_MODE  0755
 /* openat2 answers EAGAIN when a rename raced a ".." walk; the sandbox can

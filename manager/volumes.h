@@ -11,10 +11,11 @@
 #include "fs_ops.h"
 #include "rpc.h"
 #include "sandbox.h"
+#include "sandbox_user.h"
 
 /* The sandbox user's ids (the image's uid 1000): a new volume's root is
  * theirs, and a host directory's owner appears as them. */
-#define VOLUME_SANDBOX_USER 1000
+#define VOLUME_SANDBOX_USER NSBOX_SANDBOX_USER
 #define VOLUME_MIN_BYTES    (16ull << 20)
 #define VOLUME_MAX_PER_UID  64
 
