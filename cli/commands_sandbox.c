@@ -2,6 +2,7 @@
 /* nsbox create, ls, info, rm, status: the sandbox lifecycle. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

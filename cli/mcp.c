@@ -9,6 +9,7 @@
  * go to stderr. The sandbox of the default session (calls that name none)
  * is removed when the server ends, unless --session named it to keep. */
 #include <errno.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -16,11 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
-#include <uuid/uuid.h>
 
 #include "cleanup.h"
 #include "cli.h"
@@ -745,11 +746,11 @@ int cmd_mcp(const struct cli *cli, int argc, char **argv)
                 .lock = PTHREAD_MUTEX_INITIALIZER,
                 .reader = { .max = MCP_MAX_LINE },
         };
-        uuid_t uuid;
-        char uuid_text[37], made_up[16];
-        uuid_generate_random(uuid);
-        uuid_unparse_lower(uuid, uuid_text);
-        snprintf(made_up, sizeof(made_up), "mcp-%.8s", uuid_text);
+        uint32_t nonce;
+        if (getrandom(&nonce, sizeof(nonce), 0) != (ssize_t)sizeof(nonce))
+                return cli_fail("mcp: getrandom: %s", strerror(errno));
+        char made_up[16];
+        snprintf(made_up, sizeof(made_up), "mcp-%08" PRIx32, nonce);
         srv.default_session = session != NULL ? session : made_up;
         srv.keep_default_session = session != NULL;
         srv.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

@@ -156,6 +156,24 @@ def test_the_cli_is_a_static_binary():
     assert "libarchive.so.13" in dynamic_needs(os.path.join(BUILD, "nsbox-tar"))
 
 
+def test_the_cli_is_built_on_musl_not_glibc():
+    """A static glibc's start reads the CPU's features with cpuid for its
+    string functions, and in a VM each cpuid exits to the hypervisor: about
+    half of the CLI's start here. musl's start runs none (the Makefile's
+    CLI_LIBC; `make bench` shows what it is worth). A static glibc carries
+    the name of its tunables' variable, which it reads at every start."""
+    cli = os.path.join(BUILD, "nsbox")
+    if dynamic_needs(cli):
+        pytest.skip("the sanitizer build (make asan) links the CLI with glibc, dynamically")
+    with open(cli, "rb") as f:
+        image = f.read()
+    assert b"GLIBC_TUNABLES" not in image
+    # It runs: a musl CLI that could not start would fail every other test, but
+    # say it here too, with the thread stack the MCP server's calls run on.
+    r = subprocess.run([cli, "--help"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and "usage" in r.stdout.lower(), (r.returncode, r.stdout[-300:], r.stderr[-300:])
+
+
 def test_tar_streams_go_through_the_helper_and_say_when_it_is_missing(daemon, sandbox, tmp_path):
     daemon.call("fs.write", sandbox_id=sandbox, path="kept.txt", content="kept\n")
     r = daemon.cli("cp", sandbox + ":/workspace", "-")
