@@ -70,12 +70,21 @@ def test_server_load_counts_removed_sandboxes_until_their_teardown_is_over(daemo
     round's teardown is not timed in the next), and none is left after."""
     ids = [daemon.call("sandbox.create")["sandbox_id"] for _ in range(4)]
     for sid in ids:
-        daemon.call("sandbox.exec", sandbox_id=sid, command="sleep 600", background=True)
+        # 150 processes each: the kernel's ending of a sandbox then takes
+        # milliseconds, far longer than the server.load asked right after.
+        daemon.call("sandbox.exec", sandbox_id=sid, background=True,
+                    command="for i in $(seq 150); do sleep 600 & done; wait")
+    for sid in ids:
+        deadline = time.monotonic() + 30
+        while daemon.call("sandbox.exec", sandbox_id=sid, command="pgrep -c sleep")["stdout"].strip() != "150":
+            assert time.monotonic() < deadline, "the sleeps did not all start"
+            time.sleep(0.05)
     assert daemon.call("server.load")["sandboxes_ending"] == 0
+    seen = []
     for sid in ids:
         daemon.call("sandbox.remove", sandbox_id=sid, force=True)
-    seen = daemon.call("server.load")["sandboxes_ending"]
-    assert 0 <= seen <= len(ids)
+        seen.append(daemon.call("server.load")["sandboxes_ending"])
+    assert all(0 <= n <= len(ids) for n in seen) and max(seen) >= 1, seen
     deadline = time.monotonic() + 30
     while daemon.call("server.load")["sandboxes_ending"] != 0:
         assert time.monotonic() < deadline, "removed sandboxes still ending after 30 s"
