@@ -43,8 +43,8 @@ int egress_ca_install(struct sandbox *sb, const struct egress_ca *ca, nsbox_erro
         struct fs_read_result old = { 0 };
         nsbox_error_t *read_err = NULL;
         if (r == 0 &&
-            (r = fs_path_parse(POLICY_SECRETS_CA_BUNDLE, strlen(POLICY_SECRETS_CA_BUNDLE), &path, err)) ==
-                0 &&
+            (r = fs_path_parse(POLICY_SECRETS_CA_BUNDLE, strlen(POLICY_SECRETS_CA_BUNDLE), NULL, &path,
+                               err)) == 0 &&
             fs_read_at(&ctx, &path, 0, BUNDLE_MAX, &old, &read_err) < 0)
                 old = (struct fs_read_result){ 0 }; /* an image without one: the CA alone */
         nsbox_error_free(&read_err);

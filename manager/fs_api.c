@@ -193,14 +193,7 @@ static bool fs_get_path(struct rpc_request *req, struct sandbox *sb, const char 
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s is required", key);
                 return false;
         }
-        char rooted[FS_PATH_MAX + 2];
-        if (sb == NULL && len > 0 && text[0] != '/' && len < sizeof(rooted) - 1) {
-                rooted[0] = '/';
-                memcpy(rooted + 1, text, len);
-                text = rooted;
-                len++;
-        }
-        int r = fs_path_parse(text, len, path, &err);
+        int r = fs_path_parse(text, len, sb != NULL ? FS_PATH_WORKSPACE : NULL, path, &err);
         if (r < 0) {
                 /* Methods with one path keep the message they always had. */
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s%s%s",

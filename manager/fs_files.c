@@ -113,7 +113,7 @@ void fs_write_files(struct sandbox *sb, json_t *files, fs_files_done_fn done, vo
 static int fs_begin_internal(struct sandbox *sb, const char *path, struct fs_path *p, struct fs_ctx *ctx,
                              nsbox_error_t **err)
 {
-        int r = fs_path_parse(path, strlen(path), p, err);
+        int r = fs_path_parse(path, strlen(path), FS_PATH_WORKSPACE, p, err);
         if (r < 0)
                 return r;
         return fs_ctx_open(sb, ctx, err);

@@ -1197,6 +1197,6 @@ int fs_write_path(struct fs_ctx *ctx, const char *path, const void *data, size_t
 {
         struct fs_path p;
         struct fs_write_options opts = { .mode = mode, .mode_set = true, .parents = true };
-        int r = fs_path_parse(path, strlen(path), &p, err);
+        int r = fs_path_parse(path, strlen(path), FS_PATH_WORKSPACE, &p, err);
         return r < 0 ? r : fs_write_at(ctx, &p, data, len, &opts, err);
 }

@@ -11,7 +11,7 @@
 
 #include "cleanup.h"
 
-int fs_path_parse(const char *text, size_t len, struct fs_path *out, nsbox_error_t **err)
+int fs_path_parse(const char *text, size_t len, const char *base, struct fs_path *out, nsbox_error_t **err)
 {
         if (len == 0)
                 return nsbox_refuse(err, EINVAL, "the path is empty");
@@ -24,9 +24,9 @@ int fs_path_parse(const char *text, size_t len, struct fs_path *out, nsbox_error
         size_t last = 0; /* offset of the last component in rel */
         unsigned components = 0;
         const char *p = text, *end = text + len;
-        if (*p != '/') {
-                memcpy(out->rel, "workspace", 9);
-                n = 9;
+        if (*p != '/' && base != NULL) {
+                n = strlen(base);
+                memcpy(out->rel, base, n);
                 components = 1;
         }
         const char *last_component = NULL;
@@ -48,7 +48,7 @@ int fs_path_parse(const char *text, size_t len, struct fs_path *out, nsbox_error
                                             "the path has more than %d components (the limit of fs.* "
                                             "paths)",
                                             FS_PATH_MAX_COMPONENTS);
-                /* "workspace/" + at most FS_PATH_MAX bytes of text: rel has room. */
+                /* base + "/" + at most FS_PATH_MAX bytes of text: rel has room. */
                 if (n > 0)
                         out->rel[n++] = '/';
                 last = n;
@@ -57,6 +57,12 @@ int fs_path_parse(const char *text, size_t len, struct fs_path *out, nsbox_error
                 last_component = c;
                 last_len = clen;
         }
+        /* The kernel takes a path of PATH_MAX bytes with its NUL: rel is what
+         * it is given, from the root ("/" + rel is what the client reads). */
+        if (n > FS_PATH_MAX - 1)
+                return nsbox_refuse(err, ENAMETOOLONG, "the path is longer than %d bytes from the root%s%s%s",
+                                    FS_PATH_MAX, base != NULL ? " (a relative path is from /" : "",
+                                    base != NULL ? base : "", base != NULL ? ")" : "");
         char final = text[len - 1];
         out->dir_only = final == '/' || (last_component != NULL && last_component + last_len != end);
         out->components = components;

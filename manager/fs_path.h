@@ -27,13 +27,18 @@ struct fs_path {
         char shown[FS_PATH_MAX + 16]; /* "/" + rel, for messages and replies */
 };
 
-/* Normalize a sandbox path of `len` bytes: absolute = from the sandbox root,
- * relative = from /workspace. Empty and "." components go; ".." stays for
+/* The directory a relative path of a sandbox starts from. */
+#define FS_PATH_WORKSPACE "workspace"
+
+/* Normalize a path of `len` bytes: absolute = from the root, relative = from
+ * `base` (a name of at most 14 bytes under the root: FS_PATH_WORKSPACE for
+ * a sandbox's paths) or, when base is NULL, from the root too (a volume's
+ * paths). Empty and "." components go; ".." stays for
  * the kernel to resolve (physically, inside the root). Refuses (EINVAL or
  * ENAMETOOLONG, with a message for the client) an empty path, a NUL byte,
  * more than FS_PATH_MAX bytes, a component over NAME_MAX and more than
  * FS_PATH_MAX_COMPONENTS components. */
-int fs_path_parse(const char *text, size_t len, struct fs_path *out, nsbox_error_t **err);
+int fs_path_parse(const char *text, size_t len, const char *base, struct fs_path *out, nsbox_error_t **err);
 
 /* Length of the prefix of `rel` made of its first `n` components (n >= 1),
  * or 0 when rel has fewer: walks that create one level at a time open each

@@ -173,7 +173,7 @@ static int watch_add_tree(struct fs_watch *w, const struct fs_ctx *ctx, const ch
         if (asprintf(&text, "%s%s%s", w->shown, *rel ? "/" : "", rel) < 0)
                 return nsbox_error(err, ENOMEM, "watch %s", w->shown);
         struct fs_path path;
-        int r = fs_path_parse(text, strlen(text), &path, err);
+        int r = fs_path_parse(text, strlen(text), FS_PATH_WORKSPACE, &path, err);
         if (r < 0)
                 return r;
         _cleanup_close_ int fd = -1;
@@ -330,7 +330,8 @@ void fs_method_watch(struct rpc_request *req, struct sandbox *sb)
                 return;
         }
         struct fs_path path;
-        if (fs_path_parse(json_string_value(path_json), json_string_length(path_json), &path, &err) < 0) {
+        if (fs_path_parse(json_string_value(path_json), json_string_length(path_json), FS_PATH_WORKSPACE,
+                          &path, &err) < 0) {
                 rpc_reply_error(req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", err->message);
                 return;
         }

@@ -55,19 +55,26 @@ static void check_accepted(const struct fs_path *p)
                 abort();
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+/* Relative paths from a sandbox's /workspace, and from the root (a volume's). */
+static void check_parse(const uint8_t *data, size_t size, const char *base)
 {
         static struct fs_path path;
         nsbox_error_t *err = NULL;
-        int r = fs_path_parse((const char *)data, size, &path, &err);
+        int r = fs_path_parse((const char *)data, size, base, &path, &err);
         if (r < 0) {
                 if (err == NULL || err->message == NULL || err->message[0] == '\0')
                         abort();
                 nsbox_error_free(&err);
-                return 0;
+                return;
         }
         if (err != NULL || size == 0 || size > FS_PATH_MAX || memchr(data, '\0', size) != NULL)
                 abort();
         check_accepted(&path);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+        check_parse(data, size, FS_PATH_WORKSPACE);
+        check_parse(data, size, NULL);
         return 0;
 }

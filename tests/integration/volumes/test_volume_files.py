@@ -161,6 +161,32 @@ def test_a_large_file_is_written_and_read_whole(daemon, volume):
     assert hashlib.sha256(base64.b64decode(back["content"])).hexdigest() == hashlib.sha256(data).hexdigest()
 
 
+def test_paths_are_as_long_as_the_kernel_takes_them_and_no_longer(daemon, volume):
+    """A path reaches the kernel from the root, without its "/": 4095 bytes at
+    most. A volume's relative path is from its root and takes those 4095
+    bytes (it was given a "/" in a buffer of its own first, and refused past
+    4095); one longer, or a sandbox's relative path that /workspace/ makes
+    longer, is refused with that said, not failed by the kernel with a message
+    cut short."""
+    rel = "/".join(["d" * 240] * 16) + "/" + "f" * 239
+    assert len(rel) == 4095
+    sid = daemon.call("sandbox.create")["sandbox_id"]
+    try:
+        inner = rel[len("workspace/"):]
+        daemon.call("fs.write", sandbox_id=sid, path=inner, content="deep\n")
+        assert daemon.call("fs.read", sandbox_id=sid, path="/workspace/" + inner)["content"] == "deep\n"
+        e = error_of(daemon.call, "fs.write", sandbox_id=sid, path=inner + "f", content="x")
+        assert e.kind == "invalid_params", e.error
+        assert "longer than 4096 bytes from the root (a relative path is from /workspace)" in str(e), e.error
+    finally:
+        daemon.call("sandbox.remove", sandbox_id=sid, force=True)
+    daemon.call("volume.fs.write", volume=volume, path=rel, content="deep\n")
+    assert daemon.call("volume.fs.read", volume=volume, path="/" + rel)["content"] == "deep\n"
+    assert daemon.call("volume.fs.read", volume=volume, path=rel)["content"] == "deep\n"
+    e = error_of(daemon.call, "volume.fs.read", volume=volume, path=rel + "f")
+    assert e.kind == "invalid_params" and "longer than 4096 bytes from the root" in str(e), e.error
+
+
 @pytest.mark.parametrize("params,says", [
     ({"path": "/x"}, "volume must be"),
     ({"volume": 7, "path": "/x"}, "volume must be"),
