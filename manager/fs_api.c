@@ -18,8 +18,10 @@
 #include "daemon.h"
 #include "fs_ops.h"
 #include "fs_path.h"
+#include "fs_staging.h"
 #include "fs_worker.h"
 #include "params.h"
+#include "sandbox.h"
 #include "textenc.h"
 #include "volumes.h"
 
@@ -236,11 +238,21 @@ struct fs_job {
         const char *content;          /* write: as sent, decoded in the worker */
         size_t content_len;           /* write */
         struct fs_write_options opts; /* write */
+        /* The sandbox's id when the connection's temporary files
+         * (fs_staging.h) hear of the job: a write of one (staging_write), a
+         * remove of anything; "" for a volume's job or another write. */
+        char staging_id[sizeof(((struct sandbox *)NULL)->id)];
+        bool staging_write;
 };
 
 static void fs_job_done(void *data, int r, json_t *result, const char *message)
 {
         struct fs_job *job = data;
+        /* Before the answer, which may end the connection (fs_staging.c). */
+        if (r == 0 && job->staging_id[0] != '\0' && job->staging_write)
+                fs_staging_wrote(job->req, job->staging_id, &job->path, false);
+        else if (r == 0 && job->staging_id[0] != '\0')
+                fs_staging_moved(job->req, job->staging_id, &job->path, NULL);
         if (r == -FS_JOB_INVALID_CONTENT)
                 rpc_reply_error(job->req, JSONRPC_INVALID_PARAMS, "invalid_params", "%s", message);
         else if (r < 0)
@@ -440,6 +452,19 @@ void fs_method_read(struct rpc_request *req, struct sandbox *sb)
 
 /* ---- write ---- */
 
+/* fs_begin for a write, or an fs.mkdir: a temporary file of a writer in
+ * pieces is kept for its connection, which has room for it. */
+static bool fs_begin_write(struct rpc_request *req, struct sandbox *sb, struct fs_path *path,
+                           struct fs_ctx *ctx)
+{
+        if (!fs_begin(req, sb, NULL, path, ctx))
+                return false;
+        if (!fs_staging_is(sb, path) || fs_staging_room(req, path))
+                return true;
+        fs_ctx_close(ctx);
+        return false;
+}
+
 static int fs_write_run(void *data, struct fs_worker_output *out, nsbox_error_t **err)
 {
         struct fs_job *job = data;
@@ -491,7 +516,7 @@ void fs_method_write(struct rpc_request *req, struct sandbox *sb)
                 /* Decoding and writing tens of MB: in a worker. */
                 struct fs_path path;
                 struct fs_ctx ctx;
-                if (!fs_begin(req, sb, NULL, &path, &ctx))
+                if (!fs_begin_write(req, sb, &path, &ctx))
                         return;
                 struct fs_job *job = fs_job_new(req, &path, &ctx);
                 if (job == NULL)
@@ -500,6 +525,10 @@ void fs_method_write(struct rpc_request *req, struct sandbox *sb)
                 job->content_len = len;
                 job->base64 = base64;
                 job->opts = opts;
+                if (fs_staging_is(sb, &path)) {
+                        snprintf(job->staging_id, sizeof(job->staging_id), "%s", sb->id);
+                        job->staging_write = true;
+                }
                 fs_job_start(job, sb, fs_write_run);
                 return;
         }
@@ -515,7 +544,7 @@ void fs_method_write(struct rpc_request *req, struct sandbox *sb)
         }
         struct fs_path path;
         struct fs_ctx ctx;
-        if (!fs_begin(req, sb, NULL, &path, &ctx))
+        if (!fs_begin_write(req, sb, &path, &ctx))
                 return;
         int r = fs_write_at(&ctx, &path, data, len, &opts, &err);
         fs_ctx_close(&ctx);
@@ -523,6 +552,8 @@ void fs_method_write(struct rpc_request *req, struct sandbox *sb)
                 fs_reply_failure(req, r, err);
                 return;
         }
+        if (fs_staging_is(sb, &path))
+                fs_staging_wrote(req, sb->id, &path, false);
         rpc_reply_result(req, json_pack("{s:s, s:I}", "path", path.shown, "bytes_written", (json_int_t)len));
 }
 
@@ -554,8 +585,11 @@ void fs_method_remove(struct rpc_request *req, struct sandbox *sb)
                 return;
         if (recursive) {
                 struct fs_job *job = fs_job_new(req, &path, &ctx);
-                if (job != NULL)
-                        fs_job_start(job, sb, fs_remove_run);
+                if (job == NULL)
+                        return;
+                if (sb != NULL)
+                        snprintf(job->staging_id, sizeof(job->staging_id), "%s", sb->id);
+                fs_job_start(job, sb, fs_remove_run);
                 return;
         }
         int r = fs_remove_at(&ctx, &path, false, &err);
@@ -564,6 +598,8 @@ void fs_method_remove(struct rpc_request *req, struct sandbox *sb)
                 fs_reply_failure(req, r, err);
                 return;
         }
+        if (sb != NULL)
+                fs_staging_moved(req, sb->id, &path, NULL);
         rpc_reply_result(req, json_pack("{s:s, s:b}", "path", path.shown, "removed", 1));
 }
 
@@ -576,7 +612,7 @@ void fs_method_mkdir(struct rpc_request *req, struct sandbox *sb)
                 return;
         struct fs_path path;
         struct fs_ctx ctx;
-        if (!fs_begin(req, sb, NULL, &path, &ctx))
+        if (!fs_begin_write(req, sb, &path, &ctx))
                 return;
         bool created;
         int r = fs_mkdir_at(&ctx, &path, parents, &created, &err);
@@ -585,6 +621,9 @@ void fs_method_mkdir(struct rpc_request *req, struct sandbox *sb)
                 fs_reply_failure(req, r, err);
                 return;
         }
+        /* nsbox cp's tree, written under a temporary name */
+        if (created && fs_staging_is(sb, &path))
+                fs_staging_wrote(req, sb->id, &path, true);
         rpc_reply_result(req, json_pack("{s:s, s:b}", "path", path.shown, "created", created));
 }
 
@@ -637,6 +676,8 @@ void fs_method_rename(struct rpc_request *req, struct sandbox *sb)
                 fs_reply_failure(req, r, err);
                 return;
         }
+        if (sb != NULL)
+                fs_staging_moved(req, sb->id, &from, &to);
         rpc_reply_result(req, json_pack("{s:s, s:s}", "from", from.shown, "to", to.shown));
 }
 

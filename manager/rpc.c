@@ -86,7 +86,8 @@ struct rpc_conn {
          * conn_queue_large); later messages wait behind it, in order. */
         struct loop_source *large;
         pid_t large_pid;
-        json_t *deferred; /* array of messages queued behind the large one */
+        json_t *deferred;              /* array of messages queued behind the large one */
+        struct rpc_conn_state *states; /* the upper layers', ended with the last reference */
 };
 
 static struct {
@@ -144,9 +145,28 @@ static void conn_unref(struct rpc_conn *conn)
 {
         if (--conn->refs > 0)
                 return;
+        while (conn->states != NULL) {
+                struct rpc_conn_state *state = conn->states;
+                conn->states = state->next;
+                state->end(state);
+        }
         free(conn->in);
         free(conn->out);
         free(conn);
+}
+
+struct rpc_conn_state *rpc_conn_state_get(const struct rpc_request *req, const void *key)
+{
+        for (struct rpc_conn_state *state = req->conn->states; state != NULL; state = state->next)
+                if (state->key == key)
+                        return state;
+        return NULL;
+}
+
+void rpc_conn_state_add(struct rpc_request *req, struct rpc_conn_state *state)
+{
+        state->next = req->conn->states;
+        req->conn->states = state;
 }
 
 static void unwatch(struct rpc_request *req)

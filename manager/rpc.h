@@ -78,6 +78,21 @@ bool rpc_get_bool(struct rpc_request *req, const char *key, bool *out);
  * (e.g. to kill the work nobody will read). cb may answer the request. */
 void rpc_request_on_disconnect(struct rpc_request *req, rpc_disconnect_cb cb, void *data);
 
+/* What an upper layer keeps per connection (the file API: the temporary
+ * files its fs.write made): `end` runs once, when the connection has
+ * closed and the last of its requests is answered, so that nothing of the
+ * connection runs on; it may be from inside that last answer. One state
+ * per key (the layer's own address). */
+struct rpc_conn_state {
+        const void *key;
+        void (*end)(struct rpc_conn_state *state);
+        struct rpc_conn_state *next;
+};
+/* The state of key on req's connection, or NULL. */
+struct rpc_conn_state *rpc_conn_state_get(const struct rpc_request *req, const void *key);
+/* Hand `state` (key and end set) to req's connection. */
+void rpc_conn_state_add(struct rpc_request *req, struct rpc_conn_state *state);
+
 /* Back-pressure for producers of streamed output (exec and python.run
  * notifications): true while the request's client has more output waiting
  * than it may hold, i.e. over its own cap (a few MB), or over its fair

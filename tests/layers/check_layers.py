@@ -30,7 +30,7 @@ MANAGER_LAYERS = [
     ("host and wire", ["cgroup_scope", "cgroup", "userns", "uidmode", "basens", "rootfs", "host_pools", "profiles", "rpc",
                        "rpc_listen", "quota", "host_mounts"]),
     ("registry", ["sandbox", "sandbox_uids", "state", "events", "removals"]),
-    ("live sandboxes", ["exec_params", "exec_internal", "exec_keep", "exec_log", "exec", "exec_api", "egress", "egress_ca", "secrets_keep", "fs_ops", "fs_files", "fs_api", "fs_watch", "sandbox_pause",
+    ("live sandboxes", ["exec_params", "exec_internal", "exec_keep", "exec_log", "exec", "exec_api", "egress", "egress_ca", "secrets_keep", "fs_ops", "fs_files", "fs_staging", "fs_api", "fs_watch", "sandbox_pause",
                         "snapshot", "images", "volumes"]),
     ("lifecycle", ["sandbox_life"]),
     ("features", ["python", "shell", "desktop", "browser", "restore", "keeper"]),
