@@ -15,7 +15,10 @@
  * no process in the sandbox. Into an existing directory (a merge), each
  * file of more than one piece is written under .nsbox-upload-* beside it
  * and renamed over it once whole: the file it replaces stays whole until
- * then. FIFOs, sockets and devices are skipped with a warning.
+ * then. Everything goes on one connection to nsboxd, which removes the
+ * temporary files that connection wrote if it closes with them still
+ * there: a cp killed mid-way (SIGKILL, where it cannot clean up) leaves
+ * nothing either. FIFOs, sockets and devices are skipped with a warning.
  *
  * `-` as the source or destination is a tar stream for a directory (docker
  * cp's semantics: `nsbox cp ID:DIR - > out.tar`, `tar c . | nsbox cp - ID:DIR`,

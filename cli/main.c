@@ -228,7 +228,8 @@ static const struct command commands[] = {
           "LOCAL - is a tar stream for a directory (out: `cp ID:DIR - > a.tar`; in:\n"
           "`tar c . | cp - ID:DIR`, into an existing DIR) and the raw bytes of a file.\n"
           "A failed copy (or one into a sandbox stopped by Ctrl-C) leaves nothing behind,\n"
-          "and a file it would replace stays whole. FIFOs and devices are skipped with a\n"
+          "and a file it would replace stays whole; of one into a sandbox killed mid-way\n"
+          "(kill -9), nsboxd removes what it wrote. FIFOs and devices are skipped with a\n"
           "warning.\n" },
         { "run", cmd_run,
           "nsbox run [create options] [-e K=V] [-w DIR] [-u root] [--timeout S] [--max-output BYTES] -- "

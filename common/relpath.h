@@ -23,7 +23,8 @@ bool relpath_ok(const char *path, unsigned flags);
 
 /* An upload written in pieces goes to a temporary file beside its target,
  * renamed into place once whole (removed on failure): a copy cut short never
- * leaves a part of the new file under the target's name. */
+ * leaves a part of the new file under the target's name. nsboxd removes one
+ * whose writer's connection closes before its rename (manager/fs_staging.c). */
 #define STAGING_PREFIX ".nsbox-upload-"
 /* fs.write's whole-file writes, and nsbox cp's trees, go the same way. */
 #define STAGING_WRITE_PREFIX ".nsbox-write-"

@@ -36,8 +36,10 @@
  * reference runtime takes any size. One of more than a piece is written
  * under a temporary name beside its destination (staging_path) and renamed
  * over it once whole, or removed when the upload fails or its client goes:
- * the file it replaces stays whole. One piece is one fs.write, which nsboxd
- * makes whole or not at all. */
+ * the file it replaces stays whole. All of an upload's calls go on one
+ * connection (u->c, never pooled), so that when nsbox-http itself dies
+ * mid-upload nsboxd removes the temporary file as that connection closes.
+ * One piece is one fs.write, which nsboxd makes whole or not at all. */
 #define UPLOAD_CHUNK (4u << 20)
 
 struct http_upload {

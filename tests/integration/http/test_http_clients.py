@@ -19,7 +19,8 @@ import urllib.parse
 import pytest
 
 from conftest import ASAN, BUILD
-from test_http import TOKEN_A, Front
+from nsbox_client import as_uid
+from test_http import TOKEN_A, UID_A, Front
 
 
 # --- the clients -------------------------------------------------------------------
@@ -339,3 +340,45 @@ def test_agent_sandbox_uploads_stream_past_10_mib_in_bounded_memory(front):
     # a 4 MiB chunk, its base64 and its JSON at a time, never the whole file (under ASan freed
     # memory sits in its 256 MB quarantine before reuse)
     assert grown < (400 if ASAN else 32) << 10, "nsbox-http grew by %d KiB for a 40 MiB upload" % grown
+
+
+def test_an_upload_whose_nsbox_http_is_killed_mid_way_leaves_no_temporary_file(daemon):
+    """kill -9 of nsbox-http while a chunked PUT /v1/files is half sent: nsbox-http cannot clean
+    up, but nsboxd removes the temporary file the upload's connection wrote once that connection
+    closes, and the file it would have replaced stays whole (before: the temporary file stayed in
+    the sandbox for good)."""
+    os.chmod(daemon.socket, 0o666)
+    f = Front(daemon)
+    sdk = AgentSandboxSdk(f.port, token=TOKEN_A)
+    s = None
+    try:
+        sdk.run("mkdir -p up && printf old > up/big.bin")
+        sid = next(sb["sandbox_id"] for sb in as_uid(UID_A, daemon.socket, [["sandbox.list", {}]])[0]["result"]
+                   ["sandboxes"] if sb.get("session_id") == "http-default")
+
+        def upload_dir():
+            return [e["name"] for e in daemon.call("fs.list", sandbox_id=sid, path="/workspace/up")["entries"]]
+
+        s = socket.create_connection(("127.0.0.1", f.port))
+        s.sendall(("PUT /v1/files/up/big.bin HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                   "Content-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                   % TOKEN_A).encode())
+        piece = os.urandom(1 << 20)
+        for _ in range(6):  # more than one 4 MiB piece: the first goes to a temporary file
+            s.sendall(b"%x\r\n" % len(piece) + piece + b"\r\n")
+        deadline = time.monotonic() + 60
+        while not any(n.startswith(".nsbox-upload-") for n in upload_dir()):
+            assert time.monotonic() < deadline, "no temporary file appeared: %s" % upload_dir()
+            time.sleep(0.05)
+        f.proc.kill()  # mid-upload: the body's end never comes
+        f.proc.wait(timeout=60)
+        deadline = time.monotonic() + 60
+        while upload_dir() != ["big.bin"]:
+            assert time.monotonic() < deadline, "the killed upload's temporary file stayed: %s" % upload_dir()
+            time.sleep(0.05)
+        r = daemon.call("sandbox.exec", sandbox_id=sid, argv=["cat", "/workspace/up/big.bin"])
+        assert r["stdout"] == "old", r
+    finally:
+        if s is not None:
+            s.close()
+        f.stop()
