@@ -294,3 +294,19 @@ def one_line_error(r):
     lines = r.stderr.decode().splitlines()
     assert len(lines) == 1 and lines[0].startswith("nsbox: "), r.stderr
     return lines[0]
+
+
+# A sandbox directory's names, and a wait for them to be as a test wants.
+def dir_names(daemon, sid, path="/workspace"):
+    return sorted(e["name"] for e in daemon.call("fs.list", sandbox_id=sid, path=path)["entries"])
+
+
+def wait_for_dir(daemon, sid, done, what, path="/workspace", seconds=60):
+    """Poll the directory until done(names) holds; fail after `seconds`, saying what it waited for."""
+    deadline = time.monotonic() + seconds
+    while True:
+        now = dir_names(daemon, sid, path)
+        if done(now):
+            return now
+        assert time.monotonic() < deadline, "%s; the directory holds %s" % (what, now)
+        time.sleep(0.05)

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import BUILD, ok, one_line_error
+from conftest import BUILD, ok, one_line_error, wait_for_dir
 from nsbox_client import RpcError
 
 pytestmark = [pytest.mark.nested]
@@ -363,17 +363,6 @@ def test_an_interrupted_cp_into_a_sandbox_removes_what_it_wrote(daemon, sandbox)
     assert workspace_names(daemon, sandbox) == ["keep.bin"]
 
 
-def wait_for_names(daemon, sid, done, what, path="/workspace", seconds=60):
-    """Poll fs.list of path until done(names) holds; fails after `seconds` saying what it waited for."""
-    deadline = time.monotonic() + seconds
-    while True:
-        names = workspace_names(daemon, sid, path)
-        if done(names):
-            return names
-        assert time.monotonic() < deadline, "%s; still there: %s" % (what, names)
-        time.sleep(0.05)
-
-
 def test_a_cp_killed_mid_copy_leaves_no_temporary_file(daemon, sandbox):
     """kill -9 of nsbox cp mid-copy (its stdin a pipe that is never finished): it cannot clean
     up, but nsboxd removes the temporary file its connection wrote once that connection closes;
@@ -385,8 +374,8 @@ def test_a_cp_killed_mid_copy_leaves_no_temporary_file(daemon, sandbox):
     try:
         p.stdin.write(os.urandom(6 << 20))  # a first piece goes to the sandbox; the rest never comes
         p.stdin.flush()
-        wait_for_names(daemon, sandbox, lambda names: any(n.startswith(".nsbox-cp-") for n in names),
-                       "no temporary file appeared")
+        wait_for_dir(daemon, sandbox, lambda names: any(n.startswith(".nsbox-cp-") for n in names),
+                     "no temporary file appeared")
         p.kill()
         p.wait(timeout=60)
     finally:
@@ -394,7 +383,7 @@ def test_a_cp_killed_mid_copy_leaves_no_temporary_file(daemon, sandbox):
             p.kill()
             p.wait()
         p.stdin.close()
-    wait_for_names(daemon, sandbox, lambda names: names == ["keep.bin"],
-                   "the killed copy's temporary file was not removed")
+    wait_for_dir(daemon, sandbox, lambda names: names == ["keep.bin"],
+                 "the killed copy's temporary file was not removed")
     assert sh(daemon, sandbox, "cat /workspace/keep.bin") == "old"
     assert "a closed connection left" in daemon.read_log()

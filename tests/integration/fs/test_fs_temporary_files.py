@@ -7,10 +7,10 @@ writing connection's close removes a file; what is removed is resolved inside th
 a symlink put in its place removed itself, never followed."""
 import base64
 import os
-import time
 
 import pytest
 
+from conftest import dir_names, wait_for_dir
 from nsbox_client import RpcError
 
 pytestmark = [pytest.mark.nested]
@@ -24,21 +24,6 @@ def sh(daemon, sid, script):
     r = daemon.call("sandbox.exec", sandbox_id=sid, argv=["sh", "-c", script], timeout_seconds=60)
     assert r["exit_code"] == 0, r
     return r["stdout"]
-
-
-def names(daemon, sid, path="/workspace"):
-    return sorted(e["name"] for e in daemon.call("fs.list", sandbox_id=sid, path=path)["entries"])
-
-
-def wait_for(daemon, sid, done, what, path="/workspace", seconds=60):
-    """Poll the directory until done(names) holds; fail after `seconds`, saying what it waited for."""
-    deadline = time.monotonic() + seconds
-    while True:
-        now = names(daemon, sid, path)
-        if done(now):
-            return now
-        assert time.monotonic() < deadline, "%s; the directory holds %s" % (what, now)
-        time.sleep(0.05)
 
 
 def write(client, sid, path, data, append=False):
@@ -56,8 +41,8 @@ def test_a_temporary_file_goes_when_its_writers_connection_closes(daemon, sandbo
         write(c, sandbox, done, b"a" * 1000, append=True)
         write(c, sandbox, left, b"b" * 1000, append=True)
         c.call("fs.rename", sandbox_id=sandbox, **{"from": done, "to": "done.bin", "overwrite": True})
-        assert names(daemon, sandbox) == sorted(["done.bin", left])
-    wait_for(daemon, sandbox, lambda n: n == ["done.bin"], "the unfinished upload's temporary file stayed")
+        assert dir_names(daemon, sandbox) == sorted(["done.bin", left])
+    wait_for_dir(daemon, sandbox, lambda n: n == ["done.bin"], "the unfinished upload's temporary file stayed")
     assert sh(daemon, sandbox, "wc -c < done.bin").strip() == "2000"
 
 
@@ -70,11 +55,11 @@ def test_another_connections_temporary_file_stays_until_its_own_connection_close
             write(b, sandbox, theirs, b"given up")
             # B only stats A's file: reading it is not writing it
             b.call("fs.stat", sandbox_id=sandbox, path=mine)
-        wait_for(daemon, sandbox, lambda n: theirs not in n, "B's temporary file stayed after B closed")
-        assert names(daemon, sandbox) == [mine]
+        wait_for_dir(daemon, sandbox, lambda n: theirs not in n, "B's temporary file stayed after B closed")
+        assert dir_names(daemon, sandbox) == [mine]
         write(a, sandbox, mine, b", still written", append=True)
         assert sh(daemon, sandbox, "cat " + mine) == "open upload, still written"
-    wait_for(daemon, sandbox, lambda n: n == [], "A's temporary file stayed after A closed")
+    wait_for_dir(daemon, sandbox, lambda n: n == [], "A's temporary file stayed after A closed")
 
 
 def test_a_temporary_name_renamed_then_used_again_by_another_connection_is_that_ones(daemon, sandbox):
@@ -87,10 +72,10 @@ def test_a_temporary_name_renamed_then_used_again_by_another_connection_is_that_
             a.call("fs.rename", sandbox_id=sandbox, **{"from": name, "to": "a.bin", "overwrite": True})
             write(b, sandbox, name, b"B's upload")
             write(a, sandbox, marker, b"A leaves this one")  # its removal says A's close was handled
-        wait_for(daemon, sandbox, lambda n: marker not in n, "A's other temporary file stayed")
-        assert names(daemon, sandbox) == sorted(["a.bin", name])
+        wait_for_dir(daemon, sandbox, lambda n: marker not in n, "A's other temporary file stayed")
+        assert dir_names(daemon, sandbox) == sorted(["a.bin", name])
         assert sh(daemon, sandbox, "cat " + name) == "B's upload"
-    wait_for(daemon, sandbox, lambda n: n == ["a.bin"], "B's temporary file stayed after B closed")
+    wait_for_dir(daemon, sandbox, lambda n: n == ["a.bin"], "B's temporary file stayed after B closed")
     assert sh(daemon, sandbox, "cat a.bin") == "A's upload"
 
 
@@ -101,8 +86,8 @@ def test_a_temporary_tree_goes_with_all_it_holds(daemon, sandbox):
         c.call("fs.mkdir", sandbox_id=sandbox, path=top, parents=True)
         write(c, sandbox, top + "/sub/deeper/file.bin", os.urandom(3 << 20))
         c.call("fs.symlink", sandbox_id=sandbox, target="/workspace", path=top + "/sub/loop")
-        assert names(daemon, sandbox) == [top]
-    wait_for(daemon, sandbox, lambda n: n == [], "the temporary tree stayed")
+        assert dir_names(daemon, sandbox) == [top]
+    wait_for_dir(daemon, sandbox, lambda n: n == [], "the temporary tree stayed")
 
 
 def test_a_symlink_put_in_a_temporary_files_place_is_removed_not_followed(daemon, sandbox):
@@ -114,7 +99,7 @@ def test_a_symlink_put_in_a_temporary_files_place_is_removed_not_followed(daemon
         write(c, sandbox, f, b"upload")
         c.call("fs.mkdir", sandbox_id=sandbox, path=d, parents=True)
         sh(daemon, sandbox, "rm %s && ln -s keep.txt %s && rmdir %s && ln -s keepdir %s" % (f, f, d, d))
-    wait_for(daemon, sandbox, lambda n: n == ["keep.txt", "keepdir"], "the symlinks stayed")
+    wait_for_dir(daemon, sandbox, lambda n: n == ["keep.txt", "keepdir"], "the symlinks stayed")
     assert sh(daemon, sandbox, "cat keep.txt keepdir/x") == "kept\nkept\n"
 
 
@@ -127,8 +112,8 @@ def test_a_name_that_is_not_temporary_is_never_removed_at_close(daemon, sandbox)
         for name in alike:
             write(c, sandbox, name, b"mine")
         write(c, sandbox, marker, b"temporary")
-    wait_for(daemon, sandbox, lambda n: marker not in n, "the temporary file stayed")
-    assert names(daemon, sandbox) == sorted(alike)
+    wait_for_dir(daemon, sandbox, lambda n: marker not in n, "the temporary file stayed")
+    assert dir_names(daemon, sandbox) == sorted(alike)
 
 
 def test_a_sandbox_removed_while_an_upload_is_open_is_no_trouble(daemon):
@@ -141,7 +126,7 @@ def test_a_sandbox_removed_while_an_upload_is_open_is_no_trouble(daemon):
     try:
         with daemon.client() as c:
             write(c, other, staging(), b"y")
-        wait_for(daemon, other, lambda n: n == [], "the temporary file stayed")
+        wait_for_dir(daemon, other, lambda n: n == [], "the temporary file stayed")
     finally:
         daemon.call("sandbox.remove", sandbox_id=other, force=True)
 
@@ -159,4 +144,4 @@ def test_one_connection_holds_a_bounded_number_of_temporary_files(daemon, sandbo
         write(c, sandbox, "t/" + made[0], b"appended", append=True)  # one it holds: still written
         c.call("fs.rename", sandbox_id=sandbox, **{"from": "t/" + made[0], "to": "t/kept", "overwrite": True})
         write(c, sandbox, "t/" + staging(), b"")
-    wait_for(daemon, sandbox, lambda n: n == ["kept"], "the temporary files stayed", path="/workspace/t")
+    wait_for_dir(daemon, sandbox, lambda n: n == ["kept"], "the temporary files stayed", path="/workspace/t")
