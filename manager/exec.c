@@ -866,6 +866,24 @@ static void exec_started(struct exec *ex, pid_t pid)
         }
 }
 
+/* What an exec that could not start because its sandbox is at its process
+ * limit is told (fork's EAGAIN says only "Resource temporarily
+ * unavailable"): its count and what to do; "" for any other failure. */
+static void pids_limit_hint(const struct exec *ex, char *out, size_t size)
+{
+        out[0] = '\0';
+        uint64_t limit = ex->sb->policy.limits.pids;
+        if (ex->start_errno != EAGAIN || limit == 0 || ex->sb->cgroup == NULL)
+                return;
+        _cleanup_json_ json_t *stats = cgroup_sandbox_stats(ex->sb->cgroup);
+        json_t *pids = json_object_get(stats, "pids");
+        if (!json_is_integer(pids) || (uint64_t)json_integer_value(pids) + 1 < limit)
+                return;
+        snprintf(out, size,
+                 " (the sandbox is at its limit of %llu processes: end some, nsbox ps %s and nsbox kill, or "
+                 "create it with a larger --pids)",
+                 (unsigned long long)limit, ex->sb->id);
+}
 static void exec_on_message(struct exec *ex, const union ctl_message *msg, size_t len)
 {
         switch (msg->hdr.type) {
@@ -881,7 +899,10 @@ static void exec_on_message(struct exec *ex, const union ctl_message *msg, size_
                         ex->start_errno = msg->failed.errnum;
                         ex->start_exit_code = msg->failed.exit_code;
                         /* The errno text once, here at the edge ("...: Permission denied"). */
-                        if (asprintf(&ex->start_error, "%s: %s", message, strerror(ex->start_errno)) < 0)
+                        char hint[256];
+                        pids_limit_hint(ex, hint, sizeof(hint));
+                        if (asprintf(&ex->start_error, "%s: %s%s", message, strerror(ex->start_errno), hint) <
+                            0)
                                 ex->start_error = strdup("failed");
                         exec_release_output(ex);
                         exec_maybe_finish(ex);
@@ -1387,9 +1408,10 @@ static int exec_start(struct sandbox *sb, struct exec *ex, const struct exec_par
         /* The slot started ahead of time, or one now: its child reads the
          * request whenever it is up. A slot whose processes are gone (the
          * OOM killer, a fork that failed under the pids limit) refuses the
-         * request: then once more with a fresh one. */
+         * request (EPIPE, or ECONNRESET when its end went with a message
+         * unread): then once more with a fresh one. */
         ssize_t n = -EPIPE;
-        for (int attempt = 0; attempt < 2 && n == -EPIPE; attempt++) {
+        for (int attempt = 0; attempt < 2 && (n == -EPIPE || n == -ECONNRESET); attempt++) {
                 if ((r = exec_prepare_slot(sb, err)) < 0) {
                         close_child_fds(child_fds);
                         return r;
@@ -1414,7 +1436,7 @@ static int exec_start(struct sandbox *sb, struct exec *ex, const struct exec_par
                                 setsockopt(slot.request, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
                 }
                 n = ctl_send(slot.request, &hdr, sizeof(hdr), payload, len, child_fds, 3);
-                if (n == -EPIPE) {
+                if (n == -EPIPE || n == -ECONNRESET) {
                         loop_remove(nsboxd.loop, ex->slot);
                         ex->slot = NULL;
                         close(ex->slot_request);

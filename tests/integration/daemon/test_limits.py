@@ -346,6 +346,35 @@ def test_fork_bomb_stops_at_pids_and_another_sandbox_stays_prompt(daemon, make_s
     assert wait_for_pids(daemon, bomb, IDLE_PIDS) == IDLE_PIDS
 
 
+def test_an_exec_refused_at_the_pids_limit_says_why_and_what_to_do(daemon, make_sandbox):
+    """fork's EAGAIN alone reads "Resource temporarily unavailable": an
+    exec that cannot start because its sandbox holds as many processes as
+    its --pids says so, with the way out."""
+    sb = make_sandbox(pids=32)
+    bomb = run(daemon, sb, "exec python3 -c '\n"
+               "import os, time\n"
+               "while True:\n"
+               "    try: os.fork()\n"
+               "    except OSError: time.sleep(0.001)'", timeout=120, background=True)
+    deadline = time.monotonic() + 60
+    while True:
+        r = run(daemon, sb, "true")
+        if r["exit_code"] != 0:
+            break
+        assert time.monotonic() < deadline, "every exec started beside the fork bomb"
+        time.sleep(0.5)
+    assert "cannot run the command" in r["stderr"], r
+    assert "Resource temporarily unavailable (the sandbox is at its limit of 32 processes: end some, " \
+        "nsbox ps %s and nsbox kill, or create it with a larger --pids)" % sb in r["stderr"], r["stderr"]
+    daemon.call("exec.kill", sandbox_id=sb, exec_id=bomb["exec_id"], signal=9)
+    # Once the bomb is gone (its slot may be left unmade: the next exec makes it), an exec starts.
+    deadline = time.monotonic() + 30
+    while stats(daemon, sb)["pids"] > IDLE_PIDS:
+        assert time.monotonic() < deadline, stats(daemon, sb)
+        time.sleep(0.05)
+    assert run(daemon, sb, "echo back")["stdout"] == "back\n"
+
+
 def test_cpu_spinner_at_half_a_cpu_gets_about_half_a_core(daemon, make_sandbox):
     sb = make_sandbox(cpus=0.5)
     before = stats(daemon, sb)["cpu_usage_us"]
