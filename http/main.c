@@ -435,12 +435,14 @@ int main(int argc, char **argv)
                 "nsbox-http: nsboxd at %s; probes without a token: GET /health, /v1/health, /healthz, /; "
                 "POST /execute {code} sandboxes: %s\n",
                 http_config.socket_path, execute_sandbox ? execute_sandbox : "nsboxd's defaults");
-        fprintf(stderr,
-                "nsbox-http: a request's headers and token within %u s, at most %u connections an address, "
-                "%u of %u before a valid token, %u requests a token at once, idle connections closed after "
-                "%u s, a WebSocket's peer that stops answering within %u s (TCP keepalive after %u s)\n",
-                header_timeout, max_per_address, max_connections - auth_reserve, max_connections,
-                http_config.max_per_token, timeout, e2b_ports_keepalive_limit(keepalive), keepalive);
+        fprintf(
+            stderr,
+            "nsbox-http: a request's headers and token within %u s, at most %u connections an address, "
+            "%u of %u before a valid token, %u requests a token at once, idle connections closed after "
+            "%u s, a WebSocket's peer that stops answering let go within %u s (TCP keepalive after %u s of "
+            "silence)\n",
+            header_timeout, max_per_address, max_connections - auth_reserve, max_connections,
+            http_config.max_per_token, timeout, e2b_ports_keepalive_limit(keepalive), keepalive);
         int sig;
         for (;;) {
                 sigwait(&stop, &sig);

@@ -487,8 +487,8 @@ def test_a_server_in_the_sandbox_that_answers_no_http_or_is_paused_is_a_502(netd
         kill(tls_front, KEY_A, a["sandboxID"])
 
 
-# A client of a relay in a network namespace of the test's: it opens the upgrade, checks the
-# echo, says so, and then holds its connection until it is killed.
+# A client of a relay in a network namespace of the test's: it opens the upgrade, says its
+# status, and then echoes each line of its stdin through the relay.
 NS_CLIENT = r"""
 import socket, ssl, sys, time
 addr, port, headers, cafile = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
@@ -511,15 +511,15 @@ while True:  # until the echo server answers and the key has a slot
     s.close()
     time.sleep(0.1)
 print(status, flush=True)
-s.sendall(b"alive")
-got = b""
-while len(got) < 5:
-    more = s.recv(5 - len(got))
-    if not more:
-        break
-    got += more
-print(got.decode(), flush=True)
-sys.stdin.read()
+for line in sys.stdin:  # each line through the relay and back
+    s.sendall(line.encode())
+    got = b""
+    while len(got) < len(line):
+        more = s.recv(65536)
+        if not more:
+            sys.exit("the relay closed")
+        got += more
+    print(got.decode(), end="", flush=True)
 """
 
 
@@ -583,8 +583,8 @@ def make_certificate(directory, *addresses):
 def test_a_relay_whose_client_vanished_without_a_close_is_let_go_and_frees_its_slot(netd, tokens, scheme):
     """A WebSocket's client in a namespace whose network is then cut (no FIN, no RST): TCP
     keepalive (--keepalive-seconds 1: silent 1 s, then 6 probes 1 s apart) finds it gone, the
-    relay ends, says why, and its --max-per-token slot comes back. --max-per-token 2: a relay and
-    the request of the next upgrade."""
+    relay ends, says why, and its --max-per-token slot comes back; while it answered, a quiet
+    relay was kept. --max-per-token 2: a relay and the request of the next upgrade."""
     ns = ClientNamespace().start()
     tmp = tempfile.mkdtemp(prefix="nsbox-e2b-keepalive-")
     client = f = a = None
@@ -619,7 +619,15 @@ def test_a_relay_whose_client_vanished_without_a_close_is_let_go_and_frees_its_s
             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         status = client.stdout.readline()
         assert b" 101 " in status, status
-        assert client.stdout.readline() == b"alive\n"
+
+        def through_the_relay(line):
+            client.stdin.write(line)
+            client.stdin.flush()
+            return client.stdout.readline()
+        assert through_the_relay(b"alive\n") == b"alive\n"
+        # quiet for longer than a dead peer is given (1 s + 6 x 1 s), answering the probes: kept
+        time.sleep(9)
+        assert through_the_relay(b"quiet but alive\n") == b"quiet but alive\n"
         # the relay holds its slot: another upgrade of the key is refused
         assert upgrade() is None
         ns.cut()
