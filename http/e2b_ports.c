@@ -236,7 +236,7 @@ struct upstream {
         size_t body, len, cap; /* cap: buf's size, less its NUL */
         unsigned timeout_ms;
         uid_t uid;          /* a relay's owner, counted in while it runs */
-        char what[96];      /* "port P of sandbox ID", for a relay's last line */
+        char what[160];     /* "port P of sandbox ID", for a relay's last line */
         char *client_extra; /* what the client sent after its upgrade request */
         size_t client_extra_len;
 };
@@ -404,6 +404,23 @@ static void relay_release(struct upstream *u)
         upstream_free(u);
 }
 
+/* Why a TCP socket that poll reports failed (hung up) did. MHD's thread
+ * may have read its error first (a TLS read): a connection the kernel
+ * ended for probes or data left unanswered still counts them. */
+static int tcp_failure(int fd)
+{
+        int error = 0;
+        socklen_t len = sizeof(error);
+        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) == 0 && error != 0)
+                return error;
+        struct tcp_info info = { 0 };
+        len = sizeof(info);
+        if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 &&
+            (info.tcpi_probes > 0 || info.tcpi_retransmits > 0 || info.tcpi_backoff > 0))
+                return ETIMEDOUT;
+        return ECONNRESET;
+}
+
 struct relay {
         struct upstream *u;
         MHD_socket client;
@@ -439,9 +456,7 @@ static void *relay_main(void *arg)
                         continue;
                 }
                 if (n_fds == 3 && (p[2].revents & (POLLHUP | POLLERR))) {
-                        socklen_t len = sizeof(error);
-                        if (getsockopt(rl->client_tcp, SOL_SOCKET, SO_ERROR, &error, &len) < 0 || error == 0)
-                                error = ECONNRESET; /* MHD read the error first */
+                        error = tcp_failure(rl->client_tcp);
                         failed = "its client";
                         break;
                 }
