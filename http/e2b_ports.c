@@ -477,6 +477,13 @@ static void *relay_main(void *arg)
                         }
                 }
         }
+        /* With TLS, a client that stopped answering while the relay wrote
+         * to it ends MHD's forwarding, which the relay sees as a closed
+         * socketpair: its TCP socket says why. */
+        struct pollfd tcp = { .fd = rl->client_tcp };
+        if (failed == NULL && n_fds == 3 && poll(&tcp, 1, 0) == 1 && (tcp.revents & (POLLHUP | POLLERR)) &&
+            (error = tcp_failure(rl->client_tcp)) == ETIMEDOUT)
+                failed = "its client";
         if (failed != NULL)
                 relay_log_end(u, failed, error);
         MHD_upgrade_action(rl->urh, MHD_UPGRADE_ACTION_CLOSE);

@@ -638,13 +638,15 @@ def test_a_relay_whose_client_vanished_without_a_close_is_let_go_and_frees_its_s
         assert re.search(r"WebSocket to port 8000 of sandbox %s \(uid %d\) closed: its client stopped answering"
                          % (a["sandboxID"], UID_A), f.read_log()), f.read_log()[-3000:]
     finally:
-        if client is not None:
-            client.kill()
-            client.wait()
-        if a is not None:
-            netd.call("sandbox.remove", sandbox_id=a["sandboxID"], force=True)
-        if f is not None:
-            rc = f.stop()
-            assert rc == 0, f.read_log()[-4000:]
-        ns.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            if client is not None:
+                client.kill()
+                client.wait()
+            if a is not None:
+                netd.call("sandbox.remove", sandbox_id=a["sandboxID"], force=True)
+            if f is not None:
+                rc = f.stop()
+                assert rc == 0, f.read_log()[-4000:]
+        finally:
+            ns.stop()
+            shutil.rmtree(tmp, ignore_errors=True)
