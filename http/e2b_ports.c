@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -235,6 +236,7 @@ struct upstream {
         size_t body, len, cap; /* cap: buf's size, less its NUL */
         unsigned timeout_ms;
         uid_t uid;          /* a relay's owner, counted in while it runs */
+        char what[160];     /* "port P of sandbox ID", for a relay's last line */
         char *client_extra; /* what the client sent after its upgrade request */
         size_t client_extra_len;
 };
@@ -350,6 +352,50 @@ static bool relay_write(int fd, const char *data, size_t len)
         return true;
 }
 
+/* Six probes: a peer that misses a few (Wi-Fi roaming, a congested
+ * link) is not let go for them. */
+#define KEEPALIVE_PROBES 6
+
+unsigned e2b_ports_keepalive_limit(unsigned keepalive_seconds)
+{
+        unsigned interval = keepalive_seconds / KEEPALIVE_PROBES ? keepalive_seconds / KEEPALIVE_PROBES : 1;
+        return keepalive_seconds + interval * KEEPALIVE_PROBES;
+}
+
+/* A relay is held until one side ends, and a side whose machine is gone or
+ * whose network is cut never sends the FIN or RST that would end it: the
+ * relay's thread, its fds and its owner's --max-per-token slot would be
+ * held forever. TCP keepalive finds such a peer (ETIMEDOUT on the socket)
+ * and only such a one: a quiet VNC stream whose peer answers is never cut.
+ * TCP_USER_TIMEOUT gives the same bound to data the peer never
+ * acknowledges (a server streaming to a vanished client), which keepalive
+ * leaves to the kernel's retransmissions (~15 minutes). */
+static int keepalive_set(int fd)
+{
+        unsigned idle = http_config.keepalive_seconds;
+        int on = 1, idle_s = (int)idle, probes = KEEPALIVE_PROBES;
+        int interval = (int)((e2b_ports_keepalive_limit(idle) - idle) / KEEPALIVE_PROBES);
+        unsigned user_timeout_ms = e2b_ports_keepalive_limit(idle) * 1000;
+        if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on)) < 0 ||
+            setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof(idle_s)) < 0 ||
+            setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval)) < 0 ||
+            setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes)) < 0 ||
+            setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof(user_timeout_ms)) < 0)
+                return -errno;
+        return 0;
+}
+
+/* Why a relay ended, when not by a close: one line. */
+static void relay_log_end(const struct upstream *u, const char *side, int error)
+{
+        fprintf(stderr,
+                "nsbox-http: WebSocket to %s (uid %u) closed: %s %s (%s); its --max-per-token slot is "
+                "free\n",
+                u->what, (unsigned)u->uid, side,
+                error == ETIMEDOUT ? "stopped answering" : "connection failed",
+                error == ETIMEDOUT ? "no answer to TCP keepalive or to data sent" : strerror(error));
+}
+
 /* A relay's end, or a relay that will not start: its connection to the
  * sandbox and its owner's count go. */
 static void relay_release(struct upstream *u)
@@ -358,9 +404,29 @@ static void relay_release(struct upstream *u)
         upstream_free(u);
 }
 
+/* Why a TCP socket that poll reports failed (hung up) did. MHD's thread
+ * may have read its error first (a TLS read): a connection the kernel
+ * ended for probes or data left unanswered still counts them. */
+static int tcp_failure(int fd)
+{
+        int error = 0;
+        socklen_t len = sizeof(error);
+        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) == 0 && error != 0)
+                return error;
+        struct tcp_info info = { 0 };
+        len = sizeof(info);
+        if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 &&
+            (info.tcpi_probes > 0 || info.tcpi_retransmits > 0 || info.tcpi_backoff > 0))
+                return ETIMEDOUT;
+        return ECONNRESET;
+}
+
 struct relay {
         struct upstream *u;
         MHD_socket client;
+        /* the client's TCP socket: client itself, or with TLS MHD's, which
+         * MHD forwards to client (a socketpair's end) */
+        int client_tcp;
         struct MHD_UpgradeResponseHandle *urh;
 };
 
@@ -373,12 +439,26 @@ static void *relay_main(void *arg)
         bool ok = relay_write(rl->client, u->buf + u->body, u->len - u->body) &&
                   relay_write(u->fd, u->client_extra, u->client_extra_len);
         char buf[65536];
+        const char *failed = NULL; /* the side whose connection failed, for the log */
+        int error = 0;
+        /* With TLS, MHD's forwarding (libmicrohttpd 0.9.75) stops reading a
+         * client socket that failed but keeps the socketpair open until the
+         * relay closes it: the relay watches the TCP socket itself (no
+         * events asked: poll reports its error and hang-up, and nothing is
+         * read from MHD's socket). */
+        nfds_t n_fds = rl->client_tcp != rl->client ? 3 : 2;
         while (ok) {
-                struct pollfd p[2] = { { .fd = rl->client, .events = POLLIN },
-                                       { .fd = u->fd, .events = POLLIN } };
-                if (poll(p, 2, -1) < 0) {
+                struct pollfd p[3] = { { .fd = rl->client, .events = POLLIN },
+                                       { .fd = u->fd, .events = POLLIN },
+                                       { .fd = rl->client_tcp, .events = 0 } };
+                if (poll(p, n_fds, -1) < 0) {
                         ok = errno == EINTR;
                         continue;
+                }
+                if (n_fds == 3 && (p[2].revents & (POLLHUP | POLLERR))) {
+                        error = tcp_failure(rl->client_tcp);
+                        failed = "its client";
+                        break;
                 }
                 for (int i = 0; i < 2 && ok; i++) {
                         if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
@@ -386,9 +466,26 @@ static void *relay_main(void *arg)
                         ssize_t n = recv(p[i].fd, buf, sizeof(buf), MSG_DONTWAIT);
                         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
                                 continue;
+                        if (n < 0) {
+                                error = errno;
+                                failed = i == 0 ? "its client" : "the sandbox's side";
+                        }
                         ok = n > 0 && relay_write(i == 0 ? u->fd : rl->client, buf, (size_t)n);
+                        if (n > 0 && !ok && errno != EPIPE) {
+                                error = errno;
+                                failed = i == 0 ? "the sandbox's side" : "its client";
+                        }
                 }
         }
+        /* With TLS, a client that stopped answering while the relay wrote
+         * to it ends MHD's forwarding, which the relay sees as a closed
+         * socketpair: its TCP socket says why. */
+        struct pollfd tcp = { .fd = rl->client_tcp };
+        if (failed == NULL && n_fds == 3 && poll(&tcp, 1, 0) == 1 && (tcp.revents & (POLLHUP | POLLERR)) &&
+            (error = tcp_failure(rl->client_tcp)) == ETIMEDOUT)
+                failed = "its client";
+        if (failed != NULL)
+                relay_log_end(u, failed, error);
         MHD_upgrade_action(rl->urh, MHD_UPGRADE_ACTION_CLOSE);
         relay_release(u);
         free(rl);
@@ -402,9 +499,18 @@ static void upgraded(void *cls, struct MHD_Connection *connection, void *req_cls
                      size_t extra_in_size, MHD_socket sock, struct MHD_UpgradeResponseHandle *urh)
 {
         struct upstream *u = cls;
-        (void)connection;
         (void)req_cls;
         struct relay *rl = calloc(1, sizeof(*rl));
+        const union MHD_ConnectionInfo *tcp =
+            MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+        int client_tcp = tcp != NULL ? tcp->connect_fd : sock;
+        int kept = keepalive_set(client_tcp);
+        if (kept == 0)
+                kept = keepalive_set(u->fd);
+        if (kept < 0)
+                fprintf(stderr,
+                        "nsbox-http: WebSocket to %s: TCP keepalive: %s (a peer that vanishes holds it)\n",
+                        u->what, strerror(-kept));
         pthread_t thread;
         pthread_attr_t attr;
         if (rl != NULL && extra_in_size > 0) {
@@ -415,7 +521,7 @@ static void upgraded(void *cls, struct MHD_Connection *connection, void *req_cls
                 }
         }
         if (rl != NULL && (extra_in_size == 0 || u->client_extra != NULL)) {
-                *rl = (struct relay){ .u = u, .client = sock, .urh = urh };
+                *rl = (struct relay){ .u = u, .client = sock, .client_tcp = client_tcp, .urh = urh };
                 /* MHD's thread of the connection passes TLS on for the upgraded
                  * socket: the relay runs beside it, never in it. */
                 pthread_attr_init(&attr);
@@ -514,6 +620,7 @@ enum MHD_Result http_e2b_port(struct http_request *r, const char *sandbox_id, un
         if (u == NULL || host_port < 1 || host_port > 65535)
                 return bad_gateway(r, sandbox_id, port, "no exposure");
         u->uid = r->uid;
+        snprintf(u->what, sizeof(u->what), "port %u of sandbox %s", port, sandbox_id);
         u->timeout_ms = http_config.timeout_seconds * 1000;
         u->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         struct sockaddr_in to = { .sin_family = AF_INET,

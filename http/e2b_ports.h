@@ -21,6 +21,11 @@ bool e2b_ports_domain_valid(const char *domain);
  * that is not of that form, -EEXIST when E2B's headers name another
  * sandbox or port than it, -ENOMEM. */
 int e2b_ports_from_host(struct http_request *r);
+/* Within how many seconds of its last packet a relayed WebSocket's peer
+ * that stopped answering (its machine gone, its network cut: no FIN, no
+ * RST) is let go, with --keepalive-seconds N: probed after N s of silence,
+ * then every N/6 s (at least 1), six unanswered probes end it. */
+unsigned e2b_ports_keepalive_limit(unsigned keepalive_seconds);
 /* Proxy r to the sandbox's port (exposed for it when it is not yet). */
 enum MHD_Result http_e2b_port(struct http_request *r, const char *sandbox_id, unsigned port);
 /* The request ended: a WebSocket whose 101 was not sent (its client left)

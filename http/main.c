@@ -30,7 +30,8 @@ static const char usage[] =
     "--insecure-no-auth-behind-network-policy]\n"
     "                  [--tls-cert FILE --tls-key FILE] [--socket PATH] [--max-connections N]\n"
     "                  [--max-per-token N] [--max-per-address N] [--auth-reserve N] [--timeout SEC]\n"
-    "                  [--header-timeout SEC] [--execute-sandbox JSON] [--e2b-domain NAME[:PORT]]\n"
+    "                  [--header-timeout SEC] [--keepalive-seconds SEC] [--execute-sandbox JSON]\n"
+    "                  [--e2b-domain NAME[:PORT]]\n"
     "       nsbox-http --help\n"
     "\n"
     "Serve nsboxd's API over HTTP (see docs/http-and-kubernetes.md): nsbox's own API (/v1/rpc), the\n"
@@ -64,6 +65,12 @@ static const char usage[] =
     "  --header-timeout SEC   close a connection whose request has not sent its headers, with a\n"
     "                         valid token, SEC after the accept or the previous request's end\n"
     "                         (default 10)\n"
+    "  --keepalive-seconds SEC\n"
+    "                         a relayed WebSocket's client (and sandbox side) silent SEC is probed\n"
+    "                         (TCP keepalive), then every SEC/6 (at least 1 s): one that stops\n"
+    "                         answering (machine gone, network cut) is closed after 6 probes, its\n"
+    "                         --max-per-token slot freed; one that answers is never cut, however\n"
+    "                         quiet (default 60: let go within 120 s; 1 to 32767)\n"
     "  --execute-sandbox JSON sandbox.create params of the sandboxes POST /execute {code} makes\n"
     "  --e2b-domain NAME[:PORT]\n"
     "                         E2B's sandbox domain: a Host PORT-SANDBOXID.NAME reaches that port of\n"
@@ -153,7 +160,7 @@ int main(int argc, char **argv)
         const char *listen_texts[MAX_LISTEN] = { 0 }, *tokens_path = NULL, *cert_path = NULL,
                    *key_path = NULL, *socket_flag = NULL, *execute_sandbox = NULL, *e2b_domain = NULL;
         unsigned max_connections = 256, timeout = 120, max_per_token = 0, header_timeout = 10,
-                 max_per_address = 0, auth_reserve = 0;
+                 max_per_address = 0, auth_reserve = 0, keepalive = 60;
         bool auth_reserve_given = false, no_auth = false;
         size_t n_listen = 0;
         static const struct option longopts[] = {
@@ -168,6 +175,7 @@ int main(int argc, char **argv)
                 { "auth-reserve", required_argument, NULL, 'r' },
                 { "timeout", required_argument, NULL, 'T' },
                 { "header-timeout", required_argument, NULL, 'H' },
+                { "keepalive-seconds", required_argument, NULL, 'K' },
                 { "execute-sandbox", required_argument, NULL, 'e' },
                 { "e2b-domain", required_argument, NULL, 'D' },
                 { "insecure-no-auth-behind-network-policy", no_argument, NULL, 'N' },
@@ -220,19 +228,23 @@ int main(int argc, char **argv)
                 case 'a':
                 case 'r':
                 case 'T':
-                case 'H': {
+                case 'H':
+                case 'K': {
                         char *end;
                         unsigned long v = strtoul(optarg, &end, 10);
                         unsigned long least = opt == 'r' ? 0 : 1;
-                        if (optarg[0] < '0' || optarg[0] > '9' || *end != '\0' || v < least || v > 100000) {
-                                fprintf(stderr, "nsbox-http: --%s wants a number from %lu to 100000\n",
+                        /* the kernel takes TCP_KEEPIDLE up to 32767 s */
+                        unsigned long most = opt == 'K' ? 32767 : 100000;
+                        if (optarg[0] < '0' || optarg[0] > '9' || *end != '\0' || v < least || v > most) {
+                                fprintf(stderr, "nsbox-http: --%s wants a number from %lu to %lu\n",
                                         opt == 'm'   ? "max-connections"
                                         : opt == 'p' ? "max-per-token"
                                         : opt == 'a' ? "max-per-address"
                                         : opt == 'r' ? "auth-reserve"
                                         : opt == 'T' ? "timeout"
+                                        : opt == 'K' ? "keepalive-seconds"
                                                      : "header-timeout",
-                                        least);
+                                        least, most);
                                 return 2;
                         }
                         if (opt == 'm')
@@ -246,6 +258,8 @@ int main(int argc, char **argv)
                                 auth_reserve_given = true;
                         } else if (opt == 'T')
                                 timeout = v;
+                        else if (opt == 'K')
+                                keepalive = v;
                         else
                                 header_timeout = v;
                         break;
@@ -323,6 +337,7 @@ int main(int argc, char **argv)
         }
         http_config.socket_path = client_socket_path(socket_flag);
         http_config.timeout_seconds = timeout;
+        http_config.keepalive_seconds = keepalive;
         /* One token must not hold every connection: the rest of the tokens would wait. */
         http_config.max_per_token = max_per_token ? max_per_token : (max_connections + 3) / 4;
         /* Without tokens every client is one owner, and this host's (one
@@ -420,12 +435,14 @@ int main(int argc, char **argv)
                 "nsbox-http: nsboxd at %s; probes without a token: GET /health, /v1/health, /healthz, /; "
                 "POST /execute {code} sandboxes: %s\n",
                 http_config.socket_path, execute_sandbox ? execute_sandbox : "nsboxd's defaults");
-        fprintf(stderr,
-                "nsbox-http: a request's headers and token within %u s, at most %u connections an address, "
-                "%u of %u before a valid token, %u requests a token at once, idle connections closed after "
-                "%u s\n",
-                header_timeout, max_per_address, max_connections - auth_reserve, max_connections,
-                http_config.max_per_token, timeout);
+        fprintf(
+            stderr,
+            "nsbox-http: a request's headers and token within %u s, at most %u connections an address, "
+            "%u of %u before a valid token, %u requests a token at once, idle connections closed after "
+            "%u s, a WebSocket's peer that stops answering let go within %u s (TCP keepalive after %u s of "
+            "silence)\n",
+            header_timeout, max_per_address, max_connections - auth_reserve, max_connections,
+            http_config.max_per_token, timeout, e2b_ports_keepalive_limit(keepalive), keepalive);
         int sig;
         for (;;) {
                 sigwait(&stop, &sig);

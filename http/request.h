@@ -22,6 +22,9 @@ struct http_config {
         bool no_auth;             /* --insecure-no-auth-behind-network-policy: any client is this uid */
         unsigned timeout_seconds; /* a connection idle this long is closed */
         unsigned max_per_token;   /* requests of one owner served at once; more get 429 */
+        /* --keepalive-seconds: a relayed WebSocket's peer silent this long is
+         * probed, and let go when it stops answering (e2b_ports.h) */
+        unsigned keepalive_seconds;
         /* sandbox.create params of the sandboxes POST /execute {code} makes
          * (--execute-sandbox JSON), e.g. an image, limits, env or network */
         json_t *execute_sandbox;

@@ -9,6 +9,7 @@ Host that names no port, a port where nothing listens."""
 import http.client
 import json
 import os
+import re
 import shutil
 import socket
 import ssl
@@ -22,6 +23,7 @@ from conftest import IMAGE_DIR, Daemon
 from e2b_front import KEY_A, KEY_B, UID_A, UID_B
 from test_e2b_sdk import run_suite, sdk_dir  # noqa: F401 (fixture)
 from test_http import Front
+from upstream import run
 
 # serial: the sandboxes have network (a veth each, counted by network/'s tests)
 pytestmark = [pytest.mark.serial, pytest.mark.xdist_group("host-network")]
@@ -483,3 +485,168 @@ def test_a_server_in_the_sandbox_that_answers_no_http_or_is_paused_is_a_502(netd
         assert status == 502 and b"paused" in body, body
     finally:
         kill(tls_front, KEY_A, a["sandboxID"])
+
+
+# A client of a relay in a network namespace of the test's: it opens the upgrade, says its
+# status, and then echoes each line of its stdin through the relay.
+NS_CLIENT = r"""
+import socket, ssl, sys, time
+addr, port, headers, cafile = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+deadline = time.monotonic() + 60
+while True:  # until the echo server answers and the key has a slot
+    s = socket.create_connection((addr, port), timeout=30)
+    if cafile:
+        s = ssl.create_default_context(cafile=cafile).wrap_socket(s, server_hostname=addr)
+    s.sendall(("GET /ws HTTP/1.1\r\nHost: %s:%d\r\nConnection: Upgrade\r\nUpgrade: echo\r\n%s\r\n"
+               % (addr, port, headers)).encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        more = s.recv(65536)
+        if not more:
+            break
+        data += more
+    status = data.split(b"\r\n")[0].decode()
+    if " 101 " in status or time.monotonic() > deadline:
+        break
+    s.close()
+    time.sleep(0.1)
+print(status, flush=True)
+for line in sys.stdin:  # each line through the relay and back
+    s.sendall(line.encode())
+    got = b""
+    while len(got) < len(line):
+        more = s.recv(65536)
+        if not more:
+            sys.exit("the relay closed")
+        got += more
+    print(got.decode(), end="", flush=True)
+"""
+
+
+class ClientNamespace:
+    """A network namespace of the test's, joined to the host's by a veth pair on a /30 of
+    10.213.0.0/16 that no interface has: `host_addr` on the host's end, `addr` on its own."""
+
+    def __init__(self):
+        import secrets
+        tag = secrets.token_hex(3)
+        self.netns, self.host_if, self.peer_if = "nsbox-ka-" + tag, "tka" + tag, "tkap" + tag
+        self.made = False
+        for _ in range(64):
+            net = "10.213.%d." % secrets.randbelow(256)
+            if not run("ip", "-o", "addr", "show", "to", net + "0/30").stdout.strip():
+                break
+        self.host_addr, self.addr = net + "1", net + "2"
+
+    def start(self):
+        try:
+            run("ip", "netns", "add", self.netns)
+            self.made = True
+            run("ip", "link", "add", self.host_if, "type", "veth", "peer", "name", self.peer_if)
+            run("ip", "link", "set", self.peer_if, "netns", self.netns)
+            run("ip", "addr", "add", self.host_addr + "/30", "dev", self.host_if)
+            run("ip", "link", "set", self.host_if, "up")
+            run("ip", "addr", "add", self.addr + "/30", "dev", self.peer_if, netns=self.netns)
+            run("ip", "link", "set", self.peer_if, "up", netns=self.netns)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def cut(self):
+        """Nothing in or out of the namespace from now: no FIN, no RST, no answer to a probe."""
+        p = subprocess.run(["ip", "netns", "exec", self.netns, "nft", "-f", "-"], capture_output=True,
+                           input=b"table inet cut {\n"
+                                 b"  chain in { type filter hook input priority 0; policy drop; }\n"
+                                 b"  chain out { type filter hook output priority 0; policy drop; }\n"
+                                 b"}\n")
+        assert p.returncode == 0, p.stderr
+
+    def stop(self):
+        if self.made:
+            run("ip", "netns", "del", self.netns, check=False)
+        run("ip", "link", "del", self.host_if, check=False)  # gone with its peer, unless half made
+
+
+def make_certificate(directory, *addresses):
+    """(cert.pem, key.pem) of a self-signed certificate for these IP addresses."""
+    cert, key = (os.path.join(directory, n) for n in ("cert.pem", "key.pem"))
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-days", "1", "-subj", "/CN=nsbox-test", "-addext",
+                    "subjectAltName=" + ",".join("IP:" + a for a in addresses),
+                    "-keyout", key, "-out", cert], check=True, capture_output=True)
+    os.chmod(key, 0o644)
+    return cert, key
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_a_relay_whose_client_vanished_without_a_close_is_let_go_and_frees_its_slot(netd, tokens, scheme):
+    """A WebSocket's client in a namespace whose network is then cut (no FIN, no RST): TCP
+    keepalive (--keepalive-seconds 1: silent 1 s, then 6 probes 1 s apart) finds it gone, the
+    relay ends, says why, and its --max-per-token slot comes back; while it answered, a quiet
+    relay was kept. --max-per-token 2: a relay and the request of the next upgrade."""
+    ns = ClientNamespace().start()
+    tmp = tempfile.mkdtemp(prefix="nsbox-e2b-keepalive-")
+    client = f = a = None
+    try:
+        tls = []
+        cert = ""
+        if scheme == "https":
+            cert, key = make_certificate(tmp, "127.0.0.1", ns.host_addr)
+            tls = ["--tls-cert", cert, "--tls-key", key]
+        f = Front(netd, "--tokens", tokens, "--http", ns.host_addr + ":0", "--max-per-token", "2",
+                  "--keepalive-seconds", "1", *tls, tokens=False, scheme=scheme)
+        context = ssl.create_default_context(cafile=cert) if cert else None
+        f.context = context
+        ns_port = int(until("the namespace's address", lambda: re.search(
+            r"listening on %s:0 port (\d+)" % re.escape(ns.host_addr), f.read_log())).group(1))
+        a = create(f, KEY_A)
+        start_echo_server(netd, a["sandboxID"])
+        names = {"E2b-Sandbox-Id": a["sandboxID"], "E2b-Sandbox-Port": "8000", "X-Access-Token": a["envdAccessToken"]}
+        host = "127.0.0.1:%d" % f.port
+
+        def upgrade():
+            """A relay's socket, or None when the upgrade was refused."""
+            s, status, _ = open_upgrade(f.port, host, names, context)
+            if " 101 " in status + " ":
+                return s
+            s.close()
+            assert " 429 " in status + " ", status
+            return None
+        client = subprocess.Popen(
+            ["ip", "netns", "exec", ns.netns, "/usr/bin/python3", "-c", NS_CLIENT, ns.host_addr, str(ns_port),
+             "".join("%s: %s\r\n" % kv for kv in names.items()), cert],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        status = client.stdout.readline()
+        assert b" 101 " in status, status
+
+        def through_the_relay(line):
+            client.stdin.write(line)
+            client.stdin.flush()
+            return client.stdout.readline()
+        assert through_the_relay(b"alive\n") == b"alive\n"
+        # quiet for longer than a dead peer is given (1 s + 6 x 1 s), answering the probes: kept
+        time.sleep(9)
+        assert through_the_relay(b"quiet but alive\n") == b"quiet but alive\n"
+        # the relay holds its slot: another upgrade of the key is refused
+        assert upgrade() is None
+        ns.cut()
+        # the client is gone without a word; its relay is let go and its slot comes back
+        s = until("the vanished client's relay to be let go", upgrade, seconds=90)
+        assert echo(s, b"live") == b"live"
+        s.close()
+        assert re.search(r"WebSocket to port 8000 of sandbox %s \(uid %d\) closed: its client stopped answering"
+                         % (a["sandboxID"], UID_A), f.read_log()), f.read_log()[-3000:]
+    finally:
+        try:
+            if client is not None:
+                client.kill()
+                client.wait()
+            if a is not None:
+                netd.call("sandbox.remove", sandbox_id=a["sandboxID"], force=True)
+            if f is not None:
+                rc = f.stop()
+                assert rc == 0, f.read_log()[-4000:]
+        finally:
+            ns.stop()
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -192,13 +192,14 @@ def test_help_names_every_option_and_the_start_up_lines_say_the_mode_and_files(d
     assert p.returncode == 0
     for option in ("--http", "--tokens", "--insecure-no-auth-behind-network-policy", "--tls-cert", "--tls-key",
                    "--socket", "--max-connections", "--max-per-token", "--max-per-address", "--auth-reserve",
-                   "--timeout", "--header-timeout", "--execute-sandbox", "--help"):
+                   "--timeout", "--header-timeout", "--keepalive-seconds", "--execute-sandbox", "--help"):
         assert option.encode() in p.stdout, option
     log = front.read_log()
     assert "127.0.0.1:0 port %d (http)" % front.port in log, log
     assert "bearer tokens from %s" % os.path.join(front.dir, "tokens") in log, log
     assert "nsboxd at %s" % daemon.socket in log and "probes without a token" in log, log
     assert "idle connections closed after 120 s" in log and "64 requests a token at once" in log, log
+    assert "a WebSocket's peer that stops answering let go within 120 s (TCP keepalive after 60 s" in log, log
 
 
 # --- antwort: OUTPUT_DIR, files_produced, timeouts ----------------------------------------
