@@ -386,4 +386,8 @@ def test_a_cp_killed_mid_copy_leaves_no_temporary_file(daemon, sandbox):
     wait_for_dir(daemon, sandbox, lambda names: names == ["keep.bin"],
                  "the killed copy's temporary file was not removed")
     assert sh(daemon, sandbox, "cat /workspace/keep.bin") == "old"
-    assert "a closed connection left" in daemon.read_log()
+    # Logged once the worker that removed the file has reported back: after the removal.
+    deadline = time.monotonic() + 30
+    while "a closed connection left" not in daemon.read_log():
+        assert time.monotonic() < deadline, "nsboxd did not log the removal"
+        time.sleep(0.05)
