@@ -853,7 +853,9 @@ void shell_method_create(struct rpc_request *req, struct sandbox *sb)
                     (unsigned)req->uid);
 }
 
-/* The client of a blocking run left: nobody reads the result; interrupt it. */
+/* The client of a blocking run left: nobody reads the result; interrupt it.
+ * The request is answered now (into the void), which frees it: the command
+ * ends without one. */
 static void run_client_gone(struct rpc_request *req, void *data)
 {
         struct shell_session *s = data;
@@ -864,6 +866,7 @@ static void run_client_gone(struct rpc_request *req, void *data)
         if (!c->finished && c->stage == 0 && !c->interrupt_waiting) {
                 command_interrupt_step(s, c);
         }
+        rpc_reply_fail(req, "unavailable", "client gone");
 }
 
 void shell_method_run(struct rpc_request *req, struct sandbox *sb)

@@ -7,6 +7,7 @@ writing connection's close removes a file; what is removed is resolved inside th
 a symlink put in its place removed itself, never followed."""
 import base64
 import os
+import time
 
 import pytest
 
@@ -145,3 +146,22 @@ def test_one_connection_holds_a_bounded_number_of_temporary_files(daemon, sandbo
         c.call("fs.rename", sandbox_id=sandbox, **{"from": "t/" + made[0], "to": "t/kept", "overwrite": True})
         write(c, sandbox, "t/" + staging(), b"")
     wait_for_dir(daemon, sandbox, lambda n: n == ["kept"], "the temporary files stayed", path="/workspace/t")
+
+
+def test_a_connection_that_leaves_in_a_blocking_shell_run_still_has_its_files_removed(daemon, sandbox):
+    """The files go when the connection is over, after its last request: a blocking shell.run
+    whose client left was interrupted but its request never answered, so the connection was never
+    over (and its memory never freed): its temporary file stayed for good."""
+    left = staging()
+    daemon.call("shell.create", sandbox_id=sandbox, name="held")
+    with daemon.client() as c:
+        write(c, sandbox, left, b"given up")
+        c.request("shell.run", {"sandbox_id": sandbox, "session": "held", "command": "sleep 300"})
+        deadline = time.monotonic() + 30
+        while "sleep 300" not in sh(daemon, sandbox, "ps -eo args"):
+            assert time.monotonic() < deadline, "the shell's command did not start"
+            time.sleep(0.05)
+    wait_for_dir(daemon, sandbox, lambda n: left not in n, "the temporary file stayed after its client left")
+    # the run was interrupted; the shell is still there for the next command
+    r = daemon.call("shell.run", sandbox_id=sandbox, session="held", command="echo after")
+    assert r["stdout"] == "after\n", r
