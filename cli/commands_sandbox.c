@@ -705,10 +705,10 @@ int cmd_version(const struct cli *cli, int argc, char **argv)
                 printf("nsbox %s\n", NSBOX_VERSION);
                 fflush(stdout);
         }
-        _cleanup_json_ json_t *info = NULL;
+        _cleanup_json_ json_t *info = NULL, *params = json_object();
         struct client *c = cli_connect(cli);
         if (c != NULL) {
-                info = cli_call(cli, c, "server.info", json_object());
+                info = cli_call(cli, c, "server.info", params);
                 client_close(c);
         }
         const char *server = json_string_value(json_object_get(info, "version"));
