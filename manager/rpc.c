@@ -62,6 +62,7 @@ struct rpc_conn {
         bool paused;                /* too much output or too many requests in flight */
         bool read_eof;              /* the client shut down its sending side: answer, then close */
         bool closing;               /* a protocol error: send what is queued, then close */
+        bool close_due;             /* closed from the loop: see conn_close_soon */
         bool scheduled;             /* on server.pending */
         bool processing;            /* conn_process_input is on the stack */
         bool parsing;               /* a large line is with the parse thread: later lines wait */
@@ -273,6 +274,21 @@ static void conn_schedule(struct rpc_conn *conn)
                 log_warn("wake the rpc server: %s", strerror(errno));
 }
 
+/* A connection that failed while a producer was sending on it (a write the
+ * client no longer takes, a reply that cannot be queued) is closed from the
+ * loop, not there: a close tells the connection's watchers, and their
+ * callbacks answer and free requests and what hangs on them, which the
+ * producer may be using (the request it is answering, the subscriber whose
+ * event it is sending). Nothing more is sent on it meanwhile. */
+static void conn_close_soon(struct rpc_conn *conn)
+{
+        if (conn->closed || conn->close_due)
+                return;
+        conn->close_due = true;
+        conn->out_off = conn->out_len = 0;
+        conn_schedule(conn);
+}
+
 /* Producers are resumed from the loop, never from inside conn_queue or
  * conn_close: those run in the middle of the producers' own code. */
 static void schedule_resume(void)
@@ -300,14 +316,17 @@ static void wakeup_event(struct loop_source *source, uint32_t events)
                 struct rpc_conn *conn = list;
                 list = conn->next_pending;
                 conn->scheduled = false;
-                conn_process_input(conn);
+                if (conn->close_due)
+                        conn_close(conn);
+                else
+                        conn_process_input(conn);
                 conn_unref(conn);
         }
 }
 
 static void conn_flush(struct rpc_conn *conn)
 {
-        if (conn->closed)
+        if (conn->closed || conn->close_due)
                 return;
         while (conn->out_off < conn->out_len) {
                 ssize_t n = send(conn->source->fd, conn->out + conn->out_off, conn->out_len - conn->out_off,
@@ -315,7 +334,7 @@ static void conn_flush(struct rpc_conn *conn)
                 if (n < 0) {
                         if (errno == EAGAIN || errno == EINTR)
                                 break;
-                        conn_close(conn);
+                        conn_close_soon(conn);
                         return;
                 }
                 conn->out_off += n;
@@ -375,7 +394,7 @@ static void append_out(struct rpc_conn *conn, const char *data, size_t len)
                         cap *= 2;
                 char *grown = realloc(conn->out, cap);
                 if (grown == NULL) {
-                        conn_close(conn);
+                        conn_close_soon(conn);
                         return;
                 }
                 conn->out = grown;
@@ -480,7 +499,7 @@ static bool conn_queue_large(struct rpc_conn *conn, const json_t *message)
 
 static void conn_queue(struct rpc_conn *conn, const json_t *message)
 {
-        if (conn->closed)
+        if (conn->closed || conn->close_due)
                 return;
         if (conn->large != NULL) {
                 if (conn->deferred == NULL)
@@ -494,7 +513,7 @@ static void conn_queue(struct rpc_conn *conn, const json_t *message)
         char *line = jsonrpc_serialize(message, &len);
         if (line == NULL) {
                 log_error("client pid %d: cannot serialize a reply; closing", conn->pid);
-                conn_close(conn);
+                conn_close_soon(conn);
                 return;
         }
         size_t queued = conn->out_len - conn->out_off;
@@ -502,7 +521,7 @@ static void conn_queue(struct rpc_conn *conn, const json_t *message)
                 log_warn("client pid %d does not read its replies (%zu bytes waiting); closing", conn->pid,
                          queued + len);
                 free(line);
-                conn_close(conn);
+                conn_close_soon(conn);
                 return;
         }
         if (queued == 0) {
@@ -517,7 +536,7 @@ static void conn_queue(struct rpc_conn *conn, const json_t *message)
         } else {
                 append_out(conn, line, len);
                 free(line);
-                if (conn->closed)
+                if (conn->closed || conn->close_due)
                         return;
         }
         conn_flush(conn);
@@ -612,7 +631,7 @@ static void reply_error_v(struct rpc_conn *conn, json_t *id, int code, const cha
         if (reply != NULL)
                 conn_queue(conn, reply);
         else
-                conn_close(conn); /* out of memory: a silent hang would be worse */
+                conn_close_soon(conn); /* out of memory: a silent hang would be worse */
         json_decref(reply);
 }
 
@@ -1180,6 +1199,8 @@ static void conn_event(struct loop_source *source, uint32_t events)
         conn->refs++;
         if (events & EPOLLOUT)
                 conn_flush(conn);
+        if (conn->close_due) /* here in the loop: no producer is in the middle of anything */
+                conn_close(conn);
         if (!conn->closed && (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
                 conn_read(conn, events);
         conn_unref(conn);

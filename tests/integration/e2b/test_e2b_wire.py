@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from conftest import ASAN
 from e2b_front import KEY_A, KEY_B, UID_A, front  # noqa: F401 (fixture)
 from nsbox_client import as_uid
 
@@ -603,7 +604,8 @@ def test_tags_are_short_names_and_what_a_command_leaves_behind_is_bounded(front,
         raw_stream(front, sbx, envelope({"process": {"cmd": "true", "envs": {"BIG": "y" * 4000000}}}))
     after = rss_kib(front.proc.pid)
     print("nsbox-http VmRSS: %d KiB before, %d KiB after 80 Starts of 4 MB each" % (before, after))
-    assert after - before < 64 * 1024, (before, after)
+    # ASan's allocator keeps freed buffers in quarantine (256 MB by default)
+    assert after - before < (64 + 256 if ASAN else 64) * 1024, (before, after)
 
 
 def churn(n, work, workers=4):
