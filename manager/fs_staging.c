@@ -96,6 +96,16 @@ bool fs_staging_room(struct rpc_request *req, const struct fs_path *p)
 
 static void fs_staging_run(struct loop *loop, struct loop_timer *timer, void *data);
 
+/* Put a list of files (not empty) back at the head of the due ones. */
+static void fs_staging_requeue(struct fs_staging_file *files)
+{
+        struct fs_staging_file *last = files;
+        while (last->next != NULL)
+                last = last->next;
+        last->next = fs_staging_due;
+        fs_staging_due = files;
+}
+
 static void fs_staging_arm(long long delay_ms)
 {
         if (fs_staging_timer == NULL)
@@ -106,11 +116,7 @@ static void fs_staging_conn_end(struct rpc_conn_state *state)
 {
         struct fs_staging_conn *conn = (struct fs_staging_conn *)state;
         if (conn->files != NULL) {
-                struct fs_staging_file *last = conn->files;
-                while (last->next != NULL)
-                        last = last->next;
-                last->next = fs_staging_due;
-                fs_staging_due = conn->files;
+                fs_staging_requeue(conn->files);
                 /* From the loop, not from inside the answer that ended the connection. */
                 fs_staging_arm(0);
         }
@@ -260,11 +266,7 @@ static void fs_staging_run(struct loop *loop, struct loop_timer *timer, void *da
                                     NULL, &err);
                 if (r == -EBUSY) {
                         /* Every worker is taken: again a little later. */
-                        struct fs_staging_file *last = files;
-                        while (last->next != NULL)
-                                last = last->next;
-                        last->next = fs_staging_due;
-                        fs_staging_due = files;
+                        fs_staging_requeue(files);
                         free(batch);
                         fs_staging_arm(FS_STAGING_RETRY_MS);
                         return;
