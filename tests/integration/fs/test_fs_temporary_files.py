@@ -162,6 +162,13 @@ def test_a_connection_that_leaves_in_a_blocking_shell_run_still_has_its_files_re
             assert time.monotonic() < deadline, "the shell's command did not start"
             time.sleep(0.05)
     wait_for_dir(daemon, sandbox, lambda n: left not in n, "the temporary file stayed after its client left")
-    # the run was interrupted; the shell is still there for the next command
-    r = daemon.call("shell.run", sandbox_id=sandbox, session="held", command="echo after")
+    # the run was interrupted; the shell is still there for the next command, once it is over
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            r = daemon.call("shell.run", sandbox_id=sandbox, session="held", command="echo after")
+            break
+        except RpcError as e:
+            assert "runs command" in str(e) and time.monotonic() < deadline, e
+            time.sleep(0.05)
     assert r["stdout"] == "after\n", r
