@@ -13,6 +13,7 @@
 #include "cli.h"
 #include "client.h"
 #include "json_cleanup.h"
+#include "jsonrpc.h"
 #include "size.h"
 
 enum { OPT_NO_STREAM = CLI_OPT_FIRST_FREE };
@@ -169,7 +170,7 @@ static void print_event(const char *method, json_t *params, void *data)
         if (strcmp(method, "event") != 0)
                 return;
         if (cli->json) {
-                char *line = json_dumps(params, JSON_COMPACT);
+                char *line = json_text(params, JSON_COMPACT, NULL);
                 if (line != NULL)
                         puts(line);
                 free(line);

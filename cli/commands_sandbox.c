@@ -11,6 +11,7 @@
 #include "cleanup.h"
 #include "cli.h"
 #include "json_cleanup.h"
+#include "jsonrpc.h"
 #include "users.h"
 #include "version.h"
 
@@ -406,7 +407,7 @@ static int ls_format_action(FILE *f, const char *action, size_t len, json_t *sb)
         while (end > a && end[-1] == ' ')
                 *--end = '\0';
         if (strcmp(a, "json .") == 0) {
-                _cleanup_free_ char *dump = json_dumps(sb, JSON_COMPACT | JSON_SORT_KEYS);
+                _cleanup_free_ char *dump = json_text(sb, JSON_COMPACT | JSON_SORT_KEYS, NULL);
                 fputs(dump ? dump : "null", f);
                 return 0;
         }
@@ -437,12 +438,12 @@ static int ls_format_action(FILE *f, const char *action, size_t len, json_t *sb)
                                 "; {{.Label \"KEY\"}}, {{json .}}, {{json .FIELD}})",
                                 a);
         if (as_json) {
-                _cleanup_free_ char *dump = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+                _cleanup_free_ char *dump = json_text(v, JSON_COMPACT | JSON_ENCODE_ANY, NULL);
                 fputs(dump ? dump : "null", f);
         } else if (json_is_string(v)) {
                 fputs(json_string_value(v), f);
         } else if (!json_is_null(v)) {
-                _cleanup_free_ char *dump = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+                _cleanup_free_ char *dump = json_text(v, JSON_COMPACT | JSON_ENCODE_ANY, NULL);
                 fputs(dump ? dump : "", f);
         }
         return 0;
@@ -661,7 +662,7 @@ static int print_call(const struct cli *cli, const char *method, json_t *params)
         _cleanup_json_ json_t *result = cli_call_once(cli, method, params);
         if (result == NULL)
                 return EXIT_NSBOX_FAILED;
-        _cleanup_free_ char *text = json_dumps(result, cli->json ? JSON_COMPACT : JSON_INDENT(2));
+        _cleanup_free_ char *text = json_text(result, cli->json ? JSON_COMPACT : JSON_INDENT(2), NULL);
         if (text != NULL)
                 puts(text);
         return 0;

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "cleanup.h"
@@ -24,6 +25,7 @@
 #include "users.h"
 #include "version.h"
 #include "jsonrpc.h"
+#include "json_memory.h"
 #include "io.h"
 
 struct command {
@@ -507,7 +509,7 @@ bool cli_error_is_missing_method(const json_t *error)
 
 void cli_print_json(const json_t *value)
 {
-        char *text = json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
+        char *text = json_text(value, JSON_COMPACT | JSON_ENCODE_ANY, NULL);
         if (text != NULL) {
                 puts(text);
                 free(text);
@@ -899,6 +901,11 @@ int main(int argc, char **argv)
         struct cli cli = { 0 };
         const char *socket_flag = NULL;
         int i = 1;
+        json_memory_use();
+        /* jansson's hash seed from getrandom: its own reads /dev/urandom. */
+        uint32_t seed = 0;
+        if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) == (ssize_t)sizeof(seed) && seed != 0)
+                json_object_seed(seed);
         signal(SIGPIPE, SIG_IGN);
         for (; i < argc && argv[i][0] == '-'; i++) {
                 int words = global_option(&cli, &socket_flag, argc, argv, i);

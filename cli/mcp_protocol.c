@@ -1061,7 +1061,7 @@ json_t *mcp_job_output_result(const char *job_id, const json_t *output, const js
 
 static json_t *text_block(const json_t *value)
 {
-        _cleanup_free_ char *text = json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
+        _cleanup_free_ char *text = json_text(value, JSON_COMPACT | JSON_ENCODE_ANY, NULL);
         return text ? json_pack("{s:s, s:s}", "type", "text", "text", text) : NULL;
 }
 

@@ -90,13 +90,17 @@ static int connect_bounded(const char *path, unsigned *tries)
         if (strlen(path) >= sizeof(addr.sun_path))
                 return -ENAMETOOLONG;
         strcpy(addr.sun_path, path);
-        long long deadline = monotonic_ms() + CONNECT_BUDGET_MS;
+        /* The clock is read only once a connect had to wait: the first read
+         * of a process faults in the vDSO's pages. */
+        long long deadline = 0;
         long long pause_ms = 25;
         for (*tries = 1;; (*tries)++) {
-                long long left = deadline - monotonic_ms();
+                long long left = deadline == 0 ? CONNECT_BUDGET_MS : deadline - monotonic_ms();
                 int fd = connect_once(&addr, left > CONNECT_TRY_MS ? CONNECT_TRY_MS : left > 0 ? left : 1);
                 if (fd >= 0 || (fd != -EAGAIN && fd != -EINTR))
                         return fd;
+                if (deadline == 0)
+                        deadline = monotonic_ms() + CONNECT_BUDGET_MS - CONNECT_TRY_MS;
                 left = deadline - monotonic_ms();
                 if (left <= 0)
                         return -EAGAIN;
@@ -105,6 +109,38 @@ static int connect_bounded(const char *path, unsigned *tries)
                 nanosleep(&ts, NULL);
                 pause_ms *= 2;
         }
+}
+
+/* A client's memory (its struct and its line buffer) is jansson's, from
+ * jansson's allocator: in the CLI that is its JSON memory (cli/json_memory.c),
+ * so that a short CLI call allocates nothing from malloc. */
+static void *client_memory_alloc(size_t size)
+{
+        json_malloc_t alloc;
+        json_free_t release;
+        json_get_alloc_funcs(&alloc, &release);
+        return alloc(size);
+}
+
+static void client_memory_free(void *p)
+{
+        json_malloc_t alloc;
+        json_free_t release;
+        json_get_alloc_funcs(&alloc, &release);
+        if (p != NULL)
+                release(p);
+}
+
+/* The line buffer grows by copy (jansson's allocator has no realloc). */
+static char *line_buffer_grow(char *old, size_t len, size_t cap)
+{
+        char *grown = client_memory_alloc(cap);
+        if (grown == NULL)
+                return NULL;
+        if (len > 0)
+                memcpy(grown, old, len);
+        client_memory_free(old);
+        return grown;
 }
 
 int client_connect(const char *path, struct client **out, nsbox_error_t **err)
@@ -116,8 +152,9 @@ int client_connect(const char *path, struct client **out, nsbox_error_t **err)
          * flood by other uids cannot fill its queue. One that fails
          * otherwise than by staying full (a stale one: nsboxd died) sends
          * us to the shared socket. */
-        _cleanup_free_ char *operator_path = operator_socket_path(path);
-        if (operator_path != NULL && access(operator_path, F_OK) == 0) {
+        char operator_path[sizeof(((struct sockaddr_un *)NULL)->sun_path)];
+        if (operator_socket_path(path, operator_path, sizeof(operator_path)) == 0 &&
+            access(operator_path, F_OK) == 0) {
                 fd = connect_bounded(operator_path, &tries);
                 if (fd == -EAGAIN)
                         return nsbox_error(err, EAGAIN,
@@ -137,9 +174,10 @@ int client_connect(const char *path, struct client **out, nsbox_error_t **err)
                 return nsbox_error(err, ENAMETOOLONG, "socket path %s", path);
         if (fd < 0)
                 return nsbox_error(err, -fd, "connect to nsboxd at %s", path);
-        struct client *c = calloc(1, sizeof(*c));
+        struct client *c = client_memory_alloc(sizeof(*c));
         if (c == NULL)
                 return nsbox_error(err, ENOMEM, "client");
+        memset(c, 0, sizeof(*c));
         c->fd = steal_fd(&fd);
         c->interrupt_fd = -1;
         c->next_id = 1;
@@ -152,8 +190,8 @@ void client_close(struct client *c)
         if (c == NULL)
                 return;
         close(c->fd);
-        free(c->buf);
-        free(c);
+        client_memory_free(c->buf);
+        client_memory_free(c);
 }
 
 int client_fd(const struct client *c)
@@ -204,11 +242,20 @@ int client_send(struct client *c, const char *method, json_t *params, long long 
                                                "method", method, "params", params ? params : json_object());
         if (req == NULL)
                 return nsbox_error(err, ENOMEM, "build request");
-        size_t len;
-        _cleanup_free_ char *line = jsonrpc_serialize(req, &len);
-        if (line == NULL)
-                return nsbox_error(err, ENOMEM, "serialize request");
-        int r = io_write_all(c->fd, line, len);
+        /* A request of a few KiB (most) is written from the stack: no
+         * allocation, which in a short CLI process costs page faults. */
+        char small[4096];
+        _cleanup_free_ char *line = NULL;
+        const char *text = small;
+        size_t len = json_dumpb(req, small, sizeof(small) - 1, JSON_COMPACT);
+        if (len > 0 && len < sizeof(small)) {
+                small[len++] = '\n';
+        } else {
+                text = line = jsonrpc_serialize(req, &len);
+                if (line == NULL)
+                        return nsbox_error(err, ENOMEM, "serialize request");
+        }
+        int r = io_write_all(c->fd, text, len);
         if (r < 0)
                 return nsbox_error(err, -r, "send %s to nsboxd", method);
         if (id_out)
@@ -238,7 +285,7 @@ static int read_message(struct client *c, json_t **out, nsbox_error_t **err)
                         if (c->cap >= CLIENT_MAX_LINE)
                                 return nsbox_error(err, E2BIG, "reply from nsboxd too large");
                         size_t cap = c->cap ? c->cap * 2 : 131072;
-                        char *grown = realloc(c->buf, cap);
+                        char *grown = line_buffer_grow(c->buf, c->len, cap);
                         if (grown == NULL)
                                 return nsbox_error(err, ENOMEM, "reply buffer");
                         c->buf = grown;

@@ -10,6 +10,7 @@
 
 #include "cleanup.h"
 #include "io.h"
+#include "jsonrpc.h"
 
 int json_file_replace(const char *path, const json_t *value, size_t flags, bool durable, nsbox_error_t **err)
 {
@@ -18,7 +19,7 @@ int json_file_replace(const char *path, const json_t *value, size_t flags, bool 
         int dir_len = slash ? (int)(slash - path + 1) : 0;
         if (snprintf(tmp, sizeof(tmp), "%.*s.%s.tmp", dir_len, path, path + dir_len) >= (int)sizeof(tmp))
                 return nsbox_error(err, ENAMETOOLONG, "%s", path);
-        _cleanup_free_ char *text = json_dumps(value, flags);
+        _cleanup_free_ char *text = json_text(value, flags, NULL);
         if (text == NULL)
                 return nsbox_error(err, ENOMEM, "serialize %s", path);
         _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);

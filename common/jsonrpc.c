@@ -383,19 +383,30 @@ static int serialize_append(const char *chunk, size_t size, void *data)
         return 0;
 }
 
-char *jsonrpc_serialize(const json_t *message, size_t *len)
+char *json_text(const json_t *value, size_t flags, size_t *len)
 {
-        /* Dumped straight into the line (json_dumps would build the text and
-         * then copy it): a 50 MB reply is held once, in one pass. */
+        /* Dumped straight into the buffer (json_dumps would build the text and
+         * then copy it): a 50 MB reply is held once, in one pass. Room for
+         * two more bytes is kept at its end (serialize_append). */
         struct serialize_buffer b = { 0 };
-        if (json_dump_callback(message, serialize_append, &b, JSON_COMPACT) < 0 || b.data == NULL) {
+        if (json_dump_callback(value, serialize_append, &b, flags) < 0 || b.data == NULL) {
                 free(b.data);
                 return NULL;
         }
-        b.data[b.len] = '\n';
-        b.data[b.len + 1] = '\0';
-        *len = b.len + 1;
+        b.data[b.len] = '\0';
+        if (len != NULL)
+                *len = b.len;
         return b.data;
+}
+
+char *jsonrpc_serialize(const json_t *message, size_t *len)
+{
+        char *line = json_text(message, JSON_COMPACT, len);
+        if (line == NULL)
+                return NULL;
+        line[*len] = '\n';
+        line[++*len] = '\0';
+        return line;
 }
 
 ssize_t jsonrpc_find_newline(const char *buf, size_t len)

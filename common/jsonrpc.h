@@ -41,6 +41,13 @@ json_t *jsonrpc_result(json_t *id, json_t *result);
 json_t *jsonrpc_error(json_t *id, int code, const char *kind, const char *message);
 json_t *jsonrpc_notification(const char *method, json_t *params);
 
+/* The text of `value` as json_dumps makes it with `flags`, NUL-terminated,
+ * but malloc'd: free() it. json_dumps's comes from jansson's allocator,
+ * which is not malloc in the CLI (cli/json_memory.c). *len (if not NULL) is
+ * set to its length. NULL when out of memory or when the value holds
+ * something JSON cannot encode. */
+char *json_text(const json_t *value, size_t flags, size_t *len);
+
 /* Compact text plus '\n'; malloc'd, *len set. NULL when out of memory or
  * when the message holds something JSON cannot encode. Written in one pass
  * into the returned buffer, so a large reply is held in memory once. */

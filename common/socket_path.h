@@ -3,6 +3,8 @@
  * nsboxd, which makes it, and for the clients, which try it first. */
 #pragma once
 
+#include <stddef.h>
+
 /* The directory, beside the socket, that holds the operator socket. */
 #define OPERATOR_SOCKET_DIR "operator"
 
@@ -10,5 +12,6 @@
  * "/run/nsbox/operator/nsbox.sock"): a second listening socket only
  * nsboxd's own uid (root) can connect to. Other uids share the first
  * socket's listen queue, which a flood of connects can fill; this one's is
- * root's alone. A new string, or NULL when out of memory. */
-char *operator_socket_path(const char *socket_path);
+ * root's alone. Written into out (size bytes, NUL included): 0, or
+ * -ENAMETOOLONG when it does not fit. */
+int operator_socket_path(const char *socket_path, char *out, size_t size);

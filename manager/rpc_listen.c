@@ -114,11 +114,10 @@ static int make_operator_dir(const char *operator_path, nsbox_error_t **err)
 int rpc_listen_operator(const char *socket_path, char **path_out, nsbox_error_t **err)
 {
         int r;
-        _cleanup_free_ char *path = operator_socket_path(socket_path);
-        if (path == NULL)
-                return nsbox_error(err, ENOMEM, "operator socket path");
+        char path[PATH_MAX];
         struct sockaddr_un addr;
-        if (strlen(path) + strlen(".new") >= sizeof(addr.sun_path)) {
+        if (operator_socket_path(socket_path, path, sizeof(path)) < 0 ||
+            strlen(path) + strlen(".new") >= sizeof(addr.sun_path)) {
                 /* Too long for a socket address: root shares the one
                  * socket, as before there was an operator socket. */
                 log_warn("no operator socket: %s is too long a socket path; root's clients share %s's queue",
@@ -130,6 +129,10 @@ int rpc_listen_operator(const char *socket_path, char **path_out, nsbox_error_t 
         int fd = rpc_listen_bind(path, geteuid(), getegid(), 0600, err);
         if (fd < 0)
                 return fd;
-        *path_out = steal_pointer(&path);
+        *path_out = strdup(path);
+        if (*path_out == NULL) {
+                close(fd);
+                return nsbox_error(err, ENOMEM, "operator socket path");
+        }
         return fd;
 }
