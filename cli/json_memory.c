@@ -44,9 +44,10 @@ static bool in_block(const void *p)
 static void *json_memory_alloc(size_t size)
 {
         size_t need = (size + JSON_MEMORY_ALIGN - 1) & ~(size_t)(JSON_MEMORY_ALIGN - 1);
-        if (size > 0 && need >= size && need <= sizeof(block)) {
-                /* A failed take leaves block_used past the end: every later
-                 * one fails too, and goes to malloc. */
+        /* A failed take leaves block_used past the end: every later one
+         * goes to malloc without touching it again. */
+        if (size > 0 && need >= size && need <= sizeof(block) &&
+            __atomic_load_n(&block_used, __ATOMIC_RELAXED) <= sizeof(block) - need) {
                 size_t at = __atomic_fetch_add(&block_used, need, __ATOMIC_RELAXED);
                 if (at <= sizeof(block) - need)
                         return block + at;
