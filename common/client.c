@@ -247,10 +247,8 @@ int client_send(struct client *c, const char *method, json_t *params, long long 
         char small[4096];
         _cleanup_free_ char *line = NULL;
         const char *text = small;
-        size_t len = json_dumpb(req, small, sizeof(small) - 1, JSON_COMPACT);
-        if (len > 0 && len < sizeof(small)) {
-                small[len++] = '\n';
-        } else {
+        size_t len = jsonrpc_serialize_into(req, small, sizeof(small));
+        if (len == 0) {
                 text = line = jsonrpc_serialize(req, &len);
                 if (line == NULL)
                         return nsbox_error(err, ENOMEM, "serialize request");

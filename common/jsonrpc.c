@@ -409,6 +409,32 @@ char *jsonrpc_serialize(const json_t *message, size_t *len)
         return line;
 }
 
+struct fixed_buffer {
+        char *data;
+        size_t len, size;
+};
+
+static int fixed_append(const char *chunk, size_t size, void *data)
+{
+        struct fixed_buffer *b = data;
+        if (size > b->size - b->len)
+                return -1; /* stops the dump: the message does not fit */
+        memcpy(b->data + b->len, chunk, size);
+        b->len += size;
+        return 0;
+}
+
+size_t jsonrpc_serialize_into(const json_t *message, char *buf, size_t size)
+{
+        if (size < 2)
+                return 0;
+        struct fixed_buffer b = { .data = buf, .size = size - 1 };
+        if (json_dump_callback(message, fixed_append, &b, JSON_COMPACT) < 0 || b.len == 0)
+                return 0;
+        buf[b.len++] = '\n';
+        return b.len;
+}
+
 ssize_t jsonrpc_find_newline(const char *buf, size_t len)
 {
         const char *nl = memchr(buf, '\n', len);

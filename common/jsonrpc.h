@@ -53,5 +53,10 @@ char *json_text(const json_t *value, size_t flags, size_t *len);
  * into the returned buffer, so a large reply is held in memory once. */
 char *jsonrpc_serialize(const json_t *message, size_t *len);
 
+/* jsonrpc_serialize's line written into buf (size bytes; no NUL): its
+ * length, or 0 when it does not fit (the dump stops there) or cannot be
+ * encoded. */
+size_t jsonrpc_serialize_into(const json_t *message, char *buf, size_t size);
+
 /* Find the end of the first complete line in buf: index of '\n', or -1. */
 ssize_t jsonrpc_find_newline(const char *buf, size_t len);

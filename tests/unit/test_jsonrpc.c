@@ -245,6 +245,23 @@ static void test_serialize_is_one_compact_line(void **state)
         json_decref(msg);
 }
 
+static void test_serialize_into_a_buffer_is_the_same_line_or_nothing(void **state)
+{
+        json_t *msg = json_pack("{s:s, s:i, s:s}", "jsonrpc", "2.0", "id", 7, "method", "x");
+        size_t len;
+        char *line = jsonrpc_serialize(msg, &len);
+        assert_non_null(line);
+        char buf[64];
+        assert_int_equal(jsonrpc_serialize_into(msg, buf, sizeof(buf)), len);
+        assert_memory_equal(buf, line, len);
+        /* Exactly its size fits; a byte less does not, and says so. */
+        assert_int_equal(jsonrpc_serialize_into(msg, buf, len), len);
+        assert_int_equal(jsonrpc_serialize_into(msg, buf, len - 1), 0);
+        assert_int_equal(jsonrpc_serialize_into(msg, buf, 1), 0);
+        free(line);
+        json_decref(msg);
+}
+
 static void test_error_reply_shape(void **state)
 {
         json_t *msg = jsonrpc_error(NULL, JSONRPC_APP_ERROR, "not_found", "no sandbox x");
@@ -393,6 +410,7 @@ int main(void)
                 cmocka_unit_test(test_log_limited_drops_and_counts),
                 cmocka_unit_test(test_deep_nesting_is_refused_not_crashing),
                 cmocka_unit_test(test_serialize_is_one_compact_line),
+                cmocka_unit_test(test_serialize_into_a_buffer_is_the_same_line_or_nothing),
                 cmocka_unit_test(test_error_reply_shape),
                 cmocka_unit_test(test_find_newline_on_split_input),
                 cmocka_unit_test(test_policy_defaults_and_overrides),
