@@ -4,23 +4,42 @@
  * connection (a piece still being written would make the file again after
  * it) and runs in a worker, as fs.remove's: a tree (nsbox cp's) can be any
  * size, and every path is resolved inside the sandbox's root, a final
- * symlink removed itself, never followed. */
+ * symlink removed itself, never followed. Each sandbox's journal, in its
+ * state dir, says which are kept, so that the nsboxd that adopts it after
+ * a kill -9 removes those its predecessor still kept. */
 #include "fs_staging.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cleanup.h"
 #include "daemon.h"
 #include "fs_ops.h"
 #include "fs_worker.h"
+#include "io.h"
+#include "json_cleanup.h"
 #include "log.h"
 #include "relpath.h"
 #include "sandbox.h"
 
 /* Another try when every worker is busy. */
 #define FS_STAGING_RETRY_MS 200
+
+/* In the sandbox's dir: a line `["+",uid,tree,path]` when a connection
+ * starts keeping a file, `["-",path]` when it stops (renamed, removed, or
+ * removed at its end); emptied whenever none is kept, rewritten with only
+ * those kept when it has more than twice their number of lines and
+ * FS_STAGING_JOURNAL_SLACK more. Not synced: it only has to outlive a
+ * kill of nsboxd, which the page cache does; the sandbox does not outlive
+ * the machine. */
+#define FS_STAGING_JOURNAL       "staging.journal"
+#define FS_STAGING_JOURNAL_SLACK 256
+/* What a journal's replay reads at most: far more than one so rewritten holds. */
+#define FS_STAGING_JOURNAL_MAX (64u << 20)
 
 struct fs_staging_file {
         struct fs_staging_file *next;
@@ -57,6 +76,157 @@ static void fs_staging_free_list(struct fs_staging_file *f)
                 free(f);
                 f = next;
         }
+}
+
+/* ---- the journal ---- */
+
+static void fs_staging_journal_path(const struct sandbox *sb, char *path, size_t size)
+{
+        snprintf(path, size, "%s/%s", sb->dir, FS_STAGING_JOURNAL);
+}
+
+/* The files a journal keeps: path -> [uid, tree, how many keep it]; *lines
+ * counts its lines. A line that is no journal's (torn by a kill) is skipped. */
+static json_t *fs_staging_journal_read(const char *path, unsigned *lines)
+{
+        *lines = 0;
+        json_t *kept = json_object();
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        FILE *f = fd >= 0 && kept != NULL ? fdopen(fd, "r") : NULL;
+        if (f == NULL)
+                return kept;
+        steal_fd(&fd);
+        _cleanup_free_ char *line = NULL;
+        size_t cap = 0, total = 0;
+        ssize_t n;
+        while (total < FS_STAGING_JOURNAL_MAX && (n = getline(&line, &cap, f)) > 0) {
+                total += (size_t)n;
+                (*lines)++;
+                _cleanup_json_ json_t *entry = json_loadb(line, (size_t)n, 0, NULL);
+                const char *op = json_string_value(json_array_get(entry, 0));
+                json_t *at = json_array_get(entry, json_array_size(entry) - 1);
+                const char *file = json_string_value(at);
+                if (op == NULL || file == NULL || file[0] != '/')
+                        continue;
+                json_t *was = json_object_get(kept, file);
+                json_int_t count = json_integer_value(json_array_get(was, 2));
+                if (strcmp(op, "+") == 0 && json_array_size(entry) == 4 &&
+                    json_is_integer(json_array_get(entry, 1)) && json_is_boolean(json_array_get(entry, 2)))
+                        json_object_set_new(kept, file,
+                                            json_pack("[O, O, I]", json_array_get(entry, 1),
+                                                      json_array_get(entry, 2), count + 1));
+                else if (strcmp(op, "-") == 0 && was != NULL && count > 1)
+                        json_array_set_new(was, 2, json_integer(count - 1));
+                else if (strcmp(op, "-") == 0 && was != NULL)
+                        json_object_del(kept, file);
+        }
+        fclose(f);
+        return kept;
+}
+
+static json_t *fs_staging_journal_line(const char *op, uid_t uid, bool tree, const char *path)
+{
+        if (strcmp(op, "+") == 0)
+                return json_pack("[s, I, b, s]", op, (json_int_t)uid, tree, path);
+        return json_pack("[s, s]", op, path);
+}
+
+/* Append a line to fd, in one write: a kill leaves the line whole or
+ * missing (or torn last, which a replay skips). */
+static int fs_staging_journal_put(int fd, json_t *line)
+{
+        _cleanup_free_ char *text = line ? json_dumps(line, JSON_COMPACT) : NULL;
+        size_t len = text ? strlen(text) : 0;
+        char *with_newline = text ? realloc(text, len + 2) : NULL;
+        if (with_newline == NULL)
+                return -ENOMEM;
+        text = with_newline;
+        memcpy(text + len, "\n", 2);
+        return io_write_all(fd, text, len + 1);
+}
+
+/* Rewrite sb's journal with only the files `kept` (as fs_staging_journal_read
+ * gives them): beside it, then renamed over it. */
+static void fs_staging_journal_rewrite(struct sandbox *sb, json_t *kept)
+{
+        char path[4096], aside[4096 + 8];
+        fs_staging_journal_path(sb, path, sizeof(path));
+        snprintf(aside, sizeof(aside), "%s.new", path);
+        _cleanup_close_ int fd = open(aside, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0 || kept == NULL)
+                return;
+        int r = 0;
+        unsigned written = 0;
+        const char *file;
+        json_t *k;
+        json_object_foreach(kept, file, k)
+        {
+                for (json_int_t i = 0; r == 0 && i < json_integer_value(json_array_get(k, 2));
+                     i++, written++) {
+                        _cleanup_json_ json_t *line =
+                            fs_staging_journal_line("+", (uid_t)json_integer_value(json_array_get(k, 0)),
+                                                    json_is_true(json_array_get(k, 1)), file);
+                        r = fs_staging_journal_put(fd, line);
+                }
+        }
+        if (r < 0 || rename(aside, path) < 0) {
+                log_warn("sandbox %s: rewrite %s: %s", sb->id, path, strerror(r < 0 ? -r : errno));
+                unlink(aside);
+                return;
+        }
+        sb->staging_lines = written;
+}
+
+static void fs_staging_journal_compact(struct sandbox *sb)
+{
+        char path[4096];
+        unsigned lines;
+        fs_staging_journal_path(sb, path, sizeof(path));
+        _cleanup_json_ json_t *kept = fs_staging_journal_read(path, &lines);
+        fs_staging_journal_rewrite(sb, kept);
+}
+
+/* A line in the journal of sandbox_id (gone: its journal went with it). */
+static void fs_staging_journal_note(const char *sandbox_id, const char *op, uid_t uid, bool tree,
+                                    const char *path)
+{
+        struct sandbox *sb = sandbox_lookup(sandbox_id, 0);
+        if (sb == NULL || sb->dir == NULL || (op[0] == '-' && sb->staging_open == 0))
+                return;
+        char journal[4096];
+        fs_staging_journal_path(sb, journal, sizeof(journal));
+        if (op[0] == '-' && --sb->staging_open == 0) {
+                /* None kept: nothing in it says anything. */
+                if (truncate(journal, 0) < 0 && errno != ENOENT)
+                        log_warn("sandbox %s: empty %s: %s", sb->id, journal, strerror(errno));
+                sb->staging_lines = 0;
+                return;
+        }
+        _cleanup_close_ int fd =
+            open(journal, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0600);
+        _cleanup_json_ json_t *line = fs_staging_journal_line(op, uid, tree, path);
+        int r = fd < 0 ? -errno : fs_staging_journal_put(fd, line);
+        if (r < 0) {
+                log_warn("sandbox %s: %s: %s (a temporary file a kill of nsboxd leaves may stay)", sb->id,
+                         journal, strerror(-r));
+                return;
+        }
+        if (op[0] == '+')
+                sb->staging_open++;
+        if (++sb->staging_lines > 2 * sb->staging_open + FS_STAGING_JOURNAL_SLACK)
+                fs_staging_journal_compact(sb);
+}
+
+static void fs_staging_forgot(const struct fs_staging_file *f)
+{
+        fs_staging_journal_note(f->sandbox_id, "-", f->uid, f->tree, f->path);
+}
+
+static void fs_staging_free_forgotten(struct fs_staging_file *f)
+{
+        for (struct fs_staging_file *at = f; at != NULL; at = at->next)
+                fs_staging_forgot(at);
+        fs_staging_free_list(f);
 }
 
 bool fs_staging_is(const struct sandbox *sb, const struct fs_path *p)
@@ -147,6 +317,7 @@ void fs_staging_wrote(struct rpc_request *req, const char *sandbox_id, const str
         f->next = conn->files;
         conn->files = f;
         conn->n++;
+        fs_staging_journal_note(sandbox_id, "+", f->uid, tree, f->path);
 }
 
 /* Whether path is at or under `top`. */
@@ -174,6 +345,7 @@ void fs_staging_moved(struct rpc_request *req, const char *sandbox_id, const str
                         tree = f->tree;
                 }
                 *at = f->next;
+                fs_staging_forgot(f);
                 free(f);
                 conn->n--;
         }
@@ -225,7 +397,7 @@ static void fs_staging_remove_done(void *data, int r, json_t *result, const char
                              batch->sandbox_id, json_string_value(why));
         }
         json_decref(result);
-        fs_staging_free_list(batch->files);
+        fs_staging_free_forgotten(batch->files);
         free(batch);
 }
 
@@ -256,7 +428,7 @@ static void fs_staging_run(struct loop *loop, struct loop_timer *timer, void *da
                 _cleanup_error_ nsbox_error_t *err = NULL;
                 if (batch == NULL || fs_ctx_open(sb, &batch->ctx, &err) < 0) {
                         /* The sandbox went (and its files with it), or is going. */
-                        fs_staging_free_list(files);
+                        fs_staging_free_forgotten(files);
                         free(batch);
                         continue;
                 }
@@ -274,8 +446,51 @@ static void fs_staging_run(struct loop *loop, struct loop_timer *timer, void *da
                 if (r < 0) {
                         log_warn("sandbox %s: the temporary files of a closed connection stay: %s", sb->id,
                                  err ? err->message : strerror(-r));
-                        fs_staging_free_list(files);
+                        fs_staging_free_forgotten(files);
                         free(batch);
                 }
         }
+}
+
+/* ---- after a restart ---- */
+
+void fs_staging_restore(struct sandbox *sb)
+{
+        char journal[4096];
+        unsigned lines;
+        if (sb->dir == NULL)
+                return;
+        fs_staging_journal_path(sb, journal, sizeof(journal));
+        _cleanup_json_ json_t *kept = fs_staging_journal_read(journal, &lines);
+        struct fs_staging_file *files = NULL;
+        unsigned n = 0;
+        const char *file;
+        json_t *k;
+        json_object_foreach(kept, file, k)
+        {
+                size_t len = strlen(file);
+                struct fs_staging_file *f = calloc(1, sizeof(*f) + len + 1);
+                if (f == NULL)
+                        break;
+                snprintf(f->sandbox_id, sizeof(f->sandbox_id), "%s", sb->id);
+                f->uid = (uid_t)json_integer_value(json_array_get(k, 0));
+                f->tree = json_is_true(json_array_get(k, 1));
+                memcpy(f->path, file, len + 1);
+                json_array_set_new(k, 2, json_integer(1)); /* one removal forgets it */
+                f->next = files;
+                files = f;
+                n++;
+        }
+        if (files == NULL) {
+                if (lines > 0 && truncate(journal, 0) < 0)
+                        log_warn("sandbox %s: empty %s: %s", sb->id, journal, strerror(errno));
+                return;
+        }
+        /* Each is forgotten once, as its removal ends: the journal keeps it
+         * until then, for a next nsboxd should this one be killed too. */
+        fs_staging_journal_rewrite(sb, kept);
+        sb->staging_open = n;
+        log_info("sandbox %s: %u temporary file(s) its previous nsboxd kept are removed", sb->id, n);
+        fs_staging_requeue(files);
+        fs_staging_arm(0);
 }

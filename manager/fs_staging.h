@@ -3,7 +3,9 @@
  * nsbox-http's uploads, named as staging_name_is knows them), remembered
  * per connection and removed when that connection ends with them still
  * there: a writer killed mid-way (SIGKILL, an OOM kill, a lost pod) leaves
- * nothing behind. Only the writing connection's end removes its files. */
+ * nothing behind. Only the writing connection's end removes its files.
+ * Each sandbox's are in a journal in its dir too, so that the nsboxd that
+ * adopts it after a kill -9 of nsboxd removes them (live restore). */
 #pragma once
 
 #include <stdbool.h>
@@ -33,3 +35,6 @@ void fs_staging_wrote(struct rpc_request *req, const char *sandbox_id, const str
  * under that name. */
 void fs_staging_moved(struct rpc_request *req, const char *sandbox_id, const struct fs_path *from,
                       const struct fs_path *to);
+/* sb was adopted (live restore): the temporary files its journal says the
+ * previous nsboxd kept are removed, as at a connection's end. */
+void fs_staging_restore(struct sandbox *sb);

@@ -22,6 +22,7 @@
 #include "io.h"
 #include "daemon.h"
 #include "egress.h"
+#include "fs_staging.h"
 #include "json_cleanup.h"
 #include "log.h"
 #include "proto.h"
@@ -306,6 +307,9 @@ void restore_adopt_all(void)
                 if (adopt_one(de->d_name, &err) == 0) {
                         adopted++;
                         log_info("sandbox %s: adopted (live restore)", de->d_name);
+                        struct sandbox *sb = sandbox_lookup(de->d_name, 0);
+                        if (sb != NULL)
+                                fs_staging_restore(sb);
                         continue;
                 }
                 abandoned++;

@@ -55,6 +55,10 @@ struct sandbox {
          * into no other mount of the sandbox (fs_ops.c). */
         uint64_t mount_ids[POLICY_MAX_MOUNTS];
         unsigned n_mount_ids;
+        /* Its journal of temporary files (fs_staging.c): how many it holds
+         * open, and how many lines it has. */
+        unsigned staging_open;
+        unsigned staging_lines;
 
         struct sandbox_waiter *create_waiters; /* requests answered when the create ends */
         struct sandbox_waiter *remove_waiters;

@@ -4,15 +4,23 @@
 tree, an fs.mkdir) of a connection made, forgets one renamed or removed on it, and removes the
 rest when that connection closes, so that a writer killed mid-way leaves nothing behind. Only the
 writing connection's close removes a file; what is removed is resolved inside the sandbox's root,
-a symlink put in its place removed itself, never followed."""
+a symlink put in its place removed itself, never followed. Each sandbox's journal in nsboxd's
+state dir says which are kept, so that when nsboxd is killed mid-upload, the next one, which adopts
+the sandbox (live restore), removes them."""
 import base64
 import os
+import subprocess
+import tempfile
 import time
 
 import pytest
 
 from conftest import dir_names, wait_for_dir
-from nsbox_client import RpcError
+from nsbox_client import Client, RpcError
+from test_service import Service
+
+# A uid pool of its own (tests/integration/daemon/test_service.py), for the nsboxd killed here.
+POOL_BASE = 1_760_000_000
 
 pytestmark = [pytest.mark.nested]
 
@@ -172,3 +180,106 @@ def test_a_connection_that_leaves_in_a_blocking_shell_run_still_has_its_files_re
             assert "runs command" in str(e) and time.monotonic() < deadline, e
             time.sleep(0.05)
     assert r["stdout"] == "after\n", r
+
+
+@pytest.fixture
+def restarts():
+    """Starts of nsboxd with live restore on, all on one state dir and socket: start() makes one.
+    At the end, what is left running is killed and a start without live restore removes the
+    sandboxes that outlived it."""
+    root = tempfile.mkdtemp(prefix="nsbox-staging-restore-")
+    os.chmod(root, 0o755)
+    started = []
+
+    def start():
+        svc = Service(root, extra_args=["--live-restore", "1", "--warm-pool", "0"], pool_base=POOL_BASE)
+        started.append(svc)
+        svc.start()
+        return svc
+    yield start
+    for svc in started:
+        if svc.proc is not None and svc.proc.poll() is None:
+            svc.kill9()
+    sweeper = Service(root, extra_args=["--warm-pool", "0"], pool_base=POOL_BASE)
+    sweeper.start()
+    sweeper.terminate()
+    subprocess.run(["rm", "-rf", root])
+
+
+def restarted_after_kill_9(start, svc, sid):
+    """nsboxd killed (-9) and started again on the same state dir: the new one, once it adopted sid."""
+    svc.kill9()
+    svc = start()
+    assert "sandbox %s: adopted (live restore)" % sid in svc.log()
+    return svc
+
+
+def test_a_temporary_file_left_by_a_kill_9_of_nsboxd_goes_when_the_next_nsboxd_adopts_its_sandbox(restarts):
+    """An upload and an nsbox cp tree open (their connection too) when nsboxd is killed: the next
+    nsboxd removes both, and the ordinary file written beside them on the same connection stays
+    (before: the temporary files stayed in the sandbox for good)."""
+    svc = restarts()
+    sid = svc.call("sandbox.create")["sandbox_id"]
+    upload, tree = staging(), staging(".nsbox-cp-")
+    with Client(svc.socket, timeout=60) as c:
+        write(c, sid, "keep.txt", b"an ordinary file")
+        write(c, sid, upload, b"first piece")
+        write(c, sid, upload, b", second piece", append=True)
+        c.call("fs.mkdir", sandbox_id=sid, path=tree, parents=True)
+        write(c, sid, tree + "/sub/file.bin", b"copied")
+        assert dir_names(svc, sid) == sorted(["keep.txt", upload, tree])
+        svc = restarted_after_kill_9(restarts, svc, sid)
+    wait_for_dir(svc, sid, lambda n: n == ["keep.txt"], "the temporary files a killed nsboxd kept stayed")
+    assert svc.call("fs.read", sandbox_id=sid, path="keep.txt")["content"] == "an ordinary file"
+    assert "temporary file(s) its previous nsboxd kept are removed" in svc.log()
+    # and the journal says nothing more: a second restart has nothing to remove
+    svc = restarted_after_kill_9(restarts, svc, sid)
+    assert "its previous nsboxd kept" not in svc.log().split("adopted (live restore)")[-1]
+    assert dir_names(svc, sid) == ["keep.txt"]
+
+
+def test_an_upload_renamed_into_place_before_a_kill_9_of_nsboxd_stays(restarts):
+    """Renamed, an upload is the user's file: the next nsboxd removes only what was still open
+    (the marker, whose going says the restart's removal ran)."""
+    svc = restarts()
+    sid = svc.call("sandbox.create")["sandbox_id"]
+    done, moved, marker = staging(), staging(), staging()
+    with Client(svc.socket, timeout=60) as c:
+        write(c, sid, done, b"whole ")
+        write(c, sid, done, b"upload", append=True)
+        c.call("fs.rename", sandbox_id=sid, **{"from": done, "to": "done.bin", "overwrite": True})
+        # renamed to another temporary name: still temporary, under its new name
+        write(c, sid, moved, b"moved")
+        c.call("fs.rename", sandbox_id=sid, **{"from": moved, "to": marker, "overwrite": True})
+        svc = restarted_after_kill_9(restarts, svc, sid)
+    wait_for_dir(svc, sid, lambda n: marker not in n, "the open temporary file stayed")
+    assert dir_names(svc, sid) == ["done.bin"]
+    assert svc.call("fs.read", sandbox_id=sid, path="done.bin")["content"] == "whole upload"
+
+
+def test_the_journal_of_temporary_files_stays_small_and_is_emptied_when_none_is_kept(restarts):
+    """One upload stays open while 600 others are renamed into place: the sandbox's journal holds
+    a bounded number of lines (rewritten with only what is kept), and none once nothing is."""
+    svc = restarts()
+    sid = svc.call("sandbox.create")["sandbox_id"]
+    journal = os.path.join(svc.state, "sandboxes", sid, "staging.journal")
+    kept = staging()
+
+    def lines():
+        with open(journal, "rb") as f:
+            return f.read().count(b"\n")
+    with Client(svc.socket, timeout=60) as c:
+        write(c, sid, kept, b"open all along")
+        most = 0
+        for i in range(600):
+            name = staging()
+            write(c, sid, name, b"%d" % i)
+            c.call("fs.rename", sandbox_id=sid, **{"from": name, "to": "done.bin", "overwrite": True})
+            most = max(most, lines())
+        assert 1 <= most <= 2 * 2 + 256 + 1, most
+    wait_for_dir(svc, sid, lambda n: n == ["done.bin"], "the open upload stayed after its connection closed")
+    deadline = time.monotonic() + 60
+    while lines() != 0:
+        assert time.monotonic() < deadline, "the journal still holds %d lines" % lines()
+        time.sleep(0.05)
+    assert svc.call("fs.read", sandbox_id=sid, path="done.bin")["content"] == "599"
