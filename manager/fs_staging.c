@@ -106,7 +106,8 @@ static json_t *fs_staging_journal_read(const char *path, unsigned *lines)
                 const char *op = json_string_value(json_array_get(entry, 0));
                 json_t *at = json_array_get(entry, json_array_size(entry) - 1);
                 const char *file = json_string_value(at);
-                if (op == NULL || file == NULL || file[0] != '/')
+                /* Only ever a temporary name's file is removed. */
+                if (op == NULL || file == NULL || file[0] != '/' || !staging_name_is(strrchr(file, '/') + 1))
                         continue;
                 json_t *was = json_object_get(kept, file);
                 json_int_t count = json_integer_value(json_array_get(was, 2));
