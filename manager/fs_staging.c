@@ -187,12 +187,17 @@ static void fs_staging_journal_compact(struct sandbox *sb)
         fs_staging_journal_rewrite(sb, kept);
 }
 
-/* A line in the journal of sandbox_id (gone: its journal went with it). */
+/* A line in the journal of sandbox_id (gone: its journal went with it). A
+ * sandbox no next nsboxd adopts (no live restore) keeps none. */
 static void fs_staging_journal_note(const char *sandbox_id, const char *op, uid_t uid, bool tree,
                                     const char *path)
 {
         struct sandbox *sb = sandbox_lookup(sandbox_id, 0);
-        if (sb == NULL || sb->dir == NULL || (op[0] == '-' && sb->staging_open == 0))
+        if (sb == NULL || sb->dir == NULL)
+                return;
+        if (op[0] == '+' && (!nsboxd.config.live_restore || sb->lease_fd < 0))
+                return;
+        if (op[0] == '-' && sb->staging_open == 0)
                 return;
         char journal[4096];
         fs_staging_journal_path(sb, journal, sizeof(journal));
