@@ -7,7 +7,6 @@ stopping hears that it is a new sandbox."""
 import json
 import os
 import socket
-import subprocess
 import tempfile
 import threading
 import time
@@ -15,7 +14,7 @@ import time
 import pytest
 from nsbox_client import as_uid
 from test_idle_lifetime import error_of
-from test_service import Service, wait_until
+from test_service import Service, end_services, wait_until
 
 # A uid pool of its own: other tests' daemons may run beside this one.
 POOL_BASE = 1_800_000_000
@@ -37,14 +36,8 @@ def root():
         started.append(svc)
         return svc
     yield d, make
-    for svc in started:
-        if svc.proc is not None and svc.proc.poll() is None:
-            svc.kill9()
     # What a killed daemon (or live restore) left is removed by one without it.
-    sweeper = Service(d, extra_args=["--warm-pool", "0"], pool_base=POOL_BASE)
-    sweeper.start()
-    sweeper.terminate()
-    subprocess.run(["rm", "-rf", d])
+    end_services(d, started, POOL_BASE)
 
 
 def removed_ids(svc):

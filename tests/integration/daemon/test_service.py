@@ -105,6 +105,19 @@ def cgroups_named(ids):
     return hits
 
 
+def end_services(root, started, pool_base, extra_args=()):
+    """Kill what still runs of the nsboxds `started` on root; then one
+    without live restore removes what they left by design (sandboxes that
+    outlive their nsboxd, an egress proxy) and root goes."""
+    for svc in started:
+        if svc.proc is not None and svc.proc.poll() is None:
+            svc.kill9()
+    sweeper = Service(root, extra_args=[*extra_args, "--warm-pool", "0"], pool_base=pool_base)
+    sweeper.start()
+    sweeper.terminate()
+    subprocess.run(["rm", "-rf", root])
+
+
 def wait_until(predicate, timeout=10):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

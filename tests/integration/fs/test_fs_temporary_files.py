@@ -9,7 +9,6 @@ state dir says which are kept, so that when nsboxd is killed mid-upload, the nex
 the sandbox (live restore), removes them."""
 import base64
 import os
-import subprocess
 import tempfile
 import time
 
@@ -17,7 +16,7 @@ import pytest
 
 from conftest import dir_names, wait_for_dir
 from nsbox_client import Client, RpcError
-from test_service import Service
+from test_service import Service, end_services
 
 # A uid pool of its own (tests/integration/daemon/test_service.py), for the nsboxd killed here.
 POOL_BASE = 1_760_000_000
@@ -197,13 +196,7 @@ def restarts():
         svc.start()
         return svc
     yield start
-    for svc in started:
-        if svc.proc is not None and svc.proc.poll() is None:
-            svc.kill9()
-    sweeper = Service(root, extra_args=["--warm-pool", "0"], pool_base=POOL_BASE)
-    sweeper.start()
-    sweeper.terminate()
-    subprocess.run(["rm", "-rf", root])
+    end_services(root, started, POOL_BASE)
 
 
 def restarted_after_kill_9(start, svc, sid):

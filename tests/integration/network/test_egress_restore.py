@@ -16,7 +16,7 @@ import pytest
 import upstream as U
 from test_network import ALLOWED_ONLY, POLICIES, info_stats, net, proxy_pids, up  # noqa: F401 (fixtures)
 from test_live_restore import alive
-from test_service import Service, wait_until
+from test_service import Service, end_services, wait_until
 
 pytestmark = [pytest.mark.serial, pytest.mark.xdist_group("host-network")]
 
@@ -75,14 +75,8 @@ def live_restore_services(up, pool_base, prefix):
         started.append(svc)
         return svc
     yield service
-    for svc in started:
-        if svc.proc is not None and svc.proc.poll() is None:
-            svc.kill9()
     # What outlived it by design: a start without live restore removes it (proxy included).
-    sweeper = Service(root, extra_args=["--config", config, "--warm-pool", "0"], pool_base=pool_base)
-    sweeper.start()
-    sweeper.terminate()
-    subprocess.run(["rm", "-rf", root])
+    end_services(root, started, pool_base, ["--config", config])
 
 
 @pytest.fixture
