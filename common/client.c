@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -340,9 +341,13 @@ int client_wait_one(struct client *c, long long id, client_notify_cb notify, voi
                         notify(json_string_value(m), json_object_get(msg, "params"), data);
                         return 1;
                 }
-                if (!json_is_integer(mid) || json_integer_value(mid) != id)
-                        continue; /* a reply to a request sent with client_send */
                 json_t *error = json_object_get(msg, "error");
+                /* An error without an id: nsboxd could not read a line of
+                 * ours (JSON-RPC answers one it cannot parse so), and the
+                 * request waited for will never be answered. */
+                bool unread = json_is_null(mid) && error != NULL;
+                if (!unread && (!json_is_integer(mid) || json_integer_value(mid) != id))
+                        continue; /* a reply to a request sent with client_send */
                 if (error != NULL) {
                         json_t *message = json_object_get(error, "message");
                         if (error_out)

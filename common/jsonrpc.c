@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
@@ -412,13 +413,19 @@ char *jsonrpc_serialize(const json_t *message, size_t *len)
 struct fixed_buffer {
         char *data;
         size_t len, size;
+        bool full;
 };
 
+/* Once a chunk did not fit, no later one is taken: jansson goes on past a
+ * failed dump of an object's key (it does not check that one), and a
+ * shorter chunk after it would fit. */
 static int fixed_append(const char *chunk, size_t size, void *data)
 {
         struct fixed_buffer *b = data;
-        if (size > b->size - b->len)
+        if (b->full || size > b->size - b->len) {
+                b->full = true;
                 return -1; /* stops the dump: the message does not fit */
+        }
         memcpy(b->data + b->len, chunk, size);
         b->len += size;
         return 0;
@@ -429,7 +436,7 @@ size_t jsonrpc_serialize_into(const json_t *message, char *buf, size_t size)
         if (size < 2)
                 return 0;
         struct fixed_buffer b = { .data = buf, .size = size - 1 };
-        if (json_dump_callback(message, fixed_append, &b, JSON_COMPACT) < 0 || b.len == 0)
+        if (json_dump_callback(message, fixed_append, &b, JSON_COMPACT) < 0 || b.full || b.len == 0)
                 return 0;
         buf[b.len++] = '\n';
         return b.len;

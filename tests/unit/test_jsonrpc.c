@@ -260,6 +260,14 @@ static void test_serialize_into_a_buffer_is_the_same_line_or_nothing(void **stat
         assert_int_equal(jsonrpc_serialize_into(msg, buf, 1), 0);
         free(line);
         json_decref(msg);
+        /* A key too long for the buffer with a short value after it: jansson
+         * goes on past the key it could not write; nothing is taken. */
+        char key[200];
+        memset(key, 'k', sizeof(key) - 1);
+        key[sizeof(key) - 1] = '\0';
+        msg = json_pack("{s:{s:i}}", "params", key, 1);
+        assert_int_equal(jsonrpc_serialize_into(msg, buf, sizeof(buf)), 0);
+        json_decref(msg);
 }
 
 static void test_error_reply_shape(void **state)
