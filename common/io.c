@@ -3,8 +3,10 @@
 #include "io.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef SYS_pidfd_getfd
@@ -56,4 +58,16 @@ bool io_socket_is(int fd, int domain, int type)
                 return false;
         len = sizeof(d);
         return getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &d, &len) == 0 && d == domain;
+}
+
+int io_memfd_seal(int fd)
+{
+        for (int tries = 1;; tries++) {
+                if (fcntl(fd, F_ADD_SEALS, F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE) == 0)
+                        return 0;
+                if (errno != EBUSY || tries >= IO_SEAL_TRIES)
+                        return -errno;
+                struct timespec pause = { .tv_nsec = IO_SEAL_PAUSE_MS * 1000000L };
+                nanosleep(&pause, NULL);
+        }
 }

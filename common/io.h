@@ -20,3 +20,13 @@ int io_pidfd_take(int pidfd, int target);
 
 /* Whether fd is a socket of this domain and type. */
 bool io_socket_is(int fd, int domain, int type);
+
+/* Seal a memfd against every later write, resize and seal (F_SEAL_SEAL,
+ * _SHRINK, _GROW, _WRITE): 0, or -errno. The kernel refuses the write seal
+ * (EBUSY) while a page of the file is still referenced after its own wait
+ * (a page a writer just filled, not yet off the CPU's LRU batch, or taken
+ * for a moment by the kernel's memory scanners on a busy host): that is
+ * tried again, for up to IO_SEAL_TRIES times IO_SEAL_PAUSE_MS. */
+#define IO_SEAL_TRIES    20
+#define IO_SEAL_PAUSE_MS 10
+int io_memfd_seal(int fd);

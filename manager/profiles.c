@@ -12,6 +12,7 @@
 
 #include "cleanup.h"
 #include "daemon.h"
+#include "io.h"
 #include "log.h"
 #include "policy.h"
 #include "seccomp_profile.h"
@@ -33,8 +34,9 @@ static int seal_program(const struct seccomp_program *prog, const char *name, ns
         size_t len = (size_t)prog->len * sizeof(prog->filter[0]);
         if (write(fd, prog->filter, len) != (ssize_t)len)
                 return nsbox_error(err, errno, "write seccomp profile %s", name);
-        if (fcntl(fd, F_ADD_SEALS, F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE) < 0)
-                return nsbox_error(err, errno, "seal seccomp profile %s", name);
+        int r = io_memfd_seal(fd);
+        if (r < 0)
+                return nsbox_error(err, -r, "seal seccomp profile %s", name);
         return steal_fd(&fd);
 }
 

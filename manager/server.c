@@ -25,6 +25,7 @@
 #include "daemon.h"
 #include "egress.h"
 #include "host_pools.h"
+#include "io.h"
 #include "log.h"
 #include "methods.h"
 #include "profiles.h"
@@ -61,8 +62,9 @@ static int load_init_binary(const char *path, nsbox_error_t **err)
         }
         if (n < 0)
                 return nsbox_error(err, errno, "read %s", path);
-        if (fcntl(mfd, F_ADD_SEALS, F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE) < 0)
-                return nsbox_error(err, errno, "seal the nsbox-init copy");
+        int r = io_memfd_seal(mfd);
+        if (r < 0)
+                return nsbox_error(err, -r, "seal the nsbox-init copy");
         /* The init's image only executable, not readable, by the sandbox
          * (host root owns it): execve of a file its caller
          * cannot read puts the new memory under the nearest user namespace
