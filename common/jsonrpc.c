@@ -361,21 +361,31 @@ json_t *jsonrpc_notification(const char *method, json_t *params)
 struct serialize_buffer {
         char *data;
         size_t len, cap;
+        bool failed;
 };
 
+/* A failure sticks: jansson goes on past an object key it could not dump
+ * (it does not check that call), and a later chunk that got in would make
+ * a broken text. */
 static int serialize_append(const char *chunk, size_t size, void *data)
 {
         struct serialize_buffer *b = data;
+        if (b->failed)
+                return -1;
         if (size + 2 > b->cap - b->len) {
                 size_t cap = b->cap ? b->cap : 256;
                 while (cap - b->len < size + 2) {
-                        if (cap > SIZE_MAX / 2)
+                        if (cap > SIZE_MAX / 2) {
+                                b->failed = true;
                                 return -1;
+                        }
                         cap *= 2;
                 }
                 char *grown = realloc(b->data, cap);
-                if (grown == NULL)
+                if (grown == NULL) {
+                        b->failed = true;
                         return -1;
+                }
                 b->data = grown;
                 b->cap = cap;
         }
@@ -390,7 +400,7 @@ char *json_text(const json_t *value, size_t flags, size_t *len)
          * then copy it): a 50 MB reply is held once, in one pass. Room for
          * two more bytes is kept at its end (serialize_append). */
         struct serialize_buffer b = { 0 };
-        if (json_dump_callback(value, serialize_append, &b, flags) < 0 || b.data == NULL) {
+        if (json_dump_callback(value, serialize_append, &b, flags) < 0 || b.failed || b.data == NULL) {
                 free(b.data);
                 return NULL;
         }
@@ -416,9 +426,7 @@ struct fixed_buffer {
         bool full;
 };
 
-/* Once a chunk did not fit, no later one is taken: jansson goes on past a
- * failed dump of an object's key (it does not check that one), and a
- * shorter chunk after it would fit. */
+/* Once a chunk did not fit, no later one is taken (as serialize_append). */
 static int fixed_append(const char *chunk, size_t size, void *data)
 {
         struct fixed_buffer *b = data;
