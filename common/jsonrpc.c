@@ -358,37 +358,36 @@ json_t *jsonrpc_notification(const char *method, json_t *params)
         return json_pack("{s:s, s:s, s:O}", "jsonrpc", "2.0", "method", method, "params", params);
 }
 
-struct serialize_buffer {
+/* Where a dump goes: a buffer that grows (malloc'd), or the caller's of
+ * cap bytes. `reserve` bytes stay free at its end, for what the caller
+ * adds after the text. */
+struct dump_buffer {
         char *data;
-        size_t len, cap;
+        size_t len, cap, reserve;
+        bool grows;
         bool failed;
 };
 
 /* A failure sticks: jansson goes on past an object key it could not dump
- * (it does not check that call), and a later chunk that got in would make
- * a broken text. */
-static int serialize_append(const char *chunk, size_t size, void *data)
+ * (it does not check that call), and a later, shorter chunk that got in
+ * would make a broken text. */
+static int dump_append(const char *chunk, size_t size, void *data)
 {
-        struct serialize_buffer *b = data;
+        struct dump_buffer *b = data;
+        if (!b->failed && size + b->reserve > b->cap - b->len) {
+                size_t cap = b->cap ? b->cap : 256;
+                while (b->grows && cap - b->len < size + b->reserve && cap <= SIZE_MAX / 2)
+                        cap *= 2;
+                char *grown = b->grows && cap - b->len >= size + b->reserve ? realloc(b->data, cap) : NULL;
+                if (grown == NULL) {
+                        b->failed = true; /* out of memory, or the caller's buffer is full */
+                } else {
+                        b->data = grown;
+                        b->cap = cap;
+                }
+        }
         if (b->failed)
                 return -1;
-        if (size + 2 > b->cap - b->len) {
-                size_t cap = b->cap ? b->cap : 256;
-                while (cap - b->len < size + 2) {
-                        if (cap > SIZE_MAX / 2) {
-                                b->failed = true;
-                                return -1;
-                        }
-                        cap *= 2;
-                }
-                char *grown = realloc(b->data, cap);
-                if (grown == NULL) {
-                        b->failed = true;
-                        return -1;
-                }
-                b->data = grown;
-                b->cap = cap;
-        }
         memcpy(b->data + b->len, chunk, size);
         b->len += size;
         return 0;
@@ -397,10 +396,10 @@ static int serialize_append(const char *chunk, size_t size, void *data)
 char *json_text(const json_t *value, size_t flags, size_t *len)
 {
         /* Dumped straight into the buffer (json_dumps would build the text and
-         * then copy it): a 50 MB reply is held once, in one pass. Room for
-         * two more bytes is kept at its end (serialize_append). */
-        struct serialize_buffer b = { 0 };
-        if (json_dump_callback(value, serialize_append, &b, flags) < 0 || b.failed || b.data == NULL) {
+         * then copy it): a 50 MB reply is held once, in one pass. Two bytes
+         * stay free at its end: its NUL, and jsonrpc_serialize's newline. */
+        struct dump_buffer b = { .reserve = 2, .grows = true };
+        if (json_dump_callback(value, dump_append, &b, flags) < 0 || b.failed || b.data == NULL) {
                 free(b.data);
                 return NULL;
         }
@@ -420,31 +419,12 @@ char *jsonrpc_serialize(const json_t *message, size_t *len)
         return line;
 }
 
-struct fixed_buffer {
-        char *data;
-        size_t len, size;
-        bool full;
-};
-
-/* Once a chunk did not fit, no later one is taken (as serialize_append). */
-static int fixed_append(const char *chunk, size_t size, void *data)
-{
-        struct fixed_buffer *b = data;
-        if (b->full || size > b->size - b->len) {
-                b->full = true;
-                return -1; /* stops the dump: the message does not fit */
-        }
-        memcpy(b->data + b->len, chunk, size);
-        b->len += size;
-        return 0;
-}
-
 size_t jsonrpc_serialize_into(const json_t *message, char *buf, size_t size)
 {
         if (size < 2)
                 return 0;
-        struct fixed_buffer b = { .data = buf, .size = size - 1 };
-        if (json_dump_callback(message, fixed_append, &b, JSON_COMPACT) < 0 || b.full || b.len == 0)
+        struct dump_buffer b = { .data = buf, .cap = size, .reserve = 1 };
+        if (json_dump_callback(message, dump_append, &b, JSON_COMPACT) < 0 || b.failed || b.len == 0)
                 return 0;
         buf[b.len++] = '\n';
         return b.len;
