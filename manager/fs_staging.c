@@ -22,6 +22,7 @@
 #include "fs_worker.h"
 #include "io.h"
 #include "json_cleanup.h"
+#include "jsonrpc.h"
 #include "log.h"
 #include "relpath.h"
 #include "sandbox.h"
@@ -85,11 +86,10 @@ static void fs_staging_journal_path(const struct sandbox *sb, char *path, size_t
         snprintf(path, size, "%s/%s", sb->dir, FS_STAGING_JOURNAL);
 }
 
-/* The files a journal keeps: path -> [uid, tree, how many keep it]; *lines
- * counts its lines. A line that is no journal's (torn by a kill) is skipped. */
-static json_t *fs_staging_journal_read(const char *path, unsigned *lines)
+/* The files a journal keeps: path -> [uid, tree, how many keep it]. A line that is no journal's (torn by a
+ * kill) is skipped. */
+static json_t *fs_staging_journal_read(const char *path)
 {
-        *lines = 0;
         json_t *kept = json_object();
         _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
         FILE *f = fd >= 0 && kept != NULL ? fdopen(fd, "r") : NULL;
@@ -101,7 +101,6 @@ static json_t *fs_staging_journal_read(const char *path, unsigned *lines)
         ssize_t n;
         while (total < FS_STAGING_JOURNAL_MAX && (n = getline(&line, &cap, f)) > 0) {
                 total += (size_t)n;
-                (*lines)++;
                 _cleanup_json_ json_t *entry = json_loadb(line, (size_t)n, 0, NULL);
                 const char *op = json_string_value(json_array_get(entry, 0));
                 json_t *at = json_array_get(entry, json_array_size(entry) - 1);
@@ -136,14 +135,9 @@ static json_t *fs_staging_journal_line(const char *op, uid_t uid, bool tree, con
  * missing (or torn last, which a replay skips). */
 static int fs_staging_journal_put(int fd, json_t *line)
 {
-        _cleanup_free_ char *text = line ? json_dumps(line, JSON_COMPACT) : NULL;
-        size_t len = text ? strlen(text) : 0;
-        char *with_newline = text ? realloc(text, len + 2) : NULL;
-        if (with_newline == NULL)
-                return -ENOMEM;
-        text = with_newline;
-        memcpy(text + len, "\n", 2);
-        return io_write_all(fd, text, len + 1);
+        size_t len;
+        _cleanup_free_ char *text = line ? jsonrpc_serialize(line, &len) : NULL;
+        return text ? io_write_all(fd, text, len) : -ENOMEM;
 }
 
 /* Rewrite sb's journal with only the files `kept` (as fs_staging_journal_read
@@ -181,9 +175,8 @@ static void fs_staging_journal_rewrite(struct sandbox *sb, json_t *kept)
 static void fs_staging_journal_compact(struct sandbox *sb)
 {
         char path[4096];
-        unsigned lines;
         fs_staging_journal_path(sb, path, sizeof(path));
-        _cleanup_json_ json_t *kept = fs_staging_journal_read(path, &lines);
+        _cleanup_json_ json_t *kept = fs_staging_journal_read(path);
         fs_staging_journal_rewrite(sb, kept);
 }
 
@@ -463,11 +456,10 @@ static void fs_staging_run(struct loop *loop, struct loop_timer *timer, void *da
 void fs_staging_restore(struct sandbox *sb)
 {
         char journal[4096];
-        unsigned lines;
         if (sb->dir == NULL)
                 return;
         fs_staging_journal_path(sb, journal, sizeof(journal));
-        _cleanup_json_ json_t *kept = fs_staging_journal_read(journal, &lines);
+        _cleanup_json_ json_t *kept = fs_staging_journal_read(journal);
         struct fs_staging_file *files = NULL;
         unsigned n = 0;
         const char *file;
@@ -488,7 +480,7 @@ void fs_staging_restore(struct sandbox *sb)
                 n++;
         }
         if (files == NULL) {
-                if (lines > 0 && truncate(journal, 0) < 0)
+                if (truncate(journal, 0) < 0 && errno != ENOENT)
                         log_warn("sandbox %s: empty %s: %s", sb->id, journal, strerror(errno));
                 return;
         }
