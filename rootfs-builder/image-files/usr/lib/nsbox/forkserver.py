@@ -56,7 +56,8 @@ call's /proc/self is its own as in a plain run.
 What the same uid may still change in another process and a fork inherits
 (rlimits, nice, CPU affinity, scheduling policy, I/O priority, and for
 sandbox root the OOM score) is made again what the client's, a fresh exec,
-has: U compares itself with the client when its call comes and says "Y",
+has (the OOM score: what this server had as an exec, see EXEC_OOM_SCORE):
+U compares itself with the client when its call comes and says "Y",
 or "N" when it cannot undo a change (a lowered hard limit, a raised nice).
 The server then hands the call to another spare; when one it has just
 forked says "N", the change is in the server itself, which exits: nsboxd
@@ -99,6 +100,15 @@ SPARE_WAIT = 0.25
 SO_PEERPIDFD = 77  # Linux 6.5; before it, pidfd_open of the peer's pid
 
 libc = ctypes.CDLL(None, use_errno=True)
+# The OOM score of an exec, which a call gets: this server's own, read in
+# main before the templates fork. Not the client's: an exec starts at its
+# supervisor's score and is raised to an exec's only once its execve is
+# done (runtime/supervisor.c, release_oom_protection), and the client,
+# forkrun, a small C program, may connect and be read before that. A call
+# then got the supervisor's score (0 instead of 1000 on a host where nsboxd
+# lacks CAP_SYS_RESOURCE). This process reads it after its first imports,
+# tens of milliseconds after its execve.
+EXEC_OOM_SCORE = None
 
 
 def prctl(option, value):
@@ -151,7 +161,7 @@ def match_client(pid):
         want = ioprio(pid)
         if ioprio(0) != want:
             ioprio(0, want)
-        want = oom_score_adj(pid)
+        want = EXEC_OOM_SCORE if EXEC_OOM_SCORE is not None else oom_score_adj(pid)
         if oom_score_adj(os.getpid()) != want:
             with open("/proc/self/oom_score_adj", "wb") as f:
                 f.write(b"%d" % want)
@@ -962,6 +972,8 @@ def main():
     # in a call would copy every page it touches.
     gc.collect()
     gc.freeze()
+    global EXEC_OOM_SCORE
+    EXEC_OOM_SCORE = oom_score_adj(os.getpid())
     light = start_light(token)
     preload(sys.argv[1:])
     warm_up_matplotlib()
