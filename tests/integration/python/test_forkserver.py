@@ -519,10 +519,14 @@ def test_changes_made_to_the_servers_processes_do_not_reach_later_calls(daemon, 
 
 
 def host_children(pid):
+    """Host pids of pid's children; none for a process that is gone."""
     kids = []
-    for task in os.listdir("/proc/%d/task" % pid):
-        with open("/proc/%d/task/%s/children" % (pid, task)) as f:
-            kids += [int(k) for k in f.read().split()]
+    try:
+        for task in os.listdir("/proc/%d/task" % pid):
+            with open("/proc/%d/task/%s/children" % (pid, task)) as f:
+                kids += [int(k) for k in f.read().split()]
+    except OSError:
+        pass
     return kids
 
 
@@ -534,6 +538,13 @@ def host_cmdline(pid):
         return b""
 
 
+def until(predicate, what, deadline_s=10):
+    deadline = time.monotonic() + deadline_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting for " + what
+        time.sleep(0.01)
+
+
 def test_a_calls_oom_score_is_a_plain_execs_while_its_supervisor_waits(daemon, sandbox):
     """A call's OOM score is what a plain exec gets. It was what its client
     had when the call came: but the client, forkrun, starts at its
@@ -542,32 +553,59 @@ def test_a_calls_oom_score_is_a_plain_execs_while_its_supervisor_waits(daemon, s
     before (0 instead of 1000 on a host where nsboxd has no
     CAP_SYS_RESOURCE: a failure of the test above in CI, on a busy
     machine). Here the supervisors do not run until the call has begun: the
-    host stops them (a slot's child made ahead takes its request alone)."""
+    host stops them, and a slot's child made ahead takes the request alone
+    and runs forkrun, which the call finds not raised."""
     wait_served(daemon, sandbox)
     # Read well after the supervisor has raised it: a process that reads
     # it at its very start may still see the supervisor's.
     plain = daemon.call("sandbox.exec", sandbox_id=sandbox, argv=[
         "python3", "-c", "import time; time.sleep(0.2); print(open('/proc/self/oom_score_adj').read())"])
     want = int(plain["stdout"])
-    for _ in range(2):  # every idle slot has its child for the next exec waiting
+    for _ in range(2):  # each idle slot makes its child for the next exec
         daemon.call("sandbox.exec", sandbox_id=sandbox, argv=["true"])
     init, = [p for p in host_inits(daemon)
              if any(b"forkserver.py" in host_cmdline(k) for s in host_children(p) for k in host_children(s))]
-    stopped = [s for s in host_children(init) if not any(b"forkserver.py" in host_cmdline(k) for k in host_children(s))]
-    assert stopped
+    slots = [s for s in host_children(init) if not any(b"forkserver.py" in host_cmdline(k) for k in host_children(s))]
+    assert slots
+    until(lambda: all(host_children(s) for s in slots), "each slot's child made ahead")
+
+    def forkrun_started():
+        """forkrun, running or ended (a zombie: its supervisor reaps it)."""
+        for k in (k for s in slots for k in host_children(s)):
+            try:
+                with open("/proc/%d/comm" % k) as f:
+                    if f.read().strip() == "forkrun":
+                        return True
+            except OSError:
+                pass
+        return False
+
     call = {}
-    for pid in stopped:
-        os.kill(pid, signal.SIGSTOP)
+
+    def call_it():
+        try:
+            call.update(run(daemon, sandbox_id=sandbox,
+                            code=LIGHT_PROBE + "print(open('/proc/self/oom_score_adj').read())"))
+        except Exception as e:  # reported below, not lost in the thread
+            call["error"] = repr(e)
+
+    thread = threading.Thread(target=call_it)
+    stopped = []
     try:
-        thread = threading.Thread(target=lambda: call.update(run(
-            daemon, sandbox_id=sandbox, code=LIGHT_PROBE + "print(open('/proc/self/oom_score_adj').read())")))
+        for pid in slots:
+            os.kill(pid, signal.SIGSTOP)
+            stopped.append(pid)
         thread.start()
-        thread.join(timeout=1)  # the call runs meanwhile; its end waits for its supervisor
+        until(forkrun_started, "forkrun to start while its supervisor is stopped")
+        time.sleep(0.5)  # the call takes its client's attributes meanwhile
     finally:
         for pid in stopped:
-            os.kill(pid, signal.SIGCONT)
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
     thread.join()
-    assert call["status"] == "ok", call
+    assert call.get("status") == "ok", call
     lines = call["stdout"].splitlines()
     assert json.loads(lines[0])["server"] is not None, call  # served
     assert int(lines[1]) == want, (want, call)

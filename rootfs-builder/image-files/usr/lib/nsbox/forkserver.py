@@ -56,7 +56,8 @@ call's /proc/self is its own as in a plain run.
 What the same uid may still change in another process and a fork inherits
 (rlimits, nice, CPU affinity, scheduling policy, I/O priority, and for
 sandbox root the OOM score) is made again what the client's, a fresh exec,
-has (the OOM score: what this server had as an exec, see EXEC_OOM_SCORE):
+has (the OOM score once the client's supervisor has raised it, see
+client_oom_score):
 U compares itself with the client when its call comes and says "Y",
 or "N" when it cannot undo a change (a lowered hard limit, a raised nice).
 The server then hands the call to another spare; when one it has just
@@ -100,15 +101,14 @@ SPARE_WAIT = 0.25
 SO_PEERPIDFD = 77  # Linux 6.5; before it, pidfd_open of the peer's pid
 
 libc = ctypes.CDLL(None, use_errno=True)
-# The OOM score of an exec, which a call gets: this server's own, read in
-# main before the templates fork. Not the client's: an exec starts at its
-# supervisor's score and is raised to an exec's only once its execve is
-# done (runtime/supervisor.c, release_oom_protection), and the client,
-# forkrun, a small C program, may connect and be read before that. A call
-# then got the supervisor's score (0 instead of 1000 on a host where nsboxd
-# lacks CAP_SYS_RESOURCE). This process reads it after its first imports,
-# tens of milliseconds after its execve.
-EXEC_OOM_SCORE = None
+# The OOM score of this server's supervisor, read in main: that of every
+# supervisor of the sandbox (each a fork of its init, at the same score for
+# its life). An exec's process starts at its supervisor's score and is
+# raised to an exec's only once its execve is done (runtime/supervisor.c,
+# release_oom_protection); see client_oom_score.
+SUPERVISOR_OOM_SCORE = None
+# How long a call waits for its client's supervisor to raise the client.
+RAISE_WAIT = 2.0
 
 
 def prctl(option, value):
@@ -139,6 +139,24 @@ def oom_score_adj(pid):
         return int(f.read())
 
 
+def client_oom_score(pid):
+    """The client's OOM score as an exec's, once its supervisor has raised
+    it. The client, forkrun, a small C program, may connect and be read
+    before its supervisor has run (a busy machine): a call then got the
+    supervisor's score (0 instead of 1000 where nsboxd lacks
+    CAP_SYS_RESOURCE). The raise always moves it (to 1000 above the
+    supervisor's, or to 1000), and nothing in the sandbox can write
+    forkrun's: a score still equal to the supervisor's is not raised yet."""
+    score = oom_score_adj(pid)
+    if SUPERVISOR_OOM_SCORE is None or SUPERVISOR_OOM_SCORE >= 1000:
+        return score
+    deadline = time.monotonic() + RAISE_WAIT
+    while score == SUPERVISOR_OOM_SCORE and time.monotonic() < deadline:
+        time.sleep(0.001)
+        score = oom_score_adj(pid)
+    return score
+
+
 def match_client(pid):
     """Make this process's inheritable attributes the client's (pid): what
     other code of the sandbox may have changed in the server or a spare
@@ -161,7 +179,7 @@ def match_client(pid):
         want = ioprio(pid)
         if ioprio(0) != want:
             ioprio(0, want)
-        want = EXEC_OOM_SCORE if EXEC_OOM_SCORE is not None else oom_score_adj(pid)
+        want = client_oom_score(pid)
         if oom_score_adj(os.getpid()) != want:
             with open("/proc/self/oom_score_adj", "wb") as f:
                 f.write(b"%d" % want)
@@ -951,6 +969,8 @@ def start_light(token):
 
 
 def main():
+    global SUPERVISOR_OOM_SCORE
+    SUPERVISOR_OOM_SCORE = oom_score_adj(os.getppid())
     prctl(PR_SET_DUMPABLE, 0)
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     token = sys.stdin.buffer.readline().strip()
@@ -972,8 +992,6 @@ def main():
     # in a call would copy every page it touches.
     gc.collect()
     gc.freeze()
-    global EXEC_OOM_SCORE
-    EXEC_OOM_SCORE = oom_score_adj(os.getpid())
     light = start_light(token)
     preload(sys.argv[1:])
     warm_up_matplotlib()
