@@ -597,7 +597,7 @@ def test_a_calls_oom_score_is_a_plain_execs_while_its_supervisor_waits(daemon, s
             stopped.append(pid)
         thread.start()
         until(forkrun_started, "forkrun to start while its supervisor is stopped")
-        time.sleep(0.5)  # the call takes its client's attributes meanwhile
+        time.sleep(0.2)  # the call reads its client's attributes meanwhile (and waits, 0.8 s at most)
     finally:
         for pid in stopped:
             try:

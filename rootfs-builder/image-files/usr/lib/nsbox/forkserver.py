@@ -107,8 +107,9 @@ libc = ctypes.CDLL(None, use_errno=True)
 # raised to an exec's only once its execve is done (runtime/supervisor.c,
 # release_oom_protection); see client_oom_score.
 SUPERVISOR_OOM_SCORE = None
-# How long a call waits for its client's supervisor to raise the client.
-RAISE_WAIT = 2.0
+# How long a call waits for its client's supervisor to raise the client:
+# less than the server waits for the call's answer (Server.accept, 1 s).
+RAISE_WAIT = 0.8
 
 
 def prctl(option, value):
