@@ -24,6 +24,7 @@
 #define PRIVATE_RUN_DIR       "/run/nsbox-run"
 #define PRIVATE_START_TIMEOUT 30000 /* ms until the socket must accept */
 #define PRIVATE_STOP_TIMEOUT  30000 /* ms for a clean stop before SIGKILL */
+#define PRIVATE_RM_TIMEOUT    5000  /* ms for the directory to be gone once it stopped */
 
 static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
 {
@@ -221,10 +222,19 @@ void private_daemon_stop(struct private_daemon *pd)
                 }
                 pd->pid = -1;
         }
-        if (pd->dir != NULL) {
+        /* Its janitor (run_janitor) removes the directory too once the
+         * daemon is gone, at the same time: an rmdir of ours that finds
+         * entries the janitor is still removing fails, so what is left is
+         * tried again for a while before it is said. */
+        for (int waited = 0; pd->dir != NULL; waited += 20) {
                 remove_private_dir(pd->dir);
-                if (access(pd->dir, F_OK) == 0)
+                if (access(pd->dir, F_OK) != 0)
+                        break;
+                if (waited >= PRIVATE_RM_TIMEOUT) {
                         cli_fail("could not remove %s", pd->dir);
+                        break;
+                }
+                usleep(20000);
         }
         free(pd->dir);
         free(pd->socket_path);
