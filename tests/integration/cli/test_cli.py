@@ -324,14 +324,15 @@ def test_python_a_figure_the_code_saved_is_its_file_alone_and_one_it_left_is_one
     def image_lines(r):
         return [line for line in r.stderr.decode().splitlines() if line.startswith("nsbox: image saved")]
 
+    before = workspace()  # the fixture's probe left its script.py
     for _ in range(2):  # the first call may run before the fork server is up, the second is served
         r = ok(daemon.cli("python", "--timeout", "120", sid, "-c", saved, timeout=180))
         assert image_lines(r) == [], r.stderr
         result = json.loads(ok(daemon.cli("--json", "python", "--timeout", "120", sid, "-c", saved,
                                           timeout=180)).stdout)
         assert [o for o in result["outputs"] if o["type"] == "image"] == [], result["outputs"]
-        assert result["files_produced"] == ["/workspace/chart.png"], result
-        assert workspace() == ["chart.png"]
+        assert list(result["files_produced"]) == ["/workspace/chart.png"], result  # path: size
+        assert workspace() == sorted(before + ["chart.png"])
 
         # The figure left open comes back once, saved outside /workspace: the CLI
         # says where, and the file is there.
@@ -346,8 +347,8 @@ def test_python_a_figure_the_code_saved_is_its_file_alone_and_one_it_left_is_one
         images = [o["image"] for o in result["outputs"] if o["type"] == "image"]
         assert len(images) == 1 and images[0]["path"].startswith("/tmp/nsbox-figures/"), images
         assert base64.b64decode(images[0]["data"]).startswith(b"\x89PNG\r\n\x1a\n")
-        assert result["files_produced"] == ["/workspace/chart.png"], result
-        assert workspace() == ["chart.png"]
+        assert list(result["files_produced"]) == ["/workspace/chart.png"], result  # path: size
+        assert workspace() == sorted(before + ["chart.png"])
 
 
 def test_pip_returns_pips_exit_code_and_json(daemon, sandbox):
