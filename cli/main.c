@@ -92,8 +92,9 @@ static const struct command commands[] = {
           "                       tab and newline. Anything else is an error, not empty.\n" },
         { "list", cmd_ls, "nsbox list [-a] [-q] [-f FILTER]... [--format FORMAT]", "Same as nsbox ls.\n" },
         { "info", cmd_info, "nsbox info ID",
-          "Show a sandbox's details, limits and resource usage; for a sandbox with network,\n"
-          "its \"egress\" block: its address, exposed ports and traffic counts.\n" },
+          "Show a sandbox's details, limits and resource usage, as JSON: when and why it is\n"
+          "paused or removed if left idle (\"expires\"); for a sandbox with network, its\n"
+          "\"egress\" block: its address, exposed ports and traffic counts.\n" },
         { "update", cmd_update,
           "nsbox update [--network NAME|none | --network-policy FILE] [--secret-file NAME=PATH@HOSTS]... "
           "[--no-secrets] ID",
@@ -207,7 +208,8 @@ static const struct command commands[] = {
           "code is named FILE in sys.argv[0] and tracebacks, runs in /workspace (which\n"
           "is first on sys.path) and is not written into /workspace. Its output is\n"
           "printed as it comes; figures it leaves open and did not save itself are saved\n"
-          "as PNGs in the sandbox's /tmp/nsbox-figures (its newest 64 are kept).\n"
+          "as PNGs in the sandbox's /tmp/nsbox-figures (its newest 64 are kept) and their\n"
+          "paths said on stderr.\n"
           "Exit with the program's exit code (124 on timeout; default timeout 30 s), also\n"
           "when its output was cut at --max-output: that is said on stderr.\n\n"
           "  -c, --code CODE     the code itself\n"

@@ -2,6 +2,7 @@
 """The nsbox CLI against the real daemon: every command, --json, --help,
 docker-like exit codes, binary-exact cp, python, and `nsbox run` with no
 daemon at all (a private in-process manager that leaves nothing behind)."""
+import base64
 import hashlib
 import json
 import os
@@ -309,6 +310,45 @@ def test_python_reports_images_on_stderr(daemon, python_run):
     code = "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()\n"
     r = ok(daemon.cli("python", python_run, "-c", code, timeout=180))
     assert b"nsbox: image saved in the sandbox at " in r.stderr
+
+
+def test_python_a_figure_the_code_saved_is_its_file_alone_and_one_it_left_is_one_image(daemon, python_run):
+    sid = python_run
+    start = "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
+    saved = start + "plt.plot([1, 2, 3])\nplt.savefig('chart.png')\n"  # saved, left open
+    left = saved + "plt.figure()\nplt.bar([1, 2], [3, 4])\n"  # and one never saved
+
+    def workspace():
+        return ok(daemon.cli("exec", sid, "--", "ls", "-A", "/workspace")).stdout.decode().split()
+
+    def image_lines(r):
+        return [line for line in r.stderr.decode().splitlines() if line.startswith("nsbox: image saved")]
+
+    before = workspace()  # the fixture's probe left its script.py
+    for _ in range(2):  # the first call may run before the fork server is up, the second is served
+        r = ok(daemon.cli("python", "--timeout", "120", sid, "-c", saved, timeout=180))
+        assert image_lines(r) == [], r.stderr
+        result = json.loads(ok(daemon.cli("--json", "python", "--timeout", "120", sid, "-c", saved,
+                                          timeout=180)).stdout)
+        assert [o for o in result["outputs"] if o["type"] == "image"] == [], result["outputs"]
+        assert list(result["files_produced"]) == ["/workspace/chart.png"], result  # path: size
+        assert workspace() == sorted(before + ["chart.png"])
+
+        # The figure left open comes back once, saved outside /workspace: the CLI
+        # says where, and the file is there.
+        r = ok(daemon.cli("python", "--timeout", "120", sid, "-c", left, timeout=180))
+        lines = image_lines(r)
+        assert len(lines) == 1, r.stderr
+        path = lines[0].split(" at ", 1)[1]
+        assert path.startswith("/tmp/nsbox-figures/") and path.endswith(".png"), lines
+        ok(daemon.cli("exec", sid, "--", "test", "-s", path))
+        result = json.loads(ok(daemon.cli("--json", "python", "--timeout", "120", sid, "-c", left,
+                                          timeout=180)).stdout)
+        images = [o["image"] for o in result["outputs"] if o["type"] == "image"]
+        assert len(images) == 1 and images[0]["path"].startswith("/tmp/nsbox-figures/"), images
+        assert base64.b64decode(images[0]["data"]).startswith(b"\x89PNG\r\n\x1a\n")
+        assert list(result["files_produced"]) == ["/workspace/chart.png"], result  # path: size
+        assert workspace() == sorted(before + ["chart.png"])
 
 
 def test_pip_returns_pips_exit_code_and_json(daemon, sandbox):

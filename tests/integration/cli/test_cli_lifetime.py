@@ -1,10 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 """What the CLI shows of a sandbox's life and owner: `ls` has OWNER and
-EXPIRES, `ls -a` the sandboxes removed lately and why, a call to a removed
+EXPIRES, `info` the expiry as sandbox.info gives it, `ls -a` the sandboxes removed lately and why, a call to a removed
 one says when and why it went, and root's session names take its own
 sandbox first or say how to pick another user's."""
+import json
 import os
 import re
+from datetime import datetime
 
 import pytest
 from nsbox_client import RpcError, as_uid
@@ -42,6 +44,38 @@ def test_ls_shows_the_owner_and_when_the_sandbox_is_paused_or_removed(daemon):
         daemon.call("sandbox.pause", sandbox_id=sid)
         _, line, _ = ls_line(daemon, sid)
         assert re.search(r"paused, removed in 2[34]h\b", line), line
+    finally:
+        remove(daemon, sid)
+
+
+def info_expiry(daemon, sandbox_id, *flags):
+    p = daemon.cli(*flags, "info", sandbox_id)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)["expires"]
+
+
+def instant(timestamp):
+    return datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def test_info_shows_when_and_why_the_sandbox_is_paused_or_removed_as_the_rpc_says(daemon):
+    if "pause" not in daemon.call("server.info")["features"]:
+        pytest.skip("this host's cgroups have no freezer")
+    sid = create(daemon, idle_timeout_seconds=600)
+    try:
+        for paused, action, why in ((False, "pause", "idle for "), (True, "remove", "paused for ")):
+            if paused:
+                daemon.call("sandbox.pause", sandbox_id=sid)
+            before = daemon.call("sandbox.info", sandbox_id=sid)["expires"]
+            assert before["action"] == action and why in before["reason"], before
+            shown = {"human": info_expiry(daemon, sid), "--json": info_expiry(daemon, sid, "--json")}
+            after = daemon.call("sandbox.info", sandbox_id=sid)["expires"]
+            for form, exp in shown.items():
+                assert (exp["action"], exp["reason"]) == (action, before["reason"]), (form, exp, before)
+                # The same instant: counted down between the two RPC calls, the
+                # wall-clock time it falls at the same but for rounding.
+                assert after["in_seconds"] <= exp["in_seconds"] <= before["in_seconds"], (form, exp, before)
+                assert abs((instant(exp["at"]) - instant(before["at"])).total_seconds()) < 1, (form, exp, before)
     finally:
         remove(daemon, sid)
 
