@@ -270,9 +270,9 @@ static const struct command commands[] = {
           "The image is yours: other users neither see nor use it.\n" },
         { "stats", cmd_stats, "nsbox stats [--no-stream] [ID]",
           "What your sandboxes (or one) use, refreshed every second on a terminal (as docker\n"
-          "stats): CPU % of one CPU, memory and its limit, disk (the writable layer) and its\n"
-          "limit, processes. Not on a terminal, or with --no-stream: one table. With --json\n"
-          "the sandbox.stats results.\n\n"
+          "stats) until interrupted (Ctrl-C): CPU % of one CPU, memory and its limit, disk (the\n"
+          "writable layer) and its limit, processes. Not on a terminal, or with --no-stream:\n"
+          "one table. With --json the sandbox.stats results.\n\n"
           "  --no-stream   print one table and exit\n" },
         { "events", cmd_events, "nsbox events [ID]",
           "Print nsboxd's events as they happen (events.subscribe), for your sandboxes or one:\n"

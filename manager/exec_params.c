@@ -310,8 +310,9 @@ char *exec_audit_text(const struct exec_params *p)
         if (args != NULL && strlen(args) > EXEC_AUDIT_ARGV_BYTES)
                 strcpy(args + EXEC_AUDIT_ARGV_BYTES - 3, "...");
         char *text = NULL;
-        if (asprintf(&text, "user=%s cwd=%s argv=%s%s%s", p->root ? "root" : "sandbox", dir ? dir : "?",
-                     args ? args : "?", p->tty ? " tty" : "", p->background ? " background" : "") < 0)
+        if (asprintf(&text, "user=%s cwd=%s timeout_s=%u argv=%s%s%s", p->root ? "root" : "sandbox",
+                     dir ? dir : "?", p->timeout_s, args ? args : "?", p->tty ? " tty" : "",
+                     p->background ? " background" : "") < 0)
                 return NULL;
         return text;
 }

@@ -4,7 +4,10 @@ processes, disk), server.metrics and nsbox metrics in the Prometheus text
 format, events.subscribe and nsbox events; each user sees their own only."""
 import json
 import os
+import pty
+import re
 import select
+import signal
 import subprocess
 import time
 
@@ -72,6 +75,70 @@ def test_nsbox_stats_prints_a_table(daemon):
     daemon.call("sandbox.remove", sandbox_id=sid, force=True)
 
 
+CLEAR = b"\x1b[H\x1b[J"
+SIZE = re.compile(r"(\d+(?:\.\d)?) (bytes?|KiB|MiB|GiB|TiB) / \d+(?:\.\d)? (?:bytes?|KiB|MiB|GiB|TiB)")
+
+
+def disk_of(row):
+    """The DISK USAGE of a row of nsbox stats, in bytes (MEM USAGE is the row's first "X / Y")."""
+    sizes = SIZE.findall(row)
+    assert len(sizes) == 2, row
+    number, unit = sizes[1]
+    return float(number) * {"byte": 1, "bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30,
+                            "TiB": 1 << 40}[unit]
+
+
+def test_nsbox_stats_refreshes_on_a_terminal_until_interrupted(daemon):
+    """Without --no-stream, on a terminal, nsbox stats redraws its table every second (each
+    frame starts by clearing the screen) with what the sandbox uses now, until Ctrl-C."""
+    sid = daemon.call("sandbox.create")["sandbox_id"]
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([os.path.join(BUILD, "nsbox"), "--socket", daemon.socket, "stats", sid],
+                            stdin=subprocess.DEVNULL, stdout=slave, stderr=subprocess.PIPE)
+    os.close(slave)
+    buf = b""
+
+    def next_frames(seen, until, timeout=60):
+        """The sandbox's row in each complete frame (a clear, the table, and the next clear)
+        on the terminal, once more than `seen` and `until` holds for the latest one's disk."""
+        nonlocal buf
+        deadline = time.monotonic() + timeout
+        while True:
+            frames = [f.replace(b"\r", b"").decode() for f in buf.split(CLEAR)[1:-1]]
+            rows = [[line for line in f.split("\n") if line.startswith(sid[:12])] for f in frames]
+            assert all(len(r) == 1 for r in rows), frames
+            rows = [r[0] for r in rows]
+            if len(rows) > seen and until(disk_of(rows[-1])):
+                assert all(f.split("\n")[0].split()[:2] == ["SANDBOX", "SESSION"] for f in frames), frames
+                return rows
+            left = deadline - time.monotonic()
+            assert left > 0, "no such frame within %ss; got %r" % (timeout, buf[-3000:])
+            r, _, _ = select.select([master], [], [], left)
+            if r:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # EIO: the terminal's other side is closed
+                    chunk = b""
+                assert chunk, "nsbox stats ended: %s" % proc.stderr.read().decode()
+                buf += chunk
+
+    try:
+        first = next_frames(0, lambda disk: True)
+        before = disk_of(first[-1])
+        sh(daemon, sid, "head -c 30000000 /dev/urandom > /workspace/grown")
+        later = next_frames(len(first), lambda disk: disk >= before + 25 * (1 << 20))
+        assert len(later) >= 2, later
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0, proc.stderr.read().decode()
+        assert proc.stderr.read() == b""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+        daemon.call("sandbox.remove", sandbox_id=sid, force=True)
+
+
 def parse_metrics(text):
     from prometheus_client.parser import text_string_to_metric_families
     samples = {}
@@ -108,6 +175,55 @@ def test_metrics_are_prometheus_text_with_requests_latencies_and_each_sandbox(da
     assert p.returncode == 0, p.stderr
     theirs = parse_metrics(p.stdout.decode())
     assert "nsbox_requests_total" not in theirs and sid not in p.stdout.decode(), p.stdout
+    daemon.call("sandbox.remove", sandbox_id=sid, force=True)
+
+
+def requests_total(m, method, outcome):
+    return sum(v for labels, v in m["nsbox_requests_total"] if labels == {"method": method, "outcome": outcome})
+
+
+def test_metrics_give_each_sandboxs_memory_and_disk_and_count_refusals_by_outcome(daemon):
+    """nsbox_sandbox_{memory,disk}_bytes of a sandbox that holds 96 MiB and wrote 30 MB to
+    /workspace, their limits (the sandbox's own), and each refused request counted once under
+    its method and its error's kind."""
+    sid = daemon.call("sandbox.create", session_id="metrics-use")["sandbox_id"]
+
+    def mine(name, text=None):
+        m = parse_metrics(text or daemon.call("server.metrics")["text"])
+        values = [v for labels, v in m.get(name, []) if labels.get("sandbox_id") == sid]
+        assert len(values) == 1, (name, m.get(name))
+        return values[0]
+
+    disk_before = mine("nsbox_sandbox_disk_bytes")
+    sh(daemon, sid, "head -c 30000000 /dev/urandom > /workspace/thirty-mb")
+    daemon.call("sandbox.exec", sandbox_id=sid, background=True, argv=[
+        "python3", "-c", "import time\nheld = b'x' * (96 << 20)\ntime.sleep(600)"])
+    deadline = time.monotonic() + 60
+    while mine("nsbox_sandbox_memory_bytes") < 96 << 20:
+        assert time.monotonic() < deadline, daemon.call("sandbox.stats", sandbox_id=sid)
+        time.sleep(0.1)
+    text = daemon.call("server.metrics")["text"]
+    limits = daemon.call("sandbox.info", sandbox_id=sid)["limits"]
+    disk = mine("nsbox_sandbox_disk_bytes", text)
+    # The file's bytes, not the memory's: the two are separate budgets.
+    assert 30000000 <= disk - disk_before < 30000000 + (4 << 20), (disk_before, disk)
+    assert mine("nsbox_sandbox_disk_limit_bytes", text) == limits["disk_bytes"]
+    assert 96 << 20 <= mine("nsbox_sandbox_memory_bytes", text) < limits["memory_bytes"]
+    assert mine("nsbox_sandbox_memory_limit_bytes", text) == limits["memory_bytes"]
+
+    refusals = [("sandbox.create", "invalid_params"), ("sandbox.exec", "not_found"),
+                ("auth.act_as", "permission_denied")]
+    before = parse_metrics(daemon.call("server.metrics")["text"])
+    with pytest.raises(RpcError) as over:  # over the largest memory limit there is
+        daemon.call("sandbox.create", limits={"memory_bytes": "2T"})
+    assert over.value.kind == "invalid_params", over.value
+    # Another user's call on root's sandbox, and a non-root client's act_as.
+    replies = as_uid(OTHER_UID, daemon.socket, [["sandbox.exec", {"sandbox_id": sid, "command": "true"}],
+                                                ["auth.act_as", {"uid": 1}]])
+    assert [r["error"]["data"]["kind"] for r in replies] == ["not_found", "permission_denied"], replies
+    after = parse_metrics(daemon.call("server.metrics")["text"])
+    counted = [requests_total(after, *r) - requests_total(before, *r) for r in refusals]
+    assert counted == [1, 1, 1], list(zip(refusals, counted))
     daemon.call("sandbox.remove", sandbox_id=sid, force=True)
 
 

@@ -253,6 +253,23 @@ def test_agent_sandbox_x_sandbox_timeout_bounds_the_command_and_stderr_says_it(f
     assert body["stderr"] == "execution timed out after 4 seconds\n", body
 
 
+def test_agent_sandbox_command_without_x_sandbox_timeout_gets_the_reference_300_seconds(front, daemon):
+    """In-cluster mode sends no X-Sandbox-Timeout and run() no timeout in its body: the command
+    gets the reference runtime's 300 s (SANDBOX_EXEC_TIMEOUT_SECONDS), not nsboxd's default nor
+    antwort's 30 s; nsboxd's audit line of the exec says the timeout it was given."""
+    marker = "default-timeout-" + binascii.hexlify(os.urandom(4)).decode()
+    body = AgentSandboxSdk(front.port, router=False, token=TOKEN_A).run("echo " + marker)
+    assert body["stdout"] == marker + "\n" and body["exit_code"] == 0, body
+    deadline = time.monotonic() + 30
+    while True:
+        lines = [ln for ln in daemon.read_log().splitlines() if "audit: exec" in ln and marker in ln]
+        if lines:
+            break
+        assert time.monotonic() < deadline, "no audit line of the exec"
+        time.sleep(0.1)
+    assert len(lines) == 1 and " timeout_s=300 " in lines[0], lines
+
+
 def test_agent_sandbox_sdk_retrying_a_timed_out_post_does_not_leave_the_command_running(front):
     """The SDK (in-cluster: no router headers) waits 1 s, gives up, and sends the POST again, six
     times in all. A command whose client went is killed, so none of the six reaches its end."""
