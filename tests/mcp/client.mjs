@@ -209,6 +209,51 @@ const scenarios = {
     return r;
   },
 
+  // remove_sandbox (without force) at once after cancelling a long call, shell's and Python's.
+  async cancel_remove({ client }) {
+    const r = { attempts: [] };
+    const calls = [
+      ["shell_execute", { command: "touch /workspace/started; sleep 300" }],
+      ["run_code", { code: "open('/workspace/started', 'w').close()\nimport time\ntime.sleep(300)", stateful: false }],
+    ];
+    for (const [tool, args] of calls) {
+      const a = { tool };
+      await call(client, "shell_execute", { session_id: session, command: "rm -f /workspace/started" });
+      a.sandbox_id = textJson(await call(client, "list_sandboxes", {})).sandboxes.find(
+        (s) => s.session_id === session,
+      )?.sandbox_id;
+      const controller = new AbortController();
+      const pending = call(client, tool, { ...args, session_id: session }, { signal: controller.signal, timeout: 600000 });
+      pending.catch(() => {});
+      for (let i = 0; i < 200 && !a.started; i++) {
+        const seen = textJson(
+          await call(client, "shell_execute", { session_id: session, command: "test -e /workspace/started && echo yes || true" }),
+        );
+        a.started = seen.stdout.includes("yes");
+        if (!a.started) await new Promise((res) => setTimeout(res, 100));
+      }
+      controller.abort("test cancels");
+      a.remove = summary(await call(client, "remove_sandbox", { session_id: session }));
+      try {
+        await pending;
+        a.rejected = false;
+      } catch (e) {
+        a.rejected = true;
+      }
+      r.attempts.push(a);
+    }
+    await cleanupSession(client);
+    return r;
+  },
+
+  // The connection's default session: its sandbox id, then the SDK closes the client (test_mcp.py checks it goes).
+  async default_session({ client }) {
+    const r = {};
+    r.run = summary(await call(client, "run_code", { code: "x = 1" }));
+    r.listed = textJson(await call(client, "list_sandboxes", {})).sandboxes.map((s) => s.sandbox_id);
+    return r;
+  },
+
   // Against an nsboxd with the network policy "allowed" (tests/integration/mcp/test_mcp.py).
   async network({ client }) {
     const r = {};

@@ -198,6 +198,29 @@ def test_cancel_kills_the_running_command(daemon, sdk_dir):
     assert r["ping"] == {}
 
 
+def test_sdk_remove_right_after_a_cancelled_call_is_not_busy(daemon, sdk_dir):
+    r = scenario(daemon, sdk_dir, "cancel_remove")
+    assert [a["tool"] for a in r["attempts"]] == ["shell_execute", "run_code"]
+    for a in r["attempts"]:
+        assert a["started"] is True, a
+        assert a["rejected"] is True, a
+        # remove_sandbox without force, sent right after the SDK's notifications/cancelled
+        assert a["remove"]["isError"] is False, a["remove"]
+        assert a["sandbox_id"] and a["sandbox_id"] not in live_sandbox_ids(daemon)
+
+
+def test_sdk_default_sessions_sandbox_goes_when_the_client_closes(daemon, sdk_dir):
+    r = scenario(daemon, sdk_dir, "default_session")
+    assert r["run"]["isError"] is False, r["run"]
+    sandbox_id = r["run"]["json"]["sandbox_id"]
+    assert sandbox_id in r["listed"]
+    # The SDK's close ended nsbox mcp (scenario() checked its exit): its default session's sandbox goes with it.
+    deadline = time.monotonic() + 30
+    while sandbox_id in live_sandbox_ids(daemon):
+        assert time.monotonic() < deadline, "the default session's sandbox outlived nsbox mcp"
+        time.sleep(0.05)
+
+
 def test_calls_run_concurrently_and_ping_is_answered_meanwhile(daemon, sdk_dir):
     r = scenario(daemon, sdk_dir, "concurrency")
     assert r["outputs"] == ["done\n", "done\n"]
