@@ -226,15 +226,15 @@ void private_daemon_stop(struct private_daemon *pd)
          * daemon is gone, at the same time: an rmdir of ours that finds
          * entries the janitor is still removing fails, so what is left is
          * tried again for a while before it is said. */
-        for (int waited = 0; pd->dir != NULL; waited += 20) {
+        if (pd->dir != NULL) {
                 remove_private_dir(pd->dir);
-                if (access(pd->dir, F_OK) != 0)
-                        break;
-                if (waited >= PRIVATE_RM_TIMEOUT) {
-                        cli_fail("could not remove %s", pd->dir);
-                        break;
+                for (int waited = 0; access(pd->dir, F_OK) == 0 && waited < PRIVATE_RM_TIMEOUT;
+                     waited += 20) {
+                        usleep(20000);
+                        remove_private_dir(pd->dir);
                 }
-                usleep(20000);
+                if (access(pd->dir, F_OK) == 0)
+                        cli_fail("could not remove %s", pd->dir);
         }
         free(pd->dir);
         free(pd->socket_path);

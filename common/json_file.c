@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Whole-file replacement of JSON files: temporary file, rename, cleanup. */
+/* Whole-file replacement (of JSON files, mostly): temporary file, rename, cleanup. */
 #include "json_file.h"
 
 #include <errno.h>
@@ -12,20 +12,17 @@
 #include "io.h"
 #include "jsonrpc.h"
 
-int json_file_replace(const char *path, const json_t *value, size_t flags, bool durable, nsbox_error_t **err)
+int file_replace(const char *path, const void *data, size_t len, bool durable, nsbox_error_t **err)
 {
         char tmp[4096];
         const char *slash = strrchr(path, '/');
         int dir_len = slash ? (int)(slash - path + 1) : 0;
         if (snprintf(tmp, sizeof(tmp), "%.*s.%s.tmp", dir_len, path, path + dir_len) >= (int)sizeof(tmp))
                 return nsbox_error(err, ENAMETOOLONG, "%s", path);
-        _cleanup_free_ char *text = json_text(value, flags, NULL);
-        if (text == NULL)
-                return nsbox_error(err, ENOMEM, "serialize %s", path);
         _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (fd < 0)
                 return nsbox_error(err, errno, "create %s", tmp);
-        int r = io_write_all(fd, text, strlen(text));
+        int r = io_write_all(fd, data, len);
         const char *doing = "write";
         if (r == 0 && durable && fsync(fd) < 0) {
                 r = -errno;
@@ -48,4 +45,13 @@ int json_file_replace(const char *path, const json_t *value, size_t flags, bool 
                         return nsbox_error(err, errno, "sync %s", dir);
         }
         return 0;
+}
+
+int json_file_replace(const char *path, const json_t *value, size_t flags, bool durable, nsbox_error_t **err)
+{
+        size_t len;
+        _cleanup_free_ char *text = json_text(value, flags, &len);
+        if (text == NULL)
+                return nsbox_error(err, ENOMEM, "serialize %s", path);
+        return file_replace(path, text, len, durable, err);
 }

@@ -22,6 +22,7 @@
 #include "fs_worker.h"
 #include "io.h"
 #include "json_cleanup.h"
+#include "json_file.h"
 #include "jsonrpc.h"
 #include "log.h"
 #include "relpath.h"
@@ -141,32 +142,36 @@ static int fs_staging_journal_put(int fd, json_t *line)
 }
 
 /* Rewrite sb's journal with only the files `kept` (as fs_staging_journal_read
- * gives them): beside it, then renamed over it. */
+ * gives them), replacing it whole. */
 static void fs_staging_journal_rewrite(struct sandbox *sb, json_t *kept)
 {
-        char path[4096], aside[4096 + 8];
+        char path[4096];
         fs_staging_journal_path(sb, path, sizeof(path));
-        snprintf(aside, sizeof(aside), "%s.new", path);
-        _cleanup_close_ int fd = open(aside, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-        if (fd < 0 || kept == NULL)
+        _cleanup_free_ char *text = NULL;
+        size_t len = 0;
+        FILE *out = kept != NULL ? open_memstream(&text, &len) : NULL;
+        if (out == NULL)
                 return;
-        int r = 0;
+        bool whole = true;
         unsigned written = 0;
         const char *file;
         json_t *k;
         json_object_foreach(kept, file, k)
         {
-                for (json_int_t i = 0; r == 0 && i < json_integer_value(json_array_get(k, 2));
+                for (json_int_t i = 0; whole && i < json_integer_value(json_array_get(k, 2));
                      i++, written++) {
-                        _cleanup_json_ json_t *line =
+                        _cleanup_json_ json_t *entry =
                             fs_staging_journal_line("+", (uid_t)json_integer_value(json_array_get(k, 0)),
                                                     json_is_true(json_array_get(k, 1)), file);
-                        r = fs_staging_journal_put(fd, line);
+                        size_t n;
+                        _cleanup_free_ char *line = entry ? jsonrpc_serialize(entry, &n) : NULL;
+                        whole = line != NULL && fwrite(line, 1, n, out) == n;
                 }
         }
-        if (r < 0 || rename(aside, path) < 0) {
-                log_warn("sandbox %s: rewrite %s: %s", sb->id, path, strerror(r < 0 ? -r : errno));
-                unlink(aside);
+        whole = fclose(out) == 0 && whole;
+        _cleanup_error_ nsbox_error_t *err = NULL;
+        if (!whole || file_replace(path, text, len, false, &err) < 0) {
+                log_warn("sandbox %s: rewrite %s: %s", sb->id, path, err ? err->message : strerror(ENOMEM));
                 return;
         }
         sb->staging_lines = written;

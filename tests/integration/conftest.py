@@ -297,6 +297,30 @@ def one_line_error(r):
 
 
 # A sandbox directory's names, and a wait for them to be as a test wants.
+def until(what, fn, seconds=30, step=0.05):
+    """Poll fn (every `step` s) until it returns something true, and return
+    that; fail after `seconds`, saying what it waited for."""
+    deadline = time.monotonic() + seconds
+    while True:
+        v = fn()
+        if v:
+            return v
+        assert time.monotonic() < deadline, "timed out waiting for " + what
+        time.sleep(step)
+
+
+def host_children(pid):
+    """Host pids of pid's children (of each of its threads); none for a process that is gone."""
+    kids = []
+    try:
+        for task in os.listdir("/proc/%d/task" % pid):
+            with open("/proc/%d/task/%s/children" % (pid, task)) as f:
+                kids += [int(k) for k in f.read().split()]
+    except OSError:
+        pass
+    return kids
+
+
 def dir_names(daemon, sid, path="/workspace"):
     return sorted(e["name"] for e in daemon.call("fs.list", sandbox_id=sid, path=path)["entries"])
 

@@ -13,13 +13,12 @@ import struct
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 import zlib
 
 import pytest
 
-from conftest import BUILD, IMAGE_DIR, REPO, Daemon
+from conftest import BUILD, IMAGE_DIR, REPO, Daemon, until
 from nsbox_client import RpcError
 
 sys.path.insert(0, os.path.join(REPO, "sdk", "python"))
@@ -75,15 +74,9 @@ def png_size(png):
     return struct.unpack(">II", png[16:24])
 
 
-def poll(fn, what, timeout=60):
-    """fn() until it returns something true; that value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        assert time.monotonic() < deadline, "timed out waiting for " + what
-        time.sleep(0.2)
+def poll(fn, what):
+    """fn() until it returns something true (a minute at most); that value."""
+    return until(what, fn, seconds=60, step=0.2)
 
 
 def run(d, sid, argv, **kw):

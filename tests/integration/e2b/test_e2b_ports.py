@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from conftest import IMAGE_DIR, Daemon
+from conftest import IMAGE_DIR, Daemon, until
 from e2b_front import KEY_A, KEY_B, UID_A, UID_B
 from test_e2b_sdk import run_suite, sdk_dir  # noqa: F401 (fixture)
 from test_http import Front
@@ -275,16 +275,6 @@ def echo(s, payload):
             break
         got += more
     return got
-
-
-def until(what, fn, seconds=30):
-    deadline = time.monotonic() + seconds
-    while True:
-        v = fn()
-        if v:
-            return v
-        assert time.monotonic() < deadline, "timed out waiting for " + what
-        time.sleep(0.05)
 
 
 def test_upgraded_connections_are_relayed_outlive_the_header_timeout_and_count_against_their_key(netd, tokens):

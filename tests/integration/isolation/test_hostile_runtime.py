@@ -61,14 +61,6 @@ def host_status(pid):
         return {k: v.strip() for k, v in (line.split(":", 1) for line in f if ":" in line)}
 
 
-def host_children(pid):
-    try:
-        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
-            return [int(p) for p in f.read().split()]
-    except OSError:
-        return []
-
-
 def host_pid_of(marker):
     """Host pid of the process whose command line contains marker."""
     for entry in os.listdir("/proc"):

@@ -15,7 +15,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from conftest import Daemon, host_inits  # noqa: E402
+from conftest import Daemon, host_children, host_inits, until  # noqa: E402
 from test_python import PNG_MAGIC, make_wheel  # noqa: E402
 
 # Printed by a call: whether the fork server served it, its server's pid,
@@ -518,31 +518,12 @@ def test_changes_made_to_the_servers_processes_do_not_reach_later_calls(daemon, 
         assert json.loads(r["stdout"].splitlines()[1]) == want
 
 
-def host_children(pid):
-    """Host pids of pid's children; none for a process that is gone."""
-    kids = []
-    try:
-        for task in os.listdir("/proc/%d/task" % pid):
-            with open("/proc/%d/task/%s/children" % (pid, task)) as f:
-                kids += [int(k) for k in f.read().split()]
-    except OSError:
-        pass
-    return kids
-
-
 def host_cmdline(pid):
     try:
         with open("/proc/%d/cmdline" % pid, "rb") as f:
             return f.read()
     except OSError:
         return b""
-
-
-def until(predicate, what, deadline_s=10):
-    deadline = time.monotonic() + deadline_s
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out waiting for " + what
-        time.sleep(0.01)
 
 
 def test_a_calls_oom_score_is_a_plain_execs_while_its_supervisor_waits(daemon, sandbox):
@@ -567,7 +548,7 @@ def test_a_calls_oom_score_is_a_plain_execs_while_its_supervisor_waits(daemon, s
              if any(b"forkserver.py" in host_cmdline(k) for s in host_children(p) for k in host_children(s))]
     slots = [s for s in host_children(init) if not any(b"forkserver.py" in host_cmdline(k) for k in host_children(s))]
     assert slots
-    until(lambda: all(host_children(s) for s in slots), "each slot's child made ahead")
+    until("each slot's child made ahead", lambda: all(host_children(s) for s in slots))
 
     def forkrun_started():
         """forkrun, running or ended (a zombie: its supervisor reaps it)."""
@@ -596,7 +577,7 @@ def test_a_calls_oom_score_is_a_plain_execs_while_its_supervisor_waits(daemon, s
             os.kill(pid, signal.SIGSTOP)
             stopped.append(pid)
         thread.start()
-        until(forkrun_started, "forkrun to start while its supervisor is stopped")
+        until("forkrun to start while its supervisor is stopped", forkrun_started)
         time.sleep(0.2)  # the call reads its client's attributes meanwhile (and waits, 0.8 s at most)
     finally:
         for pid in stopped:
